@@ -1,0 +1,76 @@
+# ldist - build, run, test, bench.  `make run` and `make test` set up a fresh
+# machine first (scripts/setup.sh installs the Debian packages it lacks).
+
+CC      ?= gcc
+ARCH    ?= native
+OPT     ?= -O3 -march=$(ARCH)
+CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread
+LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
+BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
+CPPFLAGS+= -Iengine -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
+ENGINE_LIBS := $(BLAS_LIB) -lz -lm -lpthread -ldl
+LUA_LIB := -llua5.4
+APP_LIBS := -lreadline -lzmq -ljansson -lssl -lcrypto -luuid
+PREFIX  ?= /usr/local
+
+ENGINE_SRC := $(wildcard engine/*.c)
+BIND_SRC   := $(wildcard lua_bindings/*.c)
+PRELUDE    := $(sort $(wildcard lua_bindings/lua/*.lua))
+REPL_SRC   := $(wildcard repl/*.c)
+KERNEL_SRC := $(wildcard kernel/*.c)
+ENGINE_OBJ := $(ENGINE_SRC:%.c=build/%.o)
+BIND_OBJ   := $(BIND_SRC:%.c=build/%.o) build/prelude.o
+APP_OBJ    := $(REPL_SRC:%.c=build/%.o) $(KERNEL_SRC:%.c=build/%.o)
+ENGINE_TESTS := $(patsubst tests/engine/%.c,build/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
+HEADERS    := $(wildcard engine/*.h lua_bindings/*.h kernel/*.h repl/*.h)
+
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+.PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu
+all: ldist ldist.so $(ENGINE_TESTS)
+
+build/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+build/prelude.c: $(PRELUDE) scripts/embed.lua
+	@mkdir -p build
+	lua5.4 scripts/embed.lua $@ $(PRELUDE)
+
+build/libldist_engine.a: $(ENGINE_OBJ)
+	ar rcs $@ $^
+
+ldist: $(APP_OBJ) $(BIND_OBJ) build/libldist_engine.a
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(APP_OBJ) $(BIND_OBJ) build/libldist_engine.a $(LUA_LIB) $(APP_LIBS) $(ENGINE_LIBS)
+
+# A Lua C module: `package.cpath = "./?.so;" .. package.cpath; require "ldist"`
+ldist.so: $(BIND_OBJ) build/libldist_engine.a
+	$(CC) $(CFLAGS) -shared -o $@ $(BIND_OBJ) build/libldist_engine.a $(ENGINE_LIBS)
+
+build/tests/engine/%: tests/engine/%.c tests/engine/test_util.c build/libldist_engine.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< tests/engine/test_util.c build/libldist_engine.a $(ENGINE_LIBS)
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup all
+	./ldist scripts/main.lua
+
+test: setup all
+	@bash tests/run.sh
+
+test-engine: all
+	@bash tests/run.sh engine
+
+bench: setup all
+	@bash scripts/bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4
+	install -m 755 ldist $(DESTDIR)$(PREFIX)/bin/ldist
+	install -m 755 ldist.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/ldist.so
+
+clean:
+	rm -rf build ldist ldist.so

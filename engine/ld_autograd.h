@@ -1,0 +1,60 @@
+/*
+ * ld_autograd.h - reverse-mode differentiation with a gradient tape (TF style).
+ *
+ *     ld_tape *tape = ld_tape_new(0);
+ *     ld_tape_push(tape);                      // record ops on this thread
+ *     ld_tensor *y = ld_mul(x, x);             // x->requires_grad set, or ld_tape_watch(tape, x)
+ *     ld_tape_pop(tape);
+ *     ld_tensor *dx;
+ *     ld_tape_gradient(tape, y, 1, &x, &dx);   // dx = 2x
+ *     ld_tape_free(tape);
+ *
+ * An op records a node while some tape is active on the calling thread and
+ * one of its inputs requires a gradient (a variable, a watched tensor, or a
+ * recorded result). Nodes hold references to what backward needs; the output
+ * holds its node. Tapes are per thread, so replicas on several threads record
+ * independently.
+ */
+#ifndef LD_AUTOGRAD_H
+#define LD_AUTOGRAD_H
+
+#include "ld_tensor.h"
+
+typedef struct ld_node ld_node;
+/* Given the gradient of the output, return gradients for each input (NULL
+   where an input needs none). Returns LD_OK or a status. */
+typedef int (*ld_backward_fn)(ld_node *n, ld_tensor *grad_out, ld_tensor **grad_in);
+
+#define LD_NODE_MAX_IN 4
+#define LD_NODE_MAX_SAVED 4
+struct ld_node {
+    int refcount;
+    const char *op;                         /* op name, for messages */
+    ld_backward_fn backward;
+    int n_in;
+    ld_tensor *in[LD_NODE_MAX_IN];          /* retained */
+    ld_tensor *saved[LD_NODE_MAX_SAVED];    /* retained; op specific */
+    double args[6];                         /* op specific scalars */
+    int64_t out_shape[LD_MAX_DIMS];
+    int out_ndim;
+    uint64_t seq;                           /* creation order (topological) */
+};
+
+typedef struct ld_tape ld_tape;
+ld_tape *ld_tape_new(int persistent);
+void ld_tape_free(ld_tape *t);
+void ld_tape_push(ld_tape *t);         /* start recording on this thread */
+void ld_tape_pop(ld_tape *t);
+int ld_tape_watch(ld_tape *t, ld_tensor *x);
+int ld_tape_recording(void);           /* some tape active on this thread */
+void ld_tape_pause(int paused);        /* stop recording temporarily (optimizer updates) */
+/* grads[i] = d target / d sources[i] (zeros when not connected; NULL never).
+   A non-persistent tape can compute gradients once. */
+int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources, ld_tensor **grads);
+
+/* Used by ops: record a node for `out` when recording and an input requires grad.
+   Returns the node (owned by out) or NULL when nothing was recorded. */
+ld_node *ld_record(ld_tensor *out, const char *op, ld_backward_fn bw, int n_in, ld_tensor **in);
+void ld_node_release(ld_node *n);
+
+#endif

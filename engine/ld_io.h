@@ -1,0 +1,42 @@
+/*
+ * ld_io.h - reading data sets and saving weights.
+ *
+ *  - IDX files (the MNIST family), plain or gzip-compressed (zlib's gzopen
+ *    reads both): uint8/int8/int16/int32/float32/float64 payloads become a
+ *    tensor of the matching ldist dtype (uint8 stays uint8, int8/int16/int32
+ *    become int32, float/double become float32).
+ *  - CSV: numeric columns into a float32 [rows, cols] tensor; an optional
+ *    header line is detected or forced.
+ *  - safetensors (https://github.com/huggingface/safetensors): an 8-byte
+ *    little-endian header length, a JSON header {"name": {"dtype", "shape",
+ *    "data_offsets"}, "__metadata__": {...}}, then the raw little-endian data.
+ *    Writes go to "PATH.tmp" and are renamed, so a crash never leaves a torn file.
+ */
+#ifndef LD_IO_H
+#define LD_IO_H
+
+#include "ld_tensor.h"
+
+ld_tensor *ld_load_idx(const char *path);
+
+typedef struct {
+    int header;        /* -1 detect, 0 none, 1 first line is a header */
+    char delimiter;    /* default ',' */
+} ld_csv_options;
+/* On success *col_names (may be NULL) gets a malloc'ed array of malloc'ed names
+   when a header was read, *n_names its length. */
+ld_tensor *ld_load_csv(const char *path, const ld_csv_options *opt, char ***col_names, int *n_names);
+
+typedef struct {
+    int n;
+    char **names;        /* owned */
+    ld_tensor **tensors; /* owned references */
+} ld_tensor_dict;
+void ld_tensor_dict_free(ld_tensor_dict *d);
+
+/* metadata: NULL or n_meta pairs of key/value strings. */
+int ld_save_safetensors(const char *path, int n, const char *const *names, ld_tensor *const *tensors,
+                        int n_meta, const char *const *meta_kv);
+int ld_load_safetensors(const char *path, ld_tensor_dict *out);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * ld_ops.h - differentiable tensor ops.
+ *
+ * Each op checks its arguments (a clear message naming the shapes or dtypes),
+ * runs the kernel of the operands' device, and, while a gradient tape records
+ * on this thread and an input requires a gradient, records a node so that
+ * ld_tape_gradient can run the op backwards (see ld_autograd.h).
+ *
+ * Binary ops broadcast as NumPy does. Float ops take float32; integer inputs
+ * are accepted where it makes sense (comparison, argmax, index tensors).
+ */
+#ifndef LD_OPS_H
+#define LD_OPS_H
+
+#include "ld_device.h"
+
+ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_add(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_sub(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_mul(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_div(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_pow(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_maximum(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_minimum(ld_tensor *a, ld_tensor *b);
+ld_tensor *ld_add_scalar(ld_tensor *a, float s);
+ld_tensor *ld_mul_scalar(ld_tensor *a, float s);
+ld_tensor *ld_pow_scalar(ld_tensor *a, float s);
+
+ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x);
+ld_tensor *ld_neg(ld_tensor *x);
+ld_tensor *ld_exp(ld_tensor *x);
+ld_tensor *ld_log(ld_tensor *x);
+ld_tensor *ld_sqrt(ld_tensor *x);
+ld_tensor *ld_relu(ld_tensor *x);
+ld_tensor *ld_sigmoid(ld_tensor *x);
+ld_tensor *ld_tanh(ld_tensor *x);
+ld_tensor *ld_gelu(ld_tensor *x);           /* tanh approximation, as Keras' default is exact: see .c */
+
+/* Reductions over `axis` (-1.. counts from the end; LD_ALL_AXES = every axis). */
+#define LD_ALL_AXES 99
+ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims);
+ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims);
+ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims);
+ld_tensor *ld_argmax(ld_tensor *x, int axis);           /* int64, not differentiable */
+
+ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b);       /* 2-d x 2-d, or batched 3-d x 2-d */
+ld_tensor *ld_softmax(ld_tensor *x);                    /* over the last axis */
+ld_tensor *ld_log_softmax(ld_tensor *x);
+
+/* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */
+ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same_padding);
+ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
+/* Dropout: a mask drawn from rng, scaled by 1/(1-rate). */
+ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng);
+
+/* Differentiable views (record on the tape, unlike the plain views). */
+ld_tensor *ld_reshape_op(ld_tensor *x, int ndim, const int64_t *shape);
+ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1);
+
+/* Fused losses: mean over the batch, a 0-d result. labels int32/int64 [N]. */
+ld_tensor *ld_sparse_xent_logits(ld_tensor *logits, ld_tensor *labels);
+
+#endif

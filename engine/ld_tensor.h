@@ -1,0 +1,104 @@
+/*
+ * ld_tensor.h - tensors of the ldist engine.
+ *
+ * A tensor is a view (shape, strides, offset) on a refcounted storage that
+ * lives on one device. Views share storage:
+ *
+ *     int64_t shape[2] = {3, 4};
+ *     ld_tensor *a = ld_tensor_zeros(LD_F32, 2, shape, NULL);   // NULL = cpu:0
+ *     ld_tensor *t = ld_transpose(a, 0, 1);                      // 4x3 view of a
+ *     ld_tensor_release(t); ld_tensor_release(a);
+ *
+ * Every function returning ld_tensor* returns a new reference (release it)
+ * or NULL with ld_error() set. Strides and offsets count elements, not bytes.
+ */
+#ifndef LD_TENSOR_H
+#define LD_TENSOR_H
+
+#include "ld_core.h"
+
+#define LD_MAX_DIMS 8
+
+typedef enum { LD_F32 = 0, LD_I32, LD_I64, LD_U8, LD_DTYPE_COUNT } ld_dtype;
+size_t ld_dtype_size(ld_dtype dt);          /* bytes per element */
+const char *ld_dtype_name(ld_dtype dt);     /* "float32", "int32", "int64", "uint8" */
+int ld_dtype_from_name(const char *name, ld_dtype *out); /* LD_OK or LD_EARG */
+
+typedef struct ld_device ld_device;  /* see ld_device.h */
+struct ld_node;                      /* autograd, see ld_autograd.h */
+
+typedef struct ld_storage {
+    int refcount;
+    void *data;          /* device memory */
+    size_t nbytes;       /* size of data in bytes */
+    ld_device *device;
+} ld_storage;
+
+typedef struct ld_tensor {
+    int refcount;
+    ld_dtype dtype;
+    int ndim;
+    int64_t shape[LD_MAX_DIMS];
+    int64_t strides[LD_MAX_DIMS];   /* in elements */
+    int64_t offset;                 /* in elements, from storage->data */
+    ld_storage *storage;
+    /* autograd */
+    int requires_grad;              /* a trainable variable or a watched tensor */
+    struct ld_node *grad_fn;        /* the op that produced it while a tape recorded */
+    char *name;                     /* optional, owned (variables: "dense/kernel") */
+} ld_tensor;
+
+/* ---- lifetime ---- */
+ld_tensor *ld_tensor_retain(ld_tensor *t);
+void ld_tensor_release(ld_tensor *t);          /* NULL is fine */
+
+/* ---- creation (dev NULL = cpu:0) ---- */
+ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);
+ld_tensor *ld_tensor_zeros(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);
+ld_tensor *ld_tensor_full(ld_dtype dt, int ndim, const int64_t *shape, double value, ld_device *dev);
+ld_tensor *ld_tensor_arange(double start, double stop, double step, ld_dtype dt, ld_device *dev);
+/* Copies n elements of `src` (host memory, dtype dt) into a new tensor. */
+ld_tensor *ld_tensor_from_data(ld_dtype dt, int ndim, const int64_t *shape, const void *src, ld_device *dev);
+ld_tensor *ld_tensor_scalar(float v, ld_device *dev);   /* 0-d float32 */
+
+/* ---- random numbers: one seeded, reproducible generator (per thread state) ---- */
+typedef struct ld_rng { uint64_t s[4]; } ld_rng;
+void ld_rng_seed(ld_rng *r, uint64_t seed);
+uint64_t ld_rng_next(ld_rng *r);
+double ld_rng_uniform(ld_rng *r);               /* [0, 1) */
+double ld_rng_normal(ld_rng *r);
+ld_rng *ld_global_rng(void);                    /* the generator ldist.seed() resets */
+ld_tensor *ld_tensor_uniform(int ndim, const int64_t *shape, float lo, float hi, ld_rng *r, ld_device *dev);
+ld_tensor *ld_tensor_normal(int ndim, const int64_t *shape, float mean, float std, ld_rng *r, ld_device *dev);
+
+/* ---- inspection ---- */
+int64_t ld_tensor_numel(const ld_tensor *t);
+int ld_tensor_is_contiguous(const ld_tensor *t);
+int ld_same_shape(const ld_tensor *a, const ld_tensor *b);
+/* "3x4" into buf; returns buf */
+char *ld_shape_str(const ld_tensor *t, char *buf, size_t n);
+/* Host pointer to the first element; NULL + error when not on the host. */
+void *ld_tensor_data(const ld_tensor *t);
+/* Element i (flat, row-major over the view) as a double; host only. */
+double ld_tensor_get_flat(const ld_tensor *t, int64_t i);
+int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v);
+/* Value of a one-element tensor. */
+int ld_tensor_item(const ld_tensor *t, double *out);
+
+/* ---- views: share storage ---- */
+ld_tensor *ld_reshape(ld_tensor *t, int ndim, const int64_t *shape);  /* one -1 allowed; copies if not viewable */
+ld_tensor *ld_transpose(ld_tensor *t, int d0, int d1);
+ld_tensor *ld_permute(ld_tensor *t, const int *perm);
+ld_tensor *ld_slice(ld_tensor *t, int dim, int64_t start, int64_t stop, int64_t step); /* [start, stop) */
+ld_tensor *ld_select(ld_tensor *t, int dim, int64_t index);   /* drops dim */
+ld_tensor *ld_contiguous(ld_tensor *t);  /* t itself (retained) when already contiguous */
+ld_tensor *ld_clone(const ld_tensor *t);
+ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt);
+ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev);
+/* dst[...] = src, broadcasting src; shapes must be broadcast-compatible. */
+int ld_copy_into(ld_tensor *dst, const ld_tensor *src);
+/* Rows of t (dim 0) picked by idx (int64 or int32, 1-d). */
+ld_tensor *ld_index_select(const ld_tensor *t, const ld_tensor *idx);
+ld_tensor *ld_concat(ld_tensor *const *ts, int n, int dim);
+
+#endif

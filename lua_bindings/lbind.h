@@ -1,0 +1,41 @@
+/*
+ * lbind.h - helpers shared by the Lua binding files (not a public API).
+ *
+ * Tensors are full userdata holding one reference to an ld_tensor; the
+ * metatable is "ldist.Tensor". Engine failures become Lua errors through
+ * lb_check / lb_push_tensor_or_error, which read like Lua's own:
+ *     bad argument #1 to 'matmul' (shapes 3x4 and 5x6 do not match)
+ */
+#ifndef LBIND_H
+#define LBIND_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include "ld_tensor.h"
+
+#define LB_TENSOR_MT "ldist.Tensor"
+
+/* The tensor at idx, or a Lua argument error naming `idx`. */
+ld_tensor *lb_check_tensor(lua_State *L, int idx);
+ld_tensor *lb_test_tensor(lua_State *L, int idx);   /* NULL when not a tensor */
+/* A tensor from a tensor, a number or a (nested) table of numbers. Returns a
+   new reference (release it). */
+ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt);
+/* Push t (takes ownership of the reference). t == NULL raises the engine's
+   error message as an argument error of argument `arg` (0: a plain error). */
+void lb_push_tensor(lua_State *L, ld_tensor *t, int arg);
+/* Raise the engine's last error as an argument error (arg > 0) or plain error. */
+int lb_engine_error(lua_State *L, int arg);
+/* Register a module's functions as fields of the table at the top of the stack
+   and record its docstrings: docs is a NULL-terminated list of name/text pairs. */
+void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
+
+/* Module openers (each pushes its module table). */
+int lb_open_tensor(lua_State *L);
+int lb_open_autograd(lua_State *L);
+int lb_open_nn(lua_State *L);
+int lb_open_optim(lua_State *L);
+int lb_open_data(lua_State *L);
+int lb_open_io(lua_State *L);
+
+#endif

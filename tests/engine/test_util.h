@@ -1,0 +1,23 @@
+/* test_util.h - a tiny TAP-style harness for the engine's C tests.
+ * Each CHECK prints nothing when it holds; each test prints "ok - name" or
+ * "not ok - name" with the failed checks above it. tests/run.sh counts them. */
+#ifndef TEST_UTIL_H
+#define TEST_UTIL_H
+#include <stdio.h>
+#include <math.h>
+#include "ld_tensor.h"
+
+extern int tu_failed_checks;
+void tu_begin(const char *name);
+int tu_end(void);        /* prints ok / not ok; returns 1 when the test failed */
+int tu_summary(void);    /* exit status for main */
+
+#define CHECK(cond) do { if (!(cond)) { tu_failed_checks++; \
+    printf("#   check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); } } while (0)
+#define CHECK_NEAR(a, b, tol) do { double _a = (a), _b = (b); \
+    if (!(fabs(_a - _b) <= (tol) * (1 + fabs(_b)))) { tu_failed_checks++; \
+    printf("#   check failed: %s = %g, expected %s = %g (%s:%d)\n", #a, _a, #b, _b, __FILE__, __LINE__); } } while (0)
+#define TEST(name) for (int _once = (tu_begin(name), 1); _once; _once = 0, tu_end())
+/* max |a-b| / max(1, max|b|) over two same-shaped host tensors */
+double tu_norm_err(const ld_tensor *a, const ld_tensor *b);
+#endif

@@ -1,0 +1,45 @@
+-- testlib.lua - a tiny TAP-style harness for Lua tests run by `ldist`.
+--   local T = dofile("tests/lua/testlib.lua")
+--   T.test("name", function() T.eq(1 + 1, 2) end)
+--   T.done()      -- exits non-zero when a test failed
+local T = { passed = 0, failed = 0 }
+
+local function fail(msg, level) error(msg, (level or 1) + 2) end
+
+function T.test(name, fn)
+  local ok, err = xpcall(fn, debug.traceback)
+  if ok then
+    T.passed = T.passed + 1; print("ok - " .. name)
+  else
+    T.failed = T.failed + 1
+    print("# " .. tostring(err):gsub("\n", "\n# "))
+    print("not ok - " .. name)
+  end
+end
+
+function T.ok(v, msg) if not v then fail(msg or "expected a true value") end return v end
+function T.eq(a, b, msg)
+  if a ~= b then fail(("%sexpected %s, got %s"):format(msg and msg .. ": " or "", tostring(b), tostring(a))) end
+end
+function T.near(a, b, tol, msg)
+  tol = tol or 1e-5
+  if not (math.abs(a - b) <= tol * (1 + math.abs(b))) then
+    fail(("%sexpected %.9g, got %.9g (tol %g)"):format(msg and msg .. ": " or "", b, a, tol))
+  end
+end
+-- T.raises(fn, pattern): fn must raise an error whose message contains pattern (plain text)
+function T.raises(fn, pattern)
+  local ok, err = pcall(fn)
+  if ok then fail("expected an error matching '" .. pattern .. "'") end
+  if not tostring(err):find(pattern, 1, true) then
+    fail(("error '%s' does not contain '%s'"):format(tostring(err), pattern))
+  end
+  return err
+end
+
+function T.done()
+  io.stdout:flush()
+  os.exit(T.failed == 0 and 0 or 1)
+end
+
+return T
