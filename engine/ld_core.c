@@ -11,7 +11,7 @@ static _Thread_local ld_status err_status;
 volatile int ld_interrupt_flag;
 
 const char *ld_error(void) { return err_msg; }
-ld_status ld_error_status(void) { return err_status; }
+int ld_error_status(void) { return (int)err_status; }
 void ld_clear_error(void) { err_msg[0] = 0; err_status = LD_OK; }
 
 ld_status ld_fail(ld_status st, const char *fmt, ...) {

@@ -32,7 +32,7 @@ typedef enum {
 
 /* Message of the last failure on this thread ("" when none). */
 const char *ld_error(void);
-ld_status ld_error_status(void);
+int ld_error_status(void);
 /* Record a failure for this thread; returns `st` so callers can `return ld_fail(...)`. */
 ld_status ld_fail(ld_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ld_clear_error(void);

@@ -18,6 +18,10 @@
 #include "ld_tensor.h"
 
 ld_tensor *ld_load_idx(const char *path);
+/* The same, converted to `dtype` (-1: the natural dtype above) with every
+   value multiplied by `scale` (1: none). Fashion-MNIST images as float32 in
+   [0, 1]: ld_load_idx_as(path, LD_F32, 1.0 / 255). One pass, no temporary. */
+ld_tensor *ld_load_idx_as(const char *path, int dtype, double scale);
 
 typedef struct {
     int header;        /* -1 detect, 0 none, 1 first line is a header */
@@ -37,6 +41,14 @@ void ld_tensor_dict_free(ld_tensor_dict *d);
 /* metadata: NULL or n_meta pairs of key/value strings. */
 int ld_save_safetensors(const char *path, int n, const char *const *names, ld_tensor *const *tensors,
                         int n_meta, const char *const *meta_kv);
+/* Tensors come back in file order. Besides F32/I32/I64/U8, files written by
+   others may hold F64/F16/BF16 (read as float32), I8/I16/U16 (int32),
+   U32/U64 (int64) and BOOL (uint8). On failure *out is empty. */
 int ld_load_safetensors(const char *path, ld_tensor_dict *out);
+/* The same, and the "__metadata__" map: *meta_kv gets 2 * *n_meta malloc'ed
+   strings (key, value, key, value ...); free with ld_strings_free. */
+int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta, char ***meta_kv);
+/* Frees n malloc'ed strings and the array holding them (NULL is fine). */
+void ld_strings_free(char **s, int n);
 
 #endif

@@ -30,10 +30,17 @@ int lb_engine_error(lua_State *L, int arg);
    and record its docstrings: docs is a NULL-terminated list of name/text pairs. */
 void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
 
+/* Optimizers (optim.c): the engine optimizer at idx, with its learning rate
+   refreshed first when it is a Lua schedule function. */
+#define LB_OPTIMIZER_MT "ldist.Optimizer"
+struct ld_optimizer;
+struct ld_optimizer *lb_check_optimizer(lua_State *L, int idx);
+
 /* Module openers (each pushes its module table). */
 int lb_open_tensor(lua_State *L);
 int lb_open_autograd(lua_State *L);
 int lb_open_nn(lua_State *L);
+int lb_open_losses(lua_State *L);
 int lb_open_optim(lua_State *L);
 int lb_open_data(lua_State *L);
 int lb_open_io(lua_State *L);

@@ -1,0 +1,974 @@
+/*
+ * ld_data.c - tf.data-style input pipelines (see ld_data.h).
+ *
+ * A dataset is a chain of immutable nodes; an iterator is a matching chain of
+ * per-run states, each pulling from the one below.
+ *
+ * Fast path: below the first batch or map, a chain of from_tensor_slices /
+ * range with shuffle, repeat, take and skip never builds per-row tensors. Its
+ * iterators hand out row numbers of the source ("index streams"), and batch
+ * gathers those rows with one memcpy per run of consecutive rows: a whole
+ * batch in one memcpy per component without shuffle, one memcpy per row
+ * with it. Only a consumer that wants single elements makes row tensors.
+ */
+#include "ld_data.h"
+#include "ld_device.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { DS_SLICES, DS_RANGE, DS_BATCH, DS_SHUFFLE, DS_REPEAT, DS_TAKE, DS_SKIP, DS_PREFETCH, DS_MAP } ds_kind;
+
+/* A map callback with its user data, shared by the clones a prefetch makes. */
+typedef struct {
+    int refcount;                /* atomic */
+    ld_map_fn fn;
+    void *ud;
+    void (*free_ud)(void *);
+    int flags;
+} map_box;
+
+struct ld_dataset {
+    int refcount;                /* atomic: prefetch threads retain nodes too */
+    ds_kind kind;
+    ld_dataset *in;              /* the input (owned reference); NULL for sources */
+    int64_t n;                   /* batch size, buffer size, count, prefetch depth */
+    int flag;                    /* batch: drop_remainder; shuffle: reshuffle each iteration */
+    uint64_t seed;               /* shuffle */
+    uint64_t epochs;             /* shuffle: iterators started so far (atomic) */
+    /* sources */
+    int n_src;
+    ld_tensor *src[LD_ELEMENT_MAX];   /* slices: host, contiguous, owned */
+    int64_t rows;                /* elements of a source */
+    int64_t start, step;         /* range */
+    map_box *map;
+};
+
+void ld_element_clear(ld_element *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n; i++) { ld_tensor_release(e->t[i]); e->t[i] = NULL; }
+    e->n = 0;
+}
+
+/* ======================================================================
+ * nodes
+ * ==================================================================== */
+
+static ld_dataset *node_new(ds_kind kind, ld_dataset *in) {
+    ld_dataset *d = calloc(1, sizeof *d);
+    if (!d) { ld_fail(LD_ENOMEM, "dataset: out of memory"); return NULL; }
+    d->refcount = 1;
+    d->kind = kind;
+    d->in = in ? ld_dataset_retain(in) : NULL;
+    return d;
+}
+
+ld_dataset *ld_dataset_retain(ld_dataset *ds) {
+    if (ds) __atomic_add_fetch(&ds->refcount, 1, __ATOMIC_RELAXED);
+    return ds;
+}
+
+static void box_release(map_box *b) {
+    if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL)) return;
+    if (b->free_ud) b->free_ud(b->ud);
+    free(b);
+}
+
+void ld_dataset_release(ld_dataset *ds) {
+    while (ds && __atomic_sub_fetch(&ds->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        ld_dataset *in = ds->in;
+        for (int i = 0; i < ds->n_src; i++) ld_tensor_release(ds->src[i]);
+        box_release(ds->map);
+        free(ds);
+        ds = in;                    /* iterate down the chain instead of recursing */
+    }
+}
+
+static int check_input(ld_dataset *in, const char *who) {
+    if (!in) return ld_fail(LD_EARG, "%s: no input dataset", who);
+    return LD_OK;
+}
+
+/* A host, contiguous version of t (a new reference), or NULL + error. */
+static ld_tensor *host_contiguous(ld_tensor *t) {
+    ld_device *d = t->storage ? t->storage->device : NULL;
+    if (d && d->kind != LD_DEV_CPU) {
+        ld_tensor *h = ld_to_device(t, ld_device_cpu());
+        if (!h) return NULL;
+        ld_tensor *c = ld_contiguous(h);
+        ld_tensor_release(h);
+        return c;
+    }
+    return ld_contiguous(t);
+}
+
+ld_dataset *ld_dataset_from_tensor_slices(int n, ld_tensor *const *ts) {
+    if (n < 1 || !ts) { ld_fail(LD_EARG, "from_tensor_slices: no tensors given"); return NULL; }
+    if (n > LD_ELEMENT_MAX) { ld_fail(LD_EARG, "from_tensor_slices: %d tensors, at most %d", n, LD_ELEMENT_MAX); return NULL; }
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) { ld_fail(LD_EARG, "from_tensor_slices: tensor %d is missing", i + 1); return NULL; }
+        if (ts[i]->ndim < 1) {
+            ld_fail(LD_ESHAPE, "from_tensor_slices: tensor %d is a scalar; every tensor needs a first dimension to slice", i + 1);
+            return NULL;
+        }
+    }
+    for (int i = 1; i < n; i++)
+        if (ts[i]->shape[0] != ts[0]->shape[0]) {
+            char a[96], b[96];
+            ld_shape_str(ts[0], a, sizeof a);
+            ld_shape_str(ts[i], b, sizeof b);
+            ld_fail(LD_ESHAPE, "from_tensor_slices: the tensors differ in their first dimension (tensor 1 is %s, tensor %d is %s)",
+                    a, i + 1, b);
+            return NULL;
+        }
+    ld_dataset *d = node_new(DS_SLICES, NULL);
+    if (!d) return NULL;
+    for (int i = 0; i < n; i++) {
+        if (!(d->src[i] = host_contiguous(ts[i]))) { ld_dataset_release(d); return NULL; }
+        d->n_src++;
+    }
+    d->rows = ts[0]->shape[0];
+    return d;
+}
+
+ld_dataset *ld_dataset_range(int64_t start, int64_t stop, int64_t step) {
+    if (step == 0) { ld_fail(LD_EARG, "range: step must not be zero"); return NULL; }
+    ld_dataset *d = node_new(DS_RANGE, NULL);
+    if (!d) return NULL;
+    d->start = start;
+    d->step = step;
+    d->n = stop;                 /* for describe */
+    /* elements: ceil((stop - start) / step), computed without overflow */
+    __int128 span = (__int128)stop - start;
+    __int128 cnt = step > 0 ? (span + step - 1) / step : (span + step + 1) / step;
+    d->rows = cnt > 0 ? (int64_t)cnt : 0;
+    d->n_src = 0;
+    return d;
+}
+
+ld_dataset *ld_dataset_batch(ld_dataset *in, int64_t n, int drop_remainder) {
+    if (check_input(in, "batch")) return NULL;
+    if (n < 1) { ld_fail(LD_EARG, "batch: batch size must be positive, got %lld", (long long)n); return NULL; }
+    ld_dataset *d = node_new(DS_BATCH, in);
+    if (d) { d->n = n; d->flag = drop_remainder != 0; }
+    return d;
+}
+
+ld_dataset *ld_dataset_shuffle(ld_dataset *in, int64_t buffer_size, uint64_t seed, int reshuffle_each_iteration) {
+    if (check_input(in, "shuffle")) return NULL;
+    if (buffer_size < 1) { ld_fail(LD_EARG, "shuffle: buffer size must be positive, got %lld", (long long)buffer_size); return NULL; }
+    ld_dataset *d = node_new(DS_SHUFFLE, in);
+    if (d) { d->n = buffer_size; d->seed = seed; d->flag = reshuffle_each_iteration != 0; }
+    return d;
+}
+
+ld_dataset *ld_dataset_repeat(ld_dataset *in, int64_t count) {
+    if (check_input(in, "repeat")) return NULL;
+    if (count < -1) { ld_fail(LD_EARG, "repeat: count must be -1 (forever) or at least 0, got %lld", (long long)count); return NULL; }
+    ld_dataset *d = node_new(DS_REPEAT, in);
+    if (d) d->n = count;
+    return d;
+}
+
+ld_dataset *ld_dataset_take(ld_dataset *in, int64_t n) {
+    if (check_input(in, "take")) return NULL;
+    if (n < -1) { ld_fail(LD_EARG, "take: count must be -1 (all) or at least 0, got %lld", (long long)n); return NULL; }
+    ld_dataset *d = node_new(DS_TAKE, in);
+    if (d) d->n = n;
+    return d;
+}
+
+ld_dataset *ld_dataset_skip(ld_dataset *in, int64_t n) {
+    if (check_input(in, "skip")) return NULL;
+    if (n < -1) { ld_fail(LD_EARG, "skip: count must be -1 (all) or at least 0, got %lld", (long long)n); return NULL; }
+    ld_dataset *d = node_new(DS_SKIP, in);
+    if (d) d->n = n;
+    return d;
+}
+
+ld_dataset *ld_dataset_map(ld_dataset *in, ld_map_fn fn, void *ud, void (*free_ud)(void *), int flags) {
+    map_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        if (free_ud) free_ud(ud);
+        ld_fail(LD_ENOMEM, "map: out of memory");
+        return NULL;
+    }
+    *b = (map_box){1, fn, ud, free_ud, flags};
+    if (check_input(in, "map") || (!fn && ld_fail(LD_EARG, "map: no function given"))) { box_release(b); return NULL; }
+    ld_dataset *d = node_new(DS_MAP, in);
+    if (!d) { box_release(b); return NULL; }
+    d->map = b;
+    return d;
+}
+
+static int is_caller_map(const ld_dataset *d) {
+    return d->kind == DS_MAP && (d->map->flags & LD_MAP_CALLER_THREAD);
+}
+
+/* A copy of node d (not a source) reading from new_in. */
+static ld_dataset *clone_with_input(const ld_dataset *d, ld_dataset *new_in) {
+    ld_dataset *c = node_new(d->kind, new_in);
+    if (!c) return NULL;
+    c->n = d->n;
+    c->flag = d->flag;
+    c->seed = d->seed;
+    c->map = d->map;
+    if (c->map) __atomic_add_fetch(&c->map->refcount, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
+static ld_dataset *prefetch_node(ld_dataset *in, int n) {
+    ld_dataset *d = node_new(DS_PREFETCH, in);
+    if (d) d->n = n;
+    return d;
+}
+
+ld_dataset *ld_dataset_prefetch(ld_dataset *in, int n) {
+    if (check_input(in, "prefetch")) return NULL;
+    if (n == LD_AUTOTUNE) n = 2;
+    if (n < 0) { ld_fail(LD_EARG, "prefetch: buffer size must be at least 0 (or AUTOTUNE), got %d", n); return NULL; }
+    if (n == 0) return ld_dataset_retain(in);
+    /* A map that must run on the caller's thread cannot run on the prefetch
+       thread: rebuild the chain with the prefetch just below the lowest such
+       map. The stages from that map up run on the caller's thread, as they
+       would without prefetch; the elements are the same (prefetch never
+       changes what a pipeline yields, only when it is computed). */
+    const ld_dataset *low = NULL;
+    int depth = 0;
+    for (const ld_dataset *d = in; d; d = d->in) {
+        if (is_caller_map(d)) low = d;
+        depth++;
+    }
+    if (!low) return prefetch_node(in, n);
+    const ld_dataset **path = malloc(sizeof *path * (size_t)depth);
+    if (!path) { ld_fail(LD_ENOMEM, "prefetch: out of memory"); return NULL; }
+    int m = 0;
+    for (const ld_dataset *d = in; d != low; d = d->in) path[m++] = d;
+    path[m++] = low;
+    ld_dataset *cur = low->in->kind == DS_PREFETCH ? ld_dataset_retain(low->in) : prefetch_node(low->in, n);
+    for (int i = m - 1; i >= 0 && cur; i--) {
+        ld_dataset *c = clone_with_input(path[i], cur);
+        ld_dataset_release(cur);
+        cur = c;
+    }
+    free(path);
+    return cur;
+}
+
+int64_t ld_dataset_cardinality(const ld_dataset *d) {
+    if (!d) return LD_CARD_UNKNOWN;
+    int64_t c = d->in ? ld_dataset_cardinality(d->in) : 0;
+    switch (d->kind) {
+    case DS_SLICES:
+    case DS_RANGE: return d->rows;
+    case DS_BATCH:
+        if (c < 0) return c;
+        return d->flag ? c / d->n : c / d->n + (c % d->n != 0);
+    case DS_SHUFFLE:
+    case DS_PREFETCH:
+    case DS_MAP: return c;
+    case DS_REPEAT:
+        if (c == 0 || c == LD_CARD_UNKNOWN) return c;
+        if (d->n < 0 || c == LD_CARD_INFINITE) return LD_CARD_INFINITE;
+        int64_t r;
+        return __builtin_mul_overflow(c, d->n, &r) ? INT64_MAX : r;
+    case DS_TAKE:
+        if (d->n < 0) return c;
+        if (c == LD_CARD_INFINITE) return d->n;
+        if (c == LD_CARD_UNKNOWN) return c;
+        return c < d->n ? c : d->n;
+    case DS_SKIP:
+        if (c < 0) return c;
+        if (d->n < 0) return 0;
+        return c > d->n ? c - d->n : 0;
+    }
+    return LD_CARD_UNKNOWN;
+}
+
+int ld_dataset_components(const ld_dataset *d) {
+    if (!d) return -1;
+    if (d->kind == DS_SLICES) return d->n_src;
+    if (d->kind == DS_RANGE) return 1;
+    if (d->kind == DS_MAP) return -1;
+    return ld_dataset_components(d->in);
+}
+
+char *ld_dataset_describe(const ld_dataset *d, char *buf, size_t n) {
+    if (!buf || !n) return buf;
+    buf[0] = 0;
+    if (!d) return buf;
+    size_t k = 0;
+    if (d->in) {
+        ld_dataset_describe(d->in, buf, n);
+        k = strlen(buf);
+        k += (size_t)snprintf(buf + k, k < n ? n - k : 0, " -> ");
+    }
+#define PUT(...) do { if (k < n) k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
+    switch (d->kind) {
+    case DS_SLICES:
+        PUT("from_tensor_slices(");
+        for (int i = 0; i < d->n_src; i++) {
+            char s[96];
+            PUT("%s%s %s", i ? ", " : "", ld_shape_str(d->src[i], s, sizeof s), ld_dtype_name(d->src[i]->dtype));
+        }
+        PUT(")");
+        break;
+    case DS_RANGE:
+        PUT("range(%lld, %lld, %lld)", (long long)d->start, (long long)d->n, (long long)d->step);
+        break;
+    case DS_BATCH: PUT("batch(%lld%s)", (long long)d->n, d->flag ? ", drop_remainder" : ""); break;
+    case DS_SHUFFLE: PUT("shuffle(%lld, seed=%llu)", (long long)d->n, (unsigned long long)d->seed); break;
+    case DS_REPEAT: if (d->n < 0) PUT("repeat()"); else PUT("repeat(%lld)", (long long)d->n); break;
+    case DS_TAKE: PUT("take(%lld)", (long long)d->n); break;
+    case DS_SKIP: PUT("skip(%lld)", (long long)d->n); break;
+    case DS_PREFETCH: PUT("prefetch(%lld)", (long long)d->n); break;
+    case DS_MAP: PUT(is_caller_map(d) ? "map(on the iterating thread)" : "map"); break;
+    }
+#undef PUT
+    return buf;
+}
+
+/* ======================================================================
+ * sources: rows as elements, and gathers of rows into batches
+ * ==================================================================== */
+
+/* The source whose rows an index stream of d refers to, or NULL when d's
+   elements are not plain rows of one source. */
+static const ld_dataset *index_source(const ld_dataset *d) {
+    switch (d->kind) {
+    case DS_SLICES:
+    case DS_RANGE: return d;
+    case DS_SHUFFLE:
+    case DS_REPEAT:
+    case DS_TAKE:
+    case DS_SKIP: return index_source(d->in);
+    default: return NULL;
+    }
+}
+
+static size_t row_bytes(const ld_tensor *t) {
+    size_t b = ld_dtype_size(t->dtype);
+    for (int i = 1; i < t->ndim; i++) b *= (size_t)t->shape[i];
+    return b;
+}
+
+/* Element = row `row` of source s. Returns 1, or -1 with an error. */
+static int source_row(const ld_dataset *s, int64_t row, ld_element *out) {
+    out->n = 0;
+    if (s->kind == DS_RANGE) {
+        int64_t v = s->start + row * s->step;
+        ld_tensor *t = ld_tensor_empty(LD_I64, 0, NULL, NULL);
+        if (!t) return -1;
+        *(int64_t *)ld_tensor_data(t) = v;
+        out->t[out->n++] = t;
+        return 1;
+    }
+    for (int c = 0; c < s->n_src; c++) {
+        const ld_tensor *src = s->src[c];
+        ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim - 1, src->shape + 1, NULL);
+        if (!t) { ld_element_clear(out); return -1; }
+        size_t rb = row_bytes(src);
+        if (rb) memcpy(ld_tensor_data(t), (const char *)ld_tensor_data(src) + (size_t)row * rb, rb);
+        out->t[out->n++] = t;
+    }
+    return 1;
+}
+
+/* Batch of rows[0..k) of source s. */
+static int source_gather(const ld_dataset *s, const int64_t *rows, int64_t k, ld_element *out) {
+    out->n = 0;
+    if (s->kind == DS_RANGE) {
+        ld_tensor *t = ld_tensor_empty(LD_I64, 1, &k, NULL);
+        if (!t) return -1;
+        int64_t *p = ld_tensor_data(t);
+        for (int64_t i = 0; i < k; i++) p[i] = s->start + rows[i] * s->step;
+        out->t[out->n++] = t;
+        return 1;
+    }
+    for (int c = 0; c < s->n_src; c++) {
+        const ld_tensor *src = s->src[c];
+        int64_t shape[LD_MAX_DIMS];
+        shape[0] = k;
+        for (int i = 1; i < src->ndim; i++) shape[i] = src->shape[i];
+        ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim, shape, NULL);
+        if (!t) { ld_element_clear(out); return -1; }
+        size_t rb = row_bytes(src);
+        char *dst = ld_tensor_data(t);
+        const char *base = ld_tensor_data(src);
+        /* one memcpy per run of consecutive rows */
+        for (int64_t i = 0; i < k && rb;) {
+            int64_t j = i + 1;
+            while (j < k && rows[j] == rows[j - 1] + 1) j++;
+            memcpy(dst + (size_t)i * rb, base + (size_t)rows[i] * rb, (size_t)(j - i) * rb);
+            i = j;
+        }
+        out->t[out->n++] = t;
+    }
+    return 1;
+}
+
+/* ======================================================================
+ * iterators
+ * ==================================================================== */
+
+struct ld_dataset_iter {
+    int (*next)(ld_dataset_iter *it, ld_element *out);     /* 1, 0 (end), -1 (error) */
+    /* Set when the elements are rows of `src`: the next row number instead. */
+    int (*next_index)(ld_dataset_iter *it, int64_t *row);
+    void (*destroy)(ld_dataset_iter *it);                  /* frees what the kind owns */
+    ld_dataset *ds;                                        /* owned reference */
+    const ld_dataset *src;
+    int finished;
+    /* top level only: an error is reported again by every later call */
+    ld_status err_status;
+    char *err_msg;
+};
+
+static ld_dataset_iter *iter_make(ld_dataset *ds);
+
+static int it_next(ld_dataset_iter *it, ld_element *out) {
+    out->n = 0;
+    if (it->finished) return 0;
+    int r = it->next(it, out);
+    if (r == 0) it->finished = 1;
+    return r;
+}
+
+static int it_next_index(ld_dataset_iter *it, int64_t *row) {
+    if (it->finished) return 0;
+    int r = it->next_index(it, row);
+    if (r == 0) it->finished = 1;
+    return r;
+}
+
+/* next() of an index stream: make the row's tensors. */
+static int index_next(ld_dataset_iter *it, ld_element *out) {
+    int64_t row;
+    int r = it->next_index(it, &row);
+    return r == 1 ? source_row(it->src, row, out) : r;
+}
+
+static void *iter_alloc(size_t size, ld_dataset *ds) {
+    ld_dataset_iter *it = calloc(1, size);
+    if (!it) { ld_fail(LD_ENOMEM, "dataset iterator: out of memory"); return NULL; }
+    it->ds = ld_dataset_retain(ds);
+    it->src = index_source(ds);
+    return it;
+}
+
+/* ---- from_tensor_slices, range ---- */
+typedef struct { ld_dataset_iter base; int64_t pos; } source_iter;
+
+static int source_next_index(ld_dataset_iter *it, int64_t *row) {
+    source_iter *s = (source_iter *)it;
+    if (s->pos >= it->ds->rows) return 0;
+    *row = s->pos++;
+    return 1;
+}
+
+/* ---- batch ---- */
+typedef struct {
+    ld_dataset_iter base;
+    ld_dataset_iter *up;
+    int64_t *rows;
+    ld_element *els;
+    int64_t cap;
+} batch_iter;
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem, int64_t limit) {
+    if (need <= *cap) return 1;
+    int64_t nc = *cap ? *cap * 2 : 64;
+    if (nc > limit) nc = limit;
+    if (nc < need) nc = need;
+    void *np = realloc(*p, (size_t)nc * elem);
+    if (!np) { ld_fail(LD_ENOMEM, "dataset: out of memory"); return 0; }
+    *p = np;
+    *cap = nc;
+    return 1;
+}
+
+/* Stack k elements into [k, ...] tensors. */
+static int stack_elements(ld_element *els, int64_t k, ld_element *out) {
+    out->n = 0;
+    const ld_element *e0 = &els[0];
+    for (int64_t i = 1; i < k; i++) {
+        if (els[i].n != e0->n) {
+            ld_fail(LD_ESHAPE, "batch: element %lld has %d components, the first has %d", (long long)i + 1, els[i].n, e0->n);
+            return -1;
+        }
+        for (int c = 0; c < e0->n; c++) {
+            const ld_tensor *a = e0->t[c], *b = els[i].t[c];
+            if (a->dtype != b->dtype || !ld_same_shape(a, b)) {
+                char sa[96], sb[96];
+                ld_fail(LD_ESHAPE, "batch: element %lld, component %d is %s %s, but the batch's first element has %s %s "
+                        "(elements of a batch need equal shapes and dtypes)", (long long)i + 1, c + 1,
+                        ld_shape_str(b, sb, sizeof sb), ld_dtype_name(b->dtype),
+                        ld_shape_str(a, sa, sizeof sa), ld_dtype_name(a->dtype));
+                return -1;
+            }
+        }
+    }
+    for (int c = 0; c < e0->n; c++) {
+        const ld_tensor *a = e0->t[c];
+        if (a->ndim + 1 > LD_MAX_DIMS) {
+            ld_element_clear(out);
+            ld_fail(LD_ESHAPE, "batch: component %d already has %d dimensions, the most a batch can stack", c + 1, a->ndim);
+            return -1;
+        }
+        int64_t shape[LD_MAX_DIMS];
+        shape[0] = k;
+        for (int i = 0; i < a->ndim; i++) shape[i + 1] = a->shape[i];
+        ld_tensor *t = ld_tensor_empty(a->dtype, a->ndim + 1, shape, NULL);
+        if (!t) { ld_element_clear(out); return -1; }
+        out->t[out->n++] = t;
+        size_t eb = (size_t)ld_tensor_numel(a) * ld_dtype_size(a->dtype);
+        char *dst = ld_tensor_data(t);
+        for (int64_t i = 0; i < k && eb; i++) {
+            ld_tensor *h = host_contiguous(els[i].t[c]);
+            if (!h) { ld_element_clear(out); return -1; }
+            memcpy(dst + (size_t)i * eb, ld_tensor_data(h), eb);
+            ld_tensor_release(h);
+        }
+    }
+    return 1;
+}
+
+static int batch_next(ld_dataset_iter *it, ld_element *out) {
+    batch_iter *b = (batch_iter *)it;
+    int64_t n = it->ds->n, k = 0;
+    int r = 1;
+    if (b->up->next_index) {
+        while (k < n) {
+            if (!grow((void **)&b->rows, &b->cap, k + 1, sizeof *b->rows, n)) return -1;
+            if ((r = it_next_index(b->up, &b->rows[k])) != 1) break;
+            k++;
+        }
+        if (r < 0) return -1;
+        if (k == 0 || (k < n && it->ds->flag)) return 0;
+        return source_gather(b->up->src, b->rows, k, out);
+    }
+    while (k < n) {
+        if (!grow((void **)&b->els, &b->cap, k + 1, sizeof *b->els, n)) { r = -1; break; }
+        if ((r = it_next(b->up, &b->els[k])) != 1) break;
+        k++;
+    }
+    int result;
+    if (r < 0) result = -1;
+    else if (k == 0 || (k < n && it->ds->flag)) result = 0;
+    else result = stack_elements(b->els, k, out);
+    for (int64_t i = 0; i < k; i++) ld_element_clear(&b->els[i]);
+    return result;
+}
+
+static void batch_destroy(ld_dataset_iter *it) {
+    batch_iter *b = (batch_iter *)it;
+    ld_dataset_iter_free(b->up);
+    free(b->rows);
+    free(b->els);
+}
+
+/* ---- shuffle ---- */
+typedef struct {
+    ld_dataset_iter base;
+    ld_dataset_iter *up;
+    uint64_t rng;
+    int filled;
+    int64_t count, cap;
+    int64_t *rows;               /* index mode */
+    ld_element *els;             /* element mode */
+} shuffle_iter;
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int64_t uniform_below(uint64_t *s, int64_t n) {
+    return (int64_t)(((unsigned __int128)splitmix64(s) * (uint64_t)n) >> 64);
+}
+
+/* Pull one input into slot i (index or element mode); 1, 0 or -1. */
+static int shuffle_pull(shuffle_iter *s, int64_t i) {
+    if (s->rows) return it_next_index(s->up, &s->rows[i]);
+    return it_next(s->up, &s->els[i]);
+}
+
+static int shuffle_fill(shuffle_iter *s) {
+    int64_t limit = s->base.ds->n;
+    int index_mode = s->up->next_index != NULL;
+    for (;;) {
+        if (s->count >= limit) break;
+        if (s->count >= s->cap) {
+            int ok = index_mode ? grow((void **)&s->rows, &s->cap, s->count + 1, sizeof *s->rows, limit)
+                                : grow((void **)&s->els, &s->cap, s->count + 1, sizeof *s->els, limit);
+            if (!ok) return -1;
+        }
+        int r = shuffle_pull(s, s->count);
+        if (r < 0) return -1;
+        if (r == 0) break;
+        s->count++;
+    }
+    s->filled = 1;
+    return 1;
+}
+
+/* Pick slot r uniformly, refill it from the input; returns the slot or -1/-2 (end/error). */
+static int64_t shuffle_pick(shuffle_iter *s) {
+    if (!s->filled && shuffle_fill(s) < 0) return -2;
+    if (s->count == 0) return -1;
+    return uniform_below(&s->rng, s->count);
+}
+
+static int shuffle_next_index(ld_dataset_iter *it, int64_t *row) {
+    shuffle_iter *s = (shuffle_iter *)it;
+    int64_t i = shuffle_pick(s);
+    if (i < 0) return i == -1 ? 0 : -1;
+    *row = s->rows[i];
+    int r = shuffle_pull(s, i);
+    if (r < 0) return -1;
+    if (r == 0) s->rows[i] = s->rows[--s->count];
+    return 1;
+}
+
+static int shuffle_next(ld_dataset_iter *it, ld_element *out) {
+    shuffle_iter *s = (shuffle_iter *)it;
+    if (it->next_index) return index_next(it, out);
+    int64_t i = shuffle_pick(s);
+    if (i < 0) return i == -1 ? 0 : -1;
+    *out = s->els[i];
+    s->els[i].n = 0;
+    int r = shuffle_pull(s, i);
+    if (r < 0) { ld_element_clear(out); return -1; }
+    if (r == 0) { s->els[i] = s->els[--s->count]; s->els[s->count].n = 0; }
+    return 1;
+}
+
+static void shuffle_destroy(ld_dataset_iter *it) {
+    shuffle_iter *s = (shuffle_iter *)it;
+    if (s->els)
+        for (int64_t i = 0; i < s->count; i++) ld_element_clear(&s->els[i]);
+    ld_dataset_iter_free(s->up);
+    free(s->rows);
+    free(s->els);
+}
+
+/* ---- repeat ---- */
+typedef struct {
+    ld_dataset_iter base;
+    ld_dataset_iter *up;
+    int64_t rounds, count;
+    int got_any;
+} repeat_iter;
+
+static int repeat_pull(repeat_iter *r, ld_element *out, int64_t *row) {
+    for (;;) {
+        if (!r->up) {
+            if (r->count >= 0 && r->rounds >= r->count) return 0;
+            if (!(r->up = iter_make(r->base.ds->in))) return -1;
+            r->rounds++;
+            r->got_any = 0;
+        }
+        int k = row ? it_next_index(r->up, row) : it_next(r->up, out);
+        if (k != 0) {
+            if (k == 1) r->got_any = 1;
+            return k;
+        }
+        ld_dataset_iter_free(r->up);
+        r->up = NULL;
+        if (!r->got_any) { r->count = r->rounds; return 0; }   /* an empty epoch: stop, never spin */
+    }
+}
+
+static int repeat_next(ld_dataset_iter *it, ld_element *out) {
+    if (it->next_index) return index_next(it, out);
+    return repeat_pull((repeat_iter *)it, out, NULL);
+}
+static int repeat_next_index(ld_dataset_iter *it, int64_t *row) { return repeat_pull((repeat_iter *)it, NULL, row); }
+static void repeat_destroy(ld_dataset_iter *it) { ld_dataset_iter_free(((repeat_iter *)it)->up); }
+
+/* ---- take, skip ---- */
+typedef struct { ld_dataset_iter base; ld_dataset_iter *up; int64_t left; } count_iter;
+
+static int take_pull(count_iter *c, ld_element *out, int64_t *row) {
+    if (c->left == 0) {
+        ld_dataset_iter_free(c->up);      /* stop an upstream prefetch thread early */
+        c->up = NULL;
+        return 0;
+    }
+    int r = row ? it_next_index(c->up, row) : it_next(c->up, out);
+    if (r == 1 && c->left > 0) c->left--;
+    return r;
+}
+static int take_next(ld_dataset_iter *it, ld_element *out) {
+    if (it->next_index) return index_next(it, out);
+    return take_pull((count_iter *)it, out, NULL);
+}
+static int take_next_index(ld_dataset_iter *it, int64_t *row) { return take_pull((count_iter *)it, NULL, row); }
+
+static int skip_pull(count_iter *c, ld_element *out, int64_t *row) {
+    while (c->left != 0) {
+        ld_element e = {0};
+        int64_t ignored;
+        int r = row ? it_next_index(c->up, &ignored) : it_next(c->up, &e);
+        ld_element_clear(&e);
+        if (r != 1) return r;
+        if (c->left > 0) c->left--;
+    }
+    return row ? it_next_index(c->up, row) : it_next(c->up, out);
+}
+static int skip_next(ld_dataset_iter *it, ld_element *out) {
+    if (it->next_index) return index_next(it, out);
+    return skip_pull((count_iter *)it, out, NULL);
+}
+static int skip_next_index(ld_dataset_iter *it, int64_t *row) { return skip_pull((count_iter *)it, NULL, row); }
+static void count_destroy(ld_dataset_iter *it) { ld_dataset_iter_free(((count_iter *)it)->up); }
+
+/* ---- map ---- */
+typedef struct { ld_dataset_iter base; ld_dataset_iter *up; } map_iter;
+
+static int map_next(ld_dataset_iter *it, ld_element *out) {
+    map_iter *m = (map_iter *)it;
+    ld_element in = {0};
+    int r = it_next(m->up, &in);
+    if (r != 1) return r;
+    map_box *b = it->ds->map;
+    ld_element o = {0};
+    ld_clear_error();
+    int st = b->fn(b->ud, &in, &o);
+    ld_element_clear(&in);
+    if (st != LD_OK) {
+        ld_element_clear(&o);
+        if (!*ld_error()) ld_fail(st, "map: the function failed");
+        return -1;
+    }
+    if (o.n < 1 || o.n > LD_ELEMENT_MAX) {
+        ld_element_clear(&o);
+        ld_fail(LD_EARG, "map: the function returned %d tensors (1 to %d expected)", o.n, LD_ELEMENT_MAX);
+        return -1;
+    }
+    for (int i = 0; i < o.n; i++)
+        if (!o.t[i]) {
+            o.n = i;
+            ld_element_clear(&o);
+            ld_fail(LD_EARG, "map: the function returned no tensor as result %d", i + 1);
+            return -1;
+        }
+    *out = o;
+    return 1;
+}
+static void map_destroy(ld_dataset_iter *it) { ld_dataset_iter_free(((map_iter *)it)->up); }
+
+/* ---- prefetch: a thread fills a bounded queue from the input ---- */
+typedef struct {
+    ld_dataset_iter base;
+    ld_dataset_iter *up;         /* used only by the thread while it runs */
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty, not_full;
+    ld_element *q;               /* ring buffer of cap elements */
+    int cap, head, count;
+    int stop, done;              /* stop: asked to quit; done: the input ended or failed */
+    ld_status err_status;
+    char err[512];
+} prefetch_iter;
+
+static void *prefetch_main(void *arg) {
+    prefetch_iter *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->count == p->cap && !p->stop) pthread_cond_wait(&p->not_full, &p->mu);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) break;
+        ld_element e = {0};
+        int r = it_next(p->up, &e);      /* outside the lock: the consumer keeps taking */
+        pthread_mutex_lock(&p->mu);
+        if (r == 1) {
+            p->q[(p->head + p->count) % p->cap] = e;
+            p->count++;
+        } else {
+            p->done = 1;
+            if (r < 0) {
+                p->err_status = ld_error_status() != LD_OK ? ld_error_status() : LD_EINTERNAL;
+                snprintf(p->err, sizeof p->err, "%s", *ld_error() ? ld_error() : "prefetch: the input failed");
+            }
+        }
+        pthread_cond_signal(&p->not_empty);
+        pthread_mutex_unlock(&p->mu);
+        if (r != 1) break;
+    }
+    return NULL;
+}
+
+static int prefetch_next(ld_dataset_iter *it, ld_element *out) {
+    prefetch_iter *p = (prefetch_iter *)it;
+    pthread_mutex_lock(&p->mu);
+    while (p->count == 0 && !p->done) {
+        /* wake up now and then so that Ctrl-C can end a long wait */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
+        pthread_cond_timedwait(&p->not_empty, &p->mu, &ts);
+        if (ld_interrupt_flag && p->count == 0 && !p->done) {
+            pthread_mutex_unlock(&p->mu);
+            ld_fail(LD_EINTERRUPT, "interrupted");
+            return -1;
+        }
+    }
+    if (p->count) {
+        *out = p->q[p->head];
+        p->q[p->head].n = 0;
+        p->head = (p->head + 1) % p->cap;
+        p->count--;
+        pthread_cond_signal(&p->not_full);
+        pthread_mutex_unlock(&p->mu);
+        return 1;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (p->err_status != LD_OK) {
+        ld_fail(p->err_status, "%s", p->err);
+        return -1;
+    }
+    return 0;
+}
+
+static void prefetch_destroy(ld_dataset_iter *it) {
+    prefetch_iter *p = (prefetch_iter *)it;
+    if (p->started) {
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_broadcast(&p->not_full);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->thread, NULL);  /* waits for at most the element being made */
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->not_empty);
+        pthread_cond_destroy(&p->not_full);
+    }
+    if (p->q)
+        for (int i = 0; i < p->count; i++) ld_element_clear(&p->q[(p->head + i) % p->cap]);
+    free(p->q);
+    ld_dataset_iter_free(p->up);
+}
+
+/* ---- construction ---- */
+
+static ld_dataset_iter *iter_make(ld_dataset *ds) {
+    ld_dataset_iter *it = NULL;
+    ld_dataset_iter **up = NULL;
+    switch (ds->kind) {
+    case DS_SLICES:
+    case DS_RANGE:
+        if (!(it = iter_alloc(sizeof(source_iter), ds))) return NULL;
+        it->next_index = source_next_index;
+        it->next = index_next;
+        return it;
+    case DS_BATCH:
+        if (!(it = iter_alloc(sizeof(batch_iter), ds))) return NULL;
+        it->src = NULL;
+        it->next = batch_next;
+        it->destroy = batch_destroy;
+        up = &((batch_iter *)it)->up;
+        break;
+    case DS_SHUFFLE: {
+        if (!(it = iter_alloc(sizeof(shuffle_iter), ds))) return NULL;
+        shuffle_iter *s = (shuffle_iter *)it;
+        uint64_t epoch = ds->flag ? __atomic_fetch_add(&ds->epochs, 1, __ATOMIC_RELAXED) : 0;
+        uint64_t seed = ds->seed ^ 0x243F6A8885A308D3ull;
+        s->rng = splitmix64(&seed);
+        uint64_t e = epoch * 0xD1B54A32D192ED03ull + 1;
+        s->rng ^= splitmix64(&e);
+        it->next = shuffle_next;
+        it->next_index = it->src ? shuffle_next_index : NULL;
+        it->destroy = shuffle_destroy;
+        up = &s->up;
+        break;
+    }
+    case DS_REPEAT:
+        if (!(it = iter_alloc(sizeof(repeat_iter), ds))) return NULL;
+        ((repeat_iter *)it)->count = ds->n;
+        it->next = repeat_next;
+        it->next_index = it->src ? repeat_next_index : NULL;
+        it->destroy = repeat_destroy;
+        return it;                       /* makes its input's iterators as it goes */
+    case DS_TAKE:
+    case DS_SKIP:
+        if (!(it = iter_alloc(sizeof(count_iter), ds))) return NULL;
+        ((count_iter *)it)->left = ds->n;
+        it->next = ds->kind == DS_TAKE ? take_next : skip_next;
+        it->next_index = !it->src ? NULL : ds->kind == DS_TAKE ? take_next_index : skip_next_index;
+        it->destroy = count_destroy;
+        up = &((count_iter *)it)->up;
+        break;
+    case DS_MAP:
+        if (!(it = iter_alloc(sizeof(map_iter), ds))) return NULL;
+        it->next = map_next;
+        it->destroy = map_destroy;
+        up = &((map_iter *)it)->up;
+        break;
+    case DS_PREFETCH: {
+        if (!(it = iter_alloc(sizeof(prefetch_iter), ds))) return NULL;
+        prefetch_iter *p = (prefetch_iter *)it;
+        it->src = NULL;
+        it->next = prefetch_next;
+        it->destroy = prefetch_destroy;
+        p->cap = (int)ds->n;
+        if (!(p->q = calloc((size_t)p->cap, sizeof *p->q)) || !(p->up = iter_make(ds->in))) {
+            if (!p->q) ld_fail(LD_ENOMEM, "prefetch: out of memory");
+            ld_dataset_iter_free(it);
+            return NULL;
+        }
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->not_empty, NULL);
+        pthread_cond_init(&p->not_full, NULL);
+        int e = pthread_create(&p->thread, NULL, prefetch_main, p);
+        if (e) {
+            pthread_mutex_destroy(&p->mu);
+            pthread_cond_destroy(&p->not_empty);
+            pthread_cond_destroy(&p->not_full);
+            ld_fail(LD_EINTERNAL, "prefetch: cannot start a thread: %s", strerror(e));
+            ld_dataset_iter_free(it);
+            return NULL;
+        }
+        p->started = 1;
+        return it;
+    }
+    }
+    if (up && !(*up = iter_make(ds->in))) {
+        ld_dataset_iter_free(it);
+        return NULL;
+    }
+    return it;
+}
+
+ld_dataset_iter *ld_dataset_iter_new(ld_dataset *ds) {
+    if (!ds) { ld_fail(LD_EARG, "iterator: no dataset given"); return NULL; }
+    return iter_make(ds);
+}
+
+int ld_dataset_iter_next(ld_dataset_iter *it, ld_element *out) {
+    out->n = 0;
+    if (!it) { ld_fail(LD_EARG, "iterator: none given"); return -1; }
+    if (it->err_msg) { ld_fail(it->err_status, "%s", it->err_msg); return -1; }
+    int r = it_next(it, out);
+    if (r < 0) {
+        it->err_status = ld_error_status() != LD_OK ? ld_error_status() : LD_EINTERNAL;
+        it->err_msg = strdup(*ld_error() ? ld_error() : "dataset: iteration failed");
+    }
+    return r;
+}
+
+void ld_dataset_iter_free(ld_dataset_iter *it) {
+    if (!it) return;
+    if (it->destroy) it->destroy(it);
+    ld_dataset_release(it->ds);
+    free(it->err_msg);
+    free(it);
+}

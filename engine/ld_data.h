@@ -1,0 +1,107 @@
+/*
+ * ld_data.h - input pipelines in the style of tf.data, for any front end.
+ *
+ * A dataset is an immutable, refcounted description of a pipeline; an
+ * iterator runs it once (one epoch):
+ *
+ *     ld_tensor *xy[2] = {x, y};                          // x [N,28,28], y [N]
+ *     ld_dataset *s = ld_dataset_from_tensor_slices(2, xy);
+ *     ld_dataset *h = ld_dataset_shuffle(s, 1000, 42, 1);
+ *     ld_dataset *b = ld_dataset_batch(h, 32, 0);
+ *     ld_dataset *p = ld_dataset_prefetch(b, 2);          // a background thread
+ *     ld_dataset_release(s); ld_dataset_release(h); ld_dataset_release(b);
+ *
+ *     ld_dataset_iter *it = ld_dataset_iter_new(p);
+ *     ld_element e = {0};
+ *     int r;
+ *     while ((r = ld_dataset_iter_next(it, &e)) == 1) {   // e.t[0] [32,28,28], e.t[1] [32]
+ *         ...
+ *         ld_element_clear(&e);
+ *     }
+ *     if (r < 0) fprintf(stderr, "%s\n", ld_error());
+ *     ld_dataset_iter_free(it);                           // fine mid-way: stops the thread
+ *
+ * Builders take their own reference on the input (release yours when done)
+ * and return a new reference, or NULL with ld_error() set. Datasets may be
+ * shared between threads; one iterator is used by one thread at a time.
+ *
+ * What runs where: everything runs on the thread that calls
+ * ld_dataset_iter_next, except the stages below a prefetch, which run on
+ * that prefetch's own thread. A map whose callback must stay on the calling
+ * thread (LD_MAP_CALLER_THREAD: a Lua function) is never moved: a prefetch
+ * built above such a map is placed just below the lowest such map instead,
+ * so the C stages before it still run ahead on a background thread.
+ *
+ * Elements are host tensors: from_tensor_slices copies its inputs to the
+ * host (tf.data keeps datasets on the host too); batches are fresh
+ * contiguous tensors.
+ */
+#ifndef LD_DATA_H
+#define LD_DATA_H
+
+#include "ld_tensor.h"
+
+#define LD_ELEMENT_MAX 16   /* components of one element */
+
+/* One element: n tensors (x, y, ...), each an owned reference. */
+typedef struct {
+    int n;
+    ld_tensor *t[LD_ELEMENT_MAX];
+} ld_element;
+void ld_element_clear(ld_element *e);       /* releases the tensors; n = 0 */
+
+typedef struct ld_dataset ld_dataset;
+typedef struct ld_dataset_iter ld_dataset_iter;
+
+/* tf.data's cardinality constants */
+#define LD_CARD_INFINITE (-1)
+#define LD_CARD_UNKNOWN (-2)
+#define LD_AUTOTUNE (-1)
+
+/* n tensors sharing dimension 0; element i = (ts[0][i], ..., ts[n-1][i]). */
+ld_dataset *ld_dataset_from_tensor_slices(int n, ld_tensor *const *ts);
+/* One int64 scalar per element: start, start+step, ... (stop excluded). */
+ld_dataset *ld_dataset_range(int64_t start, int64_t stop, int64_t step);
+
+/* Stack `n` consecutive elements into [b, ...] tensors; the last batch is
+   smaller unless drop_remainder. Elements must agree in shape and dtype. */
+ld_dataset *ld_dataset_batch(ld_dataset *in, int64_t n, int drop_remainder);
+/* tf.data's shuffle: a buffer of `buffer_size` elements, each output drawn
+   uniformly from it and replaced by the next input. The order depends only
+   on `seed` and on how many iterators this node has started, so a program
+   sees the same sequence on every run; with reshuffle_each_iteration each
+   new iterator (each epoch) gets a different order. */
+ld_dataset *ld_dataset_shuffle(ld_dataset *in, int64_t buffer_size, uint64_t seed, int reshuffle_each_iteration);
+/* count times (-1: forever). Stops when an epoch of the input is empty. */
+ld_dataset *ld_dataset_repeat(ld_dataset *in, int64_t count);
+ld_dataset *ld_dataset_take(ld_dataset *in, int64_t n);    /* -1: all */
+ld_dataset *ld_dataset_skip(ld_dataset *in, int64_t n);
+/* Run the input on a background thread, up to n elements ahead (n = 0: no
+   prefetch, LD_AUTOTUNE: 2). */
+ld_dataset *ld_dataset_prefetch(ld_dataset *in, int n);
+
+/* A map callback: fill `out` (empty on entry) with new references; return
+   LD_OK, or a status after ld_fail (the iterator reports it). */
+typedef int (*ld_map_fn)(void *ud, const ld_element *in, ld_element *out);
+#define LD_MAP_CALLER_THREAD 1   /* run only on the thread calling ld_dataset_iter_next */
+/* `ud` belongs to the dataset from this call on (even when it fails):
+   free_ud(ud) runs when the last node using it goes away, on the thread
+   that drops the last reference. */
+ld_dataset *ld_dataset_map(ld_dataset *in, ld_map_fn fn, void *ud, void (*free_ud)(void *), int flags);
+
+ld_dataset *ld_dataset_retain(ld_dataset *ds);
+void ld_dataset_release(ld_dataset *ds);                   /* NULL is fine */
+/* Elements per epoch when known, LD_CARD_INFINITE or LD_CARD_UNKNOWN. */
+int64_t ld_dataset_cardinality(const ld_dataset *ds);
+/* "from_tensor_slices(60000x28x28 float32, 60000 int64) -> batch(32)" into buf. */
+char *ld_dataset_describe(const ld_dataset *ds, char *buf, size_t n);
+/* Components per element, or -1 when only a map could tell. */
+int ld_dataset_components(const ld_dataset *ds);
+
+ld_dataset_iter *ld_dataset_iter_new(ld_dataset *ds);     /* NULL + ld_error() */
+/* 1: an element in *out (out->n tensors, owned by the caller); 0: the end
+   (and every later call); -1: an error, ld_error() says which. */
+int ld_dataset_iter_next(ld_dataset_iter *it, ld_element *out);
+void ld_dataset_iter_free(ld_dataset_iter *it);             /* NULL is fine */
+
+#endif

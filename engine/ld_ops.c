@@ -1,0 +1,687 @@
+/*
+ * ld_ops.c - differentiable tensor ops: argument checks, dispatch to the
+ * device's kernels, and each op's backward function.
+ */
+#include "ld_ops.h"
+#include "ld_autograd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DEV(t) ((t)->storage->device)
+#define BE(t) (DEV(t)->backend)
+#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
+
+static const char *const bin_names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
+                                        "eq", "lt", "gt"};
+static const char *const un_names[] = {"neg", "exp", "log", "sqrt", "abs", "relu", "sigmoid",
+                                       "tanh", "gelu", "square"};
+
+static int same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
+    if (DEV(a) != DEV(b))
+        return ld_fail(LD_EDEVICE, "%s: tensors are on %s and %s; move one with :to()", op,
+                       DEV(a)->name, DEV(b)->name);
+    return LD_OK;
+}
+
+/* A float32 tensor for t: t itself retained, or a cast copy. */
+static ld_tensor *as_float(ld_tensor *t) {
+    return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast(t, LD_F32);
+}
+
+static int norm_axis(const ld_tensor *t, int *axis, const char *op) {
+    int a = *axis;
+    if (a < 0) a += t->ndim;
+    if (a < 0 || a >= t->ndim)
+        return ld_fail(LD_EARG, "%s: axis %d out of range for a tensor with %d dimensions", op, *axis, t->ndim);
+    *axis = a;
+    return LD_OK;
+}
+
+/* Sum g over the broadcast dimensions so it has `ndim`/`shape`. Not recorded. */
+static ld_tensor *sum_to(ld_tensor *g, int ndim, const int64_t *shape) {
+    ld_tensor *cur = ld_tensor_retain(g);
+    int lead = g->ndim - ndim;
+    for (int i = 0; i < g->ndim && cur; i++) {
+        int j = i - lead;
+        if (j < 0 || (shape[j] == 1 && cur->shape[i] != 1)) {
+            ld_tensor *s = ld_sum(cur, i, 1);
+            ld_tensor_release(cur);
+            cur = s;
+        }
+    }
+    if (!cur) return NULL;
+    if (cur->ndim != ndim) {
+        ld_tensor *r = ld_reshape(cur, ndim, shape);
+        ld_tensor_release(cur);
+        cur = r;
+    }
+    return cur;
+}
+
+/* ================================================================ binary */
+static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t *shape, int64_t *sa,
+                     int64_t *sb, const char *op) {
+    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int i = 0; i < n; i++) {
+        int ia = i - (n - a->ndim), ib = i - (n - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char b1[64], b2[64];
+            return ld_fail(LD_ESHAPE, "shapes %s and %s cannot be broadcast together (%s)",
+                           ld_shape_str(a, b1, sizeof b1), ld_shape_str(b, b2, sizeof b2), op);
+        }
+        shape[i] = da == 1 ? db : da;
+        sa[i] = (ia >= 0 && da != 1) ? a->strides[ia] : 0;
+        sb[i] = (ib >= 0 && db != 1) ? b->strides[ib] : 0;
+    }
+    *ndim = n;
+    return LD_OK;
+}
+
+static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
+    int nd = 0;
+    int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS];
+    if (same_device(a, b, bin_names[op])) return NULL;
+    if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
+    ld_tensor *out = ld_tensor_empty(LD_F32, nd, shape, DEV(a));
+    if (!out) return NULL;
+    BE(a)->binary(DEV(a), op, FPTR(out), FPTR(a), sa, FPTR(b), sb, nd, shape);
+    return out;
+}
+
+static int bw_binary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_binary_op op = (ld_binary_op)n->args[0];
+    ld_tensor *a = n->in[0], *b = n->in[1];
+    ld_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL;
+    switch (op) {
+    case LD_BIN_ADD: ga = ld_tensor_retain(g); gb = ld_tensor_retain(g); break;
+    case LD_BIN_SUB: ga = ld_tensor_retain(g); gb = ld_neg(g); break;
+    case LD_BIN_MUL: ga = ld_mul(g, b); gb = ld_mul(g, a); break;
+    case LD_BIN_DIV:
+        ga = ld_div(g, b);
+        t1 = ld_mul(ga, n->saved[0]);           /* g/b * out = g*a/b^2 */
+        gb = t1 ? ld_neg(t1) : NULL;
+        break;
+    case LD_BIN_POW: {
+        /* d/da = b a^(b-1) g ; d/db = out log(a) g */
+        t1 = ld_div(n->saved[0], a);
+        t2 = t1 ? ld_mul(t1, b) : NULL;
+        ga = t2 ? ld_mul(t2, g) : NULL;
+        ld_tensor_release(t1); ld_tensor_release(t2);
+        t1 = ld_log(a);
+        t2 = t1 ? ld_mul(t1, n->saved[0]) : NULL;
+        gb = t2 ? ld_mul(t2, g) : NULL;
+        ld_tensor_release(t2); t2 = NULL;
+        break;
+    }
+    case LD_BIN_MAX: case LD_BIN_MIN: {
+        /* the gradient goes to the operand that was chosen (to a on ties) */
+        t1 = binary_raw(LD_BIN_EQ, a, n->saved[0]);
+        ga = t1 ? ld_mul(g, t1) : NULL;
+        t2 = ga ? ld_sub(g, ga) : NULL;
+        gb = t2 ? ld_tensor_retain(t2) : NULL;
+        break;
+    }
+    default: return ld_fail(LD_EINTERNAL, "no gradient for %s", bin_names[op]);
+    }
+    ld_tensor_release(t1); ld_tensor_release(t2);
+    if (!ga || !gb) { ld_tensor_release(ga); ld_tensor_release(gb); return ld_error_status(); }
+    gi[0] = sum_to(ga, a->ndim, a->shape);
+    gi[1] = sum_to(gb, b->ndim, b->shape);
+    ld_tensor_release(ga); ld_tensor_release(gb);
+    return gi[0] && gi[1] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
+    ld_tensor *fa = as_float(a), *fb = fa ? as_float(b) : NULL;
+    ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
+    if (out && op < LD_BIN_EQ) {
+        ld_tensor *in[2] = {fa, fb};
+        ld_node *nd = ld_record(out, bin_names[op], bw_binary, 2, in);
+        if (nd) {
+            nd->args[0] = op;
+            if (op == LD_BIN_DIV || op == LD_BIN_POW || op == LD_BIN_MAX || op == LD_BIN_MIN) {
+                /* keep the result without creating a cycle: a plain view */
+                ld_tensor *o = ld_reshape(out, out->ndim, out->shape);
+                nd->saved[0] = o;
+            }
+        }
+    }
+    ld_tensor_release(fa);
+    ld_tensor_release(fb);
+    return out;
+}
+
+ld_tensor *ld_add(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_ADD, a, b); }
+ld_tensor *ld_sub(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_SUB, a, b); }
+ld_tensor *ld_mul(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_MUL, a, b); }
+ld_tensor *ld_div(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_DIV, a, b); }
+ld_tensor *ld_pow(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_POW, a, b); }
+ld_tensor *ld_maximum(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_MAX, a, b); }
+ld_tensor *ld_minimum(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_MIN, a, b); }
+
+static ld_tensor *with_scalar(ld_binary_op op, ld_tensor *a, float s) {
+    ld_tensor *st = ld_tensor_scalar(s, DEV(a));
+    if (!st) return NULL;
+    ld_tensor *r = ld_binary(op, a, st);
+    ld_tensor_release(st);
+    return r;
+}
+ld_tensor *ld_add_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_ADD, a, s); }
+ld_tensor *ld_mul_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_MUL, a, s); }
+ld_tensor *ld_pow_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_POW, a, s); }
+
+/* ================================================================ unary */
+static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = n->in[0], *y = n->saved[0];
+    ld_tensor *gc = ld_contiguous(g);
+    if (!gc) return ld_error_status();
+    ld_tensor *dx = ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], FPTR(dx), FPTR(gc), FPTR(x),
+                                  y ? FPTR(y) : NULL, ld_tensor_numel(x));
+    ld_tensor_release(gc);
+    gi[0] = dx;
+    return dx ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
+    ld_tensor *fx = as_float(x);
+    if (!fx) return NULL;
+    ld_tensor *cx = ld_contiguous(fx);
+    ld_tensor_release(fx);
+    if (!cx) return NULL;
+    ld_tensor *y = ld_tensor_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    if (y) {
+        BE(cx)->unary(DEV(cx), op, FPTR(y), FPTR(cx), ld_tensor_numel(cx));
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(y, un_names[op], bw_unary, 1, in);
+        if (nd) {
+            nd->args[0] = op;
+            if (op == LD_UN_EXP || op == LD_UN_SQRT || op == LD_UN_SIGMOID || op == LD_UN_TANH)
+                nd->saved[0] = ld_reshape(y, y->ndim, y->shape);
+        }
+    }
+    ld_tensor_release(cx);
+    return y;
+}
+
+ld_tensor *ld_neg(ld_tensor *x) { return ld_unary(LD_UN_NEG, x); }
+ld_tensor *ld_exp(ld_tensor *x) { return ld_unary(LD_UN_EXP, x); }
+ld_tensor *ld_log(ld_tensor *x) { return ld_unary(LD_UN_LOG, x); }
+ld_tensor *ld_sqrt(ld_tensor *x) { return ld_unary(LD_UN_SQRT, x); }
+ld_tensor *ld_relu(ld_tensor *x) { return ld_unary(LD_UN_RELU, x); }
+ld_tensor *ld_sigmoid(ld_tensor *x) { return ld_unary(LD_UN_SIGMOID, x); }
+ld_tensor *ld_tanh(ld_tensor *x) { return ld_unary(LD_UN_TANH, x); }
+ld_tensor *ld_gelu(ld_tensor *x) { return ld_unary(LD_UN_GELU, x); }
+
+/* ================================================================ reductions */
+static void split_axis(const ld_tensor *t, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
+    *outer = 1; *inner = 1;
+    for (int i = 0; i < axis; i++) *outer *= t->shape[i];
+    *n = t->shape[axis];
+    for (int i = axis + 1; i < t->ndim; i++) *inner *= t->shape[i];
+}
+
+static void reduced_shape(const ld_tensor *t, int axis, int keep, int *nd, int64_t *shape) {
+    int k = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i == axis) { if (keep) shape[k++] = 1; }
+        else shape[k++] = t->shape[i];
+    }
+    *nd = k;
+}
+
+/* Broadcast g (reduced over `axis`) back to x's shape. */
+static ld_tensor *expand_back(ld_tensor *g, const ld_tensor *x, int axis) {
+    int64_t ks[LD_MAX_DIMS];
+    int nd = 0;
+    if (axis == LD_ALL_AXES) { for (int i = 0; i < x->ndim; i++) ks[i] = 1; nd = x->ndim; }
+    else reduced_shape(x, axis, 1, &nd, ks);
+    ld_tensor *gk = ld_reshape(g, nd, ks);
+    if (!gk) return NULL;
+    ld_tensor *out = ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    if (out && ld_copy_into(out, gk)) { ld_tensor_release(out); out = NULL; }
+    ld_tensor_release(gk);
+    return out;
+}
+
+static int bw_sum(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *e = expand_back(g, n->in[0], (int)n->args[0]);
+    if (e && n->args[1] != 1.0) {
+        ld_tensor *s = ld_mul_scalar(e, (float)n->args[1]);
+        ld_tensor_release(e);
+        e = s;
+    }
+    gi[0] = e;
+    return e ? LD_OK : ld_error_status();
+}
+
+static int bw_max(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = n->in[0];
+    int axis = (int)n->args[0];
+    ld_tensor *mx = expand_back(n->saved[0], x, axis);
+    ld_tensor *mask = mx ? binary_raw(LD_BIN_EQ, x, mx) : NULL;
+    ld_tensor *cnt = mask ? ld_sum(mask, axis, 0) : NULL;
+    ld_tensor *gdiv = cnt ? ld_div(g, cnt) : NULL;
+    ld_tensor *ge = gdiv ? expand_back(gdiv, x, axis) : NULL;
+    gi[0] = ge ? ld_mul(ge, mask) : NULL;
+    ld_tensor_release(mx); ld_tensor_release(mask); ld_tensor_release(cnt);
+    ld_tensor_release(gdiv); ld_tensor_release(ge);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
+    ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : as_float(x);
+    if (!fx) return NULL;
+    ld_tensor *cx = ld_contiguous(fx);
+    ld_tensor_release(fx);
+    if (!cx) return NULL;
+    ld_tensor *flat = NULL, *src = cx;
+    int ax = axis;
+    if (axis == LD_ALL_AXES) {
+        int64_t n = ld_tensor_numel(cx);
+        flat = ld_reshape(cx, 1, &n);
+        if (!flat) { ld_tensor_release(cx); return NULL; }
+        src = flat;
+        ax = 0;
+    } else if (norm_axis(cx, &ax, name)) {
+        ld_tensor_release(cx);
+        return NULL;
+    }
+    if (op != LD_RED_SUM && src->shape[ax] == 0) {
+        ld_fail(LD_ESHAPE, "%s of an empty dimension", name);
+        ld_tensor_release(flat); ld_tensor_release(cx);
+        return NULL;
+    }
+    int64_t outer, n, inner, shape[LD_MAX_DIMS];
+    int nd = 0;
+    split_axis(src, ax, &outer, &n, &inner);
+    if (axis == LD_ALL_AXES) {
+        nd = keep ? cx->ndim : 0;
+        for (int i = 0; i < nd; i++) shape[i] = 1;
+    } else reduced_shape(src, ax, keep, &nd, shape);
+    ld_tensor *out = ld_tensor_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
+    if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, FPTR(src), outer, n, inner);
+    ld_tensor_release(flat);
+    if (out && op != LD_RED_ARGMAX) {
+        ld_tensor *in[1] = {cx};
+        ld_node *nd_ = ld_record(out, name, op == LD_RED_SUM ? bw_sum : bw_max, 1, in);
+        if (nd_) {
+            nd_->args[0] = axis == LD_ALL_AXES ? LD_ALL_AXES : ax;
+            nd_->args[1] = 1.0;
+            if (op == LD_RED_MAX) nd_->saved[0] = ld_reshape(out, out->ndim, out->shape);
+        }
+    }
+    ld_tensor_release(cx);
+    return out;
+}
+
+ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) { return reduce(LD_RED_SUM, x, axis, keepdims, "sum"); }
+ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) { return reduce(LD_RED_MAX, x, axis, keepdims, "max"); }
+ld_tensor *ld_argmax(ld_tensor *x, int axis) { return reduce(LD_RED_ARGMAX, x, axis, 0, "argmax"); }
+
+ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
+    int64_t n = ld_tensor_numel(x);
+    if (axis != LD_ALL_AXES) {
+        int ax = axis;
+        if (norm_axis(x, &ax, "mean")) return NULL;
+        n = x->shape[ax];
+    }
+    if (n == 0) { ld_fail(LD_ESHAPE, "mean of an empty tensor"); return NULL; }
+    ld_tensor *s = ld_sum(x, axis, keepdims);
+    if (!s) return NULL;
+    /* fold the division into the sum's node so the graph stays small */
+    float inv = 1.0f / (float)n;
+    ld_tensor *sc = ld_tensor_scalar(inv, DEV(s));
+    if (!sc) { ld_tensor_release(s); return NULL; }
+    int64_t zs[LD_MAX_DIMS] = {0};
+    BE(s)->binary(DEV(s), LD_BIN_MUL, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
+    ld_tensor_release(sc);
+    if (s->grad_fn) s->grad_fn->args[1] = inv;
+    return s;
+}
+
+/* ================================================================ matmul */
+/* How to hand a 2-d view to gemm without copying: row-major (lda = stride 0)
+   or transposed (lda = stride 1). Returns 0 when a copy is needed. */
+static int gemm_layout(const ld_tensor *t, int *trans, int64_t *ld) {
+    if (t->strides[1] == 1 && t->strides[0] >= t->shape[1]) { *trans = 0; *ld = t->strides[0]; return 1; }
+    if (t->strides[0] == 1 && t->strides[1] >= t->shape[0]) { *trans = 1; *ld = t->strides[1]; return 1; }
+    return 0;
+}
+
+/* c = op(a) op(b) for 2-d tensors, handling views; ta/tb transpose a/b first. */
+static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
+    int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
+    int64_t n = tb ? b->shape[0] : b->shape[1];
+    ld_tensor *ca = ld_tensor_retain(a), *cb = ld_tensor_retain(b);
+    int la, lb;
+    int64_t lda, ldb;
+    if (!gemm_layout(ca, &la, &lda)) { ld_tensor_release(ca); ca = ld_clone(a); la = 0; lda = a->shape[1]; }
+    if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
+    int64_t shape[2] = {m, n};
+    ld_tensor *c = ca && cb ? ld_tensor_empty(LD_F32, 2, shape, DEV(a)) : NULL;
+    if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
+                       ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
+    ld_tensor_release(ca); ld_tensor_release(cb);
+    return c;
+}
+
+static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *a = nd->in[0], *b = nd->in[1];
+    /* a may be [..., m, k] flattened to 2-d for the product */
+    int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
+    int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
+    ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
+    if (!a2 || !g2) { ld_tensor_release(a2); ld_tensor_release(g2); return ld_error_status(); }
+    ld_tensor *ga2 = mm2d(g2, b, 0, 1);      /* g b^T */
+    gi[1] = mm2d(a2, g2, 1, 0);              /* a^T g */
+    gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
+    ld_tensor_release(ga2); ld_tensor_release(a2); ld_tensor_release(g2);
+    return gi[0] && gi[1] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
+    char b1[64], b2[64];
+    if (a->ndim < 2 || b->ndim != 2) {
+        ld_fail(LD_ESHAPE, "matmul needs a 2-d (or batched N-d) tensor and a 2-d tensor, got shapes %s and %s",
+                ld_shape_str(a, b1, sizeof b1), ld_shape_str(b, b2, sizeof b2));
+        return NULL;
+    }
+    if (a->shape[a->ndim - 1] != b->shape[0]) {
+        ld_fail(LD_ESHAPE, "shapes %s and %s do not match", ld_shape_str(a, b1, sizeof b1),
+                ld_shape_str(b, b2, sizeof b2));
+        return NULL;
+    }
+    if (a->dtype != LD_F32 || b->dtype != LD_F32) {
+        ld_fail(LD_ETYPE, "matmul needs float32 tensors, got %s and %s", ld_dtype_name(a->dtype),
+                ld_dtype_name(b->dtype));
+        return NULL;
+    }
+    if (same_device(a, b, "matmul")) return NULL;
+    ld_tensor *a2 = a;
+    if (a->ndim > 2) {
+        int64_t s2[2] = {ld_tensor_numel(a) / a->shape[a->ndim - 1], a->shape[a->ndim - 1]};
+        if (!(a2 = ld_reshape(a, 2, s2))) return NULL;
+    }
+    ld_tensor *c = mm2d(a2, b, 0, 0);
+    if (a2 != a) ld_tensor_release(a2);
+    if (c && a->ndim > 2) {
+        int64_t s[LD_MAX_DIMS];
+        memcpy(s, a->shape, sizeof s);
+        s[a->ndim - 1] = b->shape[1];
+        ld_tensor *r = ld_reshape(c, a->ndim, s);
+        ld_tensor_release(c);
+        c = r;
+    }
+    if (c) {
+        ld_tensor *in[2] = {a, b};
+        ld_record(c, "matmul", bw_matmul, 2, in);
+    }
+    return c;
+}
+
+/* ================================================================ softmax */
+static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *y = n->saved[0];
+    int lg = (int)n->args[0];
+    int last = y->ndim - 1;
+    if (lg) {   /* dx = g - softmax * sum(g) */
+        ld_tensor *sg = ld_sum(g, last, 1), *p = ld_exp(y);
+        ld_tensor *t = sg && p ? ld_mul(p, sg) : NULL;
+        gi[0] = t ? ld_sub(g, t) : NULL;
+        ld_tensor_release(sg); ld_tensor_release(p); ld_tensor_release(t);
+    } else {    /* dx = y * (g - sum(g*y)) */
+        ld_tensor *gy = ld_mul(g, y), *s = gy ? ld_sum(gy, last, 1) : NULL;
+        ld_tensor *d = s ? ld_sub(g, s) : NULL;
+        gi[0] = d ? ld_mul(y, d) : NULL;
+        ld_tensor_release(gy); ld_tensor_release(s); ld_tensor_release(d);
+    }
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
+    if (x->ndim < 1) { ld_fail(LD_ESHAPE, "softmax needs at least one dimension"); return NULL; }
+    ld_tensor *fx = as_float(x), *cx = fx ? ld_contiguous(fx) : NULL;
+    ld_tensor_release(fx);
+    if (!cx) return NULL;
+    int64_t cols = cx->shape[cx->ndim - 1], rows = cols ? ld_tensor_numel(cx) / cols : 0;
+    ld_tensor *y = ld_tensor_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    if (y) {
+        BE(cx)->softmax(DEV(cx), FPTR(y), FPTR(cx), rows, cols, lg);
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(y, lg ? "log_softmax" : "softmax", bw_softmax, 1, in);
+        if (nd) { nd->args[0] = lg; nd->saved[0] = ld_reshape(y, y->ndim, y->shape); }
+    }
+    ld_tensor_release(cx);
+    return y;
+}
+ld_tensor *ld_softmax(ld_tensor *x) { return softmax_impl(x, 0); }
+ld_tensor *ld_log_softmax(ld_tensor *x) { return softmax_impl(x, 1); }
+
+/* ================================================================ conv2d (NHWC, HWIO) */
+static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0], *w = nd->in[1], *col = nd->saved[0];
+    int64_t kh = w->shape[0], kw = w->shape[1], c = w->shape[2], f = w->shape[3];
+    int64_t oh = g->shape[1], ow = g->shape[2], rows = x->shape[0] * oh * ow;
+    int64_t g2s[2] = {rows, f}, w2s[2] = {kh * kw * c, f};
+    ld_tensor *gc = ld_contiguous(g), *g2 = gc ? ld_reshape(gc, 2, g2s) : NULL;
+    ld_tensor *w2 = ld_reshape(w, 2, w2s);
+    ld_tensor *dw2 = g2 && w2 ? mm2d(col, g2, 1, 0) : NULL;
+    ld_tensor *dcol = g2 && w2 ? mm2d(g2, w2, 0, 1) : NULL;
+    ld_tensor *dx = dcol ? ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(dcol), x->shape[0], x->shape[1], x->shape[2], c, kh,
+                          kw, (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
+                          (int64_t)nd->args[3], oh, ow);
+    gi[0] = dx;
+    gi[1] = dw2 ? ld_reshape(dw2, 4, w->shape) : NULL;
+    ld_tensor_release(gc); ld_tensor_release(g2); ld_tensor_release(w2);
+    ld_tensor_release(dw2); ld_tensor_release(dcol);
+    return gi[0] && gi[1] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
+    char b1[64], b2[64];
+    if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[2]) {
+        ld_fail(LD_ESHAPE, "conv2d needs NHWC input and HWIO kernel with matching channels, got %s and %s",
+                ld_shape_str(x, b1, sizeof b1), ld_shape_str(w, b2, sizeof b2));
+        return NULL;
+    }
+    if (sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d strides must be positive"); return NULL; }
+    if (x->dtype != LD_F32 || w->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors"); return NULL; }
+    if (same_device(x, w, "conv2d")) return NULL;
+    int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3];
+    int64_t kh = w->shape[0], kw = w->shape[1], f = w->shape[3], oh, ow, ph = 0, pw = 0;
+    if (same) {
+        oh = (h + sh - 1) / sh; ow = (wd + sw - 1) / sw;
+        int64_t th = (oh - 1) * sh + kh - h, tw = (ow - 1) * sw + kw - wd;
+        ph = th > 0 ? th / 2 : 0; pw = tw > 0 ? tw / 2 : 0;
+    } else {
+        if (h < kh || wd < kw) {
+            ld_fail(LD_ESHAPE, "conv2d: kernel %lldx%lld is larger than the %lldx%lld input (use padding=\"same\")",
+                    (long long)kh, (long long)kw, (long long)h, (long long)wd);
+            return NULL;
+        }
+        oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
+    }
+    ld_tensor *cx = ld_contiguous(x);
+    if (!cx) return NULL;
+    int64_t cs[2] = {n * oh * ow, kh * kw * c}, w2s[2] = {kh * kw * c, f};
+    ld_tensor *col = ld_tensor_empty(LD_F32, 2, cs, DEV(x));
+    if (col) BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
+    ld_tensor *w2 = col ? ld_reshape(w, 2, w2s) : NULL;
+    ld_tensor *y2 = w2 ? mm2d(col, w2, 0, 0) : NULL;
+    int64_t ys[4] = {n, oh, ow, f};
+    ld_tensor *y = y2 ? ld_reshape(y2, 4, ys) : NULL;
+    if (y) {
+        ld_tensor *in[2] = {cx, w};
+        ld_node *nd = ld_record(y, "conv2d", bw_conv2d, 2, in);
+        if (nd) {
+            nd->saved[0] = ld_tensor_retain(col);
+            nd->args[0] = sh; nd->args[1] = sw; nd->args[2] = ph; nd->args[3] = pw;
+        }
+    }
+    ld_tensor_release(cx); ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    return y;
+}
+
+/* ================================================================ max pooling */
+static int bw_maxpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0], *arg = nd->saved[0];
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *dx = gc ? ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    if (dx) BE(x)->maxpool_backward(DEV(x), FPTR(dx), FPTR(gc), arg->storage->data, ld_tensor_numel(gc),
+                                    ld_tensor_numel(x));
+    ld_tensor_release(gc);
+    gi[0] = dx;
+    return dx ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
+    char b1[64];
+    if (x->ndim != 4) {
+        ld_fail(LD_ESHAPE, "max_pool2d needs an NHWC input, got shape %s", ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "pool size and strides must be positive"); return NULL; }
+    if (x->shape[1] < kh || x->shape[2] < kw) {
+        ld_fail(LD_ESHAPE, "max_pool2d: pool %dx%d is larger than the input %s", kh, kw, ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    ld_tensor *fx = as_float(x), *cx = fx ? ld_contiguous(fx) : NULL;
+    ld_tensor_release(fx);
+    if (!cx) return NULL;
+    int64_t oh = (cx->shape[1] - kh) / sh + 1, ow = (cx->shape[2] - kw) / sw + 1;
+    int64_t ys[4] = {cx->shape[0], oh, ow, cx->shape[3]};
+    ld_tensor *y = ld_tensor_empty(LD_F32, 4, ys, DEV(cx));
+    ld_tensor *arg = y ? ld_tensor_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
+    if (arg) {
+        BE(cx)->maxpool(DEV(cx), FPTR(y), arg->storage->data, FPTR(cx), cx->shape[0], cx->shape[1],
+                        cx->shape[2], cx->shape[3], kh, kw, sh, sw, oh, ow);
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(y, "max_pool2d", bw_maxpool, 1, in);
+        if (nd) nd->saved[0] = ld_tensor_retain(arg);
+    } else {
+        ld_tensor_release(y);
+        y = NULL;
+    }
+    ld_tensor_release(arg);
+    ld_tensor_release(cx);
+    return y;
+}
+
+/* ================================================================ dropout */
+ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng) {
+    if (rate < 0 || rate >= 1) { ld_fail(LD_EARG, "dropout rate must be in [0, 1), got %g", rate); return NULL; }
+    if (rate == 0) return ld_tensor_retain(x);
+    ld_tensor *mask = ld_tensor_empty(LD_F32, x->ndim, x->shape, NULL);
+    if (!mask) return NULL;
+    float keep = 1.0f / (1.0f - rate), *m = mask->storage->data;
+    if (!rng) rng = ld_global_rng();
+    int64_t n = ld_tensor_numel(mask);
+    for (int64_t i = 0; i < n; i++) m[i] = ld_rng_uniform(rng) >= rate ? keep : 0.0f;
+    ld_tensor *md = ld_to_device(mask, DEV(x));
+    ld_tensor_release(mask);
+    if (!md) return NULL;
+    ld_tensor *y = ld_mul(x, md);   /* recorded as a product with a constant mask */
+    ld_tensor_release(md);
+    return y;
+}
+
+/* ================================================================ differentiable views */
+static int bw_reshape(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = ld_reshape(g, n->in[0]->ndim, n->in[0]->shape);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_reshape_op(ld_tensor *x, int ndim, const int64_t *shape) {
+    ld_tensor *y = ld_reshape(x, ndim, shape);
+    if (y) { ld_tensor *in[1] = {x}; ld_record(y, "reshape", bw_reshape, 1, in); }
+    return y;
+}
+
+static int bw_transpose(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *t = ld_transpose(g, (int)n->args[0], (int)n->args[1]);
+    gi[0] = t ? ld_contiguous(t) : NULL;
+    ld_tensor_release(t);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1) {
+    ld_tensor *y = ld_transpose(x, d0, d1);
+    if (y) {
+        ld_tensor *in[1] = {x};
+        ld_node *nd = ld_record(y, "transpose", bw_transpose, 1, in);
+        if (nd) { nd->args[0] = d0; nd->args[1] = d1; }
+    }
+    return y;
+}
+
+/* ================================================================ fused sparse cross-entropy */
+static int bw_xent(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *p = nd->saved[0], *lab = nd->saved[1];
+    int64_t n = p->shape[0], c = p->shape[1];
+    double gv;
+    ld_tensor_item(g, &gv);
+    ld_tensor *d = ld_clone(p);       /* (softmax - onehot) * g / n */
+    if (!d) return ld_error_status();
+    float *dp = ld_tensor_data(d);
+    const int64_t *lp = ld_tensor_data(lab);
+    float s = (float)(gv / (double)n);
+    for (int64_t i = 0; i < n; i++) {
+        float *r = dp + i * c;
+        r[lp[i]] -= 1.0f;
+        for (int64_t j = 0; j < c; j++) r[j] *= s;
+    }
+    gi[0] = d;
+    return LD_OK;
+}
+
+ld_tensor *ld_sparse_xent_logits(ld_tensor *logits, ld_tensor *labels) {
+    char b1[64], b2[64];
+    if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
+        ld_fail(LD_ESHAPE, "sparse cross-entropy needs logits [batch, classes] and labels [batch], got %s and %s",
+                ld_shape_str(logits, b1, sizeof b1), ld_shape_str(labels, b2, sizeof b2));
+        return NULL;
+    }
+    if (labels->dtype == LD_F32) {
+        /* accept float labels that hold integers (Keras does) */
+    }
+    ld_tensor *lab = ld_cast(labels, LD_I64);
+    ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? ld_contiguous(fl) : NULL;
+    ld_tensor_release(fl);
+    if (!cl || !ld_tensor_data(cl) || !ld_tensor_data(lab)) { ld_tensor_release(cl); ld_tensor_release(lab); return NULL; }
+    int64_t n = cl->shape[0], c = cl->shape[1];
+    const int64_t *lp = ld_tensor_data(lab);
+    for (int64_t i = 0; i < n; i++) {
+        if (lp[i] < 0 || lp[i] >= c) {
+            ld_fail(LD_EARG, "label %lld at position %lld is outside [0, %lld)", (long long)lp[i],
+                    (long long)i, (long long)c);
+            ld_tensor_release(cl); ld_tensor_release(lab);
+            return NULL;
+        }
+    }
+    ld_tensor *p = ld_tensor_empty(LD_F32, 2, cl->shape, DEV(cl));
+    ld_tensor *out = p ? ld_tensor_empty(LD_F32, 0, NULL, DEV(cl)) : NULL;
+    if (out) {
+        float *lg = FPTR(cl), *pp = FPTR(p);
+        BE(cl)->softmax(DEV(cl), pp, lg, n, c, 0);
+        double loss = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float *r = lg + i * c;
+            float m = -INFINITY;
+            for (int64_t j = 0; j < c; j++) if (r[j] > m) m = r[j];
+            double s = 0;
+            for (int64_t j = 0; j < c; j++) s += exp((double)r[j] - m);
+            loss += (m + log(s)) - r[lp[i]];
+        }
+        *FPTR(out) = n ? (float)(loss / (double)n) : 0.0f;
+        ld_tensor *in[1] = {cl};
+        ld_node *nd = ld_record(out, "sparse_categorical_crossentropy", bw_xent, 1, in);
+        if (nd) { nd->saved[0] = ld_tensor_retain(p); nd->saved[1] = ld_tensor_retain(lab); }
+    }
+    ld_tensor_release(p); ld_tensor_release(cl); ld_tensor_release(lab);
+    return out;
+}

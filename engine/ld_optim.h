@@ -1,0 +1,54 @@
+/*
+ * ld_optim.h - optimizers with Keras' update rules, and learning-rate schedules.
+ *
+ *     ld_optimizer *o = ld_optimizer_new(LD_OPT_ADAM);   // lr 0.001, Keras' defaults
+ *     ld_optimizer_apply(o, n, grads, vars);              // one step
+ *
+ * Slots (momentum, Adam's m and v) are created per variable on first use and
+ * live on the variable's device; updates are fused kernels of the device.
+ *
+ *  SGD:     v = momentum*v - lr*g;  w += v   (nesterov: w += momentum*v - lr*g)
+ *  Adam:    m += (g-m)(1-b1); v += (g^2-v)(1-b2); w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v)+eps)
+ *  AdamW:   Adam with w -= lr*wd*w first (decoupled weight decay)
+ *  RMSprop: ms = rho*ms + (1-rho) g^2; w -= lr*g/sqrt(ms+eps)  (with momentum: through a velocity)
+ */
+#ifndef LD_OPTIM_H
+#define LD_OPTIM_H
+
+#include "ld_tensor.h"
+
+typedef enum { LD_OPT_SGD = 0, LD_OPT_ADAM, LD_OPT_ADAMW, LD_OPT_RMSPROP } ld_opt_kind;
+
+typedef enum { LD_SCHED_CONSTANT = 0, LD_SCHED_EXP_DECAY, LD_SCHED_COSINE, LD_SCHED_PIECEWISE } ld_sched_kind;
+typedef struct {
+    ld_sched_kind kind;
+    double initial, decay_rate, alpha;
+    int64_t decay_steps;
+    int staircase;
+    int n_bounds;
+    int64_t bounds[16];
+    double values[17];
+} ld_schedule;
+double ld_schedule_at(const ld_schedule *s, int64_t step);
+
+typedef struct ld_slot { ld_tensor *var; ld_tensor *s1, *s2; } ld_slot;
+
+typedef struct ld_optimizer {
+    ld_opt_kind kind;
+    ld_schedule lr;          /* LD_SCHED_CONSTANT: lr.initial */
+    float momentum, beta1, beta2, epsilon, rho, weight_decay;
+    int nesterov;
+    float clipnorm;          /* 0 = off; global-norm clipping of each step's gradients */
+    int64_t iterations;      /* steps applied */
+    int n_slots, cap_slots;
+    ld_slot *slots;
+} ld_optimizer;
+
+ld_optimizer *ld_optimizer_new(ld_opt_kind kind);   /* Keras' defaults */
+void ld_optimizer_free(ld_optimizer *o);
+const char *ld_optimizer_name(ld_opt_kind k);
+double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
+/* One update of every var by its grad. Errors on shape mismatch. */
+int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars);
+
+#endif

@@ -1,0 +1,538 @@
+/* ld_tensor.c - storage, creation, views, copies. Kernels live in the backends. */
+#include "ld_tensor.h"
+#include "ld_device.h"
+#include "ld_autograd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ dtypes */
+static const size_t dt_size[] = {4, 4, 8, 1};
+static const char *const dt_name[] = {"float32", "int32", "int64", "uint8"};
+size_t ld_dtype_size(ld_dtype dt) { return dt_size[dt]; }
+const char *ld_dtype_name(ld_dtype dt) { return dt < LD_DTYPE_COUNT ? dt_name[dt] : "?"; }
+int ld_dtype_from_name(const char *name, ld_dtype *out) {
+    for (int i = 0; i < LD_DTYPE_COUNT; i++)
+        if (!strcmp(name, dt_name[i])) { *out = (ld_dtype)i; return LD_OK; }
+    if (!strcmp(name, "float")) { *out = LD_F32; return LD_OK; }
+    if (!strcmp(name, "int")) { *out = LD_I64; return LD_OK; }
+    return ld_fail(LD_EARG, "unknown dtype '%s' (float32, int32, int64 or uint8)", name);
+}
+
+/* ------------------------------------------------------------------ lifetime */
+static ld_storage *storage_new(size_t nbytes, ld_device *dev) {
+    ld_storage *s = calloc(1, sizeof *s);
+    if (!s) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    s->refcount = 1;
+    s->device = dev;
+    s->nbytes = nbytes;
+    s->data = ld_device_alloc(dev, nbytes ? nbytes : 1);
+    if (!s->data) { free(s); return NULL; }
+    return s;
+}
+
+static void storage_release(ld_storage *s) {
+    if (!s) return;
+    if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        ld_device_free(s->device, s->data, s->nbytes ? s->nbytes : 1);
+        free(s);
+    }
+}
+
+ld_tensor *ld_tensor_retain(ld_tensor *t) {
+    if (t) __atomic_add_fetch(&t->refcount, 1, __ATOMIC_RELAXED);
+    return t;
+}
+
+void ld_tensor_release(ld_tensor *t) {
+    if (!t) return;
+    if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
+        storage_release(t->storage);
+        if (t->grad_fn) ld_node_release(t->grad_fn);
+        free(t->name);
+        free(t);
+    }
+}
+
+static void set_contiguous_strides(ld_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) { t->strides[i] = s; s *= t->shape[i]; }
+}
+
+/* A tensor header over existing storage (retained). */
+static ld_tensor *view_of(ld_tensor *base) {
+    ld_tensor *t = calloc(1, sizeof *t);
+    if (!t) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    *t = *base;
+    t->refcount = 1;
+    t->requires_grad = 0;
+    t->grad_fn = NULL;
+    t->name = NULL;
+    __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
+    return t;
+}
+
+static int check_shape(int ndim, const int64_t *shape, int64_t *numel) {
+    if (ndim < 0 || ndim > LD_MAX_DIMS)
+        return ld_fail(LD_ESHAPE, "tensors have at most %d dimensions, got %d", LD_MAX_DIMS, ndim);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return ld_fail(LD_ESHAPE, "negative dimension %lld", (long long)shape[i]);
+        if (shape[i] && n > INT64_MAX / 16 / shape[i])
+            return ld_fail(LD_ENOMEM, "tensor too large");
+        n *= shape[i];
+    }
+    *numel = n;
+    return LD_OK;
+}
+
+ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
+    int64_t n = 0;
+    if (check_shape(ndim, shape, &n)) return NULL;
+    if (!dev) dev = ld_device_cpu();
+    ld_tensor *t = calloc(1, sizeof *t);
+    if (!t) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    t->refcount = 1;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    set_contiguous_strides(t);
+    t->storage = storage_new((size_t)n * ld_dtype_size(dt), dev);
+    if (!t->storage) { free(t); return NULL; }
+    return t;
+}
+
+ld_tensor *ld_tensor_full(ld_dtype dt, int ndim, const int64_t *shape, double v, ld_device *dev) {
+    ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
+    if (!t) return NULL;
+    const ld_backend *be = t->storage->device->backend;
+    be->fill(t->storage->device, t->storage->data, dt, ld_tensor_numel(t), v);
+    return t;
+}
+
+ld_tensor *ld_tensor_zeros(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
+    return ld_tensor_full(dt, ndim, shape, 0.0, dev);
+}
+
+ld_tensor *ld_tensor_arange(double start, double stop, double step, ld_dtype dt, ld_device *dev) {
+    if (step == 0) { ld_fail(LD_EARG, "arange step must not be zero"); return NULL; }
+    double nd = ceil((stop - start) / step);
+    int64_t n = nd > 0 ? (int64_t)nd : 0;
+    ld_tensor *t = ld_tensor_empty(dt, 1, &n, NULL);
+    if (!t) return NULL;
+    for (int64_t i = 0; i < n; i++) ld_tensor_set_flat(t, i, start + (double)i * step);
+    if (dev && dev != ld_device_cpu()) {
+        ld_tensor *d = ld_to_device(t, dev);
+        ld_tensor_release(t);
+        return d;
+    }
+    return t;
+}
+
+ld_tensor *ld_tensor_from_data(ld_dtype dt, int ndim, const int64_t *shape, const void *src, ld_device *dev) {
+    ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
+    if (!t) return NULL;
+    ld_device *d = t->storage->device;
+    if (d->backend->from_host(d, t->storage->data, src, (size_t)ld_tensor_numel(t) * ld_dtype_size(dt))) {
+        ld_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+ld_tensor *ld_tensor_scalar(float v, ld_device *dev) {
+    return ld_tensor_full(LD_F32, 0, NULL, v, dev);
+}
+
+/* ------------------------------------------------------------------ random */
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+void ld_rng_seed(ld_rng *r, uint64_t seed) {
+    /* splitmix64 to fill the xoshiro256** state */
+    for (int i = 0; i < 4; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        r->s[i] = z ^ (z >> 31);
+    }
+}
+uint64_t ld_rng_next(ld_rng *r) {
+    uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+    return res;
+}
+double ld_rng_uniform(ld_rng *r) { return (double)(ld_rng_next(r) >> 11) * 0x1.0p-53; }
+double ld_rng_normal(ld_rng *r) {
+    double u1 = ld_rng_uniform(r), u2 = ld_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static ld_rng global_rng;
+static int global_rng_ready;
+ld_rng *ld_global_rng(void) {
+    if (!global_rng_ready) { ld_rng_seed(&global_rng, 42); global_rng_ready = 1; }
+    return &global_rng;
+}
+
+static ld_tensor *random_tensor(int ndim, const int64_t *shape, float a, float b, int normal,
+                                ld_rng *r, ld_device *dev) {
+    ld_tensor *t = ld_tensor_empty(LD_F32, ndim, shape, NULL);
+    if (!t) return NULL;
+    if (!r) r = ld_global_rng();
+    float *p = t->storage->data;
+    int64_t n = ld_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = normal ? (float)(a + b * ld_rng_normal(r)) : (float)(a + (b - a) * ld_rng_uniform(r));
+    if (dev && dev != ld_device_cpu()) {
+        ld_tensor *d = ld_to_device(t, dev);
+        ld_tensor_release(t);
+        return d;
+    }
+    return t;
+}
+ld_tensor *ld_tensor_uniform(int ndim, const int64_t *shape, float lo, float hi, ld_rng *r, ld_device *dev) {
+    return random_tensor(ndim, shape, lo, hi, 0, r, dev);
+}
+ld_tensor *ld_tensor_normal(int ndim, const int64_t *shape, float mean, float std, ld_rng *r, ld_device *dev) {
+    return random_tensor(ndim, shape, mean, std, 1, r, dev);
+}
+
+/* ------------------------------------------------------------------ inspection */
+int64_t ld_tensor_numel(const ld_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+int ld_tensor_is_contiguous(const ld_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
+
+int ld_same_shape(const ld_tensor *a, const ld_tensor *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++) if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+char *ld_shape_str(const ld_tensor *t, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    if (t->ndim == 0) { snprintf(buf, n, "scalar"); return buf; }
+    for (int i = 0; i < t->ndim && k < n; i++)
+        k += snprintf(buf + k, n - k, i ? "x%lld" : "%lld", (long long)t->shape[i]);
+    return buf;
+}
+
+void *ld_tensor_data(const ld_tensor *t) {
+    if (t->storage->device->kind != LD_DEV_CPU) {
+        ld_fail(LD_EDEVICE, "tensor is on %s; move it with :cpu() first", t->storage->device->name);
+        return NULL;
+    }
+    return (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
+}
+
+static int64_t flat_offset(const ld_tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t s = t->shape[d];
+        off += (i % s) * t->strides[d];
+        i /= s;
+    }
+    return off;
+}
+
+static double read_elem(const void *base, ld_dtype dt, int64_t off) {
+    switch (dt) {
+    case LD_F32: return ((const float *)base)[off];
+    case LD_I32: return ((const int32_t *)base)[off];
+    case LD_I64: return (double)((const int64_t *)base)[off];
+    case LD_U8: return ((const uint8_t *)base)[off];
+    default: return 0;
+    }
+}
+
+double ld_tensor_get_flat(const ld_tensor *t, int64_t i) {
+    if (t->storage->device->kind != LD_DEV_CPU) {
+        double v = 0;
+        ld_tensor *c = ld_to_device((ld_tensor *)t, ld_device_cpu());
+        if (c) { v = ld_tensor_get_flat(c, i); ld_tensor_release(c); }
+        return v;
+    }
+    return read_elem(t->storage->data, t->dtype, flat_offset(t, i));
+}
+
+int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v) {
+    if (!ld_tensor_data(t)) return ld_error_status();
+    int64_t off = flat_offset(t, i);
+    void *b = t->storage->data;
+    switch (t->dtype) {
+    case LD_F32: ((float *)b)[off] = (float)v; break;
+    case LD_I32: ((int32_t *)b)[off] = (int32_t)v; break;
+    case LD_I64: ((int64_t *)b)[off] = (int64_t)v; break;
+    case LD_U8: ((uint8_t *)b)[off] = (uint8_t)v; break;
+    default: break;
+    }
+    return LD_OK;
+}
+
+int ld_tensor_item(const ld_tensor *t, double *out) {
+    if (ld_tensor_numel(t) != 1) {
+        char b[64];
+        return ld_fail(LD_ESHAPE, "item() needs a tensor with one element, got shape %s",
+                       ld_shape_str(t, b, sizeof b));
+    }
+    *out = ld_tensor_get_flat(t, 0);
+    return LD_OK;
+}
+
+/* ------------------------------------------------------------------ views */
+static int norm_dim(const ld_tensor *t, int *d, int extra) {
+    int n = t->ndim + extra;
+    if (*d < 0) *d += n;
+    if (*d < 0 || *d >= n)
+        return ld_fail(LD_EARG, "dimension out of range (tensor has %d dimensions)", t->ndim);
+    return LD_OK;
+}
+
+ld_tensor *ld_reshape(ld_tensor *t, int ndim, const int64_t *shape) {
+    int64_t s[LD_MAX_DIMS], known = 1, n = ld_tensor_numel(t);
+    int infer = -1;
+    if (ndim < 0 || ndim > LD_MAX_DIMS) { ld_fail(LD_ESHAPE, "bad number of dimensions %d", ndim); return NULL; }
+    for (int i = 0; i < ndim; i++) {
+        s[i] = shape[i];
+        if (s[i] == -1) {
+            if (infer >= 0) { ld_fail(LD_ESHAPE, "only one dimension can be -1"); return NULL; }
+            infer = i;
+        } else if (s[i] < 0) {
+            ld_fail(LD_ESHAPE, "negative dimension %lld", (long long)s[i]); return NULL;
+        } else known *= s[i];
+    }
+    if (infer >= 0) {
+        if (known == 0 || n % known) goto bad;
+        s[infer] = n / known;
+        known = n;
+    }
+    if (known != n) goto bad;
+    ld_tensor *src = ld_contiguous(t);
+    if (!src) return NULL;
+    ld_tensor *v = view_of(src);
+    ld_tensor_release(src);
+    if (!v) return NULL;
+    v->ndim = ndim;
+    for (int i = 0; i < ndim; i++) v->shape[i] = s[i];
+    set_contiguous_strides(v);
+    return v;
+bad:;
+    char b1[128], b2[128] = "";
+    size_t k = 0;
+    for (int i = 0; i < ndim; i++) k += snprintf(b2 + k, sizeof b2 - k, i ? "x%lld" : "%lld", (long long)shape[i]);
+    ld_fail(LD_ESHAPE, "cannot reshape %s (%lld elements) into %s", ld_shape_str(t, b1, sizeof b1),
+            (long long)n, b2);
+    return NULL;
+}
+
+ld_tensor *ld_transpose(ld_tensor *t, int d0, int d1) {
+    if (norm_dim(t, &d0, 0) || norm_dim(t, &d1, 0)) return NULL;
+    ld_tensor *v = view_of(t);
+    if (!v) return NULL;
+    int64_t a = v->shape[d0]; v->shape[d0] = v->shape[d1]; v->shape[d1] = a;
+    a = v->strides[d0]; v->strides[d0] = v->strides[d1]; v->strides[d1] = a;
+    return v;
+}
+
+ld_tensor *ld_permute(ld_tensor *t, const int *perm) {
+    int seen[LD_MAX_DIMS] = {0};
+    for (int i = 0; i < t->ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= t->ndim || seen[perm[i]]) {
+            ld_fail(LD_EARG, "permutation is not a permutation of 0..%d", t->ndim - 1);
+            return NULL;
+        }
+        seen[perm[i]] = 1;
+    }
+    ld_tensor *v = view_of(t);
+    if (!v) return NULL;
+    for (int i = 0; i < t->ndim; i++) { v->shape[i] = t->shape[perm[i]]; v->strides[i] = t->strides[perm[i]]; }
+    return v;
+}
+
+ld_tensor *ld_slice(ld_tensor *t, int dim, int64_t start, int64_t stop, int64_t step) {
+    if (norm_dim(t, &dim, 0)) return NULL;
+    int64_t n = t->shape[dim];
+    if (step <= 0) { ld_fail(LD_EARG, "slice step must be positive"); return NULL; }
+    if (start < 0) start += n;
+    if (stop < 0) stop += n;
+    if (start < 0) start = 0;
+    if (stop > n) stop = n;
+    if (start > n) start = n;
+    if (stop < start) stop = start;
+    ld_tensor *v = view_of(t);
+    if (!v) return NULL;
+    v->offset += start * t->strides[dim];
+    v->shape[dim] = (stop - start + step - 1) / step;
+    v->strides[dim] *= step;
+    return v;
+}
+
+ld_tensor *ld_select(ld_tensor *t, int dim, int64_t index) {
+    if (norm_dim(t, &dim, 0)) return NULL;
+    int64_t n = t->shape[dim];
+    if (index < 0) index += n;
+    if (index < 0 || index >= n) {
+        ld_fail(LD_EARG, "index %lld out of range for dimension %d of size %lld",
+                (long long)index, dim, (long long)n);
+        return NULL;
+    }
+    ld_tensor *v = view_of(t);
+    if (!v) return NULL;
+    v->offset += index * t->strides[dim];
+    for (int i = dim; i < t->ndim - 1; i++) { v->shape[i] = t->shape[i + 1]; v->strides[i] = t->strides[i + 1]; }
+    v->ndim--;
+    return v;
+}
+
+/* A contiguous copy of t in dtype dt (on t's device). */
+static ld_tensor *copy_as(const ld_tensor *t, ld_dtype dt) {
+    ld_device *d = t->storage->device;
+    ld_tensor *c = ld_tensor_empty(dt, t->ndim, t->shape, d);
+    if (!c) return NULL;
+    d->backend->copy_strided(d, c->storage->data, dt,
+                             (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype),
+                             t->dtype, t->ndim, t->shape, t->strides);
+    return c;
+}
+
+ld_tensor *ld_contiguous(ld_tensor *t) {
+    if (ld_tensor_is_contiguous(t)) return ld_tensor_retain(t);
+    return copy_as(t, t->dtype);
+}
+
+ld_tensor *ld_clone(const ld_tensor *t) { return copy_as(t, t->dtype); }
+
+ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt) { return copy_as(t, dt); }
+
+ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
+    ld_device *src = t->storage->device;
+    if (src == dev) return ld_tensor_retain(t);
+    ld_tensor *c = ld_contiguous(t);
+    if (!c) return NULL;
+    ld_tensor *out = ld_tensor_empty(t->dtype, t->ndim, t->shape, dev);
+    if (!out) { ld_tensor_release(c); return NULL; }
+    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
+    const void *p = (char *)c->storage->data + c->offset * (int64_t)ld_dtype_size(c->dtype);
+    int st;
+    if (src->kind == LD_DEV_CPU) st = dev->backend->from_host(dev, out->storage->data, p, nb);
+    else if (dev->kind == LD_DEV_CPU) st = src->backend->to_host(src, out->storage->data, p, nb);
+    else {
+        void *tmp = malloc(nb ? nb : 1);
+        st = tmp ? src->backend->to_host(src, tmp, p, nb) : (int)ld_fail(LD_ENOMEM, "out of memory");
+        if (!st) st = dev->backend->from_host(dev, out->storage->data, tmp, nb);
+        free(tmp);
+    }
+    ld_tensor_release(c);
+    if (st) { ld_tensor_release(out); return NULL; }
+    return out;
+}
+
+int ld_copy_into(ld_tensor *dst, const ld_tensor *src) {
+    /* broadcast src to dst's shape with zero strides */
+    if (src->ndim > dst->ndim) goto bad;
+    int64_t ss[LD_MAX_DIMS];
+    for (int i = 0; i < dst->ndim; i++) {
+        int j = i - (dst->ndim - src->ndim);
+        if (j < 0) { ss[i] = 0; continue; }
+        if (src->shape[j] == dst->shape[i]) ss[i] = src->strides[j];
+        else if (src->shape[j] == 1) ss[i] = 0;
+        else goto bad;
+    }
+    if (dst->storage->device != src->storage->device)
+        return ld_fail(LD_EDEVICE, "cannot copy from %s into %s", src->storage->device->name,
+                       dst->storage->device->name);
+    ld_device *d = dst->storage->device;
+    const void *sp = (char *)src->storage->data + src->offset * (int64_t)ld_dtype_size(src->dtype);
+    if (ld_tensor_is_contiguous(dst)) {
+        d->backend->copy_strided(d, (char *)dst->storage->data + dst->offset * (int64_t)ld_dtype_size(dst->dtype),
+                                 dst->dtype, sp, src->dtype, dst->ndim, dst->shape, ss);
+        return LD_OK;
+    }
+    /* non-contiguous destination: element by element (host only; rare) */
+    if (!ld_tensor_data(dst)) return ld_error_status();
+    ld_tensor tmp = *src;
+    tmp.ndim = dst->ndim;
+    for (int i = 0; i < dst->ndim; i++) { tmp.shape[i] = dst->shape[i]; tmp.strides[i] = ss[i]; }
+    int64_t n = ld_tensor_numel(dst);
+    for (int64_t i = 0; i < n; i++) ld_tensor_set_flat(dst, i, ld_tensor_get_flat(&tmp, i));
+    return LD_OK;
+bad:;
+    char b1[64], b2[64];
+    return ld_fail(LD_ESHAPE, "cannot assign shape %s to shape %s", ld_shape_str(src, b1, sizeof b1),
+                   ld_shape_str(dst, b2, sizeof b2));
+}
+
+ld_tensor *ld_index_select(const ld_tensor *t, const ld_tensor *idx) {
+    if (t->ndim < 1) { ld_fail(LD_ESHAPE, "cannot index a scalar"); return NULL; }
+    if (idx->ndim != 1 || (idx->dtype != LD_I64 && idx->dtype != LD_I32)) {
+        ld_fail(LD_ETYPE, "indices must be a 1-d int32 or int64 tensor");
+        return NULL;
+    }
+    ld_tensor *src = ld_contiguous((ld_tensor *)t);
+    if (!src) return NULL;
+    if (!ld_tensor_data(src)) { ld_tensor_release(src); return NULL; }
+    int64_t shape[LD_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = idx->shape[0];
+    ld_tensor *out = ld_tensor_empty(t->dtype, t->ndim, shape, NULL);
+    if (!out) { ld_tensor_release(src); return NULL; }
+    size_t row = (size_t)(t->shape[0] ? ld_tensor_numel(t) / t->shape[0] : 0) * ld_dtype_size(t->dtype);
+    const char *sp = ld_tensor_data(src);
+    char *dp = out->storage->data;
+    for (int64_t i = 0; i < shape[0]; i++) {
+        int64_t k = (int64_t)ld_tensor_get_flat(idx, i);
+        if (k < 0) k += t->shape[0];
+        if (k < 0 || k >= t->shape[0]) {
+            ld_fail(LD_EARG, "index %lld out of range for dimension 0 of size %lld",
+                    (long long)ld_tensor_get_flat(idx, i), (long long)t->shape[0]);
+            ld_tensor_release(out); ld_tensor_release(src);
+            return NULL;
+        }
+        memcpy(dp + i * row, sp + k * row, row);
+    }
+    ld_tensor_release(src);
+    return out;
+}
+
+ld_tensor *ld_concat(ld_tensor *const *ts, int n, int dim) {
+    if (n < 1) { ld_fail(LD_EARG, "concat needs at least one tensor"); return NULL; }
+    const ld_tensor *f = ts[0];
+    if (norm_dim(f, &dim, 0)) return NULL;
+    int64_t shape[LD_MAX_DIMS];
+    memcpy(shape, f->shape, sizeof shape);
+    shape[dim] = 0;
+    for (int i = 0; i < n; i++) {
+        if (ts[i]->ndim != f->ndim || ts[i]->dtype != f->dtype) goto bad;
+        for (int d = 0; d < f->ndim; d++)
+            if (d != dim && ts[i]->shape[d] != f->shape[d]) goto bad;
+        shape[dim] += ts[i]->shape[dim];
+    }
+    ld_tensor *out = ld_tensor_empty(f->dtype, f->ndim, shape, f->storage->device);
+    if (!out) return NULL;
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        ld_tensor *v = ld_slice(out, dim, at, at + ts[i]->shape[dim], 1);
+        int st = v ? ld_copy_into(v, ts[i]) : ld_error_status();
+        ld_tensor_release(v);
+        if (st) { ld_tensor_release(out); return NULL; }
+        at += ts[i]->shape[dim];
+    }
+    return out;
+bad:;
+    char b1[64], b2[64];
+    ld_fail(LD_ESHAPE, "concat: shapes %s and %s do not match", ld_shape_str(f, b1, sizeof b1),
+            ld_shape_str(ts[n - 1], b2, sizeof b2));
+    return NULL;
+}

@@ -1,0 +1,75 @@
+/*
+ * ldist.c - luaopen_ldist: the module table every front end shares.
+ *
+ * C modules are opened into fields of the table (ldist.tensor, ldist.nn, ...),
+ * then the Lua prelude (lua_bindings/lua/NN_name.lua, embedded at build time, run in
+ * file-name order) adds what is simpler in Lua; each chunk receives the module
+ * table as its argument. `ldist.globals` lists the names ldist_newstate makes
+ * global, so the seed's example runs without a single `require`.
+ */
+#include "ldist.h"
+#include "lbind.h"
+#include "ld_core.h"
+#include "ld_device.h"
+
+#include <lauxlib.h>
+#include <string.h>
+
+extern const char *const ldist_prelude_names[];
+extern const char *const ldist_prelude_chunks[];
+
+/* Modules are weak so that the library links while a layer is being built;
+   every one is present in a release build (tests check the names exist). */
+#pragma weak lb_open_tensor
+#pragma weak lb_open_autograd
+#pragma weak lb_open_nn
+#pragma weak lb_open_losses
+#pragma weak lb_open_optim
+#pragma weak lb_open_data
+#pragma weak lb_open_io
+
+static const struct { const char *name; int (*open)(lua_State *); } c_modules[] = {
+    {"tensor", lb_open_tensor},
+    {"autograd", lb_open_autograd},
+    {"nn", lb_open_nn},
+    {"losses", lb_open_losses},
+    {"optim", lb_open_optim},
+    {"data", lb_open_data},
+    {"io", lb_open_io},
+};
+
+static void pressure_gc(void *ud) {
+    /* Called by the engine when an allocation fails: a full collection frees
+       tensors Lua no longer references, then the engine retries once. Only
+       safe on the Lua thread, which is the one that allocates from Lua. */
+    lua_State *L = ud;
+    lua_gc(L, LUA_GCCOLLECT);
+}
+
+int luaopen_ldist(lua_State *L) {
+    lua_newtable(L);
+    lua_pushliteral(L, LD_VERSION);
+    lua_setfield(L, -2, "version");
+    lua_newtable(L);                         /* ldist.docs: object or name -> text */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "ldist.docs");
+    lua_setfield(L, -2, "docs");
+    lua_newtable(L);
+    lua_setfield(L, -2, "globals");
+    for (size_t i = 0; i < sizeof c_modules / sizeof c_modules[0]; i++) {
+        if (!c_modules[i].open) continue;
+        lua_pushcfunction(L, c_modules[i].open);
+        lua_call(L, 0, 1);
+        lua_setfield(L, -2, c_modules[i].name);
+    }
+    for (int i = 0; ldist_prelude_names[i]; i++) {
+        const char *src = ldist_prelude_chunks[i];
+        char chunkname[96];
+        snprintf(chunkname, sizeof chunkname, "=[ldist prelude %s]", ldist_prelude_names[i]);
+        if (luaL_loadbuffer(L, src, strlen(src), chunkname) != LUA_OK) return lua_error(L);
+        lua_pushvalue(L, -2);
+        lua_call(L, 1, 0);
+    }
+    ld_set_pressure_hook(pressure_gc, L);
+    return 1;
+}

@@ -1,0 +1,588 @@
+/*
+ * nn.c - the `nn` and `losses` modules: layers, Sequential models, losses,
+ * and the C training step model:fit uses.
+ *
+ * Layers and models are userdata; a model keeps its layers' userdata in its
+ * user value (so Lua sees model.layers) and the engine model retains the
+ * engine layers. A model's user value also holds per-model Lua state
+ * (what compile() stored): unknown fields read and write there, so the Lua
+ * prelude can add fit/evaluate/predict as methods of nn.Model.
+ */
+#include "lbind.h"
+#include "ld_nn.h"
+#include "ld_optim.h"
+#include "ld_autograd.h"
+#include "ld_io.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LAYER_MT "ldist.Layer"
+#define MODEL_MT "ldist.Model"
+#define LOSS_MT "ldist.Loss"
+
+/* ================================================================ helpers */
+static ld_layer *check_layer(lua_State *L, int i) {
+    ld_layer **p = luaL_checkudata(L, i, LAYER_MT);
+    return *p;
+}
+static ld_model *check_model(lua_State *L, int i) {
+    ld_model **p = luaL_checkudata(L, i, MODEL_MT);
+    return *p;
+}
+
+static int push_layer(lua_State *L, ld_layer *l) {
+    if (!l) return lb_engine_error(L, 1);
+    ld_layer **p = lua_newuserdatauv(L, sizeof *p, 1);
+    *p = l;
+    luaL_setmetatable(L, LAYER_MT);
+    return 1;
+}
+
+static ld_activation get_act(lua_State *L, int idx) {
+    ld_activation a = LD_ACT_NONE;
+    if (lua_isnoneornil(L, idx)) return a;
+    if (ld_activation_from_name(luaL_checkstring(L, idx), &a)) lb_engine_error(L, idx);
+    return a;
+}
+
+/* options: either a table at idx, or nothing */
+static int opt_field(lua_State *L, int opts, const char *k) {
+    if (!opts || !lua_istable(L, opts)) { lua_pushnil(L); return LUA_TNIL; }
+    return lua_getfield(L, opts, k);
+}
+
+static int opt_bool(lua_State *L, int opts, const char *k, int def) {
+    int t = opt_field(L, opts, k);
+    int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* a size given as n or {h, w} */
+static void opt_pair(lua_State *L, int idx, int *a, int *b, int def) {
+    if (lua_isnoneornil(L, idx)) { *a = *b = def; return; }
+    if (lua_istable(L, idx)) {
+        lua_geti(L, idx, 1); lua_geti(L, idx, 2);
+        *a = (int)luaL_checkinteger(L, -2);
+        *b = (int)luaL_optinteger(L, -1, *a);
+        lua_pop(L, 2);
+        return;
+    }
+    *a = *b = (int)luaL_checkinteger(L, idx);
+}
+
+/* ================================================================ layer constructors */
+/* nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=} */
+static int nn_dense(lua_State *L) {
+    int opts = 0;
+    lua_Integer units;
+    ld_activation act;
+    if (lua_istable(L, 1)) {
+        opts = 1;
+        opt_field(L, 1, "units");
+        if (lua_isnil(L, -1)) lua_geti(L, 1, 1);
+        units = luaL_checkinteger(L, -1);
+        opt_field(L, 1, "activation");
+        act = get_act(L, lua_gettop(L));
+        lua_pop(L, 3);
+    } else {
+        units = luaL_checkinteger(L, 1);
+        if (lua_istable(L, 2)) {
+            opts = 2;
+            opt_field(L, 2, "activation");
+            act = get_act(L, lua_gettop(L));
+            lua_pop(L, 1);
+        } else act = get_act(L, 2);
+        if (lua_istable(L, 3)) opts = 3;
+    }
+    if (units < 1) return luaL_argerror(L, 1, "units must be a positive integer");
+    return push_layer(L, ld_dense_new(units, act, opt_bool(L, opts, "use_bias", 1)));
+}
+
+static int nn_flatten(lua_State *L) { return push_layer(L, ld_flatten_new()); }
+
+static int nn_dropout(lua_State *L) {
+    double r;
+    if (lua_istable(L, 1)) { lua_getfield(L, 1, "rate"); r = luaL_checknumber(L, -1); lua_pop(L, 1); }
+    else r = luaL_checknumber(L, 1);
+    if (!(r >= 0 && r < 1)) return luaL_argerror(L, 1, "rate must be in [0, 1)");
+    return push_layer(L, ld_dropout_new((float)r));
+}
+
+/* nn.Conv2D(filters, kernel_size, {strides=1, padding="valid", activation=, use_bias=true})
+   (the third argument may also be the activation's name) */
+static int nn_conv2d(lua_State *L) {
+    lua_Integer filters = luaL_checkinteger(L, 1);
+    int kh, kw, sh = 1, sw = 1, same = 0, opts = 0;
+    opt_pair(L, 2, &kh, &kw, 3);
+    ld_activation act = LD_ACT_NONE;
+    if (lua_isstring(L, 3)) act = get_act(L, 3);
+    else if (lua_istable(L, 3)) opts = 3;
+    if (opts) {
+        opt_field(L, opts, "strides");
+        opt_pair(L, lua_gettop(L), &sh, &sw, 1);
+        lua_pop(L, 1);
+        opt_field(L, opts, "padding");
+        const char *p = luaL_optstring(L, -1, "valid");
+        if (!strcmp(p, "same")) same = 1;
+        else if (strcmp(p, "valid")) return luaL_argerror(L, opts, "padding must be \"valid\" or \"same\"");
+        lua_pop(L, 1);
+        opt_field(L, opts, "activation");
+        act = get_act(L, lua_gettop(L));
+        lua_pop(L, 1);
+    }
+    if (filters < 1 || kh < 1 || kw < 1) return luaL_argerror(L, 1, "filters and kernel size must be positive");
+    return push_layer(L, ld_conv2d_new(filters, kh, kw, sh, sw, same, act, opt_bool(L, opts, "use_bias", 1)));
+}
+
+/* nn.MaxPool2D(pool_size=2, {strides=pool_size}) */
+static int nn_maxpool(lua_State *L) {
+    int kh, kw, sh, sw;
+    opt_pair(L, 1, &kh, &kw, 2);
+    sh = kh; sw = kw;
+    if (lua_istable(L, 2)) {
+        lua_getfield(L, 2, "strides");
+        if (!lua_isnil(L, -1)) opt_pair(L, lua_gettop(L), &sh, &sw, kh);
+        lua_pop(L, 1);
+    }
+    return push_layer(L, ld_maxpool2d_new(kh, kw, sh, sw));
+}
+
+static int nn_activation(lua_State *L) { return push_layer(L, ld_activation_layer_new(get_act(L, 1))); }
+
+static int nn_reshape(lua_State *L) {
+    int64_t s[LD_MAX_DIMS];
+    int n = 0;
+    if (lua_istable(L, 1)) {
+        lua_Integer len = luaL_len(L, 1);
+        for (lua_Integer i = 1; i <= len && n < LD_MAX_DIMS - 1; i++) {
+            lua_geti(L, 1, i);
+            s[n++] = luaL_checkinteger(L, -1);
+            lua_pop(L, 1);
+        }
+    } else for (int i = 1; i <= lua_gettop(L) && n < LD_MAX_DIMS - 1; i++) s[n++] = luaL_checkinteger(L, i);
+    return push_layer(L, ld_reshape_layer_new(n, s));
+}
+
+/* ================================================================ layer methods */
+static void read_training(lua_State *L, int idx, int *training) {
+    *training = 0;
+    if (lua_istable(L, idx)) { lua_getfield(L, idx, "training"); *training = lua_toboolean(L, -1); lua_pop(L, 1); }
+    else if (lua_isboolean(L, idx)) *training = lua_toboolean(L, idx);
+}
+
+static int layer_call(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    ld_tensor *x = lb_to_tensor(L, 2, LD_F32);
+    lb_push_tensor(L, x, 0);
+    int training;
+    read_training(L, 3, &training);
+    ld_tensor *y = ld_layer_forward(l, x, training);
+    if (!y) return luaL_error(L, "%s", ld_error());
+    lb_push_tensor(L, y, 0);
+    return 1;
+}
+
+static void push_vars(lua_State *L, ld_tensor **v, int n) {
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lb_push_tensor(L, ld_tensor_retain(v[i]), 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int layer_index(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    const char *k = luaL_checkstring(L, 2);
+    if (!strcmp(k, "name")) { lua_pushstring(L, l->name); return 1; }
+    if (!strcmp(k, "kind")) { lua_pushstring(L, ld_layer_kind_name(l->kind)); return 1; }
+    if (!strcmp(k, "built")) { lua_pushboolean(L, l->built); return 1; }
+    if (!strcmp(k, "trainable_variables") || !strcmp(k, "weights")) { push_vars(L, l->vars, l->n_vars); return 1; }
+    if (!strcmp(k, "kernel") && l->n_vars > 0) { lb_push_tensor(L, ld_tensor_retain(l->vars[0]), 0); return 1; }
+    if (!strcmp(k, "bias") && l->n_vars > 1) { lb_push_tensor(L, ld_tensor_retain(l->vars[1]), 0); return 1; }
+    if (!strcmp(k, "units") && l->kind == LD_LAYER_DENSE) { lua_pushinteger(L, l->units); return 1; }
+    if (!strcmp(k, "activation")) { lua_pushstring(L, ld_activation_name(l->act)); return 1; }
+    if (!strcmp(k, "count_params")) { lua_pushinteger(L, ld_layer_param_count(l)); return 1; }
+    return 0;
+}
+
+static int layer_tostring(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    lua_pushfstring(L, "<%s layer '%s'%s>", ld_layer_kind_name(l->kind), l->name, l->built ? "" : " (not built)");
+    return 1;
+}
+
+static int layer_gc(lua_State *L) {
+    ld_layer **p = luaL_checkudata(L, 1, LAYER_MT);
+    ld_layer_release(*p);
+    *p = NULL;
+    return 0;
+}
+
+/* ================================================================ Sequential */
+static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
+    ld_model *m = check_model(L, model_idx);
+    ld_layer *l = check_layer(L, layer_idx);
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i] == l) return luaL_argerror(L, layer_idx, "this layer is already in the model");
+    if (ld_model_add(m, l)) return lb_engine_error(L, layer_idx);
+    lua_getiuservalue(L, model_idx, 1);
+    lua_getfield(L, -1, "layers");
+    lua_pushvalue(L, layer_idx);
+    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    lua_pop(L, 2);
+    return 0;
+}
+
+/* nn.Sequential{layer, layer, ..., name=} */
+static int nn_sequential(lua_State *L) {
+    const char *name = NULL;
+    if (lua_istable(L, 1)) { lua_getfield(L, 1, "name"); name = lua_tostring(L, -1); lua_pop(L, 1); }
+    ld_model **p = lua_newuserdatauv(L, sizeof *p, 1);
+    *p = NULL;
+    luaL_setmetatable(L, MODEL_MT);
+    int mi = lua_gettop(L);
+    lua_createtable(L, 0, 4);
+    lua_newtable(L);
+    lua_setfield(L, -2, "layers");
+    lua_setiuservalue(L, mi, 1);
+    *p = ld_model_new(name);
+    if (!*p) return lb_engine_error(L, 0);
+    if (lua_istable(L, 1)) {
+        lua_Integer n = luaL_len(L, 1);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_geti(L, 1, i);
+            if (!luaL_testudata(L, -1, LAYER_MT))
+                return luaL_error(L, "bad argument #1 to 'Sequential' (item %d is a %s, not a layer)", (int)i, luaL_typename(L, -1));
+            model_add_layer(L, mi, lua_gettop(L));
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, mi);
+    return 1;
+}
+
+static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1); return 1; }
+
+static int model_call(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    ld_tensor *x = lb_to_tensor(L, 2, LD_F32);
+    lb_push_tensor(L, x, 0);
+    int training;
+    read_training(L, 3, &training);
+    ld_tensor *y = ld_model_forward(m, x, training);
+    if (!y) return luaL_error(L, "%s", ld_error());
+    lb_push_tensor(L, y, 0);
+    return 1;
+}
+
+static int model_vars(lua_State *L, ld_model *m) {
+    int n = ld_model_variables(m, NULL, 0);
+    ld_tensor **v = lua_newuserdatauv(L, sizeof *v * (size_t)(n ? n : 1), 0);
+    ld_model_variables(m, v, n);
+    push_vars(L, v, n);
+    lua_remove(L, -2);
+    return 1;
+}
+
+/* model:build({28, 28}) : shape without the batch axis */
+static int model_build(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int64_t s[LD_MAX_DIMS];
+    int n = (int)luaL_len(L, 2);
+    if (n > LD_MAX_DIMS - 1) return luaL_argerror(L, 2, "too many dimensions");
+    for (int i = 0; i < n; i++) { lua_geti(L, 2, i + 1); s[i] = luaL_checkinteger(L, -1); lua_pop(L, 1); }
+    if (ld_model_build(m, n, s)) return luaL_error(L, "%s", ld_error());
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int model_summary_text(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    char buf[8192];
+    ld_model_summary(m, buf, sizeof buf);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static ld_loss *check_loss(lua_State *L, int i) { return luaL_checkudata(L, i, LOSS_MT); }
+
+/* model:train_step(x, y, loss, optimizer) -> loss value, predictions
+   One step in C: forward under a tape, loss, backward, update. */
+static int model_train_step(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
+    ld_loss *loss = check_loss(L, 4);
+    ld_optimizer *opt = lb_check_optimizer(L, 5);
+    ld_tape *tape = ld_tape_new(0);
+    if (!tape) return lb_engine_error(L, 0);
+    ld_tape_push(tape);
+    ld_tensor *pred = ld_model_forward(m, x, 1);
+    ld_tensor *lv = pred ? ld_loss_compute(loss, y, pred) : NULL;
+    ld_tape_pop(tape);
+    int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
+    ld_tensor *vstack[64], *gstack[64];
+    ld_tensor **vars = n <= 64 ? vstack : malloc(sizeof *vars * (size_t)n);
+    ld_tensor **grads = n <= 64 ? gstack : malloc(sizeof *grads * (size_t)n);
+    double value = 0;
+    if (!st && (!vars || !grads)) st = ld_fail(LD_ENOMEM, "out of memory");
+    if (!st) {
+        ld_model_variables(m, vars, n);
+        st = ld_tape_gradient(tape, lv, n, vars, grads);
+        if (!st) {
+            ld_tensor_item(lv, &value);
+            st = ld_optimizer_apply(opt, n, grads, vars);
+            for (int i = 0; i < n; i++) ld_tensor_release(grads[i]);
+        }
+    }
+    if (vars != vstack) free(vars);
+    if (grads != gstack) free(grads);
+    ld_tensor_release(lv);
+    ld_tape_free(tape);
+    if (st) { ld_tensor_release(pred); return luaL_error(L, "%s", ld_error()); }
+    lua_pushnumber(L, value);
+    /* predictions without their graph: the metrics only read them */
+    if (pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
+    lb_push_tensor(L, pred, 0);
+    return 2;
+}
+
+/* model:save_weights(path) / model:load_weights(path): safetensors keyed by variable name */
+static int model_save_weights(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    const char *path = luaL_checkstring(L, 2);
+    int n = ld_model_variables(m, NULL, 0);
+    if (n == 0) return luaL_error(L, "model has no weights yet (call it on data or model:build(shape) first)");
+    ld_tensor **v = lua_newuserdatauv(L, sizeof *v * (size_t)n, 0);
+    const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)n, 0);
+    ld_model_variables(m, v, n);
+    for (int i = 0; i < n; i++) names[i] = lua_pushfstring(L, "%d/%s", i, v[i]->name ? v[i]->name : "var");
+    const char *meta[] = {"format", "ldist", "model", m->name};
+    if (ld_save_safetensors(path, n, names, v, 2, meta)) return lb_engine_error(L, 2);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int model_load_weights(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    const char *path = luaL_checkstring(L, 2);
+    int n = ld_model_variables(m, NULL, 0);
+    if (n == 0) return luaL_error(L, "build the model before loading weights (call it on data or model:build(shape))");
+    ld_tensor_dict d = {0};
+    if (ld_load_safetensors(path, &d)) return lb_engine_error(L, 2);
+    ld_tensor **v = malloc(sizeof *v * (size_t)n);
+    if (!v) { ld_tensor_dict_free(&d); return luaL_error(L, "out of memory"); }
+    ld_model_variables(m, v, n);
+    char err[512] = "";
+    if (d.n != n) snprintf(err, sizeof err, "'%s' holds %d tensors, the model has %d weights", path, d.n, n);
+    for (int i = 0; i < n && !err[0]; i++) {
+        /* names are "index/layer/kind": match by the index prefix */
+        ld_tensor *src = NULL;
+        for (int j = 0; j < d.n; j++) if (atoi(d.names[j]) == i && strchr(d.names[j], '/')) src = d.tensors[j];
+        char b1[64], b2[64];
+        if (!src) snprintf(err, sizeof err, "'%s' has no weight number %d", path, i);
+        else if (!ld_same_shape(src, v[i]))
+            snprintf(err, sizeof err, "weight %d (%s) has shape %s in '%s' but %s in the model", i,
+                     v[i]->name ? v[i]->name : "", ld_shape_str(src, b1, sizeof b1), path, ld_shape_str(v[i], b2, sizeof b2));
+    }
+    for (int i = 0; i < n && !err[0]; i++)
+        for (int j = 0; j < d.n; j++)
+            if (atoi(d.names[j]) == i && strchr(d.names[j], '/')) ld_copy_into(v[i], d.tensors[j]);
+    free(v);
+    ld_tensor_dict_free(&d);
+    if (err[0]) return luaL_error(L, "%s", err);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int model_index(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    /* C methods first */
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(1));
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        const char *k = lua_tostring(L, 2);
+        if (!strcmp(k, "trainable_variables") || !strcmp(k, "weights") || !strcmp(k, "variables")) return model_vars(L, m);
+        if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
+        if (!strcmp(k, "built")) { lua_pushboolean(L, m->n_layers > 0 && m->layers[m->n_layers - 1]->built); return 1; }
+    }
+    /* per-model state (compile's settings, history) */
+    lua_getiuservalue(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_rawget(L, -2);
+    if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 2);
+    /* methods added in Lua (nn.Model) */
+    lua_pushvalue(L, 2);
+    lua_rawget(L, lua_upvalueindex(2));
+    return 1;
+}
+
+static int model_newindex(lua_State *L) {
+    check_model(L, 1);
+    lua_getiuservalue(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 3);
+    lua_rawset(L, -3);
+    return 0;
+}
+
+static int model_tostring(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    lua_pushfstring(L, "<Sequential model '%s' with %d layers>", m->name, m->n_layers);
+    return 1;
+}
+
+static int model_gc(lua_State *L) {
+    ld_model **p = luaL_checkudata(L, 1, MODEL_MT);
+    ld_model_free(*p);
+    *p = NULL;
+    return 0;
+}
+
+/* ================================================================ losses */
+static int loss_new(lua_State *L, ld_loss_kind kind) {
+    ld_loss *l = lua_newuserdatauv(L, sizeof *l, 0);
+    memset(l, 0, sizeof *l);
+    l->kind = kind;
+    if (lua_istable(L, 1)) {
+        lua_getfield(L, 1, "from_logits");
+        l->from_logits = lua_toboolean(L, -1);
+        lua_getfield(L, 1, "reduction");
+        const char *r = luaL_optstring(L, -1, "sum_over_batch_size");
+        if (!strcmp(r, "sum")) l->reduction_sum = 1;
+        else if (!strcmp(r, "none")) l->reduction_sum = 2;
+        else if (strcmp(r, "sum_over_batch_size") && strcmp(r, "mean"))
+            return luaL_argerror(L, 1, "reduction must be \"sum_over_batch_size\", \"sum\" or \"none\"");
+        lua_pop(L, 2);
+    }
+    luaL_setmetatable(L, LOSS_MT);
+    return 1;
+}
+static int loss_scce(lua_State *L) { return loss_new(L, LD_LOSS_SPARSE_CCE); }
+static int loss_cce(lua_State *L) { return loss_new(L, LD_LOSS_CCE); }
+static int loss_bce(lua_State *L) { return loss_new(L, LD_LOSS_BCE); }
+static int loss_mse(lua_State *L) { return loss_new(L, LD_LOSS_MSE); }
+
+static int loss_call(lua_State *L) {
+    ld_loss *l = check_loss(L, 1);
+    ld_tensor *yt = lb_to_tensor(L, 2, l->kind == LD_LOSS_SPARSE_CCE ? LD_I64 : LD_F32);
+    lb_push_tensor(L, yt, 0);
+    ld_tensor *yp = lb_to_tensor(L, 3, LD_F32);
+    lb_push_tensor(L, yp, 0);
+    ld_tensor *v = ld_loss_compute(l, yt, yp);
+    if (!v) return luaL_error(L, "%s", ld_error());
+    lb_push_tensor(L, v, 0);
+    return 1;
+}
+
+static int loss_tostring(lua_State *L) {
+    ld_loss *l = check_loss(L, 1);
+    lua_pushfstring(L, "<loss %s%s>", ld_loss_name(l->kind), l->from_logits ? " (from logits)" : "");
+    return 1;
+}
+
+static int loss_index(lua_State *L) {
+    ld_loss *l = check_loss(L, 1);
+    const char *k = luaL_checkstring(L, 2);
+    if (!strcmp(k, "name")) { lua_pushstring(L, ld_loss_name(l->kind)); return 1; }
+    if (!strcmp(k, "from_logits")) { lua_pushboolean(L, l->from_logits); return 1; }
+    if (!strcmp(k, "sparse")) { lua_pushboolean(L, l->kind == LD_LOSS_SPARSE_CCE); return 1; }
+    return 0;
+}
+
+/* nn._count_correct(y_true, y_pred, sparse) -> number of correct rows */
+static int nn_count_correct(lua_State *L) {
+    ld_tensor *yt = lb_check_tensor(L, 1), *yp = lb_check_tensor(L, 2);
+    int64_t c;
+    if (ld_count_correct(yt, yp, lua_toboolean(L, 3), &c)) return lb_engine_error(L, 1);
+    lua_pushinteger(L, c);
+    return 1;
+}
+
+static const char *const nn_docs[] = {
+    "Dense", "nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=true}\n\n"
+             "A fully connected layer: activation(x @ kernel + bias) on the last axis.\n"
+             "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu.",
+    "Flatten", "nn.Flatten()\n\nReshape [batch, ...] to [batch, features].",
+    "Dropout", "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).",
+    "Conv2D", "nn.Conv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", activation=})\n\n"
+              "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO.",
+    "MaxPool2D", "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images.",
+    "MaxPooling2D", "nn.MaxPooling2D: the same as nn.MaxPool2D.",
+    "Activation", "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu).",
+    "Reshape", "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1.",
+    "Sequential", "nn.Sequential{layer1, layer2, ..., name=}\n\nA stack of layers. model(x, {training=}) runs it;\n"
+                  "model.trainable_variables lists the weights; model:summary() prints a table;\n"
+                  "model:compile{optimizer=, loss=, metrics=}, model:fit(ds, {epochs=}), model:evaluate(ds), model:predict(x);\n"
+                  "model:save_weights(path) and model:load_weights(path) use safetensors.",
+    "Model:summary", "model:summary()\n\nPrint (and return) a table of the layers, output shapes and parameter counts.",
+    "Model:train_step", "model:train_step(x, y, loss, optimizer)\n\nOne training step in C; returns the loss value and the predictions.",
+    "Model:save_weights", "model:save_weights(path)\n\nWrite the weights as safetensors (readable by Python's safetensors).",
+    "Model:load_weights", "model:load_weights(path)\n\nRead weights written by save_weights; shapes must match.",
+    NULL};
+
+static const char *const loss_docs[] = {
+    "SparseCategoricalCrossentropy", "losses.SparseCategoricalCrossentropy{from_logits=false, reduction=\"sum_over_batch_size\"}\n\n"
+        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).",
+    "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false}\n\nCross-entropy with one-hot labels.",
+    "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false}\n\nCross-entropy for 0/1 labels.",
+    "MeanSquaredError", "losses.MeanSquaredError()\n\nMean of (y_pred - y_true)^2.",
+    NULL};
+
+int lb_open_losses(lua_State *L) {
+    luaL_newmetatable(L, LOSS_MT);
+    lua_pushcfunction(L, loss_call); lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, loss_tostring); lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, loss_index); lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+    static const luaL_Reg f[] = {
+        {"SparseCategoricalCrossentropy", loss_scce}, {"CategoricalCrossentropy", loss_cce},
+        {"BinaryCrossentropy", loss_bce}, {"MeanSquaredError", loss_mse}, {"MSE", loss_mse}, {NULL, NULL}};
+    luaL_newlib(L, f);
+    lb_set_docs(L, "losses.", loss_docs);
+    return 1;
+}
+
+int lb_open_nn(lua_State *L) {
+    luaL_newmetatable(L, LAYER_MT);
+    lua_pushcfunction(L, layer_call); lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, layer_index); lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, layer_tostring); lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, layer_gc); lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+
+    static const luaL_Reg f[] = {
+        {"Dense", nn_dense}, {"Flatten", nn_flatten}, {"Dropout", nn_dropout}, {"Conv2D", nn_conv2d},
+        {"MaxPool2D", nn_maxpool}, {"MaxPooling2D", nn_maxpool}, {"Activation", nn_activation},
+        {"Reshape", nn_reshape}, {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct},
+        {NULL, NULL}};
+    luaL_newlib(L, f);
+    int mod = lua_gettop(L);
+
+    static const luaL_Reg cm[] = {
+        {"add", model_add}, {"build", model_build}, {"summary_text", model_summary_text},
+        {"train_step", model_train_step}, {"save_weights", model_save_weights},
+        {"load_weights", model_load_weights}, {NULL, NULL}};
+    luaL_newmetatable(L, MODEL_MT);
+    int mt = lua_gettop(L);
+    lua_newtable(L);                    /* C methods */
+    luaL_setfuncs(L, cm, 0);
+    lua_newtable(L);                    /* nn.Model: methods added in Lua */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, mod, "Model");
+    lua_pushcclosure(L, model_index, 2);
+    lua_setfield(L, mt, "__index");
+    lua_pushcfunction(L, model_newindex); lua_setfield(L, mt, "__newindex");
+    lua_pushcfunction(L, model_call); lua_setfield(L, mt, "__call");
+    lua_pushcfunction(L, model_tostring); lua_setfield(L, mt, "__tostring");
+    lua_pushcfunction(L, model_gc); lua_setfield(L, mt, "__gc");
+    lua_settop(L, mod);
+    lb_set_docs(L, "nn.", nn_docs);
+    return 1;
+}

@@ -1,0 +1,233 @@
+/*
+ * optim.c - the `optim` module: SGD, Adam, AdamW, RMSprop and schedules.
+ *
+ *   local opt = optim.Adam{learning_rate = 1e-3}
+ *   opt:apply_gradients(grads, vars)          -- two parallel tables (or {{g, v}, ...})
+ *
+ * learning_rate is a number, a schedule (optim.schedules.ExponentialDecay{...})
+ * or a Lua function of the step.
+ */
+#include "lbind.h"
+#include "ld_optim.h"
+
+#include <lauxlib.h>
+#include <string.h>
+
+typedef struct { ld_optimizer *o; } lb_opt;
+
+ld_optimizer *lb_check_optimizer(lua_State *L, int idx) {
+    lb_opt *p = luaL_checkudata(L, idx, LB_OPTIMIZER_MT);
+    if (!p->o) luaL_argerror(L, idx, "optimizer has been freed");
+    /* a Lua function as learning rate: evaluate it for this step */
+    if (lua_getiuservalue(L, idx, 1) == LUA_TFUNCTION) {
+        lua_pushinteger(L, p->o->iterations);
+        lua_call(L, 1, 1);
+        int ok;
+        double v = lua_tonumberx(L, -1, &ok);
+        if (!ok) luaL_error(L, "the learning-rate function returned a %s, not a number", luaL_typename(L, -1));
+        p->o->lr.kind = LD_SCHED_CONSTANT;
+        p->o->lr.initial = v;
+    }
+    lua_pop(L, 1);
+    return p->o;
+}
+
+static double fnum(lua_State *L, int t, const char *k, double def) {
+    lua_getfield(L, t, k);
+    double v = luaL_optnumber(L, -1, def);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* A schedule table is {kind=..., ...} made by optim.schedules.* */
+static void read_schedule(lua_State *L, int t, ld_schedule *s) {
+    lua_getfield(L, t, "kind");
+    const char *k = luaL_checkstring(L, -1);
+    s->initial = fnum(L, t, "initial_learning_rate", 0.001);
+    s->decay_steps = (int64_t)fnum(L, t, "decay_steps", 1000);
+    s->decay_rate = fnum(L, t, "decay_rate", 0.96);
+    s->alpha = fnum(L, t, "alpha", 0);
+    lua_getfield(L, t, "staircase");
+    s->staircase = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (!strcmp(k, "ExponentialDecay")) s->kind = LD_SCHED_EXP_DECAY;
+    else if (!strcmp(k, "CosineDecay")) s->kind = LD_SCHED_COSINE;
+    else if (!strcmp(k, "PiecewiseConstantDecay")) {
+        s->kind = LD_SCHED_PIECEWISE;
+        lua_getfield(L, t, "boundaries");
+        lua_getfield(L, t, "values");
+        int nb = (int)luaL_len(L, -2), nv = (int)luaL_len(L, -1);
+        if (nb > 16 || nv != nb + 1) luaL_error(L, "PiecewiseConstantDecay needs len(values) == len(boundaries) + 1 (at most 16 boundaries)");
+        for (int i = 0; i < nb; i++) { lua_geti(L, -2, i + 1); s->bounds[i] = (int64_t)luaL_checknumber(L, -1); lua_pop(L, 1); }
+        for (int i = 0; i < nv; i++) { lua_geti(L, -1, i + 1); s->values[i] = luaL_checknumber(L, -1); lua_pop(L, 1); }
+        s->n_bounds = nb;
+        lua_pop(L, 2);
+    } else luaL_error(L, "unknown schedule kind '%s'", k);
+    lua_pop(L, 1);
+}
+
+static int opt_new(lua_State *L, ld_opt_kind kind) {
+    lb_opt *p = lua_newuserdatauv(L, sizeof *p, 1);
+    p->o = NULL;
+    luaL_setmetatable(L, LB_OPTIMIZER_MT);
+    int ud = lua_gettop(L);
+    p->o = ld_optimizer_new(kind);
+    if (!p->o) return lb_engine_error(L, 0);
+    ld_optimizer *o = p->o;
+    if (lua_isnumber(L, 1)) o->lr.initial = lua_tonumber(L, 1);
+    else if (lua_istable(L, 1)) {
+        int t = 1;
+        lua_getfield(L, t, "learning_rate");
+        if (lua_isnumber(L, -1)) o->lr.initial = lua_tonumber(L, -1);
+        else if (lua_isfunction(L, -1)) { lua_pushvalue(L, -1); lua_setiuservalue(L, ud, 1); }
+        else if (lua_istable(L, -1)) read_schedule(L, lua_gettop(L), &o->lr);
+        else if (!lua_isnil(L, -1)) return luaL_argerror(L, 1, "learning_rate must be a number, a schedule or a function");
+        lua_pop(L, 1);
+        o->momentum = (float)fnum(L, t, "momentum", o->momentum);
+        o->beta1 = (float)fnum(L, t, "beta_1", o->beta1);
+        o->beta2 = (float)fnum(L, t, "beta_2", o->beta2);
+        o->epsilon = (float)fnum(L, t, "epsilon", o->epsilon);
+        o->rho = (float)fnum(L, t, "rho", o->rho);
+        o->weight_decay = (float)fnum(L, t, "weight_decay", o->weight_decay);
+        o->clipnorm = (float)fnum(L, t, "clipnorm", 0);
+        lua_getfield(L, t, "nesterov");
+        o->nesterov = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    if (o->lr.kind == LD_SCHED_CONSTANT && !(o->lr.initial > 0))
+        return luaL_argerror(L, 1, "learning_rate must be positive");
+    if (o->momentum < 0 || o->momentum >= 1) return luaL_argerror(L, 1, "momentum must be in [0, 1)");
+    lua_settop(L, ud);
+    return 1;
+}
+static int opt_sgd(lua_State *L) { return opt_new(L, LD_OPT_SGD); }
+static int opt_adam(lua_State *L) { return opt_new(L, LD_OPT_ADAM); }
+static int opt_adamw(lua_State *L) { return opt_new(L, LD_OPT_ADAMW); }
+static int opt_rmsprop(lua_State *L) { return opt_new(L, LD_OPT_RMSPROP); }
+
+/* opt:apply_gradients(grads, vars) or opt:apply_gradients({{g, v}, ...}) */
+static int opt_apply(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int pairs = lua_isnoneornil(L, 3);
+    int n = (int)luaL_len(L, 2);
+    if (!pairs) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        if ((int)luaL_len(L, 3) != n)
+            return luaL_error(L, "bad argument #2 to 'apply_gradients' (%d gradients for %d variables)", n, (int)luaL_len(L, 3));
+    }
+    ld_tensor **g = lua_newuserdatauv(L, sizeof *g * (size_t)(n ? 2 * n : 1), 0);
+    ld_tensor **v = g + n;
+    for (int i = 0; i < n; i++) {
+        if (pairs) {
+            lua_geti(L, 2, i + 1);
+            luaL_checktype(L, -1, LUA_TTABLE);
+            lua_geti(L, -1, 1); lua_geti(L, -2, 2);
+            g[i] = lua_isnil(L, -2) ? NULL : lb_check_tensor(L, -2);
+            v[i] = lb_check_tensor(L, -1);
+            lua_pop(L, 3);
+        } else {
+            lua_geti(L, 2, i + 1);
+            g[i] = lua_isnil(L, -1) ? NULL : lb_test_tensor(L, -1);
+            if (!g[i] && !lua_isnil(L, -1)) return luaL_error(L, "bad argument #1 to 'apply_gradients' (gradient %d is a %s)", i + 1, luaL_typename(L, -1));
+            lua_geti(L, 3, i + 1);
+            v[i] = lb_test_tensor(L, -1);
+            if (!v[i]) return luaL_error(L, "bad argument #2 to 'apply_gradients' (variable %d is a %s)", i + 1, luaL_typename(L, -1));
+            lua_pop(L, 2);
+        }
+    }
+    if (ld_optimizer_apply(o, n, g, v)) return luaL_error(L, "bad argument #1 to 'apply_gradients' (%s)", ld_error());
+    return 0;
+}
+
+static int opt_index(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    const char *k = luaL_checkstring(L, 2);
+    if (!strcmp(k, "learning_rate") || !strcmp(k, "lr")) { lua_pushnumber(L, ld_optimizer_lr(o)); return 1; }
+    if (!strcmp(k, "iterations")) { lua_pushinteger(L, o->iterations); return 1; }
+    if (!strcmp(k, "name")) { lua_pushstring(L, ld_optimizer_name(o->kind)); return 1; }
+    if (!strcmp(k, "apply_gradients")) { lua_pushcfunction(L, opt_apply); return 1; }
+    return 0;
+}
+
+static int opt_newindex(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    const char *k = luaL_checkstring(L, 2);
+    if (!strcmp(k, "learning_rate") || !strcmp(k, "lr")) {
+        double v = luaL_checknumber(L, 3);
+        if (!(v > 0)) return luaL_argerror(L, 3, "learning_rate must be positive");
+        o->lr.kind = LD_SCHED_CONSTANT;
+        o->lr.initial = v;
+        lua_pushnil(L);
+        lua_setiuservalue(L, 1, 1);
+        return 0;
+    }
+    return luaL_error(L, "optimizer has no settable field '%s'", k);
+}
+
+static int opt_tostring(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    lua_pushfstring(L, "<optimizer %s lr=%f step=%d>", ld_optimizer_name(o->kind), ld_optimizer_lr(o), (int)o->iterations);
+    return 1;
+}
+
+static int opt_gc(lua_State *L) {
+    lb_opt *p = luaL_checkudata(L, 1, LB_OPTIMIZER_MT);
+    ld_optimizer_free(p->o);
+    p->o = NULL;
+    return 0;
+}
+
+/* schedules are plain tables the optimizer reads; calling one gives the rate at a step */
+static int sched_call(lua_State *L) {
+    ld_schedule s = {0};
+    read_schedule(L, 1, &s);
+    lua_pushnumber(L, ld_schedule_at(&s, (int64_t)luaL_checkinteger(L, 2)));
+    return 1;
+}
+
+static int sched_make(lua_State *L, const char *kind) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_newtable(L);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) { lua_pushvalue(L, -2); lua_insert(L, -2); lua_settable(L, -4); }
+    lua_pushstring(L, kind);
+    lua_setfield(L, -2, "kind");
+    ld_schedule s = {0};
+    read_schedule(L, lua_gettop(L), &s);   /* validate now */
+    luaL_getmetatable(L, "ldist.Schedule");
+    lua_setmetatable(L, -2);
+    return 1;
+}
+static int sched_exp(lua_State *L) { return sched_make(L, "ExponentialDecay"); }
+static int sched_cos(lua_State *L) { return sched_make(L, "CosineDecay"); }
+static int sched_pw(lua_State *L) { return sched_make(L, "PiecewiseConstantDecay"); }
+
+static const char *const docs[] = {
+    "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=}\n\nStochastic gradient descent (Keras' rule).",
+    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule).",
+    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, ...}\n\nAdam with decoupled weight decay.",
+    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7}\n\nRMSprop (Keras' rule).",
+    "Optimizer:apply_gradients", "opt:apply_gradients(grads, vars)\n\nOne update of each variable by its gradient (tables in the same order; nil gradients are skipped).",
+    NULL};
+
+int lb_open_optim(lua_State *L) {
+    luaL_newmetatable(L, LB_OPTIMIZER_MT);
+    lua_pushcfunction(L, opt_index); lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, opt_newindex); lua_setfield(L, -2, "__newindex");
+    lua_pushcfunction(L, opt_tostring); lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, opt_gc); lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, "ldist.Schedule");
+    lua_pushcfunction(L, sched_call); lua_setfield(L, -2, "__call");
+    lua_pop(L, 1);
+    static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
+                                 {"RMSprop", opt_rmsprop}, {NULL, NULL}};
+    luaL_newlib(L, f);
+    static const luaL_Reg s[] = {{"ExponentialDecay", sched_exp}, {"CosineDecay", sched_cos},
+                                 {"PiecewiseConstantDecay", sched_pw}, {NULL, NULL}};
+    luaL_newlib(L, s);
+    lua_setfield(L, -2, "schedules");
+    lb_set_docs(L, "optim.", docs);
+    return 1;
+}

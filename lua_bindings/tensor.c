@@ -1,0 +1,806 @@
+/*
+ * tensor.c - the `tensor` module and the Tensor type.
+ *
+ * Indices and axes count from 0, like NumPy and TensorFlow (negative ones from
+ * the end), so a TF example ports without renumbering; Lua tables given to
+ * tensor.new still list elements in their natural order.
+ */
+#include "lbind.h"
+#include "ld_ops.h"
+#include "ld_autograd.h"
+#include "ld_device.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ shared helpers */
+int lb_engine_error(lua_State *L, int arg) {
+    const char *msg = ld_error();
+    if (!*msg) msg = "unknown engine error";
+    if (arg > 0) return luaL_argerror(L, arg, msg);
+    return luaL_error(L, "%s", msg);
+}
+
+ld_tensor *lb_test_tensor(lua_State *L, int idx) {
+    ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
+    return p ? *p : NULL;
+}
+
+ld_tensor *lb_check_tensor(lua_State *L, int idx) {
+    ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
+    if (!p) luaL_typeerror(L, idx, "Tensor");
+    if (!*p) luaL_argerror(L, idx, "tensor has been freed");
+    return *p;
+}
+
+/* Variables keep one userdata per engine tensor (weak cache), so
+   model.trainable_variables[1] == model.trainable_variables[1]. */
+static const char *VAR_CACHE = "ldist.varcache";
+
+void lb_push_tensor(lua_State *L, ld_tensor *t, int arg) {
+    if (!t) { lb_engine_error(L, arg); return; }
+    if (t->requires_grad) {
+        lua_getfield(L, LUA_REGISTRYINDEX, VAR_CACHE);
+        lua_rawgetp(L, -1, t);
+        if (!lua_isnil(L, -1)) { lua_remove(L, -2); ld_tensor_release(t); return; }
+        lua_pop(L, 1);
+    }
+    ld_tensor **p = lua_newuserdatauv(L, sizeof *p, 1);
+    *p = t;
+    luaL_setmetatable(L, LB_TENSOR_MT);
+    /* tell Lua's collector about the memory it cannot see */
+    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
+    if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >> 16));
+    if (t->requires_grad) {
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, -3, t);
+        lua_remove(L, -2);
+    }
+}
+
+/* Read a nested Lua table of numbers: shape first, then values. */
+static int table_shape(lua_State *L, int idx, int depth, int64_t *shape, int *ndim) {
+    if (depth >= LD_MAX_DIMS) return luaL_error(L, "table nested too deeply for a tensor");
+    lua_Integer n = luaL_len(L, idx);
+    shape[depth] = n;
+    if (depth + 1 > *ndim) *ndim = depth + 1;
+    if (n > 0) {
+        lua_geti(L, idx, 1);
+        if (lua_istable(L, -1)) table_shape(L, lua_gettop(L), depth + 1, shape, ndim);
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+static void table_fill(lua_State *L, int idx, int depth, int ndim, const int64_t *shape, ld_tensor *t, int64_t *pos) {
+    lua_Integer n = luaL_len(L, idx);
+    if (n != shape[depth]) luaL_error(L, "ragged table: expected %d elements at depth %d, got %d", (int)shape[depth], depth + 1, (int)n);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, idx, i);
+        if (depth + 1 < ndim) {
+            if (!lua_istable(L, -1)) luaL_error(L, "ragged table: expected a table at depth %d", depth + 2);
+            table_fill(L, lua_gettop(L), depth + 1, ndim, shape, t, pos);
+        } else {
+            ld_tensor *e = lb_test_tensor(L, -1);
+            double v;
+            if (e && ld_tensor_numel(e) == 1) v = ld_tensor_get_flat(e, 0);
+            else if (lua_isnumber(L, -1)) v = lua_tonumber(L, -1);
+            else if (lua_isboolean(L, -1)) v = lua_toboolean(L, -1);
+            else { luaL_error(L, "expected a number in the table, got %s", luaL_typename(L, -1)); return; }
+            ld_tensor_set_flat(t, (*pos)++, v);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+static ld_dtype opt_dtype(lua_State *L, int idx, ld_dtype def) {
+    if (!lua_istable(L, idx)) return def;
+    lua_getfield(L, idx, "dtype");
+    ld_dtype dt = def;
+    if (!lua_isnil(L, -1)) {
+        if (ld_dtype_from_name(luaL_checkstring(L, -1), &dt)) lb_engine_error(L, 0);
+    }
+    lua_pop(L, 1);
+    return dt;
+}
+
+ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt) {
+    idx = lua_absindex(L, idx);
+    ld_tensor *t = lb_test_tensor(L, idx);
+    if (t) return ld_tensor_retain(t);
+    if (lua_isnumber(L, idx)) {
+        ld_tensor *s = ld_tensor_full(dt, 0, NULL, lua_tonumber(L, idx), NULL);
+        if (!s) lb_engine_error(L, idx);
+        return s;
+    }
+    if (!lua_istable(L, idx)) luaL_typeerror(L, idx, "Tensor, number or table");
+    int64_t shape[LD_MAX_DIMS] = {0};
+    int ndim = 0;
+    table_shape(L, idx, 0, shape, &ndim);
+    ld_tensor *r = ld_tensor_empty(dt, ndim, shape, NULL);
+    if (!r) lb_engine_error(L, idx);
+    /* protect against a ragged-table error leaking r: anchor it in a userdata first */
+    lb_push_tensor(L, r, 0);
+    int64_t pos = 0;
+    table_fill(L, idx, 0, ndim, shape, r, &pos);
+    ld_tensor_retain(r);
+    lua_pop(L, 1);
+    return r;
+}
+
+void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs) {
+    int mod = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.docs");
+    if (!lua_istable(L, -1)) { lua_pop(L, 1); return; }
+    int dt = lua_gettop(L);
+    for (int i = 0; docs[i]; i += 2) {
+        const char *name = docs[i], *text = docs[i + 1];
+        const char *key = strchr(name, ':') ? name : lua_pushfstring(L, "%s%s", prefix, name);
+        lua_pushstring(L, text);
+        lua_setfield(L, dt, key);
+        if (key != name) lua_pop(L, 1);
+        if (!strchr(name, ':') && !strchr(name, '.')) {
+            lua_getfield(L, mod, name);
+            if (!lua_isnil(L, -1)) { lua_pushstring(L, text); lua_rawset(L, dt); }
+            else lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+}
+
+/* ================================================================ arguments */
+static int check_axis_arg(lua_State *L, int idx, int def) {
+    if (lua_isnoneornil(L, idx)) return def;
+    return (int)luaL_checkinteger(L, idx);
+}
+
+/* Shape from varargs (2, 3) or one table ({2, 3}) starting at idx. */
+static int read_shape(lua_State *L, int idx, int64_t *shape) {
+    int n = 0;
+    if (lua_istable(L, idx) && !lb_test_tensor(L, idx)) {
+        lua_Integer len = luaL_len(L, idx);
+        if (len > LD_MAX_DIMS) luaL_argerror(L, idx, "too many dimensions");
+        for (lua_Integer i = 1; i <= len; i++) {
+            lua_geti(L, idx, i);
+            int ok;
+            lua_Integer v = lua_tointegerx(L, -1, &ok);
+            if (!ok) luaL_argerror(L, idx, "shape entries must be integers");
+            shape[n++] = v;
+            lua_pop(L, 1);
+        }
+        return n;
+    }
+    int top = lua_gettop(L);
+    for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
+        if (n == LD_MAX_DIMS) luaL_argerror(L, i, "too many dimensions");
+        int ok;
+        lua_Integer v = lua_tointegerx(L, i, &ok);
+        if (!ok) luaL_argerror(L, i, "dimensions must be integers");
+        shape[n++] = v;
+    }
+    return n;
+}
+
+static ld_device *opt_device(lua_State *L, int idx) {
+    if (!lua_istable(L, idx)) return NULL;
+    lua_getfield(L, idx, "device");
+    ld_device *d = NULL;
+    if (!lua_isnil(L, -1)) {
+        d = ld_device_find(luaL_checkstring(L, -1));
+        if (!d) lb_engine_error(L, 0);
+    }
+    lua_pop(L, 1);
+    return d;
+}
+
+/* index of the options table after a shape given at idx (a table or integers) */
+static int opts_after_shape(lua_State *L, int idx) {
+    if (lua_istable(L, idx) && !lb_test_tensor(L, idx)) return idx + 1;
+    int top = lua_gettop(L), i = idx;
+    while (i <= top && lua_type(L, i) == LUA_TNUMBER) i++;
+    return i;
+}
+
+/* ================================================================ creation */
+static int t_new(lua_State *L) {
+    ld_dtype dt = opt_dtype(L, 2, LD_F32);
+    ld_device *d = opt_device(L, 2);
+    ld_tensor *t = lb_to_tensor(L, 1, dt);
+    if (t->dtype != dt) { ld_tensor *c = ld_cast(t, dt); ld_tensor_release(t); t = c; }
+    if (t && d) { ld_tensor *c = ld_to_device(t, d); ld_tensor_release(t); t = c; }
+    lb_push_tensor(L, t, 1);
+    return 1;
+}
+
+static int t_fill_common(lua_State *L, double v, int has_value) {
+    int64_t shape[LD_MAX_DIMS];
+    int n, o;
+    if (has_value && !lua_istable(L, 1)) {
+        /* tensor.full(d1, d2, ..., value): the last number is the value */
+        o = opts_after_shape(L, 1);
+        if (o <= 2) return luaL_argerror(L, 1, "expected the shape, then the value");
+        v = luaL_checknumber(L, o - 1);
+        lua_pushnil(L); lua_replace(L, o - 1);
+        n = read_shape(L, 1, shape);
+    } else {
+        n = read_shape(L, 1, shape);
+        o = opts_after_shape(L, 1);
+        if (has_value) { v = luaL_checknumber(L, o); o++; }
+    }
+    lb_push_tensor(L, ld_tensor_full(opt_dtype(L, o, LD_F32), n, shape, v, opt_device(L, o)), 1);
+    return 1;
+}
+static int t_zeros(lua_State *L) { return t_fill_common(L, 0, 0); }
+static int t_ones(lua_State *L) { return t_fill_common(L, 1, 0); }
+static int t_full(lua_State *L) { return t_fill_common(L, 0, 1); }
+
+static int t_arange(lua_State *L) {
+    double a = luaL_checknumber(L, 1), b, s = 1;
+    int o;
+    if (lua_isnumber(L, 2)) { b = lua_tonumber(L, 2); o = 3; if (lua_isnumber(L, 3)) { s = lua_tonumber(L, 3); o = 4; } }
+    else { b = a; a = 0; o = 2; }
+    int all_int = lua_isinteger(L, 1) && (o < 3 || lua_isinteger(L, 2)) && (o < 4 || lua_isinteger(L, 3));
+    ld_dtype dt = opt_dtype(L, o, all_int ? LD_I64 : LD_F32);
+    lb_push_tensor(L, ld_tensor_arange(a, b, s, dt, opt_device(L, o)), 1);
+    return 1;
+}
+
+static double opt_num(lua_State *L, int idx, const char *k, double def) {
+    if (!lua_istable(L, idx)) return def;
+    lua_getfield(L, idx, k);
+    double v = luaL_optnumber(L, -1, def);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int t_uniform(lua_State *L) {
+    int64_t shape[LD_MAX_DIMS];
+    int n = read_shape(L, 1, shape), o = opts_after_shape(L, 1);
+    lb_push_tensor(L, ld_tensor_uniform(n, shape, (float)opt_num(L, o, "min", 0), (float)opt_num(L, o, "max", 1),
+                                        NULL, opt_device(L, o)), 1);
+    return 1;
+}
+
+static int t_normal(lua_State *L) {
+    int64_t shape[LD_MAX_DIMS];
+    int n = read_shape(L, 1, shape), o = opts_after_shape(L, 1);
+    lb_push_tensor(L, ld_tensor_normal(n, shape, (float)opt_num(L, o, "mean", 0), (float)opt_num(L, o, "stddev", 1),
+                                       NULL, opt_device(L, o)), 1);
+    return 1;
+}
+
+static int t_seed(lua_State *L) {
+    ld_rng_seed(ld_global_rng(), (uint64_t)luaL_checkinteger(L, 1));
+    return 0;
+}
+
+/* ================================================================ methods */
+#define SELF lb_check_tensor(L, 1)
+
+static int t_gc(lua_State *L) {
+    ld_tensor **p = luaL_checkudata(L, 1, LB_TENSOR_MT);
+    ld_tensor_release(*p);
+    *p = NULL;
+    return 0;
+}
+
+static int t_shape(lua_State *L) {
+    ld_tensor *t = SELF;
+    lua_createtable(L, t->ndim, 0);
+    for (int i = 0; i < t->ndim; i++) { lua_pushinteger(L, t->shape[i]); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+
+static int t_item(lua_State *L) {
+    double v;
+    ld_tensor *t = SELF;
+    if (ld_tensor_item(t, &v)) return lb_engine_error(L, 1);
+    if (t->dtype == LD_F32) lua_pushnumber(L, v); else lua_pushinteger(L, (lua_Integer)v);
+    return 1;
+}
+
+static void push_elem(lua_State *L, ld_tensor *t, int64_t i) {
+    double v = ld_tensor_get_flat(t, i);
+    if (t->dtype == LD_F32) lua_pushnumber(L, v); else lua_pushinteger(L, (lua_Integer)v);
+}
+
+static void to_table(lua_State *L, ld_tensor *t, int d, int64_t *pos) {
+    if (t->ndim == 0) { push_elem(L, t, (*pos)++); return; }
+    lua_createtable(L, (int)t->shape[d], 0);
+    for (int64_t i = 0; i < t->shape[d]; i++) {
+        if (d + 1 == t->ndim) push_elem(L, t, (*pos)++);
+        else to_table(L, t, d + 1, pos);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int t_totable(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_tensor *c = ld_to_device(t, ld_device_cpu());
+    if (!c) return lb_engine_error(L, 1);
+    int64_t pos = 0;
+    lb_push_tensor(L, c, 0);  /* anchor */
+    to_table(L, c, 0, &pos);
+    return 1;
+}
+
+static int t_reshape(lua_State *L) {
+    ld_tensor *t = SELF;
+    int64_t shape[LD_MAX_DIMS];
+    int n = read_shape(L, 2, shape);
+    lb_push_tensor(L, ld_reshape_op(t, n, shape), 2);
+    return 1;
+}
+
+static int t_transpose(lua_State *L) {
+    ld_tensor *t = SELF;
+    int d0 = (int)luaL_optinteger(L, 2, -2), d1 = (int)luaL_optinteger(L, 3, -1);
+    if (t->ndim < 2) return luaL_argerror(L, 1, "transpose needs at least 2 dimensions");
+    lb_push_tensor(L, ld_transpose_op(t, d0, d1), 2);
+    return 1;
+}
+
+static int t_permute(lua_State *L) {
+    ld_tensor *t = SELF;
+    int64_t s[LD_MAX_DIMS];
+    int n = read_shape(L, 2, s), perm[LD_MAX_DIMS];
+    if (n != t->ndim) return luaL_argerror(L, 2, "permutation must list every dimension");
+    for (int i = 0; i < n; i++) perm[i] = (int)s[i];
+    lb_push_tensor(L, ld_permute(t, perm), 2);
+    return 1;
+}
+
+static int t_slice(lua_State *L) {
+    ld_tensor *t = SELF;
+    int dim = (int)luaL_checkinteger(L, 2);
+    int64_t start = luaL_optinteger(L, 3, 0), stop = luaL_optinteger(L, 4, INT64_MAX / 2);
+    int64_t step = luaL_optinteger(L, 5, 1);
+    lb_push_tensor(L, ld_slice(t, dim, start, stop, step), 2);
+    return 1;
+}
+
+static int t_contiguous(lua_State *L) { lb_push_tensor(L, ld_contiguous(SELF), 1); return 1; }
+static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone(SELF), 1); return 1; }
+
+static int t_astype(lua_State *L) {
+    ld_dtype dt;
+    if (ld_dtype_from_name(luaL_checkstring(L, 2), &dt)) return lb_engine_error(L, 2);
+    lb_push_tensor(L, ld_cast(SELF, dt), 1);
+    return 1;
+}
+static int t_float(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_F32), 1); return 1; }
+static int t_long(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_I64), 1); return 1; }
+
+static int t_to(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_device *d = ld_device_find(luaL_checkstring(L, 2));
+    if (!d) return lb_engine_error(L, 2);
+    lb_push_tensor(L, ld_to_device(t, d), 1);
+    return 1;
+}
+static int t_cpu(lua_State *L) { lb_push_tensor(L, ld_to_device(SELF, ld_device_cpu()), 1); return 1; }
+
+static int t_numel(lua_State *L) { lua_pushinteger(L, ld_tensor_numel(SELF)); return 1; }
+static int t_len(lua_State *L) {
+    ld_tensor *t = SELF;
+    lua_pushinteger(L, t->ndim ? t->shape[0] : 0);
+    return 1;
+}
+
+/* ---- arithmetic ---- */
+static int binop(lua_State *L, ld_binary_op op) {
+    ld_tensor *a = lb_to_tensor(L, 1, LD_F32);
+    lb_push_tensor(L, a, 0);     /* anchor while converting b */
+    ld_tensor *b = lb_to_tensor(L, 2, LD_F32);
+    lb_push_tensor(L, b, 0);
+    lb_push_tensor(L, ld_binary(op, a, b), 1);
+    return 1;
+}
+static int t_add(lua_State *L) { return binop(L, LD_BIN_ADD); }
+static int t_sub(lua_State *L) { return binop(L, LD_BIN_SUB); }
+static int t_mul(lua_State *L) { return binop(L, LD_BIN_MUL); }
+static int t_div(lua_State *L) { return binop(L, LD_BIN_DIV); }
+static int t_pow(lua_State *L) { return binop(L, LD_BIN_POW); }
+static int t_maximum(lua_State *L) { return binop(L, LD_BIN_MAX); }
+static int t_minimum(lua_State *L) { return binop(L, LD_BIN_MIN); }
+static int t_eq(lua_State *L) { return binop(L, LD_BIN_EQ); }
+static int t_lt(lua_State *L) { return binop(L, LD_BIN_LT); }
+static int t_gt(lua_State *L) { return binop(L, LD_BIN_GT); }
+
+static int unop(lua_State *L, ld_unary_op op) {
+    ld_tensor *x = lb_to_tensor(L, 1, LD_F32);
+    lb_push_tensor(L, x, 0);
+    lb_push_tensor(L, ld_unary(op, x), 1);
+    return 1;
+}
+static int t_neg(lua_State *L) { return unop(L, LD_UN_NEG); }
+static int t_exp(lua_State *L) { return unop(L, LD_UN_EXP); }
+static int t_log(lua_State *L) { return unop(L, LD_UN_LOG); }
+static int t_sqrt(lua_State *L) { return unop(L, LD_UN_SQRT); }
+static int t_abs(lua_State *L) { return unop(L, LD_UN_ABS); }
+static int t_relu(lua_State *L) { return unop(L, LD_UN_RELU); }
+static int t_sigmoid(lua_State *L) { return unop(L, LD_UN_SIGMOID); }
+static int t_tanh(lua_State *L) { return unop(L, LD_UN_TANH); }
+static int t_gelu(lua_State *L) { return unop(L, LD_UN_GELU); }
+static int t_square(lua_State *L) { return unop(L, LD_UN_SQUARE); }
+
+static int t_softmax(lua_State *L) { lb_push_tensor(L, ld_softmax(SELF), 1); return 1; }
+static int t_log_softmax(lua_State *L) { lb_push_tensor(L, ld_log_softmax(SELF), 1); return 1; }
+
+static int t_matmul(lua_State *L) {
+    ld_tensor *a = lb_check_tensor(L, 1), *b = lb_check_tensor(L, 2);
+    ld_tensor *c = ld_matmul(a, b);
+    if (!c) {
+        /* name the shapes as Lua's own argument errors do */
+        return luaL_error(L, "bad argument #1 to 'matmul' (%s)", ld_error());
+    }
+    lb_push_tensor(L, c, 0);
+    return 1;
+}
+
+/* sum/mean/max(t, axis?, {keepdims=}) or (t, {axis=, keepdims=}) */
+static void reduce_args(lua_State *L, int *axis, int *keep) {
+    *axis = LD_ALL_AXES; *keep = 0;
+    int o = 2;
+    if (lua_isinteger(L, 2)) { *axis = (int)lua_tointeger(L, 2); o = 3; }
+    else if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2)) luaL_typeerror(L, 2, "integer axis or options table");
+    if (lua_istable(L, o)) {
+        lua_getfield(L, o, "axis");
+        if (!lua_isnil(L, -1)) *axis = (int)luaL_checkinteger(L, -1);
+        lua_getfield(L, o, "keepdims");
+        *keep = lua_toboolean(L, -1);
+        lua_pop(L, 2);
+    }
+}
+static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
+static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
+static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
+static int t_argmax(lua_State *L) {
+    ld_tensor *t = SELF;
+    lb_push_tensor(L, ld_argmax(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES)), 2);
+    return 1;
+}
+
+static int t_index_select(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_tensor *idx = lb_to_tensor(L, 2, LD_I64);
+    lb_push_tensor(L, idx, 0);
+    lb_push_tensor(L, ld_index_select(t, idx), 2);
+    return 1;
+}
+
+static int t_concat(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)luaL_len(L, 1), axis = (int)luaL_optinteger(L, 2, 0);
+    if (n < 1) return luaL_argerror(L, 1, "need at least one tensor");
+    ld_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        ts[i] = lb_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+    lb_push_tensor(L, ld_concat(ts, n, axis), 1);
+    return 1;
+}
+
+static int t_stack(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    int n = (int)luaL_len(L, 1);
+    if (n < 1) return luaL_argerror(L, 1, "need at least one tensor");
+    ld_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
+    int base = lua_gettop(L);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 1, i + 1);
+        ld_tensor *t = lb_check_tensor(L, -1);
+        int64_t s[LD_MAX_DIMS];
+        s[0] = 1;
+        memcpy(s + 1, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        ts[i] = ld_reshape(t, t->ndim + 1, s);
+        lb_push_tensor(L, ts[i], 1);   /* anchored on the stack */
+        lua_remove(L, -2);
+    }
+    ld_tensor *r = ld_concat(ts, n, 0);
+    lua_settop(L, base);
+    lb_push_tensor(L, r, 1);
+    return 1;
+}
+
+/* t[i] selects along dim 0; t.shape etc. through the method table */
+static int t_index(lua_State *L) {
+    if (lua_isinteger(L, 2)) {
+        ld_tensor *t = SELF;
+        if (t->ndim == 0) return luaL_error(L, "cannot index a scalar tensor");
+        ld_tensor *s = ld_select(t, 0, lua_tointeger(L, 2));
+        if (!s) return lb_engine_error(L, 2);
+        if (s->ndim == 0) { push_elem(L, s, 0); ld_tensor_release(s); return 1; }
+        lb_push_tensor(L, s, 2);
+        return 1;
+    }
+    const char *k = luaL_checkstring(L, 2);
+    ld_tensor *t = SELF;
+    if (!strcmp(k, "shape")) return t_shape(L);
+    if (!strcmp(k, "dtype")) { lua_pushstring(L, ld_dtype_name(t->dtype)); return 1; }
+    if (!strcmp(k, "device")) { lua_pushstring(L, t->storage->device->name); return 1; }
+    if (!strcmp(k, "ndim")) { lua_pushinteger(L, t->ndim); return 1; }
+    if (!strcmp(k, "name")) { if (t->name) lua_pushstring(L, t->name); else lua_pushnil(L); return 1; }
+    if (!strcmp(k, "trainable")) { lua_pushboolean(L, t->requires_grad); return 1; }
+    if (!strcmp(k, "T")) { lb_push_tensor(L, ld_transpose_op(t, -2, -1), 1); return 1; }
+    lua_getfield(L, lua_upvalueindex(1), k);
+    return 1;
+}
+
+static int t_newindex(lua_State *L) {
+    ld_tensor *t = SELF;
+    if (!lua_isinteger(L, 2)) return luaL_argerror(L, 2, "tensors are indexed by integers");
+    ld_tensor *dst = ld_select(t, 0, lua_tointeger(L, 2));
+    if (!dst) return lb_engine_error(L, 2);
+    lb_push_tensor(L, dst, 0);
+    ld_tensor *src = lb_to_tensor(L, 3, t->dtype);
+    lb_push_tensor(L, src, 0);
+    if (ld_copy_into(dst, src)) return lb_engine_error(L, 3);
+    return 0;
+}
+
+static int t_assign(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_tensor *src = lb_to_tensor(L, 2, t->dtype);
+    lb_push_tensor(L, src, 0);
+    if (!ld_same_shape(t, src) && ld_tensor_numel(src) != 1) {
+        char b1[64], b2[64];
+        return luaL_error(L, "bad argument #1 to 'assign' (shape %s does not match the variable's %s)",
+                          ld_shape_str(src, b1, sizeof b1), ld_shape_str(t, b2, sizeof b2));
+    }
+    if (ld_copy_into(t, src)) return lb_engine_error(L, 2);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_assign_sub(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_tensor *src = lb_to_tensor(L, 2, t->dtype);
+    lb_push_tensor(L, src, 0);
+    ld_tape_pause(1);
+    ld_tensor *d = ld_sub(t, src);
+    ld_tape_pause(0);
+    lb_push_tensor(L, d, 2);
+    if (ld_copy_into(t, d)) return lb_engine_error(L, 2);
+    lua_settop(L, 1);
+    return 1;
+}
+
+/* ---- printing, NumPy style ---- */
+static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width) {
+    char s[64];
+    double v = ld_tensor_get_flat(t, i);
+    if (t->dtype == LD_F32) snprintf(s, sizeof s, "%*.4f", width, v);
+    else snprintf(s, sizeof s, "%*lld", width, (long long)v);
+    luaL_addstring(b, s);
+}
+
+static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t *strides, int indent, int width) {
+    const int64_t edge = 3, maxn = 8;
+    luaL_addchar(b, '[');
+    int64_t n = t->shape[d];
+    for (int64_t i = 0; i < n; i++) {
+        if (n > maxn && i == edge) {
+            luaL_addstring(b, d + 1 == t->ndim ? " ..." : "\n");
+            if (d + 1 != t->ndim) { for (int k = 0; k < indent + 1; k++) luaL_addchar(b, ' '); luaL_addstring(b, "..."); }
+            i = n - edge;
+        }
+        if (i) {
+            if (d + 1 == t->ndim) luaL_addchar(b, ' ');
+            else {
+                luaL_addchar(b, '\n');
+                for (int k = d + 1; k < t->ndim - 1; k++) luaL_addchar(b, '\n');
+                for (int k = 0; k < indent + 1; k++) luaL_addchar(b, ' ');
+            }
+        }
+        if (d + 1 == t->ndim) fmt_elem(b, t, base + i * strides[d], width);
+        else fmt_dims(b, t, d + 1, base + i * strides[d], strides, indent + 1, width);
+    }
+    luaL_addchar(b, ']');
+}
+
+static int t_tostring(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_tensor *c = ld_to_device(t, ld_device_cpu());
+    if (!c) return lb_engine_error(L, 1);
+    lb_push_tensor(L, c, 0);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "tensor(");
+    if (c->ndim == 0) fmt_elem(&b, c, 0, 0);
+    else {
+        int64_t strides[LD_MAX_DIMS], s = 1;
+        for (int i = c->ndim - 1; i >= 0; i--) { strides[i] = s; s *= c->shape[i]; }
+        int64_t n = ld_tensor_numel(c);
+        int width = 1;
+        double mx = 0;
+        int neg = 0;
+        for (int64_t i = 0; i < n && i < 100000; i++) {
+            double v = ld_tensor_get_flat(c, i);
+            if (fabs(v) > mx) mx = fabs(v);
+            if (v < 0) neg = 1;
+        }
+        width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
+        if (n == 0) luaL_addstring(&b, "[]");
+        else fmt_dims(&b, c, 0, 0, strides, 7, width);
+    }
+    char tail[160], sh[96];
+    ld_shape_str(c, sh, sizeof sh);
+    snprintf(tail, sizeof tail, ", shape=%s, dtype=%s, device=%s%s)", c->ndim ? sh : "()",
+             ld_dtype_name(t->dtype), t->storage->device->name, t->requires_grad ? ", trainable" : "");
+    luaL_addstring(&b, tail);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+/* Rich display for the notebook: an HTML table of (at most 10x10 corner) values. */
+static int t_mimebundle(lua_State *L) {
+    ld_tensor *t = SELF;
+    ld_tensor *c = ld_to_device(t, ld_device_cpu());
+    if (!c) return lb_engine_error(L, 1);
+    lb_push_tensor(L, c, 0);
+    int anchor = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    char sh[96], s[128];
+    snprintf(s, sizeof s, "<div><small>tensor shape=%s dtype=%s device=%s</small><table>",
+             c->ndim ? ld_shape_str(c, sh, sizeof sh) : "()", ld_dtype_name(c->dtype), c->storage->device->name);
+    luaL_addstring(&b, s);
+    int64_t rows = c->ndim >= 2 ? c->shape[c->ndim - 2] : 1, cols = c->ndim >= 1 ? c->shape[c->ndim - 1] : 1;
+    for (int64_t i = 0; i < rows && i < 10; i++) {
+        luaL_addstring(&b, "<tr>");
+        for (int64_t j = 0; j < cols && j < 10; j++) {
+            double v = ld_tensor_get_flat(c, i * cols + j);
+            snprintf(s, sizeof s, c->dtype == LD_F32 ? "<td>%.4f</td>" : "<td>%.0f</td>", v);
+            luaL_addstring(&b, s);
+        }
+        if (cols > 10) luaL_addstring(&b, "<td>&hellip;</td>");
+        luaL_addstring(&b, "</tr>");
+    }
+    if (rows > 10) luaL_addstring(&b, "<tr><td>&vellip;</td></tr>");
+    luaL_addstring(&b, "</table></div>");
+    luaL_pushresult(&b);
+    lua_createtable(L, 0, 2);
+    lua_insert(L, -2);
+    lua_setfield(L, -2, "text/html");
+    lua_pushcfunction(L, t_tostring);
+    lua_pushvalue(L, 1);
+    lua_call(L, 1, 1);
+    lua_setfield(L, -2, "text/plain");
+    lua_remove(L, anchor);
+    return 1;
+}
+
+static int t_is_tensor(lua_State *L) { lua_pushboolean(L, lb_test_tensor(L, 1) != NULL); return 1; }
+
+static int t_variable(lua_State *L) {
+    ld_tensor *src = lb_to_tensor(L, 1, LD_F32);
+    lb_push_tensor(L, src, 0);
+    ld_tensor *v = ld_cast(src, LD_F32);
+    if (!v) return lb_engine_error(L, 1);
+    v->requires_grad = 1;
+    if (lua_istable(L, 2)) {
+        lua_getfield(L, 2, "name");
+        if (lua_isstring(L, -1)) v->name = strdup(lua_tostring(L, -1));
+        lua_getfield(L, 2, "trainable");
+        if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) v->requires_grad = 0;
+        lua_pop(L, 2);
+    }
+    lb_push_tensor(L, v, 1);
+    return 1;
+}
+
+static int t_devices(lua_State *L) {
+    lua_newtable(L);
+    for (int i = 0; i < ld_device_count(); i++) {
+        lua_pushstring(L, ld_device_at(i)->name);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int t_memory(lua_State *L) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, (lua_Integer)ld_host_bytes_in_use());
+    lua_setfield(L, -2, "bytes_in_use");
+    lua_pushinteger(L, (lua_Integer)ld_host_bytes_peak());
+    lua_setfield(L, -2, "peak_bytes");
+    return 1;
+}
+
+static const luaL_Reg methods[] = {
+    {"item", t_item}, {"totable", t_totable}, {"tolist", t_totable}, {"size", t_shape},
+    {"reshape", t_reshape}, {"transpose", t_transpose}, {"permute", t_permute}, {"slice", t_slice},
+    {"contiguous", t_contiguous}, {"clone", t_clone}, {"astype", t_astype}, {"float", t_float},
+    {"long", t_long}, {"to", t_to}, {"cpu", t_cpu}, {"numel", t_numel},
+    {"add", t_add}, {"sub", t_sub}, {"mul", t_mul}, {"div", t_div}, {"pow", t_pow},
+    {"maximum", t_maximum}, {"minimum", t_minimum}, {"eq", t_eq}, {"lt", t_lt}, {"gt", t_gt},
+    {"neg", t_neg}, {"exp", t_exp}, {"log", t_log}, {"sqrt", t_sqrt}, {"abs", t_abs},
+    {"relu", t_relu}, {"sigmoid", t_sigmoid}, {"tanh", t_tanh}, {"gelu", t_gelu}, {"square", t_square},
+    {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
+    {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax},
+    {"index_select", t_index_select}, {"gather", t_index_select},
+    {"assign", t_assign}, {"assign_sub", t_assign_sub},
+    {NULL, NULL}};
+
+static const luaL_Reg functions[] = {
+    {"new", t_new}, {"from", t_new}, {"zeros", t_zeros}, {"ones", t_ones}, {"full", t_full},
+    {"arange", t_arange}, {"uniform", t_uniform}, {"rand", t_uniform}, {"normal", t_normal},
+    {"randn", t_normal}, {"seed", t_seed}, {"concat", t_concat}, {"stack", t_stack},
+    {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
+    {NULL, NULL}};
+
+static const char *const docs[] = {
+    "new", "tensor.new(values, {dtype=\"float32\", device=\"cpu:0\"})\n\nA tensor from a number, a nested table of numbers, or another tensor.\n  tensor.new{{1, 2}, {3, 4}}   --> 2x2 float32",
+    "zeros", "tensor.zeros(d1, d2, ... | {d1, d2, ...}, {dtype=, device=})\n\nA tensor of zeros.",
+    "ones", "tensor.ones(d1, d2, ..., {dtype=, device=})\n\nA tensor of ones.",
+    "full", "tensor.full(shape..., value, {dtype=, device=})\n\nA tensor filled with value.",
+    "arange", "tensor.arange([start,] stop [, step], {dtype=})\n\nValues start, start+step, ... below stop (int64 when all arguments are integers).",
+    "uniform", "tensor.uniform(shape..., {min=0, max=1})\n\nUniform random values from the seeded global generator (tensor.seed).",
+    "normal", "tensor.normal(shape..., {mean=0, stddev=1})\n\nNormal random values from the seeded global generator.",
+    "seed", "tensor.seed(n)\n\nReset the global random generator: initialisers, dropout and random tensors repeat.",
+    "concat", "tensor.concat({t1, t2, ...}, axis=0)\n\nJoin tensors along an existing axis.",
+    "stack", "tensor.stack({t1, t2, ...})\n\nJoin equally shaped tensors along a new first axis.",
+    "Variable", "tensor.Variable(value, {name=, trainable=true})\n\nA trainable tensor: tapes watch it automatically and optimizers update it in place.",
+    "devices", "tensor.devices()\n\nNames of the devices ldist found, e.g. {\"cpu:0\"}.",
+    "memory", "tensor.memory()\n\nBytes of host memory held by tensors now, and the peak.",
+    "Tensor", "Tensor\n\nAn n-dimensional array (float32, int32, int64 or uint8) on a device.\n"
+              "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"
+              "Fields: shape, dtype, device, ndim, T.  t[i] selects along the first axis.\n"
+              "Operators + - * / ^ and unary - broadcast like NumPy.\n"
+              "Methods: reshape, transpose, permute, slice, sum, mean, max, argmax, matmul, exp, log,\n"
+              "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
+              "clone, contiguous, index_select, assign, assign_sub.",
+    "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
+    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them.",
+    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them.",
+    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them.",
+    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis.",
+    "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
+    "Tensor:item", "t:item()\n\nThe value of a one-element tensor as a Lua number.",
+    "Tensor:totable", "t:totable()\n\nThe values as nested Lua tables.",
+    "Tensor:slice", "t:slice(axis, start, stop, step=1)\n\nA view of [start, stop) along an axis (0-based).",
+    "Tensor:to", "t:to(\"cuda:0\")\n\nA copy on another device.",
+    "Tensor:assign", "v:assign(value)\n\nOverwrite the tensor's values in place.",
+    NULL};
+
+int lb_open_tensor(lua_State *L) {
+    /* the variable cache: weak values */
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, VAR_CACHE);
+
+    luaL_newmetatable(L, LB_TENSOR_MT);
+    int mt = lua_gettop(L);
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    int mtab = lua_gettop(L);
+    lua_pushvalue(L, mtab);
+    lua_pushcclosure(L, t_index, 1);
+    lua_setfield(L, mt, "__index");
+    static const luaL_Reg meta[] = {
+        {"__newindex", t_newindex}, {"__gc", t_gc}, {"__close", t_gc}, {"__tostring", t_tostring},
+        {"__add", t_add}, {"__sub", t_sub}, {"__mul", t_mul}, {"__div", t_div}, {"__pow", t_pow},
+        {"__unm", t_neg}, {"__len", t_len}, {"__mimebundle", t_mimebundle}, {NULL, NULL}};
+    lua_pushvalue(L, mt);
+    luaL_setfuncs(L, meta, 0);
+    lua_pop(L, 1);
+    lua_pushvalue(L, mtab);
+    lua_setfield(L, mt, "methods");
+    lua_settop(L, mt - 1);
+
+    luaL_newlib(L, functions);
+    luaL_getmetatable(L, LB_TENSOR_MT);
+    lua_getfield(L, -1, "methods");
+    lua_setfield(L, -3, "Tensor");
+    lua_pop(L, 1);
+    lb_set_docs(L, "tensor.", docs);
+    return 1;
+}
