@@ -3,7 +3,7 @@
 
 CC      ?= gcc
 ARCH    ?= native
-OPT     ?= -O3 -march=$(ARCH)
+OPT     ?= -O3 -march=$(ARCH) -fno-math-errno
 CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthread
 LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -55,8 +55,9 @@ build/tests/engine/%: tests/engine/%.c tests/engine/test_util.c build/libldist_e
 setup:
 	@bash scripts/setup.sh
 
+# On a terminal, stay at the ldist prompt with the trained model in scope.
 run: setup all
-	./ldist scripts/main.lua
+	@if [ -t 0 ]; then ./ldist -i scripts/main.lua; else ./ldist scripts/main.lua; fi
 
 test: setup all
 	@bash tests/run.sh

@@ -10,7 +10,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <unistd.h>
+
+static int cpu_threads_wanted = 1;
 
 /* ================================================================ memory
  * A training step allocates the same sizes every step; glibc returns big
@@ -83,6 +86,92 @@ static void cpu_free(ld_device *d, void *p, size_t nbytes) {
 static int cpu_to_host(ld_device *d, void *host, const void *src, size_t n) { memcpy(host, src, n); return 0; }
 static int cpu_from_host(ld_device *d, void *dst, const void *host, size_t n) { memcpy(dst, host, n); return 0; }
 static void cpu_sync(ld_device *d) {}
+
+
+/* ================================================================ thread pool
+ * Measured on the 2-core machines (DESIGN.md): two threads each running a
+ * single-threaded sgemm on half the rows beat one multi-threaded OpenBLAS
+ * call, so OpenBLAS runs single-threaded and the CPU device splits work
+ * itself: row blocks of a matrix product, ranges of elementwise and
+ * optimizer loops. The calling thread takes part 0. */
+typedef void (*par_fn)(void *ctx, int part, int nparts);
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int nthreads;            /* including the caller */
+    unsigned gen;
+    int pending;
+    par_fn fn;
+    void *ctx;
+    int started;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, 0};
+static _Thread_local int in_pool_worker;
+
+static void *pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    unsigned seen = 0;
+    in_pool_worker = 1;
+    for (;;) {
+        pthread_mutex_lock(&pool.mu);
+        while (pool.gen == seen) pthread_cond_wait(&pool.go, &pool.mu);
+        seen = pool.gen;
+        par_fn fn = pool.fn;
+        void *ctx = pool.ctx;
+        int n = pool.nthreads;
+        pthread_mutex_unlock(&pool.mu);
+        if (id < n) fn(ctx, id, n);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+        pthread_mutex_unlock(&pool.mu);
+    }
+    return NULL;
+}
+
+static int max_workers;
+static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void pool_start(int n) {
+    /* workers are started once and kept; n is the count wanted (caller included) */
+    while (max_workers + 1 < n) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &a, pool_worker, (void *)(intptr_t)(max_workers + 1)) != 0) break;
+        max_workers++;
+    }
+}
+
+/* Run fn(ctx, part, nparts) for parts 0..nparts-1 in parallel; nparts is
+   min(want, the pool's size). Nested calls (from a worker) run serially. */
+static void parallel_run(par_fn fn, void *ctx, int want) {
+    int n = pool.nthreads < want ? pool.nthreads : want;
+    if (n <= 1 || in_pool_worker || pthread_mutex_trylock(&run_mu) != 0) { fn(ctx, 0, 1); return; }
+    if (max_workers + 1 < n) pool_start(n);
+    if (max_workers + 1 < n) n = max_workers + 1;
+    pthread_mutex_lock(&pool.mu);
+    pool.fn = fn; pool.ctx = ctx; pool.nthreads = n;
+    pool.pending = max_workers;
+    pool.gen++;
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.mu);
+    fn(ctx, 0, n);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
+    pool.nthreads = cpu_threads_wanted;
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&run_mu);
+}
+
+static void range_of(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) {
+    /* 16-element aligned blocks keep vector loops whole */
+    int64_t blk = ((n + nparts - 1) / nparts + 15) & ~(int64_t)15;
+    *lo = blk * part; *hi = *lo + blk;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+#define PAR_MIN 32768   /* elements below which a loop stays on one thread */
 
 /* ================================================================ copies */
 static inline double load_as_double(const void *p, ld_dtype dt, int64_t i) {
@@ -179,7 +268,7 @@ static void bin_inner(ld_binary_op op, float *out, const float *a, int64_t as, c
     }
 }
 
-static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
+static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
                        const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
     if (ndim == 0) { out[0] = bin(op, a[0], b[0]); return; }
     /* merge the trailing dims that are contiguous in both operands */
@@ -211,7 +300,7 @@ static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a
 
 static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 
-static void cpu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
+static void cpu_unary_serial(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
     switch (op) {
     case LD_UN_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
     case LD_UN_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
@@ -227,7 +316,7 @@ static void cpu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, in
     }
 }
 
-static void cpu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy,
+static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, const float *dy,
                                const float *x, const float *y, int64_t n) {
     switch (op) {
     case LD_UN_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -dy[i]; break;
@@ -293,7 +382,7 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
     }
 }
 
-static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                      int64_t ldc) {
     if (m == 0 || n == 0) return;
@@ -395,7 +484,7 @@ static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const
 }
 
 /* ================================================================ optimizers (Keras' formulas) */
-static void cpu_sgd(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr,
+static void cpu_sgd_serial(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr,
                     float mom, int nesterov, float wd) {
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i] + wd * w[i];
@@ -408,7 +497,7 @@ static void cpu_sgd(ld_device *d, float *w, float *v, const float *g, int64_t n,
     }
 }
 
-static void cpu_adam(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr,
+static void cpu_adam_serial(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr,
                      float b1, float b2, float eps, int64_t step, float wd, int decoupled) {
     double alpha = lr * sqrt(1.0 - pow(b2, (double)step)) / (1.0 - pow(b1, (double)step));
     float a = (float)alpha, c1 = 1 - b1, c2 = 1 - b2;
@@ -422,7 +511,7 @@ static void cpu_adam(ld_device *d, float *w, float *m, float *v, const float *g,
     }
 }
 
-static void cpu_rmsprop(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n,
+static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n,
                         float lr, float rho, float momentum, float eps) {
     for (int64_t i = 0; i < n; i++) {
         ms[i] = rho * ms[i] + (1 - rho) * g[i] * g[i];
@@ -430,6 +519,107 @@ static void cpu_rmsprop(ld_device *d, float *w, float *ms, float *mom, const flo
         if (mom) { mom[i] = momentum * mom[i] + inc; w[i] -= mom[i]; }
         else w[i] -= inc;
     }
+}
+
+/* ================================================================ parallel wrappers */
+typedef struct {
+    ld_binary_op op; float *out; const float *a, *b; const int64_t *sa, *sb, *shape; int ndim; int64_t inner;
+} bin_job;
+static void bin_part(void *c, int p, int np) {
+    bin_job *j = c;
+    int64_t lo, hi;
+    range_of(j->shape[0], p, np, &lo, &hi);
+    if (lo >= hi) return;
+    int64_t sh[LD_MAX_DIMS];
+    memcpy(sh, j->shape, sizeof(int64_t) * (size_t)j->ndim);
+    sh[0] = hi - lo;
+    cpu_binary_serial(NULL, j->op, j->out + lo * j->inner, j->a + lo * j->sa[0], j->sa, j->b + lo * j->sb[0], j->sb, j->ndim, sh);
+}
+static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
+                       const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
+    int64_t total = 1;
+    for (int i = 0; i < ndim; i++) total *= shape[i];
+    if (ndim == 0 || total < PAR_MIN || shape[0] < 2) { cpu_binary_serial(d, op, out, a, sa, b, sb, ndim, shape); return; }
+    bin_job j = {op, out, a, b, sa, sb, shape, ndim, total / shape[0]};
+    parallel_run(bin_part, &j, 64);
+}
+
+typedef struct { ld_unary_op op; float *y; const float *x, *dy, *yv; int64_t n; int bw; } un_job;
+static void un_part(void *c, int p, int np) {
+    un_job *j = c;
+    int64_t lo, hi;
+    range_of(j->n, p, np, &lo, &hi);
+    if (lo >= hi) return;
+    if (j->bw) cpu_unary_backward_serial(NULL, j->op, j->y + lo, j->dy + lo, j->x ? j->x + lo : NULL, j->yv ? j->yv + lo : NULL, hi - lo);
+    else cpu_unary_serial(NULL, j->op, j->y + lo, j->x + lo, hi - lo);
+}
+static void cpu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
+    if (n < PAR_MIN) { cpu_unary_serial(d, op, y, x, n); return; }
+    un_job j = {op, y, x, NULL, NULL, n, 0};
+    parallel_run(un_part, &j, 64);
+}
+static void cpu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy, const float *x,
+                               const float *y, int64_t n) {
+    if (n < PAR_MIN) { cpu_unary_backward_serial(d, op, dx, dy, x, y, n); return; }
+    un_job j = {op, dx, x, dy, y, n, 1};
+    parallel_run(un_part, &j, 64);
+}
+
+typedef struct {
+    int ta, tb; int64_t m, n, k; float alpha; const float *a; int64_t lda; const float *b; int64_t ldb;
+    float beta; float *c; int64_t ldc; int split_n;
+} gemm_job;
+static void gemm_part(void *c, int p, int np) {
+    gemm_job *j = c;
+    int64_t lo, hi;
+    if (j->split_n) {
+        range_of(j->n, p, np, &lo, &hi);
+        if (lo >= hi) return;
+        const float *b = j->tb ? j->b + lo * j->ldb : j->b + lo;
+        cpu_gemm_serial(NULL, j->ta, j->tb, j->m, hi - lo, j->k, j->alpha, j->a, j->lda, b, j->ldb, j->beta, j->c + lo, j->ldc);
+    } else {
+        range_of(j->m, p, np, &lo, &hi);
+        if (lo >= hi) return;
+        const float *a = j->ta ? j->a + lo : j->a + lo * j->lda;
+        cpu_gemm_serial(NULL, j->ta, j->tb, hi - lo, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta, j->c + lo * j->ldc, j->ldc);
+    }
+}
+static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if ((double)m * n * k < 262144.0 || (m < 32 && n < 32)) {
+        cpu_gemm_serial(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n > m};
+    parallel_run(gemm_part, &j, 64);
+}
+
+typedef struct {
+    int kind; float *w, *s1, *s2; const float *g; int64_t n; float lr, p1, p2, eps, wd; int64_t step; int flag;
+} opt_job;
+static void opt_part(void *c, int p, int np) {
+    opt_job *j = c;
+    int64_t lo, hi;
+    range_of(j->n, p, np, &lo, &hi);
+    if (lo >= hi) return;
+    float *s1 = j->s1 ? j->s1 + lo : NULL, *s2 = j->s2 ? j->s2 + lo : NULL;
+    if (j->kind == 0) cpu_sgd_serial(NULL, j->w + lo, s1, j->g + lo, hi - lo, j->lr, j->p1, j->flag, j->wd);
+    else if (j->kind == 1) cpu_adam_serial(NULL, j->w + lo, s1, s2, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps, j->step, j->wd, j->flag);
+    else cpu_rmsprop_serial(NULL, j->w + lo, s1, s2, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps);
+}
+static void cpu_sgd(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float mom, int nesterov, float wd) {
+    opt_job j = {0, w, v, NULL, g, n, lr, mom, 0, 0, wd, 0, nesterov};
+    if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
+}
+static void cpu_adam(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
+                     float b2, float eps, int64_t step, float wd, int decoupled) {
+    opt_job j = {1, w, m, v, g, n, lr, b1, b2, eps, wd, step, decoupled};
+    if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
+}
+static void cpu_rmsprop(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
+                        float rho, float momentum, float eps) {
+    opt_job j = {2, w, ms, mom, g, n, lr, rho, momentum, eps, 0, 0, 0};
+    if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
 
 static const ld_backend cpu_backend = {
@@ -520,8 +710,19 @@ void ld_device_free(ld_device *d, void *p, size_t nbytes) {
 
 void ld_cpu_set_threads(int n) {
     if (n < 1) n = 1;
-    openblas_set_num_threads(n);
+    openblas_set_num_threads(1);     /* the pool splits the work; see above */
+    pthread_mutex_lock(&pool.mu);
+    cpu_threads_wanted = n;
+    pool.nthreads = n;
+    pthread_mutex_unlock(&pool.mu);
     cpu0.threads = n;
 }
 
-int ld_cpu_threads(void) { return cpu0.threads ? cpu0.threads : openblas_get_num_threads(); }
+int ld_cpu_threads(void) { return cpu_threads_wanted; }
+
+/* Default: one thread per core (LDIST_NUM_THREADS overrides). */
+__attribute__((constructor)) static void cpu_init(void) {
+    const char *e = getenv("LDIST_NUM_THREADS");
+    long n = e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
+    ld_cpu_set_threads(n > 0 ? (int)n : 1);
+}

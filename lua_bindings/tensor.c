@@ -96,6 +96,7 @@ static void table_fill(lua_State *L, int idx, int depth, int ndim, const int64_t
 }
 
 static ld_dtype opt_dtype(lua_State *L, int idx, ld_dtype def) {
+    if (!lua_isnoneornil(L, idx) && !lua_istable(L, idx)) luaL_typeerror(L, idx, "options table");
     if (!lua_istable(L, idx)) return def;
     lua_getfield(L, idx, "dtype");
     ld_dtype dt = def;

@@ -1,0 +1,186 @@
+-- test_nn.lua - layers, models, losses, optimizers and the Keras-style API.
+local T = dofile("tests/lua/testlib.lua")
+
+T.test("Dense builds on first call with Keras' initialisers", function()
+  tensor.seed(1)
+  local d = nn.Dense(4, "relu")
+  T.ok(not d.built)
+  local y = d(tensor.ones(3, 5))
+  T.eq(y.shape[1], 3); T.eq(y.shape[2], 4)
+  T.eq(#d.trainable_variables, 2)
+  T.eq(d.kernel.shape[1], 5)
+  T.eq(d.bias:sum():item(), 0)
+  local lim = math.sqrt(6 / 9)
+  T.ok(d.kernel:abs():max():item() <= lim + 1e-6, "glorot_uniform bound")
+end)
+
+T.test("Sequential, summary and trainable variables", function()
+  local m = nn.Sequential{nn.Flatten(), nn.Dense(8, "relu"), nn.Dropout(0.5), nn.Dense(3)}
+  m:build{4, 4}
+  T.eq(#m.trainable_variables, 4)
+  T.ok(m.trainable_variables[1] == m.trainable_variables[1], "variables keep their identity")
+  local s = m:summary_text()
+  T.ok(s:find("Total params: 163", 1, true), s)
+  T.ok(s:find("(None, 8)", 1, true))
+  -- dropout is only active in training
+  local x = tensor.ones(2, 4, 4)
+  T.eq((m(x) - m(x)):abs():sum():item(), 0)
+end)
+
+T.test("Conv2D and MaxPool2D shapes", function()
+  local m = nn.Sequential{nn.Reshape{8, 8, 1}, nn.Conv2D(4, 3, {activation = "relu"}), nn.MaxPool2D(2),
+    nn.Conv2D(2, 3, {padding = "same"}), nn.Flatten()}
+  local y = m(tensor.ones(5, 8, 8))
+  T.eq(y.shape[1], 5); T.eq(y.shape[2], 3 * 3 * 2)
+end)
+
+T.test("layer errors name the problem", function()
+  local m = nn.Sequential{nn.Dense(4)}
+  m(tensor.ones(2, 3))
+  T.raises(function() return m(tensor.ones(2, 5)) end, "dense")
+  T.raises(function() return m(tensor.ones(2, 5)) end, "expects inputs of shape batchx3, got 2x5")
+  T.raises(function() return nn.Dense(4, "swish") end, "unknown activation 'swish'")
+  T.raises(function() return nn.Dense(0) end, "units must be a positive integer")
+  T.raises(function() return nn.Dropout(1.5) end, "rate must be in [0, 1)")
+  T.raises(function() return nn.Sequential{nn.Dense(2), 42} end, "item 2 is a number, not a layer")
+  T.raises(function() return nn.Sequential{nn.Conv2D(2, 3)}(tensor.ones(2, 5, 5)) end, "add a channel axis")
+end)
+
+T.test("losses against hand computations", function()
+  local logits = tensor.new{{2, 1, 0}, {0, 0, 3}}
+  local labels = tensor.new({0, 2}, {dtype = "int64"})
+  local function ce(row, k)
+    local m = math.max(table.unpack(row)); local s = 0
+    for _, v in ipairs(row) do s = s + math.exp(v - m) end
+    return m + math.log(s) - row[k + 1]
+  end
+  local want = (ce({2, 1, 0}, 0) + ce({0, 0, 3}, 2)) / 2
+  T.near(losses.SparseCategoricalCrossentropy{from_logits = true}(labels, logits):item(), want, 1e-5)
+  T.near(losses.SparseCategoricalCrossentropy()(labels, logits:softmax()):item(), want, 1e-4)
+  local onehot = tensor.new{{1, 0, 0}, {0, 0, 1}}
+  T.near(losses.CategoricalCrossentropy{from_logits = true}(onehot, logits):item(), want, 1e-5)
+  T.near(losses.MeanSquaredError()(tensor.new{1, 2}, tensor.new{2, 4}):item(), 2.5)
+  local p = tensor.new{0.9, 0.2}
+  local bce = -(math.log(0.9) + math.log(0.8)) / 2
+  T.near(losses.BinaryCrossentropy()(tensor.new{1, 0}, p):item(), bce, 1e-5)
+  T.near(losses.BinaryCrossentropy{from_logits = true}(tensor.new{1, 0}, tensor.new{2.1972246, -1.3862944}):item(), bce, 1e-4)
+  T.raises(function() return losses.SparseCategoricalCrossentropy()(tensor.new{0, 1, 2}, logits) end, "labels 3 do not match predictions 2x3")
+  T.raises(function() return losses.SparseCategoricalCrossentropy{from_logits = true}(tensor.new{0, 7}, logits) end, "label 7")
+end)
+
+T.test("SGD and Adam follow Keras' update rules", function()
+  local w = tensor.Variable{1.0, -2.0}
+  local g = tensor.new{0.5, 0.25}
+  optim.SGD{learning_rate = 0.1}:apply_gradients({g}, {w})
+  T.near(w[0], 0.95); T.near(w[1], -2.025)
+  local m = optim.SGD{learning_rate = 0.1, momentum = 0.9}
+  local v = tensor.Variable{1.0}
+  m:apply_gradients({tensor.new{1.0}}, {v}); m:apply_gradients({tensor.new{1.0}}, {v})
+  T.near(v[0], 1 - 0.1 - (0.9 * 0.1 + 0.1), 1e-6)
+  local a = tensor.Variable{1.0}
+  local adam = optim.Adam{learning_rate = 0.01}
+  adam:apply_gradients({tensor.new{2.0}}, {a})
+  -- first Adam step moves by lr * g/|g| (up to epsilon)
+  T.near(a[0], 0.99, 1e-5)
+  T.eq(adam.iterations, 1)
+  local r = tensor.Variable{1.0}
+  optim.RMSprop{learning_rate = 0.01}:apply_gradients({tensor.new{1.0}}, {r})
+  T.near(r[0], 1 - 0.01 / math.sqrt(0.1 + 1e-7), 1e-5)
+  local aw = tensor.Variable{1.0}
+  optim.AdamW{learning_rate = 0.01, weight_decay = 0.1}:apply_gradients({tensor.new{0.0}}, {aw})
+  T.near(aw[0], 1 - 0.01 * 0.1, 1e-5)
+end)
+
+T.test("learning-rate schedules", function()
+  local s = optim.schedules.ExponentialDecay{initial_learning_rate = 0.1, decay_steps = 10, decay_rate = 0.5}
+  T.near(s(10), 0.05); T.near(s(20), 0.025)
+  local o = optim.SGD{learning_rate = s}
+  T.near(o.learning_rate, 0.1)
+  local c = optim.schedules.CosineDecay{initial_learning_rate = 1, decay_steps = 100}
+  T.near(c(50), 0.5, 1e-6); T.near(c(100), 0, 1e-6)
+  local p = optim.schedules.PiecewiseConstantDecay{boundaries = {5}, values = {1, 0.1}}
+  T.eq(p(3), 1); T.near(p(6), 0.1)
+  local f = optim.SGD{learning_rate = function(step) return 0.5 / (step + 1) end}
+  local v = tensor.Variable{0.0}
+  f:apply_gradients({tensor.new{1.0}}, {v}); f:apply_gradients({tensor.new{1.0}}, {v})
+  T.near(v[0], -(0.5 + 0.25))
+end)
+
+T.test("optimizer errors", function()
+  T.raises(function() return optim.SGD{learning_rate = -1} end, "learning_rate must be positive")
+  T.raises(function() optim.SGD():apply_gradients({tensor.new{1, 2}}, {tensor.Variable{1}}) end, "gradient 1 has shape 2")
+  T.raises(function() optim.SGD():apply_gradients({tensor.new{1}}, {}) end, "1 gradients for 0 variables")
+end)
+
+T.test("a custom training loop learns a linear function", function()
+  tensor.seed(5)
+  local x = tensor.normal(256, 3)
+  local w_true = tensor.new{{1.5}, {-2.0}, {0.5}}
+  local y = x:matmul(w_true) + 0.3
+  local model = nn.Sequential{nn.Dense(1)}
+  local opt = optim.SGD{learning_rate = 0.1}
+  local mse = losses.MeanSquaredError()
+  local first, last
+  for i = 1, 200 do
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function() return mse(y, model(x, {training = true})) end)
+    opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+    first = first or loss:item(); last = loss:item()
+  end
+  T.ok(last < 1e-4 and last < first / 1000, ("loss %g -> %g"):format(first, last))
+  T.near(model.trainable_variables[1][1][0], -2.0, 1e-2)
+  T.near(model.trainable_variables[2][0], 0.3, 1e-2)
+end)
+
+T.test("compile, fit, evaluate and predict on arrays", function()
+  tensor.seed(2)
+  local x = tensor.normal(512, 2)
+  local y = (x:slice(1, 0, 1):reshape(-1) + x:slice(1, 1, 2):reshape(-1)):gt(0):astype("int64")
+  local m = nn.Sequential{nn.Dense(16, "relu"), nn.Dense(2)}
+  T.raises(function() m:fit(x, y) end, "call model:compile")
+  m:compile{optimizer = "adam", loss = losses.SparseCategoricalCrossentropy{from_logits = true}, metrics = {"accuracy"}}
+  local h = m:fit(x, y, {epochs = 15, batch_size = 32, verbose = 0})
+  T.eq(#h.loss, 15)
+  T.ok(h.loss[15] < h.loss[1], "loss falls")
+  T.ok(h.accuracy[15] > 0.9, "accuracy " .. h.accuracy[15])
+  local r = m:evaluate(x, y)
+  T.ok(r.accuracy > 0.9)
+  local p = m:predict(x)
+  T.eq(p.shape[1], 512)
+  T.raises(function() m:compile{optimizer = "adagrad", loss = "mse"} end, "unknown optimizer 'adagrad'")
+  T.raises(function() m:compile{loss = "hinge"} end, "unknown loss 'hinge'")
+end)
+
+T.test("weights save and load (safetensors)", function()
+  local path = os.tmpname()
+  local m = nn.Sequential{nn.Dense(4, "relu"), nn.Dense(2)}
+  local x = tensor.normal(3, 5)
+  local y1 = m(x)
+  m:save_weights(path)
+  local m2 = nn.Sequential{nn.Dense(4, "relu"), nn.Dense(2)}
+  m2:build{5}
+  m2:load_weights(path)
+  T.eq((m2(x) - y1):abs():max():item(), 0)
+  local m3 = nn.Sequential{nn.Dense(3)}
+  m3:build{5}
+  T.raises(function() m3:load_weights(path) end, "holds 4 tensors, the model has 2 weights")
+  T.raises(function() m2:load_weights("/nonexistent/w.safetensors") end, "/nonexistent/w.safetensors")
+  os.remove(path)
+end)
+
+T.test("the default strategy", function()
+  local s = distribute.get_strategy()
+  T.eq(s.num_replicas_in_sync, 1)
+  do
+    local _ <close> = s:scope()
+    T.eq(distribute.get_strategy(), s)
+  end
+  T.eq(s:run(function(a, b) return a + b end, 2, 3), 5)
+  T.eq(s:reduce("sum", tensor.new(2.5)), 2.5)
+  T.eq(s:reduce("sum", tensor.new{1, 2, 3}, {axis = 0}), 6)
+  T.raises(function() s:reduce("max", 1) end, "\"sum\" or \"mean\" expected")
+  T.near(distribute.compute_average_loss(tensor.new{1, 2, 3}, {global_batch_size = 6}):item(), 1)
+  T.raises(function() distribute.OneDeviceStrategy("cuda:7") end, "unknown device 'cuda:7'")
+end)
+
+T.done()

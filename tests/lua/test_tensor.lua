@@ -1,0 +1,128 @@
+-- test_tensor.lua - the tensor API through the ldist binary, including the
+-- errors a user meets.
+local T = dofile("tests/lua/testlib.lua")
+
+T.test("creation and shape", function()
+  local a = tensor.new{{1, 2, 3}, {4, 5, 6}}
+  T.eq(a.ndim, 2); T.eq(a.shape[1], 2); T.eq(a.shape[2], 3); T.eq(a.dtype, "float32")
+  T.eq(tensor.zeros(2, 3):sum():item(), 0)
+  T.eq(tensor.ones({4, 5}):sum():item(), 20)
+  T.eq(tensor.full(2, 2, 7):sum():item(), 28)
+  local r = tensor.arange(5)
+  T.eq(r.dtype, "int64"); T.eq(r[4], 4)
+  T.near(tensor.arange(0, 1, 0.25):sum():item(), 1.5)
+  T.eq(tensor.new({1, 2}, {dtype = "int32"}).dtype, "int32")
+end)
+
+T.test("seeded random numbers repeat", function()
+  tensor.seed(3); local a = tensor.normal(100)
+  tensor.seed(3); local b = tensor.normal(100)
+  T.eq((a - b):abs():sum():item(), 0)
+  local u = tensor.uniform(1000, {min = -2, max = 2})
+  T.ok(u:max():item() <= 2 and (-u):max():item() <= 2)
+  T.near(tensor.normal(20000):mean():item(), 0, 0.05)
+end)
+
+T.test("elementwise and broadcasting", function()
+  local a = tensor.new{{1, 2, 3}, {4, 5, 6}}
+  local b = tensor.new{10, 20, 30}
+  local c = a + b
+  T.eq(c[1][2], 36)
+  T.eq((a * 2)[0][0], 2)
+  T.eq((2 - a)[0][1], 0)
+  T.eq((-a):sum():item(), -21)
+  T.near((a / a):sum():item(), 6)
+  T.near((a ^ 2):sum():item(), 91)
+  T.near(tensor.new{0}:exp():item(), 1)
+  T.near(tensor.new{-1, 2}:relu():sum():item(), 2)
+end)
+
+T.test("reductions along axes", function()
+  local a = tensor.new{{1, 5, 3}, {4, 2, 6}}
+  T.eq(a:sum(0)[2], 9); T.eq(a:sum(1)[0], 9); T.eq(a:sum(-1)[1], 12)
+  T.near(a:mean():item(), 3.5)
+  T.eq(a:max(1)[0], 5)
+  T.eq(a:argmax(1)[0], 1); T.eq(a:argmax(1)[1], 2)
+  T.eq(a:sum(1, {keepdims = true}).shape[2], 1)
+end)
+
+T.test("views share storage", function()
+  local a = tensor.arange(12):astype("float32"):reshape(3, 4)
+  local t = a:transpose()
+  T.eq(t.shape[1], 4); T.eq(t[1][2], 9)
+  local s = a:slice(1, 1, 3)
+  T.eq(s.shape[2], 2); T.eq(s[2][0], 9)
+  a[0] = tensor.new{-1, -1, -1, -1}
+  T.eq(t[0][0], -1)
+  T.eq(a:reshape(-1, 6).shape[1], 2)
+  T.eq(a.T.shape[1], 4)
+end)
+
+T.test("matmul against a hand computation", function()
+  local a = tensor.new{{1, 2, 3}, {4, 5, 6}}
+  local b = tensor.new{{7, 8}, {9, 10}, {11, 12}}
+  local c = a:matmul(b)
+  T.eq(c[0][0], 58); T.eq(c[1][1], 154)
+  T.eq(a:matmul(a.T)[0][0], 14)
+end)
+
+T.test("totable round trip and printing", function()
+  local a = tensor.new{{1, 2}, {3, 4}}
+  local t = a:totable()
+  T.eq(t[2][1], 3)
+  local s = tostring(tensor.arange(1000))
+  T.ok(s:find("...", 1, true), "long tensors are elided")
+  T.ok(#s < 400, "printing is bounded")
+  T.ok(tostring(a):find("shape=2x2", 1, true))
+end)
+
+T.test("bad shapes give errors that name them", function()
+  T.raises(function() return tensor.new{{1, 2, 3}, {4, 5, 6}}:matmul(tensor.zeros(5, 6)) end,
+    "bad argument #1 to 'matmul' (shapes 2x3 and 5x6 do not match)")
+  T.raises(function() return tensor.zeros(2, 3) + tensor.zeros(4, 5) end, "2x3 and 4x5 cannot be broadcast")
+  T.raises(function() return tensor.zeros(2, 3):reshape(4, 4) end, "cannot reshape 2x3")
+  T.raises(function() return tensor.zeros(2, 3):sum(5) end, "axis 5 out of range")
+  T.raises(function() return tensor.new{{1, 2}, {3}} end, "ragged")
+  T.raises(function() return tensor.zeros(2)[7] end, "out of range")
+end)
+
+T.test("wrong types give errors", function()
+  T.raises(function() return tensor.zeros(2):matmul("x") end, "Tensor expected")
+  T.raises(function() return tensor.zeros(2, "a") end, "options table expected")
+  T.raises(function() return tensor.zeros(2.5) end, "integers")
+  T.raises(function() return tensor.new{1, "a"} end, "expected a number")
+  T.raises(function() return tensor.new(1):astype("complex") end, "unknown dtype 'complex'")
+  T.raises(function() return tensor.new{1}:to("tpu:3") end, "unknown device 'tpu:3'")
+end)
+
+T.test("an out-of-memory request is an error and the interpreter lives on", function()
+  T.raises(function() return tensor.zeros(100000, 100000, 100) end, "not enough memory")
+  T.raises(function() return tensor.zeros(1000000000, 1000000000) end, "too large")
+  local a = tensor.ones(3)
+  T.eq(a:sum():item(), 3)
+end)
+
+T.test("autograd through the Lua API", function()
+  local x = tensor.Variable{1, 2, 3}
+  local tape = autograd.GradientTape()
+  local y = tape:record(function() return (x * x * 3):sum() end)
+  local g = tape:gradient(y, x)
+  T.eq(g[2], 18)
+  T.raises(function() return tape:gradient(y, x) end, "only be called once")
+  local p = autograd.GradientTape{persistent = true}
+  local w = tensor.new{2.0}
+  p:watch(w)
+  local z = p:record(function() return (w * w):sum() end)
+  T.eq(p:gradient(z, w)[0], 4)
+  T.eq(p:gradient(z, {w})[1][0], 4)
+  -- an error inside record stops the recording
+  T.raises(function() tape = autograd.GradientTape(); tape:record(function() error("boom") end) end, "boom")
+  T.ok(not autograd.is_recording())
+end)
+
+T.test("help texts exist for the tensor API", function()
+  T.ok(ldist.docs[tensor.zeros]:find("tensor.zeros", 1, true))
+  T.ok(ldist.docs["Tensor:matmul"])
+end)
+
+T.done()
