@@ -54,7 +54,8 @@ int ld_tape_watch(ld_tape *t, ld_tensor *x) {
     return LD_OK;
 }
 
-static int needs_grad(const ld_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
+int ld_needs_grad(const ld_tensor *t) { return t && (t->requires_grad || t->grad_fn); }
+#define needs_grad ld_needs_grad
 
 ld_node *ld_record(ld_tensor *out, const char *op, ld_backward_fn bw, int n_in, ld_tensor **in) {
     if (!out || !ld_tape_recording()) return NULL;

@@ -56,5 +56,8 @@ int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources, 
    Returns the node (owned by out) or NULL when nothing was recorded. */
 ld_node *ld_record(ld_tensor *out, const char *op, ld_backward_fn bw, int n_in, ld_tensor **in);
 void ld_node_release(ld_node *n);
+/* Whether a gradient must flow into t (a variable, watched, or recorded result).
+   Backward functions skip the work for inputs that need none. */
+int ld_needs_grad(const ld_tensor *t);
 
 #endif

@@ -109,7 +109,7 @@ ld_tensor *ld_load_idx_as(const char *path, int dtype, double scale) {
         ld_fail(LD_EIO, "cannot open '%s': %s", path, errno ? strerror(errno) : "out of memory");
         return NULL;
     }
-    gzbuffer(gz, 1 << 18);
+    gzbuffer(gz, 1 << 20);
     ld_tensor *out = NULL;
     unsigned char *stage = NULL;
     unsigned char hdr[4 + 4 * 255];

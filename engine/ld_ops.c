@@ -30,6 +30,22 @@ static ld_tensor *as_float(ld_tensor *t) {
     return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast(t, LD_F32);
 }
 
+static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = ld_tensor_retain(g);
+    return LD_OK;
+}
+
+/* ld_contiguous that keeps the graph: a copy of a strided view that needs a
+   gradient is recorded, so the gradient reaches the view's source. */
+static ld_tensor *contig(ld_tensor *x) {
+    ld_tensor *c = ld_contiguous(x);
+    if (c && c != x) {
+        ld_tensor *in[1] = {x};
+        ld_record(c, "contiguous", bw_identity, 1, in);
+    }
+    return c;
+}
+
 static int norm_axis(const ld_tensor *t, int *axis, const char *op) {
     int a = *axis;
     if (a < 0) a += t->ndim;
@@ -189,7 +205,7 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
     ld_tensor *fx = as_float(x);
     if (!fx) return NULL;
-    ld_tensor *cx = ld_contiguous(fx);
+    ld_tensor *cx = contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
     ld_tensor *y = ld_tensor_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
@@ -275,7 +291,7 @@ static int bw_max(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
     ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : as_float(x);
     if (!fx) return NULL;
-    ld_tensor *cx = ld_contiguous(fx);
+    ld_tensor *cx = contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
     ld_tensor *flat = NULL, *src = cx;
@@ -376,11 +392,13 @@ static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
     ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
     if (!a2 || !g2) { ld_tensor_release(a2); ld_tensor_release(g2); return ld_error_status(); }
-    ld_tensor *ga2 = mm2d(g2, b, 0, 1);      /* g b^T */
-    gi[1] = mm2d(a2, g2, 1, 0);              /* a^T g */
+    /* skip the products nobody needs: the input gradient of a first layer */
+    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
+    ld_tensor *ga2 = na ? mm2d(g2, b, 0, 1) : NULL;     /* g b^T */
+    gi[1] = nb ? mm2d(a2, g2, 1, 0) : NULL;             /* a^T g */
     gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
     ld_tensor_release(ga2); ld_tensor_release(a2); ld_tensor_release(g2);
-    return gi[0] && gi[1] ? LD_OK : ld_error_status();
+    return (!na || gi[0]) && (!nb || gi[1]) ? LD_OK : ld_error_status();
 }
 
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
@@ -444,7 +462,7 @@ static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 
 static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
     if (x->ndim < 1) { ld_fail(LD_ESHAPE, "softmax needs at least one dimension"); return NULL; }
-    ld_tensor *fx = as_float(x), *cx = fx ? ld_contiguous(fx) : NULL;
+    ld_tensor *fx = as_float(x), *cx = fx ? contig(fx) : NULL;
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t cols = cx->shape[cx->ndim - 1], rows = cols ? ld_tensor_numel(cx) / cols : 0;
@@ -469,8 +487,9 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int64_t g2s[2] = {rows, f}, w2s[2] = {kh * kw * c, f};
     ld_tensor *gc = ld_contiguous(g), *g2 = gc ? ld_reshape(gc, 2, g2s) : NULL;
     ld_tensor *w2 = ld_reshape(w, 2, w2s);
-    ld_tensor *dw2 = g2 && w2 ? mm2d(col, g2, 1, 0) : NULL;
-    ld_tensor *dcol = g2 && w2 ? mm2d(g2, w2, 0, 1) : NULL;
+    int nx = ld_needs_grad(x), nw = ld_needs_grad(w);
+    ld_tensor *dw2 = g2 && w2 && nw ? mm2d(col, g2, 1, 0) : NULL;
+    ld_tensor *dcol = g2 && w2 && nx ? mm2d(g2, w2, 0, 1) : NULL;   /* not for the image itself */
     ld_tensor *dx = dcol ? ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(dcol), x->shape[0], x->shape[1], x->shape[2], c, kh,
                           kw, (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
@@ -479,7 +498,7 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     gi[1] = dw2 ? ld_reshape(dw2, 4, w->shape) : NULL;
     ld_tensor_release(gc); ld_tensor_release(g2); ld_tensor_release(w2);
     ld_tensor_release(dw2); ld_tensor_release(dcol);
-    return gi[0] && gi[1] ? LD_OK : ld_error_status();
+    return (!nx || gi[0]) && (!nw || gi[1]) ? LD_OK : ld_error_status();
 }
 
 ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
@@ -506,7 +525,7 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
         }
         oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
     }
-    ld_tensor *cx = ld_contiguous(x);
+    ld_tensor *cx = contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, kh * kw * c}, w2s[2] = {kh * kw * c, f};
     ld_tensor *col = ld_tensor_empty(LD_F32, 2, cs, DEV(x));
@@ -550,7 +569,7 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
         ld_fail(LD_ESHAPE, "max_pool2d: pool %dx%d is larger than the input %s", kh, kw, ld_shape_str(x, b1, sizeof b1));
         return NULL;
     }
-    ld_tensor *fx = as_float(x), *cx = fx ? ld_contiguous(fx) : NULL;
+    ld_tensor *fx = as_float(x), *cx = fx ? contig(fx) : NULL;
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t oh = (cx->shape[1] - kh) / sh + 1, ow = (cx->shape[2] - kw) / sw + 1;
@@ -650,7 +669,7 @@ ld_tensor *ld_sparse_xent_logits(ld_tensor *logits, ld_tensor *labels) {
         /* accept float labels that hold integers (Keras does) */
     }
     ld_tensor *lab = ld_cast(labels, LD_I64);
-    ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? ld_contiguous(fl) : NULL;
+    ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? contig(fl) : NULL;
     ld_tensor_release(fl);
     if (!cl || !ld_tensor_data(cl) || !ld_tensor_data(lab)) { ld_tensor_release(cl); ld_tensor_release(lab); return NULL; }
     int64_t n = cl->shape[0], c = cl->shape[1];

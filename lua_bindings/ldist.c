@@ -14,6 +14,7 @@
 
 #include <lauxlib.h>
 #include <string.h>
+#include <time.h>
 
 extern const char *const ldist_prelude_names[];
 extern const char *const ldist_prelude_chunks[];
@@ -46,6 +47,24 @@ static void pressure_gc(void *ud) {
     lua_gc(L, LUA_GCCOLLECT);
 }
 
+/* ldist.clock(): monotonic wall-clock seconds (os.clock is CPU time, which
+   counts every thread and so misleads on parallel work). */
+static int l_clock(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+/* ldist.set_num_threads(n) / ldist.get_num_threads(): threads of cpu:0's kernels */
+static int l_set_threads(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 1 || n > 256) return luaL_argerror(L, 1, "number of threads must be in 1..256");
+    ld_cpu_set_threads((int)n);
+    return 0;
+}
+static int l_get_threads(lua_State *L) { lua_pushinteger(L, ld_cpu_threads()); return 1; }
+
 int luaopen_ldist(lua_State *L) {
     lua_newtable(L);
     lua_pushliteral(L, LD_VERSION);
@@ -56,6 +75,12 @@ int luaopen_ldist(lua_State *L) {
     lua_setfield(L, -2, "docs");
     lua_newtable(L);
     lua_setfield(L, -2, "globals");
+    lua_pushcfunction(L, l_clock);
+    lua_setfield(L, -2, "clock");
+    lua_pushcfunction(L, l_set_threads);
+    lua_setfield(L, -2, "set_num_threads");
+    lua_pushcfunction(L, l_get_threads);
+    lua_setfield(L, -2, "get_num_threads");
     for (size_t i = 0; i < sizeof c_modules / sizeof c_modules[0]; i++) {
         if (!c_modules[i].open) continue;
         lua_pushcfunction(L, c_modules[i].open);

@@ -87,6 +87,14 @@ static ld_tensor *f_matmul_tview(ld_tensor **in, void *ud) {
     return y;
 }
 static ld_tensor *f_softmax(ld_tensor **in, void *ud) { return ld_softmax(in[0]); }
+/* ops on a strided view must pass the gradient back through the copy they make */
+static ld_tensor *f_view_ops(ld_tensor **in, void *ud) {
+    ld_tensor *t = ld_transpose_op(in[0], 0, 1);
+    ld_tensor *a = ld_softmax(t), *b = ld_exp(t), *c = ld_sum(t, 0, 1);
+    ld_tensor *ab = ld_add(a, b), *y = ld_add(ab, c);
+    ld_tensor_release(t); ld_tensor_release(a); ld_tensor_release(b); ld_tensor_release(c); ld_tensor_release(ab);
+    return y;
+}
 static ld_tensor *f_log_softmax(ld_tensor **in, void *ud) { return ld_log_softmax(in[0]); }
 static ld_tensor *f_conv(ld_tensor **in, void *ud) { int *c = ud; return ld_conv2d(in[0], in[1], c[0], c[0], c[1]); }
 static ld_tensor *f_pool(ld_tensor **in, void *ud) { return ld_maxpool2d(in[0], 2, 2, 2, 2); }
@@ -151,6 +159,7 @@ int main(void) {
     gradcheck("grad max axis -1", f_max1, NULL, 1, a34, first, 1e-2);
     gradcheck("grad softmax", f_softmax, NULL, 1, a34, first, 2e-2);
     gradcheck("grad log_softmax", f_log_softmax, NULL, 1, a34, first, 2e-2);
+    gradcheck("grad through copies of strided views", f_view_ops, NULL, 1, a34, first, 2e-2);
     gradcheck("grad reshape", f_reshape, NULL, 1, a34, first, 1e-2);
     gradcheck("grad transpose view", f_transpose, NULL, 1, a34, first, 2e-2);
     gradcheck("grad dropout (fixed mask)", f_dropout, NULL, 1, a34, first, 1e-2);

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/bench/run.sh - `make bench`: ldist against the references named by
+# the issues, in the same run, with ratios. Timings are noisy on shared
+# machines; run twice before believing a difference under 10%.
+#   LDIST_BENCH_QUICK=1 shortens the runs.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+venv=build/bench-venv
+py=$venv/bin/python
+if ! $py -c 'import torch, tensorflow' 2>/dev/null; then
+  echo "bench: installing the references (PyTorch, TensorFlow CPU) into $venv ..."
+  python3 -m venv $venv && $venv/bin/pip install -q numpy torch tensorflow-cpu || { echo "bench: could not install the references"; exit 1; }
+fi
+cores=$(nproc)
+quick=${LDIST_BENCH_QUICK:-0}
+mlp_steps=200; cnn_steps=40
+[ "$quick" = 1 ] && { mlp_steps=60; cnn_steps=12; }
+
+gcc -O2 -o build/bench-sgemm scripts/bench/sgemm.c -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+  -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas -lpthread
+echo "== machine: $cores cores; $(./build/bench-sgemm "$cores" | head -1)"
+sgemm=$(./build/bench-sgemm "$cores" | tail -1)
+
+declare -A R M
+bench() {  # bench NAME CMD... -> "samples/s peak_mb"
+  local out; out=$("${@:2}" 2>/dev/null | tail -1)
+  R[$1]=${out% *}; M[$1]=${out#* }
+}
+for model in mlp cnn; do
+  steps=$mlp_steps; [ $model = cnn ] && steps=$cnn_steps
+  bench "ldist-$model" ./ldist scripts/bench/train_bench.lua $model 256 $steps 10
+  bench "torch-$model" $py scripts/bench/ref_bench.py torch $model 256 $steps 10
+  bench "tf-$model" $py scripts/bench/ref_bench.py tf $model 256 $steps 10
+done
+
+printf '\n== training on Fashion-MNIST, CPU, Adam, batch 256 (samples/s; peak RSS MB)\n'
+printf '%-6s %14s %14s %14s %12s %12s\n' model ldist pytorch tensorflow vs-pytorch vs-tf
+for model in mlp cnn; do
+  l=${R[ldist-$model]:-0}; t=${R[torch-$model]:-0}; f=${R[tf-$model]:-0}
+  printf '%-6s %8s (%4s) %8s (%4s) %8s (%4s) %11sx %11sx\n' $model \
+    "$l" "${M[ldist-$model]:-?}" "$t" "${M[torch-$model]:-?}" "$f" "${M[tf-$model]:-?}" \
+    "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')" \
+    "$(awk -v a="$l" -v b="$f" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')"
+done
+# MLP FLOPs per sample: forward 2*(784*512+512*256+256*10), weight gradients
+# the same again, input gradients of the two upper layers.
+awk -v s="${R[ldist-mlp]:-0}" -v g="$sgemm" 'BEGIN{
+  f = 2*(784*512+512*256+256*10); flops = s * (2*f + 2*(512*256+256*10)) / 1e9
+  printf "\nldist MLP: %.1f GFLOP/s = %.0f%% of the measured sgemm rate (%.1f GFLOP/s)\n", flops, 100*flops/g, g }'
+
+for extra in scripts/bench/startup.sh scripts/bench/kernel.py; do
+  [ -f "$extra" ] || continue
+  echo; echo "== $extra"
+  case $extra in
+    *.sh) bash "$extra" ;;
+    *.py) $py -c 'import ipykernel' 2>/dev/null || $venv/bin/pip install -q ipykernel jupyter_client >/dev/null
+          $py "$extra" ;;
+  esac
+done
