@@ -1,0 +1,627 @@
+/*
+ * kmain.c - `ldist kernel`: the kernelspec installer, sockets, threads, the
+ * shell loop and the control channel. See kstate.h for who owns what.
+ */
+#include "kernel.h"
+#include "kstate.h"
+#include "ldist.h"
+#include "ld_core.h"   /* LD_VERSION */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define KERNEL_NAME "ldist"
+#define DISPLAY_NAME "ldist (Lua 5.4)"
+
+static kernel *g_kernel;   /* for the SIGINT handler */
+
+/* ---- logging and sending ------------------------------------------------ */
+
+void klog(kernel *K, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof line - 2) n = sizeof line - 2;
+    line[n++] = '\n';
+    int fd = K && K->log_fd >= 0 ? K->log_fd : 2;
+    ssize_t w = write(fd, "[ldist kernel] ", 15);
+    w = write(fd, line, (size_t)n);
+    (void)w;
+}
+
+/* Send a message; ids are routing frames (for iopub, the topic). Takes
+   ownership of content and metadata. Returns 0 or -1. */
+static int ksend(kernel *K, void *sock, const kbuf *ids, size_t nids, const char *msg_type,
+                 json_t *parent, json_t *metadata, json_t *content) {
+    json_t *header = kwire_header(msg_type, K->session, K->username);
+    char *parts[4], hex[2 * 64 + 1];
+    size_t lens[4];
+    int rc = -1;
+    if (!content) content = json_object();
+    if (!metadata) metadata = json_object();
+    if (header && content && metadata &&
+        kwire_encode(&K->signer, header, parent, metadata, content, parts, lens, hex) == 0) {
+        rc = 0;
+        for (size_t i = 0; i < nids && rc == 0; i++)
+            rc = zmq_send(sock, ids[i].data, ids[i].len, ZMQ_SNDMORE) < 0 ? -1 : 0;
+        if (rc == 0) rc = zmq_send(sock, KWIRE_DELIM, sizeof KWIRE_DELIM - 1, ZMQ_SNDMORE) < 0 ? -1 : 0;
+        if (rc == 0) rc = zmq_send(sock, hex, strlen(hex), ZMQ_SNDMORE) < 0 ? -1 : 0;
+        for (int i = 0; i < 4 && rc == 0; i++)
+            rc = zmq_send(sock, parts[i], lens[i], i < 3 ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;
+        for (int i = 0; i < 4; i++) free(parts[i]);
+        if (rc) klog(K, "could not send %s: %s", msg_type, zmq_strerror(zmq_errno()));
+    }
+    json_decref(header);
+    json_decref(metadata);
+    json_decref(content);
+    return rc;
+}
+
+void kpublish_md(kernel *K, const char *msg_type, json_t *parent, json_t *metadata,
+                 json_t *content) {
+    char topic[128];
+    snprintf(topic, sizeof topic, "kernel.%s.%s", K->session, msg_type);
+    kbuf id = {topic, strlen(topic)};
+    pthread_mutex_lock(&K->iopub_lock);
+    if (K->iopub) ksend(K, K->iopub, &id, 1, msg_type, parent, metadata, content);
+    else {
+        json_decref(metadata);
+        json_decref(content);
+    }
+    pthread_mutex_unlock(&K->iopub_lock);
+}
+
+void kpublish(kernel *K, const char *msg_type, json_t *parent, json_t *content) {
+    kpublish_md(K, msg_type, parent, NULL, content);
+}
+
+void kreply(kernel *K, void *sock, const kmsg *req, const char *msg_type, json_t *content) {
+    ksend(K, sock, req->ids, req->nids, msg_type, req->header, NULL, content);
+}
+
+static void publish_status(kernel *K, json_t *parent, const char *state) {
+    kpublish(K, "status", parent, json_pack("{s:s}", "execution_state", state));
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+typedef struct {
+    zmq_msg_t *msgs;
+    size_t n, cap;
+} zframes;
+
+static void zframes_clear(zframes *z) {
+    for (size_t i = 0; i < z->n; i++) zmq_msg_close(&z->msgs[i]);
+    z->n = 0;
+}
+
+/* Receive all frames of one message. Returns 0, or -1 with errno (EAGAIN
+   when flags has ZMQ_DONTWAIT and nothing is there, EINTR, ETERM). */
+static int recv_frames(void *sock, zframes *z, int flags) {
+    zframes_clear(z);
+    for (;;) {
+        if (z->n == z->cap) {
+            size_t cap = z->cap ? 2 * z->cap : 8;
+            zmq_msg_t *p = realloc(z->msgs, cap * sizeof *p);
+            if (!p) {
+                zframes_clear(z);
+                errno = ENOMEM;
+                return -1;
+            }
+            z->msgs = p;
+            z->cap = cap;
+        }
+        zmq_msg_t *msg = &z->msgs[z->n];
+        zmq_msg_init(msg);
+        int rc;
+        /* The rest of a multipart message is already here: wait for it. */
+        while ((rc = zmq_msg_recv(msg, sock, z->n ? 0 : flags)) < 0 && errno == EINTR && z->n)
+            ;
+        if (rc < 0) {
+            int e = errno;
+            zmq_msg_close(msg);
+            zframes_clear(z);
+            errno = e;
+            return -1;
+        }
+        z->n++;
+        if (!zmq_msg_more(msg)) return 0;
+    }
+}
+
+/* Decode what recv_frames got; logs and returns -1 for a message that must be
+   dropped (bad signature, malformed). */
+static int decode_frames(kernel *K, zframes *z, kmsg *m, const char *channel) {
+    kframe stack[16] = {{0}}, *fr = z->n <= 16 ? stack : malloc(z->n * sizeof *fr);
+    if (!fr) return -1;
+    for (size_t i = 0; i < z->n; i++) {
+        fr[i].data = zmq_msg_data(&z->msgs[i]);
+        fr[i].len = zmq_msg_size(&z->msgs[i]);
+    }
+    char err[160];
+    kwire_status st = kmsg_decode(&K->signer, fr, z->n, m, err, sizeof err);
+    if (fr != stack) free(fr);
+    zframes_clear(z);
+    if (st != KWIRE_OK) {
+        klog(K, "dropped a message on %s: %s%s", channel, err,
+             st == KWIRE_ESIG ? " (not executed)" : "");
+        return -1;
+    }
+    return 0;
+}
+
+int krecv_stdin(kernel *K, kmsg *m, int timeout_ms) {
+    zmq_pollitem_t it = {K->stdin_sock, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&it, 1, timeout_ms);
+    if (rc < 0) return errno == EINTR ? 0 : -1;
+    if (rc == 0) return 0;
+    zframes z = {0};
+    int got = 0;
+    if (recv_frames(K->stdin_sock, &z, ZMQ_DONTWAIT) == 0 && decode_frames(K, &z, m, "stdin") == 0)
+        got = 1;
+    zframes_clear(&z);
+    free(z.msgs);
+    return got;
+}
+
+/* ---- interrupts --------------------------------------------------------- */
+
+static void on_sigint(int sig) {
+    (void)sig;
+    kernel *K = g_kernel;
+    if (K && K->executing) {
+        K->interrupted = 1;
+        ldist_interrupt(K->L);
+    }
+}
+
+void kinterrupt(kernel *K) {
+    /* Run the handler on the main thread, whatever thread asks: then only one
+       thread ever touches the Lua hook, and a blocking zmq_poll there wakes
+       with EINTR. */
+    if (pthread_equal(pthread_self(), K->main_thread))
+        on_sigint(SIGINT);
+    else
+        pthread_kill(K->main_thread, SIGINT);
+}
+
+/* ---- kernel_info -------------------------------------------------------- */
+
+static json_t *build_kernel_info(void) {
+    char banner[256];
+    snprintf(banner, sizeof banner,
+             "ldist %s on %s - distributed training from Lua\n"
+             "help(x) or ?x shows documentation; Tab completes.",
+             LD_VERSION, LUA_RELEASE);
+    return json_pack(
+        "{s:s, s:s, s:s, s:s, s:{s:s, s:s, s:s, s:s, s:s, s:s}, s:s, s:b, s:[{s:s, s:s}, {s:s, s:s}]}",
+        "status", "ok", "protocol_version", KWIRE_PROTOCOL_VERSION, "implementation", "ldist",
+        "implementation_version", LD_VERSION, "language_info", "name", "lua", "version",
+        LUA_VERSION_MAJOR "." LUA_VERSION_MINOR "." LUA_VERSION_RELEASE, "mimetype", "text/x-lua",
+        "file_extension", ".lua", "pygments_lexer", "lua", "codemirror_mode", "lua", "banner",
+        banner, "debugger", 0, "help_links", "text", "Lua 5.4 Reference Manual", "url",
+        "https://www.lua.org/manual/5.4/", "text", "Programming in Lua", "url",
+        "https://www.lua.org/pil/");
+}
+
+/* ---- shell -------------------------------------------------------------- */
+
+static void handle_shutdown(kernel *K, void *sock, const kmsg *m) {
+    int restart = json_is_true(json_object_get(m->content, "restart"));
+    kreply(K, sock, m, "shutdown_reply", json_pack("{s:s, s:b}", "status", "ok", "restart", restart));
+    K->restart = restart;
+    K->shutdown = 1;
+}
+
+static void handle_shell(kernel *K, const kmsg *m) {
+    const char *t = m->msg_type;
+    publish_status(K, m->header, "busy");
+    K->cur = m;
+    if (!strcmp(t, "execute_request")) kexec_execute(K, m);
+    else if (!strcmp(t, "kernel_info_request"))
+        kreply(K, K->shell, m, "kernel_info_reply", json_incref(K->kernel_info));
+    else if (!strcmp(t, "complete_request")) kintro_complete(K, m);
+    else if (!strcmp(t, "inspect_request")) kintro_inspect(K, m);
+    else if (!strcmp(t, "is_complete_request")) kintro_is_complete(K, m);
+    else if (!strcmp(t, "history_request")) kexec_history(K, m);
+    else if (!strcmp(t, "comm_info_request")) kio_comm_info(K, m);
+    else if (!strcmp(t, "comm_open") || !strcmp(t, "comm_msg") || !strcmp(t, "comm_close"))
+        kio_comm(K, m);
+    else if (!strcmp(t, "shutdown_request")) handle_shutdown(K, K->shell, m);
+    else if (!strcmp(t, "interrupt_request"))   /* belongs on control; harmless here */
+        kreply(K, K->shell, m, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+    else if (!strcmp(t, "connect_request")) {
+        char ep[256];
+        json_t *c = json_pack("{s:s}", "status", "ok");
+        void *socks[5] = {K->shell, K->iopub, K->stdin_sock, K->hb, K->control};
+        const char *names[5] = {"shell_port", "iopub_port", "stdin_port", "hb_port", "control_port"};
+        for (int i = 0; i < 5; i++) {
+            size_t sz = sizeof ep;
+            if (zmq_getsockopt(socks[i], ZMQ_LAST_ENDPOINT, ep, &sz) == 0) {
+                const char *colon = strrchr(ep, ':');
+                json_object_set_new(c, names[i], json_integer(colon ? atoi(colon + 1) : 0));
+            }
+        }
+        kreply(K, K->shell, m, "connect_reply", c);
+    } else
+        klog(K, "ignored a message of unknown type '%s' on shell", t);
+    K->cur = NULL;
+    kcapture_flush(K);
+    /* Abort before idle (as ipykernel does): a client that sends its next
+       cell when it sees idle must not have it swept up with the queue. */
+    if (K->abort_queue) {
+        K->abort_queue = 0;
+        kabort_queued(K);
+    }
+    publish_status(K, m->header, "idle");
+}
+
+/* After an error with stop_on_error: every execute_request already queued is
+   answered "aborted" without running; other requests are served in order. */
+void kabort_queued(kernel *K) {
+    zframes z = {0};
+    for (;;) {
+        if (recv_frames(K->shell, &z, ZMQ_DONTWAIT) < 0) break;
+        kmsg m;
+        if (decode_frames(K, &z, &m, "shell") < 0) continue;
+        if (!strcmp(m.msg_type, "execute_request")) {
+            publish_status(K, m.header, "busy");
+            kreply(K, K->shell, &m, "execute_reply",
+                   json_pack("{s:s, s:i, s:[], s:{}}", "status", "aborted", "execution_count",
+                             K->execution_count, "payload", "user_expressions"));
+            publish_status(K, m.header, "idle");
+        } else {
+            handle_shell(K, &m);
+        }
+        kmsg_free(&m);
+    }
+    zframes_clear(&z);
+    free(z.msgs);
+}
+
+/* ---- control and heartbeat threads -------------------------------------- */
+
+static void *watchdog_main(void *arg) {
+    /* Shutdown was asked: if a C loop ignores the interrupt, leave anyway. */
+    kernel *K = arg;
+    sleep(3);
+    klog(K, "shutdown: the running code did not stop, exiting now");
+    _exit(0);
+    return NULL;
+}
+
+static void *control_main(void *arg) {
+    kernel *K = arg;
+    zframes z = {0};
+    for (;;) {
+        if (recv_frames(K->control, &z, 0) < 0) {
+            if (errno == EINTR || errno == EAGAIN) continue;
+            break;                                  /* ETERM: the context is closing */
+        }
+        kmsg m;
+        if (decode_frames(K, &z, &m, "control") < 0) continue;
+        const char *t = m.msg_type;
+        publish_status(K, m.header, "busy");
+        if (!strcmp(t, "kernel_info_request"))
+            kreply(K, K->control, &m, "kernel_info_reply", json_incref(K->kernel_info));
+        else if (!strcmp(t, "interrupt_request")) {
+            kinterrupt(K);
+            kreply(K, K->control, &m, "interrupt_reply", json_pack("{s:s}", "status", "ok"));
+        } else if (!strcmp(t, "shutdown_request")) {
+            handle_shutdown(K, K->control, &m);
+            publish_status(K, m.header, "idle");
+            kinterrupt(K);                          /* stop a running cell */
+            zmq_send(K->wake_ctl, "x", 1, ZMQ_DONTWAIT);
+            pthread_t w;
+            if (pthread_create(&w, NULL, watchdog_main, K) == 0) pthread_detach(w);
+        } else
+            klog(K, "ignored a message of type '%s' on control", t);
+        if (strcmp(t, "shutdown_request")) publish_status(K, m.header, "idle");
+        kmsg_free(&m);
+    }
+    zframes_clear(&z);
+    free(z.msgs);
+    zmq_close(K->control);
+    zmq_close(K->wake_ctl);
+    return NULL;
+}
+
+static void *hb_main(void *arg) {
+    kernel *K = arg;
+    for (;;) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, K->hb, 0) < 0) {
+            zmq_msg_close(&msg);
+            if (errno == EINTR) continue;
+            break;
+        }
+        int more = zmq_msg_more(&msg);
+        zmq_msg_send(&msg, K->hb, more ? ZMQ_SNDMORE : 0);
+    }
+    zmq_close(K->hb);
+    return NULL;
+}
+
+/* ---- connection file and sockets ---------------------------------------- */
+
+static void *bind_socket(kernel *K, json_t *cf, int type, const char *port_key) {
+    const char *transport = json_string_value(json_object_get(cf, "transport"));
+    const char *ip = json_string_value(json_object_get(cf, "ip"));
+    json_t *pj = json_object_get(cf, port_key);
+    if (!transport) transport = "tcp";
+    if (!ip) ip = "127.0.0.1";
+    long long port = json_is_integer(pj) ? json_integer_value(pj)
+                     : json_is_string(pj) ? atoll(json_string_value(pj)) : 0;
+    char ep[512];
+    if (!strcmp(transport, "ipc"))
+        snprintf(ep, sizeof ep, "ipc://%s-%lld", ip, port);
+    else if (port > 0)
+        snprintf(ep, sizeof ep, "%s://%s:%lld", transport, ip, port);
+    else
+        snprintf(ep, sizeof ep, "%s://%s:*", transport, ip);
+    void *s = zmq_socket(K->zctx, type);
+    int linger = 1000;
+    if (s) zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    if (!s || zmq_bind(s, ep) != 0) {
+        klog(K, "cannot bind %s (%s): %s", port_key, ep, zmq_strerror(zmq_errno()));
+        if (s) zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int open_sockets(kernel *K, json_t *cf) {
+    K->shell = bind_socket(K, cf, ZMQ_ROUTER, "shell_port");
+    K->control = bind_socket(K, cf, ZMQ_ROUTER, "control_port");
+    K->stdin_sock = bind_socket(K, cf, ZMQ_ROUTER, "stdin_port");
+    K->iopub = bind_socket(K, cf, ZMQ_PUB, "iopub_port");
+    K->hb = bind_socket(K, cf, ZMQ_REP, "hb_port");
+    if (!K->shell || !K->control || !K->stdin_sock || !K->iopub || !K->hb) return -1;
+    char ep[64];
+    snprintf(ep, sizeof ep, "inproc://ldist-wake-%p", (void *)K);
+    K->wake_main = zmq_socket(K->zctx, ZMQ_PAIR);
+    K->wake_ctl = zmq_socket(K->zctx, ZMQ_PAIR);
+    if (!K->wake_main || !K->wake_ctl || zmq_bind(K->wake_main, ep) || zmq_connect(K->wake_ctl, ep))
+        return -1;
+    return 0;
+}
+
+/* ---- kernelspec install ------------------------------------------------- */
+
+static int mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int install(int argc, char **argv, int i) {
+    const char *prefix = NULL, *name = KERNEL_NAME, *display = DISPLAY_NAME, *mode = "signal";
+    int user = 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--user")) user = 1;
+        else if (!strcmp(a, "--prefix") && i + 1 < argc) prefix = argv[++i];
+        else if (!strcmp(a, "--sys-prefix")) prefix = "/usr/local";
+        else if (!strcmp(a, "--name") && i + 1 < argc) name = argv[++i];
+        else if (!strcmp(a, "--display-name") && i + 1 < argc) display = argv[++i];
+        else if (!strcmp(a, "--interrupt-mode") && i + 1 < argc) mode = argv[++i];
+        else {
+            fprintf(stderr, "ldist kernel install: unknown option '%s'\n"
+                    "usage: ldist kernel install [--user | --prefix P] [--name N] "
+                    "[--display-name D] [--interrupt-mode signal|message]\n", a);
+            return 2;
+        }
+    }
+    if (strcmp(mode, "signal") && strcmp(mode, "message")) {
+        fprintf(stderr, "ldist kernel install: --interrupt-mode is 'signal' or 'message'\n");
+        return 2;
+    }
+    char exe[4096], dir[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "ldist kernel install: cannot find the ldist executable\n");
+        return 1;
+    }
+    exe[n] = 0;
+    if (prefix)
+        snprintf(dir, sizeof dir, "%s/share/jupyter/kernels/%s", prefix, name);
+    else if (user) {
+        const char *jd = getenv("JUPYTER_DATA_DIR"), *xdg = getenv("XDG_DATA_HOME");
+        const char *home = getenv("HOME");
+        if (jd && *jd) snprintf(dir, sizeof dir, "%s/kernels/%s", jd, name);
+        else if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/jupyter/kernels/%s", xdg, name);
+        else snprintf(dir, sizeof dir, "%s/.local/share/jupyter/kernels/%s", home ? home : ".", name);
+    } else
+        snprintf(dir, sizeof dir, "/usr/local/share/jupyter/kernels/%s", name);
+    if (mkdirs(dir) != 0) {
+        fprintf(stderr, "ldist kernel install: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    json_t *spec = json_pack("{s:[s, s, s, s], s:s, s:s, s:s, s:{s:b}}", "argv", exe, "kernel",
+                             "-f", "{connection_file}", "display_name", display, "language", "lua",
+                             "interrupt_mode", mode, "metadata", "debugger", 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/kernel.json", dir);
+    int rc = json_dump_file(spec, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+    json_decref(spec);
+    if (rc != 0) {
+        fprintf(stderr, "ldist kernel install: cannot write %s\n", path);
+        return 1;
+    }
+    printf("Installed kernelspec %s in %s\n", name, dir);
+    return 0;
+}
+
+/* ---- the kernel --------------------------------------------------------- */
+
+static int run(const char *connection_file) {
+    static kernel k;
+    kernel *K = &k;
+    memset(K, 0, sizeof *K);
+    K->log_fd = dup(2);
+    K->username = getenv("USER") ? getenv("USER") : "ldist";
+    K->main_thread = pthread_self();
+    K->hist_session = 1;
+    pthread_mutex_init(&K->iopub_lock, NULL);
+    kwire_uuid(K->session);
+
+    json_error_t je;
+    json_t *cf = json_load_file(connection_file, 0, &je);
+    if (!cf || !json_is_object(cf)) {
+        klog(K, "cannot read the connection file %s: %s", connection_file, je.text);
+        return 1;
+    }
+    const char *key = json_string_value(json_object_get(cf, "key"));
+    const char *scheme = json_string_value(json_object_get(cf, "signature_scheme"));
+    if (ksigner_init(&K->signer, scheme, key, key ? strlen(key) : 0) != 0) {
+        klog(K, "unsupported signature scheme '%s'", scheme ? scheme : "");
+        json_decref(cf);
+        return 1;
+    }
+
+    /* Threads created from here on (ZeroMQ's I/O threads too) inherit a mask
+       without SIGINT; main unblocks it once they exist. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+
+    K->zctx = zmq_ctx_new();
+    if (!K->zctx || open_sockets(K, cf) != 0) {
+        json_decref(cf);
+        return 1;
+    }
+    json_decref(cf);
+
+    /* fd 0: C code reading stdin gets end-of-file rather than hanging on a
+       pipe nobody writes; Lua's io.read goes through the stdin channel. */
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) {
+        dup2(devnull, 0);
+        close(devnull);
+    }
+    if (kcapture_start(K) != 0) klog(K, "output capture is off: C-level writes go to the log");
+
+    K->L = ldist_newstate();
+    if (!K->L) {
+        klog(K, "cannot create the Lua state");
+        return 1;
+    }
+    kio_install(K);
+    K->kernel_info = build_kernel_info();
+
+    if (pthread_create(&K->hb_thread, NULL, hb_main, K) != 0 ||
+        pthread_create(&K->control_thread, NULL, control_main, K) != 0) {
+        klog(K, "cannot start threads");
+        return 1;
+    }
+    json_t *none = json_object();
+    publish_status(K, none, "starting");
+    json_decref(none);
+
+    g_kernel = K;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* A client that vanishes must not kill us with SIGPIPE on a captured pipe. */
+    signal(SIGPIPE, SIG_IGN);
+
+    zframes z = {0};
+    while (!K->shutdown) {
+        zmq_pollitem_t items[2] = {{K->shell, 0, ZMQ_POLLIN, 0}, {K->wake_main, 0, ZMQ_POLLIN, 0}};
+        int rc = zmq_poll(items, 2, -1);
+        if (rc < 0) {
+            if (errno == EINTR) continue;
+            klog(K, "poll failed: %s", zmq_strerror(errno));
+            break;
+        }
+        if (items[1].revents & ZMQ_POLLIN) break;
+        if (!(items[0].revents & ZMQ_POLLIN)) continue;
+        if (recv_frames(K->shell, &z, ZMQ_DONTWAIT) < 0) continue;
+        kmsg m;
+        if (decode_frames(K, &z, &m, "shell") < 0) continue;
+        handle_shell(K, &m);
+        kmsg_free(&m);
+    }
+    zframes_clear(&z);
+    free(z.msgs);
+
+    /* Leave: stop capturing first (its thread publishes on iopub), then close
+       Lua so files are flushed, then the sockets; ETERM ends the threads. */
+    g_kernel = NULL;
+    signal(SIGINT, SIG_IGN);
+    kcapture_stop(K);
+    lua_close(K->L);
+    zmq_close(K->shell);
+    zmq_close(K->stdin_sock);
+    zmq_close(K->wake_main);
+    pthread_mutex_lock(&K->iopub_lock);
+    zmq_close(K->iopub);
+    K->iopub = NULL;
+    pthread_mutex_unlock(&K->iopub_lock);
+    zmq_ctx_shutdown(K->zctx);
+    pthread_join(K->control_thread, NULL);
+    pthread_join(K->hb_thread, NULL);
+    zmq_ctx_term(K->zctx);
+    json_decref(K->kernel_info);
+    kexec_free(K);
+    ksigner_free(&K->signer);
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ldist kernel -f CONNECTION_FILE\n"
+            "       ldist kernel install [--user | --prefix P] [--name N] [--display-name D]\n"
+            "                            [--interrupt-mode signal|message]\n"
+            "Runs ldist as a Jupyter kernel, or installs its kernelspec so Jupyter finds it.\n");
+}
+
+int ldist_kernel_main(int argc, char **argv) {
+    int i = 1;
+    if (argc > 1 && !strcmp(argv[1], "kernel")) i = 2;
+    if (i < argc && !strcmp(argv[i], "install")) return install(argc, argv, i + 1);
+    const char *cf = NULL;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if ((!strcmp(a, "-f") || !strcmp(a, "--connection-file")) && i + 1 < argc) cf = argv[++i];
+        else if (!strncmp(a, "--connection-file=", 18)) cf = a + 18;
+        else if (!strncmp(a, "-f=", 3)) cf = a + 3;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "ldist kernel: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!cf) {
+        usage(stderr);
+        return 2;
+    }
+    return run(cf);
+}

@@ -1,0 +1,550 @@
+/*
+ * data.c - the `data` module: tf.data-style datasets over the engine's
+ * pipelines (engine/ld_data.h), and the IDX / CSV loaders.
+ *
+ *     local ds = data.Dataset.from_tensor_slices(x, y):shuffle(1000):batch(32):prefetch(2)
+ *     for batch in ds do local xb, yb = batch[1], batch[2] ... end
+ *
+ * An element is a Lua table {t1, t2, ...} of tensors (even for one tensor).
+ *
+ * Where things run: every stage is a C stage of the engine's pipeline. A Lua
+ * function given to :map runs on the interpreter's thread, inside the call
+ * that asks for the next element (the engine's LD_MAP_CALLER_THREAD); a
+ * :prefetch placed after such a map is moved by the engine just below the
+ * lowest Lua map, so the C stages before it (slicing, shuffling, batching)
+ * run ahead on a background thread while Lua code runs. Nothing on a
+ * background thread ever touches the Lua state.
+ *
+ * Loops: `for b in ds do` works because a generic for calls ds(nil, prev)
+ * each step (the __call metamethod). A call with prev == nil starts a new
+ * iterator; each element handed out is remembered in a weak-keyed table
+ * (element -> iterator), so the next call finds its loop's iterator from
+ * prev. Loops over one dataset are independent (nested, or one after a
+ * break), and the iterator of a loop left by break is freed when its last
+ * element is collected. `for b in ds:iter() do` does the same with a
+ * to-be-closed iterator, freed as soon as the loop ends, by break or error.
+ */
+#include "lbind.h"
+#include "ld_data.h"
+#include "ld_io.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LB_DATASET_MT "ldist.Dataset"
+#define LB_ITER_MT "ldist.DatasetIterator"
+static const char *const LOOPS = "ldist.data.loops";
+
+/* The Lua thread that is driving an iterator right now, for Lua map
+   functions and for releasing their references. Set around every engine
+   call that may run or free a Lua map. */
+static _Thread_local lua_State *cur_L;
+#define WITH_L(L, stmt) do { lua_State *saved_L_ = cur_L; cur_L = (L); stmt; cur_L = saved_L_; } while (0)
+
+typedef struct { ld_dataset *ds; } lb_ds;
+typedef struct { ld_dataset_iter *it; int busy; } lb_it;
+
+/* ================================================================ helpers */
+
+static ld_dataset *check_ds(lua_State *L, int idx) {
+    lb_ds *u = luaL_checkudata(L, idx, LB_DATASET_MT);
+    if (!u->ds) luaL_argerror(L, idx, "dataset is not initialised");
+    return u->ds;
+}
+
+/* A new, empty dataset userdata (liolib's pattern: the Lua object exists
+   before the engine object, so an error in between leaks nothing). */
+static lb_ds *new_ds(lua_State *L) {
+    lb_ds *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->ds = NULL;
+    luaL_setmetatable(L, LB_DATASET_MT);
+    return u;
+}
+
+/* Fill the userdata at the top with ds, or raise the engine's error. */
+static int set_ds(lua_State *L, lb_ds *u, ld_dataset *ds, int arg) {
+    if (!ds) return lb_engine_error(L, arg);
+    u->ds = ds;
+    return 1;
+}
+
+static int ds_gc(lua_State *L) {
+    lb_ds *u = luaL_checkudata(L, 1, LB_DATASET_MT);
+    WITH_L(L, ld_dataset_release(u->ds));
+    u->ds = NULL;
+    return 0;
+}
+
+static int64_t opt_count(lua_State *L, int idx, int64_t def) {
+    if (lua_isnoneornil(L, idx)) return def;
+    return (int64_t)luaL_checkinteger(L, idx);
+}
+
+/* An option from the table at idx (or nil when idx is not a table). */
+static int get_opt(lua_State *L, int idx, const char *name) {
+    if (!lua_istable(L, idx)) { lua_pushnil(L); return LUA_TNIL; }
+    return lua_getfield(L, idx, name);
+}
+
+/* ================================================================ sources */
+
+/* Dataset.from_tensor_slices(x, y, ...) or ({x, y, ...}) */
+static int ds_from_tensor_slices(lua_State *L) {
+    int first = 1, n = lua_gettop(L);
+    /* {x, y, ...}: a list of tensors when its first entry is a tensor (a table
+       of numbers such as {{1, 2}, {3, 4}} is data for one tensor instead) */
+    if (n == 1 && lua_istable(L, 1) && !lb_test_tensor(L, 1)) {
+        lua_geti(L, 1, 1);
+        int is_list = lb_test_tensor(L, -1) != NULL;
+        lua_pop(L, 1);
+        if (is_list) {
+            lua_Integer len = luaL_len(L, 1);
+            if (len > LD_ELEMENT_MAX) return luaL_argerror(L, 1, "too many tensors (at most 16)");
+            for (lua_Integer i = 1; i <= len; i++) lua_geti(L, 1, i);
+            first = 2;
+            n = (int)len;
+        }
+    }
+    if (n < 1) return luaL_argerror(L, 1, "no tensors given");
+    if (n > LD_ELEMENT_MAX) return luaL_argerror(L, LD_ELEMENT_MAX + 1, "too many tensors (at most 16)");
+    /* Convert numbers and tables of numbers; anchor every tensor in a userdata. */
+    ld_tensor *ts[LD_ELEMENT_MAX];
+    for (int i = 0; i < n; i++) {
+        int idx = first + i;
+        ld_tensor *t = lb_test_tensor(L, idx);
+        if (!t) {
+            if (!lua_istable(L, idx))
+                return luaL_argerror(L, first == 1 ? idx : 1,
+                                     lua_pushfstring(L, "tensor expected, got %s", luaL_typename(L, idx)));
+            lb_push_tensor(L, lb_to_tensor(L, idx, LD_F32), idx);
+            lua_replace(L, idx);
+            t = lb_test_tensor(L, idx);
+        }
+        ts[i] = t;
+    }
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_from_tensor_slices(n, ts), 0);
+}
+
+/* Dataset.range(stop) / range(start, stop[, step]) */
+static int ds_range(lua_State *L) {
+    lua_Integer a = luaL_checkinteger(L, 1);
+    lua_Integer start = 0, stop = a, step = 1;
+    if (!lua_isnoneornil(L, 2)) { start = a; stop = luaL_checkinteger(L, 2); step = luaL_optinteger(L, 3, 1); }
+    if (step == 0) return luaL_argerror(L, 3, "step must not be zero");
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_range(start, stop, step), 0);
+}
+
+/* ================================================================ transformations */
+
+static int ds_batch(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int64_t n = (int64_t)luaL_checkinteger(L, 2);
+    if (n < 1) return luaL_argerror(L, 2, "batch size must be positive");
+    int drop = 0;
+    if (lua_isboolean(L, 3)) drop = lua_toboolean(L, 3);
+    else if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        get_opt(L, 3, "drop_remainder");
+        drop = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_batch(in, n, drop), 2);
+}
+
+static int ds_shuffle(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int64_t buf = (int64_t)luaL_checkinteger(L, 2);
+    if (buf < 1) return luaL_argerror(L, 2, "buffer size must be positive");
+    uint64_t seed;
+    int have_seed = 0, reshuffle = 1;
+    if (lua_isinteger(L, 3)) { seed = (uint64_t)lua_tointeger(L, 3); have_seed = 1; }
+    else if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        if (get_opt(L, 3, "seed") != LUA_TNIL) {
+            int ok;
+            seed = (uint64_t)lua_tointegerx(L, -1, &ok);
+            if (!ok) return luaL_argerror(L, 3, "seed must be an integer");
+            have_seed = 1;
+        }
+        lua_pop(L, 1);
+        if (get_opt(L, 3, "reshuffle_each_iteration") != LUA_TNIL) reshuffle = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    /* Without a seed, draw one from ldist's generator: ldist.seed(n) makes it reproducible. */
+    if (!have_seed) seed = ld_rng_next(ld_global_rng());
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_shuffle(in, buf, seed, reshuffle), 2);
+}
+
+static int ds_repeat(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int64_t n = opt_count(L, 2, -1);
+    if (n < -1) return luaL_argerror(L, 2, "count must be -1 (forever) or at least 0");
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_repeat(in, n), 2);
+}
+
+static int ds_take(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int64_t n = (int64_t)luaL_checkinteger(L, 2);
+    if (n < -1) return luaL_argerror(L, 2, "count must be -1 (all) or at least 0");
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_take(in, n), 2);
+}
+
+static int ds_skip(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int64_t n = (int64_t)luaL_checkinteger(L, 2);
+    if (n < -1) return luaL_argerror(L, 2, "count must be -1 (all) or at least 0");
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_skip(in, n), 2);
+}
+
+static int ds_prefetch(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int64_t n = opt_count(L, 2, LD_AUTOTUNE);
+    if (n < -1 || n > 1 << 20) return luaL_argerror(L, 2, "buffer size must be data.AUTOTUNE (-1) or from 0 to 2^20");
+    lb_ds *u = new_ds(L);
+    return set_ds(L, u, ld_dataset_prefetch(in, (int)n), 2);
+}
+
+/* ---- map with a Lua function ---- */
+
+typedef struct { int ref; } lua_fn;
+
+static void lua_fn_free(void *p) {
+    lua_fn *f = p;
+    /* Runs where the last node using it is released: a Lua call (gc, next)
+       that set cur_L. Without a Lua thread here, the reference stays. */
+    if (cur_L) luaL_unref(cur_L, LUA_REGISTRYINDEX, f->ref);
+    free(f);
+}
+
+typedef struct { int ref; const ld_element *in; ld_element *out; } map_call;
+
+/* Runs under lua_pcall: every Lua error here is caught by lua_map_fn. */
+static int map_trampoline(lua_State *L) {
+    map_call *c = lua_touserdata(L, 1);
+    int base = lua_gettop(L);
+    luaL_checkstack(L, c->in->n + 2, "map arguments");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+    for (int i = 0; i < c->in->n; i++) lb_push_tensor(L, ld_tensor_retain(c->in->t[i]), 0);
+    lua_call(L, c->in->n, LUA_MULTRET);
+    int first = base + 1, nres = lua_gettop(L) - base;
+    if (nres == 1 && lua_istable(L, first) && !lb_test_tensor(L, first)) {   /* a table of tensors */
+        lua_Integer len = luaL_len(L, first);
+        if (len > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d tensors, at most %d", (int)len, LD_ELEMENT_MAX);
+        for (lua_Integer i = 1; i <= len; i++) lua_geti(L, first, i);
+        first++;
+        nres = (int)len;
+    }
+    if (nres == 0) return luaL_error(L, "the map function returned nothing; it must return the new element's tensors");
+    if (nres > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d values, at most %d", nres, LD_ELEMENT_MAX);
+    for (int i = 0; i < nres; i++) {
+        int idx = first + i;
+        ld_tensor *t = lb_test_tensor(L, idx);
+        if (t) t = ld_tensor_retain(t);
+        else if (lua_isinteger(L, idx)) {
+            int64_t v = lua_tointeger(L, idx);
+            t = ld_tensor_from_data(LD_I64, 0, NULL, &v, NULL);
+        } else if (lua_type(L, idx) == LUA_TNUMBER) t = ld_tensor_scalar((float)lua_tonumber(L, idx), NULL);
+        else return luaL_error(L, "the map function's result %d is a %s; tensors or numbers expected", i + 1, luaL_typename(L, idx));
+        if (!t) return lb_engine_error(L, 0);
+        c->out->t[c->out->n++] = t;
+    }
+    return 0;
+}
+
+static int lua_map_fn(void *ud, const ld_element *in, ld_element *out) {
+    lua_State *L = cur_L;
+    if (!L)
+        return ld_fail(LD_EARG, "a Lua map function can only run on the interpreter's thread "
+                                "(this iterator was advanced from another thread)");
+    map_call c = {((lua_fn *)ud)->ref, in, out};
+    if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "map: Lua stack overflow");
+    lua_pushcfunction(L, map_trampoline);
+    lua_pushlightuserdata(L, &c);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        const char *m = lua_tostring(L, -1);
+        ld_fail(LD_EARG, "map function: %s", m ? m : "(error object is not a string)");
+        lua_pop(L, 1);
+        return LD_EARG;
+    }
+    return LD_OK;
+}
+
+static int ds_map(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lb_ds *u = new_ds(L);
+    lua_fn *f = malloc(sizeof *f);
+    if (!f) return luaL_error(L, "not enough memory");
+    lua_pushvalue(L, 2);
+    f->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    ld_dataset *d;
+    WITH_L(L, d = ld_dataset_map(in, lua_map_fn, f, lua_fn_free, LD_MAP_CALLER_THREAD));
+    return set_ds(L, u, d, 2);
+}
+
+/* ================================================================ inspection */
+
+static int ds_cardinality(lua_State *L) {
+    lua_pushinteger(L, ld_dataset_cardinality(check_ds(L, 1)));
+    return 1;
+}
+
+static int ds_len(lua_State *L) {
+    int64_t c = ld_dataset_cardinality(check_ds(L, 1));
+    if (c == LD_CARD_INFINITE) return luaL_error(L, "the dataset is infinite (see ds:cardinality())");
+    if (c < 0) return luaL_error(L, "the length of the dataset is unknown (see ds:cardinality())");
+    lua_pushinteger(L, c);
+    return 1;
+}
+
+static int ds_tostring(lua_State *L) {
+    lb_ds *u = luaL_checkudata(L, 1, LB_DATASET_MT);
+    if (!u->ds) { lua_pushliteral(L, "Dataset (uninitialised)"); return 1; }
+    char buf[1024];
+    ld_dataset_describe(u->ds, buf, sizeof buf);
+    int64_t c = ld_dataset_cardinality(u->ds);
+    if (c >= 0) lua_pushfstring(L, "Dataset %s (%I elements)", buf, (lua_Integer)c);
+    else lua_pushfstring(L, "Dataset %s (%s)", buf, c == LD_CARD_INFINITE ? "infinite" : "length unknown");
+    return 1;
+}
+
+/* ================================================================ iteration */
+
+static lb_it *new_iter(lua_State *L, int ds_idx) {
+    ld_dataset *ds = check_ds(L, ds_idx);
+    lb_it *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->it = NULL;
+    u->busy = 0;
+    luaL_setmetatable(L, LB_ITER_MT);
+    WITH_L(L, u->it = ld_dataset_iter_new(ds));
+    if (!u->it) lb_engine_error(L, 0);
+    return u;
+}
+
+static void iter_close(lua_State *L, lb_it *u) {
+    ld_dataset_iter *it = u->it;
+    u->it = NULL;
+    WITH_L(L, ld_dataset_iter_free(it));
+}
+
+/* Push the next element (a table of tensors) or nil at the end. */
+static int iter_step(lua_State *L, lb_it *u) {
+    if (!u->it) { lua_pushnil(L); return 1; }
+    if (u->busy) return luaL_error(L, "a dataset iterator was advanced from inside its own map function");
+    ld_element e = {0};
+    int r;
+    u->busy = 1;
+    WITH_L(L, r = ld_dataset_iter_next(u->it, &e));
+    u->busy = 0;
+    if (r < 0) {
+        lua_pushstring(L, ld_error());
+        iter_close(L, u);
+        return lua_error(L);
+    }
+    if (r == 0) {
+        iter_close(L, u);           /* stop a prefetch thread now, not at collection */
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, e.n, 0);
+    for (int i = 0; i < e.n; i++) {
+        ld_tensor *t = e.t[i];
+        e.t[i] = NULL;
+        lb_push_tensor(L, t, 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+/* ds(state, prev): the generic-for protocol, see the top of the file. */
+static int ds_call(lua_State *L) {
+    check_ds(L, 1);
+    lua_settop(L, 3);
+    lua_getfield(L, LUA_REGISTRYINDEX, LOOPS);
+    int loops = lua_gettop(L);
+    lb_it *u;
+    if (lua_isnil(L, 3)) {
+        u = new_iter(L, 1);
+    } else {
+        lua_pushvalue(L, 3);
+        lua_rawget(L, loops);
+        u = luaL_testudata(L, -1, LB_ITER_MT);
+        if (!u)
+            return luaL_error(L, "a dataset called with a previous element that it did not produce; "
+                                 "iterate with 'for batch in ds do' or 'for batch in ds:iter() do'");
+        lua_pushvalue(L, 3);
+        lua_pushnil(L);
+        lua_rawset(L, loops);
+    }
+    int it_idx = lua_gettop(L);
+    iter_step(L, u);
+    if (!lua_isnil(L, -1)) {
+        lua_pushvalue(L, -1);
+        lua_pushvalue(L, it_idx);
+        lua_rawset(L, loops);
+    }
+    return 1;
+}
+
+/* ds:iter() -> iterator, nil, nil, iterator (the 4th value closes it when a for loop ends) */
+static int ds_iter(lua_State *L) {
+    new_iter(L, 1);
+    lua_pushnil(L);
+    lua_pushnil(L);
+    lua_pushvalue(L, -3);
+    return 4;
+}
+
+static int it_call(lua_State *L) { return iter_step(L, luaL_checkudata(L, 1, LB_ITER_MT)); }
+static int it_close(lua_State *L) {
+    iter_close(L, luaL_checkudata(L, 1, LB_ITER_MT));
+    return 0;
+}
+static int it_tostring(lua_State *L) {
+    lb_it *u = luaL_checkudata(L, 1, LB_ITER_MT);
+    lua_pushstring(L, u->it ? "DatasetIterator" : "DatasetIterator (finished)");
+    return 1;
+}
+
+/* ================================================================ loaders */
+
+static int l_load_csv(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    ld_csv_options o = {-1, ','};
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        if (get_opt(L, 2, "header") != LUA_TNIL) o.header = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (get_opt(L, 2, "delimiter") != LUA_TNIL) {
+            size_t n;
+            const char *d = lua_tolstring(L, -1, &n);
+            if (!d || n != 1) return luaL_argerror(L, 2, "delimiter must be a one-character string");
+            o.delimiter = d[0];
+        }
+        lua_pop(L, 1);
+    }
+    char **names = NULL;
+    int nn = 0;
+    ld_tensor *t = ld_load_csv(path, &o, &names, &nn);
+    if (!t) return lb_engine_error(L, 0);
+    lua_createtable(L, nn, 0);           /* may raise: free the names first */
+    for (int i = 0; i < nn; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    ld_strings_free(names, nn);
+    if (!nn) { lua_pop(L, 1); lua_pushnil(L); }
+    lb_push_tensor(L, t, 0);
+    lua_insert(L, -2);
+    return 2;
+}
+
+static int l_load_idx(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    int dt = -1;
+    double scale = 1.0;
+    if (!lua_isnoneornil(L, 2)) {
+        luaL_checktype(L, 2, LUA_TTABLE);
+        if (get_opt(L, 2, "dtype") != LUA_TNIL) {
+            ld_dtype d;
+            if (ld_dtype_from_name(luaL_checkstring(L, -1), &d) != LD_OK) return lb_engine_error(L, 2);
+            dt = (int)d;
+        }
+        lua_pop(L, 1);
+        if (get_opt(L, 2, "scale") != LUA_TNIL) {
+            int ok;
+            scale = lua_tonumberx(L, -1, &ok);
+            if (!ok) return luaL_argerror(L, 2, "scale must be a number");
+        }
+        lua_pop(L, 1);
+    }
+    lb_push_tensor(L, ld_load_idx_as(path, dt, scale), 0);
+    return 1;
+}
+
+/* ================================================================ module */
+
+static const luaL_Reg ds_methods[] = {
+    {"from_tensor_slices", ds_from_tensor_slices},
+    {"range", ds_range},
+    {"batch", ds_batch},
+    {"shuffle", ds_shuffle},
+    {"repeat_", ds_repeat},
+    {"repeat", ds_repeat},      /* ds["repeat"](ds, n): `repeat` is a Lua keyword */
+    {"take", ds_take},
+    {"skip", ds_skip},
+    {"prefetch", ds_prefetch},
+    {"map", ds_map},
+    {"cardinality", ds_cardinality},
+    {"iter", ds_iter},
+    {NULL, NULL},
+};
+
+static const luaL_Reg ds_meta[] = {
+    {"__gc", ds_gc},
+    {"__call", ds_call},
+    {"__len", ds_len},
+    {"__tostring", ds_tostring},
+    {NULL, NULL},
+};
+
+static const luaL_Reg it_methods[] = {
+    {"next", it_call},
+    {"close", it_close},
+    {NULL, NULL},
+};
+
+static const luaL_Reg it_meta[] = {
+    {"__call", it_call},
+    {"__close", it_close},
+    {"__gc", it_close},
+    {"__tostring", it_tostring},
+    {NULL, NULL},
+};
+
+static const luaL_Reg data_funcs[] = {
+    {"load_csv", l_load_csv},
+    {"load_idx", l_load_idx},
+    {NULL, NULL},
+};
+
+int lb_open_data(lua_State *L) {
+    /* element -> iterator of the loop that produced it (weak keys: ephemerons) */
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, LOOPS);
+
+    luaL_newmetatable(L, LB_ITER_MT);
+    luaL_setfuncs(L, it_meta, 0);
+    luaL_newlib(L, it_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+
+    lua_newtable(L);                                 /* the module */
+    luaL_setfuncs(L, data_funcs, 0);
+    luaL_newmetatable(L, LB_DATASET_MT);
+    luaL_setfuncs(L, ds_meta, 0);
+    luaL_newlib(L, ds_methods);                      /* data.Dataset: class and method table */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "__index");
+    lua_setfield(L, -3, "Dataset");
+    lua_pop(L, 1);                                   /* the metatable */
+    lua_pushinteger(L, LD_CARD_INFINITE);
+    lua_setfield(L, -2, "INFINITE_CARDINALITY");
+    lua_pushinteger(L, LD_CARD_UNKNOWN);
+    lua_setfield(L, -2, "UNKNOWN_CARDINALITY");
+    lua_pushinteger(L, LD_AUTOTUNE);
+    lua_setfield(L, -2, "AUTOTUNE");
+    return 1;
+}

@@ -1,0 +1,224 @@
+/*
+ * state.c - the interpreter setup every front end shares: ldist_newstate,
+ * the traceback message handler, protected calls that Ctrl-C can interrupt,
+ * and a few small helpers the Lua prelude needs (ldist.repr, ldist.isatty,
+ * ldist.termsize, ldist.walltime, ldist._listdir).
+ *
+ * Interrupts work the way lua.c's do: SIGINT sets a hook on the running state
+ * that raises an error at the next Lua instruction, so the Lua stack unwinds
+ * normally and every variable survives. C loops in the engine cannot see a
+ * hook, so the handler also sets ld_interrupt_flag, which they poll.
+ */
+#include "ldist.h"
+#include "ld_core.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- small helpers exposed as ldist.* ------------------------------------ */
+
+/* ldist.isatty(fd | file) -> boolean; fd defaults to 1 (stdout). */
+static int l_isatty(lua_State *L) {
+    int fd = 1;
+    if (lua_isinteger(L, 1)) {
+        fd = (int)lua_tointeger(L, 1);
+    } else if (!lua_isnoneornil(L, 1)) {
+        luaL_Stream *s = luaL_checkudata(L, 1, LUA_FILEHANDLE);
+        if (s->closef == NULL || s->f == NULL) return luaL_argerror(L, 1, "file is closed");
+        fd = fileno(s->f);
+    }
+    lua_pushboolean(L, isatty(fd));
+    return 1;
+}
+
+/* ldist.termsize() -> columns, rows of the terminal on stdout/stderr, or nil. */
+static int l_termsize(lua_State *L) {
+    struct winsize ws;
+    if ((ioctl(1, TIOCGWINSZ, &ws) == 0 || ioctl(2, TIOCGWINSZ, &ws) == 0) && ws.ws_col > 0) {
+        lua_pushinteger(L, ws.ws_col);
+        lua_pushinteger(L, ws.ws_row);
+        return 2;
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+/* ldist.walltime() -> seconds on a monotonic clock (os.clock counts CPU time
+   of every thread, which is wrong for rates when the engine runs threads). */
+static int l_walltime(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+/* ldist._listdir(path) -> array of entry names, directories with a trailing
+   "/", or nil, message. Used by tab completion of file names in strings. */
+static int l_listdir(lua_State *L) {
+    const char *path = luaL_optstring(L, 1, ".");
+    DIR *d = opendir(*path ? path : ".");
+    if (!d) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_newtable(L);
+    lua_Integer n = 0;
+    struct dirent *e;
+    luaL_Buffer b;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        int isdir = e->d_type == DT_DIR;
+        if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+            char full[4096];
+            struct stat st;
+            snprintf(full, sizeof full, "%s/%s", *path ? path : ".", e->d_name);
+            isdir = stat(full, &st) == 0 && S_ISDIR(st.st_mode);
+        }
+        luaL_buffinit(L, &b);
+        luaL_addstring(&b, e->d_name);
+        if (isdir) luaL_addchar(&b, '/');
+        luaL_pushresult(&b);
+        lua_rawseti(L, -2, ++n);
+    }
+    closedir(d);
+    return 1;
+}
+
+/* ldist.repr(v) -> the text the REPL prints for v (see ldist_repr). */
+static int l_repr(lua_State *L) {
+    luaL_checkany(L, 1);
+    ldist_repr(L, 1);
+    return 1;
+}
+
+static const luaL_Reg os_helpers[] = {
+    {"repr", l_repr},
+    {"isatty", l_isatty},
+    {"termsize", l_termsize},
+    {"walltime", l_walltime},
+    {"_listdir", l_listdir},
+    {NULL, NULL},
+};
+
+/* ---- the state ----------------------------------------------------------- */
+
+/* Runs protected: load the module, set the helpers and the globals. */
+static int init_state(lua_State *L) {
+    luaL_openlibs(L);
+    luaL_requiref(L, "ldist", luaopen_ldist, 0);   /* also package.loaded.ldist */
+    luaL_setfuncs(L, os_helpers, 0);
+    lua_pushvalue(L, -1);
+    lua_setglobal(L, "ldist");                      /* for exploring: ldist.version, ... */
+    lua_getfield(L, -1, "globals");
+    if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {                    /* ldist.globals: name -> true */
+            if (lua_toboolean(L, -1) && lua_type(L, -2) == LUA_TSTRING) {
+                const char *k = lua_tostring(L, -2);
+                lua_getfield(L, -4, k);
+                lua_setglobal(L, k);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 2);
+    return 0;
+}
+
+lua_State *ldist_newstate(void) {
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        fprintf(stderr, "ldist: cannot create a Lua state: not enough memory\n");
+        return NULL;
+    }
+    lua_pushcfunction(L, init_state);
+    if (ldist_docall(L, 0, 0) != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        fprintf(stderr, "ldist: cannot load the ldist modules: %s\n", msg ? msg : "(no message)");
+        lua_close(L);
+        return NULL;
+    }
+    return L;
+}
+
+/* ---- errors and interrupts ------------------------------------------------ */
+
+int ldist_traceback(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {                             /* an error object that is not a string */
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            return 1;                              /* it says what it is */
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+static lua_State *volatile running_L;   /* the state a SIGINT should stop */
+static volatile sig_atomic_t sigint_count;
+
+static void interrupt_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    lua_sethook(L, NULL, 0, 0);
+    luaL_error(L, "interrupted");
+}
+
+void ldist_interrupt(lua_State *L) {
+    /* lua_sethook and a store to a volatile int are safe in a signal handler
+       (lua.c relies on the former). */
+    ld_interrupt_flag = 1;
+    if (L) lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
+}
+
+static void on_sigint(int sig) {
+    (void)sig;
+    sigint_count++;
+    if (sigint_count >= 3) {
+        /* Code that never returns to Lua nor polls the flag (a blocking
+           system call): a third Ctrl-C falls back to the default action. */
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
+    if (sigint_count == 2) {
+        static const char msg[] = "\nldist: still running; press Ctrl-C once more to quit\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+    }
+    ldist_interrupt(running_L);
+}
+
+int ldist_docall(lua_State *L, int nargs, int nres) {
+    int base = lua_gettop(L) - nargs;             /* function index */
+    lua_pushcfunction(L, ldist_traceback);
+    lua_insert(L, base);
+    /* A stale interrupt (Ctrl-C between two calls) must not hit this call. */
+    if (lua_gethook(L) == interrupt_hook) lua_sethook(L, NULL, 0, 0);
+    ld_interrupt_flag = 0;
+
+    lua_State *outer = running_L;                 /* nested calls (a kernel inside a call) */
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    running_L = L;
+    sigint_count = 0;
+    sigaction(SIGINT, &sa, &old);
+    int status = lua_pcall(L, nargs, nres, base);
+    sigaction(SIGINT, &old, NULL);
+    running_L = outer;
+
+    if (lua_gethook(L) == interrupt_hook) lua_sethook(L, NULL, 0, 0);
+    lua_remove(L, base);
+    return status;
+}

@@ -1,0 +1,358 @@
+/*
+ * repl.c - the interactive loop: read a chunk (one or more lines), run it,
+ * print what an expression returned.
+ *
+ * Input is complete when it compiles either as `return <input>` (an
+ * expression, whose values are printed unless the input ends with ';') or as
+ * it is (a statement). When either attempt fails only because the input ended
+ * early (the message ends in "<eof>", as lua.c checks), another line is read
+ * with the secondary prompt; any other syntax error is reported at once.
+ *
+ * Lines are read with readline's callback interface in a select() loop, so
+ * that Ctrl-C at the prompt can drop the line (or an unfinished chunk) without
+ * readline's own signal handling in the way; while code runs, ldist_docall's
+ * handler turns Ctrl-C into an "interrupted" error.
+ *
+ * History lives in ~/.ldist_history ($LDIST_HISTORY overrides; empty turns
+ * it off), at most REPL_HISTORY_MAX entries, appended after every chunk so a
+ * crash loses nothing.
+ */
+#include "repl.h"
+#include "ldist.h"
+#include "ld_core.h"
+
+#include <lauxlib.h>
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REPL_HISTORY_MAX 1000
+#define REPL_PROMPT "> "
+#define REPL_PROMPT2 ">> "
+#define EOFMARK "<eof>"
+
+/* ---- reading lines -------------------------------------------------------- */
+
+static volatile sig_atomic_t prompt_sigint;
+static char *rl_result;
+static int rl_finished;
+static int use_readline;
+
+static void on_prompt_sigint(int sig) {
+    (void)sig;
+    prompt_sigint = 1;
+}
+
+static void on_line(char *line) {
+    rl_result = line;
+    rl_finished = 1;
+    rl_callback_handler_remove();
+}
+
+enum { READ_OK, READ_EOF, READ_INTERRUPT };
+
+/* Read one line (malloc'd, without the newline) into *out. */
+static int read_line(const char *prompt, char **out) {
+    *out = NULL;
+    fflush(stdout);
+    if (!use_readline) {
+        /* not a terminal: plain lines, prompts still shown (like python -i) */
+        char buf[4096];
+        fputs(prompt, stdout);
+        fflush(stdout);
+        size_t cap = 0, len = 0;
+        char *s = NULL;
+        while (fgets(buf, sizeof buf, stdin)) {
+            size_t n = strlen(buf);
+            if (len + n + 1 > cap) {
+                cap = (len + n + 1) * 2;
+                char *t = realloc(s, cap);
+                if (!t) break;
+                s = t;
+            }
+            memcpy(s + len, buf, n + 1);
+            len += n;
+            if (n && buf[n - 1] == '\n') break;
+        }
+        if (!s) return READ_EOF;
+        if (len && s[len - 1] == '\n') s[--len] = '\0';
+        *out = s;
+        return READ_OK;
+    }
+
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_prompt_sigint;   /* no SA_RESTART: select() must wake up */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+    prompt_sigint = 0;
+    rl_finished = 0;
+    rl_result = NULL;
+    rl_callback_handler_install(prompt, on_line);
+    int status = READ_OK;
+    while (!rl_finished) {
+        fd_set fds;
+        FD_ZERO(&fds);
+        int fd = fileno(rl_instream ? rl_instream : stdin);
+        FD_SET(fd, &fds);
+        int r = select(fd + 1, &fds, NULL, NULL, NULL);
+        if (prompt_sigint) {
+            /* Ctrl-C: drop the line, as Python's readline module does */
+            prompt_sigint = 0;
+            rl_free_line_state();
+            rl_callback_sigcleanup();
+            rl_cleanup_after_signal();
+            rl_callback_handler_remove();
+            fputs("^C\n", rl_outstream ? rl_outstream : stdout);
+            fflush(rl_outstream ? rl_outstream : stdout);
+            status = READ_INTERRUPT;
+            break;
+        }
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            rl_callback_handler_remove();
+            status = READ_EOF;
+            break;
+        }
+        rl_callback_read_char();
+    }
+    sigaction(SIGINT, &old, NULL);
+    if (status == READ_OK) {
+        if (!rl_result) return READ_EOF;      /* Ctrl-D on an empty line */
+        *out = rl_result;
+    }
+    return status;
+}
+
+/* ---- history --------------------------------------------------------------- */
+
+static char *history_path;
+
+static void history_init(void) {
+    const char *env = getenv("LDIST_HISTORY");
+    if (env) {
+        if (*env) history_path = strdup(env);
+    } else {
+        const char *home = getenv("HOME");
+        if (home && *home) {
+            size_t n = strlen(home) + sizeof "/.ldist_history";
+            history_path = malloc(n);
+            if (history_path) snprintf(history_path, n, "%s/.ldist_history", home);
+        }
+    }
+    using_history();
+    stifle_history(REPL_HISTORY_MAX);
+    /* Timestamps delimit entries in the file, so a multi-line chunk comes
+       back as one entry. */
+    history_write_timestamps = 1;
+    history_multiline_entries = 1;
+    if (history_path) read_history(history_path);
+}
+
+static void history_add(const char *chunk) {
+    if (!*chunk) return;
+    HIST_ENTRY *last = history_length > 0 ? history_get(history_base + history_length - 1) : NULL;
+    if (last && strcmp(last->line, chunk) == 0) return;
+    add_history(chunk);
+    if (!history_path) return;
+    struct stat st;
+    if (stat(history_path, &st) != 0) {
+        write_history(history_path);
+    } else {
+        append_history(1, history_path);
+        /* keep the file near the limit without rewriting it every time */
+        if (st.st_size > (off_t)REPL_HISTORY_MAX * 200) history_truncate_file(history_path, REPL_HISTORY_MAX);
+    }
+}
+
+static void history_close(void) {
+    if (history_path) history_truncate_file(history_path, REPL_HISTORY_MAX);
+}
+
+/* ---- chunks ---------------------------------------------------------------- */
+
+static int incomplete(lua_State *L, int status) {
+    if (status == LUA_ERRSYNTAX) {
+        size_t lmsg;
+        const char *msg = lua_tolstring(L, -1, &lmsg);
+        size_t mark = sizeof(EOFMARK) - 1;
+        if (lmsg >= mark && strcmp(msg + lmsg - mark, EOFMARK) == 0) return 1;
+    }
+    return 0;
+}
+
+/* `local x = 1` typed at the prompt would die with its chunk; at the top of
+   an input, `local` is dropped so the name outlives the line (IPython keeps
+   variables the same way). Only simple `local a, b = ...` and
+   `local function f`; attributes such as <close> keep their meaning. */
+static const char *skip_top_local(const char *s) {
+    const char *p = s;
+    while (isspace((unsigned char)*p)) p++;
+    if (strncmp(p, "local", 5) != 0 || !isspace((unsigned char)p[5])) return s;
+    const char *q = p + 5;
+    while (isspace((unsigned char)*q)) q++;
+    if (strncmp(q, "function", 8) == 0 && isspace((unsigned char)q[8])) return q;
+    for (;;) {
+        if (!(isalpha((unsigned char)*q) || *q == '_')) return s;
+        while (isalnum((unsigned char)*q) || *q == '_') q++;
+        while (isspace((unsigned char)*q)) q++;
+        if (*q == ',') {
+            q++;
+            while (isspace((unsigned char)*q)) q++;
+            continue;
+        }
+        if (*q == '=' && q[1] != '=') return p + 6;
+        return s;
+    }
+}
+
+typedef enum { CHUNK_EXPR, CHUNK_STAT, CHUNK_NONE, CHUNK_EOF } chunk_kind;
+
+/* Read lines until they form a chunk; leave the compiled function on the
+   stack (CHUNK_EXPR / CHUNK_STAT). *quiet is set when the input ends in ';'.
+   CHUNK_NONE: nothing to run (empty line, Ctrl-C, a syntax error already
+   reported). */
+static chunk_kind read_chunk(lua_State *L, int *quiet) {
+    const char *p1 = REPL_PROMPT, *p2 = REPL_PROMPT2;
+    if (lua_getglobal(L, "_PROMPT") == LUA_TSTRING) p1 = lua_tostring(L, -1);
+    if (lua_getglobal(L, "_PROMPT2") == LUA_TSTRING) p2 = lua_tostring(L, -1);
+    char pr1[128], pr2[128];
+    snprintf(pr1, sizeof pr1, "%s", p1);
+    snprintf(pr2, sizeof pr2, "%s", p2);
+    lua_pop(L, 2);
+
+    char *line;
+    int st = read_line(pr1, &line);
+    if (st == READ_EOF) return CHUNK_EOF;
+    if (st == READ_INTERRUPT) return CHUNK_NONE;
+
+    luaL_Buffer b;
+    lua_pushstring(L, line);                      /* the chunk so far */
+    free(line);
+    for (;;) {
+        const char *src = lua_tostring(L, -1);
+        const char *q = src;
+        while (isspace((unsigned char)*q)) q++;
+        if (*q == '\0') {
+            lua_pop(L, 1);
+            return CHUNK_NONE;
+        }
+        if (*q == '=') q++;                       /* `=expr`, as in Lua 5.1-5.3 */
+        size_t n = strlen(q);
+        while (n && isspace((unsigned char)q[n - 1])) n--;
+        *quiet = n && q[n - 1] == ';';
+
+        lua_pushfstring(L, "return %s", q);       /* chunk, "return chunk" */
+        int st_expr = luaL_loadbuffer(L, lua_tostring(L, -1), lua_rawlen(L, -1), "=stdin");
+        if (st_expr == LUA_OK) {
+            lua_remove(L, -2);
+            history_add(src);
+            lua_remove(L, -2);
+            return CHUNK_EXPR;
+        }
+        int expr_incomplete = incomplete(L, st_expr);
+        lua_pop(L, 2);                            /* chunk */
+        const char *body = skip_top_local(src);
+        int st_stat = luaL_loadbuffer(L, body, strlen(body), "=stdin");
+        if (st_stat == LUA_OK) {
+            history_add(src);
+            lua_remove(L, -2);
+            *quiet = 1;
+            return CHUNK_STAT;
+        }
+        if (!(expr_incomplete || incomplete(L, st_stat))) {
+            history_add(src);                     /* so the typo can be fixed with Up */
+            repl_report(L, st_stat);
+            lua_pop(L, 1);
+            return CHUNK_NONE;
+        }
+        lua_pop(L, 1);                            /* the message; chunk */
+        st = read_line(pr2, &line);
+        if (st != READ_OK) {
+            if (st == READ_EOF) {
+                /* Ctrl-D in the middle: report what was wrong, then stop */
+                const char *s2 = lua_tostring(L, -1);
+                if (luaL_loadbuffer(L, s2, strlen(s2), "=stdin") != LUA_OK) repl_report(L, LUA_ERRSYNTAX);
+                else lua_pop(L, 1);
+            }
+            lua_pop(L, 1);
+            return st == READ_EOF ? CHUNK_EOF : CHUNK_NONE;
+        }
+        luaL_buffinit(L, &b);
+        lua_pushvalue(L, -2);
+        luaL_addvalue(&b);
+        luaL_addchar(&b, '\n');
+        luaL_addstring(&b, line);
+        luaL_pushresult(&b);
+        lua_remove(L, -2);
+        free(line);
+    }
+}
+
+/* Print the values from index `first` to the top, separated by tabs. */
+static void print_values(lua_State *L, int first) {
+    int top = lua_gettop(L);
+    if (first > top) return;
+    luaL_checkstack(L, 4, "too many results to print");
+    for (int i = first; i <= top; i++) {
+        ldist_repr(L, i);
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        if (i > first) fputc('\t', stdout);
+        fwrite(s, 1, len, stdout);
+        lua_pop(L, 1);
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* ---- the loop -------------------------------------------------------------- */
+
+int repl_run(lua_State *L, int banner) {
+    use_readline = isatty(0);
+    if (use_readline) {
+        rl_readline_name = "ldist";
+        rl_catch_signals = 0;      /* SIGINT is ours (read_line, ldist_docall) */
+        history_init();
+        repl_complete_init(L);
+    }
+    if (banner) repl_banner(stdout);
+    /* plot() and friends show values through the REPL from now on */
+    if (lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE) == LUA_TTABLE &&
+        lua_getfield(L, -1, "ldist") == LUA_TTABLE) {
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "interactive");
+    }
+    lua_settop(L, 0);
+
+    for (;;) {
+        int quiet = 0;
+        chunk_kind k = read_chunk(L, &quiet);
+        if (k == CHUNK_EOF) break;
+        if (k == CHUNK_NONE) {
+            lua_settop(L, 0);
+            continue;
+        }
+        int status = ldist_docall(L, 0, LUA_MULTRET);
+        if (status == LUA_OK) {
+            if (k == CHUNK_EXPR && !quiet) print_values(L, 1);
+        } else {
+            if (ld_interrupt_flag) fputc('\n', stdout);   /* after the terminal's ^C */
+            repl_report(L, status);
+        }
+        lua_settop(L, 0);
+        fflush(stdout);
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (use_readline) history_close();
+    return EXIT_SUCCESS;
+}

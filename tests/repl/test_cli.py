@@ -1,0 +1,115 @@
+"""The ldist program without a terminal: scripts, -e, stdin, exit status."""
+import pexpect
+
+from conftest import BIN, Repl, run_ldist
+
+
+def test_piped_stdin_runs_as_a_script():
+    r = run_ldist(input="print(1+1)\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "2\n"
+
+
+def test_dash_runs_stdin():
+    r = run_ldist("-", input="print(select('#', ...))\n")
+    assert r.returncode == 0 and r.stdout == "0\n"
+
+
+def test_error_on_stdin_exits_non_zero():
+    r = run_ldist(input='error("from stdin")\n')
+    assert r.returncode != 0
+    assert "from stdin" in r.stderr
+
+
+def test_script_with_arguments(tmp_path):
+    s = tmp_path / "args.lua"
+    s.write_text('print(arg[0], arg[1], arg[2], select("#", ...), ...)\n')
+    r = run_ldist(str(s), "a", "b c")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{s}\ta\tb c\t2\ta\tb c\n"
+
+
+def test_script_error_exits_non_zero_with_message(tmp_path):
+    s = tmp_path / "bad.lua"
+    s.write_text('local x = 1\nerror("script failed here")\n')
+    r = run_ldist(str(s))
+    assert r.returncode == 1
+    assert "bad.lua:2: script failed here" in r.stderr
+
+
+def test_script_syntax_error_exits_non_zero(tmp_path):
+    s = tmp_path / "syntax.lua"
+    s.write_text("x = = 1\n")
+    r = run_ldist(str(s))
+    assert r.returncode == 1 and "unexpected symbol" in r.stderr
+
+
+def test_missing_script_exits_non_zero():
+    r = run_ldist("/nonexistent/script.lua")
+    assert r.returncode == 1 and "cannot open" in r.stderr
+
+
+def test_os_exit_status_is_kept(tmp_path):
+    r = run_ldist("-e", "os.exit(7)")
+    assert r.returncode == 7
+
+
+def test_e_runs_a_string():
+    r = run_ldist("-e", "print(6 * 7)")
+    assert r.returncode == 0 and r.stdout == "42\n"
+
+
+def test_e_error_exits_non_zero():
+    r = run_ldist("-e", "error('nope')")
+    assert r.returncode == 1 and "nope" in r.stderr
+
+
+def test_several_e_in_order_then_script(tmp_path):
+    s = tmp_path / "s.lua"
+    s.write_text("print(v)\n")
+    r = run_ldist("-e", "v = 1", "-e", "v = v + 1", str(s))
+    assert r.stdout == "2\n"
+
+
+def test_version_flag():
+    r = run_ldist("-v")
+    assert r.returncode == 0 and r.stdout.startswith("ldist 0.1.0 (Lua 5.4")
+
+
+def test_bad_option_prints_usage():
+    r = run_ldist("-Z")
+    assert r.returncode != 0 and "usage: ldist" in r.stderr
+
+
+def test_launch_is_reserved():
+    r = run_ldist("launch", "-n", "2", "x.lua")
+    assert r.returncode == 2 and "not implemented" in r.stderr
+
+
+def test_require_ldist_returns_the_module():
+    r = run_ldist("-e", 'local l = require "ldist"; print(l == ldist, type(l.version))')
+    assert r.stdout == "true\tstring\n", r.stderr
+
+
+def test_interactive_after_script_keeps_its_globals(tmp_path):
+    s = tmp_path / "setup.lua"
+    s.write_text("from_script = 6 * 7\nlocal hidden = 1\n")
+    r = Repl(tmp_path, args=("-q", "-i", str(s))).start()
+    try:
+        assert r.value("from_script") == "42"
+    finally:
+        r.close()
+
+
+def test_interactive_after_failing_script_still_opens(tmp_path):
+    s = tmp_path / "fails.lua"
+    s.write_text("before_error = 5\nerror('half way')\n")
+    r = Repl(tmp_path, args=("-q", "-i", str(s))).start()
+    try:
+        assert "half way" in r.startup
+        assert r.value("before_error") == "5"
+    finally:
+        r.p.sendeof()
+        r.p.expect(pexpect.EOF)
+        r.p.close()
+        assert r.p.exitstatus == 1
