@@ -1,6 +1,7 @@
 /* ld_autograd.c - gradient tapes and the backward pass. */
 #include "ld_autograd.h"
 #include "ld_ops.h"
+#include "ld_strategy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,14 +168,23 @@ static int cmp_seq_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources, ld_tensor **grads) {
+int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources_in, ld_tensor **grads) {
     for (int i = 0; i < n; i++) grads[i] = NULL;
-    if (t->used && !t->persistent)
+    /* a mirrored variable stands for the current replica's copy */
+    ld_tensor *src_small[64], **sources = n <= 64 ? src_small : malloc(sizeof *sources * (size_t)n);
+    if (!sources) return ld_fail(LD_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) sources[i] = ld_var(sources_in[i]);
+    int st = LD_OK;
+    if (t->used && !t->persistent) {
+        if (sources != src_small) free(sources);
         return ld_fail(LD_EARG, "gradient() can only be called once on a non-persistent tape "
                                 "(use GradientTape{persistent=true})");
+    }
     t->used = 1;
-    if (target->dtype != LD_F32) return ld_fail(LD_ETYPE, "the target of gradient() must be float32");
-    int st = LD_OK;
+    if (target->dtype != LD_F32) {
+        if (sources != src_small) free(sources);
+        return ld_fail(LD_ETYPE, "the target of gradient() must be float32");
+    }
     int saved_paused = paused;
     paused = 1;   /* the backward pass itself is not recorded */
 
@@ -246,5 +256,6 @@ done:
     free(seen.s);
     free(nodes);
     if (st) for (int i = 0; i < n; i++) { ld_tensor_release(grads[i]); grads[i] = NULL; }
+    if (sources != src_small) free(sources);
     return st;
 }

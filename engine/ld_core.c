@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 static _Thread_local char err_msg[512];
 static _Thread_local ld_status err_status;
@@ -31,9 +32,14 @@ void ld_assert_fail(const char *expr, const char *file, int line) {
 /* ---- counting allocator ---- */
 static ld_pressure_fn pressure_fn;
 static void *pressure_ud;
+static pthread_t pressure_thread;   /* the hook only runs on the thread that set it */
 static size_t in_use, peak;  /* updated with atomics: several executor threads allocate */
 
-void ld_set_pressure_hook(ld_pressure_fn fn, void *ud) { pressure_fn = fn; pressure_ud = ud; }
+void ld_set_pressure_hook(ld_pressure_fn fn, void *ud) {
+    pressure_fn = fn;
+    pressure_ud = ud;
+    pressure_thread = pthread_self();
+}
 size_t ld_host_bytes_in_use(void) { return __atomic_load_n(&in_use, __ATOMIC_RELAXED); }
 size_t ld_host_bytes_peak(void) { return __atomic_load_n(&peak, __ATOMIC_RELAXED); }
 
@@ -42,7 +48,7 @@ void *ld_host_alloc(size_t nbytes) {
     if (sz == 0) sz = 64;
     void *p = NULL;
     if (posix_memalign(&p, 64, sz) != 0) p = NULL;
-    if (!p && pressure_fn) {
+    if (!p && pressure_fn && pthread_equal(pthread_self(), pressure_thread)) {
         pressure_fn(pressure_ud);
         if (posix_memalign(&p, 64, sz) != 0) p = NULL;
     }

@@ -483,6 +483,37 @@ static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const
     for (int64_t i = 0; i < ny; i++) dx[arg[i]] += dy[i];
 }
 
+/* ================================================================ fused cross-entropy */
+static void cpu_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits, const int64_t *labels,
+                            int64_t n, int64_t c, float scale) {
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *r = logits + i * c;
+        float *p = probs + i * c;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < c; j++) if (r[j] > m) m = r[j];
+        double s = 0;
+        for (int64_t j = 0; j < c; j++) s += exp((double)r[j] - m);
+        float inv = (float)(1.0 / s);
+        for (int64_t j = 0; j < c; j++) p[j] = expf(r[j] - m) * inv;
+        int64_t k = labels[i];
+        total += (k >= 0 && k < c) ? (m + log(s)) - r[k] : NAN;
+    }
+    *loss = (float)(total * scale);
+}
+
+static void cpu_sparse_xent_backward(ld_device *d, float *dl, const float *probs, const int64_t *labels,
+                                     const float *g, int64_t n, int64_t c, float scale) {
+    float s = g[0] * scale;
+    for (int64_t i = 0; i < n; i++) {
+        const float *p = probs + i * c;
+        float *o = dl + i * c;
+        for (int64_t j = 0; j < c; j++) o[j] = p[j] * s;
+        int64_t k = labels[i];
+        if (k >= 0 && k < c) o[k] -= s;
+    }
+}
+
 /* ================================================================ optimizers (Keras' formulas) */
 static void cpu_sgd_serial(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr,
                     float mom, int nesterov, float wd) {
@@ -642,6 +673,8 @@ static const ld_backend cpu_backend = {
     .col2im = cpu_col2im,
     .maxpool = cpu_maxpool,
     .maxpool_backward = cpu_maxpool_backward,
+    .sparse_xent = cpu_sparse_xent,
+    .sparse_xent_backward = cpu_sparse_xent_backward,
     .sgd_update = cpu_sgd,
     .adam_update = cpu_adam,
     .rmsprop_update = cpu_rmsprop,
@@ -719,6 +752,11 @@ void ld_cpu_set_threads(int n) {
 }
 
 int ld_cpu_threads(void) { return cpu_threads_wanted; }
+void ld_cpu_thread_serial(int on) { in_pool_worker = on; }
+int ld_cpu_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
 
 /* Default: one thread per core (LDIST_NUM_THREADS overrides). */
 __attribute__((constructor)) static void cpu_init(void) {

@@ -32,9 +32,11 @@
  * built above such a map is placed just below the lowest such map instead,
  * so the C stages before it still run ahead on a background thread.
  *
- * Elements are host tensors: from_tensor_slices copies its inputs to the
- * host (tf.data keeps datasets on the host too); batches are fresh
- * contiguous tensors.
+ * Elements are host tensors. from_tensor_slices keeps a reference to its
+ * inputs (no copy when they are contiguous host tensors, so writing into
+ * them later changes what the dataset yields; tensors on a GPU are copied
+ * to the host, as tf.data keeps datasets on the host too). Every element
+ * and batch is a fresh contiguous tensor that the caller owns.
  */
 #ifndef LD_DATA_H
 #define LD_DATA_H

@@ -75,6 +75,14 @@ typedef struct ld_backend {
                     int64_t oh, int64_t ow);
     void (*maxpool_backward)(ld_device *d, float *dx, const float *dy, const int64_t *arg,
                              int64_t ny, int64_t nx);
+    /* Fused sparse softmax cross-entropy: probs = softmax(logits);
+       *loss = scale * sum_i -log probs[i, labels[i]]  (scale = 1/batch for a mean).
+       Out-of-range labels give NaN (the op checks them first on the host). */
+    void (*sparse_xent)(ld_device *d, float *loss, float *probs, const float *logits,
+                        const int64_t *labels, int64_t n, int64_t c, float scale);
+    /* dlogits = (probs - onehot(labels)) * scale * g[0] */
+    void (*sparse_xent_backward)(ld_device *d, float *dlogits, const float *probs,
+                                 const int64_t *labels, const float *g, int64_t n, int64_t c, float scale);
     /* Optimizer updates, in place (see ld_optim.h for the formulas). */
     void (*sgd_update)(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr,
                        float momentum, int nesterov, float weight_decay);
@@ -107,5 +115,8 @@ void ld_device_free(ld_device *d, void *p, size_t nbytes);
 /* Threads the CPU kernels may use (default: the cores); 1 = single-threaded. */
 void ld_cpu_set_threads(int n);
 int ld_cpu_threads(void);
+int ld_cpu_cores(void);                          /* cores online */
+/* Make the calling thread run CPU kernels single-threaded (executor threads). */
+void ld_cpu_thread_serial(int on);
 
 #endif

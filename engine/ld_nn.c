@@ -1,6 +1,7 @@
 /* ld_nn.c - layers, Sequential, losses, metric helpers. */
 #include "ld_nn.h"
 #include "ld_autograd.h"
+#include "ld_strategy.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -113,6 +114,7 @@ static ld_tensor *new_variable(ld_layer *l, const char *what, int ndim, const in
     v->name = malloc(n);
     if (v->name) snprintf(v->name, n, "%s/%s", l->name, what);
     l->vars[l->n_vars++] = v;
+    ld_variable_created(v);     /* mirrored when a strategy asks for it */
     return v;
 }
 
@@ -192,7 +194,7 @@ bad:;
 
 static ld_tensor *bias_act(ld_layer *l, ld_tensor *y) {
     if (l->use_bias) {
-        ld_tensor *b = ld_add(y, l->vars[1]);
+        ld_tensor *b = ld_add(y, ld_var(l->vars[1]));
         ld_tensor_release(y);
         if (!(y = b)) return NULL;
     }
@@ -210,7 +212,7 @@ ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
     if (check_input(l, x)) return NULL;
     switch (l->kind) {
     case LD_LAYER_DENSE: {
-        ld_tensor *y = ld_matmul(x, l->vars[0]);
+        ld_tensor *y = ld_matmul(x, ld_var(l->vars[0]));
         return y ? bias_act(l, y) : NULL;
     }
     case LD_LAYER_FLATTEN: {
@@ -232,7 +234,7 @@ ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
     case LD_LAYER_DROPOUT:
         return training ? ld_dropout(x, l->rate, NULL) : ld_tensor_retain(x);
     case LD_LAYER_CONV2D: {
-        ld_tensor *y = ld_conv2d(x, l->vars[0], l->sh, l->sw, l->same_padding);
+        ld_tensor *y = ld_conv2d(x, ld_var(l->vars[0]), l->sh, l->sw, l->same_padding);
         return y ? bias_act(l, y) : NULL;
     }
     case LD_LAYER_MAXPOOL2D:
@@ -345,9 +347,25 @@ const char *ld_loss_name(ld_loss_kind k) { return loss_names[k]; }
 #define TRY(x) do { if (!(x)) goto fail; } while (0)
 
 /* mean (or sum) over all elements of per-example losses */
+/* The mean over the batch; in a replica of a synchronous strategy, the sum
+   over the replica's examples divided by the global batch, so the replicas'
+   gradients add up to the gradient of the global mean (TF's rule). */
+static double replica_denominator(void) {
+    const ld_replica_ctx *c = ld_replica_get();
+    return c && c->n > 1 && c->global_batch > 0 ? c->global_batch : 0;
+}
+
 static ld_tensor *reduce_loss(const ld_loss *l, ld_tensor *per) {
     if (l->reduction_sum == 2) return ld_tensor_retain(per);
-    return l->reduction_sum ? ld_sum(per, LD_ALL_AXES, 0) : ld_mean(per, LD_ALL_AXES, 0);
+    if (l->reduction_sum) return ld_sum(per, LD_ALL_AXES, 0);
+    double denom = replica_denominator();
+    if (denom > 0) {
+        ld_tensor *s = ld_sum(per, LD_ALL_AXES, 0);
+        ld_tensor *m = s ? ld_mul_scalar(s, (float)(1.0 / denom)) : NULL;
+        ld_tensor_release(s);
+        return m;
+    }
+    return ld_mean(per, LD_ALL_AXES, 0);
 }
 
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
@@ -365,7 +383,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         }
         TRY(t1 = ld_reshape(lab, 1, &n1));
         if (l->from_logits && l->reduction_sum == 0) {
-            out = ld_sparse_xent_logits(y_pred, t1);
+            out = ld_sparse_xent_logits_scaled(y_pred, t1, replica_denominator());
             ld_tensor_release(t1);
             return out;
         }

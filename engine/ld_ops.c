@@ -4,6 +4,7 @@
  */
 #include "ld_ops.h"
 #include "ld_autograd.h"
+#include "ld_executor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -641,65 +642,54 @@ ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1) {
 /* ================================================================ fused sparse cross-entropy */
 static int bw_xent(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *p = nd->saved[0], *lab = nd->saved[1];
-    int64_t n = p->shape[0], c = p->shape[1];
-    double gv;
-    ld_tensor_item(g, &gv);
-    ld_tensor *d = ld_clone(p);       /* (softmax - onehot) * g / n */
-    if (!d) return ld_error_status();
-    float *dp = ld_tensor_data(d);
-    const int64_t *lp = ld_tensor_data(lab);
-    float s = (float)(gv / (double)n);
-    for (int64_t i = 0; i < n; i++) {
-        float *r = dp + i * c;
-        r[lp[i]] -= 1.0f;
-        for (int64_t j = 0; j < c; j++) r[j] *= s;
-    }
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *d = gc ? ld_tensor_empty(LD_F32, 2, p->shape, DEV(p)) : NULL;
+    if (d) BE(p)->sparse_xent_backward(DEV(p), FPTR(d), FPTR(p), (const int64_t *)lab->storage->data + lab->offset,
+                                       FPTR(gc), p->shape[0], p->shape[1], (float)nd->args[0]);
+    ld_tensor_release(gc);
     gi[0] = d;
-    return LD_OK;
+    return d ? LD_OK : ld_error_status();
 }
 
 ld_tensor *ld_sparse_xent_logits(ld_tensor *logits, ld_tensor *labels) {
+    return ld_sparse_xent_logits_scaled(logits, labels, 0);
+}
+
+ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, double denom) {
     char b1[64], b2[64];
     if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
         ld_fail(LD_ESHAPE, "sparse cross-entropy needs logits [batch, classes] and labels [batch], got %s and %s",
                 ld_shape_str(logits, b1, sizeof b1), ld_shape_str(labels, b2, sizeof b2));
         return NULL;
     }
-    if (labels->dtype == LD_F32) {
-        /* accept float labels that hold integers (Keras does) */
-    }
-    ld_tensor *lab = ld_cast(labels, LD_I64);
+    if (same_device(logits, labels, "sparse cross-entropy")) return NULL;
+    ld_tensor *lab = labels->dtype == LD_I64 ? ld_contiguous(labels) : ld_cast(labels, LD_I64);
     ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? contig(fl) : NULL;
     ld_tensor_release(fl);
-    if (!cl || !ld_tensor_data(cl) || !ld_tensor_data(lab)) { ld_tensor_release(cl); ld_tensor_release(lab); return NULL; }
+    if (!cl) { ld_tensor_release(lab); return NULL; }
     int64_t n = cl->shape[0], c = cl->shape[1];
-    const int64_t *lp = ld_tensor_data(lab);
-    for (int64_t i = 0; i < n; i++) {
-        if (lp[i] < 0 || lp[i] >= c) {
-            ld_fail(LD_EARG, "label %lld at position %lld is outside [0, %lld)", (long long)lp[i],
-                    (long long)i, (long long)c);
-            ld_tensor_release(cl); ld_tensor_release(lab);
-            return NULL;
+    if (!ld_device_is_async(DEV(lab))) {
+        /* on a device that runs inline the labels can be checked here; queued
+           devices get NaN for a bad label (the strategy checks its inputs) */
+        const int64_t *lp = ld_tensor_data(lab);
+        for (int64_t i = 0; lp && i < n; i++) {
+            if (lp[i] < 0 || lp[i] >= c) {
+                ld_fail(LD_EARG, "label %lld at position %lld is outside [0, %lld)", (long long)lp[i],
+                        (long long)i, (long long)c);
+                ld_tensor_release(cl); ld_tensor_release(lab);
+                return NULL;
+            }
         }
     }
+    double scale = denom > 0 ? 1.0 / denom : (n ? 1.0 / (double)n : 0.0);
     ld_tensor *p = ld_tensor_empty(LD_F32, 2, cl->shape, DEV(cl));
     ld_tensor *out = p ? ld_tensor_empty(LD_F32, 0, NULL, DEV(cl)) : NULL;
     if (out) {
-        float *lg = FPTR(cl), *pp = FPTR(p);
-        BE(cl)->softmax(DEV(cl), pp, lg, n, c, 0);
-        double loss = 0;
-        for (int64_t i = 0; i < n; i++) {
-            const float *r = lg + i * c;
-            float m = -INFINITY;
-            for (int64_t j = 0; j < c; j++) if (r[j] > m) m = r[j];
-            double s = 0;
-            for (int64_t j = 0; j < c; j++) s += exp((double)r[j] - m);
-            loss += (m + log(s)) - r[lp[i]];
-        }
-        *FPTR(out) = n ? (float)(loss / (double)n) : 0.0f;
+        BE(cl)->sparse_xent(DEV(cl), FPTR(out), FPTR(p), FPTR(cl), (const int64_t *)lab->storage->data + lab->offset,
+                            n, c, (float)scale);
         ld_tensor *in[1] = {cl};
         ld_node *nd = ld_record(out, "sparse_categorical_crossentropy", bw_xent, 1, in);
-        if (nd) { nd->saved[0] = ld_tensor_retain(p); nd->saved[1] = ld_tensor_retain(lab); }
+        if (nd) { nd->saved[0] = ld_tensor_retain(p); nd->saved[1] = ld_tensor_retain(lab); nd->args[0] = scale; }
     }
     ld_tensor_release(p); ld_tensor_release(cl); ld_tensor_release(lab);
     return out;

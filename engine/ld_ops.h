@@ -59,5 +59,8 @@ ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1);
 
 /* Fused losses: mean over the batch, a 0-d result. labels int32/int64 [N]. */
 ld_tensor *ld_sparse_xent_logits(ld_tensor *logits, ld_tensor *labels);
+/* The same with the sum divided by `denom` instead of the batch (a replica's
+   share of a global batch); denom 0 means the batch. */
+ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, double denom);
 
 #endif

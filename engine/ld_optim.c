@@ -3,6 +3,7 @@
 #include "ld_device.h"
 #include "ld_ops.h"
 #include "ld_autograd.h"
+#include "ld_strategy.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -57,6 +58,8 @@ void ld_optimizer_free(ld_optimizer *o) {
 
 double ld_optimizer_lr(const ld_optimizer *o) { return ld_schedule_at(&o->lr, o->iterations); }
 
+static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit);
+
 static ld_slot *slot_for(ld_optimizer *o, ld_tensor *var) {
     for (int i = 0; i < o->n_slots; i++) if (o->slots[i].var == var) return &o->slots[i];
     if (o->n_slots == o->cap_slots) {
@@ -78,7 +81,20 @@ static ld_slot *slot_for(ld_optimizer *o, ld_tensor *var) {
     return s;
 }
 
-int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars) {
+int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars_in) {
+    /* In a replica, each replica updates its own copy of a mirrored variable
+       with the same (all-reduced) gradients; the step counts once, when the
+       last replica (replica 0, issued last) applies. */
+    const ld_replica_ctx *rc = ld_replica_get();
+    ld_tensor *vsmall[64], **vars = n <= 64 ? vsmall : malloc(sizeof *vars * (size_t)n);
+    if (!vars) return ld_fail(LD_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) vars[i] = ld_var(vars_in[i]);
+    int st = apply_resolved(o, n, grads, vars, !rc || rc->id == 0);
+    if (vars != vsmall) free(vars);
+    return st;
+}
+
+static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit) {
     char b1[64], b2[64];
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;
@@ -105,8 +121,9 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
         double norm = sqrt(ss);
         if (norm > o->clipnorm) scale = (float)(o->clipnorm / norm);
     }
-    o->iterations++;
-    float lr = (float)ld_schedule_at(&o->lr, o->iterations - 1);
+    int64_t step = o->iterations + 1;
+    if (commit) o->iterations = step;
+    float lr = (float)ld_schedule_at(&o->lr, step - 1);
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;
         ld_slot *s = slot_for(o, vars[i]);
@@ -129,10 +146,10 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
             be->sgd_update(d, w, o->momentum != 0 ? s1 : NULL, gp, m, lr, o->momentum, o->nesterov, o->weight_decay);
             break;
         case LD_OPT_ADAM:
-            be->adam_update(d, w, s1, s2, gp, m, lr, o->beta1, o->beta2, o->epsilon, o->iterations, o->weight_decay, 0);
+            be->adam_update(d, w, s1, s2, gp, m, lr, o->beta1, o->beta2, o->epsilon, step, o->weight_decay, 0);
             break;
         case LD_OPT_ADAMW:
-            be->adam_update(d, w, s1, s2, gp, m, lr, o->beta1, o->beta2, o->epsilon, o->iterations, o->weight_decay, 1);
+            be->adam_update(d, w, s1, s2, gp, m, lr, o->beta1, o->beta2, o->epsilon, step, o->weight_decay, 1);
             break;
         case LD_OPT_RMSPROP:
             be->rmsprop_update(d, w, s1, o->momentum != 0 ? s2 : NULL, gp, m, lr, o->rho, o->momentum, o->epsilon);

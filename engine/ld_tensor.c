@@ -2,6 +2,8 @@
 #include "ld_tensor.h"
 #include "ld_device.h"
 #include "ld_autograd.h"
+#include "ld_executor.h"
+#include "ld_strategy.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +53,7 @@ void ld_tensor_release(ld_tensor *t) {
     if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         storage_release(t->storage);
         if (t->grad_fn) ld_node_release(t->grad_fn);
+        if (t->mirror) ld_mirror_free(t->mirror);
         free(t->name);
         free(t);
     }
@@ -70,6 +73,7 @@ static ld_tensor *view_of(ld_tensor *base) {
     t->requires_grad = 0;
     t->grad_fn = NULL;
     t->name = NULL;
+    t->mirror = NULL;
     __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
     return t;
 }
@@ -234,6 +238,7 @@ void *ld_tensor_data(const ld_tensor *t) {
         ld_fail(LD_EDEVICE, "tensor is on %s; move it with :cpu() first", t->storage->device->name);
         return NULL;
     }
+    ld_device_synchronize(t->storage->device);
     return (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
 }
 
@@ -264,6 +269,7 @@ double ld_tensor_get_flat(const ld_tensor *t, int64_t i) {
         if (c) { v = ld_tensor_get_flat(c, i); ld_tensor_release(c); }
         return v;
     }
+    ld_device_synchronize(t->storage->device);
     return read_elem(t->storage->data, t->dtype, flat_offset(t, i));
 }
 
@@ -421,6 +427,7 @@ ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
     if (src == dev) return ld_tensor_retain(t);
     ld_tensor *c = ld_contiguous(t);
     if (!c) return NULL;
+    ld_device_synchronize(src);   /* the source's queued kernels must have written it */
     ld_tensor *out = ld_tensor_empty(t->dtype, t->ndim, t->shape, dev);
     if (!out) { ld_tensor_release(c); return NULL; }
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);

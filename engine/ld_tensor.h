@@ -46,6 +46,7 @@ typedef struct ld_tensor {
     int requires_grad;              /* a trainable variable or a watched tensor */
     struct ld_node *grad_fn;        /* the op that produced it while a tape recorded */
     char *name;                     /* optional, owned (variables: "dense/kernel") */
+    struct ld_mirror *mirror;       /* per-replica copies of a mirrored variable (ld_strategy.h) */
 } ld_tensor;
 
 /* ---- lifetime ---- */

@@ -41,6 +41,7 @@ int lb_open_tensor(lua_State *L);
 int lb_open_autograd(lua_State *L);
 int lb_open_nn(lua_State *L);
 int lb_open_losses(lua_State *L);
+int lb_open_distribute_c(lua_State *L);
 int lb_open_optim(lua_State *L);
 int lb_open_data(lua_State *L);
 int lb_open_io(lua_State *L);

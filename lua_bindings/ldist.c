@@ -25,6 +25,7 @@ extern const char *const ldist_prelude_chunks[];
 #pragma weak lb_open_autograd
 #pragma weak lb_open_nn
 #pragma weak lb_open_losses
+#pragma weak lb_open_distribute_c
 #pragma weak lb_open_optim
 #pragma weak lb_open_data
 #pragma weak lb_open_io
@@ -34,6 +35,7 @@ static const struct { const char *name; int (*open)(lua_State *); } c_modules[] 
     {"autograd", lb_open_autograd},
     {"nn", lb_open_nn},
     {"losses", lb_open_losses},
+    {"_distribute", lb_open_distribute_c},
     {"optim", lb_open_optim},
     {"data", lb_open_data},
     {"io", lb_open_io},

@@ -350,6 +350,38 @@ static int model_train_step(lua_State *L) {
     return 2;
 }
 
+/* model:_grads(x, y, loss) -> loss tensor, gradients (table), predictions
+   The forward and backward half of a training step, for strategies that
+   reduce gradients across replicas before applying them. Nothing here waits
+   for the device: the values are queued on a logical device's executor. */
+static int model_grads(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
+    ld_loss *loss = check_loss(L, 4);
+    ld_tape *tape = ld_tape_new(0);
+    if (!tape) return lb_engine_error(L, 0);
+    ld_tape_push(tape);
+    ld_tensor *pred = ld_model_forward(m, x, 1);
+    ld_tensor *lv = pred ? ld_loss_compute(loss, y, pred) : NULL;
+    ld_tape_pop(tape);
+    int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
+    ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
+    ld_tensor **grads = vars + n;
+    if (!st) {
+        ld_model_variables(m, vars, n);
+        st = ld_tape_gradient(tape, lv, n, vars, grads);
+    }
+    ld_tape_free(tape);
+    if (st) { ld_tensor_release(lv); ld_tensor_release(pred); return luaL_error(L, "%s", ld_error()); }
+    if (lv->grad_fn) { ld_node_release(lv->grad_fn); lv->grad_fn = NULL; }
+    if (pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
+    lb_push_tensor(L, lv, 0);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) { lb_push_tensor(L, grads[i], 0); lua_rawseti(L, -2, i + 1); }
+    lb_push_tensor(L, pred, 0);
+    return 3;
+}
+
 /* model:save_weights(path) / model:load_weights(path): safetensors keyed by variable name */
 static int model_save_weights(lua_State *L) {
     ld_model *m = check_model(L, 1);
@@ -567,7 +599,7 @@ int lb_open_nn(lua_State *L) {
 
     static const luaL_Reg cm[] = {
         {"add", model_add}, {"build", model_build}, {"summary_text", model_summary_text},
-        {"train_step", model_train_step}, {"save_weights", model_save_weights},
+        {"train_step", model_train_step}, {"_grads", model_grads}, {"save_weights", model_save_weights},
         {"load_weights", model_load_weights}, {NULL, NULL}};
     luaL_newmetatable(L, MODEL_MT);
     int mt = lua_gettop(L);

@@ -141,7 +141,13 @@ static int opt_apply(lua_State *L) {
 }
 
 static int opt_index(lua_State *L) {
-    ld_optimizer *o = lb_check_optimizer(L, 1);
+    lb_opt *p = luaL_checkudata(L, 1, LB_OPTIMIZER_MT);
+    ld_optimizer *o = p->o;
+    if (!o) return luaL_argerror(L, 1, "optimizer has been freed");
+    /* methods defined in Lua (optim.Optimizer) come first */
+    lua_pushvalue(L, 2);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    lua_pop(L, 1);
     const char *k = luaL_checkstring(L, 2);
     if (!strcmp(k, "learning_rate") || !strcmp(k, "lr")) { lua_pushnumber(L, ld_optimizer_lr(o)); return 1; }
     if (!strcmp(k, "iterations")) { lua_pushinteger(L, o->iterations); return 1; }
@@ -213,7 +219,11 @@ static const char *const docs[] = {
 
 int lb_open_optim(lua_State *L) {
     luaL_newmetatable(L, LB_OPTIMIZER_MT);
-    lua_pushcfunction(L, opt_index); lua_setfield(L, -2, "__index");
+    lua_newtable(L);                                   /* optim.Optimizer */
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");
+    lua_pushcclosure(L, opt_index, 1);
+    lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, opt_newindex); lua_setfield(L, -2, "__newindex");
     lua_pushcfunction(L, opt_tostring); lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, opt_gc); lua_setfield(L, -2, "__gc");
@@ -224,6 +234,10 @@ int lb_open_optim(lua_State *L) {
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
                                  {"RMSprop", opt_rmsprop}, {NULL, NULL}};
     luaL_newlib(L, f);
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");
+    lua_setfield(L, -2, "Optimizer");
+    lua_pushcfunction(L, opt_apply);
+    lua_setfield(L, -2, "_apply_gradients");
     static const luaL_Reg s[] = {{"ExponentialDecay", sched_exp}, {"CosineDecay", sched_cos},
                                  {"PiecewiseConstantDecay", sched_pw}, {NULL, NULL}};
     luaL_newlib(L, s);

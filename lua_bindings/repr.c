@@ -295,8 +295,10 @@ static void join_items(lua_State *L, int n, lua_Integer more, int truncated, int
         luaL_addchar(&b, '}');
     }
     luaL_pushresult(&b);
-    lua_replace(L, first);
-    lua_settop(L, first);
+    if (n > 0) {                        /* the result replaces the items */
+        lua_replace(L, first);
+        lua_settop(L, first);
+    }
 }
 
 static void repr_table(lua_State *L, int t, int depth, int indent, repr_state *st) {

@@ -101,7 +101,7 @@ static int l_repr(lua_State *L) {
     return 1;
 }
 
-static const luaL_Reg os_helpers[] = {
+static const luaL_Reg helpers[] = {
     {"repr", l_repr},
     {"isatty", l_isatty},
     {"termsize", l_termsize},
@@ -110,13 +110,19 @@ static const luaL_Reg os_helpers[] = {
     {NULL, NULL},
 };
 
+/* Add the helpers to the module table at the top of the stack. ldist_newstate
+   does; luaopen_ldist may as well, so `require "ldist"` from lua5.4 has them. */
+void ldist_set_helpers(lua_State *L) {
+    luaL_setfuncs(L, helpers, 0);
+}
+
 /* ---- the state ----------------------------------------------------------- */
 
 /* Runs protected: load the module, set the helpers and the globals. */
 static int init_state(lua_State *L) {
     luaL_openlibs(L);
     luaL_requiref(L, "ldist", luaopen_ldist, 0);   /* also package.loaded.ldist */
-    luaL_setfuncs(L, os_helpers, 0);
+    ldist_set_helpers(L);
     lua_pushvalue(L, -1);
     lua_setglobal(L, "ldist");                      /* for exploring: ldist.version, ... */
     lua_getfield(L, -1, "globals");

@@ -20,6 +20,21 @@ local STDLIB_SECTIONS = {
   math = "6.7", io = "6.8", os = "6.9", debug = "6.10",
 }
 
+-- Lua's standard library as it is now, before any user code: value -> name.
+local STD_NAMES = {}
+for _, lib in ipairs(STDLIBS) do
+  local t = _G[lib]
+  if type(t) == "table" then
+    STD_NAMES[t] = lib
+    for k, f in pairs(t) do
+      if type(k) == "string" and type(f) == "function" then STD_NAMES[f] = lib .. "." .. k end
+    end
+  end
+end
+for k, f in pairs(_G) do
+  if type(k) == "string" and type(f) == "function" then STD_NAMES[f] = k end
+end
+
 -- "ldist.Tensor" -> "Tensor", "ldist.nn.Dense" -> "nn.Dense"
 local function short_name(n) return (n:gsub("^ldist%.", "")) end
 
@@ -45,12 +60,45 @@ local function modules()
   return list
 end
 
--- The method table reached through a metatable's __index (a table), if any.
-local function index_table(mt)
-  if type(mt) ~= "table" then return nil end
+-- The method tables a metatable's __index reaches: the table itself, or,
+-- when __index is a function (a C closure that also serves t[i] or computed
+-- fields), the tables among its upvalues; plus mt.methods / mt.__methods.
+-- Found without calling anything.
+local function index_tables(mt)
+  local list = {}
+  if type(mt) ~= "table" then return list end
   local idx = rawget(mt, "__index")
-  if type(idx) == "table" then return idx end
-  return nil
+  if type(idx) == "table" then
+    list[1] = idx
+  elseif type(idx) == "function" then
+    for i = 1, 16 do
+      local name, v = debug.getupvalue(idx, i)
+      if name == nil then break end
+      if type(v) == "table" and v ~= _G and name ~= "_ENV" then list[#list + 1] = v end
+    end
+  end
+  for _, k in ipairs({ "methods", "__methods" }) do
+    local t = rawget(mt, k)
+    if type(t) == "table" then list[#list + 1] = t end
+  end
+  return list
+end
+
+-- All methods of a class (metatable), following inheritance, as one table.
+local function class_methods(mt)
+  local all, seen = {}, {}
+  local function visit(m, depth)
+    if type(m) ~= "table" or seen[m] or depth > 10 then return end
+    seen[m] = true
+    for _, t in ipairs(index_tables(m)) do
+      for k, f in next, t do
+        if type(k) == "string" and all[k] == nil then all[k] = f end
+      end
+      visit(dgetmetatable(t), depth + 1)
+    end
+  end
+  visit(mt, 0)
+  return all
 end
 
 -- Named classes: metatables in the registry with a __name ("ldist.Tensor").
@@ -65,7 +113,8 @@ local function classes()
 end
 
 -- The qualified name of a value, searching ldist's modules, the classes'
--- methods and Lua's standard library. Returns name, origin ("ldist"/"lua").
+-- methods, Lua's standard library and the globals. Returns name, origin
+-- ("ldist", "lua" or "user").
 local function name_of(v)
   if v == nil then return nil end
   for _, m in ipairs(modules()) do
@@ -77,40 +126,30 @@ local function name_of(v)
   end
   for cname, mt in pairs(classes()) do
     if mt == v then return cname, "ldist" end
-    local idx = index_table(mt) or mt
-    for k, f in pairs(idx) do
+    for k, f in pairs(class_methods(mt)) do
       if f == v and type(k) == "string" and not k:match("^__") then return cname .. ":" .. k, "ldist" end
     end
   end
-  for _, lib in ipairs(STDLIBS) do
-    local t = _G[lib]
-    if t == v then return lib, "lua" end
-    if type(t) == "table" then
-      for k, f in pairs(t) do
-        if f == v and type(k) == "string" then return lib .. "." .. k, "lua" end
-      end
-    end
-  end
-  for k, f in pairs(_G) do
-    if f == v and type(k) == "string" and type(f) == "function" then return k, "lua" end
+  if STD_NAMES[v] then return STD_NAMES[v], "lua" end
+  for k, f in next, _G do
+    if f == v and type(k) == "string" then return k, "user" end
   end
   return nil
 end
 
--- Resolve "a.b.c" / "a.b:c" to a value without calling any function.
+-- Resolve "a.b.c" / "a.b:c" to a value. Tables are read raw, through their
+-- __index tables; only a userdata's __index function is called (the
+-- bindings' fields, like model.layers), under pcall: a table's __index
+-- function may load a data set.
 local function resolve(path, root)
   local v = root or _G
-  for sep, part in ("." .. path):gmatch("([%.:])([^%.:]+)") do
+  for _, part in ("." .. path):gmatch("([%.:])([^%.:]+)") do
     local nv
     if type(v) == "table" then nv = rawget(v, part) end
-    if nv == nil then
-      local idx = index_table(dgetmetatable(v))
-      local guard = 0
-      while nv == nil and idx and guard < 10 do
-        nv = rawget(idx, part)
-        idx = index_table(dgetmetatable(idx))
-        guard = guard + 1
-      end
+    if nv == nil then nv = class_methods(dgetmetatable(v))[part] end
+    if nv == nil and type(v) == "userdata" then
+      local ok, r = pcall(function() return v[part] end)
+      if ok then nv = r end
     end
     if nv == nil then return nil end
     v = nv
@@ -208,9 +247,16 @@ local function text_for_value(v)
   local cname, mt = class_of(v)
   if cname then
     d = doc_for_name(cname)
-    if d then return d end
-    local methods = index_table(mt) or mt
-    return ("%s (a %s)\n\nMethods:\n%s"):format(cname, tv, member_list(methods, cname, ":"))
+    for _, m in ipairs(modules()) do d = d or doc_for_name(m .. "." .. cname) end
+    local methods = class_methods(mt)
+    local text = ("%s (a %s)"):format(cname, tv)
+    if d then text = d end
+    if next(methods) then text = text .. "\n\nMethods:\n" .. member_list(methods, cname, ":") end
+    local fields = rawget(mt, "__fields")
+    if type(fields) == "table" and #fields > 0 then
+      text = text .. "\n\nFields: " .. table.concat(fields, ", ")
+    end
+    return text
   end
   return nil
 end
@@ -225,7 +271,7 @@ local function text_for_name(s)
     local mt = cname and classes()[cname]
     if mt then
       if rest == "" then return text_for_value(mt) end
-      local f = (index_table(mt) or mt)[rest]
+      local f = class_methods(mt)[rest]
       if f ~= nil then return text_for_value(f) end
     end
     return nil
@@ -350,21 +396,17 @@ local function add_keys(set, t, want_methods)
   end
 end
 
--- Field and method names of v: its own keys (tables), then through the
--- __index tables of the metatable chain (userdata, objects, strings).
+-- Field and method names of v: its own keys (tables), the methods of its
+-- class through the metatable chain (userdata, objects, strings), and the
+-- names a binding lists in its metatable's __fields (computed fields).
 local function members(v, want_methods)
   local set = {}
   if type(v) == "table" then add_keys(set, v, want_methods) end
-  local mt, guard = dgetmetatable(v), 0
-  while type(mt) == "table" and guard < 10 do
-    local idx = rawget(mt, "__index")
-    if type(idx) == "table" then
-      add_keys(set, idx, want_methods)
-      mt = dgetmetatable(idx)
-    else
-      break
-    end
-    guard = guard + 1
+  local mt = dgetmetatable(v)
+  add_keys(set, class_methods(mt), want_methods)
+  local fields = type(mt) == "table" and rawget(mt, "__fields")
+  if type(fields) == "table" and not want_methods then
+    for _, name in ipairs(fields) do set[name] = true end
   end
   return set
 end

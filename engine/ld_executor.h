@@ -1,0 +1,38 @@
+/*
+ * ld_executor.h - logical CPU devices with executor threads, and the spans
+ * they record for tracing.
+ *
+ *     ld_cpu_devices(2);                 // cpu:0 (the host) and cpu:1 (an executor thread)
+ *     ld_device *d = ld_device_find("cpu:1");
+ *     ld_tensor *y = ld_matmul(a_on_d, b_on_d);   // queued; returns at once
+ *     ld_tensor_item(y, &v);                      // waits for the queue
+ *
+ * cpu:0 stays the host device and runs kernels inline on the calling thread
+ * (with its share of the cores); cpu:1.. queue them to their own thread.
+ */
+#ifndef LD_EXECUTOR_H
+#define LD_EXECUTOR_H
+
+#include "ld_device.h"
+
+#define LD_MAX_LOGICAL 64
+
+/* Grow the CPU to n logical devices (cpu:0 .. cpu:n-1); cores are shared out. */
+int ld_cpu_devices(int n);
+int ld_cpu_device_count(void);
+int ld_device_is_async(const ld_device *d);
+/* Wait until every kernel queued on d has run. */
+void ld_device_synchronize(ld_device *d);
+/* Queue fn(ctx, d) on d's executor (or run it now on the host device). */
+void ld_executor_submit(ld_device *d, void (*fn)(void *ctx, ld_device *d), void *ctx, int span_kind);
+
+/* ---- tracing ---- */
+enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE };
+typedef struct { int kind; double start, end; } ld_span;   /* seconds, CLOCK_MONOTONIC */
+double ld_now(void);
+void ld_trace_enable(ld_device *d, int on);
+void ld_executor_record(ld_device *d, int kind, double t0, double t1);
+/* The spans recorded since the last take (malloc'ed; free them). */
+int ld_trace_take(ld_device *d, ld_span **spans);
+
+#endif

@@ -1,0 +1,264 @@
+/* ld_strategy.c - replica context, mirrored variables, in-process all-reduce. */
+#include "ld_strategy.h"
+#include "ld_device.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ================================================================ replica context
+ * One issuing thread drives all replicas, so the context is process-wide. */
+static ld_replica_ctx current;
+static int in_replica;
+
+void ld_replica_set(const ld_replica_ctx *ctx) {
+    if (ctx) { current = *ctx; in_replica = 1; }
+    else in_replica = 0;
+}
+const ld_replica_ctx *ld_replica_get(void) { return in_replica ? &current : NULL; }
+
+/* ================================================================ mirrored variables */
+static ld_device *mirror_devs[LD_MAX_LOGICAL];
+static int n_mirror_devs;
+
+int ld_mirror_set_devices(int n, ld_device *const *devs) {
+    if (n < 0 || n > LD_MAX_LOGICAL) return ld_fail(LD_EARG, "too many devices to mirror on");
+    for (int i = 0; i < n; i++) mirror_devs[i] = devs[i];
+    n_mirror_devs = n;
+    return LD_OK;
+}
+
+void ld_variable_created(ld_tensor *v) {
+    if (n_mirror_devs <= 1 || v->mirror) return;
+    struct ld_mirror *m = calloc(1, sizeof *m);
+    if (!m) return;
+    /* the variable itself is the first replica's copy */
+    if (v->storage->device != mirror_devs[0]) {
+        ld_tensor *moved = ld_to_device(v, mirror_devs[0]);
+        if (!moved) { free(m); return; }
+        ld_storage *s = v->storage;
+        v->storage = moved->storage;
+        moved->storage = s;
+        v->offset = 0;
+        ld_tensor_release(moved);
+    }
+    m->n = n_mirror_devs;
+    m->copies[0] = v;
+    for (int r = 1; r < n_mirror_devs; r++) {
+        ld_tensor *c = ld_to_device(v, mirror_devs[r]);
+        if (!c) { for (int q = 1; q < r; q++) ld_tensor_release(m->copies[q]); free(m); return; }
+        c->requires_grad = 1;
+        if (v->name) c->name = strdup(v->name);
+        m->copies[r] = c;
+    }
+    v->mirror = m;
+}
+
+void ld_mirror_free(struct ld_mirror *m) {
+    if (!m) return;
+    for (int r = 1; r < m->n; r++) ld_tensor_release(m->copies[r]);
+    free(m);
+}
+
+ld_tensor *ld_var(ld_tensor *v) {
+    if (!v || !v->mirror || !in_replica) return v;
+    if (current.id < 0 || current.id >= v->mirror->n) return v;
+    return v->mirror->copies[current.id];
+}
+
+int ld_mirror_count(const ld_tensor *v) { return v->mirror ? v->mirror->n : 1; }
+ld_tensor *ld_mirror_copy(ld_tensor *v, int r) {
+    if (!v->mirror) return r == 0 ? v : NULL;
+    return r >= 0 && r < v->mirror->n ? v->mirror->copies[r] : NULL;
+}
+
+/* ================================================================ all-reduce */
+struct ld_comm {
+    int n;
+    ld_comm_impl impl;
+    ld_device *devs[LD_MAX_LOGICAL];
+    pthread_mutex_t mu;
+    ld_comm_stats stats;
+};
+
+ld_comm *ld_comm_new(int n, ld_device *const *devs, ld_comm_impl impl) {
+    if (n < 1 || n > LD_MAX_LOGICAL) { ld_fail(LD_EARG, "a communicator needs 1..%d devices", LD_MAX_LOGICAL); return NULL; }
+    ld_comm *c = calloc(1, sizeof *c);
+    if (!c) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    c->n = n;
+    c->impl = impl;
+    memcpy(c->devs, devs, sizeof *devs * (size_t)n);
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+void ld_comm_free(ld_comm *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) ld_device_synchronize(c->devs[i]);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+void ld_comm_stats_get(ld_comm *c, ld_comm_stats *s, int reset) {
+    pthread_mutex_lock(&c->mu);
+    *s = c->stats;
+    if (reset) memset(&c->stats, 0, sizeof c->stats);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* One collective call: the participants' buffers and a reusable barrier. */
+typedef struct {
+    ld_comm *comm;
+    int n, k, mean, refs;
+    int64_t total;                  /* elements per replica */
+    int64_t *len;                   /* [k] element counts */
+    float **buf;                    /* [n*k] device pointers */
+    ld_tensor **keep;               /* [n*k] retained until done */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived, gen;
+    double max_seconds;
+} group;
+
+static void barrier(group *g) {
+    pthread_mutex_lock(&g->mu);
+    int gen = g->gen;
+    if (++g->arrived == g->n) { g->arrived = 0; g->gen++; pthread_cond_broadcast(&g->cv); }
+    else while (gen == g->gen) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* apply fn to the pieces of [lo, hi) of the virtual concatenation of the k tensors */
+static void for_range(group *g, int64_t lo, int64_t hi, void (*fn)(group *, int i, int64_t a, int64_t b, void *), void *ud) {
+    int64_t base = 0;
+    for (int i = 0; i < g->k && base < hi; i++) {
+        int64_t a = lo > base ? lo - base : 0, b = hi - base < g->len[i] ? hi - base : g->len[i];
+        if (a < b) fn(g, i, a, b, ud);
+        base += g->len[i];
+    }
+}
+
+typedef struct { int r; } part_ud;
+static void reduce_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
+    int r = ((part_ud *)ud)->r;
+    float *dst = g->buf[r * g->k + i];
+    for (int q = 0; q < g->n; q++) {
+        if (q == r) continue;
+        const float *src = g->buf[q * g->k + i];
+        for (int64_t j = a; j < b; j++) dst[j] += src[j];
+    }
+    if (g->mean) { float s = 1.0f / (float)g->n; for (int64_t j = a; j < b; j++) dst[j] *= s; }
+}
+static void gather_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
+    int owner = ((part_ud *)ud)->r, me = ((part_ud *)ud + 1)->r;
+    memcpy(g->buf[me * g->k + i] + a, g->buf[owner * g->k + i] + a, (size_t)(b - a) * sizeof(float));
+}
+
+static void slice_of(group *g, int r, int64_t *lo, int64_t *hi) {
+    if (g->comm->impl == LD_COMM_REDUCE_TO_ONE) {   /* replica 0 reduces everything */
+        *lo = 0; *hi = r == 0 ? g->total : 0;
+        return;
+    }
+    int64_t per = (g->total + g->n - 1) / g->n;
+    per = (per + 15) & ~(int64_t)15;
+    *lo = per * r; *hi = *lo + per;
+    if (*lo > g->total) *lo = g->total;
+    if (*hi > g->total) *hi = g->total;
+}
+
+static void group_release(group *g) {
+    pthread_mutex_lock(&g->mu);
+    int left = --g->refs;
+    pthread_mutex_unlock(&g->mu);
+    if (left) return;
+    ld_comm *c = g->comm;
+    pthread_mutex_lock(&c->mu);
+    c->stats.calls++;
+    c->stats.bytes += g->total * (int64_t)sizeof(float);
+    c->stats.seconds += g->max_seconds;
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < g->n * g->k; i++) ld_tensor_release(g->keep[i]);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g->len); free(g->buf); free(g->keep);
+    free(g);
+}
+
+typedef struct { group *g; int r; } participant;
+
+static void participate(void *ctx, ld_device *d) {
+    participant *p = ctx;
+    group *g = p->g;
+    int r = p->r;
+    free(p);
+    double t0 = ld_now();
+    barrier(g);                                   /* every replica's inputs are ready */
+    double t1 = ld_now();
+    int64_t lo, hi;
+    slice_of(g, r, &lo, &hi);
+    part_ud u[2] = {{r}, {r}};
+    for_range(g, lo, hi, reduce_piece, u);        /* reduce-scatter */
+    barrier(g);
+    for (int q = 0; q < g->n; q++) {              /* all-gather */
+        if (q == r) continue;
+        slice_of(g, q, &lo, &hi);
+        u[0].r = q; u[1].r = r;
+        for_range(g, lo, hi, gather_piece, u);
+    }
+    barrier(g);                                   /* nobody reads my slice any more */
+    double t2 = ld_now();
+    ld_executor_record(d, LD_SPAN_WAIT, t0, t1);
+    ld_executor_record(d, LD_SPAN_ALLREDUCE, t1, t2);
+    pthread_mutex_lock(&g->mu);
+    if (t2 - t1 > g->max_seconds) g->max_seconds = t2 - t1;
+    pthread_mutex_unlock(&g->mu);
+    group_release(g);
+}
+
+int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean) {
+    int n = c->n;
+    char b1[64], b2[64];
+    for (int i = 0; i < k; i++) {
+        for (int r = 0; r < n; r++) {
+            ld_tensor *x = t[r * k + i];
+            if (!x || x->dtype != LD_F32 || !ld_tensor_is_contiguous(x))
+                return ld_fail(LD_EARG, "all_reduce: tensor %d of replica %d is not a contiguous float32 tensor", i + 1, r);
+            if (x->storage->device != c->devs[r])
+                return ld_fail(LD_EDEVICE, "all_reduce: tensor %d of replica %d is on %s, not on %s", i + 1, r,
+                               x->storage->device->name, c->devs[r]->name);
+            if (!ld_same_shape(x, t[i]))
+                return ld_fail(LD_ESHAPE, "all_reduce: tensor %d has shape %s on replica 0 but %s on replica %d", i + 1,
+                               ld_shape_str(t[i], b1, sizeof b1), ld_shape_str(x, b2, sizeof b2), r);
+        }
+    }
+    if (n == 1) {
+        return LD_OK;
+    }
+    group *g = calloc(1, sizeof *g);
+    if (!g) return ld_fail(LD_ENOMEM, "out of memory");
+    g->comm = c; g->n = n; g->k = k; g->mean = mean; g->refs = n;
+    g->len = calloc((size_t)(k ? k : 1), sizeof *g->len);
+    g->buf = calloc((size_t)(n * k > 0 ? n * k : 1), sizeof *g->buf);
+    g->keep = calloc((size_t)(n * k > 0 ? n * k : 1), sizeof *g->keep);
+    if (!g->len || !g->buf || !g->keep) { free(g->len); free(g->buf); free(g->keep); free(g); return ld_fail(LD_ENOMEM, "out of memory"); }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    for (int i = 0; i < k; i++) { g->len[i] = ld_tensor_numel(t[i]); g->total += g->len[i]; }
+    for (int j = 0; j < n * k; j++) {
+        g->keep[j] = ld_tensor_retain(t[j]);
+        g->buf[j] = (float *)t[j]->storage->data + t[j]->offset;
+    }
+    participant *ps[LD_MAX_LOGICAL];
+    for (int r = 0; r < n; r++) {
+        ps[r] = malloc(sizeof *ps[r]);
+        if (!ps[r]) { for (int q = 0; q < r; q++) free(ps[q]); group_release(g); return ld_fail(LD_ENOMEM, "out of memory"); }
+        ps[r]->g = g; ps[r]->r = r;
+    }
+    /* queue on the executors first; a device that runs inline (the host) last,
+       since its part blocks until every other part has started */
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = n - 1; r >= 0; r--)
+            if (ld_device_is_async(c->devs[r]) == (pass == 0))
+                ld_executor_submit(c->devs[r], participate, ps[r], LD_SPAN_NONE);
+    return LD_OK;
+}

@@ -1,0 +1,61 @@
+/*
+ * ld_strategy.h - what synchronous data parallelism needs from the engine:
+ * a replica context, mirrored variables and an all-reduce over devices.
+ *
+ * A front end runs one step like this (MirroredStrategy in lua_bindings):
+ *
+ *     for r = n-1 .. 0:                        // replica 0 last: cpu:0 runs inline
+ *         ld_replica_set(&(ld_replica_ctx){r, n, global_batch, ...});
+ *         ... forward, loss, backward on devices[r] (queued to its executor) ...
+ *     ld_comm_all_reduce(comm, k, grads);      // k tensors per replica, summed in place
+ *     for r: ld_replica_set(r); ld_optimizer_apply(...)   // same update everywhere
+ *
+ * Variables created while mirroring is on get one copy per device;
+ * ld_var(v) is the copy of the current replica, which layers, tapes and
+ * optimizers use, so their code does not change.
+ */
+#ifndef LD_STRATEGY_H
+#define LD_STRATEGY_H
+
+#include "ld_tensor.h"
+#include "ld_executor.h"
+
+typedef struct {
+    int id, n;                  /* replica id in [0, n) */
+    double global_batch;        /* examples in the global batch (0: unknown) */
+} ld_replica_ctx;
+
+void ld_replica_set(const ld_replica_ctx *ctx);    /* NULL: cross-replica context */
+const ld_replica_ctx *ld_replica_get(void);        /* NULL outside a replica */
+
+/* ---- mirrored variables ---- */
+struct ld_mirror {
+    int n;
+    ld_tensor *copies[LD_MAX_LOGICAL];   /* copies[0] is the variable itself (not retained) */
+};
+/* While devices are set, new variables (ld_variable_created) are mirrored on them. */
+int ld_mirror_set_devices(int n, ld_device *const *devs);
+void ld_variable_created(ld_tensor *v);
+ld_tensor *ld_var(ld_tensor *v);                   /* the current replica's copy (borrowed) */
+int ld_mirror_count(const ld_tensor *v);
+void ld_mirror_free(struct ld_mirror *m);
+ld_tensor *ld_mirror_copy(ld_tensor *v, int r);    /* borrowed, NULL when out of range */
+
+/* ---- collectives between the devices of one process ---- */
+typedef enum { LD_COMM_ALL_REDUCE = 0, LD_COMM_REDUCE_TO_ONE } ld_comm_impl;
+typedef struct ld_comm ld_comm;
+ld_comm *ld_comm_new(int n, ld_device *const *devs, ld_comm_impl impl);
+void ld_comm_free(ld_comm *c);
+/* Sum (or average) k tensors across the n replicas, in place: t[r*k + i] is
+   tensor i of replica r, on devs[r]; shapes must agree across replicas.
+   The work is queued on every device; replica r reduces slice r of the data
+   and then gathers the others' slices (reduce-scatter + all-gather over
+   shared memory). */
+int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean);
+typedef struct {
+    int64_t calls, bytes;       /* bytes reduced per replica, summed over calls */
+    double seconds;             /* time inside all-reduce, slowest replica, summed */
+} ld_comm_stats;
+void ld_comm_stats_get(ld_comm *c, ld_comm_stats *s, int reset);
+
+#endif

@@ -1,0 +1,204 @@
+/*
+ * distribute.c - the C half of the `distribute` module: logical CPU devices,
+ * the replica context, mirrored variables, the in-process all-reduce and
+ * tracing. The strategies themselves are in lua/60_distribute.lua and
+ * lua/65_mirrored.lua.
+ */
+#include "lbind.h"
+#include "ld_strategy.h"
+#include "ld_device.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMM_MT "ldist.Comm"
+
+static ld_device *check_device(lua_State *L, int idx) {
+    ld_device *d = ld_device_find(luaL_checkstring(L, idx));
+    if (!d) lb_engine_error(L, idx);
+    return d;
+}
+
+/* devices from a Lua array of names */
+static int read_devices(lua_State *L, int idx, ld_device **devs) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    int n = (int)luaL_len(L, idx);
+    if (n < 1 || n > LD_MAX_LOGICAL) luaL_argerror(L, idx, "need 1 to 64 devices");
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, idx, i + 1);
+        devs[i] = check_device(L, -1);
+        for (int j = 0; j < i; j++)
+            if (devs[j] == devs[i]) luaL_error(L, "device %s is listed twice", devs[i]->name);
+        lua_pop(L, 1);
+    }
+    return n;
+}
+
+/* config.cpu_devices(n): split the CPU into n logical devices */
+static int d_cpu_devices(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (ld_cpu_devices((int)n)) return lb_engine_error(L, 1);
+    lua_pushinteger(L, ld_cpu_device_count());
+    return 1;
+}
+
+static int d_set_replica(lua_State *L) {
+    if (lua_isnoneornil(L, 1)) { ld_replica_set(NULL); return 0; }
+    ld_replica_ctx c = {(int)luaL_checkinteger(L, 1), (int)luaL_checkinteger(L, 2), luaL_optnumber(L, 3, 0)};
+    ld_replica_set(&c);
+    return 0;
+}
+
+static int d_replica(lua_State *L) {
+    const ld_replica_ctx *c = ld_replica_get();
+    if (!c) return 0;
+    lua_pushinteger(L, c->id);
+    lua_pushinteger(L, c->n);
+    lua_pushnumber(L, c->global_batch);
+    return 3;
+}
+
+static int d_mirror_devices(lua_State *L) {
+    ld_device *devs[LD_MAX_LOGICAL];
+    int n = lua_isnoneornil(L, 1) ? 0 : read_devices(L, 1, devs);
+    if (ld_mirror_set_devices(n, devs)) return lb_engine_error(L, 1);
+    return 0;
+}
+
+/* mirror_copies(v) -> {copy0, copy1, ...} */
+static int d_mirror_copies(lua_State *L) {
+    ld_tensor *v = lb_check_tensor(L, 1);
+    int n = ld_mirror_count(v);
+    lua_createtable(L, n, 0);
+    for (int r = 0; r < n; r++) {
+        lb_push_tensor(L, ld_tensor_retain(ld_mirror_copy(v, r)), 0);
+        lua_rawseti(L, -2, r + 1);
+    }
+    return 1;
+}
+
+static int d_comm_new(lua_State *L) {
+    ld_device *devs[LD_MAX_LOGICAL];
+    int n = read_devices(L, 1, devs);
+    const char *impl = luaL_optstring(L, 2, "all_reduce");
+    ld_comm_impl k;
+    if (!strcmp(impl, "all_reduce")) k = LD_COMM_ALL_REDUCE;
+    else if (!strcmp(impl, "reduce_to_one_device")) k = LD_COMM_REDUCE_TO_ONE;
+    else return luaL_argerror(L, 2, "cross_device_ops must be \"all_reduce\" or \"reduce_to_one_device\"");
+    ld_comm **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = NULL;
+    luaL_setmetatable(L, COMM_MT);
+    *p = ld_comm_new(n, devs, k);
+    if (!*p) return lb_engine_error(L, 1);
+    return 1;
+}
+
+static ld_comm *check_comm(lua_State *L, int i) {
+    ld_comm **p = luaL_checkudata(L, i, COMM_MT);
+    if (!*p) luaL_argerror(L, i, "communicator has been freed");
+    return *p;
+}
+
+static int comm_gc(lua_State *L) {
+    ld_comm **p = luaL_checkudata(L, 1, COMM_MT);
+    ld_comm_free(*p);
+    *p = NULL;
+    return 0;
+}
+
+/* comm:all_reduce(per_replica_lists, mean): lists[r] is replica r's table of tensors */
+static int comm_all_reduce(lua_State *L) {
+    ld_comm *c = check_comm(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int mean = lua_toboolean(L, 3);
+    int n = (int)luaL_len(L, 2);
+    lua_geti(L, 2, 1);
+    luaL_checktype(L, -1, LUA_TTABLE);
+    int k = (int)luaL_len(L, -1);
+    lua_pop(L, 1);
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(n * k > 0 ? n * k : 1), 0);
+    for (int r = 0; r < n; r++) {
+        lua_geti(L, 2, r + 1);
+        luaL_checktype(L, -1, LUA_TTABLE);
+        if ((int)luaL_len(L, -1) != k)
+            return luaL_error(L, "all_reduce: replica %d gave %d tensors, replica 0 gave %d", r, (int)luaL_len(L, -1), k);
+        for (int i = 0; i < k; i++) {
+            lua_geti(L, -1, i + 1);
+            t[r * k + i] = lb_check_tensor(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    if (ld_comm_all_reduce(c, k, t, mean)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+static int comm_stats(lua_State *L) {
+    ld_comm *c = check_comm(L, 1);
+    ld_comm_stats s;
+    ld_comm_stats_get(c, &s, lua_toboolean(L, 2));
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, s.calls); lua_setfield(L, -2, "calls");
+    lua_pushinteger(L, s.bytes); lua_setfield(L, -2, "bytes");
+    lua_pushnumber(L, s.seconds); lua_setfield(L, -2, "seconds");
+    return 1;
+}
+
+static int d_sync(lua_State *L) {
+    ld_device_synchronize(check_device(L, 1));
+    return 0;
+}
+
+static int d_trace_enable(lua_State *L) {
+    ld_device *devs[LD_MAX_LOGICAL];
+    int n = read_devices(L, 1, devs), on = lua_toboolean(L, 2);
+    for (int i = 0; i < n; i++) ld_trace_enable(devs[i], on);
+    return 0;
+}
+
+/* trace_take(device) -> {{kind, start, end}, ...} (kinds: compute, wait, allreduce) */
+static int d_trace_take(lua_State *L) {
+    ld_device *d = check_device(L, 1);
+    ld_span *s;
+    int n = ld_trace_take(d, &s);
+    static const char *const kinds[] = {"none", "compute", "wait", "allreduce"};
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_createtable(L, 3, 0);
+        lua_pushstring(L, kinds[s[i].kind & 3]); lua_rawseti(L, -2, 1);
+        lua_pushnumber(L, s[i].start); lua_rawseti(L, -2, 2);
+        lua_pushnumber(L, s[i].end); lua_rawseti(L, -2, 3);
+        lua_rawseti(L, -2, i + 1);
+    }
+    free(s);
+    return 1;
+}
+
+static int d_trace_record(lua_State *L) {
+    static const char *const kinds[] = {"none", "compute", "wait", "allreduce", NULL};
+    ld_device *d = check_device(L, 1);
+    int k = luaL_checkoption(L, 2, NULL, kinds);
+    ld_executor_record(d, k, luaL_checknumber(L, 3), luaL_checknumber(L, 4));
+    return 0;
+}
+
+static int d_is_async(lua_State *L) { lua_pushboolean(L, ld_device_is_async(check_device(L, 1))); return 1; }
+
+int lb_open_distribute_c(lua_State *L) {
+    luaL_newmetatable(L, COMM_MT);
+    static const luaL_Reg cm[] = {{"all_reduce", comm_all_reduce}, {"stats", comm_stats}, {NULL, NULL}};
+    lua_newtable(L);
+    luaL_setfuncs(L, cm, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, comm_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    static const luaL_Reg f[] = {
+        {"cpu_devices", d_cpu_devices}, {"set_replica", d_set_replica}, {"replica", d_replica},
+        {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
+        {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},
+        {"trace_record", d_trace_record}, {"is_async", d_is_async}, {NULL, NULL}};
+    luaL_newlib(L, f);
+    return 1;
+}

@@ -1,0 +1,585 @@
+-- 65_mirrored.lua - MirroredStrategy: synchronous data parallelism over the
+-- devices of one process (TF's tf.distribute.MirroredStrategy).
+--
+-- How a step runs. Lua is one thread, so replicas cannot each run Lua at the
+-- same time; instead every replica's function runs as a coroutine on the Lua
+-- thread and only *issues* work: the ops of replica r are queued on device r's
+-- executor and return at once (cpu:0, the host, runs its ops inline, so
+-- replica 0 is always issued last, after the others are already computing).
+-- When a replica reaches a collective (optimizer:apply_gradients, all_reduce)
+-- it yields; once every replica has arrived the collective is queued on all
+-- devices (a reduce-scatter and all-gather over shared memory) and each
+-- replica resumes. This is TF's merge_call, with coroutines for threads.
+local ldist = ...
+local C = ldist._distribute
+local tensor, distribute, optim = ldist.tensor, ldist.distribute, ldist.optim
+local docs = ldist.docs
+
+ldist.config = ldist.config or {}
+function ldist.config.cpu_devices(n)
+  return C.cpu_devices(n)
+end
+docs[ldist.config.cpu_devices] = "ldist.config.cpu_devices(n)\n\n" ..
+  "Split the CPU into n logical devices cpu:0 .. cpu:n-1 (like TF's logical device\n" ..
+  "configuration). cpu:0 is the host; cpu:1.. each run kernels on their own thread.\n" ..
+  "The cores are shared out among them. The count can only grow."
+docs["ldist.config.cpu_devices"] = docs[ldist.config.cpu_devices]
+
+---------------------------------------------------------------- PerReplica values
+local PerReplica = { __name = "ldist.PerReplica" }
+PerReplica.__index = PerReplica
+local function per_replica(values, global_batch)
+  return setmetatable({ values = values, global_batch = global_batch }, PerReplica)
+end
+local function is_pr(v) return getmetatable(v) == PerReplica end
+function PerReplica.__tostring(p)
+  local parts = {}
+  for r = 1, #p.values do parts[r] = ("%d: %s"):format(r - 1, tostring(p.values[r])) end
+  return "PerReplica{" .. table.concat(parts, ", ") .. "}"
+end
+distribute.PerReplica = per_replica
+distribute.is_per_replica = is_pr
+
+---------------------------------------------------------------- the strategy
+local Mirrored = setmetatable({}, { __index = getmetatable(distribute.get_strategy()).__index })
+Mirrored.__index = Mirrored
+Mirrored.__name = "ldist.MirroredStrategy"
+Mirrored.__tostring = function(s)
+  return ("<MirroredStrategy on %s, %d replicas>"):format(table.concat(s.devices, ", "), s.num_replicas_in_sync)
+end
+
+local base_scope = getmetatable(distribute.get_strategy()).__index.scope
+
+function distribute.MirroredStrategy(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("bad argument #1 to 'MirroredStrategy' (options table expected)", 2) end
+  local devices = opts.devices
+  if devices == nil then
+    devices = {}
+    for _, d in ipairs(tensor.devices()) do if d:match("^cuda:") then devices[#devices + 1] = d end end
+    if #devices == 0 then
+      for _, d in ipairs(tensor.devices()) do if d:match("^cpu:") then devices[#devices + 1] = d end end
+    end
+  end
+  if #devices == 0 then error("bad argument #1 to 'MirroredStrategy' (no devices)", 2) end
+  local known = {}
+  for _, d in ipairs(tensor.devices()) do known[d] = true end
+  for i, d in ipairs(devices) do
+    if not known[d] then
+      error(("bad argument #1 to 'MirroredStrategy' (unknown device '%s'; devices: %s; " ..
+        "ldist.config.cpu_devices(n) makes more CPU devices)"):format(tostring(d), table.concat(tensor.devices(), ", ")), 2)
+    end
+  end
+  -- the host (inline) device must be replica 0, so it is issued last
+  table.sort(devices, function(a, b)
+    local ha, hb = not C.is_async(a), not C.is_async(b)
+    if ha ~= hb then return ha end
+    return a < b
+  end)
+  local impl = opts.cross_device_ops or "all_reduce"
+  local s = setmetatable({ kind = "MirroredStrategy", devices = devices, num_replicas_in_sync = #devices,
+    extended = { cross_device_ops = impl }, _depth = 0, _tracing = false }, Mirrored)
+  s._comm = C.comm_new(devices, impl)
+  return s
+end
+docs[distribute.MirroredStrategy] = "distribute.MirroredStrategy{devices={...}, cross_device_ops=\"all_reduce\"|\"reduce_to_one_device\"}\n\n" ..
+  "Synchronous training on several devices of this process: every replica runs the step on its\n" ..
+  "share of the global batch; optimizer:apply_gradients sums the gradients across replicas\n" ..
+  "(all-reduce over shared memory) and applies the same update everywhere.\n" ..
+  "Default devices: every GPU, else every CPU device (see ldist.config.cpu_devices).\n" ..
+  "Create models and optimizers inside strategy:scope() so their variables are mirrored."
+docs["distribute.MirroredStrategy"] = docs[distribute.MirroredStrategy]
+
+-- scope: variables created inside are mirrored on the strategy's devices
+function Mirrored:scope(fn)
+  C.mirror_devices(self.devices)
+  local closer = base_scope(self)
+  local mt = getmetatable(closer)
+  local inner = mt.__close
+  mt.__close = function(...)
+    C.mirror_devices(nil)
+    return inner(...)
+  end
+  if fn == nil then return closer end
+  local res = table.pack(pcall(fn))
+  mt.__close()
+  if not res[1] then error(res[2], 0) end
+  return table.unpack(res, 2, res.n)
+end
+
+-- Split the rows of every tensor of `element` over the replicas: replica r
+-- gets floor(B/n) rows, plus one of the B % n left over for the first ones
+-- (so an uneven last batch gives smaller or empty per-replica batches).
+local function split_rows(self, t)
+  local n, parts = self.num_replicas_in_sync, {}
+  local rows = t.ndim > 0 and t.shape[1] or 1
+  local base, extra, at = rows // n, rows % n, 0
+  for r = 0, n - 1 do
+    local k = base + (r < extra and 1 or 0)
+    parts[r + 1] = t:slice(0, at, at + k):to(self.devices[r + 1])
+    at = at + k
+  end
+  return parts, rows
+end
+
+function Mirrored:_split(element)
+  if tensor.is_tensor(element) then
+    local parts, rows = split_rows(self, element)
+    return per_replica(parts, rows)
+  end
+  local per, rows = {}, 0
+  for r = 1, self.num_replicas_in_sync do per[r] = {} end
+  for i, t in ipairs(element) do
+    local parts, b = split_rows(self, t)
+    if i == 1 then rows = b end
+    for r = 1, self.num_replicas_in_sync do per[r][i] = parts[r] end
+  end
+  return per_replica(per, rows)
+end
+
+-- for inputs in strategy:experimental_distribute_dataset(ds) do ... end
+local DistDataset = { __name = "ldist.DistributedDataset" }
+DistDataset.__index = DistDataset
+function DistDataset:iter()
+  local f, s, c = self.dataset:iter()
+  return function()
+    local e = f(s, c)
+    c = e
+    if e == nil then return nil end
+    return self.strategy:_split(e)
+  end
+end
+function DistDataset.__call(self, _, prev)
+  if prev == nil then self._next = self:iter() end
+  return self._next()
+end
+function Mirrored:experimental_distribute_dataset(ds)
+  if type(ds) ~= "table" and type(ds) ~= "userdata" then
+    error("bad argument #1 to 'experimental_distribute_dataset' (dataset expected)", 2)
+  end
+  return setmetatable({ dataset = ds, strategy = self }, DistDataset)
+end
+
+function Mirrored:distribute_datasets_from_function(fn)
+  local n = self.num_replicas_in_sync
+  local ctx = { num_input_pipelines = 1, input_pipeline_id = 0, num_replicas_in_sync = n,
+    get_per_replica_batch_size = function(_, global)
+      if global % n ~= 0 then error(("global batch %d is not divisible by %d replicas"):format(global, n), 2) end
+      return global // n
+    end }
+  -- one pipeline per replica: element r of a step comes from pipeline r
+  local pipes = {}
+  for r = 1, n do
+    ctx.input_pipeline_id = 0
+    pipes[r] = fn(setmetatable({ replica_id = r - 1 }, { __index = ctx }))
+  end
+  local strategy = self
+  local obj = {}
+  function obj.iter()
+    local its = {}
+    for r = 1, n do local f, s, c = pipes[r]:iter(); its[r] = { f, s, c } end
+    return function()
+      local vals, rows = {}, 0
+      for r = 1, n do
+        local e = its[r][1](its[r][2], its[r][3]); its[r][3] = e
+        if e == nil then return nil end
+        local moved = {}
+        for i, t in ipairs(tensor.is_tensor(e) and { e } or e) do
+          moved[i] = t:to(strategy.devices[r]); if i == 1 then rows = rows + (t.ndim > 0 and t.shape[1] or 1) end
+        end
+        vals[r] = moved
+      end
+      return per_replica(vals, rows)
+    end
+  end
+  return setmetatable(obj, { __call = function(self, _, prev)
+    if prev == nil then self._next = self.iter() end
+    return self._next()
+  end })
+end
+
+---------------------------------------------------------------- run
+local function trace_compute(self, r, t0)
+  if self._tracing and not C.is_async(self.devices[r + 1]) then
+    C.trace_record(self.devices[r + 1], "compute", t0, ldist.clock())
+  end
+end
+
+local function dedupe(values)
+  -- a tensor listed twice (one gradient for two variables) must be reduced once
+  local seen, out = {}, {}
+  for i, v in ipairs(values) do
+    if seen[v] then out[i] = v:clone() else out[i] = v; seen[v] = true end
+  end
+  return out
+end
+
+function Mirrored:_collective(requests)
+  local n = self.num_replicas_in_sync
+  local kind, op, k = requests[0].kind, requests[0].op, #requests[0].values
+  for r = 1, n - 1 do
+    local q = requests[r]
+    if q.kind ~= kind or #q.values ~= k then
+      error(("replicas disagree on the collective: replica 0 called %s with %d values, replica %d %s with %d")
+        :format(kind, k, r, q.kind, #q.values), 0)
+    end
+  end
+  local lists = {}
+  for r = 0, n - 1 do lists[r + 1] = dedupe(requests[r].values) end
+  if kind == "all_reduce" then
+    self._comm:all_reduce(lists, op == "mean")
+    local out = {}
+    for r = 0, n - 1 do out[r] = lists[r + 1] end
+    return out
+  elseif kind == "all_gather" then
+    local out = {}
+    for r = 0, n - 1 do
+      local vals = {}
+      for i = 1, k do
+        local parts = {}
+        for q = 0, n - 1 do parts[q + 1] = lists[q + 1][i]:to(self.devices[r + 1]) end
+        vals[i] = tensor.concat(parts, requests[0].axis or 0)
+      end
+      out[r] = vals
+    end
+    return out
+  end
+  error("unknown collective " .. tostring(kind), 0)
+end
+
+function Mirrored:run(fn, ...)
+  if type(fn) ~= "function" then error("bad argument #1 to 'run' (function expected)", 2) end
+  local n = self.num_replicas_in_sync
+  local args = table.pack(...)
+  local global_batch = 0
+  for i = 1, args.n do
+    if is_pr(args[i]) then
+      if #args[i].values ~= n then
+        error(("bad argument #%d to 'run' (a PerReplica value of %d replicas for a strategy of %d)")
+          :format(i + 1, #args[i].values, n), 2)
+      end
+      global_batch = args[i].global_batch or 0
+      break
+    end
+  end
+  local function args_for(r)
+    local a = {}
+    for i = 1, args.n do a[i] = is_pr(args[i]) and args[i].values[r + 1] or args[i] end
+    return a
+  end
+  local cos, done, results, resume = {}, {}, {}, {}
+  for r = 0, n - 1 do cos[r] = coroutine.create(fn); resume[r] = args_for(r) end
+  C.mirror_devices(self.devices)
+  local ok, err = pcall(function()
+    while true do
+      local requests, nreq = {}, 0
+      for r = n - 1, 0, -1 do
+        if not done[r] then
+          C.set_replica(r, n, global_batch)
+          local t0 = ldist.clock()
+          local res = table.pack(coroutine.resume(cos[r], table.unpack(resume[r], 1, args.n > #resume[r] and args.n or #resume[r])))
+          C.set_replica(nil)
+          trace_compute(self, r, t0)
+          if not res[1] then
+            error(("replica %d (%s): %s"):format(r, self.devices[r + 1], tostring(res[2])), 0)
+          end
+          if coroutine.status(cos[r]) == "dead" then
+            done[r] = true
+            results[r] = table.pack(table.unpack(res, 2, res.n))
+          else
+            local q = res[2]
+            if type(q) ~= "table" or not q.kind then
+              error(("replica %d yielded outside a collective; coroutine.yield is not allowed in a replica function")
+                :format(r), 0)
+            end
+            requests[r] = q; nreq = nreq + 1
+          end
+        end
+      end
+      if nreq == 0 then break end
+      if nreq < n then
+        local callers, others = {}, {}
+        for r = 0, n - 1 do
+          if requests[r] then callers[#callers + 1] = tostring(r) else others[#others + 1] = tostring(r) end
+        end
+        error(("%s was called on replica(s) %s only (replica(s) %s returned first); every replica must make the " ..
+          "same collective calls"):format(requests[tonumber(callers[1])].kind, table.concat(callers, ", "),
+          table.concat(others, ", ")), 0)
+      end
+      local out = self:_collective(requests)
+      for r = 0, n - 1 do resume[r] = { out[r] } end
+    end
+  end)
+  C.set_replica(nil)
+  if self._depth == 0 then C.mirror_devices(nil) end
+  if not ok then error(err, 2) end
+  -- PerReplica results (each return value separately)
+  local nres = results[0] and results[0].n or 0
+  if nres == 0 then return nil end
+  local outs = {}
+  for i = 1, nres do
+    local vals = {}
+    for r = 0, n - 1 do vals[r + 1] = results[r][i] end
+    outs[i] = per_replica(vals, global_batch)
+  end
+  return table.unpack(outs, 1, nres)
+end
+
+---------------------------------------------------------------- replica context
+local ReplicaContext = { __name = "ldist.ReplicaContext" }
+ReplicaContext.__index = ReplicaContext
+function ReplicaContext:all_reduce(op, value)
+  op = type(op) == "string" and op:lower() or op
+  if op ~= "sum" and op ~= "mean" then error("bad argument #1 to 'all_reduce' (\"sum\" or \"mean\" expected)", 2) end
+  if self.num_replicas_in_sync == 1 then return value end
+  local single = tensor.is_tensor(value) or type(value) == "number"
+  local vals = single and { value } or value
+  for i, v in ipairs(vals) do
+    if type(v) == "number" then vals[i] = tensor.new(v):to(self.strategy.devices[self.replica_id_in_sync_group + 1]) end
+  end
+  local out = coroutine.yield({ kind = "all_reduce", op = op, values = vals })
+  return single and out[1] or out
+end
+function ReplicaContext:all_gather(value, axis)
+  if self.num_replicas_in_sync == 1 then return value end
+  local single = tensor.is_tensor(value)
+  local out = coroutine.yield({ kind = "all_gather", axis = axis or 0, values = single and { value } or value })
+  return single and out[1] or out
+end
+
+local default_get_replica_context = distribute.get_replica_context
+function distribute.get_replica_context()
+  local id, n = C.replica()
+  if id == nil then return default_get_replica_context() end
+  local s = distribute.get_strategy()
+  if getmetatable(s) ~= Mirrored then s = s._running or s end
+  return setmetatable({ replica_id_in_sync_group = id, num_replicas_in_sync = n, strategy = s }, ReplicaContext)
+end
+
+-- which strategy is running a replica now (for get_replica_context inside run)
+local running_run = Mirrored.run
+function Mirrored:run(fn, ...)
+  local prev = Mirrored._active
+  Mirrored._active = self
+  local res = table.pack(pcall(running_run, self, fn, ...))
+  Mirrored._active = prev
+  if not res[1] then error(res[2], 2) end
+  return table.unpack(res, 2, res.n)
+end
+local get_rc = distribute.get_replica_context
+function distribute.get_replica_context()
+  local rc = get_rc()
+  if Mirrored._active and C.replica() ~= nil then rc.strategy = Mirrored._active end
+  return rc
+end
+
+-- optimizer:apply_gradients inside a replica: sum the gradients over the
+-- replicas first, then every replica applies the same update to its copy.
+function optim.Optimizer.apply_gradients(self, grads, vars)
+  local id, n = C.replica()
+  if id ~= nil and n > 1 then
+    if vars == nil then   -- the {{g, v}, ...} form
+      local g, v = {}, {}
+      for i, p in ipairs(grads) do g[i], v[i] = p[1], p[2] end
+      grads, vars = g, v
+    end
+    grads = coroutine.yield({ kind = "all_reduce", op = "sum", values = grads })
+  end
+  return optim._apply_gradients(self, grads, vars)
+end
+
+---------------------------------------------------------------- reduce / gather / local results
+local function on_host(v)
+  if tensor.is_tensor(v) then return v:cpu() end
+  return v
+end
+
+function Mirrored:experimental_local_results(v)
+  if is_pr(v) then return v.values end
+  return { v }
+end
+
+function Mirrored:reduce(op, v, opts)
+  op = type(op) == "string" and op:lower() or op
+  if op ~= "sum" and op ~= "mean" then
+    error(("bad argument #1 to 'reduce' (\"sum\" or \"mean\" expected, got %s)"):format(tostring(op)), 2)
+  end
+  local axis = type(opts) == "table" and opts.axis or nil
+  local vals = is_pr(v) and v.values or { v }
+  local total, count = nil, 0
+  for _, x in ipairs(vals) do
+    if type(x) ~= "number" and not tensor.is_tensor(x) then
+      error(("bad argument #2 to 'reduce' (tensor or number expected, got %s)"):format(type(x)), 2)
+    end
+    x = on_host(x)
+    if axis ~= nil then
+      count = count + (x.shape[axis + 1] or 0)
+      x = x:sum(axis)
+    else
+      count = count + 1
+    end
+    total = total == nil and x or total + x
+  end
+  if op == "mean" then total = total * (1 / math.max(count, 1)) end
+  if tensor.is_tensor(total) and total.ndim == 0 then return total:item() end
+  return total
+end
+
+function Mirrored:gather(v, axis)
+  local vals = is_pr(v) and v.values or { v }
+  local parts = {}
+  for i, x in ipairs(vals) do parts[i] = on_host(x) end
+  return tensor.concat(parts, axis or 0)
+end
+
+---------------------------------------------------------------- Keras fit under the strategy
+function Mirrored:train_step(model, x, y, loss, opt)
+  local n = self.num_replicas_in_sync
+  local xs = self:_split(x)
+  local ys = self:_split(y)
+  local gb = xs.global_batch
+  C.mirror_devices(self.devices)
+  local lvs, grads, preds = {}, {}, {}
+  local ok, err = pcall(function()
+    for r = n - 1, 0, -1 do
+      C.set_replica(r, n, gb)
+      local t0 = ldist.clock()
+      lvs[r], grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss)
+      C.set_replica(nil)
+      trace_compute(self, r, t0)
+    end
+    for r = 0, n - 1 do grads[r + 1] = dedupe(grads[r + 1]) end
+    self._comm:all_reduce(grads, false)
+    local vars = model.trainable_variables
+    for r = n - 1, 0, -1 do
+      C.set_replica(r, n, gb)
+      local t0 = ldist.clock()
+      optim._apply_gradients(opt, grads[r + 1], vars)
+      C.set_replica(nil)
+      trace_compute(self, r, t0)
+    end
+  end)
+  C.set_replica(nil)
+  if self._depth == 0 then C.mirror_devices(nil) end
+  if not ok then error(err, 0) end
+  local total, parts = 0, {}
+  for r = 0, n - 1 do
+    total = total + lvs[r]:item()
+    parts[r + 1] = preds[r]:cpu()
+  end
+  return total, tensor.concat(parts, 0)
+end
+
+---------------------------------------------------------------- watching it: traces
+function Mirrored:trace(on)
+  self._tracing = on and true or false
+  C.trace_enable(self.devices, self._tracing)
+  self._comm:stats(true)
+  if self._tracing then self._trace_t0 = ldist.clock(); self._spans = {} end
+  return self
+end
+
+-- Collect the spans recorded so far: {[r+1] = {{kind, start, end}, ...}}
+function Mirrored:trace_spans()
+  self._spans = self._spans or {}
+  for r, d in ipairs(self.devices) do
+    self._spans[r] = self._spans[r] or {}
+    for _, s in ipairs(C.trace_take(d)) do table.insert(self._spans[r], s) end
+  end
+  return self._spans
+end
+
+-- strategy:trace_summary() -> {compute=, wait=, allreduce=, bytes=, bus_bandwidth=, per_replica={...}}
+-- bus bandwidth as nccl-tests defines it: 2(n-1)/n x bytes / time.
+function Mirrored:trace_summary()
+  local spans = self:trace_spans()
+  local n = self.num_replicas_in_sync
+  local per, tot = {}, { compute = 0, wait = 0, allreduce = 0 }
+  for r = 1, n do
+    local s = { compute = 0, wait = 0, allreduce = 0 }
+    for _, sp in ipairs(spans[r] or {}) do
+      s[sp[1]] = (s[sp[1]] or 0) + (sp[3] - sp[2])
+    end
+    per[r] = s
+    for k in pairs(tot) do tot[k] = math.max(tot[k], s[k]) end
+  end
+  local st = self._comm:stats(false)
+  tot.bytes, tot.calls, tot.per_replica = st.bytes, st.calls, per
+  tot.bus_bandwidth = st.seconds > 0 and (2 * (n - 1) / n) * st.bytes / st.seconds or 0
+  return tot
+end
+
+-- Chrome trace (chrome://tracing, Perfetto): one row per replica.
+function Mirrored:write_trace(path)
+  local spans = self:trace_spans()
+  local f = assert(io.open(path, "w"))
+  f:write('{"traceEvents":[')
+  local first, t0 = true, self._trace_t0 or 0
+  for r, list in ipairs(spans) do
+    f:write((first and "" or ","), ('{"name":"thread_name","ph":"M","pid":0,"tid":%d,"args":{"name":"replica %d (%s)"}}')
+      :format(r - 1, r - 1, self.devices[r]))
+    first = false
+    for _, s in ipairs(list) do
+      f:write((',{"name":"%s","ph":"X","pid":0,"tid":%d,"ts":%.1f,"dur":%.1f}'):format(s[1], r - 1,
+        (s[2] - t0) * 1e6, (s[3] - s[2]) * 1e6))
+    end
+  end
+  f:write("]}\n")
+  f:close()
+  return path
+end
+
+-- A timeline picture (SVG): one row per replica, compute / wait / all-reduce.
+local Timeline = { __name = "ldist.Timeline" }
+Timeline.__index = Timeline
+function Timeline:svg() return self._svg end
+function Timeline.__mimebundle(self) return { ["image/svg+xml"] = self._svg, ["text/plain"] = self._text } end
+function Timeline.__tostring(self) return self._text end
+
+function Mirrored:timeline(opts)
+  opts = opts or {}
+  local spans = self:trace_spans()
+  local lo, hi = math.huge, -math.huge
+  for _, list in ipairs(spans) do
+    for _, s in ipairs(list) do lo = math.min(lo, s[2]); hi = math.max(hi, s[3]) end
+  end
+  if lo == math.huge then lo, hi = 0, 1 end
+  local W, row, left = opts.width or 900, 28, 140
+  local H = row * #self.devices + 50
+  local colors = { compute = "#4c78a8", wait = "#e0e0e0", allreduce = "#f58518" }
+  local out = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">')
+    :format(W, H) }
+  local scale = (W - left - 10) / math.max(hi - lo, 1e-9)
+  for r, list in ipairs(spans) do
+    local y = 10 + (r - 1) * row
+    out[#out + 1] = ('<text x="4" y="%d">replica %d (%s)</text>'):format(y + 17, r - 1, self.devices[r])
+    for _, s in ipairs(list) do
+      local x, w = left + (s[2] - lo) * scale, math.max((s[3] - s[2]) * scale, 0.5)
+      out[#out + 1] = ('<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s %.3f ms</title></rect>')
+        :format(x, y, w, row - 6, colors[s[1]] or "#999", s[1], (s[3] - s[2]) * 1e3)
+    end
+  end
+  local ly = H - 18
+  local lx = left
+  for _, k in ipairs({ "compute", "wait", "allreduce" }) do
+    out[#out + 1] = ('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>')
+      :format(lx, ly, colors[k], lx + 16, ly + 11, k)
+    lx = lx + 110
+  end
+  out[#out + 1] = ('<text x="%d" y="%d">%.1f ms</text>'):format(W - 80, ly + 11, (hi - lo) * 1e3)
+  out[#out + 1] = "</svg>"
+  local sum = self:trace_summary()
+  local text = ("timeline of %d replicas over %.1f ms: compute %.1f ms, wait %.1f ms, all-reduce %.1f ms, " ..
+    "%.1f MB reduced, bus bandwidth %.2f GB/s"):format(#self.devices, (hi - lo) * 1e3, sum.compute * 1e3,
+    sum.wait * 1e3, sum.allreduce * 1e3, sum.bytes / 1e6, sum.bus_bandwidth / 1e9)
+  local tl = setmetatable({ _svg = table.concat(out, "\n"), _text = text }, Timeline)
+  if opts.save then
+    local f = assert(io.open(opts.save, "w")); f:write(tl._svg); f:close()
+  end
+  return tl
+end
+
+docs["Strategy:trace"] = "strategy:trace(true|false)\n\nRecord, per replica, compute, wait and all-reduce spans.\n" ..
+  "Then: strategy:trace_summary(), strategy:write_trace(\"trace.json\") (Chrome trace),\n" ..
+  "strategy:timeline{save=\"t.svg\"} (a picture; shown inline in the notebook)."
+docs[Mirrored.trace] = docs["Strategy:trace"]

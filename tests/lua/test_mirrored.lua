@@ -1,0 +1,184 @@
+-- test_mirrored.lua - MirroredStrategy over logical CPU devices: the same
+-- answer as one device, uneven data, errors that name the replica.
+local T = dofile("tests/lua/testlib.lua")
+ldist.config.cpu_devices(4)
+local C = ldist._distribute
+
+local function make_data(n)
+  tensor.seed(11)
+  local x = tensor.normal(n, 6)
+  local y = x:slice(1, 0, 3):argmax(1):astype("int64")
+  return x, y
+end
+
+-- 100 steps of the seed's custom loop on `devices` (nil: no strategy)
+local function train(devices, make_opt, check_replicas)
+  local strategy = devices and distribute.MirroredStrategy{devices = devices} or distribute.get_strategy()
+  local model, opt
+  tensor.seed(7)
+  do
+    local _ <close> = strategy:scope()
+    model = nn.Sequential{nn.Dense(16, "tanh"), nn.Dense(3)}
+    opt = make_opt()
+  end
+  local loss_object = losses.SparseCategoricalCrossentropy{from_logits = true}
+  local x, y = make_data(400)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(40)
+  local dist = strategy:experimental_distribute_dataset(ds)
+  local function step(inputs)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function() return loss_object(inputs[2], model(inputs[1], {training = true})) end)
+    opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+    return loss
+  end
+  local steps, first_loss, last_loss = 0, nil, nil
+  while steps < 100 do
+    for inputs in dist do
+      local l = strategy:reduce("sum", strategy:run(step, inputs))
+      first_loss = first_loss or l; last_loss = l
+      steps = steps + 1
+      if check_replicas and devices then
+        for _, v in ipairs(model.trainable_variables) do
+          local copies = C.mirror_copies(v)
+          for r = 2, #copies do
+            local d = (copies[1] - copies[r]:cpu()):abs():max():item()
+            if d ~= 0 then error(("step %d: replica %d differs from replica 0 by %g"):format(steps, r - 1, d)) end
+          end
+        end
+      end
+      if steps == 100 then break end
+    end
+  end
+  local w = {}
+  for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+  return w, first_loss, last_loss
+end
+
+local function max_diff(a, b)
+  local m = 0
+  for i = 1, #a do m = math.max(m, (a[i] - b[i]):abs():max():item()) end
+  return m
+end
+
+for _, o in ipairs({
+  {"SGD", function() return optim.SGD{learning_rate = 0.1, momentum = 0.9} end},
+  {"Adam", function() return optim.Adam{learning_rate = 0.01} end}}) do
+  local name, make_opt = o[1], o[2]
+  T.test(name .. ": 2 and 4 replicas give the weights of one device after 100 steps", function()
+    local w1, l0, l1 = train(nil, make_opt)
+    T.ok(l1 < l0, "the loss falls")
+    local w2 = train({"cpu:0", "cpu:1"}, make_opt, true)
+    local w4 = train({"cpu:0", "cpu:1", "cpu:2", "cpu:3"}, make_opt, name == "SGD")
+    T.ok(max_diff(w1, w2) < 2e-4, ("2 replicas differ by %g"):format(max_diff(w1, w2)))
+    T.ok(max_diff(w1, w4) < 2e-4, ("4 replicas differ by %g"):format(max_diff(w1, w4)))
+  end)
+end
+
+T.test("uneven data: range(6) batched by 4 over 2 replicas", function()
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+  local seen = {}
+  for inputs in s:experimental_distribute_dataset(data.Dataset.range(6):batch(4)) do
+    local parts = {}
+    for r, v in ipairs(s:experimental_local_results(inputs)) do
+      parts[r] = table.concat(v[1]:totable(), ",")
+      T.eq(v[1].device, r == 1 and "cpu:0" or "cpu:1")
+    end
+    seen[#seen + 1] = "[" .. parts[1] .. "]/[" .. parts[2] .. "]"
+  end
+  T.eq(table.concat(seen, " "), "[0,1]/[2,3] [4]/[5]")
+end)
+
+T.test("uneven data: 4 elements over 5 replicas leave one empty, and training completes", function()
+  ldist.config.cpu_devices(5)
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4"}}
+  local sizes = {}
+  for inputs in s:experimental_distribute_dataset(data.Dataset.range(4):batch(4)) do
+    for r, v in ipairs(s:experimental_local_results(inputs)) do sizes[r] = v[1].shape[1] end
+  end
+  T.eq(table.concat(sizes, ","), "1,1,1,1,0")
+  local model, opt
+  do local _ <close> = s:scope(); model = nn.Sequential{nn.Dense(3)}; opt = optim.Adam() end
+  local lossf = losses.SparseCategoricalCrossentropy{from_logits = true}
+  local x, y = make_data(9)
+  local n = 0
+  for inputs in s:experimental_distribute_dataset(data.Dataset.from_tensor_slices(x, y):batch(4)) do
+    local l = s:reduce("sum", s:run(function(inp)
+      local tape = autograd.GradientTape()
+      local loss = tape:record(function() return lossf(inp[2], model(inp[1], {training = true})) end)
+      opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+      return loss
+    end, inputs))
+    T.ok(l == l, "loss is a number, not NaN")
+    n = n + 1
+  end
+  T.eq(n, 3)
+end)
+
+T.test("an error on one replica names it, and the next run works", function()
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+  T.raises(function()
+    s:run(function()
+      if distribute.get_replica_context().replica_id_in_sync_group == 1 then error("bad shape on purpose") end
+      return 1
+    end)
+  end, "replica 1 (cpu:1): ")
+  local r = s:run(function() return distribute.get_replica_context().replica_id_in_sync_group end)
+  T.eq(s:reduce("sum", r), 1)
+end)
+
+T.test("all_reduce on some replicas only is an error, not a hang", function()
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+  T.raises(function()
+    s:run(function()
+      local ctx = distribute.get_replica_context()
+      if ctx.replica_id_in_sync_group == 0 then return ctx:all_reduce("sum", tensor.ones(3)) end
+    end)
+  end, "all_reduce was called on replica(s) 0 only")
+  local out = s:run(function()
+    local ctx = distribute.get_replica_context()
+    return ctx:all_reduce("sum", tensor.ones(3):to(s.devices[ctx.replica_id_in_sync_group + 1]))
+  end)
+  T.eq(s:reduce("mean", out, {axis = 0}), 2)
+  local g = s:run(function()
+    local ctx = distribute.get_replica_context()
+    return ctx:all_gather(tensor.new{ctx.replica_id_in_sync_group}:to(s.devices[ctx.replica_id_in_sync_group + 1]))
+  end)
+  T.eq(table.concat(s:experimental_local_results(g)[2]:totable(), ","), "0.0,1.0")
+end)
+
+T.test("model:fit under MirroredStrategy, traced", function()
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+  local model
+  do
+    local _ <close> = s:scope()
+    model = nn.Sequential{nn.Dense(32, "relu"), nn.Dense(3)}
+    model:compile{optimizer = optim.Adam{learning_rate = 0.01},
+      loss = losses.SparseCategoricalCrossentropy{from_logits = true}, metrics = {"accuracy"}}
+  end
+  local x, y = make_data(600)
+  s:trace(true)
+  local h
+  do
+    local _ <close> = s:scope()
+    h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(60), {epochs = 5, verbose = 0})
+  end
+  T.ok(h.loss[5] < h.loss[1], "loss falls")
+  T.ok(h.accuracy[5] > 0.8, "accuracy " .. h.accuracy[5])
+  local sum = s:trace_summary()
+  T.ok(sum.calls >= 50 and sum.bytes > 0, ("%d all-reduce calls, %d bytes"):format(sum.calls, sum.bytes))
+  T.ok(sum.per_replica[2].compute > 0 and sum.per_replica[1].allreduce > 0)
+  local path = os.tmpname()
+  s:write_trace(path)
+  local f = io.open(path); local js = f:read("a"); f:close(); os.remove(path)
+  T.ok(js:find('"name":"allreduce"', 1, true) and js:find('"tid":1', 1, true))
+  local tl = s:timeline()
+  T.ok(tl:svg():find("<svg", 1, true) and tl:svg():find("replica 1", 1, true))
+  s:trace(false)
+end)
+
+T.test("bad input to MirroredStrategy", function()
+  T.raises(function() distribute.MirroredStrategy{devices = {"cpu:0", "cpu:9"}} end, "unknown device 'cpu:9'")
+  T.raises(function() distribute.MirroredStrategy{cross_device_ops = "ring"} end, "cross_device_ops must be")
+end)
+
+T.done()
