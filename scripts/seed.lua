@@ -1,13 +1,17 @@
 -- seed.lua - the example that started ldist (TensorFlow 2's tf.distribute
--- guide), ported line by line. Run: ldist scripts/seed.lua [epochs] [examples]
---
--- With the default strategy it trains on one device; with
--- distribute.MirroredStrategy() the same code trains on every device.
+-- guide), ported line by line.
+--   ldist scripts/seed.lua [epochs] [examples] [cpu devices]
+-- With one device it uses the default strategy; with more, the CPU is split
+-- into that many logical devices and MirroredStrategy trains on all of them.
 local num_epochs = tonumber(arg and arg[1]) or 3
 local limit = tonumber(arg and arg[2])          -- train on the first N examples only
+local n_devices = tonumber(arg and arg[3]) or 1
 local batch_size = 64
 
-local strategy = distribute.get_strategy()      -- every GPU, or every CPU device
+if n_devices > 1 then ldist.config.cpu_devices(n_devices) end
+local strategy = n_devices > 1 and distribute.MirroredStrategy()   -- every GPU, or every CPU device
+                 or distribute.get_strategy()
+print(("strategy: %s"):format(tostring(strategy)))
 local model, optimizer, loss_object
 do
   local _ <close> = strategy:scope()

@@ -48,6 +48,25 @@ awk -v s="${R[ldist-mlp]:-0}" -v g="$sgemm" 'BEGIN{
   f = 2*(784*512+512*256+256*10); flops = s * (2*f + 2*(512*256+256*10)) / 1e9
   printf "\nldist MLP: %.1f GFLOP/s = %.0f%% of the measured sgemm rate (%.1f GFLOP/s)\n", flops, 100*flops/g, g }'
 
+# ---- MirroredStrategy (issue 5): scaling over 2 CPU devices, all-reduce bandwidth
+gcc -O2 -o build/bench-membw scripts/bench/membw.c -lpthread
+echo
+echo "== MirroredStrategy: MLP 784-512-256-10, Adam, global batch 256 (samples/s)"
+one1=$(./ldist scripts/bench/mirrored_bench.lua one1 $mlp_steps 2>/dev/null | tail -1)
+one2=$(./ldist scripts/bench/mirrored_bench.lua one2 $mlp_steps 2>/dev/null | tail -1)
+mir2=$(./ldist scripts/bench/mirrored_bench.lua mirror2 $mlp_steps 2>/dev/null | tail -1)
+printf '1 replica, 1 device, 1 core:      %10s\n' "$one1"
+printf '1 replica, 1 device, %d cores:     %10s\n' "$cores" "$one2"
+printf '2 replicas on 2 CPU devices:      %10s\n' "$mir2"
+awk -v a="$one1" -v b="$one2" -v m="$mir2" 'BEGIN{ if (a > 0 && b > 0) printf "scaling efficiency %.0f%% (2 replicas vs 2 x one device); %.2fx the one-replica run on both cores\n", 100*m/(2*a), m/b }'
+membw=$(./build/bench-membw "$cores")
+echo
+echo "== in-process all-reduce, 2 devices (memcpy bandwidth of this machine: $membw GB/s)"
+printf '%6s %12s %14s %10s\n' MB ms "busbw GB/s" "vs memcpy"
+./ldist scripts/bench/mirrored_bench.lua allreduce 2>/dev/null | while read -r mb sec bw; do
+  printf '%6s %12.2f %14s %9.0f%%\n' "$mb" "$(awk -v s="$sec" 'BEGIN{print s*1000}')" "$bw" "$(awk -v b="$bw" -v m="$membw" 'BEGIN{print 100*b/m}')"
+done
+
 for extra in scripts/bench/startup.sh scripts/bench/kernel.py; do
   [ -f "$extra" ] || continue
   echo; echo "== $extra"

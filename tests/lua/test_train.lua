@@ -43,4 +43,14 @@ T.test("the seed example runs and its loss falls", function()
   T.ok(losses_seen[3] < losses_seen[1], out)
 end)
 
+T.test("the seed example runs under MirroredStrategy on 2 CPU devices and its loss falls", function()
+  local f = assert(io.popen("./ldist scripts/seed.lua 3 6000 2 2>&1"))
+  local out = f:read("a"); f:close()
+  T.ok(out:find("MirroredStrategy on cpu:0, cpu:1", 1, true), out)
+  local seen = {}
+  for v in out:gmatch("Epoch %d+: Loss = ([%d%.]+)") do seen[#seen + 1] = tonumber(v) end
+  T.eq(#seen, 3, out)
+  T.ok(seen[3] < seen[1], out)
+end)
+
 T.done()

@@ -1,0 +1,48 @@
+-- mirrored_bench.lua MODE [STEPS]: MLP 784-512-256-10, Adam, global batch 256.
+--   one1    1 replica on 1 device using 1 core
+--   one2    1 replica on 1 device using every core
+--   mirror2 MirroredStrategy, 2 replicas on 2 CPU devices
+--   allreduce  bus bandwidth of the in-process all-reduce over 2 devices, 4-64 MB
+-- Prints "samples_per_s" (or lines "MB seconds busbw_GBps" for allreduce).
+local mode, steps = arg[1], tonumber(arg[2]) or 150
+local warm = 10
+if mode == "allreduce" then
+  ldist.config.cpu_devices(2)
+  local C = ldist._distribute
+  local comm = C.comm_new({"cpu:0", "cpu:1"})
+  for _, mb in ipairs({4, 8, 16, 32, 64}) do
+    local n = mb * 1024 * 1024 // 4
+    local a, b = tensor.ones(n), tensor.ones(n):to("cpu:1")
+    for _ = 1, 2 do comm:all_reduce({{a}, {b}}); C.sync("cpu:1") end
+    local reps = math.max(3, 256 // mb)
+    local t0 = ldist.clock()
+    for _ = 1, reps do comm:all_reduce({{a}, {b}}); C.sync("cpu:1") end
+    local dt = (ldist.clock() - t0) / reps
+    print(("%d %.6f %.2f"):format(mb, dt, (2 * (2 - 1) / 2) * mb * 1048576 / dt / 1e9))
+  end
+  return
+end
+tensor.seed(0)
+local x, y = datasets.fashion_mnist.load("train")
+local strategy = distribute.get_strategy()
+if mode == "one1" then ldist.set_num_threads(1)
+elseif mode == "mirror2" then
+  ldist.config.cpu_devices(2)
+  strategy = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+end
+local model
+do
+  local _ <close> = strategy:scope()
+  model = nn.Sequential{nn.Flatten(), nn.Dense(512, "relu"), nn.Dense(256, "relu"), nn.Dense(10)}
+  model:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
+end
+local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(256, {drop_remainder = true}):prefetch(2)
+local t0, t1
+local timer = {on_train_batch_end = function(_, step)
+  if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
+end}
+do
+  local _ <close> = strategy:scope()
+  model:fit(ds:repeat_(), {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
+end
+print(("%.1f"):format(steps * 256 / (t1 - t0)))
