@@ -18,6 +18,7 @@
 
 extern const char *const ldist_prelude_names[];
 extern const char *const ldist_prelude_chunks[];
+extern const size_t ldist_prelude_sizes[];
 
 /* Modules are weak so that the library links while a layer is being built;
    every one is present in a release build (tests check the names exist). */
@@ -89,11 +90,12 @@ int luaopen_ldist(lua_State *L) {
         lua_call(L, 0, 1);
         lua_setfield(L, -2, c_modules[i].name);
     }
+    ldist_set_helpers(L);
     for (int i = 0; ldist_prelude_names[i]; i++) {
-        const char *src = ldist_prelude_chunks[i];
-        char chunkname[96];
-        snprintf(chunkname, sizeof chunkname, "=[ldist prelude %s]", ldist_prelude_names[i]);
-        if (luaL_loadbuffer(L, src, strlen(src), chunkname) != LUA_OK) return lua_error(L);
+        /* precompiled at build time (scripts/embed.lua): loading bytecode is
+           several times faster than parsing, and start-up matters in a REPL */
+        if (luaL_loadbufferx(L, ldist_prelude_chunks[i], ldist_prelude_sizes[i], ldist_prelude_names[i], "b") != LUA_OK)
+            return lua_error(L);
         lua_pushvalue(L, -2);
         lua_call(L, 1, 0);
     }

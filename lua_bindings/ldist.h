@@ -17,6 +17,9 @@
 lua_State *ldist_newstate(void);
 /* The module table, as `require "ldist"` returns it (pushed on the stack). */
 int luaopen_ldist(lua_State *L);
+/* Add the small helpers (repr, isatty, termsize, walltime, ...) to the module
+   table at the top of the stack (state.c). */
+void ldist_set_helpers(lua_State *L);
 /* Message handler for lua_pcall: adds a traceback to string errors. */
 int ldist_traceback(lua_State *L);
 /* Run `chunk` (already loaded at the top of the stack) with `nargs` args under

@@ -88,12 +88,7 @@ static int read_line(const char *prompt, char **out) {
         return READ_OK;
     }
 
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_prompt_sigint;   /* no SA_RESTART: select() must wake up */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
-    prompt_sigint = 0;
+    prompt_sigint = 0;                  /* a Ctrl-C while output was printed is gone */
     rl_finished = 0;
     rl_result = NULL;
     rl_callback_handler_install(prompt, on_line);
@@ -124,7 +119,6 @@ static int read_line(const char *prompt, char **out) {
         }
         rl_callback_read_char();
     }
-    sigaction(SIGINT, &old, NULL);
     if (status == READ_OK) {
         if (!rl_result) return READ_EOF;      /* Ctrl-D on an empty line */
         *out = rl_result;
@@ -234,7 +228,6 @@ static chunk_kind read_chunk(lua_State *L, int *quiet) {
     if (st == READ_EOF) return CHUNK_EOF;
     if (st == READ_INTERRUPT) return CHUNK_NONE;
 
-    luaL_Buffer b;
     lua_pushstring(L, line);                      /* the chunk so far */
     free(line);
     for (;;) {
@@ -286,12 +279,7 @@ static chunk_kind read_chunk(lua_State *L, int *quiet) {
             lua_pop(L, 1);
             return st == READ_EOF ? CHUNK_EOF : CHUNK_NONE;
         }
-        luaL_buffinit(L, &b);
-        lua_pushvalue(L, -2);
-        luaL_addvalue(&b);
-        luaL_addchar(&b, '\n');
-        luaL_addstring(&b, line);
-        luaL_pushresult(&b);
+        lua_pushfstring(L, "%s\n%s", lua_tostring(L, -1), line);
         lua_remove(L, -2);
         free(line);
     }
@@ -324,6 +312,14 @@ int repl_run(lua_State *L, int banner) {
         history_init();
         repl_complete_init(L);
     }
+    /* Between reading and running, a Ctrl-C is remembered (and dropped at
+       the next prompt) rather than fatal; ldist_docall installs its own
+       handler while code runs. No SA_RESTART: select() must wake up. */
+    struct sigaction sa, old_sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_prompt_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_sa);
     if (banner) repl_banner(stdout);
     /* plot() and friends show values through the REPL from now on */
     if (lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE) == LUA_TTABLE &&
@@ -353,6 +349,7 @@ int repl_run(lua_State *L, int banner) {
     }
     fputc('\n', stdout);
     fflush(stdout);
+    sigaction(SIGINT, &old_sa, NULL);
     if (use_readline) history_close();
     return EXIT_SUCCESS;
 }

@@ -17,8 +17,8 @@ fi
 # Test side: a real Jupyter client and the kernel conformance suite.
 if [ "${LDIST_SETUP_PY:-1}" = 1 ]; then
   py=python3
-  if ! $py -c 'import jupyter_client, jupyter_kernel_test, nbclient, nbformat, safetensors, numpy, pytest' 2>/dev/null; then
+  if ! $py -c 'import jupyter_client, jupyter_kernel_test, nbclient, nbformat, safetensors, numpy, pytest, pexpect' 2>/dev/null; then
     echo "setup: installing Python test packages"
-    $py -m pip install -q jupyter_client jupyter_kernel_test nbclient nbformat safetensors numpy pytest >/dev/null
+    $py -m pip install -q jupyter_client jupyter_kernel_test nbclient nbformat safetensors numpy pytest pexpect >/dev/null
   fi
 fi

@@ -47,7 +47,7 @@ def test_repr_uses_tostring_and_name():
 
 
 def test_repr_tostring_returning_non_string():
-    out = lua('print(ldist.repr(setmetatable({}, {__tostring = function() return 1 end})))')
+    out = lua('print(ldist.repr(setmetatable({}, {__tostring = function() return {} end})))')
     assert out.startswith("<error in __tostring:")
 
 

@@ -70,3 +70,19 @@ def test_file_names_inside_strings(make_repl, tmp_path):
     # a directory completes with a slash and leaves the string open
     out = tab_then(r, 'g = "subd', 'x"')
     assert r.value("g") == '"subdir/x"', out
+
+
+def test_method_through_an_index_function(repl):
+    # bindings often use a function __index (t[i] and computed fields) that
+    # closes over the method table; completion finds the methods there
+    repl.run('do local methods = {train = function() return "trained" end}; '
+             'obj2 = setmetatable({}, {__index = function(t, k) return methods[k] end}) end')
+    out = tab_then(repl, "obj2:tr", "()")
+    assert "obj2:train()" in out and '"trained"' in out
+
+
+def test_computed_fields_listed_in___fields(repl):
+    repl.run('ud = setmetatable({}, {__index = function(t, k) if k == "units" then return 128 end end, '
+             '__fields = {"units"}})')
+    out = tab_then(repl, "ud.un", "")
+    assert "128" in out
