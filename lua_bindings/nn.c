@@ -569,6 +569,13 @@ static const char *const loss_docs[] = {
 
 int lb_open_losses(lua_State *L) {
     luaL_newmetatable(L, LOSS_MT);
+    {
+        static const char *const f[] = {"name", "from_logits", "sparse", NULL};
+        lua_newtable(L);
+        for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
+    }
+
     lua_pushcfunction(L, loss_call); lua_setfield(L, -2, "__call");
     lua_pushcfunction(L, loss_tostring); lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, loss_index); lua_setfield(L, -2, "__index");
@@ -583,6 +590,13 @@ int lb_open_losses(lua_State *L) {
 
 int lb_open_nn(lua_State *L) {
     luaL_newmetatable(L, LAYER_MT);
+    {
+        static const char *const f[] = {"name", "kind", "built", "trainable_variables", "weights", "kernel", "bias", "units", "activation", "count_params", NULL};
+        lua_newtable(L);
+        for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
+    }
+
     lua_pushcfunction(L, layer_call); lua_setfield(L, -2, "__call");
     lua_pushcfunction(L, layer_index); lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, layer_tostring); lua_setfield(L, -2, "__tostring");
@@ -603,6 +617,13 @@ int lb_open_nn(lua_State *L) {
         {"load_weights", model_load_weights}, {NULL, NULL}};
     luaL_newmetatable(L, MODEL_MT);
     int mt = lua_gettop(L);
+    {
+        static const char *const f[] = {"trainable_variables", "weights", "variables", "name", "built", "layers", "history", NULL};
+        lua_newtable(L);
+        for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
+    }
+
     lua_newtable(L);                    /* C methods */
     luaL_setfuncs(L, cm, 0);
     lua_newtable(L);                    /* nn.Model: methods added in Lua */

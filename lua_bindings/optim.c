@@ -219,6 +219,13 @@ static const char *const docs[] = {
 
 int lb_open_optim(lua_State *L) {
     luaL_newmetatable(L, LB_OPTIMIZER_MT);
+    {
+        static const char *const f[] = {"learning_rate", "lr", "iterations", "name", "apply_gradients", NULL};
+        lua_newtable(L);
+        for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
+    }
+
     lua_newtable(L);                                   /* optim.Optimizer */
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");

@@ -780,6 +780,13 @@ int lb_open_tensor(lua_State *L) {
 
     luaL_newmetatable(L, LB_TENSOR_MT);
     int mt = lua_gettop(L);
+    {
+        static const char *const f[] = {"shape", "dtype", "device", "ndim", "name", "trainable", "T", NULL};
+        lua_newtable(L);
+        for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
+    }
+
     lua_newtable(L);
     luaL_setfuncs(L, methods, 0);
     int mtab = lua_gettop(L);
