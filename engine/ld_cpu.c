@@ -415,7 +415,7 @@ static void cpu_softmax(ld_device *d, float *out, const float *x, int64_t rows, 
 }
 
 /* ================================================================ conv / pool (NHWC) */
-static void cpu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w,
+static void cpu_im2col_serial(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w,
                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
                        int64_t pw, int64_t oh, int64_t ow) {
     int64_t rowlen = kh * kw * c;
@@ -428,14 +428,14 @@ static void cpu_im2col(ld_device *d, float *col, const float *x, int64_t n, int6
                     for (int64_t kj = 0; kj < kw; kj++) {
                         int64_t xx = j * sw - pw + kj;
                         float *o = dst + (ki * kw + kj) * c;
-                        if (y < 0 || y >= h || xx < 0 || xx >= w) memset(o, 0, (size_t)c * 4);
-                        else memcpy(o, x + ((b * h + y) * w + xx) * c, (size_t)c * 4);
+                        if (y < 0 || y >= h || xx < 0 || xx >= w) { for (int64_t q = 0; q < c; q++) o[q] = 0; }
+                        else { const float *src = x + ((b * h + y) * w + xx) * c; for (int64_t q = 0; q < c; q++) o[q] = src[q]; }
                     }
                 }
             }
 }
 
-static void cpu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w,
+static void cpu_col2im_serial(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w,
                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
                        int64_t pw, int64_t oh, int64_t ow) {
     memset(dx, 0, (size_t)(n * h * w * c) * 4);
@@ -458,7 +458,7 @@ static void cpu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int
             }
 }
 
-static void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h,
+static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h,
                         int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                         int64_t oh, int64_t ow) {
     for (int64_t b = 0; b < n; b++)
@@ -466,18 +466,24 @@ static void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, in
             for (int64_t j = 0; j < ow; j++) {
                 float *yo = y + ((b * oh + i) * ow + j) * c;
                 int64_t *ao = arg + ((b * oh + i) * ow + j) * c;
-                for (int64_t q = 0; q < c; q++) { yo[q] = -INFINITY; ao[q] = -1; }
+                int64_t base0 = ((b * h + i * sh) * w + j * sw) * c;
+                for (int64_t q = 0; q < c; q++) { yo[q] = x[base0 + q]; ao[q] = base0 + q; }
                 for (int64_t ki = 0; ki < kh; ki++)
                     for (int64_t kj = 0; kj < kw; kj++) {
+                        if (!ki && !kj) continue;
                         int64_t base = ((b * h + i * sh + ki) * w + j * sw + kj) * c;
                         const float *xi = x + base;
-                        for (int64_t q = 0; q < c; q++)
-                            if (xi[q] > yo[q] || ao[q] < 0) { yo[q] = xi[q]; ao[q] = base + q; }
+                        for (int64_t q = 0; q < c; q++) {   /* branch-free, so it vectorises */
+                            float v = xi[q];
+                            int gt = v > yo[q];
+                            yo[q] = gt ? v : yo[q];
+                            ao[q] = gt ? base + q : ao[q];
+                        }
                     }
             }
 }
 
-static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg,
+static void cpu_maxpool_backward_serial(ld_device *d, float *dx, const float *dy, const int64_t *arg,
                                  int64_t ny, int64_t nx) {
     memset(dx, 0, (size_t)nx * 4);
     for (int64_t i = 0; i < ny; i++) dx[arg[i]] += dy[i];
@@ -553,6 +559,66 @@ static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, co
 }
 
 /* ================================================================ parallel wrappers */
+/* ---- conv / pool kernels split over the images of the batch ---- */
+typedef struct {
+    int kind; float *o; const float *x; int64_t *arg; const int64_t *carg;
+    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
+} img_job;
+static void img_part(void *p, int part, int np) {
+    img_job *j = p;
+    int64_t lo, hi, per = (j->n + np - 1) / np;
+    lo = per * part; hi = lo + per;
+    if (hi > j->n) hi = j->n;
+    if (lo >= hi) return;
+    int64_t nb = hi - lo, in_img = j->h * j->w * j->c, out_img = j->oh * j->ow;
+    switch (j->kind) {
+    case 0: cpu_im2col_serial(NULL, j->o + lo * out_img * j->kh * j->kw * j->c, j->x + lo * in_img, nb, j->h, j->w,
+                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
+    case 1: cpu_col2im_serial(NULL, j->o + lo * in_img, j->x + lo * out_img * j->kh * j->kw * j->c, nb, j->h, j->w,
+                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
+    case 2: {
+        /* indices stay global: offset the input pointer back */
+        int64_t off = lo * in_img;
+        cpu_maxpool_serial(NULL, j->o + lo * out_img * j->c, j->arg + lo * out_img * j->c, j->x + off, nb, j->h,
+                           j->w, j->c, j->kh, j->kw, j->sh, j->sw, j->oh, j->ow);
+        for (int64_t i = 0, m = nb * out_img * j->c; i < m; i++) j->arg[lo * out_img * j->c + i] += off;
+        break;
+    }
+    case 3: {
+        int64_t ny = nb * out_img * j->c;
+        float *dx = j->o + lo * in_img;
+        memset(dx, 0, (size_t)(nb * in_img) * 4);
+        const float *dy = j->x + lo * out_img * j->c;
+        const int64_t *a = j->carg + lo * out_img * j->c;
+        float *base = j->o;
+        for (int64_t i = 0; i < ny; i++) base[a[i]] += dy[i];
+        break;
+    }
+    }
+}
+static int img_parts(int64_t n, int64_t work) { return work < PAR_MIN || n < 2 ? 1 : 64; }
+static void cpu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c,
+                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    img_job j = {0, col, x, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    parallel_run(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
+}
+static void cpu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
+                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    img_job j = {1, dx, col, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    parallel_run(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
+}
+static void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
+                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
+    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
+    parallel_run(img_part, &j, img_parts(n, n * h * w * c));
+}
+/* needs the image geometry to split by image: recovered from ny, nx and n
+   is not possible here, so the pool backward runs on whole batches unless
+   the caller passes the geometry (cpu_maxpool_backward_geom) */
+static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx) {
+    cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx);
+}
+
 typedef struct {
     ld_binary_op op; float *out; const float *a, *b; const int64_t *sa, *sb, *shape; int ndim; int64_t inner;
 } bin_job;

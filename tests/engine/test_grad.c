@@ -5,6 +5,7 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_nn.h"
+#include "ld_device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -245,6 +246,41 @@ int main(void) {
         CHECK(ld_tape_gradient(t, y, 1, &x, &g) != LD_OK);
         CHECK(strstr(ld_error(), "only be called once") != NULL);
         ld_tape_free(t); ld_tensor_release(y); ld_tensor_release(x);
+    }
+    TEST("the thread pool's kernels match single-threaded ones") {
+        /* sizes above the parallel thresholds, so the split paths run */
+        int64_t xs2[4] = {16, 28, 28, 4}, ws2[4] = {3, 3, 4, 8}, ms[2] = {300, 200}, ns[2] = {200, 150};
+        ld_tensor *x = rnd(4, xs2, -1, 1), *w = rnd(4, ws2, -1, 1), *a = rnd(2, ms, -1, 1), *b = rnd(2, ns, -1, 1);
+        ld_tensor *out[2][6];
+        for (int pass = 0; pass < 2; pass++) {
+            ld_cpu_set_threads(pass == 0 ? 1 : 2);
+            ld_tensor *xw = ld_clone(x);
+            xw->requires_grad = 1;
+            ld_tensor *ww = ld_clone(w);
+            ww->requires_grad = 1;
+            ld_tape *t = ld_tape_new(0);
+            ld_tape_push(t);
+            ld_tensor *y = ld_conv2d(xw, ww, 1, 1, 1), *p = ld_maxpool2d(y, 2, 2, 2, 2), *r = ld_relu(p);
+            ld_tensor *l = ld_sum(r, LD_ALL_AXES, 0);
+            ld_tape_pop(t);
+            ld_tensor *src[2] = {xw, ww}, *g[2];
+            CHECK(ld_tape_gradient(t, l, 2, src, g) == LD_OK);
+            out[pass][0] = ld_tensor_retain(p); out[pass][1] = g[0]; out[pass][2] = g[1];
+            out[pass][3] = ld_matmul(a, b);
+            out[pass][4] = ld_add(a, a);
+            out[pass][5] = ld_tanh(a);
+            ld_tape_free(t);
+            ld_tensor *rel[] = {xw, ww, y, p, r, l};
+            for (int i = 0; i < 6; i++) ld_tensor_release(rel[i]);
+        }
+        ld_cpu_set_threads(ld_cpu_cores());
+        for (int i = 0; i < 6; i++) {
+            double e = tu_norm_err(out[1][i], out[0][i]);
+            if (e > 1e-5) printf("#   result %d differs by %g\n", i, e);
+            CHECK(e <= 1e-5);
+            ld_tensor_release(out[0][i]); ld_tensor_release(out[1][i]);
+        }
+        ld_tensor_release(x); ld_tensor_release(w); ld_tensor_release(a); ld_tensor_release(b);
     }
     return tu_summary();
 }

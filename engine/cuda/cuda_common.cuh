@@ -1,0 +1,165 @@
+/*
+ * cuda_common.cuh - what the plugin's files share: the per-device state, the
+ * error reporting, the launch helpers and the scratch allocator.
+ *
+ * Error model. The backend's kernel slots return nothing (ld_device.h), and
+ * kernels run later anyway, so a failed CUDA, cuBLAS or NCCL call is
+ * recorded on its device: the message names the device and the call
+ * ("cuda:0: cublasSgemm_v2 (gemm 128x512x784) failed: ..."), goes to
+ * ld_fail at once, and is kept until the next read of device memory
+ * (to_host), which then fails with it. Nothing here aborts.
+ *
+ * Streams. Each device has one non-blocking stream; every copy, kernel,
+ * cuBLAS call and NCCL call of the device is queued on it, so the Lua thread
+ * only enqueues, and memory handed back to the caching allocator can be
+ * reused at once by later work on the same stream.
+ */
+#ifndef CUDA_COMMON_CUH
+#define CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "ld_cuda.h"
+}
+
+/* One size class of the caching allocator: free blocks of exactly `size` bytes. */
+struct cu_bucket {
+    size_t size;
+    int n, cap;
+    void **p;
+};
+
+struct cu_dev {
+    int ordinal;                 /* CUDA device number */
+    ld_device *dev;              /* the engine's device ("cuda:N") */
+    char gpu[96];                /* "NVIDIA H200" */
+    size_t total_mem;            /* bytes */
+    pthread_mutex_t mu;          /* guards the fields below */
+    volatile int ready;          /* stream made */
+    cudaStream_t stream;
+    void *blas;                  /* cublasHandle_t, made on the first gemm */
+    /* caching allocator */
+    cu_bucket *buckets;
+    int nb, capb;
+    size_t cached;               /* bytes in free blocks */
+    size_t held;                 /* bytes taken from cudaMalloc (cached or in use) */
+    /* the first failure since device memory was last read */
+    int has_err;
+    char err[400];
+};
+
+extern const ld_cuda_host *cu_host;
+
+static inline cu_dev *cu_of(ld_device *d) { return (cu_dev *)d->impl; }
+
+/* Record a failure (ld_fail with the message); returns st. */
+ld_status cu_fail(ld_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Record a failed CUDA runtime call on a device, keep it until the next read. */
+ld_status cu_record(cu_dev *cd, const char *call, cudaError_t e);
+/* Record any other failure on a device (cuBLAS, NCCL): msg is complete. */
+ld_status cu_record_msg(cu_dev *cd, const char *msg);
+/* After a kernel launch: a launch error is recorded under the kernel's name. */
+static inline int cu_launched(cu_dev *cd, const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? LD_OK : cu_record(cd, kernel, e);
+}
+/* Make the device current on this thread and its stream ready; NULL when that
+   failed (recorded). Every backend entry point starts with it. */
+cu_dev *cu_begin(ld_device *d);
+/* Device memory for the plugin's own temporaries, from the caching allocator
+   (not counted as tensor memory); give it back with cu_scratch_free once the
+   kernels using it are queued: stream order keeps it alive long enough. */
+void *cu_scratch(cu_dev *cd, size_t nbytes);
+void cu_scratch_free(cu_dev *cd, void *p, size_t nbytes);
+
+/* Grid for a grid-stride loop over n items. */
+static inline unsigned cu_grid(int64_t n, int block) {
+    int64_t g = (n + block - 1) / block;
+    if (g > 65536) g = 65536;
+    return g < 1 ? 1u : (unsigned)g;
+}
+#define CU_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+
+/* ---- the backend's slots, one file per family ---- */
+/* cuda_copy.cu */
+void cu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
+                     const int64_t *shape, const int64_t *sstrides);
+void cu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v);
+/* cuda_elementwise.cu */
+void cu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa, const float *b,
+               const int64_t *sb, int ndim, const int64_t *shape);
+void cu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n);
+void cu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy, const float *x, const float *y,
+                       int64_t n);
+void cu_scale_add(ld_device *d, float *y, float a, const float *x, int64_t n);
+/* cuda_reduce.cu */
+void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t outer, int64_t n, int64_t inner);
+/* cuda_gemm.cu */
+void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+void cu_blas_destroy(cu_dev *cd);
+/* cuda_softmax.cu */
+void cu_softmax(ld_device *d, float *out, const float *x, int64_t rows, int64_t cols, int log);
+void cu_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits, const int64_t *labels,
+                    int64_t n, int64_t c, float scale);
+void cu_sparse_xent_backward(ld_device *d, float *dlogits, const float *probs, const int64_t *labels,
+                             const float *g, int64_t n, int64_t c, float scale);
+/* cuda_conv.cu */
+void cu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+               int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow);
+void cu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
+               int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow);
+void cu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
+                int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow);
+void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx);
+/* cuda_optim.cu */
+void cu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float momentum,
+                   int nesterov, float weight_decay);
+void cu_adam_update(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
+                    float b2, float eps, int64_t step, float weight_decay, int decoupled);
+void cu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
+                       float rho, float momentum, float eps);
+/* cuda_nccl.cu */
+int cu_all_reduce(int n, ld_device *const *devs, int k, ld_tensor *const *t, int mean);
+int cu_nccl_unique_id(unsigned char id[LD_NCCL_ID_BYTES]);
+int cu_nccl_comm_init_rank(ld_device *d, const unsigned char id[LD_NCCL_ID_BYTES], int nranks, int rank,
+                           void **comm);
+int cu_nccl_comm_all_reduce(void *comm, int k, ld_tensor *const *t, int mean);
+void cu_nccl_comm_destroy(void *comm);
+
+/* ---- block reductions (blockDim.x a multiple of 32, at most 1024) ---- */
+__device__ __forceinline__ double cu_warp_sum(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float cu_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over the block; every thread gets the result. `sh` holds 32 doubles. */
+__device__ __forceinline__ double cu_block_sum(double v, double *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = cu_warp_sum(v);
+    __syncthreads();                 /* sh may still be read from a previous call */
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    return cu_warp_sum(v);
+}
+/* Max over the block (NaN-free inputs: callers handle NaN); `sh` holds 32 floats. */
+__device__ __forceinline__ float cu_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = cu_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return cu_warp_max(v);
+}
+
+#endif

@@ -1,0 +1,116 @@
+/*
+ * cuda_copy.cu - strided copies with dtype conversion, and fill.
+ *
+ * Conversions go through double, as the CPU backend's do, so a value
+ * converts to the same result on both devices.
+ */
+#include "cuda_common.cuh"
+
+#include <string.h>
+
+#define MAXD LD_MAX_DIMS
+
+struct cu_view {               /* a strided source, dims merged where they can be */
+    int nd;
+    int64_t shape[MAXD];
+    int64_t stride[MAXD];      /* in elements */
+};
+
+/* Merge neighbouring dims that are contiguous with each other; drop size-1 dims. */
+static void merge_dims(int ndim, const int64_t *shape, const int64_t *st, cu_view *v) {
+    v->nd = 0;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 1) continue;
+        if (v->nd && v->stride[v->nd - 1] == st[i] * shape[i]) {
+            v->shape[v->nd - 1] *= shape[i];
+            v->stride[v->nd - 1] = st[i];
+        } else {
+            v->shape[v->nd] = shape[i];
+            v->stride[v->nd] = st[i];
+            v->nd++;
+        }
+    }
+}
+
+template <typename D, typename S>
+__global__ void k_copy(D *dst, const S *src, cu_view v, int64_t n) {
+    CU_LOOP(i, n) {
+        int64_t r = i, off = 0;
+        for (int d = v.nd - 1; d >= 0; d--) {
+            int64_t q = r / v.shape[d];
+            off += (r - q * v.shape[d]) * v.stride[d];
+            r = q;
+        }
+        dst[i] = (D)(double)src[off];
+    }
+}
+
+template <typename D, typename S>
+static void launch_copy(cu_dev *cd, void *dst, const void *src, const cu_view &v, int64_t n) {
+    k_copy<D, S><<<cu_grid(n, 256), 256, 0, cd->stream>>>((D *)dst, (const S *)src, v, n);
+    cu_launched(cd, "copy_strided kernel");
+}
+
+template <typename D>
+static void copy_to(cu_dev *cd, void *dst, const void *src, ld_dtype sdt, const cu_view &v, int64_t n) {
+    switch (sdt) {
+    case LD_F32: launch_copy<D, float>(cd, dst, src, v, n); break;
+    case LD_I32: launch_copy<D, int32_t>(cd, dst, src, v, n); break;
+    case LD_I64: launch_copy<D, int64_t>(cd, dst, src, v, n); break;
+    default: launch_copy<D, uint8_t>(cd, dst, src, v, n); break;
+    }
+}
+
+static size_t dtype_size(ld_dtype dt) {
+    switch (dt) {
+    case LD_F32: case LD_I32: return 4;
+    case LD_I64: return 8;
+    default: return 1;
+    }
+}
+
+void cu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
+                     const int64_t *shape, const int64_t *ss) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    if (n <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    cu_view v;
+    merge_dims(ndim, shape, ss, &v);
+    if (ddt == sdt && (v.nd == 0 || (v.nd == 1 && v.stride[0] == 1))) {
+        cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n * dtype_size(sdt), cudaMemcpyDeviceToDevice, cd->stream);
+        if (e != cudaSuccess) cu_record(cd, "cudaMemcpyAsync (device to device)", e);
+        return;
+    }
+    switch (ddt) {
+    case LD_F32: copy_to<float>(cd, dst, src, sdt, v, n); break;
+    case LD_I32: copy_to<int32_t>(cd, dst, src, sdt, v, n); break;
+    case LD_I64: copy_to<int64_t>(cd, dst, src, sdt, v, n); break;
+    default: copy_to<uint8_t>(cd, dst, src, sdt, v, n); break;
+    }
+}
+
+template <typename T>
+__global__ void k_fill(T *dst, T v, int64_t n) {
+    CU_LOOP(i, n) dst[i] = v;
+}
+
+void cu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) {
+    if (n <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    if (v == 0) {
+        cudaError_t e = cudaMemsetAsync(dst, 0, (size_t)n * dtype_size(dt), cd->stream);
+        if (e != cudaSuccess) cu_record(cd, "cudaMemsetAsync", e);
+        return;
+    }
+    unsigned g = cu_grid(n, 256);
+    switch (dt) {
+    case LD_F32: k_fill<float><<<g, 256, 0, cd->stream>>>((float *)dst, (float)v, n); break;
+    case LD_I32: k_fill<int32_t><<<g, 256, 0, cd->stream>>>((int32_t *)dst, (int32_t)v, n); break;
+    case LD_I64: k_fill<int64_t><<<g, 256, 0, cd->stream>>>((int64_t *)dst, (int64_t)v, n); break;
+    default: k_fill<uint8_t><<<g, 256, 0, cd->stream>>>((uint8_t *)dst, (uint8_t)v, n); break;
+    }
+    cu_launched(cd, "fill kernel");
+}

@@ -1,0 +1,159 @@
+/*
+ * ld_cluster.h - several processes (on one machine or many) that train as
+ * one: an authenticated control plane, heartbeats, and collectives over a
+ * ring of ZeroMQ sockets. MultiWorkerMirroredStrategy and LocalCluster in
+ * lua_bindings are built on this.
+ *
+ *     ld_cluster_opts o = {.rank = r, .size = n, .leader = "127.0.0.1:7000",
+ *                          .listen = "127.0.0.1:7001", .secret = s, .secret_len = 64,
+ *                          .timeout = 30, .data_plane = 1};
+ *     ld_cluster *c = ld_cluster_join(&o);      // rendezvous; NULL + ld_error()
+ *     ld_cluster_all_reduce(c, grads, n, 0);     // float32 sum across the n processes
+ *     ld_cluster_free(c);                        // says goodbye
+ *
+ * Control plane. Rank 0 (the leader: TF's chief, or worker 0) listens on
+ * `leader`; every other rank connects to it. A rank proves it knows the
+ * shared secret without sending it: both sides pick a random nonce and answer
+ * with HMAC-SHA256(secret, role | nonces | rank), so a peer without the
+ * secret is refused and a rank never talks to a leader that does not know it
+ * either. Every later message carries a sequence number and an HMAC under a
+ * per-connection session key; anything malformed, unsigned, replayed or
+ * unexpected is logged and dropped, never acted on. A thread per process
+ * sends heartbeats and watches the peers': a rank silent for
+ * `heartbeat_timeout` seconds is declared lost, the leader tells the others,
+ * and every collective waiting on it fails with a message naming it.
+ *
+ * Data plane (ld_ring.c). Rank r receives on a PULL socket at `listen` and
+ * sends to rank r+1's on a PUSH socket: a ring. Those sockets use ZeroMQ's
+ * PLAIN mechanism with a password derived from the secret and the session,
+ * checked by a ZAP handler in the control thread, so only members of this
+ * session can feed the ring. all_reduce is a reduce-scatter then an
+ * all-gather (2(n-1) steps), each segment cut into chunks that are forwarded
+ * as soon as they are reduced (pipelined); sends are zero-copy.
+ *
+ * Every wait is bounded: no progress for `timeout` seconds, a lost peer or
+ * Ctrl-C (ld_interrupt_flag) ends a collective with an error, and the
+ * cluster is then broken (later collectives fail at once): the processes no
+ * longer agree on where they are, so the program should stop.
+ *
+ * GPU hook. On GPUs the collectives are NCCL's, not the ring: the CUDA
+ * plugin fills an ld_xproc_backend (below) and registers it; the strategy
+ * makes rank 0 call get_unique_id, sends the id to every rank with
+ * ld_cluster_broadcast (over the authenticated cluster), then each rank
+ * calls init. The ring stays the CPU path.
+ */
+#ifndef LD_CLUSTER_H
+#define LD_CLUSTER_H
+
+#include "ld_tensor.h"
+
+typedef struct ld_cluster ld_cluster;
+
+typedef struct {
+    int rank, size;                 /* this process, and how many; rank 0 leads */
+    const char *leader;             /* "host:port" of rank 0 (rank 0 binds it) */
+    const char *listen;             /* this rank's data-plane address "host:port" (port 0: any);
+                                       NULL: the leader's host, any port */
+    const char *name;               /* how peers are named in messages: "worker" (default) */
+    const void *secret;             /* the shared secret (required, at least 16 bytes) */
+    size_t secret_len;
+    double timeout;                 /* seconds without progress before a collective fails (default 30) */
+    double rendezvous_timeout;      /* seconds to wait for every rank at join (default max(timeout, 60)) */
+    double heartbeat;               /* seconds between heartbeats (default 0.25) */
+    double heartbeat_timeout;       /* seconds of silence before a peer is lost (default min(timeout, 5)) */
+    int data_plane;                 /* 1: form the ring for collectives; 0: control messages only */
+    size_t chunk_bytes;             /* ring chunk size (default 512 KiB; LDIST_RING_CHUNK overrides) */
+} ld_cluster_opts;
+
+/* Rendezvous: returns once every rank has joined and the ring (if asked)
+   carries data, or NULL with ld_error() set. */
+ld_cluster *ld_cluster_join(const ld_cluster_opts *o);
+/* Leave: tells the peers this rank finished (not failed), lets queued ring
+   data drain (up to 2 s), stops the thread. NULL is fine. */
+void ld_cluster_free(ld_cluster *c);
+
+int ld_cluster_rank(const ld_cluster *c);
+int ld_cluster_size(const ld_cluster *c);
+/* "worker 1 (pid 4242 on host, 127.0.0.1:40123)": how messages name rank r. */
+const char *ld_cluster_peer_name(const ld_cluster *c, int r);
+int ld_cluster_peer_pid(const ld_cluster *c, int r);
+/* LD_OK, or the failure that broke the cluster (a peer lost, a timeout),
+   with its message. */
+int ld_cluster_check(ld_cluster *c);
+/* Log lines (rejected connections and messages, lost peers) go to stderr
+   prefixed "ldist cluster: "; a front end may redirect them. */
+void ld_cluster_set_log(void (*fn)(void *ud, const char *line), void *ud);
+
+/* ---- control messages (small: configuration, code, results) ----
+   Rank 0 may send to any rank; other ranks send to rank 0. `type` is a short
+   name (at most 31 bytes). ld_cluster_recv waits up to `timeout` seconds
+   (< 0: the cluster timeout) and returns 1 with *data malloc'ed (free it),
+   0 on timeout, or a negative status when the cluster failed. */
+int ld_cluster_send(ld_cluster *c, int to, const char *type, const void *data, size_t n);
+int ld_cluster_recv(ld_cluster *c, double timeout, int *from, char type[32], void **data, size_t *n);
+
+/* ---- collectives (ld_ring.c): every rank calls them in the same order ---- */
+/* Sum (mean: average) n floats across the ranks, in place. */
+int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean);
+/* The same over k contiguous float32 host tensors (packed once). */
+int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int mean);
+/* Copy nbytes from rank `root` into buf on every rank. */
+int ld_cluster_broadcast(ld_cluster *c, int root, void *buf, size_t nbytes);
+int ld_cluster_barrier(ld_cluster *c);
+
+typedef struct {
+    int64_t calls, bytes;           /* collective calls, bytes reduced per rank (summed) */
+    double seconds;                 /* time inside all_reduce, summed */
+} ld_cluster_stats;
+void ld_cluster_stats_get(ld_cluster *c, ld_cluster_stats *s, int reset);
+
+/* ---- the GPU hook: a cross-process collective backend (NCCL) ----
+   Registered by a plugin; the strategy picks it by name. Every function
+   returns LD_OK or a status after ld_fail. */
+typedef struct ld_xproc_backend {
+    const char *name;                                       /* "nccl" */
+    size_t unique_id_bytes;                                 /* ncclUniqueId: 128 */
+    /* rank 0 only: make the id the other ranks join with */
+    int (*get_unique_id)(void *id);
+    /* every rank, with the id rank 0 made; returns the backend's communicator */
+    int (*init)(void **comm, int rank, int size, const void *id, ld_device *dev);
+    /* sum (mean) k float32 tensors on the communicator's device, in place */
+    int (*all_reduce)(void *comm, int k, ld_tensor *const *t, int mean);
+    int (*broadcast)(void *comm, int root, ld_tensor *t);
+    void (*free)(void *comm);
+} ld_xproc_backend;
+int ld_xproc_register(const ld_xproc_backend *b);           /* the plugin calls this at load */
+const ld_xproc_backend *ld_xproc_find(const char *name);    /* NULL when none registered */
+
+/* ---- processes (ld_cluster_proc.c) ----
+   A group of child processes whose stdout and stderr come back line by line,
+   for `ldist launch` and LocalCluster. Children die with their parent
+   (PR_SET_PDEATHSIG) and run in the parent's process group. */
+typedef struct ld_procs ld_procs;
+typedef struct {
+    int index;                      /* which child */
+    int kind;                       /* LD_PROC_OUT, LD_PROC_ERR: a line; LD_PROC_EXIT */
+    const char *line;               /* the line without its end (valid until the next poll) */
+    size_t len;
+    int status;                     /* LD_PROC_EXIT: exit code, or 128 + signal */
+    int signal;                     /* LD_PROC_EXIT: the signal that killed it, 0 if none */
+} ld_proc_event;
+enum { LD_PROC_NONE = 0, LD_PROC_OUT, LD_PROC_ERR, LD_PROC_EXIT };
+/* Start n children: child i runs argv with the extra environment envs[i]
+   ("NAME=value" strings, NULL-terminated) added to this process's. */
+ld_procs *ld_procs_start(int n, char *const *argv, char *const *const *envs);
+/* The next event within `timeout` seconds: 1, or 0 when none came. */
+int ld_procs_poll(ld_procs *p, double timeout, ld_proc_event *ev);
+int ld_procs_pid(const ld_procs *p, int i);
+int ld_procs_running(const ld_procs *p);                    /* children not yet reaped */
+void ld_procs_signal(ld_procs *p, int sig);                 /* to every live child */
+/* Stop every child (SIGTERM, then SIGKILL after `grace` seconds), reap, free. */
+void ld_procs_free(ld_procs *p, double grace);
+
+/* `ldist launch ...` (argv[0] is "launch"): returns the exit status. */
+int ld_launch_main(int argc, char **argv);
+
+/* Random bytes from the kernel (getrandom); LD_OK or LD_EIO. */
+int ld_random_bytes(void *buf, size_t n);
+
+#endif
