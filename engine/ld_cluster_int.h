@@ -15,7 +15,7 @@ typedef struct {
     int pid;
     char host[64];
     char data_ep[160];              /* "tcp://host:port" of its PULL socket */
-    char name[200];                 /* "worker 1 (pid 4242 on host, tcp://...)" */
+    char name[300];                 /* "worker 1 (pid 4242 on host, tcp://...)" */
     char reason[200];               /* why it is lost or done */
     double since;                   /* when state changed (ld_now) */
     /* the connection (leader side: every member; member side: peers[0]) */
@@ -42,6 +42,7 @@ struct ld_cluster {
     void *pull, *push;              /* the ring (calling thread) */
     pthread_t thr;
     int thr_running;
+    void *ts;                       /* the control thread's state */
 
     cl_peer *peers;                 /* [size]; peers[rank] is this process */
     unsigned char session[16];

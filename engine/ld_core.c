@@ -40,6 +40,11 @@ void ld_set_pressure_hook(ld_pressure_fn fn, void *ud) {
     pressure_ud = ud;
     pressure_thread = pthread_self();
 }
+int ld_memory_pressure(void) {
+    if (!pressure_fn || !pthread_equal(pthread_self(), pressure_thread)) return 0;
+    pressure_fn(pressure_ud);
+    return 1;
+}
 size_t ld_host_bytes_in_use(void) { return __atomic_load_n(&in_use, __ATOMIC_RELAXED); }
 size_t ld_host_bytes_peak(void) { return __atomic_load_n(&peak, __ATOMIC_RELAXED); }
 

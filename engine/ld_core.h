@@ -47,6 +47,9 @@ void ld_assert_fail(const char *expr, const char *file, int line);
  * garbage collection there) and retries. */
 typedef void (*ld_pressure_fn)(void *ud);
 void ld_set_pressure_hook(ld_pressure_fn fn, void *ud);
+/* Run the pressure hook now (device allocators, before their one retry);
+   1 when it ran (it runs only on the thread that set it). */
+int ld_memory_pressure(void);
 void *ld_host_alloc(size_t nbytes);   /* 64-byte aligned; NULL + ld_error on failure */
 void ld_host_free(void *p, size_t nbytes);
 size_t ld_host_bytes_in_use(void);

@@ -4,10 +4,12 @@
  * vectorises for the rest).
  */
 #include "ld_device.h"
+#include "cuda/ld_cuda.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
@@ -756,8 +758,9 @@ static int n_devices = 1;
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 
 ld_device *ld_device_cpu(void) { return &cpu0; }
-int ld_device_count(void) { return n_devices; }
-ld_device *ld_device_at(int i) { return i >= 0 && i < n_devices ? devices[i] : NULL; }
+/* listing or looking up devices loads the CUDA plugin first (once) */
+int ld_device_count(void) { ld_cuda_load(); return n_devices; }
+ld_device *ld_device_at(int i) { ld_cuda_load(); return i >= 0 && i < n_devices ? devices[i] : NULL; }
 
 int ld_device_register(ld_device *d) {
     pthread_mutex_lock(&reg_mu);
@@ -772,14 +775,19 @@ int ld_device_register(ld_device *d) {
 
 ld_device *ld_device_find(const char *name) {
     if (!strcmp(name, "cpu")) return &cpu0;
+    ld_cuda_load();
     for (int i = 0; i < n_devices; i++)
         if (!strcmp(devices[i]->name, name)) return devices[i];
     if (!strcmp(name, "cuda") || !strcmp(name, "gpu")) {
         for (int i = 0; i < n_devices; i++)
             if (devices[i]->kind == LD_DEV_CUDA) return devices[i];
     }
-    ld_fail(LD_EDEVICE, "unknown device '%s' (devices: %s%s)", name, cpu0.name,
-            n_devices > 1 ? ", ..." : "");
+    char list[256] = "";
+    for (int i = 0, k = 0; i < n_devices && k < (int)sizeof list; i++)
+        k += snprintf(list + k, sizeof list - (size_t)k, "%s%s", i ? ", " : "", devices[i]->name);
+    int gpu = !strncmp(name, "cuda", 4) || !strncmp(name, "gpu", 3);
+    ld_fail(LD_EDEVICE, "unknown device '%s' (devices: %s%s%s)", name, list, gpu ? "; " : "",
+            gpu ? ld_device_note() : "");
     return NULL;
 }
 
@@ -795,6 +803,10 @@ void *ld_device_alloc(ld_device *d, size_t nbytes) {
         return NULL;
     }
     void *p = d->backend->alloc(d, nbytes);
+    if (!p && d->kind != LD_DEV_CPU && ld_error_status() == LD_ENOMEM && ld_memory_pressure()) {
+        ld_clear_error();      /* the collector freed tensors: their blocks went back to the cache */
+        p = d->backend->alloc(d, nbytes);
+    }
     if (!p) return NULL;
     size_t now = __atomic_add_fetch(&d->bytes_in_use, nbytes, __ATOMIC_RELAXED);
     if (now > d->bytes_peak) d->bytes_peak = now;

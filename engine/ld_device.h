@@ -108,6 +108,10 @@ ld_device *ld_device_find(const char *name);    /* NULL + error when unknown */
 int ld_device_count(void);
 ld_device *ld_device_at(int i);
 int ld_device_register(ld_device *d);           /* for backends */
+/* One line about GPUs: why there is none ("no CUDA driver: libcuda.so.1 not
+   found"), or which ones answered. The CUDA plugin (engine/cuda/) is loaded
+   the first time devices are listed or looked up. */
+const char *ld_device_note(void);
 const ld_backend *ld_cpu_backend(void);
 /* Allocate on a device: retries once after the pressure hook; NULL + message. */
 void *ld_device_alloc(ld_device *d, size_t nbytes);

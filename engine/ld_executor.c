@@ -69,7 +69,9 @@ static void record_span(executor *e, int kind, double t0, double t1) {
 
 /* the host device runs kernels inline: its spans are recorded by whoever
    runs work for it (the strategy), into this executor-less record */
-static executor host_trace = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static executor host_trace = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
+                              .idle = PTHREAD_COND_INITIALIZER};
+static int host_thread_started;
 
 static executor *trace_of(ld_device *d) {
     if (ld_device_is_async(d)) return d->impl;
@@ -377,6 +379,31 @@ int ld_cpu_devices(int n) {
 }
 
 int ld_cpu_device_count(void) { return n_logical; }
+
+/* While a synchronous strategy issues a step, the host device cpu:0 queues
+   its kernels to an executor thread of its own like the other devices, so
+   the Lua thread only issues and replica 0 computes in parallel with the
+   rest; afterwards it runs inline again (after draining the queue). Only
+   the issuing thread switches modes. */
+int ld_host_async(int on) {
+    ld_device *h = ld_device_cpu();
+    if (on) {
+        if (h->impl) return LD_OK;
+        if (!host_thread_started) {
+            host_trace.dev = h;
+            if (pthread_create(&host_trace.thread, NULL, executor_main, &host_trace) != 0)
+                return ld_fail(LD_EDEVICE, "cannot start the executor thread of cpu:0");
+            host_thread_started = 1;
+        }
+        h->impl = &host_trace;
+        __atomic_store_n(&h->backend, &proxy_backend, __ATOMIC_RELEASE);
+    } else if (h->impl) {
+        exec_sync(h);
+        __atomic_store_n(&h->backend, ld_cpu_backend(), __ATOMIC_RELEASE);
+        h->impl = NULL;
+    }
+    return LD_OK;
+}
 
 void ld_trace_enable(ld_device *d, int on) {
     executor *e = trace_of(d);

@@ -21,6 +21,9 @@
 int ld_cpu_devices(int n);
 int ld_cpu_device_count(void);
 int ld_device_is_async(const ld_device *d);
+/* Switch the host device cpu:0 to queue its kernels to an executor (on) or
+   run them inline again (off, after draining). */
+int ld_host_async(int on);
 /* Wait until every kernel queued on d has run. */
 void ld_device_synchronize(ld_device *d);
 /* Queue fn(ctx, d) on d's executor (or run it now on the host device). */

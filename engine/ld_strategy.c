@@ -1,6 +1,7 @@
 /* ld_strategy.c - replica context, mirrored variables, in-process all-reduce. */
 #include "ld_strategy.h"
 #include "ld_device.h"
+#include "cuda/ld_cuda.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,7 +30,8 @@ int ld_mirror_set_devices(int n, ld_device *const *devs) {
 }
 
 void ld_variable_created(ld_tensor *v) {
-    if (n_mirror_devs <= 1 || v->mirror) return;
+    /* one device: nothing to mirror, but the variable must live there (cuda:0) */
+    if (v->mirror || n_mirror_devs < 1 || (n_mirror_devs == 1 && v->storage->device == mirror_devs[0])) return;
     struct ld_mirror *m = calloc(1, sizeof *m);
     if (!m) return;
     /* the variable itself is the first replica's copy */
@@ -230,6 +232,22 @@ int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean) {
                 return ld_fail(LD_ESHAPE, "all_reduce: tensor %d has shape %s on replica 0 but %s on replica %d", i + 1,
                                ld_shape_str(t[i], b1, sizeof b1), ld_shape_str(x, b2, sizeof b2), r);
         }
+    }
+    int ncuda = 0;
+    for (int r = 0; r < n; r++) ncuda += c->devs[r]->kind == LD_DEV_CUDA;
+    if (ncuda) {   /* GPUs: NCCL, queued on each device's stream (engine/cuda/cuda_nccl.cu) */
+        if (ncuda != n)
+            return ld_fail(LD_EDEVICE, "all_reduce: cannot mix CUDA and CPU devices in one communicator");
+        int st = ld_cuda_all_reduce(n, c->devs, k, t, mean);
+        if (st == LD_OK) {
+            int64_t bytes = 0;
+            for (int i = 0; i < k; i++) bytes += ld_tensor_numel(t[i]) * (int64_t)sizeof(float);
+            pthread_mutex_lock(&c->mu);
+            c->stats.calls++;
+            c->stats.bytes += bytes;
+            pthread_mutex_unlock(&c->mu);
+        }
+        return st;
     }
     if (n == 1) {
         return LD_OK;

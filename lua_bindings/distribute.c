@@ -183,6 +183,11 @@ static int d_trace_record(lua_State *L) {
     return 0;
 }
 
+static int d_host_async(lua_State *L) {
+    if (ld_host_async(lua_toboolean(L, 1))) return lb_engine_error(L, 1);
+    return 0;
+}
+
 static int d_is_async(lua_State *L) { lua_pushboolean(L, ld_device_is_async(check_device(L, 1))); return 1; }
 
 int lb_open_distribute_c(lua_State *L) {
@@ -198,7 +203,7 @@ int lb_open_distribute_c(lua_State *L) {
         {"cpu_devices", d_cpu_devices}, {"set_replica", d_set_replica}, {"replica", d_replica},
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},
-        {"trace_record", d_trace_record}, {"is_async", d_is_async}, {NULL, NULL}};
+        {"trace_record", d_trace_record}, {"is_async", d_is_async}, {"host_async", d_host_async}, {NULL, NULL}};
     luaL_newlib(L, f);
     return 1;
 }

@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 extern "C" {
 #include "ld_cuda.h"
@@ -75,6 +76,20 @@ cu_dev *cu_begin(ld_device *d);
    kernels using it are queued: stream order keeps it alive long enough. */
 void *cu_scratch(cu_dev *cd, size_t nbytes);
 void cu_scratch_free(cu_dev *cd, void *p, size_t nbytes);
+
+static inline int64_t cu_numel(const ld_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+static inline int cu_is_contiguous(const ld_tensor *t) {
+    int64_t s = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] != 1 && t->strides[i] != s) return 0;
+        s *= t->shape[i];
+    }
+    return 1;
+}
 
 /* Grid for a grid-stride loop over n items. */
 static inline unsigned cu_grid(int64_t n, int block) {

@@ -302,7 +302,7 @@ static int discover(char *note, size_t n) {
         cudaDeviceProp prop;
         e = cudaGetDeviceProperties(&prop, i);
         if (e == cudaSuccess) {
-            snprintf(cd->gpu, sizeof cd->gpu, "%s", prop.name);
+            snprintf(cd->gpu, sizeof cd->gpu, "%.95s", prop.name);
             cd->total_mem = prop.totalGlobalMem;
         } else {
             cudaGetLastError();

@@ -74,8 +74,8 @@ static cublasHandle_t handle_of(cu_dev *cd) {
     if (cd->blas) return (cublasHandle_t)cd->blas;
     pthread_once(&blas.once, blas_open);
     if (!blas.ok) {
-        char msg[360];
-        snprintf(msg, sizeof msg, "%s: matrix products need cuBLAS: %s", cd->dev->name, blas.why);
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s: matrix products need cuBLAS: %.300s", cd->dev->name, blas.why);
         cu_record_msg(cd, msg);
         return NULL;
     }

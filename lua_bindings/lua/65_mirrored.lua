@@ -270,6 +270,7 @@ function Mirrored:run(fn, ...)
   local cos, done, results, resume = {}, {}, {}, {}
   for r = 0, n - 1 do cos[r] = coroutine.create(fn); resume[r] = args_for(r) end
   C.mirror_devices(self.devices)
+  C.host_async(true)     -- cpu:0 queues too: the Lua thread only issues
   local ok, err = pcall(function()
     while true do
       local requests, nreq = {}, 0
@@ -311,6 +312,7 @@ function Mirrored:run(fn, ...)
     end
   end)
   C.set_replica(nil)
+  C.host_async(false)
   if self._depth == 0 then C.mirror_devices(nil) end
   if not ok then error(err, 2) end
   -- PerReplica results (each return value separately)
@@ -439,6 +441,7 @@ function Mirrored:train_step(model, x, y, loss, opt)
   local ys = self:_split(y)
   local gb = xs.global_batch
   C.mirror_devices(self.devices)
+  C.host_async(true)
   local lvs, grads, preds = {}, {}, {}
   local ok, err = pcall(function()
     for r = n - 1, 0, -1 do
@@ -458,16 +461,18 @@ function Mirrored:train_step(model, x, y, loss, opt)
       C.set_replica(nil)
       trace_compute(self, r, t0)
     end
+    local total, parts = 0, {}
+    for r = 0, n - 1 do
+      total = total + lvs[r]:item()
+      parts[r + 1] = preds[r]:cpu()
+    end
+    lvs.total, lvs.pred = total, tensor.concat(parts, 0)
   end)
   C.set_replica(nil)
+  C.host_async(false)
   if self._depth == 0 then C.mirror_devices(nil) end
   if not ok then error(err, 0) end
-  local total, parts = 0, {}
-  for r = 0, n - 1 do
-    total = total + lvs[r]:item()
-    parts[r + 1] = preds[r]:cpu()
-  end
-  return total, tensor.concat(parts, 0)
+  return lvs.total, lvs.pred
 end
 
 ---------------------------------------------------------------- watching it: traces

@@ -1,0 +1,328 @@
+/* ld_ring.c - the data plane of a cluster: ring all-reduce (reduce-scatter,
+   then all-gather) and broadcast over ZeroMQ PUSH/PULL sockets, chunked and
+   pipelined, with every wait bounded.
+
+   All-reduce of n floats over N ranks. The buffer is cut into N segments;
+   step u = 0 .. 2N-3 sends segment (r-u) mod N to rank r+1 and receives
+   segment (r-u-1) mod N from rank r-1. The first N-1 steps add what arrives
+   (reduce-scatter: after them rank r holds the full sum of segment r+1), the
+   last N-1 copy it (all-gather). What a rank receives at step u is exactly
+   what it sends at step u+1, so each chunk is forwarded as soon as it has
+   been added: the ring is a pipeline, and a segment never waits for a whole
+   step. Each rank sends and receives 2(N-1)/N x n floats, the optimum.
+
+   Sends are zero-copy from the caller's buffer. That is safe because a
+   chunk this rank sent comes back around the ring (at step u+N, added to by
+   every other rank) before the rank writes that part of the buffer again,
+   and the call waits until ZeroMQ has released every chunk before it
+   returns. */
+#include "ld_cluster_int.h"
+#include "ld_device.h"
+#include "ld_executor.h"
+
+#include <zmq.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RING_MAGIC 0x4c445231u      /* "LDR1" */
+enum { K_ALLREDUCE = 1, K_BCAST = 2 };
+static const char *const kind_names[] = {"?", "all_reduce", "broadcast"};
+
+typedef struct {
+    uint32_t magic, kind;
+    uint64_t seq;                   /* collective number, the same on every rank */
+    uint32_t step, chunk;
+    uint64_t total;                 /* elements (all_reduce) or bytes (broadcast) of the whole call */
+} ring_hdr;
+
+typedef struct { uint32_t step, chunk; char *p; size_t bytes; } sendreq;
+
+typedef struct {
+    ld_cluster *c;
+    int kind;
+    uint64_t seq, total;
+    sendreq *q;                     /* FIFO of chunks to send */
+    size_t qhead, qtail, qcap;
+    double last_progress;
+    int prev;
+} ring;
+
+static void release_chunk(void *data, void *hint) {
+    (void)data;
+    __atomic_sub_fetch((int *)hint, 1, __ATOMIC_RELEASE);
+}
+
+static int enqueue(ring *g, uint32_t step, uint32_t chunk, void *p, size_t bytes) {
+    if (g->qtail == g->qcap) {
+        if (g->qhead > 0) {
+            memmove(g->q, g->q + g->qhead, (g->qtail - g->qhead) * sizeof *g->q);
+            g->qtail -= g->qhead;
+            g->qhead = 0;
+        } else {
+            size_t cap = g->qcap ? 2 * g->qcap : 64;
+            sendreq *q = realloc(g->q, cap * sizeof *q);
+            if (!q) return ld_fail(LD_ENOMEM, "out of memory");
+            g->q = q;
+            g->qcap = cap;
+        }
+    }
+    g->q[g->qtail++] = (sendreq){step, chunk, p, bytes};
+    return LD_OK;
+}
+
+/* hand queued chunks to ZeroMQ while it takes them */
+static int flush(ring *g) {
+    ld_cluster *c = g->c;
+    while (g->qhead < g->qtail) {
+        sendreq *s = &g->q[g->qhead];
+        ring_hdr h = {RING_MAGIC, (uint32_t)g->kind, g->seq, s->step, s->chunk, g->total};
+        if (zmq_send(c->push, &h, sizeof h, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+            if (errno == EAGAIN || errno == EINTR) return LD_OK;
+            return ld_fail(LD_EDEVICE, "%s: send to %s: %s", kind_names[g->kind], c->peers[(c->rank + 1) % c->size].name,
+                           zmq_strerror(errno));
+        }
+        zmq_msg_t m;
+        __atomic_add_fetch(&c->inflight, 1, __ATOMIC_ACQ_REL);
+        zmq_msg_init_data(&m, s->p, s->bytes, release_chunk, &c->inflight);
+        if (zmq_msg_send(&m, c->push, 0) < 0) {
+            zmq_msg_close(&m);
+            return ld_fail(LD_EDEVICE, "%s: send: %s", kind_names[g->kind], zmq_strerror(errno));
+        }
+        g->qhead++;
+    }
+    return LD_OK;
+}
+
+/* is something wrong (a lost peer, a silent ring, Ctrl-C)? */
+static int check(ring *g) {
+    ld_cluster *c = g->c;
+    double now = cl_now();
+    if (ld_interrupt_flag)
+        return ld_fail(LD_EINTERRUPT, "interrupted in %s #%llu; the other workers are left waiting, so this cluster "
+                       "cannot be used any more", kind_names[g->kind], (unsigned long long)g->seq);
+    int r;
+    char msg[512];
+    int t = cl_trouble(c, &r, msg, sizeof msg);
+    if (t == PEER_LOST)
+        return ld_fail(LD_EDEVICE, "%s #%llu failed: %s", kind_names[g->kind], (unsigned long long)g->seq, msg);
+    double grace = c->timeout < 3 ? c->timeout : 3;
+    if (t == PEER_DONE && now - g->last_progress > grace)
+        return ld_fail(LD_EDEVICE, "%s #%llu failed: %s while this %s waits in it (the %ss made different collective calls)",
+                       kind_names[g->kind], (unsigned long long)g->seq, msg, c->kind, c->kind);
+    if (now - g->last_progress > c->timeout)
+        return ld_fail(LD_EDEVICE, "%s #%llu timed out: nothing from %s for %.0f s (it may be stuck, or the %ss called "
+                       "different collectives)", kind_names[g->kind], (unsigned long long)g->seq, c->peers[g->prev].name,
+                       c->timeout, c->kind);
+    return LD_OK;
+}
+
+/* the next chunk from the previous rank, which must be (step, chunk) of `bytes` bytes */
+static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, zmq_msg_t *data) {
+    ld_cluster *c = g->c;
+    for (;;) {
+        if (flush(g)) return ld_error_status();
+        zmq_msg_t hm;
+        zmq_msg_init(&hm);
+        if (zmq_msg_recv(&hm, c->pull, ZMQ_DONTWAIT) >= 0) {
+            int more = zmq_msg_more(&hm);
+            ring_hdr h;
+            int ok = zmq_msg_size(&hm) == sizeof h && more;
+            if (ok) memcpy(&h, zmq_msg_data(&hm), sizeof h);
+            zmq_msg_close(&hm);
+            zmq_msg_init(data);
+            if (more && zmq_msg_recv(data, c->pull, 0) < 0) { zmq_msg_close(data); ok = 0; }
+            else if (!more) ok = 0;
+            if (ok && zmq_msg_more(data)) {   /* drain a longer message */
+                ok = 0;
+                zmq_msg_t x;
+                do { zmq_msg_init(&x); zmq_msg_recv(&x, c->pull, 0); more = zmq_msg_more(&x); zmq_msg_close(&x); } while (more);
+            }
+            if (!ok || h.magic != RING_MAGIC) {
+                if (more || ok) zmq_msg_close(data);
+                return ld_fail(LD_EFORMAT, "%s #%llu: a malformed message on the ring from %s", kind_names[g->kind],
+                               (unsigned long long)g->seq, c->peers[g->prev].name);
+            }
+            if (h.kind != (uint32_t)g->kind || h.seq != g->seq || h.total != g->total || h.step != step ||
+                h.chunk != chunk || zmq_msg_size(data) != bytes) {
+                zmq_msg_close(data);
+                return ld_fail(LD_EDEVICE, "the %ss disagree on the collective: %s sent %s #%llu of %llu %s, this %s "
+                               "expects %s #%llu of %llu", c->kind, c->peers[g->prev].name,
+                               h.kind < 3 ? kind_names[h.kind] : "?", (unsigned long long)h.seq,
+                               (unsigned long long)h.total, h.kind == K_BCAST ? "bytes" : "floats", c->kind,
+                               kind_names[g->kind], (unsigned long long)g->seq, (unsigned long long)g->total);
+            }
+            g->last_progress = cl_now();
+            return LD_OK;
+        }
+        zmq_msg_close(&hm);
+        if (errno != EAGAIN && errno != EINTR)
+            return ld_fail(LD_EDEVICE, "%s: receive: %s", kind_names[g->kind], zmq_strerror(errno));
+        if (check(g)) return ld_error_status();
+        zmq_pollitem_t it[2] = {{c->pull, 0, ZMQ_POLLIN, 0}, {c->push, 0, ZMQ_POLLOUT, 0}};
+        zmq_poll(it, g->qhead < g->qtail ? 2 : 1, 50);
+    }
+}
+
+/* every zero-copy chunk released by ZeroMQ (so the caller may reuse its buffer) */
+static int drain(ring *g) {
+    ld_cluster *c = g->c;
+    while (__atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) > 0 || g->qhead < g->qtail) {
+        if (flush(g)) return ld_error_status();
+        if (check(g)) return ld_error_status();
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return LD_OK;
+}
+
+static int ring_fail(ring *g) {
+    ld_cluster *c = g->c;
+    int st = ld_error_status();
+    /* drop what ZeroMQ still holds of the caller's buffer before returning */
+    if (c->push) {
+        int zero = 0;
+        zmq_setsockopt(c->push, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_close(c->push);
+        c->push = NULL;
+    }
+    free(g->q);
+    return cl_break(c, st ? st : LD_EDEVICE);
+}
+
+static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
+    memset(g, 0, sizeof *g);
+    g->c = c;
+    g->kind = kind;
+    g->total = total;
+    g->prev = (c->rank + c->size - 1) % c->size;
+    g->last_progress = cl_now();
+    if (ld_cluster_check(c)) return ld_error_status();
+    if (!c->data_plane || !c->push) return ld_fail(LD_EARG, "this cluster has no data plane");
+    g->seq = ++c->coll_seq;
+    return LD_OK;
+}
+
+int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
+    int N = c->size, r = c->rank;
+    if (n < 0) return ld_fail(LD_EARG, "all_reduce: negative length");
+    if (N == 1) return LD_OK;
+    double t0 = cl_now();
+    ring g;
+    if (begin(c, &g, K_ALLREDUCE, (uint64_t)n)) return ld_error_status();
+    int64_t base = n / N, rem = n % N;
+    int64_t ce = (int64_t)(c->chunk_bytes / sizeof(float));
+    if (ce < 1) ce = 1;
+#define SEG_OFF(i) ((int64_t)(i) * base + ((i) < rem ? (i) : rem))
+#define SEG_LEN(i) (base + ((i) < rem ? 1 : 0))
+    {
+        int64_t off = SEG_OFF(r), len = SEG_LEN(r);
+        for (int64_t j = 0; j * ce < len; j++) {
+            int64_t a = j * ce, b = a + ce < len ? a + ce : len;
+            if (enqueue(&g, 0, (uint32_t)j, buf + off + a, (size_t)(b - a) * sizeof(float))) return ring_fail(&g);
+        }
+    }
+    float scale = 1.0f / (float)N;
+    for (int u = 0; u <= 2 * N - 3; u++) {
+        int x = ((r - u - 1) % N + N) % N;
+        int64_t off = SEG_OFF(x), len = SEG_LEN(x);
+        for (int64_t j = 0; j * ce < len; j++) {
+            int64_t a = j * ce, b = a + ce < len ? a + ce : len;
+            float *dst = buf + off + a;
+            size_t bytes = (size_t)(b - a) * sizeof(float);
+            zmq_msg_t m;
+            if (next_chunk(&g, (uint32_t)u, (uint32_t)j, bytes, &m)) return ring_fail(&g);
+            const float *src = zmq_msg_data(&m);
+            int64_t k = b - a;
+            if (u < N - 1) {
+                if (u == N - 2 && mean) for (int64_t i = 0; i < k; i++) dst[i] = (dst[i] + src[i]) * scale;
+                else for (int64_t i = 0; i < k; i++) dst[i] += src[i];
+            } else {
+                memcpy(dst, src, bytes);
+            }
+            zmq_msg_close(&m);
+            if (u + 1 <= 2 * N - 3 && enqueue(&g, (uint32_t)u + 1, (uint32_t)j, dst, bytes)) return ring_fail(&g);
+        }
+    }
+#undef SEG_OFF
+#undef SEG_LEN
+    if (drain(&g)) return ring_fail(&g);
+    free(g.q);
+    c->stats.calls++;
+    c->stats.bytes += n * (int64_t)sizeof(float);
+    c->stats.seconds += cl_now() - t0;
+    return LD_OK;
+}
+
+int ld_cluster_barrier(ld_cluster *c) {
+    float x = 0;
+    return ld_cluster_all_reduce(c, &x, 1, 0);
+}
+
+int ld_cluster_broadcast(ld_cluster *c, int root, void *buf, size_t nbytes) {
+    int N = c->size;
+    if (root < 0 || root >= N) return ld_fail(LD_EARG, "broadcast: root %d is not in [0, %d)", root, N);
+    if (N == 1) return LD_OK;
+    ring g;
+    if (begin(c, &g, K_BCAST, nbytes)) return ld_error_status();
+    size_t cb = c->chunk_bytes;
+    char *p = buf;
+    int next = (c->rank + 1) % N;
+    for (size_t j = 0; j * cb < nbytes; j++) {
+        size_t a = j * cb, b = a + cb < nbytes ? a + cb : nbytes;
+        if (c->rank == root) {
+            if (enqueue(&g, 0, (uint32_t)j, p + a, b - a)) return ring_fail(&g);
+            continue;
+        }
+        zmq_msg_t m;
+        if (next_chunk(&g, 0, (uint32_t)j, b - a, &m)) return ring_fail(&g);
+        memcpy(p + a, zmq_msg_data(&m), b - a);
+        zmq_msg_close(&m);
+        if (next != root && enqueue(&g, 0, (uint32_t)j, p + a, b - a)) return ring_fail(&g);
+    }
+    if (drain(&g)) return ring_fail(&g);
+    free(g.q);
+    return LD_OK;
+}
+
+int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int mean) {
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) {
+        ld_tensor *x = t[i];
+        if (!x || x->dtype != LD_F32 || !ld_tensor_is_contiguous(x))
+            return ld_fail(LD_EARG, "all_reduce: tensor %d is not a contiguous float32 tensor", i + 1);
+        if (x->storage->device->kind != LD_DEV_CPU)
+            return ld_fail(LD_EDEVICE, "all_reduce: tensor %d is on %s; the ring reduces host tensors (GPU tensors go "
+                           "through the NCCL backend of the CUDA plugin)", i + 1, x->storage->device->name);
+        if (ld_device_is_async(x->storage->device)) ld_device_synchronize(x->storage->device);
+        total += ld_tensor_numel(x);
+    }
+    if (c->size == 1) return LD_OK;
+    if (k == 1) return ld_cluster_all_reduce(c, (float *)t[0]->storage->data + t[0]->offset, total, mean);
+    float *buf = malloc((size_t)(total ? total : 1) * sizeof(float));
+    if (!buf) return ld_fail(LD_ENOMEM, "out of memory");
+    int64_t at = 0;
+    for (int i = 0; i < k; i++) {
+        int64_t m = ld_tensor_numel(t[i]);
+        memcpy(buf + at, (float *)t[i]->storage->data + t[i]->offset, (size_t)m * sizeof(float));
+        at += m;
+    }
+    int st = ld_cluster_all_reduce(c, buf, total, mean);
+    if (!st) {
+        at = 0;
+        for (int i = 0; i < k; i++) {
+            int64_t m = ld_tensor_numel(t[i]);
+            memcpy((float *)t[i]->storage->data + t[i]->offset, buf + at, (size_t)m * sizeof(float));
+            at += m;
+        }
+    }
+    free(buf);
+    return st;
+}
+
+void ld_cluster_stats_get(ld_cluster *c, ld_cluster_stats *s, int reset) {
+    *s = c->stats;
+    if (reset) memset(&c->stats, 0, sizeof c->stats);
+}
