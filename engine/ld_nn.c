@@ -212,8 +212,14 @@ ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
     if (check_input(l, x)) return NULL;
     switch (l->kind) {
     case LD_LAYER_DENSE: {
-        ld_tensor *y = ld_matmul(x, ld_var(l->vars[0]));
-        return y ? bias_act(l, y) : NULL;
+        int relu = l->act == LD_ACT_RELU;
+        ld_tensor *xf = x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32);
+        ld_tensor *y = xf ? ld_linear(xf, ld_var(l->vars[0]), l->use_bias ? ld_var(l->vars[1]) : NULL, relu) : NULL;
+        ld_tensor_release(xf);
+        if (!y || relu || l->act == LD_ACT_NONE) return y;
+        ld_tensor *a = ld_activate(l->act, y);
+        ld_tensor_release(y);
+        return a;
     }
     case LD_LAYER_FLATTEN: {
         int64_t s[2] = {x->shape[0], -1};

@@ -442,6 +442,85 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
     return c;
 }
 
+/* ================================================================ fused dense layer
+ * y = act(x @ w + b) with the bias written into the output first and the
+ * product accumulated onto it (beta = 1), and relu applied in place: one
+ * pass over the output fewer, and no zeroing pass inside sgemm. relu's
+ * gradient needs only the output (y > 0 exactly where x @ w + b > 0). */
+static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL, *y = nd->saved[0];
+    int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
+    int64_t g2s[2] = {rows, n}, x2s[2] = {rows, k};
+    ld_tensor *gc = ld_contiguous(g), *g2 = gc ? ld_reshape(gc, 2, g2s) : NULL;
+    ld_tensor_release(gc);
+    if (!g2) return ld_error_status();
+    if (y) {   /* relu: zero the gradient where the output is not positive */
+        ld_tensor *gr = ld_tensor_empty(LD_F32, 2, g2s, DEV(g2));
+        if (!gr) { ld_tensor_release(g2); return ld_error_status(); }
+        BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
+        ld_tensor_release(g2);
+        g2 = gr;
+    }
+    ld_tensor *x2 = ld_reshape(x, 2, x2s);
+    int st = LD_OK;
+    if (ld_needs_grad(x)) {
+        ld_tensor *dx2 = x2 ? mm2d(g2, w, 0, 1) : NULL;
+        gi[0] = dx2 ? ld_reshape(dx2, x->ndim, x->shape) : NULL;
+        ld_tensor_release(dx2);
+        if (!gi[0]) st = ld_error_status();
+    }
+    if (!st && ld_needs_grad(w) && !(gi[1] = mm2d(x2, g2, 1, 0))) st = ld_error_status();
+    if (!st && b && ld_needs_grad(b) && !(gi[2] = ld_sum(g2, 0, 0))) st = ld_error_status();
+    ld_tensor_release(x2);
+    ld_tensor_release(g2);
+    return st;
+}
+
+ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
+    char b1[64], b2[64];
+    if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[0] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[1]))) {
+        ld_fail(LD_ESHAPE, "shapes %s and %s do not match", ld_shape_str(x, b1, sizeof b1), ld_shape_str(w, b2, sizeof b2));
+        return NULL;
+    }
+    if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
+        ld_fail(LD_ETYPE, "a dense layer needs float32 inputs");
+        return NULL;
+    }
+    if (same_device(x, w, "dense") || (b && same_device(w, b, "dense"))) return NULL;
+    int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
+    ld_tensor *cx = contig(x);
+    if (!cx) return NULL;
+    int64_t ys[2] = {rows, n}, x2s[2] = {rows, k};
+    ld_tensor *x2 = ld_reshape(cx, 2, x2s);
+    ld_tensor *y = x2 ? ld_tensor_empty(LD_F32, 2, ys, DEV(x)) : NULL;
+    ld_tensor *cw = y ? ld_contiguous(w) : NULL;
+    if (cw) {
+        float beta = 0.0f;
+        if (b) {
+            int64_t bs[2] = {0, b->strides[0]};
+            BE(x)->copy_strided(DEV(x), FPTR(y), LD_F32, FPTR(b), LD_F32, 2, ys, bs);
+            beta = 1.0f;
+        }
+        BE(x)->gemm(DEV(x), 0, 0, rows, n, k, 1.0f, FPTR(x2), k < 1 ? 1 : k, FPTR(cw), n < 1 ? 1 : n, beta, FPTR(y), n < 1 ? 1 : n);
+        if (relu) BE(x)->unary(DEV(x), LD_UN_RELU, FPTR(y), FPTR(y), rows * n);
+    }
+    ld_tensor *out = NULL;
+    if (cw) {
+        int64_t os[LD_MAX_DIMS];
+        memcpy(os, x->shape, sizeof os);
+        os[x->ndim - 1] = n;
+        out = ld_reshape(y, x->ndim, os);
+    }
+    if (out) {
+        ld_tensor *in[3] = {cx, w, b};
+        ld_node *nd = ld_record(out, "dense", bw_linear, b ? 3 : 2, in);
+        if (nd && relu) nd->saved[0] = ld_tensor_retain(y);
+    }
+    ld_tensor_release(cw); ld_tensor_release(y); ld_tensor_release(x2); ld_tensor_release(cx);
+    return out;
+}
+
 /* ================================================================ softmax */
 static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *y = n->saved[0];

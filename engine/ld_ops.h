@@ -45,6 +45,9 @@ ld_tensor *ld_argmax(ld_tensor *x, int axis);           /* int64, not differenti
 
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b);       /* 2-d x 2-d, or batched 3-d x 2-d */
 ld_tensor *ld_softmax(ld_tensor *x);                    /* over the last axis */
+/* A dense layer in one op: x [..., k] @ w [k, n] + b [n] (b may be NULL),
+   then relu when asked (in place). */
+ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu);
 ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */

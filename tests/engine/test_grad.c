@@ -81,6 +81,7 @@ static ld_tensor *f_sum_all(ld_tensor **in, void *ud) { return ld_sum(in[0], LD_
 static ld_tensor *f_mean1(ld_tensor **in, void *ud) { return ld_mean(in[0], 1, 1); }
 static ld_tensor *f_max1(ld_tensor **in, void *ud) { return ld_max(in[0], -1, 0); }
 static ld_tensor *f_matmul(ld_tensor **in, void *ud) { return ld_matmul(in[0], in[1]); }
+static ld_tensor *f_linear(ld_tensor **in, void *ud) { return ld_linear(in[0], in[1], in[2], *(int *)ud); }
 static ld_tensor *f_matmul_tview(ld_tensor **in, void *ud) {
     ld_tensor *bt = ld_transpose_op(in[1], 0, 1);
     ld_tensor *y = ld_matmul(in[0], bt);
@@ -169,6 +170,11 @@ int main(void) {
     gradcheck("grad matmul 2x3 @ 3x4", f_matmul, NULL, 2, mm, yes, 2e-2);
     ld_tensor *mmt[2] = {rnd(2, s23, -1, 1), rnd(2, s43, -1, 1)};
     gradcheck("grad matmul with a transposed view", f_matmul_tview, NULL, 2, mmt, yes, 2e-2);
+    int64_t s4[1] = {4};
+    ld_tensor *lin[3] = {rnd(2, s23, -1, 1), rnd(2, s34, -1, 1), rnd(1, s4, -1, 1)};
+    int no_relu = 0, with_relu = 1;
+    gradcheck("grad dense (x @ w + b)", f_linear, &no_relu, 3, lin, yes, 2e-2);
+    gradcheck("grad dense with relu", f_linear, &with_relu, 3, lin, yes, 3e-2);
     int64_t s223[3] = {2, 2, 3};
     ld_tensor *bmm[2] = {rnd(3, s223, -1, 1), rnd(2, s34, -1, 1)};
     gradcheck("grad batched matmul 2x2x3 @ 3x4", f_matmul, NULL, 2, bmm, yes, 2e-2);
