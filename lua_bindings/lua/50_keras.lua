@@ -105,6 +105,9 @@ function Model:compile(opts)
   for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
   self._optimizer, self._loss, self._metrics = opt, loss, ms
   self._compiled = true
+  -- like Keras, a model compiled inside a strategy's scope trains under it
+  local d = ldist.distribute
+  self._strategy = d and d.has_strategy() and d.get_strategy() or nil
   return self
 end
 
@@ -162,7 +165,7 @@ function Model:fit(x, y, opts)
   local loss_obj, opt = self._loss, self._optimizer
   local total = opts.steps_per_epoch or (ds.cardinality and ds:cardinality()) or nil
   if total and total < 0 then total = nil end
-  local strategy = ldist.distribute and ldist.distribute.get_strategy() or nil
+  local strategy = self._strategy or (ldist.distribute and ldist.distribute.get_strategy()) or nil
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end
   for epoch = initial + 1, epochs do
@@ -171,26 +174,43 @@ function Model:fit(x, y, opts)
     local loss_m = metrics.Mean("loss")
     for _, m in ipairs(self._metrics) do m:reset_state() end
     local step = 0
-    for batch in ds do
-      local bx, by = batch_xy(batch)
-      local lv, pred
-      if strategy and strategy.train_step then
-        lv, pred = strategy:train_step(self, bx, by, loss_obj, opt)
-      else
-        lv, pred = self:train_step(bx, by, loss_obj, opt)
+    -- A step's loss and predictions are read one step late: the next step is
+    -- issued first, so a strategy whose devices queue work keeps them busy
+    -- while the host reads values (which waits for the device).
+    local pending
+    local function settle(p)
+      local lv = type(p.lv) == "function" and p.lv() or p.lv
+      loss_m:update_state(lv, p.n)
+      if #self._metrics > 0 then
+        local pred = type(p.pred) == "function" and p.pred() or p.pred
+        for _, m in ipairs(self._metrics) do m:update_state(p.by, pred) end
       end
-      local n = count_rows(bx)
-      loss_m:update_state(lv, n)
-      for _, m in ipairs(self._metrics) do m:update_state(by, pred) end
-      step = step + 1
       if bar then
         local vals = { loss = loss_m:result() }
         for _, m in ipairs(self._metrics) do vals[m.name] = m:result() end
-        bar:update(step, vals)
+        bar:update(p.step, vals)
       end
-      for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(step, { loss = lv }, self) end end
-      if opts.steps_per_epoch and step >= opts.steps_per_epoch then break end
+      for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step, { loss = lv }, self) end end
     end
+    if strategy and strategy._fit_begin then strategy:_fit_begin() end
+    local ok, err = pcall(function()
+      for batch in ds do
+        local bx, by = batch_xy(batch)
+        local lv, pred
+        if strategy and strategy.train_step then
+          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, #self._metrics > 0)
+        else
+          lv, pred = self:train_step(bx, by, loss_obj, opt)
+        end
+        step = step + 1
+        if pending then settle(pending) end
+        pending = { lv = lv, pred = pred, by = by, n = count_rows(bx), step = step }
+        if opts.steps_per_epoch and step >= opts.steps_per_epoch then break end
+      end
+      if pending then settle(pending); pending = nil end
+    end)
+    if strategy and strategy._fit_end then strategy:_fit_end() end
+    if not ok then error(err, 0) end
     local logs = { loss = loss_m:result() }
     for _, m in ipairs(self._metrics) do logs[m.name] = m:result() end
     if val then

@@ -435,13 +435,27 @@ function Mirrored:gather(v, axis)
 end
 
 ---------------------------------------------------------------- Keras fit under the strategy
-function Mirrored:train_step(model, x, y, loss, opt)
+-- model:fit keeps cpu:0 queueing for the whole loop, so one step's tail and
+-- the next step's issue overlap (values are read one step late).
+function Mirrored:_fit_begin()
+  self._in_fit = true
+  C.mirror_devices(self.devices)
+  C.host_async(true)
+end
+function Mirrored:_fit_end()
+  self._in_fit = false
+  C.host_async(false)
+  if self._depth == 0 then C.mirror_devices(nil) end
+end
+
+-- One step of model:fit: returns the loss and the predictions as functions
+-- that read them when called (want_pred false: no predictions gathered).
+function Mirrored:train_step(model, x, y, loss, opt, want_pred)
   local n = self.num_replicas_in_sync
   local xs = self:_split(x)
   local ys = self:_split(y)
   local gb = xs.global_batch
-  C.mirror_devices(self.devices)
-  C.host_async(true)
+  if not self._in_fit then C.mirror_devices(self.devices); C.host_async(true) end
   local lvs, grads, preds = {}, {}, {}
   local ok, err = pcall(function()
     for r = n - 1, 0, -1 do
@@ -461,18 +475,24 @@ function Mirrored:train_step(model, x, y, loss, opt)
       C.set_replica(nil)
       trace_compute(self, r, t0)
     end
-    local total, parts = 0, {}
-    for r = 0, n - 1 do
-      total = total + lvs[r]:item()
-      parts[r + 1] = preds[r]:cpu()
-    end
-    lvs.total, lvs.pred = total, tensor.concat(parts, 0)
   end)
   C.set_replica(nil)
-  C.host_async(false)
-  if self._depth == 0 then C.mirror_devices(nil) end
+  if not self._in_fit then
+    C.host_async(false)
+    if self._depth == 0 then C.mirror_devices(nil) end
+  end
   if not ok then error(err, 0) end
-  return lvs.total, lvs.pred
+  local function loss_value()
+    local total = 0
+    for r = 0, n - 1 do total = total + lvs[r]:item() end
+    return total
+  end
+  local function predictions()
+    local parts = {}
+    for r = 0, n - 1 do parts[r + 1] = preds[r]:cpu() end
+    return tensor.concat(parts, 0)
+  end
+  return loss_value, want_pred ~= false and predictions or nil
 end
 
 ---------------------------------------------------------------- watching it: traces
