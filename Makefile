@@ -9,12 +9,12 @@ LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include
 BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
 CPPFLAGS+= -Iengine -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
-ENGINE_LIBS := $(BLAS_LIB) -lz -lm -lpthread -ldl
+ENGINE_LIBS := $(BLAS_LIB) -lz -lm -lpthread -ldl -lzmq -lcrypto -ljansson
 LUA_LIB := -llua5.4
 APP_LIBS := -lreadline -lzmq -ljansson -lssl -lcrypto -luuid
 PREFIX  ?= /usr/local
 
-ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_SRC := $(wildcard engine/*.c) engine/cuda/ld_cuda_load.c
 BIND_SRC   := $(wildcard lua_bindings/*.c)
 PRELUDE    := $(sort $(wildcard lua_bindings/lua/*.lua))
 REPL_SRC   := $(wildcard repl/*.c)
@@ -23,12 +23,19 @@ ENGINE_OBJ := $(ENGINE_SRC:%.c=build/%.o)
 BIND_OBJ   := $(BIND_SRC:%.c=build/%.o) build/prelude.o
 APP_OBJ    := $(REPL_SRC:%.c=build/%.o) $(KERNEL_SRC:%.c=build/%.o)
 ENGINE_TESTS := $(patsubst tests/engine/%.c,build/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
-HEADERS    := $(wildcard engine/*.h lua_bindings/*.h kernel/*.h repl/*.h)
+HEADERS    := $(wildcard engine/*.h engine/cuda/*.h lua_bindings/*.h kernel/*.h repl/*.h)
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# The CUDA plugin, built where nvcc is installed; the engine dlopens it at run
+# time. SASS for A100 and H100/H200, PTX that newer GPUs compile on load.
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_75,code=compute_75
+NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall -Iengine -Iengine/cuda
+CUDA_OBJ   := $(patsubst %.cu,build/%.o,$(wildcard engine/cuda/*.cu))
+CUDA_PLUGIN := $(if $(NVCC),build/ldist_cuda.so)
 
 .PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu
-all: ldist ldist.so $(ENGINE_TESTS)
+all: ldist ldist.so $(ENGINE_TESTS) $(CUDA_PLUGIN)
 
 build/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -37,6 +44,17 @@ build/%.o: %.c $(HEADERS)
 build/prelude.c: $(PRELUDE) scripts/embed.lua
 	@mkdir -p build
 	lua5.4 scripts/embed.lua $@ $(PRELUDE)
+
+build/engine/cuda/ld_cuda_load.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
+
+build/engine/cuda/%.o: engine/cuda/%.cu engine/cuda/cuda_common.cuh $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+# static cudart: the plugin needs only libcuda.so.1 (the driver), and opens
+# cuBLAS and NCCL itself; -z defs proves it needs nothing from the engine
+build/ldist_cuda.so: $(CUDA_OBJ)
+	$(NVCC) -shared $(NVCC_ARCH) -cudart static -o $@ $^ -Xlinker -z,defs -ldl -lpthread -lrt
 
 build/libldist_engine.a: $(ENGINE_OBJ)
 	ar rcs $@ $^
@@ -68,10 +86,20 @@ test-engine: all
 bench: setup all
 	@bash scripts/bench/run.sh
 
+# On a GPU machine (README, "GPU"): the tests of tests/gpu, and the benchmark
+# against PyTorch on the same GPU. Without a GPU they say so in one line.
+# NO_BUILD=1 runs the prebuilt binaries of build/gpu-bundle (scripts/gpu/bundle.sh).
+test-gpu: $(if $(NO_BUILD),,all)
+	@bash tests/gpu/run.sh
+
+bench-gpu: $(if $(NO_BUILD),,all)
+	@bash scripts/gpu/bench.sh
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4
 	install -m 755 ldist $(DESTDIR)$(PREFIX)/bin/ldist
 	install -m 755 ldist.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/ldist.so
+	$(if $(CUDA_PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib/ldist && install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/ldist/)
 
 clean:
 	rm -rf build ldist ldist.so

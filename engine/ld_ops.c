@@ -747,7 +747,7 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
     ld_tensor_release(fl);
     if (!cl) { ld_tensor_release(lab); return NULL; }
     int64_t n = cl->shape[0], c = cl->shape[1];
-    if (!ld_device_is_async(DEV(lab))) {
+    if (DEV(lab)->kind == LD_DEV_CPU && !ld_device_is_async(DEV(lab))) {
         /* on a device that runs inline the labels can be checked here; queued
            devices get NaN for a bad label (the strategy checks its inputs) */
         const int64_t *lp = ld_tensor_data(lab);

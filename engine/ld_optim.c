@@ -112,11 +112,16 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     }
     float scale = 1.0f;
     if (o->clipnorm > 0) {
+        /* the squared norm computed on the gradients' devices, one value read each */
         double ss = 0;
         for (int i = 0; i < n; i++) {
             if (!grads[i]) continue;
-            int64_t m = ld_tensor_numel(grads[i]);
-            for (int64_t j = 0; j < m; j++) { double g = ld_tensor_get_flat(grads[i], j); ss += g * g; }
+            ld_tensor *sq = ld_unary(LD_UN_SQUARE, grads[i]), *s = sq ? ld_sum(sq, LD_ALL_AXES, 0) : NULL;
+            double v = 0;
+            int st = s ? ld_tensor_item(s, &v) : ld_error_status();
+            ld_tensor_release(sq); ld_tensor_release(s);
+            if (st) return st;
+            ss += v;
         }
         double norm = sqrt(ss);
         if (norm > o->clipnorm) scale = (float)(o->clipnorm / norm);

@@ -392,10 +392,17 @@ static int t_len(lua_State *L) {
 
 /* ---- arithmetic ---- */
 static int binop(lua_State *L, ld_binary_op op) {
+    int a_lit = !lb_test_tensor(L, 1), b_lit = !lb_test_tensor(L, 2);
     ld_tensor *a = lb_to_tensor(L, 1, LD_F32);
     lb_push_tensor(L, a, 0);     /* anchor while converting b */
     ld_tensor *b = lb_to_tensor(L, 2, LD_F32);
     lb_push_tensor(L, b, 0);
+    /* a number or a table goes where the tensor it is combined with lives */
+    if (a->storage->device != b->storage->device && (a_lit || b_lit)) {
+        ld_tensor *moved = a_lit ? ld_to_device(a, b->storage->device) : ld_to_device(b, a->storage->device);
+        lb_push_tensor(L, moved, a_lit ? 1 : 2);
+        if (a_lit) a = moved; else b = moved;
+    }
     lb_push_tensor(L, ld_binary(op, a, b), 1);
     return 1;
 }
@@ -695,7 +702,32 @@ static int t_variable(lua_State *L) {
     return 1;
 }
 
+#define DEVICES_DOC "tensor.devices()\n\nNames of the devices ldist found, e.g. {\"cpu:0\", \"cuda:0\"}.\n" \
+    "GPUs come from the CUDA plugin (build/ldist_cuda.so) where a driver and a GPU answer;\n" \
+    "otherwise only CPU devices are listed and tensor.device_note() says why."
+static int t_devices(lua_State *L);
+/* Once devices have been listed (the CUDA plugin probed), help(tensor.devices)
+   ends with the line saying which GPUs answered, or why none did. */
+static void devices_doc_note(lua_State *L) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.docs");
+    if (lua_istable(L, -1)) {
+        const char *text = lua_pushfstring(L, "%s\nGPUs: %s", DEVICES_DOC, ld_device_note());
+        lua_setfield(L, -2, "tensor.devices");
+        lua_pushcfunction(L, t_devices);
+        lua_pushstring(L, text);
+        lua_rawset(L, -3);
+    }
+    lua_pop(L, 1);
+}
+
+static int t_device_note(lua_State *L) {
+    lua_pushstring(L, ld_device_note());
+    devices_doc_note(L);
+    return 1;
+}
+
 static int t_devices(lua_State *L) {
+    devices_doc_note(L);
     lua_newtable(L);
     for (int i = 0; i < ld_device_count(); i++) {
         lua_pushstring(L, ld_device_at(i)->name);
@@ -733,6 +765,7 @@ static const luaL_Reg functions[] = {
     {"arange", t_arange}, {"uniform", t_uniform}, {"rand", t_uniform}, {"normal", t_normal},
     {"randn", t_normal}, {"seed", t_seed}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
+    {"device_note", t_device_note},
     {NULL, NULL}};
 
 static const char *const docs[] = {
@@ -747,7 +780,9 @@ static const char *const docs[] = {
     "concat", "tensor.concat({t1, t2, ...}, axis=0)\n\nJoin tensors along an existing axis.",
     "stack", "tensor.stack({t1, t2, ...})\n\nJoin equally shaped tensors along a new first axis.",
     "Variable", "tensor.Variable(value, {name=, trainable=true})\n\nA trainable tensor: tapes watch it automatically and optimizers update it in place.",
-    "devices", "tensor.devices()\n\nNames of the devices ldist found, e.g. {\"cpu:0\"}.",
+    "devices", DEVICES_DOC,
+    "device_note", "tensor.device_note()\n\nOne line about GPUs: which answered, or why none did\n"
+                   "(\"no CUDA driver: libcuda.so.1 not found\", \"CUDA driver found but no GPU\").",
     "memory", "tensor.memory()\n\nBytes of host memory held by tensors now, and the peak.",
     "Tensor", "Tensor\n\nAn n-dimensional array (float32, int32, int64 or uint8) on a device.\n"
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"

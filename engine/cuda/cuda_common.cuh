@@ -34,6 +34,9 @@ struct cu_bucket {
     void **p;
 };
 
+#define CU_STAGE_SLOTS 16
+#define CU_STAGE_SLOT ((size_t)1 << 20)    /* bytes */
+
 struct cu_dev {
     int ordinal;                 /* CUDA device number */
     ld_device *dev;              /* the engine's device ("cuda:N") */
@@ -48,6 +51,10 @@ struct cu_dev {
     int nb, capb;
     size_t cached;               /* bytes in free blocks */
     size_t held;                 /* bytes taken from cudaMalloc (cached or in use) */
+    /* pinned staging slots for small host-to-device copies (cuda_device.cu) */
+    char *stage;                 /* CU_STAGE_SLOTS x CU_STAGE_SLOT bytes, cudaHostAlloc'ed; NULL until used */
+    cudaEvent_t stage_done[CU_STAGE_SLOTS];   /* recorded after each slot's copy */
+    int stage_next, stage_failed;
     /* the first failure since device memory was last read */
     int has_err;
     char err[400];

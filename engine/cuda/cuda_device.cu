@@ -213,12 +213,55 @@ static int cu_to_host(ld_device *d, void *host, const void *src, size_t n) {
     return take_error(cd);
 }
 
-/* The host buffer may be reused as soon as this returns: a copy from pageable
-   memory is staged before cudaMemcpyAsync returns. */
+/* Host to device. A copy from pageable memory may wait for the stream to
+   drain, which would stall the Lua thread in the middle of a step (a batch,
+   a scalar, a dropout mask); so copies up to CU_STAGE_SLOT bytes go through
+   pinned slots, reused round-robin once the copy that last used a slot has
+   run (its event). Larger ones (a whole data set) copy directly. Either way
+   the host buffer may be reused as soon as this returns. */
+/* caller holds cd->mu; 0 when pinned memory is not to be had (then copies go direct) */
+static int stage_ready(cu_dev *cd) {
+    if (cd->stage) return 1;
+    if (cd->stage_failed) return 0;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, CU_STAGE_SLOTS * CU_STAGE_SLOT, cudaHostAllocPortable);
+    if (e != cudaSuccess) { cudaGetLastError(); cd->stage_failed = 1; return 0; }
+    for (int i = 0; i < CU_STAGE_SLOTS; i++) {
+        e = cudaEventCreateWithFlags(&cd->stage_done[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            for (int j = 0; j < i; j++) cudaEventDestroy(cd->stage_done[j]);
+            cudaFreeHost(p);
+            cd->stage_failed = 1;
+            return 0;
+        }
+    }
+    cd->stage = (char *)p;
+    return 1;
+}
+
 static int cu_from_host(ld_device *d, void *dst, const void *host, size_t n) {
     cu_dev *cd = cu_begin(d);
     if (!cd) return LD_EDEVICE;
     if (!n) return LD_OK;
+    if (n <= CU_STAGE_SLOT) {
+        pthread_mutex_lock(&cd->mu);
+        if (stage_ready(cd)) {
+            int i = cd->stage_next;
+            cd->stage_next = (i + 1) % CU_STAGE_SLOTS;
+            char *slot = cd->stage + (size_t)i * CU_STAGE_SLOT;
+            cudaError_t e = cudaEventSynchronize(cd->stage_done[i]);   /* the slot's last copy has run */
+            if (e == cudaSuccess) {
+                memcpy(slot, host, n);
+                e = cudaMemcpyAsync(dst, slot, n, cudaMemcpyHostToDevice, cd->stream);
+                if (e == cudaSuccess) e = cudaEventRecord(cd->stage_done[i], cd->stream);
+            }
+            pthread_mutex_unlock(&cd->mu);
+            if (e != cudaSuccess) return cu_record(cd, "cudaMemcpyAsync (host to device, staged)", e);
+            return LD_OK;
+        }
+        pthread_mutex_unlock(&cd->mu);
+    }
     cudaError_t e = cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice, cd->stream);
     if (e != cudaSuccess) return cu_record(cd, "cudaMemcpyAsync (host to device)", e);
     return LD_OK;
@@ -232,6 +275,9 @@ static void cu_synchronize(ld_device *d) {
 }
 
 /* ================================================================ the backend */
+/* Positional (C++17 has no designated initializers): a slot added to
+   ld_backend would be left NULL here, so its size is pinned. */
+static_assert(sizeof(ld_backend) == 24 * sizeof(void *), "ld_backend changed: fill the new slot in cuda_backend");
 static const ld_backend cuda_backend = {
     /* name */ "cuda",
     /* alloc */ cu_alloc,

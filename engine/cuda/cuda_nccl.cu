@@ -12,7 +12,8 @@
  * makes its communicator with ncclCommInitRank.
  *
  * NCCL is opened with dlopen (libnccl.so.2) the first time it is needed, so a
- * machine without it still trains on one GPU; the error says what is missing.
+ * machine without it still trains on one GPU (an all-reduce over one GPU is
+ * then the identity); over several, the error says what is missing.
  */
 #include "cuda_common.cuh"
 
@@ -138,7 +139,11 @@ int cu_all_reduce(int n, ld_device *const *devs, int k, ld_tensor *const *t, int
             if (devs[q] == devs[r]) return cu_fail(LD_EARG, "all_reduce: %s is listed twice", devs[r]->name);
     }
     if (k <= 0) return LD_OK;
-    if (nccl_ready("all_reduce over CUDA devices")) return LD_EDEVICE;
+    if (nccl_ready("all_reduce over CUDA devices")) {
+        if (n > 1) return LD_EDEVICE;
+        cu_host->clear_error();   /* one GPU without NCCL: the sum over one replica is itself */
+        return LD_OK;
+    }
     cu_dev *cds[64];
     for (int r = 0; r < n; r++)
         if (!(cds[r] = cu_begin(devs[r]))) return LD_EDEVICE;

@@ -54,8 +54,10 @@ static int find_plugin(char *out, size_t n) {
     char dirs[2][4096];
     int nd = 0;
     Dl_info info;
-    if (dladdr((void *)ld_cuda_load, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
-        dir_of(info.dli_fname, dirs[nd++], sizeof dirs[0]);
+    char real[4096];
+    if (dladdr((void *)ld_cuda_load, &info) && info.dli_fname && strchr(info.dli_fname, '/') &&
+        realpath(info.dli_fname, real))
+        dir_of(real, dirs[nd++], sizeof dirs[0]);
     char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len > 0) {
@@ -66,7 +68,7 @@ static int find_plugin(char *out, size_t n) {
     static const char *const rel[] = {"", "build/", "../lib/ldist/"};
     for (int d = 0; d < nd; d++)
         for (size_t r = 0; r < sizeof rel / sizeof rel[0]; r++) {
-            snprintf(out, n, "%s/%s%s", dirs[d], rel[r], LD_CUDA_PLUGIN_FILE);
+            snprintf(out, n, "%.4000s/%s%s", dirs[d], rel[r], LD_CUDA_PLUGIN_FILE);
             if (access(out, R_OK) == 0) return 1;
         }
     snprintf(out, n, "%s/lib/ldist/%s", LD_PREFIX, LD_CUDA_PLUGIN_FILE);
@@ -94,7 +96,7 @@ static void probe(void) {
     ld_cuda_plugin_fn get = (ld_cuda_plugin_fn)dlsym(h, LD_CUDA_PLUGIN_SYMBOL);
     const ld_cuda_plugin *p = get ? get() : NULL;
     if (!p || p->abi != LD_CUDA_ABI) {
-        snprintf(note, sizeof note, "the CUDA plugin %s does not match this ldist (%s); rebuild it with make",
+        snprintf(note, sizeof note, "the CUDA plugin %.160s does not match this ldist (%s); rebuild it with make",
                  path, p ? "another interface version" : "no " LD_CUDA_PLUGIN_SYMBOL);
         dlclose(h);
         return;

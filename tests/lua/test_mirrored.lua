@@ -176,6 +176,13 @@ T.test("model:fit under MirroredStrategy, traced", function()
   s:trace(false)
 end)
 
+T.test("numbers and tables combine with tensors on any device", function()
+  local t = tensor.ones(3):to("cpu:1")
+  T.eq((t * 3).device, "cpu:1"); T.eq((2 + t):sum():item(), 9)
+  T.eq((t + {1, 2, 3}):sum():item(), 9)
+  T.raises(function() return t + tensor.ones(3) end, "tensors are on cpu:1 and cpu:0")
+end)
+
 T.test("bad input to MirroredStrategy", function()
   T.raises(function() distribute.MirroredStrategy{devices = {"cpu:0", "cpu:9"}} end, "unknown device 'cpu:9'")
   T.raises(function() distribute.MirroredStrategy{cross_device_ops = "ring"} end, "cross_device_ops must be")

@@ -91,6 +91,12 @@ T.test("SGD and Adam follow Keras' update rules", function()
   T.near(aw[0], 1 - 0.01 * 0.1, 1e-5)
 end)
 
+T.test("clipnorm scales the step's gradients to the global norm", function()
+  local v = tensor.Variable{3.0, 4.0}
+  optim.SGD{learning_rate = 1, clipnorm = 1}:apply_gradients({tensor.new{3.0, 4.0}}, {v})
+  T.near(v[0], 3 - 0.6, 1e-6); T.near(v[1], 4 - 0.8, 1e-6)
+end)
+
 T.test("learning-rate schedules", function()
   local s = optim.schedules.ExponentialDecay{initial_learning_rate = 0.1, decay_steps = 10, decay_rate = 0.5}
   T.near(s(10), 0.05); T.near(s(20), 0.025)

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# scripts/gpu/bench.sh - `make bench-gpu`: the MLP and the CNN of the CPU bench
+# trained on the GPU by ldist and by PyTorch, in the same run, same batches,
+# samples/s and the ratio (goal: ldist at least 1.0x PyTorch). FP32 on both
+# sides, then TF32 (LDIST_CUDA_TF32=1 / torch allow_tf32).
+#   LDIST=path/to/ldist   BENCH_BATCH=256   LDIST_BENCH_QUICK=1 (shorter runs)
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ldist=${LDIST:-./ldist}
+batch=${BENCH_BATCH:-256}
+mlp_steps=300; cnn_steps=150; warm=20
+[ "${LDIST_BENCH_QUICK:-0}" = 1 ] && { mlp_steps=100; cnn_steps=50; }
+if ! "$ldist" -e "for _, d in ipairs(tensor.devices()) do if d == 'cuda:0' then os.exit(0) end end os.exit(1)" 2>/dev/null; then
+  echo "bench-gpu skipped: no GPU answers ($("$ldist" -e 'io.write(tensor.device_note())' 2>&1 | head -c 300))"
+  exit 0
+fi
+py=${PYTHON:-python3}
+"$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || { echo "bench-gpu: PyTorch with CUDA is not available to $py"; exit 1; }
+echo "== $("$ldist" -e 'io.write(tensor.device_note())'); PyTorch $("$py" -c 'import torch; print(torch.__version__)')"
+
+declare -A R L
+run() {  # run KEY CMD... -> "samples/s loss"
+  local out; out=$("${@:2}" 2>"build/bench-gpu-$1.err" | tail -1)
+  R[$1]=${out% *}; L[$1]=${out#* }
+  [ -n "${R[$1]}" ] || { R[$1]=0; echo "bench-gpu: $1 failed:"; tail -5 "build/bench-gpu-$1.err"; }
+}
+mkdir -p build
+for prec in fp32 tf32; do
+  for model in mlp cnn; do
+    steps=$mlp_steps; [ $model = cnn ] && steps=$cnn_steps
+    if [ $prec = tf32 ]; then
+      run "ldist-$model-$prec" env LDIST_CUDA_TF32=1 "$ldist" scripts/gpu/train_bench.lua $model "$batch" $steps $warm
+      run "torch-$model-$prec" "$py" scripts/gpu/ref_bench.py $model "$batch" $steps $warm tf32
+    else
+      run "ldist-$model-$prec" "$ldist" scripts/gpu/train_bench.lua $model "$batch" $steps $warm
+      run "torch-$model-$prec" "$py" scripts/gpu/ref_bench.py $model "$batch" $steps $warm
+    fi
+  done
+done
+
+printf '\n== training on Fashion-MNIST on the GPU, Adam, batch %s (samples/s; last loss)\n' "$batch"
+printf '%-6s %-5s %18s %18s %10s\n' model prec ldist pytorch vs-pytorch
+for prec in fp32 tf32; do
+  for model in mlp cnn; do
+    l=${R[ldist-$model-$prec]:-0}; t=${R[torch-$model-$prec]:-0}
+    printf '%-6s %-5s %10s (%5s) %10s (%5s) %9sx\n' $model $prec "$l" "${L[ldist-$model-$prec]:-?}" "$t" \
+      "${L[torch-$model-$prec]:-?}" "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')"
+  done
+done

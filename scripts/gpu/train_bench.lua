@@ -1,0 +1,28 @@
+-- scripts/gpu/train_bench.lua MODEL BATCH STEPS WARMUP [DEVICE]: samples/s of
+-- model:fit on Fashion-MNIST (Adam) on a GPU, the model placed there by a
+-- one-device MirroredStrategy; one line "samples_per_s final_loss".
+-- The same models and data flow as scripts/bench/train_bench.lua (the CPU
+-- bench): batches are cut on the host and copied to the device each step.
+local which, batch, steps, warm = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
+local dev = arg[5] or "cuda:0"
+tensor.seed(0)
+local x, y = datasets.fashion_mnist.load("train")
+local strategy = distribute.MirroredStrategy { devices = { dev } }
+local model
+local _ <close> = strategy:scope()
+if which == "mlp" then
+  model = nn.Sequential { nn.Flatten(), nn.Dense(512, "relu"), nn.Dense(256, "relu"), nn.Dense(10) }
+else
+  model = nn.Sequential { nn.Reshape { 28, 28, 1 }, nn.Conv2D(32, 3, { activation = "relu" }), nn.MaxPool2D(2),
+    nn.Conv2D(64, 3, { activation = "relu" }), nn.MaxPool2D(2), nn.Flatten(), nn.Dense(128, "relu"), nn.Dense(10) }
+end
+model:compile { optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
+local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, { seed = 0 }):batch(batch, { drop_remainder = true }):prefetch(2)
+-- the clock starts after `warm` steps (allocator cache, cuBLAS handle, kernels loaded)
+local t0, t1, last
+local timer = { on_train_batch_end = function(_, step, logs)
+  if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
+  last = logs and logs.loss
+end }
+model:fit(ds:repeat_(), { epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = { timer } })
+print(("%.1f %.4f"):format(steps * batch / (t1 - t0), last or 0 / 0))

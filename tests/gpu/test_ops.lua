@@ -1,0 +1,403 @@
+-- test_ops.lua - every kernel of the CUDA backend against the CPU result
+-- (normalised error, ggml-style): copies and conversions, fill, binary ops
+-- with broadcasting and strided operands, unary ops and their derivatives,
+-- reductions, matrix products, softmax, fused cross-entropy, convolution,
+-- pooling, optimizer updates; plus the errors a user meets.
+local G = dofile("tests/gpu/gpulib.lua")
+local T, dev = G.T, G.dev
+
+tensor.seed(42)
+local function U(lo, hi, ...)
+  local shape = table.pack(...)
+  shape[shape.n + 1] = { min = lo, max = hi }
+  return tensor.uniform(table.unpack(shape, 1, shape.n + 1))
+end
+
+---------------------------------------------------------------- memory, copies, fill
+T.test("to and back is exact, every dtype", function()
+  local x = tensor.normal(1000)
+  for _, dt in ipairs({ "float32", "int32", "int64", "uint8" }) do
+    local c = (x * 10):abs():astype(dt)
+    G.same(c:to(dev), c:to(dev), "to " .. dt)      -- device tensor, compared on the host
+    T.eq(G.flat(c:to(dev):cpu())[7], G.flat(c)[7], "round trip " .. dt)
+  end
+  T.eq(tensor.new(3.5):to(dev):item(), 3.5)
+  T.eq(tensor.zeros(0):to(dev):numel(), 0)
+end)
+
+T.test("fill: zeros, ones, full in every dtype", function()
+  for _, dt in ipairs({ "float32", "int32", "int64", "uint8" }) do
+    G.same(tensor.full({ 3, 70 }, 7, { dtype = dt, device = dev }), tensor.full({ 3, 70 }, 7, { dtype = dt }), "full " .. dt)
+    G.same(tensor.zeros(5, 9, { dtype = dt, device = dev }), tensor.zeros(5, 9, { dtype = dt }), "zeros " .. dt)
+  end
+  G.same(tensor.ones(1000, { device = dev }), tensor.ones(1000), "ones")
+end)
+
+T.test("copy_strided: transposed, sliced, stepped views with every dtype conversion", function()
+  local base = tensor.arange(0, 4 * 6 * 5):reshape(4, 6, 5)   -- int64
+  local dts = { "float32", "int32", "int64", "uint8" }
+  for _, sdt in ipairs(dts) do
+    local s = base:astype(sdt)
+    for _, ddt in ipairs(dts) do
+      local what = sdt .. " -> " .. ddt
+      local g, c = G.both(function(t) return t:transpose(0, 2):astype(ddt) end, s)
+      G.same(g, c, "transpose " .. what)
+      g, c = G.both(function(t) return t:slice(1, 1, 6, 2):astype(ddt) end, s)
+      G.same(g, c, "stepped slice " .. what)
+    end
+  end
+  local g, c = G.both(function(t) return t:permute({ 2, 0, 1 }):contiguous() end, tensor.normal(3, 4, 5))
+  G.same(g, c, "permute + contiguous")
+  g, c = G.both(function(t) return t:clone() end, tensor.normal(257))
+  G.same(g, c, "clone")
+  g, c = G.both(function(t) return t[2] end, tensor.normal(4, 33))
+  G.same(g:contiguous(), c:contiguous(), "select a row")
+end)
+
+---------------------------------------------------------------- binary
+local bin = { "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "lt", "gt" }
+local patterns = {
+  { "same shape", { 33, 65 }, { 33, 65 } },
+  { "row broadcast", { 33, 65 }, { 65 } },
+  { "column broadcast", { 33, 1 }, { 1, 65 } },
+  { "3-d broadcast", { 4, 1, 5 }, { 3, 1 } },
+  { "scalar", { 1000 }, {} },
+  { "large", { 300, 1001 }, { 1001 } },
+}
+T.test("binary ops with broadcasting", function()
+  for _, op in ipairs(bin) do
+    for _, p in ipairs(patterns) do
+      local a = U(0.5, 2, table.unpack(p[2]))
+      local b = #p[3] > 0 and U(0.5, 2, table.unpack(p[3])) or tensor.new(1.25)
+      if op == "eq" then b = a:slice(0, 0, 1) end   -- some equal elements
+      local g, c = G.both(function(x, y) return x[op](x, y) end, a, b)
+      G.close(g, c, op .. " " .. p[1])
+    end
+  end
+end)
+
+T.test("binary ops on strided operands (transposed, sliced)", function()
+  local a, b = tensor.normal(40, 30), tensor.normal(30, 40)
+  for _, op in ipairs({ "add", "mul", "sub", "maximum" }) do
+    local g, c = G.both(function(x, y) return x[op](x, y.T) end, a, b)
+    G.close(g, c, op .. " with a transposed operand")
+    g, c = G.both(function(x, y)
+      local s = x:slice(1, 0, 30, 3)                       -- 40x10, stride 3
+      return s[op](s, y:slice(0, 2, 12).T)                 -- 10x40 transposed
+    end, a, b)
+    G.close(g, c, op .. " of stepped slices")
+  end
+end)
+
+T.test("operators with numbers and tables on device tensors", function()
+  local a = tensor.normal(40, 30)
+  local g, c = G.both(function(x) return x * 3 + 1 end, a)
+  G.close(g, c, "x * 3 + 1")
+  g, c = G.both(function(x) return 2 - x / 4 end, a)
+  G.close(g, c, "2 - x / 4")
+end)
+
+T.test("maximum / minimum with NaN follow the CPU's rule", function()
+  local a = tensor.new({ 1, 0 / 0, 3, -1 })
+  local b = tensor.new({ 0 / 0, 2, 1, -2 })
+  local g, c = G.both(function(x, y) return x:maximum(y) end, a, b)
+  G.close(g, c, "maximum with NaN")
+  g, c = G.both(function(x, y) return x:minimum(y) end, a, b)
+  G.close(g, c, "minimum with NaN")
+end)
+
+---------------------------------------------------------------- unary and derivatives
+local unary = { "neg", "exp", "log", "sqrt", "abs", "relu", "sigmoid", "tanh", "gelu", "square" }
+local function unary_input(op, n)
+  if op == "log" or op == "sqrt" then return U(0.1, 3, n) end
+  return tensor.normal(n) * 2
+end
+
+T.test("unary ops", function()
+  for _, op in ipairs(unary) do
+    for _, n in ipairs({ 1, 1000, 100003 }) do
+      local g, c = G.both(function(x) return x[op](x) end, unary_input(op, n))
+      G.close(g, c, ("%s (%d)"):format(op, n))
+    end
+  end
+end)
+
+-- d/dx sum(f(x) * w): the derivative kernels, with a non-trivial upstream gradient
+local function grad_of(f, x, w)
+  local v = tensor.Variable(x)
+  local tape = autograd.GradientTape()
+  local loss = tape:record(function() return (f(v) * w):sum() end)
+  return tape:gradient(loss, { v })[1]
+end
+
+T.test("unary derivatives", function()
+  for _, op in ipairs(unary) do
+    local x, w = unary_input(op, 5000), tensor.normal(5000)
+    local g, c = G.both(function(xx, ww) return grad_of(function(v) return v[op](v) end, xx, ww) end, x, w)
+    G.close(g, c, "d " .. op, 1e-6)
+  end
+end)
+
+T.test("binary derivatives, with broadcasting (sum over the broadcast axes)", function()
+  for _, op in ipairs({ "add", "sub", "mul", "div", "pow", "maximum", "minimum" }) do
+    local a, b, w = U(0.5, 2, 17, 9), U(0.5, 2, 9), tensor.normal(17, 9)
+    local function f(x, y, ww)
+      local va, vb = tensor.Variable(x), tensor.Variable(y)
+      local tape = autograd.GradientTape()
+      local loss = tape:record(function() return (va[op](va, vb) * ww):sum() end)
+      local gr = tape:gradient(loss, { va, vb })
+      return gr[1], gr[2]
+    end
+    local ga, gb = f(a:to(dev), b:to(dev), w:to(dev))
+    local ca, cb = f(a, b, w)
+    G.close(ga, ca, "d/da " .. op, 1e-6)
+    G.close(gb, cb, "d/db " .. op, 1e-6)
+  end
+end)
+
+T.test("gradient accumulation (a variable used twice)", function()
+  local g, c = G.both(function(x, w)
+    return grad_of(function(v) return v * v + v:exp() + v end, x, w)
+  end, tensor.normal(999), tensor.normal(999))
+  G.close(g, c, "accumulated gradient", 1e-6)
+end)
+
+---------------------------------------------------------------- reductions
+T.test("sum / mean / max / argmax over every axis and over all", function()
+  local shapes = { { 7, 300, 5 }, { 100000 }, { 4, 5000, 3 }, { 3, 1, 2 }, { 2, 3000 } }
+  for _, shp in ipairs(shapes) do
+    local x = tensor.normal(table.unpack(shp))
+    local label = table.concat(shp, "x")
+    for axis = 0, #shp - 1 do
+      for _, op in ipairs({ "sum", "mean", "max" }) do
+        local g, c = G.both(function(t) return t[op](t, axis) end, x)
+        G.close(g, c, ("%s axis %d of %s"):format(op, axis, label), 1e-9)
+        g, c = G.both(function(t) return t[op](t, axis, { keepdims = true }) end, x)
+        G.close(g, c, ("%s axis %d keepdims of %s"):format(op, axis, label), 1e-9)
+      end
+      local g, c = G.both(function(t) return t:argmax(axis) end, x)
+      G.same(g, c, ("argmax axis %d of %s"):format(axis, label))
+    end
+    for _, op in ipairs({ "sum", "mean", "max" }) do
+      local g, c = G.both(function(t) return t[op](t) end, x)
+      G.close(g, c, ("%s of all %s"):format(op, label), 1e-9)
+    end
+  end
+end)
+
+T.test("max / argmax: first NaN wins, else the first maximum", function()
+  local x = tensor.new({ { 1, 3, 3, 2 }, { 0 / 0, 5, 0 / 0, 1 }, { 2, 0 / 0, 9, 9 }, { -1 / 0, -1 / 0, -1 / 0, -1 / 0 } })
+  local g, c = G.both(function(t) return t:argmax(1) end, x)
+  G.same(g, c, "argmax rows with NaN and ties")
+  g, c = G.both(function(t) return t:max(1) end, x)
+  G.close(g, c, "max rows with NaN and ties")
+  g, c = G.both(function(t) return t:argmax(0) end, x)
+  G.same(g, c, "argmax columns with NaN and ties")
+end)
+
+T.test("reduction derivatives (sum, mean, max)", function()
+  local x = tensor.normal(6, 40, 7)
+  for _, op in ipairs({ "sum", "mean", "max" }) do
+    for _, axis in ipairs({ 0, 1, 2 }) do
+      local w = tensor.normal(table.unpack(axis == 0 and { 40, 7 } or axis == 1 and { 6, 7 } or { 6, 40 }))
+      local g, c = G.both(function(t, ww) return grad_of(function(v) return v[op](v, axis) end, t, ww) end, x, w)
+      G.close(g, c, ("d %s axis %d"):format(op, axis), 1e-6)
+    end
+  end
+end)
+
+---------------------------------------------------------------- matrix products
+T.test("matmul: shapes, transposed operands (cuBLAS row-major), batched", function()
+  local cases = {
+    { { 64, 48 }, { 48, 32 } }, { { 129, 67 }, { 67, 255 } }, { { 1, 784 }, { 784, 10 } }, { { 300, 1 }, { 1, 7 } },
+  }
+  for _, cs in ipairs(cases) do
+    local a, b = tensor.normal(table.unpack(cs[1])), tensor.normal(table.unpack(cs[2]))
+    local what = table.concat(cs[1], "x") .. " @ " .. table.concat(cs[2], "x")
+    local g, c = G.both(function(x, y) return x:matmul(y) end, a, b)
+    G.close(g, c, what, 1e-9)
+    -- the same product from transposed storage: gemm with ta / tb
+    local at, bt = a.T:contiguous(), b.T:contiguous()
+    g, c = G.both(function(x, y) return x.T:matmul(y) end, at, b)
+    G.close(g, c, what .. " (A transposed)", 1e-9)
+    g, c = G.both(function(x, y) return x:matmul(y.T) end, a, bt)
+    G.close(g, c, what .. " (B transposed)", 1e-9)
+    g, c = G.both(function(x, y) return x.T:matmul(y.T) end, at, bt)
+    G.close(g, c, what .. " (both transposed)", 1e-9)
+  end
+  local g, c = G.both(function(x, y) return x:matmul(y) end, tensor.normal(2, 3, 20, 16), tensor.normal(16, 8))
+  G.close(g, c, "batched matmul", 1e-9)
+end)
+
+T.test("matmul with an empty inner dimension gives zeros", function()
+  local ok = pcall(function() return tensor.zeros(5, 0):matmul(tensor.zeros(0, 3)) end)
+  if not ok then print("# the CPU refuses a 5x0 @ 0x3 product; skipped"); return end
+  local g, c = G.both(function(x, y) return x:matmul(y) end, tensor.zeros(5, 0), tensor.zeros(0, 3))
+  G.same(g, c, "5x0 @ 0x3")
+end)
+
+T.test("matmul derivatives", function()
+  local a, b, w = tensor.normal(37, 50), tensor.normal(50, 23), tensor.normal(37, 23)
+  local function f(x, y, ww)
+    local va, vb = tensor.Variable(x), tensor.Variable(y)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function() return (va:matmul(vb) * ww):sum() end)
+    local gr = tape:gradient(loss, { va, vb })
+    return gr[1], gr[2]
+  end
+  local ga, gb = f(a:to(dev), b:to(dev), w:to(dev))
+  local ca, cb = f(a, b, w)
+  G.close(ga, ca, "d/da matmul", 1e-9)
+  G.close(gb, cb, "d/db matmul", 1e-9)
+end)
+
+---------------------------------------------------------------- softmax, cross-entropy
+T.test("softmax and log_softmax (short and long rows, large values)", function()
+  for _, shp in ipairs({ { 50, 10 }, { 7, 3000 }, { 3, 4, 300 }, { 1, 1 } }) do
+    local x = tensor.normal(table.unpack(shp)) * 30 + 500
+    for _, op in ipairs({ "softmax", "log_softmax" }) do
+      local g, c = G.both(function(t) return t[op](t) end, x)
+      G.close(g, c, op .. " " .. table.concat(shp, "x"), 1e-10)
+      local w = tensor.normal(table.unpack(shp))
+      g, c = G.both(function(t, ww) return grad_of(function(v) return v[op](v) end, t, ww) end, x, w)
+      G.close(g, c, "d " .. op .. " " .. table.concat(shp, "x"), 1e-6)
+    end
+  end
+end)
+
+T.test("sparse softmax cross-entropy, fused: loss and gradient", function()
+  local loss_object = losses.SparseCategoricalCrossentropy { from_logits = true }
+  for _, nc in ipairs({ { 128, 10 }, { 33, 1000 }, { 1, 2 } }) do
+    local logits = tensor.normal(nc[1], nc[2]) * 3
+    local labels = (tensor.uniform(nc[1]) * nc[2]):astype("int64")
+    local function f(x, y)
+      local v = tensor.Variable(x)
+      local tape = autograd.GradientTape()
+      local loss = tape:record(function() return loss_object(y, v) end)
+      return loss, tape:gradient(loss, { v })[1]
+    end
+    local gl, gg = f(logits:to(dev), labels:to(dev))
+    local cl, cg = f(logits, labels)
+    G.close(gl, cl, ("loss %dx%d"):format(nc[1], nc[2]), 1e-10)
+    G.close(gg, cg, ("dlogits %dx%d"):format(nc[1], nc[2]), 1e-9)
+  end
+end)
+
+T.test("cross-entropy with a label out of range gives NaN on the device", function()
+  local loss_object = losses.SparseCategoricalCrossentropy { from_logits = true }
+  local ok, l = pcall(loss_object, tensor.new({ 0, 7 }, { dtype = "int64" }):to(dev), tensor.normal(2, 3):to(dev))
+  if ok then T.ok(l:item() ~= l:item(), "expected NaN, got " .. tostring(l:item())) end
+end)
+
+---------------------------------------------------------------- convolution and pooling (layers)
+-- The same layer on the device and on the CPU: built from the same seed, the
+-- device copy inside a one-device MirroredStrategy (which places variables).
+local function twin_layers(make, x)
+  local s = distribute.MirroredStrategy { devices = { dev } }
+  tensor.seed(5)
+  local ld = make()
+  do
+    local _ <close> = s:scope()
+    ld(x:to(dev))            -- builds the variables on the device
+  end
+  tensor.seed(5)
+  local lc = make()
+  lc(x)
+  return ld, lc
+end
+
+local function layer_check(name, make, x, tol)
+  local ld, lc = twin_layers(make, x)
+  local function run(layer, xx)
+    local v = tensor.Variable(xx)
+    local tape = autograd.GradientTape()
+    local y = tape:record(function() return layer(v) end)
+    tensor.seed(9)   -- the same upstream gradient for both
+    local w = tensor.normal(table.unpack(y.shape))
+    if y.device ~= "cpu:0" then w = w:to(y.device) end
+    local loss = tape:record(function() return (y * w):sum() end)
+    local vars = { v }
+    for _, t in ipairs(layer.trainable_variables or {}) do vars[#vars + 1] = t end
+    return y, tape:gradient(loss, vars)
+  end
+  local yd, gd = run(ld, x:to(dev))
+  local yc, gc = run(lc, x)
+  G.close(yd, yc, name .. " forward", tol)
+  for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10) end
+end
+
+T.test("conv2d (im2col + gemm, col2im): valid, same, strided; all gradients", function()
+  local x = tensor.normal(3, 11, 9, 4)
+  layer_check("conv 3x3 valid", function() return nn.Conv2D(8, 3) end, x, 1e-9)
+  layer_check("conv 3x3 same stride 2", function() return nn.Conv2D(5, 3, { strides = 2, padding = "same" }) end, x, 1e-9)
+  layer_check("conv 4x2 same", function() return nn.Conv2D(6, { 4, 2 }, { padding = "same" }) end, x, 1e-9)
+  layer_check("conv 1x1", function() return nn.Conv2D(3, 1) end, x, 1e-9)
+end)
+
+T.test("max pooling (and overlapping windows: atomics in backward)", function()
+  local x = tensor.normal(2, 10, 12, 3)
+  layer_check("maxpool 2", function() return nn.MaxPool2D(2) end, x, 1e-10)
+  layer_check("maxpool 3 stride 1", function() return nn.MaxPool2D(3, { strides = 1 }) end, x, 1e-10)
+  layer_check("maxpool 3 stride 2", function() return nn.MaxPool2D(3, { strides = 2 }) end, x, 1e-10)
+end)
+
+T.test("dense layer and dropout", function()
+  local x = tensor.normal(16, 20)
+  layer_check("dense relu", function() return nn.Dense(30, "relu") end, x, 1e-9)
+  layer_check("dense tanh", function() return nn.Dense(5, "tanh") end, x, 1e-9)
+end)
+
+---------------------------------------------------------------- optimizers
+T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, RMSprop", function()
+  local makers = {
+    { "sgd", function() return optim.SGD { learning_rate = 0.1 } end },
+    { "sgd momentum", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end },
+    { "sgd nesterov wd", function() return optim.SGD { learning_rate = 0.1, momentum = 0.8, nesterov = true, weight_decay = 0.01 } end },
+    { "adam", function() return optim.Adam { learning_rate = 0.01 } end },
+    { "adamw", function() return optim.AdamW { learning_rate = 0.01, weight_decay = 0.1 } end },
+    { "rmsprop", function() return optim.RMSprop { learning_rate = 0.01 } end },
+    { "rmsprop momentum", function() return optim.RMSprop { learning_rate = 0.01, momentum = 0.5 } end },
+  }
+  local w0, b0 = tensor.normal(300, 70), tensor.normal(70)
+  local grads = {}
+  for s = 1, 5 do grads[s] = { tensor.normal(300, 70), tensor.normal(70) } end
+  for _, m in ipairs(makers) do
+    local function run(d)
+      local w = tensor.Variable(d and w0:to(d) or w0)
+      local b = tensor.Variable(d and b0:to(d) or b0)
+      local opt = m[2]()
+      for s = 1, 5 do
+        local g1, g2 = grads[s][1], grads[s][2]
+        if d then g1, g2 = g1:to(d), g2:to(d) end
+        opt:apply_gradients({ g1, g2 }, { w, b })
+      end
+      return w, b
+    end
+    local wd, bd = run(dev)
+    local wc, bc = run(nil)
+    G.close(wd, wc, m[1] .. " weights", 1e-10)
+    G.close(bd, bc, m[1] .. " bias", 1e-10)
+  end
+end)
+
+---------------------------------------------------------------- errors a user meets
+T.test("mixing devices is an error naming both", function()
+  local a, b = tensor.ones(3):to(dev), tensor.ones(3)
+  T.raises(function() return a + b end, dev)
+end)
+
+T.test("out of memory: an error with the size asked and the memory free; the device still works", function()
+  if not dev:match("^cuda") then print("# not a GPU (skip)"); return end
+  local err = T.raises(function() return tensor.zeros(1e12, 64, { device = dev }) end, "out of memory")
+  T.ok(err:find("bytes requested", 1, true) and err:find("free", 1, true), err)
+  T.eq(tensor.ones(10, { device = dev }):sum():item(), 10)
+end)
+
+T.test("device tensors print and come back as tables", function()
+  local x = tensor.new({ { 1, 2 }, { 3, 4 } }):to(dev)
+  T.ok(tostring(x):find(dev, 1, true), tostring(x))
+  T.eq(x:totable()[2][1], 3)
+  T.eq(x:sum():item(), 10)
+end)
+
+T.done()
