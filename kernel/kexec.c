@@ -329,7 +329,7 @@ void kexec_execute(kernel *K, const kmsg *m) {
     if (store) K->execution_count++;
     if (!silent)
         kpublish(K, "execute_input", m->header,
-                 json_pack("{s:O, s:i}", "code", codej ? codej : json_string(""), "execution_count",
+                 json_pack("{s:o, s:i}", "code", kjson_stringn(code, len), "execution_count",
                            K->execution_count));
     kcapture_set_parent(K, m->header, silent);
     json_decref(K->payload);

@@ -302,6 +302,29 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
+/* A kernel whose front end died (a crashed editor, a killed notebook server)
+   would hold its memory and devices forever: when the parent that started
+   us goes away, leave as a shutdown_request would (ipykernel does the same). */
+static void *parent_watch_main(void *arg) {
+    kernel *K = arg;
+    pid_t parent = getppid();
+    if (parent <= 1) return NULL;               /* started by init: nothing to watch */
+    while (!K->shutdown) {
+        sleep(1);
+        if (getppid() != parent) {
+            klog(K, "the parent process %d is gone: shutting down", (int)parent);
+            K->shutdown = 1;
+            pthread_t w;
+            if (pthread_create(&w, NULL, watchdog_main, K) == 0) pthread_detach(w);
+            /* stops a running cell, and main's poll returns EINTR and sees
+               the flag (wake_ctl belongs to the control thread) */
+            kinterrupt(K);
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
 static void *control_main(void *arg) {
     kernel *K = arg;
     zframes z = {0};
@@ -534,6 +557,8 @@ static int run(const char *connection_file) {
         klog(K, "cannot start threads");
         return 1;
     }
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, parent_watch_main, K) == 0) pthread_detach(watcher);
     json_t *none = json_object();
     publish_status(K, none, "starting");
     json_decref(none);

@@ -94,9 +94,10 @@ void kmsg_free(kmsg *m) {
     memset(m, 0, sizeof *m);
 }
 
-static kwire_status fail(kmsg *m, kwire_status st, char *err, size_t errlen, const char *fmt,
-                         const char *detail) {
-    if (err && errlen) snprintf(err, errlen, fmt, detail ? detail : "");
+/* err gets "<part><what>" (part may be NULL). */
+static kwire_status fail(kmsg *m, kwire_status st, char *err, size_t errlen, const char *part,
+                         const char *what) {
+    if (err && errlen) snprintf(err, errlen, "%s%s", part ? part : "", what);
     kmsg_free(m);
     return st;
 }
@@ -109,8 +110,9 @@ kwire_status kmsg_decode(const ksigner *s, const kframe *frames, size_t n, kmsg 
     while (d < n && !(frames[d].len == sizeof KWIRE_DELIM - 1 &&
                       memcmp(frames[d].data, KWIRE_DELIM, sizeof KWIRE_DELIM - 1) == 0))
         d++;
-    if (d == n) return fail(m, KWIRE_EFRAMES, err, errlen, "no <IDS|MSG> delimiter%s", NULL);
-    if (n - d < 6) return fail(m, KWIRE_EFRAMES, err, errlen, "fewer than 5 frames after the delimiter%s", NULL);
+    if (d == n) return fail(m, KWIRE_EFRAMES, err, errlen, NULL, "no <IDS|MSG> delimiter");
+    if (n - d < 6)
+        return fail(m, KWIRE_EFRAMES, err, errlen, NULL, "fewer than 5 frames after the delimiter");
 
     const kframe *sig = &frames[d + 1], *parts = &frames[d + 2];
     if (s->md) {
@@ -132,7 +134,7 @@ kwire_status kmsg_decode(const ksigner *s, const kframe *frames, size_t n, kmsg 
             got[i] = (unsigned char)v;
         }
         if (!ok || CRYPTO_memcmp(got, mac, len) != 0)
-            return fail(m, KWIRE_ESIG, err, errlen, "bad message signature%s", NULL);
+            return fail(m, KWIRE_ESIG, err, errlen, NULL, "bad message signature");
     }
 
     json_t **slots[4] = {&m->header, &m->parent, &m->metadata, &m->content};
@@ -141,27 +143,27 @@ kwire_status kmsg_decode(const ksigner *s, const kframe *frames, size_t n, kmsg 
         json_t *j = json_loadb(parts[i].data, parts[i].len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &je);
         if (!j || !json_is_object(j)) {
             json_decref(j);
-            return fail(m, KWIRE_EJSON, err, errlen, "%s is not a JSON object", names[i]);
+            return fail(m, KWIRE_EJSON, err, errlen, names[i], " is not a JSON object");
         }
         *slots[i] = j;
     }
     m->msg_type = json_string_value(json_object_get(m->header, "msg_type"));
     m->msg_id = json_string_value(json_object_get(m->header, "msg_id"));
     if (!m->msg_type || !m->msg_id)
-        return fail(m, KWIRE_EHEADER, err, errlen, "header lacks msg_type or msg_id%s", NULL);
+        return fail(m, KWIRE_EHEADER, err, errlen, NULL, "header lacks msg_type or msg_id");
 
     m->nids = d;
     m->ids = d ? calloc(d, sizeof *m->ids) : NULL;
     size_t nb = n - d - 6;
     m->buffers = nb ? calloc(nb, sizeof *m->buffers) : NULL;
     if ((d && !m->ids) || (nb && !m->buffers))
-        return fail(m, KWIRE_EFRAMES, err, errlen, "out of memory%s", NULL);
+        return fail(m, KWIRE_EFRAMES, err, errlen, NULL, "out of memory");
     for (size_t i = 0; i < d; i++)
         if (kbuf_set(&m->ids[i], frames[i].data, frames[i].len))
-            return fail(m, KWIRE_EFRAMES, err, errlen, "out of memory%s", NULL);
+            return fail(m, KWIRE_EFRAMES, err, errlen, NULL, "out of memory");
     for (size_t i = 0; i < nb; i++) {
         if (kbuf_set(&m->buffers[i], frames[d + 6 + i].data, frames[d + 6 + i].len))
-            return fail(m, KWIRE_EFRAMES, err, errlen, "out of memory%s", NULL);
+            return fail(m, KWIRE_EFRAMES, err, errlen, NULL, "out of memory");
         m->nbuffers++;
     }
     return KWIRE_OK;

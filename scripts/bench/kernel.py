@@ -5,9 +5,10 @@ the same run.
 
     python3 scripts/bench/kernel.py [--cells 1000] [--starts 5]
 
-Start-to-ready: from launching the process to the first kernel_info_reply
-(client sockets reconnect every millisecond, not ZeroMQ's default 100 ms,
-so the wait measures the kernel and not the backoff).
+Start-to-ready: from spawning the kernelspec's argv to the first
+kernel_info_reply, the client's socket connected beforehand and retrying
+every millisecond (not ZeroMQ's default 100 ms), so it times the kernel and
+not the client's backoff or jupyter_client's own start-up work.
 Round trip: from sending execute_request ("x = 1") to having both the
 execute_reply and the idle status on iopub (what a notebook waits for),
 measured twice: through jupyter_client's BlockingKernelClient (what front
@@ -24,7 +25,7 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-LDIST = os.path.join(ROOT, "ldist")
+LDIST = os.path.abspath(os.environ.get("LDIST_BIN", os.path.join(ROOT, "ldist")))  # LDIST_BIN: another build
 
 
 def ensure_ipykernel():
@@ -42,38 +43,60 @@ def install_ldist_spec():
     os.environ["JUPYTER_PATH"] = os.path.join(prefix, "share", "jupyter")
 
 
+def ready_time(name):
+    """Seconds from spawning the kernel's argv to its first kernel_info_reply,
+    with the client's sockets connected (and retrying every millisecond)
+    before the process starts; jupyter_client's own start-up work is left out."""
+    import zmq
+    from jupyter_client.connect import write_connection_file
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.session import Session
+    d = tempfile.mkdtemp(prefix="ldist-bench-cf-")
+    key = b"bench-key"
+    cf, cfg = write_connection_file(os.path.join(d, "kernel.json"), key=key)
+    argv = [a.replace("{connection_file}", cf)
+            for a in KernelSpecManager().get_kernel_spec(name).argv]
+    ctx = zmq.Context.instance()
+    shell = ctx.socket(zmq.DEALER)
+    shell.linger = 0
+    shell.connect(f"tcp://{cfg['ip']}:{cfg['shell_port']}")
+    sess = Session(key=key)
+    req = sess.serialize(sess.msg("kernel_info_request", {}))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shell.send_multipart(req)
+    if not shell.poll(60000):
+        proc.kill()
+        raise RuntimeError(f"kernel {name} did not answer kernel_info")
+    ready = time.perf_counter() - t0
+    shell.recv_multipart()
+    sess.send(shell, sess.msg("shutdown_request", {"restart": False}))
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    shell.close()
+    return ready
+
+
 def start(name):
     from jupyter_client.manager import KernelManager
     km = KernelManager(kernel_name=name)
-    t0 = time.perf_counter()
     km.start_kernel(stderr=subprocess.DEVNULL)
     kc = km.client()
     kc.start_channels()
-    # kernel_info until the first reply: ZeroMQ queues the request until the
-    # kernel binds, so the reply time is the ready time (plus one round trip)
-    while True:
-        msg_id = kc.kernel_info()
-        try:
-            while True:
-                reply = kc.get_shell_msg(timeout=0.05)
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    break
-            break
-        except Exception:
-            if not km.is_alive():
-                raise RuntimeError(f"kernel {name} died while starting")
-    ready = time.perf_counter() - t0
+    kc.wait_for_ready(timeout=60)
     # drain iopub (starting/busy/idle of the kernel_info requests)
     while True:
         try:
             kc.get_iopub_msg(timeout=0.2)
         except Exception:
             break
-    return km, kc, ready
+    return km, kc
 
 
 def raw_round_trips(km, n, code="x = 1"):
-    """Round trips through bare sockets: a pre-serialized, signed request."""
+    """Round trips through bare sockets, with requests signed beforehand."""
     import zmq
     cfg = km.get_connection_info()
     ctx = zmq.Context.instance()
@@ -84,11 +107,12 @@ def raw_round_trips(km, n, code="x = 1"):
         s.connect(f"{cfg['transport']}://{cfg['ip']}:{cfg[port]}")
     time.sleep(0.3)                          # let the subscription reach the kernel
     sess = km.session
-    frames = sess.serialize(sess.msg("execute_request", {
+    # signed beforehand, one per cell: ipykernel does not answer a msg_id twice
+    requests = [sess.serialize(sess.msg("execute_request", {
         "code": code, "silent": False, "store_history": True, "user_expressions": {},
-        "allow_stdin": False, "stop_on_error": True}))
+        "allow_stdin": False, "stop_on_error": True})) for _ in range(n + 50)]
     times = []
-    for i in range(n + 50):
+    for i, frames in enumerate(requests):
         t0 = time.perf_counter()
         shell.send_multipart(frames)
         shell.recv_multipart()
@@ -116,14 +140,8 @@ def round_trip(kc, code):
 
 
 def bench(name, cells, starts):
-    readies = []
-    for _ in range(starts - 1):
-        km, kc, ready = start(name)
-        readies.append(ready)
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    km, kc, ready = start(name)
-    readies.append(ready)
+    readies = [ready_time(name) for _ in range(starts)]
+    km, kc = start(name)
     for _ in range(50):                      # warm up
         round_trip(kc, "x = 1")
     times = sorted(round_trip(kc, "x = 1") for _ in range(cells))

@@ -13,7 +13,7 @@ import time
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-LDIST = os.path.join(ROOT, "ldist")
+LDIST = os.path.abspath(os.environ.get("LDIST_BIN", os.path.join(ROOT, "ldist")))  # LDIST_BIN: another build
 KERNEL = "ldist-test"
 KERNEL_MESSAGE = "ldist-test-message"
 

@@ -1,6 +1,7 @@
 """The kernel driven by the real jupyter_client: signing, malformed input,
 interrupts in both modes, stdin, stop_on_error, silent, comms, shutdown."""
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -520,3 +521,30 @@ def test_install_locations(tmp_path):
     assert spec["interrupt_mode"] == "signal" and str(path.parent) in out
     bad = subprocess.run([LDIST, "kernel", "install", "--bogus"], capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown option" in bad.stderr
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def test_orphaned_kernel_exits(tmp_path):
+    from jupyter_client.connect import write_connection_file
+    cf, _ = write_connection_file(str(tmp_path / "kernel.json"), key=b"k")
+    parent = subprocess.Popen(["bash", "-c", f'"{LDIST}" kernel -f "{cf}" 2>/dev/null & echo $!; sleep 60'],
+                              stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    time.sleep(1.0)
+    assert _running(pid)
+    parent.kill()
+    parent.wait()
+    deadline = time.time() + 6
+    while _running(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    alive = _running(pid)
+    if alive:
+        os.kill(pid, 9)
+    assert not alive, "the kernel outlived its parent"
