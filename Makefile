@@ -34,7 +34,7 @@ NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-W
 CUDA_OBJ   := $(patsubst %.cu,build/%.o,$(wildcard engine/cuda/*.cu))
 CUDA_PLUGIN := $(if $(NVCC),build/ldist_cuda.so)
 
-.PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu
+.PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu fuzz
 all: ldist ldist.so $(ENGINE_TESTS) $(CUDA_PLUGIN)
 
 build/%.o: %.c $(HEADERS)
@@ -94,6 +94,11 @@ test-gpu: $(if $(NO_BUILD),,all)
 
 bench-gpu: $(if $(NO_BUILD),,all)
 	@bash scripts/gpu/bench.sh
+
+# Fuzz the kernel's wire decoder (libFuzzer); FUZZ_SECONDS=60 by default.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@bash tests/kernel/fuzz.sh $(FUZZ_SECONDS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4

@@ -280,12 +280,38 @@ function Model:predict(x, opts)
 end
 doc(Model.predict, "Model:predict", "model:predict(x | dataset, {batch_size=256})\n\nThe model's outputs for every row, in inference mode.")
 
-function Model:summary()
-  local s = self:summary_text()
-  io.write(s)
-  return s
+-- model:summary() shows the table (text on a terminal, an HTML table in the
+-- notebook) and returns nothing, as Keras does; model:summary_text() gives the text.
+local Summary = { __name = "ldist.ModelSummary" }
+Summary.__index = Summary
+Summary.__tostring = function(s) return s.text end
+local function html_escape(x) return (x:gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
+function Summary.__mimebundle(s)
+  local rows = {}
+  for line in s.text:gmatch("[^\n]+") do
+    local name, shape, params = line:match("^(%S+ %b())%s+(%(.-%)%S*)%s+(%d+)$")
+    if not name then name, shape, params = line:match("^(%S+ %b())%s+(%?)%s+(%d+)$") end
+    if name then
+      rows[#rows + 1] = ("<tr><td>%s</td><td>%s</td><td style='text-align:right'>%s</td></tr>")
+        :format(html_escape(name), html_escape(shape), params)
+    end
+  end
+  local title = s.text:match("^([^\n]*)") or ""
+  local totals = {}
+  for line in s.text:gmatch("[^\n]+") do
+    if line:match("params:") then totals[#totals + 1] = html_escape(line) end
+  end
+  local html = ("<div><b>%s</b><table><tr><th>Layer (type)</th><th>Output Shape</th><th>Param #</th></tr>%s</table>" ..
+    "<p>%s</p></div>"):format(html_escape(title), table.concat(rows), table.concat(totals, "<br>"))
+  return { ["text/html"] = html, ["text/plain"] = s.text }
 end
-doc(Model.summary, "Model:summary", "model:summary()\n\nPrint (and return) the layers, their output shapes and parameter counts.")
+
+function Model:summary()
+  local s = setmetatable({ text = self:summary_text() }, Summary)
+  if ldist.display then ldist.display(s) else io.write(s.text) end
+end
+doc(Model.summary, "Model:summary", "model:summary()\n\nShow the layers, their output shapes and parameter counts\n" ..
+  "(a table in the notebook). model:summary_text() returns the text.")
 
 -- the notebook shows a model as its summary
 ---------------------------------------------------------------- callbacks

@@ -86,3 +86,22 @@ if SCRIPTS:     # the project's own notebooks, when there are any
         for cell in nb.cells:
             if cell.cell_type == "code":
                 assert not outputs(cell, "error"), cell.source
+
+
+def test_seed_notebook_shows_pictures_and_tables():
+    """scripts/notebooks/seed.ipynb: the fit progress is one live bar per epoch,
+    the summary an HTML table, plot and timeline SVG pictures."""
+    path = os.path.join(ROOT, "scripts", "notebooks", "seed.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    run(nb, timeout=1200, resources={"metadata": {"path": os.path.dirname(path)}})
+    fit, plot_cell, mirrored, timeline = nb.cells[2], nb.cells[3], nb.cells[5], nb.cells[6]
+    datas = [o for o in fit.outputs if o.output_type in ("display_data", "execute_result")]
+    assert any("text/html" in o.data and "<table" in o.data["text/html"] and "dense" in o.data["text/html"]
+               for o in datas), "model:summary() is an HTML table"
+    bars = [o for o in fit.outputs if o.output_type == "display_data" and "Epoch" in o.data.get("text/plain", "")]
+    assert 1 <= len(bars) <= 3, "one progress output per epoch, updated in place, not hundreds of lines"
+    assert any("image/svg+xml" in o.get("data", {}) for o in plot_cell.outputs), "plot(history) is a picture"
+    text = "".join(o.get("text", "") for o in mirrored.outputs if o.output_type == "stream")
+    assert "Epoch 2: Loss" in text
+    svg = [o for o in timeline.outputs if "image/svg+xml" in o.get("data", {})]
+    assert svg and "replica 1" in svg[0].data["image/svg+xml"], "the timeline shows one row per replica"
