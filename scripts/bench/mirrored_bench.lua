@@ -36,7 +36,7 @@ do
   model = nn.Sequential{nn.Flatten(), nn.Dense(512, "relu"), nn.Dense(256, "relu"), nn.Dense(10)}
   model:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
 end
-local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(256, {drop_remainder = true}):prefetch(2)
+local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(256, {drop_remainder = true})
 local t0, t1
 local timer = {on_train_batch_end = function(_, step)
   if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
