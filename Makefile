@@ -9,19 +9,27 @@ LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include
 BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
 CPPFLAGS+= -Iengine -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
-ENGINE_LIBS := $(BLAS_LIB) -lz -lm -lpthread -ldl -lzmq -lcrypto -ljansson
+ENGINE_LIBS := $(BLAS_LIB) -lz -lm -lpthread -ldl
 LUA_LIB := -llua5.4
-APP_LIBS := -lreadline -lzmq -ljansson -lssl -lcrypto -luuid
+APP_LIBS := -lreadline
+# the network half (Jupyter kernel, cluster control plane, ring all-reduce)
+NET_LIBS := -lzmq -ljansson -lssl -lcrypto -luuid
 PREFIX  ?= /usr/local
 
-ENGINE_SRC := $(wildcard engine/*.c) engine/cuda/ld_cuda_load.c
-BIND_SRC   := $(wildcard lua_bindings/*.c)
+# What needs ZeroMQ/OpenSSL/jansson goes into build/ldist_net.so, which the
+# ldist program opens only for the kernel and clusters (lua_bindings/netload.c):
+# loading those libraries would cost every start-up ~10 ms. ldist.so links all.
+NET_ENGINE_SRC := $(wildcard engine/ld_cluster*.c engine/ld_ring.c)
+NET_BIND_SRC := lua_bindings/cluster.c
+ENGINE_SRC := $(filter-out $(NET_ENGINE_SRC),$(wildcard engine/*.c)) engine/cuda/ld_cuda_load.c
+BIND_SRC   := $(filter-out $(NET_BIND_SRC),$(wildcard lua_bindings/*.c))
 PRELUDE    := $(sort $(wildcard lua_bindings/lua/*.lua))
 REPL_SRC   := $(wildcard repl/*.c)
 KERNEL_SRC := $(wildcard kernel/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=build/%.o)
 BIND_OBJ   := $(BIND_SRC:%.c=build/%.o) build/prelude.o
-APP_OBJ    := $(REPL_SRC:%.c=build/%.o) $(KERNEL_SRC:%.c=build/%.o)
+APP_OBJ    := $(REPL_SRC:%.c=build/%.o)
+NET_OBJ    := $(KERNEL_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) $(NET_BIND_SRC:%.c=build/%.o)
 ENGINE_TESTS := $(patsubst tests/engine/%.c,build/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
 HEADERS    := $(wildcard engine/*.h engine/cuda/*.h lua_bindings/*.h kernel/*.h repl/*.h)
 
@@ -35,7 +43,7 @@ CUDA_OBJ   := $(patsubst %.cu,build/%.o,$(wildcard engine/cuda/*.cu))
 CUDA_PLUGIN := $(if $(NVCC),build/ldist_cuda.so)
 
 .PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu fuzz
-all: ldist ldist.so $(ENGINE_TESTS) $(CUDA_PLUGIN)
+all: ldist ldist.so build/ldist_net.so $(ENGINE_TESTS) $(CUDA_PLUGIN)
 
 build/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -57,14 +65,22 @@ build/ldist_cuda.so: $(CUDA_OBJ)
 	$(NVCC) -shared $(NVCC_ARCH) -cudart static -o $@ $^ -Xlinker -z,defs -ldl -lpthread -lrt
 
 build/libldist_engine.a: $(ENGINE_OBJ)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^
 
+# the whole engine is linked in and exported, for the plugins to call
 ldist: $(APP_OBJ) $(BIND_OBJ) build/libldist_engine.a
-	$(CC) $(CFLAGS) -rdynamic -o $@ $(APP_OBJ) $(BIND_OBJ) build/libldist_engine.a $(LUA_LIB) $(APP_LIBS) $(ENGINE_LIBS)
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(APP_OBJ) $(BIND_OBJ) -Wl,--whole-archive build/libldist_engine.a \
+	  -Wl,--no-whole-archive $(LUA_LIB) $(APP_LIBS) $(ENGINE_LIBS)
+
+build/ldist_net.so: $(NET_OBJ)
+	$(CC) $(CFLAGS) -shared -o $@ $(NET_OBJ) $(NET_LIBS) $(ENGINE_LIBS)
+
+build/lua_bindings/netload.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
 
 # A Lua C module: `package.cpath = "./?.so;" .. package.cpath; require "ldist"`
-ldist.so: $(BIND_OBJ) build/libldist_engine.a
-	$(CC) $(CFLAGS) -shared -o $@ $(BIND_OBJ) build/libldist_engine.a $(ENGINE_LIBS)
+ldist.so: $(BIND_OBJ) $(NET_BIND_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) build/libldist_engine.a
+	$(CC) $(CFLAGS) -shared -o $@ $(BIND_OBJ) $(NET_BIND_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) \
+	  build/libldist_engine.a $(ENGINE_LIBS) $(NET_LIBS)
 
 build/tests/engine/%: tests/engine/%.c tests/engine/test_util.c build/libldist_engine.a
 	@mkdir -p $(dir $@)
@@ -104,7 +120,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/lua/5.4
 	install -m 755 ldist $(DESTDIR)$(PREFIX)/bin/ldist
 	install -m 755 ldist.so $(DESTDIR)$(PREFIX)/lib/lua/5.4/ldist.so
-	$(if $(CUDA_PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib/ldist && install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/ldist/)
+	install -d $(DESTDIR)$(PREFIX)/lib/ldist && install -m 755 build/ldist_net.so $(DESTDIR)$(PREFIX)/lib/ldist/
+	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/ldist/)
 
 clean:
 	rm -rf build ldist ldist.so

@@ -36,11 +36,10 @@
  * cluster is then broken (later collectives fail at once): the processes no
  * longer agree on where they are, so the program should stop.
  *
- * GPU hook. On GPUs the collectives are NCCL's, not the ring: the CUDA
- * plugin fills an ld_xproc_backend (below) and registers it; the strategy
- * makes rank 0 call get_unique_id, sends the id to every rank with
- * ld_cluster_broadcast (over the authenticated cluster), then each rank
- * calls init. The ring stays the CPU path.
+ * GPU path. On GPUs the collectives are NCCL's, not the ring: rank 0 asks
+ * the CUDA plugin for NCCL's unique id, the ring broadcasts it, and every
+ * rank makes its communicator (ld_cluster_nccl_*, below). The ring stays
+ * the CPU path and carries the rendezvous either way.
  */
 #ifndef LD_CLUSTER_H
 #define LD_CLUSTER_H
@@ -62,7 +61,7 @@ typedef struct {
     double heartbeat;               /* seconds between heartbeats (default 0.25) */
     double heartbeat_timeout;       /* seconds of silence before a peer is lost (default min(timeout, 5)) */
     int data_plane;                 /* 1: form the ring for collectives; 0: control messages only */
-    size_t chunk_bytes;             /* ring chunk size (default 512 KiB; LDIST_RING_CHUNK overrides) */
+    size_t chunk_bytes;             /* ring chunk size (default 1 MiB; LDIST_RING_CHUNK overrides) */
 } ld_cluster_opts;
 
 /* Rendezvous: returns once every rank has joined and the ring (if asked)
@@ -107,51 +106,59 @@ typedef struct {
 } ld_cluster_stats;
 void ld_cluster_stats_get(ld_cluster *c, ld_cluster_stats *s, int reset);
 
-/* ---- the GPU hook: a cross-process collective backend (NCCL) ----
-   Registered by a plugin; the strategy picks it by name. Every function
-   returns LD_OK or a status after ld_fail. */
-typedef struct ld_xproc_backend {
-    const char *name;                                       /* "nccl" */
-    size_t unique_id_bytes;                                 /* ncclUniqueId: 128 */
-    /* rank 0 only: make the id the other ranks join with */
-    int (*get_unique_id)(void *id);
-    /* every rank, with the id rank 0 made; returns the backend's communicator */
-    int (*init)(void **comm, int rank, int size, const void *id, ld_device *dev);
-    /* sum (mean) k float32 tensors on the communicator's device, in place */
-    int (*all_reduce)(void *comm, int k, ld_tensor *const *t, int mean);
-    int (*broadcast)(void *comm, int root, ld_tensor *t);
-    void (*free)(void *comm);
-} ld_xproc_backend;
-int ld_xproc_register(const ld_xproc_backend *b);           /* the plugin calls this at load */
-const ld_xproc_backend *ld_xproc_find(const char *name);    /* NULL when none registered */
+/* ---- the GPU path (ld_cluster_nccl.c): NCCL across processes ----
+   Through the CUDA plugin (engine/cuda/ld_cuda.h). Every rank calls init with
+   its GPU; rank 0 makes NCCL's unique id and the ring broadcasts it, so the
+   id travels only inside this authenticated session. LD_EDEVICE with a clear
+   message when the plugin, a GPU or NCCL is missing. */
+int ld_cluster_nccl_init(ld_cluster *c, ld_device *dev, void **comm);
+int ld_cluster_nccl_all_reduce(void *comm, int k, ld_tensor *const *t, int mean);
+void ld_cluster_nccl_free(void *comm);
 
 /* ---- processes (ld_cluster_proc.c) ----
    A group of child processes whose stdout and stderr come back line by line,
-   for `ldist launch` and LocalCluster. Children die with their parent
-   (PR_SET_PDEATHSIG) and run in the parent's process group. */
+   for `ldist launch` and LocalCluster. Children die with the thread that
+   started them (PR_SET_PDEATHSIG), read /dev/null as stdin, and inherit no
+   descriptor but their pipes. */
 typedef struct ld_procs ld_procs;
 typedef struct {
     int index;                      /* which child */
     int kind;                       /* LD_PROC_OUT, LD_PROC_ERR: a line; LD_PROC_EXIT */
     const char *line;               /* the line without its end (valid until the next poll) */
     size_t len;
+    char end;                       /* how it ended: '\n', '\r', or 0 (end of output) */
     int status;                     /* LD_PROC_EXIT: exit code, or 128 + signal */
     int signal;                     /* LD_PROC_EXIT: the signal that killed it, 0 if none */
 } ld_proc_event;
 enum { LD_PROC_NONE = 0, LD_PROC_OUT, LD_PROC_ERR, LD_PROC_EXIT };
-/* Start n children: child i runs argv with the extra environment envs[i]
-   ("NAME=value" strings, NULL-terminated) added to this process's. */
-ld_procs *ld_procs_start(int n, char *const *argv, char *const *const *envs);
-/* The next event within `timeout` seconds: 1, or 0 when none came. */
+enum { LD_PROCS_NEW_GROUP = 1 };    /* flags: children in their own process group (no terminal Ctrl-C) */
+/* Start n children: child i runs argv (argv[0] a path) with envs[i] ("NAME=value"
+   strings, NULL-terminated; may be NULL) set over this process's environment. */
+ld_procs *ld_procs_start(int n, char *const *argv, char *const *const *envs, int flags);
+/* The next event within `timeout` seconds: 1, or 0 when none came. An exit
+   comes after the last line of that child. */
 int ld_procs_poll(ld_procs *p, double timeout, ld_proc_event *ev);
+int ld_procs_count(const ld_procs *p);
 int ld_procs_pid(const ld_procs *p, int i);
+int ld_procs_alive(const ld_procs *p, int i);               /* not yet reaped */
 int ld_procs_running(const ld_procs *p);                    /* children not yet reaped */
 void ld_procs_signal(ld_procs *p, int sig);                 /* to every live child */
 /* Stop every child (SIGTERM, then SIGKILL after `grace` seconds), reap, free. */
 void ld_procs_free(ld_procs *p, double grace);
+/* The path of the running executable (/proc/self/exe), for starting more of it. */
+const char *ld_self_exe(void);
 
 /* `ldist launch ...` (argv[0] is "launch"): returns the exit status. */
 int ld_launch_main(int argc, char **argv);
+
+/* ---- optimizer state (ld_cluster_state.c), for checkpoints and shipping ----
+   Per variable: the slot tensors (momentum, Adam's m and v) or NULL, as new
+   references; set copies them into the optimizer's slots (made when absent)
+   and sets the step count. */
+struct ld_optimizer;
+int ld_optimizer_state_get(struct ld_optimizer *o, int n, ld_tensor *const *vars, ld_tensor **s1, ld_tensor **s2);
+int ld_optimizer_state_set(struct ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars,
+                           ld_tensor *const *s1, ld_tensor *const *s2);
 
 /* Random bytes from the kernel (getrandom); LD_OK or LD_EIO. */
 int ld_random_bytes(void *buf, size_t n);

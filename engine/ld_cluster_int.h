@@ -7,6 +7,11 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <zmq.h>
+
+#define MAGIC "LDIST/1"             /* first frame of every control message */
+#define MAX_FRAMES 8                /* a longer message is malformed */
+#define MAX_CTL_MSG (1 << 30)       /* bytes: refuse anything larger on the control socket */
 
 enum { PEER_NONE = 0, PEER_JOINED, PEER_LOST, PEER_DONE };
 
@@ -24,6 +29,7 @@ typedef struct {
     unsigned char key[32];          /* session key */
     uint64_t seq_out, seq_in;
     double last_seen;
+    int fd;                         /* leader side: the TCP connection's descriptor (-1: unknown) */
 } cl_peer;
 
 struct ld_cluster {
@@ -39,6 +45,7 @@ struct ld_cluster {
     void *pipe_main, *pipe_thr;     /* inproc PAIR: Lua thread <-> control thread */
     void *ctl;                      /* leader: ROUTER; member: DEALER (control thread) */
     void *zap;                      /* ZAP handler (control thread) */
+    void *mon;                      /* events of ctl: a closed connection is a lost peer at once */
     void *pull, *push;              /* the ring (calling thread) */
     pthread_t thr;
     int thr_running;
@@ -59,7 +66,37 @@ struct ld_cluster {
     ld_cluster_stats stats;
 };
 
+/* ---- ld_cluster_wire.c ---- */
 double cl_now(void);
+void cl_to_hex(const unsigned char *b, size_t n, char *out);
+int cl_from_hex(const char *s, unsigned char *out, size_t n);          /* 0, or -1 when not n bytes of hex */
+typedef struct { const void *p; size_t n; } cl_part;
+/* HMAC-SHA256 of the concatenated parts; 0 or -1 */
+int cl_hmac(const void *key, size_t klen, const cl_part *parts, int np, unsigned char out[32]);
+/* the value of "key=" in a body of "key=value" lines; -1 when absent or too long */
+int cl_kv_get(const char *body, size_t n, const char *key, char *out, size_t outn);
+int cl_kv_int(const char *body, size_t n, const char *key, long lo, long hi, long *v);
+void cl_printable(const void *p, size_t n, char *out, size_t outn);     /* untrusted bytes for a log line */
+typedef struct { zmq_msg_t m[MAX_FRAMES]; int n; int too_many; } cl_frames;
+int cl_frames_recv(void *sock, cl_frames *f);                           /* one whole message (DONTWAIT); -1: none */
+void cl_frames_close(cl_frames *f);
+const void *cl_fd(cl_frames *f, int i);
+size_t cl_fl(cl_frames *f, int i);
+int cl_frame_is(cl_frames *f, int i, const char *s);
+/* [ident] MAGIC type seq body mac (seq and mac only with a session key) */
+int cl_send_ctl(void *sock, const void *ident, size_t ident_len, const char *type, const void *body, size_t blen,
+                const unsigned char *key, uint64_t seq);
+int cl_send_signed(ld_cluster *c, int to, const char *type, const void *body, size_t blen);
+/* seq and mac of frames [off..] from peer p: 0, -1 bad signature, -2 replay */
+int cl_verify(cl_peer *p, cl_frames *f, int off);
+
+/* ---- ld_cluster_ctl.c ---- */
+int cl_control_start(ld_cluster *c);
+void cl_control_free(ld_cluster *c);                                   /* after the thread stopped */
+
+/* ---- ld_cluster.c ---- */
+void cl_peer_name(ld_cluster *c, int r);                                /* (re)make peers[r].name */
+void cl_set_state(ld_cluster *c, int r, int state, const char *reason);
 /* A peer in trouble: PEER_LOST (fail now) or PEER_DONE (fail after a grace),
    with its rank and a message; PEER_JOINED when every peer is fine. */
 int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n);

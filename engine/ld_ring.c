@@ -199,7 +199,11 @@ static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
     g->total = total;
     g->prev = (c->rank + c->size - 1) % c->size;
     g->last_progress = cl_now();
-    if (ld_cluster_check(c)) return ld_error_status();
+    if (ld_cluster_check(c)) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", ld_error());
+        return ld_fail((ld_status)ld_error_status(), "%s #%llu: %s", kind_names[kind], (unsigned long long)c->coll_seq + 1, msg);
+    }
     if (!c->data_plane || !c->push) return ld_fail(LD_EARG, "this cluster has no data plane");
     g->seq = ++c->coll_seq;
     return LD_OK;

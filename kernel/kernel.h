@@ -7,4 +7,9 @@
 
 int ldist_kernel_main(int argc, char **argv);
 
+/* In the ldist program (repl/kernel_stub.c): open the network plugin and run
+   its ldist_kernel_main / ld_launch_main. */
+int ldist_kernel_cmd(int argc, char **argv);
+int ldist_launch_cmd(int argc, char **argv);
+
 #endif

@@ -45,5 +45,6 @@ int lb_open_distribute_c(lua_State *L);
 int lb_open_optim(lua_State *L);
 int lb_open_data(lua_State *L);
 int lb_open_io(lua_State *L);
+int lb_open_cluster(lua_State *L);
 
 #endif

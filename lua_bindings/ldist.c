@@ -30,6 +30,7 @@ extern const size_t ldist_prelude_sizes[];
 #pragma weak lb_open_optim
 #pragma weak lb_open_data
 #pragma weak lb_open_io
+#pragma weak lb_open_cluster
 
 static const struct { const char *name; int (*open)(lua_State *); } c_modules[] = {
     {"tensor", lb_open_tensor},
@@ -40,6 +41,7 @@ static const struct { const char *name; int (*open)(lua_State *); } c_modules[] 
     {"optim", lb_open_optim},
     {"data", lb_open_data},
     {"io", lb_open_io},
+    {"_cluster", lb_open_cluster},
 };
 
 static void pressure_gc(void *ud) {
@@ -85,7 +87,14 @@ int luaopen_ldist(lua_State *L) {
     lua_pushcfunction(L, l_get_threads);
     lua_setfield(L, -2, "get_num_threads");
     for (size_t i = 0; i < sizeof c_modules / sizeof c_modules[0]; i++) {
-        if (!c_modules[i].open) continue;
+        if (!c_modules[i].open) {
+            /* in the ldist program the cluster module lives in the network plugin */
+            if (!strcmp(c_modules[i].name, "_cluster")) {
+                ldist_push_lazy_cluster(L);
+                lua_setfield(L, -2, "_cluster");
+            }
+            continue;
+        }
         lua_pushcfunction(L, c_modules[i].open);
         lua_call(L, 0, 1);
         lua_setfield(L, -2, c_modules[i].name);

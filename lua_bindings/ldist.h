@@ -34,4 +34,11 @@ void ldist_interrupt(lua_State *L);
    __tostring becomes "<error in __tostring: ...>". */
 void ldist_repr(lua_State *L, int idx);
 
+/* The network plugin (netload.c): a symbol of build/ldist_net.so, opened on
+   first use; NULL when it cannot be opened (ldist_net_error says why). */
+void *ldist_net_symbol(const char *name);
+const char *ldist_net_error(void);
+/* Push a table that loads the cluster module from the plugin on first use. */
+void ldist_push_lazy_cluster(lua_State *L);
+
 #endif

@@ -7,6 +7,7 @@
  *     ldist -i script.lua       runs it, then the REPL with its globals
  *     ldist -e 'print(1)'       runs a string
  *     ldist kernel -f FILE      the Jupyter kernel (kernel/)
+ *     ldist launch -n N s.lua   N processes training as one cluster (engine/ld_cluster_launch.c)
  *
  * The exit status is 1 after an uncaught error in a script or -e string.
  */
@@ -28,6 +29,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: " LDIST_PROGNAME " [options] [script [args]]\n"
             "       " LDIST_PROGNAME " kernel -f CONNECTION_FILE   run the Jupyter kernel\n"
+            "       " LDIST_PROGNAME " launch -n N script.lua [args]  run N processes as one cluster\n"
             "Options:\n"
             "  -e stat   execute string 'stat'\n"
             "  -i        enter interactive mode after running the script\n"
@@ -311,11 +313,8 @@ static int pmain(lua_State *L) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "kernel") == 0) return ldist_kernel_main(argc - 1, argv + 1);
-    if (argc > 1 && strcmp(argv[1], "launch") == 0) {
-        repl_message("'ldist launch' is not implemented yet");
-        return 2;
-    }
+    if (argc > 1 && strcmp(argv[1], "kernel") == 0) return ldist_kernel_cmd(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "launch") == 0) return ldist_launch_cmd(argc - 1, argv + 1);
     lua_State *L = ldist_newstate();
     if (!L) return EXIT_FAILURE;
     pmain_args pa = {argc, argv, EXIT_FAILURE};

@@ -81,9 +81,9 @@ def test_bad_option_prints_usage():
     assert r.returncode != 0 and "usage: ldist" in r.stderr
 
 
-def test_launch_is_reserved():
-    r = run_ldist("launch", "-n", "2", "x.lua")
-    assert r.returncode == 2 and "not implemented" in r.stderr
+def test_launch_of_a_missing_script_fails_clearly():
+    r = run_ldist("launch", "-n", "2", "/nonexistent/missing.lua")
+    assert r.returncode != 0 and "/nonexistent/missing.lua" in (r.stderr + r.stdout)
 
 
 def test_require_ldist_returns_the_module():

@@ -1,0 +1,285 @@
+/* ld_cluster_launch.c - `ldist launch`: start a local cluster of ldist
+   processes running one script, each told its place by TF_CONFIG (the JSON
+   TensorFlow reads, as is), sharing a fresh secret; forward their output
+   with a prefix; when one fails, give the others a grace period to notice
+   and report it, then stop them; exit non-zero if any failed. */
+#include "ld_cluster.h"
+#include "ld_core.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ldist launch [-n N] [--chief] [--ps M] [--host ADDR] [--port P] [--timeout S] [--grace S]\n"
+            "                    [--] script.lua [args...]\n"
+            "Start N ldist processes running the script as one cluster (MultiWorkerMirroredStrategy):\n"
+            "each gets TF_CONFIG (TensorFlow's cluster description) and a shared secret (LDIST_SECRET).\n"
+            "  -n N          processes that train (default 2)\n"
+            "  --chief       the first of them is the chief (TF's \"chief\" task); the rest are workers\n"
+            "  --ps M        M more processes of type \"ps\" (parameter servers)\n"
+            "  --host ADDR   the address to listen on (default 127.0.0.1: this machine only)\n"
+            "  --port P      ports P, P+1, ... (default: free ports)\n"
+            "  --timeout S   seconds before a collective that makes no progress fails (LDIST_TIMEOUT, default 30)\n"
+            "  --grace S     seconds the others get to stop by themselves after one fails (default 15)\n"
+            "Output lines are prefixed with the worker's index: \"[1] ...\". The exit status is 0 when\n"
+            "every process succeeded, else that of the first one that failed.\n"
+            "Under Slurm (srun) or mpirun, `ldist launch script.lua` runs the script as the one process\n"
+            "of this task: its rank comes from SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE or\n"
+            "PMI_RANK/PMI_SIZE, and LDIST_SECRET must be set the same everywhere.\n");
+}
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* a port the system considers free now (bound to port 0, then released) */
+static int free_port(const char *host) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return -1;
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0) port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+static int env_int(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : -1;
+}
+
+typedef struct { const char *type; int index; } task;
+
+int ld_launch_main(int argc, char **argv) {
+    int n = -1, nps = 0, chief = 0, port = 0;
+    const char *host = "127.0.0.1";
+    double timeout = 0, grace = 15;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED_VALUE() do { if (!v) { fprintf(stderr, "ldist launch: %s needs a value\n", a); return 2; } i++; } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--workers")) { NEED_VALUE(); n = atoi(v); }
+        else if (!strncmp(a, "-n", 2) && a[2] >= '0' && a[2] <= '9') n = atoi(a + 2);
+        else if (!strcmp(a, "--ps")) { NEED_VALUE(); nps = atoi(v); }
+        else if (!strcmp(a, "--chief")) chief = 1;
+        else if (!strcmp(a, "--host")) { NEED_VALUE(); host = v; }
+        else if (!strcmp(a, "--port")) { NEED_VALUE(); port = atoi(v); }
+        else if (!strcmp(a, "--timeout")) { NEED_VALUE(); timeout = atof(v); }
+        else if (!strcmp(a, "--grace")) { NEED_VALUE(); grace = atof(v); }
+        else if (!strcmp(a, "--")) { i++; break; }
+        else break;
+#undef NEED_VALUE
+    }
+    if (i >= argc) {
+        fprintf(stderr, "ldist launch: no script to run\n");
+        usage(stderr);
+        return 2;
+    }
+    char timeout_env[64] = "";
+    if (timeout > 0) snprintf(timeout_env, sizeof timeout_env, "LDIST_TIMEOUT=%g", timeout);
+
+    /* Slurm or mpirun started this process: it is one task of the cluster */
+    int ext_size = env_int("SLURM_NTASKS");
+    if (ext_size < 0) ext_size = env_int("OMPI_COMM_WORLD_SIZE");
+    if (ext_size < 0) ext_size = env_int("PMI_SIZE");
+    if (n < 0 && ext_size > 1) {
+        if (!getenv("LDIST_SECRET") && !getenv("LDIST_SECRET_FILE")) {
+            fprintf(stderr, "ldist launch: %d tasks started by Slurm/mpirun need a shared secret: set LDIST_SECRET "
+                    "(e.g. export LDIST_SECRET=$(openssl rand -hex 32)) before srun/mpirun\n", ext_size);
+            return 2;
+        }
+        if (timeout_env[0]) putenv(timeout_env);
+        char **args = calloc((size_t)(argc - i + 2), sizeof *args);
+        if (!args) return 1;
+        args[0] = (char *)ld_self_exe();
+        for (int k = i; k < argc; k++) args[k - i + 1] = argv[k];
+        execv(args[0], args);
+        fprintf(stderr, "ldist launch: cannot run %s: %s\n", args[0], strerror(errno));
+        return 1;
+    }
+    if (n < 0) n = 2;
+    if (n < 1 || n > 256 || nps < 0 || nps > 64) {
+        fprintf(stderr, "ldist launch: -n must be in 1..256 and --ps in 0..64\n");
+        return 2;
+    }
+    int total = n + nps;
+
+    /* the cluster: addresses and types, in TF_CONFIG's order */
+    task *tasks = calloc((size_t)total, sizeof *tasks);
+    int *ports = calloc((size_t)total, sizeof *ports);
+    if (!tasks || !ports) return 1;
+    for (int k = 0; k < total; k++) {
+        if (k < chief) tasks[k] = (task){"chief", 0};
+        else if (k < n) tasks[k] = (task){"worker", k - chief};
+        else tasks[k] = (task){"ps", k - n};
+        ports[k] = port > 0 ? port + k : free_port(host);
+        if (ports[k] <= 0 || ports[k] > 65535) {
+            fprintf(stderr, "ldist launch: no free port on %s\n", host);
+            return 1;
+        }
+    }
+    size_t clen = 64 + (size_t)total * 80;
+    char *cluster = malloc(clen);
+    if (!cluster) return 1;
+    size_t k = (size_t)snprintf(cluster, clen, "{");
+    static const char *const types[] = {"chief", "worker", "ps"};
+    int ntypes = 0;
+    for (int t = 0; t < 3; t++) {
+        int any = 0;
+        for (int q = 0; q < total; q++) {
+            if (strcmp(tasks[q].type, types[t])) continue;
+            if (!any) k += (size_t)snprintf(cluster + k, clen - k, "%s\"%s\": [", ntypes++ ? ", " : "", types[t]);
+            k += (size_t)snprintf(cluster + k, clen - k, "%s\"%s:%d\"", any ? ", " : "", host, ports[q]);
+            any = 1;
+        }
+        if (any) k += (size_t)snprintf(cluster + k, clen - k, "]");
+    }
+    snprintf(cluster + k, clen - k, "}");
+
+    char secret_env[128];
+    const char *given = getenv("LDIST_SECRET");
+    if (given && strlen(given) >= 16) {
+        snprintf(secret_env, sizeof secret_env, "LDIST_SECRET=%s", given);
+    } else {
+        unsigned char raw[32];
+        if (ld_random_bytes(raw, sizeof raw)) { fprintf(stderr, "ldist launch: %s\n", ld_error()); return 1; }
+        strcpy(secret_env, "LDIST_SECRET=");
+        for (int b = 0; b < 32; b++) sprintf(secret_env + 13 + 2 * b, "%02x", raw[b]);
+    }
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char threads_env[64] = "";
+    if (!getenv("LDIST_NUM_THREADS")) {
+        int th = cores / total;
+        snprintf(threads_env, sizeof threads_env, "LDIST_NUM_THREADS=%d", th > 0 ? th : 1);
+    }
+
+    char ***envs = calloc((size_t)total, sizeof *envs);
+    char **labels = calloc((size_t)total, sizeof *labels);
+    if (!envs || !labels) return 1;
+    for (int q = 0; q < total; q++) {
+        char **e = calloc(8, sizeof *e);
+        size_t tl = strlen(cluster) + 120;
+        char *tf = malloc(tl), *lr = malloc(48), *lab = malloc(32);
+        if (!e || !tf || !lr || !lab) return 1;
+        snprintf(tf, tl, "TF_CONFIG={\"cluster\": %s, \"task\": {\"type\": \"%s\", \"index\": %d}}", cluster, tasks[q].type,
+                 tasks[q].index);
+        snprintf(lr, 48, "LDIST_LOCAL_RANK=%d", q);
+        if (chief || nps) snprintf(lab, 32, "[%s %d] ", tasks[q].type, tasks[q].index);
+        else snprintf(lab, 32, "[%d] ", q);
+        int m = 0;
+        e[m++] = tf;
+        e[m++] = secret_env;
+        e[m++] = lr;
+        if (threads_env[0]) e[m++] = threads_env;
+        if (timeout_env[0]) e[m++] = timeout_env;
+        e[m] = NULL;
+        envs[q] = e;
+        labels[q] = lab;
+    }
+    char **args = calloc((size_t)(argc - i + 2), sizeof *args);
+    if (!args) return 1;
+    args[0] = (char *)ld_self_exe();
+    for (int q = i; q < argc; q++) args[q - i + 1] = argv[q];
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    ld_procs *p = ld_procs_start(total, args, (char *const *const *)envs, 0);
+    if (!p) { fprintf(stderr, "ldist launch: %s\n", ld_error()); return 1; }
+    int *status = calloc((size_t)total, sizeof *status), *sigs = calloc((size_t)total, sizeof *sigs);
+    int *done = calloc((size_t)total, sizeof *done);
+    if (!status || !sigs || !done) return 1;
+    int first_fail = -1, finished = 0, stage = 0, signals_seen = 0;
+    double deadline = 0;
+    while (finished < total) {
+        ld_proc_event ev;
+        int got = ld_procs_poll(p, 0.2, &ev);
+        if (got && (ev.kind == LD_PROC_OUT || ev.kind == LD_PROC_ERR)) {
+            FILE *out = ev.kind == LD_PROC_OUT ? stdout : stderr;
+            fputs(labels[ev.index], out);
+            fwrite(ev.line, 1, ev.len, out);
+            fputc(ev.end ? ev.end : '\n', out);
+            fflush(out);
+        } else if (got && ev.kind == LD_PROC_EXIT) {
+            done[ev.index] = 1;
+            status[ev.index] = ev.status;
+            sigs[ev.index] = ev.signal;
+            finished++;
+            if (ev.status != 0 && first_fail < 0 && stage == 0) {
+                first_fail = ev.index;
+                fflush(stdout);
+                if (ev.signal)
+                    fprintf(stderr, "ldist launch: %s %d (pid %d) was killed by signal %d (%s)", tasks[ev.index].type,
+                            tasks[ev.index].index, ld_procs_pid(p, ev.index), ev.signal, strsignal(ev.signal));
+                else
+                    fprintf(stderr, "ldist launch: %s %d (pid %d) failed with exit status %d", tasks[ev.index].type,
+                            tasks[ev.index].index, ld_procs_pid(p, ev.index), ev.status);
+                if (finished < total) fprintf(stderr, "; the others get %.0f s to stop", grace);
+                fputc('\n', stderr);
+                fflush(stderr);
+                deadline = now_s() + grace;
+                stage = 1;
+            }
+        }
+        if (got_signal) {
+            int sig = got_signal;
+            got_signal = 0;
+            signals_seen++;
+            if (first_fail < 0) first_fail = -2;
+            /* Ctrl-C on a terminal reaches the workers too (same process
+               group); a signal sent to the launcher alone is passed on */
+            ld_procs_signal(p, signals_seen > 1 ? SIGKILL : sig == SIGINT ? SIGINT : SIGTERM);
+            if (stage == 0) { stage = 1; deadline = now_s() + 5; }
+        }
+        if (stage == 1 && finished < total && now_s() > deadline) {
+            fprintf(stderr, "ldist launch: stopping the %d process(es) still running\n", total - finished);
+            ld_procs_signal(p, SIGTERM);
+            stage = 2;
+            deadline = now_s() + 3;
+        } else if (stage == 2 && finished < total && now_s() > deadline) {
+            ld_procs_signal(p, SIGKILL);
+            stage = 3;
+        }
+    }
+    int rc = 0;
+    if (first_fail != -1) {
+        fprintf(stderr, "ldist launch: ");
+        for (int q = 0; q < total; q++) {
+            fprintf(stderr, "%s%s %d ", q ? ", " : "", tasks[q].type, tasks[q].index);
+            if (sigs[q]) fprintf(stderr, "killed by %s", strsignal(sigs[q]));
+            else fprintf(stderr, "exit %d", status[q]);
+        }
+        fputc('\n', stderr);
+        rc = first_fail >= 0 ? status[first_fail] : 1;
+        for (int q = 0; q < total && !rc; q++) rc = status[q];
+        if (!rc) rc = 1;
+    } else {
+        for (int q = 0; q < total && !rc; q++) rc = status[q];
+    }
+    ld_procs_free(p, 1);
+    return rc;
+}

@@ -1,0 +1,870 @@
+/*
+ * cluster.c - the C half of multi-worker training (ldist._cluster): clusters
+ * of processes (engine/ld_cluster.h) and their collectives, child processes
+ * with captured output, a safe serialiser for control messages, TF_CONFIG's
+ * JSON, and the configuration and state of models and optimizers that
+ * LocalCluster ships to its workers. The strategy itself is in
+ * lua/70_multiworker.lua.
+ */
+#include "lbind.h"
+#include "ld_cluster.h"
+#include "ld_device.h"
+#include "ld_executor.h"
+#include "ld_nn.h"
+#include "ld_optim.h"
+
+#include <jansson.h>
+#include <lauxlib.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CLUSTER_MT "ldist.Cluster"
+#define PROCS_MT "ldist.Procs"
+#define NCCL_MT "ldist.NcclComm"
+
+/* ================================================================ clusters */
+static ld_cluster *check_cluster(lua_State *L, int i) {
+    ld_cluster **p = luaL_checkudata(L, i, CLUSTER_MT);
+    if (!*p) luaL_argerror(L, i, "the cluster has been closed");
+    return *p;
+}
+
+static double opt_num(lua_State *L, int t, const char *k, double def) {
+    lua_getfield(L, t, k);
+    double v = luaL_optnumber(L, -1, def);
+    lua_pop(L, 1);
+    return v;
+}
+static const char *opt_str(lua_State *L, int t, const char *k, size_t *len) {
+    lua_getfield(L, t, k);
+    const char *s = lua_isnil(L, -1) ? NULL : luaL_checklstring(L, -1, len);
+    lua_pop(L, 1);   /* the string stays alive in the table */
+    return s;
+}
+
+/* join{rank=, size=, leader="host:port", listen=, secret=, timeout=, ...} -> cluster */
+static int c_join(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    ld_cluster_opts o;
+    memset(&o, 0, sizeof o);
+    o.rank = (int)opt_num(L, 1, "rank", 0);
+    o.size = (int)opt_num(L, 1, "size", 1);
+    o.leader = opt_str(L, 1, "leader", NULL);
+    o.listen = opt_str(L, 1, "listen", NULL);
+    o.name = opt_str(L, 1, "name", NULL);
+    o.secret = opt_str(L, 1, "secret", &o.secret_len);
+    o.timeout = opt_num(L, 1, "timeout", 30);
+    o.rendezvous_timeout = opt_num(L, 1, "rendezvous_timeout", 0);
+    o.heartbeat = opt_num(L, 1, "heartbeat", 0);
+    o.heartbeat_timeout = opt_num(L, 1, "heartbeat_timeout", 0);
+    o.chunk_bytes = (size_t)opt_num(L, 1, "chunk_bytes", 0);
+    lua_getfield(L, 1, "data_plane");
+    o.data_plane = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (o.size > 1 && !o.leader) return luaL_argerror(L, 1, "leader address (host:port) required");
+    ld_cluster **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = NULL;
+    luaL_setmetatable(L, CLUSTER_MT);
+    *p = ld_cluster_join(&o);
+    if (!*p) return luaL_error(L, "%s", ld_error());
+    return 1;
+}
+
+static int cl_close(lua_State *L) {
+    ld_cluster **p = luaL_checkudata(L, 1, CLUSTER_MT);
+    ld_cluster *c = *p;
+    *p = NULL;
+    ld_cluster_free(c);
+    return 0;
+}
+
+static int cl_rank(lua_State *L) { lua_pushinteger(L, ld_cluster_rank(check_cluster(L, 1))); return 1; }
+static int cl_size(lua_State *L) { lua_pushinteger(L, ld_cluster_size(check_cluster(L, 1))); return 1; }
+static int cl_peer_name(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    lua_pushstring(L, ld_cluster_peer_name(c, (int)luaL_checkinteger(L, 2)));
+    return 1;
+}
+static int cl_peer_pid(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    lua_pushinteger(L, ld_cluster_peer_pid(c, (int)luaL_checkinteger(L, 2)));
+    return 1;
+}
+static int cl_check(lua_State *L) {
+    if (ld_cluster_check(check_cluster(L, 1))) return luaL_error(L, "%s", ld_error());
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* tensors at idx: one tensor or an array of them */
+static int read_tensors(lua_State *L, int idx, ld_tensor ***out) {
+    if (lb_test_tensor(L, idx)) {
+        ld_tensor **t = lua_newuserdatauv(L, sizeof *t, 0);
+        t[0] = lb_check_tensor(L, idx);
+        *out = t;
+        return 1;
+    }
+    luaL_checktype(L, idx, LUA_TTABLE);
+    int k = (int)luaL_len(L, idx);
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(k ? k : 1), 0);
+    for (int i = 0; i < k; i++) {
+        lua_geti(L, idx, i + 1);
+        t[i] = lb_test_tensor(L, -1);
+        if (!t[i]) return luaL_error(L, "bad argument #%d (item %d is a %s, not a tensor)", idx - 1, i + 1, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    *out = t;
+    return k;
+}
+
+/* c:all_reduce(tensor | {tensors}, mean): sum (or average) in place */
+static int cl_all_reduce(lua_State *L) {
+    lua_settop(L, 3);
+    ld_cluster *c = check_cluster(L, 1);
+    ld_tensor **t;
+    int k = read_tensors(L, 2, &t);
+    int mean = lua_toboolean(L, 3);
+    if (ld_cluster_all_reduce_tensors(c, k, t, mean)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+/* c:broadcast(tensor | {tensors}, root): root's values into everyone's tensors */
+static int cl_broadcast(lua_State *L) {
+    lua_settop(L, 3);
+    ld_cluster *c = check_cluster(L, 1);
+    ld_tensor **t;
+    int k = read_tensors(L, 2, &t);
+    int root = (int)luaL_optinteger(L, 3, 0);
+    for (int i = 0; i < k; i++) {
+        if (!ld_tensor_is_contiguous(t[i]) || t[i]->storage->device->kind != LD_DEV_CPU)
+            return luaL_error(L, "broadcast: tensor %d is not a contiguous host tensor", i + 1);
+        if (ld_device_is_async(t[i]->storage->device)) ld_device_synchronize(t[i]->storage->device);
+        size_t nb = (size_t)ld_tensor_numel(t[i]) * ld_dtype_size(t[i]->dtype);
+        char *p = (char *)t[i]->storage->data + (size_t)t[i]->offset * ld_dtype_size(t[i]->dtype);
+        if (ld_cluster_broadcast(c, root, p, nb)) return luaL_error(L, "%s", ld_error());
+    }
+    return 0;
+}
+
+/* c:broadcast_string(s, root) -> root's string on every rank */
+static int cl_broadcast_string(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    int root = (int)luaL_optinteger(L, 3, 0);
+    size_t n = 0;
+    const char *s = ld_cluster_rank(c) == root ? luaL_checklstring(L, 2, &n) : NULL;
+    uint64_t len = n;
+    if (ld_cluster_broadcast(c, root, &len, sizeof len)) return luaL_error(L, "%s", ld_error());
+    if (ld_cluster_rank(c) == root) { lua_pushvalue(L, 2); if (ld_cluster_broadcast(c, root, (void *)s, n)) return luaL_error(L, "%s", ld_error()); return 1; }
+    if (len > ((uint64_t)1 << 34)) return luaL_error(L, "broadcast_string: %llu bytes is too long", (unsigned long long)len);
+    char *buf = malloc(len ? len : 1);
+    if (!buf) return luaL_error(L, "out of memory");
+    if (ld_cluster_broadcast(c, root, buf, len)) { free(buf); return luaL_error(L, "%s", ld_error()); }
+    lua_pushlstring(L, buf, len);
+    free(buf);
+    return 1;
+}
+
+static int cl_barrier(lua_State *L) {
+    if (ld_cluster_barrier(check_cluster(L, 1))) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+/* c:send(to, type, data) */
+static int cl_send(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    int to = (int)luaL_checkinteger(L, 2);
+    const char *type = luaL_checkstring(L, 3);
+    size_t n;
+    const char *d = luaL_optlstring(L, 4, "", &n);
+    if (ld_cluster_send(c, to, type, d, n)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+/* c:recv(timeout) -> from, type, data | nil on timeout */
+static int cl_recv(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    double timeout = luaL_optnumber(L, 2, -1);
+    int from;
+    char type[32];
+    void *data;
+    size_t n;
+    int r = ld_cluster_recv(c, timeout, &from, type, &data, &n);
+    /* Ctrl-C: the interpreter's hook raises "interrupted" at the next Lua
+       instruction; raising here too would leave that hook pending */
+    if (r < 0 && ld_error_status() == LD_EINTERRUPT) return 0;
+    if (r < 0) return luaL_error(L, "%s", ld_error());
+    if (r == 0) return 0;
+    lua_pushinteger(L, from);
+    lua_pushstring(L, type);
+    lua_pushlstring(L, data, n);
+    free(data);
+    return 3;
+}
+
+static int cl_stats(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    ld_cluster_stats s;
+    ld_cluster_stats_get(c, &s, lua_toboolean(L, 2));
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, s.calls); lua_setfield(L, -2, "calls");
+    lua_pushinteger(L, s.bytes); lua_setfield(L, -2, "bytes");
+    lua_pushnumber(L, s.seconds); lua_setfield(L, -2, "seconds");
+    return 1;
+}
+
+static int cl_tostring(lua_State *L) {
+    ld_cluster **p = luaL_checkudata(L, 1, CLUSTER_MT);
+    if (!*p) lua_pushliteral(L, "<cluster (closed)>");
+    else lua_pushfstring(L, "<cluster: rank %d of %d>", ld_cluster_rank(*p), ld_cluster_size(*p));
+    return 1;
+}
+
+/* ---- the GPU path: c:nccl(device) -> communicator ---- */
+static int cl_nccl(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    ld_device *d = ld_device_find(luaL_checkstring(L, 2));
+    if (!d) return lb_engine_error(L, 2);
+    void **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = NULL;
+    luaL_setmetatable(L, NCCL_MT);
+    if (ld_cluster_nccl_init(c, d, p)) return luaL_error(L, "%s", ld_error());
+    return 1;
+}
+static int nccl_all_reduce(lua_State *L) {
+    lua_settop(L, 3);
+    void **p = luaL_checkudata(L, 1, NCCL_MT);
+    if (!*p) return luaL_argerror(L, 1, "communicator closed");
+    ld_tensor **t;
+    int k = read_tensors(L, 2, &t);
+    if (ld_cluster_nccl_all_reduce(*p, k, t, lua_toboolean(L, 3))) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+static int nccl_gc(lua_State *L) {
+    void **p = luaL_checkudata(L, 1, NCCL_MT);
+    ld_cluster_nccl_free(*p);
+    *p = NULL;
+    return 0;
+}
+
+/* ================================================================ child processes */
+static ld_procs *check_procs(lua_State *L, int i) {
+    ld_procs **p = luaL_checkudata(L, i, PROCS_MT);
+    if (!*p) luaL_argerror(L, i, "the processes have been stopped");
+    return *p;
+}
+
+/* procs_start(argv, {env_1, env_2, ...}, new_group) with env_i a table of "NAME=value" */
+static int c_procs_start(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int na = (int)luaL_len(L, 1), n = (int)luaL_len(L, 2);
+    if (na < 1) return luaL_argerror(L, 1, "empty command");
+    if (n < 1 || n > 256) return luaL_argerror(L, 2, "1 to 256 processes");
+    char **argv = lua_newuserdatauv(L, sizeof *argv * (size_t)(na + 1), 0);
+    for (int i = 0; i < na; i++) { lua_geti(L, 1, i + 1); argv[i] = (char *)luaL_checkstring(L, -1); lua_pop(L, 1); }
+    argv[na] = NULL;
+    char ***envs = lua_newuserdatauv(L, sizeof *envs * (size_t)n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        luaL_checktype(L, -1, LUA_TTABLE);
+        int ne = (int)luaL_len(L, -1);
+        char **e = lua_newuserdatauv(L, sizeof *e * (size_t)(ne + 1), 0);
+        for (int j = 0; j < ne; j++) { lua_geti(L, -2, j + 1); e[j] = (char *)luaL_checkstring(L, -1); lua_pop(L, 1); }
+        e[ne] = NULL;
+        envs[i] = e;
+        lua_setfield(L, -2, "__env_block");     /* keep it alive in the env table */
+        lua_pop(L, 1);
+    }
+    ld_procs **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = NULL;
+    luaL_setmetatable(L, PROCS_MT);
+    *p = ld_procs_start(n, argv, (char *const *const *)envs, lua_toboolean(L, 3) ? LD_PROCS_NEW_GROUP : 0);
+    if (!*p) return luaL_error(L, "%s", ld_error());
+    return 1;
+}
+
+/* procs:poll(timeout) -> {index=, kind="out"|"err"|"exit", line=, status=, signal=} | nil */
+static int procs_poll(lua_State *L) {
+    ld_procs *p = check_procs(L, 1);
+    ld_proc_event ev;
+    if (!ld_procs_poll(p, luaL_optnumber(L, 2, 0), &ev)) return 0;
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, ev.index); lua_setfield(L, -2, "index");
+    if (ev.kind == LD_PROC_EXIT) {
+        lua_pushliteral(L, "exit"); lua_setfield(L, -2, "kind");
+        lua_pushinteger(L, ev.status); lua_setfield(L, -2, "status");
+        lua_pushinteger(L, ev.signal); lua_setfield(L, -2, "signal");
+        if (ev.signal) { lua_pushstring(L, strsignal(ev.signal)); lua_setfield(L, -2, "signal_name"); }
+    } else {
+        lua_pushstring(L, ev.kind == LD_PROC_OUT ? "out" : "err"); lua_setfield(L, -2, "kind");
+        lua_pushlstring(L, ev.line, ev.len); lua_setfield(L, -2, "line");
+        char e[2] = {ev.end ? ev.end : '\n', 0};
+        lua_pushstring(L, e); lua_setfield(L, -2, "ending");
+    }
+    return 1;
+}
+static int procs_pid(lua_State *L) { lua_pushinteger(L, ld_procs_pid(check_procs(L, 1), (int)luaL_checkinteger(L, 2))); return 1; }
+static int procs_alive(lua_State *L) { lua_pushboolean(L, ld_procs_alive(check_procs(L, 1), (int)luaL_checkinteger(L, 2))); return 1; }
+static int procs_running(lua_State *L) { lua_pushinteger(L, ld_procs_running(check_procs(L, 1))); return 1; }
+static int procs_count(lua_State *L) { lua_pushinteger(L, ld_procs_count(check_procs(L, 1))); return 1; }
+
+static int signal_of(lua_State *L, int idx) {
+    static const char *const names[] = {"TERM", "KILL", "INT", "STOP", "CONT", "HUP", NULL};
+    static const int sigs[] = {SIGTERM, SIGKILL, SIGINT, SIGSTOP, SIGCONT, SIGHUP};
+    if (lua_isinteger(L, idx)) return (int)lua_tointeger(L, idx);
+    const char *s = luaL_optstring(L, idx, "TERM");
+    if (!strncmp(s, "SIG", 3)) s += 3;
+    for (int i = 0; names[i]; i++) if (!strcmp(s, names[i])) return sigs[i];
+    return luaL_argerror(L, idx, "signal: TERM, KILL, INT, STOP, CONT or HUP");
+}
+static int procs_signal(lua_State *L) { ld_procs_signal(check_procs(L, 1), signal_of(L, 2)); return 0; }
+static int procs_close(lua_State *L) {
+    ld_procs **p = luaL_checkudata(L, 1, PROCS_MT);
+    ld_procs *q = *p;
+    *p = NULL;
+    ld_procs_free(q, luaL_optnumber(L, 2, 2.0));
+    return 0;
+}
+
+/* ================================================================ pack / unpack
+   A small binary format for control messages: nil, booleans, integers,
+   floats, strings, tables and tensors. unpack checks every length, so a
+   malformed message is an error, never a crash. */
+enum { P_NIL = 'n', P_FALSE = 'f', P_TRUE = 't', P_INT = 'i', P_NUM = 'd', P_STR = 's', P_TABLE = 'T', P_TENSOR = 'X' };
+#define PACK_MAGIC "LDP1"
+
+/* The output grows in a userdata that owns a malloc'ed block (freed by its
+   __gc even when packing raises), kept at a fixed stack slot: a luaL_Buffer
+   may not be used while the packer pushes keys and values. */
+#define PBUF_MT "ldist.PackBuffer"
+typedef struct { char *p; size_t n, cap; } pbuf;
+static int pbuf_gc(lua_State *L) { pbuf *b = luaL_checkudata(L, 1, PBUF_MT); free(b->p); b->p = NULL; return 0; }
+static void put(lua_State *L, pbuf *b, const void *d, size_t n) {
+    if (b->cap - b->n < n) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->n < n) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) { luaL_error(L, "pack: out of memory"); return; }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static void put_c(lua_State *L, pbuf *b, char c) { put(L, b, &c, 1); }
+static void put_u64(lua_State *L, pbuf *b, uint64_t v) { put(L, b, &v, 8); }
+
+static void pack_tensor(lua_State *L, pbuf *b, ld_tensor *t) {
+    ld_tensor *h;
+    if (t->storage->device->kind != LD_DEV_CPU) h = ld_to_device(t, ld_device_cpu());
+    else {
+        if (ld_device_is_async(t->storage->device)) ld_device_synchronize(t->storage->device);
+        h = ld_contiguous(t);
+    }
+    if (!h) { luaL_error(L, "pack: %s", ld_error()); return; }
+    size_t nb = (size_t)ld_tensor_numel(h) * ld_dtype_size(h->dtype);
+    /* reserve first, so a failure cannot leak h */
+    size_t need = 3 + 8 * (size_t)h->ndim + nb;
+    if (b->cap - b->n < need) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->n < need) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) { ld_tensor_release(h); luaL_error(L, "pack: out of memory"); return; }
+        b->p = q;
+        b->cap = cap;
+    }
+    put_c(L, b, P_TENSOR);
+    put_c(L, b, (char)h->dtype);
+    put_c(L, b, (char)h->ndim);
+    for (int i = 0; i < h->ndim; i++) put_u64(L, b, (uint64_t)h->shape[i]);
+    put(L, b, (const char *)h->storage->data + (size_t)h->offset * ld_dtype_size(h->dtype), nb);
+    ld_tensor_release(h);
+}
+
+static void pack_value(lua_State *L, pbuf *b, int idx, int depth) {
+    idx = lua_absindex(L, idx);
+    if (depth > 64) { luaL_error(L, "pack: tables nested too deeply (or a cycle)"); return; }
+    luaL_checkstack(L, 6, "pack");
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL: put_c(L, b, P_NIL); return;
+    case LUA_TBOOLEAN: put_c(L, b, lua_toboolean(L, idx) ? P_TRUE : P_FALSE); return;
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx)) { put_c(L, b, P_INT); lua_Integer v = lua_tointeger(L, idx); put(L, b, &v, 8); }
+        else { put_c(L, b, P_NUM); lua_Number v = lua_tonumber(L, idx); put(L, b, &v, 8); }
+        return;
+    case LUA_TSTRING: {
+        size_t n;
+        const char *s = lua_tolstring(L, idx, &n);
+        put_c(L, b, P_STR);
+        put_u64(L, b, n);
+        put(L, b, s, n);
+        return;
+    }
+    case LUA_TTABLE: {
+        uint64_t n = 0;
+        lua_pushnil(L);
+        while (lua_next(L, idx)) { n++; lua_pop(L, 1); }
+        put_c(L, b, P_TABLE);
+        put_u64(L, b, n);
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            pack_value(L, b, -2, depth + 1);
+            pack_value(L, b, -1, depth + 1);
+            lua_pop(L, 1);
+        }
+        return;
+    }
+    case LUA_TUSERDATA: {
+        ld_tensor *t = lb_test_tensor(L, idx);
+        if (t) { pack_tensor(L, b, t); return; }
+    }
+    /* fall through */
+    default:
+        luaL_error(L, "pack: cannot send a %s (only nil, booleans, numbers, strings, tables and tensors travel)",
+                   luaL_typename(L, idx));
+    }
+}
+
+/* pack(value) -> string */
+static int c_pack(lua_State *L) {
+    lua_settop(L, 1);
+    pbuf *b = lua_newuserdatauv(L, sizeof *b, 0);
+    memset(b, 0, sizeof *b);
+    if (luaL_newmetatable(L, PBUF_MT)) { lua_pushcfunction(L, pbuf_gc); lua_setfield(L, -2, "__gc"); }
+    lua_setmetatable(L, -2);
+    put(L, b, PACK_MAGIC, 4);
+    pack_value(L, b, 1, 0);
+    lua_pushlstring(L, b->p, b->n);
+    free(b->p);
+    b->p = NULL;
+    return 1;
+}
+
+typedef struct { const unsigned char *p, *end; } reader;
+
+static int rd_fail(lua_State *L, const char *why) { return luaL_error(L, "malformed message: %s", why); }
+static uint64_t rd_u64(lua_State *L, reader *r) {
+    if (r->end - r->p < 8) rd_fail(L, "truncated");
+    uint64_t v;
+    memcpy(&v, r->p, 8);
+    r->p += 8;
+    return v;
+}
+
+static void unpack_value(lua_State *L, reader *r, int depth) {
+    if (depth > 64) rd_fail(L, "nested too deeply");
+    luaL_checkstack(L, 4, "unpack");
+    if (r->p >= r->end) rd_fail(L, "truncated");
+    int tag = *r->p++;
+    switch (tag) {
+    case P_NIL: lua_pushnil(L); return;
+    case P_FALSE: lua_pushboolean(L, 0); return;
+    case P_TRUE: lua_pushboolean(L, 1); return;
+    case P_INT: { uint64_t v = rd_u64(L, r); lua_Integer x; memcpy(&x, &v, 8); lua_pushinteger(L, x); return; }
+    case P_NUM: { uint64_t v = rd_u64(L, r); lua_Number x; memcpy(&x, &v, 8); lua_pushnumber(L, x); return; }
+    case P_STR: {
+        uint64_t n = rd_u64(L, r);
+        if (n > (uint64_t)(r->end - r->p)) rd_fail(L, "a string longer than the message");
+        lua_pushlstring(L, (const char *)r->p, (size_t)n);
+        r->p += n;
+        return;
+    }
+    case P_TABLE: {
+        uint64_t n = rd_u64(L, r);
+        if (n > (uint64_t)(r->end - r->p)) rd_fail(L, "more table entries than bytes");
+        lua_createtable(L, 0, n < 1024 ? (int)n : 1024);
+        for (uint64_t i = 0; i < n; i++) {
+            unpack_value(L, r, depth + 1);
+            unpack_value(L, r, depth + 1);
+            if (lua_isnil(L, -2) || (lua_type(L, -2) == LUA_TNUMBER && isnan(lua_tonumber(L, -2)))) rd_fail(L, "a nil or NaN table key");
+            lua_rawset(L, -3);
+        }
+        return;
+    }
+    case P_TENSOR: {
+        if (r->end - r->p < 2) rd_fail(L, "truncated tensor");
+        int dt = r->p[0], nd = r->p[1];
+        r->p += 2;
+        if (dt < 0 || dt >= LD_DTYPE_COUNT || nd > LD_MAX_DIMS) rd_fail(L, "a tensor with a bad dtype or rank");
+        int64_t shape[LD_MAX_DIMS];
+        uint64_t numel = 1;
+        for (int i = 0; i < nd; i++) {
+            uint64_t s = rd_u64(L, r);
+            if (s > ((uint64_t)1 << 40)) rd_fail(L, "a tensor dimension too large");
+            shape[i] = (int64_t)s;
+            numel *= s;
+            if (numel > ((uint64_t)1 << 40)) rd_fail(L, "a tensor too large");
+        }
+        uint64_t nb = numel * ld_dtype_size((ld_dtype)dt);
+        if (nb > (uint64_t)(r->end - r->p)) rd_fail(L, "tensor data shorter than its shape");
+        ld_tensor *t = ld_tensor_from_data((ld_dtype)dt, nd, shape, r->p, NULL);
+        if (!t) luaL_error(L, "%s", ld_error());
+        r->p += nb;
+        lb_push_tensor(L, t, 0);
+        return;
+    }
+    default:
+        rd_fail(L, "an unknown type tag");
+    }
+}
+
+/* unpack(string) -> value (raises "malformed message: ..." on bad input) */
+static int c_unpack(lua_State *L) {
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    if (n < 4 || memcmp(s, PACK_MAGIC, 4)) return rd_fail(L, "not an ldist message");
+    reader r = {(const unsigned char *)s + 4, (const unsigned char *)s + n};
+    unpack_value(L, &r, 0);
+    if (r.p != r.end) return rd_fail(L, "trailing bytes");
+    return 1;
+}
+
+/* ================================================================ JSON (TF_CONFIG) */
+static void push_json(lua_State *L, json_t *j, int depth) {
+    luaL_checkstack(L, 4, "json");
+    if (depth > 64) { lua_pushnil(L); return; }
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *v;
+        lua_newtable(L);
+        json_object_foreach(j, k, v) { push_json(L, v, depth + 1); lua_setfield(L, -2, k); }
+        return;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *v;
+        lua_newtable(L);
+        json_array_foreach(j, i, v) { push_json(L, v, depth + 1); lua_rawseti(L, -2, (lua_Integer)i + 1); }
+        return;
+    }
+    case JSON_STRING: lua_pushlstring(L, json_string_value(j), json_string_length(j)); return;
+    case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(j)); return;
+    case JSON_REAL: lua_pushnumber(L, json_real_value(j)); return;
+    case JSON_TRUE: lua_pushboolean(L, 1); return;
+    case JSON_FALSE: lua_pushboolean(L, 0); return;
+    default: lua_pushnil(L); return;
+    }
+}
+
+/* json_decode(text) -> value, or nil and a message */
+static int c_json_decode(lua_State *L) {
+    size_t n;
+    const char *s = luaL_checklstring(L, 1, &n);
+    json_error_t err;
+    json_t *j = json_loadb(s, n, JSON_DECODE_ANY, &err);
+    if (!j) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s (line %d, column %d)", err.text, err.line, err.column);
+        return 2;
+    }
+    push_json(L, j, 0);
+    json_decref(j);
+    return 1;
+}
+
+static json_t *to_json(lua_State *L, int idx, int depth) {
+    idx = lua_absindex(L, idx);
+    if (depth > 64) luaL_error(L, "json_encode: nested too deeply");
+    switch (lua_type(L, idx)) {
+    case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
+    case LUA_TNUMBER: return lua_isinteger(L, idx) ? json_integer(lua_tointeger(L, idx)) : json_real(lua_tonumber(L, idx));
+    case LUA_TSTRING: { size_t n; const char *s = lua_tolstring(L, idx, &n); return json_stringn(s, n); }
+    case LUA_TTABLE: {
+        lua_Integer len = luaL_len(L, idx);
+        if (len > 0) {
+            json_t *a = json_array();
+            for (lua_Integer i = 1; i <= len; i++) { lua_geti(L, idx, i); json_array_append_new(a, to_json(L, -1, depth + 1)); lua_pop(L, 1); }
+            return a;
+        }
+        json_t *o = json_object();
+        lua_pushnil(L);
+        while (lua_next(L, idx)) {
+            if (lua_type(L, -2) == LUA_TSTRING) json_object_set_new(o, lua_tostring(L, -2), to_json(L, -1, depth + 1));
+            lua_pop(L, 1);
+        }
+        return o;
+    }
+    default: return json_null();
+    }
+}
+
+static int c_json_encode(lua_State *L) {
+    json_t *j = to_json(L, 1, 0);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+    json_decref(j);
+    if (!s) return luaL_error(L, "json_encode failed");
+    lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+/* ================================================================ what a model is made of */
+/* layer_config(layer) -> {kind=, units=, activation=, ...}: enough to make it again */
+static int c_layer_config(lua_State *L) {
+    ld_layer **p = luaL_checkudata(L, 1, "ldist.Layer");
+    ld_layer *l = *p;
+    if (!l) return luaL_argerror(L, 1, "layer freed");
+    lua_newtable(L);
+    lua_pushstring(L, ld_layer_kind_name(l->kind)); lua_setfield(L, -2, "kind");
+    lua_pushstring(L, l->name); lua_setfield(L, -2, "name");
+    lua_pushstring(L, ld_activation_name(l->act)); lua_setfield(L, -2, "activation");
+    lua_pushboolean(L, l->use_bias); lua_setfield(L, -2, "use_bias");
+    lua_pushinteger(L, l->units); lua_setfield(L, -2, "units");
+    lua_pushinteger(L, l->filters); lua_setfield(L, -2, "filters");
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, l->kh); lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, l->kw); lua_rawseti(L, -2, 2);
+    lua_setfield(L, -2, "kernel_size");
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, l->sh); lua_rawseti(L, -2, 1);
+    lua_pushinteger(L, l->sw); lua_rawseti(L, -2, 2);
+    lua_setfield(L, -2, "strides");
+    lua_pushstring(L, l->same_padding ? "same" : "valid"); lua_setfield(L, -2, "padding");
+    lua_pushnumber(L, l->rate); lua_setfield(L, -2, "rate");
+    lua_createtable(L, l->target_ndim, 0);
+    for (int i = 0; i < l->target_ndim; i++) { lua_pushinteger(L, l->target_shape[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "target_shape");
+    lua_pushboolean(L, l->built); lua_setfield(L, -2, "built");
+    lua_createtable(L, l->in_ndim, 0);
+    for (int i = 0; i < l->in_ndim; i++) { lua_pushinteger(L, l->in_shape[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "input_shape");
+    return 1;
+}
+
+/* loss_config(loss) -> {name=, from_logits=, reduction=} */
+static int c_loss_config(lua_State *L) {
+    ld_loss *l = luaL_checkudata(L, 1, "ldist.Loss");
+    static const char *const red[] = {"sum_over_batch_size", "sum", "none"};
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, ld_loss_name(l->kind)); lua_setfield(L, -2, "name");
+    lua_pushboolean(L, l->from_logits); lua_setfield(L, -2, "from_logits");
+    lua_pushstring(L, red[l->reduction_sum >= 0 && l->reduction_sum < 3 ? l->reduction_sum : 0]); lua_setfield(L, -2, "reduction");
+    return 1;
+}
+
+/* optimizer_config(opt) -> {name=, learning_rate=number|schedule table, momentum=, ...} */
+static int c_optimizer_config(lua_State *L) {
+    luaL_checkudata(L, 1, LB_OPTIMIZER_MT);
+    int fn = lua_getiuservalue(L, 1, 1) == LUA_TFUNCTION;
+    lua_pop(L, 1);
+    if (fn) return luaL_error(L, "an optimizer whose learning rate is a Lua function cannot be sent to other processes; "
+                                 "use a number or an optim.schedules.* schedule");
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    lua_newtable(L);
+    lua_pushstring(L, ld_optimizer_name(o->kind)); lua_setfield(L, -2, "name");
+    if (o->lr.kind == LD_SCHED_CONSTANT) lua_pushnumber(L, o->lr.initial);
+    else {
+        static const char *const kinds[] = {"constant", "ExponentialDecay", "CosineDecay", "PiecewiseConstantDecay"};
+        lua_newtable(L);
+        lua_pushstring(L, kinds[o->lr.kind]); lua_setfield(L, -2, "kind");
+        lua_pushnumber(L, o->lr.initial); lua_setfield(L, -2, "initial_learning_rate");
+        lua_pushinteger(L, o->lr.decay_steps); lua_setfield(L, -2, "decay_steps");
+        lua_pushnumber(L, o->lr.decay_rate); lua_setfield(L, -2, "decay_rate");
+        lua_pushnumber(L, o->lr.alpha); lua_setfield(L, -2, "alpha");
+        lua_pushboolean(L, o->lr.staircase); lua_setfield(L, -2, "staircase");
+        lua_newtable(L);
+        for (int i = 0; i < o->lr.n_bounds; i++) { lua_pushinteger(L, o->lr.bounds[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "boundaries");
+        lua_newtable(L);
+        for (int i = 0; i <= o->lr.n_bounds && o->lr.kind == LD_SCHED_PIECEWISE; i++) { lua_pushnumber(L, o->lr.values[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "values");
+    }
+    lua_setfield(L, -2, "learning_rate");
+    lua_pushnumber(L, o->momentum); lua_setfield(L, -2, "momentum");
+    lua_pushnumber(L, o->beta1); lua_setfield(L, -2, "beta_1");
+    lua_pushnumber(L, o->beta2); lua_setfield(L, -2, "beta_2");
+    lua_pushnumber(L, o->epsilon); lua_setfield(L, -2, "epsilon");
+    lua_pushnumber(L, o->rho); lua_setfield(L, -2, "rho");
+    lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
+    lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov");
+    if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
+    return 1;
+}
+
+/* optimizer_state(opt, vars) -> {iterations=, slots={{s1, s2}, ...}} (copies) */
+static int c_optimizer_state(lua_State *L) {
+    lua_settop(L, 2);
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    ld_tensor **v;
+    int n = read_tensors(L, 2, &v);
+    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
+    ld_optimizer_state_get(o, n, v, s, s + n);
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, o->iterations); lua_setfield(L, -2, "iterations");
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_createtable(L, 2, 0);
+        for (int q = 0; q < 2; q++) {
+            ld_tensor *t = s[q * n + i];
+            if (!t) continue;
+            ld_tensor *c = ld_clone(t);
+            ld_tensor_release(t);
+            lb_push_tensor(L, c, 0);
+            lua_rawseti(L, -2, q + 1);
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "slots");
+    return 1;
+}
+
+/* optimizer_set_state(opt, vars, {iterations=, slots=}) */
+static int c_optimizer_set_state(lua_State *L) {
+    lua_settop(L, 3);
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    ld_tensor **v;
+    int n = read_tensors(L, 2, &v);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "iterations");
+    int64_t it = (int64_t)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
+    memset(s, 0, sizeof *s * (size_t)(2 * n + 1));
+    lua_getfield(L, 3, "slots");
+    if (lua_istable(L, -1)) {
+        for (int i = 0; i < n; i++) {
+            if (lua_geti(L, -1, i + 1) == LUA_TTABLE) {
+                for (int q = 0; q < 2; q++) {
+                    lua_geti(L, -1, q + 1);
+                    s[q * n + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
+                    lua_pop(L, 1);
+                }
+            }
+            lua_pop(L, 1);
+        }
+    }
+    if (ld_optimizer_state_set(o, it, n, v, s, s + n)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+/* ================================================================ small helpers */
+static int c_random_hex(lua_State *L) {
+    int n = (int)luaL_optinteger(L, 1, 32);
+    if (n < 1 || n > 256) return luaL_argerror(L, 1, "1..256 bytes");
+    unsigned char b[256];
+    char h[513];
+    if (ld_random_bytes(b, (size_t)n)) return luaL_error(L, "%s", ld_error());
+    for (int i = 0; i < n; i++) sprintf(h + 2 * i, "%02x", b[i]);
+    lua_pushlstring(L, h, 2 * (size_t)n);
+    return 1;
+}
+static int c_getpid(lua_State *L) { lua_pushinteger(L, getpid()); return 1; }
+static int c_hostname(lua_State *L) {
+    char h[256] = "";
+    gethostname(h, sizeof h - 1);
+    lua_pushstring(L, h);
+    return 1;
+}
+static int c_self_exe(lua_State *L) { lua_pushstring(L, ld_self_exe()); return 1; }
+/* kill(pid, sig) -> true, or false when no such process */
+static int c_kill(lua_State *L) {
+    pid_t pid = (pid_t)luaL_checkinteger(L, 1);
+    if (pid <= 0) return luaL_argerror(L, 1, "a process id");
+    lua_pushboolean(L, kill(pid, signal_of(L, 2)) == 0);
+    return 1;
+}
+/* sleep(seconds), interruptible by Ctrl-C */
+static int c_sleep(lua_State *L) {
+    double s = luaL_checknumber(L, 1);
+    while (s > 0 && !ld_interrupt_flag) {
+        double d = s < 0.05 ? s : 0.05;
+        struct timespec ts = {(time_t)d, (long)((d - (time_t)d) * 1e9)};
+        nanosleep(&ts, NULL);
+        s -= d;
+    }
+    if (ld_interrupt_flag) return luaL_error(L, "interrupted");
+    return 0;
+}
+/* free_port(host) -> a port free now on host (bound to 0, then released) */
+static int c_free_port(lua_State *L) {
+    const char *host = luaL_optstring(L, 1, "127.0.0.1");
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0) return luaL_error(L, "socket: %s", strerror(errno));
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0) port = ntohs(a.sin_port);
+    close(s);
+    if (port < 0) return luaL_error(L, "no free port on %s", host);
+    lua_pushinteger(L, port);
+    return 1;
+}
+static int c_cores(lua_State *L) { lua_pushinteger(L, ld_cpu_cores()); return 1; }
+/* tensor_id(t) -> an integer naming the engine tensor (userdata differ, the tensor is one) */
+static int c_tensor_id(lua_State *L) { lua_pushinteger(L, (lua_Integer)(uintptr_t)lb_check_tensor(L, 1)); return 1; }
+/* mkdir_p(path): the directory and its parents (0755) */
+static int c_mkdir_p(lua_State *L) {
+    const char *p = luaL_checkstring(L, 1);
+    char buf[4096];
+    if (strlen(p) >= sizeof buf) return luaL_argerror(L, 1, "path too long");
+    strcpy(buf, p);
+    for (char *q = buf + 1; ; q++) {
+        if (*q == '/' || *q == 0) {
+            char c = *q;
+            *q = 0;
+            if (mkdir(buf, 0755) && errno != EEXIST) return luaL_error(L, "cannot create directory %s: %s", buf, strerror(errno));
+            *q = c;
+            if (!c) break;
+        }
+    }
+    return 0;
+}
+/* clear_interrupt(): a Ctrl-C that was handled must not stop the next wait */
+static int c_clear_interrupt(lua_State *L) { (void)L; ld_interrupt_flag = 0; return 0; }
+
+/* ================================================================ module */
+int lb_open_cluster(lua_State *L) {
+    static const luaL_Reg cm[] = {
+        {"rank", cl_rank}, {"size", cl_size}, {"peer_name", cl_peer_name}, {"peer_pid", cl_peer_pid},
+        {"check", cl_check}, {"all_reduce", cl_all_reduce}, {"broadcast", cl_broadcast},
+        {"broadcast_string", cl_broadcast_string}, {"barrier", cl_barrier}, {"send", cl_send}, {"recv", cl_recv},
+        {"stats", cl_stats}, {"nccl", cl_nccl}, {"close", cl_close}, {NULL, NULL}};
+    luaL_newmetatable(L, CLUSTER_MT);
+    luaL_newlib(L, cm);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, cl_close); lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, cl_close); lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, cl_tostring); lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+
+    static const luaL_Reg pm[] = {
+        {"poll", procs_poll}, {"pid", procs_pid}, {"alive", procs_alive}, {"running", procs_running},
+        {"count", procs_count}, {"signal", procs_signal}, {"close", procs_close}, {NULL, NULL}};
+    luaL_newmetatable(L, PROCS_MT);
+    luaL_newlib(L, pm);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, procs_close); lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+
+    luaL_newmetatable(L, NCCL_MT);
+    lua_newtable(L);
+    lua_pushcfunction(L, nccl_all_reduce); lua_setfield(L, -2, "all_reduce");
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, nccl_gc); lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+
+    static const luaL_Reg f[] = {
+        {"join", c_join}, {"procs_start", c_procs_start}, {"pack", c_pack}, {"unpack", c_unpack},
+        {"json_decode", c_json_decode}, {"json_encode", c_json_encode}, {"layer_config", c_layer_config},
+        {"loss_config", c_loss_config}, {"optimizer_config", c_optimizer_config},
+        {"optimizer_state", c_optimizer_state}, {"optimizer_set_state", c_optimizer_set_state},
+        {"random_hex", c_random_hex}, {"getpid", c_getpid}, {"hostname", c_hostname}, {"self_exe", c_self_exe},
+        {"kill", c_kill}, {"sleep", c_sleep}, {"free_port", c_free_port}, {"cores", c_cores},
+        {"tensor_id", c_tensor_id}, {"mkdir_p", c_mkdir_p}, {"clear_interrupt", c_clear_interrupt}, {NULL, NULL}};
+    luaL_newlib(L, f);
+    return 1;
+}

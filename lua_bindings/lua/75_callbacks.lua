@@ -1,0 +1,195 @@
+-- 75_callbacks.lua - callbacks.BackupAndRestore (Keras'
+-- tf.keras.callbacks.BackupAndRestore): model:fit saves the weights, the
+-- optimizer's state, the epoch and the step every epoch (or every N steps);
+-- a fit started again with the same callback (after a crash, a killed
+-- worker, a pre-empted job) resumes where the last save left off and ends
+-- with the weights an uninterrupted run would have had.
+--
+-- The checkpoint is one safetensors file, written to a temporary file and
+-- renamed (ld_save_safetensors), so a crash never leaves a torn one. Under
+-- MultiWorkerMirroredStrategy only the chief (rank 0) writes it; at a restart
+-- the chief reads it and broadcasts it, so the other workers need not see
+-- the same disk.
+--
+-- Resuming exactly: the weights and the optimizer (Adam's m, v and step) come
+-- back as they were; fit starts at the saved epoch (initial_epoch); the data
+-- set is started (and dropped) once per finished epoch, so a reshuffling
+-- dataset orders the resumed epoch as the original run did, and the batches
+-- already done in that epoch are skipped.
+local ldist = ...
+local callbacks, tensor, distribute = ldist.callbacks, ldist.tensor, ldist.distribute
+local C, lio = ldist._cluster, ldist.io
+local docs = ldist.docs
+if not callbacks or not C or not lio then return end
+
+local BR = { __name = "ldist.callbacks.BackupAndRestore" }
+BR.__index = BR
+BR.__tostring = function(b) return ("<BackupAndRestore in %s, every %s>"):format(b.dir, tostring(b.save_freq)) end
+
+-- callbacks.BackupAndRestore{dir=, save_freq="epoch"|N, delete_checkpoint=true, verbose=true}
+function callbacks.BackupAndRestore(opts)
+  if type(opts) == "string" then opts = { dir = opts } end
+  opts = opts or {}
+  local dir = opts.dir or opts.backup_dir
+  if type(dir) ~= "string" or dir == "" then error("bad argument #1 to 'BackupAndRestore' (dir= expected)", 2) end
+  local freq = opts.save_freq or "epoch"
+  if freq ~= "epoch" and not (math.tointeger(freq) and freq > 0) then
+    error("bad argument #1 to 'BackupAndRestore' (save_freq must be \"epoch\" or a positive number of steps)", 2)
+  end
+  return setmetatable({ dir = dir, save_freq = freq, delete_checkpoint = opts.delete_checkpoint ~= false,
+    verbose = opts.verbose ~= false, path = dir .. "/checkpoint.safetensors" }, BR)
+end
+
+-- what travels to LocalCluster workers (which run the callback there)
+function BR:_ship()
+  return { class = "BackupAndRestore", config = { dir = self.dir, save_freq = self.save_freq,
+    delete_checkpoint = self.delete_checkpoint, verbose = self.verbose } }
+end
+
+local function writer(s) return not (s and s._mw) or s._rank == 0 end
+
+function BR:_save(model, epoch, step)
+  local s = self._strategy
+  if not writer(s) then return end
+  C.mkdir_p(self.dir)
+  local vars = model.trainable_variables
+  local t = {}
+  for i, v in ipairs(vars) do t[("weight/%05d"):format(i)] = v end
+  local st = C.optimizer_state(model._optimizer, vars)
+  for i, sl in ipairs(st.slots) do
+    if sl[1] then t[("slot1/%05d"):format(i)] = sl[1] end
+    if sl[2] then t[("slot2/%05d"):format(i)] = sl[2] end
+  end
+  local shape = C.layer_config(model.layers[1]).input_shape
+  lio.save_safetensors(self.path, t, { format = "ldist-backup", epoch = epoch, step = step,
+    iterations = st.iterations, weights = #vars, input_shape = C.json_encode(shape) })
+end
+
+-- the checkpoint (rank 0 reads, every worker gets it), loaded into the model
+-- and its optimizer; {epoch=, step=} or nil when there is none
+function BR:_restore(model, s)
+  local found
+  if writer(s) then
+    local f = io.open(self.path, "rb")
+    if f then
+      f:close()
+      local tensors, meta = lio.load_safetensors(self.path)
+      found = { tensors = tensors, meta = meta }
+    end
+  end
+  if s and s._mw and s._size > 1 then
+    found = C.unpack(s._c:broadcast_string(s._rank == 0 and C.pack(found or false) or nil, 0)) or nil
+  end
+  if not found then return nil end
+  local meta, t = found.meta, found.tensors
+  if meta.format ~= "ldist-backup" then error(self.path .. " is not a BackupAndRestore checkpoint", 0) end
+  if not model.built then model:build(C.json_decode(meta.input_shape)) end
+  local vars = model.trainable_variables
+  if #vars ~= tonumber(meta.weights) then
+    error(("%s holds %s weights, the model has %d"):format(self.path, meta.weights, #vars), 0)
+  end
+  local slots = {}
+  for i, v in ipairs(vars) do
+    v:assign(t[("weight/%05d"):format(i)])
+    slots[i] = { t[("slot1/%05d"):format(i)], t[("slot2/%05d"):format(i)] }
+  end
+  C.optimizer_set_state(model._optimizer, vars, { iterations = math.tointeger(tonumber(meta.iterations)), slots = slots })
+  return { epoch = math.tointeger(tonumber(meta.epoch)), step = math.tointeger(tonumber(meta.step)) }
+end
+
+-- Steps done in the epoch are counted with the optimizer's step counter: fit
+-- may report a batch after it has issued the next one, and the checkpoint must
+-- say exactly how many updates its weights hold.
+function BR:on_epoch_begin(epoch, model)
+  self._epoch = epoch
+  local done = epoch == self._resume_epoch and (self._offset or 0) or 0
+  self._it0 = model._optimizer.iterations - done
+end
+function BR:on_train_batch_end(step, logs, model)
+  if self.save_freq == "epoch" then return end
+  local done = (self._offset or 0) + step
+  if self._it0 then done = model._optimizer.iterations - self._it0 end
+  if step % self.save_freq == 0 then self:_save(model, (self._epoch or 1) - 1, done) end
+end
+function BR:on_epoch_end(epoch, logs, model) self:_save(model, epoch, 0) end
+function BR:on_train_end(model)
+  if self.delete_checkpoint and writer(self._strategy) then os.remove(self.path) end
+end
+
+---------------------------------------------------------------- resuming inside model:fit
+-- A dataset that, on its first iteration, first starts (and drops) `burn`
+-- iterations, then skips `skip` batches; later iterations are the dataset's.
+local Resume = { __name = "ldist.ResumedDataset" }
+Resume.__index = Resume
+local function iterate(ds)
+  local f, st, c = ds:iter()
+  return function() local e = f(st, c); c = e; return e end
+end
+function Resume.__call(self, _, prev)
+  if prev == nil then
+    self._limit = nil
+    if not self._started then
+      self._started = true
+      for _ = 1, self.burn do
+        if self.ds._burn then self.ds:_burn()
+        else
+          local it = self.ds:iter()
+          if type(it) == "userdata" and it.close then it:close() end
+        end
+      end
+      self._next = iterate(self.ds)
+      for _ = 1, self.skip do if self._next() == nil then break end end
+      if self.steps_per_epoch then self._limit = self.steps_per_epoch - self.skip end
+    else
+      self._next = iterate(self.ds)
+    end
+  end
+  if self._limit then
+    if self._limit <= 0 then return nil end
+    self._limit = self._limit - 1
+  end
+  return self._next()
+end
+function Resume:cardinality() return self.ds.cardinality and self.ds:cardinality() or -2 end
+function Resume:iter() return iterate(self.ds) end
+
+local function as_dataset(x, y, opts)
+  if tensor.is_tensor(x) then
+    local ds = ldist.data.Dataset.from_tensor_slices(y and { x, y } or { x })
+    if opts.shuffle ~= false then ds = ds:shuffle(x.shape[1], { seed = opts.seed }) end
+    return ds:batch(opts.batch_size or 32)
+  end
+  return x
+end
+
+-- model:fit calls this first (70_multiworker.lua): restore, then start at the
+-- saved epoch and step.
+function callbacks._before_fit(model, x, y, opts, s)
+  local br
+  for _, cb in ipairs(opts.callbacks or {}) do if getmetatable(cb) == BR then br = cb end end
+  if not br then return x, y, opts end
+  br._strategy = s
+  br._offset, br._resume_epoch = 0, nil
+  local st
+  if s and s._mw and distribute.get_strategy() ~= s then st = s:scope(function() return br:_restore(model, s) end)
+  else st = br:_restore(model, s) end
+  if not st then return x, y, opts end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.initial_epoch = st.epoch
+  br._resume_epoch, br._offset = st.epoch + 1, st.step
+  if br.verbose and writer(s) then
+    print(("BackupAndRestore: resuming from %s at epoch %d, step %d"):format(br.path, st.epoch + 1, st.step))
+  end
+  local ds = setmetatable({ ds = as_dataset(x, y, opts), burn = st.epoch, skip = st.step,
+    steps_per_epoch = opts.steps_per_epoch }, Resume)
+  return ds, nil, o
+end
+
+docs[callbacks.BackupAndRestore] = "callbacks.BackupAndRestore{dir=, save_freq=\"epoch\"|N, delete_checkpoint=true}\n\n" ..
+  "Save the weights, the optimizer's state, the epoch and the step to DIR/checkpoint.safetensors\n" ..
+  "every epoch (or every N steps); a model:fit started again with it resumes from there, with the\n" ..
+  "weights an uninterrupted run would have had. Under MultiWorkerMirroredStrategy the chief writes\n" ..
+  "the file and sends it to the other workers at a restart. The file is deleted when fit completes\n" ..
+  "(delete_checkpoint=false keeps it)."
+docs["callbacks.BackupAndRestore"] = docs[callbacks.BackupAndRestore]

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Acceptance 1: 2 and 4 local processes (ldist launch) at global batch 40 give,
+# after 100 steps of SGD (momentum) and of Adam, the weights of one process at
+# batch 40, within float32 tolerance; every worker ends with the same weights.
+# Both the custom loop (strategy:run, reduce) and model:fit are checked.
+source "$(dirname "$0")/lib.sh"
+TOL=1e-5
+for opt in sgd adam; do
+  for mode in loop fit; do
+    ref=$T/$opt-$mode-1
+    if ! timeout 120 "$LDIST" tests/dist/equiv.lua $opt $mode "$ref" > "$ref.log" 2>&1; then
+      not_ok "$opt/$mode: one process trains"; show "$ref.log"; continue
+    fi
+    # the comparison means something: training moved the weights, the loss fell
+    moved=$(timeout 60 "$LDIST" -e "
+      local w = ldist.io.load_safetensors('$ref.0.safetensors')
+      local s = 0 for _, t in pairs(w) do s = s + t:abs():sum():item() end print(s)")
+    check "$opt/$mode: one process trains (loss falls, weights nonzero)" \
+      awk -v s="$moved" -v l="$(grep -o 'loss [0-9.]* -> [0-9.]*' "$ref.log")" \
+      'BEGIN { split(l, a, " "); exit !(s > 1 && a[4] < a[2]) }'
+    for k in 2 4; do
+      out=$T/$opt-$mode-$k
+      if ! timeout 120 "$LDIST" launch -n $k tests/dist/equiv.lua $opt $mode "$out" > "$out.log" 2>&1; then
+        not_ok "$opt/$mode: $k processes train"; show "$out.log"; continue
+      fi
+      d=$(maxdiff "$ref.0.safetensors" "$out.0.safetensors")
+      note "$opt/$mode: $k processes vs one: max |dw| = $d"
+      check "$opt/$mode: $k processes give one process's weights (max |dw| $d <= $TOL)" le "$d" $TOL
+      same=1
+      for ((r = 1; r < k; r++)); do
+        [ "$(maxdiff "$out.0.safetensors" "$out.$r.safetensors")" = 0 ] || same=0
+      done
+      check "$opt/$mode: the $k workers hold identical weights" test $same = 1
+      check "$opt/$mode: $k workers each applied 100 optimizer steps" \
+        test "$(grep -c "of $k: .* 100 optimizer steps" "$out.log")" = $k
+    done
+  done
+done
+finish
