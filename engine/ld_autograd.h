@@ -34,7 +34,7 @@ struct ld_node {
     int n_in;
     ld_tensor *in[LD_NODE_MAX_IN];          /* retained */
     ld_tensor *saved[LD_NODE_MAX_SAVED];    /* retained; op specific */
-    double args[6];                         /* op specific scalars */
+    double args[8];                         /* op specific scalars */
     int64_t out_shape[LD_MAX_DIMS];
     int out_ndim;
     uint64_t seq;                           /* creation order (topological) */

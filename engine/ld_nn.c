@@ -192,20 +192,6 @@ bad:;
     return ld_fail(LD_ESHAPE, "%s expects inputs of shape %s, got %s", l->name, want, ld_shape_str(x, b, sizeof b));
 }
 
-static ld_tensor *bias_act(ld_layer *l, ld_tensor *y) {
-    if (l->use_bias) {
-        ld_tensor *b = ld_add(y, ld_var(l->vars[1]));
-        ld_tensor_release(y);
-        if (!(y = b)) return NULL;
-    }
-    if (l->act != LD_ACT_NONE) {
-        ld_tensor *a = ld_activate(l->act, y);
-        ld_tensor_release(y);
-        y = a;
-    }
-    return y;
-}
-
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
     if (x->ndim < 1) { ld_fail(LD_ESHAPE, "%s needs a batch axis; got a scalar", l->name); return NULL; }
     if (!l->built && ld_layer_build(l, x->ndim - 1, x->shape + 1)) return NULL;
@@ -240,8 +226,22 @@ ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
     case LD_LAYER_DROPOUT:
         return training ? ld_dropout(x, l->rate, NULL) : ld_tensor_retain(x);
     case LD_LAYER_CONV2D: {
-        ld_tensor *y = ld_conv2d(x, ld_var(l->vars[0]), l->sh, l->sw, l->same_padding);
-        return y ? bias_act(l, y) : NULL;
+        /* im2col, then the fused dense op (bias and relu folded in), then NHWC */
+        int64_t oh, ow, k = (int64_t)l->kh * l->kw * x->shape[3];
+        ld_tensor *xf = x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32);
+        ld_tensor *col = xf ? ld_im2col(xf, l->kh, l->kw, l->sh, l->sw, l->same_padding, &oh, &ow) : NULL;
+        ld_tensor_release(xf);
+        int64_t w2s[2] = {k, l->filters};
+        ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
+        int relu = l->act == LD_ACT_RELU;
+        ld_tensor *y2 = w2 ? ld_linear(col, w2, l->use_bias ? ld_var(l->vars[1]) : NULL, relu) : NULL;
+        int64_t ys[4] = {x->shape[0], oh, ow, l->filters};
+        ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
+        ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+        if (!y || relu || l->act == LD_ACT_NONE) return y;
+        ld_tensor *a = ld_activate(l->act, y);
+        ld_tensor_release(y);
+        return a;
     }
     case LD_LAYER_MAXPOOL2D:
         return ld_maxpool2d(x, l->kh, l->kw, l->sh, l->sw);

@@ -626,6 +626,57 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
     return y;
 }
 
+/* Image patches as a differentiable op: col [N*OH*OW, KH*KW*C]; its gradient
+   is col2im. A convolution layer is then im2col -> the fused dense op (bias
+   written first, relu in place) -> reshape. */
+static int bw_im2col(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0];
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *dx = gc ? ld_tensor_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
+    if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                          (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2], (int64_t)nd->args[3],
+                          (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6], (int64_t)nd->args[7]);
+    ld_tensor_release(gc);
+    gi[0] = dx;
+    return dx ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh_out, int64_t *ow_out) {
+    char b1[64];
+    if (x->ndim != 4) { ld_fail(LD_ESHAPE, "conv2d needs NHWC input, got %s", ld_shape_str(x, b1, sizeof b1)); return NULL; }
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d kernel size and strides must be positive"); return NULL; }
+    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors"); return NULL; }
+    int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
+    if (same) {
+        oh = (h + sh - 1) / sh; ow = (wd + sw - 1) / sw;
+        int64_t th = (oh - 1) * sh + kh - h, tw = (ow - 1) * sw + kw - wd;
+        ph = th > 0 ? th / 2 : 0; pw = tw > 0 ? tw / 2 : 0;
+    } else {
+        if (h < kh || wd < kw) {
+            ld_fail(LD_ESHAPE, "conv2d: kernel %dx%d is larger than the %lldx%lld input (use padding=\"same\")",
+                    kh, kw, (long long)h, (long long)wd);
+            return NULL;
+        }
+        oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
+    }
+    ld_tensor *cx = contig(x);
+    if (!cx) return NULL;
+    int64_t cs[2] = {n * oh * ow, (int64_t)kh * kw * c};
+    ld_tensor *col = ld_tensor_empty(LD_F32, 2, cs, DEV(x));
+    if (col) {
+        BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(col, "im2col", bw_im2col, 1, in);
+        if (nd) {
+            double a[8] = {kh, kw, sh, sw, ph, pw, oh, ow};
+            for (int i = 0; i < 8; i++) nd->args[i] = a[i];
+        }
+    }
+    ld_tensor_release(cx);
+    *oh_out = oh; *ow_out = ow;
+    return col;
+}
+
 /* ================================================================ max pooling */
 static int bw_maxpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *arg = nd->saved[0];

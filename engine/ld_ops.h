@@ -52,6 +52,8 @@ ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */
 ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same_padding);
+/* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C]; differentiable (col2im). */
+ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh, int64_t *ow);
 ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
 /* Dropout: a mask drawn from rng, scaled by 1/(1-rate). */
 ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng);

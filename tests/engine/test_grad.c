@@ -99,6 +99,18 @@ static ld_tensor *f_view_ops(ld_tensor **in, void *ud) {
 }
 static ld_tensor *f_log_softmax(ld_tensor **in, void *ud) { return ld_log_softmax(in[0]); }
 static ld_tensor *f_conv(ld_tensor **in, void *ud) { int *c = ud; return ld_conv2d(in[0], in[1], c[0], c[0], c[1]); }
+/* a Conv2D layer's path: im2col -> fused dense with bias and relu -> NHWC */
+static ld_tensor *f_conv_layer(ld_tensor **in, void *ud) {
+    int64_t oh, ow;
+    ld_tensor *col = ld_im2col(in[0], 3, 3, 1, 1, 1, &oh, &ow);
+    int64_t w2s[2] = {3 * 3 * 2, 3};
+    ld_tensor *w2 = ld_reshape_op(in[1], 2, w2s);
+    ld_tensor *y2 = ld_linear(col, w2, in[2], 1);
+    int64_t ys[4] = {in[0]->shape[0], oh, ow, 3};
+    ld_tensor *y = ld_reshape_op(y2, 4, ys);
+    ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    return y;
+}
 static ld_tensor *f_pool(ld_tensor **in, void *ud) { return ld_maxpool2d(in[0], 2, 2, 2, 2); }
 static ld_tensor *f_reshape(ld_tensor **in, void *ud) { int64_t s[2] = {3, -1}; return ld_reshape_op(in[0], 2, s); }
 static ld_tensor *f_transpose(ld_tensor **in, void *ud) {
@@ -185,6 +197,9 @@ int main(void) {
     gradcheck("grad conv2d valid", f_conv, valid, 2, cv, yes, 3e-2);
     gradcheck("grad conv2d same", f_conv, same, 2, cv, yes, 3e-2);
     gradcheck("grad conv2d same stride 2", f_conv, stride2, 2, cv, yes, 3e-2);
+    int64_t b3[1] = {3};
+    ld_tensor *cl[3] = {cv[0], cv[1], rnd(1, b3, -0.5f, 0.5f)};
+    gradcheck("grad conv layer (im2col, dense with bias and relu)", f_conv_layer, NULL, 3, cl, yes, 3e-2);
     int64_t ps[4] = {2, 4, 4, 3};
     ld_tensor *pl[1] = {rnd(4, ps, -1, 1)};
     gradcheck("grad max_pool2d", f_pool, NULL, 1, pl, first, 2e-2);
