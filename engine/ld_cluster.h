@@ -163,4 +163,12 @@ int ld_optimizer_state_set(struct ld_optimizer *o, int64_t iterations, int n, ld
 /* Random bytes from the kernel (getrandom); LD_OK or LD_EIO. */
 int ld_random_bytes(void *buf, size_t n);
 
+
+/* ---- for ParameterServerStrategy (ld_cluster_ps.c) ----
+   ld_cluster_recv_any: ld_cluster_recv that keeps waiting when a member is
+   lost (only a lost leader ends it, at a member); the caller asks
+   ld_cluster_peer_state: 0 not joined, 1 joined, 2 lost, 3 left; -1 no such rank. */
+int ld_cluster_recv_any(ld_cluster *c, double timeout, int *from, char type[32], void **data, size_t *n);
+int ld_cluster_peer_state(ld_cluster *c, int r);
+
 #endif

@@ -25,7 +25,8 @@ static void usage(FILE *f) {
             "each gets TF_CONFIG (TensorFlow's cluster description) and a shared secret (LDIST_SECRET).\n"
             "  -n N          processes that train (default 2)\n"
             "  --chief       the first of them is the chief (TF's \"chief\" task); the rest are workers\n"
-            "  --ps M        M more processes of type \"ps\" (parameter servers)\n"
+            "  --ps M        M more processes of type \"ps\" (parameter servers); without --chief, one more\n"
+            "                process, the chief, coordinates (ParameterServerStrategy)\n"
             "  --host ADDR   the address to listen on (default 127.0.0.1: this machine only)\n"
             "  --port P      ports P, P+1, ... (default: free ports)\n"
             "  --timeout S   seconds before a collective that makes no progress fails (LDIST_TIMEOUT, default 30)\n"
@@ -121,6 +122,9 @@ int ld_launch_main(int argc, char **argv) {
         fprintf(stderr, "ldist launch: -n must be in 1..256 and --ps in 0..64\n");
         return 2;
     }
+    /* ParameterServerStrategy: with ps tasks and no --chief, a chief (TF's
+       coordinator, which runs the script's training loop) joins the N workers */
+    if (nps > 0 && !chief) { chief = 1; n++; }
     int total = n + nps;
 
     /* the cluster: addresses and types, in TF_CONFIG's order */

@@ -211,6 +211,32 @@ static int cl_recv(lua_State *L) {
     return 3;
 }
 
+/* c:recv_any(timeout) -> from, type, data | nil on timeout: recv that survives
+   lost members (ParameterServerStrategy); c:peer_state(r) -> "joined"|"lost"|"left"|"none" */
+static int cl_recv_any(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    double timeout = luaL_optnumber(L, 2, -1);
+    int from;
+    char type[32];
+    void *data;
+    size_t n;
+    int r = ld_cluster_recv_any(c, timeout, &from, type, &data, &n);
+    if (r < 0 && ld_error_status() == LD_EINTERRUPT) return 0;
+    if (r < 0) return luaL_error(L, "%s", ld_error());
+    if (r == 0) return 0;
+    lua_pushinteger(L, from);
+    lua_pushstring(L, type);
+    lua_pushlstring(L, data, n);
+    free(data);
+    return 3;
+}
+static int cl_peer_state(lua_State *L) {
+    static const char *const names[] = {"none", "joined", "lost", "left"};
+    int s = ld_cluster_peer_state(check_cluster(L, 1), (int)luaL_checkinteger(L, 2));
+    lua_pushstring(L, s < 0 ? "none" : names[s]);
+    return 1;
+}
+
 static int cl_stats(lua_State *L) {
     ld_cluster *c = check_cluster(L, 1);
     ld_cluster_stats s;
@@ -832,7 +858,7 @@ int lb_open_cluster(lua_State *L) {
         {"rank", cl_rank}, {"size", cl_size}, {"peer_name", cl_peer_name}, {"peer_pid", cl_peer_pid},
         {"check", cl_check}, {"all_reduce", cl_all_reduce}, {"broadcast", cl_broadcast},
         {"broadcast_string", cl_broadcast_string}, {"barrier", cl_barrier}, {"send", cl_send}, {"recv", cl_recv},
-        {"stats", cl_stats}, {"nccl", cl_nccl}, {"close", cl_close}, {NULL, NULL}};
+        {"stats", cl_stats}, {"recv_any", cl_recv_any}, {"peer_state", cl_peer_state}, {"nccl", cl_nccl}, {"close", cl_close}, {NULL, NULL}};
     luaL_newmetatable(L, CLUSTER_MT);
     luaL_newlib(L, cm);
     lua_setfield(L, -2, "__index");

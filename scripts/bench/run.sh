@@ -67,7 +67,7 @@ printf '%6s %12s %14s %10s\n' MB ms "busbw GB/s" "vs memcpy"
   printf '%6s %12.2f %14s %9.0f%%\n' "$mb" "$(awk -v s="$sec" 'BEGIN{print s*1000}')" "$bw" "$(awk -v b="$bw" -v m="$membw" 'BEGIN{print 100*b/m}')"
 done
 
-for extra in scripts/bench/multiworker.sh scripts/bench/startup.sh scripts/bench/kernel.py; do
+for extra in scripts/bench/multiworker.sh scripts/bench/ps.sh scripts/bench/startup.sh scripts/bench/kernel.py; do
   [ -f "$extra" ] || continue
   echo; echo "== $extra"
   case $extra in

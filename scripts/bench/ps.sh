@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# scripts/bench/ps.sh - ParameterServerStrategy (issue 8):
+#  1. pull and push throughput (MB/s) between the coordinator and one ps task
+#     (authenticated control plane, whole float32 tensors), 1-64 MB, best of 3;
+#  2. training samples/s (Fashion-MNIST MLP 784-128-10, Adam, batch 128, 1 ps)
+#     with 1, 2 and 4 workers (asynchronous: every step is one worker's batch).
+# Alone: bash scripts/bench/ps.sh; LDIST_BENCH_QUICK=1 shortens the training runs.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+steps=300; [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && steps=60
+echo "== ParameterServerStrategy: pull/push between the coordinator and a ps task (MB/s, best of 3)"
+printf '%6s %10s %10s\n' MB pull push
+./ldist scripts/bench/ps_bench.lua pushpull 2>/dev/null | while read -r mb pull push; do
+  printf '%6s %10s %10s\n' "$mb" "$pull" "$push"
+done
+echo "== ParameterServerStrategy: training samples/s (Fashion-MNIST MLP, batch 128, 1 ps, $steps steps; $(nproc) cores)"
+printf '%8s %12s\n' workers samples/s
+for w in 1 2 4; do
+  ./ldist scripts/bench/ps_bench.lua train $w $steps 2>/dev/null | while read -r n sps; do printf '%8s %12s\n' "$n" "$sps"; done
+done
