@@ -9,7 +9,8 @@ LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include
 BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
 CPPFLAGS+= -Iengine -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
-ENGINE_LIBS := $(BLAS_LIB) -lz -lm -lpthread -ldl
+# OpenBLAS is opened at run time, on the first product (engine/ld_cpu.c)
+ENGINE_LIBS := -lz -lm -lpthread -ldl
 LUA_LIB := -llua5.4
 APP_LIBS := -lreadline
 # the network half (Jupyter kernel, cluster control plane, ring all-reduce)

@@ -7,6 +7,7 @@
 #include "cuda/ld_cuda.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -384,6 +385,35 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
     }
 }
 
+/* OpenBLAS is opened on the first matrix product, not at start-up: loading
+   it (and its thread pool) costs ~4 ms, which a REPL start or a script that
+   never multiplies matrices should not pay. It runs single-threaded; the
+   CPU device's own pool splits the work (see the thread pool above). */
+typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
+                         const blasint, const blasint, const blasint, const float, const float *, const blasint,
+                         const float *, const blasint, const float, float *, const blasint);
+static sgemm_fn blas_sgemm_ptr;
+static char blas_error[512];
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_load(void) {
+    setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    const char *names[] = {"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+                           "libopenblas.so", "libblas.so.3"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) { snprintf(blas_error, sizeof blas_error, "cannot open OpenBLAS: %s", dlerror()); return; }
+    void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
+    if (set_threads) set_threads(1);
+    blas_sgemm_ptr = (sgemm_fn)dlsym(h, "cblas_sgemm");
+    if (!blas_sgemm_ptr) snprintf(blas_error, sizeof blas_error, "OpenBLAS has no cblas_sgemm");
+}
+
+static sgemm_fn blas_sgemm(void) {
+    pthread_once(&blas_once, blas_load);
+    return blas_sgemm_ptr;
+}
+
 static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                      int64_t ldc) {
@@ -393,7 +423,14 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
         return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+    sgemm_fn sgemm = blas_sgemm();
+    if (!sgemm) {   /* reported once; a product without BLAS cannot be computed */
+        static int told;
+        if (!told++) fprintf(stderr, "ldist: %s\n", blas_error);
+        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+        return;
+    }
+    sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
                 (blasint)ldc);
 }
@@ -821,7 +858,6 @@ void ld_device_free(ld_device *d, void *p, size_t nbytes) {
 
 void ld_cpu_set_threads(int n) {
     if (n < 1) n = 1;
-    openblas_set_num_threads(1);     /* the pool splits the work; see above */
     pthread_mutex_lock(&pool.mu);
     cpu_threads_wanted = n;
     pool.nthreads = n;

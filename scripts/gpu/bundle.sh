@@ -42,8 +42,16 @@ strip --strip-debug "$stage/bin/ldist" "$stage/bin/ldist_cuda.so" 2>/dev/null ||
 
 # ---- the shared libraries ldist needs, but not glibc's nor the C++ runtime's
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|libutil\.so|libstdc\+\+\.so|libgcc_s\.so)'
-ldd "$stage/bin/ldist" | awk '/=>/ { print $1, $3 }' | while read -r name path; do
+# ldist opens the network plugin and OpenBLAS at run time: carry them and what they need
+cp build/ldist_net.so "$stage/bin/ldist_net.so"
+blas=$(ldconfig -p | awk '/libopenblas\.so\.0 / { print $NF; exit }')
+[ -n "$blas" ] || { echo "bundle: libopenblas.so.0 not found"; exit 1; }
+cp -L "$blas" "$stage/lib/libopenblas.so.0"
+for bin in "$stage/bin/ldist" "$stage/bin/ldist_net.so" "$stage/lib/libopenblas.so.0"; do
+  ldd "$bin" | awk '/=>/ { print $1, $3 }'
+done | sort -u | while read -r name path; do
   [[ $name =~ $skip ]] && continue
+  [ -f "$stage/lib/$name" ] && continue
   [ -f "$path" ] || { echo "bundle: $name not found (ldd: $path)"; exit 1; }
   cp -L "$path" "$stage/lib/$name"
 done
