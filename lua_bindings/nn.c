@@ -173,17 +173,23 @@ static void read_training(lua_State *L, int idx, int *training) {
     else if (lua_isboolean(L, idx)) *training = lua_toboolean(L, idx);
 }
 
-static int layer_call(lua_State *L) {
-    ld_layer *l = check_layer(L, 1);
+/* layer(x, {training=}) and model(x, {training=}): x converted and anchored,
+   the forward run, its result pushed (or its error raised) */
+static int call_forward(lua_State *L, void *obj, ld_tensor *(*fwd)(void *, ld_tensor *, int)) {
     ld_tensor *x = lb_to_tensor(L, 2, LD_F32);
     lb_push_tensor(L, x, 0);
     int training;
     read_training(L, 3, &training);
-    ld_tensor *y = ld_layer_forward(l, x, training);
+    ld_tensor *y = fwd(obj, x, training);
     if (!y) return luaL_error(L, "%s", ld_error());
     lb_push_tensor(L, y, 0);
     return 1;
 }
+
+static ld_tensor *layer_fwd(void *l, ld_tensor *x, int t) { return ld_layer_forward(l, x, t); }
+static ld_tensor *model_fwd(void *m, ld_tensor *x, int t) { return ld_model_forward(m, x, t); }
+
+static int layer_call(lua_State *L) { return call_forward(L, check_layer(L, 1), layer_fwd); }
 
 static void push_vars(lua_State *L, ld_tensor **v, int n) {
     lua_createtable(L, n, 0);
@@ -266,17 +272,7 @@ static int nn_sequential(lua_State *L) {
 
 static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1); return 1; }
 
-static int model_call(lua_State *L) {
-    ld_model *m = check_model(L, 1);
-    ld_tensor *x = lb_to_tensor(L, 2, LD_F32);
-    lb_push_tensor(L, x, 0);
-    int training;
-    read_training(L, 3, &training);
-    ld_tensor *y = ld_model_forward(m, x, training);
-    if (!y) return luaL_error(L, "%s", ld_error());
-    lb_push_tensor(L, y, 0);
-    return 1;
-}
+static int model_call(lua_State *L) { return call_forward(L, check_model(L, 1), model_fwd); }
 
 static int model_vars(lua_State *L, ld_model *m) {
     int n = ld_model_variables(m, NULL, 0);
@@ -310,56 +306,15 @@ static int model_summary_text(lua_State *L) {
 
 static ld_loss *check_loss(lua_State *L, int i) { return luaL_checkudata(L, i, LOSS_MT); }
 
-/* model:train_step(x, y, loss, optimizer) -> loss value, predictions
-   One step in C: forward under a tape, loss, backward, update. */
-static int model_train_step(lua_State *L) {
-    ld_model *m = check_model(L, 1);
-    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
-    ld_loss *loss = check_loss(L, 4);
-    ld_optimizer *opt = lb_check_optimizer(L, 5);
-    ld_tape *tape = ld_tape_new(0);
-    if (!tape) return lb_engine_error(L, 0);
-    ld_tape_push(tape);
-    ld_tensor *pred = ld_model_forward(m, x, 1);
-    ld_tensor *lv = pred ? ld_loss_compute(loss, y, pred) : NULL;
-    ld_tape_pop(tape);
-    int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
-    ld_tensor *vstack[64], *gstack[64];
-    ld_tensor **vars = n <= 64 ? vstack : malloc(sizeof *vars * (size_t)n);
-    ld_tensor **grads = n <= 64 ? gstack : malloc(sizeof *grads * (size_t)n);
-    double value = 0;
-    if (!st && (!vars || !grads)) st = ld_fail(LD_ENOMEM, "out of memory");
-    if (!st) {
-        ld_model_variables(m, vars, n);
-        st = ld_tape_gradient(tape, lv, n, vars, grads);
-        if (!st) {
-            ld_tensor_item(lv, &value);
-            st = ld_optimizer_apply(opt, n, grads, vars);
-            for (int i = 0; i < n; i++) ld_tensor_release(grads[i]);
-        }
-    }
-    if (vars != vstack) free(vars);
-    if (grads != gstack) free(grads);
-    ld_tensor_release(lv);
-    ld_tape_free(tape);
-    if (st) { ld_tensor_release(pred); return luaL_error(L, "%s", ld_error()); }
-    lua_pushnumber(L, value);
-    /* predictions without their graph: the metrics only read them */
-    if (pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
-    lb_push_tensor(L, pred, 0);
-    return 2;
-}
+/* The forward and backward half of a step, shared by train_step and _grads:
+   forward under a tape, loss, gradients of every trainable variable. Raises
+   on failure. On return vars/grads point into a userdata left on the stack
+   (grads are new references), and lv/pred are cut from their graphs. */
+typedef struct { int n; ld_tensor **vars, **grads, *lv, *pred; } step_result;
 
-/* model:_grads(x, y, loss) -> loss tensor, gradients (table), predictions
-   The forward and backward half of a training step, for strategies that
-   reduce gradients across replicas before applying them. Nothing here waits
-   for the device: the values are queued on a logical device's executor. */
-static int model_grads(lua_State *L) {
-    ld_model *m = check_model(L, 1);
-    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
-    ld_loss *loss = check_loss(L, 4);
+static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor *y, ld_loss *loss, step_result *r) {
     ld_tape *tape = ld_tape_new(0);
-    if (!tape) return lb_engine_error(L, 0);
+    if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
     ld_tensor *pred = ld_model_forward(m, x, 1);
     ld_tensor *lv = pred ? ld_loss_compute(loss, y, pred) : NULL;
@@ -372,13 +327,47 @@ static int model_grads(lua_State *L) {
         st = ld_tape_gradient(tape, lv, n, vars, grads);
     }
     ld_tape_free(tape);
-    if (st) { ld_tensor_release(lv); ld_tensor_release(pred); return luaL_error(L, "%s", ld_error()); }
+    if (st) { ld_tensor_release(lv); ld_tensor_release(pred); luaL_error(L, "%s", ld_error()); return; }
+    /* the values without their graphs: callers only read them */
     if (lv->grad_fn) { ld_node_release(lv->grad_fn); lv->grad_fn = NULL; }
     if (pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
-    lb_push_tensor(L, lv, 0);
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) { lb_push_tensor(L, grads[i], 0); lua_rawseti(L, -2, i + 1); }
-    lb_push_tensor(L, pred, 0);
+    *r = (step_result){n, vars, grads, lv, pred};
+}
+
+/* model:train_step(x, y, loss, optimizer) -> loss value, predictions
+   One step in C: forward under a tape, loss, backward, update. */
+static int model_train_step(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
+    ld_loss *loss = check_loss(L, 4);
+    ld_optimizer *opt = lb_check_optimizer(L, 5);
+    step_result r;
+    forward_backward(L, m, x, y, loss, &r);
+    double value = 0;
+    int st = ld_tensor_item(r.lv, &value);
+    if (!st) st = ld_optimizer_apply(opt, r.n, r.grads, r.vars);
+    for (int i = 0; i < r.n; i++) ld_tensor_release(r.grads[i]);
+    ld_tensor_release(r.lv);
+    if (st) { ld_tensor_release(r.pred); return luaL_error(L, "%s", ld_error()); }
+    lua_pushnumber(L, value);
+    lb_push_tensor(L, r.pred, 0);
+    return 2;
+}
+
+/* model:_grads(x, y, loss) -> loss tensor, gradients (table), predictions
+   The forward and backward half of a training step, for strategies that
+   reduce gradients across replicas before applying them. Nothing here waits
+   for the device: the values are queued on a logical device's executor. */
+static int model_grads(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
+    ld_loss *loss = check_loss(L, 4);
+    step_result r;
+    forward_backward(L, m, x, y, loss, &r);
+    lb_push_tensor(L, r.lv, 0);
+    lua_createtable(L, r.n, 0);
+    for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }
+    lb_push_tensor(L, r.pred, 0);
     return 3;
 }
 
