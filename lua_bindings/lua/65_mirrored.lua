@@ -271,6 +271,8 @@ function Mirrored:run(fn, ...)
   for r = 0, n - 1 do cos[r] = coroutine.create(fn); resume[r] = args_for(r) end
   C.mirror_devices(self.devices)
   C.host_async(true)     -- cpu:0 queues too: the Lua thread only issues
+  local prev_active = Mirrored._active
+  Mirrored._active = self
   local ok, err = pcall(function()
     while true do
       local requests, nreq = {}, 0
@@ -313,6 +315,7 @@ function Mirrored:run(fn, ...)
   end)
   C.set_replica(nil)
   C.host_async(false)
+  Mirrored._active = prev_active
   if self._depth == 0 then C.mirror_devices(nil) end
   if not ok then error(err, 2) end
   -- PerReplica results (each return value separately)
@@ -349,30 +352,14 @@ function ReplicaContext:all_gather(value, axis)
   return single and out[1] or out
 end
 
+-- Inside run, the replica context belongs to the strategy running it
+-- (Mirrored._active, set by run), whether or not its scope is open.
 local default_get_replica_context = distribute.get_replica_context
 function distribute.get_replica_context()
   local id, n = C.replica()
   if id == nil then return default_get_replica_context() end
-  local s = distribute.get_strategy()
-  if getmetatable(s) ~= Mirrored then s = s._running or s end
+  local s = Mirrored._active or distribute.get_strategy()
   return setmetatable({ replica_id_in_sync_group = id, num_replicas_in_sync = n, strategy = s }, ReplicaContext)
-end
-
--- which strategy is running a replica now (for get_replica_context inside run)
-local running_run = Mirrored.run
-function Mirrored:run(fn, ...)
-  local prev = Mirrored._active
-  Mirrored._active = self
-  local res = table.pack(pcall(running_run, self, fn, ...))
-  Mirrored._active = prev
-  if not res[1] then error(res[2], 2) end
-  return table.unpack(res, 2, res.n)
-end
-local get_rc = distribute.get_replica_context
-function distribute.get_replica_context()
-  local rc = get_rc()
-  if Mirrored._active and C.replica() ~= nil then rc.strategy = Mirrored._active end
-  return rc
 end
 
 -- optimizer:apply_gradients inside a replica: sum the gradients over the
