@@ -11,6 +11,7 @@
 #include <string.h>
 
 int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_tensor **s1, ld_tensor **s2) {
+    if (ld_optimizer_consolidate(o)) return ld_error_status();
     for (int i = 0; i < n; i++) {
         s1[i] = s2[i] = NULL;
         for (int k = 0; k < o->n_slots; k++)
@@ -37,6 +38,7 @@ static int copy_slot(ld_tensor **dst, ld_tensor *src, ld_tensor *var, int i, con
 
 int ld_optimizer_state_set(ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars, ld_tensor *const *s1,
                            ld_tensor *const *s2) {
+    if (ld_optimizer_consolidate(o)) return ld_error_status();
     for (int i = 0; i < n; i++) {
         if (!s1[i] && !s2[i]) continue;
         ld_slot *s = NULL;

@@ -12,6 +12,7 @@
  * with it. Only a consumer that wants single elements makes row tensors.
  */
 #include "ld_data.h"
+#include "ld_executor.h"
 #include "ld_device.h"
 
 #include <errno.h>
@@ -127,9 +128,12 @@ ld_dataset *ld_dataset_from_tensor_slices(int n, ld_tensor *const *ts) {
         }
     ld_dataset *d = node_new(DS_SLICES, NULL);
     if (!d) return NULL;
+    /* The sources are read without waiting for their device from here on
+       (batches are gathered while the devices compute): wait once now. */
     for (int i = 0; i < n; i++) {
         if (!(d->src[i] = host_contiguous(ts[i]))) { ld_dataset_release(d); return NULL; }
         d->n_src++;
+        ld_device_synchronize(d->src[i]->storage->device);
     }
     d->rows = ts[0]->shape[0];
     return d;
@@ -363,7 +367,7 @@ static int source_row(const ld_dataset *s, int64_t row, ld_element *out) {
         int64_t v = s->start + row * s->step;
         ld_tensor *t = ld_tensor_empty(LD_I64, 0, NULL, NULL);
         if (!t) return -1;
-        *(int64_t *)ld_tensor_data(t) = v;
+        *(int64_t *)ld_tensor_data_unsynced(t) = v;
         out->t[out->n++] = t;
         return 1;
     }
@@ -372,7 +376,7 @@ static int source_row(const ld_dataset *s, int64_t row, ld_element *out) {
         ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim - 1, src->shape + 1, NULL);
         if (!t) { ld_element_clear(out); return -1; }
         size_t rb = row_bytes(src);
-        if (rb) memcpy(ld_tensor_data(t), (const char *)ld_tensor_data(src) + (size_t)row * rb, rb);
+        if (rb) memcpy(ld_tensor_data_unsynced(t), (const char *)ld_tensor_data_unsynced(src) + (size_t)row * rb, rb);
         out->t[out->n++] = t;
     }
     return 1;
@@ -384,7 +388,7 @@ static int source_gather(const ld_dataset *s, const int64_t *rows, int64_t k, ld
     if (s->kind == DS_RANGE) {
         ld_tensor *t = ld_tensor_empty(LD_I64, 1, &k, NULL);
         if (!t) return -1;
-        int64_t *p = ld_tensor_data(t);
+        int64_t *p = ld_tensor_data_unsynced(t);
         for (int64_t i = 0; i < k; i++) p[i] = s->start + rows[i] * s->step;
         out->t[out->n++] = t;
         return 1;
@@ -397,8 +401,8 @@ static int source_gather(const ld_dataset *s, const int64_t *rows, int64_t k, ld
         ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim, shape, NULL);
         if (!t) { ld_element_clear(out); return -1; }
         size_t rb = row_bytes(src);
-        char *dst = ld_tensor_data(t);
-        const char *base = ld_tensor_data(src);
+        char *dst = ld_tensor_data_unsynced(t);
+        const char *base = ld_tensor_data_unsynced(src);
         /* one memcpy per run of consecutive rows */
         for (int64_t i = 0; i < k && rb;) {
             int64_t j = i + 1;
@@ -526,7 +530,7 @@ static int stack_elements(ld_element *els, int64_t k, ld_element *out) {
         if (!t) { ld_element_clear(out); return -1; }
         out->t[out->n++] = t;
         size_t eb = (size_t)ld_tensor_numel(a) * ld_dtype_size(a->dtype);
-        char *dst = ld_tensor_data(t);
+        char *dst = ld_tensor_data_unsynced(t);
         for (int64_t i = 0; i < k && eb; i++) {
             ld_tensor *h = host_contiguous(els[i].t[c]);
             if (!h) { ld_element_clear(out); return -1; }

@@ -24,6 +24,7 @@
 
 typedef struct task {
     struct task *next;
+    uint64_t seq;             /* its position in the queue (fences) */
     void (*run)(struct task *t, ld_device *d);
     int kind;                 /* LD_SPAN_* for the trace */
     unsigned char args[];     /* the kernel's arguments, copied */
@@ -32,9 +33,11 @@ typedef struct task {
 typedef struct executor {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t work, idle;
+    pthread_cond_t work, idle, progress;
     task *head, *tail;
     int busy, stop;
+    uint64_t submitted, completed;   /* positions: the last task queued, the last run */
+    int fence_waiters;
     ld_device *dev;
     /* trace */
     int tracing;
@@ -70,7 +73,7 @@ static void record_span(executor *e, int kind, double t0, double t1) {
 /* the host device runs kernels inline: its spans are recorded by whoever
    runs work for it (the strategy), into this executor-less record */
 static executor host_trace = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
-                              .idle = PTHREAD_COND_INITIALIZER};
+                              .idle = PTHREAD_COND_INITIALIZER, .progress = PTHREAD_COND_INITIALIZER};
 static int host_thread_started;
 
 static executor *trace_of(ld_device *d) {
@@ -98,14 +101,18 @@ static void *executor_main(void *arg) {
         if (!e->head) e->tail = NULL;
         e->busy = 1;
         pthread_mutex_unlock(&e->mu);
-        double t0 = e->tracing ? now_s() : 0;
+        int tracing = e->tracing;   /* read once: tracing may be switched on meanwhile */
+        double t0 = tracing ? now_s() : 0;
         t->run(t, e->dev);
-        double t1 = e->tracing ? now_s() : 0;
+        double t1 = tracing ? now_s() : 0;
         int kind = t->kind;
+        uint64_t seq = t->seq;
         free(t);
         pthread_mutex_lock(&e->mu);
-        if (kind != LD_SPAN_NONE) record_span(e, kind, t0, t1);
+        if (kind != LD_SPAN_NONE && tracing) record_span(e, kind, t0, t1);
         e->busy = 0;
+        e->completed = seq;
+        if (e->fence_waiters) pthread_cond_broadcast(&e->progress);
         if (!e->head) pthread_cond_broadcast(&e->idle);
     }
     pthread_mutex_unlock(&e->mu);
@@ -124,6 +131,7 @@ static task *task_new(size_t argsz, void (*run)(task *, ld_device *)) {
 static void submit(ld_device *d, task *t) {
     executor *e = d->impl;
     pthread_mutex_lock(&e->mu);
+    t->seq = ++e->submitted;
     if (e->tail) e->tail->next = t; else e->head = t;
     e->tail = t;
     pthread_cond_signal(&e->work);
@@ -147,6 +155,54 @@ static void exec_sync(ld_device *d) {
     pthread_mutex_lock(&e->mu);
     while (e->head || e->busy) pthread_cond_wait(&e->idle, &e->mu);
     pthread_mutex_unlock(&e->mu);
+}
+
+uint64_t ld_device_fence(ld_device *d) {
+    if (!ld_device_is_async(d)) return 0;
+    executor *e = d->impl;
+    pthread_mutex_lock(&e->mu);
+    uint64_t f = e->submitted;
+    pthread_mutex_unlock(&e->mu);
+    return f;
+}
+
+void ld_device_wait_fence(ld_device *d, uint64_t f) {
+    if (!f) return;
+    if (!ld_device_is_async(d)) { ld_device_synchronize(d); return; }
+    executor *e = d->impl;
+    pthread_mutex_lock(&e->mu);
+    e->fence_waiters++;
+    while (e->completed < f) pthread_cond_wait(&e->progress, &e->mu);
+    e->fence_waiters--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+typedef struct { void (*fn)(void *, ld_device *); void *ctx; ld_device *src; uint64_t fence; } after_a;
+static void run_after(task *t, ld_device *dev) {
+    after_a *a = (after_a *)t->args;
+    executor *e = dev->impl;
+    int tracing = e->tracing;
+    double t0 = tracing ? now_s() : 0;
+    ld_device_wait_fence(a->src, a->fence);
+    double t1 = tracing ? now_s() : 0;
+    a->fn(a->ctx, dev);
+    if (tracing) {
+        if (t1 - t0 > 5e-6) ld_executor_record(dev, LD_SPAN_WAIT, t0, t1);
+        ld_executor_record(dev, LD_SPAN_COMPUTE, t1, now_s());
+    }
+}
+
+void ld_executor_submit_after(ld_device *d, ld_device *src, uint64_t fence, void (*fn)(void *ctx, ld_device *d),
+                              void *ctx) {
+    if (!ld_device_is_async(d) || d == src) {
+        if (d != src) ld_device_wait_fence(src, fence);
+        ld_executor_submit(d, fn, ctx, LD_SPAN_COMPUTE);
+        return;
+    }
+    task *t = task_new(sizeof(after_a), run_after);
+    t->kind = LD_SPAN_NONE;   /* run_after records its wait and its work itself */
+    *(after_a *)t->args = (after_a){fn, ctx, src, fence};
+    submit(d, t);
 }
 
 int ld_device_is_async(const ld_device *d) { return d->kind == LD_DEV_CPU && d->impl != NULL; }
@@ -363,6 +419,7 @@ int ld_cpu_devices(int n) {
         pthread_mutex_init(&e->mu, NULL);
         pthread_cond_init(&e->work, NULL);
         pthread_cond_init(&e->idle, NULL);
+        pthread_cond_init(&e->progress, NULL);
         if (pthread_create(&e->thread, NULL, executor_main, e) != 0) {
             free(d); free(e);
             return ld_fail(LD_EDEVICE, "cannot start the executor thread of cpu:%d", i);

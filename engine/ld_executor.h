@@ -15,6 +15,8 @@
 
 #include "ld_device.h"
 
+#include <stdint.h>
+
 #define LD_MAX_LOGICAL 64
 
 /* Grow the CPU to n logical devices (cpu:0 .. cpu:n-1); cores are shared out. */
@@ -26,6 +28,18 @@ int ld_device_is_async(const ld_device *d);
 int ld_host_async(int on);
 /* Wait until every kernel queued on d has run. */
 void ld_device_synchronize(ld_device *d);
+/* Fences: a position in a device's queue, like a CUDA event. The fence of a
+   device is the position after every kernel queued on it so far (0 on a
+   synchronous device); waiting for it waits for those kernels only, not for
+   what is queued later. */
+uint64_t ld_device_fence(ld_device *d);
+void ld_device_wait_fence(ld_device *d, uint64_t fence);
+/* Queue fn(ctx, d) on d to run once src has run its kernels up to `fence`
+   (d's executor waits, recorded as a wait span); on a synchronous d, wait
+   and run it now. The order of fences taken by one issuing thread can never
+   deadlock: a wait only refers to work queued before it. */
+void ld_executor_submit_after(ld_device *d, ld_device *src, uint64_t fence, void (*fn)(void *ctx, ld_device *d),
+                              void *ctx);
 /* Queue fn(ctx, d) on d's executor (or run it now on the host device). */
 void ld_executor_submit(ld_device *d, void (*fn)(void *ctx, ld_device *d), void *ctx, int span_kind);
 

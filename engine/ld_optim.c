@@ -45,8 +45,11 @@ ld_optimizer *ld_optimizer_new(ld_opt_kind kind) {
     return o;
 }
 
+static void plan_free(struct ld_shard_plan *p);
+
 void ld_optimizer_free(ld_optimizer *o) {
     if (!o) return;
+    plan_free(o->shard);
     for (int i = 0; i < o->n_slots; i++) {
         ld_tensor_release(o->slots[i].var);
         ld_tensor_release(o->slots[i].s1);
@@ -86,12 +89,43 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
        with the same (all-reduced) gradients; the step counts once, when the
        last replica (replica 0, issued last) applies. */
     const ld_replica_ctx *rc = ld_replica_get();
+    if (o->shard && ld_optimizer_consolidate(o)) return ld_error_status();
     ld_tensor *vsmall[64], **vars = n <= 64 ? vsmall : malloc(sizeof *vars * (size_t)n);
     if (!vars) return ld_fail(LD_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) vars[i] = ld_var(vars_in[i]);
     int st = apply_resolved(o, n, grads, vars, !rc || rc->id == 0);
     if (vars != vsmall) free(vars);
     return st;
+}
+
+/* one step's update rule, with its hyperparameters fixed */
+typedef struct {
+    ld_opt_kind kind;
+    float lr, momentum, beta1, beta2, epsilon, rho, weight_decay;
+    int nesterov;
+    int64_t step;
+} rule_t;
+
+static rule_t rule_of(const ld_optimizer *o, float lr, int64_t step) {
+    return (rule_t){o->kind, lr, o->momentum, o->beta1, o->beta2, o->epsilon, o->rho, o->weight_decay, o->nesterov, step};
+}
+
+static void run_rule(const rule_t *u, const ld_backend *be, ld_device *d, float *w, float *s1, float *s2,
+                     const float *g, int64_t m) {
+    switch (u->kind) {
+    case LD_OPT_SGD:
+        be->sgd_update(d, w, u->momentum != 0 ? s1 : NULL, g, m, u->lr, u->momentum, u->nesterov, u->weight_decay);
+        break;
+    case LD_OPT_ADAM:
+        be->adam_update(d, w, s1, s2, g, m, u->lr, u->beta1, u->beta2, u->epsilon, u->step, u->weight_decay, 0);
+        break;
+    case LD_OPT_ADAMW:
+        be->adam_update(d, w, s1, s2, g, m, u->lr, u->beta1, u->beta2, u->epsilon, u->step, u->weight_decay, 1);
+        break;
+    case LD_OPT_RMSPROP:
+        be->rmsprop_update(d, w, s1, u->momentum != 0 ? s2 : NULL, g, m, u->lr, u->rho, u->momentum, u->epsilon);
+        break;
+    }
 }
 
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit) {
@@ -142,25 +176,132 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
         }
         ld_tensor *v = vars[i];
         ld_device *d = v->storage->device;
-        const ld_backend *be = d->backend;
         float *w = (float *)v->storage->data + v->offset, *gp = (float *)g->storage->data + g->offset;
         float *s1 = s->s1 ? (float *)s->s1->storage->data : NULL, *s2 = s->s2 ? (float *)s->s2->storage->data : NULL;
-        int64_t m = ld_tensor_numel(v);
-        switch (o->kind) {
-        case LD_OPT_SGD:
-            be->sgd_update(d, w, o->momentum != 0 ? s1 : NULL, gp, m, lr, o->momentum, o->nesterov, o->weight_decay);
-            break;
-        case LD_OPT_ADAM:
-            be->adam_update(d, w, s1, s2, gp, m, lr, o->beta1, o->beta2, o->epsilon, step, o->weight_decay, 0);
-            break;
-        case LD_OPT_ADAMW:
-            be->adam_update(d, w, s1, s2, gp, m, lr, o->beta1, o->beta2, o->epsilon, step, o->weight_decay, 1);
-            break;
-        case LD_OPT_RMSPROP:
-            be->rmsprop_update(d, w, s1, o->momentum != 0 ? s2 : NULL, gp, m, lr, o->rho, o->momentum, o->epsilon);
-            break;
-        }
+        rule_t u = rule_of(o, lr, step);
+        run_rule(&u, d->backend, d, w, s1, s2, gp, ld_tensor_numel(v));
         ld_tensor_release(g);
+    }
+    return LD_OK;
+}
+
+/* ================================================================ sharded steps */
+struct ld_shard_plan {
+    int n, k;
+    ld_tensor **vars;          /* [k] the mirrored variables, retained */
+    int64_t lo[LD_MAX_LOGICAL], hi[LD_MAX_LOGICAL];   /* replica r's slice of their concatenation */
+};
+
+static void plan_free(struct ld_shard_plan *p) {
+    if (!p) return;
+    for (int i = 0; i < p->k; i++) ld_tensor_release(p->vars[i]);
+    free(p->vars);
+    free(p);
+}
+
+static ld_slot *slot_find(ld_optimizer *o, ld_tensor *var) {
+    for (int i = 0; i < o->n_slots; i++) if (o->slots[i].var == var) return &o->slots[i];
+    return NULL;
+}
+
+int ld_optimizer_consolidate(ld_optimizer *o) {
+    struct ld_shard_plan *p = o->shard;
+    if (!p) return LD_OK;
+    o->shard = NULL;
+    for (int i = 0; i < p->k; i++)
+        for (int r = 0; r < p->n; r++) ld_device_synchronize(ld_mirror_copy(p->vars[i], r)->storage->device);
+    for (int owner = 0; owner < p->n; owner++) {
+        int64_t lo = p->lo[owner], hi = p->hi[owner], base = 0;
+        for (int i = 0; i < p->k; i++) {
+            int64_t len = ld_tensor_numel(p->vars[i]);
+            int64_t a = lo > base ? lo - base : 0, b = hi - base < len ? hi - base : len;
+            base += len;
+            if (a >= b) continue;
+            ld_slot *src = slot_find(o, ld_mirror_copy(p->vars[i], owner));
+            for (int q = 0; q < p->n && src; q++) {
+                ld_slot *dst = q == owner ? NULL : slot_find(o, ld_mirror_copy(p->vars[i], q));
+                if (!dst) continue;
+                size_t nb = (size_t)(b - a) * sizeof(float);
+                if (src->s1 && dst->s1) memcpy((float *)dst->s1->storage->data + a, (float *)src->s1->storage->data + a, nb);
+                if (src->s2 && dst->s2) memcpy((float *)dst->s2->storage->data + a, (float *)src->s2->storage->data + a, nb);
+            }
+        }
+    }
+    plan_free(p);
+    return LD_OK;
+}
+
+typedef struct {
+    rule_t rule;
+    int k;
+    float **w, **s1, **s2, **g;   /* [n*k] */
+} shard_ctx;
+
+static void shard_update(void *ctx, int r, int i, int64_t a, int64_t b, ld_device *d) {
+    shard_ctx *x = ctx;
+    int j = r * x->k + i;
+    run_rule(&x->rule, ld_cpu_backend(), d, x->w[j] + a, x->s1[j] ? x->s1[j] + a : NULL, x->s2[j] ? x->s2[j] + a : NULL,
+             x->g[j] + a, b - a);
+}
+static void shard_free(void *ctx) {
+    shard_ctx *x = ctx;
+    free(x->w);
+    free(x);
+}
+
+int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *const *grads, ld_tensor *const *vars) {
+    int n = ld_comm_size(c);
+    if (o->clipnorm > 0 || n < 2 || k < 1) return -1;
+    for (int r = 0; r < n; r++)
+        if (ld_comm_device(c, r)->kind != LD_DEV_CPU) return -1;
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) {
+        if (!vars[i] || ld_mirror_count(vars[i]) != n) return -1;
+        for (int r = 0; r < n; r++) {
+            ld_tensor *w = ld_mirror_copy(vars[i], r), *g = grads[r * k + i];
+            if (!g || w->storage->device != ld_comm_device(c, r) || !ld_tensor_is_contiguous(w) || w->dtype != LD_F32)
+                return -1;
+        }
+        total += ld_tensor_numel(vars[i]);
+    }
+    /* a step over other variables (or another replica count) first makes the slots whole */
+    struct ld_shard_plan *p = o->shard;
+    int same = p && p->n == n && p->k == k;
+    for (int i = 0; same && i < k; i++) same = p->vars[i] == vars[i];
+    if (p && !same && ld_optimizer_consolidate(o)) return ld_error_status();
+    shard_ctx *x = calloc(1, sizeof *x);
+    float **arr = x ? calloc((size_t)(4 * n * k), sizeof *arr) : NULL;
+    if (!arr) { free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
+    x->k = k;
+    x->w = arr; x->s1 = arr + n * k; x->s2 = arr + 2 * n * k; x->g = arr + 3 * n * k;
+    ld_tensor **outs = malloc(sizeof *outs * (size_t)(n * k));
+    if (!outs) { shard_free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
+    for (int i = 0; i < k; i++)
+        for (int r = 0; r < n; r++) {
+            int j = r * k + i;
+            ld_tensor *w = ld_mirror_copy(vars[i], r);
+            ld_slot *s = slot_for(o, w);
+            if (!s) { free(outs); shard_free(x); return ld_error_status(); }
+            outs[j] = w;
+            x->w[j] = (float *)w->storage->data + w->offset;
+            x->s1[j] = s->s1 ? (float *)s->s1->storage->data : NULL;
+            x->s2[j] = s->s2 ? (float *)s->s2->storage->data : NULL;
+            x->g[j] = (float *)grads[j]->storage->data + grads[j]->offset;
+        }
+    int64_t step = o->iterations + 1;
+    x->rule = rule_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);
+    int st = ld_comm_reduce_scatter_update(c, k, grads, outs, 0, shard_update, x, shard_free);
+    free(outs);
+    if (st) return st;
+    o->iterations = step;
+    if (!same) {
+        p = calloc(1, sizeof *p);
+        ld_tensor **vs = p ? malloc(sizeof *vs * (size_t)k) : NULL;
+        if (!vs) { free(p); return ld_fail(LD_ENOMEM, "out of memory"); }
+        p->n = n; p->k = k; p->vars = vs;
+        for (int r = 0; r < n; r++) ld_comm_slice(c, r, total, &p->lo[r], &p->hi[r]);
+        for (int i = 0; i < k; i++) vs[i] = ld_tensor_retain(vars[i]);
+        o->shard = p;
     }
     return LD_OK;
 }

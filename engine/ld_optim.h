@@ -42,6 +42,7 @@ typedef struct ld_optimizer {
     int64_t iterations;      /* steps applied */
     int n_slots, cap_slots;
     ld_slot *slots;
+    struct ld_shard_plan *shard;   /* set while replicas hold only their slice of the slots */
 } ld_optimizer;
 
 ld_optimizer *ld_optimizer_new(ld_opt_kind kind);   /* Keras' defaults */
@@ -50,5 +51,20 @@ const char *ld_optimizer_name(ld_opt_kind k);
 double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
 /* One update of every var by its grad. Errors on shape mismatch. */
 int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars);
+
+/* One step of k mirrored variables with the update sharded over the
+   replicas of c (ld_comm_reduce_scatter_update): grads holds n*k tensors,
+   tensor i of replica r at grads[r*k + i], each summed in place over the
+   replicas for the slice that replica updates. Each replica then holds
+   current slots (momentum, Adam's m and v) for its slice only; the slots are
+   made whole again (ld_optimizer_consolidate) before anything else reads or
+   updates them. Returns LD_OK once queued, -1 (no error set) when this
+   optimizer or communicator cannot shard (clipnorm needs the whole
+   gradient; non-CPU devices), or an error. */
+typedef struct ld_comm ld_comm;
+int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *const *grads, ld_tensor *const *vars);
+/* Copy every replica's slice of the slots to the other replicas (waits for
+   the devices); a no-op unless a sharded step left them partial. */
+int ld_optimizer_consolidate(ld_optimizer *o);
 
 #endif

@@ -115,7 +115,11 @@ typedef struct {
     int64_t total;                  /* elements per replica */
     int64_t *len;                   /* [k] element counts */
     float **buf;                    /* [n*k] device pointers */
-    ld_tensor **keep;               /* [n*k] retained until done */
+    ld_tensor **keep;               /* [n*k] retained until done (2*n*k with out) */
+    float **out;                    /* [n*k] gathered instead of buf when updating (or NULL) */
+    ld_slice_fn update;             /* called on each replica's reduced slice */
+    void *ctx;
+    void (*ctx_free)(void *);
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int arrived, gen;
@@ -151,22 +155,36 @@ static void reduce_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
     }
     if (g->mean) { float s = 1.0f / (float)g->n; for (int64_t j = a; j < b; j++) dst[j] *= s; }
 }
+/* reduce and update block by block, so the update finds the sums in cache */
+static void reduce_update_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
+    int r = ((part_ud *)ud)->r;
+    ld_device *d = g->comm->devs[r];
+    for (int64_t x = a; x < b; x += 8192) {
+        int64_t y = x + 8192 < b ? x + 8192 : b;
+        reduce_piece(g, i, x, y, ud);
+        g->update(g->ctx, r, i, x, y, d);
+    }
+}
 static void gather_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
     int owner = ((part_ud *)ud)->r, me = ((part_ud *)ud + 1)->r;
-    memcpy(g->buf[me * g->k + i] + a, g->buf[owner * g->k + i] + a, (size_t)(b - a) * sizeof(float));
+    float **src = g->out ? g->out : g->buf;
+    memcpy(src[me * g->k + i] + a, src[owner * g->k + i] + a, (size_t)(b - a) * sizeof(float));
 }
 
-static void slice_of(group *g, int r, int64_t *lo, int64_t *hi) {
-    if (g->comm->impl == LD_COMM_REDUCE_TO_ONE) {   /* replica 0 reduces everything */
-        *lo = 0; *hi = r == 0 ? g->total : 0;
+void ld_comm_slice(const ld_comm *c, int r, int64_t total, int64_t *lo, int64_t *hi) {
+    if (c->impl == LD_COMM_REDUCE_TO_ONE) {   /* replica 0 reduces everything */
+        *lo = 0; *hi = r == 0 ? total : 0;
         return;
     }
-    int64_t per = (g->total + g->n - 1) / g->n;
+    int64_t per = (total + c->n - 1) / c->n;
     per = (per + 15) & ~(int64_t)15;
     *lo = per * r; *hi = *lo + per;
-    if (*lo > g->total) *lo = g->total;
-    if (*hi > g->total) *hi = g->total;
+    if (*lo > total) *lo = total;
+    if (*hi > total) *hi = total;
 }
+static void slice_of(group *g, int r, int64_t *lo, int64_t *hi) { ld_comm_slice(g->comm, r, g->total, lo, hi); }
+int ld_comm_size(const ld_comm *c) { return c->n; }
+ld_device *ld_comm_device(const ld_comm *c, int r) { return r >= 0 && r < c->n ? c->devs[r] : NULL; }
 
 static void group_release(group *g) {
     pthread_mutex_lock(&g->mu);
@@ -179,10 +197,11 @@ static void group_release(group *g) {
     c->stats.bytes += g->total * (int64_t)sizeof(float);
     c->stats.seconds += g->max_seconds;
     pthread_mutex_unlock(&c->mu);
-    for (int i = 0; i < g->n * g->k; i++) ld_tensor_release(g->keep[i]);
+    for (int i = 0; i < (g->out ? 2 : 1) * g->n * g->k; i++) ld_tensor_release(g->keep[i]);
+    if (g->ctx_free) g->ctx_free(g->ctx);
     pthread_mutex_destroy(&g->mu);
     pthread_cond_destroy(&g->cv);
-    free(g->len); free(g->buf); free(g->keep);
+    free(g->len); free(g->buf); free(g->keep); free(g->out);
     free(g);
 }
 
@@ -199,7 +218,7 @@ static void participate(void *ctx, ld_device *d) {
     int64_t lo, hi;
     slice_of(g, r, &lo, &hi);
     part_ud u[2] = {{r}, {r}};
-    for_range(g, lo, hi, reduce_piece, u);        /* reduce-scatter */
+    for_range(g, lo, hi, g->update ? reduce_update_piece : reduce_piece, u);   /* reduce-scatter (and update) */
     barrier(g);
     for (int q = 0; q < g->n; q++) {              /* all-gather */
         if (q == r) continue;
@@ -217,22 +236,30 @@ static void participate(void *ctx, ld_device *d) {
     group_release(g);
 }
 
-int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean) {
-    int n = c->n;
+static int check_tensors(ld_comm *c, const char *what, int k, ld_tensor *const *t, ld_tensor *const *like) {
     char b1[64], b2[64];
     for (int i = 0; i < k; i++) {
-        for (int r = 0; r < n; r++) {
+        for (int r = 0; r < c->n; r++) {
             ld_tensor *x = t[r * k + i];
             if (!x || x->dtype != LD_F32 || !ld_tensor_is_contiguous(x))
-                return ld_fail(LD_EARG, "all_reduce: tensor %d of replica %d is not a contiguous float32 tensor", i + 1, r);
+                return ld_fail(LD_EARG, "%s: tensor %d of replica %d is not a contiguous float32 tensor", what, i + 1, r);
             if (x->storage->device != c->devs[r])
-                return ld_fail(LD_EDEVICE, "all_reduce: tensor %d of replica %d is on %s, not on %s", i + 1, r,
+                return ld_fail(LD_EDEVICE, "%s: tensor %d of replica %d is on %s, not on %s", what, i + 1, r,
                                x->storage->device->name, c->devs[r]->name);
-            if (!ld_same_shape(x, t[i]))
-                return ld_fail(LD_ESHAPE, "all_reduce: tensor %d has shape %s on replica 0 but %s on replica %d", i + 1,
-                               ld_shape_str(t[i], b1, sizeof b1), ld_shape_str(x, b2, sizeof b2), r);
+            if (!ld_same_shape(x, like[i]))
+                return ld_fail(LD_ESHAPE, "%s: tensor %d has shape %s on replica 0 but %s on replica %d", what, i + 1,
+                               ld_shape_str(like[i], b1, sizeof b1), ld_shape_str(x, b2, sizeof b2), r);
         }
     }
+    return LD_OK;
+}
+
+static int launch(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out, int mean, ld_slice_fn update,
+                  void *ctx, void (*ctx_free)(void *));
+
+int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean) {
+    int n = c->n;
+    if (check_tensors(c, "all_reduce", k, t, t)) return ld_error_status();
     int ncuda = 0;
     for (int r = 0; r < n; r++) ncuda += c->devs[r]->kind == LD_DEV_CUDA;
     if (ncuda) {   /* GPUs: NCCL, queued on each device's stream (engine/cuda/cuda_nccl.cu) */
@@ -252,19 +279,47 @@ int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean) {
     if (n == 1) {
         return LD_OK;
     }
+    return launch(c, k, t, NULL, mean, NULL, NULL, NULL);
+}
+
+int ld_comm_reduce_scatter_update(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out, int mean,
+                                  ld_slice_fn update, void *ctx, void (*ctx_free)(void *)) {
+    int st = check_tensors(c, "reduce_scatter_update", k, t, t);
+    if (!st) st = check_tensors(c, "reduce_scatter_update", k, out, t);
+    for (int r = 0; !st && r < c->n; r++)
+        if (c->devs[r]->kind != LD_DEV_CPU)
+            st = ld_fail(LD_EDEVICE, "reduce_scatter_update: %s is not a CPU device", c->devs[r]->name);
+    if (st) { if (ctx_free) ctx_free(ctx); return st; }
+    return launch(c, k, t, out, mean, update, ctx, ctx_free);
+}
+
+static int launch(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out, int mean, ld_slice_fn update,
+                  void *ctx, void (*ctx_free)(void *)) {
+    int n = c->n, nk = n * k > 0 ? n * k : 1;
     group *g = calloc(1, sizeof *g);
-    if (!g) return ld_fail(LD_ENOMEM, "out of memory");
+    if (g) {
+        g->len = calloc((size_t)(k ? k : 1), sizeof *g->len);
+        g->buf = calloc((size_t)nk, sizeof *g->buf);
+        g->keep = calloc((size_t)(2 * nk), sizeof *g->keep);
+        g->out = out ? calloc((size_t)nk, sizeof *g->out) : NULL;
+    }
+    if (!g || !g->len || !g->buf || !g->keep || (out && !g->out)) {
+        if (g) { free(g->len); free(g->buf); free(g->keep); free(g->out); free(g); }
+        if (ctx_free) ctx_free(ctx);
+        return ld_fail(LD_ENOMEM, "out of memory");
+    }
     g->comm = c; g->n = n; g->k = k; g->mean = mean; g->refs = n;
-    g->len = calloc((size_t)(k ? k : 1), sizeof *g->len);
-    g->buf = calloc((size_t)(n * k > 0 ? n * k : 1), sizeof *g->buf);
-    g->keep = calloc((size_t)(n * k > 0 ? n * k : 1), sizeof *g->keep);
-    if (!g->len || !g->buf || !g->keep) { free(g->len); free(g->buf); free(g->keep); free(g); return ld_fail(LD_ENOMEM, "out of memory"); }
+    g->update = update; g->ctx = ctx; g->ctx_free = ctx_free;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     for (int i = 0; i < k; i++) { g->len[i] = ld_tensor_numel(t[i]); g->total += g->len[i]; }
     for (int j = 0; j < n * k; j++) {
         g->keep[j] = ld_tensor_retain(t[j]);
         g->buf[j] = (float *)t[j]->storage->data + t[j]->offset;
+        if (out) {
+            g->keep[n * k + j] = ld_tensor_retain(out[j]);
+            g->out[j] = (float *)out[j]->storage->data + out[j]->offset;
+        }
     }
     participant *ps[LD_MAX_LOGICAL];
     for (int r = 0; r < n; r++) {

@@ -52,6 +52,23 @@ void ld_comm_free(ld_comm *c);
    and then gathers the others' slices (reduce-scatter + all-gather over
    shared memory). */
 int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean);
+/* Reduce-scatter, update, all-gather: replica r sums its slice of the k
+   tensors t (n*k, as in all_reduce), calls update(ctx, r, i, a, b, dev) on
+   each block [a, b) of tensor i in that slice (on its device's thread, right
+   after summing it), and then every replica gathers the slices of the k
+   tensors `out` (n*k, shaped like t) from their owners. The other slices of
+   t are left partly summed. This is the sharded optimizer step (ZeRO stage
+   1) over shared memory: each replica updates 1/n of the variables and the
+   updated variables are gathered, instead of every replica updating all of
+   them. CPU devices only. ctx_free(ctx) runs when every replica is done
+   (also on failure). */
+typedef void (*ld_slice_fn)(void *ctx, int r, int i, int64_t a, int64_t b, ld_device *dev);
+int ld_comm_reduce_scatter_update(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out, int mean,
+                                  ld_slice_fn update, void *ctx, void (*ctx_free)(void *));
+/* Replica r's slice [lo, hi) of a concatenation of `total` elements. */
+void ld_comm_slice(const ld_comm *c, int r, int64_t total, int64_t *lo, int64_t *hi);
+int ld_comm_size(const ld_comm *c);
+ld_device *ld_comm_device(const ld_comm *c, int r);
 typedef struct {
     int64_t calls, bytes;       /* bytes reduced per replica, summed over calls */
     double seconds;             /* time inside all-reduce, slowest replica, summed */

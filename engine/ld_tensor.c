@@ -242,6 +242,11 @@ void *ld_tensor_data(const ld_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
 }
 
+void *ld_tensor_data_unsynced(const ld_tensor *t) {
+    if (t->storage->device->kind != LD_DEV_CPU) return ld_tensor_data(t);
+    return (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
+}
+
 static int64_t flat_offset(const ld_tensor *t, int64_t i) {
     int64_t off = t->offset;
     for (int d = t->ndim - 1; d >= 0; d--) {
@@ -422,16 +427,92 @@ ld_tensor *ld_clone(const ld_tensor *t) { return copy_as(t, t->dtype); }
 
 ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt) { return copy_as(t, dt); }
 
+typedef struct { ld_storage *keep; void *dst; const void *src; size_t nbytes; } xcopy;
+static void run_xcopy(void *ctx, ld_device *d) {
+    xcopy *x = ctx;
+    memcpy(x->dst, x->src, x->nbytes);
+    storage_release(x->keep);
+    free(x);
+}
+
+/* ---- reading values without waiting for the whole queue ---- */
+struct ld_pending_read {
+    ld_device *dev;
+    uint64_t fence;
+    size_t nbytes;
+    ld_dtype dtype;
+    int64_t numel;
+    unsigned char data[];
+};
+typedef struct { ld_pending_read *r; const void *src; } rd_a;
+static void run_read(void *ctx, ld_device *d) {
+    rd_a *a = ctx;
+    memcpy(a->r->data, a->src, a->r->nbytes);
+    free(a);
+}
+
+ld_pending_read *ld_tensor_read_async(ld_tensor *t) {
+    ld_device *d = t->storage->device;
+    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
+    ld_pending_read *r = calloc(1, sizeof *r + (nb ? nb : 1));
+    if (!r) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    r->dev = d;
+    r->nbytes = nb;
+    r->dtype = t->dtype;
+    r->numel = ld_tensor_numel(t);
+    if (d->kind == LD_DEV_CPU && ld_device_is_async(d) && ld_tensor_is_contiguous(t)) {
+        rd_a *a = malloc(sizeof *a);
+        if (!a) { free(r); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+        *a = (rd_a){r, (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype)};
+        /* a queued free of t's memory runs after this copy: the pointer stays valid */
+        ld_executor_submit(d, run_read, a, LD_SPAN_NONE);
+        r->fence = ld_device_fence(d);
+        return r;
+    }
+    ld_tensor *h = d->kind == LD_DEV_CPU ? ld_contiguous(t) : ld_to_device(t, ld_device_cpu());
+    const void *p = h ? ld_tensor_data(h) : NULL;
+    if (!p) { ld_tensor_release(h); free(r); return NULL; }
+    memcpy(r->data, p, nb);
+    ld_tensor_release(h);
+    return r;
+}
+
+const void *ld_pending_read_wait(ld_pending_read *r, ld_dtype *dtype, int64_t *numel) {
+    ld_device_wait_fence(r->dev, r->fence);
+    r->fence = 0;
+    if (dtype) *dtype = r->dtype;
+    if (numel) *numel = r->numel;
+    return r->data;
+}
+
+void ld_pending_read_free(ld_pending_read *r) {
+    if (r && r->fence) ld_device_wait_fence(r->dev, r->fence);   /* its copy must not write freed memory */
+    free(r);
+}
+
 ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
     ld_device *src = t->storage->device;
     if (src == dev) return ld_tensor_retain(t);
     ld_tensor *c = ld_contiguous(t);
     if (!c) return NULL;
-    ld_device_synchronize(src);   /* the source's queued kernels must have written it */
     ld_tensor *out = ld_tensor_empty(t->dtype, t->ndim, t->shape, dev);
     if (!out) { ld_tensor_release(c); return NULL; }
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
     const void *p = (char *)c->storage->data + c->offset * (int64_t)ld_dtype_size(c->dtype);
+    if (src->kind == LD_DEV_CPU && dev->kind == LD_DEV_CPU && ld_device_is_async(src)) {
+        /* between two CPU devices, from one that queues: the copy waits for
+           the source's kernels queued so far (a fence), not for its whole
+           queue, and runs on the destination's executor when it has one; the
+           source memory is kept until then */
+        xcopy *x = malloc(sizeof *x);
+        if (!x) { ld_tensor_release(c); ld_tensor_release(out); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+        *x = (xcopy){c->storage, out->storage->data, p, nb};
+        __atomic_add_fetch(&c->storage->refcount, 1, __ATOMIC_RELAXED);
+        ld_executor_submit_after(dev, src, ld_device_fence(src), run_xcopy, x);
+        ld_tensor_release(c);
+        return out;
+    }
+    ld_device_synchronize(src);   /* the source's queued kernels must have written it */
     int st;
     if (src->kind == LD_DEV_CPU) st = dev->backend->from_host(dev, out->storage->data, p, nb);
     else if (dev->kind == LD_DEV_CPU) st = src->backend->to_host(src, out->storage->data, p, nb);

@@ -80,6 +80,10 @@ int ld_same_shape(const ld_tensor *a, const ld_tensor *b);
 char *ld_shape_str(const ld_tensor *t, char *buf, size_t n);
 /* Host pointer to the first element; NULL + error when not on the host. */
 void *ld_tensor_data(const ld_tensor *t);
+/* The same without waiting for the device's queued kernels: only for memory
+   no queued kernel writes (a tensor just created, or one synchronized since
+   its last write). */
+void *ld_tensor_data_unsynced(const ld_tensor *t);
 /* Element i (flat, row-major over the view) as a double; host only. */
 double ld_tensor_get_flat(const ld_tensor *t, int64_t i);
 int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v);
@@ -96,6 +100,14 @@ ld_tensor *ld_contiguous(ld_tensor *t);  /* t itself (retained) when already con
 ld_tensor *ld_clone(const ld_tensor *t);
 ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt);
 ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev);
+/* Read t's values without waiting for the kernels queued after it: the copy
+   to host memory is queued behind the kernels that write t (on a device that
+   queues; elsewhere it is read at once). Wait returns the values (t's dtype,
+   row-major), valid until free. */
+typedef struct ld_pending_read ld_pending_read;
+ld_pending_read *ld_tensor_read_async(ld_tensor *t);
+const void *ld_pending_read_wait(ld_pending_read *r, ld_dtype *dtype, int64_t *numel);
+void ld_pending_read_free(ld_pending_read *r);
 /* dst[...] = src, broadcasting src; shapes must be broadcast-compatible. */
 int ld_copy_into(ld_tensor *dst, const ld_tensor *src);
 /* Rows of t (dim 0) picked by idx (int64 or int32, 1-d). */

@@ -6,6 +6,7 @@
  */
 #include "lbind.h"
 #include "ld_strategy.h"
+#include "ld_optim.h"
 #include "ld_device.h"
 
 #include <lauxlib.h>
@@ -134,6 +135,39 @@ static int comm_all_reduce(lua_State *L) {
     return 0;
 }
 
+/* comm:apply_sharded(opt, per_replica_grads, vars) -> true when the sharded
+   step was queued, false when this optimizer cannot shard (the caller then
+   all-reduces and applies on every replica) */
+static int comm_apply_sharded(lua_State *L) {
+    ld_comm *c = check_comm(L, 1);
+    ld_optimizer *o = lb_check_optimizer(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int n = (int)luaL_len(L, 3), k = (int)luaL_len(L, 4);
+    if (n != ld_comm_size(c)) return luaL_error(L, "apply_sharded: %d gradient lists for %d replicas", n, ld_comm_size(c));
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(n * k + k + 1), 0);
+    ld_tensor **v = t + n * k;
+    for (int i = 0; i < k; i++) {
+        lua_geti(L, 4, i + 1);
+        v[i] = lb_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+    for (int r = 0; r < n; r++) {
+        lua_geti(L, 3, r + 1);
+        luaL_checktype(L, -1, LUA_TTABLE);
+        for (int i = 0; i < k; i++) {
+            lua_geti(L, -1, i + 1);
+            t[r * k + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    int st = ld_optimizer_apply_sharded(o, c, k, t, v);
+    if (st > 0) return luaL_error(L, "%s", ld_error());
+    lua_pushboolean(L, st == 0);
+    return 1;
+}
+
 static int comm_stats(lua_State *L) {
     ld_comm *c = check_comm(L, 1);
     ld_comm_stats s;
@@ -188,18 +222,62 @@ static int d_host_async(lua_State *L) {
     return 0;
 }
 
+/* read_async(t) -> a pending read whose :item() waits only for the kernels
+   queued before it (model:fit reads a step's loss one step late this way,
+   while the next step is already queued behind it) */
+#define PENDING_MT "ldist.PendingRead"
+static int d_read_async(lua_State *L) {
+    ld_tensor *t = lb_check_tensor(L, 1);
+    ld_pending_read **u = lua_newuserdatauv(L, sizeof *u, 0);
+    *u = NULL;
+    luaL_setmetatable(L, PENDING_MT);
+    if (!(*u = ld_tensor_read_async(t))) return lb_engine_error(L, 1);
+    return 1;
+}
+static int pending_item(lua_State *L) {
+    ld_pending_read **u = luaL_checkudata(L, 1, PENDING_MT);
+    if (!*u) return luaL_error(L, "this pending read is closed");
+    ld_dtype dt;
+    int64_t n;
+    const void *p = ld_pending_read_wait(*u, &dt, &n);
+    if (n != 1) return luaL_error(L, "item: the tensor read has %I elements, not one", (lua_Integer)n);
+    switch (dt) {
+    case LD_F32: lua_pushnumber(L, *(const float *)p); break;
+    case LD_I32: lua_pushinteger(L, *(const int32_t *)p); break;
+    case LD_I64: lua_pushinteger(L, *(const int64_t *)p); break;
+    case LD_U8: lua_pushinteger(L, *(const uint8_t *)p); break;
+    default: return luaL_error(L, "item: unsupported dtype");
+    }
+    return 1;
+}
+static int pending_gc(lua_State *L) {
+    ld_pending_read **u = luaL_checkudata(L, 1, PENDING_MT);
+    ld_pending_read_free(*u);
+    *u = NULL;
+    return 0;
+}
+
 static int d_is_async(lua_State *L) { lua_pushboolean(L, ld_device_is_async(check_device(L, 1))); return 1; }
 
 int lb_open_distribute_c(lua_State *L) {
     luaL_newmetatable(L, COMM_MT);
-    static const luaL_Reg cm[] = {{"all_reduce", comm_all_reduce}, {"stats", comm_stats}, {NULL, NULL}};
+    static const luaL_Reg cm[] = {{"all_reduce", comm_all_reduce}, {"apply_sharded", comm_apply_sharded}, {"stats", comm_stats}, {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, cm, 0);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, comm_gc);
     lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
+    luaL_newmetatable(L, PENDING_MT);
+    lua_newtable(L);
+    lua_pushcfunction(L, pending_item);
+    lua_setfield(L, -2, "item");
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, pending_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
     static const luaL_Reg f[] = {
+        {"read_async", d_read_async},
         {"cpu_devices", d_cpu_devices}, {"set_replica", d_set_replica}, {"replica", d_replica},
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},

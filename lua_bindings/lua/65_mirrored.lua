@@ -449,12 +449,16 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred)
       C.set_replica(r, n, gb)
       local t0 = ldist.clock()
       lvs[r], grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss)
+      lvs[r] = C.read_async(lvs[r])
       C.set_replica(nil)
       trace_compute(self, r, t0)
     end
     for r = 0, n - 1 do grads[r + 1] = dedupe(grads[r + 1]) end
-    self._comm:all_reduce(grads, false)
     local vars = model.trainable_variables
+    -- the update sharded over the replicas: each sums and updates 1/n of
+    -- the variables, then the updated slices are gathered (ZeRO stage 1)
+    if self._shard_update ~= false and self._comm:apply_sharded(opt, grads, vars) then return end
+    self._comm:all_reduce(grads, false)
     for r = n - 1, 0, -1 do
       C.set_replica(r, n, gb)
       local t0 = ldist.clock()

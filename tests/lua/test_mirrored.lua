@@ -12,7 +12,8 @@ local function make_data(n)
 end
 
 -- 100 steps of the seed's custom loop on `devices` (nil: no strategy)
-local function train(devices, make_opt, check_replicas)
+-- the strategy (nil devices: none), and a model and optimizer made in its scope
+local function setup(devices, make_opt, compile)
   local strategy = devices and distribute.MirroredStrategy{devices = devices} or distribute.get_strategy()
   local model, opt
   tensor.seed(7)
@@ -20,7 +21,13 @@ local function train(devices, make_opt, check_replicas)
     local _ <close> = strategy:scope()
     model = nn.Sequential{nn.Dense(16, "tanh"), nn.Dense(3)}
     opt = make_opt()
+    if compile then model:compile{optimizer = opt, loss = losses.SparseCategoricalCrossentropy{from_logits = true}} end
   end
+  return strategy, model, opt
+end
+
+local function train(devices, make_opt, check_replicas)
+  local strategy, model, opt = setup(devices, make_opt)
   local loss_object = losses.SparseCategoricalCrossentropy{from_logits = true}
   local x, y = make_data(400)
   local ds = data.Dataset.from_tensor_slices(x, y):batch(40)
@@ -71,6 +78,69 @@ for _, o in ipairs({
     local w4 = train({"cpu:0", "cpu:1", "cpu:2", "cpu:3"}, make_opt, name == "SGD")
     T.ok(max_diff(w1, w2) < 2e-4, ("2 replicas differ by %g"):format(max_diff(w1, w2)))
     T.ok(max_diff(w1, w4) < 2e-4, ("4 replicas differ by %g"):format(max_diff(w1, w4)))
+  end)
+end
+
+-- model:fit under the strategy shards the update (each replica sums and
+-- updates a slice, the slices are gathered): it must still give the weights
+-- and optimizer slots of one device, keep the replicas identical after every
+-- step, and leave slots that a later unsharded step can use.
+local function fit_run(devices, make_opt)
+  local strategy, model, opt = setup(devices, make_opt, true)
+  local x, y = make_data(400)
+  local worst = 0
+  local check = {on_train_batch_end = function()
+    if not devices then return end
+    for _, v in ipairs(model.trainable_variables) do
+      local copies = C.mirror_copies(v)
+      for r = 2, #copies do worst = math.max(worst, (copies[1] - copies[r]:cpu()):abs():max():item()) end
+    end
+  end}
+  local h
+  do
+    local _ <close> = strategy:scope()
+    h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(40), {epochs = 10, verbose = 0, callbacks = {check}})
+  end
+  local state = ldist._cluster.optimizer_state(opt, model.trainable_variables)
+  -- one more step through the custom loop: an unsharded update from the slots
+  local loss_object = losses.SparseCategoricalCrossentropy{from_logits = true}
+  local dist = strategy:experimental_distribute_dataset(data.Dataset.from_tensor_slices(x, y):batch(40):take(1))
+  for inputs in dist do
+    strategy:run(function(b)
+      local tape = autograd.GradientTape()
+      local loss = tape:record(function() return loss_object(b[2], model(b[1], {training = true})) end)
+      opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+    end, inputs)
+  end
+  local w = {}
+  for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+  return {weights = w, slots = state.slots, iterations = state.iterations, worst = worst, loss = h.loss}
+end
+
+for _, o in ipairs({
+  {"SGD with momentum", function() return optim.SGD{learning_rate = 0.1, momentum = 0.9} end},
+  {"Adam", function() return optim.Adam{learning_rate = 0.01} end},
+  {"RMSprop", function() return optim.RMSprop{learning_rate = 0.01, momentum = 0.5} end}}) do
+  local name, make_opt = o[1], o[2]
+  T.test(name .. ": fit with the sharded update on 2, 3 and 4 replicas gives the weights and slots of one device", function()
+    local one = fit_run(nil, make_opt)
+    T.ok(one.loss[10] < one.loss[1], "the loss falls")
+    for _, n in ipairs({2, 3, 4}) do
+      local devs = {}
+      for r = 0, n - 1 do devs[r + 1] = "cpu:" .. r end
+      local run = fit_run(devs, make_opt)
+      T.eq(run.worst, 0, n .. " replicas are identical after every step")
+      T.eq(run.iterations, one.iterations, "the step is counted once per step")
+      T.ok(max_diff(one.weights, run.weights) < 2e-4, ("%d replicas: weights differ by %g"):format(n, max_diff(one.weights, run.weights)))
+      for i, sl in ipairs(one.slots) do
+        for q = 1, 2 do
+          if sl[q] then
+            local d = (sl[q] - run.slots[i][q]):abs():max():item()
+            T.ok(d < 2e-4, ("%d replicas: slot %d of variable %d differs by %g"):format(n, q, i, d))
+          end
+        end
+      end
+    end
   end)
 end
 
@@ -181,6 +251,25 @@ T.test("numbers and tables combine with tensors on any device", function()
   T.eq((t * 3).device, "cpu:1"); T.eq((2 + t):sum():item(), 9)
   T.eq((t + {1, 2, 3}):sum():item(), 9)
   T.raises(function() return t + tensor.ones(3) end, "tensors are on cpu:1 and cpu:0")
+end)
+
+T.test("copies and reads between queued devices wait for the kernels that write them", function()
+  -- a chain of queued kernels on cpu:1, copied to cpu:2 and to the host while still queued
+  local a = tensor.ones(512, 512):to("cpu:1")
+  local b = a
+  for _ = 1, 20 do b = b:matmul(a) * (1 / 512) end
+  local c = b:to("cpu:2")
+  local late = C.read_async(b:sum())
+  T.eq(c.device, "cpu:2")
+  T.eq(c:sum():item(), 512 * 512)
+  T.eq(late:item(), 512 * 512)
+  T.eq(b:cpu():sum():item(), 512 * 512)
+  -- a dataset over a tensor still being computed on cpu:1 sees its final values
+  local z = (tensor.ones(8, 2):to("cpu:1") * 3):matmul(tensor.ones(2, 2):to("cpu:1"))
+  local n = 0
+  for batch in data.Dataset.from_tensor_slices(z):batch(4) do n = n + (tensor.is_tensor(batch) and batch or batch[1]):sum():item() end
+  T.eq(n, 8 * 2 * 6)
+  T.raises(function() return C.read_async(tensor.ones(3)):item() end, "3 elements, not one")
 end)
 
 T.test("bad input to MirroredStrategy", function()
