@@ -174,31 +174,33 @@ static void for_range(group *g, int64_t lo, int64_t hi, void (*fn)(group *, int 
     }
 }
 
-typedef struct { int r; } part_ud;
-static void reduce_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
-    int r = ((part_ud *)ud)->r;
-    float *dst = g->buf[r * g->k + i];
-    for (int q = 0; q < g->n; q++) {
-        if (q == r) continue;
-        const float *src = g->buf[q * g->k + i];
-        for (int64_t j = a; j < b; j++) dst[j] += src[j];
+/* Replica r sums its slice of the k tensors and writes the sum into every
+   replica's buffer, block by block while the block is in cache: over shared
+   memory the reduce-scatter and the all-gather are one pass (each element is
+   read once and written once per replica) between two barriers. With an
+   update, the block of the sum is handed to it and the updated `out` block
+   is what every replica gets. */
+enum { BLOCK = 8192 };
+static void reduce_push_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
+    int r = *(int *)ud, n = g->n, k = g->k;
+    float *own = g->buf[r * k + i];
+    float s = 1.0f / (float)n;
+    for (int64_t x = a; x < b; x += BLOCK) {
+        int64_t y = x + BLOCK < b ? x + BLOCK : b;
+        for (int q = 0; q < n; q++) {
+            if (q == r) continue;
+            const float *src = g->buf[q * k + i];
+            for (int64_t j = x; j < y; j++) own[j] += src[j];
+        }
+        if (g->mean) for (int64_t j = x; j < y; j++) own[j] *= s;
+        float **dst = g->buf;
+        if (g->update) {
+            g->update(g->ctx, r, i, x, y, g->comm->devs[r]);
+            dst = g->out;
+        }
+        for (int q = 0; q < n; q++)
+            if (q != r) memcpy(dst[q * k + i] + x, dst[r * k + i] + x, (size_t)(y - x) * sizeof(float));
     }
-    if (g->mean) { float s = 1.0f / (float)g->n; for (int64_t j = a; j < b; j++) dst[j] *= s; }
-}
-/* reduce and update block by block, so the update finds the sums in cache */
-static void reduce_update_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
-    int r = ((part_ud *)ud)->r;
-    ld_device *d = g->comm->devs[r];
-    for (int64_t x = a; x < b; x += 8192) {
-        int64_t y = x + 8192 < b ? x + 8192 : b;
-        reduce_piece(g, i, x, y, ud);
-        g->update(g->ctx, r, i, x, y, d);
-    }
-}
-static void gather_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
-    int owner = ((part_ud *)ud)->r, me = ((part_ud *)ud + 1)->r;
-    float **src = g->out ? g->out : g->buf;
-    memcpy(src[me * g->k + i] + a, src[owner * g->k + i] + a, (size_t)(b - a) * sizeof(float));
 }
 
 void ld_comm_slice(const ld_comm *c, int r, int64_t total, int64_t *lo, int64_t *hi) {
@@ -247,16 +249,8 @@ static void participate(void *ctx, ld_device *d) {
     double t1 = ld_now();
     int64_t lo, hi;
     slice_of(g, r, &lo, &hi);
-    part_ud u[2] = {{r}, {r}};
-    for_range(g, lo, hi, g->update ? reduce_update_piece : reduce_piece, u);   /* reduce-scatter (and update) */
-    barrier(g);
-    for (int q = 0; q < g->n; q++) {              /* all-gather */
-        if (q == r) continue;
-        slice_of(g, q, &lo, &hi);
-        u[0].r = q; u[1].r = r;
-        for_range(g, lo, hi, gather_piece, u);
-    }
-    barrier(g);                                   /* nobody reads my slice any more */
+    for_range(g, lo, hi, reduce_push_piece, &r);   /* my slice, summed (and updated), to everyone */
+    barrier(g);                                   /* every slice is everywhere */
     double t2 = ld_now();
     ld_executor_record(d, LD_SPAN_WAIT, t0, t1);
     ld_executor_record(d, LD_SPAN_ALLREDUCE, t1, t2);

@@ -48,16 +48,16 @@ ld_comm *ld_comm_new(int n, ld_device *const *devs, ld_comm_impl impl);
 void ld_comm_free(ld_comm *c);
 /* Sum (or average) k tensors across the n replicas, in place: t[r*k + i] is
    tensor i of replica r, on devs[r]; shapes must agree across replicas.
-   The work is queued on every device; replica r reduces slice r of the data
-   and then gathers the others' slices (reduce-scatter + all-gather over
-   shared memory). */
+   The work is queued on every device; replica r sums slice r of the data
+   and writes the sum into every replica's tensors (over shared memory the
+   reduce-scatter and the all-gather are one pass between two barriers). */
 int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean);
 /* Reduce-scatter, update, all-gather: replica r sums its slice of the k
    tensors t (n*k, as in all_reduce), calls update(ctx, r, i, a, b, dev) on
    each block [a, b) of tensor i in that slice (on its device's thread, right
-   after summing it), and then every replica gathers the slices of the k
-   tensors `out` (n*k, shaped like t) from their owners. The other slices of
-   t are left partly summed. This is the sharded optimizer step (ZeRO stage
+   after summing it), and writes the updated block of the k tensors `out`
+   (n*k, shaped like t) into every other replica's `out`. The other slices
+   of t are left partly summed. This is the sharded optimizer step (ZeRO stage
    1) over shared memory: each replica updates 1/n of the variables and the
    updated variables are gathered, instead of every replica updating all of
    them. CPU devices only. ctx_free(ctx) runs when every replica is done

@@ -8,8 +8,9 @@
 -- replica 0 is always issued last, after the others are already computing).
 -- When a replica reaches a collective (optimizer:apply_gradients, all_reduce)
 -- it yields; once every replica has arrived the collective is queued on all
--- devices (a reduce-scatter and all-gather over shared memory) and each
--- replica resumes. This is TF's merge_call, with coroutines for threads.
+-- devices (each replica sums a slice and writes the sum to all, over shared
+-- memory) and each replica resumes. This is TF's merge_call, with coroutines
+-- for threads.
 local ldist = ...
 local C = ldist._distribute
 local tensor, distribute, optim = ldist.tensor, ldist.distribute, ldist.optim
