@@ -20,7 +20,7 @@ PREFIX  ?= /usr/local
 # What needs ZeroMQ/OpenSSL/jansson goes into build/ldist_net.so, which the
 # ldist program opens only for the kernel and clusters (lua_bindings/netload.c):
 # loading those libraries would cost every start-up ~10 ms. ldist.so links all.
-NET_ENGINE_SRC := $(wildcard engine/ld_cluster*.c engine/ld_ring.c)
+NET_ENGINE_SRC := $(wildcard engine/ld_cluster*.c engine/ld_ring*.c)
 NET_BIND_SRC := lua_bindings/cluster.c
 ENGINE_SRC := $(filter-out $(NET_ENGINE_SRC),$(wildcard engine/*.c)) engine/cuda/ld_cuda_load.c
 BIND_SRC   := $(filter-out $(NET_BIND_SRC),$(wildcard lua_bindings/*.c))

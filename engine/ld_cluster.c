@@ -117,6 +117,7 @@ static void cluster_destroy(ld_cluster *c, int linger_ms) {
     }
     if (c->push) { sock_opt_int(c->push, ZMQ_LINGER, linger_ms); zmq_close(c->push); }
     if (c->pull) zmq_close(c->pull);
+    cl_shm_close(c);
     /* notices already queued (a lost peer, BYE) still go out */
     if (c->ctl) { sock_opt_int(c->ctl, ZMQ_LINGER, 300); zmq_close(c->ctl); }
     if (c->mon) zmq_close(c->mon);
@@ -312,8 +313,14 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
             ld_fail(LD_EDEVICE, "cannot connect to %s: %s", c->peers[next].name, zmq_strerror(errno));
             goto fail;
         }
-        /* one tiny all-reduce proves the ring carries data */
-        if (ld_cluster_barrier(c)) goto fail;
+        /* the shared-memory link where the successor is on this host
+           (ld_ring_shm.c): every rank creates its receiving end, a first
+           tiny all-reduce over ZeroMQ proves the ring carries data (and that
+           every end exists), then senders attach and a second one runs over
+           whichever links were taken */
+        if (cl_shm_create(c) || ld_cluster_barrier(c)) goto fail;
+        cl_shm_listen(c);
+        if (cl_shm_attach(c) || ld_cluster_barrier(c)) goto fail;
     }
     memset(&c->stats, 0, sizeof c->stats);
     return c;

@@ -105,6 +105,9 @@ typedef struct {
     double seconds;                 /* time inside all_reduce, summed */
 } ld_cluster_stats;
 void ld_cluster_stats_get(ld_cluster *c, ld_cluster_stats *s, int reset);
+/* The ring's links of this rank: "shm" (shared memory, the peer is on this
+   host) or "tcp" (ZeroMQ), to the next rank and from the previous one. */
+void ld_cluster_links(ld_cluster *c, const char **to_next, const char **from_prev);
 
 /* ---- the GPU path (ld_cluster_nccl.c): NCCL across processes ----
    Through the CUDA plugin (engine/cuda/ld_cuda.h). Every rank calls init with

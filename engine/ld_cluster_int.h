@@ -63,6 +63,7 @@ struct ld_cluster {
 
     uint64_t coll_seq;              /* collectives issued */
     int inflight;                   /* zero-copy sends not yet released (atomic) */
+    struct cl_shm *shm_rx, *shm_tx; /* shared-memory links of the ring (same host), or NULL */
     ld_cluster_stats stats;
 };
 
@@ -89,6 +90,19 @@ int cl_send_ctl(void *sock, const void *ident, size_t ident_len, const char *typ
 int cl_send_signed(ld_cluster *c, int to, const char *type, const void *body, size_t blen);
 /* seq and mac of frames [off..] from peer p: 0, -1 bad signature, -2 replay */
 int cl_verify(cl_peer *p, cl_frames *f, int off);
+
+/* ---- ld_ring_shm.c: the ring's link between ranks on one host ---- */
+typedef struct cl_shm cl_shm;
+int cl_shm_create(ld_cluster *c);        /* this rank's receiving segment (none: stays on ZeroMQ) */
+int cl_shm_attach(ld_cluster *c);        /* the successor's segment, when it is on this host */
+void cl_shm_close(ld_cluster *c);
+void cl_shm_listen(ld_cluster *c);       /* receive on it once the sender attaches (after the first barrier) */
+int cl_shm_attached(const cl_shm *s);    /* listening, and the sender uses it */
+/* 1 queued, 0 full (try again), -1 too large */
+int cl_shm_send(cl_shm *s, const void *meta, size_t mlen, const void *data, size_t n);
+/* the oldest chunk (its meta copied out), or NULL when none; cl_shm_release frees its slot */
+const void *cl_shm_recv(cl_shm *s, void *meta, size_t mlen, size_t *n);
+void cl_shm_release(cl_shm *s);
 
 /* ---- ld_cluster_ctl.c ---- */
 int cl_control_start(ld_cluster *c);

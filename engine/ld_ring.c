@@ -23,6 +23,7 @@
 #include <zmq.h>
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,12 +74,19 @@ static int enqueue(ring *g, uint32_t step, uint32_t chunk, void *p, size_t bytes
     return LD_OK;
 }
 
-/* hand queued chunks to ZeroMQ while it takes them */
+/* hand queued chunks to the link while it takes them */
 static int flush(ring *g) {
     ld_cluster *c = g->c;
     while (g->qhead < g->qtail) {
         sendreq *s = &g->q[g->qhead];
         ring_hdr h = {RING_MAGIC, (uint32_t)g->kind, g->seq, s->step, s->chunk, g->total};
+        if (c->shm_tx) {   /* copied into the successor's slot now: nothing stays in flight */
+            int k = cl_shm_send(c->shm_tx, &h, sizeof h, s->p, s->bytes);
+            if (k == 0) return LD_OK;
+            if (k < 0) return ld_fail(LD_EINTERNAL, "%s: a chunk of %zu bytes does not fit a slot", kind_names[g->kind], s->bytes);
+            g->qhead++;
+            continue;
+        }
         if (zmq_send(c->push, &h, sizeof h, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
             if (errno == EAGAIN || errno == EINTR) return LD_OK;
             return ld_fail(LD_EDEVICE, "%s: send to %s: %s", kind_names[g->kind], c->peers[(c->rank + 1) % c->size].name,
@@ -119,35 +127,81 @@ static int check(ring *g) {
     return LD_OK;
 }
 
-/* the next chunk from the previous rank, which must be (step, chunk) of `bytes` bytes */
-static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, zmq_msg_t *data) {
+/* A received chunk: a ZeroMQ message, or a slot of the shared-memory link. */
+typedef struct { zmq_msg_t m; int shm; const void *p; size_t n; } chunk_in;
+
+static void chunk_done(ld_cluster *c, chunk_in *in) {
+    if (in->shm) cl_shm_release(c->shm_rx);
+    else zmq_msg_close(&in->m);
+}
+
+/* Waiting on the shared-memory link: spin briefly, then yield the core for
+   a while (the other ranks share it), then sleep in short naps; `since` is
+   when this wait began. */
+static void shm_pause(double since) {
+    double w = cl_now() - since;
+    if (w < 20e-6) { for (int i = 0; i < 64; i++) __asm__ __volatile__("" ::: "memory"); }
+    else if (w < 2e-3) sched_yield();
+    else { struct timespec ts = {0, 50 * 1000}; nanosleep(&ts, NULL); }
+}
+
+/* one chunk from ZeroMQ: 1 got it, 0 none yet, -1 error */
+static int zmq_chunk(ring *g, ring_hdr *h, chunk_in *in) {
     ld_cluster *c = g->c;
+    zmq_msg_t hm;
+    zmq_msg_init(&hm);
+    if (zmq_msg_recv(&hm, c->pull, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&hm);
+        if (errno != EAGAIN && errno != EINTR) {
+            ld_fail(LD_EDEVICE, "%s: receive: %s", kind_names[g->kind], zmq_strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    int more = zmq_msg_more(&hm);
+    int ok = zmq_msg_size(&hm) == sizeof *h && more;
+    if (ok) memcpy(h, zmq_msg_data(&hm), sizeof *h);
+    zmq_msg_close(&hm);
+    zmq_msg_init(&in->m);
+    if (more && zmq_msg_recv(&in->m, c->pull, 0) < 0) { zmq_msg_close(&in->m); ok = 0; more = 0; }
+    else if (!more) { zmq_msg_close(&in->m); ok = 0; }
+    if (ok && zmq_msg_more(&in->m)) {   /* drain a longer message */
+        ok = 0;
+        zmq_msg_t x;
+        do { zmq_msg_init(&x); zmq_msg_recv(&x, c->pull, 0); more = zmq_msg_more(&x); zmq_msg_close(&x); } while (more);
+        zmq_msg_close(&in->m);
+    }
+    if (!ok) {
+        ld_fail(LD_EFORMAT, "%s #%llu: a malformed message on the ring from %s", kind_names[g->kind],
+                (unsigned long long)g->seq, c->peers[g->prev].name);
+        return -1;
+    }
+    in->shm = 0;
+    in->p = zmq_msg_data(&in->m);
+    in->n = zmq_msg_size(&in->m);
+    return 1;
+}
+
+/* the next chunk from the previous rank, which must be (step, chunk) of `bytes` bytes */
+static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, chunk_in *in) {
+    ld_cluster *c = g->c;
+    double since = cl_now(), checked = since;
     for (;;) {
         if (flush(g)) return ld_error_status();
-        zmq_msg_t hm;
-        zmq_msg_init(&hm);
-        if (zmq_msg_recv(&hm, c->pull, ZMQ_DONTWAIT) >= 0) {
-            int more = zmq_msg_more(&hm);
-            ring_hdr h;
-            int ok = zmq_msg_size(&hm) == sizeof h && more;
-            if (ok) memcpy(&h, zmq_msg_data(&hm), sizeof h);
-            zmq_msg_close(&hm);
-            zmq_msg_init(data);
-            if (more && zmq_msg_recv(data, c->pull, 0) < 0) { zmq_msg_close(data); ok = 0; }
-            else if (!more) ok = 0;
-            if (ok && zmq_msg_more(data)) {   /* drain a longer message */
-                ok = 0;
-                zmq_msg_t x;
-                do { zmq_msg_init(&x); zmq_msg_recv(&x, c->pull, 0); more = zmq_msg_more(&x); zmq_msg_close(&x); } while (more);
-            }
-            if (!ok || h.magic != RING_MAGIC) {
-                if (more || ok) zmq_msg_close(data);
+        ring_hdr h;
+        int got = 0;
+        int shm = c->shm_rx && cl_shm_attached(c->shm_rx);
+        if (shm && (in->p = cl_shm_recv(c->shm_rx, &h, sizeof h, &in->n))) { in->shm = 1; got = 1; }
+        else if (!shm && (got = zmq_chunk(g, &h, in)) < 0) return ld_error_status();
+        if (got) {
+            if (h.magic != RING_MAGIC) {
+                chunk_done(c, in);
                 return ld_fail(LD_EFORMAT, "%s #%llu: a malformed message on the ring from %s", kind_names[g->kind],
                                (unsigned long long)g->seq, c->peers[g->prev].name);
             }
             if (h.kind != (uint32_t)g->kind || h.seq != g->seq || h.total != g->total || h.step != step ||
-                h.chunk != chunk || zmq_msg_size(data) != bytes) {
-                zmq_msg_close(data);
+                h.chunk != chunk || in->n != bytes) {
+                chunk_done(c, in);
                 return ld_fail(LD_EDEVICE, "the %ss disagree on the collective: %s sent %s #%llu of %llu %s, this %s "
                                "expects %s #%llu of %llu", c->kind, c->peers[g->prev].name,
                                h.kind < 3 ? kind_names[h.kind] : "?", (unsigned long long)h.seq,
@@ -157,21 +211,27 @@ static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, zmq_
             g->last_progress = cl_now();
             return LD_OK;
         }
-        zmq_msg_close(&hm);
-        if (errno != EAGAIN && errno != EINTR)
-            return ld_fail(LD_EDEVICE, "%s: receive: %s", kind_names[g->kind], zmq_strerror(errno));
+        if (shm) {
+            double now = cl_now();
+            if (now - checked > 1e-3) { checked = now; if (check(g)) return ld_error_status(); }
+            shm_pause(since);
+            continue;
+        }
         if (check(g)) return ld_error_status();
         zmq_pollitem_t it[2] = {{c->pull, 0, ZMQ_POLLIN, 0}, {c->push, 0, ZMQ_POLLOUT, 0}};
-        zmq_poll(it, g->qhead < g->qtail ? 2 : 1, 50);
+        /* a sender that attaches to the shared-memory link mid-wait is noticed within 5 ms */
+        zmq_poll(it, g->qhead < g->qtail && !c->shm_tx ? 2 : 1, c->shm_rx ? 5 : 50);
     }
 }
 
 /* every zero-copy chunk released by ZeroMQ (so the caller may reuse its buffer) */
 static int drain(ring *g) {
     ld_cluster *c = g->c;
+    double since = cl_now();
     while (__atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) > 0 || g->qhead < g->qtail) {
         if (flush(g)) return ld_error_status();
         if (check(g)) return ld_error_status();
+        if (c->shm_tx) { shm_pause(since); continue; }
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -236,9 +296,9 @@ int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
             int64_t a = j * ce, b = a + ce < len ? a + ce : len;
             float *dst = buf + off + a;
             size_t bytes = (size_t)(b - a) * sizeof(float);
-            zmq_msg_t m;
+            chunk_in m;
             if (next_chunk(&g, (uint32_t)u, (uint32_t)j, bytes, &m)) return ring_fail(&g);
-            const float *src = zmq_msg_data(&m);
+            const float *src = m.p;
             int64_t k = b - a;
             if (u < N - 1) {
                 if (u == N - 2 && mean) for (int64_t i = 0; i < k; i++) dst[i] = (dst[i] + src[i]) * scale;
@@ -246,7 +306,7 @@ int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
             } else {
                 memcpy(dst, src, bytes);
             }
-            zmq_msg_close(&m);
+            chunk_done(g.c, &m);
             if (u + 1 <= 2 * N - 3 && enqueue(&g, (uint32_t)u + 1, (uint32_t)j, dst, bytes)) return ring_fail(&g);
         }
     }
@@ -280,10 +340,10 @@ int ld_cluster_broadcast(ld_cluster *c, int root, void *buf, size_t nbytes) {
             if (enqueue(&g, 0, (uint32_t)j, p + a, b - a)) return ring_fail(&g);
             continue;
         }
-        zmq_msg_t m;
+        chunk_in m;
         if (next_chunk(&g, 0, (uint32_t)j, b - a, &m)) return ring_fail(&g);
-        memcpy(p + a, zmq_msg_data(&m), b - a);
-        zmq_msg_close(&m);
+        memcpy(p + a, m.p, b - a);
+        chunk_done(g.c, &m);
         if (next != root && enqueue(&g, 0, (uint32_t)j, p + a, b - a)) return ring_fail(&g);
     }
     if (drain(&g)) return ring_fail(&g);

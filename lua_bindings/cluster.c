@@ -245,6 +245,10 @@ static int cl_stats(lua_State *L) {
     lua_pushinteger(L, s.calls); lua_setfield(L, -2, "calls");
     lua_pushinteger(L, s.bytes); lua_setfield(L, -2, "bytes");
     lua_pushnumber(L, s.seconds); lua_setfield(L, -2, "seconds");
+    const char *to, *from;
+    ld_cluster_links(c, &to, &from);
+    lua_pushstring(L, to); lua_setfield(L, -2, "link_to_next");
+    lua_pushstring(L, from); lua_setfield(L, -2, "link_from_prev");
     return 1;
 }
 

@@ -50,4 +50,8 @@ else
 end
 print(("worker %d of %d: loss %.4f -> %.4f, %d optimizer steps"):format(rank, strategy.num_replicas_in_sync, first, last,
   opt.iterations))
+if strategy._c then
+  local st = strategy._c:stats()
+  print(("worker %d ring links: to next %s, from previous %s"):format(rank, st.link_to_next, st.link_from_prev))
+end
 model:save_weights(("%s.%d.safetensors"):format(out, rank))

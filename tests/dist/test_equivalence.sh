@@ -33,7 +33,25 @@ for opt in sgd adam; do
       check "$opt/$mode: the $k workers hold identical weights" test $same = 1
       check "$opt/$mode: $k workers each applied 100 optimizer steps" \
         test "$(grep -c "of $k: .* 100 optimizer steps" "$out.log")" = $k
+      # on one host the ring runs over shared memory (ld_ring_shm.c)
+      check "$opt/$mode: the $k workers' ring links are shared memory" \
+        test "$(grep -c "ring links: to next shm, from previous shm" "$out.log")" = $k
     done
   done
 done
+
+# The ZeroMQ (TCP) link, which ranks on different hosts use, gives the same
+# answer: forced with LDIST_RING_TRANSPORT=tcp.
+for k in 2 4; do
+  out=$T/adam-fit-tcp-$k
+  if ! LDIST_RING_TRANSPORT=tcp timeout 120 "$LDIST" launch -n $k tests/dist/equiv.lua adam fit "$out" > "$out.log" 2>&1; then
+    not_ok "adam/fit over TCP: $k processes train"; show "$out.log"; continue
+  fi
+  check "adam/fit over TCP: the $k workers' ring links are TCP" \
+    test "$(grep -c "ring links: to next tcp, from previous tcp" "$out.log")" = $k
+  d=$(maxdiff "$T/adam-fit-1.0.safetensors" "$out.0.safetensors")
+  check "adam/fit over TCP: $k processes give one process's weights (max |dw| $d <= $TOL)" le "$d" $TOL
+done
+ls /dev/shm | grep -q '^ldist-' && not_ok "shared-memory segments left in /dev/shm: $(ls /dev/shm | grep '^ldist-')" \
+  || ok "no shared-memory segment is left in /dev/shm"
 finish
