@@ -106,4 +106,20 @@ ld_dataset_iter *ld_dataset_iter_new(ld_dataset *ds);     /* NULL + ld_error() *
 int ld_dataset_iter_next(ld_dataset_iter *it, ld_element *out);
 void ld_dataset_iter_free(ld_dataset_iter *it);             /* NULL is fine */
 
+/* Batches split over the devices of a synchronous strategy. When ds yields
+   batches of rows of one source (batch over from_tensor_slices or range,
+   through shuffle, repeat, take and skip), each replica's rows can be
+   gathered straight into a tensor on its device, by that device's executor
+   when it has one, in parallel: nothing gathers the whole batch on the
+   issuing thread and nothing copies it again to the replicas. */
+int ld_dataset_splittable(const ld_dataset *ds);
+/* The next batch split over n devices: of its k rows replica r gets
+   floor(k/n), plus one of the k % n left over for the first ones (an uneven
+   last batch gives smaller or empty parts); parts[r] receives its tensors,
+   on devs[r] (CPU devices get their rows gathered there; other devices get
+   a host gather copied over). *rows = k. 1, 0 (the end), -1 (error). Only
+   for an iterator of a splittable dataset; use it or ld_dataset_iter_next
+   throughout. */
+int ld_dataset_iter_next_split(ld_dataset_iter *it, int n, ld_device *const *devs, ld_element *parts, int64_t *rows);
+
 #endif

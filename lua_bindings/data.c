@@ -26,6 +26,8 @@
  */
 #include "lbind.h"
 #include "ld_data.h"
+#include "ld_device.h"
+#include "ld_executor.h"
 #include "ld_io.h"
 
 #include <lauxlib.h>
@@ -404,6 +406,57 @@ static int ds_iter(lua_State *L) {
 }
 
 static int it_call(lua_State *L) { return iter_step(L, luaL_checkudata(L, 1, LB_ITER_MT)); }
+
+/* ds:_splittable() -> whether its batches can be split over devices as they
+   are gathered (see ld_dataset_splittable) */
+static int ds_splittable(lua_State *L) {
+    lua_pushboolean(L, ld_dataset_splittable(check_ds(L, 1)));
+    return 1;
+}
+
+/* it:_next_split({device names}) -> {{tensors of replica 0}, ...}, rows;
+   nil at the end. The strategies' input path: each replica's rows are
+   gathered on its device. */
+static int it_next_split(lua_State *L) {
+    lb_it *u = luaL_checkudata(L, 1, LB_ITER_MT);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    int n = (int)luaL_len(L, 2);
+    if (n < 1 || n > LD_MAX_LOGICAL) return luaL_argerror(L, 2, "need 1 to 64 devices");
+    ld_device *devs[LD_MAX_LOGICAL];
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        if (!(devs[i] = ld_device_find(luaL_checkstring(L, -1)))) return lb_engine_error(L, 2);
+        lua_pop(L, 1);
+    }
+    if (!u->it) { lua_pushnil(L); return 1; }
+    ld_element *parts = lua_newuserdatauv(L, sizeof *parts * (size_t)n, 0);   /* freed by the GC */
+    int64_t rows = 0;
+    int r;
+    WITH_L(L, r = ld_dataset_iter_next_split(u->it, n, devs, parts, &rows));
+    if (r < 0) {
+        lua_pushstring(L, ld_error());
+        iter_close(L, u);
+        return lua_error(L);
+    }
+    if (r == 0) {
+        iter_close(L, u);
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, n, 0);
+    for (int p = 0; p < n; p++) {
+        lua_createtable(L, parts[p].n, 0);
+        for (int i = 0; i < parts[p].n; i++) {
+            ld_tensor *t = parts[p].t[i];
+            parts[p].t[i] = NULL;
+            lb_push_tensor(L, t, 0);
+            lua_rawseti(L, -2, i + 1);
+        }
+        lua_rawseti(L, -2, p + 1);
+    }
+    lua_pushinteger(L, (lua_Integer)rows);
+    return 2;
+}
 static int it_close(lua_State *L) {
     iter_close(L, luaL_checkudata(L, 1, LB_ITER_MT));
     return 0;
@@ -485,6 +538,7 @@ static const luaL_Reg ds_methods[] = {
     {"map", ds_map},
     {"cardinality", ds_cardinality},
     {"iter", ds_iter},
+    {"_splittable", ds_splittable},
     {NULL, NULL},
 };
 
@@ -499,6 +553,7 @@ static const luaL_Reg ds_meta[] = {
 static const luaL_Reg it_methods[] = {
     {"next", it_call},
     {"close", it_close},
+    {"_next_split", it_next_split},
     {NULL, NULL},
 };
 

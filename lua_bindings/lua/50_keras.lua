@@ -147,7 +147,10 @@ local function batch_xy(batch)
   return batch[1], batch[2]
 end
 
-local function count_rows(t) return t.ndim > 0 and t.shape[1] or 1 end
+local function count_rows(t)
+  if not tensor.is_tensor(t) then return t.global_batch end   -- split over a strategy's replicas
+  return t.ndim > 0 and t.shape[1] or 1
+end
 
 -- model:fit(dataset, {epochs=1, validation_data=, verbose=1, callbacks=, steps_per_epoch=})
 -- model:fit(x, y, {batch_size=32, epochs=1, ...})
@@ -183,7 +186,9 @@ function Model:fit(x, y, opts)
       loss_m:update_state(lv, p.n)
       if #self._metrics > 0 then
         local pred = type(p.pred) == "function" and p.pred() or p.pred
-        for _, m in ipairs(self._metrics) do m:update_state(p.by, pred) end
+        local yb = p.by
+        if not tensor.is_tensor(yb) then yb = strategy:gather(yb) end   -- split over the replicas
+        for _, m in ipairs(self._metrics) do m:update_state(yb, pred) end
       end
       if bar then
         local vals = { loss = loss_m:result() }
@@ -193,8 +198,14 @@ function Model:fit(x, y, opts)
       for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step, { loss = lv }, self) end end
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
+    -- a strategy may split the batches over its replicas as it gathers them
+    local f, fs, fc, closer = ds, nil, nil, nil
+    if strategy and strategy._fit_batches then
+      local sf, _, _, sit = strategy:_fit_batches(ds)
+      if sf then f, closer = sf, sit end
+    end
     local ok, err = pcall(function()
-      for batch in ds do
+      for batch in f, fs, fc, closer do
         local bx, by = batch_xy(batch)
         local lv, pred
         if strategy and strategy.train_step then

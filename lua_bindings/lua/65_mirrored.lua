@@ -138,10 +138,52 @@ function Mirrored:_split(element)
   return per_replica(per, rows)
 end
 
+-- Batches of rows of one source (a dataset of from_tensor_slices/range ->
+-- shuffle/repeat/take/skip -> batch) are split as they are gathered: each
+-- replica's rows are copied straight into a tensor on its device by that
+-- device's executor, in parallel, instead of the issuing thread gathering
+-- the whole batch and copying the parts again. Returns an iterator of
+-- ({{tensors of replica 0}, ...}, global batch) and the underlying iterator
+-- (a to-be-closed value), or nil for other datasets.
+local dataset_mt = getmetatable(ldist.data.Dataset.range(0))
+function Mirrored:_split_iter(ds)
+  if getmetatable(ds) ~= dataset_mt or not ds:_splittable() then return nil end
+  for _, d in ipairs(self.devices) do if not d:match("^cpu:") then return nil end end
+  local it, devices = ds:iter(), self.devices
+  return function() return it:_next_split(devices) end, it
+end
+
+-- model:fit's batches under the strategy: elements {x, y, ...} whose
+-- components are PerReplica values, or nil (fit splits whole batches)
+function Mirrored:_fit_batches(ds)
+  local next_split, it = self:_split_iter(ds)
+  if not next_split then return nil end
+  local n = self.num_replicas_in_sync
+  return function()
+    local parts, rows = next_split()
+    if not parts then return nil end
+    local el = {}
+    for i = 1, #parts[1] do
+      local v = {}
+      for r = 1, n do v[r] = parts[r][i] end
+      el[i] = per_replica(v, rows)
+    end
+    return el
+  end, nil, nil, it
+end
+
 -- for inputs in strategy:experimental_distribute_dataset(ds) do ... end
 local DistDataset = { __name = "ldist.DistributedDataset" }
 DistDataset.__index = DistDataset
 function DistDataset:iter()
+  local next_split = self.strategy:_split_iter(self.dataset)
+  if next_split then
+    return function()
+      local parts, rows = next_split()
+      if parts == nil then return nil end
+      return per_replica(parts, rows)
+    end
+  end
   local f, s, c = self.dataset:iter()
   return function()
     local e = f(s, c)
@@ -440,8 +482,8 @@ end
 -- that read them when called (want_pred false: no predictions gathered).
 function Mirrored:train_step(model, x, y, loss, opt, want_pred)
   local n = self.num_replicas_in_sync
-  local xs = self:_split(x)
-  local ys = self:_split(y)
+  local xs = is_pr(x) and x or self:_split(x)   -- already split by _fit_batches
+  local ys = is_pr(y) and y or self:_split(y)
   local gb = xs.global_batch
   if not self._in_fit then C.mirror_devices(self.devices); C.host_async(true) end
   local lvs, grads, preds = {}, {}, {}

@@ -1,10 +1,10 @@
--- mirrored_bench.lua MODE [STEPS]: MLP 784-512-256-10, Adam, global batch 256.
+-- mirrored_bench.lua MODE [STEPS [BATCH]]: MLP 784-512-256-10, Adam, global batch BATCH (256).
 --   one1    1 replica on 1 device using 1 core
 --   one2    1 replica on 1 device using every core
 --   mirror2 MirroredStrategy, 2 replicas on 2 CPU devices
 --   allreduce  bus bandwidth of the in-process all-reduce over 2 devices, 4-64 MB
 -- Prints "samples_per_s" (or lines "MB seconds busbw_GBps" for allreduce).
-local mode, steps = arg[1], tonumber(arg[2]) or 150
+local mode, steps, batch = arg[1], tonumber(arg[2]) or 150, tonumber(arg[3]) or 256
 local warm = 10
 if mode == "allreduce" then
   ldist.config.cpu_devices(2)
@@ -36,7 +36,7 @@ do
   model = nn.Sequential{nn.Flatten(), nn.Dense(512, "relu"), nn.Dense(256, "relu"), nn.Dense(10)}
   model:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
 end
-local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(256, {drop_remainder = true})
+local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(batch, {drop_remainder = true})
 local t0, t1
 local timer = {on_train_batch_end = function(_, step)
   if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
@@ -45,4 +45,4 @@ do
   local _ <close> = strategy:scope()
   model:fit(ds:repeat_(), {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
 end
-print(("%.1f"):format(steps * 256 / (t1 - t0)))
+print(("%.1f"):format(steps * batch / (t1 - t0)))

@@ -184,6 +184,35 @@ T.test("uneven data: 4 elements over 5 replicas leave one empty, and training co
   T.eq(n, 3)
 end)
 
+T.test("batches split as each replica gathers its rows equal the whole batch split afterwards", function()
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1", "cpu:2"}}
+  local x, y = make_data(22)
+  local function pipeline(map)
+    local ds = data.Dataset.from_tensor_slices(x, y)
+    if map then ds = ds:map(function(a, b) return a, b end) end   -- a map: whole batches, split afterwards
+    return ds:shuffle(22, {seed = 3}):batch(8):repeat_(2):skip(1):take(4)
+  end
+  T.ok(pipeline(false):_splittable(), "rows of one source are split as they are gathered")
+  T.ok(not pipeline(true):_splittable(), "a mapped dataset is not")
+  local function collect(ds)
+    local out = {}
+    for inputs in s:experimental_distribute_dataset(ds) do
+      local rows = {}
+      for r, v in ipairs(s:experimental_local_results(inputs)) do
+        T.eq(v[1].device, s.devices[r])
+        T.eq(v[2].device, s.devices[r])
+        rows[r] = v[1].shape[1] .. ":" .. table.concat(v[2]:cpu():totable(), ",") .. ":" .. ("%.6f"):format(v[1]:cpu():sum():item())
+      end
+      out[#out + 1] = inputs.global_batch .. "=" .. table.concat(rows, "/")
+    end
+    return table.concat(out, " ")
+  end
+  local split, whole = collect(pipeline(false)), collect(pipeline(true))
+  T.eq(split, whole)
+  T.ok(split:match("^8=3:"), "8 rows over 3 replicas: 3, 3, 2")
+  T.ok(split:match(" 6=2:"), "the last batch of an epoch (22 = 2 x 8 + 6) splits 2, 2, 2")
+end)
+
 T.test("an error on one replica names it, and the next run works", function()
   local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
   T.raises(function()
