@@ -56,6 +56,9 @@ def ready_time(name):
     cf, cfg = write_connection_file(os.path.join(d, "kernel.json"), key=key)
     argv = [a.replace("{connection_file}", cf)
             for a in KernelSpecManager().get_kernel_spec(name).argv]
+    # as jupyter_client's KernelManager does: a spec's bare "python" means this interpreter
+    if argv and argv[0] in ("python", f"python{sys.version_info[0]}", "python%d.%d" % sys.version_info[:2]):
+        argv[0] = sys.executable
     ctx = zmq.Context.instance()
     shell = ctx.socket(zmq.DEALER)
     shell.linger = 0

@@ -2,7 +2,7 @@
 --   one1    1 replica on 1 device using 1 core
 --   one2    1 replica on 1 device using every core
 --   mirror2 MirroredStrategy, 2 replicas on 2 CPU devices
---   allreduce  bus bandwidth of the in-process all-reduce over 2 devices, 4-64 MB
+--   allreduce  bus bandwidth of the in-process all-reduce over 2 devices, 1-64 MB
 -- Prints "samples_per_s" (or lines "MB seconds busbw_GBps" for allreduce).
 local mode, steps, batch = arg[1], tonumber(arg[2]) or 150, tonumber(arg[3]) or 256
 local warm = 10
@@ -10,7 +10,7 @@ if mode == "allreduce" then
   ldist.config.cpu_devices(2)
   local C = ldist._distribute
   local comm = C.comm_new({"cpu:0", "cpu:1"})
-  for _, mb in ipairs({4, 8, 16, 32, 64}) do
+  for _, mb in ipairs({1, 4, 8, 16, 32, 64}) do
     local n = mb * 1024 * 1024 // 4
     local a, b = tensor.ones(n), tensor.ones(n):to("cpu:1")
     for _ = 1, 2 do comm:all_reduce({{a}, {b}}); C.sync("cpu:1") end
