@@ -38,6 +38,8 @@ if wait_for "$log" '^\[1\] at epoch 2 step 8$' 60; then
   done
   check "the surviving workers exit non-zero" grep -qE 'worker 0 exit [1-9].*worker 1 killed.*worker 2 exit [1-9]' "$log"
   check "within the timeout ($elapsed s < $TIMEOUT s)" le "$elapsed" $TIMEOUT
+  # the ring's shared-memory links were unlinked once mapped: a killed rank leaks none
+  check "no shared-memory segment is left in /dev/shm after kill -9" sh -c '! ls /dev/shm | grep -q "^ldist-"'
 else
   not_ok "the run reached epoch 2 step 8 to be killed"; show "$log"
   kill $launcher 2>/dev/null; wait
