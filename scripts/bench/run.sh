@@ -52,25 +52,32 @@ awk -v s="${R[ldist-mlp]:-0}" -v g="$sgemm" 'BEGIN{
 gcc -O2 -o build/bench-membw scripts/bench/membw.c -lpthread
 echo
 echo "== MirroredStrategy: MLP 784-512-256-10, Adam, global batch 256 (samples/s)"
-# The four runs alternate, 5 rounds (2 when quick), and each reports its
+# The five runs alternate, 5 rounds (2 when quick), and each reports its
 # median: on a shared machine one run can lose a third to a neighbour.
 rounds=5; [ "$quick" = 1 ] && rounds=2
 declare -A MR
 for ((i = 0; i < rounds; i++)); do
-  for mode in one1 one2 mirror2 half1; do
-    case $mode in half1) args="one1 $((2 * mlp_steps)) 128" ;; *) args="$mode $mlp_steps" ;; esac
+  for mode in one1 one2 mirror2 half1 mirror2x2; do
+    case $mode in
+      half1) args="one1 $((2 * mlp_steps)) 128" ;;
+      mirror2x2) args="mirror2 $((mlp_steps / 2)) 512" ;;
+      *) args="$mode $mlp_steps" ;;
+    esac
     MR[$mode]+="$(./ldist scripts/bench/mirrored_bench.lua $args 2>/dev/null | tail -1) "
   done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 one1=$(median <<<"${MR[one1]}"); one2=$(median <<<"${MR[one2]}"); mir2=$(median <<<"${MR[mirror2]}"); half1=$(median <<<"${MR[half1]}")
+mir2x2=$(median <<<"${MR[mirror2x2]}")
 printf '1 replica, 1 device, 1 core:        %10s   (runs: %s)\n' "$one1" "${MR[one1]}"
 printf '1 replica, 1 device, %d cores:       %10s   (runs: %s)\n' "$cores" "$one2" "${MR[one2]}"
 printf '2 replicas on 2 CPU devices:        %10s   (runs: %s)\n' "$mir2" "${MR[mirror2]}"
 printf '1 replica, 1 core, batch 128:       %10s   (runs: %s)\n' "$half1" "${MR[half1]}"
-awk -v a="$one1" -v b="$one2" -v m="$mir2" -v h="$half1" 'BEGIN{
+printf '2 replicas, batch 256 each (512):   %10s   (runs: %s)\n' "$mir2x2" "${MR[mirror2x2]}"
+awk -v a="$one1" -v b="$one2" -v m="$mir2" -v h="$half1" -v w="$mir2x2" 'BEGIN{
   if (a > 0 && b > 0) printf "scaling efficiency, global batch 256 on both (strong): %.0f%% (2 replicas vs 2 x one device); %.2fx the one-replica run on both cores\n", 100*m/(2*a), m/b
-  if (h > 0) printf "scaling efficiency, batch 128 per replica (weak, as Horovod and tf.distribute report it): %.0f%%\n", 100*m/(2*h)
+  if (a > 0 && w > 0) printf "scaling efficiency, batch 256 per replica (weak, as Horovod and tf.distribute report it): %.0f%%\n", 100*w/(2*a)
+  if (h > 0) printf "scaling efficiency, batch 128 per replica (weak): %.0f%%\n", 100*m/(2*h)
   if (a > 0 && h > 0) printf "(one core alone at batch 128 runs %.0f%% as fast per sample as at 256: the half-batch matrix products bound strong scaling)\n", 100*h/a }'
 # Context: two single-threaded sgemm calls side by side against one alone
 # (the cores share the memory bus and the clock budget).
