@@ -16,7 +16,8 @@
    token, marks it attached and unlinks the name (the mapping stays); the
    receiver listens on it from the second barrier on (cl_shm_listen). A
    sender that cannot open it (another host, another /dev/shm) keeps sending
-   over ZeroMQ, and the receiver listens on whichever link its sender took.
+   over ZeroMQ, and the receiver listens on whichever link its sender took;
+   so does a receiver whose segment does not fit in /dev/shm.
    LDIST_RING_TRANSPORT=tcp turns the shared-memory link off. */
 #include "ld_cluster_int.h"
 
@@ -89,7 +90,10 @@ int cl_shm_create(ld_cluster *c) {
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) return LD_OK;             /* no shared memory here: the ZeroMQ link stays */
     cl_shm *s = NULL;
-    if (ftruncate(fd, (off_t)len) == 0) s = map_segment(fd, len);
+    /* reserve the pages now: a tmpfs too small for them (a container's
+       64 MB /dev/shm) would otherwise kill the process with SIGBUS at the
+       first write past its end, mid-collective */
+    if (ftruncate(fd, (off_t)len) == 0 && posix_fallocate(fd, 0, (off_t)len) == 0) s = map_segment(fd, len);
     close(fd);
     if (!s) { shm_unlink(name); return LD_OK; }
     memset(s->h, 0, sizeof *s->h);
