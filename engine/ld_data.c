@@ -435,7 +435,7 @@ static void run_gather(void *ctx, ld_device *d) {
     free(g);
 }
 
-/* Rows [lo, hi) of the batch rows[0..k) of source s, for device d. */
+/* One replica's part of a batch: rows[0..k) of source s, as tensors on device d. */
 static int gather_part(const ld_dataset *s, const int64_t *rows, int64_t k, ld_device *d, ld_element *out) {
     out->n = 0;
     if (s->kind == DS_RANGE || d->kind != LD_DEV_CPU) {
