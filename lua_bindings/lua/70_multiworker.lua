@@ -1247,9 +1247,11 @@ doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrat
   "distribute.MultiWorkerMirroredStrategy{cluster=, timeout=30, communication=\"auto\"|\"ring\"|\"nccl\",\n" ..
   "                                       auto_shard_policy=\"AUTO\", heartbeat_timeout=}\n\n" ..
   "Synchronous training over several processes (one replica each): gradients are summed across\n" ..
-  "them with a ring all-reduce over ZeroMQ (NCCL on GPUs). The cluster comes from cluster= (a\n" ..
-  "TF_CONFIG table or JSON string, or a distribute.LocalCluster), else the TF_CONFIG environment\n" ..
-  "variable, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, Slurm or mpirun variables.\n" ..
+  "them with a ring all-reduce (NCCL on GPUs) whose links are shared memory between processes of\n" ..
+  "one machine and ZeroMQ between machines (LDIST_RING_TRANSPORT=tcp: ZeroMQ everywhere). The\n" ..
+  "cluster comes from cluster= (a TF_CONFIG table or JSON string, or a distribute.LocalCluster),\n" ..
+  "else the TF_CONFIG environment variable, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, Slurm\n" ..
+  "or mpirun variables.\n" ..
   "`ldist launch -n 4 script.lua` starts 4 such processes on this machine.\n" ..
   "Every collective fails within `timeout` seconds, naming the worker, when one dies.\n" ..
   "strategy:run(fn, inputs), strategy:reduce(op, v), strategy:experimental_distribute_dataset(ds),\n" ..
