@@ -399,6 +399,8 @@ static void gather_rows(char *dst, const char *base, size_t rb, const int64_t *r
     }
 }
 
+static int gather_slices(const ld_dataset *s, const int64_t *rows, int64_t k, ld_device *d, ld_element *out);
+
 /* Batch of rows[0..k) of source s. */
 static int source_gather(const ld_dataset *s, const int64_t *rows, int64_t k, ld_element *out) {
     out->n = 0;
@@ -410,17 +412,7 @@ static int source_gather(const ld_dataset *s, const int64_t *rows, int64_t k, ld
         out->t[out->n++] = t;
         return 1;
     }
-    for (int c = 0; c < s->n_src; c++) {
-        const ld_tensor *src = s->src[c];
-        int64_t shape[LD_MAX_DIMS];
-        shape[0] = k;
-        for (int i = 1; i < src->ndim; i++) shape[i] = src->shape[i];
-        ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim, shape, NULL);
-        if (!t) { ld_element_clear(out); return -1; }
-        gather_rows(ld_tensor_data_unsynced(t), ld_tensor_data_unsynced(src), row_bytes(src), rows, k);
-        out->t[out->n++] = t;
-    }
-    return 1;
+    return gather_slices(s, rows, k, NULL, out);
 }
 
 /* A split batch: the request handed down the iterators. */
@@ -435,20 +427,9 @@ static void run_gather(void *ctx, ld_device *d) {
     free(g);
 }
 
-/* One replica's part of a batch: rows[0..k) of source s, as tensors on device d. */
-static int gather_part(const ld_dataset *s, const int64_t *rows, int64_t k, ld_device *d, ld_element *out) {
-    out->n = 0;
-    if (s->kind == DS_RANGE || d->kind != LD_DEV_CPU) {
-        ld_element h = {0};
-        if (source_gather(s, rows, k, &h) < 0) return -1;
-        for (int c = 0; c < h.n; c++) {
-            ld_tensor *t = h.t[c]->storage->device == d ? ld_tensor_retain(h.t[c]) : ld_to_device(h.t[c], d);
-            if (!t) { ld_element_clear(&h); ld_element_clear(out); return -1; }
-            out->t[out->n++] = t;
-        }
-        ld_element_clear(&h);
-        return 1;
-    }
+/* rows[0..k) of the slices of source s into new tensors on d (NULL: the
+   host), gathered here, or queued on d's executor when it has one */
+static int gather_slices(const ld_dataset *s, const int64_t *rows, int64_t k, ld_device *d, ld_element *out) {
     for (int c = 0; c < s->n_src; c++) {
         ld_tensor *src = s->src[c];
         int64_t shape[LD_MAX_DIMS];
@@ -458,8 +439,7 @@ static int gather_part(const ld_dataset *s, const int64_t *rows, int64_t k, ld_d
         if (!t) { ld_element_clear(out); return -1; }
         out->t[out->n++] = t;
         size_t rb = row_bytes(src);
-        if (!k || !rb) continue;
-        if (!ld_device_is_async(d)) {
+        if (!d || !ld_device_is_async(d) || !k || !rb) {
             gather_rows(ld_tensor_data_unsynced(t), ld_tensor_data_unsynced(src), rb, rows, k);
             continue;
         }
@@ -473,6 +453,21 @@ static int gather_part(const ld_dataset *s, const int64_t *rows, int64_t k, ld_d
         /* kernels queued later on d read t after this; a free of t queues behind it */
         ld_executor_submit(d, run_gather, g, LD_SPAN_COMPUTE);
     }
+    return 1;
+}
+
+/* One replica's part of a batch: rows[0..k) of source s, as tensors on device d. */
+static int gather_part(const ld_dataset *s, const int64_t *rows, int64_t k, ld_device *d, ld_element *out) {
+    out->n = 0;
+    if (s->kind != DS_RANGE && d->kind == LD_DEV_CPU) return gather_slices(s, rows, k, d, out);
+    ld_element h = {0};
+    if (source_gather(s, rows, k, &h) < 0) return -1;
+    for (int c = 0; c < h.n; c++) {
+        ld_tensor *t = h.t[c]->storage->device == d ? ld_tensor_retain(h.t[c]) : ld_to_device(h.t[c], d);
+        if (!t) { ld_element_clear(&h); ld_element_clear(out); return -1; }
+        out->t[out->n++] = t;
+    }
+    ld_element_clear(&h);
     return 1;
 }
 
