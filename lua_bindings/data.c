@@ -26,7 +26,6 @@
  */
 #include "lbind.h"
 #include "ld_data.h"
-#include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_io.h"
 
@@ -419,15 +418,8 @@ static int ds_splittable(lua_State *L) {
    gathered on its device. */
 static int it_next_split(lua_State *L) {
     lb_it *u = luaL_checkudata(L, 1, LB_ITER_MT);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    int n = (int)luaL_len(L, 2);
-    if (n < 1 || n > LD_MAX_LOGICAL) return luaL_argerror(L, 2, "need 1 to 64 devices");
     ld_device *devs[LD_MAX_LOGICAL];
-    for (int i = 0; i < n; i++) {
-        lua_geti(L, 2, i + 1);
-        if (!(devs[i] = ld_device_find(luaL_checkstring(L, -1)))) return lb_engine_error(L, 2);
-        lua_pop(L, 1);
-    }
+    int n = lb_check_devices(L, 2, devs);
     if (!u->it) { lua_pushnil(L); return 1; }
     ld_element *parts = lua_newuserdatauv(L, sizeof *parts * (size_t)n, 0);   /* freed by the GC */
     int64_t rows = 0;

@@ -21,8 +21,7 @@ static ld_device *check_device(lua_State *L, int idx) {
     return d;
 }
 
-/* devices from a Lua array of names */
-static int read_devices(lua_State *L, int idx, ld_device **devs) {
+int lb_check_devices(lua_State *L, int idx, ld_device **devs) {
     luaL_checktype(L, idx, LUA_TTABLE);
     int n = (int)luaL_len(L, idx);
     if (n < 1 || n > LD_MAX_LOGICAL) luaL_argerror(L, idx, "need 1 to 64 devices");
@@ -62,7 +61,7 @@ static int d_replica(lua_State *L) {
 
 static int d_mirror_devices(lua_State *L) {
     ld_device *devs[LD_MAX_LOGICAL];
-    int n = lua_isnoneornil(L, 1) ? 0 : read_devices(L, 1, devs);
+    int n = lua_isnoneornil(L, 1) ? 0 : lb_check_devices(L, 1, devs);
     if (ld_mirror_set_devices(n, devs)) return lb_engine_error(L, 1);
     return 0;
 }
@@ -81,7 +80,7 @@ static int d_mirror_copies(lua_State *L) {
 
 static int d_comm_new(lua_State *L) {
     ld_device *devs[LD_MAX_LOGICAL];
-    int n = read_devices(L, 1, devs);
+    int n = lb_check_devices(L, 1, devs);
     const char *impl = luaL_optstring(L, 2, "all_reduce");
     ld_comm_impl k;
     if (!strcmp(impl, "all_reduce")) k = LD_COMM_ALL_REDUCE;
@@ -186,7 +185,7 @@ static int d_sync(lua_State *L) {
 
 static int d_trace_enable(lua_State *L) {
     ld_device *devs[LD_MAX_LOGICAL];
-    int n = read_devices(L, 1, devs), on = lua_toboolean(L, 2);
+    int n = lb_check_devices(L, 1, devs), on = lua_toboolean(L, 2);
     for (int i = 0; i < n; i++) ld_trace_enable(devs[i], on);
     return 0;
 }

@@ -30,6 +30,11 @@ int lb_engine_error(lua_State *L, int arg);
    and record its docstrings: docs is a NULL-terminated list of name/text pairs. */
 void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
 
+/* Devices (distribute.c): a Lua array of 1..LD_MAX_LOGICAL distinct device
+   names at idx into devs; returns how many, or raises an argument error. */
+struct ld_device;
+int lb_check_devices(lua_State *L, int idx, struct ld_device **devs);
+
 /* Optimizers (optim.c): the engine optimizer at idx, with its learning rate
    refreshed first when it is a Lua schedule function. */
 #define LB_OPTIMIZER_MT "ldist.Optimizer"

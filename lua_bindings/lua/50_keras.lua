@@ -199,13 +199,13 @@ function Model:fit(x, y, opts)
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
     -- a strategy may split the batches over its replicas as it gathers them
-    local f, fs, fc, closer = ds, nil, nil, nil
+    local batches, closer = ds, nil
     if strategy and strategy._fit_batches then
       local sf, _, _, sit = strategy:_fit_batches(ds)
-      if sf then f, closer = sf, sit end
+      if sf then batches, closer = sf, sit end
     end
     local ok, err = pcall(function()
-      for batch in f, fs, fc, closer do
+      for batch in batches, nil, nil, closer do
         local bx, by = batch_xy(batch)
         local lv, pred
         if strategy and strategy.train_step then
