@@ -155,6 +155,8 @@ static int accumulate(gmap *m, const ld_tensor *t, ld_tensor *g) {
     gslot *s = gmap_find(m, grad_key(t), 1);
     if (!s) { ld_tensor_release(g); return ld_fail(LD_ENOMEM, "out of memory"); }
     if (!s->grad) { s->grad = g; return LD_OK; }
+    ld_tensor_materialize(s->grad);   /* a variable used twice: its gradients add up */
+    ld_tensor_materialize(g);
     ld_tensor *sum = ld_add(s->grad, g);
     ld_tensor_release(g);
     if (!sum) return ld_error_status();

@@ -54,7 +54,7 @@ static double now_s(void) {
 double ld_now(void) { return now_s(); }
 
 static void record_span(executor *e, int kind, double t0, double t1) {
-    if (!e->tracing) return;
+    if (!e->tracing || t1 <= t0) return;
     /* merge with the previous span of the same kind when contiguous */
     if (e->n_spans && e->spans[e->n_spans - 1].kind == kind && t0 - e->spans[e->n_spans - 1].end < 20e-6) {
         e->spans[e->n_spans - 1].end = t1;

@@ -7,6 +7,7 @@
 #include "ld_executor.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -447,6 +448,9 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
  * product accumulated onto it (beta = 1), and relu applied in place: one
  * pass over the output fewer, and no zeroing pass inside sgemm. relu's
  * gradient needs only the output (y > 0 exactly where x @ w + b > 0). */
+static _Thread_local int defer_weight_grads;
+void ld_defer_weight_grads(int on) { defer_weight_grads = on; }
+
 static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL, *y = nd->saved[0];
     int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
@@ -469,7 +473,21 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
         ld_tensor_release(dx2);
         if (!gi[0]) st = ld_error_status();
     }
-    if (!st && ld_needs_grad(w) && !(gi[1] = mm2d(x2, g2, 1, 0))) st = ld_error_status();
+    if (!st && ld_needs_grad(w)) {
+        if (defer_weight_grads && x2 && w->requires_grad && !w->grad_fn && DEV(g2)->kind == LD_DEV_CPU) {
+            struct ld_pending *p = malloc(sizeof *p);
+            if (p && (gi[1] = ld_tensor_empty(LD_F32, 2, w->shape, DEV(g2)))) {
+                p->a = ld_tensor_retain(x2);
+                p->b = ld_tensor_retain(g2);
+                gi[1]->pending = p;
+            } else {
+                free(p);
+                st = ld_error_status();
+            }
+        } else if (!(gi[1] = mm2d(x2, g2, 1, 0))) {
+            st = ld_error_status();
+        }
+    }
     if (!st && b && ld_needs_grad(b) && !(gi[2] = ld_sum(g2, 0, 0))) st = ld_error_status();
     ld_tensor_release(x2);
     ld_tensor_release(g2);

@@ -48,6 +48,13 @@ ld_tensor *ld_softmax(ld_tensor *x);                    /* over the last axis */
 /* A dense layer in one op: x [..., k] @ w [k, n] + b [n] (b may be NULL),
    then relu when asked (in place). */
 ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu);
+/* While on (per thread), the backward pass of ld_linear on a CPU device leaves
+   the gradient of a variable kernel as its product x^T dy (tensor->pending)
+   instead of computing it: the mirrored strategy's collective then computes
+   each replica's slice of the sum over replicas from every replica's factors,
+   a fused reduce-scatter with no per-replica gradient to zero, fill and add
+   (ld_strategy.c). Whoever else reads such a gradient materializes it. */
+void ld_defer_weight_grads(int on);
 ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */

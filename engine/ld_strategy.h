@@ -50,7 +50,13 @@ void ld_comm_free(ld_comm *c);
    tensor i of replica r, on devs[r]; shapes must agree across replicas.
    The work is queued on every device; replica r sums slice r of the data
    and writes the sum into every replica's tensors (over shared memory the
-   reduce-scatter and the all-gather are one pass between two barriers). */
+   reduce-scatter and the all-gather are one pass between two barriers).
+   When every replica's tensor i is a pending weight gradient (x_q^T dy_q,
+   ld_tensor.h), replica r computes its slice of sum_q x_q^T dy_q straight
+   from every replica's factors instead of summing computed gradients: the
+   same products in all, with no per-replica gradient to fill and re-read
+   (a reduce-scatter fused into the products). Otherwise pending tensors
+   are computed first. */
 int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean);
 /* Reduce-scatter, update, all-gather: replica r sums its slice of the k
    tensors t (n*k, as in all_reduce), calls update(ctx, r, i, a, b, dev) on
@@ -72,6 +78,7 @@ ld_device *ld_comm_device(const ld_comm *c, int r);
 typedef struct {
     int64_t calls, bytes;       /* bytes reduced per replica, summed over calls */
     double seconds;             /* time inside all-reduce, slowest replica, summed */
+    int64_t products;           /* tensors summed from their factors (weight gradients, ld_ops.h) */
 } ld_comm_stats;
 void ld_comm_stats_get(ld_comm *c, ld_comm_stats *s, int reset);
 

@@ -54,9 +54,29 @@ void ld_tensor_release(ld_tensor *t) {
         storage_release(t->storage);
         if (t->grad_fn) ld_node_release(t->grad_fn);
         if (t->mirror) ld_mirror_free(t->mirror);
+        if (t->pending) {
+            ld_tensor_release(t->pending->a);
+            ld_tensor_release(t->pending->b);
+            free(t->pending);
+        }
         free(t->name);
         free(t);
     }
+}
+
+int ld_tensor_materialize(ld_tensor *t) {
+    struct ld_pending *p = t ? t->pending : NULL;
+    if (!p) return LD_OK;
+    t->pending = NULL;
+    ld_device *d = t->storage->device;
+    int64_t k = p->a->shape[0], m = p->a->shape[1], n = p->b->shape[1];
+    d->backend->gemm(d, 1, 0, m, n, k, 1.0f, (const float *)p->a->storage->data + p->a->offset, m < 1 ? 1 : m,
+                     (const float *)p->b->storage->data + p->b->offset, n < 1 ? 1 : n, 0.0f,
+                     (float *)t->storage->data + t->offset, n < 1 ? 1 : n);
+    ld_tensor_release(p->a);
+    ld_tensor_release(p->b);
+    free(p);
+    return LD_OK;
 }
 
 static void set_contiguous_strides(ld_tensor *t) {
@@ -66,6 +86,7 @@ static void set_contiguous_strides(ld_tensor *t) {
 
 /* A tensor header over existing storage (retained). */
 static ld_tensor *view_of(ld_tensor *base) {
+    ld_tensor_materialize(base);   /* a view reads what the product will write */
     ld_tensor *t = calloc(1, sizeof *t);
     if (!t) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     *t = *base;
@@ -74,6 +95,7 @@ static ld_tensor *view_of(ld_tensor *base) {
     t->grad_fn = NULL;
     t->name = NULL;
     t->mirror = NULL;
+    t->pending = NULL;
     __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
     return t;
 }

@@ -47,11 +47,21 @@ typedef struct ld_tensor {
     struct ld_node *grad_fn;        /* the op that produced it while a tape recorded */
     char *name;                     /* optional, owned (variables: "dense/kernel") */
     struct ld_mirror *mirror;       /* per-replica copies of a mirrored variable (ld_strategy.h) */
+    struct ld_pending *pending;     /* a weight gradient not computed yet (ld_ops.h) */
 } ld_tensor;
+
+/* A weight gradient left as its product, a^T b (a [rows, m], b [rows, n],
+   both retained): a strategy's collective computes each replica's slice of
+   the sum over replicas straight from the factors (ld_strategy.c), and
+   ld_tensor_materialize computes it where anything else needs the values. */
+struct ld_pending { ld_tensor *a, *b; };
 
 /* ---- lifetime ---- */
 ld_tensor *ld_tensor_retain(ld_tensor *t);
 void ld_tensor_release(ld_tensor *t);          /* NULL is fine */
+/* Compute a pending weight gradient into t (queued on its device, like any
+   kernel) and drop its factors; nothing to do for other tensors. */
+int ld_tensor_materialize(ld_tensor *t);
 
 /* ---- creation (dev NULL = cpu:0) ---- */
 ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);

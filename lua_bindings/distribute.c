@@ -125,7 +125,7 @@ static int comm_all_reduce(lua_State *L) {
             return luaL_error(L, "all_reduce: replica %d gave %d tensors, replica 0 gave %d", r, (int)luaL_len(L, -1), k);
         for (int i = 0; i < k; i++) {
             lua_geti(L, -1, i + 1);
-            t[r * k + i] = lb_check_tensor(L, -1);
+            t[r * k + i] = lb_check_tensor_raw(L, -1);
             lua_pop(L, 1);
         }
         lua_pop(L, 1);
@@ -156,7 +156,7 @@ static int comm_apply_sharded(lua_State *L) {
         luaL_checktype(L, -1, LUA_TTABLE);
         for (int i = 0; i < k; i++) {
             lua_geti(L, -1, i + 1);
-            t[r * k + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
+            t[r * k + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor_raw(L, -1);
             lua_pop(L, 1);
         }
         lua_pop(L, 1);
@@ -171,10 +171,11 @@ static int comm_stats(lua_State *L) {
     ld_comm *c = check_comm(L, 1);
     ld_comm_stats s;
     ld_comm_stats_get(c, &s, lua_toboolean(L, 2));
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     lua_pushinteger(L, s.calls); lua_setfield(L, -2, "calls");
     lua_pushinteger(L, s.bytes); lua_setfield(L, -2, "bytes");
     lua_pushnumber(L, s.seconds); lua_setfield(L, -2, "seconds");
+    lua_pushinteger(L, s.products); lua_setfield(L, -2, "products");
     return 1;
 }
 

@@ -18,6 +18,7 @@
 /* The tensor at idx, or a Lua argument error naming `idx`. */
 ld_tensor *lb_check_tensor(lua_State *L, int idx);
 ld_tensor *lb_test_tensor(lua_State *L, int idx);   /* NULL when not a tensor */
+ld_tensor *lb_check_tensor_raw(lua_State *L, int idx);   /* a pending weight gradient stays pending */
 /* A tensor from a tensor, a number or a (nested) table of numbers. Returns a
    new reference (release it). */
 ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt);

@@ -12,6 +12,7 @@
 #include "ld_nn.h"
 #include "ld_optim.h"
 #include "ld_autograd.h"
+#include "ld_ops.h"
 #include "ld_io.h"
 
 #include <lauxlib.h>
@@ -312,7 +313,8 @@ static ld_loss *check_loss(lua_State *L, int i) { return luaL_checkudata(L, i, L
    (grads are new references), and lv/pred are cut from their graphs. */
 typedef struct { int n; ld_tensor **vars, **grads, *lv, *pred; } step_result;
 
-static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor *y, ld_loss *loss, step_result *r) {
+static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor *y, ld_loss *loss, int defer,
+                             step_result *r) {
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
@@ -324,7 +326,9 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor 
     ld_tensor **grads = vars + n;
     if (!st) {
         ld_model_variables(m, vars, n);
+        ld_defer_weight_grads(defer);
         st = ld_tape_gradient(tape, lv, n, vars, grads);
+        ld_defer_weight_grads(0);
     }
     ld_tape_free(tape);
     if (st) { ld_tensor_release(lv); ld_tensor_release(pred); luaL_error(L, "%s", ld_error()); return; }
@@ -342,7 +346,7 @@ static int model_train_step(lua_State *L) {
     ld_loss *loss = check_loss(L, 4);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
     step_result r;
-    forward_backward(L, m, x, y, loss, &r);
+    forward_backward(L, m, x, y, loss, 0, &r);
     double value = 0;
     int st = ld_tensor_item(r.lv, &value);
     if (!st) st = ld_optimizer_apply(opt, r.n, r.grads, r.vars);
@@ -354,16 +358,18 @@ static int model_train_step(lua_State *L) {
     return 2;
 }
 
-/* model:_grads(x, y, loss) -> loss tensor, gradients (table), predictions
+/* model:_grads(x, y, loss [, defer]) -> loss tensor, gradients (table), predictions
    The forward and backward half of a training step, for strategies that
    reduce gradients across replicas before applying them. Nothing here waits
-   for the device: the values are queued on a logical device's executor. */
+   for the device: the values are queued on a logical device's executor.
+   defer: dense kernels' gradients may be left as products for the
+   collective to compute (ld_defer_weight_grads). */
 static int model_grads(lua_State *L) {
     ld_model *m = check_model(L, 1);
     ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
     step_result r;
-    forward_backward(L, m, x, y, loss, &r);
+    forward_backward(L, m, x, y, loss, lua_toboolean(L, 5), &r);
     lb_push_tensor(L, r.lv, 0);
     lua_createtable(L, r.n, 0);
     for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }

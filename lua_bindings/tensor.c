@@ -23,16 +23,26 @@ int lb_engine_error(lua_State *L, int arg) {
     return luaL_error(L, "%s", msg);
 }
 
+/* A weight gradient that model:_grads left as its product (ld_ops.h) is
+   computed the first time Lua code hands it to anything but the strategy's
+   collective (which reads it with lb_check_tensor_raw). */
 ld_tensor *lb_test_tensor(lua_State *L, int idx) {
     ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
+    if (p && *p && (*p)->pending) ld_tensor_materialize(*p);
     return p ? *p : NULL;
 }
 
-ld_tensor *lb_check_tensor(lua_State *L, int idx) {
+ld_tensor *lb_check_tensor_raw(lua_State *L, int idx) {
     ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
     if (!p) luaL_typeerror(L, idx, "Tensor");
     if (!*p) luaL_argerror(L, idx, "tensor has been freed");
     return *p;
+}
+
+ld_tensor *lb_check_tensor(lua_State *L, int idx) {
+    ld_tensor *t = lb_check_tensor_raw(L, idx);
+    if (t->pending) ld_tensor_materialize(t);
+    return t;
 }
 
 /* Variables keep one userdata per engine tensor (weak cache), so

@@ -85,9 +85,11 @@ end
 -- updates a slice, the slices are gathered): it must still give the weights
 -- and optimizer slots of one device, keep the replicas identical after every
 -- step, and leave slots that a later unsharded step can use.
-local function fit_run(devices, make_opt)
+local function fit_run(devices, make_opt, opts)
+  opts = opts or {}
   local strategy, model, opt = setup(devices, make_opt, true)
-  local x, y = make_data(400)
+  if devices and opts.fuse == false then strategy._fuse_grads = false end
+  local x, y = make_data(opts.examples or 400)
   local worst = 0
   local check = {on_train_batch_end = function()
     if not devices then return end
@@ -99,8 +101,10 @@ local function fit_run(devices, make_opt)
   local h
   do
     local _ <close> = strategy:scope()
-    h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(40), {epochs = 10, verbose = 0, callbacks = {check}})
+    if devices then strategy._comm:stats(true) end
+    h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(opts.batch or 40), {epochs = 10, verbose = 0, callbacks = {check}})
   end
+  local products = devices and strategy._comm:stats(true).products or 0
   local state = ldist._cluster.optimizer_state(opt, model.trainable_variables)
   -- one more step through the custom loop: an unsharded update from the slots
   local loss_object = losses.SparseCategoricalCrossentropy{from_logits = true}
@@ -114,7 +118,7 @@ local function fit_run(devices, make_opt)
   end
   local w = {}
   for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
-  return {weights = w, slots = state.slots, iterations = state.iterations, worst = worst, loss = h.loss}
+  return {weights = w, slots = state.slots, iterations = state.iterations, worst = worst, loss = h.loss, products = products}
 end
 
 for _, o in ipairs({
@@ -129,6 +133,8 @@ for _, o in ipairs({
       local devs = {}
       for r = 0, n - 1 do devs[r + 1] = "cpu:" .. r end
       local run = fit_run(devs, make_opt)
+      -- the two dense kernels' gradients were summed from their products, every step
+      T.eq(run.products, 2 * 10 * 10, n .. " replicas: kernel gradients fused into the reduce")
       T.eq(run.worst, 0, n .. " replicas are identical after every step")
       T.eq(run.iterations, one.iterations, "the step is counted once per step")
       T.ok(max_diff(one.weights, run.weights) < 2e-4, ("%d replicas: weights differ by %g"):format(n, max_diff(one.weights, run.weights)))
@@ -143,6 +149,38 @@ for _, o in ipairs({
     end
   end)
 end
+
+T.test("fit: kernel gradients fused into the reduce equal summed gradients, with empty replicas too", function()
+  local make_opt = function() return optim.Adam{learning_rate = 0.01} end
+  local devs = {"cpu:0", "cpu:1", "cpu:2"}
+  local fused, plain = fit_run(devs, make_opt), fit_run(devs, make_opt, {fuse = false})
+  T.ok(fused.products > 0 and plain.products == 0, "one run fused, the other did not")
+  T.ok(max_diff(fused.weights, plain.weights) < 1e-5, ("fused and summed differ by %g"):format(max_diff(fused.weights, plain.weights)))
+  -- 10 examples in batches of 4 over 5 replicas: the last batch (2 examples)
+  -- leaves three replicas empty, whose products add nothing
+  ldist.config.cpu_devices(5)
+  local one = fit_run(nil, make_opt, {examples = 10, batch = 4})
+  local five = fit_run({"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4"}, make_opt, {examples = 10, batch = 4})
+  T.eq(five.products, 2 * 3 * 10, "every step fused")
+  T.eq(five.worst, 0, "replicas identical after every step")
+  T.ok(max_diff(one.weights, five.weights) < 2e-4, ("5 replicas with empty ones differ by %g"):format(max_diff(one.weights, five.weights)))
+end)
+
+T.test("a kernel gradient left as a product is computed wherever it is read", function()
+  local x, y = make_data(12)
+  local lossf = losses.SparseCategoricalCrossentropy{from_logits = true}
+  local model = nn.Sequential{nn.Dense(4, "tanh"), nn.Dense(3)}
+  model(x)
+  local _, want = model:_grads(x, y, lossf)
+  local _, got = model:_grads(x, y, lossf, true)
+  T.eq(#got, #want)
+  for i = 1, #want do
+    T.eq(table.concat(got[i].shape, "x"), table.concat(want[i].shape, "x"))
+    T.ok((got[i] - want[i]):abs():max():item() < 1e-6, "gradient " .. i .. " equals the computed one")
+  end
+  local _, again = model:_grads(x, y, lossf, true)
+  T.ok((again[1]:reshape{-1} - want[1]:reshape{-1}):abs():max():item() < 1e-6, "a reshaped view reads the product")
+end)
 
 T.test("uneven data: range(6) batched by 4 over 2 replicas", function()
   local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
