@@ -299,7 +299,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
         ld_tensor **vs = p ? malloc(sizeof *vs * (size_t)k) : NULL;
         if (!vs) { free(p); return ld_fail(LD_ENOMEM, "out of memory"); }
         p->n = n; p->k = k; p->vars = vs;
-        for (int r = 0; r < n; r++) ld_comm_slice(c, r, total, &p->lo[r], &p->hi[r]);
+        ld_comm_slices(c, k, vars, p->lo, p->hi);
         for (int i = 0; i < k; i++) vs[i] = ld_tensor_retain(vars[i]);
         o->shard = p;
     }

@@ -127,6 +127,7 @@ typedef struct {
     pthread_cond_t cv;
     int arrived, gen;
     double max_seconds;
+    int64_t lo[LD_MAX_LOGICAL], hi[LD_MAX_LOGICAL];   /* replica r's slice of the concatenation */
 } group;
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -255,18 +256,36 @@ static void reduce_push_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
     }
 }
 
-void ld_comm_slice(const ld_comm *c, int r, int64_t total, int64_t *lo, int64_t *hi) {
+void ld_comm_slices(const ld_comm *c, int k, ld_tensor *const *t, int64_t *lo, int64_t *hi) {
+    int n = c->n;
+    int64_t total = 0;
+    for (int i = 0; i < k; i++) total += ld_tensor_numel(t[i]);
     if (c->impl == LD_COMM_REDUCE_TO_ONE) {   /* replica 0 reduces everything */
-        *lo = 0; *hi = r == 0 ? total : 0;
+        for (int r = 0; r < n; r++) { lo[r] = 0; hi[r] = r == 0 ? total : 0; }
         return;
     }
-    int64_t per = (total + c->n - 1) / c->n;
-    per = (per + 15) & ~(int64_t)15;
-    *lo = per * r; *hi = *lo + per;
-    if (*lo > total) *lo = total;
-    if (*hi > total) *hi = total;
+    /* Equal shares, each boundary moved to the nearest row of the tensor it
+       falls in (16 elements for a vector): a weight gradient summed from its
+       products is then whole rows on each replica; a partial row would cost
+       a one-row product that reads all of dy for a few hundred elements. */
+    lo[0] = 0;
+    for (int r = 1; r < n; r++) {
+        int64_t want = total * r / n, base = 0, at = total;
+        for (int i = 0; i < k; i++) {
+            int64_t len = ld_tensor_numel(t[i]);
+            if (want < base + len) {
+                int64_t row = t[i]->ndim >= 2 && t[i]->shape[0] > 0 ? len / t[i]->shape[0] : 16;
+                if (row < 1) row = 1;
+                int64_t off = (want - base + row / 2) / row * row;
+                at = base + (off < len ? off : len);
+                break;
+            }
+            base += len;
+        }
+        lo[r] = at > lo[r - 1] ? at : lo[r - 1];
+    }
+    for (int r = 0; r < n; r++) hi[r] = r + 1 < n ? lo[r + 1] : total;
 }
-static void slice_of(group *g, int r, int64_t *lo, int64_t *hi) { ld_comm_slice(g->comm, r, g->total, lo, hi); }
 int ld_comm_size(const ld_comm *c) { return c->n; }
 ld_device *ld_comm_device(const ld_comm *c, int r) { return r >= 0 && r < c->n ? c->devs[r] : NULL; }
 
@@ -306,8 +325,7 @@ static void participate(void *ctx, ld_device *d) {
     double t0 = ld_now();
     barrier(g);                                   /* every replica's inputs are ready */
     double t1 = ld_now();
-    int64_t lo, hi;
-    slice_of(g, r, &lo, &hi);
+    int64_t lo = g->lo[r], hi = g->hi[r];
     ld_executor_record(d, LD_SPAN_WAIT, t0, t1);
     piece_state st = {r, t1, 0};
     for_range(g, lo, hi, reduce_push_piece, &st);   /* my slice, summed (and updated), to everyone */
@@ -398,6 +416,7 @@ static int launch(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out,
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
     for (int i = 0; i < k; i++) { g->len[i] = ld_tensor_numel(t[i]); g->total += g->len[i]; }
+    ld_comm_slices(c, k, t, g->lo, g->hi);
     /* weight gradients left as products: fused into the reduce when every
        replica left tensor i so (and its factors are CPU buffers), computed
        first otherwise */

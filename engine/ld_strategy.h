@@ -71,8 +71,9 @@ int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean);
 typedef void (*ld_slice_fn)(void *ctx, int r, int i, int64_t a, int64_t b, ld_device *dev);
 int ld_comm_reduce_scatter_update(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out, int mean,
                                   ld_slice_fn update, void *ctx, void (*ctx_free)(void *));
-/* Replica r's slice [lo, hi) of a concatenation of `total` elements. */
-void ld_comm_slice(const ld_comm *c, int r, int64_t total, int64_t *lo, int64_t *hi);
+/* Every replica's slice [lo[r], hi[r]) of the concatenation of k tensors
+   shaped like t (about equal shares, boundaries on rows of 2-d tensors). */
+void ld_comm_slices(const ld_comm *c, int k, ld_tensor *const *t, int64_t *lo, int64_t *hi);
 int ld_comm_size(const ld_comm *c);
 ld_device *ld_comm_device(const ld_comm *c, int r);
 typedef struct {
