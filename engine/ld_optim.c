@@ -234,14 +234,14 @@ int ld_optimizer_consolidate(ld_optimizer *o) {
 typedef struct {
     rule_t rule;
     int k;
-    float **w, **s1, **s2, **g;   /* [n*k] */
+    float **w, **s1, **s2;        /* [n*k] */
 } shard_ctx;
 
-static void shard_update(void *ctx, int r, int i, int64_t a, int64_t b, ld_device *d) {
+static void shard_update(void *ctx, int r, int i, int64_t a, int64_t b, const float *sum, ld_device *d) {
     shard_ctx *x = ctx;
     int j = r * x->k + i;
     run_rule(&x->rule, ld_cpu_backend(), d, x->w[j] + a, x->s1[j] ? x->s1[j] + a : NULL, x->s2[j] ? x->s2[j] + a : NULL,
-             x->g[j] + a, b - a);
+             sum, b - a);
 }
 static void shard_free(void *ctx) {
     shard_ctx *x = ctx;
@@ -270,10 +270,10 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
     for (int i = 0; same && i < k; i++) same = p->vars[i] == vars[i];
     if (p && !same && ld_optimizer_consolidate(o)) return ld_error_status();
     shard_ctx *x = calloc(1, sizeof *x);
-    float **arr = x ? calloc((size_t)(4 * n * k), sizeof *arr) : NULL;
+    float **arr = x ? calloc((size_t)(3 * n * k), sizeof *arr) : NULL;
     if (!arr) { free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
     x->k = k;
-    x->w = arr; x->s1 = arr + n * k; x->s2 = arr + 2 * n * k; x->g = arr + 3 * n * k;
+    x->w = arr; x->s1 = arr + n * k; x->s2 = arr + 2 * n * k;
     ld_tensor **outs = malloc(sizeof *outs * (size_t)(n * k));
     if (!outs) { shard_free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
     for (int i = 0; i < k; i++)
@@ -286,7 +286,6 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
             x->w[j] = (float *)w->storage->data + w->offset;
             x->s1[j] = s->s1 ? (float *)s->s1->storage->data : NULL;
             x->s2[j] = s->s2 ? (float *)s->s2->storage->data : NULL;
-            x->g[j] = (float *)grads[j]->storage->data + grads[j]->offset;
         }
     int64_t step = o->iterations + 1;
     x->rule = rule_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);

@@ -68,7 +68,7 @@ int ld_comm_all_reduce(ld_comm *c, int k, ld_tensor *const *t, int mean);
    updated variables are gathered, instead of every replica updating all of
    them. CPU devices only. ctx_free(ctx) runs when every replica is done
    (also on failure). */
-typedef void (*ld_slice_fn)(void *ctx, int r, int i, int64_t a, int64_t b, ld_device *dev);
+typedef void (*ld_slice_fn)(void *ctx, int r, int i, int64_t a, int64_t b, const float *sum, ld_device *dev);
 int ld_comm_reduce_scatter_update(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out, int mean,
                                   ld_slice_fn update, void *ctx, void (*ctx_free)(void *));
 /* Every replica's slice [lo[r], hi[r]) of the concatenation of k tensors
