@@ -122,5 +122,10 @@ int ld_cpu_threads(void);
 int ld_cpu_cores(void);                          /* cores online */
 /* Make the calling thread run CPU kernels single-threaded (executor threads). */
 void ld_cpu_thread_serial(int on);
+/* While on (per thread), the tensors this thread allocates on a logical CPU
+   device are outputs of kernels queued to that device, never written from
+   the host: they may get a block freed a moment ago whose old kernels are
+   still queued (ld_executor.c). Returns the previous setting. */
+int ld_alloc_stream_ordered(int on);
 
 #endif

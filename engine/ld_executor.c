@@ -3,11 +3,15 @@
  * the kernels queued to it, in order, while the Lua thread goes on issuing.
  *
  * The backend of a logical device is a proxy of the CPU backend: each kernel
- * call copies its arguments into a task and queues it. Frees are queued too,
- * so memory is returned only after every kernel queued before has run; that
- * makes it safe for the issuing thread to drop a tensor whose kernels are
- * still pending. Reads of device memory (to_host, ld_tensor_data) wait for
- * the queue to drain (synchronize).
+ * call copies its arguments into a task and queues it. A freed block is kept
+ * by its device with the queue position of the free (its fence), and goes
+ * back to the CPU allocator only after every kernel queued before has run;
+ * that makes it safe for the issuing thread to drop a tensor whose kernels
+ * are still pending. Until then it may be handed out again, stream-ordered
+ * as CUDA's caching allocators do, for the output of a kernel queued to the
+ * same device (ld_alloc_stream_ordered): that kernel runs after the old
+ * ones. Reads of device memory (to_host, ld_tensor_data) wait for the queue
+ * to drain (synchronize).
  *
  * Executor threads run the CPU kernels single-threaded: the cores are shared
  * out among devices (DESIGN.md: replicas on separate cores beat intra-op
@@ -40,6 +44,11 @@ typedef struct executor {
     int fence_waiters;
     uint64_t wait_min;        /* the smallest fence a waiter waits for */
     ld_device *dev;
+    /* freed blocks kept for reuse (see px_free), newest last */
+    pthread_mutex_t rmu;
+    struct recent { void *p; size_t n; uint64_t fence; } recent[64];
+    int n_recent;
+    size_t recent_bytes;
     /* trace */
     int tracing;
     ld_span *spans;
@@ -74,7 +83,8 @@ static void record_span(executor *e, int kind, double t0, double t1) {
 /* the host device runs kernels inline: its spans are recorded by whoever
    runs work for it (the strategy), into this executor-less record */
 static executor host_trace = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
-                              .idle = PTHREAD_COND_INITIALIZER, .progress = PTHREAD_COND_INITIALIZER};
+                              .idle = PTHREAD_COND_INITIALIZER, .progress = PTHREAD_COND_INITIALIZER,
+                              .rmu = PTHREAD_MUTEX_INITIALIZER};
 static int host_thread_started;
 
 static executor *trace_of(ld_device *d) {
@@ -90,8 +100,11 @@ void ld_executor_record(ld_device *d, int kind, double t0, double t1) {
     pthread_mutex_unlock(&e->mu);
 }
 
+static _Thread_local int on_executor;   /* this thread runs some device's kernels */
+
 static void *executor_main(void *arg) {
     executor *e = arg;
+    on_executor = 1;
     ld_cpu_thread_serial(1);
     pthread_mutex_lock(&e->mu);
     for (;;) {
@@ -218,15 +231,93 @@ void ld_device_synchronize(ld_device *d) { if (ld_device_is_async(d)) exec_sync(
  * run function calling the CPU kernel. */
 #define CPU ld_cpu_backend()
 
-static void *px_alloc(ld_device *d, size_t n) { return CPU->alloc(d, n); }
+/* ---- memory: stream-ordered reuse of freed blocks
+ * Blocks freed by the issuing thread are often still read by queued kernels.
+ * Handing such a block to the CPU allocator only when its free comes up in
+ * the queue means the next step's tensors get other blocks, long out of
+ * this core's cache: measured on mirrored_bench (2 replicas, 5 alternating
+ * runs), reusing them at once for kernel outputs gave +3.4% samples/s. A
+ * block whose fence has passed may go to anyone; one whose old kernels are
+ * still queued only to a caller on the issuing thread that has said its
+ * block is written by a kernel queued to this device
+ * (ld_alloc_stream_ordered), never to code that writes it from the host. */
+#define RECENT_MIN 4096
+#define RECENT_BYTES ((size_t)256 << 20)
+static _Thread_local int stream_ordered;
+static size_t pages(size_t n) { return (n + RECENT_MIN - 1) / RECENT_MIN; }   /* the CPU allocator's size classes */
+int ld_alloc_stream_ordered(int on) { int was = stream_ordered; stream_ordered = on; return was; }
 
 typedef struct { void *p; size_t n; } free_a;
 static void run_free(task *t, ld_device *d) { free_a *a = (free_a *)t->args; CPU->free(d, a->p, a->n); }
-static void px_free(ld_device *d, void *p, size_t n) {
+static void queue_free(ld_device *d, void *p, size_t n) {
     task *t = task_new(sizeof(free_a), run_free);
     t->kind = LD_SPAN_NONE;
     *(free_a *)t->args = (free_a){p, n};
     submit(d, t);
+}
+
+static void *px_alloc(ld_device *d, size_t n) {
+    executor *e = d->impl;
+    if (n >= RECENT_MIN) {
+        pthread_mutex_lock(&e->mu);
+        uint64_t done = e->completed;
+        pthread_mutex_unlock(&e->mu);
+        /* a block with kernels still queued: only for an output of a kernel queued here */
+        int queued_ok = stream_ordered && !on_executor;
+        pthread_mutex_lock(&e->rmu);
+        for (int i = e->n_recent - 1; i >= 0; i--) {
+            struct recent *b = &e->recent[i];
+            if (pages(b->n) != pages(n) || (b->fence > done && !queued_ok)) continue;
+            void *p = b->p;
+            e->recent_bytes -= b->n;
+            memmove(b, b + 1, sizeof *b * (size_t)(e->n_recent - i - 1));
+            e->n_recent--;
+            pthread_mutex_unlock(&e->rmu);
+            return p;
+        }
+        pthread_mutex_unlock(&e->rmu);
+    }
+    void *p = CPU->alloc(d, n);
+    if (!p && e->n_recent) {   /* out of memory: give the kept blocks back and try again */
+        exec_sync(d);
+        ld_clear_error();
+        pthread_mutex_lock(&e->rmu);
+        while (e->n_recent) { e->n_recent--; CPU->free(d, e->recent[e->n_recent].p, e->recent[e->n_recent].n); }
+        e->recent_bytes = 0;
+        pthread_mutex_unlock(&e->rmu);
+        p = CPU->alloc(d, n);
+    }
+    return p;
+}
+
+static void px_free(ld_device *d, void *p, size_t n) {
+    executor *e = d->impl;
+    if (n < RECENT_MIN || n > RECENT_BYTES / 4) { queue_free(d, p, n); return; }
+    pthread_mutex_lock(&e->mu);
+    uint64_t fence = e->submitted;   /* the kernels that may still use it */
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->rmu);
+    /* keep it; the oldest blocks go to the allocator, through the queue */
+    struct recent old[64];
+    int n_old = 0;
+    while (e->n_recent && (e->n_recent == 64 || e->recent_bytes + n > RECENT_BYTES)) {
+        old[n_old++] = e->recent[0];
+        e->recent_bytes -= e->recent[0].n;
+        memmove(e->recent, e->recent + 1, sizeof *e->recent * (size_t)--e->n_recent);
+    }
+    e->recent[e->n_recent++] = (struct recent){p, n, fence};
+    e->recent_bytes += n;
+    pthread_mutex_unlock(&e->rmu);
+    for (int i = 0; i < n_old; i++) queue_free(d, old[i].p, old[i].n);
+}
+
+/* The kept blocks go back to the CPU allocator (the queue has drained). */
+static void recent_flush(executor *e, ld_device *d) {
+    pthread_mutex_lock(&e->rmu);
+    for (int i = 0; i < e->n_recent; i++) CPU->free(d, e->recent[i].p, e->recent[i].n);
+    e->n_recent = 0;
+    e->recent_bytes = 0;
+    pthread_mutex_unlock(&e->rmu);
 }
 static int px_to_host(ld_device *d, void *host, const void *src, size_t n) { exec_sync(d); memcpy(host, src, n); return 0; }
 /* a fresh allocation: no queued kernel can touch it yet */
@@ -422,6 +513,7 @@ int ld_cpu_devices(int n) {
         d->impl = e;
         e->dev = d;
         pthread_mutex_init(&e->mu, NULL);
+        pthread_mutex_init(&e->rmu, NULL);
         pthread_cond_init(&e->work, NULL);
         pthread_cond_init(&e->idle, NULL);
         pthread_cond_init(&e->progress, NULL);
@@ -461,6 +553,7 @@ int ld_host_async(int on) {
         __atomic_store_n(&h->backend, &proxy_backend, __ATOMIC_RELEASE);
     } else if (h->impl) {
         exec_sync(h);
+        recent_flush(h->impl, h);
         __atomic_store_n(&h->backend, ld_cpu_backend(), __ATOMIC_RELEASE);
         h->impl = NULL;
     }

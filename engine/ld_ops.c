@@ -15,6 +15,16 @@
 #define BE(t) (DEV(t)->backend)
 #define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
 
+/* An op's output: written only by the kernel the op queues on its device,
+   so it may reuse a block whose old kernels are still queued there
+   (ld_alloc_stream_ordered). Anything the host writes is ld_tensor_empty. */
+static ld_tensor *out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
+    int was = ld_alloc_stream_ordered(1);
+    ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
+    ld_alloc_stream_ordered(was);
+    return t;
+}
+
 static const char *const bin_names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
                                         "eq", "lt", "gt"};
 static const char *const un_names[] = {"neg", "exp", "log", "sqrt", "abs", "relu", "sigmoid",
@@ -103,7 +113,7 @@ static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS];
     if (same_device(a, b, bin_names[op])) return NULL;
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
-    ld_tensor *out = ld_tensor_empty(LD_F32, nd, shape, DEV(a));
+    ld_tensor *out = out_empty(LD_F32, nd, shape, DEV(a));
     if (!out) return NULL;
     BE(a)->binary(DEV(a), op, FPTR(out), FPTR(a), sa, FPTR(b), sb, nd, shape);
     return out;
@@ -196,7 +206,7 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = n->in[0], *y = n->saved[0];
     ld_tensor *gc = ld_contiguous(g);
     if (!gc) return ld_error_status();
-    ld_tensor *dx = ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    ld_tensor *dx = out_empty(LD_F32, x->ndim, x->shape, DEV(x));
     if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], FPTR(dx), FPTR(gc), FPTR(x),
                                   y ? FPTR(y) : NULL, ld_tensor_numel(x));
     ld_tensor_release(gc);
@@ -210,7 +220,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
     ld_tensor *cx = contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
-    ld_tensor *y = ld_tensor_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    ld_tensor *y = out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
     if (y) {
         BE(cx)->unary(DEV(cx), op, FPTR(y), FPTR(cx), ld_tensor_numel(cx));
         ld_tensor *in[1] = {cx};
@@ -259,7 +269,7 @@ static ld_tensor *expand_back(ld_tensor *g, const ld_tensor *x, int axis) {
     else reduced_shape(x, axis, 1, &nd, ks);
     ld_tensor *gk = ld_reshape(g, nd, ks);
     if (!gk) return NULL;
-    ld_tensor *out = ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    ld_tensor *out = out_empty(LD_F32, x->ndim, x->shape, DEV(x));
     if (out && ld_copy_into(out, gk)) { ld_tensor_release(out); out = NULL; }
     ld_tensor_release(gk);
     return out;
@@ -320,7 +330,7 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
         nd = keep ? cx->ndim : 0;
         for (int i = 0; i < nd; i++) shape[i] = 1;
     } else reduced_shape(src, ax, keep, &nd, shape);
-    ld_tensor *out = ld_tensor_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
+    ld_tensor *out = out_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
     if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, FPTR(src), outer, n, inner);
     ld_tensor_release(flat);
     if (out && op != LD_RED_ARGMAX) {
@@ -380,7 +390,7 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(ca, &la, &lda)) { ld_tensor_release(ca); ca = ld_clone(a); la = 0; lda = a->shape[1]; }
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
-    ld_tensor *c = ca && cb ? ld_tensor_empty(LD_F32, 2, shape, DEV(a)) : NULL;
+    ld_tensor *c = ca && cb ? out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
     if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
                        ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
     ld_tensor_release(ca); ld_tensor_release(cb);
@@ -459,7 +469,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor_release(gc);
     if (!g2) return ld_error_status();
     if (y) {   /* relu: zero the gradient where the output is not positive */
-        ld_tensor *gr = ld_tensor_empty(LD_F32, 2, g2s, DEV(g2));
+        ld_tensor *gr = out_empty(LD_F32, 2, g2s, DEV(g2));
         if (!gr) { ld_tensor_release(g2); return ld_error_status(); }
         BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
         ld_tensor_release(g2);
@@ -476,7 +486,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (!st && ld_needs_grad(w)) {
         if (defer_weight_grads && x2 && w->requires_grad && !w->grad_fn && DEV(g2)->kind == LD_DEV_CPU) {
             struct ld_pending *p = malloc(sizeof *p);
-            if (p && (gi[1] = ld_tensor_empty(LD_F32, 2, w->shape, DEV(g2)))) {
+            if (p && (gi[1] = out_empty(LD_F32, 2, w->shape, DEV(g2)))) {
                 p->a = ld_tensor_retain(x2);
                 p->b = ld_tensor_retain(g2);
                 gi[1]->pending = p;
@@ -511,7 +521,7 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
     if (!cx) return NULL;
     int64_t ys[2] = {rows, n}, x2s[2] = {rows, k};
     ld_tensor *x2 = ld_reshape(cx, 2, x2s);
-    ld_tensor *y = x2 ? ld_tensor_empty(LD_F32, 2, ys, DEV(x)) : NULL;
+    ld_tensor *y = x2 ? out_empty(LD_F32, 2, ys, DEV(x)) : NULL;
     ld_tensor *cw = y ? ld_contiguous(w) : NULL;
     if (cw) {
         float beta = 0.0f;
@@ -564,7 +574,7 @@ static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t cols = cx->shape[cx->ndim - 1], rows = cols ? ld_tensor_numel(cx) / cols : 0;
-    ld_tensor *y = ld_tensor_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    ld_tensor *y = out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
     if (y) {
         BE(cx)->softmax(DEV(cx), FPTR(y), FPTR(cx), rows, cols, lg);
         ld_tensor *in[1] = {cx};
@@ -588,7 +598,7 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int nx = ld_needs_grad(x), nw = ld_needs_grad(w);
     ld_tensor *dw2 = g2 && w2 && nw ? mm2d(col, g2, 1, 0) : NULL;
     ld_tensor *dcol = g2 && w2 && nx ? mm2d(g2, w2, 0, 1) : NULL;   /* not for the image itself */
-    ld_tensor *dx = dcol ? ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = dcol ? out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(dcol), x->shape[0], x->shape[1], x->shape[2], c, kh,
                           kw, (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
                           (int64_t)nd->args[3], oh, ow);
@@ -626,7 +636,7 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
     ld_tensor *cx = contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, kh * kw * c}, w2s[2] = {kh * kw * c, f};
-    ld_tensor *col = ld_tensor_empty(LD_F32, 2, cs, DEV(x));
+    ld_tensor *col = out_empty(LD_F32, 2, cs, DEV(x));
     if (col) BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
     ld_tensor *w2 = col ? ld_reshape(w, 2, w2s) : NULL;
     ld_tensor *y2 = w2 ? mm2d(col, w2, 0, 0) : NULL;
@@ -650,7 +660,7 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
 static int bw_im2col(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? ld_tensor_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = gc ? out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
                           (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2], (int64_t)nd->args[3],
                           (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6], (int64_t)nd->args[7]);
@@ -680,7 +690,7 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     ld_tensor *cx = contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, (int64_t)kh * kw * c};
-    ld_tensor *col = ld_tensor_empty(LD_F32, 2, cs, DEV(x));
+    ld_tensor *col = out_empty(LD_F32, 2, cs, DEV(x));
     if (col) {
         BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
         ld_tensor *in[1] = {cx};
@@ -699,7 +709,7 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
 static int bw_maxpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *arg = nd->saved[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? ld_tensor_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = gc ? out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->maxpool_backward(DEV(x), FPTR(dx), FPTR(gc), arg->storage->data, ld_tensor_numel(gc),
                                     ld_tensor_numel(x));
     ld_tensor_release(gc);
@@ -723,8 +733,8 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
     if (!cx) return NULL;
     int64_t oh = (cx->shape[1] - kh) / sh + 1, ow = (cx->shape[2] - kw) / sw + 1;
     int64_t ys[4] = {cx->shape[0], oh, ow, cx->shape[3]};
-    ld_tensor *y = ld_tensor_empty(LD_F32, 4, ys, DEV(cx));
-    ld_tensor *arg = y ? ld_tensor_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
+    ld_tensor *y = out_empty(LD_F32, 4, ys, DEV(cx));
+    ld_tensor *arg = y ? out_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
     if (arg) {
         BE(cx)->maxpool(DEV(cx), FPTR(y), arg->storage->data, FPTR(cx), cx->shape[0], cx->shape[1],
                         cx->shape[2], cx->shape[3], kh, kw, sh, sw, oh, ow);
@@ -744,7 +754,7 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
 ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng) {
     if (rate < 0 || rate >= 1) { ld_fail(LD_EARG, "dropout rate must be in [0, 1), got %g", rate); return NULL; }
     if (rate == 0) return ld_tensor_retain(x);
-    ld_tensor *mask = ld_tensor_empty(LD_F32, x->ndim, x->shape, NULL);
+    ld_tensor *mask = ld_tensor_empty(LD_F32, x->ndim, x->shape, NULL);   /* written here, on the host */
     if (!mask) return NULL;
     float keep = 1.0f / (1.0f - rate), *m = mask->storage->data;
     if (!rng) rng = ld_global_rng();
@@ -791,7 +801,7 @@ ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1) {
 static int bw_xent(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *p = nd->saved[0], *lab = nd->saved[1];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *d = gc ? ld_tensor_empty(LD_F32, 2, p->shape, DEV(p)) : NULL;
+    ld_tensor *d = gc ? out_empty(LD_F32, 2, p->shape, DEV(p)) : NULL;
     if (d) BE(p)->sparse_xent_backward(DEV(p), FPTR(d), FPTR(p), (const int64_t *)lab->storage->data + lab->offset,
                                        FPTR(gc), p->shape[0], p->shape[1], (float)nd->args[0]);
     ld_tensor_release(gc);
@@ -830,8 +840,8 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
         }
     }
     double scale = denom > 0 ? 1.0 / denom : (n ? 1.0 / (double)n : 0.0);
-    ld_tensor *p = ld_tensor_empty(LD_F32, 2, cl->shape, DEV(cl));
-    ld_tensor *out = p ? ld_tensor_empty(LD_F32, 0, NULL, DEV(cl)) : NULL;
+    ld_tensor *p = out_empty(LD_F32, 2, cl->shape, DEV(cl));
+    ld_tensor *out = p ? out_empty(LD_F32, 0, NULL, DEV(cl)) : NULL;
     if (out) {
         BE(cl)->sparse_xent(DEV(cl), FPTR(out), FPTR(p), FPTR(cl), (const int64_t *)lab->storage->data + lab->offset,
                             n, c, (float)scale);

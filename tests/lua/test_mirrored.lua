@@ -339,6 +339,25 @@ T.test("copies and reads between queued devices wait for the kernels that write 
   T.raises(function() return C.read_async(tensor.ones(3)):item() end, "3 elements, not one")
 end)
 
+T.test("memory freed while its kernels are queued is reused only where that is safe", function()
+  local free_now = getmetatable(tensor.zeros(1)).__close
+  local big = tensor.ones(384, 384):to("cpu:1")
+  local n = 1 << 16   -- 256 KB blocks, kept by the device when freed
+  for i = 1, 20 do
+    local slow = big:matmul(big)                -- keeps cpu:1 busy
+    local a = tensor.full(n, i):to("cpu:1")
+    local b = a * 2                              -- queued behind the product: reads a later
+    free_now(a); collectgarbage()                -- a's block has a kernel still queued
+    local c = tensor.full(n, -i):to("cpu:1")     -- written from the host: must get another block
+    local d = b + 1                              -- an op's output may take a freed block at once
+    free_now(b); collectgarbage()
+    local e = d * 1                              -- ... even one whose kernels are still queued
+    T.eq(c:sum():item(), -i * n, "host-written tensor, step " .. i)
+    T.eq(e:sum():item(), (2 * i + 1) * n, "queued results, step " .. i)
+    free_now(slow)
+  end
+end)
+
 T.test("bad input to MirroredStrategy", function()
   T.raises(function() distribute.MirroredStrategy{devices = {"cpu:0", "cpu:9"}} end, "unknown device 'cpu:9'")
   T.raises(function() distribute.MirroredStrategy{cross_device_ops = "ring"} end, "cross_device_ops must be")
