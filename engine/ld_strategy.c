@@ -184,7 +184,7 @@ static void for_range(group *g, int64_t lo, int64_t hi, void (*fn)(group *, int 
    their products, computed straight from their factors into r's buffer. The
    range is cut into whole rows and the partial rows at its ends, so nothing
    outside [x, y) is written (other replicas read the rest of the buffer). */
-static void product_range(group *g, int r, int i, int64_t x, int64_t y, float *c) {
+static void product_range(group *g, int r, int i, int64_t x, int64_t y, float *c, int own) {
     int n = g->n, k = g->k;
     const ld_backend *cpu = ld_cpu_backend();
     ld_device *d = g->comm->devs[r];
@@ -195,8 +195,9 @@ static void product_range(group *g, int r, int i, int64_t x, int64_t y, float *c
         int64_t row = e / cols, c0 = e % cols, rows = 1, w = cols - c0;
         if (c0 == 0 && y - e >= cols) rows = (y - e) / cols;
         else if (w > y - e) w = y - e;
-        float beta = 0.0f;
+        float beta = own ? 0.0f : 1.0f;
         for (int q = 0; q < n; q++) {
+            if ((q == r) != own) continue;
             const struct ld_pending *p = g->pend[q * k + i];
             int64_t kq = p->a->shape[0];
             if (kq == 0) continue;   /* an empty share of the batch adds nothing */
@@ -240,7 +241,27 @@ enum { BLOCK = 8192 };
 typedef struct {
     int r;
     double mark, product;   /* end of the last span recorded; seconds in products */
+    float *scratch;         /* the pieces' sums, one after the other (NULL: in the gradients) */
+    int64_t at;             /* the next piece's place in it */
 } piece_state;
+
+/* Where the sum of a piece [a, b) of tensor i goes: sum[x] for element x. */
+static float *piece_sum(group *g, piece_state *ps, int i, int64_t a, int64_t b) {
+    float *sum = ps->scratch ? ps->scratch + ps->at - a : g->buf[ps->r * g->k + i];
+    if (ps->scratch) ps->at += b - a;
+    return sum;
+}
+
+/* Before the first barrier: replica r's own term of each product in its
+   slice, which needs only its own factors. A replica that gets there first
+   (the other is still in its backward pass, or shares its core with the
+   issuing thread) does this instead of waiting for it; the other terms come
+   after the barrier. */
+static void own_product_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
+    piece_state *ps = ud;
+    if (!g->pend || !g->pend[ps->r * g->k + i]) return;
+    product_range(g, ps->r, i, a, b, piece_sum(g, ps, i, a, b) + a, 1);
+}
 static void reduce_push_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
     piece_state *ps = ud;
     int r = ps->r, n = g->n, k = g->k;
@@ -251,9 +272,8 @@ static void reduce_push_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
     if (fused) {   /* the products are compute in the trace, not communication */
         ld_device *d = g->comm->devs[r];
         double p0 = ld_now();
-        float *scr = g->update ? scratch_of(g->comm, r, b - a) : NULL;
-        if (scr) sum = scr - a;
-        product_range(g, r, i, a, b, sum + a);
+        sum = piece_sum(g, ps, i, a, b);
+        product_range(g, r, i, a, b, sum + a, 0);
         double p1 = ld_now();
         ld_executor_record(d, LD_SPAN_ALLREDUCE, ps->mark, p0);
         ld_executor_record(d, LD_SPAN_COMPUTE, p0, p1);
@@ -344,18 +364,35 @@ static void participate(void *ctx, ld_device *d) {
     group *g = p->g;
     int r = p->r;
     free(p);
+    int64_t lo = g->lo[r], hi = g->hi[r];
+    piece_state st = {r, 0, 0, NULL, 0};
     double t0 = ld_now();
+    if (g->pend) {
+        if (g->update) {   /* the fused pieces' sums go to scratch */
+            int64_t need = 0, base = 0;
+            for (int i = 0; i < g->k; base += g->len[i++])
+                if (g->pend[r * g->k + i]) {
+                    int64_t a = lo > base ? lo : base, b = hi < base + g->len[i] ? hi : base + g->len[i];
+                    if (a < b) need += b - a;
+                }
+            st.scratch = scratch_of(g->comm, r, need);
+        }
+        for_range(g, lo, hi, own_product_piece, &st);
+        st.at = 0;
+    }
+    double tp = ld_now();
+    ld_executor_record(d, LD_SPAN_COMPUTE, t0, tp);
     barrier(g);                                   /* every replica's inputs are ready */
     double t1 = ld_now();
-    int64_t lo = g->lo[r], hi = g->hi[r];
-    ld_executor_record(d, LD_SPAN_WAIT, t0, t1);
-    piece_state st = {r, t1, 0};
+    ld_executor_record(d, LD_SPAN_WAIT, tp, t1);
+    st.mark = t1;
+    st.product = tp - t0;
     for_range(g, lo, hi, reduce_push_piece, &st);   /* my slice, summed (and updated), to everyone */
     barrier(g);                                   /* every slice is everywhere */
     double t2 = ld_now();
     ld_executor_record(d, LD_SPAN_ALLREDUCE, st.mark, t2);
     pthread_mutex_lock(&g->mu);
-    if (t2 - t1 - st.product > g->max_seconds) g->max_seconds = t2 - t1 - st.product;
+    if (t2 - t1 - (st.product - (tp - t0)) > g->max_seconds) g->max_seconds = t2 - t1 - (st.product - (tp - t0));
     pthread_mutex_unlock(&g->mu);
     group_release(g);
 }
