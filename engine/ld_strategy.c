@@ -181,9 +181,11 @@ static void for_range(group *g, int64_t lo, int64_t hi, void (*fn)(group *, int 
 
 /* Elements [x, y) of replica r's tensor i, when every replica left it as a
    product a^T b (a weight gradient, ld_ops.h): the sum over replicas of
-   their products, computed straight from their factors into r's buffer. The
-   range is cut into whole rows and the partial rows at its ends, so nothing
-   outside [x, y) is written (other replicas read the rest of the buffer). */
+   their products, computed straight from their factors into c (c[0] is
+   element x). own: r's own term, written over c; else the other replicas'
+   terms, added to it. The range is cut into whole rows and the partial rows
+   at its ends, so nothing outside [x, y) is written (other replicas read
+   the rest of r's buffer). */
 static void product_range(group *g, int r, int i, int64_t x, int64_t y, float *c, int own) {
     int n = g->n, k = g->k;
     const ld_backend *cpu = ld_cpu_backend();
@@ -232,11 +234,12 @@ static float *scratch_of(ld_comm *c, int r, int64_t n) {
    memory the reduce-scatter and the all-gather are one pass (each element is
    read once and written once per replica) between two barriers. With an
    update, the block of the sum is handed to it and the updated `out` block
-   is what every replica gets. A tensor left as products is computed for the
-   whole piece first, in one matrix product per replica: cut into row
-   chunks, each product packed the whole dy factor again (measured: 4x the
-   packing, 5% of the step), and a replica's piece of a weight gradient
-   (0.8 MB for the MLP's first layer) stays in its core's L2 for the rest. */
+   is what every replica gets. A tensor left as products is summed for the
+   whole piece first, one matrix product per other replica added to the own
+   term (own_product_piece): cut into row chunks, each product packed the
+   whole dy factor again (measured: 4x the packing, 5% of the step), and a
+   replica's piece of a weight gradient (0.8 MB for the MLP's first layer)
+   stays in its core's L2 for the update and the push. */
 enum { BLOCK = 8192 };
 typedef struct {
     int r;
