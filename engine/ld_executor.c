@@ -242,7 +242,7 @@ void ld_device_synchronize(ld_device *d) { if (ld_device_is_async(d)) exec_sync(
  * block is written by a kernel queued to this device
  * (ld_alloc_stream_ordered), never to code that writes it from the host. */
 #define RECENT_MIN 4096
-#define RECENT_BYTES ((size_t)256 << 20)
+#define RECENT_BYTES ((size_t)64 << 20)   /* per device; a block over a quarter of it is not kept */
 static _Thread_local int stream_ordered;
 static size_t pages(size_t n) { return (n + RECENT_MIN - 1) / RECENT_MIN; }   /* the CPU allocator's size classes */
 int ld_alloc_stream_ordered(int on) { int was = stream_ordered; stream_ordered = on; return was; }
