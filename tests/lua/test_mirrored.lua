@@ -164,6 +164,13 @@ T.test("fit: kernel gradients fused into the reduce equal summed gradients, with
   T.eq(five.products, 2 * 3 * 10, "every step fused")
   T.eq(five.worst, 0, "replicas identical after every step")
   T.ok(max_diff(one.weights, five.weights) < 2e-4, ("5 replicas with empty ones differ by %g"):format(max_diff(one.weights, five.weights)))
+  -- clipnorm needs the whole gradient: no sharded update, an all-reduce of
+  -- the products into every replica's gradients, then the same update everywhere
+  local clip = function() return optim.Adam{learning_rate = 0.01, clipnorm = 0.5} end
+  local c1, c3 = fit_run(nil, clip), fit_run(devs, clip)
+  T.eq(c3.products, 2 * 10 * 10, "clipnorm: kernel gradients all-reduced from their products")
+  T.eq(c3.worst, 0, "clipnorm: replicas identical after every step")
+  T.ok(max_diff(c1.weights, c3.weights) < 2e-4, ("clipnorm: 3 replicas differ by %g"):format(max_diff(c1.weights, c3.weights)))
 end)
 
 T.test("a kernel gradient left as a product is computed wherever it is read", function()
