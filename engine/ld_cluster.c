@@ -357,7 +357,12 @@ int ld_cluster_send(ld_cluster *c, int to, const char *type, const void *data, s
     return rc ? ld_fail(LD_EDEVICE, "send: %s", zmq_strerror(errno)) : LD_OK;
 }
 
-int ld_cluster_recv(ld_cluster *c, double timeout, int *from, char type[32], void **data, size_t *n) {
+/* The receive loop of ld_cluster_recv and ld_cluster_recv_any: a message
+   (1), the timeout (0), or a failure. any: keep waiting when a member is
+   lost, give up only when the leader is (members of a parameter-server
+   cluster come and go); else any lost peer ends the wait on the leader, and
+   the leader's loss ends it everywhere. */
+int cl_recv(ld_cluster *c, double timeout, int any, int *from, char type[32], void **data, size_t *n) {
     *data = NULL;
     *n = 0;
     if (c->size == 1) return 0;
@@ -390,11 +395,26 @@ int ld_cluster_recv(ld_cluster *c, double timeout, int *from, char type[32], voi
             continue;
         }
         if (ld_interrupt_flag) return ld_fail(LD_EINTERRUPT, "interrupted");
-        int r;
-        char msg[512];
-        int t = cl_trouble(c, &r, msg, sizeof msg);
-        if (t == PEER_LOST && (c->rank == 0 || r == 0)) return ld_fail(LD_EDEVICE, "%s", msg);
+        if (any) {
+            /* a member whose leader is lost has no one left to hear from */
+            if (c->rank != 0 && ld_cluster_peer_state(c, 0) == 2) {
+                pthread_mutex_lock(&c->mu);
+                char msg[512];
+                snprintf(msg, sizeof msg, "%s %s", c->peers[0].name, c->peers[0].reason);
+                pthread_mutex_unlock(&c->mu);
+                return ld_fail(LD_EDEVICE, "%s", msg);
+            }
+        } else {
+            int r;
+            char msg[512];
+            int t = cl_trouble(c, &r, msg, sizeof msg);
+            if (t == PEER_LOST && (c->rank == 0 || r == 0)) return ld_fail(LD_EDEVICE, "%s", msg);
+        }
         if (cl_now() - t0 >= timeout) return 0;
     }
+}
+
+int ld_cluster_recv(ld_cluster *c, double timeout, int *from, char type[32], void **data, size_t *n) {
+    return cl_recv(c, timeout, 0, from, type, data, n);
 }
 

@@ -118,4 +118,7 @@ int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n);
 int cl_break(ld_cluster *c, int status);
 void cl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* the receive loop shared by ld_cluster_recv (any 0) and ld_cluster_recv_any (any 1) */
+int cl_recv(ld_cluster *c, double timeout, int any, int *from, char type[32], void **data, size_t *n);
+
 #endif
