@@ -789,11 +789,17 @@ local function build_dataset(r, cache)
 end
 distribute._build_dataset = build_dataset
 
-local function describe_model(model)
+-- A model as data for another process: its layers' configurations and, unless
+-- weights is false, its weights (the parameter-server strategy keeps them on
+-- the ps tasks).
+local function describe_model(model, weights)
   local layers = {}
   for i, l in ipairs(model.layers) do layers[i] = C.layer_config(l) end
-  local w = {}
-  for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+  local w
+  if weights ~= false then
+    w = {}
+    for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+  end
   return { name = model.name, layers = layers, input_shape = layers[1] and layers[1].input_shape, weights = w }
 end
 
@@ -819,6 +825,10 @@ local function build_model(d)
     layers[i] = make(c)
   end
   local model = nn.Sequential(layers)
+  if not d.weights then   -- layers only
+    if d.input_shape then model:build(d.input_shape) end
+    return model
+  end
   if d.input_shape and #d.weights > 0 then model:build(d.input_shape) end
   local vars = model.trainable_variables
   if #vars ~= #d.weights then error(("the model has %d weights, %d were sent"):format(#vars, #d.weights), 0) end
@@ -855,6 +865,9 @@ local function build_optimizer(d)
   for k, v in pairs(d) do if k ~= "name" then o[k] = v end end
   return optim[d.name](o)
 end
+-- for the parameter-server strategy (80_parameter_server.lua)
+distribute._describe_model, distribute._build_model = describe_model, build_model
+distribute._build_loss, distribute._build_optimizer = build_loss, build_optimizer
 
 ---------------------------------------------------------------- LocalCluster: workers started from here
 LocalCluster = { __name = "ldist.LocalCluster" }

@@ -87,46 +87,9 @@ local function ship_fn(fn, what)
   return string.dump(fn)
 end
 
-local function act(a) return a ~= "linear" and a or nil end
-local layer_makers = {
-  dense = function(c) return nn.Dense { units = c.units, activation = act(c.activation), use_bias = c.use_bias } end,
-  flatten = function() return nn.Flatten() end,
-  dropout = function(c) return nn.Dropout(c.rate) end,
-  conv2d = function(c)
-    return nn.Conv2D(c.filters, c.kernel_size, { strides = c.strides, padding = c.padding, activation = act(c.activation),
-      use_bias = c.use_bias })
-  end,
-  max_pooling2d = function(c) return nn.MaxPool2D(c.kernel_size, { strides = c.strides }) end,
-  activation = function(c) return nn.Activation(c.activation) end,
-  reshape = function(c) return nn.Reshape(c.target_shape) end,
-}
-local function describe_model(model)
-  local layers = {}
-  for i, l in ipairs(model.layers) do layers[i] = C.layer_config(l) end
-  return { layers = layers, input_shape = layers[1] and layers[1].input_shape }
-end
-local function build_model(d)
-  local layers = {}
-  for i, c in ipairs(d.layers) do
-    local make = layer_makers[c.kind]
-    if not make then error("cannot rebuild a layer of kind " .. tostring(c.kind), 0) end
-    layers[i] = make(c)
-  end
-  local model = nn.Sequential(layers)
-  if d.input_shape then model:build(d.input_shape) end
-  return model
-end
-local loss_makers = {
-  sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
-  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError" }
-local function build_loss(d)
-  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction }
-end
-local function build_optimizer(d)
-  local o = {}
-  for k, v in pairs(d) do if k ~= "name" then o[k] = v end end
-  return optim[d.name](o)
-end
+local describe_model = function(model) return distribute._describe_model(model, false) end
+local build_model, build_loss = distribute._build_model, distribute._build_loss
+local build_optimizer = distribute._build_optimizer
 
 local function read_secret()
   local s = env("LDIST_SECRET")
