@@ -828,9 +828,15 @@ ld_device *ld_device_find(const char *name) {
     return NULL;
 }
 
+/* sysconf(_SC_PHYS_PAGES) is a sysinfo system call: asked once, not on
+   every allocation (a training step makes dozens) */
 static size_t physical_memory(void) {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    return pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)-1;
+    static size_t bytes;
+    if (!bytes) {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        bytes = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)-1;
+    }
+    return bytes;
 }
 
 void *ld_device_alloc(ld_device *d, size_t nbytes) {
