@@ -34,6 +34,8 @@ typedef struct task {
     unsigned char args[];     /* the kernel's arguments, copied */
 } task;
 
+enum { RECENT_SLOTS = 64 };   /* freed blocks a device keeps (see px_free) */
+
 typedef struct executor {
     pthread_t thread;
     pthread_mutex_t mu;
@@ -46,7 +48,7 @@ typedef struct executor {
     ld_device *dev;
     /* freed blocks kept for reuse (see px_free), newest last */
     pthread_mutex_t rmu;
-    struct recent { void *p; size_t n; uint64_t fence; } recent[64];
+    struct recent { void *p; size_t n; uint64_t fence; } recent[RECENT_SLOTS];
     int n_recent;
     size_t recent_bytes;
     /* trace */
@@ -256,6 +258,15 @@ static void queue_free(ld_device *d, void *p, size_t n) {
     submit(d, t);
 }
 
+/* The kept blocks go back to the CPU allocator (the queue has drained). */
+static void recent_flush(executor *e, ld_device *d) {
+    pthread_mutex_lock(&e->rmu);
+    for (int i = 0; i < e->n_recent; i++) CPU->free(d, e->recent[i].p, e->recent[i].n);
+    e->n_recent = 0;
+    e->recent_bytes = 0;
+    pthread_mutex_unlock(&e->rmu);
+}
+
 static void *px_alloc(ld_device *d, size_t n) {
     executor *e = d->impl;
     if (n >= RECENT_MIN) {
@@ -281,10 +292,7 @@ static void *px_alloc(ld_device *d, size_t n) {
     if (!p && e->n_recent) {   /* out of memory: give the kept blocks back and try again */
         exec_sync(d);
         ld_clear_error();
-        pthread_mutex_lock(&e->rmu);
-        while (e->n_recent) { e->n_recent--; CPU->free(d, e->recent[e->n_recent].p, e->recent[e->n_recent].n); }
-        e->recent_bytes = 0;
-        pthread_mutex_unlock(&e->rmu);
+        recent_flush(e, d);
         p = CPU->alloc(d, n);
     }
     return p;
@@ -298,9 +306,9 @@ static void px_free(ld_device *d, void *p, size_t n) {
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&e->rmu);
     /* keep it; the oldest blocks go to the allocator, through the queue */
-    struct recent old[64];
+    struct recent old[RECENT_SLOTS];
     int n_old = 0;
-    while (e->n_recent && (e->n_recent == 64 || e->recent_bytes + n > RECENT_BYTES)) {
+    while (e->n_recent && (e->n_recent == RECENT_SLOTS || e->recent_bytes + n > RECENT_BYTES)) {
         old[n_old++] = e->recent[0];
         e->recent_bytes -= e->recent[0].n;
         memmove(e->recent, e->recent + 1, sizeof *e->recent * (size_t)--e->n_recent);
@@ -311,14 +319,6 @@ static void px_free(ld_device *d, void *p, size_t n) {
     for (int i = 0; i < n_old; i++) queue_free(d, old[i].p, old[i].n);
 }
 
-/* The kept blocks go back to the CPU allocator (the queue has drained). */
-static void recent_flush(executor *e, ld_device *d) {
-    pthread_mutex_lock(&e->rmu);
-    for (int i = 0; i < e->n_recent; i++) CPU->free(d, e->recent[i].p, e->recent[i].n);
-    e->n_recent = 0;
-    e->recent_bytes = 0;
-    pthread_mutex_unlock(&e->rmu);
-}
 static int px_to_host(ld_device *d, void *host, const void *src, size_t n) { exec_sync(d); memcpy(host, src, n); return 0; }
 /* a fresh allocation: no queued kernel can touch it yet */
 static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { memcpy(dst, host, n); return 0; }

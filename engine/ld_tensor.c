@@ -54,29 +54,29 @@ void ld_tensor_release(ld_tensor *t) {
         storage_release(t->storage);
         if (t->grad_fn) ld_node_release(t->grad_fn);
         if (t->mirror) ld_mirror_free(t->mirror);
-        if (t->pending) {
-            ld_tensor_release(t->pending->a);
-            ld_tensor_release(t->pending->b);
-            free(t->pending);
-        }
+        ld_pending_free(t->pending);
         free(t->name);
         free(t);
     }
 }
 
-int ld_tensor_materialize(ld_tensor *t) {
+void ld_pending_free(struct ld_pending *p) {
+    if (!p) return;
+    ld_tensor_release(p->a);
+    ld_tensor_release(p->b);
+    free(p);
+}
+
+void ld_tensor_materialize(ld_tensor *t) {
     struct ld_pending *p = t ? t->pending : NULL;
-    if (!p) return LD_OK;
+    if (!p) return;
     t->pending = NULL;
     ld_device *d = t->storage->device;
     int64_t k = p->a->shape[0], m = p->a->shape[1], n = p->b->shape[1];
     d->backend->gemm(d, 1, 0, m, n, k, 1.0f, (const float *)p->a->storage->data + p->a->offset, m < 1 ? 1 : m,
                      (const float *)p->b->storage->data + p->b->offset, n < 1 ? 1 : n, 0.0f,
                      (float *)t->storage->data + t->offset, n < 1 ? 1 : n);
-    ld_tensor_release(p->a);
-    ld_tensor_release(p->b);
-    free(p);
-    return LD_OK;
+    ld_pending_free(p);
 }
 
 static void set_contiguous_strides(ld_tensor *t) {

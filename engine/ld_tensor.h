@@ -61,7 +61,8 @@ ld_tensor *ld_tensor_retain(ld_tensor *t);
 void ld_tensor_release(ld_tensor *t);          /* NULL is fine */
 /* Compute a pending weight gradient into t (queued on its device, like any
    kernel) and drop its factors; nothing to do for other tensors. */
-int ld_tensor_materialize(ld_tensor *t);
+void ld_tensor_materialize(ld_tensor *t);
+void ld_pending_free(struct ld_pending *p);    /* releases the factors; NULL is fine */
 
 /* ---- creation (dev NULL = cpu:0) ---- */
 ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);
