@@ -825,11 +825,8 @@ local function build_model(d)
     layers[i] = make(c)
   end
   local model = nn.Sequential(layers)
-  if not d.weights then   -- layers only
-    if d.input_shape then model:build(d.input_shape) end
-    return model
-  end
-  if d.input_shape and #d.weights > 0 then model:build(d.input_shape) end
+  if d.input_shape and (not d.weights or #d.weights > 0) then model:build(d.input_shape) end
+  if not d.weights then return model end   -- layers only
   local vars = model.trainable_variables
   if #vars ~= #d.weights then error(("the model has %d weights, %d were sent"):format(#vars, #d.weights), 0) end
   for i, v in ipairs(vars) do v:assign(d.weights[i]) end
