@@ -157,6 +157,13 @@ lc"""
     while reply["parent_header"].get("msg_id") != msg_id:
         reply = kc.get_shell_msg(timeout=30)
     assert reply["content"]["status"] == "error" and "interrupted" in reply["content"]["evalue"], reply["content"]
+    # As with ipykernel, execute requests that arrive before the failed cell's
+    # idle are aborted (stop_on_error): a client sends its next cell after idle.
+    while True:
+        msg = kc.get_iopub_msg(timeout=30)
+        if (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+                and msg["content"]["execution_state"] == "idle"):
+            break
     assert time.time() - t0 < 15
     assert all(alive(p) for p in pids), "an interrupt must not kill the workers"
     status, text, err = run(kc, 'table.concat(lc:run("return 7"), ",")')
