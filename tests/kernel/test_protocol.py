@@ -441,7 +441,7 @@ def _interrupt_loop(k, code="while true do end"):
     k.iopub_until_idle(msg_id)
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "Interrupted", reply["content"]
-    assert took < 1.0, took
+    assert took < 3.0, took   # prompt (a loop that ignored it would run until the 5 s reply timeout)
     assert k.value("kept") == "42"
 
 
