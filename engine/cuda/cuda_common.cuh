@@ -70,6 +70,13 @@ ld_status cu_fail(ld_status st, const char *fmt, ...) __attribute__((format(prin
 ld_status cu_record(cu_dev *cd, const char *call, cudaError_t e);
 /* Record any other failure on a device (cuBLAS, NCCL): msg is complete. */
 ld_status cu_record_msg(cu_dev *cd, const char *msg);
+/* A library opened with dlopen on first use (cuBLAS, NCCL), so the plugin
+   loads where it is missing: open the first of libs[0..nlibs) that loads
+   and resolve every symbol into its slot. 1 on success; else 0, with why
+   naming what is missing ("<what> not found: ...", "<what> lacks <symbol>"). */
+typedef struct { void **slot; const char *name; } cu_sym;
+int cu_open_library(const char *what, const char *const *libs, int nlibs, const cu_sym *syms, int nsyms,
+                    char *why, size_t whylen);
 /* After a kernel launch: a launch error is recorded under the kernel's name. */
 static inline int cu_launched(cu_dev *cd, const char *kernel) {
     cudaError_t e = cudaGetLastError();

@@ -305,6 +305,27 @@ static const ld_backend cuda_backend = {
     /* rmsprop_update */ cu_rmsprop_update,
 };
 
+/* ================================================================ libraries opened on first use */
+int cu_open_library(const char *what, const char *const *libs, int nlibs, const cu_sym *syms, int nsyms,
+                    char *why, size_t whylen) {
+    void *h = NULL;
+    const char *err = "";
+    int at = 0;
+    for (; at < nlibs && !(h = dlopen(libs[at], RTLD_NOW | RTLD_LOCAL)); at++) err = dlerror();
+    if (!h) {
+        snprintf(why, whylen, "%s not found: %s", what, err ? err : libs[0]);
+        return 0;
+    }
+    for (int i = 0; i < nsyms; i++) {
+        *syms[i].slot = dlsym(h, syms[i].name);
+        if (!*syms[i].slot) {
+            snprintf(why, whylen, "%s lacks %s (an old %s?)", what, syms[i].name, libs[at]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* ================================================================ discovery */
 static int discover(char *note, size_t n) {
     /* cudart opens the driver itself; opening it here first tells "no driver"

@@ -14,7 +14,6 @@
 #include "cuda_common.cuh"
 
 #include <cublas_v2.h>
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,33 +32,13 @@ static struct {
 } blas = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0};
 
 static void blas_open(void) {
-    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    void *h = NULL;
-    const char *err = "";
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) err = dlerror();
-    }
-    if (!h) {
-        snprintf(blas.why, sizeof blas.why, "cuBLAS not found: %s", err ? err : "libcublas.so.13");
-        return;
-    }
-#define SYM(field, name)                                                                         \
-    do {                                                                                         \
-        *(void **)&blas.field = dlsym(h, name);                                                  \
-        if (!blas.field) {                                                                       \
-            snprintf(blas.why, sizeof blas.why, "cuBLAS lacks %s (an old libcublas?)", name);    \
-            return;                                                                              \
-        }                                                                                        \
-    } while (0)
-    SYM(create, "cublasCreate_v2");
-    SYM(destroy, "cublasDestroy_v2");
-    SYM(set_stream, "cublasSetStream_v2");
-    SYM(set_math_mode, "cublasSetMathMode");
-    SYM(sgemm, "cublasSgemm_v2");
-    SYM(status_string, "cublasGetStatusString");
-#undef SYM
-    blas.ok = 1;
+    static const char *const libs[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    const cu_sym syms[] = {
+        {(void **)&blas.create, "cublasCreate_v2"},    {(void **)&blas.destroy, "cublasDestroy_v2"},
+        {(void **)&blas.set_stream, "cublasSetStream_v2"}, {(void **)&blas.set_math_mode, "cublasSetMathMode"},
+        {(void **)&blas.sgemm, "cublasSgemm_v2"},      {(void **)&blas.status_string, "cublasGetStatusString"},
+    };
+    blas.ok = cu_open_library("cuBLAS", libs, 3, syms, 6, blas.why, sizeof blas.why);
 }
 
 static int blas_failed(cu_dev *cd, const char *call, cublasStatus_t st, const char *what) {

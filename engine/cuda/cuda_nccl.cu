@@ -17,7 +17,6 @@
  */
 #include "cuda_common.cuh"
 
-#include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,35 +38,15 @@ static struct {
 } nccl = {PTHREAD_ONCE_INIT, 0, 0, "", 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
 static void nccl_open(void) {
-    static const char *const names[] = {"libnccl.so.2", "libnccl.so"};
-    void *h = NULL;
-    const char *err = "";
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !h; i++) {
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) err = dlerror();
-    }
-    if (!h) {
-        snprintf(nccl.why, sizeof nccl.why, "NCCL not found: %s", err ? err : "libnccl.so.2");
-        return;
-    }
-#define SYM(field, name)                                                                        \
-    do {                                                                                        \
-        *(void **)&nccl.field = dlsym(h, name);                                                 \
-        if (!nccl.field) {                                                                      \
-            snprintf(nccl.why, sizeof nccl.why, "NCCL lacks %s (an old libnccl?)", name);       \
-            return;                                                                             \
-        }                                                                                       \
-    } while (0)
-    SYM(get_version, "ncclGetVersion");
-    SYM(get_unique_id, "ncclGetUniqueId");
-    SYM(comm_init_all, "ncclCommInitAll");
-    SYM(comm_init_rank, "ncclCommInitRank");
-    SYM(comm_destroy, "ncclCommDestroy");
-    SYM(all_reduce, "ncclAllReduce");
-    SYM(group_start, "ncclGroupStart");
-    SYM(group_end, "ncclGroupEnd");
-    SYM(error_string, "ncclGetErrorString");
-#undef SYM
+    static const char *const libs[] = {"libnccl.so.2", "libnccl.so"};
+    const cu_sym syms[] = {
+        {(void **)&nccl.get_version, "ncclGetVersion"},     {(void **)&nccl.get_unique_id, "ncclGetUniqueId"},
+        {(void **)&nccl.comm_init_all, "ncclCommInitAll"},  {(void **)&nccl.comm_init_rank, "ncclCommInitRank"},
+        {(void **)&nccl.comm_destroy, "ncclCommDestroy"},   {(void **)&nccl.all_reduce, "ncclAllReduce"},
+        {(void **)&nccl.group_start, "ncclGroupStart"},     {(void **)&nccl.group_end, "ncclGroupEnd"},
+        {(void **)&nccl.error_string, "ncclGetErrorString"},
+    };
+    if (!cu_open_library("NCCL", libs, 2, syms, 9, nccl.why, sizeof nccl.why)) return;
     if (nccl.get_version(&nccl.version) != ncclSuccess) nccl.version = 0;
     nccl.ok = 1;
 }
