@@ -62,22 +62,33 @@ function distribute.MirroredStrategy(opts)
       for _, d in ipairs(tensor.devices()) do if d:match("^cpu:") then devices[#devices + 1] = d end end
     end
   end
+  if type(devices) ~= "table" then
+    error(("bad argument #1 to 'MirroredStrategy' (devices must be a list of device names such as {\"cpu:0\", \"cpu:1\"}, got %s)")
+      :format(type(devices)), 2)
+  end
   if #devices == 0 then error("bad argument #1 to 'MirroredStrategy' (no devices)", 2) end
-  local known = {}
+  local known, seen = {}, {}
   for _, d in ipairs(tensor.devices()) do known[d] = true end
-  for i, d in ipairs(devices) do
+  for _, d in ipairs(devices) do
     if not known[d] then
       error(("bad argument #1 to 'MirroredStrategy' (unknown device '%s'; devices: %s; " ..
         "ldist.config.cpu_devices(n) makes more CPU devices)"):format(tostring(d), table.concat(tensor.devices(), ", ")), 2)
     end
+    if seen[d] then error(("bad argument #1 to 'MirroredStrategy' (device %s is listed twice)"):format(d), 2) end
+    seen[d] = true
   end
+  local impl = opts.cross_device_ops or "all_reduce"
+  if impl ~= "all_reduce" and impl ~= "reduce_to_one_device" then
+    error(("bad argument #1 to 'MirroredStrategy' (cross_device_ops must be \"all_reduce\" or \"reduce_to_one_device\", got %s)")
+      :format(tostring(impl)), 2)
+  end
+  devices = table.move(devices, 1, #devices, 1, {})   -- sorted below; the caller's list stays as it was
   -- the host (inline) device must be replica 0, so it is issued last
   table.sort(devices, function(a, b)
     local ha, hb = not C.is_async(a), not C.is_async(b)
     if ha ~= hb then return ha end
     return a < b
   end)
-  local impl = opts.cross_device_ops or "all_reduce"
   local s = setmetatable({ kind = "MirroredStrategy", devices = devices, num_replicas_in_sync = #devices,
     extended = { cross_device_ops = impl }, _depth = 0, _tracing = false }, Mirrored)
   s._comm = C.comm_new(devices, impl)
@@ -445,7 +456,13 @@ function Mirrored:reduce(op, v, opts)
     end
     x = on_host(x)
     if axis ~= nil then
-      count = count + (x.shape[axis + 1] or 0)
+      local nd = tensor.is_tensor(x) and x.ndim or 0
+      if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
+        error(("bad argument #3 to 'reduce' (axis %s out of range for a value with %d dimension%s)")
+          :format(tostring(axis), nd, nd == 1 and "" or "s"), 2)
+      end
+      axis = axis % nd
+      count = count + x.shape[axis + 1]
       x = x:sum(axis)
     else
       count = count + 1

@@ -368,6 +368,19 @@ end)
 T.test("bad input to MirroredStrategy", function()
   T.raises(function() distribute.MirroredStrategy{devices = {"cpu:0", "cpu:9"}} end, "unknown device 'cpu:9'")
   T.raises(function() distribute.MirroredStrategy{cross_device_ops = "ring"} end, "cross_device_ops must be")
+  T.raises(function() distribute.MirroredStrategy{devices = "cpu:0"} end, "devices must be a list of device names")
+  T.raises(function() distribute.MirroredStrategy{devices = {"cpu:1", "cpu:1"}} end, "device cpu:1 is listed twice")
+  -- the errors point at the caller's line, not at ldist's prelude
+  local _, err = pcall(function() distribute.MirroredStrategy{devices = {"cpu:0", "cpu:0"}} end)
+  T.ok(err:match("test_mirrored%.lua:%d+:"), err)
+  -- the caller's device list is not reordered (replica order is the strategy's own)
+  local list = {"cpu:1", "cpu:0"}
+  local s = distribute.MirroredStrategy{devices = list}
+  T.eq(list[1], "cpu:1"); T.eq(s.devices[1], "cpu:0")
+  local v = s:run(function() return tensor.ones(2, 3) end)
+  T.raises(function() s:reduce("sum", v, {axis = 2}) end, "axis 2 out of range for a value with 2 dimensions")
+  T.raises(function() s:reduce("sum", 3, {axis = 0}) end, "axis 0 out of range for a value with 0 dimensions")
+  T.eq(s:reduce("sum", v, {axis = -1}):sum():item(), 12)   -- each replica's rows summed over the last axis
 end)
 
 T.done()
