@@ -101,6 +101,9 @@ end
 -- compute_average_loss(per_example_loss, {global_batch_size=}): sum / global batch,
 -- so replicas' losses add up to the mean over the global batch (TF's rule).
 function distribute.compute_average_loss(per_example, opts)
+  if not tensor.is_tensor(per_example) then
+    error(("bad argument #1 to 'compute_average_loss' (tensor of per-example losses expected, got %s)"):format(type(per_example)), 2)
+  end
   local gbs = opts and opts.global_batch_size
   local n = per_example:numel()
   if gbs == nil then gbs = n * distribute.get_strategy().num_replicas_in_sync end

@@ -33,6 +33,16 @@ local function per_replica(values, global_batch)
   return setmetatable({ values = values, global_batch = global_batch }, PerReplica)
 end
 local function is_pr(v) return getmetatable(v) == PerReplica end
+
+-- axis (integer, negative from the end) of a value with nd dimensions, as
+-- 0-based; raises "bad argument #argn to 'fname'" at the caller's caller
+local function check_axis(fname, argn, axis, nd)
+  if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
+    error(("bad argument #%d to '%s' (axis %s out of range for a value with %d dimension%s)")
+      :format(argn, fname, tostring(axis), nd, nd == 1 and "" or "s"), 3)
+  end
+  return axis % nd
+end
 function PerReplica.__tostring(p)
   local parts = {}
   for r = 1, #p.values do parts[r] = ("%d: %s"):format(r - 1, tostring(p.values[r])) end
@@ -215,6 +225,9 @@ function Mirrored:experimental_distribute_dataset(ds)
 end
 
 function Mirrored:distribute_datasets_from_function(fn)
+  if type(fn) ~= "function" then
+    error(("bad argument #1 to 'distribute_datasets_from_function' (function expected, got %s)"):format(type(fn)), 2)
+  end
   local n = self.num_replicas_in_sync
   local ctx = { num_input_pipelines = 1, input_pipeline_id = 0, num_replicas_in_sync = n,
     get_per_replica_batch_size = function(_, global)
@@ -226,6 +239,11 @@ function Mirrored:distribute_datasets_from_function(fn)
   for r = 1, n do
     ctx.input_pipeline_id = 0
     pipes[r] = fn(setmetatable({ replica_id = r - 1 }, { __index = ctx }))
+    local p = pipes[r]
+    if getmetatable(p) ~= dataset_mt and not (type(p) == "table" and type(p.iter) == "function") then
+      error(("bad argument #1 to 'distribute_datasets_from_function' (the function returned a %s for replica %d; a dataset expected)")
+        :format(type(p), r - 1), 2)
+    end
   end
   local strategy = self
   local obj = {}
@@ -392,16 +410,32 @@ function ReplicaContext:all_reduce(op, value)
   if op ~= "sum" and op ~= "mean" then error("bad argument #1 to 'all_reduce' (\"sum\" or \"mean\" expected)", 2) end
   if self.num_replicas_in_sync == 1 then return value end
   local single = tensor.is_tensor(value) or type(value) == "number"
+  if not single and type(value) ~= "table" then
+    error(("bad argument #2 to 'all_reduce' (tensor, number or list of them expected, got %s)"):format(type(value)), 2)
+  end
   local vals = single and { value } or value
   for i, v in ipairs(vals) do
+    if type(v) ~= "number" and not tensor.is_tensor(v) then
+      error(("bad argument #2 to 'all_reduce' (value %d is a %s; tensors and numbers are reduced)"):format(i, type(v)), 2)
+    end
     if type(v) == "number" then vals[i] = tensor.new(v):to(self.strategy.devices[self.replica_id_in_sync_group + 1]) end
   end
   local out = coroutine.yield({ kind = "all_reduce", op = op, values = vals })
   return single and out[1] or out
 end
 function ReplicaContext:all_gather(value, axis)
-  if self.num_replicas_in_sync == 1 then return value end
   local single = tensor.is_tensor(value)
+  local list = single and { value } or value
+  if type(list) ~= "table" then
+    error(("bad argument #1 to 'all_gather' (tensor or list of tensors expected, got %s)"):format(type(value)), 2)
+  end
+  for i, v in ipairs(list) do
+    if not tensor.is_tensor(v) then
+      error(("bad argument #1 to 'all_gather' (value %d is a %s, not a tensor)"):format(i, type(v)), 2)
+    end
+    axis = check_axis("all_gather", 2, axis or 0, math.max(v.ndim, 1))
+  end
+  if self.num_replicas_in_sync == 1 then return value end
   local out = coroutine.yield({ kind = "all_gather", axis = axis or 0, values = single and { value } or value })
   return single and out[1] or out
 end
@@ -456,12 +490,7 @@ function Mirrored:reduce(op, v, opts)
     end
     x = on_host(x)
     if axis ~= nil then
-      local nd = tensor.is_tensor(x) and x.ndim or 0
-      if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
-        error(("bad argument #3 to 'reduce' (axis %s out of range for a value with %d dimension%s)")
-          :format(tostring(axis), nd, nd == 1 and "" or "s"), 2)
-      end
-      axis = axis % nd
+      axis = check_axis("reduce", 3, axis, tensor.is_tensor(x) and x.ndim or 0)
       count = count + x.shape[axis + 1]
       x = x:sum(axis)
     else
@@ -477,7 +506,13 @@ end
 function Mirrored:gather(v, axis)
   local vals = is_pr(v) and v.values or { v }
   local parts = {}
-  for i, x in ipairs(vals) do parts[i] = on_host(x) end
+  for i, x in ipairs(vals) do
+    if not tensor.is_tensor(x) then
+      error(("bad argument #1 to 'gather' (tensor or PerReplica tensors expected, got %s)"):format(type(x)), 2)
+    end
+    axis = check_axis("gather", 2, axis or 0, math.max(x.ndim, 1))
+    parts[i] = on_host(x)
+  end
   return tensor.concat(parts, axis or 0)
 end
 
@@ -599,7 +634,8 @@ end
 -- Chrome trace (chrome://tracing, Perfetto): one row per replica.
 function Mirrored:write_trace(path)
   local spans = self:trace_spans()
-  local f = assert(io.open(path, "w"))
+  local f, err = io.open(path, "w")
+  if not f then error("write_trace: cannot write the trace: " .. err, 2) end
   f:write('{"traceEvents":[')
   local first, t0 = true, self._trace_t0 or 0
   for r, list in ipairs(spans) do
@@ -630,7 +666,8 @@ function Mirrored:timeline(opts)
   for _, list in ipairs(spans) do
     for _, s in ipairs(list) do lo = math.min(lo, s[2]); hi = math.max(hi, s[3]) end
   end
-  if lo == math.huge then lo, hi = 0, 1 end
+  local empty = lo == math.huge
+  if empty then lo, hi = 0, 0 end
   local W, row, left = opts.width or 900, 28, 140
   local H = row * #self.devices + 50
   local colors = { compute = "#4c78a8", wait = "#e0e0e0", allreduce = "#f58518" }
@@ -659,9 +696,12 @@ function Mirrored:timeline(opts)
   local text = ("timeline of %d replicas over %.1f ms: compute %.1f ms, wait %.1f ms, all-reduce %.1f ms, " ..
     "%.1f MB reduced, bus bandwidth %.2f GB/s"):format(#self.devices, (hi - lo) * 1e3, sum.compute * 1e3,
     sum.wait * 1e3, sum.allreduce * 1e3, sum.bytes / 1e6, sum.bus_bandwidth / 1e9)
+  if empty then text = ("timeline of %d replicas: nothing recorded yet (strategy:trace(true), then run steps)"):format(#self.devices) end
   local tl = setmetatable({ _svg = table.concat(out, "\n"), _text = text }, Timeline)
   if opts.save then
-    local f = assert(io.open(opts.save, "w")); f:write(tl._svg); f:close()
+    local f, err = io.open(opts.save, "w")
+    if not f then error("timeline: cannot save the picture: " .. err, 2) end
+    f:write(tl._svg); f:close()
   end
   return tl
 end

@@ -381,6 +381,22 @@ T.test("bad input to MirroredStrategy", function()
   T.raises(function() s:reduce("sum", v, {axis = 2}) end, "axis 2 out of range for a value with 2 dimensions")
   T.raises(function() s:reduce("sum", 3, {axis = 0}) end, "axis 0 out of range for a value with 0 dimensions")
   T.eq(s:reduce("sum", v, {axis = -1}):sum():item(), 12)   -- each replica's rows summed over the last axis
+  T.raises(function() s:gather(v, 4) end, "bad argument #2 to 'gather' (axis 4 out of range")
+  T.raises(function() s:gather(5) end, "tensor or PerReplica tensors expected, got number")
+  T.eq(s:gather(v, -1).shape[2], 6)
+  T.raises(function() for _ in s:distribute_datasets_from_function(function() return 42 end) do end end,
+    "the function returned a number for replica 0; a dataset expected")
+  T.raises(function() s:run(function() return distribute.get_replica_context():all_reduce("sum", "x") end) end,
+    "bad argument #2 to 'all_reduce' (tensor, number or list of them expected, got string)")
+  T.raises(function() s:run(function() return distribute.get_replica_context():all_reduce("sum", {tensor.ones(1), true}) end) end,
+    "value 2 is a boolean")
+  T.raises(function() s:run(function() return distribute.get_replica_context():all_gather(tensor.ones(2), 3) end) end,
+    "bad argument #2 to 'all_gather' (axis 3 out of range for a value with 1 dimension)")
+  T.raises(function() distribute.compute_average_loss("x") end, "tensor of per-example losses expected")
+  T.raises(function() s:write_trace("/nonexistent-dir/t.json") end, "write_trace: cannot write the trace")
+  T.ok(tostring(s:timeline()):match("nothing recorded yet"))
+  -- the strategy still works after all of that
+  T.eq(s:reduce("sum", s:run(function() return distribute.get_replica_context():all_reduce("sum", 1) end)), 4)
 end)
 
 T.done()
