@@ -614,8 +614,9 @@ static int stack_elements(ld_element *els, int64_t k, ld_element *out) {
         char *dst = ld_tensor_data_unsynced(t);
         for (int64_t i = 0; i < k && eb; i++) {
             ld_tensor *h = host_contiguous(els[i].t[c]);
-            if (!h) { ld_element_clear(out); return -1; }
-            memcpy(dst + (size_t)i * eb, ld_tensor_data(h), eb);
+            const void *src = h ? ld_tensor_data(h) : NULL;
+            if (!src) { ld_tensor_release(h); ld_element_clear(out); return -1; }
+            memcpy(dst + (size_t)i * eb, src, eb);
             ld_tensor_release(h);
         }
     }

@@ -21,6 +21,7 @@
 #include "ld_executor.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,11 @@ typedef struct executor {
     struct recent { void *p; size_t n; uint64_t fence; } recent[RECENT_SLOTS];
     int n_recent;
     size_t recent_bytes;
+    /* the first bad input a kernel found, until a read reports it */
+    int has_kerr;
+    char kerr[256];
+    uint64_t running;         /* the position of the task being run */
+    uint64_t kerr_mute;       /* errors of tasks up to here are not kept: queued before one was reported */
     /* trace */
     int tracing;
     ld_span *spans;
@@ -116,6 +122,7 @@ static void *executor_main(void *arg) {
         e->head = t->next;
         if (!e->head) e->tail = NULL;
         e->busy = 1;
+        e->running = t->seq;
         pthread_mutex_unlock(&e->mu);
         int tracing = e->tracing;   /* read once: tracing may be switched on meanwhile */
         double t0 = tracing ? now_s() : 0;
@@ -265,6 +272,62 @@ static void recent_flush(executor *e, ld_device *d) {
     e->n_recent = 0;
     e->recent_bytes = 0;
     pthread_mutex_unlock(&e->rmu);
+}
+
+static int kerr_any;   /* some executor keeps an error (atomic) */
+
+void ld_executor_kernel_error(ld_device *d, const char *fmt, ...) {
+    executor *e = d->impl;
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    /* one error per report: work queued before the last report (the rest of
+       a failed fit) would only repeat it in the user's next command */
+    if (!e->has_kerr && e->running > e->kerr_mute) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->kerr, sizeof e->kerr, fmt, ap);
+        va_end(ap);
+        e->has_kerr = 1;
+        __atomic_store_n(&kerr_any, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* every executor: the logical CPU devices' and the host's (also while the
+   host runs inline again: an error it kept is still to be reported) */
+static executor *executor_at(int i) {
+    ld_device *o = ld_device_at(i);
+    if (!o || o->kind != LD_DEV_CPU) return NULL;
+    if (o == ld_device_cpu()) return host_thread_started ? &host_trace : NULL;
+    return o->impl;
+}
+
+int ld_device_take_error(ld_device *d) {
+    if (!__atomic_load_n(&kerr_any, __ATOMIC_ACQUIRE)) return LD_OK;
+    /* The error of any device: a value read here may have come from another
+       device by a copy (a replica's loss reduced on the host). d's first. */
+    char msg[sizeof host_trace.kerr] = "";
+    executor *own = d && d->kind == LD_DEV_CPU ? (d == ld_device_cpu() ? &host_trace : d->impl) : NULL;
+    for (int i = -1; i < ld_device_count() && !msg[0]; i++) {
+        executor *e = i < 0 ? own : executor_at(i);
+        if (!e) continue;
+        pthread_mutex_lock(&e->mu);
+        if (e->has_kerr) memcpy(msg, e->kerr, sizeof msg);
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (!msg[0]) return LD_OK;
+    /* the other replicas of the failed step most likely found the same bad
+       batch: what every device queued so far is muted, not only this one */
+    __atomic_store_n(&kerr_any, 0, __ATOMIC_RELEASE);
+    for (int i = 0; i < ld_device_count(); i++) {
+        executor *e = executor_at(i);
+        if (!e) continue;
+        pthread_mutex_lock(&e->mu);
+        e->has_kerr = 0;
+        e->kerr_mute = e->submitted;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return ld_fail(LD_EARG, "%s", msg);
 }
 
 static void *px_alloc(ld_device *d, size_t n) {
@@ -440,7 +503,18 @@ static void px_maxpool_backward(ld_device *d, float *dx, const float *dy, const 
 }
 
 typedef struct { float *loss, *probs; const float *logits; const int64_t *labels; int64_t n, c; float scale; } xe_a;
-static void run_xe(task *t, ld_device *d) { xe_a *a = (xe_a *)t->args; CPU->sparse_xent(d, a->loss, a->probs, a->logits, a->labels, a->n, a->c, a->scale); }
+static void run_xe(task *t, ld_device *d) {
+    xe_a *a = (xe_a *)t->args;
+    /* the op checks labels on the host only where kernels run inline: here
+       the labels may still be being written by a queued kernel */
+    for (int64_t i = 0; i < a->n; i++)
+        if (a->labels[i] < 0 || a->labels[i] >= a->c) {
+            ld_executor_kernel_error(d, "label %lld at position %lld of %s's share of the batch is outside [0, %lld)",
+                                     (long long)a->labels[i], (long long)i, d->name, (long long)a->c);
+            break;
+        }
+    CPU->sparse_xent(d, a->loss, a->probs, a->logits, a->labels, a->n, a->c, a->scale);
+}
 static void px_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits, const int64_t *labels,
                            int64_t n, int64_t c, float scale) {
     task *t = task_new(sizeof(xe_a), run_xe);

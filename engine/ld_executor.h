@@ -43,6 +43,16 @@ void ld_executor_submit_after(ld_device *d, ld_device *src, uint64_t fence, void
 /* Queue fn(ctx, d) on d's executor (or run it now on the host device). */
 void ld_executor_submit(ld_device *d, void (*fn)(void *ctx, ld_device *d), void *ctx, int span_kind);
 
+/* Bad input found by a queued kernel (an out-of-range label): like a CUDA
+   device-side error, the first one is kept and reported by the next read
+   of tensor memory (ld_tensor_data, a pending read), which fails with it.
+   Reporting it drops the errors of everything queued until then, on every
+   device (the rest of the failed step would only repeat it). */
+void ld_executor_kernel_error(ld_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* LD_OK, or the kept error (d's first, else any device's), set with ld_fail
+   and cleared. */
+int ld_device_take_error(ld_device *d);
+
 /* ---- tracing ---- */
 enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE };
 typedef struct { int kind; double start, end; } ld_span;   /* seconds, CLOCK_MONOTONIC */

@@ -338,7 +338,11 @@ ld_tensor *ld_load_csv(const char *path, const ld_csv_options *opt, char ***col_
     int64_t shape[2] = {rows, cols};
     out = ld_tensor_empty(LD_F32, 2, shape, NULL);
     if (!out) goto fail;
-    if (nvals) memcpy(ld_tensor_data(out), vals, nvals * sizeof *vals);
+    if (nvals) {
+        void *dst = ld_tensor_data(out);
+        if (!dst) { ld_tensor_release(out); out = NULL; goto fail; }
+        memcpy(dst, vals, nvals * sizeof *vals);
+    }
     if (col_names && names) { *col_names = names; names = NULL; if (n_names) *n_names = nnames; }
 fail:
     ld_strings_free(names, nnames);
@@ -485,18 +489,21 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
     unsigned char len8[8];
     uint64_t hl = hb.n;
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hb.p, 1, hb.n, f) == hb.n;
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hb.p, 1, hb.n, f) == hb.n, data_err = 0;
     for (int j = 0; ok && j < n; j++) {
         ld_tensor *t = host[order[j]];
         size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
-        if (nb) ok = fwrite(ld_tensor_data(t), 1, nb, f) == nb;
+        const void *p = nb ? ld_tensor_data(t) : NULL;
+        if (nb && !p) { ok = 0; data_err = 1; break; }
+        if (nb) ok = fwrite(p, 1, nb, f) == nb;
     }
     if (ok) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved_errno = errno;
     if (fclose(f) != 0 && ok) { ok = 0; saved_errno = errno; }
     f = NULL;
     if (!ok) {
-        status = ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(saved_errno));
+        if (data_err) status = ld_error_status();
+        else status = ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(saved_errno));
         unlink(tmp);
         goto out;
     }
@@ -894,6 +901,7 @@ int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta,
         int same = (int)ld_dtype_size(sd->to) == sd->size && strcmp(sd->name, "BOOL") && strcmp(sd->name, "U64") &&
                    strcmp(sd->name, "U32");
         void *dst = ld_tensor_data(t);
+        if (!dst) { status = ld_error_status(); goto out; }
         if (same) {
             if (fread(dst, 1, nbytes, f) != nbytes) { status = ld_fail(LD_EFORMAT, "'%s' is truncated", path); goto out; }
         } else {

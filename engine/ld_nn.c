@@ -510,6 +510,7 @@ int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *
         if (ld_tensor_numel(tc) != n) goto shape;
     } else if (ld_tensor_numel(tc) != n * c) goto shape;
     const float *pp = ld_tensor_data(p);
+    if (!pp) { st = ld_error_status(); goto done; }
     for (int64_t i = 0; i < n; i++) {
         if (c == 1) {
             *correct += (pp[i] > 0.5f) == (ld_tensor_get_flat(tc, i) > 0.5);

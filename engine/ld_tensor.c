@@ -261,6 +261,7 @@ void *ld_tensor_data(const ld_tensor *t) {
         return NULL;
     }
     ld_device_synchronize(t->storage->device);
+    if (ld_device_take_error(t->storage->device)) return NULL;   /* bad input a queued kernel found */
     return (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
 }
 
@@ -504,6 +505,7 @@ const void *ld_pending_read_wait(ld_pending_read *r, ld_dtype *dtype, int64_t *n
     r->fence = 0;
     if (dtype) *dtype = r->dtype;
     if (numel) *numel = r->numel;
+    if (ld_device_take_error(r->dev)) return NULL;   /* bad input a queued kernel found */
     return r->data;
 }
 

@@ -114,7 +114,8 @@ ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev);
 /* Read t's values without waiting for the kernels queued after it: the copy
    to host memory is queued behind the kernels that write t (on a device that
    queues; elsewhere it is read at once). Wait returns the values (t's dtype,
-   row-major), valid until free. */
+   row-major), valid until free; NULL + error when a queued kernel of that
+   device found bad input (ld_device_take_error). */
 typedef struct ld_pending_read ld_pending_read;
 ld_pending_read *ld_tensor_read_async(ld_tensor *t);
 const void *ld_pending_read_wait(ld_pending_read *r, ld_dtype *dtype, int64_t *numel);

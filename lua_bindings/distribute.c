@@ -240,6 +240,7 @@ static int pending_item(lua_State *L) {
     ld_dtype dt;
     int64_t n;
     const void *p = ld_pending_read_wait(*u, &dt, &n);
+    if (!p) { lua_pushstring(L, ld_error()); return lua_error(L); }   /* bad input a queued kernel found: its own words */
     if (n != 1) return luaL_error(L, "item: the tensor read has %I elements, not one", (lua_Integer)n);
     switch (dt) {
     case LD_F32: lua_pushnumber(L, *(const float *)p); break;

@@ -365,6 +365,28 @@ T.test("memory freed while its kernels are queued is reused only where that is s
   end
 end)
 
+T.test("an out-of-range label in fit under MirroredStrategy is an error naming it, once", function()
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+  local m
+  do local _ <close> = s:scope()
+    m = nn.Sequential{nn.Dense(4, "relu"), nn.Dense(3)}
+    m:compile{optimizer = "adam", loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
+  end
+  tensor.seed(3)
+  local x = tensor.normal(64, 5)
+  local y = x:slice(1, 0, 3):argmax(1):astype("int64")
+  local bad = y:clone(); bad[56] = 9   -- the second batch of 32: rows 48..63 are cpu:1's share
+  -- the kernels run on the replicas' executors, not on the host: the label is
+  -- found there and reported by the loss read, not turned into a NaN loss
+  T.raises(function() m:fit(x, bad, {epochs = 3, batch_size = 32, verbose = 0, shuffle = false}) end,
+    "label 9 at position 8 of cpu:1's share of the batch is outside [0, 3)")
+  -- the next fit is not failed by the steps of the failed one that were still queued
+  local h = m:fit(x, y, {epochs = 2, batch_size = 32, verbose = 0})
+  T.eq(#h.loss, 2); T.ok(h.loss[2] == h.loss[2], "a finite loss")
+  -- and nothing is left over for an unrelated read
+  T.eq(tensor.ones(3):to("cpu:1"):sum():item(), 3)
+end)
+
 T.test("bad input to MirroredStrategy", function()
   T.raises(function() distribute.MirroredStrategy{devices = {"cpu:0", "cpu:9"}} end, "unknown device 'cpu:9'")
   T.raises(function() distribute.MirroredStrategy{cross_device_ops = "ring"} end, "cross_device_ops must be")
