@@ -1,0 +1,9 @@
+/* ld_gemm_small.h - row-major C = A B (beta 0) or C += A B (beta 1) without
+   packing B (ld_gemm_small.c). Returns 1 when done, 0 when this machine or
+   beta is not supported (the caller uses BLAS). */
+#ifndef LD_GEMM_SMALL_H
+#define LD_GEMM_SMALL_H
+#include <stdint.h>
+int ld_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                  float beta, float *c, int64_t ldc);
+#endif
