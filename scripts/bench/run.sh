@@ -75,10 +75,10 @@ printf '2 replicas on 2 CPU devices:        %10s   (runs: %s)\n' "$mir2" "${MR[m
 printf '1 replica, 1 core, batch 128:       %10s   (runs: %s)\n' "$half1" "${MR[half1]}"
 printf '2 replicas, batch 256 each (512):   %10s   (runs: %s)\n' "$mir2x2" "${MR[mirror2x2]}"
 awk -v a="$one1" -v b="$one2" -v m="$mir2" -v h="$half1" -v w="$mir2x2" 'BEGIN{
-  if (a > 0 && b > 0) printf "scaling efficiency, global batch 256 on both (strong): %.0f%% (2 replicas vs 2 x one device); %.2fx the one-replica run on both cores\n", 100*m/(2*a), m/b
-  if (a > 0 && w > 0) printf "scaling efficiency, batch 256 per replica (weak, as Horovod and tf.distribute report it): %.0f%% (goal: at least 85%%)\n", 100*w/(2*a)
+  if (a > 0 && b > 0) printf "scaling efficiency, global batch 256 on both (strong): %.0f%% (2 replicas vs 2 x one device; goal: at least 85%%); %.2fx the one-replica run on both cores\n", 100*m/(2*a), m/b
+  if (a > 0 && w > 0) printf "scaling efficiency, batch 256 per replica (weak, as Horovod and tf.distribute report it): %.0f%%\n", 100*w/(2*a)
   if (h > 0) printf "scaling efficiency, batch 128 per replica (weak): %.0f%%\n", 100*m/(2*h)
-  if (a > 0 && h > 0) printf "(one core alone at batch 128 runs %.0f%% as fast per sample as at 256: the half-batch matrix products bound strong scaling)\n", 100*h/a }'
+  if (a > 0 && h > 0) printf "(one core alone at batch 128 runs %.0f%% as fast per sample as at 256: the half-batch matrix products cost strong scaling that)\n", 100*h/a }'
 # Context: two single-threaded sgemm calls side by side against one alone
 # (the cores share the memory bus and the clock budget).
 sg1=$(./build/bench-sgemm 1 | tail -1)
