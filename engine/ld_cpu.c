@@ -395,9 +395,11 @@ typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, con
                          const float *, const blasint, const float, float *, const blasint);
 static sgemm_fn blas_sgemm_ptr;
 static char blas_error[512];
+static int small_gemm;   /* ld_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 static void blas_load(void) {
+    small_gemm = !getenv("LDIST_NO_SMALL_GEMM");
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     const char *names[] = {"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                            "libopenblas.so", "libblas.so.3"};
@@ -429,12 +431,10 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
        mirrored_bench, 6 alternating runs: 2 replicas 72.2k -> 77.3k
        samples/s; one core at batch 128 39.5k -> 41.8k, at 256 45.0k ->
        45.7k. LDIST_NO_SMALL_GEMM=1 turns it off (to compare). */
-    static int small = -1;
-    if (small < 0) small = !getenv("LDIST_NO_SMALL_GEMM");
-    if (small && !ta && !tb && alpha == 1.0f && m <= 256 && n >= 256 && k >= 256 &&
+    sgemm_fn sgemm = blas_sgemm();   /* reads that setting too, once */
+    if (small_gemm && !ta && !tb && alpha == 1.0f && m <= 256 && n >= 256 && k >= 256 &&
         ld_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
         return;
-    sgemm_fn sgemm = blas_sgemm();
     if (!sgemm) {   /* reported once; a product without BLAS cannot be computed */
         static int told;
         if (!told++) fprintf(stderr, "ldist: %s\n", blas_error);

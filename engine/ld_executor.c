@@ -95,13 +95,16 @@ static executor host_trace = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_C
                               .rmu = PTHREAD_MUTEX_INITIALIZER};
 static int host_thread_started;
 
-static executor *trace_of(ld_device *d) {
+/* d's executor: its own, or the host's (also while the host runs inline:
+   spans are recorded into it, and a kernel error it kept is still to be
+   reported); NULL for other kinds of device */
+static executor *executor_of(ld_device *d) {
     if (ld_device_is_async(d)) return d->impl;
     return d == ld_device_cpu() ? &host_trace : NULL;
 }
 
 void ld_executor_record(ld_device *d, int kind, double t0, double t1) {
-    executor *e = trace_of(d);
+    executor *e = executor_of(d);
     if (!e) return;
     pthread_mutex_lock(&e->mu);
     record_span(e, kind, t0, t1);
@@ -293,23 +296,13 @@ void ld_executor_kernel_error(ld_device *d, const char *fmt, ...) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* every executor: the logical CPU devices' and the host's (also while the
-   host runs inline again: an error it kept is still to be reported) */
-static executor *executor_at(int i) {
-    ld_device *o = ld_device_at(i);
-    if (!o || o->kind != LD_DEV_CPU) return NULL;
-    if (o == ld_device_cpu()) return host_thread_started ? &host_trace : NULL;
-    return o->impl;
-}
-
 int ld_device_take_error(ld_device *d) {
     if (!__atomic_load_n(&kerr_any, __ATOMIC_ACQUIRE)) return LD_OK;
     /* The error of any device: a value read here may have come from another
        device by a copy (a replica's loss reduced on the host). d's first. */
     char msg[sizeof host_trace.kerr] = "";
-    executor *own = d && d->kind == LD_DEV_CPU ? (d == ld_device_cpu() ? &host_trace : d->impl) : NULL;
     for (int i = -1; i < ld_device_count() && !msg[0]; i++) {
-        executor *e = i < 0 ? own : executor_at(i);
+        executor *e = executor_of(i < 0 ? d : ld_device_at(i));
         if (!e) continue;
         pthread_mutex_lock(&e->mu);
         if (e->has_kerr) memcpy(msg, e->kerr, sizeof msg);
@@ -320,7 +313,7 @@ int ld_device_take_error(ld_device *d) {
        batch: what every device queued so far is muted, not only this one */
     __atomic_store_n(&kerr_any, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < ld_device_count(); i++) {
-        executor *e = executor_at(i);
+        executor *e = executor_of(ld_device_at(i));
         if (!e) continue;
         pthread_mutex_lock(&e->mu);
         e->has_kerr = 0;
@@ -635,7 +628,7 @@ int ld_host_async(int on) {
 }
 
 void ld_trace_enable(ld_device *d, int on) {
-    executor *e = trace_of(d);
+    executor *e = executor_of(d);
     if (!e) return;
     pthread_mutex_lock(&e->mu);
     e->tracing = on;
@@ -645,7 +638,7 @@ void ld_trace_enable(ld_device *d, int on) {
 
 int ld_trace_take(ld_device *d, ld_span **spans) {
     *spans = NULL;
-    executor *e = trace_of(d);
+    executor *e = executor_of(d);
     if (!e) return 0;
     if (ld_device_is_async(d)) exec_sync(d);
     pthread_mutex_lock(&e->mu);

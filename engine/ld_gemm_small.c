@@ -82,9 +82,7 @@ static __attribute__((target("avx512f"))) void gemm_small(int64_t m, int64_t n, 
 
 int ld_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc) {
-    static int avx512 = -1;
-    if (avx512 < 0) avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    if (!avx512 || (beta != 0.0f && beta != 1.0f)) return 0;
+    if (!__builtin_cpu_supports("avx512f") || (beta != 0.0f && beta != 1.0f)) return 0;
     gemm_small(m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc);
     return 1;
 }

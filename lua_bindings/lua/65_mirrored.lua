@@ -436,7 +436,7 @@ function ReplicaContext:all_gather(value, axis)
     axis = check_axis("all_gather", 2, axis or 0, math.max(v.ndim, 1))
   end
   if self.num_replicas_in_sync == 1 then return value end
-  local out = coroutine.yield({ kind = "all_gather", axis = axis or 0, values = single and { value } or value })
+  local out = coroutine.yield({ kind = "all_gather", axis = axis or 0, values = list })
   return single and out[1] or out
 end
 
