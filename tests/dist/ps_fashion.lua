@@ -1,6 +1,6 @@
 -- Fashion-MNIST MLP under ParameterServerStrategy (2 workers, 1 ps) with model:fit
 local D = ldist.distribute
-local epochs, workers = tonumber(arg and arg[1]) or 5, tonumber(arg and arg[2]) or 2
+local epochs, workers = tonumber(arg and arg[1]) or 8, tonumber(arg and arg[2]) or 2
 tensor.seed(1)
 local x_train, y_train = datasets.fashion_mnist.load("train")
 local x_test, y_test = datasets.fashion_mnist.load("test")

@@ -5,7 +5,8 @@
 #   ps_launch.lua  `ldist launch -n 2 --ps 1`: roles from TF_CONFIG
 #   ps_shards.lua  variables split across 2 ps tasks, reassembled exactly
 #   ps_faults.lua  kill -9 of a worker mid-training; a dead ps; resume
-#   ps_fashion.lua Fashion-MNIST MLP, 2 workers + 1 ps, test accuracy >= 0.85
+#   ps_fashion.lua Fashion-MNIST MLP, 2 workers + 1 ps, 8 epochs, test accuracy >= 0.85
+#                  (asynchronous: 5 epochs gave 0.848-0.877 over 25 runs, 8 gave 0.865-0.880)
 source "$(dirname "$0")/lib.sh"
 run() {  # run NAME TIMEOUT SCRIPT ARGS...: its TAP lines, and the log when it fails
   local name=$1 limit=$2; shift 2
