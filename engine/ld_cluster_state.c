@@ -6,6 +6,7 @@
 #include "ld_core.h"
 #include "ld_optim.h"
 #include "ld_device.h"
+#include "ld_strategy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_te
     return LD_OK;
 }
 
+/* slot `which` of variable i (its copy `var`) := src, made on var's device when missing */
 static int copy_slot(ld_tensor **dst, ld_tensor *src, ld_tensor *var, int i, const char *which) {
     char b1[64], b2[64];
     if (!src) return LD_OK;
@@ -33,29 +35,26 @@ static int copy_slot(ld_tensor **dst, ld_tensor *src, ld_tensor *var, int i, con
         *dst = ld_tensor_zeros(LD_F32, var->ndim, var->shape, var->storage->device);
         if (!*dst) return ld_error_status();
     }
-    return ld_copy_into(*dst, src);
+    return ld_variable_write(*dst, src);   /* src moved to the copy's device */
 }
 
+/* Slots are keyed by the copy of a variable that a replica updates
+   (ld_optimizer_apply uses ld_var), so a mirrored variable's state is
+   restored into the slots of every copy, as its values are (a restore is a
+   cross-replica write: inside a replica context only that replica's). */
 int ld_optimizer_state_set(ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars, ld_tensor *const *s1,
                            ld_tensor *const *s2) {
     if (ld_optimizer_consolidate(o)) return ld_error_status();
+    const ld_replica_ctx *rc = ld_replica_get();
     for (int i = 0; i < n; i++) {
         if (!s1[i] && !s2[i]) continue;
-        ld_slot *s = NULL;
-        for (int k = 0; k < o->n_slots && !s; k++) if (o->slots[k].var == vars[i]) s = &o->slots[k];
-        if (!s) {
-            if (o->n_slots == o->cap_slots) {
-                int cap = o->cap_slots ? 2 * o->cap_slots : 16;
-                ld_slot *ns = realloc(o->slots, (size_t)cap * sizeof *ns);
-                if (!ns) return ld_fail(LD_ENOMEM, "out of memory");
-                o->slots = ns;
-                o->cap_slots = cap;
-            }
-            s = &o->slots[o->n_slots++];
-            memset(s, 0, sizeof *s);
-            s->var = ld_tensor_retain(vars[i]);
+        int copies = rc ? 1 : ld_mirror_count(vars[i]);
+        for (int r = 0; r < copies; r++) {
+            ld_tensor *var = rc ? ld_var(vars[i]) : ld_mirror_copy(vars[i], r);
+            ld_slot *s = ld_optimizer_slot(o, var);
+            if (!s) return ld_error_status();
+            if (copy_slot(&s->s1, s1[i], var, i, "1") || copy_slot(&s->s2, s2[i], var, i, "2")) return ld_error_status();
         }
-        if (copy_slot(&s->s1, s1[i], vars[i], i, "1") || copy_slot(&s->s2, s2[i], vars[i], i, "2")) return ld_error_status();
     }
     o->iterations = iterations;
     return LD_OK;

@@ -856,7 +856,8 @@ void *ld_device_alloc(ld_device *d, size_t nbytes) {
                 nbytes, physical_memory());
         return NULL;
     }
-    void *p = d->backend->alloc(d, nbytes);
+    /* cpu:0's backend is switched by ld_host_async while other threads allocate and free */
+    void *p = __atomic_load_n(&d->backend, __ATOMIC_ACQUIRE)->alloc(d, nbytes);
     if (!p && d->kind != LD_DEV_CPU && ld_error_status() == LD_ENOMEM && ld_memory_pressure()) {
         ld_clear_error();      /* the collector freed tensors: their blocks went back to the cache */
         p = d->backend->alloc(d, nbytes);
@@ -870,7 +871,7 @@ void *ld_device_alloc(ld_device *d, size_t nbytes) {
 void ld_device_free(ld_device *d, void *p, size_t nbytes) {
     if (!p) return;
     __atomic_sub_fetch(&d->bytes_in_use, nbytes, __ATOMIC_RELAXED);
-    d->backend->free(d, p, nbytes);
+    __atomic_load_n(&d->backend, __ATOMIC_ACQUIRE)->free(d, p, nbytes);
 }
 
 void ld_cpu_set_threads(int n) {

@@ -113,6 +113,13 @@ void ld_executor_record(ld_device *d, int kind, double t0, double t1) {
 
 static _Thread_local int on_executor;   /* this thread runs some device's kernels */
 
+/* d's executor now, read once, or NULL while d runs inline. The issuing
+   thread switches the host's on and off (ld_host_async) while executor and
+   prefetch threads may be freeing cpu:0 memory or waiting for its fences:
+   they must read it once and, finding none, act as on an inline device (its
+   queue has drained before the switch). */
+static executor *live_executor(const ld_device *d) { return __atomic_load_n((executor *const *)&d->impl, __ATOMIC_ACQUIRE); }
+
 static void *executor_main(void *arg) {
     executor *e = arg;
     on_executor = 1;
@@ -156,8 +163,7 @@ static task *task_new(size_t argsz, void (*run)(task *, ld_device *)) {
     return t;
 }
 
-static void submit(ld_device *d, task *t) {
-    executor *e = d->impl;
+static void enqueue(executor *e, task *t) {
     pthread_mutex_lock(&e->mu);
     t->seq = ++e->submitted;
     if (e->tail) e->tail->next = t; else e->head = t;
@@ -165,6 +171,7 @@ static void submit(ld_device *d, task *t) {
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
 }
+static void submit(ld_device *d, task *t) { enqueue(d->impl, t); }
 
 typedef struct { void (*fn)(void *, ld_device *); void *ctx; } fn_a;
 static void run_fn(task *t, ld_device *dev) { fn_a *a = (fn_a *)t->args; a->fn(a->ctx, dev); }
@@ -179,7 +186,8 @@ void ld_executor_submit(ld_device *d, void (*fn)(void *ctx, ld_device *d), void 
 }
 
 static void exec_sync(ld_device *d) {
-    executor *e = d->impl;
+    executor *e = live_executor(d);
+    if (!e) return;   /* inline now: nothing queued */
     pthread_mutex_lock(&e->mu);
     while (e->head || e->busy) pthread_cond_wait(&e->idle, &e->mu);
     pthread_mutex_unlock(&e->mu);
@@ -197,7 +205,8 @@ uint64_t ld_device_fence(ld_device *d) {
 void ld_device_wait_fence(ld_device *d, uint64_t f) {
     if (!f) return;
     if (!ld_device_is_async(d)) { ld_device_synchronize(d); return; }
-    executor *e = d->impl;
+    executor *e = live_executor(d);
+    if (!e) return;   /* the host went inline after draining: the fence has passed */
     pthread_mutex_lock(&e->mu);
     while (e->completed < f) {
         if (!e->fence_waiters++ || f < e->wait_min) e->wait_min = f;
@@ -235,8 +244,12 @@ void ld_executor_submit_after(ld_device *d, ld_device *src, uint64_t fence, void
     submit(d, t);
 }
 
-int ld_device_is_async(const ld_device *d) { return d->kind == LD_DEV_CPU && d->impl != NULL; }
-void ld_device_synchronize(ld_device *d) { if (ld_device_is_async(d)) exec_sync(d); else if (d->backend->synchronize) d->backend->synchronize(d); }
+int ld_device_is_async(const ld_device *d) { return d->kind == LD_DEV_CPU && live_executor(d) != NULL; }
+void ld_device_synchronize(ld_device *d) {
+    if (ld_device_is_async(d)) { exec_sync(d); return; }
+    const ld_backend *be = __atomic_load_n(&d->backend, __ATOMIC_ACQUIRE);   /* cpu:0's is switched (ld_host_async) */
+    if (be->synchronize) be->synchronize(d);
+}
 
 /* ================================================================ the proxy backend
  * One wrapper per kernel: a struct of its arguments (arrays copied) and a
@@ -261,11 +274,11 @@ int ld_alloc_stream_ordered(int on) { int was = stream_ordered; stream_ordered =
 
 typedef struct { void *p; size_t n; } free_a;
 static void run_free(task *t, ld_device *d) { free_a *a = (free_a *)t->args; CPU->free(d, a->p, a->n); }
-static void queue_free(ld_device *d, void *p, size_t n) {
+static void queue_free(executor *e, void *p, size_t n) {
     task *t = task_new(sizeof(free_a), run_free);
     t->kind = LD_SPAN_NONE;
     *(free_a *)t->args = (free_a){p, n};
-    submit(d, t);
+    enqueue(e, t);
 }
 
 /* The kept blocks go back to the CPU allocator (the queue has drained). */
@@ -324,7 +337,8 @@ int ld_device_take_error(ld_device *d) {
 }
 
 static void *px_alloc(ld_device *d, size_t n) {
-    executor *e = d->impl;
+    executor *e = live_executor(d);   /* the prefetch thread allocates host batches */
+    if (!e) return CPU->alloc(d, n);
     if (n >= RECENT_MIN) {
         pthread_mutex_lock(&e->mu);
         uint64_t done = e->completed;
@@ -355,8 +369,9 @@ static void *px_alloc(ld_device *d, size_t n) {
 }
 
 static void px_free(ld_device *d, void *p, size_t n) {
-    executor *e = d->impl;
-    if (n < RECENT_MIN || n > RECENT_BYTES / 4) { queue_free(d, p, n); return; }
+    executor *e = live_executor(d);   /* often on another device's executor (ld_to_device's copy) */
+    if (!e) { CPU->free(d, p, n); return; }
+    if (n < RECENT_MIN || n > RECENT_BYTES / 4) { queue_free(e, p, n); return; }
     pthread_mutex_lock(&e->mu);
     uint64_t fence = e->submitted;   /* the kernels that may still use it */
     pthread_mutex_unlock(&e->mu);
@@ -372,7 +387,7 @@ static void px_free(ld_device *d, void *p, size_t n) {
     e->recent[e->n_recent++] = (struct recent){p, n, fence};
     e->recent_bytes += n;
     pthread_mutex_unlock(&e->rmu);
-    for (int i = 0; i < n_old; i++) queue_free(d, old[i].p, old[i].n);
+    for (int i = 0; i < n_old; i++) queue_free(e, old[i].p, old[i].n);
 }
 
 static int px_to_host(ld_device *d, void *host, const void *src, size_t n) { exec_sync(d); memcpy(host, src, n); return 0; }
@@ -616,13 +631,13 @@ int ld_host_async(int on) {
                 return ld_fail(LD_EDEVICE, "cannot start the executor thread of cpu:0");
             host_thread_started = 1;
         }
-        h->impl = &host_trace;
+        __atomic_store_n(&h->impl, (void *)&host_trace, __ATOMIC_RELEASE);
         __atomic_store_n(&h->backend, &proxy_backend, __ATOMIC_RELEASE);
     } else if (h->impl) {
         exec_sync(h);
         recent_flush(h->impl, h);
         __atomic_store_n(&h->backend, ld_cpu_backend(), __ATOMIC_RELEASE);
-        h->impl = NULL;
+        __atomic_store_n(&h->impl, NULL, __ATOMIC_RELEASE);
     }
     return LD_OK;
 }

@@ -103,11 +103,13 @@ void ld_layer_release(ld_layer *l) {
 static ld_tensor *new_variable(ld_layer *l, const char *what, int ndim, const int64_t *shape,
                                int64_t fan_in, int64_t fan_out, int zeros) {
     ld_tensor *v;
+    ld_rng *rng = ld_global_rng(), before = *rng;
     if (zeros) v = ld_tensor_zeros(LD_F32, ndim, shape, NULL);
     else {
         float lim = sqrtf(6.0f / (float)(fan_in + fan_out));   /* glorot_uniform */
-        v = ld_tensor_uniform(ndim, shape, -lim, lim, NULL, NULL);
+        v = ld_tensor_uniform(ndim, shape, -lim, lim, rng, NULL);
     }
+    ld_replica_draws_shared(&before);   /* built once, by whichever replica ran the layer first */
     if (!v) return NULL;
     v->requires_grad = 1;
     size_t n = strlen(l->name) + strlen(what) + 2;
@@ -208,7 +210,10 @@ ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
         return a;
     }
     case LD_LAYER_FLATTEN: {
-        int64_t s[2] = {x->shape[0], -1};
+        /* the width from the feature axes, not -1: a replica's share of a
+           small batch may have no rows, and 0 elements fix no -1 */
+        int64_t s[2] = {x->shape[0], 1};
+        for (int i = 1; i < x->ndim; i++) s[1] *= x->shape[i];
         if (x->dtype != LD_F32) {
             ld_tensor *f = ld_cast(x, LD_F32);
             ld_tensor *y = f ? ld_reshape_op(f, 2, s) : NULL;
@@ -285,7 +290,17 @@ int ld_model_add(ld_model *m, ld_layer *l) {
 }
 
 ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training) {
-    ld_tensor *cur = ld_tensor_retain(x);
+    /* a model runs where its variables are (this replica's copies), as TF
+       places an op next to the variable it reads: an input from elsewhere
+       (data on cpu:0, variables on a OneDeviceStrategy's cpu:1) is copied */
+    ld_tensor *cur = NULL;
+    for (int i = 0; i < m->n_layers && !cur; i++)
+        if (m->layers[i]->n_vars) {
+            ld_device *d = ld_var(m->layers[i]->vars[0])->storage->device;
+            if (d != x->storage->device && !(cur = ld_to_device(x, d))) return NULL;
+            break;
+        }
+    if (!cur) cur = ld_tensor_retain(x);
     for (int i = 0; i < m->n_layers && cur; i++) {
         ld_tensor *y = ld_layer_forward(m->layers[i], cur, training);
         ld_tensor_release(cur);
@@ -365,9 +380,11 @@ static ld_tensor *reduce_loss(const ld_loss *l, ld_tensor *per) {
     if (l->reduction_sum == 2) return ld_tensor_retain(per);
     if (l->reduction_sum) return ld_sum(per, LD_ALL_AXES, 0);
     double denom = replica_denominator();
-    if (denom > 0) {
+    /* no examples (a replica's share of a small batch): 0, as Keras' safe
+       mean gives, through a sum that keeps the loss on the tape */
+    if (denom > 0 || ld_tensor_numel(per) == 0) {
         ld_tensor *s = ld_sum(per, LD_ALL_AXES, 0);
-        ld_tensor *m = s ? ld_mul_scalar(s, (float)(1.0 / denom)) : NULL;
+        ld_tensor *m = s ? ld_mul_scalar(s, (float)(1.0 / (denom > 0 ? denom : 1))) : NULL;
         ld_tensor_release(s);
         return m;
     }
@@ -396,7 +413,11 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         /* probabilities (or another reduction): -log p[label] through a one-hot product */
         int64_t c = y_pred->shape[1];
         int64_t oh_shape[2] = {n1, c};
-        TRY(t2 = ld_tensor_zeros(LD_F32, 2, oh_shape, NULL));
+        /* written here, on the host: ld_tensor_zeros would queue its fill on
+           cpu:0 when the host queues (a strategy's step), and that fill could
+           run after the ones below */
+        TRY(t2 = ld_tensor_empty(LD_F32, 2, oh_shape, NULL));
+        memset(t2->storage->data, 0, (size_t)(n1 * c) * sizeof(float));
         for (int64_t i = 0; i < n1; i++) {
             int64_t k = (int64_t)ld_tensor_get_flat(t1, i);
             if (k < 0 || k >= c) { ld_fail(LD_EARG, "label %lld at position %lld is outside [0, %lld)", (long long)k, (long long)i, (long long)c); goto fail; }

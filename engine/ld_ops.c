@@ -5,6 +5,7 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
+#include "ld_strategy.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -751,6 +752,21 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
 }
 
 /* ================================================================ dropout */
+/* Element i of the counter-based stream `key`: splitmix64 of key + (i+1)*phi,
+   as a uniform in [0, 1). Any element can be computed alone, in any order. */
+static inline double counter_uniform(uint64_t key, uint64_t i) {
+    uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* The mask is counter-based: one key per call from the generator, and the
+   element (global row g, column j) is keyed by g*row_width + j, where g
+   counts from the replica's first row of the global batch. A batch split
+   over replicas (each drawing the same key from its stream, ld_strategy.h)
+   gets the mask one device gets for the whole batch. */
 ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng) {
     if (rate < 0 || rate >= 1) { ld_fail(LD_EARG, "dropout rate must be in [0, 1), got %g", rate); return NULL; }
     if (rate == 0) return ld_tensor_retain(x);
@@ -758,8 +774,11 @@ ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng) {
     if (!mask) return NULL;
     float keep = 1.0f / (1.0f - rate), *m = mask->storage->data;
     if (!rng) rng = ld_global_rng();
-    int64_t n = ld_tensor_numel(mask);
-    for (int64_t i = 0; i < n; i++) m[i] = ld_rng_uniform(rng) >= rate ? keep : 0.0f;
+    uint64_t key = ld_rng_next(rng);
+    int64_t n = ld_tensor_numel(mask), rows = x->ndim ? x->shape[0] : 1;
+    const ld_replica_ctx *rc = ld_replica_get();
+    uint64_t first = rc && rows > 0 ? (uint64_t)rc->row_offset * (uint64_t)(n / rows) : 0;
+    for (int64_t i = 0; i < n; i++) m[i] = counter_uniform(key, first + (uint64_t)i) >= rate ? keep : 0.0f;
     ld_tensor *md = ld_to_device(mask, DEV(x));
     ld_tensor_release(mask);
     if (!md) return NULL;

@@ -62,7 +62,11 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same_paddin
 /* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C]; differentiable (col2im). */
 ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh, int64_t *ow);
 ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
-/* Dropout: a mask drawn from rng, scaled by 1/(1-rate). */
+/* Dropout: keep each element with probability 1-rate and scale it by
+   1/(1-rate). One key is drawn from rng (NULL: ld_global_rng()) per call;
+   the mask is a function of the key and each element's place in the global
+   batch (the replica context's row_offset), so replicas of a split batch
+   drop what one device would. */
 ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng);
 
 /* Differentiable views (record on the tape, unlike the plain views). */

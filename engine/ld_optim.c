@@ -63,7 +63,7 @@ double ld_optimizer_lr(const ld_optimizer *o) { return ld_schedule_at(&o->lr, o-
 
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit);
 
-static ld_slot *slot_for(ld_optimizer *o, ld_tensor *var) {
+ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var) {
     for (int i = 0; i < o->n_slots; i++) if (o->slots[i].var == var) return &o->slots[i];
     if (o->n_slots == o->cap_slots) {
         int cap = o->cap_slots ? 2 * o->cap_slots : 16;
@@ -165,7 +165,7 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     float lr = (float)ld_schedule_at(&o->lr, step - 1);
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;
-        ld_slot *s = slot_for(o, vars[i]);
+        ld_slot *s = ld_optimizer_slot(o, vars[i]);
         if (!s) return ld_error_status();
         ld_tensor *g = ld_contiguous(grads[i]);
         if (!g) return ld_error_status();
@@ -280,7 +280,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
         for (int r = 0; r < n; r++) {
             int j = r * k + i;
             ld_tensor *w = ld_mirror_copy(vars[i], r);
-            ld_slot *s = slot_for(o, w);
+            ld_slot *s = ld_optimizer_slot(o, w);
             if (!s) { free(outs); shard_free(x); return ld_error_status(); }
             outs[j] = w;
             x->w[j] = (float *)w->storage->data + w->offset;

@@ -48,6 +48,9 @@ typedef struct ld_optimizer {
 ld_optimizer *ld_optimizer_new(ld_opt_kind kind);   /* Keras' defaults */
 void ld_optimizer_free(ld_optimizer *o);
 const char *ld_optimizer_name(ld_opt_kind k);
+/* The slot (momentum, Adam's m and v) of one variable copy, made (zeroed) the
+   first time; NULL on out-of-memory. */
+ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var);
 double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
 /* One update of every var by its grad. Errors on shape mismatch. */
 int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars);

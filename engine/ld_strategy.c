@@ -1,6 +1,8 @@
 /* ld_strategy.c - replica context, mirrored variables, in-process all-reduce. */
 #include "ld_strategy.h"
 #include "ld_device.h"
+#include "ld_ops.h"
+#include "ld_autograd.h"
 #include "cuda/ld_cuda.h"
 
 #include <pthread.h>
@@ -14,15 +16,105 @@
 static ld_replica_ctx current;
 static int in_replica;
 
+/* Per-replica random streams, live between step_begin and step_end. Every
+   replica runs the same ops in the same order, so its stream goes through
+   the states one device's generator would, except for work done once for
+   all replicas: a layer is built (its variables drawn) by the first replica
+   that runs it. Such draws are recorded as jumps (ld_replica_draws_shared)
+   that any other stream takes when it gets to the state they started from,
+   exactly where one device's generator would have made them. */
+typedef struct { ld_rng from, to; } rng_jump;
+static ld_rng streams[LD_MAX_LOGICAL];
+static int n_streams;
+static rng_jump *jumps;
+static int n_jumps, cap_jumps;
+
+static int same_state(const ld_rng *a, const ld_rng *b) { return !memcmp(a->s, b->s, sizeof a->s); }
+
+static ld_rng *replica_stream(void) {
+    ld_rng *s = &streams[current.id];
+    /* jumps chain (a build, a draw, another build): take every one that applies */
+    for (int moved = 1, guard = 0; moved && guard <= n_jumps; guard++) {
+        moved = 0;
+        for (int j = 0; j < n_jumps; j++)
+            if (same_state(s, &jumps[j].from)) { *s = jumps[j].to; moved = 1; }
+    }
+    return s;
+}
+
+/* ld_global_rng() is the current replica's stream while one is live */
+static void point_rng(void) {
+    ld_rng_redirect(in_replica && current.id >= 0 && current.id < n_streams ? replica_stream : NULL);
+}
+
 void ld_replica_set(const ld_replica_ctx *ctx) {
     if (ctx) { current = *ctx; in_replica = 1; }
     else in_replica = 0;
+    point_rng();
 }
 const ld_replica_ctx *ld_replica_get(void) { return in_replica ? &current : NULL; }
+
+int ld_replica_step_begin(int n) {
+    if (n < 1 || n > LD_MAX_LOGICAL) return ld_fail(LD_EARG, "a step needs 1 to %d replicas, got %d", LD_MAX_LOGICAL, n);
+    n_streams = 0;
+    n_jumps = 0;
+    point_rng();   /* the global generator itself, not a stream of the last step */
+    ld_rng *g = ld_global_rng();
+    for (int r = 0; r < n; r++) streams[r] = *g;
+    n_streams = n;
+    point_rng();
+    return LD_OK;
+}
+
+void ld_replica_step_end(void) {
+    if (!n_streams) return;
+    ld_replica_ctx keep = current;
+    current.id = 0;
+    ld_rng end = *replica_stream();   /* with the builds replica 0 did not make itself */
+    current = keep;
+    n_streams = 0;
+    n_jumps = 0;
+    point_rng();
+    *ld_global_rng() = end;
+}
+
+void ld_replica_draws_shared(const ld_rng *before) {
+    if (!in_replica || current.id < 0 || current.id >= n_streams) return;
+    const ld_rng *after = &streams[current.id];
+    if (same_state(before, after)) return;
+    /* one build right after another (no draw between) is one jump */
+    if (n_jumps && same_state(&jumps[n_jumps - 1].to, before)) { jumps[n_jumps - 1].to = *after; return; }
+    if (n_jumps == cap_jumps) {
+        int cap = cap_jumps ? 2 * cap_jumps : 16;
+        rng_jump *j = realloc(jumps, (size_t)cap * sizeof *j);
+        if (!j) return;   /* the replicas' masks then differ from one device's; nothing breaks */
+        jumps = j;
+        cap_jumps = cap;
+    }
+    jumps[n_jumps++] = (rng_jump){*before, *after};
+}
 
 /* ================================================================ mirrored variables */
 static ld_device *mirror_devs[LD_MAX_LOGICAL];
 static int n_mirror_devs;
+
+/* A mirrored variable's copies, kept in its extension slot (ld_tensor.h). */
+typedef struct {
+    ld_tensor_ext ext;                   /* first: the tensor frees it through ext.free */
+    int n;
+    ld_tensor *copies[LD_MAX_LOGICAL];   /* copies[0] is the variable itself (not retained) */
+} ld_mirror;
+
+static void mirror_free(ld_tensor_ext *e) {
+    ld_mirror *m = (ld_mirror *)e;
+    for (int r = 1; r < m->n; r++) ld_tensor_release(m->copies[r]);
+    free(m);
+}
+
+/* v's copies, or NULL when v is not mirrored (or its slot holds another owner's extension) */
+static ld_mirror *mirror_of(const ld_tensor *v) {
+    return v && v->ext && v->ext->free == mirror_free ? (ld_mirror *)v->ext : NULL;
+}
 
 int ld_mirror_set_devices(int n, ld_device *const *devs) {
     if (n < 0 || n > LD_MAX_LOGICAL) return ld_fail(LD_EARG, "too many devices to mirror on");
@@ -33,9 +125,10 @@ int ld_mirror_set_devices(int n, ld_device *const *devs) {
 
 void ld_variable_created(ld_tensor *v) {
     /* one device: nothing to mirror, but the variable must live there (cuda:0) */
-    if (v->mirror || n_mirror_devs < 1 || (n_mirror_devs == 1 && v->storage->device == mirror_devs[0])) return;
-    struct ld_mirror *m = calloc(1, sizeof *m);
+    if (v->ext || n_mirror_devs < 1 || (n_mirror_devs == 1 && v->storage->device == mirror_devs[0])) return;
+    ld_mirror *m = calloc(1, sizeof *m);
     if (!m) return;
+    m->ext.free = mirror_free;
     /* the variable itself is the first replica's copy */
     if (v->storage->device != mirror_devs[0]) {
         ld_tensor *moved = ld_to_device(v, mirror_devs[0]);
@@ -51,29 +144,92 @@ void ld_variable_created(ld_tensor *v) {
     for (int r = 1; r < n_mirror_devs; r++) {
         ld_tensor *c = ld_to_device(v, mirror_devs[r]);
         if (!c) { for (int q = 1; q < r; q++) ld_tensor_release(m->copies[q]); free(m); return; }
-        c->requires_grad = 1;
+        c->requires_grad = v->requires_grad;
         if (v->name) c->name = strdup(v->name);
         m->copies[r] = c;
     }
-    v->mirror = m;
-}
-
-void ld_mirror_free(struct ld_mirror *m) {
-    if (!m) return;
-    for (int r = 1; r < m->n; r++) ld_tensor_release(m->copies[r]);
-    free(m);
+    v->ext = &m->ext;
 }
 
 ld_tensor *ld_var(ld_tensor *v) {
-    if (!v || !v->mirror || !in_replica) return v;
-    if (current.id < 0 || current.id >= v->mirror->n) return v;
-    return v->mirror->copies[current.id];
+    ld_mirror *m = mirror_of(v);
+    if (!m || !in_replica) return v;
+    if (current.id < 0 || current.id >= m->n) return v;
+    return m->copies[current.id];
 }
 
-int ld_mirror_count(const ld_tensor *v) { return v->mirror ? v->mirror->n : 1; }
+int ld_mirror_count(const ld_tensor *v) {
+    ld_mirror *m = mirror_of(v);
+    return m ? m->n : 1;
+}
 ld_tensor *ld_mirror_copy(ld_tensor *v, int r) {
-    if (!v->mirror) return r == 0 ? v : NULL;
-    return r >= 0 && r < v->mirror->n ? v->mirror->copies[r] : NULL;
+    ld_mirror *m = mirror_of(v);
+    if (!m) return r == 0 ? v : NULL;
+    return r >= 0 && r < m->n ? m->copies[r] : NULL;
+}
+
+/* ---- writes ---- */
+/* The copies a write to v goes to (borrowed): the current replica's inside a
+   replica context, every copy in cross-replica context (a value set outside
+   the replicas is what every replica must see). Returns how many. */
+static int write_targets(ld_tensor *v, ld_tensor **out) {
+    ld_mirror *m = mirror_of(v);
+    if (!m) { out[0] = v; return 1; }
+    if (in_replica) { out[0] = ld_var(v); return 1; }
+    for (int r = 0; r < m->n; r++) out[r] = m->copies[r];
+    return m->n;
+}
+
+/* dst[...] = src, src first moved to dst's device */
+static int write_copy(ld_tensor *dst, ld_tensor *src) {
+    ld_tensor *moved = NULL;
+    if (src->storage->device != dst->storage->device) {
+        if (!(moved = ld_to_device(src, dst->storage->device))) return ld_error_status();
+        src = moved;
+    }
+    int st = ld_copy_into(dst, src);
+    ld_tensor_release(moved);
+    return st;
+}
+
+/* a write of the whole of v (whole) or of its row `index`, to each target */
+static int write_components(ld_tensor *v, int whole, int64_t index, ld_tensor *src) {
+    ld_tensor *t[LD_MAX_LOGICAL];
+    int n = write_targets(v, t);
+    /* the first copy's write checks the shapes; the copies share them, so a
+       bad shape fails before anything is written */
+    for (int r = 0; r < n; r++) {
+        ld_tensor *dst = whole ? ld_tensor_retain(t[r]) : ld_select(t[r], 0, index);
+        if (!dst) return ld_error_status();
+        int st = write_copy(dst, src);
+        ld_tensor_release(dst);
+        if (st) return st;
+    }
+    return LD_OK;
+}
+
+int ld_variable_write(ld_tensor *v, ld_tensor *src) { return write_components(v, 1, 0, src); }
+
+int ld_variable_write_index(ld_tensor *v, int64_t index, ld_tensor *src) {
+    if (v->ndim < 1) return ld_fail(LD_ESHAPE, "cannot index a scalar tensor");
+    return write_components(v, 0, index, src);
+}
+
+int ld_variable_add(ld_tensor *v, ld_tensor *delta, int subtract) {
+    ld_tensor *cur = ld_var(v), *moved = NULL;
+    if (delta->storage->device != cur->storage->device) {
+        if (!(moved = ld_to_device(delta, cur->storage->device))) return ld_error_status();
+        delta = moved;
+    }
+    /* an update, not a step of the computation a tape may be recording */
+    ld_tape_pause(1);
+    ld_tensor *sum = ld_binary(subtract ? LD_BIN_SUB : LD_BIN_ADD, cur, delta);
+    ld_tape_pause(0);
+    ld_tensor_release(moved);
+    if (!sum) return ld_error_status();
+    int st = ld_variable_write(v, sum);
+    ld_tensor_release(sum);
+    return st;
 }
 
 /* ================================================================ all-reduce */

@@ -3,7 +3,6 @@
 #include "ld_device.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
-#include "ld_strategy.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -53,7 +52,7 @@ void ld_tensor_release(ld_tensor *t) {
     if (__atomic_sub_fetch(&t->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         storage_release(t->storage);
         if (t->grad_fn) ld_node_release(t->grad_fn);
-        if (t->mirror) ld_mirror_free(t->mirror);
+        if (t->ext) t->ext->free(t->ext);
         ld_pending_free(t->pending);
         free(t->name);
         free(t);
@@ -94,7 +93,7 @@ static ld_tensor *view_of(ld_tensor *base) {
     t->requires_grad = 0;
     t->grad_fn = NULL;
     t->name = NULL;
-    t->mirror = NULL;
+    t->ext = NULL;
     t->pending = NULL;
     __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
     return t;
@@ -196,10 +195,13 @@ double ld_rng_normal(ld_rng *r) {
 }
 static ld_rng global_rng;
 static int global_rng_ready;
+static ld_rng *(*rng_redirect)(void);
 ld_rng *ld_global_rng(void) {
+    if (rng_redirect) return rng_redirect();
     if (!global_rng_ready) { ld_rng_seed(&global_rng, 42); global_rng_ready = 1; }
     return &global_rng;
 }
+void ld_rng_redirect(ld_rng *(*fn)(void)) { rng_redirect = fn; }
 
 static ld_tensor *random_tensor(int ndim, const int64_t *shape, float a, float b, int normal,
                                 ld_rng *r, ld_device *dev) {

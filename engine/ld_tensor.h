@@ -27,6 +27,15 @@ int ld_dtype_from_name(const char *name, ld_dtype *out); /* LD_OK or LD_EARG */
 typedef struct ld_device ld_device;  /* see ld_device.h */
 struct ld_node;                      /* autograd, see ld_autograd.h */
 
+/* What a module outside the tensor core keeps with a tensor (a strategy's
+   per-replica copies of a variable, ld_strategy.c). The owner embeds this as
+   the first member of its own struct and sets t->ext; the tensor owns it
+   from then on and calls free(ext) when it goes. One owner at a time: an
+   owner recognises its extension by its free function. */
+typedef struct ld_tensor_ext {
+    void (*free)(struct ld_tensor_ext *ext);
+} ld_tensor_ext;
+
 typedef struct ld_storage {
     int refcount;
     void *data;          /* device memory */
@@ -46,7 +55,7 @@ typedef struct ld_tensor {
     int requires_grad;              /* a trainable variable or a watched tensor */
     struct ld_node *grad_fn;        /* the op that produced it while a tape recorded */
     char *name;                     /* optional, owned (variables: "dense/kernel") */
-    struct ld_mirror *mirror;       /* per-replica copies of a mirrored variable (ld_strategy.h) */
+    ld_tensor_ext *ext;             /* owned, NULL for most tensors; views never share it */
     struct ld_pending *pending;     /* a weight gradient not computed yet (ld_ops.h) */
 } ld_tensor;
 
@@ -79,7 +88,11 @@ void ld_rng_seed(ld_rng *r, uint64_t seed);
 uint64_t ld_rng_next(ld_rng *r);
 double ld_rng_uniform(ld_rng *r);               /* [0, 1) */
 double ld_rng_normal(ld_rng *r);
-ld_rng *ld_global_rng(void);                    /* the generator ldist.seed() resets */
+ld_rng *ld_global_rng(void);                    /* the generator ldist.seed() resets, or the redirect's */
+/* While fn is set, ld_global_rng() returns fn() instead (NULL: the seeded
+   generator again). A strategy gives each replica its stream this way
+   (ld_strategy.h). */
+void ld_rng_redirect(ld_rng *(*fn)(void));
 ld_tensor *ld_tensor_uniform(int ndim, const int64_t *shape, float lo, float hi, ld_rng *r, ld_device *dev);
 ld_tensor *ld_tensor_normal(int ndim, const int64_t *shape, float mean, float std, ld_rng *r, ld_device *dev);
 

@@ -5,7 +5,18 @@
  *     local ds = data.Dataset.from_tensor_slices(x, y):shuffle(1000):batch(32):prefetch(2)
  *     for batch in ds do local xb, yb = batch[1], batch[2] ... end
  *
- * An element is a Lua table {t1, t2, ...} of tensors (even for one tensor).
+ * An element is a Lua table {t1, t2, ...} of tensors (even for one tensor),
+ * or, for a dataset made from a table with string keys (TF's dict), a table
+ * {name = tensor, ...} with those keys.
+ *
+ * Structure: the engine's elements are flat lists of tensors. A dataset's
+ * user value is its structure ("spec"): nil for a list, or a table whose
+ * array part holds the key names in sorted order (TF's flattening order of a
+ * dict), component i of the engine's element being key spec[i]. Every
+ * transformation shares its input's spec table. :map makes a new spec table
+ * marked pending = true, filled the first time the function returns (the
+ * function's output decides it, as TF's trace does) and checked on every
+ * later call. Strategies' split input path (_next_split) stays a list.
  *
  * Where things run: every stage is a C stage of the engine's pipeline. A Lua
  * function given to :map runs on the interpreter's thread, inside the call
@@ -43,8 +54,8 @@ static const char *const LOOPS = "ldist.data.loops";
 static _Thread_local lua_State *cur_L;
 #define WITH_L(L, stmt) do { lua_State *saved_L_ = cur_L; cur_L = (L); stmt; cur_L = saved_L_; } while (0)
 
-typedef struct { ld_dataset *ds; } lb_ds;
-typedef struct { ld_dataset_iter *it; int busy; } lb_it;
+typedef struct { ld_dataset *ds; } lb_ds;     /* user value 1: the spec; 2: the recipe */
+typedef struct { ld_dataset_iter *it; int busy; } lb_it;   /* user value 1: the spec */
 
 /* ================================================================ helpers */
 
@@ -57,10 +68,95 @@ static ld_dataset *check_ds(lua_State *L, int idx) {
 /* A new, empty dataset userdata (liolib's pattern: the Lua object exists
    before the engine object, so an error in between leaks nothing). */
 static lb_ds *new_ds(lua_State *L) {
-    lb_ds *u = lua_newuserdatauv(L, sizeof *u, 0);
+    lb_ds *u = lua_newuserdatauv(L, sizeof *u, 2);
     u->ds = NULL;
     luaL_setmetatable(L, LB_DATASET_MT);
     return u;
+}
+
+/* A new, empty dataset userdata with the structure of the one at idx. */
+static lb_ds *new_ds_like(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    lb_ds *u = new_ds(L);
+    lua_getiuservalue(L, idx, 1);
+    lua_setiuservalue(L, -2, 1);
+    return u;
+}
+
+/* ---- recipes: how each dataset was made ----
+   A dataset remembers the call that made it: {op=, parent=, args={n=, ...}}
+   (ds:_recipe()), so another process can make the same dataset from the same
+   call (MultiWorkerMirrored's LocalCluster, parameter-server workers ship
+   recipes, not data). args are the call's arguments after the dataset it
+   transforms; they are recorded as given, before any conversion. */
+static void record_recipe(lua_State *L, int ud, const char *op, int parent, int first, int last) {
+    ud = lua_absindex(L, ud);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, op);
+    lua_setfield(L, -2, "op");
+    if (parent) { lua_pushvalue(L, parent); lua_setfield(L, -2, "parent"); }
+    lua_createtable(L, last - first + 1, 1);
+    for (int i = first; i <= last; i++) { lua_pushvalue(L, i); lua_rawseti(L, -2, i - first + 1); }
+    lua_pushinteger(L, last >= first ? last - first + 1 : 0);
+    lua_setfield(L, -2, "n");
+    lua_setfield(L, -2, "args");
+    lua_setiuservalue(L, ud, 2);
+}
+
+/* Push an element built from e (takes ownership of its tensors): a list, or
+   a table keyed by the spec (of the userdata at holder). */
+static void push_element(lua_State *L, int holder, ld_element *e) {
+    holder = lua_absindex(L, holder);
+    lua_getiuservalue(L, holder, 1);
+    int spec = lua_gettop(L);
+    int keyed = lua_istable(L, spec) && (int)lua_rawlen(L, spec) == e->n && e->n > 0;
+    lua_createtable(L, keyed ? 0 : e->n, keyed ? e->n : 0);
+    for (int i = 0; i < e->n; i++) {
+        ld_tensor *t = e->t[i];
+        e->t[i] = NULL;
+        if (keyed) lua_rawgeti(L, spec, i + 1);
+        lb_push_tensor(L, t, 0);
+        if (keyed) lua_rawset(L, -3);
+        else lua_rawseti(L, -2, i + 1);
+    }
+    lua_remove(L, spec);
+}
+
+/* Sort the n strings in stack slots base..base+n-1 (insertion sort: n is at
+   most LD_ELEMENT_MAX). */
+static void sort_strings(lua_State *L, int base, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = base + i; j > base && strcmp(lua_tostring(L, j - 1), lua_tostring(L, j)) > 0; j--) {
+            lua_pushvalue(L, j - 1);
+            lua_pushvalue(L, j);
+            lua_replace(L, j - 1);
+            lua_replace(L, j);
+        }
+}
+
+/* Push the string keys of the table at idx in sorted order and return their
+   count; 0 when the table has no string key. Raises when it mixes string
+   keys with others, or has more than LD_ELEMENT_MAX; `what` starts the
+   message ("bad argument #1 to 'from_tensor_slices'"). */
+static int push_sorted_keys(lua_State *L, int idx, const char *what) {
+    idx = lua_absindex(L, idx);
+    int base = lua_gettop(L) + 1, n = 0, other = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) { other = 1; continue; }
+        if (n == LD_ELEMENT_MAX)
+            return luaL_error(L, "%s (more than %d keys)", what, LD_ELEMENT_MAX);
+        lua_pushvalue(L, -1);
+        lua_insert(L, base + n);      /* below the iteration key */
+        n++;
+    }
+    if (n && other) {
+        lua_settop(L, base - 1);
+        return luaL_error(L, "%s (a table with string keys, a dict, cannot have other keys too)", what);
+    }
+    sort_strings(L, base, n);
+    return n;
 }
 
 /* Fill the userdata at the top with ds, or raise the engine's error. */
@@ -90,21 +186,39 @@ static int get_opt(lua_State *L, int idx, const char *name) {
 
 /* ================================================================ sources */
 
-/* Dataset.from_tensor_slices(x, y, ...) or ({x, y, ...}) */
+/* Dataset.from_tensor_slices(x, y, ...), ({x, y, ...}) or ({name = x, ...}) */
 static int ds_from_tensor_slices(lua_State *L) {
-    int first = 1, n = lua_gettop(L);
+    static const char *const WHAT = "bad argument #1 to 'from_tensor_slices'";
+    int first = 1, n = lua_gettop(L), keys = 0;   /* keys: stack slot of the first sorted key (a dict) */
+    int nargs = n;
+    /* the recipe keeps the arguments as given (slots 1..n are converted in place below) */
+    lua_createtable(L, n, 0);
+    for (int i = 1; i <= n; i++) { lua_pushvalue(L, i); lua_rawseti(L, -2, i); }
+    lua_rawsetp(L, LUA_REGISTRYINDEX, (void *)&record_recipe);
     /* {x, y, ...}: a list of tensors when its first entry is a tensor (a table
-       of numbers such as {{1, 2}, {3, 4}} is data for one tensor instead) */
+       of numbers such as {{1, 2}, {3, 4}} is data for one tensor instead);
+       {name = x, ...}: a dict, sliced in the sorted order of its keys */
     if (n == 1 && lua_istable(L, 1) && !lb_test_tensor(L, 1)) {
-        lua_geti(L, 1, 1);
+        int t1 = lua_geti(L, 1, 1);
         int is_list = lb_test_tensor(L, -1) != NULL;
         lua_pop(L, 1);
+        int nk = push_sorted_keys(L, 1, WHAT);   /* raises on a list with string keys too */
         if (is_list) {
             lua_Integer len = luaL_len(L, 1);
             if (len > LD_ELEMENT_MAX) return luaL_argerror(L, 1, "too many tensors (at most 16)");
             for (lua_Integer i = 1; i <= len; i++) lua_geti(L, 1, i);
             first = 2;
             n = (int)len;
+        } else if (nk > 0) {
+            keys = 2;
+            for (int i = 0; i < nk; i++) lua_getfield(L, 1, lua_tostring(L, keys + i));
+            first = keys + nk;
+            n = nk;
+        } else if (t1 == LUA_TNIL) {
+            lua_pushnil(L);
+            if (!lua_next(L, 1))
+                return luaL_argerror(L, 1, "the table is empty; give tensors, a list {x, y} or a dict {name = x, ...}");
+            lua_settop(L, 1);
         }
     }
     if (n < 1) return luaL_argerror(L, 1, "no tensors given");
@@ -115,16 +229,45 @@ static int ds_from_tensor_slices(lua_State *L) {
         int idx = first + i;
         ld_tensor *t = lb_test_tensor(L, idx);
         if (!t) {
-            if (!lua_istable(L, idx))
+            if (!lua_istable(L, idx)) {
+                if (keys)
+                    return luaL_error(L, "%s ('%s' is a %s; tensor or table of numbers expected)", WHAT,
+                                      lua_tostring(L, keys + i), luaL_typename(L, idx));
                 return luaL_argerror(L, first == 1 ? idx : 1,
                                      lua_pushfstring(L, "tensor expected, got %s", luaL_typename(L, idx)));
+            }
             lb_push_tensor(L, lb_to_tensor(L, idx, LD_F32), idx);
             lua_replace(L, idx);
             t = lb_test_tensor(L, idx);
         }
         ts[i] = t;
     }
+    /* A dict's errors name its keys (the engine would number the tensors). */
+    if (keys) {
+        for (int i = 0; i < n; i++) {
+            if (ts[i]->ndim == 0)
+                return luaL_error(L, "%s ('%s' is a scalar; every value needs a first dimension to slice)", WHAT,
+                                  lua_tostring(L, keys + i));
+            if (ts[i]->shape[0] != ts[0]->shape[0])
+                return luaL_error(L, "%s (the first dimensions differ: '%s' has %I rows, '%s' has %I)", WHAT,
+                                  lua_tostring(L, keys), (lua_Integer)ts[0]->shape[0],
+                                  lua_tostring(L, keys + i), (lua_Integer)ts[i]->shape[0]);
+        }
+    }
     lb_ds *u = new_ds(L);
+    if (keys) {
+        lua_createtable(L, n, 0);
+        for (int i = 0; i < n; i++) {
+            lua_pushvalue(L, keys + i);
+            lua_rawseti(L, -2, i + 1);
+        }
+        lua_setiuservalue(L, -2, 1);
+    }
+    int top = lua_gettop(L);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, (void *)&record_recipe);
+    for (int i = 1; i <= nargs; i++) lua_rawgeti(L, top + 1, i);
+    record_recipe(L, top, "from_tensor_slices", 0, top + 2, top + 1 + nargs);
+    lua_settop(L, top);
     return set_ds(L, u, ld_dataset_from_tensor_slices(n, ts), 0);
 }
 
@@ -134,7 +277,9 @@ static int ds_range(lua_State *L) {
     lua_Integer start = 0, stop = a, step = 1;
     if (!lua_isnoneornil(L, 2)) { start = a; stop = luaL_checkinteger(L, 2); step = luaL_optinteger(L, 3, 1); }
     if (step == 0) return luaL_argerror(L, 3, "step must not be zero");
+    int nargs = lua_gettop(L);
     lb_ds *u = new_ds(L);
+    record_recipe(L, -1, "range", 0, 1, nargs);
     return set_ds(L, u, ld_dataset_range(start, stop, step), 0);
 }
 
@@ -142,6 +287,7 @@ static int ds_range(lua_State *L) {
 
 static int ds_batch(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
     int64_t n = (int64_t)luaL_checkinteger(L, 2);
     if (n < 1) return luaL_argerror(L, 2, "batch size must be positive");
     int drop = 0;
@@ -152,7 +298,8 @@ static int ds_batch(lua_State *L) {
         drop = lua_toboolean(L, -1);
         lua_pop(L, 1);
     }
-    lb_ds *u = new_ds(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "batch", 1, 2, nargs);
     return set_ds(L, u, ld_dataset_batch(in, n, drop), 2);
 }
 
@@ -177,74 +324,163 @@ static int ds_shuffle(lua_State *L) {
     }
     /* Without a seed, draw one from ldist's generator: ldist.seed(n) makes it reproducible. */
     if (!have_seed) seed = ld_rng_next(ld_global_rng());
-    lb_ds *u = new_ds(L);
+    lb_ds *u = new_ds_like(L, 1);
+    /* the recipe carries the seed used, so a rebuilt dataset shuffles alike */
+    lua_pushvalue(L, 2);
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, (lua_Integer)seed);
+    lua_setfield(L, -2, "seed");
+    lua_pushboolean(L, reshuffle);
+    lua_setfield(L, -2, "reshuffle_each_iteration");
+    record_recipe(L, -3, "shuffle", 1, lua_gettop(L) - 1, lua_gettop(L));
+    lua_pop(L, 2);
     return set_ds(L, u, ld_dataset_shuffle(in, buf, seed, reshuffle), 2);
 }
 
 static int ds_repeat(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
     int64_t n = opt_count(L, 2, -1);
     if (n < -1) return luaL_argerror(L, 2, "count must be -1 (forever) or at least 0");
-    lb_ds *u = new_ds(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "repeat", 1, 2, nargs);
     return set_ds(L, u, ld_dataset_repeat(in, n), 2);
 }
 
 static int ds_take(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
     int64_t n = (int64_t)luaL_checkinteger(L, 2);
     if (n < -1) return luaL_argerror(L, 2, "count must be -1 (all) or at least 0");
-    lb_ds *u = new_ds(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "take", 1, 2, nargs);
     return set_ds(L, u, ld_dataset_take(in, n), 2);
 }
 
 static int ds_skip(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
     int64_t n = (int64_t)luaL_checkinteger(L, 2);
     if (n < -1) return luaL_argerror(L, 2, "count must be -1 (all) or at least 0");
-    lb_ds *u = new_ds(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "skip", 1, 2, nargs);
     return set_ds(L, u, ld_dataset_skip(in, n), 2);
 }
 
 static int ds_prefetch(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
     int64_t n = opt_count(L, 2, LD_AUTOTUNE);
     if (n < -1 || n > 1 << 20) return luaL_argerror(L, 2, "buffer size must be data.AUTOTUNE (-1) or from 0 to 2^20");
-    lb_ds *u = new_ds(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "prefetch", 1, 2, nargs);
     return set_ds(L, u, ld_dataset_prefetch(in, (int)n), 2);
 }
 
 /* ---- map with a Lua function ---- */
 
-typedef struct { int ref; } lua_fn;
+/* The function and the specs of its input and output (registry refs). */
+typedef struct { int ref, in_spec, out_spec; } lua_fn;
 
 static void lua_fn_free(void *p) {
     lua_fn *f = p;
     /* Runs where the last node using it is released: a Lua call (gc, next)
-       that set cur_L. Without a Lua thread here, the reference stays. */
-    if (cur_L) luaL_unref(cur_L, LUA_REGISTRYINDEX, f->ref);
+       that set cur_L. Without a Lua thread here, the references stay. */
+    if (cur_L) {
+        luaL_unref(cur_L, LUA_REGISTRYINDEX, f->ref);
+        luaL_unref(cur_L, LUA_REGISTRYINDEX, f->in_spec);
+        luaL_unref(cur_L, LUA_REGISTRYINDEX, f->out_spec);
+    }
     free(f);
 }
 
-typedef struct { int ref; const ld_element *in; ld_element *out; } map_call;
+typedef struct { const lua_fn *fn; const ld_element *in; ld_element *out; } map_call;
+
+/* Check the keys of a result (the sorted strings at base..base+n-1; n = 0
+   for a list) against the output spec at spec, filling it on the first call. */
+static void check_out_spec(lua_State *L, int spec, int base, int n) {
+    lua_getfield(L, spec, "pending");
+    int pending = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (pending) {
+        for (int i = 0; i < n; i++) {
+            lua_pushvalue(L, base + i);
+            lua_rawseti(L, spec, i + 1);
+        }
+        lua_pushnil(L);
+        lua_setfield(L, spec, "pending");
+        return;
+    }
+    int same = (int)lua_rawlen(L, spec) == n;
+    for (int i = 0; same && i < n; i++) {
+        lua_rawgeti(L, spec, i + 1);
+        same = lua_rawequal(L, -1, base + i);
+        lua_pop(L, 1);
+    }
+    if (same) return;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, "the map function returned ");
+    for (int pass = 0; pass < 2; pass++) {
+        int m = pass ? (int)lua_rawlen(L, spec) : n;
+        if (m == 0) luaL_addstring(&b, "a list of tensors");
+        else {
+            luaL_addstring(&b, "a table with keys {");
+            for (int i = 0; i < m; i++) {
+                if (i) luaL_addstring(&b, ", ");
+                if (pass) lua_rawgeti(L, spec, i + 1);
+                else lua_pushvalue(L, base + i);
+                luaL_addvalue(&b);
+            }
+            luaL_addstring(&b, "}");
+        }
+        luaL_addstring(&b, pass ? " for an earlier element; every element must have the same structure"
+                                : " here, but ");
+    }
+    luaL_pushresult(&b);
+    lua_error(L);
+}
 
 /* Runs under lua_pcall: every Lua error here is caught by lua_map_fn. */
 static int map_trampoline(lua_State *L) {
     map_call *c = lua_touserdata(L, 1);
-    int base = lua_gettop(L);
-    luaL_checkstack(L, c->in->n + 2, "map arguments");
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
-    for (int i = 0; i < c->in->n; i++) lb_push_tensor(L, ld_tensor_retain(c->in->t[i]), 0);
-    lua_call(L, c->in->n, LUA_MULTRET);
-    int first = base + 1, nres = lua_gettop(L) - base;
+    luaL_checkstack(L, 2 * LD_ELEMENT_MAX + 8, "map arguments");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->in_spec);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->out_spec);
+    int in_spec = 2, out_spec = 3, base = lua_gettop(L);
+    /* a dict element is one table argument (TF passes the dict); a list, its tensors */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->ref);
+    int nargs = c->in->n;
+    if (lua_istable(L, in_spec) && (int)lua_rawlen(L, in_spec) == c->in->n && c->in->n > 0) {
+        lua_createtable(L, 0, c->in->n);
+        for (int i = 0; i < c->in->n; i++) {
+            lua_rawgeti(L, in_spec, i + 1);
+            lb_push_tensor(L, ld_tensor_retain(c->in->t[i]), 0);
+            lua_rawset(L, -3);
+        }
+        nargs = 1;
+    } else
+        for (int i = 0; i < c->in->n; i++) lb_push_tensor(L, ld_tensor_retain(c->in->t[i]), 0);
+    lua_call(L, nargs, LUA_MULTRET);
+    int first = base + 1, nres = lua_gettop(L) - base, keys = 0;
     if (nres == 1 && lua_istable(L, first) && !lb_test_tensor(L, first)) {   /* a table of tensors */
-        lua_Integer len = luaL_len(L, first);
-        if (len > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d tensors, at most %d", (int)len, LD_ELEMENT_MAX);
-        for (lua_Integer i = 1; i <= len; i++) lua_geti(L, first, i);
-        first++;
-        nres = (int)len;
+        int nk = push_sorted_keys(L, first, "the map function's result is not an element");
+        if (nk > 0) {
+            keys = first + 1;
+            for (int i = 0; i < nk; i++) lua_getfield(L, first, lua_tostring(L, keys + i));
+            first = keys + nk;
+            nres = nk;
+        } else {
+            lua_Integer len = luaL_len(L, first);
+            if (len > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d tensors, at most %d", (int)len, LD_ELEMENT_MAX);
+            for (lua_Integer i = 1; i <= len; i++) lua_geti(L, first, i);
+            first++;
+            nres = (int)len;
+        }
     }
     if (nres == 0) return luaL_error(L, "the map function returned nothing; it must return the new element's tensors");
     if (nres > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d values, at most %d", nres, LD_ELEMENT_MAX);
+    check_out_spec(L, out_spec, keys, keys ? nres : 0);
     for (int i = 0; i < nres; i++) {
         int idx = first + i;
         ld_tensor *t = lb_test_tensor(L, idx);
@@ -253,6 +489,8 @@ static int map_trampoline(lua_State *L) {
             int64_t v = lua_tointeger(L, idx);
             t = ld_tensor_from_data(LD_I64, 0, NULL, &v, NULL);
         } else if (lua_type(L, idx) == LUA_TNUMBER) t = ld_tensor_scalar((float)lua_tonumber(L, idx), NULL);
+        else if (keys) return luaL_error(L, "the map function's result '%s' is a %s; tensors or numbers expected",
+                                         lua_tostring(L, keys + i), luaL_typename(L, idx));
         else return luaL_error(L, "the map function's result %d is a %s; tensors or numbers expected", i + 1, luaL_typename(L, idx));
         if (!t) return lb_engine_error(L, 0);
         c->out->t[c->out->n++] = t;
@@ -265,7 +503,7 @@ static int lua_map_fn(void *ud, const ld_element *in, ld_element *out) {
     if (!L)
         return ld_fail(LD_EARG, "a Lua map function can only run on the interpreter's thread "
                                 "(this iterator was advanced from another thread)");
-    map_call c = {((lua_fn *)ud)->ref, in, out};
+    map_call c = {ud, in, out};
     if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "map: Lua stack overflow");
     lua_pushcfunction(L, map_trampoline);
     lua_pushlightuserdata(L, &c);
@@ -281,9 +519,19 @@ static int lua_map_fn(void *ud, const ld_element *in, ld_element *out) {
 static int ds_map(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
+    int nargs = lua_gettop(L);
     lb_ds *u = new_ds(L);
+    record_recipe(L, -1, "map", 1, 2, nargs);
+    lua_createtable(L, 0, 1);           /* the output's spec, known at the first call */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "pending");
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, -3, 1);
     lua_fn *f = malloc(sizeof *f);
     if (!f) return luaL_error(L, "not enough memory");
+    f->out_spec = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_getiuservalue(L, 1, 1);
+    f->in_spec = luaL_ref(L, LUA_REGISTRYINDEX);   /* LUA_REFNIL for a list */
     lua_pushvalue(L, 2);
     f->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     ld_dataset *d;
@@ -292,6 +540,13 @@ static int ds_map(lua_State *L) {
 }
 
 /* ================================================================ inspection */
+
+/* ds:_recipe() -> {op=, parent=, args=} (record_recipe), or nil */
+static int ds_recipe(lua_State *L) {
+    luaL_checkudata(L, 1, LB_DATASET_MT);
+    lua_getiuservalue(L, 1, 2);
+    return 1;
+}
 
 static int ds_cardinality(lua_State *L) {
     lua_pushinteger(L, ld_dataset_cardinality(check_ds(L, 1)));
@@ -314,6 +569,23 @@ static int ds_tostring(lua_State *L) {
     int64_t c = ld_dataset_cardinality(u->ds);
     if (c >= 0) lua_pushfstring(L, "Dataset %s (%I elements)", buf, (lua_Integer)c);
     else lua_pushfstring(L, "Dataset %s (%s)", buf, c == LD_CARD_INFINITE ? "infinite" : "length unknown");
+    int text = lua_gettop(L);
+    lua_getiuservalue(L, 1, 1);                 /* a dict's keys */
+    int spec = lua_gettop(L), nk = lua_istable(L, spec) ? (int)lua_rawlen(L, spec) : 0;
+    if (nk > 0) {
+        luaL_Buffer b;                          /* may push a box: absolute indices only */
+        luaL_buffinit(L, &b);
+        lua_pushvalue(L, text);
+        luaL_addvalue(&b);
+        luaL_addstring(&b, " of {");
+        for (int i = 0; i < nk; i++) {
+            if (i) luaL_addstring(&b, ", ");
+            lua_rawgeti(L, spec, i + 1);
+            luaL_addvalue(&b);
+        }
+        luaL_addstring(&b, "}");
+        luaL_pushresult(&b);
+    } else lua_pop(L, 1);
     return 1;
 }
 
@@ -321,10 +593,12 @@ static int ds_tostring(lua_State *L) {
 
 static lb_it *new_iter(lua_State *L, int ds_idx) {
     ld_dataset *ds = check_ds(L, ds_idx);
-    lb_it *u = lua_newuserdatauv(L, sizeof *u, 0);
+    lb_it *u = lua_newuserdatauv(L, sizeof *u, 1);
     u->it = NULL;
     u->busy = 0;
     luaL_setmetatable(L, LB_ITER_MT);
+    lua_getiuservalue(L, ds_idx, 1);
+    lua_setiuservalue(L, -2, 1);
     WITH_L(L, u->it = ld_dataset_iter_new(ds));
     if (!u->it) lb_engine_error(L, 0);
     return u;
@@ -336,8 +610,9 @@ static void iter_close(lua_State *L, lb_it *u) {
     WITH_L(L, ld_dataset_iter_free(it));
 }
 
-/* Push the next element (a table of tensors) or nil at the end. */
-static int iter_step(lua_State *L, lb_it *u) {
+/* Push the next element (a table of tensors) or nil at the end; u is the
+   iterator at stack slot idx. */
+static int iter_step(lua_State *L, lb_it *u, int idx) {
     if (!u->it) { lua_pushnil(L); return 1; }
     if (u->busy) return luaL_error(L, "a dataset iterator was advanced from inside its own map function");
     ld_element e = {0};
@@ -355,13 +630,7 @@ static int iter_step(lua_State *L, lb_it *u) {
         lua_pushnil(L);
         return 1;
     }
-    lua_createtable(L, e.n, 0);
-    for (int i = 0; i < e.n; i++) {
-        ld_tensor *t = e.t[i];
-        e.t[i] = NULL;
-        lb_push_tensor(L, t, 0);
-        lua_rawseti(L, -2, i + 1);
-    }
+    push_element(L, idx, &e);
     return 1;
 }
 
@@ -386,7 +655,7 @@ static int ds_call(lua_State *L) {
         lua_rawset(L, loops);
     }
     int it_idx = lua_gettop(L);
-    iter_step(L, u);
+    iter_step(L, u, it_idx);
     if (!lua_isnil(L, -1)) {
         lua_pushvalue(L, -1);
         lua_pushvalue(L, it_idx);
@@ -404,7 +673,7 @@ static int ds_iter(lua_State *L) {
     return 4;
 }
 
-static int it_call(lua_State *L) { return iter_step(L, luaL_checkudata(L, 1, LB_ITER_MT)); }
+static int it_call(lua_State *L) { return iter_step(L, luaL_checkudata(L, 1, LB_ITER_MT), 1); }
 
 /* ds:_splittable() -> whether its batches can be split over devices as they
    are gathered (see ld_dataset_splittable) */
@@ -461,7 +730,43 @@ static int it_tostring(lua_State *L) {
 
 /* ================================================================ loaders */
 
+/* Tensors read from files remember the call that read them (data._source_of),
+   so a worker on the same machine reads the file itself instead of being
+   sent the data. The table is weak: the record goes with the tensor. */
+static const char *const SOURCES = "ldist.data.sources";
+static void record_source(lua_State *L, int result, const char *fn, int nargs) {
+    result = lua_absindex(L, result);
+    if (luaL_getsubtable(L, LUA_REGISTRYINDEX, SOURCES) == 0) {
+        lua_createtable(L, 0, 1);
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+    }
+    lua_pushvalue(L, result);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, fn);
+    lua_setfield(L, -2, "fn");
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "part");
+    lua_createtable(L, nargs, 1);
+    for (int i = 1; i <= nargs; i++) { lua_pushvalue(L, i); lua_rawseti(L, -2, i); }
+    lua_pushinteger(L, nargs);
+    lua_setfield(L, -2, "n");
+    lua_setfield(L, -2, "args");
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+/* data._source_of(t) -> {fn=, args=, part=} for a tensor read by load_idx / load_csv, or nil */
+static int l_source_of(lua_State *L) {
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, SOURCES);
+    lua_pushvalue(L, 1);
+    lua_rawget(L, -2);
+    return 1;
+}
+
 static int l_load_csv(lua_State *L) {
+    int nargs = lua_gettop(L);
     const char *path = luaL_checkstring(L, 1);
     ld_csv_options o = {-1, ','};
     if (!lua_isnoneornil(L, 2)) {
@@ -489,10 +794,12 @@ static int l_load_csv(lua_State *L) {
     if (!nn) { lua_pop(L, 1); lua_pushnil(L); }
     lb_push_tensor(L, t, 0);
     lua_insert(L, -2);
+    record_source(L, -2, "load_csv", nargs);
     return 2;
 }
 
 static int l_load_idx(lua_State *L) {
+    int nargs = lua_gettop(L);
     const char *path = luaL_checkstring(L, 1);
     int dt = -1;
     double scale = 1.0;
@@ -512,6 +819,7 @@ static int l_load_idx(lua_State *L) {
         lua_pop(L, 1);
     }
     lb_push_tensor(L, ld_load_idx_as(path, dt, scale), 0);
+    record_source(L, -1, "load_idx", nargs);
     return 1;
 }
 
@@ -531,6 +839,7 @@ static const luaL_Reg ds_methods[] = {
     {"cardinality", ds_cardinality},
     {"iter", ds_iter},
     {"_splittable", ds_splittable},
+    {"_recipe", ds_recipe},
     {NULL, NULL},
 };
 
@@ -560,6 +869,7 @@ static const luaL_Reg it_meta[] = {
 static const luaL_Reg data_funcs[] = {
     {"load_csv", l_load_csv},
     {"load_idx", l_load_idx},
+    {"_source_of", l_source_of},
     {NULL, NULL},
 };
 

@@ -43,21 +43,36 @@ static int d_cpu_devices(lua_State *L) {
     return 1;
 }
 
+/* set_replica(id, n, global_batch [, device_name [, row_offset]]) or set_replica(nil) */
 static int d_set_replica(lua_State *L) {
     if (lua_isnoneornil(L, 1)) { ld_replica_set(NULL); return 0; }
-    ld_replica_ctx c = {(int)luaL_checkinteger(L, 1), (int)luaL_checkinteger(L, 2), luaL_optnumber(L, 3, 0)};
+    ld_replica_ctx c = {(int)luaL_checkinteger(L, 1), (int)luaL_checkinteger(L, 2), luaL_optnumber(L, 3, 0), NULL, 0};
+    if (c.n < 1 || c.id < 0 || c.id >= c.n) return luaL_argerror(L, 1, lua_pushfstring(L, "replica %d of %d", c.id, c.n));
+    if (!lua_isnoneornil(L, 4)) c.device = check_device(L, 4);
+    c.row_offset = (int64_t)luaL_optinteger(L, 5, 0);
+    if (c.row_offset < 0) return luaL_argerror(L, 5, "the first row cannot be negative");
     ld_replica_set(&c);
     return 0;
 }
 
+/* replica() -> id, n, global_batch, device_name (nil when none), row_offset; nothing outside a replica */
 static int d_replica(lua_State *L) {
     const ld_replica_ctx *c = ld_replica_get();
     if (!c) return 0;
     lua_pushinteger(L, c->id);
     lua_pushinteger(L, c->n);
     lua_pushnumber(L, c->global_batch);
-    return 3;
+    if (c->device) lua_pushstring(L, c->device->name); else lua_pushnil(L);
+    lua_pushinteger(L, (lua_Integer)c->row_offset);
+    return 5;
 }
+
+/* step_begin(n) / step_end(): per-replica random streams for one step (ld_strategy.h) */
+static int d_step_begin(lua_State *L) {
+    if (ld_replica_step_begin((int)luaL_checkinteger(L, 1))) return lb_engine_error(L, 1);
+    return 0;
+}
+static int d_step_end(lua_State *L) { (void)L; ld_replica_step_end(); return 0; }
 
 static int d_mirror_devices(lua_State *L) {
     ld_device *devs[LD_MAX_LOGICAL];
@@ -280,6 +295,7 @@ int lb_open_distribute_c(lua_State *L) {
     static const luaL_Reg f[] = {
         {"read_async", d_read_async},
         {"cpu_devices", d_cpu_devices}, {"set_replica", d_set_replica}, {"replica", d_replica},
+        {"step_begin", d_step_begin}, {"step_end", d_step_end},
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},
         {"trace_record", d_trace_record}, {"is_async", d_is_async}, {"host_async", d_host_async}, {NULL, NULL}};

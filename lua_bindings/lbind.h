@@ -31,6 +31,11 @@ int lb_engine_error(lua_State *L, int arg);
    and record its docstrings: docs is a NULL-terminated list of name/text pairs. */
 void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
 
+/* Call the prelude's hook ldist.<module>.<name> with the nargs values on top
+   of the stack (popped); no results. A hook that is not defined (a prelude
+   without that module) is skipped: returns 0, else 1. Errors propagate. */
+int lb_call_hook(lua_State *L, const char *module, const char *name, int nargs);
+
 /* Devices (distribute.c): a Lua array of 1..LD_MAX_LOGICAL distinct device
    names at idx into devs; returns how many, or raises an argument error. */
 struct ld_device;

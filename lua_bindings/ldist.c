@@ -70,6 +70,20 @@ static int l_set_threads(lua_State *L) {
 }
 static int l_get_threads(lua_State *L) { lua_pushinteger(L, ld_cpu_threads()); return 1; }
 
+int lb_call_hook(lua_State *L, const char *module, const char *name, int nargs) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1)) lua_getfield(L, -1, module);
+    else lua_pushnil(L);
+    if (lua_istable(L, -1)) lua_getfield(L, -1, name);
+    else lua_pushnil(L);
+    if (!lua_isfunction(L, -1)) { lua_pop(L, 3 + nargs); return 0; }
+    lua_replace(L, -3);                      /* fn, module, args... -> fn below the args */
+    lua_pop(L, 1);
+    lua_insert(L, -1 - nargs);
+    lua_call(L, nargs, 0);
+    return 1;
+}
+
 int luaopen_ldist(lua_State *L) {
     lua_newtable(L);
     lua_pushliteral(L, LD_VERSION);
@@ -80,6 +94,8 @@ int luaopen_ldist(lua_State *L) {
     lua_setfield(L, -2, "docs");
     lua_newtable(L);
     lua_setfield(L, -2, "globals");
+    lua_pushvalue(L, -1);                    /* bindings reach the prelude's hooks (lb_call_hook) */
+    lua_setfield(L, LUA_REGISTRYINDEX, "ldist.module");
     lua_pushcfunction(L, l_clock);
     lua_setfield(L, -2, "clock");
     lua_pushcfunction(L, l_set_threads);

@@ -14,6 +14,7 @@
 #include "ld_autograd.h"
 #include "ld_ops.h"
 #include "ld_io.h"
+#include "ld_strategy.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -243,6 +244,33 @@ static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
     return 0;
 }
 
+/* ---- a model builds its variables under the strategy it was created in ----
+   distribute._on_model_created (lua/60_distribute.lua) stores the devices
+   that strategy mirrors variables on as the model's _variable_devices; the
+   first call or build places the variables there wherever it happens (inside
+   the scope or not), as Keras builds under model.distribute_strategy. */
+static int model_is_built(const ld_model *m) { return m->n_layers > 0 && m->layers[m->n_layers - 1]->built; }
+
+static int build_placed(lua_State *L, int mi, ld_model *m, int ndim, const int64_t *shape) {
+    if (model_is_built(m)) return LD_OK;
+    lua_getiuservalue(L, mi, 1);
+    lua_getfield(L, -1, "_variable_devices");
+    if (!lua_istable(L, -1)) { lua_pop(L, 2); return ndim >= 0 ? ld_model_build(m, ndim, shape) : LD_OK; }
+    ld_device *devs[LD_MAX_LOGICAL];
+    int n = lb_check_devices(L, lua_gettop(L), devs);
+    lua_pop(L, 2);
+    if (ld_mirror_set_devices(n, devs)) return ld_error_status();
+    int st = ld_model_build(m, ndim, shape);
+    lb_call_hook(L, "distribute", "_place_variables", 0);   /* back to the open scope's placement */
+    return st;
+}
+
+/* build for an input x (batch axis first) */
+static void build_for(lua_State *L, int mi, ld_model *m, const ld_tensor *x) {
+    if (model_is_built(m) || x->ndim < 1) return;
+    if (build_placed(L, mi, m, x->ndim - 1, x->shape + 1)) lb_engine_error(L, 2);
+}
+
 /* nn.Sequential{layer, layer, ..., name=} */
 static int nn_sequential(lua_State *L) {
     const char *name = NULL;
@@ -268,12 +296,19 @@ static int nn_sequential(lua_State *L) {
         }
     }
     lua_settop(L, mi);
+    lua_pushvalue(L, mi);
+    lb_call_hook(L, "distribute", "_on_model_created", 1);
     return 1;
 }
 
 static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1); return 1; }
 
-static int model_call(lua_State *L) { return call_forward(L, check_model(L, 1), model_fwd); }
+static int model_call(lua_State *L) {
+    ld_model *m = check_model(L, 1);
+    ld_tensor *x = lb_test_tensor(L, 2);
+    if (x) build_for(L, 1, m, x);
+    return call_forward(L, m, model_fwd);
+}
 
 static int model_vars(lua_State *L, ld_model *m) {
     int n = ld_model_variables(m, NULL, 0);
@@ -292,7 +327,7 @@ static int model_build(lua_State *L) {
     int n = (int)luaL_len(L, 2);
     if (n > LD_MAX_DIMS - 1) return luaL_argerror(L, 2, "too many dimensions");
     for (int i = 0; i < n; i++) { lua_geti(L, 2, i + 1); s[i] = luaL_checkinteger(L, -1); lua_pop(L, 1); }
-    if (ld_model_build(m, n, s)) return luaL_error(L, "%s", ld_error());
+    if (build_placed(L, 1, m, n, s)) return luaL_error(L, "%s", ld_error());
     lua_settop(L, 1);
     return 1;
 }
@@ -306,6 +341,7 @@ static int model_summary_text(lua_State *L) {
 }
 
 static ld_loss *check_loss(lua_State *L, int i) { return luaL_checkudata(L, i, LOSS_MT); }
+static ld_tensor *reduce_weighted(const ld_loss *l, ld_tensor *pw);
 
 /* The forward and backward half of a step, shared by train_step and _grads:
    forward under a tape, loss, gradients of every trainable variable. Raises
@@ -313,13 +349,38 @@ static ld_loss *check_loss(lua_State *L, int i) { return luaL_checkudata(L, i, L
    (grads are new references), and lv/pred are cut from their graphs. */
 typedef struct { int n; ld_tensor **vars, **grads, *lv, *pred; } step_result;
 
+/* The step's loss: with per-example weights w ([batch], or NULL), the
+   weighted reduction of the per-example losses (Keras's sample_weight). */
+static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_tensor *w) {
+    if (!w) return ld_loss_compute(loss, y, pred);
+    ld_loss per_l = *loss;
+    per_l.reduction_sum = 2;
+    ld_tensor *per = ld_loss_compute(&per_l, y, pred);
+    if (!per) return NULL;
+    if (per->ndim != 1 || w->ndim != 1 || per->shape[0] != w->shape[0]) {
+        char b1[64], b2[64];
+        ld_fail(LD_ESHAPE, "sample weights of shape %s for %s per-example losses (one weight per example expected)",
+                ld_shape_str(w, b1, sizeof b1), ld_shape_str(per, b2, sizeof b2));
+        ld_tensor_release(per);
+        return NULL;
+    }
+    ld_tensor *wd = w->storage->device == per->storage->device ? ld_tensor_retain(w) : ld_to_device(w, per->storage->device);
+    ld_tensor *pw = wd ? ld_mul(per, wd) : NULL;
+    ld_tensor_release(per);
+    ld_tensor_release(wd);
+    if (!pw) return NULL;
+    ld_tensor *v = loss->reduction_sum == 2 ? ld_tensor_retain(pw) : reduce_weighted(loss, pw);
+    ld_tensor_release(pw);
+    return v;
+}
+
 static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor *y, ld_loss *loss, int defer,
-                             step_result *r) {
+                             ld_tensor *w, step_result *r) {
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
     ld_tensor *pred = ld_model_forward(m, x, 1);
-    ld_tensor *lv = pred ? ld_loss_compute(loss, y, pred) : NULL;
+    ld_tensor *lv = pred ? step_loss(loss, y, pred, w) : NULL;
     ld_tape_pop(tape);
     int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
     ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
@@ -345,8 +406,10 @@ static int model_train_step(lua_State *L) {
     ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
+    ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
+    build_for(L, 1, m, x);
     step_result r;
-    forward_backward(L, m, x, y, loss, 0, &r);
+    forward_backward(L, m, x, y, loss, 0, w, &r);
     double value = 0;
     int st = ld_tensor_item(r.lv, &value);
     if (!st) st = ld_optimizer_apply(opt, r.n, r.grads, r.vars);
@@ -368,8 +431,10 @@ static int model_grads(lua_State *L) {
     ld_model *m = check_model(L, 1);
     ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
+    ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
+    build_for(L, 1, m, x);
     step_result r;
-    forward_backward(L, m, x, y, loss, lua_toboolean(L, 5), &r);
+    forward_backward(L, m, x, y, loss, lua_toboolean(L, 5), w, &r);
     lb_push_tensor(L, r.lv, 0);
     lua_createtable(L, r.n, 0);
     for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }
@@ -415,9 +480,11 @@ static int model_load_weights(lua_State *L) {
             snprintf(err, sizeof err, "weight %d (%s) has shape %s in '%s' but %s in the model", i,
                      v[i]->name ? v[i]->name : "", ld_shape_str(src, b1, sizeof b1), path, ld_shape_str(v[i], b2, sizeof b2));
     }
+    /* ld_variable_write: a mirrored variable gets the values on every replica's copy */
     for (int i = 0; i < n && !err[0]; i++)
-        for (int j = 0; j < d.n; j++)
-            if (atoi(d.names[j]) == i && strchr(d.names[j], '/')) ld_copy_into(v[i], d.tensors[j]);
+        for (int j = 0; j < d.n && !err[0]; j++)
+            if (atoi(d.names[j]) == i && strchr(d.names[j], '/') && ld_variable_write(v[i], d.tensors[j]))
+                snprintf(err, sizeof err, "weight %d (%s): %s", i, v[i]->name ? v[i]->name : "", ld_error());
     free(v);
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
@@ -436,7 +503,7 @@ static int model_index(lua_State *L) {
         const char *k = lua_tostring(L, 2);
         if (!strcmp(k, "trainable_variables") || !strcmp(k, "weights") || !strcmp(k, "variables")) return model_vars(L, m);
         if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
-        if (!strcmp(k, "built")) { lua_pushboolean(L, m->n_layers > 0 && m->layers[m->n_layers - 1]->built); return 1; }
+        if (!strcmp(k, "built")) { lua_pushboolean(L, model_is_built(m)); return 1; }
     }
     /* per-model state (compile's settings, history) */
     lua_getiuservalue(L, 1, 1);
@@ -496,15 +563,91 @@ static int loss_cce(lua_State *L) { return loss_new(L, LD_LOSS_CCE); }
 static int loss_bce(lua_State *L) { return loss_new(L, LD_LOSS_BCE); }
 static int loss_mse(lua_State *L) { return loss_new(L, LD_LOSS_MSE); }
 
+/* Keras 3's squeeze_or_expand_to_same_rank (keras/src/losses/loss.py) for
+   per-example losses and sample weights: when the ranks differ by one and
+   the longer one ends in 1, that 1 is dropped, or a rank-1 other side gets
+   one. Replaces the tensors at slots ia and ib (reshapes: tape-aware). */
+static void same_rank(lua_State *L, int ia, int ib) {
+    for (int pass = 0; pass < 2; pass++) {
+        int ix = pass ? ib : ia, iy = pass ? ia : ib;      /* x: the longer one */
+        ld_tensor *x = lb_test_tensor(L, ix), *y = lb_test_tensor(L, iy);
+        if (x->ndim != y->ndim + 1 || x->shape[x->ndim - 1] != 1) continue;
+        int64_t s[LD_MAX_DIMS];
+        if (y->ndim == 1) {                                 /* y [n] -> [n, 1] */
+            s[0] = y->shape[0], s[1] = 1;
+            lb_push_tensor(L, ld_reshape_op(y, 2, s), 0);
+            lua_replace(L, iy);
+        } else {                                            /* x [..., 1] -> [...] */
+            memcpy(s, x->shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
+            lb_push_tensor(L, ld_reshape_op(x, x->ndim - 1, s), 0);
+            lua_replace(L, ix);
+        }
+        return;
+    }
+}
+
+/* The reduction of weighted per-example losses pw (w * l), as Keras 3's
+   reduce_weighted_values: "sum" sum(pw); "sum_over_batch_size" sum(pw) /
+   number of losses (not the sum of the weights), that number scaled to the
+   global batch in a replica of a synchronous strategy, as the unweighted
+   loss is (ld_nn.c). A new reference, or NULL with the engine's error. */
+static ld_tensor *reduce_weighted(const ld_loss *l, ld_tensor *pw) {
+    int64_t n = ld_tensor_numel(pw);
+    ld_tensor *sum = ld_sum(pw, LD_ALL_AXES, 0);
+    if (!sum || l->reduction_sum == 1) return sum;
+    double denom = (double)n;
+    const ld_replica_ctx *c = ld_replica_get();
+    if (c && c->n > 1 && c->global_batch > 0 && pw->ndim > 0 && pw->shape[0] > 0)
+        denom = (double)n / (double)pw->shape[0] * c->global_batch;
+    ld_tensor *v = ld_mul_scalar(sum, (float)(1.0 / (denom > 0 ? denom : 1.0)));
+    ld_tensor_release(sum);
+    return v;
+}
+
+/* loss(y_true, y_pred [, sample_weight]). With sample_weight (a number or a
+   tensor broadcast against the per-example losses), as Keras 3's
+   reduce_weighted_values: "none" gives w * l; "sum" sum(w * l);
+   "sum_over_batch_size" sum(w * l) / number of weighted losses (not the sum
+   of the weights). In a replica of a synchronous strategy that number is
+   scaled to the global batch, as the unweighted loss is (ld_nn.c). */
 static int loss_call(lua_State *L) {
     ld_loss *l = check_loss(L, 1);
+    lua_settop(L, 4);                                      /* 4: sample_weight or nil */
     ld_tensor *yt = lb_to_tensor(L, 2, l->kind == LD_LOSS_SPARSE_CCE ? LD_I64 : LD_F32);
     lb_push_tensor(L, yt, 0);
     ld_tensor *yp = lb_to_tensor(L, 3, LD_F32);
     lb_push_tensor(L, yp, 0);
-    ld_tensor *v = ld_loss_compute(l, yt, yp);
-    if (!v) return luaL_error(L, "%s", ld_error());
-    lb_push_tensor(L, v, 0);
+    if (lua_isnil(L, 4)) {
+        ld_tensor *v = ld_loss_compute(l, yt, yp);
+        if (!v) return luaL_error(L, "%s", ld_error());
+        lb_push_tensor(L, v, 0);
+        return 1;
+    }
+    if (!lb_test_tensor(L, 4) && !lua_isnumber(L, 4) && !lua_istable(L, 4))
+        return luaL_error(L, "bad argument #3 to 'loss' (sample_weight must be a number or a tensor, got %s)", luaL_typename(L, 4));
+    lb_push_tensor(L, lb_to_tensor(L, 4, LD_F32), 3);     /* 7: the weights */
+    ld_loss per_l = *l;
+    per_l.reduction_sum = 2;                               /* per-example losses */
+    ld_tensor *per = ld_loss_compute(&per_l, yt, yp);
+    if (!per) return luaL_error(L, "%s", ld_error());
+    lb_push_tensor(L, per, 0);                             /* 8 */
+    ld_tensor *w = lb_test_tensor(L, 7);
+    if (w->storage->device != per->storage->device) {     /* weights made on the host, losses on a GPU */
+        lb_push_tensor(L, ld_to_device(w, per->storage->device), 3);
+        lua_replace(L, 7);
+    }
+    same_rank(L, 8, 7);
+    ld_tensor *pw = ld_mul(lb_test_tensor(L, 8), lb_test_tensor(L, 7));
+    if (!pw) {
+        char b1[64], b2[64];
+        return luaL_error(L, "bad argument #3 to 'loss' (sample_weight %s does not broadcast against the losses %s)",
+                          ld_shape_str(lb_test_tensor(L, 7), b1, sizeof b1), ld_shape_str(lb_test_tensor(L, 8), b2, sizeof b2));
+    }
+    lb_push_tensor(L, pw, 0);
+    /* Keras returns a scalar or an empty loss unreduced */
+    int64_t n = ld_tensor_numel(pw);
+    if (l->reduction_sum == 2 || pw->ndim == 0 || (pw->ndim == 1 && n == 0)) return 1;
+    lb_push_tensor(L, reduce_weighted(l, pw), 0);
     return 1;
 }
 

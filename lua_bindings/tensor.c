@@ -9,6 +9,7 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_device.h"
+#include "ld_strategy.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -117,12 +118,21 @@ static ld_dtype opt_dtype(lua_State *L, int idx, ld_dtype def) {
     return dt;
 }
 
-ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt) {
+/* Where a tensor made without {device=} goes: inside a replica with a
+   device, that device (TF places what strategy.run's function creates on
+   the replica's device); NULL (cpu:0) otherwise. */
+static ld_device *default_device(void) {
+    const ld_replica_ctx *c = ld_replica_get();
+    return c ? c->device : NULL;
+}
+
+/* lb_to_tensor, with numbers and tables made on dev (NULL: cpu:0) */
+static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *dev) {
     idx = lua_absindex(L, idx);
     ld_tensor *t = lb_test_tensor(L, idx);
     if (t) return ld_tensor_retain(t);
     if (lua_isnumber(L, idx)) {
-        ld_tensor *s = ld_tensor_full(dt, 0, NULL, lua_tonumber(L, idx), NULL);
+        ld_tensor *s = ld_tensor_full(dt, 0, NULL, lua_tonumber(L, idx), dev);
         if (!s) lb_engine_error(L, idx);
         return s;
     }
@@ -138,8 +148,17 @@ ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt) {
     table_fill(L, idx, 0, ndim, shape, r, &pos);
     ld_tensor_retain(r);
     lua_pop(L, 1);
+    /* filled on the host (element writes would wait for a queueing device), then moved */
+    if (dev && dev != r->storage->device) {
+        ld_tensor *moved = ld_to_device(r, dev);
+        ld_tensor_release(r);
+        if (!moved) lb_engine_error(L, idx);
+        r = moved;
+    }
     return r;
 }
+
+ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt) { return to_tensor_on(L, idx, dt, default_device()); }
 
 void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs) {
     int mod = lua_gettop(L);
@@ -194,10 +213,11 @@ static int read_shape(lua_State *L, int idx, int64_t *shape) {
     return n;
 }
 
+/* {device=} at idx, else the default device (default_device) */
 static ld_device *opt_device(lua_State *L, int idx) {
-    if (!lua_istable(L, idx)) return NULL;
+    if (!lua_istable(L, idx)) return default_device();
     lua_getfield(L, idx, "device");
-    ld_device *d = NULL;
+    ld_device *d = default_device();
     if (!lua_isnil(L, -1)) {
         d = ld_device_find(luaL_checkstring(L, -1));
         if (!d) lb_engine_error(L, 0);
@@ -218,7 +238,7 @@ static int opts_after_shape(lua_State *L, int idx) {
 static int t_new(lua_State *L) {
     ld_dtype dt = opt_dtype(L, 2, LD_F32);
     ld_device *d = opt_device(L, 2);
-    ld_tensor *t = lb_to_tensor(L, 1, dt);
+    ld_tensor *t = to_tensor_on(L, 1, dt, d);
     if (t->dtype != dt) { ld_tensor *c = ld_cast(t, dt); ld_tensor_release(t); t = c; }
     if (t && d) { ld_tensor *c = ld_to_device(t, d); ld_tensor_release(t); t = c; }
     lb_push_tensor(L, t, 1);
@@ -284,6 +304,29 @@ static int t_normal(lua_State *L) {
 
 static int t_seed(lua_State *L) {
     ld_rng_seed(ld_global_rng(), (uint64_t)luaL_checkinteger(L, 1));
+    return 0;
+}
+
+/* get_rng_state() -> the generator's state as a string; set_rng_state(s)
+   puts it back: another process (a worker a model is shipped to) then draws
+   the initialisers and dropout keys this one would have */
+static int t_get_rng_state(lua_State *L) {
+    const ld_rng *r = ld_global_rng();
+    lua_pushlstring(L, (const char *)r->s, sizeof r->s);
+    return 1;
+}
+static int t_set_rng_state(lua_State *L) {
+    size_t n;
+    const char *p = luaL_checklstring(L, 1, &n);
+    ld_rng *r = ld_global_rng();
+    if (n != sizeof r->s)
+        return luaL_argerror(L, 1, lua_pushfstring(L, "a state from tensor.get_rng_state() (%d bytes), got %d bytes",
+                                                   (int)sizeof r->s, (int)n));
+    ld_rng st;
+    memcpy(st.s, p, sizeof st.s);
+    if (!(st.s[0] | st.s[1] | st.s[2] | st.s[3]))   /* xoshiro's one stuck state */
+        return luaL_argerror(L, 1, "an all-zero state is not a generator state");
+    *r = st;
     return 0;
 }
 
@@ -402,17 +445,13 @@ static int t_len(lua_State *L) {
 
 /* ---- arithmetic ---- */
 static int binop(lua_State *L, ld_binary_op op) {
-    int a_lit = !lb_test_tensor(L, 1), b_lit = !lb_test_tensor(L, 2);
-    ld_tensor *a = lb_to_tensor(L, 1, LD_F32);
+    ld_tensor *ta = lb_test_tensor(L, 1), *tb = lb_test_tensor(L, 2);
+    /* a number or a table is made where the tensor it is combined with lives */
+    ld_device *at = tb ? tb->storage->device : default_device(), *bt = ta ? ta->storage->device : default_device();
+    ld_tensor *a = to_tensor_on(L, 1, LD_F32, at);
     lb_push_tensor(L, a, 0);     /* anchor while converting b */
-    ld_tensor *b = lb_to_tensor(L, 2, LD_F32);
+    ld_tensor *b = to_tensor_on(L, 2, LD_F32, bt);
     lb_push_tensor(L, b, 0);
-    /* a number or a table goes where the tensor it is combined with lives */
-    if (a->storage->device != b->storage->device && (a_lit || b_lit)) {
-        ld_tensor *moved = a_lit ? ld_to_device(a, b->storage->device) : ld_to_device(b, a->storage->device);
-        lb_push_tensor(L, moved, a_lit ? 1 : 2);
-        if (a_lit) a = moved; else b = moved;
-    }
     lb_push_tensor(L, ld_binary(op, a, b), 1);
     return 1;
 }
@@ -483,7 +522,7 @@ static int t_argmax(lua_State *L) {
 
 static int t_index_select(lua_State *L) {
     ld_tensor *t = SELF;
-    ld_tensor *idx = lb_to_tensor(L, 2, LD_I64);
+    ld_tensor *idx = to_tensor_on(L, 2, LD_I64, t->storage->device);
     lb_push_tensor(L, idx, 0);
     lb_push_tensor(L, ld_index_select(t, idx), 2);
     return 1;
@@ -549,41 +588,54 @@ static int t_index(lua_State *L) {
     return 1;
 }
 
+/* t[i] = x; on a mirrored variable, the replica's copy or every copy (ld_variable_write) */
 static int t_newindex(lua_State *L) {
     ld_tensor *t = SELF;
     if (!lua_isinteger(L, 2)) return luaL_argerror(L, 2, "tensors are indexed by integers");
-    ld_tensor *dst = ld_select(t, 0, lua_tointeger(L, 2));
-    if (!dst) return lb_engine_error(L, 2);
-    lb_push_tensor(L, dst, 0);
-    ld_tensor *src = lb_to_tensor(L, 3, t->dtype);
+    lua_Integer i = lua_tointeger(L, 2);
+    ld_tensor *row = ld_select(t, 0, i);   /* a bad index is argument 2's error, before the value is read */
+    if (!row) return lb_engine_error(L, 2);
+    ld_tensor_release(row);
+    ld_tensor *src = to_tensor_on(L, 3, t->dtype, ld_var(t)->storage->device);
     lb_push_tensor(L, src, 0);
-    if (ld_copy_into(dst, src)) return lb_engine_error(L, 3);
+    if (ld_variable_write_index(t, i, src)) return lb_engine_error(L, 3);
     return 0;
 }
 
-static int t_assign(lua_State *L) {
-    ld_tensor *t = SELF;
-    ld_tensor *src = lb_to_tensor(L, 2, t->dtype);
+/* The value argument of assign/assign_add/assign_sub, converted (on the
+   device of the copy written first) and anchored; the variable's shape or
+   one element, as TF asks. */
+static ld_tensor *assign_value(lua_State *L, ld_tensor *t, const char *fname) {
+    ld_tensor *src = to_tensor_on(L, 2, t->dtype, ld_var(t)->storage->device);
     lb_push_tensor(L, src, 0);
     if (!ld_same_shape(t, src) && ld_tensor_numel(src) != 1) {
         char b1[64], b2[64];
-        return luaL_error(L, "bad argument #1 to 'assign' (shape %s does not match the variable's %s)",
-                          ld_shape_str(src, b1, sizeof b1), ld_shape_str(t, b2, sizeof b2));
+        luaL_error(L, "bad argument #1 to '%s' (shape %s does not match the variable's %s)", fname,
+                   ld_shape_str(src, b1, sizeof b1), ld_shape_str(t, b2, sizeof b2));
     }
-    if (ld_copy_into(t, src)) return lb_engine_error(L, 2);
+    return src;
+}
+
+/* v:assign(x), v:assign_add(x), v:assign_sub(x): every write goes through
+   ld_variable_write, so a mirrored variable gets TF's rule (the replica's
+   copy inside strategy.run, every copy outside) */
+static int t_assign(lua_State *L) {
+    ld_tensor *t = SELF;
+    if (ld_variable_write(t, assign_value(L, t, "assign"))) return lb_engine_error(L, 2);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_assign_add(lua_State *L) {
+    ld_tensor *t = SELF;
+    if (ld_variable_add(t, assign_value(L, t, "assign_add"), 0)) return lb_engine_error(L, 2);
     lua_settop(L, 1);
     return 1;
 }
 
 static int t_assign_sub(lua_State *L) {
     ld_tensor *t = SELF;
-    ld_tensor *src = lb_to_tensor(L, 2, t->dtype);
-    lb_push_tensor(L, src, 0);
-    ld_tape_pause(1);
-    ld_tensor *d = ld_sub(t, src);
-    ld_tape_pause(0);
-    lb_push_tensor(L, d, 2);
-    if (ld_copy_into(t, d)) return lb_engine_error(L, 2);
+    if (ld_variable_add(t, assign_value(L, t, "assign_sub"), 1)) return lb_engine_error(L, 2);
     lua_settop(L, 1);
     return 1;
 }
@@ -646,7 +698,7 @@ static int t_tostring(lua_State *L) {
         if (n == 0) luaL_addstring(&b, "[]");
         else fmt_dims(&b, c, 0, 0, strides, 7, width);
     }
-    char tail[160], sh[96];
+    char tail[256], sh[96];
     ld_shape_str(c, sh, sizeof sh);
     snprintf(tail, sizeof tail, ", shape=%s, dtype=%s, device=%s%s)", c->ndim ? sh : "()",
              ld_dtype_name(t->dtype), t->storage->device->name, t->requires_grad ? ", trainable" : "");
@@ -708,6 +760,7 @@ static int t_variable(lua_State *L) {
         if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) v->requires_grad = 0;
         lua_pop(L, 2);
     }
+    ld_variable_created(v);   /* inside a strategy's scope: one copy per replica device, as a layer's */
     lb_push_tensor(L, v, 1);
     return 1;
 }
@@ -767,13 +820,13 @@ static const luaL_Reg methods[] = {
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
     {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax},
     {"index_select", t_index_select}, {"gather", t_index_select},
-    {"assign", t_assign}, {"assign_sub", t_assign_sub},
+    {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
     {NULL, NULL}};
 
 static const luaL_Reg functions[] = {
     {"new", t_new}, {"from", t_new}, {"zeros", t_zeros}, {"ones", t_ones}, {"full", t_full},
     {"arange", t_arange}, {"uniform", t_uniform}, {"rand", t_uniform}, {"normal", t_normal},
-    {"randn", t_normal}, {"seed", t_seed}, {"concat", t_concat}, {"stack", t_stack},
+    {"randn", t_normal}, {"seed", t_seed}, {"get_rng_state", t_get_rng_state}, {"set_rng_state", t_set_rng_state}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
     {"device_note", t_device_note},
     {NULL, NULL}};
@@ -787,6 +840,9 @@ static const char *const docs[] = {
     "uniform", "tensor.uniform(shape..., {min=0, max=1})\n\nUniform random values from the seeded global generator (tensor.seed).",
     "normal", "tensor.normal(shape..., {mean=0, stddev=1})\n\nNormal random values from the seeded global generator.",
     "seed", "tensor.seed(n)\n\nReset the global random generator: initialisers, dropout and random tensors repeat.",
+    "get_rng_state", "tensor.get_rng_state()\n\nThe global random generator's state, as a string (for tensor.set_rng_state).",
+    "set_rng_state", "tensor.set_rng_state(state)\n\nPut back a state from tensor.get_rng_state(), here or in another process:\n"
+                     "the same initialisers, dropout masks and random tensors follow.",
     "concat", "tensor.concat({t1, t2, ...}, axis=0)\n\nJoin tensors along an existing axis.",
     "stack", "tensor.stack({t1, t2, ...})\n\nJoin equally shaped tensors along a new first axis.",
     "Variable", "tensor.Variable(value, {name=, trainable=true})\n\nA trainable tensor: tapes watch it automatically and optimizers update it in place.",
@@ -800,7 +856,7 @@ static const char *const docs[] = {
               "Operators + - * / ^ and unary - broadcast like NumPy.\n"
               "Methods: reshape, transpose, permute, slice, sum, mean, max, argmax, matmul, exp, log,\n"
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
-              "clone, contiguous, index_select, assign, assign_sub.",
+              "clone, contiguous, index_select, assign, assign_add, assign_sub.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
     "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them.",
     "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them.",
@@ -811,7 +867,10 @@ static const char *const docs[] = {
     "Tensor:totable", "t:totable()\n\nThe values as nested Lua tables.",
     "Tensor:slice", "t:slice(axis, start, stop, step=1)\n\nA view of [start, stop) along an axis (0-based).",
     "Tensor:to", "t:to(\"cuda:0\")\n\nA copy on another device.",
-    "Tensor:assign", "v:assign(value)\n\nOverwrite the tensor's values in place.",
+    "Tensor:assign", "v:assign(value)\n\nOverwrite the tensor's values in place. A mirrored variable (made in a\n"
+                     "MirroredStrategy's scope): inside strategy:run only this replica's copy, outside every copy.",
+    "Tensor:assign_add", "v:assign_add(delta)\n\nv:assign(v + delta), in place.",
+    "Tensor:assign_sub", "v:assign_sub(delta)\n\nv:assign(v - delta), in place.",
     NULL};
 
 int lb_open_tensor(lua_State *L) {

@@ -45,7 +45,8 @@ for tier in "${tiers[@]}"; do
     engine)
       for t in build/tests/engine/*; do [ -x "$t" ] && run_prog "engine/$(basename "$t")" "$t"; done ;;
     lua)
-      for t in tests/lua/test_*.lua; do [ -f "$t" ] && run_prog "$t" ./ldist "$t"; done ;;
+      for t in tests/lua/test_*.lua; do [ -f "$t" ] && run_prog "$t" ./ldist "$t"; done
+      for t in tests/lua/test_*.sh; do [ -f "$t" ] && run_prog "$t" bash "$t"; done ;;
     repl|kernel|dist)
       for t in tests/$tier/test_*.sh; do [ -f "$t" ] && run_prog "$t" bash "$t"; done
       run_pytest "tests/$tier" ;;

@@ -334,14 +334,8 @@ Plot.__mimebundle = function(self)
   return { ["image/svg+xml"] = self:svg(), ["text/plain"] = self:text(false) }
 end
 
--- ldist.display(value): show a value now. Prints its text in a terminal or a
--- script; the Jupyter kernel replaces it with one that sends display_data.
-if ldist.display == nil then
-  function ldist.display(v)
-    io.stdout:write(tostring(v), "\n")
-    io.stdout:flush()
-  end
-end
+-- A plot is shown with ldist.display (40_display.lua), defined by the time
+-- ldist.plot is called.
 
 function ldist.plot(data, opts)
   opts = opts or {}

@@ -128,17 +128,22 @@ loop over it:
   local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000):batch(32):prefetch(2)
   for batch in ds do local xb, yb = batch[1], batch[2] ... end
 
-An element is a table {t1, t2, ...} of tensors, even for one tensor. Every
-loop runs one new epoch; loops are independent, and break is fine
+An element is a table {t1, t2, ...} of tensors, even for one tensor; a
+dataset made from a dict {name = tensor, ...} has elements with those keys
+(tf.data's dict elements). Every loop runs one new epoch; loops are independent, and break is fine
 ('for b in ds:iter() do' also frees the iterator at once when left).
 Transformations run in C; prefetch runs the C stages on a background thread.
 A Lua function given to :map runs on the interpreter's thread.]])
   doc(D.from_tensor_slices, { "data.Dataset.from_tensor_slices", "Dataset.from_tensor_slices" }, [[
 data.Dataset.from_tensor_slices(x, y, ...) or ({x, y, ...}) -> Dataset
+data.Dataset.from_tensor_slices({name = x, ...}) -> Dataset
 
-One element per row: element i is {x[i], y[i], ...}. The tensors must share
-their first dimension (an error names the shapes otherwise). Tables of numbers
-are turned into float32 tensors. The data is kept on the host.]])
+One element per row: element i is {x[i], y[i], ...}; from a dict (a table
+with string keys, tf.data's dict) it is {name = x[i], ...}, and batch, shuffle,
+map, take, skip, repeat_ and prefetch keep the keys. The tensors must share
+their first dimension (an error names the shapes, or a dict's keys,
+otherwise). Tables of numbers are turned into float32 tensors. The data is
+kept on the host. model:fit reads batch[1], batch[2]: give it a list.]])
   doc(D.range, { "data.Dataset.range", "Dataset.range" }, [[
 data.Dataset.range(stop) or (start, stop[, step]) -> Dataset
 
@@ -181,7 +186,10 @@ ds:map(fn) -> Dataset
 
 fn receives the element's tensors as separate arguments and returns the new
 element's tensors (several values, or one table of them; numbers become
-scalar tensors): ds:map(function(x, y) return x * 2, y end). fn runs on the
+scalar tensors): ds:map(function(x, y) return x * 2, y end). A dict element
+comes as one table, as in tf.data, and fn may return a dict:
+ds:map(function(d) return {x = d.feat * 2, y = d.label} end). Every call must
+return the same structure. fn runs on the
 interpreter's thread when a loop asks for the next element; an error in fn
 ends the loop with that error.]])
   mdoc("cardinality", [[

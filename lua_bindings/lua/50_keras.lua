@@ -22,25 +22,133 @@ function metrics.Mean(name)
   if type(name) == "table" then name = name.name end
   return setmetatable({ name = name or "mean", total = 0.0, count = 0.0 }, Mean)
 end
-function Mean:update_state(value, weight)
-  weight = weight or 1
-  if tensor.is_tensor(value) then
-    local n = value:numel()
-    if n == 0 then return end
-    value = value:sum():item() / n
+
+-- Keras 3's reduce_to_samplewise_values (keras/src/metrics/reduction_metrics.py)
+-- on the host, on {shape = {...}, n = elements, [1..n] = values} arrays: the
+-- metrics' arithmetic is a few numbers per step, so doubles in Lua are enough.
+local function host_array(x, what)
+  if type(x) == "number" then return { shape = {}, n = 1, x } end
+  if not tensor.is_tensor(x) then
+    if type(x) ~= "table" then
+      error(("bad argument #%d to 'update_state' (tensor, number or table of numbers expected, got %s)")
+        :format(what, type(x)), 3)
+    end
+    x = tensor.new(x)
   end
-  self.total = self.total + value * weight
-  self.count = self.count + weight
+  local shape, n = {}, x:numel()
+  for d = 1, x.ndim do shape[d] = x.shape[d] end
+  local a
+  if x.ndim == 0 then a = { x:item() }
+  else a = n > 0 and x:float():reshape({ n }):totable() or {} end
+  a.shape, a.n = shape, n
+  return a
 end
-function Mean:result() return self.count > 0 and self.total / self.count or 0.0 end
+
+local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
+
+-- the mean over the axes from..#shape (1-based), keeping the leading ones
+local function mean_trailing(a, from)
+  local lead, inner, shape = 1, 1, {}
+  for d = 1, #a.shape do
+    if d < from then lead = lead * a.shape[d]; shape[#shape + 1] = a.shape[d]
+    else inner = inner * a.shape[d] end
+  end
+  local r = { shape = shape, n = lead }
+  for i = 0, lead - 1 do
+    local s = 0.0
+    for j = 1, inner do s = s + a[i * inner + j] end
+    r[i + 1] = s / inner
+  end
+  return r
+end
+
+-- NumPy's broadcast_to
+local function broadcast_to(a, shape)
+  local r, nd, sd = #shape, #shape, #a.shape
+  local ok = sd <= nd
+  for k = 0, sd - 1 do
+    local s, t = a.shape[sd - k], shape[nd - k]
+    if s ~= 1 and s ~= t then ok = false end
+  end
+  if not ok then
+    error(("bad argument #2 to 'update_state' (sample_weight of shape %s cannot be broadcast to the values' shape %s)")
+      :format(shape_str(a.shape), shape_str(shape)), 3)
+  end
+  local n = 1
+  for d = 1, r do n = n * shape[d] end
+  local out = { shape = shape, n = n }
+  -- source strides, 0 on broadcast dimensions
+  local stride, acc = {}, 1
+  for d = r, 1, -1 do
+    local sdim = a.shape[d - (nd - sd)]
+    stride[d] = (sdim == nil or sdim == 1) and 0 or acc
+    if sdim then acc = acc * sdim end
+  end
+  for i = 0, n - 1 do
+    local rem, src = i, 0
+    for d = r, 1, -1 do
+      local idx = rem % shape[d]
+      rem = rem // shape[d]
+      src = src + idx * stride[d]
+    end
+    out[i + 1] = a[src + 1]
+  end
+  return out
+end
+
+-- keras/src/losses/loss.py squeeze_or_expand_to_same_rank: shapes only
+local function squeeze_or_expand(x1, x2)
+  local r1, r2 = #x1.shape, #x2.shape
+  local function expand(a) a.shape = table.move(a.shape, 1, #a.shape, 1, {}); a.shape[#a.shape + 1] = 1 end
+  local function squeeze(a) a.shape = table.move(a.shape, 1, #a.shape - 1, 1, {}) end
+  if r1 == r2 + 1 and x1.shape[r1] == 1 then
+    if r2 == 1 then expand(x2) else squeeze(x1) end
+  elseif r2 == r1 + 1 and x2.shape[r2] == 1 then
+    if r1 == 1 then expand(x1) else squeeze(x2) end
+  end
+end
+
+local function sum(a)
+  local s = 0.0
+  for i = 1, a.n do s = s + a[i] end
+  return s
+end
+
+-- m:update_state(values, sample_weight): as Keras 3's Mean. A tensor counts
+-- each of its rows (first-dimension entries) as one sample, after averaging
+-- over the other dimensions; with sample_weight, count grows by the weights'
+-- sum. See tests/lua/test_keras_semantics.lua for TF's numbers.
+function Mean:update_state(values, sample_weight)
+  local v = host_array(values, 1)
+  local w
+  if sample_weight ~= nil then
+    w = host_array(sample_weight, 2)
+    squeeze_or_expand(v, w)
+    local wd = #w.shape
+    if #v.shape > wd then v = mean_trailing(v, wd + 1) end
+    w = broadcast_to(w, v.shape)
+    for i = 1, v.n do v[i] = v[i] * w[i] end
+    if wd > 1 then w = mean_trailing(w, 2) end
+  end
+  if #v.shape > 1 then v = mean_trailing(v, 2) end
+  self.total = self.total + sum(v)
+  if w then self.count = self.count + sum(w)
+  else self.count = self.count + (#v.shape >= 1 and v.shape[1] or 1) end
+end
+-- divide_no_nan: 0 while nothing (or a zero total weight) was seen
+function Mean:result() return self.count ~= 0 and self.total / self.count or 0.0 end
 function Mean:reset_state() self.total, self.count = 0.0, 0.0 end
 Mean.__tostring = function(m) return ("<metric %s: %.4f>"):format(m.name, m:result()) end
-doc(metrics.Mean, "metrics.Mean", "metrics.Mean(name)\n\nA running (weighted) mean: m:update_state(v, weight), m:result(), m:reset_state().")
+doc(metrics.Mean, "metrics.Mean", "metrics.Mean(name)\n\nA running (weighted) mean, as Keras 3's: m:update_state(values, sample_weight),\n" ..
+  "m:result(), m:reset_state(). A tensor counts one sample per row (its first dimension),\n" ..
+  "averaged over the other dimensions; sample_weight (a number or a tensor broadcast to\n" ..
+  "the values' shape) weights them: result = sum(w * v) / sum(w).")
 
 local Acc = {}
 Acc.__index = Acc
 Acc.__name = "ldist.metrics.Accuracy"
 Acc.__tostring = Mean.__tostring
+Acc._direction = "up"   -- higher is better (Keras 3's metrics say so; EarlyStopping's mode="auto" reads it)
 local function accuracy(kind, name)
   return setmetatable({ name = name or "accuracy", kind = kind, correct = 0, count = 0 }, Acc)
 end
@@ -105,9 +213,10 @@ function Model:compile(opts)
   for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
   self._optimizer, self._loss, self._metrics = opt, loss, ms
   self._compiled = true
-  -- like Keras, a model compiled inside a strategy's scope trains under it
+  -- a model made outside any scope but compiled inside one trains under that
+  -- strategy (its variables are placed there when it is built)
   local d = ldist.distribute
-  self._strategy = d and d.has_strategy() and d.get_strategy() or nil
+  if d and not self.distribute_strategy and d.has_strategy() then d._on_model_created(self) end
   return self
 end
 
@@ -117,15 +226,19 @@ local function check_compiled(self, what)
   end
 end
 
--- Accept a Dataset, or (x, y) tensors with opts.batch_size (Keras' arrays).
+-- Accept a Dataset, or (x, y) tensors with opts.batch_size (Keras' arrays;
+-- opts.sample_weight a third component); shuffle: shuffle the rows first.
 local function as_dataset(x, y, opts, shuffle)
   if tensor.is_tensor(x) then
-    local ds = ldist.data.Dataset.from_tensor_slices(y and { x, y } or { x })
+    local w = opts.sample_weight
+    local ds = ldist.data.Dataset.from_tensor_slices(y and (w and { x, y, w } or { x, y }) or { x })
     if shuffle then ds = ds:shuffle(x.shape[1], { seed = opts.seed }) end
     return ds:batch(opts.batch_size or 32)
   end
   return x
 end
+
+Model._as_dataset = as_dataset
 
 local function progress(total, title)
   if ldist.progress and ldist.progress.new then
@@ -142,15 +255,71 @@ local function progress(total, title)
   }
 end
 
+-- a batch's inputs, targets and (Keras's third component) sample weights
 local function batch_xy(batch)
   if tensor.is_tensor(batch) then return batch, nil end
-  return batch[1], batch[2]
+  return batch[1], batch[2], batch[3]
 end
+
+-- Keras's class_weight: each example weighs class_weight[its class] (every
+-- class in the data must have one); with sample weights too, the product.
+-- y may be split over a strategy's replicas (a PerReplica value).
+local function class_weights(cw, y, w)
+  local d = ldist.distribute
+  if d and d.is_per_replica(y) then
+    local vals = {}
+    for r, yr in ipairs(y.values) do
+      vals[r] = class_weights(cw, yr, w and (d.is_per_replica(w) and w.values[r] or w) or nil)
+    end
+    return d.PerReplica(vals, y.global_batch, y.offsets)
+  end
+  local labels = y
+  if labels.ndim > 1 and labels.shape[labels.ndim] > 1 then labels = labels:argmax(-1) end
+  local ids = labels:cpu():reshape({ labels:numel() }):totable()
+  local ws = w and w:cpu():reshape({ w:numel() }):totable() or nil
+  local out = {}
+  for i, c in ipairs(ids) do
+    c = math.tointeger(c)
+    local cwc = cw[c]
+    if cwc == nil then
+      error(("bad argument to 'fit' (class_weight has no weight for class %s, which is in the data)"):format(tostring(c)), 0)
+    end
+    out[i] = cwc * (ws and ws[i] or 1)
+  end
+  local t = #out > 0 and tensor.new(out) or tensor.zeros(0)
+  return t.device == y.device and t or t:to(y.device)
+end
+
 
 local function count_rows(t)
   if not tensor.is_tensor(t) then return t.global_batch end   -- split over a strategy's replicas
   return t.ndim > 0 and t.shape[1] or 1
 end
+
+-- the options fit knows; anything else is an error naming it
+local fit_options = { epochs = true, batch_size = true, validation_data = true, verbose = true, callbacks = true,
+  steps_per_epoch = true, shuffle = true, seed = true, initial_epoch = true, sample_weight = true, class_weight = true }
+local function check_fit_options(opts)
+  for k in pairs(opts) do
+    if not fit_options[k] then
+      local known = {}
+      for name in pairs(fit_options) do known[#known + 1] = name end
+      table.sort(known)
+      if k == "validation_split" or k == "validation_freq" then
+        error(("bad argument to 'fit' (option '%s' is not supported yet; options: %s)"):format(k, table.concat(known, ", ")), 3)
+      end
+      error(("bad argument to 'fit' (unknown option '%s'; options: %s)"):format(tostring(k), table.concat(known, ", ")), 3)
+    end
+  end
+end
+
+-- the strategy a model trains under: the one it was made (or compiled) in,
+-- else the one whose scope is open
+local function strategy_of(model)
+  local d = ldist.distribute
+  return model.distribute_strategy or (d and d.get_strategy()) or nil
+end
+Model._strategy_of = strategy_of
 
 -- model:fit(dataset, {epochs=1, validation_data=, verbose=1, callbacks=, steps_per_epoch=})
 -- model:fit(x, y, {batch_size=32, epochs=1, ...})
@@ -158,6 +327,23 @@ function Model:fit(x, y, opts)
   check_compiled(self, "fit")
   if type(y) == "table" and not tensor.is_tensor(y) and opts == nil then opts, y = y, nil end
   opts = opts or {}
+  if type(opts) ~= "table" then error(("bad argument to 'fit' (options table expected, got %s)"):format(type(opts)), 2) end
+  check_fit_options(opts)
+  local strategy = strategy_of(self)
+  -- a strategy that trains elsewhere (a LocalCluster's workers, ps tasks)
+  if strategy and strategy._fit then return strategy:_fit(self, x, y, opts) end
+  -- a callback may change where fit starts (BackupAndRestore resumes)
+  for _, cb in ipairs(opts.callbacks or {}) do
+    if type(cb) == "table" and cb._before_fit then x, y, opts = cb:_before_fit(self, x, y, opts, strategy) end
+  end
+  -- Keras trains under model.distribute_strategy.scope()
+  if strategy and strategy.scope then
+    return strategy:scope(function() return self:_fit_loop(x, y, opts, strategy) end)
+  end
+  return self:_fit_loop(x, y, opts, strategy)
+end
+
+function Model:_fit_loop(x, y, opts, strategy)
   local ds = as_dataset(x, y, opts, opts.shuffle ~= false)
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
   local initial = opts.initial_epoch or 0
@@ -168,7 +354,6 @@ function Model:fit(x, y, opts)
   local loss_obj, opt = self._loss, self._optimizer
   local total = opts.steps_per_epoch or (ds.cardinality and ds:cardinality()) or nil
   if total and total < 0 then total = nil end
-  local strategy = self._strategy or (ldist.distribute and ldist.distribute.get_strategy()) or nil
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end
   for epoch = initial + 1, epochs do
@@ -206,12 +391,13 @@ function Model:fit(x, y, opts)
     end
     local ok, err = pcall(function()
       for batch in batches, nil, nil, closer do
-        local bx, by = batch_xy(batch)
+        local bx, by, bw = batch_xy(batch)
+        if opts.class_weight then bw = class_weights(opts.class_weight, by, bw) end
         local lv, pred
         if strategy and strategy.train_step then
-          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, #self._metrics > 0)
+          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, #self._metrics > 0, bw)
         else
-          lv, pred = self:train_step(bx, by, loss_obj, opt)
+          lv, pred = self:train_step(bx, by, loss_obj, opt, bw)
         end
         step = step + 1
         if pending then settle(pending) end
@@ -257,8 +443,10 @@ function Model:evaluate(x, y, opts)
   for i, m in ipairs(self._metrics) do
     ms[i] = setmetatable({}, { __index = m }); ms[i]:reset_state()
   end
+  local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
   for batch in ds do
     local bx, by = batch_xy(batch)
+    if dev and bx.device ~= dev then bx, by = bx:to(dev), by:to(dev) end
     local pred = self(bx, { training = false })
     loss_m:update_state(self._loss(by, pred):item(), count_rows(bx))
     for _, m in ipairs(ms) do m:update_state(by, pred) end
@@ -329,27 +517,133 @@ doc(Model.summary, "Model:summary", "model:summary()\n\nShow the layers, their o
 local callbacks = {}
 ldist.callbacks = callbacks
 
+local stderr = io.stderr   -- Lua's, whatever the globals become
+
+-- callbacks.EarlyStopping: Keras 3's (keras/src/callbacks/early_stopping.py
+-- and monitor_callback.py, checked against Keras 3.15.1). ldist numbers
+-- epochs from 1 where Keras numbers them from 0, so Keras' "epoch > 0" is
+-- "epoch > 1" here, start_from_epoch=k skips the first k epochs as in Keras,
+-- and stopped_epoch / best_epoch are the epoch numbers fit shows ("Epoch 3/10").
+local ES = { __name = "ldist.callbacks.EarlyStopping" }
+ES.__index = ES
+ES.__tostring = function(c)
+  return ("<EarlyStopping monitor=%s patience=%d wait=%d best=%s>"):format(c.monitor, c.patience, c.wait, tostring(c.best))
+end
+
 function callbacks.EarlyStopping(opts)
   opts = opts or {}
-  local cb = { monitor = opts.monitor or "val_loss", patience = opts.patience or 0,
-    min_delta = opts.min_delta or 0, mode = opts.mode or "min", wait = 0 }
-  function cb:on_train_begin() self.best, self.wait = nil, 0 end
-  function cb:on_epoch_end(epoch, logs, model)
-    local v = logs[self.monitor]
-    if v == nil then return end
-    local better = self.best == nil or
-      (self.mode == "min" and v < self.best - self.min_delta) or
-      (self.mode == "max" and v > self.best + self.min_delta)
-    if better then self.best, self.wait = v, 0
-    else
-      self.wait = self.wait + 1
-      if self.wait > self.patience then model.stop_training = true; self.stopped_epoch = epoch end
-    end
+  local mode = opts.mode or "auto"
+  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
+    error(("bad argument #1 to 'EarlyStopping' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(tostring(mode)), 2)
   end
-  return cb
+  return setmetatable({ monitor = opts.monitor or "val_loss", patience = opts.patience or 0,
+    min_delta = math.abs(opts.min_delta or 0), mode = mode, baseline = opts.baseline,
+    verbose = opts.verbose or 0, restore_best_weights = opts.restore_best_weights or false,
+    start_from_epoch = opts.start_from_epoch or 0, wait = 0, stopped_epoch = 0, best_epoch = 0 }, ES)
+end
+
+function ES:on_train_begin(model)
+  -- a callback may be reused across fits
+  self.model = model or self.model
+  self.wait, self.stopped_epoch, self.best, self.best_weights, self.best_epoch = 0, 0, nil, nil, 0
+  self._warned, self._dir = nil, nil
+end
+
+-- "min" or "max". auto: the loss is minimised; a compiled metric of that name
+-- says its direction (_direction, as Keras 3's metrics); otherwise a name with
+-- "acc" in it is maximised and anything else minimised (Keras 3 raises there).
+function ES:_direction(model)
+  if self.mode ~= "auto" then return self.mode end
+  local name = self.monitor:gsub("^val_", "")
+  if name == "loss" then return "min" end
+  for _, m in ipairs(model and model._metrics or {}) do
+    if m.name == name and m._direction then return m._direction == "up" and "max" or "min" end
+  end
+  return name:find("acc", 1, true) and "max" or "min"
+end
+
+function ES:_is_improvement(v, ref)
+  if ref == nil then return true end
+  if self._dir == "min" then return v + self.min_delta < ref end
+  return v - self.min_delta > ref
+end
+
+-- model:get_weights() as copies of the trainable variables
+local function get_weights(model)
+  local w = {}
+  for i, v in ipairs(model.trainable_variables) do w[i] = v:clone() end
+  return w
+end
+
+function ES:on_epoch_end(epoch, logs, model)
+  model = model or self.model
+  self.model = model
+  self._dir = self._dir or self:_direction(model)
+  local current = logs and logs[self.monitor]
+  if current == nil then
+    if not self._warned then
+      self._warned = true
+      local names = {}
+      for k in pairs(logs or {}) do names[#names + 1] = k end
+      table.sort(names)
+      stderr:write(("EarlyStopping conditioned on metric `%s` which is not available. Available metrics are: %s\n")
+        :format(self.monitor, table.concat(names, ",")))
+    end
+    return
+  end
+  if tensor.is_tensor(current) then current = current:item() end
+  if epoch - 1 < self.start_from_epoch then return end       -- still warming up
+  if self.restore_best_weights and self.best_weights == nil then
+    -- the first monitored epoch's weights are the best seen so far
+    self.best_weights, self.best_epoch = get_weights(model), epoch
+  end
+  self.wait = self.wait + 1
+  if self:_is_improvement(current, self.best) then
+    self.best, self.best_epoch = current, epoch
+    if self.restore_best_weights then self.best_weights = get_weights(model) end
+    -- wait restarts only when the value beats the baseline too
+    if self.baseline == nil or self:_is_improvement(current, self.baseline) then self.wait = 0 end
+    return
+  end
+  if self.wait >= self.patience and epoch > 1 then
+    self.stopped_epoch = epoch
+    model.stop_training = true
+  end
+end
+
+-- A LocalCluster's fit runs this callback on its workers (where training
+-- happens, so a stop stops them and the restored weights are those sent
+-- back); the object given to fit then keeps its own, unused, state.
+function ES:_ship()
+  return { class = "EarlyStopping", config = { monitor = self.monitor, min_delta = self.min_delta,
+    patience = self.patience, verbose = self.verbose, mode = self.mode, baseline = self.baseline,
+    restore_best_weights = self.restore_best_weights, start_from_epoch = self.start_from_epoch } }
+end
+
+-- Keras 3 restores the best weights at the end of training, whether it
+-- stopped early or ran all its epochs (Keras 2 restored only on a stop).
+function ES:on_train_end(model)
+  model = model or self.model
+  if self.stopped_epoch > 0 and self.verbose > 0 then
+    print(("Epoch %d: early stopping"):format(self.stopped_epoch))
+  end
+  if self.restore_best_weights and self.best_weights then
+    if self.verbose > 0 then
+      print(("Restoring model weights from the end of the best epoch: %d."):format(self.best_epoch))
+    end
+    -- assign writes every replica of a mirrored variable
+    for i, v in ipairs(model.trainable_variables) do v:assign(self.best_weights[i]) end
+  end
 end
 doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
-  "callbacks.EarlyStopping{monitor=\"val_loss\", patience=0, min_delta=0, mode=\"min\"}\n\nStop fit when a logged value stops improving.")
+  "callbacks.EarlyStopping{monitor=\"val_loss\", patience=0, min_delta=0, mode=\"auto\", baseline=nil,\n" ..
+  "  restore_best_weights=false, start_from_epoch=0, verbose=0}\n\n" ..
+  "Stop fit when the monitored value has not improved for `patience` epochs (Keras 3's rule:\n" ..
+  "wait counts epochs since the best; a stop needs wait >= patience, never on the first epoch).\n" ..
+  "mode=\"auto\" minimises losses and maximises accuracies. With baseline, wait only restarts\n" ..
+  "when a value beats the baseline too. restore_best_weights puts back the best epoch's\n" ..
+  "weights when training ends, stopped or not. cb.stopped_epoch is the epoch it stopped at\n" ..
+  "(0 when it did not), cb.best and cb.best_epoch the best value and its epoch.")
 
 function callbacks.LambdaCallback(fns) return fns end
 doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",

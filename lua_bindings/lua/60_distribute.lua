@@ -1,43 +1,135 @@
--- 60_distribute.lua - the `distribute` module: the default strategy and
--- OneDeviceStrategy, with TF's names (tf.distribute). Mirrored,
--- MultiWorkerMirrored and ParameterServer strategies build on this interface.
+-- 60_distribute.lua - the `distribute` module and THE strategy protocol: the
+-- default strategy, OneDeviceStrategy, PerReplica values, contexts, reduce,
+-- gather, distribute_datasets_from_function and the optimizer's hook. Every
+-- strategy (65_mirrored, 72_multiworker, 82_parameter_server) is a subclass
+-- of Strategy that fills in the hooks below; nothing else in the prelude
+-- asks which strategy runs it, and no file replaces a function defined here.
+--
+-- The protocol (what a strategy provides; defaults in Strategy):
+--   s:_variable_devices()      devices a variable created in the scope (or in
+--                              run) is mirrored on; nil: the variable stays where
+--                              it is made (cpu:0)
+--   s:_run(fn, args)           run fn on every local replica (args: packed; a
+--                              PerReplica argument gives each replica its value);
+--                              returns a packed list of PerReplica results
+--   s:_replica_context()       the ReplicaContext inside run
+--   s:_collective(requests)    a collective that replicas yield inside run
+--                              ({kind="all_reduce"|"all_gather", op=, values=})
+--   s:_reduce_gradients(g, v)  inside run, before an optimizer applies g to v:
+--                              the gradients summed over the replicas
+--   s:_sum_across(t)           cross-replica reduce and gather: add this process's
+--                              partial result to the other processes' (workers)
+--   s:_gather_across(t, axis)  concatenate this process's part with the others'
+--   s:_input_pipelines()       (number of input pipelines, this process's id)
+--   s:_local_devices()         the devices of this process's replicas
+--   s:experimental_local_results(v), s:experimental_distribute_dataset(ds)
+--   s:train_step(model, x, y, loss, opt, want_pred), s:_fit_begin(), s:_fit_end(),
+--   s:_fit_batches(ds)         model:fit's step and hooks (50_keras.lua)
+--   s:_fit(model, x, y, opts)  a strategy that trains elsewhere (a LocalCluster's
+--                              workers, parameter servers) runs fit itself
 local ldist = ...
-local tensor = ldist.tensor
+local tensor, optim = ldist.tensor, ldist.optim
+local C = ldist._distribute
 local docs = ldist.docs
 
 local distribute = {}
 ldist.distribute = distribute
 ldist.globals.distribute = true
 
+---------------------------------------------------------------- PerReplica values
+local PerReplica = { __name = "ldist.PerReplica" }
+PerReplica.__index = PerReplica
+-- values: one per local replica; global_batch: rows of the global batch;
+-- offsets: the first global row of each replica's part (dropout, placement)
+local function per_replica(values, global_batch, offsets)
+  return setmetatable({ values = values, global_batch = global_batch, offsets = offsets }, PerReplica)
+end
+local function is_pr(v) return getmetatable(v) == PerReplica end
+function PerReplica.__tostring(p)
+  local parts = {}
+  for r = 1, #p.values do parts[r] = ("%d: %s"):format(r - 1, tostring(p.values[r])) end
+  return "PerReplica{" .. table.concat(parts, ", ") .. "}"
+end
+distribute.PerReplica = per_replica
+distribute.is_per_replica = is_pr
+
+-- axis (integer, negative from the end) of a value with nd dimensions, as
+-- 0-based; raises "bad argument #argn to 'fname'" at the caller's caller
+local function check_axis(fname, argn, axis, nd)
+  if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
+    error(("bad argument #%d to '%s' (axis %s out of range for a value with %d dimension%s)")
+      :format(argn, fname, tostring(axis), nd, nd == 1 and "" or "s"), 3)
+  end
+  return axis % nd
+end
+distribute._check_axis = check_axis
+
+-- Rows [lo, hi) of a batch of `rows` that replica r of n takes: floor(rows/n)
+-- each, one more for the first rows % n. Every strategy splits batches so.
+function distribute._share(rows, n, r)
+  local base, extra = rows // n, rows % n
+  local lo = r * base + math.min(r, extra)
+  return lo, lo + base + (r < extra and 1 or 0)
+end
+
+---------------------------------------------------------------- the strategy base
 local Strategy = {}
 Strategy.__index = Strategy
 Strategy.__name = "ldist.Strategy"
 function Strategy.__tostring(s)
   return ("<%s on %s, %d replica(s)>"):format(s.kind, table.concat(s.devices, ", "), s.num_replicas_in_sync)
 end
+distribute._Strategy = Strategy
 
-local current = nil      -- the strategy whose scope is open
-
-local function new_strategy(kind, devices)
-  return setmetatable({ kind = kind, devices = devices, num_replicas_in_sync = #devices,
-    extended = {}, _depth = 0 }, Strategy)
+-- a subclass: methods not given fall back to Strategy's
+function distribute._strategy_class(name)
+  local cls = setmetatable({}, { __index = Strategy })
+  cls.__index = cls
+  cls.__name = name
+  cls.__tostring = Strategy.__tostring
+  return cls
 end
 
-local default = new_strategy("DefaultStrategy", { "cpu:0" })
+local scope_stack = {}   -- strategies whose scope is open, innermost last
+local running = nil      -- the strategy inside whose run() the code is
+local default
+
+local function new_strategy(cls, kind, devices)
+  return setmetatable({ kind = kind, devices = devices, num_replicas_in_sync = #devices,
+    extended = {}, _depth = 0 }, cls)
+end
+
+default = new_strategy(Strategy, "DefaultStrategy", { "cpu:0" })
+
+local function current_scope() return scope_stack[#scope_stack] end
+
+-- where variables made now are mirrored: the innermost of run and scope
+local function place_variables()
+  local s = running or current_scope()
+  C.mirror_devices(s and s:_variable_devices() or nil)
+end
+distribute._place_variables = place_variables
 
 -- strategy:scope() returns a to-be-closed value:  local _ <close> = strategy:scope()
 -- strategy:scope(fn) runs fn inside the scope and returns its results.
 function Strategy:scope(fn)
-  if current and current ~= self and current ~= default then
+  local cur = current_scope()
+  if cur and cur ~= self and cur ~= default and self ~= default then
     error(("a scope of %s is already open; close it before entering another strategy's scope")
-      :format(current.kind), 2)
+      :format(cur.kind), 2)
   end
-  local prev = current
-  current = self
+  scope_stack[#scope_stack + 1] = self
   self._depth = self._depth + 1
+  place_variables()
+  local closed = false
   local closer = setmetatable({}, { __close = function()
+    if closed then return end
+    closed = true
+    for i = #scope_stack, 1, -1 do
+      if scope_stack[i] == self then table.remove(scope_stack, i); break end
+    end
     self._depth = self._depth - 1
-    current = prev
+    place_variables()
   end, __name = "ldist.StrategyScope" })
   if fn == nil then return closer end
   local res = table.pack(pcall(fn))
@@ -46,97 +138,409 @@ function Strategy:scope(fn)
   return table.unpack(res, 2, res.n)
 end
 
--- strategy:run(fn, ...) calls fn(...) on every replica; here, once.
+-- The default strategy and OneDeviceStrategy: variables on their one device
+-- (nothing to do for cpu:0, where tensors are made anyway).
+function Strategy:_variable_devices()
+  if self == default or self.devices[1] == "cpu:0" then return nil end
+  return { self.devices[1] }
+end
+function Strategy:_local_devices() return self.devices end
+function Strategy:_input_pipelines() return 1, 0 end
+
+-- strategy:run(fn, ...) calls fn(...) on every replica and returns what each
+-- returned (a PerReplica value per result when there are several replicas).
 function Strategy:run(fn, ...)
-  if type(fn) ~= "function" then error("bad argument #1 to 'run' (function expected)", 2) end
-  return fn(...)
+  if type(fn) ~= "function" then
+    error(("bad argument #1 to 'run' (function expected, got %s)"):format(type(fn)), 2)
+  end
+  if running then error("strategy:run called inside a replica function (run does not nest)", 2) end
+  local args = table.pack(...)
+  running = self
+  place_variables()
+  local ok, res = pcall(self._run, self, fn, args)
+  running = nil
+  place_variables()
+  if not ok then error(res, 2) end
+  return table.unpack(res, 1, res.n)
 end
 
-local function reduce_value(op, v, axis)
-  if type(v) == "number" then return v end
-  if not tensor.is_tensor(v) then
-    error(("bad argument #2 to 'reduce' (tensor or number expected, got %s)"):format(type(v)), 3)
+-- one replica: fn runs once, on the strategy's device
+function Strategy:_run(fn, args)
+  local dev = self.devices[1]
+  local a = {}
+  for i = 1, args.n do
+    local v = args[i]
+    if is_pr(v) then v = v.values[1] end
+    if tensor.is_tensor(v) and v.device ~= dev then v = v:to(dev) end
+    a[i] = v
   end
-  if axis ~= nil then
-    v = op == "mean" and v:mean(axis) or v:sum(axis)
+  if self ~= default then C.set_replica(0, 1, 0, dev, 0) end
+  local res = table.pack(pcall(fn, table.unpack(a, 1, args.n)))
+  if self ~= default then C.set_replica(nil) end
+  if not res[1] then error(res[2], 0) end
+  return table.pack(table.unpack(res, 2, res.n))
+end
+
+---------------------------------------------------------------- contexts
+function distribute.get_strategy() return running or current_scope() or default end
+function distribute.has_strategy() return distribute.get_strategy() ~= default end
+-- TF: true inside a (non-default) strategy's scope, outside run
+function distribute.in_cross_replica_context()
+  if running then return false end
+  local s = current_scope()
+  return s ~= nil and s ~= default
+end
+
+local ReplicaContext = { __name = "ldist.ReplicaContext" }
+ReplicaContext.__index = ReplicaContext
+distribute._ReplicaContext = ReplicaContext
+function ReplicaContext.__tostring(c)
+  return ("<ReplicaContext: replica %d of %d>"):format(c.replica_id_in_sync_group, c.num_replicas_in_sync)
+end
+local function replica_context(strategy, id, n, device)
+  return setmetatable({ strategy = strategy, replica_id_in_sync_group = id, num_replicas_in_sync = n,
+    _device = device }, ReplicaContext)
+end
+distribute._replica_context = replica_context
+
+function Strategy:_replica_context() return replica_context(self, 0, 1, self.devices[1]) end
+
+-- TF: inside run, the replica's context; in a scope outside run, nil (the
+-- cross-replica context); outside both, the default strategy's one replica.
+function distribute.get_replica_context()
+  if running then return running:_replica_context() end
+  local s = current_scope()
+  if s and s ~= default then return nil end
+  return default:_replica_context()
+end
+
+local function copy(v) return tensor.is_tensor(v) and v:clone() or v end
+
+-- ctx:all_reduce("sum"|"mean", value or list): a NEW value, reduced over the
+-- replicas; the argument is left as it was (TF).
+function ReplicaContext:all_reduce(op, value)
+  op = type(op) == "string" and op:lower() or op
+  if op ~= "sum" and op ~= "mean" then
+    error(("bad argument #1 to 'all_reduce' (\"sum\" or \"mean\" expected, got %s)"):format(tostring(op)), 2)
   end
+  local single = tensor.is_tensor(value) or type(value) == "number"
+  if not single and type(value) ~= "table" then
+    error(("bad argument #2 to 'all_reduce' (tensor, number or list of them expected, got %s)"):format(type(value)), 2)
+  end
+  local vals = {}
+  for i, v in ipairs(single and { value } or value) do
+    if type(v) == "number" then v = tensor.new(v)
+    elseif not tensor.is_tensor(v) then
+      error(("bad argument #2 to 'all_reduce' (value %d is a %s; tensors and numbers are reduced)"):format(i, type(v)), 2)
+    end
+    vals[i] = v:clone()
+    if self._device and vals[i].device ~= self._device then vals[i] = vals[i]:to(self._device) end
+  end
+  local out = vals
+  if self.num_replicas_in_sync > 1 then out = coroutine.yield({ kind = "all_reduce", op = op, values = vals }) end
+  return single and out[1] or out
+end
+
+function ReplicaContext:all_gather(value, axis)
+  local single = tensor.is_tensor(value)
+  local list = single and { value } or value
+  if type(list) ~= "table" then
+    error(("bad argument #1 to 'all_gather' (tensor or list of tensors expected, got %s)"):format(type(value)), 2)
+  end
+  for i, v in ipairs(list) do
+    if not tensor.is_tensor(v) then
+      error(("bad argument #1 to 'all_gather' (value %d is a %s, not a tensor)"):format(i, type(v)), 2)
+    end
+    axis = check_axis("all_gather", 2, axis or 0, math.max(v.ndim, 1))
+  end
+  if self.num_replicas_in_sync == 1 then
+    local out = {}
+    for i, v in ipairs(list) do out[i] = copy(v) end
+    return single and out[1] or out
+  end
+  local out = coroutine.yield({ kind = "all_gather", axis = axis or 0, values = list })
+  return single and out[1] or out
+end
+
+---------------------------------------------------------------- the optimizer's hook
+-- optimizer:apply_gradients inside run: the strategy sums the gradients over
+-- its replicas first; then every replica applies the same update to its copy.
+function Strategy:_reduce_gradients(grads, vars) return grads end
+
+function optim.Optimizer.apply_gradients(self, grads, vars)
+  if running then
+    if vars == nil then   -- the {{g, v}, ...} form
+      local g, v = {}, {}
+      for i, p in ipairs(grads) do g[i], v[i] = p[1], p[2] end
+      grads, vars = g, v
+    end
+    grads = running:_reduce_gradients(grads, vars)
+  end
+  return optim._apply_gradients(self, grads, vars)
+end
+
+---------------------------------------------------------------- reduce / gather / local results
+function Strategy:experimental_local_results(v)
+  if is_pr(v) then return v.values end
+  if tensor.is_tensor(v) and v.trainable then
+    -- a mirrored variable: one component per local replica
+    local copies = C.mirror_copies(v)
+    if #copies == #self:_local_devices() then return copies end
+  end
+  return { v }
+end
+
+-- across processes: nothing to add in one process
+function Strategy:_sum_across(t, count) return t, count end
+function Strategy:_gather_across(t, axis) return t end
+
+local function on_host(v)
+  if tensor.is_tensor(v) then return v:cpu() end
   return v
 end
 
--- strategy:reduce("sum"|"mean", per_replica, {axis=}) -> the reduced value.
--- A scalar result comes back as a Lua number, so it adds and formats like one.
+-- strategy:reduce("sum"|"mean", value, {axis=}) -> the value reduced over every
+-- replica (of every worker); with axis, also along that axis, so "mean" is the
+-- mean over all rows of the global batch. A scalar comes back as a Lua number.
 function Strategy:reduce(op, v, opts)
   op = type(op) == "string" and op:lower() or op
   if op ~= "sum" and op ~= "mean" then
     error(("bad argument #1 to 'reduce' (\"sum\" or \"mean\" expected, got %s)"):format(tostring(op)), 2)
   end
-  local axis = type(opts) == "table" and opts.axis or nil
-  local r = reduce_value(op, v, axis)
-  if tensor.is_tensor(r) and r:numel() == 1 and r.ndim == 0 then return r:item() end
-  return r
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #3 to 'reduce' (options table {axis=} expected, got %s)"):format(type(opts)), 2)
+  end
+  local axis = opts and opts.axis
+  local total, count = nil, 0
+  for _, x in ipairs(self:experimental_local_results(v)) do
+    if type(x) ~= "number" and not tensor.is_tensor(x) then
+      error(("bad argument #2 to 'reduce' (tensor or number expected, got %s)"):format(type(x)), 2)
+    end
+    x = on_host(x)
+    if axis ~= nil then
+      axis = check_axis("reduce", 3, axis, tensor.is_tensor(x) and x.ndim or 0)
+      count = count + x.shape[axis + 1]
+      x = x:sum(axis)
+    else
+      count = count + 1
+    end
+    if tensor.is_tensor(x) and x.dtype ~= "float32" then x = x:astype("float32") end
+    total = total == nil and x or total + x
+  end
+  if total == nil then error("bad argument #2 to 'reduce' (no values)", 2) end
+  total, count = self:_sum_across(total, count)
+  if op == "mean" then total = total * (1 / math.max(count, 1)) end
+  if tensor.is_tensor(total) and total.ndim == 0 then return total:item() end
+  return total
 end
 
-function Strategy:experimental_local_results(v) return { v } end
-function Strategy:gather(v, axis) return v end
+-- strategy:gather(value, axis): every replica's part, concatenated along axis
+function Strategy:gather(v, axis)
+  local parts = {}
+  for i, x in ipairs(self:experimental_local_results(v)) do
+    if not tensor.is_tensor(x) then
+      error(("bad argument #1 to 'gather' (tensor or PerReplica tensors expected, got %s)"):format(type(x)), 2)
+    end
+    axis = check_axis("gather", 2, axis or 0, math.max(x.ndim, 1))
+    parts[i] = on_host(x)
+  end
+  local t = #parts == 1 and parts[1] or tensor.concat(parts, axis or 0)
+  return self:_gather_across(t, axis or 0)
+end
+
+---------------------------------------------------------------- input
 function Strategy:experimental_distribute_dataset(ds) return ds end
+
+-- TF's InputContext: what distribute_datasets_from_function's function is told
+local InputContext = { __name = "ldist.InputContext" }
+InputContext.__index = InputContext
+function InputContext:get_per_replica_batch_size(global)
+  if math.type(global) ~= "integer" or global < 1 then
+    error(("bad argument #1 to 'get_per_replica_batch_size' (a positive integer expected, got %s)"):format(tostring(global)), 2)
+  end
+  local n = self.num_replicas_in_sync
+  if global % n ~= 0 then
+    error(("the global batch size (%d) is not divisible by the number of replicas in sync (%d)"):format(global, n), 2)
+  end
+  return global // n
+end
+InputContext.__tostring = function(c)
+  return ("<InputContext: pipeline %d of %d, %d replicas>"):format(c.input_pipeline_id, c.num_input_pipelines,
+    c.num_replicas_in_sync)
+end
+
+local dataset_mt = ldist.data and getmetatable(ldist.data.Dataset.range(0))
+local function is_dataset(d)
+  return getmetatable(d) == dataset_mt or (type(d) == "table" and type(d.iter) == "function")
+end
+
+-- The batches of one pipeline handed to the local replicas in turn: a step
+-- takes one batch per local replica (replica 0 the first), as TF does.
+local PipelineDist = { __name = "ldist.DistributedDataset" }
+PipelineDist.__index = PipelineDist
+function PipelineDist:iter()
+  local s, ds = self.strategy, self.dataset
+  local devs = s:_local_devices()
+  local pipes = s:_input_pipelines()
+  local f, st, c = ds:iter()
+  return function()
+    local vals, rows, offsets = {}, 0, {}
+    for r = 1, #devs do
+      local e = f(st, c); c = e
+      if e == nil then return nil end
+      local moved
+      if tensor.is_tensor(e) then moved = e:to(devs[r])
+      else
+        moved = {}
+        for k, t in pairs(e) do moved[k] = tensor.is_tensor(t) and t:to(devs[r]) or t end
+      end
+      local t1 = tensor.is_tensor(e) and e or e[1]
+      offsets[r] = rows
+      rows = rows + (tensor.is_tensor(t1) and (t1.ndim > 0 and t1.shape[1] or 1) or 0)
+      vals[r] = moved
+    end
+    -- the global batch: every pipeline's batches (equal pipelines, as TF assumes)
+    return per_replica(vals, rows * pipes, offsets)
+  end
+end
+function PipelineDist.__call(self, _, prev)
+  if prev == nil then self._next = self:iter() end
+  return self._next()
+end
+function PipelineDist:cardinality()
+  local n = self.dataset.cardinality and self.dataset:cardinality() or -2
+  if n < 0 then return n end
+  return n // #self.strategy:_local_devices()
+end
+
+-- strategy:distribute_datasets_from_function(function(ctx) return dataset end):
+-- the function is called once per input pipeline (one per worker); each step
+-- hands the pipeline's next batches to the local replicas, one each.
 function Strategy:distribute_datasets_from_function(fn)
-  return fn({ num_input_pipelines = 1, input_pipeline_id = 0, num_replicas_in_sync = 1,
-    get_per_replica_batch_size = function(_, global) return global end })
+  if type(fn) ~= "function" then
+    error(("bad argument #1 to 'distribute_datasets_from_function' (function expected, got %s)"):format(type(fn)), 2)
+  end
+  local np, id = self:_input_pipelines()
+  local ctx = setmetatable({ num_input_pipelines = np, input_pipeline_id = id,
+    num_replicas_in_sync = self.num_replicas_in_sync }, InputContext)
+  local ds = fn(ctx)
+  if not is_dataset(ds) then
+    error(("bad argument #1 to 'distribute_datasets_from_function' (the function returned a %s; a dataset expected)")
+      :format(type(ds)), 2)
+  end
+  return setmetatable({ dataset = ds, strategy = self }, PipelineDist)
 end
 
-function distribute.get_strategy() return current or default end
-function distribute.has_strategy() return current ~= nil and current ~= default end
-function distribute.in_cross_replica_context() return true end
-
--- The replica context of the default strategy: one replica.
-local ReplicaContext = {}
-ReplicaContext.__index = ReplicaContext
-function ReplicaContext:all_reduce(op, v) return v end
-function ReplicaContext:all_gather(v) return v end
-function distribute.get_replica_context()
-  return setmetatable({ replica_id_in_sync_group = 0, num_replicas_in_sync = 1,
-    strategy = distribute.get_strategy() }, ReplicaContext)
-end
-
+---------------------------------------------------------------- losses
 -- compute_average_loss(per_example_loss, {global_batch_size=}): sum / global batch,
--- so replicas' losses add up to the mean over the global batch (TF's rule).
+-- so replicas' losses add up to the mean over the global batch (TF's rule:
+-- the global batch is the per-replica batch times num_replicas_in_sync of
+-- the strategy that runs the replica function).
 function distribute.compute_average_loss(per_example, opts)
   if not tensor.is_tensor(per_example) then
     error(("bad argument #1 to 'compute_average_loss' (tensor of per-example losses expected, got %s)"):format(type(per_example)), 2)
   end
   local gbs = opts and opts.global_batch_size
-  local n = per_example:numel()
+  local n = per_example.ndim > 0 and per_example.shape[1] or 1
   if gbs == nil then gbs = n * distribute.get_strategy().num_replicas_in_sync end
   if gbs == 0 then return per_example:sum() end
   return per_example:sum() * (1 / gbs)
 end
 
+---------------------------------------------------------------- OneDeviceStrategy
+local OneDevice = distribute._strategy_class("ldist.OneDeviceStrategy")
 function distribute.OneDeviceStrategy(opts)
-  local dev = type(opts) == "string" and opts or (opts and opts.device) or "cpu:0"
+  local dev = type(opts) == "string" and opts or (type(opts) == "table" and opts.device) or "cpu:0"
   local found = false
   for _, d in ipairs(tensor.devices()) do if d == dev then found = true end end
   if not found then
     error(("bad argument #1 to 'OneDeviceStrategy' (unknown device '%s'; devices: %s)")
-      :format(dev, table.concat(tensor.devices(), ", ")), 2)
+      :format(tostring(dev), table.concat(tensor.devices(), ", ")), 2)
   end
-  return new_strategy("OneDeviceStrategy", { dev })
+  return new_strategy(OneDevice, "OneDeviceStrategy", { dev })
 end
+-- its batches go to its device
+function OneDevice:experimental_distribute_dataset(ds)
+  if not is_dataset(ds) then error("bad argument #1 to 'experimental_distribute_dataset' (dataset expected)", 2) end
+  local dev = self.devices[1]
+  local obj = { dataset = ds }
+  function obj.iter()
+    local f, st, c = ds:iter()
+    return function()
+      local e = f(st, c); c = e
+      if e == nil then return nil end
+      if tensor.is_tensor(e) then return e:to(dev) end
+      local out = {}
+      for k, t in pairs(e) do out[k] = tensor.is_tensor(t) and t:to(dev) or t end
+      return out
+    end
+  end
+  return setmetatable(obj, { __call = function(o, _, prev)
+    if prev == nil then o._next = o.iter() end
+    return o._next()
+  end, __name = "ldist.DistributedDataset" })
+end
+
+-- model:fit's step: the batch goes to the device
+function OneDevice:train_step(model, x, y, loss, opt, want_pred, w)
+  local dev = self.devices[1]
+  if x.device ~= dev then x = x:to(dev) end
+  if y.device ~= dev then y = y:to(dev) end
+  if w ~= nil and w.device ~= dev then w = w:to(dev) end
+  return model:train_step(x, y, loss, opt, w)
+end
+
+---------------------------------------------------------------- models bind to their strategy
+-- A model remembers the strategy whose scope created it (Keras's
+-- model.distribute_strategy): fit, and the build of its variables, run
+-- under it wherever they are called. nn.c calls this for every new model.
+function distribute._on_model_created(model)
+  local s = distribute.get_strategy()
+  if s ~= default then
+    model.distribute_strategy = s
+    model._variable_devices = s:_variable_devices()
+    s:_model_created(model)
+  end
+end
+function Strategy:_model_created(model) end
 
 local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
 doc(distribute, "distribute", "distribute\n\nDistribution strategies in the manner of tf.distribute:\n" ..
-  "get_strategy(), OneDeviceStrategy, and (with later issues) MirroredStrategy,\n" ..
-  "MultiWorkerMirroredStrategy and ParameterServerStrategy. Every strategy has\n" ..
-  "scope(), run(fn, ...), reduce(op, v, {axis=}), experimental_distribute_dataset(ds),\n" ..
-  "num_replicas_in_sync.")
+  "get_strategy(), OneDeviceStrategy, MirroredStrategy, MultiWorkerMirroredStrategy and\n" ..
+  "ParameterServerStrategy. Every strategy has scope(), run(fn, ...), reduce(op, v, {axis=}),\n" ..
+  "gather(v, axis), experimental_distribute_dataset(ds), distribute_datasets_from_function(fn),\n" ..
+  "experimental_local_results(v), num_replicas_in_sync.")
 doc(distribute.get_strategy, "distribute.get_strategy",
-  "distribute.get_strategy()\n\nThe strategy whose scope is open, or the default strategy (one replica on cpu:0).")
+  "distribute.get_strategy()\n\nInside strategy:run, the strategy running it; else the strategy whose scope is open,\n" ..
+  "or the default strategy (one replica on cpu:0).")
+doc(distribute.has_strategy, "distribute.has_strategy",
+  "distribute.has_strategy()\n\nTrue inside a strategy's scope or run (not the default strategy).")
+doc(distribute.in_cross_replica_context, "distribute.in_cross_replica_context",
+  "distribute.in_cross_replica_context()\n\nTrue in a strategy's scope outside run (TF's cross-replica context).")
+doc(distribute.get_replica_context, "distribute.get_replica_context",
+  "distribute.get_replica_context()\n\nInside run: the replica's context (replica_id_in_sync_group, num_replicas_in_sync,\n" ..
+  "all_reduce, all_gather). In a scope outside run: nil. Outside both: the default replica context.")
 doc(Strategy.scope, "Strategy:scope",
   "strategy:scope()  -- local _ <close> = strategy:scope()\nstrategy:scope(fn)\n\n" ..
   "Create models, optimizers and losses inside the scope so the strategy places their variables.")
-doc(Strategy.run, "Strategy:run", "strategy:run(fn, ...)\n\nRun fn(...) on every replica; returns the per-replica results.")
+doc(Strategy.run, "Strategy:run", "strategy:run(fn, ...)\n\nRun fn(...) on every replica; returns the per-replica results.\n" ..
+  "A PerReplica argument gives each replica its value; a plain tensor is used by every replica (on its device).")
 doc(Strategy.reduce, "Strategy:reduce",
-  "strategy:reduce(\"sum\"|\"mean\", value, {axis=})\n\nCombine per-replica values (and along axis when given).\n" ..
-  "A scalar result is returned as a Lua number.")
+  "strategy:reduce(\"sum\"|\"mean\", value, {axis=})\n\nCombine per-replica values over every replica (and along axis\n" ..
+  "when given: \"mean\" is then the mean over every row of the global batch). A scalar is returned as a number.")
+doc(Strategy.gather, "Strategy:gather", "strategy:gather(value, axis)\n\nEvery replica's part of value, concatenated along axis.")
+doc(Strategy.distribute_datasets_from_function, "Strategy:distribute_datasets_from_function",
+  "strategy:distribute_datasets_from_function(function(ctx) return dataset end)\n\n" ..
+  "The function is called once per input pipeline (one per worker) with an InputContext:\n" ..
+  "ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync and\n" ..
+  "ctx:get_per_replica_batch_size(global). Each step hands the pipeline's next batches to the\n" ..
+  "local replicas, one each, so the function batches at the per-replica batch size.")
+doc(ReplicaContext.all_reduce, "ReplicaContext:all_reduce",
+  "ctx:all_reduce(\"sum\"|\"mean\", value)\n\nA new value: value summed (averaged) over the replicas; value is unchanged.")
 doc(distribute.compute_average_loss, "distribute.compute_average_loss",
   "distribute.compute_average_loss(per_example_loss, {global_batch_size=})\n\n" ..
-  "Sum of the per-example losses divided by the global batch size.")
+  "Sum of the per-example losses divided by the global batch size (default: the per-replica\n" ..
+  "batch times num_replicas_in_sync of the running strategy).")
+doc(distribute.OneDeviceStrategy, "distribute.OneDeviceStrategy",
+  "distribute.OneDeviceStrategy(\"cpu:1\")\n\nOne replica on the given device: variables made in its scope,\n" ..
+  "the inputs of run and its results live there.")

@@ -26,40 +26,13 @@ docs[ldist.config.cpu_devices] = "ldist.config.cpu_devices(n)\n\n" ..
   "The cores are shared out among them. The count can only grow."
 docs["ldist.config.cpu_devices"] = docs[ldist.config.cpu_devices]
 
----------------------------------------------------------------- PerReplica values
-local PerReplica = { __name = "ldist.PerReplica" }
-PerReplica.__index = PerReplica
-local function per_replica(values, global_batch)
-  return setmetatable({ values = values, global_batch = global_batch }, PerReplica)
-end
-local function is_pr(v) return getmetatable(v) == PerReplica end
-
--- axis (integer, negative from the end) of a value with nd dimensions, as
--- 0-based; raises "bad argument #argn to 'fname'" at the caller's caller
-local function check_axis(fname, argn, axis, nd)
-  if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
-    error(("bad argument #%d to '%s' (axis %s out of range for a value with %d dimension%s)")
-      :format(argn, fname, tostring(axis), nd, nd == 1 and "" or "s"), 3)
-  end
-  return axis % nd
-end
-function PerReplica.__tostring(p)
-  local parts = {}
-  for r = 1, #p.values do parts[r] = ("%d: %s"):format(r - 1, tostring(p.values[r])) end
-  return "PerReplica{" .. table.concat(parts, ", ") .. "}"
-end
-distribute.PerReplica = per_replica
-distribute.is_per_replica = is_pr
+local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, distribute._check_axis
 
 ---------------------------------------------------------------- the strategy
-local Mirrored = setmetatable({}, { __index = getmetatable(distribute.get_strategy()).__index })
-Mirrored.__index = Mirrored
-Mirrored.__name = "ldist.MirroredStrategy"
+local Mirrored = distribute._strategy_class("ldist.MirroredStrategy")
 Mirrored.__tostring = function(s)
   return ("<MirroredStrategy on %s, %d replicas>"):format(table.concat(s.devices, ", "), s.num_replicas_in_sync)
 end
-
-local base_scope = getmetatable(distribute.get_strategy()).__index.scope
 
 function distribute.MirroredStrategy(opts)
   opts = opts or {}
@@ -112,22 +85,8 @@ docs[distribute.MirroredStrategy] = "distribute.MirroredStrategy{devices={...}, 
   "Create models and optimizers inside strategy:scope() so their variables are mirrored."
 docs["distribute.MirroredStrategy"] = docs[distribute.MirroredStrategy]
 
--- scope: variables created inside are mirrored on the strategy's devices
-function Mirrored:scope(fn)
-  C.mirror_devices(self.devices)
-  local closer = base_scope(self)
-  local mt = getmetatable(closer)
-  local inner = mt.__close
-  mt.__close = function(...)
-    C.mirror_devices(nil)
-    return inner(...)
-  end
-  if fn == nil then return closer end
-  local res = table.pack(pcall(fn))
-  mt.__close()
-  if not res[1] then error(res[2], 0) end
-  return table.unpack(res, 2, res.n)
-end
+-- variables created in the scope (or in run) are mirrored on every device
+function Mirrored:_variable_devices() return self.devices end
 
 -- Split the rows of every tensor of `element` over the replicas: replica r
 -- gets floor(B/n) rows, plus one of the B % n left over for the first ones
@@ -135,11 +94,9 @@ end
 local function split_rows(self, t)
   local n, parts = self.num_replicas_in_sync, {}
   local rows = t.ndim > 0 and t.shape[1] or 1
-  local base, extra, at = rows // n, rows % n, 0
   for r = 0, n - 1 do
-    local k = base + (r < extra and 1 or 0)
-    parts[r + 1] = t:slice(0, at, at + k):to(self.devices[r + 1])
-    at = at + k
+    local lo, hi = distribute._share(rows, n, r)
+    parts[r + 1] = t:slice(0, lo, hi):to(self.devices[r + 1])
   end
   return parts, rows
 end
@@ -149,14 +106,14 @@ function Mirrored:_split(element)
     local parts, rows = split_rows(self, element)
     return per_replica(parts, rows)
   end
-  local per, rows = {}, 0
+  local per, rows = {}, nil
   for r = 1, self.num_replicas_in_sync do per[r] = {} end
-  for i, t in ipairs(element) do
+  for i, t in pairs(element) do
     local parts, b = split_rows(self, t)
-    if i == 1 then rows = b end
+    if i == 1 or rows == nil then rows = b end
     for r = 1, self.num_replicas_in_sync do per[r][i] = parts[r] end
   end
-  return per_replica(per, rows)
+  return per_replica(per, rows or 0)
 end
 
 -- Batches of rows of one source (a dataset of from_tensor_slices/range ->
@@ -224,52 +181,6 @@ function Mirrored:experimental_distribute_dataset(ds)
   return setmetatable({ dataset = ds, strategy = self }, DistDataset)
 end
 
-function Mirrored:distribute_datasets_from_function(fn)
-  if type(fn) ~= "function" then
-    error(("bad argument #1 to 'distribute_datasets_from_function' (function expected, got %s)"):format(type(fn)), 2)
-  end
-  local n = self.num_replicas_in_sync
-  local ctx = { num_input_pipelines = 1, input_pipeline_id = 0, num_replicas_in_sync = n,
-    get_per_replica_batch_size = function(_, global)
-      if global % n ~= 0 then error(("global batch %d is not divisible by %d replicas"):format(global, n), 2) end
-      return global // n
-    end }
-  -- one pipeline per replica: element r of a step comes from pipeline r
-  local pipes = {}
-  for r = 1, n do
-    ctx.input_pipeline_id = 0
-    pipes[r] = fn(setmetatable({ replica_id = r - 1 }, { __index = ctx }))
-    local p = pipes[r]
-    if getmetatable(p) ~= dataset_mt and not (type(p) == "table" and type(p.iter) == "function") then
-      error(("bad argument #1 to 'distribute_datasets_from_function' (the function returned a %s for replica %d; a dataset expected)")
-        :format(type(p), r - 1), 2)
-    end
-  end
-  local strategy = self
-  local obj = {}
-  function obj.iter()
-    local its = {}
-    for r = 1, n do local f, s, c = pipes[r]:iter(); its[r] = { f, s, c } end
-    return function()
-      local vals, rows = {}, 0
-      for r = 1, n do
-        local e = its[r][1](its[r][2], its[r][3]); its[r][3] = e
-        if e == nil then return nil end
-        local moved = {}
-        for i, t in ipairs(tensor.is_tensor(e) and { e } or e) do
-          moved[i] = t:to(strategy.devices[r]); if i == 1 then rows = rows + (t.ndim > 0 and t.shape[1] or 1) end
-        end
-        vals[r] = moved
-      end
-      return per_replica(vals, rows)
-    end
-  end
-  return setmetatable(obj, { __call = function(self, _, prev)
-    if prev == nil then self._next = self.iter() end
-    return self._next()
-  end })
-end
-
 ---------------------------------------------------------------- run
 local function trace_compute(self, r, t0)
   if self._tracing and not C.is_async(self.devices[r + 1]) then
@@ -319,38 +230,52 @@ function Mirrored:_collective(requests)
   error("unknown collective " .. tostring(kind), 0)
 end
 
-function Mirrored:run(fn, ...)
-  if type(fn) ~= "function" then error("bad argument #1 to 'run' (function expected)", 2) end
+-- the first global row of replica r's part of a batch of global_batch rows
+-- split by _split (or as the PerReplica value says)
+local function row_offset(pr, gb, n, r)
+  if pr and pr.offsets then return pr.offsets[r + 1] or 0 end
+  return (distribute._share(gb, n, r))
+end
+
+-- run: every replica's function is a coroutine on this thread; a replica
+-- that reaches a collective yields it, and once all have, it runs on every
+-- device (_collective) and they resume (TF's merge_call).
+function Mirrored:_run(fn, args)
   local n = self.num_replicas_in_sync
-  local args = table.pack(...)
-  local global_batch = 0
+  local global_batch, pr = 0, nil
   for i = 1, args.n do
     if is_pr(args[i]) then
       if #args[i].values ~= n then
         error(("bad argument #%d to 'run' (a PerReplica value of %d replicas for a strategy of %d)")
-          :format(i + 1, #args[i].values, n), 2)
+          :format(i + 1, #args[i].values, n), 0)
       end
-      global_batch = args[i].global_batch or 0
+      pr = args[i]
+      global_batch = math.tointeger(args[i].global_batch) or 0
       break
     end
   end
+  -- a PerReplica argument gives each replica its value; a plain tensor is
+  -- used by every replica, on its device
   local function args_for(r)
-    local a = {}
-    for i = 1, args.n do a[i] = is_pr(args[i]) and args[i].values[r + 1] or args[i] end
+    local a, dev = {}, self.devices[r + 1]
+    for i = 1, args.n do
+      local v = args[i]
+      if is_pr(v) then v = v.values[r + 1]
+      elseif tensor.is_tensor(v) and v.device ~= dev then v = v:to(dev) end
+      a[i] = v
+    end
     return a
   end
   local cos, done, results, resume = {}, {}, {}, {}
   for r = 0, n - 1 do cos[r] = coroutine.create(fn); resume[r] = args_for(r) end
-  C.mirror_devices(self.devices)
   C.host_async(true)     -- cpu:0 queues too: the Lua thread only issues
-  local prev_active = Mirrored._active
-  Mirrored._active = self
+  C.step_begin(n)
   local ok, err = pcall(function()
     while true do
       local requests, nreq = {}, 0
       for r = n - 1, 0, -1 do
         if not done[r] then
-          C.set_replica(r, n, global_batch)
+          C.set_replica(r, n, global_batch, self.devices[r + 1], row_offset(pr, global_batch, n, r))
           local t0 = ldist.clock()
           local res = table.pack(coroutine.resume(cos[r], table.unpack(resume[r], 1, args.n > #resume[r] and args.n or #resume[r])))
           C.set_replica(nil)
@@ -386,134 +311,29 @@ function Mirrored:run(fn, ...)
     end
   end)
   C.set_replica(nil)
-  C.host_async(false)
-  Mirrored._active = prev_active
-  if self._depth == 0 then C.mirror_devices(nil) end
-  if not ok then error(err, 2) end
+  C.step_end()
+  if not self._in_fit then C.host_async(false) end
+  if not ok then error(err, 0) end
   -- PerReplica results (each return value separately)
   local nres = results[0] and results[0].n or 0
-  if nres == 0 then return nil end
-  local outs = {}
+  local outs = { n = nres }
   for i = 1, nres do
     local vals = {}
     for r = 0, n - 1 do vals[r + 1] = results[r][i] end
     outs[i] = per_replica(vals, global_batch)
   end
-  return table.unpack(outs, 1, nres)
+  return outs
 end
 
----------------------------------------------------------------- replica context
-local ReplicaContext = { __name = "ldist.ReplicaContext" }
-ReplicaContext.__index = ReplicaContext
-function ReplicaContext:all_reduce(op, value)
-  op = type(op) == "string" and op:lower() or op
-  if op ~= "sum" and op ~= "mean" then error("bad argument #1 to 'all_reduce' (\"sum\" or \"mean\" expected)", 2) end
-  if self.num_replicas_in_sync == 1 then return value end
-  local single = tensor.is_tensor(value) or type(value) == "number"
-  if not single and type(value) ~= "table" then
-    error(("bad argument #2 to 'all_reduce' (tensor, number or list of them expected, got %s)"):format(type(value)), 2)
-  end
-  local vals = single and { value } or value
-  for i, v in ipairs(vals) do
-    if type(v) ~= "number" and not tensor.is_tensor(v) then
-      error(("bad argument #2 to 'all_reduce' (value %d is a %s; tensors and numbers are reduced)"):format(i, type(v)), 2)
-    end
-    if type(v) == "number" then vals[i] = tensor.new(v):to(self.strategy.devices[self.replica_id_in_sync_group + 1]) end
-  end
-  local out = coroutine.yield({ kind = "all_reduce", op = op, values = vals })
-  return single and out[1] or out
-end
-function ReplicaContext:all_gather(value, axis)
-  local single = tensor.is_tensor(value)
-  local list = single and { value } or value
-  if type(list) ~= "table" then
-    error(("bad argument #1 to 'all_gather' (tensor or list of tensors expected, got %s)"):format(type(value)), 2)
-  end
-  for i, v in ipairs(list) do
-    if not tensor.is_tensor(v) then
-      error(("bad argument #1 to 'all_gather' (value %d is a %s, not a tensor)"):format(i, type(v)), 2)
-    end
-    axis = check_axis("all_gather", 2, axis or 0, math.max(v.ndim, 1))
-  end
-  if self.num_replicas_in_sync == 1 then return value end
-  local out = coroutine.yield({ kind = "all_gather", axis = axis or 0, values = list })
-  return single and out[1] or out
+function Mirrored:_replica_context()
+  local id = C.replica()
+  return distribute._replica_context(self, id or 0, self.num_replicas_in_sync, self.devices[(id or 0) + 1])
 end
 
--- Inside run, the replica context belongs to the strategy running it
--- (Mirrored._active, set by run), whether or not its scope is open.
-local default_get_replica_context = distribute.get_replica_context
-function distribute.get_replica_context()
-  local id, n = C.replica()
-  if id == nil then return default_get_replica_context() end
-  local s = Mirrored._active or distribute.get_strategy()
-  return setmetatable({ replica_id_in_sync_group = id, num_replicas_in_sync = n, strategy = s }, ReplicaContext)
-end
-
--- optimizer:apply_gradients inside a replica: sum the gradients over the
--- replicas first, then every replica applies the same update to its copy.
-function optim.Optimizer.apply_gradients(self, grads, vars)
-  local id, n = C.replica()
-  if id ~= nil and n > 1 then
-    if vars == nil then   -- the {{g, v}, ...} form
-      local g, v = {}, {}
-      for i, p in ipairs(grads) do g[i], v[i] = p[1], p[2] end
-      grads, vars = g, v
-    end
-    grads = coroutine.yield({ kind = "all_reduce", op = "sum", values = grads })
-  end
-  return optim._apply_gradients(self, grads, vars)
-end
-
----------------------------------------------------------------- reduce / gather / local results
-local function on_host(v)
-  if tensor.is_tensor(v) then return v:cpu() end
-  return v
-end
-
-function Mirrored:experimental_local_results(v)
-  if is_pr(v) then return v.values end
-  return { v }
-end
-
-function Mirrored:reduce(op, v, opts)
-  op = type(op) == "string" and op:lower() or op
-  if op ~= "sum" and op ~= "mean" then
-    error(("bad argument #1 to 'reduce' (\"sum\" or \"mean\" expected, got %s)"):format(tostring(op)), 2)
-  end
-  local axis = type(opts) == "table" and opts.axis or nil
-  local vals = is_pr(v) and v.values or { v }
-  local total, count = nil, 0
-  for _, x in ipairs(vals) do
-    if type(x) ~= "number" and not tensor.is_tensor(x) then
-      error(("bad argument #2 to 'reduce' (tensor or number expected, got %s)"):format(type(x)), 2)
-    end
-    x = on_host(x)
-    if axis ~= nil then
-      axis = check_axis("reduce", 3, axis, tensor.is_tensor(x) and x.ndim or 0)
-      count = count + x.shape[axis + 1]
-      x = x:sum(axis)
-    else
-      count = count + 1
-    end
-    total = total == nil and x or total + x
-  end
-  if op == "mean" then total = total * (1 / math.max(count, 1)) end
-  if tensor.is_tensor(total) and total.ndim == 0 then return total:item() end
-  return total
-end
-
-function Mirrored:gather(v, axis)
-  local vals = is_pr(v) and v.values or { v }
-  local parts = {}
-  for i, x in ipairs(vals) do
-    if not tensor.is_tensor(x) then
-      error(("bad argument #1 to 'gather' (tensor or PerReplica tensors expected, got %s)"):format(type(x)), 2)
-    end
-    axis = check_axis("gather", 2, axis or 0, math.max(x.ndim, 1))
-    parts[i] = on_host(x)
-  end
-  return tensor.concat(parts, axis or 0)
+-- optimizer:apply_gradients inside run: the gradients summed over the replicas
+function Mirrored:_reduce_gradients(grads, vars)
+  if self.num_replicas_in_sync == 1 then return grads end
+  return coroutine.yield({ kind = "all_reduce", op = "sum", values = grads })
 end
 
 ---------------------------------------------------------------- Keras fit under the strategy
@@ -521,32 +341,33 @@ end
 -- the next step's issue overlap (values are read one step late).
 function Mirrored:_fit_begin()
   self._in_fit = true
-  C.mirror_devices(self.devices)
   C.host_async(true)
 end
 function Mirrored:_fit_end()
   self._in_fit = false
   C.host_async(false)
-  if self._depth == 0 then C.mirror_devices(nil) end
 end
 
 -- One step of model:fit: returns the loss and the predictions as functions
 -- that read them when called (want_pred false: no predictions gathered).
 local free_now = getmetatable(tensor.zeros(1)).__close
-function Mirrored:train_step(model, x, y, loss, opt, want_pred)
+function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
   local n = self.num_replicas_in_sync
   local xs = is_pr(x) and x or self:_split(x)   -- already split by _fit_batches
   local ys = is_pr(y) and y or self:_split(y)
+  local ws = w ~= nil and (is_pr(w) and w or self:_split(w)) or nil   -- sample weights
   local gb = xs.global_batch
-  if not self._in_fit then C.mirror_devices(self.devices); C.host_async(true) end
+  if not self._in_fit then C.host_async(true) end
   local lvs, grads, preds = {}, {}, {}
   local ok, err = pcall(function()
+    C.step_begin(n)
     for r = n - 1, 0, -1 do
-      C.set_replica(r, n, gb)
+      C.set_replica(r, n, gb, self.devices[r + 1], row_offset(xs, gb, n, r))
       local t0 = ldist.clock()
       -- dense kernels' gradients stay products x^T dy, which the collective
       -- sums over replicas slice by slice (no per-replica gradient to fill)
-      lvs[r], grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss, self._fuse_grads ~= false)
+      lvs[r], grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss, self._fuse_grads ~= false,
+        ws and ws.values[r + 1])
       lvs[r] = C.read_async(lvs[r])
       C.set_replica(nil)
       trace_compute(self, r, t0)
@@ -558,7 +379,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred)
     if self._shard_update ~= false and self._comm:apply_sharded(opt, grads, vars) then return end
     self._comm:all_reduce(grads, false)
     for r = n - 1, 0, -1 do
-      C.set_replica(r, n, gb)
+      C.set_replica(r, n, gb, self.devices[r + 1], row_offset(xs, gb, n, r))
       local t0 = ldist.clock()
       optim._apply_gradients(opt, grads[r + 1], vars)
       C.set_replica(nil)
@@ -566,6 +387,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred)
     end
   end)
   C.set_replica(nil)
+  C.step_end()
   -- The gradients are queued into the update already: drop them now rather
   -- than when Lua's collector gets to them, so their memory goes back to
   -- the device's cache at once and the next step reuses the same, still
@@ -574,10 +396,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred)
   for r = 1, n do
     for _, g in pairs(grads[r] or {}) do free_now(g) end
   end
-  if not self._in_fit then
-    C.host_async(false)
-    if self._depth == 0 then C.mirror_devices(nil) end
-  end
+  if not self._in_fit then C.host_async(false) end
   if not ok then error(err, 0) end
   local function loss_value()
     local total = 0

@@ -153,26 +153,15 @@ end
 function Resume:cardinality() return self.ds.cardinality and self.ds:cardinality() or -2 end
 function Resume:iter() return iterate(self.ds) end
 
-local function as_dataset(x, y, opts)
-  if tensor.is_tensor(x) then
-    local ds = ldist.data.Dataset.from_tensor_slices(y and { x, y } or { x })
-    if opts.shuffle ~= false then ds = ds:shuffle(x.shape[1], { seed = opts.seed }) end
-    return ds:batch(opts.batch_size or 32)
-  end
-  return x
-end
+local function as_dataset(x, y, opts) return ldist.nn.Model._as_dataset(x, y, opts, opts.shuffle ~= false) end
 
--- model:fit calls this first (70_multiworker.lua): restore, then start at the
--- saved epoch and step.
-function callbacks._before_fit(model, x, y, opts, s)
-  local br
-  for _, cb in ipairs(opts.callbacks or {}) do if getmetatable(cb) == BR then br = cb end end
-  if not br then return x, y, opts end
+-- model:fit calls a callback's _before_fit first (50_keras.lua): restore,
+-- then start at the saved epoch and step.
+function BR:_before_fit(model, x, y, opts, s)
+  local br = self
   br._strategy = s
   br._offset, br._resume_epoch = 0, nil
-  local st
-  if s and s._mw and distribute.get_strategy() ~= s then st = s:scope(function() return br:_restore(model, s) end)
-  else st = br:_restore(model, s) end
+  local st = br:_restore(model, s)
   if not st then return x, y, opts end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end

@@ -1,0 +1,155 @@
+-- 70_cluster.lua - where this process stands in a cluster, and what the
+-- processes of a cluster share: the cluster description (TF_CONFIG, LDIST_*,
+-- Slurm, mpirun), the shared secret, and the output of child processes. The
+-- strategies over processes (72_multiworker.lua, 82_parameter_server.lua) and
+-- LocalCluster (74_local_cluster.lua) build on these; distribute._net holds
+-- the helpers they share.
+local ldist = ...
+local C, distribute, docs = ldist._cluster, ldist.distribute, ldist.docs
+if not C then return end
+
+local getenv = os.getenv
+local function env(k) local v = getenv(k); if v == "" then return nil end return v end
+local net = {}
+distribute._net = net
+net.env = env
+
+---------------------------------------------------------------- the cluster: where this process stands
+-- Each source gives {source=, rank=, size=, leader="host:port", listen=, task_type=, task_index=, tasks=}.
+
+local function check_addr(addr, what)
+  if type(addr) ~= "string" or not addr:match("^%[?[%w%.%-_:]+%]?:%d+$") then
+    error(("%s is %s, not \"host:port\""):format(what, type(addr) == "string" and ("'" .. addr .. "'") or tostring(addr)), 0)
+  end
+  return addr
+end
+
+-- TF_CONFIG, as TensorFlow reads it: {"cluster": {"chief": [...], "worker": [...], "ps": [...]},
+-- "task": {"type": "worker", "index": 1}}. Ranks: the chief, then the workers.
+local function from_tf_config(cfg, where)
+  if type(cfg) == "string" then
+    local v, err = C.json_decode(cfg)
+    if v == nil then error(("%s is not valid JSON: %s"):format(where, err), 0) end
+    cfg = v
+  end
+  if type(cfg) ~= "table" or type(cfg.cluster) ~= "table" then
+    error(where .. ' must look like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}', 0)
+  end
+  local tasks = {}
+  for _, ty in ipairs({ "chief", "worker" }) do
+    local list = cfg.cluster[ty]
+    if list ~= nil then
+      if type(list) ~= "table" then error(("%s: cluster.%s must be a list of \"host:port\""):format(where, ty), 0) end
+      for i, addr in ipairs(list) do
+        tasks[#tasks + 1] = { type = ty, index = i - 1, address = check_addr(addr, ("%s: cluster.%s[%d]"):format(where, ty, i - 1)) }
+      end
+    end
+  end
+  if #tasks == 0 then error(where .. ": the cluster lists no chief and no worker", 0) end
+  local task = cfg.task
+  if type(task) ~= "table" then error(where .. ': "task" is missing ({"type": "worker", "index": 0})', 0) end
+  local ty, idx = task.type, math.tointeger(task.index or 0)
+  if ty == "ps" or ty == "evaluator" then
+    error(("%s: this process is task %s %s; MultiWorkerMirroredStrategy trains on the chief and the workers only")
+      :format(where, tostring(ty), tostring(idx)), 0)
+  end
+  local rank
+  for i, t in ipairs(tasks) do if t.type == ty and t.index == idx then rank = i - 1 end end
+  if not rank then
+    error(("%s: task %s %s is not in the cluster (it lists %d chief/worker tasks)"):format(where, tostring(ty), tostring(idx), #tasks), 0)
+  end
+  return { source = where, rank = rank, size = #tasks, leader = tasks[1].address,
+    listen = rank > 0 and tasks[rank + 1].address or nil, task_type = ty, task_index = idx, tasks = tasks,
+    ps = cfg.cluster.ps }
+end
+
+-- "node[01-03,07],gpu5" -> "node01": rank 0 of a Slurm step runs on the first node
+local function first_slurm_host(list)
+  local head = list:match("^([^,%[]+%b[])") or list:match("^([^,]+)")
+  local prefix, inner = head:match("^(.-)%[(.-)%]$")
+  if not prefix then return head end
+  return prefix .. (inner:match("^([^,%-]+)") or "")
+end
+
+local function from_ranks(rank, size, leader, source)
+  if size > 1 and not leader then
+    error(("%s gives rank %d of %d but not where rank 0 listens: set LDIST_LEADER=host:port"):format(source, rank, size), 0)
+  end
+  return { source = source, rank = rank, size = size, leader = leader and check_addr(leader, "the leader's address") or nil,
+    task_type = "worker", task_index = rank }
+end
+
+-- Where this process stands: cluster= (a TF_CONFIG table or JSON string), else
+-- TF_CONFIG, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, else Slurm, else
+-- mpirun (Open MPI, MPICH's PMI), else one process alone.
+function distribute.resolve_cluster(cluster)
+  if cluster ~= nil then return from_tf_config(cluster, "cluster") end
+  local tf = env("TF_CONFIG")
+  if tf then return from_tf_config(tf, "TF_CONFIG") end
+  local port = env("LDIST_PORT") or env("MASTER_PORT") or "29500"
+  local leader = env("LDIST_LEADER") or (env("MASTER_ADDR") and env("MASTER_ADDR") .. ":" .. port)
+  local r, n = tonumber(env("LDIST_RANK") or ""), tonumber(env("LDIST_WORLD_SIZE") or "")
+  if r and n then return from_ranks(r, n, leader, "LDIST_RANK/LDIST_WORLD_SIZE") end
+  r, n = tonumber(env("SLURM_PROCID") or ""), tonumber(env("SLURM_NTASKS") or "")
+  if r and n then
+    local nodes = env("SLURM_STEP_NODELIST") or env("SLURM_JOB_NODELIST")
+    return from_ranks(r, n, leader or (nodes and first_slurm_host(nodes) .. ":" .. port), "Slurm (SLURM_PROCID/SLURM_NTASKS)")
+  end
+  r, n = tonumber(env("OMPI_COMM_WORLD_RANK") or ""), tonumber(env("OMPI_COMM_WORLD_SIZE") or "")
+  if r and n then return from_ranks(r, n, leader, "mpirun (OMPI_COMM_WORLD_RANK/SIZE)") end
+  r, n = tonumber(env("PMI_RANK") or ""), tonumber(env("PMI_SIZE") or "")
+  if r and n then return from_ranks(r, n, leader, "mpirun (PMI_RANK/PMI_SIZE)") end
+  return { source = "a single process", rank = 0, size = 1, task_type = "worker", task_index = 0 }
+end
+
+-- The cluster's shared secret (LDIST_SECRET or LDIST_SECRET_FILE); a cluster
+-- of more than one process needs one of at least 16 characters.
+function net.read_secret(size)
+  local s = env("LDIST_SECRET")
+  if not s and env("LDIST_SECRET_FILE") then
+    local f = io.open(env("LDIST_SECRET_FILE"), "rb")
+    if not f then error("cannot read LDIST_SECRET_FILE " .. env("LDIST_SECRET_FILE"), 0) end
+    s = f:read("a"):gsub("%s+$", "")
+    f:close()
+  end
+  if size > 1 and (not s or #s < 16) then
+    error("a cluster needs a shared secret (a peer without it is refused): `ldist launch` and LocalCluster make one; " ..
+      "otherwise export LDIST_SECRET (the same for every process, at least 16 characters, e.g. " ..
+      "$(openssl rand -hex 32)) or LDIST_SECRET_FILE", 0)
+  end
+  return s
+end
+
+-- Child processes' output as "[worker i] ..." lines, and their exits: poll the
+-- process group for up to `timeout` seconds; name(index) -> "worker 0";
+-- on_exit(ev, name) for an exit.
+function net.forward_output(procs, timeout, name, on_exit)
+  if not procs then return end
+  local deadline = ldist.clock() + (timeout or 0)
+  repeat
+    local ev = procs:poll(0)
+    while ev do
+      if ev.kind == "exit" then
+        on_exit(ev, name(ev.index))
+      else
+        local out = ev.kind == "out" and io.stdout or io.stderr
+        out:write(("[%s] %s%s"):format(name(ev.index), ev.line, ev.ending == "\r" and "\r" or "\n"))
+        out:flush()
+      end
+      ev = procs:poll(0)
+    end
+    if ldist.clock() >= deadline then break end
+    C.sleep(0.01)
+  until false
+end
+
+-- how a child process ended, in words
+function net.describe_exit(ev)
+  if ev.signal ~= 0 then return ("was killed by signal %d (%s)"):format(ev.signal, ev.signal_name or "?") end
+  return ("exited with status %d"):format(ev.status)
+end
+
+local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+doc(distribute.resolve_cluster, "distribute.resolve_cluster",
+  "distribute.resolve_cluster([tf_config]) -> {rank=, size=, leader=, task_type=, task_index=, source=}\n\n" ..
+  "Where this process stands in its cluster (TF_CONFIG, LDIST_*, Slurm or mpirun variables).")

@@ -1,0 +1,171 @@
+-- 71_shipping.lua - what a model, a dataset, an optimizer, a loss and metrics
+-- are made of, as data another process rebuilds them from: LocalCluster's
+-- workers (74_local_cluster.lua) and the parameter-server workers
+-- (80_ps_tasks.lua) receive these descriptions. Functions travel as
+-- bytecode and may use only their arguments and globals (net.ship_fn).
+local ldist = ...
+local C, distribute = ldist._cluster, ldist.distribute
+local tensor, optim, nn, data = ldist.tensor, ldist.optim, ldist.nn, ldist.data
+if not C then return end
+local net = distribute._net
+
+-- a function as bytecode for another process: it may use no local variable
+-- of its surroundings (upvalues other than _ENV), which would not travel
+function net.ship_fn(fn, what)
+  local i = 1
+  while true do
+    local name = debug.getupvalue(fn, i)
+    if not name then break end
+    if name ~= "_ENV" then
+      error(("%s uses the local variable '%s' and cannot be sent to the workers; make it use only its " ..
+        "arguments and globals (ldist, ...)"):format(what, name), 0)
+    end
+    i = i + 1
+  end
+  return string.dump(fn)
+end
+
+-- LocalCluster ships these descriptions to its workers, which rebuild the objects.
+
+-- Datasets remember how they were made (ds:_recipe(): the constructor or
+-- method and its arguments, lua_bindings/data.c), and tensors read from files
+-- which file they are (data._source_of), so a worker on this machine reads
+-- Fashion-MNIST itself instead of receiving it.
+local Dataset = data and data.Dataset
+local source_of = data and data._source_of or function() return nil end
+
+local function ship_value(v, depth)
+  depth = depth or 0
+  if depth > 20 then error("dataset arguments nested too deeply", 0) end
+  if tensor.is_tensor(v) then
+    local src = source_of(v)
+    if src then return { __source = src } end
+    return v
+  elseif type(v) == "function" then
+    return { __function = net.ship_fn(v, "a dataset map function") }
+  elseif type(v) == "table" then
+    local out = {}
+    for k, x in pairs(v) do out[k] = ship_value(x, depth + 1) end
+    return out
+  end
+  return v
+end
+
+local function recipe_of(ds)
+  if type(ds) == "table" and ds.strategy and ds.dataset then ds = ds.dataset end   -- a distributed dataset
+  local r = type(ds) == "userdata" and ds._recipe and ds:_recipe()
+  if not r then
+    error("this dataset cannot be sent to the workers: make it with data.Dataset (from_tensor_slices, range, " ..
+      "batch, shuffle, ...) in this session", 0)
+  end
+  local out = { op = r.op, n = r.args.n, args = {} }
+  for i = 1, r.args.n do out.args[i] = ship_value(r.args[i]) end
+  if r.parent then out.parent = recipe_of(r.parent) end
+  return out
+end
+distribute._recipe_of = recipe_of
+
+local function unship_value(v, cache)
+  if type(v) ~= "table" or tensor.is_tensor(v) then return v end
+  if v.__source then
+    local s = v.__source
+    local key = s.fn .. "|" .. C.pack(s.args)
+    if not cache[key] then cache[key] = table.pack(data[s.fn](table.unpack(s.args, 1, s.args.n))) end
+    return cache[key][s.part]
+  elseif v.__function then
+    return assert(load(v.__function, "=map function", "b"))
+  end
+  local out = {}
+  for k, x in pairs(v) do out[k] = unship_value(x, cache) end
+  return out
+end
+
+local function build_dataset(r, cache)
+  cache = cache or {}
+  local args = {}
+  for i = 1, r.n do args[i] = unship_value(r.args[i], cache) end
+  if r.parent then
+    local p = build_dataset(r.parent, cache)
+    return p[r.op](p, table.unpack(args, 1, r.n))
+  end
+  return Dataset[r.op](table.unpack(args, 1, r.n))
+end
+distribute._build_dataset = build_dataset
+
+-- A model as data for another process: its layers' configurations and, unless
+-- weights is false, its weights (the parameter-server strategy keeps them on
+-- the ps tasks).
+local function describe_model(model, weights)
+  local layers = {}
+  for i, l in ipairs(model.layers) do layers[i] = C.layer_config(l) end
+  local w
+  if weights ~= false then
+    w = {}
+    for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+  end
+  return { name = model.name, layers = layers, input_shape = layers[1] and layers[1].input_shape, weights = w }
+end
+
+local function act(a) return a ~= "linear" and a or nil end
+local layer_makers = {
+  dense = function(c) return nn.Dense { units = c.units, activation = act(c.activation), use_bias = c.use_bias } end,
+  flatten = function() return nn.Flatten() end,
+  dropout = function(c) return nn.Dropout(c.rate) end,
+  conv2d = function(c)
+    return nn.Conv2D(c.filters, c.kernel_size, { strides = c.strides, padding = c.padding, activation = act(c.activation),
+      use_bias = c.use_bias })
+  end,
+  max_pooling2d = function(c) return nn.MaxPool2D(c.kernel_size, { strides = c.strides }) end,
+  activation = function(c) return nn.Activation(c.activation) end,
+  reshape = function(c) return nn.Reshape(c.target_shape) end,
+}
+
+local function build_model(d)
+  local layers = {}
+  for i, c in ipairs(d.layers) do
+    local make = layer_makers[c.kind]
+    if not make then error("cannot rebuild a layer of kind " .. tostring(c.kind), 0) end
+    layers[i] = make(c)
+  end
+  local model = nn.Sequential(layers)
+  if d.input_shape and (not d.weights or #d.weights > 0) then model:build(d.input_shape) end
+  if not d.weights then return model end   -- layers only
+  local vars = model.trainable_variables
+  if #vars ~= #d.weights then error(("the model has %d weights, %d were sent"):format(#vars, #d.weights), 0) end
+  for i, v in ipairs(vars) do v:assign(d.weights[i]) end
+  return model
+end
+
+local function describe_metrics(ms)
+  local out = {}
+  for i, m in ipairs(ms or {}) do
+    if m.kind and m.correct ~= nil then out[i] = { kind = m.kind, name = m.name }
+    else error(("metric %s cannot be sent to the workers (accuracy metrics can)"):format(tostring(m.name)), 0) end
+  end
+  return out
+end
+local function build_metrics(d)
+  local M, out = ldist.metrics, {}
+  for i, m in ipairs(d) do
+    local make = m.kind == "sparse" and M.SparseCategoricalAccuracy or m.kind == "binary" and M.BinaryAccuracy
+      or M.CategoricalAccuracy
+    out[i] = make(m.name)
+  end
+  return out
+end
+
+local loss_makers = {
+  sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
+  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError" }
+local function build_loss(d)
+  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction }
+end
+local function build_optimizer(d)
+  local o = {}
+  for k, v in pairs(d) do if k ~= "name" then o[k] = v end end
+  return optim[d.name](o)
+end
+-- for the parameter-server strategy (80_parameter_server.lua)
+distribute._describe_model, distribute._build_model = describe_model, build_model
+distribute._build_loss, distribute._build_optimizer = build_loss, build_optimizer
+distribute._describe_metrics, distribute._build_metrics = describe_metrics, build_metrics

@@ -1,0 +1,488 @@
+-- 72_multiworker.lua - MultiWorkerMirroredStrategy (TF's
+-- tf.distribute.MultiWorkerMirroredStrategy): synchronous data parallelism
+-- over several processes, on one machine or many, and LocalCluster, which
+-- starts such processes from the REPL or a notebook and trains on them.
+--
+-- Each process is one replica (cpu:0, or a GPU through NCCL); the processes
+-- form a cluster (lua_bindings/cluster.c, engine/ld_cluster.h): rank 0 (TF's
+-- chief, else worker 0) leads an authenticated rendezvous, and gradients are
+-- summed over a ring of sockets. A step runs the replica function as a
+-- coroutine, exactly as MirroredStrategy does; when it yields a collective
+-- (optimizer:apply_gradients, all_reduce) the collective runs across the
+-- processes and the coroutine resumes.
+--
+-- The replica context (ldist._distribute.set_replica) is (0, N, global batch):
+-- id 0 because it indexes this process's own copies of a variable and makes
+-- the optimizer count the step (ld_optimizer_apply commits the step on local
+-- replica 0: here the only one); N > 1 and the global batch make the loss
+-- the sum over this worker's examples divided by the global batch, so the
+-- workers' gradients add up to the gradient of the global mean (TF's rule).
+-- The worker's place in the cluster (replica_id_in_sync_group) is its rank.
+local ldist = ...
+local C, D, distribute, docs = ldist._cluster, ldist._distribute, ldist.distribute, ldist.docs
+local tensor, optim = ldist.tensor, ldist.optim
+if not C or not D then return end
+local net = distribute._net
+local env = net.env
+local is_pr, per_replica = distribute.is_per_replica, distribute.PerReplica
+
+---------------------------------------------------------------- the strategy
+local MW = distribute._strategy_class("ldist.MultiWorkerMirroredStrategy")
+MW.__tostring = function(s)
+  return ("<MultiWorkerMirroredStrategy: worker %d of %d (%s), %s>"):format(s._rank, s._size,
+    s.cluster_resolver.source, s.extended.communication)
+end
+distribute.MultiWorkerMirroredStrategyClass = MW
+
+local LocalCluster   -- below
+
+function distribute.MultiWorkerMirroredStrategy(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("bad argument #1 to 'MultiWorkerMirroredStrategy' (options table expected)", 2) end
+  if getmetatable(opts.cluster) == distribute.LocalClusterClass then return opts.cluster:_strategy(opts) end
+  local ok, spec = pcall(distribute.resolve_cluster, opts.cluster)
+  if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(spec), 2) end
+  -- under `ldist launch` stdout is a pipe: send lines as they come
+  if env("LDIST_LOCAL_RANK") then io.stdout:setvbuf("line") end
+  local timeout = opts.timeout or tonumber(env("LDIST_TIMEOUT") or "") or 30
+  local comm = opts.communication or (type(opts.communication_options) == "table" and opts.communication_options.implementation) or "auto"
+  comm = tostring(comm):lower()
+  if comm ~= "auto" and comm ~= "ring" and comm ~= "nccl" then
+    error("bad argument #1 to 'MultiWorkerMirroredStrategy' (communication must be \"auto\", \"ring\" or \"nccl\")", 2)
+  end
+  local device = opts.device or "cpu:0"
+  if comm == "nccl" and not opts.device then device = "cuda:" .. (tonumber(env("LDIST_LOCAL_RANK") or "0") or 0) end
+  local secret
+  ok, secret = pcall(net.read_secret, spec.size)
+  if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(secret), 2) end
+  local c
+  ok, c = pcall(C.join, { rank = spec.rank, size = spec.size, leader = spec.leader, listen = spec.listen,
+    secret = secret, timeout = timeout, rendezvous_timeout = opts.rendezvous_timeout, heartbeat = opts.heartbeat,
+    heartbeat_timeout = opts.heartbeat_timeout, name = "worker" })
+  if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(c), 2) end
+  local s = setmetatable({ kind = "MultiWorkerMirroredStrategy", devices = { device }, num_replicas_in_sync = spec.size,
+    extended = { should_checkpoint = spec.rank == 0, should_save_summary = spec.rank == 0,
+      communication = comm == "nccl" and "nccl" or "ring", timeout = timeout },
+    cluster_resolver = { task_type = spec.task_type, task_id = spec.task_index, rank = spec.rank,
+      num_workers = spec.size, cluster_spec = spec.tasks, source = spec.source, pid = C.getpid() },
+    _depth = 0, _c = c, _rank = spec.rank, _size = spec.size, _synced = {}, _mw = true,
+    _models = setmetatable({}, { __mode = "k" }),
+    _auto_shard = opts.auto_shard_policy }, MW)
+  if comm == "nccl" or (comm == "auto" and device:match("^cuda")) then
+    local okn, nc = pcall(c.nccl, c, device)
+    if not okn then error("MultiWorkerMirroredStrategy: " .. tostring(nc), 2) end
+    s._nccl = nc
+    s.extended.communication = "nccl"
+  end
+  return s
+end
+
+function MW:shutdown()
+  if self._c then self._c:close() end
+  self._nccl = nil
+end
+MW.__close = MW.shutdown
+MW.__gc = MW.shutdown
+
+function MW:is_chief() return self._rank == 0 end
+
+-- after an error in a replica function this worker takes part in no more
+-- collectives (fail-stop)
+function MW:_usable()
+  if self._broken then
+    error(("this worker stopped taking part in collectives after an error in a replica function (%s); " ..
+      "the workers no longer agree on where they are"):format(self._broken), 0)
+  end
+end
+
+-- Sum (mean) a list of tensors across the workers, in place: the ring for host
+-- tensors, NCCL for GPU tensors when the strategy has it.
+function MW:_all_reduce(list, mean)
+  if self._size == 1 or #list == 0 then return list end
+  self:_usable()
+  for i, t in ipairs(list) do
+    if t.dtype ~= "float32" then error(("all_reduce: tensor %d is %s; float32 expected"):format(i, t.dtype), 0) end
+    list[i] = t:contiguous()
+  end
+  if self._nccl and tostring(list[1].device):match("^cuda") then self._nccl:all_reduce(list, mean)
+  else self._c:all_reduce(list, mean) end
+  return list
+end
+
+-- Make every worker's copy of these variables rank 0's (once per variable):
+-- TF broadcasts initial values the same way, so workers need not agree on seeds.
+function MW:_sync(vars)
+  if self._size == 1 then return end
+  local todo = {}
+  for _, v in ipairs(vars) do
+    local id = C.tensor_id(v)
+    if not self._synced[id] then todo[#todo + 1] = v; self._synced[id] = true end
+  end
+  if #todo == 0 then return end
+  self:_usable()
+  local host, staged = {}, {}
+  for i, v in ipairs(todo) do
+    if tostring(v.device):match("^cpu") then host[i] = v
+    else host[i] = v:cpu():contiguous(); staged[i] = true end
+  end
+  self._c:broadcast(host, 0)
+  for i in pairs(staged) do todo[i]:assign(host[i]:to(todo[i].device)) end
+  -- and rank 0's random generator: every worker then draws the same dropout
+  -- keys, as one device would for the whole global batch
+  tensor.set_rng_state(self._c:broadcast_string(self._rank == 0 and tensor.get_rng_state() or nil, 0))
+end
+
+function MW:broadcast(values, root)
+  local list = tensor.is_tensor(values) and { values } or values
+  self._c:broadcast(list, root or 0)
+  return values
+end
+function MW:barrier() self._c:barrier() end
+
+---------------------------------------------------------------- input: each worker its share
+distribute.AutoShardPolicy = { AUTO = "AUTO", FILE = "FILE", DATA = "DATA", OFF = "OFF" }
+
+-- Rows [lo, hi) of a global batch of `rows` that worker r of n takes: floor(rows/n)
+-- each, one more for the first rows % n (the split MirroredStrategy uses).
+local share = distribute._share
+local function rows_of(e)
+  local t = tensor.is_tensor(e) and e or e[1]
+  return t.ndim > 0 and t.shape[1] or 1
+end
+local function slice_element(e, lo, hi)
+  if tensor.is_tensor(e) then return e:slice(0, lo, hi) end
+  local out = {}
+  for i, t in ipairs(e) do out[i] = t:slice(0, lo, hi) end
+  return out
+end
+
+-- A dataset made from files: distribute.FileDataset(files, build) where build(list)
+-- returns a Dataset reading those files. Auto-sharding by FILE gives each worker
+-- its own files (worker r: files r+1, r+1+n, ...).
+local FileDataset = { __name = "ldist.FileDataset" }
+FileDataset.__index = FileDataset
+function distribute.FileDataset(files, build)
+  if type(files) ~= "table" or #files == 0 then error("bad argument #1 to 'FileDataset' (a list of files expected)", 2) end
+  if type(build) ~= "function" then error("bad argument #2 to 'FileDataset' (function(files) -> Dataset expected)", 2) end
+  return setmetatable({ files = files, build = build }, FileDataset)
+end
+function FileDataset:_dataset(files) return self.build(files or self.files) end
+function FileDataset:iter() return self:_dataset():iter() end
+function FileDataset:cardinality() return self:_dataset():cardinality() end
+function FileDataset.__call(self, _, prev)
+  if prev == nil then self._it = self:_dataset():iter() end
+  return self._it()
+end
+
+-- What `for inputs in dist do` yields: a PerReplica of this worker's part; its
+-- [1], [2] are the local tensors too, so model:fit can take it as a batch.
+local function local_value(s, e, global_batch, offset)
+  local v = per_replica({ e }, global_batch, { offset or 0 })
+  if tensor.is_tensor(e) then v[1] = e else for i, t in ipairs(e) do v[i] = t end end
+  s._local = { x = tensor.is_tensor(e) and e or e[1], gb = global_batch, offset = offset }
+  return v
+end
+
+local MWDist = { __name = "ldist.DistributedDataset" }
+MWDist.__index = MWDist
+function MWDist:iter()
+  local s, n, r = self.strategy, self.strategy._size, self.strategy._rank
+  local policy = self.policy
+  if policy == "FILE" then
+    local mine = {}
+    for i = r + 1, #self.dataset.files, n do mine[#mine + 1] = self.dataset.files[i] end
+    local it = self.dataset:_dataset(mine):iter()
+    local pieces = {}
+    -- each of this worker's batches of B rows feeds n steps of B/n rows (TF's rebatching)
+    return function()
+      if #pieces == 0 then
+        local e = it()
+        if e == nil then return nil end
+        local rows = rows_of(e)
+        for q = 0, n - 1 do local lo, hi = share(rows, n, q); pieces[#pieces + 1] = { slice_element(e, lo, hi), rows } end
+      end
+      local p = table.remove(pieces, 1)
+      return local_value(s, p[1], p[2])
+    end
+  end
+  local base = getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
+  local f, st, c = base:iter()
+  return function()
+    local e = f(st, c)
+    c = e
+    if e == nil then return nil end
+    if policy == "OFF" then return local_value(s, e, rows_of(e) * n) end
+    local rows = rows_of(e)
+    local lo, hi = share(rows, n, r)
+    return local_value(s, slice_element(e, lo, hi), rows, lo)
+  end
+end
+function MWDist.__call(self, _, prev)
+  if prev == nil then self._next = self:iter() end
+  return self._next()
+end
+function MWDist:cardinality()
+  if self.policy == "FILE" then return -2 end
+  local d = getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
+  return d.cardinality and d:cardinality() or -2
+end
+-- start (and drop) one iteration: a reshuffling dataset then orders the next
+-- epoch as it would have after a full one (BackupAndRestore's resume)
+function MWDist:_burn()
+  local d = getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
+  local it = d:iter()
+  if type(it) == "userdata" and it.close then it:close() end
+end
+
+-- strategy:experimental_distribute_dataset(ds, {auto_shard_policy="AUTO"|"FILE"|"DATA"|"OFF"})
+--   DATA: every worker reads every global batch and keeps its 1/n of the rows.
+--   FILE: every worker reads its own files (distribute.FileDataset); fewer files
+--         than workers is an error.
+--   AUTO: FILE for a FileDataset with enough files, else DATA (TF falls back the same way).
+--   OFF:  no sharding: every batch is this worker's batch (the global batch is n x its rows).
+function MW:experimental_distribute_dataset(ds, opts)
+  if type(ds) ~= "table" and type(ds) ~= "userdata" then
+    error("bad argument #1 to 'experimental_distribute_dataset' (dataset expected)", 2)
+  end
+  local policy = tostring((type(opts) == "table" and (opts.auto_shard_policy or opts.policy)) or self._auto_shard or "AUTO"):upper()
+  if not distribute.AutoShardPolicy[policy] then
+    error("bad argument #2 to 'experimental_distribute_dataset' (auto_shard_policy must be AUTO, FILE, DATA or OFF)", 2)
+  end
+  local files = getmetatable(ds) == FileDataset and #ds.files or 0
+  if policy == "AUTO" then policy = files >= self._size and "FILE" or "DATA" end
+  if policy == "FILE" then
+    if files == 0 then
+      error("auto_shard_policy FILE needs a dataset made from files (distribute.FileDataset(files, build)); " ..
+        "use DATA to shard by rows", 2)
+    end
+    if files < self._size then
+      error(("auto_shard_policy FILE: %d file(s) for %d workers; every worker needs at least one file " ..
+        "(use more files, or DATA to shard by rows)"):format(files, self._size), 2)
+    end
+  end
+  return setmetatable({ dataset = ds, strategy = self, policy = policy }, MWDist)
+end
+
+-- the protocol's input: one pipeline per worker
+function MW:_input_pipelines() return self._size, self._rank end
+
+---------------------------------------------------------------- run, collectives, reduce
+local function dedupe(values)
+  local seen, out = {}, {}
+  for i, v in ipairs(values) do
+    if type(v) == "number" then v = tensor.new(v) end
+    if seen[v] then out[i] = v:clone() else out[i] = v; seen[v] = true end
+  end
+  return out
+end
+
+function MW:_all_gather(t, axis)
+  if (axis or 0) ~= 0 then error("all_gather across workers concatenates along axis 0 only", 0) end
+  local n, r = self._size, self._rank
+  if n == 1 then return t end
+  local dtype = t.dtype
+  local x = t:cpu():astype("float32"):contiguous()
+  local counts = {}
+  for q = 1, n do counts[q] = 0 end
+  counts[r + 1] = x.ndim > 0 and x.shape[1] or 1
+  local sizes = tensor.new(counts):astype("float32")
+  self._c:all_reduce(sizes)
+  counts = sizes:totable()
+  local total, at = 0, 0
+  for q = 1, n do
+    local k = math.floor(counts[q] + 0.5)
+    if q - 1 < r then at = at + k end
+    total = total + k
+  end
+  local shape = { total }
+  for d = 2, x.ndim do shape[d] = x.shape[d] end
+  local full = tensor.zeros(shape)
+  local k = x.ndim > 0 and x.shape[1] or 1
+  if k > 0 then full:slice(0, at, at + k):assign(x:reshape(#shape > 1 and { k, table.unpack(shape, 2) } or { k })) end
+  self._c:all_reduce(full)
+  return dtype == "float32" and full or full:astype(dtype)
+end
+
+function MW:_collective(q)
+  if q.kind == "all_reduce" then
+    if q.vars then self:_sync(q.vars) end
+    local vals = dedupe(q.values)
+    self:_all_reduce(vals, q.op == "mean")
+    return vals
+  elseif q.kind == "all_gather" then
+    local out = {}
+    for i, v in ipairs(q.values) do out[i] = self:_all_gather(v, q.axis) end
+    return out
+  end
+  error("unknown collective " .. tostring(q.kind), 0)
+end
+
+function MW:_run(fn, args)
+  local gb, offset
+  local a = {}
+  local dev = self.devices[1]
+  for i = 1, args.n do
+    local v = args[i]
+    if is_pr(v) then
+      a[i] = v.values[1]
+      if not gb then gb, offset = v.global_batch, v.offsets and v.offsets[1] end
+    else
+      if tensor.is_tensor(v) and v.device ~= dev then v = v:to(dev) end
+      a[i] = v
+    end
+  end
+  if not gb then   -- plain tensors: each worker's share of an equal split
+    for i = 1, args.n do
+      local v = a[i]
+      local t = tensor.is_tensor(v) and v or (type(v) == "table" and tensor.is_tensor(v[1]) and v[1])
+      if t then
+        local rows = t.ndim > 0 and t.shape[1] or 1
+        gb, offset = rows * self._size, rows * self._rank
+        break
+      end
+    end
+  end
+  gb = math.tointeger(gb) or 0
+  if self._size > 1 then self:_sync_models() end
+  local co = coroutine.create(fn)
+  local ok, res = pcall(function()
+    local input = table.pack(table.unpack(a, 1, args.n))
+    D.step_begin(1)
+    while true do
+      D.set_replica(0, self._size, gb, dev, offset or 0)
+      local r = table.pack(coroutine.resume(co, table.unpack(input, 1, input.n)))
+      D.set_replica(nil)
+      if not r[1] then error(("worker %d: %s"):format(self._rank, tostring(r[2])), 0) end
+      if coroutine.status(co) == "dead" then return table.pack(table.unpack(r, 2, r.n)) end
+      local q = r[2]
+      if type(q) ~= "table" or not q.kind then
+        error("a replica function yielded outside a collective; coroutine.yield is not allowed in it", 0)
+      end
+      input = table.pack(self:_collective(q))
+    end
+  end)
+  D.set_replica(nil)
+  D.step_end()
+  if not ok then
+    -- fail-stop: a worker that skipped a collective must not pair its next
+    -- one with the others' previous one
+    if self._size > 1 then self._broken = tostring(res) end
+    error(res, 0)
+  end
+  local outs = { n = res.n }
+  for i = 1, res.n do outs[i] = per_replica({ res[i] }, gb) end
+  return outs
+end
+
+-- reduce and gather across the workers (every worker must call them, as in TF)
+function MW:_sum_across(total, count)
+  if self._size == 1 then return total, count end
+  local t = tensor.is_tensor(total) and total:contiguous():clone() or tensor.new(total)
+  local cnt = tensor.new({ count }):astype("float32")
+  self:_all_reduce({ t, cnt }, false)
+  return (tensor.is_tensor(total) and t or t:item()), cnt:item()
+end
+function MW:_gather_across(t, axis) return self:_all_gather(t, axis) end
+
+-- The replica context inside run: this worker's rank, the collectives across workers.
+function MW:_replica_context()
+  return distribute._replica_context(self, self._rank, self._size, self.devices[1])
+end
+
+-- optimizer:apply_gradients in a worker's replica: sum the gradients across the
+-- workers (and, the first time, take rank 0's values of the variables).
+function MW:_reduce_gradients(grads, vars)
+  if self._size == 1 then return grads end
+  return coroutine.yield({ kind = "all_reduce", op = "sum", values = grads, vars = vars })
+end
+
+---------------------------------------------------------------- Keras fit under the strategy
+local function sync_model(self, model, x)
+  if model._mw_synced == self then return end
+  if not model.built then
+    local shape = {}
+    for d = 2, x.ndim do shape[d - 1] = x.shape[d] end
+    model:build(shape)
+  end
+  self:_sync(model.trainable_variables)
+  model._mw_synced = self
+end
+
+-- One step of model:fit: this worker's share of the global batch, forward and
+-- backward, then ONE all-reduce carrying the gradients, the loss and the
+-- predictions (each worker writes its rows into a zero buffer), then the update.
+function MW:train_step(model, x, y, loss, opt, want_pred, w)
+  local n, r = self._size, self._rank
+  sync_model(self, model, x)
+  local loc = self._local
+  local xl, yl, wl, gb, lo, hi, rows
+  if loc and rawequal(loc.x, x) then
+    xl, yl, wl, gb = x, y, w, loc.gb   -- already this worker's part (a distributed dataset)
+  else
+    rows = x.ndim > 0 and x.shape[1] or 1
+    lo, hi = share(rows, n, r)
+    xl, yl, gb = x:slice(0, lo, hi), y:slice(0, lo, hi), rows
+    wl = w ~= nil and w:slice(0, lo, hi) or nil
+  end
+  D.step_begin(1)
+  D.set_replica(0, n, gb, self.devices[1], lo or (loc and loc.offset) or 0)
+  local ok, lv, grads, pred = pcall(model._grads, model, xl, yl, loss, false, wl)
+  D.set_replica(nil)
+  D.step_end()
+  if not ok then error(lv, 0) end
+  if n == 1 then
+    optim._apply_gradients(opt, grads, model.trainable_variables)
+    return lv:item(), pred
+  end
+  if want_pred == false then rows = nil end      -- no metrics: no predictions to gather
+  grads = dedupe(grads)
+  local list = {}
+  for i, g in ipairs(grads) do list[i] = g end
+  local full
+  if rows then
+    local shape = { rows }
+    for d = 2, pred.ndim do shape[d] = pred.shape[d] end
+    full = tensor.zeros(shape)
+    if hi > lo then full:slice(0, lo, hi):assign(pred:cpu()) end
+    list[#list + 1] = full
+  end
+  local lvc = lv:cpu():contiguous()
+  list[#list + 1] = lvc
+  self:_all_reduce(list, false)
+  for i = 1, #grads do grads[i] = list[i] end
+  optim._apply_gradients(opt, grads, model.trainable_variables)
+  if want_pred == false then return lvc:item(), nil end
+  return lvc:item(), full or pred
+end
+
+-- Models made in the scope (the protocol tells: _model_created) are given
+-- rank 0's weights before a step of run(), as TF broadcasts initial values.
+function MW:_model_created(model) self._models[model] = true end
+
+function MW:_sync_models()
+  for m in pairs(self._models) do
+    if m._mw_synced ~= self and m.built then
+      self:_sync(m.trainable_variables)
+      m._mw_synced = self
+    end
+  end
+end
+
+
+local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrategy",
+  "distribute.MultiWorkerMirroredStrategy{cluster=, timeout=30, communication=\"auto\"|\"ring\"|\"nccl\",\n" ..
+  "                                       auto_shard_policy=\"AUTO\", heartbeat_timeout=}\n\n" ..
+  "Synchronous training over several processes (one replica each): gradients are summed across\n" ..
+  "them with a ring all-reduce (NCCL on GPUs) whose links are shared memory between processes of\n" ..
+  "one machine and ZeroMQ between machines (LDIST_RING_TRANSPORT=tcp: ZeroMQ everywhere). The\n" ..
+  "cluster comes from cluster= (a TF_CONFIG table or JSON string, or a distribute.LocalCluster),\n" ..
+  "else the TF_CONFIG environment variable, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, Slurm\n" ..
+  "or mpirun variables.\n" ..
+  "`ldist launch -n 4 script.lua` starts 4 such processes on this machine.\n" ..
+  "Every collective fails within `timeout` seconds, naming the worker, when one dies.\n" ..
+  "strategy:run(fn, inputs), strategy:reduce(op, v), strategy:experimental_distribute_dataset(ds),\n" ..
+  "model:fit under strategy:scope() work as with MirroredStrategy; strategy:is_chief().")
+doc(distribute.FileDataset, "distribute.FileDataset",
+  "distribute.FileDataset(files, function(files) return dataset end)\n\n" ..
+  "A dataset read from files, which auto_shard_policy FILE splits by file across workers.")

@@ -1,0 +1,512 @@
+-- 80_ps_tasks.lua - the processes of parameter-server training: ps tasks
+-- (which hold the variables and apply pushed gradients), workers (which run
+-- scheduled functions), and the cluster of them as the coordinator sees it
+-- (a LocalCluster with ps tasks, or TF_CONFIG). The strategy and the
+-- coordinator are in 82_parameter_server.lua.
+--
+-- Roles, as in TF 2: a coordinator (this script, the REPL or a notebook),
+-- workers and ps tasks. The variables live on the ps tasks (round-robin, or
+-- split along axis 0 by a partitioner); the coordinator schedules functions on
+-- the workers; a worker pulls the variables it needs from the ps tasks,
+-- computes gradients on its own data and pushes them; each ps applies the
+-- optimizer's update to its shard as a push arrives (asynchronous SGD).
+--
+-- Transport: the authenticated control plane of lua_bindings/cluster.c. The
+-- coordinator leads one cluster of itself and the workers (tasks and
+-- results); each ps task leads a cluster of itself, the coordinator (rank 1)
+-- and the workers (ranks 2..W+1), so a worker talks to a ps directly.
+-- Tensors travel as raw float32 bytes inside C.pack frames. Receives that
+-- must survive a dead worker use c:recv_any (engine/ld_cluster_ps.c).
+--
+-- Faults: a function on a worker that dies is scheduled again on another
+-- (at-least-once: its gradients may be applied twice; the ps tasks count
+-- duplicates); a dead ps task is an error at the coordinator naming it. ps
+-- tasks write their shards to checkpoint_dir atomically (safetensors through
+-- a temporary file) and load them when a new cluster starts on that directory.
+local ldist = ...
+local C = ldist._cluster
+local tensor, distribute, optim, nn, data = ldist.tensor, ldist.distribute, ldist.optim, ldist.nn, ldist.data
+local docs = ldist.docs
+if not C or not distribute or not distribute.LocalCluster then return end
+
+local net = distribute._net
+local env, ship_fn, share = net.env, net.ship_fn, distribute._share
+local ps = {}          -- what 82_parameter_server.lua uses of this file
+net.ps = ps
+
+---------------------------------------------------------------- partitioners
+distribute.partitioners = distribute.partitioners or {}
+local P = distribute.partitioners
+
+-- a partitioner is called with (shape, bytes per element) and returns the
+-- number of shards along axis 0
+function P.FixedShardsPartitioner(opts)
+  local n = math.tointeger(type(opts) == "table" and opts.num_shards or opts)
+  if not n or n < 1 then error("bad argument #1 to 'FixedShardsPartitioner' (num_shards >= 1 expected)", 2) end
+  return function(shape) return math.min(n, shape[1] or 1) end
+end
+function P.MinSizePartitioner(opts)
+  opts = opts or {}
+  local min_bytes = opts.min_shard_bytes or 256 * 1024
+  local max_shards = opts.max_shards or 1
+  return function(shape, elem)
+    local bytes = elem or 4
+    for _, d in ipairs(shape) do bytes = bytes * d end
+    local n = math.max(1, math.min(max_shards, bytes // min_bytes))
+    return math.min(n, shape[1] or 1)
+  end
+end
+function P.MaxSizePartitioner(opts)
+  opts = opts or {}
+  local max_bytes = opts.max_shard_bytes or 1024 * 1024
+  local max_shards = opts.max_shards or math.huge
+  return function(shape, elem)
+    local bytes = elem or 4
+    for _, d in ipairs(shape) do bytes = bytes * d end
+    local n = math.max(1, math.min(max_shards, -((-bytes) // max_bytes)))
+    return math.min(n, shape[1] or 1)
+  end
+end
+
+---------------------------------------------------------------- shipping functions, models
+local describe_model = function(model) return distribute._describe_model(model, false) end
+local build_model, build_loss = distribute._build_model, distribute._build_loss
+local build_optimizer = distribute._build_optimizer
+
+-- ps training always has several processes: a secret is required
+local function read_secret() return net.read_secret(2) end
+
+-- a dataset's iterator that starts again at its end (TF asks for .repeat());
+-- worker w of n takes batches w, w+n, ... (a copy of the same dataset on
+-- every worker would otherwise feed them the same batches)
+local function endless(ds, w, n)
+  local f, st, c
+  w, n = w or 0, n or 1
+  local function nxt()
+    for _ = 1, 2 do
+      if not f then f, st, c = ds:iter() end
+      local e = f(st, c)
+      c = e
+      if e ~= nil then return e end
+      f = nil
+    end
+    error("the per-worker dataset is empty", 0)
+  end
+  local first = true
+  return function()
+    local skip = first and w or n - 1
+    first = false
+    for _ = 1, skip do nxt() end
+    return nxt()
+  end
+end
+
+---------------------------------------------------------------- a ps task
+local function ps_serve(me, ctl, nworkers)
+  local vars, names, opt = {}, {}, nil
+  local applied, tasks, dups = 0, {}, 0
+  local ckpt
+  local function save(dir)
+    dir = dir or ckpt
+    if not dir then return false end
+    C.mkdir_p(dir)
+    local t, list = {}, {}
+    for n, v in pairs(vars) do t[n] = v; list[#list + 1] = n end
+    table.sort(list)
+    -- the optimizer's slots (momentum, Adam's m and v) travel with the shards
+    local iterations = 0
+    if opt and #list > 0 then
+      local vl = {}
+      for i, n in ipairs(list) do vl[i] = vars[n] end
+      local st = C.optimizer_state(opt, vl)
+      iterations = st.iterations or 0
+      for i, n in ipairs(list) do
+        for q = 1, 2 do if st.slots[i] and st.slots[i][q] then t[n .. "#slot" .. q] = st.slots[i][q] end end
+      end
+    end
+    ldist.io.save_safetensors(("%s/ps-%d.safetensors"):format(dir, me), t,
+      { applied = tostring(applied), duplicates = tostring(dups), iterations = tostring(iterations) })
+    return true
+  end
+  while true do
+    local ok, from, ty, body = pcall(ctl.recv_any, ctl, 0.5)
+    if not ok then io.stderr:write("ldist ps: " .. tostring(from) .. "\n"); os.exit(1) end
+    local cs = ctl:peer_state(1)
+    if cs == "lost" then io.stderr:write("ldist ps: the coordinator is gone; exiting\n"); os.exit(1) end
+    if cs == "left" then break end
+    if ty == "quit" then break
+    elseif ty then
+      local okm, m = pcall(C.unpack, body)
+      if not okm or type(m) ~= "table" then goto continue end
+      if ty == "push" then
+        local g, v = {}, {}
+        for i, n in ipairs(m.names) do
+          if not vars[n] then error("push of an unknown variable " .. tostring(n), 0) end
+          g[i], v[i] = m.grads[i], vars[n]
+        end
+        optim._apply_gradients(opt, g, v)
+        applied = applied + 1
+        if m.task then
+          if tasks[m.task] then dups = dups + 1 end
+          tasks[m.task] = (tasks[m.task] or 0) + 1
+        end
+        ctl:send(from, "ack", C.pack({ req = m.req, version = applied }))
+      elseif ty == "pull" then
+        local out = {}
+        for i, n in ipairs(m.names) do out[i] = vars[n] end
+        ctl:send(from, "vals", C.pack({ req = m.req, values = out, version = applied }))
+      elseif ty == "init" then
+        opt = build_optimizer(m.optimizer)
+        ckpt = m.checkpoint_dir
+        local restored, slots_restored = false, false
+        local file = ckpt and ("%s/ps-%d.safetensors"):format(ckpt, me)
+        local f = file and io.open(file, "rb")
+        if f then
+          f:close()
+          local t, meta = ldist.io.load_safetensors(file)
+          restored = true
+          for n, v in pairs(m.vars) do
+            if not t[n] or table.concat(t[n].shape, "x") ~= table.concat(v.shape, "x") then restored = false end
+          end
+          if restored then
+            local list, vl, slots = {}, {}, {}
+            for n in pairs(m.vars) do vars[n] = t[n]:contiguous():clone(); list[#list + 1] = n end
+            table.sort(list)
+            for i, n in ipairs(list) do vl[i] = vars[n]; slots[i] = { t[n .. "#slot1"], t[n .. "#slot2"] } end
+            applied = tonumber(meta and meta.applied or 0) or 0
+            dups = tonumber(meta and meta.duplicates or 0) or 0
+            if #list > 0 and t[list[1] .. "#slot1"] then
+              slots_restored = pcall(C.optimizer_set_state, opt, vl,
+                { iterations = tonumber(meta and meta.iterations or 0) or 0, slots = slots })
+            end
+          end
+        end
+        if not restored then for n, v in pairs(m.vars) do vars[n] = v:contiguous():clone() end end
+        ctl:send(from, "init_ok", C.pack({ req = m.req, restored = restored, slots = slots_restored, applied = applied }))
+      elseif ty == "save" then
+        local okS, err = pcall(save, m.dir)
+        ctl:send(from, "saved", C.pack({ req = m.req, ok = okS, error = not okS and tostring(err) or nil }))
+      elseif ty == "stats" then
+        local uniq = 0
+        for _ in pairs(tasks) do uniq = uniq + 1 end
+        ctl:send(from, "stats", C.pack({ req = m.req, applied = applied, unique = uniq, duplicates = dups, pid = C.getpid() }))
+      end
+    end
+    ::continue::
+  end
+end
+
+---------------------------------------------------------------- a worker
+local W = { __name = "ldist.ParameterServerWorker" }
+W.__index = W
+local worker_ctx
+
+-- request/response with ps p: send every request first, then wait for each answer
+function W:_ask(requests, reply_type)
+  local out, req = {}, (self._req or 0) + 1
+  self._req = req
+  for p, body in pairs(requests) do body.req = req; self.ps[p]:send(0, ( body._type ), C.pack(body)) end
+  for p in pairs(requests) do
+    local ctl = self.ps[p]
+    while not out[p] do
+      local from, ty, b = ctl:recv(self.timeout)
+      if from == nil then error(("ps task %d did not answer within %g s"):format(p - 1, self.timeout), 0) end
+      local m = C.unpack(b)
+      if ty == reply_type and m.req == req then out[p] = m end
+    end
+  end
+  return out
+end
+
+function W:pull()
+  local reqs = {}
+  for p, list in pairs(self.by_ps) do
+    local names = {}
+    for i, sh in ipairs(list) do names[i] = sh.name end
+    reqs[p] = { _type = "pull", names = names }
+  end
+  local got = self:_ask(reqs, "vals")
+  local vars = self.model.trainable_variables
+  for p, list in pairs(self.by_ps) do
+    for i, sh in ipairs(list) do
+      local v = vars[sh.var]
+      if sh.whole then v:assign(got[p].values[i]) else v:slice(0, sh.lo, sh.hi):assign(got[p].values[i]) end
+    end
+  end
+end
+
+function W:push(grads, task)
+  local reqs = {}
+  for p, list in pairs(self.by_ps) do
+    local names, gs = {}, {}
+    for i, sh in ipairs(list) do
+      names[i] = sh.name
+      local g = grads[sh.var]:cpu()
+      gs[i] = sh.whole and g:contiguous() or g:slice(0, sh.lo, sh.hi):contiguous()
+    end
+    reqs[p] = { _type = "push", names = names, grads = gs, task = task or self.task }
+  end
+  self:_ask(reqs, "ack")
+end
+
+-- one step of asynchronous SGD on this worker: pull, gradients on the next batch, push
+-- (with_pred: also the labels and predictions, for model:fit's metrics)
+function W:train_step(it, with_pred)
+  local b = type(it) == "function" and it() or it
+  local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
+  self:pull()
+  local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)
+  self:push(grads)
+  if with_pred then return lv:item(), y:cpu(), pred:cpu() end
+  return lv:item()
+end
+
+function distribute.worker_context() return worker_ctx end
+-- the function model:fit and coordinator:schedule use for a training step
+distribute.ps_train_step = function(it) return ldist.distribute.worker_context():train_step(it) end
+distribute._ps_fit_step = function(it) return ldist.distribute.worker_context():train_step(it, true) end
+
+local function worker_serve(me, main, ps, timeout)
+  local self = setmetatable({ index = me, ps = ps, timeout = timeout, datasets = {} }, W)
+  worker_ctx = self
+  local fns = {}
+  while true do
+    local ok, from, ty, body = pcall(main.recv, main, 1.0)
+    if not ok then io.stderr:write("ldist worker: the coordinator is gone; exiting\n"); os.exit(1) end
+    if ty == "quit" or (not ty and main:peer_state(0) == "left") then break end
+    if ty then
+      local okm, m = pcall(C.unpack, body)
+      if okm and type(m) == "table" then
+        local okj, res = xpcall(function()
+          if ty == "setup" then
+            self.model = build_model(m.model)
+            self.loss = build_loss(m.loss)
+            self.by_ps = {}
+            for _, sh in ipairs(m.layout) do
+              local l = self.by_ps[sh.ps + 1] or {}
+              self.by_ps[sh.ps + 1] = l
+              l[#l + 1] = sh
+            end
+            return true
+          elseif ty == "dataset" then
+            local ds
+            if m.fn then self.datasets[m.id] = endless(assert(load(m.fn, "=dataset_fn", "b"))(me))
+            else self.datasets[m.id] = endless(distribute._build_dataset(m.recipe), me, m.shard and m.workers or 1) end
+            return true
+          elseif ty == "task" then
+            self.task = m.task
+            local fn = fns[m.fn]
+            if not fn then fn = assert(load(m.fn, "=scheduled function", "b")); fns[m.fn] = fn end
+            local args = m.args or {}
+            for i = 1, (args.n or #args) do
+              local a = args[i]
+              if type(a) == "table" and a.__per_worker then args[i] = self.datasets[a.__per_worker] end
+            end
+            return table.pack(fn(table.unpack(args, 1, args.n or #args)))
+          end
+        end, function(e) return debug.traceback(tostring(e), 2) end)
+        main:send(0, "reply", C.pack({ task = m.task, op = ty, ok = okj, result = okj and res or nil,
+          error = not okj and tostring(res) or nil }))
+      end
+    end
+  end
+end
+
+-- the main loop of a worker or ps process (LocalCluster or TF_CONFIG)
+local function join_as(role, me, cfg)
+  io.stdout:setvbuf("line")
+  local secret, timeout = cfg.secret, cfg.timeout
+  if role == "ps" then
+    local ctl = C.join { rank = 0, size = cfg.workers + 2, leader = cfg.ps_addrs[me + 1], secret = secret,
+      data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+    local ok, err = pcall(ps_serve, me, ctl, cfg.workers)
+    if not ok then io.stderr:write("ldist ps: " .. tostring(err) .. "\n") end
+    ctl:close()
+    return
+  end
+  local main = C.join { rank = me + 1, size = cfg.workers + 1, leader = cfg.main, secret = secret,
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+  local ps = {}
+  for p, addr in ipairs(cfg.ps_addrs) do
+    ps[p] = C.join { rank = me + 2, size = cfg.workers + 2, leader = addr, secret = secret, data_plane = false,
+      name = "process", timeout = timeout, rendezvous_timeout = 120 }
+  end
+  worker_serve(me, main, ps, timeout)
+  for _, c in ipairs(ps) do c:close() end
+  main:close()
+end
+
+function distribute._ps_serve()
+  local addrs = {}
+  for a in (env("LDIST_PS_ADDRS") or ""):gmatch("[^,]+") do addrs[#addrs + 1] = a end
+  join_as(env("LDIST_PS_ROLE"), tonumber(env("LDIST_PS_INDEX")), { secret = read_secret(),
+    timeout = tonumber(env("LDIST_TIMEOUT") or "") or 30, workers = tonumber(env("LDIST_PS_WORKERS")),
+    main = env("LDIST_PS_MAIN"), ps_addrs = addrs })
+end
+
+---------------------------------------------------------------- the cluster (coordinator side)
+local PSCluster = { __name = "ldist.LocalCluster" }
+PSCluster.__index = PSCluster
+distribute.PSClusterClass = PSCluster
+
+local describe_exit = net.describe_exit
+
+-- the coordinator's end: join the main cluster (leading it) and every ps cluster
+local function coordinator_join(self, secret, timeout)
+  self._main = C.join { rank = 0, size = self.workers + 1, leader = self._main_addr, secret = secret,
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+  self._ps = {}
+  for p, addr in ipairs(self.ps_addresses) do
+    self._ps[p] = C.join { rank = 1, size = self.workers + 2, leader = addr, secret = secret, data_plane = false,
+      name = "process", timeout = timeout, rendezvous_timeout = 120 }
+  end
+end
+
+local function start_local(opts)
+  local nw, np = math.tointeger(opts.workers or 2), math.tointeger(opts.ps or 1)
+  if not nw or nw < 1 or nw > 64 then error("bad argument #1 to 'LocalCluster' (workers must be 1..64)", 3) end
+  if not np or np < 1 or np > 64 then error("bad argument #1 to 'LocalCluster' (ps must be 1..64)", 3) end
+  local timeout = opts.timeout or 30
+  local host = "127.0.0.1"
+  local secret = C.random_hex(32)
+  local main = host .. ":" .. C.free_port(host)
+  local ps_addrs = {}
+  for i = 1, np do ps_addrs[i] = host .. ":" .. C.free_port(host) end
+  local threads = opts.threads or 1
+  local envs = {}
+  local function mk(role, idx)
+    return { "LDIST_PS_ROLE=" .. role, "LDIST_PS_INDEX=" .. idx, "LDIST_SECRET=" .. secret,
+      "LDIST_PS_MAIN=" .. main, "LDIST_PS_ADDRS=" .. table.concat(ps_addrs, ","), "LDIST_PS_WORKERS=" .. nw,
+      "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "TF_CONFIG=",
+      "LUA_CPATH_5_4=" .. package.cpath, "LUA_PATH_5_4=" .. package.path }
+  end
+  for i = 0, nw - 1 do envs[#envs + 1] = mk("worker", i) end
+  for i = 0, np - 1 do envs[#envs + 1] = mk("ps", i) end
+  local procs = C.procs_start({ C.self_exe(), "-e", "ldist = ldist or require('ldist'); ldist.distribute._ps_serve()" },
+    envs, true)
+  local self = setmetatable({ workers = nw, num_workers = nw, num_ps = np, pids = {}, ps_pids = {},
+    ps_addresses = ps_addrs, _main_addr = main, _procs = procs, _timeout = timeout, _dead = {}, _local = true }, PSCluster)
+  for i = 0, nw - 1 do self.pids[i + 1] = procs:pid(i) end
+  for i = 0, np - 1 do self.ps_pids[i + 1] = procs:pid(nw + i) end
+  local ok, err = pcall(coordinator_join, self, secret, timeout)
+  if not ok then
+    self:_forward(0.2)
+    procs:close(1)
+    self._procs = nil
+    error("LocalCluster: the workers and ps tasks did not start: " .. tostring(err), 3)
+  end
+  return self
+end
+
+-- child output as "[worker i]" / "[ps i]" lines; exits become dead tasks
+function PSCluster:_forward(timeout)
+  local procs = self._procs
+  net.forward_output(procs, timeout, function(i)
+    if i >= self.workers then return "ps " .. (i - self.workers) end
+    return "worker " .. i
+  end, function(ev, name)
+    if not self._closing then self._dead[ev.index + 1] = ("%s (pid %d) %s"):format(name, procs:pid(ev.index), describe_exit(ev)) end
+  end)
+end
+
+function PSCluster:worker_alive(i)
+  if self._dead[i + 1] then return false end
+  local s = self._main:peer_state(i + 1)
+  return s == "joined"
+end
+
+-- a dead ps task is fatal: its variables are gone
+function PSCluster:_check_ps()
+  self:_forward(0)
+  for p = 1, self.num_ps do
+    local why = self._dead[self.workers + p]
+    if not why and self._ps[p] and self._ps[p]:peer_state(0) == "lost" then
+      why = ("ps %d (pid %s) is lost"):format(p - 1, tostring(self.ps_pids[p]))
+    end
+    if why then
+      error(("ParameterServerStrategy: parameter server %s; the variables it held are gone. Shut the cluster down " ..
+        "and start a new one (with checkpoint_dir= it resumes from the last checkpoint)"):format(why), 0)
+    end
+  end
+end
+
+function PSCluster:kill_worker(i, sig) return C.kill(self.pids[i + 1], sig or "KILL") end
+function PSCluster:kill_ps(i, sig) return C.kill(self.ps_pids[i + 1], sig or "KILL") end
+
+function PSCluster:shutdown()
+  if not self._main and not self._procs then return end
+  self._closing = true
+  if self._main then for r = 1, self.workers do pcall(self._main.send, self._main, r, "quit", "") end end
+  for _, c in ipairs(self._ps or {}) do pcall(c.send, c, 0, "quit", "") end
+  if self._procs then
+    local t0 = ldist.clock()
+    while self._procs:running() > 0 and ldist.clock() - t0 < 3 do pcall(self._forward, self, 0.05) end
+    pcall(self._forward, self, 0)
+    self._procs:close(1)
+    self._procs = nil
+  end
+  for _, c in ipairs(self._ps or {}) do pcall(c.close, c) end
+  self._ps = {}
+  if self._main then self._main:close(); self._main = nil end
+end
+PSCluster.__close = PSCluster.shutdown
+PSCluster.__gc = function(self) pcall(PSCluster.shutdown, self) end
+function PSCluster.__tostring(self)
+  if not self._main then return "<LocalCluster (shut down)>" end
+  local p = {}
+  for _, pid in ipairs(self.pids) do p[#p + 1] = tostring(pid) end
+  for _, pid in ipairs(self.ps_pids) do p[#p + 1] = tostring(pid) end
+  return ("<LocalCluster of %d workers and %d ps tasks (pids %s)>"):format(self.workers, self.num_ps, table.concat(p, ", "))
+end
+function PSCluster:alive()
+  local k = 0
+  for i = 0, self.workers - 1 do if self:worker_alive(i) then k = k + 1 end end
+  return k
+end
+
+-- distribute.LocalCluster{workers=, ps=} (70_multiworker.lua) starts this one
+distribute._ps_local_cluster = start_local
+docs[distribute.LocalCluster] = (docs[distribute.LocalCluster] or "distribute.LocalCluster{workers=2}") ..
+  "\n\nWith ps=P (distribute.LocalCluster{workers=W, ps=P}) it starts W workers and P parameter servers\n" ..
+  "for distribute.ParameterServerStrategy(lc); lc:kill_worker(i), lc:kill_ps(i) send SIGKILL (fault drills)."
+docs["distribute.LocalCluster"] = docs[distribute.LocalCluster]
+
+-- TF_CONFIG with "ps" tasks: {"cluster": {"chief": [...], "worker": [...], "ps": [...]}, "task": {...}}
+local function ps_tf_config(cfg)
+  if type(cfg) == "string" then
+    local v, err = C.json_decode(cfg)
+    if v == nil then error("TF_CONFIG is not valid JSON: " .. tostring(err), 0) end
+    cfg = v
+  end
+  local cl = cfg.cluster or {}
+  local chief = cl.chief and cl.chief[1]
+  if not chief then error("ParameterServerStrategy: TF_CONFIG needs a \"chief\" task (the coordinator)", 0) end
+  if type(cl.ps) ~= "table" or #cl.ps == 0 then error("ParameterServerStrategy: TF_CONFIG lists no \"ps\" task", 0) end
+  if type(cl.worker) ~= "table" or #cl.worker == 0 then error("ParameterServerStrategy: TF_CONFIG lists no \"worker\" task", 0) end
+  local task = cfg.task or {}
+  return { main = chief, ps_addrs = cl.ps, workers = #cl.worker, task_type = task.type or "chief",
+    task_index = math.tointeger(task.index or 0) or 0 }
+end
+distribute._ps_tf_config = ps_tf_config
+
+-- A cluster from TF_CONFIG: the chief is the coordinator; workers and ps tasks
+-- serve (and this call never returns on them: the process exits, as TF's
+-- server.join() does).
+local function from_tf_config(cfg, opts)
+  local spec = ps_tf_config(cfg)
+  local secret = read_secret()
+  local timeout = opts.timeout or tonumber(env("LDIST_TIMEOUT") or "") or 30
+  if spec.task_type == "worker" or spec.task_type == "ps" then
+    join_as(spec.task_type, spec.task_index, { secret = secret, timeout = timeout, workers = spec.workers,
+      main = spec.main, ps_addrs = spec.ps_addrs })
+    os.exit(0)
+  end
+  local self = setmetatable({ workers = spec.workers, num_workers = spec.workers, num_ps = #spec.ps_addrs,
+    pids = {}, ps_pids = {}, ps_addresses = spec.ps_addrs, _main_addr = spec.main, _timeout = timeout, _dead = {} }, PSCluster)
+  coordinator_join(self, secret, timeout)
+  for r = 1, self.workers do self.pids[r] = self._main:peer_pid(r) end
+  for p = 1, self.num_ps do self.ps_pids[p] = self._ps[p]:peer_pid(0) end
+  return self
+end
+
+ps.Cluster, ps.from_tf_config = PSCluster, from_tf_config

@@ -1,0 +1,499 @@
+-- 82_parameter_server.lua - ParameterServerStrategy (TF's
+-- tf.distribute.experimental.ParameterServerStrategy) and ClusterCoordinator:
+-- asynchronous data parallelism with parameter servers. The processes it
+-- drives (ps tasks, workers) are in 80_ps_tasks.lua.
+local ldist = ...
+local C = ldist._cluster
+local tensor, distribute, optim, nn, data = ldist.tensor, ldist.distribute, ldist.optim, ldist.nn, ldist.data
+local docs = ldist.docs
+if not C or not distribute or not distribute._net or not distribute._net.ps then return end
+local net = distribute._net
+local env, ship_fn, share, ps = net.env, net.ship_fn, distribute._share, net.ps
+local PSCluster, from_tf_config = ps.Cluster, ps.from_tf_config
+local describe_model = function(model) return distribute._describe_model(model, false) end
+
+---------------------------------------------------------------- the strategy
+local PS = distribute._strategy_class("ldist.ParameterServerStrategy")
+PS.__tostring = function(s)
+  return ("<ParameterServerStrategy: %d workers, %d ps>"):format(s._cl.workers, s._cl.num_ps)
+end
+distribute.ParameterServerStrategyClass = PS
+
+function distribute.ParameterServerStrategy(cluster, opts)
+  if type(cluster) == "table" and getmetatable(cluster) ~= PSCluster and opts == nil and not cluster.cluster then
+    opts, cluster = cluster, nil
+  end
+  opts = opts or {}
+  local cl = cluster
+  if getmetatable(cl) ~= PSCluster then
+    local cfg = cl or env("TF_CONFIG")
+    if not cfg then
+      error("ParameterServerStrategy needs a cluster: distribute.LocalCluster{workers=, ps=}, a TF_CONFIG table, " ..
+        "or the TF_CONFIG environment variable (`ldist launch -n W --ps P script.lua` sets it)", 2)
+    end
+    if type(cfg) == "table" and cfg.cluster_resolver then cfg = cfg.cluster_resolver end
+    if io.stdout.setvbuf and env("LDIST_LOCAL_RANK") then io.stdout:setvbuf("line") end
+    cl = from_tf_config(cfg, opts)
+  end
+  return setmetatable({ kind = "ParameterServerStrategy", devices = { "cpu:0" }, num_replicas_in_sync = cl.workers,
+    extended = { should_checkpoint = true, cluster = cl }, cluster_resolver = { task_type = "chief", num_workers = cl.workers,
+      num_ps = cl.num_ps }, _depth = 0, _cl = cl, _partitioner = opts.variable_partitioner,
+    _checkpoint_dir = opts.checkpoint_dir, _ps_strategy = true, _req = 0 }, PS)
+end
+
+function PS:shutdown() if self._cl then self._cl:shutdown() end end
+
+-- request/response with the ps tasks from the coordinator
+function PS:_ask(requests, reply_type)
+  local cl = self._cl
+  self._req = self._req + 1
+  local req = self._req
+  for p, body in pairs(requests) do
+    cl:_check_ps()
+    body.req = req
+    local ty = body._type
+    body._type = nil
+    cl._ps[p]:send(0, ty, C.pack(body))
+  end
+  local out = {}
+  for p in pairs(requests) do
+    local t0 = ldist.clock()
+    while not out[p] do
+      cl:_check_ps()
+      local ok, from, ty, b = pcall(cl._ps[p].recv_any, cl._ps[p], 0.1)
+      if not ok then cl:_check_ps(); error(from, 0) end
+      if from then
+        local m = C.unpack(b)
+        if ty == reply_type and m.req == req then out[p] = m end
+      elseif ldist.clock() - t0 > cl._timeout then
+        error(("ParameterServerStrategy: ps %d did not answer within %g s"):format(p - 1, cl._timeout), 0)
+      end
+    end
+  end
+  return out
+end
+
+-- Put a model's variables on the ps tasks: round-robin, or shards along axis 0
+function PS:_place(model, x)
+  if self._model == model then return end
+  if self._model then error("ParameterServerStrategy: one model per strategy (make another strategy for another model)", 0) end
+  if not model.built then
+    if not x then error("ParameterServerStrategy: build the model (model:build(shape)) before training it", 0) end
+    local shape = {}
+    for d = 2, x.ndim do shape[d - 1] = x.shape[d] end
+    model:build(shape)
+  end
+  if not model._compiled then error("call model:compile{optimizer=, loss=} before training under ParameterServerStrategy", 0) end
+  local cl = self._cl
+  local layout, per_ps, rr = {}, {}, 0
+  for i, v in ipairs(model.trainable_variables) do
+    local shape = v.shape
+    local n = 1
+    if self._partitioner and v.ndim >= 1 then n = math.max(1, math.min(self._partitioner(shape, 4), shape[1])) end
+    for j = 0, n - 1 do
+      local p = rr % cl.num_ps
+      rr = rr + 1
+      local sh = { var = i, ps = p, name = ("v%d/part%d"):format(i, j), whole = n == 1 }
+      local val
+      if n == 1 then val = v:cpu():contiguous()
+      else sh.lo, sh.hi = share(shape[1], n, j); val = v:cpu():slice(0, sh.lo, sh.hi):contiguous() end
+      layout[#layout + 1] = sh
+      per_ps[p + 1] = per_ps[p + 1] or {}
+      per_ps[p + 1][sh.name] = val
+    end
+  end
+  local reqs = {}
+  for p = 1, cl.num_ps do
+    reqs[p] = { _type = "init", vars = per_ps[p] or {}, optimizer = C.optimizer_config(model._optimizer),
+      checkpoint_dir = self._checkpoint_dir }
+  end
+  local got = self:_ask(reqs, "init_ok")
+  self.restored = got[1].restored
+  self.restored_optimizer = got[1].slots
+  local spec = { model = describe_model(model), loss = C.loss_config(model._loss), layout = layout }
+  self._layout = layout
+  self._model = model
+  self._coordinator = self._coordinator or distribute.ClusterCoordinator(self)
+  self._coordinator:_broadcast("setup", spec)
+  if self.restored then self:_fetch_into(model) end
+end
+
+function PS:_fetch_into(model)
+  local vals = self:fetch_variables()
+  for i, v in ipairs(model.trainable_variables) do v:assign(vals[i]) end
+end
+
+-- every variable, reassembled from its shards
+function PS:fetch_variables()
+  local reqs, by = {}, {}
+  for _, sh in ipairs(self._layout) do
+    by[sh.ps + 1] = by[sh.ps + 1] or {}
+    table.insert(by[sh.ps + 1], sh)
+  end
+  for p, list in pairs(by) do
+    local names = {}
+    for i, sh in ipairs(list) do names[i] = sh.name end
+    reqs[p] = { _type = "pull", names = names }
+  end
+  local got = self:_ask(reqs, "vals")
+  local parts = {}
+  for p, list in pairs(by) do
+    for i, sh in ipairs(list) do
+      parts[sh.var] = parts[sh.var] or {}
+      table.insert(parts[sh.var], { lo = sh.lo or 0, t = got[p].values[i] })
+    end
+  end
+  local out = {}
+  for i, ps in ipairs(parts) do
+    table.sort(ps, function(a, b) return a.lo < b.lo end)
+    if #ps == 1 then out[i] = ps[1].t
+    else
+      local ts = {}
+      for k, q in ipairs(ps) do ts[k] = q.t end
+      out[i] = tensor.concat(ts, 0)
+    end
+  end
+  return out
+end
+
+-- push gradients (one per variable of the placed model) from the coordinator
+-- itself: the ps tasks apply them as they would a worker's (benchmarks, tests)
+function PS:push_gradients(grads)
+  local reqs = {}
+  for _, sh in ipairs(self._layout) do
+    local r = reqs[sh.ps + 1] or { _type = "push", names = {}, grads = {} }
+    reqs[sh.ps + 1] = r
+    local g = grads[sh.var]:cpu()
+    r.names[#r.names + 1] = sh.name
+    r.grads[#r.grads + 1] = sh.whole and g:contiguous() or g:slice(0, sh.lo, sh.hi):contiguous()
+  end
+  self:_ask(reqs, "ack")
+end
+
+-- the ps tasks write their shards to dir (default checkpoint_dir), atomically
+function PS:checkpoint(dir)
+  dir = dir or self._checkpoint_dir
+  if not dir then error("checkpoint: no directory (pass one, or checkpoint_dir= to the strategy)", 2) end
+  local reqs = {}
+  for p = 1, self._cl.num_ps do reqs[p] = { _type = "save", dir = dir } end
+  for p, m in pairs(self:_ask(reqs, "saved")) do
+    if not m.ok then error(("checkpoint: ps %d: %s"):format(p - 1, tostring(m.error)), 2) end
+  end
+  return dir
+end
+
+-- {applied=, unique=, duplicates=} per ps task
+function PS:ps_stats()
+  local reqs = {}
+  for p = 1, self._cl.num_ps do reqs[p] = { _type = "stats" } end
+  local got = self:_ask(reqs, "stats")
+  local out = {}
+  for p = 1, self._cl.num_ps do out[p] = got[p] end
+  return out
+end
+
+function PS:_run()
+  error("ParameterServerStrategy: schedule functions with distribute.ClusterCoordinator(strategy):schedule(fn, args)", 0)
+end
+
+-- variables created in the scope live on the ps tasks (as in TF): the model
+-- made in the scope is placed there when it is first needed
+function PS:_model_created(model) self._made = model end
+
+---------------------------------------------------------------- the coordinator
+local Coord = { __name = "ldist.ClusterCoordinator" }
+Coord.__index = Coord
+local RemoteValue = { __name = "ldist.RemoteValue" }
+RemoteValue.__index = RemoteValue
+local PerWorker = { __name = "ldist.PerWorkerDataset" }
+PerWorker.__index = PerWorker
+
+function distribute.ClusterCoordinator(strategy, opts)
+  if getmetatable(strategy) ~= PS then error("bad argument #1 to 'ClusterCoordinator' (ParameterServerStrategy expected)", 2) end
+  if strategy._coordinator then
+    if type(opts) == "table" and opts.max_staleness ~= nil then strategy._coordinator.max_staleness = opts.max_staleness end
+    return strategy._coordinator
+  end
+  opts = opts or {}
+  local self = setmetatable({ strategy = strategy, cluster = strategy._cl, max_staleness = opts.max_staleness,
+    _queue = {}, _busy = {}, _tasks = {}, _next = 0, _ds = 0, _datasets = {}, scheduled = 0, completed = 0,
+    rescheduled = 0, failed = 0 }, Coord)
+  strategy._coordinator = self
+  return self
+end
+
+-- send a setup message to every live worker and wait for the answers
+function Coord:_broadcast(ty, body)
+  local cl = self.cluster
+  local packed = C.pack(body)
+  local want = {}
+  for w = 0, cl.workers - 1 do
+    if cl:worker_alive(w) then cl._main:send(w + 1, ty, packed); want[w + 1] = true end
+  end
+  local t0 = ldist.clock()
+  while next(want) do
+    self:_pump(0.05, { op = ty, want = want })
+    if ldist.clock() - t0 > cl._timeout then error(("ClusterCoordinator: the workers did not answer '%s'"):format(ty), 0) end
+  end
+end
+
+function Coord:create_per_worker_dataset(src)
+  self._ds = self._ds + 1
+  local body = { id = self._ds }
+  if type(src) == "function" then body.fn = ship_fn(src, "the dataset function")
+  else
+    if type(src) == "table" and src.dataset then src = src.dataset end
+    body.recipe = distribute._recipe_of(src)
+    body.shard, body.workers = true, self.cluster.workers
+  end
+  self._datasets[self._ds] = body
+  self:_broadcast("dataset", body)
+  return setmetatable({ __per_worker = self._ds, coordinator = self }, PerWorker)
+end
+-- iter(per_worker_dataset): TF's per-worker iterator; the same object here
+function PerWorker:iter() return self end
+PerWorker.__call = PerWorker.iter
+
+local function in_flight(self)
+  local n = 0
+  for _ in pairs(self._busy) do n = n + 1 end
+  return n
+end
+
+-- hand queued tasks to idle live workers
+function Coord:_dispatch()
+  local cl = self.cluster
+  local limit = self.max_staleness and (self.max_staleness + 1) or math.huge
+  for w = 0, cl.workers - 1 do
+    if #self._queue == 0 then return end
+    if in_flight(self) >= limit then return end
+    if not self._busy[w] and cl:worker_alive(w) then
+      local t = table.remove(self._queue, 1)
+      t.worker, t.tries = w, t.tries + 1
+      self._busy[w] = t
+      cl._main:send(w + 1, "task", t.packed)
+    end
+  end
+end
+
+-- one round: output, dead processes, replies; `setup` collects setup answers
+function Coord:_pump(timeout, setup)
+  local cl = self.cluster
+  cl:_check_ps()
+  -- a dead worker: its task goes back to the queue (at-least-once)
+  for w = 0, cl.workers - 1 do
+    if not cl:worker_alive(w) then
+      if setup then setup.want[w + 1] = nil end
+      local t = self._busy[w]
+      if t then
+        self._busy[w] = nil
+        t.worker = nil
+        self.rescheduled = self.rescheduled + 1
+        table.insert(self._queue, 1, t)
+      end
+    end
+  end
+  if cl:alive() == 0 then
+    error("ClusterCoordinator: every worker is gone (" .. (next(cl._dead) and table.concat((function()
+      local l = {}; for _, v in pairs(cl._dead) do l[#l + 1] = v end; return l end)(), "; ") or "lost") .. ")", 0)
+  end
+  self:_dispatch()
+  local from, ty, body = cl._main:recv_any(timeout)
+  if not from then return end
+  local m = C.unpack(body)
+  local w = from - 1
+  if m.op == "task" then
+    local t = self._busy[w]
+    if t and t.id == m.task then
+      self._busy[w] = nil
+      if not m.ok then
+        cl:_check_ps()       -- a ps that died is the real story
+        t.state, t.error = "failed", m.error
+        self.failed = self.failed + 1
+      else
+        t.state, t.result = "done", m.result
+        self.completed = self.completed + 1
+      end
+      t.packed = nil
+    end
+    self:_dispatch()
+  elseif setup and m.op == setup.op then
+    if not m.ok then error(("worker %d: %s"):format(w, tostring(m.error)), 0) end
+    setup.want[from] = nil
+  end
+end
+
+-- coordinator:schedule(fn, args) -> RemoteValue: fn runs on some worker with args
+-- (a per-worker dataset arrives there as that worker's iterator: call it for a batch)
+function Coord:schedule(fn, args)
+  local s = self.strategy
+  if s._model == nil and s._made and s._made.built and s._made._compiled then s:_place(s._made) end
+  if s._model == nil then
+    error("ClusterCoordinator:schedule: no model lives on the ps tasks yet; create it under strategy:scope(), " ..
+      "build it (model:build(shape)) and compile it", 2)
+  end
+  local key = self._fn_cache and self._fn_cache[fn]
+  if not key then
+    self._fn_cache = self._fn_cache or setmetatable({}, { __mode = "k" })
+    key = (fn == distribute.ps_train_step or fn == distribute._ps_fit_step) and string.dump(fn)
+      or ship_fn(fn, "a scheduled function")
+    self._fn_cache[fn] = key
+  end
+  args = args or {}
+  local a = { n = #args }
+  for i = 1, #args do
+    local v = args[i]
+    a[i] = getmetatable(v) == PerWorker and { __per_worker = v.__per_worker } or v
+  end
+  self._next = self._next + 1
+  local t = { id = self._next, state = "pending", tries = 0 }
+  t.packed = C.pack({ task = t.id, fn = key, args = a })
+  self._tasks[t.id] = t
+  self._queue[#self._queue + 1] = t
+  self.scheduled = self.scheduled + 1
+  self:_dispatch()
+  self:_pump(0)
+  return setmetatable({ _t = t, _c = self }, RemoteValue)
+end
+
+function Coord:place(model) self.strategy:_place(model) end
+
+function Coord:join()
+  while #self._queue > 0 or next(self._busy) do self:_pump(0.05) end
+  for id, t in pairs(self._tasks) do
+    if t.state == "failed" then
+      self._tasks[id] = nil
+      error("ClusterCoordinator: a scheduled function failed: " .. tostring(t.error), 2)
+    end
+  end
+  self._tasks = {}
+end
+function Coord:done() return #self._queue == 0 and not next(self._busy) end
+
+function RemoteValue:fetch()
+  local t = self._t
+  while t.state == "pending" do self._c:_pump(0.02) end
+  if t.state == "failed" then error("the scheduled function failed: " .. tostring(t.error), 2) end
+  return table.unpack(t.result, 1, t.result.n)
+end
+RemoteValue.get = RemoteValue.fetch
+RemoteValue.__tostring = function(r) return ("<RemoteValue of function %d: %s>"):format(r._t.id, r._t.state) end
+
+-- coordinator:fetch(v): a RemoteValue's value, or (a table of) variables reassembled from the ps tasks
+function Coord:fetch(v)
+  if getmetatable(v) == RemoteValue then return v:fetch() end
+  if type(v) == "table" and getmetatable(v) == nil then
+    local out = {}
+    for k, x in pairs(v) do out[k] = self:fetch(x) end
+    return out
+  end
+  local s = self.strategy
+  if s._model and tensor.is_tensor(v) then
+    local vals = s:fetch_variables()
+    for i, mv in ipairs(s._model.trainable_variables) do
+      if rawequal(mv, v) or C.tensor_id(mv) == C.tensor_id(v) then return vals[i] end
+    end
+  end
+  return v
+end
+
+function Coord:stats()
+  local st = self.strategy:ps_stats()
+  return { scheduled = self.scheduled, completed = self.completed, rescheduled = self.rescheduled, failed = self.failed,
+    applied = st[1].applied, unique = st[1].unique, duplicates = st[1].duplicates, ps = st }
+end
+
+---------------------------------------------------------------- model:fit under the strategy
+-- The protocol's _fit: model:fit (50_keras.lua) hands the whole fit to the
+-- strategy, which schedules steps on the workers.
+function PS:_fit(model, x, y, opts)
+  if opts.class_weight then
+    error("bad argument to 'fit' (class_weight is not supported under ParameterServerStrategy yet; " ..
+      "give each example its weight as a third dataset component, or sample_weight=)", 3)
+  end
+  local ds = nn.Model._as_dataset(x, y, opts, opts.shuffle ~= false)
+  local steps = opts.steps_per_epoch
+  if not steps then
+    error("model:fit under ParameterServerStrategy needs steps_per_epoch (the workers read their datasets endlessly)", 3)
+  end
+  if not model.built then
+    for b in ds do model:build((function() local sh = {}; for d = 2, b[1].ndim do sh[d - 1] = b[1].shape[d] end; return sh end)()); break end
+  end
+  self:_place(model)
+  local coord = distribute.ClusterCoordinator(self)
+  local pwd = coord:create_per_worker_dataset(ds)
+  local epochs = opts.epochs or 1
+  local verbose = opts.verbose == nil and 1 or opts.verbose
+  local history = {}
+  local callbacks = opts.callbacks or {}
+  local val = opts.validation_data
+  if type(val) == "table" and tensor.is_tensor(val[1]) then
+    val = data.Dataset.from_tensor_slices({ val[1], val[2] }):batch(opts.batch_size or 32)
+  end
+  local function record(k, v) history[k] = history[k] or {}; table.insert(history[k], v) end
+  model.stop_training = false
+  for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(model) end end
+  for e = (opts.initial_epoch or 0) + 1, epochs do
+    local t0 = ldist.clock()
+    for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e, model) end end
+    local rvs = {}
+    local with_pred = #model._metrics > 0
+    local step_fn = with_pred and distribute._ps_fit_step or distribute.ps_train_step
+    for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
+    coord:join()
+    -- the training metrics, from each step's labels and predictions (the
+    -- weights that step read), as Keras's running metrics
+    for _, m in ipairs(model._metrics) do m:reset_state() end
+    local sum = 0
+    for k = 1, steps do
+      local l, yb, pred = rvs[k]:fetch()
+      sum = sum + l
+      for _, m in ipairs(model._metrics) do m:update_state(yb, pred) end
+    end
+    local logs = { loss = sum / steps }
+    for _, m in ipairs(model._metrics) do logs[m.name] = m:result() end
+    if self._checkpoint_dir then self:checkpoint() end
+    if val then
+      self:_fetch_into(model)
+      local r = model:evaluate(val, { verbose = 0 })
+      for k, v in pairs(r) do logs["val_" .. k] = v end
+    end
+    for k, v in pairs(logs) do record(k, v) end
+    if verbose ~= 0 then
+      local parts = {}
+      for k, v in pairs(logs) do parts[#parts + 1] = ("%s %.4f"):format(k, v) end
+      table.sort(parts)
+      print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
+    end
+    for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e, logs, model) end end
+    if model.stop_training then break end
+  end
+  self:_fetch_into(model)
+  -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
+  C.optimizer_set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
+  for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(model) end end
+  model.history = history
+  return history
+end
+
+---------------------------------------------------------------- documentation
+local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+doc(distribute.ParameterServerStrategy, "distribute.ParameterServerStrategy",
+  "distribute.ParameterServerStrategy(cluster, {variable_partitioner=, checkpoint_dir=, timeout=30})\n\n" ..
+  "Asynchronous training with parameter servers. cluster: distribute.LocalCluster{workers=W, ps=P},\n" ..
+  "or a TF_CONFIG table (default: the TF_CONFIG variable; `ldist launch -n W --ps P script.lua`\n" ..
+  "sets it; on worker and ps tasks this call serves and never returns). The model compiled under\n" ..
+  "strategy:scope() lives on the ps tasks: each variable on one (round-robin) or split along axis 0\n" ..
+  "by variable_partitioner (distribute.partitioners.FixedShardsPartitioner{num_shards=},\n" ..
+  "MinSizePartitioner{min_shard_bytes=, max_shards=}). Each ps applies the optimizer to its shards\n" ..
+  "as gradient pushes arrive. model:fit(ds, {epochs=, steps_per_epoch=}) trains through a\n" ..
+  "ClusterCoordinator; strategy:checkpoint([dir]) writes every shard (atomically);\n" ..
+  "strategy:fetch_variables() reassembles them.")
+doc(distribute.ClusterCoordinator, "distribute.ClusterCoordinator",
+  "distribute.ClusterCoordinator(strategy, {max_staleness=})\n\n" ..
+  "coordinator:schedule(fn, {args}) -> RemoteValue (rv:fetch()); coordinator:join();\n" ..
+  "coordinator:fetch(v); coordinator:create_per_worker_dataset(dataset | function(worker_index))\n" ..
+  "fn runs on a worker (it may use only its arguments and globals); distribute.ps_train_step(it)\n" ..
+  "is one step of asynchronous SGD: pull, gradients on it()'s batch, push. A function whose\n" ..
+  "worker dies runs again on another (at-least-once); coordinator:stats() counts duplicates.\n" ..
+  "max_staleness=k: at most k+1 functions in flight (0: synchronous SGD).")

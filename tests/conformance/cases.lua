@@ -1,0 +1,664 @@
+-- tests/conformance/cases.lua - the conformance cases (see run.lua for the
+-- format, and how to add one). Every case seeds what it makes, so the default
+-- strategy's numbers are the reference every other strategy must give.
+local D = distribute
+local cases = {}
+local function add(c) cases[#cases + 1] = c end
+
+---------------------------------------------------------------- helpers
+local function check(cond, fmt, ...)
+  if not cond then error(fmt:format(...), 2) end
+end
+
+-- n rows of normal features of shape {n, ...}; labels: argmax of the first
+-- `classes` features (an easy, learnable task)
+local function make_data(n, shape, classes, seed)
+  tensor.seed(seed or 11)
+  local x = tensor.normal(n, table.unpack(shape))
+  local flat = 1
+  for _, d in ipairs(shape) do flat = flat * d end
+  local y = x:reshape { n, flat }:slice(1, 0, classes):argmax(1):astype("int64")
+  return x, y
+end
+
+-- every trainable variable of a model, flattened into out["w<i>[<j>]"]
+local function put_weights(out, model, prefix)
+  for i, v in ipairs(model.trainable_variables) do
+    local flat = v:cpu():reshape { v:numel() }:totable()
+    for j, x in ipairs(flat) do out[("%s%d[%d]"):format(prefix or "w", i, j - 1)] = x end
+  end
+  return out
+end
+
+local function weights_sum(model)
+  local s = 0
+  for _, v in ipairs(model.trainable_variables) do s = s + v:cpu():sum():item() end
+  return s
+end
+
+local MODELS = {
+  mlp = { shape = { 8 }, classes = 4, make = function() return nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(4) } end },
+  flatten = { shape = { 4, 4 }, classes = 3,
+    make = function() return nn.Sequential { nn.Flatten(), nn.Dense(16, "relu"), nn.Dense(3) } end },
+  conv = { shape = { 6, 6, 1 }, classes = 3,
+    make = function() return nn.Sequential { nn.Conv2D(4, 3, { activation = "relu" }), nn.Flatten(), nn.Dense(3) } end },
+  dropout = { shape = { 8 }, classes = 4,
+    make = function() return nn.Sequential { nn.Dense(16, "relu"), nn.Dropout(0.3), nn.Dense(4) } end },
+}
+
+local OPTIMIZERS = {
+  sgd = function() return optim.SGD { learning_rate = 0.1 } end,
+  sgd_momentum = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9 } end,
+  adam = function() return optim.Adam { learning_rate = 0.01 } end,
+  adamw = function() return optim.AdamW { learning_rate = 0.01, weight_decay = 0.01 } end,
+}
+
+local function sparse_ce(reduction)
+  return losses.SparseCategoricalCrossentropy { from_logits = true, reduction = reduction }
+end
+
+-- model and optimizer made in the strategy's scope, from a fixed seed
+local function make_model(S, kind, opt_name, compile, metrics)
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = MODELS[kind].make()
+    opt = OPTIMIZERS[opt_name]()
+    if compile then model:compile { optimizer = opt, loss = sparse_ce(), metrics = metrics } end
+  end)
+  return model, opt
+end
+
+-- TF's custom training loop (the tf.distribute guide): per-example losses,
+-- compute_average_loss, strategy:run, strategy:reduce("sum", ...)
+local function custom_loop(S, model, opt, ds, epochs, global_batch_size)
+  local loss_object = sparse_ce("none")
+  local function step(inputs)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function()
+      local predictions = model(inputs[1], { training = true })
+      return D.compute_average_loss(loss_object(inputs[2], predictions),
+        global_batch_size and { global_batch_size = global_batch_size } or nil)
+    end)
+    opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+    return loss
+  end
+  local dist = S.distribute(ds)
+  local losses_ = {}
+  for _ = 1, epochs do
+    local total, nb = 0.0, 0
+    for inputs in dist do
+      total = total + S.reduce("sum", S.step(step, inputs))
+      nb = nb + 1
+    end
+    losses_[#losses_ + 1] = total / nb
+  end
+  return losses_
+end
+
+-- one training case: `mode` fit or loop, on MODELS[kind], OPTIMIZERS[opt_name];
+-- n rows, batch b, `epochs` epochs (50+ steps)
+local function train_case(o)
+  return {
+    name = o.name, tol = o.tol, also = o.also, skip = o.skip,
+    run = function(S)
+      local m = MODELS[o.model]
+      local x, y = make_data(o.n, m.shape, m.classes)
+      local ds = data.Dataset.from_tensor_slices(x, y)
+      if o.shuffle then ds = ds:shuffle(o.n, { seed = 3 }) end
+      ds = ds:batch(o.b)
+      local batches = -(-o.n // o.b)
+      local model, opt = make_model(S, o.model, o.opt, o.mode == "fit")
+      local hist
+      if o.mode == "fit" then
+        local h = model:fit(ds, { epochs = o.epochs, verbose = 0, steps_per_epoch = batches })
+        hist = h.loss
+      else
+        hist = custom_loop(S, model, opt, ds, o.epochs, o.global_batch_size)
+      end
+      check(#hist == o.epochs, "%d epochs of losses, %d expected", #hist, o.epochs)
+      local out = { loss_first = hist[1], loss_final = hist[#hist] }
+      out.iterations = opt.iterations      -- compared with the default strategy's, like the weights
+      check(hist[#hist] < hist[1], "the loss did not fall (%.4f -> %.4f)", hist[1], hist[#hist])
+      return put_weights(out, model)
+    end,
+  }
+end
+
+---------------------------------------------------------------- training equality
+-- optimizers: 240 rows, batch 24 (divisible by 1, 2, 3 replicas), 5 epochs = 50 steps
+for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw" } do
+  for _, mode in ipairs { "fit", "loop" } do
+    add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
+      also = (mode == "fit" and (opt == "sgd" or opt == "sgd_momentum")) and { "ps", "mw_local" }
+        or (mode == "fit" and { "mw_local" } or nil),
+      shuffle = opt == "adam" })
+  end
+end
+-- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3
+for _, kind in ipairs { "flatten", "conv", "dropout" } do
+  for _, mode in ipairs { "fit", "loop" } do
+    add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
+      epochs = 5, also = mode == "fit" and { "mw_local" } or nil })
+  end
+end
+-- uneven last batch: 50 rows, batch 16 -> 16, 16, 16, 2 (13 epochs = 52 steps);
+-- tiny last batch: 49 rows -> the last batch has 1 row, fewer than the replicas.
+-- The loop divides by the constant global batch, as TF's guide does.
+for _, u in ipairs { { "uneven", 50 }, { "tiny_last", 49 } } do
+  add(train_case { name = "fit_" .. u[1] .. "_batch", model = "mlp", opt = "sgd_momentum", mode = "fit", n = u[2], b = 16,
+    epochs = 13, also = { "mw_local" } })
+  add(train_case { name = "loop_" .. u[1] .. "_batch", model = "mlp", opt = "sgd_momentum", mode = "loop", n = u[2], b = 16,
+    epochs = 13, global_batch_size = 16 })
+end
+
+---------------------------------------------------------------- 1. cross-replica writes reach every replica
+-- after the write, every replica reads the written value (checked in run), and
+-- training from it gives the default strategy's weights
+local function replicas_read(S, model, want, what)
+  local pr = S.step(function() return weights_sum(model) end)
+  local vals = S.local_results(pr)
+  check(#vals == S.local_replicas, "%s: %d local results, %d expected", what, #vals, S.local_replicas)
+  for r, v in ipairs(vals) do
+    v = type(v) == "number" and v or v:item()
+    check(math.abs(v - want) <= 1e-4 * math.max(1, math.abs(want)),
+      "%s: replica %d reads weights summing to %.6g, the written value sums to %.6g", what, r - 1, v, want)
+  end
+end
+
+local function write_case(name, write)
+  add { name = name, run = function(S)
+    local x, y = make_data(96, { 6 }, 3)
+    local model, opt
+    tensor.seed(7)
+    S.scope(function()
+      model = nn.Sequential { nn.Dense(8, "tanh"), nn.Dense(3) }
+      model:build { 6 }
+      opt = optim.SGD { learning_rate = 0.1, momentum = 0.9 }
+    end)
+    write(S, model)
+    replicas_read(S, model, weights_sum(model), name)
+    local ds = data.Dataset.from_tensor_slices(x, y):batch(24)
+    local hist = custom_loop(S, model, opt, ds, 13)
+    return put_weights({ loss_final = hist[#hist] }, model)
+  end }
+end
+
+write_case("write_assign", function(S, model)
+  S.scope(function()
+    tensor.seed(21)
+    for _, v in ipairs(model.trainable_variables) do v:assign(tensor.normal(table.unpack(v.shape)) * 0.3) end
+  end)
+end)
+write_case("write_assign_add_sub", function(S, model)
+  S.scope(function()
+    local v = model.trainable_variables
+    v[1]:assign_add(tensor.ones(table.unpack(v[1].shape)) * 0.1)
+    v[3]:assign_sub(tensor.ones(table.unpack(v[3].shape)) * 0.05)
+  end)
+  local v = model.trainable_variables   -- and outside the scope
+  v[2]:assign_add(tensor.ones(table.unpack(v[2].shape)) * 0.2)
+  v[4]:assign_sub(tensor.ones(table.unpack(v[4].shape)) * 0.3)
+end)
+
+-- weights saved by a plain model (no strategy), loaded inside / outside the scope
+local function saved_weights(S)
+  local path = S.tmp("weights.safetensors")
+  tensor.seed(99)
+  local src = nn.Sequential { nn.Dense(8, "tanh"), nn.Dense(3) }
+  src:build { 6 }
+  src:save_weights(path)
+  return path
+end
+write_case("write_load_weights_in_scope", function(S, model)
+  local path = saved_weights(S)
+  S.scope(function() model:load_weights(path) end)
+  os.remove(path)
+end)
+write_case("write_load_weights_outside_scope", function(S, model)
+  local path = saved_weights(S)
+  model:load_weights(path)
+  os.remove(path)
+end)
+
+-- experimental_local_results of a variable: one component per local replica,
+-- each holding the written value
+local function check_local_results(S, v, want, what)
+  local comps = S.local_results(v)
+  check(type(comps) == "table" and #comps == S.local_replicas,
+    "%s: experimental_local_results gave %s components, %d expected", what, type(comps) == "table" and #comps or "no",
+    S.local_replicas)
+  for r, c in ipairs(comps) do
+    local d = (c:cpu() - want):abs():max():item()
+    check(d == 0, "%s: local result %d differs from the written value by %g", what, r - 1, d)
+  end
+end
+
+add { name = "local_results_model_variable", run = function(S)
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential { nn.Dense(4), nn.Dense(2) }
+    model:build { 3 }
+  end)
+  local v = model.trainable_variables[1]
+  tensor.seed(5)
+  local want = tensor.normal(table.unpack(v.shape))
+  S.scope(function() v:assign(want) end)
+  check_local_results(S, v, want, "assign in the scope")
+  local want2 = want * 2
+  v:assign(want2)
+  check_local_results(S, v, want2, "assign outside the scope")
+  return { ok = 1, v_sum = want2:sum():item() }
+end }
+
+add { name = "local_results_tensor_variable", run = function(S)
+  local v
+  S.scope(function() v = tensor.Variable(tensor.zeros(4)) end)
+  local want = tensor.new { 1, 2, 3, 4 }
+  S.scope(function() v:assign(want) end)
+  check_local_results(S, v, want, "tensor.Variable assigned in the scope")
+  -- every replica reads it inside run
+  local pr = S.step(function() return v:sum() end)
+  for r, x in ipairs(S.local_results(pr)) do
+    x = type(x) == "number" and x or x:item()
+    check(x == 10, "replica %d reads a variable summing to %g, 10 written", r - 1, x)
+  end
+  return { ok = 1 }
+end }
+
+---------------------------------------------------------------- 2. distribute_datasets_from_function
+add { name = "datasets_from_function", run = function(S)
+  local GB, N, EPOCHS = 12, 144, 5          -- 12 steps an epoch, 60 steps
+  local x, y = make_data(N, { 6 }, 3)
+  local ids = tensor.arange(N):astype("float32")
+  local calls, seen = 0, {}
+  local function fn(ctx)
+    calls = calls + 1
+    local pr = ctx:get_per_replica_batch_size(GB)
+    seen = { n = ctx.num_input_pipelines, id = ctx.input_pipeline_id, pr = pr }
+    check(math.type(pr) == "integer" and pr > 0 and GB % pr == 0, "ctx:get_per_replica_batch_size(%d) = %s", GB, tostring(pr))
+    check(math.type(ctx.num_input_pipelines) == "integer" and ctx.num_input_pipelines > 0,
+      "ctx.num_input_pipelines = %s", tostring(ctx.num_input_pipelines))
+    -- pipeline p takes the per-replica batches of its replicas (TF's shard of
+    -- batches): replica j = p*L + l gets rows [k*GB + j*pr, k*GB + (j+1)*pr) at step k
+    local P, L = ctx.num_input_pipelines, (GB // pr) // ctx.num_input_pipelines
+    local rows = {}
+    for b = 0, N // pr - 1 do
+      if (b // L) % P == ctx.input_pipeline_id then
+        for i = b * pr, (b + 1) * pr - 1 do rows[#rows + 1] = i end
+      end
+    end
+    local idx = tensor.new(rows):astype("int64")
+    return data.Dataset.from_tensor_slices(x:index_select(idx), y:index_select(idx), ids:index_select(idx)):batch(pr)
+  end
+  local dist = S.strategy:distribute_datasets_from_function(fn)
+  check(calls == 1, "the dataset function was called %d times in this worker, once expected (one input pipeline per worker)", calls)
+  check(seen.n == S.workers, "ctx.num_input_pipelines = %s, %d expected (the number of workers)", tostring(seen.n), S.workers)
+  check(seen.id == S.rank, "ctx.input_pipeline_id = %s, %d expected (this worker's index)", tostring(seen.id), S.rank)
+  check(seen.pr == GB // S.num_replicas, "ctx:get_per_replica_batch_size(%d) = %s, %d expected", GB, tostring(seen.pr),
+    GB // S.num_replicas)
+
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(3) }
+    opt = optim.SGD { learning_rate = 0.1, momentum = 0.9 }
+  end)
+  local loss_object = sparse_ce("none")
+  local function step(inputs)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function()
+      return D.compute_average_loss(loss_object(inputs[2], model(inputs[1], { training = true })))
+    end)
+    opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+    return loss, inputs[3]
+  end
+  local last
+  for e = 1, EPOCHS do
+    local k = 0
+    for inputs in dist do
+      local pl, pids = S.step(step, inputs)
+      last = S.reduce("sum", pl)
+      if e == 1 then
+        -- the local replicas got the pipeline's batches in turn
+        for l, t in ipairs(S.local_results(pids)) do
+          local j = S.rank * S.local_replicas + (l - 1)
+          local first = t:cpu():totable()[1]
+          check(first == k * GB + j * seen.pr, "step %d: replica %d got rows from %s, %d expected", k, j,
+            tostring(first), k * GB + j * seen.pr)
+        end
+      end
+      k = k + 1
+    end
+    check(k == N // GB, "epoch %d: %d steps, %d expected", e, k, N // GB)
+  end
+  return put_weights({ loss_final = last }, model)
+end }
+
+---------------------------------------------------------------- 3. contexts
+add { name = "contexts", run = function(S)
+  local s = S.strategy
+  local is_default = S.kind == "default"
+  local function outside(where)
+    check(D.get_strategy() == S.default_strategy, "%s: get_strategy() is %s, the default strategy expected", where,
+      tostring(D.get_strategy()))
+    check(D.has_strategy() == false, "%s: has_strategy() is true", where)
+    check(D.in_cross_replica_context() == false, "%s: in_cross_replica_context() is true (TF: false, the default replica context)", where)
+    local rc = D.get_replica_context()
+    check(rc ~= nil, "%s: get_replica_context() is nil, the default replica context expected", where)
+    check(rc.num_replicas_in_sync == 1, "%s: the default replica context has num_replicas_in_sync %s", where,
+      tostring(rc.num_replicas_in_sync))
+  end
+  outside("outside any scope")
+  if not is_default then
+    s:scope(function()
+      check(D.get_strategy() == s, "in the scope: get_strategy() is %s", tostring(D.get_strategy()))
+      check(D.has_strategy() == true, "in the scope: has_strategy() is false")
+      check(D.in_cross_replica_context() == true, "in the scope: in_cross_replica_context() is false")
+      check(D.get_replica_context() == nil, "in the scope: get_replica_context() is not nil (TF: None in cross-replica context)")
+    end)
+    outside("after the scope")
+  end
+  -- inside run, no scope open
+  local pr = s:run(function()
+    check(D.get_strategy() == s, "in run: get_strategy() is %s, the running strategy expected", tostring(D.get_strategy()))
+    check(D.has_strategy() == not is_default, "in run: has_strategy() is %s", tostring(D.has_strategy()))
+    check(D.in_cross_replica_context() == false, "in run: in_cross_replica_context() is true")
+    local rc = D.get_replica_context()
+    check(rc ~= nil, "in run: get_replica_context() is nil")
+    check(rc.num_replicas_in_sync == S.num_replicas, "in run: num_replicas_in_sync %s, %d expected",
+      tostring(rc.num_replicas_in_sync), S.num_replicas)
+    return rc.replica_id_in_sync_group
+  end)
+  for l, id in ipairs(S.local_results(pr)) do
+    local want = S.rank * S.local_replicas + l - 1
+    check(id == want, "in run: local replica %d has replica_id_in_sync_group %s, %d expected", l - 1, tostring(id), want)
+  end
+  outside("after run")
+  return { ok = 1 }
+end }
+
+add { name = "compute_average_loss_in_run", run = function(S)
+  local GB = 12
+  local ds = data.Dataset.from_tensor_slices(tensor.ones(GB)):batch(GB)
+  local total, steps = 0, 0
+  for inputs in S.distribute(ds) do
+    local pr = S.step(function(e) return D.compute_average_loss(e[1]) end, inputs)
+    total = total + S.reduce("sum", pr)
+    steps = steps + 1
+  end
+  check(steps == 1, "%d steps, 1 expected", steps)
+  check(math.abs(total - 1) < 1e-6, "the replicas' compute_average_loss of per-example losses of 1 add up to %.6g, 1 expected", total)
+  return { sum = total }
+end }
+
+---------------------------------------------------------------- 4. all_reduce returns a new value
+add { name = "all_reduce_new_value", run = function(S)
+  local pr = S.step(function()
+    local rc = D.get_replica_context()
+    local t = tensor.ones(3)
+    local r = rc:all_reduce("sum", t)
+    check(not rawequal(r, t), "all_reduce returned its argument, a new value expected")
+    check(t:cpu():sum():item() == 3, "all_reduce changed its argument (sum %g, 3 expected)", t:cpu():sum():item())
+    return r
+  end)
+  for l, r in ipairs(S.local_results(pr)) do
+    check(r:cpu():sum():item() == 3 * S.num_replicas, "replica %d: all_reduce sum %g, %d expected", l - 1,
+      r:cpu():sum():item(), 3 * S.num_replicas)
+  end
+  return { ok = 1 }
+end }
+
+---------------------------------------------------------------- 5. where variables live
+add { name = "variable_device", run = function(S)
+  local want = S.kind == "one_device" and "cpu:1" or S.devices[1]
+  local model, v
+  S.scope(function()
+    model = nn.Sequential { nn.Dense(4) }
+    model:build { 3 }
+    v = tensor.Variable(tensor.zeros(2))
+  end)
+  for i, w in ipairs(model.trainable_variables) do
+    check(tostring(w.device) == want, "model variable %d is on %s, %s expected", i, tostring(w.device), want)
+  end
+  check(tostring(v.device) == want, "a tensor.Variable made in the scope is on %s, %s expected", tostring(v.device), want)
+  local pr = S.step(function() return tensor.ones(2) end)
+  for l, r in ipairs(S.local_results(pr)) do
+    local dev = S.replica_device(S.rank * S.local_replicas + l - 1)
+    if S.kind == "one_device" then dev = "cpu:1" end
+    check(tostring(r.device) == dev, "run's result of replica %d is on %s, %s expected", l - 1, tostring(r.device), dev)
+  end
+  return { ok = 1 }
+end }
+
+---------------------------------------------------------------- 6. placement inside run
+add { name = "placement_in_run", run = function(S)
+  local arg_t = tensor.ones(3)
+  local pr = S.step(function(a)
+    local rc = D.get_replica_context()
+    local dev = S.kind == "one_device" and "cpu:1" or S.replica_device(rc.replica_id_in_sync_group)
+    local t = tensor.ones(3)
+    check(tostring(t.device) == dev, "replica %d: tensor.ones(3) made in the replica function is on %s, %s expected",
+      rc.replica_id_in_sync_group, tostring(t.device), dev)
+    check(tostring(a.device) == dev, "replica %d: a tensor argument of run is on %s, %s expected",
+      rc.replica_id_in_sync_group, tostring(a.device), dev)
+    local r = rc:all_reduce("sum", tensor.ones(3))
+    local vals = r:cpu():totable()
+    for i = 1, 3 do
+      check(vals[i] == S.num_replicas, "replica %d: all_reduce of ones gave %g, %d expected", rc.replica_id_in_sync_group,
+        vals[i], S.num_replicas)
+    end
+    return r
+  end, arg_t)
+  check(#S.local_results(pr) == S.local_replicas, "%d local results", #S.local_results(pr))
+  return { ok = 1 }
+end }
+
+---------------------------------------------------------------- 7. reduce with an axis
+add { name = "reduce_axis", run = function(S)
+  local function list(v)   -- a reduced value as a list of numbers
+    if type(v) == "number" then return { v } end
+    return v:cpu():reshape { v:numel() }:totable()
+  end
+  tensor.seed(3)
+  local out = {}
+  for _, gb in ipairs { 12, 10 } do             -- 10 rows: uneven over 3 replicas
+    local x = tensor.normal(gb, 3)
+    local ds = data.Dataset.from_tensor_slices(x):batch(gb)
+    for inputs in S.distribute(ds) do
+      local rows, scalars = S.step(function(e) return e[1], e[1]:sum() end, inputs)
+      local mean = S.reduce("mean", rows, { axis = 0 })
+      local sum = S.reduce("sum", rows, { axis = 0 })
+      local total = S.reduce("sum", scalars)
+      check(type(total) == "number", "reduce(\"sum\") of scalars gave a %s, a number expected", type(total))
+      local want_mean, want_sum = x:mean(0):totable(), x:sum(0):totable()
+      local got_mean, got_sum = list(mean), list(sum)
+      check(#got_mean == 3 and #got_sum == 3, "batch %d: reduce with {axis=0} gave %d and %d numbers, 3 expected", gb,
+        #got_mean, #got_sum)
+      for i = 1, 3 do
+        check(math.abs(got_mean[i] - want_mean[i]) < 1e-5, "batch %d: reduce(\"mean\", {axis=0})[%d] = %.6g, the mean " ..
+          "over the global batch is %.6g", gb, i - 1, got_mean[i], want_mean[i])
+        check(math.abs(got_sum[i] - want_sum[i]) < 1e-5, "batch %d: reduce(\"sum\", {axis=0})[%d] = %.6g, the sum " ..
+          "over the global batch is %.6g", gb, i - 1, got_sum[i], want_sum[i])
+        out[("mean%d[%d]"):format(gb, i - 1)] = got_mean[i]
+        out[("sum%d[%d]"):format(gb, i - 1)] = got_sum[i]
+      end
+      check(math.abs(total - x:sum():item()) < 1e-4, "batch %d: reduce(\"sum\") of scalars %g, %g expected", gb, total,
+        x:sum():item())
+      out["total" .. gb] = total
+    end
+  end
+  return out
+end }
+
+---------------------------------------------------------------- 8. fit: fewer rows than replicas, Flatten first
+add { name = "fit_flatten_tiny_batch", also = { "mw_local" }, run = function(S)
+  local x, y = make_data(49, { 4, 4 }, 3)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(16)   -- 16, 16, 16, 1
+  local model = make_model(S, "flatten", "sgd_momentum", true)
+  local h = model:fit(ds, { epochs = 13, verbose = 0 })
+  return put_weights({ loss_final = h.loss[#h.loss] }, model)
+end }
+
+---------------------------------------------------------------- 9. made in the scope, built outside it
+add { name = "built_outside_scope", also = { "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(4) }
+    opt = optim.SGD { learning_rate = 0.1, momentum = 0.9 }
+  end)
+  model(x:slice(0, 0, 2))                        -- built by its first call, outside the scope
+  model:compile { optimizer = opt, loss = sparse_ce() }
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(24), { epochs = 13, verbose = 0 })
+  return put_weights({ loss_final = h.loss[#h.loss] }, model)
+end }
+
+---------------------------------------------------------------- 10. Keras rules
+add { name = "metrics_mean_counts_elements", run = function(S)
+  local m
+  S.scope(function() m = metrics.Mean() end)
+  m:update_state(tensor.new { 1, 2, 3 })
+  m:update_state(tensor.new { 5 })
+  check(math.abs(m:result() - 2.75) < 1e-6, "Mean of [1,2,3] then [5] is %g; Keras counts each element: 2.75", m:result())
+  return { result = m:result() }
+end }
+
+add { name = "early_stopping_patience", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(48, { 8 }, 4)
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    model = MODELS.mlp.make()
+    -- a learning rate below float32's resolution: the weights, so the loss,
+    -- never change, and the loss never improves after the first epoch
+    model:compile { optimizer = optim.SGD { learning_rate = 1e-30 }, loss = sparse_ce() }
+  end)
+  local es = callbacks.EarlyStopping { monitor = "loss", patience = 1 }
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(16), { epochs = 6, verbose = 0, callbacks = { es },
+    steps_per_epoch = 3 })
+  check(#h.loss == 2, "EarlyStopping{patience=1} on a loss that never improves stopped after %d epochs; Keras stops after 2",
+    #h.loss)
+  return { epochs = #h.loss }
+end }
+
+add { name = "from_tensor_slices_dict", run = function(S)
+  local a, b = tensor.normal(6, 2), tensor.arange(6):astype("int64")
+  local ds = data.Dataset.from_tensor_slices { feat = a, label = b }
+  local n = 0
+  for e in ds do
+    n = n + 1
+    check(type(e) == "table" and tensor.is_tensor(e.feat) and tensor.is_tensor(e.label),
+      "element %d is not a table with tensors feat and label", n)
+    check(e.feat.shape[1] == 2, "element %d: feat has shape %s", n, table.concat(e.feat.shape, "x"))
+  end
+  check(n == 6, "%d elements, 6 expected", n)
+  n = 0
+  for e in ds:batch(4) do
+    n = n + 1
+    check(type(e) == "table" and tensor.is_tensor(e.feat) and tensor.is_tensor(e.label), "batch %d has no feat/label", n)
+  end
+  check(n == 2, "%d batches, 2 expected", n)
+  return { ok = 1 }
+end }
+
+add { name = "fit_unknown_option", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(48, { 8 }, 4)
+  local model = make_model(S, "mlp", "sgd", true)
+  local ok, err = pcall(model.fit, model, data.Dataset.from_tensor_slices(x, y):batch(16),
+    { epochz = 3, verbose = 0, steps_per_epoch = 3 })
+  check(not ok, "model:fit(ds, {epochz = 3}) did not raise an error")
+  check(tostring(err):find("epochz", 1, true), "the error does not name 'epochz': %s", tostring(err))
+  return { ok = 1 }
+end }
+
+-- class_weight / sample_weight: applied (then they change the weights and equal
+-- the default strategy's), or an error naming them; never silently ignored
+local function weighting_case(name, what, fit_opts_of, also)
+  add { name = name, also = also, run = function(S)
+    local x, y = make_data(96, { 8 }, 2)
+    local function train(weighted)
+      local model = make_model(S, "mlp", "sgd", true)
+      local opts = { epochs = 4, verbose = 0, batch_size = 16, shuffle = false, steps_per_epoch = 6 }
+      local a, b = x, y
+      if weighted then a, b, opts = fit_opts_of(x, y, opts) end
+      if b == nil then return model, model:fit(a, opts) end
+      return model, model:fit(a, b, opts)
+    end
+    local plain = train(false)
+    local ok, weighted = pcall(train, true)
+    if not ok then
+      check(tostring(weighted):find(what, 1, true), "fit with %s failed without naming it: %s", what, tostring(weighted))
+      return { _skip_compare = 1, _errored = 1 }
+    end
+    local d = 0
+    for i, v in ipairs(weighted.trainable_variables) do
+      d = math.max(d, (v:cpu() - plain.trainable_variables[i]:cpu()):abs():max():item())
+    end
+    check(d > 1e-4, "%s was silently ignored: the weights equal those of a fit without it", what)
+    return put_weights({}, weighted)
+  end }
+end
+weighting_case("fit_class_weight", "class_weight", function(x, y, opts)
+  opts.class_weight = { [0] = 1, [1] = 10 }
+  return x, y, opts
+end, { "mw_local" })
+weighting_case("fit_sample_weight", "sample_weight", function(x, y, opts)
+  local w = tensor.ones(x.shape[1])
+  w = w + y:astype("float32") * 4     -- rows of class 1 weigh 5
+  opts.sample_weight = w
+  return x, y, opts
+end, { "mw_local" })
+weighting_case("fit_sample_weight_dataset", "sample_weight", function(x, y, opts)
+  local w = tensor.ones(x.shape[1]) + y:astype("float32") * 4
+  opts.batch_size = nil
+  return data.Dataset.from_tensor_slices(x, y, w):batch(16), nil, opts
+end)
+
+---------------------------------------------------------------- fit with metrics and validation data
+add { name = "fit_metrics_validation", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(120, { 8 }, 4)
+  local xv, yv = make_data(48, { 8 }, 4, 12)
+  local model = make_model(S, "mlp", "sgd_momentum", true, { "accuracy" })
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(24), { epochs = 10, verbose = 0, steps_per_epoch = 5,
+    validation_data = data.Dataset.from_tensor_slices(xv, yv):batch(16) })
+  check(type(h.accuracy) == "table" and #h.accuracy == 10, "the history has no accuracy for each epoch")
+  check(type(h.val_loss) == "table" and #h.val_loss == 10, "the history has no val_loss for each epoch")
+  check(type(h.val_accuracy) == "table" and #h.val_accuracy == 10, "the history has no val_accuracy for each epoch")
+  return put_weights({ loss = h.loss[10], accuracy = h.accuracy[10], val_loss = h.val_loss[10],
+    val_accuracy = h.val_accuracy[10] }, model)
+end }
+
+---------------------------------------------------------------- parameter servers: schedule without place
+add { name = "ps_schedule_without_place", only = { ps = true }, compare = false, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    model = MODELS.mlp.make()
+    model:build { 8 }
+    model:compile { optimizer = optim.SGD { learning_rate = 0.1 }, loss = sparse_ce() }
+  end)
+  -- the reference: the same steps with no strategy, from the same weights
+  tensor.seed(7)
+  local ref = MODELS.mlp.make()
+  ref:build { 8 }
+  for i, v in ipairs(ref.trainable_variables) do v:assign(model.trainable_variables[i]:cpu()) end
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(16)
+  local coord = S.coordinator
+  local pwd = coord:create_per_worker_dataset(ds)
+  local rvs = {}
+  for k = 1, 12 do rvs[k] = coord:schedule(D.ps_train_step, { pwd }) end   -- no coordinator:place(model)
+  coord:join()
+  local ropt, rloss = optim.SGD { learning_rate = 0.1 }, sparse_ce()
+  for _ = 1, 2 do for b in ds do ref:train_step(b[1], b[2], rloss, ropt) end end
+  local got = S.strategy:fetch_variables()
+  local worst = 0
+  for i, v in ipairs(ref.trainable_variables) do worst = math.max(worst, (got[i] - v):abs():max():item()) end
+  check(worst < 1e-5, "12 scheduled steps on one worker differ from 12 plain SGD steps by %g", worst)
+  return { ok = 1, _first_loss = rvs[1]:fetch() }
+end }
+
+return cases

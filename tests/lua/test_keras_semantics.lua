@@ -1,0 +1,427 @@
+-- test_keras_semantics.lua - metrics.Mean, callbacks.EarlyStopping, dict
+-- datasets and weighted losses behave as TensorFlow 2.21 / Keras 3.15.1 do.
+-- Every expected number below was printed by that TensorFlow (in
+-- /work/tfvenv) running the same few lines; the Python is quoted next to it.
+local T = dofile("tests/lua/testlib.lua")
+ldist.config.cpu_devices(2)
+
+local function vec(t) return t:cpu():totable() end
+local function near_all(got, want, tol, what)
+  T.eq(#got, #want, what)
+  for i = 1, #want do T.near(got[i], want[i], tol or 1e-6, (what or "") .. " [" .. i .. "]") end
+end
+
+---------------------------------------------------------------- metrics.Mean
+-- TF: m = tf.keras.metrics.Mean(); m.update_state(values, sample_weight=...);
+-- m.result(), m.total, m.count
+local function mean_after(updates)
+  local m = metrics.Mean()
+  for _, u in ipairs(updates) do m:update_state(u[1], u[2]) end
+  return m
+end
+local function check_mean(m, result, total, count)
+  T.near(m:result(), result, 1e-6, "result")
+  T.near(m.total, total, 1e-6, "total")
+  T.near(m.count, count, 1e-6, "count")
+end
+
+T.test("Mean counts every element of a tensor", function()
+  -- update_state([1,2,3]) -> result 2.0, count 3.0; then [10] -> 4.0, count 4.0
+  local m = mean_after{ { tensor.new{1, 2, 3} } }
+  check_mean(m, 2.0, 6.0, 3.0)
+  m:update_state(tensor.new{10})
+  check_mean(m, 4.0, 16.0, 4.0)
+  -- a 2-D tensor: rows are the samples, each the mean of its row:
+  -- update_state([[1,2],[3,4]]) -> 2.5, total 5.0, count 2.0
+  check_mean(mean_after{ { tensor.new{{1, 2}, {3, 4}} } }, 2.5, 5.0, 2.0)
+end)
+
+T.test("Mean with a number sample_weight (Keras 3: a tensor first becomes its mean)", function()
+  -- update_state([1,2,3], sample_weight=2.0) -> 2.0, total 4.0, count 2.0;
+  -- then update_state([10], sample_weight=1.0) -> 4.6666665, total 14.0, count 3.0
+  local m = mean_after{ { tensor.new{1, 2, 3}, 2.0 } }
+  check_mean(m, 2.0, 4.0, 2.0)
+  m:update_state(tensor.new{10}, 1.0)
+  check_mean(m, 14 / 3, 14.0, 3.0)
+  -- update_state([[1,2],[3,4]], sample_weight=2.0) -> 2.5, total 5.0, count 2.0
+  check_mean(mean_after{ { tensor.new{{1, 2}, {3, 4}}, 2.0 } }, 2.5, 5.0, 2.0)
+end)
+
+T.test("Mean with a tensor sample_weight: weighted sum over summed weights", function()
+  -- update_state([1,2,3], sample_weight=[1,0,3]) -> 2.5, total 10.0, count 4.0
+  check_mean(mean_after{ { tensor.new{1, 2, 3}, tensor.new{1, 0, 3} } }, 2.5, 10.0, 4.0)
+  -- [[1,2],[3,4]] with [1,3] -> 3.0 (12, 4); with [[1],[3]] -> 3.0 (12, 4);
+  -- with [[1,2]] (broadcast over rows) -> 2.6666667 (8, 3)
+  check_mean(mean_after{ { tensor.new{{1, 2}, {3, 4}}, tensor.new{1, 3} } }, 3.0, 12.0, 4.0)
+  check_mean(mean_after{ { tensor.new{{1, 2}, {3, 4}}, tensor.new{{1}, {3}} } }, 3.0, 12.0, 4.0)
+  check_mean(mean_after{ { tensor.new{{1, 2}, {3, 4}}, tensor.new{{1, 2}} } }, 8 / 3, 8.0, 3.0)
+  -- [[1],[2],[3]] with [1,2,3] -> 2.3333333 (14, 6), and [1,2,3] with [[1],[2],[3]] the same
+  check_mean(mean_after{ { tensor.new{{1}, {2}, {3}}, tensor.new{1, 2, 3} } }, 7 / 3, 14.0, 6.0)
+  check_mean(mean_after{ { tensor.new{1, 2, 3}, tensor.new{{1}, {2}, {3}} } }, 7 / 3, 14.0, 6.0)
+  -- a table of numbers is a tensor too
+  check_mean(mean_after{ { tensor.new{1, 2, 3}, { 1, 0, 3 } } }, 2.5, 10.0, 4.0)
+end)
+
+T.test("Mean of numbers, zero weights, reset", function()
+  -- update_state(5.0); update_state(7.0, sample_weight=3) -> 6.5, total 26.0, count 4.0
+  local m = mean_after{ { 5.0 }, { 7.0, 3 } }
+  check_mean(m, 6.5, 26.0, 4.0)
+  -- update_state([1,2,3], sample_weight=[0,0,0]) -> 0.0 (divide_no_nan), total 0, count 0
+  check_mean(mean_after{ { tensor.new{1, 2, 3}, tensor.new{0, 0, 0} } }, 0.0, 0.0, 0.0)
+  -- a fresh Mean -> 0.0
+  T.eq(metrics.Mean():result(), 0.0)
+  m:reset_state()
+  check_mean(m, 0.0, 0.0, 0.0)
+end)
+
+T.test("Mean: weights that do not broadcast are an error", function()
+  -- TF: update_state([1,2,3], sample_weight=[1,2]) -> InvalidArgumentError
+  -- "Incompatible shapes: [2] vs. [3] [Op:BroadcastTo]"
+  T.raises(function() metrics.Mean():update_state(tensor.new{1, 2, 3}, tensor.new{1, 2}) end,
+    "sample_weight of shape [2] cannot be broadcast to the values' shape [3]")
+  -- update_state(5.0, sample_weight=[1,2,3]) -> InvalidArgumentError (rank of input
+  -- must be no greater than rank of output)
+  T.raises(function() metrics.Mean():update_state(5.0, { 1, 2, 3 }) end, "cannot be broadcast")
+  T.raises(function() metrics.Mean():update_state("x") end, "bad argument #1 to 'update_state'")
+end)
+
+---------------------------------------------------------------- callbacks.EarlyStopping
+-- Keras numbers epochs from 0, ldist from 1: Keras' stopped_epoch e is e + 1 here.
+-- The Keras runs set the model's kernel to the epoch index before each
+-- on_epoch_end, so the weights left at the end tell which epoch was restored.
+local function drive(seq, opts)
+  local w = tensor.Variable(tensor.new{ 0.0 })
+  local model = { trainable_variables = { w }, _metrics = { metrics.Accuracy("accuracy") } }
+  local cb = callbacks.EarlyStopping(opts)
+  cb:on_train_begin(model)
+  local stopped, waits = 0, {}
+  for e, v in ipairs(seq) do
+    w:assign(tensor.new{ e })
+    cb:on_epoch_end(e, { [opts.monitor or "val_loss"] = v }, model)
+    waits[#waits + 1] = cb.wait
+    if model.stop_training then stopped = e; break end
+  end
+  cb:on_train_end(model)
+  return { stopped = stopped, cb = cb, waits = table.concat(waits, ","), weight = w[0] }
+end
+
+-- {values, options, Keras' stopped_epoch (0-based, 0 = not stopped), best, best_epoch (0-based), waits}
+local es_cases = {
+  { { 1.0, 0.9, 0.95, 0.8 }, { patience = 0 }, 2, 0.9, 1, "0,0,1" },
+  { { 1.0, 1.1, 1.2, 0.5 }, { patience = 2 }, 2, 1.0, 0, "0,1,2" },     -- wait >= patience (old code: >)
+  { { 1.0, 1.1, 1.2, 0.5 }, { patience = 3 }, 0, 0.5, 3, "0,1,2,0" },
+  { { 1.0, 0.9, 0.8, 0.7 }, { patience = 1, baseline = 0.5 }, 0, 0.7, 3, "1,2,3,4" },
+  { { 1.0, 1.0, 1.0 }, { patience = 1, baseline = 0.5 }, 1, 1.0, 0, "1,2" },
+  { { 1.0, 0.4, 0.45, 0.42 }, { patience = 1, baseline = 0.5 }, 2, 0.4, 1, "1,0,1" },
+  { { 1.0, 0.95, 0.85 }, { patience = 1, min_delta = 0.1 }, 1, 1.0, 0, "0,1" },
+  { { 1.0, 0.95, 0.85 }, { patience = 1, min_delta = -0.1 }, 1, 1.0, 0, "0,1" },
+  { { 0.5, 0.6, 0.55, 0.58 }, { patience = 1, monitor = "val_accuracy" }, 2, 0.6, 1, "0,0,1" },
+  { { 0.5, 0.6, 0.55, 0.58 }, { patience = 1, monitor = "val_accuracy", mode = "min" }, 1, 0.5, 0, "0,1" },
+  { { 1, 2, 3, 4 }, { patience = 0, start_from_epoch = 2 }, 3, 3, 2, "0,0,0,1" },
+  { { 1.0, 2.0 }, { monitor = "val_foo", mode = "min" }, 1, 1.0, 0, "0,1" },
+}
+
+T.test("EarlyStopping counts, stops and records epochs as Keras 3", function()
+  -- Python: cb = keras.callbacks.EarlyStopping(**opts); cb.set_model(m); cb.on_train_begin()
+  -- for e, v in enumerate(seq): cb.on_epoch_end(e, {monitor: v}); stop when m.stop_training
+  for i, c in ipairs(es_cases) do
+    local r = drive(c[1], c[2])
+    local what = ("case %d"):format(i)
+    local want_stop = c[3] > 0 and c[3] + 1 or 0
+    T.eq(r.cb.stopped_epoch, want_stop, what .. " stopped_epoch")
+    T.eq(r.stopped, want_stop, what .. " the epoch fit stopped after")
+    T.near(r.cb.best, c[4], 1e-12, what .. " best")
+    T.eq(r.cb.best_epoch, c[5] + 1, what .. " best_epoch")
+    T.eq(r.waits, c[6], what .. " wait after each epoch")
+  end
+end)
+
+T.test("EarlyStopping restore_best_weights restores at the end, stopped or not (Keras 3)", function()
+  -- patience=5, [1.0, 0.5, 0.7, 0.9]: not stopped, kernel after on_train_end 1.0
+  -- (epoch index 1, the best); Keras 2 restored only on a stop
+  local r = drive({ 1.0, 0.5, 0.7, 0.9 }, { patience = 5, restore_best_weights = true })
+  T.eq(r.cb.stopped_epoch, 0)
+  T.eq(r.weight, 2.0)                  -- ldist's epoch 2 is Keras' epoch 1
+  -- patience=1: stopped at 2 (0-based), kernel 1.0
+  r = drive({ 1.0, 0.5, 0.7, 0.9 }, { patience = 1, restore_best_weights = true })
+  T.eq(r.cb.stopped_epoch, 3)
+  T.eq(r.weight, 2.0)
+  -- baseline=0.1 never beaten: best_weights are the first epoch's, kernel 0.0
+  r = drive({ 1.0, 1.2, 1.3 }, { patience = 5, restore_best_weights = true, baseline = 0.1 })
+  T.eq(r.weight, 1.0)
+  -- without restore_best_weights the last weights stay
+  r = drive({ 1.0, 0.5, 0.7, 0.9 }, { patience = 5 })
+  T.eq(r.weight, 4.0)
+end)
+
+T.test("EarlyStopping mode=auto: loss down, accuracy up, else by name", function()
+  local function dir(monitor, model)
+    local cb = callbacks.EarlyStopping{ monitor = monitor }
+    cb:on_train_begin(model)
+    return cb:_direction(model)
+  end
+  local compiled = { _metrics = { metrics.SparseCategoricalAccuracy("sparse_categorical_accuracy") } }
+  T.eq(dir("val_loss", compiled), "min")
+  T.eq(dir("loss", {}), "min")
+  T.eq(dir("val_sparse_categorical_accuracy", compiled), "max")   -- the metric's _direction "up"
+  T.eq(dir("val_acc", {}), "max")
+  T.eq(dir("val_mae", {}), "min")
+  T.raises(function() callbacks.EarlyStopping{ mode = "down" } end, "mode must be")
+end)
+
+T.test("EarlyStopping ships to a LocalCluster's workers with its options", function()
+  local es = callbacks.EarlyStopping{ monitor = "loss", patience = 2, min_delta = 0.01, baseline = 0.5,
+    restore_best_weights = true, start_from_epoch = 1, mode = "min" }
+  local c = es:_ship()
+  local copy = callbacks[c.class](c.config)
+  for _, k in ipairs{ "monitor", "patience", "min_delta", "baseline", "restore_best_weights", "start_from_epoch", "mode", "verbose" } do
+    T.eq(copy[k], es[k], k)
+  end
+  -- the copy decides as Keras with these options: [0.9, 0.8, 0.85, 0.86, 0.87] ->
+  -- stopped_epoch 2, best 0.8, best_epoch 1, waits [0, 1, 2], kernel after end 1.0
+  local r = drive({ 0.9, 0.8, 0.85, 0.86, 0.87 }, c.config)
+  T.eq(r.cb.stopped_epoch, 3)
+  T.eq(r.cb.best_epoch, 2)
+  T.eq(r.waits, "0,1,2")
+  T.eq(r.weight, 2.0)
+end)
+
+-- a model whose val_loss is scripted: a LambdaCallback listed before the
+-- EarlyStopping writes it into the epoch's logs, and keeps each epoch's weights
+local function scripted_fit(model, x, y, script, es)
+  local seen = {}
+  local lambda = callbacks.LambdaCallback{ on_epoch_end = function(_, epoch, logs, m)
+    logs.val_loss = script[epoch]
+    local w = {}
+    for i, v in ipairs(m.trainable_variables) do w[i] = v:cpu():clone() end
+    seen[epoch] = w
+  end }
+  local h = model:fit(x, y, { epochs = #script, batch_size = 16, verbose = 0, callbacks = { lambda, es } })
+  return h, seen
+end
+
+local function max_diff(a, b) return (a:cpu() - b:cpu()):abs():max():item() end
+
+T.test("EarlyStopping in a real fit: stops at Keras' epoch and restores the best weights", function()
+  tensor.seed(3)
+  local x = tensor.normal(64, 4)
+  local y = x:slice(1, 0, 1) * 2 + 1
+  local model = nn.Sequential{ nn.Dense(1) }
+  model:compile{ optimizer = optim.SGD{ learning_rate = 0.05 }, loss = "mse" }
+  local es = callbacks.EarlyStopping{ patience = 2, restore_best_weights = true }
+  -- Keras with these val_loss values: best at epoch index 1, stopped_epoch 3 (0-based)
+  local h, seen = scripted_fit(model, x, y, { 1.0, 0.5, 0.6, 0.7, 0.4, 0.3 }, es)
+  T.eq(#h.loss, 4, "epochs run")
+  T.eq(es.stopped_epoch, 4)
+  T.eq(es.best_epoch, 2)
+  for i, v in ipairs(model.trainable_variables) do
+    T.eq(max_diff(v, seen[2][i]), 0, "weights are epoch 2's")
+    T.ok(max_diff(v, seen[4][i]) > 0, "epoch 4 trained further")
+  end
+end)
+
+T.test("EarlyStopping restores every replica of a mirrored variable", function()
+  local strategy = distribute.MirroredStrategy{ devices = { "cpu:0", "cpu:1" } }
+  tensor.seed(4)
+  local x = tensor.normal(64, 4)
+  local y = x:slice(1, 0, 1) * 2 + 1
+  local model
+  do
+    local _ <close> = strategy:scope()
+    model = nn.Sequential{ nn.Dense(1) }
+    model:compile{ optimizer = optim.SGD{ learning_rate = 0.05 }, loss = "mse" }
+  end
+  local es = callbacks.EarlyStopping{ patience = 1, restore_best_weights = true }
+  local h, seen = scripted_fit(model, x, y, { 0.9, 0.3, 0.8, 0.2 }, es)
+  T.eq(#h.loss, 3, "epochs run")
+  T.eq(es.stopped_epoch, 3)
+  for i, v in ipairs(model.trainable_variables) do
+    local copies = ldist._distribute.mirror_copies(v)
+    T.eq(#copies, 2, "two replicas")
+    for r, c in ipairs(copies) do T.eq(max_diff(c, seen[2][i]), 0, ("replica %d holds epoch 2's weights"):format(r - 1)) end
+  end
+end)
+
+---------------------------------------------------------------- dict datasets
+-- ds = tf.data.Dataset.from_tensor_slices({"feat": a, "label": b}) with
+-- a = [[0,1],[2,3],[4,5]] (float32), b = [0,1,2] (int64):
+--   elements [{'feat': [0.0, 1.0], 'label': 0}, {'feat': [2.0, 3.0], 'label': 1}, {'feat': [4.0, 5.0], 'label': 2}]
+--   batch(2) [{'feat': [[0.0, 1.0], [2.0, 3.0]], 'label': [0, 1]}, {'feat': [[4.0, 5.0]], 'label': [2]}]
+--   cardinality 3, take(2) 2, skip(1) 2, repeat(2) 6
+local a = tensor.new{ { 0, 1 }, { 2, 3 }, { 4, 5 } }
+local b = tensor.new{ 0, 1, 2 }:long()
+local function dict_ds() return data.Dataset.from_tensor_slices{ feat = a, label = b } end
+local function keys_of(t)
+  local k = {}
+  for key in pairs(t) do k[#k + 1] = tostring(key) end
+  table.sort(k)
+  return table.concat(k, ",")
+end
+
+T.test("from_tensor_slices of a dict yields tables with the same keys", function()
+  local rows = {}
+  for e in dict_ds() do
+    T.eq(keys_of(e), "feat,label")
+    rows[#rows + 1] = { vec(e.feat), e.label:item(), e.label.dtype }
+  end
+  T.eq(#rows, 3)
+  for i = 1, 3 do
+    near_all(rows[i][1], { 2 * (i - 1), 2 * (i - 1) + 1 }, 0, "feat row")
+    T.eq(rows[i][2], i - 1)
+    T.eq(rows[i][3], "int64")
+  end
+  T.ok(tostring(dict_ds()):find("of {feat, label}", 1, true), tostring(dict_ds()))
+end)
+
+T.test("batch of a dict dataset gives tables of batched tensors", function()
+  local got = {}
+  for e in dict_ds():batch(2) do
+    T.eq(keys_of(e), "feat,label")
+    got[#got + 1] = e
+  end
+  T.eq(#got, 2)
+  T.eq(got[1].feat.shape[1], 2); T.eq(got[1].feat.shape[2], 2)
+  near_all(vec(got[1].feat:reshape{ 4 }), { 0, 1, 2, 3 }, 0)
+  near_all(vec(got[1].label), { 0, 1 }, 0)
+  T.eq(got[2].feat.shape[1], 1)
+  near_all(vec(got[2].label), { 2 }, 0)
+  local n = 0
+  for _ in dict_ds():batch(2, { drop_remainder = true }) do n = n + 1 end
+  T.eq(n, 1)
+end)
+
+T.test("a dict flows through shuffle, take, skip, repeat, prefetch and cardinality", function()
+  local ds = dict_ds()
+  T.eq(ds:cardinality(), 3); T.eq(ds:take(2):cardinality(), 2)
+  T.eq(ds:skip(1):cardinality(), 2); T.eq(ds:repeat_(2):cardinality(), 6)
+  -- shuffling keeps each row's feat and label together, and is a permutation
+  local seen = {}
+  for e in ds:shuffle(3, { seed = 5 }):repeat_(2):prefetch(2) do
+    local l = e.label:item()
+    near_all(vec(e.feat), { 2 * l, 2 * l + 1 }, 0, "row " .. l)
+    seen[l] = (seen[l] or 0) + 1
+  end
+  T.eq(seen[0], 2); T.eq(seen[1], 2); T.eq(seen[2], 2)
+  local labels = {}
+  for e in ds:skip(1):take(1) do labels[#labels + 1] = e.label:item() end
+  T.eq(table.concat(labels, ","), "1")
+  local it = ds:iter()
+  T.eq(keys_of(it()), "feat,label")
+  it:close()
+end)
+
+T.test("map over a dict gets the dict and may return a dict or a list", function()
+  -- ds.map(lambda d: d["feat"] * 10) -> [[0.0, 10.0], [20.0, 30.0], [40.0, 50.0]]
+  local out = {}
+  for e in dict_ds():map(function(d) return d.feat * 10 end) do out[#out + 1] = vec(e[1]) end
+  near_all(out[2], { 20, 30 }, 0)
+  -- ds.map(lambda d: {"x": d["feat"] + 1, "y": d["label"]}) ->
+  -- [{'x': [1.0, 2.0], 'y': 0}, {'x': [3.0, 4.0], 'y': 1}, {'x': [5.0, 6.0], 'y': 2}]
+  local m = dict_ds():map(function(d) return { x = d.feat + 1, y = d.label } end)
+  local bs = {}
+  for e in m:batch(3) do T.eq(keys_of(e), "x,y"); bs[#bs + 1] = e end
+  near_all(vec(bs[1].x:reshape{ 6 }), { 1, 2, 3, 4, 5, 6 }, 0)
+  near_all(vec(bs[1].y), { 0, 1, 2 }, 0)
+  -- a dict after a dict-returning map, and back to a list
+  for e in m:map(function(d) return d.x, d.y end):take(1) do
+    near_all(vec(e[1]), { 1, 2 }, 0); T.eq(e[2]:item(), 0)
+  end
+  T.raises(function()
+    for _ in dict_ds():map(function(d) if d.label:item() == 1 then return d.feat end return { x = d.feat } end) do end
+  end, "the map function returned a list of tensors here, but a table with keys {x} for an earlier element")
+end)
+
+T.test("a dict with no keys, uneven rows or a scalar is an error naming the keys", function()
+  -- TF: from_tensor_slices({}) -> ValueError "Invalid `element`. `element` should not be empty."
+  T.raises(function() data.Dataset.from_tensor_slices{} end, "the table is empty")
+  -- TF: {"feat": a, "label": arange(4)} -> ValueError "Dimensions 3 and 4 are not compatible"
+  T.raises(function() data.Dataset.from_tensor_slices{ feat = a, label = tensor.new{ 1, 2, 3, 4 } } end,
+    "the first dimensions differ: 'feat' has 3 rows, 'label' has 4")
+  T.raises(function() data.Dataset.from_tensor_slices{ feat = a, label = tensor.new(3) } end,
+    "'label' is a scalar")
+  T.raises(function() data.Dataset.from_tensor_slices{ feat = a, label = "x" } end, "'label' is a string")
+  T.raises(function() data.Dataset.from_tensor_slices{ a, b, name = a } end, "cannot have other keys too")
+end)
+
+T.test("a list {x, y} and separate tensors still give lists", function()
+  -- from_tensor_slices((a, b)).batch(2) -> ([[0,1],[2,3]], [0,1]), ([[4,5]], [2])
+  for _, ds in ipairs{ data.Dataset.from_tensor_slices{ a, b }, data.Dataset.from_tensor_slices(a, b) } do
+    local got = {}
+    for e in ds:batch(2) do got[#got + 1] = e end
+    T.eq(#got, 2)
+    near_all(vec(got[1][2]), { 0, 1 }, 0)
+    near_all(vec(got[2][1]:reshape{ 2 }), { 4, 5 }, 0)
+  end
+  -- tables of numbers as dict values become float32 tensors
+  local n = 0
+  for e in data.Dataset.from_tensor_slices{ feat = { { 1, 2 }, { 3, 4 } }, w = { 5, 6 } } do
+    n = n + 1
+    T.eq(e.w.dtype, "float32")
+  end
+  T.eq(n, 2)
+end)
+
+---------------------------------------------------------------- losses with sample_weight
+-- y_true = [0, 2, 1]; y_pred = [[0.7,0.2,0.1],[0.1,0.3,0.6],[0.25,0.5,0.25]];
+-- logits = [[2,1,0.1],[0.5,-1,1.5],[0,0.3,-0.2]]; w = [1.0, 0.5, 2.0]
+local yt = tensor.new{ 0, 2, 1 }:long()
+local yp = tensor.new{ { 0.7, 0.2, 0.1 }, { 0.1, 0.3, 0.6 }, { 0.25, 0.5, 0.25 } }
+local logits = tensor.new{ { 2.0, 1.0, 0.1 }, { 0.5, -1.0, 1.5 }, { 0.0, 0.3, -0.2 } }
+local w = tensor.new{ 1.0, 0.5, 2.0 }
+local SCCE = losses.SparseCategoricalCrossentropy
+
+T.test("sparse categorical cross-entropy with sample_weight", function()
+  T.near(SCCE()(yt, yp):item(), 0.5202159285545349, 1e-6)                  -- no weights
+  T.near(SCCE()(yt, yp, w):item(), 0.6661273837089539, 1e-6)               -- sum(w*l)/3
+  T.near(SCCE()(yt, yp, 2.0):item(), 1.0404318571090698, 1e-6)             -- a number
+  T.near(SCCE()(yt, yp, w:reshape{ 3, 1 }):item(), 0.6661273837089539, 1e-6)  -- [3, 1]
+  T.near(SCCE()(yt, yp, { 1.0, 0.5, 2.0 }):item(), 0.6661273837089539, 1e-6)  -- a table
+  T.near(SCCE()(yt, yp, tensor.new{ 0, 0, 0 }):item(), 0.0, 1e-9)          -- not NaN
+  T.near(SCCE{ from_logits = true }(yt, logits, w):item(), 0.7697908878326416, 1e-6)
+  T.near(SCCE{ reduction = "sum" }(yt, yp, w):item(), 1.9983820915222168, 1e-6)
+  near_all(vec(SCCE{ reduction = "none" }(yt, yp, w)),
+    { 0.3566749691963196, 0.2554127871990204, 1.3862943649291992 }, 1e-6)
+end)
+
+T.test("other losses with sample_weight", function()
+  T.near(losses.CategoricalCrossentropy()(tensor.new{ { 1, 0, 0 }, { 0, 0, 1 }, { 0, 1, 0 } }, yp, w):item(),
+    0.6661273837089539, 1e-6)
+  T.near(losses.BinaryCrossentropy()(tensor.new{ { 1 }, { 0 }, { 1 } }, tensor.new{ { 0.9 }, { 0.2 }, { 0.4 } }, w):item(),
+    0.683171272277832, 1e-6)
+  local yr, pr = tensor.new{ { 1, 2 }, { 3, 4 }, { 5, 6 } }, tensor.new{ { 1.5, 2 }, { 2, 4.5 }, { 5, 8 } }
+  T.near(losses.MeanSquaredError()(yr, pr):item(), 0.9166666865348816, 1e-6)
+  T.near(losses.MeanSquaredError()(yr, pr, w):item(), 1.4791666269302368, 1e-6)
+  -- 1-D y: Keras' per-example MSE is one scalar (the mean over the last axis),
+  -- which the weights then broadcast: mean([1,0.5,2] * 1.6667) = 1.9444443
+  local y1, p1 = tensor.new{ 1, 2, 3 }, tensor.new{ 2, 2, 5 }
+  T.near(losses.MeanSquaredError()(y1, p1):item(), 1.6666666269302368, 1e-6)
+  T.near(losses.MeanSquaredError()(y1, p1, w):item(), 1.9444442987442017, 1e-6)
+  near_all(vec(losses.MeanSquaredError{ reduction = "none" }(y1, p1, w)),
+    { 1.6666666269302368, 0.8333333134651184, 3.3333332538604736 }, 1e-6)
+end)
+
+T.test("the gradient of a weighted loss is TF's", function()
+  -- with tf.GradientTape() as t: l = SCCE(from_logits=True)(y_true, v, sample_weight=w); t.gradient(l, v)
+  local v = tensor.Variable(logits:clone())
+  local tape = autograd.GradientTape()
+  local loss = tape:record(function() return SCCE{ from_logits = true }(yt, v, w) end)
+  local g = vec(tape:gradient(loss, { v })[1]:reshape{ 9 })
+  near_all(g, { -0.11366628110408783, 0.08081100136041641, 0.03285530209541321,
+    0.04228603094816208, 0.009435288608074188, -0.051721327006816864,
+    0.21039855480194092, -0.38265833258628845, 0.17225977778434753 }, 1e-5)
+end)
+
+T.test("weights made on the host weigh losses computed on another device", function()
+  -- the same as SCCE(from_logits=True)(y_true, logits, sample_weight=w) above: 0.7697908878
+  local l = SCCE{ from_logits = true }(yt:to("cpu:1"), logits:to("cpu:1"), w)
+  T.eq(l.device, "cpu:1")
+  T.near(l:item(), 0.7697908878326416, 1e-6)
+end)
+
+T.test("sample_weight that does not broadcast is an error", function()
+  -- TF: sample_weight=[1, 1] -> InvalidArgumentError "Incompatible shapes: [3] vs. [2] [Op:Mul]"
+  T.raises(function() SCCE()(yt, yp, tensor.new{ 1, 1 }) end, "bad argument #3 to 'loss' (sample_weight 2 does not broadcast")
+  T.raises(function() SCCE()(yt, yp, "x") end, "sample_weight must be a number or a tensor")
+end)
+
+T.done()
