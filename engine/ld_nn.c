@@ -440,10 +440,10 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             TRY(t1 = ld_sum(y_pred, -1, 1));
             TRY(t2 = ld_div(y_pred, t1));
             ld_tensor_release(t1);
-            TRY(t1 = ld_tensor_scalar(1e-7f, NULL));
+            TRY(t1 = ld_tensor_scalar(1e-7f, y_pred->storage->device));
             TRY(t3 = ld_maximum(t2, t1));
             ld_tensor_release(t2); ld_tensor_release(t1); t1 = NULL;
-            TRY(t1 = ld_tensor_scalar(1 - 1e-7f, NULL));
+            TRY(t1 = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device));
             TRY(t2 = ld_minimum(t3, t1));
             ld_tensor_release(t3); t3 = NULL; ld_tensor_release(t1); t1 = NULL;
             logp = ld_log(t2);
@@ -477,7 +477,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor_release(e); ld_tensor_release(e1); ld_tensor_release(lg); ld_tensor_release(d);
         } else {
             /* -(z log p + (1-z) log(1-p)), p clipped to [eps, 1-eps] */
-            ld_tensor *lo = ld_tensor_scalar(1e-7f, NULL), *hi = ld_tensor_scalar(1 - 1e-7f, NULL);
+            ld_tensor *lo = ld_tensor_scalar(1e-7f, y_pred->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device);
             ld_tensor *p1 = lo && hi ? ld_maximum(y_pred, lo) : NULL, *p = p1 ? ld_minimum(p1, hi) : NULL;
             ld_tensor *lp = p ? ld_log(p) : NULL;
             ld_tensor *omp = p ? ld_mul_scalar(p, -1.0f) : NULL, *omp1 = omp ? ld_add_scalar(omp, 1.0f) : NULL;

@@ -11,6 +11,17 @@ local ldist = ...
 local docs = ldist.docs
 local dgetmetatable = debug.getmetatable
 
+-- ldist.document(obj, name(s), text): the prelude files' one way to register
+-- a docstring, under the object (when given) and its qualified name(s).
+function ldist.document(obj, names, text)
+  if obj ~= nil then docs[obj] = text end
+  if type(names) == "table" then
+    for _, n in ipairs(names) do docs[n] = text end
+  else
+    docs[names] = text
+  end
+end
+
 -- ---- names ------------------------------------------------------------------
 
 local STDLIBS = { "string", "table", "math", "io", "os", "coroutine", "utf8", "debug", "package" }

@@ -8,10 +8,7 @@ local data, lio, tensor = ldist.data, ldist.io, ldist.tensor
 local docs = ldist.docs
 local open, getenv = io.open, os.getenv   -- Lua's io, whatever the globals become
 
-local function doc(obj, names, text)
-  if obj ~= nil then docs[obj] = text end
-  for _, n in ipairs(names) do docs[n] = text end
-end
+local doc = ldist.document
 
 ---------------------------------------------------------------- datasets
 local datasets = {}

@@ -6,10 +6,7 @@ local tensor, nn = ldist.tensor, ldist.nn
 local Model = nn.Model
 local docs = ldist.docs
 
-local function doc(obj, name, text)
-  docs[name] = text
-  if obj ~= nil then docs[obj] = text end
-end
+local doc = ldist.document
 
 ---------------------------------------------------------------- metrics
 local metrics = {}

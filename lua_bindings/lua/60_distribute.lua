@@ -504,7 +504,7 @@ function distribute._on_model_created(model)
 end
 function Strategy:_model_created(model) end
 
-local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+local doc = ldist.document
 doc(distribute, "distribute", "distribute\n\nDistribution strategies in the manner of tf.distribute:\n" ..
   "get_strategy(), OneDeviceStrategy, MirroredStrategy, MultiWorkerMirroredStrategy and\n" ..
   "ParameterServerStrategy. Every strategy has scope(), run(fn, ...), reduce(op, v, {axis=}),\n" ..

@@ -149,7 +149,7 @@ function net.describe_exit(ev)
   return ("exited with status %d"):format(ev.status)
 end
 
-local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+local doc = ldist.document
 doc(distribute.resolve_cluster, "distribute.resolve_cluster",
   "distribute.resolve_cluster([tf_config]) -> {rank=, size=, leader=, task_type=, task_index=, source=}\n\n" ..
   "Where this process stands in its cluster (TF_CONFIG, LDIST_*, Slurm or mpirun variables).")

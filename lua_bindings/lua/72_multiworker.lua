@@ -469,7 +469,7 @@ function MW:_sync_models()
 end
 
 
-local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+local doc = ldist.document
 doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrategy",
   "distribute.MultiWorkerMirroredStrategy{cluster=, timeout=30, communication=\"auto\"|\"ring\"|\"nccl\",\n" ..
   "                                       auto_shard_policy=\"AUTO\", heartbeat_timeout=}\n\n" ..

@@ -385,7 +385,7 @@ function distribute._serve()
 end
 
 
-local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+local doc = ldist.document
 doc(distribute.LocalCluster, "distribute.LocalCluster",
   "distribute.LocalCluster{workers=2, timeout=30, threads=}\n\n" ..
   "Start worker processes on this machine that wait for work from this session (authenticated\n" ..

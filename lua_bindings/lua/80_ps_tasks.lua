@@ -250,21 +250,25 @@ function W:push(grads, task)
 end
 
 -- one step of asynchronous SGD on this worker: pull, gradients on the next batch, push
--- (with_pred: also the labels and predictions, for model:fit's metrics)
-function W:train_step(it, with_pred)
+-- -> the loss; for model:fit (fit = true) also the batch's rows, and with
+-- with_pred the labels and the predictions (for its metrics)
+function W:train_step(it, fit, with_pred)
   local b = type(it) == "function" and it() or it
   local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
   self:pull()
   local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)
   self:push(grads)
-  if with_pred then return lv:item(), y:cpu(), pred:cpu() end
-  return lv:item()
+  if not fit then return lv:item() end
+  local rows = x.ndim > 0 and x.shape[1] or 1
+  if with_pred then return lv:item(), rows, y:cpu(), pred:cpu() end
+  return lv:item(), rows
 end
 
 function distribute.worker_context() return worker_ctx end
 -- the function model:fit and coordinator:schedule use for a training step
 distribute.ps_train_step = function(it) return ldist.distribute.worker_context():train_step(it) end
 distribute._ps_fit_step = function(it) return ldist.distribute.worker_context():train_step(it, true) end
+distribute._ps_fit_pred_step = function(it) return ldist.distribute.worker_context():train_step(it, true, true) end
 
 local function worker_serve(me, main, ps, timeout)
   local self = setmetatable({ index = me, ps = ps, timeout = timeout, datasets = {} }, W)
@@ -281,6 +285,8 @@ local function worker_serve(me, main, ps, timeout)
           if ty == "setup" then
             self.model = build_model(m.model)
             self.loss = build_loss(m.loss)
+            -- the coordinator's random generator: dropout draws what one process would
+            if m.rng then tensor.set_rng_state(m.rng) end
             self.by_ps = {}
             for _, sh in ipairs(m.layout) do
               local l = self.by_ps[sh.ps + 1] or {}

@@ -110,7 +110,8 @@ function PS:_place(model, x)
   local got = self:_ask(reqs, "init_ok")
   self.restored = got[1].restored
   self.restored_optimizer = got[1].slots
-  local spec = { model = describe_model(model), loss = C.loss_config(model._loss), layout = layout }
+  local spec = { model = describe_model(model), loss = C.loss_config(model._loss), layout = layout,
+    rng = tensor.get_rng_state() }
   self._layout = layout
   self._model = model
   self._coordinator = self._coordinator or distribute.ClusterCoordinator(self)
@@ -335,7 +336,8 @@ function Coord:schedule(fn, args)
   local key = self._fn_cache and self._fn_cache[fn]
   if not key then
     self._fn_cache = self._fn_cache or setmetatable({}, { __mode = "k" })
-    key = (fn == distribute.ps_train_step or fn == distribute._ps_fit_step) and string.dump(fn)
+    key = (fn == distribute.ps_train_step or fn == distribute._ps_fit_step or fn == distribute._ps_fit_pred_step)
+      and string.dump(fn)
       or ship_fn(fn, "a scheduled function")
     self._fn_cache[fn] = key
   end
@@ -438,19 +440,20 @@ function PS:_fit(model, x, y, opts)
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e, model) end end
     local rvs = {}
     local with_pred = #model._metrics > 0
-    local step_fn = with_pred and distribute._ps_fit_step or distribute.ps_train_step
+    local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
     for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
     coord:join()
     -- the training metrics, from each step's labels and predictions (the
     -- weights that step read), as Keras's running metrics
     for _, m in ipairs(model._metrics) do m:reset_state() end
-    local sum = 0
+    -- the epoch's loss: the mean over its examples, as one process reports it
+    local sum, rows = 0, 0
     for k = 1, steps do
-      local l, yb, pred = rvs[k]:fetch()
-      sum = sum + l
+      local l, n, yb, pred = rvs[k]:fetch()
+      sum, rows = sum + l * n, rows + n
       for _, m in ipairs(model._metrics) do m:update_state(yb, pred) end
     end
-    local logs = { loss = sum / steps }
+    local logs = { loss = rows > 0 and sum / rows or 0 }
     for _, m in ipairs(model._metrics) do logs[m.name] = m:result() end
     if self._checkpoint_dir then self:checkpoint() end
     if val then
@@ -477,7 +480,7 @@ function PS:_fit(model, x, y, opts)
 end
 
 ---------------------------------------------------------------- documentation
-local function doc(obj, name, text) docs[name] = text; if obj then docs[obj] = text end end
+local doc = ldist.document
 doc(distribute.ParameterServerStrategy, "distribute.ParameterServerStrategy",
   "distribute.ParameterServerStrategy(cluster, {variable_partitioner=, checkpoint_dir=, timeout=30})\n\n" ..
   "Asynchronous training with parameter servers. cluster: distribute.LocalCluster{workers=W, ps=P},\n" ..

@@ -130,8 +130,7 @@ end
 for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
-      also = (mode == "fit" and (opt == "sgd" or opt == "sgd_momentum")) and { "ps", "mw_local" }
-        or (mode == "fit" and { "mw_local" } or nil),
+      also = mode == "fit" and { "ps", "mw_local" } or nil,
       shuffle = opt == "adam" })
   end
 end
@@ -139,7 +138,7 @@ end
 for _, kind in ipairs { "flatten", "conv", "dropout" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
-      epochs = 5, also = mode == "fit" and { "mw_local" } or nil })
+      epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })
   end
 end
 -- uneven last batch: 50 rows, batch 16 -> 16, 16, 16, 2 (13 epochs = 52 steps);
@@ -147,7 +146,7 @@ end
 -- The loop divides by the constant global batch, as TF's guide does.
 for _, u in ipairs { { "uneven", 50 }, { "tiny_last", 49 } } do
   add(train_case { name = "fit_" .. u[1] .. "_batch", model = "mlp", opt = "sgd_momentum", mode = "fit", n = u[2], b = 16,
-    epochs = 13, also = { "mw_local" } })
+    epochs = 13, also = { "ps", "mw_local" } })
   add(train_case { name = "loop_" .. u[1] .. "_batch", model = "mlp", opt = "sgd_momentum", mode = "loop", n = u[2], b = 16,
     epochs = 13, global_batch_size = 16 })
 end
@@ -412,7 +411,7 @@ end }
 
 ---------------------------------------------------------------- 5. where variables live
 add { name = "variable_device", run = function(S)
-  local want = S.kind == "one_device" and "cpu:1" or S.devices[1]
+  local want = S.devices[1]
   local model, v
   S.scope(function()
     model = nn.Sequential { nn.Dense(4) }
@@ -426,7 +425,7 @@ add { name = "variable_device", run = function(S)
   local pr = S.step(function() return tensor.ones(2) end)
   for l, r in ipairs(S.local_results(pr)) do
     local dev = S.replica_device(S.rank * S.local_replicas + l - 1)
-    if S.kind == "one_device" then dev = "cpu:1" end
+    if S.kind == "one_device" then dev = S.devices[1] end
     check(tostring(r.device) == dev, "run's result of replica %d is on %s, %s expected", l - 1, tostring(r.device), dev)
   end
   return { ok = 1 }
@@ -437,7 +436,7 @@ add { name = "placement_in_run", run = function(S)
   local arg_t = tensor.ones(3)
   local pr = S.step(function(a)
     local rc = D.get_replica_context()
-    local dev = S.kind == "one_device" and "cpu:1" or S.replica_device(rc.replica_id_in_sync_group)
+    local dev = S.kind == "one_device" and S.devices[1] or S.replica_device(rc.replica_id_in_sync_group)
     local t = tensor.ones(3)
     check(tostring(t.device) == dev, "replica %d: tensor.ones(3) made in the replica function is on %s, %s expected",
       rc.replica_id_in_sync_group, tostring(t.device), dev)
@@ -604,7 +603,7 @@ end
 weighting_case("fit_class_weight", "class_weight", function(x, y, opts)
   opts.class_weight = { [0] = 1, [1] = 10 }
   return x, y, opts
-end, { "mw_local" })
+end, { "ps", "mw_local" })
 weighting_case("fit_sample_weight", "sample_weight", function(x, y, opts)
   local w = tensor.ones(x.shape[1])
   w = w + y:astype("float32") * 4     -- rows of class 1 weigh 5
@@ -659,6 +658,61 @@ add { name = "ps_schedule_without_place", only = { ps = true }, compare = false,
   for i, v in ipairs(ref.trainable_variables) do worst = math.max(worst, (got[i] - v):abs():max():item()) end
   check(worst < 1e-5, "12 scheduled steps on one worker differ from 12 plain SGD steps by %g", worst)
   return { ok = 1, _first_loss = rvs[1]:fetch() }
+end }
+
+---------------------------------------------------------------- probabilities, not logits
+-- a softmax output and a loss that clips probabilities (its constants must
+-- be made on the replica's device, not on cpu:0)
+add { name = "fit_probability_loss", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(4, "softmax") }
+    opt = optim.SGD { learning_rate = 0.1 }
+    model:compile { optimizer = opt, loss = "sparse_categorical_crossentropy" }
+  end)
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(24), { epochs = 13, verbose = 0, steps_per_epoch = 4 })
+  check(h.loss[#h.loss] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[#h.loss])
+  return put_weights({ loss_final = h.loss[#h.loss], iterations = opt.iterations }, model)
+end }
+
+---------------------------------------------------------------- 1. restore, then train
+-- BackupAndRestore: a fit stopped in its second epoch (an error from a
+-- callback) and started again with the same callback on a fresh model ends
+-- with the weights of an uninterrupted fit; the restore writes every replica.
+add { name = "backup_restore_resume", run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(24)      -- 4 steps an epoch
+  local function fresh(seed)
+    local model
+    tensor.seed(seed)
+    S.scope(function()
+      model = MODELS.mlp.make()
+      model:compile { optimizer = optim.Adam { learning_rate = 0.01 }, loss = sparse_ce() }
+    end)
+    return model
+  end
+  local whole = fresh(7)
+  whole:fit(ds, { epochs = 3, verbose = 0 })
+  local dir = S.tmp("backup")
+  local br = callbacks.BackupAndRestore { dir = dir, save_freq = 2, verbose = false }
+  local crash = callbacks.LambdaCallback { on_train_batch_end = function(_, step)
+    if whole.crashed == nil and step == 3 and br._epoch == 2 then whole.crashed = true; error("simulated crash") end
+  end }
+  local first = fresh(7)
+  local ok, err = pcall(first.fit, first, ds, { epochs = 3, verbose = 0, callbacks = { br, crash } })
+  check(not ok and tostring(err):find("simulated crash", 1, true), "the first fit should stop at the simulated crash, got %s", tostring(err))
+  local again = fresh(99)                                          -- other initial weights: the restore must replace them
+  again:fit(ds, { epochs = 3, verbose = 0, callbacks = { br } })
+  for i, v in ipairs(again.trainable_variables) do
+    local want = whole.trainable_variables[i]
+    for r, c in ipairs(S.local_results(v)) do
+      local d = (c:cpu() - want:cpu()):abs():max():item()
+      check(d < 1e-5, "variable %d, replica %d: the resumed fit differs from the uninterrupted one by %g", i, r, d)
+    end
+  end
+  return put_weights({}, again)
 end }
 
 return cases

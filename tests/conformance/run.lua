@@ -60,6 +60,17 @@ local STRATEGIES = {
   end },
 }
 
+-- every GPU combination present: one GPU, all GPUs (columns that appear only
+-- where the CUDA plugin finds GPUs; tests/gpu has the plugin's own tests)
+local gpus = {}
+for _, d in ipairs(tensor.devices()) do if tostring(d):match("^cuda:") then gpus[#gpus + 1] = d end end
+if #gpus > 0 then
+  STRATEGIES[#STRATEGIES + 1] = { name = "one_gpu", kind = "one_device", procs = 1,
+    make = function() return D.OneDeviceStrategy(gpus[1]) end }
+  STRATEGIES[#STRATEGIES + 1] = { name = "mirrored_gpus", kind = "mirrored", procs = 1,
+    make = function() return D.MirroredStrategy { devices = gpus } end }
+end
+
 local here = (arg[0]:match("^(.*)/[^/]*$") or ".")
 local CASES = dofile(os.getenv("CONFORMANCE_CASES_FILE") or (here .. "/cases.lua"))
 
