@@ -8,7 +8,7 @@ CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthre
 LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
-CPPFLAGS+= -Iengine -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
+CPPFLAGS+= -Iengine -Iengine/net -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
 # OpenBLAS is opened at run time, on the first product (engine/ld_cpu.c)
 ENGINE_LIBS := -lz -lm -lpthread -ldl
 LUA_LIB := -llua5.4
@@ -17,10 +17,11 @@ APP_LIBS := -lreadline
 NET_LIBS := -lzmq -ljansson -lssl -lcrypto -luuid
 PREFIX  ?= /usr/local
 
-# What needs ZeroMQ/OpenSSL/jansson goes into build/ldist_net.so, which the
+# What needs ZeroMQ/OpenSSL/jansson (engine/net/, the kernel, the cluster
+# bindings) goes into build/ldist_net.so, which the
 # ldist program opens only for the kernel and clusters (lua_bindings/netload.c):
 # loading those libraries would cost every start-up ~10 ms. ldist.so links all.
-NET_ENGINE_SRC := $(wildcard engine/ld_cluster*.c engine/ld_ring*.c)
+NET_ENGINE_SRC := $(wildcard engine/net/*.c)
 NET_BIND_SRC := lua_bindings/cluster.c
 ENGINE_SRC := $(filter-out $(NET_ENGINE_SRC),$(wildcard engine/*.c)) engine/cuda/ld_cuda_load.c
 BIND_SRC   := $(filter-out $(NET_BIND_SRC),$(wildcard lua_bindings/*.c))
@@ -32,7 +33,7 @@ BIND_OBJ   := $(BIND_SRC:%.c=build/%.o) build/prelude.o
 APP_OBJ    := $(REPL_SRC:%.c=build/%.o)
 NET_OBJ    := $(KERNEL_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) $(NET_BIND_SRC:%.c=build/%.o)
 ENGINE_TESTS := $(patsubst tests/engine/%.c,build/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
-HEADERS    := $(wildcard engine/*.h engine/cuda/*.h lua_bindings/*.h kernel/*.h repl/*.h)
+HEADERS    := $(wildcard engine/*.h engine/net/*.h engine/cuda/*.h lua_bindings/*.h kernel/*.h repl/*.h)
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 # The CUDA plugin, built where nvcc is installed; the engine dlopens it at run

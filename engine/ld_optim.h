@@ -51,6 +51,14 @@ const char *ld_optimizer_name(ld_opt_kind k);
 /* The slot (momentum, Adam's m and v) of one variable copy, made (zeroed) the
    first time; NULL on out-of-memory. */
 ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var);
+
+/* ---- an optimizer's state (ld_optim_state.c), for checkpoints and shipping ----
+   Per variable: the slot tensors (momentum, Adam's m and v) or NULL, as new
+   references; set copies them into the optimizer's slots (made when absent)
+   and sets the step count. */
+int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_tensor **s1, ld_tensor **s2);
+int ld_optimizer_state_set(ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars,
+                           ld_tensor *const *s1, ld_tensor *const *s2);
 double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
 /* One update of every var by its grad. Errors on shape mismatch. */
 int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars);

@@ -722,62 +722,6 @@ static int c_optimizer_config(lua_State *L) {
     return 1;
 }
 
-/* optimizer_state(opt, vars) -> {iterations=, slots={{s1, s2}, ...}} (copies) */
-static int c_optimizer_state(lua_State *L) {
-    lua_settop(L, 2);
-    ld_optimizer *o = lb_check_optimizer(L, 1);
-    ld_tensor **v;
-    int n = read_tensors(L, 2, &v);
-    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
-    ld_optimizer_state_get(o, n, v, s, s + n);
-    lua_createtable(L, 0, 2);
-    lua_pushinteger(L, o->iterations); lua_setfield(L, -2, "iterations");
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) {
-        lua_createtable(L, 2, 0);
-        for (int q = 0; q < 2; q++) {
-            ld_tensor *t = s[q * n + i];
-            if (!t) continue;
-            ld_tensor *c = ld_clone(t);
-            ld_tensor_release(t);
-            lb_push_tensor(L, c, 0);
-            lua_rawseti(L, -2, q + 1);
-        }
-        lua_rawseti(L, -2, i + 1);
-    }
-    lua_setfield(L, -2, "slots");
-    return 1;
-}
-
-/* optimizer_set_state(opt, vars, {iterations=, slots=}) */
-static int c_optimizer_set_state(lua_State *L) {
-    lua_settop(L, 3);
-    ld_optimizer *o = lb_check_optimizer(L, 1);
-    ld_tensor **v;
-    int n = read_tensors(L, 2, &v);
-    luaL_checktype(L, 3, LUA_TTABLE);
-    lua_getfield(L, 3, "iterations");
-    int64_t it = (int64_t)luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
-    memset(s, 0, sizeof *s * (size_t)(2 * n + 1));
-    lua_getfield(L, 3, "slots");
-    if (lua_istable(L, -1)) {
-        for (int i = 0; i < n; i++) {
-            if (lua_geti(L, -1, i + 1) == LUA_TTABLE) {
-                for (int q = 0; q < 2; q++) {
-                    lua_geti(L, -1, q + 1);
-                    s[q * n + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
-                    lua_pop(L, 1);
-                }
-            }
-            lua_pop(L, 1);
-        }
-    }
-    if (ld_optimizer_state_set(o, it, n, v, s, s + n)) return luaL_error(L, "%s", ld_error());
-    return 0;
-}
-
 /* ================================================================ small helpers */
 static int c_random_hex(lua_State *L) {
     int n = (int)luaL_optinteger(L, 1, 32);
@@ -836,23 +780,6 @@ static int c_free_port(lua_State *L) {
 static int c_cores(lua_State *L) { lua_pushinteger(L, ld_cpu_cores()); return 1; }
 /* tensor_id(t) -> an integer naming the engine tensor (userdata differ, the tensor is one) */
 static int c_tensor_id(lua_State *L) { lua_pushinteger(L, (lua_Integer)(uintptr_t)lb_check_tensor(L, 1)); return 1; }
-/* mkdir_p(path): the directory and its parents (0755) */
-static int c_mkdir_p(lua_State *L) {
-    const char *p = luaL_checkstring(L, 1);
-    char buf[4096];
-    if (strlen(p) >= sizeof buf) return luaL_argerror(L, 1, "path too long");
-    strcpy(buf, p);
-    for (char *q = buf + 1; ; q++) {
-        if (*q == '/' || *q == 0) {
-            char c = *q;
-            *q = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) return luaL_error(L, "cannot create directory %s: %s", buf, strerror(errno));
-            *q = c;
-            if (!c) break;
-        }
-    }
-    return 0;
-}
 /* clear_interrupt(): a Ctrl-C that was handled must not stop the next wait */
 static int c_clear_interrupt(lua_State *L) { (void)L; ld_interrupt_flag = 0; return 0; }
 
@@ -891,10 +818,9 @@ int lb_open_cluster(lua_State *L) {
         {"join", c_join}, {"procs_start", c_procs_start}, {"pack", c_pack}, {"unpack", c_unpack},
         {"json_decode", c_json_decode}, {"json_encode", c_json_encode}, {"layer_config", c_layer_config},
         {"loss_config", c_loss_config}, {"optimizer_config", c_optimizer_config},
-        {"optimizer_state", c_optimizer_state}, {"optimizer_set_state", c_optimizer_set_state},
         {"random_hex", c_random_hex}, {"getpid", c_getpid}, {"hostname", c_hostname}, {"self_exe", c_self_exe},
         {"kill", c_kill}, {"sleep", c_sleep}, {"free_port", c_free_port}, {"cores", c_cores},
-        {"tensor_id", c_tensor_id}, {"mkdir_p", c_mkdir_p}, {"clear_interrupt", c_clear_interrupt}, {NULL, NULL}};
+        {"tensor_id", c_tensor_id}, {"clear_interrupt", c_clear_interrupt}, {NULL, NULL}};
     luaL_newlib(L, f);
     return 1;
 }

@@ -9,6 +9,8 @@
 #include "ld_io.h"
 
 #include <lauxlib.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,9 +105,28 @@ static int l_load_safetensors(lua_State *L) {
     return 2;
 }
 
+/* io._mkdir_p(path): the directory and its parents (0755), for checkpoints */
+static int l_mkdir_p(lua_State *L) {
+    const char *p = luaL_checkstring(L, 1);
+    char buf[4096];
+    if (strlen(p) >= sizeof buf) return luaL_argerror(L, 1, "path too long");
+    strcpy(buf, p);
+    for (char *q = buf + 1; ; q++) {
+        if (*q == '/' || *q == 0) {
+            char c = *q;
+            *q = 0;
+            if (mkdir(buf, 0755) && errno != EEXIST) return luaL_error(L, "cannot create directory %s: %s", buf, strerror(errno));
+            *q = c;
+            if (!c) break;
+        }
+    }
+    return 0;
+}
+
 static const luaL_Reg io_funcs[] = {
     {"save_safetensors", l_save_safetensors},
     {"load_safetensors", l_load_safetensors},
+    {"_mkdir_p", l_mkdir_p},
     {NULL, NULL},
 };
 

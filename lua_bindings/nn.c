@@ -207,6 +207,11 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "name")) { lua_pushstring(L, l->name); return 1; }
     if (!strcmp(k, "kind")) { lua_pushstring(L, ld_layer_kind_name(l->kind)); return 1; }
     if (!strcmp(k, "built")) { lua_pushboolean(L, l->built); return 1; }
+    if (!strcmp(k, "input_shape") && l->built) {   /* without the batch axis, as Keras's (minus None) */
+        lua_createtable(L, l->in_ndim, 0);
+        for (int i = 0; i < l->in_ndim; i++) { lua_pushinteger(L, l->in_shape[i]); lua_rawseti(L, -2, i + 1); }
+        return 1;
+    }
     if (!strcmp(k, "trainable_variables") || !strcmp(k, "weights")) { push_vars(L, l->vars, l->n_vars); return 1; }
     if (!strcmp(k, "kernel") && l->n_vars > 0) { lb_push_tensor(L, ld_tensor_retain(l->vars[0]), 0); return 1; }
     if (!strcmp(k, "bias") && l->n_vars > 1) { lb_push_tensor(L, ld_tensor_retain(l->vars[1]), 0); return 1; }

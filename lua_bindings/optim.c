@@ -209,6 +209,79 @@ static int sched_exp(lua_State *L) { return sched_make(L, "ExponentialDecay"); }
 static int sched_cos(lua_State *L) { return sched_make(L, "CosineDecay"); }
 static int sched_pw(lua_State *L) { return sched_make(L, "PiecewiseConstantDecay"); }
 
+/* The variables at idx (a list of tensors) into an array anchored on the stack. */
+static int read_vars(lua_State *L, int idx, ld_tensor ***out) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    int k = (int)luaL_len(L, idx);
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(k ? k : 1), 0);
+    for (int i = 0; i < k; i++) {
+        lua_geti(L, idx, i + 1);
+        t[i] = lb_test_tensor(L, -1);
+        if (!t[i]) return luaL_error(L, "bad argument #2 (item %d is a %s, not a variable)", i + 1, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    *out = t;
+    return k;
+}
+
+/* optim._state(opt, vars) -> {iterations=, slots={{s1, s2}, ...}} (copies), for
+   checkpoints (BackupAndRestore) and for shipping a model to workers */
+static int opt_state(lua_State *L) {
+    lua_settop(L, 2);
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    ld_tensor **v;
+    int n = read_vars(L, 2, &v);
+    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
+    ld_optimizer_state_get(o, n, v, s, s + n);
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, o->iterations); lua_setfield(L, -2, "iterations");
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_createtable(L, 2, 0);
+        for (int q = 0; q < 2; q++) {
+            ld_tensor *t = s[q * n + i];
+            if (!t) continue;
+            ld_tensor *c = ld_clone(t);
+            ld_tensor_release(t);
+            lb_push_tensor(L, c, 0);
+            lua_rawseti(L, -2, q + 1);
+        }
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "slots");
+    return 1;
+}
+
+/* optim._set_state(opt, vars, {iterations=, slots=}) */
+static int opt_set_state(lua_State *L) {
+    lua_settop(L, 3);
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    ld_tensor **v;
+    int n = read_vars(L, 2, &v);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "iterations");
+    int64_t it = (int64_t)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
+    memset(s, 0, sizeof *s * (size_t)(2 * n + 1));
+    lua_getfield(L, 3, "slots");
+    if (lua_istable(L, -1)) {
+        for (int i = 0; i < n; i++) {
+            if (lua_geti(L, -1, i + 1) == LUA_TTABLE) {
+                for (int q = 0; q < 2; q++) {
+                    lua_geti(L, -1, q + 1);
+                    s[q * n + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
+                    lua_pop(L, 1);
+                }
+            }
+            lua_pop(L, 1);
+        }
+    }
+    if (ld_optimizer_state_set(o, it, n, v, s, s + n)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+
 static const char *const docs[] = {
     "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=}\n\nStochastic gradient descent (Keras' rule).",
     "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule).",
@@ -239,7 +312,8 @@ int lb_open_optim(lua_State *L) {
     lua_pushcfunction(L, sched_call); lua_setfield(L, -2, "__call");
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
-                                 {"RMSprop", opt_rmsprop}, {NULL, NULL}};
+                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_set_state", opt_set_state},
+                                 {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");
     lua_setfield(L, -2, "Optimizer");

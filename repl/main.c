@@ -7,7 +7,7 @@
  *     ldist -i script.lua       runs it, then the REPL with its globals
  *     ldist -e 'print(1)'       runs a string
  *     ldist kernel -f FILE      the Jupyter kernel (kernel/)
- *     ldist launch -n N s.lua   N processes training as one cluster (engine/ld_cluster_launch.c)
+ *     ldist launch -n N s.lua   N processes training as one cluster (engine/net/ld_cluster_launch.c)
  *
  * The exit status is 1 after an uncaught error in a script or -e string.
  */

@@ -237,7 +237,7 @@ function Remote:_fit(model, x, y, opts)
   if type(val) == "table" and tensor.is_tensor(val[1]) then val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size }) end
   local spec = {
     model = describe_model(model), optimizer = C.optimizer_config(model._optimizer),
-    optimizer_state = C.optimizer_state(model._optimizer, vars), loss = C.loss_config(model._loss),
+    optimizer_state = ldist.optim._state(model._optimizer, vars), loss = C.loss_config(model._loss),
     metrics = describe_metrics(model._metrics), data = recipe_of(ds), validation = val and recipe_of(val) or nil,
     fit = { epochs = opts.epochs or 1, initial_epoch = opts.initial_epoch, steps_per_epoch = opts.steps_per_epoch,
       class_weight = opts.class_weight },
@@ -268,7 +268,7 @@ function Remote:_fit(model, x, y, opts)
   local results = lc:_run_job({ op = "fit", spec = spec }, on_progress)
   local r0 = results[1]
   for i, v in ipairs(vars) do v:assign(r0.weights[i]) end
-  C.optimizer_set_state(model._optimizer, vars, r0.optimizer_state)
+  ldist.optim._set_state(model._optimizer, vars, r0.optimizer_state)
   if r0.rng then tensor.set_rng_state(r0.rng) end
   for _, cb in ipairs(local_cbs) do if cb.on_train_end then cb:on_train_end(model) end end
   model.history = r0.history
@@ -297,7 +297,7 @@ local function worker_fit(state, spec, ctl, id)
   s:scope(function()
     model = build_model(spec.model)
     opt = build_optimizer(spec.optimizer)
-    C.optimizer_set_state(opt, model.trainable_variables, spec.optimizer_state)
+    ldist.optim._set_state(opt, model.trainable_variables, spec.optimizer_state)
     model:compile { optimizer = opt, loss = build_loss(spec.loss), metrics = build_metrics(spec.metrics) }
   end)
   if spec.rng then tensor.set_rng_state(spec.rng) end
@@ -319,7 +319,7 @@ local function worker_fit(state, spec, ctl, id)
   if s._rank ~= 0 then return { rank = s._rank } end
   local w = {}
   for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
-  return { history = history, weights = w, optimizer_state = C.optimizer_state(opt, model.trainable_variables),
+  return { history = history, weights = w, optimizer_state = ldist.optim._state(opt, model.trainable_variables),
     rng = tensor.get_rng_state() }
 end
 

@@ -109,7 +109,7 @@ local function ps_serve(me, ctl, nworkers)
   local function save(dir)
     dir = dir or ckpt
     if not dir then return false end
-    C.mkdir_p(dir)
+    ldist.io._mkdir_p(dir)
     local t, list = {}, {}
     for n, v in pairs(vars) do t[n] = v; list[#list + 1] = n end
     table.sort(list)
@@ -118,7 +118,7 @@ local function ps_serve(me, ctl, nworkers)
     if opt and #list > 0 then
       local vl = {}
       for i, n in ipairs(list) do vl[i] = vars[n] end
-      local st = C.optimizer_state(opt, vl)
+      local st = ldist.optim._state(opt, vl)
       iterations = st.iterations or 0
       for i, n in ipairs(list) do
         for q = 1, 2 do if st.slots[i] and st.slots[i][q] then t[n .. "#slot" .. q] = st.slots[i][q] end end
@@ -176,7 +176,7 @@ local function ps_serve(me, ctl, nworkers)
             applied = tonumber(meta and meta.applied or 0) or 0
             dups = tonumber(meta and meta.duplicates or 0) or 0
             if #list > 0 and t[list[1] .. "#slot1"] then
-              slots_restored = pcall(C.optimizer_set_state, opt, vl,
+              slots_restored = pcall(ldist.optim._set_state, opt, vl,
                 { iterations = tonumber(meta and meta.iterations or 0) or 0, slots = slots })
             end
           end

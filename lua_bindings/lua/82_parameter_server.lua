@@ -473,7 +473,7 @@ function PS:_fit(model, x, y, opts)
   end
   self:_fetch_into(model)
   -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
-  C.optimizer_set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
+  ldist.optim._set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(model) end end
   model.history = history
   return history

@@ -105,7 +105,7 @@ local function fit_run(devices, make_opt, opts)
     h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(opts.batch or 40), {epochs = 10, verbose = 0, callbacks = {check}})
   end
   local products = devices and strategy._comm:stats(true).products or 0
-  local state = ldist._cluster.optimizer_state(opt, model.trainable_variables)
+  local state = ldist.optim._state(opt, model.trainable_variables)
   -- one more step through the custom loop: an unsharded update from the slots
   local loss_object = losses.SparseCategoricalCrossentropy{from_logits = true}
   local dist = strategy:experimental_distribute_dataset(data.Dataset.from_tensor_slices(x, y):batch(40):take(1))

@@ -5,7 +5,6 @@
 local T = dofile("tests/lua/testlib.lua")
 ldist.config.cpu_devices(3)
 local C = ldist._distribute
-local CL = ldist._cluster
 local DEVICES = { "cpu:0", "cpu:1", "cpu:2" }
 local TMP = os.tmpname()
 
@@ -132,11 +131,11 @@ T.test("optimizer state restore sets the slots of every replica's copy", functio
   for i, v in ipairs(vars) do
     slots[i] = { tensor.full(v.shape, 0.25 * i), tensor.full(v.shape, 0.5 * i) }
   end
-  CL.optimizer_set_state(opt, vars, { iterations = 7, slots = slots })
+  ldist.optim._set_state(opt, vars, { iterations = 7, slots = slots })
   T.eq(opt.iterations, 7)
   for i, v in ipairs(vars) do
     for r, c in ipairs(C.mirror_copies(v)) do
-      local st = CL.optimizer_state(opt, { c })
+      local st = ldist.optim._state(opt, { c })
       local s1, s2 = st.slots[1][1], st.slots[1][2]
       T.ok(s1 and s2, ("variable %d, replica %d: no slots"):format(i, r - 1))
       T.eq(s1.device, DEVICES[r])

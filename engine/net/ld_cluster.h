@@ -154,15 +154,6 @@ const char *ld_self_exe(void);
 /* `ldist launch ...` (argv[0] is "launch"): returns the exit status. */
 int ld_launch_main(int argc, char **argv);
 
-/* ---- optimizer state (ld_cluster_state.c), for checkpoints and shipping ----
-   Per variable: the slot tensors (momentum, Adam's m and v) or NULL, as new
-   references; set copies them into the optimizer's slots (made when absent)
-   and sets the step count. */
-struct ld_optimizer;
-int ld_optimizer_state_get(struct ld_optimizer *o, int n, ld_tensor *const *vars, ld_tensor **s1, ld_tensor **s2);
-int ld_optimizer_state_set(struct ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars,
-                           ld_tensor *const *s1, ld_tensor *const *s2);
-
 /* Random bytes from the kernel (getrandom); LD_OK or LD_EIO. */
 int ld_random_bytes(void *buf, size_t n);
 

@@ -1,8 +1,7 @@
-/* ld_cluster_state.c - an optimizer's state (step count and slots) read
+/* ld_optim_state.c - an optimizer's state (step count and slots) read
    and written from outside, so that a checkpoint (BackupAndRestore) or a
    model shipped to workers (LocalCluster) resumes exactly where it was:
    Adam's m and v and its step decide the next update as much as the weights. */
-#include "ld_cluster.h"
 #include "ld_core.h"
 #include "ld_optim.h"
 #include "ld_device.h"
