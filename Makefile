@@ -8,7 +8,7 @@ CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fPIC -pthre
 LUA_INC := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
 BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
-CPPFLAGS+= -Iengine -Iengine/net -Ilua_bindings -Ikernel -Ibuild $(LUA_INC) $(BLAS_INC)
+CPPFLAGS+= -Iengine -Iengine/net -Ilua_bindings -Ikernel -I$(B) $(LUA_INC) $(BLAS_INC)
 # OpenBLAS is opened at run time, on the first product (engine/ld_cpu.c)
 ENGINE_LIBS := -lz -lm -lpthread -ldl
 LUA_LIB := -llua5.4
@@ -17,22 +17,51 @@ APP_LIBS := -lreadline
 NET_LIBS := -lzmq -ljansson -lssl -lcrypto -luuid
 PREFIX  ?= /usr/local
 
+# Sanitizer builds: `make test SANITIZE=address` (ASan + UBSan, any UBSan
+# finding fatal) or SANITIZE=thread (TSan) builds ldist, ldist.so, the network
+# plugin and the engine tests into build-asan/ or build-tsan/ (objects beside
+# them), leaving build/ and ./ldist alone, and runs the engine and Lua tiers
+# against them. The plugin sits next to the sanitized ldist, where netload.c
+# and ld_device.c look first. The CUDA plugin is not instrumented: it is
+# build/ldist_cuda.so copied beside the sanitized ldist.
+SANITIZE ?=
+ifeq ($(SANITIZE),)
+B          := build
+LDIST_EXE  := ldist
+LDIST_SO   := ldist.so
+NET_SO     := build/ldist_net.so
+else
+ifeq ($(SANITIZE),address)
+B          := build-asan
+SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else ifeq ($(SANITIZE),thread)
+B          := build-tsan
+SAN_FLAGS  := -fsanitize=thread
+else
+$(error SANITIZE is address or thread, not '$(SANITIZE)')
+endif
+LDIST_EXE  := $(B)/ldist
+LDIST_SO   := $(B)/ldist.so
+NET_SO     := $(B)/ldist_net.so
+CFLAGS     += $(SAN_FLAGS) -fno-omit-frame-pointer
+endif
+
 # What needs ZeroMQ/OpenSSL/jansson (engine/net/, the kernel, the cluster
 # bindings) goes into build/ldist_net.so, which the
 # ldist program opens only for the kernel and clusters (lua_bindings/netload.c):
 # loading those libraries would cost every start-up ~10 ms. ldist.so links all.
 NET_ENGINE_SRC := $(wildcard engine/net/*.c)
 NET_BIND_SRC := lua_bindings/cluster.c
-ENGINE_SRC := $(filter-out $(NET_ENGINE_SRC),$(wildcard engine/*.c)) engine/cuda/ld_cuda_load.c
+ENGINE_SRC := $(filter-out $(NET_ENGINE_SRC),$(wildcard engine/*.c))
 BIND_SRC   := $(filter-out $(NET_BIND_SRC),$(wildcard lua_bindings/*.c))
 PRELUDE    := $(sort $(wildcard lua_bindings/lua/*.lua))
 REPL_SRC   := $(wildcard repl/*.c)
 KERNEL_SRC := $(wildcard kernel/*.c)
-ENGINE_OBJ := $(ENGINE_SRC:%.c=build/%.o)
-BIND_OBJ   := $(BIND_SRC:%.c=build/%.o) build/prelude.o
-APP_OBJ    := $(REPL_SRC:%.c=build/%.o)
-NET_OBJ    := $(KERNEL_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) $(NET_BIND_SRC:%.c=build/%.o)
-ENGINE_TESTS := $(patsubst tests/engine/%.c,build/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(B)/%.o)
+BIND_OBJ   := $(BIND_SRC:%.c=$(B)/%.o) $(B)/prelude.o
+APP_OBJ    := $(REPL_SRC:%.c=$(B)/%.o)
+NET_OBJ    := $(KERNEL_SRC:%.c=$(B)/%.o) $(NET_ENGINE_SRC:%.c=$(B)/%.o) $(NET_BIND_SRC:%.c=$(B)/%.o)
+ENGINE_TESTS := $(patsubst tests/engine/%.c,$(B)/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
 HEADERS    := $(wildcard engine/*.h engine/net/*.h engine/cuda/*.h lua_bindings/*.h kernel/*.h repl/*.h)
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -43,20 +72,25 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-fvisibility=hidden,-Wall -Iengine -Iengine/cuda
 CUDA_OBJ   := $(patsubst %.cu,build/%.o,$(wildcard engine/cuda/*.cu))
 CUDA_PLUGIN := $(if $(NVCC),build/ldist_cuda.so)
+ifneq ($(SANITIZE),)
+# (a sanitized build never runs nvcc: it copies the plugin the plain build made)
+CUDA_PLUGIN := $(if $(wildcard build/ldist_cuda.so),$(B)/ldist_cuda.so)
+endif
 
 .PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu fuzz
-all: ldist ldist.so build/ldist_net.so $(ENGINE_TESTS) $(CUDA_PLUGIN)
+all: $(LDIST_EXE) $(LDIST_SO) $(NET_SO) $(ENGINE_TESTS) $(CUDA_PLUGIN)
 
-build/%.o: %.c $(HEADERS)
+$(B)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-build/prelude.c: $(PRELUDE) scripts/embed.lua
-	@mkdir -p build
+$(B)/prelude.c: $(PRELUDE) scripts/embed.lua
+	@mkdir -p $(B)
 	lua5.4 scripts/embed.lua $@ $(PRELUDE)
 
-build/engine/cuda/ld_cuda_load.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
+$(B)/engine/ld_device.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
 
+ifeq ($(SANITIZE),)
 build/engine/cuda/%.o: engine/cuda/%.cu engine/cuda/cuda_common.cuh $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -65,28 +99,32 @@ build/engine/cuda/%.o: engine/cuda/%.cu engine/cuda/cuda_common.cuh $(HEADERS)
 # cuBLAS and NCCL itself; -z defs proves it needs nothing from the engine
 build/ldist_cuda.so: $(CUDA_OBJ)
 	$(NVCC) -shared $(NVCC_ARCH) -cudart static -o $@ $^ -Xlinker -z,defs -ldl -lpthread -lrt
+else
+$(B)/ldist_cuda.so: build/ldist_cuda.so
+	@mkdir -p $(B) && cp $< $@
+endif
 
-build/libldist_engine.a: $(ENGINE_OBJ)
+$(B)/libldist_engine.a: $(ENGINE_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # the whole engine is linked in and exported, for the plugins to call
-ldist: $(APP_OBJ) $(BIND_OBJ) build/libldist_engine.a
-	$(CC) $(CFLAGS) -rdynamic -o $@ $(APP_OBJ) $(BIND_OBJ) -Wl,--whole-archive build/libldist_engine.a \
+$(LDIST_EXE): $(APP_OBJ) $(BIND_OBJ) $(B)/libldist_engine.a
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(APP_OBJ) $(BIND_OBJ) -Wl,--whole-archive $(B)/libldist_engine.a \
 	  -Wl,--no-whole-archive $(LUA_LIB) $(APP_LIBS) $(ENGINE_LIBS)
 
-build/ldist_net.so: $(NET_OBJ)
+$(NET_SO): $(NET_OBJ)
 	$(CC) $(CFLAGS) -shared -o $@ $(NET_OBJ) $(NET_LIBS) $(ENGINE_LIBS)
 
-build/lua_bindings/netload.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
+$(B)/lua_bindings/netload.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
 
 # A Lua C module: `package.cpath = "./?.so;" .. package.cpath; require "ldist"`
-ldist.so: $(BIND_OBJ) $(NET_BIND_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) build/libldist_engine.a
-	$(CC) $(CFLAGS) -shared -o $@ $(BIND_OBJ) $(NET_BIND_SRC:%.c=build/%.o) $(NET_ENGINE_SRC:%.c=build/%.o) \
-	  build/libldist_engine.a $(ENGINE_LIBS) $(NET_LIBS)
+$(LDIST_SO): $(BIND_OBJ) $(NET_BIND_SRC:%.c=$(B)/%.o) $(NET_ENGINE_SRC:%.c=$(B)/%.o) $(B)/libldist_engine.a
+	$(CC) $(CFLAGS) -shared -o $@ $(BIND_OBJ) $(NET_BIND_SRC:%.c=$(B)/%.o) $(NET_ENGINE_SRC:%.c=$(B)/%.o) \
+	  $(B)/libldist_engine.a $(ENGINE_LIBS) $(NET_LIBS)
 
-build/tests/engine/%: tests/engine/%.c tests/engine/test_util.c build/libldist_engine.a
+$(B)/tests/engine/%: tests/engine/%.c tests/engine/test_util.c $(B)/libldist_engine.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< tests/engine/test_util.c build/libldist_engine.a $(ENGINE_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< tests/engine/test_util.c $(B)/libldist_engine.a $(ENGINE_LIBS)
 
 setup:
 	@bash scripts/setup.sh
@@ -95,8 +133,10 @@ setup:
 run: setup all
 	@if [ -t 0 ]; then ./ldist -i scripts/main.lua; else ./ldist scripts/main.lua; fi
 
+# SANITIZE=address|thread: the engine and Lua tiers against build-asan/ or
+# build-tsan/ (tests/run.sh reads LDIST_BUILD and LDIST_SANITIZE)
 test: setup all
-	@bash tests/run.sh
+	@$(if $(SANITIZE),LDIST_BUILD=$(B) LDIST_SANITIZE=$(SANITIZE) )bash tests/run.sh $(if $(SANITIZE),engine lua)
 
 test-engine: all
 	@bash tests/run.sh engine
@@ -126,4 +166,4 @@ install: all
 	$(if $(CUDA_PLUGIN),install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/ldist/)
 
 clean:
-	rm -rf build ldist ldist.so
+	rm -rf build build-asan build-tsan ldist ldist.so

@@ -96,8 +96,9 @@ void ld_node_release(ld_node *n) {
             ld_tensor *t = ts[i];
             if (!t) continue;
             /* A tensor about to die hands its node to the work list instead of
-               releasing it recursively. */
-            if (t->refcount == 1 && t->grad_fn) {
+               releasing it recursively. (An atomic load: an executor may be
+               dropping its own reference to t at this moment; TSan.) */
+            if (__atomic_load_n(&t->refcount, __ATOMIC_ACQUIRE) == 1 && t->grad_fn) {
                 ld_node *child = t->grad_fn;
                 t->grad_fn = NULL;
                 if (sp == cap) {

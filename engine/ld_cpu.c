@@ -4,8 +4,8 @@
  * vectorises for the rest).
  */
 #include "ld_device.h"
+#include "ld_executor.h"
 #include "ld_gemm_small.h"
-#include "cuda/ld_cuda.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -93,11 +93,13 @@ static void cpu_sync(ld_device *d) {}
 
 
 /* ================================================================ thread pool
- * Measured on the 2-core machines (DESIGN.md): two threads each running a
- * single-threaded sgemm on half the rows beat one multi-threaded OpenBLAS
- * call, so OpenBLAS runs single-threaded and the CPU device splits work
- * itself: row blocks of a matrix product, ranges of elementwise and
- * optimizer loops. The calling thread takes part 0. */
+ * OpenBLAS runs single-threaded and the CPU device splits the work itself,
+ * one part per thread of its pool: row blocks of a matrix product, ranges
+ * of elementwise and optimizer loops. Threads each running a
+ * single-threaded sgemm on their rows beat one multi-threaded OpenBLAS call
+ * (scripts/bench/sgemm.c compares the two), and one pool that the engine
+ * controls cannot oversubscribe the cores as two nested ones would. The
+ * calling thread takes part 0. */
 typedef void (*par_fn)(void *ctx, int part, int nparts);
 static struct {
     pthread_mutex_t mu;
@@ -186,12 +188,21 @@ static inline double load_as_double(const void *p, ld_dtype dt, int64_t i) {
     default: return ((const uint8_t *)p)[i];
     }
 }
+/* v clamped to [lo, hi], NaN as 0: a float out of an integer type's range
+   converted by a plain cast is undefined behaviour. Values a user gives are
+   refused before they get here (ld_dtype_check_value); this keeps the
+   conversions inside the engine (labels cast to int64) defined, saturating
+   as CUDA's conversions do. */
+static inline double clamp_for_int(double v, double lo, double hi) {
+    return v != v ? 0 : v < lo ? lo : v > hi ? hi : v;
+}
 static inline void store_from_double(void *p, ld_dtype dt, int64_t i, double v) {
     switch (dt) {
     case LD_F32: ((float *)p)[i] = (float)v; break;
-    case LD_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case LD_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case LD_I32: ((int32_t *)p)[i] = (int32_t)clamp_for_int(v, INT32_MIN, INT32_MAX); break;
+    case LD_I64:   /* INT64_MAX is not a double: 2^63 is the first value past it */
+        ((int64_t *)p)[i] = v >= 0x1p63 ? INT64_MAX : (int64_t)clamp_for_int(v, -0x1p63, 0x1p63); break;
+    default: ((uint8_t *)p)[i] = (uint8_t)clamp_for_int(v, 0, UINT8_MAX); break;
     }
 }
 
@@ -387,9 +398,12 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
 }
 
 /* OpenBLAS is opened on the first matrix product, not at start-up: loading
-   it (and its thread pool) costs ~4 ms, which a REPL start or a script that
+   it (and its thread pool) takes time that a REPL start or a script that
    never multiplies matrices should not pay. It runs single-threaded; the
-   CPU device's own pool splits the work (see the thread pool above). */
+   CPU device's own pool splits the work (see the thread pool above).
+   LDIST_BLAS names another library exporting cblas_sgemm (a path or a
+   soname) to open instead. Without one, a product is an error naming the
+   library (ld_device_fault), not a result. */
 typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
                          const blasint, const blasint, const blasint, const float, const float *, const blasint,
                          const float *, const blasint, const float, float *, const blasint);
@@ -403,18 +417,41 @@ static void blas_load(void) {
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     const char *names[] = {"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                            "libopenblas.so", "libblas.so.3"};
+    const char *chosen = getenv("LDIST_BLAS");
+    size_t n_names = sizeof names / sizeof *names;
+    if (chosen && *chosen) { names[0] = chosen; n_names = 1; }
     void *h = NULL;
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (!h) { snprintf(blas_error, sizeof blas_error, "cannot open OpenBLAS: %s", dlerror()); return; }
+    char first[300] = "";
+    for (size_t i = 0; i < n_names && !h; i++) {
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h && !i) snprintf(first, sizeof first, "%s", dlerror());
+    }
+    if (!h) {
+        if (n_names == 1)
+            snprintf(blas_error, sizeof blas_error, "matrix products need a BLAS library: cannot open %.200s "
+                     "(LDIST_BLAS): %s", names[0], first);
+        else
+            snprintf(blas_error, sizeof blas_error, "matrix products need OpenBLAS: cannot open %s (nor %s, %s, %s): "
+                     "%s; install it (apt install libopenblas0-pthread) or name a BLAS in LDIST_BLAS",
+                     names[0], names[1], names[2], names[3], first);
+        return;
+    }
     void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
     if (set_threads) set_threads(1);
     blas_sgemm_ptr = (sgemm_fn)dlsym(h, "cblas_sgemm");
-    if (!blas_sgemm_ptr) snprintf(blas_error, sizeof blas_error, "OpenBLAS has no cblas_sgemm");
+    if (!blas_sgemm_ptr)
+        snprintf(blas_error, sizeof blas_error, "matrix products need cblas_sgemm, which %.200s lacks",
+                 chosen && *chosen ? chosen : "OpenBLAS");
 }
 
 static sgemm_fn blas_sgemm(void) {
     pthread_once(&blas_once, blas_load);
     return blas_sgemm_ptr;
+}
+
+int ld_device_can_gemm(const ld_device *d) {
+    if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */
+    return ld_fail(LD_EDEVICE, "%s", blas_error);
 }
 
 static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -427,17 +464,14 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
         return;
     }
     /* A few rows against a large B (a replica's share of a batch times a
-       dense kernel): without packing B (ld_gemm_small.c). Measured on
-       mirrored_bench, 6 alternating runs: 2 replicas 72.2k -> 77.3k
-       samples/s; one core at batch 128 39.5k -> 41.8k, at 256 45.0k ->
-       45.7k. LDIST_NO_SMALL_GEMM=1 turns it off (to compare). */
+       dense kernel): ld_gemm_small.c reads B where it lies instead of
+       packing all of it for a few rows as OpenBLAS does on every call.
+       LDIST_NO_SMALL_GEMM=1 turns it off, to compare (make bench). */
     sgemm_fn sgemm = blas_sgemm();   /* reads that setting too, once */
     if (small_gemm && !ta && !tb && alpha == 1.0f && m <= 256 && n >= 256 && k >= 256 &&
         ld_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
         return;
-    if (!sgemm) {   /* reported once; a product without BLAS cannot be computed */
-        static int told;
-        if (!told++) fprintf(stderr, "ldist: %s\n", blas_error);
+    if (!sgemm) {   /* cpu_gemm has reported it (ld_device_fault) */
         for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
         return;
     }
@@ -543,6 +577,7 @@ static void cpu_maxpool_backward_serial(ld_device *d, float *dx, const float *dy
 static void cpu_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits, const int64_t *labels,
                             int64_t n, int64_t c, float scale) {
     double total = 0;
+    int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         const float *r = logits + i * c;
         float *p = probs + i * c;
@@ -553,7 +588,15 @@ static void cpu_sparse_xent(ld_device *d, float *loss, float *probs, const float
         float inv = (float)(1.0 / s);
         for (int64_t j = 0; j < c; j++) p[j] = expf(r[j] - m) * inv;
         int64_t k = labels[i];
-        total += (k >= 0 && k < c) ? (m + log(s)) - r[k] : NAN;
+        if (k >= 0 && k < c) total += (m + log(s)) - r[k];
+        else {
+            /* the op checks labels on the host where kernels run inline; on a
+               device that queues they may still have been being written */
+            if (d && !bad++)
+                ld_executor_kernel_error(d, "label %lld at position %lld of %s's share of the batch is outside [0, %lld)",
+                                         (long long)k, (long long)i, d->name, (long long)c);
+            total = NAN;
+        }
     }
     *loss = (float)(total * scale);
 }
@@ -733,6 +776,11 @@ static void gemm_part(void *c, int p, int np) {
 }
 static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (__builtin_expect(!blas_sgemm(), 0) && m && n && k) {
+        ld_device_fault(d, LD_EDEVICE, "%s", blas_error);
+        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+        return;
+    }
     if ((double)m * n * k < 262144.0 || (m < 32 && n < 32)) {
         cpu_gemm_serial(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
@@ -754,125 +802,34 @@ static void opt_part(void *c, int p, int np) {
     else if (j->kind == 1) cpu_adam_serial(NULL, j->w + lo, s1, s2, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps, j->step, j->wd, j->flag);
     else cpu_rmsprop_serial(NULL, j->w + lo, s1, s2, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps);
 }
-static void cpu_sgd(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float mom, int nesterov, float wd) {
+static void cpu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float mom, int nesterov, float wd) {
     opt_job j = {0, w, v, NULL, g, n, lr, mom, 0, 0, wd, 0, nesterov};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
-static void cpu_adam(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
+static void cpu_adam_update(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
                      float b2, float eps, int64_t step, float wd, int decoupled) {
     opt_job j = {1, w, m, v, g, n, lr, b1, b2, eps, wd, step, decoupled};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
-static void cpu_rmsprop(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
+static void cpu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
                         float rho, float momentum, float eps) {
     opt_job j = {2, w, ms, mom, g, n, lr, rho, momentum, eps, 0, 0, 0};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
 
-static const ld_backend cpu_backend = {
+/* the kernel slots from the list (ld_kernels.h): kernel <name> is cpu_<name> */
+#define CPU_SLOT(name, ...) .name = cpu_##name,
+const ld_backend ld_cpu_kernels = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
     .to_host = cpu_to_host,
     .from_host = cpu_from_host,
     .synchronize = cpu_sync,
-    .copy_strided = cpu_copy_strided,
-    .fill = cpu_fill,
-    .binary = cpu_binary,
-    .unary = cpu_unary,
-    .unary_backward = cpu_unary_backward,
-    .scale_add = cpu_scale_add,
-    .reduce = cpu_reduce,
-    .gemm = cpu_gemm,
-    .softmax = cpu_softmax,
-    .im2col = cpu_im2col,
-    .col2im = cpu_col2im,
-    .maxpool = cpu_maxpool,
-    .maxpool_backward = cpu_maxpool_backward,
-    .sparse_xent = cpu_sparse_xent,
-    .sparse_xent_backward = cpu_sparse_xent_backward,
-    .sgd_update = cpu_sgd,
-    .adam_update = cpu_adam,
-    .rmsprop_update = cpu_rmsprop,
+    LD_KERNELS(CPU_SLOT)
 };
 
-const ld_backend *ld_cpu_backend(void) { return &cpu_backend; }
-
-/* ================================================================ device registry */
-#define MAX_DEVICES 64
-static ld_device cpu0 = {LD_DEV_CPU, 0, "cpu:0", &cpu_backend, 0, 0, 0, NULL};
-static ld_device *devices[MAX_DEVICES] = {&cpu0};
-static int n_devices = 1;
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-
-ld_device *ld_device_cpu(void) { return &cpu0; }
-/* listing or looking up devices loads the CUDA plugin first (once) */
-int ld_device_count(void) { ld_cuda_load(); return n_devices; }
-ld_device *ld_device_at(int i) { ld_cuda_load(); return i >= 0 && i < n_devices ? devices[i] : NULL; }
-
-int ld_device_register(ld_device *d) {
-    pthread_mutex_lock(&reg_mu);
-    if (n_devices >= MAX_DEVICES) {
-        pthread_mutex_unlock(&reg_mu);
-        return ld_fail(LD_EDEVICE, "too many devices");
-    }
-    devices[n_devices++] = d;
-    pthread_mutex_unlock(&reg_mu);
-    return LD_OK;
-}
-
-ld_device *ld_device_find(const char *name) {
-    if (!strcmp(name, "cpu")) return &cpu0;
-    ld_cuda_load();
-    for (int i = 0; i < n_devices; i++)
-        if (!strcmp(devices[i]->name, name)) return devices[i];
-    if (!strcmp(name, "cuda") || !strcmp(name, "gpu")) {
-        for (int i = 0; i < n_devices; i++)
-            if (devices[i]->kind == LD_DEV_CUDA) return devices[i];
-    }
-    char list[256] = "";
-    for (int i = 0, k = 0; i < n_devices && k < (int)sizeof list; i++)
-        k += snprintf(list + k, sizeof list - (size_t)k, "%s%s", i ? ", " : "", devices[i]->name);
-    int gpu = !strncmp(name, "cuda", 4) || !strncmp(name, "gpu", 3);
-    ld_fail(LD_EDEVICE, "unknown device '%s' (devices: %s%s%s)", name, list, gpu ? "; " : "",
-            gpu ? ld_device_note() : "");
-    return NULL;
-}
-
-/* sysconf(_SC_PHYS_PAGES) is a sysinfo system call: asked once, not on
-   every allocation (a training step makes dozens) */
-static size_t physical_memory(void) {
-    static size_t bytes;
-    if (!bytes) {
-        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        bytes = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz : (size_t)-1;
-    }
-    return bytes;
-}
-
-void *ld_device_alloc(ld_device *d, size_t nbytes) {
-    if (d->kind == LD_DEV_CPU && nbytes > physical_memory()) {
-        ld_fail(LD_ENOMEM, "not enough memory: %zu bytes requested, the machine has %zu",
-                nbytes, physical_memory());
-        return NULL;
-    }
-    /* cpu:0's backend is switched by ld_host_async while other threads allocate and free */
-    void *p = __atomic_load_n(&d->backend, __ATOMIC_ACQUIRE)->alloc(d, nbytes);
-    if (!p && d->kind != LD_DEV_CPU && ld_error_status() == LD_ENOMEM && ld_memory_pressure()) {
-        ld_clear_error();      /* the collector freed tensors: their blocks went back to the cache */
-        p = d->backend->alloc(d, nbytes);
-    }
-    if (!p) return NULL;
-    size_t now = __atomic_add_fetch(&d->bytes_in_use, nbytes, __ATOMIC_RELAXED);
-    if (now > d->bytes_peak) d->bytes_peak = now;
-    return p;
-}
-
-void ld_device_free(ld_device *d, void *p, size_t nbytes) {
-    if (!p) return;
-    __atomic_sub_fetch(&d->bytes_in_use, nbytes, __ATOMIC_RELAXED);
-    __atomic_load_n(&d->backend, __ATOMIC_ACQUIRE)->free(d, p, nbytes);
-}
+const ld_backend *ld_cpu_backend(void) { return &ld_cpu_kernels; }
 
 void ld_cpu_set_threads(int n) {
     if (n < 1) n = 1;
@@ -880,7 +837,7 @@ void ld_cpu_set_threads(int n) {
     cpu_threads_wanted = n;
     pool.nthreads = n;
     pthread_mutex_unlock(&pool.mu);
-    cpu0.threads = n;
+    ld_device_cpu()->threads = n;
 }
 
 int ld_cpu_threads(void) { return cpu_threads_wanted; }

@@ -97,7 +97,7 @@ static int check_input(ld_dataset *in, const char *who) {
 /* A host, contiguous version of t (a new reference), or NULL + error. */
 static ld_tensor *host_contiguous(ld_tensor *t) {
     ld_device *d = t->storage ? t->storage->device : NULL;
-    if (d && d->kind != LD_DEV_CPU) {
+    if (d && !ld_device_is_host(d)) {
         ld_tensor *h = ld_to_device(t, ld_device_cpu());
         if (!h) return NULL;
         ld_tensor *c = ld_contiguous(h);
@@ -459,7 +459,7 @@ static int gather_slices(const ld_dataset *s, const int64_t *rows, int64_t k, ld
 /* One replica's part of a batch: rows[0..k) of source s, as tensors on device d. */
 static int gather_part(const ld_dataset *s, const int64_t *rows, int64_t k, ld_device *d, ld_element *out) {
     out->n = 0;
-    if (s->kind != DS_RANGE && d->kind == LD_DEV_CPU) return gather_slices(s, rows, k, d, out);
+    if (s->kind != DS_RANGE && ld_device_is_host(d)) return gather_slices(s, rows, k, d, out);
     ld_element h = {0};
     if (source_gather(s, rows, k, &h) < 0) return -1;
     for (int c = 0; c < h.n; c++) {

@@ -14,14 +14,15 @@
  * to drain (synchronize).
  *
  * Executor threads run the CPU kernels single-threaded: the cores are shared
- * out among devices (DESIGN.md: replicas on separate cores beat intra-op
- * threading).
+ * out among devices, since replicas on separate cores beat intra-op
+ * threading (ld_cpu.c's thread pool says why).
  */
 #include "ld_device.h"
 #include "ld_executor.h"
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,9 @@ typedef struct task {
     uint64_t seq;             /* its position in the queue (fences) */
     void (*run)(struct task *t, ld_device *d);
     int kind;                 /* LD_SPAN_* for the trace */
-    unsigned char args[];     /* the kernel's arguments, copied */
+    /* the kernel's arguments, copied; aligned for the pointers and int64_t
+       they hold (after `kind` they began at offset 28: UBSan) */
+    _Alignas(16) unsigned char args[];
 } task;
 
 enum { RECENT_SLOTS = 64 };   /* freed blocks a device keeps (see px_free) */
@@ -52,8 +55,10 @@ typedef struct executor {
     struct recent { void *p; size_t n; uint64_t fence; } recent[RECENT_SLOTS];
     int n_recent;
     size_t recent_bytes;
-    /* the first bad input a kernel found, until a read reports it */
+    /* the first bad input a kernel found (or a kernel that could not be
+       queued), until a read reports it */
     int has_kerr;
+    ld_status kerr_status;
     char kerr[256];
     uint64_t running;         /* the position of the task being run */
     uint64_t kerr_mute;       /* errors of tasks up to here are not kept: queued before one was reported */
@@ -120,6 +125,8 @@ static _Thread_local int on_executor;   /* this thread runs some device's kernel
    queue has drained before the switch). */
 static executor *live_executor(const ld_device *d) { return __atomic_load_n((executor *const *)&d->impl, __ATOMIC_ACQUIRE); }
 
+static void task_free(task *t);
+
 static void *executor_main(void *arg) {
     executor *e = arg;
     on_executor = 1;
@@ -140,13 +147,14 @@ static void *executor_main(void *arg) {
         double t1 = tracing ? now_s() : 0;
         int kind = t->kind;
         uint64_t seq = t->seq;
-        free(t);
+        task_free(t);
         pthread_mutex_lock(&e->mu);
         if (kind != LD_SPAN_NONE && tracing) record_span(e, kind, t0, t1);
         e->busy = 0;
         e->completed = seq;
-        /* wake fence waiters only when the first of their fences is reached
-           (a futex wake per kernel cost ~4% of a replica's time) */
+        /* wake fence waiters only when the first of their fences is reached,
+           not after every kernel: a futex wake per kernel is costly at the
+           rate kernels run */
         if (e->fence_waiters && seq >= e->wait_min) pthread_cond_broadcast(&e->progress);
         if (!e->head) pthread_cond_broadcast(&e->idle);
     }
@@ -154,12 +162,41 @@ static void *executor_main(void *arg) {
     return NULL;
 }
 
-static task *task_new(size_t argsz, void (*run)(task *, ld_device *)) {
-    task *t = malloc(sizeof *t + argsz);
-    if (!t) { fprintf(stderr, "ldist: out of memory queuing a kernel\n"); abort(); }
+/* ---- out of memory while queuing
+ * A kernel that cannot be queued does not run: the failure is set for the
+ * issuing thread (ld_fail) and kept on the device, so the next read of its
+ * memory fails with it, as a CUDA launch error would (the backend's kernel
+ * slots return nothing). Work queued with ld_executor_submit owns a context
+ * the caller cannot get back, and a collective's parts wait for each other:
+ * those tasks fall back on a small reserve (see fn_task_new). */
+static int fail_allocs;   /* the test hook: allocations left to fail */
+void ld_executor_fail_allocs(int n) { __atomic_store_n(&fail_allocs, n, __ATOMIC_RELAXED); }
+__attribute__((cold, noinline)) static int alloc_fails_now(void) {
+    return __atomic_sub_fetch(&fail_allocs, 1, __ATOMIC_RELAXED) >= 0;
+}
+static inline int alloc_fails(void) {
+    return __builtin_expect(__atomic_load_n(&fail_allocs, __ATOMIC_RELAXED) != 0, 0) && alloc_fails_now();
+}
+
+static void keep_error(executor *e, ld_status st, int always, const char *msg);
+__attribute__((cold, noinline)) static void queue_failed(ld_device *d) {
+    ld_fail(LD_ENOMEM, "out of memory queuing a kernel on %s", d->name);
+    executor *e = live_executor(d);
+    if (e) keep_error(e, LD_ENOMEM, 1, ld_error());
+}
+
+static task *task_alloc(size_t argsz, void (*run)(task *, ld_device *)) {
+    task *t = alloc_fails() ? NULL : malloc(sizeof *t + argsz);
+    if (__builtin_expect(!t, 0)) return NULL;
     t->next = NULL;
     t->run = run;
     t->kind = LD_SPAN_COMPUTE;
+    return t;
+}
+/* A kernel's task on d, or NULL with the failure set and kept on d. */
+static task *task_new(ld_device *d, size_t argsz, void (*run)(task *, ld_device *)) {
+    task *t = task_alloc(argsz, run);
+    if (__builtin_expect(!t, 0)) queue_failed(d);
     return t;
 }
 
@@ -175,10 +212,38 @@ static void submit(ld_device *d, task *t) { enqueue(d->impl, t); }
 
 typedef struct { void (*fn)(void *, ld_device *); void *ctx; } fn_a;
 static void run_fn(task *t, ld_device *dev) { fn_a *a = (fn_a *)t->args; a->fn(a->ctx, dev); }
+typedef struct { void (*fn)(void *, ld_device *); void *ctx; ld_device *src; uint64_t fence; } after_a;
+
+/* The reserve for tasks of ld_executor_submit(_after) that malloc could not
+   make: their callers hand over a context and go on (a collective's parts
+   wait for each other), so such a task is better queued late than never. */
+enum { RESERVE_SLOTS = 64 };
+typedef union { max_align_t align; unsigned char bytes[sizeof(task) + sizeof(after_a)]; } reserve_slot;
+static reserve_slot reserve[RESERVE_SLOTS];
+static uint64_t reserve_used;   /* a bit per slot (atomic) */
+
+static void task_free(task *t) {
+    reserve_slot *r = (reserve_slot *)(void *)t;
+    if (__builtin_expect(r < reserve || r >= reserve + RESERVE_SLOTS, 1)) { free(t); return; }
+    __atomic_fetch_and(&reserve_used, ~((uint64_t)1 << (r - reserve)), __ATOMIC_RELEASE);
+}
+
+static task *fn_task_new(ld_device *d, size_t argsz, void (*run)(task *, ld_device *)) {
+    task *t = task_alloc(argsz, run);
+    for (int i = 0; !t && i < RESERVE_SLOTS; i++) {
+        uint64_t bit = (uint64_t)1 << i;
+        if (__atomic_fetch_or(&reserve_used, bit, __ATOMIC_ACQUIRE) & bit) continue;
+        t = (task *)(void *)&reserve[i];
+        *t = (task){.run = run, .kind = LD_SPAN_COMPUTE};
+    }
+    if (!t) queue_failed(d);
+    return t;
+}
 
 void ld_executor_submit(ld_device *d, void (*fn)(void *ctx, ld_device *d), void *ctx, int span_kind) {
     if (!ld_device_is_async(d)) { fn(ctx, d); return; }   /* the host device runs it now */
-    task *t = task_new(sizeof(fn_a), run_fn);
+    task *t = fn_task_new(d, sizeof(fn_a), run_fn);
+    if (!t) return;   /* even the reserve is taken: the failure is kept on d */
     ((fn_a *)t->args)->fn = fn;
     ((fn_a *)t->args)->ctx = ctx;
     t->kind = span_kind;
@@ -216,7 +281,6 @@ void ld_device_wait_fence(ld_device *d, uint64_t f) {
     pthread_mutex_unlock(&e->mu);
 }
 
-typedef struct { void (*fn)(void *, ld_device *); void *ctx; ld_device *src; uint64_t fence; } after_a;
 static void run_after(task *t, ld_device *dev) {
     after_a *a = (after_a *)t->args;
     executor *e = dev->impl;
@@ -238,7 +302,8 @@ void ld_executor_submit_after(ld_device *d, ld_device *src, uint64_t fence, void
         ld_executor_submit(d, fn, ctx, LD_SPAN_COMPUTE);
         return;
     }
-    task *t = task_new(sizeof(after_a), run_after);
+    task *t = fn_task_new(d, sizeof(after_a), run_after);
+    if (!t) return;
     t->kind = LD_SPAN_NONE;   /* run_after records its wait and its work itself */
     *(after_a *)t->args = (after_a){fn, ctx, src, fence};
     submit(d, t);
@@ -260,9 +325,9 @@ void ld_device_synchronize(ld_device *d) {
  * Blocks freed by the issuing thread are often still read by queued kernels.
  * Handing such a block to the CPU allocator only when its free comes up in
  * the queue means the next step's tensors get other blocks, long out of
- * this core's cache: measured on mirrored_bench (2 replicas, 5 alternating
- * runs), reusing them at once for kernel outputs gave +3.4% samples/s. A
- * block whose fence has passed may go to anyone; one whose old kernels are
+ * this core's cache; reusing them at once for kernel outputs keeps the
+ * step's working set in cache, as CUDA's caching allocators do. A block
+ * whose fence has passed may go to anyone; one whose old kernels are
  * still queued only to a caller on the issuing thread that has said its
  * block is written by a kernel queued to this device
  * (ld_alloc_stream_ordered), never to code that writes it from the host. */
@@ -275,7 +340,14 @@ int ld_alloc_stream_ordered(int on) { int was = stream_ordered; stream_ordered =
 typedef struct { void *p; size_t n; } free_a;
 static void run_free(task *t, ld_device *d) { free_a *a = (free_a *)t->args; CPU->free(d, a->p, a->n); }
 static void queue_free(executor *e, void *p, size_t n) {
-    task *t = task_new(sizeof(free_a), run_free);
+    task *t = task_alloc(sizeof(free_a), run_free);
+    if (!t) {
+        /* out of memory: the issuing thread can wait for the kernels that may
+           still read the block; an executor thread must not wait for another
+           queue (the two could wait for each other), so there it is lost */
+        if (!on_executor) { exec_sync(e->dev); CPU->free(e->dev, p, n); }
+        return;
+    }
     t->kind = LD_SPAN_NONE;
     *(free_a *)t->args = (free_a){p, n};
     enqueue(e, t);
@@ -292,21 +364,41 @@ static void recent_flush(executor *e, ld_device *d) {
 
 static int kerr_any;   /* some executor keeps an error (atomic) */
 
-void ld_executor_kernel_error(ld_device *d, const char *fmt, ...) {
-    executor *e = d->impl;
-    if (!e) return;
+/* Keep msg as e's error until a read reports it; the first one wins. One
+   error per report: bad input found by work queued before the last report
+   (the rest of a failed fit) would only repeat it in the user's next
+   command, so it is dropped unless `always`. */
+static void keep_error(executor *e, ld_status st, int always, const char *msg) {
     pthread_mutex_lock(&e->mu);
-    /* one error per report: work queued before the last report (the rest of
-       a failed fit) would only repeat it in the user's next command */
-    if (!e->has_kerr && e->running > e->kerr_mute) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(e->kerr, sizeof e->kerr, fmt, ap);
-        va_end(ap);
+    if (!e->has_kerr && (always || e->running > e->kerr_mute)) {
+        snprintf(e->kerr, sizeof e->kerr, "%s", msg);
+        e->kerr_status = st;
         e->has_kerr = 1;
         __atomic_store_n(&kerr_any, 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+void ld_executor_kernel_error(ld_device *d, const char *fmt, ...) {
+    executor *e = d->impl;
+    if (!e) return;
+    char msg[sizeof e->kerr];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    keep_error(e, LD_EARG, 0, msg);
+}
+
+void ld_device_fault(ld_device *d, ld_status st, const char *fmt, ...) {
+    char msg[sizeof host_trace.kerr];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ld_fail(st, "%s", msg);
+    executor *e = d ? executor_of(d) : NULL;
+    if (e) keep_error(e, st, 1, msg);
 }
 
 int ld_device_take_error(ld_device *d) {
@@ -314,11 +406,12 @@ int ld_device_take_error(ld_device *d) {
     /* The error of any device: a value read here may have come from another
        device by a copy (a replica's loss reduced on the host). d's first. */
     char msg[sizeof host_trace.kerr] = "";
+    ld_status st = LD_EARG;
     for (int i = -1; i < ld_device_count() && !msg[0]; i++) {
         executor *e = executor_of(i < 0 ? d : ld_device_at(i));
         if (!e) continue;
         pthread_mutex_lock(&e->mu);
-        if (e->has_kerr) memcpy(msg, e->kerr, sizeof msg);
+        if (e->has_kerr) { memcpy(msg, e->kerr, sizeof msg); st = e->kerr_status; }
         pthread_mutex_unlock(&e->mu);
     }
     if (!msg[0]) return LD_OK;
@@ -333,7 +426,7 @@ int ld_device_take_error(ld_device *d) {
         e->kerr_mute = e->submitted;
         pthread_mutex_unlock(&e->mu);
     }
-    return ld_fail(LD_EARG, "%s", msg);
+    return ld_fail(st, "%s", msg);
 }
 
 static void *px_alloc(ld_device *d, size_t n) {
@@ -394,184 +487,31 @@ static int px_to_host(ld_device *d, void *host, const void *src, size_t n) { exe
 /* a fresh allocation: no queued kernel can touch it yet */
 static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { memcpy(dst, host, n); return 0; }
 
-typedef struct { void *dst; ld_dtype ddt; const void *src; ld_dtype sdt; int ndim; int64_t shape[LD_MAX_DIMS], ss[LD_MAX_DIMS]; } copy_a;
-static void run_copy(task *t, ld_device *d) { copy_a *a = (copy_a *)t->args; CPU->copy_strided(d, a->dst, a->ddt, a->src, a->sdt, a->ndim, a->shape, a->ss); }
-static void px_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
-                            const int64_t *shape, const int64_t *ss) {
-    task *t = task_new(sizeof(copy_a), run_copy);
-    copy_a *a = (copy_a *)t->args;
-    a->dst = dst; a->ddt = ddt; a->src = src; a->sdt = sdt; a->ndim = ndim;
-    memcpy(a->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    memcpy(a->ss, ss, sizeof(int64_t) * (size_t)ndim);
-    submit(d, t);
-}
+/* ---- the kernels: one proxy per kernel of the list (ld_kernels.h)
+ * For kernel <name>: <name>_a holds its arguments (arrays copied whole),
+ * run_<name> calls the CPU kernel with them on the executor, px_<name>
+ * copies them into a task and queues it. */
+#define PX_KERNEL(name, ...)                                                        \
+    typedef struct { LD_K_FIELDS(__VA_ARGS__) } name##_a;                           \
+    static void run_##name(task *t, ld_device *d) {                                 \
+        name##_a *k_ = (name##_a *)t->args;                                         \
+        CPU->name(d, LD_K_LOAD(__VA_ARGS__));                                       \
+    }                                                                               \
+    static void px_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
+        task *t = task_new(d, sizeof(name##_a), run_##name);                        \
+        if (!t) return;                                                             \
+        name##_a *k_ = (name##_a *)t->args;                                         \
+        LD_K_STORE(__VA_ARGS__)                                                     \
+        submit(d, t);                                                               \
+    }
+LD_KERNELS(PX_KERNEL)
 
-typedef struct { void *dst; ld_dtype dt; int64_t n; double v; } fill_a;
-static void run_fill(task *t, ld_device *d) { fill_a *a = (fill_a *)t->args; CPU->fill(d, a->dst, a->dt, a->n, a->v); }
-static void px_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) {
-    task *t = task_new(sizeof(fill_a), run_fill);
-    *(fill_a *)t->args = (fill_a){dst, dt, n, v};
-    submit(d, t);
-}
-
-typedef struct { ld_binary_op op; float *out; const float *a, *b; int ndim; int64_t sa[LD_MAX_DIMS], sb[LD_MAX_DIMS], shape[LD_MAX_DIMS]; } bin_a;
-static void run_bin(task *t, ld_device *d) { bin_a *a = (bin_a *)t->args; CPU->binary(d, a->op, a->out, a->a, a->sa, a->b, a->sb, a->ndim, a->shape); }
-static void px_binary(ld_device *d, ld_binary_op op, float *out, const float *x, const int64_t *sa, const float *y,
-                      const int64_t *sb, int ndim, const int64_t *shape) {
-    task *t = task_new(sizeof(bin_a), run_bin);
-    bin_a *a = (bin_a *)t->args;
-    a->op = op; a->out = out; a->a = x; a->b = y; a->ndim = ndim;
-    memcpy(a->sa, sa, sizeof(int64_t) * (size_t)ndim);
-    memcpy(a->sb, sb, sizeof(int64_t) * (size_t)ndim);
-    memcpy(a->shape, shape, sizeof(int64_t) * (size_t)ndim);
-    submit(d, t);
-}
-
-typedef struct { ld_unary_op op; float *y; const float *x, *dy, *yv; int64_t n; } un_a;
-static void run_un(task *t, ld_device *d) { un_a *a = (un_a *)t->args; CPU->unary(d, a->op, a->y, a->x, a->n); }
-static void run_unb(task *t, ld_device *d) { un_a *a = (un_a *)t->args; CPU->unary_backward(d, a->op, a->y, a->dy, a->x, a->yv, a->n); }
-static void px_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
-    task *t = task_new(sizeof(un_a), run_un);
-    *(un_a *)t->args = (un_a){op, y, x, NULL, NULL, n};
-    submit(d, t);
-}
-static void px_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy, const float *x,
-                              const float *y, int64_t n) {
-    task *t = task_new(sizeof(un_a), run_unb);
-    *(un_a *)t->args = (un_a){op, dx, x, dy, y, n};
-    submit(d, t);
-}
-
-typedef struct { float *y; float a; const float *x; int64_t n; } sa_a;
-static void run_sa(task *t, ld_device *d) { sa_a *a = (sa_a *)t->args; CPU->scale_add(d, a->y, a->a, a->x, a->n); }
-static void px_scale_add(ld_device *d, float *y, float s, const float *x, int64_t n) {
-    task *t = task_new(sizeof(sa_a), run_sa);
-    *(sa_a *)t->args = (sa_a){y, s, x, n};
-    submit(d, t);
-}
-
-typedef struct { ld_reduce_op op; void *out; const float *x; int64_t outer, n, inner; } red_a;
-static void run_red(task *t, ld_device *d) { red_a *a = (red_a *)t->args; CPU->reduce(d, a->op, a->out, a->x, a->outer, a->n, a->inner); }
-static void px_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t outer, int64_t n, int64_t inner) {
-    task *t = task_new(sizeof(red_a), run_red);
-    *(red_a *)t->args = (red_a){op, out, x, outer, n, inner};
-    submit(d, t);
-}
-
-typedef struct { int ta, tb; int64_t m, n, k; float alpha; const float *a; int64_t lda; const float *b; int64_t ldb; float beta; float *c; int64_t ldc; } gemm_a;
-static void run_gemm(task *t, ld_device *d) {
-    gemm_a *a = (gemm_a *)t->args;
-    CPU->gemm(d, a->ta, a->tb, a->m, a->n, a->k, a->alpha, a->a, a->lda, a->b, a->ldb, a->beta, a->c, a->ldc);
-}
-static void px_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *x,
-                    int64_t lda, const float *y, int64_t ldb, float beta, float *c, int64_t ldc) {
-    task *t = task_new(sizeof(gemm_a), run_gemm);
-    *(gemm_a *)t->args = (gemm_a){ta, tb, m, n, k, alpha, x, lda, y, ldb, beta, c, ldc};
-    submit(d, t);
-}
-
-typedef struct { float *out; const float *x; int64_t rows, cols; int lg; } sm_a;
-static void run_sm(task *t, ld_device *d) { sm_a *a = (sm_a *)t->args; CPU->softmax(d, a->out, a->x, a->rows, a->cols, a->lg); }
-static void px_softmax(ld_device *d, float *out, const float *x, int64_t rows, int64_t cols, int lg) {
-    task *t = task_new(sizeof(sm_a), run_sm);
-    *(sm_a *)t->args = (sm_a){out, x, rows, cols, lg};
-    submit(d, t);
-}
-
-typedef struct { float *col; const float *x; int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow; } i2c_a;
-static void run_i2c(task *t, ld_device *d) { i2c_a *a = (i2c_a *)t->args; CPU->im2col(d, a->col, a->x, a->n, a->h, a->w, a->c, a->kh, a->kw, a->sh, a->sw, a->ph, a->pw, a->oh, a->ow); }
-static void run_c2i(task *t, ld_device *d) { i2c_a *a = (i2c_a *)t->args; CPU->col2im(d, a->col, a->x, a->n, a->h, a->w, a->c, a->kh, a->kw, a->sh, a->sw, a->ph, a->pw, a->oh, a->ow); }
-static void px_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
-                      int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
-    task *t = task_new(sizeof(i2c_a), run_i2c);
-    *(i2c_a *)t->args = (i2c_a){col, x, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    submit(d, t);
-}
-static void px_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
-                      int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
-    task *t = task_new(sizeof(i2c_a), run_c2i);
-    *(i2c_a *)t->args = (i2c_a){dx, col, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    submit(d, t);
-}
-
-typedef struct { float *y; int64_t *arg; const float *x; int64_t n, h, w, c, kh, kw, sh, sw, oh, ow; } mp_a;
-static void run_mp(task *t, ld_device *d) { mp_a *a = (mp_a *)t->args; CPU->maxpool(d, a->y, a->arg, a->x, a->n, a->h, a->w, a->c, a->kh, a->kw, a->sh, a->sw, a->oh, a->ow); }
-static void px_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w, int64_t c,
-                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
-    task *t = task_new(sizeof(mp_a), run_mp);
-    *(mp_a *)t->args = (mp_a){y, arg, x, n, h, w, c, kh, kw, sh, sw, oh, ow};
-    submit(d, t);
-}
-typedef struct { float *dx; const float *dy; const int64_t *arg; int64_t ny, nx; } mpb_a;
-static void run_mpb(task *t, ld_device *d) { mpb_a *a = (mpb_a *)t->args; CPU->maxpool_backward(d, a->dx, a->dy, a->arg, a->ny, a->nx); }
-static void px_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx) {
-    task *t = task_new(sizeof(mpb_a), run_mpb);
-    *(mpb_a *)t->args = (mpb_a){dx, dy, arg, ny, nx};
-    submit(d, t);
-}
-
-typedef struct { float *loss, *probs; const float *logits; const int64_t *labels; int64_t n, c; float scale; } xe_a;
-static void run_xe(task *t, ld_device *d) {
-    xe_a *a = (xe_a *)t->args;
-    /* the op checks labels on the host only where kernels run inline: here
-       the labels may still be being written by a queued kernel */
-    for (int64_t i = 0; i < a->n; i++)
-        if (a->labels[i] < 0 || a->labels[i] >= a->c) {
-            ld_executor_kernel_error(d, "label %lld at position %lld of %s's share of the batch is outside [0, %lld)",
-                                     (long long)a->labels[i], (long long)i, d->name, (long long)a->c);
-            break;
-        }
-    CPU->sparse_xent(d, a->loss, a->probs, a->logits, a->labels, a->n, a->c, a->scale);
-}
-static void px_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits, const int64_t *labels,
-                           int64_t n, int64_t c, float scale) {
-    task *t = task_new(sizeof(xe_a), run_xe);
-    *(xe_a *)t->args = (xe_a){loss, probs, logits, labels, n, c, scale};
-    submit(d, t);
-}
-typedef struct { float *dlogits; const float *probs; const int64_t *labels; const float *g; int64_t n, c; float scale; } xeb_a;
-static void run_xeb(task *t, ld_device *d) { xeb_a *a = (xeb_a *)t->args; CPU->sparse_xent_backward(d, a->dlogits, a->probs, a->labels, a->g, a->n, a->c, a->scale); }
-static void px_sparse_xent_backward(ld_device *d, float *dl, const float *probs, const int64_t *labels, const float *g,
-                                    int64_t n, int64_t c, float scale) {
-    task *t = task_new(sizeof(xeb_a), run_xeb);
-    *(xeb_a *)t->args = (xeb_a){dl, probs, labels, g, n, c, scale};
-    submit(d, t);
-}
-
-typedef struct { float *w, *s1, *s2; const float *g; int64_t n; float lr, p1, p2, eps, wd; int64_t step; int flag; int kind; } opt_a;
-static void run_opt(task *t, ld_device *d) {
-    opt_a *a = (opt_a *)t->args;
-    if (a->kind == 0) CPU->sgd_update(d, a->w, a->s1, a->g, a->n, a->lr, a->p1, a->flag, a->wd);
-    else if (a->kind == 1) CPU->adam_update(d, a->w, a->s1, a->s2, a->g, a->n, a->lr, a->p1, a->p2, a->eps, a->step, a->wd, a->flag);
-    else CPU->rmsprop_update(d, a->w, a->s1, a->s2, a->g, a->n, a->lr, a->p1, a->p2, a->eps);
-}
-static void px_sgd(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float mom, int nest, float wd) {
-    task *t = task_new(sizeof(opt_a), run_opt);
-    *(opt_a *)t->args = (opt_a){w, v, NULL, g, n, lr, mom, 0, 0, wd, 0, nest, 0};
-    submit(d, t);
-}
-static void px_adam(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1, float b2,
-                    float eps, int64_t step, float wd, int dec) {
-    task *t = task_new(sizeof(opt_a), run_opt);
-    *(opt_a *)t->args = (opt_a){w, m, v, g, n, lr, b1, b2, eps, wd, step, dec, 1};
-    submit(d, t);
-}
-static void px_rmsprop(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr, float rho,
-                       float momentum, float eps) {
-    task *t = task_new(sizeof(opt_a), run_opt);
-    *(opt_a *)t->args = (opt_a){w, ms, mom, g, n, lr, rho, momentum, eps, 0, 0, 0, 2};
-    submit(d, t);
-}
-
+#define PX_SLOT(name, ...) .name = px_##name,
 static const ld_backend proxy_backend = {
     .name = "cpu-executor",
     .alloc = px_alloc, .free = px_free, .to_host = px_to_host, .from_host = px_from_host,
-    .synchronize = exec_sync, .copy_strided = px_copy_strided, .fill = px_fill, .binary = px_binary,
-    .unary = px_unary, .unary_backward = px_unary_backward, .scale_add = px_scale_add, .reduce = px_reduce,
-    .gemm = px_gemm, .softmax = px_softmax, .im2col = px_im2col, .col2im = px_col2im, .maxpool = px_maxpool,
-    .maxpool_backward = px_maxpool_backward, .sparse_xent = px_sparse_xent,
-    .sparse_xent_backward = px_sparse_xent_backward, .sgd_update = px_sgd, .adam_update = px_adam,
-    .rmsprop_update = px_rmsprop,
+    .synchronize = exec_sync,
+    LD_KERNELS(PX_SLOT)
 };
 
 /* ================================================================ configuration */

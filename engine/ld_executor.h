@@ -40,7 +40,9 @@ void ld_device_wait_fence(ld_device *d, uint64_t fence);
    deadlock: a wait only refers to work queued before it. */
 void ld_executor_submit_after(ld_device *d, ld_device *src, uint64_t fence, void (*fn)(void *ctx, ld_device *d),
                               void *ctx);
-/* Queue fn(ctx, d) on d's executor (or run it now on the host device). */
+/* Queue fn(ctx, d) on d's executor (or run it now on the host device).
+   Out of memory, the task comes from a small reserve; with that taken too,
+   fn does not run and the failure is kept on d (ld_device_take_error). */
 void ld_executor_submit(ld_device *d, void (*fn)(void *ctx, ld_device *d), void *ctx, int span_kind);
 
 /* Bad input found by a queued kernel (an out-of-range label): like a CUDA
@@ -52,6 +54,13 @@ void ld_executor_kernel_error(ld_device *d, const char *fmt, ...) __attribute__(
 /* LD_OK, or the kept error (d's first, else any device's), set with ld_fail
    and cleared. */
 int ld_device_take_error(ld_device *d);
+/* A kernel of d could not do its work (no BLAS library): set for this
+   thread with ld_fail and kept on d (cpu:0 too, while it runs inline), so
+   the next read of tensor memory fails with it, whatever was queued since. */
+void ld_device_fault(ld_device *d, ld_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* For tests only: the next n allocations of queued tasks fail (as malloc
+   out of memory would). */
+void ld_executor_fail_allocs(int n);
 
 /* ---- tracing ---- */
 enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE };

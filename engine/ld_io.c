@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -25,7 +27,7 @@
 /* A host, contiguous version of t (a new reference), or NULL + error. */
 static ld_tensor *host_contiguous(ld_tensor *t) {
     ld_device *d = t->storage ? t->storage->device : NULL;
-    if (d && d->kind != LD_DEV_CPU) {
+    if (d && !ld_device_is_host(d)) {
         ld_tensor *h = ld_to_device(t, ld_device_cpu());
         if (!h) return NULL;
         ld_tensor *c = ld_contiguous(h);
@@ -33,12 +35,6 @@ static ld_tensor *host_contiguous(ld_tensor *t) {
         return c;
     }
     return ld_contiguous(t);
-}
-
-static int64_t file_size(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0) return -1;
-    return (int64_t)st.st_size;
 }
 
 /* ======================================================================
@@ -70,13 +66,14 @@ static double idx_decode(const idx_type *ty, const unsigned char *p) {
     }
 }
 
-static void store_as(void *dst, ld_dtype dt, int64_t i, double v) {
+/* 0 when v (NaN included) does not fit an integer dtype: a cast would be undefined. */
+static int store_as(void *dst, ld_dtype dt, int64_t i, double v) {
     switch (dt) {
-    case LD_F32: ((float *)dst)[i] = (float)v; break;
-    case LD_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
-    case LD_I64: ((int64_t *)dst)[i] = (int64_t)v; break;
-    case LD_U8: ((uint8_t *)dst)[i] = (uint8_t)v; break;
-    default: break;
+    case LD_F32: ((float *)dst)[i] = (float)v; return 1;
+    case LD_I32: if (!(v > -2147483649.0 && v < 2147483648.0)) return 0; ((int32_t *)dst)[i] = (int32_t)v; return 1;
+    case LD_I64: if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return 0; ((int64_t *)dst)[i] = (int64_t)v; return 1;
+    case LD_U8: if (!(v > -1.0 && v < 256.0)) return 0; ((uint8_t *)dst)[i] = (uint8_t)v; return 1;
+    default: return 0;
     }
 }
 
@@ -103,10 +100,21 @@ static const char *gz_errmsg(gzFile gz) {
 ld_tensor *ld_load_idx_as(const char *path, int dtype, double scale) {
     if (!path) { ld_fail(LD_EARG, "load_idx: no path given"); return NULL; }
     if (dtype >= LD_DTYPE_COUNT) { ld_fail(LD_EARG, "load_idx: bad dtype %d", dtype); return NULL; }
+    if (!isfinite(scale)) { ld_fail(LD_EARG, "load_idx: scale must be a finite number, got %g", scale); return NULL; }
+    /* The size of the file opened, not of whatever the path names a moment later. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        ld_fail(LD_EIO, "cannot open '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    int64_t fsz = (int64_t)st.st_size;
     errno = 0;
-    gzFile gz = gzopen(path, "rb");
+    gzFile gz = gzdopen(fd, "rb");
     if (!gz) {
         ld_fail(LD_EIO, "cannot open '%s': %s", path, errno ? strerror(errno) : "out of memory");
+        close(fd);
         return NULL;
     }
     gzbuffer(gz, 1 << 20);
@@ -139,7 +147,6 @@ ld_tensor *ld_load_idx_as(const char *path, int dtype, double scale) {
     int64_t payload = numel * ty->size;
     /* Bound the allocation by what the file can hold: exactly for plain
        files, by deflate's best ratio (about 1032:1) for compressed ones. */
-    int64_t fsz = file_size(path);
     int64_t header_bytes = 4 + 4 * (int64_t)ndim;
     int64_t can_hold = gzdirect(gz) ? fsz - header_bytes : fsz * 1040 + 4096;
     if (fsz >= 0 && payload > can_hold) {
@@ -182,8 +189,14 @@ ld_tensor *ld_load_idx_as(const char *path, int dtype, double scale) {
             int64_t *o = (int64_t *)dst + i0;
             for (int64_t j = 0; j < k; j++) o[j] = stage[j];
         } else {
-            for (int64_t j = 0; j < k; j++)
-                store_as(dst, dt, i0 + j, idx_decode(ty, stage + j * ty->size) * scale);
+            for (int64_t j = 0; j < k; j++) {
+                double v = idx_decode(ty, stage + j * ty->size) * scale;
+                if (!store_as(dst, dt, i0 + j, v)) {
+                    ld_fail(LD_EARG, "load_idx: element %lld of '%s' is %g (scaled by %g), which %s cannot hold",
+                            (long long)(i0 + j), path, v, scale, ld_dtype_name(dt));
+                    goto fail;
+                }
+            }
         }
     }
     goto done;
@@ -210,6 +223,8 @@ void ld_strings_free(char **s, int n) {
     for (int i = 0; i < n; i++) free(s[i]);
     free(s);
 }
+
+#define LD_CSV_MAX_FIELDS (1 << 24)   /* columns in a line: an int, with room to spare */
 
 /* Split `line` in place at `delim`; returns the field count (fields[] up to max). */
 static int csv_split(char *line, char delim, char **fields, int max) {
@@ -285,13 +300,18 @@ ld_tensor *ld_load_csv(const char *path, const ld_csv_options *opt, char ***col_
             s += 3;                          /* a UTF-8 byte order mark */
         if (!*trim(s)) continue;             /* blank lines */
         /* Size the field array by the delimiters (an upper bound), then split in place. */
-        int bound = 1;
+        int64_t bound = 1;
         for (const char *q = s; *q; q++) bound += *q == delim;
+        if (bound > LD_CSV_MAX_FIELDS) {
+            ld_fail(LD_EFORMAT, "'%s' line %lld has %lld fields, more than the %d allowed", path, (long long)lineno,
+                    (long long)bound, LD_CSV_MAX_FIELDS);
+            goto fail;
+        }
         if (bound > max_fields) {
             char **nfp = realloc(fields, sizeof *fields * (size_t)bound);
             if (!nfp) { ld_fail(LD_ENOMEM, "load_csv: out of memory"); goto fail; }
             fields = nfp;
-            max_fields = bound;
+            max_fields = (int)bound;
         }
         int nf = csv_split(s, delim, fields, max_fields);
         if (cols < 0) cols = nf;
@@ -417,6 +437,35 @@ static const char *st_dtype_name(ld_dtype dt) {
     }
 }
 
+/* A new, empty file beside `path` that no one else made or linked: O_EXCL
+   refuses any existing name, a planted symbolic link included, and the name
+   carries the pid, a per-process count and random bits, so concurrent saves
+   (threads or processes) never share one. Mode 0666 less the umask, as fopen
+   would give. Returns the descriptor and the malloc'ed name in *tmp_out, or
+   -1 with an error set. */
+static int create_temp(const char *path, char **tmp_out) {
+    static unsigned long count;
+    size_t cap = strlen(path) + 64;
+    char *tmp = malloc(cap);
+    if (!tmp) return ld_fail(LD_ENOMEM, "save_safetensors: out of memory"), -1;
+    for (int attempt = 0; attempt < 64; attempt++) {
+        unsigned long c = __atomic_fetch_add(&count, 1, __ATOMIC_RELAXED);
+        unsigned r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            r = (unsigned)ts.tv_nsec ^ (unsigned)(uintptr_t)&ts;
+        }
+        snprintf(tmp, cap, "%s.tmp.%ld.%lu.%08x", path, (long)getpid(), c, r);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0) { *tmp_out = tmp; return fd; }
+        if (errno != EEXIST) break;
+    }
+    ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+    free(tmp);
+    return -1;
+}
+
 int ld_save_safetensors(const char *path, int n, const char *const *names, ld_tensor *const *tensors,
                         int n_meta, const char *const *meta_kv) {
     if (!path || !*path) return ld_fail(LD_EARG, "save_safetensors: no path given");
@@ -437,11 +486,10 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
     int status = LD_OK;
     ld_tensor **host = calloc((size_t)n + 1, sizeof *host);
     int *order = calloc((size_t)n + 1, sizeof *order);
-    char *tmp = malloc(strlen(path) + 5);
+    char *tmp = NULL;
     sbuf hb = {0};
     FILE *f = NULL;
-    if (!host || !order || !tmp) { status = ld_fail(LD_ENOMEM, "save_safetensors: out of memory"); goto out; }
-    sprintf(tmp, "%s.tmp", path);
+    if (!host || !order) { status = ld_fail(LD_ENOMEM, "save_safetensors: out of memory"); goto out; }
     for (int i = 0; i < n; i++)
         if (!(host[i] = host_contiguous(tensors[i]))) { status = ld_error_status() ? ld_error_status() : LD_EINTERNAL; goto out; }
     /* Largest elements first (stable), as the reference writer does, so every
@@ -484,8 +532,14 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
     while (!hb.oom && hb.n % 8) sb_add(&hb, " ", 1);
     if (hb.oom) { status = ld_fail(LD_ENOMEM, "save_safetensors: out of memory"); goto out; }
 
-    f = fopen(tmp, "wb");
-    if (!f) { status = ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(errno)); goto out; }
+    int fd = create_temp(path, &tmp);
+    if (fd < 0) { status = ld_error_status(); goto out; }
+    if (!(f = fdopen(fd, "wb"))) {
+        status = ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        goto out;
+    }
     unsigned char len8[8];
     uint64_t hl = hb.n;
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
@@ -518,8 +572,8 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
         if (dir) {
             char *slash = strrchr(dir, '/');
             const char *dn = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
-            int fd = open(dn, O_RDONLY | O_DIRECTORY);
-            if (fd >= 0) { fsync(fd); close(fd); }
+            int dfd = open(dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (dfd >= 0) { fsync(dfd); close(dfd); }
             free(dir);
         }
     }
@@ -581,6 +635,17 @@ static int hex4(const char *p, unsigned *v) {
 static char *jr_string(jr *j) {
     if (jr_peek(j) != '"') { jr_fail(j, "expected a string"); return NULL; }
     j->p++;
+    /* The usual string has no escape: one copy (headers can hold 10^5 names). */
+    const char *q = j->p;
+    while (q < j->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20) q++;
+    if (q < j->end && *q == '"') {
+        char *s = malloc((size_t)(q - j->p) + 1);
+        if (!s) { ld_fail(LD_ENOMEM, "out of memory"); j->failed = 1; return NULL; }
+        memcpy(s, j->p, (size_t)(q - j->p));
+        s[q - j->p] = 0;
+        j->p = q + 1;
+        return s;
+    }
     sbuf b = {0};
     sb_add(&b, "", 0);
     while (j->p < j->end && *j->p != '"') {
@@ -668,6 +733,7 @@ typedef struct {
     int64_t shape[LD_MAX_DIMS];
     uint64_t begin, end;
     int has_offsets, has_shape;
+    const struct st_dtype *sd;   /* set by validation */
 } st_entry;
 
 static int parse_entry(jr *j, st_entry *e) {
@@ -710,11 +776,13 @@ static int parse_entry(jr *j, st_entry *e) {
 }
 
 /* File dtypes we read, and what they become. */
-typedef struct { const char *name; int size; ld_dtype to; } st_dtype;
+enum { ST_F32, ST_I32, ST_I64, ST_U8, ST_F64, ST_F16, ST_BF16, ST_I8, ST_I16, ST_U16, ST_U32, ST_U64, ST_BOOL };
+typedef struct st_dtype { const char *name; int size; ld_dtype to; int code; } st_dtype;
 static const st_dtype st_dtypes[] = {
-    {"F32", 4, LD_F32}, {"I32", 4, LD_I32}, {"I64", 8, LD_I64}, {"U8", 1, LD_U8},
-    {"F64", 8, LD_F32}, {"F16", 2, LD_F32}, {"BF16", 2, LD_F32}, {"I8", 1, LD_I32},
-    {"I16", 2, LD_I32}, {"U16", 2, LD_I32}, {"U32", 4, LD_I64}, {"U64", 8, LD_I64}, {"BOOL", 1, LD_U8},
+    {"F32", 4, LD_F32, ST_F32}, {"I32", 4, LD_I32, ST_I32}, {"I64", 8, LD_I64, ST_I64}, {"U8", 1, LD_U8, ST_U8},
+    {"F64", 8, LD_F32, ST_F64}, {"F16", 2, LD_F32, ST_F16}, {"BF16", 2, LD_F32, ST_BF16}, {"I8", 1, LD_I32, ST_I8},
+    {"I16", 2, LD_I32, ST_I16}, {"U16", 2, LD_I32, ST_U16}, {"U32", 4, LD_I64, ST_U32}, {"U64", 8, LD_I64, ST_U64},
+    {"BOOL", 1, LD_U8, ST_BOOL},
 };
 
 static float half_to_float(uint16_t h) {
@@ -733,26 +801,112 @@ static float half_to_float(uint16_t h) {
     return f;
 }
 
+/* n elements of file dtype sd at src into dst (of dtype sd->to). */
 static void st_convert(const st_dtype *sd, void *dst, const unsigned char *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const unsigned char *p = src + i * sd->size;
-        if (!strcmp(sd->name, "F64")) { double d; memcpy(&d, p, 8); ((float *)dst)[i] = (float)d; }
-        else if (!strcmp(sd->name, "F16")) { uint16_t h; memcpy(&h, p, 2); ((float *)dst)[i] = half_to_float(h); }
-        else if (!strcmp(sd->name, "BF16")) {
-            uint32_t u = (uint32_t)(p[0] | (p[1] << 8)) << 16; float f; memcpy(&f, &u, 4); ((float *)dst)[i] = f;
+    switch (sd->code) {
+    case ST_F64: for (int64_t i = 0; i < n; i++) { double d; memcpy(&d, src + 8 * i, 8); ((float *)dst)[i] = (float)d; } break;
+    case ST_F16: for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, src + 2 * i, 2); ((float *)dst)[i] = half_to_float(h); } break;
+    case ST_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)(src[2 * i] | (src[2 * i + 1] << 8)) << 16;
+            memcpy((float *)dst + i, &u, 4);
         }
-        else if (!strcmp(sd->name, "I8")) ((int32_t *)dst)[i] = (int8_t)p[0];
-        else if (!strcmp(sd->name, "I16")) { int16_t v; memcpy(&v, p, 2); ((int32_t *)dst)[i] = v; }
-        else if (!strcmp(sd->name, "U16")) { uint16_t v; memcpy(&v, p, 2); ((int32_t *)dst)[i] = v; }
-        else if (!strcmp(sd->name, "U32")) { uint32_t v; memcpy(&v, p, 4); ((int64_t *)dst)[i] = v; }
-        else if (!strcmp(sd->name, "U64")) { uint64_t v; memcpy(&v, p, 8); ((int64_t *)dst)[i] = (int64_t)v; }
-        else if (!strcmp(sd->name, "BOOL")) ((uint8_t *)dst)[i] = p[0] != 0;
+        break;
+    case ST_I8: for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int8_t)src[i]; break;
+    case ST_I16: for (int64_t i = 0; i < n; i++) { int16_t v; memcpy(&v, src + 2 * i, 2); ((int32_t *)dst)[i] = v; } break;
+    case ST_U16: for (int64_t i = 0; i < n; i++) { uint16_t v; memcpy(&v, src + 2 * i, 2); ((int32_t *)dst)[i] = v; } break;
+    case ST_U32: for (int64_t i = 0; i < n; i++) { uint32_t v; memcpy(&v, src + 4 * i, 4); ((int64_t *)dst)[i] = v; } break;
+    case ST_U64: for (int64_t i = 0; i < n; i++) { uint64_t v; memcpy(&v, src + 8 * i, 8); ((int64_t *)dst)[i] = (int64_t)v; } break;
+    case ST_BOOL: for (int64_t i = 0; i < n; i++) ((uint8_t *)dst)[i] = src[i] != 0; break;
+    default: memcpy(dst, src, (size_t)n * (size_t)sd->size); break;   /* same layout */
     }
 }
 
 #define ST_MAX_HEADER 100000000   /* the reference implementation's limit */
 
-int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta, char ***meta_kv) {
+/* "[2,3]" into buf, for messages. */
+static const char *st_shape_str(const st_entry *e, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < e->ndim && k < n; d++) k += (size_t)snprintf(buf + k, n - k, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+/* Sorting entries: by position in the data section (empty tensors before a
+   non-empty one at the same offset), and by name for the duplicate check. */
+static int st_by_offset(const void *a, const void *b) {
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x < y ? -1 : x > y;               /* stable: header order */
+}
+static int st_by_name(const void *a, const void *b) {
+    return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
+}
+
+/* Everything the format requires of the header, checked before any tensor is
+   allocated or any data read (a hostile header costs an error, not memory):
+   each entry's dtype, shape (overflow-checked) and byte length agree; names are
+   unique; the entries tile the data section exactly, without overlap or gap.
+   On success by_off[] holds the entries in file order. */
+static int st_validate(const char *path, st_entry *ents, int nents, uint64_t data_len, st_entry **by_off) {
+    char sb[160];
+    for (int i = 0; i < nents; i++) {
+        st_entry *e = &ents[i];
+        if (!e->dtype || !e->has_shape || !e->has_offsets)
+            return ld_fail(LD_EFORMAT, "'%s': tensor '%s' lacks a dtype, shape or data_offsets", path, e->name);
+        e->sd = NULL;
+        for (size_t k = 0; k < sizeof st_dtypes / sizeof st_dtypes[0]; k++)
+            if (!strcmp(e->dtype, st_dtypes[k].name)) e->sd = &st_dtypes[k];
+        if (!e->sd) return ld_fail(LD_ETYPE, "'%s': tensor '%s' has dtype %s, which ldist cannot read", path, e->name, e->dtype);
+        /* numel, and the product of the nonzero sizes: strides are built from
+           the latter, so [0, 2^53, 2^53] must be refused though it holds nothing */
+        uint64_t numel = 1, span = 1, nbytes;
+        int over = 0;
+        for (int d = 0; d < e->ndim; d++) {
+            uint64_t s = (uint64_t)e->shape[d];
+            over |= __builtin_mul_overflow(numel, s, &numel);
+            over |= __builtin_mul_overflow(span, s ? s : 1, &span);
+        }
+        over |= __builtin_mul_overflow(span, (uint64_t)e->sd->size, &nbytes) || nbytes > (uint64_t)INT64_MAX / 2;
+        if (over)
+            return ld_fail(LD_EFORMAT, "'%s': tensor '%s' has shape %s, whose size overflows 64 bits", path, e->name,
+                           st_shape_str(e, sb, sizeof sb));
+        nbytes = numel * (uint64_t)e->sd->size;
+        if (e->end < e->begin || e->end - e->begin != nbytes)
+            return ld_fail(LD_EFORMAT, "'%s': tensor '%s' has data_offsets [%llu, %llu] that do not match its shape %s "
+                           "and dtype %s (%llu bytes)", path, e->name, (unsigned long long)e->begin,
+                           (unsigned long long)e->end, st_shape_str(e, sb, sizeof sb), e->dtype, (unsigned long long)nbytes);
+        if (e->end > data_len)
+            return ld_fail(LD_EFORMAT, "'%s' is truncated: tensor '%s' ends at byte %llu of a %llu-byte data section",
+                           path, e->name, (unsigned long long)e->end, (unsigned long long)data_len);
+    }
+    for (int i = 0; i < nents; i++) by_off[i] = &ents[i];
+    qsort(by_off, (size_t)nents, sizeof *by_off, st_by_name);
+    for (int i = 1; i < nents; i++)
+        if (!strcmp(by_off[i - 1]->name, by_off[i]->name))
+            return ld_fail(LD_EFORMAT, "'%s': two tensors are named '%s'", path, by_off[i]->name);
+    qsort(by_off, (size_t)nents, sizeof *by_off, st_by_offset);
+    uint64_t at = 0;
+    for (int i = 0; i < nents; i++) {
+        const st_entry *e = by_off[i];
+        if (e->begin < at)
+            return ld_fail(LD_EFORMAT, "'%s': tensors '%s' and '%s' overlap in the data section (bytes %llu to %llu); "
+                           "each byte belongs to one tensor", path, by_off[i - 1]->name, e->name,
+                           (unsigned long long)e->begin, (unsigned long long)at);
+        if (e->begin > at)
+            return ld_fail(LD_EFORMAT, "'%s': bytes %llu to %llu of the data section belong to no tensor",
+                           path, (unsigned long long)at, (unsigned long long)e->begin);
+        at = e->end;
+    }
+    if (at != data_len)
+        return ld_fail(LD_EFORMAT, "'%s': the data section has %llu bytes but its tensors cover %llu",
+                       path, (unsigned long long)data_len, (unsigned long long)at);
+    return LD_OK;
+}
+
+int ld_load_safetensors_checked(const char *path, ld_tensor_dict *out, int *n_meta, char ***meta_kv,
+                                ld_safetensors_check check, void *ctx) {
     if (n_meta) *n_meta = 0;
     if (meta_kv) *meta_kv = NULL;
     if (!out) return ld_fail(LD_EARG, "load_safetensors: no output given");
@@ -764,12 +918,17 @@ int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta,
     if (!f) return ld_fail(LD_EIO, "cannot open '%s': %s", path, strerror(errno));
     int status = LD_OK;
     char *hdr = NULL;
-    st_entry *ents = NULL;
+    st_entry *ents = NULL, **by_off = NULL;
+    ld_safetensors_entry *info = NULL;
     int nents = 0, ecap = 0;
     char **meta = NULL;
     int nmeta = 0, mcap = 0;
     unsigned char *stage = NULL;
-    int64_t fsz = file_size(path);
+    /* The size of the file we opened (not of whatever the path names now:
+       a concurrent save may have renamed a new file over it). */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) { status = ld_fail(LD_EIO, "cannot read '%s': %s", path, strerror(errno)); goto out; }
+    uint64_t fsz = (uint64_t)st.st_size;
     unsigned char len8[8];
     if (fread(len8, 1, 8, f) != 8) {
         status = ld_fail(LD_EFORMAT, "'%s' is truncated: a safetensors file starts with an 8-byte header length", path);
@@ -777,16 +936,16 @@ int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta,
     }
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = (hl << 8) | len8[i];
-    if (hl > ST_MAX_HEADER || (fsz >= 0 && hl > (uint64_t)fsz - 8)) {
-        status = ld_fail(LD_EFORMAT, "'%s' is not a safetensors file or is truncated (header length %llu, file size %lld)",
-                         path, (unsigned long long)hl, (long long)fsz);
+    if (hl > ST_MAX_HEADER || hl > fsz - 8) {
+        status = ld_fail(LD_EFORMAT, "'%s' is not a safetensors file or is truncated (header length %llu, file size %llu)",
+                         path, (unsigned long long)hl, (unsigned long long)fsz);
         goto out;
     }
     hdr = malloc(hl + 1);
     if (!hdr) { status = ld_fail(LD_ENOMEM, "load_safetensors: out of memory"); goto out; }
     if (fread(hdr, 1, hl, f) != hl) { status = ld_fail(LD_EFORMAT, "'%s' is truncated in its header", path); goto out; }
     hdr[hl] = 0;
-    uint64_t data_len = (uint64_t)fsz - 8 - hl;
+    uint64_t data_len = fsz - 8 - hl;
 
     jr j = {hdr, hdr + hl, path, 0, hdr};
     if (!jr_expect(&j, '{')) { status = LD_EFORMAT; goto out; }
@@ -841,74 +1000,53 @@ int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta,
         goto out;
     }
     if (jr_peek(&j) != -1) { jr_fail(&j, "trailing characters after the header object"); status = LD_EFORMAT; goto out; }
+    free(hdr);
+    hdr = NULL;
 
-    /* Validate every entry before reading any data. */
-    for (int i = 0; i < nents; i++) {
-        st_entry *e = &ents[i];
-        const st_dtype *sd = NULL;
-        for (size_t k = 0; e->dtype && k < sizeof st_dtypes / sizeof st_dtypes[0]; k++)
-            if (!strcmp(e->dtype, st_dtypes[k].name)) sd = &st_dtypes[k];
-        if (!e->dtype || !e->has_shape || !e->has_offsets) {
-            status = ld_fail(LD_EFORMAT, "'%s': tensor '%s' lacks a dtype, shape or data_offsets", path, e->name);
-            goto out;
+    by_off = malloc(sizeof *by_off * ((size_t)nents + 1));
+    if (!by_off) { status = ld_fail(LD_ENOMEM, "load_safetensors: out of memory"); goto out; }
+    if ((status = st_validate(path, ents, nents, data_len, by_off)) != LD_OK) goto out;
+    if (check) {
+        info = malloc(sizeof *info * ((size_t)nents + 1));
+        if (!info) { status = ld_fail(LD_ENOMEM, "load_safetensors: out of memory"); goto out; }
+        for (int i = 0; i < nents; i++) {
+            const st_entry *e = by_off[i];
+            info[i] = (ld_safetensors_entry){e->name, e->sd->name, e->sd->to, e->ndim, e->shape};
         }
-        if (!sd) { status = ld_fail(LD_ETYPE, "'%s': tensor '%s' has dtype %s, which ldist cannot read", path, e->name, e->dtype); goto out; }
-        uint64_t numel = 1;
-        for (int d = 0; d < e->ndim; d++)
-            if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel)) numel = UINT64_MAX;
-        uint64_t nbytes;
-        if (__builtin_mul_overflow(numel, (uint64_t)sd->size, &nbytes)) nbytes = UINT64_MAX;
-        if (e->end < e->begin || e->end - e->begin != nbytes) {
-            status = ld_fail(LD_EFORMAT, "'%s': tensor '%s' has data_offsets [%llu, %llu] that do not match its shape and dtype",
-                             path, e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
-            goto out;
-        }
-        if (e->end > data_len) {
-            status = ld_fail(LD_EFORMAT, "'%s' is truncated: tensor '%s' ends at byte %llu of a %llu-byte data section",
-                             path, e->name, (unsigned long long)e->end, (unsigned long long)data_len);
-            goto out;
-        }
-        for (int k = 0; k < i; k++)
-            if (!strcmp(ents[k].name, e->name)) { status = ld_fail(LD_EFORMAT, "'%s': two tensors are named '%s'", path, e->name); goto out; }
+        if ((status = check(ctx, path, nents, info)) != LD_OK) goto out;
     }
-    /* File order (by offset): a stable insertion sort; headers are small. */
-    for (int i = 1; i < nents; i++) {
-        st_entry t = ents[i];
-        int k = i - 1;
-        while (k >= 0 && ents[k].begin > t.begin) { ents[k + 1] = ents[k]; k--; }
-        ents[k + 1] = t;
-    }
+
     out->names = calloc((size_t)nents + 1, sizeof *out->names);
     out->tensors = calloc((size_t)nents + 1, sizeof *out->tensors);
     if (!out->names || !out->tensors) { status = ld_fail(LD_ENOMEM, "load_safetensors: out of memory"); goto out; }
+    /* The entries tile the data section, so it is read front to back. */
+    if (fseeko(f, (off_t)(8 + hl), SEEK_SET) != 0) { status = ld_fail(LD_EIO, "cannot read '%s': %s", path, strerror(errno)); goto out; }
+    const size_t stage_bytes = 1 << 20;
     for (int i = 0; i < nents; i++) {
-        st_entry *e = &ents[i];
-        const st_dtype *sd = NULL;
-        for (size_t k = 0; k < sizeof st_dtypes / sizeof st_dtypes[0]; k++)
-            if (!strcmp(e->dtype, st_dtypes[k].name)) sd = &st_dtypes[k];
+        st_entry *e = by_off[i];
+        const st_dtype *sd = e->sd;
         ld_tensor *t = ld_tensor_empty(sd->to, e->ndim, e->shape, NULL);
         if (!t) { status = ld_error_status() ? ld_error_status() : LD_ENOMEM; goto out; }
         out->tensors[out->n] = t;
         out->names[out->n] = e->name;
         e->name = NULL;
         out->n++;
-        size_t nbytes = (size_t)(e->end - e->begin);
+        uint64_t nbytes = e->end - e->begin;
         if (!nbytes) continue;
-        if (fseeko(f, (off_t)(8 + hl + e->begin), SEEK_SET) != 0) {
-            status = ld_fail(LD_EIO, "cannot read '%s': %s", path, strerror(errno));
-            goto out;
-        }
-        int same = (int)ld_dtype_size(sd->to) == sd->size && strcmp(sd->name, "BOOL") && strcmp(sd->name, "U64") &&
-                   strcmp(sd->name, "U32");
-        void *dst = ld_tensor_data(t);
+        unsigned char *dst = ld_tensor_data(t);
         if (!dst) { status = ld_error_status(); goto out; }
-        if (same) {
+        if ((int)ld_dtype_size(sd->to) == sd->size && sd->code <= ST_U8) {
             if (fread(dst, 1, nbytes, f) != nbytes) { status = ld_fail(LD_EFORMAT, "'%s' is truncated", path); goto out; }
-        } else {
-            free(stage);
-            if (!(stage = malloc(nbytes))) { status = ld_fail(LD_ENOMEM, "load_safetensors: out of memory"); goto out; }
-            if (fread(stage, 1, nbytes, f) != nbytes) { status = ld_fail(LD_EFORMAT, "'%s' is truncated", path); goto out; }
-            st_convert(sd, dst, stage, (int64_t)(nbytes / (size_t)sd->size));
+            continue;
+        }
+        /* Converted through a bounded staging buffer. */
+        if (!stage && !(stage = malloc(stage_bytes))) { status = ld_fail(LD_ENOMEM, "load_safetensors: out of memory"); goto out; }
+        const uint64_t chunk = stage_bytes / (size_t)sd->size;
+        const uint64_t numel = nbytes / (uint64_t)sd->size, esz = ld_dtype_size(sd->to);
+        for (uint64_t k0 = 0; k0 < numel; k0 += chunk) {
+            uint64_t k = numel - k0 < chunk ? numel - k0 : chunk;
+            if (fread(stage, (size_t)sd->size, k, f) != k) { status = ld_fail(LD_EFORMAT, "'%s' is truncated", path); goto out; }
+            st_convert(sd, dst + k0 * esz, stage, (int64_t)k);
         }
     }
     if (meta_kv) { *meta_kv = meta; meta = NULL; if (n_meta) *n_meta = nmeta; }
@@ -916,6 +1054,8 @@ out:
     if (status != LD_OK) ld_tensor_dict_free(out);
     for (int i = 0; i < nents; i++) { free(ents[i].name); free(ents[i].dtype); }
     free(ents);
+    free(by_off);
+    free(info);
     ld_strings_free(meta, 2 * nmeta);
     free(stage);
     free(hdr);
@@ -923,6 +1063,10 @@ out:
     return status;
 }
 
+int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta, char ***meta_kv) {
+    return ld_load_safetensors_checked(path, out, n_meta, meta_kv, NULL, NULL);
+}
+
 int ld_load_safetensors(const char *path, ld_tensor_dict *out) {
-    return ld_load_safetensors_meta(path, out, NULL, NULL);
+    return ld_load_safetensors_checked(path, out, NULL, NULL, NULL, NULL);
 }

@@ -10,7 +10,11 @@
  *  - safetensors (https://github.com/huggingface/safetensors): an 8-byte
  *    little-endian header length, a JSON header {"name": {"dtype", "shape",
  *    "data_offsets"}, "__metadata__": {...}}, then the raw little-endian data.
- *    Writes go to "PATH.tmp" and are renamed, so a crash never leaves a torn file.
+ *    A write goes to a new temporary file beside PATH (created with O_EXCL, so
+ *    a planted link is never followed; unique, so concurrent saves never share
+ *    it), is synced and renamed over PATH: a reader sees the old file or the
+ *    new one, never a torn one. A header is checked whole (offsets tile the
+ *    data, sizes overflow-checked, names unique) before any data is read.
  */
 #ifndef LD_IO_H
 #define LD_IO_H
@@ -48,6 +52,21 @@ int ld_load_safetensors(const char *path, ld_tensor_dict *out);
 /* The same, and the "__metadata__" map: *meta_kv gets 2 * *n_meta malloc'ed
    strings (key, value, key, value ...); free with ld_strings_free. */
 int ld_load_safetensors_meta(const char *path, ld_tensor_dict *out, int *n_meta, char ***meta_kv);
+/* One tensor as a validated header describes it (pointers valid during the call). */
+typedef struct {
+    const char *name;
+    const char *dtype;      /* as the file names it: "F32", "F16", "BF16", "I64", ... */
+    ld_dtype as;            /* the dtype it is loaded as */
+    int ndim;
+    const int64_t *shape;
+} ld_safetensors_entry;
+/* Called after the header is validated and before any tensor is allocated or
+   read, with the n entries in file order (the order of the result). Returns
+   LD_OK to go on, or a status set with ld_fail to refuse the file. */
+typedef int (*ld_safetensors_check)(void *ctx, const char *path, int n, const ld_safetensors_entry *entries);
+/* ld_load_safetensors_meta with a check (NULL: none) of what the file holds. */
+int ld_load_safetensors_checked(const char *path, ld_tensor_dict *out, int *n_meta, char ***meta_kv,
+                                ld_safetensors_check check, void *ctx);
 /* Frees n malloc'ed strings and the array holding them (NULL is fine). */
 void ld_strings_free(char **s, int n);
 

@@ -84,6 +84,9 @@ ld_layer *ld_activation_layer_new(ld_activation act) {
 }
 ld_layer *ld_reshape_layer_new(int ndim, const int64_t *shape) {
     if (ndim < 1 || ndim >= LD_MAX_DIMS) { ld_fail(LD_EARG, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1); return NULL; }
+    int infer;
+    int64_t known;
+    if (ld_shape_target(ndim, shape, &infer, &known)) return NULL;   /* t:reshape's rules and messages */
     ld_layer *l = layer_new(LD_LAYER_RESHAPE);
     if (l) { l->target_ndim = ndim; memcpy(l->target_shape, shape, (size_t)ndim * sizeof *shape); }
     return l;
@@ -116,13 +119,15 @@ static ld_tensor *new_variable(ld_layer *l, const char *what, int ndim, const in
     v->name = malloc(n);
     if (v->name) snprintf(v->name, n, "%s/%s", l->name, what);
     l->vars[l->n_vars++] = v;
-    ld_variable_created(v);     /* mirrored when a strategy asks for it */
+    if (ld_variable_created(v)) return NULL;   /* mirrored when a strategy asks for it; v is the layer's */
     return v;
 }
 
 int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in) {
     if (l->built) return LD_OK;
-    int64_t out[LD_MAX_DIMS];
+    int64_t out[LD_MAX_DIMS], numel;
+    /* every product below is of dimensions a user gave: none may pass int64 */
+    if (ld_shape_numel(in_ndim, in, &numel)) return ld_error_status();
     int on = in_ndim;
     memcpy(out, in, (size_t)in_ndim * sizeof *in);
     switch (l->kind) {
@@ -135,9 +140,7 @@ int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in) {
         break;
     }
     case LD_LAYER_FLATTEN: {
-        int64_t n = 1;
-        for (int i = 0; i < in_ndim; i++) n *= in[i];
-        on = 1; out[0] = n;
+        on = 1; out[0] = numel;
         break;
     }
     case LD_LAYER_CONV2D: {
@@ -145,10 +148,18 @@ int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in) {
             return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got %d axes after the batch "
                            "(add a channel axis with nn.Reshape{28, 28, 1})", l->name, in_ndim);
         int64_t ks[4] = {l->kh, l->kw, in[2], l->filters}, bs[1] = {l->filters};
-        int64_t rf = (int64_t)l->kh * l->kw;
-        if (!new_variable(l, "kernel", 4, ks, rf * in[2], rf * l->filters, 0)) return ld_error_status();
+        int64_t rf = (int64_t)l->kh * l->kw, fan_in, fan_out;
+        if (__builtin_mul_overflow(rf, in[2], &fan_in) || __builtin_mul_overflow(rf, (int64_t)l->filters, &fan_out)) {
+            char b[LD_SHAPE_STR_MAX];
+            return ld_fail(LD_ESHAPE, "%s: kernel shape %s is too large (its size overflows int64)", l->name,
+                           ld_shape_fmt(4, ks, b, sizeof b));
+        }
+        if (!new_variable(l, "kernel", 4, ks, fan_in, fan_out, 0)) return ld_error_status();
         if (l->use_bias && !new_variable(l, "bias", 1, bs, 0, 0, 1)) return ld_error_status();
-        if (l->same_padding) { out[0] = (in[0] + l->sh - 1) / l->sh; out[1] = (in[1] + l->sw - 1) / l->sw; }
+        if (l->same_padding) {   /* ceil(in / stride), without in + stride - 1 passing int64 */
+            out[0] = in[0] / l->sh + (in[0] % l->sh != 0);
+            out[1] = in[1] / l->sw + (in[1] % l->sw != 0);
+        }
         else { out[0] = (in[0] - l->kh) / l->sh + 1; out[1] = (in[1] - l->kw) / l->sw + 1; }
         out[2] = l->filters;
         break;
@@ -158,12 +169,9 @@ int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in) {
         out[0] = (in[0] - l->kh) / l->sh + 1; out[1] = (in[1] - l->kw) / l->sw + 1;
         break;
     case LD_LAYER_RESHAPE: {
-        int64_t n = 1, known = 1;
-        int infer = -1;
-        for (int i = 0; i < in_ndim; i++) n *= in[i];
-        for (int i = 0; i < l->target_ndim; i++) {
-            if (l->target_shape[i] == -1) infer = i; else known *= l->target_shape[i];
-        }
+        int64_t n = numel, known;
+        int infer;
+        if (ld_shape_target(l->target_ndim, l->target_shape, &infer, &known)) return ld_error_status();
         on = l->target_ndim;
         memcpy(out, l->target_shape, (size_t)on * sizeof *out);
         if (infer >= 0 && known > 0) { out[infer] = n / known; known *= out[infer]; }

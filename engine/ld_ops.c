@@ -26,10 +26,11 @@ static ld_tensor *out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_devi
     return t;
 }
 
-static const char *const bin_names[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                                        "eq", "lt", "gt"};
-static const char *const un_names[] = {"neg", "exp", "log", "sqrt", "abs", "relu", "sigmoid",
-                                       "tanh", "gelu", "square"};
+/* the ops' names in messages and on the tape, from the lists in ld_kernels.h */
+static const char *const bin_names[] = {LD_BINARY_OPS(LD_OP_NAME)};
+static const char *const un_names[] = {LD_UNARY_OPS(LD_OP_NAME)};
+_Static_assert(sizeof bin_names / sizeof *bin_names == LD_BIN_COUNT, "a name for each binary op");
+_Static_assert(sizeof un_names / sizeof *un_names == LD_UN_COUNT, "a name for each unary op");
 
 static int same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
     if (DEV(a) != DEV(b))
@@ -385,6 +386,7 @@ static int gemm_layout(const ld_tensor *t, int *trans, int64_t *ld) {
 static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
     int64_t n = tb ? b->shape[0] : b->shape[1];
+    if (ld_device_can_gemm(DEV(a))) return NULL;
     ld_tensor *ca = ld_tensor_retain(a), *cb = ld_tensor_retain(b);
     int la, lb;
     int64_t lda, ldb;
@@ -517,6 +519,7 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
         return NULL;
     }
     if (same_device(x, w, "dense") || (b && same_device(w, b, "dense"))) return NULL;
+    if (ld_device_can_gemm(DEV(x))) return NULL;
     int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
     ld_tensor *cx = contig(x);
     if (!cx) return NULL;
@@ -845,7 +848,7 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
     ld_tensor_release(fl);
     if (!cl) { ld_tensor_release(lab); return NULL; }
     int64_t n = cl->shape[0], c = cl->shape[1];
-    if (DEV(lab)->kind == LD_DEV_CPU && !ld_device_is_async(DEV(lab))) {
+    if (ld_device_is_host(DEV(lab)) && !ld_device_is_async(DEV(lab))) {
         /* on a device that runs inline the labels can be checked here; queued
            devices get NaN for a bad label (the strategy checks its inputs) */
         const int64_t *lp = ld_tensor_data(lab);

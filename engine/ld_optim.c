@@ -253,7 +253,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
     int n = ld_comm_size(c);
     if (o->clipnorm > 0 || n < 2 || k < 1) return -1;
     for (int r = 0; r < n; r++)
-        if (ld_comm_device(c, r)->kind != LD_DEV_CPU) return -1;
+        if (!ld_device_is_host(ld_comm_device(c, r))) return -1;
     int64_t total = 0;
     for (int i = 0; i < k; i++) {
         if (!vars[i] || ld_mirror_count(vars[i]) != n) return -1;

@@ -123,16 +123,16 @@ int ld_mirror_set_devices(int n, ld_device *const *devs) {
     return LD_OK;
 }
 
-void ld_variable_created(ld_tensor *v) {
+int ld_variable_created(ld_tensor *v) {
     /* one device: nothing to mirror, but the variable must live there (cuda:0) */
-    if (v->ext || n_mirror_devs < 1 || (n_mirror_devs == 1 && v->storage->device == mirror_devs[0])) return;
+    if (v->ext || n_mirror_devs < 1 || (n_mirror_devs == 1 && v->storage->device == mirror_devs[0])) return LD_OK;
     ld_mirror *m = calloc(1, sizeof *m);
-    if (!m) return;
+    if (!m) return ld_fail(LD_ENOMEM, "out of memory mirroring variable %s", v->name ? v->name : "");
     m->ext.free = mirror_free;
     /* the variable itself is the first replica's copy */
     if (v->storage->device != mirror_devs[0]) {
         ld_tensor *moved = ld_to_device(v, mirror_devs[0]);
-        if (!moved) { free(m); return; }
+        if (!moved) { free(m); return ld_error_status(); }
         ld_storage *s = v->storage;
         v->storage = moved->storage;
         moved->storage = s;
@@ -143,12 +143,13 @@ void ld_variable_created(ld_tensor *v) {
     m->copies[0] = v;
     for (int r = 1; r < n_mirror_devs; r++) {
         ld_tensor *c = ld_to_device(v, mirror_devs[r]);
-        if (!c) { for (int q = 1; q < r; q++) ld_tensor_release(m->copies[q]); free(m); return; }
+        if (!c) { for (int q = 1; q < r; q++) ld_tensor_release(m->copies[q]); free(m); return ld_error_status(); }
         c->requires_grad = v->requires_grad;
         if (v->name) c->name = strdup(v->name);
         m->copies[r] = c;
     }
     v->ext = &m->ext;
+    return LD_OK;
 }
 
 ld_tensor *ld_var(ld_tensor *v) {
@@ -296,13 +297,12 @@ typedef struct {
 #endif
 
 /* Replicas reach a barrier within microseconds of each other when the work
-   is balanced, and a futex wake-up costs 50-200 us on a busy two-core
+   is balanced, and a futex wake-up costs much longer than that on a busy
    machine (three barriers per collective). So a waiter spins for 20 us, then
    keeps spinning for up to 1 ms but yields its core every few microseconds
    (the issuing thread, which shares the cores, gets it, and the waiter still
-   sees the release at once), then sleeps.
-   Measured on mirrored_bench (2 replicas, 6 alternating runs): median 53.5k
-   samples/s against 47.9k sleeping at once and 48.8k spinning 50 us. */
+   sees the release at once), then sleeps: faster on mirrored_bench than
+   sleeping at once or spinning alone. */
 static void barrier(group *g) {
     pthread_mutex_lock(&g->mu);
     int gen = g->gen;
@@ -372,9 +372,8 @@ static void product_range(group *g, int r, int i, int64_t x, int64_t y, float *c
 /* Replica r's scratch for its piece of a weight gradient summed from its
    products and handed straight to the update (NULL: use the gradient's own
    buffer). The same memory every step, so it is in r's core's cache when
-   the product fills it: measured on mirrored_bench (2 replicas, 5
-   alternating runs), +3.5% samples/s against filling the gradient, whose
-   block is a different one from step to step. Only r's executor uses it. */
+   the product fills it, unlike the gradient, whose block is a different
+   one from step to step. Only r's executor uses it. */
 static float *scratch_of(ld_comm *c, int r, int64_t n) {
     if (c->scratch_n[r] < n) {
         ld_host_free(c->scratch[r], (size_t)c->scratch_n[r] * sizeof(float));
@@ -392,10 +391,9 @@ static float *scratch_of(ld_comm *c, int r, int64_t n) {
    update, the block of the sum is handed to it and the updated `out` block
    is what every replica gets. A tensor left as products is summed for the
    whole piece first, one matrix product per other replica added to the own
-   term (own_product_piece): cut into row chunks, each product packed the
-   whole dy factor again (measured: 4x the packing, 5% of the step), and a
-   replica's piece of a weight gradient (0.8 MB for the MLP's first layer)
-   stays in its core's L2 for the update and the push. */
+   term (own_product_piece): cut into row chunks, each product would pack
+   the whole dy factor again, and a replica's piece of a weight gradient
+   is small enough to stay in its core's L2 for the update and the push. */
 enum { BLOCK = 8192 };
 typedef struct {
     int r;

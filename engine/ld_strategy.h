@@ -53,7 +53,10 @@ void ld_replica_draws_shared(const ld_rng *before);
    tensor keeps the others in its extension slot (ld_tensor.h). */
 /* While devices are set, new variables (ld_variable_created) are mirrored on them. */
 int ld_mirror_set_devices(int n, ld_device *const *devs);
-void ld_variable_created(ld_tensor *v);
+/* A new variable v: mirrored on the devices set (moved to the first, copied
+   to the others). LD_OK, or a status (out of memory on a device) with v left
+   as it was, on its own device and not mirrored. */
+int ld_variable_created(ld_tensor *v);
 ld_tensor *ld_var(ld_tensor *v);                   /* the current replica's copy (borrowed) */
 int ld_mirror_count(const ld_tensor *v);           /* 1 for a tensor that is not mirrored */
 ld_tensor *ld_mirror_copy(ld_tensor *v, int r);    /* borrowed, NULL when out of range */

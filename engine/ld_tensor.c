@@ -78,9 +78,20 @@ void ld_tensor_materialize(ld_tensor *t) {
     ld_pending_free(p);
 }
 
-static void set_contiguous_strides(ld_tensor *t) {
+/* Row-major strides for t's shape. A zero dimension makes the element count
+   0 but not the strides of the axes before it, so every product is checked
+   (ld_shape_numel refuses those shapes before a tensor is made). */
+static int set_contiguous_strides(ld_tensor *t) {
     int64_t s = 1;
-    for (int i = t->ndim - 1; i >= 0; i--) { t->strides[i] = s; s *= t->shape[i]; }
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        t->strides[i] = s;
+        if (t->shape[i] && __builtin_mul_overflow(s, t->shape[i], &s)) {
+            char b[LD_SHAPE_STR_MAX];
+            return ld_fail(LD_ESHAPE, "shape %s is too large (its size overflows int64)",
+                           ld_shape_fmt(t->ndim, t->shape, b, sizeof b));
+        }
+    }
+    return LD_OK;
 }
 
 /* A tensor header over existing storage (retained). */
@@ -88,7 +99,11 @@ static ld_tensor *view_of(ld_tensor *base) {
     ld_tensor_materialize(base);   /* a view reads what the product will write */
     ld_tensor *t = calloc(1, sizeof *t);
     if (!t) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
-    *t = *base;
+    /* every field but the reference count, which an executor may be
+       decrementing at this moment (a plain copy of it is a race: TSan) */
+    _Static_assert(offsetof(ld_tensor, refcount) == 0, "refcount comes first");
+    memcpy((char *)t + sizeof t->refcount, (const char *)base + sizeof base->refcount,
+           sizeof *t - sizeof t->refcount);
     t->refcount = 1;
     t->requires_grad = 0;
     t->grad_fn = NULL;
@@ -99,17 +114,70 @@ static ld_tensor *view_of(ld_tensor *base) {
     return t;
 }
 
-static int check_shape(int ndim, const int64_t *shape, int64_t *numel) {
+/* ------------------------------------------------------------------ shapes */
+char *ld_shape_fmt(int ndim, const int64_t *shape, char *buf, size_t n) {
+    size_t k = 0;
+    if (n == 0) return buf;
+    buf[0] = 0;
+    if (ndim == 0) { snprintf(buf, n, "scalar"); return buf; }
+    for (int i = 0; i < ndim && k < n; i++) {
+        int w = snprintf(buf + k, n - k, i ? "x%lld" : "%lld", (long long)shape[i]);
+        if (w < 0) break;
+        k += (size_t)w;
+    }
+    return buf;
+}
+
+/* The element count, and the product of the nonzero dimensions (which sets
+   the strides), must both fit int64: a [0, 2^53, 2^53] tensor is refused as
+   NumPy refuses it. */
+int ld_shape_numel(int ndim, const int64_t *shape, int64_t *numel) {
+    char b[LD_SHAPE_STR_MAX];
     if (ndim < 0 || ndim > LD_MAX_DIMS)
         return ld_fail(LD_ESHAPE, "tensors have at most %d dimensions, got %d", LD_MAX_DIMS, ndim);
-    int64_t n = 1;
+    int64_t n = 1, nonzero = 1;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return ld_fail(LD_ESHAPE, "negative dimension %lld", (long long)shape[i]);
-        if (shape[i] && n > INT64_MAX / 16 / shape[i])
-            return ld_fail(LD_ENOMEM, "tensor too large");
-        n *= shape[i];
+        if (shape[i] < 0)
+            return ld_fail(LD_ESHAPE, "negative dimension %lld in shape %s", (long long)shape[i],
+                           ld_shape_fmt(ndim, shape, b, sizeof b));
+        if (shape[i] && __builtin_mul_overflow(nonzero, shape[i], &nonzero))
+            return ld_fail(LD_ESHAPE, "shape %s is too large (its size overflows int64)",
+                           ld_shape_fmt(ndim, shape, b, sizeof b));
+        n = shape[i] ? n * shape[i] : 0;   /* n <= nonzero: no overflow */
     }
     *numel = n;
+    return LD_OK;
+}
+
+int ld_shape_target(int ndim, const int64_t *shape, int *infer, int64_t *known) {
+    char b[LD_SHAPE_STR_MAX];
+    int64_t k = 1, nonzero = 1;   /* as in ld_shape_numel: a zero hides no overflow */
+    *infer = -1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == -1) {
+            if (*infer >= 0) return ld_fail(LD_ESHAPE, "only one dimension can be -1");
+            *infer = i;
+        } else if (shape[i] < 0) {
+            return ld_fail(LD_ESHAPE, "negative dimension %lld in shape %s", (long long)shape[i],
+                           ld_shape_fmt(ndim, shape, b, sizeof b));
+        } else if (shape[i] && __builtin_mul_overflow(nonzero, shape[i], &nonzero)) {
+            return ld_fail(LD_ESHAPE, "shape %s is too large (its size overflows int64)",
+                           ld_shape_fmt(ndim, shape, b, sizeof b));
+        } else {
+            k = shape[i] ? k * shape[i] : 0;   /* k <= nonzero */
+        }
+    }
+    *known = k;
+    return LD_OK;
+}
+
+static int check_shape(int ndim, const int64_t *shape, int64_t *numel) {
+    if (ld_shape_numel(ndim, shape, numel)) return ld_error_status();
+    int64_t bytes;
+    if (__builtin_mul_overflow(*numel, (int64_t)16, &bytes)) {
+        char b[LD_SHAPE_STR_MAX];
+        return ld_fail(LD_ENOMEM, "tensor too large (shape %s)", ld_shape_fmt(ndim, shape, b, sizeof b));
+    }
     return LD_OK;
 }
 
@@ -123,13 +191,14 @@ ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_devic
     t->dtype = dt;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
-    set_contiguous_strides(t);
+    if (set_contiguous_strides(t)) { free(t); return NULL; }
     t->storage = storage_new((size_t)n * ld_dtype_size(dt), dev);
     if (!t->storage) { free(t); return NULL; }
     return t;
 }
 
 ld_tensor *ld_tensor_full(ld_dtype dt, int ndim, const int64_t *shape, double v, ld_device *dev) {
+    if (ld_dtype_check_value(dt, v)) return NULL;
     ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
     if (!t) return NULL;
     const ld_backend *be = t->storage->device->backend;
@@ -144,10 +213,16 @@ ld_tensor *ld_tensor_zeros(ld_dtype dt, int ndim, const int64_t *shape, ld_devic
 ld_tensor *ld_tensor_arange(double start, double stop, double step, ld_dtype dt, ld_device *dev) {
     if (step == 0) { ld_fail(LD_EARG, "arange step must not be zero"); return NULL; }
     double nd = ceil((stop - start) / step);
+    if (nd != nd || nd >= 0x1p62) {   /* a NaN bound, or more elements than memory holds (inf too) */
+        if (nd != nd) ld_fail(LD_EARG, "arange: a bound or the step is nan");
+        else ld_fail(LD_EARG, "arange(%g, %g, %g) has too many elements", start, stop, step);
+        return NULL;
+    }
     int64_t n = nd > 0 ? (int64_t)nd : 0;
     ld_tensor *t = ld_tensor_empty(dt, 1, &n, NULL);
     if (!t) return NULL;
-    for (int64_t i = 0; i < n; i++) ld_tensor_set_flat(t, i, start + (double)i * step);
+    for (int64_t i = 0; i < n; i++)
+        if (ld_tensor_init_flat(t, i, start + (double)i * step)) { ld_tensor_release(t); return NULL; }
     if (dev && dev != ld_device_cpu()) {
         ld_tensor *d = ld_to_device(t, dev);
         ld_tensor_release(t);
@@ -249,16 +324,11 @@ int ld_same_shape(const ld_tensor *a, const ld_tensor *b) {
 }
 
 char *ld_shape_str(const ld_tensor *t, char *buf, size_t n) {
-    size_t k = 0;
-    buf[0] = 0;
-    if (t->ndim == 0) { snprintf(buf, n, "scalar"); return buf; }
-    for (int i = 0; i < t->ndim && k < n; i++)
-        k += snprintf(buf + k, n - k, i ? "x%lld" : "%lld", (long long)t->shape[i]);
-    return buf;
+    return ld_shape_fmt(t->ndim, t->shape, buf, n);
 }
 
 void *ld_tensor_data(const ld_tensor *t) {
-    if (t->storage->device->kind != LD_DEV_CPU) {
+    if (!ld_device_is_host(t->storage->device)) {
         ld_fail(LD_EDEVICE, "tensor is on %s; move it with :cpu() first", t->storage->device->name);
         return NULL;
     }
@@ -268,7 +338,7 @@ void *ld_tensor_data(const ld_tensor *t) {
 }
 
 void *ld_tensor_data_unsynced(const ld_tensor *t) {
-    if (t->storage->device->kind != LD_DEV_CPU) return ld_tensor_data(t);
+    if (!ld_device_is_host(t->storage->device)) return ld_tensor_data(t);
     return (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
 }
 
@@ -293,7 +363,7 @@ static double read_elem(const void *base, ld_dtype dt, int64_t off) {
 }
 
 double ld_tensor_get_flat(const ld_tensor *t, int64_t i) {
-    if (t->storage->device->kind != LD_DEV_CPU) {
+    if (!ld_device_is_host(t->storage->device)) {
         double v = 0;
         ld_tensor *c = ld_to_device((ld_tensor *)t, ld_device_cpu());
         if (c) { v = ld_tensor_get_flat(c, i); ld_tensor_release(c); }
@@ -303,8 +373,43 @@ double ld_tensor_get_flat(const ld_tensor *t, int64_t i) {
     return read_elem(t->storage->data, t->dtype, flat_offset(t, i));
 }
 
-int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v) {
-    if (!ld_tensor_data(t)) return ld_error_status();
+/* ------------------------------------------------------------------ values */
+/* The largest value of each integer dtype plus one, exactly (a power of two),
+   and the smallest; float32 has no bound here. */
+/* The integer dtypes' bounds; hi + 1 is a power of two, exact as a double. */
+static const int64_t int_lo[] = {0, INT32_MIN, INT64_MIN, 0}, int_hi[] = {0, INT32_MAX, INT64_MAX, UINT8_MAX};
+
+int ld_dtype_check_value(ld_dtype dt, double v) {
+    if (dt == LD_F32) return LD_OK;   /* beyond float32's range: inf, IEEE 754's rule */
+    if (v != v) return ld_fail(LD_EARG, "cannot convert nan to %s", ld_dtype_name(dt));
+    if (v == INFINITY || v == -INFINITY)
+        return ld_fail(LD_EARG, "cannot convert %s to %s", v > 0 ? "inf" : "-inf", ld_dtype_name(dt));
+    double w = trunc(v);   /* the fraction is dropped, as int(2.7) does */
+    if (w < (double)int_lo[dt] || w >= (double)int_hi[dt] + 1.0)
+        return ld_fail(LD_EARG, w == v && fabs(v) < 1e21 ? "value %.0f is out of range for %s (%lld to %lld)"
+                                                         : "value %.17g is out of range for %s (%lld to %lld)",
+                       v, ld_dtype_name(dt), (long long)int_lo[dt], (long long)int_hi[dt]);
+    return LD_OK;
+}
+
+int ld_dtype_check_int(ld_dtype dt, int64_t v) {
+    if (dt == LD_F32) return LD_OK;
+    if (v < int_lo[dt] || v > int_hi[dt])
+        return ld_fail(LD_EARG, "value %lld is out of range for %s (%lld to %lld)", (long long)v,
+                       ld_dtype_name(dt), (long long)int_lo[dt], (long long)int_hi[dt]);
+    return LD_OK;
+}
+
+/* Where element i of t lives: after t's device has run what it queued
+   (and handed over a kernel's error), or at once for a tensor nothing else
+   has seen yet (the _init forms). */
+static void *elem_base(ld_tensor *t, int synced) {
+    return synced ? ld_tensor_data(t) : ld_tensor_data_unsynced(t);
+}
+
+static int store_double(ld_tensor *t, int64_t i, double v, int synced) {
+    if (ld_dtype_check_value(t->dtype, v)) return ld_error_status();
+    if (!elem_base(t, synced)) return ld_error_status();
     int64_t off = flat_offset(t, i);
     void *b = t->storage->data;
     switch (t->dtype) {
@@ -315,6 +420,45 @@ int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v) {
     default: break;
     }
     return LD_OK;
+}
+
+static int store_int(ld_tensor *t, int64_t i, int64_t v, int synced) {
+    if (t->dtype == LD_F32) return store_double(t, i, (double)v, synced);
+    if (ld_dtype_check_int(t->dtype, v)) return ld_error_status();
+    if (!elem_base(t, synced)) return ld_error_status();
+    int64_t off = flat_offset(t, i);
+    void *b = t->storage->data;
+    switch (t->dtype) {
+    case LD_I32: ((int32_t *)b)[off] = (int32_t)v; break;
+    case LD_I64: ((int64_t *)b)[off] = v; break;
+    case LD_U8: ((uint8_t *)b)[off] = (uint8_t)v; break;
+    default: break;
+    }
+    return LD_OK;
+}
+
+int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v) { return store_double(t, i, v, 1); }
+int ld_tensor_set_flat_int(ld_tensor *t, int64_t i, int64_t v) { return store_int(t, i, v, 1); }
+int ld_tensor_init_flat(ld_tensor *t, int64_t i, double v) { return store_double(t, i, v, 0); }
+int ld_tensor_init_flat_int(ld_tensor *t, int64_t i, int64_t v) { return store_int(t, i, v, 0); }
+
+int64_t ld_tensor_get_flat_int(const ld_tensor *t, int64_t i) {
+    if (t->dtype != LD_I64) {
+        double v = ld_tensor_get_flat(t, i);
+        /* float32: truncated and saturated, NaN as 0 (what the caller asked for is an integer) */
+        if (v != v) return 0;
+        if (v >= 0x1p63) return INT64_MAX;
+        if (v < -0x1p63) return INT64_MIN;
+        return (int64_t)v;
+    }
+    if (!ld_device_is_host(t->storage->device)) {
+        int64_t v = 0;
+        ld_tensor *c = ld_to_device((ld_tensor *)t, ld_device_cpu());
+        if (c) { v = ld_tensor_get_flat_int(c, i); ld_tensor_release(c); }
+        return v;
+    }
+    ld_device_synchronize(t->storage->device);
+    return ((const int64_t *)t->storage->data)[flat_offset(t, i)];
 }
 
 int ld_tensor_item(const ld_tensor *t, double *out) {
@@ -337,18 +481,11 @@ static int norm_dim(const ld_tensor *t, int *d, int extra) {
 }
 
 ld_tensor *ld_reshape(ld_tensor *t, int ndim, const int64_t *shape) {
-    int64_t s[LD_MAX_DIMS], known = 1, n = ld_tensor_numel(t);
-    int infer = -1;
+    int64_t s[LD_MAX_DIMS], known, n = ld_tensor_numel(t);
+    int infer;
     if (ndim < 0 || ndim > LD_MAX_DIMS) { ld_fail(LD_ESHAPE, "bad number of dimensions %d", ndim); return NULL; }
-    for (int i = 0; i < ndim; i++) {
-        s[i] = shape[i];
-        if (s[i] == -1) {
-            if (infer >= 0) { ld_fail(LD_ESHAPE, "only one dimension can be -1"); return NULL; }
-            infer = i;
-        } else if (s[i] < 0) {
-            ld_fail(LD_ESHAPE, "negative dimension %lld", (long long)s[i]); return NULL;
-        } else known *= s[i];
-    }
+    if (ld_shape_target(ndim, shape, &infer, &known)) return NULL;
+    for (int i = 0; i < ndim; i++) s[i] = shape[i];
     if (infer >= 0) {
         if (known == 0 || n % known) goto bad;
         s[infer] = n / known;
@@ -362,14 +499,12 @@ ld_tensor *ld_reshape(ld_tensor *t, int ndim, const int64_t *shape) {
     if (!v) return NULL;
     v->ndim = ndim;
     for (int i = 0; i < ndim; i++) v->shape[i] = s[i];
-    set_contiguous_strides(v);
+    if (set_contiguous_strides(v)) { ld_tensor_release(v); return NULL; }
     return v;
 bad:;
-    char b1[128], b2[128] = "";
-    size_t k = 0;
-    for (int i = 0; i < ndim; i++) k += snprintf(b2 + k, sizeof b2 - k, i ? "x%lld" : "%lld", (long long)shape[i]);
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
     ld_fail(LD_ESHAPE, "cannot reshape %s (%lld elements) into %s", ld_shape_str(t, b1, sizeof b1),
-            (long long)n, b2);
+            (long long)n, ld_shape_fmt(ndim, shape, b2, sizeof b2));
     return NULL;
 }
 
@@ -452,6 +587,31 @@ ld_tensor *ld_clone(const ld_tensor *t) { return copy_as(t, t->dtype); }
 
 ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt) { return copy_as(t, dt); }
 
+int ld_cast_check(ld_tensor *t, ld_dtype dt) {
+    if (dt == LD_F32 || dt == t->dtype || (dt == LD_I64 && t->dtype != LD_F32)) return LD_OK;   /* every value fits */
+    ld_tensor *h = ld_to_device(t, ld_device_cpu()), *c = h ? ld_contiguous(h) : NULL;
+    ld_tensor_release(h);
+    const void *p = c ? ld_tensor_data(c) : NULL;
+    if (!p) { ld_tensor_release(c); return ld_error_status(); }
+    int64_t n = ld_tensor_numel(c);
+    int st = LD_OK;
+    for (int64_t i = 0; i < n && !st; i++) {
+        switch (c->dtype) {
+        case LD_F32: st = ld_dtype_check_value(dt, ((const float *)p)[i]); break;
+        case LD_I32: st = ld_dtype_check_int(dt, ((const int32_t *)p)[i]); break;
+        case LD_I64: st = ld_dtype_check_int(dt, ((const int64_t *)p)[i]); break;
+        default: st = ld_dtype_check_int(dt, ((const uint8_t *)p)[i]); break;
+        }
+        if (st) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", ld_error());
+            st = ld_fail(st, "element %lld: %s", (long long)i, msg);
+        }
+    }
+    ld_tensor_release(c);
+    return st;
+}
+
 typedef struct { ld_storage *keep; void *dst; const void *src; size_t nbytes; } xcopy;
 static void run_xcopy(void *ctx, ld_device *d) {
     xcopy *x = ctx;
@@ -485,7 +645,7 @@ ld_pending_read *ld_tensor_read_async(ld_tensor *t) {
     r->nbytes = nb;
     r->dtype = t->dtype;
     r->numel = ld_tensor_numel(t);
-    if (d->kind == LD_DEV_CPU && ld_device_is_async(d) && ld_tensor_is_contiguous(t)) {
+    if (ld_device_is_host(d) && ld_device_is_async(d) && ld_tensor_is_contiguous(t)) {
         rd_a *a = malloc(sizeof *a);
         if (!a) { free(r); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
         *a = (rd_a){r, (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype)};
@@ -494,7 +654,7 @@ ld_pending_read *ld_tensor_read_async(ld_tensor *t) {
         r->fence = ld_device_fence(d);
         return r;
     }
-    ld_tensor *h = d->kind == LD_DEV_CPU ? ld_contiguous(t) : ld_to_device(t, ld_device_cpu());
+    ld_tensor *h = ld_device_is_host(d) ? ld_contiguous(t) : ld_to_device(t, ld_device_cpu());
     const void *p = h ? ld_tensor_data(h) : NULL;
     if (!p) { ld_tensor_release(h); free(r); return NULL; }
     memcpy(r->data, p, nb);
@@ -525,7 +685,7 @@ ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
     if (!out) { ld_tensor_release(c); return NULL; }
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
     const void *p = (char *)c->storage->data + c->offset * (int64_t)ld_dtype_size(c->dtype);
-    if (src->kind == LD_DEV_CPU && dev->kind == LD_DEV_CPU && ld_device_is_async(src)) {
+    if (ld_device_is_host(src) && ld_device_is_host(dev) && ld_device_is_async(src)) {
         /* between two CPU devices, from one that queues: the copy waits for
            the source's kernels queued so far (a fence), not for its whole
            queue, and runs on the destination's executor when it has one; the
@@ -540,8 +700,8 @@ ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
     }
     ld_device_synchronize(src);   /* the source's queued kernels must have written it */
     int st;
-    if (src->kind == LD_DEV_CPU) st = dev->backend->from_host(dev, out->storage->data, p, nb);
-    else if (dev->kind == LD_DEV_CPU) st = src->backend->to_host(src, out->storage->data, p, nb);
+    if (ld_device_is_host(src)) st = dev->backend->from_host(dev, out->storage->data, p, nb);
+    else if (ld_device_is_host(dev)) st = src->backend->to_host(src, out->storage->data, p, nb);
     else {
         void *tmp = malloc(nb ? nb : 1);
         st = tmp ? src->backend->to_host(src, tmp, p, nb) : (int)ld_fail(LD_ENOMEM, "out of memory");
@@ -580,7 +740,8 @@ int ld_copy_into(ld_tensor *dst, const ld_tensor *src) {
     tmp.ndim = dst->ndim;
     for (int i = 0; i < dst->ndim; i++) { tmp.shape[i] = dst->shape[i]; tmp.strides[i] = ss[i]; }
     int64_t n = ld_tensor_numel(dst);
-    for (int64_t i = 0; i < n; i++) ld_tensor_set_flat(dst, i, ld_tensor_get_flat(&tmp, i));
+    for (int64_t i = 0; i < n; i++)
+        if (ld_tensor_set_flat(dst, i, ld_tensor_get_flat(&tmp, i))) return ld_error_status();
     return LD_OK;
 bad:;
     char b1[64], b2[64];

@@ -100,8 +100,16 @@ ld_tensor *ld_tensor_normal(int ndim, const int64_t *shape, float mean, float st
 int64_t ld_tensor_numel(const ld_tensor *t);
 int ld_tensor_is_contiguous(const ld_tensor *t);
 int ld_same_shape(const ld_tensor *a, const ld_tensor *b);
-/* "3x4" into buf; returns buf */
+/* "3x4" into buf; returns buf. LD_SHAPE_STR_MAX holds any shape. */
+#define LD_SHAPE_STR_MAX (LD_MAX_DIMS * 21 + 1)
 char *ld_shape_str(const ld_tensor *t, char *buf, size_t n);
+char *ld_shape_fmt(int ndim, const int64_t *shape, char *buf, size_t n);
+/* The element count of a shape given by a user; LD_ESHAPE naming the shape
+   when a dimension is negative or a product of dimensions overflows int64. */
+int ld_shape_numel(int ndim, const int64_t *shape, int64_t *numel);
+/* A reshape target: at most one -1 (its index in *infer, else -1), no other
+   negative entry, and *known = the product of the others, checked. */
+int ld_shape_target(int ndim, const int64_t *shape, int *infer, int64_t *known);
 /* Host pointer to the first element; NULL + error when not on the host. */
 void *ld_tensor_data(const ld_tensor *t);
 /* The same without waiting for the device's queued kernels: only for memory
@@ -110,7 +118,19 @@ void *ld_tensor_data(const ld_tensor *t);
 void *ld_tensor_data_unsynced(const ld_tensor *t);
 /* Element i (flat, row-major over the view) as a double; host only. */
 double ld_tensor_get_flat(const ld_tensor *t, int64_t i);
+/* Out-of-range values are refused (LD_EARG naming the value), never wrapped:
+   an integer dtype takes a finite value whose integer part fits (the fraction
+   is dropped, as int(2.7) does); float32 takes any value (past its range it
+   is inf, IEEE 754's rule). The _int forms keep 64-bit integers exact. */
 int ld_tensor_set_flat(ld_tensor *t, int64_t i, double v);
+int ld_tensor_set_flat_int(ld_tensor *t, int64_t i, int64_t v);
+int64_t ld_tensor_get_flat_int(const ld_tensor *t, int64_t i);   /* float32: truncated, saturated */
+/* The same for a host tensor just created, that no queued kernel uses yet
+   (filling it from a Lua table): no wait, and no other kernel's error taken. */
+int ld_tensor_init_flat(ld_tensor *t, int64_t i, double v);
+int ld_tensor_init_flat_int(ld_tensor *t, int64_t i, int64_t v);
+int ld_dtype_check_value(ld_dtype dt, double v);
+int ld_dtype_check_int(ld_dtype dt, int64_t v);
 /* Value of a one-element tensor. */
 int ld_tensor_item(const ld_tensor *t, double *out);
 
@@ -122,7 +142,11 @@ ld_tensor *ld_slice(ld_tensor *t, int dim, int64_t start, int64_t stop, int64_t 
 ld_tensor *ld_select(ld_tensor *t, int dim, int64_t index);   /* drops dim */
 ld_tensor *ld_contiguous(ld_tensor *t);  /* t itself (retained) when already contiguous */
 ld_tensor *ld_clone(const ld_tensor *t);
+/* A float out of an integer dtype's range becomes the nearest bound, NaN 0:
+   defined, never what a user means, so values a user converts are checked
+   first with ld_cast_check (LD_EARG naming the first value that does not fit). */
 ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt);
+int ld_cast_check(ld_tensor *t, ld_dtype dt);
 ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev);
 /* Read t's values without waiting for the kernels queued after it: the copy
    to host memory is queued behind the kernels that write t (on a device that

@@ -16,11 +16,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #define KERNEL_NAME "ldist"
 #define DISPLAY_NAME "ldist (Lua 5.4)"
+
+/* bytes: the largest frame the shell, control and stdin sockets take. A
+   frame is held whole before its signature can be checked, so this bounds
+   what a stranger can pin per connection. 64 MiB is 6 times the 10 MiB a
+   notebook server's websocket passes by default (tornado's
+   websocket_max_message_size), so no message from a front end comes near it;
+   a larger payload belongs in a file the kernel reads. */
+#define KERNEL_MAX_FRAME ((int64_t)64 << 20)
+/* A reply waits for room while its client does not read: ROUTER sockets drop
+   silently at their high-water mark, so they are made to say so
+   (ZMQ_ROUTER_MANDATORY) and each send waits up to this long in slices of
+   KERNEL_SEND_SLICE_MS, then is given up and logged. */
+#define KERNEL_SEND_WAIT_S 60
+#define KERNEL_SEND_SLICE_MS 1000
 
 static kernel *g_kernel;   /* for the SIGINT handler */
 
@@ -41,6 +56,35 @@ void klog(kernel *K, const char *fmt, ...) {
     (void)w;
 }
 
+/* klog for messages dropped on arrival, which anyone who reaches a port can
+   cause: at most KLOG_DROP_RATE lines a second; the rest are counted and the
+   count is logged with the next line that goes out. */
+#define KLOG_DROP_RATE 20
+static void klog_dropped(kernel *K, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void klog_dropped(kernel *K, const char *fmt, ...) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static time_t window;
+    static int lines;
+    static long unlogged;
+    long summed = 0;
+    int ok;
+    pthread_mutex_lock(&mu);
+    time_t now = time(NULL);
+    if (now != window) { window = now; lines = 0; }
+    ok = lines < KLOG_DROP_RATE;
+    if (ok) { lines++; summed = unlogged; unlogged = 0; }
+    else unlogged++;
+    pthread_mutex_unlock(&mu);
+    if (!ok) return;
+    if (summed) klog(K, "(%ld more dropped messages were not logged: at most %d lines a second)", summed, KLOG_DROP_RATE);
+    char line[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    klog(K, "%s", line);
+}
+
 /* Send a message; ids are routing frames (for iopub, the topic). Takes
    ownership of content and metadata. Returns 0 or -1. */
 static int ksend(kernel *K, void *sock, const kbuf *ids, size_t nids, const char *msg_type,
@@ -54,14 +98,32 @@ static int ksend(kernel *K, void *sock, const kbuf *ids, size_t nids, const char
     if (header && content && metadata &&
         kwire_encode(&K->signer, header, parent, metadata, content, parts, lens, hex) == 0) {
         rc = 0;
-        for (size_t i = 0; i < nids && rc == 0; i++)
-            rc = zmq_send(sock, ids[i].data, ids[i].len, ZMQ_SNDMORE) < 0 ? -1 : 0;
+        for (size_t i = 0; i < nids && rc == 0; i++) {
+            /* the first frame decides whether the message goes (a ROUTER
+               takes the rest of a message it has accepted the start of) */
+            int waited = 0, e = 0;
+            while ((rc = zmq_send(sock, ids[i].data, ids[i].len, ZMQ_SNDMORE) < 0 ? -1 : 0) && i == 0 &&
+                   ((e = zmq_errno()) == EAGAIN || e == EINTR) && !K->shutdown &&
+                   waited < KERNEL_SEND_WAIT_S * 1000)
+                waited += KERNEL_SEND_SLICE_MS;
+            if (rc && i == 0) {
+                e = zmq_errno();
+                if (e == EAGAIN)
+                    klog(K, "could not deliver %s: its client has not read its socket for %d s", msg_type,
+                         KERNEL_SEND_WAIT_S);
+                else
+                    klog(K, "could not deliver %s: %s", msg_type,
+                         e == EHOSTUNREACH ? "its client is gone" : zmq_strerror(e));
+                rc = -2;
+            }
+        }
         if (rc == 0) rc = zmq_send(sock, KWIRE_DELIM, sizeof KWIRE_DELIM - 1, ZMQ_SNDMORE) < 0 ? -1 : 0;
         if (rc == 0) rc = zmq_send(sock, hex, strlen(hex), ZMQ_SNDMORE) < 0 ? -1 : 0;
         for (int i = 0; i < 4 && rc == 0; i++)
             rc = zmq_send(sock, parts[i], lens[i], i < 3 ? ZMQ_SNDMORE : 0) < 0 ? -1 : 0;
         for (int i = 0; i < 4; i++) free(parts[i]);
-        if (rc) klog(K, "could not send %s: %s", msg_type, zmq_strerror(zmq_errno()));
+        if (rc == -1) klog(K, "could not send %s: %s", msg_type, zmq_strerror(zmq_errno()));
+        if (rc) rc = -1;
     }
     json_decref(header);
     json_decref(metadata);
@@ -155,9 +217,20 @@ static int decode_frames(kernel *K, zframes *z, kmsg *m, const char *channel) {
     if (fr != stack) free(fr);
     zframes_clear(z);
     if (st != KWIRE_OK) {
-        klog(K, "dropped a message on %s: %s%s", channel, err,
+        klog_dropped(K, "dropped a message on %s: %s%s", channel, err,
              st == KWIRE_ESIG ? " (not executed)" : "");
         return -1;
+    }
+    if (m->is_signed) {
+        pthread_mutex_lock(&K->seen_lock);
+        int seen = ksighist_check(&K->seen, m->digest);
+        pthread_mutex_unlock(&K->seen_lock);
+        if (seen) {
+            klog_dropped(K, "dropped a %s on %s: %s (not executed)", m->msg_type, channel,
+                 seen > 0 ? "a replay, its signature was seen before" : "out of memory");
+            kmsg_free(m);
+            return -1;
+        }
     }
     return 0;
 }
@@ -398,6 +471,13 @@ static void *bind_socket(kernel *K, json_t *cf, int type, const char *port_key) 
     void *s = zmq_socket(K->zctx, type);
     int linger = 1000;
     if (s) zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    if (s && type == ZMQ_ROUTER) {
+        int64_t maxsz = KERNEL_MAX_FRAME;
+        int one = 1, slice = KERNEL_SEND_SLICE_MS;
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
+        zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        zmq_setsockopt(s, ZMQ_SNDTIMEO, &slice, sizeof slice);
+    }
     if (!s || zmq_bind(s, ep) != 0) {
         klog(K, "cannot bind %s (%s): %s", port_key, ep, zmq_strerror(zmq_errno()));
         if (s) zmq_close(s);
@@ -505,6 +585,7 @@ static int run(const char *connection_file) {
     K->main_thread = pthread_self();
     K->hist_session = 1;
     pthread_mutex_init(&K->iopub_lock, NULL);
+    pthread_mutex_init(&K->seen_lock, NULL);
     kwire_uuid(K->session);
 
     json_error_t je;
@@ -614,6 +695,7 @@ static int run(const char *connection_file) {
     json_decref(K->kernel_info);
     kexec_free(K);
     ksigner_free(&K->signer);
+    ksighist_free(&K->seen);
     return 0;
 }
 

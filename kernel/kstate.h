@@ -37,6 +37,8 @@ typedef struct kernel {
     void *shell, *control, *iopub, *stdin_sock, *hb;
     void *wake_main, *wake_ctl;     /* inproc pair: control -> main ("shutdown") */
     ksigner signer;
+    ksighist seen;                  /* signatures accepted so far (replays are refused) */
+    pthread_mutex_t seen_lock;      /* main and control both decode */
     char session[37];               /* this kernel's session id (uuid) */
     const char *username;
     pthread_mutex_t iopub_lock;

@@ -135,6 +135,8 @@ kwire_status kmsg_decode(const ksigner *s, const kframe *frames, size_t n, kmsg 
         }
         if (!ok || CRYPTO_memcmp(got, mac, len) != 0)
             return fail(m, KWIRE_ESIG, err, errlen, NULL, "bad message signature");
+        memcpy(m->digest, got, len < 32 ? len : 32);
+        m->is_signed = 1;
     }
 
     json_t **slots[4] = {&m->header, &m->parent, &m->metadata, &m->content};
@@ -167,6 +169,45 @@ kwire_status kmsg_decode(const ksigner *s, const kframe *frames, size_t n, kmsg 
         m->nbuffers++;
     }
     return KWIRE_OK;
+}
+
+/* ---- replay history ----------------------------------------------------- */
+
+static size_t sighist_slot(const unsigned char (*t)[32], const unsigned char d[32], int *found) {
+    size_t mask = 2 * KSIGHIST_GEN - 1, i;
+    memcpy(&i, d, sizeof i);          /* a MAC's bytes are already uniform */
+    for (i &= mask;; i = (i + 1) & mask) {
+        if (!memcmp(t[i], d, 32)) { *found = 1; return i; }
+        static const unsigned char zero[32];
+        if (!memcmp(t[i], zero, 32)) { *found = 0; return i; }
+    }
+}
+
+int ksighist_check(ksighist *h, const unsigned char digest[32]) {
+    int found;
+    for (int g = 0; g < 2; g++) {
+        if (!h->gen[g]) continue;
+        sighist_slot((const unsigned char (*)[32])h->gen[g], digest, &found);
+        if (found) return 1;
+    }
+    if (h->count >= KSIGHIST_GEN || !h->gen[0]) {
+        /* the newer generation is full (load 1/2): it becomes the older */
+        free(h->gen[1]);
+        h->gen[1] = h->gen[0];
+        h->gen[0] = calloc(2 * KSIGHIST_GEN, 32);
+        h->count = 0;
+        if (!h->gen[0]) return -1;
+    }
+    size_t i = sighist_slot((const unsigned char (*)[32])h->gen[0], digest, &found);
+    memcpy(h->gen[0][i], digest, 32);
+    h->count++;
+    return 0;
+}
+
+void ksighist_free(ksighist *h) {
+    free(h->gen[0]);
+    free(h->gen[1]);
+    memset(h, 0, sizeof *h);
 }
 
 /* ---- encoding ----------------------------------------------------------- */

@@ -55,7 +55,25 @@ typedef struct {
     size_t nbuffers;
     const char *msg_type;   /* borrowed from header */
     const char *msg_id;     /* borrowed from header */
+    unsigned char digest[32];   /* the first 32 bytes of its verified MAC (for ksighist) */
+    int is_signed;              /* digest is set: signing is on and the MAC matched */
 } kmsg;
+
+/* The signatures of messages already accepted, so a captured message sent
+   again is refused (jupyter_client's Session keeps the same history). Two
+   generations of open-addressed tables: when the newer fills, the older is
+   dropped, so the last KSIGHIST_GEN to 2*KSIGHIST_GEN digests are remembered
+   in bounded memory (2 MiB, touched only as it fills). Not thread-safe. */
+#define KSIGHIST_GEN 16384          /* digests per generation */
+typedef struct {
+    unsigned char (*gen[2])[32];    /* 2*KSIGHIST_GEN slots each; all-zero = empty */
+    size_t count;                   /* digests in gen[0], the newer */
+} ksighist;
+
+/* 1 when digest was seen before (the message is a replay), else record it
+   and return 0; -1 when out of memory (nothing recorded: refuse the message). */
+int ksighist_check(ksighist *h, const unsigned char digest[32]);
+void ksighist_free(ksighist *h);
 
 /* scheme is "hmac-sha256" (or any "hmac-<digest>" OpenSSL knows). Returns 0,
    or -1 for an unknown scheme. An empty key disables signing. */

@@ -146,7 +146,7 @@ static int cl_broadcast(lua_State *L) {
     int k = read_tensors(L, 2, &t);
     int root = (int)luaL_optinteger(L, 3, 0);
     for (int i = 0; i < k; i++) {
-        if (!ld_tensor_is_contiguous(t[i]) || t[i]->storage->device->kind != LD_DEV_CPU)
+        if (!ld_tensor_is_contiguous(t[i]) || !ld_device_is_host(t[i]->storage->device))
             return luaL_error(L, "broadcast: tensor %d is not a contiguous host tensor", i + 1);
         if (ld_device_is_async(t[i]->storage->device)) ld_device_synchronize(t[i]->storage->device);
         size_t nb = (size_t)ld_tensor_numel(t[i]) * ld_dtype_size(t[i]->dtype);
@@ -396,7 +396,7 @@ static void put_u64(lua_State *L, pbuf *b, uint64_t v) { put(L, b, &v, 8); }
 
 static void pack_tensor(lua_State *L, pbuf *b, ld_tensor *t) {
     ld_tensor *h;
-    if (t->storage->device->kind != LD_DEV_CPU) h = ld_to_device(t, ld_device_cpu());
+    if (!ld_device_is_host(t->storage->device)) h = ld_to_device(t, ld_device_cpu());
     else {
         if (ld_device_is_async(t->storage->device)) ld_device_synchronize(t->storage->device);
         h = ld_contiguous(t);

@@ -154,17 +154,27 @@ static int nn_maxpool(lua_State *L) {
 
 static int nn_activation(lua_State *L) { return push_layer(L, ld_activation_layer_new(get_act(L, 1))); }
 
+/* nn.Reshape{d1, d2, ...} or nn.Reshape(d1, d2, ...): the engine checks the
+   entries as t:reshape does (one -1, no other negative, no overflow) */
 static int nn_reshape(lua_State *L) {
     int64_t s[LD_MAX_DIMS];
     int n = 0;
     if (lua_istable(L, 1)) {
         lua_Integer len = luaL_len(L, 1);
-        for (lua_Integer i = 1; i <= len && n < LD_MAX_DIMS - 1; i++) {
+        if (len > LD_MAX_DIMS - 1)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1));
+        for (lua_Integer i = 1; i <= len; i++) {
             lua_geti(L, 1, i);
-            s[n++] = luaL_checkinteger(L, -1);
+            int ok;
+            s[n++] = lua_tointegerx(L, -1, &ok);
+            if (!ok) return luaL_argerror(L, 1, "shape entries must be integers");
             lua_pop(L, 1);
         }
-    } else for (int i = 1; i <= lua_gettop(L) && n < LD_MAX_DIMS - 1; i++) s[n++] = luaL_checkinteger(L, i);
+    } else {
+        if (lua_gettop(L) > LD_MAX_DIMS - 1)
+            return luaL_argerror(L, LD_MAX_DIMS, lua_pushfstring(L, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1));
+        for (int i = 1; i <= lua_gettop(L); i++) s[n++] = luaL_checkinteger(L, i);
+    }
     return push_layer(L, ld_reshape_layer_new(n, s));
 }
 
@@ -463,34 +473,74 @@ static int model_save_weights(lua_State *L) {
     return 1;
 }
 
+/* load_weights' check of a file's header against the model, made before any
+   tensor is allocated or read: one entry per variable, named "<index>/...",
+   with the variable's shape and dtype. F16 and BF16 files load into float32
+   variables on purpose (half-precision checkpoints are common); any other
+   difference of dtype is refused. slot[i]: the entry for variable i. */
+typedef struct { ld_tensor **v; int n; int *slot; } weights_check;
+
+static const char *file_dtype_of(ld_dtype dt) {
+    switch (dt) {
+    case LD_F32: return "F32";
+    case LD_I32: return "I32";
+    case LD_I64: return "I64";
+    case LD_U8: return "U8";
+    default: return "?";
+    }
+}
+
+static int check_weights_file(void *ctx, const char *path, int n, const ld_safetensors_entry *e) {
+    weights_check *w = ctx;
+    if (n != w->n) return ld_fail(LD_ESHAPE, "'%s' holds %d tensors, the model has %d weights", path, n, w->n);
+    for (int i = 0; i < n; i++) w->slot[i] = -1;
+    for (int j = 0; j < n; j++) {
+        char *end;
+        long i = strtol(e[j].name, &end, 10);
+        if (end == e[j].name || *end != '/' || i < 0 || i >= n)
+            return ld_fail(LD_EFORMAT, "'%s': tensor '%s' is no weight of the model (names are \"<index>/<name>\", index 0 to %d)",
+                           path, e[j].name, n - 1);
+        if (w->slot[i] >= 0)
+            return ld_fail(LD_EFORMAT, "'%s' holds two tensors for weight %ld: '%s' and '%s'", path, i, e[w->slot[i]].name, e[j].name);
+        w->slot[i] = j;
+    }
+    for (int i = 0; i < n; i++) {            /* n distinct indices below n: every slot is filled */
+        const ld_safetensors_entry *f = &e[w->slot[i]];
+        ld_tensor *v = w->v[i];
+        const char *vn = v->name ? v->name : "";
+        int same = f->ndim == v->ndim;
+        for (int d = 0; same && d < f->ndim; d++) same = f->shape[d] == v->shape[d];
+        if (!same) {
+            char b1[160], b2[64];
+            size_t k = (size_t)snprintf(b1, sizeof b1, "[");
+            for (int d = 0; d < f->ndim && k < sizeof b1; d++)
+                k += (size_t)snprintf(b1 + k, sizeof b1 - k, d ? ", %lld" : "%lld", (long long)f->shape[d]);
+            if (k < sizeof b1) snprintf(b1 + k, sizeof b1 - k, "]");
+            return ld_fail(LD_ESHAPE, "weight %d (%s) has shape %s in '%s' but %s in the model", i, vn, b1, path,
+                           ld_shape_str(v, b2, sizeof b2));
+        }
+        int half = v->dtype == LD_F32 && (!strcmp(f->dtype, "F16") || !strcmp(f->dtype, "BF16"));
+        if (!half && strcmp(f->dtype, file_dtype_of(v->dtype)))
+            return ld_fail(LD_ETYPE, "weight %d (%s) is %s in '%s' but %s in the model (only F16 and BF16 are "
+                           "converted, into float32)", i, vn, f->dtype, path, ld_dtype_name(v->dtype));
+    }
+    return LD_OK;
+}
+
 static int model_load_weights(lua_State *L) {
     ld_model *m = check_model(L, 1);
     const char *path = luaL_checkstring(L, 2);
     int n = ld_model_variables(m, NULL, 0);
     if (n == 0) return luaL_error(L, "build the model before loading weights (call it on data or model:build(shape))");
+    weights_check w = {lua_newuserdatauv(L, sizeof *w.v * (size_t)n, 0), n, lua_newuserdatauv(L, sizeof *w.slot * (size_t)n, 0)};
+    ld_model_variables(m, w.v, n);
     ld_tensor_dict d = {0};
-    if (ld_load_safetensors(path, &d)) return lb_engine_error(L, 2);
-    ld_tensor **v = malloc(sizeof *v * (size_t)n);
-    if (!v) { ld_tensor_dict_free(&d); return luaL_error(L, "out of memory"); }
-    ld_model_variables(m, v, n);
-    char err[512] = "";
-    if (d.n != n) snprintf(err, sizeof err, "'%s' holds %d tensors, the model has %d weights", path, d.n, n);
-    for (int i = 0; i < n && !err[0]; i++) {
-        /* names are "index/layer/kind": match by the index prefix */
-        ld_tensor *src = NULL;
-        for (int j = 0; j < d.n; j++) if (atoi(d.names[j]) == i && strchr(d.names[j], '/')) src = d.tensors[j];
-        char b1[64], b2[64];
-        if (!src) snprintf(err, sizeof err, "'%s' has no weight number %d", path, i);
-        else if (!ld_same_shape(src, v[i]))
-            snprintf(err, sizeof err, "weight %d (%s) has shape %s in '%s' but %s in the model", i,
-                     v[i]->name ? v[i]->name : "", ld_shape_str(src, b1, sizeof b1), path, ld_shape_str(v[i], b2, sizeof b2));
-    }
+    if (ld_load_safetensors_checked(path, &d, NULL, NULL, check_weights_file, &w)) return lb_engine_error(L, 2);
     /* ld_variable_write: a mirrored variable gets the values on every replica's copy */
+    char err[512] = "";
     for (int i = 0; i < n && !err[0]; i++)
-        for (int j = 0; j < d.n && !err[0]; j++)
-            if (atoi(d.names[j]) == i && strchr(d.names[j], '/') && ld_variable_write(v[i], d.tensors[j]))
-                snprintf(err, sizeof err, "weight %d (%s): %s", i, v[i]->name ? v[i]->name : "", ld_error());
-    free(v);
+        if (ld_variable_write(w.v[i], d.tensors[w.slot[i]]))
+            snprintf(err, sizeof err, "weight %d (%s): %s", i, w.v[i]->name ? w.v[i]->name : "", ld_error());
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
     lua_settop(L, 1);
@@ -699,7 +749,9 @@ static const char *const nn_docs[] = {
     "Model:summary", "model:summary()\n\nPrint (and return) a table of the layers, output shapes and parameter counts.",
     "Model:train_step", "model:train_step(x, y, loss, optimizer)\n\nOne training step in C; returns the loss value and the predictions.",
     "Model:save_weights", "model:save_weights(path)\n\nWrite the weights as safetensors (readable by Python's safetensors).",
-    "Model:load_weights", "model:load_weights(path)\n\nRead weights written by save_weights; shapes must match.",
+    "Model:load_weights", "model:load_weights(path)\n\nRead weights written by save_weights. The file is checked before any\n"
+    "data is read: one entry per weight, shapes and dtypes must match (F16 and BF16 files are converted\n"
+    "into float32 weights on purpose; any other dtype is an error naming both).",
     NULL};
 
 static const char *const loss_docs[] = {

@@ -12,6 +12,7 @@
 #include "ld_strategy.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,22 +86,31 @@ static int table_shape(lua_State *L, int idx, int depth, int64_t *shape, int *nd
     return 0;
 }
 
-static void table_fill(lua_State *L, int idx, int depth, int ndim, const int64_t *shape, ld_tensor *t, int64_t *pos) {
+/* Write the Lua value at vidx into element pos of t: integers exactly,
+   out-of-range values refused (ld_tensor_set_flat) as argument arg's error. */
+static void set_elem(lua_State *L, int vidx, ld_tensor *t, int64_t pos, int arg) {
+    ld_tensor *e = lb_test_tensor(L, vidx);
+    int st;
+    if (e && ld_tensor_numel(e) == 1)
+        st = e->dtype == LD_F32 ? ld_tensor_init_flat(t, pos, ld_tensor_get_flat(e, 0))
+                                : ld_tensor_init_flat_int(t, pos, ld_tensor_get_flat_int(e, 0));
+    else if (lua_isinteger(L, vidx)) st = ld_tensor_init_flat_int(t, pos, lua_tointeger(L, vidx));
+    else if (lua_isnumber(L, vidx)) st = ld_tensor_init_flat(t, pos, lua_tonumber(L, vidx));
+    else if (lua_isboolean(L, vidx)) st = ld_tensor_init_flat_int(t, pos, lua_toboolean(L, vidx));
+    else { luaL_error(L, "expected a number in the table, got %s", luaL_typename(L, vidx)); return; }
+    if (st) lb_engine_error(L, arg);
+}
+
+static void table_fill(lua_State *L, int idx, int depth, int ndim, const int64_t *shape, ld_tensor *t, int64_t *pos, int arg) {
     lua_Integer n = luaL_len(L, idx);
     if (n != shape[depth]) luaL_error(L, "ragged table: expected %d elements at depth %d, got %d", (int)shape[depth], depth + 1, (int)n);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, idx, i);
         if (depth + 1 < ndim) {
             if (!lua_istable(L, -1)) luaL_error(L, "ragged table: expected a table at depth %d", depth + 2);
-            table_fill(L, lua_gettop(L), depth + 1, ndim, shape, t, pos);
+            table_fill(L, lua_gettop(L), depth + 1, ndim, shape, t, pos, arg);
         } else {
-            ld_tensor *e = lb_test_tensor(L, -1);
-            double v;
-            if (e && ld_tensor_numel(e) == 1) v = ld_tensor_get_flat(e, 0);
-            else if (lua_isnumber(L, -1)) v = lua_tonumber(L, -1);
-            else if (lua_isboolean(L, -1)) v = lua_toboolean(L, -1);
-            else { luaL_error(L, "expected a number in the table, got %s", luaL_typename(L, -1)); return; }
-            ld_tensor_set_flat(t, (*pos)++, v);
+            set_elem(L, lua_gettop(L), t, (*pos)++, arg);
         }
         lua_pop(L, 1);
     }
@@ -131,6 +141,18 @@ static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *de
     idx = lua_absindex(L, idx);
     ld_tensor *t = lb_test_tensor(L, idx);
     if (t) return ld_tensor_retain(t);
+    if (lua_isinteger(L, idx) && dt != LD_F32) {   /* exact, not through a double */
+        ld_tensor *s = ld_tensor_empty(dt, 0, NULL, NULL);
+        if (!s) lb_engine_error(L, idx);
+        if (ld_tensor_init_flat_int(s, 0, lua_tointeger(L, idx))) { ld_tensor_release(s); lb_engine_error(L, idx); }
+        if (dev && dev != s->storage->device) {
+            ld_tensor *moved = ld_to_device(s, dev);
+            ld_tensor_release(s);
+            if (!moved) lb_engine_error(L, idx);
+            s = moved;
+        }
+        return s;
+    }
     if (lua_isnumber(L, idx)) {
         ld_tensor *s = ld_tensor_full(dt, 0, NULL, lua_tonumber(L, idx), dev);
         if (!s) lb_engine_error(L, idx);
@@ -145,7 +167,7 @@ static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *de
     /* protect against a ragged-table error leaking r: anchor it in a userdata first */
     lb_push_tensor(L, r, 0);
     int64_t pos = 0;
-    table_fill(L, idx, 0, ndim, shape, r, &pos);
+    table_fill(L, idx, 0, ndim, shape, r, &pos, idx);
     ld_tensor_retain(r);
     lua_pop(L, 1);
     /* filled on the host (element writes would wait for a queueing device), then moved */
@@ -181,9 +203,21 @@ void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs) {
 }
 
 /* ================================================================ arguments */
-static int check_axis_arg(lua_State *L, int idx, int def) {
+/* An axis of a tensor with ndim dimensions, checked as the 64-bit integer
+   Lua gave before it is narrowed to int (1 << 32 is not axis 0). */
+static int axis_value(lua_State *L, int arg, lua_Integer v, int ndim) {
+    if (v < -(lua_Integer)ndim || v >= ndim)
+        luaL_argerror(L, arg, lua_pushfstring(L, "axis %I out of range for a tensor with %d dimensions", v, ndim));
+    return (int)v;
+}
+
+static int check_axis(lua_State *L, int arg, int ndim) {
+    return axis_value(L, arg, luaL_checkinteger(L, arg), ndim);
+}
+
+static int check_axis_arg(lua_State *L, int idx, int def, int ndim) {
     if (lua_isnoneornil(L, idx)) return def;
-    return (int)luaL_checkinteger(L, idx);
+    return check_axis(L, idx, ndim);
 }
 
 /* Shape from varargs (2, 3) or one table ({2, 3}) starting at idx. */
@@ -239,7 +273,12 @@ static int t_new(lua_State *L) {
     ld_dtype dt = opt_dtype(L, 2, LD_F32);
     ld_device *d = opt_device(L, 2);
     ld_tensor *t = to_tensor_on(L, 1, dt, d);
-    if (t->dtype != dt) { ld_tensor *c = ld_cast(t, dt); ld_tensor_release(t); t = c; }
+    if (t->dtype != dt) {
+        if (ld_cast_check(t, dt)) { ld_tensor_release(t); return lb_engine_error(L, 1); }
+        ld_tensor *c = ld_cast(t, dt);
+        ld_tensor_release(t);
+        t = c;
+    }
     if (t && d) { ld_tensor *c = ld_to_device(t, d); ld_tensor_release(t); t = c; }
     lb_push_tensor(L, t, 1);
     return 1;
@@ -351,13 +390,13 @@ static int t_item(lua_State *L) {
     double v;
     ld_tensor *t = SELF;
     if (ld_tensor_item(t, &v)) return lb_engine_error(L, 1);
-    if (t->dtype == LD_F32) lua_pushnumber(L, v); else lua_pushinteger(L, (lua_Integer)v);
+    if (t->dtype == LD_F32) lua_pushnumber(L, v); else lua_pushinteger(L, ld_tensor_get_flat_int(t, 0));
     return 1;
 }
 
 static void push_elem(lua_State *L, ld_tensor *t, int64_t i) {
-    double v = ld_tensor_get_flat(t, i);
-    if (t->dtype == LD_F32) lua_pushnumber(L, v); else lua_pushinteger(L, (lua_Integer)v);
+    if (t->dtype == LD_F32) lua_pushnumber(L, ld_tensor_get_flat(t, i));
+    else lua_pushinteger(L, ld_tensor_get_flat_int(t, i));
 }
 
 static void to_table(lua_State *L, ld_tensor *t, int d, int64_t *pos) {
@@ -390,8 +429,8 @@ static int t_reshape(lua_State *L) {
 
 static int t_transpose(lua_State *L) {
     ld_tensor *t = SELF;
-    int d0 = (int)luaL_optinteger(L, 2, -2), d1 = (int)luaL_optinteger(L, 3, -1);
     if (t->ndim < 2) return luaL_argerror(L, 1, "transpose needs at least 2 dimensions");
+    int d0 = check_axis_arg(L, 2, -2, t->ndim), d1 = check_axis_arg(L, 3, -1, t->ndim);
     lb_push_tensor(L, ld_transpose_op(t, d0, d1), 2);
     return 1;
 }
@@ -401,14 +440,14 @@ static int t_permute(lua_State *L) {
     int64_t s[LD_MAX_DIMS];
     int n = read_shape(L, 2, s), perm[LD_MAX_DIMS];
     if (n != t->ndim) return luaL_argerror(L, 2, "permutation must list every dimension");
-    for (int i = 0; i < n; i++) perm[i] = (int)s[i];
+    for (int i = 0; i < n; i++) perm[i] = axis_value(L, 2, s[i], t->ndim);
     lb_push_tensor(L, ld_permute(t, perm), 2);
     return 1;
 }
 
 static int t_slice(lua_State *L) {
     ld_tensor *t = SELF;
-    int dim = (int)luaL_checkinteger(L, 2);
+    int dim = check_axis(L, 2, t->ndim);
     int64_t start = luaL_optinteger(L, 3, 0), stop = luaL_optinteger(L, 4, INT64_MAX / 2);
     int64_t step = luaL_optinteger(L, 5, 1);
     lb_push_tensor(L, ld_slice(t, dim, start, stop, step), 2);
@@ -421,11 +460,16 @@ static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone(SELF), 1); return 
 static int t_astype(lua_State *L) {
     ld_dtype dt;
     if (ld_dtype_from_name(luaL_checkstring(L, 2), &dt)) return lb_engine_error(L, 2);
+    if (ld_cast_check(SELF, dt)) return lb_engine_error(L, 1);
     lb_push_tensor(L, ld_cast(SELF, dt), 1);
     return 1;
 }
 static int t_float(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_F32), 1); return 1; }
-static int t_long(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_I64), 1); return 1; }
+static int t_long(lua_State *L) {
+    if (ld_cast_check(SELF, LD_I64)) return lb_engine_error(L, 1);
+    lb_push_tensor(L, ld_cast(SELF, LD_I64), 1);
+    return 1;
+}
 
 static int t_to(lua_State *L) {
     ld_tensor *t = SELF;
@@ -498,25 +542,30 @@ static int t_matmul(lua_State *L) {
 }
 
 /* sum/mean/max(t, axis?, {keepdims=}) or (t, {axis=, keepdims=}) */
-static void reduce_args(lua_State *L, int *axis, int *keep) {
+static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) {
     *axis = LD_ALL_AXES; *keep = 0;
     int o = 2;
-    if (lua_isinteger(L, 2)) { *axis = (int)lua_tointeger(L, 2); o = 3; }
+    if (lua_isinteger(L, 2)) { *axis = check_axis(L, 2, t->ndim); o = 3; }
     else if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2)) luaL_typeerror(L, 2, "integer axis or options table");
     if (lua_istable(L, o)) {
         lua_getfield(L, o, "axis");
-        if (!lua_isnil(L, -1)) *axis = (int)luaL_checkinteger(L, -1);
+        if (!lua_isnil(L, -1)) {
+            int ok;
+            lua_Integer v = lua_tointegerx(L, -1, &ok);
+            if (!ok) luaL_argerror(L, o, "axis must be an integer");
+            *axis = axis_value(L, o, v, t->ndim);
+        }
         lua_getfield(L, o, "keepdims");
         *keep = lua_toboolean(L, -1);
         lua_pop(L, 2);
     }
 }
-static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
-static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
-static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
+static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
+static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
+static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
 static int t_argmax(lua_State *L) {
     ld_tensor *t = SELF;
-    lb_push_tensor(L, ld_argmax(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES)), 2);
+    lb_push_tensor(L, ld_argmax(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
     return 1;
 }
 
@@ -530,8 +579,13 @@ static int t_index_select(lua_State *L) {
 
 static int t_concat(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
-    int n = (int)luaL_len(L, 1), axis = (int)luaL_optinteger(L, 2, 0);
-    if (n < 1) return luaL_argerror(L, 1, "need at least one tensor");
+    lua_Integer len = luaL_len(L, 1);
+    if (len < 1) return luaL_argerror(L, 1, "need at least one tensor");
+    if (len > INT_MAX / (lua_Integer)sizeof(ld_tensor *)) return luaL_argerror(L, 1, "too many tensors");
+    int n = (int)len;
+    lua_geti(L, 1, 1);
+    int axis = check_axis_arg(L, 2, 0, lb_check_tensor(L, -1)->ndim);
+    lua_pop(L, 1);
     ld_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
     for (int i = 0; i < n; i++) {
         lua_geti(L, 1, i + 1);
@@ -598,6 +652,7 @@ static int t_newindex(lua_State *L) {
     ld_tensor_release(row);
     ld_tensor *src = to_tensor_on(L, 3, t->dtype, ld_var(t)->storage->device);
     lb_push_tensor(L, src, 0);
+    if (src->dtype != t->dtype && ld_cast_check(src, t->dtype)) return lb_engine_error(L, 3);
     if (ld_variable_write_index(t, i, src)) return lb_engine_error(L, 3);
     return 0;
 }
@@ -608,6 +663,7 @@ static int t_newindex(lua_State *L) {
 static ld_tensor *assign_value(lua_State *L, ld_tensor *t, const char *fname) {
     ld_tensor *src = to_tensor_on(L, 2, t->dtype, ld_var(t)->storage->device);
     lb_push_tensor(L, src, 0);
+    if (src->dtype != t->dtype && ld_cast_check(src, t->dtype)) lb_engine_error(L, 2);
     if (!ld_same_shape(t, src) && ld_tensor_numel(src) != 1) {
         char b1[64], b2[64];
         luaL_error(L, "bad argument #1 to '%s' (shape %s does not match the variable's %s)", fname,
@@ -641,11 +697,24 @@ static int t_assign_sub(lua_State *L) {
 }
 
 /* ---- printing, NumPy style ---- */
+/* NumPy's names for the values that are not numbers: "nan" whatever its
+   sign bit (C's printf may say "-nan"), "inf", "-inf". NULL for a number. */
+static const char *nonfinite_name(double v) {
+    if (isnan(v)) return "nan";
+    if (isinf(v)) return v > 0 ? "inf" : "-inf";
+    return NULL;
+}
+
 static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width) {
-    char s[64];
-    double v = ld_tensor_get_flat(t, i);
-    if (t->dtype == LD_F32) snprintf(s, sizeof s, "%*.4f", width, v);
-    else snprintf(s, sizeof s, "%*lld", width, (long long)v);
+    char s[64];   /* a float32 is at most 39 digits before the point: "%.4f" fits */
+    if (t->dtype == LD_F32) {
+        double v = ld_tensor_get_flat(t, i);
+        const char *name = nonfinite_name(v);
+        if (name) snprintf(s, sizeof s, "%*s", width, name);
+        else snprintf(s, sizeof s, "%*.4f", width, v);
+    } else {
+        snprintf(s, sizeof s, "%*lld", width, (long long)ld_tensor_get_flat_int(t, i));
+    }
     luaL_addstring(b, s);
 }
 
@@ -686,15 +755,24 @@ static int t_tostring(lua_State *L) {
         int64_t strides[LD_MAX_DIMS], s = 1;
         for (int i = c->ndim - 1; i >= 0; i--) { strides[i] = s; s *= c->shape[i]; }
         int64_t n = ld_tensor_numel(c);
-        int width = 1;
+        /* the column width: digits of the largest finite magnitude (log10
+           of inf is no width), a sign, the decimals; wide enough for
+           "-inf" and "nan" where they occur */
+        int width, neg = 0, named = 0, finite = 0;
         double mx = 0;
-        int neg = 0;
         for (int64_t i = 0; i < n && i < 100000; i++) {
             double v = ld_tensor_get_flat(c, i);
+            const char *name = c->dtype == LD_F32 ? nonfinite_name(v) : NULL;
+            if (name) {
+                if ((int)strlen(name) > named) named = (int)strlen(name);
+                continue;
+            }
+            finite = 1;
             if (fabs(v) > mx) mx = fabs(v);
             if (v < 0) neg = 1;
         }
         width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
+        if (!finite || named > width) width = named;
         if (n == 0) luaL_addstring(&b, "[]");
         else fmt_dims(&b, c, 0, 0, strides, 7, width);
     }
@@ -724,8 +802,14 @@ static int t_mimebundle(lua_State *L) {
     for (int64_t i = 0; i < rows && i < 10; i++) {
         luaL_addstring(&b, "<tr>");
         for (int64_t j = 0; j < cols && j < 10; j++) {
-            double v = ld_tensor_get_flat(c, i * cols + j);
-            snprintf(s, sizeof s, c->dtype == LD_F32 ? "<td>%.4f</td>" : "<td>%.0f</td>", v);
+            if (c->dtype == LD_F32) {
+                double v = ld_tensor_get_flat(c, i * cols + j);
+                const char *name = nonfinite_name(v);
+                if (name) snprintf(s, sizeof s, "<td>%s</td>", name);
+                else snprintf(s, sizeof s, "<td>%.4f</td>", v);
+            } else {
+                snprintf(s, sizeof s, "<td>%lld</td>", (long long)ld_tensor_get_flat_int(c, i * cols + j));
+            }
             luaL_addstring(&b, s);
         }
         if (cols > 10) luaL_addstring(&b, "<td>&hellip;</td>");
@@ -760,7 +844,8 @@ static int t_variable(lua_State *L) {
         if (lua_isboolean(L, -1) && !lua_toboolean(L, -1)) v->requires_grad = 0;
         lua_pop(L, 2);
     }
-    ld_variable_created(v);   /* inside a strategy's scope: one copy per replica device, as a layer's */
+    /* inside a strategy's scope: one copy per replica device, as a layer's */
+    if (ld_variable_created(v)) { ld_tensor_release(v); return lb_engine_error(L, 0); }
     lb_push_tensor(L, v, 1);
     return 1;
 }
@@ -831,8 +916,15 @@ static const luaL_Reg functions[] = {
     {"device_note", t_device_note},
     {NULL, NULL}};
 
+/* the rule for values, in the help of everything that converts them */
+#define VALUES_DOC "Values never wrap: a value an integer dtype cannot hold (uint8 -1 or 256, int64 2^63,\n" \
+    "nan, inf) is an error naming it, as NumPy 2 refuses an out-of-bounds Python integer;\n" \
+    "a fraction is dropped (2.7 -> 2), as int() does. float32 takes any number: past its\n" \
+    "range it is inf (IEEE 754). Integers are stored exactly (math.maxinteger as int64)."
+
 static const char *const docs[] = {
-    "new", "tensor.new(values, {dtype=\"float32\", device=\"cpu:0\"})\n\nA tensor from a number, a nested table of numbers, or another tensor.\n  tensor.new{{1, 2}, {3, 4}}   --> 2x2 float32",
+    "new", "tensor.new(values, {dtype=\"float32\", device=\"cpu:0\"})\n\nA tensor from a number, a nested table of numbers, or another tensor.\n  tensor.new{{1, 2}, {3, 4}}   --> 2x2 float32\n"
+           VALUES_DOC,
     "zeros", "tensor.zeros(d1, d2, ... | {d1, d2, ...}, {dtype=, device=})\n\nA tensor of zeros.",
     "ones", "tensor.ones(d1, d2, ..., {dtype=, device=})\n\nA tensor of ones.",
     "full", "tensor.full(shape..., value, {dtype=, device=})\n\nA tensor filled with value.",
@@ -863,6 +955,10 @@ static const char *const docs[] = {
     "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them.",
     "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis.",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
+    "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"int32\", \"int64\", \"uint8\").\n"
+                     "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"
+                     "range is undefined, a value the dtype cannot hold is an error naming it and its index.\n"
+                     VALUES_DOC,
     "Tensor:item", "t:item()\n\nThe value of a one-element tensor as a Lua number.",
     "Tensor:totable", "t:totable()\n\nThe values as nested Lua tables.",
     "Tensor:slice", "t:slice(axis, start, stop, step=1)\n\nA view of [start, stop) along an axis (0-based).",

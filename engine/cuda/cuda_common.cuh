@@ -114,45 +114,17 @@ static inline unsigned cu_grid(int64_t n, int block) {
 #define CU_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
-/* ---- the backend's slots, one file per family ---- */
-/* cuda_copy.cu */
-void cu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
-                     const int64_t *shape, const int64_t *sstrides);
-void cu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v);
-/* cuda_elementwise.cu */
-void cu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa, const float *b,
-               const int64_t *sb, int ndim, const int64_t *shape);
-void cu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n);
-void cu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy, const float *x, const float *y,
-                       int64_t n);
-void cu_scale_add(ld_device *d, float *y, float a, const float *x, int64_t n);
-/* cuda_reduce.cu */
-void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t outer, int64_t n, int64_t inner);
+/* ---- the backend's slots: kernel <name> of the list (ld_kernels.h) is
+   cu_<name>, one file per family: cuda_copy.cu (copy_strided, fill),
+   cuda_elementwise.cu (binary, unary, unary_backward, scale_add),
+   cuda_reduce.cu (reduce), cuda_gemm.cu (gemm), cuda_softmax.cu (softmax,
+   sparse_xent, sparse_xent_backward), cuda_conv.cu (im2col, col2im,
+   maxpool, maxpool_backward), cuda_optim.cu (the optimizer updates). */
+#define CU_DECLARE(name, ...) LD_K_DECLARE(cu_, name, __VA_ARGS__);
+LD_KERNELS(CU_DECLARE)
+#undef CU_DECLARE
 /* cuda_gemm.cu */
-void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void cu_blas_destroy(cu_dev *cd);
-/* cuda_softmax.cu */
-void cu_softmax(ld_device *d, float *out, const float *x, int64_t rows, int64_t cols, int log);
-void cu_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits, const int64_t *labels,
-                    int64_t n, int64_t c, float scale);
-void cu_sparse_xent_backward(ld_device *d, float *dlogits, const float *probs, const int64_t *labels,
-                             const float *g, int64_t n, int64_t c, float scale);
-/* cuda_conv.cu */
-void cu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
-               int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow);
-void cu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
-               int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow);
-void cu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
-                int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow);
-void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx);
-/* cuda_optim.cu */
-void cu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float momentum,
-                   int nesterov, float weight_decay);
-void cu_adam_update(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
-                    float b2, float eps, int64_t step, float weight_decay, int decoupled);
-void cu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
-                       float rho, float momentum, float eps);
 /* cuda_nccl.cu */
 int cu_all_reduce(int n, ld_device *const *devs, int k, ld_tensor *const *t, int mean);
 int cu_nccl_unique_id(unsigned char id[LD_NCCL_ID_BYTES]);

@@ -10,7 +10,7 @@
  * queued can be handed to later work at once: the stream runs them in order.
  * When cudaMalloc runs out, the cache is given back to the driver and the
  * allocation tried once more; the engine then runs the front end's pressure
- * hook (a Lua garbage collection) and tries once more again (ld_cpu.c).
+ * hook (a Lua garbage collection) and tries once more again (ld_device.c).
  */
 #include "cuda_common.cuh"
 
@@ -275,9 +275,12 @@ static void cu_synchronize(ld_device *d) {
 }
 
 /* ================================================================ the backend */
-/* Positional (C++17 has no designated initializers): a slot added to
-   ld_backend would be left NULL here, so its size is pinned. */
-static_assert(sizeof(ld_backend) == 24 * sizeof(void *), "ld_backend changed: fill the new slot in cuda_backend");
+/* Positional (C++17 has no designated initializers): the memory slots in
+   ld_backend's order, then the kernels in the list's order, which is the
+   order of their slots (ld_kernels.h). */
+static_assert(sizeof(ld_backend) == (6 + LD_KERNEL_COUNT) * sizeof(void *),
+              "ld_backend's memory slots changed: fill the new one in cuda_backend");
+#define CU_SLOT(name, ...) cu_##name,
 static const ld_backend cuda_backend = {
     /* name */ "cuda",
     /* alloc */ cu_alloc,
@@ -285,24 +288,7 @@ static const ld_backend cuda_backend = {
     /* to_host */ cu_to_host,
     /* from_host */ cu_from_host,
     /* synchronize */ cu_synchronize,
-    /* copy_strided */ cu_copy_strided,
-    /* fill */ cu_fill,
-    /* binary */ cu_binary,
-    /* unary */ cu_unary,
-    /* unary_backward */ cu_unary_backward,
-    /* scale_add */ cu_scale_add,
-    /* reduce */ cu_reduce,
-    /* gemm */ cu_gemm,
-    /* softmax */ cu_softmax,
-    /* im2col */ cu_im2col,
-    /* col2im */ cu_col2im,
-    /* maxpool */ cu_maxpool,
-    /* maxpool_backward */ cu_maxpool_backward,
-    /* sparse_xent */ cu_sparse_xent,
-    /* sparse_xent_backward */ cu_sparse_xent_backward,
-    /* sgd_update */ cu_sgd_update,
-    /* adam_update */ cu_adam_update,
-    /* rmsprop_update */ cu_rmsprop_update,
+    LD_KERNELS(CU_SLOT)
 };
 
 /* ================================================================ libraries opened on first use */

@@ -66,7 +66,7 @@ typedef struct ld_cuda_plugin {
 /* The one symbol the plugin exports. */
 typedef const ld_cuda_plugin *(*ld_cuda_plugin_fn)(void);
 
-/* ---- engine side (engine/cuda/ld_cuda_load.c) ---- */
+/* ---- engine side (engine/ld_device.c) ---- */
 /* Find, open and initialise the plugin, once (thread-safe); the number of CUDA
    devices registered. Never fails: without a GPU ld_device_note() says why. */
 int ld_cuda_load(void);

@@ -265,8 +265,10 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     c->ctl = zmq_socket(c->zctx, c->rank == 0 ? ZMQ_ROUTER : ZMQ_DEALER);
     if (!c->ctl) { ld_fail(LD_EDEVICE, "zmq_socket: %s", zmq_strerror(errno)); goto fail; }
     sock_opt_int(c->ctl, ZMQ_LINGER, 0);
-    int64_t maxsz = MAX_CTL_MSG;
+    int64_t maxsz = c->rank == 0 ? MAX_CTL_MSG_LEADER : MAX_CTL_MSG;
     zmq_setsockopt(c->ctl, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
+    /* a connection that never finishes ZeroMQ's own handshake is closed */
+    if (c->rank == 0) sock_opt_int(c->ctl, ZMQ_HANDSHAKE_IVL, CTL_HANDSHAKE_IVL);
     sock_opt_int(c->ctl, ZMQ_SNDHWM, 0);
     sock_opt_int(c->ctl, ZMQ_RCVHWM, 0);
     char mon_ep[64];

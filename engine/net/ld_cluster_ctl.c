@@ -14,9 +14,10 @@
 #include <string.h>
 
 #define MAX_PENDING 64              /* handshakes in progress at once (leader) */
+#define HANDSHAKE_TIMEOUT 5.0       /* seconds from HELLO to AUTH before the slot is freed */
 
 typedef struct {
-    int used, rank, pid;
+    int used, rank, size, pid;
     unsigned char ident[256];
     size_t ident_len;
     char host[64], data_ep[160], addr[64];
@@ -133,31 +134,29 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
         if (cl_kv_int(body, blen, "rank", 0, 1 << 20, &rank) || cl_kv_int(body, blen, "size", 1, 1 << 20, &size) ||
             cl_kv_int(body, blen, "pid", 0, 1L << 30, &pid) || cl_kv_get(body, blen, "host", host, sizeof host) ||
             cl_kv_get(body, blen, "data", data, sizeof data) || cl_kv_get(body, blen, "nonce", nonce, sizeof nonce)) {
-            cl_log("rejected a malformed HELLO from %s", addr);
+            cl_log_rejected("rejected a malformed HELLO from %s", addr);
             return;
         }
+        /* Nothing here is believed or answered in detail before the peer
+           proves the secret: the rank and size are checked after AUTH, so a
+           stranger learns nothing about the cluster. A stranger cannot hold
+           the rendezvous either: when every slot is taken, the oldest
+           handshake makes room (a real member answers its CHALLENGE within a
+           round trip; a slot held by one that never answers is the first to
+           go), and slots time out after HANDSHAKE_TIMEOUT. */
         pending *p = find_pending(s, f);
-        if (!p) for (int i = 0; i < MAX_PENDING && !p; i++) if (!s->pend[i].used) p = &s->pend[i];
-        if (!p) { cl_log("refused a connection from %s: too many handshakes in progress", addr); return; }
-        if (size != c->size || rank < 1 || rank >= c->size) {
-            char why[160];
-            snprintf(why, sizeof why, "this cluster has %d ranks (the leader is rank 0); you said rank %ld of %ld",
-                     c->size, rank, size);
-            cl_log("refused a connection from %s: %s", addr, why);
-            refuse(c, f, why);
-            return;
-        }
-        if (c->peers[rank].state != PEER_NONE) {
-            char why[400];
-            snprintf(why, sizeof why, "rank %ld has already joined (%s)", rank, c->peers[rank].name);
-            cl_log("refused a connection from %s: %s", addr, why);
-            refuse(c, f, why);
-            return;
+        for (int i = 0; i < MAX_PENDING && !p; i++) if (!s->pend[i].used) p = &s->pend[i];
+        if (!p) {
+            p = &s->pend[0];
+            for (int i = 1; i < MAX_PENDING; i++) if (s->pend[i].t < p->t) p = &s->pend[i];
+            cl_log_rejected("dropped the oldest handshake in progress (from %s) for one from %s: %d handshakes at once",
+                            p->addr, addr, MAX_PENDING);
         }
         memset(p, 0, sizeof *p);
-        if (cl_from_hex(nonce, p->nm, 16)) { cl_log("rejected a malformed HELLO from %s (nonce)", addr); return; }
+        if (cl_from_hex(nonce, p->nm, 16)) { cl_log_rejected("rejected a malformed HELLO from %s (nonce)", addr); return; }
         p->used = 1;
         p->rank = (int)rank;
+        p->size = (int)size;
         p->pid = (int)pid;
         p->ident_len = cl_fl(f, 0) < sizeof p->ident ? cl_fl(f, 0) : sizeof p->ident;
         memcpy(p->ident, cl_fd(f, 0), p->ident_len);
@@ -180,19 +179,36 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
     }
     /* AUTH */
     pending *p = find_pending(s, f);
-    if (!p) { cl_log("rejected an AUTH without a HELLO from %s", addr); return; }
+    if (!p) { cl_log_rejected("rejected an AUTH without a HELLO from %s", addr); return; }
     char proofh[80];
     unsigned char got[32], want[32];
     int32_t r32 = p->rank;
     cl_part ps[4] = {{"ldist-member", 12}, {p->nl, 16}, {p->nm, 16}, {&r32, 4}};
     if (cl_kv_get(body, blen, "proof", proofh, sizeof proofh) || cl_from_hex(proofh, got, 32) ||
         cl_hmac(c->secret, c->secret_len, ps, 4, want) || CRYPTO_memcmp(got, want, 32)) {
-        cl_log("refused a connection from %s claiming %s %d: it does not know the cluster secret", p->addr, c->kind, p->rank);
+        cl_log_rejected("refused a connection from %s claiming %s %d: it does not know the cluster secret", p->addr, c->kind, p->rank);
         refuse(c, f, "authentication failed: wrong cluster secret");
         p->used = 0;
         return;
     }
-    if (c->peers[p->rank].state != PEER_NONE) { refuse(c, f, "rank already joined"); p->used = 0; return; }
+    /* it knows the secret: now it may hear why it cannot join */
+    if (p->size != c->size || p->rank < 1 || p->rank >= c->size) {
+        char why[160];
+        snprintf(why, sizeof why, "this cluster has %d ranks (the leader is rank 0); you said rank %d of %d",
+                 c->size, p->rank, p->size);
+        cl_log("refused a connection from %s: %s", p->addr, why);
+        refuse(c, f, why);
+        p->used = 0;
+        return;
+    }
+    if (c->peers[p->rank].state != PEER_NONE) {
+        char why[400];
+        snprintf(why, sizeof why, "rank %d has already joined (%s)", p->rank, c->peers[p->rank].name);
+        cl_log("refused a connection from %s: %s", p->addr, why);
+        refuse(c, f, why);
+        p->used = 0;
+        return;
+    }
     cl_peer *q = &c->peers[p->rank];
     cl_part ks[3] = {{"ldist-session", 13}, {p->nl, 16}, {p->nm, 16}};
     cl_hmac(c->secret, c->secret_len, ks, 3, q->key);
@@ -230,7 +246,7 @@ static void leader_message(thr_state *s) {
         char addr[64] = "?";
         if (f.n > 1) peer_addr(&f, 1, addr, sizeof addr);
         if (f.too_many || f.n != 6 || !cl_frame_is(&f, 1, MAGIC) || cl_fl(&f, 2) >= 32) {
-            cl_log("rejected a malformed control message from %s (%d cl_frames%s)", addr, f.n,
+            cl_log_rejected("rejected a malformed control message from %s (%d frames%s)", addr, f.n,
                    f.n > 1 && !cl_frame_is(&f, 1, MAGIC) ? ", not an ldist message" : "");
             cl_frames_close(&f);
             continue;
@@ -238,21 +254,21 @@ static void leader_message(thr_state *s) {
         char type[32];
         cl_printable(cl_fd(&f, 2), cl_fl(&f, 2), type, sizeof type);
         if (cl_frame_is(&f, 2, "HELLO") || cl_frame_is(&f, 2, "AUTH")) {
-            if (find_peer_by_ident(c, &f) >= 0) cl_log("rejected a second %s on an authenticated connection from %s", type, addr);
+            if (find_peer_by_ident(c, &f) >= 0) cl_log_rejected("rejected a second %s on an authenticated connection from %s", type, addr);
             else leader_handshake(s, &f, addr);
             cl_frames_close(&f);
             continue;
         }
         int r = find_peer_by_ident(c, &f);
         if (r < 0) {
-            cl_log("rejected an unauthenticated %s message from %s", type, addr);
+            cl_log_rejected("rejected an unauthenticated %s message from %s", type, addr);
             cl_frames_close(&f);
             continue;
         }
         cl_peer *p = &c->peers[r];
         int v = cl_verify(p, &f, 1);
         if (v) {
-            cl_log("rejected a %s message from %s: %s", type, p->name, v == -2 ? "replayed" : "bad signature");
+            cl_log_rejected("rejected a %s message from %s: %s", type, p->name, v == -2 ? "replayed" : "bad signature");
             cl_frames_close(&f);
             continue;
         }
@@ -562,9 +578,11 @@ static void *control_main(void *arg) {
         /* handshakes that stalled */
         now = cl_now();
         for (int i = 0; i < MAX_PENDING; i++)
-            if (s->pend[i].used && now - s->pend[i].t > 10) s->pend[i].used = 0;
+            if (s->pend[i].used && now - s->pend[i].t > HANDSHAKE_TIMEOUT) s->pend[i].used = 0;
         heartbeat(s, now);
+        cl_log_rejected_flush();
     }
+    cl_log_rejected_flush();
     return NULL;
 }
 

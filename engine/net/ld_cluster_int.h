@@ -11,7 +11,13 @@
 
 #define MAGIC "LDIST/1"             /* first frame of every control message */
 #define MAX_FRAMES 8                /* a longer message is malformed */
-#define MAX_CTL_MSG (1 << 30)       /* bytes: refuse anything larger on the control socket */
+#define MAX_CTL_MSG (1 << 30)       /* bytes: refuse a larger frame on a member's control socket */
+/* bytes: the largest frame the leader's control socket takes. Every frame is
+   held whole before anyone knows who sent it, so this bounds the memory a
+   stranger can pin per connection before authentication; 256 MiB still
+   carries a parameter-server message of 64M float32 values. */
+#define MAX_CTL_MSG_LEADER (256 << 20)
+#define CTL_HANDSHAKE_IVL 5000      /* ms for a connection's ZMTP handshake on the leader's control port */
 
 enum { PEER_NONE = 0, PEER_JOINED, PEER_LOST, PEER_DONE };
 
@@ -117,6 +123,12 @@ int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n);
 /* Mark the cluster broken with the current error (ld_error()). */
 int cl_break(ld_cluster *c, int status);
 void cl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* cl_log for what strangers can cause (rejected messages): at most
+   CL_LOG_RATE lines a second in all; the rest are counted and summed up in
+   one line when logging resumes. */
+#define CL_LOG_RATE 20
+void cl_log_rejected(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cl_log_rejected_flush(void);   /* the count of the unlogged, once their second is over */
 
 /* the receive loop shared by ld_cluster_recv (any 0) and ld_cluster_recv_any (any 1) */
 int cl_recv(ld_cluster *c, double timeout, int any, int *from, char type[32], void **data, size_t *n);

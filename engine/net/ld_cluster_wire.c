@@ -38,6 +38,47 @@ void cl_log(const char *fmt, ...) {
     else { fprintf(stderr, "ldist cluster: %s\n", line); fflush(stderr); }
 }
 
+static pthread_mutex_t rej_mu = PTHREAD_MUTEX_INITIALIZER;
+static double rej_window;           /* start of the current second */
+static int rej_lines;               /* lines logged in it */
+static long rej_dropped;            /* rejected messages not logged since the last line */
+
+/* the count of what was not logged, once a new second has begun (flush: even
+   without a new line to log) */
+static long rej_take(double now, int line) {
+    long summed = 0;
+    pthread_mutex_lock(&rej_mu);
+    if (now - rej_window >= 1.0) { rej_window = now; rej_lines = 0; }
+    if (rej_lines < CL_LOG_RATE) {
+        if (line || rej_dropped) rej_lines++;
+        summed = rej_dropped;
+        rej_dropped = 0;
+    } else if (line) {
+        rej_dropped++;
+        summed = -1;
+    }
+    pthread_mutex_unlock(&rej_mu);
+    return summed;
+}
+
+static void rej_summary(long n) {
+    if (n > 0) cl_log("(%ld more rejected messages were not logged: at most %d lines a second)", n, CL_LOG_RATE);
+}
+
+void cl_log_rejected(const char *fmt, ...) {
+    long summed = rej_take(cl_now(), 1);
+    if (summed < 0) return;
+    rej_summary(summed);
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cl_log("%s", line);
+}
+
+void cl_log_rejected_flush(void) { rej_summary(rej_take(cl_now(), 0)); }
+
 int ld_random_bytes(void *buf, size_t n) {
     unsigned char *p = buf;
     while (n) {

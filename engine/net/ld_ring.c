@@ -357,7 +357,7 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
         ld_tensor *x = t[i];
         if (!x || x->dtype != LD_F32 || !ld_tensor_is_contiguous(x))
             return ld_fail(LD_EARG, "all_reduce: tensor %d is not a contiguous float32 tensor", i + 1);
-        if (x->storage->device->kind != LD_DEV_CPU)
+        if (!ld_device_is_host(x->storage->device))
             return ld_fail(LD_EDEVICE, "all_reduce: tensor %d is on %s; the ring reduces host tensors (GPU tensors go "
                            "through the NCCL backend of the CUDA plugin)", i + 1, x->storage->device->name);
         if (ld_device_is_async(x->storage->device)) ld_device_synchronize(x->storage->device);

@@ -231,8 +231,9 @@ ldist.io.save_safetensors(path, {name = tensor, ...}, {key = value, ...}?) -> tr
 
 Writes the tensors in the safetensors format (readable by Python's
 safetensors, PyTorch, Hugging Face and Keras 3). Metadata values become
-strings. The file is written to path .. ".tmp" and renamed, so a failure
-never leaves a torn file and keeps an older file intact.]])
+strings. The file is written to a new temporary file beside path (never
+one that exists, nor a link), synced and renamed over path, so a failure or
+a concurrent save never leaves a torn file and keeps an older file intact.]])
   doc(lio.load_safetensors, { "io.load_safetensors", "ldist.io.load_safetensors" }, [[
 ldist.io.load_safetensors(path) -> {name = tensor, ...}, {key = value, ...}
 

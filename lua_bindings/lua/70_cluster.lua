@@ -102,20 +102,45 @@ function distribute.resolve_cluster(cluster)
   return { source = "a single process", rank = 0, size = 1, task_type = "worker", task_index = 0 }
 end
 
--- The cluster's shared secret (LDIST_SECRET or LDIST_SECRET_FILE); a cluster
--- of more than one process needs one of at least 16 characters.
+-- The cluster's shared secret (LDIST_SECRET or LDIST_SECRET_FILE). A secret
+-- chosen by a person can be guessed offline from one handshake (a challenge
+-- carries an HMAC of known data), so a cluster of more than one process takes
+-- only random-looking secrets of at least 128 bits: 32 hex digits or 22
+-- base64 characters (`ldist launch` and LocalCluster make 256-bit ones).
+local function secret_bits(s)
+  if s:match("^%x+$") then return #s * 4, "hex digits" end
+  local body = s:gsub("=+$", "")
+  if body:match("^[%w+/]+$") or body:match("^[%w%-_]+$") then
+    -- random base64 of 22 characters lacks upper or lower case letters once
+    -- in 50,000; words and passphrases ("my-cluster-secret-2024") lack one
+    if not (body:match("%u") and body:match("%l")) then return 0, "base64 characters without both letter cases (not random)" end
+    return #body * 6, "base64 characters"
+  end
+  return 0, "characters that are neither hex nor base64"
+end
+net.secret_bits = secret_bits
+
 function net.read_secret(size)
-  local s = env("LDIST_SECRET")
+  local s, src = env("LDIST_SECRET"), "LDIST_SECRET"
   if not s and env("LDIST_SECRET_FILE") then
+    src = "LDIST_SECRET_FILE " .. env("LDIST_SECRET_FILE")
     local f = io.open(env("LDIST_SECRET_FILE"), "rb")
     if not f then error("cannot read LDIST_SECRET_FILE " .. env("LDIST_SECRET_FILE"), 0) end
     s = f:read("a"):gsub("%s+$", "")
     f:close()
   end
-  if size > 1 and (not s or #s < 16) then
+  local how = "make one with `openssl rand -hex 32` and give every process the same (LDIST_SECRET or LDIST_SECRET_FILE)"
+  if size > 1 and not s then
     error("a cluster needs a shared secret (a peer without it is refused): `ldist launch` and LocalCluster make one; " ..
-      "otherwise export LDIST_SECRET (the same for every process, at least 16 characters, e.g. " ..
-      "$(openssl rand -hex 32)) or LDIST_SECRET_FILE", 0)
+      "otherwise " .. how, 0)
+  end
+  if size > 1 then
+    local bits, what = secret_bits(s)
+    if bits < 128 then
+      error(("the cluster secret in %s is too weak to be safe (%d %s; it must be at least 128 bits of random hex " ..
+        "or base64: 32 hex digits or 22 base64 characters, as one handshake lets it be guessed offline): %s")
+        :format(src, #s, what, how), 0)
+    end
   end
   return s
 end

@@ -14,7 +14,7 @@ import zmq
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LDIST = os.environ.get("LDIST_BIN", os.path.join(ROOT, "ldist"))
 MAGIC = b"LDIST/1"
-SECRET = "0123456789abcdef0123456789abcdef"
+SECRET = "5e0c9a1f7b3d48e2a6c1f09d3b7e5a42"     # 128 random bits, as `openssl rand -hex 16` makes
 
 
 def free_port():
@@ -59,7 +59,7 @@ def test_worker_with_wrong_secret_is_refused_and_nothing_runs(tmp_path):
     m0, m1 = tmp_path / "ran0", tmp_path / "ran1"
     leader = start(ports, 0, m0, rdv=4)
     time.sleep(0.3)
-    intruder = start(ports, 1, m1, secret="not-the-secret-at-all-0123456789")
+    intruder = start(ports, 1, m1, secret="9b2f6d0e4a8c13f7e5d9b1a3c7f0e2d4")
     rc1, _, err1 = finish(intruder)
     rc0, _, err0 = finish(leader)
     assert rc1 != 0 and "does not know the cluster secret" in err1, err1
@@ -105,9 +105,14 @@ def test_malformed_control_messages_are_rejected_and_the_leader_trains_on(tmp_pa
     ]
     for frames in junk:
         s.send_multipart(frames)
-    # a HELLO for a rank outside the cluster is answered with a refusal
+    # a HELLO for a rank outside the cluster is challenged like any other
+    # (before authentication nothing says what the cluster is); a wrong
+    # proof is refused
     s.send_multipart([MAGIC, b"HELLO", bytes(8),
                       b"rank=7\nsize=2\npid=1\nhost=h\ndata=-\nnonce=" + b"cd" * 16 + b"\n", b""])
+    assert s.poll(5000)
+    assert s.recv_multipart()[1] == b"CHALLENGE"
+    s.send_multipart([MAGIC, b"AUTH", bytes(8), b"proof=" + b"00" * 32 + b"\n", b""])
     assert s.poll(5000)
     assert s.recv_multipart()[1] == b"REFUSED"
     time.sleep(0.3)

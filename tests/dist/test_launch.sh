@@ -50,7 +50,7 @@ check "no shared secret: refused before anything listens" grep -q "a cluster nee
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 for r in 0 1; do
   env -u TF_CONFIG SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_JOB_NODELIST=localhost LDIST_PORT=$port \
-    LDIST_SECRET=slurm-secret-0123456789 timeout 60 "$LDIST" launch tests/dist/auth_target.lua "$T/slurm$r" \
+    LDIST_SECRET=7c1e9a3f5b2d8046e1a9c3f7b5d20e84 timeout 60 "$LDIST" launch tests/dist/auth_target.lua "$T/slurm$r" \
     > "$T/slurm$r.log" 2>&1 &
 done
 wait
@@ -59,7 +59,7 @@ check "under Slurm, \`ldist launch script\` runs the task in place and the tasks
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 for r in 0 1; do
   env -u TF_CONFIG OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    LDIST_SECRET=mpi-secret-0123456789ab timeout 60 "$LDIST" tests/dist/auth_target.lua "$T/mpi$r" > "$T/mpi$r.log" 2>&1 &
+    LDIST_SECRET=0ygbAwBKEvojKEXO32njng== timeout 60 "$LDIST" tests/dist/auth_target.lua "$T/mpi$r" > "$T/mpi$r.log" 2>&1 &
 done
 wait
 check "under mpirun the ranks train together" \

@@ -3,39 +3,25 @@
 #include "ld_io.h"
 #include "ld_device.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
-static char dir[64];
 
-static const char *tpath(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
 
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
 static void write_gz(const char *path, const void *data, size_t n) {
     gzFile g = gzopen(path, "wb");
     gzwrite(g, data, (unsigned)n);
     gzclose(g);
 }
-static void write_text(const char *path, const char *s) { write_file(path, s, strlen(s)); }
+static void write_text(const char *path, const char *s) { tu_write_file(path, s, strlen(s)); }
 static int exists(const char *path) { struct stat st; return stat(path, &st) == 0; }
-static int contains(const char *hay, const char *needle) {
-    if (!strstr(hay, needle)) { printf("#   message '%s' lacks '%s'\n", hay, needle); return 0; }
-    return 1;
-}
 /* bytes of live tensors on cpu:0 (the host allocator's count includes the backend's cache) */
 static size_t live_bytes(void) { return __atomic_load_n(&ld_device_cpu()->bytes_in_use, __ATOMIC_RELAXED); }
 
@@ -78,7 +64,7 @@ static void test_idx(void) {
             CHECK(big > 0);
         }
         printf("#   60000 images (uint8) in %.3f s\n", t1 - t0);
-        CHECK(t1 - t0 < 2.0);        /* about 0.3 s on an idle core; the margin is for loaded CI machines */
+        CHECK(t1 - t0 < 2.0 * tu_time_scale());        /* about 0.3 s on an idle core; the margin is for loaded CI machines */
         ld_tensor_release(x);
         ld_tensor *y = ld_load_idx(lab);
         CHECK(y != NULL);
@@ -102,7 +88,7 @@ static void test_idx(void) {
             CHECK_NEAR(mx, 1.0, 1e-6);
             CHECK(mn == 0.0f);
         }
-        CHECK(t1 - t0 < 2.0);        /* about 0.4 s on an idle core */
+        CHECK(t1 - t0 < 2.0 * tu_time_scale());        /* about 0.4 s on an idle core */
         ld_tensor_release(xf);
         ld_tensor *yl = ld_load_idx_as(lab, LD_I64, 1);
         CHECK(yl && yl->dtype == LD_I64 && yl->shape[0] == 60000);
@@ -115,15 +101,15 @@ static void test_idx(void) {
         uint32_t dims[2] = {3, 2};
         size_t h = idx_header(buf, 0x08, 2, dims);
         for (int i = 0; i < 6; i++) buf[h + i] = (unsigned char)(10 * i + 1);
-        write_file(tpath("u8.idx"), buf, h + 6);
-        write_gz(tpath("u8.idx.gz"), buf, h + 6);
+        tu_write_file(tu_path("u8.idx"), buf, h + 6);
+        write_gz(tu_path("u8.idx.gz"), buf, h + 6);
         for (int k = 0; k < 2; k++) {
-            ld_tensor *t = ld_load_idx(tpath(k ? "u8.idx.gz" : "u8.idx"));
+            ld_tensor *t = ld_load_idx(tu_path(k ? "u8.idx.gz" : "u8.idx"));
             CHECK(t && t->dtype == LD_U8 && t->ndim == 2 && t->shape[0] == 3 && t->shape[1] == 2);
             if (t) for (int i = 0; i < 6; i++) CHECK(ld_tensor_get_flat(t, i) == 10 * i + 1);
             ld_tensor_release(t);
         }
-        ld_tensor *f = ld_load_idx_as(tpath("u8.idx.gz"), LD_F32, 0.5);
+        ld_tensor *f = ld_load_idx_as(tu_path("u8.idx.gz"), LD_F32, 0.5);
         CHECK(f && f->dtype == LD_F32);
         if (f) CHECK_NEAR(ld_tensor_get_flat(f, 5), 25.5, 1e-6);
         ld_tensor_release(f);
@@ -136,8 +122,8 @@ static void test_idx(void) {
         size_t h = idx_header(buf, 0x0B, 1, dims);
         unsigned char i16[] = {0xFF, 0xFE, 0x01, 0x2C};
         memcpy(buf + h, i16, 4);
-        write_file(tpath("i16.idx"), buf, h + 4);
-        ld_tensor *t = ld_load_idx(tpath("i16.idx"));
+        tu_write_file(tu_path("i16.idx"), buf, h + 4);
+        ld_tensor *t = ld_load_idx(tu_path("i16.idx"));
         CHECK(t && t->dtype == LD_I32);
         if (t) { CHECK(ld_tensor_get_flat(t, 0) == -2); CHECK(ld_tensor_get_flat(t, 1) == 300); }
         ld_tensor_release(t);
@@ -145,8 +131,8 @@ static void test_idx(void) {
         h = idx_header(buf, 0x0C, 1, dims);
         unsigned char i32[] = {0xFF, 0xFE, 0xEE, 0x90, 0, 0, 0, 5};
         memcpy(buf + h, i32, 8);
-        write_file(tpath("i32.idx"), buf, h + 8);
-        t = ld_load_idx(tpath("i32.idx"));
+        tu_write_file(tu_path("i32.idx"), buf, h + 8);
+        t = ld_load_idx(tu_path("i32.idx"));
         CHECK(t && t->dtype == LD_I32);
         if (t) { CHECK(ld_tensor_get_flat(t, 0) == -70000); CHECK(ld_tensor_get_flat(t, 1) == 5); }
         ld_tensor_release(t);
@@ -154,8 +140,8 @@ static void test_idx(void) {
         h = idx_header(buf, 0x0D, 1, dims);
         unsigned char f32[] = {0x3F, 0xC0, 0, 0, 0xC0, 0x10, 0, 0};
         memcpy(buf + h, f32, 8);
-        write_file(tpath("f32.idx"), buf, h + 8);
-        t = ld_load_idx(tpath("f32.idx"));
+        tu_write_file(tu_path("f32.idx"), buf, h + 8);
+        t = ld_load_idx(tu_path("f32.idx"));
         CHECK(t && t->dtype == LD_F32);
         if (t) { CHECK(ld_tensor_get_flat(t, 0) == 1.5); CHECK(ld_tensor_get_flat(t, 1) == -2.25); }
         ld_tensor_release(t);
@@ -163,33 +149,33 @@ static void test_idx(void) {
         h = idx_header(buf, 0x0E, 1, dims);
         unsigned char f64[] = {0x3F, 0xB9, 0x99, 0x99, 0x99, 0x99, 0x99, 0x9A, 0x40, 0x08, 0, 0, 0, 0, 0, 0};
         memcpy(buf + h, f64, 16);
-        write_gz(tpath("f64.idx.gz"), buf, h + 16);
-        t = ld_load_idx(tpath("f64.idx.gz"));
+        write_gz(tu_path("f64.idx.gz"), buf, h + 16);
+        t = ld_load_idx(tu_path("f64.idx.gz"));
         CHECK(t && t->dtype == LD_F32);
         if (t) { CHECK_NEAR(ld_tensor_get_flat(t, 0), 0.1, 1e-7); CHECK(ld_tensor_get_flat(t, 1) == 3); }
         ld_tensor_release(t);
     }
 
     TEST("idx: a missing file names the file and the reason") {
-        ld_tensor *t = ld_load_idx(tpath("nope/missing.gz"));
+        ld_tensor *t = ld_load_idx(tu_path("nope/missing.gz"));
         CHECK(t == NULL);
         CHECK(ld_error_status() == LD_EIO);
-        CHECK(contains(ld_error(), "cannot open '"));
-        CHECK(contains(ld_error(), "missing.gz': No such file or directory"));
+        CHECK(tu_contains(ld_error(), "cannot open '"));
+        CHECK(tu_contains(ld_error(), "missing.gz': No such file or directory"));
     }
 
     TEST("idx: not an IDX file (bad magic), plain and gzip") {
-        write_text(tpath("text.idx"), "hello, world\n");
-        ld_tensor *t = ld_load_idx(tpath("text.idx"));
+        write_text(tu_path("text.idx"), "hello, world\n");
+        ld_tensor *t = ld_load_idx(tu_path("text.idx"));
         CHECK(t == NULL);
-        CHECK(contains(ld_error(), "is not an IDX file (magic 0x68656c6c)"));
-        write_gz(tpath("text.idx.gz"), "\x00\x00\x07\x01zzzz", 8);   /* type 0x07 does not exist */
-        t = ld_load_idx(tpath("text.idx.gz"));
+        CHECK(tu_contains(ld_error(), "is not an IDX file (magic 0x68656c6c)"));
+        write_gz(tu_path("text.idx.gz"), "\x00\x00\x07\x01zzzz", 8);   /* type 0x07 does not exist */
+        t = ld_load_idx(tu_path("text.idx.gz"));
         CHECK(t == NULL);
-        CHECK(contains(ld_error(), "is not an IDX file (magic 0x00000701)"));
-        write_file(tpath("tiny.idx"), "\x00\x00", 2);
-        t = ld_load_idx(tpath("tiny.idx"));
-        CHECK(t == NULL && contains(ld_error(), "truncated"));
+        CHECK(tu_contains(ld_error(), "is not an IDX file (magic 0x00000701)"));
+        tu_write_file(tu_path("tiny.idx"), "\x00\x00", 2);
+        t = ld_load_idx(tu_path("tiny.idx"));
+        CHECK(t == NULL && tu_contains(ld_error(), "truncated"));
     }
 
     TEST("idx: truncated data, plain and gzip, give errors") {
@@ -197,24 +183,24 @@ static void test_idx(void) {
         uint32_t dims[2] = {10, 10};
         size_t h = idx_header(buf, 0x08, 2, dims);
         memset(buf + h, 7, 50);                   /* 50 of 100 bytes */
-        write_file(tpath("trunc.idx"), buf, h + 50);
-        write_gz(tpath("trunc.idx.gz"), buf, h + 50);
-        ld_tensor *t = ld_load_idx(tpath("trunc.idx"));
-        CHECK(t == NULL && contains(ld_error(), "trunc.idx' is truncated"));
-        t = ld_load_idx(tpath("trunc.idx.gz"));
-        CHECK(t == NULL && contains(ld_error(), "truncated"));
-        t = ld_load_idx_as(tpath("trunc.idx.gz"), LD_F32, 1);  /* the converting path too */
-        CHECK(t == NULL && contains(ld_error(), "truncated"));
+        tu_write_file(tu_path("trunc.idx"), buf, h + 50);
+        write_gz(tu_path("trunc.idx.gz"), buf, h + 50);
+        ld_tensor *t = ld_load_idx(tu_path("trunc.idx"));
+        CHECK(t == NULL && tu_contains(ld_error(), "trunc.idx' is truncated"));
+        t = ld_load_idx(tu_path("trunc.idx.gz"));
+        CHECK(t == NULL && tu_contains(ld_error(), "truncated"));
+        t = ld_load_idx_as(tu_path("trunc.idx.gz"), LD_F32, 1);  /* the converting path too */
+        CHECK(t == NULL && tu_contains(ld_error(), "truncated"));
         /* a .gz file cut in the middle of its compressed stream */
         memset(buf + h, 0, 100);
         for (int i = 0; i < 100; i++) buf[h + i] = (unsigned char)(i * 37);
-        write_gz(tpath("cut.gz"), buf, h + 100);
-        FILE *f = fopen(tpath("cut.gz"), "rb");
+        write_gz(tu_path("cut.gz"), buf, h + 100);
+        FILE *f = fopen(tu_path("cut.gz"), "rb");
         unsigned char gzbytes[512];
         size_t n = fread(gzbytes, 1, sizeof gzbytes, f);
         fclose(f);
-        write_file(tpath("cut.gz"), gzbytes, n / 2);
-        t = ld_load_idx(tpath("cut.gz"));
+        tu_write_file(tu_path("cut.gz"), gzbytes, n / 2);
+        t = ld_load_idx(tu_path("cut.gz"));
         CHECK(t == NULL);
         printf("#   cut gzip: %s\n", ld_error());
     }
@@ -223,25 +209,25 @@ static void test_idx(void) {
         unsigned char buf[64];
         uint32_t dims[4] = {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 2};
         size_t h = idx_header(buf, 0x0E, 4, dims);
-        write_file(tpath("huge.idx"), buf, h + 8);
+        tu_write_file(tu_path("huge.idx"), buf, h + 8);
         size_t before = live_bytes();
-        ld_tensor *t = ld_load_idx(tpath("huge.idx"));
-        CHECK(t == NULL && contains(ld_error(), "impossibly large"));
+        ld_tensor *t = ld_load_idx(tu_path("huge.idx"));
+        CHECK(t == NULL && tu_contains(ld_error(), "impossibly large"));
         uint32_t dims2[2] = {60000, 60000};        /* 3.6 GB claimed by a tiny gzip file */
         h = idx_header(buf, 0x08, 2, dims2);
-        write_gz(tpath("huge2.idx.gz"), buf, h + 8);
-        t = ld_load_idx(tpath("huge2.idx.gz"));
-        CHECK(t == NULL && contains(ld_error(), "truncated or corrupt"));
+        write_gz(tu_path("huge2.idx.gz"), buf, h + 8);
+        t = ld_load_idx(tu_path("huge2.idx.gz"));
+        CHECK(t == NULL && tu_contains(ld_error(), "truncated or corrupt"));
         CHECK(live_bytes() == before);
     }
 }
 
 static void test_csv(void) {
     TEST("csv: header detected, values and column names") {
-        write_text(tpath("a.csv"), "x,y,label\n1,2.5,0\n-3,4e2,1\n");
+        write_text(tu_path("a.csv"), "x,y,label\n1,2.5,0\n-3,4e2,1\n");
         char **names = NULL;
         int nn = 0;
-        ld_tensor *t = ld_load_csv(tpath("a.csv"), NULL, &names, &nn);
+        ld_tensor *t = ld_load_csv(tu_path("a.csv"), NULL, &names, &nn);
         CHECK(t && t->dtype == LD_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3);
         if (t) {
             double want[] = {1, 2.5, 0, -3, 400, 1};
@@ -253,11 +239,11 @@ static void test_csv(void) {
     }
 
     TEST("csv: no header, CRLF, blank lines, spaces, ';' delimiter") {
-        write_text(tpath("b.csv"), "1; 2\r\n\r\n 3 ;4\r\n");
+        write_text(tu_path("b.csv"), "1; 2\r\n\r\n 3 ;4\r\n");
         ld_csv_options o = {-1, ';'};
         char **names = (char **)1;
         int nn = 5;
-        ld_tensor *t = ld_load_csv(tpath("b.csv"), &o, &names, &nn);
+        ld_tensor *t = ld_load_csv(tu_path("b.csv"), &o, &names, &nn);
         CHECK(t && t->shape[0] == 2 && t->shape[1] == 2);
         if (t) for (int i = 0; i < 4; i++) CHECK(ld_tensor_get_flat(t, i) == i + 1);
         CHECK(names == NULL && nn == 0);
@@ -265,52 +251,52 @@ static void test_csv(void) {
     }
 
     TEST("csv: forced header and forced no header") {
-        write_text(tpath("c.csv"), "1,2\n3,4\n");
+        write_text(tu_path("c.csv"), "1,2\n3,4\n");
         ld_csv_options o = {1, ','};
         char **names = NULL;
         int nn = 0;
-        ld_tensor *t = ld_load_csv(tpath("c.csv"), &o, &names, &nn);
+        ld_tensor *t = ld_load_csv(tu_path("c.csv"), &o, &names, &nn);
         CHECK(t && t->shape[0] == 1 && nn == 2 && names && !strcmp(names[1], "2"));
         ld_strings_free(names, nn);
         ld_tensor_release(t);
-        write_text(tpath("d.csv"), "a,b\n3,4\n");
+        write_text(tu_path("d.csv"), "a,b\n3,4\n");
         o.header = 0;
-        t = ld_load_csv(tpath("d.csv"), &o, NULL, NULL);
-        CHECK(t == NULL && contains(ld_error(), "line 1, column 1: 'a' is not a number"));
+        t = ld_load_csv(tu_path("d.csv"), &o, NULL, NULL);
+        CHECK(t == NULL && tu_contains(ld_error(), "line 1, column 1: 'a' is not a number"));
     }
 
     TEST("csv: quoted header names, empty fields are NaN, header only gives 0 rows") {
-        write_text(tpath("e.csv"), "\"sepal, length\",\"say \"\"hi\"\"\"\n1,\n");
+        write_text(tu_path("e.csv"), "\"sepal, length\",\"say \"\"hi\"\"\"\n1,\n");
         char **names = NULL;
         int nn = 0;
-        ld_tensor *t = ld_load_csv(tpath("e.csv"), NULL, &names, &nn);
+        ld_tensor *t = ld_load_csv(tu_path("e.csv"), NULL, &names, &nn);
         CHECK(t && t->shape[0] == 1 && t->shape[1] == 2);
         CHECK(nn == 2 && names && !strcmp(names[0], "sepal, length") && !strcmp(names[1], "say \"hi\""));
         if (t) { CHECK(ld_tensor_get_flat(t, 0) == 1); CHECK(isnan(ld_tensor_get_flat(t, 1))); }
         ld_strings_free(names, nn);
         ld_tensor_release(t);
-        write_text(tpath("f.csv"), "a,b,c\n");
-        t = ld_load_csv(tpath("f.csv"), NULL, NULL, NULL);
+        write_text(tu_path("f.csv"), "a,b,c\n");
+        t = ld_load_csv(tu_path("f.csv"), NULL, NULL, NULL);
         CHECK(t && t->shape[0] == 0 && t->shape[1] == 3);
         ld_tensor_release(t);
     }
 
     TEST("csv: ragged rows, bad numbers, empty and missing files are errors") {
-        write_text(tpath("g.csv"), "1,2,3\n4,5\n");
-        ld_tensor *t = ld_load_csv(tpath("g.csv"), NULL, NULL, NULL);
-        CHECK(t == NULL && contains(ld_error(), "g.csv' line 2 has 2 fields, expected 3"));
-        write_text(tpath("h.csv"), "1,2\n3,x4\n");
-        t = ld_load_csv(tpath("h.csv"), NULL, NULL, NULL);
-        CHECK(t == NULL && contains(ld_error(), "line 2, column 2: 'x4' is not a number"));
-        write_text(tpath("i.csv"), "");
-        t = ld_load_csv(tpath("i.csv"), NULL, NULL, NULL);
-        CHECK(t == NULL && contains(ld_error(), "is empty"));
-        t = ld_load_csv(tpath("none.csv"), NULL, NULL, NULL);
-        CHECK(t == NULL && contains(ld_error(), "none.csv': No such file or directory"));
+        write_text(tu_path("g.csv"), "1,2,3\n4,5\n");
+        ld_tensor *t = ld_load_csv(tu_path("g.csv"), NULL, NULL, NULL);
+        CHECK(t == NULL && tu_contains(ld_error(), "g.csv' line 2 has 2 fields, expected 3"));
+        write_text(tu_path("h.csv"), "1,2\n3,x4\n");
+        t = ld_load_csv(tu_path("h.csv"), NULL, NULL, NULL);
+        CHECK(t == NULL && tu_contains(ld_error(), "line 2, column 2: 'x4' is not a number"));
+        write_text(tu_path("i.csv"), "");
+        t = ld_load_csv(tu_path("i.csv"), NULL, NULL, NULL);
+        CHECK(t == NULL && tu_contains(ld_error(), "is empty"));
+        t = ld_load_csv(tu_path("none.csv"), NULL, NULL, NULL);
+        CHECK(t == NULL && tu_contains(ld_error(), "none.csv': No such file or directory"));
     }
 
     TEST("csv: 100000 rows x 10 columns") {
-        FILE *f = fopen(tpath("big.csv"), "w");
+        FILE *f = fopen(tu_path("big.csv"), "w");
         fprintf(f, "c0,c1,c2,c3,c4,c5,c6,c7,c8,c9\n");
         for (int i = 0; i < 100000; i++) {
             for (int j = 0; j < 10; j++) fprintf(f, j ? ",%d.5" : "%d.5", i + j);
@@ -318,7 +304,7 @@ static void test_csv(void) {
         }
         fclose(f);
         double t0 = now();
-        ld_tensor *t = ld_load_csv(tpath("big.csv"), NULL, NULL, NULL);
+        ld_tensor *t = ld_load_csv(tu_path("big.csv"), NULL, NULL, NULL);
         printf("#   100000x10 CSV in %.3f s\n", now() - t0);
         CHECK(t && t->shape[0] == 100000 && t->shape[1] == 10);
         if (t) CHECK(ld_tensor_get_flat(t, 999999) == 100008.5);
@@ -366,11 +352,11 @@ static void test_safetensors(void) {
     const char *names[6] = {"dense/kernel", "ids", "big \"quoted\" \\name", "bytes", "scalar", "empty"};
     const char *meta[4] = {"format", "pt", "note", "épsilon\nline"};
     char path[256];
-    snprintf(path, sizeof path, "%s", tpath("w.safetensors"));
+    snprintf(path, sizeof path, "%s", tu_path("w.safetensors"));
 
     TEST("safetensors: round trip of every dtype, 0-d and empty tensors, metadata") {
         CHECK(ld_save_safetensors(path, 6, names, ts, 2, meta) == LD_OK);
-        CHECK(!exists(tpath("w.safetensors.tmp")));
+        CHECK(tu_count_prefixed("w.safetensors.tmp") == 0);
         ld_tensor_dict d = {0};
         int nm = 0;
         char **kv = NULL;
@@ -415,9 +401,9 @@ static void test_safetensors(void) {
         ld_tensor *tr = ld_transpose(ts[0], 0, 1);   /* 3x2 view */
         ld_tensor *one[1] = {tr};
         const char *nm[1] = {"t"};
-        CHECK(ld_save_safetensors(tpath("tr.safetensors"), 1, nm, one, 0, NULL) == LD_OK);
+        CHECK(ld_save_safetensors(tu_path("tr.safetensors"), 1, nm, one, 0, NULL) == LD_OK);
         ld_tensor_dict d = {0};
-        CHECK(ld_load_safetensors(tpath("tr.safetensors"), &d) == LD_OK);
+        CHECK(ld_load_safetensors(tu_path("tr.safetensors"), &d) == LD_OK);
         CHECK(d.n == 1 && d.tensors[0]->shape[0] == 3 && d.tensors[0]->shape[1] == 2);
         if (d.n == 1) CHECK(tu_norm_err(d.tensors[0], tr) == 0);
         ld_tensor_dict_free(&d);
@@ -426,52 +412,60 @@ static void test_safetensors(void) {
 
     TEST("safetensors: bad arguments are errors (duplicate, empty or reserved names)") {
         const char *dup[2] = {"a", "a"};
-        CHECK(ld_save_safetensors(tpath("x.safetensors"), 2, dup, ts, 0, NULL) == LD_EARG);
-        CHECK(contains(ld_error(), "two tensors are named 'a'"));
+        CHECK(ld_save_safetensors(tu_path("x.safetensors"), 2, dup, ts, 0, NULL) == LD_EARG);
+        CHECK(tu_contains(ld_error(), "two tensors are named 'a'"));
         const char *res[1] = {"__metadata__"};
-        CHECK(ld_save_safetensors(tpath("x.safetensors"), 1, res, ts, 0, NULL) == LD_EARG);
+        CHECK(ld_save_safetensors(tu_path("x.safetensors"), 1, res, ts, 0, NULL) == LD_EARG);
         const char *emp[1] = {""};
-        CHECK(ld_save_safetensors(tpath("x.safetensors"), 1, emp, ts, 0, NULL) == LD_EARG);
-        CHECK(!exists(tpath("x.safetensors")) && !exists(tpath("x.safetensors.tmp")));
+        CHECK(ld_save_safetensors(tu_path("x.safetensors"), 1, emp, ts, 0, NULL) == LD_EARG);
+        CHECK(!exists(tu_path("x.safetensors")) && tu_count_prefixed("x.safetensors") == 0);
     }
 
-    TEST("safetensors: a failed write leaves the old file intact and no .tmp") {
+    TEST("safetensors: a failed write leaves the old file intact and no temporary") {
         FILE *f = fopen(path, "rb");
         char old[4096];
         size_t on = f ? fread(old, 1, sizeof old, f) : 0;
         if (f) fclose(f);
         CHECK(on > 0);
-        /* PATH.tmp -> /dev/full: opening works, writing fails with ENOSPC */
-        CHECK(symlink("/dev/full", tpath("w.safetensors.tmp")) == 0);
+        /* a file size limit of 64 bytes: writing the new file fails with EFBIG
+           (a link at PATH.tmp to /dev/full no longer works: links are not followed) */
+        struct rlimit was, lim;
+        getrlimit(RLIMIT_FSIZE, &was);
+        lim = was;
+        lim.rlim_cur = 64;
+        void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+        CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
         int st = ld_save_safetensors(path, 6, names, ts, 0, NULL);
+        setrlimit(RLIMIT_FSIZE, &was);
+        signal(SIGXFSZ, old_handler);
         CHECK(st == LD_EIO);
-        CHECK(contains(ld_error(), "No space left on device"));
-        CHECK(!exists(tpath("w.safetensors.tmp")));
+        CHECK(tu_contains(ld_error(), "File too large"));
+        CHECK(tu_count_prefixed("w.safetensors.tmp") == 0);
         f = fopen(path, "rb");
         char now_[4096];
         size_t nn = f ? fread(now_, 1, sizeof now_, f) : 0;
         if (f) fclose(f);
         CHECK(nn == on && memcmp(old, now_, on) == 0);
         /* a directory that does not exist */
-        CHECK(ld_save_safetensors(tpath("no/such/dir.safetensors"), 1, names, ts, 0, NULL) == LD_EIO);
-        CHECK(contains(ld_error(), "No such file or directory"));
+        CHECK(ld_save_safetensors(tu_path("no/such/dir.safetensors"), 1, names, ts, 0, NULL) == LD_EIO);
+        CHECK(tu_contains(ld_error(), "No such file or directory"));
     }
 
     TEST("safetensors: corrupt files are errors, never crashes") {
         ld_tensor_dict d = {0};
-        CHECK(ld_load_safetensors(tpath("missing.safetensors"), &d) == LD_EIO);
-        CHECK(contains(ld_error(), "missing.safetensors': No such file or directory"));
-        write_file(tpath("c1"), "\x05\x00", 2);
-        CHECK(ld_load_safetensors(tpath("c1"), &d) == LD_EFORMAT && contains(ld_error(), "truncated"));
+        CHECK(ld_load_safetensors(tu_path("missing.safetensors"), &d) == LD_EIO);
+        CHECK(tu_contains(ld_error(), "missing.safetensors': No such file or directory"));
+        tu_write_file(tu_path("c1"), "\x05\x00", 2);
+        CHECK(ld_load_safetensors(tu_path("c1"), &d) == LD_EFORMAT && tu_contains(ld_error(), "truncated"));
         /* a header length of 2^62 */
-        write_file(tpath("c2"), "\x00\x00\x00\x00\x00\x00\x00\x40{}", 10);
-        CHECK(ld_load_safetensors(tpath("c2"), &d) == LD_EFORMAT);
+        tu_write_file(tu_path("c2"), "\x00\x00\x00\x00\x00\x00\x00\x40{}", 10);
+        CHECK(ld_load_safetensors(tu_path("c2"), &d) == LD_EFORMAT);
         struct { const char *name, *json, *want; } cases[] = {
             {"c3", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}", "expected ',' or '}'"},
             {"c4", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", "do not match"},
             {"c5", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", "truncated"},
             {"c6", "{\"a\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", "dtype C64"},
-            {"c7", "{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999,99999999999],\"data_offsets\":[0,8]}}", "do not match"},
+            {"c7", "{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999,99999999999],\"data_offsets\":[0,8]}}", "overflows"},
             {"c8", "[1,2]", "expected '{'"},
             {"c9", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", "more than 8"},
             {"c10", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", "lacks"},
@@ -486,10 +480,10 @@ static void test_safetensors(void) {
             for (int k = 0; k < 8; k++) buf[k] = (unsigned char)(hl >> (8 * k));
             memcpy(buf + 8, cases[i].json, hl);
             memset(buf + 8 + hl, 0, 8);               /* 8 data bytes */
-            write_file(tpath(cases[i].name), buf, 8 + hl + 8);
-            int st = ld_load_safetensors(tpath(cases[i].name), &d);
+            tu_write_file(tu_path(cases[i].name), buf, 8 + hl + 8);
+            int st = ld_load_safetensors(tu_path(cases[i].name), &d);
             CHECK(st != LD_OK && d.n == 0);
-            if (!strstr(ld_error(), cases[i].want)) { printf("#   case %s\n", cases[i].name); CHECK(contains(ld_error(), cases[i].want)); }
+            if (!strstr(ld_error(), cases[i].want)) { printf("#   case %s\n", cases[i].name); CHECK(tu_contains(ld_error(), cases[i].want)); }
         }
     }
 
@@ -516,8 +510,8 @@ static void test_safetensors(void) {
                 "assert d['empty'].shape == (0,)\n"
                 "with safe_open(sys.argv[1], 'np') as f:\n"
                 "    assert f.metadata() == {'format': 'pt', 'note': '\\u00e9psilon\\nline'}, f.metadata()\n"
-                "EOF", tpath("w2.safetensors"));
-            CHECK(ld_save_safetensors(tpath("w2.safetensors"), 6, names, ts, 2, meta) == LD_OK);
+                "EOF", tu_path("w2.safetensors"));
+            CHECK(ld_save_safetensors(tu_path("w2.safetensors"), 6, names, ts, 2, meta) == LD_OK);
             CHECK(system(cmd) == 0);
         }
         TEST("safetensors: we read Python's safetensors file (with dtype conversions)") {
@@ -533,12 +527,12 @@ static void test_safetensors(void) {
                 "           'f64': np.array([0.1], dtype=np.float64), 'b': np.array([True, False]),\n"
                 "           'i16': np.array([-300], dtype=np.int16)},\n"
                 "          sys.argv[1], metadata={'epoch': '3'})\n"
-                "EOF", tpath("py.safetensors"));
+                "EOF", tu_path("py.safetensors"));
             CHECK(system(cmd) == 0);
             ld_tensor_dict d = {0};
             int nm = 0;
             char **kv = NULL;
-            CHECK(ld_load_safetensors_meta(tpath("py.safetensors"), &d, &nm, &kv) == LD_OK);
+            CHECK(ld_load_safetensors_meta(tu_path("py.safetensors"), &d, &nm, &kv) == LD_OK);
             CHECK(d.n == 8);
             CHECK(nm == 1 && !strcmp(kv[0], "epoch") && !strcmp(kv[1], "3"));
             ld_strings_free(kv, 2 * nm);
@@ -567,13 +561,12 @@ static void test_safetensors(void) {
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    snprintf(dir, sizeof dir, "/tmp/ldist_test_io.XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    if (tu_scratch_init("ldist_test_io")) return 1;
     test_idx();
     test_csv();
     test_safetensors();
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) printf("# could not remove %s\n", dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tu_dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", tu_dir);
     return tu_summary();
 }

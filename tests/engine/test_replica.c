@@ -152,10 +152,11 @@ static void test_mirrored_writes(void) {
     ld_mirror_set_devices(3, devs);
     ld_tensor *v = ld_tensor_zeros(LD_F32, 2, s, NULL);
     v->requires_grad = 1;
-    ld_variable_created(v);
+    int created = ld_variable_created(v);
     ld_mirror_set_devices(0, NULL);
 
     TEST("mirrored variable: one copy per device, kept in the tensor's extension slot") {
+        CHECK(created == LD_OK);
         CHECK(ld_mirror_count(v) == 3);
         CHECK(v->ext != NULL);
         for (int r = 0; r < 3; r++) CHECK(ld_mirror_copy(v, r) && ld_mirror_copy(v, r)->storage->device == devs[r]);

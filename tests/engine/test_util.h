@@ -20,4 +20,15 @@ int tu_summary(void);    /* exit status for main */
 #define TEST(name) for (int _once = (tu_begin(name), 1); _once; _once = 0, tu_end())
 /* max |a-b| / max(1, max|b|) over two same-shaped host tensors */
 double tu_norm_err(const ld_tensor *a, const ld_tensor *b);
+/* what a time bound is multiplied by: $LDIST_TEST_TIME_SCALE, which tests/run.sh
+   sets for sanitized builds (they run several times slower); 1 otherwise */
+double tu_time_scale(void);
+
+/* ---- a scratch folder for tests that write files ---- */
+int tu_scratch_init(const char *prefix);   /* mkdtemp /tmp/<prefix>.XXXXXX; 0 on success */
+extern char tu_dir[64];                     /* the folder */
+const char *tu_path(const char *name);      /* tu_dir/name (8 rotating buffers) */
+void tu_write_file(const char *path, const void *data, size_t n);
+int tu_count_prefixed(const char *prefix);  /* files in tu_dir whose name starts with prefix */
+int tu_contains(const char *hay, const char *needle);   /* strstr, printing the miss */
 #endif

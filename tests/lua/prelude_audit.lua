@@ -14,7 +14,7 @@
 -- flagged) and one that only adds functions (must not be).
 
 local PRELUDE_DIR = "lua_bindings/lua"
-local SO = "./ldist.so"
+local SO = os.getenv("LDIST_SO") or "./ldist.so"
 local failed = 0
 local function tap(ok, text)
   if not ok then failed = failed + 1 end

@@ -2,7 +2,10 @@
 -- command line (script args, -e, exit status) behaves like lua's.
 local T = dofile("tests/lua/testlib.lua")
 
+-- "./ldist" in a command is the binary under test (tests/run.sh may run another)
+local BIN = arg and arg[-1] or "./ldist"
 local function run(cmd)
+  cmd = cmd:gsub("%./ldist%f[^%w_.]", (BIN:gsub("%%", "%%%%")))
   local f = assert(io.popen(cmd .. " 2>&1; echo \"status=$?\""))
   local out = f:read("a"); f:close()
   return out, tonumber(out:match("status=(%d+)%s*$"))

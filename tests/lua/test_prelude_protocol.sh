@@ -7,5 +7,8 @@
 # one TAP line per prelude file, then controls showing the audit can fail.
 cd "$(dirname "$0")/../.." || exit 1
 if ! command -v lua5.4 >/dev/null; then echo "not ok - lua5.4 is installed"; exit 1; fi
-if [ ! -f ldist.so ]; then echo "not ok - ./ldist.so is built (make -j2 all)"; exit 1; fi
-exec lua5.4 tests/lua/prelude_audit.lua
+# LDIST_SO: another build's module (tests/run.sh); LDIST_PRELOAD: the sanitizer
+# runtime a stock lua5.4 must load first to open a sanitized one
+so=${LDIST_SO:-./ldist.so}
+if [ ! -f "$so" ]; then echo "not ok - $so is built (make -j2 all)"; exit 1; fi
+LDIST_SO=$so LD_PRELOAD=${LDIST_PRELOAD:-$LD_PRELOAD} exec lua5.4 tests/lua/prelude_audit.lua

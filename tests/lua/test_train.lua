@@ -35,7 +35,7 @@ T.test("CNN: 12000 examples reach 75% test accuracy", function()
 end)
 
 T.test("the seed example runs and its loss falls", function()
-  local f = assert(io.popen("./ldist scripts/seed.lua 3 6000 2>&1"))
+  local f = assert(io.popen((arg and arg[-1] or "./ldist") .. " scripts/seed.lua 3 6000 2>&1"))
   local out = f:read("a"); f:close()
   local losses_seen = {}
   for v in out:gmatch("Epoch %d+: Loss = ([%d%.]+)") do losses_seen[#losses_seen + 1] = tonumber(v) end
@@ -44,7 +44,7 @@ T.test("the seed example runs and its loss falls", function()
 end)
 
 T.test("the seed example runs under MirroredStrategy on 2 CPU devices and its loss falls", function()
-  local f = assert(io.popen("./ldist scripts/seed.lua 3 6000 2 2>&1"))
+  local f = assert(io.popen((arg and arg[-1] or "./ldist") .. " scripts/seed.lua 3 6000 2 2>&1"))
   local out = f:read("a"); f:close()
   T.ok(out:find("MirroredStrategy on cpu:0, cpu:1", 1, true), out)
   local seen = {}

@@ -3,6 +3,9 @@
 --   T.test("name", function() T.eq(1 + 1, 2) end)
 --   T.done()      -- exits non-zero when a test failed
 local T = { passed = 0, failed = 0 }
+-- what a time bound is multiplied by: tests/run.sh sets LDIST_TEST_TIME_SCALE
+-- for sanitized builds, which run several times slower
+T.time_scale = math.max(1, tonumber(os.getenv("LDIST_TEST_TIME_SCALE")) or 1)
 
 local function fail(msg, level) error(msg, (level or 1) + 2) end
 

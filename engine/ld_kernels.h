@@ -1,0 +1,159 @@
+/*
+ * ld_kernels.h - every kernel of a device backend, declared once.
+ *
+ * LD_KERNELS(X) lists the kernel slots of ld_backend (ld_device.h), one line
+ * each: X(name, params...), a param being (V, type, name) for a value or
+ * (D, int64_t, name) for an array of `ndim` sizes or strides (the kernel
+ * gets a `const int64_t *`; the executor copies the ndim elements when it
+ * queues the call). From the list come the slots of ld_backend, the CPU
+ * table (cpu_<name>, ld_cpu.c), the CUDA table and its declarations
+ * (cu_<name>, engine/cuda/), and the executor's proxy of each kernel (an
+ * argument struct, a run function, a queuing function: ld_executor.c).
+ *
+ * Adding a kernel: one line here, cpu_<name> in ld_cpu.c, cu_<name> in the
+ * CUDA file of its family, a case in tests/gpu/test_ops.lua (run on cpu:1
+ * by `make test`, on a GPU by `make test-gpu`). Adding an elementwise op:
+ * one line in LD_BINARY_OPS or LD_UNARY_OPS, its case in the CPU and CUDA
+ * switches, its test.
+ *
+ * Kernels take contiguous float32 buffers unless stated otherwise; sizes are
+ * element counts. The order of the list is the order of the slots.
+ */
+#ifndef LD_KERNELS_H
+#define LD_KERNELS_H
+
+/* ================================================================ the lists */
+/* Elementwise binary ops (broadcasting is done at the tensor level):
+   X(ENUM, name) gives LD_BIN_ENUM and the op's name in messages. */
+#define LD_BINARY_OPS(X) \
+    X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(POW, pow) X(MAX, maximum) X(MIN, minimum) \
+    X(EQ, eq) X(LT, lt) X(GT, gt)
+
+#define LD_UNARY_OPS(X) \
+    X(NEG, neg) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(ABS, abs) X(RELU, relu) X(SIGMOID, sigmoid) \
+    X(TANH, tanh) X(GELU, gelu) X(SQUARE, square)
+
+#define LD_KERNELS(X) \
+    /* Strided copy with dtype conversion: dst is contiguous, src described  \
+       by shape/strides (elements) starting at src (already offset). */      \
+    X(copy_strided, (V, void *, dst), (V, ld_dtype, ddt), (V, const void *, src), (V, ld_dtype, sdt),           \
+      (V, int, ndim), (D, int64_t, shape), (D, int64_t, sstrides))                                              \
+    X(fill, (V, void *, dst), (V, ld_dtype, dt), (V, int64_t, n), (V, double, v))                               \
+    /* out[i] = a[ia] op b[ib] over `shape`; strides of a/b are 0 on        \
+       broadcast dims; out contiguous. All float32. */                       \
+    X(binary, (V, ld_binary_op, op), (V, float *, out), (V, const float *, a), (D, int64_t, sa),                \
+      (V, const float *, b), (D, int64_t, sb), (V, int, ndim), (D, int64_t, shape))                             \
+    X(unary, (V, ld_unary_op, op), (V, float *, y), (V, const float *, x), (V, int64_t, n))                     \
+    /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh) */            \
+    X(unary_backward, (V, ld_unary_op, op), (V, float *, dx), (V, const float *, dy), (V, const float *, x),    \
+      (V, const float *, y), (V, int64_t, n))                                                                   \
+    /* y += a*x */                                                           \
+    X(scale_add, (V, float *, y), (V, float, a), (V, const float *, x), (V, int64_t, n))                        \
+    /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
+       LD_RED_ARGMAX `out` holds int64. */                                   \
+    X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const float *, x), (V, int64_t, outer),              \
+      (V, int64_t, n), (V, int64_t, inner))                                                                     \
+    /* Row-major C = alpha * op(A) op(B) + beta * C, op = transpose when    \
+       ta/tb. */                                                             \
+    X(gemm, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, float, alpha),   \
+      (V, const float *, a), (V, int64_t, lda), (V, const float *, b), (V, int64_t, ldb), (V, float, beta),     \
+      (V, float *, c), (V, int64_t, ldc))                                                                       \
+    /* softmax / log-softmax over the last axis of [rows, cols] */           \
+    X(softmax, (V, float *, out), (V, const float *, x), (V, int64_t, rows), (V, int64_t, cols), (V, int, log)) \
+    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
+    X(im2col, (V, float *, col), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    /* Max pooling NHWC; argmax (int64, flat index into x) saved for        \
+       backward. */                                                          \
+    X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
+      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
+      (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
+    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, ny),  \
+      (V, int64_t, nx))                                                                                         \
+    /* Fused sparse softmax cross-entropy: probs = softmax(logits);         \
+       *loss = scale * sum_i -log probs[i, labels[i]] (scale = 1/batch for  \
+       a mean). An out-of-range label gives NaN and, on a device that       \
+       queues, a kernel error (ld_executor_kernel_error); the op checks     \
+       them first where kernels run inline. */                               \
+    X(sparse_xent, (V, float *, loss), (V, float *, probs), (V, const float *, logits),                         \
+      (V, const int64_t *, labels), (V, int64_t, n), (V, int64_t, c), (V, float, scale))                        \
+    /* dlogits = (probs - onehot(labels)) * scale * g[0] */                  \
+    X(sparse_xent_backward, (V, float *, dlogits), (V, const float *, probs), (V, const int64_t *, labels),     \
+      (V, const float *, g), (V, int64_t, n), (V, int64_t, c), (V, float, scale))                               \
+    /* Optimizer updates, in place (see ld_optim.h for the formulas). */     \
+    X(sgd_update, (V, float *, w), (V, float *, v), (V, const float *, g), (V, int64_t, n), (V, float, lr),     \
+      (V, float, momentum), (V, int, nesterov), (V, float, weight_decay))                                       \
+    X(adam_update, (V, float *, w), (V, float *, m), (V, float *, v), (V, const float *, g), (V, int64_t, n),   \
+      (V, float, lr), (V, float, b1), (V, float, b2), (V, float, eps), (V, int64_t, step),                      \
+      (V, float, weight_decay), (V, int, decoupled))                                                            \
+    X(rmsprop_update, (V, float *, w), (V, float *, ms), (V, float *, mom), (V, const float *, g),              \
+      (V, int64_t, n), (V, float, lr), (V, float, rho), (V, float, momentum), (V, float, eps))
+
+/* ================================================================ expanding a parameter list
+ * LD_K_PARAMS(...)  the parameters of a kernel's function ("float *out, ...")
+ * LD_K_NAMES(...)   its parameters' names, to pass them on ("out, ...")
+ * LD_K_FIELDS(...)  one struct field per parameter; an array is held whole
+ * LD_K_STORE(...)   k_->field = param for each (arrays: their ndim elements),
+ *                   k_ being the struct pointer in scope
+ * LD_K_LOAD(...)    k_->field for each, comma-separated
+ */
+#define LD_K_NARGS(...) LD_K_NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define LD_K_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
+#define LD_K_CAT(a, b) LD_K_CAT_(a, b)
+#define LD_K_CAT_(a, b) a##b
+#define LD_K_COMMA() ,
+#define LD_K_NOSEP()
+/* M applied to each tuple, S() between them */
+#define LD_K_MAP(M, S, ...) LD_K_CAT(LD_K_MAP_, LD_K_NARGS(__VA_ARGS__))(M, S, __VA_ARGS__)
+#define LD_K_MAP_1(M, S, x) M x
+#define LD_K_MAP_2(M, S, x, ...) M x S() LD_K_MAP_1(M, S, __VA_ARGS__)
+#define LD_K_MAP_3(M, S, x, ...) M x S() LD_K_MAP_2(M, S, __VA_ARGS__)
+#define LD_K_MAP_4(M, S, x, ...) M x S() LD_K_MAP_3(M, S, __VA_ARGS__)
+#define LD_K_MAP_5(M, S, x, ...) M x S() LD_K_MAP_4(M, S, __VA_ARGS__)
+#define LD_K_MAP_6(M, S, x, ...) M x S() LD_K_MAP_5(M, S, __VA_ARGS__)
+#define LD_K_MAP_7(M, S, x, ...) M x S() LD_K_MAP_6(M, S, __VA_ARGS__)
+#define LD_K_MAP_8(M, S, x, ...) M x S() LD_K_MAP_7(M, S, __VA_ARGS__)
+#define LD_K_MAP_9(M, S, x, ...) M x S() LD_K_MAP_8(M, S, __VA_ARGS__)
+#define LD_K_MAP_10(M, S, x, ...) M x S() LD_K_MAP_9(M, S, __VA_ARGS__)
+#define LD_K_MAP_11(M, S, x, ...) M x S() LD_K_MAP_10(M, S, __VA_ARGS__)
+#define LD_K_MAP_12(M, S, x, ...) M x S() LD_K_MAP_11(M, S, __VA_ARGS__)
+#define LD_K_MAP_13(M, S, x, ...) M x S() LD_K_MAP_12(M, S, __VA_ARGS__)
+#define LD_K_MAP_14(M, S, x, ...) M x S() LD_K_MAP_13(M, S, __VA_ARGS__)
+#define LD_K_MAP_15(M, S, x, ...) M x S() LD_K_MAP_14(M, S, __VA_ARGS__)
+#define LD_K_MAP_16(M, S, x, ...) M x S() LD_K_MAP_15(M, S, __VA_ARGS__)
+
+#define LD_K_PARAM(tag, T, n) LD_K_PARAM_##tag(T, n)
+#define LD_K_PARAM_V(T, n) T n
+#define LD_K_PARAM_D(T, n) const T *n
+#define LD_K_NAME(tag, T, n) n
+#define LD_K_FIELD(tag, T, n) LD_K_FIELD_##tag(T, n)
+#define LD_K_FIELD_V(T, n) T n;
+#define LD_K_FIELD_D(T, n) T n[LD_MAX_DIMS];
+#define LD_K_STORE1(tag, T, n) LD_K_STORE_##tag(T, n)
+#define LD_K_STORE_V(T, n) k_->n = n;
+#define LD_K_STORE_D(T, n) memcpy(k_->n, n, sizeof(T) * (size_t)ndim);
+#define LD_K_LOAD1(tag, T, n) k_->n
+
+#define LD_K_PARAMS(...) LD_K_MAP(LD_K_PARAM, LD_K_COMMA, __VA_ARGS__)
+#define LD_K_NAMES(...) LD_K_MAP(LD_K_NAME, LD_K_COMMA, __VA_ARGS__)
+#define LD_K_FIELDS(...) LD_K_MAP(LD_K_FIELD, LD_K_NOSEP, __VA_ARGS__)
+#define LD_K_STORE(...) LD_K_MAP(LD_K_STORE1, LD_K_NOSEP, __VA_ARGS__)
+#define LD_K_LOAD(...) LD_K_MAP(LD_K_LOAD1, LD_K_COMMA, __VA_ARGS__)
+
+/* ================================================================ what every backend shares */
+#define LD_K_ENUM(name, ...) LD_KERNEL_##name,
+enum { LD_KERNELS(LD_K_ENUM) LD_KERNEL_COUNT };
+/* A slot of ld_backend. */
+#define LD_K_SLOT(name, ...) void (*name)(ld_device *d, LD_K_PARAMS(__VA_ARGS__));
+/* The declaration of a backend's kernel: LD_KERNELS(LD_K_DECLARE_CPU) etc. */
+#define LD_K_DECLARE(prefix, name, ...) void prefix##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__))
+
+#define LD_BIN_ENUM(E, name) LD_BIN_##E,
+#define LD_UN_ENUM(E, name) LD_UN_##E,
+#define LD_OP_NAME(E, name) #name,
+
+#endif
