@@ -28,17 +28,24 @@ int lb_engine_error(lua_State *L, int arg) {
 /* A weight gradient that model:_grads left as its product (ld_ops.h) is
    computed the first time Lua code hands it to anything but the strategy's
    collective (which reads it with lb_check_tensor_raw). */
+/* Inside a replica (strategy:run), a mirrored variable stands for that
+   replica's copy in every op, as a MirroredVariable does in TF: reading it,
+   computing with it and differentiating against it all use the copy on the
+   replica's device. Outside, it is the variable (writes reach every copy,
+   ld_variable_write). */
+static ld_tensor *replica_view(ld_tensor *t) { return t && t->ext && ld_replica_get() ? ld_var(t) : t; }
+
 ld_tensor *lb_test_tensor(lua_State *L, int idx) {
     ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
     if (p && *p && (*p)->pending) ld_tensor_materialize(*p);
-    return p ? *p : NULL;
+    return p ? replica_view(*p) : NULL;
 }
 
 ld_tensor *lb_check_tensor_raw(lua_State *L, int idx) {
     ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
     if (!p) luaL_typeerror(L, idx, "Tensor");
     if (!*p) luaL_argerror(L, idx, "tensor has been freed");
-    return *p;
+    return replica_view(*p);
 }
 
 ld_tensor *lb_check_tensor(lua_State *L, int idx) {

@@ -447,6 +447,16 @@ function distribute.compute_average_loss(per_example, opts)
   return per_example:sum() * (1 / gbs)
 end
 
+-- nn.scale_regularization_loss(loss): TF's tf.nn.scale_regularization_loss.
+-- A regularization term added on every replica is divided by the number of
+-- replicas, so the replicas' gradients add up to it once.
+function ldist.nn.scale_regularization_loss(loss)
+  if not tensor.is_tensor(loss) and type(loss) ~= "number" then
+    error(("bad argument #1 to 'scale_regularization_loss' (tensor or number expected, got %s)"):format(type(loss)), 2)
+  end
+  return loss * (1 / distribute.get_strategy().num_replicas_in_sync)
+end
+
 ---------------------------------------------------------------- OneDeviceStrategy
 local OneDevice = distribute._strategy_class("ldist.OneDeviceStrategy")
 function distribute.OneDeviceStrategy(opts)
@@ -541,6 +551,9 @@ doc(distribute.compute_average_loss, "distribute.compute_average_loss",
   "distribute.compute_average_loss(per_example_loss, {global_batch_size=})\n\n" ..
   "Sum of the per-example losses divided by the global batch size (default: the per-replica\n" ..
   "batch times num_replicas_in_sync of the running strategy).")
+doc(ldist.nn.scale_regularization_loss, "nn.scale_regularization_loss",
+  "nn.scale_regularization_loss(loss)\n\nloss / num_replicas_in_sync of the running strategy (TF's tf.nn.scale_regularization_loss):\n" ..
+  "a regularization term added on every replica then counts once in the summed gradients.")
 doc(distribute.OneDeviceStrategy, "distribute.OneDeviceStrategy",
   "distribute.OneDeviceStrategy(\"cpu:1\")\n\nOne replica on the given device: variables made in its scope,\n" ..
   "the inputs of run and its results live there.")

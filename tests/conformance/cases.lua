@@ -715,4 +715,32 @@ add { name = "backup_restore_resume", run = function(S)
   return put_weights({}, again)
 end }
 
+---------------------------------------------------------------- variables read inside run
+-- A custom loop with an L2 term computed from the model's variables inside
+-- the replica function (TF's guide: scale_regularization_loss): each replica
+-- must read and differentiate its own copy, or its regularization gradient
+-- is lost.
+add { name = "loop_l2_regularization", run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(24)
+  local model, opt = make_model(S, "mlp", "sgd", false)
+  local loss_object = sparse_ce("none")
+  local function step(inputs)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function()
+      local l = D.compute_average_loss(loss_object(inputs[2], model(inputs[1], { training = true })))
+      local l2 = 0
+      for _, w in ipairs(model.trainable_variables) do l2 = l2 + (w * w):sum() end
+      return l + nn.scale_regularization_loss(l2 * 0.05)
+    end)
+    opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
+    return loss
+  end
+  local dist, last = S.distribute(ds), nil
+  for _ = 1, 13 do
+    for inputs in dist do last = S.reduce("sum", S.step(step, inputs)) end
+  end
+  return put_weights({ loss_final = last }, model)
+end }
+
 return cases
