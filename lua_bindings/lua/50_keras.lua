@@ -502,6 +502,34 @@ function Summary.__mimebundle(s)
   return { ["text/html"] = html, ["text/plain"] = s.text }
 end
 
+-- model:get_weights() -> copies of the weights on the host, in order (Keras's
+-- list of arrays); model:set_weights(list) writes them back, to every
+-- replica's copy under a strategy (a cross-replica write).
+function Model:get_weights()
+  local w = {}
+  for i, v in ipairs(self.weights) do w[i] = v:clone():cpu() end
+  return w
+end
+function Model:set_weights(list)
+  if type(list) ~= "table" then error(("bad argument #1 to 'set_weights' (list of tensors expected, got %s)"):format(type(list)), 2) end
+  local vars = self.weights
+  if #list ~= #vars then
+    error(("bad argument #1 to 'set_weights' (%d tensors for a model with %d weights)"):format(#list, #vars), 2)
+  end
+  for i, v in ipairs(vars) do
+    local w = tensor.is_tensor(list[i]) and list[i] or tensor.new(list[i])
+    local a, b = table.concat(w.shape, "x"), table.concat(v.shape, "x")
+    if a ~= b then
+      error(("bad argument #1 to 'set_weights' (weight %d has shape %s, the model's %s)"):format(i, a, b), 2)
+    end
+  end
+  for i, v in ipairs(vars) do v:assign(list[i]) end
+  return self
+end
+doc(Model.get_weights, "Model:get_weights", "model:get_weights()\n\nCopies of the model's weights on the host, in order (Keras's get_weights).")
+doc(Model.set_weights, "Model:set_weights", "model:set_weights(list)\n\nWrite the weights (count and shapes must match); under a strategy every replica's\n" ..
+  "copy gets them (Keras's set_weights).")
+
 function Model:summary()
   local s = setmetatable({ text = self:summary_text() }, Summary)
   if ldist.display then ldist.display(s) else io.write(s.text) end
@@ -565,12 +593,7 @@ function ES:_is_improvement(v, ref)
   return v - self.min_delta > ref
 end
 
--- model:get_weights() as copies of the trainable variables
-local function get_weights(model)
-  local w = {}
-  for i, v in ipairs(model.trainable_variables) do w[i] = v:clone() end
-  return w
-end
+local function get_weights(model) return model:get_weights() end
 
 function ES:on_epoch_end(epoch, logs, model)
   model = model or self.model
@@ -629,7 +652,7 @@ function ES:on_train_end(model)
       print(("Restoring model weights from the end of the best epoch: %d."):format(self.best_epoch))
     end
     -- assign writes every replica of a mirrored variable
-    for i, v in ipairs(model.trainable_variables) do v:assign(self.best_weights[i]) end
+    model:set_weights(self.best_weights)
   end
 end
 doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",

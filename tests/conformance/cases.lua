@@ -743,4 +743,21 @@ add { name = "loop_l2_regularization", run = function(S)
   return put_weights({ loss_final = last }, model)
 end }
 
+add { name = "write_set_weights", run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local model = make_model(S, "mlp", "sgd_momentum", true)
+  model:build { 8 }
+  tensor.seed(23)
+  local w = {}
+  for i, v in ipairs(model:get_weights()) do w[i] = tensor.normal(table.unpack(v.shape)) end
+  model:set_weights(w)
+  for i, v in ipairs(model.trainable_variables) do
+    for r, c in ipairs(S.local_results(v)) do
+      check((c:cpu() - w[i]):abs():max():item() == 0, "set_weights: replica %d's copy of weight %d differs", r, i)
+    end
+  end
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(24), { epochs = 13, verbose = 0 })
+  return put_weights({ loss_final = h.loss[#h.loss] }, model)
+end }
+
 return cases

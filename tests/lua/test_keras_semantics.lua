@@ -91,7 +91,8 @@ end)
 -- on_epoch_end, so the weights left at the end tell which epoch was restored.
 local function drive(seq, opts)
   local w = tensor.Variable(tensor.new{ 0.0 })
-  local model = { trainable_variables = { w }, _metrics = { metrics.Accuracy("accuracy") } }
+  local model = { trainable_variables = { w }, weights = { w }, _metrics = { metrics.Accuracy("accuracy") },
+    get_weights = nn.Model.get_weights, set_weights = nn.Model.set_weights }
   local cb = callbacks.EarlyStopping(opts)
   cb:on_train_begin(model)
   local stopped, waits = 0, {}
