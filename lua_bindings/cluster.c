@@ -106,33 +106,12 @@ static int cl_check(lua_State *L) {
     return 1;
 }
 
-/* tensors at idx: one tensor or an array of them */
-static int read_tensors(lua_State *L, int idx, ld_tensor ***out) {
-    if (lb_test_tensor(L, idx)) {
-        ld_tensor **t = lua_newuserdatauv(L, sizeof *t, 0);
-        t[0] = lb_check_tensor(L, idx);
-        *out = t;
-        return 1;
-    }
-    luaL_checktype(L, idx, LUA_TTABLE);
-    int k = (int)luaL_len(L, idx);
-    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(k ? k : 1), 0);
-    for (int i = 0; i < k; i++) {
-        lua_geti(L, idx, i + 1);
-        t[i] = lb_test_tensor(L, -1);
-        if (!t[i]) return luaL_error(L, "bad argument #%d (item %d is a %s, not a tensor)", idx - 1, i + 1, luaL_typename(L, -1));
-        lua_pop(L, 1);
-    }
-    *out = t;
-    return k;
-}
-
 /* c:all_reduce(tensor | {tensors}, mean): sum (or average) in place */
 static int cl_all_reduce(lua_State *L) {
     lua_settop(L, 3);
     ld_cluster *c = check_cluster(L, 1);
     ld_tensor **t;
-    int k = read_tensors(L, 2, &t);
+    int k = lb_check_tensors(L, 2, 1, 1, &t);
     int mean = lua_toboolean(L, 3);
     if (ld_cluster_all_reduce_tensors(c, k, t, mean)) return luaL_error(L, "%s", ld_error());
     return 0;
@@ -143,7 +122,7 @@ static int cl_broadcast(lua_State *L) {
     lua_settop(L, 3);
     ld_cluster *c = check_cluster(L, 1);
     ld_tensor **t;
-    int k = read_tensors(L, 2, &t);
+    int k = lb_check_tensors(L, 2, 1, 1, &t);
     int root = (int)luaL_optinteger(L, 3, 0);
     for (int i = 0; i < k; i++) {
         if (!ld_tensor_is_contiguous(t[i]) || !ld_device_is_host(t[i]->storage->device))
@@ -275,7 +254,7 @@ static int nccl_all_reduce(lua_State *L) {
     void **p = luaL_checkudata(L, 1, NCCL_MT);
     if (!*p) return luaL_argerror(L, 1, "communicator closed");
     ld_tensor **t;
-    int k = read_tensors(L, 2, &t);
+    int k = lb_check_tensors(L, 2, 1, 1, &t);
     if (ld_cluster_nccl_all_reduce(*p, k, t, lua_toboolean(L, 3))) return luaL_error(L, "%s", ld_error());
     return 0;
 }
@@ -763,17 +742,8 @@ static int c_sleep(lua_State *L) {
 /* free_port(host) -> a port free now on host (bound to 0, then released) */
 static int c_free_port(lua_State *L) {
     const char *host = luaL_optstring(L, 1, "127.0.0.1");
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s < 0) return luaL_error(L, "socket: %s", strerror(errno));
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    if (inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0) port = ntohs(a.sin_port);
-    close(s);
-    if (port < 0) return luaL_error(L, "no free port on %s", host);
+    int port = ld_free_port(host);
+    if (port < 0) return luaL_error(L, "no free port on %s: %s", host, strerror(errno));
     lua_pushinteger(L, port);
     return 1;
 }

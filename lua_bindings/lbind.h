@@ -19,6 +19,10 @@
 ld_tensor *lb_check_tensor(lua_State *L, int idx);
 ld_tensor *lb_test_tensor(lua_State *L, int idx);   /* NULL when not a tensor */
 ld_tensor *lb_check_tensor_raw(lua_State *L, int idx);   /* a pending weight gradient stays pending */
+/* The tensors at idx, a list of them (or, with single_ok, one tensor), into
+   an array anchored in a userdata pushed on the stack; returns how many.
+   Raises "bad argument #argn (item i is a T, not a tensor)". */
+int lb_check_tensors(lua_State *L, int idx, int argn, int single_ok, ld_tensor ***out);
 /* A tensor from a tensor, a number or a (nested) table of numbers. Returns a
    new reference (release it). */
 ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt);

@@ -209,28 +209,13 @@ static int sched_exp(lua_State *L) { return sched_make(L, "ExponentialDecay"); }
 static int sched_cos(lua_State *L) { return sched_make(L, "CosineDecay"); }
 static int sched_pw(lua_State *L) { return sched_make(L, "PiecewiseConstantDecay"); }
 
-/* The variables at idx (a list of tensors) into an array anchored on the stack. */
-static int read_vars(lua_State *L, int idx, ld_tensor ***out) {
-    luaL_checktype(L, idx, LUA_TTABLE);
-    int k = (int)luaL_len(L, idx);
-    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(k ? k : 1), 0);
-    for (int i = 0; i < k; i++) {
-        lua_geti(L, idx, i + 1);
-        t[i] = lb_test_tensor(L, -1);
-        if (!t[i]) return luaL_error(L, "bad argument #2 (item %d is a %s, not a variable)", i + 1, luaL_typename(L, -1));
-        lua_pop(L, 1);
-    }
-    *out = t;
-    return k;
-}
-
 /* optim._state(opt, vars) -> {iterations=, slots={{s1, s2}, ...}} (copies), for
    checkpoints (BackupAndRestore) and for shipping a model to workers */
 static int opt_state(lua_State *L) {
     lua_settop(L, 2);
     ld_optimizer *o = lb_check_optimizer(L, 1);
     ld_tensor **v;
-    int n = read_vars(L, 2, &v);
+    int n = lb_check_tensors(L, 2, 2, 0, &v);
     ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
     ld_optimizer_state_get(o, n, v, s, s + n);
     lua_createtable(L, 0, 2);
@@ -257,7 +242,7 @@ static int opt_set_state(lua_State *L) {
     lua_settop(L, 3);
     ld_optimizer *o = lb_check_optimizer(L, 1);
     ld_tensor **v;
-    int n = read_vars(L, 2, &v);
+    int n = lb_check_tensors(L, 2, 2, 0, &v);
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_getfield(L, 3, "iterations");
     int64_t it = (int64_t)luaL_checkinteger(L, -1);

@@ -54,6 +54,26 @@ ld_tensor *lb_check_tensor(lua_State *L, int idx) {
     return t;
 }
 
+int lb_check_tensors(lua_State *L, int idx, int argn, int single_ok, ld_tensor ***out) {
+    if (single_ok && lb_test_tensor(L, idx)) {
+        ld_tensor **t = lua_newuserdatauv(L, sizeof *t, 0);
+        t[0] = lb_check_tensor(L, idx);
+        *out = t;
+        return 1;
+    }
+    luaL_checktype(L, idx, LUA_TTABLE);
+    int k = (int)luaL_len(L, idx);
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(k ? k : 1), 0);
+    for (int i = 0; i < k; i++) {
+        lua_geti(L, idx, i + 1);
+        t[i] = lb_test_tensor(L, -1);
+        if (!t[i]) return luaL_error(L, "bad argument #%d (item %d is a %s, not a tensor)", argn, i + 1, luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    *out = t;
+    return k;
+}
+
 /* Variables keep one userdata per engine tensor (weak cache), so
    model.trainable_variables[1] == model.trainable_variables[1]. */
 static const char *VAR_CACHE = "ldist.varcache";
@@ -144,6 +164,16 @@ static ld_device *default_device(void) {
 }
 
 /* lb_to_tensor, with numbers and tables made on dev (NULL: cpu:0) */
+/* t (a new reference, made on the host) on dev (NULL: where it is); takes
+   ownership of t; raises as argument idx when the move fails */
+static ld_tensor *moved_to(lua_State *L, ld_tensor *t, ld_device *dev, int idx) {
+    if (!dev || dev == t->storage->device) return t;
+    ld_tensor *moved = ld_to_device(t, dev);
+    ld_tensor_release(t);
+    if (!moved) lb_engine_error(L, idx);
+    return moved;
+}
+
 static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *dev) {
     idx = lua_absindex(L, idx);
     ld_tensor *t = lb_test_tensor(L, idx);
@@ -152,13 +182,7 @@ static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *de
         ld_tensor *s = ld_tensor_empty(dt, 0, NULL, NULL);
         if (!s) lb_engine_error(L, idx);
         if (ld_tensor_init_flat_int(s, 0, lua_tointeger(L, idx))) { ld_tensor_release(s); lb_engine_error(L, idx); }
-        if (dev && dev != s->storage->device) {
-            ld_tensor *moved = ld_to_device(s, dev);
-            ld_tensor_release(s);
-            if (!moved) lb_engine_error(L, idx);
-            s = moved;
-        }
-        return s;
+        return moved_to(L, s, dev, idx);
     }
     if (lua_isnumber(L, idx)) {
         ld_tensor *s = ld_tensor_full(dt, 0, NULL, lua_tonumber(L, idx), dev);
@@ -178,13 +202,7 @@ static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *de
     ld_tensor_retain(r);
     lua_pop(L, 1);
     /* filled on the host (element writes would wait for a queueing device), then moved */
-    if (dev && dev != r->storage->device) {
-        ld_tensor *moved = ld_to_device(r, dev);
-        ld_tensor_release(r);
-        if (!moved) lb_engine_error(L, idx);
-        r = moved;
-    }
-    return r;
+    return moved_to(L, r, dev, idx);
 }
 
 ld_tensor *lb_to_tensor(lua_State *L, int idx, ld_dtype dt) { return to_tensor_on(L, idx, dt, default_device()); }

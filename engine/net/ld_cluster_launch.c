@@ -47,8 +47,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* a port the system considers free now (bound to port 0, then released) */
-static int free_port(const char *host) {
+int ld_free_port(const char *host) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (s < 0) return -1;
     struct sockaddr_in a = {0};
@@ -135,7 +134,7 @@ int ld_launch_main(int argc, char **argv) {
         if (k < chief) tasks[k] = (task){"chief", 0};
         else if (k < n) tasks[k] = (task){"worker", k - chief};
         else tasks[k] = (task){"ps", k - n};
-        ports[k] = port > 0 ? port + k : free_port(host);
+        ports[k] = port > 0 ? port + k : ld_free_port(host);
         if (ports[k] <= 0 || ports[k] > 65535) {
             fprintf(stderr, "ldist launch: no free port on %s\n", host);
             return 1;

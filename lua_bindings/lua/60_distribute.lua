@@ -374,9 +374,29 @@ local function is_dataset(d)
   return getmetatable(d) == dataset_mt or (type(d) == "table" and type(d.iter) == "function")
 end
 
+-- `for x in dist do` over a distributed dataset: the first call (prev nil)
+-- starts self:iter(), the next ones continue it. Every distributed dataset
+-- class gets its __call here.
+-- a dataset element (a tensor, or a table of them) on device dev
+local function element_to(e, dev)
+  if tensor.is_tensor(e) then return e:to(dev) end
+  local out = {}
+  for k, t in pairs(e) do out[k] = tensor.is_tensor(t) and t:to(dev) or t end
+  return out
+end
+
+local function iterable(cls)
+  cls.__call = function(self, _, prev)
+    if prev == nil then self._next = self:iter() end
+    return self._next()
+  end
+  return cls
+end
+distribute._iterable = iterable
+
 -- The batches of one pipeline handed to the local replicas in turn: a step
 -- takes one batch per local replica (replica 0 the first), as TF does.
-local PipelineDist = { __name = "ldist.DistributedDataset" }
+local PipelineDist = iterable({ __name = "ldist.DistributedDataset" })
 PipelineDist.__index = PipelineDist
 function PipelineDist:iter()
   local s, ds = self.strategy, self.dataset
@@ -388,12 +408,7 @@ function PipelineDist:iter()
     for r = 1, #devs do
       local e = f(st, c); c = e
       if e == nil then return nil end
-      local moved
-      if tensor.is_tensor(e) then moved = e:to(devs[r])
-      else
-        moved = {}
-        for k, t in pairs(e) do moved[k] = tensor.is_tensor(t) and t:to(devs[r]) or t end
-      end
+      local moved = element_to(e, devs[r])
       local t1 = tensor.is_tensor(e) and e or e[1]
       offsets[r] = rows
       rows = rows + (tensor.is_tensor(t1) and (t1.ndim > 0 and t1.shape[1] or 1) or 0)
@@ -402,10 +417,6 @@ function PipelineDist:iter()
     -- the global batch: every pipeline's batches (equal pipelines, as TF assumes)
     return per_replica(vals, rows * pipes, offsets)
   end
-end
-function PipelineDist.__call(self, _, prev)
-  if prev == nil then self._next = self:iter() end
-  return self._next()
 end
 function PipelineDist:cardinality()
   local n = self.dataset.cardinality and self.dataset:cardinality() or -2
@@ -470,25 +481,21 @@ function distribute.OneDeviceStrategy(opts)
   return new_strategy(OneDevice, "OneDeviceStrategy", { dev })
 end
 -- its batches go to its device
+local OneDeviceDist = iterable({ __name = "ldist.DistributedDataset" })
+OneDeviceDist.__index = OneDeviceDist
 function OneDevice:experimental_distribute_dataset(ds)
   if not is_dataset(ds) then error("bad argument #1 to 'experimental_distribute_dataset' (dataset expected)", 2) end
-  local dev = self.devices[1]
-  local obj = { dataset = ds }
-  function obj.iter()
-    local f, st, c = ds:iter()
-    return function()
-      local e = f(st, c); c = e
-      if e == nil then return nil end
-      if tensor.is_tensor(e) then return e:to(dev) end
-      local out = {}
-      for k, t in pairs(e) do out[k] = tensor.is_tensor(t) and t:to(dev) or t end
-      return out
-    end
+  return setmetatable({ dataset = ds, device = self.devices[1] }, OneDeviceDist)
+end
+-- its batches, moved to the device
+function OneDeviceDist:iter()
+  local dev = self.device
+  local f, st, c = self.dataset:iter()
+  return function()
+    local e = f(st, c); c = e
+    if e == nil then return nil end
+    return element_to(e, dev)
   end
-  return setmetatable(obj, { __call = function(o, _, prev)
-    if prev == nil then o._next = o.iter() end
-    return o._next()
-  end, __name = "ldist.DistributedDataset" })
 end
 
 -- model:fit's step: the batch goes to the device

@@ -151,7 +151,7 @@ function Mirrored:_fit_batches(ds)
 end
 
 -- for inputs in strategy:experimental_distribute_dataset(ds) do ... end
-local DistDataset = { __name = "ldist.DistributedDataset" }
+local DistDataset = distribute._iterable({ __name = "ldist.DistributedDataset" })
 DistDataset.__index = DistDataset
 function DistDataset:iter()
   local next_split = self.strategy:_split_iter(self.dataset)
@@ -169,10 +169,6 @@ function DistDataset:iter()
     if e == nil then return nil end
     return self.strategy:_split(e)
   end
-end
-function DistDataset.__call(self, _, prev)
-  if prev == nil then self._next = self:iter() end
-  return self._next()
 end
 function Mirrored:experimental_distribute_dataset(ds)
   if type(ds) ~= "table" and type(ds) ~= "userdata" then

@@ -159,7 +159,7 @@ end
 -- A dataset made from files: distribute.FileDataset(files, build) where build(list)
 -- returns a Dataset reading those files. Auto-sharding by FILE gives each worker
 -- its own files (worker r: files r+1, r+1+n, ...).
-local FileDataset = { __name = "ldist.FileDataset" }
+local FileDataset = distribute._iterable({ __name = "ldist.FileDataset" })
 FileDataset.__index = FileDataset
 function distribute.FileDataset(files, build)
   if type(files) ~= "table" or #files == 0 then error("bad argument #1 to 'FileDataset' (a list of files expected)", 2) end
@@ -169,10 +169,6 @@ end
 function FileDataset:_dataset(files) return self.build(files or self.files) end
 function FileDataset:iter() return self:_dataset():iter() end
 function FileDataset:cardinality() return self:_dataset():cardinality() end
-function FileDataset.__call(self, _, prev)
-  if prev == nil then self._it = self:_dataset():iter() end
-  return self._it()
-end
 
 -- What `for inputs in dist do` yields: a PerReplica of this worker's part; its
 -- [1], [2] are the local tensors too, so model:fit can take it as a batch.
@@ -183,7 +179,7 @@ local function local_value(s, e, global_batch, offset)
   return v
 end
 
-local MWDist = { __name = "ldist.DistributedDataset" }
+local MWDist = distribute._iterable({ __name = "ldist.DistributedDataset" })
 MWDist.__index = MWDist
 function MWDist:iter()
   local s, n, r = self.strategy, self.strategy._size, self.strategy._rank
@@ -216,10 +212,6 @@ function MWDist:iter()
     local lo, hi = share(rows, n, r)
     return local_value(s, slice_element(e, lo, hi), rows, lo)
   end
-end
-function MWDist.__call(self, _, prev)
-  if prev == nil then self._next = self:iter() end
-  return self._next()
 end
 function MWDist:cardinality()
   if self.policy == "FILE" then return -2 end
