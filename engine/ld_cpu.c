@@ -6,6 +6,7 @@
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_gemm_small.h"
+#include "ld_cpu_internal.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -100,7 +101,7 @@ static void cpu_sync(ld_device *d) {}
  * (scripts/bench/sgemm.c compares the two), and one pool that the engine
  * controls cannot oversubscribe the cores as two nested ones would. The
  * calling thread takes part 0. */
-typedef void (*par_fn)(void *ctx, int part, int nparts);
+typedef ld_par_fn par_fn;
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -816,6 +817,10 @@ static void cpu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, co
     opt_job j = {2, w, ms, mom, g, n, lr, rho, momentum, eps, 0, 0, 0};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
+
+/* the pool, for the kernels of other files (ld_cpu_internal.h) */
+void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want) { parallel_run(fn, ctx, want); }
+void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) { range_of(n, part, nparts, lo, hi); }
 
 /* the kernel slots from the list (ld_kernels.h): kernel <name> is cpu_<name> */
 #define CPU_SLOT(name, ...) .name = cpu_##name,

@@ -91,7 +91,15 @@
       (V, float, lr), (V, float, b1), (V, float, b2), (V, float, eps), (V, int64_t, step),                      \
       (V, float, weight_decay), (V, int, decoupled))                                                            \
     X(rmsprop_update, (V, float *, w), (V, float *, ms), (V, float *, mom), (V, const float *, g),              \
-      (V, int64_t, n), (V, float, lr), (V, float, rho), (V, float, momentum), (V, float, eps))
+      (V, int64_t, n), (V, float, lr), (V, float, rho), (V, float, momentum), (V, float, eps)) \
+    LD_LAYER_KERNELS(X)
+
+/* The layers' kernels (normalization, embeddings, pooling, attention,
+   recurrences): the same rules, with their CPU code outside ld_cpu.c, one
+   file per family (engine/ld_cpu_<family>.c, using ld_cpu_internal.h's
+   thread pool), and their CUDA code in engine/cuda/cuda_<family>.cu. Keep
+   each family's lines together, under a comment naming it. */
+#define LD_LAYER_KERNELS(X)
 
 /* ================================================================ expanding a parameter list
  * LD_K_PARAMS(...)  the parameters of a kernel's function ("float *out, ...")
