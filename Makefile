@@ -12,7 +12,7 @@ CPPFLAGS+= -Iengine -Iengine/net -Ilua_bindings -Ikernel -I$(B) $(LUA_INC) $(BLA
 # OpenBLAS is opened at run time, on the first product (engine/ld_cpu.c)
 ENGINE_LIBS := -lz -lm -lpthread -ldl
 LUA_LIB := -llua5.4
-APP_LIBS := -lreadline
+APP_LIBS := -lreadline -ljansson
 # the network half (Jupyter kernel, cluster control plane, ring all-reduce)
 NET_LIBS := -lzmq -ljansson -lssl -lcrypto -luuid
 PREFIX  ?= /usr/local

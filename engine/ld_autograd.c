@@ -241,7 +241,8 @@ int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources_i
         /* this node's output gradient is no longer needed, unless asked for */
         int wanted = 0;
         for (int i = 0; i < n; i++) wanted |= sources[i]->grad_fn == x;
-        if (!wanted) { ld_tensor_release(s->grad); s->grad = NULL; }
+        /* (found again: accumulating into the inputs may have grown the map, moving its slots) */
+        if (!wanted && (s = gmap_find(&gm, x, 0))) { ld_tensor_release(s->grad); s->grad = NULL; }
     }
     for (int i = 0; i < n; i++) {
         gslot *s = gmap_find(&gm, grad_key(sources[i]), 0);

@@ -493,16 +493,16 @@ static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { m
  * copies them into a task and queues it. */
 #define PX_KERNEL(name, ...)                                                        \
     typedef struct { LD_K_FIELDS(__VA_ARGS__) } name##_a;                           \
-    static void run_##name(task *t, ld_device *d) {                                 \
-        name##_a *k_ = (name##_a *)t->args;                                         \
+    static void run_##name(task *tk_, ld_device *d) {                                 \
+        name##_a *k_ = (name##_a *)tk_->args;                                         \
         CPU->name(d, LD_K_LOAD(__VA_ARGS__));                                       \
     }                                                                               \
     static void px_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
-        task *t = task_new(d, sizeof(name##_a), run_##name);                        \
-        if (!t) return;                                                             \
-        name##_a *k_ = (name##_a *)t->args;                                         \
+        task *tk_ = task_new(d, sizeof(name##_a), run_##name);                        \
+        if (!tk_) return;                                                             \
+        name##_a *k_ = (name##_a *)tk_->args;                                         \
         LD_K_STORE(__VA_ARGS__)                                                     \
-        submit(d, t);                                                               \
+        submit(d, tk_);                                                               \
     }
 LD_KERNELS(PX_KERNEL)
 

@@ -99,7 +99,90 @@
    file per family (engine/ld_cpu_<family>.c, using ld_cpu_internal.h's
    thread pool), and their CUDA code in engine/cuda/cuda_<family>.cu. Keep
    each family's lines together, under a comment naming it. */
-#define LD_LAYER_KERNELS(X)
+#define LD_LAYER_KERNELS(X) \
+    /* normalization (ld_ops_norm.c) */                                      \
+    /* Layer normalization over the last axis of [rows, c]: y = (x - mean) \
+       * rstd * gamma + beta (gamma, beta NULL: 1, 0), with the row's mean  \
+       and rstd = 1/sqrt(biased var + eps) saved in mean, rstd [rows]. */   \
+    X(layer_norm, (V, float *, y), (V, float *, mean), (V, float *, rstd), (V, const float *, x),              \
+      (V, const float *, gamma), (V, const float *, beta), (V, int64_t, rows), (V, int64_t, c), (V, float, eps)) \
+    /* Its gradient, each output NULL when not wanted: with g = dy * gamma  \
+       and xhat = (x - mean) * rstd, dx = rstd * (g - mean_row(g) - xhat *  \
+       mean_row(g * xhat)); dgamma = sum_rows dy * xhat; dbeta = sum_rows  \
+       dy (no [rows, c] temporary). */                                       \
+    X(layer_norm_backward, (V, float *, dx), (V, float *, dgamma), (V, float *, dbeta), (V, const float *, dy), \
+      (V, const float *, x), (V, const float *, mean), (V, const float *, rstd), (V, const float *, gamma),     \
+      (V, int64_t, rows), (V, int64_t, c))                                                                      \
+    /* Batch normalization, channels last: x is [rows, c]. Per-channel      \
+       statistics, in two passes: sums NULL: out [2, c] = (count, sum x);  \
+       else out [c] = sum (x - m)^2 around m = sums[c+j] / sums[j] (the    \
+       [2, c] of the first pass, summed over replicas when synchronized;   \
+       0 for a count of 0). Accumulated in double. */                        \
+    X(bn_stats, (V, float *, out), (V, const float *, sums), (V, const float *, x), (V, int64_t, rows),        \
+      (V, int64_t, c))                                                                                          \
+    /* training: mean = sums[c+j] / n, var = m2[j] / n with n = sums[j],    \
+       rstd = 1/sqrt(var + eps), and when n > 0 the moving statistics are  \
+       updated in place: mm = mm * momentum + mean * (1 - momentum), mv     \
+       likewise with var (n = 0: mean 0, var 0, nothing updated). training  \
+       0: mean = mm, rstd = 1/sqrt(mv + eps) (sums, m2 unused). */          \
+    X(bn_finalize, (V, float *, mean), (V, float *, rstd), (V, float *, mm), (V, float *, mv),                 \
+      (V, const float *, sums), (V, const float *, m2), (V, int64_t, c), (V, float, momentum), (V, float, eps),  \
+      (V, int, training))                                                                                       \
+    /* y = (x - mean[j]) * rstd[j] * gamma[j] + beta[j] (NULL: 1, 0) */      \
+    X(bn_apply, (V, float *, y), (V, const float *, x), (V, const float *, mean), (V, const float *, rstd),     \
+      (V, const float *, gamma), (V, const float *, beta), (V, int64_t, rows), (V, int64_t, c))                 \
+    /* red [2, c] = (sum_rows dy, sum_rows dy * xhat), xhat = (x - mean[j]) \
+       * rstd[j], accumulated in double. */                                  \
+    X(bn_backward_reduce, (V, float *, red), (V, const float *, dy), (V, const float *, x),                    \
+      (V, const float *, mean), (V, const float *, rstd), (V, int64_t, rows), (V, int64_t, c))                  \
+    /* training: dx = gamma * rstd * (dy - red[j] / n - xhat * red[c+j] /   \
+       n), n = sums[j] (red and sums over the global batch when            \
+       synchronized); training 0: dx = gamma * rstd * dy (red, sums unused). */ \
+    X(bn_backward, (V, float *, dx), (V, const float *, dy), (V, const float *, x), (V, const float *, mean),   \
+      (V, const float *, rstd), (V, const float *, gamma), (V, const float *, red), (V, const float *, sums),    \
+      (V, int64_t, rows), (V, int64_t, c), (V, int, training))                                                  \
+    /* attention (ld_ops_attn.c) */                                        \
+    /* Strided batched row-major C_i = alpha op(A_i) op(B_i) + beta C_i for \
+       i < batch, A_i = a + i*sa (likewise b, c); C_i is [m, n] with       \
+       leading dimension n. */                                               \
+    X(gemm_batched, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k),            \
+      (V, float, alpha), (V, const float *, a), (V, int64_t, lda), (V, int64_t, sa), (V, const float *, b),     \
+      (V, int64_t, ldb), (V, int64_t, sb), (V, float, beta), (V, float *, c), (V, int64_t, sc),                 \
+      (V, int64_t, batch))                                                                                      \
+    /* y = softmax(scale * x) over the last axis of [batch, t, s]; with      \
+       causal, entry (i, j) of each [t, s] matrix is masked out when        \
+       j > i + offset (a row masked whole is uniform, as Keras' -1e9 adder  \
+       gives). y may be x. */                                                \
+    X(masked_softmax, (V, float *, y), (V, const float *, x), (V, int64_t, batch), (V, int64_t, t),            \
+      (V, int64_t, s), (V, float, scale), (V, int, causal), (V, int64_t, offset))                               \
+    /* its backward, y the forward's result: dx = scale * y * (dy -         \
+       sum(dy * y)) per row, 0 on a row masked whole; dx may be dy. */       \
+    X(masked_softmax_backward, (V, float *, dx), (V, const float *, y), (V, const float *, dy),                \
+      (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, float, scale), (V, int, causal),              \
+      (V, int64_t, offset))                                                                                     \
+    /* indexing and pooling (ld_ops_index.c) */                              \
+    /* Copy a block between a contiguous [outer, n, inner] array and rows   \
+       [off, off+n) of the middle axis of a contiguous [outer, big, inner]  \
+       array: into=1 writes the big array (dst), into=0 reads it (src);     \
+       add=1 adds to dst instead of overwriting it. */                       \
+    X(slice_copy, (V, float *, dst), (V, const float *, src), (V, int64_t, outer), (V, int64_t, n),            \
+      (V, int64_t, inner), (V, int64_t, big), (V, int64_t, off), (V, int, into), (V, int, add))                 \
+    /* y[i, :] = table[ids[i], :] for n ids (int32 or int64: idt) of a      \
+       [v, dim] table; an id outside [0, v) gives a zero row and, on a      \
+       device that queues, a kernel error (the op checks host ids first). */\
+    X(embedding, (V, float *, y), (V, const float *, table), (V, const void *, ids), (V, ld_dtype, idt),       \
+      (V, int64_t, n), (V, int64_t, v), (V, int64_t, dim))                                                      \
+    /* dtable = 0, then dtable[ids[i], :] += dy[i, :] (bad ids skipped) */   \
+    X(embedding_backward, (V, float *, dtable), (V, const float *, dy), (V, const void *, ids),                 \
+      (V, ld_dtype, idt), (V, int64_t, n), (V, int64_t, v), (V, int64_t, dim))                                  \
+    /* Average pooling NHWC, padding ph/pw before (TF "same"): the mean of  \
+       the window's cells inside the image (padded cells not counted). */   \
+    X(avgpool, (V, float *, y), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    X(avgpool_backward, (V, float *, dx), (V, const float *, dy), (V, int64_t, n), (V, int64_t, h),            \
+      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
+      (V, int64_t, sw), (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))
 
 /* ================================================================ expanding a parameter list
  * LD_K_PARAMS(...)  the parameters of a kernel's function ("float *out, ...")

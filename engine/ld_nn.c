@@ -29,67 +29,157 @@ ld_tensor *ld_activate(ld_activation a, ld_tensor *x) {
     }
 }
 
-/* ================================================================ layers */
-static const char *const kind_names[] = {"dense", "flatten", "dropout", "conv2d", "max_pooling2d",
-                                         "activation", "reshape"};
-const char *ld_layer_kind_name(ld_layer_kind k) { return kind_names[k]; }
-static int name_counter[8];
+/* ================================================================ layer classes */
+#define LD_LAYER_ADDRESS(k) &ld_layer_##k,
+static const ld_layer_class *const classes[] = {LD_LAYER_CLASSES(LD_LAYER_ADDRESS) NULL};
+#undef LD_LAYER_ADDRESS
+#define N_CLASSES (sizeof classes / sizeof *classes - 1)
+static int name_counter[N_CLASSES];
 
-static ld_layer *layer_new(ld_layer_kind kind) {
+const ld_layer_class *const *ld_layer_classes(void) { return classes; }
+const ld_layer_class *ld_layer_class_find(const char *name) {
+    for (size_t i = 0; i < N_CLASSES; i++)
+        if (!strcmp(classes[i]->class_name, name) || (classes[i]->alias && !strcmp(classes[i]->alias, name)))
+            return classes[i];
+    return NULL;
+}
+
+int ld_layer_param_index(const ld_layer_class *c, const char *name) {
+    for (int i = 0; c->params[i].name; i++) if (!strcmp(c->params[i].name, name)) return i;
+    return -1;
+}
+
+static const char *const type_names[] = {"an integer", "a number", "a boolean", "a string", "a list of integers"};
+
+static int param_fail(const ld_layer *l, int i, ld_param_type got) {
+    const ld_param_spec *s = &l->cls->params[i];
+    return ld_fail(LD_ETYPE, "%s: %s must be %s%s, got %s", l->cls->class_name, s->name, type_names[s->type],
+                   s->type == LD_P_INTS && s->width ? " (or one integer)" : "", type_names[got]);
+}
+
+int ld_layer_set_int(ld_layer *l, int i, int64_t v) {
+    ld_param_type t = l->cls->params[i].type;
+    if (t == LD_P_INTS) return ld_layer_set_ints(l, i, 1, &v);
+    if (t == LD_P_FLOAT) { l->p[i].f = (double)v; return LD_OK; }
+    if (t != LD_P_INT) return param_fail(l, i, LD_P_INT);
+    l->p[i].i[0] = v;
+    return LD_OK;
+}
+int ld_layer_set_float(ld_layer *l, int i, double v) {
+    if (l->cls->params[i].type != LD_P_FLOAT) {
+        if (v == (double)(int64_t)v && l->cls->params[i].type != LD_P_BOOL && l->cls->params[i].type != LD_P_STR)
+            return ld_layer_set_int(l, i, (int64_t)v);
+        return param_fail(l, i, LD_P_FLOAT);
+    }
+    l->p[i].f = v;
+    return LD_OK;
+}
+int ld_layer_set_bool(ld_layer *l, int i, int v) {
+    if (l->cls->params[i].type != LD_P_BOOL) return param_fail(l, i, LD_P_BOOL);
+    l->p[i].i[0] = v != 0;
+    return LD_OK;
+}
+int ld_layer_set_str(ld_layer *l, int i, const char *v) {
+    const ld_param_spec *s = &l->cls->params[i];
+    if (s->type == LD_P_BOOL && (!strcmp(v, "true") || !strcmp(v, "false"))) return ld_layer_set_bool(l, i, !strcmp(v, "true"));
+    if (s->type != LD_P_STR) return param_fail(l, i, LD_P_STR);
+    if (!strcmp(v, "none") && s->choices && strstr(s->choices, "linear")) v = "linear";   /* activation=None */
+    if (s->choices) {
+        size_t n = strlen(v);
+        const char *c = s->choices;
+        int ok = 0;
+        while (*c && !ok) {
+            const char *e = strchr(c, '|');
+            size_t k = e ? (size_t)(e - c) : strlen(c);
+            ok = k == n && !strncmp(c, v, n);
+            c += k + (e != NULL);
+        }
+        if (!ok) return ld_fail(LD_EARG, "%s: unknown %s '%s' (%s)", l->cls->class_name, s->name, v, s->choices);
+    }
+    if (strlen(v) >= sizeof l->p[i].s) return ld_fail(LD_EARG, "%s: %s '%s' is too long", l->cls->class_name, s->name, v);
+    snprintf(l->p[i].s, sizeof l->p[i].s, "%s", v);
+    return LD_OK;
+}
+int ld_layer_set_ints(ld_layer *l, int i, int n, const int64_t *v) {
+    const ld_param_spec *s = &l->cls->params[i];
+    if (s->type == LD_P_INT && n == 1) return ld_layer_set_int(l, i, v[0]);
+    if (s->type != LD_P_INTS) return param_fail(l, i, LD_P_INTS);
+    if (n == 1 && s->width > 1) {                       /* kernel_size = 3 means 3, 3 */
+        l->p[i].n = s->width;
+        for (int k = 0; k < s->width; k++) l->p[i].i[k] = v[0];
+        return LD_OK;
+    }
+    if ((s->width && n != s->width && n != 0) || n < 0 || n > LD_MAX_DIMS)
+        return ld_fail(LD_EARG, "%s: %s takes %d integers, got %d", l->cls->class_name, s->name,
+                       s->width ? s->width : LD_MAX_DIMS, n);
+    l->p[i].n = n;
+    if (n) memcpy(l->p[i].i, v, (size_t)n * sizeof *v);
+    return LD_OK;
+}
+int ld_layer_set_name(ld_layer *l, const char *name) {
+    if (!name[0] || strlen(name) >= sizeof l->name || strchr(name, '/'))
+        return ld_fail(LD_EARG, "%s: a layer name must be 1 to %d characters without '/'", l->cls->class_name,
+                       (int)sizeof l->name - 1);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    return LD_OK;
+}
+
+/* a parameter's default from its text */
+static int set_default(ld_layer *l, int i) {
+    const ld_param_spec *s = &l->cls->params[i];
+    if (!s->def) return LD_OK;                     /* required: checked by ld_layer_check */
+    switch (s->type) {
+    case LD_P_INT: l->p[i].i[0] = strtoll(s->def, NULL, 10); return LD_OK;
+    case LD_P_FLOAT: l->p[i].f = strtod(s->def, NULL); return LD_OK;
+    case LD_P_BOOL: l->p[i].i[0] = !strcmp(s->def, "true"); return LD_OK;
+    case LD_P_STR: snprintf(l->p[i].s, sizeof l->p[i].s, "%s", s->def); return LD_OK;
+    case LD_P_INTS: {
+        int64_t v[LD_MAX_DIMS];
+        int n = 0;
+        for (const char *c = s->def; *c && n < LD_MAX_DIMS;) {
+            char *e;
+            v[n++] = strtoll(c, &e, 10);
+            c = *e == ',' ? e + 1 : e;
+            if (e == c && *c) break;
+        }
+        return ld_layer_set_ints(l, i, n, v);
+    }
+    }
+    return LD_OK;
+}
+
+ld_layer *ld_layer_new(const ld_layer_class *c) {
     ld_layer *l = calloc(1, sizeof *l);
     if (!l) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     l->refcount = 1;
-    l->kind = kind;
-    int k = __atomic_fetch_add(&name_counter[kind], 1, __ATOMIC_RELAXED);
-    if (k) snprintf(l->name, sizeof l->name, "%s_%d", kind_names[kind], k);
-    else snprintf(l->name, sizeof l->name, "%s", kind_names[kind]);
+    l->cls = c;
+    size_t ci = 0;
+    while (ci < N_CLASSES && classes[ci] != c) ci++;
+    int k = ci < N_CLASSES ? __atomic_fetch_add(&name_counter[ci], 1, __ATOMIC_RELAXED) : 0;
+    if (k) snprintf(l->name, sizeof l->name, "%s_%d", c->kind, k);
+    else snprintf(l->name, sizeof l->name, "%s", c->kind);
+    for (int i = 0; c->params[i].name; i++) set_default(l, i);
     return l;
 }
 
-ld_layer *ld_dense_new(int64_t units, ld_activation act, int use_bias) {
-    if (units < 1) { ld_fail(LD_EARG, "Dense units must be positive, got %lld", (long long)units); return NULL; }
-    ld_layer *l = layer_new(LD_LAYER_DENSE);
-    if (l) { l->units = units; l->act = act; l->use_bias = use_bias; }
-    return l;
+static int param_given(const ld_layer *l, int i) {
+    const ld_param_spec *s = &l->cls->params[i];
+    return s->def || (s->type == LD_P_STR ? l->p[i].s[0] != 0 : s->type == LD_P_INTS ? l->p[i].n > 0 : 1);
 }
-ld_layer *ld_flatten_new(void) { return layer_new(LD_LAYER_FLATTEN); }
-ld_layer *ld_dropout_new(float rate) {
-    if (!(rate >= 0 && rate < 1)) { ld_fail(LD_EARG, "Dropout rate must be in [0, 1), got %g", rate); return NULL; }
-    ld_layer *l = layer_new(LD_LAYER_DROPOUT);
-    if (l) l->rate = rate;
-    return l;
+
+int ld_layer_check(ld_layer *l) {
+    /* a required parameter without a value: ints and numbers have none to test, so the
+       binding sets every required one it was given; here only text and lists are told */
+    for (int i = 0; l->cls->params[i].name; i++)
+        if (!param_given(l, i))
+            return ld_fail(LD_EARG, "%s: %s is required", l->cls->class_name, l->cls->params[i].name);
+    return l->cls->check ? l->cls->check(l) : LD_OK;
 }
-ld_layer *ld_conv2d_new(int64_t filters, int kh, int kw, int sh, int sw, int same, ld_activation act, int use_bias) {
-    if (filters < 1 || kh < 1 || kw < 1 || sh < 1 || sw < 1) {
-        ld_fail(LD_EARG, "Conv2D filters, kernel size and strides must be positive");
-        return NULL;
-    }
-    ld_layer *l = layer_new(LD_LAYER_CONV2D);
-    if (l) {
-        l->filters = filters; l->kh = kh; l->kw = kw; l->sh = sh; l->sw = sw;
-        l->same_padding = same; l->act = act; l->use_bias = use_bias;
-    }
-    return l;
-}
-ld_layer *ld_maxpool2d_new(int kh, int kw, int sh, int sw) {
-    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "MaxPool2D sizes must be positive"); return NULL; }
-    ld_layer *l = layer_new(LD_LAYER_MAXPOOL2D);
-    if (l) { l->kh = kh; l->kw = kw; l->sh = sh; l->sw = sw; }
-    return l;
-}
-ld_layer *ld_activation_layer_new(ld_activation act) {
-    ld_layer *l = layer_new(LD_LAYER_ACTIVATION);
-    if (l) l->act = act;
-    return l;
-}
-ld_layer *ld_reshape_layer_new(int ndim, const int64_t *shape) {
-    if (ndim < 1 || ndim >= LD_MAX_DIMS) { ld_fail(LD_EARG, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1); return NULL; }
-    int infer;
-    int64_t known;
-    if (ld_shape_target(ndim, shape, &infer, &known)) return NULL;   /* t:reshape's rules and messages */
-    ld_layer *l = layer_new(LD_LAYER_RESHAPE);
-    if (l) { l->target_ndim = ndim; memcpy(l->target_shape, shape, (size_t)ndim * sizeof *shape); }
-    return l;
+
+ld_activation ld_p_activation(const ld_layer *l, int i) {
+    ld_activation a = LD_ACT_NONE;
+    ld_activation_from_name(l->p[i].s, &a);
+    return a;
 }
 
 ld_layer *ld_layer_retain(ld_layer *l) {
@@ -103,170 +193,156 @@ void ld_layer_release(ld_layer *l) {
     free(l);
 }
 
-static ld_tensor *new_variable(ld_layer *l, const char *what, int ndim, const int64_t *shape,
-                               int64_t fan_in, int64_t fan_out, int zeros) {
-    ld_tensor *v;
+ld_tensor *ld_as_float(ld_tensor *x) { return x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32); }
+
+int ld_shape_fail(const ld_layer *l, const char *what, const ld_shape *got) {
+    char b[LD_SHAPE_STR_MAX];
+    size_t k = (size_t)snprintf(b, sizeof b, "batch");
+    for (int i = 0; i < got->ndim && k < sizeof b; i++) k += (size_t)snprintf(b + k, sizeof b - k, "x%lld", (long long)got->d[i]);
+    return ld_fail(LD_ESHAPE, "%s needs %s; got inputs of shape %s", l->name, what, b);
+}
+
+/* an orthogonal matrix [rows, cols] (Keras's Orthogonal: QR of a normal
+   matrix, signs fixed by R's diagonal), here by Gram-Schmidt in double */
+static ld_tensor *orthogonal(int64_t rows, int64_t cols, ld_rng *rng) {
+    int64_t s[2] = {rows, cols};
+    int tr = rows < cols;                           /* orthonormal rows instead of columns */
+    int64_t n = tr ? cols : rows, m = tr ? rows : cols;   /* m vectors of length n */
+    double *q = malloc(sizeof(double) * (size_t)(n * m));
+    ld_tensor *g = ld_tensor_normal(2, s, 0, 1, rng, NULL);
+    if (!q || !g) { free(q); ld_tensor_release(g); if (!q) ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    const float *gv = ld_tensor_data(g);
+    for (int64_t j = 0; j < m; j++) {
+        double *v = q + j * n;
+        for (int64_t i = 0; i < n; i++) v[i] = tr ? gv[j * cols + i] : gv[i * cols + j];
+        for (int64_t k = 0; k < j; k++) {
+            const double *u = q + k * n;
+            double d = 0;
+            for (int64_t i = 0; i < n; i++) d += u[i] * v[i];
+            for (int64_t i = 0; i < n; i++) v[i] -= d * u[i];
+        }
+        double nr = 0;
+        for (int64_t i = 0; i < n; i++) nr += v[i] * v[i];
+        nr = sqrt(nr) > 0 ? 1 / sqrt(nr) : 0;
+        for (int64_t i = 0; i < n; i++) v[i] *= nr;
+    }
+    float *o = ld_tensor_data(g);
+    for (int64_t j = 0; j < m; j++)
+        for (int64_t i = 0; i < n; i++) o[tr ? j * cols + i : i * cols + j] = (float)q[j * n + i];
+    free(q);
+    return g;
+}
+
+ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, ld_init init, int trainable) {
+    if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
+    ld_tensor *v = NULL;
     ld_rng *rng = ld_global_rng(), before = *rng;
-    if (zeros) v = ld_tensor_zeros(LD_F32, ndim, shape, NULL);
-    else {
-        float lim = sqrtf(6.0f / (float)(fan_in + fan_out));   /* glorot_uniform */
+    switch (init.kind) {
+    case LD_INIT_ZEROS: v = ld_tensor_zeros(LD_F32, ndim, shape, NULL); break;
+    case LD_INIT_ONES: v = ld_tensor_full(LD_F32, ndim, shape, 1.0, NULL); break;
+    case LD_INIT_GLOROT_UNIFORM: {
+        float lim = sqrtf(6.0f / (float)(init.a + init.b));
         v = ld_tensor_uniform(ndim, shape, -lim, lim, rng, NULL);
+        break;
+    }
+    case LD_INIT_UNIFORM: v = ld_tensor_uniform(ndim, shape, (float)init.a, (float)init.b, rng, NULL); break;
+    case LD_INIT_ORTHOGONAL: {
+        int64_t cols = ndim ? shape[ndim - 1] : 1, rows = 1;
+        for (int i = 0; i + 1 < ndim; i++) rows *= shape[i];
+        ld_tensor *o = orthogonal(rows, cols, rng);
+        if (o) o->requires_grad = 0;
+        v = o ? ld_reshape(o, ndim, shape) : NULL;      /* a view of the fresh, contiguous o */
+        ld_tensor_release(o);
+        break;
+    }
     }
     ld_replica_draws_shared(&before);   /* built once, by whichever replica ran the layer first */
     if (!v) return NULL;
-    v->requires_grad = 1;
+    v->requires_grad = trainable != 0;
     size_t n = strlen(l->name) + strlen(what) + 2;
     v->name = malloc(n);
     if (v->name) snprintf(v->name, n, "%s/%s", l->name, what);
+    l->var_trainable[l->n_vars] = trainable != 0;
     l->vars[l->n_vars++] = v;
     if (ld_variable_created(v)) return NULL;   /* mirrored when a strategy asks for it; v is the layer's */
     return v;
 }
 
-int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in) {
+int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in) {
     if (l->built) return LD_OK;
-    int64_t out[LD_MAX_DIMS], numel;
-    /* every product below is of dimensions a user gave: none may pass int64 */
-    if (ld_shape_numel(in_ndim, in, &numel)) return ld_error_status();
-    int on = in_ndim;
-    memcpy(out, in, (size_t)in_ndim * sizeof *in);
-    switch (l->kind) {
-    case LD_LAYER_DENSE: {
-        if (in_ndim < 1) return ld_fail(LD_ESHAPE, "%s needs inputs with a feature axis", l->name);
-        int64_t ks[2] = {in[in_ndim - 1], l->units}, bs[1] = {l->units};
-        if (!new_variable(l, "kernel", 2, ks, ks[0], ks[1], 0)) return ld_error_status();
-        if (l->use_bias && !new_variable(l, "bias", 1, bs, 0, 0, 1)) return ld_error_status();
-        out[on - 1] = l->units;
-        break;
+    const ld_layer_class *c = l->cls;
+    if (n_in < c->min_inputs || n_in > c->max_inputs) {
+        if (c->min_inputs == c->max_inputs)
+            return ld_fail(LD_EARG, "%s takes %d input%s, got %d", l->name, c->min_inputs, c->min_inputs == 1 ? "" : "s", n_in);
+        return ld_fail(LD_EARG, "%s takes %d to %d inputs, got %d", l->name, c->min_inputs, c->max_inputs, n_in);
     }
-    case LD_LAYER_FLATTEN: {
-        on = 1; out[0] = numel;
-        break;
+    /* every product of the shapes is of dimensions a user gave: none may pass int64 */
+    for (int i = 0; i < n_in; i++) {
+        int64_t numel;
+        if (ld_shape_numel(in[i].ndim, in[i].d, &numel)) return ld_error_status();
     }
-    case LD_LAYER_CONV2D: {
-        if (in_ndim != 3)
-            return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got %d axes after the batch "
-                           "(add a channel axis with nn.Reshape{28, 28, 1})", l->name, in_ndim);
-        int64_t ks[4] = {l->kh, l->kw, in[2], l->filters}, bs[1] = {l->filters};
-        int64_t rf = (int64_t)l->kh * l->kw, fan_in, fan_out;
-        if (__builtin_mul_overflow(rf, in[2], &fan_in) || __builtin_mul_overflow(rf, (int64_t)l->filters, &fan_out)) {
-            char b[LD_SHAPE_STR_MAX];
-            return ld_fail(LD_ESHAPE, "%s: kernel shape %s is too large (its size overflows int64)", l->name,
-                           ld_shape_fmt(4, ks, b, sizeof b));
-        }
-        if (!new_variable(l, "kernel", 4, ks, fan_in, fan_out, 0)) return ld_error_status();
-        if (l->use_bias && !new_variable(l, "bias", 1, bs, 0, 0, 1)) return ld_error_status();
-        if (l->same_padding) {   /* ceil(in / stride), without in + stride - 1 passing int64 */
-            out[0] = in[0] / l->sh + (in[0] % l->sh != 0);
-            out[1] = in[1] / l->sw + (in[1] % l->sw != 0);
-        }
-        else { out[0] = (in[0] - l->kh) / l->sh + 1; out[1] = (in[1] - l->kw) / l->sw + 1; }
-        out[2] = l->filters;
-        break;
+    ld_shape out = {0};
+    if (c->build(l, n_in, in, &out)) {
+        for (int i = 0; i < l->n_vars; i++) ld_tensor_release(l->vars[i]);   /* nothing half-built stays */
+        l->n_vars = 0;
+        return ld_error_status();
     }
-    case LD_LAYER_MAXPOOL2D:
-        if (in_ndim != 3) return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]", l->name);
-        out[0] = (in[0] - l->kh) / l->sh + 1; out[1] = (in[1] - l->kw) / l->sw + 1;
-        break;
-    case LD_LAYER_RESHAPE: {
-        int64_t n = numel, known;
-        int infer;
-        if (ld_shape_target(l->target_ndim, l->target_shape, &infer, &known)) return ld_error_status();
-        on = l->target_ndim;
-        memcpy(out, l->target_shape, (size_t)on * sizeof *out);
-        if (infer >= 0 && known > 0) { out[infer] = n / known; known *= out[infer]; }
-        if (known != n) return ld_fail(LD_ESHAPE, "%s cannot reshape %lld features into the target shape", l->name, (long long)n);
-        break;
-    }
-    default: break;
-    }
-    l->in_ndim = in_ndim; memcpy(l->in_shape, in, (size_t)in_ndim * sizeof *in);
-    l->out_ndim = on; memcpy(l->out_shape, out, (size_t)on * sizeof *out);
+    l->n_in = n_in;
+    memcpy(l->in, in, (size_t)n_in * sizeof *in);
+    l->out = out;
     l->built = 1;
     return LD_OK;
 }
 
-static int check_input(ld_layer *l, ld_tensor *x) {
-    char b[64];
-    if (x->ndim - 1 != l->in_ndim) goto bad;
-    for (int i = 0; i < l->in_ndim; i++) {
-        if (l->kind == LD_LAYER_CONV2D || l->kind == LD_LAYER_MAXPOOL2D) {
-            if (i == 2 && x->shape[3] != l->in_shape[2]) goto bad;   /* any image size, same channels */
-        } else if (x->shape[i + 1] != l->in_shape[i]) goto bad;
+int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in) {
+    ld_shape s = {in_ndim, {0}};
+    memcpy(s.d, in, (size_t)in_ndim * sizeof *in);
+    return ld_layer_build_n(l, 1, &s);
+}
+
+static int check_input(ld_layer *l, int k, const ld_tensor *x) {
+    const ld_shape *s = &l->in[k];
+    if (x->ndim - 1 == s->ndim) {
+        int ok = 1;
+        for (int i = 0; i < s->ndim && ok; i++)
+            ok = x->shape[i + 1] == s->d[i] || (i < 32 && (l->cls->flexible >> i & 1));
+        if (ok) return LD_OK;
     }
-    return LD_OK;
-bad:;
-    char want[96] = "";
-    size_t k = snprintf(want, sizeof want, "batch");
-    for (int i = 0; i < l->in_ndim && k < sizeof want; i++) k += snprintf(want + k, sizeof want - k, "x%lld", (long long)l->in_shape[i]);
+    char want[96] = "", b[64];
+    size_t q = snprintf(want, sizeof want, "batch");
+    for (int i = 0; i < s->ndim && q < sizeof want; i++) q += snprintf(want + q, sizeof want - q, "x%lld", (long long)s->d[i]);
+    if (l->n_in > 1)
+        return ld_fail(LD_ESHAPE, "%s expects input %d of shape %s, got %s", l->name, k + 1, want, ld_shape_str(x, b, sizeof b));
     return ld_fail(LD_ESHAPE, "%s expects inputs of shape %s, got %s", l->name, want, ld_shape_str(x, b, sizeof b));
 }
 
-ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) {
-    if (x->ndim < 1) { ld_fail(LD_ESHAPE, "%s needs a batch axis; got a scalar", l->name); return NULL; }
-    if (!l->built && ld_layer_build(l, x->ndim - 1, x->shape + 1)) return NULL;
-    if (check_input(l, x)) return NULL;
-    switch (l->kind) {
-    case LD_LAYER_DENSE: {
-        int relu = l->act == LD_ACT_RELU;
-        ld_tensor *xf = x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32);
-        ld_tensor *y = xf ? ld_linear(xf, ld_var(l->vars[0]), l->use_bias ? ld_var(l->vars[1]) : NULL, relu) : NULL;
-        ld_tensor_release(xf);
-        if (!y || relu || l->act == LD_ACT_NONE) return y;
-        ld_tensor *a = ld_activate(l->act, y);
-        ld_tensor_release(y);
-        return a;
+ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (n_in < 1 || n_in > LD_LAYER_MAX_INPUTS) { ld_fail(LD_EARG, "%s: %d inputs", l->name, n_in); return NULL; }
+    ld_shape in[LD_LAYER_MAX_INPUTS];
+    for (int i = 0; i < n_in; i++) {
+        if (x[i]->ndim < 1) { ld_fail(LD_ESHAPE, "%s needs a batch axis; got a scalar", l->name); return NULL; }
+        in[i].ndim = x[i]->ndim - 1;
+        memcpy(in[i].d, x[i]->shape + 1, (size_t)in[i].ndim * sizeof *in[i].d);
     }
-    case LD_LAYER_FLATTEN: {
-        /* the width from the feature axes, not -1: a replica's share of a
-           small batch may have no rows, and 0 elements fix no -1 */
-        int64_t s[2] = {x->shape[0], 1};
-        for (int i = 1; i < x->ndim; i++) s[1] *= x->shape[i];
-        if (x->dtype != LD_F32) {
-            ld_tensor *f = ld_cast(x, LD_F32);
-            ld_tensor *y = f ? ld_reshape_op(f, 2, s) : NULL;
-            ld_tensor_release(f);
-            return y;
-        }
-        return ld_reshape_op(x, 2, s);
+    if (!l->built && ld_layer_build_n(l, n_in, in)) return NULL;
+    if (n_in != l->n_in) {
+        ld_fail(LD_EARG, "%s was built for %d input%s, called with %d", l->name, l->n_in, l->n_in == 1 ? "" : "s", n_in);
+        return NULL;
     }
-    case LD_LAYER_RESHAPE: {
-        int64_t s[LD_MAX_DIMS];
-        s[0] = x->shape[0];
-        memcpy(s + 1, l->out_shape, (size_t)l->out_ndim * sizeof *s);
-        return ld_reshape_op(x, l->out_ndim + 1, s);
-    }
-    case LD_LAYER_DROPOUT:
-        return training ? ld_dropout(x, l->rate, NULL) : ld_tensor_retain(x);
-    case LD_LAYER_CONV2D: {
-        /* im2col, then the fused dense op (bias and relu folded in), then NHWC */
-        int64_t oh, ow, k = (int64_t)l->kh * l->kw * x->shape[3];
-        ld_tensor *xf = x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32);
-        ld_tensor *col = xf ? ld_im2col(xf, l->kh, l->kw, l->sh, l->sw, l->same_padding, &oh, &ow) : NULL;
-        ld_tensor_release(xf);
-        int64_t w2s[2] = {k, l->filters};
-        ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
-        int relu = l->act == LD_ACT_RELU;
-        ld_tensor *y2 = w2 ? ld_linear(col, w2, l->use_bias ? ld_var(l->vars[1]) : NULL, relu) : NULL;
-        int64_t ys[4] = {x->shape[0], oh, ow, l->filters};
-        ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
-        ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
-        if (!y || relu || l->act == LD_ACT_NONE) return y;
-        ld_tensor *a = ld_activate(l->act, y);
-        ld_tensor_release(y);
-        return a;
-    }
-    case LD_LAYER_MAXPOOL2D:
-        return ld_maxpool2d(x, l->kh, l->kw, l->sh, l->sw);
-    case LD_LAYER_ACTIVATION:
-        return ld_activate(l->act, x);
-    }
-    return NULL;
+    for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
+    return l->cls->forward(l, n_in, x, training);
 }
+
+ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) { return ld_layer_call(l, 1, &x, training); }
 
 int64_t ld_layer_param_count(const ld_layer *l) {
     int64_t n = 0;
     for (int i = 0; i < l->n_vars; i++) n += ld_tensor_numel(l->vars[i]);
+    return n;
+}
+int64_t ld_layer_trainable_count(const ld_layer *l) {
+    int64_t n = 0;
+    for (int i = 0; i < l->n_vars; i++) if (l->var_trainable[i]) n += ld_tensor_numel(l->vars[i]);
     return n;
 }
 
@@ -318,22 +394,32 @@ ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training) {
 }
 
 int ld_model_build(ld_model *m, int in_ndim, const int64_t *in_shape) {
-    int nd = in_ndim;
-    int64_t s[LD_MAX_DIMS];
-    memcpy(s, in_shape, (size_t)in_ndim * sizeof *s);
+    ld_shape s = {in_ndim, {0}};
+    memcpy(s.d, in_shape, (size_t)in_ndim * sizeof *s.d);
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
-        if (ld_layer_build(l, nd, s)) return ld_error_status();
-        nd = l->out_ndim;
-        memcpy(s, l->out_shape, (size_t)nd * sizeof *s);
+        if (!l->built && ld_layer_build_n(l, 1, &s)) return ld_error_status();
+        s = l->out;
     }
     return LD_OK;
+}
+
+int ld_model_weights(ld_model *m, ld_tensor **vars, unsigned char *trainable, int max) {
+    int k = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_vars; j++) {
+            if (vars && k < max) vars[k] = m->layers[i]->vars[j];
+            if (trainable && k < max) trainable[k] = m->layers[i]->var_trainable[j];
+            k++;
+        }
+    return k;
 }
 
 int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
     int k = 0;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_vars; j++) {
+            if (!m->layers[i]->var_trainable[j]) continue;
             if (vars && k < max) vars[k] = m->layers[i]->vars[j];
             k++;
         }
@@ -342,28 +428,30 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
 
 int ld_model_summary(ld_model *m, char *buf, size_t n) {
     size_t k = 0;
-    int64_t total = 0;
+    int64_t total = 0, trainable = 0;
 #define OUT(...) do { if (k < n) k += snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
     OUT("Model: \"%s\"\n", m->name);
-    OUT("%-28s %-22s %12s\n", "Layer (type)", "Output Shape", "Param #");
-    OUT("%.64s\n", "================================================================");
+    OUT("%-34s %-22s %12s\n", "Layer (type)", "Output Shape", "Param #");
+    OUT("%.70s\n", "======================================================================");
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
         char shape[64] = "?", nm[160];
         if (l->built) {
             size_t q = snprintf(shape, sizeof shape, "(None");
-            for (int d = 0; d < l->out_ndim && q < sizeof shape; d++)
-                q += snprintf(shape + q, sizeof shape - q, ", %lld", (long long)l->out_shape[d]);
+            for (int d = 0; d < l->out.ndim && q < sizeof shape; d++)
+                q += snprintf(shape + q, sizeof shape - q, ", %lld", (long long)l->out.d[d]);
             if (q < sizeof shape) snprintf(shape + q, sizeof shape - q, ")");
         }
-        snprintf(nm, sizeof nm, "%s (%s)", l->name, kind_names[l->kind]);
+        snprintf(nm, sizeof nm, "%s (%s)", l->name, l->cls->class_name);
         int64_t pc = ld_layer_param_count(l);
         total += pc;
-        OUT("%-28s %-22s %12lld\n", nm, shape, (long long)pc);
+        trainable += ld_layer_trainable_count(l);
+        OUT("%-34s %-22s %12lld\n", nm, shape, (long long)pc);
     }
-    OUT("%.64s\n", "================================================================");
+    OUT("%.70s\n", "======================================================================");
     OUT("Total params: %lld (%.2f KB)\n", (long long)total, total * 4 / 1024.0);
-    OUT("Trainable params: %lld\n", (long long)total);
+    OUT("Trainable params: %lld\n", (long long)trainable);
+    if (total != trainable) OUT("Non-trainable params: %lld\n", (long long)(total - trainable));
 #undef OUT
     return LD_OK;
 }

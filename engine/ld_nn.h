@@ -5,7 +5,9 @@
  * variables from the input shape, run forward, list its variables. Backward
  * comes from the tape, so a layer only writes forward.
  *
- *     ld_layer *d = ld_dense_new(128, LD_ACT_RELU, 1);
+ *     ld_layer *d = ld_layer_new(&ld_layer_dense);
+ *     ld_layer_set_int(d, 0, 128);                     // units (the class's params, in order)
+ *     ld_layer_check(d);
  *     ld_tensor *y = ld_layer_forward(d, x, 1);       // builds on first call
  *
  * Shapes are Keras': Dense acts on the last axis; images are NHWC; Conv2D
@@ -24,45 +26,132 @@ int ld_activation_from_name(const char *name, ld_activation *out);
 const char *ld_activation_name(ld_activation a);
 ld_tensor *ld_activate(ld_activation a, ld_tensor *x);
 
-typedef enum {
-    LD_LAYER_DENSE = 0, LD_LAYER_FLATTEN, LD_LAYER_DROPOUT, LD_LAYER_CONV2D, LD_LAYER_MAXPOOL2D,
-    LD_LAYER_ACTIVATION, LD_LAYER_RESHAPE
-} ld_layer_kind;
+/* ---- layers: one class per kind ----
+ * A layer class (ld_layer_class) is the one place that says what a kind of
+ * layer is: its Keras class name, its configuration (Keras's argument names,
+ * types and defaults), how it builds its variables from the input shapes, and
+ * its forward. Everything else is generic: the Lua constructor nn.<Class>,
+ * the unknown-option error, get_config / from_config (shipping a model to
+ * other processes, to_json, model:save), summary, weights.
+ *
+ * Adding a layer: a file engine/ld_layers_<family>.c defining
+ *     const ld_layer_class ld_layer_<kind> = {...};
+ * and one X(<kind>) line in LD_LAYER_CLASSES below. Parameters are read with
+ * ld_p_int/ld_p_float/ld_p_str/ld_p_ints by their index in the class's
+ * params (an enum beside the class keeps them named). */
+typedef struct { int ndim; int64_t d[LD_MAX_DIMS]; } ld_shape;   /* without the batch axis */
 
-#define LD_LAYER_MAX_VARS 2
-typedef struct ld_layer {
+typedef enum { LD_P_INT = 0, LD_P_FLOAT, LD_P_BOOL, LD_P_STR, LD_P_INTS } ld_param_type;
+typedef struct {
+    const char *name;       /* Keras's argument name */
+    ld_param_type type;
+    const char *def;        /* default as text: "1", "0.99", "true", "valid", "2,2", "" (an empty list) */
+    int width;              /* LD_P_INTS: a single number stands for `width` copies (kernel_size 3 = 3,3); 0: any length */
+    const char *choices;    /* LD_P_STR: "valid|same"; NULL: any text */
+} ld_param_spec;
+/* spec entries: LD_PINT("units", NULL) (NULL: required), LD_PSTR("padding", "valid", "valid|same"),
+   LD_PINTS("kernel_size", "3", 2), ..., LD_PEND */
+#define LD_PINT(n, d) {n, LD_P_INT, d, 0, NULL}
+#define LD_PFLOAT(n, d) {n, LD_P_FLOAT, d, 0, NULL}
+#define LD_PBOOL(n, d) {n, LD_P_BOOL, d, 0, NULL}
+#define LD_PSTR(n, d, choices) {n, LD_P_STR, d, 0, choices}
+#define LD_PINTS(n, d, width) {n, LD_P_INTS, d, width, NULL}
+#define LD_PEND {NULL, LD_P_INT, NULL, 0, NULL}
+typedef struct {
+    int n;                      /* LD_P_INTS: how many */
+    int64_t i[LD_MAX_DIMS];     /* LD_P_INT, LD_P_BOOL: i[0]; LD_P_INTS: i[0..n) */
+    double f;                   /* LD_P_FLOAT */
+    char s[32];                 /* LD_P_STR */
+} ld_param_value;
+
+#define LD_LAYER_MAX_PARAMS 16
+#define LD_LAYER_MAX_VARS 16
+#define LD_LAYER_MAX_INPUTS 8
+typedef struct ld_layer ld_layer;
+typedef struct ld_layer_class {
+    const char *class_name;     /* Keras's: "Dense"; also the constructor's name, nn.Dense */
+    const char *kind;           /* layer names: "dense", "dense_1", ... */
+    const char *alias;          /* another constructor name ("MaxPooling2D"), or NULL */
+    const char *positional[4];  /* parameters that may be given in order: nn.Dense(64, "relu") */
+    ld_param_spec params[LD_LAYER_MAX_PARAMS + 1];   /* ends with {NULL} */
+    int min_inputs, max_inputs; /* 1, 1 for most; merging layers take several */
+    unsigned flexible;          /* bit a: input axis a (after the batch) may differ from the built shape */
+    int (*check)(ld_layer *l);  /* the configuration's checks (NULL: none): LD_OK or ld_fail */
+    /* create the variables (ld_layer_add_weight) and give the output shape */
+    int (*build)(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out);
+    ld_tensor *(*forward)(ld_layer *l, int n_in, ld_tensor *const *x, int training);
+    const char *doc;            /* help text: the call and a line on what it does */
+} ld_layer_class;
+
+struct ld_layer {
     int refcount;                  /* a model and a front end may both hold a layer */
-    ld_layer_kind kind;
+    const ld_layer_class *cls;
     char name[64];                 /* "dense", "dense_1", ... unique per process */
     int built;
     int n_vars;
-    ld_tensor *vars[LD_LAYER_MAX_VARS];   /* trainable variables, requires_grad set */
-    /* configuration (what applies to the kind) */
-    int64_t units, filters;
-    int kh, kw, sh, sw, same_padding, use_bias;
-    float rate;                    /* dropout */
-    ld_activation act;
-    int target_ndim;               /* reshape */
-    int64_t target_shape[LD_MAX_DIMS];
+    ld_tensor *vars[LD_LAYER_MAX_VARS];        /* in creation order; requires_grad set on trainable ones */
+    unsigned char var_trainable[LD_LAYER_MAX_VARS];
+    ld_param_value p[LD_LAYER_MAX_PARAMS];     /* the configuration, by the class's params */
     /* shapes seen at build time (without the batch axis) */
-    int in_ndim, out_ndim;
-    int64_t in_shape[LD_MAX_DIMS], out_shape[LD_MAX_DIMS];
-} ld_layer;
+    int n_in;
+    ld_shape in[LD_LAYER_MAX_INPUTS], out;
+};
 
-ld_layer *ld_dense_new(int64_t units, ld_activation act, int use_bias);
-ld_layer *ld_flatten_new(void);
-ld_layer *ld_dropout_new(float rate);
-ld_layer *ld_conv2d_new(int64_t filters, int kh, int kw, int sh, int sw, int same, ld_activation act, int use_bias);
-ld_layer *ld_maxpool2d_new(int kh, int kw, int sh, int sw);
-ld_layer *ld_activation_layer_new(ld_activation act);
-ld_layer *ld_reshape_layer_new(int ndim, const int64_t *shape);
+/* every class: X(kind) for const ld_layer_class ld_layer_<kind> */
+#define LD_LAYER_CLASSES(X) \
+    X(dense) X(flatten) X(dropout) X(conv2d) X(max_pooling2d) X(activation) X(reshape) \
+    X(batch_normalization) X(layer_normalization) X(embedding) X(average_pooling2d) \
+    X(global_average_pooling2d) X(conv1d) X(add) X(multiply) X(concatenate) \
+    X(multi_head_attention) X(lstm) X(gru)
+#define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
+LD_LAYER_CLASSES(LD_LAYER_DECLARE)
+#undef LD_LAYER_DECLARE
+/* the classes, NULL-terminated; a class by its class name or alias (NULL: none) */
+const ld_layer_class *const *ld_layer_classes(void);
+const ld_layer_class *ld_layer_class_find(const char *class_name);
+
+/* A layer with the class's defaults; set parameters, then ld_layer_check. */
+ld_layer *ld_layer_new(const ld_layer_class *c);
+int ld_layer_param_index(const ld_layer_class *c, const char *name);   /* -1: none */
+/* Set parameter i from text (the value's type checked against the spec,
+   choices too); ints/n for LD_P_INTS. Errors name the layer class and parameter. */
+int ld_layer_set_int(ld_layer *l, int i, int64_t v);
+int ld_layer_set_float(ld_layer *l, int i, double v);
+int ld_layer_set_str(ld_layer *l, int i, const char *v);
+int ld_layer_set_bool(ld_layer *l, int i, int v);
+int ld_layer_set_ints(ld_layer *l, int i, int n, const int64_t *v);
+int ld_layer_set_name(ld_layer *l, const char *name);
+int ld_layer_check(ld_layer *l);               /* the class's checks, once every parameter is set */
+static inline int64_t ld_p_int(const ld_layer *l, int i) { return l->p[i].i[0]; }
+static inline double ld_p_float(const ld_layer *l, int i) { return l->p[i].f; }
+static inline const char *ld_p_str(const ld_layer *l, int i) { return l->p[i].s; }
+static inline const int64_t *ld_p_ints(const ld_layer *l, int i, int *n) { if (n) *n = l->p[i].n; return l->p[i].i; }
+ld_activation ld_p_activation(const ld_layer *l, int i);   /* a LD_P_STR parameter naming an activation */
+/* the choices of an activation parameter */
+#define LD_ACTIVATION_CHOICES "linear|relu|sigmoid|tanh|softmax|gelu"
+
+/* Variables, in build: init as Keras's initializers */
+typedef enum { LD_INIT_ZEROS = 0, LD_INIT_ONES, LD_INIT_GLOROT_UNIFORM, LD_INIT_UNIFORM, LD_INIT_ORTHOGONAL } ld_init_kind;
+typedef struct { ld_init_kind kind; double a, b; } ld_init;   /* glorot: a = fan_in, b = fan_out; uniform: [a, b) */
+#define LD_INIT_Z ((ld_init){LD_INIT_ZEROS, 0, 0})
+#define LD_INIT_1 ((ld_init){LD_INIT_ONES, 0, 0})
+#define LD_INIT_GLOROT(fan_in, fan_out) ((ld_init){LD_INIT_GLOROT_UNIFORM, (double)(fan_in), (double)(fan_out)})
+#define LD_INIT_U(lo, hi) ((ld_init){LD_INIT_UNIFORM, (lo), (hi)})
+#define LD_INIT_ORTH ((ld_init){LD_INIT_ORTHOGONAL, 0, 0})
+ld_tensor *ld_layer_add_weight(ld_layer *l, const char *name, int ndim, const int64_t *shape, ld_init init, int trainable);
+
 ld_layer *ld_layer_retain(ld_layer *l);
 void ld_layer_release(ld_layer *l);
-const char *ld_layer_kind_name(ld_layer_kind k);
-/* Build (create variables) for inputs shaped [batch, in_shape...]. */
+/* Build (create variables) for inputs shaped [batch, in...]. */
+int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in);
 int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in_shape);
+ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training);
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training);
 int64_t ld_layer_param_count(const ld_layer *l);
+int64_t ld_layer_trainable_count(const ld_layer *l);
+/* helpers for classes */
+ld_tensor *ld_as_float(ld_tensor *x);          /* x itself (retained) when float32, else a float32 copy */
+int ld_shape_fail(const ld_layer *l, const char *what, const ld_shape *got);
 
 /* ---- Sequential ---- */
 typedef struct ld_model {
@@ -77,6 +166,9 @@ ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training);
 int ld_model_build(ld_model *m, int in_ndim, const int64_t *in_shape);
 /* Trainable variables in order (borrowed); returns the count; vars may be NULL to count. */
 int ld_model_variables(ld_model *m, ld_tensor **vars, int max);
+/* Every variable (Keras's model.weights: each layer's, trainable and not, in
+   creation order), borrowed; trainable (may be NULL) tells which are. */
+int ld_model_weights(ld_model *m, ld_tensor **vars, unsigned char *trainable, int max);
 /* A Keras-like summary table into buf (truncated to n). */
 int ld_model_summary(ld_model *m, char *buf, size_t n);
 

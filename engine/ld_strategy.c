@@ -54,8 +54,10 @@ void ld_replica_set(const ld_replica_ctx *ctx) {
 }
 const ld_replica_ctx *ld_replica_get(void) { return in_replica ? &current : NULL; }
 
+static void in_step_reset(int n);
 int ld_replica_step_begin(int n) {
     if (n < 1 || n > LD_MAX_LOGICAL) return ld_fail(LD_EARG, "a step needs 1 to %d replicas, got %d", LD_MAX_LOGICAL, n);
+    in_step_reset(n);
     n_streams = 0;
     n_jumps = 0;
     point_rng();   /* the global generator itself, not a stream of the last step */
@@ -663,5 +665,152 @@ static int launch(ld_comm *c, int k, ld_tensor *const *t, ld_tensor *const *out,
         for (int r = n - 1; r >= 0; r--)
             if (ld_device_is_async(c->devs[r]) == (pass == 0))
                 ld_executor_submit(c->devs[r], participate, ps[r], LD_SPAN_NONE);
+    return LD_OK;
+}
+
+/* ================================================================ an all-reduce inside the step
+ * ld_replica_all_reduce_sum (synchronized BatchNorm's statistics). The
+ * replicas of a step are issued one after the other (replica n-1 first,
+ * replica 0 last), their kernels queued on their devices; replica r's k-th
+ * call of the step meets every other replica's k-th call: each queues a
+ * task that waits at a barrier until every replica's values are computed,
+ * sums them all in replica order (the same bits everywhere), waits until
+ * every replica has read, and writes the sum. A device that runs inline
+ * (the host) reaches its task last, when every other one is queued. */
+typedef struct {
+    group g;                                 /* its barrier (n, mu, cv, arrived, gen) and refs */
+    int64_t len;
+    float *buf[LD_MAX_LOGICAL];
+    ld_tensor *keep[LD_MAX_LOGICAL];
+    int issued, abandoned;
+} in_step_reduce;
+static struct {
+    in_step_reduce **open;                   /* by call index within the step */
+    int cap, n_open;
+    int calls[LD_MAX_LOGICAL];               /* calls issued so far by each replica */
+    int n;                                   /* the step's replicas in this process */
+    ld_step_reducer reducer;                 /* across processes */
+    void *reducer_ctx;
+} step_reduce;
+
+void ld_replica_set_reducer(ld_step_reducer fn, void *ctx) {
+    step_reduce.reducer = fn;
+    step_reduce.reducer_ctx = ctx;
+}
+
+static void in_step_release(in_step_reduce *s) {
+    pthread_mutex_lock(&s->g.mu);
+    int left = --s->g.refs;
+    pthread_mutex_unlock(&s->g.mu);
+    if (left) return;
+    for (int r = 0; r < LD_MAX_LOGICAL; r++) ld_tensor_release(s->keep[r]);
+    pthread_mutex_destroy(&s->g.mu);
+    pthread_cond_destroy(&s->g.cv);
+    free(s);
+}
+
+typedef struct { in_step_reduce *s; int r; } in_step_part;
+static void in_step_run(void *ctx, ld_device *d) {
+    in_step_part *p = ctx;
+    in_step_reduce *s = p->s;
+    int r = p->r;
+    free(p);
+    float *sum = malloc(sizeof(float) * (size_t)(s->len ? s->len : 1));
+    barrier(&s->g);                          /* every replica's values are computed */
+    if (__atomic_load_n(&s->abandoned, __ATOMIC_ACQUIRE)) {
+        ld_executor_kernel_error(d, "synchronized statistics: not every replica reached the same all-reduce");
+        free(sum);
+        in_step_release(s);
+        return;
+    }
+    if (sum)
+        for (int64_t i = 0; i < s->len; i++) {
+            double a = 0;
+            for (int q = 0; q < s->g.n; q++) a += s->buf[q][i];
+            sum[i] = (float)a;
+        }
+    barrier(&s->g);                          /* every replica has read every buffer */
+    if (sum) memcpy(s->buf[r], sum, sizeof(float) * (size_t)s->len);
+    else ld_executor_kernel_error(d, "all-reduce in the step: out of memory");
+    free(sum);
+    in_step_release(s);
+}
+
+static void in_step_reset(int n) {
+    /* a call that not every replica made (a replica function failed before
+       it): the parts queued would wait for the others forever, so they are
+       let through, write nothing, and fail their device's next read */
+    for (int k = 0; k < step_reduce.n_open; k++) {
+        in_step_reduce *s = step_reduce.open[k];
+        if (!s) continue;
+        pthread_mutex_lock(&s->g.mu);
+        s->abandoned = 1;
+        int missing = s->g.n - s->issued, left = s->g.refs -= missing;
+        s->g.n = s->issued;
+        if (s->g.arrived >= s->g.n && s->g.n > 0) {    /* every part queued is waiting: open the barrier */
+            s->g.arrived = 0;
+            __atomic_store_n(&s->g.gen, s->g.gen + 1, __ATOMIC_RELEASE);
+            pthread_cond_broadcast(&s->g.cv);
+        }
+        pthread_mutex_unlock(&s->g.mu);
+        if (!left) { s->g.refs = 1; in_step_release(s); }
+    }
+    step_reduce.n_open = 0;
+    memset(step_reduce.calls, 0, sizeof step_reduce.calls);
+    step_reduce.n = n;
+}
+
+int ld_replica_all_reduce_sum(ld_tensor *t) {
+    const ld_replica_ctx *c = ld_replica_get();
+    if (!c || c->n <= 1) return LD_OK;
+    if (t->dtype != LD_F32 || !ld_tensor_is_contiguous(t))
+        return ld_fail(LD_ETYPE, "all-reduce in the step: a contiguous float32 tensor expected");
+    ld_device *dev = t->storage->device;
+    if (dev->kind != LD_DEV_CPU)
+        return ld_fail(LD_EDEVICE, "an all-reduce inside the step (synchronized statistics) runs between CPU devices; "
+                       "%s is not one", dev->name);
+    if (c->id < 0 || c->id >= c->n) return ld_fail(LD_EARG, "bad replica context");
+    if (step_reduce.n != c->n) {             /* the replicas are in several processes */
+        if (step_reduce.n == 1 && step_reduce.reducer) return step_reduce.reducer(step_reduce.reducer_ctx, t);
+        return ld_fail(LD_EINTERNAL, "an all-reduce inside the step (synchronized statistics) across %d replicas, %d of "
+                       "them in this process: this strategy does not provide one", c->n, step_reduce.n);
+    }
+    int k = step_reduce.calls[c->id]++;
+    if (k >= step_reduce.cap) {
+        int cap = step_reduce.cap ? 2 * step_reduce.cap : 16;
+        while (cap <= k) cap *= 2;
+        in_step_reduce **o = realloc(step_reduce.open, sizeof *o * (size_t)cap);
+        if (!o) return ld_fail(LD_ENOMEM, "out of memory");
+        memset(o + step_reduce.cap, 0, sizeof *o * (size_t)(cap - step_reduce.cap));
+        step_reduce.open = o;
+        step_reduce.cap = cap;
+    }
+    if (k >= step_reduce.n_open) {
+        for (int j = step_reduce.n_open; j <= k; j++) step_reduce.open[j] = NULL;
+        step_reduce.n_open = k + 1;
+    }
+    in_step_reduce *s = step_reduce.open[k];
+    int64_t len = ld_tensor_numel(t);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s) return ld_fail(LD_ENOMEM, "out of memory");
+        s->g.n = c->n;
+        s->g.refs = c->n;
+        s->len = len;
+        pthread_mutex_init(&s->g.mu, NULL);
+        pthread_cond_init(&s->g.cv, NULL);
+        step_reduce.open[k] = s;
+    }
+    if (s->len != len || s->keep[c->id])
+        return ld_fail(LD_ESHAPE, "all-reduce in the step: replica %d's call %d has %lld values, another replica's %lld "
+                       "(every replica must make the same calls)", c->id, k + 1, (long long)len, (long long)s->len);
+    in_step_part *p = malloc(sizeof *p);
+    if (!p) return ld_fail(LD_ENOMEM, "out of memory");
+    p->s = s; p->r = c->id;
+    s->keep[c->id] = ld_tensor_retain(t);
+    s->buf[c->id] = (float *)t->storage->data + t->offset;
+    s->issued++;
+    if (s->issued == s->g.n) step_reduce.open[k] = NULL;   /* complete: the tasks own it */
+    ld_executor_submit(dev, in_step_run, p, LD_SPAN_NONE);
     return LD_OK;
 }

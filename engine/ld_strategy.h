@@ -48,6 +48,20 @@ void ld_replica_step_end(void);
    have made them there. A no-op outside a step's replicas. */
 void ld_replica_draws_shared(const ld_rng *before);
 
+/* Sum a small contiguous float32 tensor t across the replicas of the step,
+   in place (synchronized BatchNorm's statistics): replica r's k-th call
+   meets every other replica's k-th call; the sum is queued on t's device
+   like a kernel, in replica order (the same bits on every replica). A
+   no-op outside a replica or with one replica. CPU devices. */
+int ld_replica_all_reduce_sum(ld_tensor *t);
+/* When the step's replicas span processes (MultiWorkerMirrored: each runs
+   its share of the replicas, ld_replica_step_begin counting the local ones),
+   ld_replica_all_reduce_sum calls this reducer, which sums t across every
+   process in place (blocking). The strategy sets it around its steps; NULL
+   unsets it. */
+typedef int (*ld_step_reducer)(void *ctx, ld_tensor *t);
+void ld_replica_set_reducer(ld_step_reducer fn, void *ctx);
+
 /* ---- mirrored variables ----
    A mirrored variable is copy 0 of its copies (one per replica device); the
    tensor keeps the others in its extension slot (ld_tensor.h). */

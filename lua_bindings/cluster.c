@@ -12,8 +12,8 @@
 #include "ld_executor.h"
 #include "ld_nn.h"
 #include "ld_optim.h"
+#include "ld_strategy.h"
 
-#include <jansson.h>
 #include <lauxlib.h>
 
 #include <arpa/inet.h>
@@ -114,6 +114,17 @@ static int cl_all_reduce(lua_State *L) {
     int k = lb_check_tensors(L, 2, 1, 1, &t);
     int mean = lua_toboolean(L, 3);
     if (ld_cluster_all_reduce_tensors(c, k, t, mean)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+
+/* c:set_step_reducer(on): while on, an all-reduce inside a replica's step
+   (synchronized BatchNorm's statistics, ld_replica_all_reduce_sum) goes
+   across the processes of c */
+static int reduce_across(void *ctx, ld_tensor *t) { return ld_cluster_all_reduce_tensors(ctx, 1, &t, 0); }
+static int cl_set_step_reducer(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    if (lua_toboolean(L, 2)) ld_replica_set_reducer(reduce_across, c);
+    else ld_replica_set_reducer(NULL, NULL);
     return 0;
 }
 
@@ -538,168 +549,6 @@ static int c_unpack(lua_State *L) {
     return 1;
 }
 
-/* ================================================================ JSON (TF_CONFIG) */
-static void push_json(lua_State *L, json_t *j, int depth) {
-    luaL_checkstack(L, 4, "json");
-    if (depth > 64) { lua_pushnil(L); return; }
-    switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        const char *k;
-        json_t *v;
-        lua_newtable(L);
-        json_object_foreach(j, k, v) { push_json(L, v, depth + 1); lua_setfield(L, -2, k); }
-        return;
-    }
-    case JSON_ARRAY: {
-        size_t i;
-        json_t *v;
-        lua_newtable(L);
-        json_array_foreach(j, i, v) { push_json(L, v, depth + 1); lua_rawseti(L, -2, (lua_Integer)i + 1); }
-        return;
-    }
-    case JSON_STRING: lua_pushlstring(L, json_string_value(j), json_string_length(j)); return;
-    case JSON_INTEGER: lua_pushinteger(L, (lua_Integer)json_integer_value(j)); return;
-    case JSON_REAL: lua_pushnumber(L, json_real_value(j)); return;
-    case JSON_TRUE: lua_pushboolean(L, 1); return;
-    case JSON_FALSE: lua_pushboolean(L, 0); return;
-    default: lua_pushnil(L); return;
-    }
-}
-
-/* json_decode(text) -> value, or nil and a message */
-static int c_json_decode(lua_State *L) {
-    size_t n;
-    const char *s = luaL_checklstring(L, 1, &n);
-    json_error_t err;
-    json_t *j = json_loadb(s, n, JSON_DECODE_ANY, &err);
-    if (!j) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "%s (line %d, column %d)", err.text, err.line, err.column);
-        return 2;
-    }
-    push_json(L, j, 0);
-    json_decref(j);
-    return 1;
-}
-
-static json_t *to_json(lua_State *L, int idx, int depth) {
-    idx = lua_absindex(L, idx);
-    if (depth > 64) luaL_error(L, "json_encode: nested too deeply");
-    switch (lua_type(L, idx)) {
-    case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
-    case LUA_TNUMBER: return lua_isinteger(L, idx) ? json_integer(lua_tointeger(L, idx)) : json_real(lua_tonumber(L, idx));
-    case LUA_TSTRING: { size_t n; const char *s = lua_tolstring(L, idx, &n); return json_stringn(s, n); }
-    case LUA_TTABLE: {
-        lua_Integer len = luaL_len(L, idx);
-        if (len > 0) {
-            json_t *a = json_array();
-            for (lua_Integer i = 1; i <= len; i++) { lua_geti(L, idx, i); json_array_append_new(a, to_json(L, -1, depth + 1)); lua_pop(L, 1); }
-            return a;
-        }
-        json_t *o = json_object();
-        lua_pushnil(L);
-        while (lua_next(L, idx)) {
-            if (lua_type(L, -2) == LUA_TSTRING) json_object_set_new(o, lua_tostring(L, -2), to_json(L, -1, depth + 1));
-            lua_pop(L, 1);
-        }
-        return o;
-    }
-    default: return json_null();
-    }
-}
-
-static int c_json_encode(lua_State *L) {
-    json_t *j = to_json(L, 1, 0);
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-    json_decref(j);
-    if (!s) return luaL_error(L, "json_encode failed");
-    lua_pushstring(L, s);
-    free(s);
-    return 1;
-}
-
-/* ================================================================ what a model is made of */
-/* layer_config(layer) -> {kind=, units=, activation=, ...}: enough to make it again */
-static int c_layer_config(lua_State *L) {
-    ld_layer **p = luaL_checkudata(L, 1, "ldist.Layer");
-    ld_layer *l = *p;
-    if (!l) return luaL_argerror(L, 1, "layer freed");
-    lua_newtable(L);
-    lua_pushstring(L, ld_layer_kind_name(l->kind)); lua_setfield(L, -2, "kind");
-    lua_pushstring(L, l->name); lua_setfield(L, -2, "name");
-    lua_pushstring(L, ld_activation_name(l->act)); lua_setfield(L, -2, "activation");
-    lua_pushboolean(L, l->use_bias); lua_setfield(L, -2, "use_bias");
-    lua_pushinteger(L, l->units); lua_setfield(L, -2, "units");
-    lua_pushinteger(L, l->filters); lua_setfield(L, -2, "filters");
-    lua_createtable(L, 2, 0);
-    lua_pushinteger(L, l->kh); lua_rawseti(L, -2, 1);
-    lua_pushinteger(L, l->kw); lua_rawseti(L, -2, 2);
-    lua_setfield(L, -2, "kernel_size");
-    lua_createtable(L, 2, 0);
-    lua_pushinteger(L, l->sh); lua_rawseti(L, -2, 1);
-    lua_pushinteger(L, l->sw); lua_rawseti(L, -2, 2);
-    lua_setfield(L, -2, "strides");
-    lua_pushstring(L, l->same_padding ? "same" : "valid"); lua_setfield(L, -2, "padding");
-    lua_pushnumber(L, l->rate); lua_setfield(L, -2, "rate");
-    lua_createtable(L, l->target_ndim, 0);
-    for (int i = 0; i < l->target_ndim; i++) { lua_pushinteger(L, l->target_shape[i]); lua_rawseti(L, -2, i + 1); }
-    lua_setfield(L, -2, "target_shape");
-    lua_pushboolean(L, l->built); lua_setfield(L, -2, "built");
-    lua_createtable(L, l->in_ndim, 0);
-    for (int i = 0; i < l->in_ndim; i++) { lua_pushinteger(L, l->in_shape[i]); lua_rawseti(L, -2, i + 1); }
-    lua_setfield(L, -2, "input_shape");
-    return 1;
-}
-
-/* loss_config(loss) -> {name=, from_logits=, reduction=} */
-static int c_loss_config(lua_State *L) {
-    ld_loss *l = luaL_checkudata(L, 1, "ldist.Loss");
-    static const char *const red[] = {"sum_over_batch_size", "sum", "none"};
-    lua_createtable(L, 0, 3);
-    lua_pushstring(L, ld_loss_name(l->kind)); lua_setfield(L, -2, "name");
-    lua_pushboolean(L, l->from_logits); lua_setfield(L, -2, "from_logits");
-    lua_pushstring(L, red[l->reduction_sum >= 0 && l->reduction_sum < 3 ? l->reduction_sum : 0]); lua_setfield(L, -2, "reduction");
-    return 1;
-}
-
-/* optimizer_config(opt) -> {name=, learning_rate=number|schedule table, momentum=, ...} */
-static int c_optimizer_config(lua_State *L) {
-    luaL_checkudata(L, 1, LB_OPTIMIZER_MT);
-    int fn = lua_getiuservalue(L, 1, 1) == LUA_TFUNCTION;
-    lua_pop(L, 1);
-    if (fn) return luaL_error(L, "an optimizer whose learning rate is a Lua function cannot be sent to other processes; "
-                                 "use a number or an optim.schedules.* schedule");
-    ld_optimizer *o = lb_check_optimizer(L, 1);
-    lua_newtable(L);
-    lua_pushstring(L, ld_optimizer_name(o->kind)); lua_setfield(L, -2, "name");
-    if (o->lr.kind == LD_SCHED_CONSTANT) lua_pushnumber(L, o->lr.initial);
-    else {
-        static const char *const kinds[] = {"constant", "ExponentialDecay", "CosineDecay", "PiecewiseConstantDecay"};
-        lua_newtable(L);
-        lua_pushstring(L, kinds[o->lr.kind]); lua_setfield(L, -2, "kind");
-        lua_pushnumber(L, o->lr.initial); lua_setfield(L, -2, "initial_learning_rate");
-        lua_pushinteger(L, o->lr.decay_steps); lua_setfield(L, -2, "decay_steps");
-        lua_pushnumber(L, o->lr.decay_rate); lua_setfield(L, -2, "decay_rate");
-        lua_pushnumber(L, o->lr.alpha); lua_setfield(L, -2, "alpha");
-        lua_pushboolean(L, o->lr.staircase); lua_setfield(L, -2, "staircase");
-        lua_newtable(L);
-        for (int i = 0; i < o->lr.n_bounds; i++) { lua_pushinteger(L, o->lr.bounds[i]); lua_rawseti(L, -2, i + 1); }
-        lua_setfield(L, -2, "boundaries");
-        lua_newtable(L);
-        for (int i = 0; i <= o->lr.n_bounds && o->lr.kind == LD_SCHED_PIECEWISE; i++) { lua_pushnumber(L, o->lr.values[i]); lua_rawseti(L, -2, i + 1); }
-        lua_setfield(L, -2, "values");
-    }
-    lua_setfield(L, -2, "learning_rate");
-    lua_pushnumber(L, o->momentum); lua_setfield(L, -2, "momentum");
-    lua_pushnumber(L, o->beta1); lua_setfield(L, -2, "beta_1");
-    lua_pushnumber(L, o->beta2); lua_setfield(L, -2, "beta_2");
-    lua_pushnumber(L, o->epsilon); lua_setfield(L, -2, "epsilon");
-    lua_pushnumber(L, o->rho); lua_setfield(L, -2, "rho");
-    lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
-    lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov");
-    if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
-    return 1;
-}
 
 /* ================================================================ small helpers */
 static int c_random_hex(lua_State *L) {
@@ -757,7 +606,7 @@ static int c_clear_interrupt(lua_State *L) { (void)L; ld_interrupt_flag = 0; ret
 int lb_open_cluster(lua_State *L) {
     static const luaL_Reg cm[] = {
         {"rank", cl_rank}, {"size", cl_size}, {"peer_name", cl_peer_name}, {"peer_pid", cl_peer_pid},
-        {"check", cl_check}, {"all_reduce", cl_all_reduce}, {"broadcast", cl_broadcast},
+        {"check", cl_check}, {"all_reduce", cl_all_reduce}, {"set_step_reducer", cl_set_step_reducer}, {"broadcast", cl_broadcast},
         {"broadcast_string", cl_broadcast_string}, {"barrier", cl_barrier}, {"send", cl_send}, {"recv", cl_recv},
         {"stats", cl_stats}, {"recv_any", cl_recv_any}, {"peer_state", cl_peer_state}, {"nccl", cl_nccl}, {"close", cl_close}, {NULL, NULL}};
     luaL_newmetatable(L, CLUSTER_MT);
@@ -786,8 +635,6 @@ int lb_open_cluster(lua_State *L) {
 
     static const luaL_Reg f[] = {
         {"join", c_join}, {"procs_start", c_procs_start}, {"pack", c_pack}, {"unpack", c_unpack},
-        {"json_decode", c_json_decode}, {"json_encode", c_json_encode}, {"layer_config", c_layer_config},
-        {"loss_config", c_loss_config}, {"optimizer_config", c_optimizer_config},
         {"random_hex", c_random_hex}, {"getpid", c_getpid}, {"hostname", c_hostname}, {"self_exe", c_self_exe},
         {"kill", c_kill}, {"sleep", c_sleep}, {"free_port", c_free_port}, {"cores", c_cores},
         {"tensor_id", c_tensor_id}, {"clear_interrupt", c_clear_interrupt}, {NULL, NULL}};

@@ -54,6 +54,7 @@ struct ld_optimizer *lb_check_optimizer(lua_State *L, int idx);
 /* Module openers (each pushes its module table). */
 int lb_open_tensor(lua_State *L);
 int lb_open_autograd(lua_State *L);
+int lb_open_json(lua_State *L);
 int lb_open_nn(lua_State *L);
 int lb_open_losses(lua_State *L);
 int lb_open_distribute_c(lua_State *L);

@@ -31,6 +31,7 @@ extern const size_t ldist_prelude_sizes[];
 #pragma weak lb_open_data
 #pragma weak lb_open_io
 #pragma weak lb_open_cluster
+#pragma weak lb_open_json
 
 static const struct { const char *name; int (*open)(lua_State *); } c_modules[] = {
     {"tensor", lb_open_tensor},
@@ -41,6 +42,7 @@ static const struct { const char *name; int (*open)(lua_State *); } c_modules[] 
     {"optim", lb_open_optim},
     {"data", lb_open_data},
     {"io", lb_open_io},
+    {"json", lb_open_json},
     {"_cluster", lb_open_cluster},
 };
 

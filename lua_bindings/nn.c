@@ -34,148 +34,178 @@ static ld_model *check_model(lua_State *L, int i) {
     return *p;
 }
 
-static int push_layer(lua_State *L, ld_layer *l) {
-    if (!l) return lb_engine_error(L, 1);
-    ld_layer **p = lua_newuserdatauv(L, sizeof *p, 1);
-    *p = l;
-    luaL_setmetatable(L, LAYER_MT);
+
+/* ================================================================ layer constructors
+ * One constructor serves every class of ld_nn.h: nn.<Class>(positional...,
+ * {options}) or nn.<Class>{positional..., option = value}. An option the
+ * class does not have is an error naming the ones it has (Keras raises for
+ * an unknown keyword too). */
+
+/* whether the table at idx has only array entries (a list of integers) */
+static int is_list(lua_State *L, int idx) {
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (!lua_isinteger(L, -1)) { lua_pop(L, 1); return 0; }
+    }
     return 1;
 }
 
-static ld_activation get_act(lua_State *L, int idx) {
-    ld_activation a = LD_ACT_NONE;
-    if (lua_isnoneornil(L, idx)) return a;
-    if (ld_activation_from_name(luaL_checkstring(L, idx), &a)) lb_engine_error(L, idx);
-    return a;
-}
-
-/* options: either a table at idx, or nothing */
-static int opt_field(lua_State *L, int opts, const char *k) {
-    if (!opts || !lua_istable(L, opts)) { lua_pushnil(L); return LUA_TNIL; }
-    return lua_getfield(L, opts, k);
-}
-
-static int opt_bool(lua_State *L, int opts, const char *k, int def) {
-    int t = opt_field(L, opts, k);
-    int v = t == LUA_TNIL ? def : lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return v;
-}
-
-/* a size given as n or {h, w} */
-static void opt_pair(lua_State *L, int idx, int *a, int *b, int def) {
-    if (lua_isnoneornil(L, idx)) { *a = *b = def; return; }
-    if (lua_istable(L, idx)) {
-        lua_geti(L, idx, 1); lua_geti(L, idx, 2);
-        *a = (int)luaL_checkinteger(L, -2);
-        *b = (int)luaL_optinteger(L, -1, *a);
-        lua_pop(L, 2);
-        return;
-    }
-    *a = *b = (int)luaL_checkinteger(L, idx);
-}
-
-/* ================================================================ layer constructors */
-/* nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=} */
-static int nn_dense(lua_State *L) {
-    int opts = 0;
-    lua_Integer units;
-    ld_activation act;
-    if (lua_istable(L, 1)) {
-        opts = 1;
-        opt_field(L, 1, "units");
-        if (lua_isnil(L, -1)) lua_geti(L, 1, 1);
-        units = luaL_checkinteger(L, -1);
-        opt_field(L, 1, "activation");
-        act = get_act(L, lua_gettop(L));
-        lua_pop(L, 3);
-    } else {
-        units = luaL_checkinteger(L, 1);
-        if (lua_istable(L, 2)) {
-            opts = 2;
-            opt_field(L, 2, "activation");
-            act = get_act(L, lua_gettop(L));
-            lua_pop(L, 1);
-        } else act = get_act(L, 2);
-        if (lua_istable(L, 3)) opts = 3;
-    }
-    if (units < 1) return luaL_argerror(L, 1, "units must be a positive integer");
-    return push_layer(L, ld_dense_new(units, act, opt_bool(L, opts, "use_bias", 1)));
-}
-
-static int nn_flatten(lua_State *L) { return push_layer(L, ld_flatten_new()); }
-
-static int nn_dropout(lua_State *L) {
-    double r;
-    if (lua_istable(L, 1)) { lua_getfield(L, 1, "rate"); r = luaL_checknumber(L, -1); lua_pop(L, 1); }
-    else r = luaL_checknumber(L, 1);
-    if (!(r >= 0 && r < 1)) return luaL_argerror(L, 1, "rate must be in [0, 1)");
-    return push_layer(L, ld_dropout_new((float)r));
-}
-
-/* nn.Conv2D(filters, kernel_size, {strides=1, padding="valid", activation=, use_bias=true})
-   (the third argument may also be the activation's name) */
-static int nn_conv2d(lua_State *L) {
-    lua_Integer filters = luaL_checkinteger(L, 1);
-    int kh, kw, sh = 1, sw = 1, same = 0, opts = 0;
-    opt_pair(L, 2, &kh, &kw, 3);
-    ld_activation act = LD_ACT_NONE;
-    if (lua_isstring(L, 3)) act = get_act(L, 3);
-    else if (lua_istable(L, 3)) opts = 3;
-    if (opts) {
-        opt_field(L, opts, "strides");
-        opt_pair(L, lua_gettop(L), &sh, &sw, 1);
-        lua_pop(L, 1);
-        opt_field(L, opts, "padding");
-        const char *p = luaL_optstring(L, -1, "valid");
-        if (!strcmp(p, "same")) same = 1;
-        else if (strcmp(p, "valid")) return luaL_argerror(L, opts, "padding must be \"valid\" or \"same\"");
-        lua_pop(L, 1);
-        opt_field(L, opts, "activation");
-        act = get_act(L, lua_gettop(L));
-        lua_pop(L, 1);
-    }
-    if (filters < 1 || kh < 1 || kw < 1) return luaL_argerror(L, 1, "filters and kernel size must be positive");
-    return push_layer(L, ld_conv2d_new(filters, kh, kw, sh, sw, same, act, opt_bool(L, opts, "use_bias", 1)));
-}
-
-/* nn.MaxPool2D(pool_size=2, {strides=pool_size}) */
-static int nn_maxpool(lua_State *L) {
-    int kh, kw, sh, sw;
-    opt_pair(L, 1, &kh, &kw, 2);
-    sh = kh; sw = kw;
-    if (lua_istable(L, 2)) {
-        lua_getfield(L, 2, "strides");
-        if (!lua_isnil(L, -1)) opt_pair(L, lua_gettop(L), &sh, &sw, kh);
-        lua_pop(L, 1);
-    }
-    return push_layer(L, ld_maxpool2d_new(kh, kw, sh, sw));
-}
-
-static int nn_activation(lua_State *L) { return push_layer(L, ld_activation_layer_new(get_act(L, 1))); }
-
-/* nn.Reshape{d1, d2, ...} or nn.Reshape(d1, d2, ...): the engine checks the
-   entries as t:reshape does (one -1, no other negative, no overflow) */
-static int nn_reshape(lua_State *L) {
-    int64_t s[LD_MAX_DIMS];
-    int n = 0;
-    if (lua_istable(L, 1)) {
-        lua_Integer len = luaL_len(L, 1);
-        if (len > LD_MAX_DIMS - 1)
-            return luaL_argerror(L, 1, lua_pushfstring(L, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1));
-        for (lua_Integer i = 1; i <= len; i++) {
-            lua_geti(L, 1, i);
+/* parameter i of l from the Lua value at v */
+static void set_param(lua_State *L, ld_layer *l, int i, int v) {
+    const ld_param_spec *ps = &l->cls->params[i];
+    int st = LD_OK;
+    switch (lua_type(L, v)) {
+    case LUA_TNIL: return;
+    case LUA_TBOOLEAN: st = ld_layer_set_bool(l, i, lua_toboolean(L, v)); break;
+    case LUA_TNUMBER:
+        st = lua_isinteger(L, v) ? ld_layer_set_int(l, i, lua_tointeger(L, v)) : ld_layer_set_float(l, i, lua_tonumber(L, v));
+        break;
+    case LUA_TSTRING: st = ld_layer_set_str(l, i, lua_tostring(L, v)); break;
+    case LUA_TTABLE: {
+        v = lua_absindex(L, v);
+        lua_Integer n = luaL_len(L, v);
+        if (ps->type != LD_P_INTS || n > LD_MAX_DIMS || !is_list(L, v))
+            luaL_error(L, "%s: %s must be %s, got a table", l->cls->class_name, ps->name,
+                       ps->type == LD_P_INTS ? "a list of at most 8 integers" : "a single value");
+        int64_t vals[LD_MAX_DIMS];
+        for (lua_Integer k = 1; k <= n; k++) {
+            lua_geti(L, v, k);
             int ok;
-            s[n++] = lua_tointegerx(L, -1, &ok);
-            if (!ok) return luaL_argerror(L, 1, "shape entries must be integers");
+            vals[k - 1] = lua_tointegerx(L, -1, &ok);
+            lua_pop(L, 1);
+            if (!ok) luaL_error(L, "%s: %s entries must be integers", l->cls->class_name, ps->name);
+        }
+        st = ld_layer_set_ints(l, i, (int)n, vals);
+        break;
+    }
+    default:
+        luaL_error(L, "%s: %s cannot be a %s", l->cls->class_name, ps->name, luaL_typename(L, v));
+    }
+    if (st) luaL_error(L, "%s", ld_error());
+}
+
+static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; c->params[i].name; i++) {
+        luaL_addstring(&b, c->params[i].name);
+        luaL_addstring(&b, ", ");
+    }
+    luaL_addstring(&b, "name");
+    luaL_pushresult(&b);
+    luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
+}
+
+/* a new layer of class c from the arguments from index `first` on */
+static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int first) {
+    int top = lua_gettop(L);
+    ld_layer *l = ld_layer_new(c);
+    if (!l) { lb_engine_error(L, 0); return NULL; }
+    ld_layer **p = lua_newuserdatauv(L, sizeof *p, 1);   /* owns l from here, so an error frees it */
+    *p = l;
+    luaL_setmetatable(L, LAYER_MT);
+    int given[LD_LAYER_MAX_PARAMS] = {0}, pos = 0, opts = 0;
+    for (int a = first; a <= top; a++) {
+        const char *pn = pos < 4 ? c->positional[pos] : NULL;
+        int pi = pn ? ld_layer_param_index(c, pn) : -1;
+        if (lua_istable(L, a) && !(pi >= 0 && c->params[pi].type == LD_P_INTS && is_list(L, a))) {
+            if (a != top) luaL_error(L, "nn.%s: the options table must be the last argument", c->class_name);
+            opts = a;
+            break;
+        }
+        if (pi < 0) luaL_error(L, "nn.%s takes at most %d positional argument%s, got %d", c->class_name, pos,
+                               pos == 1 ? "" : "s", top - first + 1);
+        if (c->params[pi].type == LD_P_INTS && !c->params[pi].width && lua_isinteger(L, a)) {
+            /* nn.Reshape(28, 28, 1): the rest of the numbers are the list */
+            lua_createtable(L, top - a + 1, 0);
+            int k = 0;
+            while (a <= top && lua_isinteger(L, a)) { lua_pushvalue(L, a++); lua_rawseti(L, -2, ++k); }
+            a--;
+            set_param(L, l, pi, lua_gettop(L));
+            lua_pop(L, 1);
+        } else set_param(L, l, pi, a);
+        given[pi] = 1;
+        pos++;
+    }
+    if (opts) {
+        lua_Integer n = luaL_len(L, opts);                /* {64, activation = "relu"}: 64 is positional */
+        for (lua_Integer k = 1; k <= n; k++) {
+            const char *pn = k <= 4 ? c->positional[pos + k - 1] : NULL;
+            int pi = pn ? ld_layer_param_index(c, pn) : -1;
+            if (pi < 0) luaL_error(L, "nn.%s: too many positional entries in the options table", c->class_name);
+            lua_geti(L, opts, k);
+            set_param(L, l, pi, -1);
+            lua_pop(L, 1);
+            given[pi] = 1;
+        }
+        lua_pushnil(L);
+        while (lua_next(L, opts)) {
+            if (lua_type(L, -2) == LUA_TSTRING) {
+                const char *k = lua_tostring(L, -2);
+                int pi = ld_layer_param_index(c, k);
+                if (!strcmp(k, "name")) {
+                    if (ld_layer_set_name(l, luaL_checkstring(L, -1))) lb_engine_error(L, 0);
+                } else if (pi < 0) unknown_option(L, c, k);
+                else { set_param(L, l, pi, -1); given[pi] = !lua_isnil(L, -1); }
+            } else if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
+                luaL_error(L, "nn.%s: option names must be strings", c->class_name);
             lua_pop(L, 1);
         }
-    } else {
-        if (lua_gettop(L) > LD_MAX_DIMS - 1)
-            return luaL_argerror(L, LD_MAX_DIMS, lua_pushfstring(L, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1));
-        for (int i = 1; i <= lua_gettop(L); i++) s[n++] = luaL_checkinteger(L, i);
     }
-    return push_layer(L, ld_reshape_layer_new(n, s));
+    for (int i = 0; c->params[i].name; i++)
+        if (!c->params[i].def && !given[i]) luaL_error(L, "nn.%s: %s is required", c->class_name, c->params[i].name);
+    if (ld_layer_check(l)) lb_engine_error(L, 0);
+    return l;
+}
+
+static int nn_layer_new(lua_State *L) {
+    layer_from_args(L, lua_touserdata(L, lua_upvalueindex(1)), 1);
+    return 1;
+}
+
+/* layer:get_config() -> {name=, <parameter>=value, ...}: Keras's get_config,
+   enough to make the layer again with nn.<class_name>(config) */
+static void push_param(lua_State *L, const ld_layer *l, int i) {
+    const ld_param_value *v = &l->p[i];
+    switch (l->cls->params[i].type) {
+    case LD_P_INT: lua_pushinteger(L, v->i[0]); break;
+    case LD_P_FLOAT: lua_pushnumber(L, v->f); break;
+    case LD_P_BOOL: lua_pushboolean(L, (int)v->i[0]); break;
+    case LD_P_STR: lua_pushstring(L, v->s); break;
+    case LD_P_INTS:
+        lua_createtable(L, v->n, 0);
+        for (int k = 0; k < v->n; k++) { lua_pushinteger(L, v->i[k]); lua_rawseti(L, -2, k + 1); }
+        break;
+    }
+}
+static int layer_get_config(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    lua_newtable(L);
+    lua_pushstring(L, l->name);
+    lua_setfield(L, -2, "name");
+    for (int i = 0; l->cls->params[i].name; i++) {
+        push_param(L, l, i);
+        lua_setfield(L, -2, l->cls->params[i].name);
+    }
+    return 1;
+}
+
+/* nn.layer_from_config{class_name=, config={...}} (Keras's layers.deserialize) */
+static int nn_layer_from_config(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_getfield(L, 1, "class_name");
+    const char *cn = lua_tostring(L, -1);
+    if (!cn) return luaL_argerror(L, 1, "class_name missing");
+    const ld_layer_class *c = ld_layer_class_find(cn);
+    if (!c) return luaL_error(L, "unknown layer class '%s'", cn);
+    lua_getfield(L, 1, "config");
+    if (!lua_istable(L, -1)) return luaL_argerror(L, 1, "config missing");
+    lua_settop(L, 3);
+    lua_remove(L, 1);
+    lua_remove(L, 1);
+    layer_from_args(L, c, 1);
+    return 1;
 }
 
 /* ================================================================ layer methods */
@@ -198,10 +228,112 @@ static int call_forward(lua_State *L, void *obj, ld_tensor *(*fwd)(void *, ld_te
     return 1;
 }
 
-static ld_tensor *layer_fwd(void *l, ld_tensor *x, int t) { return ld_layer_forward(l, x, t); }
 static ld_tensor *model_fwd(void *m, ld_tensor *x, int t) { return ld_model_forward(m, x, t); }
 
-static int layer_call(lua_State *L) { return call_forward(L, check_layer(L, 1), layer_fwd); }
+/* whether the value at idx is a symbolic tensor of the Functional API (nn.Input
+   and what layers called on one give: its metatable has __symbolic), or a
+   list starting with one */
+static int is_symbolic(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx)) return 0;
+    int sym = 0;
+    if (lua_getmetatable(L, idx)) {
+        sym = lua_getfield(L, -1, "__symbolic") != LUA_TNIL;
+        lua_pop(L, 2);
+        if (sym) return 1;
+    }
+    if (lua_geti(L, idx, 1) == LUA_TTABLE && lua_getmetatable(L, -1)) {
+        sym = lua_getfield(L, -1, "__symbolic") != LUA_TNIL;
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    return sym;
+}
+
+/* layer(x, {training=}), layer({x1, x2, ...}) for layers of several inputs
+   (Add, Concatenate, attention), and layer(symbolic) in the Functional API
+   (nn._symbolic_call, lua/52_models.lua). A tensor goes in as it is (an
+   Embedding takes integer ids); other values become float32 tensors. */
+static int layer_call(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    lua_settop(L, 3);
+    if (is_symbolic(L, 2)) {
+        lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+        lua_getfield(L, -1, "nn");
+        lua_getfield(L, -1, "_symbolic_call");
+        lua_pushvalue(L, 1); lua_pushvalue(L, 2); lua_pushvalue(L, 3);
+        lua_call(L, 3, 1);
+        return 1;
+    }
+    int training;
+    read_training(L, 3, &training);
+    ld_tensor *xs[LD_LAYER_MAX_INPUTS];
+    int n = 1, list = 0;
+    if (lua_type(L, 2) == LUA_TTABLE && l->cls->max_inputs > 1) {   /* {x1, x2, ...} */
+        lua_geti(L, 2, 1);
+        list = lb_test_tensor(L, -1) || lua_istable(L, -1);
+        lua_pop(L, 1);
+    }
+    if (list) {
+        lua_Integer k = luaL_len(L, 2);
+        if (k > LD_LAYER_MAX_INPUTS) return luaL_error(L, "%s: at most %d inputs", l->name, LD_LAYER_MAX_INPUTS);
+        n = (int)k;
+        for (int i = 0; i < n; i++) {
+            lua_geti(L, 2, i + 1);
+            xs[i] = lb_to_tensor(L, -1, LD_F32);
+            lua_pop(L, 1);
+            lb_push_tensor(L, xs[i], 0);            /* anchored on the stack */
+        }
+    } else {
+        xs[0] = lb_to_tensor(L, 2, LD_F32);
+        lb_push_tensor(L, xs[0], 0);
+    }
+    ld_tensor *y = ld_layer_call(l, n, xs, training);
+    if (!y) return luaL_error(L, "%s", ld_error());
+    lb_push_tensor(L, y, 0);
+    return 1;
+}
+
+/* layer:_build_shapes({shape, ...}): build for inputs of these shapes (no
+   batch axis), as a Functional model's symbolic call does; a built layer
+   checks that the shapes are those it was built for */
+static int layer_build_shapes(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    ld_shape in[LD_LAYER_MAX_INPUTS];
+    lua_Integer n = luaL_len(L, 2);
+    if (n < 1 || n > LD_LAYER_MAX_INPUTS) return luaL_argerror(L, 2, "1 to 8 input shapes expected");
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        luaL_checktype(L, -1, LUA_TTABLE);
+        lua_Integer nd = luaL_len(L, -1);
+        if (nd > LD_MAX_DIMS - 1) return luaL_argerror(L, 2, "too many dimensions");
+        in[i].ndim = (int)nd;
+        for (int d = 0; d < nd; d++) {
+            lua_geti(L, -1, d + 1);
+            in[i].d[d] = luaL_checkinteger(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    if (!l->built) {
+        if (ld_layer_build_n(l, (int)n, in)) return lb_engine_error(L, 2);
+        return 0;
+    }
+    if (n != l->n_in)
+        return luaL_error(L, "%s was built for %d input%s, called with %d", l->name, l->n_in, l->n_in == 1 ? "" : "s", (int)n);
+    for (int i = 0; i < n; i++) {
+        int ok = in[i].ndim == l->in[i].ndim;
+        for (int d = 0; ok && d < in[i].ndim; d++)
+            ok = in[i].d[d] == l->in[i].d[d] || (d < 32 && (l->cls->flexible >> d & 1));
+        if (!ok) {
+            char a[LD_SHAPE_STR_MAX], b[LD_SHAPE_STR_MAX];
+            return luaL_error(L, "%s was built for inputs [%s], called on [%s]", l->name,
+                              ld_shape_fmt(l->in[i].ndim, l->in[i].d, a, sizeof a), ld_shape_fmt(in[i].ndim, in[i].d, b, sizeof b));
+        }
+    }
+    return 0;
+}
 
 static void push_vars(lua_State *L, ld_tensor **v, int n) {
     lua_createtable(L, n, 0);
@@ -211,29 +343,60 @@ static void push_vars(lua_State *L, ld_tensor **v, int n) {
     }
 }
 
+static void push_weights(lua_State *L, ld_layer *l, int which) {   /* which: 1 trainable, 0 not, -1 all */
+    lua_newtable(L);
+    int k = 0;
+    for (int i = 0; i < l->n_vars; i++)
+        if (which < 0 || l->var_trainable[i] == which) {
+            lb_push_tensor(L, ld_tensor_retain(l->vars[i]), 0);
+            lua_rawseti(L, -2, ++k);
+        }
+}
+
+static void push_shape(lua_State *L, const ld_shape *s) {
+    lua_createtable(L, s->ndim, 0);
+    for (int i = 0; i < s->ndim; i++) { lua_pushinteger(L, s->d[i]); lua_rawseti(L, -2, i + 1); }
+}
+
 static int layer_index(lua_State *L) {
     ld_layer *l = check_layer(L, 1);
     const char *k = luaL_checkstring(L, 2);
+    lua_pushvalue(L, 2);                               /* methods */
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    lua_pop(L, 1);
     if (!strcmp(k, "name")) { lua_pushstring(L, l->name); return 1; }
-    if (!strcmp(k, "kind")) { lua_pushstring(L, ld_layer_kind_name(l->kind)); return 1; }
+    if (!strcmp(k, "class_name")) { lua_pushstring(L, l->cls->class_name); return 1; }
+    if (!strcmp(k, "kind")) { lua_pushstring(L, l->cls->kind); return 1; }
     if (!strcmp(k, "built")) { lua_pushboolean(L, l->built); return 1; }
-    if (!strcmp(k, "input_shape") && l->built) {   /* without the batch axis, as Keras's (minus None) */
-        lua_createtable(L, l->in_ndim, 0);
-        for (int i = 0; i < l->in_ndim; i++) { lua_pushinteger(L, l->in_shape[i]); lua_rawseti(L, -2, i + 1); }
+    /* shapes without the batch axis, as Keras's (minus None); a list of them for several inputs */
+    if (!strcmp(k, "input_shape") && l->built) {
+        if (l->n_in == 1) { push_shape(L, &l->in[0]); return 1; }
+        lua_createtable(L, l->n_in, 0);
+        for (int i = 0; i < l->n_in; i++) { push_shape(L, &l->in[i]); lua_rawseti(L, -2, i + 1); }
         return 1;
     }
-    if (!strcmp(k, "trainable_variables") || !strcmp(k, "weights")) { push_vars(L, l->vars, l->n_vars); return 1; }
-    if (!strcmp(k, "kernel") && l->n_vars > 0) { lb_push_tensor(L, ld_tensor_retain(l->vars[0]), 0); return 1; }
-    if (!strcmp(k, "bias") && l->n_vars > 1) { lb_push_tensor(L, ld_tensor_retain(l->vars[1]), 0); return 1; }
-    if (!strcmp(k, "units") && l->kind == LD_LAYER_DENSE) { lua_pushinteger(L, l->units); return 1; }
-    if (!strcmp(k, "activation")) { lua_pushstring(L, ld_activation_name(l->act)); return 1; }
+    if (!strcmp(k, "output_shape") && l->built) { push_shape(L, &l->out); return 1; }
+    if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) { push_weights(L, l, 1); return 1; }
+    if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) { push_weights(L, l, 0); return 1; }
+    if (!strcmp(k, "weights") || !strcmp(k, "variables")) { push_weights(L, l, -1); return 1; }
     if (!strcmp(k, "count_params")) { lua_pushinteger(L, ld_layer_param_count(l)); return 1; }
+    int pi = ld_layer_param_index(l->cls, k);
+    if (pi >= 0) { push_param(L, l, pi); return 1; }
+    /* a variable by its name in the layer: kernel, bias, gamma, moving_mean, embeddings, ... */
+    size_t nl = strlen(l->name);
+    for (int i = 0; i < l->n_vars; i++) {
+        const char *vn = l->vars[i]->name;
+        if (vn && !strncmp(vn, l->name, nl) && vn[nl] == '/' && !strcmp(vn + nl + 1, k)) {
+            lb_push_tensor(L, ld_tensor_retain(l->vars[i]), 0);
+            return 1;
+        }
+    }
     return 0;
 }
 
 static int layer_tostring(lua_State *L) {
     ld_layer *l = check_layer(L, 1);
-    lua_pushfstring(L, "<%s layer '%s'%s>", ld_layer_kind_name(l->kind), l->name, l->built ? "" : " (not built)");
+    lua_pushfstring(L, "<%s layer '%s'%s>", l->cls->class_name, l->name, l->built ? "" : " (not built)");
     return 1;
 }
 
@@ -264,19 +427,130 @@ static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
    that strategy mirrors variables on as the model's _variable_devices; the
    first call or build places the variables there wherever it happens (inside
    the scope or not), as Keras builds under model.distribute_strategy. */
-static int model_is_built(const ld_model *m) { return m->n_layers > 0 && m->layers[m->n_layers - 1]->built; }
+static int model_is_built(const ld_model *m) {
+    for (int i = 0; i < m->n_layers; i++) if (!m->layers[i]->built) return 0;
+    return m->n_layers > 0;
+}
 
-static int build_placed(lua_State *L, int mi, ld_model *m, int ndim, const int64_t *shape) {
-    if (model_is_built(m)) return LD_OK;
+/* Variables made from now on go where the model's strategy mirrors them;
+   returns 1 when that placement was set (undo it with unplace). */
+static int place(lua_State *L, int mi) {
     lua_getiuservalue(L, mi, 1);
     lua_getfield(L, -1, "_variable_devices");
-    if (!lua_istable(L, -1)) { lua_pop(L, 2); return ndim >= 0 ? ld_model_build(m, ndim, shape) : LD_OK; }
+    if (!lua_istable(L, -1)) { lua_pop(L, 2); return 0; }
     ld_device *devs[LD_MAX_LOGICAL];
     int n = lb_check_devices(L, lua_gettop(L), devs);
     lua_pop(L, 2);
-    if (ld_mirror_set_devices(n, devs)) return ld_error_status();
-    int st = ld_model_build(m, ndim, shape);
-    lb_call_hook(L, "distribute", "_place_variables", 0);   /* back to the open scope's placement */
+    if (ld_mirror_set_devices(n, devs)) lb_engine_error(L, 0);
+    return 1;
+}
+static void unplace(lua_State *L) { lb_call_hook(L, "distribute", "_place_variables", 0); }   /* the open scope's */
+
+/* The model's forward in Lua, pushed when it has one: a Functional model's
+   graph or a subclass's call(self, x, training) (lua/52_models.lua). */
+static int push_lua_call(lua_State *L, int mi) {
+    lua_getiuservalue(L, mi, 1);
+    if (lua_getfield(L, -1, "call") == LUA_TFUNCTION) { lua_remove(L, -2); return 1; }
+    lua_pop(L, 1);
+    if (lua_getfield(L, -1, "_class") == LUA_TTABLE) {
+        if (lua_getfield(L, -1, "call") == LUA_TFUNCTION) { lua_remove(L, -2); lua_remove(L, -2); return 1; }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+    return 0;
+}
+
+/* where the model computes: its variables' device (this replica's copy), or
+   before they exist the replica's device or the first of its placement */
+static ld_device *model_device(lua_State *L, int mi, ld_model *m) {
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->n_vars) return ld_var(m->layers[i]->vars[0])->storage->device;
+    const ld_replica_ctx *c = ld_replica_get();
+    if (c && c->device) return c->device;
+    ld_device *dev = NULL;
+    lua_getiuservalue(L, mi, 1);
+    if (lua_getfield(L, -1, "_variable_devices") == LUA_TTABLE) {
+        ld_device *devs[LD_MAX_LOGICAL];
+        if (lb_check_devices(L, lua_gettop(L), devs) > 0) dev = devs[0];
+    }
+    lua_pop(L, 2);
+    return dev;
+}
+
+/* the value at xi as the model's input, pushed: a tensor (moved to dev), or
+   a list of them for a model of several inputs */
+static void push_input(lua_State *L, int xi, ld_device *dev) {
+    if (lua_type(L, xi) == LUA_TTABLE) {
+        lua_geti(L, xi, 1);
+        int list = lb_test_tensor(L, -1) != NULL;
+        lua_pop(L, 1);
+        if (list) {
+            lua_Integer n = luaL_len(L, xi);
+            lua_createtable(L, (int)n, 0);
+            for (lua_Integer i = 1; i <= n; i++) {
+                lua_geti(L, xi, i);
+                push_input(L, lua_gettop(L), dev);
+                lua_rawseti(L, -3, i);
+                lua_pop(L, 1);
+            }
+            return;
+        }
+    }
+    ld_tensor *x = lb_test_tensor(L, xi);
+    if (!x) { lb_push_tensor(L, lb_to_tensor(L, xi, LD_F32), 0); x = lb_test_tensor(L, -1); lua_replace(L, xi); }
+    if (dev && x->storage->device != dev) {
+        ld_tensor *moved = ld_to_device(x, dev);
+        if (!moved) lb_engine_error(L, xi);
+        lb_push_tensor(L, moved, 0);
+    } else lua_pushvalue(L, xi);
+}
+
+/* Run the Lua forward (pushed by push_lua_call, below the call's place on
+   the stack) on the input at xi, protected: LUA_OK with the result pushed,
+   or an error status with the message pushed. A model not built yet builds
+   under its strategy's placement. */
+static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training) {
+    ld_tensor *x0 = lb_test_tensor(L, xi);
+    if (!model_is_built(m) && x0 && x0->ndim >= 1) {   /* the shape it builds for (a saved model builds so again) */
+        lua_getiuservalue(L, mi, 1);
+        lua_createtable(L, x0->ndim - 1, 0);
+        for (int i = 1; i < x0->ndim; i++) { lua_pushinteger(L, x0->shape[i]); lua_rawseti(L, -2, i); }
+        lua_setfield(L, -2, "_build_input_shape");
+        lua_pop(L, 1);
+    }
+    int placed = !model_is_built(m) && place(L, mi);
+    lua_pushvalue(L, mi);
+    push_input(L, xi, model_device(L, mi, m));
+    lua_pushboolean(L, training);
+    int st = lua_pcall(L, 3, 1, 0);
+    if (placed) unplace(L);
+    if (st == LUA_OK && !lb_test_tensor(L, -1) && !lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushfstring(L, "model '%s': call must return a tensor (or a list of them)", m->name);
+        st = LUA_ERRRUN;
+    }
+    return st;
+}
+
+static int build_placed(lua_State *L, int mi, ld_model *m, int ndim, const int64_t *shape) {
+    if (model_is_built(m)) return LD_OK;
+    if (push_lua_call(L, mi)) {          /* a subclass builds by running once on zeros of one row */
+        int64_t s[LD_MAX_DIMS];
+        s[0] = 1;
+        memcpy(s + 1, shape, (size_t)ndim * sizeof *s);
+        ld_tensor *z = ld_tensor_zeros(LD_F32, ndim + 1, s, NULL);
+        if (!z) return ld_error_status();
+        lb_push_tensor(L, z, 0);
+        int xi = lua_gettop(L);
+        lua_pushvalue(L, xi - 1);
+        int st = lua_forward_p(L, mi, m, xi, 0);
+        if (st != LUA_OK) lua_error(L);
+        lua_pop(L, 3);
+        return LD_OK;
+    }
+    int placed = place(L, mi);
+    int st = ndim >= 0 ? ld_model_build(m, ndim, shape) : LD_OK;
+    if (placed) unplace(L);
     return st;
 }
 
@@ -320,6 +594,13 @@ static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1);
 
 static int model_call(lua_State *L) {
     ld_model *m = check_model(L, 1);
+    lua_settop(L, 3);
+    if (push_lua_call(L, 1)) {
+        int training;
+        read_training(L, 3, &training);
+        if (lua_forward_p(L, 1, m, 2, training) != LUA_OK) return lua_error(L);
+        return 1;
+    }
     ld_tensor *x = lb_test_tensor(L, 2);
     if (x) build_for(L, 1, m, x);
     return call_forward(L, m, model_fwd);
@@ -389,12 +670,35 @@ static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_ten
     return v;
 }
 
-static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor *y, ld_loss *loss, int defer,
+/* the input of a Sequential model at xi (checked), or NULL for a model whose
+   forward is in Lua (it takes a tensor or a list of them) */
+static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
+    if (push_lua_call(L, mi)) { lua_pop(L, 1); return NULL; }
+    return lb_check_tensor(L, xi);
+}
+
+/* x: the input of a Sequential model; NULL for a model whose forward is in
+   Lua (push_lua_call), whose input (a tensor or a list) is at stack index xi */
+static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld_tensor *y, ld_loss *loss, int defer,
                              ld_tensor *w, step_result *r) {
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
-    ld_tensor *pred = ld_model_forward(m, x, 1);
+    ld_tensor *pred;
+    if (x) pred = ld_model_forward(m, x, 1);
+    else {
+        push_lua_call(L, 1);
+        int st = lua_forward_p(L, 1, m, xi, 1);
+        if (st == LUA_OK && !lb_test_tensor(L, -1)) {
+            lua_pop(L, 1);
+            lua_pushfstring(L, "model '%s' has several outputs: train it with a custom loop (GradientTape); "
+                            "compile/fit take models of one output", m->name);
+            st = LUA_ERRRUN;
+        }
+        if (st != LUA_OK) { ld_tape_pop(tape); ld_tape_free(tape); lua_error(L); return; }
+        pred = ld_tensor_retain(lb_test_tensor(L, -1));
+        lua_pop(L, 1);
+    }
     ld_tensor *lv = pred ? step_loss(loss, y, pred, w) : NULL;
     ld_tape_pop(tape);
     int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
@@ -418,13 +722,13 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, ld_tensor 
    One step in C: forward under a tape, loss, backward, update. */
 static int model_train_step(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
+    ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
     ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
-    build_for(L, 1, m, x);
+    if (x) build_for(L, 1, m, x);
     step_result r;
-    forward_backward(L, m, x, y, loss, 0, w, &r);
+    forward_backward(L, m, x, 2, y, loss, 0, w, &r);
     double value = 0;
     int st = ld_tensor_item(r.lv, &value);
     if (!st) st = ld_optimizer_apply(opt, r.n, r.grads, r.vars);
@@ -444,12 +748,12 @@ static int model_train_step(lua_State *L) {
    collective to compute (ld_defer_weight_grads). */
 static int model_grads(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    ld_tensor *x = lb_check_tensor(L, 2), *y = lb_check_tensor(L, 3);
+    ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
     ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
-    build_for(L, 1, m, x);
+    if (x) build_for(L, 1, m, x);
     step_result r;
-    forward_backward(L, m, x, y, loss, lua_toboolean(L, 5), w, &r);
+    forward_backward(L, m, x, 2, y, loss, lua_toboolean(L, 5), w, &r);
     lb_push_tensor(L, r.lv, 0);
     lua_createtable(L, r.n, 0);
     for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }
@@ -547,6 +851,20 @@ static int model_load_weights(lua_State *L) {
     return 1;
 }
 
+/* every weight (trainable or not: which = -1), the trainable ones (1) or the others (0) */
+static int model_weights(lua_State *L, ld_model *m, int which) {
+    int n = ld_model_weights(m, NULL, NULL, 0);
+    ld_tensor **v = lua_newuserdatauv(L, (sizeof *v + 1) * (size_t)(n ? n : 1), 0);
+    unsigned char *tr = (unsigned char *)(v + (n ? n : 1));
+    ld_model_weights(m, v, tr, n);
+    lua_newtable(L);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (which < 0 || tr[i] == which) { lb_push_tensor(L, ld_tensor_retain(v[i]), 0); lua_rawseti(L, -2, ++k); }
+    lua_remove(L, -2);
+    return 1;
+}
+
 static int model_index(lua_State *L) {
     ld_model *m = check_model(L, 1);
     /* C methods first */
@@ -556,15 +874,24 @@ static int model_index(lua_State *L) {
     lua_pop(L, 1);
     if (lua_type(L, 2) == LUA_TSTRING) {
         const char *k = lua_tostring(L, 2);
-        if (!strcmp(k, "trainable_variables") || !strcmp(k, "weights") || !strcmp(k, "variables")) return model_vars(L, m);
+        if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) return model_vars(L, m);
+        if (!strcmp(k, "weights") || !strcmp(k, "variables")) return model_weights(L, m, -1);
+        if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) return model_weights(L, m, 0);
         if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
         if (!strcmp(k, "built")) { lua_pushboolean(L, model_is_built(m)); return 1; }
     }
-    /* per-model state (compile's settings, history) */
+    /* per-model state (compile's settings, history, a subclass's attributes) */
     lua_getiuservalue(L, 1, 1);
     lua_pushvalue(L, 2);
     lua_rawget(L, -2);
     if (!lua_isnil(L, -1)) return 1;
+    lua_pop(L, 1);
+    /* a subclass's methods (nn.Model:extend), which fall back to nn.Model's */
+    if (lua_getfield(L, -1, "_class") == LUA_TTABLE) {
+        lua_pushvalue(L, 2);
+        lua_gettable(L, -2);
+        return 1;
+    }
     lua_pop(L, 2);
     /* methods added in Lua (nn.Model) */
     lua_pushvalue(L, 2);
@@ -572,18 +899,77 @@ static int model_index(lua_State *L) {
     return 1;
 }
 
+/* model:_track(layer | model | list of them): its layers join the model's
+   (their variables are the model's); a layer already there is skipped (a
+   shared layer) */
+static void track(lua_State *L, int mi, int vi, int depth) {
+    vi = lua_absindex(L, vi);
+    if (depth > 8) return;
+    ld_model *m = check_model(L, mi);
+    ld_layer **lp = luaL_testudata(L, vi, LAYER_MT);
+    if (lp) {
+        for (int i = 0; i < m->n_layers; i++) if (m->layers[i] == *lp) return;
+        model_add_layer(L, mi, vi);
+        return;
+    }
+    if (luaL_testudata(L, vi, MODEL_MT)) {
+        if (lua_rawequal(L, mi, vi)) return;
+        lua_getiuservalue(L, vi, 1);
+        lua_getfield(L, -1, "layers");
+        track(L, mi, -1, depth + 1);
+        lua_pop(L, 2);
+        return;
+    }
+    if (lua_type(L, vi) == LUA_TTABLE && !lua_getmetatable(L, vi)) {
+        lua_Integer n = luaL_len(L, vi);
+        for (lua_Integer i = 1; i <= n; i++) { lua_geti(L, vi, i); track(L, mi, -1, depth + 1); lua_pop(L, 1); }
+    } else if (lua_type(L, vi) == LUA_TTABLE) lua_pop(L, 1);
+}
+static int model_track(lua_State *L) { check_model(L, 1); track(L, 1, 2, 0); lua_settop(L, 1); return 1; }
+
+/* model.x = v: kept in the model's state; in a subclass (nn.Model:extend)
+   a layer, a model or a list of layers assigned is tracked (Keras's
+   attribute tracking): its variables become the model's */
 static int model_newindex(lua_State *L) {
     check_model(L, 1);
     lua_getiuservalue(L, 1, 1);
+    int sub = lua_getfield(L, -1, "_class") == LUA_TTABLE;
+    lua_pop(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_rawset(L, -3);
+    if (sub && lua_type(L, 2) == LUA_TSTRING && lua_tostring(L, 2)[0] != '_') track(L, 1, 3, 0);
     return 0;
+}
+
+/* nn._model_new(name, kind): an empty model of the Functional API or a
+   subclass (lua/52_models.lua fills it), bound to the open strategy */
+static int nn_model_new(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    const char *kind = luaL_checkstring(L, 2);
+    ld_model **p = lua_newuserdatauv(L, sizeof *p, 1);
+    *p = NULL;
+    luaL_setmetatable(L, MODEL_MT);
+    int mi = lua_gettop(L);
+    lua_createtable(L, 0, 4);
+    lua_newtable(L);
+    lua_setfield(L, -2, "layers");
+    lua_pushstring(L, kind);
+    lua_setfield(L, -2, "_kind");
+    lua_setiuservalue(L, mi, 1);
+    *p = ld_model_new(name);
+    if (!*p) return lb_engine_error(L, 0);
+    lua_pushvalue(L, mi);
+    lb_call_hook(L, "distribute", "_on_model_created", 1);
+    return 1;
 }
 
 static int model_tostring(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    lua_pushfstring(L, "<Sequential model '%s' with %d layers>", m->name, m->n_layers);
+    lua_getiuservalue(L, 1, 1);
+    lua_getfield(L, -1, "_kind");
+    const char *kind = lua_isstring(L, -1) ? lua_tostring(L, -1) : "Sequential";
+    lua_pushfstring(L, "<%s model '%s' with %d layers>", kind, m->name, m->n_layers);
     return 1;
 }
 
@@ -721,6 +1107,17 @@ static int loss_index(lua_State *L) {
     return 0;
 }
 
+/* losses._config(loss) -> {name=, from_logits=, reduction=}: enough to make it again */
+static int loss_config(lua_State *L) {
+    ld_loss *l = luaL_checkudata(L, 1, "ldist.Loss");
+    static const char *const red[] = {"sum_over_batch_size", "sum", "none"};
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, ld_loss_name(l->kind)); lua_setfield(L, -2, "name");
+    lua_pushboolean(L, l->from_logits); lua_setfield(L, -2, "from_logits");
+    lua_pushstring(L, red[l->reduction_sum >= 0 && l->reduction_sum < 3 ? l->reduction_sum : 0]); lua_setfield(L, -2, "reduction");
+    return 1;
+}
+
 /* nn._count_correct(y_true, y_pred, sparse) -> number of correct rows */
 static int nn_count_correct(lua_State *L) {
     ld_tensor *yt = lb_check_tensor(L, 1), *yp = lb_check_tensor(L, 2);
@@ -731,17 +1128,6 @@ static int nn_count_correct(lua_State *L) {
 }
 
 static const char *const nn_docs[] = {
-    "Dense", "nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=true}\n\n"
-             "A fully connected layer: activation(x @ kernel + bias) on the last axis.\n"
-             "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu.",
-    "Flatten", "nn.Flatten()\n\nReshape [batch, ...] to [batch, features].",
-    "Dropout", "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).",
-    "Conv2D", "nn.Conv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", activation=})\n\n"
-              "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO.",
-    "MaxPool2D", "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images.",
-    "MaxPooling2D", "nn.MaxPooling2D: the same as nn.MaxPool2D.",
-    "Activation", "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu).",
-    "Reshape", "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1.",
     "Sequential", "nn.Sequential{layer1, layer2, ..., name=}\n\nA stack of layers. model(x, {training=}) runs it;\n"
                   "model.trainable_variables lists the weights; model:summary() prints a table;\n"
                   "model:compile{optimizer=, loss=, metrics=}, model:fit(ds, {epochs=}), model:evaluate(ds), model:predict(x);\n"
@@ -777,7 +1163,7 @@ int lb_open_losses(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg f[] = {
         {"SparseCategoricalCrossentropy", loss_scce}, {"CategoricalCrossentropy", loss_cce},
-        {"BinaryCrossentropy", loss_bce}, {"MeanSquaredError", loss_mse}, {"MSE", loss_mse}, {NULL, NULL}};
+        {"BinaryCrossentropy", loss_bce}, {"MeanSquaredError", loss_mse}, {"MSE", loss_mse}, {"_config", loss_config}, {NULL, NULL}};
     luaL_newlib(L, f);
     lb_set_docs(L, "losses.", loss_docs);
     return 1;
@@ -786,28 +1172,47 @@ int lb_open_losses(lua_State *L) {
 int lb_open_nn(lua_State *L) {
     luaL_newmetatable(L, LAYER_MT);
     {
-        static const char *const f[] = {"name", "kind", "built", "trainable_variables", "weights", "kernel", "bias", "units", "activation", "count_params", NULL};
+        static const char *const f[] = {"name", "class_name", "kind", "built", "input_shape", "output_shape",
+                                        "trainable_variables", "non_trainable_variables", "weights", "count_params", NULL};
         lua_newtable(L);
         for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
         lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
     }
 
     lua_pushcfunction(L, layer_call); lua_setfield(L, -2, "__call");
-    lua_pushcfunction(L, layer_index); lua_setfield(L, -2, "__index");
+    static const luaL_Reg lm[] = {{"get_config", layer_get_config}, {"_build_shapes", layer_build_shapes}, {NULL, NULL}};
+    luaL_newlib(L, lm);
+    lua_pushcclosure(L, layer_index, 1);
+    lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, layer_tostring); lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, layer_gc); lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
 
     static const luaL_Reg f[] = {
-        {"Dense", nn_dense}, {"Flatten", nn_flatten}, {"Dropout", nn_dropout}, {"Conv2D", nn_conv2d},
-        {"MaxPool2D", nn_maxpool}, {"MaxPooling2D", nn_maxpool}, {"Activation", nn_activation},
-        {"Reshape", nn_reshape}, {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct},
+        {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
+        {"_model_new", nn_model_new},
         {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
+    /* a constructor per layer class (and its alias), its help from the class */
+    const ld_layer_class *const *cs = ld_layer_classes();
+    const char *docs[2 * 64 + 1];
+    int nd = 0;
+    for (int i = 0; cs[i]; i++) {
+        for (int a = 0; a < 2; a++) {
+            const char *nm = a ? cs[i]->alias : cs[i]->class_name;
+            if (!nm) continue;
+            lua_pushlightuserdata(L, (void *)cs[i]);
+            lua_pushcclosure(L, nn_layer_new, 1);
+            lua_setfield(L, mod, nm);
+            if (nd < 2 * 64) { docs[nd++] = nm; docs[nd++] = cs[i]->doc ? cs[i]->doc : ""; }
+        }
+    }
+    docs[nd] = NULL;
+    lb_set_docs(L, "nn.", docs);
 
     static const luaL_Reg cm[] = {
-        {"add", model_add}, {"build", model_build}, {"summary_text", model_summary_text},
+        {"add", model_add}, {"build", model_build}, {"summary_text", model_summary_text}, {"_track", model_track},
         {"train_step", model_train_step}, {"_grads", model_grads}, {"save_weights", model_save_weights},
         {"load_weights", model_load_weights}, {NULL, NULL}};
     luaL_newmetatable(L, MODEL_MT);

@@ -267,6 +267,45 @@ static int opt_set_state(lua_State *L) {
 }
 
 
+/* optim._config(opt) -> {name=, learning_rate=number|schedule table, momentum=, ...} */
+static int opt_config(lua_State *L) {
+    luaL_checkudata(L, 1, LB_OPTIMIZER_MT);
+    int fn = lua_getiuservalue(L, 1, 1) == LUA_TFUNCTION;
+    lua_pop(L, 1);
+    if (fn) return luaL_error(L, "an optimizer whose learning rate is a Lua function cannot be sent to other processes; "
+                                 "use a number or an optim.schedules.* schedule");
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    lua_newtable(L);
+    lua_pushstring(L, ld_optimizer_name(o->kind)); lua_setfield(L, -2, "name");
+    if (o->lr.kind == LD_SCHED_CONSTANT) lua_pushnumber(L, o->lr.initial);
+    else {
+        static const char *const kinds[] = {"constant", "ExponentialDecay", "CosineDecay", "PiecewiseConstantDecay"};
+        lua_newtable(L);
+        lua_pushstring(L, kinds[o->lr.kind]); lua_setfield(L, -2, "kind");
+        lua_pushnumber(L, o->lr.initial); lua_setfield(L, -2, "initial_learning_rate");
+        lua_pushinteger(L, o->lr.decay_steps); lua_setfield(L, -2, "decay_steps");
+        lua_pushnumber(L, o->lr.decay_rate); lua_setfield(L, -2, "decay_rate");
+        lua_pushnumber(L, o->lr.alpha); lua_setfield(L, -2, "alpha");
+        lua_pushboolean(L, o->lr.staircase); lua_setfield(L, -2, "staircase");
+        lua_newtable(L);
+        for (int i = 0; i < o->lr.n_bounds; i++) { lua_pushinteger(L, o->lr.bounds[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "boundaries");
+        lua_newtable(L);
+        for (int i = 0; i <= o->lr.n_bounds && o->lr.kind == LD_SCHED_PIECEWISE; i++) { lua_pushnumber(L, o->lr.values[i]); lua_rawseti(L, -2, i + 1); }
+        lua_setfield(L, -2, "values");
+    }
+    lua_setfield(L, -2, "learning_rate");
+    lua_pushnumber(L, o->momentum); lua_setfield(L, -2, "momentum");
+    lua_pushnumber(L, o->beta1); lua_setfield(L, -2, "beta_1");
+    lua_pushnumber(L, o->beta2); lua_setfield(L, -2, "beta_2");
+    lua_pushnumber(L, o->epsilon); lua_setfield(L, -2, "epsilon");
+    lua_pushnumber(L, o->rho); lua_setfield(L, -2, "rho");
+    lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
+    lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov");
+    if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
+    return 1;
+}
+
 static const char *const docs[] = {
     "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=}\n\nStochastic gradient descent (Keras' rule).",
     "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule).",
@@ -297,7 +336,7 @@ int lb_open_optim(lua_State *L) {
     lua_pushcfunction(L, sched_call); lua_setfield(L, -2, "__call");
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
-                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_set_state", opt_set_state},
+                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_set_state", opt_set_state},
                                  {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");

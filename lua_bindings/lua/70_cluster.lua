@@ -28,7 +28,7 @@ end
 -- "task": {"type": "worker", "index": 1}}. Ranks: the chief, then the workers.
 local function from_tf_config(cfg, where)
   if type(cfg) == "string" then
-    local v, err = C.json_decode(cfg)
+    local v, err = ldist.json.decode(cfg)
     if v == nil then error(("%s is not valid JSON: %s"):format(where, err), 0) end
     cfg = v
   end

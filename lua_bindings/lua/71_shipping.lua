@@ -92,79 +92,30 @@ local function build_dataset(r, cache)
 end
 distribute._build_dataset = build_dataset
 
--- A model as data for another process: its layers' configurations and, unless
--- weights is false, its weights (the parameter-server strategy keeps them on
--- the ps tasks).
+-- A model as data for another process: its configuration (model:get_config,
+-- the one that model:to_json and model:save write) and, unless weights is
+-- false, its weights (the parameter-server strategy keeps them on the ps
+-- tasks).
 local function describe_model(model, weights)
-  local layers = {}
-  for i, l in ipairs(model.layers) do layers[i] = C.layer_config(l) end
   local w
   if weights ~= false then
     w = {}
-    for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+    for i, v in ipairs(model.weights) do w[i] = v:cpu() end
   end
-  return { name = model.name, layers = layers, input_shape = layers[1] and layers[1].input_shape, weights = w }
+  return { spec = { class_name = model._kind or "Sequential", config = model:get_config() }, weights = w }
 end
 
-local function act(a) return a ~= "linear" and a or nil end
-local layer_makers = {
-  dense = function(c) return nn.Dense { units = c.units, activation = act(c.activation), use_bias = c.use_bias } end,
-  flatten = function() return nn.Flatten() end,
-  dropout = function(c) return nn.Dropout(c.rate) end,
-  conv2d = function(c)
-    return nn.Conv2D(c.filters, c.kernel_size, { strides = c.strides, padding = c.padding, activation = act(c.activation),
-      use_bias = c.use_bias })
-  end,
-  max_pooling2d = function(c) return nn.MaxPool2D(c.kernel_size, { strides = c.strides }) end,
-  activation = function(c) return nn.Activation(c.activation) end,
-  reshape = function(c) return nn.Reshape(c.target_shape) end,
-}
-
 local function build_model(d)
-  local layers = {}
-  for i, c in ipairs(d.layers) do
-    local make = layer_makers[c.kind]
-    if not make then error("cannot rebuild a layer of kind " .. tostring(c.kind), 0) end
-    layers[i] = make(c)
-  end
-  local model = nn.Sequential(layers)
-  if d.input_shape and (not d.weights or #d.weights > 0) then model:build(d.input_shape) end
+  local model = nn._model_from_spec(d.spec)
   if not d.weights then return model end   -- layers only
-  local vars = model.trainable_variables
+  local vars = model.weights
   if #vars ~= #d.weights then error(("the model has %d weights, %d were sent"):format(#vars, #d.weights), 0) end
   for i, v in ipairs(vars) do v:assign(d.weights[i]) end
   return model
 end
 
-local function describe_metrics(ms)
-  local out = {}
-  for i, m in ipairs(ms or {}) do
-    if m.kind and m.correct ~= nil then out[i] = { kind = m.kind, name = m.name }
-    else error(("metric %s cannot be sent to the workers (accuracy metrics can)"):format(tostring(m.name)), 0) end
-  end
-  return out
-end
-local function build_metrics(d)
-  local M, out = ldist.metrics, {}
-  for i, m in ipairs(d) do
-    local make = m.kind == "sparse" and M.SparseCategoricalAccuracy or m.kind == "binary" and M.BinaryAccuracy
-      or M.CategoricalAccuracy
-    out[i] = make(m.name)
-  end
-  return out
-end
-
-local loss_makers = {
-  sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
-  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError" }
-local function build_loss(d)
-  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction }
-end
-local function build_optimizer(d)
-  local o = {}
-  for k, v in pairs(d) do if k ~= "name" then o[k] = v end end
-  return optim[d.name](o)
-end
+local describe_metrics, build_metrics = nn._describe_metrics, nn._build_metrics
+local build_loss, build_optimizer = nn._build_loss, nn._build_optimizer
 -- for the parameter-server strategy (80_parameter_server.lua)
 distribute._describe_model, distribute._build_model = describe_model, build_model
 distribute._build_loss, distribute._build_optimizer = build_loss, build_optimizer

@@ -342,7 +342,9 @@ function MW:_run(fn, args)
     D.step_begin(1)
     while true do
       D.set_replica(0, self._size, gb, dev, offset or 0)
+      if self._size > 1 then self._c:set_step_reducer(true) end
       local r = table.pack(coroutine.resume(co, table.unpack(input, 1, input.n)))
+      if self._size > 1 then self._c:set_step_reducer(false) end
       D.set_replica(nil)
       if not r[1] then error(("worker %d: %s"):format(self._rank, tostring(r[2])), 0) end
       if coroutine.status(co) == "dead" then return table.pack(table.unpack(r, 2, r.n)) end
@@ -418,7 +420,9 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   end
   D.step_begin(1)
   D.set_replica(0, n, gb, self.devices[1], lo or (loc and loc.offset) or 0)
+  if n > 1 then self._c:set_step_reducer(true) end   -- synchronized BatchNorm's statistics
   local ok, lv, grads, pred = pcall(model._grads, model, xl, yl, loss, false, wl)
+  if n > 1 then self._c:set_step_reducer(false) end
   D.set_replica(nil)
   D.step_end()
   if not ok then error(lv, 0) end

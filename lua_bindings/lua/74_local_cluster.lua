@@ -53,7 +53,7 @@ function distribute.LocalCluster(opts)
   local envs = {}
   for i = 0, n - 1 do
     envs[i + 1] = {
-      "TF_CONFIG=" .. C.json_encode({ cluster = { worker = addrs }, task = { type = "worker", index = i } }),
+      "TF_CONFIG=" .. ldist.json.encode({ cluster = { worker = addrs }, task = { type = "worker", index = i } }),
       "LDIST_SECRET=" .. secret, "LDIST_COORDINATOR=" .. host .. ":" .. cport,
       "LDIST_COORDINATOR_RANK=" .. (i + 1), "LDIST_COORDINATOR_SIZE=" .. (n + 1),
       "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "LDIST_LOCAL_RANK=" .. i,
@@ -236,8 +236,8 @@ function Remote:_fit(model, x, y, opts)
   local val = opts.validation_data
   if type(val) == "table" and tensor.is_tensor(val[1]) then val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size }) end
   local spec = {
-    model = describe_model(model), optimizer = C.optimizer_config(model._optimizer),
-    optimizer_state = ldist.optim._state(model._optimizer, vars), loss = C.loss_config(model._loss),
+    model = describe_model(model), optimizer = ldist.optim._config(model._optimizer),
+    optimizer_state = ldist.optim._state(model._optimizer, vars), loss = ldist.losses._config(model._loss),
     metrics = describe_metrics(model._metrics), data = recipe_of(ds), validation = val and recipe_of(val) or nil,
     fit = { epochs = opts.epochs or 1, initial_epoch = opts.initial_epoch, steps_per_epoch = opts.steps_per_epoch,
       class_weight = opts.class_weight },

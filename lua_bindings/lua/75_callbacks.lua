@@ -52,17 +52,11 @@ function BR:_save(model, epoch, step)
   local s = self._strategy
   if not writer(s) then return end
   lio._mkdir_p(self.dir)
-  local vars = model.trainable_variables
-  local t = {}
-  for i, v in ipairs(vars) do t[("weight/%05d"):format(i)] = v end
-  local st = ldist.optim._state(model._optimizer, vars)
-  for i, sl in ipairs(st.slots) do
-    if sl[1] then t[("slot1/%05d"):format(i)] = sl[1] end
-    if sl[2] then t[("slot2/%05d"):format(i)] = sl[2] end
-  end
+  local t, meta = ldist.nn._checkpoint(model)      -- every weight, the optimizer's state (as model:save)
+  meta.format, meta.epoch, meta.step = "ldist-backup", epoch, step
   local shape = model.layers[1].input_shape
-  lio.save_safetensors(self.path, t, { format = "ldist-backup", epoch = epoch, step = step,
-    iterations = st.iterations, weights = #vars, input_shape = table.concat(shape, ",") })
+  meta.input_shape = table.concat(shape, ",")
+  lio.save_safetensors(self.path, t, meta)
 end
 
 -- the checkpoint (rank 0 reads, every worker gets it), loaded into the model
@@ -84,20 +78,11 @@ function BR:_restore(model, s)
   local meta, t = found.meta, found.tensors
   if meta.format ~= "ldist-backup" then error(self.path .. " is not a BackupAndRestore checkpoint", 0) end
   if not model.built then
-    local shape = {}   -- "28,28" (or an older file's JSON "[28,28]")
+    local shape = {}   -- "28,28"
     for d in tostring(meta.input_shape):gmatch("%d+") do shape[#shape + 1] = math.tointeger(tonumber(d)) end
     model:build(shape)
   end
-  local vars = model.trainable_variables
-  if #vars ~= tonumber(meta.weights) then
-    error(("%s holds %s weights, the model has %d"):format(self.path, meta.weights, #vars), 0)
-  end
-  local slots = {}
-  for i, v in ipairs(vars) do
-    v:assign(t[("weight/%05d"):format(i)])
-    slots[i] = { t[("slot1/%05d"):format(i)], t[("slot2/%05d"):format(i)] }
-  end
-  ldist.optim._set_state(model._optimizer, vars, { iterations = math.tointeger(tonumber(meta.iterations)), slots = slots })
+  ldist.nn._restore_checkpoint(model, t, meta, self.path)
   return { epoch = math.tointeger(tonumber(meta.epoch)), step = math.tointeger(tonumber(meta.step)) }
 end
 

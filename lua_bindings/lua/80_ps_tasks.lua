@@ -480,7 +480,7 @@ docs["distribute.LocalCluster"] = docs[distribute.LocalCluster]
 -- TF_CONFIG with "ps" tasks: {"cluster": {"chief": [...], "worker": [...], "ps": [...]}, "task": {...}}
 local function ps_tf_config(cfg)
   if type(cfg) == "string" then
-    local v, err = C.json_decode(cfg)
+    local v, err = ldist.json.decode(cfg)
     if v == nil then error("TF_CONFIG is not valid JSON: " .. tostring(err), 0) end
     cfg = v
   end

@@ -104,13 +104,13 @@ function PS:_place(model, x)
   end
   local reqs = {}
   for p = 1, cl.num_ps do
-    reqs[p] = { _type = "init", vars = per_ps[p] or {}, optimizer = C.optimizer_config(model._optimizer),
+    reqs[p] = { _type = "init", vars = per_ps[p] or {}, optimizer = ldist.optim._config(model._optimizer),
       checkpoint_dir = self._checkpoint_dir }
   end
   local got = self:_ask(reqs, "init_ok")
   self.restored = got[1].restored
   self.restored_optimizer = got[1].slots
-  local spec = { model = describe_model(model), loss = C.loss_config(model._loss), layout = layout,
+  local spec = { model = describe_model(model), loss = ldist.losses._config(model._loss), layout = layout,
     rng = tensor.get_rng_state() }
   self._layout = layout
   self._model = model

@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 S=$T/s.lua
 
 cat > "$S" <<'LUA'
-local tf = ldist._cluster.json_decode(os.getenv("TF_CONFIG"))
+local tf = ldist.json.decode(os.getenv("TF_CONFIG"))
 io.stdout:setvbuf("line")
 print(("%s %d of %d workers, %d ps, secret %d chars, threads %s"):format(tf.task.type, tf.task.index,
   #(tf.cluster.worker or {}), #(tf.cluster.ps or {}), #os.getenv("LDIST_SECRET"), os.getenv("LDIST_NUM_THREADS")))

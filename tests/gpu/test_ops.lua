@@ -251,6 +251,122 @@ T.test("matmul derivatives", function()
   G.close(gb, cb, "d/db matmul", 1e-9)
 end)
 
+---------------------------------------------------------------- layer kernels (LD_LAYER_KERNELS)
+-- normalization, indexing / pooling and attention, through the Keras layers:
+-- the same layer on the device and on the CPU (twin_layers' way), with several
+-- inputs (a table) or integer ones (no gradient), in training or inference;
+-- forward, the gradients of the float inputs and trainable variables, and the
+-- non-trainable variables after the call (batch normalization's moving statistics).
+-- (Before the cross-entropy tests: on cpu:1 the error of their bad label is
+-- reported by a later host read on cpu:0, which these tests would take.)
+local function layer_check_n(name, make, xs, tol, opts)
+  opts = opts or {}
+  local function on(list, d)
+    local r = {}
+    for i, x in ipairs(list) do r[i] = d and x:to(d) or x end
+    return r
+  end
+  local function call(layer, ins, training)
+    if #ins == 1 then return layer(ins[1], { training = training }) end
+    return layer(ins, { training = training })
+  end
+  local s = distribute.MirroredStrategy { devices = { dev } }
+  tensor.seed(5)
+  local ld = make()
+  do
+    local _ <close> = s:scope()
+    call(ld, on(xs, dev), false)            -- builds the variables on the device
+  end
+  tensor.seed(5)
+  local lc = make()
+  call(lc, xs, false)
+  local function run(layer, ins)
+    local vs, vars = {}, {}
+    for i, x in ipairs(ins) do
+      if x.dtype == "float32" then vs[i] = tensor.Variable(x); vars[#vars + 1] = vs[i] else vs[i] = x end
+    end
+    local tape = autograd.GradientTape()
+    local y = tape:record(function() return call(layer, vs, opts.training) end)
+    tensor.seed(9)
+    local w = tensor.normal(table.unpack(y.shape))
+    if y.device ~= "cpu:0" then w = w:to(y.device) end
+    local loss = tape:record(function() return (y * w):sum() end)
+    for _, t in ipairs(layer.trainable_variables or {}) do vars[#vars + 1] = t end
+    return y, tape:gradient(loss, vars)
+  end
+  local yd, gd = run(ld, on(xs, dev))
+  local yc, gc = run(lc, xs)
+  G.close(yd, yc, name .. " forward", tol)
+  T.eq(#gd, #gc, name .. ": gradients")
+  for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10) end
+  local nd, nc = ld.non_trainable_variables or {}, lc.non_trainable_variables or {}
+  T.eq(#nd, #nc, name .. ": non-trainable variables")
+  for i = 1, #nc do G.close(nd[i], nc[i], ("%s %s"):format(name, nc[i].name:match("[^/]+$")), tol) end
+end
+
+T.test("batch normalization (bn_stats, bn_finalize, bn_apply, bn_backward*): training and inference", function()
+  local x = tensor.normal(4, 9, 7, 6) * 3 + 2
+  layer_check_n("batchnorm training NHWC", function() return nn.BatchNormalization() end, { x }, 1e-9, { training = true })
+  layer_check_n("batchnorm inference NHWC", function() return nn.BatchNormalization() end, { x }, 1e-9)
+  layer_check_n("batchnorm training 2-d, no center/scale", function()
+    return nn.BatchNormalization { momentum = 0.5, center = false, scale = false }
+  end, { tensor.normal(300, 33) * 5 }, 1e-9, { training = true })
+  layer_check_n("batchnorm training long column (1000 rows)", function() return nn.BatchNormalization() end,
+    { tensor.normal(1000, 3) + 100 }, 1e-9, { training = true })
+end)
+
+T.test("layer normalization (layer_norm, layer_norm_backward): short and long rows", function()
+  layer_check_n("layernorm 3-d", function() return nn.LayerNormalization() end, { tensor.normal(3, 11, 16) * 2 + 1 }, 1e-9)
+  layer_check_n("layernorm long rows", function() return nn.LayerNormalization { epsilon = 1e-5 } end,
+    { tensor.normal(7, 3000) }, 1e-9)
+  layer_check_n("layernorm no center/scale", function() return nn.LayerNormalization { center = false, scale = false } end,
+    { tensor.normal(50, 5) }, 1e-9)
+end)
+
+T.test("embedding (embedding, embedding_backward): repeated ids add up", function()
+  -- ids in [0, v), spread and repeated
+  local function ids(n, v, shape, dtype)
+    local t = {}
+    for i = 1, n do t[i] = (i * 7919 + i * i * 31) % v end
+    return tensor.new(t, { dtype = dtype }):reshape(table.unpack(shape))
+  end
+  layer_check_n("embedding int64 ids", function() return nn.Embedding(50, 24) end, { ids(120, 50, { 4, 30 }, "int64") }, 1e-10)
+  layer_check_n("embedding int32 ids, few rows", function() return nn.Embedding(3, 9) end,
+    { ids(200, 3, { 200 }, "int32") }, 1e-10)
+end)
+
+T.test("average pooling (avgpool, avgpool_backward): valid, same, overlapping; global average pooling", function()
+  local x = tensor.normal(2, 11, 9, 5)
+  layer_check_n("avgpool 2", function() return nn.AveragePooling2D(2) end, { x }, 1e-10)
+  layer_check_n("avgpool 3 stride 2 same", function() return nn.AveragePooling2D(3, { strides = 2, padding = "same" }) end,
+    { x }, 1e-10)
+  layer_check_n("avgpool 3 stride 1 same", function() return nn.AveragePooling2D(3, { strides = 1, padding = "same" }) end,
+    { x }, 1e-10)
+  layer_check_n("global avgpool", function() return nn.GlobalAveragePooling2D() end, { x }, 1e-10)
+  layer_check_n("global avgpool keepdims", function() return nn.GlobalAveragePooling2D { keepdims = true } end, { x }, 1e-10)
+end)
+
+T.test("concatenate (slice_copy): last axis, axis 1, three inputs; gradients split back", function()
+  local a, b, c = tensor.normal(4, 6, 5), tensor.normal(4, 6, 3), tensor.normal(4, 2, 5)
+  layer_check_n("concat last axis", function() return nn.Concatenate() end, { a, b }, 1e-10)
+  layer_check_n("concat axis 1, 3 inputs", function() return nn.Concatenate { axis = 1 } end, { a, c, a }, 1e-10)
+  layer_check_n("add 3 inputs", function() return nn.Add() end, { a, a * 2, a + 1 }, 1e-10)
+  layer_check_n("multiply 2 inputs", function() return nn.Multiply() end, { b, b + 1 }, 1e-10)
+  layer_check_n("conv1d causal (concat of zeros, im2col)", function() return nn.Conv1D(7, 3, { padding = "causal" }) end,
+    { tensor.normal(3, 12, 4) }, 1e-9)
+end)
+
+T.test("attention (gemm_batched, masked_softmax, masked_softmax_backward) through MultiHeadAttention", function()
+  if not nn.MultiHeadAttention then print("# nn.MultiHeadAttention is not there (skip)"); return end
+  local x = tensor.normal(2, 7, 16)
+  layer_check_n("mha self-attention", function() return nn.MultiHeadAttention(2, 8) end, { x }, 1e-9)
+  layer_check_n("mha causal", function() return nn.MultiHeadAttention(4, 4, { use_causal_mask = true }) end, { x }, 1e-9)
+  layer_check_n("mha cross-attention {query, value}", function() return nn.MultiHeadAttention(2, 6, { value_dim = 5 }) end,
+    { tensor.normal(2, 5, 16), tensor.normal(2, 9, 12) }, 1e-9)
+  layer_check_n("mha long keys", function() return nn.MultiHeadAttention(1, 16) end,
+    { tensor.normal(1, 3, 8), tensor.normal(1, 700, 8) }, 1e-9)
+end)
+
 ---------------------------------------------------------------- softmax, cross-entropy
 T.test("softmax and log_softmax (short and long rows, large values)", function()
   for _, shp in ipairs({ { 50, 10 }, { 7, 3000 }, { 3, 4, 300 }, { 1, 1 } }) do

@@ -46,6 +46,39 @@ T.test("layer errors name the problem", function()
   T.raises(function() return nn.Sequential{nn.Conv2D(2, 3)}(tensor.ones(2, 5, 5)) end, "add a channel axis")
 end)
 
+T.test("layer constructors: positional, options, Keras's names, and errors naming the problem", function()
+  local d = nn.Dense{64, activation = "relu", use_bias = false, name = "hidden"}
+  T.eq(d.units, 64); T.eq(d.activation, "relu"); T.eq(d.use_bias, false); T.eq(d.name, "hidden")
+  T.eq(d.class_name, "Dense")
+  local c = nn.Conv2D(8, 3, { strides = 2, padding = "same" })
+  T.eq(table.concat(c.kernel_size, ","), "3,3"); T.eq(table.concat(c.strides, ","), "2,2")
+  T.eq(table.concat(nn.Reshape(2, -1).target_shape, ","), "2,-1")
+  T.eq(table.concat(nn.Reshape{4, 4, 1}.target_shape, ","), "4,4,1")
+  T.eq(nn.MaxPooling2D(3).class_name, "MaxPool2D")
+  T.raises(function() return nn.Dense{unit = 3} end, "nn.Dense: unknown option 'unit' (it takes units, activation, use_bias, name)")
+  T.raises(function() return nn.Dense() end, "nn.Dense: units is required")
+  T.raises(function() return nn.Conv2D(3, 2, { padding = "sam" }) end, "unknown padding 'sam' (valid|same)")
+  T.raises(function() return nn.Conv2D(3, { 2, 2, 2 }) end, "kernel_size takes 2 integers, got 3")
+  T.raises(function() return nn.Dense("many") end, "units must be an integer, got a string")
+  T.raises(function() return nn.Dense(4, "relu", 3) end, "at most 2 positional arguments")
+end)
+
+T.test("get_config and layer_from_config make the same layer again", function()
+  for _, l in ipairs({ nn.Dense(5, "tanh"), nn.Conv2D(4, { 3, 2 }, { strides = { 1, 2 }, padding = "same" }),
+                       nn.MaxPool2D(2, { strides = 1 }), nn.Dropout(0.25), nn.Reshape{ 7, -1 }, nn.Activation("gelu"),
+                       nn.Flatten() }) do
+    local c = l:get_config()
+    local l2 = nn.layer_from_config{ class_name = l.class_name, config = c }
+    T.eq(l2.class_name, l.class_name)
+    T.eq(ldist.json.encode(l2:get_config()), ldist.json.encode(c))
+    for k, v in pairs(c) do
+      if type(v) == "table" then T.eq(table.concat(l2[k], ","), table.concat(v, ","), k)
+      elseif k ~= "name" then T.eq(l2[k], v, k) end
+    end
+  end
+  T.raises(function() return nn.layer_from_config{ class_name = "Dense2", config = {} } end, "unknown layer class 'Dense2'")
+end)
+
 T.test("losses against hand computations", function()
   local logits = tensor.new{{2, 1, 0}, {0, 0, 3}}
   local labels = tensor.new({0, 2}, {dtype = "int64"})

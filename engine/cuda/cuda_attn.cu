@@ -1,0 +1,200 @@
+/*
+ * cuda_attn.cu - the attention family's kernels (ld_kernels.h,
+ * LD_LAYER_KERNELS): strided batched products through
+ * cublasSgemmStridedBatched, and the fused masked softmax and its backward.
+ *
+ * Row-major to column-major as cuda_gemm.cu does: C^T = op(B)^T op(A)^T,
+ * so cuBLAS gets (opB, opA, n, m, k, B, ldb, A, lda, C, ldc) with the batch
+ * strides as they are. cuBLAS is opened here too (dlopen, the same library
+ * cuda_gemm.cu opens, so the same process-wide copy); the device's handle
+ * (cd->blas) is shared with cuda_gemm.cu: whichever file needs it first
+ * makes it, under cd->mu, bound to the device's stream, with the same math
+ * mode (LDIST_CUDA_TF32=1: TF32 tensor cores), and cu_blas_destroy frees it.
+ *
+ * masked_softmax: one block per row, as cuda_softmax.cu, the sum in double;
+ * masked columns (j > i + offset under causal) are 0, a row masked whole is
+ * uniform. The backward reads each row's dot product once, then writes.
+ */
+#include "cuda_common.cuh"
+
+#include <cublas_v2.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+    pthread_once_t once;
+    int ok;
+    char why[300];
+    decltype(&cublasCreate_v2) create;
+    decltype(&cublasDestroy_v2) destroy;
+    decltype(&cublasSetStream_v2) set_stream;
+    decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSgemmStridedBatched) sgemm_batched;
+    decltype(&cublasGetStatusString) status_string;
+} ab = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0};
+
+static void ab_open(void) {
+    static const char *const libs[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    const cu_sym syms[] = {
+        {(void **)&ab.create, "cublasCreate_v2"},
+        {(void **)&ab.destroy, "cublasDestroy_v2"},
+        {(void **)&ab.set_stream, "cublasSetStream_v2"},
+        {(void **)&ab.set_math_mode, "cublasSetMathMode"},
+        {(void **)&ab.sgemm_batched, "cublasSgemmStridedBatched"},
+        {(void **)&ab.status_string, "cublasGetStatusString"},
+    };
+    ab.ok = cu_open_library("cuBLAS", libs, 3, syms, 6, ab.why, sizeof ab.why);
+}
+
+static int ab_failed(cu_dev *cd, const char *call, cublasStatus_t st, const char *what) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s: %s%s failed: %s (cuBLAS status %d)", cd->dev->name, call, what,
+             ab.status_string ? ab.status_string(st) : "", (int)st);
+    return cu_record_msg(cd, msg);
+}
+
+/* The device's cuBLAS handle (shared with cuda_gemm.cu), made on first use. */
+static cublasHandle_t ab_handle(cu_dev *cd) {
+    pthread_once(&ab.once, ab_open);
+    if (!ab.ok) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s: batched matrix products need cuBLAS: %.300s", cd->dev->name, ab.why);
+        cu_record_msg(cd, msg);
+        return NULL;
+    }
+    pthread_mutex_lock(&cd->mu);
+    cublasHandle_t h = (cublasHandle_t)cd->blas;
+    pthread_mutex_unlock(&cd->mu);
+    if (h) return h;
+    cublasStatus_t st = ab.create(&h);
+    if (st != CUBLAS_STATUS_SUCCESS) { ab_failed(cd, "cublasCreate_v2", st, ""); return NULL; }
+    st = ab.set_stream(h, cd->stream);
+    if (st != CUBLAS_STATUS_SUCCESS) { ab_failed(cd, "cublasSetStream_v2", st, ""); ab.destroy(h); return NULL; }
+    const char *tf32 = getenv("LDIST_CUDA_TF32");
+    cublasMath_t mode = tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    st = ab.set_math_mode(h, mode);
+    if (st != CUBLAS_STATUS_SUCCESS) { ab_failed(cd, "cublasSetMathMode", st, ""); ab.destroy(h); return NULL; }
+    pthread_mutex_lock(&cd->mu);
+    if (cd->blas) {   /* another thread (or cuda_gemm.cu) was quicker */
+        pthread_mutex_unlock(&cd->mu);
+        ab.destroy(h);
+        return (cublasHandle_t)cd->blas;
+    }
+    cd->blas = h;
+    pthread_mutex_unlock(&cd->mu);
+    return h;
+}
+
+/* C_i = beta * C_i for k = 0 (beta = 0 writes zeros) */
+__global__ void k_bscale(float *c, int64_t per, int64_t sc, int64_t batch, float beta) {
+    CU_LOOP(i, per * batch) {
+        int64_t b = i / per, j = i - b * per;
+        float *p = c + b * sc + j;
+        *p = beta == 0 ? 0.0f : beta * *p;
+    }
+}
+
+void cu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, int64_t sa, const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                     int64_t sc, int64_t batch) {
+    if (batch <= 0 || m <= 0 || n <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    if (k <= 0) {
+        k_bscale<<<cu_grid(m * n * batch, 256), 256, 0, cd->stream>>>(c, m * n, sc, batch, beta);
+        cu_launched(cd, "gemm_batched kernel (k = 0)");
+        return;
+    }
+    char what[128];
+    snprintf(what, sizeof what, " (gemm_batched %lld x %lldx%lldx%lld)", (long long)batch, (long long)m,
+             (long long)n, (long long)k);
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || n > INT_MAX ||
+        batch > INT_MAX) {
+        char msg[240];
+        snprintf(msg, sizeof msg, "%s: cublasSgemmStridedBatched%s: a dimension exceeds 2^31-1", d->name, what);
+        cu_record_msg(cd, msg);
+        return;
+    }
+    cublasHandle_t h = ab_handle(cd);
+    if (!h) return;
+    cublasStatus_t st = ab.sgemm_batched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
+                                         (int)m, (int)k, &alpha, b, (int)ldb, (long long)sb, a, (int)lda,
+                                         (long long)sa, &beta, c, (int)n, (long long)sc, (int)batch);
+    if (st != CUBLAS_STATUS_SUCCESS) ab_failed(cd, "cublasSgemmStridedBatched", st, what);
+}
+
+static int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }
+
+__global__ void k_masked_softmax(float *y, const float *x, int64_t rows, int64_t t, int64_t s, float scale,
+                                 int causal, int64_t offset) {
+    __shared__ float shm[32];
+    __shared__ double shs[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * s;
+        float *yr = y + r * s;
+        int64_t lim = s;
+        if (causal) {
+            int64_t last = r % t + offset;
+            lim = last < 0 ? 0 : last + 1 < s ? last + 1 : s;
+        }
+        if (lim == 0) {   /* uniform (the whole block takes the branch) */
+            float u = 1.0f / (float)s;
+            for (int64_t j = threadIdx.x; j < s; j += blockDim.x) yr[j] = u;
+            continue;
+        }
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) m = fmaxf(m, xr[j] * scale);
+        m = cu_block_max(m, shm);
+        double sum = 0;
+        for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) sum += expf(xr[j] * scale - m);
+        sum = cu_block_sum(sum, shs);
+        float inv = (float)(1.0 / sum);
+        /* y may be x: every thread has read its entries above */
+        for (int64_t j = threadIdx.x; j < s; j += blockDim.x) yr[j] = j < lim ? expf(xr[j] * scale - m) * inv : 0.0f;
+        __syncthreads();
+    }
+}
+
+__global__ void k_masked_softmax_bw(float *dx, const float *y, const float *dy, int64_t rows, int64_t t,
+                                    int64_t cols, float scale, int causal, int64_t offset) {
+    __shared__ double shs[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *yr = y + r * cols, *gr = dy + r * cols;
+        float *dr = dx + r * cols;
+        if (causal && r % t + offset < 0) {   /* masked whole: the weights do not depend on x */
+            for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = 0.0f;
+            continue;
+        }
+        double dot = 0;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dot += (double)gr[j] * yr[j];
+        dot = cu_block_sum(dot, shs);
+        float fd = (float)dot;
+        /* dx may be dy: each thread writes only the entries it read */
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = scale * yr[j] * (gr[j] - fd);
+        __syncthreads();
+    }
+}
+
+void cu_masked_softmax(ld_device *d, float *y, const float *x, int64_t batch, int64_t t, int64_t s, float scale,
+                       int causal, int64_t offset) {
+    if (batch <= 0 || t <= 0 || s <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    int64_t rows = batch * t;
+    unsigned grid = (unsigned)(rows < 65536 ? rows : 65536);
+    k_masked_softmax<<<grid, row_threads(s), 0, cd->stream>>>(y, x, rows, t, s, scale, causal, offset);
+    cu_launched(cd, "masked_softmax kernel");
+}
+
+void cu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const float *dy, int64_t batch,
+                                int64_t t, int64_t s, float scale, int causal, int64_t offset) {
+    if (batch <= 0 || t <= 0 || s <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    int64_t rows = batch * t;
+    unsigned grid = (unsigned)(rows < 65536 ? rows : 65536);
+    k_masked_softmax_bw<<<grid, row_threads(s), 0, cd->stream>>>(dx, y, dy, rows, t, s, scale, causal, offset);
+    cu_launched(cd, "masked_softmax_backward kernel");
+}

@@ -1,0 +1,157 @@
+/*
+ * cuda_index.cu - the indexing and pooling family (ld_kernels.h,
+ * LD_LAYER_KERNELS): block copies for concatenation and slicing, embedding
+ * lookups and their scatter-add (atomicAdd), average pooling (the backward
+ * pass gathers, one thread per input element, so no atomics there).
+ */
+#include "cuda_common.cuh"
+
+/* ---- slice_copy: one thread per element of the small [outer, n, inner] block */
+__global__ void k_slice_copy(float *dst, const float *src, int64_t outer, int64_t n, int64_t inner, int64_t big,
+                             int64_t off, int into, int add, int64_t total) {
+    CU_LOOP(idx, total) {
+        int64_t e = idx % inner, r = idx / inner, k = r % n, o = r / n;
+        int64_t large = ((o * big) + off + k) * inner + e;
+        int64_t di = into ? large : idx, si = into ? idx : large;
+        float v = src[si];
+        dst[di] = add ? dst[di] + v : v;
+    }
+}
+
+void cu_slice_copy(ld_device *d, float *dst, const float *src, int64_t outer, int64_t n, int64_t inner, int64_t big,
+                   int64_t off, int into, int add) {
+    int64_t total = outer * n * inner;
+    if (total <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    k_slice_copy<<<cu_grid(total, 256), 256, 0, cd->stream>>>(dst, src, outer, n, inner, big, off, into, add, total);
+    cu_launched(cd, "slice_copy kernel");
+}
+
+/* ---- embedding */
+__device__ __forceinline__ int64_t cu_id_at(const void *ids, int is32, int64_t i) {
+    return is32 ? (int64_t)((const int32_t *)ids)[i] : ((const int64_t *)ids)[i];
+}
+
+/* an id outside [0, v) gives a zero row */
+__global__ void k_embedding(float *y, const float *table, const void *ids, int is32, int64_t n, int64_t v,
+                            int64_t dim, int64_t total) {
+    CU_LOOP(idx, total) {
+        int64_t i = idx / dim, c = idx - i * dim;
+        int64_t k = cu_id_at(ids, is32, i);
+        y[idx] = (k >= 0 && k < v) ? table[k * dim + c] : 0.0f;
+    }
+}
+
+void cu_embedding(ld_device *d, float *y, const float *table, const void *ids, ld_dtype idt, int64_t n, int64_t v,
+                  int64_t dim) {
+    int64_t total = n * dim;
+    if (total <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    k_embedding<<<cu_grid(total, 256), 256, 0, cd->stream>>>(y, table, ids, idt == LD_I32, n, v, dim, total);
+    cu_launched(cd, "embedding kernel");
+}
+
+__global__ void k_embedding_backward(float *dtable, const float *dy, const void *ids, int is32, int64_t n,
+                                     int64_t v, int64_t dim, int64_t total) {
+    CU_LOOP(idx, total) {
+        int64_t i = idx / dim, c = idx - i * dim;
+        int64_t k = cu_id_at(ids, is32, i);
+        if (k >= 0 && k < v) atomicAdd(dtable + k * dim + c, dy[idx]);
+    }
+}
+
+void cu_embedding_backward(ld_device *d, float *dtable, const float *dy, const void *ids, ld_dtype idt, int64_t n,
+                           int64_t v, int64_t dim) {
+    if (v <= 0 || dim <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    cudaError_t e = cudaMemsetAsync(dtable, 0, (size_t)(v * dim) * sizeof(float), cd->stream);
+    if (e != cudaSuccess) { cu_record(cd, "cudaMemsetAsync (embedding_backward)", e); return; }
+    int64_t total = n * dim;
+    if (total <= 0) return;
+    k_embedding_backward<<<cu_grid(total, 256), 256, 0, cd->stream>>>(dtable, dy, ids, idt == LD_I32, n, v, dim,
+                                                                      total);
+    cu_launched(cd, "embedding_backward kernel");
+}
+
+/* ---- average pooling (NHWC, padding before ph/pw, padded cells not counted) */
+struct avg_geom {
+    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
+};
+
+__device__ __forceinline__ int64_t cu_window_cells(int64_t i, int64_t pad, int64_t k, int64_t s, int64_t in) {
+    int64_t a = i * s - pad, b = a + k;
+    if (a < 0) a = 0;
+    if (b > in) b = in;
+    return b > a ? b - a : 0;
+}
+
+__global__ void k_avgpool(float *y, const float *x, avg_geom g, int64_t total) {
+    CU_LOOP(idx, total) {
+        int64_t e = idx % g.c, t = idx / g.c, q = t % g.ow;
+        t /= g.ow;
+        int64_t i = t % g.oh, b = t / g.oh;
+        int64_t y0 = i * g.sh - g.ph, y1 = y0 + g.kh, x0 = q * g.sw - g.pw, x1 = x0 + g.kw;
+        if (y0 < 0) y0 = 0;
+        if (y1 > g.h) y1 = g.h;
+        if (x0 < 0) x0 = 0;
+        if (x1 > g.w) x1 = g.w;
+        float s = 0.0f;
+        for (int64_t yy = y0; yy < y1; yy++)
+            for (int64_t xx = x0; xx < x1; xx++) s += x[((b * g.h + yy) * g.w + xx) * g.c + e];
+        int64_t cnt = (y1 - y0) * (x1 - x0);
+        y[idx] = cnt > 0 ? s * (1.0f / (float)cnt) : 0.0f;
+    }
+}
+
+void cu_avgpool(ld_device *d, float *y, const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
+                int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    int64_t total = n * oh * ow * c;
+    if (total <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    avg_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    k_avgpool<<<cu_grid(total, 256), 256, 0, cd->stream>>>(y, x, g, total);
+    cu_launched(cd, "avgpool kernel");
+}
+
+/* floor division for a possibly negative numerator, positive d */
+__device__ __forceinline__ int64_t cu_fdiv(int64_t a, int64_t d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
+
+__global__ void k_avgpool_backward(float *dx, const float *dy, avg_geom g, int64_t total) {
+    CU_LOOP(idx, total) {
+        int64_t e = idx % g.c, t = idx / g.c, xx = t % g.w;
+        t /= g.w;
+        int64_t yy = t % g.h, b = t / g.h;
+        int64_t yp = yy + g.ph, xp = xx + g.pw;
+        int64_t i_lo = cu_fdiv(yp - g.kh, g.sh) + 1, i_hi = cu_fdiv(yp, g.sh);
+        int64_t j_lo = cu_fdiv(xp - g.kw, g.sw) + 1, j_hi = cu_fdiv(xp, g.sw);
+        if (i_lo < 0) i_lo = 0;
+        if (j_lo < 0) j_lo = 0;
+        if (i_hi > g.oh - 1) i_hi = g.oh - 1;
+        if (j_hi > g.ow - 1) j_hi = g.ow - 1;
+        float s = 0.0f;
+        for (int64_t i = i_lo; i <= i_hi; i++) {
+            int64_t ch = cu_window_cells(i, g.ph, g.kh, g.sh, g.h);
+            for (int64_t j = j_lo; j <= j_hi; j++) {
+                int64_t cw = cu_window_cells(j, g.pw, g.kw, g.sw, g.w);
+                s += dy[((b * g.oh + i) * g.ow + j) * g.c + e] * (1.0f / (float)(ch * cw));
+            }
+        }
+        dx[idx] = s;
+    }
+}
+
+void cu_avgpool_backward(ld_device *d, float *dx, const float *dy, int64_t n, int64_t h, int64_t w, int64_t c,
+                         int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh,
+                         int64_t ow) {
+    int64_t total = n * h * w * c;
+    if (total <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    avg_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    k_avgpool_backward<<<cu_grid(total, 256), 256, 0, cd->stream>>>(dx, dy, g, total);
+    cu_launched(cd, "avgpool_backward kernel");
+}

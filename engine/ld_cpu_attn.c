@@ -1,0 +1,133 @@
+/*
+ * ld_cpu_attn.c - the CPU kernels of the attention family (ld_kernels.h,
+ * LD_LAYER_KERNELS): strided batched matrix products and the fused
+ * (causally) masked softmax with its backward.
+ *
+ * gemm_batched: with at least as many matrices as pool threads, or matrices
+ * too small for cpu_gemm to split, the batches are split over the pool and
+ * each part runs the CPU gemm kernel on its matrices; a gemm called from a
+ * part runs single-threaded (the pool does not nest: ld_cpu_internal.h),
+ * which is the single-threaded sgemm per matrix that beats one threaded
+ * call. Otherwise (a few large matrices) the matrices go one after the
+ * other, each split over the pool by the gemm kernel itself.
+ */
+#include "ld_cpu_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ================================================================ gemm_batched */
+typedef struct {
+    ld_device *d;
+    int ta, tb;
+    int64_t m, n, k;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    int64_t lda, ldb, sa, sb, sc, batch;
+} bgemm_job;
+
+static void bgemm_part(void *ctx, int p, int np) {
+    bgemm_job *j = ctx;
+    /* an even split of whole matrices (ld_cpu_range rounds to 16) */
+    int64_t lo = j->batch * p / np, hi = j->batch * (p + 1) / np;
+    for (int64_t i = lo; i < hi; i++)
+        ld_cpu_kernels.gemm(j->d, j->ta, j->tb, j->m, j->n, j->k, j->alpha, j->a + i * j->sa, j->lda,
+                            j->b + i * j->sb, j->ldb, j->beta, j->c + i * j->sc, j->n < 1 ? 1 : j->n);
+}
+
+void cpu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                      int64_t lda, int64_t sa, const float *b, int64_t ldb, int64_t sb, float beta, float *c,
+                      int64_t sc, int64_t batch) {
+    if (batch <= 0 || m <= 0 || n <= 0) return;
+    bgemm_job j = {d, ta, tb, m, n, k, alpha, beta, a, b, c, lda, ldb, sa, sb, sc, batch};
+    int threads = ld_cpu_threads();
+    double flops = (double)m * n * k;
+    if (batch > 1 && (batch >= threads || flops < 262144.0)) {
+        ld_cpu_parallel(bgemm_part, &j, batch < 1024 ? (int)batch : 1024);
+    } else {
+        bgemm_part(&j, 0, 1);
+    }
+}
+
+/* ================================================================ masked softmax */
+typedef struct {
+    float *y;
+    const float *x, *dy;
+    int64_t rows, t, s;
+    float scale;
+    int causal;
+    int64_t offset;
+} msm_job;
+
+/* row r's columns [0, kept) take part; the rest are masked out */
+static int64_t kept(const msm_job *j, int64_t r) {
+    if (!j->causal) return j->s;
+    int64_t last = r % j->t + j->offset;   /* the last column kept */
+    return last < 0 ? 0 : last + 1 < j->s ? last + 1 : j->s;
+}
+
+static void msm_rows(const msm_job *j, int64_t lo, int64_t hi) {
+    int64_t s = j->s;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * s;
+        float *yr = j->y + r * s;
+        int64_t lim = kept(j, r);
+        if (lim == 0) {   /* masked whole: uniform, as Keras' -1e9 adder gives */
+            float u = 1.0f / (float)s;
+            for (int64_t c = 0; c < s; c++) yr[c] = u;
+            continue;
+        }
+        float m = -INFINITY, sc = j->scale;
+        for (int64_t c = 0; c < lim; c++) { float v = xr[c] * sc; if (v > m) m = v; }
+        double sum = 0;
+        for (int64_t c = 0; c < lim; c++) { float e = expf(xr[c] * sc - m); yr[c] = e; sum += e; }
+        float inv = (float)(1.0 / sum);
+        for (int64_t c = 0; c < lim; c++) yr[c] *= inv;
+        for (int64_t c = lim; c < s; c++) yr[c] = 0.0f;
+    }
+}
+
+static void msm_bw_rows(const msm_job *j, int64_t lo, int64_t hi) {
+    int64_t s = j->s;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *yr = j->x + r * s, *gr = j->dy + r * s;
+        float *dr = j->y + r * s;
+        if (kept(j, r) == 0) {   /* the weights do not depend on x there */
+            memset(dr, 0, sizeof(float) * (size_t)s);
+            continue;
+        }
+        double dot = 0;
+        for (int64_t c = 0; c < s; c++) dot += (double)gr[c] * yr[c];
+        float fd = (float)dot, sc = j->scale;
+        for (int64_t c = 0; c < s; c++) dr[c] = sc * yr[c] * (gr[c] - fd);
+    }
+}
+
+static void msm_part(void *ctx, int p, int np) {
+    msm_job *j = ctx;
+    int64_t lo = j->rows * p / np, hi = j->rows * (p + 1) / np;
+    if (j->dy) msm_bw_rows(j, lo, hi);
+    else msm_rows(j, lo, hi);
+}
+
+static void msm_run(msm_job *j) {
+    int64_t total = j->rows * j->s;
+    if (total < LD_CPU_PAR_MIN || j->rows < 2) { msm_part(j, 0, 1); return; }
+    ld_cpu_parallel(msm_part, j, j->rows < 64 ? (int)j->rows : 64);
+}
+
+void cpu_masked_softmax(ld_device *d, float *y, const float *x, int64_t batch, int64_t t, int64_t s, float scale,
+                        int causal, int64_t offset) {
+    if (batch <= 0 || t <= 0 || s <= 0) return;
+    msm_job j = {y, x, NULL, batch * t, t, s, scale, causal, offset};
+    msm_run(&j);
+}
+
+void cpu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const float *dy, int64_t batch,
+                                 int64_t t, int64_t s, float scale, int causal, int64_t offset) {
+    if (batch <= 0 || t <= 0 || s <= 0) return;
+    /* x holds y, y holds dx (the fields are reused) */
+    msm_job j = {dx, y, dy, batch * t, t, s, scale, causal, offset};
+    msm_run(&j);
+}

@@ -1,0 +1,320 @@
+/*
+ * ld_cpu_norm.c - CPU kernels of the normalization family (layer and batch
+ * normalization, ld_ops_norm.c): see LD_LAYER_KERNELS in ld_kernels.h.
+ *
+ * Rows are split over the pool (ld_cpu_parallel) in 16-row blocks. Per-row
+ * work (layer norm, the apply and dx passes) needs nothing more; per-channel
+ * sums over rows (batch statistics, dgamma/dbeta) keep one double vector per
+ * part, added in part order afterwards, so a result depends only on the
+ * sizes and the number of parts, never on timing.
+ */
+#include "ld_cpu_internal.h"
+#include "ld_executor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* parts wanted for `rows` rows of `c` elements: 1 for small work */
+static int parts_for(int64_t rows, int64_t c) {
+    if (rows * (c > 0 ? c : 1) < LD_CPU_PAR_MIN) return 1;
+    int64_t want = (rows + 15) / 16, th = ld_cpu_threads();
+    if (th < 1) th = 1;
+    if (want > th) want = th;
+    if (want > 64) want = 64;
+    return want < 1 ? 1 : (int)want;
+}
+
+/* ================================================================ layer norm */
+typedef struct {
+    float *y, *mean, *rstd;
+    const float *x, *gamma, *beta;
+    int64_t rows, c;
+    float eps;
+} ln_job;
+
+static void ln_part(void *ctx, int p, int np) {
+    ln_job *j = ctx;
+    int64_t lo, hi, c = j->c;
+    ld_cpu_range(j->rows, p, np, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * c;
+        float *yr = j->y + r * c;
+        double s = 0;
+        for (int64_t k = 0; k < c; k++) s += xr[k];
+        double m = c ? s / (double)c : 0.0, v = 0;
+        for (int64_t k = 0; k < c; k++) { double d = xr[k] - m; v += d * d; }
+        v = c ? v / (double)c : 0.0;
+        float mf = (float)m, rs = (float)(1.0 / sqrt(v + (double)j->eps));
+        for (int64_t k = 0; k < c; k++) {
+            float t = (xr[k] - mf) * rs;
+            if (j->gamma) t *= j->gamma[k];
+            if (j->beta) t += j->beta[k];
+            yr[k] = t;
+        }
+        j->mean[r] = mf;
+        j->rstd[r] = rs;
+    }
+}
+
+void cpu_layer_norm(ld_device *d, float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                    const float *beta, int64_t rows, int64_t c, float eps) {
+    if (rows <= 0) return;
+    ln_job j = {y, mean, rstd, x, gamma, beta, rows, c, eps};
+    int want = parts_for(rows, c);
+    if (want == 1) ln_part(&j, 0, 1);
+    else ld_cpu_parallel(ln_part, &j, want);
+}
+
+typedef struct {
+    float *dx;
+    const float *dy, *x, *mean, *rstd, *gamma;
+    int64_t rows, c;
+    double *acc;        /* [want][2c]: sum dy, sum dy * xhat per part; NULL: no dgamma/dbeta */
+    int nparts;
+} lnb_job;
+
+static void lnb_part(void *ctx, int p, int np) {
+    lnb_job *j = ctx;
+    int64_t lo, hi, c = j->c;
+    if (p == 0) j->nparts = np;
+    ld_cpu_range(j->rows, p, np, &lo, &hi);
+    double *a0 = j->acc ? j->acc + (size_t)p * 2 * (size_t)c : NULL, *a1 = a0 ? a0 + c : NULL;
+    if (a0) memset(a0, 0, sizeof(double) * 2 * (size_t)c);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * c, *dyr = j->dy + r * c;
+        float m = j->mean[r], rs = j->rstd[r];
+        if (a0) {
+            for (int64_t k = 0; k < c; k++) {
+                double xh = (double)((xr[k] - m) * rs);
+                a0[k] += dyr[k];
+                a1[k] += dyr[k] * xh;
+            }
+        }
+        if (j->dx) {
+            double sg = 0, sgx = 0;
+            for (int64_t k = 0; k < c; k++) {
+                double g = j->gamma ? (double)dyr[k] * j->gamma[k] : (double)dyr[k];
+                sg += g;
+                sgx += g * (double)((xr[k] - m) * rs);
+            }
+            float mg = (float)(sg / (double)c), mgx = (float)(sgx / (double)c);
+            float *dxr = j->dx + r * c;
+            for (int64_t k = 0; k < c; k++) {
+                float g = j->gamma ? dyr[k] * j->gamma[k] : dyr[k];
+                float xh = (xr[k] - m) * rs;
+                dxr[k] = rs * (g - mg - xh * mgx);
+            }
+        }
+    }
+}
+
+void cpu_layer_norm_backward(ld_device *d, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                             const float *mean, const float *rstd, const float *gamma, int64_t rows, int64_t c) {
+    if (c <= 0) return;
+    int want = rows > 0 ? parts_for(rows, c) : 1;
+    int wsum = dgamma || dbeta;
+    double *acc = NULL;
+    if (wsum) {
+        acc = malloc(sizeof(double) * 2 * (size_t)c * (size_t)want);
+        if (!acc && want > 1) { want = 1; acc = malloc(sizeof(double) * 2 * (size_t)c); }
+        if (!acc) {
+            /* out of memory: the sums in float, serially */
+            if (dgamma) memset(dgamma, 0, sizeof(float) * (size_t)c);
+            if (dbeta) memset(dbeta, 0, sizeof(float) * (size_t)c);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t k = 0; k < c; k++) {
+                    float v = dy[r * c + k];
+                    if (dbeta) dbeta[k] += v;
+                    if (dgamma) dgamma[k] += v * (x[r * c + k] - mean[r]) * rstd[r];
+                }
+            wsum = 0;
+        }
+    }
+    lnb_job j = {dx, dy, x, mean, rstd, gamma, rows, c, acc, 1};
+    if (rows > 0 || acc) {
+        if (want == 1) lnb_part(&j, 0, 1);
+        else ld_cpu_parallel(lnb_part, &j, want);
+    }
+    if (wsum) {
+        for (int64_t k = 0; k < c; k++) {
+            double s0 = 0, s1 = 0;
+            for (int p = 0; p < j.nparts; p++) { s0 += acc[(size_t)p * 2 * c + k]; s1 += acc[(size_t)p * 2 * c + c + k]; }
+            if (dbeta) dbeta[k] = (float)s0;
+            if (dgamma) dgamma[k] = (float)s1;
+        }
+    }
+    free(acc);
+}
+
+/* ================================================================ batch norm */
+/* Per-channel sums over rows, split over row blocks:
+   mode 0: a = x;  mode 1: a = (x - m_j)^2;  mode 2: a = dy, b = dy * xhat */
+typedef struct {
+    int mode;
+    const float *x, *dy, *mean, *rstd;   /* mean: m_j (mode 1), mean (mode 2) */
+    int64_t rows, c;
+    double *acc;                          /* [want][2c] */
+    int nparts;
+} bns_job;
+
+static void bns_part(void *ctx, int p, int np) {
+    bns_job *j = ctx;
+    int64_t lo, hi, c = j->c;
+    if (p == 0) j->nparts = np;
+    ld_cpu_range(j->rows, p, np, &lo, &hi);
+    double *a0 = j->acc + (size_t)p * 2 * (size_t)c, *a1 = a0 + c;
+    memset(a0, 0, sizeof(double) * 2 * (size_t)c);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * c;
+        if (j->mode == 0) {
+            for (int64_t k = 0; k < c; k++) a0[k] += xr[k];
+        } else if (j->mode == 1) {
+            for (int64_t k = 0; k < c; k++) { double t = (double)xr[k] - j->mean[k]; a0[k] += t * t; }
+        } else {
+            const float *dyr = j->dy + r * c;
+            for (int64_t k = 0; k < c; k++) {
+                double xh = (double)((xr[k] - j->mean[k]) * j->rstd[k]);
+                a0[k] += dyr[k];
+                a1[k] += dyr[k] * xh;
+            }
+        }
+    }
+}
+
+/* runs the sums; out0[k] / out1[k] (either NULL) get the totals; 0 when out of memory */
+static int bn_sums(bns_job *j, float *out0, float *out1) {
+    int64_t c = j->c;
+    int want = j->rows > 0 ? parts_for(j->rows, c) : 1;
+    j->acc = malloc(sizeof(double) * 2 * (size_t)c * (size_t)want);
+    if (!j->acc && want > 1) { want = 1; j->acc = malloc(sizeof(double) * 2 * (size_t)c); }
+    if (!j->acc) return 0;
+    j->nparts = 1;
+    if (want == 1) bns_part(j, 0, 1);
+    else ld_cpu_parallel(bns_part, j, want);
+    for (int64_t k = 0; k < c; k++) {
+        double s0 = 0, s1 = 0;
+        for (int p = 0; p < j->nparts; p++) { s0 += j->acc[(size_t)p * 2 * c + k]; s1 += j->acc[(size_t)p * 2 * c + c + k]; }
+        if (out0) out0[k] = (float)s0;
+        if (out1) out1[k] = (float)s1;
+    }
+    free(j->acc);
+    j->acc = NULL;
+    return 1;
+}
+
+static inline float center_of(const float *sums, int64_t c, int64_t k) {
+    return sums[k] > 0 ? (float)((double)sums[c + k] / (double)sums[k]) : 0.0f;
+}
+
+void cpu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, int64_t rows, int64_t c) {
+    if (c <= 0) return;
+    if (!sums) {
+        for (int64_t k = 0; k < c; k++) out[k] = (float)rows;
+        bns_job j = {0, x, NULL, NULL, NULL, rows, c, NULL, 1};
+        if (!bn_sums(&j, out + c, NULL))
+            ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory for the statistics of %lld channels", (long long)c);
+        return;
+    }
+    float *m = malloc(sizeof(float) * (size_t)c);
+    if (!m) { ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory"); return; }
+    for (int64_t k = 0; k < c; k++) m[k] = center_of(sums, c, k);
+    bns_job j = {1, x, NULL, m, NULL, rows, c, NULL, 1};
+    if (!bn_sums(&j, out, NULL))
+        ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory for the statistics of %lld channels", (long long)c);
+    free(m);
+}
+
+void cpu_bn_finalize(ld_device *d, float *mean, float *rstd, float *mm, float *mv, const float *sums, const float *m2,
+                     int64_t c, float momentum, float eps, int training) {
+    for (int64_t k = 0; k < c; k++) {
+        if (!training) {
+            mean[k] = mm[k];
+            rstd[k] = (float)(1.0 / sqrt((double)mv[k] + (double)eps));
+            continue;
+        }
+        double n = sums[k];
+        float m = center_of(sums, c, k);
+        float v = n > 0 ? (float)((double)m2[k] / n) : 0.0f;
+        mean[k] = m;
+        rstd[k] = (float)(1.0 / sqrt((double)v + (double)eps));
+        if (n > 0) {
+            mm[k] = mm[k] * momentum + m * (1.0f - momentum);
+            mv[k] = mv[k] * momentum + v * (1.0f - momentum);
+        }
+    }
+}
+
+typedef struct {
+    float *y;
+    const float *x, *dy, *mean, *rstd, *gamma, *beta, *red, *sums;
+    int64_t rows, c;
+    int training;
+} bna_job;
+
+static void bna_part(void *ctx, int p, int np) {
+    bna_job *j = ctx;
+    int64_t lo, hi, c = j->c;
+    ld_cpu_range(j->rows, p, np, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * c;
+        float *yr = j->y + r * c;
+        for (int64_t k = 0; k < c; k++) {
+            float t = (xr[k] - j->mean[k]) * j->rstd[k];
+            if (j->gamma) t *= j->gamma[k];
+            if (j->beta) t += j->beta[k];
+            yr[k] = t;
+        }
+    }
+}
+
+void cpu_bn_apply(ld_device *d, float *y, const float *x, const float *mean, const float *rstd, const float *gamma,
+                  const float *beta, int64_t rows, int64_t c) {
+    if (rows <= 0 || c <= 0) return;
+    bna_job j = {y, x, NULL, mean, rstd, gamma, beta, NULL, NULL, rows, c, 0};
+    int want = parts_for(rows, c);
+    if (want == 1) bna_part(&j, 0, 1);
+    else ld_cpu_parallel(bna_part, &j, want);
+}
+
+void cpu_bn_backward_reduce(ld_device *d, float *red, const float *dy, const float *x, const float *mean,
+                            const float *rstd, int64_t rows, int64_t c) {
+    if (c <= 0) return;
+    bns_job j = {2, x, dy, mean, rstd, rows, c, NULL, 1};
+    if (!bn_sums(&j, red, red + c))
+        ld_device_fault(d, LD_ENOMEM, "batch_norm gradient: out of memory for %lld channels", (long long)c);
+}
+
+static void bnb_part(void *ctx, int p, int np) {
+    bna_job *j = ctx;
+    int64_t lo, hi, c = j->c;
+    ld_cpu_range(j->rows, p, np, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = j->x + r * c, *dyr = j->dy + r * c;
+        float *dxr = j->y + r * c;
+        if (!j->training) {
+            for (int64_t k = 0; k < c; k++) {
+                float s = j->rstd[k];
+                if (j->gamma) s *= j->gamma[k];
+                dxr[k] = dyr[k] * s;
+            }
+            continue;
+        }
+        for (int64_t k = 0; k < c; k++) {
+            float n = j->sums[k] > 0 ? j->sums[k] : 1.0f;
+            float s = j->rstd[k];
+            if (j->gamma) s *= j->gamma[k];
+            float xh = (xr[k] - j->mean[k]) * j->rstd[k];
+            dxr[k] = s * (dyr[k] - j->red[k] / n - xh * (j->red[c + k] / n));
+        }
+    }
+}
+
+void cpu_bn_backward(ld_device *d, float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+                     const float *gamma, const float *red, const float *sums, int64_t rows, int64_t c, int training) {
+    if (rows <= 0 || c <= 0) return;
+    bna_job j = {dx, x, dy, mean, rstd, gamma, NULL, red, sums, rows, c, training};
+    int want = parts_for(rows, c);
+    if (want == 1) bnb_part(&j, 0, 1);
+    else ld_cpu_parallel(bnb_part, &j, want);
+}

@@ -1,0 +1,228 @@
+/* ld_layers_core.c - the first layers: Dense, Flatten, Dropout, Conv2D,
+ * MaxPool2D, Activation, Reshape (classes of ld_nn.h). */
+#include "ld_nn.h"
+#include "ld_strategy.h"
+
+#include <string.h>
+
+/* activation(y) after a layer's product; relu is folded into ld_linear */
+static ld_tensor *then_activate(ld_activation a, ld_tensor *y) {
+    if (!y || a == LD_ACT_NONE || a == LD_ACT_RELU) return y;
+    ld_tensor *r = ld_activate(a, y);
+    ld_tensor_release(y);
+    return r;
+}
+
+/* ================================================================ Dense */
+enum { DENSE_UNITS, DENSE_ACT, DENSE_BIAS };
+static int dense_check(ld_layer *l) {
+    if (ld_p_int(l, DENSE_UNITS) < 1)
+        return ld_fail(LD_EARG, "Dense units must be a positive integer, got %lld", (long long)ld_p_int(l, DENSE_UNITS));
+    return LD_OK;
+}
+static int dense_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (in->ndim < 1) return ld_fail(LD_ESHAPE, "%s needs inputs with a feature axis", l->name);
+    int64_t units = ld_p_int(l, DENSE_UNITS), ks[2] = {in->d[in->ndim - 1], units};
+    if (!ld_layer_add_weight(l, "kernel", 2, ks, LD_INIT_GLOROT(ks[0], units), 1))
+        return ld_error_status();
+    if (ld_p_int(l, DENSE_BIAS) && !ld_layer_add_weight(l, "bias", 1, &units, LD_INIT_Z, 1))
+        return ld_error_status();
+    *out = *in;
+    out->d[out->ndim - 1] = units;
+    return LD_OK;
+}
+static ld_tensor *dense_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_activation a = ld_p_activation(l, DENSE_ACT);
+    ld_tensor *xf = ld_as_float(x[0]);
+    ld_tensor *y = xf ? ld_linear(xf, ld_var(l->vars[0]), ld_p_int(l, DENSE_BIAS) ? ld_var(l->vars[1]) : NULL,
+                                  a == LD_ACT_RELU) : NULL;
+    ld_tensor_release(xf);
+    return then_activate(a, y);
+}
+const ld_layer_class ld_layer_dense = {
+    "Dense", "dense", NULL, {"units", "activation"},
+    {LD_PINT("units", NULL), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
+     LD_PBOOL("use_bias", "true"), LD_PEND},
+    1, 1, 0, dense_check, dense_build, dense_forward,
+    "nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=true}\n\n"
+    "A fully connected layer: activation(x @ kernel + bias) on the last axis.\n"
+    "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu."};
+
+/* ================================================================ Flatten */
+static int flatten_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int64_t n;
+    if (ld_shape_numel(in->ndim, in->d, &n)) return ld_error_status();
+    out->ndim = 1;
+    out->d[0] = n;
+    return LD_OK;
+}
+static ld_tensor *flatten_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    /* the width from the feature axes, not -1: a replica's share of a small
+       batch may have no rows, and 0 elements fix no -1 */
+    ld_tensor *x = xs[0];
+    int64_t s[2] = {x->shape[0], 1};
+    for (int i = 1; i < x->ndim; i++) s[1] *= x->shape[i];
+    ld_tensor *f = ld_as_float(x);
+    ld_tensor *y = f ? ld_reshape_op(f, 2, s) : NULL;
+    ld_tensor_release(f);
+    return y;
+}
+const ld_layer_class ld_layer_flatten = {
+    "Flatten", "flatten", NULL, {NULL}, {LD_PEND}, 1, 1, 0, NULL, flatten_build, flatten_forward,
+    "nn.Flatten()\n\nReshape [batch, ...] to [batch, features]."};
+
+/* ================================================================ Dropout */
+enum { DROPOUT_RATE };
+static int dropout_check(ld_layer *l) {
+    double r = ld_p_float(l, DROPOUT_RATE);
+    if (!(r >= 0 && r < 1)) return ld_fail(LD_EARG, "Dropout rate must be in [0, 1), got %g", r);
+    return LD_OK;
+}
+static int same_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) { *out = *in; return LD_OK; }
+static ld_tensor *dropout_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    return training ? ld_dropout(x[0], (float)ld_p_float(l, DROPOUT_RATE), NULL) : ld_tensor_retain(x[0]);
+}
+const ld_layer_class ld_layer_dropout = {
+    "Dropout", "dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
+    1, 1, ~0u, dropout_check, same_build, dropout_forward,
+    "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate)."};
+
+/* ================================================================ Conv2D */
+enum { CONV_FILTERS, CONV_KSIZE, CONV_STRIDES, CONV_PADDING, CONV_ACT, CONV_BIAS };
+static int conv_check(ld_layer *l) {
+    const int64_t *k = ld_p_ints(l, CONV_KSIZE, NULL), *s = ld_p_ints(l, CONV_STRIDES, NULL);
+    if (ld_p_int(l, CONV_FILTERS) < 1 || k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1)
+        return ld_fail(LD_EARG, "Conv2D filters, kernel size and strides must be positive");
+    return LD_OK;
+}
+/* the output size of one spatial axis: valid or same (TF's rules) */
+static int64_t out_size(int64_t in, int64_t k, int64_t s, int same) {
+    if (same) return in / s + (in % s != 0);       /* ceil(in / s), without in + s - 1 passing int64 */
+    return in < k ? 0 : (in - k) / s + 1;
+}
+static int need_image(const ld_layer *l, const ld_shape *in) {
+    if (in->ndim == 3) return LD_OK;
+    return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got %d axes after the batch "
+                   "(add a channel axis with nn.Reshape{28, 28, 1})", l->name, in->ndim);
+}
+static int conv_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_image(l, in)) return ld_error_status();
+    const int64_t *k = ld_p_ints(l, CONV_KSIZE, NULL), *s = ld_p_ints(l, CONV_STRIDES, NULL);
+    int64_t f = ld_p_int(l, CONV_FILTERS), ks[4] = {k[0], k[1], in->d[2], f};
+    int64_t rf = k[0] * k[1], fan_in, fan_out;
+    if (__builtin_mul_overflow(rf, in->d[2], &fan_in) || __builtin_mul_overflow(rf, f, &fan_out)) {
+        char b[LD_SHAPE_STR_MAX];
+        return ld_fail(LD_ESHAPE, "%s: kernel shape %s is too large (its size overflows int64)", l->name,
+                       ld_shape_fmt(4, ks, b, sizeof b));
+    }
+    if (!ld_layer_add_weight(l, "kernel", 4, ks, LD_INIT_GLOROT(fan_in, fan_out), 1))
+        return ld_error_status();
+    if (ld_p_int(l, CONV_BIAS) && !ld_layer_add_weight(l, "bias", 1, &f, LD_INIT_Z, 1))
+        return ld_error_status();
+    int same = !strcmp(ld_p_str(l, CONV_PADDING), "same");
+    out->ndim = 3;
+    out->d[0] = out_size(in->d[0], k[0], s[0], same);
+    out->d[1] = out_size(in->d[1], k[1], s[1], same);
+    out->d[2] = f;
+    return LD_OK;
+}
+static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    /* im2col, then the fused dense op (bias and relu folded in), then NHWC */
+    ld_tensor *x = xs[0];
+    const int64_t *k = ld_p_ints(l, CONV_KSIZE, NULL), *s = ld_p_ints(l, CONV_STRIDES, NULL);
+    int64_t oh, ow, f = ld_p_int(l, CONV_FILTERS), kk = k[0] * k[1] * x->shape[3];
+    ld_activation a = ld_p_activation(l, CONV_ACT);
+    ld_tensor *xf = ld_as_float(x);
+    ld_tensor *col = xf ? ld_im2col(xf, (int)k[0], (int)k[1], (int)s[0], (int)s[1],
+                                    !strcmp(ld_p_str(l, CONV_PADDING), "same"), &oh, &ow) : NULL;
+    ld_tensor_release(xf);
+    int64_t w2s[2] = {kk, f};
+    ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
+    ld_tensor *y2 = w2 ? ld_linear(col, w2, ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU) : NULL;
+    int64_t ys[4] = {x->shape[0], oh, ow, f};
+    ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
+    ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    return then_activate(a, y);
+}
+const ld_layer_class ld_layer_conv2d = {
+    "Conv2D", "conv2d", NULL, {"filters", "kernel_size"},
+    {LD_PINT("filters", NULL), LD_PINTS("kernel_size", "3", 2), LD_PINTS("strides", "1", 2),
+     LD_PSTR("padding", "valid", "valid|same"), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
+     LD_PBOOL("use_bias", "true"), LD_PEND},
+    1, 1, 3u /* any image size */, conv_check, conv_build, conv_forward,
+    "nn.Conv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", activation=, use_bias=true})\n\n"
+    "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO."};
+
+/* ================================================================ MaxPool2D */
+enum { POOL_SIZE, POOL_STRIDES };
+static int pool_check(ld_layer *l) {
+    int n;
+    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = ld_p_ints(l, POOL_STRIDES, &n);
+    if (k[0] < 1 || k[1] < 1 || (n && (s[0] < 1 || s[1] < 1))) return ld_fail(LD_EARG, "MaxPool2D sizes must be positive");
+    return LD_OK;
+}
+static const int64_t *pool_strides(const ld_layer *l) {   /* strides default to the pool size */
+    int n;
+    const int64_t *s = ld_p_ints(l, POOL_STRIDES, &n);
+    return n ? s : ld_p_ints(l, POOL_SIZE, NULL);
+}
+static int pool_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_image(l, in)) return ld_error_status();
+    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = pool_strides(l);
+    *out = *in;
+    out->d[0] = out_size(in->d[0], k[0], s[0], 0);
+    out->d[1] = out_size(in->d[1], k[1], s[1], 0);
+    return LD_OK;
+}
+static ld_tensor *pool_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = pool_strides(l);
+    return ld_maxpool2d(x[0], (int)k[0], (int)k[1], (int)s[0], (int)s[1]);
+}
+const ld_layer_class ld_layer_max_pooling2d = {
+    "MaxPool2D", "max_pooling2d", "MaxPooling2D", {"pool_size"},
+    {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PEND},
+    1, 1, 3u, pool_check, pool_build, pool_forward,
+    "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images (nn.MaxPooling2D is the same)."};
+
+/* ================================================================ Activation */
+enum { ACT_ACT };
+static ld_tensor *act_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    return ld_activate(ld_p_activation(l, ACT_ACT), x[0]);
+}
+const ld_layer_class ld_layer_activation = {
+    "Activation", "activation", NULL, {"activation"},
+    {LD_PSTR("activation", NULL, LD_ACTIVATION_CHOICES), LD_PEND},
+    1, 1, ~0u, NULL, same_build, act_forward,
+    "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu)."};
+
+/* ================================================================ Reshape */
+enum { RESHAPE_TARGET };
+static int reshape_check(ld_layer *l) {
+    int n, infer;
+    int64_t known;
+    const int64_t *t = ld_p_ints(l, RESHAPE_TARGET, &n);
+    if (n < 1 || n >= LD_MAX_DIMS) return ld_fail(LD_EARG, "Reshape target must have 1 to %d dimensions", LD_MAX_DIMS - 1);
+    return ld_shape_target(n, t, &infer, &known);   /* t:reshape's rules and messages */
+}
+static int reshape_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int n, infer;
+    int64_t numel, known;
+    const int64_t *t = ld_p_ints(l, RESHAPE_TARGET, &n);
+    if (ld_shape_numel(in->ndim, in->d, &numel) || ld_shape_target(n, t, &infer, &known)) return ld_error_status();
+    out->ndim = n;
+    memcpy(out->d, t, (size_t)n * sizeof *t);
+    if (infer >= 0 && known > 0) { out->d[infer] = numel / known; known *= out->d[infer]; }
+    if (known != numel)
+        return ld_fail(LD_ESHAPE, "%s cannot reshape %lld features into the target shape", l->name, (long long)numel);
+    return LD_OK;
+}
+static ld_tensor *reshape_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    int64_t s[LD_MAX_DIMS];
+    s[0] = xs[0]->shape[0];
+    memcpy(s + 1, l->out.d, (size_t)l->out.ndim * sizeof *s);
+    return ld_reshape_op(xs[0], l->out.ndim + 1, s);
+}
+const ld_layer_class ld_layer_reshape = {
+    "Reshape", "reshape", NULL, {"target_shape"}, {LD_PINTS("target_shape", NULL, 0), LD_PEND},
+    1, 1, 0, reshape_check, reshape_build, reshape_forward,
+    "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1."};

@@ -1,0 +1,381 @@
+/* ld_layers_seq.c - sequence layers (classes of ld_nn.h): MultiHeadAttention,
+ * LSTM and GRU, with Keras 3's variables, names, shapes and defaults.
+ * Inputs are [batch, T, features]; the sequence axis may change between
+ * calls (flexible axis 0). */
+#include "ld_nn.h"
+#include "ld_ops_attn.h"
+#include "ld_ops_index.h"
+#include "ld_strategy.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* release a list of temporaries (NULLs allowed) */
+static void rel(int n, ld_tensor **t) { for (int i = 0; i < n; i++) { ld_tensor_release(t[i]); t[i] = NULL; } }
+
+static int need_seq(const ld_layer *l, const char *which, const ld_shape *in) {
+    if (in->ndim == 2) return LD_OK;
+    char b[LD_SHAPE_STR_MAX + LD_MAX_DIMS * 2] = "";
+    size_t k = 0;
+    for (int i = 0; i < in->ndim && k < sizeof b; i++) k += snprintf(b + k, sizeof b - k, ", %lld", (long long)in->d[i]);
+    return ld_fail(LD_ESHAPE, "%s needs %s of shape [batch, T, features]; got inputs of shape (batch%s)", l->name, which, b);
+}
+
+/* a glorot_uniform initialiser with Keras's fans for a kernel shape
+   (keras.initializers' compute_fans: [..., in, out] counts the leading axes
+   as a receptive field, as for convolution kernels) */
+static ld_init glorot(int ndim, const int64_t *s) {
+    double rf = 1;
+    for (int i = 0; i + 2 < ndim; i++) rf *= (double)s[i];
+    return (ld_init){LD_INIT_GLOROT_UNIFORM, (double)s[ndim - 2] * rf, (double)s[ndim - 1] * rf};
+}
+
+/* ================================================================ MultiHeadAttention */
+enum { MHA_HEADS, MHA_KEY_DIM, MHA_VALUE_DIM, MHA_DROPOUT, MHA_BIAS, MHA_OUT, MHA_CAUSAL };
+static int64_t mha_vdim(const ld_layer *l) {
+    return ld_p_int(l, MHA_VALUE_DIM) ? ld_p_int(l, MHA_VALUE_DIM) : ld_p_int(l, MHA_KEY_DIM);
+}
+static int mha_check(ld_layer *l) {
+    if (ld_p_int(l, MHA_HEADS) < 1)
+        return ld_fail(LD_EARG, "MultiHeadAttention num_heads must be a positive integer, got %lld", (long long)ld_p_int(l, MHA_HEADS));
+    if (ld_p_int(l, MHA_KEY_DIM) < 1)
+        return ld_fail(LD_EARG, "MultiHeadAttention key_dim must be a positive integer, got %lld", (long long)ld_p_int(l, MHA_KEY_DIM));
+    if (ld_p_int(l, MHA_VALUE_DIM) < 0)
+        return ld_fail(LD_EARG, "MultiHeadAttention value_dim must be a positive integer (0: key_dim), got %lld",
+                       (long long)ld_p_int(l, MHA_VALUE_DIM));
+    if (ld_p_int(l, MHA_OUT) < 0)
+        return ld_fail(LD_EARG, "MultiHeadAttention output_shape must be a positive integer (0: the query's last axis), got %lld",
+                       (long long)ld_p_int(l, MHA_OUT));
+    double r = ld_p_float(l, MHA_DROPOUT);
+    if (!(r >= 0 && r < 1)) return ld_fail(LD_EARG, "MultiHeadAttention dropout must be in [0, 1), got %g", r);
+    if (ld_p_int(l, MHA_HEADS) > (1 << 20) || ld_p_int(l, MHA_KEY_DIM) > (1 << 20) || mha_vdim(l) > (1 << 20))
+        return ld_fail(LD_EARG, "MultiHeadAttention num_heads, key_dim and value_dim must be at most %d", 1 << 20);
+    return LD_OK;
+}
+static int mha_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    static const char *const which[3] = {"a query", "a value", "a key"};
+    for (int i = 0; i < n_in; i++) if (need_seq(l, which[i], &in[i])) return ld_error_status();
+    const ld_shape *q = &in[0], *v = n_in > 1 ? &in[1] : &in[0], *k = n_in > 2 ? &in[2] : v;
+    if (k->d[0] != v->d[0])
+        return ld_fail(LD_ESHAPE, "%s: the key (batch, %lld, %lld) and the value (batch, %lld, %lld) must have the same length",
+                       l->name, (long long)k->d[0], (long long)k->d[1], (long long)v->d[0], (long long)v->d[1]);
+    int64_t H = ld_p_int(l, MHA_HEADS), kd = ld_p_int(l, MHA_KEY_DIM), vd = mha_vdim(l);
+    int64_t od = ld_p_int(l, MHA_OUT) ? ld_p_int(l, MHA_OUT) : q->d[1];
+    int bias = (int)ld_p_int(l, MHA_BIAS);
+    struct { const char *name; int64_t d, per; } proj[3] = {
+        {"query", q->d[1], kd}, {"key", k->d[1], kd}, {"value", v->d[1], vd}};
+    char nm[32];
+    for (int i = 0; i < 3; i++) {
+        int64_t ks[3] = {proj[i].d, H, proj[i].per};
+        snprintf(nm, sizeof nm, "%s/kernel", proj[i].name);
+        if (!ld_layer_add_weight(l, nm, 3, ks, glorot(3, ks), 1)) return ld_error_status();
+        snprintf(nm, sizeof nm, "%s/bias", proj[i].name);
+        if (bias && !ld_layer_add_weight(l, nm, 2, ks + 1, (ld_init){LD_INIT_ZEROS}, 1)) return ld_error_status();
+    }
+    int64_t os[3] = {H, vd, od};
+    if (!ld_layer_add_weight(l, "attention_output/kernel", 3, os, glorot(3, os), 1)) return ld_error_status();
+    if (bias && !ld_layer_add_weight(l, "attention_output/bias", 1, &od, (ld_init){LD_INIT_ZEROS}, 1))
+        return ld_error_status();
+    out->ndim = 2;
+    out->d[0] = q->d[0];
+    out->d[1] = od;
+    return LD_OK;
+}
+/* x [N, T, d] @ kernel viewed [d, cols] (+ bias viewed [cols]) */
+static ld_tensor *proj_op(ld_tensor *x, ld_tensor *kernel, ld_tensor *bias, int64_t d, int64_t cols) {
+    int64_t ks[2] = {d, cols};
+    ld_tensor *t[3] = {ld_as_float(x), ld_reshape_op(ld_var(kernel), 2, ks), bias ? ld_reshape_op(ld_var(bias), 1, &cols) : NULL};
+    ld_tensor *y = t[0] && t[1] && (!bias || t[2]) ? ld_linear(t[0], t[1], t[2], 0) : NULL;
+    rel(3, t);
+    return y;
+}
+static ld_tensor *mha_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_tensor *q = x[0], *v = n_in > 1 ? x[1] : x[0], *k = n_in > 2 ? x[2] : v;
+    char a[LD_SHAPE_STR_MAX], b[LD_SHAPE_STR_MAX];
+    if (k->shape[1] != v->shape[1] || k->shape[0] != v->shape[0]) {
+        ld_fail(LD_ESHAPE, "%s: the key %s and the value %s must have the same batch and length", l->name,
+                ld_shape_str(k, a, sizeof a), ld_shape_str(v, b, sizeof b));
+        return NULL;
+    }
+    if (q->shape[0] != v->shape[0]) {
+        ld_fail(LD_ESHAPE, "%s: the query %s and the value %s must have the same batch", l->name,
+                ld_shape_str(q, a, sizeof a), ld_shape_str(v, b, sizeof b));
+        return NULL;
+    }
+    int H = (int)ld_p_int(l, MHA_HEADS), bias = (int)ld_p_int(l, MHA_BIAS);
+    int causal = ld_p_int(l, MHA_CAUSAL) ? LD_CAUSAL : LD_CAUSAL_NONE;
+    int64_t kd = ld_p_int(l, MHA_KEY_DIM), vd = mha_vdim(l), od = l->out.d[1];
+    int s = bias ? 2 : 1;   /* variables per projection */
+    ld_tensor *t[10] = {0}, *y = NULL;
+    /* projections [N, T, H*k], then heads [N*H, T, k] */
+    if (!(t[0] = proj_op(q, l->vars[0], bias ? l->vars[1] : NULL, q->shape[2], H * kd))) goto out;
+    if (!(t[1] = proj_op(k, l->vars[s], bias ? l->vars[s + 1] : NULL, k->shape[2], H * kd))) goto out;
+    if (!(t[2] = proj_op(v, l->vars[2 * s], bias ? l->vars[2 * s + 1] : NULL, v->shape[2], H * vd))) goto out;
+    for (int i = 0; i < 3; i++) if (!(t[3 + i] = ld_split_heads(t[i], H))) goto out;
+    float rate = (float)ld_p_float(l, MHA_DROPOUT);
+    if (training && rate > 0) {
+        /* Keras drops attention weights, then multiplies by the values */
+        if (!(t[6] = ld_attention_weights(t[3], t[4], causal, 0))) goto out;
+        if (!(t[7] = ld_dropout(t[6], rate, NULL))) goto out;
+        if (!(t[8] = ld_bmm(t[7], t[5], 0, 0))) goto out;
+    } else if (!(t[8] = ld_attention(t[3], t[4], t[5], causal, 0, NULL))) goto out;
+    if (!(t[9] = ld_merge_heads(t[8], H))) goto out;           /* [N, T, H*v] */
+    y = proj_op(t[9], l->vars[3 * s], bias ? l->vars[3 * s + 1] : NULL, H * vd, od);
+out:
+    rel(10, t);
+    return y;
+}
+const ld_layer_class ld_layer_multi_head_attention = {
+    "MultiHeadAttention", "multi_head_attention", NULL, {"num_heads", "key_dim"},
+    {LD_PINT("num_heads", NULL), LD_PINT("key_dim", NULL), LD_PINT("value_dim", "0"), LD_PFLOAT("dropout", "0.0"),
+     LD_PBOOL("use_bias", "true"), LD_PINT("output_shape", "0"), LD_PBOOL("use_causal_mask", "false"), LD_PEND},
+    1, 3, 1u /* the sequence length */, mha_check, mha_build, mha_forward,
+    "nn.MultiHeadAttention(num_heads, key_dim, {value_dim=key_dim, dropout=0, use_bias=true,\n"
+    "                      output_shape=query's last axis, use_causal_mask=false})\n\n"
+    "Keras 3's multi-head attention. Call it on x (self-attention), {query, value} or\n"
+    "{query, value, key}, each [batch, T, features] (key defaults to value) -> [batch, T, output_shape].\n"
+    "value_dim 0 means key_dim; output_shape 0 means the query's last axis. use_causal_mask is an\n"
+    "option of the layer here (Keras takes it per call): query i attends to keys j <= i.\n"
+    "dropout applies to the attention weights in training. Variables as Keras's: query/kernel\n"
+    "[dq, heads, key_dim], query/bias [heads, key_dim], key/..., value/..., attention_output/kernel\n"
+    "[heads, value_dim, out], attention_output/bias [out]."};
+
+/* ================================================================ recurrent layers */
+/* LSTM and GRU share their parameters' first six and the loop's shape */
+enum { RNN_UNITS, RNN_ACT, RNN_RACT, RNN_BIAS, RNN_SEQ, RNN_BACK, RNN_EXTRA /* unit_forget_bias / reset_after */ };
+static int rnn_check(ld_layer *l) {
+    if (ld_p_int(l, RNN_UNITS) < 1 || ld_p_int(l, RNN_UNITS) > (1 << 24))
+        return ld_fail(LD_EARG, "%s units must be a positive integer, got %lld", l->cls->class_name,
+                       (long long)ld_p_int(l, RNN_UNITS));
+    return LD_OK;
+}
+static int rnn_out(ld_layer *l, const ld_shape *in, ld_shape *out) {
+    int64_t u = ld_p_int(l, RNN_UNITS);
+    if (ld_p_int(l, RNN_SEQ)) { out->ndim = 2; out->d[0] = in->d[0]; out->d[1] = u; }
+    else { out->ndim = 1; out->d[0] = u; }
+    return LD_OK;
+}
+/* write a host vector into a new variable in every copy (a strategy may
+   mirror it; the layer may be built inside a replica's step) */
+static int write_initial(ld_tensor *var, int64_t n, const float *vals) {
+    ld_tensor *h = ld_tensor_from_data(LD_F32, 1, &n, vals, NULL);
+    if (!h) return ld_error_status();
+    const ld_replica_ctx *cur = ld_replica_get();
+    ld_replica_ctx saved;
+    if (cur) { saved = *cur; ld_replica_set(NULL); }
+    int st = ld_variable_write(var, h);
+    if (cur) ld_replica_set(&saved);
+    ld_tensor_release(h);
+    return st;
+}
+static ld_tensor *act(ld_activation a, ld_tensor *x) { return x ? ld_activate(a, x) : NULL; }
+static ld_tensor *gate(ld_activation a, ld_tensor *z, int64_t start, int64_t u) {
+    ld_tensor *s = ld_slice_op(z, 1, start, u);
+    ld_tensor *r = act(a, s);
+    ld_tensor_release(s);
+    return r;
+}
+/* x [N, T, in] @ kernel + bias for every step: [N, T, cols] */
+static ld_tensor *rnn_inputs(ld_tensor *x, ld_tensor *kernel, ld_tensor *bias) {
+    ld_tensor *xf = ld_as_float(x);
+    ld_tensor *y = xf ? ld_linear(xf, ld_var(kernel), bias ? ld_var(bias) : NULL, 0) : NULL;
+    ld_tensor_release(xf);
+    return y;
+}
+/* row t of xw [N, T, c] as [N, c] */
+static ld_tensor *step_of(ld_tensor *xw, int64_t t) {
+    ld_tensor *s = ld_slice_op(xw, 1, t, 1);
+    int64_t sh[2] = {xw->shape[0], xw->shape[2]};
+    ld_tensor *r = s ? ld_reshape_op(s, 2, sh) : NULL;
+    ld_tensor_release(s);
+    return r;
+}
+static int need_steps(const ld_layer *l, const ld_tensor *x) {
+    if (x->ndim == 3 && x->shape[1] >= 1) return LD_OK;
+    char b[LD_SHAPE_STR_MAX];
+    return ld_fail(LD_ESHAPE, "%s needs at least one time step; got inputs of shape %s", l->name, ld_shape_str(x, b, sizeof b));
+}
+/* the outputs: the last h, or every step's stacked on axis 1 (in the order
+   processed, as Keras's go_backwards) */
+static ld_tensor *rnn_result(ld_layer *l, int64_t T, ld_tensor **hs, ld_tensor *h) {
+    if (!ld_p_int(l, RNN_SEQ)) return ld_tensor_retain(h);
+    return ld_concat_op((int)T, hs, 1);
+}
+static ld_tensor *h3(ld_tensor *h) {   /* [N, u] -> [N, 1, u] */
+    int64_t s[3] = {h->shape[0], 1, h->shape[1]};
+    return ld_reshape_op(h, 3, s);
+}
+
+/* ---------------------------------------------------------------- LSTM */
+static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_seq(l, "inputs", in)) return ld_error_status();
+    int64_t u = ld_p_int(l, RNN_UNITS), ks[2] = {in->d[1], 4 * u}, rs[2] = {u, 4 * u}, bs = 4 * u;
+    if (!ld_layer_add_weight(l, "kernel", 2, ks, glorot(2, ks), 1)) return ld_error_status();
+    if (!ld_layer_add_weight(l, "recurrent_kernel", 2, rs, (ld_init){LD_INIT_ORTHOGONAL, 0, 0}, 1)) return ld_error_status();
+    if (ld_p_int(l, RNN_BIAS)) {
+        ld_tensor *b = ld_layer_add_weight(l, "bias", 1, &bs, (ld_init){LD_INIT_ZEROS}, 1);
+        if (!b) return ld_error_status();
+        if (ld_p_int(l, RNN_EXTRA)) {   /* unit_forget_bias: the forget gate's quarter starts at 1 */
+            float *vals = calloc((size_t)bs, sizeof *vals);
+            if (!vals) return ld_fail(LD_ENOMEM, "out of memory");
+            for (int64_t i = u; i < 2 * u; i++) vals[i] = 1;
+            int st = write_initial(b, bs, vals);
+            free(vals);
+            if (st) return st;
+        }
+    }
+    return rnn_out(l, in, out);
+}
+static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (need_steps(l, x[0])) return NULL;
+    int64_t u = ld_p_int(l, RNN_UNITS), T = x[0]->shape[1];
+    int seq = (int)ld_p_int(l, RNN_SEQ), back = (int)ld_p_int(l, RNN_BACK);
+    ld_activation a = ld_p_activation(l, RNN_ACT), ra = ld_p_activation(l, RNN_RACT);
+    ld_tensor *xw = rnn_inputs(x[0], l->vars[0], ld_p_int(l, RNN_BIAS) ? l->vars[2] : NULL);
+    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *c = NULL, *y = NULL;
+    ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
+    if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
+    if (!xw) goto out;
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = back ? T - 1 - s : s;
+        ld_tensor *w[8] = {0};
+        w[0] = step_of(xw, t);
+        if (!w[0]) goto out;
+        if (h) {   /* h0 = c0 = 0: the first step has no recurrent term */
+            w[1] = ld_matmul(h, rk);
+            w[2] = w[1] ? ld_add(w[0], w[1]) : NULL;
+        } else w[2] = ld_tensor_retain(w[0]);
+        ld_tensor *z = w[2];
+        if (!z) { rel(8, w); goto out; }
+        ld_tensor *i = gate(ra, z, 0, u), *f = gate(ra, z, u, u), *g = gate(a, z, 2 * u, u), *o = gate(ra, z, 3 * u, u);
+        ld_tensor *ig = i && g ? ld_mul(i, g) : NULL, *nc = NULL;
+        if (ig) {
+            if (c) {
+                ld_tensor *fc = f ? ld_mul(f, c) : NULL;
+                nc = fc ? ld_add(fc, ig) : NULL;
+                ld_tensor_release(fc);
+            } else nc = ld_tensor_retain(ig);
+        }
+        ld_tensor *ac = nc ? act(a, nc) : NULL, *nh = ac && o ? ld_mul(o, ac) : NULL;
+        ld_tensor_release(i); ld_tensor_release(f); ld_tensor_release(g); ld_tensor_release(o);
+        ld_tensor_release(ig); ld_tensor_release(ac);
+        rel(8, w);
+        ld_tensor_release(c); ld_tensor_release(h);
+        c = nc; h = nh;
+        if (!c || !h) goto out;
+        if (seq && !(hs[s] = h3(h))) goto out;
+    }
+    y = rnn_result(l, T, hs, h);
+out:
+    if (hs) { rel((int)T, hs); free(hs); }
+    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(c);
+    return y;
+}
+const ld_layer_class ld_layer_lstm = {
+    "LSTM", "lstm", NULL, {"units"},
+    {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
+     LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("unit_forget_bias", "true"), LD_PEND},
+    1, 1, 1u /* the number of steps */, rnn_check, lstm_build, lstm_forward,
+    "nn.LSTM(units, {activation=\"tanh\", recurrent_activation=\"sigmoid\", use_bias=true,\n"
+    "        return_sequences=false, go_backwards=false, unit_forget_bias=true})\n\n"
+    "Keras 3's LSTM over [batch, T, features] -> [batch, units] (the last state), or\n"
+    "[batch, T, units] with return_sequences. Gates i, f, c, o; h0 = c0 = 0. Variables: kernel\n"
+    "[features, 4*units] glorot_uniform, recurrent_kernel [units, 4*units] orthogonal, bias [4*units]\n"
+    "zeros (the forget gate's quarter ones with unit_forget_bias). go_backwards reads the steps in\n"
+    "reverse (and returns the sequence in that order, as Keras)."};
+
+/* ---------------------------------------------------------------- GRU */
+static int gru_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_seq(l, "inputs", in)) return ld_error_status();
+    int64_t u = ld_p_int(l, RNN_UNITS), ks[2] = {in->d[1], 3 * u}, rs[2] = {u, 3 * u};
+    if (!ld_layer_add_weight(l, "kernel", 2, ks, glorot(2, ks), 1)) return ld_error_status();
+    if (!ld_layer_add_weight(l, "recurrent_kernel", 2, rs, (ld_init){LD_INIT_ORTHOGONAL, 0, 0}, 1)) return ld_error_status();
+    if (ld_p_int(l, RNN_BIAS)) {   /* reset_after: [2, 3u] (input bias, recurrent bias); else [3u] */
+        int after = (int)ld_p_int(l, RNN_EXTRA);
+        int64_t bs[2] = {2, 3 * u};
+        if (!ld_layer_add_weight(l, "bias", after ? 2 : 1, after ? bs : bs + 1, (ld_init){LD_INIT_ZEROS}, 1))
+            return ld_error_status();
+    }
+    return rnn_out(l, in, out);
+}
+static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (need_steps(l, x[0])) return NULL;
+    int64_t u = ld_p_int(l, RNN_UNITS), T = x[0]->shape[1], N = x[0]->shape[0];
+    int seq = (int)ld_p_int(l, RNN_SEQ), back = (int)ld_p_int(l, RNN_BACK), after = (int)ld_p_int(l, RNN_EXTRA);
+    int bias = (int)ld_p_int(l, RNN_BIAS);
+    ld_activation a = ld_p_activation(l, RNN_ACT), ra = ld_p_activation(l, RNN_RACT);
+    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL, *xw = NULL, *ib = NULL, *rb = NULL, *rk_zr = NULL, *rk_h = NULL;
+    ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
+    if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
+    if (bias && after) {   /* rows of the [2, 3u] bias, differentiable */
+        ld_tensor *b = ld_var(l->vars[2]), *r0 = ld_slice_op(b, 0, 0, 1), *r1 = ld_slice_op(b, 0, 1, 1);
+        int64_t n3 = 3 * u;
+        ib = r0 ? ld_reshape_op(r0, 1, &n3) : NULL;
+        rb = r1 ? ld_reshape_op(r1, 1, &n3) : NULL;
+        ld_tensor_release(r0); ld_tensor_release(r1);
+        if (!ib || !rb) goto out;
+    } else if (bias && !(ib = ld_tensor_retain(ld_var(l->vars[2])))) goto out;
+    if (!after && (!(rk_zr = ld_slice_op(rk, 1, 0, 2 * u)) || !(rk_h = ld_slice_op(rk, 1, 2 * u, u)))) goto out;
+    {   /* x @ kernel + input bias, every step */
+        ld_tensor *xf = ld_as_float(x[0]);
+        xw = xf ? ld_linear(xf, ld_var(l->vars[0]), ib, 0) : NULL;
+        ld_tensor_release(xf);
+        if (!xw) goto out;
+    }
+    if (!h) {   /* h0 = 0 (the recurrent bias still counts in the first step) */
+        int64_t hsz[2] = {N, u};
+        if (!(h = ld_tensor_zeros(LD_F32, 2, hsz, xw->storage->device))) goto out;
+    }
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = back ? T - 1 - s : s;
+        ld_tensor *w[16] = {0}, *nh = NULL;
+        if (!(w[0] = step_of(xw, t))) goto out;
+        if (after) {
+            /* inner = h @ rk + rb; z, r from x + inner; hh = act(x_h + r * inner_h) */
+            if (!(w[1] = ld_linear(h, rk, rb, 0))) goto step_fail;
+            if (!(w[2] = ld_slice_op(w[0], 1, 0, 2 * u)) || !(w[3] = ld_slice_op(w[1], 1, 0, 2 * u))) goto step_fail;
+            if (!(w[4] = ld_add(w[2], w[3]))) goto step_fail;
+            if (!(w[5] = gate(ra, w[4], 0, u)) || !(w[6] = gate(ra, w[4], u, u))) goto step_fail;   /* z, r */
+            if (!(w[7] = ld_slice_op(w[1], 1, 2 * u, u)) || !(w[8] = ld_mul(w[6], w[7]))) goto step_fail;
+            if (!(w[9] = ld_slice_op(w[0], 1, 2 * u, u)) || !(w[10] = ld_add(w[9], w[8]))) goto step_fail;
+        } else {
+            /* z, r from x + h @ rk[:, :2u]; hh = act(x_h + (r * h) @ rk[:, 2u:]) */
+            if (!(w[1] = ld_matmul(h, rk_zr))) goto step_fail;
+            if (!(w[2] = ld_slice_op(w[0], 1, 0, 2 * u)) || !(w[4] = ld_add(w[2], w[1]))) goto step_fail;
+            if (!(w[5] = gate(ra, w[4], 0, u)) || !(w[6] = gate(ra, w[4], u, u))) goto step_fail;
+            if (!(w[7] = ld_mul(w[6], h)) || !(w[8] = ld_matmul(w[7], rk_h))) goto step_fail;
+            if (!(w[9] = ld_slice_op(w[0], 1, 2 * u, u)) || !(w[10] = ld_add(w[9], w[8]))) goto step_fail;
+        }
+        if (!(w[11] = act(a, w[10]))) goto step_fail;                       /* hh */
+        /* h = z * h + (1 - z) * hh = hh + z * (h - hh) */
+        if (!(w[12] = ld_sub(h, w[11])) || !(w[13] = ld_mul(w[5], w[12]))) goto step_fail;
+        nh = ld_add(w[11], w[13]);
+    step_fail:
+        rel(16, w);
+        ld_tensor_release(h);
+        h = nh;
+        if (!h) goto out;
+        if (seq && !(hs[s] = h3(h))) goto out;
+    }
+    y = rnn_result(l, T, hs, h);
+out:
+    if (hs) { rel((int)T, hs); free(hs); }
+    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(ib); ld_tensor_release(rb);
+    ld_tensor_release(rk_zr); ld_tensor_release(rk_h);
+    return y;
+}
+const ld_layer_class ld_layer_gru = {
+    "GRU", "gru", NULL, {"units"},
+    {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
+     LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("reset_after", "true"), LD_PEND},
+    1, 1, 1u /* the number of steps */, rnn_check, gru_build, gru_forward,
+    "nn.GRU(units, {activation=\"tanh\", recurrent_activation=\"sigmoid\", use_bias=true,\n"
+    "       return_sequences=false, go_backwards=false, reset_after=true})\n\n"
+    "Keras 3's GRU over [batch, T, features] -> [batch, units], or [batch, T, units] with\n"
+    "return_sequences. Gates z, r, h; h0 = 0; h = z * h + (1 - z) * hh. Variables: kernel\n"
+    "[features, 3*units] glorot_uniform, recurrent_kernel [units, 3*units] orthogonal, bias\n"
+    "zeros: [2, 3*units] (input and recurrent biases) with reset_after, else [3*units]."};

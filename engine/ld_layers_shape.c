@@ -1,0 +1,322 @@
+/* ld_layers_shape.c - Embedding, AveragePooling2D, GlobalAveragePooling2D,
+ * Conv1D, and the merging layers Add, Multiply, Concatenate (classes of
+ * ld_nn.h), with Keras 3's arguments, defaults and variables. */
+#include "ld_nn.h"
+#include "ld_ops_index.h"
+#include "ld_strategy.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* "batchx5x5x3" (the form of ld_nn.c's shape errors) */
+static const char *in_str(const ld_shape *s, char *buf, size_t n) {
+    size_t q = (size_t)snprintf(buf, n, "batch");
+    for (int i = 0; i < s->ndim && q < n; i++) q += (size_t)snprintf(buf + q, n - q, "x%lld", (long long)s->d[i]);
+    return buf;
+}
+static int need_image(const ld_layer *l, const ld_shape *in) {
+    if (in->ndim == 3) return LD_OK;
+    char b[160];
+    return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got inputs of shape %s", l->name,
+                   in_str(in, b, sizeof b));
+}
+/* the output size of one spatial axis: valid or same (TF's rules) */
+static int64_t out_size(int64_t in, int64_t k, int64_t s, int same) {
+    if (same) return in / s + (in % s != 0);
+    return in < k ? 0 : (in - k) / s + 1;
+}
+static ld_tensor *then_activate(ld_activation a, ld_tensor *y) {
+    if (!y || a == LD_ACT_NONE || a == LD_ACT_RELU) return y;
+    ld_tensor *r = ld_activate(a, y);
+    ld_tensor_release(y);
+    return r;
+}
+
+/* ================================================================ Embedding */
+enum { EMB_INPUT_DIM, EMB_OUTPUT_DIM };
+static int emb_check(ld_layer *l) {
+    if (ld_p_int(l, EMB_INPUT_DIM) < 1 || ld_p_int(l, EMB_OUTPUT_DIM) < 1)
+        return ld_fail(LD_EARG, "Embedding input_dim and output_dim must be positive integers, got %lld and %lld",
+                       (long long)ld_p_int(l, EMB_INPUT_DIM), (long long)ld_p_int(l, EMB_OUTPUT_DIM));
+    return LD_OK;
+}
+static int emb_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    char b[160];
+    if (in->ndim + 2 > LD_MAX_DIMS)
+        return ld_fail(LD_ESHAPE, "%s: inputs of shape %s have too many axes to add an embedding axis", l->name,
+                       in_str(in, b, sizeof b));
+    int64_t ws[2] = {ld_p_int(l, EMB_INPUT_DIM), ld_p_int(l, EMB_OUTPUT_DIM)};
+    if (!ld_layer_add_weight(l, "embeddings", 2, ws, (ld_init){LD_INIT_UNIFORM, -0.05, 0.05}, 1))
+        return ld_error_status();
+    *out = *in;
+    out->d[out->ndim++] = ws[1];
+    return LD_OK;
+}
+/* ids as int32/int64: other integers cast; float ids only when whole numbers */
+static ld_tensor *emb_ids(ld_layer *l, ld_tensor *x) {
+    if (x->dtype == LD_I32 || x->dtype == LD_I64) return ld_tensor_retain(x);
+    if (x->dtype == LD_F32 && ld_tensor_numel(x) > 0) {
+        ld_pending_read *r = ld_tensor_read_async(x);
+        ld_dtype dt;
+        int64_t n = 0;
+        const float *v = r ? ld_pending_read_wait(r, &dt, &n) : NULL;
+        if (!v) { ld_pending_read_free(r); return NULL; }
+        for (int64_t i = 0; i < n; i++)
+            if (!(v[i] == floorf(v[i])) || fabsf(v[i]) > 9e15f) {
+                double bad = v[i];
+                ld_pending_read_free(r);
+                ld_fail(LD_EARG, "%s takes integer ids; got the float32 value %g (cast ids with astype(\"int64\"))",
+                        l->name, bad);
+                return NULL;
+            }
+        ld_pending_read_free(r);
+    }
+    return ld_cast(x, LD_I64);
+}
+static ld_tensor *emb_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *ids = emb_ids(l, xs[0]);
+    ld_tensor *y = ids ? ld_embedding_op(ld_var(l->vars[0]), ids) : NULL;
+    ld_tensor_release(ids);
+    return y;
+}
+const ld_layer_class ld_layer_embedding = {
+    "Embedding", "embedding", NULL, {"input_dim", "output_dim"},
+    {LD_PINT("input_dim", NULL), LD_PINT("output_dim", NULL), LD_PEND},
+    1, 1, ~0u /* any sequence length */, emb_check, emb_build, emb_forward,
+    "nn.Embedding(input_dim, output_dim)\n\n"
+    "Look up integer ids in [0, input_dim) of any shape: [..., output_dim]. embeddings [input_dim, output_dim],\n"
+    "uniform(-0.05, 0.05) (Keras' default)."};
+
+/* ================================================================ AveragePooling2D */
+enum { AP_SIZE, AP_STRIDES, AP_PADDING };
+static int ap_check(ld_layer *l) {
+    int n;
+    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ld_p_ints(l, AP_STRIDES, &n);
+    if (k[0] < 1 || k[1] < 1 || (n && (s[0] < 1 || s[1] < 1)))
+        return ld_fail(LD_EARG, "AveragePooling2D pool_size and strides must be positive");
+    return LD_OK;
+}
+static const int64_t *ap_strides(const ld_layer *l) {   /* strides default to the pool size */
+    int n;
+    const int64_t *s = ld_p_ints(l, AP_STRIDES, &n);
+    return n ? s : ld_p_ints(l, AP_SIZE, NULL);
+}
+static int ap_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_image(l, in)) return ld_error_status();
+    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ap_strides(l);
+    int same = !strcmp(ld_p_str(l, AP_PADDING), "same");
+    *out = *in;
+    out->d[0] = out_size(in->d[0], k[0], s[0], same);
+    out->d[1] = out_size(in->d[1], k[1], s[1], same);
+    return LD_OK;
+}
+static ld_tensor *ap_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ap_strides(l);
+    ld_tensor *xf = ld_as_float(xs[0]);
+    ld_tensor *y = xf ? ld_avgpool2d(xf, (int)k[0], (int)k[1], (int)s[0], (int)s[1],
+                                     !strcmp(ld_p_str(l, AP_PADDING), "same")) : NULL;
+    ld_tensor_release(xf);
+    return y;
+}
+const ld_layer_class ld_layer_average_pooling2d = {
+    "AveragePooling2D", "average_pooling2d", "AvgPool2D", {"pool_size"},
+    {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
+    1, 1, 3u /* any image size */, ap_check, ap_build, ap_forward,
+    "nn.AveragePooling2D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
+    "Mean over windows of NHWC images (padded cells left out of the mean; nn.AvgPool2D is the same)."};
+
+/* ================================================================ GlobalAveragePooling2D */
+enum { GAP_KEEPDIMS };
+static int gap_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_image(l, in)) return ld_error_status();
+    if (ld_p_int(l, GAP_KEEPDIMS)) { *out = (ld_shape){3, {1, 1, in->d[2]}}; }
+    else { *out = (ld_shape){1, {in->d[2]}}; }
+    return LD_OK;
+}
+static ld_tensor *gap_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *xf = ld_as_float(xs[0]);
+    ld_tensor *y = xf ? ld_global_avgpool2d(xf, (int)ld_p_int(l, GAP_KEEPDIMS)) : NULL;
+    ld_tensor_release(xf);
+    return y;
+}
+const ld_layer_class ld_layer_global_average_pooling2d = {
+    "GlobalAveragePooling2D", "global_average_pooling2d", NULL, {NULL},
+    {LD_PBOOL("keepdims", "false"), LD_PEND},
+    1, 1, 3u /* any image size */, NULL, gap_build, gap_forward,
+    "nn.GlobalAveragePooling2D{keepdims=false}\n\n"
+    "Mean over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims)."};
+
+/* ================================================================ Conv1D */
+enum { C1_FILTERS, C1_KSIZE, C1_STRIDES, C1_PADDING, C1_ACT, C1_BIAS };
+static int c1_check(ld_layer *l) {
+    if (ld_p_int(l, C1_FILTERS) < 1 || ld_p_ints(l, C1_KSIZE, NULL)[0] < 1 || ld_p_ints(l, C1_STRIDES, NULL)[0] < 1)
+        return ld_fail(LD_EARG, "Conv1D filters, kernel_size and strides must be positive");
+    return LD_OK;
+}
+static int c1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    char b[160];
+    if (in->ndim != 2)
+        return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, channels]; got inputs of shape %s", l->name,
+                       in_str(in, b, sizeof b));
+    int64_t k = ld_p_ints(l, C1_KSIZE, NULL)[0], s = ld_p_ints(l, C1_STRIDES, NULL)[0];
+    int64_t f = ld_p_int(l, C1_FILTERS), ks[3] = {k, in->d[1], f}, fan_in, fan_out;
+    if (__builtin_mul_overflow(k, in->d[1], &fan_in) || __builtin_mul_overflow(k, f, &fan_out))
+        return ld_fail(LD_ESHAPE, "%s: the kernel is too large (its size overflows int64)", l->name);
+    if (!ld_layer_add_weight(l, "kernel", 3, ks, (ld_init){LD_INIT_GLOROT_UNIFORM, (double)fan_in, (double)fan_out}, 1))
+        return ld_error_status();
+    if (ld_p_int(l, C1_BIAS) && !ld_layer_add_weight(l, "bias", 1, &f, (ld_init){LD_INIT_ZEROS, 0, 0}, 1))
+        return ld_error_status();
+    const char *pad = ld_p_str(l, C1_PADDING);
+    out->ndim = 2;
+    out->d[0] = !strcmp(pad, "causal") ? out_size(in->d[0] + k - 1, k, s, 0) : out_size(in->d[0], k, s, !strcmp(pad, "same"));
+    out->d[1] = f;
+    return LD_OK;
+}
+static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    /* [N, L, C] as images [N, 1, L, C]; causal: k - 1 zero steps in front, then valid */
+    ld_tensor *x = xs[0];
+    int64_t k = ld_p_ints(l, C1_KSIZE, NULL)[0], s = ld_p_ints(l, C1_STRIDES, NULL)[0];
+    int64_t n = x->shape[0], c = x->shape[2], f = ld_p_int(l, C1_FILTERS), oh, ow;
+    const char *pad = ld_p_str(l, C1_PADDING);
+    ld_activation a = ld_p_activation(l, C1_ACT);
+    ld_tensor *xf = ld_as_float(x);
+    if (xf && !strcmp(pad, "causal") && k > 1) {
+        int64_t zs[3] = {n, k - 1, c};
+        ld_tensor *z = ld_tensor_zeros(LD_F32, 3, zs, xf->storage->device);
+        ld_tensor *parts[2] = {z, xf};
+        ld_tensor *p = z ? ld_concat_op(2, parts, 1) : NULL;
+        ld_tensor_release(z);
+        ld_tensor_release(xf);
+        xf = p;
+    }
+    ld_tensor *x4 = NULL;
+    if (xf) {
+        int64_t s4[4] = {n, 1, xf->shape[1], c};
+        x4 = ld_reshape_op(xf, 4, s4);
+    }
+    ld_tensor_release(xf);
+    ld_tensor *col = x4 ? ld_im2col(x4, 1, (int)k, 1, (int)s, !strcmp(pad, "same"), &oh, &ow) : NULL;
+    ld_tensor_release(x4);
+    int64_t w2s[2] = {k * c, f};
+    ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
+    ld_tensor *y2 = w2 ? ld_linear(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU) : NULL;
+    int64_t ys[3] = {n, ow, f};
+    ld_tensor *y = y2 ? ld_reshape_op(y2, 3, ys) : NULL;
+    ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    return then_activate(a, y);
+}
+const ld_layer_class ld_layer_conv1d = {
+    "Conv1D", "conv1d", NULL, {"filters", "kernel_size"},
+    {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 1), LD_PINTS("strides", "1", 1),
+     LD_PSTR("padding", "valid", "valid|same|causal"), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
+     LD_PBOOL("use_bias", "true"), LD_PEND},
+    1, 1, 1u /* any number of steps */, c1_check, c1_build, c1_forward,
+    "nn.Conv1D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\"|\"causal\", activation=, use_bias=true})\n\n"
+    "1-d convolution over sequences [batch, steps, channels]; kernel [kernel_size, channels, filters].\n"
+    "causal: output step t sees input steps <= t (kernel_size - 1 zeros in front)."};
+
+/* ================================================================ merging: Add, Multiply, Concatenate */
+/* inputs equal on every axis but `skip` (an axis after the batch, -1: none) */
+static int merge_shapes(const ld_layer *l, int n, const ld_shape *in, int skip, const char *what) {
+    int ok = 1;
+    for (int i = 1; i < n && ok; i++) {
+        ok = in[i].ndim == in[0].ndim;
+        for (int a = 0; a < in[0].ndim && ok; a++) ok = a == skip || in[i].d[a] == in[0].d[a];
+    }
+    if (ok) return LD_OK;
+    char b[512];
+    size_t q = 0;
+    for (int i = 0; i < n && q < sizeof b; i++) {
+        char s[160];
+        q += (size_t)snprintf(b + q, sizeof b - q, "%s%s", i ? ", " : "", in_str(&in[i], s, sizeof s));
+    }
+    return ld_fail(LD_ESHAPE, "%s needs inputs %s; got %s", l->name, what, b);
+}
+/* the inputs' shapes after the batch; LD_OK when every batch is the same size */
+static int shapes_of(const ld_layer *l, int n, ld_tensor *const *xs, ld_shape *in) {
+    int same = 1;
+    for (int i = 1; i < n; i++) same &= xs[i]->shape[0] == xs[0]->shape[0];
+    if (!same) {
+        char b[512], s[LD_SHAPE_STR_MAX];
+        size_t q = 0;
+        for (int i = 0; i < n && q < sizeof b; i++)
+            q += (size_t)snprintf(b + q, sizeof b - q, "%s%s", i ? ", " : "", ld_shape_str(xs[i], s, sizeof s));
+        return ld_fail(LD_ESHAPE, "%s needs inputs of the same batch size; got %s", l->name, b);
+    }
+    for (int i = 0; i < n; i++) {
+        in[i].ndim = xs[i]->ndim - 1;
+        memcpy(in[i].d, xs[i]->shape + 1, (size_t)in[i].ndim * sizeof *in[i].d);
+    }
+    return LD_OK;
+}
+static int elementwise_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (merge_shapes(l, n_in, in, -1, "of the same shape")) return ld_error_status();
+    *out = in[0];
+    return LD_OK;
+}
+static ld_tensor *elementwise(ld_layer *l, int n, ld_tensor *const *xs, ld_tensor *(*op)(ld_tensor *, ld_tensor *)) {
+    ld_shape in[LD_LAYER_MAX_INPUTS];
+    if (shapes_of(l, n, xs, in) || merge_shapes(l, n, in, -1, "of the same shape")) return NULL;
+    ld_tensor *acc = op(xs[0], xs[1]);
+    for (int i = 2; i < n && acc; i++) {
+        ld_tensor *t = op(acc, xs[i]);
+        ld_tensor_release(acc);
+        acc = t;
+    }
+    return acc;
+}
+static ld_tensor *add_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_add); }
+static ld_tensor *mul_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_mul); }
+const ld_layer_class ld_layer_add = {
+    "Add", "add", NULL, {NULL}, {LD_PEND},
+    2, LD_LAYER_MAX_INPUTS, ~0u /* the inputs agree with each other (checked in forward) */, NULL, elementwise_build,
+    add_forward, "nn.Add()\n\nlayer({x1, x2, ...}): the elementwise sum of 2 to 8 inputs of the same shape."};
+const ld_layer_class ld_layer_multiply = {
+    "Multiply", "multiply", NULL, {NULL}, {LD_PEND},
+    2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
+    mul_forward, "nn.Multiply()\n\nlayer({x1, x2, ...}): the elementwise product of 2 to 8 inputs of the same shape."};
+
+enum { CAT_AXIS };
+/* the axis counted with the batch (1..ndim), or -1 after ld_fail */
+static int cat_axis(const ld_layer *l, int ndim_after_batch) {
+    int64_t a = ld_p_int(l, CAT_AXIS), full = ndim_after_batch + 1;
+    int64_t r = a < 0 ? a + full : a;
+    if (r < 1 || r >= full) {
+        ld_fail(LD_EARG, "%s: axis %lld is out of range for inputs with %lld axes (the batch axis is axis 0 and "
+                "cannot be concatenated)", l->name, (long long)a, (long long)full);
+        return -1;
+    }
+    return (int)r;
+}
+static int cat_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int a = cat_axis(l, in[0].ndim);
+    if (a < 0) return ld_error_status();
+    char what[96];
+    snprintf(what, sizeof what, "equal on every axis but axis %lld", (long long)ld_p_int(l, CAT_AXIS));
+    if (merge_shapes(l, n_in, in, a - 1, what)) return ld_error_status();
+    *out = in[0];
+    for (int i = 1; i < n_in; i++) out->d[a - 1] += in[i].d[a - 1];
+    return LD_OK;
+}
+static ld_tensor *cat_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) {
+    ld_shape in[LD_LAYER_MAX_INPUTS];
+    if (shapes_of(l, n, xs, in)) return NULL;
+    int a = cat_axis(l, in[0].ndim);
+    if (a < 0) return NULL;
+    char what[96];
+    snprintf(what, sizeof what, "equal on every axis but axis %lld", (long long)ld_p_int(l, CAT_AXIS));
+    if (merge_shapes(l, n, in, a - 1, what)) return NULL;
+    ld_tensor *f[LD_LAYER_MAX_INPUTS] = {0};
+    ld_tensor *y = NULL;
+    int i = 0;
+    for (; i < n; i++) if (!(f[i] = ld_as_float(xs[i]))) break;
+    if (i == n) y = ld_concat_op(n, f, a);
+    for (int j = 0; j < n; j++) ld_tensor_release(f[j]);
+    return y;
+}
+const ld_layer_class ld_layer_concatenate = {
+    "Concatenate", "concatenate", NULL, {"axis"}, {LD_PINT("axis", "-1"), LD_PEND},
+    2, LD_LAYER_MAX_INPUTS, ~0u /* checked in forward */, NULL, cat_build, cat_forward,
+    "nn.Concatenate{axis=-1}\n\nlayer({x1, x2, ...}): 2 to 8 inputs joined along `axis` (counted with the batch\n"
+    "axis, as Keras does: -1 the last, 1 the first after the batch); every other axis equal."};

@@ -1,0 +1,354 @@
+/*
+ * ld_ops_attn.c - batched matrix products, scaled dot-product attention and
+ * the head split/merge (ld_ops_attn.h).
+ *
+ * Attention is fused: scores = q k^T (gemm_batched), then the masked
+ * softmax kernel turns them into the weights in place (scale and causal
+ * mask applied inside, no mask tensor), then weights v (gemm_batched). The
+ * backward pass keeps only the weights P:
+ *     dV = P^T g,  dP = g V^T,  dS = scale * P * (dP - rowsum(dP * P)),
+ *     dQ = dS K,   dK = dS^T Q.
+ */
+#include "ld_ops_attn.h"
+#include "ld_autograd.h"
+#include "ld_ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DEV(t) ((t)->storage->device)
+#define BE(t) (DEV(t)->backend)
+#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
+
+/* an output only the queued kernel writes (ld_ops.c's out_empty) */
+static ld_tensor *out_empty(int ndim, const int64_t *shape, ld_device *dev) {
+    int was = ld_alloc_stream_ordered(1);
+    ld_tensor *t = ld_tensor_empty(LD_F32, ndim, shape, dev);
+    ld_alloc_stream_ordered(was);
+    return t;
+}
+
+/* ================================================================ bmm */
+/* How gemm_batched reads t [..., r, c]: its matrices row-major (trans 0,
+   ld = stride of r) or transposed (trans 1, ld = stride of c), one every
+   *bs elements. 0 when the leading axes do not collapse to one stride or
+   the matrices are neither. */
+static int bmm_layout(const ld_tensor *t, int *trans, int64_t *ld, int64_t *bs) {
+    int nd = t->ndim;
+    int64_t r = t->shape[nd - 2], c = t->shape[nd - 1], s0 = t->strides[nd - 2], s1 = t->strides[nd - 1];
+    if ((s1 == 1 || c == 1) && s0 >= c && s0 >= 1) { *trans = 0; *ld = s0; }
+    else if ((s0 == 1 || r == 1) && s1 >= r && s1 >= 1) { *trans = 1; *ld = s1; }
+    else return 0;
+    int64_t stride = 0, span = 0;   /* stride of the innermost batch axis > 1, and what the axes so far cover */
+    for (int i = nd - 3; i >= 0; i--) {
+        if (t->shape[i] == 1) continue;
+        if (!span) { stride = t->strides[i]; span = t->shape[i]; continue; }
+        if (t->strides[i] != stride * span) return 0;
+        span *= t->shape[i];
+    }
+    *bs = stride;
+    return 1;
+}
+
+static int64_t batch_of(const ld_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim - 2; i++) n *= t->shape[i];
+    return n;
+}
+
+/* c = op(a) op(b) * alpha over the batch; arguments already checked. Not
+   recorded. */
+static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, float alpha) {
+    int nd = a->ndim;
+    int64_t m = ta ? a->shape[nd - 1] : a->shape[nd - 2], k = ta ? a->shape[nd - 2] : a->shape[nd - 1];
+    int64_t n = tb ? b->shape[nd - 2] : b->shape[nd - 1];
+    if (ld_device_can_gemm(DEV(a))) return NULL;
+    ld_tensor *ca = ld_tensor_retain(a), *cb = ld_tensor_retain(b);
+    int la = 0, lb = 0;
+    int64_t lda = 1, ldb = 1, sa = 0, sb = 0;
+    if (!bmm_layout(ca, &la, &lda, &sa)) {
+        ld_tensor_release(ca);
+        ca = ld_clone(a);
+        la = 0; lda = a->shape[nd - 1]; sa = a->shape[nd - 2] * a->shape[nd - 1];
+    }
+    if (!bmm_layout(cb, &lb, &ldb, &sb)) {
+        ld_tensor_release(cb);
+        cb = ld_clone(b);
+        lb = 0; ldb = b->shape[nd - 1]; sb = b->shape[nd - 2] * b->shape[nd - 1];
+    }
+    int64_t shape[LD_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nd);
+    shape[nd - 2] = m;
+    shape[nd - 1] = n;
+    ld_tensor *c = ca && cb ? out_empty(nd, shape, DEV(a)) : NULL;
+    int64_t batch = batch_of(a);
+    if (c && batch > 0 && m > 0 && n > 0)
+        BE(a)->gemm_batched(DEV(a), la ^ ta, lb ^ tb, m, n, k, alpha, FPTR(ca), lda < 1 ? 1 : lda, sa, FPTR(cb),
+                            ldb < 1 ? 1 : ldb, sb, 0.0f, FPTR(c), m * n, batch);
+    ld_tensor_release(ca);
+    ld_tensor_release(cb);
+    return c;
+}
+
+static int check_pair(const char *op, ld_tensor *a, ld_tensor *b, const char *na, const char *nb) {
+    if (!a || !b) return ld_fail(LD_EARG, "%s: %s is missing", op, !a ? na : nb);
+    if (a->dtype != LD_F32 || b->dtype != LD_F32)
+        return ld_fail(LD_ETYPE, "%s needs float32 tensors, got %s (%s) and %s (%s)", op, ld_dtype_name(a->dtype), na,
+                       ld_dtype_name(b->dtype), nb);
+    if (DEV(a) != DEV(b))
+        return ld_fail(LD_EDEVICE, "%s: %s is on %s and %s on %s; move one with :to()", op, na, DEV(a)->name, nb,
+                       DEV(b)->name);
+    return LD_OK;
+}
+
+static int bw_bmm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *a = nd->in[0], *b = nd->in[1];
+    int ta = (int)nd->args[0], tb = (int)nd->args[1];
+    if (ld_needs_grad(a)) {   /* d op(a) = g op(b)^T */
+        gi[0] = !ta ? bmm_raw(g, b, 0, !tb, 1.0f) : bmm_raw(b, g, tb, 1, 1.0f);
+        if (!gi[0]) return ld_error_status();
+    }
+    if (ld_needs_grad(b)) {   /* d op(b) = op(a)^T g */
+        gi[1] = !tb ? bmm_raw(a, g, !ta, 0, 1.0f) : bmm_raw(g, a, 1, ta, 1.0f);
+        if (!gi[1]) return ld_error_status();
+    }
+    return LD_OK;
+}
+
+ld_tensor *ld_bmm(ld_tensor *a, ld_tensor *b, int ta, int tb) {
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+    if (check_pair("bmm", a, b, "a", "b")) return NULL;
+    ta = !!ta; tb = !!tb;
+    ld_shape_str(a, b1, sizeof b1);
+    ld_shape_str(b, b2, sizeof b2);
+    if (a->ndim < 2 || b->ndim != a->ndim) {
+        ld_fail(LD_ESHAPE, "bmm needs two tensors of the same rank >= 2 ([..., M, K] and [..., K, N]), got shapes %s "
+                "and %s", b1, b2);
+        return NULL;
+    }
+    int nd = a->ndim;
+    for (int i = 0; i < nd - 2; i++)
+        if (a->shape[i] != b->shape[i]) {
+            ld_fail(LD_ESHAPE, "bmm: the leading (batch) axes of shapes %s and %s differ at axis %d (%lld vs %lld); "
+                    "bmm does not broadcast", b1, b2, i, (long long)a->shape[i], (long long)b->shape[i]);
+            return NULL;
+        }
+    int64_t ka = ta ? a->shape[nd - 2] : a->shape[nd - 1], kb = tb ? b->shape[nd - 1] : b->shape[nd - 2];
+    if (ka != kb) {
+        ld_fail(LD_ESHAPE, "bmm: shapes %s%s and %s%s do not match: inner dimensions %lld and %lld", b1,
+                ta ? " (transposed)" : "", b2, tb ? " (transposed)" : "", (long long)ka, (long long)kb);
+        return NULL;
+    }
+    ld_tensor *c = bmm_raw(a, b, ta, tb, 1.0f);
+    if (c) {
+        ld_tensor *in[2] = {a, b};
+        ld_node *n = ld_record(c, "bmm", bw_bmm, 2, in);
+        if (n) { n->args[0] = ta; n->args[1] = tb; }
+    }
+    return c;
+}
+
+/* ================================================================ attention */
+static int64_t causal_offset(int causal, int64_t t, int64_t s) { return causal == LD_CAUSAL_END ? s - t : 0; }
+
+/* dS = scale * P * (g - rowsum(g * P)) into ds (may be g) */
+static void softmax_grad_into(ld_tensor *ds, ld_tensor *p, ld_tensor *g, const ld_node *nd) {
+    int causal = (int)nd->args[1];
+    int64_t t = p->shape[1], s = p->shape[2];
+    BE(p)->masked_softmax_backward(DEV(p), FPTR(ds), FPTR(p), FPTR(g), p->shape[0], t, s, (float)nd->args[0],
+                                   causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
+}
+
+static ld_tensor *softmax_grad(ld_tensor *p, ld_tensor *g, const ld_node *nd) {
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *ds = gc ? out_empty(3, p->shape, DEV(p)) : NULL;
+    if (ds) softmax_grad_into(ds, p, gc, nd);
+    ld_tensor_release(gc);
+    return ds;
+}
+
+/* dQ = dS K, dK = dS^T Q for the inputs that need them */
+static int qk_grads(ld_tensor *ds, ld_tensor *q, ld_tensor *k, ld_tensor **dq, ld_tensor **dk) {
+    if (ld_needs_grad(q) && !(*dq = bmm_raw(ds, k, 0, 0, 1.0f))) return ld_error_status();
+    if (ld_needs_grad(k) && !(*dk = bmm_raw(ds, q, 1, 0, 1.0f))) return ld_error_status();
+    return LD_OK;
+}
+
+static int bw_attention(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *q = nd->in[0], *k = nd->in[1], *v = nd->in[2], *p = nd->saved[0];
+    if (ld_needs_grad(v) && !(gi[2] = bmm_raw(p, g, 1, 0, 1.0f))) return ld_error_status();
+    if (!ld_needs_grad(q) && !ld_needs_grad(k)) return LD_OK;
+    ld_tensor *dp = bmm_raw(g, v, 0, 1, 1.0f);   /* g V^T [B, T, S] */
+    if (!dp) return ld_error_status();
+    softmax_grad_into(dp, p, dp, nd);
+    int st = qk_grads(dp, q, k, &gi[0], &gi[1]);
+    ld_tensor_release(dp);
+    return st;
+}
+
+static int bw_attention_weights(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *ds = softmax_grad(nd->saved[0], g, nd);
+    if (!ds) return ld_error_status();
+    int st = qk_grads(ds, nd->in[0], nd->in[1], &gi[0], &gi[1]);
+    ld_tensor_release(ds);
+    return st;
+}
+
+static int check_qk(const char *op, ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, float scale) {
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX], b3[LD_SHAPE_STR_MAX];
+    if (check_pair(op, q, k, "query", "key")) return ld_error_status();
+    if (v && check_pair(op, q, v, "query", "value")) return ld_error_status();
+    ld_shape_str(q, b1, sizeof b1);
+    ld_shape_str(k, b2, sizeof b2);
+    if (v) ld_shape_str(v, b3, sizeof b3);
+    else snprintf(b3, sizeof b3, "-");
+    if (q->ndim != 3 || k->ndim != 3 || (v && v->ndim != 3))
+        return ld_fail(LD_ESHAPE, "%s needs 3-d query [B, T, dk], key [B, S, dk]%s, got shapes %s, %s%s%s", op,
+                       v ? " and value [B, S, dv]" : "", b1, b2, v ? ", " : "", v ? b3 : "");
+    if (q->shape[0] != k->shape[0] || (v && v->shape[0] != q->shape[0]))
+        return ld_fail(LD_ESHAPE, "%s: the batch axes of query %s, key %s%s%s differ", op, b1, b2,
+                       v ? " and value " : "", v ? b3 : "");
+    if (q->shape[2] != k->shape[2])
+        return ld_fail(LD_ESHAPE, "%s: query %s and key %s differ in their last axis (%lld vs %lld)", op, b1, b2,
+                       (long long)q->shape[2], (long long)k->shape[2]);
+    if (v && v->shape[1] != k->shape[1])
+        return ld_fail(LD_ESHAPE, "%s: key %s and value %s differ in length (axis 1: %lld vs %lld)", op, b2, b3,
+                       (long long)k->shape[1], (long long)v->shape[1]);
+    if (causal < LD_CAUSAL_NONE || causal > LD_CAUSAL_END)
+        return ld_fail(LD_EARG, "%s: causal is 0 (none), 1 (Keras' mask) or 2 (aligned to the end), not %d", op,
+                       causal);
+    if (!isfinite(scale) || scale < 0)
+        return ld_fail(LD_EARG, "%s: scale must be finite and >= 0 (0: 1/sqrt(dk)), not %g", op, (double)scale);
+    return LD_OK;
+}
+
+/* the weights P [B, T, S] (not recorded) */
+static ld_tensor *weights_raw(ld_tensor *q, ld_tensor *k, int causal, float scale) {
+    ld_tensor *p = bmm_raw(q, k, 0, 1, 1.0f);
+    if (p) {
+        int64_t t = q->shape[1], s = k->shape[1];
+        if (p->shape[0] && t && s)
+            BE(p)->masked_softmax(DEV(p), FPTR(p), FPTR(p), p->shape[0], t, s, scale, causal != LD_CAUSAL_NONE,
+                                  causal_offset(causal, t, s));
+    }
+    return p;
+}
+
+static float default_scale(ld_tensor *q, float scale) {
+    return scale == 0 ? (float)(1.0 / sqrt((double)(q->shape[2] ? q->shape[2] : 1))) : scale;
+}
+
+static void record_weights(ld_tensor *w, ld_tensor *p, ld_tensor *q, ld_tensor *k, int causal, float scale) {
+    ld_tensor *in[2] = {q, k};
+    ld_node *n = ld_record(w, "attention_weights", bw_attention_weights, 2, in);
+    /* a view of its own: w may be p, whose node must not hold p itself (a cycle) */
+    if (n) { n->saved[0] = ld_reshape(p, p->ndim, p->shape); n->args[0] = scale; n->args[1] = causal; }
+}
+
+ld_tensor *ld_attention_weights(ld_tensor *q, ld_tensor *k, int causal, float scale) {
+    if (check_qk("attention_weights", q, k, NULL, causal, scale)) return NULL;
+    scale = default_scale(q, scale);
+    ld_tensor *p = weights_raw(q, k, causal, scale);
+    if (p) record_weights(p, p, q, k, causal, scale);
+    return p;
+}
+
+ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, float scale,
+                        ld_tensor **weights_out) {
+    if (weights_out) *weights_out = NULL;
+    if (check_qk("attention", q, k, v, causal, scale)) return NULL;
+    scale = default_scale(q, scale);
+    ld_tensor *p = weights_raw(q, k, causal, scale);
+    ld_tensor *o = p ? bmm_raw(p, v, 0, 0, 1.0f) : NULL;
+    if (o) {
+        ld_tensor *in[3] = {q, k, v};
+        ld_node *n = ld_record(o, "attention", bw_attention, 3, in);
+        if (n) { n->saved[0] = ld_tensor_retain(p); n->args[0] = scale; n->args[1] = causal; }
+        if (weights_out) {
+            /* its own tensor on the same memory, with its own node */
+            ld_tensor *w = ld_reshape(p, p->ndim, p->shape);
+            if (!w) { ld_tensor_release(o); o = NULL; }
+            else { record_weights(w, p, q, k, causal, scale); *weights_out = w; }
+        }
+    }
+    ld_tensor_release(p);
+    return o;
+}
+
+/* ================================================================ heads */
+/* [A, B, C, D] contiguous copy of x viewed as [A, C, B, D] */
+static ld_tensor *swap12(ld_tensor *x, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t s4[4] = {a, c, b, d};
+    int perm[4] = {0, 2, 1, 3};
+    ld_tensor *v = ld_reshape(x, 4, s4), *p = v ? ld_permute(v, perm) : NULL, *out = NULL;
+    if (p) out = ld_contiguous(p);
+    ld_tensor_release(v);
+    ld_tensor_release(p);
+    return out;
+}
+
+static ld_tensor *split_raw(ld_tensor *x, int64_t h) {
+    int64_t n = x->shape[0], t = x->shape[1], d = x->shape[2] / h;
+    ld_tensor *c = swap12(x, n, h, t, d);   /* [N, T, H, d] -> [N, H, T, d] */
+    int64_t s3[3] = {n * h, t, d};
+    ld_tensor *r = c ? ld_reshape(c, 3, s3) : NULL;
+    ld_tensor_release(c);
+    return r;
+}
+
+static ld_tensor *merge_raw(ld_tensor *x, int64_t h) {
+    int64_t n = x->shape[0] / h, t = x->shape[1], d = x->shape[2];
+    ld_tensor *c = swap12(x, n, t, h, d);   /* [N, H, T, d] -> [N, T, H, d] */
+    int64_t s3[3] = {n, t, h * d};
+    ld_tensor *r = c ? ld_reshape(c, 3, s3) : NULL;
+    ld_tensor_release(c);
+    return r;
+}
+
+static int bw_split_heads(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = merge_raw(g, (int64_t)nd->args[0]);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+static int bw_merge_heads(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = split_raw(g, (int64_t)nd->args[0]);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+static int check_heads(const char *op, ld_tensor *x, int heads, int split) {
+    char b1[LD_SHAPE_STR_MAX];
+    if (!x) return ld_fail(LD_EARG, "%s: no tensor", op);
+    ld_shape_str(x, b1, sizeof b1);
+    if (x->dtype != LD_F32) return ld_fail(LD_ETYPE, "%s needs a float32 tensor, got %s", op, ld_dtype_name(x->dtype));
+    if (heads < 1) return ld_fail(LD_EARG, "%s: heads must be >= 1, not %d", op, heads);
+    if (x->ndim != 3)
+        return ld_fail(LD_ESHAPE, "%s needs a 3-d tensor %s, got shape %s", op, split ? "[N, T, H*d]" : "[N*H, T, d]",
+                       b1);
+    int64_t dim = split ? x->shape[2] : x->shape[0];
+    if (dim % heads)
+        return ld_fail(LD_ESHAPE, "%s: %s %lld of shape %s is not a multiple of %d heads", op,
+                       split ? "the last axis" : "the first axis", (long long)dim, b1, heads);
+    return LD_OK;
+}
+
+ld_tensor *ld_split_heads(ld_tensor *x, int heads) {
+    if (check_heads("split_heads", x, heads, 1)) return NULL;
+    ld_tensor *y = split_raw(x, heads);
+    if (y) {
+        ld_tensor *in[1] = {x};
+        ld_node *n = ld_record(y, "split_heads", bw_split_heads, 1, in);
+        if (n) n->args[0] = heads;
+    }
+    return y;
+}
+
+ld_tensor *ld_merge_heads(ld_tensor *x, int heads) {
+    if (check_heads("merge_heads", x, heads, 0)) return NULL;
+    ld_tensor *y = merge_raw(x, heads);
+    if (y) {
+        ld_tensor *in[1] = {x};
+        ld_node *n = ld_record(y, "merge_heads", bw_merge_heads, 1, in);
+        if (n) n->args[0] = heads;
+    }
+    return y;
+}

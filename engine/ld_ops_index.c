@@ -1,0 +1,345 @@
+/*
+ * ld_ops_index.c - differentiable indexing and pooling ops (ld_ops_index.h):
+ * argument checks, dispatch to the device's kernels (the family's lines of
+ * LD_LAYER_KERNELS, ld_kernels.h), and their backward functions.
+ */
+#include "ld_ops_index.h"
+#include "ld_ops.h"
+#include "ld_autograd.h"
+#include "ld_executor.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define DEV(t) ((t)->storage->device)
+#define BE(t) (DEV(t)->backend)
+#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
+
+/* An op's output, written only by the kernel the op queues (ld_ops.c's rule). */
+static ld_tensor *out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
+    int was = ld_alloc_stream_ordered(1);
+    ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
+    ld_alloc_stream_ordered(was);
+    return t;
+}
+
+static int norm_axis(const ld_tensor *t, int *axis, const char *op) {
+    int a = *axis;
+    if (a < 0) a += t->ndim;
+    if (a < 0 || a >= t->ndim)
+        return ld_fail(LD_EARG, "%s: axis %d out of range for a tensor with %d dimensions", op, *axis, t->ndim);
+    *axis = a;
+    return LD_OK;
+}
+
+static void split_axis(int ndim, const int64_t *shape, int axis, int64_t *outer, int64_t *inner) {
+    *outer = 1; *inner = 1;
+    for (int i = 0; i < axis; i++) *outer *= shape[i];
+    for (int i = axis + 1; i < ndim; i++) *inner *= shape[i];
+}
+
+static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = ld_tensor_retain(g);
+    return LD_OK;
+}
+
+/* ld_contiguous that keeps the graph (ld_ops.c's contig) */
+static ld_tensor *contig(ld_tensor *x) {
+    ld_tensor *c = ld_contiguous(x);
+    if (c && c != x) {
+        ld_tensor *in[1] = {x};
+        ld_record(c, "contiguous", bw_identity, 1, in);
+    }
+    return c;
+}
+
+/* ================================================================ concat */
+/* The gradient of each input: its block of g along axis args[0]. */
+static int bw_concat(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    int axis = (int)nd->args[0];
+    ld_tensor *gc = ld_contiguous(g);
+    if (!gc) return ld_error_status();
+    int64_t outer, inner, big = gc->shape[axis], off = 0;
+    split_axis(gc->ndim, gc->shape, axis, &outer, &inner);
+    int st = LD_OK;
+    for (int k = 0; k < nd->n_in; k++) {
+        ld_tensor *x = nd->in[k];
+        int64_t len = x->shape[axis];
+        if (ld_needs_grad(x)) {
+            gi[k] = out_empty(LD_F32, x->ndim, x->shape, DEV(x));
+            if (!gi[k]) { st = ld_error_status(); break; }
+            BE(gc)->slice_copy(DEV(gc), FPTR(gi[k]), FPTR(gc), outer, len, inner, big, off, 0, 0);
+        }
+        off += len;
+    }
+    ld_tensor_release(gc);
+    return st;
+}
+
+/* Record t = concat(xs) along axis; past LD_NODE_MAX_IN inputs the last
+   input of a node is the view of t holding the rest, recorded first (its
+   node is older, so the tape runs it after this one). */
+static void record_concat(ld_tensor *t, int n, ld_tensor *const *xs, int axis) {
+    if (n <= LD_NODE_MAX_IN) {
+        ld_node *nd = ld_record(t, "concat", bw_concat, n, (ld_tensor **)xs);
+        if (nd) nd->args[0] = axis;
+        return;
+    }
+    int head = LD_NODE_MAX_IN - 1;
+    int64_t off = 0;
+    for (int k = 0; k < head; k++) off += xs[k]->shape[axis];
+    ld_tensor *rest = ld_slice(t, axis, off, t->shape[axis], 1);
+    if (!rest) { ld_clear_error(); return; }
+    record_concat(rest, n - head, xs + head, axis);
+    ld_tensor *in[LD_NODE_MAX_IN];
+    for (int k = 0; k < head; k++) in[k] = xs[k];
+    in[head] = rest;
+    ld_node *nd = ld_record(t, "concat", bw_concat, LD_NODE_MAX_IN, in);
+    if (nd) nd->args[0] = axis;
+    ld_tensor_release(rest);
+}
+
+ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
+    char b1[64], b2[64];
+    if (n < 1 || !xs) { ld_fail(LD_EARG, "concat needs at least one tensor"); return NULL; }
+    for (int k = 0; k < n; k++) {
+        if (!xs[k]) { ld_fail(LD_EARG, "concat: tensor %d is missing", k + 1); return NULL; }
+        if (xs[k]->dtype != LD_F32) {
+            ld_fail(LD_ETYPE, "concat needs float32 tensors, tensor %d is %s", k + 1, ld_dtype_name(xs[k]->dtype));
+            return NULL;
+        }
+    }
+    const ld_tensor *f = xs[0];
+    if (f->ndim == 0) { ld_fail(LD_ESHAPE, "concat: cannot concatenate scalars"); return NULL; }
+    int ax = axis;
+    if (norm_axis(f, &ax, "concat")) return NULL;
+    int64_t shape[LD_MAX_DIMS];
+    memcpy(shape, f->shape, sizeof shape);
+    shape[ax] = 0;
+    for (int k = 0; k < n; k++) {
+        const ld_tensor *x = xs[k];
+        if (DEV(x) != DEV(f)) {
+            ld_fail(LD_EDEVICE, "concat: tensors are on %s and %s; move one with :to()", DEV(f)->name, DEV(x)->name);
+            return NULL;
+        }
+        int ok = x->ndim == f->ndim;
+        for (int i = 0; ok && i < f->ndim; i++) ok = i == ax || x->shape[i] == f->shape[i];
+        if (!ok) {
+            ld_fail(LD_ESHAPE, "concat along axis %d: shapes %s and %s differ in another axis", axis,
+                    ld_shape_str(f, b1, sizeof b1), ld_shape_str(x, b2, sizeof b2));
+            return NULL;
+        }
+        shape[ax] += x->shape[ax];
+    }
+    if (n == 1) return ld_tensor_retain(xs[0]);
+    ld_tensor *out = out_empty(LD_F32, f->ndim, shape, DEV(f));
+    if (!out) return NULL;
+    int64_t outer, inner, off = 0;
+    split_axis(f->ndim, shape, ax, &outer, &inner);
+    for (int k = 0; k < n; k++) {
+        ld_tensor *c = ld_contiguous(xs[k]);   /* the node holds xs[k] itself */
+        if (!c) { ld_tensor_release(out); return NULL; }
+        BE(out)->slice_copy(DEV(out), FPTR(out), FPTR(c), outer, c->shape[ax], inner, shape[ax], off, 1, 0);
+        off += c->shape[ax];
+        ld_tensor_release(c);
+    }
+    record_concat(out, n, xs, ax);
+    return out;
+}
+
+/* ================================================================ slice */
+static int bw_slice(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0];
+    int axis = (int)nd->args[0];
+    int64_t start = (int64_t)nd->args[1];
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *dx = gc ? out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    if (dx) {
+        int64_t outer, inner;
+        split_axis(x->ndim, x->shape, axis, &outer, &inner);
+        BE(x)->fill(DEV(x), FPTR(dx), LD_F32, ld_tensor_numel(dx), 0.0);
+        BE(x)->slice_copy(DEV(x), FPTR(dx), FPTR(gc), outer, gc->shape[axis], inner, x->shape[axis], start, 1, 0);
+    }
+    ld_tensor_release(gc);
+    gi[0] = dx;
+    return dx ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len) {
+    char b1[64];
+    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "slice needs a float32 tensor, got %s", ld_dtype_name(x->dtype)); return NULL; }
+    if (x->ndim == 0) { ld_fail(LD_ESHAPE, "slice: cannot slice a scalar"); return NULL; }
+    int ax = axis;
+    if (norm_axis(x, &ax, "slice")) return NULL;
+    if (start < 0 || len < 0 || start > x->shape[ax] - len) {
+        ld_fail(LD_EARG, "slice: [%lld, %lld) is outside axis %d (size %lld) of a tensor of shape %s",
+                (long long)start, (long long)(start + len), axis, (long long)x->shape[ax],
+                ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    int64_t shape[LD_MAX_DIMS], outer, inner;
+    memcpy(shape, x->shape, sizeof shape);
+    shape[ax] = len;
+    ld_tensor *cx = ld_contiguous(x);
+    if (!cx) return NULL;
+    ld_tensor *y = out_empty(LD_F32, x->ndim, shape, DEV(x));
+    if (y) {
+        split_axis(x->ndim, x->shape, ax, &outer, &inner);
+        BE(cx)->slice_copy(DEV(cx), FPTR(y), FPTR(cx), outer, len, inner, x->shape[ax], start, 0, 0);
+        ld_tensor *in[1] = {x};
+        ld_node *nd = ld_record(y, "slice", bw_slice, 1, in);
+        if (nd) { nd->args[0] = ax; nd->args[1] = (double)start; }
+    }
+    ld_tensor_release(cx);
+    return y;
+}
+
+/* ================================================================ embedding */
+static int bw_embedding(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *table = nd->in[0], *ids = nd->saved[0];
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *dt = gc ? out_empty(LD_F32, 2, table->shape, DEV(table)) : NULL;
+    if (dt) BE(table)->embedding_backward(DEV(table), FPTR(dt), FPTR(gc),
+                                          (const char *)ids->storage->data + ids->offset * ld_dtype_size(ids->dtype),
+                                          ids->dtype, ld_tensor_numel(ids), table->shape[0], table->shape[1]);
+    ld_tensor_release(gc);
+    gi[0] = dt;
+    return dt ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids) {
+    char b1[64], b2[64];
+    if (table->ndim != 2) {
+        ld_fail(LD_ESHAPE, "embedding needs a [vocabulary, dim] table, got shape %s", ld_shape_str(table, b1, sizeof b1));
+        return NULL;
+    }
+    if (table->dtype != LD_F32) {
+        ld_fail(LD_ETYPE, "embedding needs a float32 table, got %s", ld_dtype_name(table->dtype));
+        return NULL;
+    }
+    if (ids->dtype != LD_I32 && ids->dtype != LD_I64) {
+        ld_fail(LD_ETYPE, "embedding needs int32 or int64 ids, got %s", ld_dtype_name(ids->dtype));
+        return NULL;
+    }
+    if (ids->ndim + 1 > LD_MAX_DIMS) {
+        ld_fail(LD_ESHAPE, "embedding: ids of shape %s leave no room for the embedding axis",
+                ld_shape_str(ids, b1, sizeof b1));
+        return NULL;
+    }
+    if (DEV(table) != DEV(ids)) {
+        ld_fail(LD_EDEVICE, "embedding: the table is on %s and the ids on %s; move one with :to()",
+                DEV(table)->name, DEV(ids)->name);
+        return NULL;
+    }
+    int64_t v = table->shape[0], dim = table->shape[1], n = ld_tensor_numel(ids);
+    ld_tensor *ci = ld_contiguous(ids);
+    if (!ci) return NULL;
+    if (ld_device_is_host(DEV(ci)) && !ld_device_is_async(DEV(ci))) {
+        /* where kernels run inline the ids can be checked here; a device that
+           queues gets zero rows and a kernel error for a bad id */
+        const void *p = ld_tensor_data(ci);
+        for (int64_t i = 0; p && i < n; i++) {
+            int64_t k = ci->dtype == LD_I32 ? ((const int32_t *)p)[i] : ((const int64_t *)p)[i];
+            if (k < 0 || k >= v) {
+                ld_fail(LD_EARG, "embedding: id %lld at position %lld is outside [0, %lld): the table %s has %lld rows",
+                        (long long)k, (long long)i, (long long)v, ld_shape_str(table, b2, sizeof b2), (long long)v);
+                ld_tensor_release(ci);
+                return NULL;
+            }
+        }
+        if (!p) { ld_tensor_release(ci); return NULL; }
+    }
+    ld_tensor *ct = contig(table);
+    if (!ct) { ld_tensor_release(ci); return NULL; }
+    int64_t shape[LD_MAX_DIMS];
+    memcpy(shape, ci->shape, sizeof(int64_t) * (size_t)ci->ndim);
+    shape[ci->ndim] = dim;
+    ld_tensor *y = out_empty(LD_F32, ci->ndim + 1, shape, DEV(ct));
+    if (y) {
+        BE(ct)->embedding(DEV(ct), FPTR(y), FPTR(ct),
+                          (const char *)ci->storage->data + ci->offset * ld_dtype_size(ci->dtype), ci->dtype, n, v,
+                          dim);
+        ld_tensor *in[1] = {ct};
+        ld_node *nd = ld_record(y, "embedding", bw_embedding, 1, in);
+        if (nd) nd->saved[0] = ld_tensor_retain(ci);
+    }
+    ld_tensor_release(ct);
+    ld_tensor_release(ci);
+    return y;
+}
+
+/* ================================================================ average pooling */
+static int bw_avgpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0];
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *dx = gc ? out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
+    if (dx) BE(x)->avgpool_backward(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
+                                    (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
+                                    (int64_t)nd->args[3], (int64_t)nd->args[4], (int64_t)nd->args[5],
+                                    (int64_t)nd->args[6], (int64_t)nd->args[7]);
+    ld_tensor_release(gc);
+    gi[0] = dx;
+    return dx ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_avgpool2d(ld_tensor *x, int kh, int kw, int sh, int sw, int same_padding) {
+    char b1[64];
+    if (x->ndim != 4) {
+        ld_fail(LD_ESHAPE, "avg_pool2d needs an NHWC input, got shape %s", ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) {
+        ld_fail(LD_EARG, "avg_pool2d: pool size %dx%d and strides %dx%d must be positive", kh, kw, sh, sw);
+        return NULL;
+    }
+    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "avg_pool2d needs a float32 tensor, got %s", ld_dtype_name(x->dtype)); return NULL; }
+    int64_t n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
+    if (same_padding) {
+        oh = (h + sh - 1) / sh; ow = (w + sw - 1) / sw;
+        int64_t th = (oh - 1) * sh + kh - h, tw = (ow - 1) * sw + kw - w;
+        ph = th > 0 ? th / 2 : 0; pw = tw > 0 ? tw / 2 : 0;
+    } else {
+        if (h < kh || w < kw) {
+            ld_fail(LD_ESHAPE, "avg_pool2d: pool %dx%d is larger than the input %s (use padding=\"same\")", kh, kw,
+                    ld_shape_str(x, b1, sizeof b1));
+            return NULL;
+        }
+        oh = (h - kh) / sh + 1; ow = (w - kw) / sw + 1;
+    }
+    ld_tensor *cx = contig(x);
+    if (!cx) return NULL;
+    int64_t ys[4] = {n, oh, ow, c};
+    ld_tensor *y = out_empty(LD_F32, 4, ys, DEV(cx));
+    if (y) {
+        BE(cx)->avgpool(DEV(cx), FPTR(y), FPTR(cx), n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow);
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(y, "avg_pool2d", bw_avgpool, 1, in);
+        if (nd) {
+            double a[8] = {kh, kw, sh, sw, (double)ph, (double)pw, (double)oh, (double)ow};
+            for (int i = 0; i < 8; i++) nd->args[i] = a[i];
+        }
+    }
+    ld_tensor_release(cx);
+    return y;
+}
+
+ld_tensor *ld_global_avgpool2d(ld_tensor *x, int keepdims) {
+    char b1[64];
+    if (x->ndim != 4) {
+        ld_fail(LD_ESHAPE, "global_avg_pool2d needs an NHWC input, got shape %s", ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    if (x->shape[1] * x->shape[2] == 0) {
+        ld_fail(LD_ESHAPE, "global_avg_pool2d of an empty image %s", ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    int64_t s3[3] = {x->shape[0], x->shape[1] * x->shape[2], x->shape[3]};
+    ld_tensor *r = ld_reshape_op(x, 3, s3);
+    ld_tensor *m = r ? ld_mean(r, 1, 0) : NULL;
+    ld_tensor_release(r);
+    if (!m || !keepdims) return m;
+    int64_t s4[4] = {x->shape[0], 1, 1, x->shape[3]};
+    ld_tensor *y = ld_reshape_op(m, 4, s4);
+    ld_tensor_release(m);
+    return y;
+}

@@ -1,0 +1,42 @@
+/*
+ * ld_ops_index.h - differentiable indexing and pooling ops: concatenation,
+ * slicing, embedding lookups, average pooling (NHWC).
+ *
+ * STATUS: ld_concat_op and ld_slice_op are done and tested (CPU; CUDA kernel
+ * compiled), ready to use. The embedding and pooling ops below too.
+ *
+ * Like the ops of ld_ops.h: arguments checked (ld_fail with a message naming
+ * the op and the shapes; NULL returned), the kernels of the operands' device
+ * run, and a node recorded while a tape records and an input needs a
+ * gradient. Results are new contiguous tensors.
+ */
+#ifndef LD_OPS_INDEX_H
+#define LD_OPS_INDEX_H
+
+#include "ld_device.h"
+
+/* Concatenation of n >= 1 float32 tensors along `axis` (negative counts from
+   the end); every other axis equal. Any n (more than LD_NODE_MAX_IN inputs
+   are recorded as a chain of nodes over views of the result: no extra
+   copies). n == 1 returns xs[0] retained. */
+ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis);
+/* x[..., start:start+len, ...] along `axis` (negative counts from the end),
+   as a new contiguous tensor; 0 <= start, start + len <= x->shape[axis].
+   The gradient is the output's gradient written into a zero tensor's block. */
+ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len);
+
+/* table [V, D] float32, ids int32/int64 of any shape S -> [S..., D].
+   Host ids outside [0, V) are an error naming the id and V; on a device
+   that queues kernels a bad id gives a zero row and a kernel error reported
+   by the next read. The table's gradient: zero, then rows scatter-added
+   (repeated ids add up). The ids get none. */
+ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids);
+
+/* Average pooling of NHWC x, as Keras' AveragePooling2D: valid padding
+   (output (in - k) / s + 1) or same (ceil(in / s), padding split as TF does,
+   padded cells left out of each average). */
+ld_tensor *ld_avgpool2d(ld_tensor *x, int kh, int kw, int sh, int sw, int same_padding);
+/* Mean over H and W of NHWC x: [N, C], or [N, 1, 1, C] with keepdims. */
+ld_tensor *ld_global_avgpool2d(ld_tensor *x, int keepdims);
+
+#endif

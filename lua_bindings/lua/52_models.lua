@@ -1,0 +1,444 @@
+-- 52_models.lua - models beyond Sequential, and models as files.
+--
+--   The Functional API:  local x = nn.Input{shape = {28, 28, 1}}
+--                        local y = nn.Dense(10)(nn.Flatten()(x))      -- layers on symbolic tensors
+--                        local model = nn.Model{inputs = x, outputs = y}
+--   Subclassed models:   local Net = nn.Model:extend("Net")
+--                        function Net:init(units) self.hidden = nn.Dense(units, "relu"); self.out = nn.Dense(10) end
+--                        function Net:call(x, training) return self.out(self.hidden(x)) end
+--                        local model = Net(64)
+--   Files:               model:get_config(), model:to_json(), nn.model_from_json(text),
+--                        model:save(path), nn.load_model(path)
+--
+-- A model of any kind is the same object (ldist.Model, nn.c): its layers are
+-- tracked there (weights, summary), and fit, evaluate, the strategies and
+-- the training step in C see no difference; only its forward is in Lua (the
+-- graph, or the subclass's call), which the C step calls under its tape.
+local ldist = ...
+local nn, tensor, json = ldist.nn, ldist.tensor, ldist.json
+local Model = nn.Model
+local doc = ldist.document
+
+---------------------------------------------------------------- symbolic tensors
+local KT = { __name = "ldist.KerasTensor", __symbolic = true }
+KT.__index = KT
+function KT.__tostring(t)
+  return ("<KerasTensor shape=(None, %s) dtype=%s%s>"):format(table.concat(t.shape, ", "), t.dtype,
+    t._layer and (" from layer '" .. t._layer.name .. "'") or (" (input '" .. t.name .. "')"))
+end
+local function is_kt(v) return getmetatable(v) == KT end
+
+local function copy(t) local c = {} for i, v in ipairs(t) do c[i] = v end return c end
+
+local n_inputs = 0
+function nn.Input(opts)
+  if type(opts) ~= "table" then error("bad argument #1 to 'Input' (a table {shape=, dtype=, name=} expected)", 2) end
+  local shape = opts.shape or opts[1]
+  if type(shape) ~= "table" then
+    error("bad argument #1 to 'Input' (shape= expected: the shape of one example, without the batch axis)", 2)
+  end
+  for i, d in ipairs(shape) do
+    if math.type(d) ~= "integer" or d < 1 then
+      error(("bad argument #1 to 'Input' (shape[%d] is %s; sizes are positive integers)"):format(i, tostring(d)), 2)
+    end
+  end
+  for k in pairs(opts) do
+    if k ~= "shape" and k ~= "dtype" and k ~= "name" and k ~= 1 then
+      error(("nn.Input: unknown option '%s' (it takes shape, dtype, name)"):format(tostring(k)), 2)
+    end
+  end
+  local name = opts.name or (n_inputs == 0 and "input_layer" or ("input_layer_" .. n_inputs))
+  n_inputs = n_inputs + 1
+  return setmetatable({ shape = copy(shape), dtype = opts.dtype or "float32", name = name }, KT)
+end
+doc(nn.Input, "nn.Input", "nn.Input{shape={...}, dtype=\"float32\", name=}\n\n" ..
+  "A symbolic input of the Functional API: one example's shape, without the batch axis.\n" ..
+  "Layers called on it give symbolic tensors; nn.Model{inputs=, outputs=} makes them a model.")
+
+-- layer(symbolic) (nn.c's layer call comes here): the layer is built for the
+-- inputs' shapes now (its variables are made under the open strategy's scope,
+-- as Keras makes them), and the result remembers the call
+function nn._symbolic_call(layer, inputs, opts)
+  local multi = not is_kt(inputs)
+  local list = multi and inputs or { inputs }
+  local shapes = {}
+  for i, t in ipairs(list) do
+    if not is_kt(t) then
+      error(("%s: input %d is a %s, not a symbolic tensor (do not mix nn.Input values with tensors)")
+        :format(layer.name, i, type(t)), 3)
+    end
+    shapes[i] = t.shape
+  end
+  local ok, err = pcall(layer._build_shapes, layer, shapes)
+  if not ok then error(tostring(err):gsub("^%[ldist prelude [^%]]*%]:%d+: ", ""), 3) end
+  return setmetatable({ shape = layer.output_shape, dtype = "float32", _layer = layer, _inputs = list, _multi = multi }, KT)
+end
+
+---------------------------------------------------------------- Functional models
+local function run_graph(self, x, training)
+  local g = self._graph
+  local xs = x
+  if not g.multi_in then xs = { x }
+  elseif type(x) ~= "table" or tensor.is_tensor(x) then
+    error(("model '%s' takes a list of %d inputs"):format(self.name, #g.inputs), 3)
+  end
+  if #xs ~= #g.inputs then
+    error(("model '%s' takes %d inputs, got %d"):format(self.name, #g.inputs, #xs), 3)
+  end
+  local vals, o = {}, { training = training }
+  for i, t in ipairs(g.inputs) do vals[t] = xs[i] end
+  for _, t in ipairs(g.order) do
+    local args
+    if t._multi then
+      args = {}
+      for i, u in ipairs(t._inputs) do args[i] = vals[u] end
+    else
+      args = vals[t._inputs[1]]
+    end
+    vals[t] = t._layer(args, o)
+  end
+  if not g.multi_out then return vals[g.outputs[1]] end
+  local r = {}
+  for i, t in ipairs(g.outputs) do r[i] = vals[t] end
+  return r
+end
+
+local function as_list(v, what)
+  if is_kt(v) then return { v }, false end
+  if type(v) ~= "table" or #v == 0 then
+    error(("bad argument #1 to 'Model' (%s= must be a symbolic tensor or a list of them)"):format(what), 4)
+  end
+  for i, t in ipairs(v) do
+    if not is_kt(t) then error(("bad argument #1 to 'Model' (%s[%d] is not a symbolic tensor)"):format(what, i), 4) end
+  end
+  return v, true
+end
+
+local function functional(opts)
+  local inputs, multi_in = as_list(opts.inputs, "inputs")
+  local outputs, multi_out = as_list(opts.outputs, "outputs")
+  local is_input, order, seen = {}, {}, {}
+  for _, t in ipairs(inputs) do
+    if t._layer then error("bad argument #1 to 'Model' (inputs= must be nn.Input values)", 3) end
+    is_input[t] = true
+  end
+  local function visit(t)
+    if seen[t] then return end
+    seen[t] = true
+    if is_input[t] then return end
+    if not t._layer then
+      error(("bad argument #1 to 'Model' (the outputs depend on input '%s', which is not in inputs=)"):format(t.name), 4)
+    end
+    for _, u in ipairs(t._inputs) do visit(u) end
+    order[#order + 1] = t
+  end
+  for _, o in ipairs(outputs) do visit(o) end
+  local nodes = {}   -- a shared layer has one node per call
+  for _, t in ipairs(order) do
+    nodes[t._layer] = (nodes[t._layer] or 0) + 1
+    t._node = nodes[t._layer] - 1
+  end
+  local m = nn._model_new(opts.name or "functional", "Functional")
+  for _, t in ipairs(order) do m:_track(t._layer) end
+  m._graph = { inputs = inputs, outputs = outputs, order = order, multi_in = multi_in, multi_out = multi_out }
+  m.call = run_graph
+  return m
+end
+
+---------------------------------------------------------------- subclassed models
+local classes = {}   -- by class name, for nn.load_model / nn.model_from_json
+local function snake(name) return (name:gsub("(%l)(%u)", "%1_%2"):lower()) end
+
+local Class = {}     -- what nn.Model:extend gives: a class table, callable
+Class.__index = Class
+local function new_instance(cls, ...)
+  local m = nn._model_new(cls._name and snake(cls._name) or "model", cls._name)
+  m._class = cls
+  m._init_args = table.pack(...)
+  local init = cls.init
+  if init then init(m, ...) end
+  return m
+end
+
+-- nn.Model:extend(name) -> a class; Class:extend(name) makes a subclass of it
+local function extend(base, name)
+  if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+    error("bad argument #1 to 'extend' (a class name expected, as nn.Model:extend(\"MyModel\"))", 2)
+  end
+  local cls = setmetatable({ _name = name, _base = base }, { __index = base, __call = new_instance,
+    __tostring = function() return "<model class " .. name .. ">" end })
+  classes[name] = cls
+  return cls
+end
+
+setmetatable(Model, {
+  -- nn.Model{inputs=, outputs=, name=}: a Functional model
+  __call = function(_, opts)
+    if type(opts) ~= "table" or opts.inputs == nil or opts.outputs == nil then
+      error("bad argument #1 to 'Model' (a table {inputs=, outputs=, name=} expected; for a subclass use nn.Model:extend(name))", 2)
+    end
+    return functional(opts)
+  end,
+})
+Model.extend = extend
+doc(Model.extend, "Model:extend", "nn.Model:extend(name) -> class\n\n" ..
+  "A subclassed model, Keras's class MyModel(keras.Model): define class:init(...) (make the layers,\n" ..
+  "assigned to fields: they are tracked) and class:call(x, training); class(...) makes a model.\n" ..
+  "Optionally class:get_config() returns what init needs to make the model again (by default the\n" ..
+  "arguments init was given), for model:save / nn.load_model in a session that defined the class.")
+
+---------------------------------------------------------------- configurations
+local function layer_spec(l) return { class_name = l.class_name, config = l:get_config() } end
+
+local function functional_config(m)
+  local g = m._graph
+  local layers, entry = {}, {}
+  for _, t in ipairs(g.inputs) do
+    layers[#layers + 1] = { class_name = "InputLayer", name = t.name, config = { shape = t.shape, dtype = t.dtype, name = t.name },
+      inbound_nodes = {} }
+  end
+  local function ref(u) return { u._layer and u._layer.name or u.name, u._node or 0, 0 } end
+  for _, t in ipairs(g.order) do
+    local l = t._layer
+    if not entry[l] then
+      entry[l] = { class_name = l.class_name, name = l.name, config = l:get_config(), inbound_nodes = {} }
+      layers[#layers + 1] = entry[l]
+    end
+    local args = {}
+    for i, u in ipairs(t._inputs) do args[i] = ref(u) end
+    table.insert(entry[l].inbound_nodes, { args = args, multi = t._multi })
+  end
+  local ins, outs = {}, {}
+  for i, t in ipairs(g.inputs) do ins[i] = ref(t) end
+  for i, t in ipairs(g.outputs) do outs[i] = ref(t) end
+  return { name = m.name, layers = layers, input_layers = ins, output_layers = outs, multi_in = g.multi_in,
+    multi_out = g.multi_out }
+end
+
+-- model:get_config(): Keras's, enough to make the model again (without its weights)
+function Model:get_config()
+  local kind = self._kind
+  if kind == "Functional" then return functional_config(self) end
+  if kind then                                   -- a subclass
+    local own, c = nil, self._class      -- a get_config of the class's own (not nn.Model's, this one)
+    while c and c ~= Model and not own do own, c = rawget(c, "get_config"), rawget(c, "_base") end
+    if own then return { name = self.name, args = { own(self) }, build_input_shape = self._build_input_shape } end
+    local a = self._init_args or { n = 0 }
+    local ok, text = pcall(json.encode, { table.unpack(a, 1, a.n) })
+    if not ok or (a.n > 0 and text == "[]") then
+      error(("model class %s: its init arguments are not plain data; define %s:get_config() returning them")
+        :format(kind, kind), 2)
+    end
+    return { name = self.name, args = { table.unpack(a, 1, a.n) }, build_input_shape = self._build_input_shape }
+  end
+  local layers = {}
+  for i, l in ipairs(self.layers) do layers[i] = layer_spec(l) end
+  local first = self.layers[1]
+  return { name = self.name, layers = layers, build_input_shape = first and first.built and first.input_shape or nil }
+end
+
+local function model_class(m) return m._kind or "Sequential" end
+
+function Model:to_json()
+  return json.encode({ class_name = model_class(self), config = self:get_config(), format = "ldist-model/1" })
+end
+doc(Model.to_json, "Model:to_json", "model:to_json() -> text\n\nThe model's architecture as JSON (no weights); " ..
+  "nn.model_from_json(text) makes it again.")
+
+-- a model from {class_name=, config=}; custom: a table of subclasses by name
+local function from_spec(spec, custom)
+  if type(spec) ~= "table" or type(spec.config) ~= "table" then error("not a model configuration", 0) end
+  local cn, c = spec.class_name, spec.config
+  if cn == "Sequential" then
+    local layers = { name = c.name }
+    for i, l in ipairs(c.layers or {}) do layers[i] = nn.layer_from_config(l) end
+    local m = nn.Sequential(layers)
+    if c.build_input_shape then m:build(c.build_input_shape) end
+    return m
+  elseif cn == "Functional" then
+    local made, inputs, pending = {}, {}, {}
+    for _, e in ipairs(c.layers) do
+      if e.class_name == "InputLayer" then
+        local t = nn.Input { shape = e.config.shape, dtype = e.config.dtype, name = e.config.name }
+        made[e.name .. "/0"] = t
+        inputs[e.name] = t
+      else
+        pending[#pending + 1] = { layer = nn.layer_from_config { class_name = e.class_name, config = e.config },
+          name = e.name, nodes = e.inbound_nodes, next = 1 }
+      end
+    end
+    -- call the layers on what their nodes refer to, as soon as it exists
+    local progress = true
+    while progress do
+      progress = false
+      for _, p in ipairs(pending) do
+        local node = p.nodes[p.next]
+        while node do
+          local args, ready = {}, true
+          for i, r in ipairs(node.args) do
+            args[i] = made[r[1] .. "/" .. math.tointeger(r[2])]
+            if not args[i] then ready = false; break end
+          end
+          if not ready then break end
+          made[p.name .. "/" .. (p.next - 1)] = p.layer(node.multi and args or args[1])
+          p.next, progress = p.next + 1, true
+          node = p.nodes[p.next]
+        end
+      end
+    end
+    local function get(r, what)
+      local t = made[r[1] .. "/" .. math.tointeger(r[2])]
+      if not t then error(("the model configuration's %s %s cannot be made"):format(what, r[1]), 0) end
+      return t
+    end
+    local ins, outs = {}, {}
+    for i, r in ipairs(c.input_layers) do ins[i] = get(r, "input") end
+    for i, r in ipairs(c.output_layers) do outs[i] = get(r, "output") end
+    return functional { inputs = c.multi_in and ins or ins[1], outputs = c.multi_out and outs or outs[1], name = c.name }
+  end
+  local cls = custom and custom[cn] or classes[cn]
+  if not cls then
+    error(("model class '%s' is not defined in this session: define it (nn.Model:extend(\"%s\")) before loading, " ..
+      "or pass {custom_objects = {%s = class}}"):format(tostring(cn), tostring(cn), tostring(cn)), 0)
+  end
+  local m = cls(table.unpack(c.args or {}))
+  if c.build_input_shape and not m.built then m:build(c.build_input_shape) end
+  return m
+end
+nn._model_from_spec = from_spec
+
+function nn.model_from_json(text, opts)
+  local spec, err = json.decode(text)
+  if not spec then error("nn.model_from_json: not JSON: " .. tostring(err), 2) end
+  return from_spec(spec, opts and opts.custom_objects)
+end
+doc(nn.model_from_json, "nn.model_from_json", "nn.model_from_json(text, {custom_objects=})\n\n" ..
+  "A model from model:to_json() (Sequential, Functional, or a subclass defined in this session).")
+
+---------------------------------------------------------------- whole models in one file
+local lio = ldist.io
+
+local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
+local function unhex(h) return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)) end
+
+-- metrics as data (also what the strategies send to other processes)
+local function describe_metrics(ms)
+  local out = {}
+  for i, m in ipairs(ms or {}) do
+    if m.kind and m.correct ~= nil then out[i] = { kind = m.kind, name = m.name }
+    else error(("metric %s cannot be described as data (accuracy metrics can)"):format(tostring(m.name)), 0) end
+  end
+  return out
+end
+local function build_metrics(d)
+  local M, out = ldist.metrics, {}
+  for i, m in ipairs(d) do
+    local make = m.kind == "sparse" and M.SparseCategoricalAccuracy or m.kind == "binary" and M.BinaryAccuracy
+      or M.CategoricalAccuracy
+    out[i] = make(m.name)
+  end
+  return out
+end
+local loss_makers = {
+  sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
+  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError" }
+local function build_loss(d)
+  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction }
+end
+local function build_optimizer(d)
+  local o = {}
+  for k, v in pairs(d) do if k ~= "name" then o[k] = v end end
+  return ldist.optim[d.name](o)
+end
+nn._describe_metrics, nn._build_metrics, nn._build_loss, nn._build_optimizer =
+  describe_metrics, build_metrics, build_loss, build_optimizer
+
+-- The state that makes a model go on as if it never stopped: every weight
+-- (trainable or not), the optimizer's slots and step count; named tensors and
+-- metadata for a safetensors file. Also what BackupAndRestore keeps.
+function nn._checkpoint(model)
+  local t, ws = {}, model.weights
+  for i, v in ipairs(ws) do t[("weights/%05d"):format(i)] = v end
+  local meta = { weights = #ws }
+  if model._optimizer then
+    local st = ldist.optim._state(model._optimizer, model.trainable_variables)
+    for i, sl in ipairs(st.slots) do
+      if sl[1] then t[("optimizer/slot1/%05d"):format(i)] = sl[1] end
+      if sl[2] then t[("optimizer/slot2/%05d"):format(i)] = sl[2] end
+    end
+    meta.iterations = st.iterations
+  end
+  return t, meta
+end
+
+local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
+
+-- the checkpoint's tensors and metadata into a built model (and its optimizer)
+function nn._restore_checkpoint(model, t, meta, where)
+  local ws = model.weights
+  if #ws ~= tonumber(meta.weights) then
+    error(("%s holds %s weights, the model has %d"):format(where, tostring(meta.weights), #ws), 0)
+  end
+  for i, v in ipairs(ws) do
+    local w = t[("weights/%05d"):format(i)]
+    if not w then error(("%s: weight %d (%s) is missing"):format(where, i, v.name or "?"), 0) end
+    if shape_str(w.shape) ~= shape_str(v.shape) then
+      error(("%s: weight %d (%s) has shape %s in the file but %s in the model"):format(where, i, v.name or "?",
+        shape_str(w.shape), shape_str(v.shape)), 0)
+    end
+  end
+  for i, v in ipairs(ws) do v:assign(t[("weights/%05d"):format(i)]) end
+  if model._optimizer and meta.iterations then
+    local slots = {}
+    for i in ipairs(model.trainable_variables) do
+      slots[i] = { t[("optimizer/slot1/%05d"):format(i)], t[("optimizer/slot2/%05d"):format(i)] }
+    end
+    ldist.optim._set_state(model._optimizer, model.trainable_variables,
+      { iterations = math.tointeger(tonumber(meta.iterations)), slots = slots })
+  end
+end
+
+function Model:save(path)
+  if type(path) ~= "string" or path == "" then error("bad argument #1 to 'save' (a file path expected)", 2) end
+  if not self.built then error("model:save: the model has no weights yet (call it on data or model:build(shape) first)", 2) end
+  local t, meta = nn._checkpoint(self)
+  meta.format = "ldist-model"
+  meta.model = self:to_json()
+  if self._compiled then
+    meta.compile = json.encode({ loss = ldist.losses._config(self._loss), optimizer = ldist.optim._config(self._optimizer),
+      metrics = describe_metrics(self._metrics) })
+  end
+  meta.rng = hex(tensor.get_rng_state())
+  lio.save_safetensors(path, t, meta)
+  return self
+end
+doc(Model.save, "Model:save", "model:save(path)\n\nThe whole model in one safetensors file: the architecture (model:to_json) and the\n" ..
+  "compile settings in its metadata, every weight, the optimizer's state and the random generator's.\n" ..
+  "nn.load_model(path) in another session gives a model that trains on as if it never stopped.")
+
+function nn.load_model(path, opts)
+  if type(path) ~= "string" then error("bad argument #1 to 'load_model' (a file path expected)", 2) end
+  opts = opts or {}
+  local ok, t, meta = pcall(lio.load_safetensors, path)
+  if not ok then error(t, 2) end
+  if meta.format ~= "ldist-model" or not meta.model then
+    error(("%s is not an ldist model file (model:save writes them; this one's format is %s)")
+      :format(path, meta.format and ("'" .. meta.format .. "'") or "not given"), 2)
+  end
+  local spec, err = json.decode(meta.model)
+  if not spec then error(("%s: the model's configuration is not JSON (%s)"):format(path, tostring(err)), 2) end
+  local ok2, model = pcall(from_spec, spec, opts.custom_objects)
+  if not ok2 then error(("%s: %s"):format(path, tostring(model)), 2) end
+  if meta.compile and opts.compile ~= false then
+    local c = json.decode(meta.compile)
+    model:compile { optimizer = build_optimizer(c.optimizer), loss = build_loss(c.loss), metrics = build_metrics(c.metrics) }
+  end
+  local ok3, e = pcall(nn._restore_checkpoint, model, t, meta, path)
+  if not ok3 then error(e, 2) end
+  if meta.rng and opts.restore_rng ~= false then tensor.set_rng_state(unhex(meta.rng)) end
+  return model
+end
+doc(nn.load_model, "nn.load_model", "nn.load_model(path, {custom_objects=, compile=true, restore_rng=true})\n\n" ..
+  "A model saved by model:save, compiled as it was, with its weights, optimizer state and the random\n" ..
+  "generator's state (restore_rng=false keeps this session's). A subclassed model's class must be\n" ..
+  "defined first (or given in custom_objects).")

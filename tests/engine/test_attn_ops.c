@@ -1,0 +1,406 @@
+/* test_attn_ops.c - the attention ops (ld_ops_attn.h): bmm against a
+ * reference loop, attention against a reference computation, gradients
+ * against central finite differences (test_grad.c's gradcheck), the causal
+ * mask, T != S, head split/merge, and the errors. */
+#include "test_util.h"
+#include "ld_ops.h"
+#include "ld_ops_attn.h"
+#include "ld_autograd.h"
+#include "ld_device.h"
+#include "ld_executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef ld_tensor *(*op_fn)(ld_tensor **in, void *ud);
+
+static ld_rng rng;
+
+static ld_tensor *rnd(int ndim, const int64_t *shape, float lo, float hi) {
+    return ld_tensor_uniform(ndim, shape, lo, hi, &rng, NULL);
+}
+
+static double weighted_sum(ld_tensor *y, ld_tensor *r) {
+    double s = 0;
+    int64_t n = ld_tensor_numel(y);
+    for (int64_t i = 0; i < n; i++) s += ld_tensor_get_flat(y, i) * ld_tensor_get_flat(r, i);
+    return s;
+}
+
+/* test_grad.c's: checks d/d in[k] for every k with check[k] set. */
+static void gradcheck(const char *name, op_fn f, void *ud, int n, ld_tensor **in, const int *check, double tol) {
+    TEST(name) {
+        ld_tape *tape = ld_tape_new(0);
+        for (int k = 0; k < n; k++) if (check[k]) ld_tape_watch(tape, in[k]);
+        ld_tape_push(tape);
+        ld_tensor *y = f(in, ud);
+        if (!y) { ld_tape_pop(tape); CHECK(y != NULL); printf("#   %s\n", ld_error()); ld_tape_free(tape); continue; }
+        ld_tensor *r = rnd(y->ndim, y->shape, 0.5f, 1.5f);
+        ld_tensor *prod = ld_mul(y, r), *loss = ld_sum(prod, LD_ALL_AXES, 0);
+        ld_tape_pop(tape);
+        ld_tensor *grads[4] = {0};
+        int st = ld_tape_gradient(tape, loss, n, in, grads);
+        CHECK(st == LD_OK);
+        if (st) printf("#   %s\n", ld_error());
+        ld_tape_pause(1);
+        for (int k = 0; k < n && !st; k++) {
+            if (!check[k]) continue;
+            int64_t m = ld_tensor_numel(in[k]);
+            double worst = 0, scale = 1;
+            for (int64_t i = 0; i < m; i++) {
+                double x0 = ld_tensor_get_flat(in[k], i), h = 1e-3 * (fabs(x0) > 1 ? fabs(x0) : 1);
+                ld_tensor_set_flat(in[k], i, x0 + h);
+                ld_tensor *yp = f(in, ud);
+                double lp = weighted_sum(yp, r);
+                ld_tensor_set_flat(in[k], i, x0 - h);
+                ld_tensor *ym = f(in, ud);
+                double lm = weighted_sum(ym, r);
+                ld_tensor_set_flat(in[k], i, x0);
+                double num = (lp - lm) / (2 * h);
+                double ana = ld_tensor_get_flat(grads[k], i);
+                if (fabs(num) > scale) scale = fabs(num);
+                if (fabs(num - ana) > worst) worst = fabs(num - ana);
+                ld_tensor_release(yp);
+                ld_tensor_release(ym);
+            }
+            if (worst / scale > tol) printf("#   input %d: max error %.3g (scale %.3g)\n", k, worst, scale);
+            CHECK(worst / scale <= tol);
+        }
+        ld_tape_pause(0);
+        for (int k = 0; k < n; k++) ld_tensor_release(grads[k]);
+        ld_tensor_release(prod); ld_tensor_release(loss); ld_tensor_release(y); ld_tensor_release(r);
+        ld_tape_free(tape);
+    }
+}
+
+/* ---- references ---- */
+static double at3(ld_tensor *t, int64_t b, int64_t i, int64_t j) {
+    return ld_tensor_get_flat(t, (b * t->shape[1] + i) * t->shape[2] + j);
+}
+
+/* max |bmm(a, b) - loop| over a [batch, ., .] product */
+static double bmm_ref_err(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_tensor *c) {
+    int64_t batch = a->shape[0], m = ta ? a->shape[2] : a->shape[1], k = ta ? a->shape[1] : a->shape[2];
+    int64_t n = tb ? b->shape[1] : b->shape[2];
+    if (c->ndim != 3 || c->shape[0] != batch || c->shape[1] != m || c->shape[2] != n) return 1e30;
+    double worst = 0;
+    for (int64_t p = 0; p < batch; p++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0;
+                for (int64_t q = 0; q < k; q++)
+                    s += (ta ? at3(a, p, q, i) : at3(a, p, i, q)) * (tb ? at3(b, p, j, q) : at3(b, p, q, j));
+                double e = fabs(s - at3(c, p, i, j));
+                if (e > worst) worst = e;
+            }
+    return worst;
+}
+
+/* reference attention: out [B, T, dv], weights [B, T, S] as doubles */
+static void attn_ref(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, double scale, double *out, double *w) {
+    int64_t B = q->shape[0], T = q->shape[1], S = k->shape[1], dk = q->shape[2], dv = v->shape[2];
+    int64_t off = causal == LD_CAUSAL_END ? S - T : 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < T; i++) {
+            double *wr = w + (b * T + i) * S, mx = -1e300, sum = 0;
+            for (int64_t j = 0; j < S; j++) {
+                double s = 0;
+                for (int64_t c = 0; c < dk; c++) s += at3(q, b, i, c) * at3(k, b, j, c);
+                s *= scale;
+                if (causal && j > i + off) s = -1e9;   /* Keras' adder */
+                wr[j] = s;
+                if (s > mx) mx = s;
+            }
+            for (int64_t j = 0; j < S; j++) { wr[j] = exp(wr[j] - mx); sum += wr[j]; }
+            for (int64_t j = 0; j < S; j++) wr[j] /= sum;
+            for (int64_t c = 0; c < dv; c++) {
+                double s = 0;
+                for (int64_t j = 0; j < S; j++) s += wr[j] * at3(v, b, j, c);
+                out[(b * T + i) * dv + c] = s;
+            }
+        }
+}
+
+/* ---- ops under test ---- */
+typedef struct { int ta, tb; } tt;
+static ld_tensor *f_bmm(ld_tensor **in, void *ud) { tt *t = ud; return ld_bmm(in[0], in[1], t->ta, t->tb); }
+typedef struct { int causal; float scale; int want_weights; } attn_args;
+static ld_tensor *f_attn(ld_tensor **in, void *ud) {
+    attn_args *a = ud;
+    if (!a->want_weights) return ld_attention(in[0], in[1], in[2], a->causal, a->scale, NULL);
+    ld_tensor *w = NULL, *o = ld_attention(in[0], in[1], in[2], a->causal, a->scale, &w);
+    ld_tensor_release(o);
+    return w;
+}
+static ld_tensor *f_weights(ld_tensor **in, void *ud) {
+    attn_args *a = ud;
+    return ld_attention_weights(in[0], in[1], a->causal, a->scale);
+}
+static ld_tensor *f_split(ld_tensor **in, void *ud) { return ld_split_heads(in[0], *(int *)ud); }
+static ld_tensor *f_merge(ld_tensor **in, void *ud) { return ld_merge_heads(in[0], *(int *)ud); }
+/* attention on heads of a projected input, the layer's path */
+static ld_tensor *f_mha(ld_tensor **in, void *ud) {
+    int h = 2;
+    ld_tensor *q = ld_split_heads(in[0], h), *k = ld_split_heads(in[1], h), *v = ld_split_heads(in[2], h);
+    ld_tensor *o = q && k && v ? ld_attention(q, k, v, LD_CAUSAL, 0, NULL) : NULL;
+    ld_tensor *y = o ? ld_merge_heads(o, h) : NULL;
+    ld_tensor_release(q); ld_tensor_release(k); ld_tensor_release(v); ld_tensor_release(o);
+    return y;
+}
+
+static void expect_error(const char *name, ld_tensor *r, const char *const *needles, int n) {
+    TEST(name) {
+        CHECK(r == NULL);
+        ld_tensor_release(r);
+        const char *e = ld_error();
+        for (int i = 0; i < n; i++) CHECK(tu_contains(e, needles[i]));
+    }
+}
+
+int main(void) {
+    ld_rng_seed(&rng, 4321);
+    int yes[4] = {1, 1, 1, 1};
+
+    /* ---- bmm against the loop: every ta/tb, batches 1, 3, 17, sizes both
+       sides of the serial/parallel threshold ---- */
+    int64_t batches[3] = {1, 3, 17};
+    int64_t sizes[2][3] = {{5, 7, 4}, {70, 65, 80}};   /* m, n, k */
+    for (int z = 0; z < 2; z++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++) {
+                    int64_t B = batches[bi], m = sizes[z][0], n = sizes[z][1], k = sizes[z][2];
+                    int64_t sa[3] = {B, ta ? k : m, ta ? m : k}, sb[3] = {B, tb ? n : k, tb ? k : n};
+                    ld_tensor *a = rnd(3, sa, -1, 1), *b = rnd(3, sb, -1, 1);
+                    char name[128];
+                    snprintf(name, sizeof name, "bmm batch %lld %lldx%lldx%lld ta=%d tb=%d", (long long)B,
+                             (long long)m, (long long)n, (long long)k, ta, tb);
+                    TEST(name) {
+                        ld_tensor *c = ld_bmm(a, b, ta, tb);
+                        CHECK(c != NULL);
+                        if (!c) { printf("#   %s\n", ld_error()); continue; }
+                        CHECK(bmm_ref_err(a, b, ta, tb, c) < 1e-4 * (double)k);
+                        ld_tensor_release(c);
+                    }
+                    ld_tensor_release(a); ld_tensor_release(b);
+                }
+
+    /* views: a transposed view and a sliced batch are read where they lie */
+    TEST("bmm on views (transposed, strided batch)") {
+        int64_t sa[3] = {6, 4, 5}, sb[3] = {3, 4, 6};
+        ld_tensor *a = rnd(3, sa, -1, 1), *b = rnd(3, sb, -1, 1);
+        ld_tensor *as = ld_slice(a, 0, 0, 6, 2);        /* [3, 4, 5], batch stride 40 */
+        ld_tensor *bt = ld_transpose(b, 1, 2);          /* [3, 6, 4] */
+        ld_tensor *c1 = ld_bmm(as, bt, 1, 1);           /* as^T [5,4] x bt^T [4,6] = [3, 5, 6] */
+        ld_tensor *ac = ld_contiguous(as), *btc = ld_contiguous(bt);
+        CHECK(c1 != NULL);
+        if (c1) CHECK(bmm_ref_err(ac, btc, 1, 1, c1) < 1e-5);
+        ld_tensor_release(c1); ld_tensor_release(ac); ld_tensor_release(btc);
+        ld_tensor_release(as); ld_tensor_release(bt); ld_tensor_release(a); ld_tensor_release(b);
+    }
+    TEST("bmm 4-d (two batch axes)") {
+        int64_t sa[4] = {2, 3, 4, 5}, sb[4] = {2, 3, 5, 2}, s3a[3] = {6, 4, 5}, s3b[3] = {6, 5, 2}, s3c[3] = {6, 4, 2};
+        ld_tensor *a = rnd(4, sa, -1, 1), *b = rnd(4, sb, -1, 1), *c = ld_bmm(a, b, 0, 0);
+        CHECK(c && c->ndim == 4 && c->shape[0] == 2 && c->shape[1] == 3 && c->shape[2] == 4 && c->shape[3] == 2);
+        ld_tensor *a3 = ld_reshape(a, 3, s3a), *b3 = ld_reshape(b, 3, s3b), *c3 = c ? ld_reshape(c, 3, s3c) : NULL;
+        if (c3) CHECK(bmm_ref_err(a3, b3, 0, 0, c3) < 1e-5);
+        ld_tensor_release(a); ld_tensor_release(b); ld_tensor_release(c);
+        ld_tensor_release(a3); ld_tensor_release(b3); ld_tensor_release(c3);
+    }
+
+    /* ---- bmm gradients, every ta/tb ---- */
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t m = 3, n = 4, k = 5;
+            int64_t sa[3] = {2, ta ? k : m, ta ? m : k}, sb[3] = {2, tb ? n : k, tb ? k : n};
+            ld_tensor *in[2] = {rnd(3, sa, -1, 1), rnd(3, sb, -1, 1)};
+            tt t = {ta, tb};
+            char name[64];
+            snprintf(name, sizeof name, "grad bmm ta=%d tb=%d", ta, tb);
+            gradcheck(name, f_bmm, &t, 2, in, yes, 1e-2);
+            ld_tensor_release(in[0]); ld_tensor_release(in[1]);
+        }
+
+    /* ---- attention against the reference ---- */
+    struct { int64_t B, T, S, dk, dv; int causal; float scale; } cases[] = {
+        {3, 5, 5, 4, 3, LD_CAUSAL_NONE, 0}, {3, 5, 5, 4, 3, LD_CAUSAL, 0}, {2, 3, 6, 4, 2, LD_CAUSAL, 0.7f},
+        {2, 3, 6, 4, 2, LD_CAUSAL_END, 0}, {2, 6, 3, 4, 2, LD_CAUSAL, 0}, {2, 6, 3, 4, 2, LD_CAUSAL_END, 0},
+        {2, 4, 7, 3, 5, LD_CAUSAL_NONE, 0.5f}, {4, 40, 50, 16, 8, LD_CAUSAL, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int64_t B = cases[c].B, T = cases[c].T, S = cases[c].S, dk = cases[c].dk, dv = cases[c].dv;
+        int64_t sq[3] = {B, T, dk}, sk[3] = {B, S, dk}, sv[3] = {B, S, dv};
+        ld_tensor *q = rnd(3, sq, -1, 1), *k = rnd(3, sk, -1, 1), *v = rnd(3, sv, -1, 1);
+        char name[128];
+        snprintf(name, sizeof name, "attention B=%lld T=%lld S=%lld causal=%d scale=%g vs reference", (long long)B,
+                 (long long)T, (long long)S, cases[c].causal, (double)cases[c].scale);
+        TEST(name) {
+            ld_tensor *w = NULL, *o = ld_attention(q, k, v, cases[c].causal, cases[c].scale, &w);
+            CHECK(o && w);
+            if (!o || !w) { printf("#   %s\n", ld_error()); ld_tensor_release(o); ld_tensor_release(w); continue; }
+            CHECK(o->ndim == 3 && o->shape[0] == B && o->shape[1] == T && o->shape[2] == dv);
+            CHECK(w->ndim == 3 && w->shape[0] == B && w->shape[1] == T && w->shape[2] == S);
+            double *ro = malloc(sizeof(double) * (size_t)(B * T * dv)), *rw = malloc(sizeof(double) * (size_t)(B * T * S));
+            double scale = cases[c].scale ? cases[c].scale : 1.0 / sqrt((double)dk);
+            attn_ref(q, k, v, cases[c].causal, scale, ro, rw);
+            double eo = 0, ew = 0;
+            for (int64_t i = 0; i < B * T * dv; i++) eo = fmax(eo, fabs(ld_tensor_get_flat(o, i) - ro[i]));
+            for (int64_t i = 0; i < B * T * S; i++) ew = fmax(ew, fabs(ld_tensor_get_flat(w, i) - rw[i]));
+            if (eo > 1e-5 || ew > 1e-5) printf("#   max error: output %g, weights %g\n", eo, ew);
+            CHECK(eo <= 1e-5);
+            CHECK(ew <= 1e-5);
+            /* masked entries are exactly 0 (unless the row is masked whole) */
+            int64_t off = cases[c].causal == LD_CAUSAL_END ? S - T : 0;
+            int zero = 1;
+            if (cases[c].causal)
+                for (int64_t b = 0; b < B; b++)
+                    for (int64_t i = 0; i < T; i++)
+                        for (int64_t j = 0; j < S; j++)
+                            if (j > i + off && i + off >= 0 && at3(w, b, i, j) != 0) zero = 0;
+            CHECK(zero);
+            free(ro); free(rw);
+            ld_tensor_release(o); ld_tensor_release(w);
+        }
+        ld_tensor_release(q); ld_tensor_release(k); ld_tensor_release(v);
+    }
+
+    /* ---- causal: row 0 sees only key 0, so it is v[0] ---- */
+    TEST("causal attention row 0 equals v[0]") {
+        int64_t sq[3] = {3, 6, 4}, sv[3] = {3, 6, 5};
+        ld_tensor *q = rnd(3, sq, -2, 2), *k = rnd(3, sq, -2, 2), *v = rnd(3, sv, -2, 2);
+        ld_tensor *o = ld_attention(q, k, v, LD_CAUSAL, 0, NULL);
+        CHECK(o != NULL);
+        for (int64_t b = 0; o && b < 3; b++)
+            for (int64_t c = 0; c < 5; c++) CHECK_NEAR(at3(o, b, 0, c), at3(v, b, 0, c), 1e-6);
+        /* the last row sees every key: not causal there */
+        ld_tensor *o2 = ld_attention(q, k, v, LD_CAUSAL_NONE, 0, NULL);
+        for (int64_t b = 0; o && o2 && b < 3; b++)
+            for (int64_t c = 0; c < 5; c++) CHECK_NEAR(at3(o, b, 5, c), at3(o2, b, 5, c), 1e-6);
+        ld_tensor_release(o); ld_tensor_release(o2);
+        ld_tensor_release(q); ld_tensor_release(k); ld_tensor_release(v);
+    }
+
+    /* ---- attention gradients ---- */
+    struct { int64_t B, T, S; int causal; float scale; int w; const char *name; } gcases[] = {
+        {2, 4, 4, LD_CAUSAL_NONE, 0, 0, "grad attention"},
+        {2, 4, 4, LD_CAUSAL, 0, 0, "grad attention causal"},
+        {2, 3, 5, LD_CAUSAL, 0.8f, 0, "grad attention causal T<S"},
+        {2, 3, 5, LD_CAUSAL_END, 0, 0, "grad attention causal (end) T<S"},
+        {2, 5, 3, LD_CAUSAL_END, 0, 0, "grad attention causal (end) T>S (rows masked whole)"},
+        {2, 4, 4, LD_CAUSAL, 0, 1, "grad attention weights_out"},
+    };
+    for (size_t c = 0; c < sizeof gcases / sizeof *gcases; c++) {
+        int64_t sq[3] = {gcases[c].B, gcases[c].T, 3}, sk[3] = {gcases[c].B, gcases[c].S, 3},
+                sv[3] = {gcases[c].B, gcases[c].S, 2};
+        ld_tensor *in[3] = {rnd(3, sq, -1, 1), rnd(3, sk, -1, 1), rnd(3, sv, -1, 1)};
+        attn_args a = {gcases[c].causal, gcases[c].scale, gcases[c].w};
+        gradcheck(gcases[c].name, f_attn, &a, 3, in, yes, 1e-2);
+        if (c == 1) gradcheck("grad attention_weights causal", f_weights, &a, 2, in, yes, 1e-2);
+        ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
+    }
+
+    /* ---- heads ---- */
+    TEST("split_heads / merge_heads values and round trip") {
+        int64_t s[3] = {2, 3, 8};
+        ld_tensor *x = rnd(3, s, -1, 1), *h = ld_split_heads(x, 4), *back = h ? ld_merge_heads(h, 4) : NULL;
+        CHECK(h && h->ndim == 3 && h->shape[0] == 8 && h->shape[1] == 3 && h->shape[2] == 2);
+        /* h[n*H + hh, t, j] = x[n, t, hh*d + j] */
+        int good = h != NULL;
+        for (int64_t n = 0; h && n < 2; n++)
+            for (int64_t hh = 0; hh < 4; hh++)
+                for (int64_t t = 0; t < 3; t++)
+                    for (int64_t j = 0; j < 2; j++)
+                        if (at3(h, n * 4 + hh, t, j) != at3(x, n, t, hh * 2 + j)) good = 0;
+        CHECK(good);
+        CHECK(back && ld_same_shape(back, x) && tu_norm_err(back, x) == 0);
+        ld_tensor_release(x); ld_tensor_release(h); ld_tensor_release(back);
+    }
+    {
+        int heads = 3;
+        int64_t s[3] = {2, 2, 6}, m[3] = {6, 2, 2};
+        ld_tensor *x = rnd(3, s, -1, 1), *y = rnd(3, m, -1, 1);
+        gradcheck("grad split_heads", f_split, &heads, 1, &x, yes, 1e-2);
+        gradcheck("grad merge_heads", f_merge, &heads, 1, &y, yes, 1e-2);
+        ld_tensor_release(x); ld_tensor_release(y);
+        int64_t sq[3] = {2, 3, 4};
+        ld_tensor *in[3] = {rnd(3, sq, -1, 1), rnd(3, sq, -1, 1), rnd(3, sq, -1, 1)};
+        gradcheck("grad split -> causal attention -> merge", f_mha, NULL, 3, in, yes, 1e-2);
+        ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
+    }
+
+    /* ---- on a logical CPU device: kernels queued to its executor ---- */
+    TEST("attention + gradients on cpu:1 (queued) match cpu:0") {
+        CHECK(ld_cpu_devices(2) == LD_OK);
+        ld_device *d1 = ld_device_find("cpu:1");
+        CHECK(d1 != NULL);
+        if (!d1) continue;
+        int64_t sq[3] = {6, 7, 4}, sk[3] = {6, 9, 4}, sv[3] = {6, 9, 3};
+        ld_tensor *h[3] = {rnd(3, sq, -1, 1), rnd(3, sk, -1, 1), rnd(3, sv, -1, 1)}, *dv[3], *gh[3], *gd[3];
+        ld_tensor *oh = NULL, *od = NULL;
+        for (int side = 0; side < 2; side++) {
+            ld_tensor **in = side ? dv : h, **gr = side ? gd : gh;
+            if (side) for (int i = 0; i < 3; i++) dv[i] = ld_to_device(h[i], d1);
+            ld_tape *tape = ld_tape_new(0);
+            for (int i = 0; i < 3; i++) ld_tape_watch(tape, in[i]);
+            ld_tape_push(tape);
+            ld_tensor *o = ld_attention(in[0], in[1], in[2], LD_CAUSAL, 0, NULL);
+            ld_tensor *sq2 = o ? ld_mul(o, o) : NULL, *loss = sq2 ? ld_sum(sq2, LD_ALL_AXES, 0) : NULL;
+            ld_tape_pop(tape);
+            CHECK(loss && ld_tape_gradient(tape, loss, 3, in, gr) == LD_OK);
+            ld_tensor_release(sq2); ld_tensor_release(loss); ld_tape_free(tape);
+            if (side) od = o; else oh = o;
+        }
+        ld_tensor *back = od ? ld_to_device(od, ld_device_cpu()) : NULL;
+        CHECK(back && tu_norm_err(back, oh) < 1e-6);
+        for (int i = 0; i < 3; i++) {
+            ld_tensor *gb = gd[i] ? ld_to_device(gd[i], ld_device_cpu()) : NULL;
+            CHECK(gb && gh[i] && tu_norm_err(gb, gh[i]) < 1e-6);
+            ld_tensor_release(gb); ld_tensor_release(gh[i]); ld_tensor_release(gd[i]);
+            ld_tensor_release(h[i]); ld_tensor_release(dv[i]);
+        }
+        ld_tensor_release(back); ld_tensor_release(oh); ld_tensor_release(od);
+    }
+
+    /* ---- errors ---- */
+    {
+        int64_t s234[3] = {2, 3, 4}, s254[3] = {2, 5, 4}, s356[3] = {3, 5, 6}, s23[2] = {2, 3}, s245[3] = {2, 4, 5};
+        int64_t s236[3] = {2, 3, 6}, s264[3] = {2, 6, 4};
+        ld_tensor *a = rnd(3, s234, -1, 1), *b = rnd(3, s254, -1, 1), *c = rnd(3, s356, -1, 1), *d = rnd(2, s23, -1, 1);
+        ld_tensor *e = rnd(3, s245, -1, 1), *f = rnd(3, s236, -1, 1), *g = rnd(3, s264, -1, 1);
+        ld_tensor *ai = ld_cast(a, LD_I32);
+        const char *n1[] = {"bmm", "2x3x4", "2x5x4", "inner dimensions 4 and 5"};
+        expect_error("bmm inner mismatch names op and shapes", ld_bmm(a, b, 0, 0), n1, 4);
+        const char *n2[] = {"bmm", "2x3x4", "3x5x6", "batch"};
+        expect_error("bmm batch mismatch", ld_bmm(a, c, 0, 1), n2, 4);
+        const char *n3[] = {"bmm", "2x3x4", "2x3"};
+        expect_error("bmm rank mismatch", ld_bmm(a, d, 0, 0), n3, 3);
+        const char *n4[] = {"bmm", "float32", "int32"};
+        expect_error("bmm dtype", ld_bmm(ai, e, 0, 0), n4, 3);
+        TEST("bmm transposed flags accept what plain refuses") {
+            ld_tensor *r = ld_bmm(a, b, 0, 1);   /* [2,3,4] x [2,5,4]^T */
+            CHECK(r && r->shape[1] == 3 && r->shape[2] == 5);
+            ld_tensor_release(r);
+        }
+        const char *n5[] = {"attention", "query 2x3x4", "key 2x3x6", "last axis"};
+        expect_error("attention dk mismatch", ld_attention(a, f, f, 0, 0, NULL), n5, 4);
+        const char *n6[] = {"attention", "key 2x5x4", "value 2x6x4", "length"};
+        expect_error("attention key/value length mismatch", ld_attention(a, b, g, 0, 0, NULL), n6, 4);
+        const char *n7[] = {"attention", "batch", "3x5x6"};
+        expect_error("attention batch mismatch", ld_attention(a, b, c, 0, 0, NULL), n7, 3);
+        const char *n8[] = {"attention", "3-d", "2x3"};
+        expect_error("attention rank", ld_attention(d, b, b, 0, 0, NULL), n8, 3);
+        const char *n9[] = {"attention", "causal"};
+        expect_error("attention bad causal flag", ld_attention(a, b, b, 7, 0, NULL), n9, 2);
+        const char *n10[] = {"split_heads", "2x3x4", "multiple of 3 heads"};
+        expect_error("split_heads indivisible", ld_split_heads(a, 3), n10, 3);
+        const char *n11[] = {"merge_heads", "2x3x4", "multiple of 4 heads"};
+        expect_error("merge_heads indivisible", ld_merge_heads(a, 4), n11, 3);
+        TEST("weights_out is NULL after an error") {
+            ld_tensor *w = (ld_tensor *)1, *o = ld_attention(a, f, f, 0, 0, &w);
+            CHECK(o == NULL && w == NULL);
+        }
+        ld_tensor_release(a); ld_tensor_release(b); ld_tensor_release(c); ld_tensor_release(d);
+        ld_tensor_release(e); ld_tensor_release(f); ld_tensor_release(g); ld_tensor_release(ai);
+    }
+    return tu_summary();
+}
