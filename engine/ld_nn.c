@@ -2,6 +2,8 @@
 #include "ld_nn.h"
 #include "ld_autograd.h"
 #include "ld_strategy.h"
+#include "ld_ops_index.h"
+#include "ld_executor.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -194,13 +196,6 @@ void ld_layer_release(ld_layer *l) {
 }
 
 ld_tensor *ld_as_float(ld_tensor *x) { return x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32); }
-
-int ld_shape_fail(const ld_layer *l, const char *what, const ld_shape *got) {
-    char b[LD_SHAPE_STR_MAX];
-    size_t k = (size_t)snprintf(b, sizeof b, "batch");
-    for (int i = 0; i < got->ndim && k < sizeof b; i++) k += (size_t)snprintf(b + k, sizeof b - k, "x%lld", (long long)got->d[i]);
-    return ld_fail(LD_ESHAPE, "%s needs %s; got inputs of shape %s", l->name, what, b);
-}
 
 /* an orthogonal matrix [rows, cols] (Keras's Orthogonal: QR of a normal
    matrix, signs fixed by R's diagonal), here by Gram-Schmidt in double */
@@ -509,6 +504,24 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         /* probabilities (or another reduction): -log p[label] through a one-hot product */
         int64_t c = y_pred->shape[1];
         int64_t oh_shape[2] = {n1, c};
+        if (ld_device_is_async(t1->storage->device)) {
+            /* labels on a device that queues: reading them here would wait for
+               its queue, which may hold a collective of the step that waits
+               for replicas not issued yet (synchronized BatchNorm). So the
+               one-hot rows are picked from an identity on the device, the
+               embedding kernel reporting a label out of range. */
+            int64_t eye_shape[2] = {c, c};
+            TRY(t2 = ld_tensor_empty(LD_F32, 2, eye_shape, NULL));
+            memset(t2->storage->data, 0, (size_t)(c * c) * sizeof(float));
+            for (int64_t i = 0; i < c; i++) ((float *)t2->storage->data)[i * c + i] = 1.0f;
+            TRY(t3 = ld_to_device(t2, y_pred->storage->device));
+            ld_tensor_release(t2); t2 = NULL;
+            yt = ld_embedding_op(t3, t1);
+            ld_tensor_release(t3); t3 = NULL;
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(yt);
+            goto categorical;
+        }
         /* written here, on the host: ld_tensor_zeros would queue its fill on
            cpu:0 when the host queues (a strategy's step), and that fill could
            run after the ones below */

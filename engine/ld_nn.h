@@ -151,7 +151,6 @@ int64_t ld_layer_param_count(const ld_layer *l);
 int64_t ld_layer_trainable_count(const ld_layer *l);
 /* helpers for classes */
 ld_tensor *ld_as_float(ld_tensor *x);          /* x itself (retained) when float32, else a float32 copy */
-int ld_shape_fail(const ld_layer *l, const char *what, const ld_shape *got);
 
 /* ---- Sequential ---- */
 typedef struct ld_model {

@@ -96,17 +96,44 @@ distribute._build_dataset = build_dataset
 -- the one that model:to_json and model:save write) and, unless weights is
 -- false, its weights (the parameter-server strategy keeps them on the ps
 -- tasks).
+-- A subclassed model's class travels as its methods' bytecode (each may use
+-- only its arguments and globals), base classes first, so a worker that does
+-- not run the script which defined it can make the model.
+local function describe_classes(model)
+  local chain, c = {}, model._class
+  while c and c ~= nn.Model do
+    local methods = {}
+    for k, v in pairs(c) do
+      if type(v) == "function" then methods[k] = net.ship_fn(v, ("%s:%s"):format(c._name, k)) end
+    end
+    table.insert(chain, 1, { name = c._name, methods = methods })
+    c = rawget(c, "_base")
+  end
+  return chain
+end
+
+local function define_classes(chain)
+  local custom, base = {}, nn.Model
+  for _, d in ipairs(chain or {}) do
+    local cls = base:extend(d.name)
+    for k, code in pairs(d.methods) do cls[k] = assert(load(code, "=" .. d.name .. ":" .. k, "b")) end
+    custom[d.name], base = cls, cls
+  end
+  return custom
+end
+
 local function describe_model(model, weights)
   local w
   if weights ~= false then
     w = {}
     for i, v in ipairs(model.weights) do w[i] = v:cpu() end
   end
-  return { spec = { class_name = model._kind or "Sequential", config = model:get_config() }, weights = w }
+  return { spec = { class_name = model._kind or "Sequential", config = model:get_config() }, weights = w,
+    classes = model._class and describe_classes(model) or nil }
 end
 
 local function build_model(d)
-  local model = nn._model_from_spec(d.spec)
+  local model = nn._model_from_spec(d.spec, d.classes and define_classes(d.classes))
   if not d.weights then return model end   -- layers only
   local vars = model.weights
   if #vars ~= #d.weights then error(("the model has %d weights, %d were sent"):format(#vars, #d.weights), 0) end

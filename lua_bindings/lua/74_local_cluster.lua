@@ -267,7 +267,7 @@ function Remote:_fit(model, x, y, opts)
   end
   local results = lc:_run_job({ op = "fit", spec = spec }, on_progress)
   local r0 = results[1]
-  for i, v in ipairs(vars) do v:assign(r0.weights[i]) end
+  for i, v in ipairs(model.weights) do v:assign(r0.weights[i]) end   -- BatchNormalization's statistics too
   ldist.optim._set_state(model._optimizer, vars, r0.optimizer_state)
   if r0.rng then tensor.set_rng_state(r0.rng) end
   for _, cb in ipairs(local_cbs) do if cb.on_train_end then cb:on_train_end(model) end end
@@ -318,7 +318,7 @@ local function worker_fit(state, spec, ctl, id)
     validation_data = spec.validation and build_dataset(spec.validation, cache) or nil })
   if s._rank ~= 0 then return { rank = s._rank } end
   local w = {}
-  for i, v in ipairs(model.trainable_variables) do w[i] = v:cpu() end
+  for i, v in ipairs(model.weights) do w[i] = v:cpu() end
   return { history = history, weights = w, optimizer_state = ldist.optim._state(opt, model.trainable_variables),
     rng = tensor.get_rng_state() }
 end

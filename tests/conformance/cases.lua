@@ -760,4 +760,116 @@ add { name = "write_set_weights", run = function(S)
   return put_weights({ loss_final = h.loss[#h.loss] }, model)
 end }
 
+---------------------------------------------------------------- 12. the models issue's layers and models
+-- every weight of a model, trainable or not (BatchNormalization's moving
+-- statistics too), as put_weights does for the trainable ones
+local function put_all_weights(out, model)
+  for i, v in ipairs(model.weights) do
+    local flat = v:cpu():reshape { v:numel() }:totable()
+    for j, x in ipairs(flat) do out[("v%d[%d]"):format(i, j - 1)] = x end
+  end
+  return out
+end
+
+-- integer sequences of length 6 over 7 symbols; label: the first symbol's parity
+local function make_sequences(n, seed)
+  tensor.seed(seed or 5)
+  local u = tensor.uniform(n, 6, { min = 0, max = 7 }):totable()
+  local x, y = {}, {}
+  for i = 1, n do
+    x[i] = {}
+    for j = 1, 6 do x[i][j] = math.min(6, math.floor(u[i][j])) end
+    y[i] = x[i][1] % 2
+  end
+  return tensor.new(x, { dtype = "int64" }), tensor.new(y, { dtype = "int64" })
+end
+
+local function fit_model(S, make, x, y, b, epochs, opt)
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    model = make()
+    model:compile { optimizer = opt and opt() or optim.Adam { learning_rate = 0.01 }, loss = sparse_ce() }
+  end)
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(b),
+    { epochs = epochs, verbose = 0, steps_per_epoch = -(-x.shape[1] // b) })
+  check(h.loss[#h.loss] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[#h.loss])
+  return put_all_weights({ loss_final = h.loss[#h.loss] }, model)
+end
+
+-- synchronized BatchNorm: the batch statistics of the global batch, so every
+-- strategy equals one device (unsynchronized, each replica normalizes its
+-- own share, as TF does: see tests/lua/test_sync_bn.lua)
+add { name = "fit_batchnorm_synchronized", also = { "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_data(96, { 6, 6, 1 }, 3)
+  return fit_model(S, function()
+    -- no bias before the normalization (it would get a zero gradient, noise that Adam-like
+    -- optimizers blow up; ResNets leave it out too)
+    return nn.Sequential { nn.Conv2D(4, 3, { padding = "same", use_bias = false }),
+      nn.BatchNormalization { synchronized = true, momentum = 0.9 }, nn.Activation("relu"), nn.GlobalAveragePooling2D(),
+      nn.Dense(3) }
+  end, x, y, 24, 6, function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
+add { name = "loop_batchnorm_synchronized", tol = 1e-4, run = function(S)
+  local x, y = make_data(96, { 6 }, 3)
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential { nn.Dense(8, { use_bias = false }), nn.BatchNormalization { synchronized = true },
+      nn.Activation("tanh"), nn.Dense(3) }
+    opt = optim.SGD { learning_rate = 0.1, momentum = 0.9 }
+  end)
+  local hist = custom_loop(S, model, opt, data.Dataset.from_tensor_slices(x, y):batch(24), 6)
+  return put_all_weights({ loss_final = hist[#hist] }, model)
+end }
+
+-- the new layers, each where a model uses it
+add { name = "fit_layernorm_pooling_conv1d", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_data(96, { 8, 8, 2 }, 3)
+  return fit_model(S, function()
+    return nn.Sequential { nn.Conv2D(4, 3, { strides = 2, padding = "same", activation = "relu" }), nn.AveragePooling2D(2),
+      nn.Reshape { 4, 4 }, nn.Conv1D(3, 2, { padding = "causal" }), nn.LayerNormalization(), nn.Flatten(), nn.Dense(3) }
+  end, x, y, 24, 6)
+end }
+
+add { name = "fit_embedding_attention_lstm", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_sequences(96)
+  return fit_model(S, function()
+    local inp = nn.Input { shape = { 6 }, dtype = "int64" }
+    local e = nn.Embedding(7, 8)(inp)
+    local a = nn.MultiHeadAttention(2, 4, { use_causal_mask = true })(e)
+    local h = nn.LayerNormalization()(nn.Add()({ e, a }))
+    local r = nn.LSTM(6)(h)
+    return nn.Model { inputs = inp, outputs = nn.Dense(2)(r) }
+  end, x, y, 24, 6)
+end }
+
+-- a Functional model with a residual branch and Concatenate
+add { name = "fit_functional", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  return fit_model(S, function()
+    local inp = nn.Input { shape = { 8 } }
+    local h = nn.Dense(8, "tanh")(inp)
+    local res = nn.Add()({ inp, h })
+    local both = nn.Concatenate()({ res, nn.Dense(4, "relu")(inp) })
+    return nn.Model { inputs = inp, outputs = nn.Dense(4)(both) }
+  end, x, y, 24, 6, function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
+-- a subclassed model (its class is defined in this file, which every
+-- process of a strategy runs)
+local Residual = nn.Model:extend("ConformanceResidual")
+function Residual:init(units)
+  self.inner = nn.Dense(units, "tanh")
+  self.out = nn.Dense(4)
+end
+function Residual:call(x, training) return self.out(x + self.inner(x)) end
+
+add { name = "fit_subclassed", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  return fit_model(S, function() return Residual(8) end, x, y, 24, 6,
+    function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
 return cases
