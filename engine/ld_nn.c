@@ -421,13 +421,14 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
     return k;
 }
 
+#define RULE "=========================================================================================="
 int ld_model_summary(ld_model *m, char *buf, size_t n) {
     size_t k = 0;
     int64_t total = 0, trainable = 0;
 #define OUT(...) do { if (k < n) k += snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
     OUT("Model: \"%s\"\n", m->name);
-    OUT("%-34s %-22s %12s\n", "Layer (type)", "Output Shape", "Param #");
-    OUT("%.70s\n", "======================================================================");
+    OUT("%-50s %-22s %12s\n", "Layer (type)", "Output Shape", "Param #");
+    OUT("%.86s\n", RULE);
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
         char shape[64] = "?", nm[160];
@@ -441,9 +442,9 @@ int ld_model_summary(ld_model *m, char *buf, size_t n) {
         int64_t pc = ld_layer_param_count(l);
         total += pc;
         trainable += ld_layer_trainable_count(l);
-        OUT("%-34s %-22s %12lld\n", nm, shape, (long long)pc);
+        OUT("%-50s %-22s %12lld\n", nm, shape, (long long)pc);
     }
-    OUT("%.70s\n", "======================================================================");
+    OUT("%.86s\n", RULE);
     OUT("Total params: %lld (%.2f KB)\n", (long long)total, total * 4 / 1024.0);
     OUT("Trainable params: %lld\n", (long long)trainable);
     if (total != trainable) OUT("Non-trainable params: %lld\n", (long long)(total - trainable));

@@ -560,10 +560,9 @@ static void build_for(lua_State *L, int mi, ld_model *m, const ld_tensor *x) {
     if (build_placed(L, mi, m, x->ndim - 1, x->shape + 1)) lb_engine_error(L, 2);
 }
 
-/* nn.Sequential{layer, layer, ..., name=} */
-static int nn_sequential(lua_State *L) {
-    const char *name = NULL;
-    if (lua_istable(L, 1)) { lua_getfield(L, 1, "name"); name = lua_tostring(L, -1); lua_pop(L, 1); }
+/* a new empty model pushed (its state: the layers' userdata, and _kind =
+   kind unless NULL, a Sequential); returns its stack index */
+static int push_new_model(lua_State *L, const char *name, const char *kind) {
     ld_model **p = lua_newuserdatauv(L, sizeof *p, 1);
     *p = NULL;
     luaL_setmetatable(L, MODEL_MT);
@@ -571,9 +570,18 @@ static int nn_sequential(lua_State *L) {
     lua_createtable(L, 0, 4);
     lua_newtable(L);
     lua_setfield(L, -2, "layers");
+    if (kind) { lua_pushstring(L, kind); lua_setfield(L, -2, "_kind"); }
     lua_setiuservalue(L, mi, 1);
     *p = ld_model_new(name);
-    if (!*p) return lb_engine_error(L, 0);
+    if (!*p) lb_engine_error(L, 0);
+    return mi;
+}
+
+/* nn.Sequential{layer, layer, ..., name=} */
+static int nn_sequential(lua_State *L) {
+    const char *name = NULL;
+    if (lua_istable(L, 1)) { lua_getfield(L, 1, "name"); name = lua_tostring(L, -1); lua_pop(L, 1); }
+    int mi = push_new_model(L, name, NULL);
     if (lua_istable(L, 1)) {
         lua_Integer n = luaL_len(L, 1);
         for (lua_Integer i = 1; i <= n; i++) {
@@ -945,20 +953,7 @@ static int model_newindex(lua_State *L) {
 /* nn._model_new(name, kind): an empty model of the Functional API or a
    subclass (lua/52_models.lua fills it), bound to the open strategy */
 static int nn_model_new(lua_State *L) {
-    const char *name = luaL_checkstring(L, 1);
-    const char *kind = luaL_checkstring(L, 2);
-    ld_model **p = lua_newuserdatauv(L, sizeof *p, 1);
-    *p = NULL;
-    luaL_setmetatable(L, MODEL_MT);
-    int mi = lua_gettop(L);
-    lua_createtable(L, 0, 4);
-    lua_newtable(L);
-    lua_setfield(L, -2, "layers");
-    lua_pushstring(L, kind);
-    lua_setfield(L, -2, "_kind");
-    lua_setiuservalue(L, mi, 1);
-    *p = ld_model_new(name);
-    if (!*p) return lb_engine_error(L, 0);
+    int mi = push_new_model(L, luaL_checkstring(L, 1), luaL_checkstring(L, 2));
     lua_pushvalue(L, mi);
     lb_call_hook(L, "distribute", "_on_model_created", 1);
     return 1;
