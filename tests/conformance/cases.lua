@@ -872,4 +872,16 @@ add { name = "fit_subclassed", also = { "ps", "mw_local" }, run = function(S)
     function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
 end }
 
+add { name = "fit_gru_multiply", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_sequences(96, 8)
+  return fit_model(S, function()
+    local inp = nn.Input { shape = { 6 }, dtype = "int64" }
+    local e = nn.Embedding(7, 6)(inp)
+    local g = nn.GRU(5, { return_sequences = true })(e)
+    local gate = nn.Dense(5, "sigmoid")(g)
+    local h = nn.Multiply()({ g, gate })
+    return nn.Model { inputs = inp, outputs = nn.Dense(2)(nn.Flatten()(h)) }
+  end, x, y, 24, 6)
+end }
+
 return cases
