@@ -10,6 +10,7 @@
  */
 #include "ld_cpu_internal.h"
 #include "ld_executor.h"
+#include "ld_norm_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -203,10 +204,6 @@ static int bn_sums(bns_job *j, float *out0, float *out1) {
     return 1;
 }
 
-static inline float center_of(const float *sums, int64_t c, int64_t k) {
-    return sums[k] > 0 ? (float)((double)sums[c + k] / (double)sums[k]) : 0.0f;
-}
-
 void cpu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, int64_t rows, int64_t c) {
     if (c <= 0) return;
     if (!sums) {
@@ -218,7 +215,7 @@ void cpu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, i
     }
     float *m = malloc(sizeof(float) * (size_t)c);
     if (!m) { ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory"); return; }
-    for (int64_t k = 0; k < c; k++) m[k] = center_of(sums, c, k);
+    for (int64_t k = 0; k < c; k++) m[k] = ld_bn_center(sums, c, k);
     bns_job j = {1, x, NULL, m, NULL, rows, c, NULL, 1};
     if (!bn_sums(&j, out, NULL))
         ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory for the statistics of %lld channels", (long long)c);
@@ -228,20 +225,7 @@ void cpu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, i
 void cpu_bn_finalize(ld_device *d, float *mean, float *rstd, float *mm, float *mv, const float *sums, const float *m2,
                      int64_t c, float momentum, float eps, int training) {
     for (int64_t k = 0; k < c; k++) {
-        if (!training) {
-            mean[k] = mm[k];
-            rstd[k] = (float)(1.0 / sqrt((double)mv[k] + (double)eps));
-            continue;
-        }
-        double n = sums[k];
-        float m = center_of(sums, c, k);
-        float v = n > 0 ? (float)((double)m2[k] / n) : 0.0f;
-        mean[k] = m;
-        rstd[k] = (float)(1.0 / sqrt((double)v + (double)eps));
-        if (n > 0) {
-            mm[k] = mm[k] * momentum + m * (1.0f - momentum);
-            mv[k] = mv[k] * momentum + v * (1.0f - momentum);
-        }
+        ld_bn_finalize_channel(mean, rstd, mm, mv, sums, m2, c, k, momentum, eps, training);
     }
 }
 

@@ -6,20 +6,15 @@
 #include "ld_autograd.h"
 #include "ld_executor.h"
 #include "ld_strategy.h"
+#include "ld_ops_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-#define DEV(t) ((t)->storage->device)
-#define BE(t) (DEV(t)->backend)
-#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
-
-/* An op's output: written only by the kernel the op queues on its device,
-   so it may reuse a block whose old kernels are still queued there
-   (ld_alloc_stream_ordered). Anything the host writes is ld_tensor_empty. */
-static ld_tensor *out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
+/* An op's output (ld_ops_internal.h) */
+ld_tensor *ld_ops_out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
     int was = ld_alloc_stream_ordered(1);
     ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
     ld_alloc_stream_ordered(was);
@@ -32,7 +27,7 @@ static const char *const un_names[] = {LD_UNARY_OPS(LD_OP_NAME)};
 _Static_assert(sizeof bin_names / sizeof *bin_names == LD_BIN_COUNT, "a name for each binary op");
 _Static_assert(sizeof un_names / sizeof *un_names == LD_UN_COUNT, "a name for each unary op");
 
-static int same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
+int ld_ops_same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
     if (DEV(a) != DEV(b))
         return ld_fail(LD_EDEVICE, "%s: tensors are on %s and %s; move one with :to()", op,
                        DEV(a)->name, DEV(b)->name);
@@ -51,7 +46,8 @@ static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 
 /* ld_contiguous that keeps the graph: a copy of a strided view that needs a
    gradient is recorded, so the gradient reaches the view's source. */
-static ld_tensor *contig(ld_tensor *x) {
+ld_tensor *ld_ops_contig(ld_tensor *x) {
+    if (!x) return NULL;
     ld_tensor *c = ld_contiguous(x);
     if (c && c != x) {
         ld_tensor *in[1] = {x};
@@ -60,7 +56,7 @@ static ld_tensor *contig(ld_tensor *x) {
     return c;
 }
 
-static int norm_axis(const ld_tensor *t, int *axis, const char *op) {
+int ld_ops_norm_axis(const ld_tensor *t, int *axis, const char *op) {
     int a = *axis;
     if (a < 0) a += t->ndim;
     if (a < 0 || a >= t->ndim)
@@ -90,6 +86,12 @@ static ld_tensor *sum_to(ld_tensor *g, int ndim, const int64_t *shape) {
     return cur;
 }
 
+void ld_ops_same_pad(int64_t in, int64_t k, int64_t s, int64_t *out, int64_t *pad) {
+    *out = (in + s - 1) / s;
+    int64_t t = (*out - 1) * s + k - in;
+    *pad = t > 0 ? t / 2 : 0;
+}
+
 /* ================================================================ binary */
 static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t *shape, int64_t *sa,
                      int64_t *sb, const char *op) {
@@ -113,9 +115,9 @@ static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t 
 static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     int nd = 0;
     int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS];
-    if (same_device(a, b, bin_names[op])) return NULL;
+    if (ld_ops_same_device(a, b, bin_names[op])) return NULL;
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
-    ld_tensor *out = out_empty(LD_F32, nd, shape, DEV(a));
+    ld_tensor *out = ld_ops_out_empty(LD_F32, nd, shape, DEV(a));
     if (!out) return NULL;
     BE(a)->binary(DEV(a), op, FPTR(out), FPTR(a), sa, FPTR(b), sb, nd, shape);
     return out;
@@ -208,7 +210,7 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = n->in[0], *y = n->saved[0];
     ld_tensor *gc = ld_contiguous(g);
     if (!gc) return ld_error_status();
-    ld_tensor *dx = out_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    ld_tensor *dx = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x));
     if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], FPTR(dx), FPTR(gc), FPTR(x),
                                   y ? FPTR(y) : NULL, ld_tensor_numel(x));
     ld_tensor_release(gc);
@@ -219,10 +221,10 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
     ld_tensor *fx = as_float(x);
     if (!fx) return NULL;
-    ld_tensor *cx = contig(fx);
+    ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
-    ld_tensor *y = out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    ld_tensor *y = ld_ops_out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
     if (y) {
         BE(cx)->unary(DEV(cx), op, FPTR(y), FPTR(cx), ld_tensor_numel(cx));
         ld_tensor *in[1] = {cx};
@@ -247,11 +249,10 @@ ld_tensor *ld_tanh(ld_tensor *x) { return ld_unary(LD_UN_TANH, x); }
 ld_tensor *ld_gelu(ld_tensor *x) { return ld_unary(LD_UN_GELU, x); }
 
 /* ================================================================ reductions */
-static void split_axis(const ld_tensor *t, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
+void ld_ops_split_axis(int ndim, const int64_t *shape, int axis, int64_t *outer, int64_t *inner) {
     *outer = 1; *inner = 1;
-    for (int i = 0; i < axis; i++) *outer *= t->shape[i];
-    *n = t->shape[axis];
-    for (int i = axis + 1; i < t->ndim; i++) *inner *= t->shape[i];
+    for (int i = 0; i < axis; i++) *outer *= shape[i];
+    for (int i = axis + 1; i < ndim; i++) *inner *= shape[i];
 }
 
 static void reduced_shape(const ld_tensor *t, int axis, int keep, int *nd, int64_t *shape) {
@@ -271,7 +272,7 @@ static ld_tensor *expand_back(ld_tensor *g, const ld_tensor *x, int axis) {
     else reduced_shape(x, axis, 1, &nd, ks);
     ld_tensor *gk = ld_reshape(g, nd, ks);
     if (!gk) return NULL;
-    ld_tensor *out = out_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    ld_tensor *out = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x));
     if (out && ld_copy_into(out, gk)) { ld_tensor_release(out); out = NULL; }
     ld_tensor_release(gk);
     return out;
@@ -305,7 +306,7 @@ static int bw_max(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
     ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : as_float(x);
     if (!fx) return NULL;
-    ld_tensor *cx = contig(fx);
+    ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
     ld_tensor *flat = NULL, *src = cx;
@@ -316,7 +317,7 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
         if (!flat) { ld_tensor_release(cx); return NULL; }
         src = flat;
         ax = 0;
-    } else if (norm_axis(cx, &ax, name)) {
+    } else if (ld_ops_norm_axis(cx, &ax, name)) {
         ld_tensor_release(cx);
         return NULL;
     }
@@ -327,12 +328,13 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
     }
     int64_t outer, n, inner, shape[LD_MAX_DIMS];
     int nd = 0;
-    split_axis(src, ax, &outer, &n, &inner);
+    ld_ops_split_axis(src->ndim, src->shape, ax, &outer, &inner);
+    n = src->shape[ax];
     if (axis == LD_ALL_AXES) {
         nd = keep ? cx->ndim : 0;
         for (int i = 0; i < nd; i++) shape[i] = 1;
     } else reduced_shape(src, ax, keep, &nd, shape);
-    ld_tensor *out = out_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
+    ld_tensor *out = ld_ops_out_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
     if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, FPTR(src), outer, n, inner);
     ld_tensor_release(flat);
     if (out && op != LD_RED_ARGMAX) {
@@ -356,7 +358,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     int64_t n = ld_tensor_numel(x);
     if (axis != LD_ALL_AXES) {
         int ax = axis;
-        if (norm_axis(x, &ax, "mean")) return NULL;
+        if (ld_ops_norm_axis(x, &ax, "mean")) return NULL;
         n = x->shape[ax];
     }
     if (n == 0) { ld_fail(LD_ESHAPE, "mean of an empty tensor"); return NULL; }
@@ -393,7 +395,7 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(ca, &la, &lda)) { ld_tensor_release(ca); ca = ld_clone(a); la = 0; lda = a->shape[1]; }
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
-    ld_tensor *c = ca && cb ? out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
     if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
                        ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
     ld_tensor_release(ca); ld_tensor_release(cb);
@@ -433,7 +435,7 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
                 ld_dtype_name(b->dtype));
         return NULL;
     }
-    if (same_device(a, b, "matmul")) return NULL;
+    if (ld_ops_same_device(a, b, "matmul")) return NULL;
     ld_tensor *a2 = a;
     if (a->ndim > 2) {
         int64_t s2[2] = {ld_tensor_numel(a) / a->shape[a->ndim - 1], a->shape[a->ndim - 1]};
@@ -472,7 +474,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor_release(gc);
     if (!g2) return ld_error_status();
     if (y) {   /* relu: zero the gradient where the output is not positive */
-        ld_tensor *gr = out_empty(LD_F32, 2, g2s, DEV(g2));
+        ld_tensor *gr = ld_ops_out_empty(LD_F32, 2, g2s, DEV(g2));
         if (!gr) { ld_tensor_release(g2); return ld_error_status(); }
         BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
         ld_tensor_release(g2);
@@ -489,7 +491,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (!st && ld_needs_grad(w)) {
         if (defer_weight_grads && x2 && w->requires_grad && !w->grad_fn && DEV(g2)->kind == LD_DEV_CPU) {
             struct ld_pending *p = malloc(sizeof *p);
-            if (p && (gi[1] = out_empty(LD_F32, 2, w->shape, DEV(g2)))) {
+            if (p && (gi[1] = ld_ops_out_empty(LD_F32, 2, w->shape, DEV(g2)))) {
                 p->a = ld_tensor_retain(x2);
                 p->b = ld_tensor_retain(g2);
                 gi[1]->pending = p;
@@ -518,14 +520,14 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
         ld_fail(LD_ETYPE, "a dense layer needs float32 inputs");
         return NULL;
     }
-    if (same_device(x, w, "dense") || (b && same_device(w, b, "dense"))) return NULL;
+    if (ld_ops_same_device(x, w, "dense") || (b && ld_ops_same_device(w, b, "dense"))) return NULL;
     if (ld_device_can_gemm(DEV(x))) return NULL;
     int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
-    ld_tensor *cx = contig(x);
+    ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
     int64_t ys[2] = {rows, n}, x2s[2] = {rows, k};
     ld_tensor *x2 = ld_reshape(cx, 2, x2s);
-    ld_tensor *y = x2 ? out_empty(LD_F32, 2, ys, DEV(x)) : NULL;
+    ld_tensor *y = x2 ? ld_ops_out_empty(LD_F32, 2, ys, DEV(x)) : NULL;
     ld_tensor *cw = y ? ld_contiguous(w) : NULL;
     if (cw) {
         float beta = 0.0f;
@@ -574,11 +576,11 @@ static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 
 static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
     if (x->ndim < 1) { ld_fail(LD_ESHAPE, "softmax needs at least one dimension"); return NULL; }
-    ld_tensor *fx = as_float(x), *cx = fx ? contig(fx) : NULL;
+    ld_tensor *fx = as_float(x), *cx = fx ? ld_ops_contig(fx) : NULL;
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t cols = cx->shape[cx->ndim - 1], rows = cols ? ld_tensor_numel(cx) / cols : 0;
-    ld_tensor *y = out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    ld_tensor *y = ld_ops_out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
     if (y) {
         BE(cx)->softmax(DEV(cx), FPTR(y), FPTR(cx), rows, cols, lg);
         ld_tensor *in[1] = {cx};
@@ -602,7 +604,7 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int nx = ld_needs_grad(x), nw = ld_needs_grad(w);
     ld_tensor *dw2 = g2 && w2 && nw ? mm2d(col, g2, 1, 0) : NULL;
     ld_tensor *dcol = g2 && w2 && nx ? mm2d(g2, w2, 0, 1) : NULL;   /* not for the image itself */
-    ld_tensor *dx = dcol ? out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = dcol ? ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(dcol), x->shape[0], x->shape[1], x->shape[2], c, kh,
                           kw, (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
                           (int64_t)nd->args[3], oh, ow);
@@ -622,13 +624,12 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
     }
     if (sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d strides must be positive"); return NULL; }
     if (x->dtype != LD_F32 || w->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors"); return NULL; }
-    if (same_device(x, w, "conv2d")) return NULL;
+    if (ld_ops_same_device(x, w, "conv2d")) return NULL;
     int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3];
     int64_t kh = w->shape[0], kw = w->shape[1], f = w->shape[3], oh, ow, ph = 0, pw = 0;
     if (same) {
-        oh = (h + sh - 1) / sh; ow = (wd + sw - 1) / sw;
-        int64_t th = (oh - 1) * sh + kh - h, tw = (ow - 1) * sw + kw - wd;
-        ph = th > 0 ? th / 2 : 0; pw = tw > 0 ? tw / 2 : 0;
+        ld_ops_same_pad(h, kh, sh, &oh, &ph);
+        ld_ops_same_pad(wd, kw, sw, &ow, &pw);
     } else {
         if (h < kh || wd < kw) {
             ld_fail(LD_ESHAPE, "conv2d: kernel %lldx%lld is larger than the %lldx%lld input (use padding=\"same\")",
@@ -637,10 +638,10 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
         }
         oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
     }
-    ld_tensor *cx = contig(x);
+    ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, kh * kw * c}, w2s[2] = {kh * kw * c, f};
-    ld_tensor *col = out_empty(LD_F32, 2, cs, DEV(x));
+    ld_tensor *col = ld_ops_out_empty(LD_F32, 2, cs, DEV(x));
     if (col) BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
     ld_tensor *w2 = col ? ld_reshape(w, 2, w2s) : NULL;
     ld_tensor *y2 = w2 ? mm2d(col, w2, 0, 0) : NULL;
@@ -664,7 +665,7 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
 static int bw_im2col(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
                           (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2], (int64_t)nd->args[3],
                           (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6], (int64_t)nd->args[7]);
@@ -680,9 +681,8 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors"); return NULL; }
     int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
     if (same) {
-        oh = (h + sh - 1) / sh; ow = (wd + sw - 1) / sw;
-        int64_t th = (oh - 1) * sh + kh - h, tw = (ow - 1) * sw + kw - wd;
-        ph = th > 0 ? th / 2 : 0; pw = tw > 0 ? tw / 2 : 0;
+        ld_ops_same_pad(h, kh, sh, &oh, &ph);
+        ld_ops_same_pad(wd, kw, sw, &ow, &pw);
     } else {
         if (h < kh || wd < kw) {
             ld_fail(LD_ESHAPE, "conv2d: kernel %dx%d is larger than the %lldx%lld input (use padding=\"same\")",
@@ -691,10 +691,10 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
         }
         oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
     }
-    ld_tensor *cx = contig(x);
+    ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, (int64_t)kh * kw * c};
-    ld_tensor *col = out_empty(LD_F32, 2, cs, DEV(x));
+    ld_tensor *col = ld_ops_out_empty(LD_F32, 2, cs, DEV(x));
     if (col) {
         BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
         ld_tensor *in[1] = {cx};
@@ -713,7 +713,7 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
 static int bw_maxpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *arg = nd->saved[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->maxpool_backward(DEV(x), FPTR(dx), FPTR(gc), arg->storage->data, ld_tensor_numel(gc),
                                     ld_tensor_numel(x));
     ld_tensor_release(gc);
@@ -732,13 +732,13 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
         ld_fail(LD_ESHAPE, "max_pool2d: pool %dx%d is larger than the input %s", kh, kw, ld_shape_str(x, b1, sizeof b1));
         return NULL;
     }
-    ld_tensor *fx = as_float(x), *cx = fx ? contig(fx) : NULL;
+    ld_tensor *fx = as_float(x), *cx = fx ? ld_ops_contig(fx) : NULL;
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t oh = (cx->shape[1] - kh) / sh + 1, ow = (cx->shape[2] - kw) / sw + 1;
     int64_t ys[4] = {cx->shape[0], oh, ow, cx->shape[3]};
-    ld_tensor *y = out_empty(LD_F32, 4, ys, DEV(cx));
-    ld_tensor *arg = y ? out_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
+    ld_tensor *y = ld_ops_out_empty(LD_F32, 4, ys, DEV(cx));
+    ld_tensor *arg = y ? ld_ops_out_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
     if (arg) {
         BE(cx)->maxpool(DEV(cx), FPTR(y), arg->storage->data, FPTR(cx), cx->shape[0], cx->shape[1],
                         cx->shape[2], cx->shape[3], kh, kw, sh, sw, oh, ow);
@@ -823,7 +823,7 @@ ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1) {
 static int bw_xent(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *p = nd->saved[0], *lab = nd->saved[1];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *d = gc ? out_empty(LD_F32, 2, p->shape, DEV(p)) : NULL;
+    ld_tensor *d = gc ? ld_ops_out_empty(LD_F32, 2, p->shape, DEV(p)) : NULL;
     if (d) BE(p)->sparse_xent_backward(DEV(p), FPTR(d), FPTR(p), (const int64_t *)lab->storage->data + lab->offset,
                                        FPTR(gc), p->shape[0], p->shape[1], (float)nd->args[0]);
     ld_tensor_release(gc);
@@ -842,9 +842,9 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
                 ld_shape_str(logits, b1, sizeof b1), ld_shape_str(labels, b2, sizeof b2));
         return NULL;
     }
-    if (same_device(logits, labels, "sparse cross-entropy")) return NULL;
+    if (ld_ops_same_device(logits, labels, "sparse cross-entropy")) return NULL;
     ld_tensor *lab = labels->dtype == LD_I64 ? ld_contiguous(labels) : ld_cast(labels, LD_I64);
-    ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? contig(fl) : NULL;
+    ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? ld_ops_contig(fl) : NULL;
     ld_tensor_release(fl);
     if (!cl) { ld_tensor_release(lab); return NULL; }
     int64_t n = cl->shape[0], c = cl->shape[1];
@@ -862,8 +862,8 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
         }
     }
     double scale = denom > 0 ? 1.0 / denom : (n ? 1.0 / (double)n : 0.0);
-    ld_tensor *p = out_empty(LD_F32, 2, cl->shape, DEV(cl));
-    ld_tensor *out = p ? out_empty(LD_F32, 0, NULL, DEV(cl)) : NULL;
+    ld_tensor *p = ld_ops_out_empty(LD_F32, 2, cl->shape, DEV(cl));
+    ld_tensor *out = p ? ld_ops_out_empty(LD_F32, 0, NULL, DEV(cl)) : NULL;
     if (out) {
         BE(cl)->sparse_xent(DEV(cl), FPTR(out), FPTR(p), FPTR(cl), (const int64_t *)lab->storage->data + lab->offset,
                             n, c, (float)scale);

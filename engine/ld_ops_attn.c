@@ -12,22 +12,11 @@
 #include "ld_ops_attn.h"
 #include "ld_autograd.h"
 #include "ld_ops.h"
+#include "ld_ops_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#define DEV(t) ((t)->storage->device)
-#define BE(t) (DEV(t)->backend)
-#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
-
-/* an output only the queued kernel writes (ld_ops.c's out_empty) */
-static ld_tensor *out_empty(int ndim, const int64_t *shape, ld_device *dev) {
-    int was = ld_alloc_stream_ordered(1);
-    ld_tensor *t = ld_tensor_empty(LD_F32, ndim, shape, dev);
-    ld_alloc_stream_ordered(was);
-    return t;
-}
 
 /* ================================================================ bmm */
 /* How gemm_batched reads t [..., r, c]: its matrices row-major (trans 0,
@@ -81,7 +70,7 @@ static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, float alph
     memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nd);
     shape[nd - 2] = m;
     shape[nd - 1] = n;
-    ld_tensor *c = ca && cb ? out_empty(nd, shape, DEV(a)) : NULL;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, nd, shape, DEV(a)) : NULL;
     int64_t batch = batch_of(a);
     if (c && batch > 0 && m > 0 && n > 0)
         BE(a)->gemm_batched(DEV(a), la ^ ta, lb ^ tb, m, n, k, alpha, FPTR(ca), lda < 1 ? 1 : lda, sa, FPTR(cb),
@@ -162,7 +151,7 @@ static void softmax_grad_into(ld_tensor *ds, ld_tensor *p, ld_tensor *g, const l
 
 static ld_tensor *softmax_grad(ld_tensor *p, ld_tensor *g, const ld_node *nd) {
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *ds = gc ? out_empty(3, p->shape, DEV(p)) : NULL;
+    ld_tensor *ds = gc ? ld_ops_out_empty(LD_F32, 3, p->shape, DEV(p)) : NULL;
     if (ds) softmax_grad_into(ds, p, gc, nd);
     ld_tensor_release(gc);
     return ds;

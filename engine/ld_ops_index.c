@@ -7,51 +7,10 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
+#include "ld_ops_internal.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#define DEV(t) ((t)->storage->device)
-#define BE(t) (DEV(t)->backend)
-#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
-
-/* An op's output, written only by the kernel the op queues (ld_ops.c's rule). */
-static ld_tensor *out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev) {
-    int was = ld_alloc_stream_ordered(1);
-    ld_tensor *t = ld_tensor_empty(dt, ndim, shape, dev);
-    ld_alloc_stream_ordered(was);
-    return t;
-}
-
-static int norm_axis(const ld_tensor *t, int *axis, const char *op) {
-    int a = *axis;
-    if (a < 0) a += t->ndim;
-    if (a < 0 || a >= t->ndim)
-        return ld_fail(LD_EARG, "%s: axis %d out of range for a tensor with %d dimensions", op, *axis, t->ndim);
-    *axis = a;
-    return LD_OK;
-}
-
-static void split_axis(int ndim, const int64_t *shape, int axis, int64_t *outer, int64_t *inner) {
-    *outer = 1; *inner = 1;
-    for (int i = 0; i < axis; i++) *outer *= shape[i];
-    for (int i = axis + 1; i < ndim; i++) *inner *= shape[i];
-}
-
-static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
-    gi[0] = ld_tensor_retain(g);
-    return LD_OK;
-}
-
-/* ld_contiguous that keeps the graph (ld_ops.c's contig) */
-static ld_tensor *contig(ld_tensor *x) {
-    ld_tensor *c = ld_contiguous(x);
-    if (c && c != x) {
-        ld_tensor *in[1] = {x};
-        ld_record(c, "contiguous", bw_identity, 1, in);
-    }
-    return c;
-}
 
 /* ================================================================ concat */
 /* The gradient of each input: its block of g along axis args[0]. */
@@ -60,13 +19,13 @@ static int bw_concat(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *gc = ld_contiguous(g);
     if (!gc) return ld_error_status();
     int64_t outer, inner, big = gc->shape[axis], off = 0;
-    split_axis(gc->ndim, gc->shape, axis, &outer, &inner);
+    ld_ops_split_axis(gc->ndim, gc->shape, axis, &outer, &inner);
     int st = LD_OK;
     for (int k = 0; k < nd->n_in; k++) {
         ld_tensor *x = nd->in[k];
         int64_t len = x->shape[axis];
         if (ld_needs_grad(x)) {
-            gi[k] = out_empty(LD_F32, x->ndim, x->shape, DEV(x));
+            gi[k] = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x));
             if (!gi[k]) { st = ld_error_status(); break; }
             BE(gc)->slice_copy(DEV(gc), FPTR(gi[k]), FPTR(gc), outer, len, inner, big, off, 0, 0);
         }
@@ -112,16 +71,13 @@ ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
     const ld_tensor *f = xs[0];
     if (f->ndim == 0) { ld_fail(LD_ESHAPE, "concat: cannot concatenate scalars"); return NULL; }
     int ax = axis;
-    if (norm_axis(f, &ax, "concat")) return NULL;
+    if (ld_ops_norm_axis(f, &ax, "concat")) return NULL;
     int64_t shape[LD_MAX_DIMS];
     memcpy(shape, f->shape, sizeof shape);
     shape[ax] = 0;
     for (int k = 0; k < n; k++) {
         const ld_tensor *x = xs[k];
-        if (DEV(x) != DEV(f)) {
-            ld_fail(LD_EDEVICE, "concat: tensors are on %s and %s; move one with :to()", DEV(f)->name, DEV(x)->name);
-            return NULL;
-        }
+        if (ld_ops_same_device(f, x, "concat")) return NULL;
         int ok = x->ndim == f->ndim;
         for (int i = 0; ok && i < f->ndim; i++) ok = i == ax || x->shape[i] == f->shape[i];
         if (!ok) {
@@ -132,10 +88,10 @@ ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
         shape[ax] += x->shape[ax];
     }
     if (n == 1) return ld_tensor_retain(xs[0]);
-    ld_tensor *out = out_empty(LD_F32, f->ndim, shape, DEV(f));
+    ld_tensor *out = ld_ops_out_empty(LD_F32, f->ndim, shape, DEV(f));
     if (!out) return NULL;
     int64_t outer, inner, off = 0;
-    split_axis(f->ndim, shape, ax, &outer, &inner);
+    ld_ops_split_axis(f->ndim, shape, ax, &outer, &inner);
     for (int k = 0; k < n; k++) {
         ld_tensor *c = ld_contiguous(xs[k]);   /* the node holds xs[k] itself */
         if (!c) { ld_tensor_release(out); return NULL; }
@@ -153,10 +109,10 @@ static int bw_slice(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int axis = (int)nd->args[0];
     int64_t start = (int64_t)nd->args[1];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) {
         int64_t outer, inner;
-        split_axis(x->ndim, x->shape, axis, &outer, &inner);
+        ld_ops_split_axis(x->ndim, x->shape, axis, &outer, &inner);
         BE(x)->fill(DEV(x), FPTR(dx), LD_F32, ld_tensor_numel(dx), 0.0);
         BE(x)->slice_copy(DEV(x), FPTR(dx), FPTR(gc), outer, gc->shape[axis], inner, x->shape[axis], start, 1, 0);
     }
@@ -170,7 +126,7 @@ ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len) {
     if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "slice needs a float32 tensor, got %s", ld_dtype_name(x->dtype)); return NULL; }
     if (x->ndim == 0) { ld_fail(LD_ESHAPE, "slice: cannot slice a scalar"); return NULL; }
     int ax = axis;
-    if (norm_axis(x, &ax, "slice")) return NULL;
+    if (ld_ops_norm_axis(x, &ax, "slice")) return NULL;
     if (start < 0 || len < 0 || start > x->shape[ax] - len) {
         ld_fail(LD_EARG, "slice: [%lld, %lld) is outside axis %d (size %lld) of a tensor of shape %s",
                 (long long)start, (long long)(start + len), axis, (long long)x->shape[ax],
@@ -182,9 +138,9 @@ ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len) {
     shape[ax] = len;
     ld_tensor *cx = ld_contiguous(x);
     if (!cx) return NULL;
-    ld_tensor *y = out_empty(LD_F32, x->ndim, shape, DEV(x));
+    ld_tensor *y = ld_ops_out_empty(LD_F32, x->ndim, shape, DEV(x));
     if (y) {
-        split_axis(x->ndim, x->shape, ax, &outer, &inner);
+        ld_ops_split_axis(x->ndim, x->shape, ax, &outer, &inner);
         BE(cx)->slice_copy(DEV(cx), FPTR(y), FPTR(cx), outer, len, inner, x->shape[ax], start, 0, 0);
         ld_tensor *in[1] = {x};
         ld_node *nd = ld_record(y, "slice", bw_slice, 1, in);
@@ -198,7 +154,7 @@ ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len) {
 static int bw_embedding(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *table = nd->in[0], *ids = nd->saved[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dt = gc ? out_empty(LD_F32, 2, table->shape, DEV(table)) : NULL;
+    ld_tensor *dt = gc ? ld_ops_out_empty(LD_F32, 2, table->shape, DEV(table)) : NULL;
     if (dt) BE(table)->embedding_backward(DEV(table), FPTR(dt), FPTR(gc),
                                           (const char *)ids->storage->data + ids->offset * ld_dtype_size(ids->dtype),
                                           ids->dtype, ld_tensor_numel(ids), table->shape[0], table->shape[1]);
@@ -249,12 +205,12 @@ ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids) {
         }
         if (!p) { ld_tensor_release(ci); return NULL; }
     }
-    ld_tensor *ct = contig(table);
+    ld_tensor *ct = ld_ops_contig(table);
     if (!ct) { ld_tensor_release(ci); return NULL; }
     int64_t shape[LD_MAX_DIMS];
     memcpy(shape, ci->shape, sizeof(int64_t) * (size_t)ci->ndim);
     shape[ci->ndim] = dim;
-    ld_tensor *y = out_empty(LD_F32, ci->ndim + 1, shape, DEV(ct));
+    ld_tensor *y = ld_ops_out_empty(LD_F32, ci->ndim + 1, shape, DEV(ct));
     if (y) {
         BE(ct)->embedding(DEV(ct), FPTR(y), FPTR(ct),
                           (const char *)ci->storage->data + ci->offset * ld_dtype_size(ci->dtype), ci->dtype, n, v,
@@ -272,7 +228,7 @@ ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids) {
 static int bw_avgpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
+    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
     if (dx) BE(x)->avgpool_backward(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
                                     (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
                                     (int64_t)nd->args[3], (int64_t)nd->args[4], (int64_t)nd->args[5],
@@ -295,9 +251,8 @@ ld_tensor *ld_avgpool2d(ld_tensor *x, int kh, int kw, int sh, int sw, int same_p
     if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "avg_pool2d needs a float32 tensor, got %s", ld_dtype_name(x->dtype)); return NULL; }
     int64_t n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
     if (same_padding) {
-        oh = (h + sh - 1) / sh; ow = (w + sw - 1) / sw;
-        int64_t th = (oh - 1) * sh + kh - h, tw = (ow - 1) * sw + kw - w;
-        ph = th > 0 ? th / 2 : 0; pw = tw > 0 ? tw / 2 : 0;
+        ld_ops_same_pad(h, kh, sh, &oh, &ph);
+        ld_ops_same_pad(w, kw, sw, &ow, &pw);
     } else {
         if (h < kh || w < kw) {
             ld_fail(LD_ESHAPE, "avg_pool2d: pool %dx%d is larger than the input %s (use padding=\"same\")", kh, kw,
@@ -306,10 +261,10 @@ ld_tensor *ld_avgpool2d(ld_tensor *x, int kh, int kw, int sh, int sw, int same_p
         }
         oh = (h - kh) / sh + 1; ow = (w - kw) / sw + 1;
     }
-    ld_tensor *cx = contig(x);
+    ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
     int64_t ys[4] = {n, oh, ow, c};
-    ld_tensor *y = out_empty(LD_F32, 4, ys, DEV(cx));
+    ld_tensor *y = ld_ops_out_empty(LD_F32, 4, ys, DEV(cx));
     if (y) {
         BE(cx)->avgpool(DEV(cx), FPTR(y), FPTR(cx), n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow);
         ld_tensor *in[1] = {cx};

@@ -17,6 +17,7 @@
 #include "ld_autograd.h"
 #include "ld_executor.h"
 #include "ld_strategy.h"
+#include "ld_ops_internal.h"
 
 #include <string.h>
 
@@ -28,34 +29,7 @@
    replicas fails with a message instead of computing local statistics. */
 int ld_replica_all_reduce_sum(ld_tensor *t) __attribute__((weak));
 
-#define DEV(t) ((t)->storage->device)
-#define BE(t) (DEV(t)->backend)
-#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
 #define FPTR0(t) ((t) ? FPTR(t) : NULL)
-
-/* an op's output, written only by kernels queued on its device (ld_ops.c) */
-static ld_tensor *out_empty(int ndim, const int64_t *shape, ld_device *dev) {
-    int was = ld_alloc_stream_ordered(1);
-    ld_tensor *t = ld_tensor_empty(LD_F32, ndim, shape, dev);
-    ld_alloc_stream_ordered(was);
-    return t;
-}
-
-static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
-    gi[0] = ld_tensor_retain(g);
-    return LD_OK;
-}
-
-/* contiguous, keeping the graph (ld_ops.c's contig); NULL stays NULL */
-static ld_tensor *contig(ld_tensor *x) {
-    if (!x) return NULL;
-    ld_tensor *c = ld_contiguous(x);
-    if (c && c != x) {
-        ld_tensor *in[1] = {x};
-        ld_record(c, "contiguous", bw_identity, 1, in);
-    }
-    return c;
-}
 
 static int replica_sum(ld_tensor *t, const char *op) {
     if (ld_replica_all_reduce_sum) return ld_replica_all_reduce_sum(t);
@@ -69,7 +43,7 @@ static int replica_sum(ld_tensor *t, const char *op) {
 /* A copy of n floats at src (a kernel of t's device) into a new [n] tensor. */
 static ld_tensor *copy_vec(ld_tensor *like, const float *src, int64_t n) {
     int64_t shape[1] = {n}, strides[1] = {1};
-    ld_tensor *t = out_empty(1, shape, DEV(like));
+    ld_tensor *t = ld_ops_out_empty(LD_F32, 1, shape, DEV(like));
     if (t && n > 0) BE(like)->copy_strided(DEV(like), FPTR(t), LD_F32, src, LD_F32, 1, shape, strides);
     return t;
 }
@@ -120,9 +94,9 @@ static int bw_layer_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *gc = ld_contiguous(g);
     if (!gc) return ld_error_status();
     int st = LD_OK;
-    if (ld_needs_grad(x) && !(gi[0] = out_empty(x->ndim, x->shape, DEV(x)))) st = ld_error_status();
-    if (!st && gamma && ld_needs_grad(gamma) && !(gi[1] = out_empty(1, cs, DEV(x)))) st = ld_error_status();
-    if (!st && beta && ld_needs_grad(beta) && !(gi[2] = out_empty(1, cs, DEV(x)))) st = ld_error_status();
+    if (ld_needs_grad(x) && !(gi[0] = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)))) st = ld_error_status();
+    if (!st && gamma && ld_needs_grad(gamma) && !(gi[1] = ld_ops_out_empty(LD_F32, 1, cs, DEV(x)))) st = ld_error_status();
+    if (!st && beta && ld_needs_grad(beta) && !(gi[2] = ld_ops_out_empty(LD_F32, 1, cs, DEV(x)))) st = ld_error_status();
     if (!st && (gi[0] || gi[1] || gi[2]))
         BE(x)->layer_norm_backward(DEV(x), FPTR0(gi[0]), FPTR0(gi[1]), FPTR0(gi[2]), FPTR(gc), FPTR(x), FPTR(mean),
                                    FPTR(rstd), FPTR0(gamma), rows, c);
@@ -137,12 +111,12 @@ ld_tensor *ld_layer_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, float 
     rows_cols(x, &rows, &c);
     if (check_vec(x, gamma, "gamma", op, c) || check_vec(x, beta, "beta", op, c)) return NULL;
     if (!(eps >= 0)) { ld_fail(LD_EARG, "%s: epsilon must be >= 0, got %g", op, eps); return NULL; }
-    ld_tensor *cx = contig(x), *cg = cx ? contig(gamma) : NULL, *cb = cx && (!gamma || cg) ? contig(beta) : NULL;
+    ld_tensor *cx = ld_ops_contig(x), *cg = cx ? ld_ops_contig(gamma) : NULL, *cb = cx && (!gamma || cg) ? ld_ops_contig(beta) : NULL;
     ld_tensor *y = NULL, *mean = NULL, *rstd = NULL;
     if (!cx || (gamma && !cg) || (beta && !cb)) goto out;
     int64_t rs[1] = {rows};
-    if (!(y = out_empty(x->ndim, x->shape, DEV(x))) || !(mean = out_empty(1, rs, DEV(x))) ||
-        !(rstd = out_empty(1, rs, DEV(x)))) {
+    if (!(y = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x))) || !(mean = ld_ops_out_empty(LD_F32, 1, rs, DEV(x))) ||
+        !(rstd = ld_ops_out_empty(LD_F32, 1, rs, DEV(x)))) {
         ld_tensor_release(y);
         y = NULL;
         goto out;
@@ -174,7 +148,7 @@ static int bw_batch_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (!gc) return ld_error_status();
     int need_x = ld_needs_grad(x), need_g = gamma && ld_needs_grad(gamma), need_b = beta && ld_needs_grad(beta);
     int need_red = need_g || need_b || (need_x && training);
-    ld_tensor *red = need_red ? out_empty(2, rs, DEV(x)) : NULL;
+    ld_tensor *red = need_red ? ld_ops_out_empty(LD_F32, 2, rs, DEV(x)) : NULL;
     int st = need_red && !red ? ld_error_status() : LD_OK;
     if (!st && red && c > 0)
         BE(x)->bn_backward_reduce(DEV(x), FPTR(red), FPTR(gc), FPTR(x), FPTR(mean), FPTR(rstd), rows, c);
@@ -183,7 +157,7 @@ static int bw_batch_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (!st && need_b && !(gi[2] = copy_vec(x, FPTR(red), c))) st = ld_error_status();
     if (!st && need_x) {
         if (training && sync) st = replica_sum(red, "batch_norm gradient");
-        if (!st && !(gi[0] = out_empty(x->ndim, x->shape, DEV(x)))) st = ld_error_status();
+        if (!st && !(gi[0] = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)))) st = ld_error_status();
         if (!st && rows > 0 && c > 0)
             BE(x)->bn_backward(DEV(x), FPTR(gi[0]), FPTR(gc), FPTR(x), FPTR(mean), FPTR(rstd), FPTR0(gamma),
                                FPTR0(red), sums ? FPTR(sums) : NULL, rows, c, training);
@@ -211,15 +185,15 @@ ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_ten
         return NULL;
     }
     if (!(eps >= 0)) { ld_fail(LD_EARG, "%s: epsilon must be >= 0, got %g", op, eps); return NULL; }
-    ld_tensor *cx = contig(x), *cg = cx ? contig(gamma) : NULL, *cb = cx && (!gamma || cg) ? contig(beta) : NULL;
+    ld_tensor *cx = ld_ops_contig(x), *cg = cx ? ld_ops_contig(gamma) : NULL, *cb = cx && (!gamma || cg) ? ld_ops_contig(beta) : NULL;
     ld_tensor *y = NULL, *mean = NULL, *rstd = NULL, *sums = NULL, *m2 = NULL;
     if (!cx || (gamma && !cg) || (beta && !cb)) goto out;
     int64_t cs[1] = {c}, ss[2] = {2, c};
-    if (!(mean = out_empty(1, cs, DEV(x))) || !(rstd = out_empty(1, cs, DEV(x)))) goto out;
+    if (!(mean = ld_ops_out_empty(LD_F32, 1, cs, DEV(x))) || !(rstd = ld_ops_out_empty(LD_F32, 1, cs, DEV(x)))) goto out;
     ld_device *d = DEV(x);
     const ld_backend *be = BE(x);
     if (training) {
-        if (!(sums = out_empty(2, ss, d)) || !(m2 = out_empty(1, cs, d))) goto out;
+        if (!(sums = ld_ops_out_empty(LD_F32, 2, ss, d)) || !(m2 = ld_ops_out_empty(LD_F32, 1, cs, d))) goto out;
         if (c > 0) be->bn_stats(d, FPTR(sums), NULL, FPTR(cx), rows, c);
         if (synchronized && replica_sum(sums, op)) goto out;
         if (c > 0) be->bn_stats(d, FPTR(m2), FPTR(sums), FPTR(cx), rows, c);
@@ -231,7 +205,7 @@ ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_ten
         be->bn_finalize(d, FPTR(mean), FPTR(rstd), FPTR(moving_mean), FPTR(moving_var), NULL, NULL, c, momentum,
                         eps, 0);
     }
-    if (!(y = out_empty(x->ndim, x->shape, d))) goto out;
+    if (!(y = ld_ops_out_empty(LD_F32, x->ndim, x->shape, d))) goto out;
     if (rows > 0 && c > 0) be->bn_apply(d, FPTR(y), FPTR(cx), FPTR(mean), FPTR(rstd), FPTR0(cg), FPTR0(cb), rows, c);
     ld_tensor *in[3] = {cx, cg, cb};
     ld_node *nd = ld_record(y, training ? "batch_norm" : "batch_norm (inference)", bw_batch_norm, 3, in);

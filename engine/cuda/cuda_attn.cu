@@ -5,11 +5,11 @@
  *
  * Row-major to column-major as cuda_gemm.cu does: C^T = op(B)^T op(A)^T,
  * so cuBLAS gets (opB, opA, n, m, k, B, ldb, A, lda, C, ldc) with the batch
- * strides as they are. cuBLAS is opened here too (dlopen, the same library
- * cuda_gemm.cu opens, so the same process-wide copy); the device's handle
- * (cd->blas) is shared with cuda_gemm.cu: whichever file needs it first
- * makes it, under cd->mu, bound to the device's stream, with the same math
- * mode (LDIST_CUDA_TF32=1: TF32 tensor cores), and cu_blas_destroy frees it.
+ * strides as they are. cublasSgemmStridedBatched is resolved here from the
+ * library cuda_gemm.cu opens (dlopen, the same process-wide copy); the
+ * device's handle is cuda_gemm.cu's cu_blas_handle (made under cd->mu,
+ * bound to the device's stream, its math mode from LDIST_CUDA_TF32), and
+ * cu_blas_destroy frees it.
  *
  * masked_softmax: one block per row, as cuda_softmax.cu, the sum in double;
  * masked columns (j > i + offset under causal) are 0, a row masked whole is
@@ -23,39 +23,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* cublasSgemmStridedBatched; the handle and error messages are cuda_gemm.cu's */
 static struct {
     pthread_once_t once;
     int ok;
     char why[300];
-    decltype(&cublasCreate_v2) create;
-    decltype(&cublasDestroy_v2) destroy;
-    decltype(&cublasSetStream_v2) set_stream;
-    decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasSgemmStridedBatched) sgemm_batched;
-    decltype(&cublasGetStatusString) status_string;
-} ab = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0};
+} ab = {PTHREAD_ONCE_INIT, 0, "", 0};
 
 static void ab_open(void) {
-    static const char *const libs[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    const cu_sym syms[] = {
-        {(void **)&ab.create, "cublasCreate_v2"},
-        {(void **)&ab.destroy, "cublasDestroy_v2"},
-        {(void **)&ab.set_stream, "cublasSetStream_v2"},
-        {(void **)&ab.set_math_mode, "cublasSetMathMode"},
-        {(void **)&ab.sgemm_batched, "cublasSgemmStridedBatched"},
-        {(void **)&ab.status_string, "cublasGetStatusString"},
-    };
-    ab.ok = cu_open_library("cuBLAS", libs, 3, syms, 6, ab.why, sizeof ab.why);
+    const cu_sym syms[] = {{(void **)&ab.sgemm_batched, "cublasSgemmStridedBatched"}};
+    ab.ok = cu_open_library("cuBLAS", cu_blas_libs, 3, syms, 1, ab.why, sizeof ab.why);
 }
 
-static int ab_failed(cu_dev *cd, const char *call, cublasStatus_t st, const char *what) {
-    char msg[400];
-    snprintf(msg, sizeof msg, "%s: %s%s failed: %s (cuBLAS status %d)", cd->dev->name, call, what,
-             ab.status_string ? ab.status_string(st) : "", (int)st);
-    return cu_record_msg(cd, msg);
-}
-
-/* The device's cuBLAS handle (shared with cuda_gemm.cu), made on first use. */
+/* The device's cuBLAS handle (cu_blas_handle, shared with cuda_gemm.cu), with ab opened. */
 static cublasHandle_t ab_handle(cu_dev *cd) {
     pthread_once(&ab.once, ab_open);
     if (!ab.ok) {
@@ -64,27 +45,7 @@ static cublasHandle_t ab_handle(cu_dev *cd) {
         cu_record_msg(cd, msg);
         return NULL;
     }
-    pthread_mutex_lock(&cd->mu);
-    cublasHandle_t h = (cublasHandle_t)cd->blas;
-    pthread_mutex_unlock(&cd->mu);
-    if (h) return h;
-    cublasStatus_t st = ab.create(&h);
-    if (st != CUBLAS_STATUS_SUCCESS) { ab_failed(cd, "cublasCreate_v2", st, ""); return NULL; }
-    st = ab.set_stream(h, cd->stream);
-    if (st != CUBLAS_STATUS_SUCCESS) { ab_failed(cd, "cublasSetStream_v2", st, ""); ab.destroy(h); return NULL; }
-    const char *tf32 = getenv("LDIST_CUDA_TF32");
-    cublasMath_t mode = tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-    st = ab.set_math_mode(h, mode);
-    if (st != CUBLAS_STATUS_SUCCESS) { ab_failed(cd, "cublasSetMathMode", st, ""); ab.destroy(h); return NULL; }
-    pthread_mutex_lock(&cd->mu);
-    if (cd->blas) {   /* another thread (or cuda_gemm.cu) was quicker */
-        pthread_mutex_unlock(&cd->mu);
-        ab.destroy(h);
-        return (cublasHandle_t)cd->blas;
-    }
-    cd->blas = h;
-    pthread_mutex_unlock(&cd->mu);
-    return h;
+    return (cublasHandle_t)cu_blas_handle(cd, "batched matrix products");
 }
 
 /* C_i = beta * C_i for k = 0 (beta = 0 writes zeros) */
@@ -122,7 +83,7 @@ void cu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
     cublasStatus_t st = ab.sgemm_batched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                          (int)m, (int)k, &alpha, b, (int)ldb, (long long)sb, a, (int)lda,
                                          (long long)sa, &beta, c, (int)n, (long long)sc, (int)batch);
-    if (st != CUBLAS_STATUS_SUCCESS) ab_failed(cd, "cublasSgemmStridedBatched", st, what);
+    if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemmStridedBatched", st, what);
 }
 
 static int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }

@@ -123,7 +123,15 @@ static inline unsigned cu_grid(int64_t n, int block) {
 #define CU_DECLARE(name, ...) LD_K_DECLARE(cu_, name, __VA_ARGS__);
 LD_KERNELS(CU_DECLARE)
 #undef CU_DECLARE
-/* cuda_gemm.cu */
+/* cuda_gemm.cu: cuBLAS, opened with dlopen on first use */
+extern const char *const cu_blas_libs[3];   /* the names tried, in order */
+/* The device's cuBLAS handle (a cublasHandle_t), shared by every file: made
+   on first use under cd->mu, bound to the device's stream, full FP32 unless
+   LDIST_CUDA_TF32=1 (TF32 tensor cores). NULL when that failed, recorded
+   ("<device>: <use> need cuBLAS: ..." where cuBLAS is missing). */
+void *cu_blas_handle(cu_dev *cd, const char *use);
+/* Record a failed cuBLAS call (st: its cublasStatus_t); returns what cu_record_msg does. */
+int cu_blas_failed(cu_dev *cd, const char *call, int st, const char *what);
 void cu_blas_destroy(cu_dev *cd);
 /* cuda_nccl.cu */
 int cu_all_reduce(int n, ld_device *const *devs, int k, ld_tensor *const *t, int mean);
@@ -161,6 +169,23 @@ __device__ __forceinline__ float cu_block_max(float v, float *sh) {
     __syncthreads();
     v = lane < nw ? sh[lane] : -INFINITY;
     return cu_warp_max(v);
+}
+
+/* ---- windows over NHWC images (convolution and pooling) ---- */
+/* the geometry: input n x h x w x c, kernel kh x kw, stride sh x sw, padding
+   ph x pw before, output oh x ow */
+struct cu_win_geom {
+    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
+};
+/* floor division for a possibly negative numerator, positive d */
+__device__ __forceinline__ int64_t cu_fdiv(int64_t a, int64_t d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
+/* The outputs [*lo, *hi] along one axis (o of them, kernel k, stride s)
+   whose window covers padded position p (the input index plus the padding):
+   i with i*s <= p < i*s + k. */
+__device__ __forceinline__ void cu_covering(int64_t p, int64_t k, int64_t s, int64_t o, int64_t *lo, int64_t *hi) {
+    int64_t a = cu_fdiv(p - k, s) + 1, b = cu_fdiv(p, s);
+    *lo = a < 0 ? 0 : a;
+    *hi = b > o - 1 ? o - 1 : b;
 }
 
 #endif

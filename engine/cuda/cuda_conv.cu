@@ -9,11 +9,7 @@
  */
 #include "cuda_common.cuh"
 
-struct conv_geom {
-    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
-};
-
-__global__ void k_im2col(float *col, const float *x, conv_geom g, int64_t total) {
+__global__ void k_im2col(float *col, const float *x, cu_win_geom g, int64_t total) {
     int64_t rowlen = g.kh * g.kw * g.c;
     CU_LOOP(idx, total) {
         int64_t row = idx / rowlen, e = idx - row * rowlen;
@@ -30,15 +26,12 @@ void cu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, i
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    conv_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
     k_im2col<<<cu_grid(total, 256), 256, 0, cd->stream>>>(col, x, g, total);
     cu_launched(cd, "im2col kernel");
 }
 
-/* floor division for a possibly negative numerator, positive d */
-__device__ __forceinline__ int64_t fdiv(int64_t a, int64_t d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
-
-__global__ void k_col2im(float *dx, const float *col, conv_geom g, int64_t total) {
+__global__ void k_col2im(float *dx, const float *col, cu_win_geom g, int64_t total) {
     int64_t rowlen = g.kh * g.kw * g.c;
     CU_LOOP(idx, total) {
         int64_t q = idx % g.c, t = idx / g.c, xx = t % g.w;
@@ -47,12 +40,9 @@ __global__ void k_col2im(float *dx, const float *col, conv_geom g, int64_t total
         float s = 0;
         /* output rows i with i*sh - ph + ki = y for some 0 <= ki < kh */
         int64_t yp = y + g.ph, xp = xx + g.pw;
-        int64_t i_lo = fdiv(yp - g.kh, g.sh) + 1, i_hi = fdiv(yp, g.sh);
-        int64_t j_lo = fdiv(xp - g.kw, g.sw) + 1, j_hi = fdiv(xp, g.sw);
-        if (i_lo < 0) i_lo = 0;
-        if (j_lo < 0) j_lo = 0;
-        if (i_hi > g.oh - 1) i_hi = g.oh - 1;
-        if (j_hi > g.ow - 1) j_hi = g.ow - 1;
+        int64_t i_lo, i_hi, j_lo, j_hi;
+        cu_covering(yp, g.kh, g.sh, g.oh, &i_lo, &i_hi);
+        cu_covering(xp, g.kw, g.sw, g.ow, &j_lo, &j_hi);
         for (int64_t i = i_lo; i <= i_hi; i++) {
             int64_t ki = yp - i * g.sh;
             for (int64_t j = j_lo; j <= j_hi; j++) {
@@ -70,14 +60,14 @@ void cu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, 
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    conv_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
     k_col2im<<<cu_grid(total, 256), 256, 0, cd->stream>>>(dx, col, g, total);
     cu_launched(cd, "col2im kernel");
 }
 
 /* Max pooling: the first element of the window, then any strictly greater
    one (the CPU's rule, NaN included); arg = flat index into x. */
-__global__ void k_maxpool(float *y, int64_t *arg, const float *x, conv_geom g, int64_t total) {
+__global__ void k_maxpool(float *y, int64_t *arg, const float *x, cu_win_geom g, int64_t total) {
     CU_LOOP(idx, total) {
         int64_t q = idx % g.c, t = idx / g.c, j = t % g.ow;
         t /= g.ow;
@@ -101,7 +91,7 @@ void cu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n,
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    conv_geom g = {n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
+    cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
     k_maxpool<<<cu_grid(total, 256), 256, 0, cd->stream>>>(y, arg, x, g, total);
     cu_launched(cd, "maxpool kernel");
 }

@@ -31,30 +31,31 @@ static struct {
     decltype(&cublasGetStatusString) status_string;
 } blas = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0};
 
+const char *const cu_blas_libs[3] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+
 static void blas_open(void) {
-    static const char *const libs[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
     const cu_sym syms[] = {
         {(void **)&blas.create, "cublasCreate_v2"},    {(void **)&blas.destroy, "cublasDestroy_v2"},
         {(void **)&blas.set_stream, "cublasSetStream_v2"}, {(void **)&blas.set_math_mode, "cublasSetMathMode"},
         {(void **)&blas.sgemm, "cublasSgemm_v2"},      {(void **)&blas.status_string, "cublasGetStatusString"},
     };
-    blas.ok = cu_open_library("cuBLAS", libs, 3, syms, 6, blas.why, sizeof blas.why);
+    blas.ok = cu_open_library("cuBLAS", cu_blas_libs, 3, syms, 6, blas.why, sizeof blas.why);
 }
 
-static int blas_failed(cu_dev *cd, const char *call, cublasStatus_t st, const char *what) {
+int cu_blas_failed(cu_dev *cd, const char *call, int st, const char *what) {
     char msg[400];
     snprintf(msg, sizeof msg, "%s: %s%s failed: %s (cuBLAS status %d)", cd->dev->name, call, what,
-             blas.status_string ? blas.status_string(st) : "", (int)st);
+             blas.status_string ? blas.status_string((cublasStatus_t)st) : "", st);
     return cu_record_msg(cd, msg);
 }
 
-/* The device's handle, made on first use, bound to its stream. */
-static cublasHandle_t handle_of(cu_dev *cd) {
-    if (cd->blas) return (cublasHandle_t)cd->blas;
+/* The device's handle, made on first use, bound to its stream (cuda_common.cuh). */
+void *cu_blas_handle(cu_dev *cd, const char *use) {
+    if (cd->blas) return cd->blas;
     pthread_once(&blas.once, blas_open);
     if (!blas.ok) {
         char msg[400];
-        snprintf(msg, sizeof msg, "%s: matrix products need cuBLAS: %.300s", cd->dev->name, blas.why);
+        snprintf(msg, sizeof msg, "%s: %s need cuBLAS: %.300s", cd->dev->name, use, blas.why);
         cu_record_msg(cd, msg);
         return NULL;
     }
@@ -63,18 +64,18 @@ static cublasHandle_t handle_of(cu_dev *cd) {
     pthread_mutex_unlock(&cd->mu);
     if (h) return h;
     cublasStatus_t st = blas.create(&h);
-    if (st != CUBLAS_STATUS_SUCCESS) { blas_failed(cd, "cublasCreate_v2", st, ""); return NULL; }
+    if (st != CUBLAS_STATUS_SUCCESS) { cu_blas_failed(cd, "cublasCreate_v2", st, ""); return NULL; }
     st = blas.set_stream(h, cd->stream);
-    if (st != CUBLAS_STATUS_SUCCESS) { blas_failed(cd, "cublasSetStream_v2", st, ""); blas.destroy(h); return NULL; }
+    if (st != CUBLAS_STATUS_SUCCESS) { cu_blas_failed(cd, "cublasSetStream_v2", st, ""); blas.destroy(h); return NULL; }
     const char *tf32 = getenv("LDIST_CUDA_TF32");
     cublasMath_t mode = tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     st = blas.set_math_mode(h, mode);
-    if (st != CUBLAS_STATUS_SUCCESS) { blas_failed(cd, "cublasSetMathMode", st, ""); blas.destroy(h); return NULL; }
+    if (st != CUBLAS_STATUS_SUCCESS) { cu_blas_failed(cd, "cublasSetMathMode", st, ""); blas.destroy(h); return NULL; }
     pthread_mutex_lock(&cd->mu);
-    if (cd->blas) {   /* another thread was quicker */
+    if (cd->blas) {   /* another thread (or file) was quicker */
         pthread_mutex_unlock(&cd->mu);
         blas.destroy(h);
-        return (cublasHandle_t)cd->blas;
+        return cd->blas;
     }
     cd->blas = h;
     pthread_mutex_unlock(&cd->mu);
@@ -113,9 +114,9 @@ void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, floa
         cu_record_msg(cd, msg);
         return;
     }
-    cublasHandle_t h = handle_of(cd);
+    cublasHandle_t h = (cublasHandle_t)cu_blas_handle(cd, "matrix products");
     if (!h) return;
     cublasStatus_t st = blas.sgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
-    if (st != CUBLAS_STATUS_SUCCESS) blas_failed(cd, "cublasSgemm_v2", st, what);
+    if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemm_v2", st, what);
 }

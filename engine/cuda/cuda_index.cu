@@ -77,10 +77,6 @@ void cu_embedding_backward(ld_device *d, float *dtable, const float *dy, const v
 }
 
 /* ---- average pooling (NHWC, padding before ph/pw, padded cells not counted) */
-struct avg_geom {
-    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
-};
-
 __device__ __forceinline__ int64_t cu_window_cells(int64_t i, int64_t pad, int64_t k, int64_t s, int64_t in) {
     int64_t a = i * s - pad, b = a + k;
     if (a < 0) a = 0;
@@ -88,7 +84,7 @@ __device__ __forceinline__ int64_t cu_window_cells(int64_t i, int64_t pad, int64
     return b > a ? b - a : 0;
 }
 
-__global__ void k_avgpool(float *y, const float *x, avg_geom g, int64_t total) {
+__global__ void k_avgpool(float *y, const float *x, cu_win_geom g, int64_t total) {
     CU_LOOP(idx, total) {
         int64_t e = idx % g.c, t = idx / g.c, q = t % g.ow;
         t /= g.ow;
@@ -112,26 +108,20 @@ void cu_avgpool(ld_device *d, float *y, const float *x, int64_t n, int64_t h, in
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    avg_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
     k_avgpool<<<cu_grid(total, 256), 256, 0, cd->stream>>>(y, x, g, total);
     cu_launched(cd, "avgpool kernel");
 }
 
-/* floor division for a possibly negative numerator, positive d */
-__device__ __forceinline__ int64_t cu_fdiv(int64_t a, int64_t d) { return a >= 0 ? a / d : -((-a + d - 1) / d); }
-
-__global__ void k_avgpool_backward(float *dx, const float *dy, avg_geom g, int64_t total) {
+__global__ void k_avgpool_backward(float *dx, const float *dy, cu_win_geom g, int64_t total) {
     CU_LOOP(idx, total) {
         int64_t e = idx % g.c, t = idx / g.c, xx = t % g.w;
         t /= g.w;
         int64_t yy = t % g.h, b = t / g.h;
         int64_t yp = yy + g.ph, xp = xx + g.pw;
-        int64_t i_lo = cu_fdiv(yp - g.kh, g.sh) + 1, i_hi = cu_fdiv(yp, g.sh);
-        int64_t j_lo = cu_fdiv(xp - g.kw, g.sw) + 1, j_hi = cu_fdiv(xp, g.sw);
-        if (i_lo < 0) i_lo = 0;
-        if (j_lo < 0) j_lo = 0;
-        if (i_hi > g.oh - 1) i_hi = g.oh - 1;
-        if (j_hi > g.ow - 1) j_hi = g.ow - 1;
+        int64_t i_lo, i_hi, j_lo, j_hi;
+        cu_covering(yp, g.kh, g.sh, g.oh, &i_lo, &i_hi);
+        cu_covering(xp, g.kw, g.sw, g.ow, &j_lo, &j_hi);
         float s = 0.0f;
         for (int64_t i = i_lo; i <= i_hi; i++) {
             int64_t ch = cu_window_cells(i, g.ph, g.kh, g.sh, g.h);
@@ -151,7 +141,7 @@ void cu_avgpool_backward(ld_device *d, float *dx, const float *dy, int64_t n, in
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    avg_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
     k_avgpool_backward<<<cu_grid(total, 256), 256, 0, cd->stream>>>(dx, dy, g, total);
     cu_launched(cd, "avgpool_backward kernel");
 }

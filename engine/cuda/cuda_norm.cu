@@ -11,6 +11,7 @@
  * order: no atomics, the same result from run to run.
  */
 #include "cuda_common.cuh"
+#include "ld_norm_math.h"
 
 #define CB 32      /* columns per block of the column reduction */
 #define RB 16      /* row threads per block */
@@ -18,10 +19,6 @@
 enum { M_SUM = 0, M_SQDEV = 1, M_BN_BWD = 2, M_LN_BWD = 3 };
 
 static int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }
-
-__device__ __forceinline__ float center_of(const float *sums, int64_t c, int64_t k) {
-    return sums[k] > 0 ? (float)((double)sums[c + k] / (double)sums[k]) : 0.0f;
-}
 
 /* part[y][0..c) and part[y][c..2c): the sums of a and b over the rows of chunk y
      M_SUM:    a = x
@@ -41,7 +38,7 @@ __global__ void k_colsum(double *part, int mode, const float *x, const float *dy
             if (mode == M_SUM) {
                 for (int64_t r = r0 + ty; r < r1; r += RB) a += x[r * c + j];
             } else if (mode == M_SQDEV) {
-                double m = center_of(sums, c, j);
+                double m = ld_bn_center(sums, c, j);
                 for (int64_t r = r0 + ty; r < r1; r += RB) { double t = (double)x[r * c + j] - m; a += t * t; }
             } else if (mode == M_BN_BWD) {
                 float m = mean[j], rs = rstd[j];
@@ -199,20 +196,7 @@ void cu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, in
 __global__ void k_bn_finalize(float *mean, float *rstd, float *mm, float *mv, const float *sums, const float *m2,
                               int64_t c, float momentum, float eps, int training) {
     CU_LOOP(k, c) {
-        if (!training) {
-            mean[k] = mm[k];
-            rstd[k] = (float)(1.0 / sqrt((double)mv[k] + (double)eps));
-            continue;
-        }
-        double n = sums[k];
-        float m = center_of(sums, c, k);
-        float v = n > 0 ? (float)((double)m2[k] / n) : 0.0f;
-        mean[k] = m;
-        rstd[k] = (float)(1.0 / sqrt((double)v + (double)eps));
-        if (n > 0) {
-            mm[k] = mm[k] * momentum + m * (1.0f - momentum);
-            mv[k] = mv[k] * momentum + v * (1.0f - momentum);
-        }
+        ld_bn_finalize_channel(mean, rstd, mm, mv, sums, m2, c, k, momentum, eps, training);
     }
 }
 

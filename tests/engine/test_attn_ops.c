@@ -1,6 +1,6 @@
 /* test_attn_ops.c - the attention ops (ld_ops_attn.h): bmm against a
  * reference loop, attention against a reference computation, gradients
- * against central finite differences (test_grad.c's gradcheck), the causal
+ * against central finite differences (test_util.c's tu_gradcheck), the causal
  * mask, T != S, head split/merge, and the errors. */
 #include "test_util.h"
 #include "ld_ops.h"
@@ -11,67 +11,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef ld_tensor *(*op_fn)(ld_tensor **in, void *ud);
-
-static ld_rng rng;
-
-static ld_tensor *rnd(int ndim, const int64_t *shape, float lo, float hi) {
-    return ld_tensor_uniform(ndim, shape, lo, hi, &rng, NULL);
-}
-
-static double weighted_sum(ld_tensor *y, ld_tensor *r) {
-    double s = 0;
-    int64_t n = ld_tensor_numel(y);
-    for (int64_t i = 0; i < n; i++) s += ld_tensor_get_flat(y, i) * ld_tensor_get_flat(r, i);
-    return s;
-}
-
-/* test_grad.c's: checks d/d in[k] for every k with check[k] set. */
-static void gradcheck(const char *name, op_fn f, void *ud, int n, ld_tensor **in, const int *check, double tol) {
-    TEST(name) {
-        ld_tape *tape = ld_tape_new(0);
-        for (int k = 0; k < n; k++) if (check[k]) ld_tape_watch(tape, in[k]);
-        ld_tape_push(tape);
-        ld_tensor *y = f(in, ud);
-        if (!y) { ld_tape_pop(tape); CHECK(y != NULL); printf("#   %s\n", ld_error()); ld_tape_free(tape); continue; }
-        ld_tensor *r = rnd(y->ndim, y->shape, 0.5f, 1.5f);
-        ld_tensor *prod = ld_mul(y, r), *loss = ld_sum(prod, LD_ALL_AXES, 0);
-        ld_tape_pop(tape);
-        ld_tensor *grads[4] = {0};
-        int st = ld_tape_gradient(tape, loss, n, in, grads);
-        CHECK(st == LD_OK);
-        if (st) printf("#   %s\n", ld_error());
-        ld_tape_pause(1);
-        for (int k = 0; k < n && !st; k++) {
-            if (!check[k]) continue;
-            int64_t m = ld_tensor_numel(in[k]);
-            double worst = 0, scale = 1;
-            for (int64_t i = 0; i < m; i++) {
-                double x0 = ld_tensor_get_flat(in[k], i), h = 1e-3 * (fabs(x0) > 1 ? fabs(x0) : 1);
-                ld_tensor_set_flat(in[k], i, x0 + h);
-                ld_tensor *yp = f(in, ud);
-                double lp = weighted_sum(yp, r);
-                ld_tensor_set_flat(in[k], i, x0 - h);
-                ld_tensor *ym = f(in, ud);
-                double lm = weighted_sum(ym, r);
-                ld_tensor_set_flat(in[k], i, x0);
-                double num = (lp - lm) / (2 * h);
-                double ana = ld_tensor_get_flat(grads[k], i);
-                if (fabs(num) > scale) scale = fabs(num);
-                if (fabs(num - ana) > worst) worst = fabs(num - ana);
-                ld_tensor_release(yp);
-                ld_tensor_release(ym);
-            }
-            if (worst / scale > tol) printf("#   input %d: max error %.3g (scale %.3g)\n", k, worst, scale);
-            CHECK(worst / scale <= tol);
-        }
-        ld_tape_pause(0);
-        for (int k = 0; k < n; k++) ld_tensor_release(grads[k]);
-        ld_tensor_release(prod); ld_tensor_release(loss); ld_tensor_release(y); ld_tensor_release(r);
-        ld_tape_free(tape);
-    }
-}
 
 /* ---- references ---- */
 static double at3(ld_tensor *t, int64_t b, int64_t i, int64_t j) {
@@ -158,7 +97,7 @@ static void expect_error(const char *name, ld_tensor *r, const char *const *need
 }
 
 int main(void) {
-    ld_rng_seed(&rng, 4321);
+    ld_rng_seed(&tu_rng, 4321);
     int yes[4] = {1, 1, 1, 1};
 
     /* ---- bmm against the loop: every ta/tb, batches 1, 3, 17, sizes both
@@ -171,7 +110,7 @@ int main(void) {
                 for (int tb = 0; tb < 2; tb++) {
                     int64_t B = batches[bi], m = sizes[z][0], n = sizes[z][1], k = sizes[z][2];
                     int64_t sa[3] = {B, ta ? k : m, ta ? m : k}, sb[3] = {B, tb ? n : k, tb ? k : n};
-                    ld_tensor *a = rnd(3, sa, -1, 1), *b = rnd(3, sb, -1, 1);
+                    ld_tensor *a = tu_rnd(3, sa, -1, 1), *b = tu_rnd(3, sb, -1, 1);
                     char name[128];
                     snprintf(name, sizeof name, "bmm batch %lld %lldx%lldx%lld ta=%d tb=%d", (long long)B,
                              (long long)m, (long long)n, (long long)k, ta, tb);
@@ -188,7 +127,7 @@ int main(void) {
     /* views: a transposed view and a sliced batch are read where they lie */
     TEST("bmm on views (transposed, strided batch)") {
         int64_t sa[3] = {6, 4, 5}, sb[3] = {3, 4, 6};
-        ld_tensor *a = rnd(3, sa, -1, 1), *b = rnd(3, sb, -1, 1);
+        ld_tensor *a = tu_rnd(3, sa, -1, 1), *b = tu_rnd(3, sb, -1, 1);
         ld_tensor *as = ld_slice(a, 0, 0, 6, 2);        /* [3, 4, 5], batch stride 40 */
         ld_tensor *bt = ld_transpose(b, 1, 2);          /* [3, 6, 4] */
         ld_tensor *c1 = ld_bmm(as, bt, 1, 1);           /* as^T [5,4] x bt^T [4,6] = [3, 5, 6] */
@@ -200,7 +139,7 @@ int main(void) {
     }
     TEST("bmm 4-d (two batch axes)") {
         int64_t sa[4] = {2, 3, 4, 5}, sb[4] = {2, 3, 5, 2}, s3a[3] = {6, 4, 5}, s3b[3] = {6, 5, 2}, s3c[3] = {6, 4, 2};
-        ld_tensor *a = rnd(4, sa, -1, 1), *b = rnd(4, sb, -1, 1), *c = ld_bmm(a, b, 0, 0);
+        ld_tensor *a = tu_rnd(4, sa, -1, 1), *b = tu_rnd(4, sb, -1, 1), *c = ld_bmm(a, b, 0, 0);
         CHECK(c && c->ndim == 4 && c->shape[0] == 2 && c->shape[1] == 3 && c->shape[2] == 4 && c->shape[3] == 2);
         ld_tensor *a3 = ld_reshape(a, 3, s3a), *b3 = ld_reshape(b, 3, s3b), *c3 = c ? ld_reshape(c, 3, s3c) : NULL;
         if (c3) CHECK(bmm_ref_err(a3, b3, 0, 0, c3) < 1e-5);
@@ -213,11 +152,11 @@ int main(void) {
         for (int tb = 0; tb < 2; tb++) {
             int64_t m = 3, n = 4, k = 5;
             int64_t sa[3] = {2, ta ? k : m, ta ? m : k}, sb[3] = {2, tb ? n : k, tb ? k : n};
-            ld_tensor *in[2] = {rnd(3, sa, -1, 1), rnd(3, sb, -1, 1)};
+            ld_tensor *in[2] = {tu_rnd(3, sa, -1, 1), tu_rnd(3, sb, -1, 1)};
             tt t = {ta, tb};
             char name[64];
             snprintf(name, sizeof name, "grad bmm ta=%d tb=%d", ta, tb);
-            gradcheck(name, f_bmm, &t, 2, in, yes, 1e-2);
+            tu_gradcheck(name, f_bmm, &t, 2, in, yes, 1e-2);
             ld_tensor_release(in[0]); ld_tensor_release(in[1]);
         }
 
@@ -230,7 +169,7 @@ int main(void) {
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int64_t B = cases[c].B, T = cases[c].T, S = cases[c].S, dk = cases[c].dk, dv = cases[c].dv;
         int64_t sq[3] = {B, T, dk}, sk[3] = {B, S, dk}, sv[3] = {B, S, dv};
-        ld_tensor *q = rnd(3, sq, -1, 1), *k = rnd(3, sk, -1, 1), *v = rnd(3, sv, -1, 1);
+        ld_tensor *q = tu_rnd(3, sq, -1, 1), *k = tu_rnd(3, sk, -1, 1), *v = tu_rnd(3, sv, -1, 1);
         char name[128];
         snprintf(name, sizeof name, "attention B=%lld T=%lld S=%lld causal=%d scale=%g vs reference", (long long)B,
                  (long long)T, (long long)S, cases[c].causal, (double)cases[c].scale);
@@ -267,7 +206,7 @@ int main(void) {
     /* ---- causal: row 0 sees only key 0, so it is v[0] ---- */
     TEST("causal attention row 0 equals v[0]") {
         int64_t sq[3] = {3, 6, 4}, sv[3] = {3, 6, 5};
-        ld_tensor *q = rnd(3, sq, -2, 2), *k = rnd(3, sq, -2, 2), *v = rnd(3, sv, -2, 2);
+        ld_tensor *q = tu_rnd(3, sq, -2, 2), *k = tu_rnd(3, sq, -2, 2), *v = tu_rnd(3, sv, -2, 2);
         ld_tensor *o = ld_attention(q, k, v, LD_CAUSAL, 0, NULL);
         CHECK(o != NULL);
         for (int64_t b = 0; o && b < 3; b++)
@@ -292,17 +231,17 @@ int main(void) {
     for (size_t c = 0; c < sizeof gcases / sizeof *gcases; c++) {
         int64_t sq[3] = {gcases[c].B, gcases[c].T, 3}, sk[3] = {gcases[c].B, gcases[c].S, 3},
                 sv[3] = {gcases[c].B, gcases[c].S, 2};
-        ld_tensor *in[3] = {rnd(3, sq, -1, 1), rnd(3, sk, -1, 1), rnd(3, sv, -1, 1)};
+        ld_tensor *in[3] = {tu_rnd(3, sq, -1, 1), tu_rnd(3, sk, -1, 1), tu_rnd(3, sv, -1, 1)};
         attn_args a = {gcases[c].causal, gcases[c].scale, gcases[c].w};
-        gradcheck(gcases[c].name, f_attn, &a, 3, in, yes, 1e-2);
-        if (c == 1) gradcheck("grad attention_weights causal", f_weights, &a, 2, in, yes, 1e-2);
+        tu_gradcheck(gcases[c].name, f_attn, &a, 3, in, yes, 1e-2);
+        if (c == 1) tu_gradcheck("grad attention_weights causal", f_weights, &a, 2, in, yes, 1e-2);
         ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
     }
 
     /* ---- heads ---- */
     TEST("split_heads / merge_heads values and round trip") {
         int64_t s[3] = {2, 3, 8};
-        ld_tensor *x = rnd(3, s, -1, 1), *h = ld_split_heads(x, 4), *back = h ? ld_merge_heads(h, 4) : NULL;
+        ld_tensor *x = tu_rnd(3, s, -1, 1), *h = ld_split_heads(x, 4), *back = h ? ld_merge_heads(h, 4) : NULL;
         CHECK(h && h->ndim == 3 && h->shape[0] == 8 && h->shape[1] == 3 && h->shape[2] == 2);
         /* h[n*H + hh, t, j] = x[n, t, hh*d + j] */
         int good = h != NULL;
@@ -318,13 +257,13 @@ int main(void) {
     {
         int heads = 3;
         int64_t s[3] = {2, 2, 6}, m[3] = {6, 2, 2};
-        ld_tensor *x = rnd(3, s, -1, 1), *y = rnd(3, m, -1, 1);
-        gradcheck("grad split_heads", f_split, &heads, 1, &x, yes, 1e-2);
-        gradcheck("grad merge_heads", f_merge, &heads, 1, &y, yes, 1e-2);
+        ld_tensor *x = tu_rnd(3, s, -1, 1), *y = tu_rnd(3, m, -1, 1);
+        tu_gradcheck("grad split_heads", f_split, &heads, 1, &x, yes, 1e-2);
+        tu_gradcheck("grad merge_heads", f_merge, &heads, 1, &y, yes, 1e-2);
         ld_tensor_release(x); ld_tensor_release(y);
         int64_t sq[3] = {2, 3, 4};
-        ld_tensor *in[3] = {rnd(3, sq, -1, 1), rnd(3, sq, -1, 1), rnd(3, sq, -1, 1)};
-        gradcheck("grad split -> causal attention -> merge", f_mha, NULL, 3, in, yes, 1e-2);
+        ld_tensor *in[3] = {tu_rnd(3, sq, -1, 1), tu_rnd(3, sq, -1, 1), tu_rnd(3, sq, -1, 1)};
+        tu_gradcheck("grad split -> causal attention -> merge", f_mha, NULL, 3, in, yes, 1e-2);
         ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
     }
 
@@ -335,7 +274,7 @@ int main(void) {
         CHECK(d1 != NULL);
         if (!d1) continue;
         int64_t sq[3] = {6, 7, 4}, sk[3] = {6, 9, 4}, sv[3] = {6, 9, 3};
-        ld_tensor *h[3] = {rnd(3, sq, -1, 1), rnd(3, sk, -1, 1), rnd(3, sv, -1, 1)}, *dv[3], *gh[3], *gd[3];
+        ld_tensor *h[3] = {tu_rnd(3, sq, -1, 1), tu_rnd(3, sk, -1, 1), tu_rnd(3, sv, -1, 1)}, *dv[3], *gh[3], *gd[3];
         ld_tensor *oh = NULL, *od = NULL;
         for (int side = 0; side < 2; side++) {
             ld_tensor **in = side ? dv : h, **gr = side ? gd : gh;
@@ -365,8 +304,8 @@ int main(void) {
     {
         int64_t s234[3] = {2, 3, 4}, s254[3] = {2, 5, 4}, s356[3] = {3, 5, 6}, s23[2] = {2, 3}, s245[3] = {2, 4, 5};
         int64_t s236[3] = {2, 3, 6}, s264[3] = {2, 6, 4};
-        ld_tensor *a = rnd(3, s234, -1, 1), *b = rnd(3, s254, -1, 1), *c = rnd(3, s356, -1, 1), *d = rnd(2, s23, -1, 1);
-        ld_tensor *e = rnd(3, s245, -1, 1), *f = rnd(3, s236, -1, 1), *g = rnd(3, s264, -1, 1);
+        ld_tensor *a = tu_rnd(3, s234, -1, 1), *b = tu_rnd(3, s254, -1, 1), *c = tu_rnd(3, s356, -1, 1), *d = tu_rnd(2, s23, -1, 1);
+        ld_tensor *e = tu_rnd(3, s245, -1, 1), *f = tu_rnd(3, s236, -1, 1), *g = tu_rnd(3, s264, -1, 1);
         ld_tensor *ai = ld_cast(a, LD_I32);
         const char *n1[] = {"bmm", "2x3x4", "2x5x4", "inner dimensions 4 and 5"};
         expect_error("bmm inner mismatch names op and shapes", ld_bmm(a, b, 0, 0), n1, 4);

@@ -10,69 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef ld_tensor *(*op_fn)(ld_tensor **in, void *ud);
-
-static ld_rng rng;
-
-static ld_tensor *rnd(int ndim, const int64_t *shape, float lo, float hi) {
-    return ld_tensor_uniform(ndim, shape, lo, hi, &rng, NULL);
-}
-
-static double weighted_sum(ld_tensor *y, ld_tensor *r) {
-    double s = 0;
-    int64_t n = ld_tensor_numel(y);
-    for (int64_t i = 0; i < n; i++) s += ld_tensor_get_flat(y, i) * ld_tensor_get_flat(r, i);
-    return s;
-}
-
-/* Checks d/d in[k] for every k with check[k] set. */
-static void gradcheck(const char *name, op_fn f, void *ud, int n, ld_tensor **in, const int *check, double tol) {
-    TEST(name) {
-        /* analytic: the gradient of sum(f(x) * r) from the tape */
-        ld_tape *tape = ld_tape_new(0);
-        for (int k = 0; k < n; k++) if (check[k]) ld_tape_watch(tape, in[k]);
-        ld_tape_push(tape);
-        ld_tensor *y = f(in, ud);
-        if (!y) { ld_tape_pop(tape); CHECK(y != NULL); printf("#   %s\n", ld_error()); ld_tape_free(tape); continue; }
-        ld_tensor *r = rnd(y->ndim, y->shape, 0.5f, 1.5f);
-        ld_tensor *prod = ld_mul(y, r), *loss = ld_sum(prod, LD_ALL_AXES, 0);
-        ld_tape_pop(tape);
-        ld_tensor *grads[4] = {0};
-        int st = ld_tape_gradient(tape, loss, n, in, grads);
-        CHECK(st == LD_OK);
-        if (st) printf("#   %s\n", ld_error());
-        ld_tape_pause(1);
-        for (int k = 0; k < n && !st; k++) {
-            if (!check[k]) continue;
-            int64_t m = ld_tensor_numel(in[k]);
-            double worst = 0, scale = 1;
-            for (int64_t i = 0; i < m; i++) {
-                double x0 = ld_tensor_get_flat(in[k], i), h = 1e-3 * (fabs(x0) > 1 ? fabs(x0) : 1);
-                /* read each result at once: a view op's result shares x's storage */
-                ld_tensor_set_flat(in[k], i, x0 + h);
-                ld_tensor *yp = f(in, ud);
-                double lp = weighted_sum(yp, r);
-                ld_tensor_set_flat(in[k], i, x0 - h);
-                ld_tensor *ym = f(in, ud);
-                double lm = weighted_sum(ym, r);
-                ld_tensor_set_flat(in[k], i, x0);
-                double num = (lp - lm) / (2 * h);
-                double ana = ld_tensor_get_flat(grads[k], i);
-                if (fabs(num) > scale) scale = fabs(num);
-                if (fabs(num - ana) > worst) worst = fabs(num - ana);
-                ld_tensor_release(yp);
-                ld_tensor_release(ym);
-            }
-            if (worst / scale > tol) printf("#   input %d: max error %.3g (scale %.3g)\n", k, worst, scale);
-            CHECK(worst / scale <= tol);
-        }
-        ld_tape_pause(0);
-        for (int k = 0; k < n; k++) ld_tensor_release(grads[k]);
-        ld_tensor_release(prod); ld_tensor_release(loss); ld_tensor_release(y); ld_tensor_release(r);
-        ld_tape_free(tape);
-    }
-}
-
 /* ---- ops under test ---- */
 static ld_tensor *f_binary(ld_tensor **in, void *ud) { return ld_binary(*(ld_binary_op *)ud, in[0], in[1]); }
 static ld_tensor *f_unary(ld_tensor **in, void *ud) { return ld_unary(*(ld_unary_op *)ud, in[0]); }
@@ -128,7 +65,7 @@ static ld_tensor *f_dropout(ld_tensor **in, void *ud) {
 }
 
 int main(void) {
-    ld_rng_seed(&rng, 1234);
+    ld_rng_seed(&tu_rng, 1234);
     int64_t s23[2] = {2, 3}, s3[1] = {3}, s13[2] = {1, 3}, s21[2] = {2, 1}, s34[2] = {3, 4}, s43[2] = {4, 3};
     int yes[4] = {1, 1, 1, 1}, first[4] = {1, 0, 0, 0};
 
@@ -137,17 +74,17 @@ int main(void) {
     ld_binary_op bops[] = {LD_BIN_ADD, LD_BIN_SUB, LD_BIN_MUL, LD_BIN_DIV, LD_BIN_POW, LD_BIN_MAX, LD_BIN_MIN};
     for (int i = 0; i < 7; i++) {
         char name[96];
-        ld_tensor *in[2] = {rnd(2, s23, 0.5f, 2.0f), rnd(2, s23, 0.5f, 2.0f)};
+        ld_tensor *in[2] = {tu_rnd(2, s23, 0.5f, 2.0f), tu_rnd(2, s23, 0.5f, 2.0f)};
         snprintf(name, sizeof name, "grad %s 2x3 2x3", bn[i]);
-        gradcheck(name, f_binary, &bops[i], 2, in, yes, 2e-2);
+        tu_gradcheck(name, f_binary, &bops[i], 2, in, yes, 2e-2);
         ld_tensor_release(in[1]);
-        in[1] = rnd(1, s3, 0.5f, 2.0f);
+        in[1] = tu_rnd(1, s3, 0.5f, 2.0f);
         snprintf(name, sizeof name, "grad %s 2x3 with 3 (broadcast)", bn[i]);
-        gradcheck(name, f_binary, &bops[i], 2, in, yes, 2e-2);
+        tu_gradcheck(name, f_binary, &bops[i], 2, in, yes, 2e-2);
         ld_tensor_release(in[0]); ld_tensor_release(in[1]);
-        ld_tensor *in2[2] = {rnd(2, s21, 0.5f, 2.0f), rnd(2, s13, 0.5f, 2.0f)};
+        ld_tensor *in2[2] = {tu_rnd(2, s21, 0.5f, 2.0f), tu_rnd(2, s13, 0.5f, 2.0f)};
         snprintf(name, sizeof name, "grad %s 2x1 with 1x3 (both broadcast)", bn[i]);
-        gradcheck(name, f_binary, &bops[i], 2, in2, yes, 2e-2);
+        tu_gradcheck(name, f_binary, &bops[i], 2, in2, yes, 2e-2);
         ld_tensor_release(in2[0]); ld_tensor_release(in2[1]);
     }
     /* unary ops (inputs away from kinks) */
@@ -157,74 +94,74 @@ int main(void) {
         char name[64];
         snprintf(name, sizeof name, "grad %s", un[i]);
         int pos = op == LD_UN_LOG || op == LD_UN_SQRT;
-        ld_tensor *in[1] = {rnd(2, s34, pos ? 0.5f : -2.0f, 2.0f)};
+        ld_tensor *in[1] = {tu_rnd(2, s34, pos ? 0.5f : -2.0f, 2.0f)};
         if (op == LD_UN_ABS || op == LD_UN_RELU)   /* keep clear of 0 */
             for (int64_t k = 0; k < 12; k++) {
                 double v = ld_tensor_get_flat(in[0], k);
                 if (fabs(v) < 0.1) ld_tensor_set_flat(in[0], k, v < 0 ? -0.5 : 0.5);
             }
-        gradcheck(name, f_unary, &op, 1, in, first, 2e-2);
+        tu_gradcheck(name, f_unary, &op, 1, in, first, 2e-2);
         ld_tensor_release(in[0]);
     }
-    ld_tensor *a34[1] = {rnd(2, s34, -1, 1)};
-    gradcheck("grad sum axis 0", f_sum0, NULL, 1, a34, first, 1e-2);
-    gradcheck("grad sum all", f_sum_all, NULL, 1, a34, first, 1e-2);
-    gradcheck("grad mean axis 1 keepdims", f_mean1, NULL, 1, a34, first, 1e-2);
-    gradcheck("grad max axis -1", f_max1, NULL, 1, a34, first, 1e-2);
-    gradcheck("grad softmax", f_softmax, NULL, 1, a34, first, 2e-2);
-    gradcheck("grad log_softmax", f_log_softmax, NULL, 1, a34, first, 2e-2);
-    gradcheck("grad through copies of strided views", f_view_ops, NULL, 1, a34, first, 2e-2);
-    gradcheck("grad reshape", f_reshape, NULL, 1, a34, first, 1e-2);
-    gradcheck("grad transpose view", f_transpose, NULL, 1, a34, first, 2e-2);
-    gradcheck("grad dropout (fixed mask)", f_dropout, NULL, 1, a34, first, 1e-2);
+    ld_tensor *a34[1] = {tu_rnd(2, s34, -1, 1)};
+    tu_gradcheck("grad sum axis 0", f_sum0, NULL, 1, a34, first, 1e-2);
+    tu_gradcheck("grad sum all", f_sum_all, NULL, 1, a34, first, 1e-2);
+    tu_gradcheck("grad mean axis 1 keepdims", f_mean1, NULL, 1, a34, first, 1e-2);
+    tu_gradcheck("grad max axis -1", f_max1, NULL, 1, a34, first, 1e-2);
+    tu_gradcheck("grad softmax", f_softmax, NULL, 1, a34, first, 2e-2);
+    tu_gradcheck("grad log_softmax", f_log_softmax, NULL, 1, a34, first, 2e-2);
+    tu_gradcheck("grad through copies of strided views", f_view_ops, NULL, 1, a34, first, 2e-2);
+    tu_gradcheck("grad reshape", f_reshape, NULL, 1, a34, first, 1e-2);
+    tu_gradcheck("grad transpose view", f_transpose, NULL, 1, a34, first, 2e-2);
+    tu_gradcheck("grad dropout (fixed mask)", f_dropout, NULL, 1, a34, first, 1e-2);
 
-    ld_tensor *mm[2] = {rnd(2, s23, -1, 1), rnd(2, s34, -1, 1)};
-    gradcheck("grad matmul 2x3 @ 3x4", f_matmul, NULL, 2, mm, yes, 2e-2);
-    ld_tensor *mmt[2] = {rnd(2, s23, -1, 1), rnd(2, s43, -1, 1)};
-    gradcheck("grad matmul with a transposed view", f_matmul_tview, NULL, 2, mmt, yes, 2e-2);
+    ld_tensor *mm[2] = {tu_rnd(2, s23, -1, 1), tu_rnd(2, s34, -1, 1)};
+    tu_gradcheck("grad matmul 2x3 @ 3x4", f_matmul, NULL, 2, mm, yes, 2e-2);
+    ld_tensor *mmt[2] = {tu_rnd(2, s23, -1, 1), tu_rnd(2, s43, -1, 1)};
+    tu_gradcheck("grad matmul with a transposed view", f_matmul_tview, NULL, 2, mmt, yes, 2e-2);
     int64_t s4[1] = {4};
-    ld_tensor *lin[3] = {rnd(2, s23, -1, 1), rnd(2, s34, -1, 1), rnd(1, s4, -1, 1)};
+    ld_tensor *lin[3] = {tu_rnd(2, s23, -1, 1), tu_rnd(2, s34, -1, 1), tu_rnd(1, s4, -1, 1)};
     int no_relu = 0, with_relu = 1;
-    gradcheck("grad dense (x @ w + b)", f_linear, &no_relu, 3, lin, yes, 2e-2);
-    gradcheck("grad dense with relu", f_linear, &with_relu, 3, lin, yes, 3e-2);
+    tu_gradcheck("grad dense (x @ w + b)", f_linear, &no_relu, 3, lin, yes, 2e-2);
+    tu_gradcheck("grad dense with relu", f_linear, &with_relu, 3, lin, yes, 3e-2);
     int64_t s223[3] = {2, 2, 3};
-    ld_tensor *bmm[2] = {rnd(3, s223, -1, 1), rnd(2, s34, -1, 1)};
-    gradcheck("grad batched matmul 2x2x3 @ 3x4", f_matmul, NULL, 2, bmm, yes, 2e-2);
+    ld_tensor *bmm[2] = {tu_rnd(3, s223, -1, 1), tu_rnd(2, s34, -1, 1)};
+    tu_gradcheck("grad batched matmul 2x2x3 @ 3x4", f_matmul, NULL, 2, bmm, yes, 2e-2);
 
     int64_t xs[4] = {2, 5, 5, 2}, ws[4] = {3, 3, 2, 3};
-    ld_tensor *cv[2] = {rnd(4, xs, -1, 1), rnd(4, ws, -1, 1)};
+    ld_tensor *cv[2] = {tu_rnd(4, xs, -1, 1), tu_rnd(4, ws, -1, 1)};
     int valid[2] = {1, 0}, same[2] = {1, 1}, stride2[2] = {2, 1};
-    gradcheck("grad conv2d valid", f_conv, valid, 2, cv, yes, 3e-2);
-    gradcheck("grad conv2d same", f_conv, same, 2, cv, yes, 3e-2);
-    gradcheck("grad conv2d same stride 2", f_conv, stride2, 2, cv, yes, 3e-2);
+    tu_gradcheck("grad conv2d valid", f_conv, valid, 2, cv, yes, 3e-2);
+    tu_gradcheck("grad conv2d same", f_conv, same, 2, cv, yes, 3e-2);
+    tu_gradcheck("grad conv2d same stride 2", f_conv, stride2, 2, cv, yes, 3e-2);
     int64_t b3[1] = {3};
-    ld_tensor *cl[3] = {cv[0], cv[1], rnd(1, b3, -0.5f, 0.5f)};
-    gradcheck("grad conv layer (im2col, dense with bias and relu)", f_conv_layer, NULL, 3, cl, yes, 3e-2);
+    ld_tensor *cl[3] = {cv[0], cv[1], tu_rnd(1, b3, -0.5f, 0.5f)};
+    tu_gradcheck("grad conv layer (im2col, dense with bias and relu)", f_conv_layer, NULL, 3, cl, yes, 3e-2);
     int64_t ps[4] = {2, 4, 4, 3};
-    ld_tensor *pl[1] = {rnd(4, ps, -1, 1)};
-    gradcheck("grad max_pool2d", f_pool, NULL, 1, pl, first, 2e-2);
+    ld_tensor *pl[1] = {tu_rnd(4, ps, -1, 1)};
+    tu_gradcheck("grad max_pool2d", f_pool, NULL, 1, pl, first, 2e-2);
 
     int64_t lab_shape[1] = {3};
     int64_t labs[3] = {1, 0, 3};
-    ld_tensor *xe[2] = {rnd(2, s34, -2, 2), ld_tensor_from_data(LD_I64, 1, lab_shape, labs, NULL)};
-    gradcheck("grad sparse cross-entropy from logits", f_xent, NULL, 2, xe, first, 2e-2);
+    ld_tensor *xe[2] = {tu_rnd(2, s34, -2, 2), ld_tensor_from_data(LD_I64, 1, lab_shape, labs, NULL)};
+    tu_gradcheck("grad sparse cross-entropy from logits", f_xent, NULL, 2, xe, first, 2e-2);
     ld_loss scce_p = {LD_LOSS_SPARSE_CCE, 0, 0, 0};
     ld_tensor *probs = ld_softmax(xe[0]);
     ld_tensor *xp[2] = {probs, xe[1]};
-    gradcheck("grad sparse cross-entropy from probabilities", f_loss, &scce_p, 2, xp, first, 3e-2);
+    tu_gradcheck("grad sparse cross-entropy from probabilities", f_loss, &scce_p, 2, xp, first, 3e-2);
     ld_loss cce = {LD_LOSS_CCE, 1, 0, 0}, bce_l = {LD_LOSS_BCE, 1, 0, 0}, bce_p = {LD_LOSS_BCE, 0, 0, 0}, mse = {LD_LOSS_MSE, 0, 0, 0};
     ld_tensor *onehot = ld_tensor_zeros(LD_F32, 2, s34, NULL);
     for (int i = 0; i < 3; i++) ld_tensor_set_flat(onehot, i * 4 + labs[i], 1);
-    ld_tensor *cc[2] = {rnd(2, s34, -2, 2), onehot};
-    gradcheck("grad categorical cross-entropy", f_loss, &cce, 2, cc, first, 3e-2);
+    ld_tensor *cc[2] = {tu_rnd(2, s34, -2, 2), onehot};
+    tu_gradcheck("grad categorical cross-entropy", f_loss, &cce, 2, cc, first, 3e-2);
     ld_tensor *bin = ld_tensor_zeros(LD_F32, 2, s34, NULL);
     for (int i = 0; i < 12; i += 3) ld_tensor_set_flat(bin, i, 1);
-    ld_tensor *bl[2] = {rnd(2, s34, -2, 2), bin};
-    gradcheck("grad binary cross-entropy from logits", f_loss, &bce_l, 2, bl, first, 3e-2);
-    ld_tensor *bp[2] = {rnd(2, s34, 0.1f, 0.9f), bin};
-    gradcheck("grad binary cross-entropy from probabilities", f_loss, &bce_p, 2, bp, first, 3e-2);
-    ld_tensor *ms[2] = {rnd(2, s34, -2, 2), rnd(2, s34, -2, 2)};
-    gradcheck("grad mean squared error", f_loss, &mse, 2, ms, first, 2e-2);
+    ld_tensor *bl[2] = {tu_rnd(2, s34, -2, 2), bin};
+    tu_gradcheck("grad binary cross-entropy from logits", f_loss, &bce_l, 2, bl, first, 3e-2);
+    ld_tensor *bp[2] = {tu_rnd(2, s34, 0.1f, 0.9f), bin};
+    tu_gradcheck("grad binary cross-entropy from probabilities", f_loss, &bce_p, 2, bp, first, 3e-2);
+    ld_tensor *ms[2] = {tu_rnd(2, s34, -2, 2), tu_rnd(2, s34, -2, 2)};
+    tu_gradcheck("grad mean squared error", f_loss, &mse, 2, ms, first, 2e-2);
 
     /* forward values against hand-computed references */
     TEST("matmul values") {
@@ -242,7 +179,7 @@ int main(void) {
         ld_tensor_release(a); ld_tensor_release(b); ld_tensor_release(c);
     }
     TEST("broadcast error names the shapes") {
-        ld_tensor *a = rnd(2, s23, 0, 1), *b = rnd(2, s34, 0, 1);
+        ld_tensor *a = tu_rnd(2, s23, 0, 1), *b = tu_rnd(2, s34, 0, 1);
         CHECK(ld_add(a, b) == NULL);
         CHECK(strstr(ld_error(), "2x3 and 3x4") != NULL);
         ld_tensor_release(a); ld_tensor_release(b);
@@ -255,7 +192,7 @@ int main(void) {
         ld_tensor_release(x); ld_tensor_release(y);
     }
     TEST("a non-persistent tape computes gradients once") {
-        ld_tensor *x = rnd(1, s3, 0, 1);
+        ld_tensor *x = tu_rnd(1, s3, 0, 1);
         x->requires_grad = 1;
         ld_tape *t = ld_tape_new(0);
         ld_tape_push(t);
@@ -271,7 +208,7 @@ int main(void) {
     TEST("the thread pool's kernels match single-threaded ones") {
         /* sizes above the parallel thresholds, so the split paths run */
         int64_t xs2[4] = {16, 28, 28, 4}, ws2[4] = {3, 3, 4, 8}, ms[2] = {300, 200}, ns[2] = {200, 150};
-        ld_tensor *x = rnd(4, xs2, -1, 1), *w = rnd(4, ws2, -1, 1), *a = rnd(2, ms, -1, 1), *b = rnd(2, ns, -1, 1);
+        ld_tensor *x = tu_rnd(4, xs2, -1, 1), *w = tu_rnd(4, ws2, -1, 1), *a = tu_rnd(2, ms, -1, 1), *b = tu_rnd(2, ns, -1, 1);
         ld_tensor *out[2][6];
         for (int pass = 0; pass < 2; pass++) {
             ld_cpu_set_threads(pass == 0 ? 1 : 2);

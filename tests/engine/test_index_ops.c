@@ -12,67 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef ld_tensor *(*op_fn)(ld_tensor **in, void *ud);
-
-static ld_rng rng;
-
-static ld_tensor *rnd(int ndim, const int64_t *shape, float lo, float hi) {
-    return ld_tensor_uniform(ndim, shape, lo, hi, &rng, NULL);
-}
-
-static double weighted_sum(ld_tensor *y, ld_tensor *r) {
-    double s = 0;
-    int64_t n = ld_tensor_numel(y);
-    for (int64_t i = 0; i < n; i++) s += ld_tensor_get_flat(y, i) * ld_tensor_get_flat(r, i);
-    return s;
-}
-
-/* test_grad.c's check: d/d in[k] of sum(f(x) * r) for every k with check[k] set. */
-static void gradcheck(const char *name, op_fn f, void *ud, int n, ld_tensor **in, const int *check, double tol) {
-    TEST(name) {
-        ld_tape *tape = ld_tape_new(0);
-        for (int k = 0; k < n; k++) if (check[k]) ld_tape_watch(tape, in[k]);
-        ld_tape_push(tape);
-        ld_tensor *y = f(in, ud);
-        if (!y) { ld_tape_pop(tape); CHECK(y != NULL); printf("#   %s\n", ld_error()); ld_tape_free(tape); continue; }
-        ld_tensor *r = rnd(y->ndim, y->shape, 0.5f, 1.5f);
-        ld_tensor *prod = ld_mul(y, r), *loss = ld_sum(prod, LD_ALL_AXES, 0);
-        ld_tape_pop(tape);
-        ld_tensor *grads[8] = {0};
-        int st = ld_tape_gradient(tape, loss, n, in, grads);
-        CHECK(st == LD_OK);
-        if (st) printf("#   %s\n", ld_error());
-        ld_tape_pause(1);
-        for (int k = 0; k < n && !st; k++) {
-            if (!check[k]) continue;
-            int64_t m = ld_tensor_numel(in[k]);
-            double worst = 0, scale = 1;
-            for (int64_t i = 0; i < m; i++) {
-                double x0 = ld_tensor_get_flat(in[k], i), h = 1e-3 * (fabs(x0) > 1 ? fabs(x0) : 1);
-                ld_tensor_set_flat(in[k], i, x0 + h);
-                ld_tensor *yp = f(in, ud);
-                double lp = weighted_sum(yp, r);
-                ld_tensor_set_flat(in[k], i, x0 - h);
-                ld_tensor *ym = f(in, ud);
-                double lm = weighted_sum(ym, r);
-                ld_tensor_set_flat(in[k], i, x0);
-                double num = (lp - lm) / (2 * h);
-                double ana = ld_tensor_get_flat(grads[k], i);
-                if (fabs(num) > scale) scale = fabs(num);
-                if (fabs(num - ana) > worst) worst = fabs(num - ana);
-                ld_tensor_release(yp);
-                ld_tensor_release(ym);
-            }
-            if (worst / scale > tol) printf("#   input %d: max error %.3g (scale %.3g)\n", k, worst, scale);
-            CHECK(worst / scale <= tol);
-        }
-        ld_tape_pause(0);
-        for (int k = 0; k < n; k++) ld_tensor_release(grads[k]);
-        ld_tensor_release(prod); ld_tensor_release(loss); ld_tensor_release(y); ld_tensor_release(r);
-        ld_tape_free(tape);
-    }
-}
-
 /* max |a - b| over two host float tensors of n elements; inf when one is missing */
 static double max_diff(ld_tensor *a, const float *ref, int64_t n) {
     if (!a || ld_tensor_numel(a) != n) return INFINITY;
@@ -168,7 +107,7 @@ static int error_has(const char *needle) {
 }
 
 int main(void) {
-    ld_rng_seed(&rng, 4321);
+    ld_rng_seed(&tu_rng, 4321);
     int yes[8] = {1, 1, 1, 1, 1, 1, 1, 1}, first[1] = {1};
     if (ld_cpu_devices(2)) { printf("not ok - %s\n", ld_error()); return 1; }
 
@@ -191,7 +130,7 @@ int main(void) {
                      cases[c].nd, cases[c].axis, threads);
             TEST(name) {
                 ld_tensor *xs[3];
-                for (int k = 0; k < cases[c].n; k++) xs[k] = rnd(cases[c].nd, cases[c].s[k], -1, 1);
+                for (int k = 0; k < cases[c].n; k++) xs[k] = tu_rnd(cases[c].nd, cases[c].s[k], -1, 1);
                 ld_tensor *y = ld_concat_op(cases[c].n, xs, cases[c].axis);
                 int ax = cases[c].axis < 0 ? cases[c].axis + cases[c].nd : cases[c].axis;
                 int64_t total;
@@ -210,7 +149,7 @@ int main(void) {
         }
         /* ---- slice forward: at both edges, in the middle, empty */
         int64_t s3[3] = {5, 1030, 7};
-        ld_tensor *x = rnd(3, s3, -1, 1);
+        ld_tensor *x = tu_rnd(3, s3, -1, 1);
         int64_t sl[][3] = {{1, 0, 1}, {1, 1029, 1}, {1, 0, 1030}, {1, 3, 600}, {0, 4, 1}, {0, 0, 5}, {-1, 6, 1},
                            {2, 2, 3}, {1, 7, 0}};
         for (size_t c = 0; c < sizeof sl / sizeof *sl; c++) {
@@ -248,47 +187,47 @@ int main(void) {
     ld_cpu_set_threads(1);
     {
         int64_t a[2] = {2, 3}, b[2] = {1, 3}, c[2] = {3, 3};
-        ld_tensor *in[3] = {rnd(2, a, -1, 1), rnd(2, b, -1, 1), rnd(2, c, -1, 1)};
+        ld_tensor *in[3] = {tu_rnd(2, a, -1, 1), tu_rnd(2, b, -1, 1), tu_rnd(2, c, -1, 1)};
         int arg2[2] = {2, 0}, arg3[2] = {3, 0};
-        gradcheck("grad concat 2 inputs axis 0", f_concat, arg2, 2, in, yes, 1e-2);
-        gradcheck("grad concat 3 inputs axis 0", f_concat, arg3, 3, in, yes, 1e-2);
+        tu_gradcheck("grad concat 2 inputs axis 0", f_concat, arg2, 2, in, yes, 1e-2);
+        tu_gradcheck("grad concat 3 inputs axis 0", f_concat, arg3, 3, in, yes, 1e-2);
         for (int k = 0; k < 3; k++) ld_tensor_release(in[k]);
         int64_t p[3] = {2, 3, 2}, q[3] = {2, 3, 1}, r[3] = {2, 3, 3};
-        ld_tensor *in3[3] = {rnd(3, p, -1, 1), rnd(3, q, -1, 1), rnd(3, r, -1, 1)};
+        ld_tensor *in3[3] = {tu_rnd(3, p, -1, 1), tu_rnd(3, q, -1, 1), tu_rnd(3, r, -1, 1)};
         int argm[2] = {3, -1};
-        gradcheck("grad concat 3 inputs axis -1", f_concat, argm, 3, in3, yes, 1e-2);
+        tu_gradcheck("grad concat 3 inputs axis -1", f_concat, argm, 3, in3, yes, 1e-2);
         int only_mid[3] = {0, 1, 0};
-        gradcheck("grad concat, one input watched", f_concat, argm, 3, in3, only_mid, 1e-2);
+        tu_gradcheck("grad concat, one input watched", f_concat, argm, 3, in3, only_mid, 1e-2);
         for (int k = 0; k < 3; k++) ld_tensor_release(in3[k]);
         int64_t m1[3] = {2, 1, 3}, m2[3] = {2, 2, 3};
-        ld_tensor *in1[2] = {rnd(3, m1, -1, 1), rnd(3, m2, -1, 1)};
+        ld_tensor *in1[2] = {tu_rnd(3, m1, -1, 1), tu_rnd(3, m2, -1, 1)};
         int arg1[2] = {2, 1};
-        gradcheck("grad concat 2 inputs axis 1", f_concat, arg1, 2, in1, yes, 1e-2);
+        tu_gradcheck("grad concat 2 inputs axis 1", f_concat, arg1, 2, in1, yes, 1e-2);
         ld_tensor_release(in1[0]); ld_tensor_release(in1[1]);
         /* more inputs than a node holds: a chain of nodes */
         ld_tensor *many[7];
-        for (int k = 0; k < 7; k++) { int64_t s[2] = {2, k % 3 + 1}; many[k] = rnd(2, s, -1, 1); }
+        for (int k = 0; k < 7; k++) { int64_t s[2] = {2, k % 3 + 1}; many[k] = tu_rnd(2, s, -1, 1); }
         int arg7[2] = {7, 1};
-        gradcheck("grad concat 7 inputs axis 1 (chained nodes)", f_concat, arg7, 7, many, yes, 1e-2);
+        tu_gradcheck("grad concat 7 inputs axis 1 (chained nodes)", f_concat, arg7, 7, many, yes, 1e-2);
         int some[7] = {0, 0, 0, 1, 0, 0, 1};
-        gradcheck("grad concat 7 inputs, only the 4th and 7th watched", f_concat, arg7, 7, many, some, 1e-2);
+        tu_gradcheck("grad concat 7 inputs, only the 4th and 7th watched", f_concat, arg7, 7, many, some, 1e-2);
         int arg5[2] = {5, 1};
-        gradcheck("grad concat 5 inputs axis 1 (chained nodes)", f_concat, arg5, 5, many + 2, yes, 1e-2);
+        tu_gradcheck("grad concat 5 inputs axis 1 (chained nodes)", f_concat, arg5, 5, many + 2, yes, 1e-2);
         for (int k = 0; k < 7; k++) ld_tensor_release(many[k]);
         int64_t t32[2] = {3, 2}, t24[2] = {2, 4};
-        ld_tensor *vin[2] = {rnd(2, t32, -1, 1), rnd(2, t24, -1, 1)};
-        gradcheck("grad concat of a transposed view", f_concat_view, NULL, 2, vin, yes, 1e-2);
+        ld_tensor *vin[2] = {tu_rnd(2, t32, -1, 1), tu_rnd(2, t24, -1, 1)};
+        tu_gradcheck("grad concat of a transposed view", f_concat_view, NULL, 2, vin, yes, 1e-2);
         ld_tensor_release(vin[0]); ld_tensor_release(vin[1]);
 
         int64_t s[3] = {3, 5, 2};
-        ld_tensor *x[1] = {rnd(3, s, -1, 1)};
+        ld_tensor *x[1] = {tu_rnd(3, s, -1, 1)};
         int64_t e0[3] = {1, 0, 2}, e1[3] = {1, 3, 2}, e2[3] = {0, 1, 1}, e3[3] = {-1, 1, 1}, e4[3] = {1, 0, 5};
-        gradcheck("grad slice axis 1 at the start", f_slice, e0, 1, x, first, 1e-2);
-        gradcheck("grad slice axis 1 at the end", f_slice, e1, 1, x, first, 1e-2);
-        gradcheck("grad slice axis 0 middle", f_slice, e2, 1, x, first, 1e-2);
-        gradcheck("grad slice axis -1", f_slice, e3, 1, x, first, 1e-2);
-        gradcheck("grad slice whole axis", f_slice, e4, 1, x, first, 1e-2);
-        gradcheck("grad slices concatenated (one slice used twice)", f_slice_concat, NULL, 1, x, first, 1e-2);
+        tu_gradcheck("grad slice axis 1 at the start", f_slice, e0, 1, x, first, 1e-2);
+        tu_gradcheck("grad slice axis 1 at the end", f_slice, e1, 1, x, first, 1e-2);
+        tu_gradcheck("grad slice axis 0 middle", f_slice, e2, 1, x, first, 1e-2);
+        tu_gradcheck("grad slice axis -1", f_slice, e3, 1, x, first, 1e-2);
+        tu_gradcheck("grad slice whole axis", f_slice, e4, 1, x, first, 1e-2);
+        tu_gradcheck("grad slices concatenated (one slice used twice)", f_slice_concat, NULL, 1, x, first, 1e-2);
         ld_tensor_release(x[0]);
     }
 
@@ -308,15 +247,15 @@ int main(void) {
             TEST(name) {
                 int64_t ts[2] = {ec[c].v, ec[c].d}, is[2] = {2, ec[c].n / 2 + ec[c].n % 2};
                 int64_t n = is[0] * is[1];
-                ld_tensor *table = rnd(2, ts, -1, 1);
+                ld_tensor *table = tu_rnd(2, ts, -1, 1);
                 ld_tensor *ids = ld_tensor_empty(ec[c].dt, 2, is, NULL);
                 for (int64_t i = 0; i < n; i++)   /* repeated ids, the first and last rows among them */
-                    ld_tensor_set_flat_int(ids, i, i == 0 ? ec[c].v - 1 : i == 1 ? 0 : (int64_t)(ld_rng_next(&rng) % (uint64_t)ec[c].v) / (i % 3 ? 1 : 2));
+                    ld_tensor_set_flat_int(ids, i, i == 0 ? ec[c].v - 1 : i == 1 ? 0 : (int64_t)(ld_rng_next(&tu_rng) % (uint64_t)ec[c].v) / (i % 3 ? 1 : 2));
                 ld_tape *tape = ld_tape_new(0);
                 ld_tape_watch(tape, table);
                 ld_tape_push(tape);
                 ld_tensor *y = ld_embedding_op(table, ids);
-                ld_tensor *g = y ? rnd(y->ndim, y->shape, -1, 1) : NULL;
+                ld_tensor *g = y ? tu_rnd(y->ndim, y->shape, -1, 1) : NULL;
                 ld_tensor *prod = g ? ld_mul(y, g) : NULL, *loss = prod ? ld_sum(prod, LD_ALL_AXES, 0) : NULL;
                 ld_tape_pop(tape);
                 CHECK(y && y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == is[1] && y->shape[2] == ec[c].d);
@@ -351,11 +290,11 @@ int main(void) {
     ld_cpu_set_threads(1);
     {
         int64_t ts[2] = {6, 3}, is[1] = {5};
-        ld_tensor *tab[1] = {rnd(2, ts, -1, 1)};
+        ld_tensor *tab[1] = {tu_rnd(2, ts, -1, 1)};
         ld_tensor *ids = ld_tensor_empty(LD_I64, 1, is, NULL);
         int64_t iv[5] = {2, 5, 2, 0, 2};
         for (int i = 0; i < 5; i++) ld_tensor_set_flat_int(ids, i, iv[i]);
-        gradcheck("grad embedding table (id 2 three times)", f_embed, ids, 1, tab, first, 1e-2);
+        tu_gradcheck("grad embedding table (id 2 three times)", f_embed, ids, 1, tab, first, 1e-2);
         ld_tensor_release(ids);
         ld_tensor_release(tab[0]);
     }
@@ -376,7 +315,7 @@ int main(void) {
                      pc[c].kw, pc[c].sh, pc[c].sw, pc[c].same ? "same" : "valid", threads);
             TEST(name) {
                 int64_t xs[4] = {pc[c].n, pc[c].h, pc[c].w, pc[c].c};
-                ld_tensor *x = rnd(4, xs, -1, 1);
+                ld_tensor *x = tu_rnd(4, xs, -1, 1);
                 int64_t oh, ow;
                 float *ref = ref_avgpool(x, pc[c].kh, pc[c].kw, pc[c].sh, pc[c].sw, pc[c].same, &oh, &ow);
                 ld_tensor *y = ld_avgpool2d(x, pc[c].kh, pc[c].kw, pc[c].sh, pc[c].sw, pc[c].same);
@@ -391,7 +330,7 @@ int main(void) {
                 ld_tape_watch(tape, x);
                 ld_tape_push(tape);
                 ld_tensor *y2 = ld_avgpool2d(x, pc[c].kh, pc[c].kw, pc[c].sh, pc[c].sw, pc[c].same);
-                ld_tensor *g = y2 ? rnd(4, y2->shape, -1, 1) : NULL;
+                ld_tensor *g = y2 ? tu_rnd(4, y2->shape, -1, 1) : NULL;
                 ld_tensor *prod = g ? ld_mul(y2, g) : NULL, *loss = prod ? ld_sum(prod, LD_ALL_AXES, 0) : NULL;
                 ld_tape_pop(tape);
                 ld_tensor *gx = NULL;
@@ -442,15 +381,15 @@ int main(void) {
     ld_cpu_set_threads(1);
     {
         int64_t xs[4] = {2, 5, 4, 2};
-        ld_tensor *x[1] = {rnd(4, xs, -1, 1)};
+        ld_tensor *x[1] = {tu_rnd(4, xs, -1, 1)};
         int v22[5] = {2, 2, 2, 2, 0}, s22[5] = {2, 2, 2, 2, 1}, s31[5] = {3, 3, 1, 1, 1}, v32[5] = {3, 2, 1, 2, 0};
-        gradcheck("grad avg_pool2d 2x2 stride 2 valid", f_avg, v22, 1, x, first, 1e-2);
-        gradcheck("grad avg_pool2d 2x2 stride 2 same (odd height)", f_avg, s22, 1, x, first, 1e-2);
-        gradcheck("grad avg_pool2d 3x3 stride 1 same", f_avg, s31, 1, x, first, 1e-2);
-        gradcheck("grad avg_pool2d 3x2 stride 1x2 valid", f_avg, v32, 1, x, first, 1e-2);
+        tu_gradcheck("grad avg_pool2d 2x2 stride 2 valid", f_avg, v22, 1, x, first, 1e-2);
+        tu_gradcheck("grad avg_pool2d 2x2 stride 2 same (odd height)", f_avg, s22, 1, x, first, 1e-2);
+        tu_gradcheck("grad avg_pool2d 3x3 stride 1 same", f_avg, s31, 1, x, first, 1e-2);
+        tu_gradcheck("grad avg_pool2d 3x2 stride 1x2 valid", f_avg, v32, 1, x, first, 1e-2);
         int keep0 = 0, keep1 = 1;
-        gradcheck("grad global_avg_pool2d", f_gap, &keep0, 1, x, first, 1e-2);
-        gradcheck("grad global_avg_pool2d keepdims", f_gap, &keep1, 1, x, first, 1e-2);
+        tu_gradcheck("grad global_avg_pool2d", f_gap, &keep0, 1, x, first, 1e-2);
+        tu_gradcheck("grad global_avg_pool2d keepdims", f_gap, &keep1, 1, x, first, 1e-2);
         TEST("global_avg_pool2d values and shapes") {
             ld_tensor *y = ld_global_avgpool2d(x[0], 0), *yk = ld_global_avgpool2d(x[0], 1);
             CHECK(y && y->ndim == 2 && y->shape[0] == 2 && y->shape[1] == 2);
@@ -473,7 +412,7 @@ int main(void) {
     TEST("cpu:1: concat, slice, embedding and avg_pool2d queued give the host's results") {
         ld_device *d1 = ld_device_find("cpu:1");
         int64_t s[2] = {3, 4}, s4[4] = {1, 5, 5, 2}, ts[2] = {5, 3}, is[1] = {4};
-        ld_tensor *a = rnd(2, s, -1, 1), *b = rnd(2, s, -1, 1), *x = rnd(4, s4, -1, 1), *t = rnd(2, ts, -1, 1);
+        ld_tensor *a = tu_rnd(2, s, -1, 1), *b = tu_rnd(2, s, -1, 1), *x = tu_rnd(4, s4, -1, 1), *t = tu_rnd(2, ts, -1, 1);
         ld_tensor *ids = ld_tensor_empty(LD_I32, 1, is, NULL);
         for (int i = 0; i < 4; i++) ld_tensor_set_flat_int(ids, i, (i * 3) % 5);
         ld_tensor *a1 = ld_to_device(a, d1), *b1 = ld_to_device(b, d1), *x1 = ld_to_device(x, d1);
@@ -513,8 +452,8 @@ int main(void) {
     /* ---- errors */
     TEST("error messages name the op and the shapes") {
         int64_t s23[2] = {2, 3}, s24[2] = {2, 4}, s33[2] = {3, 3}, s3[1] = {3}, s4[4] = {1, 3, 3, 1};
-        ld_tensor *a = rnd(2, s23, 0, 1), *b = rnd(2, s24, 0, 1), *c = rnd(2, s33, 0, 1), *v = rnd(1, s3, 0, 1);
-        ld_tensor *x = rnd(4, s4, 0, 1);
+        ld_tensor *a = tu_rnd(2, s23, 0, 1), *b = tu_rnd(2, s24, 0, 1), *c = tu_rnd(2, s33, 0, 1), *v = tu_rnd(1, s3, 0, 1);
+        ld_tensor *x = tu_rnd(4, s4, 0, 1);
         ld_tensor *ai = ld_cast(a, LD_I32);
         ld_tensor *ab[2] = {a, b}, *ac[2] = {a, c}, *av[2] = {a, v}, *aai[2] = {a, ai};
         CHECK(ld_concat_op(2, ab, 0) == NULL && error_has("concat along axis 0: shapes 2x3 and 2x4 differ"));
@@ -530,7 +469,7 @@ int main(void) {
         CHECK(ld_slice_op(a, 0, -1, 1) == NULL && error_has("slice"));
         CHECK(ld_slice_op(a, -3, 0, 1) == NULL && error_has("slice: axis -3 out of range"));
         int64_t is[1] = {3};
-        ld_tensor *ids = ld_tensor_empty(LD_I64, 1, is, NULL), *fids = rnd(1, is, 0, 1);
+        ld_tensor *ids = ld_tensor_empty(LD_I64, 1, is, NULL), *fids = tu_rnd(1, is, 0, 1);
         ld_tensor_set_flat_int(ids, 0, 0); ld_tensor_set_flat_int(ids, 1, 2); ld_tensor_set_flat_int(ids, 2, 3);
         CHECK(ld_embedding_op(c, ids) == NULL && ld_error_status() == LD_EARG &&
               error_has("embedding: id 3 at position 2 is outside [0, 3)"));

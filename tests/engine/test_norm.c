@@ -15,72 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef ld_tensor *(*op_fn)(ld_tensor **in, void *ud);
-
-static ld_rng rng;
-
-static ld_tensor *rnd(int ndim, const int64_t *shape, float lo, float hi) {
-    return ld_tensor_uniform(ndim, shape, lo, hi, &rng, NULL);
-}
-static ld_tensor *vec(int64_t n, float lo, float hi) { int64_t s[1] = {n}; return rnd(1, s, lo, hi); }
+static ld_tensor *vec(int64_t n, float lo, float hi) { int64_t s[1] = {n}; return tu_rnd(1, s, lo, hi); }
 static double *host(const ld_tensor *t) {
     int64_t n = ld_tensor_numel(t);
     double *d = malloc(sizeof(double) * (size_t)(n ? n : 1));
     for (int64_t i = 0; i < n; i++) d[i] = ld_tensor_get_flat(t, i);
     return d;
-}
-
-static double weighted_sum(ld_tensor *y, ld_tensor *r) {
-    double s = 0;
-    int64_t n = ld_tensor_numel(y);
-    for (int64_t i = 0; i < n; i++) s += ld_tensor_get_flat(y, i) * ld_tensor_get_flat(r, i);
-    return s;
-}
-
-/* ---- the gradcheck of test_grad.c: d/d in[k] of sum(f(x) * R) ---- */
-static void gradcheck(const char *name, op_fn f, void *ud, int n, ld_tensor **in, const int *check, double tol) {
-    TEST(name) {
-        ld_tape *tape = ld_tape_new(0);
-        for (int k = 0; k < n; k++) if (check[k]) ld_tape_watch(tape, in[k]);
-        ld_tape_push(tape);
-        ld_tensor *y = f(in, ud);
-        if (!y) { ld_tape_pop(tape); CHECK(y != NULL); printf("#   %s\n", ld_error()); ld_tape_free(tape); continue; }
-        ld_tensor *r = rnd(y->ndim, y->shape, 0.5f, 1.5f);
-        ld_tensor *prod = ld_mul(y, r), *loss = ld_sum(prod, LD_ALL_AXES, 0);
-        ld_tape_pop(tape);
-        ld_tensor *grads[4] = {0};
-        int st = ld_tape_gradient(tape, loss, n, in, grads);
-        CHECK(st == LD_OK);
-        if (st) printf("#   %s\n", ld_error());
-        ld_tape_pause(1);
-        for (int k = 0; k < n && !st; k++) {
-            if (!check[k]) continue;
-            int64_t m = ld_tensor_numel(in[k]);
-            double worst = 0, scale = 1;
-            for (int64_t i = 0; i < m; i++) {
-                double x0 = ld_tensor_get_flat(in[k], i), h = 1e-3 * (fabs(x0) > 1 ? fabs(x0) : 1);
-                ld_tensor_set_flat(in[k], i, x0 + h);
-                ld_tensor *yp = f(in, ud);
-                double lp = weighted_sum(yp, r);
-                ld_tensor_set_flat(in[k], i, x0 - h);
-                ld_tensor *ym = f(in, ud);
-                double lm = weighted_sum(ym, r);
-                ld_tensor_set_flat(in[k], i, x0);
-                double num = (lp - lm) / (2 * h);
-                double ana = ld_tensor_get_flat(grads[k], i);
-                if (fabs(num) > scale) scale = fabs(num);
-                if (fabs(num - ana) > worst) worst = fabs(num - ana);
-                ld_tensor_release(yp);
-                ld_tensor_release(ym);
-            }
-            if (worst / scale > tol) printf("#   input %d: max error %.3g (scale %.3g)\n", k, worst, scale);
-            CHECK(worst / scale <= tol);
-        }
-        ld_tape_pause(0);
-        for (int k = 0; k < n; k++) ld_tensor_release(grads[k]);
-        ld_tensor_release(prod); ld_tensor_release(loss); ld_tensor_release(y); ld_tensor_release(r);
-        ld_tape_free(tape);
-    }
 }
 
 /* ---- double-precision references over [rows, c] ---- */
@@ -165,8 +105,8 @@ static void check_size(int64_t rows, int64_t c, int bn, int affine) {
              bn ? "batch_norm (training)" : "layer_norm", (long long)rows, (long long)c, affine ? "" : " (no gamma/beta)");
     TEST(name) {
         int64_t xs[2] = {rows, c};
-        ld_tensor *x = rnd(2, xs, -2, 3), *g = affine ? vec(c, 0.5f, 1.5f) : NULL, *b = affine ? vec(c, -1, 1) : NULL;
-        ld_tensor *R = rnd(2, xs, -1, 1), *mm = ld_tensor_zeros(LD_F32, 1, &c, NULL), *mv = ld_tensor_full(LD_F32, 1, &c, 1, NULL);
+        ld_tensor *x = tu_rnd(2, xs, -2, 3), *g = affine ? vec(c, 0.5f, 1.5f) : NULL, *b = affine ? vec(c, -1, 1) : NULL;
+        ld_tensor *R = tu_rnd(2, xs, -1, 1), *mm = ld_tensor_zeros(LD_F32, 1, &c, NULL), *mv = ld_tensor_full(LD_F32, 1, &c, 1, NULL);
         ld_tensor *in[3] = {x, g, b};
         ld_tape *tape = ld_tape_new(0);
         ld_tape_watch(tape, x);
@@ -249,35 +189,35 @@ static int bn_run(ld_tensor *x, ld_tensor *g, ld_tensor *b, ld_tensor *mm, ld_te
 }
 
 int main(void) {
-    ld_rng_seed(&rng, 4321);
+    ld_rng_seed(&tu_rng, 4321);
     if (ld_cpu_threads() < 4) ld_cpu_set_threads(4);
     int yes[3] = {1, 1, 1}, first[3] = {1, 0, 0};
 
     /* ---- finite differences ---- */
     int64_t s45[2] = {4, 5}, s234[3] = {2, 3, 4}, s63[2] = {6, 3}, nhwc[4] = {2, 3, 3, 2};
-    ld_tensor *ln1[3] = {rnd(2, s45, -2, 2), vec(5, 0.5f, 1.5f), vec(5, -1, 1)};
-    gradcheck("grad layer_norm 4x5 (x, gamma, beta)", f_ln, NULL, 3, ln1, yes, 2e-2);
-    ld_tensor *ln2[3] = {rnd(3, s234, -2, 2), vec(4, 0.5f, 1.5f), vec(4, -1, 1)};
-    gradcheck("grad layer_norm 2x3x4 (x, gamma, beta)", f_ln, NULL, 3, ln2, yes, 2e-2);
+    ld_tensor *ln1[3] = {tu_rnd(2, s45, -2, 2), vec(5, 0.5f, 1.5f), vec(5, -1, 1)};
+    tu_gradcheck("grad layer_norm 4x5 (x, gamma, beta)", f_ln, NULL, 3, ln1, yes, 2e-2);
+    ld_tensor *ln2[3] = {tu_rnd(3, s234, -2, 2), vec(4, 0.5f, 1.5f), vec(4, -1, 1)};
+    tu_gradcheck("grad layer_norm 2x3x4 (x, gamma, beta)", f_ln, NULL, 3, ln2, yes, 2e-2);
     ld_tensor *ln3[3] = {ln1[0], NULL, NULL};
-    gradcheck("grad layer_norm without gamma/beta", f_ln, NULL, 1, ln3, first, 2e-2);
+    tu_gradcheck("grad layer_norm without gamma/beta", f_ln, NULL, 1, ln3, first, 2e-2);
 
     bn_cfg train = {0.9f, 1e-3f, 1, 0, NULL, NULL}, infer = {0.9f, 1e-3f, 0, 0, NULL, NULL};
     int64_t c3 = 3, c2 = 2;
     train.mm = ld_tensor_zeros(LD_F32, 1, &c3, NULL); train.mv = ld_tensor_full(LD_F32, 1, &c3, 1, NULL);
-    ld_tensor *bn1[3] = {rnd(2, s63, -2, 2), vec(3, 0.5f, 1.5f), vec(3, -1, 1)};
-    gradcheck("grad batch_norm training 6x3 (x, gamma, beta)", f_bn, &train, 3, bn1, yes, 2e-2);
+    ld_tensor *bn1[3] = {tu_rnd(2, s63, -2, 2), vec(3, 0.5f, 1.5f), vec(3, -1, 1)};
+    tu_gradcheck("grad batch_norm training 6x3 (x, gamma, beta)", f_bn, &train, 3, bn1, yes, 2e-2);
     ld_tensor *bn1n[3] = {bn1[0], NULL, NULL};
-    gradcheck("grad batch_norm training without gamma/beta", f_bn, &train, 1, bn1n, first, 2e-2);
+    tu_gradcheck("grad batch_norm training without gamma/beta", f_bn, &train, 1, bn1n, first, 2e-2);
     bn_cfg train2 = train;
     train2.mm = ld_tensor_zeros(LD_F32, 1, &c2, NULL); train2.mv = ld_tensor_full(LD_F32, 1, &c2, 1, NULL);
-    ld_tensor *bn2[3] = {rnd(4, nhwc, -2, 2), vec(2, 0.5f, 1.5f), vec(2, -1, 1)};
-    gradcheck("grad batch_norm training NHWC 2x3x3x2 (x, gamma, beta)", f_bn, &train2, 3, bn2, yes, 2e-2);
+    ld_tensor *bn2[3] = {tu_rnd(4, nhwc, -2, 2), vec(2, 0.5f, 1.5f), vec(2, -1, 1)};
+    tu_gradcheck("grad batch_norm training NHWC 2x3x3x2 (x, gamma, beta)", f_bn, &train2, 3, bn2, yes, 2e-2);
     infer.mm = vec(3, -0.5f, 0.5f); infer.mv = vec(3, 0.5f, 2.0f);
-    gradcheck("grad batch_norm inference 6x3 (x, gamma, beta)", f_bn, &infer, 3, bn1, yes, 2e-2);
+    tu_gradcheck("grad batch_norm inference 6x3 (x, gamma, beta)", f_bn, &infer, 3, bn1, yes, 2e-2);
     bn_cfg train_sync = train;
     train_sync.sync = 1;
-    gradcheck("grad batch_norm training synchronized (one replica)", f_bn, &train_sync, 3, bn1, yes, 2e-2);
+    tu_gradcheck("grad batch_norm training synchronized (one replica)", f_bn, &train_sync, 3, bn1, yes, 2e-2);
 
     /* ---- values and gradients against the references, across block edges ---- */
     int64_t rows_l[3] = {1, 17, 1000}, cs[3] = {1, 3, 130};
@@ -293,7 +233,7 @@ int main(void) {
 
     TEST("layer_norm over 1 channel gives beta") {
         int64_t s[2] = {17, 1};
-        ld_tensor *x = rnd(2, s, -1, 1), *g = vec(1, 2, 3), *b = vec(1, -1, 1);
+        ld_tensor *x = tu_rnd(2, s, -1, 1), *g = vec(1, 2, 3), *b = vec(1, -1, 1);
         ld_tensor *y = ld_layer_norm(x, g, b, 1e-3f);
         CHECK(y != NULL);
         for (int64_t i = 0; y && i < 17; i++) CHECK_NEAR(ld_tensor_get_flat(y, i), ld_tensor_get_flat(b, 0), 1e-6);
@@ -302,7 +242,7 @@ int main(void) {
 
     TEST("batch_norm inference values") {
         int64_t s[3] = {17, 2, 130};
-        ld_tensor *x = rnd(3, s, -2, 2), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1);
+        ld_tensor *x = tu_rnd(3, s, -2, 2), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1);
         ld_tensor *mm = vec(130, -0.5f, 0.5f), *mv = vec(130, 0.5f, 2);
         ld_tensor *mm0 = ld_clone(mm), *mv0 = ld_clone(mv);
         ld_tensor *y = ld_batch_norm(x, g, b, mm, mv, 0.99f, 1e-3f, 0, 0);
@@ -324,7 +264,7 @@ int main(void) {
     TEST("moving statistics after two training calls follow the Keras formula") {
         int64_t s[4] = {3, 4, 5, 3};
         int64_t c = 3, rows = 60;
-        ld_tensor *x1 = rnd(4, s, -1, 3), *x2 = rnd(4, s, 2, 5);
+        ld_tensor *x1 = tu_rnd(4, s, -1, 3), *x2 = tu_rnd(4, s, 2, 5);
         ld_tensor *mm = vec(3, -0.5f, 0.5f), *mv = vec(3, 0.5f, 2);
         double m[3], v[3];
         for (int k = 0; k < 3; k++) { m[k] = ld_tensor_get_flat(mm, k); v[k] = ld_tensor_get_flat(mv, k); }
@@ -379,7 +319,7 @@ int main(void) {
 
     TEST("synchronized equals unsynchronized with one replica (bit for bit)") {
         int64_t s[2] = {1000, 130};
-        ld_tensor *x = rnd(2, s, -2, 3), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1), *R = rnd(2, s, -1, 1);
+        ld_tensor *x = tu_rnd(2, s, -2, 3), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1), *R = tu_rnd(2, s, -1, 1);
         ld_tensor *mmA = vec(130, -1, 1), *mvA = vec(130, 0.5f, 2), *mmB = ld_clone(mmA), *mvB = ld_clone(mvA);
         ld_tensor *mmC = ld_clone(mmA), *mvC = ld_clone(mvA);
         ld_tensor *a[4] = {0}, *bb[4] = {0}, *cc[4] = {0};
@@ -399,7 +339,7 @@ int main(void) {
 
     TEST("the thread pool's split gives what one thread gives (to rounding)") {
         int64_t s[2] = {1000, 130};
-        ld_tensor *x = rnd(2, s, -2, 3), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1), *R = rnd(2, s, -1, 1);
+        ld_tensor *x = tu_rnd(2, s, -2, 3), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1), *R = tu_rnd(2, s, -1, 1);
         ld_tensor *res[2][4] = {{0}}, *mms[2], *mvs[2];
         int th = ld_cpu_threads();
         for (int pass = 0; pass < 2; pass++) {
@@ -424,7 +364,7 @@ int main(void) {
         CHECK(d1 != NULL);
         if (d1) {
             int64_t s[4] = {4, 5, 5, 130};
-            ld_tensor *x = rnd(4, s, -2, 3), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1), *R = rnd(4, s, -1, 1);
+            ld_tensor *x = tu_rnd(4, s, -2, 3), *g = vec(130, 0.5f, 1.5f), *b = vec(130, -1, 1), *R = tu_rnd(4, s, -1, 1);
             ld_tensor *mm = ld_tensor_zeros(LD_F32, 1, &s[3], NULL), *mv = ld_tensor_full(LD_F32, 1, &s[3], 1, NULL);
             ld_tensor *x1 = ld_to_device(x, d1), *g1 = ld_to_device(g, d1), *b1 = ld_to_device(b, d1);
             ld_tensor *R1 = ld_to_device(R, d1), *mm1 = ld_to_device(mm, d1), *mv1 = ld_to_device(mv, d1);
@@ -451,7 +391,7 @@ int main(void) {
 
     TEST("errors name the op and the shapes") {
         int64_t s[2] = {4, 3};
-        ld_tensor *x = rnd(2, s, -1, 1), *g4 = vec(4, 0, 1), *g3 = vec(3, 0, 1), *mm = vec(3, 0, 1), *mv = vec(3, 1, 2);
+        ld_tensor *x = tu_rnd(2, s, -1, 1), *g4 = vec(4, 0, 1), *g3 = vec(3, 0, 1), *mm = vec(3, 0, 1), *mv = vec(3, 1, 2);
         ld_tensor *mv5 = vec(5, 1, 2);
         CHECK(ld_batch_norm(x, g4, NULL, mm, mv, 0.9f, 1e-3f, 1, 0) == NULL);
         CHECK(ld_error_status() == LD_ESHAPE);

@@ -31,4 +31,15 @@ const char *tu_path(const char *name);      /* tu_dir/name (8 rotating buffers) 
 void tu_write_file(const char *path, const void *data, size_t n);
 int tu_count_prefixed(const char *prefix);  /* files in tu_dir whose name starts with prefix */
 int tu_contains(const char *hay, const char *needle);   /* strstr, printing the miss */
+/* ---- finite-difference gradient checks (test_grad.c and the op tests) ---- */
+/* the tests' random numbers: main seeds it; tu_rnd draws from it */
+extern ld_rng tu_rng;
+ld_tensor *tu_rnd(int ndim, const int64_t *shape, float lo, float hi);   /* uniform in [lo, hi) */
+double tu_weighted_sum(ld_tensor *y, ld_tensor *r);                       /* sum(y * r) */
+typedef ld_tensor *(*tu_op_fn)(ld_tensor **in, void *ud);
+/* One test `name`: the tape's d/d in[k] of L = sum(f(in, ud) * R), R a fixed
+ * random tensor from tu_rng, against central differences, for every k < n with
+ * check[k] set (only those are watched); fails when max error / max(1, max
+ * |numeric|) > tol for one of them. Any n. */
+void tu_gradcheck(const char *name, tu_op_fn f, void *ud, int n, ld_tensor **in, const int *check, double tol);
 #endif

@@ -1,0 +1,38 @@
+/*
+ * ld_ops_internal.h - helpers the op files share (ld_ops.c, ld_ops_index.c,
+ * ld_ops_attn.c, ld_ops_norm.c); defined in ld_ops.c. Not part of the API.
+ */
+#ifndef LD_OPS_INTERNAL_H
+#define LD_OPS_INTERNAL_H
+
+#include "ld_device.h"
+
+#define DEV(t) ((t)->storage->device)
+#define BE(t) (DEV(t)->backend)
+#define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
+
+/* An op's output: written only by the kernel the op queues on its device,
+   so it may reuse a block whose old kernels are still queued there
+   (ld_alloc_stream_ordered). Anything the host writes is ld_tensor_empty. */
+ld_tensor *ld_ops_out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);
+
+/* ld_contiguous that keeps the graph: a copy of a strided view that needs a
+   gradient is recorded, so the gradient reaches the view's source. NULL
+   stays NULL. */
+ld_tensor *ld_ops_contig(ld_tensor *x);
+
+/* LD_EDEVICE (with the message "<op>: tensors are on A and B; move one with
+   :to()") unless a and b are on the same device */
+int ld_ops_same_device(const ld_tensor *a, const ld_tensor *b, const char *op);
+
+/* *axis in [-ndim, ndim) made non-negative; LD_EARG past it */
+int ld_ops_norm_axis(const ld_tensor *t, int *axis, const char *op);
+
+/* the products of shape's dimensions before and after axis */
+void ld_ops_split_axis(int ndim, const int64_t *shape, int axis, int64_t *outer, int64_t *inner);
+
+/* "same" padding along one axis of size in, kernel k, stride s: the output
+   size ceil(in / s) and the padding before it (half the total, rounded down) */
+void ld_ops_same_pad(int64_t in, int64_t k, int64_t s, int64_t *out, int64_t *pad);
+
+#endif
