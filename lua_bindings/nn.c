@@ -1123,6 +1123,8 @@ static int nn_count_correct(lua_State *L) {
 }
 
 static const char *const nn_docs[] = {
+    "layer_from_config", "nn.layer_from_config{class_name=, config=}\n\nA layer from its class name and layer:get_config() "
+                         "(Keras's layers.deserialize).",
     "Sequential", "nn.Sequential{layer1, layer2, ..., name=}\n\nA stack of layers. model(x, {training=}) runs it;\n"
                   "model.trainable_variables lists the weights; model:summary() prints a table;\n"
                   "model:compile{optimizer=, loss=, metrics=}, model:fit(ds, {epochs=}), model:evaluate(ds), model:predict(x);\n"

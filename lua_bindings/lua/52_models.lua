@@ -181,6 +181,11 @@ setmetatable(Model, {
   end,
 })
 Model.extend = extend
+doc(Model, "nn.Model", "nn.Model{inputs=, outputs=, name=}\n\n" ..
+  "A Functional model: inputs are nn.Input values (or a list), outputs what layers called on them\n" ..
+  "gave (or a list); layers may be shared. model(x) runs it (a list of tensors for several inputs).\n" ..
+  "nn.Model:extend(name) makes a subclassed model instead. Every model has fit, evaluate, predict,\n" ..
+  "summary, get_weights/set_weights, save_weights/load_weights, get_config, to_json and save.")
 doc(Model.extend, "Model:extend", "nn.Model:extend(name) -> class\n\n" ..
   "A subclassed model, Keras's class MyModel(keras.Model): define class:init(...) (make the layers,\n" ..
   "assigned to fields: they are tracked) and class:call(x, training); class(...) makes a model.\n" ..
