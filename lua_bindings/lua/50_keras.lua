@@ -213,7 +213,13 @@ function Model:compile(opts)
   -- a model made outside any scope but compiled inside one trains under that
   -- strategy (its variables are placed there when it is built)
   local d = ldist.distribute
-  if d and not self.distribute_strategy and d.has_strategy() then d._on_model_created(self) end
+  if d and not self.distribute_strategy and d.has_strategy() then
+    if #self.weights > 0 then   -- TF's error: its variables are not the strategy's
+      error(("bad argument #1 to 'compile' (the model's variables were made outside the scope of %s, which compiles " ..
+        "it: make (or build) the model inside the scope, as TF requires)"):format(tostring(d.get_strategy())), 2)
+    end
+    d._on_model_created(self)
+  end
   return self
 end
 

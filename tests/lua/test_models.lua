@@ -207,5 +207,26 @@ T.test("nn.load_model: a truncated file, another format, other shapes give error
   T.raises(function() nn.Sequential { nn.Dense(2) }:save(path("x.safetensors")) end, "has no weights yet")
 end)
 
+T.test("a model whose variables were made outside a strategy's scope cannot be compiled in it (TF's rule)", function()
+  ldist.config.cpu_devices(2)
+  local s = distribute.MirroredStrategy { devices = { "cpu:0", "cpu:1" } }
+  local x = nn.Input { shape = { 4 } }
+  local m = nn.Model { inputs = x, outputs = nn.Dense(2)(x) }
+  T.raises(function()
+    local _ <close> = s:scope()
+    m:compile { optimizer = "sgd", loss = "mean_squared_error" }
+  end, "the model's variables were made outside the scope of <MirroredStrategy")
+  -- made in the scope: it compiles and trains there
+  local m2
+  do
+    local _ <close> = s:scope()
+    local x2 = nn.Input { shape = { 4 } }
+    m2 = nn.Model { inputs = x2, outputs = nn.Dense(2)(x2) }
+    m2:compile { optimizer = "sgd", loss = "mean_squared_error" }
+  end
+  T.eq(m2.distribute_strategy, s)
+  m2:fit(tensor.ones(8, 4), tensor.ones(8, 2), { epochs = 1, verbose = 0 })
+end)
+
 os.execute("rm -rf '" .. dir .. "'")
 T.done()
