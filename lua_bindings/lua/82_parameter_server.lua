@@ -421,6 +421,12 @@ function PS:_fit(model, x, y, opts)
   if not model.built then
     for b in ds do model:build((function() local sh = {}; for d = 2, b[1].ndim do sh[d - 1] = b[1].shape[d] end; return sh end)()); break end
   end
+  local fixed = model.non_trainable_variables
+  if #fixed > 0 then   -- their updates would stay on the workers: inference here would use stale values
+    error(("bad argument to 'fit' (the model has %d non-trainable weights, such as %s (BatchNormalization's moving " ..
+      "statistics): the parameter servers do not keep them yet, so this model cannot train under " ..
+      "ParameterServerStrategy; use MirroredStrategy or MultiWorkerMirroredStrategy)"):format(#fixed, fixed[1].name or "?"), 3)
+  end
   self:_place(model)
   local coord = distribute.ClusterCoordinator(self)
   local pwd = coord:create_per_worker_dataset(ds)

@@ -800,9 +800,15 @@ end
 -- synchronized BatchNorm: the batch statistics of the global batch, so every
 -- strategy equals one device (unsynchronized, each replica normalizes its
 -- own share, as TF does: see tests/lua/test_sync_bn.lua)
-add { name = "fit_batchnorm_synchronized", also = { "mw_local" }, tol = 1e-4, run = function(S)
+add { name = "fit_batchnorm_synchronized", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
   local x, y = make_data(96, { 6, 6, 1 }, 3)
-  return fit_model(S, function()
+  local run = S.kind == "ps" and function(...)   -- its moving statistics: an error naming them, never stale values
+    local ok, err = pcall(fit_model, ...)
+    check(not ok and tostring(err):find("non-trainable weights", 1, true),
+      "BatchNormalization under ParameterServerStrategy: %s", ok and "trained" or tostring(err))
+    return { _skip_compare = 1 }
+  end or fit_model
+  return run(S, function()
     -- no bias before the normalization (it would get a zero gradient, noise that Adam-like
     -- optimizers blow up; ResNets leave it out too)
     return nn.Sequential { nn.Conv2D(4, 3, { padding = "same", use_bias = false }),
