@@ -43,7 +43,7 @@ const ld_layer_class ld_layer_dense = {
     "Dense", "dense", NULL, {"units", "activation"},
     {LD_PINT("units", NULL), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
      LD_PBOOL("use_bias", "true"), LD_PEND},
-    1, 1, 0, dense_check, dense_build, dense_forward,
+    1, 1, LD_FLEX_ALL_BUT_LAST /* a sequence of any length */, dense_check, dense_build, dense_forward,
     "nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=true}\n\n"
     "A fully connected layer: activation(x @ kernel + bias) on the last axis.\n"
     "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu."};

@@ -30,14 +30,6 @@ static int build_axis(const ld_layer *l, int64_t axis, const ld_shape *in) {
                        l->name, (long long)axis, in_str(in, b, sizeof b));
     return LD_OK;
 }
-/* the axes before the last may vary (flexible ~0u); the channels may not */
-static int same_channels(const ld_layer *l, const ld_tensor *x) {
-    int64_t c = l->in[0].d[l->in[0].ndim - 1];
-    if (x->shape[x->ndim - 1] == c) return LD_OK;
-    char b[LD_SHAPE_STR_MAX];
-    return ld_fail(LD_ESHAPE, "%s was built for %lld channels on the last axis, got inputs of shape %s", l->name,
-                   (long long)c, ld_shape_str(x, b, sizeof b));
-}
 
 /* ================================================================ BatchNormalization */
 enum { BN_AXIS, BN_MOMENTUM, BN_EPS, BN_CENTER, BN_SCALE, BN_SYNC };
@@ -63,7 +55,6 @@ static int bn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     return LD_OK;
 }
 static ld_tensor *bn_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    if (same_channels(l, xs[0])) return NULL;
     int k = 0;
     ld_tensor *gamma = ld_p_int(l, BN_SCALE) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *beta = ld_p_int(l, BN_CENTER) ? ld_var(l->vars[k++]) : NULL;
@@ -78,7 +69,7 @@ const ld_layer_class ld_layer_batch_normalization = {
     "BatchNormalization", "batch_normalization", NULL, {"axis"},
     {LD_PINT("axis", "-1"), LD_PFLOAT("momentum", "0.99"), LD_PFLOAT("epsilon", "0.001"), LD_PBOOL("center", "true"),
      LD_PBOOL("scale", "true"), LD_PBOOL("synchronized", "false"), LD_PEND},
-    1, 1, ~0u /* every axis but the channels (checked in forward) */, bn_check, bn_build, bn_forward,
+    1, 1, LD_FLEX_ALL_BUT_LAST /* images of any size */, bn_check, bn_build, bn_forward,
     "nn.BatchNormalization{momentum=0.99, epsilon=0.001, center=true, scale=true, synchronized=false}\n\n"
     "Normalize each channel (the last axis): in training by the batch's mean and variance, updating\n"
     "moving_mean / moving_variance (moving = moving * momentum + batch * (1 - momentum)); in inference\n"
@@ -104,7 +95,6 @@ static int ln_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     return LD_OK;
 }
 static ld_tensor *ln_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    if (same_channels(l, xs[0])) return NULL;
     int k = 0;
     ld_tensor *gamma = ld_p_int(l, LN_SCALE) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *beta = ld_p_int(l, LN_CENTER) ? ld_var(l->vars[k]) : NULL;
@@ -117,6 +107,6 @@ const ld_layer_class ld_layer_layer_normalization = {
     "LayerNormalization", "layer_normalization", NULL, {"axis"},
     {LD_PINT("axis", "-1"), LD_PFLOAT("epsilon", "0.001"), LD_PBOOL("center", "true"), LD_PBOOL("scale", "true"),
      LD_PEND},
-    1, 1, ~0u /* every axis but the last (checked in forward) */, ln_check, ln_build, ln_forward,
+    1, 1, LD_FLEX_ALL_BUT_LAST, ln_check, ln_build, ln_forward,
     "nn.LayerNormalization{epsilon=0.001, center=true, scale=true}\n\n"
     "Normalize each example over the last axis (mean 0, variance 1), then * gamma + beta."};

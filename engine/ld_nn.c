@@ -300,10 +300,13 @@ static int check_input(ld_layer *l, int k, const ld_tensor *x) {
     if (x->ndim - 1 == s->ndim) {
         int ok = 1;
         for (int i = 0; i < s->ndim && ok; i++)
-            ok = x->shape[i + 1] == s->d[i] || (i < 32 && (l->cls->flexible >> i & 1));
+            ok = x->shape[i + 1] == s->d[i] || ld_layer_axis_flexible(l->cls, i, s->ndim);
         if (ok) return LD_OK;
     }
     char want[96] = "", b[64];
+    if (l->cls->flexible == LD_FLEX_ALL_BUT_LAST && x->ndim - 1 == s->ndim)
+        return ld_fail(LD_ESHAPE, "%s was built for inputs with %lld on the last axis (features, channels), got %s",
+                       l->name, (long long)s->d[s->ndim - 1], ld_shape_str(x, b, sizeof b));
     size_t q = snprintf(want, sizeof want, "batch");
     for (int i = 0; i < s->ndim && q < sizeof want; i++) q += snprintf(want + q, sizeof want - q, "x%lld", (long long)s->d[i]);
     if (l->n_in > 1)
@@ -483,11 +486,58 @@ static ld_tensor *reduce_loss(const ld_loss *l, ld_tensor *per) {
     return ld_mean(per, LD_ALL_AXES, 0);
 }
 
+/* Sparse cross-entropy of labels [batch, t...] against predictions [batch,
+   t..., classes] (a sequence model's), as Keras: one loss per position; the
+   mean is over every position (in a replica, the sum over the global
+   batch's positions), "none" gives them shaped like the labels. */
+static ld_tensor *sequence_xent(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
+    int64_t c = y_pred->shape[y_pred->ndim - 1], per_row = 1, rows;
+    for (int i = 1; i + 1 < y_pred->ndim; i++) per_row *= y_pred->shape[i];
+    rows = y_pred->shape[0] * per_row;
+    int lab_nd = y_true->ndim;
+    if (lab_nd == y_pred->ndim && y_true->shape[lab_nd - 1] == 1) lab_nd--;   /* [batch, t, 1] labels */
+    int same = lab_nd == y_pred->ndim - 1;
+    for (int i = 0; same && i < lab_nd; i++) same = y_true->shape[i] == y_pred->shape[i];
+    if (!same) {
+        char b1[64], b2[64];
+        ld_fail(LD_ESHAPE, "sparse_categorical_crossentropy: labels %s do not match predictions %s "
+                "(want labels [batch, ...] and predictions [batch, ..., classes])",
+                ld_shape_str(y_true, b1, sizeof b1), ld_shape_str(y_pred, b2, sizeof b2));
+        return NULL;
+    }
+    int64_t s2[2] = {rows, c};
+    ld_tensor *p2 = ld_reshape_op(y_pred, 2, s2);
+    ld_tensor *l1 = p2 ? ld_reshape(y_true, 1, &rows) : NULL;
+    ld_tensor *out = NULL;
+    if (l1 && l->reduction_sum == 0) {
+        double denom = replica_denominator();            /* the global batch's positions */
+        if (l->from_logits) out = ld_sparse_xent_logits_scaled(p2, l1, denom > 0 ? denom * (double)per_row : 0);
+        else {
+            ld_loss pl = *l;
+            pl.reduction_sum = 1;
+            ld_tensor *sum = ld_loss_compute(&pl, l1, p2);
+            double n = denom > 0 ? denom * (double)per_row : (double)rows;
+            out = sum ? ld_mul_scalar(sum, (float)(1.0 / (n > 0 ? n : 1))) : NULL;
+            ld_tensor_release(sum);
+        }
+    } else if (l1) {
+        ld_tensor *per = ld_loss_compute(l, l1, p2);     /* a sum, or one loss per position */
+        if (per && l->reduction_sum == 2) {
+            out = ld_reshape_op(per, lab_nd, y_true->shape);
+            ld_tensor_release(per);
+        } else out = per;
+    }
+    ld_tensor_release(p2);
+    ld_tensor_release(l1);
+    return out;
+}
+
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
     ld_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *per = NULL, *out = NULL, *yt = NULL;
     switch (l->kind) {
     case LD_LOSS_SPARSE_CCE: {
+        if (y_pred->ndim > 2) return sequence_xent(l, y_true, y_pred);
         ld_tensor *lab = y_true;
         int64_t n1 = ld_tensor_numel(y_true);
         if (y_pred->ndim != 2 || n1 != y_pred->shape[0]) {
@@ -629,14 +679,14 @@ shape:
 /* ================================================================ metrics */
 int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct) {
     char b1[64], b2[64];
-    int64_t n = y_pred->ndim ? y_pred->shape[0] : 1;
+    int64_t n;   /* positions: rows, or every position of a sequence model's [batch, t..., classes] */
     *correct = 0;
     ld_tensor *pc = ld_to_device(y_pred, ld_device_cpu()), *tc = pc ? ld_to_device(y_true, ld_device_cpu()) : NULL;
     ld_tensor *p = tc ? ld_contiguous(pc) : NULL;
     int st = LD_OK;
     if (!p) { st = ld_error_status(); goto done; }
     int64_t c = p->ndim >= 2 ? p->shape[p->ndim - 1] : 1;
-    if (ld_tensor_numel(p) != n * c) { st = ld_fail(LD_ESHAPE, "accuracy needs predictions [batch, classes]"); goto done; }
+    n = c > 0 ? ld_tensor_numel(p) / c : 0;
     if (sparse && c > 1) {
         if (ld_tensor_numel(tc) != n) goto shape;
     } else if (ld_tensor_numel(tc) != n * c) goto shape;

@@ -75,13 +75,21 @@ typedef struct ld_layer_class {
     const char *positional[4];  /* parameters that may be given in order: nn.Dense(64, "relu") */
     ld_param_spec params[LD_LAYER_MAX_PARAMS + 1];   /* ends with {NULL} */
     int min_inputs, max_inputs; /* 1, 1 for most; merging layers take several */
-    unsigned flexible;          /* bit a: input axis a (after the batch) may differ from the built shape */
+    unsigned flexible;          /* bit a: input axis a (after the batch) may differ from the built shape;
+                                   LD_FLEX_ALL_BUT_LAST: every axis but the last (features, channels) */
     int (*check)(ld_layer *l);  /* the configuration's checks (NULL: none): LD_OK or ld_fail */
     /* create the variables (ld_layer_add_weight) and give the output shape */
     int (*build)(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out);
     ld_tensor *(*forward)(ld_layer *l, int n_in, ld_tensor *const *x, int training);
     const char *doc;            /* help text: the call and a line on what it does */
 } ld_layer_class;
+
+#define LD_FLEX_ALL_BUT_LAST 0x80000000u
+/* whether input axis a (of ndim, after the batch) may differ from the shape the layer was built for */
+static inline int ld_layer_axis_flexible(const ld_layer_class *c, int a, int ndim) {
+    if (c->flexible == LD_FLEX_ALL_BUT_LAST) return a < ndim - 1;
+    return a < 31 && (c->flexible >> a & 1);
+}
 
 struct ld_layer {
     int refcount;                  /* a model and a front end may both hold a layer */
@@ -186,7 +194,8 @@ const char *ld_loss_name(ld_loss_kind k);
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred);
 
 /* ---- metrics helpers ---- */
-/* Number of rows where argmax(pred) == label (sparse) or, for one column, (pred>0.5)==label. */
+/* Number of rows (positions, for predictions [batch, t..., classes]) where argmax(pred) == label
+   (sparse) or, for one column, (pred>0.5)==label. */
 int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct);
 
 #endif

@@ -325,7 +325,7 @@ static int layer_build_shapes(lua_State *L) {
     for (int i = 0; i < n; i++) {
         int ok = in[i].ndim == l->in[i].ndim;
         for (int d = 0; ok && d < in[i].ndim; d++)
-            ok = in[i].d[d] == l->in[i].d[d] || (d < 32 && (l->cls->flexible >> d & 1));
+            ok = in[i].d[d] == l->in[i].d[d] || ld_layer_axis_flexible(l->cls, d, in[i].ndim);
         if (!ok) {
             char a[LD_SHAPE_STR_MAX], b[LD_SHAPE_STR_MAX];
             return luaL_error(L, "%s was built for inputs [%s], called on [%s]", l->name,

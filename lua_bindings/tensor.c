@@ -91,7 +91,7 @@ void lb_push_tensor(lua_State *L, ld_tensor *t, int arg) {
     luaL_setmetatable(L, LB_TENSOR_MT);
     /* tell Lua's collector about the memory it cannot see */
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
-    if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >> 16));
+    if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >> 10));   /* the step's size is in KB */
     if (t->requires_grad) {
         lua_pushvalue(L, -1);
         lua_rawsetp(L, -3, t);
@@ -627,6 +627,7 @@ static int t_stack(lua_State *L) {
     if (n < 1) return luaL_argerror(L, 1, "need at least one tensor");
     ld_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
     int base = lua_gettop(L);
+    luaL_checkstack(L, n + 4, "too many tensors to stack");   /* each reshaped one stays on the stack */
     for (int i = 0; i < n; i++) {
         lua_geti(L, 1, i + 1);
         ld_tensor *t = lb_check_tensor(L, -1);

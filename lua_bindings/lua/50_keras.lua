@@ -157,7 +157,9 @@ function metrics.Accuracy(name) return accuracy("sparse", name) end
 function Acc:update_state(y_true, y_pred)
   y_true, y_pred = tensor.new(y_true), tensor.new(y_pred)
   self.correct = self.correct + nn._count_correct(y_true, y_pred, self.kind == "sparse")
-  self.count = self.count + (y_pred.ndim > 0 and y_pred.shape[1] or 1)
+  -- rows, or every position of a sequence model's predictions [batch, t..., classes]
+  local c = y_pred.ndim >= 2 and y_pred.shape[y_pred.ndim] or 1
+  self.count = self.count + (y_pred.ndim == 0 and 1 or c > 0 and y_pred:numel() // c or 0)
 end
 function Acc:result() return self.count > 0 and self.correct / self.count or 0.0 end
 function Acc:reset_state() self.correct, self.count = 0, 0 end

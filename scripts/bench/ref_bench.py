@@ -15,6 +15,191 @@ rng = np.random.default_rng(0)
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+# ---- resnet (BN-ResNet, as scripts/models/resnet.lua builds it) -------------
+# stem conv 3x3 16 (no bias) + BN + relu at 28x28; one residual block per stage
+# at 14x14x16, 7x7x32, 4x4x64 (conv3x3-BN-relu-conv3x3-BN, 1x1 conv + BN
+# projection shortcut, add, relu); global average pooling; Dense(10). BN as
+# Keras's: momentum 0.99 (PyTorch's 0.01), epsilon 1e-3.
+if which == "resnet":
+    import os
+    widths = (16, 32, 64)
+    if fw == "torch":
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+
+        def bn(c):
+            return nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
+
+        class Block(nn.Module):
+            def __init__(self, cin, cout, stride):
+                super().__init__()
+                self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), bn(cout), nn.ReLU(),
+                                          nn.Conv2d(cout, cout, 3, 1, 1, bias=False), bn(cout))
+                self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), bn(cout))
+                              if stride != 1 or cin != cout else nn.Identity())
+
+            def forward(self, v):
+                return torch.relu(self.body(v) + self.short(v))
+
+        layers, cin = [nn.Conv2d(1, widths[0], 3, 1, 1, bias=False), bn(widths[0]), nn.ReLU()], widths[0]
+        for w in widths:
+            layers.append(Block(cin, w, 2))
+            cin = w
+        model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10))
+        xt, yt = torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
+        # channels_last (NHWC, as ldist and Keras) is PyTorch's fast CPU layout
+        # for convolutions (oneDNN); 2-3x faster than NCHW for these small layers
+        if os.environ.get("RESNET_TORCH_NCHW") != "1":
+            model = model.to(memory_format=torch.channels_last)
+            xt = xt.contiguous(memory_format=torch.channels_last)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+        lossf = nn.CrossEntropyLoss()
+        perm = torch.from_numpy(rng.permutation(len(x)))
+        model.train()
+
+        def run_resnet(n, start):
+            for i in range(n):
+                idx = perm[(start + i) * batch % (len(x) - batch):][:batch]
+                opt.zero_grad(set_to_none=True)
+                loss = lossf(model(xt[idx]), yt[idx])
+                loss.backward()
+                opt.step()
+            return loss.item()
+
+        run_resnet(warm, 0)
+        t0 = time.perf_counter()
+        run_resnet(steps, warm)
+        dt = time.perf_counter() - t0
+    else:
+        import os
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+        tf.random.set_seed(0)
+        L = tf.keras.layers
+
+        def conv_bn(v, c, k, s):
+            v = L.Conv2D(c, k, strides=s, padding="same", use_bias=False)(v)
+            return L.BatchNormalization(momentum=0.99, epsilon=1e-3)(v)
+
+        inp = tf.keras.Input((28, 28, 1))
+        h, cin = L.Activation("relu")(conv_bn(inp, widths[0], 3, 1)), widths[0]
+        for w in widths:
+            b = conv_bn(L.Activation("relu")(conv_bn(h, w, 3, 2)), w, 3, 1)
+            h = L.Activation("relu")(L.Add()([b, conv_bn(h, w, 1, 2)]))
+            cin = w
+        out = L.Dense(10)(L.GlobalAveragePooling2D()(h))
+        model = tf.keras.Model(inp, out)
+        model.compile(optimizer=tf.keras.optimizers.Adam(),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        ds = tf.data.Dataset.from_tensor_slices((x[..., None], y)).shuffle(60000, seed=0) \
+            .batch(batch, drop_remainder=True).repeat().prefetch(2)
+        model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
+        t0 = time.perf_counter()
+        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+        dt = time.perf_counter() - t0
+    print("%.1f %.1f" % (steps * batch / dt, peak_mb()))
+    sys.exit(0)
+# ---- end resnet ----------------------------------------------------------------
+
+# ---- transformer (char-level, as scripts/models/char_transformer.lua builds it) --
+# BATCH sequences of 64 characters of /usr/share/common-licenses/GPL-3 (every
+# window); token + learned position embedding (d 64), 2 pre-norm blocks of
+# [LayerNorm, causal 4-head attention (key_dim 16), add, LayerNorm, Dense 256
+# relu, Dense 64, add], LayerNorm, Dense(vocab); cross-entropy at every position.
+# samples/s counts sequences (x64 for characters/s).
+if which == "transformer":
+    T, D, HEADS, BLOCKS = 64, 64, 4, 2
+    text = open("/usr/share/common-licenses/GPL-3", "rb").read()
+    chars = sorted(set(text))
+    V = len(chars)
+    ids = np.array([chars.index(c) for c in text], np.int64)
+    widx = np.arange(len(ids) - T)[:, None] + np.arange(T)[None, :]
+    tx, ty = ids[widx], ids[widx + 1]
+    if fw == "torch":
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+
+        class Block(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ln1, self.ln2 = nn.LayerNorm(D, eps=1e-3), nn.LayerNorm(D, eps=1e-3)
+                self.attn = nn.MultiheadAttention(D, HEADS, batch_first=True)
+                self.ff = nn.Sequential(nn.Linear(D, 4 * D), nn.ReLU(), nn.Linear(4 * D, D))
+
+            def forward(self, h, mask):
+                a = self.ln1(h)
+                h = h + self.attn(a, a, a, attn_mask=mask, need_weights=False)[0]  # (is_causal=True: 3x slower here)
+                return h + self.ff(self.ln2(h))
+
+        class CharTransformer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+                self.blocks = nn.ModuleList([Block() for _ in range(BLOCKS)])
+                self.ln_f, self.head = nn.LayerNorm(D, eps=1e-3), nn.Linear(D, V)
+                self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+            def forward(self, v):
+                h = self.tok(v) + self.pos(torch.arange(v.shape[1]))
+                for b in self.blocks:
+                    h = b(h, self.mask)
+                return self.head(self.ln_f(h))
+
+        model = CharTransformer()
+        xt, yt = torch.from_numpy(tx), torch.from_numpy(ty)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+        lossf = nn.CrossEntropyLoss()
+        perm = torch.from_numpy(rng.permutation(len(tx)))
+
+        def run_transformer(n, start):
+            for i in range(n):
+                idx = perm[(start + i) * batch % (len(tx) - batch):][:batch]
+                opt.zero_grad(set_to_none=True)
+                loss = lossf(model(xt[idx]).reshape(-1, V), yt[idx].reshape(-1))
+                loss.backward()
+                opt.step()
+            return loss.item()
+
+        run_transformer(warm, 0)
+        t0 = time.perf_counter()
+        run_transformer(steps, warm)
+        dt = time.perf_counter() - t0
+    else:
+        import os
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow as tf
+        tf.random.set_seed(0)
+        L = tf.keras.layers
+
+        class AddPosition(L.Layer):  # a position embedding: row t added at position t
+            def build(self, shape):
+                self.pos = self.add_weight(shape=(T, D), initializer="uniform", name="pos")
+
+            def call(self, h):
+                return h + self.pos
+
+        inp = tf.keras.Input((T,), dtype="int64")
+        h = AddPosition()(L.Embedding(V, D)(inp))
+        for _ in range(BLOCKS):
+            a = L.LayerNormalization(epsilon=1e-3)(h)
+            h = L.Add()([h, L.MultiHeadAttention(HEADS, D // HEADS)(a, a, use_causal_mask=True)])
+            f = L.Dense(D)(L.Dense(4 * D, activation="relu")(L.LayerNormalization(epsilon=1e-3)(h)))
+            h = L.Add()([h, f])
+        model = tf.keras.Model(inp, L.Dense(V)(L.LayerNormalization(epsilon=1e-3)(h)))
+        model.compile(optimizer=tf.keras.optimizers.Adam(),
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        ds = tf.data.Dataset.from_tensor_slices((tx, ty)).shuffle(len(tx), seed=0) \
+            .batch(batch, drop_remainder=True).repeat().prefetch(2)
+        model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
+        t0 = time.perf_counter()
+        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+        dt = time.perf_counter() - t0
+    print("%.1f %.1f" % (steps * batch / dt, peak_mb()))
+    sys.exit(0)
+# ---- end transformer -----------------------------------------------------------
+
 if fw == "torch":
     import torch
     from torch import nn

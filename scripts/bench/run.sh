@@ -35,13 +35,30 @@ done
 
 printf '\n== training on Fashion-MNIST, CPU, Adam, batch 256 (samples/s; peak RSS MB)\n'
 printf '%-6s %14s %14s %14s %12s %12s\n' model ldist pytorch tensorflow vs-pytorch vs-tf
-for model in mlp cnn; do
-  l=${R[ldist-$model]:-0}; t=${R[torch-$model]:-0}; f=${R[tf-$model]:-0}
-  printf '%-6s %8s (%4s) %8s (%4s) %8s (%4s) %11sx %11sx\n' $model \
-    "$l" "${M[ldist-$model]:-?}" "$t" "${M[torch-$model]:-?}" "$f" "${M[tf-$model]:-?}" \
-    "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')" \
-    "$(awk -v a="$l" -v b="$f" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')"
-done
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+row() {  # row NAME LABEL [NOTE]: ldist, PyTorch and TensorFlow side by side, with the ratios
+  local l=${R[ldist-$1]:-0} t=${R[torch-$1]:-0} f=${R[tf-$1]:-0}
+  printf '%-6s %8s (%4s) %8s (%4s) %8s (%4s) %11sx %11sx%s\n' "$2" "$l" "${M[ldist-$1]:-?}" "$t" "${M[torch-$1]:-?}" \
+    "$f" "${M[tf-$1]:-?}" "$(ratio "$l" "$t")" "$(ratio "$l" "$f")" "${3:+   ($3)}"
+}
+for model in mlp cnn; do row $model $model; done
+# ---- resnet: the BN-ResNet of scripts/resnet_fashion.lua (scripts/models/resnet.lua),
+# the same architecture in PyTorch and Keras (ref_bench.py resnet); a row beside mlp and cnn
+resnet_steps=30; [ "$quick" = 1 ] && resnet_steps=10
+bench ldist-resnet ./ldist scripts/bench/train_bench.lua resnet 256 $resnet_steps 5
+bench torch-resnet $py scripts/bench/ref_bench.py torch resnet 256 $resnet_steps 5
+bench tf-resnet $py scripts/bench/ref_bench.py tf resnet 256 $resnet_steps 5
+row resnet resnet
+# ---- end resnet
+# ---- transformer: the character-level transformer of scripts/char_transformer.lua
+# (scripts/models/char_transformer.lua) on GPL-3, batch 32 sequences of 64
+# characters; the same architecture in PyTorch and Keras (ref_bench.py transformer)
+tr_steps=60; [ "$quick" = 1 ] && tr_steps=20
+bench ldist-transformer ./ldist scripts/bench/train_bench.lua transformer 32 $tr_steps 10
+bench torch-transformer $py scripts/bench/ref_bench.py torch transformer 32 $tr_steps 10
+bench tf-transformer $py scripts/bench/ref_bench.py tf transformer 32 $tr_steps 10
+row transformer trans "sequences of 64 characters/s, batch 32"
+# ---- end transformer
 # MLP FLOPs per sample: forward 2*(784*512+512*256+256*10), weight gradients
 # the same again, input gradients of the two upper layers.
 awk -v s="${R[ldist-mlp]:-0}" -v g="$sgemm" 'BEGIN{

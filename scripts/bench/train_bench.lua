@@ -2,6 +2,59 @@
 -- (Adam), printed as one line "samples_per_s peak_rss_mb".
 local which, batch, steps, warm = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
 tensor.seed(0)
+-- ---- transformer (char-level, scripts/models/char_transformer.lua) -------------
+-- MODEL "transformer": BATCH sequences of 64 characters of
+-- /usr/share/common-licenses/GPL-3 (every window, shuffled); d_model 64, 4 heads,
+-- 2 blocks; samples/s counts sequences (x64 for characters/s).
+if which == "transformer" then
+  local CT = dofile("scripts/models/char_transformer.lua")
+  local f = assert(io.open("/usr/share/common-licenses/GPL-3", "rb")); local text = f:read("a"); f:close()
+  local vocab = CT.vocab(text)
+  local tx, ty = CT.windows(CT.encode(vocab, text), 64, 1)
+  local tmodel = CT.build{vocab_size = vocab.size, context = 64, d_model = 64, heads = 4, layers = 2}
+  tmodel:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
+  local tds = data.Dataset.from_tensor_slices(tx, ty):shuffle(tx.shape[1], {seed = 0})
+    :batch(batch, {drop_remainder = true}):repeat_():prefetch(2)
+  local t0, t1
+  local timer = {on_train_batch_end = function(_, step)
+    if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
+  end}
+  tmodel:fit(tds, {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
+  local rss = 0
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^VmHWM:%s+(%d+)")
+    if v then rss = tonumber(v) / 1024 end
+  end
+  print(("%.1f %.1f"):format(steps * batch / (t1 - t0), rss))
+  return
+end
+-- ---- end transformer -----------------------------------------------------------
+-- ---- resnet (BN-ResNet, scripts/models/resnet.lua) ---------------------------
+-- MODEL "resnet": the model of scripts/resnet_fashion.lua: stem conv 3x3 16 + BN
+-- + relu at 28x28, one residual block per stage at 14x14x16, 7x7x32, 4x4x64
+-- (conv-BN-relu-conv-BN + projection shortcut, Add, relu), GAP, Dense(10).
+if which == "resnet" then
+  local resnet = dofile("scripts/models/resnet.lua")
+  local rx, ry = datasets.fashion_mnist.load("train")
+  rx = rx:reshape(rx.shape[1], 28, 28, 1)
+  local rmodel = resnet.build{widths = {16, 32, 64}, blocks = 1, first_stride = 2}
+  rmodel:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
+  local rds = data.Dataset.from_tensor_slices(rx, ry):shuffle(60000, {seed = 0})
+    :batch(batch, {drop_remainder = true}):prefetch(2)
+  local t0, t1
+  local timer = {on_train_batch_end = function(_, step)
+    if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
+  end}
+  rmodel:fit(rds:repeat_(), {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
+  local rss = 0
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^VmHWM:%s+(%d+)")
+    if v then rss = tonumber(v) / 1024 end
+  end
+  print(("%.1f %.1f"):format(steps * batch / (t1 - t0), rss))
+  return
+end
+-- ---- end resnet ----------------------------------------------------------------
 local x, y = datasets.fashion_mnist.load("train")
 local model
 if which == "mlp" then

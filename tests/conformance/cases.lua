@@ -890,4 +890,26 @@ add { name = "fit_gru_multiply", also = { "ps", "mw_local" }, tol = 1e-4, run = 
   end, x, y, 24, 6)
 end }
 
+-- a loss at every position of a sequence (labels [batch, t], predictions
+-- [batch, t, classes]): the mean over the global batch's positions, and the
+-- accuracy over them
+add { name = "fit_sequence_loss", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x = make_sequences(96, 9)
+  local rows = x:totable()                       -- the next symbol at every position
+  for _, r in ipairs(rows) do for j = 1, #r do r[j] = (r[j] + 1) % 7 end end
+  local y = tensor.new(rows, { dtype = "int64" })
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    local inp = nn.Input { shape = { 6 }, dtype = "int64" }
+    local h = nn.Conv1D(8, 2, { padding = "causal", activation = "relu" })(nn.Embedding(7, 6)(inp))
+    model = nn.Model { inputs = inp, outputs = nn.Dense(7)(h) }
+    model:compile { optimizer = optim.Adam { learning_rate = 0.02 }, loss = sparse_ce(), metrics = { "accuracy" } }
+  end)
+  local h = model:fit(data.Dataset.from_tensor_slices(x, y):batch(24), { epochs = 6, verbose = 0, steps_per_epoch = 4 })
+  check(h.loss[#h.loss] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[#h.loss])
+  check(h.accuracy[#h.accuracy] > 0.5, "accuracy over the positions %.3f", h.accuracy[#h.accuracy])
+  return put_all_weights({ loss_final = h.loss[#h.loss], accuracy = h.accuracy[#h.accuracy] }, model)
+end }
+
 return cases

@@ -38,7 +38,8 @@ T.test("layer errors name the problem", function()
   local m = nn.Sequential{nn.Dense(4)}
   m(tensor.ones(2, 3))
   T.raises(function() return m(tensor.ones(2, 5)) end, "dense")
-  T.raises(function() return m(tensor.ones(2, 5)) end, "expects inputs of shape batchx3, got 2x5")
+  T.raises(function() return m(tensor.ones(2, 5)) end, "was built for inputs with 3 on the last axis (features, channels), got 2x5")
+  T.eq(table.concat(nn.Dense(4)(tensor.ones(2, 7, 3)).shape, "x"), "2x7x4")   -- any sequence length, as Keras
   T.raises(function() return nn.Dense(4, "swish") end, "unknown activation 'swish'")
   T.raises(function() return nn.Dense(0) end, "units must be a positive integer")
   T.raises(function() return nn.Dropout(1.5) end, "rate must be in [0, 1)")
