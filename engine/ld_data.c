@@ -22,12 +22,23 @@
 #include <string.h>
 #include <time.h>
 
-typedef enum { DS_SLICES, DS_RANGE, DS_BATCH, DS_SHUFFLE, DS_REPEAT, DS_TAKE, DS_SKIP, DS_PREFETCH, DS_MAP } ds_kind;
+typedef enum { DS_SLICES, DS_RANGE, DS_BATCH, DS_SHUFFLE, DS_REPEAT, DS_TAKE, DS_SKIP, DS_PREFETCH, DS_MAP,
+               DS_FILTER, DS_ZIP, DS_SHARD, DS_ENUMERATE, DS_UNBATCH, DS_CACHE } ds_kind;
+
+/* cache: the elements of the first complete pass, shared by the node's clones */
+typedef struct {
+    int refcount;                /* atomic */
+    pthread_mutex_t mu;
+    int done;                    /* els holds a complete pass */
+    ld_element *els;
+    int64_t n;
+} cache_box;
 
 /* A map callback with its user data, shared by the clones a prefetch makes. */
 typedef struct {
     int refcount;                /* atomic */
     ld_map_fn fn;
+    ld_filter_fn pred;           /* filter */
     void *ud;
     void (*free_ud)(void *);
     int flags;
@@ -47,6 +58,9 @@ struct ld_dataset {
     int64_t rows;                /* elements of a source */
     int64_t start, step;         /* range */
     map_box *map;
+    int n_extra;                 /* zip: inputs after `in` (owned references) */
+    ld_dataset **extra;
+    cache_box *cache;
 };
 
 void ld_element_clear(ld_element *e) {
@@ -79,11 +93,22 @@ static void box_release(map_box *b) {
     free(b);
 }
 
+static void cache_release(cache_box *c) {
+    if (!c || __atomic_sub_fetch(&c->refcount, 1, __ATOMIC_ACQ_REL)) return;
+    for (int64_t i = 0; i < c->n; i++) ld_element_clear(&c->els[i]);
+    free(c->els);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
 void ld_dataset_release(ld_dataset *ds) {
     while (ds && __atomic_sub_fetch(&ds->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         ld_dataset *in = ds->in;
         for (int i = 0; i < ds->n_src; i++) ld_tensor_release(ds->src[i]);
         box_release(ds->map);
+        for (int i = 0; i < ds->n_extra; i++) ld_dataset_release(ds->extra[i]);
+        free(ds->extra);
+        cache_release(ds->cache);
         free(ds);
         ds = in;                    /* iterate down the chain instead of recursing */
     }
@@ -201,7 +226,7 @@ ld_dataset *ld_dataset_map(ld_dataset *in, ld_map_fn fn, void *ud, void (*free_u
         ld_fail(LD_ENOMEM, "map: out of memory");
         return NULL;
     }
-    *b = (map_box){1, fn, ud, free_ud, flags};
+    *b = (map_box){.refcount = 1, .fn = fn, .ud = ud, .free_ud = free_ud, .flags = flags};
     if (check_input(in, "map") || (!fn && ld_fail(LD_EARG, "map: no function given"))) { box_release(b); return NULL; }
     ld_dataset *d = node_new(DS_MAP, in);
     if (!d) { box_release(b); return NULL; }
@@ -209,8 +234,91 @@ ld_dataset *ld_dataset_map(ld_dataset *in, ld_map_fn fn, void *ud, void (*free_u
     return d;
 }
 
+ld_dataset *ld_dataset_filter(ld_dataset *in, ld_filter_fn fn, void *ud, void (*free_ud)(void *), int flags) {
+    map_box *b = calloc(1, sizeof *b);
+    if (!b) {
+        if (free_ud) free_ud(ud);
+        ld_fail(LD_ENOMEM, "filter: out of memory");
+        return NULL;
+    }
+    *b = (map_box){.refcount = 1, .pred = fn, .ud = ud, .free_ud = free_ud, .flags = flags};
+    if (check_input(in, "filter") || (!fn && ld_fail(LD_EARG, "filter: no predicate given"))) { box_release(b); return NULL; }
+    ld_dataset *d = node_new(DS_FILTER, in);
+    if (!d) { box_release(b); return NULL; }
+    d->map = b;
+    return d;
+}
+
+ld_dataset *ld_dataset_zip(int n, ld_dataset *const *ins) {
+    if (n < 1 || !ins) { ld_fail(LD_EARG, "zip: no datasets given"); return NULL; }
+    int comps = 0;
+    for (int i = 0; i < n; i++) {
+        if (!ins[i]) { ld_fail(LD_EARG, "zip: dataset %d is missing", i + 1); return NULL; }
+        int c = ld_dataset_components(ins[i]);
+        if (c > 0) comps += c;
+    }
+    if (comps > LD_ELEMENT_MAX) { ld_fail(LD_EARG, "zip: the zipped elements would have %d tensors, at most %d", comps, LD_ELEMENT_MAX); return NULL; }
+    ld_dataset *d = node_new(DS_ZIP, ins[0]);
+    if (!d) return NULL;
+    if (n > 1 && !(d->extra = calloc((size_t)n - 1, sizeof *d->extra))) {
+        ld_dataset_release(d);
+        ld_fail(LD_ENOMEM, "zip: out of memory");
+        return NULL;
+    }
+    for (int i = 1; i < n; i++) d->extra[d->n_extra++] = ld_dataset_retain(ins[i]);
+    return d;
+}
+
+ld_dataset *ld_dataset_shard(ld_dataset *in, int64_t num_shards, int64_t index) {
+    if (check_input(in, "shard")) return NULL;
+    if (num_shards < 1) { ld_fail(LD_EARG, "shard: num_shards must be at least 1, got %lld", (long long)num_shards); return NULL; }
+    if (index < 0 || index >= num_shards) {
+        ld_fail(LD_EARG, "shard: index must be from 0 to num_shards - 1 = %lld, got %lld", (long long)num_shards - 1, (long long)index);
+        return NULL;
+    }
+    ld_dataset *d = node_new(DS_SHARD, in);
+    if (d) { d->n = num_shards; d->start = index; }
+    return d;
+}
+
+ld_dataset *ld_dataset_enumerate(ld_dataset *in, int64_t start) {
+    if (check_input(in, "enumerate")) return NULL;
+    if (ld_dataset_components(in) >= LD_ELEMENT_MAX) { ld_fail(LD_EARG, "enumerate: the elements already have %d tensors, at most %d", LD_ELEMENT_MAX, LD_ELEMENT_MAX); return NULL; }
+    ld_dataset *d = node_new(DS_ENUMERATE, in);
+    if (d) d->start = start;
+    return d;
+}
+
+ld_dataset *ld_dataset_unbatch(ld_dataset *in) {
+    if (check_input(in, "unbatch")) return NULL;
+    return node_new(DS_UNBATCH, in);
+}
+
+ld_dataset *ld_dataset_cache(ld_dataset *in) {
+    if (check_input(in, "cache")) return NULL;
+    cache_box *c = calloc(1, sizeof *c);
+    if (!c) { ld_fail(LD_ENOMEM, "cache: out of memory"); return NULL; }
+    c->refcount = 1;
+    pthread_mutex_init(&c->mu, NULL);
+    ld_dataset *d = node_new(DS_CACHE, in);
+    if (!d) { cache_release(c); return NULL; }
+    d->cache = c;
+    return d;
+}
+
+static int has_caller_stage(const ld_dataset *d);
+/* A stage that must run on the caller's thread: a Lua map or filter, or a zip
+   one of whose later inputs has such a stage. */
 static int is_caller_map(const ld_dataset *d) {
-    return d->kind == DS_MAP && (d->map->flags & LD_MAP_CALLER_THREAD);
+    if ((d->kind == DS_MAP || d->kind == DS_FILTER) && (d->map->flags & LD_MAP_CALLER_THREAD)) return 1;
+    for (int i = 0; i < d->n_extra; i++)
+        if (has_caller_stage(d->extra[i])) return 1;
+    return 0;
+}
+static int has_caller_stage(const ld_dataset *d) {
+    for (; d; d = d->in)
+        if (is_caller_map(d)) return 1;
+    return 0;
 }
 
 /* A copy of node d (not a source) reading from new_in. */
@@ -220,8 +328,19 @@ static ld_dataset *clone_with_input(const ld_dataset *d, ld_dataset *new_in) {
     c->n = d->n;
     c->flag = d->flag;
     c->seed = d->seed;
+    c->start = d->start;
     c->map = d->map;
     if (c->map) __atomic_add_fetch(&c->map->refcount, 1, __ATOMIC_RELAXED);
+    c->cache = d->cache;
+    if (c->cache) __atomic_add_fetch(&c->cache->refcount, 1, __ATOMIC_RELAXED);
+    if (d->n_extra) {
+        if (!(c->extra = calloc((size_t)d->n_extra, sizeof *c->extra))) {
+            ld_dataset_release(c);
+            ld_fail(LD_ENOMEM, "prefetch: out of memory");
+            return NULL;
+        }
+        for (int i = 0; i < d->n_extra; i++) c->extra[c->n_extra++] = ld_dataset_retain(d->extra[i]);
+    }
     return c;
 }
 
@@ -274,7 +393,32 @@ int64_t ld_dataset_cardinality(const ld_dataset *d) {
         return d->flag ? c / d->n : c / d->n + (c % d->n != 0);
     case DS_SHUFFLE:
     case DS_PREFETCH:
+    case DS_ENUMERATE:
+    case DS_CACHE:
     case DS_MAP: return c;
+    case DS_FILTER: return c == LD_CARD_INFINITE ? c : LD_CARD_UNKNOWN;
+    case DS_UNBATCH:
+        if (c == LD_CARD_INFINITE) return c;
+        if (c >= 0 && d->in->kind == DS_BATCH && d->in->flag) return c * d->in->n;   /* full batches only */
+        if (d->in->kind == DS_SLICES) {               /* static shapes, as TF knows them */
+            for (int i = 0; i < d->in->n_src; i++)
+                if (d->in->src[i]->ndim < 2 || d->in->src[i]->shape[1] != d->in->src[0]->shape[1]) return LD_CARD_UNKNOWN;
+            return d->in->rows * d->in->src[0]->shape[1];
+        }
+        return LD_CARD_UNKNOWN;
+    case DS_SHARD:
+        if (c < 0) return c;
+        return c / d->n + (d->start < c % d->n);
+    case DS_ZIP: {                /* the shortest; unknown when one is unknown */
+        int64_t m = LD_CARD_INFINITE;
+        int unknown = 0;
+        for (int i = -1; i < d->n_extra; i++) {
+            int64_t ci = i < 0 ? c : ld_dataset_cardinality(d->extra[i]);
+            if (ci == LD_CARD_UNKNOWN) unknown = 1;
+            else if (ci >= 0 && (m < 0 || ci < m)) m = ci;
+        }
+        return unknown ? LD_CARD_UNKNOWN : m;
+    }
     case DS_REPEAT:
         if (c == 0 || c == LD_CARD_UNKNOWN) return c;
         if (d->n < 0 || c == LD_CARD_INFINITE) return LD_CARD_INFINITE;
@@ -298,6 +442,18 @@ int ld_dataset_components(const ld_dataset *d) {
     if (d->kind == DS_SLICES) return d->n_src;
     if (d->kind == DS_RANGE) return 1;
     if (d->kind == DS_MAP) return -1;
+    if (d->kind == DS_ZIP) {
+        int s = ld_dataset_components(d->in);
+        for (int i = 0; i < d->n_extra && s >= 0; i++) {
+            int c = ld_dataset_components(d->extra[i]);
+            s = c < 0 ? -1 : s + c;
+        }
+        return s;
+    }
+    if (d->kind == DS_ENUMERATE) {
+        int c = ld_dataset_components(d->in);
+        return c < 0 ? -1 : c + 1;
+    }
     return ld_dataset_components(d->in);
 }
 
@@ -331,6 +487,19 @@ char *ld_dataset_describe(const ld_dataset *d, char *buf, size_t n) {
     case DS_SKIP: PUT("skip(%lld)", (long long)d->n); break;
     case DS_PREFETCH: PUT("prefetch(%lld)", (long long)d->n); break;
     case DS_MAP: PUT(is_caller_map(d) ? "map(on the iterating thread)" : "map"); break;
+    case DS_FILTER: PUT(is_caller_map(d) ? "filter(on the iterating thread)" : "filter"); break;
+    case DS_ZIP:
+        PUT("zip(with");
+        for (int i = 0; i < d->n_extra; i++) {
+            char s[512];
+            PUT("%s [%s]", i ? "," : "", ld_dataset_describe(d->extra[i], s, sizeof s));
+        }
+        PUT(")");
+        break;
+    case DS_SHARD: PUT("shard(%lld, %lld)", (long long)d->n, (long long)d->start); break;
+    case DS_ENUMERATE: PUT("enumerate(%lld)", (long long)d->start); break;
+    case DS_UNBATCH: PUT("unbatch()"); break;
+    case DS_CACHE: PUT("cache()"); break;
     }
 #undef PUT
     return buf;
@@ -869,6 +1038,202 @@ static int map_next(ld_dataset_iter *it, ld_element *out) {
 }
 static void map_destroy(ld_dataset_iter *it) { ld_dataset_iter_free(((map_iter *)it)->up); }
 
+/* ---- filter ---- */
+static int filter_next(ld_dataset_iter *it, ld_element *out) {
+    map_iter *m = (map_iter *)it;
+    map_box *b = it->ds->map;
+    for (;;) {
+        int r = it_next(m->up, out);
+        if (r != 1) return r;
+        int keep = 0;
+        ld_clear_error();
+        int st = b->pred(b->ud, out, &keep);
+        if (st != LD_OK) {
+            ld_element_clear(out);
+            if (!*ld_error()) ld_fail(st, "filter: the predicate failed");
+            return -1;
+        }
+        if (keep) return 1;
+        ld_element_clear(out);
+    }
+}
+
+/* ---- zip: one element of each input, side by side ---- */
+typedef struct { ld_dataset_iter base; int n; ld_dataset_iter *ups[]; } zip_iter;
+
+static int zip_next(ld_dataset_iter *it, ld_element *out) {
+    zip_iter *z = (zip_iter *)it;
+    out->n = 0;
+    for (int i = 0; i < z->n; i++) {
+        ld_element e = {0};
+        int r = it_next(z->ups[i], &e);
+        if (r != 1) { ld_element_clear(out); return r; }
+        if (out->n + e.n > LD_ELEMENT_MAX) {
+            ld_element_clear(&e);
+            ld_element_clear(out);
+            ld_fail(LD_EARG, "zip: the zipped element has more than %d tensors", LD_ELEMENT_MAX);
+            return -1;
+        }
+        for (int c = 0; c < e.n; c++) out->t[out->n++] = e.t[c];
+        e.n = 0;
+    }
+    return 1;
+}
+static void zip_destroy(ld_dataset_iter *it) {
+    zip_iter *z = (zip_iter *)it;
+    for (int i = 0; i < z->n; i++) ld_dataset_iter_free(z->ups[i]);
+}
+
+/* ---- shard: elements index, index + n, index + 2n, ... ---- */
+typedef struct { ld_dataset_iter base; ld_dataset_iter *up; int64_t pos; } shard_iter;
+
+static int shard_next(ld_dataset_iter *it, ld_element *out) {
+    shard_iter *s = (shard_iter *)it;
+    int64_t n = it->ds->n, want = it->ds->start;
+    for (;;) {
+        int r = it_next(s->up, out);
+        if (r != 1) return r;
+        int64_t i = s->pos++;
+        if (i % n == want) return 1;
+        ld_element_clear(out);
+    }
+}
+
+/* ---- enumerate: {int64 counter, the element's tensors...} ---- */
+typedef struct { ld_dataset_iter base; ld_dataset_iter *up; int64_t next; } enum_iter;
+
+static int enumerate_next(ld_dataset_iter *it, ld_element *out) {
+    enum_iter *e = (enum_iter *)it;
+    ld_element in = {0};
+    int r = it_next(e->up, &in);
+    if (r != 1) return r;
+    if (in.n >= LD_ELEMENT_MAX) {
+        ld_element_clear(&in);
+        ld_fail(LD_EARG, "enumerate: the elements already have %d tensors, at most %d", LD_ELEMENT_MAX, LD_ELEMENT_MAX);
+        return -1;
+    }
+    int64_t v = e->next++;
+    ld_tensor *t = ld_tensor_from_data(LD_I64, 0, NULL, &v, NULL);
+    if (!t) { ld_element_clear(&in); return -1; }
+    out->t[0] = t;
+    for (int c = 0; c < in.n; c++) out->t[c + 1] = in.t[c];
+    out->n = in.n + 1;
+    return 1;
+}
+
+/* ---- unbatch: the rows of each element ---- */
+typedef struct { ld_dataset_iter base; ld_dataset_iter *up; ld_element cur; int64_t row, rows; } unbatch_iter;
+
+static int unbatch_next(ld_dataset_iter *it, ld_element *out) {
+    unbatch_iter *u = (unbatch_iter *)it;
+    while (u->row >= u->rows) {
+        ld_element_clear(&u->cur);
+        u->row = u->rows = 0;
+        int r = it_next(u->up, &u->cur);
+        if (r != 1) return r;
+        for (int c = 0; c < u->cur.n; c++) {
+            ld_tensor *t = u->cur.t[c];
+            if (t->ndim < 1) {
+                ld_fail(LD_ESHAPE, "unbatch: component %d is a scalar; every component needs a first dimension", c + 1);
+                return -1;
+            }
+            if (t->shape[0] != u->cur.t[0]->shape[0]) {
+                ld_fail(LD_ESHAPE, "unbatch: the components differ in their first dimension (component 1 has %lld rows, "
+                        "component %d has %lld)", (long long)u->cur.t[0]->shape[0], c + 1, (long long)t->shape[0]);
+                return -1;
+            }
+            ld_tensor *h = host_contiguous(t);     /* rows are copied from a host, contiguous tensor */
+            if (!h) return -1;
+            ld_tensor_release(t);
+            u->cur.t[c] = h;
+        }
+        u->rows = u->cur.n ? u->cur.t[0]->shape[0] : 0;
+    }
+    for (int c = 0; c < u->cur.n; c++) {
+        ld_tensor *src = u->cur.t[c];
+        ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim - 1, src->shape + 1, NULL);
+        if (!t) { ld_element_clear(out); return -1; }
+        size_t rb = row_bytes(src);
+        const char *base = ld_tensor_data(src);
+        if (rb && !base) { ld_tensor_release(t); ld_element_clear(out); return -1; }
+        if (rb) memcpy(ld_tensor_data_unsynced(t), base + (size_t)u->row * rb, rb);
+        out->t[out->n++] = t;
+    }
+    u->row++;
+    return 1;
+}
+static void unbatch_destroy(ld_dataset_iter *it) {
+    unbatch_iter *u = (unbatch_iter *)it;
+    ld_element_clear(&u->cur);
+    ld_dataset_iter_free(u->up);
+}
+
+/* ---- cache: the first complete pass is kept; later passes read it ---- */
+typedef struct {
+    ld_dataset_iter base;
+    ld_dataset_iter *up;         /* NULL when reading the cache */
+    ld_element *els;             /* this pass's elements so far (filling) */
+    int64_t n, cap, pos;
+} cache_iter;
+
+/* a copy of e: cached tensors are never handed out, so writing into an
+   element does not change the cache */
+static int copy_element(const ld_element *e, ld_element *out) {
+    out->n = 0;
+    for (int c = 0; c < e->n; c++) {
+        const ld_tensor *src = e->t[c];
+        ld_tensor *t = ld_tensor_empty(src->dtype, src->ndim, src->shape, NULL);
+        if (!t) { ld_element_clear(out); return -1; }
+        size_t b = (size_t)ld_tensor_numel(src) * ld_dtype_size(src->dtype);
+        if (b) memcpy(ld_tensor_data_unsynced(t), ld_tensor_data_unsynced(src), b);
+        out->t[out->n++] = t;
+    }
+    return 1;
+}
+
+static int cache_next(ld_dataset_iter *it, ld_element *out) {
+    cache_iter *ci = (cache_iter *)it;
+    cache_box *cb = it->ds->cache;
+    if (!ci->up) {                            /* reading a complete cache (immutable once done) */
+        if (ci->pos >= cb->n) return 0;
+        return copy_element(&cb->els[ci->pos++], out);
+    }
+    ld_element e = {0};
+    int r = it_next(ci->up, &e);
+    if (r < 0) return -1;
+    if (r == 0) {                             /* a complete pass: keep it unless another pass won */
+        pthread_mutex_lock(&cb->mu);
+        if (!cb->done) {
+            cb->els = ci->els;
+            cb->n = ci->n;
+            ci->els = NULL;
+            ci->n = ci->cap = 0;
+            __atomic_store_n(&cb->done, 1, __ATOMIC_RELEASE);
+        }
+        pthread_mutex_unlock(&cb->mu);
+        return 0;
+    }
+    for (int c = 0; c < e.n; c++) {           /* the cache keeps host, contiguous tensors */
+        ld_tensor *h = host_contiguous(e.t[c]);
+        if (!h) { ld_element_clear(&e); return -1; }
+        ld_tensor_release(e.t[c]);
+        e.t[c] = h;
+    }
+    if (!grow((void **)&ci->els, &ci->cap, ci->n + 1, sizeof *ci->els, INT64_MAX / (int64_t)sizeof *ci->els)) {
+        ld_element_clear(&e);
+        return -1;
+    }
+    if (copy_element(&e, out) != 1) { ld_element_clear(&e); return -1; }
+    ci->els[ci->n++] = e;
+    return 1;
+}
+static void cache_destroy(ld_dataset_iter *it) {
+    cache_iter *ci = (cache_iter *)it;
+    for (int64_t i = 0; i < ci->n; i++) ld_element_clear(&ci->els[i]);   /* a partial pass is dropped */
+    free(ci->els);
+    ld_dataset_iter_free(ci->up);
+}
+
 /* ---- prefetch: a thread fills a bounded queue from the input ---- */
 typedef struct {
     ld_dataset_iter base;
@@ -1020,6 +1385,50 @@ static ld_dataset_iter *iter_make(ld_dataset *ds) {
         it->next = map_next;
         it->destroy = map_destroy;
         up = &((map_iter *)it)->up;
+        break;
+    case DS_FILTER:
+        if (!(it = iter_alloc(sizeof(map_iter), ds))) return NULL;
+        it->next = filter_next;
+        it->destroy = map_destroy;
+        up = &((map_iter *)it)->up;
+        break;
+    case DS_ZIP: {
+        int n = ds->n_extra + 1;
+        if (!(it = iter_alloc(sizeof(zip_iter) + sizeof(ld_dataset_iter *) * (size_t)n, ds))) return NULL;
+        zip_iter *z = (zip_iter *)it;
+        it->next = zip_next;
+        it->destroy = zip_destroy;
+        for (int i = 0; i < n; i++) {
+            if (!(z->ups[i] = iter_make(i ? ds->extra[i - 1] : ds->in))) { ld_dataset_iter_free(it); return NULL; }
+            z->n++;
+        }
+        return it;
+    }
+    case DS_SHARD:
+        if (!(it = iter_alloc(sizeof(shard_iter), ds))) return NULL;
+        it->next = shard_next;
+        it->destroy = map_destroy;          /* up is the first field after base, as in map_iter */
+        up = &((shard_iter *)it)->up;
+        break;
+    case DS_ENUMERATE:
+        if (!(it = iter_alloc(sizeof(enum_iter), ds))) return NULL;
+        ((enum_iter *)it)->next = ds->start;
+        it->next = enumerate_next;
+        it->destroy = map_destroy;
+        up = &((enum_iter *)it)->up;
+        break;
+    case DS_UNBATCH:
+        if (!(it = iter_alloc(sizeof(unbatch_iter), ds))) return NULL;
+        it->next = unbatch_next;
+        it->destroy = unbatch_destroy;
+        up = &((unbatch_iter *)it)->up;
+        break;
+    case DS_CACHE:
+        if (!(it = iter_alloc(sizeof(cache_iter), ds))) return NULL;
+        it->next = cache_next;
+        it->destroy = cache_destroy;
+        if (__atomic_load_n(&ds->cache->done, __ATOMIC_ACQUIRE)) return it;   /* read the cache */
+        up = &((cache_iter *)it)->up;
         break;
     case DS_PREFETCH: {
         if (!(it = iter_alloc(sizeof(prefetch_iter), ds))) return NULL;

@@ -91,6 +91,24 @@ typedef int (*ld_map_fn)(void *ud, const ld_element *in, ld_element *out);
    that drops the last reference. */
 ld_dataset *ld_dataset_map(ld_dataset *in, ld_map_fn fn, void *ud, void (*free_ud)(void *), int flags);
 
+/* A filter predicate: set *keep (nonzero: keep the element); return LD_OK or
+   a status after ld_fail. flags and ud as for map. */
+typedef int (*ld_filter_fn)(void *ud, const ld_element *in, int *keep);
+ld_dataset *ld_dataset_filter(ld_dataset *in, ld_filter_fn fn, void *ud, void (*free_ud)(void *), int flags);
+/* tf.data's zip: element i is the components of element i of every input,
+   side by side (flat); stops at the end of the shortest input. */
+ld_dataset *ld_dataset_zip(int n, ld_dataset *const *ins);
+/* Elements i with i % num_shards == index (1 <= num_shards, 0 <= index < num_shards). */
+ld_dataset *ld_dataset_shard(ld_dataset *in, int64_t num_shards, int64_t index);
+/* {int64 scalar start + i, the element's components...} */
+ld_dataset *ld_dataset_enumerate(ld_dataset *in, int64_t start);
+/* The rows of every element (components must share dimension 0). */
+ld_dataset *ld_dataset_unbatch(ld_dataset *in);
+/* Keeps the elements of the first complete pass in memory; later iterators
+   read them (copies) instead of the input. A pass left before its end keeps
+   nothing. */
+ld_dataset *ld_dataset_cache(ld_dataset *in);
+
 ld_dataset *ld_dataset_retain(ld_dataset *ds);
 void ld_dataset_release(ld_dataset *ds);                   /* NULL is fine */
 /* Elements per epoch when known, LD_CARD_INFINITE or LD_CARD_UNKNOWN. */

@@ -103,12 +103,112 @@ static void record_recipe(lua_State *L, int ud, const char *op, int parent, int 
     lua_setiuservalue(L, ud, 2);
 }
 
+/* ---- nested structures (zip, enumerate) ----
+   A spec {nest = {{spec = s1, n = c1}, ...}} describes an element made of
+   parts side by side: part j has c_j of the flat tensors (n absent: counted
+   from its spec when first needed) and structure s_j. As a Lua value a part
+   is its single tensor when it is one tensor of a list, otherwise a table
+   (its dict, or its list). */
+
+/* tensors described by the spec at idx (nil: -1, unknown), or -1 */
+static int spec_count(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx)) return -1;
+    int n = -1;
+    if (lua_getfield(L, idx, "nest") == LUA_TTABLE) {
+        int parts = lua_gettop(L);
+        n = 0;
+        for (lua_Integer j = 1; j <= (lua_Integer)lua_rawlen(L, parts) && n >= 0; j++) {
+            lua_rawgeti(L, parts, j);
+            int c = lua_getfield(L, -1, "n") == LUA_TNUMBER ? (int)lua_tointeger(L, -1) : -1;
+            lua_pop(L, 1);
+            if (c < 0) { lua_getfield(L, -1, "spec"); c = spec_count(L, -1); lua_pop(L, 1); }
+            lua_pop(L, 1);
+            n = c < 0 ? -1 : n + c;
+        }
+    } else if (lua_rawlen(L, idx) > 0) n = (int)lua_rawlen(L, idx);
+    else {
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx, "n") == LUA_TNUMBER) n = (int)lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
+static int is_nest(lua_State *L, int idx) {
+    if (!lua_istable(L, idx)) return 0;
+    int r = lua_getfield(L, idx, "nest") == LUA_TTABLE;
+    lua_pop(L, 1);
+    return r;
+}
+static int is_dict_spec(lua_State *L, int idx) { return lua_istable(L, idx) && lua_rawlen(L, idx) > 0; }
+
+static void push_t(lua_State *L, ld_tensor **t, int own) {
+    lb_push_tensor(L, own ? *t : ld_tensor_retain(*t), 0);
+    if (own) *t = NULL;
+}
+
+/* Push the top-level values of an element with structure spec (at idx) made of
+   the cnt tensors t (own: take the references); returns how many: a dict is
+   one table, a nest one value per part, a list its tensors. */
+static int push_values(lua_State *L, int idx, ld_tensor **t, int cnt, int own) {
+    idx = lua_absindex(L, idx);
+    luaL_checkstack(L, LD_ELEMENT_MAX + 8, "element");
+    if (is_dict_spec(L, idx) && (int)lua_rawlen(L, idx) == cnt) {
+        lua_createtable(L, 0, cnt);
+        for (int i = 0; i < cnt; i++) {
+            lua_rawgeti(L, idx, i + 1);
+            push_t(L, &t[i], own);
+            lua_rawset(L, -3);
+        }
+        return 1;
+    }
+    if (is_nest(L, idx)) {
+        lua_getfield(L, idx, "nest");
+        int parts = lua_gettop(L), np = (int)lua_rawlen(L, parts), pos = 0;
+        for (int j = 1; j <= np; j++) {
+            lua_rawgeti(L, parts, j);
+            int c = lua_getfield(L, -1, "n") == LUA_TNUMBER ? (int)lua_tointeger(L, -1) : -1;
+            lua_pop(L, 1);
+            lua_getfield(L, -1, "spec");
+            lua_remove(L, -2);
+            int ps = lua_gettop(L);
+            if (c < 0) c = spec_count(L, ps);
+            if (c < 0 && j == np) c = cnt - pos;
+            if (c < 0 || pos + c > cnt) luaL_error(L, "internal error: an element's structure does not match its %d tensors", cnt);
+            if (is_dict_spec(L, ps)) push_values(L, ps, t + pos, c, own);
+            else if (c == 1 && !is_nest(L, ps)) push_t(L, &t[pos], own);
+            else {
+                lua_createtable(L, c, 0);
+                int tab = lua_gettop(L);
+                int k = push_values(L, ps, t + pos, c, own);
+                for (int i = k; i >= 1; i--) lua_rawseti(L, tab, i);
+            }
+            lua_remove(L, ps);
+            pos += c;
+        }
+        lua_remove(L, parts);
+        return np;
+    }
+    for (int i = 0; i < cnt; i++) push_t(L, &t[i], own);
+    return cnt;
+}
+
 /* Push an element built from e (takes ownership of its tensors): a list, or
    a table keyed by the spec (of the userdata at holder). */
 static void push_element(lua_State *L, int holder, ld_element *e) {
     holder = lua_absindex(L, holder);
     lua_getiuservalue(L, holder, 1);
     int spec = lua_gettop(L);
+    if (is_nest(L, spec)) {
+        lua_createtable(L, e->n, 0);
+        int tab = lua_gettop(L);
+        int k = push_values(L, spec, e->t, e->n, 1);
+        for (int i = k; i >= 1; i--) lua_rawseti(L, tab, i);
+        e->n = 0;
+        lua_remove(L, spec);
+        return;
+    }
     int keyed = lua_istable(L, spec) && (int)lua_rawlen(L, spec) == e->n && e->n > 0;
     lua_createtable(L, keyed ? 0 : e->n, keyed ? e->n : 0);
     for (int i = 0; i < e->n; i++) {
@@ -450,17 +550,7 @@ static int map_trampoline(lua_State *L) {
     int in_spec = 2, out_spec = 3, base = lua_gettop(L);
     /* a dict element is one table argument (TF passes the dict); a list, its tensors */
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->ref);
-    int nargs = c->in->n;
-    if (lua_istable(L, in_spec) && (int)lua_rawlen(L, in_spec) == c->in->n && c->in->n > 0) {
-        lua_createtable(L, 0, c->in->n);
-        for (int i = 0; i < c->in->n; i++) {
-            lua_rawgeti(L, in_spec, i + 1);
-            lb_push_tensor(L, ld_tensor_retain(c->in->t[i]), 0);
-            lua_rawset(L, -3);
-        }
-        nargs = 1;
-    } else
-        for (int i = 0; i < c->in->n; i++) lb_push_tensor(L, ld_tensor_retain(c->in->t[i]), 0);
+    int nargs = push_values(L, in_spec, (ld_tensor **)c->in->t, c->in->n, 0);
     lua_call(L, nargs, LUA_MULTRET);
     int first = base + 1, nres = lua_gettop(L) - base, keys = 0;
     if (nres == 1 && lua_istable(L, first) && !lb_test_tensor(L, first)) {   /* a table of tensors */
@@ -481,6 +571,8 @@ static int map_trampoline(lua_State *L) {
     if (nres == 0) return luaL_error(L, "the map function returned nothing; it must return the new element's tensors");
     if (nres > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d values, at most %d", nres, LD_ELEMENT_MAX);
     check_out_spec(L, out_spec, keys, keys ? nres : 0);
+    lua_pushinteger(L, nres);
+    lua_setfield(L, out_spec, "n");
     for (int i = 0; i < nres; i++) {
         int idx = first + i;
         ld_tensor *t = lb_test_tensor(L, idx);
@@ -537,6 +629,195 @@ static int ds_map(lua_State *L) {
     ld_dataset *d;
     WITH_L(L, d = ld_dataset_map(in, lua_map_fn, f, lua_fn_free, LD_MAP_CALLER_THREAD));
     return set_ds(L, u, d, 2);
+}
+
+/* ---- filter with a Lua predicate ---- */
+
+typedef struct { const lua_fn *fn; const ld_element *in; int *keep; } filter_call;
+
+/* Runs under lua_pcall, like map_trampoline. */
+static int filter_trampoline(lua_State *L) {
+    filter_call *c = lua_touserdata(L, 1);
+    luaL_checkstack(L, 2 * LD_ELEMENT_MAX + 8, "filter arguments");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->in_spec);
+    int base = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->ref);
+    int nargs = push_values(L, base, (ld_tensor **)c->in->t, c->in->n, 0);
+    lua_call(L, nargs, 1);
+    int r = base + 1;
+    if (lua_isboolean(L, r)) { *c->keep = lua_toboolean(L, r); return 0; }
+    if (lua_type(L, r) == LUA_TNUMBER) { *c->keep = lua_tonumber(L, r) != 0; return 0; }
+    ld_tensor *t = lb_test_tensor(L, r);
+    if (t && t->ndim == 0) {
+        double v;
+        if (ld_tensor_item(t, &v) != LD_OK) return lb_engine_error(L, 0);
+        *c->keep = v != 0;
+        return 0;
+    }
+    if (t) {
+        char sh[96];
+        return luaL_error(L, "the filter predicate returned a tensor of shape %s; it must return a boolean or a "
+                             "0-d (scalar) tensor", ld_shape_str(t, sh, sizeof sh));
+    }
+    return luaL_error(L, "the filter predicate returned %s; it must return a boolean or a 0-d (scalar) tensor",
+                      lua_isnil(L, r) ? "nothing (nil)" : luaL_typename(L, r));
+}
+
+static int lua_filter_fn(void *ud, const ld_element *in, int *keep) {
+    lua_State *L = cur_L;
+    if (!L)
+        return ld_fail(LD_EARG, "a Lua filter predicate can only run on the interpreter's thread "
+                                "(this iterator was advanced from another thread)");
+    filter_call c = {ud, in, keep};
+    if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "filter: Lua stack overflow");
+    lua_pushcfunction(L, filter_trampoline);
+    lua_pushlightuserdata(L, &c);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        const char *m = lua_tostring(L, -1);
+        ld_fail(LD_EARG, "filter predicate: %s", m ? m : "(error object is not a string)");
+        lua_pop(L, 1);
+        return LD_EARG;
+    }
+    return LD_OK;
+}
+
+static int ds_filter(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    if (lua_type(L, 2) != LUA_TFUNCTION)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "the predicate must be a function, got %s", luaL_typename(L, 2)));
+    int nargs = lua_gettop(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "filter", 1, 2, nargs);
+    lua_fn *f = malloc(sizeof *f);
+    if (!f) return luaL_error(L, "not enough memory");
+    f->out_spec = LUA_NOREF;
+    lua_getiuservalue(L, 1, 1);
+    f->in_spec = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, 2);
+    f->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    ld_dataset *d;
+    WITH_L(L, d = ld_dataset_filter(in, lua_filter_fn, f, lua_fn_free, LD_MAP_CALLER_THREAD));
+    return set_ds(L, u, d, 2);
+}
+
+/* ---- zip, shard, enumerate, unbatch, cache ---- */
+
+/* push a nest part record {spec=, n=} for the dataset at idx */
+static void push_part(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    lua_createtable(L, 0, 2);
+    lua_getiuservalue(L, idx, 1);
+    int has_spec = !lua_isnil(L, -1);
+    lua_setfield(L, -2, "spec");
+    if (!has_spec) {
+        lua_pushinteger(L, ld_dataset_components(check_ds(L, idx)));
+        lua_setfield(L, -2, "n");
+    }
+}
+
+/* Dataset.zip({ds1, ds2, ...}) or zip(ds1, ds2, ...) */
+static int ds_zip(lua_State *L) {
+    int nargs = lua_gettop(L), list = 0, n;
+    if (nargs == 1 && lua_istable(L, 1) && !luaL_testudata(L, 1, LB_DATASET_MT)) {
+        list = 1;
+        n = (int)luaL_len(L, 1);
+        lua_pushnil(L);
+        while (lua_next(L, 1)) {
+            lua_pop(L, 1);
+            if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > n)
+                return luaL_argerror(L, 1, "a list of datasets {ds1, ds2, ...} expected (zip of a dict is not supported)");
+        }
+    } else n = nargs;
+    if (n < 1) return luaL_argerror(L, 1, "no datasets given; zip({ds1, ds2, ...})");
+    if (n > LD_ELEMENT_MAX) return luaL_argerror(L, 1, "too many datasets (at most 16)");
+    int base = lua_gettop(L);
+    ld_dataset *ins[LD_ELEMENT_MAX];
+    for (int i = 0; i < n; i++) {
+        if (list) lua_rawgeti(L, 1, i + 1);
+        else lua_pushvalue(L, i + 1);
+        if (!luaL_testudata(L, -1, LB_DATASET_MT))
+            return luaL_error(L, "bad argument to 'zip' (dataset %d is a %s; datasets expected)", i + 1, luaL_typename(L, -1));
+        ins[i] = check_ds(L, -1);
+    }
+    lb_ds *u = new_ds(L);
+    int ud = lua_gettop(L);
+    lua_createtable(L, 0, 1);                  /* spec: one part per dataset */
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) { push_part(L, base + 1 + i); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "nest");
+    lua_setiuservalue(L, ud, 1);
+    record_recipe(L, ud, "zip", 0, 1, nargs);  /* 30_datasets.lua gives it a recipe that travels */
+    return set_ds(L, u, ld_dataset_zip(n, ins), 1);
+}
+
+static int ds_shard(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
+    lua_Integer n = luaL_checkinteger(L, 2), i = luaL_checkinteger(L, 3);
+    if (n < 1) return luaL_argerror(L, 2, lua_pushfstring(L, "num_shards must be greater than zero (got %I)", n));
+    if (i < 0 || i >= n)
+        return luaL_argerror(L, 3, lua_pushfstring(L, "index must be between 0 and %I (got %I)", n - 1, i));
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "shard", 1, 2, nargs);
+    return set_ds(L, u, ld_dataset_shard(in, n, i), 2);
+}
+
+static int ds_enumerate(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
+    lua_Integer start = 0;
+    if (lua_istable(L, 2)) {
+        if (get_opt(L, 2, "start") != LUA_TNIL) {
+            int ok;
+            start = lua_tointegerx(L, -1, &ok);
+            if (!ok) return luaL_argerror(L, 2, "start must be an integer");
+        }
+        lua_pop(L, 1);
+    } else if (!lua_isnoneornil(L, 2)) {
+        if (!lua_isinteger(L, 2)) return luaL_argerror(L, 2, lua_pushfstring(L, "start must be an integer, got %s", luaL_typename(L, 2)));
+        start = lua_tointeger(L, 2);
+    }
+    lb_ds *u = new_ds(L);
+    int ud = lua_gettop(L);
+    lua_createtable(L, 0, 1);                  /* spec: {index, element} */
+    lua_createtable(L, 2, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushinteger(L, 1);
+    lua_setfield(L, -2, "n");
+    lua_rawseti(L, -2, 1);
+    push_part(L, 1);
+    lua_rawseti(L, -2, 2);
+    lua_setfield(L, -2, "nest");
+    lua_setiuservalue(L, ud, 1);
+    record_recipe(L, ud, "enumerate", 1, 2, nargs);
+    return set_ds(L, u, ld_dataset_enumerate(in, start), 2);
+}
+
+static int ds_unbatch(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "unbatch", 1, 2, nargs);
+    return set_ds(L, u, ld_dataset_unbatch(in), 2);
+}
+
+static int ds_cache(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
+    if (!lua_isnoneornil(L, 2) && !(lua_type(L, 2) == LUA_TSTRING && lua_rawlen(L, 2) == 0))
+        return luaL_argerror(L, 2, "only the in-memory cache is supported: call ds:cache() without a file name");
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "cache", 1, 2, nargs);
+    return set_ds(L, u, ld_dataset_cache(in), 2);
+}
+
+/* ds:_set_recipe(r): the recipe ds:_recipe() returns (30_datasets.lua's zip) */
+static int ds_set_recipe(lua_State *L) {
+    luaL_checkudata(L, 1, LB_DATASET_MT);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    lua_setiuservalue(L, 1, 2);
+    return 0;
 }
 
 /* ================================================================ inspection */
@@ -836,6 +1117,13 @@ static const luaL_Reg ds_methods[] = {
     {"skip", ds_skip},
     {"prefetch", ds_prefetch},
     {"map", ds_map},
+    {"filter", ds_filter},
+    {"_zip", ds_zip},          /* data.Dataset.zip (30_datasets.lua) adds the recipe that travels */
+    {"shard", ds_shard},
+    {"enumerate", ds_enumerate},
+    {"unbatch", ds_unbatch},
+    {"cache", ds_cache},
+    {"_set_recipe", ds_set_recipe},
     {"cardinality", ds_cardinality},
     {"iter", ds_iter},
     {"_splittable", ds_splittable},

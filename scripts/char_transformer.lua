@@ -74,7 +74,7 @@ local function train(o)
   model:compile{optimizer = optim.Adam{learning_rate = o.lr},
     loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
   local per_epoch = callbacks.LambdaCallback{on_epoch_end = function(_, epoch, logs)
-    say(("epoch %d: loss %.4f%s  (unigram entropy %.4f, %.2f below)"):format(epoch, logs.loss,
+    say(("epoch %d: loss %.4f%s  (unigram entropy %.4f, %.2f below)"):format(epoch + 1, logs.loss,
       logs.val_loss and ("  val_loss %.4f"):format(logs.val_loss) or "", H, H - logs.loss))
   end}
   local t0 = ldist.clock()

@@ -82,9 +82,9 @@ local timer = {
   on_epoch_end = function(_, epoch, logs, m)
     local dt = ldist.clock() - t0
     local r = m:evaluate(test, { verbose = 0 })
-    epochs_log[epoch] = { seconds = dt, accuracy = r.accuracy, loss = r.loss, train_accuracy = logs.accuracy }
+    epochs_log[epoch + 1] = { seconds = dt, accuracy = r.accuracy, loss = r.loss, train_accuracy = logs.accuracy }
     print(("epoch %d: %.1f s (%.0f samples/s)  train acc %.4f loss %.4f  test acc %.4f loss %.4f"):format(
-      epoch, dt, n / dt, logs.accuracy, logs.loss, r.accuracy, r.loss))
+      epoch + 1, dt, n / dt, logs.accuracy, logs.loss, r.accuracy, r.loss))
   end,
 }
 history = model:fit(train, { epochs = opts.epochs, callbacks = { timer }, verbose = opts.verbose })

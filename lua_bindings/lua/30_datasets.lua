@@ -109,6 +109,38 @@ end
 docs.datasets = "datasets\n\nReady-made data sets: datasets.fashion_mnist, datasets.mnist (load, load_data, class_names)."
 docs[datasets] = docs.datasets
 
+---------------------------------------------------------------- data: zip's recipe
+-- A zip's inputs are datasets, which a recipe cannot carry as they are: the
+-- recipe names data._datasets_from_recipes and the inputs' recipes, which
+-- 71_shipping ships and rebuilds like the source of a tensor read from a file.
+if data then
+  local D = data.Dataset
+  local function raw_recipe(ds)
+    local r = ds:_recipe()
+    if not r then error("a dataset given to zip has no recipe and cannot be rebuilt elsewhere", 0) end
+    local out = { op = r.op, n = r.args.n, args = {} }
+    for i = 1, r.args.n do out.args[i] = r.args[i] end
+    if r.parent then out.parent = raw_recipe(r.parent) end
+    return out
+  end
+  local c_zip = D._zip
+  function D.zip(...)
+    local z = c_zip(...)
+    local list = select("#", ...) == 1 and getmetatable(...) == nil and ... or { ... }
+    local recipes = { n = #list }
+    for i = 1, #list do recipes[i] = raw_recipe(list[i]) end
+    z:_set_recipe({ op = "zip", args = { n = 1, { __source = { fn = "_datasets_from_recipes", part = 1, args = recipes } } } })
+    return z
+  end
+  function data._datasets_from_recipes(...)
+    local build = ldist.distribute and ldist.distribute._build_dataset
+    if not build then error("data._datasets_from_recipes: ldist.distribute is not loaded", 0) end
+    local out = {}
+    for i = 1, select("#", ...) do out[i] = build((select(i, ...))) end
+    return out
+  end
+end
+
 ---------------------------------------------------------------- data: documentation
 if data then
   local D = data.Dataset
@@ -189,6 +221,46 @@ ds:map(function(d) return {x = d.feat * 2, y = d.label} end). Every call must
 return the same structure. fn runs on the
 interpreter's thread when a loop asks for the next element; an error in fn
 ends the loop with that error.]])
+  mdoc("filter", [[
+ds:filter(predicate) -> Dataset
+
+The elements for which predicate(element) is true, in order (tf.data's
+filter). predicate receives the element as :map's function does and returns
+a boolean, a number or a 0-d tensor (nonzero keeps the element). It runs on
+the interpreter's thread; its length is unknown (data.UNKNOWN_CARDINALITY).
+Travels to workers as bytecode, like a map function: it may use only its
+arguments and globals.]])
+  doc(D.zip, { "data.Dataset.zip", "Dataset.zip" }, [[
+data.Dataset.zip({ds1, ds2, ...}) or (ds1, ds2, ...) -> Dataset
+
+Element i is {e1, e2, ...}, element i of each dataset (tf.data's zip); a
+one-tensor element comes as that tensor, a larger one as its table:
+zip({from_tensor_slices(x, y), range(4)}) gives {{x_i, y_i}, i}. Ends with
+the shortest dataset. data.Dataset.zip({xs, ys}):batch(32) gives {x, y}
+batches for model:fit.]])
+  mdoc("shard", [[
+ds:shard(num_shards, index) -> Dataset
+
+Every num_shards-th element, starting at index: element i is kept when
+i % num_shards == index (tf.data's shard). num_shards >= 1 and
+0 <= index < num_shards, or an error.]])
+  mdoc("enumerate", [[
+ds:enumerate(start=0) or ({start=0}) -> Dataset
+
+Elements {i, element}: i an int64 scalar counting from start, element the
+input's element (its tensor when it has one, else its table).]])
+  mdoc("unbatch", [[
+ds:unbatch() -> Dataset
+
+Splits every element into its rows (the inverse of batch): the components
+must share their first dimension. Dtypes are kept.]])
+  mdoc("cache", [[
+ds:cache() -> Dataset
+
+Keeps the elements in memory: the first complete pass reads the input and
+fills the cache, later passes read the cache (the input, e.g. a map, does not
+run again). A pass left before its end (break, take) keeps nothing. Only
+the in-memory cache: a file name is an error.]])
   mdoc("cardinality", [[
 ds:cardinality() -> integer
 
@@ -221,7 +293,8 @@ data.load_idx(p, {dtype="float32", scale=1/255}).]])
 data
 
 Input pipelines and file loaders: data.Dataset (from_tensor_slices, range;
-batch, shuffle, repeat_, take, skip, map, prefetch), data.load_csv,
+batch, shuffle, repeat_, take, skip, map, filter, shard, enumerate, unbatch,
+cache, prefetch; data.Dataset.zip), data.load_csv,
 data.load_idx. Ready-made data sets are in `datasets`.]])
 end
 

@@ -303,19 +303,73 @@ end
 
 -- the options fit knows; anything else is an error naming it
 local fit_options = { epochs = true, batch_size = true, validation_data = true, verbose = true, callbacks = true,
-  steps_per_epoch = true, shuffle = true, seed = true, initial_epoch = true, sample_weight = true, class_weight = true }
+  steps_per_epoch = true, shuffle = true, seed = true, initial_epoch = true, sample_weight = true, class_weight = true,
+  validation_split = true, validation_freq = true }
 local function check_fit_options(opts)
   for k in pairs(opts) do
     if not fit_options[k] then
       local known = {}
       for name in pairs(fit_options) do known[#known + 1] = name end
       table.sort(known)
-      if k == "validation_split" or k == "validation_freq" then
-        error(("bad argument to 'fit' (option '%s' is not supported yet; options: %s)"):format(k, table.concat(known, ", ")), 3)
-      end
       error(("bad argument to 'fit' (unknown option '%s'; options: %s)"):format(tostring(k), table.concat(known, ", ")), 3)
     end
   end
+  local vf = opts.validation_freq
+  if vf ~= nil then
+    local good = math.tointeger(vf) and vf > 0
+    if type(vf) == "table" then          -- Keras also takes a list of (1-based) epochs
+      good = true
+      for _, e in ipairs(vf) do if not (math.tointeger(e) and e > 0) then good = false end end
+    end
+    if not good then
+      error(("bad argument to 'fit' (validation_freq must be a positive integer or a list of epochs, got %s)")
+        :format(tostring(vf)), 3)
+    end
+  end
+  local vs = opts.validation_split
+  if vs ~= nil and not (type(vs) == "number" and vs >= 0 and vs < 1) then
+    error(("bad argument to 'fit' (validation_split must be a number in [0, 1), got %s)"):format(tostring(vs)), 3)
+  end
+  local ie = opts.initial_epoch
+  if ie ~= nil and not (math.tointeger(ie) and ie >= 0) then
+    error(("bad argument to 'fit' (initial_epoch must be a non-negative integer, got %s)"):format(tostring(ie)), 3)
+  end
+end
+
+-- Keras's validation_split (keras/src/trainers/data_adapters/array_slicing.py,
+-- train_validation_split): the LAST floor(n * split) rows of x, y (and
+-- sample_weight) are the validation data, taken before any shuffling; a
+-- Dataset cannot be split. validation_data, when given, wins.
+local function split_validation(x, y, opts)
+  local vs = opts.validation_split
+  if not vs or vs == 0 or opts.validation_data ~= nil then return x, y, opts end
+  if not tensor.is_tensor(x) then
+    error("bad argument to 'fit' (validation_split is only supported for tensors, as in Keras; " ..
+      "a Dataset cannot be split: pass validation_data)", 3)
+  end
+  local n = x.shape[1]
+  local split_at = math.floor(n * (1.0 - vs))
+  if split_at == 0 or split_at == n then
+    error(("bad argument to 'fit' (training data contains %d samples, which is not sufficient to split it into " ..
+      "a validation and training set as specified by validation_split=%s)"):format(n, tostring(vs)), 3)
+  end
+  local function part(t, a, b) if t == nil then return nil end return t:slice(0, a, b) end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.validation_split = nil
+  o.sample_weight = part(opts.sample_weight, 0, split_at)
+  o.validation_data = { part(x, split_at, n), part(y, split_at, n), part(opts.sample_weight, split_at, n) }
+  return part(x, 0, split_at), part(y, 0, split_at), o
+end
+
+-- Keras's Trainer._should_eval: validation_freq counts epochs from 1
+local function should_eval(epoch, freq)
+  if freq == nil then return true end
+  if type(freq) == "table" then
+    for _, e in ipairs(freq) do if e == epoch + 1 then return true end end
+    return false
+  end
+  return (epoch + 1) % freq == 0
 end
 
 -- the strategy a model trains under: the one it was made (or compiled) in,
@@ -334,6 +388,7 @@ function Model:fit(x, y, opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("bad argument to 'fit' (options table expected, got %s)"):format(type(opts)), 2) end
   check_fit_options(opts)
+  x, y, opts = split_validation(x, y, opts)
   local strategy = strategy_of(self)
   -- a strategy that trains elsewhere (a LocalCluster's workers, ps tasks)
   if strategy and strategy._fit then return strategy:_fit(self, x, y, opts) end
@@ -353,17 +408,30 @@ function Model:_fit_loop(x, y, opts, strategy)
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
   local initial = opts.initial_epoch or 0
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then val = as_dataset(val[1], val[2], opts, false) end
-  local callbacks = opts.callbacks or {}
-  local history = {}
-  local loss_obj, opt = self._loss, self._optimizer
+  if type(val) == "table" and tensor.is_tensor(val[1]) then
+    -- validation sample weights are val[3], never the training ones
+    val = as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
+  end
   local total = opts.steps_per_epoch or (ds.cardinality and ds:cardinality()) or nil
   if total and total < 0 then total = nil end
+  -- Keras's CallbackList: the user's callbacks, then the progress bar (a
+  -- ProgbarLogger, unless one is given); the history is recorded after them
+  -- all, so what a callback adds to the logs (learning_rate) is in it.
+  local callbacks, has_bar = {}, false
+  for i, cb in ipairs(opts.callbacks or {}) do
+    callbacks[i] = cb
+    if getmetatable(cb) == ldist.callbacks._ProgbarLogger then has_bar = true end
+  end
+  if verbose ~= 0 and not has_bar then callbacks[#callbacks + 1] = ldist.callbacks.ProgbarLogger() end
+  local params = { epochs = epochs, steps = total, verbose = verbose }
+  for _, cb in ipairs(callbacks) do if type(cb.set_params) == "function" then cb:set_params(params) end end
+  local history = {}
+  local loss_obj, opt = self._loss, self._optimizer
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end
-  for epoch = initial + 1, epochs do
+  -- epochs are numbered from 0, as Keras's callbacks see them (the bar shows epoch + 1)
+  for epoch = initial, epochs - 1 do
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(epoch, self) end end
-    local bar = verbose ~= 0 and progress(total, ("Epoch %d/%d"):format(epoch, epochs)) or nil
     local loss_m = metrics.Mean("loss")
     for _, m in ipairs(self._metrics) do m:reset_state() end
     local step = 0
@@ -380,12 +448,10 @@ function Model:_fit_loop(x, y, opts, strategy)
         if not tensor.is_tensor(yb) then yb = strategy:gather(yb) end   -- split over the replicas
         for _, m in ipairs(self._metrics) do m:update_state(yb, pred) end
       end
-      if bar then
-        local vals = { loss = loss_m:result() }
-        for _, m in ipairs(self._metrics) do vals[m.name] = m:result() end
-        bar:update(p.step, vals)
-      end
-      for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step, { loss = lv }, self) end end
+      -- Keras's batch logs: the running means so far in the epoch
+      local vals = { loss = loss_m:result() }
+      for _, m in ipairs(self._metrics) do vals[m.name] = m:result() end
+      for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step, vals, self) end end
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
     -- a strategy may split the batches over its replicas as it gathers them
@@ -405,8 +471,14 @@ function Model:_fit_loop(x, y, opts, strategy)
           lv, pred = self:train_step(bx, by, loss_obj, opt, bw)
         end
         step = step + 1
-        if pending then settle(pending) end
+        if pending then
+          settle(pending)
+          -- a batch callback stopped training (TerminateOnNaN): Keras stops
+          -- after that batch; the step issued since is not counted
+          if self.stop_training then pending = nil; break end
+        end
         pending = { lv = lv, pred = pred, by = by, n = count_rows(bx), step = step }
+        if self.stop_training then break end
         if opts.steps_per_epoch and step >= opts.steps_per_epoch then break end
       end
       if pending then settle(pending); pending = nil end
@@ -415,16 +487,15 @@ function Model:_fit_loop(x, y, opts, strategy)
     if not ok then error(err, 0) end
     local logs = { loss = loss_m:result() }
     for _, m in ipairs(self._metrics) do logs[m.name] = m:result() end
-    if val then
+    if val and should_eval(epoch, opts.validation_freq) then
       local r = self:evaluate(val, { verbose = 0 })
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
+    for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(epoch, logs, self) end end
     for k, v in pairs(logs) do
       history[k] = history[k] or {}
       table.insert(history[k], v)
     end
-    if bar then bar:finish(logs) end
-    for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(epoch, logs, self) end end
     if self.stop_training then break end
   end
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(self) end end
@@ -435,7 +506,12 @@ doc(Model.fit, "Model:fit",
   "model:fit(dataset, {epochs=1, validation_data=, verbose=1, callbacks=, steps_per_epoch=})\n" ..
   "model:fit(x, y, {batch_size=32, epochs=1, shuffle=true, ...})\n\n" ..
   "Train the compiled model; each step runs in C. Shows a progress bar per epoch and returns\n" ..
-  "the history: {loss={...}, accuracy={...}, val_loss={...}, ...} (Keras' history.history).")
+  "the history: {loss={...}, accuracy={...}, val_loss={...}, ...} (Keras' history.history).\n" ..
+  "Options: epochs, batch_size, shuffle, seed, steps_per_epoch, verbose, callbacks, initial_epoch\n" ..
+  "(fit runs epochs initial_epoch .. epochs-1), validation_data={x, y[, w]} or a Dataset,\n" ..
+  "validation_split (the LAST fraction of x/y, before shuffling, as Keras), validation_freq\n" ..
+  "(validate every n epochs, or a list of 1-based epochs), sample_weight, class_weight.\n" ..
+  "Callbacks see Keras's epoch numbers, from 0: on_epoch_begin(epoch), on_epoch_end(epoch, logs).")
 
 -- model:evaluate(dataset | x, y, {batch_size=, verbose=}) -> {loss=, <metric>=}
 function Model:evaluate(x, y, opts)
@@ -553,10 +629,9 @@ ldist.callbacks = callbacks
 local stderr = io.stderr   -- Lua's, whatever the globals become
 
 -- callbacks.EarlyStopping: Keras 3's (keras/src/callbacks/early_stopping.py
--- and monitor_callback.py, checked against Keras 3.15.1). ldist numbers
--- epochs from 1 where Keras numbers them from 0, so Keras' "epoch > 0" is
--- "epoch > 1" here, start_from_epoch=k skips the first k epochs as in Keras,
--- and stopped_epoch / best_epoch are the epoch numbers fit shows ("Epoch 3/10").
+-- and monitor_callback.py, checked against Keras 3.15.1). Callbacks get
+-- Keras's epoch numbers, from 0, so stopped_epoch / best_epoch are Keras's
+-- (0-based: the bar showed "Epoch 4/10" for stopped_epoch 3).
 local ES = { __name = "ldist.callbacks.EarlyStopping" }
 ES.__index = ES
 ES.__tostring = function(c)
@@ -585,21 +660,28 @@ end
 -- "min" or "max". auto: the loss is minimised; a compiled metric of that name
 -- says its direction (_direction, as Keras 3's metrics); otherwise a name with
 -- "acc" in it is maximised and anything else minimised (Keras 3 raises there).
-function ES:_direction(model)
-  if self.mode ~= "auto" then return self.mode end
-  local name = self.monitor:gsub("^val_", "")
+-- Keras's MonitorCallback rules, shared by every callback that watches a
+-- value (EarlyStopping here, ModelCheckpoint and ReduceLROnPlateau in
+-- 75_callbacks.lua): the direction ("min" or "max") of `monitor` under
+-- `mode`, and whether v improves on ref by more than min_delta
+local function monitor_direction(mode, monitor, model)
+  if mode ~= "auto" then return mode end
+  local name = monitor:gsub("^val_", "")
   if name == "loss" then return "min" end
   for _, m in ipairs(model and model._metrics or {}) do
     if m.name == name and m._direction then return m._direction == "up" and "max" or "min" end
   end
   return name:find("acc", 1, true) and "max" or "min"
 end
-
-function ES:_is_improvement(v, ref)
+local function improves(dir, min_delta, v, ref)
   if ref == nil then return true end
-  if self._dir == "min" then return v + self.min_delta < ref end
-  return v - self.min_delta > ref
+  if dir == "min" then return v + min_delta < ref end
+  return v - min_delta > ref
 end
+callbacks._monitor_direction, callbacks._improves = monitor_direction, improves
+
+function ES:_direction(model) return monitor_direction(self.mode, self.monitor, model) end
+function ES:_is_improvement(v, ref) return improves(self._dir, self.min_delta, v, ref) end
 
 local function get_weights(model) return model:get_weights() end
 
@@ -620,7 +702,7 @@ function ES:on_epoch_end(epoch, logs, model)
     return
   end
   if tensor.is_tensor(current) then current = current:item() end
-  if epoch - 1 < self.start_from_epoch then return end       -- still warming up
+  if epoch < self.start_from_epoch then return end           -- still warming up
   if self.restore_best_weights and self.best_weights == nil then
     -- the first monitored epoch's weights are the best seen so far
     self.best_weights, self.best_epoch = get_weights(model), epoch
@@ -633,7 +715,7 @@ function ES:on_epoch_end(epoch, logs, model)
     if self.baseline == nil or self:_is_improvement(current, self.baseline) then self.wait = 0 end
     return
   end
-  if self.wait >= self.patience and epoch > 1 then
+  if self.wait >= self.patience and epoch > 0 then
     self.stopped_epoch = epoch
     model.stop_training = true
   end
@@ -653,11 +735,11 @@ end
 function ES:on_train_end(model)
   model = model or self.model
   if self.stopped_epoch > 0 and self.verbose > 0 then
-    print(("Epoch %d: early stopping"):format(self.stopped_epoch))
+    print(("Epoch %d: early stopping"):format(self.stopped_epoch + 1))
   end
   if self.restore_best_weights and self.best_weights then
     if self.verbose > 0 then
-      print(("Restoring model weights from the end of the best epoch: %d."):format(self.best_epoch))
+      print(("Restoring model weights from the end of the best epoch: %d."):format(self.best_epoch + 1))
     end
     -- assign writes every replica of a mirrored variable
     model:set_weights(self.best_weights)
@@ -671,11 +753,36 @@ doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
   "mode=\"auto\" minimises losses and maximises accuracies. With baseline, wait only restarts\n" ..
   "when a value beats the baseline too. restore_best_weights puts back the best epoch's\n" ..
   "weights when training ends, stopped or not. cb.stopped_epoch is the epoch it stopped at\n" ..
-  "(0 when it did not), cb.best and cb.best_epoch the best value and its epoch.")
+  "(Keras's number, from 0; 0 when it did not stop), cb.best and cb.best_epoch the best value\n" ..
+  "and its epoch (from 0).")
 
 function callbacks.LambdaCallback(fns) return fns end
 doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",
-  "callbacks.LambdaCallback{on_epoch_end=function(self, epoch, logs, model) end, ...}\n\nA callback from plain functions.")
+  "callbacks.LambdaCallback{on_epoch_end=function(self, epoch, logs, model) end, ...}\n\nA callback from plain functions:\n" ..
+  "on_train_begin(self, model), on_epoch_begin(self, epoch, model), on_train_batch_end(self, step, logs, model),\n" ..
+  "on_epoch_end(self, epoch, logs, model), on_train_end(self, model). epoch is Keras's, from 0 (the bar\n" ..
+  "shows epoch + 1); step counts the epoch's batches from 1; batch logs hold the epoch's running means.")
+
+-- callbacks.ProgbarLogger: the progress bar fit shows, as a callback (Keras
+-- adds one after the user's callbacks when verbose ~= 0, unless one is given).
+local PB = { __name = "ldist.callbacks.ProgbarLogger" }
+PB.__index = PB
+callbacks._ProgbarLogger = PB
+function callbacks.ProgbarLogger(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #1 to 'ProgbarLogger' (table or nothing expected, got %s)"):format(type(opts)), 2)
+  end
+  return setmetatable({ verbose = 1, epochs = 1 }, PB)
+end
+function PB:set_params(p) self.verbose, self.epochs, self.target = p.verbose, p.epochs, p.steps end
+function PB:on_epoch_begin(epoch)
+  if self.verbose ~= 0 then self.bar = progress(self.target, ("Epoch %d/%d"):format(epoch + 1, self.epochs)) end
+end
+function PB:on_train_batch_end(step, logs) if self.bar then self.bar:update(step, logs) end end
+function PB:on_epoch_end(_, logs) if self.bar then self.bar:finish(logs); self.bar = nil end end
+doc(callbacks.ProgbarLogger, "callbacks.ProgbarLogger",
+  "callbacks.ProgbarLogger()\n\nThe progress bar fit shows (\"Epoch 1/10\" and the epoch's running means), as a\n" ..
+  "callback: fit adds one after the others when verbose ~= 0 unless the list has one, as Keras.")
 
 ldist.globals.tensor = true
 ldist.globals.nn = true

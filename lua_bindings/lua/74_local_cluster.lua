@@ -252,7 +252,7 @@ function Remote:_fit(model, x, y, opts)
       for _, cb in ipairs(local_cbs) do if cb.on_epoch_begin then cb:on_epoch_begin(m.epoch, model) end end
       if verbose ~= 0 and ldist.progress then
         bar = ldist.progress.new { total = m.total and m.total > 0 and m.total or nil,
-          title = ("Epoch %d/%d"):format(m.epoch, spec.fit.epochs) }
+          title = ("Epoch %d/%d"):format(m.epoch + 1, spec.fit.epochs) }   -- callbacks count from 0
       end
     elseif m.kind == "batch" then
       if bar then bar:update(m.step, m.logs) end

@@ -20,6 +20,461 @@ local ldist = ...
 local callbacks, tensor, distribute = ldist.callbacks, ldist.tensor, ldist.distribute
 local C, lio = ldist._cluster, ldist.io
 local docs = ldist.docs
+---------------------------------------------------------------- Keras's other callbacks
+-- ModelCheckpoint, CSVLogger, LearningRateScheduler, ReduceLROnPlateau and
+-- TerminateOnNaN, after keras/src/callbacks/*.py of Keras 3.15 (checked by
+-- running them there; tests/lua/test_callbacks.lua holds the numbers). Epochs
+-- are Keras's, from 0; file names and messages show epoch + 1 as Keras does.
+if callbacks then
+local doc = ldist.document
+local stderr = io.stderr
+
+-- Python's str(float): the shortest digits that read back as the same double,
+-- fixed notation for exponents -4 .. 15, else "1e-05" / "1.5e+16"
+local function pyfloat(v)
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v then return "nan" end
+  if v == math.huge then return "inf" elseif v == -math.huge then return "-inf" end
+  if v == 0 then return (1 / v < 0) and "-0.0" or "0.0" end
+  local s
+  for p = 0, 16 do
+    s = ("%." .. p .. "e"):format(v)
+    if tonumber(s) == v then break end
+  end
+  local sign, m, e = s:match("^(-?)([%d%.]+)e([-+]%d+)$")
+  local digits, exp = m:gsub("%.", ""), tonumber(e)
+  digits = digits:gsub("0+$", "")
+  if digits == "" then digits = "0" end
+  if exp >= -4 and exp < 16 then
+    if exp >= 0 then
+      local int = digits:sub(1, exp + 1)
+      int = int .. ("0"):rep(exp + 1 - #int)
+      local frac = digits:sub(exp + 2)
+      return sign .. int .. "." .. (frac == "" and "0" or frac)
+    end
+    return sign .. "0." .. ("0"):rep(-exp - 1) .. digits
+  end
+  local mant = digits:sub(1, 1) .. (#digits > 1 and ("." .. digits:sub(2)) or "")
+  return ("%s%se%s%02d"):format(sign, mant, exp < 0 and "-" or "+", math.abs(exp))
+end
+callbacks._pyfloat = pyfloat
+
+local function num(v)
+  if tensor and tensor.is_tensor(v) then return v:item() end
+  return v
+end
+local function pystr(v)
+  v = num(v)
+  if type(v) == "number" then return pyfloat(v) end
+  return tostring(v)
+end
+
+-- Python's str.format for a file name template: "{epoch:02d}", "{val_loss:.2f}",
+-- "{epoch}", "{{" and "}}"; a name the values lack is an error naming it.
+local function pyformat(template, values, what)
+  local out, i, n = {}, 1, #template
+  while i <= n do
+    local c = template:sub(i, i)
+    if c == "{" and template:sub(i + 1, i + 1) == "{" then out[#out + 1] = "{"; i = i + 2
+    elseif c == "}" and template:sub(i + 1, i + 1) == "}" then out[#out + 1] = "}"; i = i + 2
+    elseif c == "{" then
+      local j = template:find("}", i, true)
+      if not j then error(("%s: unmatched '{' in \"%s\""):format(what, template), 0) end
+      local field = template:sub(i + 1, j - 1)
+      local name, spec = field:match("^([^:]*):(.*)$")
+      if not name then name, spec = field, "" end
+      local v = values[name]
+      if v == nil then
+        local keys = {}
+        for k in pairs(values) do keys[#keys + 1] = k end
+        table.sort(keys)
+        error(("%s: failed to format the file path \"%s\": no value for '%s' (values: %s)")
+          :format(what, template, name, table.concat(keys, ", ")), 0)
+      end
+      v = num(v)
+      local zero, width, prec, ty = spec:match("^(0?)(%d*)%.?(%d*)([dfFeEgGs%%]?)$")
+      if not zero then error(("%s: unsupported format spec '%s' in \"%s\""):format(what, spec, template), 0) end
+      if spec:find(".", 1, true) == nil then prec = "" end
+      local s
+      if ty == "d" then
+        local iv = math.tointeger(v)
+        if not iv then error(("%s: format code 'd' for the non-integer %s in \"%s\""):format(what, name, template), 0) end
+        s = ("%" .. zero .. width .. "d"):format(iv)
+      elseif ty == "%" then
+        s = ("%" .. zero .. width .. "." .. (prec ~= "" and prec or "6") .. "f"):format(v * 100) .. "%"
+      elseif ty ~= "" and ty ~= "s" then
+        s = ("%" .. zero .. width .. (prec ~= "" and ("." .. prec) or "") .. ty):format(v)
+      else
+        s = pystr(v)
+        if prec ~= "" and type(v) == "number" then s = ("%." .. prec .. "g"):format(v) end
+        if width ~= "" and #s < tonumber(width) then
+          local pad = (zero ~= "" and "0" or " "):rep(tonumber(width) - #s)
+          s = type(v) == "number" and pad .. s or s .. pad     -- numbers right, strings left
+        end
+      end
+      out[#out + 1] = s
+      i = j + 1
+    else
+      local j = template:find("[{}]", i) or n + 1
+      out[#out + 1] = template:sub(i, j - 1)
+      i = j
+    end
+  end
+  return table.concat(out)
+end
+callbacks._format_path = pyformat
+
+-- the float32 value of a number: Keras keeps the learning rate in a float32
+-- variable, so that is what it reads back (0.1 -> 0.10000000149011612)
+local function f32(x) return (string.unpack("<f", string.pack("<f", x))) end
+local function get_lr(model)
+  local opt = model._optimizer
+  if opt == nil then error("the model has no optimizer (compile it first)", 0) end
+  return f32(opt.learning_rate)
+end
+
+local function check_opts(name, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("bad argument #1 to '%s' (table expected, got %s)"):format(name, type(opts)), 3) end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for kk in pairs(known) do names[#names + 1] = kk end
+      table.sort(names)
+      error(("bad argument #1 to '%s' (unknown option '%s'; options: %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  return opts
+end
+local function check_mode(name, mode)
+  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
+    error(("bad argument #1 to '%s' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(name, tostring(mode)), 3)
+  end
+end
+
+-- Keras's MonitorCallback rules (50_keras.lua, shared with EarlyStopping)
+local direction, improves = callbacks._monitor_direction, callbacks._improves
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t or {}) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+---------------------------------------------------------------- ModelCheckpoint
+local MC = { __name = "ldist.callbacks.ModelCheckpoint" }
+MC.__index = MC
+MC.__tostring = function(c) return ("<ModelCheckpoint %s monitor=%s>"):format(c.filepath, c.monitor) end
+local mc_opts = { filepath = true, monitor = true, verbose = true, save_best_only = true, save_weights_only = true,
+  mode = true, save_freq = true, initial_value_threshold = true }
+function callbacks.ModelCheckpoint(opts)
+  if type(opts) == "string" then opts = { filepath = opts } end
+  opts = check_opts("ModelCheckpoint", opts, mc_opts)
+  if type(opts.filepath) ~= "string" or opts.filepath == "" then
+    error("bad argument #1 to 'ModelCheckpoint' (filepath= expected: a file name, may hold {epoch:02d}, {val_loss:.2f}, ...)", 2)
+  end
+  local mode = opts.mode or "auto"
+  check_mode("ModelCheckpoint", mode)
+  local freq = opts.save_freq or "epoch"
+  if freq ~= "epoch" and not (math.tointeger(freq) and freq > 0) then
+    error(("bad argument #1 to 'ModelCheckpoint' (save_freq must be \"epoch\" or a positive number of batches, got %s)")
+      :format(tostring(freq)), 2)
+  end
+  return setmetatable({ filepath = opts.filepath, monitor = opts.monitor or "val_loss", verbose = opts.verbose or 0,
+    save_best_only = opts.save_best_only or false, save_weights_only = opts.save_weights_only or false,
+    mode = mode, save_freq = freq, best = opts.initial_value_threshold, _threshold = opts.initial_value_threshold }, MC)
+end
+function MC:on_train_begin(model)
+  self.model = model or self.model
+  self._seen, self._last = 0, nil
+end
+function MC:on_epoch_begin(epoch) self._epoch = epoch end
+function MC:on_train_batch_end(step, logs, model)
+  if self.save_freq == "epoch" then return end
+  -- Keras's _should_save_on_batch; ldist's step is Keras's batch + 1
+  if self._last == nil or step <= self._last then self._seen = self._seen + step
+  else self._seen = self._seen + step - self._last end
+  self._last = step
+  if self._seen >= self.save_freq then
+    self._seen = 0
+    self:_save(model or self.model, self._epoch or 0, step, logs)
+  end
+end
+function MC:on_epoch_end(epoch, logs, model)
+  if self.save_freq == "epoch" then self:_save(model or self.model, epoch, nil, logs) end
+end
+function MC:_path(epoch, batch, logs)
+  local values = {}
+  for k, v in pairs(logs or {}) do values[k] = v end
+  values.epoch = epoch + 1
+  if batch and values.batch == nil then values.batch = batch end
+  return pyformat(self.filepath, values, "ModelCheckpoint")
+end
+function MC:_save(model, epoch, batch, logs)
+  local path = self:_path(epoch, batch, logs)
+  if self.save_best_only then
+    local current = logs and logs[self.monitor]
+    if current == nil then
+      stderr:write(("ModelCheckpoint: can save best model only with %s available, saving anyway\n"):format(self.monitor))
+    else
+      current = num(current)
+      self._dir = self._dir or direction(self.mode, self.monitor, model)
+      local best = self.best
+      if not improves(self._dir, 0, current, best) then
+        if self.verbose > 0 then
+          print(("Epoch %d: %s did not improve from %.5f"):format(epoch + 1, self.monitor, best))
+        end
+        return
+      end
+      if self.verbose > 0 then
+        print(("Epoch %d: %s improved from %s to %.5f, saving model to %s"):format(epoch + 1, self.monitor,
+          best == nil and "None" or ("%.5f"):format(best), current, path))
+      end
+      self.best = current
+    end
+  elseif self.verbose > 0 then
+    print(("Epoch %d: saving model to %s"):format(epoch + 1, path))
+  end
+  local dir = path:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" and ldist.io and ldist.io._mkdir_p then ldist.io._mkdir_p(dir) end
+  if self.save_weights_only then model:save_weights(path) else model:save(path) end
+  self.last_saved = path
+end
+doc(callbacks.ModelCheckpoint, "callbacks.ModelCheckpoint",
+  "callbacks.ModelCheckpoint{filepath=, monitor=\"val_loss\", save_best_only=false, save_weights_only=false,\n" ..
+  "  mode=\"auto\", save_freq=\"epoch\"|N, initial_value_threshold=nil, verbose=0}\n\n" ..
+  "Save the model (model:save, or model:save_weights with save_weights_only) at the end of each\n" ..
+  "epoch, or every N batches. filepath is a Python format string as in Keras: \"ck/m-{epoch:02d}-\n" ..
+  "{val_loss:.2f}\" gives ck/m-03-0.42 ({epoch} counts from 1, {batch} too; any log value by name).\n" ..
+  "save_best_only saves only when the monitored value improves (mode=\"auto\": losses down,\n" ..
+  "accuracies up). cb.last_saved is the last file written.")
+
+---------------------------------------------------------------- CSVLogger
+local CSV = { __name = "ldist.callbacks.CSVLogger" }
+CSV.__index = CSV
+CSV.__tostring = function(c) return ("<CSVLogger %s>"):format(c.filename) end
+function callbacks.CSVLogger(filename, opts)
+  if type(filename) == "table" and opts == nil then opts, filename = filename, filename.filename end
+  if type(filename) ~= "string" or filename == "" then
+    error("bad argument #1 to 'CSVLogger' (a file name expected)", 2)
+  end
+  opts = check_opts("CSVLogger", opts, { filename = true, separator = true, append = true })
+  local sep = opts.separator or ","
+  if type(sep) ~= "string" or #sep ~= 1 then
+    error(("bad argument #2 to 'CSVLogger' (separator must be one character, got %s)"):format(tostring(sep)), 2)
+  end
+  return setmetatable({ filename = filename, sep = sep, append = opts.append or false }, CSV)
+end
+function CSV:on_train_begin()
+  self.append_header = true
+  if self.append then
+    local f = io.open(self.filename, "rb")
+    if f then
+      local line = f:read("l")
+      f:close()
+      self.append_header = not (line ~= nil)
+    end
+  end
+  if self.file then self.file:close() end
+  local f, err = io.open(self.filename, self.append and "ab" or "wb")
+  if not f then error(("CSVLogger: cannot open %s: %s"):format(self.filename, tostring(err)), 0) end
+  self.file, self.keys, self._header_done = f, nil, false
+end
+-- csv.excel's QUOTE_MINIMAL: quote a field holding the separator, a quote or a line break
+function CSV:_field(v)
+  local s
+  if type(v) == "table" and not (tensor and tensor.is_tensor(v)) then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = pystr(x) end
+    s = '"[' .. table.concat(parts, ", ") .. ']"'
+    return s
+  end
+  s = pystr(v)
+  if s:find(self.sep, 1, true) or s:find('"', 1, true) or s:find("[\r\n]") then
+    s = '"' .. s:gsub('"', '""') .. '"'
+  end
+  return s
+end
+function CSV:on_epoch_end(epoch, logs)
+  logs = logs or {}
+  if not self.file then self:on_train_begin() end
+  if self.keys == nil then
+    -- Keras: the first epoch's keys, sorted, plus val_<key> for each when
+    -- that epoch had no validation (validation_freq > 1 adds them later)
+    self.keys = sorted_keys(logs)
+    local has_val = false
+    for _, k in ipairs(self.keys) do if k:sub(1, 4) == "val_" then has_val = true end end
+    if not has_val then
+      local n = #self.keys
+      for i = 1, n do self.keys[#self.keys + 1] = "val_" .. self.keys[i] end
+    end
+  end
+  if not self._header_done then
+    self._header_done = true
+    if self.append_header then
+      local h = { "epoch" }
+      for _, k in ipairs(self.keys) do h[#h + 1] = self:_field(k) end
+      self.file:write(table.concat(h, self.sep), "\r\n")
+    end
+  end
+  local row = { tostring(epoch) }
+  for _, k in ipairs(self.keys) do
+    local v = logs[k]
+    row[#row + 1] = v == nil and "NA" or self:_field(v)
+  end
+  self.file:write(table.concat(row, self.sep), "\r\n")
+  self.file:flush()
+end
+function CSV:on_train_end()
+  if self.file then self.file:close(); self.file = nil end
+end
+doc(callbacks.CSVLogger, "callbacks.CSVLogger",
+  "callbacks.CSVLogger(filename, {separator=\",\", append=false})\n\n" ..
+  "Write each epoch's logs to a CSV file as Keras does: a header \"epoch,<keys sorted>\" (with\n" ..
+  "val_<key> columns added when the first epoch had no validation), one row per epoch with\n" ..
+  "Keras's epoch number (from 0), values as Python prints them, NA for a missing one, lines\n" ..
+  "ending in \\r\\n. append=true adds to an existing file (no second header).")
+
+---------------------------------------------------------------- LearningRateScheduler
+local LRS = { __name = "ldist.callbacks.LearningRateScheduler" }
+LRS.__index = LRS
+function callbacks.LearningRateScheduler(schedule, opts)
+  if type(schedule) == "table" and getmetatable(schedule) == nil and opts == nil then
+    opts, schedule = schedule, schedule.schedule
+  end
+  if type(schedule) ~= "function" then
+    error(("bad argument #1 to 'LearningRateScheduler' (schedule(epoch, lr) -> lr function expected, got %s)")
+      :format(type(schedule)), 2)
+  end
+  opts = check_opts("LearningRateScheduler", opts, { schedule = true, verbose = true })
+  return setmetatable({ schedule = schedule, verbose = opts.verbose or 0 }, LRS)
+end
+function LRS:on_epoch_begin(epoch, model)
+  local lr = self.schedule(epoch, get_lr(model))
+  if type(lr) ~= "number" then
+    error(("LearningRateScheduler: the schedule must return a number, got %s at epoch %d"):format(tostring(lr), epoch), 0)
+  end
+  model._optimizer.learning_rate = lr
+  if self.verbose > 0 then
+    print(("Epoch %d: LearningRateScheduler setting learning rate to %s."):format(epoch + 1, pyfloat(lr)))
+  end
+end
+function LRS:on_epoch_end(_, logs, model) if logs then logs.learning_rate = get_lr(model) end end
+doc(callbacks.LearningRateScheduler, "callbacks.LearningRateScheduler",
+  "callbacks.LearningRateScheduler(function(epoch, lr) return new_lr end, {verbose=0})\n\n" ..
+  "At the start of each epoch (Keras's number, from 0) set the optimizer's learning rate to\n" ..
+  "schedule(epoch, current lr); adds learning_rate to the epoch's logs (and so to the history).")
+
+---------------------------------------------------------------- ReduceLROnPlateau
+local RL = { __name = "ldist.callbacks.ReduceLROnPlateau" }
+RL.__index = RL
+RL.__tostring = function(c)
+  return ("<ReduceLROnPlateau monitor=%s wait=%d cooldown_counter=%d best=%s>"):format(c.monitor, c.wait,
+    c.cooldown_counter, tostring(c.best))
+end
+local rl_opts = { monitor = true, factor = true, patience = true, verbose = true, mode = true, min_delta = true,
+  cooldown = true, min_lr = true }
+function callbacks.ReduceLROnPlateau(opts)
+  opts = check_opts("ReduceLROnPlateau", opts, rl_opts)
+  local mode = opts.mode or "auto"
+  check_mode("ReduceLROnPlateau", mode)
+  local factor = opts.factor or 0.1
+  if type(factor) ~= "number" or factor >= 1.0 then
+    error(("bad argument #1 to 'ReduceLROnPlateau' (factor must be < 1.0, got %s)"):format(tostring(factor)), 2)
+  end
+  for _, k in ipairs{ "patience", "cooldown" } do
+    local v = opts[k]
+    if v ~= nil and not (math.tointeger(v) and v >= 0) then
+      error(("bad argument #1 to 'ReduceLROnPlateau' (%s must be a non-negative integer, got %s)"):format(k, tostring(v)), 2)
+    end
+  end
+  for _, k in ipairs{ "min_delta", "min_lr" } do
+    if opts[k] ~= nil and type(opts[k]) ~= "number" then
+      error(("bad argument #1 to 'ReduceLROnPlateau' (%s must be a number, got %s)"):format(k, tostring(opts[k])), 2)
+    end
+  end
+  return setmetatable({ monitor = opts.monitor or "val_loss", factor = factor, patience = opts.patience or 10,
+    verbose = opts.verbose or 0, mode = mode, min_delta = math.abs(opts.min_delta or 1e-4), cooldown = opts.cooldown or 0,
+    min_lr = opts.min_lr or 0.0, wait = 0, cooldown_counter = 0 }, RL)
+end
+function RL:on_train_begin(model)
+  self.model = model or self.model
+  self.best, self.wait, self.cooldown_counter, self._dir, self._warned = nil, 0, 0, nil, nil
+end
+function RL:in_cooldown() return self.cooldown_counter > 0 end
+-- Keras 3.15's on_epoch_end: the logs get the learning rate of this epoch
+-- (before any reduction); a reduction needs lr > float32(min_lr).
+function RL:on_epoch_end(epoch, logs, model)
+  model = model or self.model
+  self.model = model
+  self._dir = self._dir or direction(self.mode, self.monitor, model)
+  logs = logs or {}
+  logs.learning_rate = get_lr(model)
+  local current = logs[self.monitor]
+  if current == nil then
+    if not self._warned then
+      self._warned = true
+      stderr:write(("Learning rate reduction is conditioned on metric `%s` which is not available. Available metrics are: %s.\n")
+        :format(self.monitor, table.concat(sorted_keys(logs), ",")))
+    end
+    return
+  end
+  current = num(current)
+  if self:in_cooldown() then
+    self.cooldown_counter = self.cooldown_counter - 1
+    self.wait = 0
+  end
+  if improves(self._dir, self.min_delta, current, self.best) then
+    self.best, self.wait = current, 0
+  elseif not self:in_cooldown() then
+    self.wait = self.wait + 1
+    if self.wait >= self.patience then
+      local old = get_lr(model)
+      if old > f32(self.min_lr) then
+        local new = math.max(old * self.factor, self.min_lr)
+        model._optimizer.learning_rate = new
+        if self.verbose > 0 then
+          print(("Epoch %d: ReduceLROnPlateau reducing learning rate to %s."):format(epoch + 1, pyfloat(new)))
+        end
+        self.cooldown_counter, self.wait = self.cooldown, 0
+      end
+    end
+  end
+end
+doc(callbacks.ReduceLROnPlateau, "callbacks.ReduceLROnPlateau",
+  "callbacks.ReduceLROnPlateau{monitor=\"val_loss\", factor=0.1, patience=10, min_delta=1e-4, cooldown=0,\n" ..
+  "  min_lr=0, mode=\"auto\", verbose=0}\n\n" ..
+  "Keras 3's rule: when the monitored value has not improved by more than min_delta for\n" ..
+  "`patience` epochs, multiply the learning rate by factor (not below min_lr; nothing once it\n" ..
+  "is at min_lr), then wait `cooldown` epochs before counting again. Adds learning_rate (the\n" ..
+  "epoch's rate, before a reduction) to the epoch's logs.")
+
+---------------------------------------------------------------- TerminateOnNaN
+local TN = { __name = "ldist.callbacks.TerminateOnNaN" }
+TN.__index = TN
+function callbacks.TerminateOnNaN(opts)
+  opts = check_opts("TerminateOnNaN", opts, { raise_error = true })
+  return setmetatable({ raise_error = opts.raise_error or false }, TN)
+end
+function TN:on_train_batch_end(step, logs, model)
+  local loss = logs and num(logs.loss)
+  if type(loss) ~= "number" then return end
+  if loss ~= loss or loss == math.huge or loss == -math.huge then
+    if self.raise_error then
+      error(("NaN or Inf loss encountered at batch %d. Loss value: %s. Terminating training immediately.")
+        :format(step - 1, pyfloat(loss)), 0)
+    end
+    print(("Batch %d: Invalid loss, terminating training"):format(step - 1))
+    model.stop_training = true
+  end
+end
+doc(callbacks.TerminateOnNaN, "callbacks.TerminateOnNaN",
+  "callbacks.TerminateOnNaN{raise_error=false}\n\n" ..
+  "Stop fit after the batch whose loss is NaN or infinite (Keras prints \"Batch N: Invalid loss,\n" ..
+  "terminating training\", N from 0); raise_error=true raises an error instead.")
+end
+
 if not callbacks or not C or not lio then return end
 
 local BR = { __name = "ldist.callbacks.BackupAndRestore" }
@@ -89,8 +544,10 @@ end
 -- Steps done in the epoch are counted with the optimizer's step counter: fit
 -- may report a batch after it has issued the next one, and the checkpoint must
 -- say exactly how many updates its weights hold.
+-- epoch is Keras's (from 0); _epoch is the number fit shows (from 1) and
+-- _resume_epoch Keras's number of the epoch a resumed fit starts in.
 function BR:on_epoch_begin(epoch, model)
-  self._epoch = epoch
+  self._epoch = epoch + 1
   local done = epoch == self._resume_epoch and (self._offset or 0) or 0
   self._it0 = model._optimizer.iterations - done
 end
@@ -100,7 +557,7 @@ function BR:on_train_batch_end(step, logs, model)
   if self._it0 then done = model._optimizer.iterations - self._it0 end
   if step % self.save_freq == 0 then self:_save(model, (self._epoch or 1) - 1, done) end
 end
-function BR:on_epoch_end(epoch, logs, model) self:_save(model, epoch, 0) end
+function BR:on_epoch_end(epoch, logs, model) self:_save(model, epoch + 1, 0) end   -- epochs finished
 function BR:on_train_end(model)
   if self.delete_checkpoint and writer(self._strategy) then os.remove(self.path) end
 end
@@ -155,7 +612,7 @@ function BR:_before_fit(model, x, y, opts, s)
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.initial_epoch = st.epoch
-  br._resume_epoch, br._offset = st.epoch + 1, st.step
+  br._resume_epoch, br._offset = st.epoch, st.step     -- fit starts at epoch st.epoch (from 0)
   if br.verbose and writer(s) then
     print(("BackupAndRestore: resuming from %s at epoch %d, step %d"):format(br.path, st.epoch + 1, st.step))
   end

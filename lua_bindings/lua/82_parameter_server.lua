@@ -443,7 +443,8 @@ function PS:_fit(model, x, y, opts)
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(model) end end
   for e = (opts.initial_epoch or 0) + 1, epochs do
     local t0 = ldist.clock()
-    for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e, model) end end
+    -- callbacks number epochs from 0, as Keras's
+    for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e - 1, model) end end
     local rvs = {}
     local with_pred = #model._metrics > 0
     local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
@@ -474,7 +475,7 @@ function PS:_fit(model, x, y, opts)
       table.sort(parts)
       print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
     end
-    for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e, logs, model) end end
+    for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e - 1, logs, model) end end
     if model.stop_training then break end
   end
   self:_fetch_into(model)

@@ -86,7 +86,7 @@ T.test("Mean: weights that do not broadcast are an error", function()
 end)
 
 ---------------------------------------------------------------- callbacks.EarlyStopping
--- Keras numbers epochs from 0, ldist from 1: Keras' stopped_epoch e is e + 1 here.
+-- Callbacks get Keras's epoch numbers (from 0), so stopped_epoch / best_epoch are Keras's.
 -- The Keras runs set the model's kernel to the epoch index before each
 -- on_epoch_end, so the weights left at the end tell which epoch was restored.
 local function drive(seq, opts)
@@ -98,7 +98,7 @@ local function drive(seq, opts)
   local stopped, waits = 0, {}
   for e, v in ipairs(seq) do
     w:assign(tensor.new{ e })
-    cb:on_epoch_end(e, { [opts.monitor or "val_loss"] = v }, model)
+    cb:on_epoch_end(e - 1, { [opts.monitor or "val_loss"] = v }, model)   -- Keras's epoch number
     waits[#waits + 1] = cb.wait
     if model.stop_training then stopped = e; break end
   end
@@ -129,10 +129,10 @@ T.test("EarlyStopping counts, stops and records epochs as Keras 3", function()
     local r = drive(c[1], c[2])
     local what = ("case %d"):format(i)
     local want_stop = c[3] > 0 and c[3] + 1 or 0
-    T.eq(r.cb.stopped_epoch, want_stop, what .. " stopped_epoch")
+    T.eq(r.cb.stopped_epoch, c[3], what .. " stopped_epoch")
     T.eq(r.stopped, want_stop, what .. " the epoch fit stopped after")
     T.near(r.cb.best, c[4], 1e-12, what .. " best")
-    T.eq(r.cb.best_epoch, c[5] + 1, what .. " best_epoch")
+    T.eq(r.cb.best_epoch, c[5], what .. " best_epoch")
     T.eq(r.waits, c[6], what .. " wait after each epoch")
   end
 end)
@@ -145,7 +145,7 @@ T.test("EarlyStopping restore_best_weights restores at the end, stopped or not (
   T.eq(r.weight, 2.0)                  -- ldist's epoch 2 is Keras' epoch 1
   -- patience=1: stopped at 2 (0-based), kernel 1.0
   r = drive({ 1.0, 0.5, 0.7, 0.9 }, { patience = 1, restore_best_weights = true })
-  T.eq(r.cb.stopped_epoch, 3)
+  T.eq(r.cb.stopped_epoch, 2)
   T.eq(r.weight, 2.0)
   -- baseline=0.1 never beaten: best_weights are the first epoch's, kernel 0.0
   r = drive({ 1.0, 1.2, 1.3 }, { patience = 5, restore_best_weights = true, baseline = 0.1 })
@@ -181,8 +181,8 @@ T.test("EarlyStopping ships to a LocalCluster's workers with its options", funct
   -- the copy decides as Keras with these options: [0.9, 0.8, 0.85, 0.86, 0.87] ->
   -- stopped_epoch 2, best 0.8, best_epoch 1, waits [0, 1, 2], kernel after end 1.0
   local r = drive({ 0.9, 0.8, 0.85, 0.86, 0.87 }, c.config)
-  T.eq(r.cb.stopped_epoch, 3)
-  T.eq(r.cb.best_epoch, 2)
+  T.eq(r.cb.stopped_epoch, 2)
+  T.eq(r.cb.best_epoch, 1)
   T.eq(r.waits, "0,1,2")
   T.eq(r.weight, 2.0)
 end)
@@ -192,10 +192,10 @@ end)
 local function scripted_fit(model, x, y, script, es)
   local seen = {}
   local lambda = callbacks.LambdaCallback{ on_epoch_end = function(_, epoch, logs, m)
-    logs.val_loss = script[epoch]
+    logs.val_loss = script[epoch + 1]      -- epoch is Keras's, from 0
     local w = {}
     for i, v in ipairs(m.trainable_variables) do w[i] = v:cpu():clone() end
-    seen[epoch] = w
+    seen[epoch + 1] = w
   end }
   local h = model:fit(x, y, { epochs = #script, batch_size = 16, verbose = 0, callbacks = { lambda, es } })
   return h, seen
@@ -213,8 +213,8 @@ T.test("EarlyStopping in a real fit: stops at Keras' epoch and restores the best
   -- Keras with these val_loss values: best at epoch index 1, stopped_epoch 3 (0-based)
   local h, seen = scripted_fit(model, x, y, { 1.0, 0.5, 0.6, 0.7, 0.4, 0.3 }, es)
   T.eq(#h.loss, 4, "epochs run")
-  T.eq(es.stopped_epoch, 4)
-  T.eq(es.best_epoch, 2)
+  T.eq(es.stopped_epoch, 3)
+  T.eq(es.best_epoch, 1)
   for i, v in ipairs(model.trainable_variables) do
     T.eq(max_diff(v, seen[2][i]), 0, "weights are epoch 2's")
     T.ok(max_diff(v, seen[4][i]) > 0, "epoch 4 trained further")
@@ -235,7 +235,7 @@ T.test("EarlyStopping restores every replica of a mirrored variable", function()
   local es = callbacks.EarlyStopping{ patience = 1, restore_best_weights = true }
   local h, seen = scripted_fit(model, x, y, { 0.9, 0.3, 0.8, 0.2 }, es)
   T.eq(#h.loss, 3, "epochs run")
-  T.eq(es.stopped_epoch, 3)
+  T.eq(es.stopped_epoch, 2)
   for i, v in ipairs(model.trainable_variables) do
     local copies = ldist._distribute.mirror_copies(v)
     T.eq(#copies, 2, "two replicas")
