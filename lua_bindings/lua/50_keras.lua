@@ -526,10 +526,12 @@ function Model:evaluate(x, y, opts)
   end
   local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
   for batch in ds do
-    local bx, by = batch_xy(batch)
+    local bx, by, bw = batch_xy(batch)
     if dev and bx.device ~= dev then bx, by = bx:to(dev), by:to(dev) end
     local pred = self(bx, { training = false })
-    loss_m:update_state(self._loss(by, pred):item(), count_rows(bx))
+    -- with sample weights, each batch's weighted loss (sum w*l / rows), the
+    -- batches averaged by their rows: Keras's evaluate
+    loss_m:update_state(self._loss(by, pred, bw):item(), count_rows(bx))
     for _, m in ipairs(ms) do m:update_state(by, pred) end
   end
   local r = { loss = loss_m:result() }

@@ -425,4 +425,15 @@ T.test("sample_weight that does not broadcast is an error", function()
   T.raises(function() SCCE()(yt, yp, "x") end, "sample_weight must be a number or a tensor")
 end)
 
+T.test("evaluate with sample weights: each batch's weighted loss, averaged by rows (Keras 3.15: 2.2 and 2.0)", function()
+  local m = nn.Sequential { nn.Dense(1) }
+  m:build { 2 }
+  m:set_weights { tensor.ones(2, 1), tensor.zeros(1) }
+  m:compile { optimizer = "sgd", loss = "mean_squared_error" }
+  local x, y = tensor.new { { 1, 0 }, { 0, 1 }, { 1, 1 }, { 2, 0 }, { 0, 0 } }, tensor.zeros(5, 1)
+  local w = tensor.new { 1, 0, 2, 0.5, 3 }
+  T.near(m:evaluate(x, y, { sample_weight = w, batch_size = 2 }).loss, 2.2, 1e-6)
+  T.near(m:evaluate(x, y, { batch_size = 2 }).loss, 2.0, 1e-6)
+end)
+
 T.done()
