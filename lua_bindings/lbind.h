@@ -62,5 +62,6 @@ int lb_open_optim(lua_State *L);
 int lb_open_data(lua_State *L);
 int lb_open_io(lua_State *L);
 int lb_open_cluster(lua_State *L);
+int lb_open_summary(lua_State *L);
 
 #endif

@@ -32,6 +32,7 @@ extern const size_t ldist_prelude_sizes[];
 #pragma weak lb_open_io
 #pragma weak lb_open_cluster
 #pragma weak lb_open_json
+#pragma weak lb_open_summary
 
 static const struct { const char *name; int (*open)(lua_State *); } c_modules[] = {
     {"tensor", lb_open_tensor},
@@ -44,6 +45,7 @@ static const struct { const char *name; int (*open)(lua_State *); } c_modules[] 
     {"io", lb_open_io},
     {"json", lb_open_json},
     {"_cluster", lb_open_cluster},
+    {"_summary", lb_open_summary},
 };
 
 static void pressure_gc(void *ud) {

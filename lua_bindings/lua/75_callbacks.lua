@@ -473,6 +473,141 @@ doc(callbacks.TerminateOnNaN, "callbacks.TerminateOnNaN",
   "callbacks.TerminateOnNaN{raise_error=false}\n\n" ..
   "Stop fit after the batch whose loss is NaN or infinite (Keras prints \"Batch N: Invalid loss,\n" ..
   "terminating training\", N from 0); raise_error=true raises an error instead.")
+
+---------------------------------------------------------------- TensorBoard
+-- Keras 3.15's keras.callbacks.TensorBoard, scalars only (checked by running
+-- it and reading its files with TensorBoard's EventAccumulator):
+--  * LOG_DIR/train: epoch_<name> for every log that is not val_*, plus
+--    epoch_learning_rate (the optimizer's rate, as float32), at step = epoch
+--    (from 0); with update_freq=N (or "batch" = 1) batch_<name> (the running
+--    means fit reports) every N batches, at step = the batch count since
+--    fit began (from 1).
+--  * LOG_DIR/validation: epoch_<name> for each val_<name> (prefix dropped) at
+--    step = epoch, and evaluation_<name>_vs_iterations at step = the
+--    optimizer's iterations.
+-- Each fit opens new event files, as Keras does. Not written: the model's
+-- config ("keras" tag), graphs, histograms, images, profiles. Keras writes
+-- scalars as float tensors (plugin "scalars"); ldist writes simple_value,
+-- the other form TensorBoard reads as scalars. Keras under update_freq=N
+-- also drops epoch scalars whose epoch ends off a multiple of N (its
+-- record_if); ldist writes every epoch.
+-- Under a strategy that records per-replica traces (MirroredStrategy),
+-- replica_step_time=true traces the fit and adds, per epoch,
+-- epoch_replica_<r>_step_time: replica r's compute seconds per step.
+local TB = { __name = "ldist.callbacks.TensorBoard" }
+TB.__index = TB
+TB.__tostring = function(c) return ("<TensorBoard %s update_freq=%s>"):format(c.log_dir, tostring(c.update_freq)) end
+function callbacks.TensorBoard(opts)
+  if type(opts) == "string" then opts = { log_dir = opts } end
+  opts = check_opts("TensorBoard", opts, { log_dir = true, update_freq = true, replica_step_time = true })
+  local dir = opts.log_dir or "logs"
+  if type(dir) ~= "string" or dir == "" then
+    error("bad argument #1 to 'TensorBoard' (log_dir must be a directory name)", 2)
+  end
+  local freq = opts.update_freq or "epoch"
+  if freq == "batch" then freq = 1 end
+  if freq ~= "epoch" and not (math.tointeger(freq) and freq > 0) then
+    error(("bad argument #1 to 'TensorBoard' (update_freq must be \"epoch\", \"batch\" or a positive number of batches, got %s)")
+      :format(tostring(freq)), 2)
+  end
+  if not ldist._summary then error("TensorBoard: this ldist was built without the summary writer", 2) end
+  return setmetatable({ log_dir = dir, update_freq = math.tointeger(freq) or freq,
+    replica_step_time = opts.replica_step_time or false, _writers = {} }, TB)
+end
+function TB:_writer(which)
+  local w = self._writers[which]
+  if not w then
+    w = ldist._summary.open(self.log_dir .. "/" .. which)
+    self._writers[which] = w
+  end
+  return w
+end
+function TB:_close()
+  for k, w in pairs(self._writers) do w:close(); self._writers[k] = nil end
+end
+local function scalar_logs(logs, keep)
+  local out = {}
+  for _, k in ipairs(sorted_keys(logs)) do
+    local v = num(logs[k])
+    if type(v) == "number" and keep(k) then out[#out + 1] = { k, v } end
+  end
+  return out
+end
+function TB:_before_fit(model, x, y, opts, s)
+  self._strategy = s
+  return x, y, opts
+end
+function TB:on_train_begin(model)
+  self:_close()                    -- Keras: new writers (new files) for every fit
+  self._global_batch = 0
+  self:_writer("train")
+  local s = self._strategy
+  self._trace = nil
+  if self.replica_step_time and s and s.trace and s.trace_summary then
+    self._trace = { was_on = s._tracing, prev = {} }
+    if not s._tracing then s:trace(true) end
+  end
+end
+function TB:on_epoch_begin(epoch)
+  self._epoch_batches = 0
+  local t = self._trace
+  if t then
+    for r, p in ipairs(self._strategy:trace_summary().per_replica) do t.prev[r] = p.compute or 0 end
+  end
+end
+function TB:on_train_batch_end(step, logs, model)
+  self._global_batch = (self._global_batch or 0) + 1
+  self._epoch_batches = (self._epoch_batches or 0) + 1
+  if self.update_freq == "epoch" or self._global_batch % self.update_freq ~= 0 then return end
+  local w = self:_writer("train")
+  for _, kv in ipairs(scalar_logs(logs or {}, function() return true end)) do
+    w:scalar("batch_" .. kv[1], kv[2], self._global_batch)
+  end
+end
+function TB:on_epoch_end(epoch, logs, model)
+  logs = logs or {}
+  model = model or self.model
+  local train = scalar_logs(logs, function(k) return k:sub(1, 4) ~= "val_" end)
+  local val = scalar_logs(logs, function(k) return k:sub(1, 4) == "val_" end)
+  local w = self:_writer("train")
+  for _, kv in ipairs(train) do
+    if kv[1] ~= "learning_rate" then w:scalar("epoch_" .. kv[1], kv[2], epoch) end
+  end
+  if model and model._optimizer and model._optimizer.learning_rate then
+    w:scalar("epoch_learning_rate", get_lr(model), epoch)
+  end
+  local t = self._trace
+  if t and (self._epoch_batches or 0) > 0 then
+    for r, p in ipairs(self._strategy:trace_summary().per_replica) do
+      w:scalar(("epoch_replica_%d_step_time"):format(r - 1), ((p.compute or 0) - (t.prev[r] or 0)) / self._epoch_batches, epoch)
+    end
+  end
+  w:flush()
+  if #val > 0 then
+    local v = self:_writer("validation")
+    local it = model and model._optimizer and math.tointeger(model._optimizer.iterations)
+    if it then
+      for _, kv in ipairs(val) do v:scalar("evaluation_" .. kv[1]:sub(5) .. "_vs_iterations", kv[2], it) end
+    end
+    for _, kv in ipairs(val) do v:scalar("epoch_" .. kv[1]:sub(5), kv[2], epoch) end
+    v:flush()
+  end
+end
+function TB:on_train_end()
+  local t, s = self._trace, self._strategy
+  if t and not t.was_on and s then s:trace(false) end
+  self._trace = nil
+  self:_close()
+end
+doc(callbacks.TensorBoard, "callbacks.TensorBoard",
+  "callbacks.TensorBoard{log_dir=\"logs\", update_freq=\"epoch\"|\"batch\"|N, replica_step_time=false}\n\n" ..
+  "Write TensorBoard event files as Keras does (run `tensorboard --logdir LOG_DIR`):\n" ..
+  "LOG_DIR/train gets epoch_loss, epoch_<metric> and epoch_learning_rate at step = epoch (from 0),\n" ..
+  "and with update_freq=N batch_loss, batch_<metric> every N batches (step = batches since fit\n" ..
+  "began); LOG_DIR/validation gets epoch_loss, epoch_<metric> of the validation (the val_ prefix\n" ..
+  "dropped) and evaluation_<name>_vs_iterations at step = optimizer iterations. Each fit writes new\n" ..
+  "files. Under MirroredStrategy, replica_step_time=true traces the fit and adds\n" ..
+  "epoch_replica_<r>_step_time, replica r's compute seconds per step. Scalars only.")
 end
 
 if not callbacks or not C or not lio then return end
