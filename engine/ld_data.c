@@ -23,7 +23,7 @@
 #include <time.h>
 
 typedef enum { DS_SLICES, DS_RANGE, DS_BATCH, DS_SHUFFLE, DS_REPEAT, DS_TAKE, DS_SKIP, DS_PREFETCH, DS_MAP,
-               DS_FILTER, DS_ZIP, DS_SHARD, DS_ENUMERATE, DS_UNBATCH, DS_CACHE } ds_kind;
+               DS_FILTER, DS_ZIP, DS_SHARD, DS_ENUMERATE, DS_UNBATCH, DS_CACHE, DS_PADDED_BATCH, DS_GEN } ds_kind;
 
 /* cache: the elements of the first complete pass, shared by the node's clones */
 typedef struct {
@@ -39,6 +39,7 @@ typedef struct {
     int refcount;                /* atomic */
     ld_map_fn fn;
     ld_filter_fn pred;           /* filter */
+    ld_generator gen;            /* from_generator */
     void *ud;
     void (*free_ud)(void *);
     int flags;
@@ -61,6 +62,7 @@ struct ld_dataset {
     int n_extra;                 /* zip: inputs after `in` (owned references) */
     ld_dataset **extra;
     cache_box *cache;
+    ld_padding *pad;             /* padded_batch (owned, copied by clones) */
 };
 
 void ld_element_clear(ld_element *e) {
@@ -109,6 +111,7 @@ void ld_dataset_release(ld_dataset *ds) {
         for (int i = 0; i < ds->n_extra; i++) ld_dataset_release(ds->extra[i]);
         free(ds->extra);
         cache_release(ds->cache);
+        free(ds->pad);
         free(ds);
         ds = in;                    /* iterate down the chain instead of recursing */
     }
@@ -306,11 +309,61 @@ ld_dataset *ld_dataset_cache(ld_dataset *in) {
     return d;
 }
 
+ld_dataset *ld_dataset_padded_batch(ld_dataset *in, int64_t n, const ld_padding *pad, int drop_remainder) {
+    if (check_input(in, "padded_batch")) return NULL;
+    if (n < 1) { ld_fail(LD_EARG, "padded_batch: batch size must be positive, got %lld", (long long)n); return NULL; }
+    ld_padding *p = calloc(1, sizeof *p);
+    if (!p) { ld_fail(LD_ENOMEM, "padded_batch: out of memory"); return NULL; }
+    if (pad) {
+        if (pad->n < 0 || pad->n > LD_ELEMENT_MAX) {
+            free(p);
+            ld_fail(LD_EARG, "padded_batch: padding for %d components, at most %d", pad->n, LD_ELEMENT_MAX);
+            return NULL;
+        }
+        *p = *pad;
+        for (int c = 0; c < p->n; c++)
+            if (p->ndim[c] > LD_MAX_DIMS) {
+                free(p);
+                ld_fail(LD_EARG, "padded_batch: padded shape %d has %d dimensions, at most %d", c + 1, pad->ndim[c], LD_MAX_DIMS);
+                return NULL;
+            }
+    }
+    ld_dataset *d = node_new(DS_PADDED_BATCH, in);
+    if (!d) { free(p); return NULL; }
+    d->n = n;
+    d->flag = drop_remainder != 0;
+    d->pad = p;
+    return d;
+}
+
+ld_dataset *ld_dataset_from_generator(const ld_generator *g, void *ud, void (*free_ud)(void *), int flags) {
+    if (!g || !g->next) {
+        if (free_ud) free_ud(ud);
+        ld_fail(LD_EARG, "from_generator: no generator given");
+        return NULL;
+    }
+    map_box *b = calloc(1, sizeof *b);
+    ld_dataset *d = b ? node_new(DS_GEN, NULL) : NULL;
+    if (!d) {
+        free(b);
+        if (free_ud) free_ud(ud);
+        ld_fail(LD_ENOMEM, "from_generator: out of memory");
+        return NULL;
+    }
+    b->refcount = 1;
+    b->gen = *g;
+    b->ud = ud;
+    b->free_ud = free_ud;
+    b->flags = flags;
+    d->map = b;
+    return d;
+}
+
 static int has_caller_stage(const ld_dataset *d);
 /* A stage that must run on the caller's thread: a Lua map or filter, or a zip
    one of whose later inputs has such a stage. */
 static int is_caller_map(const ld_dataset *d) {
-    if ((d->kind == DS_MAP || d->kind == DS_FILTER) && (d->map->flags & LD_MAP_CALLER_THREAD)) return 1;
+    if ((d->kind == DS_MAP || d->kind == DS_FILTER || d->kind == DS_GEN) && (d->map->flags & LD_MAP_CALLER_THREAD)) return 1;
     for (int i = 0; i < d->n_extra; i++)
         if (has_caller_stage(d->extra[i])) return 1;
     return 0;
@@ -333,6 +386,14 @@ static ld_dataset *clone_with_input(const ld_dataset *d, ld_dataset *new_in) {
     if (c->map) __atomic_add_fetch(&c->map->refcount, 1, __ATOMIC_RELAXED);
     c->cache = d->cache;
     if (c->cache) __atomic_add_fetch(&c->cache->refcount, 1, __ATOMIC_RELAXED);
+    if (d->pad) {
+        if (!(c->pad = malloc(sizeof *c->pad))) {
+            ld_dataset_release(c);
+            ld_fail(LD_ENOMEM, "prefetch: out of memory");
+            return NULL;
+        }
+        *c->pad = *d->pad;
+    }
     if (d->n_extra) {
         if (!(c->extra = calloc((size_t)d->n_extra, sizeof *c->extra))) {
             ld_dataset_release(c);
@@ -367,6 +428,7 @@ ld_dataset *ld_dataset_prefetch(ld_dataset *in, int n) {
         depth++;
     }
     if (!low) return prefetch_node(in, n);
+    if (!low->in) return ld_dataset_retain(in);   /* the source itself runs on the caller's thread */
     const ld_dataset **path = malloc(sizeof *path * (size_t)depth);
     if (!path) { ld_fail(LD_ENOMEM, "prefetch: out of memory"); return NULL; }
     int m = 0;
@@ -388,7 +450,9 @@ int64_t ld_dataset_cardinality(const ld_dataset *d) {
     switch (d->kind) {
     case DS_SLICES:
     case DS_RANGE: return d->rows;
+    case DS_GEN: return LD_CARD_UNKNOWN;
     case DS_BATCH:
+    case DS_PADDED_BATCH:
         if (c < 0) return c;
         return d->flag ? c / d->n : c / d->n + (c % d->n != 0);
     case DS_SHUFFLE:
@@ -441,7 +505,7 @@ int ld_dataset_components(const ld_dataset *d) {
     if (!d) return -1;
     if (d->kind == DS_SLICES) return d->n_src;
     if (d->kind == DS_RANGE) return 1;
-    if (d->kind == DS_MAP) return -1;
+    if (d->kind == DS_MAP || d->kind == DS_GEN) return -1;
     if (d->kind == DS_ZIP) {
         int s = ld_dataset_components(d->in);
         for (int i = 0; i < d->n_extra && s >= 0; i++) {
@@ -500,6 +564,8 @@ char *ld_dataset_describe(const ld_dataset *d, char *buf, size_t n) {
     case DS_ENUMERATE: PUT("enumerate(%lld)", (long long)d->start); break;
     case DS_UNBATCH: PUT("unbatch()"); break;
     case DS_CACHE: PUT("cache()"); break;
+    case DS_PADDED_BATCH: PUT("padded_batch(%lld%s)", (long long)d->n, d->flag ? ", drop_remainder" : ""); break;
+    case DS_GEN: PUT("from_generator()"); break;
     }
 #undef PUT
     return buf;
@@ -814,11 +880,13 @@ static int batch_next_split(ld_dataset_iter *it, split_req *q) {
     return r == 1 ? source_gather_split(b->up->src, b->rows, k, q) : r;
 }
 
+static int pad_elements(const ld_padding *p, ld_element *els, int64_t k, ld_element *out);
+
 static int batch_next(ld_dataset_iter *it, ld_element *out) {
     batch_iter *b = (batch_iter *)it;
     int64_t n = it->ds->n, k = 0;
     int r = 1;
-    if (b->up->next_index) {
+    if (b->up->next_index && !it->ds->pad) {
         if ((r = batch_rows(b, &k)) != 1) return r;
         return source_gather(b->up->src, b->rows, k, out);
     }
@@ -830,9 +898,114 @@ static int batch_next(ld_dataset_iter *it, ld_element *out) {
     int result;
     if (r < 0) result = -1;
     else if (k == 0 || (k < n && it->ds->flag)) result = 0;
-    else result = stack_elements(b->els, k, out);
+    else result = it->ds->pad ? pad_elements(it->ds->pad, b->els, k, out) : stack_elements(b->els, k, out);
     for (int64_t i = 0; i < k; i++) ld_element_clear(&b->els[i]);
     return result;
+}
+
+/* copy the block src (shape s, ndim dims, element size es) into dst of shape
+   t (t[i] >= s[i]) at the origin */
+static void pad_copy(char *dst, const int64_t *t, const char *src, const int64_t *s, int ndim, size_t es) {
+    if (ndim == 0) { memcpy(dst, src, es); return; }
+    size_t dst_row = es, src_row = es;
+    for (int i = 1; i < ndim; i++) { dst_row *= (size_t)t[i]; src_row *= (size_t)s[i]; }
+    if (ndim == 1) { memcpy(dst, src, (size_t)s[0] * es); return; }
+    for (int64_t r = 0; r < s[0]; r++)
+        pad_copy(dst + (size_t)r * dst_row, t + 1, src + (size_t)r * src_row, s + 1, ndim - 1, es);
+}
+
+/* Stack k elements into [k, ...] tensors, padding each to the batch's shape. */
+static int pad_elements(const ld_padding *p, ld_element *els, int64_t k, ld_element *out) {
+    out->n = 0;
+    const ld_element *e0 = &els[0];
+    for (int64_t i = 1; i < k; i++)
+        if (els[i].n != e0->n) {
+            ld_fail(LD_ESHAPE, "padded_batch: element %lld has %d components, the first has %d", (long long)i + 1, els[i].n, e0->n);
+            return -1;
+        }
+    if (p->n > e0->n) {
+        ld_fail(LD_EARG, "padded_batch: padded shapes given for %d components, but the elements have %d", p->n, e0->n);
+        return -1;
+    }
+    for (int c = 0; c < e0->n; c++) {
+        const ld_tensor *a = e0->t[c];
+        int nd = a->ndim;
+        int fixed = c < p->n && p->ndim[c] >= 0;
+        if (fixed && p->ndim[c] != nd) {
+            char sa[96];
+            ld_fail(LD_ESHAPE, "padded_batch: the padded shape of component %d has %d dimensions, but the element is %s (rank %d)",
+                    c + 1, p->ndim[c], ld_shape_str(a, sa, sizeof sa), nd);
+            goto fail;
+        }
+        if (nd + 1 > LD_MAX_DIMS) {
+            ld_fail(LD_ESHAPE, "padded_batch: component %d already has %d dimensions, the most a batch can stack", c + 1, nd);
+            goto fail;
+        }
+        int64_t shape[LD_MAX_DIMS];
+        shape[0] = k;
+        for (int d = 0; d < nd; d++) shape[d + 1] = fixed ? p->shape[c][d] : -1;
+        for (int64_t i = 0; i < k; i++) {
+            const ld_tensor *b = els[i].t[c];
+            if (b->dtype != a->dtype || b->ndim != nd) {
+                char sa[96], sb[96];
+                ld_fail(LD_ESHAPE, "padded_batch: element %lld, component %d is %s %s, but the batch's first element has %s %s "
+                        "(padding needs equal ranks and dtypes)", (long long)i + 1, c + 1,
+                        ld_shape_str(b, sb, sizeof sb), ld_dtype_name(b->dtype),
+                        ld_shape_str(a, sa, sizeof sa), ld_dtype_name(a->dtype));
+                goto fail;
+            }
+            for (int d = 0; d < nd; d++) {
+                if (fixed && p->shape[c][d] >= 0) {
+                    if (b->shape[d] > p->shape[c][d]) {
+                        char sb[96];
+                        ld_fail(LD_ESHAPE, "padded_batch: element %lld, component %d has shape %s, larger than its padded size "
+                                "%lld in dimension %d", (long long)i + 1, c + 1, ld_shape_str(b, sb, sizeof sb),
+                                (long long)p->shape[c][d], d + 1);
+                        goto fail;
+                    }
+                } else if (b->shape[d] > shape[d + 1]) shape[d + 1] = b->shape[d];
+            }
+        }
+        ld_tensor *t = ld_tensor_full(a->dtype, nd + 1, shape, p->value[c], NULL);
+        if (!t) goto fail;
+        out->t[out->n++] = t;
+        size_t es = ld_dtype_size(a->dtype), eb = es;
+        for (int d = 0; d < nd; d++) eb *= (size_t)shape[d + 1];
+        char *dst = ld_tensor_data(t);       /* waits for the fill */
+        if (!dst) goto fail;
+        for (int64_t i = 0; i < k && eb; i++) {
+            ld_tensor *h = host_contiguous(els[i].t[c]);
+            const char *src = h ? ld_tensor_data(h) : NULL;
+            if (!src) { ld_tensor_release(h); goto fail; }
+            if (ld_tensor_numel(h)) pad_copy(dst + (size_t)i * eb, shape + 1, src, h->shape, nd, es);
+            ld_tensor_release(h);
+        }
+    }
+    return 1;
+fail:
+    ld_element_clear(out);
+    return -1;
+}
+
+/* ---- from_generator ---- */
+typedef struct { ld_dataset_iter base; void *state; int open; } gen_iter;
+
+static int gen_next(ld_dataset_iter *it, ld_element *out) {
+    gen_iter *g = (gen_iter *)it;
+    const map_box *b = it->ds->map;
+    if (!g->open) {
+        if (!(g->state = b->gen.open ? b->gen.open(b->ud) : NULL) && b->gen.open) return -1;
+        g->open = 1;
+    }
+    int r = b->gen.next(b->ud, g->state, out);
+    if (r != 1) ld_element_clear(out);
+    return r;
+}
+
+static void gen_destroy(ld_dataset_iter *it) {
+    gen_iter *g = (gen_iter *)it;
+    const map_box *b = it->ds->map;
+    if (g->open && b->gen.close) b->gen.close(b->ud, g->state);
 }
 
 static void batch_destroy(ld_dataset_iter *it) {
@@ -1348,6 +1521,18 @@ static ld_dataset_iter *iter_make(ld_dataset *ds) {
         it->destroy = batch_destroy;
         up = &((batch_iter *)it)->up;
         break;
+    case DS_PADDED_BATCH:
+        if (!(it = iter_alloc(sizeof(batch_iter), ds))) return NULL;
+        it->src = NULL;
+        it->next = batch_next;
+        it->destroy = batch_destroy;
+        up = &((batch_iter *)it)->up;
+        break;
+    case DS_GEN:
+        if (!(it = iter_alloc(sizeof(gen_iter), ds))) return NULL;
+        it->next = gen_next;
+        it->destroy = gen_destroy;
+        return it;
     case DS_SHUFFLE: {
         if (!(it = iter_alloc(sizeof(shuffle_iter), ds))) return NULL;
         shuffle_iter *s = (shuffle_iter *)it;

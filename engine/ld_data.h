@@ -109,6 +109,35 @@ ld_dataset *ld_dataset_unbatch(ld_dataset *in);
    nothing. */
 ld_dataset *ld_dataset_cache(ld_dataset *in);
 
+/* padded_batch: like batch, but the components of a batch may differ in
+   their sizes (not their ranks or dtypes): each is padded at the end of
+   every dimension, to the longest in the batch or to a fixed size.
+   Component c < n: ndim[c] = -1 pads every dimension to the longest;
+   otherwise ndim[c] must be the component's rank and shape[c][i] is the
+   size of dimension i (-1: the longest in the batch; an element longer than
+   a fixed size is an error); components c >= n: the longest. value[c] is
+   component c's padding value (every c). pad NULL: the longest, and 0. */
+typedef struct {
+    int n;
+    int ndim[LD_ELEMENT_MAX];
+    int64_t shape[LD_ELEMENT_MAX][LD_MAX_DIMS];
+    double value[LD_ELEMENT_MAX];
+} ld_padding;
+ld_dataset *ld_dataset_padded_batch(ld_dataset *in, int64_t n, const ld_padding *pad, int drop_remainder);
+
+/* A source whose elements a callback produces (tf.data's from_generator):
+   open(ud) makes the state of one iterator (one pass; NULL after ld_fail is
+   an error), next(ud, state, out) fills out with new references and returns
+   1, or 0 at the end, or -1 after ld_fail; close(ud, state) frees the state
+   (on the thread that frees the iterator). flags and ud as for map
+   (LD_MAP_CALLER_THREAD: a prefetch above it runs nothing ahead). */
+typedef struct {
+    void *(*open)(void *ud);
+    int (*next)(void *ud, void *state, ld_element *out);
+    void (*close)(void *ud, void *state);
+} ld_generator;
+ld_dataset *ld_dataset_from_generator(const ld_generator *g, void *ud, void (*free_ud)(void *), int flags);
+
 ld_dataset *ld_dataset_retain(ld_dataset *ds);
 void ld_dataset_release(ld_dataset *ds);                   /* NULL is fine */
 /* Elements per epoch when known, LD_CARD_INFINITE or LD_CARD_UNKNOWN. */

@@ -498,7 +498,7 @@ typedef struct { const lua_fn *fn; const ld_element *in; ld_element *out; } map_
 
 /* Check the keys of a result (the sorted strings at base..base+n-1; n = 0
    for a list) against the output spec at spec, filling it on the first call. */
-static void check_out_spec(lua_State *L, int spec, int base, int n) {
+static void check_out_spec(lua_State *L, int spec, int base, int n, const char *what) {
     lua_getfield(L, spec, "pending");
     int pending = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -520,7 +520,8 @@ static void check_out_spec(lua_State *L, int spec, int base, int n) {
     if (same) return;
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    luaL_addstring(&b, "the map function returned ");
+    luaL_addstring(&b, what);
+    luaL_addstring(&b, " returned ");
     for (int pass = 0; pass < 2; pass++) {
         int m = pass ? (int)lua_rawlen(L, spec) : n;
         if (m == 0) luaL_addstring(&b, "a list of tensors");
@@ -541,6 +542,49 @@ static void check_out_spec(lua_State *L, int spec, int base, int n) {
     lua_error(L);
 }
 
+/* Turn the nres values at first.. (several values, or one table of them: a
+   list or a dict) into out's tensors, checking (or, while pending, filling)
+   the structure spec at out_spec; numbers become scalars (integers int64,
+   others float32). `what` names the producer in errors. */
+static int results_to_element(lua_State *L, int first, int nres, int out_spec, ld_element *out, const char *what) {
+    int keys = 0;
+    if (nres == 1 && lua_istable(L, first) && !lb_test_tensor(L, first)) {   /* a table of tensors */
+        int nk = push_sorted_keys(L, first, lua_pushfstring(L, "%s's result is not an element", what));
+        if (nk > 0) {
+            keys = lua_gettop(L) - nk + 1;
+            for (int i = 0; i < nk; i++) lua_getfield(L, first, lua_tostring(L, keys + i));
+            first = keys + nk;
+            nres = nk;
+        } else {
+            lua_Integer len = luaL_len(L, first);
+            if (len > LD_ELEMENT_MAX) return luaL_error(L, "%s returned %d tensors, at most %d", what, (int)len, LD_ELEMENT_MAX);
+            for (lua_Integer i = 1; i <= len; i++) lua_geti(L, first, i);
+            first = lua_gettop(L) - (int)len + 1;
+            nres = (int)len;
+        }
+    }
+    if (nres == 0) return luaL_error(L, "%s returned nothing; it must return the new element's tensors", what);
+    if (nres > LD_ELEMENT_MAX) return luaL_error(L, "%s returned %d values, at most %d", what, nres, LD_ELEMENT_MAX);
+    check_out_spec(L, out_spec, keys, keys ? nres : 0, what);
+    lua_pushinteger(L, nres);
+    lua_setfield(L, out_spec, "n");
+    for (int i = 0; i < nres; i++) {
+        int idx = first + i;
+        ld_tensor *t = lb_test_tensor(L, idx);
+        if (t) t = ld_tensor_retain(t);
+        else if (lua_isinteger(L, idx)) {
+            int64_t v = lua_tointeger(L, idx);
+            t = ld_tensor_from_data(LD_I64, 0, NULL, &v, NULL);
+        } else if (lua_type(L, idx) == LUA_TNUMBER) t = ld_tensor_scalar((float)lua_tonumber(L, idx), NULL);
+        else if (keys) return luaL_error(L, "%s's result '%s' is a %s; tensors or numbers expected", what,
+                                         lua_tostring(L, keys + i), luaL_typename(L, idx));
+        else return luaL_error(L, "%s's result %d is a %s; tensors or numbers expected", what, i + 1, luaL_typename(L, idx));
+        if (!t) return lb_engine_error(L, 0);
+        out->t[out->n++] = t;
+    }
+    return 0;
+}
+
 /* Runs under lua_pcall: every Lua error here is caught by lua_map_fn. */
 static int map_trampoline(lua_State *L) {
     map_call *c = lua_touserdata(L, 1);
@@ -552,60 +596,32 @@ static int map_trampoline(lua_State *L) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->fn->ref);
     int nargs = push_values(L, in_spec, (ld_tensor **)c->in->t, c->in->n, 0);
     lua_call(L, nargs, LUA_MULTRET);
-    int first = base + 1, nres = lua_gettop(L) - base, keys = 0;
-    if (nres == 1 && lua_istable(L, first) && !lb_test_tensor(L, first)) {   /* a table of tensors */
-        int nk = push_sorted_keys(L, first, "the map function's result is not an element");
-        if (nk > 0) {
-            keys = first + 1;
-            for (int i = 0; i < nk; i++) lua_getfield(L, first, lua_tostring(L, keys + i));
-            first = keys + nk;
-            nres = nk;
-        } else {
-            lua_Integer len = luaL_len(L, first);
-            if (len > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d tensors, at most %d", (int)len, LD_ELEMENT_MAX);
-            for (lua_Integer i = 1; i <= len; i++) lua_geti(L, first, i);
-            first++;
-            nres = (int)len;
-        }
-    }
-    if (nres == 0) return luaL_error(L, "the map function returned nothing; it must return the new element's tensors");
-    if (nres > LD_ELEMENT_MAX) return luaL_error(L, "the map function returned %d values, at most %d", nres, LD_ELEMENT_MAX);
-    check_out_spec(L, out_spec, keys, keys ? nres : 0);
-    lua_pushinteger(L, nres);
-    lua_setfield(L, out_spec, "n");
-    for (int i = 0; i < nres; i++) {
-        int idx = first + i;
-        ld_tensor *t = lb_test_tensor(L, idx);
-        if (t) t = ld_tensor_retain(t);
-        else if (lua_isinteger(L, idx)) {
-            int64_t v = lua_tointeger(L, idx);
-            t = ld_tensor_from_data(LD_I64, 0, NULL, &v, NULL);
-        } else if (lua_type(L, idx) == LUA_TNUMBER) t = ld_tensor_scalar((float)lua_tonumber(L, idx), NULL);
-        else if (keys) return luaL_error(L, "the map function's result '%s' is a %s; tensors or numbers expected",
-                                         lua_tostring(L, keys + i), luaL_typename(L, idx));
-        else return luaL_error(L, "the map function's result %d is a %s; tensors or numbers expected", i + 1, luaL_typename(L, idx));
-        if (!t) return lb_engine_error(L, 0);
-        c->out->t[c->out->n++] = t;
-    }
-    return 0;
+    return results_to_element(L, base + 1, lua_gettop(L) - base, out_spec, c->out, "the map function");
 }
 
-static int lua_map_fn(void *ud, const ld_element *in, ld_element *out) {
+/* Run f(ctx) in Lua under lua_pcall, on the interpreter's thread (where
+   dataset functions run): a map function, a filter predicate, a generator.
+   what names it in the messages. LD_OK, or the Lua error as the engine's. */
+static int lua_protected(lua_CFunction f, void *ctx, const char *what) {
     lua_State *L = cur_L;
     if (!L)
-        return ld_fail(LD_EARG, "a Lua map function can only run on the interpreter's thread "
-                                "(this iterator was advanced from another thread)");
-    map_call c = {ud, in, out};
-    if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "map: Lua stack overflow");
-    lua_pushcfunction(L, map_trampoline);
-    lua_pushlightuserdata(L, &c);
+        return ld_fail(LD_EARG, "a Lua %s can only run on the interpreter's thread "
+                                "(this iterator was advanced from another thread)", what);
+    if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "%s: Lua stack overflow", what);
+    lua_pushcfunction(L, f);
+    lua_pushlightuserdata(L, ctx);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
         const char *m = lua_tostring(L, -1);
-        ld_fail(LD_EARG, "map function: %s", m ? m : "(error object is not a string)");
+        ld_fail(LD_EARG, "%s: %s", what, m ? m : "(error object is not a string)");
         lua_pop(L, 1);
         return LD_EARG;
     }
     return LD_OK;
+}
+
+static int lua_map_fn(void *ud, const ld_element *in, ld_element *out) {
+    map_call c = {ud, in, out};
+    return lua_protected(map_trampoline, &c, "map function");
 }
 
 static int ds_map(lua_State *L) {
@@ -664,21 +680,8 @@ static int filter_trampoline(lua_State *L) {
 }
 
 static int lua_filter_fn(void *ud, const ld_element *in, int *keep) {
-    lua_State *L = cur_L;
-    if (!L)
-        return ld_fail(LD_EARG, "a Lua filter predicate can only run on the interpreter's thread "
-                                "(this iterator was advanced from another thread)");
     filter_call c = {ud, in, keep};
-    if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "filter: Lua stack overflow");
-    lua_pushcfunction(L, filter_trampoline);
-    lua_pushlightuserdata(L, &c);
-    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        const char *m = lua_tostring(L, -1);
-        ld_fail(LD_EARG, "filter predicate: %s", m ? m : "(error object is not a string)");
-        lua_pop(L, 1);
-        return LD_EARG;
-    }
-    return LD_OK;
+    return lua_protected(filter_trampoline, &c, "filter predicate");
 }
 
 static int ds_filter(lua_State *L) {
@@ -809,6 +812,234 @@ static int ds_cache(lua_State *L) {
     lb_ds *u = new_ds_like(L, 1);
     record_recipe(L, -1, "cache", 1, 2, nargs);
     return set_ds(L, u, ld_dataset_cache(in), 2);
+}
+
+
+/* ---- padded_batch ---- */
+
+/* a shape {d1, d2, ...} (-1 or false: the longest in the batch) at idx into pad component c */
+static void check_pad_shape(lua_State *L, int idx, ld_padding *p, int c, const char *name) {
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx) || lb_test_tensor(L, idx))
+        luaL_error(L, "bad argument #3 to 'padded_batch' (padded_shapes%s: a shape {d1, d2, ...} expected, got %s)", name, luaL_typename(L, idx));
+    lua_Integer nd = luaL_len(L, idx);
+    if (nd > LD_MAX_DIMS) luaL_error(L, "bad argument #3 to 'padded_batch' (padded_shapes%s has more than %d dimensions)", name, LD_MAX_DIMS);
+    p->ndim[c] = (int)nd;
+    for (lua_Integer i = 1; i <= nd; i++) {
+        int ty = lua_geti(L, idx, i), ok = 1;
+        lua_Integer v = -1;
+        if (ty == LUA_TNUMBER) v = lua_tointegerx(L, -1, &ok);
+        else if (!(ty == LUA_TBOOLEAN && !lua_toboolean(L, -1))) ok = 0;
+        if (!ok || v < -1)
+            luaL_error(L, "bad argument #3 to 'padded_batch' (padded_shapes%s: dimension %d must be a size >= 0, or -1 for the longest in the batch)", name, (int)i);
+        p->shape[c][i - 1] = v;
+        lua_pop(L, 1);
+    }
+}
+
+static double check_pad_value(lua_State *L, int idx, const char *name) {
+    ld_tensor *t = lb_test_tensor(L, idx);
+    double v;
+    if (t && t->ndim == 0) {
+        if (ld_tensor_item(t, &v) != LD_OK) lb_engine_error(L, 0);
+        return v;
+    }
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        luaL_error(L, "bad argument #3 to 'padded_batch' (padding_values%s: a number or a 0-d tensor expected, got %s)", name, luaL_typename(L, idx));
+    return lua_tonumber(L, idx);
+}
+
+/* padded_shapes / padding_values (the option at the top) into p: one value
+   for a one-component element, a list per component, or a dict keyed like
+   the elements (spec at specidx). shapes: whether it is padded_shapes. */
+static void read_pad_opt(lua_State *L, int specidx, ld_padding *p, int shapes) {
+    int opt = lua_gettop(L);
+    const char *what = shapes ? "padded_shapes" : "padding_values";
+    if (lua_isnil(L, opt)) return;
+    int single;
+    if (shapes) {                       /* a shape is a table of numbers (or empty) */
+        single = 0;
+        if (lua_istable(L, opt)) {
+            int t1 = lua_geti(L, opt, 1);
+            single = t1 == LUA_TNUMBER || t1 == LUA_TBOOLEAN;
+            lua_pop(L, 1);
+            if (!single) {
+                lua_pushnil(L);
+                single = !lua_next(L, opt);     /* {}: a scalar's shape */
+                if (!single) lua_pop(L, 2);
+            }
+        }
+    } else single = !lua_istable(L, opt) || lb_test_tensor(L, opt);
+    if (single) {
+        if (shapes) { p->n = 1; check_pad_shape(L, opt, p, 0, ""); }
+        else {
+            double v = check_pad_value(L, opt, "");
+            for (int c = 0; c < LD_ELEMENT_MAX; c++) p->value[c] = v;
+        }
+        return;
+    }
+    if (!lua_istable(L, opt)) luaL_error(L, "bad argument #3 to 'padded_batch' (%s must be a table)", what);
+    lua_geti(L, opt, 1);
+    int is_list = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (is_list) {
+        lua_Integer n = luaL_len(L, opt);
+        if (n > LD_ELEMENT_MAX) luaL_error(L, "bad argument #3 to 'padded_batch' (%s for %d components, at most %d)", what, (int)n, LD_ELEMENT_MAX);
+        if (shapes) p->n = (int)n;
+        for (lua_Integer c = 1; c <= n; c++) {
+            lua_geti(L, opt, c);
+            const char *name = lua_pushfstring(L, "[%d]", (int)c);
+            lua_insert(L, -2);
+            if (shapes) check_pad_shape(L, -1, p, (int)c - 1, name);
+            else p->value[c - 1] = check_pad_value(L, lua_gettop(L), name);
+            lua_pop(L, 2);
+        }
+        return;
+    }
+    /* a dict: by the element's keys */
+    int nk = is_dict_spec(L, specidx) ? (int)lua_rawlen(L, specidx) : 0;
+    if (!nk) luaL_error(L, "bad argument #3 to 'padded_batch' (%s is a dict, but the elements' keys are not known yet "
+                        "(they are after a map); give a list in the order of the sorted keys)", what);
+    lua_pushnil(L);
+    while (lua_next(L, opt)) {
+        lua_pop(L, 1);
+        int found = 0;
+        for (int i = 1; i <= nk && !found; i++) {
+            lua_rawgeti(L, specidx, i);
+            found = lua_rawequal(L, -1, -2);
+            lua_pop(L, 1);
+        }
+        if (!found) luaL_error(L, "bad argument #3 to 'padded_batch' (%s has the key '%s', which the elements do not have)", what, lua_tostring(L, -1));
+    }
+    if (shapes) p->n = nk;
+    for (int i = 1; i <= nk; i++) {
+        lua_rawgeti(L, specidx, i);
+        const char *name = lua_pushfstring(L, ".%s", lua_tostring(L, -1));
+        lua_rawgeti(L, specidx, i);
+        if (lua_gettable(L, opt) != LUA_TNIL) {
+            if (shapes) check_pad_shape(L, -1, p, i - 1, name);
+            else p->value[i - 1] = check_pad_value(L, lua_gettop(L), name);
+        }
+        lua_pop(L, 3);
+    }
+}
+
+/* ds:padded_batch(n, {padded_shapes=, padding_values=, drop_remainder=false}) or (n, drop_remainder) */
+static int ds_padded_batch(lua_State *L) {
+    ld_dataset *in = check_ds(L, 1);
+    int nargs = lua_gettop(L);
+    int64_t n = (int64_t)luaL_checkinteger(L, 2);
+    if (n < 1) return luaL_argerror(L, 2, "batch size must be positive");
+    ld_padding p;
+    memset(&p, 0, sizeof p);
+    for (int c = 0; c < LD_ELEMENT_MAX; c++) p.ndim[c] = -1;
+    int drop = 0;
+    lua_getiuservalue(L, 1, 1);
+    int spec = lua_gettop(L);
+    if (lua_isboolean(L, 3)) drop = lua_toboolean(L, 3);
+    else if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        get_opt(L, 3, "drop_remainder");
+        drop = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        get_opt(L, 3, "padded_shapes");
+        read_pad_opt(L, spec, &p, 1);
+        lua_pop(L, 1);
+        get_opt(L, 3, "padding_values");
+        read_pad_opt(L, spec, &p, 0);
+        lua_pop(L, 1);
+    }
+    lua_settop(L, nargs);
+    lb_ds *u = new_ds_like(L, 1);
+    record_recipe(L, -1, "padded_batch", 1, 2, nargs);
+    return set_ds(L, u, ld_dataset_padded_batch(in, n, &p, drop), 2);
+}
+
+
+/* ---- from a Lua producer (data.Dataset.from_generator, 30_datasets.lua) ---- */
+
+/* The open function and the elements' spec (registry refs). */
+typedef struct { int open, spec; } lua_gen;
+
+static void lua_gen_free(void *p) {
+    lua_gen *g = p;
+    if (cur_L) {
+        luaL_unref(cur_L, LUA_REGISTRYINDEX, g->open);
+        luaL_unref(cur_L, LUA_REGISTRYINDEX, g->spec);
+    }
+    free(g);
+}
+
+typedef struct { const lua_gen *g; int *state; ld_element *out; int r; } gen_call;
+
+/* Runs under lua_pcall: open() -> the pass's next function (into a new state ref) */
+static int gen_open_trampoline(lua_State *L) {
+    gen_call *c = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->open);
+    lua_call(L, 0, 1);
+    if (!lua_isfunction(L, -1)) return luaL_error(L, "internal error: the generator's opener returned a %s", luaL_typename(L, -1));
+    *c->state = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 0;
+}
+
+/* Runs under lua_pcall: next() -> the element's values, or nothing at the end */
+static int gen_next_trampoline(lua_State *L) {
+    gen_call *c = lua_touserdata(L, 1);
+    luaL_checkstack(L, 2 * LD_ELEMENT_MAX + 8, "generator element");
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->g->spec);
+    int spec = lua_gettop(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, *c->state);
+    lua_call(L, 0, LUA_MULTRET);
+    int nres = lua_gettop(L) - spec;
+    if (nres == 0 || lua_isnil(L, spec + 1)) { c->r = 0; return 0; }
+    results_to_element(L, spec + 1, nres, spec, c->out, "the generator");
+    c->r = 1;
+    return 0;
+}
+
+static int gen_pcall(gen_call *c, lua_CFunction f) { return lua_protected(f, c, "generator"); }
+
+static void *lua_gen_open(void *ud) {
+    int *state = malloc(sizeof *state);
+    if (!state) { ld_fail(LD_ENOMEM, "from_generator: out of memory"); return NULL; }
+    *state = LUA_NOREF;
+    gen_call c = {ud, state, NULL, 0};
+    if (gen_pcall(&c, gen_open_trampoline) != LD_OK) { free(state); return NULL; }
+    return state;
+}
+
+static int lua_gen_next(void *ud, void *state, ld_element *out) {
+    gen_call c = {ud, state, out, -1};
+    if (gen_pcall(&c, gen_next_trampoline) != LD_OK) return -1;
+    return c.r;
+}
+
+static void lua_gen_close(void *ud, void *state) {
+    (void)ud;
+    int *s = state;
+    if (cur_L) luaL_unref(cur_L, LUA_REGISTRYINDEX, *s);
+    free(s);
+}
+
+/* Dataset._from_producer(open): each pass calls open() for a function that
+   returns the next element's values (as a map function does), or nothing at the end. */
+static int ds_from_producer(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lb_ds *u = new_ds(L);
+    lua_createtable(L, 0, 1);           /* the elements' spec, known at the first element */
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "pending");
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, -3, 1);
+    lua_gen *g = malloc(sizeof *g);
+    if (!g) return luaL_error(L, "not enough memory");
+    g->spec = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, 1);
+    g->open = luaL_ref(L, LUA_REGISTRYINDEX);
+    static const ld_generator gen = {lua_gen_open, lua_gen_next, lua_gen_close};
+    ld_dataset *d;
+    WITH_L(L, d = ld_dataset_from_generator(&gen, g, lua_gen_free, LD_MAP_CALLER_THREAD));
+    return set_ds(L, u, d, 0);
 }
 
 /* ds:_set_recipe(r): the recipe ds:_recipe() returns (30_datasets.lua's zip) */
@@ -1123,6 +1354,8 @@ static const luaL_Reg ds_methods[] = {
     {"enumerate", ds_enumerate},
     {"unbatch", ds_unbatch},
     {"cache", ds_cache},
+    {"padded_batch", ds_padded_batch},
+    {"_from_producer", ds_from_producer},
     {"_set_recipe", ds_set_recipe},
     {"cardinality", ds_cardinality},
     {"iter", ds_iter},

@@ -141,6 +141,434 @@ if data then
   end
 end
 
+
+---------------------------------------------------------------- data: from_generator, element_spec, make_csv_dataset
+if data then
+  local D = data.Dataset
+  local made = setmetatable({}, { __mode = "k" })   -- dataset -> {spec=} or {zip=inputs}: what its recipe does not tell
+
+  -- TensorSpec: {shape = {d1, ...} (-1: unknown, TF's None), dtype = "int64"}
+  local SpecMT = {}
+  SpecMT.__index = SpecMT
+  SpecMT.__tostring = function(s)
+    local d = {}
+    for i, v in ipairs(s.shape) do d[i] = v < 0 and "None" or tostring(v) end
+    return ("TensorSpec(shape=(%s%s), dtype=%s)"):format(table.concat(d, ", "), #d == 1 and "," or "", s.dtype)
+  end
+  local function TensorSpec(shape, dtype) return setmetatable({ shape = shape, dtype = dtype }, SpecMT) end
+  data.TensorSpec = TensorSpec
+  local function is_spec(v) return getmetatable(v) == SpecMT end
+
+  -- a copy of structure v with every spec replaced by f(spec)
+  local function map_specs(v, f)
+    if is_spec(v) then return f(v) end
+    local out = {}
+    for k, w in pairs(v) do out[k] = map_specs(w, f) end
+    return out
+  end
+  local function of_value(v)          -- the spec of an element's value (tensors, tables of them)
+    if tensor.is_tensor(v) then
+      local sh = {}
+      for i = 1, v.ndim do sh[i] = v.shape[i] end
+      return TensorSpec(sh, v.dtype)
+    end
+    local out = {}
+    for k, w in pairs(v) do out[k] = of_value(w) end
+    return out
+  end
+  local function first_spec(ds, what)
+    for e in ds:take(1):iter() do return of_value(e) end
+    error(("element_spec: %s is empty, so its element's shapes cannot be read"):format(what), 0)
+  end
+  local function prepend(s, dim) local sh = { dim }; for i, v in ipairs(s.shape) do sh[i + 1] = v end; return TensorSpec(sh, s.dtype) end
+  local function part(s)              -- a one-tensor list is given as that tensor, as in zip's elements
+    if #s == 1 and next(s, 1) == nil and is_spec(s[1]) then return s[1] end
+    return s
+  end
+  local PASS = { shuffle = true, ["repeat"] = true, repeat_ = true, take = true, skip = true, prefetch = true,
+                 cache = true, shard = true, filter = true }
+
+  local spec_of
+  function spec_of(ds)
+    local m = made[ds]
+    if m and m.spec then return m.spec end
+    if m and m.zip then
+      local out = {}
+      for i, d in ipairs(m.zip) do out[i] = part(spec_of(d)) end
+      return out
+    end
+    local r = ds:_recipe()
+    if not r then error("element_spec: this dataset does not record how it was made", 0) end
+    local op, a, p = r.op, r.args, r.parent
+    if PASS[op] then return spec_of(p) end
+    if op == "range" then return { TensorSpec({}, "int64") } end
+    if op == "from_tensor_slices" then return first_spec(ds, "the dataset") end
+    if op == "batch" then
+      local drop = a[2] == true or (type(a[2]) == "table" and a[2].drop_remainder)
+      return map_specs(spec_of(p), function(s) return prepend(s, drop and a[1] or -1) end)
+    end
+    if op == "padded_batch" then
+      local o = type(a[2]) == "table" and a[2] or {}
+      local drop = a[2] == true or o.drop_remainder
+      local ps = o.padded_shapes
+      local s = spec_of(p)
+      local flat = {}                 -- padded shapes per top-level component, as padded_batch reads them
+      if type(ps) == "table" then
+        local t1 = ps[1]
+        if type(t1) == "number" or type(t1) == "boolean" or next(ps) == nil then flat[1] = ps
+        else for k, v in pairs(ps) do flat[k] = v end end
+      end
+      local out = {}
+      for k, leaf in pairs(s) do
+        local fix = flat[k]
+        out[k] = map_specs(leaf, function(x)
+          local sh = { drop and a[1] or -1 }
+          for i, v in ipairs(x.shape) do
+            local f = fix and fix[i]
+            sh[i + 1] = (f == nil or f == false) and -1 or f   -- not padded to a size: varies by batch
+          end
+          return TensorSpec(sh, x.dtype)
+        end)
+      end
+      return out
+    end
+    if op == "unbatch" then
+      return map_specs(spec_of(p), function(x)
+        local sh = {}
+        for i = 2, #x.shape do sh[i - 1] = x.shape[i] end
+        return TensorSpec(sh, x.dtype)
+      end)
+    end
+    if op == "enumerate" then return { TensorSpec({}, "int64"), part(spec_of(p)) } end
+    -- map (and anything else): the function is not traced, its first element tells
+    return first_spec(ds, "the dataset (a map's output spec is read from its first element)")
+  end
+  -- ds.element_spec is the structure; ds:element_spec() calls it, which returns it too
+  local CallMT = { __call = function(s) return s end }
+  SpecMT.__call = CallMT.__call
+  local function callable(s)
+    if not is_spec(s) then
+      for _, w in pairs(s) do callable(w) end
+      setmetatable(s, CallMT)
+    end
+    return s
+  end
+  local raw_spec_of = spec_of
+  spec_of = function(ds) return callable(raw_spec_of(ds)) end
+  function D.element_spec(ds) return spec_of(ds) end
+  local ds_index = D
+  -- ds.element_spec as a field, as in tf.data: the Dataset metatable's __index is D
+  local mt = getmetatable(D.range(1))
+  if mt and mt.__index == D then
+    mt.__index = function(ds, k)
+      if k == "element_spec" then return spec_of(ds) end
+      return ds_index[k]
+    end
+  end
+
+  -- zip: remember its inputs for element_spec
+  local zip = D.zip
+  function D.zip(...)
+    local z = zip(...)
+    local list = select("#", ...) == 1 and getmetatable(...) == nil and ... or { ... }
+    local inputs = {}
+    for i = 1, #list do inputs[i] = list[i] end
+    made[z] = { zip = inputs }
+    return z
+  end
+
+  ---------------------------------------------------------------- from_generator
+  local function check_sig_value(v, sig, where)
+    if is_spec(sig) or (type(sig) == "table" and type(sig.dtype) == "string") then
+      local t = v
+      if type(v) == "number" then t = tensor.from(v, { dtype = sig.dtype })
+      elseif not tensor.is_tensor(v) then
+        error(("the generator's element%s is a %s; output_signature says a tensor"):format(where, type(v)), 0)
+      elseif v.dtype ~= sig.dtype then t = v:astype(sig.dtype) end
+      local sh = sig.shape or {}
+      local ok = t.ndim == #sh
+      for i = 1, #sh do if ok and sh[i] and sh[i] >= 0 and sh[i] ~= t.shape[i] then ok = false end end
+      if not ok then
+        local d = {}
+        for i = 1, t.ndim do d[i] = t.shape[i] end
+        error(("the generator's element%s has shape {%s}, but output_signature says %s"):format(
+          where, table.concat(d, ", "), tostring(TensorSpec(sh, sig.dtype))), 0)
+      end
+      return t
+    end
+    if type(v) ~= "table" or tensor.is_tensor(v) then
+      error(("the generator's element%s is a %s; output_signature says a table"):format(where, tensor.is_tensor(v) and "tensor" or type(v)), 0)
+    end
+    local out = {}
+    for k, s in pairs(sig) do out[k] = check_sig_value(v[k], s, where .. "[" .. tostring(k) .. "]") end
+    for k in pairs(v) do
+      if sig[k] == nil then error(("the generator's element%s has '%s', which output_signature does not"):format(where, tostring(k)), 0) end
+    end
+    return out
+  end
+
+  local function from_generator(fn, opts)
+    if type(fn) ~= "function" then
+      error(("bad argument #1 to 'from_generator' (a function expected, got %s)"):format(type(fn)), 2)
+    end
+    if opts ~= nil and type(opts) ~= "table" then
+      error(("bad argument #2 to 'from_generator' (an options table {output_signature=} expected, got %s)"):format(type(opts)), 2)
+    end
+    local sig = opts and opts.output_signature
+    local function conv(...)
+      if select("#", ...) == 0 or (...) == nil then return nil end
+      if not sig then return ... end
+      local v = select("#", ...) == 1 and ... or { ... }
+      if select("#", ...) == 1 and (is_spec(sig) or type(sig.dtype) == "string") then return check_sig_value(v, sig, "") end
+      if select("#", ...) > 1 and (is_spec(sig) or type(sig.dtype) == "string") then
+        error("the generator gave several values, but output_signature describes one tensor", 0)
+      end
+      local out = check_sig_value(v, sig, "")
+      return out
+    end
+    local function open()
+      local co = coroutine.create(fn)
+      local first = table.pack(coroutine.resume(co))
+      if not first[1] then error(debug.traceback(co, tostring(first[2])), 0) end
+      if coroutine.status(co) == "dead" then
+        local f, st, ctl = first[2], first[3], first[4]
+        if f == nil then return function() end end
+        if type(f) ~= "function" then
+          error(("the generator function must return an iterator function, or yield the elements (it returned a %s)"):format(type(f)), 0)
+        end
+        return function()
+          local r = table.pack(f(st, ctl))
+          ctl = r[1]
+          if r[1] == nil then return end
+          return conv(table.unpack(r, 1, r.n))
+        end
+      end
+      local pending = first
+      return function()
+        local r = pending
+        pending = nil
+        if not r then
+          if coroutine.status(co) == "dead" then return end
+          r = table.pack(coroutine.resume(co))
+          if not r[1] then error(tostring(r[2]), 0) end
+          if coroutine.status(co) == "dead" then return end   -- its return values are not elements
+        end
+        return conv(table.unpack(r, 2, r.n))
+      end
+    end
+    local ds = D._from_producer(open)
+    -- the recipe carries fn as bytecode when it can travel; a function with
+    -- upvalues cannot, and says so when a strategy tries to send it
+    local arg = fn
+    local i = 1
+    while true do
+      local name = debug.getupvalue(fn, i)
+      if not name then break end
+      if name ~= "_ENV" then
+        local msg = ("this dataset cannot be sent to other processes: it was made by data.Dataset.from_generator " ..
+          "with a function that uses the local variable '%s', which does not travel (workers rebuild a dataset " ..
+          "from how it was made); make the generator function use only globals (ldist, ...), or build the data " ..
+          "with from_tensor_slices"):format(name)
+        arg = setmetatable({}, { __pairs = function() error(msg, 0) end, __index = function() error(msg, 0) end })
+        break
+      end
+      i = i + 1
+    end
+    ds:_set_recipe({ op = "from_generator", args = { n = 2, arg, opts } })
+    if sig then
+      local function to_specs(s)
+        if is_spec(s) or type(s.dtype) == "string" then
+          local sh = {}
+          for k, v in ipairs(s.shape or {}) do sh[k] = v or -1 end
+          return TensorSpec(sh, s.dtype)
+        end
+        local out = {}
+        for k, v in pairs(s) do out[k] = to_specs(v) end
+        return out
+      end
+      local sp = to_specs(sig)
+      made[ds] = { spec = is_spec(sp) and { sp } or sp }
+    end
+    return ds
+  end
+  D.from_generator = from_generator
+
+  ---------------------------------------------------------------- make_csv_dataset
+  data.experimental = data.experimental or {}
+  local INT32_MAX, INT32_MIN = 2147483647, -2147483648
+
+  local function split(line, delim)
+    local out, pos = {}, 1
+    while true do
+      local a = line:find(delim, pos, true)
+      if not a then out[#out + 1] = line:sub(pos); break end
+      out[#out + 1] = line:sub(pos, a - 1)
+      pos = a + 1
+    end
+    for i, f in ipairs(out) do out[i] = f:match("^%s*(.-)%s*$") end
+    return out
+  end
+  local function num(s) if s == "" then return nil end return math.tointeger(tonumber(s)) or tonumber(s) end
+  local DT = { float32 = true, int32 = true, int64 = true }
+
+  local function make_csv_dataset(file_pattern, batch_size, opts)
+    opts = opts or {}
+    if type(file_pattern) == "string" then file_pattern = { file_pattern } end
+    if type(file_pattern) ~= "table" or #file_pattern == 0 then
+      error("bad argument #1 to 'make_csv_dataset' (a file path or a list of paths expected)", 2)
+    end
+    if math.type(batch_size) ~= "integer" or batch_size < 1 then
+      error("bad argument #2 to 'make_csv_dataset' (batch_size must be a positive integer)", 2)
+    end
+    local delim = opts.field_delim or ","
+    local header = opts.header ~= false
+    local names = opts.column_names
+    local rows = {}                      -- {file, line number, fields}
+    for _, path in ipairs(file_pattern) do
+      local f, err = open(path, "rb")
+      if not f then error(("make_csv_dataset: cannot read '%s': %s"):format(path, tostring(err)), 2) end
+      local ln, first, fnames = 0, header, nil
+      for line in f:lines() do
+        ln = ln + 1
+        line = line:gsub("\r$", "")
+        if line ~= "" then
+          local fields = split(line, delim)
+          if first then
+            first = false
+            fnames = fields
+            if not names then names = fields
+            elseif #names ~= #fields then
+              f:close()
+              error(("make_csv_dataset: %s line %d: the header has %d fields, column_names %d"):format(path, ln, #fields, #names), 2)
+            end
+          else
+            rows[#rows + 1] = { path, ln, fields }
+          end
+        end
+      end
+      f:close()
+      if header and not fnames then error(("make_csv_dataset: %s: the file is empty (no header line)"):format(path), 2) end
+    end
+    if not names then
+      if not rows[1] then error("make_csv_dataset: the files have no rows", 2) end
+      error("make_csv_dataset: header=false needs column_names", 2)
+    end
+    local ncol = #names
+    for _, r in ipairs(rows) do
+      if #r[3] ~= ncol then
+        error(("make_csv_dataset: %s line %d: %d fields, expected %d (%s)"):format(r[1], r[2], #r[3], ncol,
+          table.concat(names, delim)), 2)
+      end
+    end
+    -- the columns kept, in the file's order
+    local keep, index = {}, {}
+    for i, n in ipairs(names) do index[n] = i end
+    if opts.select_columns then
+      for _, c in ipairs(opts.select_columns) do
+        local i = type(c) == "number" and c or index[c]
+        if not i or not names[i] then error(("make_csv_dataset: select_columns names '%s', which is not a column (%s)"):format(
+          tostring(c), table.concat(names, ", ")), 2) end
+        keep[i] = true
+      end
+    else for i = 1, ncol do keep[i] = true end end
+    local label = opts.label_name
+    if label ~= nil and not (index[label] and keep[index[label]]) then
+      error(("make_csv_dataset: label_name '%s' is not one of the columns (%s)"):format(tostring(label), table.concat(names, ", ")), 2)
+    end
+    local cols = {}
+    for i = 1, ncol do if keep[i] then cols[#cols + 1] = i end end
+    -- dtypes: column_defaults (one per kept column: a dtype name or a default value), else
+    -- inferred as TF does from the first 100 rows: int32, int64 beyond int32, float32
+    local dtypes, defaults = {}, {}
+    local cd = opts.column_defaults
+    if cd and #cd ~= #cols then
+      error(("make_csv_dataset: column_defaults has %d entries for %d columns"):format(#cd, #cols), 2)
+    end
+    for j, i in ipairs(cols) do
+      local d = cd and cd[j]
+      if type(d) == "string" then
+        if not DT[d] then error(("make_csv_dataset: column_defaults[%d] is '%s'; float32, int32 or int64 expected"):format(j, d), 2) end
+        dtypes[i] = d
+      elseif type(d) == "number" then
+        dtypes[i] = math.type(d) == "integer" and "int32" or "float32"
+        defaults[i] = d
+      else
+        local dt = "int32"
+        for k = 1, math.min(#rows, opts.num_rows_for_inference or 100) do
+          local s = rows[k][3][i]
+          local v = num(s)
+          if s ~= "" and v == nil then
+            error(("make_csv_dataset: %s line %d: column '%s' is '%s', not a number"):format(rows[k][1], rows[k][2], names[i], s), 2)
+          end
+          if v then
+            if math.type(v) == "float" then dt = "float32"
+            elseif dt == "int32" and (v > INT32_MAX or v < INT32_MIN) then dt = "int64" end
+          end
+        end
+        dtypes[i] = dt
+      end
+    end
+    local values = {}
+    for _, i in ipairs(cols) do values[i] = {} end
+    for k, r in ipairs(rows) do
+      for _, i in ipairs(cols) do
+        local s = r[3][i]
+        local v = num(s)
+        if v == nil then
+          if s == "" and defaults[i] then v = defaults[i]
+          elseif s == "" then
+            error(("make_csv_dataset: %s line %d: column '%s' is empty and has no default (column_defaults)"):format(r[1], r[2], names[i]), 2)
+          else
+            error(("make_csv_dataset: %s line %d: column '%s' is '%s', not a number"):format(r[1], r[2], names[i], s), 2)
+          end
+        end
+        if dtypes[i] ~= "float32" and math.type(v) ~= "integer" then
+          error(("make_csv_dataset: %s line %d: column '%s' is '%s', not a valid %s"):format(r[1], r[2], names[i], s, dtypes[i]), 2)
+        end
+        if dtypes[i] == "int32" and (v > INT32_MAX or v < INT32_MIN) then
+          error(("make_csv_dataset: %s line %d: column '%s' is %s, too large for int32"):format(r[1], r[2], names[i], s), 2)
+        end
+        values[i][k] = v
+      end
+    end
+    if #rows == 0 then error(("make_csv_dataset: %s has no data rows"):format(table.concat(file_pattern, ", ")), 2) end
+    local feats, lab = {}, nil
+    for _, i in ipairs(cols) do
+      local t = tensor.from(values[i], { dtype = dtypes[i] })
+      if names[i] == label then lab = t else feats[names[i]] = t end
+    end
+    if next(feats) == nil then error("make_csv_dataset: no feature columns left besides the label", 2) end
+    local ds
+    if lab then ds = zip(D.from_tensor_slices(feats), D.from_tensor_slices(lab))
+    else ds = D.from_tensor_slices(feats) end
+    local shuffle = opts.shuffle ~= false
+    local o2 = {}
+    for k, v in pairs(opts) do o2[k] = v end
+    if shuffle then
+      local seed = opts.shuffle_seed or math.random(0, 2 ^ 53)
+      o2.shuffle_seed = seed
+      ds = ds:shuffle(opts.shuffle_buffer_size or 10000, { seed = seed })
+    end
+    local epochs = opts.num_epochs
+    if epochs ~= 1 then ds = ds:repeat_(epochs or -1) end
+    ds = ds:batch(batch_size, { drop_remainder = epochs == nil })
+    ds:_set_recipe({ op = "_make_csv_dataset", args = { n = 3, file_pattern, batch_size, o2 } })
+    local fs = {}
+    for _, i in ipairs(cols) do
+      if names[i] ~= label then fs[names[i]] = TensorSpec({ epochs == nil and batch_size or -1 }, dtypes[i]) end
+    end
+    made[ds] = { spec = lab and { fs, TensorSpec({ epochs == nil and batch_size or -1 }, lab.dtype) } or fs }
+    return ds
+  end
+  data.experimental.make_csv_dataset = make_csv_dataset
+  function D._make_csv_dataset(...) return make_csv_dataset(...) end
+
+  function data.TextLineDataset()
+    error("data.TextLineDataset is not available: ldist's dataset elements are tensors, and ldist tensors have no " ..
+      "string dtype; read numeric CSV files with data.experimental.make_csv_dataset or data.load_csv", 2)
+  end
+end
+
 ---------------------------------------------------------------- data: documentation
 if data then
   local D = data.Dataset
@@ -261,6 +689,67 @@ Keeps the elements in memory: the first complete pass reads the input and
 fills the cache, later passes read the cache (the input, e.g. a map, does not
 run again). A pass left before its end (break, take) keeps nothing. Only
 the in-memory cache: a file name is an error.]])
+  mdoc("padded_batch", [[
+ds:padded_batch(batch_size, {padded_shapes=, padding_values=0, drop_remainder=false}) -> Dataset
+
+tf.data's padded_batch: like batch, but the components of a batch may differ
+in size (not in rank or dtype). Each is padded at the end of every dimension
+to the longest in the batch, or to padded_shapes: a shape {5} for a
+one-component element, a list {{4, -1}, {5}} per component, or a dict
+{name = {5}} (-1: the longest in the batch). An element longer than its
+padded size is an error. padding_values: one number (or 0-d tensor) for every
+component, or a list / dict per component.]])
+  doc(D.from_generator, { "data.Dataset.from_generator", "Dataset.from_generator" }, [[
+data.Dataset.from_generator(fn, {output_signature=}) -> Dataset
+
+Every pass calls fn afresh: fn either returns an iterator function (called
+until it returns nil) or is a coroutine body that yields the elements
+(coroutine.yield(x, y)). Elements are tensors, numbers (integers int64,
+others float32) or tables of them, as a map function returns them.
+output_signature (data.TensorSpec(shape, dtype), or a list / dict of them;
+-1 in a shape: any size) converts numbers to its dtypes, checks every
+element's shapes, and gives element_spec. Runs on the interpreter's thread;
+its length is unknown. It travels to other processes (a strategy's
+workers) only when fn uses no local variables of its surroundings (only its
+arguments and globals); otherwise sending it is an error that says so.]])
+  doc(D.element_spec, { "data.Dataset:element_spec", "Dataset:element_spec", "Dataset.element_spec" }, [[
+ds.element_spec or ds:element_spec() -> structure of data.TensorSpec
+
+The shapes and dtypes of ds's elements, in the element's structure (a list,
+a dict, zip's and enumerate's nesting): TensorSpec{shape = {d1, ...}, dtype =}
+with -1 for a size that is not fixed (TF's None), such as a batch dimension
+without drop_remainder, or a padded dimension. Sources, batch, padded_batch,
+unbatch, zip, enumerate and the shape-keeping transformations are worked out
+without running anything; a map (and a generator without output_signature)
+is not traced: its spec is read from its first element, so sizes that vary
+between elements show as that element's.]])
+  doc(data.TensorSpec, { "data.TensorSpec" }, [[
+data.TensorSpec(shape, dtype) -> spec
+
+{shape = {d1, ...} (-1: any size), dtype = "float32"}: what element_spec
+gives and what from_generator's output_signature takes.]])
+  doc(data.experimental.make_csv_dataset, { "data.experimental.make_csv_dataset" }, [[
+data.experimental.make_csv_dataset(file_pattern, batch_size, {label_name=, select_columns=,
+  column_defaults=, column_names=, shuffle=true, shuffle_buffer_size=10000, shuffle_seed=,
+  num_epochs=nil, header=true, field_delim=","}) -> Dataset
+
+tf.data's make_csv_dataset for numeric columns. file_pattern is a path or a
+list of paths. Elements are {features, label}: features a dict of column
+name -> [batch] tensor, label a [batch] tensor (without label_name: the dict
+alone). Dtypes are inferred as TF does from the first 100 rows: int32, int64
+for integers beyond int32, float32 for any other number; column_defaults
+(one per selected column: a dtype name, or a default value for empty fields)
+fixes them. As in TF, shuffle defaults to true and num_epochs to nil
+(repeat forever, full batches only); give shuffle=false, num_epochs=1 for
+one pass in file order. A missing file, a row with the wrong number of
+fields or a field that is not a number is an error naming the file and line.
+The dataset travels to workers as this call (with its shuffle seed).]])
+  doc(data.TextLineDataset, { "data.TextLineDataset" }, [[
+data.TextLineDataset -- not available
+
+ldist's dataset elements are tensors and its tensors have no string dtype,
+so lines of text cannot be elements. Numeric CSV files: make_csv_dataset or
+data.load_csv.]])
   mdoc("cardinality", [[
 ds:cardinality() -> integer
 
@@ -293,8 +782,9 @@ data.load_idx(p, {dtype="float32", scale=1/255}).]])
 data
 
 Input pipelines and file loaders: data.Dataset (from_tensor_slices, range;
-batch, shuffle, repeat_, take, skip, map, filter, shard, enumerate, unbatch,
-cache, prefetch; data.Dataset.zip), data.load_csv,
+batch, padded_batch, shuffle, repeat_, take, skip, map, filter, shard,
+enumerate, unbatch, cache, prefetch, element_spec; data.Dataset.zip,
+from_generator), data.experimental.make_csv_dataset, data.load_csv,
 data.load_idx. Ready-made data sets are in `datasets`.]])
 end
 

@@ -8,43 +8,9 @@ local L = ldist or package.loaded.ldist
 local D = data.Dataset
 local R = D.range
 
--- A Lua value describing one element: a tensor becomes {values, dtype}
--- (values: a number for a scalar, a flat list otherwise); tables recurse.
-local function flat(t)
-  if t.ndim == 0 then return t:item() end
-  local out = {}
-  local function walk(v) if type(v) == "table" then for _, w in ipairs(v) do walk(w) end else out[#out + 1] = v end end
-  walk(t:totable())
-  return out
-end
-local function describe(v)
-  if tensor.is_tensor(v) then return { flat(v), v.dtype } end
-  local out = {}
-  for i, w in ipairs(v) do out[i] = describe(w) end
-  return out
-end
-local function ser(v)
-  if type(v) ~= "table" then return tostring(v) end
-  local p = {}
-  for i = 1, #v do p[i] = ser(v[i]) end
-  return "(" .. table.concat(p, ", ") .. ")"
-end
--- the epoch as a string; one-tensor elements are shown as the tensor (as TF does)
-local function run(ds)
-  local els = {}
-  for e in ds do
-    local d = describe(e)
-    els[#els + 1] = ser(#e == 1 and d[1] or d)
-  end
-  return "[" .. table.concat(els, ", ") .. "]"
-end
-local function check(ds, expected, card)
-  T.eq(run(ds), expected)
-  if card then T.eq(ds:cardinality(), card, "cardinality") end
-  -- rebuilt from its recipe, as a worker does
-  local rebuilt = distribute._build_dataset(distribute._recipe_of(ds))
-  T.eq(run(rebuilt), expected, "rebuilt from the recipe")
-end
+local DL = dofile("tests/lua/datalib.lua")
+local flat, describe, ser, run = DL.flat, DL.describe, DL.ser, DL.run
+local function check(ds, expected, card) return DL.check(T, ds, expected, card) end
 
 local x = tensor.arange(12):reshape(6, 2):float()     -- np.arange(12, float32).reshape(6, 2)
 local y = tensor.arange(6)                            -- np.arange(6, int64)
