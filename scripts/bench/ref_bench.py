@@ -15,6 +15,49 @@ rng = np.random.default_rng(0)
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+
+def torch_rate(model, xt, yt, classes=None):
+    """Adam on batches of (xt, yt) in a fixed random order: `warm` steps, then
+    `steps` timed; samples/s. classes: a loss at every position of a
+    sequence model's output [batch, t, classes]."""
+    import torch
+    from torch import nn
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    lossf = nn.CrossEntropyLoss()
+    perm = torch.from_numpy(rng.permutation(len(xt)))
+    model.train()
+
+    def run(n, start):
+        for i in range(n):
+            idx = perm[(start + i) * batch % (len(xt) - batch):][:batch]
+            out, yb = model(xt[idx]), yt[idx]
+            if classes:
+                out, yb = out.reshape(-1, classes), yb.reshape(-1)
+            opt.zero_grad(set_to_none=True)
+            loss = lossf(out, yb)
+            loss.backward()
+            opt.step()
+        return loss.item()
+
+    run(warm, 0)
+    t0 = time.perf_counter()
+    run(steps, warm)
+    return steps * batch / (time.perf_counter() - t0)
+
+
+def keras_rate(model, xs, ys):
+    """model.fit with Adam on (xs, ys) shuffled and batched: `warm` steps, then
+    `steps` timed; samples/s."""
+    import tensorflow as tf
+    model.compile(optimizer=tf.keras.optimizers.Adam(),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ds = tf.data.Dataset.from_tensor_slices((xs, ys)).shuffle(len(xs), seed=0) \
+        .batch(batch, drop_remainder=True).repeat().prefetch(2)
+    model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
+    t0 = time.perf_counter()
+    model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+    return steps * batch / (time.perf_counter() - t0)
+
 # ---- resnet (BN-ResNet, as scripts/models/resnet.lua builds it) -------------
 # stem conv 3x3 16 (no bias) + BN + relu at 28x28; one residual block per stage
 # at 14x14x16, 7x7x32, 4x4x64 (conv3x3-BN-relu-conv3x3-BN, 1x1 conv + BN
@@ -53,24 +96,7 @@ if which == "resnet":
         if os.environ.get("RESNET_TORCH_NCHW") != "1":
             model = model.to(memory_format=torch.channels_last)
             xt = xt.contiguous(memory_format=torch.channels_last)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
-        lossf = nn.CrossEntropyLoss()
-        perm = torch.from_numpy(rng.permutation(len(x)))
-        model.train()
-
-        def run_resnet(n, start):
-            for i in range(n):
-                idx = perm[(start + i) * batch % (len(x) - batch):][:batch]
-                opt.zero_grad(set_to_none=True)
-                loss = lossf(model(xt[idx]), yt[idx])
-                loss.backward()
-                opt.step()
-            return loss.item()
-
-        run_resnet(warm, 0)
-        t0 = time.perf_counter()
-        run_resnet(steps, warm)
-        dt = time.perf_counter() - t0
+        rate = torch_rate(model, xt, yt)
     else:
         import os
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -89,16 +115,8 @@ if which == "resnet":
             h = L.Activation("relu")(L.Add()([b, conv_bn(h, w, 1, 2)]))
             cin = w
         out = L.Dense(10)(L.GlobalAveragePooling2D()(h))
-        model = tf.keras.Model(inp, out)
-        model.compile(optimizer=tf.keras.optimizers.Adam(),
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        ds = tf.data.Dataset.from_tensor_slices((x[..., None], y)).shuffle(60000, seed=0) \
-            .batch(batch, drop_remainder=True).repeat().prefetch(2)
-        model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
-        t0 = time.perf_counter()
-        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-        dt = time.perf_counter() - t0
-    print("%.1f %.1f" % (steps * batch / dt, peak_mb()))
+        rate = keras_rate(tf.keras.Model(inp, out), x[..., None], y)
+    print("%.1f %.1f" % (rate, peak_mb()))
     sys.exit(0)
 # ---- end resnet ----------------------------------------------------------------
 
@@ -147,25 +165,7 @@ if which == "transformer":
                     h = b(h, self.mask)
                 return self.head(self.ln_f(h))
 
-        model = CharTransformer()
-        xt, yt = torch.from_numpy(tx), torch.from_numpy(ty)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
-        lossf = nn.CrossEntropyLoss()
-        perm = torch.from_numpy(rng.permutation(len(tx)))
-
-        def run_transformer(n, start):
-            for i in range(n):
-                idx = perm[(start + i) * batch % (len(tx) - batch):][:batch]
-                opt.zero_grad(set_to_none=True)
-                loss = lossf(model(xt[idx]).reshape(-1, V), yt[idx].reshape(-1))
-                loss.backward()
-                opt.step()
-            return loss.item()
-
-        run_transformer(warm, 0)
-        t0 = time.perf_counter()
-        run_transformer(steps, warm)
-        dt = time.perf_counter() - t0
+        rate = torch_rate(CharTransformer(), torch.from_numpy(tx), torch.from_numpy(ty), classes=V)
     else:
         import os
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -187,16 +187,8 @@ if which == "transformer":
             h = L.Add()([h, L.MultiHeadAttention(HEADS, D // HEADS)(a, a, use_causal_mask=True)])
             f = L.Dense(D)(L.Dense(4 * D, activation="relu")(L.LayerNormalization(epsilon=1e-3)(h)))
             h = L.Add()([h, f])
-        model = tf.keras.Model(inp, L.Dense(V)(L.LayerNormalization(epsilon=1e-3)(h)))
-        model.compile(optimizer=tf.keras.optimizers.Adam(),
-                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        ds = tf.data.Dataset.from_tensor_slices((tx, ty)).shuffle(len(tx), seed=0) \
-            .batch(batch, drop_remainder=True).repeat().prefetch(2)
-        model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
-        t0 = time.perf_counter()
-        model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-        dt = time.perf_counter() - t0
-    print("%.1f %.1f" % (steps * batch / dt, peak_mb()))
+        rate = keras_rate(tf.keras.Model(inp, L.Dense(V)(L.LayerNormalization(epsilon=1e-3)(h))), tx, ty)
+    print("%.1f %.1f" % (rate, peak_mb()))
     sys.exit(0)
 # ---- end transformer -----------------------------------------------------------
 
@@ -211,25 +203,7 @@ if fw == "torch":
         model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3), nn.ReLU(),
                               nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1600, 128), nn.ReLU(), nn.Linear(128, 10))
         xt = torch.from_numpy(x).unsqueeze(1)
-    yt = torch.from_numpy(y)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
-    lossf = nn.CrossEntropyLoss()
-    perm = torch.from_numpy(rng.permutation(len(x)))
-
-    def run(n, start):
-        for i in range(n):
-            idx = perm[(start + i) * batch % (len(x) - batch):][:batch]
-            xb, yb = xt[idx], yt[idx]
-            opt.zero_grad(set_to_none=True)
-            loss = lossf(model(xb), yb)
-            loss.backward()
-            opt.step()
-        return loss.item()
-
-    run(warm, 0)
-    t0 = time.perf_counter()
-    run(steps, warm)
-    dt = time.perf_counter() - t0
+    rate = torch_rate(model, xt, torch.from_numpy(y))
 else:
     import os
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -245,10 +219,5 @@ else:
                                      L.Conv2D(64, 3, activation="relu"), L.MaxPooling2D(2), L.Flatten(),
                                      L.Dense(128, activation="relu"), L.Dense(10)])
         xs = x[..., None]
-    model.compile(optimizer=tf.keras.optimizers.Adam(), loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    ds = tf.data.Dataset.from_tensor_slices((xs, y)).shuffle(60000, seed=0).batch(batch, drop_remainder=True).repeat().prefetch(2)
-    model.fit(ds, epochs=1, steps_per_epoch=warm, verbose=0)
-    t0 = time.perf_counter()
-    model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
-    dt = time.perf_counter() - t0
-print("%.1f %.1f" % (steps * batch / dt, peak_mb()))
+    rate = keras_rate(model, xs, y)
+print("%.1f %.1f" % (rate, peak_mb()))

@@ -2,6 +2,23 @@
 -- (Adam), printed as one line "samples_per_s peak_rss_mb".
 local which, batch, steps, warm = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
 tensor.seed(0)
+
+-- one fit of warm + steps batches of the endless dataset ds; the clock starts
+-- after `warm` steps (allocator, caches, shuffle buffer); prints the rate and
+-- the peak RSS
+local function measure(model, ds)
+  local t0, t1
+  local timer = {on_train_batch_end = function(_, step)
+    if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
+  end}
+  model:fit(ds, {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
+  local rss = 0
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^VmHWM:%s+(%d+)")
+    if v then rss = tonumber(v) / 1024 end
+  end
+  print(("%.1f %.1f"):format(steps * batch / (t1 - t0), rss))
+end
 -- ---- transformer (char-level, scripts/models/char_transformer.lua) -------------
 -- MODEL "transformer": BATCH sequences of 64 characters of
 -- /usr/share/common-licenses/GPL-3 (every window, shuffled); d_model 64, 4 heads,
@@ -15,18 +32,7 @@ if which == "transformer" then
   tmodel:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
   local tds = data.Dataset.from_tensor_slices(tx, ty):shuffle(tx.shape[1], {seed = 0})
     :batch(batch, {drop_remainder = true}):repeat_():prefetch(2)
-  local t0, t1
-  local timer = {on_train_batch_end = function(_, step)
-    if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
-  end}
-  tmodel:fit(tds, {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
-  local rss = 0
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^VmHWM:%s+(%d+)")
-    if v then rss = tonumber(v) / 1024 end
-  end
-  print(("%.1f %.1f"):format(steps * batch / (t1 - t0), rss))
-  return
+  return measure(tmodel, tds)
 end
 -- ---- end transformer -----------------------------------------------------------
 -- ---- resnet (BN-ResNet, scripts/models/resnet.lua) ---------------------------
@@ -41,18 +47,7 @@ if which == "resnet" then
   rmodel:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
   local rds = data.Dataset.from_tensor_slices(rx, ry):shuffle(60000, {seed = 0})
     :batch(batch, {drop_remainder = true}):prefetch(2)
-  local t0, t1
-  local timer = {on_train_batch_end = function(_, step)
-    if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
-  end}
-  rmodel:fit(rds:repeat_(), {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
-  local rss = 0
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^VmHWM:%s+(%d+)")
-    if v then rss = tonumber(v) / 1024 end
-  end
-  print(("%.1f %.1f"):format(steps * batch / (t1 - t0), rss))
-  return
+  return measure(rmodel, rds:repeat_())
 end
 -- ---- end resnet ----------------------------------------------------------------
 local x, y = datasets.fashion_mnist.load("train")
@@ -65,16 +60,4 @@ else
 end
 model:compile{optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy{from_logits = true}}
 local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(batch, {drop_remainder = true}):prefetch(2)
--- one fit; the clock starts after `warm` steps (allocator, caches, shuffle buffer)
-local t0, t1
-local timer = {on_train_batch_end = function(_, step)
-  if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
-end}
-model:fit(ds:repeat_(), {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})
-local dt = t1 - t0
-local rss = 0
-for line in io.lines("/proc/self/status") do
-  local v = line:match("^VmHWM:%s+(%d+)")
-  if v then rss = tonumber(v) / 1024 end
-end
-print(("%.1f %.1f"):format(steps * batch / dt, rss))
+measure(model, ds:repeat_())
