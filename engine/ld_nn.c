@@ -371,18 +371,18 @@ int ld_model_add(ld_model *m, ld_layer *l) {
     return LD_OK;
 }
 
+ld_device *ld_model_device(ld_model *m) {
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->n_vars) return ld_var(m->layers[i]->vars[0])->storage->device;
+    return NULL;
+}
+
 ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training) {
     /* a model runs where its variables are (this replica's copies), as TF
        places an op next to the variable it reads: an input from elsewhere
        (data on cpu:0, variables on a OneDeviceStrategy's cpu:1) is copied */
-    ld_tensor *cur = NULL;
-    for (int i = 0; i < m->n_layers && !cur; i++)
-        if (m->layers[i]->n_vars) {
-            ld_device *d = ld_var(m->layers[i]->vars[0])->storage->device;
-            if (d != x->storage->device && !(cur = ld_to_device(x, d))) return NULL;
-            break;
-        }
-    if (!cur) cur = ld_tensor_retain(x);
+    ld_device *d = ld_model_device(m);
+    ld_tensor *cur = d && d != x->storage->device ? ld_to_device(x, d) : ld_tensor_retain(x);
     for (int i = 0; i < m->n_layers && cur; i++) {
         ld_tensor *y = ld_layer_forward(m->layers[i], cur, training);
         ld_tensor_release(cur);

@@ -170,6 +170,9 @@ ld_model *ld_model_new(const char *name);
 void ld_model_free(ld_model *m);
 int ld_model_add(ld_model *m, ld_layer *l);   /* retains l */
 ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training);
+/* Where the model computes: its first variable's device (the current
+   replica's copy), or NULL before it has variables. */
+ld_device *ld_model_device(ld_model *m);
 int ld_model_build(ld_model *m, int in_ndim, const int64_t *in_shape);
 /* Trainable variables in order (borrowed); returns the count; vars may be NULL to count. */
 int ld_model_variables(ld_model *m, ld_tensor **vars, int max);

@@ -463,8 +463,8 @@ static int push_lua_call(lua_State *L, int mi) {
 /* where the model computes: its variables' device (this replica's copy), or
    before they exist the replica's device or the first of its placement */
 static ld_device *model_device(lua_State *L, int mi, ld_model *m) {
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i]->n_vars) return ld_var(m->layers[i]->vars[0])->storage->device;
+    ld_device *built = ld_model_device(m);
+    if (built) return built;
     const ld_replica_ctx *c = ld_replica_get();
     if (c && c->device) return c->device;
     ld_device *dev = NULL;
