@@ -912,4 +912,20 @@ add { name = "fit_sequence_loss", also = { "ps", "mw_local" }, tol = 1e-4, run =
   return put_all_weights({ loss_final = h.loss[#h.loss], accuracy = h.accuracy[#h.accuracy] }, model)
 end }
 
+-- the tf.data transformations of issue 17 in a pipeline fit reads (zip,
+-- filter, enumerate, map, cache, unbatch, batch; a predicate and a map that
+-- use only their arguments travel to other processes with the recipe)
+add { name = "fit_dataset_transformations", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(120, { 8 }, 4)
+  local ds = data.Dataset.zip({ data.Dataset.from_tensor_slices(x), data.Dataset.from_tensor_slices(y) })
+    :enumerate()
+    :filter(function(i) return i:item() % 5 ~= 0 end)      -- drops 24 of the 120 rows
+    :map(function(i, xy) return xy[1], xy[2] end)
+    :cache():batch(8):unbatch():batch(24)
+  local model = make_model(S, "mlp", "sgd_momentum", true)
+  local h = model:fit(ds, { epochs = 6, verbose = 0, steps_per_epoch = 4 })
+  check(h.loss[#h.loss] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[#h.loss])
+  return put_weights({ loss_final = h.loss[#h.loss] }, model)
+end }
+
 return cases
