@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef enum { DS_SLICES, DS_RANGE, DS_BATCH, DS_SHUFFLE, DS_REPEAT, DS_TAKE, DS_SKIP, DS_PREFETCH, DS_MAP,
                DS_FILTER, DS_ZIP, DS_SHARD, DS_ENUMERATE, DS_UNBATCH, DS_CACHE, DS_PADDED_BATCH, DS_GEN } ds_kind;
@@ -32,6 +33,7 @@ typedef struct {
     int done;                    /* els holds a complete pass */
     ld_element *els;
     int64_t n;
+    char *path;                  /* cache(filename): the file, read when it exists (owned) */
 } cache_box;
 
 /* A map callback with its user data, shared by the clones a prefetch makes. */
@@ -99,6 +101,7 @@ static void cache_release(cache_box *c) {
     if (!c || __atomic_sub_fetch(&c->refcount, 1, __ATOMIC_ACQ_REL)) return;
     for (int64_t i = 0; i < c->n; i++) ld_element_clear(&c->els[i]);
     free(c->els);
+    free(c->path);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -140,6 +143,10 @@ ld_dataset *ld_dataset_from_tensor_slices(int n, ld_tensor *const *ts) {
     if (n > LD_ELEMENT_MAX) { ld_fail(LD_EARG, "from_tensor_slices: %d tensors, at most %d", n, LD_ELEMENT_MAX); return NULL; }
     for (int i = 0; i < n; i++) {
         if (!ts[i]) { ld_fail(LD_EARG, "from_tensor_slices: tensor %d is missing", i + 1); return NULL; }
+        if (ld_tensor_is_text(ts[i])) {
+            ld_fail(LD_EARG, "from_tensor_slices: tensor %d is text (one string), which has no rows to slice", i + 1);
+            return NULL;
+        }
         if (ts[i]->ndim < 1) {
             ld_fail(LD_ESHAPE, "from_tensor_slices: tensor %d is a scalar; every tensor needs a first dimension to slice", i + 1);
             return NULL;
@@ -309,6 +316,17 @@ ld_dataset *ld_dataset_cache(ld_dataset *in) {
     return d;
 }
 
+ld_dataset *ld_dataset_cache_file(ld_dataset *in, const char *path) {
+    if (!path || !*path) { ld_fail(LD_EARG, "cache: an empty file name"); return NULL; }
+    ld_dataset *d = ld_dataset_cache(in);
+    if (d && !(d->cache->path = strdup(path))) {
+        ld_dataset_release(d);
+        ld_fail(LD_ENOMEM, "cache: out of memory");
+        return NULL;
+    }
+    return d;
+}
+
 ld_dataset *ld_dataset_padded_batch(ld_dataset *in, int64_t n, const ld_padding *pad, int drop_remainder) {
     if (check_input(in, "padded_batch")) return NULL;
     if (n < 1) { ld_fail(LD_EARG, "padded_batch: batch size must be positive, got %lld", (long long)n); return NULL; }
@@ -450,7 +468,7 @@ int64_t ld_dataset_cardinality(const ld_dataset *d) {
     switch (d->kind) {
     case DS_SLICES:
     case DS_RANGE: return d->rows;
-    case DS_GEN: return LD_CARD_UNKNOWN;
+    case DS_GEN: return d->map->gen.known ? d->map->gen.cardinality : LD_CARD_UNKNOWN;
     case DS_BATCH:
     case DS_PADDED_BATCH:
         if (c < 0) return c;
@@ -505,6 +523,7 @@ int ld_dataset_components(const ld_dataset *d) {
     if (!d) return -1;
     if (d->kind == DS_SLICES) return d->n_src;
     if (d->kind == DS_RANGE) return 1;
+    if (d->kind == DS_GEN && d->map->gen.known) return d->map->gen.components;
     if (d->kind == DS_MAP || d->kind == DS_GEN) return -1;
     if (d->kind == DS_ZIP) {
         int s = ld_dataset_components(d->in);
@@ -563,7 +582,7 @@ char *ld_dataset_describe(const ld_dataset *d, char *buf, size_t n) {
     case DS_SHARD: PUT("shard(%lld, %lld)", (long long)d->n, (long long)d->start); break;
     case DS_ENUMERATE: PUT("enumerate(%lld)", (long long)d->start); break;
     case DS_UNBATCH: PUT("unbatch()"); break;
-    case DS_CACHE: PUT("cache()"); break;
+    case DS_CACHE: if (d->cache->path) PUT("cache(\"%s\")", d->cache->path); else PUT("cache()"); break;
     case DS_PADDED_BATCH: PUT("padded_batch(%lld%s)", (long long)d->n, d->flag ? ", drop_remainder" : ""); break;
     case DS_GEN: PUT("from_generator()"); break;
     }
@@ -811,10 +830,21 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t elem, int64_t limit
     return 1;
 }
 
+/* Text (ld_tensor_text) is one string per element: it cannot be stacked
+   into a batch or split into rows, as ldist has no string tensors. */
+static int refuse_text(const ld_element *e, const char *op) {
+    for (int c = 0; c < e->n; c++)
+        if (ld_tensor_is_text(e->t[c]))
+            return ld_fail(LD_EARG, "%s: component %d is text (a string); ldist has no string tensors, so strings cannot be "
+                           "stacked into batches or split into rows: turn them into numbers with :map first", op, c + 1);
+    return LD_OK;
+}
+
 /* Stack k elements into [k, ...] tensors. */
 static int stack_elements(ld_element *els, int64_t k, ld_element *out) {
     out->n = 0;
     const ld_element *e0 = &els[0];
+    if (refuse_text(e0, "batch")) return -1;
     for (int64_t i = 1; i < k; i++) {
         if (els[i].n != e0->n) {
             ld_fail(LD_ESHAPE, "batch: element %lld has %d components, the first has %d", (long long)i + 1, els[i].n, e0->n);
@@ -923,6 +953,7 @@ static int pad_elements(const ld_padding *p, ld_element *els, int64_t k, ld_elem
             ld_fail(LD_ESHAPE, "padded_batch: element %lld has %d components, the first has %d", (long long)i + 1, els[i].n, e0->n);
             return -1;
         }
+    if (refuse_text(e0, "padded_batch")) return -1;
     if (p->n > e0->n) {
         ld_fail(LD_EARG, "padded_batch: padded shapes given for %d components, but the elements have %d", p->n, e0->n);
         return -1;
@@ -1304,6 +1335,7 @@ static int unbatch_next(ld_dataset_iter *it, ld_element *out) {
         u->row = u->rows = 0;
         int r = it_next(u->up, &u->cur);
         if (r != 1) return r;
+        if (refuse_text(&u->cur, "unbatch")) return -1;
         for (int c = 0; c < u->cur.n; c++) {
             ld_tensor *t = u->cur.t[c];
             if (t->ndim < 1) {
@@ -1347,7 +1379,122 @@ typedef struct {
     ld_dataset_iter *up;         /* NULL when reading the cache */
     ld_element *els;             /* this pass's elements so far (filling) */
     int64_t n, cap, pos;
+    FILE *f;                     /* cache(filename): the file read, or the temporary file written */
+    char *tmp;                   /* the temporary file's name while writing (owned) */
 } cache_iter;
+
+/* cache(filename)'s file: "LDCACHE1", then per element a u32 component
+   count and per component u8 dtype, u8 text, u8 ndim, ndim int64 sizes and
+   the host bytes; then u32 0xFFFFFFFF and the int64 element count. A pass
+   writes a temporary file beside the name and renames it at its end, so the
+   name holds complete passes only. */
+#define CACHE_MAGIC "LDCACHE1"
+#define CACHE_END 0xFFFFFFFFu
+
+static int cache_io_fail(const char *what, const char *path) {
+    return ld_fail(LD_EIO, "cache: cannot %s '%s': %s", what, path, strerror(errno ? errno : EIO));
+}
+
+static int cache_write(cache_iter *ci, const ld_element *e) {
+    FILE *f = ci->f;
+    uint32_t n = (uint32_t)e->n;
+    int ok = fwrite(&n, sizeof n, 1, f) == 1;
+    for (int c = 0; ok && c < e->n; c++) {
+        const ld_tensor *t = e->t[c];
+        uint8_t h[3] = {(uint8_t)t->dtype, (uint8_t)ld_tensor_is_text(t), (uint8_t)t->ndim};
+        size_t b = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
+        const void *src = b ? ld_tensor_data(t) : NULL;
+        if (b && !src) return -1;
+        ok = fwrite(h, 1, 3, f) == 3 && (t->ndim == 0 || fwrite(t->shape, sizeof(int64_t), (size_t)t->ndim, f) == (size_t)t->ndim) &&
+             (!b || fwrite(src, 1, b, f) == b);
+    }
+    if (!ok) { cache_io_fail("write", ci->tmp); return -1; }
+    ci->pos++;                                /* elements written (a file pass keeps none in els) */
+    return 1;
+}
+
+static int cache_read(cache_iter *ci, const char *path, ld_element *out) {
+    FILE *f = ci->f;
+    uint32_t n;
+    out->n = 0;
+    errno = 0;
+    if (fread(&n, sizeof n, 1, f) != 1) goto short_file;
+    if (n == CACHE_END) {
+        int64_t count;
+        if (fread(&count, sizeof count, 1, f) != 1) goto short_file;
+        if (count != ci->pos) {
+            ld_fail(LD_EFORMAT, "cache: '%s' is damaged: it says %lld elements but holds %lld", path, (long long)count,
+                    (long long)ci->pos);
+            return -1;
+        }
+        return 0;
+    }
+    if (n > LD_ELEMENT_MAX) goto bad;
+    for (uint32_t c = 0; c < n; c++) {
+        uint8_t h[3];
+        int64_t shape[LD_MAX_DIMS], numel;
+        if (fread(h, 1, 3, f) != 3) goto short_file;
+        if (h[0] >= LD_DTYPE_COUNT || h[2] > LD_MAX_DIMS || h[1] > 1) goto bad;
+        if (h[2] && fread(shape, sizeof(int64_t), h[2], f) != h[2]) goto short_file;
+        if (ld_shape_numel(h[2], shape, &numel)) goto bad;
+        ld_tensor *t = ld_tensor_empty((ld_dtype)h[0], h[2], shape, NULL);
+        if (!t) { ld_element_clear(out); return -1; }
+        out->t[out->n++] = t;
+        size_t b = (size_t)numel * ld_dtype_size((ld_dtype)h[0]);
+        if (b && fread(ld_tensor_data_unsynced(t), 1, b, f) != b) goto short_file;
+        if (h[1] && ld_tensor_mark_text(t) != LD_OK) goto bad;
+    }
+    ci->pos++;
+    return 1;
+short_file:
+    ld_element_clear(out);
+    if (ferror(f)) { cache_io_fail("read", path); return -1; }
+    ld_fail(LD_EFORMAT, "cache: '%s' ends after %lld elements, in the middle of one (a damaged cache file: delete it "
+            "to have the pipeline run again)", path, (long long)ci->pos);
+    return -1;
+bad:
+    ld_element_clear(out);
+    ld_fail(LD_EFORMAT, "cache: '%s' is damaged at element %lld (delete it to have the pipeline run again)", path,
+            (long long)ci->pos + 1);
+    return -1;
+}
+
+/* the file pass: read the cache file, or write the input's elements to it */
+static int cache_file_next(cache_iter *ci, cache_box *cb, ld_element *out) {
+    if (!ci->up) return ci->f ? cache_read(ci, cb->path, out) : 0;
+    ld_element e = {0};
+    int r = it_next(ci->up, &e);
+    if (r < 0) return -1;
+    if (r == 0) {                             /* a complete pass: the end marker, then the name */
+        if (!ci->f) return 0;
+        uint32_t end = CACHE_END;
+        int64_t count = ci->pos;
+        int ok = fwrite(&end, sizeof end, 1, ci->f) == 1 && fwrite(&count, sizeof count, 1, ci->f) == 1;
+        ok = fclose(ci->f) == 0 && ok;
+        ci->f = NULL;
+        if (!ok || rename(ci->tmp, cb->path)) {
+            int er = errno;
+            unlink(ci->tmp);
+            errno = er;
+            cache_io_fail(ok ? "create" : "write", ok ? cb->path : ci->tmp);
+            return -1;
+        }
+        free(ci->tmp);
+        ci->tmp = NULL;
+        return 0;
+    }
+    for (int c = 0; c < e.n; c++) {
+        ld_tensor *h = host_contiguous(e.t[c]);
+        if (!h) { ld_element_clear(&e); return -1; }
+        int text = ld_tensor_is_text(e.t[c]);
+        ld_tensor_release(e.t[c]);
+        e.t[c] = h;
+        if (text && ld_tensor_mark_text(h) != LD_OK) { ld_element_clear(&e); return -1; }
+    }
+    if (ci->f && cache_write(ci, &e) != 1) { ld_element_clear(&e); return -1; }
+    *out = e;
+    return 1;
+}
 
 /* a copy of e: cached tensors are never handed out, so writing into an
    element does not change the cache */
@@ -1360,6 +1507,7 @@ static int copy_element(const ld_element *e, ld_element *out) {
         size_t b = (size_t)ld_tensor_numel(src) * ld_dtype_size(src->dtype);
         if (b) memcpy(ld_tensor_data_unsynced(t), ld_tensor_data_unsynced(src), b);
         out->t[out->n++] = t;
+        if (ld_tensor_is_text(src) && ld_tensor_mark_text(t) != LD_OK) { ld_element_clear(out); return -1; }
     }
     return 1;
 }
@@ -1367,6 +1515,7 @@ static int copy_element(const ld_element *e, ld_element *out) {
 static int cache_next(ld_dataset_iter *it, ld_element *out) {
     cache_iter *ci = (cache_iter *)it;
     cache_box *cb = it->ds->cache;
+    if (cb->path) return cache_file_next(ci, cb, out);
     if (!ci->up) {                            /* reading a complete cache (immutable once done) */
         if (ci->pos >= cb->n) return 0;
         return copy_element(&cb->els[ci->pos++], out);
@@ -1405,6 +1554,38 @@ static void cache_destroy(ld_dataset_iter *it) {
     for (int64_t i = 0; i < ci->n; i++) ld_element_clear(&ci->els[i]);   /* a partial pass is dropped */
     free(ci->els);
     ld_dataset_iter_free(ci->up);
+    if (ci->f) fclose(ci->f);
+    if (ci->tmp) { unlink(ci->tmp); free(ci->tmp); }   /* a pass left before its end writes nothing */
+}
+
+/* cache(filename): read the file when it exists, else write a temporary
+   file through this pass (1: an iterator that needs its input) */
+static int cache_file_open(cache_iter *ci, const char *path) {
+    static int counter;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char magic[8];
+        if (fread(magic, 1, 8, f) != 8 || memcmp(magic, CACHE_MAGIC, 8)) {
+            fclose(f);
+            ld_fail(LD_EFORMAT, "cache: '%s' exists but is not an ldist cache file (give cache another file name, or "
+                    "delete it)", path);
+            return -1;
+        }
+        ci->f = f;
+        return 0;
+    }
+    if (errno != ENOENT) return cache_io_fail("read", path);
+    size_t n = strlen(path) + 64;
+    if (!(ci->tmp = malloc(n))) return ld_fail(LD_ENOMEM, "cache: out of memory");
+    snprintf(ci->tmp, n, "%s.tmp-%ld-%d", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    if (!(ci->f = fopen(ci->tmp, "wb"))) {
+        cache_io_fail("create", ci->tmp);
+        free(ci->tmp);
+        ci->tmp = NULL;
+        return -1;
+    }
+    if (fwrite(CACHE_MAGIC, 1, 8, ci->f) != 8) return cache_io_fail("write", ci->tmp);
+    return 1;
 }
 
 /* ---- prefetch: a thread fills a bounded queue from the input ---- */
@@ -1612,7 +1793,11 @@ static ld_dataset_iter *iter_make(ld_dataset *ds) {
         if (!(it = iter_alloc(sizeof(cache_iter), ds))) return NULL;
         it->next = cache_next;
         it->destroy = cache_destroy;
-        if (__atomic_load_n(&ds->cache->done, __ATOMIC_ACQUIRE)) return it;   /* read the cache */
+        if (ds->cache->path) {
+            int r = cache_file_open((cache_iter *)it, ds->cache->path);
+            if (r < 0) { ld_dataset_iter_free(it); return NULL; }
+            if (r == 0) return it;                                          /* read the file */
+        } else if (__atomic_load_n(&ds->cache->done, __ATOMIC_ACQUIRE)) return it;   /* read the cache */
         up = &((cache_iter *)it)->up;
         break;
     case DS_PREFETCH: {

@@ -108,6 +108,12 @@ ld_dataset *ld_dataset_unbatch(ld_dataset *in);
    read them (copies) instead of the input. A pass left before its end keeps
    nothing. */
 ld_dataset *ld_dataset_cache(ld_dataset *in);
+/* tf.data's cache(filename): when the file exists, every iterator reads its
+   elements from it (the input does not run, even in another program);
+   otherwise a pass writes a temporary file beside it and, when the pass is
+   complete, renames it to the name. A pass left before its end writes
+   nothing. A file that is not an ldist cache, or is damaged, is an error. */
+ld_dataset *ld_dataset_cache_file(ld_dataset *in, const char *path);
 
 /* padded_batch: like batch, but the components of a batch may differ in
    their sizes (not their ranks or dtypes): each is padded at the end of
@@ -135,8 +141,22 @@ typedef struct {
     void *(*open)(void *ud);
     int (*next)(void *ud, void *state, ld_element *out);
     void (*close)(void *ud, void *state);
+    /* what a C source knows (known != 0): its components per element and
+       its cardinality (or LD_CARD_UNKNOWN); else both are unknown */
+    int known, components;
+    int64_t cardinality;
 } ld_generator;
 ld_dataset *ld_dataset_from_generator(const ld_generator *g, void *ud, void (*free_ud)(void *), int flags);
+
+/* Text sources (ld_data_text.c). Elements are one text tensor each
+   (ld_tensor_text: a uint8 vector of the bytes, shown to Lua as a string).
+   text_lines: tf.data's TextLineDataset, the lines of the files in order
+   without their "\n" or "\r\n"; gzip-compressed files are read as text too.
+   A file that cannot be opened is an error now, naming it; a read error
+   during a pass ends that pass with an error naming the file and line.
+   from_strings: element i is s[i] (len NULL: NUL-terminated). */
+ld_dataset *ld_dataset_text_lines(int n, const char *const *paths);
+ld_dataset *ld_dataset_from_strings(int n, const char *const *s, const size_t *len);
 
 ld_dataset *ld_dataset_retain(ld_dataset *ds);
 void ld_dataset_release(ld_dataset *ds);                   /* NULL is fine */

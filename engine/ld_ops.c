@@ -166,7 +166,56 @@ static int bw_binary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     return gi[0] && gi[1] ? LD_OK : ld_error_status();
 }
 
+/* Integers stay integers (TF's rule: int64 + int64 is int64) for +, -, *,
+   maximum and minimum of two integer tensors on the host: computed in int64
+   and stored in the wider dtype (int64 > int32 > uint8, wrapping on
+   overflow as TF does). Integers have no gradient, so nothing is recorded. */
+static int is_int_dtype(ld_dtype d) { return d == LD_I64 || d == LD_I32 || d == LD_U8; }
+static int64_t int_at(const char *p, ld_dtype d, int64_t i) {
+    switch (d) {
+    case LD_I64: return ((const int64_t *)p)[i];
+    case LD_I32: return ((const int32_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+static ld_tensor *binary_int(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
+    int nd = 0;
+    int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS], idx[LD_MAX_DIMS] = {0};
+    if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
+    ld_dtype dt = a->dtype == LD_I64 || b->dtype == LD_I64 ? LD_I64 : a->dtype == LD_I32 || b->dtype == LD_I32 ? LD_I32 : LD_U8;
+    ld_tensor *out = ld_tensor_empty(dt, nd, shape, DEV(a));
+    const char *pa = out ? ld_tensor_data(a) : NULL, *pb = pa ? ld_tensor_data(b) : NULL;
+    if (!pb) { ld_tensor_release(out); return NULL; }
+    char *po = ld_tensor_data_unsynced(out);
+    int64_t n = ld_tensor_numel(out), ia = 0, ib = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t x = int_at(pa, a->dtype, ia), y = int_at(pb, b->dtype, ib), r;
+        switch (op) {
+        case LD_BIN_ADD: r = (int64_t)((uint64_t)x + (uint64_t)y); break;
+        case LD_BIN_SUB: r = (int64_t)((uint64_t)x - (uint64_t)y); break;
+        case LD_BIN_MUL: r = (int64_t)((uint64_t)x * (uint64_t)y); break;
+        case LD_BIN_MAX: r = x > y ? x : y; break;
+        default: r = x < y ? x : y; break;
+        }
+        if (dt == LD_I64) ((int64_t *)po)[i] = r;
+        else if (dt == LD_I32) ((int32_t *)po)[i] = (int32_t)(uint32_t)(uint64_t)r;
+        else ((uint8_t *)po)[i] = (uint8_t)(uint64_t)r;
+        for (int d = nd - 1; d >= 0; d--) {      /* the next index, row-major */
+            ia += sa[d];
+            ib += sb[d];
+            if (++idx[d] < shape[d]) break;
+            ia -= sa[d] * shape[d];
+            ib -= sb[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+    return out;
+}
+
 ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
+    if (is_int_dtype(a->dtype) && is_int_dtype(b->dtype) && ld_device_is_host(DEV(a)) && DEV(a) == DEV(b) &&
+        (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN))
+        return binary_int(op, a, b);
     ld_tensor *fa = as_float(a), *fb = fa ? as_float(b) : NULL;
     ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
     if (out && op < LD_BIN_EQ) {
@@ -239,7 +288,15 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
     return y;
 }
 
-ld_tensor *ld_neg(ld_tensor *x) { return ld_unary(LD_UN_NEG, x); }
+ld_tensor *ld_neg(ld_tensor *x) {
+    if (is_int_dtype(x->dtype) && x->dtype != LD_U8 && ld_device_is_host(DEV(x))) {   /* -int stays int */
+        ld_tensor *z = ld_tensor_zeros(x->dtype, 0, NULL, DEV(x));
+        ld_tensor *y = z ? binary_int(LD_BIN_SUB, z, x) : NULL;
+        ld_tensor_release(z);
+        return y;
+    }
+    return ld_unary(LD_UN_NEG, x);
+}
 ld_tensor *ld_exp(ld_tensor *x) { return ld_unary(LD_UN_EXP, x); }
 ld_tensor *ld_log(ld_tensor *x) { return ld_unary(LD_UN_LOG, x); }
 ld_tensor *ld_sqrt(ld_tensor *x) { return ld_unary(LD_UN_SQRT, x); }

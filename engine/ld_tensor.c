@@ -246,6 +246,29 @@ ld_tensor *ld_tensor_scalar(float v, ld_device *dev) {
     return ld_tensor_full(LD_F32, 0, NULL, v, dev);
 }
 
+/* ------------------------------------------------------------------ text */
+static void text_free(ld_tensor_ext *e) { free(e); }
+
+int ld_tensor_is_text(const ld_tensor *t) { return t && t->ext && t->ext->free == text_free; }
+
+int ld_tensor_mark_text(ld_tensor *t) {
+    if (ld_tensor_is_text(t)) return LD_OK;
+    if (!t || t->dtype != LD_U8 || t->ndim != 1 || t->ext)
+        return ld_fail(LD_EARG, "only a uint8 vector can hold text");
+    ld_tensor_ext *e = malloc(sizeof *e);
+    if (!e) return ld_fail(LD_ENOMEM, "out of memory");
+    e->free = text_free;
+    t->ext = e;
+    return LD_OK;
+}
+
+ld_tensor *ld_tensor_text(const char *s, size_t n) {
+    int64_t shape[1] = {(int64_t)n};
+    ld_tensor *t = ld_tensor_from_data(LD_U8, 1, shape, s, NULL);
+    if (t && ld_tensor_mark_text(t) != LD_OK) { ld_tensor_release(t); return NULL; }
+    return t;
+}
+
 /* ------------------------------------------------------------------ random */
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 void ld_rng_seed(ld_rng *r, uint64_t seed) {

@@ -82,6 +82,15 @@ ld_tensor *ld_tensor_arange(double start, double stop, double step, ld_dtype dt,
 ld_tensor *ld_tensor_from_data(ld_dtype dt, int ndim, const int64_t *shape, const void *src, ld_device *dev);
 ld_tensor *ld_tensor_scalar(float v, ld_device *dev);   /* 0-d float32 */
 
+/* ---- text: ldist has no string dtype; a string (a line of a text file, a
+   file name) travels through a dataset as a uint8 [n] host tensor of its
+   bytes marked as text (an ld_tensor_ext), which the front ends show as a
+   string. Views and arithmetic drop the mark; ld_tensor_mark_text sets it
+   on a uint8 vector (copies of text keep it that way). ---- */
+ld_tensor *ld_tensor_text(const char *s, size_t n);
+int ld_tensor_is_text(const ld_tensor *t);
+int ld_tensor_mark_text(ld_tensor *t);          /* LD_OK, or LD_EARG when t is no uint8 vector or has an ext */
+
 /* ---- random numbers: one seeded, reproducible generator (per thread state) ---- */
 typedef struct ld_rng { uint64_t s[4]; } ld_rng;
 void ld_rng_seed(ld_rng *r, uint64_t seed);

@@ -40,6 +40,7 @@
 #include "ld_executor.h"
 #include "ld_io.h"
 
+#include <glob.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,8 +144,20 @@ static int is_nest(lua_State *L, int idx) {
 }
 static int is_dict_spec(lua_State *L, int idx) { return lua_istable(L, idx) && lua_rawlen(L, idx) > 0; }
 
+/* One component of an element for Lua (takes the reference): text
+   (ld_tensor_text, a line of a file) is a Lua string, anything else a tensor. */
+static void push_component(lua_State *L, ld_tensor *t) {
+    if (ld_tensor_is_text(t)) {
+        const char *p = ld_tensor_data(t);
+        lua_pushlstring(L, p ? p : "", (size_t)t->shape[0]);
+        ld_tensor_release(t);
+        return;
+    }
+    lb_push_tensor(L, t, 0);
+}
+
 static void push_t(lua_State *L, ld_tensor **t, int own) {
-    lb_push_tensor(L, own ? *t : ld_tensor_retain(*t), 0);
+    push_component(L, own ? *t : ld_tensor_retain(*t));
     if (own) *t = NULL;
 }
 
@@ -215,7 +228,7 @@ static void push_element(lua_State *L, int holder, ld_element *e) {
         ld_tensor *t = e->t[i];
         e->t[i] = NULL;
         if (keyed) lua_rawgeti(L, spec, i + 1);
-        lb_push_tensor(L, t, 0);
+        push_component(L, t);
         if (keyed) lua_rawset(L, -3);
         else lua_rawseti(L, -2, i + 1);
     }
@@ -266,6 +279,9 @@ static int set_ds(lua_State *L, lb_ds *u, ld_dataset *ds, int arg) {
     return 1;
 }
 
+/* (lbind.h) a new Dataset userdata (elements as lists) holding ds, or ds == NULL's engine error */
+int lb_push_dataset(lua_State *L, ld_dataset *ds) { return set_ds(L, new_ds(L), ds, 0); }
+
 static int ds_gc(lua_State *L) {
     lb_ds *u = luaL_checkudata(L, 1, LB_DATASET_MT);
     WITH_L(L, ld_dataset_release(u->ds));
@@ -286,11 +302,60 @@ static int get_opt(lua_State *L, int idx, const char *name) {
 
 /* ================================================================ sources */
 
+/* Dataset.from_tensor_slices({"a", "b", ...}): one text element per string
+   (TF slices a string tensor so; a list of file names is the usual one) */
+static int ds_from_strings(lua_State *L) {
+    lua_Integer n = luaL_len(L, 1);
+    if (n > INT32_MAX) return luaL_argerror(L, 1, "too many strings");
+    const char **s = lua_newuserdatauv(L, sizeof *s * (size_t)(n ? n : 1), 0);
+    size_t *len = lua_newuserdatauv(L, sizeof *len * (size_t)(n ? n : 1), 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_geti(L, 1, i) != LUA_TSTRING)
+            return luaL_error(L, "bad argument #1 to 'from_tensor_slices' (a list of strings: entry %I is a %s)", i,
+                              luaL_typename(L, -1));
+        s[i - 1] = lua_tolstring(L, -1, &len[i - 1]);
+        lua_pop(L, 1);                                   /* the list keeps the string alive */
+    }
+    lb_ds *u = new_ds(L);
+    record_recipe(L, -1, "from_tensor_slices", 0, 1, 1);
+    return set_ds(L, u, ld_dataset_from_strings((int)n, s, len), 1);
+}
+
+/* data.TextLineDataset(path or {paths}) */
+static int ds_text_lines(lua_State *L) {
+    int nargs = lua_gettop(L);
+    if (lua_type(L, 1) == LUA_TSTRING) {
+        lua_createtable(L, 1, 0);
+        lua_pushvalue(L, 1);
+        lua_rawseti(L, -2, 1);
+    } else if (lua_istable(L, 1) && !lb_test_tensor(L, 1)) lua_pushvalue(L, 1);
+    else return luaL_argerror(L, 1, lua_pushfstring(L, "a file name or a list of them expected, got %s", luaL_typename(L, 1)));
+    int list = lua_gettop(L);
+    lua_Integer n = luaL_len(L, list);
+    if (n < 1) return luaL_argerror(L, 1, "no file names given");
+    if (n > INT32_MAX) return luaL_argerror(L, 1, "too many files");
+    const char **paths = lua_newuserdatauv(L, sizeof *paths * (size_t)n, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_geti(L, list, i) != LUA_TSTRING)
+            return luaL_error(L, "bad argument #1 to 'TextLineDataset' (file name %I is a %s)", i, luaL_typename(L, -1));
+        paths[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    lb_ds *u = new_ds(L);
+    record_recipe(L, -1, "TextLineDataset", 0, 1, nargs);
+    return set_ds(L, u, ld_dataset_text_lines((int)n, paths), 1);
+}
+
 /* Dataset.from_tensor_slices(x, y, ...), ({x, y, ...}) or ({name = x, ...}) */
 static int ds_from_tensor_slices(lua_State *L) {
     static const char *const WHAT = "bad argument #1 to 'from_tensor_slices'";
     int first = 1, n = lua_gettop(L), keys = 0;   /* keys: stack slot of the first sorted key (a dict) */
     int nargs = n;
+    if (n == 1 && lua_istable(L, 1) && !lb_test_tensor(L, 1)) {
+        int ty = lua_geti(L, 1, 1);
+        lua_pop(L, 1);
+        if (ty == LUA_TSTRING) return ds_from_strings(L);
+    }
     /* the recipe keeps the arguments as given (slots 1..n are converted in place below) */
     lua_createtable(L, n, 0);
     for (int i = 1; i <= n; i++) { lua_pushvalue(L, i); lua_rawseti(L, -2, i); }
@@ -576,9 +641,14 @@ static int results_to_element(lua_State *L, int first, int nres, int out_spec, l
             int64_t v = lua_tointeger(L, idx);
             t = ld_tensor_from_data(LD_I64, 0, NULL, &v, NULL);
         } else if (lua_type(L, idx) == LUA_TNUMBER) t = ld_tensor_scalar((float)lua_tonumber(L, idx), NULL);
-        else if (keys) return luaL_error(L, "%s's result '%s' is a %s; tensors or numbers expected", what,
+        else if (lua_type(L, idx) == LUA_TSTRING) {       /* text: a string element (TF's tf.string scalar) */
+            size_t len;
+            const char *str = lua_tolstring(L, idx, &len);
+            t = ld_tensor_text(str, len);
+        }
+        else if (keys) return luaL_error(L, "%s's result '%s' is a %s; tensors, numbers or strings expected", what,
                                          lua_tostring(L, keys + i), luaL_typename(L, idx));
-        else return luaL_error(L, "%s's result %d is a %s; tensors or numbers expected", what, i + 1, luaL_typename(L, idx));
+        else return luaL_error(L, "%s's result %d is a %s; tensors, numbers or strings expected", what, i + 1, luaL_typename(L, idx));
         if (!t) return lb_engine_error(L, 0);
         out->t[out->n++] = t;
     }
@@ -804,14 +874,14 @@ static int ds_unbatch(lua_State *L) {
     return set_ds(L, u, ld_dataset_unbatch(in), 2);
 }
 
+/* ds:cache() in memory, ds:cache(filename) in a file (TF: "" is memory) */
 static int ds_cache(lua_State *L) {
     ld_dataset *in = check_ds(L, 1);
     int nargs = lua_gettop(L);
-    if (!lua_isnoneornil(L, 2) && !(lua_type(L, 2) == LUA_TSTRING && lua_rawlen(L, 2) == 0))
-        return luaL_argerror(L, 2, "only the in-memory cache is supported: call ds:cache() without a file name");
+    const char *path = luaL_optstring(L, 2, "");
     lb_ds *u = new_ds_like(L, 1);
     record_recipe(L, -1, "cache", 1, 2, nargs);
-    return set_ds(L, u, ld_dataset_cache(in), 2);
+    return set_ds(L, u, *path ? ld_dataset_cache_file(in, path) : ld_dataset_cache(in), 2);
 }
 
 
@@ -1036,7 +1106,7 @@ static int ds_from_producer(lua_State *L) {
     g->spec = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pushvalue(L, 1);
     g->open = luaL_ref(L, LUA_REGISTRYINDEX);
-    static const ld_generator gen = {lua_gen_open, lua_gen_next, lua_gen_close};
+    static const ld_generator gen = {lua_gen_open, lua_gen_next, lua_gen_close, 0, 0, 0};
     ld_dataset *d;
     WITH_L(L, d = ld_dataset_from_generator(&gen, g, lua_gen_free, LD_MAP_CALLER_THREAD));
     return set_ds(L, u, d, 0);
@@ -1356,6 +1426,7 @@ static const luaL_Reg ds_methods[] = {
     {"cache", ds_cache},
     {"padded_batch", ds_padded_batch},
     {"_from_producer", ds_from_producer},
+    {"TextLineDataset", ds_text_lines},
     {"_set_recipe", ds_set_recipe},
     {"cardinality", ds_cardinality},
     {"iter", ds_iter},
@@ -1387,7 +1458,26 @@ static const luaL_Reg it_meta[] = {
     {NULL, NULL},
 };
 
+/* data._glob(pattern) -> sorted list of matching paths (glob(3); none: {}) */
+static int l_glob(lua_State *L) {
+    const char *pat = luaL_checkstring(L, 1);
+    glob_t g;
+    int r = glob(pat, GLOB_ERR, NULL, &g);
+    if (r != 0 && r != GLOB_NOMATCH) {
+        if (r == GLOB_ABORTED) return luaL_error(L, "cannot list the files of '%s': a directory could not be read", pat);
+        return luaL_error(L, "cannot list the files of '%s': out of memory", pat);
+    }
+    lua_createtable(L, r ? 0 : (int)g.gl_pathc, 0);
+    for (size_t i = 0; !r && i < g.gl_pathc; i++) {   /* glob sorts by default */
+        lua_pushstring(L, g.gl_pathv[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    if (!r) globfree(&g);
+    return 1;
+}
+
 static const luaL_Reg data_funcs[] = {
+    {"_glob", l_glob},
     {"load_csv", l_load_csv},
     {"load_idx", l_load_idx},
     {"_source_of", l_source_of},

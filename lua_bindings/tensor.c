@@ -517,9 +517,12 @@ static int binop(lua_State *L, ld_binary_op op) {
     ld_tensor *ta = lb_test_tensor(L, 1), *tb = lb_test_tensor(L, 2);
     /* a number or a table is made where the tensor it is combined with lives */
     ld_device *at = tb ? tb->storage->device : default_device(), *bt = ta ? ta->storage->device : default_device();
-    ld_tensor *a = to_tensor_on(L, 1, LD_F32, at);
+    /* a Lua integer with an integer tensor takes its dtype (int64 * 2 stays int64, as in TF) */
+    ld_dtype adt = tb && tb->dtype != LD_F32 && lua_isinteger(L, 1) ? tb->dtype : LD_F32;
+    ld_dtype bdt = ta && ta->dtype != LD_F32 && lua_isinteger(L, 2) ? ta->dtype : LD_F32;
+    ld_tensor *a = to_tensor_on(L, 1, adt, at);
     lb_push_tensor(L, a, 0);     /* anchor while converting b */
-    ld_tensor *b = to_tensor_on(L, 2, LD_F32, bt);
+    ld_tensor *b = to_tensor_on(L, 2, bdt, bt);
     lb_push_tensor(L, b, 0);
     lb_push_tensor(L, ld_binary(op, a, b), 1);
     return 1;
@@ -541,7 +544,7 @@ static int unop(lua_State *L, ld_unary_op op) {
     lb_push_tensor(L, ld_unary(op, x), 1);
     return 1;
 }
-static int t_neg(lua_State *L) { return unop(L, LD_UN_NEG); }
+static int t_neg(lua_State *L) { lb_push_tensor(L, ld_neg(SELF), 1); return 1; }
 static int t_exp(lua_State *L) { return unop(L, LD_UN_EXP); }
 static int t_log(lua_State *L) { return unop(L, LD_UN_LOG); }
 static int t_sqrt(lua_State *L) { return unop(L, LD_UN_SQRT); }

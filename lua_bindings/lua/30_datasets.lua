@@ -115,6 +115,7 @@ docs[datasets] = docs.datasets
 -- 71_shipping ships and rebuilds like the source of a tensor read from a file.
 if data then
   local D = data.Dataset
+  -- ds's recipe with its parents' recipes inlined (the values as they are)
   local function raw_recipe(ds)
     local r = ds:_recipe()
     if not r then error("a dataset given to zip has no recipe and cannot be rebuilt elsewhere", 0) end
@@ -123,6 +124,7 @@ if data then
     if r.parent then out.parent = raw_recipe(r.parent) end
     return out
   end
+  D._raw_recipe = raw_recipe
   local c_zip = D._zip
   function D.zip(...)
     local z = c_zip(...)
@@ -166,7 +168,8 @@ if data then
     for k, w in pairs(v) do out[k] = map_specs(w, f) end
     return out
   end
-  local function of_value(v)          -- the spec of an element's value (tensors, tables of them)
+  local function of_value(v)          -- the spec of an element's value (tensors, strings, tables of them)
+    if type(v) == "string" then return TensorSpec({}, "string") end
     if tensor.is_tensor(v) then
       local sh = {}
       for i = 1, v.ndim do sh[i] = v.shape[i] end
@@ -202,6 +205,8 @@ if data then
     local op, a, p = r.op, r.args, r.parent
     if PASS[op] then return spec_of(p) end
     if op == "range" then return { TensorSpec({}, "int64") } end
+    if op == "TextLineDataset" then return { TensorSpec({}, "string") } end
+    if op == "with_options" then return spec_of(p) end
     if op == "from_tensor_slices" then return first_spec(ds, "the dataset") end
     if op == "batch" then
       local drop = a[2] == true or (type(a[2]) == "table" and a[2].drop_remainder)
@@ -257,11 +262,16 @@ if data then
   spec_of = function(ds) return callable(raw_spec_of(ds)) end
   function D.element_spec(ds) return spec_of(ds) end
   local ds_index = D
-  -- ds.element_spec as a field, as in tf.data: the Dataset metatable's __index is D
+  -- fields computed from the dataset, as tf.data's and Keras's attributes:
+  -- ds.element_spec here; other files add theirs to D._fields (33_images:
+  -- class_names, file_paths). The Dataset metatable's __index is D otherwise.
+  local fields = { element_spec = spec_of }
+  D._fields = fields
   local mt = getmetatable(D.range(1))
   if mt and mt.__index == D then
     mt.__index = function(ds, k)
-      if k == "element_spec" then return spec_of(ds) end
+      local f = fields[k]
+      if f then return f(ds) end
       return ds_index[k]
     end
   end
@@ -279,6 +289,12 @@ if data then
 
   ---------------------------------------------------------------- from_generator
   local function check_sig_value(v, sig, where)
+    if (is_spec(sig) or (type(sig) == "table" and type(sig.dtype) == "string")) and sig.dtype == "string" then
+      if type(v) ~= "string" then
+        error(("the generator's element%s is a %s; output_signature says a string"):format(where, tensor.is_tensor(v) and "tensor" or type(v)), 0)
+      end
+      return v
+    end
     if is_spec(sig) or (type(sig) == "table" and type(sig.dtype) == "string") then
       local t = v
       if type(v) == "number" then t = tensor.from(v, { dtype = sig.dtype })
@@ -424,7 +440,15 @@ if data then
     local header = opts.header ~= false
     local names = opts.column_names
     local rows = {}                      -- {file, line number, fields}
-    for _, path in ipairs(file_pattern) do
+    local paths = {}                     -- glob patterns expanded, sorted (TF's file_pattern)
+    for _, p in ipairs(file_pattern) do
+      if type(p) == "string" and p:find("[%*%?%[]") then
+        local m = data._glob(p)
+        if #m == 0 then error(("make_csv_dataset: no files match file_pattern %s"):format(p), 2) end
+        for _, f in ipairs(m) do paths[#paths + 1] = f end
+      else paths[#paths + 1] = p end
+    end
+    for _, path in ipairs(paths) do
       local f, err = open(path, "rb")
       if not f then error(("make_csv_dataset: cannot read '%s': %s"):format(path, tostring(err)), 2) end
       local ln, first, fnames = 0, header, nil
@@ -563,9 +587,190 @@ if data then
   data.experimental.make_csv_dataset = make_csv_dataset
   function D._make_csv_dataset(...) return make_csv_dataset(...) end
 
-  function data.TextLineDataset()
-    error("data.TextLineDataset is not available: ldist's dataset elements are tensors, and ldist tensors have no " ..
-      "string dtype; read numeric CSV files with data.experimental.make_csv_dataset or data.load_csv", 2)
+  ---------------------------------------------------------------- text, files, interleave
+  -- Strings travel through a pipeline as text (engine/ld_data_text.c): a Lua
+  -- string in every map, filter and loop, TensorSpec({}, "string") in
+  -- element_spec; batch refuses them (ldist has no string tensors).
+  local text_lines = D.TextLineDataset
+  function data.TextLineDataset(paths, compression_type, ...)
+    if compression_type ~= nil and compression_type ~= "" and compression_type ~= "GZIP" then
+      error(("bad argument #2 to 'TextLineDataset' (compression_type must be nil, \"\" or \"GZIP\", not %s; " ..
+        "gzip files are recognised by themselves)"):format(tostring(compression_type)), 2)
+    end
+    return text_lines(paths)
+  end
+
+  -- tf.data's list_files: the paths matching a glob pattern (or a list of
+  -- patterns), sorted, then shuffled unless shuffle=false. A seed is drawn
+  -- when none is given and kept in the recipe, so a strategy's workers see
+  -- the same order (TF warns that they might not).
+  local function list_files(pattern, opts)
+    if type(opts) ~= "table" then opts = { shuffle = opts } end
+    local pats = type(pattern) == "table" and pattern or { pattern }
+    if #pats == 0 then error("bad argument #1 to 'list_files' (a glob pattern or a list of them expected)", 2) end
+    local files, seen = {}, {}
+    for _, p in ipairs(pats) do
+      if type(p) ~= "string" then error("bad argument #1 to 'list_files' (a glob pattern or a list of them expected)", 2) end
+      for _, f in ipairs(data._glob(p)) do
+        if not seen[f] then seen[f] = true; files[#files + 1] = f end
+      end
+    end
+    table.sort(files)
+    if #files == 0 then
+      error(("list_files: no files matched pattern: %s"):format(table.concat(pats, ", ")), 2)
+    end
+    local o2 = { shuffle = opts.shuffle ~= false, seed = opts.seed }
+    local ds = D.from_tensor_slices(files)
+    if o2.shuffle then
+      o2.seed = o2.seed or math.random(0, 2 ^ 53)
+      ds = ds:shuffle(#files, { seed = o2.seed })
+    end
+    return ds
+  end
+  D.list_files = list_files
+
+  -- the values a function receives for element e, as :map passes them: a
+  -- list's components as arguments, a dict (or a nested element) as one table
+  local function args_of(e)
+    if e[1] ~= nil and next(e, #e) == nil then return table.unpack(e, 1, #e) end
+    return e
+  end
+  local function is_dataset(v) return type(v) == "userdata" and getmetatable(v) == getmetatable(D.range(0)) end
+
+  -- tf.data's interleave: cycle_length input elements are open at once, each
+  -- mapped by fn to a dataset; block_length consecutive elements are taken
+  -- from each in turn; a finished one is replaced by the next input element
+  -- (the same order as TF's InterleaveDataset, deterministic).
+  local function interleave(ds, fn, cycle_length, block_length, opts)
+    if type(fn) ~= "function" then
+      error(("bad argument #1 to 'interleave' (a function returning a dataset expected, got %s)"):format(type(fn)), 2)
+    end
+    if type(cycle_length) == "table" then
+      opts = cycle_length
+      cycle_length, block_length = opts.cycle_length, opts.block_length
+    end
+    if cycle_length == nil or cycle_length == data.AUTOTUNE then cycle_length = ldist.get_num_threads() end
+    block_length = block_length or 1
+    if math.type(cycle_length) ~= "integer" or cycle_length < 1 then
+      error("bad argument #2 to 'interleave' (cycle_length must be a positive integer or data.AUTOTUNE)", 2)
+    end
+    if math.type(block_length) ~= "integer" or block_length < 1 then
+      error("bad argument #3 to 'interleave' (block_length must be a positive integer)", 2)
+    end
+    local function open()
+      local input = ds:iter()
+      local slots, open_n, idx, bidx, eoi = {}, 0, 1, 0, false
+      local function advance() bidx = 0; idx = idx % cycle_length + 1 end
+      return function()
+        while not eoi or open_n > 0 do
+          local cur = slots[idx]
+          if cur then
+            local e = cur()
+            if e ~= nil then
+              bidx = bidx + 1
+              if bidx == block_length then advance() end
+              return e
+            end
+            slots[idx] = nil
+            open_n = open_n - 1
+            advance()
+          elseif not eoi then
+            local e = input()
+            if e == nil then eoi = true
+            else
+              local sub = fn(args_of(e))
+              if not is_dataset(sub) then
+                error(("the interleave function returned a %s; it must return a dataset"):format(type(sub)), 0)
+              end
+              slots[idx] = sub:iter()
+              open_n = open_n + 1
+            end
+          else advance() end
+        end
+      end
+    end
+    local out = D._from_producer(open)
+    out:_set_recipe({ op = "interleave", parent = ds, args = { n = 3, fn, cycle_length, block_length } })
+    return out
+  end
+  D.interleave = interleave
+  function D.flat_map(ds, fn)
+    if type(fn) ~= "function" then
+      error(("bad argument #1 to 'flat_map' (a function returning a dataset expected, got %s)"):format(type(fn)), 2)
+    end
+    local out = interleave(ds, fn, 1, 1)
+    out:_set_recipe({ op = "flat_map", parent = ds, args = { n = 1, fn } })
+    return out
+  end
+
+  ---------------------------------------------------------------- options
+  -- data.Options(): tf.data.Options. What ldist reads is
+  -- experimental_distribute.auto_shard_policy (a strategy's auto-sharding);
+  -- deterministic is kept for TF's scripts (ldist's pipelines are always
+  -- deterministic). ds:with_options(o) returns a dataset carrying them;
+  -- ds:options() gives the options in effect (merged up the pipeline, the
+  -- later with_options winning where both set a field).
+  local POLICIES = { AUTO = "AUTO", FILE = "FILE", DATA = "DATA", OFF = "OFF" }
+  data.experimental.AutoShardPolicy = POLICIES
+  local OptionsMT = { __name = "ldist.data.Options" }
+  OptionsMT.__index = OptionsMT
+  local function new_options()
+    local o = setmetatable({ experimental_distribute = {}, _set = {} }, OptionsMT)
+    return o
+  end
+  data.Options = new_options
+  local function policy_of(o)          -- the policy set in o, or nil
+    local p = o.experimental_distribute and o.experimental_distribute.auto_shard_policy
+    if p == nil then return nil end
+    local v = POLICIES[tostring(p):upper()]
+    if not v then
+      error(("auto_shard_policy must be AUTO, FILE, DATA or OFF (data.experimental.AutoShardPolicy), not %s"):format(tostring(p)), 0)
+    end
+    return v
+  end
+  local function plain_options(o)      -- a plain table: what a recipe carries
+    return { experimental_distribute = { auto_shard_policy = policy_of(o) }, deterministic = o.deterministic }
+  end
+  OptionsMT.__tostring = function(o)
+    return ("Options(auto_shard_policy=%s, deterministic=%s)"):format(policy_of(o) or "AUTO", tostring(o.deterministic == nil and true or o.deterministic))
+  end
+  local options_of = setmetatable({}, { __mode = "k" })
+  function D.with_options(ds, o)
+    if type(o) ~= "table" then error("bad argument #1 to 'with_options' (data.Options() expected)", 2) end
+    local ok, err = pcall(policy_of, o)
+    if not ok then error("bad argument #1 to 'with_options' (" .. err .. ")", 2) end
+    local out = ds:take(-1)
+    local p = plain_options(o)
+    out:_set_recipe({ op = "with_options", parent = ds, args = { n = 1, p } })
+    options_of[out] = p
+    return out
+  end
+  -- the options in effect: every with_options up the pipeline (zip's inputs too)
+  local function collect(ds, acc, depth)
+    if depth > 200 then return end
+    local m = made[ds]
+    if m and m.zip then for _, d in ipairs(m.zip) do collect(d, acc, depth + 1) end end
+    local r = ds:_recipe()
+    if r and r.parent then collect(r.parent, acc, depth + 1) end
+    local o = options_of[ds]
+    if o then
+      if o.experimental_distribute.auto_shard_policy then acc.policy = o.experimental_distribute.auto_shard_policy end
+      if o.deterministic ~= nil then acc.deterministic = o.deterministic end
+    end
+  end
+  function D.options(ds)
+    local acc = {}
+    collect(ds, acc, 0)
+    local o = new_options()
+    o.experimental_distribute.auto_shard_policy = acc.policy or "AUTO"
+    o.deterministic = acc.deterministic
+    return o
+  end
+  -- the auto-shard policy set by with_options, or nil (a strategy's default applies)
+  function D._auto_shard_policy(ds)
+    local acc = {}
+    collect(ds, acc, 0)
+    return acc.policy
   end
 end
 
@@ -683,13 +888,17 @@ ds:unbatch() -> Dataset
 Splits every element into its rows (the inverse of batch): the components
 must share their first dimension. Dtypes are kept.]])
   mdoc("cache", [[
-ds:cache() -> Dataset
+ds:cache() or ds:cache(filename) -> Dataset
 
 Keeps the elements in memory: the first complete pass reads the input and
 fills the cache, later passes read the cache (the input, e.g. a map, does not
-run again). A pass left before its end (break, take) keeps nothing. Only
-the in-memory cache: a file name is an error.]])
-  mdoc("padded_batch", [[
+run again). A pass left before its end (break, take) keeps nothing.
+With a file name (tf.data's cache(filename)): the first complete pass writes
+the elements to that file (through a temporary file renamed at the end), and
+every later pass, of this dataset or of any dataset cached under that name,
+in this program or another, reads the file instead of running the input.
+Delete the file to have the pipeline run again. A file that is no ldist
+cache, or a damaged one, is an error naming it.]])  mdoc("padded_batch", [[
 ds:padded_batch(batch_size, {padded_shapes=, padding_values=0, drop_remainder=false}) -> Dataset
 
 tf.data's padded_batch: like batch, but the components of a batch may differ
@@ -733,8 +942,8 @@ data.experimental.make_csv_dataset(file_pattern, batch_size, {label_name=, selec
   column_defaults=, column_names=, shuffle=true, shuffle_buffer_size=10000, shuffle_seed=,
   num_epochs=nil, header=true, field_delim=","}) -> Dataset
 
-tf.data's make_csv_dataset for numeric columns. file_pattern is a path or a
-list of paths. Elements are {features, label}: features a dict of column
+tf.data's make_csv_dataset for numeric columns. file_pattern is a path, a
+glob pattern ("logs/*.csv") or a list of them. Elements are {features, label}: features a dict of column
 name -> [batch] tensor, label a [batch] tensor (without label_name: the dict
 alone). Dtypes are inferred as TF does from the first 100 rows: int32, int64
 for integers beyond int32, float32 for any other number; column_defaults
@@ -744,12 +953,68 @@ fixes them. As in TF, shuffle defaults to true and num_epochs to nil
 one pass in file order. A missing file, a row with the wrong number of
 fields or a field that is not a number is an error naming the file and line.
 The dataset travels to workers as this call (with its shuffle seed).]])
-  doc(data.TextLineDataset, { "data.TextLineDataset" }, [[
-data.TextLineDataset -- not available
+  doc(data.TextLineDataset, { "data.TextLineDataset", "data.Dataset.TextLineDataset" }, [[
+data.TextLineDataset(path or {paths}, compression_type=nil) -> Dataset
 
-ldist's dataset elements are tensors and its tensors have no string dtype,
-so lines of text cannot be elements. Numeric CSV files: make_csv_dataset or
-data.load_csv.]])
+tf.data's TextLineDataset: one element per line of the files, in order,
+without its "\n" or "\r\n" (an empty line is ""). A line is a Lua string in
+map, filter and loops (TF's tf.string scalar; element_spec says
+dtype=string): ds:map(function(line) return tonumber(line:match("^(%d+),")) end).
+ldist has no string tensors, so batch refuses strings: map them to numbers
+first. gzip-compressed files are read as such (compression_type "GZIP" or
+nil alike). A file that cannot be opened is an error now, naming it; a
+damaged file ends the pass with an error naming the file and line, after
+the lines before the damage. Under MultiWorkerMirrored and the parameter
+server, auto_shard_policy FILE (and AUTO) gives each worker its own files.]])
+  doc(D.list_files, { "data.Dataset.list_files", "Dataset.list_files" }, [[
+data.Dataset.list_files(pattern or {patterns}, {shuffle=true, seed=}) -> Dataset
+
+tf.data's list_files: the file names matching the glob patterns, one string
+per element, sorted, then shuffled unless shuffle=false. No match is an
+error naming the pattern. A seed is drawn when none is given and travels
+with the dataset, so every worker of a strategy sees the same order. Open
+the files with interleave or flat_map:
+  data.Dataset.list_files("logs/*.csv"):interleave(function(f) return ldist.data.TextLineDataset(f):skip(1) end, 4)]])
+  mdoc("interleave", [[
+ds:interleave(fn, cycle_length=data.AUTOTUNE, block_length=1) or (fn, {cycle_length=, block_length=}) -> Dataset
+
+tf.data's interleave: fn receives an element (as :map's function does) and
+returns a dataset; cycle_length of them are read at once, block_length
+consecutive elements from each in turn; a finished one is replaced by the
+next input element. The order is TF's, deterministic (num_parallel_calls is
+not needed: fn and the reads run on the interpreter's thread).
+data.AUTOTUNE: the number of CPU threads. fn travels to workers as
+bytecode: it may use only its arguments and globals (ldist.data...).]])
+  mdoc("flat_map", [[
+ds:flat_map(fn) -> Dataset
+
+tf.data's flat_map: fn(element) returns a dataset; its elements follow one
+another, input element by input element (interleave with cycle_length 1).]])
+  mdoc("with_options", [[
+ds:with_options(opts) -> Dataset
+
+The same elements, carrying data.Options() opts:
+  local o = data.Options()
+  o.experimental_distribute.auto_shard_policy = data.experimental.AutoShardPolicy.OFF
+  ds = ds:with_options(o)
+auto_shard_policy (AUTO, FILE, DATA, OFF) tells a strategy how to split the
+dataset over its workers (MultiWorkerMirrored, the parameter server):
+FILE each worker its own files, DATA each worker its share of every batch,
+OFF every worker all of it, AUTO FILE where the dataset reads files, else
+DATA. A policy given to experimental_distribute_dataset wins.]])
+  mdoc("options", [[
+ds:options() -> data.Options
+
+The options in effect: those of every with_options up the pipeline (zip's
+inputs too), the later one winning a field both set; auto_shard_policy is
+AUTO when none set it.]])
+  doc(data.Options, { "data.Options" }, [[
+data.Options() -> options
+
+tf.data.Options: set experimental_distribute.auto_shard_policy (one of
+data.experimental.AutoShardPolicy: AUTO, FILE, DATA, OFF) and give it to
+ds:with_options. deterministic is kept for TF's scripts; ldist's pipelines
+are always deterministic.]])
   mdoc("cardinality", [[
 ds:cardinality() -> integer
 
@@ -783,9 +1048,10 @@ data
 
 Input pipelines and file loaders: data.Dataset (from_tensor_slices, range;
 batch, padded_batch, shuffle, repeat_, take, skip, map, filter, shard,
-enumerate, unbatch, cache, prefetch, element_spec; data.Dataset.zip,
-from_generator), data.experimental.make_csv_dataset, data.load_csv,
-data.load_idx. Ready-made data sets are in `datasets`.]])
+enumerate, unbatch, cache, prefetch, interleave, flat_map, with_options,
+options, element_spec; data.Dataset.zip, from_generator, list_files),
+data.TextLineDataset, data.Options, data.experimental.make_csv_dataset,
+data.load_csv, data.load_idx. Ready-made data sets are in `datasets`.]])
 end
 
 if lio then

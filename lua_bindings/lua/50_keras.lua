@@ -451,7 +451,8 @@ function Model:_fit_loop(x, y, opts, strategy)
       -- Keras's batch logs: the running means so far in the epoch
       local vals = { loss = loss_m:result() }
       for _, m in ipairs(self._metrics) do vals[m.name] = m:result() end
-      for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step, vals, self) end end
+      -- Keras's batch argument: the batch's index in the epoch, from 0
+      for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step - 1, vals, self) end end
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
     -- a strategy may split the batches over its replicas as it gathers them
@@ -761,9 +762,10 @@ doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
 function callbacks.LambdaCallback(fns) return fns end
 doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",
   "callbacks.LambdaCallback{on_epoch_end=function(self, epoch, logs, model) end, ...}\n\nA callback from plain functions:\n" ..
-  "on_train_begin(self, model), on_epoch_begin(self, epoch, model), on_train_batch_end(self, step, logs, model),\n" ..
+  "on_train_begin(self, model), on_epoch_begin(self, epoch, model), on_train_batch_end(self, batch, logs, model),\n" ..
   "on_epoch_end(self, epoch, logs, model), on_train_end(self, model). epoch is Keras's, from 0 (the bar\n" ..
-  "shows epoch + 1); step counts the epoch's batches from 1; batch logs hold the epoch's running means.")
+  "shows epoch + 1); batch is the batch's index in the epoch, also from 0 (Keras's); batch logs hold the\n" ..
+  "epoch's running means.")
 
 -- callbacks.ProgbarLogger: the progress bar fit shows, as a callback (Keras
 -- adds one after the user's callbacks when verbose ~= 0, unless one is given).
@@ -780,7 +782,7 @@ function PB:set_params(p) self.verbose, self.epochs, self.target = p.verbose, p.
 function PB:on_epoch_begin(epoch)
   if self.verbose ~= 0 then self.bar = progress(self.target, ("Epoch %d/%d"):format(epoch + 1, self.epochs)) end
 end
-function PB:on_train_batch_end(step, logs) if self.bar then self.bar:update(step, logs) end end
+function PB:on_train_batch_end(batch, logs) if self.bar then self.bar:update(batch + 1, logs) end end
 function PB:on_epoch_end(_, logs) if self.bar then self.bar:finish(logs); self.bar = nil end end
 doc(callbacks.ProgbarLogger, "callbacks.ProgbarLogger",
   "callbacks.ProgbarLogger()\n\nThe progress bar fit shows (\"Epoch 1/10\" and the epoch's running means), as a\n" ..

@@ -92,6 +92,55 @@ local function build_dataset(r, cache)
 end
 distribute._build_dataset = build_dataset
 
+---------------------------------------------------------------- auto-sharding by file
+-- What a FILE auto-shard splits (TF's rewrite finds the file readers): the
+-- source of ds's pipeline is data.TextLineDataset(files), or a list of file
+-- names (from_tensor_slices of strings, list_files) that an interleave or
+-- flat_map opens. Returns its raw recipe, the source's recipe and the files;
+-- or nil and why not.
+local function file_source(ds)
+  if type(ds) ~= "userdata" then return nil, "it is not a data.Dataset" end
+  local ok, rec = pcall(Dataset._raw_recipe, ds)
+  if not ok then return nil, "it does not record how it was made" end
+  local root, opened = rec, false
+  while root.parent do
+    if root.op == "interleave" or root.op == "flat_map" then opened = true end
+    root = root.parent
+  end
+  if root.op == "TextLineDataset" then
+    local files = root.args[1]
+    return rec, root, type(files) == "string" and { files } or files
+  end
+  if root.op == "from_tensor_slices" and type(root.args[1]) == "table" and type(root.args[1][1]) == "string" then
+    if opened then return rec, root, root.args[1] end
+    return nil, "its list of strings is not opened by an interleave or flat_map, so it reads no files"
+  end
+  return nil, ("its source (%s) reads no files"):format(root.op == "_make_csv_dataset" and "make_csv_dataset" or root.op)
+end
+
+-- Whether FILE can split ds over n workers: true, or nil and why not.
+function distribute._file_shardable(ds, n)
+  local rec, why, files = file_source(ds)
+  if not rec then return nil, why end
+  if #files < n then
+    return nil, ("%d file(s) for %d workers; every worker needs at least one file"):format(#files, n)
+  end
+  return true
+end
+
+-- ds rebuilt to read worker r's files of n (files r+1, r+1+n, ...), the
+-- rest of the pipeline unchanged; or nil and why not.
+function distribute._file_shard(ds, n, r)
+  local ok, why = distribute._file_shardable(ds, n)
+  if not ok then return nil, why end
+  local rec, root, files = file_source(ds)
+  local mine = {}
+  for i = r + 1, #files, n do mine[#mine + 1] = files[i] end
+  root.args = { n = 1, mine }
+  root.n = 1
+  return build_dataset(rec)
+end
+
 -- A model as data for another process: its configuration (model:get_config,
 -- the one that model:to_json and model:save write) and, unless weights is
 -- false, its weights (the parameter-server strategy keeps them on the ps

@@ -140,7 +140,7 @@ end
 function MW:barrier() self._c:barrier() end
 
 ---------------------------------------------------------------- input: each worker its share
-distribute.AutoShardPolicy = { AUTO = "AUTO", FILE = "FILE", DATA = "DATA", OFF = "OFF" }
+distribute.AutoShardPolicy = ldist.data.experimental.AutoShardPolicy
 
 -- Rows [lo, hi) of a global batch of `rows` that worker r of n takes: floor(rows/n)
 -- each, one more for the first rows % n (the split MirroredStrategy uses).
@@ -181,33 +181,54 @@ end
 
 local MWDist = distribute._iterable({ __name = "ldist.DistributedDataset" })
 MWDist.__index = MWDist
+-- the dataset this worker reads: its own files under FILE, else the whole one
+function MWDist:_source()
+  if self.policy == "FILE" then
+    if getmetatable(self.dataset) == FileDataset then
+      local s, mine = self.strategy, {}
+      for i = s._rank + 1, #self.dataset.files, s._size do mine[#mine + 1] = self.dataset.files[i] end
+      return self.dataset:_dataset(mine)
+    end
+    return self.files_ds
+  end
+  return getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
+end
 function MWDist:iter()
   local s, n, r = self.strategy, self.strategy._size, self.strategy._rank
   local policy = self.policy
-  if policy == "FILE" then
-    local mine = {}
-    for i = r + 1, #self.dataset.files, n do mine[#mine + 1] = self.dataset.files[i] end
-    local it = self.dataset:_dataset(mine):iter()
-    local pieces = {}
-    -- each of this worker's batches of B rows feeds n steps of B/n rows (TF's rebatching)
+  if policy == "FILE" or policy == "OFF" then
+    -- TF's rebatching: every batch of B rows this worker reads is split into
+    -- n per-replica batches, each one step (FILE: its own files; OFF: all the data)
+    -- (the per-replica sizes come from the first batch, and a smaller last
+    -- batch fills them in order, as tf.data's rebatch does: [8, 9] of a
+    -- batch of 4 over 2 replicas is one step of 2 rows, not two of 1)
+    local it = self:_source():iter()
+    local pieces, sizes = {}, nil
     return function()
       if #pieces == 0 then
         local e = it()
         if e == nil then return nil end
         local rows = rows_of(e)
-        for q = 0, n - 1 do local lo, hi = share(rows, n, q); pieces[#pieces + 1] = { slice_element(e, lo, hi), rows } end
+        if not sizes then
+          sizes = {}
+          for q = 0, n - 1 do local lo, hi = share(rows, n, q); sizes[q + 1] = hi - lo end
+        end
+        local lo = 0
+        for q = 1, n do
+          local hi = math.min(rows, lo + sizes[q])
+          if hi > lo or (q == 1 and rows == 0) then pieces[#pieces + 1] = slice_element(e, lo, hi) end
+          lo = hi
+        end
       end
       local p = table.remove(pieces, 1)
-      return local_value(s, p[1], p[2])
+      return local_value(s, p, rows_of(p) * n)
     end
   end
-  local base = getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
-  local f, st, c = base:iter()
+  local f, st, c = self:_source():iter()
   return function()
     local e = f(st, c)
     c = e
     if e == nil then return nil end
-    if policy == "OFF" then return local_value(s, e, rows_of(e) * n) end
     local rows = rows_of(e)
     local lo, hi = share(rows, n, r)
     return local_value(s, slice_element(e, lo, hi), rows, lo)
@@ -215,44 +236,58 @@ function MWDist:iter()
 end
 function MWDist:cardinality()
   if self.policy == "FILE" then return -2 end
-  local d = getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
-  return d.cardinality and d:cardinality() or -2
+  local d = self:_source()
+  local c = d.cardinality and d:cardinality() or -2
+  if self.policy == "OFF" and c > 0 then return c * self.strategy._size end
+  return c
 end
 -- start (and drop) one iteration: a reshuffling dataset then orders the next
 -- epoch as it would have after a full one (BackupAndRestore's resume)
 function MWDist:_burn()
-  local d = getmetatable(self.dataset) == FileDataset and self.dataset:_dataset() or self.dataset
-  local it = d:iter()
+  local it = self:_source():iter()
   if type(it) == "userdata" and it.close then it:close() end
 end
 
 -- strategy:experimental_distribute_dataset(ds, {auto_shard_policy="AUTO"|"FILE"|"DATA"|"OFF"})
+-- The policy is the one given here, else the dataset's (ds:with_options), else
+-- the strategy's (MultiWorkerMirroredStrategy{auto_shard_policy=}), else AUTO.
+-- As in TF, each global batch of B rows becomes per-replica batches of B/n:
+--   FILE: every worker reads its own files (worker r: files r+1, r+1+n, ...) of a
+--         data.TextLineDataset, of a list of files opened by interleave or
+--         flat_map, or of a distribute.FileDataset; fewer files than workers,
+--         or a dataset that reads no files, is an error.
 --   DATA: every worker reads every global batch and keeps its 1/n of the rows.
---   FILE: every worker reads its own files (distribute.FileDataset); fewer files
---         than workers is an error.
---   AUTO: FILE for a FileDataset with enough files, else DATA (TF falls back the same way).
---   OFF:  no sharding: every batch is this worker's batch (the global batch is n x its rows).
+--   AUTO: FILE when the dataset can be split by files, else DATA (as in TF).
+--   OFF:  no sharding: every worker reads all the data, each batch split into
+--         n steps of B/n rows (so each worker sees every element).
 function MW:experimental_distribute_dataset(ds, opts)
   if type(ds) ~= "table" and type(ds) ~= "userdata" then
     error("bad argument #1 to 'experimental_distribute_dataset' (dataset expected)", 2)
   end
-  local policy = tostring((type(opts) == "table" and (opts.auto_shard_policy or opts.policy)) or self._auto_shard or "AUTO"):upper()
+  local given = type(opts) == "table" and (opts.auto_shard_policy or opts.policy)
+  if not given and type(ds) == "userdata" and ds._auto_shard_policy then given = ds:_auto_shard_policy() end
+  local policy = tostring(given or self._auto_shard or "AUTO"):upper()
   if not distribute.AutoShardPolicy[policy] then
     error("bad argument #2 to 'experimental_distribute_dataset' (auto_shard_policy must be AUTO, FILE, DATA or OFF)", 2)
   end
-  local files = getmetatable(ds) == FileDataset and #ds.files or 0
-  if policy == "AUTO" then policy = files >= self._size and "FILE" or "DATA" end
-  if policy == "FILE" then
-    if files == 0 then
-      error("auto_shard_policy FILE needs a dataset made from files (distribute.FileDataset(files, build)); " ..
-        "use DATA to shard by rows", 2)
-    end
-    if files < self._size then
-      error(("auto_shard_policy FILE: %d file(s) for %d workers; every worker needs at least one file " ..
-        "(use more files, or DATA to shard by rows)"):format(files, self._size), 2)
-    end
+  local n = self._size
+  local ok, why
+  if getmetatable(ds) == FileDataset then
+    ok = #ds.files >= n
+    why = ("%d file(s) for %d workers; every worker needs at least one file"):format(#ds.files, n)
+  else
+    ok, why = distribute._file_shardable(ds, n)
   end
-  return setmetatable({ dataset = ds, strategy = self, policy = policy }, MWDist)
+  if policy == "AUTO" then policy = ok and "FILE" or "DATA" end
+  if policy == "FILE" and not ok then
+    error(("auto_shard_policy FILE: the dataset cannot be split by files: %s (use more files, or DATA to shard by rows)")
+      :format(why), 2)
+  end
+  local d = setmetatable({ dataset = ds, strategy = self, policy = policy }, MWDist)
+  if policy == "FILE" and getmetatable(ds) ~= FileDataset then
+    d.files_ds = assert(distribute._file_shard(ds, n, self._rank))
+  end
+  return d
 end
 
 -- the protocol's input: one pipeline per worker

@@ -281,7 +281,8 @@ local function progress_callback(ctl, id, total)
   local cb = {}
   local function send(m) m.id = id; pcall(ctl.send, ctl, 0, "progress", C.pack(m)) end
   function cb:on_epoch_begin(epoch) sum, count = 0, 0; send({ kind = "epoch_begin", epoch = epoch, total = total }) end
-  function cb:on_train_batch_end(step, logs)
+  function cb:on_train_batch_end(batch, logs)
+    local step = batch + 1
     sum, count = sum + (logs.loss or 0), count + 1
     local now = ldist.clock()
     if now - last > 0.2 then last = now; send({ kind = "batch", step = step, logs = { loss = sum / count } }) end

@@ -190,9 +190,10 @@ function MC:on_train_begin(model)
   self._seen, self._last = 0, nil
 end
 function MC:on_epoch_begin(epoch) self._epoch = epoch end
-function MC:on_train_batch_end(step, logs, model)
+function MC:on_train_batch_end(batch, logs, model)
   if self.save_freq == "epoch" then return end
-  -- Keras's _should_save_on_batch; ldist's step is Keras's batch + 1
+  -- Keras's _should_save_on_batch, on the count of batches done
+  local step = batch + 1
   if self._last == nil or step <= self._last then self._seen = self._seen + step
   else self._seen = self._seen + step - self._last end
   self._last = step
@@ -457,15 +458,15 @@ function callbacks.TerminateOnNaN(opts)
   opts = check_opts("TerminateOnNaN", opts, { raise_error = true })
   return setmetatable({ raise_error = opts.raise_error or false }, TN)
 end
-function TN:on_train_batch_end(step, logs, model)
+function TN:on_train_batch_end(batch, logs, model)
   local loss = logs and num(logs.loss)
   if type(loss) ~= "number" then return end
   if loss ~= loss or loss == math.huge or loss == -math.huge then
     if self.raise_error then
       error(("NaN or Inf loss encountered at batch %d. Loss value: %s. Terminating training immediately.")
-        :format(step - 1, pyfloat(loss)), 0)
+        :format(batch, pyfloat(loss)), 0)
     end
-    print(("Batch %d: Invalid loss, terminating training"):format(step - 1))
+    print(("Batch %d: Invalid loss, terminating training"):format(batch))
     model.stop_training = true
   end
 end
@@ -686,8 +687,9 @@ function BR:on_epoch_begin(epoch, model)
   local done = epoch == self._resume_epoch and (self._offset or 0) or 0
   self._it0 = model._optimizer.iterations - done
 end
-function BR:on_train_batch_end(step, logs, model)
+function BR:on_train_batch_end(batch, logs, model)
   if self.save_freq == "epoch" then return end
+  local step = batch + 1                    -- batches done in this epoch
   local done = (self._offset or 0) + step
   if self._it0 then done = model._optimizer.iterations - self._it0 end
   if step % self.save_freq == 0 then self:_save(model, (self._epoch or 1) - 1, done) end

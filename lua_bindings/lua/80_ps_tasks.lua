@@ -295,9 +295,13 @@ local function worker_serve(me, main, ps, timeout)
             end
             return true
           elseif ty == "dataset" then
-            local ds
             if m.fn then self.datasets[m.id] = endless(assert(load(m.fn, "=dataset_fn", "b"))(me))
-            else self.datasets[m.id] = endless(distribute._build_dataset(m.recipe), me, m.shard and m.workers or 1) end
+            else
+              local ds = distribute._build_dataset(m.recipe)
+              if m.policy == "FILE" then self.datasets[m.id] = endless(assert(distribute._file_shard(ds, m.workers, me)))
+              elseif m.policy == "OFF" or not m.shard then self.datasets[m.id] = endless(ds)
+              else self.datasets[m.id] = endless(ds, me, m.workers) end
+            end
             return true
           elseif ty == "task" then
             self.task = m.task

@@ -246,6 +246,15 @@ function Coord:create_per_worker_dataset(src)
     if type(src) == "table" and src.dataset then src = src.dataset end
     body.recipe = distribute._recipe_of(src)
     body.shard, body.workers = true, self.cluster.workers
+    -- the dataset's auto-shard policy (ds:with_options), as MultiWorker reads it:
+    -- FILE gives each worker its own files, DATA every n-th element, OFF all of it
+    local policy = src._auto_shard_policy and src:_auto_shard_policy() or "AUTO"
+    local ok, why = distribute._file_shardable(src, self.cluster.workers)
+    if policy == "AUTO" then policy = ok and "FILE" or "DATA" end
+    if policy == "FILE" and not ok then
+      error(("create_per_worker_dataset: auto_shard_policy FILE, but the dataset cannot be split by files: %s"):format(why), 2)
+    end
+    body.policy = policy
   end
   self._datasets[self._ds] = body
   self:_broadcast("dataset", body)
@@ -342,6 +351,8 @@ function Coord:schedule(fn, args)
     self._fn_cache[fn] = key
   end
   args = args or {}
+  -- TF's keyword: schedule(fn, {args = {...}}) as well as schedule(fn, {...})
+  if args[1] == nil and type(args.args) == "table" then args = args.args end
   local a = { n = #args }
   for i = 1, #args do
     local v = args[i]

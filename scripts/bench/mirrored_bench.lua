@@ -38,7 +38,8 @@ do
 end
 local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, {seed = 0}):batch(batch, {drop_remainder = true})
 local t0, t1
-local timer = {on_train_batch_end = function(_, step)
+local timer = {on_train_batch_end = function(_, index)
+  local step = index + 1   -- Keras passes the batch index, from 0
   if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
 end}
 do

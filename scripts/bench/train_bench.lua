@@ -8,7 +8,8 @@ tensor.seed(0)
 -- the peak RSS
 local function measure(model, ds)
   local t0, t1
-  local timer = {on_train_batch_end = function(_, step)
+  local timer = {on_train_batch_end = function(_, index)
+  local step = index + 1   -- Keras passes the batch index, from 0
     if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
   end}
   model:fit(ds, {epochs = 1, steps_per_epoch = warm + steps, verbose = 0, callbacks = {timer}})

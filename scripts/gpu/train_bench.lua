@@ -20,7 +20,8 @@ model:compile { optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossen
 local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, { seed = 0 }):batch(batch, { drop_remainder = true }):prefetch(2)
 -- the clock starts after `warm` steps (allocator cache, cuBLAS handle, kernels loaded)
 local t0, t1, last
-local timer = { on_train_batch_end = function(_, step, logs)
+local timer = { on_train_batch_end = function(_, index, logs)
+  local step = index + 1   -- Keras passes the batch index, from 0
   if step == warm then t0 = ldist.clock() elseif step == warm + steps then t1 = ldist.clock() end
   last = logs and logs.loss
 end }

@@ -697,8 +697,8 @@ add { name = "backup_restore_resume", run = function(S)
   whole:fit(ds, { epochs = 3, verbose = 0 })
   local dir = S.tmp("backup")
   local br = callbacks.BackupAndRestore { dir = dir, save_freq = 2, verbose = false }
-  local crash = callbacks.LambdaCallback { on_train_batch_end = function(_, step)
-    if whole.crashed == nil and step == 3 and br._epoch == 2 then whole.crashed = true; error("simulated crash") end
+  local crash = callbacks.LambdaCallback { on_train_batch_end = function(_, batch)
+    if whole.crashed == nil and batch + 1 == 3 and br._epoch == 2 then whole.crashed = true; error("simulated crash") end
   end }
   local first = fresh(7)
   local ok, err = pcall(first.fit, first, ds, { epochs = 3, verbose = 0, callbacks = { br, crash } })

@@ -24,8 +24,8 @@ end
 local epoch_now = 0
 local progress = callbacks.LambdaCallback {
   on_epoch_begin = function(_, epoch) epoch_now = epoch + 1 end,   -- Keras numbers epochs from 0
-  on_train_batch_end = function(_, step)
-    print(("at epoch %d step %d"):format(epoch_now, step))
+  on_train_batch_end = function(_, batch)
+    print(("at epoch %d step %d"):format(epoch_now, batch + 1))
     if delay > 0 then ldist._cluster.sleep(delay) end
   end,
 }

@@ -14,6 +14,7 @@ local function flat(t)
 end
 local function describe(v)
   if tensor.is_tensor(v) then return { flat(v), v.dtype } end
+  if type(v) == "string" then return { "b'" .. v .. "'", "string" } end   -- as TF prints a tf.string
   local keys, out = {}, {}
   for k in pairs(v) do keys[#keys + 1] = k end
   -- list entries in order, then a dict's keys sorted
@@ -45,5 +46,19 @@ local function check(T, ds, expected, card)
   T.eq(run(rebuilt), expected, "rebuilt from the recipe")
 end
 
-M.flat, M.describe, M.ser, M.run, M.check = flat, describe, ser, run, check
+-- dir/f0.txt .. f3.txt, file f holding the lines f*10, f*10+1, f*10+2 (the
+-- auto-shard tests' files, as in their TF runs); returns the paths
+local function number_files(dir)
+  os.execute("mkdir -p " .. dir)
+  local files = {}
+  for f = 0, 3 do
+    files[#files + 1] = ("%s/f%d.txt"):format(dir, f)
+    local h = assert(io.open(files[#files], "w"))
+    for i = 0, 2 do h:write(("%d\n"):format(f * 10 + i)) end
+    h:close()
+  end
+  return files
+end
+
+M.flat, M.describe, M.ser, M.run, M.check, M.number_files = flat, describe, ser, run, check, number_files
 return M

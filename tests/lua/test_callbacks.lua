@@ -59,6 +59,15 @@ T.test("callbacks see Keras's epoch numbers (from 0), initial_epoch, validation_
   T.eq(table.concat(seen, " "), "b1 e1 b2 e2 b3 e3")
 end)
 
+T.test("on_train_batch_end gets Keras's batch index, from 0 in every epoch", function()
+  -- Keras: LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(b)); fit(x, y, epochs=2,
+  -- batch_size=4) with 10 rows -> [0, 1, 2, 0, 1, 2]
+  local seen = {}
+  mk():fit(x, y, { epochs = 2, batch_size = 4, verbose = 0, callbacks = { callbacks.LambdaCallback{
+    on_train_batch_end = function(_, b) seen[#seen + 1] = b end } } })
+  T.eq(table.concat(seen, " "), "0 1 2 0 1 2")
+end)
+
 T.test("validation_freq: val_ logs only every n-th epoch (Keras numbers)", function()
   -- fit(epochs=3, batch_size=10, shuffle=False, validation_data=(x[:4], y[:4]), validation_freq=2)
   -- -> loss [4.930000305175781, 4.319375514984131, 3.7858376502990723], val_loss [0.47663941979408264]

@@ -125,4 +125,26 @@ T.test("help texts exist for the tensor API", function()
   T.ok(ldist.docs["Tensor:matmul"])
 end)
 
+T.test("integer arithmetic keeps integer dtypes, as in TF", function()
+  local a = tensor.from({ 1, 2, 3 }, { dtype = "int64" })
+  -- TF: tf.constant([1,2,3], tf.int64) * 2 -> int64 [2 4 6]; + a -> [2 4 6]; - 1 -> [0 1 2]; -a -> [-1 -2 -3]
+  local function same(t, dtype, v) T.eq(t.dtype, dtype); T.eq(table.concat(t:reshape(-1):totable(), " "), v) end
+  same(a * 2, "int64", "2 4 6"); same(2 * a, "int64", "2 4 6"); same(a + a, "int64", "2 4 6")
+  same(a - 1, "int64", "0 1 2"); same(-a, "int64", "-1 -2 -3")
+  same(a:maximum(tensor.from({ 2 }, { dtype = "int64" })), "int64", "2 2 3")
+  -- broadcasting: [2,1] x [3]
+  same(tensor.from({ { 10 }, { 20 } }, { dtype = "int32" }) + tensor.from({ 1, 2, 3 }, { dtype = "int32" }), "int32",
+    "11 12 13 21 22 23")
+  -- TF: tf.constant([250], tf.uint8) + tf.constant([10], tf.uint8) -> [4] (wraps)
+  same(tensor.from({ 250 }, { dtype = "uint8" }) + tensor.from({ 10 }, { dtype = "uint8" }), "uint8", "4")
+  -- exact beyond float32: 2^40 + 1
+  same(tensor.from({ 2 ^ 40 }, { dtype = "int64" }) + 1, "int64", tostring(2 ^ 40 + 1 | 0))
+  -- a float operand, or division, gives float32 (TF's truediv gives a float too)
+  T.eq((a * 0.5).dtype, "float32"); T.eq((a / 2).dtype, "float32")
+  -- and a strided view reads the right elements
+  local m = tensor.from({ { 1, 2, 3 }, { 4, 5, 6 } }, { dtype = "int64" })
+  same(m:transpose(0, 1):contiguous() * 1, "int64", "1 4 2 5 3 6")
+  same(m:slice(1, 1, 3) * 10, "int64", "20 30 50 60")
+end)
+
 T.done()
