@@ -398,16 +398,33 @@ distribute._iterable = iterable
 -- takes one batch per local replica (replica 0 the first), as TF does.
 local PipelineDist = iterable({ __name = "ldist.DistributedDataset" })
 PipelineDist.__index = PipelineDist
+-- an element with no rows, shaped like e (what a replica gets when the
+-- pipeline ran out in the middle of a step)
+local function empty_like(e)
+  if tensor.is_tensor(e) then return e.ndim > 0 and e:slice(0, 0, 0) or e end
+  local out = {}
+  for k, v in pairs(e) do out[k] = empty_like(v) end
+  return out
+end
+
 function PipelineDist:iter()
   local s, ds = self.strategy, self.dataset
   local devs = s:_local_devices()
   local pipes = s:_input_pipelines()
   local f, st, c = ds:iter()
+  local ended = false
   return function()
+    if ended then return nil end
     local vals, rows, offsets = {}, 0, {}
     for r = 1, #devs do
-      local e = f(st, c); c = e
-      if e == nil then return nil end
+      local e = not ended and f(st, c) or nil
+      c = e
+      if e == nil then
+        -- as TF: the replicas left without a batch in the last step get empty ones
+        if r == 1 then return nil end
+        ended = true
+        e = empty_like(vals[1])
+      end
       local moved = element_to(e, devs[r])
       local t1 = tensor.is_tensor(e) and e or e[1]
       offsets[r] = rows
@@ -421,7 +438,8 @@ end
 function PipelineDist:cardinality()
   local n = self.dataset.cardinality and self.dataset:cardinality() or -2
   if n < 0 then return n end
-  return n // #self.strategy:_local_devices()
+  local k = #self.strategy:_local_devices()
+  return (n + k - 1) // k
 end
 
 -- strategy:distribute_datasets_from_function(function(ctx) return dataset end):

@@ -411,8 +411,9 @@ end
 function Mirrored:trace(on)
   self._tracing = on and true or false
   C.trace_enable(self.devices, self._tracing)
-  self._comm:stats(true)
-  if self._tracing then self._trace_t0 = ldist.clock(); self._spans = {} end
+  -- a new trace starts the counters afresh; stopping keeps them for
+  -- trace_summary() and timeline() of the trace just taken
+  if self._tracing then self._comm:stats(true); self._trace_t0 = ldist.clock(); self._spans = {} end
   return self
 end
 

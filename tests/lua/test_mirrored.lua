@@ -318,6 +318,11 @@ T.test("model:fit under MirroredStrategy, traced", function()
   local tl = s:timeline()
   T.ok(tl:svg():find("<svg", 1, true) and tl:svg():find("replica 1", 1, true))
   s:trace(false)
+  -- stopping the trace keeps what it counted, for the summary and timeline of that trace
+  T.eq(s:trace_summary().bytes, sum.bytes)
+  s:trace(true)
+  T.eq(s:trace_summary().bytes, 0, "a new trace counts afresh")
+  s:trace(false)
 end)
 
 T.test("numbers and tables combine with tensors on any device", function()
@@ -385,6 +390,26 @@ T.test("an out-of-range label in fit under MirroredStrategy is an error naming i
   T.eq(#h.loss, 2); T.ok(h.loss[2] == h.loss[2], "a finite loss")
   -- and nothing is left over for an unrelated read
   T.eq(tensor.ones(3):to("cpu:1"):sum():item(), 3)
+end)
+
+T.test("distribute_datasets_from_function: a step the pipeline cannot fill gives the other replicas empty batches (TF)", function()
+  -- TF 2.21, MirroredStrategy on 2 logical CPUs,
+  -- distribute_datasets_from_function(lambda c: range(20).batch(c.get_per_replica_batch_size(8))):
+  -- [[0..3], [4..7]], [[8..11], [12..15]], [[16..19], []]
+  local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+  local d = s:distribute_datasets_from_function(function(c)
+    return data.Dataset.range(20):batch(c:get_per_replica_batch_size(8)) end)
+  local steps = {}
+  for b in d do
+    local parts = {}
+    for r, e in ipairs(s:experimental_local_results(b)) do
+      local t = tensor.is_tensor(e) and e or e[1]
+      parts[r] = "[" .. table.concat(t:totable(), ",") .. "]"
+    end
+    steps[#steps + 1] = table.concat(parts, " ")
+  end
+  T.eq(table.concat(steps, " | "), "[0,1,2,3] [4,5,6,7] | [8,9,10,11] [12,13,14,15] | [16,17,18,19] []")
+  T.eq(d:cardinality(), 3)
 end)
 
 T.test("bad input to MirroredStrategy", function()
