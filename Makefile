@@ -10,7 +10,7 @@ BLAS_INC:= -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIB:= -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas
 CPPFLAGS+= -Iengine -Iengine/net -Ilua_bindings -Ikernel -I$(B) $(LUA_INC) $(BLAS_INC)
 # OpenBLAS is opened at run time, on the first product (engine/ld_cpu.c)
-ENGINE_LIBS := -lz -lm -lpthread -ldl
+ENGINE_LIBS := -lz -lpng -ljpeg -lm -lpthread -ldl
 LUA_LIB := -llua5.4
 APP_LIBS := -lreadline -ljansson
 # the network half (Jupyter kernel, cluster control plane, ring all-reduce)

@@ -51,6 +51,11 @@ int lb_check_devices(lua_State *L, int idx, struct ld_device **devs);
 struct ld_optimizer;
 struct ld_optimizer *lb_check_optimizer(lua_State *L, int idx);
 
+/* Datasets (data.c): push ds (a new reference, taken over) as a Dataset whose
+   elements are lists; ds == NULL raises the engine's error. */
+struct ld_dataset;
+int lb_push_dataset(lua_State *L, struct ld_dataset *ds);
+
 /* Module openers (each pushes its module table). */
 int lb_open_tensor(lua_State *L);
 int lb_open_autograd(lua_State *L);
@@ -63,5 +68,6 @@ int lb_open_data(lua_State *L);
 int lb_open_io(lua_State *L);
 int lb_open_cluster(lua_State *L);
 int lb_open_summary(lua_State *L);
+int lb_open_image(lua_State *L);
 
 #endif

@@ -33,6 +33,7 @@ extern const size_t ldist_prelude_sizes[];
 #pragma weak lb_open_cluster
 #pragma weak lb_open_json
 #pragma weak lb_open_summary
+#pragma weak lb_open_image
 
 static const struct { const char *name; int (*open)(lua_State *); } c_modules[] = {
     {"tensor", lb_open_tensor},
@@ -46,6 +47,7 @@ static const struct { const char *name; int (*open)(lua_State *); } c_modules[] 
     {"json", lb_open_json},
     {"_cluster", lb_open_cluster},
     {"_summary", lb_open_summary},
+    {"_image", lb_open_image},
 };
 
 static void pressure_gc(void *ud) {

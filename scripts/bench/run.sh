@@ -119,7 +119,7 @@ for mb in $(printf '%s\n' "${!AR[@]}" | sort -n); do
   printf '%6s %12.2f %14s %9.0f%%\n' "$mb" "$(awk -v s="$sec" 'BEGIN{print s*1000}')" "$bw" "$(awk -v b="$bw" -v m="$membw" 'BEGIN{print 100*b/m}')"
 done
 
-for extra in scripts/bench/multiworker.sh scripts/bench/ps.sh scripts/bench/startup.sh scripts/bench/kernel.py; do
+for extra in scripts/bench/multiworker.sh scripts/bench/ps.sh scripts/bench/startup.sh scripts/bench/kernel.py scripts/bench/images.sh; do
   [ -f "$extra" ] || continue
   echo; echo "== $extra"
   case $extra in
