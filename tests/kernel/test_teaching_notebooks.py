@@ -1,0 +1,179 @@
+"""The teaching notebooks of scripts/notebooks/, executed end to end with
+nbclient on the ldist kernel, and what they claim checked in their outputs:
+
+- sync_vs_async.ipynb: MirroredStrategy and ParameterServerStrategy (a
+  LocalCluster of 2 workers and 1 ps) train the same model; losses and step
+  timelines are pictures; a killed ps worker's steps run again on the other
+  (every scheduled step completes); a killed MultiWorkerMirrored worker stops
+  fit with an error naming it, and BackupAndRestore resumes on new workers to
+  the uninterrupted run's loss; no worker process is left behind.
+- data_parallel_from_scratch.ipynb: a hand all-reduce equals strategy:reduce
+  and ReplicaContext:all_reduce; uneven batches split 4 + 3 with the loss
+  divided by the global batch; two replicas train as one device does;
+  synchronized BatchNormalization's statistics are the global batch's, local
+  ones are not; distribute_datasets_from_function's InputContext.
+
+tests/kernel/test_notebook.py runs every other notebook under scripts/; these
+two are run here only (its TEACHING set)."""
+import os
+import re
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+from conftest import KERNEL, ROOT
+
+NOTEBOOKS = os.path.join(ROOT, "scripts", "notebooks")
+TEACHING = ("sync_vs_async.ipynb", "data_parallel_from_scratch.ipynb")
+MAX_SECONDS = 90     # each runs in a few seconds on a 2-core machine; this is a hang guard
+
+
+def execute(name):
+    path = os.path.join(NOTEBOOKS, name)
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.time()
+    # raises CellExecutionError at the first cell that fails
+    NotebookClient(nb, kernel_name=KERNEL, timeout=300, resources={"metadata": {"path": NOTEBOOKS}}).execute()
+    seconds = time.time() - t0
+    print(f"{name}: {seconds:.1f} s")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for c in code:
+        assert c.execution_count, c.source
+        assert not [o for o in c.outputs if o.output_type == "error"], c.source
+    assert seconds < MAX_SECONDS, f"{name} took {seconds:.0f} s"
+    return code
+
+
+def stdout(cells):
+    return "".join(o.text for c in cells for o in c.outputs if o.output_type == "stream" and o.name == "stdout")
+
+
+def pictures(cells):
+    """(cell index, svg text or png marker) of every picture the cells showed"""
+    out = []
+    for i, c in enumerate(cells):
+        for o in c.outputs:
+            if o.output_type in ("display_data", "execute_result"):
+                if "image/svg+xml" in o.data:
+                    svg = o.data["image/svg+xml"]
+                    assert svg.lstrip().startswith("<svg"), svg[:80]
+                    out.append((i, svg))
+                elif "image/png" in o.data:
+                    out.append((i, "png"))
+    return out
+
+
+def number(pattern, text):
+    m = re.search(pattern, text)
+    assert m, f"{pattern!r} not in the output:\n{text}"
+    return [float(g) for g in m.groups()] if len(m.groups()) > 1 else float(m.group(1))
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not a running process
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"
+    except OSError:
+        return False
+
+
+def left_behind(pids, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def test_sync_vs_async():
+    cells = execute("sync_vs_async.ipynb")
+    text = stdout(cells)
+
+    # the same number of updates both ways, and both learn
+    assert number(r"MirroredStrategy: (\d+) steps", text) == 235
+    assert number(r"ParameterServerStrategy: (\d+) steps", text) == 235, "every scheduled step applied once"
+    first = number(r"epoch 1 +mirrored \(sync\) ([\d.]+) +parameter server \(async\) ([\d.]+)", text)
+    last = number(r"epoch 5 +mirrored \(sync\) ([\d.]+) +parameter server \(async\) ([\d.]+)", text)
+    assert last[0] < first[0] - 0.3 and last[1] < first[1] - 0.3, (first, last)
+
+    pics = pictures(cells)
+    svgs = [s for _, s in pics if s != "png"]
+    assert len(pics) >= 4, [i for i, _ in pics]
+    assert any("sync (Mirrored)" in s and "async (PS)" in s for s in svgs), "the losses side by side"
+    assert any("replica 1 (cpu:1)" in s and "allreduce" in s for s in svgs), "the Mirrored timeline"
+    assert any("worker 1" in s and "push" in s and "kill -9" not in s for s in svgs), "the PS timeline"
+    assert any("kill -9 worker 1" in s for s in svgs), "the PS timeline around the kill"
+
+    # the ps run survives a killed worker: every step completes, on the survivor
+    sched, done, resched, applied, dups = number(
+        r"scheduled (\d+), completed (\d+), rescheduled (\d+), applied (\d+) \(duplicates (\d+)\), workers alive 1", text)
+    assert sched == done == 60
+    assert resched >= 1 and dups <= resched, (resched, dups)
+    assert applied == 60 + dups, "each step applied once, plus the re-runs of steps whose push had landed"
+    w0, w1 = number(r"60 steps, worker 1 killed: worker 0 ran (\d+) steps, worker 1 ran (\d+)", text)
+    assert w0 + w1 == 60 and w1 < w0
+
+    # synchronous training stops at a lost worker ...
+    assert "fit succeeded: false" in text
+    assert re.search(r"error: LocalCluster: worker 1 \(pid \d+\) was killed by signal 9", text), text
+    # ... and BackupAndRestore resumes where the checkpoint was, to the same loss
+    assert re.search(r"BackupAndRestore: resuming from .* at epoch [2-5], step \d+", text), text
+    assert number(r"the resumed fit ran (\d+) epoch", text) < 5
+    assert number(r"difference ([\d.e+-]+)", text) < 1e-4
+
+    # every process the notebook started is gone
+    pids = [int(p) for m in re.finditer(r"\(pids ([\d, ]+)\)", text) for p in m.group(1).split(", ")]
+    assert len(pids) == 3 + 2 + 2, pids
+    assert left_behind(pids) == [], "worker or ps processes left behind"
+
+
+def test_data_parallel_from_scratch():
+    cells = execute("data_parallel_from_scratch.ipynb")
+    text = stdout(cells)
+
+    assert "devices: cpu:0, cpu:1" in text and "b lives on cpu:1" in text
+    assert "replica 0: 10.0 10.0 on cpu:0" in text and "replica 1: 20.0 20.0 on cpu:1" in text
+
+    # a batch of 7 on 2 replicas: 4 + 3 rows, in order
+    assert "replica 0 on cpu:0: 4 rows (rows 0-3 of the batch: true)" in text
+    assert "replica 1 on cpu:1: 3 rows (rows 4-6 of the batch: true)" in text
+
+    # the all-reduce by hand is the strategy's, and the one-device gradient
+    assert number(r"max \|hand all-reduce - strategy:reduce\| = ([\d.e+-]+)", text) < 1e-6
+    assert number(r"max \|hand all-reduce - ReplicaContext:all_reduce\| = ([\d.e+-]+)", text) < 1e-6
+    assert number(r"max \|hand all-reduce - one-device gradient\| = ([\d.e+-]+)", text) < 1e-5
+
+    # each replica's loss is its summed loss / 7 (the global batch)
+    for r, rows in ((0, 4), (1, 3)):
+        _, by7, loss = number(rf"replica {r}: {rows} rows, sum of its losses ([\d.]+), / 7 = ([\d.]+), "
+                              r"the replica's loss ([\d.]+)", text)
+        assert abs(by7 - loss) < 1e-5, (r, by7, loss)
+    total, one = number(r"sum of the replicas' losses = ([\d.]+); one device on all 7 rows = ([\d.]+)", text)
+    assert abs(total - one) < 1e-5
+    wrong = number(r"the mean of each replica's own mean would be ([\d.]+)", text)
+    assert abs(wrong - one) > 1e-3, "the uneven split makes the naive mean differ"
+
+    # two replicas train as one device
+    steps, d_loss, d_w = number(r"(\d+) steps; max \|loss difference\| = ([\d.e+-]+); "
+                                r"max \|weight difference\| after training = ([\d.e+-]+)", text)
+    assert steps == 56 and d_loss < 1e-4 and d_w < 1e-4
+
+    # BatchNormalization: synchronized = the global batch's statistics; local ones differ
+    assert number(r"max \|synchronized - global\| = ([\d.e+-]+)", text) < 1e-5
+    assert number(r"max \|local - global\| = ([\d.e+-]+)", text) > 0.5
+    assert number(r"max \|one device - global\| = ([\d.e+-]+)", text) < 1e-5
+
+    # distribute_datasets_from_function
+    assert "num_input_pipelines 1, input_pipeline_id 0, per-replica batch 4" in text
+    assert "step 2: replica 0 gets 8,9,10,11; replica 1 gets 12,13,14,15" in text
+    assert "not divisible by the number of replicas in sync (2)" in text
+
+    pics = pictures(cells)
+    svgs = [s for _, s in pics if s != "png"]
+    assert len(pics) >= 2
+    assert any("one device" in s and "2 replicas" in s for s in svgs), "the loss curves"
+    assert any("replica 1 (cpu:1)" in s for s in svgs), "the timeline"
