@@ -80,6 +80,9 @@ local function unship_value(v, cache)
   return out
 end
 
+-- a shipped value as it was: functions from their bytecode, file sources read
+distribute._unship = function(v) return unship_value(v, {}) end
+
 local function build_dataset(r, cache)
   cache = cache or {}
   local args = {}

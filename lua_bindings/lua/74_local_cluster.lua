@@ -269,6 +269,7 @@ function Remote:_fit(model, x, y, opts)
   local r0 = results[1]
   for i, v in ipairs(model.weights) do v:assign(r0.weights[i]) end   -- BatchNormalization's statistics too
   ldist.optim._set_state(model._optimizer, vars, r0.optimizer_state)
+  if r0.learning_rate then model._optimizer.learning_rate = r0.learning_rate end
   if r0.rng then tensor.set_rng_state(r0.rng) end
   for _, cb in ipairs(local_cbs) do if cb.on_train_end then cb:on_train_end(model) end end
   model.history = r0.history
@@ -308,7 +309,7 @@ local function worker_fit(state, spec, ctl, id)
   for i, c in ipairs(spec.callbacks or {}) do
     local make = ldist.callbacks[c.class]
     if not make then error("unknown callback " .. tostring(c.class), 0) end
-    cbs[i] = make(c.config)
+    cbs[i] = make(distribute._unship(c.config))
   end
   if s._rank == 0 then
     local card = ds.cardinality and ds:cardinality() or -2
@@ -320,8 +321,10 @@ local function worker_fit(state, spec, ctl, id)
   if s._rank ~= 0 then return { rank = s._rank } end
   local w = {}
   for i, v in ipairs(model.weights) do w[i] = v:cpu() end
+  -- the rate a callback (LearningRateScheduler, ReduceLROnPlateau) left, when it is a number
+  local lr = type(opt.learning_rate) == "number" and opt.learning_rate or nil
   return { history = history, weights = w, optimizer_state = ldist.optim._state(opt, model.trainable_variables),
-    rng = tensor.get_rng_state() }
+    rng = tensor.get_rng_state(), learning_rate = lr }
 end
 
 local function run_job(state, job, ctl)

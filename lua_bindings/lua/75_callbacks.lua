@@ -25,6 +25,9 @@ local docs = ldist.docs
 -- TerminateOnNaN, after keras/src/callbacks/*.py of Keras 3.15 (checked by
 -- running them there; tests/lua/test_callbacks.lua holds the numbers). Epochs
 -- are Keras's, from 0; file names and messages show epoch + 1 as Keras does.
+-- Under MultiWorkerMirroredStrategy only the chief (rank 0) writes files.
+local function writer(s) return not (s and s._mw) or s._rank == 0 end
+
 if callbacks then
 local doc = ldist.document
 local stderr = io.stderr
@@ -163,6 +166,14 @@ local function sorted_keys(t)
 end
 
 ---------------------------------------------------------------- ModelCheckpoint
+-- A LocalCluster's fit runs the callbacks that have a _ship on its workers,
+-- where training happens (74_local_cluster.lua): a callback that sets the
+-- learning rate, stops training or saves the model must act on the
+-- workers' model, not on this session's copy, which gets the weights only
+-- when fit returns. Their options travel; a schedule function travels as
+-- bytecode (it may use only its arguments and globals).
+local function ship(class, config) return { class = class, config = config } end
+
 local MC = { __name = "ldist.callbacks.ModelCheckpoint" }
 MC.__index = MC
 MC.__tostring = function(c) return ("<ModelCheckpoint %s monitor=%s>"):format(c.filepath, c.monitor) end
@@ -184,6 +195,10 @@ function callbacks.ModelCheckpoint(opts)
   return setmetatable({ filepath = opts.filepath, monitor = opts.monitor or "val_loss", verbose = opts.verbose or 0,
     save_best_only = opts.save_best_only or false, save_weights_only = opts.save_weights_only or false,
     mode = mode, save_freq = freq, best = opts.initial_value_threshold, _threshold = opts.initial_value_threshold }, MC)
+end
+function MC:_before_fit(model, x, y, opts, s)
+  self._strategy = s
+  return x, y, opts
 end
 function MC:on_train_begin(model)
   self.model = model or self.model
@@ -237,10 +252,16 @@ function MC:_save(model, epoch, batch, logs)
   elseif self.verbose > 0 then
     print(("Epoch %d: saving model to %s"):format(epoch + 1, path))
   end
+  self.last_saved = path
+  if not writer(self._strategy) then return end
   local dir = path:match("^(.*)/[^/]*$")
   if dir and dir ~= "" and ldist.io and ldist.io._mkdir_p then ldist.io._mkdir_p(dir) end
   if self.save_weights_only then model:save_weights(path) else model:save(path) end
-  self.last_saved = path
+end
+function MC:_ship()
+  return ship("ModelCheckpoint", { filepath = self.filepath, monitor = self.monitor, verbose = self.verbose,
+    save_best_only = self.save_best_only, save_weights_only = self.save_weights_only, mode = self.mode,
+    save_freq = self.save_freq, initial_value_threshold = self.best })
 end
 doc(callbacks.ModelCheckpoint, "callbacks.ModelCheckpoint",
   "callbacks.ModelCheckpoint{filepath=, monitor=\"val_loss\", save_best_only=false, save_weights_only=false,\n" ..
@@ -362,6 +383,10 @@ function LRS:on_epoch_begin(epoch, model)
   end
 end
 function LRS:on_epoch_end(_, logs, model) if logs then logs.learning_rate = get_lr(model) end end
+function LRS:_ship()
+  return ship("LearningRateScheduler", { verbose = self.verbose,
+    schedule = { __function = distribute._net.ship_fn(self.schedule, "LearningRateScheduler's schedule") } })
+end
 doc(callbacks.LearningRateScheduler, "callbacks.LearningRateScheduler",
   "callbacks.LearningRateScheduler(function(epoch, lr) return new_lr end, {verbose=0})\n\n" ..
   "At the start of each epoch (Keras's number, from 0) set the optimizer's learning rate to\n" ..
@@ -443,6 +468,10 @@ function RL:on_epoch_end(epoch, logs, model)
     end
   end
 end
+function RL:_ship()
+  return ship("ReduceLROnPlateau", { monitor = self.monitor, factor = self.factor, patience = self.patience,
+    verbose = self.verbose, mode = self.mode, min_delta = self.min_delta, cooldown = self.cooldown, min_lr = self.min_lr })
+end
 doc(callbacks.ReduceLROnPlateau, "callbacks.ReduceLROnPlateau",
   "callbacks.ReduceLROnPlateau{monitor=\"val_loss\", factor=0.1, patience=10, min_delta=1e-4, cooldown=0,\n" ..
   "  min_lr=0, mode=\"auto\", verbose=0}\n\n" ..
@@ -470,6 +499,7 @@ function TN:on_train_batch_end(batch, logs, model)
     model.stop_training = true
   end
 end
+function TN:_ship() return ship("TerminateOnNaN", { raise_error = self.raise_error }) end
 doc(callbacks.TerminateOnNaN, "callbacks.TerminateOnNaN",
   "callbacks.TerminateOnNaN{raise_error=false}\n\n" ..
   "Stop fit after the batch whose loss is NaN or infinite (Keras prints \"Batch N: Invalid loss,\n" ..
@@ -636,8 +666,6 @@ function BR:_ship()
   return { class = "BackupAndRestore", config = { dir = self.dir, save_freq = self.save_freq,
     delete_checkpoint = self.delete_checkpoint, verbose = self.verbose } }
 end
-
-local function writer(s) return not (s and s._mw) or s._rank == 0 end
 
 function BR:_save(model, epoch, step)
   local s = self._strategy
