@@ -425,7 +425,10 @@ function Model:_fit_loop(x, y, opts, strategy)
   if verbose ~= 0 and not has_bar then callbacks[#callbacks + 1] = ldist.callbacks.ProgbarLogger() end
   local params = { epochs = epochs, steps = total, verbose = verbose }
   for _, cb in ipairs(callbacks) do if type(cb.set_params) == "function" then cb:set_params(params) end end
+  -- model.history fills epoch by epoch (Keras's History callback), so an
+  -- error or an interrupt in a later epoch keeps the epochs done
   local history = {}
+  self.history = history
   local loss_obj, opt = self._loss, self._optimizer
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end

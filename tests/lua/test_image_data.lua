@@ -339,6 +339,27 @@ T.test("errors name the folder or the file; a bad file mid-epoch ends the loop a
   T.raises(function() lio.load_image(bad .. "/x/none.png") end, bad .. "/x/none.png: cannot open")
 end)
 
+T.test("a file damaged between epochs stops fit naming it, and the epochs done are kept", function()
+  local d = mkdir(ROOT .. "/midfit")
+  mkdir(d .. "/a"); mkdir(d .. "/b")
+  for i = 1, 4 do solid(("%s/a/%d.png"):format(d, i), 4, 4, 1, 10 * i); solid(("%s/b/%d.png"):format(d, i), 4, 4, 1, 200 - i) end
+  local _, ds = quiet(IDS, d, { image_size = { 4, 4 }, color_mode = "grayscale", batch_size = 4, shuffle = false })
+  local m = nn.Sequential { nn.Flatten(), nn.Dense(2) }
+  m:compile { optimizer = optim.SGD { learning_rate = 1e-4 }, loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
+  local victim = d .. "/b/3.png"
+  local png = read_bytes(victim)
+  local damage = callbacks.LambdaCallback { on_epoch_end = function(_, epoch)
+    if epoch == 1 then write_bytes(victim, png:sub(1, #png - 30)) end end }
+  local ok, e = pcall(m.fit, m, ds, { epochs = 4, verbose = 0, callbacks = { damage } })
+  T.ok(not ok and tostring(e):find(victim, 1, true), "the error names the file: " .. tostring(e))
+  T.eq(#m.history.loss, 2, "model.history keeps the 2 epochs done")
+  local w = m:get_weights()[1]:clone()
+  write_bytes(victim, png)
+  -- training goes on from where it stopped (the weights were kept)
+  m:fit(ds, { epochs = 1, verbose = 0 })
+  T.ok((m:get_weights()[1] - w):abs():max():item() > 0, "fit continues from the kept weights")
+end)
+
 T.test("a small CNN trains from a folder of bright and dark images", function()
   local TR = mkdir(ROOT .. "/bright_dark")
   mkdir(TR .. "/bright"); mkdir(TR .. "/dark")
