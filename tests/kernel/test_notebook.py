@@ -76,8 +76,8 @@ def test_error_stops_the_notebook():
     assert nb.cells[2].execution_count == 3
 
 
-# test_teaching_notebooks.py runs and checks these two; not twice
-TEACHING = {"sync_vs_async.ipynb", "data_parallel_from_scratch.ipynb"}
+# test_teaching_notebooks.py runs and checks these; not twice
+TEACHING = {"sync_vs_async.ipynb", "data_parallel_from_scratch.ipynb", "your_own_data.ipynb"}
 SCRIPTS = sorted(p for p in glob.glob(os.path.join(ROOT, "scripts", "**", "*.ipynb"), recursive=True)
                  if not (os.path.dirname(p) == os.path.join(ROOT, "scripts", "notebooks")
                          and os.path.basename(p) in TEACHING))

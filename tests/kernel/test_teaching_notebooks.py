@@ -12,9 +12,16 @@ nbclient on the ldist kernel, and what they claim checked in their outputs:
   divided by the global batch; two replicas train as one device does;
   synchronized BatchNormalization's statistics are the global batch's, local
   ones are not; distribute_datasets_from_function's InputContext.
+- your_own_data.ipynb: a folder of PNG and JPEG files read by
+  image_dataset_from_directory (Keras's "Found ..." lines, the split, the
+  class names, a batch's shapes, a contact sheet of images); a CSV file read by
+  TextLineDataset and make_csv_dataset trains a tiny model; a CNN trains with
+  ModelCheckpoint, CSVLogger, EarlyStopping and TensorBoard, whose files are
+  listed; model:save / nn.load_model give the same predictions (difference 0)
+  and accuracy, and training goes on; the temporary folder is removed.
 
 tests/kernel/test_notebook.py runs every other notebook under scripts/; these
-two are run here only (its TEACHING set)."""
+are run here only (its TEACHING set)."""
 import os
 import re
 import time
@@ -25,7 +32,7 @@ from nbclient import NotebookClient
 from conftest import KERNEL, ROOT
 
 NOTEBOOKS = os.path.join(ROOT, "scripts", "notebooks")
-TEACHING = ("sync_vs_async.ipynb", "data_parallel_from_scratch.ipynb")
+TEACHING = ("sync_vs_async.ipynb", "data_parallel_from_scratch.ipynb", "your_own_data.ipynb")
 MAX_SECONDS = 90     # each runs in a few seconds on a 2-core machine; this is a hang guard
 
 
@@ -177,3 +184,78 @@ def test_data_parallel_from_scratch():
     assert len(pics) >= 2
     assert any("one device" in s and "2 replicas" in s for s in svgs), "the loss curves"
     assert any("replica 1 (cpu:1)" in s for s in svgs), "the timeline"
+
+
+def displayed_text(cells):
+    """the text/plain of every display_data (progress bars, summaries, pictures)"""
+    return "\n".join(o.data.get("text/plain", "") for c in cells for o in c.outputs if o.output_type == "display_data")
+
+
+def test_your_own_data():
+    cells = execute("your_own_data.ipynb")
+    text = stdout(cells)
+
+    # the folder: 3 classes of 300 files, PNG exact, JPEG lossy
+    root = re.search(r"working in (\S+)", text).group(1)
+    for name in ("T-shirt_top", "Shirt", "Sneaker"):
+        assert re.search(rf"images/{name} +300 files", text), name
+    assert number(r"\.png: 28x28x1 uint8, largest pixel difference from the original: (\d+)", text) == 0
+    assert 0 < number(r"\.jpg: 28x28x1 uint8, largest pixel difference from the original: (\d+)", text) < 64
+
+    # image_dataset_from_directory, as Keras
+    assert "Found 900 files belonging to 3 classes." in text
+    assert "Using 720 files for training." in text and "Using 180 files for validation." in text
+    assert "class_names: Shirt, Sneaker, T-shirt_top" in text, "sorted folder names"
+    assert "images [32, 28, 28, 1] float32, values 0..255; labels [32] int32" in text
+    assert "batches: 23 for training, 6 for validation" in text
+
+    # the pictures: the contact sheet (a PNG, its 12 labels printed below), the loss and accuracy curves
+    pics = pictures(cells)
+    assert len(pics) >= 3, [i for i, _ in pics]
+    sheet = [i for i, s in pics if s == "png"]
+    assert len(sheet) == 1
+    grid = [ln.split() for ln in "".join(o.text for o in cells[sheet[0]].outputs
+                                         if o.output_type == "stream").splitlines()]
+    assert len(grid) == 2 and all(len(r) == 6 and set(r) <= {"Shirt", "Sneaker", "T-shirt_top"} for r in grid), grid
+    svgs = [s for _, s in pics if s != "png"]
+    assert any("loss per epoch" in s and "val_loss" in s for s in svgs), "the loss curves"
+    assert any("accuracy per epoch" in s and "val_accuracy" in s for s in svgs), "the accuracy curves"
+
+    # the CSV file, read two ways, and a tiny model on it
+    assert "garments.csv: 900 rows" in text and "brightness,bright_pixels,height,width,label" in text
+    assert "lines after the header: 900" in text
+    assert ("features: bright_pixels [32] float32, brightness [32] float32, height [32] float32, "
+            "width [32] float32; label int32") in text
+    train_acc, val_acc = number(r"accuracy ([\d.]+) on its 708 rows, ([\d.]+) on the 192 held out", text)
+    assert train_acc > 0.6 and val_acc > 0.6, (train_acc, val_acc)
+    right, total, _ = number(r"Sneaker +(\d+) of +(\d+) right \((\d+) %\)", text)
+    assert right == total > 0, "sneakers are told apart by their shape alone"
+
+    # the CNN with callbacks: early stopping restored its best epoch; the checkpoint has the best val_accuracy
+    epochs, _, best_epoch = number(r"ran (\d+) epochs; the best val_loss ([\d.]+) was at epoch (\d+)", text)
+    assert best_epoch < epochs <= 20
+    now, then = number(r"the model now: val_accuracy ([\d.]+); epoch \d+'s in the history: ([\d.]+)", text)
+    assert now == then, "restore_best_weights"
+    ck, best = number(r"checkpoint: val_accuracy ([\d.]+); the best in the history ([\d.]+)", text)
+    assert ck == best and ck > 0.8, (ck, best)
+
+    # the files the callbacks wrote, listed before the folder went
+    sizes = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+) +(\d+) bytes$", text, re.M)}
+    events = [p for p in sizes if re.fullmatch(r"logs/(train|validation)/events\.out\.tfevents\.\S+\.v2", p)]
+    assert {p.split("/")[1] for p in events} == {"train", "validation"}, sizes
+    assert all(sizes[p] > 0 for p in events), sizes
+    assert sizes.get("training.csv", 0) > 0 and sizes.get("best.safetensors", 0) > 0, sizes
+    log = re.search(r"^epoch,accuracy,loss,val_accuracy,val_loss\n((?:\d+,.*\n)+)", text, re.M)
+    assert log and len(log.group(1).splitlines()) == epochs, "one CSVLogger row per epoch"
+
+    # save / load: the same model, and training goes on
+    assert number(r"max \|saved model's predictions - reloaded model's predictions\| = (\S+)", text) == 0
+    a, b = number(r"validation accuracy: saved model ([\d.]+), reloaded model ([\d.]+)", text)
+    assert a == b == now
+    n = int(epochs) + 1
+    assert f"Epoch {n}/{n}" in displayed_text(cells), "one more epoch, numbered after the others"
+    assert number(r"one more epoch on the reloaded model: loss ([\d.]+)", text) < 1
+
+    # the temporary folder is gone
+    assert f"{root} removed: true" in text
+    assert not os.path.exists(root)
