@@ -195,6 +195,24 @@ const ld_layer_class ld_layer_activation = {
     1, 1, ~0u, NULL, same_build, act_forward,
     "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu)."};
 
+/* ================================================================ Rescaling */
+enum { RESCALE_SCALE, RESCALE_OFFSET };
+static ld_tensor *rescale_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_device *d = x[0]->storage->device;
+    ld_tensor *s = ld_tensor_full(LD_F32, 0, NULL, ld_p_float(l, RESCALE_SCALE), d);
+    ld_tensor *o = s ? ld_tensor_full(LD_F32, 0, NULL, ld_p_float(l, RESCALE_OFFSET), d) : NULL;
+    ld_tensor *xs = o ? ld_mul(x[0], s) : NULL;        /* integers (uint8 images) become float32 */
+    ld_tensor *y = xs ? ld_add(xs, o) : NULL;
+    ld_tensor_release(s); ld_tensor_release(o); ld_tensor_release(xs);
+    return y;
+}
+const ld_layer_class ld_layer_rescaling = {
+    "Rescaling", "rescaling", NULL, {"scale", "offset"},
+    {LD_PFLOAT("scale", NULL), LD_PFLOAT("offset", "0"), LD_PEND},
+    1, 1, ~0u, NULL, same_build, rescale_forward,
+    "nn.Rescaling(scale, {offset=0})\n\nx * scale + offset, as float32 (Keras's Rescaling): nn.Rescaling(1/255) maps\n"
+    "images from 0..255 to 0..1."};
+
 /* ================================================================ Reshape */
 enum { RESHAPE_TARGET };
 static int reshape_check(ld_layer *l) {

@@ -577,15 +577,34 @@ static int push_new_model(lua_State *L, const char *name, const char *kind) {
     return mi;
 }
 
-/* nn.Sequential{layer, layer, ..., name=} */
+/* nn.Input{shape=} at idx (52_models.lua's symbolic tensor: its metatable
+   says __symbolic): its shape into shape[], the number of dimensions, or -1 */
+static int symbolic_input_shape(lua_State *L, int idx, int64_t *shape) {
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx) || !lua_getmetatable(L, idx)) return -1;
+    int sym = lua_getfield(L, -1, "__symbolic") == LUA_TBOOLEAN && lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    if (!sym || lua_getfield(L, idx, "shape") != LUA_TTABLE) { if (sym) lua_pop(L, 1); return -1; }
+    int n = (int)luaL_len(L, -1);
+    if (n > LD_MAX_DIMS - 1) luaL_error(L, "bad argument #1 to 'Sequential' (the input has too many dimensions)");
+    for (int i = 0; i < n; i++) { lua_geti(L, -1, i + 1); shape[i] = lua_tointeger(L, -1); lua_pop(L, 1); }
+    lua_pop(L, 1);
+    return n;
+}
+
+/* nn.Sequential{[nn.Input{shape=}], layer, layer, ..., name=}: with an input
+   first (Keras's Sequential([keras.Input(shape), ...])) the model is built now */
 static int nn_sequential(lua_State *L) {
     const char *name = NULL;
+    int in_n = -1;
+    int64_t in_shape[LD_MAX_DIMS];
     if (lua_istable(L, 1)) { lua_getfield(L, 1, "name"); name = lua_tostring(L, -1); lua_pop(L, 1); }
     int mi = push_new_model(L, name, NULL);
     if (lua_istable(L, 1)) {
         lua_Integer n = luaL_len(L, 1);
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, 1, i);
+            if (i == 1 && (in_n = symbolic_input_shape(L, -1, in_shape)) >= 0) { lua_pop(L, 1); continue; }
             if (!luaL_testudata(L, -1, LAYER_MT))
                 return luaL_error(L, "bad argument #1 to 'Sequential' (item %d is a %s, not a layer)", (int)i, luaL_typename(L, -1));
             model_add_layer(L, mi, lua_gettop(L));
@@ -595,6 +614,8 @@ static int nn_sequential(lua_State *L) {
     lua_settop(L, mi);
     lua_pushvalue(L, mi);
     lb_call_hook(L, "distribute", "_on_model_created", 1);
+    lua_settop(L, mi);
+    if (in_n >= 0 && build_placed(L, mi, check_model(L, mi), in_n, in_shape)) return luaL_error(L, "%s", ld_error());
     return 1;
 }
 

@@ -591,6 +591,26 @@ static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) 
 static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
 static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
 static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
+/* min and argmin as max and argmax of -t (one reduction kernel, gradients included) */
+static int t_min(lua_State *L) {
+    int a, k;
+    ld_tensor *t = SELF;
+    reduce_args(L, t, &a, &k);
+    ld_tensor *n = ld_neg(t);
+    lb_push_tensor(L, n, 1);
+    ld_tensor *m = ld_max(n, a, k);
+    lb_push_tensor(L, m, 2);
+    lb_push_tensor(L, ld_neg(m), 2);
+    return 1;
+}
+static int t_argmin(lua_State *L) {
+    ld_tensor *t = SELF;
+    int axis = check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim);
+    ld_tensor *n = ld_neg(t);
+    lb_push_tensor(L, n, 1);
+    lb_push_tensor(L, ld_argmax(n, axis), 2);
+    return 1;
+}
 static int t_argmax(lua_State *L) {
     ld_tensor *t = SELF;
     lb_push_tensor(L, ld_argmax(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
@@ -628,20 +648,33 @@ static int t_stack(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     int n = (int)luaL_len(L, 1);
     if (n < 1) return luaL_argerror(L, 1, "need at least one tensor");
+    /* the new axis goes at `axis` (0 .. ndim, or negative from the end), as tf.stack's */
+    lua_geti(L, 1, 1);
+    int nd0 = lb_check_tensor(L, -1)->ndim;
+    lua_pop(L, 1);
+    if (nd0 + 1 > LD_MAX_DIMS) return luaL_argerror(L, 1, "the tensors already have the most dimensions a tensor can");
+    int axis = check_axis_arg(L, 2, 0, nd0 + 1);
+    if (axis < 0) axis += nd0 + 1;
     ld_tensor **ts = lua_newuserdatauv(L, sizeof *ts * (size_t)n, 0);
     int base = lua_gettop(L);
     luaL_checkstack(L, n + 4, "too many tensors to stack");   /* each reshaped one stays on the stack */
     for (int i = 0; i < n; i++) {
         lua_geti(L, 1, i + 1);
         ld_tensor *t = lb_check_tensor(L, -1);
+        if (t->ndim != nd0) {
+            char a[LD_SHAPE_STR_MAX], b[LD_SHAPE_STR_MAX];
+            lua_geti(L, 1, 1);
+            return luaL_error(L, "bad argument #1 to 'stack' (tensor %d is %s, tensor 1 is %s: stacked tensors need "
+                              "equal shapes)", i + 1, ld_shape_str(t, b, sizeof b),
+                              ld_shape_str(lb_check_tensor(L, -1), a, sizeof a));
+        }
         int64_t s[LD_MAX_DIMS];
-        s[0] = 1;
-        memcpy(s + 1, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        for (int d = 0, k = 0; d <= t->ndim; d++) s[d] = d == axis ? 1 : t->shape[k++];
         ts[i] = ld_reshape(t, t->ndim + 1, s);
         lb_push_tensor(L, ts[i], 1);   /* anchored on the stack */
         lua_remove(L, -2);
     }
-    ld_tensor *r = ld_concat(ts, n, 0);
+    ld_tensor *r = ld_concat(ts, n, axis);
     lua_settop(L, base);
     lb_push_tensor(L, r, 1);
     return 1;
@@ -932,7 +965,7 @@ static const luaL_Reg methods[] = {
     {"neg", t_neg}, {"exp", t_exp}, {"log", t_log}, {"sqrt", t_sqrt}, {"abs", t_abs},
     {"relu", t_relu}, {"sigmoid", t_sigmoid}, {"tanh", t_tanh}, {"gelu", t_gelu}, {"square", t_square},
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
-    {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax},
+    {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin},
     {"index_select", t_index_select}, {"gather", t_index_select},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
     {NULL, NULL}};
@@ -965,7 +998,7 @@ static const char *const docs[] = {
     "set_rng_state", "tensor.set_rng_state(state)\n\nPut back a state from tensor.get_rng_state(), here or in another process:\n"
                      "the same initialisers, dropout masks and random tensors follow.",
     "concat", "tensor.concat({t1, t2, ...}, axis=0)\n\nJoin tensors along an existing axis.",
-    "stack", "tensor.stack({t1, t2, ...})\n\nJoin equally shaped tensors along a new first axis.",
+    "stack", "tensor.stack({t1, t2, ...}, axis=0)\n\nJoin equally shaped tensors along a new axis (tf.stack's: axis 0 .. ndim, or negative\nfrom the end).",
     "Variable", "tensor.Variable(value, {name=, trainable=true})\n\nA trainable tensor: tapes watch it automatically and optimizers update it in place.",
     "devices", DEVICES_DOC,
     "device_note", "tensor.device_note()\n\nOne line about GPUs: which answered, or why none did\n"
@@ -983,6 +1016,8 @@ static const char *const docs[] = {
     "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them.",
     "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them.",
     "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis.",
+    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them.",
+    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis.",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
     "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"int32\", \"int64\", \"uint8\").\n"
                      "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"

@@ -637,6 +637,19 @@ if data then
   end
   local function is_dataset(v) return type(v) == "userdata" and getmetatable(v) == getmetatable(D.range(0)) end
 
+  -- tf.data's reduce: fn(state, element...) over one pass, from initial
+  function D.reduce(ds, initial, fn)
+    if type(fn) ~= "function" then
+      error(("bad argument #2 to 'reduce' (a function(state, element) -> state expected, got %s)"):format(type(fn)), 2)
+    end
+    local state = initial
+    for e in ds:iter() do
+      state = fn(state, args_of(e))
+      if state == nil then error("reduce: the function returned nothing; it must return the new state", 2) end
+    end
+    return state
+  end
+
   -- tf.data's interleave: cycle_length input elements are open at once, each
   -- mapped by fn to a dataset; block_length consecutive elements are taken
   -- from each in turn; a finished one is replaced by the next input element
@@ -985,6 +998,14 @@ next input element. The order is TF's, deterministic (num_parallel_calls is
 not needed: fn and the reads run on the interpreter's thread).
 data.AUTOTUNE: the number of CPU threads. fn travels to workers as
 bytecode: it may use only its arguments and globals (ldist.data...).]])
+  mdoc("reduce", [[
+ds:reduce(initial_state, fn) -> state
+
+tf.data's reduce: one pass over ds, state = fn(state, element) for every
+element (the element's values as :map receives them), starting from
+initial_state; returns the last state:
+  ds:reduce(0, function(n, x) return n + 1 end)            -- count
+  data.Dataset.range(5):reduce(0, function(s, x) return s + x:item() end)  -- 10]])
   mdoc("flat_map", [[
 ds:flat_map(fn) -> Dataset
 

@@ -347,4 +347,24 @@ T.test("Concatenate errors name the shapes and the axis", function()
   T.raises(function() return nn.Concatenate()(many) end, "at most 8 inputs")
 end)
 
+T.test("Rescaling, and Sequential built from a leading nn.Input (Keras)", function()
+  -- Keras: Rescaling(1/255, offset=-1)([[0, 255, 51]]) -> [[-1, 0, -0.8]], float32 from uint8 too
+  local r = nn.Rescaling(1 / 255, { offset = -1 })
+  local y = r(tensor.from({ { 0, 255, 51 } }, { dtype = "uint8" }))
+  T.eq(y.dtype, "float32")
+  local v = y:reshape(-1):totable()
+  T.near(v[1], -1, 1e-6); T.near(v[2], 0, 1e-6); T.near(v[3], -0.8, 1e-6)
+  T.eq(r:get_config().offset, -1)
+  T.raises(function() nn.Rescaling() end, "scale")
+  -- Keras: Sequential([Input((4,)), Dense(3), Dense(1)]) is built: 19 params before any call
+  local m = nn.Sequential { nn.Input { shape = { 4 } }, nn.Rescaling(0.5), nn.Dense(3), nn.Dense(1) }
+  T.eq(m.built, true); T.eq(#m.weights, 4)
+  T.eq(m.weights[1].shape[1], 4)
+  T.eq(nn.model_from_json(m:to_json()).layers[1]:get_config().scale, 0.5)
+  -- tf.data's reduce: range(5).reduce(0, lambda s, x: s + x) -> 10 (int64)
+  local total = data.Dataset.range(5):reduce(tensor.from(0, { dtype = "int64" }), function(acc, x) return acc + x end)
+  T.eq(total.dtype, "int64"); T.eq(total:item(), 10)
+  T.raises(function() data.Dataset.range(2):reduce(0, function() end) end, "returned nothing")
+end)
+
 T.done()

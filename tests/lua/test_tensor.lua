@@ -125,6 +125,21 @@ T.test("help texts exist for the tensor API", function()
   T.ok(ldist.docs["Tensor:matmul"])
 end)
 
+T.test("stack along any axis, min and argmin (TF)", function()
+  -- TF: tf.stack([[1,2,3],[4,5,6]], axis=1) -> [[1,4],[2,5],[3,6]]; axis=-1 the same; axis=0 2x3
+  local a, b = tensor.new{ 1, 2, 3 }, tensor.new{ 4, 5, 6 }
+  local s1 = tensor.stack({ a, b }, 1)
+  T.eq(table.concat(s1.shape, "x"), "3x2"); T.eq(table.concat(s1:reshape(-1):totable(), " "), "1.0 4.0 2.0 5.0 3.0 6.0")
+  T.eq(table.concat(tensor.stack({ a, b }, -1):reshape(-1):totable(), " "), "1.0 4.0 2.0 5.0 3.0 6.0")
+  T.eq(table.concat(tensor.stack({ a, b }).shape, "x"), "2x3")
+  T.raises(function() tensor.stack({ a, b }, 2) end, "axis 2 out of range")
+  T.raises(function() tensor.stack({ a, tensor.new{ { 1, 2, 3 } } }) end, "need equal shapes")
+  -- TF: reduce_min([[3,1,2],[0,5,-1]]) = -1, axis=1 -> [1, -1], argmin axis=1 -> [1, 2]
+  local m = tensor.new{ { 3, 1, 2 }, { 0, 5, -1 } }
+  T.eq(m:min():item(), -1); T.eq(table.concat(m:min(1):totable(), " "), "1.0 -1.0")
+  T.eq(table.concat(m:argmin(1):totable(), " "), "1 2")
+end)
+
 T.test("integer arithmetic keeps integer dtypes, as in TF", function()
   local a = tensor.from({ 1, 2, 3 }, { dtype = "int64" })
   -- TF: tf.constant([1,2,3], tf.int64) * 2 -> int64 [2 4 6]; + a -> [2 4 6]; - 1 -> [0 1 2]; -a -> [-1 -2 -3]
