@@ -52,7 +52,32 @@ static const char *opt_str(lua_State *L, int t, const char *k, size_t *len) {
     return s;
 }
 
-/* join{rank=, size=, leader="host:port", listen=, secret=, timeout=, ...} -> cluster */
+/* whether process pid has exited (a zombie not yet reaped counts: nobody
+   reaps during a join) */
+static int pid_exited(int pid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');          /* "pid (comm) S ..." */
+    return p && (p[2] == 'Z' || p[2] == 'X');
+}
+/* join's give_up for the processes a LocalCluster started */
+static int procs_gone(void *ud, char *why, size_t n) {
+    ld_procs *p = ud;
+    for (int i = 0; i < ld_procs_count(p); i++)
+        if (!ld_procs_alive(p, i) || pid_exited(ld_procs_pid(p, i))) {
+            snprintf(why, n, "process %d (pid %d) exited before joining the cluster", i, ld_procs_pid(p, i));
+            return 1;
+        }
+    return 0;
+}
+
+/* join{rank=, size=, leader="host:port", listen=, secret=, timeout=, procs=, ...} -> cluster
+   (procs: the children of procs_start that must join; one that dies ends the wait) */
 static int c_join(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     ld_cluster_opts o;
@@ -72,6 +97,10 @@ static int c_join(lua_State *L) {
     o.data_plane = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (o.size > 1 && !o.leader) return luaL_argerror(L, 1, "leader address (host:port) required");
+    lua_getfield(L, 1, "procs");
+    ld_procs **pp = luaL_testudata(L, -1, PROCS_MT);
+    if (pp && *pp) { o.give_up = procs_gone; o.give_up_ud = *pp; }
+    lua_pop(L, 1);              /* the caller's table keeps the procs alive */
     ld_cluster **p = lua_newuserdatauv(L, sizeof *p, 0);
     *p = NULL;
     luaL_setmetatable(L, CLUSTER_MT);

@@ -157,6 +157,8 @@ static int wait_ready(ld_cluster *c, double limit) {
             }
         }
         if (ld_interrupt_flag) return ld_fail(LD_EINTERRUPT, "interrupted while joining the cluster");
+        char why[300];
+        if (c->give_up && c->give_up(c->give_up_ud, why, sizeof why)) return ld_fail(LD_EDEVICE, "%s", why);
         if (cl_now() - t0 > limit + 5) return ld_fail(LD_EDEVICE, "rendezvous: the control thread did not answer");
     }
 }
@@ -183,6 +185,8 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     snprintf(c->kind, sizeof c->kind, "%s", o->name && *o->name ? o->name : "worker");
     c->timeout = o->timeout > 0 ? o->timeout : 30;
     c->rdv_timeout = o->rendezvous_timeout > 0 ? o->rendezvous_timeout : (c->timeout > 60 ? c->timeout : 60);
+    c->give_up = o->give_up;
+    c->give_up_ud = o->give_up_ud;
     c->hb = o->heartbeat > 0 ? o->heartbeat : 0.25;
     c->hb_timeout = o->heartbeat_timeout > 0 ? o->heartbeat_timeout : (c->timeout < 5 ? c->timeout : 5);
     if (c->hb_timeout < 2 * c->hb) c->hb_timeout = 2 * c->hb;

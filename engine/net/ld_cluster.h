@@ -62,6 +62,11 @@ typedef struct {
     double heartbeat_timeout;       /* seconds of silence before a peer is lost (default min(timeout, 5)) */
     int data_plane;                 /* 1: form the ring for collectives; 0: control messages only */
     size_t chunk_bytes;             /* ring chunk size (default 1 MiB; LDIST_RING_CHUNK overrides) */
+    /* polled while waiting at join (NULL: never): nonzero ends the wait at
+       once with the message it wrote into why (LocalCluster: a worker it
+       started died before joining, so nobody is coming) */
+    int (*give_up)(void *ud, char *why, size_t n);
+    void *give_up_ud;
 } ld_cluster_opts;
 
 /* Rendezvous: returns once every rank has joined and the ring (if asked)

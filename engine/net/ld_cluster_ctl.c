@@ -549,8 +549,9 @@ static void *control_main(void *arg) {
                         nmiss++;
                         if (k < sizeof missing - 20) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", nmiss > 1 ? ", " : "", r);
                     }
-                thr_fail(s, "rendezvous at %s: only %d of %d %ss joined within %.0f s (missing: %s %s)", c->leader_ep,
-                         c->size - nmiss, c->size, c->kind, c->rdv_timeout, c->kind, missing);
+                const char *kind = c->kind, *plural = strcmp(kind, "process") == 0 ? "es" : "s";
+                thr_fail(s, "rendezvous at %s: only %d of %d %s%s joined within %.0f s (missing: %s %s)", c->leader_ep,
+                         c->size - nmiss, c->size, kind, plural, c->rdv_timeout, kind, missing);
             } else {
                 thr_fail(s, "rendezvous: no %s from the leader (%s 0 at %s) within %.0f s", s->member_state ? "start signal" : "answer",
                          c->kind, c->leader_ep, c->rdv_timeout);

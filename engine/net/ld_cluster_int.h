@@ -42,6 +42,8 @@ struct ld_cluster {
     int rank, size, data_plane;
     char kind[24];                  /* "worker" */
     double timeout, rdv_timeout, hb, hb_timeout;
+    int (*give_up)(void *ud, char *why, size_t n);   /* ld_cluster_opts's, polled at join */
+    void *give_up_ud;
     size_t chunk_bytes;
     unsigned char *secret;
     size_t secret_len;

@@ -67,7 +67,8 @@ function distribute.LocalCluster(opts)
     _exited = {}, _job = 0, _timeout = timeout }, LocalCluster)
   for i = 0, n - 1 do self.pids[i + 1] = procs:pid(i) end
   local ok, ctl = pcall(C.join, { rank = 0, size = n + 1, leader = host .. ":" .. cport, secret = secret,
-    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = opts.start_timeout or 60 })
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = opts.start_timeout or 60,
+    procs = procs })
   if not ok then
     forward_output(self, 0.2)
     self._closing = true
