@@ -10,11 +10,17 @@ cd "$(dirname "$0")/../.." || exit 1
 steps=300; [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && steps=60
 echo "== ParameterServerStrategy: pull/push between the coordinator and a ps task (MB/s, best of 3)"
 printf '%6s %10s %10s\n' MB pull push
+# the 64 MB figures and the training rates also go to build/bench-ps.txt, for run.sh's goals table
+out=build/bench-ps.txt
+: > "$out"
 ./ldist scripts/bench/ps_bench.lua pushpull 2>/dev/null | while read -r mb pull push; do
   printf '%6s %10s %10s\n' "$mb" "$pull" "$push"
+  [ "$mb" = 64 ] && echo "pushpull $pull $push" >> "$out"
 done
 echo "== ParameterServerStrategy: training samples/s (Fashion-MNIST MLP, batch 128, 1 ps, $steps steps; $(nproc) cores)"
 printf '%8s %12s\n' workers samples/s
 for w in 1 2 4; do
-  ./ldist scripts/bench/ps_bench.lua train $w $steps 2>/dev/null | while read -r n sps; do printf '%8s %12s\n' "$n" "$sps"; done
+  ./ldist scripts/bench/ps_bench.lua train $w $steps 2>/dev/null | while read -r n sps; do
+    printf '%8s %12s\n' "$n" "$sps"; echo "train $n $sps" >> "$out"
+  done
 done

@@ -21,16 +21,22 @@ gcc -O2 -o build/bench-sgemm scripts/bench/sgemm.c -I/usr/include/x86_64-linux-g
 echo "== machine: $cores cores; $(./build/bench-sgemm "$cores" | head -1)"
 sgemm=$(./build/bench-sgemm "$cores" | tail -1)
 
-declare -A R M
-bench() {  # bench NAME CMD... -> "samples/s peak_mb"
+declare -A R M RUNS
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+bench() {  # bench NAME CMD... -> "samples/s peak_mb"; a later call for NAME adds a run (the median is kept)
   local out; out=$("${@:2}" 2>/dev/null | tail -1)
-  R[$1]=${out% *}; M[$1]=${out#* }
+  RUNS[$1]+="${out% *} "
+  R[$1]=$(median <<<"${RUNS[$1]}"); M[$1]=${out#* }
 }
-for model in mlp cnn; do
-  steps=$mlp_steps; [ $model = cnn ] && steps=$cnn_steps
-  bench "ldist-$model" ./ldist scripts/bench/train_bench.lua $model 256 $steps 10
-  bench "torch-$model" $py scripts/bench/ref_bench.py torch $model 256 $steps 10
-  bench "tf-$model" $py scripts/bench/ref_bench.py tf $model 256 $steps 10
+# mlp and cnn: ldist, PyTorch and TensorFlow alternate, 3 rounds (1 when quick), medians
+mc_rounds=3; [ "$quick" = 1 ] && mc_rounds=1
+for ((round = 0; round < mc_rounds; round++)); do
+  for model in mlp cnn; do
+    steps=$mlp_steps; [ $model = cnn ] && steps=$cnn_steps
+    bench "ldist-$model" ./ldist scripts/bench/train_bench.lua $model 256 $steps 10
+    bench "torch-$model" $py scripts/bench/ref_bench.py torch $model 256 $steps 10
+    bench "tf-$model" $py scripts/bench/ref_bench.py tf $model 256 $steps 10
+  done
 done
 
 printf '\n== training on Fashion-MNIST, CPU, Adam, batch 256 (samples/s; peak RSS MB)\n'
@@ -61,9 +67,10 @@ row transformer trans "sequences of 64 characters/s, batch 32"
 # ---- end transformer
 # MLP FLOPs per sample: forward 2*(784*512+512*256+256*10), weight gradients
 # the same again, input gradients of the two upper layers.
-awk -v s="${R[ldist-mlp]:-0}" -v g="$sgemm" 'BEGIN{
+mlp_pct=$(awk -v s="${R[ldist-mlp]:-0}" -v g="$sgemm" 'BEGIN{
   f = 2*(784*512+512*256+256*10); flops = s * (2*f + 2*(512*256+256*10)) / 1e9
-  printf "\nldist MLP: %.1f GFLOP/s = %.0f%% of the measured sgemm rate (%.1f GFLOP/s)\n", flops, 100*flops/g, g }'
+  printf "%.0f %.1f", (g > 0 ? 100*flops/g : 0), flops }')
+printf '\nldist MLP: %s GFLOP/s = %s%% of the measured sgemm rate (%.1f GFLOP/s)\n' "${mlp_pct#* }" "${mlp_pct% *}" "$sgemm"
 
 # ---- MirroredStrategy (issue 5): scaling over 2 CPU devices, all-reduce bandwidth
 gcc -O2 -o build/bench-membw scripts/bench/membw.c -lpthread
@@ -83,7 +90,6 @@ for ((i = 0; i < rounds; i++)); do
     MR[$mode]+="$(./ldist scripts/bench/mirrored_bench.lua $args 2>/dev/null | tail -1) "
   done
 done
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 one1=$(median <<<"${MR[one1]}"); one2=$(median <<<"${MR[one2]}"); mir2=$(median <<<"${MR[mirror2]}"); half1=$(median <<<"${MR[half1]}")
 mir2x2=$(median <<<"${MR[mirror2x2]}")
 printf '1 replica, 1 device, 1 core:        %10s   (runs: %s)\n' "$one1" "${MR[one1]}"
@@ -128,3 +134,31 @@ for extra in scripts/bench/multiworker.sh scripts/bench/ps.sh scripts/bench/star
           $py "$extra" ;;
   esac
 done
+
+# ---- issue 19's goals, every row in this run beside its goal
+best() { awk -v a="$1" -v b="$2" 'BEGIN{ print (a > b ? a : b) }'; }
+goal() {  # goal LABEL VALUE UNIT GOAL-TEXT MET(0/1)
+  printf '%-46s %24s   %-32s %s\n' "$1" "$2" "$4" "$([ "$5" = 1 ] && echo met || echo "NOT met")"
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN{ exit !(a + 0 >= b + 0) }' && echo 1 || echo 0; }
+echo
+echo "== issue 19: goals (this run)"
+for model in mlp cnn; do
+  b=$(best "${R[torch-$model]:-0}" "${R[tf-$model]:-0}"); r=$(ratio "${R[ldist-$model]:-0}" "$b")
+  want=1.5; [ $model = cnn ] && want=1.2
+  goal "$model: ldist vs the best reference (samples/s)" "${R[ldist-$model]:-0} vs $b = ${r}x" "" "at least ${want}x" "$(ge "$r" $want)"
+done
+goal "mlp against the machine's sgemm rate" "${mlp_pct% *}%" "" "at least 65%" "$(ge "${mlp_pct% *}" 65)"
+for model in resnet transformer; do
+  r=$(ratio "${R[ldist-$model]:-0}" "${R[torch-$model]:-0}")
+  goal "$model (new layers): ldist vs PyTorch" "${r}x" "" "at least 1.0x" "$(ge "$r" 1.0)"
+done
+if [ -f build/bench-ps.txt ]; then
+  read -r _ pull push < <(grep '^pushpull ' build/bench-ps.txt | tail -1)
+  low=$(awk -v a="${pull:-0}" -v b="${push:-0}" 'BEGIN{ print (a < b ? a : b) }')
+  goal "ParameterServer pull / push, 64 MB (MB/s)" "${pull:-?} / ${push:-?}" "" "at least 2000 between processes" "$(ge "$low" 2000)"
+  w1=$(awk '$1 == "train" && $2 == 1 { print $3 }' build/bench-ps.txt | tail -1)
+  w2=$(awk '$1 == "train" && $2 == 2 { print $3 }' build/bench-ps.txt | tail -1)
+  r=$(ratio "${w2:-0}" "${w1:-0}")
+  goal "ParameterServer training, 1 -> 2 workers" "${w1:-?} -> ${w2:-?} = ${r}x" "" "at least 1.6x" "$(ge "$r" 1.6)"
+fi
