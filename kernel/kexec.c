@@ -6,7 +6,9 @@
  *   2. the cell's last statement as an expression: `x = f(3)\nx` and
  *      `x = f(3); x` show x, and `model:summary()` shows what it returns;
  *   3. the cell as statements (a top-level `return` still shows its values).
- * A trailing `;` suppresses the result, as in IPython. `?name`, `name?`,
+ * A trailing `;` suppresses the result, as in IPython and the REPL (`6*7;`
+ * runs, and shows nothing). A top-level `local` outlives its cell, as in
+ * the REPL (ldist_keep_top_locals). `?name`, `name?`,
  * `??name` run help(name), which pages its text.
  *
  * Errors become one `error` message: ename SyntaxError (compile), Interrupted
@@ -66,28 +68,45 @@ static int try_load(lua_State *L, const char *a, size_t alen, const char *b, siz
     return st;
 }
 
-int kexec_load(lua_State *L, const char *code, size_t len, const char *chunkname) {
+/* A cell ending in ';' shows no value (IPython's rule, and the REPL's). */
+int kexec_quiet(const char *code, size_t len) {
+    while (len > 0 && isspace((unsigned char)code[len - 1])) len--;
+    return len > 0 && code[len - 1] == ';';
+}
+
+static int load_cell(lua_State *L, const char *code, size_t len, const char *chunkname) {
     size_t t = len;
     while (t > 0 && isspace((unsigned char)code[t - 1])) t--;
-    int suppress = t > 0 && code[t - 1] == ';';
-    if (!suppress) {
-        if (try_load(L, "return ", 7, code, len, "", 0, chunkname) == LUA_OK) return LUA_OK;
-        /* statement starts (line starts, and just after a ';'), last first */
-        const char *end = code + len;
-        int tried = 0;
-        for (const char *ls = code + t; ls-- > code && tried < MAX_TAIL_LINES;) {
-            if (ls > code && ls[-1] != '\n' && ls[-1] != ';') continue;
-            if (is_blank_or_comment(ls, end)) continue;
-            tried++;
-            if (!may_start_expression(ls, end)) continue;
-            size_t head = (size_t)(ls - code);
-            if (try_load(L, code, head, "", 0, "", 0, chunkname) != LUA_OK) continue;
-            lua_pop(L, 1);
-            if (try_load(L, code, head, "return ", 7, ls, (size_t)(end - ls), chunkname) == LUA_OK)
-                return LUA_OK;
-        }
+    /* `6*7;` compiles as `return 6*7;`: the value is computed, then hidden */
+    if (try_load(L, "return ", 7, code, len, "", 0, chunkname) == LUA_OK) return LUA_OK;
+    /* statement starts (line starts, and just after a ';'), last first */
+    const char *end = code + len;
+    int tried = 0;
+    for (const char *ls = code + t; ls-- > code && tried < MAX_TAIL_LINES;) {
+        if (ls > code && ls[-1] != '\n' && ls[-1] != ';') continue;
+        if (is_blank_or_comment(ls, end)) continue;
+        tried++;
+        if (!may_start_expression(ls, end)) continue;
+        size_t head = (size_t)(ls - code);
+        if (try_load(L, code, head, "", 0, "", 0, chunkname) != LUA_OK) continue;
+        lua_pop(L, 1);
+        if (try_load(L, code, head, "return ", 7, ls, (size_t)(end - ls), chunkname) == LUA_OK)
+            return LUA_OK;
     }
     return luaL_loadbuffer(L, code, len, chunkname);
+}
+
+int kexec_load(lua_State *L, const char *code, size_t len, const char *chunkname) {
+    /* a top-level `local` outlives its cell, as in the REPL (the same
+       ldist_keep_top_locals, lua_bindings/state.c) */
+    char *src = malloc(len + 1);
+    if (!src) return luaL_loadbuffer(L, code, len, chunkname);
+    memcpy(src, code, len);
+    src[len] = '\0';
+    ldist_keep_top_locals(src, len);
+    int st = load_cell(L, src, len, chunkname);
+    free(src);
+    return st;
 }
 
 /* `?x`, `x?`, `??x`, `x??` -> "help(x)" into out; 0 when code is not that. */
@@ -367,6 +386,7 @@ void kexec_execute(kernel *K, const kmsg *m) {
     if (st == LUA_OK) {
         int nres = lua_gettop(L) - base - 1;
         if (nres == 1 && is_std_stream(L, -1)) nres = 0;
+        if (kexec_quiet(src, srclen)) nres = 0;
         if (nres > 0) {
             json_t *md = NULL, *data;
             if (nres == 1) data = kio_mimebundle(K, -1, &md);

@@ -26,13 +26,6 @@ static int is_keyword(const char *s, size_t n) {
 
 static int is_ident_char(int c) { return isalnum(c) || c == '_'; }
 
-static int is_identifier(const char *s, size_t n) {
-    if (n == 0 || isdigit((unsigned char)s[0])) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!is_ident_char((unsigned char)s[i])) return 0;
-    return !is_keyword(s, n);
-}
-
 /* lua_pcall'd: the value at a path like "a.b:c" from the globals (nil when
    any step is missing or not indexable). */
 static int walk_path(lua_State *L) {
@@ -68,87 +61,16 @@ static void push_path(lua_State *L, const char *path, size_t n) {
     }
 }
 
-static const char *kind_of(lua_State *L, int idx) {
-    switch (lua_type(L, idx)) {
-    case LUA_TFUNCTION: return "function";
-    case LUA_TTABLE: return "module";
-    case LUA_TUSERDATA: return "instance";
-    case LUA_TNIL: return "keyword";
-    default: return "statement";
-    }
-}
+/* ---- complete ----------------------------------------------------------- */
 
-/* Add the identifier keys of the value at idx (and of its __index tables) that
-   start with prefix to `set` (a table at set_idx: name -> kind). */
-static void collect(lua_State *L, int idx, int set_idx, const char *prefix, size_t plen, int depth) {
-    idx = lua_absindex(L, idx);
-    if (depth > 4) return;
-    if (lua_type(L, idx) == LUA_TTABLE) {
-        lua_pushnil(L);
-        while (lua_next(L, idx)) {
-            size_t n;
-            if (lua_type(L, -2) == LUA_TSTRING) {
-                const char *k = lua_tolstring(L, -2, &n);
-                int hidden = n >= 2 && k[0] == '_' && k[1] == '_' && plen < 2;  /* metamethods */
-                if (n >= plen && !memcmp(k, prefix, plen) && is_identifier(k, n) && !hidden) {
-                    lua_pushvalue(L, -2);
-                    lua_pushstring(L, kind_of(L, -2));
-                    lua_rawset(L, set_idx);
-                }
-            }
-            lua_pop(L, 1);
-        }
-    }
-    if (lua_getmetatable(L, idx)) {
-        /* methods behind an __index table, or behind an __index function that
-           keeps them in the metatable's `methods` (as the tensor type does) */
-        if (lua_getfield(L, -1, "__index") == LUA_TTABLE)
-            collect(L, -1, set_idx, prefix, plen, depth + 1);
-        lua_pop(L, 1);
-        if (lua_getfield(L, -1, "methods") == LUA_TTABLE) collect(L, -1, set_idx, prefix, plen, depth + 1);
-        lua_pop(L, 2);
-    }
-}
-
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Inside a string, ldist.complete (the REPL's completer, 10_help.lua) knows
-   file names and, after require, module names. Replies and returns 1 when it
-   handled the request. */
-static int complete_in_string(kernel *K, const kmsg *m, const char *code, size_t len, size_t cur) {
-    lua_State *L = K->L;
-    int top = lua_gettop(L);
-    if (kio_push_ldist(L) != LUA_TTABLE || lua_getfield(L, -1, "complete") != LUA_TFUNCTION) {
-        lua_settop(L, top);
-        return 0;
-    }
-    lua_pushlstring(L, code, cur);
-    if (lua_pcall(L, 1, 3, 0) != LUA_OK || lua_type(L, -3) != LUA_TTABLE || !lua_isinteger(L, -2) ||
-        lua_type(L, -1) != LUA_TSTRING || !strcmp(lua_tostring(L, -1), "expr")) {
-        lua_settop(L, top);
-        return 0;
-    }
-    lua_Integer start = lua_tointeger(L, -2) - 1;       /* 1-based byte -> 0-based */
-    if (start < 0 || (size_t)start > cur) start = (lua_Integer)cur;
-    json_t *matches = json_array();
-    lua_Integer n = (lua_Integer)lua_rawlen(L, -3);
-    for (lua_Integer i = 1; i <= n; i++) {
-        size_t l;
-        lua_rawgeti(L, -3, i);
-        const char *s = lua_tolstring(L, -1, &l);
-        if (s) json_array_append_new(matches, kjson_stringn(s, l));
-        lua_pop(L, 1);
-    }
-    lua_settop(L, top);
-    kreply(K, K->shell, m, "complete_reply",
-           json_pack("{s:s, s:o, s:I, s:I, s:{}}", "status", "ok", "matches", matches, "cursor_start",
-                     (json_int_t)kutf8_byte_to_cp(code, len, (size_t)start), "cursor_end",
-                     (json_int_t)kutf8_byte_to_cp(code, len, cur), "metadata"));
-    return 1;
-}
-
+/* Completion is the REPL's: ldist.complete (10_help.lua) on the text before
+   the cursor, so a notebook finds what Tab finds in the terminal (globals,
+   fields, methods through metatables, `model.layers[2]:`, require names and
+   file names in strings; private names only once "_" is typed). It returns
+   matches that replace the text from byte `start` on; in an expression they
+   all begin with the same access chain (`model.layers[2]:`), which is
+   dropped here so the front end gets the names alone (as IPython does) and
+   replaces just the name being typed. */
 void kintro_complete(kernel *K, const kmsg *m) {
     lua_State *L = K->L;
     json_t *cj = json_object_get(m->content, "code");
@@ -158,68 +80,39 @@ void kintro_complete(kernel *K, const kmsg *m) {
     json_t *pj = json_object_get(m->content, "cursor_pos");
     size_t cur = json_is_integer(pj) ? kutf8_cp_to_byte(code, len, (size_t)json_integer_value(pj)) : len;
 
-    size_t ns = cur;                            /* start of the name being typed */
-    while (ns > 0 && is_ident_char((unsigned char)code[ns - 1])) ns--;
-    size_t cs = ns;                             /* start of the whole a.b.c chain */
-    while (cs > 0 && (code[cs - 1] == '.' || code[cs - 1] == ':')) {
-        size_t p = cs - 1;
-        while (p > 0 && is_ident_char((unsigned char)code[p - 1])) p--;
-        if (p == cs - 1) break;
-        cs = p;
-    }
-    /* "1.5" is a number, not a field: no completion after a digit chain */
-    int in_number = cs < ns && isdigit((unsigned char)code[cs]);
-
+    json_t *matches = json_array();
+    size_t start = cur;
     int top = lua_gettop(L);
-    if (complete_in_string(K, m, code, len, cur)) return;
-    lua_newtable(L);
-    int set = top + 1;
-    const char *prefix = code + ns;
-    size_t plen = cur - ns;
-    if (!in_number) {
-        if (cs < ns) {
-            push_path(L, code + cs, ns - 1 - cs);
-            if (!lua_isnil(L, -1)) collect(L, -1, set, prefix, plen, 0);
-            lua_pop(L, 1);
-        } else {
-            lua_pushglobaltable(L);
-            collect(L, -1, set, prefix, plen, 0);
-            lua_pop(L, 1);
-            for (int i = 0; keywords[i]; i++)
-                if (!strncmp(keywords[i], prefix, plen)) {
-                    lua_pushstring(L, "keyword");
-                    lua_setfield(L, set, keywords[i]);
-                }
+    if (kio_push_ldist(L) == LUA_TTABLE && lua_getfield(L, -1, "complete") == LUA_TFUNCTION) {
+        lua_pushlstring(L, code, cur);
+        if (lua_pcall(L, 1, 3, 0) == LUA_OK && lua_type(L, -3) == LUA_TTABLE && lua_isinteger(L, -2)) {
+            lua_Integer ws = lua_tointeger(L, -2) - 1;          /* 1-based byte -> 0-based */
+            if (ws < 0 || (size_t)ws > cur) ws = (lua_Integer)cur;
+            start = (size_t)ws;
+            const char *kind = lua_tostring(L, -1);
+            if (kind && !strcmp(kind, "expr")) {
+                /* the name being typed starts after the chain */
+                size_t ns = cur;
+                while (ns > start && is_ident_char((unsigned char)code[ns - 1])) ns--;
+                start = ns;
+            }
+            size_t drop = start - (size_t)ws;
+            lua_Integer n = (lua_Integer)lua_rawlen(L, -3);
+            for (lua_Integer i = 1; i <= n; i++) {
+                size_t l;
+                lua_rawgeti(L, -3, i);
+                const char *s = lua_tolstring(L, -1, &l);
+                if (s && l >= drop && !memcmp(s, code + ws, drop))
+                    json_array_append_new(matches, kjson_stringn(s + drop, l - drop));
+                lua_pop(L, 1);
+            }
         }
     }
-    size_t count = 0;
-    lua_pushnil(L);
-    while (lua_next(L, set)) count++, lua_pop(L, 1);
-    const char **names = malloc((count + 1) * sizeof *names);
-    size_t k = 0;
-    lua_pushnil(L);
-    while (names && lua_next(L, set)) {
-        names[k++] = lua_tostring(L, -2);   /* kept alive by the table */
-        lua_pop(L, 1);
-    }
-    if (names) qsort(names, k, sizeof *names, cmp_str);
-
-    size_t start_cp = kutf8_byte_to_cp(code, len, ns), end_cp = kutf8_byte_to_cp(code, len, cur);
-    json_t *matches = json_array(), *types = json_array();
-    for (size_t i = 0; i < k; i++) {
-        lua_getfield(L, set, names[i]);
-        json_array_append_new(matches, json_string(names[i]));
-        json_array_append_new(types, json_pack("{s:I, s:I, s:s, s:s}", "start", (json_int_t)start_cp,
-                                               "end", (json_int_t)end_cp, "text", names[i],
-                                               "type", lua_tostring(L, -1)));
-        lua_pop(L, 1);
-    }
-    free(names);
     lua_settop(L, top);
     kreply(K, K->shell, m, "complete_reply",
-           json_pack("{s:s, s:o, s:I, s:I, s:{s:o}}", "status", "ok", "matches", matches,
-                     "cursor_start", (json_int_t)start_cp, "cursor_end", (json_int_t)end_cp,
-                     "metadata", "_jupyter_types_experimental", types));
+           json_pack("{s:s, s:o, s:I, s:I, s:{}}", "status", "ok", "matches", matches, "cursor_start",
+                     (json_int_t)kutf8_byte_to_cp(code, len, start), "cursor_end",
+                     (json_int_t)kutf8_byte_to_cp(code, len, cur), "metadata"));
 }
 
 /* ---- inspect ------------------------------------------------------------ */

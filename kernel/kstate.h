@@ -106,6 +106,8 @@ int kexec_help_shortcut(const char *code, size_t len, char *out, size_t outlen);
    as an expression, then statements). Pushes the chunk and returns LUA_OK, or
    pushes the plain compiler message and returns its status. */
 int kexec_load(lua_State *L, const char *code, size_t len, const char *chunkname);
+/* Does the cell end in ';' (its value is not shown)? */
+int kexec_quiet(const char *code, size_t len);
 void kexec_free(kernel *K);
 
 /* ---- kintro.c ----------------------------------------------------------- */

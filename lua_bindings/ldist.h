@@ -28,6 +28,14 @@ int ldist_docall(lua_State *L, int nargs, int nres);
 /* Ctrl-C: make the running Lua code raise "interrupted" at the next hook,
    and ask engine loops to stop (safe to call from a signal handler). */
 void ldist_interrupt(lua_State *L);
+/* Interactive input (a REPL line, a notebook cell): blank out, in place,
+   the `local` keyword of every top-level `local a, b = ...` and
+   `local function f`, so those names become globals and outlive the chunk,
+   as IPython keeps a cell's variables. Blanks keep every line and column of
+   error messages. Locals inside blocks, `local x` without a value and
+   attributes (`local f <close> = ...`) keep their meaning. Returns how many
+   were dropped. Both front ends call it, the same way. */
+int ldist_keep_top_locals(char *src, size_t len);
 /* Text rendering shared by the REPL and the kernel: the value at `idx` as a
    readable string (tables as nested literals, bounded depth and length,
    tensors like NumPy). Pushes the string. Never raises: an error inside

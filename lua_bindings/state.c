@@ -116,6 +116,101 @@ void ldist_set_helpers(lua_State *L) {
     luaL_setfuncs(L, helpers, 0);
 }
 
+/* ---- interactive input --------------------------------------------------- */
+
+static int is_name_start(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static int is_name_char(int c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
+
+/* Skip a long bracket `[==[ ... ]==]` starting at s[i] == '['; returns the
+   index after it, or (size_t)-1 when s[i] does not open one. */
+static size_t skip_long_bracket(const char *s, size_t len, size_t i) {
+    size_t j = i + 1, level = 0;
+    while (j < len && s[j] == '=') j++, level++;
+    if (j >= len || s[j] != '[') return (size_t)-1;
+    for (j++; j < len; j++) {
+        if (s[j] != ']') continue;
+        size_t k = j + 1, l = 0;
+        while (k < len && s[k] == '=') k++, l++;
+        if (l == level && k < len && s[k] == ']') return k + 1;
+    }
+    return len;
+}
+
+/* Index after the whitespace and comments at s[i]. */
+static size_t skip_space(const char *s, size_t len, size_t i) {
+    for (;;) {
+        while (i < len && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+        if (i + 1 < len && s[i] == '-' && s[i + 1] == '-') {
+            size_t e = i + 2 < len && s[i + 2] == '[' ? skip_long_bracket(s, len, i + 2) : (size_t)-1;
+            if (e != (size_t)-1) i = e;
+            else while (i < len && s[i] != '\n') i++;
+            continue;
+        }
+        return i;
+    }
+}
+
+/* After `local` at top level: does `function` or `name {, name} =` follow? */
+static int droppable_local(const char *s, size_t len, size_t i) {
+    i = skip_space(s, len, i);
+    if (len - i > 8 && !memcmp(s + i, "function", 8) && !is_name_char((unsigned char)s[i + 8])) return 1;
+    for (;;) {
+        if (i >= len || !is_name_start((unsigned char)s[i])) return 0;
+        while (i < len && is_name_char((unsigned char)s[i])) i++;
+        i = skip_space(s, len, i);
+        if (i < len && s[i] == ',') {
+            i = skip_space(s, len, i + 1);
+            continue;
+        }
+        return i < len && s[i] == '=' && (i + 1 >= len || s[i + 1] != '=');
+    }
+}
+
+int ldist_keep_top_locals(char *s, size_t len) {
+    int depth = 0, loop_header = 0, dropped = 0;
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '-' && i + 1 < len && s[i + 1] == '-') {
+            i = skip_space(s, len, i);
+        } else if (c == '"' || c == '\'') {
+            for (i++; i < len && s[i] != (char)c && s[i] != '\n'; i++)
+                if (s[i] == '\\') i++;
+            i++;
+        } else if (c == '[') {
+            size_t e = skip_long_bracket(s, len, i);
+            i = e == (size_t)-1 ? i + 1 : e;
+        } else if (c >= '0' && c <= '9') {
+            while (i < len && (is_name_char((unsigned char)s[i]) || s[i] == '.')) i++;
+        } else if (is_name_start(c)) {
+            size_t b = i;
+            while (i < len && is_name_char((unsigned char)s[i])) i++;
+            size_t n = i - b;
+            const char *w = s + b;
+            /* a name after '.' or ':' is a field (t.end is no keyword) */
+            size_t p = b;
+            while (p > 0 && (s[p - 1] == ' ' || s[p - 1] == '\t')) p--;
+            if (p > 0 && (s[p - 1] == '.' || s[p - 1] == ':') && !(p > 1 && s[p - 2] == '.')) continue;
+#define KW(k) (n == sizeof(k) - 1 && !memcmp(w, k, n))
+            if (KW("function") || KW("if") || KW("repeat")) depth++;
+            else if (KW("while") || KW("for")) depth++, loop_header = 1;
+            else if (KW("do")) {
+                if (loop_header) loop_header = 0;
+                else depth++;
+            } else if (KW("end") || KW("until")) {
+                if (depth > 0) depth--;
+            } else if (KW("local") && depth == 0 && droppable_local(s, len, i)) {
+                memset(s + b, ' ', n);
+                dropped++;
+            }
+#undef KW
+        } else {
+            i++;
+        }
+    }
+    return dropped;
+}
+
 /* ---- the state ----------------------------------------------------------- */
 
 /* Runs protected: load the module, set the helpers and the globals. */
@@ -159,12 +254,32 @@ lua_State *ldist_newstate(void) {
 
 /* ---- errors and interrupts ------------------------------------------------ */
 
+/* "attempt to call a nil value (global 'prnt')": ldist._did_you_mean
+   (10_help.lua) adds "; did you mean 'print'?" while the failed function is
+   still on the stack (its locals are candidates too). Replaces the string at
+   index 1 when it has a hint; never raises. */
+static void add_hint(lua_State *L) {
+    if (!strstr(lua_tostring(L, 1), "a nil value (")) return;
+    int top = lua_gettop(L);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE) == LUA_TTABLE &&
+        lua_getfield(L, -1, "ldist") == LUA_TTABLE &&
+        lua_getfield(L, -1, "_did_you_mean") == LUA_TFUNCTION) {
+        lua_pushvalue(L, 1);
+        lua_pushinteger(L, 3);       /* _did_you_mean, this handler, the failed function */
+        if (lua_pcall(L, 2, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) lua_replace(L, 1);
+    }
+    lua_settop(L, top);
+}
+
 int ldist_traceback(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {                             /* an error object that is not a string */
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
             return 1;                              /* it says what it is */
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    } else if (lua_type(L, 1) == LUA_TSTRING) {
+        add_hint(L);
+        msg = lua_tostring(L, 1);
     }
     luaL_traceback(L, L, msg, 1);
     return 1;

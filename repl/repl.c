@@ -183,31 +183,6 @@ static int incomplete(lua_State *L, int status) {
     return 0;
 }
 
-/* `local x = 1` typed at the prompt would die with its chunk; at the top of
-   an input, `local` is dropped so the name outlives the line (IPython keeps
-   variables the same way). Only simple `local a, b = ...` and
-   `local function f`; attributes such as <close> keep their meaning. */
-static const char *skip_top_local(const char *s) {
-    const char *p = s;
-    while (isspace((unsigned char)*p)) p++;
-    if (strncmp(p, "local", 5) != 0 || !isspace((unsigned char)p[5])) return s;
-    const char *q = p + 5;
-    while (isspace((unsigned char)*q)) q++;
-    if (strncmp(q, "function", 8) == 0 && isspace((unsigned char)q[8])) return q;
-    for (;;) {
-        if (!(isalpha((unsigned char)*q) || *q == '_')) return s;
-        while (isalnum((unsigned char)*q) || *q == '_') q++;
-        while (isspace((unsigned char)*q)) q++;
-        if (*q == ',') {
-            q++;
-            while (isspace((unsigned char)*q)) q++;
-            continue;
-        }
-        if (*q == '=' && q[1] != '=') return p + 6;
-        return s;
-    }
-}
-
 typedef enum { CHUNK_EXPR, CHUNK_STAT, CHUNK_NONE, CHUNK_EOF } chunk_kind;
 
 /* Read lines until they form a chunk; leave the compiled function on the
@@ -253,8 +228,19 @@ static chunk_kind read_chunk(lua_State *L, int *quiet) {
         }
         int expr_incomplete = incomplete(L, st_expr);
         lua_pop(L, 2);                            /* chunk */
-        const char *body = skip_top_local(src);
-        int st_stat = luaL_loadbuffer(L, body, strlen(body), "=stdin");
+        /* `local x = 1` typed at the prompt would die with its chunk: the
+           top-level locals become globals (ldist_keep_top_locals, which the
+           kernel's cells share) */
+        size_t slen = strlen(src);
+        char *body = malloc(slen + 1);
+        if (!body) {
+            lua_pop(L, 1);
+            return CHUNK_NONE;
+        }
+        memcpy(body, src, slen + 1);
+        ldist_keep_top_locals(body, slen);
+        int st_stat = luaL_loadbuffer(L, body, slen, "=stdin");
+        free(body);
         if (st_stat == LUA_OK) {
             history_add(src);
             lua_remove(L, -2);
@@ -269,9 +255,16 @@ static chunk_kind read_chunk(lua_State *L, int *quiet) {
         }
         lua_pop(L, 1);                            /* the message; chunk */
         st = read_line(pr2, &line);
+        if (st == READ_EOF && use_readline) {
+            /* Ctrl-D on a continuation line drops the unfinished chunk, as
+               Ctrl-C does; only Ctrl-D at the primary prompt quits */
+            fputs("\n", stdout);
+            lua_pop(L, 1);
+            return CHUNK_NONE;
+        }
         if (st != READ_OK) {
             if (st == READ_EOF) {
-                /* Ctrl-D in the middle: report what was wrong, then stop */
+                /* end of piped input in the middle: report what was wrong, then stop */
                 const char *s2 = lua_tostring(L, -1);
                 if (luaL_loadbuffer(L, s2, strlen(s2), "=stdin") != LUA_OK) repl_report(L, LUA_ERRSYNTAX);
                 else lua_pop(L, 1);

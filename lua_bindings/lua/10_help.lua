@@ -172,6 +172,11 @@ end
 
 local function first_line(s) return (tostring(s):match("^[^\n]*")) end
 
+-- Help for names whose own file says nothing (ldist.more_docs, at the end of
+-- this file): consulted after every other source, so a doc() next to the
+-- code always wins over it.
+local more_docs = {}
+
 local function doc_for_name(name)
   local t = docs[name] or docs["ldist." .. name]
   if t then return t end
@@ -179,7 +184,14 @@ local function doc_for_name(name)
   local alt = name:gsub("([%.:])([^%.:]+)$", function(sep, last)
     return (sep == "." and ":" or ".") .. last
   end)
-  return docs[alt]
+  if docs[alt] then return docs[alt] end
+  -- "MirroredStrategy:run" is the strategy protocol's "Strategy:run"
+  local cls, meth = name:match("^([%w_]*Strategy)[:%.]([%w_]+)$")
+  if cls and cls ~= "Strategy" then
+    t = docs["Strategy:" .. meth] or docs["Strategy." .. meth] or more_docs["Strategy:" .. meth]
+    if t then return t end
+  end
+  return more_docs[name] or more_docs["ldist." .. name] or more_docs[alt]
 end
 
 -- Comments right above a Lua function's definition (like Python's getcomments).
@@ -233,8 +245,19 @@ end
 
 local function text_for_value(v)
   local d = docs[v]
+  local name, origin
+  if type(v) == "table" then
+    -- a module: its text, then its members
+    name, origin = name_of(v)
+    local parent, leaf = (name or ""):match("^(.-)%.?([%w_]+)$")
+    local holder = parent == "" and ldist or resolve(parent or "", ldist)
+    if origin == "ldist" and type(holder) == "table" and rawget(holder, leaf) == v and not dgetmetatable(v) then
+      d = d or doc_for_name(name)
+      return (d and (d .. "\n\n") or ("Module %s\n\n"):format(name)) .. member_list(v, name, ".")
+    end
+  end
   if d then return d end
-  local name, origin = name_of(v)
+  if not name then name, origin = name_of(v) end
   if name then
     d = doc_for_name(name)
     if d then return d end
@@ -249,8 +272,6 @@ local function text_for_value(v)
       or ("defined at %s:%d"):format(info.short_src, info.linedefined)
     local comments = info.what ~= "C" and source_comments(info)
     return sig .. "\n" .. where .. (comments and ("\n\n" .. comments) or "")
-  elseif tv == "table" and name and origin == "ldist" and ldist[name] == v then
-    return ("Module %s\n\n%s"):format(name, member_list(v, name, "."))
   elseif tv == "table" and name and origin == "lua" then
     return ("%s - a library of Lua's standard library.\nSee https://www.lua.org/manual/5.4/manual.html#%s")
       :format(name, STDLIB_SECTIONS[name] or "6")
@@ -313,7 +334,12 @@ local function overview()
   for _, m in ipairs(mods) do width = math.max(width, #m) end
   for _, m in ipairs(mods) do
     local d = docs[ldist[m]] or doc_for_name(m)
-    lines[#lines + 1] = ("  %-" .. width .. "s  %s"):format(m, d and first_line(d) or ""):gsub("%s+$", "")
+    -- the summary: the first line that says more than the module's name
+    local summary = ""
+    for l in tostring(d or ""):gmatch("[^\n]+") do
+      if l ~= m and l ~= "ldist." .. m and l:match("%S") then summary = l; break end
+    end
+    lines[#lines + 1] = ("  %-" .. width .. "s  %s"):format(m, summary):gsub("%s+$", "")
   end
   local fns = {}
   for k, on in pairs(ldist.globals) do
@@ -325,8 +351,9 @@ local function overview()
     lines[#lines + 1] = "Functions: " .. table.concat(fns, ", ")
   end
   lines[#lines + 1] = ""
-  lines[#lines + 1] = "In the REPL: Tab completes names, Up/Ctrl-R search the history,"
-  lines[#lines + 1] = "Ctrl-C interrupts running code, Ctrl-D exits; end a line with ';' not to print it."
+  lines[#lines + 1] = "In the REPL (and the notebook): Tab completes names, Up/Ctrl-R search the history,"
+  lines[#lines + 1] = "Ctrl-C interrupts running code, Ctrl-D exits (on a continuation line it drops the"
+  lines[#lines + 1] = "unfinished input); end a line with ';' not to print it; a top-level `local` stays."
   return table.concat(lines, "\n")
 end
 
@@ -422,13 +449,59 @@ local function members(v, want_methods)
   return set
 end
 
+-- Names starting with "_" are private (or Lua's own, _G, _ENV): offered
+-- only once the user has typed the "_".
 local function sorted_matches(set, partial, prefix)
   local out = {}
+  local private_ok = partial:sub(1, 1) == "_"
   for k in pairs(set) do
-    if k:sub(1, #partial) == partial then out[#out + 1] = prefix .. k end
+    if k:sub(1, #partial) == partial and (private_ok or k:sub(1, 1) ~= "_") then
+      out[#out + 1] = prefix .. k
+    end
   end
   table.sort(out)
   return out
+end
+
+-- The value of an access chain such as `model.layers[2]` or `t["key"].x`
+-- (names, `.name`, `[integer]`, `["string"]`), looked up as resolve() does;
+-- nil when the chain is anything else (a call, an expression).
+local function resolve_chain(path)
+  if not path:find("[", 1, true) then
+    if path:match("^[%a_][%w_%.]*$") and not path:find("..", 1, true) and path:sub(-1) ~= "." then
+      return resolve(path)
+    end
+    return nil
+  end
+  local name, i = path:match("^([%a_][%w_]*)()")
+  if not name then return nil end
+  local v = resolve(name)
+  while v ~= nil and i <= #path do
+    local key, j = path:match("^%.([%a_][%w_]*)()", i)
+    if not key then
+      local n
+      n, j = path:match("^%[%s*(%d+)%s*%]()", i)
+      key = tonumber(n)
+      if not key then
+        local q
+        q, key, j = path:match("^%[%s*([\"'])(.-)%1%s*%]()", i)
+      end
+    end
+    if key == nil then return nil end
+    if type(key) == "string" then
+      v = resolve(key, v)
+    else
+      local nv
+      if type(v) == "table" then nv = rawget(v, key) end
+      if nv == nil and type(v) == "userdata" then
+        local ok, r = pcall(function() return v[key] end)
+        if ok then nv = r end
+      end
+      v = nv
+    end
+    i = j
+  end
+  return v
 end
 
 local function complete_files(word)
@@ -481,8 +554,20 @@ function ldist.complete(line)
     if before:match("require%s*%(?%s*$") then return complete_modules(word), qpos + 1, "module" end
     return complete_files(word), qpos + 1, "file"
   end
+  -- the access chain before the cursor: names, fields, `[2]` and `["k"]`
+  -- indexing (model.layers[2]:), then an optional `.` or `:` and a partial name
   local word = line:match("[%w_%.:]*$")
   local start = #line - #word + 1
+  while true do
+    local before = line:sub(1, start - 1)
+    local idx = before:match("()%[%s*%d+%s*%][%w_%.]*$") or before:match("()%[%s*\"[^\"]*\"%s*%][%w_%.]*$")
+      or before:match("()%[%s*'[^']*'%s*%][%w_%.]*$")
+    if not idx then break end
+    local head = line:sub(1, idx - 1):match("[%w_%.]*$")
+    if head == "" then break end
+    start = idx - #head
+    word = line:sub(start)
+  end
   if line:sub(start - 1, start - 1):match("[%]%)\"']") then return {}, start, "expr" end
   local path, sep, partial = word:match("^(.-)([%.:])([%w_]*)$")
   if not path then
@@ -490,10 +575,356 @@ function ldist.complete(line)
     for _, k in ipairs(KEYWORDS) do set[k] = true end
     return sorted_matches(set, word, ""), start, "expr"
   end
-  if path == "" or path:find(":", 1, true) or not path:match("^[%a_][%w_%.]*$") then
+  if path == "" or path:find(":", 1, true) or not path:match("^[%a_]") then
     return {}, start, "expr"
   end
-  local v = resolve(path)
+  local v = resolve_chain(path)
   if v == nil then return {}, start, "expr" end
   return sorted_matches(members(v, sep == ":"), partial, path .. sep), start, "expr"
+end
+
+-- ---- "did you mean" ------------------------------------------------------------
+
+-- Edit distance with transpositions (optimal string alignment): "modle" is
+-- one step from "model".
+local function distance(a, b)
+  local la, lb = #a, #b
+  if math.abs(la - lb) > 2 then return 3 end
+  local d = {}
+  for i = 0, la do d[i] = { [0] = i } end
+  for j = 0, lb do d[0][j] = j end
+  for i = 1, la do
+    for j = 1, lb do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      local v = math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+      if i > 1 and j > 1 and a:byte(i) == b:byte(j - 1) and a:byte(i - 1) == b:byte(j) then
+        v = math.min(v, d[i - 2][j - 2] + 1)
+      end
+      d[i][j] = v
+    end
+  end
+  return d[la][lb]
+end
+
+-- The closest name of `set` (name -> true) to `name`, or nil.
+local function closest(name, set)
+  local best, bestd = nil, math.huge
+  local limit = (#name <= 4) and 1 or 2
+  for k in pairs(set) do
+    if type(k) == "string" and k ~= name and k:match("^[%a_][%w_]*$") and not k:match("^__") then
+      local dd = distance(name:lower(), k:lower())
+      if dd <= limit and (dd < bestd or (dd == bestd and k < best)) then best, bestd = k, dd end
+    end
+  end
+  return best
+end
+
+-- Names a misspelt global could have meant: the globals and the locals and
+-- upvalues of the function that failed (stack level `level`).
+local function visible_names(level)
+  local set = {}
+  for k in next, _G do set[k] = true end
+  local info = level and debug.getinfo(level, "f")
+  if info then
+    for i = 1, 250 do
+      local n = debug.getlocal(level, i)
+      if not n then break end
+      if not n:match("^%(") then set[n] = true end
+    end
+    for i = 1, 255 do
+      local n = debug.getupvalue(info.func, i)
+      if not n then break end
+      set[n] = true
+    end
+  end
+  return set
+end
+
+-- Method and field names a misspelt member could have meant: the methods of
+-- every class, of the globals' classes, and the members of every module.
+local function member_names()
+  local set = {}
+  for _, mt in pairs(classes()) do
+    for k in pairs(class_methods(mt)) do set[k] = true end
+    local fields = rawget(mt, "__fields")
+    if type(fields) == "table" then for _, f in ipairs(fields) do set[f] = true end end
+  end
+  for _, v in next, _G do
+    if type(v) == "table" or type(v) == "userdata" then
+      for k in pairs(members(v, false)) do set[k] = true end
+    end
+  end
+  for _, m in ipairs(modules()) do
+    for k in next, ldist[m] do set[k] = true end
+  end
+  return set
+end
+
+-- ldist._did_you_mean(msg [, level]) -> msg with a hint, or nil. Called by
+-- the message handler every front end uses (ldist_traceback, state.c), so
+-- the REPL, scripts and the kernel all say
+--   attempt to index a nil value (global 'modle'); did you mean 'model'?
+--   attempt to call a nil value (method 'fitt'); did you mean 'fit'?
+function ldist._did_you_mean(msg, level)
+  if type(msg) ~= "string" or msg:find("did you mean", 1, true) then return nil end
+  local kind, name = msg:match("a nil value %((%a+) '([%a_][%w_]*)'%)")
+  if not kind then return nil end
+  local guess
+  if kind == "global" then
+    guess = closest(name, visible_names(level and level + 1))
+  elseif kind == "method" or kind == "field" then
+    guess = closest(name, member_names())
+  end
+  if not guess then return nil end
+  local e = select(2, msg:find("a nil value %(%a+ '[%a_][%w_]*'%)"))
+  return msg:sub(1, e) .. ("; did you mean '%s'?"):format(guess) .. msg:sub(e + 1)
+end
+
+-- ---- help for what the other files leave undocumented ----------------------------
+-- Looked up by name, after every doc() next to the code (doc_for_name), so
+-- a file that documents its own function takes over from here.
+
+local M = more_docs
+
+-- modules
+M["autograd"] = [[
+Gradients, the TensorFlow way: autograd.GradientTape() records operations on
+tensors; tape:gradient(y, x) differentiates. autograd.is_recording().]]
+M["callbacks"] = [[
+Keras callbacks for model:fit: EarlyStopping, ModelCheckpoint, CSVLogger,
+LearningRateScheduler, ReduceLROnPlateau, TerminateOnNaN, BackupAndRestore,
+TensorBoard, LambdaCallback, ProgbarLogger. A callback is any table with some of
+on_train_begin, on_epoch_begin, on_train_batch_end, on_epoch_end, on_train_end.]]
+M["config"] = [[
+Devices and threads: config.cpu_devices(n) splits the CPU into n logical devices
+(cpu:0 .. cpu:n-1), as TF's logical device configuration does.]]
+M["json"] = [[
+JSON text <-> Lua values: json.encode(value), json.decode(text).]]
+M["losses"] = [[
+Keras losses: SparseCategoricalCrossentropy, CategoricalCrossentropy,
+BinaryCrossentropy, MeanSquaredError (MSE); options from_logits=, reduction=.]]
+M["metrics"] = [[
+Keras metrics: Accuracy, SparseCategoricalAccuracy, CategoricalAccuracy,
+BinaryAccuracy, Mean; m:update_state(...), m:result(), m:reset_state().]]
+M["nn"] = [[
+Layers and models, Keras-style: nn.Sequential{...}, nn.Model{inputs=, outputs=},
+nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.]]
+M["optim"] = [[
+Optimizers: SGD (momentum, nesterov), Adam, AdamW, RMSprop, and learning-rate
+schedules in optim.schedules; opt:apply_gradients(grads, vars).]]
+M["tensor"] = [[
+N-dimensional arrays on a device (cpu:N, cuda:N): tensor.new, zeros, ones, normal,
+arange, ...; methods with t:name(...). Indices and axes count from 0.]]
+M["distribute.partitioners"] = [[
+How ParameterServerStrategy splits a variable into shards along axis 0 (its
+variable_partitioner): FixedShardsPartitioner{num_shards=},
+MinSizePartitioner{min_shard_bytes=256K, max_shards=1},
+MaxSizePartitioner{max_shard_bytes=1M, max_shards=}. A partitioner is a function
+(shape, bytes_per_element) -> number of shards.]]
+
+-- functions of ldist
+M["clock"] = "ldist.clock() -> seconds on a monotonic clock (wall time; os.clock counts CPU time)."
+M["walltime"] = "ldist.walltime() -> seconds on a monotonic clock (the same as ldist.clock)."
+M["set_num_threads"] = "ldist.set_num_threads(n)\n\nHow many threads cpu:0's kernels (BLAS) use."
+M["get_num_threads"] = "ldist.get_num_threads() -> n\n\nHow many threads cpu:0's kernels (BLAS) use."
+M["isatty"] = "ldist.isatty([fd | file]) -> boolean\n\nIs the file (default: stdout) a terminal?"
+M["termsize"] = "ldist.termsize() -> columns, rows of the terminal, or nil when there is none."
+M["repr"] = "ldist.repr(v) -> string\n\nThe text the REPL and the notebook show for v."
+M["complete"] = [[
+ldist.complete(text_before_cursor) -> matches, start, kind
+The completion both front ends use (Tab in the REPL, complete_request in the
+kernel): matches replace the text from byte `start` on; kind is "expr",
+"module" (inside require "...") or "file" (inside any other string). Names
+starting with "_" are offered only once "_" is typed.]]
+M["document"] = [[
+ldist.document(obj, name or {names}, text)
+Register help text for obj under the object and its qualified name(s).]]
+
+-- autograd, json, tensor
+M["autograd.is_recording"] = "autograd.is_recording() -> boolean\n\nIs a GradientTape recording now?"
+M["GradientTape:start"] = "tape:start() -> tape\n\nStart recording (tape:record(fn) starts and stops around fn)."
+M["GradientTape:stop"] = "tape:stop()\n\nStop recording; tape:gradient still works on what was recorded."
+M["json.encode"] = "json.encode(value) -> string\n\nJSON text of a Lua value (tables with keys 1..n are arrays)."
+M["json.decode"] = "json.decode(text) -> value\n\nThe Lua value of a JSON text (arrays are tables with keys 1..n)."
+M["tensor.is_tensor"] = "tensor.is_tensor(v) -> boolean\n\nIs v a tensor?"
+local function tdoc(name, text) M["Tensor:" .. name] = text end
+tdoc("abs", "t:abs() -> |t|, element-wise.")
+tdoc("neg", "t:neg() -> -t, element-wise.")
+tdoc("exp", "t:exp() -> e^t, element-wise.")
+tdoc("log", "t:log() -> the natural logarithm of t, element-wise.")
+tdoc("sqrt", "t:sqrt() -> the square root of t, element-wise.")
+tdoc("square", "t:square() -> t * t, element-wise.")
+tdoc("pow", "t:pow(p) -> t ^ p, element-wise.")
+tdoc("relu", "t:relu() -> max(t, 0), element-wise.")
+tdoc("sigmoid", "t:sigmoid() -> 1 / (1 + e^-t), element-wise.")
+tdoc("tanh", "t:tanh() -> the hyperbolic tangent of t, element-wise.")
+tdoc("gelu", "t:gelu() -> the GELU activation of t, element-wise.")
+tdoc("softmax", "t:softmax([axis=-1]) -> exp(t) / sum(exp(t)) along axis.")
+tdoc("log_softmax", "t:log_softmax([axis=-1]) -> log(softmax(t)) along axis, computed stably.")
+tdoc("add", "t:add(u) -> t + u (broadcasting; u a tensor or a number).")
+tdoc("sub", "t:sub(u) -> t - u (broadcasting; u a tensor or a number).")
+tdoc("mul", "t:mul(u) -> t * u, element-wise (broadcasting; u a tensor or a number).")
+tdoc("div", "t:div(u) -> t / u, element-wise (broadcasting; u a tensor or a number).")
+tdoc("maximum", "t:maximum(u) -> the element-wise larger of t and u (broadcasting).")
+tdoc("minimum", "t:minimum(u) -> the element-wise smaller of t and u (broadcasting).")
+tdoc("eq", "t:eq(u) -> 1 where t == u, else 0 (a float32 mask; broadcasting).")
+tdoc("gt", "t:gt(u) -> 1 where t > u, else 0 (a float32 mask; broadcasting).")
+tdoc("lt", "t:lt(u) -> 1 where t < u, else 0 (a float32 mask; broadcasting).")
+tdoc("float", "t:float() -> t as float32.")
+tdoc("long", "t:long() -> t as int64.")
+tdoc("cpu", "t:cpu() -> t on cpu:0 (t itself when it is there).")
+tdoc("clone", "t:clone() -> a copy of t with its own storage.")
+tdoc("contiguous", "t:contiguous() -> t with its elements in row-major order (a copy only when needed).")
+tdoc("numel", "t:numel() -> the number of elements.")
+tdoc("size", "t:size() -> the shape as a table {d1, d2, ...} (t.shape).")
+tdoc("permute", "t:permute(a0, a1, ...) -> t with its axes in that order (from 0).")
+tdoc("transpose", "t:transpose() -> t with its last two axes swapped (t.T for a matrix).")
+tdoc("gather", "t:gather(indices [, axis=0]) -> the slices of t at `indices` (a 1-d int64 tensor) along axis.")
+tdoc("index_select", "t:index_select(indices [, axis=0]) -> the slices of t at `indices` (a 1-d int64 tensor) along axis.")
+tdoc("tolist", "t:tolist() -> t as nested Lua tables of numbers (t:totable()).")
+
+-- data
+M["data.class_names_of"] = "data.class_names_of(ds) -> the class names of a dataset from image_dataset_from_directory, or nil."
+M["Dataset:class_names"] = "ds.class_names: the class names of a dataset from image_dataset_from_directory (Keras's)."
+M["Dataset:file_paths"] = "ds.file_paths: the files of a dataset from image_dataset_from_directory (Keras's)."
+M["Dataset:TextLineDataset"] = "data.TextLineDataset(path or {paths}, compression_type=nil) -> Dataset of the files' lines."
+M["DatasetIterator:next"] = "it:next() -> the next element, or nil at the end (`for x in ds do` calls it)."
+M["DatasetIterator:close"] = "it:close()\n\nStop iterating and free what the iterator holds (prefetch threads, files)."
+
+-- models, layers, metrics, callbacks
+M["Model:add"] = "model:add(layer)\n\nAppend a layer to a Sequential model (Keras's model.add)."
+M["Model:build"] = "model:build(input_shape)\n\nCreate the weights for inputs of that shape (the batch axis first), before any call."
+M["Model:compile"] = [[
+model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
+Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
+loss (an object or a name) and the metrics for fit and evaluate, as Keras's.]]
+M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
+M["Model:summary_text"] = "model:summary_text() -> the text model:summary() shows (layers, output shapes, parameters)."
+M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ...), as Keras's get_config."
+M["metrics.CategoricalAccuracy"] = "metrics.CategoricalAccuracy([name])\n\nHow often argmax(predictions) equals argmax(one-hot labels)."
+M["metrics.BinaryAccuracy"] = "metrics.BinaryAccuracy([name])\n\nHow often (prediction > 0.5) equals the 0/1 label."
+M["callbacks.ProgbarLogger:set_params"] = "(the callback protocol) fit tells the bar the number of epochs and steps."
+M["callbacks.ProgbarLogger:on_epoch_begin"] = "(the callback protocol) a new bar for the epoch."
+M["callbacks.ProgbarLogger:on_train_batch_end"] = "(the callback protocol) the bar moves on, with the running means."
+M["callbacks.ProgbarLogger:on_epoch_end"] = "(the callback protocol) the bar's final line, with the epoch's logs."
+
+-- display, comm, progress
+M["display.html"] = "display.html(s) -> a value shown as HTML in a notebook (its text in a terminal).\n  display(display.html(\"<b>hi</b>\"))"
+M["display.markdown"] = "display.markdown(s) -> a value shown as Markdown in a notebook."
+M["display.svg"] = "display.svg(s) -> a value shown as an SVG picture in a notebook."
+M["display.latex"] = "display.latex(s) -> a value shown as LaTeX in a notebook."
+M["display.json"] = "display.json(t) -> a value shown as a JSON tree in a notebook."
+M["display.javascript"] = "display.javascript(s) -> JavaScript a notebook runs when shown."
+M["display.png"] = "display.png(bytes) -> a value shown as a PNG picture in a notebook."
+M["display.backend"] = [[
+display.backend(kind, x, opts)
+How display draws: kind "display", "update" or "clear". In a terminal it prints
+text (display.terminal); the Jupyter kernel replaces it with one that sends
+display_data, update_display_data and clear_output.]]
+M["display.terminal"] = "display.terminal(kind, x, opts)\n\nThe text front end's display backend: prints x's text."
+M["comm.register_target"] = [[
+comm.register_target(name, function(comm, msg) ... end)
+The front end may then open comms with this target name (ipykernel's API);
+msg is the comm_open message. comm:on_msg(fn), comm:send(data), comm:close().]]
+M["comm.unregister_target"] = "comm.unregister_target(name)\n\nForget a target: comm_open for it is refused."
+M["comm.open"] = "comm.open(target_name [, data [, metadata]]) -> Comm\n\nOpen a comm from the kernel side (the front end's target answers)."
+M["ldist.progress.style"] = [[
+ldist.progress.style = "auto" | "text"
+"auto": progress bars are redrawn in place on a terminal and in a notebook;
+"text": only each bar's final line is printed (one line per epoch of fit), for
+front ends that ignore display updates (jupyter console) and for logs.
+LDIST_PROGRESS=text in the environment sets "text" at start.]]
+M["progress.style"] = M["ldist.progress.style"]
+
+-- distribute
+M["distribute.PerReplica"] = [[
+distribute.PerReplica{v1, v2, ...} -> one value per local replica
+What strategy:run returns when there are several replicas; passed to run, each
+replica gets its own. Printed with each replica's shapes and devices.
+strategy:reduce("sum", v) combines them; strategy:experimental_local_results(v)
+lists them.]]
+M["distribute.is_per_replica"] = "distribute.is_per_replica(v) -> boolean\n\nIs v a PerReplica value?"
+M["distribute.worker_context"] = "distribute.worker_context() -> the ParameterServer worker this process is (on a worker), or nil."
+M["distribute.ps_train_step"] = [[
+distribute.ps_train_step(batch)
+The training step model:fit and coordinator:schedule run on a parameter-server
+worker: pull the weights, compute the gradients of the batch, push them.]]
+M["distribute.partitioners.FixedShardsPartitioner"] = "FixedShardsPartitioner{num_shards=n}: every variable in n shards (fewer when it has fewer rows)."
+M["distribute.partitioners.MinSizePartitioner"] = "MinSizePartitioner{min_shard_bytes=262144, max_shards=1}: shards of at least min_shard_bytes, at most max_shards."
+M["distribute.partitioners.MaxSizePartitioner"] = "MaxSizePartitioner{max_shard_bytes=1048576, max_shards=}: as few shards as keep each under max_shard_bytes."
+M["ReplicaContext:all_gather"] = "ctx:all_gather(value [, axis=0]) -> the replicas' values joined along axis, on every replica."
+M["Strategy:experimental_local_results"] = "strategy:experimental_local_results(v) -> {value of replica 0, ...}: a PerReplica's values, a mirrored variable's copies, else {v}."
+M["Strategy:experimental_distribute_dataset"] = [[
+strategy:experimental_distribute_dataset(ds) -> a dataset of PerReplica batches
+Each global batch is split over the replicas (and, across processes, the data is
+sharded by worker); iterate it and pass each element to strategy:run.]]
+M["Strategy:train_step"] = "(the strategy protocol) one step of model:fit on this strategy's replicas."
+M["Strategy:trace_spans"] = "strategy:trace_spans() -> {[replica+1] = {{kind, start, end, step}, ...}}: what trace(true) recorded."
+M["Strategy:write_trace"] = "strategy:write_trace(path)\n\nThe recorded trace as Chrome trace JSON (chrome://tracing, Perfetto): one row per replica."
+M["Strategy:timeline"] = "strategy:timeline{steps = {a, b}, save = \"t.svg\"} -> a picture of the recorded trace: one row per replica."
+M["Strategy:trace_summary"] = "strategy:trace_summary() -> compute, wait and communication time, bytes and bus bandwidth per replica."
+M["MultiWorkerMirroredStrategy:barrier"] = "strategy:barrier()\n\nWait until every worker process reaches this point."
+M["MultiWorkerMirroredStrategy:broadcast"] = "strategy:broadcast(values [, root=0]) -> the root worker's tensors, on every worker."
+M["MultiWorkerMirroredStrategy:is_chief"] = "strategy:is_chief() -> true on worker 0 (the one that writes checkpoints and logs)."
+M["MultiWorkerMirroredStrategy:shutdown"] = "strategy:shutdown()\n\nLeave the ring: close the connections to the other workers."
+M["ParameterServerStrategy:checkpoint"] = "strategy:checkpoint([dir]) -> the ps tasks write their shards to dir (default checkpoint_dir), atomically."
+M["ParameterServerStrategy:fetch_variables"] = "strategy:fetch_variables() -> every variable, reassembled from its shards on the ps tasks."
+M["ParameterServerStrategy:ps_stats"] = "strategy:ps_stats() -> {applied=, unique=, duplicates=} per ps task."
+M["ParameterServerStrategy:push_gradients"] = "strategy:push_gradients(grads)\n\nPush gradients (one per variable) from the coordinator: the ps tasks apply them as a worker's."
+M["ParameterServerStrategy:shutdown"] = "strategy:shutdown()\n\nStop the workers and ps tasks this strategy started."
+M["LocalCluster:run"] = "lc:run(code | function, ...) -> {result of worker 0, result of worker 1, ...}: run Lua on every worker."
+M["LocalCluster:alive"] = "lc:alive() -> how many worker processes are alive."
+M["LocalCluster:worker_alive"] = "lc:worker_alive(i) -> is worker i alive?"
+M["LocalCluster:shutdown"] = "lc:shutdown()\n\nStop the cluster's processes (also when lc is closed or collected)."
+M["LocalCluster:kill_worker"] = "lc:kill_worker(i [, signal=\"KILL\"])\n\nKill worker i (a fault drill)."
+M["LocalCluster:kill_ps"] = "lc:kill_ps(i [, signal=\"KILL\"])\n\nKill ps task i (a fault drill)."
+M["Comm:all_reduce"] = "(internal) comm:all_reduce(per_replica_tensors, op): the collective MirroredStrategy uses."
+M["Comm:apply_sharded"] = "(internal) comm:apply_sharded(opt, per_replica_grads, vars): reduce-scatter, update, all-gather."
+M["Comm:stats"] = "(internal) comm:stats([reset]) -> {calls=, bytes=, seconds=, products=} of the collectives so far."
+M["PendingRead:item"] = "p:item() -> the number, waiting only for the work queued before the read."
+M["SummaryWriter:scalar"] = "w:scalar(tag, value, step)\n\nWrite one scalar event (TensorBoard reads it)."
+M["SummaryWriter:flush"] = "w:flush()\n\nWrite what is buffered to the event file."
+M["SummaryWriter:close"] = "w:close()\n\nFlush and close the event file."
+M["SummaryWriter:path"] = "w:path() -> the event file's path."
+
+-- optimizers' schedules
+M["optim.schedules"] = [[
+Learning-rate schedules (Keras's): ExponentialDecay, CosineDecay, PiecewiseConstantDecay.
+Give one as learning_rate; schedule(step) is the rate at that step.]]
+M["optim.schedules.ExponentialDecay"] = [[
+optim.schedules.ExponentialDecay{initial_learning_rate=0.001, decay_steps=1000, decay_rate=0.96, staircase=false}
+rate(step) = initial * decay_rate ^ (step / decay_steps) (the exponent floored when staircase).]]
+M["optim.schedules.CosineDecay"] = [[
+optim.schedules.CosineDecay{initial_learning_rate=0.001, decay_steps=1000, alpha=0}
+A cosine from initial down to initial * alpha over decay_steps, then alpha * initial.]]
+M["optim.schedules.PiecewiseConstantDecay"] = [[
+optim.schedules.PiecewiseConstantDecay{boundaries={b1, ...}, values={v0, v1, ...}}
+values[1] up to step b1, values[2] up to b2, ...; #values == #boundaries + 1.]]
+M["Optimizer:apply_gradients"] = "opt:apply_gradients(grads, vars)\n\nOne update of vars with grads (lists in the same order), as Keras's."
+M["data.experimental"] = "Keras's and tf.data's experimental corner: make_csv_dataset, AutoShardPolicy."
+
+-- progress bars: the bar and its drawing backends
+M["progress.Bar:update"] = "bar:update(done, {loss = 0.5, ...})\n\n`done` steps so far and the values to show; redrawn at most 10 times a second."
+M["progress.Bar:finish"] = "bar:finish([values])\n\nThe final line, with the steps actually done."
+M["progress.Bar:state"] = "bar:state() -> {title, done, total, elapsed, rate, eta, values, finished}: what backends draw."
+M["progress.terminal"] = "The backend for a terminal (redrawn in place) or a file (plain lines): start, update, finish."
+M["progress.backend"] = "The backend new bars draw with: progress.terminal, or in the kernel display.progress_backend."
+M["progress.plain"] = "The plain-text backend of progress.style = \"text\": nothing while a bar runs, its final line at the end."
+for _, b in ipairs({ "terminal", "backend", "plain" }) do
+  M["progress." .. b .. ".start"] = "(the backend protocol) backend.start(bar): a bar begins."
+  M["progress." .. b .. ".update"] = "(the backend protocol) backend.update(bar, state): draw the bar's state."
+  M["progress." .. b .. ".finish"] = "(the backend protocol) backend.finish(bar, state): draw the final state."
+end
+
+-- the timeline (62_timeline.lua)
+M["Timeline:svg"] = "tl:svg() -> the timeline as SVG text (hover a span for its name, replica, start, duration, bytes)."
+M["Timeline:text"] = "tl:text() -> the timeline drawn as text, for a terminal."
+M["Timeline:save"] = "tl:save(path) -> path\n\nWrite the picture (SVG) to a file."
+M["Timeline:waits"] = "tl:waits() -> the waits found, longest first: {{who=, seconds=, step=, text=}, ...}."
+
+-- ldist._has_doc(value, name) -> the help text written for it (by a doc() or
+-- here), or nil; never the signature help() falls back to. For the test
+-- that every public function has help (tests/lua/test_help_coverage.lua).
+function ldist._has_doc(v, name)
+  return (v ~= nil and docs[v]) or (name and doc_for_name(name)) or nil
 end

@@ -187,6 +187,27 @@ progress.terminal = {
 }
 progress.backend = progress.terminal
 
+-- The plain-text fallback: nothing while the bar runs, its final line when
+-- it finishes (one line per epoch of fit). For front ends that cannot
+-- redraw an output in place: `jupyter console` and other clients that
+-- ignore update_display_data show only a bar's first state otherwise.
+progress.plain = {
+  finish = function(bar, state)
+    bar.file:write(progress.format(state, { width = bar.width }), "\n")
+    bar.file:flush()
+  end,
+}
+
+-- progress.style: "auto" draws bars the front end's way (redrawn in place on
+-- a terminal and in a notebook, plain lines into a file); "text" prints only
+-- each bar's final line, whatever the front end. The kernel cannot learn
+-- from the protocol whether its client shows display updates (a notebook
+-- and `jupyter console` send the same requests), so this is asked, not
+-- guessed: LDIST_PROGRESS=text in the environment of the kernel (e.g.
+-- `LDIST_PROGRESS=text jupyter console --kernel ldist`) or
+-- `ldist.progress.style = "text"` in a cell.
+progress.style = os.getenv("LDIST_PROGRESS") == "text" and "text" or "auto"
+
 -- ---- the bar ----------------------------------------------------------------------
 
 local Bar = {}
@@ -201,7 +222,7 @@ function progress.new(opts)
     width = opts.width or 30,
     unit = opts.unit or "step",
     file = opts.file or io.stdout,
-    backend = opts.backend or progress.backend,
+    backend = opts.backend or (progress.style == "text" and progress.plain) or progress.backend,
     done = 0,
     values = nil,
     started = now(),
@@ -249,6 +270,18 @@ ldist.progress.new{total = N, title = "Epoch 1/5", width = 30, unit = "step"} ->
 A progress bar on one line: steps done/total, rate, elapsed<ETA and metrics.
   bar:update(done, {loss = 0.51, accuracy = 0.83})
   bar:finish({loss = 0.50, accuracy = 0.84})
-Redrawn in place on a terminal; plain lines otherwise. ldist.progress.backend
-(a table of start/update/finish functions) decides how it is drawn.]]
-ldist.docs[progress] = "progress bars (model:fit uses them)"
+Redrawn in place on a terminal and in a notebook; plain lines otherwise.
+ldist.progress.backend (a table of start/update/finish functions) decides how
+it is drawn; ldist.progress.style = "text" (or LDIST_PROGRESS=text in the
+environment) prints only each bar's final line, for front ends that ignore
+display updates such as `jupyter console`.]]
+ldist.docs[progress.format] = [[
+ldist.progress.format(state, {unicode = false, width = 30, no_rate = false}) -> string
+The one line of text a bar shows for `state` (title, done, total, elapsed,
+rate, eta, values, finished, unit), as bar:state() returns it.]]
+ldist.docs[progress] = [[
+progress bars (model:fit uses them): progress.new{total=, title=}, progress.style
+ldist.progress.new{total = N, title = "..."} makes a bar (bar:update, bar:finish).
+ldist.progress.style: "auto" (redrawn in place where the front end can) or
+"text" (each bar's final line only: jupyter console, logs); the environment
+variable LDIST_PROGRESS=text sets it at start.]]

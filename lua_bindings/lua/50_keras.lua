@@ -403,6 +403,27 @@ function Model:fit(x, y, opts)
   return self:_fit_loop(x, y, opts, strategy)
 end
 
+-- Ctrl-C (or a notebook's interrupt) raises "interrupted" in Lua or from a C
+-- loop that polls for it.
+local function is_interrupt(err)
+  return type(err) == "string" and (err:match("interrupted$") or err:match("interrupted\nstack traceback:")) ~= nil
+end
+
+-- Ctrl-C during fit: the progress bar ends its line with the steps done, and
+-- the error is one line (an object whose text is its message, so no
+-- traceback of fit's insides follows) saying what model.history holds.
+local INTERRUPT_MT = { __name = "ldist.Interrupted", __tostring = function(e) return e.message end }
+local function fit_interrupted(model, callbacks, epoch, epochs, step, total)
+  for _, cb in ipairs(callbacks) do
+    if type(cb) == "table" and type(cb.bar) == "table" and cb.bar.finish then pcall(cb.bar.finish, cb.bar) end
+  end
+  local done = 0
+  for _, v in pairs(model.history or {}) do done = math.max(done, #v) end
+  local msg = ("interrupted: fit stopped in epoch %d/%d at step %d%s; model.history holds the %d %s done"):format(
+    epoch + 1, epochs, step, total and ("/" .. total) or "", done, done == 1 and "epoch" or "epochs")
+  error(setmetatable({ message = msg }, INTERRUPT_MT), 0)
+end
+
 function Model:_fit_loop(x, y, opts, strategy)
   local ds = as_dataset(x, y, opts, opts.shuffle ~= false)
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
@@ -488,7 +509,10 @@ function Model:_fit_loop(x, y, opts, strategy)
       if pending then settle(pending); pending = nil end
     end)
     if strategy and strategy._fit_end then strategy:_fit_end() end
-    if not ok then error(err, 0) end
+    if not ok then
+      if is_interrupt(err) then fit_interrupted(self, callbacks, epoch, epochs, step, total) end
+      error(err, 0)
+    end
     local logs = { loss = loss_m:result() }
     for _, m in ipairs(self._metrics) do logs[m.name] = m:result() end
     if val and should_eval(epoch, opts.validation_freq) then

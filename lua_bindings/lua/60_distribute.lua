@@ -45,10 +45,52 @@ local function per_replica(values, global_batch, offsets)
   return setmetatable({ values = values, global_batch = global_batch, offsets = offsets }, PerReplica)
 end
 local function is_pr(v) return getmetatable(v) == PerReplica end
+-- Losses made by compute_average_loss (a share of the global-batch loss
+-- each), so that a PerReplica of them can say so when printed.
+local loss_shares = setmetatable({}, { __mode = "k" })
+
+-- One value of one replica, for people: a tensor's shape, dtype and device
+-- (its value too when it is a scalar), a table's tensors in turn.
+local function describe(v, depth)
+  if tensor.is_tensor(v) then
+    if v.ndim == 0 then
+      local ok, x = pcall(v.item, v)
+      if ok and type(x) == "number" then return ("%.4f (%s)"):format(x, v.dtype), v.device end
+    end
+    local shape = {}
+    for i, n in ipairs(v.shape) do shape[i] = tostring(n) end
+    return ("tensor [%s] %s"):format(table.concat(shape, ", "), v.dtype), v.device
+  elseif type(v) == "table" and getmetatable(v) == nil and (depth or 0) < 2 then
+    local parts, dev = {}, nil
+    for i, x in ipairs(v) do
+      local d, xd = describe(x, (depth or 0) + 1)
+      parts[i] = d
+      dev = dev or xd
+    end
+    return "{" .. table.concat(parts, ", ") .. "}", dev
+  elseif type(v) == "number" then
+    return ("%.4g"):format(v), nil
+  end
+  return (ldist.repr or tostring)(v), nil
+end
+
+-- PerReplica: 2 replicas
+--   replica 0 on cpu:0: {tensor [4, 784] float32, tensor [4] int64}
+--   replica 1 on cpu:1: ...
 function PerReplica.__tostring(p)
-  local parts = {}
-  for r = 1, #p.values do parts[r] = ("%d: %s"):format(r - 1, tostring(p.values[r])) end
-  return "PerReplica{" .. table.concat(parts, ", ") .. "}"
+  local n = #p.values
+  local shares = n > 0
+  for r = 1, n do shares = shares and loss_shares[p.values[r]] ~= nil end
+  local lines = { ("PerReplica: %d replica%s"):format(n, n == 1 and "" or "s") }
+  if shares then
+    lines[1] = lines[1] .. (", each a share of the global-batch loss (of %d examples); "):format(loss_shares[p.values[1]])
+      .. 'strategy:reduce("sum", v) is that loss'
+  end
+  for r = 1, n do
+    local d, dev = describe(p.values[r])
+    lines[#lines + 1] = ("  replica %d%s: %s"):format(r - 1, dev and (" on " .. dev) or "", d)
+  end
+  return table.concat(lines, "\n")
 end
 distribute.PerReplica = per_replica
 distribute.is_per_replica = is_pr
@@ -473,7 +515,9 @@ function distribute.compute_average_loss(per_example, opts)
   local n = per_example.ndim > 0 and per_example.shape[1] or 1
   if gbs == nil then gbs = n * distribute.get_strategy().num_replicas_in_sync end
   if gbs == 0 then return per_example:sum() end
-  return per_example:sum() * (1 / gbs)
+  local loss = per_example:sum() * (1 / gbs)
+  loss_shares[loss] = gbs
+  return loss
 end
 
 -- nn.scale_regularization_loss(loss): TF's tf.nn.scale_regularization_loss.
