@@ -33,6 +33,7 @@ typedef struct task {
     uint64_t seq;             /* its position in the queue (fences) */
     void (*run)(struct task *t, ld_device *d);
     int kind;                 /* LD_SPAN_* for the trace */
+    int phase, step;          /* the issuer's phase and step when queued (ld_trace_phase) */
     /* the kernel's arguments, copied; aligned for the pointers and int64_t
        they hold (after `kind` they began at offset 28: UBSan) */
     _Alignas(16) unsigned char args[];
@@ -75,10 +76,18 @@ static double now_s(void) {
 }
 double ld_now(void) { return now_s(); }
 
+/* The phase and step of the work this thread does: set by the issuing thread
+   (ld_trace_phase), or, on an executor thread, taken from the task it runs. */
+static _Thread_local int cur_phase, cur_step;
+static _Thread_local double phase_mark;   /* when the issuing thread last switched phase */
+
 static void record_span(executor *e, int kind, double t0, double t1) {
     if (!e->tracing || t1 <= t0) return;
+    if (kind == LD_SPAN_COMPUTE && cur_phase) kind = cur_phase;
+    int step = cur_step;
     /* merge with the previous span of the same kind when contiguous */
-    if (e->n_spans && e->spans[e->n_spans - 1].kind == kind && t0 - e->spans[e->n_spans - 1].end < 20e-6) {
+    if (e->n_spans && e->spans[e->n_spans - 1].kind == kind && e->spans[e->n_spans - 1].step == step &&
+        t0 - e->spans[e->n_spans - 1].end < 20e-6) {
         e->spans[e->n_spans - 1].end = t1;
         return;
     }
@@ -90,7 +99,7 @@ static void record_span(executor *e, int kind, double t0, double t1) {
         e->spans = s;
         e->cap_spans = cap;
     }
-    e->spans[e->n_spans++] = (ld_span){kind, t0, t1};
+    e->spans[e->n_spans++] = (ld_span){kind, step, t0, t1};
 }
 
 /* the host device runs kernels inline: its spans are recorded by whoever
@@ -142,6 +151,8 @@ static void *executor_main(void *arg) {
         e->running = t->seq;
         pthread_mutex_unlock(&e->mu);
         int tracing = e->tracing;   /* read once: tracing may be switched on meanwhile */
+        cur_phase = t->phase;
+        cur_step = t->step;
         double t0 = tracing ? now_s() : 0;
         t->run(t, e->dev);
         double t1 = tracing ? now_s() : 0;
@@ -191,6 +202,8 @@ static task *task_alloc(size_t argsz, void (*run)(task *, ld_device *)) {
     t->next = NULL;
     t->run = run;
     t->kind = LD_SPAN_COMPUTE;
+    t->phase = cur_phase;
+    t->step = cur_step;
     return t;
 }
 /* A kernel's task on d, or NULL with the failure set and kept on d. */
@@ -234,7 +247,7 @@ static task *fn_task_new(ld_device *d, size_t argsz, void (*run)(task *, ld_devi
         uint64_t bit = (uint64_t)1 << i;
         if (__atomic_fetch_or(&reserve_used, bit, __ATOMIC_ACQUIRE) & bit) continue;
         t = (task *)(void *)&reserve[i];
-        *t = (task){.run = run, .kind = LD_SPAN_COMPUTE};
+        *t = (task){.run = run, .kind = LD_SPAN_COMPUTE, .phase = cur_phase, .step = cur_step};
     }
     if (!t) queue_failed(d);
     return t;
@@ -580,6 +593,23 @@ int ld_host_async(int on) {
         __atomic_store_n(&h->impl, NULL, __ATOMIC_RELEASE);
     }
     return LD_OK;
+}
+
+int ld_trace_phase(int kind) {
+    int was = cur_phase;
+    if (kind != LD_SPAN_COMPUTE && (kind < LD_SPAN_INPUT || kind >= LD_SPAN_KINDS)) kind = LD_SPAN_NONE;
+    double now = now_s();
+    ld_device *h = ld_device_cpu();
+    /* cpu:0 inline: this thread ran the phase's kernels itself */
+    if (was && kind != was && h && !ld_device_is_async(h)) ld_executor_record(h, was, phase_mark, now);   /* kept if traced */
+    cur_phase = kind;
+    phase_mark = now;
+    return was;
+}
+int ld_trace_step(int step) {
+    int was = cur_step;
+    cur_step = step > 0 ? step : 0;
+    return was;
 }
 
 void ld_trace_enable(ld_device *d, int on) {

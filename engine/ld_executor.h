@@ -63,9 +63,22 @@ void ld_device_fault(ld_device *d, ld_status st, const char *fmt, ...) __attribu
 void ld_executor_fail_allocs(int n);
 
 /* ---- tracing ---- */
-enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE };
-typedef struct { int kind; double start, end; } ld_span;   /* seconds, CLOCK_MONOTONIC */
+/* A span's kind: what the device was doing. COMPUTE is work of no known
+   phase; INPUT..OPTIMIZER are the phases of a training step, as the issuing
+   thread declared them (ld_trace_phase). */
+enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE,
+       LD_SPAN_INPUT, LD_SPAN_FORWARD, LD_SPAN_BACKWARD, LD_SPAN_OPTIMIZER, LD_SPAN_KINDS };
+typedef struct { int kind, step; double start, end; } ld_span;   /* seconds, CLOCK_MONOTONIC; step 0: none */
 double ld_now(void);
+/* The phase (LD_SPAN_COMPUTE, LD_SPAN_INPUT..OPTIMIZER, or LD_SPAN_NONE: none) and the step
+   number (0: none) of the work this thread issues from now on: kernels it
+   queues are recorded under them when they run (instead of COMPUTE), and
+   spans recorded while they run carry the step. While cpu:0 runs inline and
+   is traced, switching the phase records the time since the last switch on
+   cpu:0 under the phase left (the thread ran that phase's kernels itself).
+   Each returns the previous value. */
+int ld_trace_phase(int kind);
+int ld_trace_step(int step);
 void ld_trace_enable(ld_device *d, int on);
 void ld_executor_record(ld_device *d, int kind, double t0, double t1);
 /* The spans recorded since the last take (malloc'ed; free them). */

@@ -399,7 +399,7 @@ static float *scratch_of(ld_comm *c, int r, int64_t n) {
 enum { BLOCK = 8192 };
 typedef struct {
     int r;
-    double mark, product;   /* end of the last span recorded; seconds in products after the barrier */
+    double mark, product;   /* end of the last span recorded; seconds in products and updates after the barrier */
     float *scratch;         /* the pieces' sums, one after the other (NULL: in the gradients) */
     int64_t at;             /* the next piece's place in it */
 } piece_state;
@@ -432,14 +432,14 @@ static void reduce_push_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
     float s = 1.0f / (float)n;
     int fused = g->pend && g->pend[r * k + i];
     float *sum = own;   /* sum[x] is the sum of element x */
-    if (fused) {   /* the products are compute in the trace, not communication */
+    if (fused) {   /* the products are the backward pass's weight gradients in the trace, not communication */
         ld_device *d = g->comm->devs[r];
         double p0 = ld_now();
         sum = piece_sum(g, ps, i, a, b);
         product_range(g, r, i, a, b, sum + a, 0);
         double p1 = ld_now();
         ld_executor_record(d, LD_SPAN_ALLREDUCE, ps->mark, p0);
-        ld_executor_record(d, LD_SPAN_COMPUTE, p0, p1);
+        ld_executor_record(d, LD_SPAN_BACKWARD, p0, p1);
         ps->mark = p1;
         ps->product += p1 - p0;
     }
@@ -452,8 +452,14 @@ static void reduce_push_piece(group *g, int i, int64_t a, int64_t b, void *ud) {
         }
         if (g->mean) for (int64_t j = x; j < y; j++) sum[j] *= s;
         float **dst = g->buf;
-        if (g->update) {
+        if (g->update) {   /* the optimizer's update of this block: its own span in the trace */
+            double u0 = ld_now();
             g->update(g->ctx, r, i, x, y, sum + x, g->comm->devs[r]);
+            double u1 = ld_now();
+            ld_executor_record(g->comm->devs[r], LD_SPAN_ALLREDUCE, ps->mark, u0);
+            ld_executor_record(g->comm->devs[r], LD_SPAN_OPTIMIZER, u0, u1);
+            ps->mark = u1;
+            ps->product += u1 - u0;   /* not communication either */
             dst = g->out;
         }
         for (int q = 0; q < n; q++)
@@ -535,7 +541,7 @@ static void participate(void *ctx, ld_device *d) {
         st.at = 0;
     }
     double tp = ld_now();
-    ld_executor_record(d, LD_SPAN_COMPUTE, t0, tp);
+    ld_executor_record(d, g->pend ? LD_SPAN_BACKWARD : LD_SPAN_COMPUTE, t0, tp);   /* own terms of the weight gradients */
     barrier(g);                                   /* every replica's inputs are ready */
     double t1 = ld_now();
     ld_executor_record(d, LD_SPAN_WAIT, tp, t1);

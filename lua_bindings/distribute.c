@@ -206,18 +206,23 @@ static int d_trace_enable(lua_State *L) {
     return 0;
 }
 
-/* trace_take(device) -> {{kind, start, end}, ...} (kinds: compute, wait, allreduce) */
+/* span kinds by name, as ld_executor.h numbers them */
+static const char *const span_kinds[] = {"none", "compute", "wait", "allreduce", "input", "forward", "backward",
+                                         "optimizer", NULL};
+
+/* trace_take(device) -> {{kind, start, end, step}, ...} (kinds: span_kinds; step 0: none) */
 static int d_trace_take(lua_State *L) {
     ld_device *d = check_device(L, 1);
     ld_span *s;
     int n = ld_trace_take(d, &s);
-    static const char *const kinds[] = {"none", "compute", "wait", "allreduce"};
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
-        lua_createtable(L, 3, 0);
-        lua_pushstring(L, kinds[s[i].kind & 3]); lua_rawseti(L, -2, 1);
+        lua_createtable(L, 4, 0);
+        int k = s[i].kind >= 0 && s[i].kind < LD_SPAN_KINDS ? s[i].kind : 0;
+        lua_pushstring(L, span_kinds[k]); lua_rawseti(L, -2, 1);
         lua_pushnumber(L, s[i].start); lua_rawseti(L, -2, 2);
         lua_pushnumber(L, s[i].end); lua_rawseti(L, -2, 3);
+        lua_pushinteger(L, s[i].step); lua_rawseti(L, -2, 4);
         lua_rawseti(L, -2, i + 1);
     }
     free(s);
@@ -225,11 +230,29 @@ static int d_trace_take(lua_State *L) {
 }
 
 static int d_trace_record(lua_State *L) {
-    static const char *const kinds[] = {"none", "compute", "wait", "allreduce", NULL};
     ld_device *d = check_device(L, 1);
-    int k = luaL_checkoption(L, 2, NULL, kinds);
+    int k = luaL_checkoption(L, 2, NULL, span_kinds);
     ld_executor_record(d, k, luaL_checknumber(L, 3), luaL_checknumber(L, 4));
     return 0;
+}
+
+/* trace_phase(name | nil) -> the previous phase's name (or nil): the phase of
+   the work this thread issues from now on ("compute", "input", "forward",
+   "backward", "optimizer"; nil: none), see ld_trace_phase */
+static int d_trace_phase(lua_State *L) {
+    int k = lua_isnoneornil(L, 1) ? LD_SPAN_NONE : luaL_checkoption(L, 1, NULL, span_kinds);
+    if (k == LD_SPAN_WAIT || k == LD_SPAN_ALLREDUCE)
+        return luaL_argerror(L, 1, "a phase: compute, input, forward, backward or optimizer");
+    int was = ld_trace_phase(k);
+    if (was) lua_pushstring(L, span_kinds[was]); else lua_pushnil(L);
+    return 1;
+}
+
+/* trace_step(n) -> the previous step number: spans recorded for the work
+   issued from now on carry step n (0: none) */
+static int d_trace_step(lua_State *L) {
+    lua_pushinteger(L, ld_trace_step((int)luaL_optinteger(L, 1, 0)));
+    return 1;
 }
 
 static int d_host_async(lua_State *L) {
@@ -298,7 +321,7 @@ int lb_open_distribute_c(lua_State *L) {
         {"step_begin", d_step_begin}, {"step_end", d_step_end},
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},
-        {"trace_record", d_trace_record}, {"is_async", d_is_async}, {"host_async", d_host_async}, {NULL, NULL}};
+        {"trace_record", d_trace_record}, {"trace_phase", d_trace_phase}, {"trace_step", d_trace_step}, {"is_async", d_is_async}, {"host_async", d_host_async}, {NULL, NULL}};
     luaL_newlib(L, f);
     return 1;
 }

@@ -713,6 +713,7 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
+    int was_phase = ld_trace_phase(LD_SPAN_FORWARD);   /* the trace's phases (ld_executor.h) */
     ld_tensor *pred;
     if (x) pred = ld_model_forward(m, x, 1);
     else {
@@ -735,11 +736,13 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
     ld_tensor **grads = vars + n;
     if (!st) {
         ld_model_variables(m, vars, n);
+        ld_trace_phase(LD_SPAN_BACKWARD);
         ld_defer_weight_grads(defer);
         st = ld_tape_gradient(tape, lv, n, vars, grads);
         ld_defer_weight_grads(0);
     }
     ld_tape_free(tape);
+    ld_trace_phase(was_phase);
     if (st) { ld_tensor_release(lv); ld_tensor_release(pred); luaL_error(L, "%s", ld_error()); return; }
     /* the values without their graphs: callers only read them */
     if (lv->grad_fn) { ld_node_release(lv->grad_fn); lv->grad_fn = NULL; }

@@ -120,6 +120,7 @@ local function nice_ticks(lo, hi, count)
   for v = first, last + step * 0.5, step do ticks[#ticks + 1] = math.abs(v) < step * 1e-9 and 0 or v end
   return ticks, first, last
 end
+ldist._nice_ticks = nice_ticks   -- the timeline's axis too (62_timeline.lua)
 
 local function fmt_num(v)
   if math.type(v) == "integer" or (v == math.floor(v) and math.abs(v) < 1e9) then

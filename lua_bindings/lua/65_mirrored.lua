@@ -128,7 +128,16 @@ function Mirrored:_split_iter(ds)
   if getmetatable(ds) ~= dataset_mt or not ds:_splittable() then return nil end
   for _, d in ipairs(self.devices) do if not d:match("^cpu:") then return nil end end
   local it, devices = ds:iter(), self.devices
-  return function() return it:_next_split(devices) end, it
+  -- the rows are gathered by each replica's executor: "input" in the trace
+  -- (for the step that will take them: the next one)
+  return function()
+    local was, was_step = C.trace_phase("input"), self._tracing and C.trace_step((self._step or 0) + 1)
+    local ok, parts, rows = pcall(it._next_split, it, devices)
+    C.trace_phase(was)
+    if was_step then C.trace_step(was_step) end
+    if not ok then error(parts, 0) end
+    return parts, rows
+  end, it
 end
 
 -- model:fit's batches under the strategy: elements {x, y, ...} whose
@@ -178,6 +187,13 @@ function Mirrored:experimental_distribute_dataset(ds)
 end
 
 ---------------------------------------------------------------- run
+-- a traced step: the work issued from here on carries its number
+local function next_step(self)
+  if not self._tracing then return end
+  self._step = (self._step or 0) + 1
+  C.trace_step(self._step)
+end
+
 local function trace_compute(self, r, t0)
   if self._tracing and not C.is_async(self.devices[r + 1]) then
     C.trace_record(self.devices[r + 1], "compute", t0, ldist.clock())
@@ -264,6 +280,8 @@ function Mirrored:_run(fn, args)
   end
   local cos, done, results, resume = {}, {}, {}, {}
   for r = 0, n - 1 do cos[r] = coroutine.create(fn); resume[r] = args_for(r) end
+  self._last_batch, self._last_path = global_batch, "run"
+  if self._tracing then next_step(self); self._paths.run = true end
   C.host_async(true)     -- cpu:0 queues too: the Lua thread only issues
   C.step_begin(n)
   local ok, err = pcall(function()
@@ -354,6 +372,8 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
   local ws = w ~= nil and (is_pr(w) and w or self:_split(w)) or nil   -- sample weights
   local gb = xs.global_batch
   if not self._in_fit then C.host_async(true) end
+  self._last_batch, self._last, self._last_path = gb, setmetatable({ model = model }, { __mode = "v" }), "fit"
+  if self._tracing then next_step(self); self._paths.fit = true end
   local lvs, grads, preds = {}, {}, {}
   local ok, err = pcall(function()
     C.step_begin(n)
@@ -372,8 +392,11 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     local vars = model.trainable_variables
     -- the update sharded over the replicas: each sums and updates 1/n of
     -- the variables, then the updated slices are gathered (ZeRO stage 1)
+    C.trace_phase("optimizer")   -- in the sharded update, the collective records its parts itself
     if self._shard_update ~= false and self._comm:apply_sharded(opt, grads, vars) then return end
+    C.trace_phase(nil)
     self._comm:all_reduce(grads, false)
+    C.trace_phase("optimizer")
     for r = n - 1, 0, -1 do
       C.set_replica(r, n, gb, self.devices[r + 1], row_offset(xs, gb, n, r))
       local t0 = ldist.clock()
@@ -382,6 +405,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
       trace_compute(self, r, t0)
     end
   end)
+  C.trace_phase(nil)
   C.set_replica(nil)
   C.step_end()
   -- The gradients are queued into the update already: drop them now rather
@@ -408,16 +432,28 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
 end
 
 ---------------------------------------------------------------- watching it: traces
+-- Every replica's device records spans (engine/ld_executor.c): the kernels
+-- it ran, under the phase the issuing thread declared when it queued them
+-- (C.trace_phase: input, forward, backward, optimizer; "compute" where no
+-- phase was declared), its waits and its all-reduce, each with the step
+-- number (C.trace_step) of the work that queued it.
+
 function Mirrored:trace(on)
   self._tracing = on and true or false
   C.trace_enable(self.devices, self._tracing)
   -- a new trace starts the counters afresh; stopping keeps them for
   -- trace_summary() and timeline() of the trace just taken
-  if self._tracing then self._comm:stats(true); self._trace_t0 = ldist.clock(); self._spans = {} end
+  if self._tracing then
+    self._comm:stats(true); self._trace_t0 = ldist.clock(); self._spans = {}; self._step = 0
+    self._paths = {}
+  else
+    self:trace_spans()
+    C.trace_step(0)
+  end
   return self
 end
 
--- Collect the spans recorded so far: {[r+1] = {{kind, start, end}, ...}}
+-- Collect the spans recorded so far: {[r+1] = {{kind, start, end, step}, ...}}
 function Mirrored:trace_spans()
   self._spans = self._spans or {}
   for r, d in ipairs(self.devices) do
@@ -427,16 +463,23 @@ function Mirrored:trace_spans()
   return self._spans
 end
 
--- strategy:trace_summary() -> {compute=, wait=, allreduce=, bytes=, bus_bandwidth=, per_replica={...}}
--- bus bandwidth as nccl-tests defines it: 2(n-1)/n x bytes / time.
+local COMPUTE_KINDS = { input = true, forward = true, backward = true, optimizer = true, compute = true }
+
+-- strategy:trace_summary() -> {compute=, wait=, allreduce=, bytes=, calls=, bus_bandwidth=, per_replica={...}}
+-- (seconds, bytes; the slowest replica's time of each kind), printed as a
+-- table. Bus bandwidth as nccl-tests defines it: 2(n-1)/n x bytes / time.
 function Mirrored:trace_summary()
   local spans = self:trace_spans()
   local n = self.num_replicas_in_sync
   local per, tot = {}, { compute = 0, wait = 0, allreduce = 0 }
+  local lo, hi = math.huge, -math.huge
   for r = 1, n do
     local s = { compute = 0, wait = 0, allreduce = 0 }
     for _, sp in ipairs(spans[r] or {}) do
-      s[sp[1]] = (s[sp[1]] or 0) + (sp[3] - sp[2])
+      local d = sp[3] - sp[2]
+      s[sp[1]] = (s[sp[1]] or 0) + d
+      if COMPUTE_KINDS[sp[1]] and sp[1] ~= "compute" then s.compute = s.compute + d end
+      lo, hi = math.min(lo, sp[2]), math.max(hi, sp[3])
     end
     per[r] = s
     for k in pairs(tot) do tot[k] = math.max(tot[k], s[k]) end
@@ -444,7 +487,16 @@ function Mirrored:trace_summary()
   local st = self._comm:stats(false)
   tot.bytes, tot.calls, tot.per_replica = st.bytes, st.calls, per
   tot.bus_bandwidth = st.seconds > 0 and (2 * (n - 1) / n) * st.bytes / st.seconds or 0
-  return tot
+  tot.steps = self._step or 0
+  local rows = {}
+  for r = 1, n do
+    rows[r] = { who = ("replica %d (%s)"):format(r - 1, self.devices[r]), compute = per[r].compute, wait = per[r].wait,
+      comm = per[r].allreduce, bytes = st.bytes, bus_bandwidth = tot.bus_bandwidth }
+  end
+  return distribute._trace_summary(tot, rows, { title = ("MirroredStrategy (%d replicas), %d steps"):format(n, tot.steps),
+    over = hi > lo and hi - lo or nil, comm_name = "all-reduce",
+    notes = { "compute: input, forward, backward and the optimizer's update; bytes: reduced per replica;",
+      "bus bandwidth = 2(n-1)/n x bytes / all-reduce time (as nccl-tests)" } })
 end
 
 -- Chrome trace (chrome://tracing, Perfetto): one row per replica.
@@ -459,8 +511,8 @@ function Mirrored:write_trace(path)
       :format(r - 1, r - 1, self.devices[r]))
     first = false
     for _, s in ipairs(list) do
-      f:write((',{"name":"%s","ph":"X","pid":0,"tid":%d,"ts":%.1f,"dur":%.1f}'):format(s[1], r - 1,
-        (s[2] - t0) * 1e6, (s[3] - s[2]) * 1e6))
+      f:write((',{"name":"%s","ph":"X","pid":0,"tid":%d,"ts":%.1f,"dur":%.1f,"args":{"step":%d}}'):format(s[1], r - 1,
+        (s[2] - t0) * 1e6, (s[3] - s[2]) * 1e6, s[4] or 0))
     end
   end
   f:write("]}\n")
@@ -468,61 +520,110 @@ function Mirrored:write_trace(path)
   return path
 end
 
--- A timeline picture (SVG): one row per replica, compute / wait / all-reduce.
-local Timeline = { __name = "ldist.Timeline" }
-Timeline.__index = Timeline
-function Timeline:svg() return self._svg end
-function Timeline.__mimebundle(self) return { ["image/svg+xml"] = self._svg, ["text/plain"] = self._text } end
-function Timeline.__tostring(self) return self._text end
-
+-- strategy:timeline{steps = {a, b}, save = "t.svg", width = 960} -> a Timeline (62_timeline.lua)
 function Mirrored:timeline(opts)
   opts = opts or {}
   local spans = self:trace_spans()
-  local lo, hi = math.huge, -math.huge
-  for _, list in ipairs(spans) do
-    for _, s in ipairs(list) do lo = math.min(lo, s[2]); hi = math.max(hi, s[3]) end
-  end
-  local empty = lo == math.huge
-  if empty then lo, hi = 0, 0 end
-  local W, row, left = opts.width or 900, 28, 140
-  local H = row * #self.devices + 50
-  local colors = { compute = "#4c78a8", wait = "#e0e0e0", allreduce = "#f58518" }
-  local out = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">')
-    :format(W, H) }
-  local scale = (W - left - 10) / math.max(hi - lo, 1e-9)
+  -- the bytes each step's all-reduce carried (the collective counts them per trace, not per span)
+  local st = self._comm:stats(false)
+  local per_step = (self._step or 0) > 0 and st.calls > 0 and st.bytes / self._step or nil
+  local rows = {}
   for r, list in ipairs(spans) do
-    local y = 10 + (r - 1) * row
-    out[#out + 1] = ('<text x="4" y="%d">replica %d (%s)</text>'):format(y + 17, r - 1, self.devices[r])
-    for _, s in ipairs(list) do
-      local x, w = left + (s[2] - lo) * scale, math.max((s[3] - s[2]) * scale, 0.5)
-      out[#out + 1] = ('<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s %.3f ms</title></rect>')
-        :format(x, y, w, row - 6, colors[s[1]] or "#999", s[1], (s[3] - s[2]) * 1e3)
+    local out = {}
+    for i, s in ipairs(list) do
+      out[i] = { kind = s[1], t0 = s[2], t1 = s[3], step = (s[4] or 0) > 0 and s[4] or nil }
+      if s[1] == "allreduce" and per_step and out[i].step then
+        out[i].note = ("the step's all-reduce carries %s per replica (in %d-replica slices)"):format(
+          distribute._fmt_bytes(per_step), #self.devices)
+      end
     end
+    rows[r] = { who = ("replica %d"):format(r - 1), label = ("replica %d (%s)"):format(r - 1, self.devices[r]), spans = out }
   end
-  local ly = H - 18
-  local lx = left
-  for _, k in ipairs({ "compute", "wait", "allreduce" }) do
-    out[#out + 1] = ('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>')
-      :format(lx, ly, colors[k], lx + 16, ly + 11, k)
-    lx = lx + 110
+  local notes = {}
+  local paths = self._paths or {}
+  if paths.run then
+    notes[#notes + 1] = "in strategy:run your function's forward, backward and update are one \"compute\" phase; model:fit separates them"
   end
-  out[#out + 1] = ('<text x="%d" y="%d">%.1f ms</text>'):format(W - 80, ly + 11, (hi - lo) * 1e3)
-  out[#out + 1] = "</svg>"
-  local sum = self:trace_summary()
-  local text = ("timeline of %d replicas over %.1f ms: compute %.1f ms, wait %.1f ms, all-reduce %.1f ms, " ..
-    "%.1f MB reduced, bus bandwidth %.2f GB/s"):format(#self.devices, (hi - lo) * 1e3, sum.compute * 1e3,
-    sum.wait * 1e3, sum.allreduce * 1e3, sum.bytes / 1e6, sum.bus_bandwidth / 1e9)
-  if empty then text = ("timeline of %d replicas: nothing recorded yet (strategy:trace(true), then run steps)"):format(#self.devices) end
-  local tl = setmetatable({ _svg = table.concat(out, "\n"), _text = text }, Timeline)
-  if opts.save then
-    local f, err = io.open(opts.save, "w")
-    if not f then error("timeline: cannot save the picture: " .. err, 2) end
-    f:write(tl._svg); f:close()
+  if paths.fit then
+    notes[#notes + 1] = "all-reduce: each replica sums its slice and copies it to the others; the dense layers' weight " ..
+      "gradients are computed inside it (backward)" .. (self._shard_update ~= false and ", then its slice is updated (optimizer)" or "")
   end
-  return tl
+  return distribute._timeline({ title = ("MirroredStrategy: %d replicas"):format(#self.devices),
+    subtitle = ("devices %s, all-reduce over shared memory"):format(table.concat(self.devices, ", ")),
+    rows = rows, waits_for = true, notes = notes,
+    empty_text = ("timeline of %d replicas: nothing recorded yet (strategy:trace(true), then run steps)"):format(#self.devices) },
+    opts)
 end
 
-docs["Strategy:trace"] = "strategy:trace(true|false)\n\nRecord, per replica, compute, wait and all-reduce spans.\n" ..
-  "Then: strategy:trace_summary(), strategy:write_trace(\"trace.json\") (Chrome trace),\n" ..
-  "strategy:timeline{save=\"t.svg\"} (a picture; shown inline in the notebook)."
+-- strategy:explain() -> what one step does here, with this run's numbers
+local function model_numbers(model)
+  if not model or not model.built then return nil end
+  local vars, count = model.trainable_variables, 0
+  for _, v in ipairs(vars) do count = count + v:numel() end
+  return #vars, count
+end
+distribute._model_numbers = model_numbers
+
+function Mirrored:explain()
+  local n, devs = self.num_replicas_in_sync, table.concat(self.devices, ", ")
+  local gb = self._last_batch
+  local out = { ("MirroredStrategy: synchronous data parallelism, %d replica%s on %s (one process)."):format(n,
+    n == 1 and "" or "s", devs) }
+  if gb then
+    local parts = {}
+    for r = 0, n - 1 do
+      local lo, hi = distribute._share(gb, n, r)
+      parts[#parts + 1] = ("replica %d rows %d-%d (%d)"):format(r, lo, hi - 1, hi - lo)
+    end
+    out[#out + 1] = ("1. Input: the global batch of %d examples is split by rows: %s."):format(gb, table.concat(parts, ", "))
+  else
+    out[#out + 1] = "1. Input: each global batch is split by rows, about 1/" .. n .. " per replica (no step has run yet)."
+  end
+  out[#out + 1] = "2. Each replica, on its device and in parallel: forward on its rows, the loss (its rows' sum over the " ..
+    "global batch size, so the replicas' losses add up to the batch mean), backward."
+  local nv, count = model_numbers(self._last and self._last.model)
+  if nv then
+    local bytes = count * 4
+    out[#out + 1] = ("3. All-reduce: the %d gradients of the model's trainable variables (%d numbers, %s per replica) are " ..
+      "summed over the %d replicas through shared memory: each replica sums 1/%d of them and copies its slice to the " ..
+      "others; each moves 2(n-1)/n x %s = %s."):format(nv, count, distribute._fmt_bytes(bytes), n, n,
+      distribute._fmt_bytes(bytes), distribute._fmt_bytes(2 * (n - 1) / n * bytes))
+  else
+    local st = self._comm:stats(false)
+    out[#out + 1] = "3. All-reduce: every gradient is summed over the replicas through shared memory" .. (st.calls > 0 and
+      (" (measured: %s per replica per call, %d calls)"):format(distribute._fmt_bytes(st.bytes / st.calls), st.calls) or
+      " (4 bytes per trainable number; fit a model under this strategy to see its size)") .. "."
+  end
+  local cpu = true
+  for _, d in ipairs(self.devices) do if not d:match("^cpu") then cpu = false end end
+  if self._shard_update ~= false and cpu and n > 1 and self._last_path ~= "run" then
+    out[#out + 1] = ("4. Update: sharded - each replica applies the optimizer to its 1/%d of the summed gradients and " ..
+      "copies the updated weights to the others, so every replica holds the same weights."):format(n)
+  else
+    out[#out + 1] = "4. Update: every replica applies the same optimizer step to the summed gradients, so the weights stay identical" ..
+      (self._last_path == "run" and " (optimizer:apply_gradients in your step function)." or ".")
+  end
+  if self._tracing or (self._spans and #self._spans > 0) then
+    out[#out + 1] = "Traced: strategy:trace_summary() and strategy:timeline() show the times."
+  end
+  return table.concat(out, "\n")
+end
+
+docs["Strategy:trace"] = "strategy:trace(true|false)\n\n" ..
+  "Record, per replica (per worker, per ps task), what it does in each step: input, forward,\n" ..
+  "backward, all-reduce (push/pull), optimizer, waits. Then: strategy:trace_summary() (a table\n" ..
+  "with units; the numbers as fields), strategy:timeline{steps={a,b}, save=\"t.svg\"} (a picture with\n" ..
+  "a time axis, steps and a legend; inline in a notebook), strategy:write_trace(\"trace.json\")\n" ..
+  "(Chrome trace; Mirrored). distribute.compare_timelines{t1, t2} draws two on one scale."
 docs[Mirrored.trace] = docs["Strategy:trace"]
+ldist.document(Mirrored.timeline, { "Strategy:timeline", "MirroredStrategy:timeline" },
+  "strategy:timeline{steps = {a, b}, save = \"t.svg\", width = 960} -> Timeline\n\n" ..
+  "The trace (strategy:trace(true)) as a picture: one row per replica, a time axis, step numbers,\n" ..
+  "the phases in colours with a legend, waits explained; hover a span for its details.")
+ldist.document(Mirrored.trace_summary, { "Strategy:trace_summary", "MirroredStrategy:trace_summary" },
+  "strategy:trace_summary() -> summary: prints a table per replica (compute, wait, all-reduce, bytes,\n" ..
+  "bus bandwidth); fields compute, wait, allreduce (seconds), bytes, calls, bus_bandwidth (bytes/s),\n" ..
+  "per_replica[r].{compute, wait, allreduce, forward, backward, optimizer, input}.")
+ldist.document(Mirrored.explain, { "Strategy:explain", "MirroredStrategy:explain" },
+  "strategy:explain() -> text: one step of this strategy narrated with this run's numbers (batch split,\n" ..
+  "what each replica computes, what is reduced and how many bytes, how the update is applied).")

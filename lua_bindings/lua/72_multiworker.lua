@@ -334,7 +334,9 @@ function MW:_collective(q)
   if q.kind == "all_reduce" then
     if q.vars then self:_sync(q.vars) end
     local vals = dedupe(q.values)
+    local t0 = self._tracing and ldist.clock()
     self:_all_reduce(vals, q.op == "mean")
+    if t0 then self:_trace_allreduce(t0, vals) end
     return vals
   elseif q.kind == "all_gather" then
     local out = {}
@@ -372,13 +374,17 @@ function MW:_run(fn, args)
   gb = math.tointeger(gb) or 0
   if self._size > 1 then self:_sync_models() end
   local co = coroutine.create(fn)
+  self._last_batch = gb
+  if self._tracing then self:_trace_step(); self._paths.run = true end
   local ok, res = pcall(function()
     local input = table.pack(table.unpack(a, 1, args.n))
     D.step_begin(1)
     while true do
       D.set_replica(0, self._size, gb, dev, offset or 0)
       if self._size > 1 then self._c:set_step_reducer(true) end
+      local was = D.trace_phase("compute")   -- the replica function's phases are not told apart
       local r = table.pack(coroutine.resume(co, table.unpack(input, 1, input.n)))
+      D.trace_phase(was)
       if self._size > 1 then self._c:set_step_reducer(false) end
       D.set_replica(nil)
       if not r[1] then error(("worker %d: %s"):format(self._rank, tostring(r[2])), 0) end
@@ -453,6 +459,8 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
     xl, yl, gb = x:slice(0, lo, hi), y:slice(0, lo, hi), rows
     wl = w ~= nil and w:slice(0, lo, hi) or nil
   end
+  self._last_batch, self._last = gb, setmetatable({ model = model }, { __mode = "v" })
+  if self._tracing then self:_trace_step(); self._paths.fit = true end
   D.step_begin(1)
   D.set_replica(0, n, gb, self.devices[1], lo or (loc and loc.offset) or 0)
   if n > 1 then self._c:set_step_reducer(true) end   -- synchronized BatchNorm's statistics
@@ -462,7 +470,9 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   D.step_end()
   if not ok then error(lv, 0) end
   if n == 1 then
+    local was = D.trace_phase("optimizer")
     optim._apply_gradients(opt, grads, model.trainable_variables)
+    D.trace_phase(was)
     return lv:item(), pred
   end
   if want_pred == false then rows = nil end      -- no metrics: no predictions to gather
@@ -479,9 +489,13 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   end
   local lvc = lv:cpu():contiguous()
   list[#list + 1] = lvc
+  local t0 = self._tracing and ldist.clock()
   self:_all_reduce(list, false)
+  if t0 then self:_trace_allreduce(t0, list) end
   for i = 1, #grads do grads[i] = list[i] end
+  local was = D.trace_phase("optimizer")
   optim._apply_gradients(opt, grads, model.trainable_variables)
+  D.trace_phase(was)
   if want_pred == false then return lvc:item(), nil end
   return lvc:item(), full or pred
 end
@@ -500,6 +514,194 @@ function MW:_sync_models()
 end
 
 
+---------------------------------------------------------------- watching it: traces
+-- Each worker records its own spans: forward, backward and the optimizer's
+-- update (the engine records them on cpu:0, which runs them inline on this
+-- thread, as the phases switch: C.trace_phase), and the all-reduce, timed
+-- here with the bytes it carried. trace(false) gathers every worker's
+-- spans (a collective: every worker calls it, as it calls fit) on a common
+-- clock: processes of one machine (the same boot id) share CLOCK_MONOTONIC;
+-- between machines each clock is shifted by its reading right after a
+-- barrier, against rank 0's (the error is about the barrier's latency).
+-- A worker's all-reduce cannot finish before the last worker enters it: the
+-- time from its own entry to the last entry is drawn as its wait.
+local boot_id = distribute._boot_id
+
+function MW:_trace_step()
+  self._step = (self._step or 0) + 1
+  D.trace_step(self._step)
+end
+
+function MW:_trace_allreduce(t0, list)
+  local bytes = 0
+  for _, t in ipairs(list) do bytes = bytes + 4 * t:numel() end   -- float32
+  local sp = self._ar
+  sp[#sp + 1] = { "allreduce", t0, ldist.clock(), self._step or 0, bytes = bytes }
+end
+
+function MW:trace(on)
+  on = on and true or false
+  if on then
+    self._tracing, self._step, self._ar, self._paths, self._gathered = true, 0, {}, {}, nil
+    D.trace_enable(self.devices, true)
+    D.trace_take(self.devices[1])   -- drop what an earlier trace left
+  elseif self._tracing then
+    self._gathered = self:_trace_gather()
+    self._tracing = false
+    D.trace_enable(self.devices, false)
+    D.trace_step(0)
+  end
+  return self
+end
+
+-- every worker's spans, on rank 0's clock: {workers = {{rank=, device=, spans=}, ...}, notes = {...}, ...}
+function MW:_trace_gather()
+  local mine = {}
+  for _, s in ipairs(D.trace_take(self.devices[1])) do mine[#mine + 1] = s end
+  for _, s in ipairs(self._ar or {}) do mine[#mine + 1] = s end
+  local rec = { rank = self._rank, device = self.devices[1], boot = boot_id(), pid = C.getpid(), host = C.hostname(),
+    spans = mine, paths = self._paths, batch = self._last_batch }
+  local got = {}
+  if self._size == 1 then got[1] = rec
+  else
+    self._c:barrier()
+    rec.sync = ldist.clock()
+    local packed = C.pack(rec)
+    for q = 0, self._size - 1 do got[q + 1] = C.unpack(self._c:broadcast_string(q == self._rank and packed or nil, q)) end
+  end
+  return distribute._mw_align(got, self._size)
+end
+
+-- shift clocks, split each all-reduce into its wait and its transfer
+function distribute._mw_align(got, size)
+  local same = true
+  for _, g in ipairs(got) do if g.boot ~= got[1].boot then same = false end end
+  local notes = {}
+  if not same then
+    for _, g in ipairs(got) do
+      local off = (g.sync or 0) - (got[1].sync or 0)
+      for _, s in ipairs(g.spans) do s[2], s[3] = s[2] - off, s[3] - off end
+    end
+    notes[#notes + 1] = "the workers' clocks (several machines) are aligned at a barrier: times across rows are good to about its latency"
+  else
+    notes[#notes + 1] = "one machine: every worker's times are read from the same monotonic clock"
+  end
+  -- the last entry into each step's all-reduce
+  local last = {}
+  for _, g in ipairs(got) do
+    for _, s in ipairs(g.spans) do
+      if s[1] == "allreduce" then
+        last[s[4] or 0] = math.max(last[s[4] or 0] or -math.huge, s[2])
+      end
+    end
+  end
+  for _, g in ipairs(got) do
+    local out = {}
+    for _, s in ipairs(g.spans) do
+      local l = s[1] == "allreduce" and last[s[4] or 0]
+      if l and size > 1 and l > s[2] and l < s[3] then
+        out[#out + 1] = { "wait", s[2], l, s[4] }
+        out[#out + 1] = { "allreduce", l, s[3], s[4], bytes = s.bytes }
+      else out[#out + 1] = s end
+    end
+    g.spans = out
+  end
+  return { workers = got, notes = notes }
+end
+
+local function gathered(self)
+  if self._tracing then return self:_trace_gather() end
+  if not self._gathered then error("nothing traced yet: strategy:trace(true), train, strategy:trace(false)", 3) end
+  return self._gathered
+end
+
+-- the timeline of gathered spans (here, or brought back from a LocalCluster)
+function distribute._mw_timeline(g, opts, title)
+  local rows = {}
+  for i, w in ipairs(g.workers) do
+    local list = {}
+    for _, s in ipairs(w.spans) do
+      list[#list + 1] = { kind = s[1], t0 = s[2], t1 = s[3], step = (s[4] or 0) > 0 and s[4] or nil, bytes = s.bytes }
+    end
+    rows[i] = { who = ("worker %d"):format(w.rank), label = ("worker %d (pid %d, %s)"):format(w.rank, w.pid or 0, w.device or "cpu:0"),
+      spans = list }
+  end
+  local notes = { table.unpack(g.notes or {}) }
+  local p = g.workers[1] and g.workers[1].paths or {}
+  if p.run then notes[#notes + 1] = "in strategy:run your function's forward, backward and update are one \"compute\" phase" end
+  notes[#notes + 1] = "input: each worker reads its share of the batch in model:fit's loop, not drawn (not separated)"
+  return distribute._timeline({ title = title or ("MultiWorkerMirroredStrategy: %d workers"):format(#rows),
+    subtitle = ("one process per worker, ring all-reduce; %s"):format(g.workers[1] and ("host " .. tostring(g.workers[1].host)) or ""),
+    rows = rows, waits_for = true, notes = notes,
+    empty_text = "nothing recorded yet (strategy:trace(true), then train)" }, opts)
+end
+
+function distribute._mw_summary(g, title)
+  local rows, tot, per = {}, { compute = 0, wait = 0, allreduce = 0, bytes = 0, calls = 0 }, {}
+  local lo, hi = math.huge, -math.huge
+  for i, w in ipairs(g.workers) do
+    local s = { compute = 0, wait = 0, allreduce = 0, bytes = 0, calls = 0 }
+    for _, sp in ipairs(w.spans) do
+      local d = sp[3] - sp[2]
+      s[sp[1]] = (s[sp[1]] or 0) + d
+      if sp[1] ~= "wait" and sp[1] ~= "allreduce" and sp[1] ~= "compute" then s.compute = s.compute + d end
+      if sp[1] == "allreduce" then s.bytes, s.calls = s.bytes + (sp.bytes or 0), s.calls + 1 end
+      lo, hi = math.min(lo, sp[2]), math.max(hi, sp[3])
+    end
+    per[i] = s
+    for k in pairs(tot) do tot[k] = math.max(tot[k], s[k]) end
+    local n = #g.workers
+    s.bus_bandwidth = s.allreduce > 0 and 2 * (n - 1) / n * s.bytes / s.allreduce or 0
+    rows[i] = { who = ("worker %d"):format(w.rank), compute = s.compute, wait = s.wait, comm = s.allreduce, bytes = s.bytes,
+      bus_bandwidth = s.bus_bandwidth }
+  end
+  local n = #g.workers
+  tot.bus_bandwidth = tot.allreduce > 0 and 2 * (n - 1) / n * tot.bytes / tot.allreduce or 0
+  tot.per_replica = per
+  return distribute._trace_summary(tot, rows, { title = title or ("MultiWorkerMirroredStrategy (%d workers)"):format(n),
+    over = hi > lo and hi - lo or nil, comm_name = "all-reduce",
+    notes = { "compute: forward, backward, update; wait: in the all-reduce until the last worker enters it;",
+      "bytes: all-reduced per worker; bus bandwidth = 2(n-1)/n x bytes / all-reduce time" } })
+end
+
+-- mw:timeline{steps=, save=} / mw:trace_summary(): after trace(false) on every
+-- worker (which gathers the spans to each), or while tracing (a collective then)
+function MW:timeline(opts) return distribute._mw_timeline(gathered(self), opts) end
+function MW:trace_summary() return distribute._mw_summary(gathered(self)) end
+
+-- one step of MultiWorkerMirrored, with this run's numbers
+function distribute._mw_explain(n, gb, model, where)
+  local out = { ("MultiWorkerMirroredStrategy: synchronous data parallelism over %d worker processes (%s), one replica each.")
+    :format(n, where) }
+  if gb and gb > 0 then
+    local parts = {}
+    for r = 0, n - 1 do
+      local lo, hi = share(gb, n, r)
+      parts[#parts + 1] = ("worker %d rows %d-%d (%d)"):format(r, lo, hi - 1, hi - lo)
+    end
+    out[#out + 1] = ("1. Input: the global batch of %d examples is split by rows: %s."):format(gb, table.concat(parts, ", "))
+  else
+    out[#out + 1] = ("1. Input: each worker takes its 1/%d of every global batch (no step has run yet)."):format(n)
+  end
+  out[#out + 1] = "2. Each worker: forward on its rows, the loss (its rows' sum over the global batch size), backward."
+  local nv, count = distribute._model_numbers(model)
+  if nv then
+    local b = count * 4
+    out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d-1 steps " ..
+      "of reduce-scatter and %d-1 of all-gather, each worker sending 2(n-1)/n x %s = %s (shared memory between processes " ..
+      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n, n, distribute._fmt_bytes(b),
+      distribute._fmt_bytes(2 * (n - 1) / n * b))
+  else
+    out[#out + 1] = "3. A ring all-reduce sums the gradients over the workers (4 bytes per trainable number; fit a model to see its size)."
+  end
+  out[#out + 1] = "4. Update: every worker applies the same optimizer step to the same summed gradients, so the weights stay identical."
+  return table.concat(out, "\n")
+end
+function MW:explain()
+  return distribute._mw_explain(self._size, self._last_batch, self._last and self._last.model,
+    ("this is worker %d"):format(self._rank))
+end
+
 local doc = ldist.document
 doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrategy",
   "distribute.MultiWorkerMirroredStrategy{cluster=, timeout=30, communication=\"auto\"|\"ring\"|\"nccl\",\n" ..
@@ -517,3 +719,18 @@ doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrat
 doc(distribute.FileDataset, "distribute.FileDataset",
   "distribute.FileDataset(files, function(files) return dataset end)\n\n" ..
   "A dataset read from files, which auto_shard_policy FILE splits by file across workers.")
+doc(MW.trace, "MultiWorkerMirroredStrategy:trace",
+  "strategy:trace(true|false)   (every worker calls it, as it calls fit)\n\n" ..
+  "Each worker records its forward, backward, all-reduce (with the wait for the last worker to\n" ..
+  "enter it) and optimizer spans; trace(false) gathers every worker's spans on one clock. Then\n" ..
+  "strategy:timeline{steps=, save=} (one row per worker), strategy:trace_summary(),\n" ..
+  "strategy:explain(). On a LocalCluster, trace(true) in the notebook traces the next fits and\n" ..
+  "the timeline comes back to the notebook.")
+doc(MW.timeline, "MultiWorkerMirroredStrategy:timeline",
+  "strategy:timeline{steps = {a, b}, save = \"t.svg\"} -> Timeline: one row per worker process, on one clock,\n" ..
+  "after strategy:trace(false) (which gathers the spans to every worker; save it on the chief).")
+doc(MW.trace_summary, "MultiWorkerMirroredStrategy:trace_summary",
+  "strategy:trace_summary() -> a table per worker (compute, wait, all-reduce, bytes, bus bandwidth), printed\n" ..
+  "with units; the numbers as fields (compute, wait, allreduce, bytes, bus_bandwidth, per_replica[r]).")
+doc(MW.explain, "MultiWorkerMirroredStrategy:explain",
+  "strategy:explain() -> text: one step of this strategy narrated with this run's numbers.")

@@ -244,6 +244,7 @@ function Remote:_fit(model, x, y, opts)
       class_weight = opts.class_weight },
     callbacks = remote_cbs,
     rng = tensor.get_rng_state(),   -- the workers draw what this session would (dropout)
+    trace = self._tracing or nil,   -- strategy:trace(true) here: the workers trace the fit, worker 0 sends it back
   }
   local verbose = opts.verbose == nil and 1 or opts.verbose
   local bar
@@ -274,7 +275,47 @@ function Remote:_fit(model, x, y, opts)
   if r0.rng then tensor.set_rng_state(r0.rng) end
   for _, cb in ipairs(local_cbs) do if cb.on_train_end then cb:on_train_end(model) end end
   model.history = r0.history
+  self._last_batch, self._last = r0.batch, setmetatable({ model = model }, { __mode = "v" })
+  if r0.trace then   -- the spans of this fit, after those of earlier fits of the same trace
+    local g = self._gathered
+    if not g then self._gathered = r0.trace
+    else
+      for i, w in ipairs(r0.trace.workers) do
+        for _, sp in ipairs(w.spans) do
+          if (sp[4] or 0) > 0 then sp[4] = sp[4] + (g.steps or 0) end
+          table.insert(g.workers[i].spans, sp)
+        end
+      end
+    end
+    self._gathered.steps = (g and g.steps or 0) + (r0.trace.steps or 0)
+  end
   return r0.history
+end
+
+-- Traces on a LocalCluster: strategy:trace(true) here makes every worker
+-- trace the fits that follow (MultiWorkerMirroredStrategy:trace, 72_multiworker.lua);
+-- worker 0 gathers the workers' spans on one clock and sends them back with
+-- the history, so timeline() and trace_summary() draw them here.
+function Remote:trace(on)
+  self._tracing = on and true or false
+  if self._tracing then self._gathered = nil end
+  return self
+end
+function Remote:timeline(opts)
+  if not self._gathered then
+    return distribute._timeline({ title = ("MultiWorkerMirroredStrategy: %d workers"):format(self.num_replicas_in_sync),
+      rows = {}, empty_text = "nothing recorded yet (strategy:trace(true), then model:fit)" }, opts)
+  end
+  return distribute._mw_timeline(self._gathered, opts,
+    ("MultiWorkerMirroredStrategy on a LocalCluster: %d workers"):format(self.num_replicas_in_sync))
+end
+function Remote:trace_summary()
+  if not self._gathered then error("nothing traced yet: strategy:trace(true), then model:fit", 2) end
+  return distribute._mw_summary(self._gathered)
+end
+function Remote:explain()
+  return distribute._mw_explain(self.num_replicas_in_sync, self._last_batch, self._last and self._last.model,
+    "worker processes of a LocalCluster, driven from this session")
 end
 
 ---------------------------------------------------------------- a worker of a LocalCluster
@@ -316,16 +357,23 @@ local function worker_fit(state, spec, ctl, id)
     local card = ds.cardinality and ds:cardinality() or -2
     cbs[#cbs + 1] = progress_callback(ctl, id, spec.fit.steps_per_epoch or (card >= 0 and card or nil))
   end
+  if spec.trace then s:trace(true) end
   local history = model:fit(ds, { epochs = spec.fit.epochs, initial_epoch = spec.fit.initial_epoch,
     steps_per_epoch = spec.fit.steps_per_epoch, verbose = 0, callbacks = cbs, class_weight = spec.fit.class_weight,
     validation_data = spec.validation and build_dataset(spec.validation, cache) or nil })
+  local trace
+  if spec.trace then
+    s:trace(false)   -- every worker: it gathers the spans
+    trace = s._gathered
+    trace.steps = s._step
+  end
   if s._rank ~= 0 then return { rank = s._rank } end
   local w = {}
   for i, v in ipairs(model.weights) do w[i] = v:cpu() end
   -- the rate a callback (LearningRateScheduler, ReduceLROnPlateau) left, when it is a number
   local lr = type(opt.learning_rate) == "number" and opt.learning_rate or nil
   return { history = history, weights = w, optimizer_state = ldist.optim._state(opt, model.trainable_variables),
-    rng = tensor.get_rng_state(), learning_rate = lr }
+    rng = tensor.get_rng_state(), learning_rate = lr, trace = trace, batch = s._last_batch }
 end
 
 local function run_job(state, job, ctl)
@@ -398,3 +446,12 @@ doc(distribute.LocalCluster, "distribute.LocalCluster",
   "model, its weights, optimizer and the dataset's recipe travel to the workers; the history and\n" ..
   "the trained weights come back. lc:run(code) runs Lua code on every worker. lc:shutdown()\n" ..
   "(or the end of the session) stops them.")
+doc(Remote.trace, "MultiWorkerMirroredStrategy(LocalCluster):trace",
+  "strategy:trace(true|false) on a LocalCluster: the workers trace the fits that follow; worker 0 sends\n" ..
+  "every worker's spans back, so strategy:timeline{steps=, save=} and strategy:trace_summary() work here.")
+doc(Remote.timeline, "MultiWorkerMirroredStrategy(LocalCluster):timeline",
+  "strategy:timeline{steps = {a, b}, save = \"t.svg\"} -> Timeline of the traced fits, one row per worker.")
+doc(Remote.trace_summary, "MultiWorkerMirroredStrategy(LocalCluster):trace_summary",
+  "strategy:trace_summary() -> a table per worker (compute, wait, all-reduce, bytes, bus bandwidth).")
+doc(Remote.explain, "MultiWorkerMirroredStrategy(LocalCluster):explain",
+  "strategy:explain() -> text: one step of this strategy narrated with the last fit's numbers.")

@@ -31,8 +31,23 @@ if not C or not distribute or not distribute.LocalCluster then return end
 
 local net = distribute._net
 local env, ship_fn, share = net.env, net.ship_fn, distribute._share
+local D = ldist._distribute
 local ps = {}          -- what 82_parameter_server.lua uses of this file
 net.ps = ps
+
+-- Traces (strategy:trace(true) at the coordinator, 82_parameter_server.lua):
+-- each process keeps its spans {kind, start, end, step, bytes=, note=, mark=}
+-- (step: the coordinator's task number) and sends them back, with its clock
+-- and boot id (the same boot id: the same monotonic clock), when asked.
+local boot_id = distribute._boot_id
+local function trace_reply(spans)
+  return { spans = spans, boot = boot_id(), clock = ldist.clock(), pid = C.getpid() }
+end
+local function nbytes(list)
+  local b = 0
+  for _, t in pairs(list) do b = b + 4 * t:numel() end
+  return b
+end
 
 ---------------------------------------------------------------- partitioners
 distribute.partitioners = distribute.partitioners or {}
@@ -105,6 +120,7 @@ end
 local function ps_serve(me, ctl, nworkers)
   local vars, names, opt = {}, {}, nil
   local applied, tasks, dups = 0, {}, 0
+  local spans   -- while tracing: one "apply" span per push
   local ckpt
   local function save(dir)
     dir = dir or ckpt
@@ -144,8 +160,14 @@ local function ps_serve(me, ctl, nworkers)
           if not vars[n] then error("push of an unknown variable " .. tostring(n), 0) end
           g[i], v[i] = m.grads[i], vars[n]
         end
+        local t0 = spans and ldist.clock()
         optim._apply_gradients(opt, g, v)
         applied = applied + 1
+        if t0 then
+          local who = from == 1 and "the coordinator" or ("worker %d"):format(from - 2)   -- ranks: 0 ps, 1 coordinator, 2.. workers
+          spans[#spans + 1] = { "apply", t0, ldist.clock(), m.task or 0, bytes = nbytes(m.grads),
+            note = ("the push of %s: version %d -> %d"):format(who, applied - 1, applied) }
+        end
         if m.task then
           if tasks[m.task] then dups = dups + 1 end
           tasks[m.task] = (tasks[m.task] or 0) + 1
@@ -186,6 +208,10 @@ local function ps_serve(me, ctl, nworkers)
       elseif ty == "save" then
         local okS, err = pcall(save, m.dir)
         ctl:send(from, "saved", C.pack({ req = m.req, ok = okS, error = not okS and tostring(err) or nil }))
+      elseif ty == "trace" then   -- on: start afresh; off: stop and send the spans
+        local out = spans
+        spans = m.on and {} or nil
+        ctl:send(from, "trace_ok", C.pack({ req = m.req, trace = trace_reply(out or {}) }))
       elseif ty == "stats" then
         local uniq = 0
         for _ in pairs(tasks) do uniq = uniq + 1 end
@@ -227,7 +253,10 @@ function W:pull()
   end
   local got = self:_ask(reqs, "vals")
   local vars = self.model.trainable_variables
+  self.read_versions, self.pulled_bytes = {}, 0
   for p, list in pairs(self.by_ps) do
+    self.read_versions[p] = got[p].version   -- the ps's update count when it sent these weights
+    self.pulled_bytes = self.pulled_bytes + nbytes(got[p].values)
     for i, sh in ipairs(list) do
       local v = vars[sh.var]
       if sh.whole then v:assign(got[p].values[i]) else v:slice(0, sh.lo, sh.hi):assign(got[p].values[i]) end
@@ -245,19 +274,51 @@ function W:push(grads, task)
       gs[i] = sh.whole and g:contiguous() or g:slice(0, sh.lo, sh.hi):contiguous()
     end
     reqs[p] = { _type = "push", names = names, grads = gs, task = task or self.task }
+    self.pushed_bytes = (self.pushed_bytes or 0) + nbytes(gs)
   end
-  self:_ask(reqs, "ack")
+  local acks = self:_ask(reqs, "ack")
+  -- staleness: the updates other pushes made between the weights this step
+  -- read (the version in the pull's answer) and this one (the ack's version)
+  local worst, read, upd = nil, nil, nil
+  for p, a in pairs(acks) do
+    local r = self.read_versions and self.read_versions[p]
+    if r and a.version then
+      local st = a.version - 1 - r
+      if not worst or st > worst then worst, read, upd = st, r, a.version end
+    end
+  end
+  self.staleness, self.version_read, self.version_updated = worst, read, upd
+  return worst
 end
 
 -- one step of asynchronous SGD on this worker: pull, gradients on the next batch, push
 -- -> the loss; for model:fit (fit = true) also the batch's rows, and with
 -- with_pred the labels and the predictions (for its metrics)
 function W:train_step(it, fit, with_pred)
+  local tr = self.spans
+  local step = self.task or 0
+  if tr then D.trace_step(step) end
+  local t0 = tr and ldist.clock()
   local b = type(it) == "function" and it() or it
+  local t1 = tr and ldist.clock()
   local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
   self:pull()
-  local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)
+  local t2 = tr and ldist.clock()
+  local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)   -- forward, backward: recorded on cpu:0
+  local t3 = tr and ldist.clock()
+  self.pushed_bytes = 0
   self:push(grads)
+  if tr then
+    local t4 = ldist.clock()
+    tr[#tr + 1] = { "input", t0, t1, step }
+    tr[#tr + 1] = { "pull", t1, t2, step, bytes = self.pulled_bytes, note = ("read version %s"):format(
+      table.concat((function() local l = {}; for p, v in pairs(self.read_versions or {}) do l[#l + 1] = ("ps %d: %d"):format(p - 1, v) end; return l end)(), ", ")) }
+    local st = self.staleness
+    tr[#tr + 1] = { "push", t3, t4, step, bytes = self.pushed_bytes, staleness = st,
+      note = st and ("read version %d, updated version %d: staleness %d (updates by others in between)"):format(
+        self.version_read, self.version_updated, st) or nil, mark = st and st > 0 and ("s" .. st) or nil }
+    for _, s in ipairs(D.trace_take("cpu:0")) do tr[#tr + 1] = s end   -- forward, backward (between t2 and t3)
+  end
   if not fit then return lv:item() end
   local rows = x.ndim > 0 and x.shape[1] or 1
   if with_pred then return lv:item(), rows, y:cpu(), pred:cpu() end
@@ -303,7 +364,18 @@ local function worker_serve(me, main, ps, timeout)
               else self.datasets[m.id] = endless(ds, me, m.workers) end
             end
             return true
+          elseif ty == "trace" then   -- on: start afresh; off: stop and send the spans
+            local out = self.spans
+            self.spans = m.on and {} or nil
+            D.trace_enable({ "cpu:0" }, m.on and true or false)
+            D.trace_take("cpu:0")
+            if not m.on then D.trace_step(0) end
+            self.idle_since = nil
+            return trace_reply(out or {})
           elseif ty == "task" then
+            if self.spans and self.idle_since then   -- idle since the last task's answer
+              self.spans[#self.spans + 1] = { "wait", self.idle_since, ldist.clock(), 0, note = "(idle: no task from the coordinator)" }
+            end
             self.task = m.task
             local fn = fns[m.fn]
             if not fn then fn = assert(load(m.fn, "=scheduled function", "b")); fns[m.fn] = fn end
@@ -317,6 +389,7 @@ local function worker_serve(me, main, ps, timeout)
         end, function(e) return debug.traceback(tostring(e), 2) end)
         main:send(0, "reply", C.pack({ task = m.task, op = ty, ok = okj, result = okj and res or nil,
           error = not okj and tostring(res) or nil }))
+        if ty == "task" and self.spans then self.idle_since = ldist.clock() end
       end
     end
   end

@@ -224,6 +224,7 @@ function distribute.ClusterCoordinator(strategy, opts)
 end
 
 -- send a setup message to every live worker and wait for the answers
+-- (-> {[worker + 1] = {result = its answer, at = when it came}})
 function Coord:_broadcast(ty, body)
   local cl = self.cluster
   local packed = C.pack(body)
@@ -232,10 +233,12 @@ function Coord:_broadcast(ty, body)
     if cl:worker_alive(w) then cl._main:send(w + 1, ty, packed); want[w + 1] = true end
   end
   local t0 = ldist.clock()
+  local setup = { op = ty, want = want, got = {} }
   while next(want) do
-    self:_pump(0.05, { op = ty, want = want })
+    self:_pump(0.05, setup)
     if ldist.clock() - t0 > cl._timeout then error(("ClusterCoordinator: the workers did not answer '%s'"):format(ty), 0) end
   end
+  return setup.got
 end
 
 function Coord:create_per_worker_dataset(src)
@@ -330,6 +333,7 @@ function Coord:_pump(timeout, setup)
   elseif setup and m.op == setup.op then
     if not m.ok then error(("worker %d: %s"):format(w, tostring(m.error)), 0) end
     setup.want[from] = nil
+    if setup.got then setup.got[from] = { result = m.result, at = ldist.clock() } end
   end
 end
 
@@ -410,6 +414,19 @@ function Coord:fetch(v)
   return v
 end
 
+-- a coordinator prints as one line, never its internals
+Coord.__tostring = function(c)
+  local busy = 0
+  for _ in pairs(c._busy) do busy = busy + 1 end
+  return ("<ClusterCoordinator: %d workers, %d ps; %d scheduled, %d done, %d running, %d queued%s%s>"):format(
+    c.cluster.workers, c.cluster.num_ps, c.scheduled, c.completed, busy, #c._queue,
+    c.failed > 0 and (", %d failed"):format(c.failed) or "", c.rescheduled > 0 and (", %d rescheduled"):format(c.rescheduled) or "")
+end
+
+-- coordinator:timeline(opts), coordinator:trace_summary(): the strategy's (strategy:trace(true) records)
+function Coord:timeline(opts) return self.strategy:timeline(opts) end
+function Coord:trace_summary() return self.strategy:trace_summary() end
+
 function Coord:stats()
   local st = self.strategy:ps_stats()
   return { scheduled = self.scheduled, completed = self.completed, rescheduled = self.rescheduled, failed = self.failed,
@@ -469,6 +486,7 @@ function PS:_fit(model, x, y, opts)
     for k = 1, steps do
       local l, n, yb, pred = rvs[k]:fetch()
       sum, rows = sum + l * n, rows + n
+      self._last_batch = n
       for _, m in ipairs(model._metrics) do m:update_state(yb, pred) end
     end
     local logs = { loss = rows > 0 and sum / rows or 0 }
@@ -497,6 +515,162 @@ function PS:_fit(model, x, y, opts)
   return history
 end
 
+---------------------------------------------------------------- watching it: traces
+-- strategy:trace(true) tells every worker and ps task to record: a worker
+-- one "input", "pull", "forward", "backward" and "push" span per step (the
+-- step is the coordinator's task number; a push carries its staleness: the
+-- updates other pushes made between the version its weights were read at
+-- and the one it made) and the time it sat idle between tasks ("wait"); a
+-- ps task one "apply" span per push. trace(false) fetches them. Clocks:
+-- processes with this machine's boot id share its monotonic clock; any
+-- other is shifted by the difference between its clock in its answer and
+-- this clock when the answer came (good to about one message's latency).
+local function my_boot()
+  local f = io.open("/proc/sys/kernel/random/boot_id")
+  local id = f and f:read("l") or C.hostname()
+  if f then f:close() end
+  return id
+end
+
+function PS:trace(on)
+  on = on and true or false
+  local coord = distribute.ClusterCoordinator(self)
+  local cl = self._cl
+  local reqs = {}
+  for p = 1, cl.num_ps do reqs[p] = { _type = "trace", on = on } end
+  if on then
+    coord:join()   -- the trace starts with no task in flight
+    coord:_broadcast("trace", { on = true })
+    self:_ask(reqs, "trace_ok")
+    self._tracing, self._trace = true, nil
+    return self
+  end
+  if not self._tracing then return self end
+  coord:join()
+  local boot, shifted = my_boot(), false
+  local function aligned(tr, at)
+    local off = 0
+    if tr.boot ~= boot then off = tr.clock - at; shifted = true end
+    for _, sp in ipairs(tr.spans) do sp[2], sp[3] = sp[2] - off, sp[3] - off end
+    return tr
+  end
+  local workers = {}
+  for w, g in pairs(coord:_broadcast("trace", { on = false })) do workers[w] = aligned(g.result, g.at) end
+  local ps_tr = {}
+  local t_ask = ldist.clock()
+  for p, m in pairs(self:_ask(reqs, "trace_ok")) do ps_tr[p] = aligned(m.trace, ldist.clock() - (ldist.clock() - t_ask) / 2) end
+  self._tracing = false
+  self._trace = { workers = workers, ps = ps_tr, shifted = shifted }
+  return self
+end
+
+local function traced(self)
+  if self._tracing then error("stop the trace first: strategy:trace(false) gathers it from the workers and ps tasks", 3) end
+  if not self._trace then error("nothing traced yet: strategy:trace(true), train, strategy:trace(false)", 3) end
+  return self._trace
+end
+
+-- strategy:timeline{steps=, save=}: one row per worker, then one per ps task
+function PS:timeline(opts)
+  if not self._trace and not self._tracing then
+    return distribute._timeline({ title = "ParameterServerStrategy", rows = {},
+      empty_text = "nothing recorded yet (strategy:trace(true), train, strategy:trace(false))" }, opts)
+  end
+  local tr = traced(self)
+  local rows, cl = {}, self._cl
+  local function spans_of(list)
+    local out = {}
+    for _, sp in ipairs(list) do
+      out[#out + 1] = { kind = sp[1], t0 = sp[2], t1 = sp[3], step = (sp[4] or 0) > 0 and sp[4] or nil, bytes = sp.bytes,
+        note = sp.note, mark = sp.mark }
+    end
+    return out
+  end
+  for w = 1, cl.workers do
+    local t = tr.workers[w]
+    if t then rows[#rows + 1] = { who = ("worker %d"):format(w - 1), label = ("worker %d (pid %d)"):format(w - 1, t.pid or 0), spans = spans_of(t.spans) } end
+  end
+  for p = 1, cl.num_ps do
+    local t = tr.ps[p]
+    if t then rows[#rows + 1] = { who = ("ps %d"):format(p - 1), label = ("ps %d (pid %d)"):format(p - 1, t.pid or 0), spans = spans_of(t.spans) } end
+  end
+  local notes = { "asynchronous: each worker pulls the weights, computes its gradients and pushes them; each ps applies a " ..
+    "push as it comes (\"apply\"). A step is one scheduled function; its number (the coordinator's task number) is " ..
+    "marked where it begins on its worker's row.",
+    "s<k> above a push: its staleness, the updates other workers pushed between the weights it read and its own",
+    tr.shifted and "clocks of other machines are aligned by the clock in their answer (good to about one message's latency)"
+      or "one machine: every process's times are read from the same monotonic clock" }
+  return distribute._timeline({ title = ("ParameterServerStrategy: %d workers, %d ps"):format(cl.workers, cl.num_ps),
+    subtitle = "coordinator in this process; workers and ps tasks are processes", rows = rows, waits_for = false, async = true,
+    notes = notes }, opts)
+end
+
+function PS:trace_summary()
+  local tr = traced(self)
+  local rows, per, tot = {}, {}, { compute = 0, wait = 0, communication = 0, bytes = 0, pushes = 0, max_staleness = 0 }
+  local stale_sum, stale_n = 0, 0
+  local lo, hi = math.huge, -math.huge
+  local function add_row(who, spans)
+    local s = { compute = 0, wait = 0, communication = 0, bytes = 0, pushes = 0 }
+    for _, sp in ipairs(spans) do
+      local d = sp[3] - sp[2]
+      s[sp[1]] = (s[sp[1]] or 0) + d
+      if sp[1] == "apply" then s.bytes = s.bytes + (sp.bytes or 0) end   -- a ps: the gradients it received
+      if sp[1] == "pull" or sp[1] == "push" then s.communication = s.communication + d; s.bytes = s.bytes + (sp.bytes or 0)
+      elseif sp[1] ~= "wait" then s.compute = s.compute + d end
+      if sp[1] == "push" then
+        s.pushes = s.pushes + 1
+        if sp.staleness then stale_sum, stale_n = stale_sum + sp.staleness, stale_n + 1; tot.max_staleness = math.max(tot.max_staleness, sp.staleness) end
+      end
+      lo, hi = math.min(lo, sp[2]), math.max(hi, sp[3])
+    end
+    per[#per + 1] = s
+    rows[#rows + 1] = { who = who, compute = s.compute, wait = s.wait, comm = s.communication, bytes = s.bytes,
+      bus_bandwidth = s.communication > 0 and s.bytes / s.communication or nil }
+    for _, k in ipairs({ "compute", "wait", "communication" }) do tot[k] = math.max(tot[k], s[k]) end
+    tot.bytes, tot.pushes = tot.bytes + s.bytes, tot.pushes + s.pushes
+  end
+  for w = 1, self._cl.workers do if tr.workers[w] then add_row(("worker %d"):format(w - 1), tr.workers[w].spans) end end
+  for p = 1, self._cl.num_ps do if tr.ps[p] then add_row(("ps %d"):format(p - 1), tr.ps[p].spans) end end
+  tot.mean_staleness = stale_n > 0 and stale_sum / stale_n or 0
+  tot.per_task = per
+  return distribute._trace_summary(tot, rows, { title = ("ParameterServerStrategy (%d workers, %d ps)"):format(self._cl.workers,
+    self._cl.num_ps), over = hi > lo and hi - lo or nil, comm_name = "pull + push", bw_name = "bandwidth",
+    notes = { "workers: compute = input, forward, backward; wait = idle between tasks; bytes pulled + pushed;",
+      "ps tasks: compute = applying pushes; bandwidth column = bytes / (pull + push) time;",
+      ("staleness of the pushes: mean %.2f, max %d (updates by other workers between a step's read and its push)")
+        :format(tot.mean_staleness, tot.max_staleness) } })
+end
+
+function PS:explain()
+  local cl = self._cl
+  local out = { ("ParameterServerStrategy: asynchronous data parallelism - %d workers, %d ps tasks, this process coordinates.")
+    :format(cl.workers, cl.num_ps) }
+  local nv, count = distribute._model_numbers(self._model)
+  if nv then
+    local per = {}
+    for _, sh in ipairs(self._layout) do per[sh.ps + 1] = (per[sh.ps + 1] or 0) + 1 end
+    local parts = {}
+    for p = 1, cl.num_ps do parts[#parts + 1] = ("ps %d holds %d"):format(p - 1, per[p] or 0) end
+    out[#out + 1] = ("0. The model's %d trainable variables (%d numbers, %s) live on the ps tasks: %s (variable shards)."):format(
+      nv, count, distribute._fmt_bytes(count * 4), table.concat(parts, ", "))
+  else
+    out[#out + 1] = "0. The model's variables live on the ps tasks (compile and fit a model under strategy:scope() to see them)."
+  end
+  local b = self._last_batch
+  out[#out + 1] = ("1. The coordinator schedules steps; an idle worker takes the next one and reads its own batch%s " ..
+    "(batches are not split: each worker trains on whole batches)."):format(b and (" (%d examples)"):format(b) or "")
+  local size = nv and distribute._fmt_bytes(count * 4) or "every weight"
+  out[#out + 1] = ("2. Pull: the worker fetches the current weights from every ps (%s)."):format(size)
+  out[#out + 1] = "3. It runs forward, the loss (the mean over its batch) and backward on its own, waiting for no other worker."
+  out[#out + 1] = ("4. Push: it sends its gradients (%s) to the ps tasks, each of which applies the optimizer to its " ..
+    "variables at once - nothing is averaged across workers."):format(size)
+  local st = self._trace and not self._tracing and self:trace_summary()
+  out[#out + 1] = "5. Meanwhile the other workers have pushed too: a gradient is applied to weights newer than it was " ..
+    "computed on (its staleness)" .. (st and (" - in the trace, %.2f updates on average, at most %d."):format(st.mean_staleness, st.max_staleness) or ".")
+  return table.concat(out, "\n")
+end
+
 ---------------------------------------------------------------- documentation
 local doc = ldist.document
 doc(distribute.ParameterServerStrategy, "distribute.ParameterServerStrategy",
@@ -518,3 +692,21 @@ doc(distribute.ClusterCoordinator, "distribute.ClusterCoordinator",
   "is one step of asynchronous SGD: pull, gradients on it()'s batch, push. A function whose\n" ..
   "worker dies runs again on another (at-least-once); coordinator:stats() counts duplicates.\n" ..
   "max_staleness=k: at most k+1 functions in flight (0: synchronous SGD).")
+doc(PS.trace, "ParameterServerStrategy:trace",
+  "strategy:trace(true|false)\n\n" ..
+  "Record on every worker (input, pull, forward, backward, push with its staleness, idle time) and\n" ..
+  "every ps task (applying each push); trace(false) gathers them here. Then strategy:timeline{steps=,\n" ..
+  "save=} (also coordinator:timeline()), strategy:trace_summary(), strategy:explain(), and\n" ..
+  "distribute.compare_timelines{mirrored:timeline(), ps_strategy:timeline()}.")
+doc(PS.timeline, "ParameterServerStrategy:timeline",
+  "strategy:timeline{steps = {a, b}, save = \"t.svg\"} -> Timeline: a row per worker (input, pull, forward,\n" ..
+  "backward, push marked with its staleness, idle waits) and per ps task (applying each push).\n" ..
+  "coordinator:timeline() is the same. distribute.compare_timelines{sync, async} puts two on one scale.")
+doc(PS.trace_summary, "ParameterServerStrategy:trace_summary",
+  "strategy:trace_summary() -> a table per worker and ps task (compute, wait, pull + push, bytes,\n" ..
+  "bandwidth) and the pushes' staleness; fields compute, wait, communication, bytes, pushes,\n" ..
+  "mean_staleness, max_staleness, per_task.")
+doc(PS.explain, "ParameterServerStrategy:explain",
+  "strategy:explain() -> text: one asynchronous step narrated with this run's numbers.")
+doc(Coord.timeline, "ClusterCoordinator:timeline", "coordinator:timeline(opts): the strategy's timeline (strategy:trace(true) records).")
+doc(Coord.trace_summary, "ClusterCoordinator:trace_summary", "coordinator:trace_summary(): the strategy's trace summary.")

@@ -317,6 +317,13 @@ T.test("model:fit under MirroredStrategy, traced", function()
   T.ok(js:find('"name":"allreduce"', 1, true) and js:find('"tid":1', 1, true))
   local tl = s:timeline()
   T.ok(tl:svg():find("<svg", 1, true) and tl:svg():find("replica 1", 1, true))
+  -- the phases of fit's step, each span with its step number (50 steps)
+  local kinds, steps = {}, {}
+  for _, sp in ipairs(s:trace_spans()[2]) do kinds[sp[1]] = true; steps[sp[4]] = true end
+  T.ok(kinds.forward and kinds.backward and kinds.allreduce and kinds.input and steps[1] and steps[50] and not steps[51],
+    "forward, backward, all-reduce and input spans, steps 1..50")
+  T.ok(tostring(sum):find("replica 1 (cpu:1)", 1, true) and tostring(sum):find(" ms", 1, true), "the summary prints a table")
+  T.ok(s:timeline{steps = {10, 12}}:svg():find("<title>step 11:", 1, true), "a zoom on steps 10..12")
   s:trace(false)
   -- stopping the trace keeps what it counted, for the summary and timeline of that trace
   T.eq(s:trace_summary().bytes, sum.bytes)
