@@ -114,6 +114,9 @@ def test_sync_vs_async():
     assert any("replica 1 (cpu:1)" in s and "allreduce" in s for s in svgs), "the Mirrored timeline"
     assert any("worker 1" in s and "push" in s and "kill -9" not in s for s in svgs), "the PS timeline"
     assert any("kill -9 worker 1" in s for s in svgs), "the PS timeline around the kill"
+    # the strategies' own timelines on one time scale (distribute.compare_timelines)
+    assert any("MirroredStrategy" in s and "ParameterServerStrategy" in s and "ps 0" in s for s in svgs), \
+        "sync and async side by side"
 
     # the ps run survives a killed worker: every step completes, on the survivor
     sched, done, resched, applied, dups = number(
