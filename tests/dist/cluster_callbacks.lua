@@ -30,6 +30,7 @@ local function fit(m, cbs, epochs)
   return m:fit(data.Dataset.from_tensor_slices(x, y):batch(16), { epochs = epochs or 3, verbose = 0, callbacks = cbs })
 end
 local lc = D.LocalCluster { workers = 2 }
+print("# worker pids: " .. table.concat(lc.pids, " "))
 local s = D.MultiWorkerMirroredStrategy { cluster = lc }
 
 -- the rate: 0.1, then 0.001 from epoch 1 on

@@ -11,5 +11,7 @@ check "all 7 checks ran" test "$(grep -cE '^(not )?ok - ' "$T/cb.log")" = 7
 check "the script exits 0" test $st = 0
 [ $st = 0 ] || show "$T/cb.log"
 sleep 0.2
-check "no worker left behind" test -z "$(pgrep -f 'distribute[.]_serve[(]' || true)"
+pids=$(sed -n 's/^# worker pids: //p' "$T/cb.log")
+alive() { for p in $pids; do kill -0 "$p" 2>/dev/null && echo "$p"; done; }
+check "no worker left behind (pids ${pids:-?})" test -n "$pids" -a -z "$(alive)"
 finish
