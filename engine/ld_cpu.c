@@ -678,12 +678,12 @@ static void img_part(void *p, int part, int np) {
         for (int64_t i = 0, m = nb * out_img * j->c; i < m; i++) j->arg[lo * out_img * j->c + i] += off;
         break;
     }
-    case 3: {
-        int64_t ny = nb * out_img * j->c;
-        float *dx = j->o + lo * in_img;
-        memset(dx, 0, (size_t)(nb * in_img) * 4);
-        const float *dy = j->x + lo * out_img * j->c;
-        const int64_t *a = j->carg + lo * out_img * j->c;
+    case 3: {   /* max pooling's backward: h = x's elements per image, oh = y's (w = c = ow = 1) */
+        int64_t ny = nb * j->oh;
+        float *dx = j->o + lo * j->h;
+        memset(dx, 0, (size_t)(nb * j->h) * 4);
+        const float *dy = j->x + lo * j->oh;
+        const int64_t *a = j->carg + lo * j->oh;
         float *base = j->o;
         for (int64_t i = 0; i < ny; i++) base[a[i]] += dy[i];
         break;
@@ -706,11 +706,13 @@ static void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, in
     img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
     parallel_run(img_part, &j, img_parts(n, n * h * w * c));
 }
-/* needs the image geometry to split by image: recovered from ny, nx and n
-   is not possible here, so the pool backward runs on whole batches unless
-   the caller passes the geometry (cpu_maxpool_backward_geom) */
-static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx) {
-    cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx);
+/* split by image: an image's maxima come from that image, so the parts
+   write disjoint ranges of dx (each zeroes its own first) */
+static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
+                                 int64_t nx) {
+    if (n < 2 || nx < PAR_MIN || nx % n || ny % n) { cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx); return; }
+    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1};
+    parallel_run(img_part, &j, 64);
 }
 
 typedef struct {

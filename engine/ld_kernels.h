@@ -22,6 +22,16 @@
 #ifndef LD_KERNELS_H
 #define LD_KERNELS_H
 
+/* The geometry of a 2-d convolution over NHWC images with an HWIO kernel:
+   n images h x w x c, kernel kh x kw, f filters, strides sh/sw, padding
+   ph/pw before (TF "same"; the rest of the padding after), output oh x ow;
+   with pkh > 0, a max pooling (valid) of pkh x pkw, strides psh/psw, to
+   poh x pow follows it. */
+typedef struct {
+    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow, f;
+    int64_t pkh, pkw, psh, psw, poh, pow;
+} ld_conv_geom;
+
 /* ================================================================ the lists */
 /* Elementwise binary ops (broadcasting is done at the tensor level):
    X(ENUM, name) gives LD_BIN_ENUM and the op's name in messages. */
@@ -72,8 +82,10 @@
     X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
       (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
       (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
-    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, ny),  \
-      (V, int64_t, nx))                                                                                         \
+    /* dx = 0, then dx[arg[i]] += dy[i]: ny elements of dy over n images of \
+       nx / n elements of dx each (an image's arg stays in its image) */     \
+    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, n),   \
+      (V, int64_t, ny), (V, int64_t, nx))                                                                       \
     /* Fused sparse softmax cross-entropy: probs = softmax(logits);         \
        *loss = scale * sum_i -log probs[i, labels[i]] (scale = 1/batch for  \
        a mean). An out-of-range label gives NaN and, on a device that       \
@@ -160,6 +172,22 @@
     X(masked_softmax_backward, (V, float *, dx), (V, const float *, y), (V, const float *, dy),                \
       (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, float, scale), (V, int, causal),              \
       (V, int64_t, offset))                                                                                     \
+    /* convolution (ld_ops.c) */                                            \
+    /* Direct convolution (no im2col): y [n, oh, ow, f] = x * w + b (b NULL: \
+       no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \
+       pooled [n, poh, pow, f] and arg (int32, same shape) the pixel        \
+       i * ow + j of the conv output each maximum came from (the first in   \
+       window order on ties); arg unused without one. */                     \
+    X(conv2d, (V, float *, y), (V, int32_t *, arg), (V, const float *, x), (V, const float *, w),              \
+      (V, const float *, b), (V, ld_conv_geom, g), (V, int, relu))                                              \
+    /* Its gradients, each output NULL when not wanted: with gm = dy, masked \
+       by y > 0 when `relu` (y the forward's output; with a pooling dy and  \
+       y are pooled and gm is dy scattered to arg's pixels), dx = the       \
+       transposed convolution of gm, dw = sum over pixels of patch^T gm,   \
+       db = sum gm. Written whole (no accumulation). */                      \
+    X(conv2d_backward, (V, float *, dx), (V, float *, dw), (V, float *, db), (V, const float *, dy),            \
+      (V, const float *, y), (V, const int32_t *, arg), (V, const float *, x), (V, const float *, w),           \
+      (V, ld_conv_geom, g), (V, int, relu))                                                                     \
     /* indexing and pooling (ld_ops_index.c) */                              \
     /* Copy a block between a contiguous [outer, n, inner] array and rows   \
        [off, off+n) of the middle axis of a contiguous [outer, big, inner]  \

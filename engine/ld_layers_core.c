@@ -127,21 +127,14 @@ static int conv_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
     return LD_OK;
 }
 static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    /* im2col, then the fused dense op (bias and relu folded in), then NHWC */
-    ld_tensor *x = xs[0];
-    const int64_t *k = ld_p_ints(l, CONV_KSIZE, NULL), *s = ld_p_ints(l, CONV_STRIDES, NULL);
-    int64_t oh, ow, f = ld_p_int(l, CONV_FILTERS), kk = k[0] * k[1] * x->shape[3];
+    /* one op: the convolution with its bias and relu (ld_conv2d_bias_act) */
+    const int64_t *s = ld_p_ints(l, CONV_STRIDES, NULL);
     ld_activation a = ld_p_activation(l, CONV_ACT);
-    ld_tensor *xf = ld_as_float(x);
-    ld_tensor *col = xf ? ld_im2col(xf, (int)k[0], (int)k[1], (int)s[0], (int)s[1],
-                                    !strcmp(ld_p_str(l, CONV_PADDING), "same"), &oh, &ow) : NULL;
+    ld_tensor *xf = ld_as_float(xs[0]);
+    ld_tensor *y = xf ? ld_conv2d_bias_act(xf, ld_var(l->vars[0]), ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL,
+                                           a == LD_ACT_RELU, (int)s[0], (int)s[1],
+                                           !strcmp(ld_p_str(l, CONV_PADDING), "same")) : NULL;
     ld_tensor_release(xf);
-    int64_t w2s[2] = {kk, f};
-    ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
-    ld_tensor *y2 = w2 ? ld_linear(col, w2, ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU) : NULL;
-    int64_t ys[4] = {x->shape[0], oh, ow, f};
-    ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
-    ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
     return then_activate(a, y);
 }
 const ld_layer_class ld_layer_conv2d = {
@@ -183,6 +176,25 @@ const ld_layer_class ld_layer_max_pooling2d = {
     {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PEND},
     1, 1, 3u, pool_check, pool_build, pool_forward,
     "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images (nn.MaxPooling2D is the same)."};
+
+/* ================================================================ Conv2D + MaxPool2D */
+/* The pair as one op: the convolution's output is pooled image by image
+   from cache (ld_conv2d_pool), never written whole; the same values and
+   gradients as the two layers one after the other. Once both are built, for
+   a float32 input on the CPU that the Conv2D takes. */
+int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
+    if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
+    ld_activation act = ld_p_activation(a, CONV_ACT);
+    if (act != LD_ACT_NONE && act != LD_ACT_RELU) return 0;
+    if (x->ndim != 4 || x->dtype != LD_F32 || x->storage->device->kind != LD_DEV_CPU ||
+        a->in[0].ndim != 3 || x->shape[3] != a->in[0].d[2])
+        return 0;
+    const int64_t *s = ld_p_ints(a, CONV_STRIDES, NULL), *pk = ld_p_ints(b, POOL_SIZE, NULL), *ps = pool_strides(b);
+    *y = ld_conv2d_pool(x, ld_var(a->vars[0]), ld_p_int(a, CONV_BIAS) ? ld_var(a->vars[1]) : NULL, act == LD_ACT_RELU,
+                        (int)s[0], (int)s[1], !strcmp(ld_p_str(a, CONV_PADDING), "same"), (int)pk[0], (int)pk[1],
+                        (int)ps[0], (int)ps[1]);
+    return 1;
+}
 
 /* ================================================================ Activation */
 enum { ACT_ACT };

@@ -384,7 +384,9 @@ ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training) {
     ld_device *d = ld_model_device(m);
     ld_tensor *cur = d && d != x->storage->device ? ld_to_device(x, d) : ld_tensor_retain(x);
     for (int i = 0; i < m->n_layers && cur; i++) {
-        ld_tensor *y = ld_layer_forward(m->layers[i], cur, training);
+        ld_tensor *y;
+        if (i + 1 < m->n_layers && ld_layer_pair_forward(m->layers[i], m->layers[i + 1], cur, training, &y)) i++;
+        else y = ld_layer_forward(m->layers[i], cur, training);
         ld_tensor_release(cur);
         cur = y;
     }

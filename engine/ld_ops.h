@@ -59,6 +59,15 @@ ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */
 ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same_padding);
+/* The Conv2D layer's op: relu(conv(x, w) + b) (b NULL: no bias; relu 0:
+   none), one node. Direct on the CPU (ld_cpu_conv.c); im2col + the fused
+   dense op on other backends, or anywhere with LDIST_CONV_REFERENCE=1. */
+ld_tensor *ld_conv2d_bias_act(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same_padding);
+/* The same followed by max pooling (valid, pool pkh x pkw, strides psh/psw),
+   one node: on the CPU the convolution's output is pooled image by image
+   from cache and never written whole; elsewhere the two ops. */
+ld_tensor *ld_conv2d_pool(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same_padding,
+                          int pkh, int pkw, int psh, int psw);
 /* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C]; differentiable (col2im). */
 ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh, int64_t *ow);
 ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);

@@ -104,7 +104,8 @@ __global__ void k_maxpool_backward(float *dx, const float *dy, const int64_t *ar
     }
 }
 
-void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx) {
+void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
+                         int64_t nx) {
     if (nx <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
@@ -113,4 +114,17 @@ void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t
     if (ny <= 0) return;
     k_maxpool_backward<<<cu_grid(ny, 256), 256, 0, cd->stream>>>(dx, dy, arg, ny, nx);
     cu_launched(cd, "maxpool_backward kernel");
+}
+
+/* The CPU's direct convolution (ld_cpu_conv.c) has no CUDA twin: on a GPU the
+   op (ld_conv2d_bias_act, ld_ops.c) lowers to im2col + cuBLAS + col2im, and
+   never calls these slots. A call is a bug, reported as a device fault. */
+void cu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g, int relu) {
+    cu_dev *cd = cu_begin(d);
+    if (cd) cu_record_msg(cd, "conv2d: the direct convolution kernel is CPU-only (a GPU lowers to im2col)");
+}
+void cu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
+                        const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+    cu_dev *cd = cu_begin(d);
+    if (cd) cu_record_msg(cd, "conv2d_backward: the direct convolution kernel is CPU-only (a GPU lowers to im2col)");
 }

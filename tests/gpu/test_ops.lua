@@ -450,6 +450,14 @@ T.test("conv2d (im2col + gemm, col2im): valid, same, strided; all gradients", fu
   layer_check("conv 1x1", function() return nn.Conv2D(3, 1) end, x, 1e-9)
 end)
 
+T.test("conv2d then max pooling in a Sequential (one fused op on the CPU, two elsewhere)", function()
+  local x = tensor.normal(3, 11, 9, 4)
+  layer_check("conv relu + pool 2", function() return nn.Sequential { nn.Conv2D(8, 3, { activation = "relu" }), nn.MaxPool2D(2) } end, x, 1e-9)
+  layer_check("conv same + overlapping pool 3 stride 1", function()
+    return nn.Sequential { nn.Conv2D(5, 3, { padding = "same" }), nn.MaxPool2D(3, { strides = 1 }) }
+  end, x, 1e-9)
+end)
+
 T.test("max pooling (and overlapping windows: atomics in backward)", function()
   local x = tensor.normal(2, 10, 12, 3)
   layer_check("maxpool 2", function() return nn.MaxPool2D(2) end, x, 1e-10)
