@@ -916,11 +916,6 @@ for _, b in ipairs({ "terminal", "backend", "plain" }) do
   M["progress." .. b .. ".finish"] = "(the backend protocol) backend.finish(bar, state): draw the final state."
 end
 
--- the timeline (62_timeline.lua)
-M["Timeline:svg"] = "tl:svg() -> the timeline as SVG text (hover a span for its name, replica, start, duration, bytes)."
-M["Timeline:text"] = "tl:text() -> the timeline drawn as text, for a terminal."
-M["Timeline:save"] = "tl:save(path) -> path\n\nWrite the picture (SVG) to a file."
-M["Timeline:waits"] = "tl:waits() -> the waits found, longest first: {{who=, seconds=, step=, text=}, ...}."
 
 -- ldist._has_doc(value, name) -> the help text written for it (by a doc() or
 -- here), or nil; never the signature help() falls back to. For the test

@@ -529,6 +529,13 @@ function distribute._trace_summary(fields, rows, meta)
   return setmetatable(fields, Summary)
 end
 
+ldist.document(Timeline.svg, { "Timeline:svg" },
+  "tl:svg() -> the timeline as SVG text (hover a span for its name, replica, start, duration, bytes).")
+ldist.document(Timeline.text, { "Timeline:text" }, "tl:text() -> the timeline drawn as text, for a terminal.")
+ldist.document(Timeline.save, { "Timeline:save" },
+  "tl:save(path) -> path\n\nWrite the picture to a file: SVG, or the text chart for a name ending in .txt.")
+ldist.document(Timeline.waits, { "Timeline:waits" },
+  "tl:waits() -> the waits found, longest first: {{who=, seconds=, step=, text=}, ...}.")
 ldist.document(Timeline, { "Timeline", "ldist.Timeline" },
   "A picture of a traced run (strategy:timeline{steps=, save=, width=}): one row per replica,\n" ..
   "worker or ps task; a time axis; step boundaries and numbers; phases in colours with a legend;\n" ..
