@@ -1852,6 +1852,27 @@ int ld_dataset_iter_next(ld_dataset_iter *it, ld_element *out) {
     return r;
 }
 
+int ld_dataset_iter_skip(ld_dataset_iter *it) {
+    if (!it) { ld_fail(LD_EARG, "iterator: none given"); return -1; }
+    if (it->err_msg) { ld_fail(it->err_status, "%s", it->err_msg); return -1; }
+    int r;
+    if (it->next == batch_next && ((batch_iter *)it)->up->next_index && !it->ds->pad) {
+        /* a batch of rows of one source: draw its row numbers, gather nothing */
+        int64_t k;
+        r = it->finished ? 0 : batch_rows((batch_iter *)it, &k);
+        if (r == 0) it->finished = 1;
+    } else {
+        ld_element e = {0};
+        r = it_next(it, &e);
+        ld_element_clear(&e);
+    }
+    if (r < 0) {
+        it->err_status = ld_error_status() != LD_OK ? ld_error_status() : LD_EINTERNAL;
+        it->err_msg = strdup(*ld_error() ? ld_error() : "dataset: iteration failed");
+    }
+    return r;
+}
+
 int ld_dataset_splittable(const ld_dataset *d) {
     switch (d->kind) {
     case DS_BATCH: return index_source(d->in) != NULL;

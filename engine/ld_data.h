@@ -188,5 +188,10 @@ int ld_dataset_splittable(const ld_dataset *ds);
    for an iterator of a splittable dataset; use it or ld_dataset_iter_next
    throughout. */
 int ld_dataset_iter_next_split(ld_dataset_iter *it, int n, ld_device *const *devs, ld_element *parts, int64_t *rows);
+/* Advance past one element: 1, 0 at the end, -1 on error. A batch of rows of
+   one source (from_tensor_slices, shuffle, take, skip, batch) draws its row
+   numbers only and gathers nothing (ParameterServerStrategy's workers skip
+   the batches of the others this way). */
+int ld_dataset_iter_skip(ld_dataset_iter *it);
 
 #endif

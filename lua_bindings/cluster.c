@@ -12,6 +12,7 @@
 #include "ld_executor.h"
 #include "ld_nn.h"
 #include "ld_optim.h"
+#include "ld_ps_shm.h"
 #include "ld_strategy.h"
 
 #include <lauxlib.h>
@@ -631,6 +632,188 @@ static int c_tensor_id(lua_State *L) { lua_pushinteger(L, (lua_Integer)(uintptr_
 /* clear_interrupt(): a Ctrl-C that was handled must not stop the next wait */
 static int c_clear_interrupt(lua_State *L) { (void)L; ld_interrupt_flag = 0; return 0; }
 
+
+/* ================================================================ ps shared memory
+   The parameter server's link between processes of one host
+   (engine/net/ld_ps_shm.c): C.shm_create(bytes), C.shm_open(name, tag, bytes)
+   -> segment | nil, why; seg:write(offset, tensor) copies a tensor's values
+   in, seg:tensor(offset, shape) copies float32 values out into a new tensor;
+   both check the bounds. */
+#define PSHM_MT "ldist.PsShm"
+static ld_ps_shm *check_pshm(lua_State *L, int i) {
+    ld_ps_shm **p = luaL_checkudata(L, i, PSHM_MT);
+    if (!*p) luaL_argerror(L, i, "the shared-memory segment has been closed");
+    return *p;
+}
+static int push_pshm(lua_State *L, ld_ps_shm *s) {
+    if (!s) { lua_pushnil(L); lua_pushstring(L, ld_error()); return 2; }
+    ld_ps_shm **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = s;
+    luaL_setmetatable(L, PSHM_MT);
+    return 1;
+}
+static size_t check_size(lua_State *L, int i) {
+    lua_Integer n = luaL_checkinteger(L, i);
+    luaL_argcheck(L, n >= 0 && n <= ((lua_Integer)1 << 40), i, "a size in bytes expected");
+    return (size_t)n;
+}
+static int c_shm_create(lua_State *L) { return push_pshm(L, ld_ps_shm_create(check_size(L, 1))); }
+static int c_shm_open(lua_State *L) {
+    return push_pshm(L, ld_ps_shm_open(luaL_checkstring(L, 1), luaL_checkstring(L, 2), check_size(L, 3)));
+}
+static int pshm_name(lua_State *L) { lua_pushstring(L, ld_ps_shm_name(check_pshm(L, 1))); return 1; }
+static int pshm_tag(lua_State *L) { lua_pushstring(L, ld_ps_shm_tag(check_pshm(L, 1))); return 1; }
+static int pshm_size(lua_State *L) { lua_pushinteger(L, (lua_Integer)ld_ps_shm_size(check_pshm(L, 1))); return 1; }
+static int pshm_unlink(lua_State *L) { ld_ps_shm_unlink(check_pshm(L, 1)); return 0; }
+static int pshm_close(lua_State *L) {
+    ld_ps_shm **p = luaL_checkudata(L, 1, PSHM_MT);
+    ld_ps_shm_close(*p);
+    *p = NULL;
+    return 0;
+}
+/* seg:write(offset, tensor) -> bytes written */
+static int pshm_write(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t off = check_size(L, 2);
+    ld_tensor *t = lb_check_tensor(L, 3), *h;
+    if (!ld_device_is_host(t->storage->device)) h = ld_to_device(t, ld_device_cpu());
+    else {
+        if (ld_device_is_async(t->storage->device)) ld_device_synchronize(t->storage->device);
+        h = ld_contiguous(t);
+    }
+    if (!h) return luaL_error(L, "shm write: %s", ld_error());
+    size_t nb = (size_t)ld_tensor_numel(h) * ld_dtype_size(h->dtype);
+    if (off > ld_ps_shm_size(s) || nb > ld_ps_shm_size(s) - off) {
+        ld_tensor_release(h);
+        return luaL_error(L, "shm write: %zu bytes at %zu do not fit in the segment (%zu bytes)", nb, off, ld_ps_shm_size(s));
+    }
+    ld_ps_shm_copy(ld_ps_shm_data(s) + off, (const char *)h->storage->data + (size_t)h->offset * ld_dtype_size(h->dtype), nb);
+    ld_tensor_release(h);
+    lua_pushinteger(L, (lua_Integer)nb);
+    return 1;
+}
+/* seg:read_into(offset, tensor): the values there into a contiguous float32
+   host tensor (waiting first for the kernels queued on its device, which may
+   still read it); -> bytes read */
+static int pshm_read_into(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t off = check_size(L, 2);
+    ld_tensor *t = lb_check_tensor(L, 3);
+    if (!ld_device_is_host(t->storage->device) || t->dtype != LD_F32 || !ld_tensor_is_contiguous(t))
+        return luaL_argerror(L, 3, "a contiguous float32 host tensor expected");
+    size_t nb = (size_t)ld_tensor_numel(t) * 4;
+    if (off > ld_ps_shm_size(s) || nb > ld_ps_shm_size(s) - off)
+        return luaL_error(L, "shm read: %zu bytes at %zu lie outside the segment (%zu bytes)", nb, off, ld_ps_shm_size(s));
+    if (ld_device_is_async(t->storage->device)) ld_device_synchronize(t->storage->device);
+    ld_ps_shm_copy((char *)t->storage->data + (size_t)t->offset * 4, ld_ps_shm_data(s) + off, nb);
+    lua_pushinteger(L, (lua_Integer)nb);
+    return 1;
+}
+
+/* seg:tensor(offset, shape) -> a new float32 tensor of the values there */
+static int pshm_tensor(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t off = check_size(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int nd = (int)luaL_len(L, 3);
+    luaL_argcheck(L, nd >= 0 && nd <= LD_MAX_DIMS, 3, "too many dimensions");
+    int64_t shape[LD_MAX_DIMS];
+    uint64_t numel = 1;
+    for (int i = 0; i < nd; i++) {
+        lua_geti(L, 3, i + 1);
+        lua_Integer d = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (d < 0 || d > ((lua_Integer)1 << 40)) return luaL_argerror(L, 3, "a bad dimension");
+        shape[i] = d;
+        numel *= (uint64_t)d;
+        if (numel > ((uint64_t)1 << 40)) return luaL_argerror(L, 3, "a tensor too large");
+    }
+    uint64_t nb = numel * 4;
+    if (off > ld_ps_shm_size(s) || nb > ld_ps_shm_size(s) - off)
+        return luaL_error(L, "shm read: %llu bytes at %zu lie outside the segment (%zu bytes)", (unsigned long long)nb, off,
+                          ld_ps_shm_size(s));
+    ld_tensor *t = ld_tensor_empty(LD_F32, nd, shape, NULL);
+    if (!t) return luaL_error(L, "%s", ld_error());
+    ld_ps_shm_copy(ld_tensor_data_unsynced(t), ld_ps_shm_data(s) + off, (size_t)nb);
+    lb_push_tensor(L, t, 0);
+    return 1;
+}
+
+/* the mailbox (engine/net/ld_ps_shm.c): seg:room(), seg:post(type, body) ->
+   bool, seg:wait(timeout) -> type, body | nil, seg:take() -> type, body |
+   nil, seg:answer(type, body), seg:set_bell(path); C.ps_bell() -> bell | nil
+   (bell:path(), bell:drain(), bell:close()); C.ps_wait(cluster, bell, timeout)
+   -> 1 a control message, 2 the doorbell rang, 3 both, 0 nothing */
+#define BELL_MT "ldist.PsBell"
+static int pshm_room(lua_State *L) { lua_pushinteger(L, ld_ps_shm_room(check_pshm(L, 1))); return 1; }
+static int pshm_post(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t n;
+    const char *ty = luaL_checkstring(L, 2), *b = luaL_checklstring(L, 3, &n);
+    lua_pushboolean(L, n <= ld_ps_shm_msg_max() && ld_ps_shm_post(s, ty, b, n) == 0);
+    return 1;
+}
+static int pshm_wait(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    char type[32];
+    const void *b;
+    size_t n;
+    int r = ld_ps_shm_wait(s, luaL_checknumber(L, 2), type, &b, &n);
+    if (r < 0 && ld_error_status() == LD_EINTERRUPT) return 0;
+    if (r < 0) return luaL_error(L, "%s", ld_error());
+    if (r == 0) return 0;
+    lua_pushstring(L, type);
+    lua_pushlstring(L, b, n);
+    return 2;
+}
+static int pshm_take(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    char type[32];
+    const void *b;
+    size_t n;
+    int r = ld_ps_shm_take(s, type, &b, &n);
+    if (r < 0) return luaL_error(L, "%s", ld_error());
+    if (r == 0) return 0;
+    lua_pushstring(L, type);
+    lua_pushlstring(L, b, n);
+    return 2;
+}
+static int pshm_answer(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t n;
+    const char *ty = luaL_checkstring(L, 2), *b = luaL_checklstring(L, 3, &n);
+    if (ld_ps_shm_answer(s, ty, b, n)) return luaL_error(L, "%s", ld_error());
+    return 0;
+}
+static int pshm_set_bell(lua_State *L) { ld_ps_shm_set_bell(check_pshm(L, 1), luaL_checkstring(L, 2)); return 0; }
+static ld_ps_bell *check_bell(lua_State *L, int i) {
+    ld_ps_bell **p = luaL_checkudata(L, i, BELL_MT);
+    if (!*p) luaL_argerror(L, i, "the doorbell has been closed");
+    return *p;
+}
+static int c_ps_bell(lua_State *L) {
+    ld_ps_bell *b = ld_ps_bell_create();
+    if (!b) return 0;
+    ld_ps_bell **p = lua_newuserdatauv(L, sizeof *p, 0);
+    *p = b;
+    luaL_setmetatable(L, BELL_MT);
+    return 1;
+}
+static int bell_path(lua_State *L) { lua_pushstring(L, ld_ps_bell_path(check_bell(L, 1))); return 1; }
+static int bell_drain(lua_State *L) { ld_ps_bell_drain(check_bell(L, 1)); return 0; }
+static int bell_close(lua_State *L) {
+    ld_ps_bell **p = luaL_checkudata(L, 1, BELL_MT);
+    ld_ps_bell_close(*p);
+    *p = NULL;
+    return 0;
+}
+static int c_ps_wait(lua_State *L) {
+    ld_cluster *c = check_cluster(L, 1);
+    ld_ps_bell *b = check_bell(L, 2);
+    lua_pushinteger(L, ld_cluster_wait_fd(c, ld_ps_bell_fd(b), luaL_checknumber(L, 3)));
+    return 1;
+}
+
 /* ================================================================ module */
 int lb_open_cluster(lua_State *L) {
     static const luaL_Reg cm[] = {
@@ -662,7 +845,27 @@ int lb_open_cluster(lua_State *L) {
     lua_pushcfunction(L, nccl_gc); lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
 
+    static const luaL_Reg sm[] = {
+        {"name", pshm_name}, {"tag", pshm_tag}, {"size", pshm_size}, {"unlink", pshm_unlink}, {"close", pshm_close},
+        {"write", pshm_write}, {"tensor", pshm_tensor}, {"read_into", pshm_read_into}, {"room", pshm_room}, {"post", pshm_post}, {"wait", pshm_wait},
+        {"take", pshm_take}, {"answer", pshm_answer}, {"set_bell", pshm_set_bell}, {NULL, NULL}};
+    luaL_newmetatable(L, PSHM_MT);
+    luaL_newlib(L, sm);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, pshm_close); lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, pshm_close); lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
+
+    static const luaL_Reg bm[] = {{"path", bell_path}, {"drain", bell_drain}, {"close", bell_close}, {NULL, NULL}};
+    luaL_newmetatable(L, BELL_MT);
+    luaL_newlib(L, bm);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, bell_close); lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, bell_close); lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
+
     static const luaL_Reg f[] = {
+        {"shm_create", c_shm_create}, {"shm_open", c_shm_open}, {"ps_bell", c_ps_bell}, {"ps_wait", c_ps_wait},
         {"join", c_join}, {"procs_start", c_procs_start}, {"pack", c_pack}, {"unpack", c_unpack},
         {"random_hex", c_random_hex}, {"getpid", c_getpid}, {"hostname", c_hostname}, {"self_exe", c_self_exe},
         {"kill", c_kill}, {"sleep", c_sleep}, {"free_port", c_free_port}, {"cores", c_cores},

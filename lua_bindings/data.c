@@ -1257,6 +1257,26 @@ static int ds_iter(lua_State *L) {
 
 static int it_call(lua_State *L) { return iter_step(L, luaL_checkudata(L, 1, LB_ITER_MT), 1); }
 
+/* it:_skip() -> true, or false at the end: past one element without building
+   it where the dataset can (ld_dataset_iter_skip) */
+static int it_skip(lua_State *L) {
+    lb_it *u = luaL_checkudata(L, 1, LB_ITER_MT);
+    if (!u->it) { lua_pushboolean(L, 0); return 1; }
+    if (u->busy) return luaL_error(L, "a dataset iterator was advanced from inside its own map function");
+    int r;
+    u->busy = 1;
+    WITH_L(L, r = ld_dataset_iter_skip(u->it));
+    u->busy = 0;
+    if (r < 0) {
+        lua_pushstring(L, ld_error());
+        iter_close(L, u);
+        return lua_error(L);
+    }
+    if (r == 0) iter_close(L, u);
+    lua_pushboolean(L, r == 1);
+    return 1;
+}
+
 /* ds:_splittable() -> whether its batches can be split over devices as they
    are gathered (see ld_dataset_splittable) */
 static int ds_splittable(lua_State *L) {
@@ -1447,6 +1467,7 @@ static const luaL_Reg it_methods[] = {
     {"next", it_call},
     {"close", it_close},
     {"_next_split", it_next_split},
+    {"_skip", it_skip},
     {NULL, NULL},
 };
 

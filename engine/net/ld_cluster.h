@@ -172,5 +172,7 @@ int ld_random_bytes(void *buf, size_t n);
    ld_cluster_peer_state: 0 not joined, 1 joined, 2 lost, 3 left; -1 no such rank. */
 int ld_cluster_recv_any(ld_cluster *c, double timeout, int *from, char type[32], void **data, size_t *n);
 int ld_cluster_peer_state(ld_cluster *c, int r);
+/* ParameterServerStrategy: wait for a control message (1) or a readable fd (2), 0 on timeout */
+int ld_cluster_wait_fd(ld_cluster *c, int fd, double timeout);
 
 #endif

@@ -41,30 +41,38 @@ function distribute.ParameterServerStrategy(cluster, opts)
     _checkpoint_dir = opts.checkpoint_dir, _ps_strategy = true, _req = 0 }, PS)
 end
 
-function PS:shutdown() if self._cl then self._cl:shutdown() end end
+function PS:shutdown() ps.close_links(self); if self._cl then self._cl:shutdown() end end
 
 -- request/response with the ps tasks from the coordinator
 function PS:_ask(requests, reply_type)
   local cl = self._cl
   self._req = self._req + 1
   local req = self._req
-  for p, body in pairs(requests) do
+  local box, pend = {}, {}
+  for p, r in pairs(requests) do
     cl:_check_ps()
-    body.req = req
-    local ty = body._type
-    body._type = nil
-    cl._ps[p]:send(0, ty, C.pack(body))
+    local packed = ps.encode(self, p, r, req)
+    local seg = ps.mailbox(self, p, 1, r._type, packed)
+    if seg and seg:post(r._type, packed) then box[p] = seg else cl._ps[p]:send(0, r._type, packed) end
   end
   local out = {}
-  for p in pairs(requests) do
+  for p, r in pairs(requests) do
     local t0 = ldist.clock()
     while not out[p] do
       cl:_check_ps()
-      local ok, from, ty, b = pcall(cl._ps[p].recv_any, cl._ps[p], 0.1)
+      local ok, from, ty, b
+      if box[p] then
+        ok, ty, b = pcall(ps.next_answer, box, pend, p, 0.1, function() return cl._ps[p]:recv_any(0.1) end)
+        if not ok then from = ty else from = ty and 0 or nil end
+      else ok, from, ty, b = pcall(cl._ps[p].recv_any, cl._ps[p], 0.1) end
       if not ok then cl:_check_ps(); error(from, 0) end
       if from then
         local m = C.unpack(b)
-        if ty == reply_type and m.req == req then out[p] = m end
+        if ty == reply_type and m.req == req then
+          local vals = ps.decode(self, p, m)
+          if vals then m.values = vals; out[p] = m
+          else cl._ps[p]:send(0, r._type, ps.encode(self, p, r, req)) end   -- the ps cannot map it: over the network
+        end
       elseif ldist.clock() - t0 > cl._timeout then
         error(("ParameterServerStrategy: ps %d did not answer within %g s"):format(p - 1, cl._timeout), 0)
       end
@@ -131,10 +139,11 @@ function PS:fetch_variables()
     by[sh.ps + 1] = by[sh.ps + 1] or {}
     table.insert(by[sh.ps + 1], sh)
   end
+  local vars = self._model.trainable_variables
   for p, list in pairs(by) do
-    local names = {}
-    for i, sh in ipairs(list) do names[i] = sh.name end
-    reqs[p] = { _type = "pull", names = names }
+    local names, bytes = {}, 0
+    for i, sh in ipairs(list) do names[i] = sh.name; bytes = bytes + ps.shard_bytes(vars[sh.var], sh) end
+    reqs[p] = { _type = "pull", names = names, bytes = bytes }
   end
   local got = self:_ask(reqs, "vals")
   local parts = {}
@@ -267,24 +276,36 @@ end
 function PerWorker:iter() return self end
 PerWorker.__call = PerWorker.iter
 
+-- self._busy[w]: the tasks worker w holds, oldest first (absent: none)
 local function in_flight(self)
   local n = 0
-  for _ in pairs(self._busy) do n = n + 1 end
+  for _, l in pairs(self._busy) do n = n + #l end
   return n
 end
 
--- hand queued tasks to idle live workers
+-- Tasks a worker may hold at once: it runs them in order, and the next one is
+-- already there when it answers the last (no round trip through the
+-- coordinator between steps). LDIST_PS_PIPELINE=1: one at a time.
+local pipeline_depth = math.max(1, math.tointeger(tonumber(env("LDIST_PS_PIPELINE") or "") or 2) or 2)
+
+-- hand queued tasks to live workers with room: the least loaded first; at
+-- most max_staleness + 1 in flight in all
 function Coord:_dispatch()
   local cl = self.cluster
   local limit = self.max_staleness and (self.max_staleness + 1) or math.huge
-  for w = 0, cl.workers - 1 do
-    if #self._queue == 0 then return end
-    if in_flight(self) >= limit then return end
-    if not self._busy[w] and cl:worker_alive(w) then
-      local t = table.remove(self._queue, 1)
-      t.worker, t.tries = w, t.tries + 1
-      self._busy[w] = t
-      cl._main:send(w + 1, "task", t.packed)
+  local n = in_flight(self)
+  for depth = 0, pipeline_depth - 1 do
+    for w = 0, cl.workers - 1 do
+      if #self._queue == 0 or n >= limit then return end
+      local l = self._busy[w]
+      if (l and #l or 0) == depth and cl:worker_alive(w) then
+        local t = table.remove(self._queue, 1)
+        t.worker, t.tries = w, t.tries + 1
+        if not l then l = {}; self._busy[w] = l end
+        l[#l + 1] = t
+        n = n + 1
+        cl._main:send(w + 1, "task", t.packed)
+      end
     end
   end
 end
@@ -297,12 +318,15 @@ function Coord:_pump(timeout, setup)
   for w = 0, cl.workers - 1 do
     if not cl:worker_alive(w) then
       if setup then setup.want[w + 1] = nil end
-      local t = self._busy[w]
-      if t then
+      local l = self._busy[w]
+      if l then
         self._busy[w] = nil
-        t.worker = nil
-        self.rescheduled = self.rescheduled + 1
-        table.insert(self._queue, 1, t)
+        for k = #l, 1, -1 do   -- back to the front of the queue, in their order
+          local t = l[k]
+          t.worker = nil
+          self.rescheduled = self.rescheduled + 1
+          table.insert(self._queue, 1, t)
+        end
       end
     end
   end
@@ -316,9 +340,11 @@ function Coord:_pump(timeout, setup)
   local m = C.unpack(body)
   local w = from - 1
   if m.op == "task" then
-    local t = self._busy[w]
+    local l = self._busy[w]
+    local t = l and l[1]
     if t and t.id == m.task then
-      self._busy[w] = nil
+      table.remove(l, 1)
+      if #l == 0 then self._busy[w] = nil end
       if not m.ok then
         cl:_check_ps()       -- a ps that died is the real story
         t.state, t.error = "failed", m.error
@@ -416,8 +442,7 @@ end
 
 -- a coordinator prints as one line, never its internals
 Coord.__tostring = function(c)
-  local busy = 0
-  for _ in pairs(c._busy) do busy = busy + 1 end
+  local busy = in_flight(c)
   return ("<ClusterCoordinator: %d workers, %d ps; %d scheduled, %d done, %d running, %d queued%s%s>"):format(
     c.cluster.workers, c.cluster.num_ps, c.scheduled, c.completed, busy, #c._queue,
     c.failed > 0 and (", %d failed"):format(c.failed) or "", c.rescheduled > 0 and (", %d rescheduled"):format(c.rescheduled) or "")
@@ -430,7 +455,10 @@ function Coord:trace_summary() return self.strategy:trace_summary() end
 function Coord:stats()
   local st = self.strategy:ps_stats()
   return { scheduled = self.scheduled, completed = self.completed, rescheduled = self.rescheduled, failed = self.failed,
-    applied = st[1].applied, unique = st[1].unique, duplicates = st[1].duplicates, ps = st }
+    applied = st[1].applied, unique = st[1].unique, duplicates = st[1].duplicates, ps = st,
+    -- bytes of pulls and pushes through shared memory / the network, at the ps tasks (workers and this process)
+    shm_bytes = (function() local b = 0; for _, x in ipairs(st) do b = b + (x.shm_bytes or 0) end; return b end)(),
+    net_bytes = (function() local b = 0; for _, x in ipairs(st) do b = b + (x.net_bytes or 0) end; return b end)() }
 end
 
 ---------------------------------------------------------------- model:fit under the strategy
@@ -690,7 +718,8 @@ doc(distribute.ClusterCoordinator, "distribute.ClusterCoordinator",
   "coordinator:fetch(v); coordinator:create_per_worker_dataset(dataset | function(worker_index))\n" ..
   "fn runs on a worker (it may use only its arguments and globals); distribute.ps_train_step(it)\n" ..
   "is one step of asynchronous SGD: pull, gradients on it()'s batch, push. A function whose\n" ..
-  "worker dies runs again on another (at-least-once); coordinator:stats() counts duplicates.\n" ..
+  "worker dies runs again on another (at-least-once); coordinator:stats() counts duplicates,\n" ..
+  "and the bytes the ps tasks moved through shared memory (shm_bytes) and the network (net_bytes).\n" ..
   "max_staleness=k: at most k+1 functions in flight (0: synchronous SGD).")
 doc(PS.trace, "ParameterServerStrategy:trace",
   "strategy:trace(true|false)\n\n" ..

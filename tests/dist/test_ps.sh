@@ -6,6 +6,9 @@
 #   ps_shards.lua  variables split across 2 ps tasks, reassembled exactly
 #   ps_faults.lua  kill -9 of a worker mid-training; a dead ps; resume
 #   ps_autoshard.lua create_per_worker_dataset honours auto_shard_policy (FILE, DATA, OFF)
+#   ps_transport.lua pulls and pushes through shared memory on one host (and over the
+#                  network with LDIST_PS_TRANSPORT=tcp): bytes counted on each path,
+#                  pulled values equal the ps's exactly, the same weights either way
 #   ps_fashion.lua Fashion-MNIST MLP, 2 workers + 1 ps, 8 epochs, test accuracy >= 0.85
 #                  (asynchronous: 5 epochs gave 0.848-0.877 over 25 runs, 8 gave 0.865-0.880)
 source "$(dirname "$0")/lib.sh"
@@ -33,6 +36,9 @@ check "launch -n 2 --ps 1: the chief reported" grep -q '^\[chief 0\] ok - ' "$T/
 run ps_shards 60 tests/dist/ps_shards.lua "$T/shards"
 run ps_faults 90 tests/dist/ps_faults.lua "$T/ckpt"
 run ps_autoshard 60 tests/dist/ps_autoshard.lua "$T/autoshard"
+mkdir -p "$T/transport"
+LDIST_PS_TRANSPORT=tcp run ps_transport_tcp 60 tests/dist/ps_transport.lua "$T/transport"
+run ps_transport 60 tests/dist/ps_transport.lua "$T/transport" "$T/transport/weights-tcp.safetensors"
 if [ -d /usr/share/datasets/fashion-mnist ] || [ -n "${LDIST_DATA_DIR:-}" ]; then
   run ps_fashion 180 tests/dist/ps_fashion.lua
 else
