@@ -2,9 +2,11 @@
 freshly built ./ldist in a temporary JUPYTER_PATH (as tests/kernel does)."""
 import os
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))   # tests/procs.py
 LDIST = os.environ.get("LDIST_BIN", os.path.join(ROOT, "ldist"))
 KERNEL = "ldist-dist-test"
 

@@ -13,28 +13,11 @@ import pytest
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+from procs import alive, wait_gone
+
 from conftest import KERNEL, ROOT
 
 NOTEBOOK = os.path.join(ROOT, "scripts", "notebooks", "multiworker.ipynb")
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not a running process
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pids, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if alive(p)]
 
 
 def pids_of(text):

@@ -3,12 +3,12 @@ real Jupyter client: a LocalCluster with 2 workers and 1 ps, a few scheduled
 steps, a plot of the loss, shutdown with no process left behind."""
 import os
 import re
-import time
 
 import nbformat
 from nbclient import NotebookClient
 
 from conftest import KERNEL
+from procs import wait_gone
 
 CELLS = [
     "lc = distribute.LocalCluster{workers = 2, ps = 1}\nlc",
@@ -41,18 +41,6 @@ end
 ]
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
-
-
 def result(cell):
     (res,) = [o for o in cell.outputs if o.output_type == "execute_result"]
     return res.data
@@ -72,7 +60,4 @@ def test_a_notebook_schedules_steps_on_workers_and_ps_and_leaves_nothing_behind(
     assert m and int(m.group(1)) == 80 and float(m.group(3)) < float(m.group(2)), result(nb.cells[2])
     assert result(nb.cells[3])["image/svg+xml"].lstrip().startswith("<svg")
     assert "shut down" in result(nb.cells[4])["text/plain"]
-    deadline = time.time() + 10
-    while time.time() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.05)
-    assert [p for p in pids if alive(p)] == [], "processes left behind"
+    assert wait_gone(pids) == [], "processes left behind"

@@ -34,3 +34,4 @@ os.environ["JUPYTER_PATH"] = os.path.join(_prefix, "share", "jupyter") + (
 # No stray user config or runtime files from this machine's Jupyter.
 os.environ.setdefault("JUPYTER_RUNTIME_DIR", tempfile.mkdtemp(prefix="ldist-runtime-"))
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))   # tests/procs.py

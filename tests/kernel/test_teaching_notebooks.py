@@ -29,6 +29,8 @@ import time
 import nbformat
 from nbclient import NotebookClient
 
+from procs import wait_gone
+
 from conftest import KERNEL, ROOT
 
 NOTEBOOKS = os.path.join(ROOT, "scripts", "notebooks")
@@ -77,25 +79,6 @@ def number(pattern, text):
     return [float(g) for g in m.groups()] if len(m.groups()) > 1 else float(m.group(1))
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not a running process
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
-
-
-def left_behind(pids, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if alive(p)]
-
-
 def test_sync_vs_async():
     cells = execute("sync_vs_async.ipynb")
     text = stdout(cells)
@@ -139,7 +122,7 @@ def test_sync_vs_async():
     # every process the notebook started is gone
     pids = [int(p) for m in re.finditer(r"\(pids ([\d, ]+)\)", text) for p in m.group(1).split(", ")]
     assert len(pids) == 3 + 2 + 2, pids
-    assert left_behind(pids) == [], "worker or ps processes left behind"
+    assert wait_gone(pids) == [], "worker or ps processes left behind"
 
 
 def test_data_parallel_from_scratch():
