@@ -121,22 +121,28 @@ local function file_source(ds)
   return nil, ("its source (%s) reads no files"):format(root.op == "_make_csv_dataset" and "make_csv_dataset" or root.op)
 end
 
--- Whether FILE can split ds over n workers: true, or nil and why not.
-function distribute._file_shardable(ds, n)
-  local rec, why, files = file_source(ds)
-  if not rec then return nil, why end
+-- file_source(ds) when FILE can split it over n workers, else nil and why not
+local function shardable_source(ds, n)
+  local rec, root, files = file_source(ds)
+  if not rec then return nil, root end
   if #files < n then
     return nil, ("%d file(s) for %d workers; every worker needs at least one file"):format(#files, n)
   end
+  return rec, root, files
+end
+
+-- Whether FILE can split ds over n workers: true, or nil and why not.
+function distribute._file_shardable(ds, n)
+  local rec, why = shardable_source(ds, n)
+  if not rec then return nil, why end
   return true
 end
 
 -- ds rebuilt to read worker r's files of n (files r+1, r+1+n, ...), the
 -- rest of the pipeline unchanged; or nil and why not.
 function distribute._file_shard(ds, n, r)
-  local ok, why = distribute._file_shardable(ds, n)
-  if not ok then return nil, why end
-  local rec, root, files = file_source(ds)
+  local rec, root, files = shardable_source(ds, n)
+  if not rec then return nil, root end
   local mine = {}
   for i = r + 1, #files, n do mine[#mine + 1] = files[i] end
   root.args = { n = 1, mine }

@@ -271,23 +271,22 @@ function MW:experimental_distribute_dataset(ds, opts)
     error("bad argument #2 to 'experimental_distribute_dataset' (auto_shard_policy must be AUTO, FILE, DATA or OFF)", 2)
   end
   local n = self._size
-  local ok, why
-  if getmetatable(ds) == FileDataset then
-    ok = #ds.files >= n
-    why = ("%d file(s) for %d workers; every worker needs at least one file"):format(#ds.files, n)
-  else
-    ok, why = distribute._file_shardable(ds, n)
+  local ok, why, files_ds
+  if policy == "AUTO" or policy == "FILE" then
+    if getmetatable(ds) == FileDataset then
+      ok = #ds.files >= n
+      why = ("%d file(s) for %d workers; every worker needs at least one file"):format(#ds.files, n)
+    else
+      files_ds, why = distribute._file_shard(ds, n, self._rank)   -- this worker's files, or why not
+      ok = files_ds ~= nil
+    end
   end
   if policy == "AUTO" then policy = ok and "FILE" or "DATA" end
   if policy == "FILE" and not ok then
     error(("auto_shard_policy FILE: the dataset cannot be split by files: %s (use more files, or DATA to shard by rows)")
       :format(why), 2)
   end
-  local d = setmetatable({ dataset = ds, strategy = self, policy = policy }, MWDist)
-  if policy == "FILE" and getmetatable(ds) ~= FileDataset then
-    d.files_ds = assert(distribute._file_shard(ds, n, self._rank))
-  end
-  return d
+  return setmetatable({ dataset = ds, strategy = self, policy = policy, files_ds = files_ds }, MWDist)
 end
 
 -- the protocol's input: one pipeline per worker
