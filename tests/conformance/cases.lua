@@ -928,4 +928,28 @@ add { name = "fit_dataset_transformations", also = { "ps", "mw_local" }, run = f
   return put_weights({ loss_final = h.loss[#h.loss] }, model)
 end }
 
+-- Issue 17's text files: rows written as lines, read by TextLineDataset and
+-- parsed by a map (each line a Lua string), sharded by DATA (the policy that
+-- keeps each global batch's rows; FILE would regroup them by file).
+add { name = "fit_text_lines", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local path = S.tmp("rows.txt")
+  local f = assert(io.open(path, "w"))
+  local xt, yt = x:totable(), y:totable()
+  for i = 1, 96 do f:write(("%s;%d\n"):format(table.concat(xt[i], ","), yt[i])) end
+  f:close()
+  local o = data.Options()
+  o.experimental_distribute.auto_shard_policy = data.experimental.AutoShardPolicy.DATA
+  local ds = data.TextLineDataset(path):map(function(line)
+    local xs, label = line:match("^(.*);(.*)$")
+    local v = {}
+    for num in xs:gmatch("[^,]+") do v[#v + 1] = tonumber(num) end
+    return ldist.tensor.new(v), tonumber(label)
+  end):batch(24):with_options(o)
+  local model = make_model(S, "mlp", "sgd_momentum", true)
+  local h = model:fit(ds, { epochs = 6, verbose = 0, steps_per_epoch = 4 })
+  check(h.loss[#h.loss] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[#h.loss])
+  return put_weights({ loss_final = h.loss[#h.loss] }, model)
+end }
+
 return cases
