@@ -229,25 +229,28 @@ local function svg_panel(m, W, span, max_ann, LEFT)
   if sr then sub[#sub + 1] = sr end
   sub[#sub + 1] = ("%s recorded"):format(dur(m.t1 - m.t0))
   add('<text x="10" y="40" font-size="12" fill="#444">%s</text>', esc(table.concat(sub, " · ")))
-  local top = 64
+  local top = 75        -- two lines of step numbers above the rows
   local n = #m.rows
   local bottom = top + n * (ROW_H + ROW_GAP)
   -- steps: alternate bands, a boundary line and the number above the rows
   -- (asynchronous rows: each row's steps marked on the row itself)
-  local last_label_x = -math.huge
+  -- a step number that would overlap the last on the lower line goes on the
+  -- upper one (a short step beside a long one); crowded on both, it is left out
+  local last_label_x = { -math.huge, -math.huge }
   for i, st in ipairs(m.async and {} or m.steps) do
     local x0, x1 = X(st.t0), X(st.t1)
     if i % 2 == 0 then
       add('<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="#f3f3f3"/>', x0, top - 6, math.max(x1 - x0, 0.5), bottom - top + 6)
     end
     add('<line class="step-boundary" x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#888" stroke-dasharray="3,3"/>',
-      x0, top - 14, x0, bottom)
+      x0, top - 25, x0, bottom)
     local label = (i == 1 or x1 - x0 > 40) and ("step %d"):format(st.n) or tostring(st.n)
     local lx = x0 + 2
-    if lx - last_label_x > #label * 6.5 + 4 then
+    local line = lx - last_label_x[1] > #label * 6.5 + 4 and 1 or lx - last_label_x[2] > #label * 6.5 + 4 and 2 or nil
+    if line then
       add('<text class="step-label" x="%.2f" y="%d" font-size="10" fill="#333"><title>step %d: %s to %s, %s</title>%s</text>',
-        lx, top - 8, st.n, dur(st.t0 - m.t0), dur(st.t1 - m.t0), dur(st.t1 - st.t0), esc(label))
-      last_label_x = lx
+        lx, top - 8 - (line - 1) * 11, st.n, dur(st.t0 - m.t0), dur(st.t1 - m.t0), dur(st.t1 - st.t0), esc(label))
+      last_label_x[line] = lx
     end
   end
   -- rows
