@@ -741,7 +741,7 @@ static int pshm_tensor(lua_State *L) {
 
 /* the mailbox (engine/net/ld_ps_shm.c): seg:room(), seg:post(type, body) ->
    bool, seg:wait(timeout) -> type, body | nil, seg:take() -> type, body |
-   nil, seg:answer(type, body), seg:set_bell(path); C.ps_bell() -> bell | nil
+   nil, seg:answer(type, body), seg:set_bell(path), seg:set_client_bell(path); C.ps_bell() -> bell | nil
    (bell:path(), bell:drain(), bell:close()); C.ps_wait(cluster, bell, timeout)
    -> 1 a control message, 2 the doorbell rang, 3 both, 0 nothing */
 #define BELL_MT "ldist.PsBell"
@@ -786,6 +786,7 @@ static int pshm_answer(lua_State *L) {
     return 0;
 }
 static int pshm_set_bell(lua_State *L) { ld_ps_shm_set_bell(check_pshm(L, 1), luaL_checkstring(L, 2)); return 0; }
+static int pshm_set_client_bell(lua_State *L) { ld_ps_shm_set_client_bell(check_pshm(L, 1), luaL_checkstring(L, 2)); return 0; }
 static ld_ps_bell *check_bell(lua_State *L, int i) {
     ld_ps_bell **p = luaL_checkudata(L, i, BELL_MT);
     if (!*p) luaL_argerror(L, i, "the doorbell has been closed");
@@ -848,7 +849,8 @@ int lb_open_cluster(lua_State *L) {
     static const luaL_Reg sm[] = {
         {"name", pshm_name}, {"tag", pshm_tag}, {"size", pshm_size}, {"unlink", pshm_unlink}, {"close", pshm_close},
         {"write", pshm_write}, {"tensor", pshm_tensor}, {"read_into", pshm_read_into}, {"room", pshm_room}, {"post", pshm_post}, {"wait", pshm_wait},
-        {"take", pshm_take}, {"answer", pshm_answer}, {"set_bell", pshm_set_bell}, {NULL, NULL}};
+        {"take", pshm_take}, {"answer", pshm_answer}, {"set_bell", pshm_set_bell},
+        {"set_client_bell", pshm_set_client_bell}, {NULL, NULL}};
     luaL_newmetatable(L, PSHM_MT);
     luaL_newlib(L, sm);
     lua_setfield(L, -2, "__index");

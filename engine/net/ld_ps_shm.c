@@ -38,6 +38,7 @@
 #include <string.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -55,6 +56,7 @@ typedef struct {
     _Alignas(64) uint32_t req_seq;            /* requests published (the client's) */
     _Alignas(64) uint32_t ans_seq;            /* answers published (the ps's; the client's futex) */
     _Alignas(64) char bell[256];              /* the ps's doorbell FIFO ("" until it maps the segment) */
+    _Alignas(64) char cbell[256];             /* the client's doorbell, rung at each answer ("": none, the futex only) */
 } pshm_hdr;
 
 struct ld_ps_shm {
@@ -65,6 +67,7 @@ struct ld_ps_shm {
     int linked;
     uint32_t req_sent, ans_seen;              /* client: published / answers read; ps: requests taken */
     int bell_fd;                              /* client: the ps's doorbell, opened at the first post (-1) */
+    int cbell_fd;                             /* ps: the client's doorbell, opened at the first answer (-1) */
 };
 
 static void hex(const unsigned char *b, size_t n, char *out) {
@@ -102,6 +105,7 @@ ld_ps_shm *ld_ps_shm_create(size_t bytes) {
     s->map = p;
     s->linked = 1;
     s->bell_fd = -1;
+    s->cbell_fd = -1;
     pshm_hdr *hd = p;
     hd->bytes = bytes;
     memcpy(hd->tag, tag, 32);
@@ -138,6 +142,7 @@ ld_ps_shm *ld_ps_shm_open(const char *name, const char *tag_hex, size_t bytes) {
     s->map_len = len;
     s->bytes = bytes;
     s->bell_fd = -1;
+    s->cbell_fd = -1;
     s->req_sent = __atomic_load_n(&hd->req_seq, __ATOMIC_ACQUIRE);
     snprintf(s->name, sizeof s->name, "%s", name);
     memcpy(s->tag, th, 65);
@@ -156,11 +161,32 @@ void ld_ps_shm_close(ld_ps_shm *s) {
     if (!s) return;
     ld_ps_shm_unlink(s);
     if (s->bell_fd >= 0) close(s->bell_fd);
+    if (s->cbell_fd >= 0) close(s->cbell_fd);
     munmap(s->map, s->map_len);
     free(s);
 }
 
 /* ---------------------------------------------------------------- the mailbox */
+/* A byte to a doorbell. The other end may have died (its pipe's read end
+   closed with it): that write fails with EPIPE, and must not kill this
+   process with SIGPIPE, which is blocked around it and taken back if it came. */
+static int ring(int fd) {
+    sigset_t pipe_set, old;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    char b = 1;
+    ssize_t r = write(fd, &b, 1);
+    int err = errno;
+    if (r < 0 && err == EPIPE) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {}
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err;
+    return r < 0 && err != EAGAIN ? -1 : 0;   /* full: wake-ups are pending anyway */
+}
+
 static unsigned char *req_slot(ld_ps_shm *s, uint32_t i) { return s->map + 4096 + (size_t)(i % NMSG) * MSG_SLOT; }
 static unsigned char *ans_slot(ld_ps_shm *s, uint32_t i) { return s->map + 4096 + (size_t)(NMSG + i % NMSG) * MSG_SLOT; }
 
@@ -206,8 +232,7 @@ int ld_ps_shm_post(ld_ps_shm *s, const char *type, const void *body, size_t n) {
     if (put_msg(req_slot(s, s->req_sent), type, body, n)) return -1;
     s->req_sent++;
     __atomic_store_n(&hd->req_seq, s->req_sent, __ATOMIC_RELEASE);
-    char b = 1;
-    if (write(s->bell_fd, &b, 1) < 0 && errno != EAGAIN) return -2;   /* full: the ps has wake-ups pending anyway */
+    if (ring(s->bell_fd)) return -2;
     return 0;
 }
 
@@ -250,12 +275,24 @@ int ld_ps_shm_answer(ld_ps_shm *s, const char *type, const void *body, size_t n)
     if (put_msg(ans_slot(s, a), type, body, n)) { ld_fail(LD_EARG, "ps shared memory: an answer of %zu bytes does not fit", n); return -1; }
     __atomic_store_n(&hd->ans_seq, a + 1, __ATOMIC_RELEASE);
     syscall(SYS_futex, &hd->ans_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+    /* a client that waits on several segments at once has a doorbell of its own */
+    if (s->cbell_fd == -1 && !strncmp(hd->cbell, "/proc/", 6)) {
+        char path[256];
+        memcpy(path, hd->cbell, sizeof path);
+        path[255] = 0;
+        s->cbell_fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    }
+    if (s->cbell_fd >= 0 && ring(s->cbell_fd)) { close(s->cbell_fd); s->cbell_fd = -2; }
     return 0;
 }
 
 void ld_ps_shm_set_bell(ld_ps_shm *s, const char *path) {
     pshm_hdr *hd = (pshm_hdr *)s->map;
     snprintf(hd->bell, sizeof hd->bell, "%s", path);
+}
+void ld_ps_shm_set_client_bell(ld_ps_shm *s, const char *path) {
+    pshm_hdr *hd = (pshm_hdr *)s->map;
+    snprintf(hd->cbell, sizeof hd->cbell, "%s", path);
 }
 
 /* ---------------------------------------------------------------- the ps's doorbell
@@ -295,9 +332,17 @@ typedef struct { void *dst; const void *src; size_t n; } copy_part;
 static void *copy_main(void *a) { copy_part *p = a; memcpy(p->dst, p->src, p->n); return NULL; }
 
 void ld_ps_shm_copy(void *dst, const void *src, size_t n) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int k = cores < 2 ? 1 : cores > 4 ? 4 : (int)cores;
-    if (n < ((size_t)8 << 20) || k < 2) { memcpy(dst, src, n); return; }
+    if (n < ((size_t)8 << 20)) { memcpy(dst, src, n); return; }
+    /* sysconf reads /sys/devices/system/cpu/online each time: asked once */
+    static int cores_once;
+    int cores = __atomic_load_n(&cores_once, __ATOMIC_RELAXED);
+    if (!cores) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        cores = c < 1 ? 1 : c > 64 ? 64 : (int)c;
+        __atomic_store_n(&cores_once, cores, __ATOMIC_RELAXED);
+    }
+    int k = cores < 2 ? 1 : cores > 4 ? 4 : cores;
+    if (k < 2) { memcpy(dst, src, n); return; }
     size_t part = (n / (size_t)k + 4095) & ~(size_t)4095;
     copy_part parts[4];
     pthread_t th[4];

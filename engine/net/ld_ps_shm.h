@@ -34,6 +34,10 @@ int ld_ps_shm_wait(ld_ps_shm *s, double timeout, char type[32], const void **bod
 int ld_ps_shm_take(ld_ps_shm *s, char type[32], const void **body, size_t *n);
 int ld_ps_shm_answer(ld_ps_shm *s, const char *type, const void *body, size_t n);
 void ld_ps_shm_set_bell(ld_ps_shm *s, const char *path);
+/* The client's own doorbell (a client waiting on several segments, as the
+   coordinator on its workers' task links): the other end writes a byte
+   there after each answer. */
+void ld_ps_shm_set_client_bell(ld_ps_shm *s, const char *path);
 
 /* memcpy, split over a few threads when it is large (tens of MB) */
 void ld_ps_shm_copy(void *dst, const void *src, size_t n);

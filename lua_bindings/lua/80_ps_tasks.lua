@@ -174,6 +174,21 @@ function ps.close_links(owner)
   for _, l in pairs(owner._links or {}) do if l then l.seg:close() end end
   owner._links = {}
 end
+ps.shm_wanted, ps.MSG_MAX = shm_wanted, MSG_MAX
+
+-- The task link: between the coordinator and a worker of the same host,
+-- tasks and their replies go through a mailbox in a shared-memory segment
+-- (the coordinator's, as a client's to a ps task) instead of the control
+-- plane, whose thread hops (coordinator, its control thread and ZeroMQ's,
+-- then the worker's) cost more than the messages: a task and its reply are
+-- two wake-ups, not a dozen. The coordinator sends "tasklink" (the
+-- segment's name and tag) over the control plane; the worker maps it and
+-- writes its doorbell there; from then on the coordinator posts tasks in
+-- it and rings; the worker answers each with its reply (or "ctl": too
+-- large for a slot, sent over the control plane) and rings the
+-- coordinator's doorbell. Setup messages (model, datasets, traces) stay on
+-- the control plane. A worker on another host cannot map it: the tasks keep
+-- the control plane.
 
 ---------------------------------------------------------------- partitioners
 distribute.partitioners = distribute.partitioners or {}
@@ -473,12 +488,29 @@ end
 -- each ps, not two. Only with a live shared-memory link to every ps; the
 -- values are kept for that task alone. max_staleness=0 never has a next
 -- task waiting (one in flight), so it pulls as before.
+-- what has come from the coordinator, into self._inbox ({from, type, body,
+-- via the task link}): the task link's mailbox, then the control plane;
+-- waits up to `timeout` s when nothing has
+function W:_fill(timeout)
+  local inbox, tl = self._inbox, self._tl
+  local r = tl and C.ps_wait(self._main, tl.bell, timeout) or 1
+  if r >= 2 then
+    tl.bell:drain()
+    while true do
+      local ty, b = tl.seg:take()
+      if not ty then break end
+      inbox[#inbox + 1] = { 0, ty, b, true }
+    end
+  end
+  if r % 2 == 1 or r == 0 then   -- nothing at all: recv still reports a coordinator that is gone
+    local from, ty, b = self._main:recv(tl and 0 or timeout)
+    if from then inbox[#inbox + 1] = { from, ty, b } end
+  end
+end
+
 function W:_next_task()
   local inbox = self._inbox
-  if #inbox == 0 then
-    local from, ty, b = self._main:recv(0)
-    if from then inbox[1] = { from, ty, b } end
-  end
+  if #inbox == 0 then self:_fill(0) end
   local e = inbox[1]
   if not e or e[2] ~= "task" then return nil end
   if e.m == nil then
@@ -626,9 +658,9 @@ local function worker_serve(me, main, ps, timeout)
   worker_ctx = self
   local fns = {}
   while true do
-    local ok, from, ty, body
-    if #self._inbox > 0 then ok, from, ty, body = true, table.unpack(table.remove(self._inbox, 1), 1, 3)
-    else ok, from, ty, body = pcall(main.recv, main, 1.0) end
+    local ok, from, ty, body, via = true, nil, nil, nil, nil
+    if #self._inbox == 0 then ok, from = pcall(self._fill, self, 1.0) end
+    if ok and #self._inbox > 0 then from, ty, body, via = table.unpack(table.remove(self._inbox, 1), 1, 4) end
     if not ok then io.stderr:write("ldist worker: the coordinator is gone; exiting\n"); os.exit(1) end
     if ty == "quit" or (not ty and main:peer_state(0) == "left") then break end
     if ty then
@@ -658,6 +690,16 @@ local function worker_serve(me, main, ps, timeout)
               else self.datasets[m.id] = endless(ds, me, m.workers) end
             end
             return true
+          elseif ty == "tasklink" then   -- the coordinator's mailbox for tasks (see "the task link")
+            local d = m.shm or {}
+            local seg = C.shm_open(tostring(d.name), tostring(d.tag), math.tointeger(d.size) or -1)
+            if not seg then return false end   -- another host: tasks keep the control plane
+            local bell = self._tl and self._tl.bell or C.ps_bell()
+            if not bell then seg:close(); return false end
+            if self._tl then self._tl.seg:close() end
+            seg:set_bell(bell:path())
+            self._tl = { seg = seg, bell = bell }
+            return true
           elseif ty == "trace" then   -- on: start afresh; off: stop and send the spans
             local out = self.spans
             self.spans = m.on and {} or nil
@@ -681,8 +723,14 @@ local function worker_serve(me, main, ps, timeout)
             return table.pack(fn(table.unpack(args, 1, args.n or #args)))
           end
         end, function(e) return debug.traceback(tostring(e), 2) end)
-        main:send(0, "reply", C.pack({ task = m.task, op = ty, ok = okj, result = okj and res or nil,
-          error = not okj and tostring(res) or nil }))
+        local packed = C.pack({ task = m.task, op = ty, ok = okj, result = okj and res or nil,
+          error = not okj and tostring(res) or nil })
+        if via and self._tl and #packed <= MSG_MAX then self._tl.seg:answer("reply", packed)
+        else
+          main:send(0, "reply", packed)
+          -- every request in the mailbox gets its answer there: this one's is on the control plane
+          if via and self._tl then self._tl.seg:answer("ctl", "") end
+        end
         if ty == "task" and self.spans then self.idle_since = ldist.clock() end
       end
     end
@@ -709,7 +757,10 @@ local function join_as(role, me, cfg)
       name = "process", timeout = timeout, rendezvous_timeout = 120 }
   end
   worker_serve(me, main, ps, timeout)
-  if worker_ctx then net.ps.close_links(worker_ctx) end
+  if worker_ctx then
+    net.ps.close_links(worker_ctx)
+    if worker_ctx._tl then worker_ctx._tl.seg:close(); worker_ctx._tl.bell:close(); worker_ctx._tl = nil end
+  end
   for _, c in ipairs(ps) do c:close() end
   main:close()
 end

@@ -41,7 +41,11 @@ function distribute.ParameterServerStrategy(cluster, opts)
     _checkpoint_dir = opts.checkpoint_dir, _ps_strategy = true, _req = 0 }, PS)
 end
 
-function PS:shutdown() ps.close_links(self); if self._cl then self._cl:shutdown() end end
+function PS:shutdown()
+  ps.close_links(self)
+  if self._coordinator then self._coordinator:_close_links() end
+  if self._cl then self._cl:shutdown() end
+end
 
 -- request/response with the ps tasks from the coordinator
 function PS:_ask(requests, reply_type)
@@ -226,8 +230,8 @@ function distribute.ClusterCoordinator(strategy, opts)
   end
   opts = opts or {}
   local self = setmetatable({ strategy = strategy, cluster = strategy._cl, max_staleness = opts.max_staleness,
-    _queue = {}, _busy = {}, _tasks = {}, _next = 0, _ds = 0, _datasets = {}, scheduled = 0, completed = 0,
-    rescheduled = 0, failed = 0 }, Coord)
+    _queue = { first = 1, last = 0 }, _busy = {}, _tasks = {}, _next = 0, _ds = 0, _datasets = {}, scheduled = 0, completed = 0,
+    rescheduled = 0, failed = 0, tasks_linked = 0, replies_linked = 0 }, Coord)
   strategy._coordinator = self
   return self
 end
@@ -276,6 +280,18 @@ end
 function PerWorker:iter() return self end
 PerWorker.__call = PerWorker.iter
 
+-- self._queue: the tasks no worker holds yet, in order, as a deque
+-- (q[first..last]): taking the next one costs the same with 30,000 queued as with 3
+local function q_len(q) return q.last - q.first + 1 end
+local function q_pop(q)
+  local t = q[q.first]
+  q[q.first] = nil
+  q.first = q.first + 1
+  return t
+end
+local function q_push(q, t) q.last = q.last + 1; q[q.last] = t end
+local function q_push_front(q, t) q.first = q.first - 1; q[q.first] = t end
+
 -- self._busy[w]: the tasks worker w holds, oldest first (absent: none)
 local function in_flight(self)
   local n = 0
@@ -288,6 +304,46 @@ end
 -- coordinator between steps). LDIST_PS_PIPELINE=1: one at a time.
 local pipeline_depth = math.max(1, math.tointeger(tonumber(env("LDIST_PS_PIPELINE") or "") or 2) or 2)
 
+-- worker w's task link (80_ps_tasks.lua, "the task link"): {seg=} once
+-- asked for, false where there is none (another host, LDIST_PS_TRANSPORT=tcp)
+local function task_link(self, w)
+  local links = self._tl
+  if not links then links = {}; self._tl = links end
+  local l = links[w]
+  if l ~= nil then return l end
+  links[w] = false
+  if not ps.shm_wanted() or env("LDIST_PS_MAILBOX") == "0" or env("LDIST_PS_TASKLINK") == "0" then return false end
+  self._bell = self._bell or C.ps_bell() or false
+  if not self._bell then return false end
+  local seg = C.shm_create(4096)
+  if not seg then return false end
+  seg:set_client_bell(self._bell:path())
+  l = { seg = seg }
+  links[w] = l
+  self.cluster._main:send(w + 1, "tasklink", C.pack({ shm = { name = seg:name(), tag = seg:tag(), size = seg:size() } }))
+  return l
+end
+local function drop_task_link(self, w)
+  local l = self._tl and self._tl[w]
+  if l then l.seg:close() end
+  if self._tl then self._tl[w] = nil end
+end
+function Coord:_close_links()
+  for w in pairs(self._tl or {}) do drop_task_link(self, w) end
+  if self._bell then self._bell:close() end
+  self._bell = nil
+end
+
+local function send_task(self, w, t)
+  local l = task_link(self, w)
+  -- the mailbox once the worker has mapped it (room() is 0 before)
+  if l and l.seg:room() > 0 and #t.packed <= ps.MSG_MAX and l.seg:post("task", t.packed) then
+    self.tasks_linked = self.tasks_linked + 1
+    return
+  end
+  self.cluster._main:send(w + 1, "task", t.packed)
+end
+
 -- hand queued tasks to live workers with room: the least loaded first; at
 -- most max_staleness + 1 in flight in all
 function Coord:_dispatch()
@@ -296,28 +352,36 @@ function Coord:_dispatch()
   local n = in_flight(self)
   for depth = 0, pipeline_depth - 1 do
     for w = 0, cl.workers - 1 do
-      if #self._queue == 0 or n >= limit then return end
+      if q_len(self._queue) == 0 or n >= limit then return end
       local l = self._busy[w]
       if (l and #l or 0) == depth and cl:worker_alive(w) then
-        local t = table.remove(self._queue, 1)
+        local t = q_pop(self._queue)
         t.worker, t.tries = w, t.tries + 1
         if not l then l = {}; self._busy[w] = l end
         l[#l + 1] = t
         n = n + 1
-        cl._main:send(w + 1, "task", t.packed)
+        send_task(self, w, t)
       end
     end
   end
 end
 
 -- one round: output, dead processes, replies; `setup` collects setup answers
+-- (the processes' output and exits are looked at every few milliseconds, not
+-- at every reply: with a thousand replies a second the wait4 and poll calls
+-- would cost the coordinator a tenth of a core)
 function Coord:_pump(timeout, setup)
   local cl = self.cluster
-  cl:_check_ps()
+  local now = ldist.clock()
+  if setup or not self._checked_at or now - self._checked_at >= 0.005 then
+    cl:_check_ps()
+    self._checked_at = now
+  end
   -- a dead worker: its task goes back to the queue (at-least-once)
   for w = 0, cl.workers - 1 do
     if not cl:worker_alive(w) then
       if setup then setup.want[w + 1] = nil end
+      if self._tl and self._tl[w] ~= nil then drop_task_link(self, w) end   -- a worker that comes back maps a new one
       local l = self._busy[w]
       if l then
         self._busy[w] = nil
@@ -325,7 +389,7 @@ function Coord:_pump(timeout, setup)
           local t = l[k]
           t.worker = nil
           self.rescheduled = self.rescheduled + 1
-          table.insert(self._queue, 1, t)
+          q_push_front(self._queue, t)
         end
       end
     end
@@ -335,15 +399,41 @@ function Coord:_pump(timeout, setup)
       local l = {}; for _, v in pairs(cl._dead) do l[#l + 1] = v end; return l end)(), "; ") or "lost") .. ")", 0)
   end
   self:_dispatch()
-  local from, ty, body = cl._main:recv_any(timeout)
-  if not from then return end
+  -- the replies: from the task links' mailboxes (their doorbell rang) and the control plane
+  local got = {}
+  local r = self._bell and C.ps_wait(cl._main, self._bell, timeout) or 1
+  if r >= 2 then
+    self._bell:drain()
+    for w, l in pairs(self._tl) do
+      while l do
+        local ty, b = l.seg:wait(0)
+        if not ty then break end
+        -- "ctl": that one is on the control plane
+        if ty ~= "ctl" then got[#got + 1] = { w + 1, ty, b }; self.replies_linked = self.replies_linked + 1 end
+      end
+    end
+  end
+  if r % 2 == 1 then
+    local from, ty, body = cl._main:recv_any(self._bell and 0 or timeout)
+    if from then got[#got + 1] = { from, ty, body } end
+  end
+  for _, e in ipairs(got) do self:_reply(e[1], e[3], setup) end
+end
+
+-- a worker's answer (packed body) from rank `from`
+function Coord:_reply(from, body, setup)
+  local cl = self.cluster
   local m = C.unpack(body)
   local w = from - 1
   if m.op == "task" then
     local l = self._busy[w]
-    local t = l and l[1]
-    if t and t.id == m.task then
-      table.remove(l, 1)
+    -- its task: the oldest it holds, as a rule (a task sent before the task
+    -- link was ready may be answered after one sent through it)
+    local k = 1
+    while l and l[k] and l[k].id ~= m.task do k = k + 1 end
+    local t = l and l[k]
+    if t then
+      table.remove(l, k)
       if #l == 0 then self._busy[w] = nil end
       if not m.ok then
         cl:_check_ps()       -- a ps that died is the real story
@@ -356,6 +446,9 @@ function Coord:_pump(timeout, setup)
       t.packed = nil
     end
     self:_dispatch()
+  elseif m.op == "tasklink" then
+    if not (m.ok and m.result) then drop_task_link(self, w); self._tl[w] = false   -- the control plane, then
+    elseif self._tl and self._tl[w] then self._tl[w].seg:unlink() end   -- mapped at both ends: no name left in /dev/shm
   elseif setup and m.op == setup.op then
     if not m.ok then error(("worker %d: %s"):format(w, tostring(m.error)), 0) end
     setup.want[from] = nil
@@ -392,7 +485,7 @@ function Coord:schedule(fn, args)
   local t = { id = self._next, state = "pending", tries = 0 }
   t.packed = C.pack({ task = t.id, fn = key, args = a })
   self._tasks[t.id] = t
-  self._queue[#self._queue + 1] = t
+  q_push(self._queue, t)
   self.scheduled = self.scheduled + 1
   self:_dispatch()
   self:_pump(0)
@@ -402,7 +495,7 @@ end
 function Coord:place(model) self.strategy:_place(model) end
 
 function Coord:join()
-  while #self._queue > 0 or next(self._busy) do self:_pump(0.05) end
+  while q_len(self._queue) > 0 or next(self._busy) do self:_pump(0.05) end
   for id, t in pairs(self._tasks) do
     if t.state == "failed" then
       self._tasks[id] = nil
@@ -411,7 +504,7 @@ function Coord:join()
   end
   self._tasks = {}
 end
-function Coord:done() return #self._queue == 0 and not next(self._busy) end
+function Coord:done() return q_len(self._queue) == 0 and not next(self._busy) end
 
 function RemoteValue:fetch()
   local t = self._t
@@ -444,7 +537,7 @@ end
 Coord.__tostring = function(c)
   local busy = in_flight(c)
   return ("<ClusterCoordinator: %d workers, %d ps; %d scheduled, %d done, %d running, %d queued%s%s>"):format(
-    c.cluster.workers, c.cluster.num_ps, c.scheduled, c.completed, busy, #c._queue,
+    c.cluster.workers, c.cluster.num_ps, c.scheduled, c.completed, busy, q_len(c._queue),
     c.failed > 0 and (", %d failed"):format(c.failed) or "", c.rescheduled > 0 and (", %d rescheduled"):format(c.rescheduled) or "")
 end
 
@@ -456,6 +549,8 @@ function Coord:stats()
   local st = self.strategy:ps_stats()
   return { scheduled = self.scheduled, completed = self.completed, rescheduled = self.rescheduled, failed = self.failed,
     applied = st[1].applied, unique = st[1].unique, duplicates = st[1].duplicates, ps = st,
+    -- tasks sent, and replies received, through the workers' task links (the rest: the control plane)
+    tasks_linked = self.tasks_linked, replies_linked = self.replies_linked,
     -- bytes of pulls and pushes through shared memory / the network, at the ps tasks (workers and this process)
     shm_bytes = (function() local b = 0; for _, x in ipairs(st) do b = b + (x.shm_bytes or 0) end; return b end)(),
     net_bytes = (function() local b = 0; for _, x in ipairs(st) do b = b + (x.net_bytes or 0) end; return b end)() }

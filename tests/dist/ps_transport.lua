@@ -9,6 +9,9 @@
 --   * training under it matches the same training over the network (one
 --     worker, max_staleness=0: deterministic), bit for bit, when the caller
 --     passes the other run's weights file;
+--   * tasks and their replies go through the coordinator's task link to each
+--     worker (a mailbox in shared memory), not the control plane, all but the
+--     first few (sent before the worker mapped it); with tcp: none;
 --   * nothing is left in /dev/shm or the temporary directory.
 -- usage: ps_transport.lua DIR [OTHER_WEIGHTS_FILE]
 local D, nn, optim, tensor, data = ldist.distribute, ldist.nn, ldist.optim, ldist.tensor, ldist.data
@@ -54,6 +57,9 @@ do
     say(st.shm_bytes >= 38 * 2 * per_step and st.net_bytes == 0, "pulls and pushes went through shared memory")
   end
   say(st.applied == 40 and st.unique == 40, "every step applied once")
+  print(("# tasks through the task links %d of 40, replies %d"):format(st.tasks_linked, st.replies_linked))
+  if tcp then say(st.tasks_linked == 0 and st.replies_linked == 0, "every task and reply went over the control plane")
+  else say(st.tasks_linked >= 30 and st.replies_linked >= 30, "tasks and replies went through the task links") end
 
   -- what a worker pulls equals the ps tasks' values, exactly
   local rv = coord:schedule(function()
