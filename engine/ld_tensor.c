@@ -37,7 +37,8 @@ static ld_storage *storage_new(size_t nbytes, ld_device *dev) {
 static void storage_release(ld_storage *s) {
     if (!s) return;
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        ld_device_free(s->device, s->data, s->nbytes ? s->nbytes : 1);
+        if (s->release) s->release(s->release_ctx);
+        else ld_device_free(s->device, s->data, s->nbytes ? s->nbytes : 1);
         free(s);
     }
 }
@@ -194,6 +195,29 @@ ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_devic
     if (set_contiguous_strides(t)) { free(t); return NULL; }
     t->storage = storage_new((size_t)n * ld_dtype_size(dt), dev);
     if (!t->storage) { free(t); return NULL; }
+    return t;
+}
+
+ld_tensor *ld_tensor_borrow(ld_dtype dt, int ndim, const int64_t *shape, void *data, ld_device *dev,
+                            void (*release)(void *ctx), void *ctx) {
+    int64_t n = 0;
+    if (check_shape(ndim, shape, &n)) return NULL;
+    if (!dev) dev = ld_device_cpu();
+    ld_tensor *t = calloc(1, sizeof *t);
+    ld_storage *s = calloc(1, sizeof *s);
+    if (!t || !s) { free(t); free(s); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    t->refcount = 1;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    if (set_contiguous_strides(t)) { free(t); free(s); return NULL; }
+    s->refcount = 1;
+    s->device = dev;
+    s->nbytes = (size_t)n * ld_dtype_size(dt);
+    s->data = data;
+    s->release = release;
+    s->release_ctx = ctx;
+    t->storage = s;
     return t;
 }
 

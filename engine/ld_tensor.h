@@ -41,6 +41,9 @@ typedef struct ld_storage {
     void *data;          /* device memory */
     size_t nbytes;       /* size of data in bytes */
     ld_device *device;
+    /* borrowed memory (ld_tensor_borrow): called instead of freeing data */
+    void (*release)(void *ctx);
+    void *release_ctx;
 } ld_storage;
 
 typedef struct ld_tensor {
@@ -80,6 +83,11 @@ ld_tensor *ld_tensor_full(ld_dtype dt, int ndim, const int64_t *shape, double va
 ld_tensor *ld_tensor_arange(double start, double stop, double step, ld_dtype dt, ld_device *dev);
 /* Copies n elements of `src` (host memory, dtype dt) into a new tensor. */
 ld_tensor *ld_tensor_from_data(ld_dtype dt, int ndim, const int64_t *shape, const void *src, ld_device *dev);
+/* A contiguous tensor over memory someone else owns (`data`, on device
+   dev): no copy; when its storage goes, release(ctx) is called instead of
+   freeing data (the owner keeps the memory alive until then). */
+ld_tensor *ld_tensor_borrow(ld_dtype dt, int ndim, const int64_t *shape, void *data, ld_device *dev,
+                            void (*release)(void *ctx), void *ctx);
 ld_tensor *ld_tensor_scalar(float v, ld_device *dev);   /* 0-d float32 */
 
 /* ---- text: ldist has no string dtype; a string (a line of a text file, a

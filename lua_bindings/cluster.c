@@ -710,14 +710,16 @@ static int pshm_read_into(lua_State *L) {
     return 1;
 }
 
-/* seg:tensor(offset, shape) -> a new float32 tensor of the values there */
-static int pshm_tensor(lua_State *L) {
-    ld_ps_shm *s = check_pshm(L, 1);
-    size_t off = check_size(L, 2);
+/* seg:view(offset, shape) -> a float32 tensor over the values there, no
+   copy (the mapping stays while it lives). Only for what is read at once
+   (the ps applying a push): the other end may write there again after the
+   answer. */
+/* the shape (argument 3) of float32 values at `off` in segment s, checked
+   to lie inside it -> the dimension count */
+static int shm_shape_arg(lua_State *L, ld_ps_shm *s, size_t off, int64_t shape[LD_MAX_DIMS]) {
     luaL_checktype(L, 3, LUA_TTABLE);
     int nd = (int)luaL_len(L, 3);
     luaL_argcheck(L, nd >= 0 && nd <= LD_MAX_DIMS, 3, "too many dimensions");
-    int64_t shape[LD_MAX_DIMS];
     uint64_t numel = 1;
     for (int i = 0; i < nd; i++) {
         lua_geti(L, 3, i + 1);
@@ -729,12 +731,33 @@ static int pshm_tensor(lua_State *L) {
         if (numel > ((uint64_t)1 << 40)) return luaL_argerror(L, 3, "a tensor too large");
     }
     uint64_t nb = numel * 4;
-    if (off > ld_ps_shm_size(s) || nb > ld_ps_shm_size(s) - off)
-        return luaL_error(L, "shm read: %llu bytes at %zu lie outside the segment (%zu bytes)", (unsigned long long)nb, off,
+    if (off % 4 || off > ld_ps_shm_size(s) || nb > ld_ps_shm_size(s) - off)
+        return luaL_error(L, "shm: %llu bytes at %zu lie outside the segment (%zu bytes)", (unsigned long long)nb, off,
                           ld_ps_shm_size(s));
+    return nd;
+}
+static void pshm_view_release(void *ctx) { ld_ps_shm_release(ctx); }
+static int pshm_view(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t off = check_size(L, 2);
+    int64_t shape[LD_MAX_DIMS];
+    int nd = shm_shape_arg(L, s, off, shape);
+    ld_ps_shm_retain(s);
+    ld_tensor *t = ld_tensor_borrow(LD_F32, nd, shape, ld_ps_shm_data(s) + off, NULL, pshm_view_release, s);
+    if (!t) { ld_ps_shm_release(s); return luaL_error(L, "%s", ld_error()); }
+    lb_push_tensor(L, t, 0);
+    return 1;
+}
+
+/* seg:tensor(offset, shape) -> a new float32 tensor of the values there */
+static int pshm_tensor(lua_State *L) {
+    ld_ps_shm *s = check_pshm(L, 1);
+    size_t off = check_size(L, 2);
+    int64_t shape[LD_MAX_DIMS];
+    int nd = shm_shape_arg(L, s, off, shape);
     ld_tensor *t = ld_tensor_empty(LD_F32, nd, shape, NULL);
     if (!t) return luaL_error(L, "%s", ld_error());
-    ld_ps_shm_copy(ld_tensor_data_unsynced(t), ld_ps_shm_data(s) + off, (size_t)nb);
+    ld_ps_shm_copy(ld_tensor_data_unsynced(t), ld_ps_shm_data(s) + off, (size_t)ld_tensor_numel(t) * 4);
     lb_push_tensor(L, t, 0);
     return 1;
 }
@@ -848,7 +871,7 @@ int lb_open_cluster(lua_State *L) {
 
     static const luaL_Reg sm[] = {
         {"name", pshm_name}, {"tag", pshm_tag}, {"size", pshm_size}, {"unlink", pshm_unlink}, {"close", pshm_close},
-        {"write", pshm_write}, {"tensor", pshm_tensor}, {"read_into", pshm_read_into}, {"room", pshm_room}, {"post", pshm_post}, {"wait", pshm_wait},
+        {"write", pshm_write}, {"tensor", pshm_tensor}, {"view", pshm_view}, {"read_into", pshm_read_into}, {"room", pshm_room}, {"post", pshm_post}, {"wait", pshm_wait},
         {"take", pshm_take}, {"answer", pshm_answer}, {"set_bell", pshm_set_bell},
         {"set_client_bell", pshm_set_client_bell}, {NULL, NULL}};
     luaL_newmetatable(L, PSHM_MT);

@@ -68,6 +68,7 @@ struct ld_ps_shm {
     uint32_t req_sent, ans_seen;              /* client: published / answers read; ps: requests taken */
     int bell_fd;                              /* client: the ps's doorbell, opened at the first post (-1) */
     int cbell_fd;                             /* ps: the client's doorbell, opened at the first answer (-1) */
+    int refs;                                 /* the owner's, and one per tensor viewing the data (ld_ps_shm_retain) */
 };
 
 static void hex(const unsigned char *b, size_t n, char *out) {
@@ -106,6 +107,7 @@ ld_ps_shm *ld_ps_shm_create(size_t bytes) {
     s->linked = 1;
     s->bell_fd = -1;
     s->cbell_fd = -1;
+    s->refs = 1;
     pshm_hdr *hd = p;
     hd->bytes = bytes;
     memcpy(hd->tag, tag, 32);
@@ -143,6 +145,7 @@ ld_ps_shm *ld_ps_shm_open(const char *name, const char *tag_hex, size_t bytes) {
     s->bytes = bytes;
     s->bell_fd = -1;
     s->cbell_fd = -1;
+    s->refs = 1;
     s->req_sent = __atomic_load_n(&hd->req_seq, __ATOMIC_ACQUIRE);
     snprintf(s->name, sizeof s->name, "%s", name);
     memcpy(s->tag, th, 65);
@@ -157,13 +160,18 @@ unsigned char *ld_ps_shm_data(ld_ps_shm *s) { return s->map + PSHM_HDR; }
 void ld_ps_shm_unlink(ld_ps_shm *s) {
     if (s && s->linked) { shm_unlink(s->name); s->linked = 0; }
 }
-void ld_ps_shm_close(ld_ps_shm *s) {
-    if (!s) return;
-    ld_ps_shm_unlink(s);
+void ld_ps_shm_retain(ld_ps_shm *s) { __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED); }
+void ld_ps_shm_release(ld_ps_shm *s) {
+    if (!s || __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     if (s->bell_fd >= 0) close(s->bell_fd);
     if (s->cbell_fd >= 0) close(s->cbell_fd);
     munmap(s->map, s->map_len);
     free(s);
+}
+void ld_ps_shm_close(ld_ps_shm *s) {
+    if (!s) return;
+    ld_ps_shm_unlink(s);
+    ld_ps_shm_release(s);
 }
 
 /* ---------------------------------------------------------------- the mailbox */

@@ -21,6 +21,10 @@ size_t ld_ps_shm_size(const ld_ps_shm *s);         /* data bytes */
 unsigned char *ld_ps_shm_data(ld_ps_shm *s);
 void ld_ps_shm_unlink(ld_ps_shm *s);               /* idempotent */
 void ld_ps_shm_close(ld_ps_shm *s);                /* unlinks (if still linked) and unmaps; NULL is fine */
+/* A reference for a tensor viewing the data: the mapping stays until the
+   owner's ld_ps_shm_close and one ld_ps_shm_release per retain. */
+void ld_ps_shm_retain(ld_ps_shm *s);
+void ld_ps_shm_release(ld_ps_shm *s);
 
 /* The mailbox (requests and answers without the control plane, once the ps
    has mapped the segment and written its doorbell's path there). Client:

@@ -275,7 +275,7 @@ local function ps_serve(me, ctl, nworkers)
   local applied, tasks, dups = 0, {}, 0
   local spans   -- while tracing: one "apply" span per push
   local ckpt
-  local links, shm_bytes, net_bytes, gbufs = {}, 0, 0, {}   -- the clients' segments (by rank), bytes moved, gradient buffers
+  local links, shm_bytes, net_bytes = {}, 0, 0   -- the clients' segments (by rank), bytes moved
   local bell
   local function seg_of(from, d)   -- the segment a request names; false: not on this host
     local l = links[from]
@@ -330,11 +330,9 @@ local function ps_serve(me, ctl, nworkers)
       local g, v = {}, {}
       for i, n in ipairs(m.names) do
         if not vars[n] then error("push of an unknown variable " .. tostring(n), 0) end
-        if seg then   -- into this variable's gradient buffer, kept from push to push (no fresh pages each time)
-          local gb, shp = gbufs[n], m.shapes[i]
-          if not gb or table.concat(gb.shape, "x") ~= table.concat(shp, "x") then gb = tensor.zeros(shp); gbufs[n] = gb end
-          seg:read_into(m.at[i], gb)
-          g[i] = gb
+        -- from the segment: a view, no copy (the client writes there again only after the answer,
+        -- and the update below is done before it goes)
+        if seg then g[i] = seg:view(m.at[i], m.shapes[i])
         else g[i] = m.grads[i] end
         v[i] = vars[n]
         if seg then shm_bytes = shm_bytes + 4 * g[i]:numel() else net_bytes = net_bytes + 4 * g[i]:numel() end
