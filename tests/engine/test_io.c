@@ -559,9 +559,41 @@ static void test_safetensors(void) {
     for (int i = 0; i < 6; i++) ld_tensor_release(ts[i]);
 }
 
+/* ld_tensor_borrow: a tensor over memory the caller owns (the parameter
+   server's shared-memory segments): no copy, and the owner hears once,
+   when the last view of it goes */
+static int borrow_released;
+static void borrow_release(void *ctx) { borrow_released += *(int *)ctx; }
+static void test_borrow(void) {
+    TEST("borrow: a view without a copy, released once after its last view") {
+        float mem[6] = {1, 2, 3, 4, 5, 6};
+        int one = 1;
+        int64_t shape[2] = {2, 3};
+        borrow_released = 0;
+        ld_tensor *t = ld_tensor_borrow(LD_F32, 2, shape, mem, NULL, borrow_release, &one);
+        CHECK(t != NULL);
+        if (t) {
+            CHECK(ld_tensor_get_flat(t, 4) == 5.0);
+            mem[4] = 50;                                   /* the same memory: no copy */
+            CHECK(ld_tensor_get_flat(t, 4) == 50.0);
+            ld_tensor *row = ld_slice(t, 0, 1, 2, 1);     /* a view keeps the storage */
+            ld_tensor_release(t);
+            CHECK(borrow_released == 0);
+            CHECK(row && ld_tensor_get_flat(row, 1) == 50.0);
+            ld_tensor_release(row);
+            CHECK(borrow_released == 1);
+            CHECK(mem[0] == 1 && mem[5] == 6);            /* nothing freed or written */
+        }
+        int64_t bad[1] = {-1};
+        CHECK(ld_tensor_borrow(LD_F32, 1, bad, mem, NULL, borrow_release, &one) == NULL);
+        CHECK(borrow_released == 1);
+    }
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (tu_scratch_init("ldist_test_io")) return 1;
+    test_borrow();
     test_idx();
     test_csv();
     test_safetensors();
