@@ -7,22 +7,32 @@
  * over the window's taps and channels, each image value broadcast from the
  * image itself and each weight row loaded from a copy of the kernel packed
  * in chunks of 64 filters (zero-padded, so every load is a whole vector).
- * Bias is the tile's initial value and relu is applied as the tile is
- * stored: the output is written once.
+ * A kernel row's taps and channels are contiguous in the image, so a tile
+ * runs kh passes of kw*c products. Bias is the tile's initial value and
+ * relu is applied as the tile is stored, straight into y: the output is
+ * written once. Tiles whose pixels lie a constant step apart (a run of one
+ * row) read the image at fixed displacements from one pointer; the pixels
+ * per tile are chosen to leave few slots idle (7 for 7x7 images).
  *
  * Backward, per image (so the work stays in cache): gm = dy masked by y > 0
- * (relu) in the same packed layout, its column sums (db), then
+ * (relu) in rows of f rounded up to a vector (64 when f spans chunks), dy
+ * itself where nothing masks it; its column sums (db), then
  *   dw += patch^T gm   a tile of KT kernel rows x V vectors of filters,
  *                      summed over the image's pixels;
- *   dx                 the transposed product: for each tap a tile of P
- *                      pixels x V vectors of channels = gm rows x w^T,
- *                      added into the image at that tap's offset (any
- *                      stride; overlapping windows simply add).
+ *   dx                 stride 1 (filters in one chunk): gathered, a forward
+ *                      convolution of a zero-padded gm with the kernel
+ *                      flipped and transposed, each dx pixel written once;
+ *                      else scattered: for each tap a tile of P pixels x V
+ *                      vectors of channels = gm rows x w^T, added into the
+ *                      image at that tap's offset (any stride; overlapping
+ *                      windows simply add).
  * With a max pooling after the convolution (ld_conv2d_pool: a Conv2D then a
  * MaxPool2D) each image's output is pooled from cache and only the pooled
  * values and their pixels (int32) are written; backward scatters the pooled
  * gradient to those pixels as it builds gm.
- * Padding ("same") is a zero-padded copy of the image (and of dx) per image.
+ * Padding ("same") is a zero-padded copy of the image (and of a scattered
+ * dx) per image; the part zeroes the image's buffer once, then writes only
+ * its interior.
  * Images are split over the CPU device's thread pool; each part keeps its
  * own dw and db, summed in part order at the end.
  *
@@ -60,45 +70,127 @@ static float *falloc(int64_t n) {
     return p;
 }
 
-/* ---- the product tile: out[p][0..16V) = init + sum over taps t and k < klen
-   of src[poff[p] + toff[t] + k] * wp[(t * klen + k) * CH + 0..16V) */
-#define TILE(NAME, V, P)                                                                          \
+/* ---- the product tile: dst[p][0..16V) = init + sum over taps t and k < klen
+   of src[poff[p] + toff[t] + k] * wp[(t * klen + k) * CH + 0..16V), where
+   init is dst[p] itself when add (dx accumulates tap by tap in place), else
+   the vector init; relu clamps at store. Each pixel's row has its own
+   pointer, so the tile stores where the values belong (y, dx) with no
+   staging copy. */
+/* TILE_BODY: the tile, with the image read for pixel p at XS + XI(p) + k,
+   where XS is set per tap. Two ways to address it: */
+#define TILE_BODY(NAME, V, P, PRE, XS, XI)                                                        \
     static void NAME(const float *src, const int64_t *poff, const int64_t *toff, int64_t ntap,     \
-                     int64_t klen, const float *wp, const float *init, float *out) {               \
+                     int64_t klen, const float *wp, const float *init, float *const *dst, int add,  \
+                     int relu) {                                                                   \
         v16 acc[P][V];                                                                             \
-        int64_t po[P];                                                                             \
-        for (int p = 0; p < P; p++) po[p] = poff[p];                                               \
+        PRE                                                                                        \
         for (int p = 0; p < P; p++)                                                                \
-            for (int v = 0; v < V; v++) acc[p][v] = VLOAD(init + 16 * v);                          \
+            for (int v = 0; v < V; v++) acc[p][v] = VLOAD((add ? dst[p] : init) + 16 * v);         \
         for (int64_t t = 0; t < ntap; t++) {                                                       \
-            const float *xs = src + toff[t], *wt = wp + t * klen * CH;                             \
+            const float *xs = XS, *wt = wp + t * klen * CH;                                        \
             for (int64_t k = 0; k < klen; k++) {                                                   \
                 v16 wv[V];                                                                         \
                 for (int v = 0; v < V; v++) wv[v] = VLOAD(wt + k * CH + 16 * v);                   \
                 for (int p = 0; p < P; p++) {                                                      \
-                    float xv = xs[po[p] + k];                                                      \
+                    float xv = xs[XI(p) + k];                                                      \
                     for (int v = 0; v < V; v++) acc[p][v] += xv * wv[v];                           \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
+        if (relu)                                                                                  \
+            for (int p = 0; p < P; p++)                                                            \
+                for (int v = 0; v < V; v++) acc[p][v] = vsel(acc[p][v] > (v16){0}, acc[p][v], (v16){0}); \
         for (int p = 0; p < P; p++)                                                                \
-            for (int v = 0; v < V; v++) VSTORE(out + p * CH + 16 * v, acc[p][v]);                  \
+            for (int v = 0; v < V; v++) VSTORE(dst[p] + 16 * v, acc[p][v]);                        \
     }
+/* any offsets: each pixel's own (poff[p]) */
+#define TILE_XI_ANY(p) po[p]
+#define TILE(NAME, V, P) \
+    TILE_BODY(NAME, V, P, int64_t po[P]; for (int p = 0; p < P; p++) po[p] = poff[p];, src + toff[t], TILE_XI_ANY)
 TILE(tile1, 1, 14)
 TILE(tile2, 2, 12)
 TILE(tile3, 3, 8)
 TILE(tile4, 4, 6)
 typedef void (*tile_fn)(const float *, const int64_t *, const int64_t *, int64_t, int64_t, const float *,
-                        const float *, float *);
-static const tile_fn tiles[5] = {NULL, tile1, tile2, tile3, tile4};
+                        const float *, float *const *, int, int);
 static const int tile_p[5] = {0, 14, 12, 8, 6};
+
+/* The same tile for pixels S floats apart (a run of one output row, or gm's
+   rows): the image is read at constant displacements from one pointer, where
+   P offsets would not fit the general registers and spill. */
+#define TILE_STEP(NAME, V, P, S) \
+    TILE_BODY(NAME, V, P, , src + poff[0] + toff[t], S * TILE_XI_STEP)
+#define TILE_XI_STEP(p) (p)
+TILE(tile1_7, 1, 7)
+TILE(tile2_7, 2, 7)
+TILE(tile2_8, 2, 8)
+TILE_STEP(tile1_s1, 1, 14, 1)
+TILE_STEP(tile1_s16, 1, 14, 16)
+TILE_STEP(tile1_s32, 1, 14, 32)
+TILE_STEP(tile1_7_s32, 1, 7, 32)
+TILE_STEP(tile2_s16, 2, 12, 16)
+TILE_STEP(tile2_s32, 2, 12, 32)
+TILE_STEP(tile2_7_s32, 2, 7, 32)
+TILE_STEP(tile2_8_s64, 2, 8, 64)
+TILE_STEP(tile4_s64, 4, 6, 64)
+
+/* the tiles: V vectors x P pixels, S the step of the constant-step ones (0:
+   any offsets). Per V the first is the widest (tile_p); a narrower one is
+   taken when it covers n pixels with fewer slots (7x7 images: 7 pixels a
+   tile, not 12 that leave 11 slots idle). Not for V = 4: 4 pixels a tile
+   read the weights (past L1 for 3x3x64) once more per image than 6 do,
+   which measured slower than the 2 idle slots of 6 + 6 + 4 */
+static const struct { int V, P, S; tile_fn fn; } tile_tab[] = {
+    {1, 14, 0, tile1}, {1, 7, 0, tile1_7}, {2, 12, 0, tile2}, {2, 8, 0, tile2_8}, {2, 7, 0, tile2_7},
+    {3, 8, 0, tile3}, {4, 6, 0, tile4},
+    {1, 14, 1, tile1_s1}, {1, 14, 16, tile1_s16}, {1, 14, 32, tile1_s32}, {1, 7, 32, tile1_7_s32},
+    {2, 12, 16, tile2_s16}, {2, 12, 32, tile2_s32}, {2, 7, 32, tile2_7_s32}, {2, 8, 64, tile2_8_s64},
+    {4, 6, 64, tile4_s64},
+};
+#define NTILES ((int)(sizeof tile_tab / sizeof tile_tab[0]))
+
+/* pixels per tile for V vectors over n pixels: the fewest slots, ties to the widest */
+static int tile_pick(int V, int64_t n) {
+    int best = tile_p[V];
+    int64_t slots = (n + best - 1) / best * best;
+    for (int i = 0; i < NTILES; i++)
+        if (tile_tab[i].V == V && tile_tab[i].S == 0) {
+            int P = tile_tab[i].P;
+            int64_t sl = (n + P - 1) / P * P;
+            if (sl < slots || (sl == slots && P > best)) { best = P; slots = sl; }
+        }
+    return best;
+}
+
+/* the tiles of V vectors x P pixels, looked up once per loop */
+typedef struct { int P, ns; tile_fn gen, sf[4]; int64_t s[4]; } tile_set;
+static tile_set tile_set_of(int V, int P) {
+    tile_set t = {P, 0, NULL, {NULL}, {0}};
+    for (int i = 0; i < NTILES; i++)
+        if (tile_tab[i].V == V && tile_tab[i].P == P) {
+            if (tile_tab[i].S == 0) t.gen = tile_tab[i].fn;
+            else if (t.ns < 4) { t.sf[t.ns] = tile_tab[i].fn; t.s[t.ns++] = tile_tab[i].S; }
+        }
+    return t;
+}
+
+/* the tile for offsets po[0..P): a constant-step one where they allow */
+static tile_fn tile_for(const tile_set *t, const int64_t *po) {
+    if (!t->ns || t->P < 2) return t->gen;
+    int64_t s = po[1] - po[0];
+    for (int p = 2; p < t->P; p++)
+        if (po[p] - po[p - 1] != s) return t->gen;
+    for (int i = 0; i < t->ns; i++)
+        if (t->s[i] == s) return t->sf[i];
+    return t->gen;
+}
 
 /* ---- the weight-gradient tile: acc[r][0..16V) (rows r < KT of dw, in
    memory at dwp) += sum over pixels q < npix of img[pixo[q] + koff[r]] *
-   gm[q * CH + 0..16V) */
+   gm[q * gs + 0..16V) */
 #define WTILE(NAME, V, KT)                                                                         \
     static void NAME(const float *img, const int64_t *pixo, int64_t npix, const int64_t *koff,    \
-                     const float *gm, float *dwp) {                                                \
+                     const float *gm, int64_t gs, float *dwp) {                                    \
         v16 acc[KT][V];                                                                            \
         int64_t ko[KT];                                                                            \
         for (int r = 0; r < KT; r++) ko[r] = koff[r];                                              \
@@ -107,7 +199,7 @@ static const int tile_p[5] = {0, 14, 12, 8, 6};
         for (int64_t q = 0; q < npix; q++) {                                                       \
             const float *xs = img + pixo[q];                                                       \
             v16 gv[V];                                                                             \
-            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * CH + 16 * v);                       \
+            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * gs + 16 * v);                       \
             for (int r = 0; r < KT; r++) {                                                         \
                 float xv = xs[ko[r]];                                                              \
                 for (int v = 0; v < V; v++) acc[r][v] += xv * gv[v];                               \
@@ -117,11 +209,52 @@ static const int tile_p[5] = {0, 14, 12, 8, 6};
             for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + 16 * v, acc[r][v]);                  \
     }
 WTILE(wtile1, 1, 14)
+WTILE(wtile1_9, 1, 9)
+WTILE(wtile1_4, 1, 4)
+WTILE(wtile1_2, 1, 2)
 WTILE(wtile2, 2, 12)
+WTILE(wtile2_8, 2, 8)
+WTILE(wtile2_4, 2, 4)
 WTILE(wtile3, 3, 8)
+WTILE(wtile3_4, 3, 4)
+WTILE(wtile3_2, 3, 2)
 WTILE(wtile4, 4, 6)
-typedef void (*wtile_fn)(const float *, const int64_t *, int64_t, const int64_t *, const float *, float *);
-static const wtile_fn wtiles[5] = {NULL, wtile1, wtile2, wtile3, wtile4};
+WTILE(wtile4_4, 4, 4)
+WTILE(wtile4_2, 4, 2)
+
+/* The same over KT consecutive rows of one tap (channels q..q+KT), at
+   constant displacements from the pixel's pointer: no KT row offsets held
+   in (too few) general registers */
+#define WTILE_RUN(NAME, V, KT)                                                                     \
+    static void NAME(const float *img, const int64_t *pixo, int64_t npix, const int64_t *koff,    \
+                     const float *gm, int64_t gs, float *dwp) {                                    \
+        v16 acc[KT][V];                                                                            \
+        for (int r = 0; r < KT; r++)                                                               \
+            for (int v = 0; v < V; v++) acc[r][v] = VLOAD(dwp + r * CH + 16 * v);                  \
+        const float *base = img + koff[0];                                                         \
+        for (int64_t q = 0; q < npix; q++) {                                                       \
+            const float *xs = base + pixo[q];                                                      \
+            v16 gv[V];                                                                             \
+            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * gs + 16 * v);                       \
+            for (int r = 0; r < KT; r++) {                                                         \
+                float xv = xs[r];                                                                  \
+                for (int v = 0; v < V; v++) acc[r][v] += xv * gv[v];                               \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < KT; r++)                                                               \
+            for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + 16 * v, acc[r][v]);                  \
+    }
+WTILE_RUN(wtile1_run16, 1, 16)
+WTILE_RUN(wtile2_run8, 2, 8)
+typedef void (*wtile_fn)(const float *, const int64_t *, int64_t, const int64_t *, const float *, int64_t, float *);
+/* per V, tiles of decreasing KT (the first the tile_p[V] one): the rows left
+   after the full tiles take the smallest that holds them, so small kernels
+   (a 3x3 on one channel: 9 rows; 1x1 on 16 channels: 14 + 2) waste few rows */
+#define NWT 4
+static const wtile_fn wtiles[5][NWT] = {{NULL}, {wtile1, wtile1_9, wtile1_4, wtile1_2},
+                                        {wtile2, wtile2_8, wtile2_4, NULL}, {wtile3, wtile3_4, wtile3_2, NULL},
+                                        {wtile4, wtile4_4, wtile4_2, NULL}};
+static const int wtile_kt[5][NWT] = {{0}, {14, 9, 4, 2}, {12, 8, 4, 0}, {8, 4, 2, 0}, {6, 4, 2, 0}};
 
 /* ---- geometry shared by the parts */
 typedef struct {
@@ -130,6 +263,7 @@ typedef struct {
     int pad;                /* 1: images are copied into a zero-padded buffer */
     int64_t ntap, k, op;    /* kh*kw, kh*kw*c, oh*ow */
     int64_t *toff;          /* [ntap] offset of tap (ki, kj) from a window's origin */
+    int64_t *roff;          /* [kh] offset of kernel row ki: its kw*c values are contiguous */
     int64_t *koff;          /* [k] offset of kernel row (tap, channel) */
     int64_t *pixo;          /* [op] offset of output pixel (i, j)'s window origin */
 } geom;
@@ -144,10 +278,12 @@ static int geom_init(geom *G, const ld_conv_geom *g) {
     G->ntap = g->kh * g->kw;
     G->k = G->ntap * g->c;
     G->op = g->oh * g->ow;
-    G->toff = malloc(sizeof(int64_t) * (size_t)(G->ntap + G->k + G->op + 1));
+    G->toff = malloc(sizeof(int64_t) * (size_t)(G->ntap + G->k + G->op + g->kh + 1));
     if (!G->toff) return -1;
     G->koff = G->toff + G->ntap;
     G->pixo = G->koff + G->k;
+    G->roff = G->pixo + G->op;
+    for (int64_t ki = 0; ki < g->kh; ki++) G->roff[ki] = ki * G->wp * g->c;
     for (int64_t ki = 0; ki < g->kh; ki++)
         for (int64_t kj = 0; kj < g->kw; kj++) G->toff[ki * g->kw + kj] = (ki * G->wp + kj) * g->c;
     for (int64_t t = 0; t < G->ntap; t++)
@@ -157,14 +293,22 @@ static int geom_init(geom *G, const ld_conv_geom *g) {
     return 0;
 }
 
-/* image b as the windows read it: in place, or copied into the padded xp */
+/* image b as the windows read it: in place, or copied into the interior of
+   the padded xp, whose border the part zeroed once (pad_buffer) */
 static const float *image(const geom *G, const float *x, int64_t b, float *xp) {
     const ld_conv_geom *g = &G->g;
     const float *xi = x + b * g->h * g->w * g->c;
     if (!G->pad) return xi;
-    memset(xp, 0, sizeof(float) * (size_t)(G->hp * G->wp * g->c));
     for (int64_t r = 0; r < g->h; r++)
         memcpy(xp + ((r + g->ph) * G->wp + g->pw) * g->c, xi + r * g->w * g->c, sizeof(float) * (size_t)(g->w * g->c));
+    return xp;
+}
+
+/* a part's padded image buffer, zeroed once: image() only writes the interior */
+static float *pad_buffer(const geom *G) {
+    int64_t n = G->hp * G->wp * G->g.c;
+    float *xp = falloc(n);
+    if (xp) memset(xp, 0, sizeof(float) * (size_t)n);
     return xp;
 }
 
@@ -234,20 +378,29 @@ static void fwd_part(void *ctx, int part, int np) {
     images_of(g->n, part, np, &lo, &hi);
     if (lo >= hi) return;
     int pool = g->pkh > 0;
-    float *xp = G->pad ? falloc(G->hp * G->wp * g->c) : NULL, *out = falloc(PMAX * CH);
+    float *xp = G->pad ? pad_buffer(G) : NULL, *out = falloc(PMAX * CH);
     float *cb = pool ? falloc(G->op * g->f) : NULL;   /* one image's conv output, pooled from cache */
     if ((G->pad && !xp) || !out || (pool && !cb)) { J->failed = 1; free(xp); free(out); free(cb); return; }
     int64_t nch = nchunks(g->f), po[PMAX];
+    float *dst[PMAX];
     for (int64_t b = lo; b < hi; b++) {
         const float *img = image(G, J->x, b, xp);
         float *yb = pool ? cb : J->y + b * G->op * g->f;
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t f0 = ch * CH, nf = g->f - f0 < CH ? g->f - f0 : CH;
-            int V = vecs(nf), P = tile_p[V];
+            int V = vecs(nf), P = tile_pick(V, G->op);
+            tile_set ts = tile_set_of(V, P);
             for (int64_t pb = 0; pb < G->op; pb += P) {
                 int64_t np_ = G->op - pb < P ? G->op - pb : P;
-                for (int p = 0; p < P; p++) po[p] = G->pixo[pb + (p < np_ ? p : np_ - 1)];
-                tiles[V](img, po, G->toff, G->ntap, g->c, J->wpk + ch * G->k * CH, J->bpk + ch * CH, out);
+                /* whole vectors and pixels go straight to y, relu applied; else through out */
+                int direct = nf == 16 * V && np_ == P;
+                if (np_ == P) memcpy(po, G->pixo + pb, sizeof(int64_t) * (size_t)P);   /* the common case, cheap */
+                else for (int p = 0; p < P; p++) po[p] = G->pixo[pb + (p < np_ ? p : np_ - 1)];
+                if (direct) for (int p = 0; p < P; p++) dst[p] = yb + (pb + p) * g->f + f0;
+                else for (int p = 0; p < P; p++) dst[p] = out + p * CH;
+                tile_for(&ts, po)(img, po, G->roff, g->kh, g->kw * g->c, J->wpk + ch * G->k * CH, J->bpk + ch * CH, dst, 0,
+                         direct && J->relu);
+                if (direct) continue;
                 for (int64_t p = 0; p < np_; p++) {
                     float *yo = yb + (pb + p) * g->f + f0;
                     const float *o = out + p * CH;
@@ -296,6 +449,8 @@ void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const floa
 #define MAX_PARTS 64
 typedef struct {
     const geom *G; float *dx; int want_dw; const float *dy, *y, *x, *wt; const int32_t *arg; int relu;
+    int gather; const float *wg;   /* dx gathered (stride 1, see gather_ok), its flipped kernel */
+    int want_db;
     float *dwp[MAX_PARTS], *dbp[MAX_PARTS]; int failed;
 } bwd_job;
 
@@ -305,13 +460,17 @@ static int pool_tiles(const ld_conv_geom *g) {
     return g->pkh > 0 && g->psh >= g->pkh && g->psw >= g->pkw && g->f % 16 == 0;
 }
 
-/* image b's gm: dy masked by y > 0 (relu), packed [f chunk][pixel][CH], zero
+/* gm's row stride: f rounded up to a vector when f fits one chunk (the
+   dx product then runs over those lanes only, not 64), else CH */
+static int64_t gm_stride(int64_t f) { return f <= CH ? (int64_t)vecs(f) * 16 : CH; }
+
+/* image b's gm: dy masked by y > 0 (relu), packed [f chunk][pixel][gs], zero
    beyond f, with a pooling dy scattered to the pixels the maxima came from;
    its column sums added to db */
 static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
     const geom *G = J->G;
     const ld_conv_geom *g = &G->g;
-    int64_t nfch = nchunks(g->f), op = G->op, f = g->f;
+    int64_t nfch = nchunks(g->f), op = G->op, f = g->f, gs = gm_stride(f);
     if (g->pkh > 0 && pool_tiles(g)) {
         /* windows that do not overlap: each window's cells written whole,
            dy where the maximum came from, 0 elsewhere (the cells of no
@@ -328,11 +487,11 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
                     if (J->relu) v = vsel(VLOAD(yb + e) > (v16){0}, v, (v16){0});
                     VSTORE(db + c, VLOAD(db + c) + v);
                     vi16 a = ILOAD(ab + e);
-                    float *gc = gm + (c / CH) * op * CH + c % CH;
+                    float *gc = gm + (c / CH) * op * gs + c % CH;
                     for (int64_t r = 0; r < g->pkh; r++)
                         for (int64_t s2 = 0; s2 < g->pkw; s2++) {
                             int32_t q = (int32_t)(q0 + r * g->ow + s2);
-                            VSTORE(gc + (int64_t)q * CH, vsel(a == (vi16){0} + q, v, (v16){0}));
+                            VSTORE(gc + (int64_t)q * gs, vsel(a == (vi16){0} + q, v, (v16){0}));
                         }
                 }
             }
@@ -342,14 +501,14 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
         int64_t pop = g->poh * g->pow;
         const float *dyb = J->dy + b * pop * f, *yb = J->y ? J->y + b * pop * f : NULL;
         const int32_t *ab = J->arg + b * pop * f;
-        memset(gm, 0, sizeof(float) * (size_t)(nfch * op * CH));
+        memset(gm, 0, sizeof(float) * (size_t)(nfch * op * gs));
         for (int64_t pp = 0; pp < pop; pp++)
             for (int64_t ch = 0; ch < nfch; ch++) {
                 int64_t f0 = ch * CH, nf = f - f0 < CH ? f - f0 : CH, e0 = pp * f + f0;
-                float *gc = gm + ch * op * CH, *dbc = db + f0;
+                float *gc = gm + ch * op * gs, *dbc = db + f0;
                 for (int64_t j = 0; j < nf; j++) {
                     float v = J->relu && !(yb[e0 + j] > 0) ? 0 : dyb[e0 + j];
-                    gc[(int64_t)ab[e0 + j] * CH + j] += v;   /* += : overlapping windows */
+                    gc[(int64_t)ab[e0 + j] * gs + j] += v;   /* += : overlapping windows */
                     dbc[j] += v;
                 }
             }
@@ -360,7 +519,7 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
         int64_t f0 = ch * CH, nf = f - f0 < CH ? f - f0 : CH;
         float *dbc = db + f0;
         for (int64_t q = 0; q < op; q++) {
-            float *gq = gm + (ch * op + q) * CH;
+            float *gq = gm + (ch * op + q) * gs;
             const float *d = dyb + q * f + f0;
             if (J->relu) {
                 const float *yy = yb + q * f + f0;
@@ -368,7 +527,50 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
             } else {
                 for (int64_t j = 0; j < nf; j++) { gq[j] = d[j]; dbc[j] += d[j]; }
             }
-            for (int64_t j = nf; j < CH; j++) gq[j] = 0;
+            for (int64_t j = nf; j < gs; j++) gq[j] = 0;
+        }
+    }
+}
+
+/* dx of a stride-1 convolution whose filters fit one chunk is gathered: a
+   forward convolution of gm, zero-padded by kh-1-ph rows above and kw-1-pw
+   columns left (gmp, [h+kh-1][w+kw-1][gs]), with the kernel flipped and
+   transposed (wg, [c chunk][ki'][kj'][gs][CH]). Each dx pixel is then summed
+   in registers over every tap, and written once, where scattering adds a
+   tile into dx per tap. */
+static int gather_ok(const ld_conv_geom *g) {
+    return g->sh == 1 && g->sw == 1 && g->f <= CH && g->ph <= g->kh - 1 && g->pw <= g->kw - 1 &&
+           g->h + g->ph >= g->oh && g->w + g->pw >= g->ow;
+}
+
+/* dx of image b by gathering (gather_ok): gm copied into the interior of
+   gmp, whose border stays zero from the part's start */
+static void dx_gather(const bwd_job *J, int64_t b, const float *gm, float *gmp, const int64_t *dpo, float *out,
+                      const float *zeros) {
+    const geom *G = J->G;
+    const ld_conv_geom *g = &G->g;
+    int64_t gs = gm_stride(g->f), gw = g->w + g->kw - 1, top = g->kh - 1 - g->ph, left = g->kw - 1 - g->pw;
+    int64_t hw = g->h * g->w, ncch = nchunks(g->c), po[PMAX], roff[PMAX];
+    float *dst[PMAX];
+    for (int64_t i = 0; i < g->oh; i++)
+        memcpy(gmp + ((i + top) * gw + left) * gs, gm + i * g->ow * gs, sizeof(float) * (size_t)(g->ow * gs));
+    for (int64_t ki = 0; ki < g->kh; ki++) roff[ki] = ki * gw * gs;
+    float *dxb = J->dx + b * hw * g->c;
+    for (int64_t cc = 0; cc < ncch; cc++) {
+        int64_t c0 = cc * CH, nc = g->c - c0 < CH ? g->c - c0 : CH;
+        int V = vecs(nc), P = tile_pick(V, hw);
+        tile_set ts = tile_set_of(V, P);
+        const float *wc = J->wg + cc * G->ntap * gs * CH;
+        for (int64_t pb = 0; pb < hw; pb += P) {
+            int64_t np_ = hw - pb < P ? hw - pb : P;
+            int direct = nc == 16 * V && np_ == P;
+            for (int p = 0; p < P; p++) {
+                po[p] = dpo[pb + (p < np_ ? p : np_ - 1)];
+                dst[p] = direct ? dxb + (pb + p) * g->c + c0 : out + p * CH;
+            }
+            tile_for(&ts, po)(gmp, po, roff, g->kh, g->kw * gs, wc, zeros, dst, 0, 0);
+            if (direct) continue;
+            for (int64_t p = 0; p < np_; p++) memcpy(dxb + (pb + p) * g->c + c0, out + p * CH, sizeof(float) * (size_t)nc);
         }
     }
 }
@@ -381,55 +583,96 @@ static void bwd_part(void *ctx, int part, int np) {
     images_of(g->n, part, np, &lo, &hi);
     if (lo >= hi) return;
     int64_t nfch = nchunks(g->f), ncch = nchunks(g->c), fp = nfch * CH, op = G->op, k = G->k;
-    int64_t img_n = G->hp * G->wp * g->c;
-    float *gm = falloc(nfch * op * CH), *out = falloc(PMAX * CH);
-    float *xp = J->want_dw && G->pad ? falloc(img_n) : NULL, *dxp = J->dx && G->pad ? falloc(img_n) : NULL;
+    int64_t img_n = G->hp * G->wp * g->c, gs = gm_stride(g->f);
+    float *gmb = falloc(nfch * op * gs), *out = falloc(PMAX * CH);
+    float *xp = J->want_dw && G->pad ? pad_buffer(G) : NULL, *dxp = J->dx && G->pad ? falloc(img_n) : NULL;
     float *dw = J->want_dw ? falloc(nfch * k * CH) : NULL, *db = falloc(fp);
     float *zeros = falloc(CH);
     int64_t po[PMAX], *fo = malloc(sizeof(int64_t) * (size_t)nfch);
-    if (!fo || !gm || !out || !db || !zeros || (J->want_dw && (!dw || (G->pad && !xp))) || (J->dx && G->pad && !dxp)) {
+    float *dst[PMAX];
+    int64_t gmp_n = J->gather ? (g->h + g->kh - 1) * (g->w + g->kw - 1) * gs : 0;
+    float *gmp = J->gather ? falloc(gmp_n) : NULL;
+    int64_t *dpo = J->gather ? malloc(sizeof(int64_t) * (size_t)(g->h * g->w + 1)) : NULL;
+    if (!fo || !gmb || !out || !db || !zeros || (J->want_dw && (!dw || (G->pad && !xp))) ||
+        (J->dx && !J->gather && G->pad && !dxp) || (J->gather && (!gmp || !dpo))) {
         J->failed = 1;
-        free(gm); free(out); free(xp); free(dxp); free(dw); free(db); free(zeros); free(fo);
+        free(gmb); free(out); free(xp); free(dxp); free(dw); free(db); free(zeros); free(fo); free(gmp); free(dpo);
         return;
     }
+    if (J->gather) {   /* gmp's border stays zero; dpo: each dx pixel's window in gmp */
+        memset(gmp, 0, sizeof(float) * (size_t)gmp_n);
+        for (int64_t i = 0; i < g->h; i++)
+            for (int64_t j = 0; j < g->w; j++) dpo[i * g->w + j] = (i * (g->w + g->kw - 1) + j) * gs;
+    }
     memset(zeros, 0, sizeof(float) * CH);
+    memset(out, 0, sizeof(float) * PMAX * CH);   /* read as the scratch pixels' initial values */
     memset(db, 0, sizeof(float) * (size_t)fp);
-    if (pool_tiles(g)) memset(gm, 0, sizeof(float) * (size_t)(nfch * op * CH));   /* see gm_image */
+    if (pool_tiles(g)) memset(gmb, 0, sizeof(float) * (size_t)(nfch * op * gs));   /* see gm_image */
     if (dw) memset(dw, 0, sizeof(float) * (size_t)(nfch * k * CH));
     for (int64_t b = lo; b < hi; b++) {
-        gm_image(gm, db, J, b);
+        /* no relu, no pooling, whole vectors of filters in one chunk: gm is
+           dy itself (rows of gs = f), read in place, not copied */
+        const float *gm = J->relu || g->pkh > 0 || gs != g->f || nfch != 1 ? gmb : J->dy + b * op * g->f;
+        if (gm == gmb) gm_image(gmb, db, J, b);
+        else if (J->want_db)
+            for (int64_t q = 0; q < op; q++)
+                for (int64_t j = 0; j < g->f; j++) db[j] += gm[q * gs + j];
         if (dw) {   /* dw[r][f] += sum_q img[pixo[q] + koff[r]] * gm[q][f] */
             const float *img = image(G, J->x, b, xp);
             for (int64_t ch = 0; ch < nfch; ch++) {
                 int64_t nf = g->f - ch * CH < CH ? g->f - ch * CH : CH;
                 int V = vecs(nf), KT = tile_p[V];
-                const float *gc = gm + ch * op * CH;
+                const float *gc = gm + ch * op * gs;
+                /* channels in whole runs of 16 (V = 1) or 8 (V = 2): a run
+                   never straddles two taps, so the run tiles cover k */
+                int run = V == 1 && g->c % 16 == 0 ? 16 : V == 2 && g->c % 8 == 0 ? 8 : 0;
+                if (run) {
+                    wtile_fn wf = run == 16 ? wtile1_run16 : wtile2_run8;
+                    for (int64_t r0 = 0; r0 < k; r0 += run)
+                        wf(img, G->pixo, op, G->koff + r0, gc, gs, dw + (ch * k + r0) * CH);
+                    continue;
+                }
                 for (int64_t r0 = 0; r0 < k; r0 += KT) {
                     float *dwr = dw + (ch * k + r0) * CH;
-                    if (r0 + KT <= k) { wtiles[V](img, G->pixo, op, G->koff + r0, gc, dwr); continue; }
-                    /* the last rows: through a full tile whose extra rows are discarded */
+                    int64_t nr = k - r0;
+                    if (nr >= KT) { wtiles[V][0](img, G->pixo, op, G->koff + r0, gc, gs, dwr); continue; }
+                    int w = 0;   /* the smallest tile that holds the last nr rows */
+                    while (w + 1 < NWT && wtile_kt[V][w + 1] >= nr) w++;
+                    int kt = wtile_kt[V][w];
+                    if (kt == nr) { wtiles[V][w](img, G->pixo, op, G->koff + r0, gc, gs, dwr); break; }
+                    /* through a larger tile whose extra rows are discarded */
                     float tmp[PMAX * CH];
-                    int64_t ko[PMAX], nr = k - r0;
+                    int64_t ko[PMAX];
                     memset(tmp, 0, sizeof tmp);
                     memcpy(tmp, dwr, sizeof(float) * (size_t)(nr * CH));
-                    for (int r = 0; r < KT; r++) ko[r] = G->koff[r0 + (r < nr ? r : nr - 1)];
-                    wtiles[V](img, G->pixo, op, ko, gc, tmp);
+                    for (int r = 0; r < kt; r++) ko[r] = G->koff[r0 + (r < nr ? r : nr - 1)];
+                    wtiles[V][w](img, G->pixo, op, ko, gc, gs, tmp);
                     memcpy(dwr, tmp, sizeof(float) * (size_t)(nr * CH));
+                    break;
                 }
             }
         }
-        if (J->dx) {   /* for each tap: dx[pixo[q] + toff[t] + c] += sum_f gm[q][f] w[t][c][f] */
+        if (J->dx && J->gather) dx_gather(J, b, gm, gmp, dpo, out, zeros);
+        else if (J->dx) {   /* for each tap: dx[pixo[q] + toff[t] + c] += sum_f gm[q][f] w[t][c][f] */
             float *dxb = J->dx + b * g->h * g->w * g->c, *tgt = G->pad ? dxp : dxb;
             memset(tgt, 0, sizeof(float) * (size_t)(G->pad ? img_n : g->h * g->w * g->c));
-            for (int64_t fc = 0; fc < nfch; fc++) fo[fc] = fc * op * CH;
+            for (int64_t fc = 0; fc < nfch; fc++) fo[fc] = fc * op * gs;
             for (int64_t cc = 0; cc < ncch; cc++) {
                 int64_t c0 = cc * CH, nc = g->c - c0 < CH ? g->c - c0 : CH;
-                int V = vecs(nc), P = tile_p[V];
+                int V = vecs(nc), P = tile_pick(V, op);
+                tile_set ts = tile_set_of(V, P);
                 for (int64_t pb = 0; pb < op; pb += P) {
                     int64_t np_ = op - pb < P ? op - pb : P;
-                    for (int p = 0; p < P; p++) po[p] = (pb + (p < np_ ? p : np_ - 1)) * CH;
+                    for (int p = 0; p < P; p++) po[p] = (pb + (p < np_ ? p : np_ - 1)) * gs;
+                    /* whole vectors: the tile adds into dx in place (the pixels
+                       beyond np_ into the scratch out); else through out */
+                    int direct = nc == 16 * V;
+                    tile_fn tf = tile_for(&ts, po);
                     for (int64_t t = 0; t < G->ntap; t++) {
-                        tiles[V](gm, po, fo, nfch, CH, J->wt + (cc * G->ntap + t) * fp * CH, zeros, out);
+                        for (int p = 0; p < P; p++)
+                            dst[p] = direct && p < np_ ? tgt + G->pixo[pb + p] + G->toff[t] + c0 : out + p * CH;
+                        tf(gm, po, fo, nfch, gs, J->wt + (cc * G->ntap + t) * fp * CH, zeros, dst, direct, 0);
+                        if (direct) continue;
                         for (int64_t p = 0; p < np_; p++) {
                             float *dd = tgt + G->pixo[pb + p] + G->toff[t] + c0;
                             const float *o = out + p * CH;
@@ -446,7 +689,7 @@ static void bwd_part(void *ctx, int part, int np) {
     }
     J->dwp[part] = dw;
     J->dbp[part] = db;
-    free(gm); free(out); free(xp); free(dxp); free(zeros); free(fo);
+    free(gmb); free(out); free(xp); free(dxp); free(zeros); free(fo); free(gmp); free(dpo);
 }
 
 void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
@@ -463,7 +706,19 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
     }
     /* w^T for dx: [c chunk][tap][f (padded to fp)][CH channels], zero-padded */
     float *wt = NULL;
-    if (dx) {
+    int gather = dx && gather_ok(&g);
+    if (gather) {   /* wg [c chunk][ki'][kj'][gs][CH] = w[kh-1-ki'][kw-1-kj'][c][f], zero-padded */
+        int64_t gs = gm_stride(g.f);
+        wt = falloc(ncch * G.ntap * gs * CH);
+        if (!wt) { free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
+        memset(wt, 0, sizeof(float) * (size_t)(ncch * G.ntap * gs * CH));
+        for (int64_t t = 0; t < G.ntap; t++) {
+            int64_t tf = G.ntap - 1 - t;   /* (kh-1-ki)*kw + (kw-1-kj) */
+            for (int64_t q = 0; q < g.c; q++)
+                for (int64_t f = 0; f < g.f; f++)
+                    wt[(((q / CH) * G.ntap + tf) * gs + f) * CH + q % CH] = w[(t * g.c + q) * g.f + f];
+        }
+    } else if (dx) {
         wt = falloc(ncch * G.ntap * fp * CH);
         if (!wt) { free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
         memset(wt, 0, sizeof(float) * (size_t)(ncch * G.ntap * fp * CH));
@@ -474,8 +729,9 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
     }
     bwd_job *J = calloc(1, sizeof *J);
     if (!J) { free(wt); free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
-    J->G = &G; J->dx = dx; J->want_dw = dw != NULL;
+    J->G = &G; J->dx = dx; J->want_dw = dw != NULL; J->want_db = db != NULL;
     J->dy = dy; J->y = relu ? y : NULL; J->x = x; J->wt = wt; J->arg = arg; J->relu = relu && y;
+    J->gather = gather; J->wg = wt;
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) bwd_part(J, 0, 1);
     else ld_cpu_parallel(bwd_part, J, MAX_PARTS);

@@ -30,6 +30,25 @@ local cases = {
   { "fewer output pixels than a tile (2x2 out)", 5, 4, 4, 6, 48, 3, 1, "valid", "relu", true },
   { "overlapping windows: kernel 3 stride 1, 33 filters, 1 channel", 7, 10, 13, 1, 33, 3, 1, "same", "relu", false },
   { "16 filters exactly, 2 channels, stride 3 same", 2, 10, 10, 2, 16, { 3, 2 }, 3, "same", "relu", true },
+  -- the layers of scripts/models/resnet.lua (no bias, linear: BN follows);
+  -- stride 1 with at most 64 filters takes the gathered dx, the rest scatter
+  { "resnet stem: 1 -> 16, 28x28 same", 3, 28, 28, 1, 16, 3, 1, "same", "linear", false },
+  { "resnet 16 -> 16 stride 2 same, 28x28 -> 14x14", 3, 28, 28, 16, 16, 3, 2, "same", "linear", false },
+  { "resnet 16 -> 16 same, 14x14 (gathered dx)", 3, 14, 14, 16, 16, 3, 1, "same", "linear", false },
+  { "resnet shortcut 1x1 stride 2, 16 -> 32", 3, 14, 14, 16, 32, 1, 2, "same", "linear", false },
+  { "resnet 16 -> 32 stride 2 same, 14x14 -> 7x7 (tiles of 7 pixels)", 3, 14, 14, 16, 32, 3, 2, "same", "linear", false },
+  { "resnet 32 -> 32 same, 7x7 (gathered dx, tiles of 7)", 3, 7, 7, 32, 32, 3, 1, "same", "linear", false },
+  { "resnet 32 -> 64 stride 2 same, 7x7 -> 4x4", 3, 7, 7, 32, 64, 3, 2, "same", "linear", false },
+  { "resnet 64 -> 64 same, 4x4, batch 1", 1, 4, 4, 64, 64, 3, 1, "same", "linear", false },
+  -- gathered dx over the blocking edges
+  { "gathered dx: 20 -> 24 (partial vectors), odd 9x7, same, batch 1", 1, 9, 7, 20, 24, 3, 1, "same", "relu", true },
+  { "gathered dx: 48 channels (3 vectors), 40 filters, valid 5x3 kernel", 3, 11, 8, 48, 40, { 5, 3 }, 1, "valid", "linear", true },
+  { "gathered dx: 64 filters exactly, 70 channels (two chunks), same 5x5", 2, 6, 7, 70, 64, 5, 1, "same", "linear", false },
+  { "gathered dx: 1x1 kernel, 17 -> 3, odd 5x5", 2, 5, 5, 17, 3, 1, 1, "valid", "relu", true },
+  { "scattered dx: 65 filters (past a chunk), stride 1 same", 2, 5, 6, 16, 65, 3, 1, "same", "linear", true },
+  { "9 rows of dw (one channel) then 18, 27: the short weight tiles", 2, 9, 9, 3, 16, 3, 1, "valid", "linear", true },
+  { "32 filters, linear, bias: dy read in place as gm, db from it", 3, 6, 5, 3, 32, 3, 2, "same", "linear", true },
+  { "64 filters, linear, bias, batch 1, gathered dx", 1, 5, 6, 16, 64, 3, 1, "same", "linear", true },
 }
 
 -- A Conv2D then a MaxPool2D in a Sequential: one op on the CPU (the
