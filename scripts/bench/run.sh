@@ -50,19 +50,24 @@ row() {  # row NAME LABEL [NOTE]: ldist, PyTorch and TensorFlow side by side, wi
 for model in mlp cnn; do row $model $model; done
 # ---- resnet: the BN-ResNet of scripts/resnet_fashion.lua (scripts/models/resnet.lua),
 # the same architecture in PyTorch and Keras (ref_bench.py resnet); a row beside mlp and cnn
+# (alternating with the references over the rounds of mlp and cnn, medians)
 resnet_steps=30; [ "$quick" = 1 ] && resnet_steps=10
-bench ldist-resnet ./ldist scripts/bench/train_bench.lua resnet 256 $resnet_steps 5
-bench torch-resnet $py scripts/bench/ref_bench.py torch resnet 256 $resnet_steps 5
-bench tf-resnet $py scripts/bench/ref_bench.py tf resnet 256 $resnet_steps 5
+for ((round = 0; round < mc_rounds; round++)); do
+  bench ldist-resnet ./ldist scripts/bench/train_bench.lua resnet 256 $resnet_steps 5
+  bench torch-resnet $py scripts/bench/ref_bench.py torch resnet 256 $resnet_steps 5
+  bench tf-resnet $py scripts/bench/ref_bench.py tf resnet 256 $resnet_steps 5
+done
 row resnet resnet
 # ---- end resnet
 # ---- transformer: the character-level transformer of scripts/char_transformer.lua
 # (scripts/models/char_transformer.lua) on GPL-3, batch 32 sequences of 64
 # characters; the same architecture in PyTorch and Keras (ref_bench.py transformer)
 tr_steps=60; [ "$quick" = 1 ] && tr_steps=20
-bench ldist-transformer ./ldist scripts/bench/train_bench.lua transformer 32 $tr_steps 10
-bench torch-transformer $py scripts/bench/ref_bench.py torch transformer 32 $tr_steps 10
-bench tf-transformer $py scripts/bench/ref_bench.py tf transformer 32 $tr_steps 10
+for ((round = 0; round < mc_rounds; round++)); do
+  bench ldist-transformer ./ldist scripts/bench/train_bench.lua transformer 32 $tr_steps 10
+  bench torch-transformer $py scripts/bench/ref_bench.py torch transformer 32 $tr_steps 10
+  bench tf-transformer $py scripts/bench/ref_bench.py tf transformer 32 $tr_steps 10
+done
 row transformer trans "sequences of 64 characters/s, batch 32"
 # ---- end transformer
 # MLP FLOPs per sample: forward 2*(784*512+512*256+256*10), weight gradients
