@@ -6,6 +6,7 @@
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_gemm_small.h"
+#include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
 
 #include <cblas.h>
@@ -179,6 +180,9 @@ static void range_of(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) 
 }
 
 #define PAR_MIN 32768   /* elements below which a loop stays on one thread */
+/* the same for strided copies and elementwise binaries: memory-bound, below
+   this a second thread's wake-up (futex, ~20 us) costs about what it saves */
+#define MEM_PAR_MIN 262144
 
 /* ================================================================ copies */
 static inline double load_as_double(const void *p, ld_dtype dt, int64_t i) {
@@ -207,8 +211,8 @@ static inline void store_from_double(void *p, ld_dtype dt, int64_t i, double v) 
     }
 }
 
-static void cpu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt,
-                             int ndim, const int64_t *shape, const int64_t *ss) {
+static void copy_strided_serial(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
+                                const int64_t *shape, const int64_t *ss) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     if (n == 0) return;
@@ -225,7 +229,7 @@ static void cpu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *
         if (ddt == LD_F32 && sdt == LD_F32) {
             const float *sp = (const float *)src + off;
             float *dp = (float *)dst + o;
-            if (is == 1) memcpy(dp, sp, (size_t)inner * 4);
+            if (is == 1) ldv_copy(dp, sp, inner);   /* rows of a head (16 floats) are too short for memcpy's call */
             else for (int64_t j = 0; j < inner; j++) dp[j] = sp[j * is];
         } else {
             for (int64_t j = 0; j < inner; j++)
@@ -241,6 +245,31 @@ static void cpu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *
         }
         if (k < 0) break;
     }
+}
+
+/* large strided copies (head split/merge, a bias broadcast over the rows)
+   are split over the pool along their first axis */
+typedef struct {
+    void *dst; ld_dtype ddt; const void *src; ld_dtype sdt; int ndim; const int64_t *shape, *ss; int64_t per;
+} cs_job;
+static void cs_part(void *c, int p, int np) {
+    cs_job *j = c;
+    int64_t lo = j->shape[0] * p / np, hi = j->shape[0] * (p + 1) / np, sh[LD_MAX_DIMS];
+    if (lo >= hi) return;
+    memcpy(sh, j->shape, sizeof(int64_t) * (size_t)j->ndim);
+    sh[0] = hi - lo;
+    copy_strided_serial((char *)j->dst + lo * j->per * (int64_t)ld_dtype_size(j->ddt), j->ddt,
+                        (const char *)j->src + lo * j->ss[0] * (int64_t)ld_dtype_size(j->sdt), j->sdt, j->ndim, sh,
+                        j->ss);
+}
+static void cpu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt,
+                             int ndim, const int64_t *shape, const int64_t *ss) {
+    while (ndim > 1 && shape[0] == 1) { shape++; ss++; ndim--; }   /* split a real axis */
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    if (n < MEM_PAR_MIN || ndim < 2 || shape[0] < 2) { copy_strided_serial(dst, ddt, src, sdt, ndim, shape, ss); return; }
+    cs_job j = {dst, ddt, src, sdt, ndim, shape, ss, n / shape[0]};
+    parallel_run(cs_part, &j, shape[0] < 64 ? (int)shape[0] : 64);
 }
 
 static void cpu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) {
@@ -582,12 +611,10 @@ static void cpu_sparse_xent(ld_device *d, float *loss, float *probs, const float
     for (int64_t i = 0; i < n; i++) {
         const float *r = logits + i * c;
         float *p = probs + i * c;
-        float m = -INFINITY;
-        for (int64_t j = 0; j < c; j++) if (r[j] > m) m = r[j];
-        double s = 0;
-        for (int64_t j = 0; j < c; j++) s += exp((double)r[j] - m);
-        float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < c; j++) p[j] = expf(r[j] - m) * inv;
+        /* vector expf, sum in float per row (ld_cpu_simd.h) */
+        float m = ldv_max_scaled(r, c, 1.0f);
+        double s = ldv_exp_store(p, r, c, 1.0f, m);
+        ldv_scale(p, c, (float)(1.0 / s));
         int64_t k = labels[i];
         if (k >= 0 && k < c) total += (m + log(s)) - r[k];
         else {
@@ -732,7 +759,7 @@ static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a
                        const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
-    if (ndim == 0 || total < PAR_MIN || shape[0] < 2) { cpu_binary_serial(d, op, out, a, sa, b, sb, ndim, shape); return; }
+    if (ndim == 0 || total < MEM_PAR_MIN || shape[0] < 2) { cpu_binary_serial(d, op, out, a, sa, b, sb, ndim, shape); return; }
     bin_job j = {op, out, a, b, sa, sb, shape, ndim, total / shape[0]};
     parallel_run(bin_part, &j, 64);
 }

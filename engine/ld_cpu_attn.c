@@ -12,6 +12,7 @@
  * other, each split over the pool by the gemm kernel itself.
  */
 #include "ld_cpu_internal.h"
+#include "ld_cpu_simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -78,13 +79,10 @@ static void msm_rows(const msm_job *j, int64_t lo, int64_t hi) {
             for (int64_t c = 0; c < s; c++) yr[c] = u;
             continue;
         }
-        float m = -INFINITY, sc = j->scale;
-        for (int64_t c = 0; c < lim; c++) { float v = xr[c] * sc; if (v > m) m = v; }
-        double sum = 0;
-        for (int64_t c = 0; c < lim; c++) { float e = expf(xr[c] * sc - m); yr[c] = e; sum += e; }
-        float inv = (float)(1.0 / sum);
-        for (int64_t c = 0; c < lim; c++) yr[c] *= inv;
-        for (int64_t c = lim; c < s; c++) yr[c] = 0.0f;
+        float sc = j->scale, m = ldv_max_scaled(xr, lim, sc);
+        float sum = ldv_exp_store(yr, xr, lim, sc, m);
+        ldv_scale(yr, lim, 1.0f / sum);
+        if (lim < s) memset(yr + lim, 0, sizeof(float) * (size_t)(s - lim));
     }
 }
 
@@ -93,14 +91,14 @@ static void msm_bw_rows(const msm_job *j, int64_t lo, int64_t hi) {
     for (int64_t r = lo; r < hi; r++) {
         const float *yr = j->x + r * s, *gr = j->dy + r * s;
         float *dr = j->y + r * s;
-        if (kept(j, r) == 0) {   /* the weights do not depend on x there */
+        int64_t lim = kept(j, r);
+        if (lim == 0) {   /* the weights do not depend on x there */
             memset(dr, 0, sizeof(float) * (size_t)s);
             continue;
         }
-        double dot = 0;
-        for (int64_t c = 0; c < s; c++) dot += (double)gr[c] * yr[c];
-        float fd = (float)dot, sc = j->scale;
-        for (int64_t c = 0; c < s; c++) dr[c] = sc * yr[c] * (gr[c] - fd);
+        /* masked columns have weight 0, hence gradient 0 */
+        ldv_softmax_grad(dr, yr, gr, lim, j->scale, ldv_dot(gr, yr, lim));
+        if (lim < s) memset(dr + lim, 0, sizeof(float) * (size_t)(s - lim));
     }
 }
 

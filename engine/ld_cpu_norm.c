@@ -9,6 +9,7 @@
  * sizes and the number of parts, never on timing.
  */
 #include "ld_cpu_internal.h"
+#include "ld_cpu_simd.h"
 #include "ld_executor.h"
 #include "ld_norm_math.h"
 
@@ -27,6 +28,7 @@ static int parts_for(int64_t rows, int64_t c) {
 }
 
 /* ================================================================ layer norm */
+#define LN_PAR_MIN 262144   /* elements below which a layer norm stays on one thread */
 typedef struct {
     float *y, *mean, *rstd;
     const float *x, *gamma, *beta;
@@ -41,12 +43,11 @@ static void ln_part(void *ctx, int p, int np) {
     for (int64_t r = lo; r < hi; r++) {
         const float *xr = j->x + r * c;
         float *yr = j->y + r * c;
-        double s = 0;
-        for (int64_t k = 0; k < c; k++) s += xr[k];
-        double m = c ? s / (double)c : 0.0, v = 0;
-        for (int64_t k = 0; k < c; k++) { double d = xr[k] - m; v += d * d; }
-        v = c ? v / (double)c : 0.0;
-        float mf = (float)m, rs = (float)(1.0 / sqrt(v + (double)j->eps));
+        /* two passes (mean, then squared deviations) in float vector lanes
+           (ld_cpu_simd.h): a double sum kept these loops scalar */
+        float mf = c ? ldv_sum(xr, c) / (float)c : 0.0f;
+        double v = c ? (double)ldv_sqdev(xr, c, mf) / (double)c : 0.0;
+        float rs = (float)(1.0 / sqrt(v + (double)j->eps));
         for (int64_t k = 0; k < c; k++) {
             float t = (xr[k] - mf) * rs;
             if (j->gamma) t *= j->gamma[k];
@@ -62,7 +63,9 @@ void cpu_layer_norm(ld_device *d, float *y, float *mean, float *rstd, const floa
                     const float *beta, int64_t rows, int64_t c, float eps) {
     if (rows <= 0) return;
     ln_job j = {y, mean, rstd, x, gamma, beta, rows, c, eps};
-    int want = parts_for(rows, c);
+    /* vectorized, a row costs a few ns per element: below LN_PAR_MIN a
+       second thread's wake-up costs more than it saves */
+    int want = rows * c < LN_PAR_MIN ? 1 : parts_for(rows, c);
     if (want == 1) ln_part(&j, 0, 1);
     else ld_cpu_parallel(ln_part, &j, want);
 }
@@ -93,13 +96,9 @@ static void lnb_part(void *ctx, int p, int np) {
             }
         }
         if (j->dx) {
-            double sg = 0, sgx = 0;
-            for (int64_t k = 0; k < c; k++) {
-                double g = j->gamma ? (double)dyr[k] * j->gamma[k] : (double)dyr[k];
-                sg += g;
-                sgx += g * (double)((xr[k] - m) * rs);
-            }
-            float mg = (float)(sg / (double)c), mgx = (float)(sgx / (double)c);
+            float sg, sgx;
+            ldv_ln_bw_sums(dyr, j->gamma, xr, c, m, rs, &sg, &sgx);
+            float mg = sg / (float)c, mgx = sgx / (float)c;
             float *dxr = j->dx + r * c;
             for (int64_t k = 0; k < c; k++) {
                 float g = j->gamma ? dyr[k] * j->gamma[k] : dyr[k];
@@ -113,7 +112,7 @@ static void lnb_part(void *ctx, int p, int np) {
 void cpu_layer_norm_backward(ld_device *d, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                              const float *mean, const float *rstd, const float *gamma, int64_t rows, int64_t c) {
     if (c <= 0) return;
-    int want = rows > 0 ? parts_for(rows, c) : 1;
+    int want = rows > 0 && rows * c >= LN_PAR_MIN ? parts_for(rows, c) : 1;
     int wsum = dgamma || dbeta;
     double *acc = NULL;
     if (wsum) {

@@ -165,6 +165,10 @@ int main(void) {
         {3, 5, 5, 4, 3, LD_CAUSAL_NONE, 0}, {3, 5, 5, 4, 3, LD_CAUSAL, 0}, {2, 3, 6, 4, 2, LD_CAUSAL, 0.7f},
         {2, 3, 6, 4, 2, LD_CAUSAL_END, 0}, {2, 6, 3, 4, 2, LD_CAUSAL, 0}, {2, 6, 3, 4, 2, LD_CAUSAL_END, 0},
         {2, 4, 7, 3, 5, LD_CAUSAL_NONE, 0.5f}, {4, 40, 50, 16, 8, LD_CAUSAL, 0},
+        /* rows of 16 and 17 (a whole vector, one past it), batch 1, and a
+           scale spreading the scores wide (exp far below the max underflows) */
+        {1, 16, 16, 8, 4, LD_CAUSAL, 0}, {1, 17, 17, 8, 4, LD_CAUSAL_NONE, 0}, {2, 33, 33, 16, 16, LD_CAUSAL, 6.0f},
+        {1, 70, 70, 4, 3, LD_CAUSAL_END, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int64_t B = cases[c].B, T = cases[c].T, S = cases[c].S, dk = cases[c].dk, dv = cases[c].dv;
@@ -227,6 +231,10 @@ int main(void) {
         {2, 3, 5, LD_CAUSAL_END, 0, 0, "grad attention causal (end) T<S"},
         {2, 5, 3, LD_CAUSAL_END, 0, 0, "grad attention causal (end) T>S (rows masked whole)"},
         {2, 4, 4, LD_CAUSAL, 0, 1, "grad attention weights_out"},
+        /* rows crossing the vector width (16) with tails, batch 1 */
+        {1, 19, 19, LD_CAUSAL, 0, 0, "grad attention causal T=S=19 batch 1"},
+        {2, 17, 35, LD_CAUSAL_NONE, 0.9f, 0, "grad attention T=17 S=35"},
+        {1, 21, 18, LD_CAUSAL_END, 0, 0, "grad attention causal (end) T=21 S=18"},
     };
     for (size_t c = 0; c < sizeof gcases / sizeof *gcases; c++) {
         int64_t sq[3] = {gcases[c].B, gcases[c].T, 3}, sk[3] = {gcases[c].B, gcases[c].S, 3},
@@ -253,6 +261,39 @@ int main(void) {
         CHECK(good);
         CHECK(back && ld_same_shape(back, x) && tu_norm_err(back, x) == 0);
         ld_tensor_release(x); ld_tensor_release(h); ld_tensor_release(back);
+    }
+    /* large enough (276k elements) that the copies are split over the pool (rows of 17
+       floats: vector tails), with a leading axis of 1 and a broadcast add */
+    TEST("split_heads / merge_heads and broadcast add split over the pool") {
+        int64_t s[3] = {9, 301, 6 * 17}, s1[4] = {1, 9, 301, 6 * 17};
+        ld_tensor *x = tu_rnd(3, s, -1, 1), *h = ld_split_heads(x, 6), *back = h ? ld_merge_heads(h, 6) : NULL;
+        CHECK(h && h->shape[0] == 54 && h->shape[1] == 301 && h->shape[2] == 17);
+        int good = h != NULL;
+        for (int64_t n = 0; h && n < 9; n++)
+            for (int64_t hh = 0; hh < 6; hh++)
+                for (int64_t t = 0; t < 301; t++)
+                    for (int64_t j = 0; j < 17; j++)
+                        if (at3(h, n * 6 + hh, t, j) != at3(x, n, t, hh * 17 + j)) good = 0;
+        CHECK(good);
+        CHECK(back && ld_same_shape(back, x) && tu_norm_err(back, x) == 0);
+        /* [1, 9, 301, 102] permuted to [1, 301, 9, 102]: a leading 1 to skip */
+        int perm[4] = {0, 2, 1, 3};
+        ld_tensor *x4 = ld_reshape(x, 4, s1), *p = x4 ? ld_permute(x4, perm) : NULL, *pc = p ? ld_contiguous(p) : NULL;
+        good = pc != NULL;
+        for (int64_t t = 0; pc && t < 301; t++)
+            for (int64_t n = 0; n < 9; n++)
+                for (int64_t j = 0; j < 102; j += 5)
+                    if (ld_tensor_get_flat(pc, (t * 9 + n) * 102 + j) != at3(x, n, t, j)) good = 0;
+        CHECK(good);
+        int64_t bs = 102;
+        ld_tensor *b = tu_rnd(1, &bs, -1, 1), *sum = ld_add(x, b);
+        good = sum != NULL;
+        for (int64_t i = 0; sum && i < 9 * 301 * 102; i += 7)
+            if (ld_tensor_get_flat(sum, i) != (float)((float)ld_tensor_get_flat(x, i) + (float)ld_tensor_get_flat(b, i % 102)))
+                good = 0;
+        CHECK(good);
+        ld_tensor_release(x); ld_tensor_release(h); ld_tensor_release(back); ld_tensor_release(x4);
+        ld_tensor_release(p); ld_tensor_release(pc); ld_tensor_release(b); ld_tensor_release(sum);
     }
     {
         int heads = 3;

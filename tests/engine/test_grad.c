@@ -145,6 +145,30 @@ int main(void) {
     int64_t labs[3] = {1, 0, 3};
     ld_tensor *xe[2] = {tu_rnd(2, s34, -2, 2), ld_tensor_from_data(LD_I64, 1, lab_shape, labs, NULL)};
     tu_gradcheck("grad sparse cross-entropy from logits", f_xent, NULL, 2, xe, first, 2e-2);
+    /* rows longer than the vector width, with a tail, and a wide range of
+       logits (the vector expf underflows to 0 far below the row's max) */
+    {
+        int64_t sw[2] = {5, 37}, lw[1] = {5}, labw[5] = {0, 36, 17, 16, 3};
+        ld_tensor *xw[2] = {tu_rnd(2, sw, -40, 40), ld_tensor_from_data(LD_I64, 1, lw, labw, NULL)};
+        TEST("sparse cross-entropy of 37 classes vs double reference") {
+            ld_tensor *l = ld_sparse_xent_logits(xw[0], xw[1]);
+            CHECK(l != NULL);
+            double ref = 0;
+            for (int64_t i = 0; i < 5; i++) {
+                double m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < 37; j++) m = fmax(m, ld_tensor_get_flat(xw[0], i * 37 + j));
+                for (int64_t j = 0; j < 37; j++) sum += exp(ld_tensor_get_flat(xw[0], i * 37 + j) - m);
+                ref += m + log(sum) - ld_tensor_get_flat(xw[0], i * 37 + labw[i]);
+            }
+            ref /= 5;
+            if (l) CHECK_NEAR(ld_tensor_get_flat(l, 0), ref, 1e-5 * fmax(1, fabs(ref)));
+            ld_tensor_release(l);
+        }
+        int64_t sn[2] = {5, 37};
+        ld_tensor *xn[2] = {tu_rnd(2, sn, -3, 3), xw[1]};
+        tu_gradcheck("grad sparse cross-entropy of 37 classes", f_xent, NULL, 2, xn, first, 2e-2);
+        ld_tensor_release(xw[0]); ld_tensor_release(xw[1]); ld_tensor_release(xn[0]);
+    }
     ld_loss scce_p = {LD_LOSS_SPARSE_CCE, 0, 0, 0};
     ld_tensor *probs = ld_softmax(xe[0]);
     ld_tensor *xp[2] = {probs, xe[1]};

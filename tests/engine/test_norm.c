@@ -227,6 +227,11 @@ int main(void) {
             if (rows_l[i] > 1) check_size(rows_l[i], cs[j], 1, 1);
         }
     check_size(1000, 130, 0, 0);
+    /* layer norm rows of one vector (16), one past it, and the transformer's 64 */
+    check_size(33, 16, 0, 1);
+    check_size(33, 17, 0, 0);
+    check_size(2, 64, 0, 1);
+    check_size(2100, 130, 0, 1);   /* past LN_PAR_MIN: split over the pool */
     check_size(1000, 130, 1, 0);
     check_size(1, 1, 1, 1);
     check_size(5000, 3, 1, 1);
