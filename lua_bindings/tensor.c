@@ -89,13 +89,15 @@ void lb_push_tensor(lua_State *L, ld_tensor *t, int arg) {
     ld_tensor **p = lua_newuserdatauv(L, sizeof *p, 1);
     *p = t;
     luaL_setmetatable(L, LB_TENSOR_MT);
-    /* tell Lua's collector about the memory it cannot see, at 1/16 of its
-       size: the Lua heap is ~1 MB, so counting it whole ran a full cycle
-       per MB of tensors (~20 per transformer step, 12% of the main thread)
-       while the tape still held most of them; 1/16 bounds the garbage
-       to ~16x the heap */
+    /* tell Lua's collector about the memory it cannot see: a large tensor
+       (4 MB and more) whole, so that it goes soon after its last use (a
+       64 MB pull kept alive longer halved the ps pull rate: fresh pages
+       every time); a medium one at 1/16 of its size: the Lua heap is ~1 MB,
+       so counting those whole ran a full cycle per MB of tensors (~20 per
+       transformer step, 12% of the main thread) while the tape still held
+       most of them */
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
-    if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >> 14));   /* the step's size is in KB */
+    if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >= ((size_t)4 << 20) ? nb >> 10 : nb >> 14));   /* in KB */
     if (t->requires_grad) {
         lua_pushvalue(L, -1);
         lua_rawsetp(L, -3, t);
