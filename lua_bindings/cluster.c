@@ -637,8 +637,9 @@ static int c_clear_interrupt(lua_State *L) { (void)L; ld_interrupt_flag = 0; ret
    The parameter server's link between processes of one host
    (engine/net/ld_ps_shm.c): C.shm_create(bytes), C.shm_open(name, tag, bytes)
    -> segment | nil, why; seg:write(offset, tensor) copies a tensor's values
-   in, seg:tensor(offset, shape) copies float32 values out into a new tensor;
-   both check the bounds. */
+   in, seg:tensor(offset, shape) copies float32 values out into a new tensor,
+   seg:view(offset, shape) is a tensor over them (no copy); all check the
+   bounds. */
 #define PSHM_MT "ldist.PsShm"
 static ld_ps_shm *check_pshm(lua_State *L, int i) {
     ld_ps_shm **p = luaL_checkudata(L, i, PSHM_MT);
@@ -692,28 +693,7 @@ static int pshm_write(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)nb);
     return 1;
 }
-/* seg:read_into(offset, tensor): the values there into a contiguous float32
-   host tensor (waiting first for the kernels queued on its device, which may
-   still read it); -> bytes read */
-static int pshm_read_into(lua_State *L) {
-    ld_ps_shm *s = check_pshm(L, 1);
-    size_t off = check_size(L, 2);
-    ld_tensor *t = lb_check_tensor(L, 3);
-    if (!ld_device_is_host(t->storage->device) || t->dtype != LD_F32 || !ld_tensor_is_contiguous(t))
-        return luaL_argerror(L, 3, "a contiguous float32 host tensor expected");
-    size_t nb = (size_t)ld_tensor_numel(t) * 4;
-    if (off > ld_ps_shm_size(s) || nb > ld_ps_shm_size(s) - off)
-        return luaL_error(L, "shm read: %zu bytes at %zu lie outside the segment (%zu bytes)", nb, off, ld_ps_shm_size(s));
-    if (ld_device_is_async(t->storage->device)) ld_device_synchronize(t->storage->device);
-    ld_ps_shm_copy((char *)t->storage->data + (size_t)t->offset * 4, ld_ps_shm_data(s) + off, nb);
-    lua_pushinteger(L, (lua_Integer)nb);
-    return 1;
-}
 
-/* seg:view(offset, shape) -> a float32 tensor over the values there, no
-   copy (the mapping stays while it lives). Only for what is read at once
-   (the ps applying a push): the other end may write there again after the
-   answer. */
 /* the shape (argument 3) of float32 values at `off` in segment s, checked
    to lie inside it -> the dimension count */
 static int shm_shape_arg(lua_State *L, ld_ps_shm *s, size_t off, int64_t shape[LD_MAX_DIMS]) {
@@ -736,6 +716,10 @@ static int shm_shape_arg(lua_State *L, ld_ps_shm *s, size_t off, int64_t shape[L
                           ld_ps_shm_size(s));
     return nd;
 }
+/* seg:view(offset, shape) -> a float32 tensor over the values there, no
+   copy (the mapping stays while it lives). Only for what is read at once
+   (the ps applying a push): the other end may write there again after the
+   answer. */
 static void pshm_view_release(void *ctx) { ld_ps_shm_release(ctx); }
 static int pshm_view(lua_State *L) {
     ld_ps_shm *s = check_pshm(L, 1);
@@ -871,7 +855,7 @@ int lb_open_cluster(lua_State *L) {
 
     static const luaL_Reg sm[] = {
         {"name", pshm_name}, {"tag", pshm_tag}, {"size", pshm_size}, {"unlink", pshm_unlink}, {"close", pshm_close},
-        {"write", pshm_write}, {"tensor", pshm_tensor}, {"view", pshm_view}, {"read_into", pshm_read_into}, {"room", pshm_room}, {"post", pshm_post}, {"wait", pshm_wait},
+        {"write", pshm_write}, {"tensor", pshm_tensor}, {"view", pshm_view}, {"room", pshm_room}, {"post", pshm_post}, {"wait", pshm_wait},
         {"take", pshm_take}, {"answer", pshm_answer}, {"set_bell", pshm_set_bell},
         {"set_client_bell", pshm_set_client_bell}, {NULL, NULL}};
     luaL_newmetatable(L, PSHM_MT);
