@@ -116,8 +116,11 @@ local function encode(owner, p, r, req)
   return C.pack(body)
 end
 -- an answer: its values (pull), from the segment or the message; nil when the
--- ps could not map the segment (then this pair uses the network from now on)
-local function decode(owner, p, m)
+-- ps could not map the segment (then this pair uses the network from now on).
+-- view: the values from the segment are views over it, not copies: only for a
+-- reader that consumes them before its next request on this link (a worker's
+-- pull assigning its variables), since the ps writes the next answer there
+local function decode(owner, p, m, view)
   local l = owner._links and owner._links[p]
   if m.noshm then
     if l then l.seg:close() end
@@ -128,7 +131,7 @@ local function decode(owner, p, m)
   if not m.at then return m.values or {} end
   local out = {}
   for i, off in ipairs(m.at) do
-    out[i] = l.seg:tensor(off, m.shapes[i])
+    out[i] = view and l.seg:view(off, m.shapes[i]) or l.seg:tensor(off, m.shapes[i])
     owner.shm_bytes = (owner.shm_bytes or 0) + 4 * out[i]:numel()
   end
   return out
@@ -445,7 +448,8 @@ W.__index = W
 local worker_ctx
 
 -- request/response with ps p: send every request first, then wait for each answer
-function W:_ask(requests, reply_type)
+-- view: the values of a "vals" answer may be views over the link (see decode)
+function W:_ask(requests, reply_type, view)
   local out, req = {}, (self._req or 0) + 1
   self._req = req
   local box, pend = {}, {}
@@ -461,7 +465,7 @@ function W:_ask(requests, reply_type)
       if ty == nil then error(("ps task %d did not answer within %g s"):format(p - 1, self.timeout), 0) end
       local m = C.unpack(b)
       if ty == reply_type and m.req == req then
-        local vals = decode(self, p, m)
+        local vals = decode(self, p, m, view)
         if vals then m.values = vals; out[p] = m
         else ctl:send(0, r._type, encode(self, p, r, req)) end   -- the ps cannot map it: over the network
       end
@@ -554,7 +558,7 @@ function W:_push_pull(push_reqs)
       local m = C.unpack(b)
       if m.noshm then error("ps task " .. (p - 1) .. " dropped the shared-memory link", 0) end
       if ty == "ack" and m.req == rq - 1 then decode(self, p, m); acks[p] = m
-      elseif ty == "vals" and m.req == rq then m.values = decode(self, p, m); vals[p] = m end
+      elseif ty == "vals" and m.req == rq then m.values = decode(self, p, m, true); vals[p] = m end
     end
   end
   self._prefetched = { task = nxt, got = vals }
@@ -565,7 +569,8 @@ function W:pull()
   local pf = self._prefetched
   self._prefetched = nil
   local got
-  if pf and pf.task == self.task then got = pf.got else got = self:_ask(self:_pull_reqs(), "vals") end
+  -- the values are views over the links: assigned below, before the next request
+  if pf and pf.task == self.task then got = pf.got else got = self:_ask(self:_pull_reqs(), "vals", true) end
   local vars = self.model.trainable_variables
   self.read_versions, self.pulled_bytes = {}, 0
   for p, list in pairs(self.by_ps) do

@@ -8,7 +8,7 @@
 # Alone: bash scripts/bench/ps.sh; LDIST_BENCH_QUICK=1 shortens the training runs.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-steps=600; [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && steps=200
+steps=2000; [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && steps=400
 echo "== ParameterServerStrategy: pull/push between the coordinator and a ps task (MB/s, best of 3)"
 printf '%6s %10s %10s\n' MB pull push
 # the 64 MB figures and the training rates also go to build/bench-ps.txt, for run.sh's goals table
@@ -18,9 +18,9 @@ out=build/bench-ps.txt
   printf '%6s %10s %10s\n' "$mb" "$pull" "$push"
   [ "$mb" = 64 ] && echo "pushpull $pull $push" >> "$out"
 done
-# 1, 2 and 4 workers alternate, 3 rounds (2 when quick), and each reports its
+# 1, 2 and 4 workers alternate, 5 rounds of 2,000 steps (2 rounds of 400 when quick), and each reports its
 # median: the 1 -> 2 workers ratio compares runs that saw the same neighbours
-rounds=3; [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && rounds=2
+rounds=5; [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && rounds=2
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2); else print 0 }'; }
 declare -A runs
 for _ in $(seq "$rounds"); do
