@@ -155,8 +155,9 @@ void ld_procs_signal(ld_procs *p, int sig);                 /* to every live chi
 void ld_procs_free(ld_procs *p, double grace);
 /* The path of the running executable (/proc/self/exe), for starting more of it. */
 const char *ld_self_exe(void);
-/* A port the system considers free now on host (bound to port 0, then
-   released), or -1 with errno set. */
+/* A port free now on host, for a listener another process binds later:
+   below the kernel's ephemeral range, so no connect() takes it meanwhile
+   (ld_cluster_launch.c); -1 with errno set. */
 int ld_free_port(const char *host);
 
 /* `ldist launch ...` (argv[0] is "launch"): returns the exit status. */

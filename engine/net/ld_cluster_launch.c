@@ -9,7 +9,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,17 +49,54 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int ld_free_port(const char *host) {
+/* Can a listener bind host:port now? port 0: any; -> the port, or -1 */
+static int try_bind(const struct sockaddr_in *host, int port) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (s < 0) return -1;
+    struct sockaddr_in a = *host;
+    a.sin_port = htons((uint16_t)port);
+    socklen_t len = sizeof a;
+    int got = -1;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0) got = ntohs(a.sin_port);
+    close(s);
+    return got;
+}
+
+/* A port for a listener that another process binds later. Not one of the
+   kernel's ephemeral ports (what bind to port 0 returns): until the listener
+   binds it, any connect() on the machine may take it as its local port (a
+   worker connecting to the leader took the port handed to the next worker:
+   "Address already in use"). So a free port just below the ephemeral range
+   (/proc/sys/net/ipv4/ip_local_port_range): from a random place, then on
+   upwards, so this process hands out no port twice while that range lasts;
+   port 0's answer where the range is too small. */
+int ld_free_port(const char *host) {
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
     if (inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0) port = ntohs(a.sin_port);
-    close(s);
-    return port;
+    static int next = -1;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int lo = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) { if (fscanf(f, "%d", &lo) != 1) lo = 32768; fclose(f); }
+    int base = lo - 12000 < 10000 ? 10000 : lo - 12000, span = lo - base;
+    if (span >= 1000) {
+        pthread_mutex_lock(&mu);
+        if (next < 0) {
+            uint32_t r = 0;
+            if (ld_random_bytes(&r, sizeof r) != LD_OK) r = (uint32_t)getpid() * 2654435761u;
+            next = (int)(r % (uint32_t)span);
+        }
+        for (int k = 0; k < 256; k++) {
+            int port = base + next % span;
+            next = (next + 1) % span;
+            if (try_bind(&a, port) != port) continue;
+            pthread_mutex_unlock(&mu);
+            return port;
+        }
+        pthread_mutex_unlock(&mu);
+    }
+    return try_bind(&a, 0);
 }
 
 static int env_int(const char *name) {
