@@ -19,8 +19,7 @@ mlp_steps=200; cnn_steps=40
 gcc -O2 -o build/bench-sgemm scripts/bench/sgemm.c -I/usr/include/x86_64-linux-gnu/openblas-pthread \
   -L/usr/lib/x86_64-linux-gnu/openblas-pthread -lopenblas -lpthread
 echo "== machine: $cores cores; $(./build/bench-sgemm "$cores" | head -1)"
-sgemm=$(./build/bench-sgemm "$cores" | tail -1)
-SGEMM_RUNS="$sgemm "; MLP_PCT_RUNS=""
+SGEMM_RUNS=""; MLP_PCT_RUNS=""   # the sgemm rates and MLP ratios of the rounds (below)
 # MLP FLOPs per sample: forward 2*(784*512+512*256+256*10), weight gradients
 # the same again, input gradients of the two upper layers.
 mlp_gflops() { awk -v s="$1" 'BEGIN{ f = 2*(784*512+512*256+256*10); printf "%.1f", s * (2*f + 2*(512*256+256*10)) / 1e9 }'; }

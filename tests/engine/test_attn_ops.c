@@ -17,6 +17,19 @@ static double at3(ld_tensor *t, int64_t b, int64_t i, int64_t j) {
     return ld_tensor_get_flat(t, (b * t->shape[1] + i) * t->shape[2] + j);
 }
 
+/* split_heads' layout: h[n*H + hh, t, j] = x[n, t, hh*d + j] for x [N, T, H*d]
+   (0 when h is missing) */
+static int heads_match(ld_tensor *h, ld_tensor *x, int64_t H) {
+    if (!h) return 0;
+    int64_t N = x->shape[0], T = x->shape[1], d = x->shape[2] / H;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t hh = 0; hh < H; hh++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < d; j++)
+                    if (at3(h, n * H + hh, t, j) != at3(x, n, t, hh * d + j)) return 0;
+    return 1;
+}
+
 /* max |bmm(a, b) - loop| over a [batch, ., .] product */
 static double bmm_ref_err(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_tensor *c) {
     int64_t batch = a->shape[0], m = ta ? a->shape[2] : a->shape[1], k = ta ? a->shape[1] : a->shape[2];
@@ -251,14 +264,7 @@ int main(void) {
         int64_t s[3] = {2, 3, 8};
         ld_tensor *x = tu_rnd(3, s, -1, 1), *h = ld_split_heads(x, 4), *back = h ? ld_merge_heads(h, 4) : NULL;
         CHECK(h && h->ndim == 3 && h->shape[0] == 8 && h->shape[1] == 3 && h->shape[2] == 2);
-        /* h[n*H + hh, t, j] = x[n, t, hh*d + j] */
-        int good = h != NULL;
-        for (int64_t n = 0; h && n < 2; n++)
-            for (int64_t hh = 0; hh < 4; hh++)
-                for (int64_t t = 0; t < 3; t++)
-                    for (int64_t j = 0; j < 2; j++)
-                        if (at3(h, n * 4 + hh, t, j) != at3(x, n, t, hh * 2 + j)) good = 0;
-        CHECK(good);
+        CHECK(heads_match(h, x, 4));
         CHECK(back && ld_same_shape(back, x) && tu_norm_err(back, x) == 0);
         ld_tensor_release(x); ld_tensor_release(h); ld_tensor_release(back);
     }
@@ -268,18 +274,12 @@ int main(void) {
         int64_t s[3] = {9, 301, 6 * 17}, s1[4] = {1, 9, 301, 6 * 17};
         ld_tensor *x = tu_rnd(3, s, -1, 1), *h = ld_split_heads(x, 6), *back = h ? ld_merge_heads(h, 6) : NULL;
         CHECK(h && h->shape[0] == 54 && h->shape[1] == 301 && h->shape[2] == 17);
-        int good = h != NULL;
-        for (int64_t n = 0; h && n < 9; n++)
-            for (int64_t hh = 0; hh < 6; hh++)
-                for (int64_t t = 0; t < 301; t++)
-                    for (int64_t j = 0; j < 17; j++)
-                        if (at3(h, n * 6 + hh, t, j) != at3(x, n, t, hh * 17 + j)) good = 0;
-        CHECK(good);
+        CHECK(heads_match(h, x, 6));
         CHECK(back && ld_same_shape(back, x) && tu_norm_err(back, x) == 0);
         /* [1, 9, 301, 102] permuted to [1, 301, 9, 102]: a leading 1 to skip */
         int perm[4] = {0, 2, 1, 3};
         ld_tensor *x4 = ld_reshape(x, 4, s1), *p = x4 ? ld_permute(x4, perm) : NULL, *pc = p ? ld_contiguous(p) : NULL;
-        good = pc != NULL;
+        int good = pc != NULL;
         for (int64_t t = 0; pc && t < 301; t++)
             for (int64_t n = 0; n < 9; n++)
                 for (int64_t j = 0; j < 102; j += 5)
