@@ -385,10 +385,6 @@ static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, c
     }
 }
 
-static void cpu_scale_add(ld_device *d, float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-
 static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
                        int64_t n, int64_t inner) {
     if (op == LD_RED_SUM) {

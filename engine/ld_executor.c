@@ -504,6 +504,18 @@ static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { m
  * For kernel <name>: <name>_a holds its arguments (arrays copied whole),
  * run_<name> calls the CPU kernel with them on the executor, px_<name>
  * copies them into a task and queues it. */
+/* Calls per kernel slot, counted as they are queued: the op suite, run on a
+ * logical device, fails on any kernel of the list it never called (as ggml's
+ * test-backend-ops --show-coverage), so a new kernel comes with its test. */
+static uint64_t px_calls[LD_KERNEL_COUNT];
+#define PX_NAME(name, ...) #name,
+static const char *const px_names[LD_KERNEL_COUNT] = {LD_KERNELS(PX_NAME)};
+int ld_kernel_count(void) { return LD_KERNEL_COUNT; }
+const char *ld_kernel_name(int k) { return k >= 0 && k < LD_KERNEL_COUNT ? px_names[k] : NULL; }
+uint64_t ld_kernel_calls(int k) {
+    return k >= 0 && k < LD_KERNEL_COUNT ? __atomic_load_n(&px_calls[k], __ATOMIC_RELAXED) : 0;
+}
+
 #define PX_KERNEL(name, ...)                                                        \
     typedef struct { LD_K_FIELDS(__VA_ARGS__) } name##_a;                           \
     static void run_##name(task *tk_, ld_device *d) {                                 \
@@ -511,6 +523,7 @@ static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { m
         CPU->name(d, LD_K_LOAD(__VA_ARGS__));                                       \
     }                                                                               \
     static void px_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
+        __atomic_add_fetch(&px_calls[LD_KERNEL_##name], 1, __ATOMIC_RELAXED);        \
         task *tk_ = task_new(d, sizeof(name##_a), run_##name);                        \
         if (!tk_) return;                                                             \
         name##_a *k_ = (name##_a *)tk_->args;                                         \

@@ -62,6 +62,13 @@ void ld_device_fault(ld_device *d, ld_status st, const char *fmt, ...) __attribu
    out of memory would). */
 void ld_executor_fail_allocs(int n);
 
+/* Kernel coverage: the kernels of ld_kernels.h by slot (0 .. ld_kernel_count()-1),
+   and how often each was queued to a logical device's executor in this process
+   (kernels cpu:0 runs inline are not counted). */
+int ld_kernel_count(void);
+const char *ld_kernel_name(int k);
+uint64_t ld_kernel_calls(int k);
+
 /* ---- tracing ---- */
 /* A span's kind: what the device was doing. COMPUTE is work of no known
    phase; INPUT..OPTIMIZER are the phases of a training step, as the issuing

@@ -57,8 +57,6 @@ typedef struct {
     /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh) */            \
     X(unary_backward, (V, ld_unary_op, op), (V, float *, dx), (V, const float *, dy), (V, const float *, x),    \
       (V, const float *, y), (V, int64_t, n))                                                                   \
-    /* y += a*x */                                                           \
-    X(scale_add, (V, float *, y), (V, float, a), (V, const float *, x), (V, int64_t, n))                        \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
        LD_RED_ARGMAX `out` holds int64. */                                   \
     X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const float *, x), (V, int64_t, outer),              \

@@ -116,7 +116,7 @@ static inline unsigned cu_grid(int64_t n, int block) {
 
 /* ---- the backend's slots: kernel <name> of the list (ld_kernels.h) is
    cu_<name>, one file per family: cuda_copy.cu (copy_strided, fill),
-   cuda_elementwise.cu (binary, unary, unary_backward, scale_add),
+   cuda_elementwise.cu (binary, unary, unary_backward),
    cuda_reduce.cu (reduce), cuda_gemm.cu (gemm), cuda_softmax.cu (softmax,
    sparse_xent, sparse_xent_backward), cuda_conv.cu (im2col, col2im,
    maxpool, maxpool_backward), cuda_optim.cu (the optimizer updates). */

@@ -185,14 +185,3 @@ void cu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy,
     cu_launched(cd, "unary_backward kernel");
 }
 
-__global__ void k_scale_add(float *y, float a, const float *x, int64_t n) {
-    CU_LOOP(i, n) y[i] += a * x[i];
-}
-
-void cu_scale_add(ld_device *d, float *y, float a, const float *x, int64_t n) {
-    if (n <= 0) return;
-    cu_dev *cd = cu_begin(d);
-    if (!cd) return;
-    k_scale_add<<<cu_grid(n, 256), 256, 0, cd->stream>>>(y, a, x, n);
-    cu_launched(cd, "scale_add kernel");
-}

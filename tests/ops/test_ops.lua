@@ -1,9 +1,13 @@
--- test_ops.lua - every kernel of the CUDA backend against the CPU result
--- (normalised error, ggml-style): copies and conversions, fill, binary ops
--- with broadcasting and strided operands, unary ops and their derivatives,
--- reductions, matrix products, softmax, fused cross-entropy, convolution,
--- pooling, optimizer updates; plus the errors a user meets.
-local G = dofile("tests/gpu/gpulib.lua")
+-- test_ops.lua - every op on every device: each kernel of a device's backend
+-- against the CPU result (normalised error, ggml-style): copies and
+-- conversions, fill, binary ops with broadcasting and strided operands, unary
+-- ops and their derivatives, reductions, matrix products, softmax, fused
+-- cross-entropy, convolution, pooling, optimizer updates; plus the errors a
+-- user meets. `make test` runs it on the logical CPU device cpu:1
+-- (tests/lua/test_ops_device.sh), where the executor counts the calls of each
+-- kernel slot and the last case fails on any kernel of engine/ld_kernels.h
+-- that no case called; `make test-gpu` runs it on cuda:0.
+local G = dofile("tests/ops/devlib.lua")
 local T, dev = G.T, G.dev
 
 tensor.seed(42)
@@ -534,6 +538,21 @@ T.test("device tensors print and come back as tables", function()
   T.ok(tostring(x):find(dev, 1, true), tostring(x))
   T.eq(x:totable()[2][1], 3)
   T.eq(x:sum():item(), 10)
+end)
+
+---------------------------------------------------------------- coverage
+-- Last: every kernel slot of engine/ld_kernels.h was queued by some case above
+-- (counted by the executor's proxies, so on a logical CPU device only).
+T.test("kernel coverage: every kernel of engine/ld_kernels.h was called", function()
+  if not dev:match("^cpu:[1-9]") then print("# kernel calls are counted on a logical CPU device (skip on " .. dev .. ")"); return end
+  local calls, never, n = ldist._distribute.kernel_calls(), {}, 0
+  for name, c in pairs(calls) do
+    n = n + 1
+    if c == 0 then never[#never + 1] = name end
+  end
+  table.sort(never)
+  T.ok(n > 30, "kernel_calls lists " .. n .. " kernels")
+  T.ok(#never == 0, #never .. " kernel(s) never called on " .. dev .. " (add a case for each): " .. table.concat(never, ", "))
 end)
 
 T.done()

@@ -1,6 +1,7 @@
--- gpulib.lua - what the GPU tests share: the device under test and the
--- comparison with the CPU result.
---   local G = dofile("tests/gpu/gpulib.lua")
+-- devlib.lua - what the every-op-on-every-device suite (tests/ops) and the
+-- GPU tests (tests/gpu) share: the device under test and the comparison with
+-- the CPU result.
+--   local G = dofile("tests/ops/devlib.lua")
 --   G.close(G.on_device(x, f), f(x), "exp")     -- f run on cuda:0 and on the CPU
 --
 -- The device is cuda:0 unless LDIST_GPU_TEST_DEVICE names another; naming a
