@@ -69,12 +69,6 @@ typedef struct executor {
     int n_spans, cap_spans;
 } executor;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-double ld_now(void) { return now_s(); }
 
 /* The phase and step of the work this thread does: set by the issuing thread
    (ld_trace_phase), or, on an executor thread, taken from the task it runs. */
@@ -153,9 +147,9 @@ static void *executor_main(void *arg) {
         int tracing = e->tracing;   /* read once: tracing may be switched on meanwhile */
         cur_phase = t->phase;
         cur_step = t->step;
-        double t0 = tracing ? now_s() : 0;
+        double t0 = tracing ? ld_now() : 0;
         t->run(t, e->dev);
-        double t1 = tracing ? now_s() : 0;
+        double t1 = tracing ? ld_now() : 0;
         int kind = t->kind;
         uint64_t seq = t->seq;
         task_free(t);
@@ -298,13 +292,13 @@ static void run_after(task *t, ld_device *dev) {
     after_a *a = (after_a *)t->args;
     executor *e = dev->impl;
     int tracing = e->tracing;
-    double t0 = tracing ? now_s() : 0;
+    double t0 = tracing ? ld_now() : 0;
     ld_device_wait_fence(a->src, a->fence);
-    double t1 = tracing ? now_s() : 0;
+    double t1 = tracing ? ld_now() : 0;
     a->fn(a->ctx, dev);
     if (tracing) {
         if (t1 - t0 > 5e-6) ld_executor_record(dev, LD_SPAN_WAIT, t0, t1);
-        ld_executor_record(dev, LD_SPAN_COMPUTE, t1, now_s());
+        ld_executor_record(dev, LD_SPAN_COMPUTE, t1, ld_now());
     }
 }
 
@@ -611,7 +605,7 @@ int ld_host_async(int on) {
 int ld_trace_phase(int kind) {
     int was = cur_phase;
     if (kind != LD_SPAN_COMPUTE && (kind < LD_SPAN_INPUT || kind >= LD_SPAN_KINDS)) kind = LD_SPAN_NONE;
-    double now = now_s();
+    double now = ld_now();
     ld_device *h = ld_device_cpu();
     /* cpu:0 inline: this thread ran the phase's kernels itself */
     if (was && kind != was && h && !ld_device_is_async(h)) ld_executor_record(h, was, phase_mark, now);   /* kept if traced */

@@ -75,8 +75,7 @@ uint64_t ld_kernel_calls(int k);
    thread declared them (ld_trace_phase). */
 enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE,
        LD_SPAN_INPUT, LD_SPAN_FORWARD, LD_SPAN_BACKWARD, LD_SPAN_OPTIMIZER, LD_SPAN_KINDS };
-typedef struct { int kind, step; double start, end; } ld_span;   /* seconds, CLOCK_MONOTONIC; step 0: none */
-double ld_now(void);
+typedef struct { int kind, step; double start, end; } ld_span;   /* seconds, ld_now(); step 0: none */
 /* The phase (LD_SPAN_COMPUTE, LD_SPAN_INPUT..OPTIMIZER, or LD_SPAN_NONE: none) and the step
    number (0: none) of the work this thread issues from now on: kernels it
    queues are recorded under them when they run (instead of COMPUTE), and

@@ -34,7 +34,7 @@ ld_tensor *ld_sqrt(ld_tensor *x);
 ld_tensor *ld_relu(ld_tensor *x);
 ld_tensor *ld_sigmoid(ld_tensor *x);
 ld_tensor *ld_tanh(ld_tensor *x);
-ld_tensor *ld_gelu(ld_tensor *x);           /* tanh approximation, as Keras' default is exact: see .c */
+ld_tensor *ld_gelu(ld_tensor *x);           /* the exact erf form, 0.5x(1 + erf(x/sqrt 2)): Keras's default */
 
 /* Reductions over `axis` (-1.. counts from the end; LD_ALL_AXES = every axis). */
 #define LD_ALL_AXES 99
