@@ -904,20 +904,17 @@ docs[distribute.LocalCluster] = (docs[distribute.LocalCluster] or "distribute.Lo
 docs["distribute.LocalCluster"] = docs[distribute.LocalCluster]
 
 -- TF_CONFIG with "ps" tasks: {"cluster": {"chief": [...], "worker": [...], "ps": [...]}, "task": {...}}
+-- (parsed by the one TF_CONFIG parser, net.tf_config; without a task this
+-- process is the chief)
 local function ps_tf_config(cfg)
-  if type(cfg) == "string" then
-    local v, err = ldist.json.decode(cfg)
-    if v == nil then error("TF_CONFIG is not valid JSON: " .. tostring(err), 0) end
-    cfg = v
-  end
-  local cl = cfg.cluster or {}
+  local parsed = net.tf_config(cfg, "TF_CONFIG")
+  local cl = parsed.cluster
   local chief = cl.chief and cl.chief[1]
   if not chief then error("ParameterServerStrategy: TF_CONFIG needs a \"chief\" task (the coordinator)", 0) end
   if type(cl.ps) ~= "table" or #cl.ps == 0 then error("ParameterServerStrategy: TF_CONFIG lists no \"ps\" task", 0) end
   if type(cl.worker) ~= "table" or #cl.worker == 0 then error("ParameterServerStrategy: TF_CONFIG lists no \"worker\" task", 0) end
-  local task = cfg.task or {}
-  return { main = chief, ps_addrs = cl.ps, workers = #cl.worker, task_type = task.type or "chief",
-    task_index = math.tointeger(task.index or 0) or 0 }
+  local task = parsed.task or { type = "chief", index = 0 }
+  return { main = chief, ps_addrs = cl.ps, workers = #cl.worker, task_type = task.type, task_index = task.index }
 end
 distribute._ps_tf_config = ps_tf_config
 
