@@ -74,6 +74,7 @@ static int proc_cores[MAX_CORES];    /* the cores of this process, as CPU ids */
 static int n_proc_cores;
 static int host_cores;               /* the cores of the host (the allowed set before the process split) */
 static int can_pin;                  /* real cores, no LDIST_NUM_THREADS: sched_setaffinity is ours to call */
+static const char *no_pin_why = "";  /* else why not */
 static int budget_threads;           /* LDIST_NUM_THREADS, else 0 (the cores decide) */
 static int n_split = 1;              /* devices the cores are split among */
 static int local_rank, local_size = 1;
@@ -292,7 +293,7 @@ const char *ld_cpu_split_describe(void) {
                 p->ncores == 1 ? "" : "s", list);
         }
         if (pools[0].pinned) PUT(" (each pinned to its cores)");
-        else if (!can_pin) PUT(" (not pinned: %s)", budget_threads ? "LDIST_NUM_THREADS is set" : "LDIST_CPU_CORES is set");
+        else if (!can_pin) PUT(" (not pinned: %s)", no_pin_why);
         else PUT(" (not pinned: more devices than cores)");
     } else {
         PUT("; one CPU device, %d thread%s", pools[0].wanted, pools[0].wanted == 1 ? "" : "s");
@@ -375,7 +376,11 @@ __attribute__((constructor)) static void cpu_pool_init(void) {
     host_cores = n_proc_cores;
     int nt = 0;
     if (env_int("LDIST_NUM_THREADS", &nt) && nt > 0) budget_threads = nt;
-    can_pin = !fake && !budget_threads;
+    const char *pe = getenv("LDIST_CPU_PIN");
+    int no_pin = pe && !strcmp(pe, "0");
+    can_pin = !fake && !budget_threads && !no_pin;
+    no_pin_why = budget_threads ? "LDIST_NUM_THREADS is set" : no_pin ? "LDIST_CPU_PIN=0"
+               : getenv("LDIST_CPU_CORES") ? "LDIST_CPU_CORES is set" : "the cores' ids are unknown";
     char list[200];
     const char *src = local_processes(&local_rank, &local_size);
     if (local_size < 1 || local_rank >= local_size) { local_rank = 0; local_size = 1; src = NULL; }
@@ -394,10 +399,11 @@ __attribute__((constructor)) static void cpu_pool_init(void) {
         memmove(proc_cores, proc_cores + lo, sizeof *proc_cores * (size_t)cnt);
         n_proc_cores = cnt;
         int pin = can_pin && local_size <= host_cores;
+        if (can_pin && !pin) no_pin_why = "more processes than cores";
         cpu_list(list, sizeof list, proc_cores, n_proc_cores);
-        snprintf(proc_note, sizeof proc_note, "process %d of %d on this host (%s): %d of %d cores (%s)%s", local_rank,
+        snprintf(proc_note, sizeof proc_note, "process %d of %d on this host (%s): %d of %d cores (%s)%s%s", local_rank,
                  local_size, src, n_proc_cores, host_cores, list,
-                 pin ? ", pinned" : fake ? ", not pinned: LDIST_CPU_CORES is set" : ", not pinned: more processes than cores");
+                 pin ? ", pinned" : ", not pinned: ", pin ? "" : no_pin_why);
         /* the whole process, before any thread starts: every later thread inherits it */
         if (pin) pin_self(proc_cores, n_proc_cores);
         else can_pin = 0;

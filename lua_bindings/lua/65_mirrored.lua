@@ -38,7 +38,8 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "LocalCluster, mpirun, srun), local_rank and local_size (its place among those\n" ..
   "processes), devices[i] = {name, threads, cores, pinned} for each logical CPU device,\n" ..
   "and text, one line saying all that. LDIST_NUM_THREADS sets the thread count instead\n" ..
-  "(nothing is pinned then); LDIST_CPU_CORES=N pretends N cores (to try a split)."
+  "(nothing is pinned then); LDIST_CPU_PIN=0 turns pinning off; LDIST_CPU_CORES=N\n" ..
+  "pretends N cores (to try a split)."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
 
 local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, distribute._check_axis

@@ -264,6 +264,11 @@ T.test("ldist launch -n 4 on 16 pretended cores: 4 threads each, disjoint; LDIST
   got = launch("LDIST_NUM_THREADS=3", 2)
   local full = io.open("/proc/self/status"):read("a"):match("Cpus_allowed_list:%s*(%S+)")
   for _, r in ipairs(got) do T.eq(r.mask, full, "LDIST_NUM_THREADS: the process is not pinned") end
+  got = launch("LDIST_CPU_PIN=0", 2)
+  for _, r in ipairs(got) do
+    T.eq(r.mask, full, "LDIST_CPU_PIN=0: the process is not pinned")
+    T.eq(r.threads, #r.split.cores, "but it takes its share of threads")
+  end
 end)
 
 T.test("mpirun, MPICH and Slurm local ranks split the cores too; a launcher's binding is kept", function()
