@@ -79,6 +79,30 @@ for t in $(printf '%s\n' "${!TH[@]}" | sort -n); do
     "$(pct "${TH[$t]}" "$(awk -v a="${TH[1]}" -v t="$t" 'BEGIN{ print a * t }')")"
 done
 
+# the ops of one step, microseconds per call on T threads (scripts/bench/pool_ops.lua):
+# where the pool stops scaling; batch 2048 on 1 thread and every core only
+declare -A OPS
+for b in 256 2048; do
+  ths=$(printf '%s\n' "${!TH[@]}" | sort -n)
+  [ "$b" = 2048 ] && ths=$(printf '%s\n' 1 "$cores" | sort -nu)
+  names=()
+  for t in $ths; do
+    while read -r line; do
+      [ "$t" = 1 ] && names+=("${line% *}")
+      OPS[$b,$t,${line% *}]=${line##* }
+    done < <(LDIST_NUM_THREADS=$t "$ldist" scripts/bench/pool_ops.lua $b 2>>"$log")
+  done
+  echo
+  printf '   %-28s' "ops at batch $b (us/call)"
+  for t in $ths; do printf ' %8s' "T=$t"; done
+  printf ' %8s\n' speedup
+  for op in "${names[@]}"; do
+    printf '   %-28s' "$op"
+    for t in $ths; do printf ' %8s' "${OPS[$b,$t,$op]:-?}"; done
+    printf ' %7sx\n' "$(ratio "${OPS[$b,1,$op]:-0}" "${OPS[$b,$cores,$op]:-0}")"
+  done
+done
+
 # weak scaling of N replicas: N x the rate of one device on cores/N threads
 weak() { local per=$(( cores / $1 )); [ "$per" -ge 1 ] && [ -n "${TH[$per]:-}" ] &&
   pct "$2" "$(awk -v a="${TH[$per]}" -v n="$1" 'BEGIN{ print a * n }')" || echo "n/a"; }
