@@ -36,35 +36,86 @@
 #include "ld_cpu_internal.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-/* ================================================================ the pools */
+/* ================================================================ the pools
+ * A run hands part i to worker i through the worker's own slot (a cache line
+ * it alone waits on) and counts the parts still running down to zero. Both
+ * sides spin a little before they sleep (a futex): the ops of a training
+ * step follow each other microseconds apart, and a worker that is still
+ * spinning starts the next op's part in well under a microsecond, where a
+ * wake-up from sleep (futex, scheduler) costs tens of microseconds on every
+ * op and every thread, the pool's main cost on many cores. */
+enum { MAX_WORKERS = 255 };   /* ldist.set_num_threads takes up to 256 */
+typedef struct {
+    _Alignas(64) unsigned seq;   /* futex word: bumped to hand a part over */
+    int sleeping;                /* the worker sleeps on seq (futex) */
+    ld_par_fn fn;                /* the part handed over: written before seq is bumped */
+    void *ctx;
+    int part, nparts;
+} pool_slot;
+
 typedef struct cpu_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
     pthread_mutex_t run_mu;   /* one run at a time; a second caller runs serially */
     int wanted;               /* threads of its kernels, the caller included */
-    int nthreads;             /* of the run under way */
-    unsigned gen;             /* runs started */
-    int pending;              /* workers yet to finish the run */
-    ld_par_fn fn;
-    void *ctx;
     int workers;              /* started (kept until exit) */
     int index;                /* its device, cpu:<index> */
     /* its cores: a slice of the process's core list (split_mu) */
     int first, ncores, pinned;
+    pool_slot *slot[MAX_WORKERS + 1];   /* slot[i]: worker i's (1..workers) */
+    _Alignas(64) int remaining;         /* futex word: parts of the run still running (not the caller's) */
+    int caller_sleeping;                /* the caller sleeps on remaining */
 } cpu_pool;
 
 static cpu_pool pools[LD_MAX_LOGICAL];
 static _Thread_local cpu_pool *tl_pool;   /* NULL: cpu:0's, unpinned */
 static _Thread_local int tl_worker;       /* a pool worker (or serial): nested runs are serial */
 static _Thread_local unsigned tl_pin_gen; /* the split this thread last pinned itself for */
+
+/* A waiter spins this many pauses (microseconds), then yields its core this
+   many times (a thread it waits for may be waiting for a core, on a machine
+   running more threads than it has cores), then sleeps. LDIST_POOL_SPIN and
+   LDIST_POOL_YIELD set them (0: sleep at once), to compare. */
+static int spin_limit = 2000, yield_limit = 64;
+
+void ld_cpu_pool_set_spin(int spin, int yield) {
+    __atomic_store_n(&spin_limit, spin < 0 ? 0 : spin, __ATOMIC_RELAXED);
+    __atomic_store_n(&yield_limit, yield < 0 ? 0 : yield, __ATOMIC_RELAXED);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+static void futex_wait(int *addr, int val) { syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0); }
+static void futex_wake(int *addr) { syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0); }
+
+/* Wait until *word != old: spin, then sleep with *sleeping set. The waker
+   changes *word, then reads *sleeping (both sequentially consistent, as
+   here in the other order), so one of the two sees the other: no lost wake-up. */
+static int wait_change(int *word, int old, int *sleeping) {
+    int v, spin = __atomic_load_n(&spin_limit, __ATOMIC_RELAXED), yield = __atomic_load_n(&yield_limit, __ATOMIC_RELAXED);
+    for (int i = 0; (v = __atomic_load_n(word, __ATOMIC_ACQUIRE)) == old; i++) {
+        if (i < spin) { cpu_relax(); continue; }
+        if (i < spin + yield) { sched_yield(); continue; }
+        __atomic_store_n(sleeping, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(word, __ATOMIC_SEQ_CST) == old) futex_wait(word, old);
+        __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
+        i = 0;
+    }
+    return v;
+}
 
 /* ---- the split (guarded by split_mu) */
 enum { MAX_CORES = CPU_SETSIZE };
@@ -105,38 +156,40 @@ static void refresh_pin(cpu_pool *p) {
 static void *pool_worker(void *arg) {
     uintptr_t a = (uintptr_t)arg;
     cpu_pool *p = &pools[a >> 16];
-    int id = (int)(a & 0xffff);
-    unsigned seen = 0;
+    pool_slot *s = p->slot[a & 0xffff];
+    int seen = 0;
     tl_worker = 1;
     tl_pool = p;
     char name[16];
-    snprintf(name, sizeof name, "ld-cpu%d-w%d", p->index, id);
+    snprintf(name, sizeof name, "ld-cpu%d-w%d", p->index, (int)(a & 0xffff));
     pthread_setname_np(pthread_self(), name);
     for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
-        seen = p->gen;
-        ld_par_fn fn = p->fn;
-        void *ctx = p->ctx;
-        int n = p->nthreads;
-        pthread_mutex_unlock(&p->mu);
+        seen = wait_change((int *)&s->seq, seen, &s->sleeping);
         refresh_pin(p);
-        if (id < n) fn(ctx, id, n);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->mu);
+        s->fn(s->ctx, s->part, s->nparts);
+        if (__atomic_sub_fetch(&p->remaining, 1, __ATOMIC_SEQ_CST) == 0 &&
+            __atomic_load_n(&p->caller_sleeping, __ATOMIC_SEQ_CST))
+            futex_wake(&p->remaining);
     }
     return NULL;
 }
 
 static void pool_start(cpu_pool *p, int n) {
     /* workers are started once and kept; n is the count wanted (caller included) */
+    if (n > MAX_WORKERS + 1) n = MAX_WORKERS + 1;
     while (p->workers + 1 < n) {
+        int id = p->workers + 1;
+        if (!p->slot[id]) {
+            pool_slot *s = aligned_alloc(64, sizeof *s);
+            if (!s) break;
+            memset(s, 0, sizeof *s);
+            p->slot[id] = s;
+        }
         pthread_t t;
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        uintptr_t arg = (uintptr_t)p->index << 16 | (uintptr_t)(p->workers + 1);
+        uintptr_t arg = (uintptr_t)p->index << 16 | (uintptr_t)id;
         int rc = pthread_create(&t, &a, pool_worker, (void *)arg);
         pthread_attr_destroy(&a);
         if (rc != 0) break;
@@ -150,20 +203,31 @@ static cpu_pool *my_pool(void) { return tl_pool ? tl_pool : &pools[0]; }
    min(want, the pool's size). Nested calls (from a worker) run serially. */
 void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want) {
     cpu_pool *p = my_pool();
-    int n = p->wanted < want ? p->wanted : want;
+    int n = __atomic_load_n(&p->wanted, __ATOMIC_RELAXED);
+    if (want < n) n = want;
     if (n <= 1 || tl_worker || pthread_mutex_trylock(&p->run_mu) != 0) { fn(ctx, 0, 1); return; }
     if (p->workers + 1 < n) pool_start(p, n);
     if (p->workers + 1 < n) n = p->workers + 1;
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn; p->ctx = ctx; p->nthreads = n;
-    p->pending = p->workers;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
+    if (n <= 1) { pthread_mutex_unlock(&p->run_mu); fn(ctx, 0, 1); return; }
+    __atomic_store_n(&p->remaining, n - 1, __ATOMIC_RELAXED);
+    for (int i = 1; i < n; i++) {
+        pool_slot *s = p->slot[i];
+        s->fn = fn; s->ctx = ctx; s->part = i; s->nparts = n;
+        __atomic_add_fetch(&s->seq, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->sleeping, __ATOMIC_SEQ_CST)) futex_wake((int *)&s->seq);
+    }
     fn(ctx, 0, n);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    /* the others' parts: spin, then sleep until the last one wakes this thread */
+    int spin = __atomic_load_n(&spin_limit, __ATOMIC_RELAXED), yield = __atomic_load_n(&yield_limit, __ATOMIC_RELAXED);
+    for (int i = 0, r; (r = __atomic_load_n(&p->remaining, __ATOMIC_ACQUIRE)) != 0; i++) {
+        if (i < spin) { cpu_relax(); continue; }
+        if (i < spin + yield) { sched_yield(); continue; }
+        __atomic_store_n(&p->caller_sleeping, 1, __ATOMIC_SEQ_CST);
+        r = __atomic_load_n(&p->remaining, __ATOMIC_SEQ_CST);
+        if (r != 0) futex_wait(&p->remaining, r);
+        __atomic_store_n(&p->caller_sleeping, 0, __ATOMIC_RELAXED);
+        i = 0;
+    }
     pthread_mutex_unlock(&p->run_mu);
 }
 
@@ -349,13 +413,13 @@ static const char *local_processes(int *rank, int *size) {
 __attribute__((constructor)) static void cpu_pool_init(void) {
     for (int i = 0; i < LD_MAX_LOGICAL; i++) {
         cpu_pool *p = &pools[i];
-        pthread_mutex_init(&p->mu, NULL);
         pthread_mutex_init(&p->run_mu, NULL);
-        pthread_cond_init(&p->go, NULL);
-        pthread_cond_init(&p->done, NULL);
         p->index = i;
         p->wanted = 1;
     }
+    int spin;
+    if (env_int("LDIST_POOL_SPIN", &spin)) spin_limit = spin;
+    if (env_int("LDIST_POOL_YIELD", &spin)) yield_limit = spin;
     /* the cores this process may use */
     int fake = 0;
     cpu_set_t set;
