@@ -76,7 +76,7 @@ ifneq ($(SANITIZE),)
 CUDA_PLUGIN := $(if $(wildcard build/ldist_cuda.so),$(B)/ldist_cuda.so)
 endif
 
-.PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu fuzz
+.PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu bench-cores fuzz
 all: $(LDIST_EXE) $(LDIST_SO) $(NET_SO) $(ENGINE_TESTS) $(CUDA_PLUGIN)
 
 # -MMD -MP: each object's .d file lists the headers it includes, so a header
@@ -144,6 +144,12 @@ test-engine: all
 
 bench: setup all
 	@bash scripts/bench/run.sh
+
+# ldist on every core of this machine (issue 29): one device against PyTorch,
+# the pool's scaling, Mirrored over 1-16 CPU devices, MultiWorker over 1-8
+# processes, the ring against gloo. Runs from the GPU bundle too (README, "GPU").
+bench-cores: $(if $(NO_BUILD),,all)
+	@bash scripts/bench/cores.sh
 
 # On a GPU machine (README, "GPU"): the tests of tests/gpu, and the benchmark
 # against PyTorch on the same GPU. Without a GPU they say so in one line.

@@ -19,8 +19,6 @@
 #include <stdint.h>
 #include <unistd.h>
 
-static int cpu_threads_wanted = 1;
-
 /* ================================================================ memory
  * A training step allocates the same sizes every step; glibc returns big
  * blocks to the kernel with munmap and the next step page-faults them back.
@@ -95,89 +93,10 @@ static void cpu_sync(ld_device *d) {}
 
 
 /* ================================================================ thread pool
- * OpenBLAS runs single-threaded and the CPU device splits the work itself,
- * one part per thread of its pool: row blocks of a matrix product, ranges
- * of elementwise and optimizer loops. Threads each running a
- * single-threaded sgemm on their rows beat one multi-threaded OpenBLAS call
- * (scripts/bench/sgemm.c compares the two), and one pool that the engine
- * controls cannot oversubscribe the cores as two nested ones would. The
- * calling thread takes part 0. */
-typedef ld_par_fn par_fn;
-static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    int nthreads;            /* including the caller */
-    unsigned gen;
-    int pending;
-    par_fn fn;
-    void *ctx;
-    int started;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0, 0, 0, 0};
-static _Thread_local int in_pool_worker;
-
-static void *pool_worker(void *arg) {
-    int id = (int)(intptr_t)arg;
-    unsigned seen = 0;
-    in_pool_worker = 1;
-    for (;;) {
-        pthread_mutex_lock(&pool.mu);
-        while (pool.gen == seen) pthread_cond_wait(&pool.go, &pool.mu);
-        seen = pool.gen;
-        par_fn fn = pool.fn;
-        void *ctx = pool.ctx;
-        int n = pool.nthreads;
-        pthread_mutex_unlock(&pool.mu);
-        if (id < n) fn(ctx, id, n);
-        pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0) pthread_cond_signal(&pool.done);
-        pthread_mutex_unlock(&pool.mu);
-    }
-    return NULL;
-}
-
-static int max_workers;
-static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void pool_start(int n) {
-    /* workers are started once and kept; n is the count wanted (caller included) */
-    while (max_workers + 1 < n) {
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &a, pool_worker, (void *)(intptr_t)(max_workers + 1)) != 0) break;
-        max_workers++;
-    }
-}
-
-/* Run fn(ctx, part, nparts) for parts 0..nparts-1 in parallel; nparts is
-   min(want, the pool's size). Nested calls (from a worker) run serially. */
-static void parallel_run(par_fn fn, void *ctx, int want) {
-    int n = pool.nthreads < want ? pool.nthreads : want;
-    if (n <= 1 || in_pool_worker || pthread_mutex_trylock(&run_mu) != 0) { fn(ctx, 0, 1); return; }
-    if (max_workers + 1 < n) pool_start(n);
-    if (max_workers + 1 < n) n = max_workers + 1;
-    pthread_mutex_lock(&pool.mu);
-    pool.fn = fn; pool.ctx = ctx; pool.nthreads = n;
-    pool.pending = max_workers;
-    pool.gen++;
-    pthread_cond_broadcast(&pool.go);
-    pthread_mutex_unlock(&pool.mu);
-    fn(ctx, 0, n);
-    pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
-    pool.nthreads = cpu_threads_wanted;
-    pthread_mutex_unlock(&pool.mu);
-    pthread_mutex_unlock(&run_mu);
-}
-
-static void range_of(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) {
-    /* 16-element aligned blocks keep vector loops whole */
-    int64_t blk = ((n + nparts - 1) / nparts + 15) & ~(int64_t)15;
-    *lo = blk * part; *hi = *lo + blk;
-    if (*lo > n) *lo = n;
-    if (*hi > n) *hi = n;
-}
+ * The pools and the share-out of the cores are in ld_cpu_pool.c; the
+ * kernels here split their work with them (ld_cpu_internal.h). */
+#define parallel_run ld_cpu_parallel
+#define range_of ld_cpu_range
 
 #define PAR_MIN 32768   /* elements below which a loop stays on one thread */
 /* the same for strided copies and elementwise binaries: memory-bound, below
@@ -843,10 +762,6 @@ static void cpu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, co
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
 
-/* the pool, for the kernels of other files (ld_cpu_internal.h) */
-void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want) { parallel_run(fn, ctx, want); }
-void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) { range_of(n, part, nparts, lo, hi); }
-
 /* the kernel slots from the list (ld_kernels.h): kernel <name> is cpu_<name> */
 #define CPU_SLOT(name, ...) .name = cpu_##name,
 const ld_backend ld_cpu_kernels = {
@@ -860,26 +775,3 @@ const ld_backend ld_cpu_kernels = {
 };
 
 const ld_backend *ld_cpu_backend(void) { return &ld_cpu_kernels; }
-
-void ld_cpu_set_threads(int n) {
-    if (n < 1) n = 1;
-    pthread_mutex_lock(&pool.mu);
-    cpu_threads_wanted = n;
-    pool.nthreads = n;
-    pthread_mutex_unlock(&pool.mu);
-    ld_device_cpu()->threads = n;
-}
-
-int ld_cpu_threads(void) { return cpu_threads_wanted; }
-void ld_cpu_thread_serial(int on) { in_pool_worker = on; }
-int ld_cpu_cores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
-/* Default: one thread per core (LDIST_NUM_THREADS overrides). */
-__attribute__((constructor)) static void cpu_init(void) {
-    const char *e = getenv("LDIST_NUM_THREADS");
-    long n = e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
-    ld_cpu_set_threads(n > 0 ? (int)n : 1);
-}

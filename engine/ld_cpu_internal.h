@@ -18,6 +18,9 @@ typedef void (*ld_par_fn)(void *ctx, int part, int nparts);
 void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want);
 /* part's share [lo, hi) of n elements, in 16-element aligned blocks */
 void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi);
+/* For tests: how long a pool's waiters spin (pauses) and yield before they
+   sleep; 0, 0 sleeps at once. */
+void ld_cpu_pool_set_spin(int spin, int yield);
 /* below this many elements a loop is not worth splitting */
 #define LD_CPU_PAR_MIN 32768
 

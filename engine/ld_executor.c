@@ -13,9 +13,10 @@
  * ones. Reads of device memory (to_host, ld_tensor_data) wait for the queue
  * to drain (synchronize).
  *
- * Executor threads run the CPU kernels single-threaded: the cores are shared
- * out among devices, since replicas on separate cores beat intra-op
- * threading (ld_cpu.c's thread pool says why).
+ * Each executor thread runs the CPU kernels on its device's own pool of
+ * threads, pinned to the device's share of the cores (ld_cpu_pool.c):
+ * replicas on separate cores beat one pool for all, and devices that share
+ * no core cannot slow each other down.
  */
 #include "ld_device.h"
 #include "ld_executor.h"
@@ -133,7 +134,7 @@ static void task_free(task *t);
 static void *executor_main(void *arg) {
     executor *e = arg;
     on_executor = 1;
-    ld_cpu_thread_serial(1);
+    ld_cpu_pool_bind(e->dev->index);   /* its device's pool, on its cores */
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->head && !e->stop) pthread_cond_wait(&e->work, &e->mu);
@@ -147,6 +148,7 @@ static void *executor_main(void *arg) {
         int tracing = e->tracing;   /* read once: tracing may be switched on meanwhile */
         cur_phase = t->phase;
         cur_step = t->step;
+        ld_cpu_thread_refresh();
         double t0 = tracing ? ld_now() : 0;
         t->run(t, e->dev);
         double t1 = tracing ? ld_now() : 0;
@@ -551,7 +553,6 @@ int ld_cpu_devices(int n) {
         d->index = i;
         snprintf(d->name, sizeof d->name, "cpu:%d", i);
         d->backend = &proxy_backend;
-        d->threads = 1;
         d->impl = e;
         e->dev = d;
         pthread_mutex_init(&e->mu, NULL);
@@ -567,10 +568,9 @@ int ld_cpu_devices(int n) {
         logical[i] = d;
         n_logical = i + 1;
     }
-    /* the host device keeps its share of the cores */
-    int cores = ld_cpu_cores();
-    int share = cores / n_logical;
-    ld_cpu_set_threads(share > 0 ? share : 1);
+    /* each device, the host included, gets its share of the cores */
+    if (ld_cpu_split(n_logical)) return ld_error_status();
+    for (int i = 0; i < n_logical; i++) if (logical[i]) logical[i]->threads = ld_cpu_device_threads(i);
     return LD_OK;
 }
 

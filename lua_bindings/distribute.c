@@ -8,6 +8,7 @@
 #include "ld_strategy.h"
 #include "ld_optim.h"
 #include "ld_device.h"
+#include "ld_executor.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -40,6 +41,46 @@ static int d_cpu_devices(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1);
     if (ld_cpu_devices((int)n)) return lb_engine_error(L, 1);
     lua_pushinteger(L, ld_cpu_device_count());
+    return 1;
+}
+
+static void push_ids(lua_State *L, const int *ids, int n) {
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
+}
+
+/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =,
+   devices = {{name =, threads =, cores = {ids}, pinned =}, ...}} */
+static int d_cpu_split(lua_State *L) {
+    enum { MAX = 1024 };
+    int *ids = lua_newuserdatauv(L, sizeof(int) * MAX, 0);
+    int n = ld_cpu_process_cores(ids, MAX), rank, size;
+    ld_cpu_local_process(&rank, &size);
+    lua_createtable(L, 0, 5);
+    push_ids(L, ids, n);
+    lua_setfield(L, -2, "cores");
+    lua_pushinteger(L, rank);
+    lua_setfield(L, -2, "local_rank");
+    lua_pushinteger(L, size);
+    lua_setfield(L, -2, "local_size");
+    lua_pushstring(L, ld_cpu_split_describe());
+    lua_setfield(L, -2, "text");
+    int nd = ld_cpu_device_count();
+    lua_createtable(L, nd, 0);
+    for (int d = 0; d < nd; d++) {
+        int pinned = 0, k = ld_cpu_device_cores(d, ids, MAX, &pinned);
+        lua_createtable(L, 0, 4);
+        lua_pushfstring(L, "cpu:%d", d);
+        lua_setfield(L, -2, "name");
+        lua_pushinteger(L, ld_cpu_device_threads(d));
+        lua_setfield(L, -2, "threads");
+        push_ids(L, ids, k);
+        lua_setfield(L, -2, "cores");
+        lua_pushboolean(L, pinned);
+        lua_setfield(L, -2, "pinned");
+        lua_rawseti(L, -2, d + 1);
+    }
+    lua_setfield(L, -2, "devices");
     return 1;
 }
 
@@ -327,7 +368,7 @@ int lb_open_distribute_c(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg f[] = {
         {"read_async", d_read_async},
-        {"cpu_devices", d_cpu_devices}, {"set_replica", d_set_replica}, {"replica", d_replica},
+        {"cpu_devices", d_cpu_devices}, {"cpu_split", d_cpu_split}, {"set_replica", d_set_replica}, {"replica", d_replica},
         {"step_begin", d_step_begin}, {"step_end", d_step_end},
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},

@@ -34,7 +34,8 @@ static void usage(FILE *f) {
             "  --timeout S   seconds before a collective that makes no progress fails (LDIST_TIMEOUT, default 30)\n"
             "  --grace S     seconds the others get to stop by themselves after one fails (default 15)\n"
             "Output lines are prefixed with the worker's index: \"[1] ...\". The exit status is 0 when\n"
-            "every process succeeded, else that of the first one that failed.\n"
+            "every process succeeded, else that of the first one that failed. Each process takes 1/N\n"
+            "of the cores, pinned there (LDIST_NUM_THREADS=T: T threads each, not pinned).\n"
             "Under Slurm (srun) or mpirun, `ldist launch script.lua` runs the script as the one process\n"
             "of this task: its rank comes from SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE or\n"
             "PMI_RANK/PMI_SIZE, and LDIST_SECRET must be set the same everywhere.\n");
@@ -201,12 +202,10 @@ int ld_launch_main(int argc, char **argv) {
         strcpy(secret_env, "LDIST_SECRET=");
         for (int b = 0; b < 32; b++) sprintf(secret_env + 13 + 2 * b, "%02x", raw[b]);
     }
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    char threads_env[64] = "";
-    if (!getenv("LDIST_NUM_THREADS")) {
-        int th = cores / total;
-        snprintf(threads_env, sizeof threads_env, "LDIST_NUM_THREADS=%d", th > 0 ? th : 1);
-    }
+    /* each task takes 1/total of the cores, pinned there (ld_cpu_pool.c), unless
+       LDIST_NUM_THREADS (inherited) says how many threads each uses */
+    char size_env[64];
+    snprintf(size_env, sizeof size_env, "LDIST_LOCAL_SIZE=%d", total);
 
     char ***envs = calloc((size_t)total, sizeof *envs);
     char **labels = calloc((size_t)total, sizeof *labels);
@@ -225,7 +224,7 @@ int ld_launch_main(int argc, char **argv) {
         e[m++] = tf;
         e[m++] = secret_env;
         e[m++] = lr;
-        if (threads_env[0]) e[m++] = threads_env;
+        e[m++] = size_env;
         if (timeout_env[0]) e[m++] = timeout_env;
         e[m] = NULL;
         envs[q] = e;

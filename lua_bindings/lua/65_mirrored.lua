@@ -23,8 +23,24 @@ end
 docs[ldist.config.cpu_devices] = "ldist.config.cpu_devices(n)\n\n" ..
   "Split the CPU into n logical devices cpu:0 .. cpu:n-1 (like TF's logical device\n" ..
   "configuration). cpu:0 is the host; cpu:1.. each run kernels on their own thread.\n" ..
-  "The cores are shared out among them. The count can only grow."
+  "The cores are shared out: each device gets a pool of cores/n threads (the remainder\n" ..
+  "to the first devices), pinned to its own cores where the system allows, so replicas\n" ..
+  "never compete for a core. ldist.config.cpu_split() says how the cores were split.\n" ..
+  "The count can only grow."
 docs["ldist.config.cpu_devices"] = docs[ldist.config.cpu_devices]
+
+function ldist.config.cpu_split()
+  return C.cpu_split()
+end
+docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
+  "How this process's cores are shared out: cores (the CPU ids it may use: all of them,\n" ..
+  "or its share when several processes of one job run on this host: ldist launch,\n" ..
+  "LocalCluster, mpirun, srun), local_rank and local_size (its place among those\n" ..
+  "processes), devices[i] = {name, threads, cores, pinned} for each logical CPU device,\n" ..
+  "and text, one line saying all that. LDIST_NUM_THREADS sets the thread count instead\n" ..
+  "(nothing is pinned then); LDIST_CPU_PIN=0 turns pinning off; LDIST_CPU_CORES=N\n" ..
+  "pretends N cores (to try a split)."
+docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
 
 local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, distribute._check_axis
 
@@ -603,6 +619,7 @@ function Mirrored:explain()
     out[#out + 1] = "4. Update: every replica applies the same optimizer step to the summed gradients, so the weights stay identical" ..
       (self._last_path == "run" and " (optimizer:apply_gradients in your step function)." or ".")
   end
+  if cpu then out[#out + 1] = "Cores: " .. C.cpu_split().text .. "." end
   if self._tracing or (self._spans and #self._spans > 0) then
     out[#out + 1] = "Traced: strategy:trace_summary() and strategy:timeline() show the times."
   end

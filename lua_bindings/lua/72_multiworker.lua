@@ -698,7 +698,7 @@ function distribute._mw_explain(n, gb, model, where)
 end
 function MW:explain()
   return distribute._mw_explain(self._size, self._last_batch, self._last and self._last.model,
-    ("this is worker %d"):format(self._rank))
+    ("this is worker %d"):format(self._rank)) .. "\nCores of this worker: " .. D.cpu_split().text .. "."
 end
 
 local doc = ldist.document

@@ -49,14 +49,20 @@ function distribute.LocalCluster(opts)
   local cport = C.free_port(host)
   local addrs = {}
   for i = 1, n do addrs[i] = host .. ":" .. C.free_port(host) end
-  local threads = opts.threads or math.max(1, C.cores() // n)
+  -- without threads=, each worker takes its share of the cores, pinned there
+  -- (LDIST_LOCAL_RANK/SIZE; ld_cpu_pool.c), unless LDIST_NUM_THREADS is set here
+  local threads = opts.threads and math.tointeger(opts.threads)
+  if opts.threads ~= nil and (not threads or threads < 1 or threads > 256) then
+    error("bad argument #1 to 'LocalCluster' (threads must be 1..256)", 2)
+  end
   local envs = {}
   for i = 0, n - 1 do
     envs[i + 1] = {
       "TF_CONFIG=" .. ldist.json.encode({ cluster = { worker = addrs }, task = { type = "worker", index = i } }),
       "LDIST_SECRET=" .. secret, "LDIST_COORDINATOR=" .. host .. ":" .. cport,
       "LDIST_COORDINATOR_RANK=" .. (i + 1), "LDIST_COORDINATOR_SIZE=" .. (n + 1),
-      "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "LDIST_LOCAL_RANK=" .. i,
+      threads and "LDIST_NUM_THREADS=" .. threads or "LDIST_LOCAL_SIZE=" .. n, "LDIST_TIMEOUT=" .. timeout,
+      "LDIST_LOCAL_RANK=" .. i,
       "LUA_CPATH_5_4=" .. package.cpath, "LUA_PATH_5_4=" .. package.path,
     }
   end
@@ -445,7 +451,9 @@ doc(distribute.LocalCluster, "distribute.LocalCluster",
   "with a fresh secret). MultiWorkerMirroredStrategy{cluster=lc} + model:fit trains on them: the\n" ..
   "model, its weights, optimizer and the dataset's recipe travel to the workers; the history and\n" ..
   "the trained weights come back. lc:run(code) runs Lua code on every worker. lc:shutdown()\n" ..
-  "(or the end of the session) stops them.")
+  "(or the end of the session) stops them. Each worker takes 1/workers of this machine's cores,\n" ..
+  "pinned there (ldist.config.cpu_split() in a worker says which); threads=n gives each n threads\n" ..
+  "instead, unpinned.")
 doc(Remote.trace, "MultiWorkerMirroredStrategy(LocalCluster):trace",
   "strategy:trace(true|false) on a LocalCluster: the workers trace the fits that follow; worker 0 sends\n" ..
   "every worker's spans back, so strategy:timeline{steps=, save=} and strategy:trace_summary() work here.")

@@ -1,7 +1,8 @@
 -- mirrored_bench.lua MODE [STEPS [BATCH]]: MLP 784-512-256-10, Adam, global batch BATCH (256).
 --   one1    1 replica on 1 device using 1 core
 --   one2    1 replica on 1 device using every core
---   mirror2 MirroredStrategy, 2 replicas on 2 CPU devices
+--   mirrorN MirroredStrategy, N replicas on N CPU devices (mirror2: 2), each
+--           with its share of the cores (make bench-cores: 256 per replica)
 --   allreduce  bus bandwidth of the in-process all-reduce over 2 devices, 1-64 MB
 -- Prints "samples_per_s" (or lines "MB seconds busbw_GBps" for allreduce).
 local mode, steps, batch = arg[1], tonumber(arg[2]) or 150, tonumber(arg[3]) or 256
@@ -26,9 +27,14 @@ tensor.seed(0)
 local x, y = datasets.fashion_mnist.load("train")
 local strategy = distribute.get_strategy()
 if mode == "one1" then ldist.set_num_threads(1)
-elseif mode == "mirror2" then
-  ldist.config.cpu_devices(2)
-  strategy = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}
+elseif mode:match("^mirror%d+$") then
+  local n = tonumber(mode:match("%d+"))
+  ldist.config.cpu_devices(n)
+  local devs = {}
+  for i = 0, n - 1 do devs[i + 1] = "cpu:" .. i end
+  strategy = distribute.MirroredStrategy{devices = devs}
+elseif mode ~= "one2" then
+  error("mirrored_bench.lua: mode one1, one2, mirrorN or allreduce, not " .. tostring(mode))
 end
 local model
 do

@@ -3,6 +3,7 @@
 --              "K MB seconds busbw_GBps" (busbw = 2(K-1)/K x bytes / time, as nccl-tests)
 --   train      Fashion-MNIST MLP 784-512-256-10, Adam, global batch 256 under
 --              MultiWorkerMirroredStrategy: rank 0 prints samples/s
+--   train STEPS PER_WORKER: global batch PER_WORKER x K (weak scaling, make bench-cores)
 local mode, steps = arg[1], tonumber(arg[2]) or 100
 local s = distribute.MultiWorkerMirroredStrategy { timeout = 60 }
 local k, rank = s.num_replicas_in_sync, s.cluster_resolver.rank
@@ -33,7 +34,8 @@ do
   model = nn.Sequential { nn.Flatten(), nn.Dense(512, "relu"), nn.Dense(256, "relu"), nn.Dense(10) }
   model:compile { optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
 end
-local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, { seed = 0 }):batch(256, { drop_remainder = true })
+local batch = arg[3] and tonumber(arg[3]) * k or 256
+local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, { seed = 0 }):batch(batch, { drop_remainder = true })
 local warm = 10
 model:fit(ds, { epochs = 1, steps_per_epoch = warm, verbose = 0 })
 C:barrier()
@@ -41,4 +43,4 @@ local t0 = ldist.clock()
 model:fit(ds, { epochs = 1, steps_per_epoch = steps, verbose = 0 })
 C:barrier()
 local dt = ldist.clock() - t0
-if rank == 0 then print(("%.1f"):format(steps * 256 / dt)) end
+if rank == 0 then print(("%.1f"):format(steps * batch / dt)) end

@@ -1,11 +1,19 @@
 """ref_bench.py FRAMEWORK MODEL BATCH STEPS WARMUP - the same training in
 PyTorch or TensorFlow (Keras fit) on the CPU, on the same Fashion-MNIST files.
 Prints one line "samples_per_s peak_rss_mb"."""
-import gzip, resource, sys, time
+import gzip, os, resource, sys, time
 import numpy as np
 
 fw, which, batch, steps, warm = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-D = "/usr/share/datasets/fashion-mnist/"
+# the data where ldist reads it (LDIST_DATA_DIR: the GPU bundle's copy)
+D = os.path.join(os.environ.get("LDIST_DATA_DIR", "/usr/share/datasets"), "fashion-mnist") + "/"
+if not os.path.isdir(D):
+    D = "/usr/share/datasets/fashion-mnist/"
+# BENCH_THREADS=n: PyTorch's intra-op threads (make bench-cores: every core,
+# as ldist uses; PyTorch's default is the physical cores)
+if os.environ.get("BENCH_THREADS") and fw == "torch":
+    import torch
+    torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
 with gzip.open(D + "train-images-idx3-ubyte.gz") as f:
     x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28).astype(np.float32) / 255
 with gzip.open(D + "train-labels-idx1-ubyte.gz") as f:

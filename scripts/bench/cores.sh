@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# scripts/bench/cores.sh - `make bench-cores` (issue 29): ldist on every core of
+# whatever machine it is given, with the goals of issue 29 and whether each is met:
+#   1. one device against PyTorch CPU on all cores: the MLP 784-512-256-10 at
+#      batch 256 and 2048 and the CNN of `make bench` at 256, Adam (goal 1.2x);
+#   2. one device on 1, 2, 4, ... threads at batch 256: how the pool scales;
+#   3. MirroredStrategy on 1/2/4/8/16 CPU devices, 256 per replica (weak scaling:
+#      goal 85% of N x one device on cores/N threads; 2 devices at least as fast
+#      as one device at the same global batch, 512);
+#   4. MultiWorkerMirroredStrategy on 1/2/4/8 processes (ldist launch), 256 per
+#      process (goal 80%, the same measure);
+#   5. the ring all-reduce between 4 processes against torch.distributed (gloo).
+# The runs are those of `make bench` (train_bench.lua, ref_bench.py,
+# mirrored_bench.lua, multiworker_bench.lua, gloo_allreduce.py), shorter: one
+# run per row, about 4 minutes on 16 cores. Rows needing more devices,
+# processes or threads than the machine has cores are skipped.
+#
+# Needs only ldist and a Python with PyTorch (and numpy): from the GPU bundle,
+#   bash build/gpu-bundle/run.sh bash scripts/bench/cores.sh
+# (run.sh sets LDIST to the bundle's ldist and LDIST_DATA_DIR to its data).
+#   LDIST=path/to/ldist  PYTHON=python3  BENCH_CORES_QUICK=1 (shorter rows)
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ldist=${LDIST:-./ldist}
+if [ -n "${PYTHON:-}" ]; then py=$PYTHON
+elif [ -x build/bench-venv/bin/python ]; then py=build/bench-venv/bin/python
+else py=python3; fi
+cores=$("$ldist" -e 'io.write(#ldist.config.cpu_split().cores)' 2>/dev/null)
+[ -n "$cores" ] || { echo "bench-cores: $ldist does not start"; "$ldist" -e 'print(1)'; exit 1; }
+torch_ok=1
+"$py" -c 'import torch, numpy' 2>/dev/null || { torch_ok=0; echo "bench-cores: no PyTorch in $py: its columns stay empty"; }
+q=${BENCH_CORES_QUICK:-0}
+sc() { if [ "$q" = 1 ]; then echo $(( ($1 + 2) / 3 )); else echo "$1"; fi; }   # steps, shortened when quick
+mkdir -p build
+log=build/bench-cores.log; : >"$log"
+echo "== bench-cores: $cores cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'));" \
+  "flags: $(grep -m1 -o -w 'avx512f\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+[ "$torch_ok" = 1 ] && echo "== PyTorch $("$py" -c 'import torch; print(torch.__version__)') on $cores threads"
+
+# run LABEL CMD...: the first field of the command's last line (samples/s), or 0
+run() {
+  local label=$1 t0=$SECONDS out; shift
+  out=$("$@" 2>>"$log" | tail -1 | sed 's/^\[0\] //')
+  out=${out%% *}
+  echo "# $label: ${out:-failed} ($((SECONDS - t0)) s)" >>"$log"
+  echo "${out:-0}"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN{ if (a > 0 && b > 0) printf "%.0f%%", 100 * a / b; else print "n/a" }'; }
+goal() { awk -v v="$1" -v g="$2" 'BEGIN{ if (v + 0 <= 0) print "unmeasured"; else if (v + 0 >= g) print "met"; else print "NOT met" }'; }
+
+# ---- 1. one device against PyTorch, every core
+echo
+echo "== 1. one device, every core ($cores threads), Adam, Fashion-MNIST (samples/s); goal: 1.2x PyTorch"
+printf '%-5s %6s %10s %10s %7s  %s\n' model batch ldist pytorch ratio goal
+declare -A ONE
+for row in "mlp 256 300" "mlp 2048 60" "cnn 256 60"; do
+  set -- $row
+  l=$(run "ldist $1 $2" "$ldist" scripts/bench/train_bench.lua "$1" "$2" "$(sc "$3")" 10)
+  t=0
+  [ "$torch_ok" = 1 ] && t=$(run "torch $1 $2" env BENCH_THREADS="$cores" "$py" scripts/bench/ref_bench.py torch "$1" "$2" "$(sc "$3")" 10)
+  ONE[$1-$2]=$l
+  r=$(ratio "$l" "$t")
+  printf '%-5s %6s %10s %10s %6sx  %s\n' "$1" "$2" "$l" "$t" "$r" "$(goal "$r" 1.2)"
+done
+
+# ---- 2. the pool's scaling: one device on T threads, batch 256
+echo
+echo "== 2. one device on T threads (LDIST_NUM_THREADS), MLP batch 256 (samples/s)"
+printf '%8s %10s %9s %11s\n' threads ldist speedup efficiency
+declare -A TH
+for t in 1 2 4 8 16 32 64; do
+  [ "$t" -le "$cores" ] || break
+  TH[$t]=$(run "threads $t" env LDIST_NUM_THREADS=$t "$ldist" scripts/bench/train_bench.lua mlp 256 "$(sc $((60 + 20 * t)))" 10)
+done
+[ "$cores" -gt 1 ] && [ -z "${TH[$cores]:-}" ] && TH[$cores]=${ONE[mlp-256]}   # all cores: row 1
+for t in $(printf '%s\n' "${!TH[@]}" | sort -n); do
+  printf '%8s %10s %8sx %11s\n' "$t" "${TH[$t]}" "$(ratio "${TH[$t]}" "${TH[1]}")" \
+    "$(pct "${TH[$t]}" "$(awk -v a="${TH[1]}" -v t="$t" 'BEGIN{ print a * t }')")"
+done
+
+# the ops of one step, microseconds per call on T threads (scripts/bench/pool_ops.lua):
+# where the pool stops scaling; batch 2048 on 1 thread and every core only
+declare -A OPS
+for b in 256 2048; do
+  ths=$(printf '%s\n' "${!TH[@]}" | sort -n)
+  [ "$b" = 2048 ] && ths=$(printf '%s\n' 1 "$cores" | sort -nu)
+  names=()
+  for t in $ths; do
+    while read -r line; do
+      [ "$t" = 1 ] && names+=("${line% *}")
+      OPS[$b,$t,${line% *}]=${line##* }
+    done < <(LDIST_NUM_THREADS=$t "$ldist" scripts/bench/pool_ops.lua $b 2>>"$log")
+  done
+  echo
+  printf '   %-28s' "ops at batch $b (us/call)"
+  for t in $ths; do printf ' %8s' "T=$t"; done
+  printf ' %8s\n' speedup
+  for op in "${names[@]}"; do
+    printf '   %-28s' "$op"
+    for t in $ths; do printf ' %8s' "${OPS[$b,$t,$op]:-?}"; done
+    printf ' %7sx\n' "$(ratio "${OPS[$b,1,$op]:-0}" "${OPS[$b,$cores,$op]:-0}")"
+  done
+done
+
+# weak scaling of N replicas: N x the rate of one device on cores/N threads
+weak() { local per=$(( cores / $1 )); [ "$per" -ge 1 ] && [ -n "${TH[$per]:-}" ] &&
+  pct "$2" "$(awk -v a="${TH[$per]}" -v n="$1" 'BEGIN{ print a * n }')" || echo "n/a"; }
+
+# ---- 3. MirroredStrategy, 256 per replica
+echo
+echo "== 3. MirroredStrategy on N CPU devices (cores/N threads each, pinned), MLP, 256 per replica (samples/s)"
+echo "   weak = samples/s over N x one device on cores/N threads (goal 85%); vs-one = over one device on every core"
+printf '%8s %8s %10s %8s %8s  %s\n' devices batch ldist weak vs-one goal
+for n in 1 2 4 8 16; do
+  [ "$n" -le "$cores" ] || { printf '%8s %8s %10s\n' "$n" $((256 * n)) "skipped ($cores cores)"; continue; }
+  m=$(run "mirrored $n" "$ldist" scripts/bench/mirrored_bench.lua "mirror$n" "$(sc 100)" $((256 * n)))
+  w=$(weak "$n" "$m")
+  printf '%8s %8s %10s %8s %7sx  %s\n' "$n" $((256 * n)) "$m" "$w" "$(ratio "$m" "${ONE[mlp-256]}")" \
+    "$([ "$n" = 1 ] && echo - || goal "${w%\%}" 85)"
+  [ "$n" = 2 ] && M2=$m
+done
+if [ "$cores" -ge 2 ]; then
+  o512=$(run "one device 512" "$ldist" scripts/bench/train_bench.lua mlp 512 "$(sc 150)" 10)
+  r=$(ratio "${M2:-0}" "$o512")
+  echo "   2 devices against one device at the same global batch (512, $o512 samples/s): ${r}x; goal 1.0x: $(goal "$r" 1.0)"
+fi
+
+# ---- 4. MultiWorkerMirroredStrategy, 256 per process
+echo
+echo "== 4. MultiWorkerMirroredStrategy on K processes (ldist launch: cores/K each, pinned), MLP, 256 per process"
+echo "   weak = samples/s over K x one device on cores/K threads (goal 80%)"
+printf '%9s %8s %10s %8s  %s\n' processes batch ldist weak goal
+for k in 1 2 4 8; do
+  [ "$k" -le "$cores" ] || { printf '%9s %8s %10s\n' "$k" $((256 * k)) "skipped ($cores cores)"; continue; }
+  if [ "$k" = 1 ]; then
+    m=$(run "multiworker 1" "$ldist" scripts/bench/multiworker_bench.lua train "$(sc 100)" 256)
+  else
+    m=$(run "multiworker $k" "$ldist" launch -n "$k" scripts/bench/multiworker_bench.lua train "$(sc 100)" 256)
+  fi
+  w=$(weak "$k" "$m")
+  printf '%9s %8s %10s %8s  %s\n' "$k" $((256 * k)) "$m" "$w" "$([ "$k" = 1 ] && echo - || goal "${w%\%}" 80)"
+done
+
+# ---- 5. the ring all-reduce against gloo
+k=4; [ "$cores" -lt 4 ] && k=2
+echo
+echo "== 5. all-reduce between $k processes, bus bandwidth (GB/s): ldist's ring against torch.distributed (gloo)"
+declare -A RL RG
+while read -r _ mb _ bw; do RL[$mb]=$bw; done < <("$ldist" launch -n $k scripts/bench/multiworker_bench.lua allreduce 2>>"$log" | sed 's/^\[0\] //')
+if [ "$torch_ok" = 1 ]; then
+  while read -r _ mb _ bw; do RG[$mb]=$bw; done < <("$py" scripts/bench/gloo_allreduce.py $k 2>>"$log")
+fi
+printf '%6s %10s %10s %8s\n' MB ldist gloo ratio
+for mb in 1 4 16 64; do
+  printf '%6s %10s %10s %7sx\n' $mb "${RL[$mb]:-?}" "${RG[$mb]:-n/a}" "$(ratio "${RL[$mb]:-0}" "${RG[$mb]:-0}")"
+done
+echo "(MPI: not built yet; per-run timings in $log)"
