@@ -807,6 +807,9 @@ M["callbacks.ProgbarLogger:set_params"] = "(the callback protocol) fit tells the
 M["callbacks.ProgbarLogger:on_epoch_begin"] = "(the callback protocol) a new bar for the epoch."
 M["callbacks.ProgbarLogger:on_train_batch_end"] = "(the callback protocol) the bar moves on, with the running means."
 M["callbacks.ProgbarLogger:on_epoch_end"] = "(the callback protocol) the bar's final line, with the epoch's logs."
+M["callbacks.History:set_params"] = "(the callback protocol) fit's params (epochs, steps, verbose) become h.params."
+M["callbacks.History:on_train_begin"] = "(the callback protocol) h.epoch starts empty for this fit; h.history keeps its lists (Keras's)."
+M["callbacks.History:on_epoch_end"] = "(the callback protocol) the epoch's logs are appended to h.history, the epoch to h.epoch."
 
 -- display, comm, progress
 M["display.html"] = "display.html(s) -> a value shown as HTML in a notebook (its text in a terminal).\n  display(display.html(\"<b>hi</b>\"))"

@@ -304,7 +304,14 @@ end
 -- the options fit knows; anything else is an error naming it
 local fit_options = { epochs = true, batch_size = true, validation_data = true, verbose = true, callbacks = true,
   steps_per_epoch = true, shuffle = true, seed = true, initial_epoch = true, sample_weight = true, class_weight = true,
-  validation_split = true, validation_freq = true }
+  validation_split = true, validation_freq = true, validation_steps = true }
+-- steps_per_epoch, validation_steps, evaluate's steps: nil or a positive integer
+local function check_steps(v, name, fname, level)
+  if v ~= nil and not (math.tointeger(v) and v > 0) then
+    error(("bad argument to '%s' (%s must be a positive integer, got %s)"):format(fname, name, tostring(v)), level)
+  end
+end
+
 local function check_fit_options(opts)
   for k in pairs(opts) do
     if not fit_options[k] then
@@ -314,6 +321,7 @@ local function check_fit_options(opts)
       error(("bad argument to 'fit' (unknown option '%s'; options: %s)"):format(tostring(k), table.concat(known, ", ")), 3)
     end
   end
+  for _, k in ipairs { "steps_per_epoch", "validation_steps" } do check_steps(opts[k], k, "fit", 4) end
   local vf = opts.validation_freq
   if vf ~= nil then
     local good = math.tointeger(vf) and vf > 0
@@ -360,6 +368,76 @@ local function split_validation(x, y, opts)
   o.sample_weight = part(opts.sample_weight, 0, split_at)
   o.validation_data = { part(x, split_at, n), part(y, split_at, n), part(opts.sample_weight, split_at, n) }
   return part(x, 0, split_at), part(y, 0, split_at), o
+end
+
+-- Keras's EpochIterator (keras/src/trainers/epoch_iterator.py): one data
+-- iterator for a whole fit (and one for its validation). Without steps, each
+-- epoch reads the data from the start to its end. With steps (steps_per_epoch,
+-- validation_steps), the iterator goes on where the last epoch stopped, so a
+-- repeated dataset is read on, not started again; a finite dataset starts
+-- again once it has handed out all its batches (Keras cuts the epoch that
+-- reaches its end short, with "ran out of data", and so does this).
+-- open() -> next (called with no argument: a batch or nil), closer or nil.
+local EpochIter = { __name = "ldist.EpochIterator" }
+EpochIter.__index = EpochIter
+local function epoch_iterator(ds, steps, open)
+  local card = type(ds) ~= "function" and ds.cardinality and ds:cardinality() or -2
+  return setmetatable({ ds = ds, steps = steps, open = open, seen = 0,
+    num_batches = math.tointeger(card) and card >= 0 and card or nil }, EpochIter)
+end
+function EpochIter:close()
+  local c = self.closer
+  self.next, self.closer, self.seen = nil, nil, 0
+  if c ~= nil then
+    local mt = getmetatable(c)
+    if type(mt) == "table" and mt.__close then mt.__close(c) end
+  end
+end
+local function ran_out(self)
+  if self.steps and not self.warned then
+    self.warned = true
+    io.stderr:write("Your input ran out of data; interrupting training. Make sure that your dataset or generator can " ..
+      "generate at least `steps_per_epoch * epochs` batches. You may need to use the `:repeat_()` function when " ..
+      "building your dataset.\n")
+  end
+end
+-- the batches of the next epoch, as a function for a generic for
+function EpochIter:epoch()
+  if not self.steps or self.next == nil or (self.num_batches and self.seen >= self.num_batches) then
+    self:close()
+    self.next, self.closer = self.open(self.ds)
+  end
+  local step, carried = 0, self.seen > 0
+  return function()
+    if self.steps and step >= self.steps then return nil end
+    if self.num_batches and self.seen >= self.num_batches then ran_out(self); return nil end
+    local b = self.next and self.next()
+    if b == nil and step == 0 and carried then
+      -- a dataset of unknown length ended exactly where the last epoch
+      -- stopped: this epoch reads it again from the start
+      self:close()
+      self.next, self.closer = self.open(self.ds)
+      b = self.next()
+    end
+    if b == nil then
+      if self.steps and step < self.steps then ran_out(self) end
+      self:close()
+      return nil
+    end
+    step, self.seen = step + 1, self.seen + 1
+    return b
+  end
+end
+
+-- a dataset's batches in order: ds:iter() (a to-be-closed iterator), or a
+-- for-loop iterable (a Lua function or an object with __call)
+local function open_batches(ds)
+  if type(ds) ~= "function" and type(ds.iter) == "function" then
+    local f, s, c, closer = ds:iter()
+    return function() local b = f(s, c); c = b; return b end, closer
+  end
+  local prev
+  return function() prev = ds(nil, prev); return prev end, nil
 end
 
 -- Keras's Trainer._should_eval: validation_freq counts epochs from 1
@@ -418,7 +496,7 @@ local function fit_interrupted(model, callbacks, epoch, epochs, step, total)
     if type(cb) == "table" and type(cb.bar) == "table" and cb.bar.finish then pcall(cb.bar.finish, cb.bar) end
   end
   local done = 0
-  for _, v in pairs(model.history or {}) do done = math.max(done, #v) end
+  for _, v in pairs(model.history and model.history.history or {}) do done = math.max(done, #v) end
   local msg = ("interrupted: fit stopped in epoch %d/%d at step %d%s; model.history holds the %d %s done"):format(
     epoch + 1, epochs, step, total and ("/" .. total) or "", done, done == 1 and "epoch" or "epochs")
   error(setmetatable({ message = msg }, INTERRUPT_MT), 0)
@@ -435,6 +513,17 @@ function Model:_fit_loop(x, y, opts, strategy)
   end
   local total = opts.steps_per_epoch or (ds.cardinality and ds:cardinality()) or nil
   if total and total < 0 then total = nil end
+  -- one iterator for the whole fit (Keras's EpochIterator): with
+  -- steps_per_epoch, each epoch reads on where the last one stopped. A
+  -- strategy may split the batches over its replicas as it gathers them.
+  local batches = epoch_iterator(ds, opts.steps_per_epoch, function(d)
+    if strategy and strategy._fit_batches then
+      local sf, _, _, sit = strategy:_fit_batches(d)
+      if sf then return sf, sit end
+    end
+    return open_batches(d)
+  end)
+
   -- Keras's CallbackList: the user's callbacks, then the progress bar (a
   -- ProgbarLogger, unless one is given); the history is recorded after them
   -- all, so what a callback adds to the logs (learning_rate) is in it.
@@ -444,11 +533,14 @@ function Model:_fit_loop(x, y, opts, strategy)
     if getmetatable(cb) == ldist.callbacks._ProgbarLogger then has_bar = true end
   end
   if verbose ~= 0 and not has_bar then callbacks[#callbacks + 1] = ldist.callbacks.ProgbarLogger() end
+  -- Keras's History callback comes last (the user's own, when the list has
+  -- one); model.history is it from the start and fills epoch by epoch, so
+  -- an error or an interrupt in a later epoch keeps the epochs done
+  local history
+  for _, cb in ipairs(callbacks) do if getmetatable(cb) == ldist.callbacks._History then history = cb end end
+  if not history then history = ldist.callbacks.History(); callbacks[#callbacks + 1] = history end
   local params = { epochs = epochs, steps = total, verbose = verbose }
   for _, cb in ipairs(callbacks) do if type(cb.set_params) == "function" then cb:set_params(params) end end
-  -- model.history fills epoch by epoch (Keras's History callback), so an
-  -- error or an interrupt in a later epoch keeps the epochs done
-  local history = {}
   self.history = history
   local loss_obj, opt = self._loss, self._optimizer
   self.stop_training = false
@@ -479,14 +571,8 @@ function Model:_fit_loop(x, y, opts, strategy)
       for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step - 1, vals, self) end end
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
-    -- a strategy may split the batches over its replicas as it gathers them
-    local batches, closer = ds, nil
-    if strategy and strategy._fit_batches then
-      local sf, _, _, sit = strategy:_fit_batches(ds)
-      if sf then batches, closer = sf, sit end
-    end
     local ok, err = pcall(function()
-      for batch in batches, nil, nil, closer do
+      for batch in batches:epoch() do
         local bx, by, bw = batch_xy(batch)
         if opts.class_weight then bw = class_weights(opts.class_weight, by, bw) end
         local lv, pred
@@ -504,28 +590,25 @@ function Model:_fit_loop(x, y, opts, strategy)
         end
         pending = { lv = lv, pred = pred, by = by, n = count_rows(bx), step = step }
         if self.stop_training then break end
-        if opts.steps_per_epoch and step >= opts.steps_per_epoch then break end
       end
       if pending then settle(pending); pending = nil end
     end)
     if strategy and strategy._fit_end then strategy:_fit_end() end
     if not ok then
+      batches:close()
       if is_interrupt(err) then fit_interrupted(self, callbacks, epoch, epochs, step, total) end
       error(err, 0)
     end
     local logs = { loss = loss_m:result() }
     for _, m in ipairs(self._metrics) do logs[m.name] = m:result() end
     if val and should_eval(epoch, opts.validation_freq) then
-      local r = self:evaluate(val, { verbose = 0 })
+      local r = self:_evaluate_batches(val, opts.validation_steps)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(epoch, logs, self) end end
-    for k, v in pairs(logs) do
-      history[k] = history[k] or {}
-      table.insert(history[k], v)
-    end
     if self.stop_training then break end
   end
+  batches:close()
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(self) end end
   self.history = history
   return history
@@ -534,26 +617,51 @@ doc(Model.fit, "Model:fit",
   "model:fit(dataset, {epochs=1, validation_data=, verbose=1, callbacks=, steps_per_epoch=})\n" ..
   "model:fit(x, y, {batch_size=32, epochs=1, shuffle=true, ...})\n\n" ..
   "Train the compiled model; each step runs in C. Shows a progress bar per epoch and returns\n" ..
-  "the history: {loss={...}, accuracy={...}, val_loss={...}, ...} (Keras' history.history).\n" ..
+  "a callbacks.History (Keras's): h.history = {loss={...}, accuracy={...}, val_loss={...}, ...}, h.epoch\n" ..
+  "(the epochs run, from 0), h.params = {epochs=, steps=, verbose=}; h.loss is h.history.loss.\n" ..
   "Options: epochs, batch_size, shuffle, seed, steps_per_epoch, verbose, callbacks, initial_epoch\n" ..
   "(fit runs epochs initial_epoch .. epochs-1), validation_data={x, y[, w]} or a Dataset,\n" ..
   "validation_split (the LAST fraction of x/y, before shuffling, as Keras), validation_freq\n" ..
-  "(validate every n epochs, or a list of 1-based epochs), sample_weight, class_weight.\n" ..
+  "(validate every n epochs, or a list of 1-based epochs), validation_steps, sample_weight, class_weight.\n" ..
+  "With steps_per_epoch each epoch reads on where the last one stopped, as Keras's: a repeated\n" ..
+  "dataset is not started again; a finite one starts again once read through. Each validation\n" ..
+  "reads validation_steps batches from the start of the validation data (Keras's too).\n" ..
   "Callbacks see Keras's epoch numbers, from 0: on_epoch_begin(epoch), on_epoch_end(epoch, logs).")
 
--- model:evaluate(dataset | x, y, {batch_size=, verbose=}) -> {loss=, <metric>=}
+-- model:evaluate(dataset | x, y, {batch_size=, verbose=, steps=}) -> {loss=, <metric>=}
 function Model:evaluate(x, y, opts)
   check_compiled(self, "evaluate")
   if type(y) == "table" and not tensor.is_tensor(y) and opts == nil then opts, y = y, nil end
   opts = opts or {}
-  local ds = as_dataset(x, y, opts, false)
+  check_steps(opts.steps, "steps", "evaluate", 3)
+  local r = self:_evaluate_batches(as_dataset(x, y, opts, false), opts.steps)
+  if (opts.verbose or 0) ~= 0 then
+    local parts = {}
+    for k, v in pairs(r) do parts[#parts + 1] = ("%s: %.4f"):format(k, v) end
+    table.sort(parts)
+    print(table.concat(parts, " - "))
+  end
+  return r
+end
+
+-- the loss and metrics over a dataset, or its first `steps` batches
+-- (evaluate, and fit's validation: Keras reads the validation data from its
+-- start every time, validation_steps batches of it)
+function Model:_evaluate_batches(ds, steps)
+  local batches = epoch_iterator(ds, steps, open_batches)
+  local ok, r = pcall(self._evaluate_epoch, self, batches)
+  batches:close()
+  if not ok then error(r, 0) end
+  return r
+end
+function Model:_evaluate_epoch(batches)
   local loss_m = metrics.Mean("loss")
   local ms = {}
   for i, m in ipairs(self._metrics) do
     ms[i] = setmetatable({}, { __index = m }); ms[i]:reset_state()
   end
   local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
-  for batch in ds do
+  for batch in batches:epoch() do
     local bx, by, bw = batch_xy(batch)
     if dev and bx.device ~= dev then bx, by = bx:to(dev), by:to(dev) end
     local pred = self(bx, { training = false })
@@ -564,16 +672,11 @@ function Model:evaluate(x, y, opts)
   end
   local r = { loss = loss_m:result() }
   for _, m in ipairs(ms) do r[m.name] = m:result() end
-  if (opts.verbose or 0) ~= 0 then
-    local parts = {}
-    for k, v in pairs(r) do parts[#parts + 1] = ("%s: %.4f"):format(k, v) end
-    table.sort(parts)
-    print(table.concat(parts, " - "))
-  end
   return r
 end
 doc(Model.evaluate, "Model:evaluate",
-  "model:evaluate(dataset | x, y, {batch_size=32, verbose=0})\n\nLoss and metrics over the data: {loss=, accuracy=}.")
+  "model:evaluate(dataset | x, y, {batch_size=32, verbose=0, steps=})\n\nLoss and metrics over the data: {loss=, accuracy=}.\n" ..
+  "steps: read only that many batches (needed for a repeated dataset), as Keras.")
 
 -- model:predict(x | dataset, {batch_size=32}) -> predictions for every row
 function Model:predict(x, opts)
@@ -785,6 +888,61 @@ doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
   "weights when training ends, stopped or not. cb.stopped_epoch is the epoch it stopped at\n" ..
   "(Keras's number, from 0; 0 when it did not stop), cb.best and cb.best_epoch the best value\n" ..
   "and its epoch (from 0).")
+
+-- callbacks.History: Keras's (keras/src/callbacks/history.py). fit adds one
+-- (after the other callbacks, so what they add to the logs is in it) and
+-- returns it. h.history[k] lists the value of k per epoch; h.epoch the
+-- epochs run (from 0); h.params what fit told the callbacks. h.loss reads
+-- h.history.loss, so code that took fit's result as the table of lists
+-- (ldist before it had the object) keeps working.
+local History = { __name = "ldist.callbacks.History" }
+callbacks._History = History
+History.__index = function(h, k)
+  local m = History[k]
+  if m ~= nil then return m end
+  local hist = rawget(h, "history")
+  return hist and hist[k]
+end
+History.__tostring = function(h)
+  local keys = {}
+  for k in pairs(h.history) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return ("<History: %d epochs of %s>"):format(#h.epoch, #keys > 0 and table.concat(keys, ", ") or "nothing")
+end
+-- the history of a fit run elsewhere (its plain lists), as a History
+function History._of(hist, params, epochs)
+  local h = setmetatable({ history = hist or {}, epoch = {}, params = params or {} }, History)
+  if epochs then h.epoch = epochs
+  else
+    local n, first = 0, params and params.initial_epoch or 0
+    for _, v in pairs(h.history) do n = math.max(n, #v) end
+    for i = 1, n do h.epoch[i] = first + i - 1 end
+  end
+  return h
+end
+function callbacks.History(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #1 to 'History' (table or nothing expected, got %s)"):format(type(opts)), 2)
+  end
+  return setmetatable({ history = {}, epoch = {}, params = {} }, History)
+end
+function History:set_params(p) rawset(self, "params", p) end
+function History:on_train_begin(model) rawset(self, "epoch", {}); rawset(self, "model", model) end
+function History:on_epoch_end(epoch, logs, model)
+  local ep = rawget(self, "epoch")
+  ep[#ep + 1] = epoch
+  local hist = rawget(self, "history")
+  for k, v in pairs(logs or {}) do
+    hist[k] = hist[k] or {}
+    table.insert(hist[k], v)
+  end
+  if model then model.history = self end
+end
+doc(callbacks.History, "callbacks.History",
+  "callbacks.History()\n\nWhat model:fit returns (and leaves in model.history), as Keras's: h.history = {loss={...},\n" ..
+  "val_loss={...}, ...} (a list per key, one value per epoch), h.epoch = the epochs run (from 0),\n" ..
+  "h.params = {epochs=, steps=, verbose=}. h.loss is h.history.loss. fit adds one after the other\n" ..
+  "callbacks; give your own in callbacks= to keep it (it is then the one returned).")
 
 function callbacks.LambdaCallback(fns) return fns end
 doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",

@@ -583,7 +583,7 @@ function PS:_fit(model, x, y, opts)
   local pwd = coord:create_per_worker_dataset(ds)
   local epochs = opts.epochs or 1
   local verbose = opts.verbose == nil and 1 or opts.verbose
-  local history = {}
+  local history, done_epochs = {}, {}
   local callbacks = opts.callbacks or {}
   local val = opts.validation_data
   if type(val) == "table" and tensor.is_tensor(val[1]) then
@@ -617,7 +617,7 @@ function PS:_fit(model, x, y, opts)
     if self._checkpoint_dir then self:checkpoint() end
     if val then
       self:_fetch_into(model)
-      local r = model:evaluate(val, { verbose = 0 })
+      local r = model:_evaluate_batches(val, opts.validation_steps)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for k, v in pairs(logs) do record(k, v) end
@@ -628,14 +628,15 @@ function PS:_fit(model, x, y, opts)
       print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
     end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e - 1, logs, model) end end
+    done_epochs[#done_epochs + 1] = e - 1
     if model.stop_training then break end
   end
   self:_fetch_into(model)
   -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
   ldist.optim._set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(model) end end
-  model.history = history
-  return history
+  model.history = ldist.callbacks._History._of(history, { epochs = epochs, steps = steps, verbose = verbose }, done_epochs)
+  return model.history
 end
 
 ---------------------------------------------------------------- watching it: traces

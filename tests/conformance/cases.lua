@@ -952,4 +952,38 @@ add { name = "fit_text_lines", also = { "ps", "mw_local" }, run = function(S)
   return put_weights({ loss_final = h.loss[#h.loss] }, model)
 end }
 
+-- Issue 26, item 1: Keras's EpochIterator. steps_per_epoch on a repeated
+-- dataset reads on across epochs (batches 16, 16, 8 of 40 rows, 2 steps an
+-- epoch: epoch 2 starts at the 8-row batch); each validation reads its first
+-- validation_steps batches; evaluate(steps=) stops a repeated dataset. The
+-- default strategy checks the weights against plain train_steps over the
+-- batches Keras would read (tests/lua/test_fit_keras.lua has Keras's numbers).
+add { name = "fit_steps_repeat", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(40, { 8 }, 4)
+  local xv, yv = make_data(30, { 8 }, 4, 12)
+  local model = make_model(S, "mlp", "sgd", true)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(16):repeat_()
+  local vds = data.Dataset.from_tensor_slices(xv, yv):batch(12):repeat_()
+  local h = model:fit(ds, { epochs = 3, steps_per_epoch = 2, verbose = 0, validation_data = vds, validation_steps = 2 })
+  check(#h.history.loss == 3 and #h.history.val_loss == 3, "3 epochs of loss and val_loss expected")
+  check(h.params.steps == 2 and h.epoch[3] == 2, "the History's params and epochs")
+  local out = put_weights({ loss_final = h.loss[3], val_loss_final = h.val_loss[3],
+    eval3 = model:evaluate(vds, { steps = 3 }).loss }, model)
+  if S.kind == "default" then
+    tensor.seed(7)
+    local ref = MODELS.mlp.make()
+    local opt, loss = OPTIMIZERS.sgd(), sparse_ce()
+    local function rows_(a, b) return x:slice(0, a, b), y:slice(0, a, b) end
+    for _, r in ipairs { { 0, 16 }, { 16, 32 }, { 32, 40 }, { 0, 16 }, { 16, 32 }, { 32, 40 } } do
+      local bx, by = rows_(r[1], r[2])
+      ref:train_step(bx, by, loss, opt)
+    end
+    for i, v in ipairs(ref.trainable_variables) do
+      local d = (v - model.trainable_variables[i]):abs():max():item()
+      check(d < 1e-5, "weight %d differs by %g from 6 steps over batches 1, 2, 3, 1, 2, 3", i, d)
+    end
+  end
+  return out
+end }
+
 return cases
