@@ -193,6 +193,197 @@ local loss_by_name = {
 }
 local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RMSprop" }
 
+---------------------------------------------------------------- several inputs and outputs
+-- Values that are a tensor or a table of them (a model's several inputs or
+-- outputs: a list, or a table keyed by name). The strategies use these too
+-- (ldist._nest), so one place knows how such a value is sliced and joined.
+local nest = {}
+ldist._nest = nest
+local function is_pr(v) local d = ldist.distribute; return d ~= nil and d.is_per_replica(v) end
+function nest.map(v, f)
+  if v == nil or tensor.is_tensor(v) or type(v) ~= "table" or is_pr(v) then return v ~= nil and f(v) or nil end
+  local r = {}
+  for k, x in pairs(v) do r[k] = nest.map(x, f) end
+  return r
+end
+function nest.first(v)
+  if tensor.is_tensor(v) or type(v) ~= "table" or is_pr(v) then return v end
+  if v[1] ~= nil then return nest.first(v[1]) end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys[1] ~= nil and nest.first(v[keys[1]]) or nil
+end
+-- rows of the batch: the first dimension of its first tensor
+function nest.rows(v)
+  local t = nest.first(v)
+  if not tensor.is_tensor(t) then return t and t.global_batch end   -- split over a strategy's replicas
+  return t.ndim > 0 and t.shape[1] or 1
+end
+-- parts (a list of values of one structure) joined along the first axis
+function nest.concat(parts)
+  local p1 = parts[1]
+  if tensor.is_tensor(p1) then return #parts == 1 and p1 or tensor.concat(parts, 0) end
+  local r = {}
+  for k in pairs(p1) do
+    local ks = {}
+    for i, p in ipairs(parts) do ks[i] = p[k] end
+    r[k] = nest.concat(ks)
+  end
+  return r
+end
+
+-- the names of a Functional model's inputs (or outputs: their layers'
+-- names, Keras's output_names) when it has several; nil otherwise
+local function io_names(model, which)
+  local g = model._graph
+  if not g or not (which == "inputs" and g.multi_in or which == "outputs" and g.multi_out) then return nil end
+  local names = {}
+  for i, t in ipairs(g[which]) do names[i] = which == "inputs" and t.name or t._layer.name end
+  return names
+end
+Model._io_names = io_names
+
+-- v (a batch's x or y) as the model takes it: the list in the order of
+-- names, from a list or a table keyed by the names (Keras's dicts)
+local function in_order(v, names, what, fname)
+  if names == nil or v == nil then return v end
+  if tensor.is_tensor(v) or is_pr(v) or type(v) ~= "table" then
+    error(("bad argument to '%s' (the model has %d %s (%s): give %s as a list of %d tensors or a table keyed by those " ..
+      "names, not a %s)"):format(fname, #names, what, table.concat(names, ", "), what == "inputs" and "x" or "y",
+      #names, tensor.is_tensor(v) and "single tensor" or type(v)), 0)
+  end
+  if v[1] ~= nil then
+    if #v ~= #names then
+      error(("bad argument to '%s' (%d %s given for a model of %d: %s)"):format(fname, #v, what, #names,
+        table.concat(names, ", ")), 0)
+    end
+    return v
+  end
+  local out, known = {}, {}
+  for i, n in ipairs(names) do
+    known[n] = true
+    out[i] = v[n]
+    if out[i] == nil then
+      error(("bad argument to '%s' (no value for %s '%s'; the model's %s are %s)"):format(fname,
+        what == "inputs" and "input" or "output", n, what, table.concat(names, ", ")), 0)
+    end
+  end
+  for k in pairs(v) do
+    if not known[k] then
+      error(("bad argument to '%s' (%s has no %s named '%s'; they are %s)"):format(fname, "the model",
+        what == "inputs" and "input" or "output", tostring(k), table.concat(names, ", ")), 0)
+    end
+  end
+  return out
+end
+
+-- compile's loss for a model of several outputs (keras/src/trainers/
+-- compile_utils.py, CompileLoss): loss_weights[i] * loss_i(y[i], pred[i], w)
+-- summed over the outputs that have a loss. The training step in C calls it
+-- under its tape (nn.c, lua_step_loss).
+local CompiledLoss = { __name = "ldist.CompiledLoss" }
+CompiledLoss.__index = CompiledLoss
+function CompiledLoss.__call(c, y, pred, w)
+  local total
+  for _, e in ipairs(c.entries) do
+    local l = e.loss(y[e.index], pred[e.index], w)
+    if e.weight ~= 1 then l = l * e.weight end
+    total = total and total + l or l
+  end
+  return total
+end
+CompiledLoss.__tostring = function(c)
+  local parts = {}
+  for _, e in ipairs(c.entries) do parts[#parts + 1] = ("%s: %s x %s"):format(e.name, tostring(e.weight), tostring(e.loss)) end
+  return "<CompiledLoss " .. table.concat(parts, ", ") .. ">"
+end
+
+local function is_loss(v) return type(v) == "userdata" and getmetatable(v) and getmetatable(v).__name == "ldist.Loss" end
+
+-- one output's loss as compile was given it: a name or a Loss
+local function one_loss(l, where)
+  if type(l) == "string" then
+    local f = loss_by_name[l]
+    if not f then error(("bad argument #1 to 'compile' (unknown loss '%s'%s)"):format(l, where), 4) end
+    return f()
+  end
+  if not is_loss(l) then
+    error(("bad argument #1 to 'compile' (%sa loss name or a losses.* object expected, got %s)"):format(
+      where ~= "" and where:sub(3) .. ": " or "", type(l)), 4)
+  end
+  return l
+end
+
+-- per output: something given as a list (one per output) or a table keyed by
+-- the output names; returns a table index -> value (missing outputs: nil)
+local function per_output(v, names, what)
+  local r = {}
+  if v[1] ~= nil or next(v) == nil then
+    if #v ~= #names then
+      error(("bad argument #1 to 'compile' (%s has %d entries for a model of %d outputs (%s))"):format(what, #v,
+        #names, table.concat(names, ", ")), 4)
+    end
+    for i = 1, #names do r[i] = v[i] end
+    return r
+  end
+  local index = {}
+  for i, n in ipairs(names) do index[n] = i end
+  for k, x in pairs(v) do
+    if not index[k] then
+      error(("bad argument #1 to 'compile' (%s names output '%s', which the model does not have; its outputs are %s)")
+        :format(what, tostring(k), table.concat(names, ", ")), 4)
+    end
+    r[index[k]] = x
+  end
+  return r
+end
+
+-- compile{loss=, loss_weights=, metrics=} for a model of several outputs:
+-- the CompiledLoss, the metrics (each named "<output>_<metric>" and reading
+-- its output) and the per-output loss trackers ("<output>_loss"), as Keras
+local function compile_outputs(self, opts, names)
+  local lt = opts.loss
+  local losses_ = {}
+  if type(lt) == "table" then losses_ = per_output(lt, names, "loss")
+  else for i = 1, #names do losses_[i] = lt end end          -- one loss for every output, as Keras
+  local weights = opts.loss_weights and per_output(opts.loss_weights, names, "loss_weights") or {}
+  local c = setmetatable({ entries = {}, names = names }, CompiledLoss)
+  for i, n in ipairs(names) do
+    if losses_[i] ~= nil then
+      local w = weights[i] == nil and 1 or weights[i]
+      if type(w) ~= "number" then
+        error(("bad argument #1 to 'compile' (loss_weights for '%s' is a %s, a number expected)"):format(n, type(w)), 3)
+      end
+      c.entries[#c.entries + 1] = { index = i, name = n, weight = w, loss = one_loss(losses_[i], " for output '" .. n .. "'") }
+    end
+  end
+  if #c.entries == 0 then error("bad argument #1 to 'compile' (no output has a loss)", 3) end
+  local ms = {}
+  local mt = opts.metrics
+  if mt ~= nil and next(mt) ~= nil then
+    if mt[1] ~= nil and type(mt[1]) ~= "table" or (mt[1] ~= nil and getmetatable(mt[1]) and mt[1].update_state) then
+      error(("bad argument #1 to 'compile' (metrics for a model of %d outputs: a list of lists, one per output " ..
+        "({{\"accuracy\"}, {}}), or a table keyed by the output names ({%s = {\"accuracy\"}}))"):format(#names, names[1]), 3)
+    end
+    local per = per_output(mt, names, "metrics")
+    for i, n in ipairs(names) do
+      local list = per[i]
+      if list ~= nil and (type(list) ~= "table" or list.update_state) then list = { list } end
+      local loss_i
+      for _, e in ipairs(c.entries) do if e.index == i then loss_i = e.loss end end
+      for _, m in ipairs(list or {}) do
+        local base = make_metric(m, loss_i)
+        -- a view of the metric with Keras's name, reading output i
+        local v = setmetatable({ name = n .. "_" .. base.name, _output = i }, { __index = base, __tostring = getmetatable(base).__tostring })
+        v:reset_state()
+        ms[#ms + 1] = v
+      end
+    end
+  end
+  return c, ms
+end
+
 function Model:compile(opts)
   if type(opts) ~= "table" then error("bad argument #1 to 'compile' (table expected)", 2) end
   local opt = opts.optimizer or "adam"
@@ -202,14 +393,31 @@ function Model:compile(opts)
     opt = ldist.optim[k]()
   end
   local loss = opts.loss
-  if type(loss) == "string" then
-    local f = loss_by_name[loss]
-    if not f then error(("bad argument #1 to 'compile' (unknown loss '%s')"):format(loss), 2) end
-    loss = f()
-  end
   if loss == nil then error("bad argument #1 to 'compile' (loss is required)", 2) end
+  local names = io_names(self, "outputs")
+  if not names and type(loss) == "table" and not is_loss(loss) then
+    -- a subclassed model's outputs have no names: a list of losses, one per output
+    if loss[1] == nil then
+      error("bad argument #1 to 'compile' (a loss keyed by output names needs a Functional model of several outputs)", 2)
+    end
+    names = {}
+    for i = 1, #loss do names[i] = "output_" .. i end
+  end
   local ms = {}
-  for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
+  if names then
+    loss, ms = compile_outputs(self, opts, names)
+  else
+    if type(loss) == "string" then
+      local f = loss_by_name[loss]
+      if not f then error(("bad argument #1 to 'compile' (unknown loss '%s')"):format(loss), 2) end
+      loss = f()
+    end
+    if opts.loss_weights ~= nil then
+      error("bad argument #1 to 'compile' (loss_weights weighs the losses of a model of several outputs; " ..
+        "this model has one)", 2)
+    end
+    for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
+  end
   self._optimizer, self._loss, self._metrics = opt, loss, ms
   self._compiled = true
   -- a model made outside any scope but compiled inside one trains under that
@@ -231,16 +439,32 @@ local function check_compiled(self, what)
   end
 end
 
--- Accept a Dataset, or (x, y) tensors with opts.batch_size (Keras' arrays;
+-- x (or y) given as arrays: a tensor, or a plain table of them (several
+-- inputs or outputs: a list, or keyed by name)
+local function is_arrays(v)
+  return tensor.is_tensor(v) or (type(v) == "table" and getmetatable(v) == nil and tensor.is_tensor(nest.first(v)))
+end
+
+-- Accept a Dataset, or (x, y) arrays with opts.batch_size (Keras' arrays;
 -- opts.sample_weight a third component); shuffle: shuffle the rows first.
+-- Several inputs or outputs make nested elements {{xa, xb}, {ya, yb}}.
 local function as_dataset(x, y, opts, shuffle)
-  if tensor.is_tensor(x) then
+  if is_arrays(x) then
     local w = opts.sample_weight
     local ds = ldist.data.Dataset.from_tensor_slices(y and (w and { x, y, w } or { x, y }) or { x })
-    if shuffle then ds = ds:shuffle(x.shape[1], { seed = opts.seed }) end
+    if shuffle then ds = ds:shuffle(nest.rows(x), { seed = opts.seed }) end
     return ds:batch(opts.batch_size or 32)
   end
   return x
+end
+
+-- fit(x, y, opts) or fit(ds, opts): is v (the second argument) the options?
+local data_keys = { sample_weight = true }
+local function is_options(v)
+  if type(v) ~= "table" or tensor.is_tensor(v) or is_pr(v) then return false end
+  if v[1] ~= nil then return not is_arrays(v[1]) end
+  for k in pairs(v) do if type(k) == "string" and not data_keys[k] and not tensor.is_tensor(v[k]) then return true end end
+  return not is_arrays(v)
 end
 
 Model._as_dataset = as_dataset
@@ -264,6 +488,37 @@ end
 local function batch_xy(batch)
   if tensor.is_tensor(batch) then return batch, nil end
   return batch[1], batch[2], batch[3]
+end
+
+-- the per-output loss trackers of a model of several outputs ("<output>_loss",
+-- Keras's unweighted loss of each output, averaged over the rows)
+local function output_losses(model)
+  local outs = {}
+  if getmetatable(model._loss) == CompiledLoss then
+    for _, e in ipairs(model._loss.entries) do outs[#outs + 1] = { e = e, m = metrics.Mean(e.name .. "_loss") } end
+  end
+  return outs
+end
+-- a step's metrics and per-output losses, from its targets and predictions
+-- (a list per output for a model of several outputs)
+local function update_outputs(ms, outs, y, pred, w, rows)
+  for _, m in ipairs(ms) do
+    if m._output then m:update_state(y[m._output], pred[m._output]) else m:update_state(y, pred) end
+  end
+  for _, o in ipairs(outs) do
+    local yi, pi = y[o.e.index], pred[o.e.index]
+    if pi.device ~= yi.device then pi = pi:to(yi.device) end
+    local wi = w
+    if wi ~= nil and wi.device ~= yi.device then wi = wi:to(yi.device) end
+    o.m:update_state(o.e.loss(yi, pi, wi):item(), rows)
+  end
+end
+-- the logs: loss, <output>_loss, the metrics
+local function epoch_logs(loss_m, outs, ms)
+  local logs = { loss = loss_m:result() }
+  for _, o in ipairs(outs) do logs[o.m.name] = o.m:result() end
+  for _, m in ipairs(ms) do logs[m.name] = m:result() end
+  return logs
 end
 
 -- Keras's class_weight: each example weighs class_weight[its class] (every
@@ -296,10 +551,7 @@ local function class_weights(cw, y, w)
 end
 
 
-local function count_rows(t)
-  if not tensor.is_tensor(t) then return t.global_batch end   -- split over a strategy's replicas
-  return t.ndim > 0 and t.shape[1] or 1
-end
+local count_rows = nest.rows
 
 -- the options fit knows; anything else is an error naming it
 local fit_options = { epochs = true, batch_size = true, validation_data = true, verbose = true, callbacks = true,
@@ -462,7 +714,7 @@ Model._strategy_of = strategy_of
 -- model:fit(x, y, {batch_size=32, epochs=1, ...})
 function Model:fit(x, y, opts)
   check_compiled(self, "fit")
-  if type(y) == "table" and not tensor.is_tensor(y) and opts == nil then opts, y = y, nil end
+  if opts == nil and is_options(y) then opts, y = y, nil end
   opts = opts or {}
   if type(opts) ~= "table" then error(("bad argument to 'fit' (options table expected, got %s)"):format(type(opts)), 2) end
   check_fit_options(opts)
@@ -507,7 +759,7 @@ function Model:_fit_loop(x, y, opts, strategy)
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
   local initial = opts.initial_epoch or 0
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then
+  if type(val) == "table" and getmetatable(val) == nil and is_arrays(val[1]) then
     -- validation sample weights are val[3], never the training ones
     val = as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
@@ -543,13 +795,15 @@ function Model:_fit_loop(x, y, opts, strategy)
   for _, cb in ipairs(callbacks) do if type(cb.set_params) == "function" then cb:set_params(params) end end
   self.history = history
   local loss_obj, opt = self._loss, self._optimizer
+  local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end
   -- epochs are numbered from 0, as Keras's callbacks see them (the bar shows epoch + 1)
   for epoch = initial, epochs - 1 do
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(epoch, self) end end
-    local loss_m = metrics.Mean("loss")
+    local loss_m, outs = metrics.Mean("loss"), output_losses(self)
     for _, m in ipairs(self._metrics) do m:reset_state() end
+    local want_pred = #self._metrics > 0 or #outs > 0
     local step = 0
     -- A step's loss and predictions are read one step late: the next step is
     -- issued first, so a strategy whose devices queue work keeps them busy
@@ -558,15 +812,15 @@ function Model:_fit_loop(x, y, opts, strategy)
     local function settle(p)
       local lv = type(p.lv) == "function" and p.lv() or p.lv
       loss_m:update_state(lv, p.n)
-      if #self._metrics > 0 then
+      if want_pred then
         local pred = type(p.pred) == "function" and p.pred() or p.pred
-        local yb = p.by
-        if not tensor.is_tensor(yb) then yb = strategy:gather(yb) end   -- split over the replicas
-        for _, m in ipairs(self._metrics) do m:update_state(yb, pred) end
+        local yb, wb = p.by, p.bw
+        if is_pr(yb) then yb = strategy:gather(yb) end   -- split over the replicas
+        if is_pr(wb) then wb = strategy:gather(wb) end
+        update_outputs(self._metrics, outs, yb, pred, wb, p.n)
       end
       -- Keras's batch logs: the running means so far in the epoch
-      local vals = { loss = loss_m:result() }
-      for _, m in ipairs(self._metrics) do vals[m.name] = m:result() end
+      local vals = epoch_logs(loss_m, outs, self._metrics)
       -- Keras's batch argument: the batch's index in the epoch, from 0
       for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step - 1, vals, self) end end
     end
@@ -574,10 +828,15 @@ function Model:_fit_loop(x, y, opts, strategy)
     local ok, err = pcall(function()
       for batch in batches:epoch() do
         local bx, by, bw = batch_xy(batch)
-        if opts.class_weight then bw = class_weights(opts.class_weight, by, bw) end
+        bx, by = in_order(bx, in_names, "inputs", "fit"), in_order(by, out_names, "outputs", "fit")
+        if opts.class_weight then
+          if out_names then error("bad argument to 'fit' (class_weight is for a model of one output, as in Keras; " ..
+            "give sample weights instead)", 0) end
+          bw = class_weights(opts.class_weight, by, bw)
+        end
         local lv, pred
         if strategy and strategy.train_step then
-          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, #self._metrics > 0, bw)
+          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, want_pred, bw)
         else
           lv, pred = self:train_step(bx, by, loss_obj, opt, bw)
         end
@@ -588,7 +847,7 @@ function Model:_fit_loop(x, y, opts, strategy)
           -- after that batch; the step issued since is not counted
           if self.stop_training then pending = nil; break end
         end
-        pending = { lv = lv, pred = pred, by = by, n = count_rows(bx), step = step }
+        pending = { lv = lv, pred = pred, by = by, bw = bw, n = count_rows(bx), step = step }
         if self.stop_training then break end
       end
       if pending then settle(pending); pending = nil end
@@ -599,8 +858,7 @@ function Model:_fit_loop(x, y, opts, strategy)
       if is_interrupt(err) then fit_interrupted(self, callbacks, epoch, epochs, step, total) end
       error(err, 0)
     end
-    local logs = { loss = loss_m:result() }
-    for _, m in ipairs(self._metrics) do logs[m.name] = m:result() end
+    local logs = epoch_logs(loss_m, outs, self._metrics)
     if val and should_eval(epoch, opts.validation_freq) then
       local r = self:_evaluate_batches(val, opts.validation_steps)
       for k, v in pairs(r) do logs["val_" .. k] = v end
@@ -631,7 +889,7 @@ doc(Model.fit, "Model:fit",
 -- model:evaluate(dataset | x, y, {batch_size=, verbose=, steps=}) -> {loss=, <metric>=}
 function Model:evaluate(x, y, opts)
   check_compiled(self, "evaluate")
-  if type(y) == "table" and not tensor.is_tensor(y) and opts == nil then opts, y = y, nil end
+  if opts == nil and is_options(y) then opts, y = y, nil end
   opts = opts or {}
   check_steps(opts.steps, "steps", "evaluate", 3)
   local r = self:_evaluate_batches(as_dataset(x, y, opts, false), opts.steps)
@@ -655,43 +913,60 @@ function Model:_evaluate_batches(ds, steps)
   return r
 end
 function Model:_evaluate_epoch(batches)
-  local loss_m = metrics.Mean("loss")
+  local loss_m, outs = metrics.Mean("loss"), output_losses(self)
   local ms = {}
   for i, m in ipairs(self._metrics) do
     ms[i] = setmetatable({}, { __index = m }); ms[i]:reset_state()
   end
   local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
+  local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
+  local function to_dev(t) return t.device ~= dev and t:to(dev) or t end
   for batch in batches:epoch() do
     local bx, by, bw = batch_xy(batch)
-    if dev and bx.device ~= dev then bx, by = bx:to(dev), by:to(dev) end
+    bx, by = in_order(bx, in_names, "inputs", "evaluate"), in_order(by, out_names, "outputs", "evaluate")
+    if dev then bx, by, bw = nest.map(bx, to_dev), nest.map(by, to_dev), nest.map(bw, to_dev) end
     local pred = self(bx, { training = false })
     -- with sample weights, each batch's weighted loss (sum w*l / rows), the
     -- batches averaged by their rows: Keras's evaluate
-    loss_m:update_state(self._loss(by, pred, bw):item(), count_rows(bx))
-    for _, m in ipairs(ms) do m:update_state(by, pred) end
+    local rows = count_rows(bx)
+    loss_m:update_state(self._loss(by, pred, bw):item(), rows)
+    update_outputs(ms, outs, by, pred, bw, rows)
   end
-  local r = { loss = loss_m:result() }
-  for _, m in ipairs(ms) do r[m.name] = m:result() end
-  return r
+  return epoch_logs(loss_m, outs, ms)
 end
 doc(Model.evaluate, "Model:evaluate",
   "model:evaluate(dataset | x, y, {batch_size=32, verbose=0, steps=})\n\nLoss and metrics over the data: {loss=, accuracy=}.\n" ..
   "steps: read only that many batches (needed for a repeated dataset), as Keras.")
 
 -- model:predict(x | dataset, {batch_size=32}) -> predictions for every row
+-- (a list of them, one per output, for a model of several outputs)
 function Model:predict(x, opts)
   opts = opts or {}
   local parts = {}
-  if tensor.is_tensor(x) then
-    local n, bs = x.shape[1], opts.batch_size or 256
-    for s = 0, n - 1, bs do parts[#parts + 1] = self(x:slice(0, s, s + bs), { training = false }) end
+  local in_names = io_names(self, "inputs")
+  if is_arrays(x) then
+    x = in_order(x, in_names, "inputs", "predict")
+    local n, bs = nest.rows(x), opts.batch_size or 256
+    for s = 0, n - 1, bs do
+      parts[#parts + 1] = self(nest.map(x, function(t) return t:slice(0, s, s + bs) end), { training = false })
+    end
   else
-    for batch in x do parts[#parts + 1] = self((batch_xy(batch)), { training = false }) end
+    local batches = epoch_iterator(x, opts.steps, open_batches)
+    local ok, err = pcall(function()
+      for batch in batches:epoch() do
+        local bx = batch_xy(batch)
+        parts[#parts + 1] = self(in_order(bx, in_names, "inputs", "predict"), { training = false })
+      end
+    end)
+    batches:close()
+    if not ok then error(err, 0) end
   end
   if #parts == 0 then error("predict: no data", 2) end
-  return #parts == 1 and parts[1] or tensor.concat(parts, 0)
+  return nest.concat(parts)
 end
-doc(Model.predict, "Model:predict", "model:predict(x | dataset, {batch_size=256})\n\nThe model's outputs for every row, in inference mode.")
+doc(Model.predict, "Model:predict", "model:predict(x | dataset, {batch_size=256, steps=})\n\nThe model's outputs for every row, in inference mode\n" ..
+  "(a list, one per output, for a model of several outputs; x a list or a table keyed by the\n" ..
+  "input names for a model of several inputs).")
 
 -- model:summary() shows the table (text on a terminal, an HTML table in the
 -- notebook) and returns nothing, as Keras does; model:summary_text() gives the text.

@@ -7,6 +7,9 @@
 --      finite dataset starts again once read through; each validation reads
 --      validation_steps batches from the start (Keras resets its validation
 --      iterator before every evaluate); evaluate(steps=).
+--   2. a Functional model of 2 inputs and 2 outputs: fit on a dataset of
+--      nested elements keyed by name, loss and metrics per output,
+--      loss_weights, validation data as lists; evaluate, predict; errors.
 --   4. the History object fit returns: history, epoch, params.
 local T = dofile("tests/lua/testlib.lua")
 
@@ -88,6 +91,117 @@ T.test("a finite dataset with steps_per_epoch starts again once read through (Ke
   local w = m:get_weights()
   near_all(flat(w[4]), { -0.097098522, 0.038452499, 0.058646016 }, 2e-6, "w4")
   near_all(flat(w[2]), { -0.084021263, 0.040495232, 0.15778568, -0.070244059, -0.038050443 }, 2e-6, "w2")
+end)
+
+-- the Python's multi_io_case model: xa (3), xb (2) -> Concatenate -> Dense(4, tanh) "hidden"
+-- -> Dense(3) "out_a" (sparse CE from logits, accuracy), Dense(1) "out_b" (mse); loss_weights 1, 0.5
+local function multi_model(compile_opts)
+  local ia, ib = nn.Input { shape = { 3 }, name = "xa" }, nn.Input { shape = { 2 }, name = "xb" }
+  local hidden = nn.Dense(4, { activation = "tanh", name = "hidden" })
+  local h = hidden(nn.Concatenate()({ ia, ib }))
+  local la, lb = nn.Dense(3, { name = "out_a" }), nn.Dense(1, { name = "out_b" })
+  local m = nn.Model { inputs = { ia, ib }, outputs = { la(h), lb(h) } }
+  local w1, b1 = dense_weights(5, 4, 3)
+  local w2, b2 = dense_weights(4, 3, 7)
+  local w3, b3 = dense_weights(4, 1, 2)
+  m:set_weights { w1, b1, w2, b2, w3, b3 }
+  local o = { optimizer = optim.SGD(0.1),
+    loss = { out_a = losses.SparseCategoricalCrossentropy { from_logits = true }, out_b = "mse" },
+    loss_weights = { out_a = 1.0, out_b = 0.5 }, metrics = { out_a = { "accuracy" } } }
+  for k, v in pairs(compile_opts or {}) do o[k] = v end
+  m:compile(o)
+  return m
+end
+local function multi_data()
+  return rows(24, 3), rows(24, 2, 9), labels(24), rows(24, 1, 4), rows(10, 3, 30), rows(10, 2, 40), labels(10), rows(10, 1, 50)
+end
+
+T.test("2 inputs, 2 outputs: fit, evaluate, predict give Keras's numbers", function()
+  local xa, xb, ya, yb, va, vb, vya, vyb = multi_data()
+  local m = multi_model()
+  -- Keras: from_tensor_slices(({"xa": xa, "xb": xb}, {"out_a": ya, "out_b": yb})).batch(8)
+  local ds = data.Dataset.from_tensor_slices({ { xa = xa, xb = xb }, { out_a = ya, out_b = yb } }):batch(8)
+  local h = m:fit(ds, { epochs = 3, validation_data = { { va, vb }, { vya, vyb } }, batch_size = 5, verbose = 0 })
+  local want = {
+    loss = { 1.9049248, 1.7106085, 1.5898968 },
+    out_a_accuracy = { 0.33333334, 0.33333334, 0.375 },
+    out_a_loss = { 1.3795485, 1.3403817, 1.3050786 },
+    out_b_loss = { 1.0507523, 0.74045324, 0.5696364 },
+    val_loss = { 1.899853, 1.8105681, 1.7425222 },
+    val_out_a_accuracy = { 0.2, 0.2, 0.2 },
+    val_out_a_loss = { 1.3581632, 1.336118, 1.3159863 },
+    val_out_b_loss = { 1.0833795, 0.94890004, 0.85307199 },
+  }
+  local keys = {}
+  for k in pairs(h.history) do keys[#keys + 1] = k end
+  table.sort(keys)
+  T.eq(table.concat(keys, " "), "loss out_a_accuracy out_a_loss out_b_loss val_loss val_out_a_accuracy " ..
+    "val_out_a_loss val_out_b_loss", "Keras's history keys")
+  for k, v in pairs(want) do near_all(h.history[k], v, 3e-6, k) end
+  local w = m:get_weights()
+  local wantw = {
+    { -1.0067296, -0.42402965, 0.20745128, 0.75188732, -0.61425769, -0.15312524, 0.41216469, 0.93371576, -0.50944066,
+      0.060428485, 0.62224227, -1.0140438, -0.33027357, 0.16637646, 0.79473197, -0.8258546, -0.16579551, 0.35916719,
+      0.9717347, -0.65655482 },
+    { -0.14402917, -0.012291828, 0.089149028, -0.10477974 },
+    { -0.84058267, 0.27416301, -0.43358043, 1.0266305, 0.16740619, -0.59403664, 0.6958282, 0.065917917, -0.76174611,
+      0.5246194, -0.17245965, -0.9521597 },
+    { -0.11043832, 0.023587959, 0.08685036 },
+    { -0.61130762, -0.49323863, -0.3896949, -0.028064627 },
+    { 0.0047414359 },
+  }
+  for i = 1, 6 do near_all(flat(w[i]), wantw[i], 3e-6, "w" .. i) end
+  local r = m:evaluate({ va, vb }, { vya, vyb }, { batch_size = 5 })
+  T.near(r.loss, 1.7425222, 3e-6, "evaluate loss")
+  T.near(r.out_a_loss, 1.3159863, 3e-6, "evaluate out_a_loss")
+  T.near(r.out_b_loss, 0.85307199, 3e-6, "evaluate out_b_loss")
+  T.near(r.out_a_accuracy, 0.2, 1e-7, "evaluate out_a_accuracy")
+  local p = m:predict({ xa = va:slice(0, 0, 3), xb = vb:slice(0, 0, 3) })
+  T.eq(#p, 2, "one prediction per output")
+  near_all(flat(p[1]), { -0.16225405, -0.12031189, 0.30754244, 0.89982104, 0.24691084, 0.10636113, -0.57425857,
+    -0.45056725, 0.43737704 }, 3e-6, "predict out_a")
+  near_all(flat(p[2]), { 0.32942373, -0.39259461, 0.95292532 }, 3e-6, "predict out_b")
+end)
+
+T.test("2 inputs, 2 outputs: x and y as lists or keyed tables train alike", function()
+  local xa, xb, ya, yb = multi_data()
+  local m1, m2, m3 = multi_model(), multi_model(), multi_model()
+  m1:fit({ xa, xb }, { ya, yb }, { epochs = 2, batch_size = 8, shuffle = false, verbose = 0 })
+  m2:fit({ xb = xb, xa = xa }, { out_b = yb, out_a = ya }, { epochs = 2, batch_size = 8, shuffle = false, verbose = 0 })
+  m3:fit(data.Dataset.from_tensor_slices({ { xa, xb }, { ya, yb } }):batch(8), { epochs = 2, verbose = 0 })
+  for i, v in ipairs(m1:get_weights()) do
+    T.eq((v - m2:get_weights()[i]):abs():max():item(), 0, "keyed tables, weight " .. i)
+    T.eq((v - m3:get_weights()[i]):abs():max():item(), 0, "a dataset of nested lists, weight " .. i)
+  end
+  -- the same loss for every output, metrics as a list of lists
+  local m4 = multi_model { loss = "mse", loss_weights = { 1, 2 }, metrics = { {}, {} } }
+  local h = m4:fit({ xa, xb }, { rows(24, 3, 7), yb }, { epochs = 1, batch_size = 8, verbose = 0 })
+  T.ok(h.history.out_a_loss and h.history.out_b_loss and not h.history.out_a_accuracy, "per-output losses only")
+  T.near(h.history.loss[1], h.history.out_a_loss[1] + 2 * h.history.out_b_loss[1], 1e-5, "loss = out_a + 2 out_b")
+end)
+
+T.test("several outputs: clear errors at compile and fit", function()
+  local xa, xb, ya, yb = multi_data()
+  local ce = losses.SparseCategoricalCrossentropy { from_logits = true }
+  T.raises(function() multi_model { loss = { ce, "mse", "mse" } } end,
+    "loss has 3 entries for a model of 2 outputs (out_a, out_b)")
+  T.raises(function() multi_model { loss = { out_c = "mse" }, loss_weights = nil } end,
+    "loss names output 'out_c', which the model does not have; its outputs are out_a, out_b")
+  T.raises(function() multi_model { metrics = { "accuracy" } } end, "metrics for a model of 2 outputs: a list of lists")
+  T.raises(function() multi_model { loss = { ce, "nope" }, loss_weights = { 1, 1 } } end, "unknown loss 'nope' for output 'out_b'")
+  local m = multi_model()
+  T.raises(function() m:fit({ xa, xb }, ya, { epochs = 1, verbose = 0 }) end,
+    "the model has 2 outputs (out_a, out_b): give y as a list of 2 tensors or a table keyed by those names, not a single tensor")
+  T.raises(function() m:fit(xa, { ya, yb }, { epochs = 1, verbose = 0 }) end,
+    "the model has 2 inputs (xa, xb): give x as a list of 2 tensors")
+  T.raises(function() m:fit({ xa = xa, xc = xb }, { ya, yb }, { epochs = 1, verbose = 0 }) end, "no value for input 'xb'")
+  T.raises(function() m:fit({ xa, xb, xb }, { ya, yb }, { epochs = 1, verbose = 0 }) end, "3 inputs given for a model of 2: xa, xb")
+  T.raises(function() m:fit({ xa, xb }, { ya, yb }, { epochs = 1, verbose = 0, class_weight = { [0] = 1 } }) end,
+    "class_weight is for a model of one output")
+  T.raises(function()
+    local s = nn.Sequential { nn.Dense(2) }
+    s:compile { optimizer = "sgd", loss = "mse", loss_weights = 0.5 }
+  end, "loss_weights weighs the losses of a model of several outputs")
 end)
 
 T.test("fit returns Keras's History: history, epoch, params", function()
