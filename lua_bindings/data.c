@@ -370,12 +370,27 @@ static int holds_tensors(lua_State *L, int idx) {
 /* from_tensor_slices of a nested structure, TF's from_tensor_slices(((xa, xb), y)):
    the parts (the n values from slot first) each sliced on their own and zipped,
    so an element is {{xa, xb}, y} (a part that is a dict stays a dict). */
+/* push data.Dataset[name] as the prelude left it (30_datasets.lua gives zip a
+   recipe that travels to other processes), else the C function */
+static void push_dataset_fn(lua_State *L, const char *name, lua_CFunction fallback) {
+    int top = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1) && lua_getfield(L, -1, "data") == LUA_TTABLE && lua_getfield(L, -1, "Dataset") == LUA_TTABLE
+        && lua_getfield(L, -1, name) == LUA_TFUNCTION) {
+        lua_replace(L, top + 1);
+        lua_settop(L, top + 1);
+        return;
+    }
+    lua_settop(L, top);
+    lua_pushcfunction(L, fallback);
+}
+
 static int ds_from_nested_slices(lua_State *L, int first, int n) {
     if (n > LD_ELEMENT_MAX) return luaL_argerror(L, 1, "too many parts (at most 16)");
-    lua_pushcfunction(L, ds_zip);
+    push_dataset_fn(L, "zip", ds_zip);
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
-        lua_pushcfunction(L, ds_from_tensor_slices);
+        push_dataset_fn(L, "from_tensor_slices", ds_from_tensor_slices);
         lua_pushvalue(L, first + i);
         lua_call(L, 1, 1);
         lua_rawseti(L, -2, i + 1);

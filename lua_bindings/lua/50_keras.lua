@@ -375,7 +375,8 @@ local function compile_outputs(self, opts, names)
       for _, m in ipairs(list or {}) do
         local base = make_metric(m, loss_i)
         -- a view of the metric with Keras's name, reading output i
-        local v = setmetatable({ name = n .. "_" .. base.name, _output = i }, { __index = base, __tostring = getmetatable(base).__tostring })
+        local v = setmetatable({ name = n .. "_" .. base.name, _output = i, _base = base },
+          { __index = base, __tostring = getmetatable(base).__tostring })
         v:reset_state()
         ms[#ms + 1] = v
       end
@@ -467,7 +468,7 @@ local function is_options(v)
   return not is_arrays(v)
 end
 
-Model._as_dataset = as_dataset
+Model._as_dataset, Model._is_arrays = as_dataset, is_arrays
 
 local function progress(total, title)
   if ldist.progress and ldist.progress.new then

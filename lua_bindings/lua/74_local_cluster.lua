@@ -9,8 +9,7 @@ if not C then return end
 local net = distribute._net
 local env = net.env
 local describe_model, build_model = distribute._describe_model, distribute._build_model
-local describe_metrics, build_metrics = distribute._describe_metrics, distribute._build_metrics
-local build_loss, build_optimizer = distribute._build_loss, distribute._build_optimizer
+local build_optimizer = distribute._build_optimizer
 local recipe_of, build_dataset = distribute._recipe_of, distribute._build_dataset
 local LocalCluster
 
@@ -235,11 +234,12 @@ function Remote:_fit(model, x, y, opts)
   local vars = model.trainable_variables
   local remote_cbs, local_cbs = shippable_callbacks(opts.callbacks)
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size }) end
+  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
+    val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size, sample_weight = val[3] })
+  end
   local spec = {
     model = describe_model(model), optimizer = ldist.optim._config(model._optimizer),
-    optimizer_state = ldist.optim._state(model._optimizer, vars), loss = ldist.losses._config(model._loss),
-    metrics = describe_metrics(model._metrics), data = recipe_of(ds), validation = val and recipe_of(val) or nil,
+    optimizer_state = ldist.optim._state(model._optimizer, vars), compile = nn._describe_compile(model), data = recipe_of(ds), validation = val and recipe_of(val) or nil,
     fit = { epochs = opts.epochs or 1, initial_epoch = opts.initial_epoch, steps_per_epoch = opts.steps_per_epoch,
       validation_steps = opts.validation_steps, class_weight = opts.class_weight },
     callbacks = remote_cbs,
@@ -344,7 +344,9 @@ local function worker_fit(state, spec, ctl, id)
     model = build_model(spec.model)
     opt = build_optimizer(spec.optimizer)
     ldist.optim._set_state(opt, model.trainable_variables, spec.optimizer_state)
-    model:compile { optimizer = opt, loss = build_loss(spec.loss), metrics = build_metrics(spec.metrics) }
+    local args = nn._compile_args(model, spec.compile)
+    args.optimizer = opt
+    model:compile(args)
   end)
   if spec.rng then tensor.set_rng_state(spec.rng) end
   local cache = {}

@@ -986,4 +986,38 @@ add { name = "fit_steps_repeat", also = { "ps", "mw_local" }, run = function(S)
   return out
 end }
 
+-- Issue 26, item 2: a Functional model of 2 inputs and 2 outputs trained by
+-- fit on nested elements ({xa, xb}, {ya, yb}): a loss per output,
+-- loss_weights, a metric on one output, validation data as lists (Keras's
+-- numbers for such a model are in tests/lua/test_fit_keras.lua).
+add { name = "fit_multi_io", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(48, { 8 }, 4)
+  local xa, xb = x:slice(1, 0, 5):contiguous(), x:slice(1, 5, 8):contiguous()
+  local yb = x:slice(1, 0, 2):sum(1):reshape { 48, 1 }
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    local ia, ib = nn.Input { shape = { 5 }, name = "xa" }, nn.Input { shape = { 3 }, name = "xb" }
+    local h = nn.Dense(12, { activation = "tanh" })(nn.Concatenate()({ ia, ib }))
+    model = nn.Model { inputs = { ia, ib },
+      outputs = { nn.Dense(4, { name = "cls" })(h), nn.Dense(1, { name = "reg" })(h) } }
+    model:compile { optimizer = optim.SGD { learning_rate = 0.05, momentum = 0.9 },
+      loss = { cls = sparse_ce(), reg = "mse" }, loss_weights = { cls = 1, reg = 0.5 },
+      metrics = { cls = { "accuracy" } } }
+  end)
+  local ds = data.Dataset.from_tensor_slices({ { xa, xb }, { y, yb } }):batch(16)
+  local h = model:fit(ds, { epochs = 4, verbose = 0,
+    validation_data = { { xa:slice(0, 0, 20), xb:slice(0, 0, 20) }, { y:slice(0, 0, 20), yb:slice(0, 0, 20) } } })
+  for _, k in ipairs { "loss", "cls_loss", "reg_loss", "cls_accuracy", "val_loss", "val_cls_loss", "val_reg_loss",
+      "val_cls_accuracy" } do
+    check(h.history[k] and #h.history[k] == 4, "the history has no %s for each epoch", k)
+  end
+  check(h.loss[4] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[4])
+  local p = model:predict({ xa = xa:slice(0, 0, 6), xb = xb:slice(0, 0, 6) })
+  local out = put_weights({ loss = h.loss[4], cls_loss = h.cls_loss[4], reg_loss = h.reg_loss[4],
+    cls_accuracy = h.cls_accuracy[4], val_loss = h.val_loss[4], val_reg_loss = h.val_reg_loss[4],
+    p_cls = p[1]:cpu():sum():item(), p_reg = p[2]:cpu():sum():item() }, model)
+  return out
+end }
+
 return cases

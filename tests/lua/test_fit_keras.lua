@@ -204,6 +204,22 @@ T.test("several outputs: clear errors at compile and fit", function()
   end, "loss_weights weighs the losses of a model of several outputs")
 end)
 
+T.test("a model of several outputs saves and loads with its per-output compile settings", function()
+  local xa, xb, ya, yb, va, vb, vya, vyb = multi_data()
+  local m = multi_model()
+  m:fit({ xa, xb }, { ya, yb }, { epochs = 1, batch_size = 8, verbose = 0 })
+  local path = os.tmpname()
+  m:save(path)
+  local m2 = nn.load_model(path)
+  os.remove(path)
+  local r1 = m:evaluate({ va, vb }, { vya, vyb }, { batch_size = 5 })
+  local r2 = m2:evaluate({ va, vb }, { vya, vyb }, { batch_size = 5 })
+  for _, k in ipairs { "loss", "out_a_loss", "out_b_loss", "out_a_accuracy" } do
+    T.ok(r2[k] ~= nil, "the loaded model reports " .. k)
+    T.near(r2[k], r1[k], 1e-6, k)
+  end
+end)
+
 T.test("fit returns Keras's History: history, epoch, params", function()
   local m = iterator_model()
   local ds = data.Dataset.from_tensor_slices(rows(20, 4), labels(20)):batch(8):repeat_()
