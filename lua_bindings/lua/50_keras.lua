@@ -523,21 +523,25 @@ local function epoch_logs(loss_m, outs, ms)
 end
 
 -- Keras's class_weight: each example weighs class_weight[its class] (every
--- class in the data must have one); with sample weights too, the product.
+-- class in the data must have one). Together with sample weights (sample_weight=
+-- or a dataset's third component) it is refused, as Keras 3 refuses it: the
+-- product ldist used to take is not what a Keras user's code would get.
 -- y may be split over a strategy's replicas (a PerReplica value).
+local CW_AND_SW = "bad argument to 'fit' (you cannot give class_weight and sample_weight at the same time, as in " ..
+  "Keras 3: fold the class weights into the sample weights)"
 local function class_weights(cw, y, w)
+  if w ~= nil then error(CW_AND_SW, 0) end
   local d = ldist.distribute
   if d and d.is_per_replica(y) then
     local vals = {}
     for r, yr in ipairs(y.values) do
-      vals[r] = class_weights(cw, yr, w and (d.is_per_replica(w) and w.values[r] or w) or nil)
+      vals[r] = class_weights(cw, yr, nil)
     end
     return d.PerReplica(vals, y.global_batch, y.offsets)
   end
   local labels = y
   if labels.ndim > 1 and labels.shape[labels.ndim] > 1 then labels = labels:argmax(-1) end
   local ids = labels:cpu():reshape({ labels:numel() }):totable()
-  local ws = w and w:cpu():reshape({ w:numel() }):totable() or nil
   local out = {}
   for i, c in ipairs(ids) do
     c = math.tointeger(c)
@@ -545,7 +549,7 @@ local function class_weights(cw, y, w)
     if cwc == nil then
       error(("bad argument to 'fit' (class_weight has no weight for class %s, which is in the data)"):format(tostring(c)), 0)
     end
-    out[i] = cwc * (ws and ws[i] or 1)
+    out[i] = cwc
   end
   local t = #out > 0 and tensor.new(out) or tensor.zeros(0)
   return t.device == y.device and t or t:to(y.device)
@@ -591,6 +595,7 @@ local function check_fit_options(opts)
   if vs ~= nil and not (type(vs) == "number" and vs >= 0 and vs < 1) then
     error(("bad argument to 'fit' (validation_split must be a number in [0, 1), got %s)"):format(tostring(vs)), 3)
   end
+  if opts.class_weight ~= nil and opts.sample_weight ~= nil then error(CW_AND_SW, 3) end
   local ie = opts.initial_epoch
   if ie ~= nil and not (math.tointeger(ie) and ie >= 0) then
     error(("bad argument to 'fit' (initial_epoch must be a non-negative integer, got %s)"):format(tostring(ie)), 3)
@@ -881,7 +886,8 @@ doc(Model.fit, "Model:fit",
   "Options: epochs, batch_size, shuffle, seed, steps_per_epoch, verbose, callbacks, initial_epoch\n" ..
   "(fit runs epochs initial_epoch .. epochs-1), validation_data={x, y[, w]} or a Dataset,\n" ..
   "validation_split (the LAST fraction of x/y, before shuffling, as Keras), validation_freq\n" ..
-  "(validate every n epochs, or a list of 1-based epochs), validation_steps, sample_weight, class_weight.\n" ..
+  "(validate every n epochs, or a list of 1-based epochs), validation_steps, sample_weight, class_weight\n" ..
+  "(not both, as Keras 3).\n" ..
   "With steps_per_epoch each epoch reads on where the last one stopped, as Keras's: a repeated\n" ..
   "dataset is not started again; a finite one starts again once read through. Each validation\n" ..
   "reads validation_steps batches from the start of the validation data (Keras's too).\n" ..

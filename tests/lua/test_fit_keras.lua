@@ -11,6 +11,9 @@
 --      nested elements keyed by name, loss and metrics per output,
 --      loss_weights, validation data as lists; evaluate, predict; errors.
 --   4. the History object fit returns: history, epoch, params.
+--   7. class_weight with sample weights is refused, as Keras 3 refuses it;
+--      ldist.json.encode never drops a key: a NaN or an infinity (TF's
+--      history after TerminateOnNaN holds one) is an error naming where.
 local T = dofile("tests/lua/testlib.lua")
 
 local function near_all(got, want, tol, what)
@@ -243,6 +246,32 @@ T.test("fit returns Keras's History: history, epoch, params", function()
   T.eq(h3, mine)
   m:fit(ds, { epochs = 1, steps_per_epoch = 1, verbose = 0, callbacks = { mine } })
   T.eq(#mine.history.loss, 3); T.eq(table.concat(mine.epoch, ","), "0")
+end)
+
+T.test("class_weight together with sample weights is refused, as in Keras 3", function()
+  local m = iterator_model()
+  local x, y = rows(20, 4), labels(20)
+  local cw = { [0] = 1, [1] = 2, [2] = 3 }
+  -- Keras: ValueError("You cannot `class_weight` and `sample_weight` at the same time.")
+  T.raises(function() m:fit(x, y, { class_weight = cw, sample_weight = tensor.ones(20), verbose = 0 }) end,
+    "you cannot give class_weight and sample_weight at the same time")
+  local ds = data.Dataset.from_tensor_slices(x, y, tensor.ones(20)):batch(8)
+  T.raises(function() m:fit(ds, { class_weight = cw, verbose = 0 }) end,
+    "you cannot give class_weight and sample_weight at the same time")
+  local h = m:fit(x, y, { class_weight = cw, verbose = 0, epochs = 1 })   -- alone it applies
+  T.eq(#h.history.loss, 1)
+end)
+
+T.test("json.encode names a NaN, an infinity or a non-string key instead of dropping it", function()
+  local json = ldist.json
+  T.raises(function() json.encode({ history = { loss = { 1.5, 0 / 0 } } }) end,
+    "json.encode: the value at history.loss[2] is nan, which JSON cannot hold")
+  T.raises(function() json.encode({ lr = 1 / 0 }) end, "the value at lr is inf")
+  T.raises(function() json.encode({ a = { b = -1 / 0 } }) end, "the value at a.b is -inf")
+  T.raises(function() json.encode({ class_weight = { [0] = 1, [3] = 2 } }) end,
+    "the key 0 in class_weight is a number; a JSON object's keys are strings")
+  T.eq(json.encode({ loss = { 1.5, 2 }, name = "x" }), '{"loss":[1.5,2],"name":"x"}')
+  T.eq(json.decode(json.encode({ v = 0.1 })).v, 0.1)
 end)
 
 T.test("steps options are checked", function()
