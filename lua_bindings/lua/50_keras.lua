@@ -522,6 +522,28 @@ local function epoch_logs(loss_m, outs, ms)
   return logs
 end
 
+-- For a strategy with its own fit loop (82_parameter_server.lua): the
+-- epoch's metrics and per-output losses from each step's targets and
+-- predictions, and the epoch's logs for its loss.
+function Model:_epoch_tracker()
+  local outs = output_losses(self)
+  for _, m in ipairs(self._metrics) do m:reset_state() end
+  return {
+    want_pred = #self._metrics > 0 or #outs > 0,
+    update = function(y, pred, w, rows) update_outputs(self._metrics, outs, y, pred, w, rows) end,
+    logs = function(loss_value)
+      local logs = epoch_logs(metrics.Mean("loss"), outs, self._metrics)
+      logs.loss = loss_value
+      return logs
+    end,
+  }
+end
+-- a batch's x and y in the model's input and output order (lists), as fit takes them
+function Model:_batch_in_order(x, y, fname)
+  local out_names = getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
+  return in_order(x, io_names(self, "inputs"), "inputs", fname), in_order(y, out_names, "outputs", fname)
+end
+
 -- Keras's class_weight: each example weighs class_weight[its class] (every
 -- class in the data must have one). Together with sample weights (sample_weight=
 -- or a dataset's third component) it is refused, as Keras 3 refuses it: the
@@ -687,10 +709,13 @@ function EpochIter:epoch()
   end
 end
 
--- a dataset's batches in order: ds:iter() (a to-be-closed iterator), or a
--- for-loop iterable (a Lua function or an object with __call)
+-- a dataset's batches in order: a Dataset's ds:iter() (a to-be-closed
+-- iterator), or a for-loop iterable (a Lua function or an object with __call,
+-- as BackupAndRestore's resumed dataset), or a Lua object's iter()
 local function open_batches(ds)
-  if type(ds) ~= "function" and type(ds.iter) == "function" then
+  local mt = type(ds) == "table" and getmetatable(ds)
+  local callable = type(ds) == "function" or (type(mt) == "table" and mt.__call ~= nil)
+  if not callable and type(ds.iter) == "function" then
     local f, s, c, closer = ds:iter()
     return function() local b = f(s, c); c = b; return b end, closer
   end
