@@ -797,7 +797,11 @@ M["Model:build"] = "model:build(input_shape)\n\nCreate the weights for inputs of
 M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
-loss (an object or a name) and the metrics for fit and evaluate, as Keras's.]]
+loss (an object or a name) and the metrics for fit and evaluate, as Keras's.
+A model of several outputs takes a loss per output (a list, or a table keyed by the
+output layers' names; one loss is used for every output), loss_weights (the same
+shapes) and metrics per output ({out_a = {"accuracy"}} or a list of lists); fit then
+logs loss, <output>_loss and <output>_<metric>, as Keras.]]
 M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
 M["Model:summary_text"] = "model:summary_text() -> the text model:summary() shows (layers, output shapes, parameters)."
 M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ...), as Keras's get_config."

@@ -631,17 +631,17 @@ end
 local function split_validation(x, y, opts)
   local vs = opts.validation_split
   if not vs or vs == 0 or opts.validation_data ~= nil then return x, y, opts end
-  if not tensor.is_tensor(x) then
+  if not is_arrays(x) then
     error("bad argument to 'fit' (validation_split is only supported for tensors, as in Keras; " ..
       "a Dataset cannot be split: pass validation_data)", 3)
   end
-  local n = x.shape[1]
+  local n = nest.rows(x)
   local split_at = math.floor(n * (1.0 - vs))
   if split_at == 0 or split_at == n then
     error(("bad argument to 'fit' (training data contains %d samples, which is not sufficient to split it into " ..
       "a validation and training set as specified by validation_split=%s)"):format(n, tostring(vs)), 3)
   end
-  local function part(t, a, b) if t == nil then return nil end return t:slice(0, a, b) end
+  local function part(t, a, b) return nest.map(t, function(u) return u:slice(0, a, b) end) end   -- each input / output
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.validation_split = nil

@@ -183,6 +183,26 @@ T.test("2 inputs, 2 outputs: x and y as lists or keyed tables train alike", func
   T.near(h.history.loss[1], h.history.out_a_loss[1] + 2 * h.history.out_b_loss[1], 1e-5, "loss = out_a + 2 out_b")
 end)
 
+T.test("several inputs and outputs: validation_split, and a subclassed model of two outputs", function()
+  local xa, xb, ya, yb = multi_data()
+  local m = multi_model()
+  -- Keras's validation_split: the last 25% of every input and output
+  local h = m:fit({ xa, xb }, { ya, yb }, { epochs = 1, batch_size = 6, validation_split = 0.25, shuffle = false, verbose = 0 })
+  local r = m:evaluate({ xa:slice(0, 18, 24), xb:slice(0, 18, 24) }, { ya:slice(0, 18, 24), yb:slice(0, 18, 24) })
+  T.near(h.history.val_loss[1], r.loss, 1e-6, "val_loss is the loss on the last 6 rows")
+  T.near(h.history.val_out_b_loss[1], r.out_b_loss, 1e-6, "val_out_b_loss")
+  -- a subclass returning two outputs, compiled with a list of losses (names output_1, output_2)
+  local Two = nn.Model:extend("TwoHeads")
+  function Two:init() self.h = nn.Dense(4, "tanh"); self.a = nn.Dense(3); self.b = nn.Dense(1) end
+  function Two:call(x) local h = self.h(x); return { self.a(h), self.b(h) } end
+  local t = Two()
+  t:compile { optimizer = optim.SGD(0.1), loss = { losses.SparseCategoricalCrossentropy { from_logits = true }, "mse" },
+    metrics = { { "accuracy" }, {} } }
+  local th = t:fit(xa, { ya, yb }, { epochs = 2, batch_size = 8, verbose = 0 })
+  T.ok(th.history.output_1_loss and th.history.output_2_loss and th.history.output_1_accuracy, "per-output keys")
+  T.near(th.history.loss[2], th.history.output_1_loss[2] + th.history.output_2_loss[2], 1e-5, "loss is their sum")
+end)
+
 T.test("several outputs: clear errors at compile and fit", function()
   local xa, xb, ya, yb = multi_data()
   local ce = losses.SparseCategoricalCrossentropy { from_logits = true }
