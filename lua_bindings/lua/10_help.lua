@@ -797,7 +797,8 @@ M["Model:build"] = "model:build(input_shape)\n\nCreate the weights for inputs of
 M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
-loss (an object or a name) and the metrics for fit and evaluate, as Keras's.
+loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
+metrics for fit and evaluate, as Keras's.
 A model of several outputs takes a loss per output (a list, or a table keyed by the
 output layers' names; one loss is used for every output), loss_weights (the same
 shapes) and metrics per output ({out_a = {"accuracy"}} or a list of lists); fit then

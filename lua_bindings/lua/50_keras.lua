@@ -172,8 +172,8 @@ doc(metrics.Accuracy, "metrics.Accuracy", "metrics.Accuracy(name): the same as S
 local function make_metric(m, loss)
   if type(m) == "table" and m.update_state then return m end
   if m == "accuracy" or m == "acc" then
-    if loss and loss.sparse then return metrics.SparseCategoricalAccuracy("accuracy") end
-    if loss and loss.name == "binary_crossentropy" then return metrics.BinaryAccuracy("accuracy") end
+    if type(loss) == "userdata" and loss.sparse then return metrics.SparseCategoricalAccuracy("accuracy") end
+    if type(loss) == "userdata" and loss.name == "binary_crossentropy" then return metrics.BinaryAccuracy("accuracy") end
     return metrics.CategoricalAccuracy("accuracy")
   end
   if m == "sparse_categorical_accuracy" then return metrics.SparseCategoricalAccuracy(m) end
@@ -412,6 +412,10 @@ function Model:compile(opts)
       local f = loss_by_name[loss]
       if not f then error(("bad argument #1 to 'compile' (unknown loss '%s')"):format(loss), 2) end
       loss = f()
+    end
+    if not is_loss(loss) and type(loss) ~= "function" then
+      error(("bad argument #1 to 'compile' (loss must be a name, a losses.* object or a function(y_true, y_pred), " ..
+        "got %s)"):format(type(loss)), 2)
     end
     if opts.loss_weights ~= nil then
       error("bad argument #1 to 'compile' (loss_weights weighs the losses of a model of several outputs; " ..

@@ -203,6 +203,23 @@ T.test("several inputs and outputs: validation_split, and a subclassed model of 
   T.near(th.history.loss[2], th.history.output_1_loss[2] + th.history.output_2_loss[2], 1e-5, "loss is their sum")
 end)
 
+T.test("a Lua function as the loss trains as the same Loss object does (Keras takes a function too)", function()
+  local x, y = rows(16, 3), rows(16, 2, 5)
+  local function make(loss)
+    local m = nn.Sequential { nn.Dense(2) }
+    m:build { 3 }
+    m:set_weights { dense_weights(3, 2, 3) }
+    m:compile { optimizer = optim.SGD(0.1), loss = loss }
+    return m, m:fit(x, y, { epochs = 2, batch_size = 8, shuffle = false, verbose = 0 })
+  end
+  local m1, h1 = make(function(yt, yp) return ((yt - yp) * (yt - yp)):mean() end)
+  local m2, h2 = make("mse")
+  near_all(h1.history.loss, h2.history.loss, 1e-6, "loss")
+  for i, w in ipairs(m1:get_weights()) do near_all(flat(w), flat(m2:get_weights()[i]), 1e-6, "weight " .. i) end
+  T.raises(function() nn.Sequential { nn.Dense(2) }:compile { loss = 3 } end,
+    "loss must be a name, a losses.* object or a function(y_true, y_pred), got number")
+end)
+
 T.test("several outputs: clear errors at compile and fit", function()
   local xa, xb, ya, yb = multi_data()
   local ce = losses.SparseCategoricalCrossentropy { from_logits = true }
