@@ -672,7 +672,11 @@ static ld_tensor *reduce_weighted(const ld_loss *l, ld_tensor *pw);
    forward under a tape, loss, gradients of every trainable variable. Raises
    on failure. On return vars/grads point into a userdata left on the stack
    (grads are new references), and lv/pred are cut from their graphs. */
-typedef struct { int n; ld_tensor **vars, **grads, *lv, *pred; } step_result;
+typedef struct {
+    int n;
+    ld_tensor **vars, **grads, *lv, *pred;
+    int pred_idx;   /* a model of several outputs: its list of predictions, at this stack index (pred NULL) */
+} step_result;
 
 /* The step's loss: with per-example weights w ([batch], or NULL), the
    weighted reduction of the per-example losses (Keras's sample_weight). */
@@ -706,30 +710,64 @@ static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
     return lb_check_tensor(L, xi);
 }
 
+/* The step's loss from compile's Lua loss (50_keras.lua: several outputs,
+   loss_weights), called under the step's tape as loss(y, pred, w) with the
+   Lua values at yi, the predictions (pred, or the list at pred_idx) and wi.
+   Returns a new reference to the scalar it gives, or NULL with the error
+   message pushed. */
+static ld_tensor *lua_step_loss(lua_State *L, int li, int yi, ld_tensor *pred, int pred_idx, int wi) {
+    lua_pushvalue(L, li);
+    lua_pushvalue(L, yi);
+    if (pred) lb_push_tensor(L, ld_tensor_retain(pred), 0);
+    else lua_pushvalue(L, pred_idx);
+    lua_pushvalue(L, wi);
+    if (lua_pcall(L, 3, 1, 0) != LUA_OK) return NULL;
+    ld_tensor *lv = lb_test_tensor(L, -1);
+    if (!lv || lv->ndim != 0) {
+        lua_pop(L, 1);
+        lua_pushstring(L, "the compiled loss must return a scalar tensor");
+        return NULL;
+    }
+    ld_tensor_retain(lv);
+    lua_pop(L, 1);
+    return lv;
+}
+
 /* x: the input of a Sequential model; NULL for a model whose forward is in
-   Lua (push_lua_call), whose input (a tensor or a list) is at stack index xi */
+   Lua (push_lua_call), whose input (a tensor or a list) is at stack index xi.
+   loss NULL: the loss is the Lua callable at stack index li, y and w the Lua
+   values at yi and wi (lists for a model of several outputs). */
 static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld_tensor *y, ld_loss *loss, int defer,
                              ld_tensor *w, step_result *r) {
+    enum { YI = 3, LI = 4, WI = 6 };   /* where train_step and _grads take y, the loss and w */
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
     int was_phase = ld_trace_phase(LD_SPAN_FORWARD);   /* the trace's phases (ld_executor.h) */
-    ld_tensor *pred;
+    ld_tensor *pred = NULL;
+    int pred_idx = 0;
     if (x) pred = ld_model_forward(m, x, 1);
     else {
         push_lua_call(L, 1);
         int st = lua_forward_p(L, 1, m, xi, 1);
-        if (st == LUA_OK && !lb_test_tensor(L, -1)) {
+        if (st == LUA_OK && !lb_test_tensor(L, -1) && loss) {
             lua_pop(L, 1);
-            lua_pushfstring(L, "model '%s' has several outputs: train it with a custom loop (GradientTape); "
-                            "compile/fit take models of one output", m->name);
+            lua_pushfstring(L, "model '%s' has several outputs: compile it with a loss per output "
+                            "(a list, or a table keyed by the output names)", m->name);
             st = LUA_ERRRUN;
         }
         if (st != LUA_OK) { ld_tape_pop(tape); ld_tape_free(tape); lua_error(L); return; }
-        pred = ld_tensor_retain(lb_test_tensor(L, -1));
-        lua_pop(L, 1);
+        if (lb_test_tensor(L, -1)) {
+            pred = ld_tensor_retain(lb_test_tensor(L, -1));
+            lua_pop(L, 1);
+        } else pred_idx = lua_gettop(L);   /* the list of outputs stays here */
     }
-    ld_tensor *lv = pred ? step_loss(loss, y, pred, w) : NULL;
+    ld_tensor *lv = NULL;
+    if (loss) lv = pred ? step_loss(loss, y, pred, w) : NULL;
+    else if (pred || pred_idx) {
+        lv = lua_step_loss(L, LI, YI, pred, pred_idx, WI);
+        if (!lv) { ld_tape_pop(tape); ld_tape_free(tape); ld_tensor_release(pred); lua_error(L); return; }
+    }
     ld_tape_pop(tape);
     int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
     ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
@@ -746,18 +784,40 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
     if (st) { ld_tensor_release(lv); ld_tensor_release(pred); luaL_error(L, "%s", ld_error()); return; }
     /* the values without their graphs: callers only read them */
     if (lv->grad_fn) { ld_node_release(lv->grad_fn); lv->grad_fn = NULL; }
-    if (pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
-    *r = (step_result){n, vars, grads, lv, pred};
+    if (pred && pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
+    for (lua_Integer i = 1; pred_idx && i <= (lua_Integer)lua_rawlen(L, pred_idx); i++) {
+        lua_rawgeti(L, pred_idx, i);
+        ld_tensor *p = lb_test_tensor(L, -1);
+        if (p && p->grad_fn) { ld_node_release(p->grad_fn); p->grad_fn = NULL; }
+        lua_pop(L, 1);
+    }
+    *r = (step_result){n, vars, grads, lv, pred, pred_idx};
+}
+
+/* the step's predictions, pushed: a tensor, or the list of a model of several outputs */
+static void push_pred(lua_State *L, const step_result *r) {
+    if (r->pred) lb_push_tensor(L, r->pred, 0);
+    else lua_pushvalue(L, r->pred_idx);
+}
+
+/* the loss at stack index 4: an ldist.Loss, or NULL for compile's Lua loss
+   (a callable: a table or a function), which takes y as any Lua value */
+static ld_loss *step_loss_arg(lua_State *L, ld_tensor **y) {
+    int t = lua_type(L, 4);
+    if ((t == LUA_TTABLE || t == LUA_TFUNCTION) && !luaL_testudata(L, 4, LOSS_MT)) { *y = NULL; return NULL; }
+    *y = lb_check_tensor(L, 3);
+    return check_loss(L, 4);
 }
 
 /* model:train_step(x, y, loss, optimizer) -> loss value, predictions
    One step in C: forward under a tape, loss, backward, update. */
 static int model_train_step(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
-    ld_loss *loss = check_loss(L, 4);
+    ld_tensor *x = lua_model_input(L, 1, 2), *y;
+    ld_loss *loss = step_loss_arg(L, &y);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
-    ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
+    ld_tensor *w = lua_isnoneornil(L, 6) || !loss ? NULL : lb_check_tensor(L, 6);
+    lua_settop(L, 6);
     if (x) build_for(L, 1, m, x);
     step_result r;
     forward_backward(L, m, x, 2, y, loss, 0, w, &r);
@@ -768,7 +828,7 @@ static int model_train_step(lua_State *L) {
     ld_tensor_release(r.lv);
     if (st) { ld_tensor_release(r.pred); return luaL_error(L, "%s", ld_error()); }
     lua_pushnumber(L, value);
-    lb_push_tensor(L, r.pred, 0);
+    push_pred(L, &r);
     return 2;
 }
 
@@ -780,16 +840,17 @@ static int model_train_step(lua_State *L) {
    collective to compute (ld_defer_weight_grads). */
 static int model_grads(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
-    ld_loss *loss = check_loss(L, 4);
-    ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
+    ld_tensor *x = lua_model_input(L, 1, 2), *y;
+    ld_loss *loss = step_loss_arg(L, &y);
+    ld_tensor *w = lua_isnoneornil(L, 6) || !loss ? NULL : lb_check_tensor(L, 6);
+    lua_settop(L, 6);
     if (x) build_for(L, 1, m, x);
     step_result r;
     forward_backward(L, m, x, 2, y, loss, lua_toboolean(L, 5), w, &r);
     lb_push_tensor(L, r.lv, 0);
     lua_createtable(L, r.n, 0);
     for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }
-    lb_push_tensor(L, r.pred, 0);
+    push_pred(L, &r);
     return 3;
 }
 

@@ -799,7 +799,12 @@ M["Model:build"] = "model:build(input_shape)\n\nCreate the weights for inputs of
 M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
-loss (an object or a name) and the metrics for fit and evaluate, as Keras's.]]
+loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
+metrics for fit and evaluate, as Keras's.
+A model of several outputs takes a loss per output (a list, or a table keyed by the
+output layers' names; one loss is used for every output), loss_weights (the same
+shapes) and metrics per output ({out_a = {"accuracy"}} or a list of lists); fit then
+logs loss, <output>_loss and <output>_<metric>, as Keras.]]
 M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
 M["Model:summary_text"] = "model:summary_text() -> the text model:summary() shows (layers, output shapes, parameters)."
 M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ...), as Keras's get_config."
@@ -809,6 +814,9 @@ M["callbacks.ProgbarLogger:set_params"] = "(the callback protocol) fit tells the
 M["callbacks.ProgbarLogger:on_epoch_begin"] = "(the callback protocol) a new bar for the epoch."
 M["callbacks.ProgbarLogger:on_train_batch_end"] = "(the callback protocol) the bar moves on, with the running means."
 M["callbacks.ProgbarLogger:on_epoch_end"] = "(the callback protocol) the bar's final line, with the epoch's logs."
+M["callbacks.History:set_params"] = "(the callback protocol) fit's params (epochs, steps, verbose) become h.params."
+M["callbacks.History:on_train_begin"] = "(the callback protocol) h.epoch starts empty for this fit; h.history keeps its lists (Keras's)."
+M["callbacks.History:on_epoch_end"] = "(the callback protocol) the epoch's logs are appended to h.history, the epoch to h.epoch."
 
 -- display, comm, progress
 M["display.html"] = "display.html(s) -> a value shown as HTML in a notebook (its text in a terminal).\n  display(display.html(\"<b>hi</b>\"))"

@@ -439,10 +439,10 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     for r = 0, n - 1 do total = total + lvs[r]:item() end
     return total
   end
-  local function predictions()
-    local parts = {}
-    for r = 0, n - 1 do parts[r + 1] = preds[r]:cpu() end
-    return tensor.concat(parts, 0)
+  local function predictions()   -- a tensor, or a list per output (ldist._nest, 50_keras.lua)
+    local nest, parts = ldist._nest, {}
+    for r = 0, n - 1 do parts[r + 1] = nest.map(preds[r], function(t) return t:cpu() end) end
+    return nest.concat(parts)
   end
   return loss_value, want_pred ~= false and predictions or nil
 end

@@ -431,9 +431,10 @@ function MW:_reduce_gradients(grads, vars)
 end
 
 ---------------------------------------------------------------- Keras fit under the strategy
+local nest = ldist._nest
 local function sync_model(self, model, x)
   if model._mw_synced == self then return end
-  if not model.built then
+  if not model.built and tensor.is_tensor(x) then   -- a model of several inputs is Functional: built
     local shape = {}
     for d = 2, x.ndim do shape[d - 1] = x.shape[d] end
     model:build(shape)
@@ -453,10 +454,11 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   if loc and rawequal(loc.x, x) then
     xl, yl, wl, gb = x, y, w, loc.gb   -- already this worker's part (a distributed dataset)
   else
-    rows = x.ndim > 0 and x.shape[1] or 1
+    -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+    rows = nest.rows(x)
     lo, hi = share(rows, n, r)
-    xl, yl, gb = x:slice(0, lo, hi), y:slice(0, lo, hi), rows
-    wl = w ~= nil and w:slice(0, lo, hi) or nil
+    local function mine(t) return t:slice(0, lo, hi) end
+    xl, yl, wl, gb = nest.map(x, mine), nest.map(y, mine), nest.map(w, mine), rows
   end
   self._last_batch, self._last = gb, setmetatable({ model = model }, { __mode = "v" })
   if self._tracing then self:_trace_step(); self._paths.fit = true end
@@ -480,11 +482,14 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   for i, g in ipairs(grads) do list[i] = g end
   local full
   if rows then
-    local shape = { rows }
-    for d = 2, pred.ndim do shape[d] = pred.shape[d] end
-    full = tensor.zeros(shape)
-    if hi > lo then full:slice(0, lo, hi):assign(pred:cpu()) end
-    list[#list + 1] = full
+    full = nest.map(pred, function(p)
+      local shape = { rows }
+      for d = 2, p.ndim do shape[d] = p.shape[d] end
+      local f = tensor.zeros(shape)
+      if hi > lo then f:slice(0, lo, hi):assign(p:cpu()) end
+      list[#list + 1] = f
+      return f
+    end)
   end
   local lvc = lv:cpu():contiguous()
   list[#list + 1] = lvc

@@ -229,7 +229,7 @@ end
 
 ---------------------------------------------------------------- shipping functions, models
 local describe_model = function(model) return distribute._describe_model(model, false) end
-local build_model, build_loss = distribute._build_model, distribute._build_loss
+local build_model = distribute._build_model
 local build_optimizer = distribute._build_optimizer
 
 -- ps training always has several processes: a secret is required
@@ -621,6 +621,7 @@ function W:train_step(it, fit, with_pred)
   local b = type(it) == "function" and it() or it
   local t1 = tr and ldist.clock()
   local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
+  x, y = self.model:_batch_in_order(x, y, "fit")   -- lists, for a model of several inputs or outputs
   self:pull()
   local t2 = tr and ldist.clock()
   local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)   -- forward, backward: recorded on cpu:0
@@ -639,8 +640,10 @@ function W:train_step(it, fit, with_pred)
     for _, s in ipairs(D.trace_take("cpu:0")) do tr[#tr + 1] = s end   -- forward, backward (between t2 and t3)
   end
   if not fit then return lv:item() end
-  local rows = x.ndim > 0 and x.shape[1] or 1
-  if with_pred then return lv:item(), rows, y:cpu(), pred:cpu() end
+  local nest = ldist._nest
+  local rows = nest.rows(x)
+  local function cpu(t) return t:cpu() end
+  if with_pred then return lv:item(), rows, nest.map(y, cpu), nest.map(pred, cpu), nest.map(w, cpu) end
   return lv:item(), rows
 end
 
@@ -672,7 +675,12 @@ local function worker_serve(me, main, ps, timeout)
         local okj, res = xpcall(function()
           if ty == "setup" then
             self.model = build_model(m.model)
-            self.loss = build_loss(m.loss)
+            -- compile's loss (one per output for a model of several): the
+            -- optimizer is the parameter servers', this one is never used
+            local args = ldist.nn._compile_args(self.model, m.compile)
+            args.optimizer = "sgd"
+            self.model:compile(args)
+            self.loss = self.model._loss
             -- the coordinator's random generator: dropout draws what one process would
             if m.rng then tensor.set_rng_state(m.rng) end
             self.by_ps = {}

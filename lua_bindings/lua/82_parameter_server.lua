@@ -122,7 +122,7 @@ function PS:_place(model, x)
   local got = self:_ask(reqs, "init_ok")
   self.restored = got[1].restored
   self.restored_optimizer = got[1].slots
-  local spec = { model = describe_model(model), loss = ldist.losses._config(model._loss), layout = layout,
+  local spec = { model = describe_model(model), compile = nn._describe_compile(model), layout = layout,
     rng = tensor.get_rng_state() }
   self._layout = layout
   self._model = model
@@ -583,11 +583,11 @@ function PS:_fit(model, x, y, opts)
   local pwd = coord:create_per_worker_dataset(ds)
   local epochs = opts.epochs or 1
   local verbose = opts.verbose == nil and 1 or opts.verbose
-  local history = {}
+  local history, done_epochs = {}, {}
   local callbacks = opts.callbacks or {}
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then
-    val = data.Dataset.from_tensor_slices({ val[1], val[2] }):batch(opts.batch_size or 32)
+  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
+    val = nn.Model._as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
   local function record(k, v) history[k] = history[k] or {}; table.insert(history[k], v) end
   model.stop_training = false
@@ -597,27 +597,26 @@ function PS:_fit(model, x, y, opts)
     -- callbacks number epochs from 0, as Keras's
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e - 1, model) end end
     local rvs = {}
-    local with_pred = #model._metrics > 0
+    local tracker = model:_epoch_tracker()
+    local with_pred = tracker.want_pred
     local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
     for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
     coord:join()
     -- the training metrics, from each step's labels and predictions (the
     -- weights that step read), as Keras's running metrics
-    for _, m in ipairs(model._metrics) do m:reset_state() end
     -- the epoch's loss: the mean over its examples, as one process reports it
     local sum, rows = 0, 0
     for k = 1, steps do
-      local l, n, yb, pred = rvs[k]:fetch()
+      local l, n, yb, pred, wb = rvs[k]:fetch()
       sum, rows = sum + l * n, rows + n
       self._last_batch = n
-      for _, m in ipairs(model._metrics) do m:update_state(yb, pred) end
+      if with_pred then tracker.update(yb, pred, wb, n) end
     end
-    local logs = { loss = rows > 0 and sum / rows or 0 }
-    for _, m in ipairs(model._metrics) do logs[m.name] = m:result() end
+    local logs = tracker.logs(rows > 0 and sum / rows or 0)
     if self._checkpoint_dir then self:checkpoint() end
     if val then
       self:_fetch_into(model)
-      local r = model:evaluate(val, { verbose = 0 })
+      local r = model:_evaluate_batches(val, opts.validation_steps)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for k, v in pairs(logs) do record(k, v) end
@@ -628,14 +627,15 @@ function PS:_fit(model, x, y, opts)
       print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
     end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e - 1, logs, model) end end
+    done_epochs[#done_epochs + 1] = e - 1
     if model.stop_training then break end
   end
   self:_fetch_into(model)
   -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
   ldist.optim._set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(model) end end
-  model.history = history
-  return history
+  model.history = ldist.callbacks._History._of(history, { epochs = epochs, steps = steps, verbose = verbose }, done_epochs)
+  return model.history
 end
 
 ---------------------------------------------------------------- watching it: traces

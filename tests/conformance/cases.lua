@@ -952,4 +952,72 @@ add { name = "fit_text_lines", also = { "ps", "mw_local" }, run = function(S)
   return put_weights({ loss_final = h.loss[#h.loss] }, model)
 end }
 
+-- Issue 26, item 1: Keras's EpochIterator. steps_per_epoch on a repeated
+-- dataset reads on across epochs (batches 16, 16, 8 of 40 rows, 2 steps an
+-- epoch: epoch 2 starts at the 8-row batch); each validation reads its first
+-- validation_steps batches; evaluate(steps=) stops a repeated dataset. The
+-- default strategy checks the weights against plain train_steps over the
+-- batches Keras would read (tests/lua/test_fit_keras.lua has Keras's numbers).
+add { name = "fit_steps_repeat", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(40, { 8 }, 4)
+  local xv, yv = make_data(30, { 8 }, 4, 12)
+  local model = make_model(S, "mlp", "sgd", true)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(16):repeat_()
+  local vds = data.Dataset.from_tensor_slices(xv, yv):batch(12):repeat_()
+  local h = model:fit(ds, { epochs = 3, steps_per_epoch = 2, verbose = 0, validation_data = vds, validation_steps = 2 })
+  check(#h.history.loss == 3 and #h.history.val_loss == 3, "3 epochs of loss and val_loss expected")
+  check(h.params.steps == 2 and h.epoch[3] == 2, "the History's params and epochs")
+  local out = put_weights({ loss_final = h.loss[3], val_loss_final = h.val_loss[3],
+    eval3 = model:evaluate(vds, { steps = 3 }).loss }, model)
+  if S.kind == "default" then
+    tensor.seed(7)
+    local ref = MODELS.mlp.make()
+    local opt, loss = OPTIMIZERS.sgd(), sparse_ce()
+    local function rows_(a, b) return x:slice(0, a, b), y:slice(0, a, b) end
+    for _, r in ipairs { { 0, 16 }, { 16, 32 }, { 32, 40 }, { 0, 16 }, { 16, 32 }, { 32, 40 } } do
+      local bx, by = rows_(r[1], r[2])
+      ref:train_step(bx, by, loss, opt)
+    end
+    for i, v in ipairs(ref.trainable_variables) do
+      local d = (v - model.trainable_variables[i]):abs():max():item()
+      check(d < 1e-5, "weight %d differs by %g from 6 steps over batches 1, 2, 3, 1, 2, 3", i, d)
+    end
+  end
+  return out
+end }
+
+-- Issue 26, item 2: a Functional model of 2 inputs and 2 outputs trained by
+-- fit on nested elements ({xa, xb}, {ya, yb}): a loss per output,
+-- loss_weights, a metric on one output, validation data as lists (Keras's
+-- numbers for such a model are in tests/lua/test_fit_keras.lua).
+add { name = "fit_multi_io", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(48, { 8 }, 4)
+  local xa, xb = x:slice(1, 0, 5):contiguous(), x:slice(1, 5, 8):contiguous()
+  local yb = x:slice(1, 0, 2):sum(1):reshape { 48, 1 }
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    local ia, ib = nn.Input { shape = { 5 }, name = "xa" }, nn.Input { shape = { 3 }, name = "xb" }
+    local h = nn.Dense(12, { activation = "tanh" })(nn.Concatenate()({ ia, ib }))
+    model = nn.Model { inputs = { ia, ib },
+      outputs = { nn.Dense(4, { name = "cls" })(h), nn.Dense(1, { name = "reg" })(h) } }
+    model:compile { optimizer = optim.SGD { learning_rate = 0.05, momentum = 0.9 },
+      loss = { cls = sparse_ce(), reg = "mse" }, loss_weights = { cls = 1, reg = 0.5 },
+      metrics = { cls = { "accuracy" } } }
+  end)
+  local ds = data.Dataset.from_tensor_slices({ { xa, xb }, { y, yb } }):batch(16)
+  local h = model:fit(ds, { epochs = 4, verbose = 0, steps_per_epoch = 3,   -- 48 rows: the whole data (ps needs it)
+    validation_data = { { xa:slice(0, 0, 20), xb:slice(0, 0, 20) }, { y:slice(0, 0, 20), yb:slice(0, 0, 20) } } })
+  for _, k in ipairs { "loss", "cls_loss", "reg_loss", "cls_accuracy", "val_loss", "val_cls_loss", "val_reg_loss",
+      "val_cls_accuracy" } do
+    check(h.history[k] and #h.history[k] == 4, "the history has no %s for each epoch", k)
+  end
+  check(h.loss[4] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[4])
+  local p = model:predict({ xa = xa:slice(0, 0, 6), xb = xb:slice(0, 0, 6) })
+  local out = put_weights({ loss = h.loss[4], cls_loss = h.cls_loss[4], reg_loss = h.reg_loss[4],
+    cls_accuracy = h.cls_accuracy[4], val_loss = h.val_loss[4], val_reg_loss = h.val_reg_loss[4],
+    p_cls = p[1]:cpu():sum():item(), p_reg = p[2]:cpu():sum():item() }, model)
+  return out
+end }
+
 return cases

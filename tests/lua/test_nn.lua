@@ -147,7 +147,17 @@ T.test("learning-rate schedules", function()
 end)
 
 T.test("optimizer errors", function()
-  T.raises(function() return optim.SGD{learning_rate = -1} end, "learning_rate must be positive")
+  T.raises(function() return optim.SGD{learning_rate = -1} end, "learning_rate must be zero or positive")
+  -- Keras takes a rate of 0: the steps run (iterations count them) and leave the weights
+  for _, make in ipairs { optim.SGD, optim.Adam } do
+    local m0 = nn.Sequential { nn.Dense(2) }
+    m0:compile { optimizer = make(0), loss = "mse" }
+    m0:build { 3 }
+    local before = m0:get_weights()
+    m0:fit(tensor.ones(4, 3), tensor.zeros(4, 2), { epochs = 2, batch_size = 2, verbose = 0 })
+    T.eq(m0._optimizer.iterations, 4, "rate 0: the steps still count")
+    for i, w in ipairs(m0:get_weights()) do T.eq((w - before[i]):abs():max():item(), 0, "rate 0 leaves weight " .. i) end
+  end
   T.raises(function() optim.SGD():apply_gradients({tensor.new{1, 2}}, {tensor.Variable{1}}) end, "gradient 1 has shape 2")
   T.raises(function() optim.SGD():apply_gradients({tensor.new{1}}, {}) end, "1 gradients for 0 variables")
 end)
