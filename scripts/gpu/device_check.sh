@@ -4,17 +4,20 @@
 # carried as build/gpu-bundle), `make test-gpu`, `make bench-gpu` and the
 # many-core CPU bench `make bench-cores`, each under its own time limit, and
 # writes each log to $OUT (or build/device-check) for the README's tables.
-#   DEVICE_CHECK_PARTS="test bench cores"   which parts, in this order
+#   DEVICE_CHECK_PARTS="test conf bench cores"   which parts, in this order
+#   (conf: the conformance matrix's default, one_gpu and mirrored_gpus columns)
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-build/device-check}; mkdir -p "$out"
-parts=${DEVICE_CHECK_PARTS:-test bench cores}
+parts=${DEVICE_CHECK_PARTS:-test conf bench cores}
 { date -u; nproc; lscpu | grep -E 'Model name|Flags' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
 cat "$out/machine.txt" | head -5
 for p in $parts; do
   case $p in
-    test)  limit=${T_TEST:-150}; cmd=(make test-gpu) ;;
-    bench) limit=${T_BENCH:-200}; cmd=(env LDIST_BENCH_QUICK=1 make bench-gpu) ;;
-    cores) limit=${T_CORES:-240}; cmd=(make bench-cores) ;;
+    test)  limit=${T_TEST:-100}; cmd=(make test-gpu) ;;
+    conf)  limit=${T_CONF:-110}; cmd=(env CONFORMANCE_STRATEGIES="default one_gpu mirrored_gpus" CONFORMANCE_ONE_PROCESS=1
+             CONFORMANCE_BUDGET=50 bash -c 'LDIST_BIN=$LDIST exec bash tests/dist/test_conformance.sh') ;;
+    bench) limit=${T_BENCH:-160}; cmd=(env LDIST_BENCH_QUICK=1 make bench-gpu) ;;
+    cores) limit=${T_CORES:-200}; cmd=(env BENCH_CORES_QUICK=${BENCH_CORES_QUICK:-1} make bench-cores) ;;
     *) echo "device_check: unknown part $p"; continue ;;
   esac
   echo "== $p: ${cmd[*]} (limit ${limit} s)"
