@@ -357,9 +357,37 @@ static char blas_error[512];
 static int small_gemm;   /* ld_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
+/* OpenBLAS's DYNAMIC_ARCH picks its kernels from the processor's model
+   number. A model newer than the library (Debian 12 ships 0.3.21), or one a
+   hypervisor masks ("Intel(R) Xeon(R) Processor"), falls back to its
+   Prescott SSE kernels: on the 16-core Xeon of the GPU machine every product
+   OpenBLAS ran went at about 17 GFLOP/s a core, a fifth of the AVX-512
+   kernels' rate. Unless the user names a kernel family (OPENBLAS_CORETYPE),
+   ldist names it from the instruction sets the processor and the OS offer:
+   the same families OpenBLAS gives the models it knows (its single-precision
+   products are the same in SkylakeX, Cooperlake and SapphireRapids). */
+const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd) {
+    if (avx512) return "SkylakeX";
+    if (avx2_fma) return amd ? "Zen" : "Haswell";
+    return NULL;   /* older processors: OpenBLAS's own choice */
+}
+
+static char blas_note[320];
+
 static void blas_load(void) {
     small_gemm = !getenv("LDIST_NO_SMALL_GEMM");
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    const char *user_core = getenv("OPENBLAS_CORETYPE"), *set_core = NULL;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!(user_core && *user_core) && !(getenv("LDIST_BLAS") && *getenv("LDIST_BLAS"))) {
+        __builtin_cpu_init();
+        int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+        int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        set_core = ld_blas_coretype_for(avx512, avx2, __builtin_cpu_is("amd"));
+        if (set_core) setenv("OPENBLAS_CORETYPE", set_core, 1);
+    }
+#endif
     const char *names[] = {"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                            "libopenblas.so", "libblas.so.3"};
     const char *chosen = getenv("LDIST_BLAS");
@@ -383,6 +411,16 @@ static void blas_load(void) {
     }
     void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
     if (set_threads) set_threads(1);
+    /* read by OpenBLAS as it loaded: processes this one starts choose again */
+    if (set_core) unsetenv("OPENBLAS_CORETYPE");
+    char *(*corename)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
+    char *(*config)(void) = (char *(*)(void))dlsym(h, "openblas_get_config");
+    if (corename && config)
+        snprintf(blas_note, sizeof blas_note, "%.160s; %.40s kernels (%s)", config(), corename(),
+                 set_core ? "named by ldist from the processor's instruction sets; OPENBLAS_CORETYPE overrides"
+                 : user_core && *user_core ? "OPENBLAS_CORETYPE" : "OpenBLAS's own choice");
+    else
+        snprintf(blas_note, sizeof blas_note, "%.200s", chosen && *chosen ? chosen : "a BLAS library (not OpenBLAS)");
     blas_sgemm_ptr = (sgemm_fn)dlsym(h, "cblas_sgemm");
     if (!blas_sgemm_ptr)
         snprintf(blas_error, sizeof blas_error, "matrix products need cblas_sgemm, which %.200s lacks",
@@ -393,6 +431,8 @@ static sgemm_fn blas_sgemm(void) {
     pthread_once(&blas_once, blas_load);
     return blas_sgemm_ptr;
 }
+
+const char *ld_cpu_blas_describe(void) { return blas_sgemm() ? blas_note : blas_error; }
 
 int ld_device_can_gemm(const ld_device *d) {
     if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */

@@ -97,6 +97,12 @@ int ld_cpu_process_cores(int *ids, int max);
 void ld_cpu_local_process(int *rank, int *size);
 /* One line: the process's cores, how they were split, what is pinned. */
 const char *ld_cpu_split_describe(void);
+/* The BLAS library behind CPU products and its kernels ("OpenBLAS 0.3.21 ...;
+   SkylakeX kernels (...)"), or why there is none; opens it if not yet open. */
+const char *ld_cpu_blas_describe(void);
+/* The OpenBLAS kernel family ldist names for a processor with these
+   instruction sets (OPENBLAS_CORETYPE), or NULL: leave it to OpenBLAS. */
+const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd);
 /* While on (per thread), the tensors this thread allocates on a logical CPU
    device are outputs of kernels queued to that device, never written from
    the host: they may get a block freed a moment ago whose old kernels are

@@ -37,7 +37,9 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "or its share when several processes of one job run on this host: ldist launch,\n" ..
   "LocalCluster, mpirun, srun), local_rank and local_size (its place among those\n" ..
   "processes), devices[i] = {name, threads, cores, pinned} for each logical CPU device,\n" ..
-  "and text, one line saying all that. LDIST_NUM_THREADS sets the thread count instead\n" ..
+  "text, one line saying all that, and blas, the BLAS library behind CPU products and\n" ..
+  "the kernels it runs (ldist names OpenBLAS's kernel family from the processor's\n" ..
+  "instruction sets unless OPENBLAS_CORETYPE does). LDIST_NUM_THREADS sets the thread count instead\n" ..
   "(nothing is pinned then); LDIST_CPU_PIN=0 turns pinning off; LDIST_CPU_CORES=N\n" ..
   "pretends N cores (to try a split)."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
