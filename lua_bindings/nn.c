@@ -805,8 +805,7 @@ static int model_save_weights(lua_State *L) {
     for (int i = 0; i < n; i++) names[i] = lua_pushfstring(L, "%d/%s", i, v[i]->name ? v[i]->name : "var");
     const char *meta[] = {"format", "ldist", "model", m->name};
     if (ld_save_safetensors(path, n, names, v, 2, meta)) return lb_engine_error(L, 2);
-    lua_settop(L, 1);
-    return 1;
+    return 0;   /* Keras returns None: nothing to echo at the prompt */
 }
 
 /* load_weights' check of a file's header against the model, made before any
@@ -879,8 +878,7 @@ static int model_load_weights(lua_State *L) {
             snprintf(err, sizeof err, "weight %d (%s): %s", i, w.v[i]->name ? w.v[i]->name : "", ld_error());
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
-    lua_settop(L, 1);
-    return 1;
+    return 0;   /* as save_weights: nothing to echo */
 }
 
 /* every weight (trainable or not: which = -1), the trainable ones (1) or the others (0) */

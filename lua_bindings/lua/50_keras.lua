@@ -222,7 +222,7 @@ function Model:compile(opts)
     end
     d._on_model_created(self)
   end
-  return self
+  -- nothing returned, as Keras: the prompt echoes nothing
 end
 
 local function check_compiled(self, what)

@@ -96,6 +96,7 @@ end
 local Timeline = { __name = "ldist.Timeline" }
 Timeline.__index = Timeline
 distribute.TimelineClass = Timeline
+ldist.internal(distribute, "TimelineClass")
 
 -- keep what opts.steps selects; compute the steps' extents, waits, kinds
 local function prepare(desc, opts)

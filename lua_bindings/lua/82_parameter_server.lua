@@ -18,6 +18,7 @@ PS.__tostring = function(s)
   return ("<ParameterServerStrategy: %d workers, %d ps>"):format(s._cl.workers, s._cl.num_ps)
 end
 distribute.ParameterServerStrategyClass = PS
+ldist.internal(distribute, "ParameterServerStrategyClass")
 
 function distribute.ParameterServerStrategy(cluster, opts)
   if type(cluster) == "table" and getmetatable(cluster) ~= PSCluster and opts == nil and not cluster.cluster then
@@ -791,7 +792,7 @@ function PS:explain()
   local st = self._trace and not self._tracing and self:trace_summary()
   out[#out + 1] = "5. Meanwhile the other workers have pushed too: a gradient is applied to weights newer than it was " ..
     "computed on (its staleness)" .. (st and (" - in the trace, %.2f updates on average, at most %d."):format(st.mean_staleness, st.max_staleness) or ".")
-  return table.concat(out, "\n")
+  return ldist.text(table.concat(out, "\n"))
 end
 
 ---------------------------------------------------------------- documentation
@@ -831,6 +832,6 @@ doc(PS.trace_summary, "ParameterServerStrategy:trace_summary",
   "bandwidth) and the pushes' staleness; fields compute, wait, communication, bytes, pushes,\n" ..
   "mean_staleness, max_staleness, per_task.")
 doc(PS.explain, "ParameterServerStrategy:explain",
-  "strategy:explain() -> text: one asynchronous step narrated with this run's numbers.")
+  "strategy:explain() -> Text: one asynchronous step narrated with this run's numbers.")
 doc(Coord.timeline, "ClusterCoordinator:timeline", "coordinator:timeline(opts): the strategy's timeline (strategy:trace(true) records).")
 doc(Coord.trace_summary, "ClusterCoordinator:trace_summary", "coordinator:trace_summary(): the strategy's trace summary.")
