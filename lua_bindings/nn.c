@@ -657,10 +657,13 @@ static int model_build(lua_State *L) {
     return 1;
 }
 
+/* model:summary_text([width]): width defaults to 80 columns */
 static int model_summary_text(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    char buf[8192];
-    ld_model_summary(m, buf, sizeof buf);
+    lua_Integer width = luaL_optinteger(L, 2, 80);
+    luaL_argcheck(L, width >= 40 && width <= 1000, 2, "width must be 40 to 1000 columns");
+    char buf[16384];
+    ld_model_summary(m, buf, sizeof buf, (int)width);
     lua_pushstring(L, buf);
     return 1;
 }

@@ -57,18 +57,19 @@ function ldist.width()
   return (cols and cols >= 20) and math.floor(cols) or 80
 end
 
--- ldist.wrap(text, width) -> text with every line longer than width broken
--- at spaces. A continuation is indented as its line's text (a list
--- "  name  summary" continues under the summary); a prose line's overflow
--- joins the next line of its paragraph instead of standing alone; a word
--- longer than the room left is cut, the one case without a space.
+-- ldist.wrap(text, width, paragraphs) -> text with every line longer than
+-- width broken at spaces. A continuation is indented as its line's text (a
+-- list "  name  summary" continues under the summary); with `paragraphs`, a
+-- prose line's overflow joins the next line of its paragraph instead of
+-- standing alone (help text); a word longer than the room left is cut, the
+-- one case without a space.
 local function ulen(s) return utf8.len(s) or #s end
 local function usub(s, i, j)   -- characters i..j (1-based; j may be nil)
   local a = utf8.offset(s, i) or (#s + 1)
   local b = j and ((utf8.offset(s, j + 1) or (#s + 1)) - 1) or #s
   return s:sub(a, b)
 end
-function ldist.wrap(text, width)
+function ldist.wrap(text, width, paragraphs)
   width = math.max(width or ldist.width(), 20)
   local lines = {}
   for line in (tostring(text) .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
@@ -100,7 +101,7 @@ function ldist.wrap(text, width)
         end
       end
       local nxt = lines[i + 1]
-      if not col and nxt and nxt:match("%S") and #nxt:match("^%s*") == lead and not nxt:match("^%s*[-*%d]")
+      if paragraphs and not col and nxt and nxt:match("%S") and #nxt:match("^%s*") == lead and not nxt:match("^%s*[-*%d]")
           and not line:match("^%s*[%w_.:]+%(.*%)%s*$") then
         lines[i + 1] = rest .. " " .. nxt:gsub("^%s+", "")   -- the paragraph goes on
       else
@@ -118,7 +119,7 @@ end
 function ldist.page(text)
   local cols, rows = nil, nil
   if ldist.termsize then cols, rows = ldist.termsize() end
-  text = ldist.wrap(text, ldist.width())
+  text = ldist.wrap(text, ldist.width(), true)
   local tty = ldist.isatty and ldist.isatty(io.stdout) and ldist.isatty(0)
   if tty and rows and select(2, text:gsub("\n", "")) + 1 >= rows then
     local pager = os.getenv("PAGER")
@@ -144,10 +145,11 @@ the string, and string methods work on it (t:find("x")).]])
 ldist.document(ldist.width, "ldist.width", [[
 ldist.width() -> columns
 The width printed text may use: the terminal's, else $COLUMNS, else 80.]])
-ldist.document(ldist.wrap, "ldist.wrap", [[
-ldist.wrap(text [, width]) -> text
+ldist.document(ldist.wrap, "ldist.wrap", [==[
+ldist.wrap(text [, width [, paragraphs]]) -> text
 Break every line longer than width (ldist.width()) at spaces; continuation
-lines are indented as the line's text.]])
+lines are indented as the line's text; with paragraphs, an overflow joins
+the next line of its paragraph.]==])
 ldist.document(ldist.page, "ldist.page", [[
 ldist.page(text)
 Print text wrapped to the terminal; when it is longer than the terminal and
@@ -933,7 +935,7 @@ model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
 loss (an object or a name) and the metrics for fit and evaluate, as Keras's.]]
 M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
-M["Model:summary_text"] = "model:summary_text() -> the text model:summary() shows (layers, output shapes, parameters)."
+M["Model:summary_text"] = "model:summary_text([width]) -> the text model:summary() shows (layers, output shapes, parameters), at most width columns (80)."
 M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ...), as Keras's get_config."
 M["metrics.CategoricalAccuracy"] = "metrics.CategoricalAccuracy([name])\n\nHow often argmax(predictions) equals argmax(one-hot labels)."
 M["metrics.BinaryAccuracy"] = "metrics.BinaryAccuracy([name])\n\nHow often (prediction > 0.5) equals the 0/1 label."

@@ -598,7 +598,7 @@ Summary.__tostring = function(s) return s.text end
 local function html_escape(x) return (x:gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
 function Summary.__mimebundle(s)
   local rows = {}
-  for line in s.text:gmatch("[^\n]+") do
+  for line in (s.wide or s.text):gmatch("[^\n]+") do
     local name, shape, params = line:match("^(%S+ %b())%s+(%(.-%)%S*)%s+(%d+)$")
     if not name then name, shape, params = line:match("^(%S+ %b())%s+(%?)%s+(%d+)$") end
     if name then
@@ -645,7 +645,10 @@ doc(Model.set_weights, "Model:set_weights", "model:set_weights(list)\n\nWrite th
   "copy gets them (Keras's set_weights).")
 
 function Model:summary()
-  local s = setmetatable({ text = self:summary_text() }, Summary)
+  -- the terminal's width (80 when unknown); the notebook's table reads the
+  -- one-line-per-layer text of a wide one
+  local s = setmetatable({ text = self:summary_text(ldist.width and ldist.width() or 80), wide = self:summary_text(1000) },
+    Summary)
   if ldist.display then ldist.display(s) else io.write(s.text) end
 end
 doc(Model.summary, "Model:summary", "model:summary()\n\nShow the layers, their output shapes and parameter counts\n" ..

@@ -594,27 +594,34 @@ function PS:_fit(model, x, y, opts)
   model.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(model) end end
   for e = (opts.initial_epoch or 0) + 1, epochs do
-    local t0 = ldist.clock()
     -- callbacks number epochs from 0, as Keras's
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e - 1, model) end end
+    -- the progress bar every strategy's fit shows (ldist.progress), live
+    -- as the steps come back
+    local bar = verbose ~= 0 and ldist.progress and ldist.progress.new { total = steps, title = ("Epoch %d/%d"):format(e, epochs) }
     local rvs = {}
     local with_pred = #model._metrics > 0
     local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
     for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
-    coord:join()
     -- the training metrics, from each step's labels and predictions (the
     -- weights that step read), as Keras's running metrics
     for _, m in ipairs(model._metrics) do m:reset_state() end
     -- the epoch's loss: the mean over its examples, as one process reports it
     local sum, rows = 0, 0
+    local function running()
+      local logs = { loss = rows > 0 and sum / rows or 0 }
+      for _, m in ipairs(model._metrics) do logs[m.name] = m:result() end
+      return logs
+    end
     for k = 1, steps do
-      local l, n, yb, pred = rvs[k]:fetch()
+      local l, n, yb, pred = rvs[k]:fetch()   -- in order: steps finish about in order
       sum, rows = sum + l * n, rows + n
       self._last_batch = n
       for _, m in ipairs(model._metrics) do m:update_state(yb, pred) end
+      if bar then bar:update(k, running()) end
     end
-    local logs = { loss = rows > 0 and sum / rows or 0 }
-    for _, m in ipairs(model._metrics) do logs[m.name] = m:result() end
+    coord:join()
+    local logs = running()
     if self._checkpoint_dir then self:checkpoint() end
     if val then
       self:_fetch_into(model)
@@ -622,12 +629,7 @@ function PS:_fit(model, x, y, opts)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for k, v in pairs(logs) do record(k, v) end
-    if verbose ~= 0 then
-      local parts = {}
-      for k, v in pairs(logs) do parts[#parts + 1] = ("%s %.4f"):format(k, v) end
-      table.sort(parts)
-      print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
-    end
+    if bar then bar:finish(logs) end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e - 1, logs, model) end end
     if model.stop_training then break end
   end

@@ -30,7 +30,7 @@ end)
 T.test("help text wraps at words within the width", function()
   for _, width in ipairs({ 80, 60 }) do
     for _, what in ipairs({ distribute, nn, tensor, ldist.progress }) do
-      local text = ldist.wrap(ldist.doc_text(what), width)
+      local text = ldist.wrap(ldist.doc_text(what), width, true)
       for line in text:gmatch("[^\n]+") do
         T.ok(utf8.len(line) <= width, ("%d > %d: %s"):format(utf8.len(line), width, line))
       end
@@ -39,7 +39,7 @@ T.test("help text wraps at words within the width", function()
   -- words stay whole: every word of the text is still there, in order
   local src = ldist.doc_text(distribute)
   local words = {}
-  for w in ldist.wrap(src, 60):gmatch("%S+") do words[#words + 1] = w end
+  for w in ldist.wrap(src, 60, true):gmatch("%S+") do words[#words + 1] = w end
   local k = 0
   for w in src:gmatch("%S+") do k = k + 1; T.eq(words[k], w) end
 end)
