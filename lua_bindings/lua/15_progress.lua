@@ -139,9 +139,9 @@ local function ulen(s) return utf8.len(s) or #s end
 
 -- progress.lines(state, {unicode=, width=}, columns) -> the lines a bar
 -- shows in `columns` (ldist.width() when nil): one line when it fits,
--- narrowing the bar first, then dropping the rate, then single spaces;
--- never a number. When the values cannot share the line, they go on the
--- lines below it, two spaces in, as many per line as fit.
+-- narrowing the bar (to 5 cells), then with single spaces; never a number.
+-- When the values cannot share the line, they go on the lines below it,
+-- two spaces in, as many per line as fit.
 function progress.lines(state, opts, n)
   opts = opts or {}
   n = n or (ldist.width and ldist.width()) or 80
@@ -150,20 +150,20 @@ function progress.lines(state, opts, n)
     return progress.format(state, { unicode = opts.unicode, width = w, no_rate = no_rate, sep = sep })
   end
   for _, sep in ipairs({ "  ", " " }) do
-    for _, no_rate in ipairs({ false, true }) do
-      local line = line_with(bw, no_rate, sep)
-      local over = ulen(line) - n
-      if over <= 0 then return { line } end
-      if state.total and bw - over >= 5 then return { line_with(bw - over, no_rate, sep) } end
-    end
+    local line = line_with(bw, false, sep)
+    local over = ulen(line) - n
+    if over <= 0 then return { line } end
+    if state.total and bw - over >= 5 then return { line_with(bw - over, false, sep) } end
   end
-  -- the head on its line (its bar as wide as fits, none below 5), the values below
-  local function head_line(w)
-    return table.concat((pieces(state, { unicode = opts.unicode, width = w, no_rate = true })), " ")
+  -- the head on its line (its bar as wide as fits, none below 5; the rate
+  -- only when the line holds it), the values below
+  local function head_line(w, no_rate)
+    return table.concat((pieces(state, { unicode = opts.unicode, width = w, no_rate = no_rate })), " ")
   end
-  local head = head_line(0)
+  local no_rate = ulen(head_line(0, false)) > n
+  local head = head_line(0, no_rate)
   local room = n - ulen(head) - 3            -- a separator and the bar's two ends
-  if state.total and room >= 5 then head = head_line(math.min(bw, room)) end
+  if state.total and room >= 5 then head = head_line(math.min(bw, room), no_rate) end
   if ulen(head) > n then head = head:sub(1, (utf8.offset(head, n + 1) or (n + 1)) - 1) end
   local out, cur = { head }, nil
   local _, vals = pieces(state, opts)
@@ -333,8 +333,8 @@ bar's (0: none).]]
 ldist.docs[progress.lines] = [[
 ldist.progress.lines(state, {unicode = false, width = 30}, columns) -> {line, ...}
 What a bar shows in `columns` (ldist.width() when nil): one line when it
-fits, with a narrower bar, no rate, single spaces; otherwise the values go
-on the lines below. Numbers are never cut.]]
+fits, with a narrower bar, single spaces; otherwise the values go on the
+lines below. Numbers are never cut.]]
 ldist.docs[progress] = [[
 progress bars (model:fit uses them): progress.new{total=, title=}, progress.style
 ldist.progress.new{total = N, title = "..."} makes a bar (bar:update, bar:finish).

@@ -89,18 +89,44 @@ def test_fit_progress_fits_and_keeps_every_number(term):
         assert re.search(r"\b%s: \d+\.\d{4}" % name, text), (name, text)
 
 
+def screen(raw):
+    """The lines left on screen by raw output: a small terminal that knows
+    carriage return, newline, erase to the end of the line or screen, and
+    cursor up to a line's start (what the progress bar sends)."""
+    rows, r, c = [""], 0, 0
+    for tok in re.split(r"(\x1b\[\d*[A-Za-z]|\x1b[=>]|\r|\n)", raw):
+        if not tok:
+            continue
+        if tok == "\r":
+            c = 0
+        elif tok == "\n":
+            r += 1
+            if r == len(rows):
+                rows.append("")
+        elif tok.startswith("\x1b"):
+            m = re.match(r"\x1b\[(\d*)([A-Za-z])", tok)
+            if m and m.group(2) == "K":
+                rows[r] = rows[r][:c]
+            elif m and m.group(2) == "J":
+                rows[r] = rows[r][:c]
+                del rows[r + 1:]
+            elif m and m.group(2) == "F":
+                r, c = max(0, r - int(m.group(1) or 1)), 0
+        else:
+            line = rows[r].ljust(c)
+            rows[r] = line[:c] + tok + line[c + len(tok):]
+            c += len(tok)
+    return rows
+
+
 def final_epoch_lines(raw):
-    """The lines an epoch leaves on screen: its last drawing, as text with
-    the numbers replaced by '#'."""
-    screens = []
-    for m in re.finditer(r"(Epoch \d/\d \d+/\d+ .*?)(?=\r\n\r|\r\n?$|\Z)", raw, re.S):
-        screens.append(m.group(1))
-    final = []
-    for s in screens:
-        s = re.sub(r"\x1b\[K", "", s)
-        s = re.sub(r"\d+(\.\d+)?", "#", ANSI.sub("", s).replace("\r", ""))
-        final.append(s)
-    return final
+    """The epochs' lines as they stay on screen, the bar and the numbers
+    replaced by <bar> and '#'."""
+    out = []
+    for line in screen(raw):
+        line = re.sub(r"[│\[][█▏▎▍▌▋▊▉ =>.]*[│\]]", "<bar>", line)
+        out.append(re.sub(r"\d+(\.\d+)?", "#", line))
+    return [l for l in out if l.startswith("Epoch") or l.startswith("  ")]
 
 
 @pytest.mark.parametrize("cols", [80])
