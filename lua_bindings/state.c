@@ -345,6 +345,24 @@ static int raise_upvalue(lua_State *L) {
     return lua_error(L);
 }
 
+/* Protected half of push_misspelt_global: name at 1 -> the hint ("; did
+   you mean 'model'?") or nothing. Reading the global may run an __index of
+   _G, which may raise. */
+static int misspelt_k(lua_State *L) {
+    const char *name = lua_tostring(L, 1);
+    if (lua_getglobal(L, name) != LUA_TNIL) return 0;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE) != LUA_TTABLE ||
+        lua_getfield(L, -1, "ldist") != LUA_TTABLE ||
+        lua_getfield(L, -1, "_did_you_mean") != LUA_TFUNCTION)
+        return 0;
+    lua_pushfstring(L, "a nil value (global '%s')", name);
+    lua_call(L, 1, 1);
+    const char *hint = lua_type(L, -1) == LUA_TSTRING ? strstr(lua_tostring(L, -1), "; did you mean") : NULL;
+    if (!hint) return 0;
+    lua_pushstring(L, hint);
+    return 1;
+}
+
 /* A cell that is one bare global name holding nil, close to a name that
    exists (`modle`): push a function raising "global 'modle' is nil; did you
    mean 'model'?" and return 1, where Lua would show a silent nil. */
@@ -356,31 +374,20 @@ static int push_misspelt_global(lua_State *L, const char *code, size_t len, cons
         if (!is_name_char((unsigned char)*p)) return 0;
     if (is_keyword(s, (size_t)(e - s))) return 0;
     int top = lua_gettop(L);
+    lua_pushcfunction(L, misspelt_k);
     lua_pushlstring(L, s, (size_t)(e - s));
-    const char *name = lua_tostring(L, -1);
-    int found = 0;
-    if (lua_getglobal(L, name) == LUA_TNIL &&
-        lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE) == LUA_TTABLE &&
-        lua_getfield(L, -1, "ldist") == LUA_TTABLE &&
-        lua_getfield(L, -1, "_did_you_mean") == LUA_TFUNCTION) {
-        lua_pushfstring(L, "a nil value (global '%s')", name);
-        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING) {
-            const char *hint = strstr(lua_tostring(L, -1), "; did you mean");
-            if (hint) {
-                const char *where = chunkname[0] == '=' || chunkname[0] == '@' ? chunkname + 1 : chunkname;
-                lua_pushfstring(L, "%s:1: global '%s' is nil%s", where, name, hint);
-                lua_pushcclosure(L, raise_upvalue, 1);
-                found = 1;
-            }
-        }
-    }
-    if (found) {
-        lua_replace(L, top + 1);
-        lua_settop(L, top + 1);
-    } else {
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TSTRING) {
         lua_settop(L, top);
+        return 0;
     }
-    return found;
+    const char *where = chunkname[0] == '=' || chunkname[0] == '@' ? chunkname + 1 : chunkname;
+    const char *hint = lua_tostring(L, -1);
+    const char *name = lua_pushlstring(L, s, (size_t)(e - s));
+    lua_pushfstring(L, "%s:1: global '%s' is nil%s", where, name, hint);
+    lua_pushcclosure(L, raise_upvalue, 1);
+    lua_replace(L, top + 1);
+    lua_settop(L, top + 1);
+    return 1;
 }
 
 int ldist_load_cell(lua_State *L, const char *code, size_t len, const char *chunkname, int *flags) {

@@ -184,12 +184,17 @@ typedef enum { CHUNK_EXPR, CHUNK_NONE, CHUNK_EOF } chunk_kind;
    reported). */
 static chunk_kind read_chunk(lua_State *L, int *quiet) {
     const char *p1 = REPL_PROMPT, *p2 = REPL_PROMPT2;
-    if (lua_getglobal(L, "_PROMPT") == LUA_TSTRING) p1 = lua_tostring(L, -1);
-    if (lua_getglobal(L, "_PROMPT2") == LUA_TSTRING) p2 = lua_tostring(L, -1);
+    /* raw reads: an __index on _G (a "strict" module) must not raise here,
+       outside any protected call */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    lua_pushliteral(L, "_PROMPT");
+    if (lua_rawget(L, -2) == LUA_TSTRING) p1 = lua_tostring(L, -1);
+    lua_pushliteral(L, "_PROMPT2");
+    if (lua_rawget(L, -3) == LUA_TSTRING) p2 = lua_tostring(L, -1);
     char pr1[128], pr2[128];
     snprintf(pr1, sizeof pr1, "%s", p1);
     snprintf(pr2, sizeof pr2, "%s", p2);
-    lua_pop(L, 2);
+    lua_pop(L, 3);
 
     char *line;
     int st = read_line(pr1, &line);

@@ -91,3 +91,10 @@ def test_readme_prompt_is_the_programs(repl):
     seen = clean(repl.p.match.group(1))
     for p in prompts:
         assert p == seen, (p, seen)
+
+
+def test_a_strict_global_table_does_not_end_the_session(repl):
+    # the prompt and the misspelt-name check read globals outside Lua's code
+    repl.run('setmetatable(_G, {__index = function(t, k) error("strict: " .. k, 2) end});')
+    assert "strict: modle" in repl.run("modle")
+    assert repl.value("6 * 7") == "42" and repl.p.isalive()
