@@ -534,12 +534,29 @@ Summary.__tostring = function(s)
     cells[#cells + 1] = { r.who, dur(r.compute or 0), dur(r.wait or 0), dur(r.comm or 0),
       r.bytes and bytes_str(r.bytes) or "-", r.bus_bandwidth and ("%.2f GB/s"):format(r.bus_bandwidth / 1e9) or "-" }
   end
-  -- each column as wide as its widest cell, so the table fits where it can
-  local w = {}
-  for _, c in ipairs(cells) do for i, v in ipairs(c) do w[i] = math.max(w[i] or 0, #v) end end
-  local fmt = "%-" .. w[1] .. "s"
-  for i = 2, #w do fmt = fmt .. "  %" .. w[i] .. "s" end
-  for _, c in ipairs(cells) do out[#out + 1] = fmt:format(table.unpack(c)) end
+  -- each column as wide as its widest cell; when that is wider than the
+  -- terminal, single spaces, then two-word headers on two lines
+  local width = ldist.width()
+  local function layout(gap)
+    local w = {}
+    for _, c in ipairs(cells) do for i, v in ipairs(c) do w[i] = math.max(w[i] or 0, #v) end end
+    local fmt, total = "%-" .. w[1] .. "s", w[1]
+    for i = 2, #w do fmt, total = fmt .. gap .. "%" .. w[i] .. "s", total + #gap + w[i] end
+    return fmt, total
+  end
+  local fmt, total = layout("  ")
+  if total > width then fmt, total = layout(" ") end
+  if total > width then
+    local top = {}
+    for i, h in ipairs(cells[1]) do
+      local a, b = h:match("^(%S+) (.+)$")
+      top[i] = a or ""
+      if a then cells[1][i] = b end
+    end
+    table.insert(cells, 1, top)
+    fmt = layout(" ")
+  end
+  for _, c in ipairs(cells) do out[#out + 1] = (fmt:format(table.unpack(c)):gsub("%s+$", "")) end
   for _, n in ipairs(s._notes or {}) do out[#out + 1] = n end
   return ldist.wrap(table.concat(out, "\n"))
 end

@@ -196,6 +196,8 @@ def test_timeline_rows_fit_the_terminal(term):
     # an explicit width in columns is honoured too
     narrow = term.output("s:timeline{width = 50}")
     assert widest(narrow) <= 50, narrow
+    summary = term.output("s:trace_summary()")
+    assert widest(summary) <= term.cols and "replica 1 (cpu:1)" in summary, summary
 
 
 def test_make_run_hint_fits(tmp_path):
