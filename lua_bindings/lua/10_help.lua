@@ -82,6 +82,7 @@ function ldist.wrap(text, width, paragraphs)
       local lead = #line:match("^%s*")
       local col = line:match("^%s*%S+%s%s+()")
       local indent = (col and col - 1 <= width // 2) and col - 1 or lead
+      if indent > width // 2 then indent = 0 end   -- each piece must leave room for text
       local rest = line
       while ulen(rest) > width do
         local floor = (#out > 0 and rest ~= line) and indent or lead

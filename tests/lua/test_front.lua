@@ -44,6 +44,14 @@ T.test("help text wraps at words within the width", function()
   for w in src:gmatch("%S+") do k = k + 1; T.eq(words[k], w) end
 end)
 
+T.test("wrap ends on any text: deep indents, long words, no spaces", function()
+  local cases = { (" "):rep(100) .. "x y z", ("w"):rep(300), (" "):rep(50) .. ("a"):rep(200) .. " b",
+    "  name  " .. ("long "):rep(40), "é" .. ("ü"):rep(120) }
+  for _, c in ipairs(cases) do
+    for line in ldist.wrap(c, 30, true):gmatch("[^\n]+") do T.ok(utf8.len(line) <= 30, line) end
+  end
+end)
+
 T.test("completion hides internal names of a module until nothing else matches", function()
   local m = ldist.complete("distribute.")
   local set = {}
