@@ -211,3 +211,8 @@ def test_last_of_several_statements_and_a_bare_misspelt_global(k):
     reply, _ = k.execute("modle")
     assert reply["content"]["status"] == "error"
     assert "global 'modle' is nil; did you mean 'model'?" in reply["content"]["evalue"]
+
+
+def test_explain_shows_its_story(k):
+    text = result(k.execute("distribute.MirroredStrategy():explain()")[1])
+    assert text.startswith("MirroredStrategy: synchronous") and "\n1. Input" in text and "\\n" not in text, text
