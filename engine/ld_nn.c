@@ -426,33 +426,81 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
     return k;
 }
 
-#define RULE "=========================================================================================="
-int ld_model_summary(ld_model *m, char *buf, size_t n) {
+/* "(None, 28, 28)" for a built layer, "?" before it is */
+static void summary_shape(const ld_layer *l, char *shape, size_t cap) {
+    snprintf(shape, cap, "?");
+    if (!l->built) return;
+    size_t q = (size_t)snprintf(shape, cap, "(None");
+    for (int d = 0; d < l->out.ndim && q < cap; d++)
+        q += (size_t)snprintf(shape + q, cap - q, ", %lld", (long long)l->out.d[d]);
+    if (q < cap) snprintf(shape + q, cap - q, ")");
+}
+
+/* "399.54 KB", as Keras sizes its parameter counts (float32: 4 bytes each) */
+static void summary_bytes(int64_t count, char *out, size_t cap) {
+    double b = (double)count * 4;
+    if (b < 1024) snprintf(out, cap, "%.2f B", b);
+    else if (b < 1024.0 * 1024) snprintf(out, cap, "%.2f KB", b / 1024);
+    else if (b < 1024.0 * 1024 * 1024) snprintf(out, cap, "%.2f MB", b / (1024.0 * 1024));
+    else snprintf(out, cap, "%.2f GB", b / (1024.0 * 1024 * 1024));
+}
+
+int ld_model_summary(ld_model *m, char *buf, size_t n, int width) {
     size_t k = 0;
     int64_t total = 0, trainable = 0;
-#define OUT(...) do { if (k < n) k += snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
+#define OUT(...) do { if (k < n) k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
+    /* columns: the parameter counts and the shapes as wide as they need,
+       the names get the rest of the line (Keras's layer column); a name
+       too long for it breaks before its "(Class)" */
+    int wshape = (int)strlen("Output Shape"), wparam = (int)strlen("Param #"), wname = (int)strlen("Layer (type)");
+    for (int i = 0; i < m->n_layers; i++) {
+        char shape[64], cnt[32];
+        summary_shape(m->layers[i], shape, sizeof shape);
+        int ls = (int)strlen(shape), lc = snprintf(cnt, sizeof cnt, "%lld", (long long)ld_layer_param_count(m->layers[i]));
+        int ln = (int)(strlen(m->layers[i]->name) + strlen(m->layers[i]->cls->class_name) + 3);
+        if (ls > wshape) wshape = ls;
+        if (lc > wparam) wparam = lc;
+        if (ln > wname) wname = ln;
+    }
+    if (width < 40) width = 40;
+    /* gaps of 3 where they fit, as Keras's table breathes; the names take
+       what is left up to 80 columns (or the width, when narrower) */
+    int gap = wname + wshape + wparam + 6 <= width ? 3 : 1;
+    int room = width - wshape - wparam - 2 * gap;
+    int fill = (width < 80 ? width : 80) - wshape - wparam - 2 * gap;
+    if (wname > room) wname = room;
+    if (wname < fill) wname = fill;
+    if (wname < 12) wname = 12;
+    int line = wname + wshape + wparam + 2 * gap;
     OUT("Model: \"%s\"\n", m->name);
-    OUT("%-50s %-22s %12s\n", "Layer (type)", "Output Shape", "Param #");
-    OUT("%.86s\n", RULE);
+    OUT("%-*s%*s%-*s%*s%*s\n", wname, "Layer (type)", gap, "", wshape, "Output Shape", gap, "", wparam, "Param #");
+    for (int i = 0; i < line; i++) OUT("=");
+    OUT("\n");
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
-        char shape[64] = "?", nm[160];
-        if (l->built) {
-            size_t q = snprintf(shape, sizeof shape, "(None");
-            for (int d = 0; d < l->out.ndim && q < sizeof shape; d++)
-                q += snprintf(shape + q, sizeof shape - q, ", %lld", (long long)l->out.d[d]);
-            if (q < sizeof shape) snprintf(shape + q, sizeof shape - q, ")");
-        }
+        char shape[64], nm[160], cls[80];
+        summary_shape(l, shape, sizeof shape);
         snprintf(nm, sizeof nm, "%s (%s)", l->name, l->cls->class_name);
         int64_t pc = ld_layer_param_count(l);
         total += pc;
         trainable += ld_layer_trainable_count(l);
-        OUT("%-50s %-22s %12lld\n", nm, shape, (long long)pc);
+        if ((int)strlen(nm) <= wname) {
+            OUT("%-*s%*s%-*s%*s%*lld\n", wname, nm, gap, "", wshape, shape, gap, "", wparam, (long long)pc);
+        } else {
+            snprintf(cls, sizeof cls, "(%s)", l->cls->class_name);
+            OUT("%-*.*s%*s%-*s%*s%*lld\n", wname, wname, l->name, gap, "", wshape, shape, gap, "", wparam, (long long)pc);
+            OUT(" %.*s\n", width - 1, cls);
+        }
     }
-    OUT("%.86s\n", RULE);
-    OUT("Total params: %lld (%.2f KB)\n", (long long)total, total * 4 / 1024.0);
-    OUT("Trainable params: %lld\n", (long long)trainable);
-    if (total != trainable) OUT("Non-trainable params: %lld\n", (long long)(total - trainable));
+    for (int i = 0; i < line; i++) OUT("=");
+    OUT("\n");
+    char b1[32], b2[32], b3[32];
+    summary_bytes(total, b1, sizeof b1);
+    summary_bytes(trainable, b2, sizeof b2);
+    summary_bytes(total - trainable, b3, sizeof b3);
+    OUT("Total params: %lld (%s)\n", (long long)total, b1);
+    OUT("Trainable params: %lld (%s)\n", (long long)trainable, b2);
+    OUT("Non-trainable params: %lld (%s)\n", (long long)(total - trainable), b3);
 #undef OUT
     return LD_OK;
 }

@@ -184,8 +184,10 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max);
 /* Every variable (Keras's model.weights: each layer's, trainable and not, in
    creation order), borrowed; trainable (may be NULL) tells which are. */
 int ld_model_weights(ld_model *m, ld_tensor **vars, unsigned char *trainable, int max);
-/* A Keras-like summary table into buf (truncated to n). */
-int ld_model_summary(ld_model *m, char *buf, size_t n);
+/* A Keras-like summary table into buf (truncated to n), at most `width`
+   columns wide (40 at least): layers, output shapes, parameter counts, then
+   Keras's total, trainable and non-trainable lines. */
+int ld_model_summary(ld_model *m, char *buf, size_t n, int width);
 
 /* ---- losses ---- */
 typedef enum {

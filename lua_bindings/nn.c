@@ -657,10 +657,13 @@ static int model_build(lua_State *L) {
     return 1;
 }
 
+/* model:summary_text([width]): width defaults to 80 columns */
 static int model_summary_text(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    char buf[8192];
-    ld_model_summary(m, buf, sizeof buf);
+    lua_Integer width = luaL_optinteger(L, 2, 80);
+    luaL_argcheck(L, width >= 40 && width <= 1000, 2, "width must be 40 to 1000 columns");
+    char buf[16384];
+    ld_model_summary(m, buf, sizeof buf, (int)width);
     lua_pushstring(L, buf);
     return 1;
 }
@@ -866,8 +869,7 @@ static int model_save_weights(lua_State *L) {
     for (int i = 0; i < n; i++) names[i] = lua_pushfstring(L, "%d/%s", i, v[i]->name ? v[i]->name : "var");
     const char *meta[] = {"format", "ldist", "model", m->name};
     if (ld_save_safetensors(path, n, names, v, 2, meta)) return lb_engine_error(L, 2);
-    lua_settop(L, 1);
-    return 1;
+    return 0;   /* Keras returns None: nothing to echo at the prompt */
 }
 
 /* load_weights' check of a file's header against the model, made before any
@@ -940,8 +942,7 @@ static int model_load_weights(lua_State *L) {
             snprintf(err, sizeof err, "weight %d (%s): %s", i, w.v[i]->name ? w.v[i]->name : "", ld_error());
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
-    lua_settop(L, 1);
-    return 1;
+    return 0;   /* as save_weights: nothing to echo */
 }
 
 /* every weight (trainable or not: which = -1), the trainable ones (1) or the others (0) */

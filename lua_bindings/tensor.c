@@ -773,20 +773,53 @@ static const char *nonfinite_name(double v) {
     return NULL;
 }
 
-static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width) {
+/* What printing needs to know of a (host) tensor's values. */
+typedef struct {
+    double max, min;   /* largest and smallest nonzero finite magnitude */
+    int neg;           /* a negative value */
+    int named;         /* length of the longest nonfinite name ("-inf": 4) */
+    int finite;        /* a finite value */
+} value_scan;
+
+/* Scan (the first 100000 of) c's values; returns whether they print in
+   scientific notation: PyTorch's rule at 4 decimals, when the nonzero finite
+   magnitudes span more than 3 decades, reach 1e8 or fall below 1e-4 (1e-8
+   would print as 0.0000), as NumPy switches too. */
+static int scan_values(ld_tensor *c, value_scan *vs) {
+    int64_t n = ld_tensor_numel(c);
+    *vs = (value_scan){0, HUGE_VAL, 0, 0, 0};
+    for (int64_t i = 0; i < n && i < 100000; i++) {
+        double v = ld_tensor_get_flat(c, i);
+        const char *name = c->dtype == LD_F32 ? nonfinite_name(v) : NULL;
+        if (name) {
+            if ((int)strlen(name) > vs->named) vs->named = (int)strlen(name);
+            continue;
+        }
+        vs->finite = 1;
+        double a = fabs(v);
+        if (a > vs->max) vs->max = a;
+        if (a > 0 && a < vs->min) vs->min = a;
+        if (v < 0) vs->neg = 1;
+    }
+    return c->dtype == LD_F32 && vs->max > 0 && (vs->max / vs->min > 1000 || vs->max >= 1e8 || vs->min < 1e-4);
+}
+
+/* sci: "%.4e" for every element, when magnitudes span many decades */
+static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width, int sci) {
     char s[64];   /* a float32 is at most 39 digits before the point: "%.4f" fits */
     if (t->dtype == LD_F32) {
         double v = ld_tensor_get_flat(t, i);
         const char *name = nonfinite_name(v);
         if (name) snprintf(s, sizeof s, "%*s", width, name);
-        else snprintf(s, sizeof s, "%*.4f", width, v);
+        else snprintf(s, sizeof s, sci ? "%*.4e" : "%*.4f", width, v);
     } else {
         snprintf(s, sizeof s, "%*lld", width, (long long)ld_tensor_get_flat_int(t, i));
     }
     luaL_addstring(b, s);
 }
 
-static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t *strides, int indent, int width) {
+static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t *strides, int indent, int width,
+                     int sci) {
     const int64_t edge = 3, maxn = 8;
     luaL_addchar(b, '[');
     int64_t n = t->shape[d];
@@ -804,8 +837,8 @@ static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t 
                 for (int k = 0; k < indent + 1; k++) luaL_addchar(b, ' ');
             }
         }
-        if (d + 1 == t->ndim) fmt_elem(b, t, base + i * strides[d], width);
-        else fmt_dims(b, t, d + 1, base + i * strides[d], strides, indent + 1, width);
+        if (d + 1 == t->ndim) fmt_elem(b, t, base + i * strides[d], width, sci);
+        else fmt_dims(b, t, d + 1, base + i * strides[d], strides, indent + 1, width, sci);
     }
     luaL_addchar(b, ']');
 }
@@ -818,31 +851,25 @@ static int t_tostring(lua_State *L) {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addstring(&b, "tensor(");
-    if (c->ndim == 0) fmt_elem(&b, c, 0, 0);
+    int64_t n = ld_tensor_numel(c);
+    value_scan vs;
+    int sci = scan_values(c, &vs);
+    double mx = vs.max, mn = vs.min;
+    int neg = vs.neg, named = vs.named, finite = vs.finite;
+    if (c->ndim == 0) fmt_elem(&b, c, 0, 0, sci);
     else {
         int64_t strides[LD_MAX_DIMS], s = 1;
         for (int i = c->ndim - 1; i >= 0; i--) { strides[i] = s; s *= c->shape[i]; }
-        int64_t n = ld_tensor_numel(c);
         /* the column width: digits of the largest finite magnitude (log10
            of inf is no width), a sign, the decimals; wide enough for
-           "-inf" and "nan" where they occur */
-        int width, neg = 0, named = 0, finite = 0;
-        double mx = 0;
-        for (int64_t i = 0; i < n && i < 100000; i++) {
-            double v = ld_tensor_get_flat(c, i);
-            const char *name = c->dtype == LD_F32 ? nonfinite_name(v) : NULL;
-            if (name) {
-                if ((int)strlen(name) > named) named = (int)strlen(name);
-                continue;
-            }
-            finite = 1;
-            if (fabs(v) > mx) mx = fabs(v);
-            if (v < 0) neg = 1;
-        }
-        width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
+           "-inf" and "nan" where they occur. "%.4e": d.dddde+XX (10, more
+           for a 3-digit exponent) and a sign. */
+        int width;
+        if (sci) width = 10 + (mx >= 1e100 || mn < 1e-99) + neg;
+        else width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
         if (!finite || named > width) width = named;
         if (n == 0) luaL_addstring(&b, "[]");
-        else fmt_dims(&b, c, 0, 0, strides, 7, width);
+        else fmt_dims(&b, c, 0, 0, strides, 7, width, sci);
     }
     char tail[256], sh[96];
     ld_shape_str(c, sh, sizeof sh);
@@ -866,6 +893,8 @@ static int t_mimebundle(lua_State *L) {
     snprintf(s, sizeof s, "<div><small>tensor shape=%s dtype=%s device=%s</small><table>",
              c->ndim ? ld_shape_str(c, sh, sizeof sh) : "()", ld_dtype_name(c->dtype), c->storage->device->name);
     luaL_addstring(&b, s);
+    value_scan vs;
+    int sci = scan_values(c, &vs);
     int64_t rows = c->ndim >= 2 ? c->shape[c->ndim - 2] : 1, cols = c->ndim >= 1 ? c->shape[c->ndim - 1] : 1;
     for (int64_t i = 0; i < rows && i < 10; i++) {
         luaL_addstring(&b, "<tr>");
@@ -874,7 +903,7 @@ static int t_mimebundle(lua_State *L) {
                 double v = ld_tensor_get_flat(c, i * cols + j);
                 const char *name = nonfinite_name(v);
                 if (name) snprintf(s, sizeof s, "<td>%s</td>", name);
-                else snprintf(s, sizeof s, "<td>%.4f</td>", v);
+                else snprintf(s, sizeof s, sci ? "<td>%.4e</td>" : "<td>%.4f</td>", v);
             } else {
                 snprintf(s, sizeof s, "<td>%lld</td>", (long long)ld_tensor_get_flat_int(c, i * cols + j));
             }

@@ -435,7 +435,7 @@ function Model:compile(opts)
     end
     d._on_model_created(self)
   end
-  return self
+  -- nothing returned, as Keras: the prompt echoes nothing
 end
 
 local function check_compiled(self, what)
@@ -1012,7 +1012,7 @@ Summary.__tostring = function(s) return s.text end
 local function html_escape(x) return (x:gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
 function Summary.__mimebundle(s)
   local rows = {}
-  for line in s.text:gmatch("[^\n]+") do
+  for line in (s.wide or s.text):gmatch("[^\n]+") do
     local name, shape, params = line:match("^(%S+ %b())%s+(%(.-%)%S*)%s+(%d+)$")
     if not name then name, shape, params = line:match("^(%S+ %b())%s+(%?)%s+(%d+)$") end
     if name then
@@ -1059,7 +1059,10 @@ doc(Model.set_weights, "Model:set_weights", "model:set_weights(list)\n\nWrite th
   "copy gets them (Keras's set_weights).")
 
 function Model:summary()
-  local s = setmetatable({ text = self:summary_text() }, Summary)
+  -- the terminal's width (80 when unknown); the notebook's table reads the
+  -- one-line-per-layer text of a wide one
+  local s = setmetatable({ text = self:summary_text(ldist.width and ldist.width() or 80), wide = self:summary_text(1000) },
+    Summary)
   if ldist.display then ldist.display(s) else io.write(s.text) end
 end
 doc(Model.summary, "Model:summary", "model:summary()\n\nShow the layers, their output shapes and parameter counts\n" ..

@@ -202,7 +202,7 @@ function Strategy:run(fn, ...)
   local ok, res = pcall(self._run, self, fn, args)
   running = nil
   place_variables()
-  if not ok then error(res, 2) end
+  if not ok then error(res, 0) end   -- res has its location: one, not "t.lua:2: t.lua:2: boom"
   return table.unpack(res, 1, res.n)
 end
 

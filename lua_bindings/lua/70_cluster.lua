@@ -107,6 +107,7 @@ end
 -- Where this process stands: cluster= (a TF_CONFIG table or JSON string), else
 -- TF_CONFIG, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, else Slurm, else
 -- mpirun (Open MPI, MPICH's PMI), else one process alone.
+ldist.internal(distribute, "resolve_cluster")   -- the strategies read the cluster with it
 function distribute.resolve_cluster(cluster)
   if cluster ~= nil then return from_tf_config(cluster, "cluster") end
   local tf = env("TF_CONFIG")

@@ -33,6 +33,7 @@ MW.__tostring = function(s)
     s.cluster_resolver.source, s.extended.communication)
 end
 distribute.MultiWorkerMirroredStrategyClass = MW
+ldist.internal(distribute, "MultiWorkerMirroredStrategyClass")
 
 local LocalCluster   -- below
 
@@ -691,15 +692,15 @@ function distribute._mw_explain(n, gb, model, where)
   local nv, count = distribute._model_numbers(model)
   if nv then
     local b = count * 4
-    out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d-1 steps " ..
-      "of reduce-scatter and %d-1 of all-gather, each worker sending 2(n-1)/n x %s = %s (shared memory between processes " ..
-      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n, n, distribute._fmt_bytes(b),
-      distribute._fmt_bytes(2 * (n - 1) / n * b))
+    out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d step%s " ..
+      "of reduce-scatter and %d of all-gather, each worker sending 2 x %d/%d x %s = %s (shared memory between processes " ..
+      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n - 1, n == 2 and "" or "s",
+      n - 1, n - 1, n, distribute._fmt_bytes(b), distribute._fmt_bytes(2 * (n - 1) / n * b))
   else
     out[#out + 1] = "3. A ring all-reduce sums the gradients over the workers (4 bytes per trainable number; fit a model to see its size)."
   end
   out[#out + 1] = "4. Update: every worker applies the same optimizer step to the same summed gradients, so the weights stay identical."
-  return table.concat(out, "\n")
+  return ldist.text(table.concat(out, "\n"))
 end
 function MW:explain()
   return distribute._mw_explain(self._size, self._last_batch, self._last and self._last.model,
@@ -737,4 +738,4 @@ doc(MW.trace_summary, "MultiWorkerMirroredStrategy:trace_summary",
   "strategy:trace_summary() -> a table per worker (compute, wait, all-reduce, bytes, bus bandwidth), printed\n" ..
   "with units; the numbers as fields (compute, wait, allreduce, bytes, bus_bandwidth, per_replica[r]).")
 doc(MW.explain, "MultiWorkerMirroredStrategy:explain",
-  "strategy:explain() -> text: one step of this strategy narrated with this run's numbers.")
+  "strategy:explain() -> Text: one step of this strategy narrated with this run's numbers.")

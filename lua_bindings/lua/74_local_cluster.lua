@@ -17,6 +17,7 @@ local LocalCluster
 LocalCluster = { __name = "ldist.LocalCluster" }
 LocalCluster.__index = LocalCluster
 distribute.LocalClusterClass = LocalCluster
+ldist.internal(distribute, "LocalClusterClass")
 
 -- the workers' output as "[worker i]" lines; an exit breaks the cluster
 local function worker_name(i) return "worker " .. i end
@@ -466,4 +467,4 @@ doc(Remote.timeline, "MultiWorkerMirroredStrategy(LocalCluster):timeline",
 doc(Remote.trace_summary, "MultiWorkerMirroredStrategy(LocalCluster):trace_summary",
   "strategy:trace_summary() -> a table per worker (compute, wait, all-reduce, bytes, bus bandwidth).")
 doc(Remote.explain, "MultiWorkerMirroredStrategy(LocalCluster):explain",
-  "strategy:explain() -> text: one step of this strategy narrated with the last fit's numbers.")
+  "strategy:explain() -> Text: one step of this strategy narrated with the last fit's numbers.")

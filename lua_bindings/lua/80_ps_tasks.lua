@@ -788,6 +788,8 @@ end
 local PSCluster = { __name = "ldist.LocalCluster" }
 PSCluster.__index = PSCluster
 distribute.PSClusterClass = PSCluster
+-- the class, and the ps step fit schedules (still there for whoever names it)
+ldist.internal(distribute, "PSClusterClass", "ps_train_step")
 
 local describe_exit = net.describe_exit
 

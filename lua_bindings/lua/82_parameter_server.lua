@@ -18,6 +18,7 @@ PS.__tostring = function(s)
   return ("<ParameterServerStrategy: %d workers, %d ps>"):format(s._cl.workers, s._cl.num_ps)
 end
 distribute.ParameterServerStrategyClass = PS
+ldist.internal(distribute, "ParameterServerStrategyClass")
 
 function distribute.ParameterServerStrategy(cluster, opts)
   if type(cluster) == "table" and getmetatable(cluster) ~= PSCluster and opts == nil and not cluster.cluster then
@@ -593,25 +594,28 @@ function PS:_fit(model, x, y, opts)
   model.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(model) end end
   for e = (opts.initial_epoch or 0) + 1, epochs do
-    local t0 = ldist.clock()
     -- callbacks number epochs from 0, as Keras's
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e - 1, model) end end
+    -- the progress bar every strategy's fit shows (ldist.progress), live
+    -- as the steps come back
+    local bar = verbose ~= 0 and ldist.progress and ldist.progress.new { total = steps, title = ("Epoch %d/%d"):format(e, epochs) }
     local rvs = {}
     local tracker = model:_epoch_tracker()
     local with_pred = tracker.want_pred
     local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
     for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
-    coord:join()
     -- the training metrics, from each step's labels and predictions (the
     -- weights that step read), as Keras's running metrics
     -- the epoch's loss: the mean over its examples, as one process reports it
     local sum, rows = 0, 0
     for k = 1, steps do
-      local l, n, yb, pred, wb = rvs[k]:fetch()
+      local l, n, yb, pred, wb = rvs[k]:fetch()   -- in order: steps finish about in order
       sum, rows = sum + l * n, rows + n
       self._last_batch = n
       if with_pred then tracker.update(yb, pred, wb, n) end
+      if bar then bar:update(k, tracker.logs(sum / rows)) end
     end
+    coord:join()
     local logs = tracker.logs(rows > 0 and sum / rows or 0)
     if self._checkpoint_dir then self:checkpoint() end
     if val then
@@ -620,12 +624,7 @@ function PS:_fit(model, x, y, opts)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for k, v in pairs(logs) do record(k, v) end
-    if verbose ~= 0 then
-      local parts = {}
-      for k, v in pairs(logs) do parts[#parts + 1] = ("%s %.4f"):format(k, v) end
-      table.sort(parts)
-      print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
-    end
+    if bar then bar:finish(logs) end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e - 1, logs, model) end end
     done_epochs[#done_epochs + 1] = e - 1
     if model.stop_training then break end
@@ -791,7 +790,7 @@ function PS:explain()
   local st = self._trace and not self._tracing and self:trace_summary()
   out[#out + 1] = "5. Meanwhile the other workers have pushed too: a gradient is applied to weights newer than it was " ..
     "computed on (its staleness)" .. (st and (" - in the trace, %.2f updates on average, at most %d."):format(st.mean_staleness, st.max_staleness) or ".")
-  return table.concat(out, "\n")
+  return ldist.text(table.concat(out, "\n"))
 end
 
 ---------------------------------------------------------------- documentation
@@ -831,6 +830,6 @@ doc(PS.trace_summary, "ParameterServerStrategy:trace_summary",
   "bandwidth) and the pushes' staleness; fields compute, wait, communication, bytes, pushes,\n" ..
   "mean_staleness, max_staleness, per_task.")
 doc(PS.explain, "ParameterServerStrategy:explain",
-  "strategy:explain() -> text: one asynchronous step narrated with this run's numbers.")
+  "strategy:explain() -> Text: one asynchronous step narrated with this run's numbers.")
 doc(Coord.timeline, "ClusterCoordinator:timeline", "coordinator:timeline(opts): the strategy's timeline (strategy:trace(true) records).")
 doc(Coord.trace_summary, "ClusterCoordinator:trace_summary", "coordinator:trace_summary(): the strategy's trace summary.")
