@@ -85,15 +85,38 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
     if (st) luaL_error(L, "%s", ld_error());
 }
 
+/* "unknown option 'unit'; did you mean 'units'? (it takes units, activation, ...)":
+   the closest name by the REPL's own rule (ldist._closest, lua/10_help.lua) */
 static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
+    char wopts[512];
+    ld_weight_option_names(c, wopts, sizeof wopts);
+    lua_newtable(L);
+    int list = lua_gettop(L), n = 0;
+    for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
+    lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
+    for (const char *p = wopts; *p;) {
+        const char *e = strchr(p, ',');
+        lua_pushlstring(L, p, e ? (size_t)(e - p) : strlen(p)); lua_rawseti(L, list, ++n);
+        p = e ? e + 2 : p + strlen(p);
+    }
+    const char *guess = NULL;
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1) && lua_getfield(L, -1, "_closest") == LUA_TFUNCTION) {
+        lua_pushstring(L, k);
+        lua_pushvalue(L, list);
+        lua_call(L, 2, 1);
+        guess = lua_tostring(L, -1);
+    }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    for (int i = 0; c->params[i].name; i++) {
-        luaL_addstring(&b, c->params[i].name);
-        luaL_addstring(&b, ", ");
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, i);
+        luaL_addvalue(&b);
+        if (i < n) luaL_addstring(&b, ", ");
     }
-    luaL_addstring(&b, "name");
     luaL_pushresult(&b);
+    if (guess)
+        luaL_error(L, "nn.%s: unknown option '%s'; did you mean '%s'? (it takes %s)", c->class_name, k, guess, lua_tostring(L, -1));
     luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
 }
 
@@ -146,7 +169,9 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
                 int pi = ld_layer_param_index(c, k);
                 if (!strcmp(k, "name")) {
                     if (ld_layer_set_name(l, luaL_checkstring(L, -1))) lb_engine_error(L, 0);
-                } else if (pi < 0) unknown_option(L, c, k);
+                } else if (pi < 0) {
+                    if (!lb_layer_weight_option(L, l, k, lua_gettop(L))) unknown_option(L, c, k);
+                }
                 else { set_param(L, l, pi, -1); given[pi] = !lua_isnil(L, -1); }
             } else if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
                 luaL_error(L, "nn.%s: option names must be strings", c->class_name);
@@ -188,6 +213,7 @@ static int layer_get_config(lua_State *L) {
         push_param(L, l, i);
         lua_setfield(L, -2, l->cls->params[i].name);
     }
+    lb_layer_push_weight_options(L, l, -1);
     return 1;
 }
 
@@ -699,6 +725,14 @@ static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_ten
     return v;
 }
 
+/* the step's loss plus the model's regularization losses (Keras's
+   model.losses), on the tape; takes ownership of lv */
+static ld_tensor *with_model_losses(ld_model *m, ld_tensor *lv) {
+    ld_tensor *total = ld_model_add_losses(m, lv);
+    ld_tensor_release(lv);
+    return total;
+}
+
 /* the input of a Sequential model at xi (checked), or NULL for a model whose
    forward is in Lua (it takes a tensor or a list of them) */
 static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
@@ -729,7 +763,7 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
         pred = ld_tensor_retain(lb_test_tensor(L, -1));
         lua_pop(L, 1);
     }
-    ld_tensor *lv = pred ? step_loss(loss, y, pred, w) : NULL;
+    ld_tensor *lv = pred ? with_model_losses(m, step_loss(loss, y, pred, w)) : NULL;
     ld_tape_pop(tape);
     int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
     ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
@@ -897,6 +931,19 @@ static int model_weights(lua_State *L, ld_model *m, int which) {
     return 1;
 }
 
+/* model.losses: Keras's, the regularization terms of the model's layers
+   (weights now, activities of the last training call) */
+static int model_losses(lua_State *L, ld_model *m) {
+    int max = 0;
+    for (int i = 0; i < m->n_layers; i++) max += m->layers[i]->n_vars + 1;
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(max ? max : 1), 0);
+    int n = ld_model_losses(m, t, max);
+    if (n < 0) return lb_engine_error(L, 1);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) { lb_push_tensor(L, t[i], 0); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+
 static int model_index(lua_State *L) {
     ld_model *m = check_model(L, 1);
     /* C methods first */
@@ -911,6 +958,7 @@ static int model_index(lua_State *L) {
         if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) return model_weights(L, m, 0);
         if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
         if (!strcmp(k, "built")) { lua_pushboolean(L, model_is_built(m)); return 1; }
+        if (!strcmp(k, "losses")) return model_losses(L, m);
     }
     /* per-model state (compile's settings, history, a subclass's attributes) */
     lua_getiuservalue(L, 1, 1);
@@ -1215,6 +1263,7 @@ int lb_open_nn(lua_State *L) {
         {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
+    lb_weight_options_register(L, mod);
     /* a constructor per layer class (and its alias), its help from the class */
     const ld_layer_class *const *cs = ld_layer_classes();
     const char *docs[2 * 64 + 1];

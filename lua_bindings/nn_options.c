@@ -1,0 +1,172 @@
+/*
+ * nn_options.c - Keras's per-weight options of layers in Lua: the values
+ * kernel_initializer=, kernel_regularizer=, kernel_constraint= (and the
+ * bias_, recurrent_, embeddings_ and activity_ ones) take, read into the
+ * engine's structs (ld_nn.h) and written back as Keras serializes them:
+ * {class_name = "HeNormal", config = {seed = 3}}.
+ *
+ * A value is a name ("he_normal", "HeNormal", "l2", "max_norm"), such a
+ * {class_name=, config=} table (what get_config, to_json and save write), or
+ * an object of nn.initializers / regularizers / constraints (lua/50_keras.lua
+ * makes those from nn._weight_option, so the classes and their keys live in
+ * the engine only).
+ */
+#include "lbind.h"
+#include "ld_nn.h"
+
+#include <lauxlib.h>
+#include <string.h>
+
+static const char *const kind_names[] = {"initializer", "regularizer", "constraint"};
+
+typedef union { ld_initializer init; ld_regularizer reg; ld_constraint con; } any_option;
+
+static int named(ld_wopt_kind k, const char *name, any_option *o) {
+    switch (k) {
+    case LD_WOPT_INITIALIZER: return ld_initializer_named(name, &o->init);
+    case LD_WOPT_REGULARIZER: return ld_regularizer_named(name, &o->reg);
+    default: return ld_constraint_named(name, &o->con);
+    }
+}
+static int set_key(ld_wopt_kind k, any_option *o, const char *key, double v) {
+    switch (k) {
+    case LD_WOPT_INITIALIZER: return ld_initializer_set(&o->init, key, v);
+    case LD_WOPT_REGULARIZER: return ld_regularizer_set(&o->reg, key, v);
+    default: return ld_constraint_set(&o->con, key, v);
+    }
+}
+
+/* the value at idx as an option of kind k into *o; raises naming `what`
+   (the layer option, or the constructor) on a bad value */
+static void read_option(lua_State *L, int idx, ld_wopt_kind k, any_option *o, const char *what) {
+    idx = lua_absindex(L, idx);
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        if (named(k, lua_tostring(L, idx), o)) luaL_error(L, "%s: %s", what, ld_error());
+        return;
+    }
+    if (!lua_istable(L, idx))
+        luaL_error(L, "%s: %s name or object expected, got %s", what, kind_names[k], luaL_typename(L, idx));
+    lua_getfield(L, idx, "class_name");
+    if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "%s: a %s table needs a class_name", what, kind_names[k]);
+    if (named(k, lua_tostring(L, -1), o)) luaL_error(L, "%s: %s", what, ld_error());
+    lua_pop(L, 1);
+    if (lua_getfield(L, idx, "config") == LUA_TTABLE) {
+        int c = lua_gettop(L);
+        lua_pushnil(L);
+        while (lua_next(L, c)) {
+            if (lua_type(L, -2) != LUA_TSTRING) luaL_error(L, "%s: %s config keys must be strings", what, kind_names[k]);
+            const char *key = lua_tostring(L, -2);
+            int isnum;
+            double v = lua_tonumberx(L, -1, &isnum);
+            if (!isnum) luaL_error(L, "%s: %s option '%s' must be a number, got %s", what, kind_names[k], key, luaL_typename(L, -1));
+            if (set_key(k, o, key, v)) luaL_error(L, "%s: %s", what, ld_error());
+            lua_pop(L, 1);
+        }
+    } else if (!lua_isnil(L, -1)) luaL_error(L, "%s: a %s's config must be a table", what, kind_names[k]);
+    lua_pop(L, 1);
+}
+
+/* {class_name=, config={...}} of an option, pushed */
+static void push_option(lua_State *L, ld_wopt_kind k, const any_option *o) {
+    const char *names[4];
+    double vals[4];
+    int n = 0;
+    const char *cn;
+    switch (k) {
+    case LD_WOPT_INITIALIZER: cn = o->init.class_name; n = ld_initializer_params(&o->init, names, vals); break;
+    case LD_WOPT_REGULARIZER: cn = o->reg.class_name; n = ld_regularizer_params(&o->reg, names, vals); break;
+    default: cn = o->con.class_name; n = ld_constraint_params(&o->con, names, vals); break;
+    }
+    lua_createtable(L, 0, 2);
+    lua_pushstring(L, cn);
+    lua_setfield(L, -2, "class_name");
+    lua_createtable(L, 0, n + 1);
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], "axis")) lua_pushinteger(L, (lua_Integer)vals[i]); else lua_pushnumber(L, vals[i]);
+        lua_setfield(L, -2, names[i]);
+    }
+    if (k == LD_WOPT_INITIALIZER && o->init.seeded) {
+        lua_pushinteger(L, (lua_Integer)o->init.seed);
+        lua_setfield(L, -2, "seed");
+    }
+    lua_setfield(L, -2, "config");
+}
+
+/* the option slot of a layer: role -1 is activity_regularizer */
+static void *slot(ld_layer *l, int role, ld_wopt_kind k) {
+    if (role < 0) return &l->wopt.activity;
+    switch (k) {
+    case LD_WOPT_INITIALIZER: return &l->wopt.init[role];
+    case LD_WOPT_REGULARIZER: return &l->wopt.reg[role];
+    default: return &l->wopt.constraint[role];
+    }
+}
+static size_t slot_size(ld_wopt_kind k) {
+    return k == LD_WOPT_INITIALIZER ? sizeof(ld_initializer) : k == LD_WOPT_REGULARIZER ? sizeof(ld_regularizer) : sizeof(ld_constraint);
+}
+
+int lb_layer_weight_option(lua_State *L, ld_layer *l, const char *key, int vidx) {
+    int role;
+    ld_wopt_kind k;
+    if (ld_weight_option_find(l->cls, key, &role, &k)) return 0;
+    void *dst = slot(l, role, k);
+    if (lua_isnil(L, vidx)) { memset(dst, 0, slot_size(k)); return 1; }   /* the class's default */
+    if (l->built) luaL_error(L, "nn.%s: %s cannot change once the layer is built", l->cls->class_name, key);
+    char what[96];
+    snprintf(what, sizeof what, "nn.%s: %s", l->cls->class_name, key);
+    any_option o;
+    read_option(L, vidx, k, &o, what);
+    memcpy(dst, &o, slot_size(k));
+    return 1;
+}
+
+/* every option set on l (the others are the class's defaults) into the table at t */
+void lb_layer_push_weight_options(lua_State *L, ld_layer *l, int t) {
+    t = lua_absindex(L, t);
+    for (int role = -1; role < LD_ROLE_COUNT; role++)
+        for (int k = 0; k < 3; k++) {
+            if (role < 0 && k != LD_WOPT_REGULARIZER) continue;
+            if (role >= 0 && !(l->cls->roles & LD_ROLE_BIT(role))) continue;
+            const char *cn = slot(l, role, (ld_wopt_kind)k);   /* every slot starts with its class name */
+            if (!cn[0]) continue;
+            any_option o;
+            memcpy(&o, slot(l, role, (ld_wopt_kind)k), slot_size((ld_wopt_kind)k));
+            push_option(L, (ld_wopt_kind)k, &o);
+            char key[48];
+            snprintf(key, sizeof key, "%s%s", ld_weight_role_name(role),
+                     k == 0 ? "_initializer" : k == 1 ? "_regularizer" : "_constraint");
+            lua_setfield(L, t, key);
+        }
+}
+
+/* nn._weight_option(kind, value) -> {class_name=, config={...}} with every
+   key of the class, and the class's keys in Keras's order (a list).
+   kind: "initializer", "regularizer" or "constraint". What the Lua
+   constructors (nn.initializers.HeNormal{seed=1}, regularizers.L2(0.01))
+   build their objects with, so the classes live in the engine only.
+   nn._weight_option(kind) -> the class names of that kind. */
+static int nn_weight_option(lua_State *L) {
+    int k = luaL_checkoption(L, 1, NULL, kind_names);
+    if (lua_isnoneornil(L, 2)) {
+        lua_newtable(L);
+        const char *cn;
+        for (int i = 0; (cn = ld_weight_option_class((ld_wopt_kind)k, i)); i++) { lua_pushstring(L, cn); lua_rawseti(L, -2, i + 1); }
+        return 1;
+    }
+    any_option o;
+    read_option(L, 2, (ld_wopt_kind)k, &o, kind_names[k]);
+    push_option(L, (ld_wopt_kind)k, &o);
+    const char *names[4];
+    double vals[4];
+    int n = k == 0 ? ld_initializer_params(&o.init, names, vals) : k == 1 ? ld_regularizer_params(&o.reg, names, vals)
+                                                                          : ld_constraint_params(&o.con, names, vals);
+    lua_createtable(L, n + 1, 0);
+    for (int i = 0; i < n; i++) { lua_pushstring(L, names[i]); lua_rawseti(L, -2, i + 1); }
+    if (k == 0) { lua_pushliteral(L, "seed"); lua_rawseti(L, -2, n + 1); }
+    return 2;
+}
+
+void lb_weight_options_register(lua_State *L, int mod) {
+    lua_pushcfunction(L, nn_weight_option);
+    lua_setfield(L, mod, "_weight_option");
+}
