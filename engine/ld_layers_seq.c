@@ -222,7 +222,7 @@ static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
         if (ld_p_int(l, RNN_EXTRA)) {   /* unit_forget_bias: the forget gate's quarter starts at 1 */
             float *vals = calloc((size_t)bs, sizeof *vals);
             if (!vals) return ld_fail(LD_ENOMEM, "out of memory");
-            ld_tensor *h = l->wopt.init[LD_ROLE_BIAS].class_name[0] ? ld_to_device(b, NULL) : NULL;
+            ld_tensor *h = l->wopt.init[LD_ROLE_BIAS].class_name[0] ? ld_to_device(b, ld_device_cpu()) : NULL;
             if (h) { memcpy(vals, ld_tensor_data(h), (size_t)bs * sizeof *vals); ld_tensor_release(h); }   /* Keras: the others from bias_initializer */
             for (int64_t i = u; i < 2 * u; i++) vals[i] = 1;
             int st = write_initial(b, bs, vals);
