@@ -322,8 +322,11 @@ static int lookup(const ld_tensor *var, ld_constraint *out) {
     if (!__atomic_load_n(&reg_n, __ATOMIC_RELAXED)) return 0;   /* the common case: nothing constrained */
     int found = 0;
     pthread_mutex_lock(&reg_lock);
-    for (int i = 0; i < reg_n && !found; i++)
-        if (reg_list[i].var == var) { *out = reg_list[i].c; found = 1; }
+    for (int i = 0; i < reg_n && !found; i++) {
+        ld_tensor *v = (ld_tensor *)reg_list[i].var;   /* the variable, or any replica's copy of it */
+        for (int r = 0, n = ld_mirror_count(v); r < n && !found; r++)
+            if (ld_mirror_copy(v, r) == var) { *out = reg_list[i].c; found = 1; }
+    }
     pthread_mutex_unlock(&reg_lock);
     return found;
 }
@@ -381,7 +384,7 @@ static ld_tensor *project(const ld_constraint *c, ld_tensor *w) {
 
 int ld_variable_constrain(ld_tensor *base, ld_tensor *v) {
     ld_constraint c;
-    if (!lookup(base, &c)) return LD_OK;
+    if (!lookup(base, &c) && !lookup(v, &c)) return LD_OK;
     int rg = v->requires_grad;
     v->requires_grad = 0;                    /* the projection is no op of the model's graph */
     ld_tensor *p = project(&c, v);
@@ -407,34 +410,46 @@ static int role_of(const char *var_name) {
 }
 int ld_weight_role_of(const char *var_name) { return role_of(var_name); }
 
-int ld_model_losses(ld_model *m, ld_tensor **out, int max) {
-    const ld_replica_ctx *rc = ld_replica_get();
-    float share = rc && rc->n > 1 ? 1.0f / (float)rc->n : 1.0f;   /* tf.nn.scale_regularization_loss */
+/* t * f as a new reference (t itself, retained, when f is 1) */
+static ld_tensor *scaled(ld_tensor *t, double f) {
+    return f == 1.0 ? ld_tensor_retain(t) : ld_mul_scalar(t, (float)f);
+}
+
+/* model.losses (step 0), or the terms a training step adds (step 1): in a
+   replica of n > 1, each weight term / n (tf.nn.scale_regularization_loss)
+   and each activity term over the global batch instead of the replica's
+   rows, so the replicas' terms add up to one device's */
+static int collect(ld_model *m, ld_tensor **out, int max, int step) {
+    const ld_replica_ctx *rc = step ? ld_replica_get() : NULL;
+    int split = rc && rc->n > 1;
+    double share = split ? 1.0 / rc->n : 1.0;
     int k = 0;
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
         const char *nm;
-        if (l->activity_loss) {                    /* Keras's order: a layer's activity, then its weights */
-            if (k == max) return k;
-            out[k++] = ld_tensor_retain(l->activity_loss);
+        if (l->activity_loss && k < max) {          /* Keras's order: a layer's activity, then its weights */
+            double f = !split ? 1.0 : rc->global_batch > 0 ? l->activity_rows / rc->global_batch : share;
+            if (!(out[k] = scaled(l->activity_loss, f))) goto fail;
+            k++;
         }
         for (int j = 0; j < l->n_vars && (nm = l->vars[j]->name); j++) {
             const char *slash = strrchr(nm, '/');
             int r = role_of(slash ? slash + 1 : nm);
-            if (r < 0 || !l->wopt.reg[r].class_name[0]) continue;
-            if (k == max) return k;
+            if (r < 0 || !l->wopt.reg[r].class_name[0] || k == max) continue;
             ld_tensor *v = ld_regularize(&l->wopt.reg[r], ld_var(l->vars[j]));
-            if (v && share != 1.0f) {
-                ld_tensor *s = ld_mul_scalar(v, share);
-                ld_tensor_release(v);
-                v = s;
-            }
-            if (!v) { while (k) ld_tensor_release(out[--k]); return -1; }
-            out[k++] = v;
+            out[k] = v ? scaled(v, share) : NULL;
+            ld_tensor_release(v);
+            if (!out[k]) goto fail;
+            k++;
         }
     }
     return k;
+fail:
+    while (k) ld_tensor_release(out[--k]);
+    return -1;
 }
+
+int ld_model_losses(ld_model *m, ld_tensor **out, int max) { return collect(m, out, max, 0); }
 
 ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss) {
     if (!loss) return NULL;
@@ -443,7 +458,7 @@ ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss) {
     ld_tensor *small[64], **terms = max <= 64 ? small : malloc(sizeof *terms * (size_t)max);
     if (!terms) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     ld_tensor *total = ld_tensor_retain(loss);
-    int n = ld_model_losses(m, terms, max);
+    int n = collect(m, terms, max, 1);
     if (n < 0) { ld_tensor_release(total); total = NULL; }
     for (int i = 0; i < n; i++) {
         ld_tensor *t = terms[i];
@@ -467,19 +482,17 @@ ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss) {
     return total;
 }
 
-/* the activity regularization of a layer's output y, kept as its last call's
-   (Keras divides by the batch: here the global batch in a replica, so the
-   replicas' terms add up to one device's) */
+/* the activity regularization of a layer's output y, kept as its last
+   call's: Keras's, over the rows of y (a replica's share in a replica) */
 int ld_layer_record_activity(ld_layer *l, ld_tensor *y) {
     if (!l->wopt.activity.class_name[0]) return LD_OK;   /* every call, as Keras records it */
-    const ld_replica_ctx *rc = ld_replica_get();
-    double batch = y->ndim > 0 ? (double)y->shape[0] : 1;
-    if (rc && rc->n > 1 && rc->global_batch > 0) batch = rc->global_batch;
+    double rows = y->ndim > 0 && y->shape[0] > 0 ? (double)y->shape[0] : 1;
     ld_tensor *r = ld_regularize(&l->wopt.activity, y);
-    ld_tensor *s = r && batch > 0 ? ld_mul_scalar(r, (float)(1.0 / batch)) : (r ? ld_tensor_retain(r) : NULL);
+    ld_tensor *s = r ? ld_mul_scalar(r, (float)(1.0 / rows)) : NULL;
     ld_tensor_release(r);
     if (!s) return ld_error_status();
     ld_tensor_release(l->activity_loss);
     l->activity_loss = s;
+    l->activity_rows = rows;
     return LD_OK;
 }

@@ -164,6 +164,7 @@ struct ld_layer {
     ld_shape in[LD_LAYER_MAX_INPUTS], out;
     ld_weight_options wopt;        /* Keras's per-weight options (zeroed: the class's defaults) */
     ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
+    double activity_rows;          /* the rows of that call's output (Keras divides by them) */
 };
 
 /* every class: X(kind) for const ld_layer_class ld_layer_<kind> */
@@ -253,15 +254,16 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max);
    creation order), borrowed; trainable (may be NULL) tells which are. */
 int ld_model_weights(ld_model *m, ld_tensor **vars, unsigned char *trainable, int max);
 /* Keras's model.losses: layer by layer, the activity regularization of its
-   last call, then the regularization of each of its weights, as new
-   references into out (at most max); returns the count. In a replica of a
-   synchronous strategy with n replicas, the weight terms are divided by n
-   (tf.nn.scale_regularization_loss) and the activity terms by the global
-   batch instead of the replica's, so the replicas' gradients add up to
-   one device's. NULL tensors never; -1 with the error set on failure. */
+   last call (over that call's rows), then the regularization of each of its
+   weights, as new references into out (at most max); returns the count, or
+   -1 with the error set. */
 int ld_model_losses(ld_model *m, ld_tensor **out, int max);
-/* loss + the sum of ld_model_losses (a new reference; loss itself, retained,
-   when there is none): the training loss Keras minimizes. */
+/* loss + the terms of ld_model_losses (a new reference): the training loss
+   Keras minimizes. In a replica of a synchronous strategy with n > 1
+   replicas, each weight term is divided by n (tf.nn.scale_regularization_loss)
+   and each activity term taken over the global batch instead of the
+   replica's rows, so the replicas' gradients add up to one device's. The
+   activity terms are used up (a later step has its own). */
 ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss);
 /* A Keras-like summary table into buf (truncated to n). */
 int ld_model_summary(ld_model *m, char *buf, size_t n);

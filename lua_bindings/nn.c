@@ -531,6 +531,22 @@ static void push_input(lua_State *L, int xi, ld_device *dev) {
     } else lua_pushvalue(L, xi);
 }
 
+/* Tensors the model's call makes (tensor.arange, ones, new, ...) go where
+   the model runs, as those made in strategy:run go to the replica's device
+   (tensor.c's default_device reads the replica context): a call outside any
+   replica, on a model whose variables live on one device other than cpu:0
+   (OneDeviceStrategy("cpu:1"), a GPU), runs in a one-replica context on that
+   device. Returns 1 when it entered one (leave it with ld_replica_set(NULL)).
+   Mirrored variables called from the cross-replica context keep that context:
+   a replica context there would write only one copy of them. */
+static int enter_model_replica(ld_model *m, ld_device *dev) {
+    if (!dev || ld_replica_get() || dev == ld_device_cpu()) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->n_vars) { if (ld_mirror_count(m->layers[i]->vars[0]) > 1) return 0; break; }
+    ld_replica_set(&(ld_replica_ctx){0, 1, 0, dev, 0});
+    return 1;
+}
+
 /* Run the Lua forward (pushed by push_lua_call, below the call's place on
    the stack) on the input at xi, protected: LUA_OK with the result pushed,
    or an error status with the message pushed. A model not built yet builds
@@ -545,10 +561,13 @@ static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training
         lua_pop(L, 1);
     }
     int placed = !model_is_built(m) && place(L, mi);
+    ld_device *dev = model_device(L, mi, m);
+    int own = enter_model_replica(m, dev);
     lua_pushvalue(L, mi);
-    push_input(L, xi, model_device(L, mi, m));
+    push_input(L, xi, dev);
     lua_pushboolean(L, training);
     int st = lua_pcall(L, 3, 1, 0);
+    if (own) ld_replica_set(NULL);
     if (placed) unplace(L);
     if (st == LUA_OK && !lb_test_tensor(L, -1) && !lua_istable(L, -1)) {
         lua_pop(L, 1);
