@@ -71,14 +71,16 @@ end
 
 -- TF's custom training loop (the tf.distribute guide): per-example losses,
 -- compute_average_loss, strategy:run, strategy:reduce("sum", ...)
-local function custom_loop(S, model, opt, ds, epochs, global_batch_size)
+-- extra (optional): a function adding terms to the replica's loss (regularization)
+local function custom_loop(S, model, opt, ds, epochs, global_batch_size, extra)
   local loss_object = sparse_ce("none")
   local function step(inputs)
     local tape = autograd.GradientTape()
     local loss = tape:record(function()
       local predictions = model(inputs[1], { training = true })
-      return D.compute_average_loss(loss_object(inputs[2], predictions),
+      local l = D.compute_average_loss(loss_object(inputs[2], predictions),
         global_batch_size and { global_batch_size = global_batch_size } or nil)
+      return extra and l + extra() or l
     end)
     opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
     return loss
@@ -1000,23 +1002,12 @@ add { name = "loop_model_losses", run = function(S)
       nn.Dense { units = 4, bias_regularizer = regularizers.L1(0.05) } }
     opt = optim.SGD { learning_rate = 0.1 }
   end)
-  local loss_object = sparse_ce("none")
-  local function step(inputs)
-    local tape = autograd.GradientTape()
-    local loss = tape:record(function()
-      local l = D.compute_average_loss(loss_object(inputs[2], model(inputs[1], { training = true })))
-      local reg = 0
-      for _, r in ipairs(model.losses) do reg = reg + r end
-      return l + nn.scale_regularization_loss(reg)
-    end)
-    opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
-    return loss
-  end
-  local dist, last = S.distribute(ds), nil
-  for _ = 1, 6 do
-    for inputs in dist do last = S.reduce("sum", S.step(step, inputs)) end
-  end
-  return put_weights({ loss_final = last }, model)
+  local hist = custom_loop(S, model, opt, ds, 6, nil, function()
+    local reg = 0
+    for _, r in ipairs(model.losses) do reg = reg + r end
+    return nn.scale_regularization_loss(reg)
+  end)
+  return put_weights({ loss_final = hist[#hist] }, model)
 end }
 
 -- Issue 26: tensors made in a model's call (positions, a mask) live where the
