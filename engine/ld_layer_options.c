@@ -294,12 +294,12 @@ ld_tensor *ld_regularize(const ld_regularizer *r, ld_tensor *w) {
    constraints, filled when a layer makes a constrained weight and emptied
    when the layer goes; the optimizer asks it after each update, so no
    strategy path has to. */
-typedef struct { const ld_tensor *var; ld_constraint c; } constrained;
+typedef struct { const ld_tensor *var; ld_constraint c; int owned; } constrained;   /* owned: retained by the entry */
 static constrained *reg_list;
 static int reg_n, reg_cap;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
-int ld_constraint_register(const ld_tensor *var, const ld_constraint *c) {
+static int add_entry(const ld_tensor *var, const ld_constraint *c, int owned) {
     pthread_mutex_lock(&reg_lock);
     if (reg_n == reg_cap) {
         int cap = reg_cap ? 2 * reg_cap : 16;
@@ -308,15 +308,30 @@ int ld_constraint_register(const ld_tensor *var, const ld_constraint *c) {
         reg_list = p;
         reg_cap = cap;
     }
-    reg_list[reg_n++] = (constrained){var, *c};
+    reg_list[reg_n++] = (constrained){var, *c, owned};
     pthread_mutex_unlock(&reg_lock);
     return LD_OK;
 }
+int ld_constraint_register(const ld_tensor *var, const ld_constraint *c) { return add_entry(var, c, 0); }
+
+int ld_tensor_set_constraint(ld_tensor *t, const ld_constraint *c) {
+    ld_constraint_unregister(t);
+    if (!c || !c->class_name[0]) return LD_OK;
+    ld_tensor_retain(t);   /* the entry keeps t alive, so its address names no other tensor */
+    int st = add_entry(t, c, 1);
+    if (st) ld_tensor_release(t);
+    return st;
+}
 void ld_constraint_unregister(const ld_tensor *var) {
+    ld_tensor *drop = NULL;
     pthread_mutex_lock(&reg_lock);
     for (int i = 0; i < reg_n; i++)
-        if (reg_list[i].var == var) { reg_list[i--] = reg_list[--reg_n]; }
+        if (reg_list[i].var == var) {
+            if (reg_list[i].owned) drop = (ld_tensor *)var;
+            reg_list[i--] = reg_list[--reg_n];
+        }
     pthread_mutex_unlock(&reg_lock);
+    ld_tensor_release(drop);
 }
 static int lookup(const ld_tensor *var, ld_constraint *out) {
     if (!__atomic_load_n(&reg_n, __ATOMIC_RELAXED)) return 0;   /* the common case: nothing constrained */
@@ -334,6 +349,7 @@ int ld_variable_has_constraint(ld_tensor *base) {
     ld_constraint c;
     return lookup(base, &c);
 }
+int ld_variable_constraint(ld_tensor *v, ld_constraint *out) { return lookup(v, out); }
 
 /* Keras's formulas: MaxNorm w * clip(n, 0, max) / (eps + n); UnitNorm
    w / (eps + n); MinMaxNorm w * (rate * clip(n, min, max) + (1 - rate) * n) / (eps + n);

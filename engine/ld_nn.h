@@ -149,6 +149,11 @@ ld_tensor *ld_regularize(const ld_regularizer *r, ld_tensor *w);
    base: the variable as the layer holds it (copy 0), to find the constraint. */
 int ld_variable_constrain(ld_tensor *base, ld_tensor *v);
 int ld_variable_has_constraint(ld_tensor *base);
+/* v's constraint into *out: 1 when it has one (a layer's weight, any replica copy, or a tensor given one) */
+int ld_variable_constraint(ld_tensor *v, ld_constraint *out);
+/* Give a tensor that no layer holds a constraint (a parameter server's copy
+   of a constrained weight), retained until it gets another or none (c NULL). */
+int ld_tensor_set_constraint(ld_tensor *t, const ld_constraint *c);
 
 struct ld_layer {
     int refcount;                  /* a model and a front end may both hold a layer */

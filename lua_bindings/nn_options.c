@@ -166,7 +166,28 @@ static int nn_weight_option(lua_State *L) {
     return 2;
 }
 
+/* nn._constraint_of(v) -> v's constraint as {class_name=, config=}, or nil;
+   nn._constrain(t, constraint | nil): the optimizer applies it to t after
+   each update (a parameter server's copy of a constrained weight) */
+static int nn_constraint_of(lua_State *L) {
+    any_option o;
+    if (!ld_variable_constraint(lb_check_tensor(L, 1), &o.con)) return 0;
+    push_option(L, LD_WOPT_CONSTRAINT, &o);
+    return 1;
+}
+static int nn_constrain(lua_State *L) {
+    ld_tensor *t = lb_check_tensor(L, 1);
+    any_option o;
+    if (!lua_isnoneornil(L, 2)) read_option(L, 2, LD_WOPT_CONSTRAINT, &o, "_constrain");
+    if (ld_tensor_set_constraint(t, lua_isnoneornil(L, 2) ? NULL : &o.con)) return lb_engine_error(L, 1);
+    return 0;
+}
+
 void lb_weight_options_register(lua_State *L, int mod) {
     lua_pushcfunction(L, nn_weight_option);
     lua_setfield(L, mod, "_weight_option");
+    lua_pushcfunction(L, nn_constraint_of);
+    lua_setfield(L, mod, "_constraint_of");
+    lua_pushcfunction(L, nn_constrain);
+    lua_setfield(L, mod, "_constrain");
 }

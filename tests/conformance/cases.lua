@@ -971,7 +971,7 @@ end }
 
 -- constraints after every update (the optimizer applies them, so the
 -- sharded update of MirroredStrategy steps aside for constrained variables)
-add { name = "fit_constrained", also = { "mw_local" }, tol = 1e-4, run = function(S)
+add { name = "fit_constrained", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
   local x, y = make_data(96, { 8 }, 4)
   local model
   local out = fit_model(S, function()
