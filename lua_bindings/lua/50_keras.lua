@@ -559,7 +559,7 @@ function Model:evaluate(x, y, opts)
     local pred = self(bx, { training = false })
     -- with sample weights, each batch's weighted loss (sum w*l / rows), the
     -- batches averaged by their rows: Keras's evaluate
-    loss_m:update_state(self._loss(by, pred, bw):item(), count_rows(bx))
+    loss_m:update_state(self._loss(by, pred, bw):item() + self:_regularization_loss(), count_rows(bx))
     for _, m in ipairs(ms) do m:update_state(by, pred) end
   end
   local r = { loss = loss_m:result() }

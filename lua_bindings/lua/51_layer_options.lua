@@ -73,3 +73,12 @@ doc(nn.initializers, "nn.initializers", "nn.initializers\n\nKeras's initializers
   "RandomUniform{minval=, maxval=},\nTruncatedNormal{mean=, stddev=}, Orthogonal{gain=}; each takes a seed " ..
   "(the same values at every call).\nA layer's kernel_initializer, bias_initializer, recurrent_initializer and " ..
   "embeddings_initializer take one\nor its name (\"he_normal\").")
+
+-- model:_regularization_loss() -> the sum of model.losses as a number (0
+-- without any): what Keras's evaluate adds to each batch's loss (its
+-- test_step computes the loss with the model's losses, as training does)
+function nn.Model:_regularization_loss()
+  local total = 0
+  for _, l in ipairs(self.losses) do total = total + l:item() end
+  return total
+end

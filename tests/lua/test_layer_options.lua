@@ -131,7 +131,7 @@ T.test("regularizers: model.losses as Keras's (layer by layer: activity, then we
   T.eq(#plain.losses, 0)
 end)
 
-T.test("regularizers: 20 SGD steps give Keras's losses and weights (and differ from no regularization)", function()
+T.test("regularizers: 20 SGD steps give Keras's losses, weights and evaluate loss (and differ from no regularization)", function()
   local X, Y = data(40)
   for _, tag in ipairs({ "reg", "noreg" }) do
     local m = reg_model(tag == "reg")
@@ -141,6 +141,7 @@ T.test("regularizers: 20 SGD steps give Keras's losses and weights (and differ f
     m:fit(X, Y, { batch_size = 8, epochs = 4, shuffle = false, verbose = 0 })
     close_lists(m.history.loss, K[tag .. "_history"], 1e-5, tag .. " history")
     weights_match(m, K[tag .. "_final"], 1e-5)
+    T.near(m:evaluate(X, Y, { batch_size = 8 }).loss, K[tag .. "_evaluate"], 1e-5, tag .. " evaluate (with model.losses)")
   end
   T.ok(math.abs(K.reg_history[4] - K.noreg_history[4]) > 0.1, "the regularization shows in the loss")
 end)
