@@ -41,6 +41,9 @@ void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
 struct ld_layer;
 int lb_layer_weight_option(lua_State *L, struct ld_layer *l, const char *key, int vidx);
 void lb_layer_push_weight_options(lua_State *L, struct ld_layer *l, int t);
+/* layer.kernel_regularizer and the like: pushes the option (nil: the class's default) and
+   returns 1, or 0 when l's class has no such option */
+int lb_layer_get_weight_option(lua_State *L, struct ld_layer *l, const char *key);
 void lb_weight_options_register(lua_State *L, int mod);
 
 /* Call the prelude's hook ldist.<module>.<name> with the nargs values on top

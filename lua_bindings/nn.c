@@ -408,6 +408,7 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "count_params")) { lua_pushinteger(L, ld_layer_param_count(l)); return 1; }
     int pi = ld_layer_param_index(l->cls, k);
     if (pi >= 0) { push_param(L, l, pi); return 1; }
+    if (lb_layer_get_weight_option(L, l, k)) return 1;
     /* a variable by its name in the layer: kernel, bias, gamma, moving_mean, embeddings, ... */
     size_t nl = strlen(l->name);
     for (int i = 0; i < l->n_vars; i++) {

@@ -120,6 +120,18 @@ int lb_layer_weight_option(lua_State *L, ld_layer *l, const char *key, int vidx)
     return 1;
 }
 
+int lb_layer_get_weight_option(lua_State *L, ld_layer *l, const char *key) {
+    int role;
+    ld_wopt_kind k;
+    if (ld_weight_option_find(l->cls, key, &role, &k)) return 0;
+    const char *cn = slot(l, role, k);   /* every slot starts with its class name */
+    if (!cn[0]) { lua_pushnil(L); return 1; }   /* the class's default */
+    any_option o;
+    memcpy(&o, slot(l, role, k), slot_size(k));
+    push_option(L, k, &o);
+    return 1;
+}
+
 /* every option set on l (the others are the class's defaults) into the table at t */
 void lb_layer_push_weight_options(lua_State *L, ld_layer *l, int t) {
     t = lua_absindex(L, t);

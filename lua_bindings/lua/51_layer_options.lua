@@ -47,8 +47,9 @@ local function module_of(kind, title)
   for _, cn in ipairs(nn._weight_option(kind)) do
     m[cn] = constructor(kind, cn)
     local _, keys = nn._weight_option(kind, cn)
-    doc(m[cn], title .. "." .. cn, ("%s.%s(%s)\n\nKeras's %s %s; pass it as a layer's %s option."):format(
-      title, cn, #keys > 0 and ("{" .. table.concat(keys, "=, ") .. "=}") or "", cn, kind,
+    local call = #keys == 0 and ("%s.%s()"):format(title, cn)
+      or ("%s.%s(%s) or %s.%s{%s=}"):format(title, cn, table.concat(keys, ", "), title, cn, table.concat(keys, "=, "))
+    doc(m[cn], title .. "." .. cn, ("%s\n\nKeras's %s %s; pass it as a layer's %s option."):format(call, cn, kind,
       kind == "initializer" and "*_initializer" or kind == "regularizer" and "*_regularizer" or "*_constraint"))
   end
   return m

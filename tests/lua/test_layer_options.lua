@@ -182,6 +182,8 @@ T.test("get_config, to_json, save and load_model keep the options", function()
   T.eq(c.kernel_constraint.config.max_value, K.config.kernel_constraint.config.max_value)
   T.eq(c.kernel_constraint.config.axis, K.config.kernel_constraint.config.axis)
   T.eq(c.activity_regularizer.class_name, "L1")
+  T.eq(m.layers[1].kernel_regularizer.class_name, "L2")     -- read as the layer's fields too, as Keras's
+  T.eq(m.layers[1].bias_regularizer, nil)
   local X = data(4)
   m(X)
   local function losses_of(model)
