@@ -29,13 +29,12 @@ int ld_weight_option_find(const ld_layer_class *c, const char *name, int *role, 
     return LD_EARG;
 }
 
-void ld_weight_option_names(const ld_layer_class *c, char *buf, size_t n) {
-    size_t q = 0;
-    buf[0] = 0;
+int ld_weight_option_name(const ld_layer_class *c, int i, char *buf, size_t n) {
     for (int r = 0; r < LD_ROLE_COUNT; r++)
         for (int k = 0; k < 3 && (c->roles & LD_ROLE_BIT(r)); k++)
-            q += (size_t)snprintf(buf + q, q < n ? n - q : 0, "%s%s%s", q ? ", " : "", role_names[r], kind_suffix[k]);
-    if (c->roles) snprintf(buf + q, q < n ? n - q : 0, "%sactivity_regularizer", q ? ", " : "");
+            if (i-- == 0) { snprintf(buf, n, "%s%s", role_names[r], kind_suffix[k]); return 1; }
+    if (c->roles && i == 0) { snprintf(buf, n, "activity_regularizer"); return 1; }
+    return 0;
 }
 
 /* ================================================================ tables
@@ -164,45 +163,41 @@ int ld_regularizer_params(const ld_regularizer *x, const char *names[2], double 
     return n;
 }
 
-/* ---- constraints */
-static double *constraint_field(ld_constraint *x, const char *key, double *axis) {
-    if (!strcmp(key, "min_value")) return &x->min_value;
-    if (!strcmp(key, "max_value")) return &x->max_value;
-    if (!strcmp(key, "rate")) return &x->rate;
-    return axis;
+/* ---- constraints: config keys min_value, max_value, rate (numbers), axis (an integer) */
+static double constraint_get(const ld_constraint *x, const char *key) {
+    if (!strcmp(key, "min_value")) return x->min_value;
+    if (!strcmp(key, "max_value")) return x->max_value;
+    if (!strcmp(key, "rate")) return x->rate;
+    return x->axis;
+}
+static void constraint_put(ld_constraint *x, const char *key, double v) {
+    if (!strcmp(key, "min_value")) x->min_value = v;
+    else if (!strcmp(key, "max_value")) x->max_value = v;
+    else if (!strcmp(key, "rate")) x->rate = v;
+    else x->axis = (int)v;
 }
 int ld_constraint_named(const char *name, ld_constraint *out) {
     const opt_class *c = find_class(constraint_classes, name, "constraint");
     if (!c) return ld_error_status();
     memset(out, 0, sizeof *out);
     snprintf(out->class_name, sizeof out->class_name, "%s", c->class_name);
-    for (int i = 0; i < 4 && c->keys[i]; i++) {
-        double axis = 0, *f = constraint_field(out, c->keys[i], &axis);
-        *f = c->defs[i];
-    }
+    for (int i = 0; i < 4 && c->keys[i]; i++) constraint_put(out, c->keys[i], c->defs[i]);
     return LD_OK;
 }
 int ld_constraint_set(ld_constraint *x, const char *key, double v) {
     const opt_class *c = class_of(constraint_classes, x->class_name);
     if (key_index(c, key, "constraint") < 0) return ld_error_status();
-    double axis = x->axis, *f = constraint_field(x, key, &axis);
-    if (f == &axis) {
+    if (!strcmp(key, "axis")) {
         if (v != floor(v) || fabs(v) > LD_MAX_DIMS) return ld_fail(LD_EARG, "constraint %s: axis must be an integer, got %g", x->class_name, v);
-        x->axis = (int)v;
-        return LD_OK;
-    }
-    if (!(v >= 0) || isinf(v)) return ld_fail(LD_EARG, "constraint %s: %s must be a number >= 0, got %g", x->class_name, key, v);
-    *f = v;
+    } else if (!(v >= 0) || isinf(v))
+        return ld_fail(LD_EARG, "constraint %s: %s must be a number >= 0, got %g", x->class_name, key, v);
+    constraint_put(x, key, v);
     return LD_OK;
 }
 int ld_constraint_params(const ld_constraint *x, const char *names[4], double vals[4]) {
     const opt_class *c = class_of(constraint_classes, x->class_name);
     int n = 0;
-    for (; c && n < 4 && c->keys[n]; n++) {
-        double axis = x->axis, *f = constraint_field((ld_constraint *)x, c->keys[n], &axis);
-        names[n] = c->keys[n];
-        vals[n] = *f;
-    }
+    for (; c && n < 4 && c->keys[n]; n++) { names[n] = c->keys[n]; vals[n] = constraint_get(x, c->keys[n]); }
     return n;
 }
 
@@ -477,13 +472,11 @@ ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss) {
     int n = collect(m, terms, max, 1);
     if (n < 0) { ld_tensor_release(total); total = NULL; }
     for (int i = 0; i < n; i++) {
-        ld_tensor *t = terms[i];
-        if (t->storage->device != total->storage->device) {   /* a loss on the host, weights elsewhere */
-            ld_tensor *moved = ld_to_device(t, total->storage->device);
-            ld_tensor_release(t);
-            t = moved;
-        }
-        ld_tensor *s = t && total ? ld_add(total, t) : NULL;
+        ld_tensor *t = terms[i], *s = NULL;
+        if (t->storage->device != total->storage->device)   /* no move the tape could differentiate */
+            ld_fail(LD_EDEVICE, "the regularization of '%s' is on %s and the loss on %s: the model's output and its "
+                    "variables must be on one device", m->name, t->storage->device->name, total->storage->device->name);
+        else s = ld_add(total, t);
         ld_tensor_release(total);
         ld_tensor_release(t);
         total = s;

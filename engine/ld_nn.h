@@ -124,8 +124,8 @@ typedef enum { LD_WOPT_INITIALIZER = 0, LD_WOPT_REGULARIZER, LD_WOPT_CONSTRAINT 
 /* an option name of class c: LD_OK with its role and kind (activity_regularizer: role -1,
    LD_WOPT_REGULARIZER), LD_EARG when c has no such option */
 int ld_weight_option_find(const ld_layer_class *c, const char *name, int *role, ld_wopt_kind *kind);
-/* the option names of class c, ", "-separated, into buf (for messages and help) */
-void ld_weight_option_names(const ld_layer_class *c, char *buf, size_t n);
+/* the i-th option name of class c into buf: 1, or 0 past the last (for messages and help) */
+int ld_weight_option_name(const ld_layer_class *c, int i, char *buf, size_t n);
 /* Keras's names of a role ("kernel", "bias", "recurrent", "embeddings") */
 const char *ld_weight_role_name(int role);
 /* An initializer, regularizer or constraint by Keras's class name or its

@@ -88,17 +88,12 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
 /* "unknown option 'unit'; did you mean 'units'? (it takes units, activation, ...)":
    the closest name by the REPL's own rule (ldist._closest, lua/10_help.lua) */
 static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
-    char wopts[512];
-    ld_weight_option_names(c, wopts, sizeof wopts);
     lua_newtable(L);
     int list = lua_gettop(L), n = 0;
     for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
     lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
-    for (const char *p = wopts; *p;) {
-        const char *e = strchr(p, ',');
-        lua_pushlstring(L, p, e ? (size_t)(e - p) : strlen(p)); lua_rawseti(L, list, ++n);
-        p = e ? e + 2 : p + strlen(p);
-    }
+    char w[48];
+    for (int i = 0; ld_weight_option_name(c, i, w, sizeof w); i++) { lua_pushstring(L, w); lua_rawseti(L, list, ++n); }
     const char *guess = NULL;
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
     if (lua_istable(L, -1) && lua_getfield(L, -1, "_closest") == LUA_TFUNCTION) {
@@ -952,7 +947,7 @@ static int model_weights(lua_State *L, ld_model *m, int which) {
 }
 
 /* model.losses: Keras's, the regularization terms of the model's layers
-   (weights now, activities of the last training call) */
+   (their activities' in the last call, their weights' now) */
 static int model_losses(lua_State *L, ld_model *m) {
     int max = 0;
     for (int i = 0; i < m->n_layers; i++) max += m->layers[i]->n_vars + 1;
