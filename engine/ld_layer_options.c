@@ -73,9 +73,10 @@ static const opt_class constraint_classes[] = {
     {"MinMaxNorm", "min_max_norm", {"min_value", "max_value", "rate", "axis"}, {0.0, 1.0, 1.0, 0}},
     {NULL, NULL, {NULL}, {0}}};
 
-const char *ld_weight_option_class(ld_wopt_kind k, int i) {
+const char *ld_weight_option_class(ld_wopt_kind k, int i, const char **alias) {
     const opt_class *t = k == LD_WOPT_INITIALIZER ? init_classes : k == LD_WOPT_REGULARIZER ? reg_classes : constraint_classes;
-    for (int j = 0; t[j].class_name; j++) if (j == i) return t[j].class_name;
+    for (int j = 0; t[j].class_name; j++)
+        if (j == i) { if (alias) *alias = t[j].alias; return t[j].class_name; }
     return NULL;
 }
 

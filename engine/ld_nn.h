@@ -133,7 +133,8 @@ const char *ld_weight_role_name(int role);
    LD_EARG naming the choices. Parameters are then set by name with
    ld_*_set (Keras's config keys), and listed back by ld_*_params. */
 int ld_initializer_named(const char *name, ld_initializer *out);
-const char *ld_weight_option_class(ld_wopt_kind k, int i);   /* the i-th class name of a kind, NULL past the last */
+/* the i-th class name of a kind (and its snake_case alias into *alias, when not NULL); NULL past the last */
+const char *ld_weight_option_class(ld_wopt_kind k, int i, const char **alias);
 int ld_initializer_set(ld_initializer *x, const char *key, double v);
 int ld_initializer_params(const ld_initializer *x, const char *names[2], double vals[2]);   /* how many */
 int ld_regularizer_named(const char *name, ld_regularizer *out);

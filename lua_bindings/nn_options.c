@@ -36,19 +36,44 @@ static int set_key(ld_wopt_kind k, any_option *o, const char *key, double v) {
     }
 }
 
+/* an unknown name of kind k: the engine's message, with "did you mean" by
+   the REPL's own rule (ldist._closest, lua/10_help.lua) when a name is close */
+static void unknown_name(lua_State *L, ld_wopt_kind k, const char *name, const char *what) {
+    const char *msg = lua_pushfstring(L, "%s: %s", what, ld_error());   /* anchored on the stack */
+    lua_newtable(L);
+    int list = lua_gettop(L);
+    const char *cn, *alias;
+    for (int i = 0, n = 0; (cn = ld_weight_option_class(k, i, &alias)); i++) {
+        lua_pushstring(L, cn); lua_rawseti(L, -2, ++n);
+        lua_pushstring(L, alias); lua_rawseti(L, -2, ++n);
+    }
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1) && lua_getfield(L, -1, "_closest") == LUA_TFUNCTION) {
+        lua_pushstring(L, name);
+        lua_pushvalue(L, list);
+        lua_call(L, 2, 1);
+        const char *guess = lua_tostring(L, -1), *cut = guess ? strstr(msg, "' (") : NULL;   /* after the name */
+        if (cut) {
+            const char *head = lua_pushlstring(L, msg, (size_t)(cut - msg) + 1);
+            luaL_error(L, "%s; did you mean '%s'?%s", head, guess, cut + 1);
+        }
+    }
+    luaL_error(L, "%s", msg);
+}
+
 /* the value at idx as an option of kind k into *o; raises naming `what`
    (the layer option, or the constructor) on a bad value */
 static void read_option(lua_State *L, int idx, ld_wopt_kind k, any_option *o, const char *what) {
     idx = lua_absindex(L, idx);
     if (lua_type(L, idx) == LUA_TSTRING) {
-        if (named(k, lua_tostring(L, idx), o)) luaL_error(L, "%s: %s", what, ld_error());
+        if (named(k, lua_tostring(L, idx), o)) unknown_name(L, k, lua_tostring(L, idx), what);
         return;
     }
     if (!lua_istable(L, idx))
         luaL_error(L, "%s: %s name or object expected, got %s", what, kind_names[k], luaL_typename(L, idx));
     lua_getfield(L, idx, "class_name");
     if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "%s: a %s table needs a class_name", what, kind_names[k]);
-    if (named(k, lua_tostring(L, -1), o)) luaL_error(L, "%s: %s", what, ld_error());
+    if (named(k, lua_tostring(L, -1), o)) unknown_name(L, k, lua_tostring(L, -1), what);
     lua_pop(L, 1);
     if (lua_getfield(L, idx, "config") == LUA_TTABLE) {
         int c = lua_gettop(L);
@@ -162,7 +187,7 @@ static int nn_weight_option(lua_State *L) {
     if (lua_isnoneornil(L, 2)) {
         lua_newtable(L);
         const char *cn;
-        for (int i = 0; (cn = ld_weight_option_class((ld_wopt_kind)k, i)); i++) { lua_pushstring(L, cn); lua_rawseti(L, -2, i + 1); }
+        for (int i = 0; (cn = ld_weight_option_class((ld_wopt_kind)k, i, NULL)); i++) { lua_pushstring(L, cn); lua_rawseti(L, -2, i + 1); }
         return 1;
     }
     any_option o;

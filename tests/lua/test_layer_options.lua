@@ -209,7 +209,11 @@ T.test("bad options name the problem", function()
   T.raises(function() return nn.Dense { units = 3, kernel_initialiser = "zeros" } end,
     "unknown option 'kernel_initialiser'; did you mean 'kernel_initializer'?")
   T.raises(function() return nn.Dense { units = 3, kernel_initializer = "he_nromal" } end,
-    "nn.Dense: kernel_initializer: unknown initializer 'he_nromal' (glorot_uniform,")
+    "nn.Dense: kernel_initializer: unknown initializer 'he_nromal'; did you mean 'he_normal'? (glorot_uniform,")
+  T.raises(function() return nn.Dense { units = 3, kernel_constraint = { class_name = "MaxNrom" } } end,
+    "unknown constraint 'MaxNrom'; did you mean 'MaxNorm'? (max_norm,")
+  T.raises(function() return nn.Dense { units = 3, kernel_regularizer = "xyzzy" } end,
+    "unknown regularizer 'xyzzy' (l1, l2, l1_l2, or their Keras class names)")
   T.raises(function() return nn.Dense { units = 3, kernel_regularizer = 0.01 } end,
     "nn.Dense: kernel_regularizer: regularizer name or object expected, got number")
   T.raises(function() return regularizers.L2 { l3 = 1 } end, "regularizer L2 has no option 'l3' (l2)")
