@@ -191,7 +191,8 @@ ld_layer *ld_layer_retain(ld_layer *l) {
 
 void ld_layer_release(ld_layer *l) {
     if (!l || __atomic_sub_fetch(&l->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
-    for (int i = 0; i < l->n_vars; i++) ld_tensor_release(l->vars[i]);
+    for (int i = 0; i < l->n_vars; i++) { ld_constraint_unregister(l->vars[i]); ld_tensor_release(l->vars[i]); }
+    ld_tensor_release(l->activity_loss);
     free(l);
 }
 
@@ -228,11 +229,25 @@ static ld_tensor *orthogonal(int64_t rows, int64_t cols, ld_rng *rng) {
     return g;
 }
 
+/* an orthogonal weight: rows are every axis but the last */
+ld_tensor *ld_orthogonal_init(int ndim, const int64_t *shape, ld_rng *rng) {
+    int64_t cols = ndim ? shape[ndim - 1] : 1, rows = 1;
+    for (int i = 0; i + 1 < ndim; i++) rows *= shape[i];
+    ld_tensor *o = orthogonal(rows, cols, rng);
+    if (o) o->requires_grad = 0;
+    ld_tensor *v = o ? ld_reshape(o, ndim, shape) : NULL;      /* a view of the fresh, contiguous o */
+    ld_tensor_release(o);
+    return v;
+}
+
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, ld_init init, int trainable) {
     if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
     ld_tensor *v = NULL;
     ld_rng *rng = ld_global_rng(), before = *rng;
-    switch (init.kind) {
+    int role = l->cls->roles ? ld_weight_role_of(what) : -1;
+    if (role >= 0 && l->wopt.init[role].class_name[0])     /* the user's kernel_initializer, ... */
+        v = ld_initializer_make(&l->wopt.init[role], ndim, shape, rng);
+    else switch (init.kind) {
     case LD_INIT_ZEROS: v = ld_tensor_zeros(LD_F32, ndim, shape, NULL); break;
     case LD_INIT_ONES: v = ld_tensor_full(LD_F32, ndim, shape, 1.0, NULL); break;
     case LD_INIT_GLOROT_UNIFORM: {
@@ -241,15 +256,7 @@ ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const in
         break;
     }
     case LD_INIT_UNIFORM: v = ld_tensor_uniform(ndim, shape, (float)init.a, (float)init.b, rng, NULL); break;
-    case LD_INIT_ORTHOGONAL: {
-        int64_t cols = ndim ? shape[ndim - 1] : 1, rows = 1;
-        for (int i = 0; i + 1 < ndim; i++) rows *= shape[i];
-        ld_tensor *o = orthogonal(rows, cols, rng);
-        if (o) o->requires_grad = 0;
-        v = o ? ld_reshape(o, ndim, shape) : NULL;      /* a view of the fresh, contiguous o */
-        ld_tensor_release(o);
-        break;
-    }
+    case LD_INIT_ORTHOGONAL: v = ld_orthogonal_init(ndim, shape, rng); break;
     }
     ld_replica_draws_shared(&before);   /* built once, by whichever replica ran the layer first */
     if (!v) return NULL;
@@ -260,6 +267,8 @@ ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const in
     l->var_trainable[l->n_vars] = trainable != 0;
     l->vars[l->n_vars++] = v;
     if (ld_variable_created(v)) return NULL;   /* mirrored when a strategy asks for it; v is the layer's */
+    if (role >= 0 && l->wopt.constraint[role].class_name[0] && ld_constraint_register(v, &l->wopt.constraint[role]))
+        return NULL;
     return v;
 }
 
@@ -278,7 +287,7 @@ int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in) {
     }
     ld_shape out = {0};
     if (c->build(l, n_in, in, &out)) {
-        for (int i = 0; i < l->n_vars; i++) ld_tensor_release(l->vars[i]);   /* nothing half-built stays */
+        for (int i = 0; i < l->n_vars; i++) { ld_constraint_unregister(l->vars[i]); ld_tensor_release(l->vars[i]); }   /* nothing half-built stays */
         l->n_vars = 0;
         return ld_error_status();
     }
@@ -328,7 +337,9 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
         return NULL;
     }
     for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
-    return l->cls->forward(l, n_in, x, training);
+    ld_tensor *y = l->cls->forward(l, n_in, x, training);
+    if (y && ld_layer_record_activity(l, y)) { ld_tensor_release(y); return NULL; }
+    return y;
 }
 
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) { return ld_layer_call(l, 1, &x, training); }

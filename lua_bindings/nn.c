@@ -85,15 +85,33 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
     if (st) luaL_error(L, "%s", ld_error());
 }
 
+/* "unknown option 'unit'; did you mean 'units'? (it takes units, activation, ...)":
+   the closest name by the REPL's own rule (ldist._closest, lua/10_help.lua) */
 static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
+    lua_newtable(L);
+    int list = lua_gettop(L), n = 0;
+    for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
+    lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
+    char w[48];
+    for (int i = 0; ld_weight_option_name(c, i, w, sizeof w); i++) { lua_pushstring(L, w); lua_rawseti(L, list, ++n); }
+    const char *guess = NULL;
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1) && lua_getfield(L, -1, "_closest") == LUA_TFUNCTION) {
+        lua_pushstring(L, k);
+        lua_pushvalue(L, list);
+        lua_call(L, 2, 1);
+        guess = lua_tostring(L, -1);
+    }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    for (int i = 0; c->params[i].name; i++) {
-        luaL_addstring(&b, c->params[i].name);
-        luaL_addstring(&b, ", ");
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, i);
+        luaL_addvalue(&b);
+        if (i < n) luaL_addstring(&b, ", ");
     }
-    luaL_addstring(&b, "name");
     luaL_pushresult(&b);
+    if (guess)
+        luaL_error(L, "nn.%s: unknown option '%s'; did you mean '%s'? (it takes %s)", c->class_name, k, guess, lua_tostring(L, -1));
     luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
 }
 
@@ -146,7 +164,9 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
                 int pi = ld_layer_param_index(c, k);
                 if (!strcmp(k, "name")) {
                     if (ld_layer_set_name(l, luaL_checkstring(L, -1))) lb_engine_error(L, 0);
-                } else if (pi < 0) unknown_option(L, c, k);
+                } else if (pi < 0) {
+                    if (!lb_layer_weight_option(L, l, k, lua_gettop(L))) unknown_option(L, c, k);
+                }
                 else { set_param(L, l, pi, -1); given[pi] = !lua_isnil(L, -1); }
             } else if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
                 luaL_error(L, "nn.%s: option names must be strings", c->class_name);
@@ -188,6 +208,7 @@ static int layer_get_config(lua_State *L) {
         push_param(L, l, i);
         lua_setfield(L, -2, l->cls->params[i].name);
     }
+    lb_layer_push_weight_options(L, l, -1);
     return 1;
 }
 
@@ -382,6 +403,7 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "count_params")) { lua_pushinteger(L, ld_layer_param_count(l)); return 1; }
     int pi = ld_layer_param_index(l->cls, k);
     if (pi >= 0) { push_param(L, l, pi); return 1; }
+    if (lb_layer_get_weight_option(L, l, k)) return 1;
     /* a variable by its name in the layer: kernel, bias, gamma, moving_mean, embeddings, ... */
     size_t nl = strlen(l->name);
     for (int i = 0; i < l->n_vars; i++) {
@@ -505,6 +527,22 @@ static void push_input(lua_State *L, int xi, ld_device *dev) {
     } else lua_pushvalue(L, xi);
 }
 
+/* Tensors the model's call makes (tensor.arange, ones, new, ...) go where
+   the model runs, as those made in strategy:run go to the replica's device
+   (tensor.c's default_device reads the replica context): a call outside any
+   replica, on a model whose variables live on one device other than cpu:0
+   (OneDeviceStrategy("cpu:1"), a GPU), runs in a one-replica context on that
+   device. Returns 1 when it entered one (leave it with ld_replica_set(NULL)).
+   Mirrored variables called from the cross-replica context keep that context:
+   a replica context there would write only one copy of them. */
+static int enter_model_replica(ld_model *m, ld_device *dev) {
+    if (!dev || ld_replica_get() || dev == ld_device_cpu()) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->n_vars) { if (ld_mirror_count(m->layers[i]->vars[0]) > 1) return 0; break; }
+    ld_replica_set(&(ld_replica_ctx){0, 1, 0, dev, 0});
+    return 1;
+}
+
 /* Run the Lua forward (pushed by push_lua_call, below the call's place on
    the stack) on the input at xi, protected: LUA_OK with the result pushed,
    or an error status with the message pushed. A model not built yet builds
@@ -519,10 +557,13 @@ static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training
         lua_pop(L, 1);
     }
     int placed = !model_is_built(m) && place(L, mi);
+    ld_device *dev = model_device(L, mi, m);
+    int own = enter_model_replica(m, dev);
     lua_pushvalue(L, mi);
-    push_input(L, xi, model_device(L, mi, m));
+    push_input(L, xi, dev);
     lua_pushboolean(L, training);
     int st = lua_pcall(L, 3, 1, 0);
+    if (own) ld_replica_set(NULL);
     if (placed) unplace(L);
     if (st == LUA_OK && !lb_test_tensor(L, -1) && !lua_istable(L, -1)) {
         lua_pop(L, 1);
@@ -706,6 +747,14 @@ static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_ten
     return v;
 }
 
+/* the step's loss plus the model's regularization losses (Keras's
+   model.losses), on the tape; takes ownership of lv */
+static ld_tensor *with_model_losses(ld_model *m, ld_tensor *lv) {
+    ld_tensor *total = ld_model_add_losses(m, lv);
+    ld_tensor_release(lv);
+    return total;
+}
+
 /* the input of a Sequential model at xi (checked), or NULL for a model whose
    forward is in Lua (it takes a tensor or a list of them) */
 static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
@@ -771,6 +820,7 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
         lv = lua_step_loss(L, LI, YI, pred, pred_idx, WI);
         if (!lv) { ld_tape_pop(tape); ld_tape_free(tape); ld_tensor_release(pred); lua_error(L); return; }
     }
+    if (lv) lv = with_model_losses(m, lv);   /* + model.losses: Keras's training loss */
     ld_tape_pop(tape);
     int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
     ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
@@ -959,6 +1009,19 @@ static int model_weights(lua_State *L, ld_model *m, int which) {
     return 1;
 }
 
+/* model.losses: Keras's, the regularization terms of the model's layers
+   (their activities' in the last call, their weights' now) */
+static int model_losses(lua_State *L, ld_model *m) {
+    int max = 0;
+    for (int i = 0; i < m->n_layers; i++) max += m->layers[i]->n_vars + 1;
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(max ? max : 1), 0);
+    int n = ld_model_losses(m, t, max);
+    if (n < 0) return lb_engine_error(L, 1);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) { lb_push_tensor(L, t[i], 0); lua_rawseti(L, -2, i + 1); }
+    return 1;
+}
+
 static int model_index(lua_State *L) {
     ld_model *m = check_model(L, 1);
     /* C methods first */
@@ -973,6 +1036,7 @@ static int model_index(lua_State *L) {
         if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) return model_weights(L, m, 0);
         if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
         if (!strcmp(k, "built")) { lua_pushboolean(L, model_is_built(m)); return 1; }
+        if (!strcmp(k, "losses")) return model_losses(L, m);
     }
     /* per-model state (compile's settings, history, a subclass's attributes) */
     lua_getiuservalue(L, 1, 1);
@@ -1277,6 +1341,7 @@ int lb_open_nn(lua_State *L) {
         {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
+    lb_weight_options_register(L, mod);
     /* a constructor per layer class (and its alias), its help from the class */
     const ld_layer_class *const *cs = ld_layer_classes();
     const char *docs[2 * 64 + 1];

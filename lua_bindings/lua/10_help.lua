@@ -756,6 +756,14 @@ local function closest(name, set)
   return best
 end
 
+-- ldist._closest(name, list) -> the closest name of a list, or nil (the
+-- layers' "unknown option" errors, lua_bindings/nn.c)
+function ldist._closest(name, list)
+  local set = {}
+  for _, k in ipairs(list) do set[k] = true end
+  return closest(name, set)
+end
+
 -- Names a misspelt global could have meant: the globals and the locals and
 -- upvalues of the function that failed (stack level `level`).
 local function visible_names(level)

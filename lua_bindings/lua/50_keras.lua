@@ -965,7 +965,7 @@ function Model:_evaluate_epoch(batches)
     -- with sample weights, each batch's weighted loss (sum w*l / rows), the
     -- batches averaged by their rows: Keras's evaluate
     local rows = count_rows(bx)
-    loss_m:update_state(self._loss(by, pred, bw):item(), rows)
+    loss_m:update_state(self._loss(by, pred, bw):item() + self:_regularization_loss(), rows)
     update_outputs(ms, outs, by, pred, bw, rows)
   end
   return epoch_logs(loss_m, outs, ms)

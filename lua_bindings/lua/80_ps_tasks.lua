@@ -373,6 +373,7 @@ local function ps_serve(me, ctl, nworkers)
         reply("vals", C.pack({ req = m.req, values = out, version = applied }))
       end
     elseif ty == "init" then
+      for _, v in pairs(vars) do ldist.nn._constrain(v, nil) end   -- a model before this one: its constraints go
       opt = build_optimizer(m.optimizer)
       ckpt = m.checkpoint_dir
       local restored, slots_restored = false, false
@@ -399,6 +400,7 @@ local function ps_serve(me, ctl, nworkers)
         end
       end
       if not restored then for n, v in pairs(m.vars) do vars[n] = v:contiguous():clone() end end
+      for n, con in pairs(m.constraints or {}) do ldist.nn._constrain(vars[n], con) end   -- after each update here
       reply("init_ok", C.pack({ req = m.req, restored = restored, slots = slots_restored, applied = applied }))
     elseif ty == "save" then
       local okS, err = pcall(save, m.dir)

@@ -98,11 +98,16 @@ function PS:_place(model, x)
   end
   if not model._compiled then error("call model:compile{optimizer=, loss=} before training under ParameterServerStrategy", 0) end
   local cl = self._cl
-  local layout, per_ps, rr = {}, {}, 0
+  local layout, per_ps, cons, rr = {}, {}, {}, 0
   for i, v in ipairs(model.trainable_variables) do
     local shape = v.shape
     local n = 1
     if self._partitioner and v.ndim >= 1 then n = math.max(1, math.min(self._partitioner(shape, 4), shape[1])) end
+    local con = ldist.nn._constraint_of(v)   -- applied on its ps task, after each update there
+    if con and n > 1 then
+      error(("variable %d has a %s constraint, which needs the whole variable: it cannot be partitioned " ..
+        "(leave it out of variable_partitioner)"):format(i, con.class_name), 0)
+    end
     for j = 0, n - 1 do
       local p = rr % cl.num_ps
       rr = rr + 1
@@ -113,11 +118,12 @@ function PS:_place(model, x)
       layout[#layout + 1] = sh
       per_ps[p + 1] = per_ps[p + 1] or {}
       per_ps[p + 1][sh.name] = val
+      if con then cons[p + 1] = cons[p + 1] or {}; cons[p + 1][sh.name] = con end
     end
   end
   local reqs = {}
   for p = 1, cl.num_ps do
-    reqs[p] = { _type = "init", vars = per_ps[p] or {}, optimizer = ldist.optim._config(model._optimizer),
+    reqs[p] = { _type = "init", vars = per_ps[p] or {}, constraints = cons[p], optimizer = ldist.optim._config(model._optimizer),
       checkpoint_dir = self._checkpoint_dir }
   end
   local got = self:_ask(reqs, "init_ok")

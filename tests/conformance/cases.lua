@@ -71,14 +71,16 @@ end
 
 -- TF's custom training loop (the tf.distribute guide): per-example losses,
 -- compute_average_loss, strategy:run, strategy:reduce("sum", ...)
-local function custom_loop(S, model, opt, ds, epochs, global_batch_size)
+-- extra (optional): a function adding terms to the replica's loss (regularization)
+local function custom_loop(S, model, opt, ds, epochs, global_batch_size, extra)
   local loss_object = sparse_ce("none")
   local function step(inputs)
     local tape = autograd.GradientTape()
     local loss = tape:record(function()
       local predictions = model(inputs[1], { training = true })
-      return D.compute_average_loss(loss_object(inputs[2], predictions),
+      local l = D.compute_average_loss(loss_object(inputs[2], predictions),
         global_batch_size and { global_batch_size = global_batch_size } or nil)
+      return extra and l + extra() or l
     end)
     opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
     return loss
@@ -1017,6 +1019,97 @@ add { name = "fit_multi_io", also = { "ps", "mw_local" }, run = function(S)
   local out = put_weights({ loss = h.loss[4], cls_loss = h.cls_loss[4], reg_loss = h.reg_loss[4],
     cls_accuracy = h.cls_accuracy[4], val_loss = h.val_loss[4], val_reg_loss = h.val_reg_loss[4],
     p_cls = p[1]:cpu():sum():item(), p_reg = p[2]:cpu():sum():item() }, model)
+  return out
+end }
+
+-- Issue 26: the layers' regularizers in fit (model.losses joins the loss,
+-- each weight term divided by the replicas as tf.nn.scale_regularization_loss
+-- does, each activity term over the global batch): every strategy gives one
+-- device's numbers; 100 rows in batches of 24 end with a batch of 4, split
+-- unevenly over 3 replicas
+add { name = "fit_regularized", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_data(100, { 8 }, 4)
+  return fit_model(S, function()
+    return nn.Sequential {
+      nn.Dense { units = 16, activation = "tanh", kernel_regularizer = regularizers.L2(0.02),
+        bias_regularizer = regularizers.L1(0.01), activity_regularizer = regularizers.L1L2(0.002, 0.004) },
+      nn.Dense { units = 4, kernel_regularizer = regularizers.L1L2 { l1 = 0.005, l2 = 0.01 } } }
+  end, x, y, 24, 5, function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
+-- constraints after every update (the optimizer applies them, so the
+-- sharded update of MirroredStrategy steps aside for constrained variables)
+add { name = "fit_constrained", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local model
+  local out = fit_model(S, function()
+    model = nn.Sequential {
+      nn.Dense { units = 16, activation = "relu", kernel_constraint = constraints.MaxNorm(0.4),
+        bias_constraint = constraints.NonNeg() },
+      nn.Dense { units = 4, kernel_constraint = constraints.UnitNorm() } }
+    return model
+  end, x, y, 24, 4, function() return optim.SGD { learning_rate = 0.2, momentum = 0.9 } end)
+  local k = model.layers[1].kernel:cpu()
+  local norms = (k * k):sum(0):sqrt():totable()
+  for j, v in ipairs(norms) do check(v <= 0.4 + 1e-5, "column %d of the MaxNorm kernel has norm %.6f", j, v) end
+  check(model.layers[1].bias:cpu():min():item() >= 0, "a NonNeg bias went negative")
+  return out
+end }
+
+-- TF's custom loop with model.losses: loss + nn.scale_regularization_loss
+-- of their sum, in the replica function
+add { name = "loop_model_losses", run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(24)
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential {
+      nn.Dense { units = 16, activation = "tanh", kernel_regularizer = regularizers.L2(0.02),
+        activity_regularizer = regularizers.L2(0.01) },
+      nn.Dense { units = 4, bias_regularizer = regularizers.L1(0.05) } }
+    opt = optim.SGD { learning_rate = 0.1 }
+  end)
+  local hist = custom_loop(S, model, opt, ds, 6, nil, function()
+    local reg = 0
+    for _, r in ipairs(model.losses) do reg = reg + r end
+    return nn.scale_regularization_loss(reg)
+  end)
+  return put_weights({ loss_final = hist[#hist] }, model)
+end }
+
+-- Issue 26: tensors made in a model's call (positions, a mask) live where the
+-- model runs, under every strategy: OneDeviceStrategy("cpu:1") and GPUs
+-- included (tensor constructors default to the replica's device, and a
+-- model's call outside a replica runs in one on the model's device)
+local PositionMask = nn.Model:extend("ConformancePositionMask")
+function PositionMask:init()
+  self.tokens = nn.Embedding(7, 4)
+  self.positions = nn.Embedding(6, 4)
+  self.out = nn.Dense(2)
+end
+function PositionMask:call(x, training)
+  local T = x.shape[2]
+  local pos = tensor.arange(0, T)                 -- int64 positions 0 .. T-1
+  local keep = {}
+  for t = 1, T do keep[t] = { t < T and 1 or 0 } end
+  local mask = tensor.new(keep)                   -- [T, 1]: the last position left out
+  local h = (self.tokens(x) + self.positions(pos) + tensor.zeros(1, 4)) * mask * tensor.ones(T, 4)
+  return self.out(h:sum(1) * (1 / (T - 1)))
+end
+
+add { name = "fit_call_makes_tensors", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_sequences(96, 8)
+  local out = fit_model(S, function() return PositionMask() end, x, y, 24, 6,
+    function() return optim.SGD { learning_rate = 0.2, momentum = 0.9 } end)
+  -- the model's own call, evaluate and predict, outside fit
+  local model
+  tensor.seed(7)
+  S.scope(function() model = PositionMask() end)
+  local p = model:predict(x, { batch_size = 32, verbose = 0 })
+  check(p.shape[1] == 96 and p.shape[2] == 2, "predict gave %s", tostring(p))
+  local direct = model(x:slice(0, 0, 5))
+  check(direct.shape[1] == 5, "the model's call gave %s", tostring(direct))
   return out
 end }
 
