@@ -334,14 +334,24 @@ local function svg_panel(m, W, span, max_ann, LEFT)
   return out, y + 14
 end
 
+-- the time each panel shows across its width: its own (a comparison of a
+-- 7 ms synchronous run and a 23 ms asynchronous one shows each run's steps
+-- across the whole width), or the longest (opts.scale = "shared": one scale,
+-- to compare the durations themselves)
+local function panel_spans(models, opts)
+  local longest, out = 0, {}
+  for _, m in ipairs(models) do longest = math.max(longest, m.t1 - m.t0) end
+  for _, m in ipairs(models) do out[m] = opts.scale == "shared" and longest or (m.t1 - m.t0) end
+  return out
+end
+
 -- width = n: pixels of the picture, or, below TEXT_MAX_WIDTH, the columns
 -- of the text (a terminal's `width = 80`; no picture is drawn that narrow)
 local TEXT_MAX_WIDTH = 400
 local function svg_of(models, opts)
   opts = opts or {}
   local W = (opts.width and opts.width >= TEXT_MAX_WIDTH) and opts.width or 960
-  local span = 0
-  for _, m in ipairs(models) do span = math.max(span, m.t1 - m.t0) end
+  local span = panel_spans(models, opts)
   local parts, H = {}, 0
   local label_w = 10
   for _, m in ipairs(models) do
@@ -349,7 +359,7 @@ local function svg_of(models, opts)
   end
   local left = math.max(120, math.floor(20 + 6.8 * label_w))
   for _, m in ipairs(models) do
-    local lines, h = svg_panel(m, W, span, opts.annotations or 5, left)
+    local lines, h = svg_panel(m, W, span[m], opts.annotations or 5, left)
     parts[#parts + 1] = ('<g transform="translate(0,%d)">'):format(H)
     parts[#parts + 1] = table.concat(lines, "\n")
     parts[#parts + 1] = "</g>"
@@ -444,12 +454,11 @@ end
 
 local function text_of(models, opts, width)
   opts = opts or {}
-  local span = 0
-  for _, m in ipairs(models) do span = math.max(span, m.t1 - m.t0) end
+  local span = panel_spans(models, opts)
   local lines = {}
   for i, m in ipairs(models) do
     if i > 1 then lines[#lines + 1] = "" end
-    for _, l in ipairs(text_panel(m, width, opts.columns, span, opts.annotations or 5)) do lines[#lines + 1] = l end
+    for _, l in ipairs(text_panel(m, width, opts.columns, span[m], opts.annotations or 5)) do lines[#lines + 1] = l end
   end
   -- titles, notes and waits wrap at words; the chart's lines already fit
   return ldist.wrap(table.concat(lines, "\n"), width)
@@ -502,12 +511,16 @@ Timeline.__mimebundle = function(self)
 end
 
 -- distribute.compare_timelines{a, b, ...} (Timelines, or strategies that
--- traced) -> one Timeline: each drawn above the next, on one time scale
+-- traced) -> one Timeline: each drawn above the next, each across the whole
+-- width on its own time axis ({scale = "shared"}: one time scale for all)
 function distribute.compare_timelines(list, opts)
   if type(list) ~= "table" or #list == 0 then
     error("bad argument #1 to 'compare_timelines' (a list of timelines or strategies expected)", 2)
   end
   opts = opts or {}
+  if opts.scale ~= nil and opts.scale ~= "own" and opts.scale ~= "shared" then
+    error("bad option 'scale' to 'compare_timelines' (\"own\" or \"shared\" expected)", 2)
+  end
   local models = {}
   for i, t in ipairs(list) do
     if getmetatable(t) ~= Timeline then
@@ -584,5 +597,6 @@ ldist.document(Timeline, { "Timeline", "ldist.Timeline" },
   "t:waits(). Shown inline in a notebook. steps = {10, 12} zooms to steps 10..12.")
 ldist.document(distribute.compare_timelines, "distribute.compare_timelines",
   "distribute.compare_timelines{sync_timeline, async_timeline, ...}  (or traced strategies)\n\n" ..
-  "One picture: each timeline above the next, on one time scale (a synchronous and an\n" ..
-  "asynchronous run side by side). Options: {steps = {a, b}, save = \"c.svg\", width = 960}.")
+  "One picture: each timeline above the next (a synchronous and an asynchronous run side by\n" ..
+  "side), each across the whole width on its own time axis. Options: {steps = {a, b},\n" ..
+  "save = \"c.svg\", width = 960, scale = \"shared\" (one time axis for all: the durations compared)}.")
