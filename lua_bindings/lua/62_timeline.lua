@@ -182,10 +182,22 @@ local function prepare(desc, opts)
   table.sort(kind_list, function(a, b) return kind_of(a).order < kind_of(b).order end)
   local empty = t_lo == math.huge
   if empty then t_lo, t_hi = 0, 0 end
+  -- marks: moments drawn across the rows (a kill), on the clock of the spans
+  local marks = {}
+  if opts.marks ~= nil then
+    if type(opts.marks) ~= "table" then error("timeline: marks must be a list of {at = seconds, text = \"...\"}", 3) end
+    for i, mk in ipairs(opts.marks) do
+      if type(mk) ~= "table" or type(mk.at) ~= "number" then
+        error(("timeline: mark %d needs at = a time in seconds (ldist.clock())"):format(i), 3)
+      end
+      marks[#marks + 1] = { at = mk.at, text = tostring(mk.text or "") }
+      if not empty then t_lo, t_hi = math.min(t_lo, mk.at), math.max(t_hi, mk.at) end
+    end
+  end
   return { title = desc.title or "timeline", subtitle = desc.subtitle, rows = rows, steps = step_list, waits = waits,
     kinds = kind_list, notes = desc.notes or {}, t0 = t_lo, t1 = t_hi, empty = empty,
     waits_for = desc.waits_for, empty_text = desc.empty_text,
-    async = desc.async }
+    async = desc.async, marks = marks }
 end
 
 local function wait_text(m, w)
@@ -258,6 +270,14 @@ local function svg_panel(m, W, span, max_ann, LEFT)
   for r, row in ipairs(m.rows) do
     local y = top + (r - 1) * (ROW_H + ROW_GAP)
     add('<text x="10" y="%d" font-size="12">%s</text>', y + 16, esc(row.label))
+    -- the line above the row holds its step numbers and staleness marks: one
+    -- that would overlap another already there is left out (its hover keeps it)
+    local taken = {}
+    local function free_at(x0, x1)
+      for _, iv in ipairs(taken) do if x0 < iv[2] and x1 > iv[1] then return false end end
+      taken[#taken + 1] = { x0, x1 }
+      return true
+    end
     if m.async then   -- where each of this row's steps begins
       local seen, last_x = {}, -math.huge
       for _, s in ipairs(row.spans) do
@@ -265,7 +285,7 @@ local function svg_panel(m, W, span, max_ann, LEFT)
           seen[s.step] = true
           local x = X(s.t0)
           add('<line class="step-boundary" x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#555"/>', x, y - 3, x, y + ROW_H)
-          if x - last_x > #tostring(s.step) * 6 + 4 then
+          if x - last_x > #tostring(s.step) * 6 + 4 and free_at(x, x + #tostring(s.step) * 6 + 2) then
             add('<text class="step-label" x="%.2f" y="%d" font-size="9" fill="#333">%d</text>', x + 1, y - 1, s.step)
             last_x = x
           end
@@ -282,10 +302,17 @@ local function svg_panel(m, W, span, max_ann, LEFT)
       if s.note then tip[#tip + 1] = s.note end
       add('<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s</title></rect>', x, y + 2, w, ROW_H - 4,
         k.color, esc(table.concat(tip, "\n")))
-      if s.mark then   -- a staleness mark above a push
+      if s.mark and free_at(x + w / 2 - #s.mark * 3 - 1, x + w / 2 + #s.mark * 3 + 1) then   -- a staleness mark above a push
         add('<text x="%.2f" y="%d" font-size="9" fill="#b00" text-anchor="middle">%s</text>', x + w / 2, y - 1, esc(s.mark))
       end
     end
+  end
+  -- marks: a red line across the rows at that moment, its text beside it
+  for _, mk in ipairs(m.marks) do
+    local x = X(mk.at)
+    add('<line class="mark" x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#d00" stroke-width="2"/>', x, top - 12, x, bottom)
+    add('<text class="mark" x="%.2f" y="%d" font-size="11" font-weight="bold" fill="#d00"%s>%s</text>', x + (x > LEFT + plot_w * 0.7 and -4 or 4),
+      top - 14, x > LEFT + plot_w * 0.7 and ' text-anchor="end"' or "", esc(mk.text))
   end
   -- waits: numbered markers, listed below the axis
   local shown = {}
@@ -448,6 +475,7 @@ local function text_panel(m, width, columns, span, max_ann)
   end
   out[#out + 1] = cur
   for _, line in ipairs(m.notes) do out[#out + 1] = "note: " .. line end
+  for _, mk in ipairs(m.marks) do out[#out + 1] = ("mark: %s at %s"):format(mk.text, dur(mk.at - m.t0)) end
   for i = 1, math.min(#m.waits, max_ann) do out[#out + 1] = "wait: " .. wait_text(m, m.waits[i]) end
   return out
 end
@@ -594,7 +622,8 @@ ldist.document(Timeline, { "Timeline", "ldist.Timeline" },
   "worker or ps task; a time axis; step boundaries and numbers; phases in colours with a legend;\n" ..
   "waits marked and explained (\"replica 0 waits 0.8 ms for replica 1\"); hover a span for its name,\n" ..
   "row, start, duration and bytes. t:svg(), t:text() (the terminal chart), t:save(\"t.svg\"),\n" ..
-  "t:waits(). Shown inline in a notebook. steps = {10, 12} zooms to steps 10..12.")
+  "t:waits(). Shown inline in a notebook. steps = {10, 12} zooms to steps 10..12;\n" ..
+  "marks = {{at = ldist.clock() value, text = \"kill -9 worker 1\"}} draws a moment across the rows.")
 ldist.document(distribute.compare_timelines, "distribute.compare_timelines",
   "distribute.compare_timelines{sync_timeline, async_timeline, ...}  (or traced strategies)\n\n" ..
   "One picture: each timeline above the next (a synchronous and an asynchronous run side by\n" ..

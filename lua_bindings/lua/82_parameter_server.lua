@@ -714,9 +714,11 @@ function PS:timeline(opts)
     end
     return out
   end
+  local lost = {}
   for w = 1, cl.workers do
     local t = tr.workers[w]
-    if t then rows[#rows + 1] = { who = ("worker %d"):format(w - 1), label = ("worker %d (pid %d)"):format(w - 1, t.pid or 0), spans = spans_of(t.spans) } end
+    if t then rows[#rows + 1] = { who = ("worker %d"):format(w - 1), label = ("worker %d (pid %d)"):format(w - 1, t.pid or 0), spans = spans_of(t.spans) }
+    else lost[#lost + 1] = ("worker %d"):format(w - 1) end
   end
   for p = 1, cl.num_ps do
     local t = tr.ps[p]
@@ -728,6 +730,10 @@ function PS:timeline(opts)
     "s<k> above a push: its staleness, the updates other workers pushed between the weights it read and its own",
     tr.shifted and "clocks of other machines are aligned by the clock in their answer (good to about one message's latency)"
       or "one machine: every process's times are read from the same monotonic clock" }
+  if #lost > 0 then   -- a worker that died during the trace took its record with it
+    notes[#notes + 1] = ("%s died during the trace: no row (its record died with it); the ps rows still show the pushes it made")
+      :format(table.concat(lost, ", "))
+  end
   return distribute._timeline({ title = ("ParameterServerStrategy: %d workers, %d ps"):format(cl.workers, cl.num_ps),
     subtitle = "coordinator in this process; workers and ps tasks are processes", rows = rows, waits_for = false, async = true,
     notes = notes }, opts)
@@ -828,9 +834,10 @@ doc(PS.trace, "ParameterServerStrategy:trace",
   "save=} (also coordinator:timeline()), strategy:trace_summary(), strategy:explain(), and\n" ..
   "distribute.compare_timelines{mirrored:timeline(), ps_strategy:timeline()}.")
 doc(PS.timeline, "ParameterServerStrategy:timeline",
-  "strategy:timeline{steps = {a, b}, save = \"t.svg\"} -> Timeline: a row per worker (input, pull, forward,\n" ..
-  "backward, push marked with its staleness, idle waits) and per ps task (applying each push).\n" ..
-  "coordinator:timeline() is the same. distribute.compare_timelines{sync, async} puts two on one scale.")
+  "strategy:timeline{steps = {a, b}, save = \"t.svg\", marks = {{at =, text =}}} -> Timeline: a row per\n" ..
+  "worker (input, pull, forward, backward - or compute for a step written by hand -, push marked with its\n" ..
+  "staleness, idle waits) and per ps task (applying each push). coordinator:timeline() is the same.\n" ..
+  "distribute.compare_timelines{sync, async} draws two on one picture.")
 doc(PS.trace_summary, "ParameterServerStrategy:trace_summary",
   "strategy:trace_summary() -> a table per worker and ps task (compute, wait, pull + push, bytes,\n" ..
   "bandwidth) and the pushes' staleness; fields compute, wait, communication, bytes, pushes,\n" ..
