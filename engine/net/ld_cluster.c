@@ -182,6 +182,7 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     c->rank = o->rank;
     c->size = o->size;
     c->data_plane = o->data_plane;
+    c->quiet_loss = o->quiet_loss;
     snprintf(c->kind, sizeof c->kind, "%s", o->name && *o->name ? o->name : "worker");
     c->timeout = o->timeout > 0 ? o->timeout : 30;
     c->rdv_timeout = o->rendezvous_timeout > 0 ? o->rendezvous_timeout : (c->timeout > 60 ? c->timeout : 60);

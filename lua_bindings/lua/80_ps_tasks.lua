@@ -778,20 +778,22 @@ end
 local function join_as(role, me, cfg)
   io.stdout:setvbuf("line")
   local secret, timeout = cfg.secret, cfg.timeout
+  -- started by a LocalCluster, which reports a lost process once itself
+  local quiet = env("LDIST_SUPERVISED") == "1"
   if role == "ps" then
     local ctl = C.join { rank = 0, size = cfg.workers + 2, leader = cfg.ps_addrs[me + 1], secret = secret,
-      data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+      data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
     local ok, err = pcall(ps_serve, me, ctl, cfg.workers)
     if not ok then io.stderr:write("ldist ps: " .. tostring(err) .. "\n") end
     ctl:close()
     return
   end
   local main = C.join { rank = me + 1, size = cfg.workers + 1, leader = cfg.main, secret = secret,
-    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   local ps = {}
   for p, addr in ipairs(cfg.ps_addrs) do
     ps[p] = C.join { rank = me + 2, size = cfg.workers + 2, leader = addr, secret = secret, data_plane = false,
-      name = "process", timeout = timeout, rendezvous_timeout = 120 }
+      name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   end
   worker_serve(me, main, ps, timeout)
   if worker_ctx then
@@ -821,12 +823,14 @@ local describe_exit = net.describe_exit
 
 -- the coordinator's end: join the main cluster (leading it) and every ps cluster
 local function coordinator_join(self, secret, timeout)
+  -- a LocalCluster's coordinator reports a lost worker once itself (82_parameter_server.lua)
+  local quiet = self._local
   self._main = C.join { rank = 0, size = self.workers + 1, leader = self._main_addr, secret = secret,
-    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   self._ps = {}
   for p, addr in ipairs(self.ps_addresses) do
     self._ps[p] = C.join { rank = 1, size = self.workers + 2, leader = addr, secret = secret, data_plane = false,
-      name = "process", timeout = timeout, rendezvous_timeout = 120 }
+      name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   end
 end
 
@@ -845,7 +849,7 @@ local function start_local(opts)
   local function mk(role, idx)
     return { "LDIST_PS_ROLE=" .. role, "LDIST_PS_INDEX=" .. idx, "LDIST_SECRET=" .. secret,
       "LDIST_PS_MAIN=" .. main, "LDIST_PS_ADDRS=" .. table.concat(ps_addrs, ","), "LDIST_PS_WORKERS=" .. nw,
-      "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "TF_CONFIG=",
+      "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "TF_CONFIG=", "LDIST_SUPERVISED=1",
       "LUA_CPATH_5_4=" .. package.cpath, "LUA_PATH_5_4=" .. package.path }
   end
   for i = 0, nw - 1 do envs[#envs + 1] = mk("worker", i) end
