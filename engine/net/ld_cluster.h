@@ -61,8 +61,9 @@ typedef struct {
     double heartbeat;               /* seconds between heartbeats (default 0.25) */
     double heartbeat_timeout;       /* seconds of silence before a peer is lost (default min(timeout, 5)) */
     int data_plane;                 /* 1: form the ring for collectives; 0: control messages only */
-    int quiet_loss;                 /* 1: a lost peer is not logged: a supervisor (ldist launch, a
-                                       LocalCluster) that started the processes reports the death once */
+    int quiet_loss;                 /* 1: a peer whose connection closed (it died) is not logged: a
+                                       supervisor (ldist launch, a LocalCluster) that started the
+                                       processes reports the death once; silence (a hang) still is */
     size_t chunk_bytes;             /* ring chunk size (default 1 MiB; LDIST_RING_CHUNK overrides) */
     /* polled while waiting at join (NULL: never): nonzero ends the wait at
        once with the message it wrote into why (LocalCluster: a worker it

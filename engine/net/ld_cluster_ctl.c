@@ -498,7 +498,7 @@ static void heartbeat(thr_state *s, double now) {
         if (p->state == PEER_JOINED && now - p->last_seen > c->hb_timeout) {
             char why[200];
             snprintf(why, sizeof why, "is lost: no heartbeat for %.1f s (killed, crashed or hung)", now - p->last_seen);
-            if (!c->quiet_loss) cl_log("%s %s", p->name, why);
+            cl_log("%s %s", p->name, why);   /* a hung process: no supervisor sees it, so even quiet_loss logs it */
             if (c->rank == 0) notice_failed(c, r, "lost", why);
             cl_set_state(c, r, PEER_LOST, why);
         }

@@ -94,12 +94,18 @@ function MW:_fit_begin() self._epoch_first = true end
 -- "worker 1 (pid 4242)" when a process of this job is lost (a collective
 -- failed because it died), else nil: model:fit's message (50_keras.lua)
 function MW:_lost_peer()
-  if self._size <= 1 then return nil end
-  for r = 0, self._size - 1 do
-    if r ~= self._rank and self._c:peer_state(r) == "lost" then
-      return ("worker %d (pid %d)"):format(r, self._c:peer_pid(r)), r
+  if self._size <= 1 or pcall(self._c.check, self._c) then return nil end
+  -- the cluster failed; which peer is lost may reach this rank a moment
+  -- later (the leader's notice, when the ring broke elsewhere)
+  local t0 = ldist.clock()
+  repeat
+    for r = 0, self._size - 1 do
+      if r ~= self._rank and self._c:peer_state(r) == "lost" then
+        return ("worker %d (pid %d)"):format(r, self._c:peer_pid(r)), r
+      end
     end
-  end
+    ldist._cluster.sleep(0.02)
+  until ldist.clock() - t0 > 2
   return nil
 end
 

@@ -257,7 +257,7 @@ local function worker_lost(lc, model, opts, params, hist, done, snap, at)
     kept = "No epoch was completed: the model keeps its weights from before fit, and model.history is empty."
   end
   model.history = ldist.callbacks._History._of(hist, params, done)
-  local msg = ("fit stopped: %s, during %s.\n%s\n%s This LocalCluster is broken: lc:shutdown(), then start a new one.")
+  local msg = ("fit stopped: %s, during %s.\n%s\n%s This LocalCluster is broken: shut it down (cluster:shutdown()) and start a new one.")
     :format(lc._broken, step, kept, nn._backup_hint(opts.callbacks))
   error(nn._fit_stopped({ message = msg, lost = lc._broken, epoch = at.epoch, epochs = params.epochs, step = at.step,
     total = total }), 0)

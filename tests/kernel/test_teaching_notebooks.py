@@ -125,7 +125,10 @@ def test_sync_vs_async():
 
     # synchronous training stops at a lost worker ...
     assert "fit succeeded: false" in text
-    assert re.search(r"error: LocalCluster: worker 1 \(pid \d+\) was killed by signal 9", text), text
+    assert re.search(r"error: fit stopped: worker 1 \(pid \d+\) was killed by signal 9 \(Killed\), during step \d+/47 "
+                     r"of epoch [2-5]/5\.", text), text
+    kept = number(r"model.history keeps (\d+) epoch", text)
+    assert 1 <= kept < 5 and re.search(r"from the end of epoch %d, and model.history its %d epoch" % (kept, kept), text), text
     # ... and BackupAndRestore resumes where the checkpoint was, to the same loss
     assert re.search(r"BackupAndRestore: resuming from .* at epoch [2-5], step \d+", text), text
     story = [l for l in text.splitlines() if re.search(r"resum|difference|fit succeeded|error:", l)]
