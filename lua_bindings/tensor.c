@@ -1008,12 +1008,17 @@ static const char *const docs[] = {
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, assign, assign_add, assign_sub.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
-    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them.",
-    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them.",
-    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them.",
-    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis.",
-    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them.",
-    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis.",
+    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
+                  "exact (int64 16777217 stays 16777217), wrapping on overflow as TF's does; NaN in gives NaN.",
+    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them. Always float32: an integer tensor's mean\n"
+                   "is its exact sum divided (TF's would truncate to an integer).",
+    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+                  "tensor's is of its dtype).",
+    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis: the first one on ties, the\n"
+                     "first NaN where there is one (NumPy's rule; TF's skips NaN).",
+    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+                  "tensor's is of its dtype).",
+    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis (the first NaN where there is one).",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
     "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"int32\", \"int64\", \"uint8\").\n"
                      "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"
