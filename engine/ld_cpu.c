@@ -390,7 +390,7 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
             int64_t arg = 0;
             for (int64_t j = 1; j < n; j++) {
                 float v = r[j * inner];
-                if (v > best || (isnan(v) && !isnan(best))) { best = v; arg = j; }
+                if (ld_ew_max_wins(v, best)) { best = v; arg = j; }
             }
             if (op == LD_RED_MAX) ((float *)outp)[o * inner + i] = best;
             else ((int64_t *)outp)[o * inner + i] = arg;
@@ -560,7 +560,7 @@ static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float
                         const float *xi = x + base;
                         for (int64_t q = 0; q < c; q++) {   /* branch-free, so it vectorises */
                             float v = xi[q];
-                            int gt = v > yo[q];
+                            int gt = ld_ew_max_wins(v, yo[q]);
                             yo[q] = gt ? v : yo[q];
                             ao[q] = gt ? base + q : ao[q];
                         }

@@ -349,7 +349,7 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
                         for (int64_t b = 0; b < g->pkw; b++) {
                             int32_t q = q0 + (int32_t)(a * g->ow + b);
                             v16 v = VLOAD(cb + (int64_t)q * f + c);
-                            vi16 gt = v > m;
+                            vi16 gt = (v > m) | ((v != v) & (m == m));   /* ld_ew_max_wins, vectorised */
                             m = vsel(gt, v, m);
                             am = isel(gt, (vi16){0} + q, am);
                         }
@@ -367,7 +367,7 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
                     const float *src = cb + (int64_t)q * f;
                     for (int64_t c = 0; c < f; c++) {   /* branch-free, so it vectorises */
                         float v = src[c];
-                        int gt = v > yo[c];
+                        int gt = ld_ew_max_wins(v, yo[c]);
                         yo[c] = gt ? v : yo[c];
                         ao[c] = gt ? q : ao[c];
                     }

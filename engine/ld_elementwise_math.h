@@ -26,6 +26,11 @@
 /* the larger / smaller of a and b, NaN when either is NaN */
 LD_EW_FN float ld_ew_max(float a, float b) { return (a != a || a > b) ? a : b; }
 LD_EW_FN float ld_ew_min(float a, float b) { return (a != a || a < b) ? a : b; }
+/* Does v replace best in a running maximum (max pooling, max reductions)?
+   When it is larger, or when it is the first NaN: NaN wins wherever it sits
+   in the window (PyTorch's rule; TF's max_pool drops NaN, its reduce_max
+   keeps it). */
+LD_EW_FN int ld_ew_max_wins(float v, float best) { return v > best || (v != v && best == best); }
 /* max(x, 0) with NaN kept (tf.nn.relu(nan) is nan) */
 LD_EW_FN float ld_ew_relu(float x) { return x < 0 ? 0.0f : x; }
 

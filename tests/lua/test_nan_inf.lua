@@ -296,6 +296,35 @@ for _, dev in ipairs(devices) do
   end
 end
 
+---------------------------------------------------------------- max pooling (a layer, not a tensor op)
+-- NaN wins wherever it sits in the window (PyTorch's rule and the issue's
+-- "NaN in, NaN out"; TF's max_pool drops NaN, its reduce_max keeps it), in
+-- the pooling kernel and in the CPU's Conv2D + MaxPool2D fused op (16
+-- filters: the vector path; 3: the scalar one; relu before the pooling).
+local function ones(m)
+  for _, w in ipairs(m.trainable_variables) do w:assign(tensor.ones(table.unpack(w.shape)):to(w.device)) end
+  return m
+end
+for _, dev in ipairs(devices) do
+  T.test(dev .. ": max pooling keeps a NaN wherever it sits in the window", function()
+    for pos = 1, 4 do
+      local v = { 1, 2, 0, -1 }
+      v[pos] = nan
+      local x = tensor.new(v, { device = dev }):reshape(1, 2, 2, 1)
+      same(nn.MaxPool2D(2)(x), { nan }, "MaxPool2D, NaN at " .. pos)
+      for _, f in ipairs({ 16, 3 }) do
+        local m = nn.Sequential{ nn.Conv2D(f, 1, { use_bias = false, activation = "relu" }), nn.MaxPool2D(2) }
+        m(x); ones(m)
+        local want = {}
+        for i = 1, f do want[i] = nan end
+        same(m(x), want, ("Conv2D(%d) + MaxPool2D, NaN at %d"):format(f, pos))
+      end
+      local y = tensor.new({ 1, 2, inf, -inf }, { device = dev }):reshape(1, 2, 2, 1)
+      same(nn.MaxPool2D(2)(y), { inf }, "MaxPool2D with inf")
+    end
+  end)
+end
+
 ---------------------------------------------------------------- a model whose predictions are NaN
 local function nan_model(from_logits)
   tensor.seed(3)
