@@ -1,7 +1,7 @@
 /* ld_nn.c - layers, Sequential, losses, metric helpers. */
 #include "ld_nn.h"
 #include "ld_autograd.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 #include "ld_ops_index.h"
 #include "ld_executor.h"
 
