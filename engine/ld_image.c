@@ -4,6 +4,7 @@
  */
 #include "ld_image.h"
 #include "ld_core.h"
+#include "ld_file.h"
 #include "ld_cpu_internal.h"
 #include "ld_tensor.h"
 
@@ -337,20 +338,24 @@ done:
 
 /* ================================================================ saving */
 
+/* Both write a temporary file beside the path and rename it at the end
+   (ld_file.h): a planted link is never followed, a failed save keeps the old
+   image. `out` is filled before setjmp and not changed after it, so it is
+   still valid when an error longjmps back. */
 static int save_png(const char *path, const uint8_t *pix, int h, int w, int c) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
+    ld_wfile out;
+    if (ld_wfile_begin(&out, path) != LD_OK) return ld_error_status();
     dec_err e = {{0}};
     png_src src = {NULL, 0, 0, &e, NULL};
     png_structp p = png_create_write_struct(PNG_LIBPNG_VER_STRING, &src, png_err_fn, png_warn_fn);
     png_infop info = p ? png_create_info_struct(p) : NULL;
-    if (!info) { png_destroy_write_struct(&p, NULL); fclose(f); return ld_fail(LD_ENOMEM, "%s: out of memory", path); }
+    if (!info) { png_destroy_write_struct(&p, NULL); ld_wfile_abort(&out); return ld_fail(LD_ENOMEM, "%s: out of memory", path); }
     if (setjmp(png_jmpbuf(p))) {
         png_destroy_write_struct(&p, &info);
-        fclose(f);
+        ld_wfile_abort(&out);
         return ld_fail(LD_EIO, "%s: %s", path, e.msg);
     }
-    png_init_io(p, f);
+    png_init_io(p, out.f);
     static const int types[5] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGBA};
     png_set_IHDR(p, info, (png_uint_32)w, (png_uint_32)h, 8, types[c], PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
@@ -358,13 +363,12 @@ static int save_png(const char *path, const uint8_t *pix, int h, int w, int c) {
     for (int y = 0; y < h; y++) png_write_row(p, (png_const_bytep)(pix + (size_t)y * w * c));
     png_write_end(p, NULL);
     png_destroy_write_struct(&p, &info);
-    if (fclose(f) != 0) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
-    return LD_OK;
+    return ld_wfile_commit(&out);
 }
 
 static int save_jpeg(const char *path, const uint8_t *pix, int h, int w, int c, int quality) {
-    FILE *volatile f = fopen(path, "wb");
-    if (!f) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
+    ld_wfile out;
+    if (ld_wfile_begin(&out, path) != LD_OK) return ld_error_status();
     struct jpeg_compress_struct ci;
     jpg_err je;
     dec_err e = {{0}};
@@ -373,11 +377,11 @@ static int save_jpeg(const char *path, const uint8_t *pix, int h, int w, int c, 
     je.err = &e;
     if (setjmp(je.jb)) {
         jpeg_destroy_compress(&ci);
-        fclose(f);
+        ld_wfile_abort(&out);
         return ld_fail(LD_EIO, "%s: %s", path, e.msg);
     }
     jpeg_create_compress(&ci);
-    jpeg_stdio_dest(&ci, f);
+    jpeg_stdio_dest(&ci, out.f);
     ci.image_width = (JDIMENSION)w;
     ci.image_height = (JDIMENSION)h;
     ci.input_components = c;
@@ -391,8 +395,7 @@ static int save_jpeg(const char *path, const uint8_t *pix, int h, int w, int c, 
     }
     jpeg_finish_compress(&ci);
     jpeg_destroy_compress(&ci);
-    if (fclose(f) != 0) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
-    return LD_OK;
+    return ld_wfile_commit(&out);
 }
 
 static int has_ext(const char *name, const char *const *exts) {

@@ -299,7 +299,9 @@ function CSV:on_train_begin()
     end
   end
   if self.file then self.file:close() end
-  local f, err = io.open(self.filename, self.append and "ab" or "wb")
+  -- never through a link planted at the name (ldist.io._open_write); "s"
+  -- writes the file as it goes, so each epoch's row can be read at once
+  local f, err = ldist.io._open_write(self.filename, self.append and "a" or "s")
   if not f then error(("CSVLogger: cannot open %s: %s"):format(self.filename, tostring(err)), 0) end
   self.file, self.keys, self._header_done = f, nil, false
 end
