@@ -79,6 +79,26 @@ void ld_np_shuffle_i64(uint32_t seed, int64_t n, int64_t *x) {
 /* A message "name: what" for the thread that decodes. */
 typedef struct { char msg[320]; } dec_err;
 
+/* The most pixels a decoded image may have: Pillow's MAX_IMAGE_PIXELS (a
+   quarter GiB of 3-byte pixels), so a small crafted file cannot ask for
+   gigabytes. Raised with ld_image_set_max_pixels. */
+static int64_t max_pixels = LD_IMAGE_MAX_PIXELS_DEFAULT;
+
+int64_t ld_image_max_pixels(void) { return __atomic_load_n(&max_pixels, __ATOMIC_RELAXED); }
+void ld_image_set_max_pixels(int64_t n) { __atomic_store_n(&max_pixels, n > 0 ? n : 0, __ATOMIC_RELAXED); }
+
+/* 0 when w x h pixels may be decoded, else -1 and the message */
+static int check_pixels(uint64_t w, uint64_t h, dec_err *e) {
+    int64_t lim = ld_image_max_pixels();
+    if (lim > 0 && w * h > (uint64_t)lim) {
+        snprintf(e->msg, sizeof e->msg, "%llux%llu = %llu pixels, over the limit of %lld pixels (a decompression bomb? "
+                 "ldist.io.max_image_pixels(n) raises the limit, as Pillow's Image.MAX_IMAGE_PIXELS)",
+                 (unsigned long long)w, (unsigned long long)h, (unsigned long long)(w * h), (long long)lim);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- PNG ---- */
 typedef struct {
     const uint8_t *p;
@@ -118,6 +138,7 @@ static int decode_png(const uint8_t *buf, size_t n, int channels, uint8_t **pix,
     png_set_read_fn(p, &src, png_read_mem);
     png_read_info(p, info);
     png_uint_32 w = png_get_image_width(p, info), h = png_get_image_height(p, info);
+    if (check_pixels(w, h, e)) { png_destroy_read_struct(&p, &info, NULL); return LD_EFORMAT; }
     int ct = png_get_color_type(p, info), bd = png_get_bit_depth(p, info);
     int has_trns = png_get_valid(p, info, PNG_INFO_tRNS) != 0;
     if (bd == 16) png_set_strip_16(p);
@@ -189,6 +210,7 @@ static int decode_jpeg(const uint8_t *buf, size_t n, int channels, uint8_t **pix
     jpeg_create_decompress(&ci);
     jpeg_mem_src(&ci, buf, (unsigned long)n);
     jpeg_read_header(&ci, TRUE);
+    if (check_pixels(ci.image_width, ci.image_height, e)) { jpeg_destroy_decompress(&ci); return LD_EFORMAT; }
     ci.out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB : JCS_EXT_RGBA;
     ci.dct_method = JDCT_IFAST;          /* TF's decode_jpeg default ("INTEGER_FAST") */
     ci.do_fancy_upsampling = TRUE;

@@ -147,6 +147,12 @@ typedef struct { ld_init_kind kind; double a, b; } ld_init;   /* glorot: a = fan
 #define LD_INIT_U(lo, hi) ((ld_init){LD_INIT_UNIFORM, (lo), (hi)})
 #define LD_INIT_ORTH ((ld_init){LD_INIT_ORTHOGONAL, 0, 0})
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *name, int ndim, const int64_t *shape, ld_init init, int trainable);
+/* A limit, for this thread, on the bytes ld_layer_add_weight may create from
+   now on (-1: none, the default); a weight over it fails before it is
+   allocated. Loading a model file sets it to what the file holds, so a small
+   file that declares huge layers costs an error, not gigabytes. Returns the
+   bytes left of the previous limit (-1: there was none). */
+int64_t ld_layer_weight_budget(int64_t bytes);
 
 ld_layer *ld_layer_retain(ld_layer *l);
 void ld_layer_release(ld_layer *l);

@@ -1138,6 +1138,14 @@ static int loss_config(lua_State *L) {
 }
 
 /* nn._count_correct(y_true, y_pred, sparse) -> number of correct rows */
+/* nn._weight_budget(bytes | nil): the bytes of weights that layers built on
+   this thread may still create (nil: no limit); returns nothing */
+static int nn_weight_budget(lua_State *L) {
+    lua_Integer b = luaL_optinteger(L, 1, -1);
+    ld_layer_weight_budget(b < 0 ? -1 : (int64_t)b);
+    return 0;
+}
+
 static int nn_count_correct(lua_State *L) {
     ld_tensor *yt = lb_check_tensor(L, 1), *yp = lb_check_tensor(L, 2);
     int64_t c;
@@ -1211,7 +1219,7 @@ int lb_open_nn(lua_State *L) {
 
     static const luaL_Reg f[] = {
         {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
-        {"_model_new", nn_model_new},
+        {"_model_new", nn_model_new}, {"_weight_budget", nn_weight_budget},
         {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
