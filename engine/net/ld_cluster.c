@@ -35,9 +35,26 @@ void cl_set_state(ld_cluster *c, int r, int state, const char *reason) {
 
 /* the first peer lost (the cause; later losses are usually its consequences),
    else the first that left */
+double cl_tick(ld_cluster *c, double now) {
+    pthread_mutex_lock(&c->mu);
+    double gap = c->last_tick > 0 ? now - c->last_tick : 0;
+    if (gap > c->hb_timeout && c->stalled_s == 0) c->stalled_s = gap;
+    if (now > c->last_tick) c->last_tick = now;
+    pthread_mutex_unlock(&c->mu);
+    return gap;
+}
+
 int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n) {
     int worst = PEER_JOINED, pick = -1;
     pthread_mutex_lock(&c->mu);
+    if (c->stalled_s > 0) {         /* the silence was this process's own */
+        *rank = c->rank;
+        snprintf(msg, n, "this %s, %s, was stopped for %.1f s (SIGSTOP, a debugger or a suspended machine), longer "
+                 "than the heartbeat timeout of %.0f s, so the other %ss count it as lost", c->kind, c->peers[c->rank].name,
+                 c->stalled_s, c->hb_timeout, c->kind);
+        pthread_mutex_unlock(&c->mu);
+        return PEER_LOST;
+    }
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank) continue;
         int s = c->peers[r].state;
@@ -414,7 +431,7 @@ int cl_recv(ld_cluster *c, double timeout, int any, int *from, char type[32], vo
             int r;
             char msg[512];
             int t = cl_trouble(c, &r, msg, sizeof msg);
-            if (t == PEER_LOST && (c->rank == 0 || r == 0)) return ld_fail(LD_EDEVICE, "%s", msg);
+            if (t == PEER_LOST && (c->rank == 0 || r == 0 || r == c->rank)) return ld_fail(LD_EDEVICE, "%s", msg);
         }
         if (cl_now() - t0 >= timeout) return 0;
     }

@@ -491,7 +491,7 @@ static void heartbeat(thr_state *s, double now) {
         if (c->rank == 0) { for (int r = 1; r < c->size; r++) if (c->peers[r].state == PEER_JOINED) cl_send_signed(c, r, "HB", "", 0); }
         else if (s->member_state >= 1) cl_send_signed(c, 0, "HB", "", 0);
     }
-    if (!s->ready) return;
+    if (!s->ready || c->stalled_s > 0) return;      /* after this process's own stall the peers are not to blame */
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank || (c->rank != 0 && r != 0)) continue;
         cl_peer *p = &c->peers[r];
@@ -564,6 +564,11 @@ static void *control_main(void *arg) {
         if (wait > c->hb) wait = c->hb;
         if (wait < 0.001) wait = 0.001;
         int rc = zmq_poll(it, nit, (long)(wait * 1000) + 1);
+        /* before any message: a long gap here is this process's own stall;
+           a shorter one gives every peer a fresh heartbeat window, as it
+           was this process that could not listen */
+        if (cl_tick(c, cl_now()) > 2 * c->hb + 0.5)
+            for (int r = 0; r < c->size; r++) c->peers[r].last_seen = cl_now();
         if (rc < 0) {
             if (errno == EINTR) continue;
             if (errno == ETERM) break;

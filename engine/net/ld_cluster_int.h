@@ -65,6 +65,8 @@ struct ld_cluster {
     int token_ready;
 
     pthread_mutex_t mu;             /* peers[].state/reason/since, broken */
+    double last_tick;               /* cl_now() of the last cl_tick (0: none yet) */
+    double stalled_s;               /* > 0: this process did not run for so long (stopped, suspended) */
     int broken;                     /* a collective failed: the ranks disagree now */
     int broken_status;
     char broken_msg[512];
@@ -122,6 +124,13 @@ void cl_set_state(ld_cluster *c, int r, int state, const char *reason);
 /* A peer in trouble: PEER_LOST (fail now) or PEER_DONE (fail after a grace),
    with its rank and a message; PEER_JOINED when every peer is fine. */
 int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n);
+/* Called by the control thread at every wake-up (a heartbeat period at most
+   apart) and by waiting collectives: a gap longer than the heartbeat timeout
+   since the last call means this process itself did not run (SIGSTOP, a
+   debugger, a suspended machine), so its peers count it as lost, and from
+   then on cl_trouble names this process, not the peers it did not hear from.
+   Returns the gap in seconds. */
+double cl_tick(ld_cluster *c, double now);
 /* Mark the cluster broken with the current error (ld_error()). */
 int cl_break(ld_cluster *c, int status);
 void cl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

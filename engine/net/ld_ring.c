@@ -111,6 +111,7 @@ static int flush(ring *g) {
 static int check(ring *g) {
     ld_cluster *c = g->c;
     double now = cl_now();
+    cl_tick(c, now);                /* this process's own stall names it (cl_trouble) */
     if (ld_interrupt_flag)
         return ld_fail(LD_EINTERRUPT, "interrupted in %s #%llu; the other workers are left waiting, so this cluster "
                        "cannot be used any more", kind_names[g->kind], (unsigned long long)g->seq);
