@@ -138,6 +138,7 @@ static void cluster_destroy(ld_cluster *c, int linger_ms) {
     /* notices already queued (a lost peer, BYE) still go out */
     if (c->ctl) { sock_opt_int(c->ctl, ZMQ_LINGER, 300); zmq_close(c->ctl); }
     if (c->mon) zmq_close(c->mon);
+    ld_guard_free(c->guard);
     if (c->zap) zmq_close(c->zap);
     if (c->pipe_main) zmq_close(c->pipe_main);
     if (c->pipe_thr) zmq_close(c->pipe_thr);
@@ -294,7 +295,13 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     sock_opt_int(c->ctl, ZMQ_RCVHWM, 0);
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://ldist-monitor-%p", (void *)c);
-    if (zmq_socket_monitor(c->ctl, mon_ep, ZMQ_EVENT_DISCONNECTED) || !(c->mon = zmq_socket(c->zctx, ZMQ_PAIR)) ||
+    if (c->rank == 0 && !(c->guard = ld_guard_new("the cluster's control port", c->size - 1 + CTL_UNAUTH_EXTRA,
+                                                  CTL_UNAUTH_BYTES, 0, NULL, NULL))) {
+        ld_fail(LD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (zmq_socket_monitor(c->ctl, mon_ep, c->rank == 0 ? LD_GUARD_EVENTS : ZMQ_EVENT_DISCONNECTED) ||
+        !(c->mon = zmq_socket(c->zctx, ZMQ_PAIR)) ||
         zmq_connect(c->mon, mon_ep)) {
         ld_fail(LD_EDEVICE, "cluster: socket monitor: %s", zmq_strerror(errno));
         goto fail;

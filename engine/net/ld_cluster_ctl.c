@@ -220,6 +220,7 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
     q->seq_in = q->seq_out = 0;
     q->last_seen = cl_now();
     q->fd = p->fd;
+    ld_guard_trust(c->guard, q->fd);    /* it proved the secret: no limit on its connection */
     cl_peer_name(c, p->rank);
     pthread_mutex_lock(&c->mu);
     q->state = PEER_JOINED;
@@ -511,6 +512,7 @@ static void monitor_event(thr_state *s) {
     ld_cluster *c = s->c;
     cl_frames f;
     while (cl_frames_recv(c->mon, &f) == 0) {
+        if (f.n >= 1) ld_guard_event(c->guard, cl_fd(&f, 0), cl_fl(&f, 0));
         if (f.n >= 1 && cl_fl(&f, 0) >= 6) {
             uint16_t ev;
             int32_t fd;
@@ -562,6 +564,8 @@ static void *control_main(void *arg) {
         int nit = c->zap ? 4 : 3;
         double wait = s->next_hb - now;
         if (wait > c->hb) wait = c->hb;
+        /* strangers connected: check what they sent every 20 ms */
+        if (c->guard && wait > 0.02 && ld_guard_untrusted(c->guard, NULL) > 0) wait = 0.02;
         if (wait < 0.001) wait = 0.001;
         int rc = zmq_poll(it, nit, (long)(wait * 1000) + 1);
         /* before any message: a long gap here is this process's own stall;
@@ -586,6 +590,7 @@ static void *control_main(void *arg) {
         for (int i = 0; i < MAX_PENDING; i++)
             if (s->pend[i].used && now - s->pend[i].t > HANDSHAKE_TIMEOUT) s->pend[i].used = 0;
         heartbeat(s, now);
+        ld_guard_enforce(c->guard);
         cl_log_rejected_flush();
     }
     cl_log_rejected_flush();

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <zmq.h>
+#include "ld_guard.h"
 
 #define MAGIC "LDIST/1"             /* first frame of every control message */
 #define MAX_FRAMES 8                /* a longer message is malformed */
@@ -18,6 +19,11 @@
    carries a parameter-server message of 64M float32 values. */
 #define MAX_CTL_MSG_LEADER (256 << 20)
 #define CTL_HANDSHAKE_IVL 5000      /* ms for a connection's ZMTP handshake on the leader's control port */
+/* The leader's connections that have not authenticated (ld_guard.h): they may
+   hold this many bytes in all, and there may be CTL_UNAUTH_EXTRA more of them
+   than the cluster has members (which connect at once at the rendezvous). */
+#define CTL_UNAUTH_BYTES ((int64_t)64 << 20)
+#define CTL_UNAUTH_EXTRA 8
 
 enum { PEER_NONE = 0, PEER_JOINED, PEER_LOST, PEER_DONE };
 
@@ -64,6 +70,7 @@ struct ld_cluster {
     char token[65];                 /* data-plane password, hex */
     int token_ready;
 
+    struct ld_guard *guard;         /* leader: limits on unauthenticated connections to ctl */
     pthread_mutex_t mu;             /* peers[].state/reason/since, broken */
     double last_tick;               /* cl_now() of the last cl_tick (0: none yet) */
     double stalled_s;               /* > 0: this process did not run for so long (stopped, suspended) */
