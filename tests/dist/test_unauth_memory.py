@@ -3,28 +3,16 @@ total (issue 27, item 6): three strangers with 240 MB partial frames took a
 leader to 730 MB; now they may hold 64 MiB in all, and at most 8 more of
 them than the cluster has members may stay connected."""
 import os
-import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from hostile import rss_mb, zmtp_partial_frame  # noqa: E402
+from hostile import closed_by_peer, rss_mb, zmtp_partial_frame  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_auth import finish, free_port, start  # noqa: E402
 from test_hostile import wait_listening  # noqa: E402
 
-
-def closed_by_peer(s, wait):
-    s.settimeout(wait)
-    try:
-        while True:
-            if not s.recv(65536):
-                return True
-    except socket.timeout:
-        return False
-    except OSError:
-        return True
 
 
 def test_partial_frames_are_bounded_in_total_and_a_real_worker_still_joins(tmp_path):

@@ -3,13 +3,12 @@
 kernel to 970 MB; the heartbeat and iopub ports took frames of any size; a
 70 MB signed request was dropped and its client waited for ever."""
 import os
-import socket
 import sys
 import time
 
 import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from hostile import rss_mb, zmtp_partial_frame  # noqa: E402
+from hostile import closed_by_peer, rss_mb, zmtp_partial_frame  # noqa: E402
 
 from kutil import Kernel
 
@@ -24,18 +23,6 @@ def k():
 def kernel_pid(k):
     return k.km.provisioner.process.pid
 
-
-def closed_by_peer(s, wait=3.0):
-    """True when the other side closed (or reset) the connection."""
-    s.settimeout(wait)
-    try:
-        while True:
-            if not s.recv(65536):
-                return True
-    except socket.timeout:
-        return False
-    except OSError:
-        return True
 
 
 def test_many_partial_frames_are_bounded_in_total(k):
