@@ -252,7 +252,8 @@ static int decode_frames(kernel *K, zframes *z, kmsg *m, const char *channel) {
         fr[i].len = zmq_msg_size(&z->msgs[i]);
         total += fr[i].len;
     }
-    int fd = z->n ? zmq_msg_get(&z->msgs[0], ZMQ_SRCFD) : -1;
+    /* the connection it came from (the routing-id frame ROUTER adds has none) */
+    int fd = z->n ? zmq_msg_get(&z->msgs[z->n - 1], ZMQ_SRCFD) : -1;
     char err[160];
     kwire_status st = kmsg_decode(&K->signer, fr, z->n, m, err, sizeof err);
     if (fr != stack) free(fr);
