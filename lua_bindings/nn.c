@@ -34,6 +34,18 @@ static ld_model *check_model(lua_State *L, int i) {
     return *p;
 }
 
+/* A model whose variables a strategy lost (a parameter server that died:
+   model._lost says so) has stale values: reading them raises until they are
+   restored (model:load_weights, BackupAndRestore). */
+static ld_model *check_model_live(lua_State *L, int i, const char *what) {
+    ld_model *m = check_model(L, i);
+    lua_getiuservalue(L, i, 1);
+    int lost = lua_getfield(L, -1, "_lost") == LUA_TSTRING;
+    if (lost) return luaL_error(L, "%s: %s", what, lua_tostring(L, -1)), m;
+    lua_pop(L, 2);
+    return m;
+}
+
 
 /* ================================================================ layer constructors
  * One constructor serves every class of ld_nn.h: nn.<Class>(positional...,
@@ -622,7 +634,7 @@ static int nn_sequential(lua_State *L) {
 static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1); return 1; }
 
 static int model_call(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "model(x)");
     lua_settop(L, 3);
     if (push_lua_call(L, 1)) {
         int training;
@@ -753,7 +765,7 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
 /* model:train_step(x, y, loss, optimizer) -> loss value, predictions
    One step in C: forward under a tape, loss, backward, update. */
 static int model_train_step(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "train_step");
     ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
@@ -779,7 +791,7 @@ static int model_train_step(lua_State *L) {
    defer: dense kernels' gradients may be left as products for the
    collective to compute (ld_defer_weight_grads). */
 static int model_grads(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "gradients");
     ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
     ld_loss *loss = check_loss(L, 4);
     ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
@@ -795,7 +807,7 @@ static int model_grads(lua_State *L) {
 
 /* model:save_weights(path) / model:load_weights(path): safetensors keyed by variable name */
 static int model_save_weights(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "save_weights");
     const char *path = luaL_checkstring(L, 2);
     int n = ld_model_variables(m, NULL, 0);
     if (n == 0) return luaL_error(L, "model has no weights yet (call it on data or model:build(shape) first)");
@@ -879,6 +891,10 @@ static int model_load_weights(lua_State *L) {
             snprintf(err, sizeof err, "weight %d (%s): %s", i, w.v[i]->name ? w.v[i]->name : "", ld_error());
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
+    /* every variable now holds the file's values: the model is whole again */
+    lua_getiuservalue(L, 1, 1);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "_lost");
     lua_settop(L, 1);
     return 1;
 }
@@ -906,6 +922,12 @@ static int model_index(lua_State *L) {
     lua_pop(L, 1);
     if (lua_type(L, 2) == LUA_TSTRING) {
         const char *k = lua_tostring(L, 2);
+        if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights") || !strcmp(k, "weights") ||
+            !strcmp(k, "variables") || !strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) {
+            lua_pushfstring(L, "model.%s", k);
+            check_model_live(L, 1, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
         if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) return model_vars(L, m);
         if (!strcmp(k, "weights") || !strcmp(k, "variables")) return model_weights(L, m, -1);
         if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) return model_weights(L, m, 0);

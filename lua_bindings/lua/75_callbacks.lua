@@ -703,7 +703,12 @@ function BR:_restore(model, s)
     for d in tostring(meta.input_shape):gmatch("%d+") do shape[#shape + 1] = math.tointeger(tonumber(d)) end
     model:build(shape)
   end
-  ldist.nn._restore_checkpoint(model, t, meta, self.path)
+  -- every variable gets the checkpoint's value: a model whose variables a
+  -- strategy lost (model._lost) is whole again once that succeeded
+  local lost = model._lost
+  model._lost = nil
+  local ok, err = pcall(ldist.nn._restore_checkpoint, model, t, meta, self.path)
+  if not ok then model._lost = lost; error(err, 0) end
   return { epoch = math.tointeger(tonumber(meta.epoch)), step = math.tointeger(tonumber(meta.step)) }
 end
 
