@@ -34,6 +34,7 @@ typedef struct {
     int member_state;               /* 0 hello sent, 1 authed (waiting for WELCOME), 2 welcomed (waiting
                                        for START), 3 ready */
     int welcomed;                   /* leader: WELCOME sent; acks[] counts the answers */
+    int leader_proved;              /* member: a message signed with the session key came from the leader */
     unsigned char *acks;
     double start, next_hb;
 } thr_state;
@@ -166,14 +167,13 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
         p->t = cl_now();
         p->fd = zmq_msg_get(&f->m[1], ZMQ_SRCFD);
         ld_random_bytes(p->nl, 16);
-        int32_t r32 = (int32_t)rank;
-        unsigned char proof[32];
-        cl_part ps[4] = {{"ldist-leader", 12}, {p->nm, 16}, {p->nl, 16}, {&r32, 4}};
-        cl_hmac(c->secret, c->secret_len, ps, 4, proof);
-        char out[200], h1[33], h2[65];
+        /* Only a nonce: the member proves it knows the secret first, and the
+           leader proves it with its first signed message (JOINED, keyed by
+           the session key), so a stranger who connects gets nothing computed
+           from the secret to guess it against offline. */
+        char out[200], h1[33];
         cl_to_hex(p->nl, 16, h1);
-        cl_to_hex(proof, 32, h2);
-        int n = snprintf(out, sizeof out, "nonce=%s\nproof=%s\n", h1, h2);
+        int n = snprintf(out, sizeof out, "nonce=%s\n", h1);
         cl_send_ctl(c->ctl, p->ident, p->ident_len, "CHALLENGE", out, (size_t)n, NULL, 0);
         return;
     }
@@ -351,30 +351,24 @@ static void member_message(thr_state *s) {
         const char *body = cl_fd(&f, 3);
         size_t blen = cl_fl(&f, 3);
         if (s->member_state == 0 && cl_frame_is(&f, 1, "CHALLENGE")) {
-            char nh[40], ph[80];
-            unsigned char got[32], want[32];
+            char nh[40];
             int32_t r32 = c->rank;
-            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, s->nl, 16) ||
-                cl_kv_get(body, blen, "proof", ph, sizeof ph) || cl_from_hex(ph, got, 32)) {
+            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, s->nl, 16)) {
                 cl_log("rejected a malformed CHALLENGE from the leader");
             } else {
-                cl_part ps[4] = {{"ldist-leader", 12}, {s->nm, 16}, {s->nl, 16}, {&r32, 4}};
-                cl_hmac(c->secret, c->secret_len, ps, 4, want);
-                if (CRYPTO_memcmp(got, want, 32)) {
-                    thr_fail(s, "the leader at %s does not know the cluster secret: refusing to join it", c->leader_ep);
-                } else {
-                    cl_part pm[4] = {{"ldist-member", 12}, {s->nl, 16}, {s->nm, 16}, {&r32, 4}};
-                    unsigned char proof[32];
-                    char out[100], h[65];
-                    cl_hmac(c->secret, c->secret_len, pm, 4, proof);
-                    cl_to_hex(proof, 32, h);
-                    int n = snprintf(out, sizeof out, "proof=%s\n", h);
-                    cl_part ks[3] = {{"ldist-session", 13}, {s->nl, 16}, {s->nm, 16}};
-                    cl_hmac(c->secret, c->secret_len, ks, 3, L->key);
-                    L->seq_in = L->seq_out = 0;
-                    cl_send_ctl(c->ctl, NULL, 0, "AUTH", out, (size_t)n, NULL, 0);
-                    s->member_state = 1;
-                }
+                /* this member proves the secret first; the leader proves it
+                   by signing JOINED with the session key (checked below) */
+                cl_part pm[4] = {{"ldist-member", 12}, {s->nl, 16}, {s->nm, 16}, {&r32, 4}};
+                unsigned char proof[32];
+                char out[100], h[65];
+                cl_hmac(c->secret, c->secret_len, pm, 4, proof);
+                cl_to_hex(proof, 32, h);
+                int n = snprintf(out, sizeof out, "proof=%s\n", h);
+                cl_part ks[3] = {{"ldist-session", 13}, {s->nl, 16}, {s->nm, 16}};
+                cl_hmac(c->secret, c->secret_len, ks, 3, L->key);
+                L->seq_in = L->seq_out = 0;
+                cl_send_ctl(c->ctl, NULL, 0, "AUTH", out, (size_t)n, NULL, 0);
+                s->member_state = 1;
             }
             cl_frames_close(&f);
             continue;
@@ -394,12 +388,19 @@ static void member_message(thr_state *s) {
         char type[32];
         cl_printable(cl_fd(&f, 1), cl_fl(&f, 1), type, sizeof type);
         int v = cl_verify(L, &f, 0);
+        if (v && s->member_state == 1 && !s->leader_proved) {
+            /* the first signed message is the leader's proof of the secret */
+            thr_fail(s, "the leader at %s does not know the cluster secret: refusing to join it", c->leader_ep);
+            cl_frames_close(&f);
+            continue;
+        }
         if (v) {
             cl_log("rejected a %s message from the leader: %s", type, v == -2 ? "replayed" : "bad signature");
             cl_frames_close(&f);
             continue;
         }
         L->last_seen = cl_now();
+        s->leader_proved = 1;
         if (cl_frame_is(&f, 1, "JOINED") || cl_frame_is(&f, 1, "HB")) {
         } else if (cl_frame_is(&f, 1, "WELCOME") && s->member_state == 1) {
             member_welcome(s, body, blen);
