@@ -1571,7 +1571,11 @@ static int cache_file_open(cache_iter *ci, const char *path) {
         return 0;
     }
     if (errno != ENOENT) return cache_io_fail("read", path);
-    if (ld_wfile_begin(&ci->out, path) != LD_OK) return -1;
+    if (ld_wfile_begin(&ci->out, path) != LD_OK) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", ld_error());
+        return ld_fail(ld_error_status(), "cache: %s", msg), -1;
+    }
     ci->f = ci->out.f;
     if (fwrite(CACHE_MAGIC, 1, 8, ci->f) != 8) return cache_io_fail("write", ci->out.tmp);
     return 1;

@@ -40,7 +40,7 @@ int ld_wfile_begin(ld_wfile *w, const char *path) {
     }
     if (fd < 0) {
         int er = errno;
-        ld_fail(LD_EIO, "cannot write '%s': %s", path, strerror(er));
+        ld_fail(LD_EIO, "cannot create '%s': %s", path, strerror(er));
         free(tmp); free(dup);
         return LD_EIO;
     }
