@@ -36,10 +36,13 @@
    drops a larger one without a word: the connection is closed). Strangers
    cannot use the room: connections that have not sent a good signature may
    hold KERNEL_UNAUTH_BYTES in all (ld_guard.h), at most
-   KERNEL_UNAUTH_CONNS of them. */
+   KERNEL_UNAUTH_CONNS of them. A client's control and stdin connections
+   stay untrusted until it sends there (often never), so the count leaves
+   room for many clients; a client connection shed anyway is reconnected by
+   ZeroMQ. */
 #define KERNEL_MAX_ZMQ_FRAME ((int64_t)256 << 20)
 #define KERNEL_UNAUTH_BYTES ((int64_t)64 << 20)
-#define KERNEL_UNAUTH_CONNS 8
+#define KERNEL_UNAUTH_CONNS 64
 /* heartbeat pings and iopub subscriptions are a few bytes; such connections
    never authenticate, so each may hold this much, and at most
    KERNEL_SMALL_CONNS of them are kept (new ones beyond are closed) */

@@ -1,6 +1,6 @@
 """What connections that never authenticate may hold in the kernel, in total
 (issue 27, item 6): 16 strangers with 60 MB partial frames each took the
-kernel to 970 MB; the heartbeat and iopub ports took frames of any size; a
+kernel to 970 MB (now 64 MiB in all, at most 64 such connections); the heartbeat and iopub ports took frames of any size; a
 70 MB signed request was dropped and its client waited for ever."""
 import os
 import sys
@@ -39,7 +39,7 @@ def test_many_partial_frames_are_bounded_in_total(k):
     for s in socks:
         s.close()
     assert grown < 150, f"the kernel grew by {grown:.0f} MB for 16 strangers' partial frames"
-    assert closed >= 12, f"only {closed} of 16 strangers were closed"
+    assert closed >= 14, f"only {closed} of 16 strangers were closed"
     assert "has not authenticated" in k.stderr_text()
     assert k.alive()
 
@@ -47,14 +47,14 @@ def test_many_partial_frames_are_bounded_in_total(k):
 def test_idle_strangers_beyond_the_cap_are_closed(k):
     port = k.km.get_connection_info()["control_port"]
     socks = []
-    for _ in range(20):
+    for _ in range(80):
         _, s = zmtp_partial_frame(port, 10, 0)      # a greeting and a frame header, nothing more
         socks.append(s)
     time.sleep(0.5)
-    closed = sum(closed_by_peer(s, 0.3) for s in socks)
+    closed = sum(closed_by_peer(s, 0.05) for s in socks)
     for s in socks:
         s.close()
-    assert closed >= 12, f"{20 - closed} idle strangers are still connected (at most 8 may be)"
+    assert closed >= 16, f"{80 - closed} idle strangers are still connected (at most 64 may be)"
     assert k.alive()
 
 
