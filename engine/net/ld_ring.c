@@ -37,6 +37,7 @@ typedef struct {
     uint64_t seq;                   /* collective number, the same on every rank */
     uint32_t step, chunk;
     uint64_t total;                 /* elements (all_reduce) or bytes (broadcast) of the whole call */
+    uint64_t shapes;                /* a hash of the reduced tensors' shapes (0: a flat buffer) */
 } ring_hdr;
 
 typedef struct { uint32_t step, chunk; char *p; size_t bytes; } sendreq;
@@ -45,6 +46,8 @@ typedef struct {
     ld_cluster *c;
     int kind;
     uint64_t seq, total;
+    uint64_t shapes;                /* as ring_hdr.shapes */
+    const char *shapes_text;        /* this rank's shapes, for a message (NULL: a flat buffer) */
     sendreq *q;                     /* FIFO of chunks to send */
     size_t qhead, qtail, qcap;
     double last_progress;
@@ -79,7 +82,7 @@ static int flush(ring *g) {
     ld_cluster *c = g->c;
     while (g->qhead < g->qtail) {
         sendreq *s = &g->q[g->qhead];
-        ring_hdr h = {RING_MAGIC, (uint32_t)g->kind, g->seq, s->step, s->chunk, g->total};
+        ring_hdr h = {RING_MAGIC, (uint32_t)g->kind, g->seq, s->step, s->chunk, g->total, g->shapes};
         if (c->shm_tx) {   /* copied into the successor's slot now: nothing stays in flight */
             int k = cl_shm_send(c->shm_tx, &h, sizeof h, s->p, s->bytes);
             if (k == 0) return LD_OK;
@@ -108,6 +111,7 @@ static int flush(ring *g) {
 static int check(ring *g) {
     ld_cluster *c = g->c;
     double now = cl_now();
+    cl_tick(c, now);                /* this process's own stall names it (cl_trouble) */
     if (ld_interrupt_flag)
         return ld_fail(LD_EINTERRUPT, "interrupted in %s #%llu; the other workers are left waiting, so this cluster "
                        "cannot be used any more", kind_names[g->kind], (unsigned long long)g->seq);
@@ -208,6 +212,13 @@ static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, chun
                                (unsigned long long)h.total, h.kind == K_BCAST ? "bytes" : "floats", c->kind,
                                kind_names[g->kind], (unsigned long long)g->seq, (unsigned long long)g->total);
             }
+            if (h.shapes != g->shapes) {
+                chunk_done(c, in);
+                return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
+                               "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
+                               c->peers[g->prev].name, (unsigned long long)g->total, c->kind,
+                               g->shapes_text ? g->shapes_text : "flat buffer");
+            }
             g->last_progress = cl_now();
             return LD_OK;
         }
@@ -269,13 +280,16 @@ static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
     return LD_OK;
 }
 
-int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
+/* shapes, shapes_text: as ring.shapes and ring.shapes_text */
+static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t shapes, const char *shapes_text) {
     int N = c->size, r = c->rank;
     if (n < 0) return ld_fail(LD_EARG, "all_reduce: negative length");
     if (N == 1) return LD_OK;
     double t0 = cl_now();
     ring g;
     if (begin(c, &g, K_ALLREDUCE, (uint64_t)n)) return ld_error_status();
+    g.shapes = shapes;
+    g.shapes_text = shapes_text;
     int64_t base = n / N, rem = n % N;
     int64_t ce = (int64_t)(c->chunk_bytes / sizeof(float));
     if (ce < 1) ce = 1;
@@ -318,6 +332,10 @@ int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
     c->stats.bytes += n * (int64_t)sizeof(float);
     c->stats.seconds += cl_now() - t0;
     return LD_OK;
+}
+
+int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
+    return all_reduce(c, buf, n, mean, 0, NULL);
 }
 
 int ld_cluster_barrier(ld_cluster *c) {
@@ -364,7 +382,28 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
         total += ld_tensor_numel(x);
     }
     if (c->size == 1) return LD_OK;
-    if (k == 1) return ld_cluster_all_reduce(c, (float *)t[0]->storage->data + t[0]->offset, total, mean);
+    /* Every rank must reduce the same shapes, not only as many floats: the
+       header carries an FNV-1a hash of the list, a message the first shapes. */
+    uint64_t hs = 1469598103934665603ull;
+#define MIX(v) (hs = (hs ^ (uint64_t)(v)) * 1099511628211ull)
+    MIX(k);
+    char text[200];
+    size_t tl = 0;
+    text[0] = 0;
+    for (int i = 0; i < k; i++) {
+        MIX(t[i]->ndim);
+        for (int d = 0; d < t[i]->ndim; d++) MIX(t[i]->shape[d]);
+        if (i < 4 && tl < sizeof text - 40) {
+            char sb[96];
+            ld_shape_fmt(t[i]->ndim, t[i]->shape, sb, sizeof sb);
+            tl += (size_t)snprintf(text + tl, sizeof text - tl, "%s%s", i ? ", " : "", sb);
+        } else if (i == 4 && tl < sizeof text - 8) {
+            tl += (size_t)snprintf(text + tl, sizeof text - tl, ", ...");
+        }
+    }
+#undef MIX
+    if (hs == 0) hs = 1;
+    if (k == 1) return all_reduce(c, (float *)t[0]->storage->data + t[0]->offset, total, mean, hs, text);
     float *buf = malloc((size_t)(total ? total : 1) * sizeof(float));
     if (!buf) return ld_fail(LD_ENOMEM, "out of memory");
     int64_t at = 0;
@@ -373,7 +412,7 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
         memcpy(buf + at, (float *)t[i]->storage->data + t[i]->offset, (size_t)m * sizeof(float));
         at += m;
     }
-    int st = ld_cluster_all_reduce(c, buf, total, mean);
+    int st = all_reduce(c, buf, total, mean, hs, text);
     if (!st) {
         at = 0;
         for (int i = 0; i < k; i++) {
