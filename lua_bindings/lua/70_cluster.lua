@@ -110,14 +110,17 @@ end
 -- others where it listens and the control plane's secret (LDIST_SECRET when
 -- rank 0 has one, else 256 fresh random bits; MPI's launcher is the trust
 -- domain of the job). A collective: every rank calls it, once per strategy.
-local function mpi_rendezvous(r, n, source)
+-- quiet: return nil where MPI cannot say (Slurm then keeps its own rendezvous).
+local function mpi_rendezvous(r, n, source, quiet)
   local avail, why = C.mpi_available()
   if not avail then
+    if quiet then return nil end
     error(("%s gives rank %d of %d but not where rank 0 listens: set LDIST_LEADER=host:port, or install " ..
       "Open MPI so the ranks meet through MPI (%s)"):format(source, r, n, why), 0)
   end
   local mr, mn = C.mpi_init()
   if mr ~= r or mn ~= n then
+    if quiet then return nil end
     error(("%s gives rank %d of %d but not where rank 0 listens, and MPI gives rank %d of %d (the processes were " ..
       "not started by one mpirun or srun --mpi=pmix): set LDIST_LEADER=host:port"):format(source, r, n, mr, mn), 0)
   end
@@ -153,7 +156,9 @@ function distribute.resolve_cluster(cluster)
   local pmi = env("PMIX_RANK") or env("PMI_RANK")
   r, n = tonumber(env("SLURM_PROCID") or ""), tonumber(env("SLURM_NTASKS") or "")
   if r and n then
-    if n > 1 and not leader and pmi and C.mpi_available() then return mpi_rendezvous(r, n, "Slurm (SLURM_PROCID/SLURM_NTASKS)") end
+    -- an srun whose PMI MPI does not speak (MPI alone: rank 0 of 1) keeps the first node as the leader
+    local spec = n > 1 and not leader and pmi and mpi_rendezvous(r, n, "Slurm (SLURM_PROCID/SLURM_NTASKS)", true)
+    if spec then return spec end
     local nodes = env("SLURM_STEP_NODELIST") or env("SLURM_JOB_NODELIST")
     return from_ranks(r, n, leader or (nodes and first_slurm_host(nodes) .. ":" .. port), "Slurm (SLURM_PROCID/SLURM_NTASKS)")
   end

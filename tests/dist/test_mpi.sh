@@ -64,6 +64,23 @@ else
   not_ok "LDIST_LEADER given: mpirun -n 2 trains with communication=\"mpi\""; show "$out.log"
 fi
 
+# srun --mpi=pmix as mpirun plays it: Slurm's variables beside MPI's PMIx ones
+out=$T/srun
+if timeout 120 mpirun -n 2 --oversubscribe --allow-run-as-root bash -c 'SLURM_PROCID=$OMPI_COMM_WORLD_RANK SLURM_NTASKS=$OMPI_COMM_WORLD_SIZE SLURM_JOB_NODELIST=nowhere \
+     PMIX_RANK=$OMPI_COMM_WORLD_RANK exec "$0" "$@"' "$LDIST" tests/dist/equiv.lua adam fit "$out" 100 mpi > "$out.log" 2>&1; then
+  check "srun with PMIx: the tasks meet through MPI, not at the first node of the list" \
+    test "$(grep -c "communication mpi, cluster from Slurm (SLURM_PROCID/SLURM_NTASKS) through MPI" "$out.log")" = 2
+  d=$(maxdiff "$T/mpi-2.0.safetensors" "$out.0.safetensors")
+  check "srun with PMIx: the same weights (max |dw| $d <= $TOL)" le "$d" $TOL
+else
+  not_ok "srun with PMIx: 2 tasks train with communication=\"mpi\""; show "$out.log"
+fi
+# an srun whose PMI MPI does not answer (MPI alone: rank 0 of 1) keeps Slurm's own leader
+r=$(PMIX_RANK=1 SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_JOB_NODELIST='node[03-05]' LDIST_PORT=1234 timeout 60 "$LDIST" -e '
+  local c = distribute.resolve_cluster() print(c.rank, c.size, c.leader, c.source)' 2>&1)
+check "srun without MPI's answer: the first node leads, as before ($r)" \
+  test "$r" = $'1\t4\tnode03:1234\tSlurm (SLURM_PROCID/SLURM_NTASKS)'
+
 # rank 0's secret reaches every rank through MPI, and so does its refusal of a weak one
 LDIST_SECRET=abc mpi 2 tests/dist/equiv.lua adam fit "$T/weak" > "$T/weak.log" 2>&1
 check "a weak LDIST_SECRET on rank 0 stops every rank with the reason" \
