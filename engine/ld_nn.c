@@ -593,9 +593,21 @@ static ld_tensor *sequence_xent(const ld_loss *l, ld_tensor *y_true, ld_tensor *
     return out;
 }
 
+/* Keras' clip of probabilities to [eps, 1 - eps] (backend.epsilon() = 1e-7)
+   before their log. maximum and minimum keep NaN (ld_elementwise_math.h),
+   as tf.clip_by_value does: a NaN prediction gives a NaN loss, never
+   -log(1e-7). */
+static ld_tensor *clip_probs(ld_tensor *p) {
+    ld_tensor *lo = ld_tensor_scalar(1e-7f, p->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, p->storage->device);
+    ld_tensor *a = lo && hi ? ld_maximum(p, lo) : NULL, *c = a ? ld_minimum(a, hi) : NULL;
+    ld_tensor_release(lo); ld_tensor_release(hi); ld_tensor_release(a);
+    return c;
+}
+
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
     ld_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *per = NULL, *out = NULL, *yt = NULL;
+    int sparse = l->kind == LD_LOSS_SPARSE_CCE;
     switch (l->kind) {
     case LD_LOSS_SPARSE_CCE: {
         if (y_pred->ndim > 2) return sequence_xent(l, y_true, y_pred);
@@ -656,17 +668,22 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     categorical: {
         ld_tensor *logp;
         if (l->from_logits) TRY(logp = ld_log_softmax(y_pred));
-        else {
+        else if (sparse) {
+            /* Keras (TF backend): clip, log, then the log-softmax of those
+               logs (an infinite probability is clipped, not normalised) */
+            TRY(t2 = clip_probs(y_pred));
+            TRY(t1 = ld_log(t2));
+            ld_tensor_release(t2); t2 = NULL;
+            logp = ld_log_softmax(t1);
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(logp);
+        } else {
             /* Keras: normalise, clip to [eps, 1-eps], log */
             TRY(t1 = ld_sum(y_pred, -1, 1));
-            TRY(t2 = ld_div(y_pred, t1));
-            ld_tensor_release(t1);
-            TRY(t1 = ld_tensor_scalar(1e-7f, y_pred->storage->device));
-            TRY(t3 = ld_maximum(t2, t1));
-            ld_tensor_release(t2); ld_tensor_release(t1); t1 = NULL;
-            TRY(t1 = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device));
-            TRY(t2 = ld_minimum(t3, t1));
-            ld_tensor_release(t3); t3 = NULL; ld_tensor_release(t1); t1 = NULL;
+            TRY(t3 = ld_div(y_pred, t1));
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(t2 = clip_probs(t3));
+            ld_tensor_release(t3); t3 = NULL;
             logp = ld_log(t2);
             ld_tensor_release(t2); t2 = NULL;
             TRY(logp);
@@ -698,8 +715,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor_release(e); ld_tensor_release(e1); ld_tensor_release(lg); ld_tensor_release(d);
         } else {
             /* -(z log p + (1-z) log(1-p)), p clipped to [eps, 1-eps] */
-            ld_tensor *lo = ld_tensor_scalar(1e-7f, y_pred->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device);
-            ld_tensor *p1 = lo && hi ? ld_maximum(y_pred, lo) : NULL, *p = p1 ? ld_minimum(p1, hi) : NULL;
+            ld_tensor *p = clip_probs(y_pred);
             ld_tensor *lp = p ? ld_log(p) : NULL;
             ld_tensor *omp = p ? ld_mul_scalar(p, -1.0f) : NULL, *omp1 = omp ? ld_add_scalar(omp, 1.0f) : NULL;
             ld_tensor *l1p = omp1 ? ld_log(omp1) : NULL;
@@ -707,7 +723,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor *a = lp ? ld_mul(yt, lp) : NULL, *b = l1p && omz1 ? ld_mul(omz1, l1p) : NULL;
             ld_tensor *s = a && b ? ld_add(a, b) : NULL;
             t1 = s ? ld_neg(s) : NULL;
-            ld_tensor *all[] = {lo, hi, p1, p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
+            ld_tensor *all[] = {p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
             for (size_t i = 0; i < sizeof all / sizeof *all; i++) ld_tensor_release(all[i]);
         }
         TRY(t1);

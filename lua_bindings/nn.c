@@ -1289,7 +1289,9 @@ static const char *const nn_docs[] = {
 
 static const char *const loss_docs[] = {
     "SparseCategoricalCrossentropy", "losses.SparseCategoricalCrossentropy{from_logits=false, reduction=\"sum_over_batch_size\"}\n\n"
-        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).",
+        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).\n"
+        "Probabilities (from_logits=false) are clipped to [1e-7, 1 - 1e-7] before their log, as Keras's;\n"
+        "a NaN prediction gives a NaN loss (TerminateOnNaN sees it), as in every loss here.",
     "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false}\n\nCross-entropy with one-hot labels.",
     "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false}\n\nCross-entropy for 0/1 labels.",
     "MeanSquaredError", "losses.MeanSquaredError()\n\nMean of (y_pred - y_true)^2.",
