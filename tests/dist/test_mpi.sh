@@ -51,6 +51,14 @@ done
 d=$(maxdiff "$T/loop-ring.0.safetensors" "$T/loop-mpi.0.safetensors")
 check "custom loop: communication=\"mpi\" gives the ring's weights (max |dw| $d <= $TOL)" le "$d" $TOL
 
+# synchronized BatchNorm: its statistics are summed inside the step, through MPI too
+for comm in ring mpi; do
+  mpi 2 tests/dist/sync_bn_mw.lua $comm "$T/bn-$comm" > "$T/bn-$comm.log" 2>&1 ||
+    { not_ok "$comm: synchronized BatchNorm trains under mpirun"; show "$T/bn-$comm.log"; }
+done
+d=$(maxdiff "$T/bn-ring.0.safetensors" "$T/bn-mpi.0.safetensors")
+check "synchronized BatchNorm: communication=\"mpi\" gives the ring's weights (max |dw| $d <= $TOL)" le "$d" $TOL
+
 # the leader given by hand (LDIST_LEADER + LDIST_SECRET, as before) with MPI's collectives
 out=$T/given
 port=$("$LDIST" -e 'print(ldist._cluster.free_port("127.0.0.1"))')
