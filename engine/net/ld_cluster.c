@@ -200,6 +200,18 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     c->rank = o->rank;
     c->size = o->size;
     c->data_plane = o->data_plane;
+    if (o->mpi) {
+        /* MPI carries the collectives: its ranks must be the cluster's */
+        int mr, ms;
+        if (ld_mpi_init(&mr, &ms)) goto fail;
+        if (mr != o->rank || ms != o->size) {
+            ld_fail(LD_EARG, "communication=\"mpi\": MPI gives rank %d of %d but the cluster rank %d of %d: "
+                    "run every rank under one mpirun or srun", mr, ms, o->rank, o->size);
+            goto fail;
+        }
+        c->mpi = 1;
+        c->data_plane = 0;
+    }
     snprintf(c->kind, sizeof c->kind, "%s", o->name && *o->name ? o->name : "worker");
     c->timeout = o->timeout > 0 ? o->timeout : 30;
     c->rdv_timeout = o->rendezvous_timeout > 0 ? o->rendezvous_timeout : (c->timeout > 60 ? c->timeout : 60);

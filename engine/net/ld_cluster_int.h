@@ -46,6 +46,7 @@ typedef struct {
 
 struct ld_cluster {
     int rank, size, data_plane;
+    int mpi;                        /* collectives through MPI (ld_mpi.c), not the ring */
     char kind[24];                  /* "worker" */
     double timeout, rdv_timeout, hb, hb_timeout;
     int (*give_up)(void *ud, char *why, size_t n);   /* ld_cluster_opts's, polled at join */

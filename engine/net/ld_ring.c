@@ -15,7 +15,10 @@
    chunk this rank sent comes back around the ring (at step u+N, added to by
    every other rank) before the rank writes that part of the buffer again,
    and the call waits until ZeroMQ has released every chunk before it
-   returns. */
+   returns.
+
+   A cluster joined with opts.mpi sends the same three collectives to MPI
+   (ld_mpi.c) after the same checks: one interface, two transports. */
 #include "ld_cluster_int.h"
 #include "ld_device.h"
 #include "ld_executor.h"
@@ -275,6 +278,10 @@ static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
         snprintf(msg, sizeof msg, "%s", ld_error());
         return ld_fail((ld_status)ld_error_status(), "%s #%llu: %s", kind_names[kind], (unsigned long long)c->coll_seq + 1, msg);
     }
+    if (c->mpi) {
+        g->seq = ++c->coll_seq;
+        return LD_OK;
+    }
     if (!c->data_plane || !c->push) return ld_fail(LD_EARG, "this cluster has no data plane");
     g->seq = ++c->coll_seq;
     return LD_OK;
@@ -290,6 +297,13 @@ static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t s
     if (begin(c, &g, K_ALLREDUCE, (uint64_t)n)) return ld_error_status();
     g.shapes = shapes;
     g.shapes_text = shapes_text;
+    if (c->mpi) {
+        if (ld_mpi_all_reduce(buf, n, mean)) return cl_break(c, ld_error_status());
+        c->stats.calls++;
+        c->stats.bytes += n * (int64_t)sizeof(float);
+        c->stats.seconds += cl_now() - t0;
+        return LD_OK;
+    }
     int64_t base = n / N, rem = n % N;
     int64_t ce = (int64_t)(c->chunk_bytes / sizeof(float));
     if (ce < 1) ce = 1;
@@ -339,6 +353,11 @@ int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
 }
 
 int ld_cluster_barrier(ld_cluster *c) {
+    if (c->mpi && c->size > 1) {
+        ring g;
+        if (begin(c, &g, K_ALLREDUCE, 0)) return ld_error_status();
+        return ld_mpi_barrier() ? cl_break(c, ld_error_status()) : LD_OK;
+    }
     float x = 0;
     return ld_cluster_all_reduce(c, &x, 1, 0);
 }
@@ -349,6 +368,7 @@ int ld_cluster_broadcast(ld_cluster *c, int root, void *buf, size_t nbytes) {
     if (N == 1) return LD_OK;
     ring g;
     if (begin(c, &g, K_BCAST, nbytes)) return ld_error_status();
+    if (c->mpi) return ld_mpi_broadcast(root, buf, nbytes) ? cl_break(c, ld_error_status()) : LD_OK;
     size_t cb = c->chunk_bytes;
     char *p = buf;
     int next = (c->rank + 1) % N;

@@ -104,9 +104,45 @@ local function from_ranks(rank, size, leader, source)
     task_type = "worker", task_index = rank }
 end
 
+-- Under mpirun (or srun with MPI's PMI) and no LDIST_LEADER, the ranks meet
+-- through MPI itself, as Horovod's do (`mpirun -n 4 ldist train.lua` and
+-- nothing more): rank 0 picks a port on its host, and MPI_Bcast tells the
+-- others where it listens and the control plane's secret (LDIST_SECRET when
+-- rank 0 has one, else 256 fresh random bits; MPI's launcher is the trust
+-- domain of the job). A collective: every rank calls it, once per strategy.
+-- quiet: return nil where MPI cannot say (Slurm then keeps its own rendezvous).
+local function mpi_rendezvous(r, n, source, quiet)
+  local avail, why = C.mpi_available()
+  if not avail then
+    if quiet then return nil end
+    error(("%s gives rank %d of %d but not where rank 0 listens: set LDIST_LEADER=host:port, or install " ..
+      "Open MPI so the ranks meet through MPI (%s)"):format(source, r, n, why), 0)
+  end
+  local mr, mn = C.mpi_init()
+  if mr ~= r or mn ~= n then
+    if quiet then return nil end
+    error(("%s gives rank %d of %d but not where rank 0 listens, and MPI gives rank %d of %d (the processes were " ..
+      "not started by one mpirun or srun --mpi=pmix): set LDIST_LEADER=host:port"):format(source, r, n, mr, mn), 0)
+  end
+  local msg
+  if r == 0 then
+    local ok, secret = true, nil
+    if env("LDIST_SECRET") or env("LDIST_SECRET_FILE") then ok, secret = pcall(net.read_secret, n)
+    else secret = C.random_hex(32) end
+    -- a failure on rank 0 still answers the broadcast, so every rank stops with its message
+    msg = ok and ("ok\n%s:%d\n%s"):format(C.hostname(), C.free_port("0.0.0.0"), secret) or ("error\n" .. tostring(secret))
+  end
+  msg = C.mpi_broadcast_string(msg, 0)
+  local leader, secret = msg:match("^ok\n([^\n]+)\n(.+)$")
+  if not leader then error("rank 0 could not lead the MPI rendezvous: " .. (msg:match("^error\n(.*)$") or msg), 0) end
+  return { source = source .. " through MPI", rank = r, size = n, leader = check_addr(leader, "the leader's address"),
+    secret = secret, mpi = true, task_type = "worker", task_index = r }
+end
+
 -- Where this process stands: cluster= (a TF_CONFIG table or JSON string), else
 -- TF_CONFIG, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, else Slurm, else
--- mpirun (Open MPI, MPICH's PMI), else one process alone.
+-- mpirun (Open MPI, MPICH's PMI), else one process alone. Under mpirun (and
+-- srun with PMI) without LDIST_LEADER the rendezvous goes through MPI.
 ldist.internal(distribute, "resolve_cluster")   -- the strategies read the cluster with it
 function distribute.resolve_cluster(cluster)
   if cluster ~= nil then return from_tf_config(cluster, "cluster") end
@@ -116,15 +152,25 @@ function distribute.resolve_cluster(cluster)
   local leader = env("LDIST_LEADER") or (env("MASTER_ADDR") and env("MASTER_ADDR") .. ":" .. port)
   local r, n = tonumber(env("LDIST_RANK") or ""), tonumber(env("LDIST_WORLD_SIZE") or "")
   if r and n then return from_ranks(r, n, leader, "LDIST_RANK/LDIST_WORLD_SIZE") end
+  -- srun --mpi=pmix (or pmi2) starts MPI ranks: they meet through MPI as under mpirun
+  local pmi = env("PMIX_RANK") or env("PMI_RANK")
   r, n = tonumber(env("SLURM_PROCID") or ""), tonumber(env("SLURM_NTASKS") or "")
   if r and n then
+    -- an srun whose PMI MPI does not speak (MPI alone: rank 0 of 1) keeps the first node as the leader
+    local spec = n > 1 and not leader and pmi and mpi_rendezvous(r, n, "Slurm (SLURM_PROCID/SLURM_NTASKS)", true)
+    if spec then return spec end
     local nodes = env("SLURM_STEP_NODELIST") or env("SLURM_JOB_NODELIST")
     return from_ranks(r, n, leader or (nodes and first_slurm_host(nodes) .. ":" .. port), "Slurm (SLURM_PROCID/SLURM_NTASKS)")
   end
   r, n = tonumber(env("OMPI_COMM_WORLD_RANK") or ""), tonumber(env("OMPI_COMM_WORLD_SIZE") or "")
-  if r and n then return from_ranks(r, n, leader, "mpirun (OMPI_COMM_WORLD_RANK/SIZE)") end
-  r, n = tonumber(env("PMI_RANK") or ""), tonumber(env("PMI_SIZE") or "")
-  if r and n then return from_ranks(r, n, leader, "mpirun (PMI_RANK/PMI_SIZE)") end
+  local src = "mpirun (OMPI_COMM_WORLD_RANK/SIZE)"
+  if not (r and n) then
+    r, n, src = tonumber(env("PMI_RANK") or ""), tonumber(env("PMI_SIZE") or ""), "mpirun (PMI_RANK/PMI_SIZE)"
+  end
+  if r and n then
+    if n > 1 and not leader then return mpi_rendezvous(r, n, src) end
+    return from_ranks(r, n, leader, src)
+  end
   return { source = "a single process", rank = 0, size = 1, task_type = "worker", task_index = 0 }
 end
 
@@ -274,4 +320,6 @@ end
 local doc = ldist.document
 doc(distribute.resolve_cluster, "distribute.resolve_cluster",
   "distribute.resolve_cluster([tf_config]) -> {rank=, size=, leader=, task_type=, task_index=, source=}\n\n" ..
-  "Where this process stands in its cluster (TF_CONFIG, LDIST_*, Slurm or mpirun variables).")
+  "Where this process stands in its cluster (TF_CONFIG, LDIST_*, Slurm or mpirun variables).\n" ..
+  "Under mpirun (or srun --mpi=pmix) without LDIST_LEADER the ranks meet through MPI: rank 0\n" ..
+  "broadcasts where it listens and the cluster's secret (secret=), so every rank must call it.")
