@@ -287,6 +287,37 @@ static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
     return LD_OK;
 }
 
+/* Under MPI the ring's chunk headers, which carry the shapes, are not sent:
+   rank 0's element count and shape hash are broadcast, each rank compares,
+   and the ranks sum their verdicts, so all of them fail together (as the
+   ring does) instead of handing MPI_Allreduce counts that disagree. */
+static int mpi_same_shapes(ld_cluster *c, const ring *g, int64_t n) {
+    uint64_t mine[2] = {(uint64_t)n, g->shapes}, root[2] = {mine[0], mine[1]};
+    if (ld_mpi_broadcast(0, root, sizeof root)) return ld_error_status();
+    int differs = root[0] != mine[0] || root[1] != mine[1];
+    float *who = calloc((size_t)c->size, sizeof *who);   /* who[r] = 1: rank r differs from rank 0 */
+    if (!who) return ld_fail(LD_ENOMEM, "out of memory");
+    who[c->rank] = (float)differs;
+    if (ld_mpi_all_reduce(who, c->size, 0)) { free(who); return ld_error_status(); }
+    char names[640] = "";
+    size_t at = 0;
+    int n_diff = 0;
+    for (int r = 0; r < c->size; r++)
+        if (who[r] > 0 && at < sizeof names - 1) {
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", n_diff++ ? ", " : "", c->peers[r].name);
+            if (at >= sizeof names) at = sizeof names - 1;
+        }
+    free(who);
+    if (n_diff == 0) return LD_OK;
+    const char *text = g->shapes_text ? g->shapes_text : "flat buffer";
+    if (differs)
+        return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
+                       "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
+                       c->peers[0].name, (unsigned long long)root[0], c->kind, text);
+    return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduce%s other shapes than this %s's (%s)",
+                   kind_names[g->kind], (unsigned long long)g->seq, c->kind, names, n_diff == 1 ? "s" : "", c->kind, text);
+}
+
 /* shapes, shapes_text: as ring.shapes and ring.shapes_text */
 static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t shapes, const char *shapes_text) {
     int N = c->size, r = c->rank;
@@ -298,7 +329,7 @@ static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t s
     g.shapes = shapes;
     g.shapes_text = shapes_text;
     if (c->mpi) {
-        if (ld_mpi_all_reduce(buf, n, mean)) return cl_break(c, ld_error_status());
+        if (mpi_same_shapes(c, &g, n) || ld_mpi_all_reduce(buf, n, mean)) return cl_break(c, ld_error_status());
         c->stats.calls++;
         c->stats.bytes += n * (int64_t)sizeof(float);
         c->stats.seconds += cl_now() - t0;
