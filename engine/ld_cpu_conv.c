@@ -37,8 +37,13 @@
  * own dw and db, summed in part order at the end.
  *
  * The vectors are GCC's vector extensions: AVX-512 registers where the
- * build targets them (-march=native here), pairs of AVX2 ones elsewhere
- * (correct, with spills).
+ * code is compiled for them, pairs of AVX2 ones elsewhere (correct, with
+ * spills). The file is compiled for the build's instruction set, and again
+ * by ld_cpu_conv_avx512.c and ld_cpu_conv_avx2.c for those the build does
+ * not target (LD_CONV_FN names those copies' entry points); cpu_conv2d and
+ * cpu_conv2d_backward, at the end, run the copy for this processor
+ * (ld_cpu_isa: CPUID, or LDIST_CPU_ISA=avx2), so a binary built for
+ * x86-64-v3 runs the AVX-512 code where the processor has it.
  *
  * The im2col + gemm lowering (ld_im2col, ld_linear) stays the path of other
  * backends and the reference the tests compare this one with
@@ -49,6 +54,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef LD_CONV_FN   /* the build's own copy: its entry points are dispatched below */
+#define LD_CONV_FN(name) name##_build
+#define LD_CONV_LINKAGE static
+#define LD_CONV_DISPATCH
+#else
+#define LD_CONV_LINKAGE
+#endif
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
@@ -429,8 +442,8 @@ static void pack_w(float *wpk, const float *w, int64_t k, int64_t f) {
             for (int64_t j = 0; j < CH && ch * CH + j < f; j++) wpk[(ch * k + r) * CH + j] = w[r * f + ch * CH + j];
 }
 
-void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
-                int relu) {
+LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,
+                                            const float *b, ld_conv_geom g, int relu) {
     geom G;
     if (g.n * g.oh * g.ow * g.f == 0 || (g.pkh > 0 && g.poh * g.pow == 0)) return;
     if (geom_init(&G, &g)) { ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory"); return; }
@@ -695,8 +708,9 @@ static void bwd_part(void *ctx, int part, int np) {
     free(gmb); free(out); free(xp); free(dxp); free(zeros); free(fo); free(gmp); free(dpo);
 }
 
-void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
-                         const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, float *dw, float *db, const float *dy,
+                                                     const float *y, const int32_t *arg, const float *x,
+                                                     const float *w, ld_conv_geom g, int relu) {
     geom G;
     if (geom_init(&G, &g)) { ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
     int64_t nfch = nchunks(g.f), ncch = nchunks(g.c), fp = nfch * CH;
@@ -750,3 +764,44 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
     }
     free(J); free(wt); free(G.toff);
 }
+
+#ifdef LD_CONV_DISPATCH
+/* ================================================================ dispatch
+ * The copies for the instruction sets the build does not target. */
+#define CONV_PROTOS(sfx)                                                                                  \
+    void cpu_conv2d_##sfx(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,          \
+                          const float *b, ld_conv_geom g, int relu);                                     \
+    void cpu_conv2d_backward_##sfx(ld_device *d, float *dx, float *dw, float *db, const float *dy,       \
+                                   const float *y, const int32_t *arg, const float *x, const float *w,   \
+                                   ld_conv_geom g, int relu);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX512F__)
+#define CONV_HAS_AVX512
+CONV_PROTOS(avx512)
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && (!defined(__AVX2__) || defined(__AVX512F__))
+#define CONV_HAS_AVX2
+CONV_PROTOS(avx2)
+#endif
+
+void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
+                int relu) {
+#ifdef CONV_HAS_AVX512
+    if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_avx512(d, y, arg, x, w, b, g, relu); return; }
+#endif
+#ifdef CONV_HAS_AVX2
+    if (ld_cpu_isa() == LD_ISA_AVX2) { cpu_conv2d_avx2(d, y, arg, x, w, b, g, relu); return; }
+#endif
+    cpu_conv2d_build(d, y, arg, x, w, b, g, relu);
+}
+
+void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
+                         const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+#ifdef CONV_HAS_AVX512
+    if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_backward_avx512(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
+#endif
+#ifdef CONV_HAS_AVX2
+    if (ld_cpu_isa() == LD_ISA_AVX2) { cpu_conv2d_backward_avx2(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
+#endif
+    cpu_conv2d_backward_build(d, dx, dw, db, dy, y, arg, x, w, g, relu);
+}
+#endif

@@ -21,11 +21,6 @@ void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi);
 /* For tests: how long a pool's waiters spin (pauses) and yield before they
    sleep; 0, 0 sleeps at once. */
 void ld_cpu_pool_set_spin(int spin, int yield);
-/* The instruction set of the kernels with several versions (ld_cpu_isa.c):
-   the best this processor has, or less if LDIST_CPU_ISA says so. */
-enum { LD_ISA_GENERIC, LD_ISA_AVX2, LD_ISA_AVX512 };
-int ld_cpu_isa(void);
-const char *ld_cpu_isa_name(void);   /* "avx512", "avx2", "generic" */
 /* below this many elements a loop is not worth splitting */
 #define LD_CPU_PAR_MIN 32768
 
