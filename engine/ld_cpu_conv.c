@@ -36,14 +36,16 @@
  * Images are split over the CPU device's thread pool; each part keeps its
  * own dw and db, summed in part order at the end.
  *
- * The vectors are GCC's vector extensions: AVX-512 registers where the
- * code is compiled for them, pairs of AVX2 ones elsewhere (correct, with
- * spills). The file is compiled for the build's instruction set, and again
- * by ld_cpu_conv_avx512.c and ld_cpu_conv_avx2.c for those the build does
- * not target (LD_CONV_FN names those copies' entry points); cpu_conv2d and
- * cpu_conv2d_backward, at the end, run the copy for this processor
- * (ld_cpu_isa: CPUID, or LDIST_CPU_ISA=avx2), so a binary built for
- * x86-64-v3 runs the AVX-512 code where the processor has it.
+ * The vectors are GCC's vector extensions of 16 floats: one AVX-512
+ * register each. Compiled for AVX2, GCC keeps such vectors in memory and the
+ * tiles run 30-60 times slower (83 against 5,347 samples/s for the bench
+ * CNN on one core, even with tiles sized for 16 registers), so on
+ * processors without AVX-512 the convolution takes the im2col + BLAS path
+ * (ld_ops.c). The file is compiled for the build's instruction set, and
+ * again by ld_cpu_conv_avx512.c where the build targets less (x86-64-v3:
+ * the GPU bundle, packages; LD_CONV_FN names that copy's entry points);
+ * cpu_conv2d and cpu_conv2d_backward, at the end, run that copy on
+ * processors with AVX-512 (ld_cpu_isa).
  *
  * The im2col + gemm lowering (ld_im2col, ld_linear) stays the path of other
  * backends and the reference the tests compare this one with
@@ -767,7 +769,7 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
 
 #ifdef LD_CONV_DISPATCH
 /* ================================================================ dispatch
- * The copies for the instruction sets the build does not target. */
+ * The AVX-512 copy, where the build targets less. */
 #define CONV_PROTOS(sfx)                                                                                  \
     void cpu_conv2d_##sfx(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,          \
                           const float *b, ld_conv_geom g, int relu);                                     \
@@ -778,18 +780,11 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
 #define CONV_HAS_AVX512
 CONV_PROTOS(avx512)
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && (!defined(__AVX2__) || defined(__AVX512F__))
-#define CONV_HAS_AVX2
-CONV_PROTOS(avx2)
-#endif
 
 void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
                 int relu) {
 #ifdef CONV_HAS_AVX512
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_avx512(d, y, arg, x, w, b, g, relu); return; }
-#endif
-#ifdef CONV_HAS_AVX2
-    if (ld_cpu_isa() == LD_ISA_AVX2) { cpu_conv2d_avx2(d, y, arg, x, w, b, g, relu); return; }
 #endif
     cpu_conv2d_build(d, y, arg, x, w, b, g, relu);
 }
@@ -798,9 +793,6 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
                          const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
 #ifdef CONV_HAS_AVX512
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_backward_avx512(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
-#endif
-#ifdef CONV_HAS_AVX2
-    if (ld_cpu_isa() == LD_ISA_AVX2) { cpu_conv2d_backward_avx2(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
 #endif
     cpu_conv2d_backward_build(d, dx, dw, db, dy, y, arg, x, w, g, relu);
 }
