@@ -142,17 +142,26 @@ static __attribute__((target("avx2,fma"))) void panel2(int R, int64_t K, const f
 
 static const small_isa isa512 = {{12, 8, 4, 1}, NR, panel512}, isa2 = {{6, 4, 2, 1}, NR2, panel2};
 
+int ld_gemm_small_fits(int64_t m, int64_t n, int64_t k) {
+    if (n < 256 || k < 256) return 0;
+    switch (ld_cpu_isa()) {
+    case LD_ISA_AVX512: return m <= 256;
+    /* with half the registers, B is read twice as often as by the AVX-512
+       version: it matches OpenBLAS's AVX2 (Haswell) kernels up to 32 rows
+       and falls behind from 64 (76 against 93 GFLOP/s at 64x784x512, on one
+       Zen 4 core), so more rows go to BLAS */
+    case LD_ISA_AVX2: return m <= 48;
+    default: return 0;
+    }
+}
+
 int ld_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc) {
     if (beta != 0.0f && beta != 1.0f) return 0;
     switch (ld_cpu_isa()) {
     case LD_ISA_AVX512: gemm_small(&isa512, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc); return 1;
     case LD_ISA_AVX2:
-        /* with half the registers, B is read twice as often as by the AVX-512
-           version: it matches OpenBLAS's AVX2 (Haswell) kernels up to 32 rows
-           and falls behind from 64 (76 against 93 GFLOP/s at 64x784x512, on
-           one Zen 4 core), so more rows go to BLAS */
-        if (m > 48) return 0;
+        if (m > 48) return 0;   /* ld_gemm_small_fits says why */
         gemm_small(&isa2, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc);
         return 1;
     default: return 0;

@@ -309,6 +309,31 @@ T.test("LocalCluster workers each take their share of the cores", function()
   end
 end)
 
+T.test("products split over 2..16 threads (grids of row and column blocks) equal one thread's", function()
+  local was = ldist.get_num_threads()
+  tensor.seed(5)
+  -- the MLP's forward and backward products, a tall one and odd sizes
+  local shapes = { {256, 784, 512}, {256, 512, 256}, {784, 256, 512}, {2048, 784, 512}, {100, 300, 700}, {40, 513, 257} }
+  for _, sh in ipairs(shapes) do
+    local m, k, n = sh[1], sh[2], sh[3]
+    local a, b = tensor.normal(m, k), tensor.normal(k, n)
+    local at, bt = tensor.normal(k, m), tensor.normal(n, k)
+    ldist.set_num_threads(1)
+    local ref = { a:matmul(b), at.T:matmul(b), a:matmul(bt.T) }
+    for _, th in ipairs({2, 3, 4, 6, 8, 12, 16}) do
+      ldist.set_num_threads(th)
+      local got = { a:matmul(b), at.T:matmul(b), a:matmul(bt.T) }
+      for i = 1, 3 do
+        local err = (got[i] - ref[i]):abs():max():item()
+        local scale = ref[i]:abs():max():item()
+        T.ok(err <= 1e-5 * scale, ("%dx%dx%d (%s) on %d threads: max difference %g (scale %g)"):format(m, k, n,
+          ({"a b", "a^T b", "a b^T"})[i], th, err, scale))
+      end
+    end
+  end
+  ldist.set_num_threads(was)
+end)
+
 T.test("bad counts are refused with a clear error", function()
   T.raises(function() ldist.config.cpu_devices(0) end, "number of CPU devices must be in 1..64, got 0")
   T.raises(function() distribute.LocalCluster{workers = 1, threads = 0} end, "threads must be 1..256")
