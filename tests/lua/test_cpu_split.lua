@@ -72,6 +72,18 @@ elseif arg[1] == "train" then   -- train N: one device against Mirrored on N dev
   for d = 0, n - 1 do wl[#wl + 1] = workers[d] or 0 end
   print(ldist.json.encode({ diff = m, workers = wl, split = ldist.config.cpu_split() }))
   os.exit(0)
+elseif arg[1] == "elementwise" then   -- elementwise ops and copies on 1 and 8 threads
+  tensor.seed(9)
+  local a, b, r = tensor.normal(256, 512), tensor.normal(512), tensor.normal(256, 1)
+  local t = tensor.normal(512, 256)
+  local function ops() return { a + b, a * r, a - a * b, t.T:contiguous(), (a:relu() + 1):log() } end
+  ldist.set_num_threads(1)
+  local ref = ops()
+  ldist.set_num_threads(8)
+  local got, m = ops(), 0
+  for i = 1, #ref do m = math.max(m, (got[i] - ref[i]):abs():max():item()) end
+  print(ldist.json.encode({ diff = m, threads = ldist.get_num_threads() }))
+  os.exit(0)
 elseif arg[1] == "report" then   -- one process of a job: its split
   print("SPLIT " .. split_json())
   os.exit(0)
@@ -332,6 +344,12 @@ T.test("products split over 2..16 threads (grids of row and column blocks) equal
     end
   end
   ldist.set_num_threads(was)
+end)
+
+T.test("elementwise ops and copies split over 8 threads (8 pretended cores) equal one thread's", function()
+  local r = child("LDIST_CPU_CORES=8", "elementwise")
+  T.eq(r.threads, 8)
+  T.eq(r.diff, 0, "elementwise results differ")
 end)
 
 T.test("bad counts are refused with a clear error", function()
