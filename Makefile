@@ -62,7 +62,6 @@ BIND_OBJ   := $(BIND_SRC:%.c=$(B)/%.o) $(B)/prelude.o
 APP_OBJ    := $(REPL_SRC:%.c=$(B)/%.o)
 NET_OBJ    := $(KERNEL_SRC:%.c=$(B)/%.o) $(NET_ENGINE_SRC:%.c=$(B)/%.o) $(NET_BIND_SRC:%.c=$(B)/%.o)
 ENGINE_TESTS := $(patsubst tests/engine/%.c,$(B)/tests/engine/%,$(filter-out tests/engine/test_util.c,$(wildcard tests/engine/*.c)))
-HEADERS    := $(wildcard engine/*.h engine/net/*.h engine/cuda/*.h lua_bindings/*.h kernel/*.h repl/*.h)
 
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 # The CUDA plugin, built where nvcc is installed; the engine dlopens it at run
@@ -80,9 +79,11 @@ endif
 .PHONY: all run test bench install setup clean test-engine test-gpu bench-gpu bench-cores fuzz
 all: $(LDIST_EXE) $(LDIST_SO) $(NET_SO) $(ENGINE_TESTS) $(CUDA_PLUGIN)
 
-$(B)/%.o: %.c $(HEADERS)
+# -MMD -MP: each object's .d file lists the headers it includes, so a header
+# change rebuilds only what includes it (read back by -include at the end)
+$(B)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/prelude.c: $(PRELUDE) scripts/embed.lua
 	@mkdir -p $(B)
@@ -91,9 +92,9 @@ $(B)/prelude.c: $(PRELUDE) scripts/embed.lua
 $(B)/engine/ld_device.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
 
 ifeq ($(SANITIZE),)
-build/engine/cuda/%.o: engine/cuda/%.cu engine/cuda/cuda_common.cuh $(HEADERS)
+build/engine/cuda/%.o: engine/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 # static cudart: the plugin needs only libcuda.so.1 (the driver), and opens
 # cuBLAS and NCCL itself; -z defs proves it needs nothing from the engine
@@ -124,7 +125,7 @@ $(LDIST_SO): $(BIND_OBJ) $(NET_BIND_SRC:%.c=$(B)/%.o) $(NET_ENGINE_SRC:%.c=$(B)/
 
 $(B)/tests/engine/%: tests/engine/%.c tests/engine/test_util.c $(B)/libldist_engine.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< tests/engine/test_util.c $(B)/libldist_engine.a $(ENGINE_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -MF $@.d -o $@ $< tests/engine/test_util.c $(B)/libldist_engine.a $(ENGINE_LIBS)
 
 setup:
 	@bash scripts/setup.sh
@@ -173,3 +174,7 @@ install: all
 
 clean:
 	rm -rf build build-asan build-tsan ldist ldist.so
+
+# the header dependencies the compilers wrote (-MMD); absent before a first build
+-include $(ENGINE_OBJ:.o=.d) $(BIND_OBJ:.o=.d) $(APP_OBJ:.o=.d) $(NET_OBJ:.o=.d) $(ENGINE_TESTS:=.d) \
+  $(if $(SANITIZE),,$(CUDA_OBJ:.o=.d))

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <time.h>
 
 static _Thread_local char err_msg[512];
 static _Thread_local ld_status err_status;
@@ -74,4 +75,16 @@ void ld_host_free(void *p, size_t nbytes) {
     if (sz == 0) sz = 64;
     __atomic_sub_fetch(&in_use, sz, __ATOMIC_RELAXED);
     free(p);
+}
+
+double ld_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double ld_wall_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }

@@ -37,6 +37,11 @@ int ld_error_status(void);
 ld_status ld_fail(ld_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ld_clear_error(void);
 
+/* Clocks, in seconds: monotonic (intervals, deadlines, trace spans) and the
+   wall clock (timestamps a file records, as TensorBoard's wall_time). */
+double ld_now(void);
+double ld_wall_time(void);
+
 /* Internal invariants: a failure is a bug in ldist, reported and aborted. */
 void ld_assert_fail(const char *expr, const char *file, int line);
 #define LD_ASSERT(e) ((e) ? (void)0 : ld_assert_fail(#e, __FILE__, __LINE__))

@@ -8,6 +8,7 @@
 #include "ld_gemm_small.h"
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
+#include "ld_elementwise_math.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -203,23 +204,9 @@ static void cpu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) 
 }
 
 /* ================================================================ elementwise */
-static inline float bin(ld_binary_op op, float a, float b) {
-    switch (op) {
-    case LD_BIN_ADD: return a + b;
-    case LD_BIN_SUB: return a - b;
-    case LD_BIN_MUL: return a * b;
-    case LD_BIN_DIV: return a / b;
-    case LD_BIN_POW: return powf(a, b);
-    case LD_BIN_MAX: return a > b ? a : b;
-    case LD_BIN_MIN: return a < b ? a : b;
-    case LD_BIN_EQ: return a == b;
-    case LD_BIN_LT: return a < b;
-    case LD_BIN_GT: return a > b;
-    default: return 0;
-    }
-}
-
-/* The inner loop, specialised per op so the compiler vectorises it. */
+/* The formulas are ld_elementwise_math.h's, shared with the CUDA kernels. */
+/* The inner loop, specialised per op (a constant op folds the formula's
+   switch) so the compiler vectorises it. */
 #define INNER(OPEXPR) \
     if (as == 1 && bs == 1) for (int64_t j = 0; j < n; j++) { float x = a[j], y = b[j]; out[j] = OPEXPR; } \
     else if (as == 1 && bs == 0) { float y = b[0]; for (int64_t j = 0; j < n; j++) { float x = a[j]; out[j] = OPEXPR; } } \
@@ -228,18 +215,17 @@ static inline float bin(ld_binary_op op, float a, float b) {
 
 static void bin_inner(ld_binary_op op, float *out, const float *a, int64_t as, const float *b,
                       int64_t bs, int64_t n) {
+#define BIN_CASE(E, name) case LD_BIN_##E: INNER(ld_ew_binary(LD_BIN_##E, x, y)) break;
     switch (op) {
-    case LD_BIN_ADD: INNER(x + y) break;
-    case LD_BIN_SUB: INNER(x - y) break;
-    case LD_BIN_MUL: INNER(x * y) break;
-    case LD_BIN_DIV: INNER(x / y) break;
-    default: for (int64_t j = 0; j < n; j++) out[j] = bin(op, a[j * as], b[j * bs]); break;
+    LD_BINARY_OPS(BIN_CASE)
+    default: break;
     }
+#undef BIN_CASE
 }
 
 static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
                        const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
-    if (ndim == 0) { out[0] = bin(op, a[0], b[0]); return; }
+    if (ndim == 0) { out[0] = ld_ew_binary(op, a[0], b[0]); return; }
     /* merge the trailing dims that are contiguous in both operands */
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
@@ -267,50 +253,31 @@ static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const f
     }
 }
 
-static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
-
+/* one loop per op, each calling the shared formula with a constant op, so
+   the compiler specialises and vectorises it */
 static void cpu_unary_serial(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
+#define UN_CASE(E, name) case LD_UN_##E: for (int64_t i = 0; i < n; i++) y[i] = ld_ew_unary(LD_UN_##E, x[i]); break;
     switch (op) {
-    case LD_UN_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
-    case LD_UN_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
-    case LD_UN_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
-    case LD_UN_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
-    case LD_UN_ABS: for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]); break;
-    case LD_UN_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
-    case LD_UN_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i])); break;
-    case LD_UN_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
-    case LD_UN_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu_f(x[i]); break;
-    case LD_UN_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+    LD_UNARY_OPS(UN_CASE)
     default: break;
     }
+#undef UN_CASE
 }
 
+/* x and y are read only where the derivative uses them (either may be NULL otherwise) */
 static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, const float *dy,
                                const float *x, const float *y, int64_t n) {
-    switch (op) {
-    case LD_UN_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -dy[i]; break;
-    case LD_UN_EXP: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i]; break;
-    case LD_UN_LOG: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / x[i]; break;
-    case LD_UN_SQRT: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * 0.5f / y[i]; break;
-    case LD_UN_ABS: for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : (x[i] < 0 ? -dy[i] : 0); break;
-    case LD_UN_RELU: for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0; break;
-    case LD_UN_SIGMOID: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1 - y[i]); break;
-    case LD_UN_TANH: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1 - y[i] * y[i]); break;
-    case LD_UN_GELU:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            float cdf = 0.5f * (1.0f + erff(v * 0.70710678f));
-            float pdf = 0.39894228f * expf(-0.5f * v * v);
-            dx[i] = dy[i] * (cdf + v * pdf);
-        }
+#define UB_CASE(E, name)                                                                                 \
+    case LD_UN_##E:                                                                                       \
+        for (int64_t i = 0; i < n; i++)                                                                   \
+            dx[i] = ld_ew_unary_grad(LD_UN_##E, dy[i], ld_ew_grad_uses_x(LD_UN_##E) ? x[i] : 0,           \
+                                     ld_ew_grad_uses_y(LD_UN_##E) ? y[i] : 0);                            \
         break;
-    case LD_UN_SQUARE: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * 2 * x[i]; break;
+    switch (op) {
+    LD_UNARY_OPS(UB_CASE)
     default: break;
     }
-}
-
-static void cpu_scale_add(ld_device *d, float *y, float a, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+#undef UB_CASE
 }
 
 static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
@@ -343,7 +310,7 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
             int64_t arg = 0;
             for (int64_t j = 1; j < n; j++) {
                 float v = r[j * inner];
-                if (v > best || (isnan(v) && !isnan(best))) { best = v; arg = j; }
+                if (ld_ew_max_wins(v, best)) { best = v; arg = j; }
             }
             if (op == LD_RED_MAX) ((float *)outp)[o * inner + i] = best;
             else ((int64_t *)outp)[o * inner + i] = arg;
@@ -366,9 +333,36 @@ static char blas_error[512];
 static int small_gemm;   /* ld_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
+/* OpenBLAS's DYNAMIC_ARCH picks its kernels from the processor's model
+   number. A model newer than the library (Debian 12 ships 0.3.21), or one a
+   hypervisor masks ("Intel(R) Xeon(R) Processor"), falls back to its
+   Prescott SSE kernels: on the 16-core Xeon of the GPU machine every product
+   OpenBLAS ran went at about 17 GFLOP/s a core, a fifth of the AVX-512
+   kernels' rate. Unless the user names a kernel family (OPENBLAS_CORETYPE),
+   ldist names it from the instruction sets the processor and the OS offer:
+   the same families OpenBLAS gives the models it knows (its single-precision
+   products are the same in SkylakeX, Cooperlake and SapphireRapids). */
+const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd) {
+    if (avx512) return "SkylakeX";
+    if (avx2_fma) return amd ? "Zen" : "Haswell";
+    return NULL;   /* older processors: OpenBLAS's own choice */
+}
+
+static char blas_note[320];
+
 static void blas_load(void) {
     small_gemm = !getenv("LDIST_NO_SMALL_GEMM");
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
+    const char *user_core = getenv("OPENBLAS_CORETYPE"), *set_core = NULL;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!(user_core && *user_core) && !(getenv("LDIST_BLAS") && *getenv("LDIST_BLAS"))) {
+        /* the instruction sets ldist's own kernels use (ld_cpu_isa.c), so that
+           LDIST_CPU_ISA=avx2 runs OpenBLAS's AVX2 kernels too */
+        int isa = ld_cpu_isa();
+        set_core = ld_blas_coretype_for(isa >= LD_ISA_AVX512, isa >= LD_ISA_AVX2, __builtin_cpu_is("amd"));
+        if (set_core) setenv("OPENBLAS_CORETYPE", set_core, 1);
+    }
+#endif
     const char *names[] = {"libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                            "libopenblas.so", "libblas.so.3"};
     const char *chosen = getenv("LDIST_BLAS");
@@ -392,6 +386,16 @@ static void blas_load(void) {
     }
     void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
     if (set_threads) set_threads(1);
+    /* read by OpenBLAS as it loaded: processes this one starts choose again */
+    if (set_core) unsetenv("OPENBLAS_CORETYPE");
+    char *(*corename)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
+    char *(*config)(void) = (char *(*)(void))dlsym(h, "openblas_get_config");
+    if (corename && config)
+        snprintf(blas_note, sizeof blas_note, "%.160s; %.40s kernels (%s)", config(), corename(),
+                 set_core ? "named by ldist from the processor's instruction sets; OPENBLAS_CORETYPE overrides"
+                 : user_core && *user_core ? "OPENBLAS_CORETYPE" : "OpenBLAS's own choice");
+    else
+        snprintf(blas_note, sizeof blas_note, "%.200s", chosen && *chosen ? chosen : "a BLAS library (not OpenBLAS)");
     blas_sgemm_ptr = (sgemm_fn)dlsym(h, "cblas_sgemm");
     if (!blas_sgemm_ptr)
         snprintf(blas_error, sizeof blas_error, "matrix products need cblas_sgemm, which %.200s lacks",
@@ -402,6 +406,8 @@ static sgemm_fn blas_sgemm(void) {
     pthread_once(&blas_once, blas_load);
     return blas_sgemm_ptr;
 }
+
+const char *ld_cpu_blas_describe(void) { return blas_sgemm() ? blas_note : blas_error; }
 
 int ld_device_can_gemm(const ld_device *d) {
     if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */
@@ -513,7 +519,7 @@ static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float
                         const float *xi = x + base;
                         for (int64_t q = 0; q < c; q++) {   /* branch-free, so it vectorises */
                             float v = xi[q];
-                            int gt = v > yo[q];
+                            int gt = ld_ew_max_wins(v, yo[q]);
                             yo[q] = gt ? v : yo[q];
                             ao[q] = gt ? base + q : ao[q];
                         }

@@ -502,8 +502,11 @@ int64_t ld_dataset_cardinality(const ld_dataset *d) {
         return unknown ? LD_CARD_UNKNOWN : m;
     }
     case DS_REPEAT:
-        if (c == 0 || c == LD_CARD_UNKNOWN) return c;
+        /* TF: an endless repeat is INFINITE even of a dataset of unknown
+           length (filter(...):repeat_()); only an empty one stays empty */
+        if (c == 0) return 0;
         if (d->n < 0 || c == LD_CARD_INFINITE) return LD_CARD_INFINITE;
+        if (c == LD_CARD_UNKNOWN) return c;
         int64_t r;
         return __builtin_mul_overflow(c, d->n, &r) ? INT64_MAX : r;
     case DS_TAKE:

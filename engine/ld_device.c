@@ -188,6 +188,12 @@ static void probe(void) {
         dlclose(h);
         return;
     }
+    if (p->kernel_count != LD_KERNEL_COUNT || p->backend_size != sizeof(ld_backend)) {
+        snprintf(note, sizeof note, "the CUDA plugin %.160s does not match this ldist (built for %d kernels, "
+                 "this ldist has %d); rebuild it with make", path, p->kernel_count, (int)LD_KERNEL_COUNT);
+        dlclose(h);
+        return;
+    }
     /* the plugin stays open: its devices live until the process exits */
     int n = p->init(&host, note, sizeof note);
     ld_clear_error();

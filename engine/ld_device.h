@@ -103,6 +103,12 @@ const char *ld_cpu_split_describe(void);
 enum { LD_ISA_GENERIC, LD_ISA_AVX2, LD_ISA_AVX512 };
 int ld_cpu_isa(void);
 const char *ld_cpu_isa_name(void);   /* "avx512", "avx2", "generic" */
+/* The BLAS library behind CPU products and its kernels ("OpenBLAS 0.3.21 ...;
+   SkylakeX kernels (...)"), or why there is none; opens it if not yet open. */
+const char *ld_cpu_blas_describe(void);
+/* The OpenBLAS kernel family ldist names for a processor with these
+   instruction sets (OPENBLAS_CORETYPE), or NULL: leave it to OpenBLAS. */
+const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd);
 /* While on (per thread), the tensors this thread allocates on a logical CPU
    device are outputs of kernels queued to that device, never written from
    the host: they may get a block freed a moment ago whose old kernels are

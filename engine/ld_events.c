@@ -137,11 +137,6 @@ static void b_float(buf *b, int field, float f) {
     b_key(b, field, 5); b_put(b, t, 4);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Frame and write one serialized Event */
 static int write_record(ld_events *w, const buf *ev) {
@@ -186,7 +181,7 @@ ld_events *ld_events_open(const char *dir) {
     char host[256] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "localhost");
     host[sizeof host - 1] = 0;
-    double wall = now_s();
+    double wall = ld_wall_time();
     ld_events *w = calloc(1, sizeof *w);
     if (!w) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     int fd = -1;
@@ -237,7 +232,7 @@ int ld_events_scalar_at(ld_events *w, const char *tag, float value, int64_t step
 }
 
 int ld_events_scalar(ld_events *w, const char *tag, float value, int64_t step) {
-    return ld_events_scalar_at(w, tag, value, step, now_s());
+    return ld_events_scalar_at(w, tag, value, step, ld_wall_time());
 }
 
 int ld_events_flush(ld_events *w) {

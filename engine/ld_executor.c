@@ -70,12 +70,6 @@ typedef struct executor {
     int n_spans, cap_spans;
 } executor;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-double ld_now(void) { return now_s(); }
 
 /* The phase and step of the work this thread does: set by the issuing thread
    (ld_trace_phase), or, on an executor thread, taken from the task it runs. */
@@ -155,9 +149,9 @@ static void *executor_main(void *arg) {
         cur_phase = t->phase;
         cur_step = t->step;
         ld_cpu_thread_refresh();
-        double t0 = tracing ? now_s() : 0;
+        double t0 = tracing ? ld_now() : 0;
         t->run(t, e->dev);
-        double t1 = tracing ? now_s() : 0;
+        double t1 = tracing ? ld_now() : 0;
         int kind = t->kind;
         uint64_t seq = t->seq;
         task_free(t);
@@ -300,13 +294,13 @@ static void run_after(task *t, ld_device *dev) {
     after_a *a = (after_a *)t->args;
     executor *e = dev->impl;
     int tracing = e->tracing;
-    double t0 = tracing ? now_s() : 0;
+    double t0 = tracing ? ld_now() : 0;
     ld_device_wait_fence(a->src, a->fence);
-    double t1 = tracing ? now_s() : 0;
+    double t1 = tracing ? ld_now() : 0;
     a->fn(a->ctx, dev);
     if (tracing) {
         if (t1 - t0 > 5e-6) ld_executor_record(dev, LD_SPAN_WAIT, t0, t1);
-        ld_executor_record(dev, LD_SPAN_COMPUTE, t1, now_s());
+        ld_executor_record(dev, LD_SPAN_COMPUTE, t1, ld_now());
     }
 }
 
@@ -506,6 +500,18 @@ static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { m
  * For kernel <name>: <name>_a holds its arguments (arrays copied whole),
  * run_<name> calls the CPU kernel with them on the executor, px_<name>
  * copies them into a task and queues it. */
+/* Calls per kernel slot, counted as they are queued: the op suite, run on a
+ * logical device, fails on any kernel of the list it never called (as ggml's
+ * test-backend-ops --show-coverage), so a new kernel comes with its test. */
+static uint64_t px_calls[LD_KERNEL_COUNT];
+#define PX_NAME(name, ...) #name,
+static const char *const px_names[LD_KERNEL_COUNT] = {LD_KERNELS(PX_NAME)};
+int ld_kernel_count(void) { return LD_KERNEL_COUNT; }
+const char *ld_kernel_name(int k) { return k >= 0 && k < LD_KERNEL_COUNT ? px_names[k] : NULL; }
+uint64_t ld_kernel_calls(int k) {
+    return k >= 0 && k < LD_KERNEL_COUNT ? __atomic_load_n(&px_calls[k], __ATOMIC_RELAXED) : 0;
+}
+
 #define PX_KERNEL(name, ...)                                                        \
     typedef struct { LD_K_FIELDS(__VA_ARGS__) } name##_a;                           \
     static void run_##name(task *tk_, ld_device *d) {                                 \
@@ -513,6 +519,7 @@ static int px_from_host(ld_device *d, void *dst, const void *host, size_t n) { m
         CPU->name(d, LD_K_LOAD(__VA_ARGS__));                                       \
     }                                                                               \
     static void px_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
+        __atomic_add_fetch(&px_calls[LD_KERNEL_##name], 1, __ATOMIC_RELAXED);        \
         task *tk_ = task_new(d, sizeof(name##_a), run_##name);                        \
         if (!tk_) return;                                                             \
         name##_a *k_ = (name##_a *)tk_->args;                                         \
@@ -598,7 +605,7 @@ int ld_host_async(int on) {
 int ld_trace_phase(int kind) {
     int was = cur_phase;
     if (kind != LD_SPAN_COMPUTE && (kind < LD_SPAN_INPUT || kind >= LD_SPAN_KINDS)) kind = LD_SPAN_NONE;
-    double now = now_s();
+    double now = ld_now();
     ld_device *h = ld_device_cpu();
     /* cpu:0 inline: this thread ran the phase's kernels itself */
     if (was && kind != was && h && !ld_device_is_async(h)) ld_executor_record(h, was, phase_mark, now);   /* kept if traced */

@@ -62,14 +62,20 @@ void ld_device_fault(ld_device *d, ld_status st, const char *fmt, ...) __attribu
    out of memory would). */
 void ld_executor_fail_allocs(int n);
 
+/* Kernel coverage: the kernels of ld_kernels.h by slot (0 .. ld_kernel_count()-1),
+   and how often each was queued to a logical device's executor in this process
+   (kernels cpu:0 runs inline are not counted). */
+int ld_kernel_count(void);
+const char *ld_kernel_name(int k);
+uint64_t ld_kernel_calls(int k);
+
 /* ---- tracing ---- */
 /* A span's kind: what the device was doing. COMPUTE is work of no known
    phase; INPUT..OPTIMIZER are the phases of a training step, as the issuing
    thread declared them (ld_trace_phase). */
 enum { LD_SPAN_NONE = 0, LD_SPAN_COMPUTE, LD_SPAN_WAIT, LD_SPAN_ALLREDUCE,
        LD_SPAN_INPUT, LD_SPAN_FORWARD, LD_SPAN_BACKWARD, LD_SPAN_OPTIMIZER, LD_SPAN_KINDS };
-typedef struct { int kind, step; double start, end; } ld_span;   /* seconds, CLOCK_MONOTONIC; step 0: none */
-double ld_now(void);
+typedef struct { int kind, step; double start, end; } ld_span;   /* seconds, ld_now(); step 0: none */
 /* The phase (LD_SPAN_COMPUTE, LD_SPAN_INPUT..OPTIMIZER, or LD_SPAN_NONE: none) and the step
    number (0: none) of the work this thread issues from now on: kernels it
    queues are recorded under them when they run (instead of COMPUTE), and

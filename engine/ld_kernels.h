@@ -57,8 +57,6 @@ typedef struct {
     /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh) */            \
     X(unary_backward, (V, ld_unary_op, op), (V, float *, dx), (V, const float *, dy), (V, const float *, x),    \
       (V, const float *, y), (V, int64_t, n))                                                                   \
-    /* y += a*x */                                                           \
-    X(scale_add, (V, float *, y), (V, float, a), (V, const float *, x), (V, int64_t, n))                        \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
        LD_RED_ARGMAX `out` holds int64. */                                   \
     X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const float *, x), (V, int64_t, outer),              \
@@ -77,8 +75,8 @@ typedef struct {
     X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
       (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
       (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    /* Max pooling NHWC; argmax (int64, flat index into x) saved for        \
-       backward. */                                                          \
+    /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
+       index into x) saved for backward. */                                  \
     X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
       (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
       (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \

@@ -46,7 +46,9 @@ const ld_layer_class ld_layer_dense = {
     1, 1, LD_FLEX_ALL_BUT_LAST /* a sequence of any length */, dense_check, dense_build, dense_forward,
     "nn.Dense(units, activation) or nn.Dense{units=, activation=, use_bias=true}\n\n"
     "A fully connected layer: activation(x @ kernel + bias) on the last axis.\n"
-    "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu."};
+    "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu.\n"
+    "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
 /* ================================================================ Flatten */
 static int flatten_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -69,7 +71,7 @@ static ld_tensor *flatten_forward(ld_layer *l, int n_in, ld_tensor *const *xs, i
 }
 const ld_layer_class ld_layer_flatten = {
     "Flatten", "flatten", NULL, {NULL}, {LD_PEND}, 1, 1, 0, NULL, flatten_build, flatten_forward,
-    "nn.Flatten()\n\nReshape [batch, ...] to [batch, features]."};
+    "nn.Flatten()\n\nReshape [batch, ...] to [batch, features].", 0};
 
 /* ================================================================ Dropout */
 enum { DROPOUT_RATE };
@@ -85,7 +87,7 @@ static ld_tensor *dropout_forward(ld_layer *l, int n_in, ld_tensor *const *x, in
 const ld_layer_class ld_layer_dropout = {
     "Dropout", "dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
     1, 1, ~0u, dropout_check, same_build, dropout_forward,
-    "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate)."};
+    "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).", 0};
 
 /* ================================================================ Conv2D */
 enum { CONV_FILTERS, CONV_KSIZE, CONV_STRIDES, CONV_PADDING, CONV_ACT, CONV_BIAS };
@@ -144,7 +146,9 @@ const ld_layer_class ld_layer_conv2d = {
      LD_PBOOL("use_bias", "true"), LD_PEND},
     1, 1, 3u /* any image size */, conv_check, conv_build, conv_forward,
     "nn.Conv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", activation=, use_bias=true})\n\n"
-    "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO."};
+    "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO.\n"
+    "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
 /* ================================================================ MaxPool2D */
 enum { POOL_SIZE, POOL_STRIDES };
@@ -175,7 +179,7 @@ const ld_layer_class ld_layer_max_pooling2d = {
     "MaxPool2D", "max_pooling2d", "MaxPooling2D", {"pool_size"},
     {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PEND},
     1, 1, 3u, pool_check, pool_build, pool_forward,
-    "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images (nn.MaxPooling2D is the same)."};
+    "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images (nn.MaxPooling2D is the same).", 0};
 
 /* ================================================================ Conv2D + MaxPool2D */
 /* The pair as one op: the convolution's output is pooled image by image
@@ -184,6 +188,7 @@ const ld_layer_class ld_layer_max_pooling2d = {
    a float32 input on the CPU that the Conv2D takes. */
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
     if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
+    if (a->wopt.activity.class_name[0]) return 0;   /* its own output is regularized: run it alone */
     ld_activation act = ld_p_activation(a, CONV_ACT);
     if (act != LD_ACT_NONE && act != LD_ACT_RELU) return 0;
     if (x->ndim != 4 || x->dtype != LD_F32 || x->storage->device->kind != LD_DEV_CPU ||
@@ -205,7 +210,7 @@ const ld_layer_class ld_layer_activation = {
     "Activation", "activation", NULL, {"activation"},
     {LD_PSTR("activation", NULL, LD_ACTIVATION_CHOICES), LD_PEND},
     1, 1, ~0u, NULL, same_build, act_forward,
-    "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu)."};
+    "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu).", 0};
 
 /* ================================================================ Rescaling */
 enum { RESCALE_SCALE, RESCALE_OFFSET };
@@ -223,7 +228,7 @@ const ld_layer_class ld_layer_rescaling = {
     {LD_PFLOAT("scale", NULL), LD_PFLOAT("offset", "0"), LD_PEND},
     1, 1, ~0u, NULL, same_build, rescale_forward,
     "nn.Rescaling(scale, {offset=0})\n\nx * scale + offset, as float32 (Keras's Rescaling): nn.Rescaling(1/255) maps\n"
-    "images from 0..255 to 0..1."};
+    "images from 0..255 to 0..1.", 0};
 
 /* ================================================================ Reshape */
 enum { RESHAPE_TARGET };
@@ -255,4 +260,4 @@ static ld_tensor *reshape_forward(ld_layer *l, int n_in, ld_tensor *const *xs, i
 const ld_layer_class ld_layer_reshape = {
     "Reshape", "reshape", NULL, {"target_shape"}, {LD_PINTS("target_shape", NULL, 0), LD_PEND},
     1, 1, 0, reshape_check, reshape_build, reshape_forward,
-    "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1."};
+    "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1.", 0};

@@ -74,7 +74,7 @@ const ld_layer_class ld_layer_batch_normalization = {
     "Normalize each channel (the last axis): in training by the batch's mean and variance, updating\n"
     "moving_mean / moving_variance (moving = moving * momentum + batch * (1 - momentum)); in inference\n"
     "by the moving statistics. Then * gamma + beta. synchronized: statistics of the global batch of\n"
-    "a distribution strategy's replicas."};
+    "a distribution strategy's replicas.", 0};
 
 /* ================================================================ LayerNormalization */
 enum { LN_AXIS, LN_EPS, LN_CENTER, LN_SCALE };
@@ -109,4 +109,4 @@ const ld_layer_class ld_layer_layer_normalization = {
      LD_PEND},
     1, 1, LD_FLEX_ALL_BUT_LAST, ln_check, ln_build, ln_forward,
     "nn.LayerNormalization{epsilon=0.001, center=true, scale=true}\n\n"
-    "Normalize each example over the last axis (mean 0, variance 1), then * gamma + beta."};
+    "Normalize each example over the last axis (mean 0, variance 1), then * gamma + beta.", 0};

@@ -140,7 +140,9 @@ const ld_layer_class ld_layer_multi_head_attention = {
     "option of the layer here (Keras takes it per call): query i attends to keys j <= i.\n"
     "dropout applies to the attention weights in training. Variables as Keras's: query/kernel\n"
     "[dq, heads, key_dim], query/bias [heads, key_dim], key/..., value/..., attention_output/kernel\n"
-    "[heads, value_dim, out], attention_output/bias [out]."};
+    "[heads, value_dim, out], attention_output/bias [out]. kernel_/bias_ initializer, regularizer,\n"
+    "constraint and activity_regularizer as Keras's (for every kernel and bias).",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
 /* ================================================================ recurrent layers */
 /* LSTM and GRU share their parameters' first six and the loop's shape */
@@ -220,6 +222,8 @@ static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
         if (ld_p_int(l, RNN_EXTRA)) {   /* unit_forget_bias: the forget gate's quarter starts at 1 */
             float *vals = calloc((size_t)bs, sizeof *vals);
             if (!vals) return ld_fail(LD_ENOMEM, "out of memory");
+            ld_tensor *h = l->wopt.init[LD_ROLE_BIAS].class_name[0] ? ld_to_device(b, ld_device_cpu()) : NULL;
+            if (h) { memcpy(vals, ld_tensor_data(h), (size_t)bs * sizeof *vals); ld_tensor_release(h); }   /* Keras: the others from bias_initializer */
             for (int64_t i = u; i < 2 * u; i++) vals[i] = 1;
             int st = write_initial(b, bs, vals);
             free(vals);
@@ -285,7 +289,9 @@ const ld_layer_class ld_layer_lstm = {
     "[batch, T, units] with return_sequences. Gates i, f, c, o; h0 = c0 = 0. Variables: kernel\n"
     "[features, 4*units] glorot_uniform, recurrent_kernel [units, 4*units] orthogonal, bias [4*units]\n"
     "zeros (the forget gate's quarter ones with unit_forget_bias). go_backwards reads the steps in\n"
-    "reverse (and returns the sequence in that order, as Keras)."};
+    "reverse (and returns the sequence in that order, as Keras). kernel_, recurrent_ and bias_\n"
+    "initializer, regularizer, constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};
 
 /* ---------------------------------------------------------------- GRU */
 static int gru_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -378,4 +384,6 @@ const ld_layer_class ld_layer_gru = {
     "Keras 3's GRU over [batch, T, features] -> [batch, units], or [batch, T, units] with\n"
     "return_sequences. Gates z, r, h; h0 = 0; h = z * h + (1 - z) * hh. Variables: kernel\n"
     "[features, 3*units] glorot_uniform, recurrent_kernel [units, 3*units] orthogonal, bias\n"
-    "zeros: [2, 3*units] (input and recurrent biases) with reset_after, else [3*units]."};
+    "zeros: [2, 3*units] (input and recurrent biases) with reset_after, else [3*units]. kernel_,\n"
+    "recurrent_ and bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};

@@ -86,7 +86,9 @@ const ld_layer_class ld_layer_embedding = {
     1, 1, ~0u /* any sequence length */, emb_check, emb_build, emb_forward,
     "nn.Embedding(input_dim, output_dim)\n\n"
     "Look up integer ids in [0, input_dim) of any shape: [..., output_dim]. embeddings [input_dim, output_dim],\n"
-    "uniform(-0.05, 0.05) (Keras' default)."};
+    "uniform(-0.05, 0.05) (Keras' default). embeddings_initializer, _regularizer, _constraint and\n"
+    "activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_EMBEDDINGS)};
 
 /* ================================================================ AveragePooling2D */
 enum { AP_SIZE, AP_STRIDES, AP_PADDING };
@@ -124,7 +126,7 @@ const ld_layer_class ld_layer_average_pooling2d = {
     {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
     1, 1, 3u /* any image size */, ap_check, ap_build, ap_forward,
     "nn.AveragePooling2D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
-    "Mean over windows of NHWC images (padded cells left out of the mean; nn.AvgPool2D is the same)."};
+    "Mean over windows of NHWC images (padded cells left out of the mean; nn.AvgPool2D is the same).", 0};
 
 /* ================================================================ GlobalAveragePooling2D */
 enum { GAP_KEEPDIMS };
@@ -145,7 +147,7 @@ const ld_layer_class ld_layer_global_average_pooling2d = {
     {LD_PBOOL("keepdims", "false"), LD_PEND},
     1, 1, 3u /* any image size */, NULL, gap_build, gap_forward,
     "nn.GlobalAveragePooling2D{keepdims=false}\n\n"
-    "Mean over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims)."};
+    "Mean over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0};
 
 /* ================================================================ Conv1D */
 enum { C1_FILTERS, C1_KSIZE, C1_STRIDES, C1_PADDING, C1_ACT, C1_BIAS };
@@ -214,7 +216,9 @@ const ld_layer_class ld_layer_conv1d = {
     1, 1, 1u /* any number of steps */, c1_check, c1_build, c1_forward,
     "nn.Conv1D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\"|\"causal\", activation=, use_bias=true})\n\n"
     "1-d convolution over sequences [batch, steps, channels]; kernel [kernel_size, channels, filters].\n"
-    "causal: output step t sees input steps <= t (kernel_size - 1 zeros in front)."};
+    "causal: output step t sees input steps <= t (kernel_size - 1 zeros in front).\n"
+    "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
 /* ================================================================ merging: Add, Multiply, Concatenate */
 /* inputs equal on every axis but `skip` (an axis after the batch, -1: none) */
@@ -271,11 +275,11 @@ static ld_tensor *mul_forward(ld_layer *l, int n, ld_tensor *const *xs, int trai
 const ld_layer_class ld_layer_add = {
     "Add", "add", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u /* the inputs agree with each other (checked in forward) */, NULL, elementwise_build,
-    add_forward, "nn.Add()\n\nlayer({x1, x2, ...}): the elementwise sum of 2 to 8 inputs of the same shape."};
+    add_forward, "nn.Add()\n\nlayer({x1, x2, ...}): the elementwise sum of 2 to 8 inputs of the same shape.", 0};
 const ld_layer_class ld_layer_multiply = {
     "Multiply", "multiply", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
-    mul_forward, "nn.Multiply()\n\nlayer({x1, x2, ...}): the elementwise product of 2 to 8 inputs of the same shape."};
+    mul_forward, "nn.Multiply()\n\nlayer({x1, x2, ...}): the elementwise product of 2 to 8 inputs of the same shape.", 0};
 
 enum { CAT_AXIS };
 /* the axis counted with the batch (1..ndim), or -1 after ld_fail */
@@ -319,4 +323,4 @@ const ld_layer_class ld_layer_concatenate = {
     "Concatenate", "concatenate", NULL, {"axis"}, {LD_PINT("axis", "-1"), LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u /* checked in forward */, NULL, cat_build, cat_forward,
     "nn.Concatenate{axis=-1}\n\nlayer({x1, x2, ...}): 2 to 8 inputs joined along `axis` (counted with the batch\n"
-    "axis, as Keras does: -1 the last, 1 the first after the batch); every other axis equal."};
+    "axis, as Keras does: -1 the last, 1 the first after the batch); every other axis equal.", 0};

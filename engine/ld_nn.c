@@ -191,7 +191,8 @@ ld_layer *ld_layer_retain(ld_layer *l) {
 
 void ld_layer_release(ld_layer *l) {
     if (!l || __atomic_sub_fetch(&l->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
-    for (int i = 0; i < l->n_vars; i++) ld_tensor_release(l->vars[i]);
+    for (int i = 0; i < l->n_vars; i++) { ld_constraint_unregister(l->vars[i]); ld_tensor_release(l->vars[i]); }
+    ld_tensor_release(l->activity_loss);
     free(l);
 }
 
@@ -228,11 +229,25 @@ static ld_tensor *orthogonal(int64_t rows, int64_t cols, ld_rng *rng) {
     return g;
 }
 
+/* an orthogonal weight: rows are every axis but the last */
+ld_tensor *ld_orthogonal_init(int ndim, const int64_t *shape, ld_rng *rng) {
+    int64_t cols = ndim ? shape[ndim - 1] : 1, rows = 1;
+    for (int i = 0; i + 1 < ndim; i++) rows *= shape[i];
+    ld_tensor *o = orthogonal(rows, cols, rng);
+    if (o) o->requires_grad = 0;
+    ld_tensor *v = o ? ld_reshape(o, ndim, shape) : NULL;      /* a view of the fresh, contiguous o */
+    ld_tensor_release(o);
+    return v;
+}
+
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, ld_init init, int trainable) {
     if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
     ld_tensor *v = NULL;
     ld_rng *rng = ld_global_rng(), before = *rng;
-    switch (init.kind) {
+    int role = l->cls->roles ? ld_weight_role_of(what) : -1;
+    if (role >= 0 && l->wopt.init[role].class_name[0])     /* the user's kernel_initializer, ... */
+        v = ld_initializer_make(&l->wopt.init[role], ndim, shape, rng);
+    else switch (init.kind) {
     case LD_INIT_ZEROS: v = ld_tensor_zeros(LD_F32, ndim, shape, NULL); break;
     case LD_INIT_ONES: v = ld_tensor_full(LD_F32, ndim, shape, 1.0, NULL); break;
     case LD_INIT_GLOROT_UNIFORM: {
@@ -241,15 +256,7 @@ ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const in
         break;
     }
     case LD_INIT_UNIFORM: v = ld_tensor_uniform(ndim, shape, (float)init.a, (float)init.b, rng, NULL); break;
-    case LD_INIT_ORTHOGONAL: {
-        int64_t cols = ndim ? shape[ndim - 1] : 1, rows = 1;
-        for (int i = 0; i + 1 < ndim; i++) rows *= shape[i];
-        ld_tensor *o = orthogonal(rows, cols, rng);
-        if (o) o->requires_grad = 0;
-        v = o ? ld_reshape(o, ndim, shape) : NULL;      /* a view of the fresh, contiguous o */
-        ld_tensor_release(o);
-        break;
-    }
+    case LD_INIT_ORTHOGONAL: v = ld_orthogonal_init(ndim, shape, rng); break;
     }
     ld_replica_draws_shared(&before);   /* built once, by whichever replica ran the layer first */
     if (!v) return NULL;
@@ -260,6 +267,8 @@ ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const in
     l->var_trainable[l->n_vars] = trainable != 0;
     l->vars[l->n_vars++] = v;
     if (ld_variable_created(v)) return NULL;   /* mirrored when a strategy asks for it; v is the layer's */
+    if (role >= 0 && l->wopt.constraint[role].class_name[0] && ld_constraint_register(v, &l->wopt.constraint[role]))
+        return NULL;
     return v;
 }
 
@@ -278,7 +287,7 @@ int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in) {
     }
     ld_shape out = {0};
     if (c->build(l, n_in, in, &out)) {
-        for (int i = 0; i < l->n_vars; i++) ld_tensor_release(l->vars[i]);   /* nothing half-built stays */
+        for (int i = 0; i < l->n_vars; i++) { ld_constraint_unregister(l->vars[i]); ld_tensor_release(l->vars[i]); }   /* nothing half-built stays */
         l->n_vars = 0;
         return ld_error_status();
     }
@@ -328,7 +337,9 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
         return NULL;
     }
     for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
-    return l->cls->forward(l, n_in, x, training);
+    ld_tensor *y = l->cls->forward(l, n_in, x, training);
+    if (y && ld_layer_record_activity(l, y)) { ld_tensor_release(y); return NULL; }
+    return y;
 }
 
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) { return ld_layer_call(l, 1, &x, training); }
@@ -426,33 +437,81 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
     return k;
 }
 
-#define RULE "=========================================================================================="
-int ld_model_summary(ld_model *m, char *buf, size_t n) {
+/* "(None, 28, 28)" for a built layer, "?" before it is */
+static void summary_shape(const ld_layer *l, char *shape, size_t cap) {
+    snprintf(shape, cap, "?");
+    if (!l->built) return;
+    size_t q = (size_t)snprintf(shape, cap, "(None");
+    for (int d = 0; d < l->out.ndim && q < cap; d++)
+        q += (size_t)snprintf(shape + q, cap - q, ", %lld", (long long)l->out.d[d]);
+    if (q < cap) snprintf(shape + q, cap - q, ")");
+}
+
+/* "399.54 KB", as Keras sizes its parameter counts (float32: 4 bytes each) */
+static void summary_bytes(int64_t count, char *out, size_t cap) {
+    double b = (double)count * 4;
+    if (b < 1024) snprintf(out, cap, "%.2f B", b);
+    else if (b < 1024.0 * 1024) snprintf(out, cap, "%.2f KB", b / 1024);
+    else if (b < 1024.0 * 1024 * 1024) snprintf(out, cap, "%.2f MB", b / (1024.0 * 1024));
+    else snprintf(out, cap, "%.2f GB", b / (1024.0 * 1024 * 1024));
+}
+
+int ld_model_summary(ld_model *m, char *buf, size_t n, int width) {
     size_t k = 0;
     int64_t total = 0, trainable = 0;
-#define OUT(...) do { if (k < n) k += snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
+#define OUT(...) do { if (k < n) k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__); } while (0)
+    /* columns: the parameter counts and the shapes as wide as they need,
+       the names get the rest of the line (Keras's layer column); a name
+       too long for it breaks before its "(Class)" */
+    int wshape = (int)strlen("Output Shape"), wparam = (int)strlen("Param #"), wname = (int)strlen("Layer (type)");
+    for (int i = 0; i < m->n_layers; i++) {
+        char shape[64], cnt[32];
+        summary_shape(m->layers[i], shape, sizeof shape);
+        int ls = (int)strlen(shape), lc = snprintf(cnt, sizeof cnt, "%lld", (long long)ld_layer_param_count(m->layers[i]));
+        int ln = (int)(strlen(m->layers[i]->name) + strlen(m->layers[i]->cls->class_name) + 3);
+        if (ls > wshape) wshape = ls;
+        if (lc > wparam) wparam = lc;
+        if (ln > wname) wname = ln;
+    }
+    if (width < 40) width = 40;
+    /* gaps of 3 where they fit, as Keras's table breathes; the names take
+       what is left up to 80 columns (or the width, when narrower) */
+    int gap = wname + wshape + wparam + 6 <= width ? 3 : 1;
+    int room = width - wshape - wparam - 2 * gap;
+    int fill = (width < 80 ? width : 80) - wshape - wparam - 2 * gap;
+    if (wname > room) wname = room;
+    if (wname < fill) wname = fill;
+    if (wname < 12) wname = 12;
+    int line = wname + wshape + wparam + 2 * gap;
     OUT("Model: \"%s\"\n", m->name);
-    OUT("%-50s %-22s %12s\n", "Layer (type)", "Output Shape", "Param #");
-    OUT("%.86s\n", RULE);
+    OUT("%-*s%*s%-*s%*s%*s\n", wname, "Layer (type)", gap, "", wshape, "Output Shape", gap, "", wparam, "Param #");
+    for (int i = 0; i < line; i++) OUT("=");
+    OUT("\n");
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
-        char shape[64] = "?", nm[160];
-        if (l->built) {
-            size_t q = snprintf(shape, sizeof shape, "(None");
-            for (int d = 0; d < l->out.ndim && q < sizeof shape; d++)
-                q += snprintf(shape + q, sizeof shape - q, ", %lld", (long long)l->out.d[d]);
-            if (q < sizeof shape) snprintf(shape + q, sizeof shape - q, ")");
-        }
+        char shape[64], nm[160], cls[80];
+        summary_shape(l, shape, sizeof shape);
         snprintf(nm, sizeof nm, "%s (%s)", l->name, l->cls->class_name);
         int64_t pc = ld_layer_param_count(l);
         total += pc;
         trainable += ld_layer_trainable_count(l);
-        OUT("%-50s %-22s %12lld\n", nm, shape, (long long)pc);
+        if ((int)strlen(nm) <= wname) {
+            OUT("%-*s%*s%-*s%*s%*lld\n", wname, nm, gap, "", wshape, shape, gap, "", wparam, (long long)pc);
+        } else {
+            snprintf(cls, sizeof cls, "(%s)", l->cls->class_name);
+            OUT("%-*.*s%*s%-*s%*s%*lld\n", wname, wname, l->name, gap, "", wshape, shape, gap, "", wparam, (long long)pc);
+            OUT(" %.*s\n", width - 1, cls);
+        }
     }
-    OUT("%.86s\n", RULE);
-    OUT("Total params: %lld (%.2f KB)\n", (long long)total, total * 4 / 1024.0);
-    OUT("Trainable params: %lld\n", (long long)trainable);
-    if (total != trainable) OUT("Non-trainable params: %lld\n", (long long)(total - trainable));
+    for (int i = 0; i < line; i++) OUT("=");
+    OUT("\n");
+    char b1[32], b2[32], b3[32];
+    summary_bytes(total, b1, sizeof b1);
+    summary_bytes(trainable, b2, sizeof b2);
+    summary_bytes(total - trainable, b3, sizeof b3);
+    OUT("Total params: %lld (%s)\n", (long long)total, b1);
+    OUT("Trainable params: %lld (%s)\n", (long long)trainable, b2);
+    OUT("Non-trainable params: %lld (%s)\n", (long long)(total - trainable), b3);
 #undef OUT
     return LD_OK;
 }
@@ -534,9 +593,21 @@ static ld_tensor *sequence_xent(const ld_loss *l, ld_tensor *y_true, ld_tensor *
     return out;
 }
 
+/* Keras' clip of probabilities to [eps, 1 - eps] (backend.epsilon() = 1e-7)
+   before their log. maximum and minimum keep NaN (ld_elementwise_math.h),
+   as tf.clip_by_value does: a NaN prediction gives a NaN loss, never
+   -log(1e-7). */
+static ld_tensor *clip_probs(ld_tensor *p) {
+    ld_tensor *lo = ld_tensor_scalar(1e-7f, p->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, p->storage->device);
+    ld_tensor *a = lo && hi ? ld_maximum(p, lo) : NULL, *c = a ? ld_minimum(a, hi) : NULL;
+    ld_tensor_release(lo); ld_tensor_release(hi); ld_tensor_release(a);
+    return c;
+}
+
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
     ld_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *per = NULL, *out = NULL, *yt = NULL;
+    int sparse = l->kind == LD_LOSS_SPARSE_CCE;
     switch (l->kind) {
     case LD_LOSS_SPARSE_CCE: {
         if (y_pred->ndim > 2) return sequence_xent(l, y_true, y_pred);
@@ -597,17 +668,22 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     categorical: {
         ld_tensor *logp;
         if (l->from_logits) TRY(logp = ld_log_softmax(y_pred));
-        else {
+        else if (sparse) {
+            /* Keras (TF backend): clip, log, then the log-softmax of those
+               logs (an infinite probability is clipped, not normalised) */
+            TRY(t2 = clip_probs(y_pred));
+            TRY(t1 = ld_log(t2));
+            ld_tensor_release(t2); t2 = NULL;
+            logp = ld_log_softmax(t1);
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(logp);
+        } else {
             /* Keras: normalise, clip to [eps, 1-eps], log */
             TRY(t1 = ld_sum(y_pred, -1, 1));
-            TRY(t2 = ld_div(y_pred, t1));
-            ld_tensor_release(t1);
-            TRY(t1 = ld_tensor_scalar(1e-7f, y_pred->storage->device));
-            TRY(t3 = ld_maximum(t2, t1));
-            ld_tensor_release(t2); ld_tensor_release(t1); t1 = NULL;
-            TRY(t1 = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device));
-            TRY(t2 = ld_minimum(t3, t1));
-            ld_tensor_release(t3); t3 = NULL; ld_tensor_release(t1); t1 = NULL;
+            TRY(t3 = ld_div(y_pred, t1));
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(t2 = clip_probs(t3));
+            ld_tensor_release(t3); t3 = NULL;
             logp = ld_log(t2);
             ld_tensor_release(t2); t2 = NULL;
             TRY(logp);
@@ -639,8 +715,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor_release(e); ld_tensor_release(e1); ld_tensor_release(lg); ld_tensor_release(d);
         } else {
             /* -(z log p + (1-z) log(1-p)), p clipped to [eps, 1-eps] */
-            ld_tensor *lo = ld_tensor_scalar(1e-7f, y_pred->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device);
-            ld_tensor *p1 = lo && hi ? ld_maximum(y_pred, lo) : NULL, *p = p1 ? ld_minimum(p1, hi) : NULL;
+            ld_tensor *p = clip_probs(y_pred);
             ld_tensor *lp = p ? ld_log(p) : NULL;
             ld_tensor *omp = p ? ld_mul_scalar(p, -1.0f) : NULL, *omp1 = omp ? ld_add_scalar(omp, 1.0f) : NULL;
             ld_tensor *l1p = omp1 ? ld_log(omp1) : NULL;
@@ -648,7 +723,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor *a = lp ? ld_mul(yt, lp) : NULL, *b = l1p && omz1 ? ld_mul(omz1, l1p) : NULL;
             ld_tensor *s = a && b ? ld_add(a, b) : NULL;
             t1 = s ? ld_neg(s) : NULL;
-            ld_tensor *all[] = {lo, hi, p1, p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
+            ld_tensor *all[] = {p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
             for (size_t i = 0; i < sizeof all / sizeof *all; i++) ld_tensor_release(all[i]);
         }
         TRY(t1);

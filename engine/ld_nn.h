@@ -82,6 +82,8 @@ typedef struct ld_layer_class {
     int (*build)(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out);
     ld_tensor *(*forward)(ld_layer *l, int n_in, ld_tensor *const *x, int training);
     const char *doc;            /* help text: the call and a line on what it does */
+    unsigned roles;             /* LD_ROLE_BIT()s of the weights that take Keras's per-weight options
+                                   (<role>_initializer, _regularizer, _constraint; activity_regularizer) */
 } ld_layer_class;
 
 #define LD_FLEX_ALL_BUT_LAST 0x80000000u
@@ -90,6 +92,69 @@ static inline int ld_layer_axis_flexible(const ld_layer_class *c, int a, int ndi
     if (c->flexible == LD_FLEX_ALL_BUT_LAST) return a < ndim - 1;
     return a < 31 && (c->flexible >> a & 1);
 }
+
+/* ---- per-weight options: Keras's initializers, regularizers and constraints ----
+   A class lists the roles of its weights (a Dense has a kernel and a bias);
+   the options <role>_initializer, <role>_regularizer and <role>_constraint
+   apply to every weight of that role, found by the end of its name
+   ("query/kernel" is a kernel, "recurrent_kernel" the recurrent role), so
+   no class reads them: ld_layer_add_weight initializes, ld_model_losses
+   regularizes, ld_variable_constrain constrains. */
+typedef enum { LD_ROLE_KERNEL = 0, LD_ROLE_BIAS, LD_ROLE_RECURRENT, LD_ROLE_EMBEDDINGS, LD_ROLE_COUNT } ld_weight_role;
+#define LD_ROLE_BIT(r) (1u << (r))
+/* Keras's initializers by class: class_name "" is the layer's own default */
+typedef struct {
+    char class_name[24];        /* "GlorotUniform", "HeNormal", "RandomNormal", "Orthogonal", ... */
+    double a, b;                /* the class's parameters (ld_initializer_params names them) */
+    int seeded;                 /* a seed given: the same values at every call, from that seed */
+    uint64_t seed;
+} ld_initializer;
+typedef struct { char class_name[8]; double l1, l2; } ld_regularizer;   /* "L1", "L2", "L1L2"; "" none */
+typedef struct {
+    char class_name[16];        /* "MaxNorm", "NonNeg", "UnitNorm", "MinMaxNorm"; "" none */
+    double min_value, max_value, rate;
+    int axis;
+} ld_constraint;
+typedef struct {
+    ld_initializer init[LD_ROLE_COUNT];
+    ld_regularizer reg[LD_ROLE_COUNT], activity;
+    ld_constraint constraint[LD_ROLE_COUNT];
+} ld_weight_options;
+typedef enum { LD_WOPT_INITIALIZER = 0, LD_WOPT_REGULARIZER, LD_WOPT_CONSTRAINT } ld_wopt_kind;
+/* an option name of class c: LD_OK with its role and kind (activity_regularizer: role -1,
+   LD_WOPT_REGULARIZER), LD_EARG when c has no such option */
+int ld_weight_option_find(const ld_layer_class *c, const char *name, int *role, ld_wopt_kind *kind);
+/* the i-th option name of class c into buf: 1, or 0 past the last (for messages and help) */
+int ld_weight_option_name(const ld_layer_class *c, int i, char *buf, size_t n);
+/* Keras's names of a role ("kernel", "bias", "recurrent", "embeddings") */
+const char *ld_weight_role_name(int role);
+/* An initializer, regularizer or constraint by Keras's class name or its
+   snake_case alias ("he_normal", "l2", "max_norm"), with Keras's defaults;
+   LD_EARG naming the choices. Parameters are then set by name with
+   ld_*_set (Keras's config keys), and listed back by ld_*_params. */
+int ld_initializer_named(const char *name, ld_initializer *out);
+/* the i-th class name of a kind (and its snake_case alias into *alias, when not NULL); NULL past the last */
+const char *ld_weight_option_class(ld_wopt_kind k, int i, const char **alias);
+int ld_initializer_set(ld_initializer *x, const char *key, double v);
+int ld_initializer_params(const ld_initializer *x, const char *names[2], double vals[2]);   /* how many */
+int ld_regularizer_named(const char *name, ld_regularizer *out);
+int ld_regularizer_set(ld_regularizer *x, const char *key, double v);
+int ld_regularizer_params(const ld_regularizer *x, const char *names[2], double vals[2]);
+int ld_constraint_named(const char *name, ld_constraint *out);
+int ld_constraint_set(ld_constraint *x, const char *key, double v);
+int ld_constraint_params(const ld_constraint *x, const char *names[4], double vals[4]);
+/* the regularization of w (l1 * sum|w| + l2 * sum w^2), recorded on a live tape */
+ld_tensor *ld_regularize(const ld_regularizer *r, ld_tensor *w);
+/* After an update: v (a variable, or a replica's copy of one) replaced by
+   its constraint's projection, when its layer has one (a no-op otherwise).
+   base: the variable as the layer holds it (copy 0), to find the constraint. */
+int ld_variable_constrain(ld_tensor *base, ld_tensor *v);
+int ld_variable_has_constraint(ld_tensor *base);
+/* v's constraint into *out: 1 when it has one (a layer's weight, any replica copy, or a tensor given one) */
+int ld_variable_constraint(ld_tensor *v, ld_constraint *out);
+/* Give a tensor that no layer holds a constraint (a parameter server's copy
+   of a constrained weight), retained until it gets another or none (c NULL). */
+int ld_tensor_set_constraint(ld_tensor *t, const ld_constraint *c);
 
 struct ld_layer {
     int refcount;                  /* a model and a front end may both hold a layer */
@@ -103,6 +168,9 @@ struct ld_layer {
     /* shapes seen at build time (without the batch axis) */
     int n_in;
     ld_shape in[LD_LAYER_MAX_INPUTS], out;
+    ld_weight_options wopt;        /* Keras's per-weight options (zeroed: the class's defaults) */
+    ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
+    double activity_rows;          /* the rows of that call's output (Keras divides by them) */
 };
 
 /* every class: X(kind) for const ld_layer_class ld_layer_<kind> */
@@ -147,6 +215,13 @@ typedef struct { ld_init_kind kind; double a, b; } ld_init;   /* glorot: a = fan
 #define LD_INIT_U(lo, hi) ((ld_init){LD_INIT_UNIFORM, (lo), (hi)})
 #define LD_INIT_ORTH ((ld_init){LD_INIT_ORTHOGONAL, 0, 0})
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *name, int ndim, const int64_t *shape, ld_init init, int trainable);
+/* between ld_nn.c and ld_layer_options.c */
+ld_tensor *ld_orthogonal_init(int ndim, const int64_t *shape, ld_rng *rng);
+ld_tensor *ld_initializer_make(const ld_initializer *x, int ndim, const int64_t *shape, ld_rng *rng);
+int ld_weight_role_of(const char *var_name);         /* the role of a weight by its name, -1: none */
+int ld_constraint_register(const ld_tensor *var, const ld_constraint *c);
+void ld_constraint_unregister(const ld_tensor *var);
+int ld_layer_record_activity(ld_layer *l, ld_tensor *y);   /* after each call */
 
 ld_layer *ld_layer_retain(ld_layer *l);
 void ld_layer_release(ld_layer *l);
@@ -184,8 +259,22 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max);
 /* Every variable (Keras's model.weights: each layer's, trainable and not, in
    creation order), borrowed; trainable (may be NULL) tells which are. */
 int ld_model_weights(ld_model *m, ld_tensor **vars, unsigned char *trainable, int max);
-/* A Keras-like summary table into buf (truncated to n). */
-int ld_model_summary(ld_model *m, char *buf, size_t n);
+/* Keras's model.losses: layer by layer, the activity regularization of its
+   last call (over that call's rows), then the regularization of each of its
+   weights, as new references into out (at most max); returns the count, or
+   -1 with the error set. */
+int ld_model_losses(ld_model *m, ld_tensor **out, int max);
+/* loss + the terms of ld_model_losses (a new reference): the training loss
+   Keras minimizes. In a replica of a synchronous strategy with n > 1
+   replicas, each weight term is divided by n (tf.nn.scale_regularization_loss)
+   and each activity term taken over the global batch instead of the
+   replica's rows, so the replicas' gradients add up to one device's. The
+   activity terms are used up (a later step has its own). */
+ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss);
+/* A Keras-like summary table into buf (truncated to n), at most `width`
+   columns wide (40 at least): layers, output shapes, parameter counts, then
+   Keras's total, trainable and non-trainable lines. */
+int ld_model_summary(ld_model *m, char *buf, size_t n, int width);
 
 /* ---- losses ---- */
 typedef enum {

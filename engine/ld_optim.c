@@ -4,6 +4,7 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_strategy.h"
+#include "ld_nn.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -94,6 +95,8 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
     if (!vars) return ld_fail(LD_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) vars[i] = ld_var(vars_in[i]);
     int st = apply_resolved(o, n, grads, vars, !rc || rc->id == 0);
+    /* Keras's optimizer.apply: each variable's constraint after the update */
+    for (int i = 0; i < n && !st; i++) if (grads[i]) st = ld_variable_constrain(vars_in[i], vars[i]);
     if (vars != vsmall) free(vars);
     return st;
 }
@@ -257,6 +260,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
     int64_t total = 0;
     for (int i = 0; i < k; i++) {
         if (!vars[i] || ld_mirror_count(vars[i]) != n) return -1;
+        if (ld_variable_has_constraint(vars[i])) return -1;   /* a constraint needs the whole variable: ld_optimizer_apply */
         for (int r = 0; r < n; r++) {
             ld_tensor *w = ld_mirror_copy(vars[i], r), *g = grads[r * k + i];
             if (!g || w->storage->device != ld_comm_device(c, r) || !ld_tensor_is_contiguous(w) || w->dtype != LD_F32)

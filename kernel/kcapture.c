@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE     /* pipe2, F_SETPIPE_SZ */
 #include "kstate.h"
+#include "ld_core.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,11 +45,6 @@ struct kcapture {
     int silent;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Publish stream s; unless `all`, keep an unfinished UTF-8 tail for later. */
 static void publish_locked(kcapture *C, int s, int all) {
@@ -97,7 +93,7 @@ static void *reader_main(void *arg) {
         struct pollfd p[3] = {{C->rd[0], POLLIN, 0}, {C->rd[1], POLLIN, 0}, {C->stop[0], POLLIN, 0}};
         int timeout = -1;
         if (C->deadline > 0) {
-            double left = C->deadline - now_s();
+            double left = C->deadline - ld_now();
             timeout = left > 0 ? (int)(left * 1000) + 1 : 0;
         }
         int rc = poll(p, 3, timeout);
@@ -106,12 +102,12 @@ static void *reader_main(void *arg) {
         pthread_mutex_lock(&C->lock);
         if (rc > 0) drain_locked(C);
         int waiting = C->pend[0].len || C->pend[1].len;
-        if (waiting && C->deadline == 0) C->deadline = now_s() + COALESCE_S;
-        if (waiting && now_s() >= C->deadline) {
+        if (waiting && C->deadline == 0) C->deadline = ld_now() + COALESCE_S;
+        if (waiting && ld_now() >= C->deadline) {
             publish_locked(C, 0, C->stale);
             publish_locked(C, 1, C->stale);
             C->stale = C->pend[0].len || C->pend[1].len;
-            C->deadline = C->stale ? now_s() + 5 * COALESCE_S : 0;
+            C->deadline = C->stale ? ld_now() + 5 * COALESCE_S : 0;
         }
         pthread_mutex_unlock(&C->lock);
     }

@@ -1,15 +1,11 @@
 /*
  * kexec.c - execute_request and history_request.
  *
- * A cell is compiled the way a notebook user expects from lua.c and IPython:
- *   1. `return <cell>`: the cell is one expression (or a list of them);
- *   2. the cell's last statement as an expression: `x = f(3)\nx` and
- *      `x = f(3); x` show x, and `model:summary()` shows what it returns;
- *   3. the cell as statements (a top-level `return` still shows its values).
- * A trailing `;` suppresses the result, as in IPython and the REPL (`6*7;`
- * runs, and shows nothing). A top-level `local` outlives its cell, as in
- * the REPL (ldist_keep_top_locals). `?name`, `name?`,
- * `??name` run help(name), which pages its text.
+ * A cell is compiled by ldist_load_cell (lua_bindings/state.c), the REPL's
+ * compiler too: `return <cell>`, then its last statement as an expression
+ * (`x = f(3); x` shows x), then statements; a trailing `;` hides the value;
+ * a top-level `local` outlives its cell; `?name`, `name?`, `help name` run
+ * help(name).
  *
  * Errors become one `error` message: ename SyntaxError (compile), Interrupted
  * (Ctrl-C / interrupt_request) or RuntimeError, evalue the Lua message,
@@ -19,115 +15,10 @@
 #include "ld_core.h"    /* ld_interrupt_flag, which engine loops poll */
 #include "ldist.h"
 
-#include <ctype.h>
 #include <fnmatch.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_TAIL_LINES 64   /* how many statement starts step 2 tries */
-
-/* ---- compiling a cell --------------------------------------------------- */
-
-static int is_blank_or_comment(const char *s, const char *end) {
-    while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
-    return s == end || *s == '\n' || (end - s >= 2 && s[0] == '-' && s[1] == '-');
-}
-
-/* Could a line starting at s begin an expression? Filters out statements
-   that start with a keyword so step 2 compiles little. */
-static int may_start_expression(const char *s, const char *end) {
-    static const char *const stmt[] = {"local", "end", "if", "for", "while", "repeat", "until",
-                                       "return", "break", "goto", "do", "else", "elseif",
-                                       "then", "in", NULL};
-    while (s < end && (*s == ' ' || *s == '\t')) s++;
-    if (s == end || *s == '\n' || *s == ':' || *s == ')' || *s == ']' || *s == '}' ||
-        *s == ',' || *s == '=')
-        return 0;
-    if (!isalpha((unsigned char)*s) && *s != '_') return 1;
-    const char *w = s;
-    while (w < end && (isalnum((unsigned char)*w) || *w == '_')) w++;
-    for (int i = 0; stmt[i]; i++)
-        if ((size_t)(w - s) == strlen(stmt[i]) && !memcmp(s, stmt[i], (size_t)(w - s))) return 0;
-    return 1;
-}
-
-static int try_load(lua_State *L, const char *a, size_t alen, const char *b, size_t blen,
-                    const char *c, size_t clen, const char *chunkname) {
-    luaL_Buffer buf;
-    luaL_buffinit(L, &buf);
-    luaL_addlstring(&buf, a, alen);
-    luaL_addlstring(&buf, b, blen);
-    luaL_addlstring(&buf, c, clen);
-    luaL_pushresult(&buf);
-    size_t n;
-    const char *src = lua_tolstring(L, -1, &n);
-    int st = luaL_loadbuffer(L, src, n, chunkname);
-    lua_remove(L, -2);
-    if (st != LUA_OK) lua_pop(L, 1);
-    return st;
-}
-
-/* A cell ending in ';' shows no value (IPython's rule, and the REPL's). */
-int kexec_quiet(const char *code, size_t len) {
-    while (len > 0 && isspace((unsigned char)code[len - 1])) len--;
-    return len > 0 && code[len - 1] == ';';
-}
-
-static int load_cell(lua_State *L, const char *code, size_t len, const char *chunkname) {
-    size_t t = len;
-    while (t > 0 && isspace((unsigned char)code[t - 1])) t--;
-    /* `6*7;` compiles as `return 6*7;`: the value is computed, then hidden */
-    if (try_load(L, "return ", 7, code, len, "", 0, chunkname) == LUA_OK) return LUA_OK;
-    /* statement starts (line starts, and just after a ';'), last first */
-    const char *end = code + len;
-    int tried = 0;
-    for (const char *ls = code + t; ls-- > code && tried < MAX_TAIL_LINES;) {
-        if (ls > code && ls[-1] != '\n' && ls[-1] != ';') continue;
-        if (is_blank_or_comment(ls, end)) continue;
-        tried++;
-        if (!may_start_expression(ls, end)) continue;
-        size_t head = (size_t)(ls - code);
-        if (try_load(L, code, head, "", 0, "", 0, chunkname) != LUA_OK) continue;
-        lua_pop(L, 1);
-        if (try_load(L, code, head, "return ", 7, ls, (size_t)(end - ls), chunkname) == LUA_OK)
-            return LUA_OK;
-    }
-    return luaL_loadbuffer(L, code, len, chunkname);
-}
-
-int kexec_load(lua_State *L, const char *code, size_t len, const char *chunkname) {
-    /* a top-level `local` outlives its cell, as in the REPL (the same
-       ldist_keep_top_locals, lua_bindings/state.c) */
-    char *src = malloc(len + 1);
-    if (!src) return luaL_loadbuffer(L, code, len, chunkname);
-    memcpy(src, code, len);
-    src[len] = '\0';
-    ldist_keep_top_locals(src, len);
-    int st = load_cell(L, src, len, chunkname);
-    free(src);
-    return st;
-}
-
-/* `?x`, `x?`, `??x`, `x??` -> "help(x)" into out; 0 when code is not that. */
-int kexec_help_shortcut(const char *code, size_t len, char *out, size_t outlen) {
-    const char *s = code, *e = code + len;
-    while (s < e && isspace((unsigned char)*s)) s++;
-    while (e > s && isspace((unsigned char)e[-1])) e--;
-    int marks = 0;
-    while (s < e && *s == '?') s++, marks++;
-    while (e > s && e[-1] == '?') e--, marks++;
-    if (!marks || s == e || (size_t)(e - s) + 8 > outlen) return 0;
-    for (const char *p = s; p < e; p++)
-        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.' && *p != ':') return 0;
-    if (isdigit((unsigned char)*s)) return 0;
-    size_t k = 0;
-    k += (size_t)snprintf(out, outlen, "help(");
-    for (const char *p = s; p < e; p++) out[k++] = *p == ':' ? '.' : *p;
-    out[k++] = ')';
-    out[k] = 0;
-    return 1;
-}
 
 /* A cell ending in io.write(...) returns io.stdout; showing "file (0x...)"
    after the text it wrote helps nobody. */
@@ -218,7 +109,9 @@ static json_t *user_expressions(kernel *K, json_t *exprs) {
         if (!src) continue;
         int top = lua_gettop(L);
         lua_pushcfunction(L, ldist_traceback);
-        int st = try_load(L, "return ", 7, src, json_string_length(v), "", 0, "=user_expression");
+        lua_pushfstring(L, "return %s", src);
+        int st = luaL_loadbuffer(L, lua_tostring(L, -1), lua_rawlen(L, -1), "=user_expression");
+        lua_remove(L, -2);
         if (st == LUA_OK) st = lua_pcall(L, 0, 1, top + 1);
         else lua_pushstring(L, "syntax error in the expression");
         if (st == LUA_OK) {
@@ -354,19 +247,14 @@ void kexec_execute(kernel *K, const kmsg *m) {
     json_decref(K->payload);
     K->payload = json_array();
 
-    char chunkname[48], shortcut[512];
+    char chunkname[48];
     snprintf(chunkname, sizeof chunkname, "=In[%d]", K->execution_count);
-    const char *src = code;
-    size_t srclen = len;
-    if (kexec_help_shortcut(code, len, shortcut, sizeof shortcut)) {
-        src = shortcut;
-        srclen = strlen(shortcut);
-    }
 
     int base = lua_gettop(L);
     lua_pushcfunction(L, ldist_traceback);
     K->interrupted = 0;
-    int st = kexec_load(L, src, srclen, chunkname);
+    int flags = 0;
+    int st = ldist_load_cell(L, code, len, chunkname, &flags);
     int compile_error = st != LUA_OK;
     if (!compile_error) {
         lua_Hook hook = lua_gethook(L);
@@ -386,7 +274,7 @@ void kexec_execute(kernel *K, const kmsg *m) {
     if (st == LUA_OK) {
         int nres = lua_gettop(L) - base - 1;
         if (nres == 1 && is_std_stream(L, -1)) nres = 0;
-        if (kexec_quiet(src, srclen)) nres = 0;
+        if (flags & LDIST_CELL_QUIET) nres = 0;
         if (nres > 0) {
             json_t *md = NULL, *data;
             if (nres == 1) data = kio_mimebundle(K, -1, &md);

@@ -190,11 +190,10 @@ void kintro_is_complete(kernel *K, const kmsg *m) {
     const char *status = "complete";
     size_t i = 0;
     while (i < len && isspace((unsigned char)code[i])) i++;
-    /* help shortcuts (?x, x?) are complete; anything else is what Lua says */
-    char shortcut[512];
-    if (i < len && !kexec_help_shortcut(code, len, shortcut, sizeof shortcut)) {
+    /* what the compiler of execute says (help shortcuts such as ?x compile) */
+    if (i < len) {
         int top = lua_gettop(L);
-        if (kexec_load(L, code, len, "=cell") != LUA_OK) {
+        if (ldist_load_cell(L, code, len, "=cell", NULL) != LUA_OK) {
             /* lua.c's rule: an error at <eof> means "keep typing" */
             size_t n;
             const char *msg = lua_tolstring(L, -1, &n);

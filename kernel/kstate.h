@@ -100,14 +100,6 @@ void kcapture_stop(kernel *K);
 /* ---- kexec.c ------------------------------------------------------------ */
 void kexec_execute(kernel *K, const kmsg *m);
 void kexec_history(kernel *K, const kmsg *m);
-/* `?x`, `x?`, `??x` -> "help(x)" in out; 0 when the code is not that. */
-int kexec_help_shortcut(const char *code, size_t len, char *out, size_t outlen);
-/* Compile a cell the way execute does ("return <cell>", then the last lines
-   as an expression, then statements). Pushes the chunk and returns LUA_OK, or
-   pushes the plain compiler message and returns its status. */
-int kexec_load(lua_State *L, const char *code, size_t len, const char *chunkname);
-/* Does the cell end in ';' (its value is not shown)? */
-int kexec_quiet(const char *code, size_t len);
 void kexec_free(kernel *K);
 
 /* ---- kintro.c ----------------------------------------------------------- */

@@ -346,11 +346,84 @@ static int ds_text_lines(lua_State *L) {
     return set_ds(L, u, ld_dataset_text_lines((int)n, paths), 1);
 }
 
-/* Dataset.from_tensor_slices(x, y, ...), ({x, y, ...}) or ({name = x, ...}) */
+static int ds_zip(lua_State *L);
+static int ds_from_tensor_slices(lua_State *L);
+
+/* whether the value at idx is a table (not a tensor) holding tensors: a list
+   {x, y} or a dict {name = x} of them, as a part of a nested element */
+static int holds_tensors(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx) || lb_test_tensor(L, idx)) return 0;
+    lua_geti(L, idx, 1);
+    int r = lb_test_tensor(L, -1) != NULL;
+    lua_pop(L, 1);
+    if (r) return 1;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        r = lua_type(L, -2) == LUA_TSTRING && lb_test_tensor(L, -1) != NULL;
+        lua_pop(L, 1);
+        if (r) { lua_pop(L, 1); return 1; }
+    }
+    return 0;
+}
+
+/* from_tensor_slices of a nested structure, TF's from_tensor_slices(((xa, xb), y)):
+   the parts (the n values from slot first) each sliced on their own and zipped,
+   so an element is {{xa, xb}, y} (a part that is a dict stays a dict). */
+/* push data.Dataset[name] as the prelude left it (30_datasets.lua gives zip a
+   recipe that travels to other processes), else the C function */
+static void push_dataset_fn(lua_State *L, const char *name, lua_CFunction fallback) {
+    int top = lua_gettop(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1) && lua_getfield(L, -1, "data") == LUA_TTABLE && lua_getfield(L, -1, "Dataset") == LUA_TTABLE
+        && lua_getfield(L, -1, name) == LUA_TFUNCTION) {
+        lua_replace(L, top + 1);
+        lua_settop(L, top + 1);
+        return;
+    }
+    lua_settop(L, top);
+    lua_pushcfunction(L, fallback);
+}
+
+static int ds_from_nested_slices(lua_State *L, int first, int n) {
+    if (n > LD_ELEMENT_MAX) return luaL_argerror(L, 1, "too many parts (at most 16)");
+    push_dataset_fn(L, "zip", ds_zip);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        push_dataset_fn(L, "from_tensor_slices", ds_from_tensor_slices);
+        lua_pushvalue(L, first + i);
+        lua_call(L, 1, 1);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_call(L, 1, 1);
+    return 1;
+}
+
+/* Dataset.from_tensor_slices(x, y, ...), ({x, y, ...}) or ({name = x, ...}),
+   or nested: ({{xa, xb}, {ya, yb}}), ({xa, xb}, y), ({{a = xa, b = xb}, y}) */
 static int ds_from_tensor_slices(lua_State *L) {
     static const char *const WHAT = "bad argument #1 to 'from_tensor_slices'";
     int first = 1, n = lua_gettop(L), keys = 0;   /* keys: stack slot of the first sorted key (a dict) */
     int nargs = n;
+    for (int i = 1; i <= n && n > 1; i++)
+        if (holds_tensors(L, i)) return ds_from_nested_slices(L, 1, n);
+    if (n == 1 && lua_istable(L, 1) && !lb_test_tensor(L, 1)) {
+        int nested = 0;
+        lua_geti(L, 1, 1);
+        int list = lb_test_tensor(L, -1) != NULL || holds_tensors(L, -1);
+        lua_pop(L, 1);
+        for (lua_Integer i = 1; list && !nested && i <= (lua_Integer)lua_rawlen(L, 1); i++) {
+            lua_geti(L, 1, i);
+            nested = holds_tensors(L, -1);
+            lua_pop(L, 1);
+        }
+        if (nested) {
+            lua_Integer len = luaL_len(L, 1);
+            if (len > LD_ELEMENT_MAX) return luaL_argerror(L, 1, "too many parts (at most 16)");
+            for (lua_Integer i = 1; i <= len; i++) lua_geti(L, 1, i);
+            return ds_from_nested_slices(L, 2, (int)len);
+        }
+    }
     if (n == 1 && lua_istable(L, 1) && !lb_test_tensor(L, 1)) {
         int ty = lua_geti(L, 1, 1);
         lua_pop(L, 1);

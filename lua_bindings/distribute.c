@@ -49,7 +49,7 @@ static void push_ids(lua_State *L, const int *ids, int n) {
     for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
 }
 
-/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =,
+/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =, blas =,
    devices = {{name =, threads =, cores = {ids}, pinned =}, ...}} */
 static int d_cpu_split(lua_State *L) {
     enum { MAX = 1024 };
@@ -67,6 +67,8 @@ static int d_cpu_split(lua_State *L) {
     lua_setfield(L, -2, "text");
     lua_pushstring(L, ld_cpu_isa_name());
     lua_setfield(L, -2, "isa");
+    lua_pushstring(L, ld_cpu_blas_describe());
+    lua_setfield(L, -2, "blas");
     int nd = ld_cpu_device_count();
     lua_createtable(L, nd, 0);
     for (int d = 0; d < nd; d++) {
@@ -339,6 +341,16 @@ static int pending_gc(lua_State *L) {
     return 0;
 }
 
+/* _distribute.kernel_calls() -> {name = calls} for every kernel slot (ld_kernels.h) */
+static int d_kernel_calls(lua_State *L) {
+    lua_createtable(L, 0, ld_kernel_count());
+    for (int k = 0; k < ld_kernel_count(); k++) {
+        lua_pushinteger(L, (lua_Integer)ld_kernel_calls(k));
+        lua_setfield(L, -2, ld_kernel_name(k));
+    }
+    return 1;
+}
+
 static int d_is_async(lua_State *L) { lua_pushboolean(L, ld_device_is_async(check_device(L, 1))); return 1; }
 
 int lb_open_distribute_c(lua_State *L) {
@@ -364,7 +376,8 @@ int lb_open_distribute_c(lua_State *L) {
         {"step_begin", d_step_begin}, {"step_end", d_step_end},
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},
-        {"trace_record", d_trace_record}, {"trace_phase", d_trace_phase}, {"trace_step", d_trace_step}, {"is_async", d_is_async}, {"host_async", d_host_async}, {NULL, NULL}};
+        {"trace_record", d_trace_record}, {"trace_phase", d_trace_phase}, {"trace_step", d_trace_step}, {"is_async", d_is_async}, {"host_async", d_host_async},
+        {"kernel_calls", d_kernel_calls}, {NULL, NULL}};
     luaL_newlib(L, f);
     return 1;
 }

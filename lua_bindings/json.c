@@ -6,6 +6,8 @@
 
 #include <jansson.h>
 #include <lauxlib.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static void push_json(lua_State *L, json_t *j, int depth) {
@@ -77,9 +79,51 @@ static json_t *to_json(lua_State *L, int idx, int depth) {
     }
 }
 
+/* What JSON cannot hold is an error naming where it is, found before
+   anything is built (so nothing leaks): a NaN or an infinity (jansson
+   refuses them, and the key would vanish), and in an object a key that is
+   not a string. path: where idx is ("" at the top), for the message. */
+static void check_encodable(lua_State *L, int idx, int depth, const char *path) {
+    idx = lua_absindex(L, idx);
+    if (depth > 64) luaL_error(L, "json.encode: nested too deeply");
+    if (lua_type(L, idx) == LUA_TNUMBER && !lua_isinteger(L, idx)) {
+        double v = lua_tonumber(L, idx);
+        if (!isfinite(v))
+            luaL_error(L, "json.encode: the value at %s is %s, which JSON cannot hold (replace it, or give it as a string)",
+                       *path ? path : "the top", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return;
+    }
+    if (lua_type(L, idx) != LUA_TTABLE) return;
+    char sub[256];
+    lua_Integer len = luaL_len(L, idx);
+    if (len > 0) {
+        for (lua_Integer i = 1; i <= len; i++) {
+            snprintf(sub, sizeof sub, "%s[%lld]", path, (long long)i);
+            lua_geti(L, idx, i);
+            check_encodable(L, -1, depth + 1, sub);
+            lua_pop(L, 1);
+        }
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING) {
+            lua_pushvalue(L, -2);
+            const char *k = luaL_tolstring(L, -1, NULL);
+            luaL_error(L, "json.encode: the key %s%s%s is a %s; a JSON object's keys are strings", k, *path ? " in " : "",
+                       path, luaL_typename(L, -4));
+        }
+        snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", lua_tostring(L, -2));
+        check_encodable(L, -1, depth + 1, sub);
+        lua_pop(L, 1);
+    }
+}
+
 /* json.encode(value) -> text: a table with a positive length is an array, else an
-   object of its string keys (sorted); other values are null */
+   object of its string keys (sorted); other values are null. A NaN, an
+   infinity or a key that is not a string is an error naming where it is. */
 static int c_json_encode(lua_State *L) {
+    check_encodable(L, 1, 0, "");
     json_t *j = to_json(L, 1, 0);
     char *s = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
     json_decref(j);

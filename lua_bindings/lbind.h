@@ -35,6 +35,17 @@ int lb_engine_error(lua_State *L, int arg);
    and record its docstrings: docs is a NULL-terminated list of name/text pairs. */
 void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
 
+/* Keras's per-weight options of layers (nn_options.c): set option `key` of
+   l from the value at vidx (0 when l's class has no such option; raises on
+   a bad value); push every option set into the table at t; nn._weight_option. */
+struct ld_layer;
+int lb_layer_weight_option(lua_State *L, struct ld_layer *l, const char *key, int vidx);
+void lb_layer_push_weight_options(lua_State *L, struct ld_layer *l, int t);
+/* layer.kernel_regularizer and the like: pushes the option (nil: the class's default) and
+   returns 1, or 0 when l's class has no such option */
+int lb_layer_get_weight_option(lua_State *L, struct ld_layer *l, const char *key);
+void lb_weight_options_register(lua_State *L, int mod);
+
 /* Call the prelude's hook ldist.<module>.<name> with the nargs values on top
    of the stack (popped); no results. A hook that is not defined (a prelude
    without that module) is skipped: returns 0, else 1. Errors propagate. */

@@ -20,20 +20,9 @@ extern const char *const ldist_prelude_names[];
 extern const char *const ldist_prelude_chunks[];
 extern const size_t ldist_prelude_sizes[];
 
-/* Modules are weak so that the library links while a layer is being built;
-   every one is present in a release build (tests check the names exist). */
-#pragma weak lb_open_tensor
-#pragma weak lb_open_autograd
-#pragma weak lb_open_nn
-#pragma weak lb_open_losses
-#pragma weak lb_open_distribute_c
-#pragma weak lb_open_optim
-#pragma weak lb_open_data
-#pragma weak lb_open_io
+/* The cluster module is weak: the ldist program keeps it (with ZeroMQ and
+   OpenSSL) in the network plugin and opens it on first use; ldist.so links it. */
 #pragma weak lb_open_cluster
-#pragma weak lb_open_json
-#pragma weak lb_open_summary
-#pragma weak lb_open_image
 
 static const struct { const char *name; int (*open)(lua_State *); } c_modules[] = {
     {"tensor", lb_open_tensor},

@@ -9,6 +9,8 @@
 #ifndef LDIST_H
 #define LDIST_H
 
+#include <stddef.h>
+
 #include <lua.h>
 
 /* A new state with the standard libraries, the ldist modules loaded and their
@@ -36,6 +38,27 @@ void ldist_interrupt(lua_State *L);
    attributes (`local f <close> = ...`) keep their meaning. Returns how many
    were dropped. Both front ends call it, the same way. */
 int ldist_keep_top_locals(char *src, size_t len);
+/* The one compiler of interactive input, a REPL chunk or a notebook cell,
+   as lua.c and IPython users expect:
+     - `?x`, `x?`, `??x`, `help x` and a bare `help` run help(x) / help();
+     - `=expr` is `return expr` (Lua 5.1-5.3);
+     - top-level locals outlive the cell (ldist_keep_top_locals);
+     - `return <cell>` first (one expression or a list), then the cell's last
+       statement as an expression (`x = f(3); x` shows x), then statements;
+     - a cell that is one misspelt global (`modle`) raises "global 'modle' is
+       nil; did you mean 'model'?" instead of showing nil.
+   Pushes the function and returns LUA_OK, or pushes the compiler's message
+   and returns its status. *flags (may be NULL) gets LDIST_CELL_QUIET when
+   the cell ends in ';' (run it, show nothing) and, on a syntax error,
+   LDIST_CELL_INCOMPLETE when an attempt ended at <eof> (read more lines). */
+#define LDIST_CELL_QUIET 1
+#define LDIST_CELL_INCOMPLETE 2
+int ldist_load_cell(lua_State *L, const char *code, size_t len, const char *chunkname, int *flags);
+/* `?x`, `x?`, `??x`, `help x`, `help` -> "help(x)" into out (a help call the
+   compiler runs); 0 when the code is not one of those. */
+int ldist_help_shortcut(const char *code, size_t len, char *out, size_t outlen);
+/* Does the input end in ';' (its value is not shown)? */
+int ldist_cell_quiet(const char *code, size_t len);
 /* Text rendering shared by the REPL and the kernel: the value at `idx` as a
    readable string (tables as nested literals, bounded depth and length,
    tensors like NumPy). Pushes the string. Never raises: an error inside

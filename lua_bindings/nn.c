@@ -85,15 +85,33 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
     if (st) luaL_error(L, "%s", ld_error());
 }
 
+/* "unknown option 'unit'; did you mean 'units'? (it takes units, activation, ...)":
+   the closest name by the REPL's own rule (ldist._closest, lua/10_help.lua) */
 static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
+    lua_newtable(L);
+    int list = lua_gettop(L), n = 0;
+    for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
+    lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
+    char w[48];
+    for (int i = 0; ld_weight_option_name(c, i, w, sizeof w); i++) { lua_pushstring(L, w); lua_rawseti(L, list, ++n); }
+    const char *guess = NULL;
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+    if (lua_istable(L, -1) && lua_getfield(L, -1, "_closest") == LUA_TFUNCTION) {
+        lua_pushstring(L, k);
+        lua_pushvalue(L, list);
+        lua_call(L, 2, 1);
+        guess = lua_tostring(L, -1);
+    }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    for (int i = 0; c->params[i].name; i++) {
-        luaL_addstring(&b, c->params[i].name);
-        luaL_addstring(&b, ", ");
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, i);
+        luaL_addvalue(&b);
+        if (i < n) luaL_addstring(&b, ", ");
     }
-    luaL_addstring(&b, "name");
     luaL_pushresult(&b);
+    if (guess)
+        luaL_error(L, "nn.%s: unknown option '%s'; did you mean '%s'? (it takes %s)", c->class_name, k, guess, lua_tostring(L, -1));
     luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
 }
 
@@ -146,7 +164,9 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
                 int pi = ld_layer_param_index(c, k);
                 if (!strcmp(k, "name")) {
                     if (ld_layer_set_name(l, luaL_checkstring(L, -1))) lb_engine_error(L, 0);
-                } else if (pi < 0) unknown_option(L, c, k);
+                } else if (pi < 0) {
+                    if (!lb_layer_weight_option(L, l, k, lua_gettop(L))) unknown_option(L, c, k);
+                }
                 else { set_param(L, l, pi, -1); given[pi] = !lua_isnil(L, -1); }
             } else if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
                 luaL_error(L, "nn.%s: option names must be strings", c->class_name);
@@ -188,6 +208,7 @@ static int layer_get_config(lua_State *L) {
         push_param(L, l, i);
         lua_setfield(L, -2, l->cls->params[i].name);
     }
+    lb_layer_push_weight_options(L, l, -1);
     return 1;
 }
 
@@ -382,6 +403,7 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "count_params")) { lua_pushinteger(L, ld_layer_param_count(l)); return 1; }
     int pi = ld_layer_param_index(l->cls, k);
     if (pi >= 0) { push_param(L, l, pi); return 1; }
+    if (lb_layer_get_weight_option(L, l, k)) return 1;
     /* a variable by its name in the layer: kernel, bias, gamma, moving_mean, embeddings, ... */
     size_t nl = strlen(l->name);
     for (int i = 0; i < l->n_vars; i++) {
@@ -505,6 +527,22 @@ static void push_input(lua_State *L, int xi, ld_device *dev) {
     } else lua_pushvalue(L, xi);
 }
 
+/* Tensors the model's call makes (tensor.arange, ones, new, ...) go where
+   the model runs, as those made in strategy:run go to the replica's device
+   (tensor.c's default_device reads the replica context): a call outside any
+   replica, on a model whose variables live on one device other than cpu:0
+   (OneDeviceStrategy("cpu:1"), a GPU), runs in a one-replica context on that
+   device. Returns 1 when it entered one (leave it with ld_replica_set(NULL)).
+   Mirrored variables called from the cross-replica context keep that context:
+   a replica context there would write only one copy of them. */
+static int enter_model_replica(ld_model *m, ld_device *dev) {
+    if (!dev || ld_replica_get() || dev == ld_device_cpu()) return 0;
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->n_vars) { if (ld_mirror_count(m->layers[i]->vars[0]) > 1) return 0; break; }
+    ld_replica_set(&(ld_replica_ctx){0, 1, 0, dev, 0});
+    return 1;
+}
+
 /* Run the Lua forward (pushed by push_lua_call, below the call's place on
    the stack) on the input at xi, protected: LUA_OK with the result pushed,
    or an error status with the message pushed. A model not built yet builds
@@ -519,10 +557,13 @@ static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training
         lua_pop(L, 1);
     }
     int placed = !model_is_built(m) && place(L, mi);
+    ld_device *dev = model_device(L, mi, m);
+    int own = enter_model_replica(m, dev);
     lua_pushvalue(L, mi);
-    push_input(L, xi, model_device(L, mi, m));
+    push_input(L, xi, dev);
     lua_pushboolean(L, training);
     int st = lua_pcall(L, 3, 1, 0);
+    if (own) ld_replica_set(NULL);
     if (placed) unplace(L);
     if (st == LUA_OK && !lb_test_tensor(L, -1) && !lua_istable(L, -1)) {
         lua_pop(L, 1);
@@ -657,10 +698,13 @@ static int model_build(lua_State *L) {
     return 1;
 }
 
+/* model:summary_text([width]): width defaults to 80 columns */
 static int model_summary_text(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    char buf[8192];
-    ld_model_summary(m, buf, sizeof buf);
+    lua_Integer width = luaL_optinteger(L, 2, 80);
+    luaL_argcheck(L, width >= 40 && width <= 1000, 2, "width must be 40 to 1000 columns");
+    char buf[16384];
+    ld_model_summary(m, buf, sizeof buf, (int)width);
     lua_pushstring(L, buf);
     return 1;
 }
@@ -672,7 +716,11 @@ static ld_tensor *reduce_weighted(const ld_loss *l, ld_tensor *pw);
    forward under a tape, loss, gradients of every trainable variable. Raises
    on failure. On return vars/grads point into a userdata left on the stack
    (grads are new references), and lv/pred are cut from their graphs. */
-typedef struct { int n; ld_tensor **vars, **grads, *lv, *pred; } step_result;
+typedef struct {
+    int n;
+    ld_tensor **vars, **grads, *lv, *pred;
+    int pred_idx;   /* a model of several outputs: its list of predictions, at this stack index (pred NULL) */
+} step_result;
 
 /* The step's loss: with per-example weights w ([batch], or NULL), the
    weighted reduction of the per-example losses (Keras's sample_weight). */
@@ -699,6 +747,14 @@ static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_ten
     return v;
 }
 
+/* the step's loss plus the model's regularization losses (Keras's
+   model.losses), on the tape; takes ownership of lv */
+static ld_tensor *with_model_losses(ld_model *m, ld_tensor *lv) {
+    ld_tensor *total = ld_model_add_losses(m, lv);
+    ld_tensor_release(lv);
+    return total;
+}
+
 /* the input of a Sequential model at xi (checked), or NULL for a model whose
    forward is in Lua (it takes a tensor or a list of them) */
 static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
@@ -706,30 +762,65 @@ static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
     return lb_check_tensor(L, xi);
 }
 
+/* The step's loss from compile's Lua loss (50_keras.lua: several outputs,
+   loss_weights), called under the step's tape as loss(y, pred, w) with the
+   Lua values at yi, the predictions (pred, or the list at pred_idx) and wi.
+   Returns a new reference to the scalar it gives, or NULL with the error
+   message pushed. */
+static ld_tensor *lua_step_loss(lua_State *L, int li, int yi, ld_tensor *pred, int pred_idx, int wi) {
+    lua_pushvalue(L, li);
+    lua_pushvalue(L, yi);
+    if (pred) lb_push_tensor(L, ld_tensor_retain(pred), 0);
+    else lua_pushvalue(L, pred_idx);
+    lua_pushvalue(L, wi);
+    if (lua_pcall(L, 3, 1, 0) != LUA_OK) return NULL;
+    ld_tensor *lv = lb_test_tensor(L, -1);
+    if (!lv || lv->ndim != 0) {
+        lua_pop(L, 1);
+        lua_pushstring(L, "the compiled loss must return a scalar tensor");
+        return NULL;
+    }
+    ld_tensor_retain(lv);
+    lua_pop(L, 1);
+    return lv;
+}
+
 /* x: the input of a Sequential model; NULL for a model whose forward is in
-   Lua (push_lua_call), whose input (a tensor or a list) is at stack index xi */
+   Lua (push_lua_call), whose input (a tensor or a list) is at stack index xi.
+   loss NULL: the loss is the Lua callable at stack index li, y and w the Lua
+   values at yi and wi (lists for a model of several outputs). */
 static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld_tensor *y, ld_loss *loss, int defer,
                              ld_tensor *w, step_result *r) {
+    enum { YI = 3, LI = 4, WI = 6 };   /* where train_step and _grads take y, the loss and w */
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
     ld_tape_push(tape);
     int was_phase = ld_trace_phase(LD_SPAN_FORWARD);   /* the trace's phases (ld_executor.h) */
-    ld_tensor *pred;
+    ld_tensor *pred = NULL;
+    int pred_idx = 0;
     if (x) pred = ld_model_forward(m, x, 1);
     else {
         push_lua_call(L, 1);
         int st = lua_forward_p(L, 1, m, xi, 1);
-        if (st == LUA_OK && !lb_test_tensor(L, -1)) {
+        if (st == LUA_OK && !lb_test_tensor(L, -1) && loss) {
             lua_pop(L, 1);
-            lua_pushfstring(L, "model '%s' has several outputs: train it with a custom loop (GradientTape); "
-                            "compile/fit take models of one output", m->name);
+            lua_pushfstring(L, "model '%s' has several outputs: compile it with a loss per output "
+                            "(a list, or a table keyed by the output names)", m->name);
             st = LUA_ERRRUN;
         }
         if (st != LUA_OK) { ld_tape_pop(tape); ld_tape_free(tape); lua_error(L); return; }
-        pred = ld_tensor_retain(lb_test_tensor(L, -1));
-        lua_pop(L, 1);
+        if (lb_test_tensor(L, -1)) {
+            pred = ld_tensor_retain(lb_test_tensor(L, -1));
+            lua_pop(L, 1);
+        } else pred_idx = lua_gettop(L);   /* the list of outputs stays here */
     }
-    ld_tensor *lv = pred ? step_loss(loss, y, pred, w) : NULL;
+    ld_tensor *lv = NULL;
+    if (loss) lv = pred ? step_loss(loss, y, pred, w) : NULL;
+    else if (pred || pred_idx) {
+        lv = lua_step_loss(L, LI, YI, pred, pred_idx, WI);
+        if (!lv) { ld_tape_pop(tape); ld_tape_free(tape); ld_tensor_release(pred); lua_error(L); return; }
+    }
+    if (lv) lv = with_model_losses(m, lv);   /* + model.losses: Keras's training loss */
     ld_tape_pop(tape);
     int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
     ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
@@ -746,18 +837,40 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
     if (st) { ld_tensor_release(lv); ld_tensor_release(pred); luaL_error(L, "%s", ld_error()); return; }
     /* the values without their graphs: callers only read them */
     if (lv->grad_fn) { ld_node_release(lv->grad_fn); lv->grad_fn = NULL; }
-    if (pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
-    *r = (step_result){n, vars, grads, lv, pred};
+    if (pred && pred->grad_fn) { ld_node_release(pred->grad_fn); pred->grad_fn = NULL; }
+    for (lua_Integer i = 1; pred_idx && i <= (lua_Integer)lua_rawlen(L, pred_idx); i++) {
+        lua_rawgeti(L, pred_idx, i);
+        ld_tensor *p = lb_test_tensor(L, -1);
+        if (p && p->grad_fn) { ld_node_release(p->grad_fn); p->grad_fn = NULL; }
+        lua_pop(L, 1);
+    }
+    *r = (step_result){n, vars, grads, lv, pred, pred_idx};
+}
+
+/* the step's predictions, pushed: a tensor, or the list of a model of several outputs */
+static void push_pred(lua_State *L, const step_result *r) {
+    if (r->pred) lb_push_tensor(L, r->pred, 0);
+    else lua_pushvalue(L, r->pred_idx);
+}
+
+/* the loss at stack index 4: an ldist.Loss, or NULL for compile's Lua loss
+   (a callable: a table or a function), which takes y as any Lua value */
+static ld_loss *step_loss_arg(lua_State *L, ld_tensor **y) {
+    int t = lua_type(L, 4);
+    if ((t == LUA_TTABLE || t == LUA_TFUNCTION) && !luaL_testudata(L, 4, LOSS_MT)) { *y = NULL; return NULL; }
+    *y = lb_check_tensor(L, 3);
+    return check_loss(L, 4);
 }
 
 /* model:train_step(x, y, loss, optimizer) -> loss value, predictions
    One step in C: forward under a tape, loss, backward, update. */
 static int model_train_step(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
-    ld_loss *loss = check_loss(L, 4);
+    ld_tensor *x = lua_model_input(L, 1, 2), *y;
+    ld_loss *loss = step_loss_arg(L, &y);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
-    ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
+    ld_tensor *w = lua_isnoneornil(L, 6) || !loss ? NULL : lb_check_tensor(L, 6);
+    lua_settop(L, 6);
     if (x) build_for(L, 1, m, x);
     step_result r;
     forward_backward(L, m, x, 2, y, loss, 0, w, &r);
@@ -768,7 +881,7 @@ static int model_train_step(lua_State *L) {
     ld_tensor_release(r.lv);
     if (st) { ld_tensor_release(r.pred); return luaL_error(L, "%s", ld_error()); }
     lua_pushnumber(L, value);
-    lb_push_tensor(L, r.pred, 0);
+    push_pred(L, &r);
     return 2;
 }
 
@@ -780,16 +893,17 @@ static int model_train_step(lua_State *L) {
    collective to compute (ld_defer_weight_grads). */
 static int model_grads(lua_State *L) {
     ld_model *m = check_model(L, 1);
-    ld_tensor *x = lua_model_input(L, 1, 2), *y = lb_check_tensor(L, 3);
-    ld_loss *loss = check_loss(L, 4);
-    ld_tensor *w = lua_isnoneornil(L, 6) ? NULL : lb_check_tensor(L, 6);
+    ld_tensor *x = lua_model_input(L, 1, 2), *y;
+    ld_loss *loss = step_loss_arg(L, &y);
+    ld_tensor *w = lua_isnoneornil(L, 6) || !loss ? NULL : lb_check_tensor(L, 6);
+    lua_settop(L, 6);
     if (x) build_for(L, 1, m, x);
     step_result r;
     forward_backward(L, m, x, 2, y, loss, lua_toboolean(L, 5), w, &r);
     lb_push_tensor(L, r.lv, 0);
     lua_createtable(L, r.n, 0);
     for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }
-    lb_push_tensor(L, r.pred, 0);
+    push_pred(L, &r);
     return 3;
 }
 
@@ -805,8 +919,7 @@ static int model_save_weights(lua_State *L) {
     for (int i = 0; i < n; i++) names[i] = lua_pushfstring(L, "%d/%s", i, v[i]->name ? v[i]->name : "var");
     const char *meta[] = {"format", "ldist", "model", m->name};
     if (ld_save_safetensors(path, n, names, v, 2, meta)) return lb_engine_error(L, 2);
-    lua_settop(L, 1);
-    return 1;
+    return 0;   /* Keras returns None: nothing to echo at the prompt */
 }
 
 /* load_weights' check of a file's header against the model, made before any
@@ -879,8 +992,7 @@ static int model_load_weights(lua_State *L) {
             snprintf(err, sizeof err, "weight %d (%s): %s", i, w.v[i]->name ? w.v[i]->name : "", ld_error());
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
-    lua_settop(L, 1);
-    return 1;
+    return 0;   /* as save_weights: nothing to echo */
 }
 
 /* every weight (trainable or not: which = -1), the trainable ones (1) or the others (0) */
@@ -894,6 +1006,19 @@ static int model_weights(lua_State *L, ld_model *m, int which) {
     for (int i = 0; i < n; i++)
         if (which < 0 || tr[i] == which) { lb_push_tensor(L, ld_tensor_retain(v[i]), 0); lua_rawseti(L, -2, ++k); }
     lua_remove(L, -2);
+    return 1;
+}
+
+/* model.losses: Keras's, the regularization terms of the model's layers
+   (their activities' in the last call, their weights' now) */
+static int model_losses(lua_State *L, ld_model *m) {
+    int max = 0;
+    for (int i = 0; i < m->n_layers; i++) max += m->layers[i]->n_vars + 1;
+    ld_tensor **t = lua_newuserdatauv(L, sizeof *t * (size_t)(max ? max : 1), 0);
+    int n = ld_model_losses(m, t, max);
+    if (n < 0) return lb_engine_error(L, 1);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) { lb_push_tensor(L, t[i], 0); lua_rawseti(L, -2, i + 1); }
     return 1;
 }
 
@@ -911,6 +1036,7 @@ static int model_index(lua_State *L) {
         if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) return model_weights(L, m, 0);
         if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
         if (!strcmp(k, "built")) { lua_pushboolean(L, model_is_built(m)); return 1; }
+        if (!strcmp(k, "losses")) return model_losses(L, m);
     }
     /* per-model state (compile's settings, history, a subclass's attributes) */
     lua_getiuservalue(L, 1, 1);
@@ -1163,7 +1289,9 @@ static const char *const nn_docs[] = {
 
 static const char *const loss_docs[] = {
     "SparseCategoricalCrossentropy", "losses.SparseCategoricalCrossentropy{from_logits=false, reduction=\"sum_over_batch_size\"}\n\n"
-        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).",
+        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).\n"
+        "Probabilities (from_logits=false) are clipped to [1e-7, 1 - 1e-7] before their log, as Keras's;\n"
+        "a NaN prediction gives a NaN loss (TerminateOnNaN sees it), as in every loss here.",
     "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false}\n\nCross-entropy with one-hot labels.",
     "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false}\n\nCross-entropy for 0/1 labels.",
     "MeanSquaredError", "losses.MeanSquaredError()\n\nMean of (y_pred - y_true)^2.",
@@ -1215,6 +1343,7 @@ int lb_open_nn(lua_State *L) {
         {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
+    lb_weight_options_register(L, mod);
     /* a constructor per layer class (and its alias), its help from the class */
     const ld_layer_class *const *cs = ld_layer_classes();
     const char *docs[2 * 64 + 1];

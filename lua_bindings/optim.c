@@ -11,6 +11,7 @@
 #include "ld_optim.h"
 
 #include <lauxlib.h>
+#include <math.h>
 #include <string.h>
 
 typedef struct { ld_optimizer *o; } lb_opt;
@@ -94,8 +95,10 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->nesterov = lua_toboolean(L, -1);
         lua_pop(L, 1);
     }
-    if (o->lr.kind == LD_SCHED_CONSTANT && !(o->lr.initial > 0))
-        return luaL_argerror(L, 1, "learning_rate must be positive");
+    /* Keras takes 0.0 (a step that changes nothing, with the optimizer's
+       state still updated); a negative or NaN rate is refused as a mistake */
+    if (o->lr.kind == LD_SCHED_CONSTANT && !(o->lr.initial >= 0 && isfinite(o->lr.initial)))
+        return luaL_argerror(L, 1, "learning_rate must be zero or positive");
     if (o->momentum < 0 || o->momentum >= 1) return luaL_argerror(L, 1, "momentum must be in [0, 1)");
     lua_settop(L, ud);
     return 1;
@@ -161,7 +164,7 @@ static int opt_newindex(lua_State *L) {
     const char *k = luaL_checkstring(L, 2);
     if (!strcmp(k, "learning_rate") || !strcmp(k, "lr")) {
         double v = luaL_checknumber(L, 3);
-        if (!(v > 0)) return luaL_argerror(L, 3, "learning_rate must be positive");
+        if (!(v >= 0 && isfinite(v))) return luaL_argerror(L, 3, "learning_rate must be zero or positive");
         o->lr.kind = LD_SCHED_CONSTANT;
         o->lr.initial = v;
         lua_pushnil(L);

@@ -1,6 +1,7 @@
 /*
  * state.c - the interpreter setup every front end shares: ldist_newstate,
  * the traceback message handler, protected calls that Ctrl-C can interrupt,
+ * the one compiler of interactive input (a REPL line, a notebook cell),
  * and a few small helpers the Lua prelude needs (ldist.repr, ldist.isatty,
  * ldist.termsize, ldist.walltime, ldist._listdir).
  *
@@ -15,9 +16,11 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -209,6 +212,218 @@ int ldist_keep_top_locals(char *s, size_t len) {
         }
     }
     return dropped;
+}
+
+/* ---- one cell compiler ---------------------------------------------------- */
+/* The REPL's lines and the kernel's cells compile here, the same way. */
+
+#define CELL_TAIL_TRIES 64   /* how many statement starts the last-expression step tries */
+
+static int is_keyword(const char *w, size_t n) {
+    static const char *const kw[] = {"and", "break", "do", "else", "elseif", "end", "false", "for",
+                                     "function", "goto", "if", "in", "local", "nil", "not", "or",
+                                     "repeat", "return", "then", "true", "until", "while", NULL};
+    for (int i = 0; kw[i]; i++)
+        if (strlen(kw[i]) == n && !memcmp(kw[i], w, n)) return 1;
+    return 0;
+}
+
+static void trim(const char **s, const char **e) {
+    while (*s < *e && isspace((unsigned char)**s)) (*s)++;
+    while (*e > *s && isspace((unsigned char)(*e)[-1])) (*e)--;
+}
+
+int ldist_cell_quiet(const char *code, size_t len) {
+    while (len > 0 && isspace((unsigned char)code[len - 1])) len--;
+    return len > 0 && code[len - 1] == ';';
+}
+
+int ldist_help_shortcut(const char *code, size_t len, char *out, size_t outlen) {
+    const char *s = code, *e = code + len;
+    trim(&s, &e);
+    int marks = 0;
+    if (e - s == 4 && !memcmp(s, "help", 4)) {           /* bare `help`: Python's hint, as help() */
+        if (outlen < 7) return 0;
+        memcpy(out, "help()", 7);
+        return 1;
+    }
+    if (e - s > 5 && !memcmp(s, "help", 4) && (s[4] == ' ' || s[4] == '\t')) {
+        s += 5;                                          /* `help nn.Dense`, as IPython's `help x`-less cousins */
+        while (s < e && (*s == ' ' || *s == '\t')) s++;
+        marks = 1;
+    }
+    while (s < e && *s == '?') s++, marks++;
+    while (e > s && e[-1] == '?') e--, marks++;
+    if (!marks || s == e || (size_t)(e - s) + 8 > outlen) return 0;
+    for (const char *p = s; p < e; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_' && *p != '.' && *p != ':') return 0;
+    if (isdigit((unsigned char)*s)) return 0;
+    size_t k = (size_t)snprintf(out, outlen, "help(");
+    for (const char *p = s; p < e; p++) out[k++] = *p == ':' ? '.' : *p;
+    out[k++] = ')';
+    out[k] = 0;
+    return 1;
+}
+
+static int ends_at_eof(lua_State *L, int status) {
+    if (status != LUA_ERRSYNTAX) return 0;
+    size_t n;
+    const char *msg = lua_tolstring(L, -1, &n);
+    return msg && n >= 5 && !strcmp(msg + n - 5, "<eof>");
+}
+
+/* Load a ++ b ++ c; on failure pop the message (and note "<eof>" in *eof). */
+static int try_load(lua_State *L, const char *a, size_t alen, const char *b, size_t blen,
+                    const char *c, size_t clen, const char *chunkname, int *eof) {
+    luaL_Buffer buf;
+    luaL_buffinit(L, &buf);
+    luaL_addlstring(&buf, a, alen);
+    luaL_addlstring(&buf, b, blen);
+    luaL_addlstring(&buf, c, clen);
+    luaL_pushresult(&buf);
+    size_t n;
+    const char *src = lua_tolstring(L, -1, &n);
+    int st = luaL_loadbuffer(L, src, n, chunkname);
+    lua_remove(L, -2);
+    if (st != LUA_OK) {
+        if (eof && ends_at_eof(L, st)) *eof = 1;
+        lua_pop(L, 1);
+    }
+    return st;
+}
+
+static int blank_or_comment(const char *s, const char *end) {
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    return s == end || *s == '\n' || (end - s >= 2 && s[0] == '-' && s[1] == '-');
+}
+
+/* Could a statement starting at s be an expression? Skips the keyword
+   statements, so the last-expression step compiles little. */
+static int may_start_expression(const char *s, const char *end) {
+    while (s < end && (*s == ' ' || *s == '\t')) s++;
+    if (s == end || *s == '\n' || *s == ':' || *s == ')' || *s == ']' || *s == '}' ||
+        *s == ',' || *s == '=')
+        return 0;
+    if (!is_name_start((unsigned char)*s)) return 1;
+    const char *w = s;
+    while (w < end && is_name_char((unsigned char)*w)) w++;
+    size_t n = (size_t)(w - s);
+    return !is_keyword(s, n) || (n == 3 && !memcmp(s, "nil", 3)) || (n == 3 && !memcmp(s, "not", 3)) ||
+           (n == 4 && !memcmp(s, "true", 4)) || (n == 5 && !memcmp(s, "false", 5)) ||
+           (n == 8 && !memcmp(s, "function", 8));
+}
+
+/* The three attempts, on code whose top-level locals are already dropped. */
+static int load_steps(lua_State *L, const char *code, size_t len, const char *chunkname, int *eof) {
+    size_t t = len;
+    while (t > 0 && isspace((unsigned char)code[t - 1])) t--;
+    /* 1. one expression (or a list): `6*7;` compiles as `return 6*7;` */
+    if (try_load(L, "return ", 7, code, len, "", 0, chunkname, eof) == LUA_OK) return LUA_OK;
+    /* 2. the last statement as an expression: statement starts (line
+       starts, and just after a ';'), last first */
+    const char *end = code + len;
+    int tried = 0;
+    for (const char *ls = code + t; ls-- > code && tried < CELL_TAIL_TRIES;) {
+        if (ls > code && ls[-1] != '\n' && ls[-1] != ';') continue;
+        if (blank_or_comment(ls, end)) continue;
+        tried++;
+        if (!may_start_expression(ls, end)) continue;
+        size_t head = (size_t)(ls - code);
+        if (try_load(L, code, head, "", 0, "", 0, chunkname, NULL) != LUA_OK) continue;
+        lua_pop(L, 1);
+        if (try_load(L, code, head, "return ", 7, ls, (size_t)(end - ls), chunkname, NULL) == LUA_OK)
+            return LUA_OK;
+    }
+    /* 3. statements; their error is the one reported */
+    int st = luaL_loadbuffer(L, code, len, chunkname);
+    if (st != LUA_OK && ends_at_eof(L, st)) *eof = 1;
+    return st;
+}
+
+static int raise_upvalue(lua_State *L) {
+    lua_pushvalue(L, lua_upvalueindex(1));
+    return lua_error(L);
+}
+
+/* Protected half of push_misspelt_global: name at 1 -> the hint ("; did
+   you mean 'model'?") or nothing. Reading the global may run an __index of
+   _G, which may raise. */
+static int misspelt_k(lua_State *L) {
+    const char *name = lua_tostring(L, 1);
+    if (lua_getglobal(L, name) != LUA_TNIL) return 0;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE) != LUA_TTABLE ||
+        lua_getfield(L, -1, "ldist") != LUA_TTABLE ||
+        lua_getfield(L, -1, "_did_you_mean") != LUA_TFUNCTION)
+        return 0;
+    lua_pushfstring(L, "a nil value (global '%s')", name);
+    lua_call(L, 1, 1);
+    const char *hint = lua_type(L, -1) == LUA_TSTRING ? strstr(lua_tostring(L, -1), "; did you mean") : NULL;
+    if (!hint) return 0;
+    lua_pushstring(L, hint);
+    return 1;
+}
+
+/* A cell that is one bare global name holding nil, close to a name that
+   exists (`modle`): push a function raising "global 'modle' is nil; did you
+   mean 'model'?" and return 1, where Lua would show a silent nil. */
+static int push_misspelt_global(lua_State *L, const char *code, size_t len, const char *chunkname) {
+    const char *s = code, *e = code + len;
+    trim(&s, &e);
+    if (s == e || !is_name_start((unsigned char)*s)) return 0;
+    for (const char *p = s; p < e; p++)
+        if (!is_name_char((unsigned char)*p)) return 0;
+    if (is_keyword(s, (size_t)(e - s))) return 0;
+    int top = lua_gettop(L);
+    lua_pushcfunction(L, misspelt_k);
+    lua_pushlstring(L, s, (size_t)(e - s));
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TSTRING) {
+        lua_settop(L, top);
+        return 0;
+    }
+    const char *where = chunkname[0] == '=' || chunkname[0] == '@' ? chunkname + 1 : chunkname;
+    const char *hint = lua_tostring(L, -1);
+    const char *name = lua_pushlstring(L, s, (size_t)(e - s));
+    lua_pushfstring(L, "%s:1: global '%s' is nil%s", where, name, hint);
+    lua_pushcclosure(L, raise_upvalue, 1);
+    lua_replace(L, top + 1);
+    lua_settop(L, top + 1);
+    return 1;
+}
+
+int ldist_load_cell(lua_State *L, const char *code, size_t len, const char *chunkname, int *flags) {
+    char shortcut[512];
+    int fl = 0;
+    if (ldist_help_shortcut(code, len, shortcut, sizeof shortcut)) {
+        code = shortcut;
+        len = strlen(shortcut);
+    } else {
+        const char *s = code, *e = code + len;
+        trim(&s, &e);
+        if (s < e && *s == '=') {             /* `=expr`, as in Lua 5.1-5.3 */
+            len -= (size_t)(s + 1 - code);
+            code = s + 1;
+        }
+    }
+    if (ldist_cell_quiet(code, len)) fl |= LDIST_CELL_QUIET;
+    int eof = 0, st;
+    if (push_misspelt_global(L, code, len, chunkname)) {
+        st = LUA_OK;
+    } else {
+        /* a top-level `local` outlives its cell (ldist_keep_top_locals) */
+        char *src = malloc(len + 1);
+        if (!src) {
+            lua_pushliteral(L, "not enough memory");
+            return LUA_ERRMEM;
+        }
+        memcpy(src, code, len);
+        src[len] = '\0';
+        ldist_keep_top_locals(src, len);
+        st = load_steps(L, src, len, chunkname, &eof);
+        free(src);
+    }
+    if (st != LUA_OK && eof) fl |= LDIST_CELL_INCOMPLETE;
+    if (flags) *flags = fl;
+    return st;
 }
 
 /* ---- the state ----------------------------------------------------------- */

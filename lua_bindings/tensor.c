@@ -7,6 +7,7 @@
  */
 #include "lbind.h"
 #include "ld_ops.h"
+#include "ld_ops_index.h"
 #include "ld_autograd.h"
 #include "ld_device.h"
 #include "ld_strategy.h"
@@ -597,24 +598,10 @@ static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) 
 static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
 static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
 static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
-/* min and argmin as max and argmax of -t (one reduction kernel, gradients included) */
-static int t_min(lua_State *L) {
-    int a, k;
-    ld_tensor *t = SELF;
-    reduce_args(L, t, &a, &k);
-    ld_tensor *n = ld_neg(t);
-    lb_push_tensor(L, n, 1);
-    ld_tensor *m = ld_max(n, a, k);
-    lb_push_tensor(L, m, 2);
-    lb_push_tensor(L, ld_neg(m), 2);
-    return 1;
-}
+static int t_min(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_min(t, a, k), 2); return 1; }
 static int t_argmin(lua_State *L) {
     ld_tensor *t = SELF;
-    int axis = check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim);
-    ld_tensor *n = ld_neg(t);
-    lb_push_tensor(L, n, 1);
-    lb_push_tensor(L, ld_argmax(n, axis), 2);
+    lb_push_tensor(L, ld_argmin(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
     return 1;
 }
 static int t_argmax(lua_State *L) {
@@ -623,11 +610,14 @@ static int t_argmax(lua_State *L) {
     return 1;
 }
 
-static int t_index_select(lua_State *L) {
+/* t:gather(indices [, axis=0]), also named index_select */
+static int t_gather(lua_State *L) {
     ld_tensor *t = SELF;
+    if (t->ndim < 1) return luaL_argerror(L, 1, "cannot gather from a scalar");
+    int axis = check_axis_arg(L, 3, 0, t->ndim);
     ld_tensor *idx = to_tensor_on(L, 2, LD_I64, t->storage->device);
     lb_push_tensor(L, idx, 0);
-    lb_push_tensor(L, ld_index_select(t, idx), 2);
+    lb_push_tensor(L, ld_gather(t, idx, axis), 2);
     return 1;
 }
 
@@ -773,20 +763,53 @@ static const char *nonfinite_name(double v) {
     return NULL;
 }
 
-static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width) {
+/* What printing needs to know of a (host) tensor's values. */
+typedef struct {
+    double max, min;   /* largest and smallest nonzero finite magnitude */
+    int neg;           /* a negative value */
+    int named;         /* length of the longest nonfinite name ("-inf": 4) */
+    int finite;        /* a finite value */
+} value_scan;
+
+/* Scan (the first 100000 of) c's values; returns whether they print in
+   scientific notation: PyTorch's rule at 4 decimals, when the nonzero finite
+   magnitudes span more than 3 decades, reach 1e8 or fall below 1e-4 (1e-8
+   would print as 0.0000), as NumPy switches too. */
+static int scan_values(ld_tensor *c, value_scan *vs) {
+    int64_t n = ld_tensor_numel(c);
+    *vs = (value_scan){0, HUGE_VAL, 0, 0, 0};
+    for (int64_t i = 0; i < n && i < 100000; i++) {
+        double v = ld_tensor_get_flat(c, i);
+        const char *name = c->dtype == LD_F32 ? nonfinite_name(v) : NULL;
+        if (name) {
+            if ((int)strlen(name) > vs->named) vs->named = (int)strlen(name);
+            continue;
+        }
+        vs->finite = 1;
+        double a = fabs(v);
+        if (a > vs->max) vs->max = a;
+        if (a > 0 && a < vs->min) vs->min = a;
+        if (v < 0) vs->neg = 1;
+    }
+    return c->dtype == LD_F32 && vs->max > 0 && (vs->max / vs->min > 1000 || vs->max >= 1e8 || vs->min < 1e-4);
+}
+
+/* sci: "%.4e" for every element, when magnitudes span many decades */
+static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width, int sci) {
     char s[64];   /* a float32 is at most 39 digits before the point: "%.4f" fits */
     if (t->dtype == LD_F32) {
         double v = ld_tensor_get_flat(t, i);
         const char *name = nonfinite_name(v);
         if (name) snprintf(s, sizeof s, "%*s", width, name);
-        else snprintf(s, sizeof s, "%*.4f", width, v);
+        else snprintf(s, sizeof s, sci ? "%*.4e" : "%*.4f", width, v);
     } else {
         snprintf(s, sizeof s, "%*lld", width, (long long)ld_tensor_get_flat_int(t, i));
     }
     luaL_addstring(b, s);
 }
 
-static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t *strides, int indent, int width) {
+static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t *strides, int indent, int width,
+                     int sci) {
     const int64_t edge = 3, maxn = 8;
     luaL_addchar(b, '[');
     int64_t n = t->shape[d];
@@ -804,8 +827,8 @@ static void fmt_dims(luaL_Buffer *b, ld_tensor *t, int d, int64_t base, int64_t 
                 for (int k = 0; k < indent + 1; k++) luaL_addchar(b, ' ');
             }
         }
-        if (d + 1 == t->ndim) fmt_elem(b, t, base + i * strides[d], width);
-        else fmt_dims(b, t, d + 1, base + i * strides[d], strides, indent + 1, width);
+        if (d + 1 == t->ndim) fmt_elem(b, t, base + i * strides[d], width, sci);
+        else fmt_dims(b, t, d + 1, base + i * strides[d], strides, indent + 1, width, sci);
     }
     luaL_addchar(b, ']');
 }
@@ -818,31 +841,25 @@ static int t_tostring(lua_State *L) {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     luaL_addstring(&b, "tensor(");
-    if (c->ndim == 0) fmt_elem(&b, c, 0, 0);
+    int64_t n = ld_tensor_numel(c);
+    value_scan vs;
+    int sci = scan_values(c, &vs);
+    double mx = vs.max, mn = vs.min;
+    int neg = vs.neg, named = vs.named, finite = vs.finite;
+    if (c->ndim == 0) fmt_elem(&b, c, 0, 0, sci);
     else {
         int64_t strides[LD_MAX_DIMS], s = 1;
         for (int i = c->ndim - 1; i >= 0; i--) { strides[i] = s; s *= c->shape[i]; }
-        int64_t n = ld_tensor_numel(c);
         /* the column width: digits of the largest finite magnitude (log10
            of inf is no width), a sign, the decimals; wide enough for
-           "-inf" and "nan" where they occur */
-        int width, neg = 0, named = 0, finite = 0;
-        double mx = 0;
-        for (int64_t i = 0; i < n && i < 100000; i++) {
-            double v = ld_tensor_get_flat(c, i);
-            const char *name = c->dtype == LD_F32 ? nonfinite_name(v) : NULL;
-            if (name) {
-                if ((int)strlen(name) > named) named = (int)strlen(name);
-                continue;
-            }
-            finite = 1;
-            if (fabs(v) > mx) mx = fabs(v);
-            if (v < 0) neg = 1;
-        }
-        width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
+           "-inf" and "nan" where they occur. "%.4e": d.dddde+XX (10, more
+           for a 3-digit exponent) and a sign. */
+        int width;
+        if (sci) width = 10 + (mx >= 1e100 || mn < 1e-99) + neg;
+        else width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
         if (!finite || named > width) width = named;
         if (n == 0) luaL_addstring(&b, "[]");
-        else fmt_dims(&b, c, 0, 0, strides, 7, width);
+        else fmt_dims(&b, c, 0, 0, strides, 7, width, sci);
     }
     char tail[256], sh[96];
     ld_shape_str(c, sh, sizeof sh);
@@ -866,6 +883,8 @@ static int t_mimebundle(lua_State *L) {
     snprintf(s, sizeof s, "<div><small>tensor shape=%s dtype=%s device=%s</small><table>",
              c->ndim ? ld_shape_str(c, sh, sizeof sh) : "()", ld_dtype_name(c->dtype), c->storage->device->name);
     luaL_addstring(&b, s);
+    value_scan vs;
+    int sci = scan_values(c, &vs);
     int64_t rows = c->ndim >= 2 ? c->shape[c->ndim - 2] : 1, cols = c->ndim >= 1 ? c->shape[c->ndim - 1] : 1;
     for (int64_t i = 0; i < rows && i < 10; i++) {
         luaL_addstring(&b, "<tr>");
@@ -874,7 +893,7 @@ static int t_mimebundle(lua_State *L) {
                 double v = ld_tensor_get_flat(c, i * cols + j);
                 const char *name = nonfinite_name(v);
                 if (name) snprintf(s, sizeof s, "<td>%s</td>", name);
-                else snprintf(s, sizeof s, "<td>%.4f</td>", v);
+                else snprintf(s, sizeof s, sci ? "<td>%.4e</td>" : "<td>%.4f</td>", v);
             } else {
                 snprintf(s, sizeof s, "<td>%lld</td>", (long long)ld_tensor_get_flat_int(c, i * cols + j));
             }
@@ -972,7 +991,7 @@ static const luaL_Reg methods[] = {
     {"relu", t_relu}, {"sigmoid", t_sigmoid}, {"tanh", t_tanh}, {"gelu", t_gelu}, {"square", t_square},
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
     {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin},
-    {"index_select", t_index_select}, {"gather", t_index_select},
+    {"index_select", t_gather}, {"gather", t_gather},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
     {NULL, NULL}};
 
@@ -1018,12 +1037,17 @@ static const char *const docs[] = {
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, assign, assign_add, assign_sub.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
-    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them.",
-    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them.",
-    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them.",
-    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis.",
-    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them.",
-    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis.",
+    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
+                  "exact (int64 16777217 stays 16777217), wrapping on overflow as TF's does; NaN in gives NaN.",
+    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them. Always float32: an integer tensor's mean\n"
+                   "is its exact sum divided (TF's would truncate to an integer).",
+    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+                  "tensor's is of its dtype).",
+    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis: the first one on ties, the\n"
+                     "first NaN where there is one (NumPy's rule; TF's skips NaN).",
+    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+                  "tensor's is of its dtype).",
+    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis (the first NaN where there is one).",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
     "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"int32\", \"int64\", \"uint8\").\n"
                      "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"

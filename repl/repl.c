@@ -2,11 +2,14 @@
  * repl.c - the interactive loop: read a chunk (one or more lines), run it,
  * print what an expression returned.
  *
- * Input is complete when it compiles either as `return <input>` (an
- * expression, whose values are printed unless the input ends with ';') or as
- * it is (a statement). When either attempt fails only because the input ended
- * early (the message ends in "<eof>", as lua.c checks), another line is read
- * with the secondary prompt; any other syntax error is reported at once.
+ * Input is compiled by ldist_load_cell (lua_bindings/state.c), the Jupyter
+ * kernel's compiler too: `return <input>`, then the last statement as an
+ * expression (`tensor.seed(1); tensor.normal(2, 3)` shows the tensor), then
+ * statements; values are printed unless the input ends with ';'; `?x`,
+ * `x?` and `help x` show help. When an attempt fails only because the input
+ * ended early (the message ends in "<eof>", as lua.c checks), another line
+ * is read with the secondary prompt; any other syntax error is reported at
+ * once.
  *
  * Lines are read with readline's callback interface in a select() loop, so
  * that Ctrl-C at the prompt can drop the line (or an unfinished chunk) without
@@ -37,7 +40,6 @@
 #define REPL_HISTORY_MAX 1000
 #define REPL_PROMPT "> "
 #define REPL_PROMPT2 ">> "
-#define EOFMARK "<eof>"
 
 /* ---- reading lines -------------------------------------------------------- */
 
@@ -173,30 +175,26 @@ static void history_close(void) {
 
 /* ---- chunks ---------------------------------------------------------------- */
 
-static int incomplete(lua_State *L, int status) {
-    if (status == LUA_ERRSYNTAX) {
-        size_t lmsg;
-        const char *msg = lua_tolstring(L, -1, &lmsg);
-        size_t mark = sizeof(EOFMARK) - 1;
-        if (lmsg >= mark && strcmp(msg + lmsg - mark, EOFMARK) == 0) return 1;
-    }
-    return 0;
-}
-
-typedef enum { CHUNK_EXPR, CHUNK_STAT, CHUNK_NONE, CHUNK_EOF } chunk_kind;
+typedef enum { CHUNK_EXPR, CHUNK_NONE, CHUNK_EOF } chunk_kind;
 
 /* Read lines until they form a chunk; leave the compiled function on the
-   stack (CHUNK_EXPR / CHUNK_STAT). *quiet is set when the input ends in ';'.
+   stack (CHUNK_EXPR: whatever it returns is shown). *quiet is set when the
+   input ends in ';'.
    CHUNK_NONE: nothing to run (empty line, Ctrl-C, a syntax error already
    reported). */
 static chunk_kind read_chunk(lua_State *L, int *quiet) {
     const char *p1 = REPL_PROMPT, *p2 = REPL_PROMPT2;
-    if (lua_getglobal(L, "_PROMPT") == LUA_TSTRING) p1 = lua_tostring(L, -1);
-    if (lua_getglobal(L, "_PROMPT2") == LUA_TSTRING) p2 = lua_tostring(L, -1);
+    /* raw reads: an __index on _G (a "strict" module) must not raise here,
+       outside any protected call */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    lua_pushliteral(L, "_PROMPT");
+    if (lua_rawget(L, -2) == LUA_TSTRING) p1 = lua_tostring(L, -1);
+    lua_pushliteral(L, "_PROMPT2");
+    if (lua_rawget(L, -3) == LUA_TSTRING) p2 = lua_tostring(L, -1);
     char pr1[128], pr2[128];
     snprintf(pr1, sizeof pr1, "%s", p1);
     snprintf(pr2, sizeof pr2, "%s", p2);
-    lua_pop(L, 2);
+    lua_pop(L, 3);
 
     char *line;
     int st = read_line(pr1, &line);
@@ -213,43 +211,18 @@ static chunk_kind read_chunk(lua_State *L, int *quiet) {
             lua_pop(L, 1);
             return CHUNK_NONE;
         }
-        if (*q == '=') q++;                       /* `=expr`, as in Lua 5.1-5.3 */
-        size_t n = strlen(q);
-        while (n && isspace((unsigned char)q[n - 1])) n--;
-        *quiet = n && q[n - 1] == ';';
-
-        lua_pushfstring(L, "return %s", q);       /* chunk, "return chunk" */
-        int st_expr = luaL_loadbuffer(L, lua_tostring(L, -1), lua_rawlen(L, -1), "=stdin");
-        if (st_expr == LUA_OK) {
-            lua_remove(L, -2);
+        /* the kernel's compiler too (ldist_load_cell, lua_bindings/state.c) */
+        int flags = 0;
+        int st_load = ldist_load_cell(L, src, strlen(src), "=stdin", &flags);
+        *quiet = (flags & LDIST_CELL_QUIET) != 0;
+        if (st_load == LUA_OK) {
             history_add(src);
             lua_remove(L, -2);
             return CHUNK_EXPR;
         }
-        int expr_incomplete = incomplete(L, st_expr);
-        lua_pop(L, 2);                            /* chunk */
-        /* `local x = 1` typed at the prompt would die with its chunk: the
-           top-level locals become globals (ldist_keep_top_locals, which the
-           kernel's cells share) */
-        size_t slen = strlen(src);
-        char *body = malloc(slen + 1);
-        if (!body) {
-            lua_pop(L, 1);
-            return CHUNK_NONE;
-        }
-        memcpy(body, src, slen + 1);
-        ldist_keep_top_locals(body, slen);
-        int st_stat = luaL_loadbuffer(L, body, slen, "=stdin");
-        free(body);
-        if (st_stat == LUA_OK) {
-            history_add(src);
-            lua_remove(L, -2);
-            *quiet = 1;
-            return CHUNK_STAT;
-        }
-        if (!(expr_incomplete || incomplete(L, st_stat))) {
+        if (!(flags & LDIST_CELL_INCOMPLETE)) {
             history_add(src);                     /* so the typo can be fixed with Up */
-            repl_report(L, st_stat);
+            repl_report(L, st_load);
             lua_pop(L, 1);
             return CHUNK_NONE;
         }

@@ -86,7 +86,6 @@ void cu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemmStridedBatched", st, what);
 }
 
-static int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }
 
 __global__ void k_masked_softmax(float *y, const float *x, int64_t rows, int64_t t, int64_t s, float scale,
                                  int causal, int64_t offset) {

@@ -111,12 +111,15 @@ static inline unsigned cu_grid(int64_t n, int block) {
     if (g > 65536) g = 65536;
     return g < 1 ? 1u : (unsigned)g;
 }
+/* Threads of a block that reduces one row of `cols` values (softmax, norms,
+   cross-entropy): one warp for short rows, up to 512 for long ones. */
+static inline int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }
 #define CU_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
 /* ---- the backend's slots: kernel <name> of the list (ld_kernels.h) is
    cu_<name>, one file per family: cuda_copy.cu (copy_strided, fill),
-   cuda_elementwise.cu (binary, unary, unary_backward, scale_add),
+   cuda_elementwise.cu (binary, unary, unary_backward),
    cuda_reduce.cu (reduce), cuda_gemm.cu (gemm), cuda_softmax.cu (softmax,
    sparse_xent, sparse_xent_backward), cuda_conv.cu (im2col, col2im,
    maxpool, maxpool_backward), cuda_optim.cu (the optimizer updates). */

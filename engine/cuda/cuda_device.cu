@@ -387,6 +387,8 @@ static int plugin_init(const ld_cuda_host *host, char *note, size_t n) {
 
 static const ld_cuda_plugin plugin_table = {
     LD_CUDA_ABI,
+    LD_KERNEL_COUNT,
+    sizeof(ld_backend),
     plugin_init,
     cu_all_reduce,
     cu_nccl_unique_id,

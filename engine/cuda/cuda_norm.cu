@@ -18,7 +18,6 @@
 
 enum { M_SUM = 0, M_SQDEV = 1, M_BN_BWD = 2, M_LN_BWD = 3 };
 
-static int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }
 
 /* part[y][0..c) and part[y][c..2c): the sums of a and b over the rows of chunk y
      M_SUM:    a = x

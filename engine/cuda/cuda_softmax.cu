@@ -9,7 +9,6 @@
  */
 #include "cuda_common.cuh"
 
-static int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >= 256 ? 128 : 32; }
 
 __global__ void k_softmax(float *out, const float *x, int64_t rows, int64_t cols, int lg) {
     __shared__ float shm[32];

@@ -23,7 +23,7 @@
 
 #include "ld_device.h"
 
-#define LD_CUDA_ABI 1                  /* bump when either table changes */
+#define LD_CUDA_ABI 2                  /* bump when either table changes */
 #define LD_NCCL_ID_BYTES 128           /* sizeof(ncclUniqueId) */
 #define LD_CUDA_PLUGIN_FILE "ldist_cuda.so"
 #define LD_CUDA_PLUGIN_SYMBOL "ldist_cuda_plugin"
@@ -41,6 +41,11 @@ typedef struct ld_cuda_host {
    ld_status and leaves a message naming the CUDA/cuBLAS/NCCL call. */
 typedef struct ld_cuda_plugin {
     int abi;                                           /* LD_CUDA_ABI */
+    /* The kernel table the plugin was built against (LD_KERNEL_COUNT slots,
+       sizeof(ld_backend) bytes): a plugin built before a kernel was added
+       would call the wrong slots, so the engine refuses one that differs. */
+    int kernel_count;
+    size_t backend_size;
     /* Ask the driver for GPUs and register cuda:0 .. cuda:N-1 (their streams
        and cuBLAS handles are made on first use). Returns N. With N = 0,
        `note` gets the one-line reason ("no CUDA driver: libcuda.so.1 not

@@ -44,12 +44,6 @@ static void usage(FILE *f) {
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Can a listener bind host:port now? port 0: any; -> the port, or -1 */
 static int try_bind(const struct sockaddr_in *host, int port) {
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -282,7 +276,7 @@ int ld_launch_main(int argc, char **argv) {
                 if (finished < total) fprintf(stderr, "; the others get %.0f s to stop", grace);
                 fputc('\n', stderr);
                 fflush(stderr);
-                deadline = now_s() + grace;
+                deadline = ld_now() + grace;
                 stage = 1;
             }
         }
@@ -294,14 +288,14 @@ int ld_launch_main(int argc, char **argv) {
             /* Ctrl-C on a terminal reaches the workers too (same process
                group); a signal sent to the launcher alone is passed on */
             ld_procs_signal(p, signals_seen > 1 ? SIGKILL : sig == SIGINT ? SIGINT : SIGTERM);
-            if (stage == 0) { stage = 1; deadline = now_s() + 5; }
+            if (stage == 0) { stage = 1; deadline = ld_now() + 5; }
         }
-        if (stage == 1 && finished < total && now_s() > deadline) {
+        if (stage == 1 && finished < total && ld_now() > deadline) {
             fprintf(stderr, "ldist launch: stopping the %d process(es) still running\n", total - finished);
             ld_procs_signal(p, SIGTERM);
             stage = 2;
-            deadline = now_s() + 3;
-        } else if (stage == 2 && finished < total && now_s() > deadline) {
+            deadline = ld_now() + 3;
+        } else if (stage == 2 && finished < total && ld_now() > deadline) {
             ld_procs_signal(p, SIGKILL);
             stage = 3;
         }

@@ -43,12 +43,6 @@ struct ld_procs {
     int rr;                         /* where the round-robin scan starts */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 const char *ld_self_exe(void) {
     static char path[4096];
     if (!path[0]) {
@@ -160,12 +154,12 @@ static void reap(ld_procs *p) {
         pid_t r = waitpid(c->pid, &st, WNOHANG);
         if (r == c->pid) {
             c->reaped = 1;
-            c->reaped_at = now_s();
+            c->reaped_at = ld_now();
             if (WIFSIGNALED(st)) { c->signal = WTERMSIG(st); c->status = 128 + c->signal; }
             else c->status = WEXITSTATUS(st);
         } else if (r < 0 && errno == ECHILD) {
             c->reaped = 1;          /* someone else reaped it */
-            c->reaped_at = now_s();
+            c->reaped_at = ld_now();
             c->status = 255;
         }
     }
@@ -226,7 +220,7 @@ static int pending_event(ld_procs *p, ld_proc_event *ev) {
             }
         }
     }
-    double t = now_s();
+    double t = ld_now();
     for (int i = 0; i < p->n; i++) {
         child *c = &p->c[i];
         /* an exit after the child's last line; a grandchild holding the
@@ -246,11 +240,11 @@ static int pending_event(ld_procs *p, ld_proc_event *ev) {
 }
 
 int ld_procs_poll(ld_procs *p, double timeout, ld_proc_event *ev) {
-    double t0 = now_s();
+    double t0 = ld_now();
     for (;;) {
         reap(p);
         if (pending_event(p, ev)) return 1;
-        double left = timeout < 0 ? 1 : timeout - (now_s() - t0);
+        double left = timeout < 0 ? 1 : timeout - (ld_now() - t0);
         struct pollfd fds[2 * 256];
         stream *ss[2 * 256];
         int nf = 0;
@@ -281,8 +275,8 @@ void ld_procs_free(ld_procs *p, double grace) {
     reap(p);
     if (ld_procs_running(p)) {
         ld_procs_signal(p, SIGTERM);
-        double t0 = now_s();
-        while (ld_procs_running(p) && now_s() - t0 < grace) {
+        double t0 = ld_now();
+        while (ld_procs_running(p) && ld_now() - t0 < grace) {
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
             reap(p);

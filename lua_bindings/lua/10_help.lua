@@ -22,6 +22,140 @@ function ldist.document(obj, names, text)
   end
 end
 
+-- ldist.internal(t, name, ...): names of module t that other prelude files
+-- use but a user has no reason to: completion offers them only when nothing
+-- else matches, and help(t) leaves them out (Python's leading underscore,
+-- for names that must keep theirs).
+local INTERNAL = setmetatable({}, { __mode = "k" })
+function ldist.internal(t, ...)
+  local set = INTERNAL[t] or {}
+  INTERNAL[t] = set
+  for i = 1, select("#", ...) do set[select(i, ...)] = true end
+end
+local function is_internal(t, k) return INTERNAL[t] ~= nil and INTERNAL[t][k] == true end
+
+-- ldist.text(s) -> a Text: a string that the REPL and the notebook show as
+-- it reads (a story, a report), not as a quoted literal with \n escapes.
+-- tostring(t) is the string; string methods work on it (t:find("x")).
+local Text = { __name = "ldist.Text" }
+Text.__index = function(t, k)
+  local f = string[k]
+  if f then return function(self, ...) return f(rawget(self, 1), ...) end end
+end
+Text.__tostring = function(t) return rawget(t, 1) end
+Text.__len = function(t) return #rawget(t, 1) end
+Text.__concat = function(a, b) return tostring(a) .. tostring(b) end
+Text.__eq = function(a, b) return tostring(a) == tostring(b) end
+function ldist.text(s) return setmetatable({ tostring(s) }, Text) end
+ldist._Text = Text
+
+-- ldist.width() -> the columns text may use: the terminal's, 80 when unknown
+-- (a pipe, a file, the notebook), as Python's shutil.get_terminal_size.
+function ldist.width()
+  local cols = ldist.termsize and ldist.termsize()
+  if not cols then cols = tonumber(os.getenv("COLUMNS")) end
+  return (cols and cols >= 20) and math.floor(cols) or 80
+end
+
+-- ldist.wrap(text, width, paragraphs) -> text with every line longer than
+-- width broken at spaces. A continuation is indented as its line's text (a
+-- list "  name  summary" continues under the summary); with `paragraphs`, a
+-- prose line's overflow joins the next line of its paragraph instead of
+-- standing alone (help text); a word longer than the room left is cut, the
+-- one case without a space.
+local function ulen(s) return utf8.len(s) or #s end
+local function usub(s, i, j)   -- characters i..j (1-based; j may be nil)
+  local a = utf8.offset(s, i) or (#s + 1)
+  local b = j and ((utf8.offset(s, j + 1) or (#s + 1)) - 1) or #s
+  return s:sub(a, b)
+end
+function ldist.wrap(text, width, paragraphs)
+  width = math.max(width or ldist.width(), 20)
+  local lines = {}
+  for line in (tostring(text) .. "\n"):gmatch("(.-)\n") do lines[#lines + 1] = line end
+  local out, i = {}, 1
+  while i <= #lines do
+    local line = lines[i]
+    if ulen(line) <= width then
+      out[#out + 1] = line
+    else
+      local lead = #line:match("^%s*")
+      local col = line:match("^%s*%S+%s%s+()")
+      local indent = (col and col - 1 <= width // 2) and col - 1 or lead
+      if indent > width // 2 then indent = 0 end   -- each piece must leave room for text
+      local rest = line
+      while ulen(rest) > width do
+        local floor = (#out > 0 and rest ~= line) and indent or lead
+        local cut
+        for k = width + 1, floor + 2, -1 do
+          if usub(rest, k, k) == " " then cut = k; break end
+        end
+        if cut then
+          out[#out + 1] = (usub(rest, 1, cut - 1):gsub("%s+$", ""))
+          rest = (" "):rep(indent) .. usub(rest, cut + 1):gsub("^%s+", "")
+        elseif indent > lead then   -- a long word: continue under the text's start instead
+          indent = lead
+          rest = (" "):rep(indent) .. rest:gsub("^%s+", "")
+        else
+          out[#out + 1] = usub(rest, 1, width)
+          rest = (" "):rep(indent) .. usub(rest, width + 1)
+        end
+      end
+      local nxt = lines[i + 1]
+      if paragraphs and not col and nxt and nxt:match("%S") and #nxt:match("^%s*") == lead and not nxt:match("^%s*[-*%d]")
+          and not line:match("^%s*[%w_.:]+%(.*%)%s*$") then
+        lines[i + 1] = rest .. " " .. nxt:gsub("^%s+", "")   -- the paragraph goes on
+      else
+        out[#out + 1] = rest
+      end
+    end
+    i = i + 1
+  end
+  return table.concat(out, "\n")
+end
+
+-- ldist.page(text): print text wrapped to the terminal; through $PAGER
+-- (else `less -R`) when it is longer than the terminal and the output is
+-- one, as IPython pages long help.
+function ldist.page(text)
+  local cols, rows = nil, nil
+  if ldist.termsize then cols, rows = ldist.termsize() end
+  text = ldist.wrap(text, ldist.width(), true)
+  local tty = ldist.isatty and ldist.isatty(io.stdout) and ldist.isatty(0)
+  if tty and rows and select(2, text:gsub("\n", "")) + 1 >= rows then
+    local pager = os.getenv("PAGER")
+    if not pager or pager == "" then pager = "less -R" end
+    io.stdout:flush()
+    local p = io.popen(pager, "w")
+    if p then
+      p:write(text, "\n")
+      if p:close() ~= nil then return end
+    end
+  end
+  print(text)
+end
+
+ldist.document(ldist.internal, "ldist.internal", [[
+ldist.internal(module, name, ...)
+Mark names of a module as internal: Tab offers them only when nothing else
+matches, and help(module) does not list them.]])
+ldist.document(ldist.text, "ldist.text", [[
+ldist.text(s) -> Text
+A string shown as it reads (strategy:explain() returns one): tostring(t) is
+the string, and string methods work on it (t:find("x")).]])
+ldist.document(ldist.width, "ldist.width", [[
+ldist.width() -> columns
+The width printed text may use: the terminal's, else $COLUMNS, else 80.]])
+ldist.document(ldist.wrap, "ldist.wrap", [==[
+ldist.wrap(text [, width [, paragraphs]]) -> text
+Break every line longer than width (ldist.width()) at spaces; continuation
+lines are indented as the line's text; with paragraphs, an overflow joins
+the next line of its paragraph.]==])
+ldist.document(ldist.page, "ldist.page", [[
+ldist.page(text)
+Print text wrapped to the terminal; when it is longer than the terminal and
+the output is one, through $PAGER (else less -R), as IPython pages help.]])
+
 -- ---- names ------------------------------------------------------------------
 
 local STDLIBS = { "string", "table", "math", "io", "os", "coroutine", "utf8", "debug", "package" }
@@ -228,7 +362,7 @@ end
 local function member_list(t, prefix, sep)
   local names = {}
   for k in next, t do
-    if type(k) == "string" and not k:match("^_") then names[#names + 1] = k end
+    if type(k) == "string" and not k:match("^_") and not is_internal(t, k) then names[#names + 1] = k end
   end
   table.sort(names)
   local width = 0
@@ -359,13 +493,13 @@ end
 
 function ldist.help(...)
   if select("#", ...) == 0 then
-    print(overview())
+    ldist.page(overview())
     return
   end
   local x = ...
   local text = ldist.doc_text(x)
   if text then
-    print(text)
+    ldist.page(text)
   elseif type(x) == "string" then
     print(("No documentation for %q. help() lists the modules."):format(x))
   else
@@ -450,15 +584,18 @@ local function members(v, want_methods)
 end
 
 -- Names starting with "_" are private (or Lua's own, _G, _ENV): offered
--- only once the user has typed the "_".
-local function sorted_matches(set, partial, prefix)
-  local out = {}
+-- only once the user has typed the "_". Names of `owner` marked internal
+-- (ldist.internal) are offered only when nothing else matches.
+local function sorted_matches(set, partial, prefix, owner)
+  local out, inner = {}, {}
   local private_ok = partial:sub(1, 1) == "_"
   for k in pairs(set) do
     if k:sub(1, #partial) == partial and (private_ok or k:sub(1, 1) ~= "_") then
-      out[#out + 1] = prefix .. k
+      local list = owner ~= nil and is_internal(owner, k) and inner or out
+      list[#list + 1] = prefix .. k
     end
   end
+  if #out == 0 then out = inner end
   table.sort(out)
   return out
 end
@@ -580,7 +717,7 @@ function ldist.complete(line)
   end
   local v = resolve_chain(path)
   if v == nil then return {}, start, "expr" end
-  return sorted_matches(members(v, sep == ":"), partial, path .. sep), start, "expr"
+  return sorted_matches(members(v, sep == ":"), partial, path .. sep, v), start, "expr"
 end
 
 -- ---- "did you mean" ------------------------------------------------------------
@@ -617,6 +754,14 @@ local function closest(name, set)
     end
   end
   return best
+end
+
+-- ldist._closest(name, list) -> the closest name of a list, or nil (the
+-- layers' "unknown option" errors, lua_bindings/nn.c)
+function ldist._closest(name, list)
+  local set = {}
+  for _, k in ipairs(list) do set[k] = true end
+  return closest(name, set)
 end
 
 -- Names a misspelt global could have meant: the globals and the locals and
@@ -757,7 +902,7 @@ tdoc("log", "t:log() -> the natural logarithm of t, element-wise.")
 tdoc("sqrt", "t:sqrt() -> the square root of t, element-wise.")
 tdoc("square", "t:square() -> t * t, element-wise.")
 tdoc("pow", "t:pow(p) -> t ^ p, element-wise.")
-tdoc("relu", "t:relu() -> max(t, 0), element-wise.")
+tdoc("relu", "t:relu() -> max(t, 0), element-wise (NaN stays NaN, as tf.nn.relu).")
 tdoc("sigmoid", "t:sigmoid() -> 1 / (1 + e^-t), element-wise.")
 tdoc("tanh", "t:tanh() -> the hyperbolic tangent of t, element-wise.")
 tdoc("gelu", "t:gelu() -> the GELU activation of t, element-wise.")
@@ -767,8 +912,9 @@ tdoc("add", "t:add(u) -> t + u (broadcasting; u a tensor or a number).")
 tdoc("sub", "t:sub(u) -> t - u (broadcasting; u a tensor or a number).")
 tdoc("mul", "t:mul(u) -> t * u, element-wise (broadcasting; u a tensor or a number).")
 tdoc("div", "t:div(u) -> t / u, element-wise (broadcasting; u a tensor or a number).")
-tdoc("maximum", "t:maximum(u) -> the element-wise larger of t and u (broadcasting).")
-tdoc("minimum", "t:minimum(u) -> the element-wise smaller of t and u (broadcasting).")
+tdoc("maximum", "t:maximum(u) -> the element-wise larger of t and u (broadcasting; NaN where either is NaN,\n" ..
+  "as tf.maximum, so t:maximum(lo):minimum(hi) clips as tf.clip_by_value does).")
+tdoc("minimum", "t:minimum(u) -> the element-wise smaller of t and u (broadcasting; NaN where either is NaN).")
 tdoc("eq", "t:eq(u) -> 1 where t == u, else 0 (a float32 mask; broadcasting).")
 tdoc("gt", "t:gt(u) -> 1 where t > u, else 0 (a float32 mask; broadcasting).")
 tdoc("lt", "t:lt(u) -> 1 where t < u, else 0 (a float32 mask; broadcasting).")
@@ -781,8 +927,11 @@ tdoc("numel", "t:numel() -> the number of elements.")
 tdoc("size", "t:size() -> the shape as a table {d1, d2, ...} (t.shape).")
 tdoc("permute", "t:permute(a0, a1, ...) -> t with its axes in that order (from 0).")
 tdoc("transpose", "t:transpose() -> t with its last two axes swapped (t.T for a matrix).")
-tdoc("gather", "t:gather(indices [, axis=0]) -> the slices of t at `indices` (a 1-d int64 tensor) along axis.")
-tdoc("index_select", "t:index_select(indices [, axis=0]) -> the slices of t at `indices` (a 1-d int64 tensor) along axis.")
+tdoc("gather", "t:gather(indices [, axis=0]) -> the slices of t at `indices` along axis, as tf.gather:\n" ..
+  "indices (int32/int64, a table or a tensor of any shape; negative ones from the end) give the\n" ..
+  "shape t.shape[:axis] + indices.shape + t.shape[axis+1:]. An axis or index out of range is an\n" ..
+  "error. A float t gets a gradient (the slices' gradients added where they came from).")
+tdoc("index_select", "t:index_select(indices [, axis=0]) -> t:gather(indices, axis) (PyTorch's name).")
 tdoc("tolist", "t:tolist() -> t as nested Lua tables of numbers (t:totable()).")
 
 -- data
@@ -799,9 +948,14 @@ M["Model:build"] = "model:build(input_shape)\n\nCreate the weights for inputs of
 M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
-loss (an object or a name) and the metrics for fit and evaluate, as Keras's.]]
+loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
+metrics for fit and evaluate, as Keras's.
+A model of several outputs takes a loss per output (a list, or a table keyed by the
+output layers' names; one loss is used for every output), loss_weights (the same
+shapes) and metrics per output ({out_a = {"accuracy"}} or a list of lists); fit then
+logs loss, <output>_loss and <output>_<metric>, as Keras.]]
 M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
-M["Model:summary_text"] = "model:summary_text() -> the text model:summary() shows (layers, output shapes, parameters)."
+M["Model:summary_text"] = "model:summary_text([width]) -> the text model:summary() shows (layers, output shapes, parameters), at most width columns (80)."
 M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ...), as Keras's get_config."
 M["metrics.CategoricalAccuracy"] = "metrics.CategoricalAccuracy([name])\n\nHow often argmax(predictions) equals argmax(one-hot labels)."
 M["metrics.BinaryAccuracy"] = "metrics.BinaryAccuracy([name])\n\nHow often (prediction > 0.5) equals the 0/1 label."
@@ -809,6 +963,9 @@ M["callbacks.ProgbarLogger:set_params"] = "(the callback protocol) fit tells the
 M["callbacks.ProgbarLogger:on_epoch_begin"] = "(the callback protocol) a new bar for the epoch."
 M["callbacks.ProgbarLogger:on_train_batch_end"] = "(the callback protocol) the bar moves on, with the running means."
 M["callbacks.ProgbarLogger:on_epoch_end"] = "(the callback protocol) the bar's final line, with the epoch's logs."
+M["callbacks.History:set_params"] = "(the callback protocol) fit's params (epochs, steps, verbose) become h.params."
+M["callbacks.History:on_train_begin"] = "(the callback protocol) h.epoch starts empty for this fit; h.history keeps its lists (Keras's)."
+M["callbacks.History:on_epoch_end"] = "(the callback protocol) the epoch's logs are appended to h.history, the epoch to h.epoch."
 
 -- display, comm, progress
 M["display.html"] = "display.html(s) -> a value shown as HTML in a notebook (its text in a terminal).\n  display(display.html(\"<b>hi</b>\"))"

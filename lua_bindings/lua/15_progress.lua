@@ -97,55 +97,110 @@ local function draw_bar(frac, width, unicode)
   return "[" .. ("="):rep(full) .. ">" .. ("."):rep(width - full - 1) .. "]"
 end
 
--- progress.format(state, {unicode=bool, width=n, no_rate=bool}) -> one line of text.
--- state: title, done, total (or nil), elapsed, rate, eta, values, finished, unit.
-function progress.format(state, opts)
-  opts = opts or {}
+-- The pieces of a bar's line: the head (title, count, bar, time, rate) and
+-- the values ("loss: 0.5123"), each a string. opts as progress.format's.
+local function pieces(state, opts)
   local unit = state.unit or "step"
-  local parts = {}
-  if state.title and state.title ~= "" then parts[#parts + 1] = state.title end
+  local head = {}
+  if state.title and state.title ~= "" then head[#head + 1] = state.title end
   if state.total and state.total > 0 then
     local w = #tostring(state.total)
-    parts[#parts + 1] = ("%" .. w .. "d/%d"):format(state.done, state.total)
-    parts[#parts + 1] = draw_bar(state.done / state.total, opts.width or 30, opts.unicode)
+    head[#head + 1] = ("%" .. w .. "d/%d"):format(state.done, state.total)
+    local bw = opts.width or 30
+    if bw > 0 then head[#head + 1] = draw_bar(state.done / state.total, bw, opts.unicode) end
   else
-    parts[#parts + 1] = ("%d %s"):format(state.done, plural(unit))
+    head[#head + 1] = ("%d %s"):format(state.done, plural(unit))
   end
   if state.finished or not state.total then
-    parts[#parts + 1] = fmt_time(state.elapsed)
+    head[#head + 1] = fmt_time(state.elapsed)
   else
-    parts[#parts + 1] = fmt_time(state.elapsed) .. "<" .. fmt_time(state.eta)
+    head[#head + 1] = fmt_time(state.elapsed) .. "<" .. fmt_time(state.eta)
   end
   local rate = not opts.no_rate and fmt_rate(state.rate, unit)
-  if rate then parts[#parts + 1] = rate end
+  if rate then head[#head + 1] = rate end
+  local vals = {}
   for _, p in ipairs(ordered_values(state.values)) do
-    parts[#parts + 1] = ("%s: %s"):format(p[1], fmt_value(p[2]))
+    vals[#vals + 1] = ("%s: %s"):format(p[1], fmt_value(p[2]))
   end
-  return table.concat(parts, "  ")
+  return head, vals
+end
+
+-- progress.format(state, {unicode=bool, width=n, no_rate=bool, sep="  "}) -> one line of text.
+-- state: title, done, total (or nil), elapsed, rate, eta, values, finished, unit.
+-- width is the bar's (0: no bar).
+function progress.format(state, opts)
+  opts = opts or {}
+  local head, vals = pieces(state, opts)
+  for _, v in ipairs(vals) do head[#head + 1] = v end
+  return table.concat(head, opts.sep or "  ")
+end
+
+local function ulen(s) return utf8.len(s) or #s end
+
+-- progress.lines(state, {unicode=, width=}, columns) -> the lines a bar
+-- shows in `columns` (ldist.width() when nil): one line when it fits,
+-- narrowing the bar (to 5 cells), then with single spaces; never a number.
+-- When the values cannot share the line, they go on the lines below it,
+-- two spaces in, as many per line as fit.
+function progress.lines(state, opts, n)
+  opts = opts or {}
+  n = n or (ldist.width and ldist.width()) or 80
+  local bw = opts.width or 30
+  local function line_with(w, no_rate, sep)
+    return progress.format(state, { unicode = opts.unicode, width = w, no_rate = no_rate, sep = sep })
+  end
+  for _, sep in ipairs({ "  ", " " }) do
+    local line = line_with(bw, false, sep)
+    local over = ulen(line) - n
+    if over <= 0 then return { line } end
+    if state.total and bw - over >= 5 then return { line_with(bw - over, false, sep) } end
+  end
+  -- the head on its line (its bar as wide as fits, none below 5; the rate
+  -- only when the line holds it), the values below
+  local function head_line(w, no_rate)
+    return table.concat((pieces(state, { unicode = opts.unicode, width = w, no_rate = no_rate })), " ")
+  end
+  local no_rate = ulen(head_line(0, false)) > n
+  local head = head_line(0, no_rate)
+  local room = n - ulen(head) - 3            -- a separator and the bar's two ends
+  if state.total and room >= 5 then head = head_line(math.min(bw, room), no_rate) end
+  if ulen(head) > n then head = head:sub(1, (utf8.offset(head, n + 1) or (n + 1)) - 1) end
+  local out, cur = { head }, nil
+  local _, vals = pieces(state, opts)
+  for _, v in ipairs(vals) do
+    if cur and ulen(cur) + 2 + ulen(v) <= n then
+      cur = cur .. "  " .. v
+    else
+      if cur then out[#out + 1] = cur end
+      cur = "  " .. v
+    end
+  end
+  if cur then out[#out + 1] = cur end
+  return out
 end
 
 -- ---- the default backend: a terminal, or plain lines --------------------------
 
--- The line for a terminal n columns wide: a narrower bar first, then cut
--- (UTF-8 aware).
-local function fit_line(state, opts, n)
-  local function len(s) return utf8.len(s) or #s end
-  local function try(no_rate)
-    local o = { unicode = opts.unicode, width = opts.width or 30, no_rate = no_rate }
-    local line = progress.format(state, o)
-    local over = n and len(line) - n or 0
-    if over > 0 and state.total then
-      o.width = math.max(10, o.width - over)
-      line = progress.format(state, o)
-    end
-    return line
+-- Draw lines in place of the bar._drawn lines drawn before (the cursor
+-- goes up to the first of them; each line is cleared to its end).
+local function redraw(bar, lines, final)
+  local f = bar.file
+  local up = (bar._drawn or 1) - 1
+  f:write("\r", up > 0 and ("\27[%dF"):format(up) or "")
+  for i, l in ipairs(lines) do
+    f:write(l, "\27[K", (i < #lines or final) and "\n" or "")
   end
-  local line = try(false)
-  if not n or len(line) <= n then return line end
-  line = try(true)
-  if len(line) <= n then return line end
-  local cut = utf8.offset(line, n + 1) or (n + 1)
-  return line:sub(1, cut - 1)
+  -- what a taller drawing left below: cleared
+  if not final and (bar._drawn or 1) > #lines then f:write("\27[J") end
+  bar._drawn = #lines
+  f:flush()
+end
+
+-- the columns a bar may fill on this terminal (one short of its width: a
+-- full line would wrap the cursor on some terminals)
+local function tty_columns()
+  local cols = ldist.termsize and ldist.termsize()
+  return cols and math.max(cols - 1, 20) or nil
 end
 
 progress.terminal = {
@@ -160,29 +215,24 @@ progress.terminal = {
     if bar._tty then
       if t - bar._last_draw < 0.1 and state.done ~= state.total then return end
       bar._last_draw = t
-      local cols = ldist.termsize and ldist.termsize()
-      local line = fit_line(state, { unicode = bar._unicode, width = bar.width }, cols and cols - 1)
-      bar.file:write("\r", line, "\27[K")
-      bar.file:flush()
+      redraw(bar, progress.lines(state, { unicode = bar._unicode, width = bar.width }, tty_columns()), false)
     elseif state.total and state.total > 0 and state.elapsed >= 2 then
       -- a slow run into a log: one line per 10% of the way
       local frac = state.done / state.total
       if frac >= bar._next_mark and frac < 1 then
         bar._next_mark = math.floor(frac * 10 + 1e-9) / 10 + 0.1
-        bar.file:write(progress.format(state, { width = bar.width }), "\n")
+        bar.file:write(table.concat(progress.lines(state, { width = bar.width }), "\n"), "\n")
         bar.file:flush()
       end
     end
   end,
   finish = function(bar, state)
     if bar._tty then
-      local cols = ldist.termsize and ldist.termsize()
-      local line = fit_line(state, { unicode = bar._unicode, width = bar.width }, cols and cols - 1)
-      bar.file:write("\r", line, "\27[K\n")
+      redraw(bar, progress.lines(state, { unicode = bar._unicode, width = bar.width }, tty_columns()), true)
     else
-      bar.file:write(progress.format(state, { width = bar.width }), "\n")
+      bar.file:write(table.concat(progress.lines(state, { width = bar.width }), "\n"), "\n")
+      bar.file:flush()
     end
-    bar.file:flush()
   end,
 }
 progress.backend = progress.terminal
@@ -193,7 +243,7 @@ progress.backend = progress.terminal
 -- ignore update_display_data show only a bar's first state otherwise.
 progress.plain = {
   finish = function(bar, state)
-    bar.file:write(progress.format(state, { width = bar.width }), "\n")
+    bar.file:write(table.concat(progress.lines(state, { width = bar.width }), "\n"), "\n")
     bar.file:flush()
   end,
 }
@@ -276,9 +326,15 @@ it is drawn; ldist.progress.style = "text" (or LDIST_PROGRESS=text in the
 environment) prints only each bar's final line, for front ends that ignore
 display updates such as `jupyter console`.]]
 ldist.docs[progress.format] = [[
-ldist.progress.format(state, {unicode = false, width = 30, no_rate = false}) -> string
+ldist.progress.format(state, {unicode = false, width = 30, no_rate = false, sep = "  "}) -> string
 The one line of text a bar shows for `state` (title, done, total, elapsed,
-rate, eta, values, finished, unit), as bar:state() returns it.]]
+rate, eta, values, finished, unit), as bar:state() returns it; width is the
+bar's (0: none).]]
+ldist.docs[progress.lines] = [[
+ldist.progress.lines(state, {unicode = false, width = 30}, columns) -> {line, ...}
+What a bar shows in `columns` (ldist.width() when nil): one line when it
+fits, with a narrower bar, single spaces; otherwise the values go on the
+lines below. Numbers are never cut.]]
 ldist.docs[progress] = [[
 progress bars (model:fit uses them): progress.new{total=, title=}, progress.style
 ldist.progress.new{total = N, title = "..."} makes a bar (bar:update, bar:finish).

@@ -142,7 +142,9 @@ end
 
 local function progress_bundle(bar, state)
   local P = ldist.progress
-  local line = P.format(state, { unicode = true, width = bar.width })
+  -- the lines a terminal of ldist.width() columns shows (80 here): the
+  -- output area does not scroll sideways to reach val_loss
+  local line = table.concat(P.lines(state, { unicode = true, width = bar.width }), "\n")
   local html = html_escape(line)
   if state.total and state.total > 0 then
     local tag = ('<progress value="%d" max="%d" style="width:%dch;vertical-align:middle"></progress>')

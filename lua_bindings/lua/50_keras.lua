@@ -172,8 +172,8 @@ doc(metrics.Accuracy, "metrics.Accuracy", "metrics.Accuracy(name): the same as S
 local function make_metric(m, loss)
   if type(m) == "table" and m.update_state then return m end
   if m == "accuracy" or m == "acc" then
-    if loss and loss.sparse then return metrics.SparseCategoricalAccuracy("accuracy") end
-    if loss and loss.name == "binary_crossentropy" then return metrics.BinaryAccuracy("accuracy") end
+    if type(loss) == "userdata" and loss.sparse then return metrics.SparseCategoricalAccuracy("accuracy") end
+    if type(loss) == "userdata" and loss.name == "binary_crossentropy" then return metrics.BinaryAccuracy("accuracy") end
     return metrics.CategoricalAccuracy("accuracy")
   end
   if m == "sparse_categorical_accuracy" then return metrics.SparseCategoricalAccuracy(m) end
@@ -193,6 +193,198 @@ local loss_by_name = {
 }
 local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RMSprop" }
 
+---------------------------------------------------------------- several inputs and outputs
+-- Values that are a tensor or a table of them (a model's several inputs or
+-- outputs: a list, or a table keyed by name). The strategies use these too
+-- (ldist._nest), so one place knows how such a value is sliced and joined.
+local nest = {}
+ldist._nest = nest
+local function is_pr(v) local d = ldist.distribute; return d ~= nil and d.is_per_replica(v) end
+function nest.map(v, f)
+  if v == nil or tensor.is_tensor(v) or type(v) ~= "table" or is_pr(v) then return v ~= nil and f(v) or nil end
+  local r = {}
+  for k, x in pairs(v) do r[k] = nest.map(x, f) end
+  return r
+end
+function nest.first(v)
+  if tensor.is_tensor(v) or type(v) ~= "table" or is_pr(v) then return v end
+  if v[1] ~= nil then return nest.first(v[1]) end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys[1] ~= nil and nest.first(v[keys[1]]) or nil
+end
+-- rows of the batch: the first dimension of its first tensor
+function nest.rows(v)
+  local t = nest.first(v)
+  if not tensor.is_tensor(t) then return t and t.global_batch end   -- split over a strategy's replicas
+  return t.ndim > 0 and t.shape[1] or 1
+end
+-- parts (a list of values of one structure) joined along the first axis
+function nest.concat(parts)
+  local p1 = parts[1]
+  if tensor.is_tensor(p1) then return #parts == 1 and p1 or tensor.concat(parts, 0) end
+  local r = {}
+  for k in pairs(p1) do
+    local ks = {}
+    for i, p in ipairs(parts) do ks[i] = p[k] end
+    r[k] = nest.concat(ks)
+  end
+  return r
+end
+
+-- the names of a Functional model's inputs (or outputs: their layers'
+-- names, Keras's output_names) when it has several; nil otherwise
+local function io_names(model, which)
+  local g = model._graph
+  if not g or not (which == "inputs" and g.multi_in or which == "outputs" and g.multi_out) then return nil end
+  local names = {}
+  for i, t in ipairs(g[which]) do names[i] = which == "inputs" and t.name or t._layer.name end
+  return names
+end
+Model._io_names = io_names
+
+-- v (a batch's x or y) as the model takes it: the list in the order of
+-- names, from a list or a table keyed by the names (Keras's dicts)
+local function in_order(v, names, what, fname)
+  if names == nil or v == nil then return v end
+  if tensor.is_tensor(v) or is_pr(v) or type(v) ~= "table" then
+    error(("bad argument to '%s' (the model has %d %s (%s): give %s as a list of %d tensors or a table keyed by those " ..
+      "names, not a %s)"):format(fname, #names, what, table.concat(names, ", "), what == "inputs" and "x" or "y",
+      #names, tensor.is_tensor(v) and "single tensor" or type(v)), 0)
+  end
+  if v[1] ~= nil then
+    if #v ~= #names then
+      error(("bad argument to '%s' (%d %s given for a model of %d: %s)"):format(fname, #v, what, #names,
+        table.concat(names, ", ")), 0)
+    end
+    return v
+  end
+  local out, known = {}, {}
+  for i, n in ipairs(names) do
+    known[n] = true
+    out[i] = v[n]
+    if out[i] == nil then
+      error(("bad argument to '%s' (no value for %s '%s'; the model's %s are %s)"):format(fname,
+        what == "inputs" and "input" or "output", n, what, table.concat(names, ", ")), 0)
+    end
+  end
+  for k in pairs(v) do
+    if not known[k] then
+      error(("bad argument to '%s' (%s has no %s named '%s'; they are %s)"):format(fname, "the model",
+        what == "inputs" and "input" or "output", tostring(k), table.concat(names, ", ")), 0)
+    end
+  end
+  return out
+end
+
+-- compile's loss for a model of several outputs (keras/src/trainers/
+-- compile_utils.py, CompileLoss): loss_weights[i] * loss_i(y[i], pred[i], w)
+-- summed over the outputs that have a loss. The training step in C calls it
+-- under its tape (nn.c, lua_step_loss).
+local CompiledLoss = { __name = "ldist.CompiledLoss" }
+CompiledLoss.__index = CompiledLoss
+function CompiledLoss.__call(c, y, pred, w)
+  local total
+  for _, e in ipairs(c.entries) do
+    local l = e.loss(y[e.index], pred[e.index], w)
+    if e.weight ~= 1 then l = l * e.weight end
+    total = total and total + l or l
+  end
+  return total
+end
+CompiledLoss.__tostring = function(c)
+  local parts = {}
+  for _, e in ipairs(c.entries) do parts[#parts + 1] = ("%s: %s x %s"):format(e.name, tostring(e.weight), tostring(e.loss)) end
+  return "<CompiledLoss " .. table.concat(parts, ", ") .. ">"
+end
+
+local function is_loss(v) return type(v) == "userdata" and getmetatable(v) and getmetatable(v).__name == "ldist.Loss" end
+
+-- one output's loss as compile was given it: a name or a Loss
+local function one_loss(l, where)
+  if type(l) == "string" then
+    local f = loss_by_name[l]
+    if not f then error(("bad argument #1 to 'compile' (unknown loss '%s'%s)"):format(l, where), 4) end
+    return f()
+  end
+  if not is_loss(l) then
+    error(("bad argument #1 to 'compile' (%sa loss name or a losses.* object expected, got %s)"):format(
+      where ~= "" and where:sub(3) .. ": " or "", type(l)), 4)
+  end
+  return l
+end
+
+-- per output: something given as a list (one per output) or a table keyed by
+-- the output names; returns a table index -> value (missing outputs: nil)
+local function per_output(v, names, what)
+  local r = {}
+  if v[1] ~= nil or next(v) == nil then
+    if #v ~= #names then
+      error(("bad argument #1 to 'compile' (%s has %d entries for a model of %d outputs (%s))"):format(what, #v,
+        #names, table.concat(names, ", ")), 4)
+    end
+    for i = 1, #names do r[i] = v[i] end
+    return r
+  end
+  local index = {}
+  for i, n in ipairs(names) do index[n] = i end
+  for k, x in pairs(v) do
+    if not index[k] then
+      error(("bad argument #1 to 'compile' (%s names output '%s', which the model does not have; its outputs are %s)")
+        :format(what, tostring(k), table.concat(names, ", ")), 4)
+    end
+    r[index[k]] = x
+  end
+  return r
+end
+
+-- compile{loss=, loss_weights=, metrics=} for a model of several outputs:
+-- the CompiledLoss, the metrics (each named "<output>_<metric>" and reading
+-- its output) and the per-output loss trackers ("<output>_loss"), as Keras
+local function compile_outputs(self, opts, names)
+  local lt = opts.loss
+  local losses_ = {}
+  if type(lt) == "table" then losses_ = per_output(lt, names, "loss")
+  else for i = 1, #names do losses_[i] = lt end end          -- one loss for every output, as Keras
+  local weights = opts.loss_weights and per_output(opts.loss_weights, names, "loss_weights") or {}
+  local c = setmetatable({ entries = {}, names = names }, CompiledLoss)
+  for i, n in ipairs(names) do
+    if losses_[i] ~= nil then
+      local w = weights[i] == nil and 1 or weights[i]
+      if type(w) ~= "number" then
+        error(("bad argument #1 to 'compile' (loss_weights for '%s' is a %s, a number expected)"):format(n, type(w)), 3)
+      end
+      c.entries[#c.entries + 1] = { index = i, name = n, weight = w, loss = one_loss(losses_[i], " for output '" .. n .. "'") }
+    end
+  end
+  if #c.entries == 0 then error("bad argument #1 to 'compile' (no output has a loss)", 3) end
+  local ms = {}
+  local mt = opts.metrics
+  if mt ~= nil and next(mt) ~= nil then
+    if mt[1] ~= nil and type(mt[1]) ~= "table" or (mt[1] ~= nil and getmetatable(mt[1]) and mt[1].update_state) then
+      error(("bad argument #1 to 'compile' (metrics for a model of %d outputs: a list of lists, one per output " ..
+        "({{\"accuracy\"}, {}}), or a table keyed by the output names ({%s = {\"accuracy\"}}))"):format(#names, names[1]), 3)
+    end
+    local per = per_output(mt, names, "metrics")
+    for i, n in ipairs(names) do
+      local list = per[i]
+      if list ~= nil and (type(list) ~= "table" or list.update_state) then list = { list } end
+      local loss_i
+      for _, e in ipairs(c.entries) do if e.index == i then loss_i = e.loss end end
+      for _, m in ipairs(list or {}) do
+        local base = make_metric(m, loss_i)
+        -- a view of the metric with Keras's name, reading output i
+        local v = setmetatable({ name = n .. "_" .. base.name, _output = i, _base = base },
+          { __index = base, __tostring = getmetatable(base).__tostring })
+        v:reset_state()
+        ms[#ms + 1] = v
+      end
+    end
+  end
+  return c, ms
+end
+
 function Model:compile(opts)
   if type(opts) ~= "table" then error("bad argument #1 to 'compile' (table expected)", 2) end
   local opt = opts.optimizer or "adam"
@@ -202,14 +394,35 @@ function Model:compile(opts)
     opt = ldist.optim[k]()
   end
   local loss = opts.loss
-  if type(loss) == "string" then
-    local f = loss_by_name[loss]
-    if not f then error(("bad argument #1 to 'compile' (unknown loss '%s')"):format(loss), 2) end
-    loss = f()
-  end
   if loss == nil then error("bad argument #1 to 'compile' (loss is required)", 2) end
+  local names = io_names(self, "outputs")
+  if not names and type(loss) == "table" and not is_loss(loss) then
+    -- a subclassed model's outputs have no names: a list of losses, one per output
+    if loss[1] == nil then
+      error("bad argument #1 to 'compile' (a loss keyed by output names needs a Functional model of several outputs)", 2)
+    end
+    names = {}
+    for i = 1, #loss do names[i] = "output_" .. i end
+  end
   local ms = {}
-  for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
+  if names then
+    loss, ms = compile_outputs(self, opts, names)
+  else
+    if type(loss) == "string" then
+      local f = loss_by_name[loss]
+      if not f then error(("bad argument #1 to 'compile' (unknown loss '%s')"):format(loss), 2) end
+      loss = f()
+    end
+    if not is_loss(loss) and type(loss) ~= "function" then
+      error(("bad argument #1 to 'compile' (loss must be a name, a losses.* object or a function(y_true, y_pred), " ..
+        "got %s)"):format(type(loss)), 2)
+    end
+    if opts.loss_weights ~= nil then
+      error("bad argument #1 to 'compile' (loss_weights weighs the losses of a model of several outputs; " ..
+        "this model has one)", 2)
+    end
+    for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
+  end
   self._optimizer, self._loss, self._metrics = opt, loss, ms
   self._compiled = true
   -- a model made outside any scope but compiled inside one trains under that
@@ -222,7 +435,7 @@ function Model:compile(opts)
     end
     d._on_model_created(self)
   end
-  return self
+  -- nothing returned, as Keras: the prompt echoes nothing
 end
 
 local function check_compiled(self, what)
@@ -231,19 +444,35 @@ local function check_compiled(self, what)
   end
 end
 
--- Accept a Dataset, or (x, y) tensors with opts.batch_size (Keras' arrays;
+-- x (or y) given as arrays: a tensor, or a plain table of them (several
+-- inputs or outputs: a list, or keyed by name)
+local function is_arrays(v)
+  return tensor.is_tensor(v) or (type(v) == "table" and getmetatable(v) == nil and tensor.is_tensor(nest.first(v)))
+end
+
+-- Accept a Dataset, or (x, y) arrays with opts.batch_size (Keras' arrays;
 -- opts.sample_weight a third component); shuffle: shuffle the rows first.
+-- Several inputs or outputs make nested elements {{xa, xb}, {ya, yb}}.
 local function as_dataset(x, y, opts, shuffle)
-  if tensor.is_tensor(x) then
+  if is_arrays(x) then
     local w = opts.sample_weight
     local ds = ldist.data.Dataset.from_tensor_slices(y and (w and { x, y, w } or { x, y }) or { x })
-    if shuffle then ds = ds:shuffle(x.shape[1], { seed = opts.seed }) end
+    if shuffle then ds = ds:shuffle(nest.rows(x), { seed = opts.seed }) end
     return ds:batch(opts.batch_size or 32)
   end
   return x
 end
 
-Model._as_dataset = as_dataset
+-- fit(x, y, opts) or fit(ds, opts): is v (the second argument) the options?
+local data_keys = { sample_weight = true }
+local function is_options(v)
+  if type(v) ~= "table" or tensor.is_tensor(v) or is_pr(v) then return false end
+  if v[1] ~= nil then return not is_arrays(v[1]) end
+  for k in pairs(v) do if type(k) == "string" and not data_keys[k] and not tensor.is_tensor(v[k]) then return true end end
+  return not is_arrays(v)
+end
+
+Model._as_dataset, Model._is_arrays = as_dataset, is_arrays
 
 local function progress(total, title)
   if ldist.progress and ldist.progress.new then
@@ -266,22 +495,79 @@ local function batch_xy(batch)
   return batch[1], batch[2], batch[3]
 end
 
+-- the per-output loss trackers of a model of several outputs ("<output>_loss",
+-- Keras's unweighted loss of each output, averaged over the rows)
+local function output_losses(model)
+  local outs = {}
+  if getmetatable(model._loss) == CompiledLoss then
+    for _, e in ipairs(model._loss.entries) do outs[#outs + 1] = { e = e, m = metrics.Mean(e.name .. "_loss") } end
+  end
+  return outs
+end
+-- a step's metrics and per-output losses, from its targets and predictions
+-- (a list per output for a model of several outputs)
+local function update_outputs(ms, outs, y, pred, w, rows)
+  for _, m in ipairs(ms) do
+    if m._output then m:update_state(y[m._output], pred[m._output]) else m:update_state(y, pred) end
+  end
+  for _, o in ipairs(outs) do
+    local yi, pi = y[o.e.index], pred[o.e.index]
+    if pi.device ~= yi.device then pi = pi:to(yi.device) end
+    local wi = w
+    if wi ~= nil and wi.device ~= yi.device then wi = wi:to(yi.device) end
+    o.m:update_state(o.e.loss(yi, pi, wi):item(), rows)
+  end
+end
+-- the logs: loss, <output>_loss, the metrics
+local function epoch_logs(loss_m, outs, ms)
+  local logs = { loss = loss_m:result() }
+  for _, o in ipairs(outs) do logs[o.m.name] = o.m:result() end
+  for _, m in ipairs(ms) do logs[m.name] = m:result() end
+  return logs
+end
+
+-- For a strategy with its own fit loop (82_parameter_server.lua): the
+-- epoch's metrics and per-output losses from each step's targets and
+-- predictions, and the epoch's logs for its loss.
+function Model:_epoch_tracker()
+  local outs = output_losses(self)
+  for _, m in ipairs(self._metrics) do m:reset_state() end
+  return {
+    want_pred = #self._metrics > 0 or #outs > 0,
+    update = function(y, pred, w, rows) update_outputs(self._metrics, outs, y, pred, w, rows) end,
+    logs = function(loss_value)
+      local logs = epoch_logs(metrics.Mean("loss"), outs, self._metrics)
+      logs.loss = loss_value
+      return logs
+    end,
+  }
+end
+-- a batch's x and y in the model's input and output order (lists), as fit takes them
+function Model:_batch_in_order(x, y, fname)
+  local out_names = getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
+  return in_order(x, io_names(self, "inputs"), "inputs", fname), in_order(y, out_names, "outputs", fname)
+end
+
 -- Keras's class_weight: each example weighs class_weight[its class] (every
--- class in the data must have one); with sample weights too, the product.
+-- class in the data must have one). Together with sample weights (sample_weight=
+-- or a dataset's third component) it is refused, as Keras 3 refuses it: the
+-- product ldist used to take is not what a Keras user's code would get.
 -- y may be split over a strategy's replicas (a PerReplica value).
+local CW_AND_SW = "bad argument to 'fit' (you cannot give class_weight and sample_weight at the same time, as in " ..
+  "Keras 3: fold the class weights into the sample weights)"
 local function class_weights(cw, y, w)
+  if w ~= nil then error(CW_AND_SW, 0) end
   local d = ldist.distribute
   if d and d.is_per_replica(y) then
     local vals = {}
     for r, yr in ipairs(y.values) do
-      vals[r] = class_weights(cw, yr, w and (d.is_per_replica(w) and w.values[r] or w) or nil)
+      vals[r] = class_weights(cw, yr, nil)
     end
     return d.PerReplica(vals, y.global_batch, y.offsets)
   end
   local labels = y
   if labels.ndim > 1 and labels.shape[labels.ndim] > 1 then labels = labels:argmax(-1) end
   local ids = labels:cpu():reshape({ labels:numel() }):totable()
-  local ws = w and w:cpu():reshape({ w:numel() }):totable() or nil
   local out = {}
   for i, c in ipairs(ids) do
     c = math.tointeger(c)
@@ -289,22 +575,26 @@ local function class_weights(cw, y, w)
     if cwc == nil then
       error(("bad argument to 'fit' (class_weight has no weight for class %s, which is in the data)"):format(tostring(c)), 0)
     end
-    out[i] = cwc * (ws and ws[i] or 1)
+    out[i] = cwc
   end
   local t = #out > 0 and tensor.new(out) or tensor.zeros(0)
   return t.device == y.device and t or t:to(y.device)
 end
 
 
-local function count_rows(t)
-  if not tensor.is_tensor(t) then return t.global_batch end   -- split over a strategy's replicas
-  return t.ndim > 0 and t.shape[1] or 1
-end
+local count_rows = nest.rows
 
 -- the options fit knows; anything else is an error naming it
 local fit_options = { epochs = true, batch_size = true, validation_data = true, verbose = true, callbacks = true,
   steps_per_epoch = true, shuffle = true, seed = true, initial_epoch = true, sample_weight = true, class_weight = true,
-  validation_split = true, validation_freq = true }
+  validation_split = true, validation_freq = true, validation_steps = true }
+-- steps_per_epoch, validation_steps, evaluate's steps: nil or a positive integer
+local function check_steps(v, name, fname, level)
+  if v ~= nil and not (math.tointeger(v) and v > 0) then
+    error(("bad argument to '%s' (%s must be a positive integer, got %s)"):format(fname, name, tostring(v)), level)
+  end
+end
+
 local function check_fit_options(opts)
   for k in pairs(opts) do
     if not fit_options[k] then
@@ -314,6 +604,7 @@ local function check_fit_options(opts)
       error(("bad argument to 'fit' (unknown option '%s'; options: %s)"):format(tostring(k), table.concat(known, ", ")), 3)
     end
   end
+  for _, k in ipairs { "steps_per_epoch", "validation_steps" } do check_steps(opts[k], k, "fit", 4) end
   local vf = opts.validation_freq
   if vf ~= nil then
     local good = math.tointeger(vf) and vf > 0
@@ -330,6 +621,7 @@ local function check_fit_options(opts)
   if vs ~= nil and not (type(vs) == "number" and vs >= 0 and vs < 1) then
     error(("bad argument to 'fit' (validation_split must be a number in [0, 1), got %s)"):format(tostring(vs)), 3)
   end
+  if opts.class_weight ~= nil and opts.sample_weight ~= nil then error(CW_AND_SW, 3) end
   local ie = opts.initial_epoch
   if ie ~= nil and not (math.tointeger(ie) and ie >= 0) then
     error(("bad argument to 'fit' (initial_epoch must be a non-negative integer, got %s)"):format(tostring(ie)), 3)
@@ -343,23 +635,96 @@ end
 local function split_validation(x, y, opts)
   local vs = opts.validation_split
   if not vs or vs == 0 or opts.validation_data ~= nil then return x, y, opts end
-  if not tensor.is_tensor(x) then
+  if not is_arrays(x) then
     error("bad argument to 'fit' (validation_split is only supported for tensors, as in Keras; " ..
       "a Dataset cannot be split: pass validation_data)", 3)
   end
-  local n = x.shape[1]
+  local n = nest.rows(x)
   local split_at = math.floor(n * (1.0 - vs))
   if split_at == 0 or split_at == n then
     error(("bad argument to 'fit' (training data contains %d samples, which is not sufficient to split it into " ..
       "a validation and training set as specified by validation_split=%s)"):format(n, tostring(vs)), 3)
   end
-  local function part(t, a, b) if t == nil then return nil end return t:slice(0, a, b) end
+  local function part(t, a, b) return nest.map(t, function(u) return u:slice(0, a, b) end) end   -- each input / output
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
   o.validation_split = nil
   o.sample_weight = part(opts.sample_weight, 0, split_at)
   o.validation_data = { part(x, split_at, n), part(y, split_at, n), part(opts.sample_weight, split_at, n) }
   return part(x, 0, split_at), part(y, 0, split_at), o
+end
+
+-- Keras's EpochIterator (keras/src/trainers/epoch_iterator.py): one data
+-- iterator for a whole fit (and one for its validation). Without steps, each
+-- epoch reads the data from the start to its end. With steps (steps_per_epoch,
+-- validation_steps), the iterator goes on where the last epoch stopped, so a
+-- repeated dataset is read on, not started again; a finite dataset starts
+-- again once it has handed out all its batches (Keras cuts the epoch that
+-- reaches its end short, with "ran out of data", and so does this).
+-- open() -> next (called with no argument: a batch or nil), closer or nil.
+local EpochIter = { __name = "ldist.EpochIterator" }
+EpochIter.__index = EpochIter
+local function epoch_iterator(ds, steps, open)
+  local card = type(ds) ~= "function" and ds.cardinality and ds:cardinality() or -2
+  return setmetatable({ ds = ds, steps = steps, open = open, seen = 0,
+    num_batches = math.tointeger(card) and card >= 0 and card or nil }, EpochIter)
+end
+function EpochIter:close()
+  local c = self.closer
+  self.next, self.closer, self.seen = nil, nil, 0
+  if c ~= nil then
+    local mt = getmetatable(c)
+    if type(mt) == "table" and mt.__close then mt.__close(c) end
+  end
+end
+local function ran_out(self)
+  if self.steps and not self.warned then
+    self.warned = true
+    io.stderr:write("Your input ran out of data; interrupting training. Make sure that your dataset or generator can " ..
+      "generate at least `steps_per_epoch * epochs` batches. You may need to use the `:repeat_()` function when " ..
+      "building your dataset.\n")
+  end
+end
+-- the batches of the next epoch, as a function for a generic for
+function EpochIter:epoch()
+  if not self.steps or self.next == nil or (self.num_batches and self.seen >= self.num_batches) then
+    self:close()
+    self.next, self.closer = self.open(self.ds)
+  end
+  local step, carried = 0, self.seen > 0
+  return function()
+    if self.steps and step >= self.steps then return nil end
+    if self.num_batches and self.seen >= self.num_batches then ran_out(self); return nil end
+    local b = self.next and self.next()
+    if b == nil and step == 0 and carried then
+      -- a dataset of unknown length ended exactly where the last epoch
+      -- stopped: this epoch reads it again from the start
+      self:close()
+      self.next, self.closer = self.open(self.ds)
+      b = self.next()
+    end
+    if b == nil then
+      if self.steps and step < self.steps then ran_out(self) end
+      self:close()
+      return nil
+    end
+    step, self.seen = step + 1, self.seen + 1
+    return b
+  end
+end
+
+-- a dataset's batches in order: a Dataset's ds:iter() (a to-be-closed
+-- iterator), or a for-loop iterable (a Lua function or an object with __call,
+-- as BackupAndRestore's resumed dataset), or a Lua object's iter()
+local function open_batches(ds)
+  local mt = type(ds) == "table" and getmetatable(ds)
+  local callable = type(ds) == "function" or (type(mt) == "table" and mt.__call ~= nil)
+  if not callable and type(ds.iter) == "function" then
+    local f, s, c, closer = ds:iter()
+    return function() local b = f(s, c); c = b; return b end, closer
+  end
+  local prev
+  return function() prev = ds(nil, prev); return prev end, nil
 end
 
 -- Keras's Trainer._should_eval: validation_freq counts epochs from 1
@@ -384,7 +749,7 @@ Model._strategy_of = strategy_of
 -- model:fit(x, y, {batch_size=32, epochs=1, ...})
 function Model:fit(x, y, opts)
   check_compiled(self, "fit")
-  if type(y) == "table" and not tensor.is_tensor(y) and opts == nil then opts, y = y, nil end
+  if opts == nil and is_options(y) then opts, y = y, nil end
   opts = opts or {}
   if type(opts) ~= "table" then error(("bad argument to 'fit' (options table expected, got %s)"):format(type(opts)), 2) end
   check_fit_options(opts)
@@ -418,7 +783,7 @@ local function fit_interrupted(model, callbacks, epoch, epochs, step, total)
     if type(cb) == "table" and type(cb.bar) == "table" and cb.bar.finish then pcall(cb.bar.finish, cb.bar) end
   end
   local done = 0
-  for _, v in pairs(model.history or {}) do done = math.max(done, #v) end
+  for _, v in pairs(model.history and model.history.history or {}) do done = math.max(done, #v) end
   local msg = ("interrupted: fit stopped in epoch %d/%d at step %d%s; model.history holds the %d %s done"):format(
     epoch + 1, epochs, step, total and ("/" .. total) or "", done, done == 1 and "epoch" or "epochs")
   error(setmetatable({ message = msg }, INTERRUPT_MT), 0)
@@ -429,12 +794,23 @@ function Model:_fit_loop(x, y, opts, strategy)
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
   local initial = opts.initial_epoch or 0
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then
+  if type(val) == "table" and getmetatable(val) == nil and is_arrays(val[1]) then
     -- validation sample weights are val[3], never the training ones
     val = as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
   local total = opts.steps_per_epoch or (ds.cardinality and ds:cardinality()) or nil
   if total and total < 0 then total = nil end
+  -- one iterator for the whole fit (Keras's EpochIterator): with
+  -- steps_per_epoch, each epoch reads on where the last one stopped. A
+  -- strategy may split the batches over its replicas as it gathers them.
+  local batches = epoch_iterator(ds, opts.steps_per_epoch, function(d)
+    if strategy and strategy._fit_batches then
+      local sf, _, _, sit = strategy:_fit_batches(d)
+      if sf then return sf, sit end
+    end
+    return open_batches(d)
+  end)
+
   -- Keras's CallbackList: the user's callbacks, then the progress bar (a
   -- ProgbarLogger, unless one is given); the history is recorded after them
   -- all, so what a callback adds to the logs (learning_rate) is in it.
@@ -444,20 +820,25 @@ function Model:_fit_loop(x, y, opts, strategy)
     if getmetatable(cb) == ldist.callbacks._ProgbarLogger then has_bar = true end
   end
   if verbose ~= 0 and not has_bar then callbacks[#callbacks + 1] = ldist.callbacks.ProgbarLogger() end
+  -- Keras's History callback comes last (the user's own, when the list has
+  -- one); model.history is it from the start and fills epoch by epoch, so
+  -- an error or an interrupt in a later epoch keeps the epochs done
+  local history
+  for _, cb in ipairs(callbacks) do if getmetatable(cb) == ldist.callbacks._History then history = cb end end
+  if not history then history = ldist.callbacks.History(); callbacks[#callbacks + 1] = history end
   local params = { epochs = epochs, steps = total, verbose = verbose }
   for _, cb in ipairs(callbacks) do if type(cb.set_params) == "function" then cb:set_params(params) end end
-  -- model.history fills epoch by epoch (Keras's History callback), so an
-  -- error or an interrupt in a later epoch keeps the epochs done
-  local history = {}
   self.history = history
   local loss_obj, opt = self._loss, self._optimizer
+  local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end
   -- epochs are numbered from 0, as Keras's callbacks see them (the bar shows epoch + 1)
   for epoch = initial, epochs - 1 do
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(epoch, self) end end
-    local loss_m = metrics.Mean("loss")
+    local loss_m, outs = metrics.Mean("loss"), output_losses(self)
     for _, m in ipairs(self._metrics) do m:reset_state() end
+    local want_pred = #self._metrics > 0 or #outs > 0
     local step = 0
     -- A step's loss and predictions are read one step late: the next step is
     -- issued first, so a strategy whose devices queue work keeps them busy
@@ -466,32 +847,31 @@ function Model:_fit_loop(x, y, opts, strategy)
     local function settle(p)
       local lv = type(p.lv) == "function" and p.lv() or p.lv
       loss_m:update_state(lv, p.n)
-      if #self._metrics > 0 then
+      if want_pred then
         local pred = type(p.pred) == "function" and p.pred() or p.pred
-        local yb = p.by
-        if not tensor.is_tensor(yb) then yb = strategy:gather(yb) end   -- split over the replicas
-        for _, m in ipairs(self._metrics) do m:update_state(yb, pred) end
+        local yb, wb = p.by, p.bw
+        if is_pr(yb) then yb = strategy:gather(yb) end   -- split over the replicas
+        if is_pr(wb) then wb = strategy:gather(wb) end
+        update_outputs(self._metrics, outs, yb, pred, wb, p.n)
       end
       -- Keras's batch logs: the running means so far in the epoch
-      local vals = { loss = loss_m:result() }
-      for _, m in ipairs(self._metrics) do vals[m.name] = m:result() end
+      local vals = epoch_logs(loss_m, outs, self._metrics)
       -- Keras's batch argument: the batch's index in the epoch, from 0
       for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step - 1, vals, self) end end
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
-    -- a strategy may split the batches over its replicas as it gathers them
-    local batches, closer = ds, nil
-    if strategy and strategy._fit_batches then
-      local sf, _, _, sit = strategy:_fit_batches(ds)
-      if sf then batches, closer = sf, sit end
-    end
     local ok, err = pcall(function()
-      for batch in batches, nil, nil, closer do
+      for batch in batches:epoch() do
         local bx, by, bw = batch_xy(batch)
-        if opts.class_weight then bw = class_weights(opts.class_weight, by, bw) end
+        bx, by = in_order(bx, in_names, "inputs", "fit"), in_order(by, out_names, "outputs", "fit")
+        if opts.class_weight then
+          if out_names then error("bad argument to 'fit' (class_weight is for a model of one output, as in Keras; " ..
+            "give sample weights instead)", 0) end
+          bw = class_weights(opts.class_weight, by, bw)
+        end
         local lv, pred
         if strategy and strategy.train_step then
-          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, #self._metrics > 0, bw)
+          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, want_pred, bw)
         else
           lv, pred = self:train_step(bx, by, loss_obj, opt, bw)
         end
@@ -502,30 +882,26 @@ function Model:_fit_loop(x, y, opts, strategy)
           -- after that batch; the step issued since is not counted
           if self.stop_training then pending = nil; break end
         end
-        pending = { lv = lv, pred = pred, by = by, n = count_rows(bx), step = step }
+        pending = { lv = lv, pred = pred, by = by, bw = bw, n = count_rows(bx), step = step }
         if self.stop_training then break end
-        if opts.steps_per_epoch and step >= opts.steps_per_epoch then break end
       end
       if pending then settle(pending); pending = nil end
     end)
     if strategy and strategy._fit_end then strategy:_fit_end() end
     if not ok then
+      batches:close()
       if is_interrupt(err) then fit_interrupted(self, callbacks, epoch, epochs, step, total) end
       error(err, 0)
     end
-    local logs = { loss = loss_m:result() }
-    for _, m in ipairs(self._metrics) do logs[m.name] = m:result() end
+    local logs = epoch_logs(loss_m, outs, self._metrics)
     if val and should_eval(epoch, opts.validation_freq) then
-      local r = self:evaluate(val, { verbose = 0 })
+      local r = self:_evaluate_batches(val, opts.validation_steps)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(epoch, logs, self) end end
-    for k, v in pairs(logs) do
-      history[k] = history[k] or {}
-      table.insert(history[k], v)
-    end
     if self.stop_training then break end
   end
+  batches:close()
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(self) end end
   self.history = history
   return history
@@ -534,36 +910,25 @@ doc(Model.fit, "Model:fit",
   "model:fit(dataset, {epochs=1, validation_data=, verbose=1, callbacks=, steps_per_epoch=})\n" ..
   "model:fit(x, y, {batch_size=32, epochs=1, shuffle=true, ...})\n\n" ..
   "Train the compiled model; each step runs in C. Shows a progress bar per epoch and returns\n" ..
-  "the history: {loss={...}, accuracy={...}, val_loss={...}, ...} (Keras' history.history).\n" ..
+  "a callbacks.History (Keras's): h.history = {loss={...}, accuracy={...}, val_loss={...}, ...}, h.epoch\n" ..
+  "(the epochs run, from 0), h.params = {epochs=, steps=, verbose=}; h.loss is h.history.loss.\n" ..
   "Options: epochs, batch_size, shuffle, seed, steps_per_epoch, verbose, callbacks, initial_epoch\n" ..
   "(fit runs epochs initial_epoch .. epochs-1), validation_data={x, y[, w]} or a Dataset,\n" ..
   "validation_split (the LAST fraction of x/y, before shuffling, as Keras), validation_freq\n" ..
-  "(validate every n epochs, or a list of 1-based epochs), sample_weight, class_weight.\n" ..
+  "(validate every n epochs, or a list of 1-based epochs), validation_steps, sample_weight, class_weight\n" ..
+  "(not both, as Keras 3).\n" ..
+  "With steps_per_epoch each epoch reads on where the last one stopped, as Keras's: a repeated\n" ..
+  "dataset is not started again; a finite one starts again once read through. Each validation\n" ..
+  "reads validation_steps batches from the start of the validation data (Keras's too).\n" ..
   "Callbacks see Keras's epoch numbers, from 0: on_epoch_begin(epoch), on_epoch_end(epoch, logs).")
 
--- model:evaluate(dataset | x, y, {batch_size=, verbose=}) -> {loss=, <metric>=}
+-- model:evaluate(dataset | x, y, {batch_size=, verbose=, steps=}) -> {loss=, <metric>=}
 function Model:evaluate(x, y, opts)
   check_compiled(self, "evaluate")
-  if type(y) == "table" and not tensor.is_tensor(y) and opts == nil then opts, y = y, nil end
+  if opts == nil and is_options(y) then opts, y = y, nil end
   opts = opts or {}
-  local ds = as_dataset(x, y, opts, false)
-  local loss_m = metrics.Mean("loss")
-  local ms = {}
-  for i, m in ipairs(self._metrics) do
-    ms[i] = setmetatable({}, { __index = m }); ms[i]:reset_state()
-  end
-  local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
-  for batch in ds do
-    local bx, by, bw = batch_xy(batch)
-    if dev and bx.device ~= dev then bx, by = bx:to(dev), by:to(dev) end
-    local pred = self(bx, { training = false })
-    -- with sample weights, each batch's weighted loss (sum w*l / rows), the
-    -- batches averaged by their rows: Keras's evaluate
-    loss_m:update_state(self._loss(by, pred, bw):item(), count_rows(bx))
-    for _, m in ipairs(ms) do m:update_state(by, pred) end
-  end
-  local r = { loss = loss_m:result() }
-  for _, m in ipairs(ms) do r[m.name] = m:result() end
+  check_steps(opts.steps, "steps", "evaluate", 3)
+  local r = self:_evaluate_batches(as_dataset(x, y, opts, false), opts.steps)
   if (opts.verbose or 0) ~= 0 then
     local parts = {}
     for k, v in pairs(r) do parts[#parts + 1] = ("%s: %.4f"):format(k, v) end
@@ -572,23 +937,72 @@ function Model:evaluate(x, y, opts)
   end
   return r
 end
+
+-- the loss and metrics over a dataset, or its first `steps` batches
+-- (evaluate, and fit's validation: Keras reads the validation data from its
+-- start every time, validation_steps batches of it)
+function Model:_evaluate_batches(ds, steps)
+  local batches = epoch_iterator(ds, steps, open_batches)
+  local ok, r = pcall(self._evaluate_epoch, self, batches)
+  batches:close()
+  if not ok then error(r, 0) end
+  return r
+end
+function Model:_evaluate_epoch(batches)
+  local loss_m, outs = metrics.Mean("loss"), output_losses(self)
+  local ms = {}
+  for i, m in ipairs(self._metrics) do
+    ms[i] = setmetatable({}, { __index = m }); ms[i]:reset_state()
+  end
+  local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
+  local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
+  local function to_dev(t) return t.device ~= dev and t:to(dev) or t end
+  for batch in batches:epoch() do
+    local bx, by, bw = batch_xy(batch)
+    bx, by = in_order(bx, in_names, "inputs", "evaluate"), in_order(by, out_names, "outputs", "evaluate")
+    if dev then bx, by, bw = nest.map(bx, to_dev), nest.map(by, to_dev), nest.map(bw, to_dev) end
+    local pred = self(bx, { training = false })
+    -- with sample weights, each batch's weighted loss (sum w*l / rows), the
+    -- batches averaged by their rows: Keras's evaluate
+    local rows = count_rows(bx)
+    loss_m:update_state(self._loss(by, pred, bw):item() + self:_regularization_loss(), rows)
+    update_outputs(ms, outs, by, pred, bw, rows)
+  end
+  return epoch_logs(loss_m, outs, ms)
+end
 doc(Model.evaluate, "Model:evaluate",
-  "model:evaluate(dataset | x, y, {batch_size=32, verbose=0})\n\nLoss and metrics over the data: {loss=, accuracy=}.")
+  "model:evaluate(dataset | x, y, {batch_size=32, verbose=0, steps=})\n\nLoss and metrics over the data: {loss=, accuracy=}.\n" ..
+  "steps: read only that many batches (needed for a repeated dataset), as Keras.")
 
 -- model:predict(x | dataset, {batch_size=32}) -> predictions for every row
+-- (a list of them, one per output, for a model of several outputs)
 function Model:predict(x, opts)
   opts = opts or {}
   local parts = {}
-  if tensor.is_tensor(x) then
-    local n, bs = x.shape[1], opts.batch_size or 256
-    for s = 0, n - 1, bs do parts[#parts + 1] = self(x:slice(0, s, s + bs), { training = false }) end
+  local in_names = io_names(self, "inputs")
+  if is_arrays(x) then
+    x = in_order(x, in_names, "inputs", "predict")
+    local n, bs = nest.rows(x), opts.batch_size or 256
+    for s = 0, n - 1, bs do
+      parts[#parts + 1] = self(nest.map(x, function(t) return t:slice(0, s, s + bs) end), { training = false })
+    end
   else
-    for batch in x do parts[#parts + 1] = self((batch_xy(batch)), { training = false }) end
+    local batches = epoch_iterator(x, opts.steps, open_batches)
+    local ok, err = pcall(function()
+      for batch in batches:epoch() do
+        local bx = batch_xy(batch)
+        parts[#parts + 1] = self(in_order(bx, in_names, "inputs", "predict"), { training = false })
+      end
+    end)
+    batches:close()
+    if not ok then error(err, 0) end
   end
   if #parts == 0 then error("predict: no data", 2) end
-  return #parts == 1 and parts[1] or tensor.concat(parts, 0)
+  return nest.concat(parts)
 end
-doc(Model.predict, "Model:predict", "model:predict(x | dataset, {batch_size=256})\n\nThe model's outputs for every row, in inference mode.")
+doc(Model.predict, "Model:predict", "model:predict(x | dataset, {batch_size=256, steps=})\n\nThe model's outputs for every row, in inference mode\n" ..
+  "(a list, one per output, for a model of several outputs; x a list or a table keyed by the\n" ..
+  "input names for a model of several inputs).")
 
 -- model:summary() shows the table (text on a terminal, an HTML table in the
 -- notebook) and returns nothing, as Keras does; model:summary_text() gives the text.
@@ -598,7 +1012,7 @@ Summary.__tostring = function(s) return s.text end
 local function html_escape(x) return (x:gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
 function Summary.__mimebundle(s)
   local rows = {}
-  for line in s.text:gmatch("[^\n]+") do
+  for line in (s.wide or s.text):gmatch("[^\n]+") do
     local name, shape, params = line:match("^(%S+ %b())%s+(%(.-%)%S*)%s+(%d+)$")
     if not name then name, shape, params = line:match("^(%S+ %b())%s+(%?)%s+(%d+)$") end
     if name then
@@ -645,7 +1059,10 @@ doc(Model.set_weights, "Model:set_weights", "model:set_weights(list)\n\nWrite th
   "copy gets them (Keras's set_weights).")
 
 function Model:summary()
-  local s = setmetatable({ text = self:summary_text() }, Summary)
+  -- the terminal's width (80 when unknown); the notebook's table reads the
+  -- one-line-per-layer text of a wide one
+  local s = setmetatable({ text = self:summary_text(ldist.width and ldist.width() or 80), wide = self:summary_text(1000) },
+    Summary)
   if ldist.display then ldist.display(s) else io.write(s.text) end
 end
 doc(Model.summary, "Model:summary", "model:summary()\n\nShow the layers, their output shapes and parameter counts\n" ..
@@ -785,6 +1202,64 @@ doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
   "weights when training ends, stopped or not. cb.stopped_epoch is the epoch it stopped at\n" ..
   "(Keras's number, from 0; 0 when it did not stop), cb.best and cb.best_epoch the best value\n" ..
   "and its epoch (from 0).")
+
+-- callbacks.History: Keras's (keras/src/callbacks/history.py). fit adds one
+-- (after the other callbacks, so what they add to the logs is in it) and
+-- returns it. h.history[k] lists the value of k per epoch; h.epoch the
+-- epochs run (from 0); h.params what fit told the callbacks. h.loss reads
+-- h.history.loss and pairs(h) goes over h.history, so code that took fit's
+-- result as the table of lists (ldist before it had the object) keeps working.
+local History = { __name = "ldist.callbacks.History" }
+callbacks._History = History
+History.__index = function(h, k)
+  local m = History[k]
+  if m ~= nil then return m end
+  local hist = rawget(h, "history")
+  return hist and hist[k]
+end
+-- pairs(h) goes over h.history, as over the table fit returned before
+History.__pairs = function(h) return next, rawget(h, "history") or {}, nil end
+History.__tostring = function(h)
+  local keys = {}
+  for k in pairs(h.history) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return ("<History: %d epochs of %s>"):format(#h.epoch, #keys > 0 and table.concat(keys, ", ") or "nothing")
+end
+-- the history of a fit run elsewhere (its plain lists), as a History
+function History._of(hist, params, epochs)
+  local h = setmetatable({ history = hist or {}, epoch = {}, params = params or {} }, History)
+  if epochs then h.epoch = epochs
+  else
+    local n, first = 0, params and params.initial_epoch or 0
+    for _, v in pairs(h.history) do n = math.max(n, #v) end
+    for i = 1, n do h.epoch[i] = first + i - 1 end
+  end
+  return h
+end
+function callbacks.History(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #1 to 'History' (table or nothing expected, got %s)"):format(type(opts)), 2)
+  end
+  return setmetatable({ history = {}, epoch = {}, params = {} }, History)
+end
+function History:set_params(p) rawset(self, "params", p) end
+function History:on_train_begin(model) rawset(self, "epoch", {}); rawset(self, "model", model) end
+function History:on_epoch_end(epoch, logs, model)
+  local ep = rawget(self, "epoch")
+  ep[#ep + 1] = epoch
+  local hist = rawget(self, "history")
+  for k, v in pairs(logs or {}) do
+    hist[k] = hist[k] or {}
+    table.insert(hist[k], v)
+  end
+  if model then model.history = self end
+end
+doc(callbacks.History, "callbacks.History",
+  "callbacks.History()\n\nWhat model:fit returns (and leaves in model.history), as Keras's: h.history = {loss={...},\n" ..
+  "val_loss={...}, ...} (a list per key, one value per epoch), h.epoch = the epochs run (from 0),\n" ..
+  "h.params = {epochs=, steps=, verbose=}. h.loss is h.history.loss, pairs(h) goes over h.history.\n" ..
+  "fit adds one after the other\n" ..
+  "callbacks; give your own in callbacks= to keep it (it is then the one returned).")
 
 function callbacks.LambdaCallback(fns) return fns end
 doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",

@@ -358,6 +358,48 @@ end
 nn._describe_metrics, nn._build_metrics, nn._build_loss, nn._build_optimizer =
   describe_metrics, build_metrics, build_loss, build_optimizer
 
+-- compile's loss and metrics as data (model:save, a LocalCluster's workers),
+-- and back as compile's arguments. A model of several outputs has a loss,
+-- a weight and metrics per output (50_keras.lua's CompiledLoss).
+local function is_compiled_loss(l) return type(l) == "table" and getmetatable(l).__name == "ldist.CompiledLoss" end
+function nn._describe_compile(model)
+  local l = model._loss
+  if not is_compiled_loss(l) then
+    return { loss = ldist.losses._config(l), metrics = describe_metrics(model._metrics) }
+  end
+  local outs, ms = {}, {}
+  for i, e in ipairs(l.entries) do
+    outs[i] = { index = e.index, name = e.name, weight = e.weight, loss = ldist.losses._config(e.loss) }
+  end
+  for i, m in ipairs(model._metrics) do
+    local d = describe_metrics({ m._base or m })[1]
+    d.output = m._output
+    ms[i] = d
+  end
+  return { loss = { outputs = outs, n = #l.names }, metrics = ms }
+end
+function nn._compile_args(model, c)
+  if not c.loss.outputs then return { loss = build_loss(c.loss), metrics = build_metrics(c.metrics) } end
+  -- by name for a Functional model, by position for a subclass (its outputs have no names)
+  local named = Model._io_names(model, "outputs") ~= nil
+  local loss, weights, ms = {}, {}, {}
+  for _, o in ipairs(c.loss.outputs) do
+    local k = named and o.name or o.index
+    loss[k], weights[k] = build_loss(o.loss), o.weight
+  end
+  if not named then for i = 1, c.loss.n do ms[i] = {} end end
+  for _, d in ipairs(c.metrics) do
+    local k
+    for _, o in ipairs(c.loss.outputs) do if o.index == d.output then k = named and o.name or o.index end end
+    if k == nil then   -- a metric on an output without a loss: its name is the metric's prefix
+      k = named and Model._io_names(model, "outputs")[d.output] or d.output
+    end
+    ms[k] = ms[k] or {}
+    table.insert(ms[k], build_metrics({ d })[1])
+  end
+  return { loss = loss, loss_weights = weights, metrics = ms }
+end
+
 -- The state that makes a model go on as if it never stopped: every weight
 -- (trainable or not), the optimizer's slots and step count; named tensors and
 -- metadata for a safetensors file. Also what BackupAndRestore keeps.
@@ -410,8 +452,9 @@ function Model:save(path)
   meta.format = "ldist-model"
   meta.model = self:to_json()
   if self._compiled then
-    meta.compile = json.encode({ loss = ldist.losses._config(self._loss), optimizer = ldist.optim._config(self._optimizer),
-      metrics = describe_metrics(self._metrics) })
+    local c = nn._describe_compile(self)
+    c.optimizer = ldist.optim._config(self._optimizer)
+    meta.compile = json.encode(c)
   end
   meta.rng = hex(tensor.get_rng_state())
   lio.save_safetensors(path, t, meta)
@@ -436,7 +479,9 @@ function nn.load_model(path, opts)
   if not ok2 then error(("%s: %s"):format(path, tostring(model)), 2) end
   if meta.compile and opts.compile ~= false then
     local c = json.decode(meta.compile)
-    model:compile { optimizer = build_optimizer(c.optimizer), loss = build_loss(c.loss), metrics = build_metrics(c.metrics) }
+    local args = nn._compile_args(model, c)
+    args.optimizer = build_optimizer(c.optimizer)
+    model:compile(args)
   end
   local ok3, e = pcall(nn._restore_checkpoint, model, t, meta, path)
   if not ok3 then error(e, 2) end

@@ -202,7 +202,7 @@ function Strategy:run(fn, ...)
   local ok, res = pcall(self._run, self, fn, args)
   running = nil
   place_variables()
-  if not ok then error(res, 2) end
+  if not ok then error(res, 0) end   -- res has its location: one, not "t.lua:2: t.lua:2: boom"
   return table.unpack(res, 1, res.n)
 end
 
@@ -563,10 +563,10 @@ end
 -- model:fit's step: the batch goes to the device
 function OneDevice:train_step(model, x, y, loss, opt, want_pred, w)
   local dev = self.devices[1]
-  if x.device ~= dev then x = x:to(dev) end
-  if y.device ~= dev then y = y:to(dev) end
-  if w ~= nil and w.device ~= dev then w = w:to(dev) end
-  return model:train_step(x, y, loss, opt, w)
+  -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+  local function to(t) return t.device ~= dev and t:to(dev) or t end
+  local map = ldist._nest.map
+  return model:train_step(map(x, to), map(y, to), loss, opt, map(w, to))
 end
 
 ---------------------------------------------------------------- models bind to their strategy

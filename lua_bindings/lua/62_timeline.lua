@@ -96,6 +96,7 @@ end
 local Timeline = { __name = "ldist.Timeline" }
 Timeline.__index = Timeline
 distribute.TimelineClass = Timeline
+ldist.internal(distribute, "TimelineClass")
 
 -- keep what opts.steps selects; compute the steps' extents, waits, kinds
 local function prepare(desc, opts)
@@ -333,9 +334,12 @@ local function svg_panel(m, W, span, max_ann, LEFT)
   return out, y + 14
 end
 
+-- width = n: pixels of the picture, or, below TEXT_MAX_WIDTH, the columns
+-- of the text (a terminal's `width = 80`; no picture is drawn that narrow)
+local TEXT_MAX_WIDTH = 400
 local function svg_of(models, opts)
   opts = opts or {}
-  local W = opts.width or 960
+  local W = (opts.width and opts.width >= TEXT_MAX_WIDTH) and opts.width or 960
   local span = 0
   for _, m in ipairs(models) do span = math.max(span, m.t1 - m.t0) end
   local parts, H = {}, 0
@@ -356,7 +360,9 @@ local function svg_of(models, opts)
 end
 
 ---------------------------------------------------------------- text
-local function text_panel(m, cols, span, max_ann)
+-- width: the columns the text may use; the chart gets what the labels, its
+-- frame and the "<- step" note leave (columns= fixes the chart's own width)
+local function text_panel(m, width, columns, span, max_ann)
   local out = {}
   local head = { m.title }
   if m.subtitle then head[#head + 1] = m.subtitle end
@@ -367,6 +373,7 @@ local function text_panel(m, cols, span, max_ann)
   if m.empty then out[#out + 1] = m.empty_text or "nothing recorded yet"; return out end
   local lw = 0
   for _, row in ipairs(m.rows) do lw = math.max(lw, #row.label) end
+  local cols = columns or math.max(10, width - lw - 11)
   local cell = math.max(span, 1e-9) / cols
   local pad = (" "):rep(lw + 1)
   -- the step numbers at the column where each step starts
@@ -423,22 +430,29 @@ local function text_panel(m, cols, span, max_ann)
   out[#out + 1] = pad .. table.concat(labels)
   local leg = {}
   for _, name in ipairs(m.kinds) do leg[#leg + 1] = ("%s %s"):format(kind_of(name).letter, kind_of(name).label) end
-  out[#out + 1] = "legend: " .. table.concat(leg, "  ")
+  -- the legend wraps between its entries, never inside one
+  local cur = "legend:"
+  for _, e in ipairs(leg) do
+    if #cur + 2 + #e > width and cur ~= "legend:" then out[#out + 1] = cur; cur = "       " end
+    cur = cur .. ((cur == "legend:" or not cur:match("%S")) and " " or "  ") .. e
+  end
+  out[#out + 1] = cur
   for _, line in ipairs(m.notes) do out[#out + 1] = "note: " .. line end
   for i = 1, math.min(#m.waits, max_ann) do out[#out + 1] = "wait: " .. wait_text(m, m.waits[i]) end
   return out
 end
 
-local function text_of(models, opts)
+local function text_of(models, opts, width)
   opts = opts or {}
   local span = 0
   for _, m in ipairs(models) do span = math.max(span, m.t1 - m.t0) end
   local lines = {}
   for i, m in ipairs(models) do
     if i > 1 then lines[#lines + 1] = "" end
-    for _, l in ipairs(text_panel(m, opts.columns or 64, span, opts.annotations or 5)) do lines[#lines + 1] = l end
+    for _, l in ipairs(text_panel(m, width, opts.columns, span, opts.annotations or 5)) do lines[#lines + 1] = l end
   end
-  return table.concat(lines, "\n")
+  -- titles, notes and waits wrap at words; the chart's lines already fit
+  return ldist.wrap(table.concat(lines, "\n"), width)
 end
 
 ---------------------------------------------------------------- the Timeline object
@@ -457,8 +471,11 @@ function Timeline:svg()
   self._svg = self._svg or svg_of(self._models, self._opts)
   return self._svg
 end
-function Timeline:text()
-  self._text = self._text or text_of(self._models, self._opts)
+-- tl:text([width]): as wide as the terminal (80 columns when unknown)
+function Timeline:text(width)
+  local w = self._opts.width
+  width = width or (w and w < TEXT_MAX_WIDTH and w) or ldist.width()
+  if self._text_width ~= width then self._text, self._text_width = text_of(self._models, self._opts, width), width end
   return self._text
 end
 function Timeline:save(path)
@@ -512,17 +529,36 @@ Summary.__tostring = function(s)
   local rows = rawget(s, "_rows") or {}
   local out = { ("%s trace: %s%s"):format(s._title or "strategy", s._over and ("over " .. dur(s._over)) or "",
     s.calls and (", %d collective calls"):format(s.calls) or "") }
-  local hdr = { "", "compute", "wait", s._comm_name or "communication", "bytes", s._bw_name or "bus bandwidth" }
-  local w = 10
-  for _, r in ipairs(rows) do w = math.max(w, #r.who) end
-  local fmt = "%-" .. w .. "s %10s %10s %14s %10s %14s"
-  out[#out + 1] = fmt:format(table.unpack(hdr))
+  local cells = { { "", "compute", "wait", s._comm_name or "communication", "bytes", s._bw_name or "bus bandwidth" } }
   for _, r in ipairs(rows) do
-    out[#out + 1] = fmt:format(r.who, dur(r.compute or 0), dur(r.wait or 0), dur(r.comm or 0),
-      r.bytes and bytes_str(r.bytes) or "-", r.bus_bandwidth and ("%.2f GB/s"):format(r.bus_bandwidth / 1e9) or "-")
+    cells[#cells + 1] = { r.who, dur(r.compute or 0), dur(r.wait or 0), dur(r.comm or 0),
+      r.bytes and bytes_str(r.bytes) or "-", r.bus_bandwidth and ("%.2f GB/s"):format(r.bus_bandwidth / 1e9) or "-" }
   end
+  -- each column as wide as its widest cell; when that is wider than the
+  -- terminal, single spaces, then two-word headers on two lines
+  local width = ldist.width()
+  local function layout(gap)
+    local w = {}
+    for _, c in ipairs(cells) do for i, v in ipairs(c) do w[i] = math.max(w[i] or 0, #v) end end
+    local fmt, total = "%-" .. w[1] .. "s", w[1]
+    for i = 2, #w do fmt, total = fmt .. gap .. "%" .. w[i] .. "s", total + #gap + w[i] end
+    return fmt, total
+  end
+  local fmt, total = layout("  ")
+  if total > width then fmt, total = layout(" ") end
+  if total > width then
+    local top = {}
+    for i, h in ipairs(cells[1]) do
+      local a, b = h:match("^(%S+) (.+)$")
+      top[i] = a or ""
+      if a then cells[1][i] = b end
+    end
+    table.insert(cells, 1, top)
+    fmt = layout(" ")
+  end
+  for _, c in ipairs(cells) do out[#out + 1] = (fmt:format(table.unpack(c)):gsub("%s+$", "")) end
   for _, n in ipairs(s._notes or {}) do out[#out + 1] = n end
-  return table.concat(out, "\n")
+  return ldist.wrap(table.concat(out, "\n"))
 end
 function distribute._trace_summary(fields, rows, meta)
   fields._rows = rows
@@ -534,7 +570,8 @@ end
 
 ldist.document(Timeline.svg, { "Timeline:svg" },
   "tl:svg() -> the timeline as SVG text (hover a span for its name, replica, start, duration, bytes).")
-ldist.document(Timeline.text, { "Timeline:text" }, "tl:text() -> the timeline drawn as text, for a terminal.")
+ldist.document(Timeline.text, { "Timeline:text" }, "tl:text([width]) -> the timeline drawn as text, for a terminal: width\n" ..
+  "columns (timeline{width = n} below 400, else the terminal's, 80 when unknown); {columns = n} fixes the chart's width.")
 ldist.document(Timeline.save, { "Timeline:save" },
   "tl:save(path) -> path\n\nWrite the picture to a file: SVG, or the text chart for a name ending in .txt.")
 ldist.document(Timeline.waits, { "Timeline:waits" },

@@ -37,7 +37,9 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "or its share when several processes of one job run on this host: ldist launch,\n" ..
   "LocalCluster, mpirun, srun), local_rank and local_size (its place among those\n" ..
   "processes), devices[i] = {name, threads, cores, pinned} for each logical CPU device,\n" ..
-  "and text, one line saying all that. LDIST_NUM_THREADS sets the thread count instead\n" ..
+  "text, one line saying all that, and blas, the BLAS library behind CPU products and\n" ..
+  "the kernels it runs (ldist names OpenBLAS's kernel family from the processor's\n" ..
+  "instruction sets unless OPENBLAS_CORETYPE does). LDIST_NUM_THREADS sets the thread count instead\n" ..
   "(nothing is pinned then); LDIST_CPU_PIN=0 turns pinning off; LDIST_CPU_CORES=N\n" ..
   "pretends N cores (to try a split)."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
@@ -439,10 +441,10 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     for r = 0, n - 1 do total = total + lvs[r]:item() end
     return total
   end
-  local function predictions()
-    local parts = {}
-    for r = 0, n - 1 do parts[r + 1] = preds[r]:cpu() end
-    return tensor.concat(parts, 0)
+  local function predictions()   -- a tensor, or a list per output (ldist._nest, 50_keras.lua)
+    local nest, parts = ldist._nest, {}
+    for r = 0, n - 1 do parts[r + 1] = nest.map(preds[r], function(t) return t:cpu() end) end
+    return nest.concat(parts)
   end
   return loss_value, want_pred ~= false and predictions or nil
 end
@@ -601,9 +603,9 @@ function Mirrored:explain()
   if nv then
     local bytes = count * 4
     out[#out + 1] = ("3. All-reduce: the %d gradients of the model's trainable variables (%d numbers, %s per replica) are " ..
-      "summed over the %d replicas through shared memory: each replica sums 1/%d of them and copies its slice to the " ..
-      "others; each moves 2(n-1)/n x %s = %s."):format(nv, count, distribute._fmt_bytes(bytes), n, n,
-      distribute._fmt_bytes(bytes), distribute._fmt_bytes(2 * (n - 1) / n * bytes))
+      "summed over the %d replica%s through shared memory: each replica sums 1/%d of them and copies its slice to the " ..
+      "others; each moves 2 x %d/%d x %s = %s."):format(nv, count, distribute._fmt_bytes(bytes), n, n == 1 and "" or "s", n,
+      n - 1, n, distribute._fmt_bytes(bytes), distribute._fmt_bytes(2 * (n - 1) / n * bytes))
   else
     local st = self._comm:stats(false)
     out[#out + 1] = "3. All-reduce: every gradient is summed over the replicas through shared memory" .. (st.calls > 0 and
@@ -623,7 +625,7 @@ function Mirrored:explain()
   if self._tracing or (self._spans and #self._spans > 0) then
     out[#out + 1] = "Traced: strategy:trace_summary() and strategy:timeline() show the times."
   end
-  return table.concat(out, "\n")
+  return ldist.text(table.concat(out, "\n"))
 end
 
 docs["Strategy:trace"] = "strategy:trace(true|false)\n\n" ..
@@ -642,5 +644,5 @@ ldist.document(Mirrored.trace_summary, { "Strategy:trace_summary", "MirroredStra
   "bus bandwidth); fields compute, wait, allreduce (seconds), bytes, calls, bus_bandwidth (bytes/s),\n" ..
   "per_replica[r].{compute, wait, allreduce, forward, backward, optimizer, input}.")
 ldist.document(Mirrored.explain, { "Strategy:explain", "MirroredStrategy:explain" },
-  "strategy:explain() -> text: one step of this strategy narrated with this run's numbers (batch split,\n" ..
+  "strategy:explain() -> Text: one step of this strategy narrated with this run's numbers (batch split,\n" ..
   "what each replica computes, what is reduced and how many bytes, how the update is applied).")

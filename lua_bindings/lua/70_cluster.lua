@@ -25,8 +25,13 @@ local function check_addr(addr, what)
 end
 
 -- TF_CONFIG, as TensorFlow reads it: {"cluster": {"chief": [...], "worker": [...], "ps": [...]},
--- "task": {"type": "worker", "index": 1}}. Ranks: the chief, then the workers.
-local function from_tf_config(cfg, where)
+-- "task": {"type": "worker", "index": 1}}, a table or its JSON text. The one
+-- parser of both strategies over processes (MultiWorkerMirrored here,
+-- ParameterServer in 80_ps_tasks.lua): every list of the cluster is checked
+-- ("host:port" each), and the task, when given, has a known type and an index.
+-- Returns {cluster = {chief=, worker=, ps=, evaluator=}, task = {type=, index=} or nil}.
+local TASK_TYPES = { chief = true, worker = true, ps = true, evaluator = true }
+function net.tf_config(cfg, where)
   if type(cfg) == "string" then
     local v, err = ldist.json.decode(cfg)
     if v == nil then error(("%s is not valid JSON: %s"):format(where, err), 0) end
@@ -35,20 +40,40 @@ local function from_tf_config(cfg, where)
   if type(cfg) ~= "table" or type(cfg.cluster) ~= "table" then
     error(where .. ' must look like {"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}', 0)
   end
+  local cluster = {}
+  for ty, list in pairs(cfg.cluster) do
+    if not TASK_TYPES[ty] then
+      error(("%s: cluster.%s is not a task type (chief, worker, ps, evaluator)"):format(where, tostring(ty)), 0)
+    end
+    if type(list) ~= "table" then error(("%s: cluster.%s must be a list of \"host:port\""):format(where, ty), 0) end
+    cluster[ty] = {}
+    for i, addr in ipairs(list) do cluster[ty][i] = check_addr(addr, ("%s: cluster.%s[%d]"):format(where, ty, i - 1)) end
+  end
+  local task = cfg.task
+  if task ~= nil then
+    if type(task) ~= "table" then error(where .. ': "task" must be {"type": "worker", "index": 0}', 0) end
+    local idx = math.tointeger(task.index or 0)
+    if not TASK_TYPES[task.type] or not idx or idx < 0 then
+      error(("%s: task {type=%s, index=%s} is not a task of the cluster"):format(where, tostring(task.type), tostring(task.index)), 0)
+    end
+    task = { type = task.type, index = idx }
+  end
+  return { cluster = cluster, task = task }
+end
+
+-- Ranks of MultiWorkerMirrored: the chief, then the workers.
+local function from_tf_config(cfg, where)
+  local parsed = net.tf_config(cfg, where)
   local tasks = {}
   for _, ty in ipairs({ "chief", "worker" }) do
-    local list = cfg.cluster[ty]
-    if list ~= nil then
-      if type(list) ~= "table" then error(("%s: cluster.%s must be a list of \"host:port\""):format(where, ty), 0) end
-      for i, addr in ipairs(list) do
-        tasks[#tasks + 1] = { type = ty, index = i - 1, address = check_addr(addr, ("%s: cluster.%s[%d]"):format(where, ty, i - 1)) }
-      end
+    for i, addr in ipairs(parsed.cluster[ty] or {}) do
+      tasks[#tasks + 1] = { type = ty, index = i - 1, address = addr }
     end
   end
   if #tasks == 0 then error(where .. ": the cluster lists no chief and no worker", 0) end
-  local task = cfg.task
-  if type(task) ~= "table" then error(where .. ': "task" is missing ({"type": "worker", "index": 0})', 0) end
-  local ty, idx = task.type, math.tointeger(task.index or 0)
+  local task = parsed.task
+  if not task then error(where .. ': "task" is missing ({"type": "worker", "index": 0})', 0) end
+  local ty, idx = task.type, task.index
   if ty == "ps" or ty == "evaluator" then
     error(("%s: this process is task %s %s; MultiWorkerMirroredStrategy trains on the chief and the workers only")
       :format(where, tostring(ty), tostring(idx)), 0)
@@ -60,7 +85,7 @@ local function from_tf_config(cfg, where)
   end
   return { source = where, rank = rank, size = #tasks, leader = tasks[1].address,
     listen = rank > 0 and tasks[rank + 1].address or nil, task_type = ty, task_index = idx, tasks = tasks,
-    ps = cfg.cluster.ps }
+    ps = parsed.cluster.ps }
 end
 
 -- "node[01-03,07],gpu5" -> "node01": rank 0 of a Slurm step runs on the first node
@@ -82,6 +107,7 @@ end
 -- Where this process stands: cluster= (a TF_CONFIG table or JSON string), else
 -- TF_CONFIG, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, else Slurm, else
 -- mpirun (Open MPI, MPICH's PMI), else one process alone.
+ldist.internal(distribute, "resolve_cluster")   -- the strategies read the cluster with it
 function distribute.resolve_cluster(cluster)
   if cluster ~= nil then return from_tf_config(cluster, "cluster") end
   local tf = env("TF_CONFIG")

@@ -33,6 +33,7 @@ MW.__tostring = function(s)
     s.cluster_resolver.source, s.extended.communication)
 end
 distribute.MultiWorkerMirroredStrategyClass = MW
+ldist.internal(distribute, "MultiWorkerMirroredStrategyClass")
 
 local LocalCluster   -- below
 
@@ -431,9 +432,10 @@ function MW:_reduce_gradients(grads, vars)
 end
 
 ---------------------------------------------------------------- Keras fit under the strategy
+local nest = ldist._nest
 local function sync_model(self, model, x)
   if model._mw_synced == self then return end
-  if not model.built then
+  if not model.built and tensor.is_tensor(x) then   -- a model of several inputs is Functional: built
     local shape = {}
     for d = 2, x.ndim do shape[d - 1] = x.shape[d] end
     model:build(shape)
@@ -453,10 +455,11 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   if loc and rawequal(loc.x, x) then
     xl, yl, wl, gb = x, y, w, loc.gb   -- already this worker's part (a distributed dataset)
   else
-    rows = x.ndim > 0 and x.shape[1] or 1
+    -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+    rows = nest.rows(x)
     lo, hi = share(rows, n, r)
-    xl, yl, gb = x:slice(0, lo, hi), y:slice(0, lo, hi), rows
-    wl = w ~= nil and w:slice(0, lo, hi) or nil
+    local function mine(t) return t:slice(0, lo, hi) end
+    xl, yl, wl, gb = nest.map(x, mine), nest.map(y, mine), nest.map(w, mine), rows
   end
   self._last_batch, self._last = gb, setmetatable({ model = model }, { __mode = "v" })
   if self._tracing then self:_trace_step(); self._paths.fit = true end
@@ -480,11 +483,14 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   for i, g in ipairs(grads) do list[i] = g end
   local full
   if rows then
-    local shape = { rows }
-    for d = 2, pred.ndim do shape[d] = pred.shape[d] end
-    full = tensor.zeros(shape)
-    if hi > lo then full:slice(0, lo, hi):assign(pred:cpu()) end
-    list[#list + 1] = full
+    full = nest.map(pred, function(p)
+      local shape = { rows }
+      for d = 2, p.ndim do shape[d] = p.shape[d] end
+      local f = tensor.zeros(shape)
+      if hi > lo then f:slice(0, lo, hi):assign(p:cpu()) end
+      list[#list + 1] = f
+      return f
+    end)
   end
   local lvc = lv:cpu():contiguous()
   list[#list + 1] = lvc
@@ -686,15 +692,15 @@ function distribute._mw_explain(n, gb, model, where)
   local nv, count = distribute._model_numbers(model)
   if nv then
     local b = count * 4
-    out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d-1 steps " ..
-      "of reduce-scatter and %d-1 of all-gather, each worker sending 2(n-1)/n x %s = %s (shared memory between processes " ..
-      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n, n, distribute._fmt_bytes(b),
-      distribute._fmt_bytes(2 * (n - 1) / n * b))
+    out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d step%s " ..
+      "of reduce-scatter and %d of all-gather, each worker sending 2 x %d/%d x %s = %s (shared memory between processes " ..
+      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n - 1, n == 2 and "" or "s",
+      n - 1, n - 1, n, distribute._fmt_bytes(b), distribute._fmt_bytes(2 * (n - 1) / n * b))
   else
     out[#out + 1] = "3. A ring all-reduce sums the gradients over the workers (4 bytes per trainable number; fit a model to see its size)."
   end
   out[#out + 1] = "4. Update: every worker applies the same optimizer step to the same summed gradients, so the weights stay identical."
-  return table.concat(out, "\n")
+  return ldist.text(table.concat(out, "\n"))
 end
 function MW:explain()
   return distribute._mw_explain(self._size, self._last_batch, self._last and self._last.model,
@@ -732,4 +738,4 @@ doc(MW.trace_summary, "MultiWorkerMirroredStrategy:trace_summary",
   "strategy:trace_summary() -> a table per worker (compute, wait, all-reduce, bytes, bus bandwidth), printed\n" ..
   "with units; the numbers as fields (compute, wait, allreduce, bytes, bus_bandwidth, per_replica[r]).")
 doc(MW.explain, "MultiWorkerMirroredStrategy:explain",
-  "strategy:explain() -> text: one step of this strategy narrated with this run's numbers.")
+  "strategy:explain() -> Text: one step of this strategy narrated with this run's numbers.")

@@ -9,8 +9,7 @@ if not C then return end
 local net = distribute._net
 local env = net.env
 local describe_model, build_model = distribute._describe_model, distribute._build_model
-local describe_metrics, build_metrics = distribute._describe_metrics, distribute._build_metrics
-local build_loss, build_optimizer = distribute._build_loss, distribute._build_optimizer
+local build_optimizer = distribute._build_optimizer
 local recipe_of, build_dataset = distribute._recipe_of, distribute._build_dataset
 local LocalCluster
 
@@ -18,6 +17,7 @@ local LocalCluster
 LocalCluster = { __name = "ldist.LocalCluster" }
 LocalCluster.__index = LocalCluster
 distribute.LocalClusterClass = LocalCluster
+ldist.internal(distribute, "LocalClusterClass")
 
 -- the workers' output as "[worker i]" lines; an exit breaks the cluster
 local function worker_name(i) return "worker " .. i end
@@ -241,13 +241,14 @@ function Remote:_fit(model, x, y, opts)
   local vars = model.trainable_variables
   local remote_cbs, local_cbs = shippable_callbacks(opts.callbacks)
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size }) end
+  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
+    val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size, sample_weight = val[3] })
+  end
   local spec = {
     model = describe_model(model), optimizer = ldist.optim._config(model._optimizer),
-    optimizer_state = ldist.optim._state(model._optimizer, vars), loss = ldist.losses._config(model._loss),
-    metrics = describe_metrics(model._metrics), data = recipe_of(ds), validation = val and recipe_of(val) or nil,
+    optimizer_state = ldist.optim._state(model._optimizer, vars), compile = nn._describe_compile(model), data = recipe_of(ds), validation = val and recipe_of(val) or nil,
     fit = { epochs = opts.epochs or 1, initial_epoch = opts.initial_epoch, steps_per_epoch = opts.steps_per_epoch,
-      class_weight = opts.class_weight },
+      validation_steps = opts.validation_steps, class_weight = opts.class_weight },
     callbacks = remote_cbs,
     rng = tensor.get_rng_state(),   -- the workers draw what this session would (dropout)
     trace = self._tracing or nil,   -- strategy:trace(true) here: the workers trace the fit, worker 0 sends it back
@@ -280,7 +281,9 @@ function Remote:_fit(model, x, y, opts)
   if r0.learning_rate then model._optimizer.learning_rate = r0.learning_rate end
   if r0.rng then tensor.set_rng_state(r0.rng) end
   for _, cb in ipairs(local_cbs) do if cb.on_train_end then cb:on_train_end(model) end end
-  model.history = r0.history
+  -- the workers' History, as one here (Keras's object: history, epoch, params)
+  model.history = ldist.callbacks._History._of(r0.history, { epochs = spec.fit.epochs, steps = opts.steps_per_epoch
+    or (ds.cardinality and ds:cardinality() >= 0 and ds:cardinality()) or nil, verbose = verbose }, r0.epoch)
   self._last_batch, self._last = r0.batch, setmetatable({ model = model }, { __mode = "v" })
   if r0.trace then   -- the spans of this fit, after those of earlier fits of the same trace
     local g = self._gathered
@@ -295,7 +298,7 @@ function Remote:_fit(model, x, y, opts)
     end
     self._gathered.steps = (g and g.steps or 0) + (r0.trace.steps or 0)
   end
-  return r0.history
+  return model.history
 end
 
 -- Traces on a LocalCluster: strategy:trace(true) here makes every worker
@@ -348,7 +351,9 @@ local function worker_fit(state, spec, ctl, id)
     model = build_model(spec.model)
     opt = build_optimizer(spec.optimizer)
     ldist.optim._set_state(opt, model.trainable_variables, spec.optimizer_state)
-    model:compile { optimizer = opt, loss = build_loss(spec.loss), metrics = build_metrics(spec.metrics) }
+    local args = nn._compile_args(model, spec.compile)
+    args.optimizer = opt
+    model:compile(args)
   end)
   if spec.rng then tensor.set_rng_state(spec.rng) end
   local cache = {}
@@ -365,7 +370,7 @@ local function worker_fit(state, spec, ctl, id)
   end
   if spec.trace then s:trace(true) end
   local history = model:fit(ds, { epochs = spec.fit.epochs, initial_epoch = spec.fit.initial_epoch,
-    steps_per_epoch = spec.fit.steps_per_epoch, verbose = 0, callbacks = cbs, class_weight = spec.fit.class_weight,
+    steps_per_epoch = spec.fit.steps_per_epoch, validation_steps = spec.fit.validation_steps, verbose = 0, callbacks = cbs, class_weight = spec.fit.class_weight,
     validation_data = spec.validation and build_dataset(spec.validation, cache) or nil })
   local trace
   if spec.trace then
@@ -378,7 +383,7 @@ local function worker_fit(state, spec, ctl, id)
   for i, v in ipairs(model.weights) do w[i] = v:cpu() end
   -- the rate a callback (LearningRateScheduler, ReduceLROnPlateau) left, when it is a number
   local lr = type(opt.learning_rate) == "number" and opt.learning_rate or nil
-  return { history = history, weights = w, optimizer_state = ldist.optim._state(opt, model.trainable_variables),
+  return { history = history.history, epoch = history.epoch, weights = w, optimizer_state = ldist.optim._state(opt, model.trainable_variables),
     rng = tensor.get_rng_state(), learning_rate = lr, trace = trace, batch = s._last_batch }
 end
 
@@ -462,4 +467,4 @@ doc(Remote.timeline, "MultiWorkerMirroredStrategy(LocalCluster):timeline",
 doc(Remote.trace_summary, "MultiWorkerMirroredStrategy(LocalCluster):trace_summary",
   "strategy:trace_summary() -> a table per worker (compute, wait, all-reduce, bytes, bus bandwidth).")
 doc(Remote.explain, "MultiWorkerMirroredStrategy(LocalCluster):explain",
-  "strategy:explain() -> text: one step of this strategy narrated with the last fit's numbers.")
+  "strategy:explain() -> Text: one step of this strategy narrated with the last fit's numbers.")

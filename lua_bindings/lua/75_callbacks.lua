@@ -343,6 +343,9 @@ function CSV:on_epoch_end(epoch, logs)
   local row = { tostring(epoch) }
   for _, k in ipairs(self.keys) do
     local v = logs[k]
+    -- Keras's logs hold float32 values: the file shows that value
+    -- (4.930000305175781 for a loss of 4.93), not the double ldist kept
+    if math.type(v) == "float" and v == v and math.abs(v) < math.huge then v = string.unpack("f", string.pack("f", v)) end
     row[#row + 1] = v == nil and "NA" or self:_field(v)
   end
   self.file:write(table.concat(row, self.sep), "\r\n")

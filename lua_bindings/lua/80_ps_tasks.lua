@@ -229,7 +229,7 @@ end
 
 ---------------------------------------------------------------- shipping functions, models
 local describe_model = function(model) return distribute._describe_model(model, false) end
-local build_model, build_loss = distribute._build_model, distribute._build_loss
+local build_model = distribute._build_model
 local build_optimizer = distribute._build_optimizer
 
 -- ps training always has several processes: a secret is required
@@ -373,6 +373,7 @@ local function ps_serve(me, ctl, nworkers)
         reply("vals", C.pack({ req = m.req, values = out, version = applied }))
       end
     elseif ty == "init" then
+      for _, v in pairs(vars) do ldist.nn._constrain(v, nil) end   -- a model before this one: its constraints go
       opt = build_optimizer(m.optimizer)
       ckpt = m.checkpoint_dir
       local restored, slots_restored = false, false
@@ -399,6 +400,7 @@ local function ps_serve(me, ctl, nworkers)
         end
       end
       if not restored then for n, v in pairs(m.vars) do vars[n] = v:contiguous():clone() end end
+      for n, con in pairs(m.constraints or {}) do ldist.nn._constrain(vars[n], con) end   -- after each update here
       reply("init_ok", C.pack({ req = m.req, restored = restored, slots = slots_restored, applied = applied }))
     elseif ty == "save" then
       local okS, err = pcall(save, m.dir)
@@ -621,6 +623,7 @@ function W:train_step(it, fit, with_pred)
   local b = type(it) == "function" and it() or it
   local t1 = tr and ldist.clock()
   local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
+  x, y = self.model:_batch_in_order(x, y, "fit")   -- lists, for a model of several inputs or outputs
   self:pull()
   local t2 = tr and ldist.clock()
   local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)   -- forward, backward: recorded on cpu:0
@@ -639,8 +642,10 @@ function W:train_step(it, fit, with_pred)
     for _, s in ipairs(D.trace_take("cpu:0")) do tr[#tr + 1] = s end   -- forward, backward (between t2 and t3)
   end
   if not fit then return lv:item() end
-  local rows = x.ndim > 0 and x.shape[1] or 1
-  if with_pred then return lv:item(), rows, y:cpu(), pred:cpu() end
+  local nest = ldist._nest
+  local rows = nest.rows(x)
+  local function cpu(t) return t:cpu() end
+  if with_pred then return lv:item(), rows, nest.map(y, cpu), nest.map(pred, cpu), nest.map(w, cpu) end
   return lv:item(), rows
 end
 
@@ -672,7 +677,12 @@ local function worker_serve(me, main, ps, timeout)
         local okj, res = xpcall(function()
           if ty == "setup" then
             self.model = build_model(m.model)
-            self.loss = build_loss(m.loss)
+            -- compile's loss (one per output for a model of several): the
+            -- optimizer is the parameter servers', this one is never used
+            local args = ldist.nn._compile_args(self.model, m.compile)
+            args.optimizer = "sgd"
+            self.model:compile(args)
+            self.loss = self.model._loss
             -- the coordinator's random generator: dropout draws what one process would
             if m.rng then tensor.set_rng_state(m.rng) end
             self.by_ps = {}
@@ -780,6 +790,8 @@ end
 local PSCluster = { __name = "ldist.LocalCluster" }
 PSCluster.__index = PSCluster
 distribute.PSClusterClass = PSCluster
+-- the class, and the ps step fit schedules (still there for whoever names it)
+ldist.internal(distribute, "PSClusterClass", "ps_train_step")
 
 local describe_exit = net.describe_exit
 
@@ -904,20 +916,17 @@ docs[distribute.LocalCluster] = (docs[distribute.LocalCluster] or "distribute.Lo
 docs["distribute.LocalCluster"] = docs[distribute.LocalCluster]
 
 -- TF_CONFIG with "ps" tasks: {"cluster": {"chief": [...], "worker": [...], "ps": [...]}, "task": {...}}
+-- (parsed by the one TF_CONFIG parser, net.tf_config; without a task this
+-- process is the chief)
 local function ps_tf_config(cfg)
-  if type(cfg) == "string" then
-    local v, err = ldist.json.decode(cfg)
-    if v == nil then error("TF_CONFIG is not valid JSON: " .. tostring(err), 0) end
-    cfg = v
-  end
-  local cl = cfg.cluster or {}
+  local parsed = net.tf_config(cfg, "TF_CONFIG")
+  local cl = parsed.cluster
   local chief = cl.chief and cl.chief[1]
   if not chief then error("ParameterServerStrategy: TF_CONFIG needs a \"chief\" task (the coordinator)", 0) end
   if type(cl.ps) ~= "table" or #cl.ps == 0 then error("ParameterServerStrategy: TF_CONFIG lists no \"ps\" task", 0) end
   if type(cl.worker) ~= "table" or #cl.worker == 0 then error("ParameterServerStrategy: TF_CONFIG lists no \"worker\" task", 0) end
-  local task = cfg.task or {}
-  return { main = chief, ps_addrs = cl.ps, workers = #cl.worker, task_type = task.type or "chief",
-    task_index = math.tointeger(task.index or 0) or 0 }
+  local task = parsed.task or { type = "chief", index = 0 }
+  return { main = chief, ps_addrs = cl.ps, workers = #cl.worker, task_type = task.type, task_index = task.index }
 end
 distribute._ps_tf_config = ps_tf_config
 

@@ -18,6 +18,7 @@ PS.__tostring = function(s)
   return ("<ParameterServerStrategy: %d workers, %d ps>"):format(s._cl.workers, s._cl.num_ps)
 end
 distribute.ParameterServerStrategyClass = PS
+ldist.internal(distribute, "ParameterServerStrategyClass")
 
 function distribute.ParameterServerStrategy(cluster, opts)
   if type(cluster) == "table" and getmetatable(cluster) ~= PSCluster and opts == nil and not cluster.cluster then
@@ -97,11 +98,16 @@ function PS:_place(model, x)
   end
   if not model._compiled then error("call model:compile{optimizer=, loss=} before training under ParameterServerStrategy", 0) end
   local cl = self._cl
-  local layout, per_ps, rr = {}, {}, 0
+  local layout, per_ps, cons, rr = {}, {}, {}, 0
   for i, v in ipairs(model.trainable_variables) do
     local shape = v.shape
     local n = 1
     if self._partitioner and v.ndim >= 1 then n = math.max(1, math.min(self._partitioner(shape, 4), shape[1])) end
+    local con = ldist.nn._constraint_of(v)   -- applied on its ps task, after each update there
+    if con and n > 1 then
+      error(("variable %d has a %s constraint, which needs the whole variable: it cannot be partitioned " ..
+        "(leave it out of variable_partitioner)"):format(i, con.class_name), 0)
+    end
     for j = 0, n - 1 do
       local p = rr % cl.num_ps
       rr = rr + 1
@@ -112,17 +118,18 @@ function PS:_place(model, x)
       layout[#layout + 1] = sh
       per_ps[p + 1] = per_ps[p + 1] or {}
       per_ps[p + 1][sh.name] = val
+      if con then cons[p + 1] = cons[p + 1] or {}; cons[p + 1][sh.name] = con end
     end
   end
   local reqs = {}
   for p = 1, cl.num_ps do
-    reqs[p] = { _type = "init", vars = per_ps[p] or {}, optimizer = ldist.optim._config(model._optimizer),
+    reqs[p] = { _type = "init", vars = per_ps[p] or {}, constraints = cons[p], optimizer = ldist.optim._config(model._optimizer),
       checkpoint_dir = self._checkpoint_dir }
   end
   local got = self:_ask(reqs, "init_ok")
   self.restored = got[1].restored
   self.restored_optimizer = got[1].slots
-  local spec = { model = describe_model(model), loss = ldist.losses._config(model._loss), layout = layout,
+  local spec = { model = describe_model(model), compile = nn._describe_compile(model), layout = layout,
     rng = tensor.get_rng_state() }
   self._layout = layout
   self._model = model
@@ -583,59 +590,57 @@ function PS:_fit(model, x, y, opts)
   local pwd = coord:create_per_worker_dataset(ds)
   local epochs = opts.epochs or 1
   local verbose = opts.verbose == nil and 1 or opts.verbose
-  local history = {}
+  local history, done_epochs = {}, {}
   local callbacks = opts.callbacks or {}
   local val = opts.validation_data
-  if type(val) == "table" and tensor.is_tensor(val[1]) then
-    val = data.Dataset.from_tensor_slices({ val[1], val[2] }):batch(opts.batch_size or 32)
+  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
+    val = nn.Model._as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
   local function record(k, v) history[k] = history[k] or {}; table.insert(history[k], v) end
   model.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(model) end end
   for e = (opts.initial_epoch or 0) + 1, epochs do
-    local t0 = ldist.clock()
     -- callbacks number epochs from 0, as Keras's
     for _, cb in ipairs(callbacks) do if cb.on_epoch_begin then cb:on_epoch_begin(e - 1, model) end end
+    -- the progress bar every strategy's fit shows (ldist.progress), live
+    -- as the steps come back
+    local bar = verbose ~= 0 and ldist.progress and ldist.progress.new { total = steps, title = ("Epoch %d/%d"):format(e, epochs) }
     local rvs = {}
-    local with_pred = #model._metrics > 0
+    local tracker = model:_epoch_tracker()
+    local with_pred = tracker.want_pred
     local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
     for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
-    coord:join()
     -- the training metrics, from each step's labels and predictions (the
     -- weights that step read), as Keras's running metrics
-    for _, m in ipairs(model._metrics) do m:reset_state() end
     -- the epoch's loss: the mean over its examples, as one process reports it
     local sum, rows = 0, 0
     for k = 1, steps do
-      local l, n, yb, pred = rvs[k]:fetch()
+      local l, n, yb, pred, wb = rvs[k]:fetch()   -- in order: steps finish about in order
       sum, rows = sum + l * n, rows + n
       self._last_batch = n
-      for _, m in ipairs(model._metrics) do m:update_state(yb, pred) end
+      if with_pred then tracker.update(yb, pred, wb, n) end
+      if bar then bar:update(k, tracker.logs(sum / rows)) end
     end
-    local logs = { loss = rows > 0 and sum / rows or 0 }
-    for _, m in ipairs(model._metrics) do logs[m.name] = m:result() end
+    coord:join()
+    local logs = tracker.logs(rows > 0 and sum / rows or 0)
     if self._checkpoint_dir then self:checkpoint() end
     if val then
       self:_fetch_into(model)
-      local r = model:evaluate(val, { verbose = 0 })
+      local r = model:_evaluate_batches(val, opts.validation_steps)
       for k, v in pairs(r) do logs["val_" .. k] = v end
     end
     for k, v in pairs(logs) do record(k, v) end
-    if verbose ~= 0 then
-      local parts = {}
-      for k, v in pairs(logs) do parts[#parts + 1] = ("%s %.4f"):format(k, v) end
-      table.sort(parts)
-      print(("Epoch %d/%d - %d steps - %s - %.1f s"):format(e, epochs, steps, table.concat(parts, " - "), ldist.clock() - t0))
-    end
+    if bar then bar:finish(logs) end
     for _, cb in ipairs(callbacks) do if cb.on_epoch_end then cb:on_epoch_end(e - 1, logs, model) end end
+    done_epochs[#done_epochs + 1] = e - 1
     if model.stop_training then break end
   end
   self:_fetch_into(model)
   -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
   ldist.optim._set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(model) end end
-  model.history = history
-  return history
+  model.history = ldist.callbacks._History._of(history, { epochs = epochs, steps = steps, verbose = verbose }, done_epochs)
+  return model.history
 end
 
 ---------------------------------------------------------------- watching it: traces
@@ -791,7 +796,7 @@ function PS:explain()
   local st = self._trace and not self._tracing and self:trace_summary()
   out[#out + 1] = "5. Meanwhile the other workers have pushed too: a gradient is applied to weights newer than it was " ..
     "computed on (its staleness)" .. (st and (" - in the trace, %.2f updates on average, at most %d."):format(st.mean_staleness, st.max_staleness) or ".")
-  return table.concat(out, "\n")
+  return ldist.text(table.concat(out, "\n"))
 end
 
 ---------------------------------------------------------------- documentation
@@ -831,6 +836,6 @@ doc(PS.trace_summary, "ParameterServerStrategy:trace_summary",
   "bandwidth) and the pushes' staleness; fields compute, wait, communication, bytes, pushes,\n" ..
   "mean_staleness, max_staleness, per_task.")
 doc(PS.explain, "ParameterServerStrategy:explain",
-  "strategy:explain() -> text: one asynchronous step narrated with this run's numbers.")
+  "strategy:explain() -> Text: one asynchronous step narrated with this run's numbers.")
 doc(Coord.timeline, "ClusterCoordinator:timeline", "coordinator:timeline(opts): the strategy's timeline (strategy:trace(true) records).")
 doc(Coord.trace_summary, "ClusterCoordinator:trace_summary", "coordinator:trace_summary(): the strategy's trace summary.")

@@ -71,14 +71,16 @@ end
 
 -- TF's custom training loop (the tf.distribute guide): per-example losses,
 -- compute_average_loss, strategy:run, strategy:reduce("sum", ...)
-local function custom_loop(S, model, opt, ds, epochs, global_batch_size)
+-- extra (optional): a function adding terms to the replica's loss (regularization)
+local function custom_loop(S, model, opt, ds, epochs, global_batch_size, extra)
   local loss_object = sparse_ce("none")
   local function step(inputs)
     local tape = autograd.GradientTape()
     local loss = tape:record(function()
       local predictions = model(inputs[1], { training = true })
-      return D.compute_average_loss(loss_object(inputs[2], predictions),
+      local l = D.compute_average_loss(loss_object(inputs[2], predictions),
         global_batch_size and { global_batch_size = global_batch_size } or nil)
+      return extra and l + extra() or l
     end)
     opt:apply_gradients(tape:gradient(loss, model.trainable_variables), model.trainable_variables)
     return loss
@@ -950,6 +952,165 @@ add { name = "fit_text_lines", also = { "ps", "mw_local" }, run = function(S)
   local h = model:fit(ds, { epochs = 6, verbose = 0, steps_per_epoch = 4 })
   check(h.loss[#h.loss] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[#h.loss])
   return put_weights({ loss_final = h.loss[#h.loss] }, model)
+end }
+
+-- Issue 26, item 1: Keras's EpochIterator. steps_per_epoch on a repeated
+-- dataset reads on across epochs (batches 16, 16, 8 of 40 rows, 2 steps an
+-- epoch: epoch 2 starts at the 8-row batch); each validation reads its first
+-- validation_steps batches; evaluate(steps=) stops a repeated dataset. The
+-- default strategy checks the weights against plain train_steps over the
+-- batches Keras would read (tests/lua/test_fit_keras.lua has Keras's numbers).
+add { name = "fit_steps_repeat", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(40, { 8 }, 4)
+  local xv, yv = make_data(30, { 8 }, 4, 12)
+  local model = make_model(S, "mlp", "sgd", true)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(16):repeat_()
+  local vds = data.Dataset.from_tensor_slices(xv, yv):batch(12):repeat_()
+  local h = model:fit(ds, { epochs = 3, steps_per_epoch = 2, verbose = 0, validation_data = vds, validation_steps = 2 })
+  check(#h.history.loss == 3 and #h.history.val_loss == 3, "3 epochs of loss and val_loss expected")
+  check(h.params.steps == 2 and h.epoch[3] == 2, "the History's params and epochs")
+  local out = put_weights({ loss_final = h.loss[3], val_loss_final = h.val_loss[3],
+    eval3 = model:evaluate(vds, { steps = 3 }).loss }, model)
+  if S.kind == "default" then
+    tensor.seed(7)
+    local ref = MODELS.mlp.make()
+    local opt, loss = OPTIMIZERS.sgd(), sparse_ce()
+    local function rows_(a, b) return x:slice(0, a, b), y:slice(0, a, b) end
+    for _, r in ipairs { { 0, 16 }, { 16, 32 }, { 32, 40 }, { 0, 16 }, { 16, 32 }, { 32, 40 } } do
+      local bx, by = rows_(r[1], r[2])
+      ref:train_step(bx, by, loss, opt)
+    end
+    for i, v in ipairs(ref.trainable_variables) do
+      local d = (v - model.trainable_variables[i]):abs():max():item()
+      check(d < 1e-5, "weight %d differs by %g from 6 steps over batches 1, 2, 3, 1, 2, 3", i, d)
+    end
+  end
+  return out
+end }
+
+-- Issue 26, item 2: a Functional model of 2 inputs and 2 outputs trained by
+-- fit on nested elements ({xa, xb}, {ya, yb}): a loss per output,
+-- loss_weights, a metric on one output, validation data as lists (Keras's
+-- numbers for such a model are in tests/lua/test_fit_keras.lua).
+add { name = "fit_multi_io", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(48, { 8 }, 4)
+  local xa, xb = x:slice(1, 0, 5):contiguous(), x:slice(1, 5, 8):contiguous()
+  local yb = x:slice(1, 0, 2):sum(1):reshape { 48, 1 }
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    local ia, ib = nn.Input { shape = { 5 }, name = "xa" }, nn.Input { shape = { 3 }, name = "xb" }
+    local h = nn.Dense(12, { activation = "tanh" })(nn.Concatenate()({ ia, ib }))
+    model = nn.Model { inputs = { ia, ib },
+      outputs = { nn.Dense(4, { name = "cls" })(h), nn.Dense(1, { name = "reg" })(h) } }
+    model:compile { optimizer = optim.SGD { learning_rate = 0.05, momentum = 0.9 },
+      loss = { cls = sparse_ce(), reg = "mse" }, loss_weights = { cls = 1, reg = 0.5 },
+      metrics = { cls = { "accuracy" } } }
+  end)
+  local ds = data.Dataset.from_tensor_slices({ { xa, xb }, { y, yb } }):batch(16)
+  local h = model:fit(ds, { epochs = 4, verbose = 0, steps_per_epoch = 3,   -- 48 rows: the whole data (ps needs it)
+    validation_data = { { xa:slice(0, 0, 20), xb:slice(0, 0, 20) }, { y:slice(0, 0, 20), yb:slice(0, 0, 20) } } })
+  for _, k in ipairs { "loss", "cls_loss", "reg_loss", "cls_accuracy", "val_loss", "val_cls_loss", "val_reg_loss",
+      "val_cls_accuracy" } do
+    check(h.history[k] and #h.history[k] == 4, "the history has no %s for each epoch", k)
+  end
+  check(h.loss[4] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[4])
+  local p = model:predict({ xa = xa:slice(0, 0, 6), xb = xb:slice(0, 0, 6) })
+  local out = put_weights({ loss = h.loss[4], cls_loss = h.cls_loss[4], reg_loss = h.reg_loss[4],
+    cls_accuracy = h.cls_accuracy[4], val_loss = h.val_loss[4], val_reg_loss = h.val_reg_loss[4],
+    p_cls = p[1]:cpu():sum():item(), p_reg = p[2]:cpu():sum():item() }, model)
+  return out
+end }
+
+-- Issue 26: the layers' regularizers in fit (model.losses joins the loss,
+-- each weight term divided by the replicas as tf.nn.scale_regularization_loss
+-- does, each activity term over the global batch): every strategy gives one
+-- device's numbers; 100 rows in batches of 24 end with a batch of 4, split
+-- unevenly over 3 replicas
+add { name = "fit_regularized", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_data(100, { 8 }, 4)
+  return fit_model(S, function()
+    return nn.Sequential {
+      nn.Dense { units = 16, activation = "tanh", kernel_regularizer = regularizers.L2(0.02),
+        bias_regularizer = regularizers.L1(0.01), activity_regularizer = regularizers.L1L2(0.002, 0.004) },
+      nn.Dense { units = 4, kernel_regularizer = regularizers.L1L2 { l1 = 0.005, l2 = 0.01 } } }
+  end, x, y, 24, 5, function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
+-- constraints after every update (the optimizer applies them, so the
+-- sharded update of MirroredStrategy steps aside for constrained variables)
+add { name = "fit_constrained", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local model
+  local out = fit_model(S, function()
+    model = nn.Sequential {
+      nn.Dense { units = 16, activation = "relu", kernel_constraint = constraints.MaxNorm(0.4),
+        bias_constraint = constraints.NonNeg() },
+      nn.Dense { units = 4, kernel_constraint = constraints.UnitNorm() } }
+    return model
+  end, x, y, 24, 4, function() return optim.SGD { learning_rate = 0.2, momentum = 0.9 } end)
+  local k = model.layers[1].kernel:cpu()
+  local norms = (k * k):sum(0):sqrt():totable()
+  for j, v in ipairs(norms) do check(v <= 0.4 + 1e-5, "column %d of the MaxNorm kernel has norm %.6f", j, v) end
+  check(model.layers[1].bias:cpu():min():item() >= 0, "a NonNeg bias went negative")
+  return out
+end }
+
+-- TF's custom loop with model.losses: loss + nn.scale_regularization_loss
+-- of their sum, in the replica function
+add { name = "loop_model_losses", run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(24)
+  local model, opt
+  tensor.seed(7)
+  S.scope(function()
+    model = nn.Sequential {
+      nn.Dense { units = 16, activation = "tanh", kernel_regularizer = regularizers.L2(0.02),
+        activity_regularizer = regularizers.L2(0.01) },
+      nn.Dense { units = 4, bias_regularizer = regularizers.L1(0.05) } }
+    opt = optim.SGD { learning_rate = 0.1 }
+  end)
+  local hist = custom_loop(S, model, opt, ds, 6, nil, function()
+    local reg = 0
+    for _, r in ipairs(model.losses) do reg = reg + r end
+    return nn.scale_regularization_loss(reg)
+  end)
+  return put_weights({ loss_final = hist[#hist] }, model)
+end }
+
+-- Issue 26: tensors made in a model's call (positions, a mask) live where the
+-- model runs, under every strategy: OneDeviceStrategy("cpu:1") and GPUs
+-- included (tensor constructors default to the replica's device, and a
+-- model's call outside a replica runs in one on the model's device)
+local PositionMask = nn.Model:extend("ConformancePositionMask")
+function PositionMask:init()
+  self.tokens = nn.Embedding(7, 4)
+  self.positions = nn.Embedding(6, 4)
+  self.out = nn.Dense(2)
+end
+function PositionMask:call(x, training)
+  local T = x.shape[2]
+  local pos = tensor.arange(0, T)                 -- int64 positions 0 .. T-1
+  local keep = {}
+  for t = 1, T do keep[t] = { t < T and 1 or 0 } end
+  local mask = tensor.new(keep)                   -- [T, 1]: the last position left out
+  local h = (self.tokens(x) + self.positions(pos) + tensor.zeros(1, 4)) * mask * tensor.ones(T, 4)
+  return self.out(h:sum(1) * (1 / (T - 1)))
+end
+
+add { name = "fit_call_makes_tensors", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
+  local x, y = make_sequences(96, 8)
+  local out = fit_model(S, function() return PositionMask() end, x, y, 24, 6,
+    function() return optim.SGD { learning_rate = 0.2, momentum = 0.9 } end)
+  -- the model's own call, evaluate and predict, outside fit
+  local model
+  tensor.seed(7)
+  S.scope(function() model = PositionMask() end)
+  local p = model:predict(x, { batch_size = 32, verbose = 0 })
+  check(p.shape[1] == 96 and p.shape[2] == 2, "predict gave %s", tostring(p))
+  local direct = model(x:slice(0, 0, 5))
+  check(direct.shape[1] == 5, "the model's call gave %s", tostring(direct))
+  return out
 end }
 
 return cases

@@ -56,3 +56,18 @@ local same = s2.restored
 for i, f in ipairs(s2:fetch_variables()) do if (f - fetched[i]):abs():max():item() ~= 0 then same = false end end
 say(same and s2.restored_optimizer, "a restarted cluster resumes the shards and the optimizer's slots")
 lc2:shutdown()
+-- a constrained kernel needs its whole self on one ps task: partitioning it is an error naming it
+local lc3 = D.LocalCluster { workers = 1, ps = 2 }
+local s3 = D.ParameterServerStrategy(lc3, { variable_partitioner =
+  D.partitioners.MinSizePartitioner { min_shard_bytes = 64 * 1024, max_shards = 2 } })
+local m3
+s3:scope(function()
+  m3 = nn.Sequential { nn.Dense { units = 256, kernel_constraint = ldist.constraints.MaxNorm(1) }, nn.Dense { units = 10 } }
+  m3:build({ 784 })
+  m3:compile { optimizer = optim.SGD(0.1), loss = "mse" }
+end)
+local c3 = D.ClusterCoordinator(s3)
+local okc, errc = pcall(c3.place, c3, m3)
+say(not okc and tostring(errc):find("variable 1 has a MaxNorm constraint, which needs the whole variable", 1, true),
+  "a constrained variable is not partitioned: " .. tostring(errc))
+lc3:shutdown()

@@ -38,6 +38,21 @@ r=$(res TF_CONFIG='{"cluster": {"worker": ["a:1"]}, "task": ')
 check "TF_CONFIG: malformed JSON is an error that says so" grep -q "TF_CONFIG is not valid JSON" <<<"$r"
 r=$(res TF_CONFIG='{"cluster": {"worker": ["nocolon"]}, "task": {"type": "worker", "index": 0}}')
 check "TF_CONFIG: a bad address is named" grep -q "cluster.worker\[0\] is 'nocolon', not \"host:port\"" <<<"$r"
+# one parser for both strategies over processes: the same checks, the same words
+pst() { env -u LDIST_SECRET TF_CONFIG="$1" "$LDIST" -e '
+  local ok, e = pcall(distribute.ParameterServerStrategy); print("error: " .. tostring(e))' 2>&1; }
+tf='{"cluster": {"chief": ["c:1"], "worker": ["w:2"], "ps": ["nocolon"]}, "task": {"type": "chief", "index": 0}}'
+r=$(res TF_CONFIG="$tf"); r2=$(pst "$tf")
+check "TF_CONFIG: a bad ps address is named under both strategies" \
+  test "$(grep -cF "TF_CONFIG: cluster.ps[0] is 'nocolon', not \"host:port\"" <<<"$r
+$r2")" = 2
+tf='{"cluster": {"chief": ["c:1"], "workers": ["w:2"], "ps": ["p:3"]}, "task": {"type": "chief", "index": 0}}'
+r=$(res TF_CONFIG="$tf"); r2=$(pst "$tf")
+check "TF_CONFIG: a misspelt task type (workers) is named under both strategies" \
+  test "$(grep -cF "cluster.workers is not a task type" <<<"$r
+$r2")" = 2
+r2=$(pst '{"cluster": {"chief": ["c:1"], "worker": ["w:2"], "ps": ["p:3"]}, "task": ')
+check "TF_CONFIG: malformed JSON under the parameter server says so" grep -q "TF_CONFIG is not valid JSON" <<<"$r2"
 r=$(res SLURM_PROCID=1 SLURM_NTASKS=4 SLURM_JOB_NODELIST='node[03-05],gpu1' LDIST_PORT=1234)
 check "Slurm: rank, size and the first node as the leader ($r)" test "$r" = $'1\t4\tnode03:1234\tnil\tSlurm (SLURM_PROCID/SLURM_NTASKS)'
 r=$(res OMPI_COMM_WORLD_RANK=2 OMPI_COMM_WORLD_SIZE=3 MASTER_ADDR=h MASTER_PORT=99)

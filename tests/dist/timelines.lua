@@ -50,7 +50,7 @@ local function common_checks(s, t, unit)
   check("trace_summary keeps the numbers as fields", type(sum.compute) == "number" and sum.compute > 0 and
     type(sum.per_replica[1].compute) == "number" and sum.bytes > 0, sum.bytes)
   local ex = s:explain()
-  check("explain narrates the step with the numbers", type(ex) == "string" and ex:find("global batch of 100", 1, true)
+  check("explain narrates the step with the numbers", type(tostring(ex)) == "string" and ex:find("global batch of 100", 1, true)
     and ex:find("2307 numbers", 1, true) ~= nil, ex)
 end
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh - `make test-gpu`: every tests/gpu/test_*.lua on the GPU,
+# tests/gpu/run.sh - `make test-gpu`: the op suite tests/ops/test_ops.lua and
+# every tests/gpu/test_*.lua on the GPU,
 # each against the CPU result; ends with "N passed, N failed". Where no GPU
 # answers it prints one line saying why and exits 0.
 #   LDIST=path/to/ldist                 the binary (default ./ldist; the GPU bundle sets it)
@@ -21,7 +22,7 @@ fi
 log=build/test-logs/gpu; mkdir -p "$log"
 pass=0; fail=0
 t_start=$SECONDS
-for t in tests/gpu/test_*.lua; do
+for t in tests/ops/test_*.lua tests/gpu/test_*.lua; do
   out="$log/$(basename "$t" .lua).log"
   t0=$SECONDS
   timeout 240 "$ldist" "$t" >"$out" 2>&1; st=$?

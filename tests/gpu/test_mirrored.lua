@@ -1,7 +1,7 @@
 -- test_mirrored.lua - MirroredStrategy over the GPUs present, with NCCL:
 -- the communicator (one GPU is a valid one), sums and means in place, and a
 -- training whose losses match one device's.
-local G = dofile("tests/gpu/gpulib.lua")
+local G = dofile("tests/ops/devlib.lua")
 local T, dev = G.T, G.dev
 local C = ldist._distribute
 

@@ -2,7 +2,7 @@
 -- match the same training on the CPU: the seed's custom loop (GradientTape,
 -- Adam) on an MLP, a small CNN, and Keras fit. The model is placed on the
 -- GPU by a one-device MirroredStrategy, as TF places it on a GPU.
-local G = dofile("tests/gpu/gpulib.lua")
+local G = dofile("tests/ops/devlib.lua")
 local T, dev = G.T, G.dev
 
 local x_all, y_all = datasets.fashion_mnist.load("train")

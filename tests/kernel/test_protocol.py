@@ -178,6 +178,21 @@ def test_progress_bar_is_one_display(k):
     assert streams(msgs) == ""
 
 
+def test_progress_bar_text_fits_80_columns_with_every_value(k):
+    # issue 31: the notebook's bar is no wider than 80 columns; val_loss is not cut
+    code = ('local b = ldist.progress.new{total = 50, title = "Epoch 1/1"}\n'
+            'b:finish({loss = 0.5, accuracy = 0.8, val_loss = 0.4, val_accuracy = 0.9, '
+            'sparse_top_k_categorical_accuracy = 0.95})')
+    reply, msgs = k.execute(code)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    shown = [m for m in msgs if m["msg_type"] in ("display_data", "update_display_data")]
+    text = shown[-1]["content"]["data"]["text/plain"]
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    for value in ("val_loss: 0.4000", "val_accuracy: 0.9000", "sparse_top_k_categorical_accuracy: 0.9500"):
+        assert value in text, text
+    assert "<progress" in shown[-1]["content"]["data"]["text/html"]
+
+
 def test_tensor_html_and_plot_svg(k):
     reply, msgs = k.execute("tensor.ones(2, 3)")
     data = [m for m in msgs if m["msg_type"] == "execute_result"][0]["content"]["data"]

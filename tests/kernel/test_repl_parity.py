@@ -196,3 +196,23 @@ def test_progress_text_fallback_prints_each_epochs_final_line(k):
     # by default a notebook gets one display per bar, updated in place
     reply, msgs = k.execute("model:fit(xs, ys, {epochs = 1, batch_size = 16});")
     assert [m for m in msgs if m["msg_type"] == "display_data"]
+
+
+# ---- one cell compiler (issue 28): the REPL's forms in a cell -------------------------
+
+@pytest.mark.parametrize("code", ["?nn.Dense", "nn.Dense?", "help nn.Dense"])
+def test_help_shortcuts_as_at_the_prompt(k, code):
+    reply, _ = k.execute(code)
+    assert "A fully connected layer" in pager(reply)
+
+
+def test_last_of_several_statements_and_a_bare_misspelt_global(k):
+    assert result(k.execute("tensor.seed(1); tensor.normal(2, 3)")[1]).startswith("tensor([[")
+    reply, _ = k.execute("modle")
+    assert reply["content"]["status"] == "error"
+    assert "global 'modle' is nil; did you mean 'model'?" in reply["content"]["evalue"]
+
+
+def test_explain_shows_its_story(k):
+    text = result(k.execute("distribute.MirroredStrategy():explain()")[1])
+    assert text.startswith("MirroredStrategy: synchronous") and "\n1. Input" in text and "\\n" not in text, text

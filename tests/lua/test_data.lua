@@ -190,6 +190,13 @@ T.test("repeat_, [\"repeat\"], take, skip and cardinality", function()
   T.eq(#epoch(ds:take(0):repeat_()), 0)               -- ends instead of spinning
   T.ok(same_list(epoch(ds:take(-1)), { 0, 1, 2, 3 }))
   T.raises(function() ds:repeat_(-3) end, "count must be")
+  -- TF 2.21: an endless repeat of a dataset of unknown length is INFINITE (-1);
+  -- a counted one stays UNKNOWN (-2)
+  local some = ds:filter(function(v) return v:item() > 1 end)
+  T.eq(some:repeat_():cardinality(), data.INFINITE_CARDINALITY)
+  T.eq(some:repeat_(2):cardinality(), data.UNKNOWN_CARDINALITY)
+  T.ok(same_list(epoch(some:repeat_():take(5)), { 2, 3, 2, 3, 2 }))
+  T.eq(#epoch(ds:filter(function() return false end):repeat_()), 0)   -- nothing passes: ends, as take(0)
 end)
 
 T.test("prefetch: the same elements as without it; breaking out neither hangs nor leaks", function()

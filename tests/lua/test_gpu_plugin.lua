@@ -99,4 +99,39 @@ T.test("a fresh ldist starts and says the same; LDIST_CUDA_PLUGIN overrides the 
   T.ok(out:find("the CUDA plugin did not load", 1, true) and out:find("cpu:0", 1, true), out)
 end)
 
+-- A plugin built against another kernel table (an older ldist, before a kernel
+-- was added): the same entry point, another ABI or another kernel count. It is
+-- refused with a note that says so, and ldist runs on the CPU.
+T.test("a stale plugin (another ABI, or built before a kernel was added) is refused", function()
+  local dir = os.tmpname(); os.remove(dir); assert(os.execute("mkdir -p " .. dir))
+  local function fake(name, abi, kernels)
+    local src = dir .. "/" .. name .. ".c"
+    local f = assert(io.open(src, "w"))
+    f:write(([[
+#include "cuda/ld_cuda.h"
+static int init(const ld_cuda_host *h, char *note, size_t n) { (void)h; (void)note; (void)n; return 1; }
+static const ld_cuda_plugin table = { %s, %s, sizeof(ld_backend), init };
+__attribute__((visibility("default"))) const ld_cuda_plugin *ldist_cuda_plugin(void) { return &table; }
+]]):format(abi, kernels))
+    f:close()
+    local so = dir .. "/" .. name .. ".so"
+    local out, code = sh(("cc -shared -fPIC -Iengine -o %s %s"):format(so, src))
+    T.eq(code, 0, "cannot build the fake plugin: " .. out)
+    return so
+  end
+  local cases = {
+    { fake("old_abi", "LD_CUDA_ABI - 1", "LD_KERNEL_COUNT"), "another interface version" },
+    { fake("one_kernel_less", "LD_CUDA_ABI", "LD_KERNEL_COUNT - 1"), "built for %d+ kernels, this ldist has %d+" },
+  }
+  for _, c in ipairs(cases) do
+    local out, code = sh("LDIST_CUDA_PLUGIN=" .. c[1] .. " " .. ldist_bin ..
+      " -e 'print(tensor.device_note()); print(table.concat(tensor.devices(), \",\"))'")
+    T.eq(code, 0, out)
+    T.ok(out:find("does not match this ldist", 1, true) and out:find(c[2]) and out:find("rebuild it with make", 1, true),
+      "the stale plugin's note: " .. out)
+    T.ok(not out:find("cuda:", 1, true), "a stale plugin registered a device: " .. out)
+  end
+  os.execute("rm -rf " .. dir)
+end)
+
 T.done()

@@ -56,7 +56,9 @@ T.test("layer constructors: positional, options, Keras's names, and errors namin
   T.eq(table.concat(nn.Reshape(2, -1).target_shape, ","), "2,-1")
   T.eq(table.concat(nn.Reshape{4, 4, 1}.target_shape, ","), "4,4,1")
   T.eq(nn.MaxPooling2D(3).class_name, "MaxPool2D")
-  T.raises(function() return nn.Dense{unit = 3} end, "nn.Dense: unknown option 'unit' (it takes units, activation, use_bias, name)")
+  T.raises(function() return nn.Dense{unit = 3} end,
+    "nn.Dense: unknown option 'unit'; did you mean 'units'? (it takes units, activation, use_bias, name, kernel_initializer,")
+  T.raises(function() return nn.Flatten{units = 3} end, "nn.Flatten: unknown option 'units' (it takes name)")
   T.raises(function() return nn.Dense() end, "nn.Dense: units is required")
   T.raises(function() return nn.Conv2D(3, 2, { padding = "sam" }) end, "unknown padding 'sam' (valid|same)")
   T.raises(function() return nn.Conv2D(3, { 2, 2, 2 }) end, "kernel_size takes 2 integers, got 3")
@@ -147,7 +149,17 @@ T.test("learning-rate schedules", function()
 end)
 
 T.test("optimizer errors", function()
-  T.raises(function() return optim.SGD{learning_rate = -1} end, "learning_rate must be positive")
+  T.raises(function() return optim.SGD{learning_rate = -1} end, "learning_rate must be zero or positive")
+  -- Keras takes a rate of 0: the steps run (iterations count them) and leave the weights
+  for _, make in ipairs { optim.SGD, optim.Adam } do
+    local m0 = nn.Sequential { nn.Dense(2) }
+    m0:compile { optimizer = make(0), loss = "mse" }
+    m0:build { 3 }
+    local before = m0:get_weights()
+    m0:fit(tensor.ones(4, 3), tensor.zeros(4, 2), { epochs = 2, batch_size = 2, verbose = 0 })
+    T.eq(m0._optimizer.iterations, 4, "rate 0: the steps still count")
+    for i, w in ipairs(m0:get_weights()) do T.eq((w - before[i]):abs():max():item(), 0, "rate 0 leaves weight " .. i) end
+  end
   T.raises(function() optim.SGD():apply_gradients({tensor.new{1, 2}}, {tensor.Variable{1}}) end, "gradient 1 has shape 2")
   T.raises(function() optim.SGD():apply_gradients({tensor.new{1}}, {}) end, "1 gradients for 0 variables")
 end)

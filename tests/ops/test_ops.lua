@@ -1,9 +1,13 @@
--- test_ops.lua - every kernel of the CUDA backend against the CPU result
--- (normalised error, ggml-style): copies and conversions, fill, binary ops
--- with broadcasting and strided operands, unary ops and their derivatives,
--- reductions, matrix products, softmax, fused cross-entropy, convolution,
--- pooling, optimizer updates; plus the errors a user meets.
-local G = dofile("tests/gpu/gpulib.lua")
+-- test_ops.lua - every op on every device: each kernel of a device's backend
+-- against the CPU result (normalised error, ggml-style): copies and
+-- conversions, fill, binary ops with broadcasting and strided operands, unary
+-- ops and their derivatives, reductions, matrix products, softmax, fused
+-- cross-entropy, convolution, pooling, optimizer updates; plus the errors a
+-- user meets. `make test` runs it on the logical CPU device cpu:1
+-- (tests/lua/test_ops_device.sh), where the executor counts the calls of each
+-- kernel slot and the last case fails on any kernel of engine/ld_kernels.h
+-- that no case called; `make test-gpu` runs it on cuda:0.
+local G = dofile("tests/ops/devlib.lua")
 local T, dev = G.T, G.dev
 
 tensor.seed(42)
@@ -298,7 +302,13 @@ local function layer_check_n(name, make, xs, tol, opts)
   local yc, gc = run(lc, xs)
   G.close(yd, yc, name .. " forward", tol)
   T.eq(#gd, #gc, name .. ": gradients")
-  for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10) end
+  -- each gradient against the scale of all of them (mean square per element)
+  local ss, n = 0, 0
+  for i = 1, #gc do
+    if gc[i]:numel() > 0 then ss = ss + (gc[i] * gc[i]):sum():item(); n = n + gc[i]:numel() end
+  end
+  local floor = n > 0 and ss / n or nil
+  for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10, floor) end
   local nd, nc = ld.non_trainable_variables or {}, lc.non_trainable_variables or {}
   T.eq(#nd, #nc, name .. ": non-trainable variables")
   for i = 1, #nc do G.close(nd[i], nc[i], ("%s %s"):format(name, nc[i].name:match("[^/]+$")), tol) end
@@ -439,7 +449,13 @@ local function layer_check(name, make, x, tol)
   local yd, gd = run(ld, x:to(dev))
   local yc, gc = run(lc, x)
   G.close(yd, yc, name .. " forward", tol)
-  for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10) end
+  -- each gradient against the scale of all of them (mean square per element)
+  local ss, n = 0, 0
+  for i = 1, #gc do
+    if gc[i]:numel() > 0 then ss = ss + (gc[i] * gc[i]):sum():item(); n = n + gc[i]:numel() end
+  end
+  local floor = n > 0 and ss / n or nil
+  for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10, floor) end
 end
 
 T.test("conv2d (im2col + gemm, col2im): valid, same, strided; all gradients", function()
@@ -522,6 +538,21 @@ T.test("device tensors print and come back as tables", function()
   T.ok(tostring(x):find(dev, 1, true), tostring(x))
   T.eq(x:totable()[2][1], 3)
   T.eq(x:sum():item(), 10)
+end)
+
+---------------------------------------------------------------- coverage
+-- Last: every kernel slot of engine/ld_kernels.h was queued by some case above
+-- (counted by the executor's proxies, so on a logical CPU device only).
+T.test("kernel coverage: every kernel of engine/ld_kernels.h was called", function()
+  if not dev:match("^cpu:[1-9]") then print("# kernel calls are counted on a logical CPU device (skip on " .. dev .. ")"); return end
+  local calls, never, n = ldist._distribute.kernel_calls(), {}, 0
+  for name, c in pairs(calls) do
+    n = n + 1
+    if c == 0 then never[#never + 1] = name end
+  end
+  table.sort(never)
+  T.ok(n > 30, "kernel_calls lists " .. n .. " kernels")
+  T.ok(#never == 0, #never .. " kernel(s) never called on " .. dev .. " (add a case for each): " .. table.concat(never, ", "))
 end)
 
 T.done()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# scripts/gpu/device_check.sh - the one call a lent GPU machine gets (README,
+# "GPU"): builds nothing there; runs, from the bundle (scripts/gpu/bundle.sh,
+# carried as build/gpu-bundle), `make test-gpu`, `make bench-gpu` and the
+# many-core CPU bench `make bench-cores`, each under its own time limit, and
+# writes each log to $OUT (or build/device-check) for the README's tables.
+#   DEVICE_CHECK_PARTS="test conf bench cores"   which parts, in this order
+#   (conf: the conformance matrix's default, one_gpu and mirrored_gpus columns)
+cd "$(dirname "$0")/../.." || exit 1
+out=${OUT:-build/device-check}; mkdir -p "$out"
+parts=${DEVICE_CHECK_PARTS:-test conf bench cores}
+{ date -u; nproc; lscpu | grep -E 'Model name|Flags' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
+# the BLAS kernels CPU products run: ldist's choice, and OpenBLAS's own (LDIST_BLAS)
+bash build/gpu-bundle/run.sh bash -c '"$LDIST" -e "print(ldist.config.cpu_split().blas)";
+  LDIST_BLAS=libopenblas.so.0 "$LDIST" -e "print(ldist.config.cpu_split().blas)"' 2>&1 | grep -v '^#' >>"$out/machine.txt"
+cat "$out/machine.txt"
+for p in $parts; do
+  case $p in
+    test)  limit=${T_TEST:-100}; cmd=(make test-gpu) ;;
+    conf)  limit=${T_CONF:-110}; cmd=(env CONFORMANCE_STRATEGIES="default one_gpu mirrored_gpus" CONFORMANCE_ONE_PROCESS=1
+             CONFORMANCE_BUDGET=50 bash -c 'LDIST_BIN=$LDIST exec bash tests/dist/test_conformance.sh') ;;
+    bench) limit=${T_BENCH:-160}; cmd=(env LDIST_BENCH_QUICK=1 make bench-gpu) ;;
+    cores) limit=${T_CORES:-200}; cmd=(env BENCH_CORES_QUICK=${BENCH_CORES_QUICK:-1} make bench-cores) ;;
+    *) echo "device_check: unknown part $p"; continue ;;
+  esac
+  echo "== $p: ${cmd[*]} (limit ${limit} s)"
+  t0=$SECONDS
+  timeout -k 5 "$limit" bash build/gpu-bundle/run.sh "${cmd[@]}" >"$out/$p.log" 2>&1
+  st=$?
+  echo "== $p: status $st after $((SECONDS - t0)) s"
+  grep -vE '^ok - ' "$out/$p.log" | tail -60
+done
