@@ -1,7 +1,7 @@
 /* ld_nn.c - layers, Sequential, losses, metric helpers. */
 #include "ld_nn.h"
 #include "ld_autograd.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 #include "ld_ops_index.h"
 #include "ld_executor.h"
 
@@ -240,8 +240,26 @@ ld_tensor *ld_orthogonal_init(int ndim, const int64_t *shape, ld_rng *rng) {
     return v;
 }
 
+static _Thread_local int64_t weight_budget = -1;
+
+int64_t ld_layer_weight_budget(int64_t bytes) {
+    int64_t old = weight_budget;
+    weight_budget = bytes < 0 ? -1 : bytes;
+    return old;
+}
+
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, ld_init init, int trainable) {
     if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
+    if (weight_budget >= 0) {
+        int64_t numel;
+        char sb[128];
+        if (ld_shape_numel(ndim, shape, &numel) || numel > weight_budget / (int64_t)sizeof(float)) {
+            ld_fail(LD_EARG, "%s/%s: the architecture declares a weight of shape %s, more than the %lld bytes of weights "
+                    "left in the file", l->name, what, ld_shape_fmt(ndim, shape, sb, sizeof sb), (long long)weight_budget);
+            return NULL;
+        }
+        weight_budget -= numel * (int64_t)sizeof(float);
+    }
     ld_tensor *v = NULL;
     ld_rng *rng = ld_global_rng(), before = *rng;
     int role = l->cls->roles ? ld_weight_role_of(what) : -1;

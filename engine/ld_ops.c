@@ -5,7 +5,7 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 #include "ld_ops_internal.h"
 #include "ld_elementwise_math.h"
 

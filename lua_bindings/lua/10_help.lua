@@ -93,6 +93,15 @@ function ldist.wrap(text, width, paragraphs)
         if cut then
           out[#out + 1] = (usub(rest, 1, cut - 1):gsub("%s+$", ""))
           rest = (" "):rep(indent) .. usub(rest, cut + 1):gsub("^%s+", "")
+        elseif col and indent > lead then
+          -- a long word in a list's summary column: break it after a ',',
+          -- '{' or '(' (else at the edge), and stay in the column, so the
+          -- pieces never read as entries of the list
+          local k = width
+          while k > floor + 1 and not usub(rest, k, k):match("[,{(]") do k = k - 1 end
+          if k <= floor + 1 then k = width end
+          out[#out + 1] = usub(rest, 1, k)
+          rest = (" "):rep(indent) .. usub(rest, k + 1):gsub("^%s+", "")
         elseif indent > lead then   -- a long word: continue under the text's start instead
           indent = lead
           rest = (" "):rep(indent) .. rest:gsub("^%s+", "")

@@ -301,6 +301,33 @@ T.test("mpirun, MPICH and Slurm local ranks split the cores too; a launcher's bi
   end
 end)
 
+T.test("mpirun -n 2: ranks split the cores, or keep the binding mpirun gave them", function()
+  if not os.execute("command -v mpirun >/dev/null") then print("# skipped: no mpirun"); return end
+  local all = ldist.config.cpu_split().cores
+  for _, bind in ipairs({ "none", "core" }) do
+    local out, ok = sh(("timeout 120 mpirun -n 2 --oversubscribe --allow-run-as-root --bind-to %s %s %s report")
+      :format(bind, bin, arg[0]))
+    T.ok(ok, "mpirun failed:\n" .. out)
+    local used, n = {}, 0
+    for js in out:gmatch("SPLIT ({[^\n]*})") do
+      local r = ldist.json.decode(js)
+      n = n + 1
+      T.eq(r.split.local_size, 2)
+      if #all >= 2 then
+        T.eq(#r.split.cores, #all // 2 + (r.split.local_rank < #all % 2 and 1 or 0), "its share (bind " .. bind .. ")")
+        T.ok(same(parse_list(r.mask), r.split.cores), ("rank %d runs on %s, its cores are %s"):format(
+          r.split.local_rank, r.mask, table.concat(r.split.cores, ",")))
+        for _, c in ipairs(r.split.cores) do
+          T.ok(not used[c], ("core %d given to two ranks (bind %s)"):format(c, bind))
+          used[c] = true
+        end
+        T.ok(r.split.text:find(bind == "none" and "pinned" or "bound by its launcher", 1, true), r.split.text)
+      end
+    end
+    T.eq(n, 2, "both ranks reported:\n" .. out)
+  end
+end)
+
 T.test("LocalCluster workers each take their share of the cores", function()
   local all = ldist.config.cpu_split().cores
   local lc = distribute.LocalCluster{workers = 2}
