@@ -126,18 +126,6 @@ static int check_input(ld_dataset *in, const char *who) {
     return LD_OK;
 }
 
-/* A host, contiguous version of t (a new reference), or NULL + error. */
-static ld_tensor *host_contiguous(ld_tensor *t) {
-    ld_device *d = t->storage ? t->storage->device : NULL;
-    if (d && !ld_device_is_host(d)) {
-        ld_tensor *h = ld_to_device(t, ld_device_cpu());
-        if (!h) return NULL;
-        ld_tensor *c = ld_contiguous(h);
-        ld_tensor_release(h);
-        return c;
-    }
-    return ld_contiguous(t);
-}
 
 ld_dataset *ld_dataset_from_tensor_slices(int n, ld_tensor *const *ts) {
     if (n < 1 || !ts) { ld_fail(LD_EARG, "from_tensor_slices: no tensors given"); return NULL; }
@@ -167,7 +155,7 @@ ld_dataset *ld_dataset_from_tensor_slices(int n, ld_tensor *const *ts) {
     /* The sources are read without waiting for their device from here on
        (batches are gathered while the devices compute): wait once now. */
     for (int i = 0; i < n; i++) {
-        if (!(d->src[i] = host_contiguous(ts[i]))) { ld_dataset_release(d); return NULL; }
+        if (!(d->src[i] = ld_host_contiguous(ts[i]))) { ld_dataset_release(d); return NULL; }
         d->n_src++;
         ld_device_synchronize(d->src[i]->storage->device);
     }
@@ -882,7 +870,7 @@ static int stack_elements(ld_element *els, int64_t k, ld_element *out) {
         size_t eb = (size_t)ld_tensor_numel(a) * ld_dtype_size(a->dtype);
         char *dst = ld_tensor_data_unsynced(t);
         for (int64_t i = 0; i < k && eb; i++) {
-            ld_tensor *h = host_contiguous(els[i].t[c]);
+            ld_tensor *h = ld_host_contiguous(els[i].t[c]);
             const void *src = h ? ld_tensor_data(h) : NULL;
             if (!src) { ld_tensor_release(h); ld_element_clear(out); return -1; }
             memcpy(dst + (size_t)i * eb, src, eb);
@@ -1009,7 +997,7 @@ static int pad_elements(const ld_padding *p, ld_element *els, int64_t k, ld_elem
         char *dst = ld_tensor_data(t);       /* waits for the fill */
         if (!dst) goto fail;
         for (int64_t i = 0; i < k && eb; i++) {
-            ld_tensor *h = host_contiguous(els[i].t[c]);
+            ld_tensor *h = ld_host_contiguous(els[i].t[c]);
             const char *src = h ? ld_tensor_data(h) : NULL;
             if (!src) { ld_tensor_release(h); goto fail; }
             if (ld_tensor_numel(h)) pad_copy(dst + (size_t)i * eb, shape + 1, src, h->shape, nd, es);
@@ -1351,7 +1339,7 @@ static int unbatch_next(ld_dataset_iter *it, ld_element *out) {
                         "component %d has %lld)", (long long)u->cur.t[0]->shape[0], c + 1, (long long)t->shape[0]);
                 return -1;
             }
-            ld_tensor *h = host_contiguous(t);     /* rows are copied from a host, contiguous tensor */
+            ld_tensor *h = ld_host_contiguous(t);     /* rows are copied from a host, contiguous tensor */
             if (!h) return -1;
             ld_tensor_release(t);
             u->cur.t[c] = h;
@@ -1484,7 +1472,7 @@ static int cache_file_next(cache_iter *ci, cache_box *cb, ld_element *out) {
         return 0;
     }
     for (int c = 0; c < e.n; c++) {
-        ld_tensor *h = host_contiguous(e.t[c]);
+        ld_tensor *h = ld_host_contiguous(e.t[c]);
         if (!h) { ld_element_clear(&e); return -1; }
         int text = ld_tensor_is_text(e.t[c]);
         ld_tensor_release(e.t[c]);
@@ -1536,7 +1524,7 @@ static int cache_next(ld_dataset_iter *it, ld_element *out) {
         return 0;
     }
     for (int c = 0; c < e.n; c++) {           /* the cache keeps host, contiguous tensors */
-        ld_tensor *h = host_contiguous(e.t[c]);
+        ld_tensor *h = ld_host_contiguous(e.t[c]);
         if (!h) { ld_element_clear(&e); return -1; }
         ld_tensor_release(e.t[c]);
         e.t[c] = h;

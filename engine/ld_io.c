@@ -25,19 +25,6 @@
 #error "ld_io.c writes safetensors with host byte order: a little-endian host is assumed"
 #endif
 
-/* A host, contiguous version of t (a new reference), or NULL + error. */
-static ld_tensor *host_contiguous(ld_tensor *t) {
-    ld_device *d = t->storage ? t->storage->device : NULL;
-    if (d && !ld_device_is_host(d)) {
-        ld_tensor *h = ld_to_device(t, ld_device_cpu());
-        if (!h) return NULL;
-        ld_tensor *c = ld_contiguous(h);
-        ld_tensor_release(h);
-        return c;
-    }
-    return ld_contiguous(t);
-}
-
 /* ======================================================================
  * IDX (http://yann.lecun.com/exdb/mnist/): magic 00 00 TYPE NDIM, NDIM
  * big-endian uint32 sizes, then big-endian data.
@@ -461,7 +448,7 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
     sbuf hb = {0};
     if (!host || !order) { status = ld_fail(LD_ENOMEM, "save_safetensors: out of memory"); goto out; }
     for (int i = 0; i < n; i++)
-        if (!(host[i] = host_contiguous(tensors[i]))) { status = ld_error_status() ? ld_error_status() : LD_EINTERNAL; goto out; }
+        if (!(host[i] = ld_host_contiguous(tensors[i]))) { status = ld_error_status() ? ld_error_status() : LD_EINTERNAL; goto out; }
     /* Largest elements first (stable), as the reference writer does, so every
        tensor's data is aligned to its element size in the file. */
     int k = 0;

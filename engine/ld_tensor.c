@@ -723,6 +723,18 @@ void ld_pending_read_free(ld_pending_read *r) {
     free(r);
 }
 
+ld_tensor *ld_host_contiguous(ld_tensor *t) {
+    ld_device *d = t->storage ? t->storage->device : NULL;
+    if (d && !ld_device_is_host(d)) {
+        ld_tensor *h = ld_to_device(t, ld_device_cpu());
+        if (!h) return NULL;
+        ld_tensor *c = ld_contiguous(h);
+        ld_tensor_release(h);
+        return c;
+    }
+    return ld_contiguous(t);
+}
+
 ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
     ld_device *src = t->storage->device;
     if (src == dev) return ld_tensor_retain(t);

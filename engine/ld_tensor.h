@@ -165,6 +165,9 @@ ld_tensor *ld_clone(const ld_tensor *t);
 ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt);
 int ld_cast_check(ld_tensor *t, ld_dtype dt);
 ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev);
+/* A contiguous copy of t in host memory (t itself, retained, when it is one
+   already): what data pipelines and files read row by row. */
+ld_tensor *ld_host_contiguous(ld_tensor *t);
 /* Read t's values without waiting for the kernels queued after it: the copy
    to host memory is queued behind the kernels that write t (on a device that
    queues; elsewhere it is read at once). Wait returns the values (t's dtype,

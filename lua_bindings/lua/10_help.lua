@@ -974,6 +974,10 @@ M["callbacks.ProgbarLogger:on_train_batch_end"] = "(the callback protocol) the b
 M["callbacks.ProgbarLogger:on_epoch_end"] = "(the callback protocol) the bar's final line, with the epoch's logs."
 M["callbacks.History:set_params"] = "(the callback protocol) fit's params (epochs, steps, verbose) become h.params."
 M["callbacks.History:on_train_begin"] = "(the callback protocol) h.epoch starts empty for this fit; h.history keeps its lists (Keras's)."
+M["callbacks.BackupAndRestore:on_epoch_begin"] = "(the callback protocol) notes the optimizer's step count at the epoch's start (a resumed epoch counts the steps already done)."
+M["callbacks.BackupAndRestore:on_train_batch_end"] = "(the callback protocol) with save_freq=N, a checkpoint every N steps, holding exactly the updates its weights hold."
+M["callbacks.BackupAndRestore:on_epoch_end"] = "(the callback protocol) a checkpoint of the epochs finished (weights, optimizer state, the epoch)."
+M["callbacks.BackupAndRestore:on_train_end"] = "(the callback protocol) the checkpoint is deleted (delete_checkpoint=true, by the writing worker only)."
 M["callbacks.History:on_epoch_end"] = "(the callback protocol) the epoch's logs are appended to h.history, the epoch to h.epoch."
 
 -- display, comm, progress

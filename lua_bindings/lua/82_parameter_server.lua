@@ -401,7 +401,10 @@ local function report_lost_worker(self, w, busy)
   -- steps: the coordinator's numbers of the functions it was running
   local at = #steps == 1 and (" during step %s"):format(steps[1])
     or #steps > 1 and (" during steps %s and %s"):format(table.concat(steps, ", ", 1, #steps - 1), steps[#steps]) or ""
-  if self._epoch then at = at .. (" of epoch %d/%d"):format(self._epoch[1], self._epoch[2]) end
+  if self._epoch then
+    -- "during step 14 of epoch 2/3", or between its steps: "in epoch 2/3"
+    at = at .. (#steps > 0 and " of epoch %d/%d" or " in epoch %d/%d, between steps"):format(self._epoch[1], self._epoch[2])
+  end
   io.stderr:write(("ParameterServerStrategy: %s%s; %s\n"):format(what, at, #steps == 1 and
     "the step runs again on another worker (at least once), and training goes on" or #steps > 1 and
     "they run again on another worker (at least once), and training goes on" or "training goes on without it"))
