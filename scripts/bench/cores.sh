@@ -9,7 +9,10 @@
 #      as one device at the same global batch, 512);
 #   4. MultiWorkerMirroredStrategy on 1/2/4/8 processes (ldist launch), 256 per
 #      process (goal 80%, the same measure);
-#   5. the ring all-reduce between 4 processes against torch.distributed (gloo).
+#   5. the ring all-reduce and MPI_Allreduce (communication="mpi", under Open MPI's
+#      mpirun) between 4 processes against torch.distributed (gloo);
+# and, on processors with AVX-512, row 1's MLP and CNN on the AVX2 paths
+# (LDIST_CPU_ISA=avx2: what a processor without AVX-512 runs).
 # The runs are those of `make bench` (train_bench.lua, ref_bench.py,
 # mirrored_bench.lua, multiworker_bench.lua, gloo_allreduce.py), shorter: one
 # run per row, about 4 minutes on 16 cores. Rows needing more devices,
@@ -63,6 +66,17 @@ for row in "mlp 256 300" "mlp 2048 60" "cnn 256 60"; do
   r=$(ratio "$l" "$t")
   printf '%-5s %6s %10s %10s %6sx  %s\n' "$1" "$2" "$l" "$t" "$r" "$(goal "$r" 1.2)"
 done
+
+# the AVX2 paths (what a processor without AVX-512 runs: small products in
+# AVX2, convolutions through im2col + BLAS), forced on this one
+if [ "$("$ldist" -e 'io.write(ldist.config.cpu_split().isa)' 2>/dev/null)" = avx512 ]; then
+  echo "   LDIST_CPU_ISA=avx2 (the paths of processors without AVX-512), same rows:"
+  for row in "mlp 256 300" "cnn 256 60"; do
+    set -- $row
+    a=$(run "avx2 $1 $2" env LDIST_CPU_ISA=avx2 "$ldist" scripts/bench/train_bench.lua "$1" "$2" "$(sc "$3")" 10)
+    printf '%-5s %6s %10s %10s %6sx  (of the avx512 row)\n' "$1" "$2" "$a" "" "$(ratio "$a" "${ONE[$1-$2]}")"
+  done
+fi
 
 # ---- 2. the pool's scaling: one device on T threads, batch 256
 echo
@@ -142,17 +156,24 @@ for k in 1 2 4 8; do
   printf '%9s %8s %10s %8s  %s\n' "$k" $((256 * k)) "$m" "$w" "$([ "$k" = 1 ] && echo - || goal "${w%\%}" 80)"
 done
 
-# ---- 5. the ring all-reduce against gloo
+# ---- 5. the ring all-reduce and MPI against gloo
 k=4; [ "$cores" -lt 4 ] && k=2
 echo
-echo "== 5. all-reduce between $k processes, bus bandwidth (GB/s): ldist's ring against torch.distributed (gloo)"
+echo "== 5. all-reduce between $k processes, bus bandwidth (GB/s): ldist's ring and MPI against torch.distributed (gloo)"
 declare -A RL RG
 while read -r _ mb _ bw; do RL[$mb]=$bw; done < <("$ldist" launch -n $k scripts/bench/multiworker_bench.lua allreduce 2>>"$log" | sed 's/^\[0\] //')
 if [ "$torch_ok" = 1 ]; then
   while read -r _ mb _ bw; do RG[$mb]=$bw; done < <("$py" scripts/bench/gloo_allreduce.py $k 2>>"$log")
 fi
-printf '%6s %10s %10s %8s\n' MB ldist gloo ratio
+# MPI_Allreduce through ldist (communication="mpi"), where Open MPI is installed
+declare -A RM
+if command -v mpirun > /dev/null; then
+  while read -r _ mb _ bw; do RM[$mb]=$bw; done < <(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun -n $k --oversubscribe --bind-to none "$ldist" scripts/bench/multiworker_bench.lua allreduce mpi 2>>"$log")
+fi
+printf '%6s %10s %10s %10s %8s %8s\n' MB ring mpi gloo ring/gloo mpi/gloo
 for mb in 1 4 16 64; do
-  printf '%6s %10s %10s %7sx\n' $mb "${RL[$mb]:-?}" "${RG[$mb]:-n/a}" "$(ratio "${RL[$mb]:-0}" "${RG[$mb]:-0}")"
+  printf '%6s %10s %10s %10s %7sx %7sx\n' $mb "${RL[$mb]:-?}" "${RM[$mb]:-n/a}" "${RG[$mb]:-n/a}" \
+    "$(ratio "${RL[$mb]:-0}" "${RG[$mb]:-0}")" "$(ratio "${RM[$mb]:-0}" "${RG[$mb]:-0}")"
 done
-echo "(MPI: not built yet; per-run timings in $log)"
+echo "(per-run timings in $log)"
