@@ -273,7 +273,7 @@ def test_notebook_in_the_browser(lab, name):
     d.execute_script("""
 const w = window.jupyterapp.shell.currentWidget;
 const pic = w.node.querySelector('.jp-OutputArea-output img, .jp-OutputArea-output svg.ldist-timeline, .ldist-timeline svg');
-if (pic) pic.closest('.jp-Cell').scrollIntoView({block: 'start'});""")
+if (pic) pic.scrollIntoView({block: 'center'});""")
     time.sleep(0.5)
     print(f"{name}: {n} SVG pictures rendered")
     screenshot(d, name)
