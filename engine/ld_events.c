@@ -8,6 +8,7 @@
 #include "ld_file.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -233,6 +234,85 @@ int ld_events_scalar_at(ld_events *w, const char *tag, float value, int64_t step
 
 int ld_events_scalar(ld_events *w, const char *tag, float value, int64_t step) {
     return ld_events_scalar_at(w, tag, value, step, ld_wall_time());
+}
+
+/* tf.summary.histogram's buckets (tensorboard/plugins/histogram/summary_v2.py,
+   _buckets), in float64 as it computes them: k equal-width buckets over
+   [min, max], a value's bucket floor((x - min) / width) clamped to the last,
+   the left edges min + i * width (TF's linspace) and the last right edge max
+   itself; a single value puts every count in the last bucket with both edges
+   at the value; no data gives k rows of zeros. Non-finite values are left
+   out (TF's buckets are undefined for them), so a weight gone NaN still
+   shows its finite part. out holds k * 3 doubles, row i = left, right, count. */
+void ld_events_histogram_buckets(const float *x, size_t n, int k, double *out) {
+    memset(out, 0, (size_t)k * 3 * sizeof *out);
+    double lo = 0, hi = 0;
+    size_t finite = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        if (!isfinite(v)) continue;
+        if (!finite++) lo = hi = v;
+        else { if (v < lo) lo = v; if (v > hi) hi = v; }
+    }
+    if (!finite || k <= 0) return;
+    double range = hi - lo;
+    if (range == 0) {
+        for (int i = 0; i < k; i++) out[3 * i] = out[3 * i + 1] = hi;
+        out[3 * (k - 1) + 2] = (double)finite;
+        return;
+    }
+    double width = range / k;
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        if (!isfinite(v)) continue;
+        double b = floor((v - lo) / width);
+        int j = b >= k - 1 ? k - 1 : (int)b;
+        out[3 * j + 2] += 1;
+    }
+    double step = range / k;       /* linspace(lo, hi, k + 1): lo + i * (hi - lo) / k */
+    for (int i = 0; i < k; i++) {
+        out[3 * i] = lo + step * i;
+        out[3 * i + 1] = i + 1 == k ? hi : lo + step * (i + 1);
+    }
+}
+
+/* Event{wall_time, step, summary{value{tag, tensor (field 8), metadata (9)}}}
+   as TF 2's tf.summary.histogram writes it: a float64 TensorProto of shape
+   [k, 3] (dtype DT_DOUBLE = 2, tensor_content little-endian) and
+   SummaryMetadata{plugin_data{plugin_name "histograms"}, data_class
+   DATA_CLASS_TENSOR = 2}. */
+int ld_events_histogram(ld_events *w, const char *tag, const float *data, size_t n, int64_t step) {
+    if (!w || !w->f) return ld_fail(LD_EARG, "the event file is closed");
+    if (!tag || !*tag) return ld_fail(LD_EARG, "a histogram needs a tag");
+    enum { K = LD_EVENTS_HISTOGRAM_BUCKETS };
+    double rows[K * 3];
+    ld_events_histogram_buckets(data, n, K, rows);
+    unsigned char content[K * 3 * 8];
+    for (int i = 0; i < K * 3; i++) { uint64_t u; memcpy(&u, &rows[i], 8); put64(content + 8 * i, u); }
+    buf dim0 = {0}, dim1 = {0}, shape = {0}, tensor = {0}, plugin = {0}, meta = {0}, val = {0}, sum = {0}, ev = {0};
+    b_key(&dim0, 1, 0); b_varint(&dim0, K);                 /* TensorShapeProto.Dim.size */
+    b_key(&dim1, 1, 0); b_varint(&dim1, 3);
+    b_bytes(&shape, 2, dim0.p, dim0.n);                       /* TensorShapeProto.dim */
+    b_bytes(&shape, 2, dim1.p, dim1.n);
+    b_key(&tensor, 1, 0); b_varint(&tensor, 2);               /* TensorProto.dtype = DT_DOUBLE */
+    b_bytes(&tensor, 2, shape.p, shape.n);
+    b_bytes(&tensor, 4, content, sizeof content);             /* tensor_content */
+    b_bytes(&plugin, 1, "histograms", 10);                    /* PluginData.plugin_name */
+    b_bytes(&meta, 1, plugin.p, plugin.n);
+    b_key(&meta, 4, 0); b_varint(&meta, 2);                   /* data_class = DATA_CLASS_TENSOR */
+    b_bytes(&val, 1, tag, strlen(tag));
+    b_bytes(&val, 8, tensor.p, tensor.n);
+    b_bytes(&val, 9, meta.p, meta.n);
+    b_bytes(&sum, 1, val.p, val.n);
+    b_double(&ev, 1, ld_wall_time());
+    if (step != 0) { b_key(&ev, 2, 0); b_varint(&ev, (uint64_t)step); }
+    b_bytes(&ev, 5, sum.p, sum.n);
+    /* an allocation that failed anywhere leaves a short buffer behind it */
+    ev.bad |= dim0.bad | dim1.bad | shape.bad | tensor.bad | plugin.bad | meta.bad | val.bad | sum.bad;
+    int st = write_record(w, &ev);
+    free(dim0.p); free(dim1.p); free(shape.p); free(tensor.p); free(plugin.p); free(meta.p);
+    free(val.p); free(sum.p); free(ev.p);
+    return st;
 }
 
 int ld_events_flush(ld_events *w) {

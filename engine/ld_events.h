@@ -1,6 +1,6 @@
 /*
  * ld_events.h - TensorBoard event files (what tf.summary's file writer and
- * Keras's TensorBoard callback write), scalars only.
+ * Keras's TensorBoard callback write): scalars and weight histograms.
  *
  * A file is a sequence of TFRecords: uint64 length (little-endian), uint32
  * masked crc32c of those 8 bytes, the data, uint32 masked crc32c of the data.
@@ -35,6 +35,14 @@ const char *ld_events_path(const ld_events *w);
 int ld_events_scalar(ld_events *w, const char *tag, float value, int64_t step);
 /* The same with a given wall time (seconds since the epoch). */
 int ld_events_scalar_at(ld_events *w, const char *tag, float value, int64_t step, double wall_time);
+/* A histogram of n floats as tf.summary.histogram (TF 2) writes one: a
+   summary value holding a float64 tensor of LD_EVENTS_HISTOGRAM_BUCKETS rows
+   [left edge, right edge, count] with plugin "histograms", which TensorBoard
+   shows under Histograms and Distributions. */
+#define LD_EVENTS_HISTOGRAM_BUCKETS 30      /* tf.summary.histogram's default */
+int ld_events_histogram(ld_events *w, const char *tag, const float *data, size_t n, int64_t step);
+/* The buckets alone (k rows of 3 doubles into out), TF's _buckets rule. */
+void ld_events_histogram_buckets(const float *x, size_t n, int k, double *out);
 /* Write what is buffered to the file (TensorBoard reads a file as it grows). */
 int ld_events_flush(ld_events *w);
 /* Flush, close and free (NULL: nothing). LD_OK or LD_EIO. */

@@ -4,6 +4,7 @@
  *
  *     local w = ldist._summary.open("logs/train")   -- a new events.out.tfevents.* file
  *     w:scalar("epoch_loss", 0.42, 3)                -- tag, value, step
+ *     w:histogram("dense/kernel/histogram", t, 3)    -- tag, tensor, step (30 buckets, as TF)
  *     w:flush(); w:close()                            -- (closed when collected too)
  *     w:path()
  *     ldist._summary.crc32c(s), .masked_crc32c(s), .frame(s)   -- TFRecord pieces
@@ -11,6 +12,7 @@
 #include "lbind.h"
 #include "ld_core.h"
 #include "ld_events.h"
+#include "ld_tensor.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -39,6 +41,26 @@ static int l_scalar(lua_State *L) {
     lua_Integer step = luaL_checkinteger(L, 4);
     int st = lua_isnoneornil(L, 5) ? ld_events_scalar(*w, tag, (float)v, (int64_t)step)
                                    : ld_events_scalar_at(*w, tag, (float)v, (int64_t)step, luaL_checknumber(L, 5));
+    if (st != LD_OK) return lb_engine_error(L, 0);
+    return 0;
+}
+
+static int l_histogram(lua_State *L) {
+    ld_events **w = check_writer(L);
+    const char *tag = luaL_checkstring(L, 2);
+    ld_tensor *t = lb_check_tensor(L, 3);
+    lua_Integer step = luaL_checkinteger(L, 4);
+    /* the values in float32 on the host, wherever t lives and whatever its dtype */
+    ld_tensor *f = t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast(t, LD_F32);
+    if (!f) return lb_engine_error(L, 3);
+    ld_pending_read *r = ld_tensor_read_async(f);
+    if (!r) { ld_tensor_release(f); return lb_engine_error(L, 3); }
+    ld_dtype dt;
+    int64_t n;
+    const void *p = ld_pending_read_wait(r, &dt, &n);
+    int st = p ? ld_events_histogram(*w, tag, p, (size_t)n, (int64_t)step) : LD_EARG;
+    ld_pending_read_free(r);
+    ld_tensor_release(f);
     if (st != LD_OK) return lb_engine_error(L, 0);
     return 0;
 }
@@ -102,6 +124,7 @@ static int l_frame(lua_State *L) {
 
 static const luaL_Reg writer_methods[] = {
     {"scalar", l_scalar},
+    {"histogram", l_histogram},
     {"flush", l_flush},
     {"close", l_close},
     {"path", l_path},

@@ -16,6 +16,18 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The browser test (tests/kernel/test_browser.py) drives JupyterLab in Debian's
+# Chromium; where it cannot be installed that test says so and is skipped.
+browser=()
+for p in chromium chromium-driver; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || browser+=("$p")
+done
+if ((${#browser[@]})); then
+  echo "setup: installing ${browser[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${browser[@]}" >/dev/null; } ||
+    echo "setup: cannot install ${browser[*]}; the browser test will be skipped"
+fi
 # Test side: a real Jupyter client and the kernel conformance suite.
 if [ "${LDIST_SETUP_PY:-1}" = 1 ]; then
   py=python3

@@ -521,8 +521,14 @@ doc(callbacks.TerminateOnNaN, "callbacks.TerminateOnNaN",
 --  * LOG_DIR/validation: epoch_<name> for each val_<name> (prefix dropped) at
 --    step = epoch, and evaluation_<name>_vs_iterations at step = the
 --    optimizer's iterations.
+--  * histogram_freq=N (N > 0): every N epochs (epoch % N == 0, from 0), one
+--    histogram per weight in LOG_DIR/train at step = epoch, tagged
+--    "<weight path>/histogram" with Keras 3's weight.path: the model's name
+--    first for a Sequential or subclassed model ("sequential/dense/kernel"),
+--    the layer's alone in a Functional one ("dense/kernel"); written as
+--    tf.summary.histogram writes them (30 buckets, plugin "histograms").
 -- Each fit opens new event files, as Keras does. Not written: the model's
--- config ("keras" tag), graphs, histograms, images, profiles. Keras writes
+-- config ("keras" tag), graphs, images, profiles. Keras writes
 -- scalars as float tensors (plugin "scalars"); ldist writes simple_value,
 -- the other form TensorBoard reads as scalars. Keras under update_freq=N
 -- also drops epoch scalars whose epoch ends off a multiple of N (its
@@ -535,7 +541,8 @@ TB.__index = TB
 TB.__tostring = function(c) return ("<TensorBoard %s update_freq=%s>"):format(c.log_dir, tostring(c.update_freq)) end
 function callbacks.TensorBoard(opts)
   if type(opts) == "string" then opts = { log_dir = opts } end
-  opts = check_opts("TensorBoard", opts, { log_dir = true, update_freq = true, replica_step_time = true })
+  opts = check_opts("TensorBoard", opts, { log_dir = true, update_freq = true, replica_step_time = true,
+    histogram_freq = true })
   local dir = opts.log_dir or "logs"
   if type(dir) ~= "string" or dir == "" then
     error("bad argument #1 to 'TensorBoard' (log_dir must be a directory name)", 2)
@@ -546,8 +553,14 @@ function callbacks.TensorBoard(opts)
     error(("bad argument #1 to 'TensorBoard' (update_freq must be \"epoch\", \"batch\" or a positive number of batches, got %s)")
       :format(tostring(freq)), 2)
   end
+  local hfreq = opts.histogram_freq or 0
+  if not (math.tointeger(hfreq) and hfreq >= 0) then
+    error(("bad argument #1 to 'TensorBoard' (histogram_freq must be a number of epochs, 0 or more, got %s)")
+      :format(tostring(hfreq)), 2)
+  end
   if not ldist._summary then error("TensorBoard: this ldist was built without the summary writer", 2) end
   return setmetatable({ log_dir = dir, update_freq = math.tointeger(freq) or freq,
+    histogram_freq = math.tointeger(hfreq),
     replica_step_time = opts.replica_step_time or false, _writers = {} }, TB)
 end
 function TB:_writer(which)
@@ -600,6 +613,16 @@ function TB:on_train_batch_end(step, logs, model)
     w:scalar("batch_" .. kv[1], kv[2], self._global_batch)
   end
 end
+-- Keras's _log_weights: every layer's weights, in the model's layer order.
+function TB:_log_weights(model, epoch)
+  local w = self:_writer("train")
+  local prefix = model._kind == "Functional" and "" or (model.name and model.name .. "/" or "")
+  for _, layer in ipairs(model.layers or {}) do
+    for _, v in ipairs(layer.weights or {}) do
+      w:histogram(prefix .. tostring(v.name):gsub(":", "_") .. "/histogram", v, epoch)
+    end
+  end
+end
 function TB:on_epoch_end(epoch, logs, model)
   logs = logs or {}
   model = model or self.model
@@ -618,6 +641,7 @@ function TB:on_epoch_end(epoch, logs, model)
       w:scalar(("epoch_replica_%d_step_time"):format(r - 1), ((p.compute or 0) - (t.prev[r] or 0)) / self._epoch_batches, epoch)
     end
   end
+  if model and self.histogram_freq > 0 and epoch % self.histogram_freq == 0 then self:_log_weights(model, epoch) end
   w:flush()
   if #val > 0 then
     local v = self:_writer("validation")
@@ -636,14 +660,17 @@ function TB:on_train_end()
   self:_close()
 end
 doc(callbacks.TensorBoard, "callbacks.TensorBoard",
-  "callbacks.TensorBoard{log_dir=\"logs\", update_freq=\"epoch\"|\"batch\"|N, replica_step_time=false}\n\n" ..
+  "callbacks.TensorBoard{log_dir=\"logs\", update_freq=\"epoch\"|\"batch\"|N, histogram_freq=0,\n" ..
+  "                      replica_step_time=false}\n\n" ..
   "Write TensorBoard event files as Keras does (run `tensorboard --logdir LOG_DIR`):\n" ..
   "LOG_DIR/train gets epoch_loss, epoch_<metric> and epoch_learning_rate at step = epoch (from 0),\n" ..
   "and with update_freq=N batch_loss, batch_<metric> every N batches (step = batches since fit\n" ..
   "began); LOG_DIR/validation gets epoch_loss, epoch_<metric> of the validation (the val_ prefix\n" ..
   "dropped) and evaluation_<name>_vs_iterations at step = optimizer iterations. Each fit writes new\n" ..
   "files. Under MirroredStrategy, replica_step_time=true traces the fit and adds\n" ..
-  "epoch_replica_<r>_step_time, replica r's compute seconds per step. Scalars only.")
+  "epoch_replica_<r>_step_time, replica r's compute seconds per step. histogram_freq=N writes a\n" ..
+  "histogram of every weight every N epochs (Histograms and Distributions tabs), tagged as Keras\n" ..
+  "tags them: \"sequential/dense/kernel/histogram\".")
 end
 
 if not callbacks or not C or not lio then return end

@@ -14,7 +14,7 @@ nbclient on the ldist kernel, and what they claim checked in their outputs:
   ones are not; distribute_datasets_from_function's InputContext.
 - your_own_data.ipynb: a folder of PNG and JPEG files read by
   image_dataset_from_directory (Keras's "Found ..." lines, the split, the
-  class names, a batch's shapes, a contact sheet of images); a CSV file read by
+  class names, a batch's shapes, a contact sheet of images, each labelled); a CSV file read by
   TextLineDataset and make_csv_dataset trains a tiny model; a CNN trains with
   ModelCheckpoint, CSVLogger, EarlyStopping and TensorBoard, whose files are
   listed; model:save / nn.load_model give the same predictions (difference 0)
@@ -22,6 +22,7 @@ nbclient on the ldist kernel, and what they claim checked in their outputs:
 
 tests/kernel/test_notebook.py runs every other notebook under scripts/; these
 are run here only (its TEACHING set)."""
+import base64
 import os
 import re
 import time
@@ -212,14 +213,25 @@ def test_your_own_data():
     assert "images [32, 28, 28, 1] float32, values 0..255; labels [32] int32" in text
     assert "batches: 23 for training, 6 for validation" in text
 
-    # the pictures: the contact sheet (a PNG, its 12 labels printed below), the loss and accuracy curves
+    # the pictures: the contact sheet (an SVG holding the PNG sheet and a label
+    # under each of its 12 pictures), the loss and accuracy curves
     pics = pictures(cells)
     assert len(pics) >= 3, [i for i, _ in pics]
-    sheet = [i for i, s in pics if s == "png"]
-    assert len(sheet) == 1
-    grid = [ln.split() for ln in "".join(o.text for o in cells[sheet[0]].outputs
-                                         if o.output_type == "stream").splitlines()]
-    assert len(grid) == 2 and all(len(r) == 6 and set(r) <= {"Shirt", "Sneaker", "T-shirt_top"} for r in grid), grid
+    sheets = [s for _, s in pics if "data:image/png;base64," in s]
+    assert len(sheets) == 1, "one contact sheet"
+    sheet = sheets[0]
+    png = base64.b64decode(re.search(r'href="data:image/png;base64,([A-Za-z0-9+/=]+)"', sheet).group(1))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n", "the sheet's base64 decodes to a PNG"
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    labels = [(int(x), int(y), name) for x, y, name in re.findall(r'<text x="(\d+)" y="(\d+)"[^>]*>([^<]+)</text>', sheet)]
+    assert len(labels) == 12 and {n for _, _, n in labels} <= {"Shirt", "Sneaker", "T-shirt_top"}, labels
+    side = 28 * 3
+    xs, ys = sorted({x for x, _, _ in labels}), sorted({y for _, y, _ in labels})
+    assert len(xs) == 6 and len(ys) == 2, "2 rows of 6 labels"
+    # each label sits under its picture: centred on it, below it, inside the sheet
+    assert all(abs(x - (k * (side + 4) + side // 2)) <= 1 for k, x in enumerate(xs)), xs
+    assert all(r * (side + 20) + side < y < (r + 1) * (side + 20) + 4 for r, y in enumerate(ys)) and ys[-1] <= height, ys
+    assert width == 6 * (side + 4), width
     svgs = [s for _, s in pics if s != "png"]
     assert any("loss per epoch" in s and "val_loss" in s for s in svgs), "the loss curves"
     assert any("accuracy per epoch" in s and "val_accuracy" in s for s in svgs), "the accuracy curves"

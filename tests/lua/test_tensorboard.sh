@@ -6,6 +6,8 @@
 # history (the layout Keras 3.15's TensorBoard callback writes); every record's
 # TFRecord CRCs are checked with TensorBoard's own masked_crc32c, and ldist's
 # crc32c against the standard check value and Python's for a framed record.
+# histogram_freq: the weight histograms carry Keras 3.15's tags, steps and
+# format, and their buckets are TensorBoard's own over the weights.
 # TensorBoard comes from build/test-venv, created (pip install tensorboard)
 # when missing; a failed install fails the test.
 set -u
@@ -61,6 +63,47 @@ cmp -s "$TMP/crc.txt" "$TMP/crc1.txt" || fail "SSE4.2 and table crc32c differ"
   assert(not pcall(callbacks.TensorBoard, { update_freq = 0 }))
   assert(not pcall(callbacks.TensorBoard, { logdir = 'x' }))
 " || fail "ldist fit with callbacks.TensorBoard"
+
+# 2b. histogram_freq=2 over 5 epochs: a Sequential (under MirroredStrategy on
+# two logical CPU devices) and a Functional model; every weight at each
+# epoch's end goes to JSON to check the buckets against TensorBoard's own
+LDIST_CPU_DEVICES=2 "$LDIST" -e "
+  tensor.seed(2)
+  local function dump(path)
+    local snaps = {}
+    return callbacks.LambdaCallback{
+      on_epoch_end = function(self, epoch, logs, model)
+        local s = {}
+        for _, l in ipairs(model.layers) do
+          for _, w in ipairs(l.weights) do s[#s + 1] = { name = w.name, values = w:reshape({ -1 }):totable() } end
+        end
+        snaps[tostring(epoch)] = s
+      end,
+      on_train_end = function()
+        local f = assert(io.open(path, 'wb')); f:write(ldist.json.encode(snaps)); f:close()
+      end }
+  end
+  local x = tensor.randn(40, 3)
+  local y = x:sum(1):reshape({ 40, 1 }):gt(0):float()
+  local strategy = distribute.MirroredStrategy()
+  local m
+  do
+    local _ <close> = strategy:scope()
+    m = nn.Sequential{ nn.Dense(4, {activation = 'relu'}), nn.Dense(1, {activation = 'sigmoid'}) }
+    m:compile{ optimizer = optim.SGD{ learning_rate = 0.1 }, loss = 'binary_crossentropy' }
+  end
+  m:fit(x, y, { epochs = 5, batch_size = 8, verbose = 0, validation_split = 0.2,
+    callbacks = { callbacks.TensorBoard{ log_dir = '$TMP/hist_seq', histogram_freq = 2 }, dump('$TMP/hist_seq.json') } })
+  local i = nn.Input{ shape = { 3 } }
+  local f = nn.Model{ inputs = i, outputs = nn.Dense(1)(nn.Dense(4)(i)) }
+  f:compile{ optimizer = optim.SGD{ learning_rate = 0.1 }, loss = 'mse' }
+  f:fit(x, y, { epochs = 2, batch_size = 8, verbose = 0,
+    callbacks = { callbacks.TensorBoard{ log_dir = '$TMP/hist_fn', histogram_freq = 1 }, dump('$TMP/hist_fn.json') } })
+  for _, bad in ipairs({ -1, 1.5, 'epoch' }) do
+    local ok, err = pcall(callbacks.TensorBoard, { histogram_freq = bad })
+    assert(not ok and tostring(err):find('histogram_freq must be a number of epochs', 1, true), tostring(err))
+  end
+" || fail "ldist fit with callbacks.TensorBoard{histogram_freq=}"
 
 # 3. TensorBoard reads it
 "$PY" - "$TMP" <<'PYEOF' || fail "TensorBoard's reader"
@@ -142,6 +185,43 @@ for name in ("loss", "accuracy"):
     ev = va.Scalars(f"evaluation_{name}_vs_iterations")
     check([e.step for e in ev] == [steps_per_epoch * (i + 1) for i in range(epochs)]
           and all(near(e.value, f32(v)) for e, v in zip(ev, h["val_" + name])), f"evaluation_{name}_vs_iterations")
+# histograms: what Keras 3.15.1 (TF 2.21) wrote for the same Sequential
+# (5 epochs, histogram_freq=2): these tags, in this order, at steps 0, 2, 4;
+# each a float64 tensor of 30 rows [left, right, count], plugin "histograms",
+# DATA_CLASS_TENSOR. The buckets must be TensorBoard's own (histogram_pb, the
+# numpy twin of tf.summary.histogram's) over the weights at that epoch's end.
+import numpy as np
+from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+from tensorboard.plugins.histogram import summary_v2 as hist_v2
+from tensorboard.util import tensor_util
+from tensorboard.compat.proto import summary_pb2
+KERAS_SEQ_TAGS = ["sequential/dense/kernel/histogram", "sequential/dense/bias/histogram",
+                  "sequential/dense_1/kernel/histogram", "sequential/dense_1/bias/histogram"]
+def check_hist(sub, model_prefix, steps):
+    snaps = json.load(open(f"{tmp}/{sub}.json"))
+    ea = EventAccumulator(f"{tmp}/{sub}/train", size_guidance={"tensors": 0}); ea.Reload()
+    tags = [t for t in ea.Tags()["tensors"] if t.endswith("/histogram")]
+    want = [model_prefix + w["name"] + "/histogram" for w in snaps["0"]]
+    if sub == "hist_seq": check(want == KERAS_SEQ_TAGS, f"{sub}: the weights are named as Keras names them")
+    check(tags == want, f"{sub}: EventAccumulator lists the histograms {tags}")
+    pa = pea.EventAccumulator(f"{tmp}/{sub}/train"); pa.Reload()
+    check(sorted(pa.PluginTagToContent("histograms")) == sorted(want), f"{sub}: the histograms plugin owns them")
+    md = pa.SummaryMetadata(want[0])
+    check(md.data_class == summary_pb2.DATA_CLASS_TENSOR, f"{sub}: data_class DATA_CLASS_TENSOR")
+    for i, tag in enumerate(want):
+        evs = ea.Tensors(tag)
+        check([e.step for e in evs] == steps, f"{sub}: {tag} at steps {[e.step for e in evs]}")
+        for e in evs:
+            got = tensor_util.make_ndarray(e.tensor_proto)
+            ref = tensor_util.make_ndarray(hist_v2.histogram_pb("t", np.float32(snaps[str(e.step)][i]["values"])).value[0].tensor)
+            same = got.dtype == np.float64 and got.shape == (30, 3) and np.array_equal(got[:, 2], ref[:, 2]) \
+                and np.allclose(got[:, :2], ref[:, :2], rtol=0, atol=1e-12)
+            check(same, f"{sub}: {tag} at epoch {e.step} = TensorBoard's buckets of the weight")
+check_hist("hist_seq", "sequential/", [0, 2, 4])
+check_hist("hist_fn", "", [0, 1])
+# the scalars-only fit above wrote no histogram
+check(not [t for t in tr.Tags()["tensors"] if t.endswith("/histogram")], "histogram_freq=0 writes no histogram")
+
 both = acc("train", first_file_only=False)
 check(len(both.Scalars("epoch_loss")) >= 1, "the whole train directory reads")
 sys.exit(1 if errors else 0)
