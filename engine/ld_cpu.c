@@ -8,6 +8,7 @@
 #include "ld_gemm_small.h"
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
+#include "ld_half.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -109,6 +110,8 @@ static inline double load_as_double(const void *p, ld_dtype dt, int64_t i) {
     case LD_F32: return ((const float *)p)[i];
     case LD_I32: return ((const int32_t *)p)[i];
     case LD_I64: return (double)((const int64_t *)p)[i];
+    case LD_F16: return ld_f16_to_f32(((const uint16_t *)p)[i]);
+    case LD_BF16: return ld_bf16_to_f32(((const uint16_t *)p)[i]);
     default: return ((const uint8_t *)p)[i];
     }
 }
@@ -126,8 +129,24 @@ static inline void store_from_double(void *p, ld_dtype dt, int64_t i, double v) 
     case LD_I32: ((int32_t *)p)[i] = (int32_t)clamp_for_int(v, INT32_MIN, INT32_MAX); break;
     case LD_I64:   /* INT64_MAX is not a double: 2^63 is the first value past it */
         ((int64_t *)p)[i] = v >= 0x1p63 ? INT64_MAX : (int64_t)clamp_for_int(v, -0x1p63, 0x1p63); break;
+    /* through float32: a double rounded twice can differ from the double
+       rounded once in the last bit of a half; values reach here as float32
+       (a cast) or as a user's number, where that tie is the user's own */
+    case LD_F16: ((uint16_t *)p)[i] = ld_f32_to_f16((float)v); break;
+    case LD_BF16: ((uint16_t *)p)[i] = ld_f32_to_bf16((float)v); break;
     default: ((uint8_t *)p)[i] = (uint8_t)clamp_for_int(v, 0, UINT8_MAX); break;
     }
+}
+
+/* One row of a float32 <-> half conversion (src stride `is` elements): the
+   common casts of ld_ops_half, without the per-element switch above. 0 when
+   the pair is not one of these. */
+static int convert_row_half(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int64_t n, int64_t is) {
+    if (sdt == LD_F32 && ddt == LD_F16) { const float *s = src; uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_f16(s[j * is]); return 1; }
+    if (sdt == LD_F32 && ddt == LD_BF16) { const float *s = src; uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_bf16(s[j * is]); return 1; }
+    if (sdt == LD_F16 && ddt == LD_F32) { const uint16_t *s = src; float *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_f16_to_f32(s[j * is]); return 1; }
+    if (sdt == LD_BF16 && ddt == LD_F32) { const uint16_t *s = src; float *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_bf16_to_f32(s[j * is]); return 1; }
+    return 0;
 }
 
 static void copy_strided_serial(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
@@ -150,7 +169,8 @@ static void copy_strided_serial(void *dst, ld_dtype ddt, const void *src, ld_dty
             float *dp = (float *)dst + o;
             if (is == 1) ldv_copy(dp, sp, inner);   /* rows of a head (16 floats) are too short for memcpy's call */
             else for (int64_t j = 0; j < inner; j++) dp[j] = sp[j * is];
-        } else {
+        } else if (!convert_row_half((char *)dst + o * (int64_t)ld_dtype_size(ddt), ddt,
+                                     (const char *)src + off * (int64_t)ld_dtype_size(sdt), sdt, inner, is)) {
             for (int64_t j = 0; j < inner; j++)
                 store_from_double(dst, ddt, o + j, load_as_double(src, sdt, off + j * is));
         }

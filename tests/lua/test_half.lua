@@ -1,0 +1,125 @@
+-- test_half.lua - float16 and bfloat16 tensors (issue 30, items 1 and 4):
+-- creation, casts rounded as NumPy/torch round them, printing, safetensors
+-- F16/BF16 against files written by PyTorch's safetensors, ops computed in
+-- float32 and compared with the float32 result.
+-- Fixtures: scripts/fixtures/make_half_fixtures.py (numbers below, and
+-- tests/fixtures/half/torch_half.safetensors).
+local T = dofile("tests/lua/testlib.lua")
+local lio = ldist.io
+
+local VALS = { 1.0, 2.5, -3.1, 65504.0, 65519.0, 65520.0, 1e-8, 3e-8, 6e-8, 1e-5, 0.1, 1 / 3, 1e30,
+               -0.0, 2049.0, 2051.0, 1.00048828125, 1.0009765625 }
+-- float32 -> float16 bits by NumPy's astype, -> bfloat16 bits by torch's .to(bfloat16)
+local F16_BITS = { 15360, 16640, 49715, 31743, 31743, 31744, 0, 1, 1, 168, 11878, 13653, 31744, 32768, 26624,
+                   26626, 15360, 15361 }
+local BF16_BITS = { 16256, 16416, 49222, 18304, 18304, 18304, 12844, 13057, 13185, 14120, 15821, 16043, 29002,
+                    32768, 17664, 17664, 16256, 16256 }
+
+local function tmpname(ext) return os.tmpname() .. ext end
+
+-- the data section of a safetensors file holding one tensor, as uint16s
+local function file_u16(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a"); f:close()
+  local hlen = string.unpack("<I8", s)
+  local out, pos = {}, 9 + hlen
+  while pos + 1 <= #s do out[#out + 1] = string.unpack("<I2", s, pos); pos = pos + 2 end
+  return out, s:sub(9, 8 + hlen)
+end
+
+local function max_rel_diff(a, b)   -- max |a - b| / max |b| over two tensors of one shape
+  local fa = a:astype("float32"):reshape { a:numel() }:totable()
+  local fb = b:astype("float32"):reshape { b:numel() }:totable()
+  local d, m = 0, 0
+  for i = 1, #fa do d = math.max(d, math.abs(fa[i] - fb[i])); m = math.max(m, math.abs(fb[i])) end
+  return d / math.max(m, 1e-30)
+end
+
+for _, case in ipairs { { "float16", "F16", F16_BITS }, { "bfloat16", "BF16", BF16_BITS } } do
+  local dt, file_dt, bits = case[1], case[2], case[3]
+
+  T.test(dt .. ": float32 -> " .. dt .. " rounds to nearest even, as NumPy/torch (bits written to safetensors)", function()
+    local x = tensor.new(VALS):astype(dt)
+    T.eq(x.dtype, dt)
+    local p = tmpname(".safetensors")
+    lio.save_safetensors(p, { x = x })
+    local got, header = file_u16(p)
+    os.remove(p)
+    T.ok(header:find('"dtype":"' .. file_dt .. '"', 1, true), header)
+    T.eq(#got, #bits)
+    for i = 1, #bits do T.eq(got[i], bits[i], ("element %d (%.9g)"):format(i, VALS[i])) end
+  end)
+
+  T.test(dt .. ": creation with {dtype=}, values back in float32 exactly", function()
+    local x = tensor.new({ 0.5, -2, 3 }, { dtype = dt })
+    T.eq(x.dtype, dt)
+    T.eq(x[0], 0.5); T.eq(x[1], -2); T.eq(x[2], 3)   -- 0-based, as TF
+    T.eq(tensor.zeros({ 2, 2 }, { dtype = dt }).dtype, dt)
+    local f = tensor.full({ 3 }, 0.1, { dtype = dt })
+    T.eq(f.dtype, dt)
+    T.eq(f[0], tensor.new({ 0.1 }):astype(dt):astype("float32")[0])
+    T.eq(x:astype("float32").dtype, "float32")
+    T.eq(x:astype("int32")[1], -2)
+    T.eq(tensor.new({ 7 }, { dtype = "int64" }):astype(dt)[0], 7)
+  end)
+
+  T.test(dt .. ": printing names the dtype and shows the stored value", function()
+    local s = tostring(tensor.new({ 1, 2.5, -3.1 }, { dtype = dt }))
+    T.ok(s:find("dtype=" .. dt, 1, true), s)
+    T.ok(s:find(dt == "float16" and "-3.0996" or "-3.0938", 1, true), s)
+    T.ok(tostring(tensor.new({ 1e6 }, { dtype = dt })):find(dt == "float16" and "inf" or "999424", 1, true))
+  end)
+
+  T.test(dt .. ": safetensors round trip keeps dtype and bits", function()
+    local x = tensor.new({ { 1.5, -0.25, 3.1 }, { 1e-3, 100, -7 } }, { dtype = dt })
+    local p = tmpname(".safetensors")
+    lio.save_safetensors(p, { x = x })
+    local t = lio.load_safetensors(p)
+    os.remove(p)
+    T.eq(t.x.dtype, dt)
+    T.eq(t.x.shape[1], 2); T.eq(t.x.shape[2], 3)
+    T.eq(max_rel_diff(t.x, x), 0)
+  end)
+end
+
+T.test("safetensors F16/BF16 written by PyTorch load with their dtype and values", function()
+  local t = lio.load_safetensors("tests/fixtures/half/torch_half.safetensors")
+  T.eq(t.h.dtype, "float16"); T.eq(t.b.dtype, "bfloat16")
+  T.eq(max_rel_diff(t.h, t.h_f32), 0, "float16 widened as torch widens it")
+  T.eq(max_rel_diff(t.b, t.b_f32), 0, "bfloat16 widened as torch widens it")
+end)
+
+T.test("float16 and bfloat16 values compare with float32 within their precision", function()
+  local x = tensor.new({ 0.1, 1 / 3, 123.456, -7.77, 1e-3 })
+  for dt, eps in pairs { float16 = 2 ^ -11, bfloat16 = 2 ^ -8 } do
+    local h = x:astype(dt):astype("float32")
+    for i = 0, 4 do T.near(h[i], x[i], eps, dt) end
+  end
+end)
+
+T.test("bad dtype names list the half dtypes", function()
+  T.raises(function() return tensor.new({ 1 }):astype("float8") end, "float16, bfloat16")
+end)
+
+T.test("model:save_weights{dtype=} writes a half checkpoint; load_weights reads it into float32", function()
+  local m = nn.Sequential { nn.Dense(4), nn.Dense(2) }
+  m:build({ 3, 5 })
+  for _, dt in ipairs { "bfloat16", "float16" } do
+    local p = tmpname(".safetensors")
+    m:save_weights(p, { dtype = dt })
+    local raw = lio.load_safetensors(p)
+    for _, v in pairs(raw) do T.eq(v.dtype, dt) end
+    local m2 = nn.Sequential { nn.Dense(4), nn.Dense(2) }
+    m2:build({ 3, 5 })
+    m2:load_weights(p)
+    os.remove(p)
+    local w1, w2 = m:get_weights(), m2:get_weights()
+    for i = 1, #w1 do
+      T.eq(w2[i].dtype, "float32")
+      T.ok(max_rel_diff(w2[i], w1[i]) <= (dt == "float16" and 2 ^ -11 or 2 ^ -8), dt .. " weight " .. i)
+    end
+  end
+  T.raises(function() m:save_weights(os.tmpname(), { dtype = "int32" }) end, "float32, float16 or bfloat16")
+end)
+
+T.done()
