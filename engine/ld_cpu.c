@@ -6,6 +6,7 @@
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_gemm_small.h"
+#include "ld_gemm_bf16.h"
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
 #include "ld_half.h"
@@ -453,6 +454,7 @@ static sgemm_fn blas_sgemm(void) {
 }
 
 const char *ld_cpu_blas_describe(void) { return blas_sgemm() ? blas_note : blas_error; }
+const char *ld_cpu_bf16_gemm_describe(void) { return ld_gemm_bf16_path(); }
 
 int ld_device_can_gemm(const ld_device *d) {
     if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */
@@ -792,6 +794,30 @@ static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
     }
     gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n > m};
     parallel_run(gemm_part, &j, 64);
+}
+
+/* Half operands: bfloat16 on AVX512_BF16 (ld_gemm_bf16.c); otherwise (float16,
+   another processor, LDIST_NO_AVX512_BF16=1) both widened to float32, which
+   is exact, and the float32 product: float32 sums either way. */
+static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
+                          const void *a, int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
+    if (dt == LD_BF16 && ld_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
+    /* the operands as stored: rows x cols with leading dimension ld */
+    int64_t as[2] = {ta ? k : m, ta ? m : k}, bs[2] = {tb ? n : k, tb ? k : n};
+    int64_t ast[2] = {lda, 1}, bst[2] = {ldb, 1};
+    float *fa = malloc((size_t)(as[0] * as[1] + 1) * sizeof(float));   /* + 1: never malloc(0) */
+    float *fb = malloc((size_t)(bs[0] * bs[1] + 1) * sizeof(float));
+    if (!fa || !fb) {
+        free(fa); free(fb);
+        ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory widening the %s operands", ld_dtype_name(dt));
+        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+        return;
+    }
+    cpu_copy_strided(d, fa, LD_F32, a, dt, 2, as, ast);
+    cpu_copy_strided(d, fb, LD_F32, b, dt, 2, bs, bst);
+    cpu_gemm(d, ta, tb, m, n, k, 1.0f, fa, as[1] < 1 ? 1 : as[1], fb, bs[1] < 1 ? 1 : bs[1], 0.0f, c, ldc);
+    free(fa);
+    free(fb);
 }
 
 typedef struct {

@@ -34,6 +34,22 @@ int ld_ops_same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
     return LD_OK;
 }
 
+ld_dtype ld_ops_result_dtype(const ld_tensor *a, const ld_tensor *b) {
+    ld_dtype da = a->dtype, db = b ? b->dtype : a->dtype;
+    if (!ld_dtype_is_half(da) && !ld_dtype_is_half(db)) return LD_F32;
+    if (da == db) return da;
+    if (ld_dtype_is_half(da) && !ld_dtype_is_float(db)) return da;
+    if (ld_dtype_is_half(db) && !ld_dtype_is_float(da)) return db;
+    return LD_F32;
+}
+
+ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt) {
+    if (!out || dt == LD_F32) return out;
+    ld_tensor *c = ld_cast(out, dt);
+    ld_tensor_release(out);
+    return c;
+}
+
 /* A float32 tensor for t: t itself retained, or a cast copy. */
 static ld_tensor *as_float(ld_tensor *t) {
     return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast(t, LD_F32);
@@ -216,6 +232,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     if (is_int_dtype(a->dtype) && is_int_dtype(b->dtype) && ld_device_is_host(DEV(a)) && DEV(a) == DEV(b) &&
         (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN))
         return binary_int(op, a, b);
+    ld_dtype rdt = ld_ops_result_dtype(a, b);
     ld_tensor *fa = as_float(a), *fb = fa ? as_float(b) : NULL;
     ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
     if (out && op < LD_BIN_EQ) {
@@ -232,7 +249,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     }
     ld_tensor_release(fa);
     ld_tensor_release(fb);
-    return out;
+    return ld_ops_in_dtype(out, rdt);
 }
 
 ld_tensor *ld_add(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_ADD, a, b); }
@@ -268,6 +285,7 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 }
 
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
+    ld_dtype rdt = ld_ops_result_dtype(x, NULL);
     ld_tensor *fx = as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
@@ -285,7 +303,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
         }
     }
     ld_tensor_release(cx);
-    return y;
+    return ld_ops_in_dtype(y, rdt);
 }
 
 ld_tensor *ld_neg(ld_tensor *x) {
@@ -407,8 +425,13 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
     return out;
 }
 
-ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) { return reduce(LD_RED_SUM, x, axis, keepdims, "sum"); }
-ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) { return reduce(LD_RED_MAX, x, axis, keepdims, "max"); }
+/* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded once at the end */
+ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) {
+    return ld_ops_in_dtype(reduce(LD_RED_SUM, x, axis, keepdims, "sum"), ld_ops_result_dtype(x, NULL));
+}
+ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) {
+    return ld_ops_in_dtype(reduce(LD_RED_MAX, x, axis, keepdims, "max"), ld_ops_result_dtype(x, NULL));
+}
 ld_tensor *ld_argmax(ld_tensor *x, int axis) { return reduce(LD_RED_ARGMAX, x, axis, 0, "argmax"); }
 
 ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
@@ -419,7 +442,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
         n = x->shape[ax];
     }
     if (n == 0) { ld_fail(LD_ESHAPE, "mean of an empty tensor"); return NULL; }
-    ld_tensor *s = ld_sum(x, axis, keepdims);
+    ld_tensor *s = reduce(LD_RED_SUM, x, axis, keepdims, "sum");   /* float32, divided before any rounding to half */
     if (!s) return NULL;
     /* fold the division into the sum's node so the graph stays small */
     float inv = 1.0f / (float)n;
@@ -429,7 +452,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     BE(s)->binary(DEV(s), LD_BIN_MUL, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
     ld_tensor_release(sc);
     if (s->grad_fn) s->grad_fn->args[1] = inv;
-    return s;
+    return ld_ops_in_dtype(s, ld_ops_result_dtype(x, NULL));
 }
 
 /* ================================================================ matmul */
@@ -453,8 +476,11 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
     ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
-    if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
-                       ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
+    if (c && ld_dtype_is_half(a->dtype))   /* half operands (one dtype), float32 products and sums */
+        BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca), lda < 1 ? 1 : lda,
+                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, FPTR(c), n < 1 ? 1 : n);
+    else if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
+                            ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
     ld_tensor_release(ca); ld_tensor_release(cb);
     return c;
 }
@@ -487,9 +513,9 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
                 ld_shape_str(b, b2, sizeof b2));
         return NULL;
     }
-    if (a->dtype != LD_F32 || b->dtype != LD_F32) {
-        ld_fail(LD_ETYPE, "matmul needs float32 tensors, got %s and %s", ld_dtype_name(a->dtype),
-                ld_dtype_name(b->dtype));
+    if (!ld_dtype_is_float(a->dtype) || a->dtype != b->dtype) {
+        ld_fail(LD_ETYPE, "matmul needs two float32, float16 or bfloat16 tensors of one dtype, got %s and %s",
+                ld_dtype_name(a->dtype), ld_dtype_name(b->dtype));
         return NULL;
     }
     if (ld_ops_same_device(a, b, "matmul")) return NULL;
@@ -508,11 +534,11 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
         ld_tensor_release(c);
         c = r;
     }
-    if (c) {
+    if (c && a->dtype == LD_F32) {   /* half products are not differentiated (yet): no half gradients */
         ld_tensor *in[2] = {a, b};
         ld_record(c, "matmul", bw_matmul, 2, in);
     }
-    return c;
+    return ld_ops_in_dtype(c, a->dtype);
 }
 
 /* ================================================================ fused dense layer
@@ -574,7 +600,8 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
         return NULL;
     }
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
-        ld_fail(LD_ETYPE, "a dense layer needs float32 inputs");
+        ld_fail(LD_ETYPE, "dense needs float32 inputs, got %s and %s%s%s", ld_dtype_name(x->dtype),
+                ld_dtype_name(w->dtype), b ? " with a bias of " : "", b ? ld_dtype_name(b->dtype) : "");
         return NULL;
     }
     if (ld_ops_same_device(x, w, "dense") || (b && ld_ops_same_device(w, b, "dense"))) return NULL;
@@ -647,8 +674,8 @@ static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
     ld_tensor_release(cx);
     return y;
 }
-ld_tensor *ld_softmax(ld_tensor *x) { return softmax_impl(x, 0); }
-ld_tensor *ld_log_softmax(ld_tensor *x) { return softmax_impl(x, 1); }
+ld_tensor *ld_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 0), ld_ops_result_dtype(x, NULL)); }
+ld_tensor *ld_log_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 1), ld_ops_result_dtype(x, NULL)); }
 
 /* ================================================================ conv2d (NHWC, HWIO) */
 /* The convolution op: y = conv(x, w) + b, then relu when asked, recorded as
@@ -726,7 +753,7 @@ static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
     }
     if (sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d strides must be positive"); return NULL; }
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
-        ld_fail(LD_ETYPE, "conv2d needs float32 tensors");
+        ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s and %s", ld_dtype_name(x->dtype), ld_dtype_name(w->dtype));
         return NULL;
     }
     if (ld_ops_same_device(x, w, "conv2d") || (b && ld_ops_same_device(w, b, "conv2d"))) return NULL;
@@ -814,7 +841,7 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     char b1[64];
     if (x->ndim != 4) { ld_fail(LD_ESHAPE, "conv2d needs NHWC input, got %s", ld_shape_str(x, b1, sizeof b1)); return NULL; }
     if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d kernel size and strides must be positive"); return NULL; }
-    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors"); return NULL; }
+    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s", ld_dtype_name(x->dtype)); return NULL; }
     int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
     if (same) {
         ld_ops_same_pad(h, kh, sh, &oh, &ph);

@@ -87,6 +87,9 @@ T.test("safetensors F16/BF16 written by PyTorch load with their dtype and values
   T.eq(t.h.dtype, "float16"); T.eq(t.b.dtype, "bfloat16")
   T.eq(max_rel_diff(t.h, t.h_f32), 0, "float16 widened as torch widens it")
   T.eq(max_rel_diff(t.b, t.b_f32), 0, "bfloat16 widened as torch widens it")
+  -- torch's float32 product of the same bfloat16 operands, within one bfloat16 ulp
+  local c, e = t.a:matmul(t.w):astype("float32"):reshape { 12 }:totable(), t.aw_f32:reshape { 12 }:totable()
+  for i = 1, 12 do T.ok(math.abs(c[i] - e[i]) <= 2 ^ -7 * math.abs(e[i]), ("a @ w element %d: %.9g vs %.9g"):format(i, c[i], e[i])) end
 end)
 
 T.test("float16 and bfloat16 values compare with float32 within their precision", function()
@@ -120,6 +123,62 @@ T.test("model:save_weights{dtype=} writes a half checkpoint; load_weights reads 
     end
   end
   T.raises(function() m:save_weights(os.tmpname(), { dtype = "int32" }) end, "float32, float16 or bfloat16")
+end)
+
+-- ---------------------------------------------------------------- item 4: bfloat16 products on the CPU
+-- A bfloat16 matmul runs on vdpbf16ps where the processor has AVX512_BF16
+-- (CPUID), float32 sums; LDIST_NO_AVX512_BF16=1 forces the plain path (the
+-- operands widened to float32, sgemm). Both round the float32 result once.
+local BIN = os.getenv("LDIST_BIN") or "./ldist"
+
+local function cpu_has_bf16()
+  local f = io.open("/proc/cpuinfo")
+  if not f then return false end
+  local s = f:read("a"); f:close()
+  return s:find("avx512_bf16", 1, true) ~= nil
+end
+
+-- the product of seeded normal matrices in bfloat16 (and float32), from a child ldist with env
+local function child_product(env, path)
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+tensor.seed(7)
+local a, b = tensor.normal(67, 256), tensor.normal(256, 45)
+local c = a:astype("bfloat16"):matmul(b:astype("bfloat16"))
+local cb = a:astype("bfloat16").T:contiguous().T:matmul(b:astype("bfloat16").T:contiguous().T)
+ldist.io.save_safetensors(%q, { c = c, ct = cb, f32 = a:matmul(b), exact = a:astype("bfloat16"):astype("float32"):matmul(b:astype("bfloat16"):astype("float32")) })
+print(ldist.config.cpu_split().bf16_gemm)
+]]):format(path))
+  f:close()
+  local p = io.popen(("%s %s %s 2>&1"):format(env, BIN, script))
+  local out = p:read("a"); p:close()
+  os.remove(script)
+  return out:match("^(%S+)"), lio.load_safetensors(path)
+end
+
+T.test("bfloat16 matmul: vdpbf16ps chosen by CPUID, LDIST_NO_AVX512_BF16=1 forces float32; results agree", function()
+  local p1, p2 = tmpname(".safetensors"), tmpname(".safetensors")
+  local fast_path, fast = child_product("", p1)
+  local plain_path, plain = child_product("LDIST_NO_AVX512_BF16=1", p2)
+  os.remove(p1); os.remove(p2)
+  T.eq(fast_path, cpu_has_bf16() and "avx512_bf16" or "float32", "path chosen on this processor")
+  T.eq(plain_path, "float32", "path with LDIST_NO_AVX512_BF16=1")
+  for _, r in ipairs({ fast, plain }) do
+    T.eq(r.c.dtype, "bfloat16")
+    -- float32 sums of the same bfloat16 operands, rounded once: within one
+    -- bfloat16 ulp (2^-7 relative) of the float32 product of those operands
+    local c, e = r.c:astype("float32"):reshape { 67 * 45 }:totable(), r.exact:reshape { 67 * 45 }:totable()
+    local ct = r.ct:astype("float32"):reshape { 67 * 45 }:totable()
+    for i = 1, #c do
+      T.ok(math.abs(c[i] - e[i]) <= 2 ^ -7 * math.abs(e[i]) + 1e-6, ("element %d: %.9g vs %.9g"):format(i, c[i], e[i]))
+      T.ok(math.abs(ct[i] - e[i]) <= 2 ^ -7 * math.abs(e[i]) + 1e-6, ("transposed, element %d"):format(i))
+    end
+    -- against the float32 product of the unrounded operands: the operands'
+    -- rounding (2^-9 relative each) dominates, ||C_bf16 - C_f32|| / ||C_f32|| <= 1e-2
+    T.ok(max_rel_diff(r.c, r.f32) <= 1e-2, "against float32: " .. max_rel_diff(r.c, r.f32))
+  end
+  T.ok(max_rel_diff(fast.c, plain.c) <= 2 ^ -7, "the two paths agree within one bfloat16 ulp")
 end)
 
 T.done()
