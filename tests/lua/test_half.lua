@@ -92,6 +92,38 @@ T.test("safetensors F16/BF16 written by PyTorch load with their dtype and values
   for i = 1, 12 do T.ok(math.abs(c[i] - e[i]) <= 2 ^ -7 * math.abs(e[i]), ("a @ w element %d: %.9g vs %.9g"):format(i, c[i], e[i])) end
 end)
 
+-- Python's safetensors (the Rust parser, through safetensors.deserialize) reads
+-- what ldist writes; numpy widens the 16-bit words (bfloat16: shifted into a
+-- float32). Where python3 lacks safetensors/numpy (make setup) the case says so.
+T.test("Python's safetensors reads ldist's F16/BF16 file: NumPy's float16 and torch-style bfloat16 values", function()
+  if not os.execute("python3 -c 'import safetensors, numpy' >/dev/null 2>&1") then
+    print("# skip: python3 lacks safetensors/numpy (make setup)"); return
+  end
+  local x = tensor.new(VALS)
+  local p = tmpname(".safetensors")
+  lio.save_safetensors(p, { h = x:astype("float16"), b = x:astype("bfloat16"), f = x })
+  local py = [[
+import sys, numpy as np, safetensors
+got = {n: d for n, d in safetensors.deserialize(open(sys.argv[1], 'rb').read())}
+assert got['h']['dtype'] == 'F16' and got['b']['dtype'] == 'BF16', got
+f = np.frombuffer(bytes(got['f']['data']), '<f4')
+h = np.frombuffer(bytes(got['h']['data']), '<f2')
+with np.errstate(over='ignore'):
+    assert np.array_equal(h, f.astype(np.float16), equal_nan=True), (h, f.astype(np.float16))
+b = (np.frombuffer(bytes(got['b']['data']), '<u2').astype(np.uint32) << 16).view(np.float32)
+u = f.view(np.uint32).astype(np.uint64)
+ref = (((u + 0x7fff + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)  # round to nearest even
+assert np.array_equal(b, ref), (b, ref)
+print('python ok')
+]]
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w")); f:write(py); f:close()
+  local pr = io.popen(("python3 %s %s 2>&1"):format(script, p))
+  local out = pr:read("a"); pr:close()
+  os.remove(script); os.remove(p)
+  T.ok(out:find("python ok", 1, true), out)
+end)
+
 T.test("float16 and bfloat16 values compare with float32 within their precision", function()
   local x = tensor.new({ 0.1, 1 / 3, 123.456, -7.77, 1e-3 })
   for dt, eps in pairs { float16 = 2 ^ -11, bfloat16 = 2 ^ -8 } do
