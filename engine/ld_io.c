@@ -7,6 +7,7 @@
  */
 #include "ld_io.h"
 #include "ld_device.h"
+#include "ld_half.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +74,8 @@ static int store_as(void *dst, ld_dtype dt, int64_t i, double v) {
     case LD_I32: if (!(v > -2147483649.0 && v < 2147483648.0)) return 0; ((int32_t *)dst)[i] = (int32_t)v; return 1;
     case LD_I64: if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return 0; ((int64_t *)dst)[i] = (int64_t)v; return 1;
     case LD_U8: if (!(v > -1.0 && v < 256.0)) return 0; ((uint8_t *)dst)[i] = (uint8_t)v; return 1;
+    case LD_F16: ((uint16_t *)dst)[i] = ld_f32_to_f16((float)v); return 1;
+    case LD_BF16: ((uint16_t *)dst)[i] = ld_f32_to_bf16((float)v); return 1;
     default: return 0;
     }
 }

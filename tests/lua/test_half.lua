@@ -132,6 +132,14 @@ T.test("float16 and bfloat16 values compare with float32 within their precision"
   end
 end)
 
+T.test("data.load_idx{dtype=\"bfloat16\"} reads images into bfloat16 (Fashion-MNIST test set)", function()
+  local p = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz"
+  if not io.open(p) then print("# skip: " .. p .. " is missing (dataset-fashion-mnist)"); return end
+  local b, f = data.load_idx(p, { dtype = "bfloat16", scale = 1 / 255 }), data.load_idx(p, { dtype = "float32", scale = 1 / 255 })
+  T.eq(b.dtype, "bfloat16")
+  T.eq(max_rel_diff(b:slice(0, 0, 100), f:slice(0, 0, 100):astype("bfloat16")), 0)
+end)
+
 T.test("bad dtype names list the half dtypes", function()
   T.raises(function() return tensor.new({ 1 }):astype("float8") end, "float16, bfloat16")
 end)
