@@ -4,9 +4,11 @@
  * vdpbf16ps multiplies 16 pairs of bfloat16 and adds each pair's two
  * products into a float32 lane: a pair is two consecutive k of one row of A
  * (broadcast to every lane) and the same two k of 16 columns of B. So A is
- * packed as [m, k/2] pairs and B as [k/2, n] pairs (both zero-padded: an odd
- * k, and B's columns to a multiple of 32), and a 4x32 block of C stays in
- * eight registers over all of k. The sums are float32, as on the GPU's
+ * packed as [m, k/2] pairs and B as panels of 32 columns, each [k/2, 32]
+ * pairs and contiguous (both zero-padded: an odd k, B's last panel), and an
+ * 8x32 block of C stays in sixteen registers over all of k. A thread takes
+ * row blocks and runs every panel over each: the panel (k/2 * 128 bytes)
+ * stays in L2, the block's rows of A in L1. The sums are float32, as on the GPU's
  * tensor cores with fp32 accumulation; only their order differs from sgemm.
  * Chosen at run time (CPUID), so one binary runs everywhere.
  */
@@ -24,12 +26,12 @@ static int plain_forced(void) {
 #if defined(__x86_64__) && defined(__GNUC__) && (__GNUC__ >= 10)
 #include <immintrin.h>
 
-#define MR 4    /* rows of C per block */
+#define MR 8    /* rows of C per block */
 #define NR 32   /* columns of C per block: two vectors */
 
 typedef struct {
-    int64_t m, n, kp, npad;     /* kp: pairs along k; npad: B's padded row, in pairs */
-    const uint32_t *ap, *bp;    /* packed A [m, kp], packed B [kp, npad] */
+    int64_t m, n, kp;           /* kp: pairs along k */
+    const uint32_t *ap, *bp;    /* packed A [m, kp], packed B [n / 32 panels][kp][32] */
     float *c;
     int64_t ldc;
 } bf16_job;
@@ -37,14 +39,14 @@ typedef struct {
 __attribute__((target("avx512f,avx512bf16"))) static void block(const bf16_job *j, int64_t i0, int rows, int64_t j0) {
     __m512 acc[MR][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const uint32_t *bp = j->bp + j0;
+    const uint32_t *bp = j->bp + j0 * j->kp, *ap = j->ap + i0 * j->kp;
     for (int64_t p = 0; p < j->kp; p++) {
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * j->npad);
-        __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * j->npad + 16);
-#pragma GCC unroll 4
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * NR);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * NR + 16);
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             if (r >= rows) break;
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)j->ap[(i0 + r) * j->kp + p]);
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[r * j->kp + p]);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
         }
@@ -81,7 +83,7 @@ int ld_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t
                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
     if (!have_bf16() || plain_forced()) return 0;
     if (m <= 0 || n <= 0) return 1;
-    int64_t kp = (k + 1) / 2, npad = (n + NR - 1) / NR * NR;
+    int64_t kp = (k + 1) / 2, npad = (n + NR - 1) / NR * NR;   /* npad: columns with the last panel's padding */
     uint32_t *ap = calloc((size_t)(m * kp + 1), 4), *bp = calloc((size_t)(kp * npad + 1), 4);   /* + 1: never 0 bytes */
     if (!ap || !bp) { free(ap); free(bp); return 0; }
     /* pairs: the even k in the low half, the odd k in the high half, as
@@ -94,9 +96,9 @@ int ld_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t
     for (int64_t kk = 0; kk < k; kk++)
         for (int64_t jj = 0; jj < n; jj++) {
             uint16_t v = tb ? b[jj * ldb + kk] : b[kk * ldb + jj];
-            bp[(kk / 2) * npad + jj] |= (uint32_t)v << (16 * (kk & 1));
+            bp[(jj / NR) * kp * NR + (kk / 2) * NR + jj % NR] |= (uint32_t)v << (16 * (kk & 1));
         }
-    bf16_job j = {m, n, kp, npad, ap, bp, c, ldc};
+    bf16_job j = {m, n, kp, ap, bp, c, ldc};
     int64_t blocks = (m + MR - 1) / MR;
     if ((double)m * n * k < 262144.0 || blocks < 2) part(&j, 0, 1);
     else ld_cpu_parallel(part, &j, blocks < 64 ? (int)blocks : 64);
