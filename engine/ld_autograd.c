@@ -1,7 +1,7 @@
 /* ld_autograd.c - gradient tapes and the backward pass. */
 #include "ld_autograd.h"
 #include "ld_ops.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,6 +10,7 @@
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
 #include "ld_half.h"
+#include "ld_elementwise_math.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -219,23 +220,9 @@ static void cpu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) 
 }
 
 /* ================================================================ elementwise */
-static inline float bin(ld_binary_op op, float a, float b) {
-    switch (op) {
-    case LD_BIN_ADD: return a + b;
-    case LD_BIN_SUB: return a - b;
-    case LD_BIN_MUL: return a * b;
-    case LD_BIN_DIV: return a / b;
-    case LD_BIN_POW: return powf(a, b);
-    case LD_BIN_MAX: return a > b ? a : b;
-    case LD_BIN_MIN: return a < b ? a : b;
-    case LD_BIN_EQ: return a == b;
-    case LD_BIN_LT: return a < b;
-    case LD_BIN_GT: return a > b;
-    default: return 0;
-    }
-}
-
-/* The inner loop, specialised per op so the compiler vectorises it. */
+/* The formulas are ld_elementwise_math.h's, shared with the CUDA kernels. */
+/* The inner loop, specialised per op (a constant op folds the formula's
+   switch) so the compiler vectorises it. */
 #define INNER(OPEXPR) \
     if (as == 1 && bs == 1) for (int64_t j = 0; j < n; j++) { float x = a[j], y = b[j]; out[j] = OPEXPR; } \
     else if (as == 1 && bs == 0) { float y = b[0]; for (int64_t j = 0; j < n; j++) { float x = a[j]; out[j] = OPEXPR; } } \
@@ -244,18 +231,17 @@ static inline float bin(ld_binary_op op, float a, float b) {
 
 static void bin_inner(ld_binary_op op, float *out, const float *a, int64_t as, const float *b,
                       int64_t bs, int64_t n) {
+#define BIN_CASE(E, name) case LD_BIN_##E: INNER(ld_ew_binary(LD_BIN_##E, x, y)) break;
     switch (op) {
-    case LD_BIN_ADD: INNER(x + y) break;
-    case LD_BIN_SUB: INNER(x - y) break;
-    case LD_BIN_MUL: INNER(x * y) break;
-    case LD_BIN_DIV: INNER(x / y) break;
-    default: for (int64_t j = 0; j < n; j++) out[j] = bin(op, a[j * as], b[j * bs]); break;
+    LD_BINARY_OPS(BIN_CASE)
+    default: break;
     }
+#undef BIN_CASE
 }
 
 static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
                        const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
-    if (ndim == 0) { out[0] = bin(op, a[0], b[0]); return; }
+    if (ndim == 0) { out[0] = ld_ew_binary(op, a[0], b[0]); return; }
     /* merge the trailing dims that are contiguous in both operands */
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
@@ -283,46 +269,31 @@ static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const f
     }
 }
 
-static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
-
+/* one loop per op, each calling the shared formula with a constant op, so
+   the compiler specialises and vectorises it */
 static void cpu_unary_serial(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
+#define UN_CASE(E, name) case LD_UN_##E: for (int64_t i = 0; i < n; i++) y[i] = ld_ew_unary(LD_UN_##E, x[i]); break;
     switch (op) {
-    case LD_UN_NEG: for (int64_t i = 0; i < n; i++) y[i] = -x[i]; break;
-    case LD_UN_EXP: for (int64_t i = 0; i < n; i++) y[i] = expf(x[i]); break;
-    case LD_UN_LOG: for (int64_t i = 0; i < n; i++) y[i] = logf(x[i]); break;
-    case LD_UN_SQRT: for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]); break;
-    case LD_UN_ABS: for (int64_t i = 0; i < n; i++) y[i] = fabsf(x[i]); break;
-    case LD_UN_RELU: for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0; break;
-    case LD_UN_SIGMOID: for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i])); break;
-    case LD_UN_TANH: for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]); break;
-    case LD_UN_GELU: for (int64_t i = 0; i < n; i++) y[i] = gelu_f(x[i]); break;
-    case LD_UN_SQUARE: for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i]; break;
+    LD_UNARY_OPS(UN_CASE)
     default: break;
     }
+#undef UN_CASE
 }
 
+/* x and y are read only where the derivative uses them (either may be NULL otherwise) */
 static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, const float *dy,
                                const float *x, const float *y, int64_t n) {
-    switch (op) {
-    case LD_UN_NEG: for (int64_t i = 0; i < n; i++) dx[i] = -dy[i]; break;
-    case LD_UN_EXP: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i]; break;
-    case LD_UN_LOG: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] / x[i]; break;
-    case LD_UN_SQRT: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * 0.5f / y[i]; break;
-    case LD_UN_ABS: for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : (x[i] < 0 ? -dy[i] : 0); break;
-    case LD_UN_RELU: for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0; break;
-    case LD_UN_SIGMOID: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1 - y[i]); break;
-    case LD_UN_TANH: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1 - y[i] * y[i]); break;
-    case LD_UN_GELU:
-        for (int64_t i = 0; i < n; i++) {
-            float v = x[i];
-            float cdf = 0.5f * (1.0f + erff(v * 0.70710678f));
-            float pdf = 0.39894228f * expf(-0.5f * v * v);
-            dx[i] = dy[i] * (cdf + v * pdf);
-        }
+#define UB_CASE(E, name)                                                                                 \
+    case LD_UN_##E:                                                                                       \
+        for (int64_t i = 0; i < n; i++)                                                                   \
+            dx[i] = ld_ew_unary_grad(LD_UN_##E, dy[i], ld_ew_grad_uses_x(LD_UN_##E) ? x[i] : 0,           \
+                                     ld_ew_grad_uses_y(LD_UN_##E) ? y[i] : 0);                            \
         break;
-    case LD_UN_SQUARE: for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * 2 * x[i]; break;
+    switch (op) {
+    LD_UNARY_OPS(UB_CASE)
     default: break;
     }
+#undef UB_CASE
 }
 
 static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
@@ -355,7 +326,7 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
             int64_t arg = 0;
             for (int64_t j = 1; j < n; j++) {
                 float v = r[j * inner];
-                if (v > best || (isnan(v) && !isnan(best))) { best = v; arg = j; }
+                if (ld_ew_max_wins(v, best)) { best = v; arg = j; }
             }
             if (op == LD_RED_MAX) ((float *)outp)[o * inner + i] = best;
             else ((int64_t *)outp)[o * inner + i] = arg;
@@ -566,7 +537,7 @@ static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float
                         const float *xi = x + base;
                         for (int64_t q = 0; q < c; q++) {   /* branch-free, so it vectorises */
                             float v = xi[q];
-                            int gt = v > yo[q];
+                            int gt = ld_ew_max_wins(v, yo[q]);
                             yo[q] = gt ? v : yo[q];
                             ao[q] = gt ? base + q : ao[q];
                         }

@@ -46,6 +46,7 @@
  */
 #include "ld_cpu_internal.h"
 #include "ld_executor.h"
+#include "ld_elementwise_math.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,8 @@ static float *falloc(int64_t n) {
 /* ---- the product tile: dst[p][0..16V) = init + sum over taps t and k < klen
    of src[poff[p] + toff[t] + k] * wp[(t * klen + k) * CH + 0..16V), where
    init is dst[p] itself when add (dx accumulates tap by tap in place), else
-   the vector init; relu clamps at store. Each pixel's row has its own
+   the vector init; relu clamps at store (ld_ew_relu's rule, vectorised:
+   NaN stays NaN). Each pixel's row has its own
    pointer, so the tile stores where the values belong (y, dx) with no
    staging copy. */
 /* TILE_BODY: the tile, with the image read for pixel p at XS + XI(p) + k,
@@ -99,7 +101,7 @@ static float *falloc(int64_t n) {
         }                                                                                          \
         if (relu)                                                                                  \
             for (int p = 0; p < P; p++)                                                            \
-                for (int v = 0; v < V; v++) acc[p][v] = vsel(acc[p][v] > (v16){0}, acc[p][v], (v16){0}); \
+                for (int v = 0; v < V; v++) acc[p][v] = vsel(acc[p][v] < (v16){0}, (v16){0}, acc[p][v]); \
         for (int p = 0; p < P; p++)                                                                \
             for (int v = 0; v < V; v++) VSTORE(dst[p] + 16 * v, acc[p][v]);                        \
     }
@@ -347,7 +349,7 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
                         for (int64_t b = 0; b < g->pkw; b++) {
                             int32_t q = q0 + (int32_t)(a * g->ow + b);
                             v16 v = VLOAD(cb + (int64_t)q * f + c);
-                            vi16 gt = v > m;
+                            vi16 gt = (v > m) | ((v != v) & (m == m));   /* ld_ew_max_wins, vectorised */
                             m = vsel(gt, v, m);
                             am = isel(gt, (vi16){0} + q, am);
                         }
@@ -365,7 +367,7 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
                     const float *src = cb + (int64_t)q * f;
                     for (int64_t c = 0; c < f; c++) {   /* branch-free, so it vectorises */
                         float v = src[c];
-                        int gt = v > yo[c];
+                        int gt = ld_ew_max_wins(v, yo[c]);
                         yo[c] = gt ? v : yo[c];
                         ao[c] = gt ? q : ao[c];
                     }
@@ -407,7 +409,7 @@ static void fwd_part(void *ctx, int part, int np) {
                 for (int64_t p = 0; p < np_; p++) {
                     float *yo = yb + (pb + p) * g->f + f0;
                     const float *o = out + p * CH;
-                    if (J->relu) for (int64_t j = 0; j < nf; j++) yo[j] = o[j] > 0 ? o[j] : 0;
+                    if (J->relu) for (int64_t j = 0; j < nf; j++) yo[j] = ld_ew_relu(o[j]);
                     else memcpy(yo, o, sizeof(float) * (size_t)nf);
                 }
             }

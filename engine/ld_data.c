@@ -14,6 +14,7 @@
 #include "ld_data.h"
 #include "ld_executor.h"
 #include "ld_device.h"
+#include "ld_file.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -1382,8 +1383,8 @@ typedef struct {
     ld_dataset_iter *up;         /* NULL when reading the cache */
     ld_element *els;             /* this pass's elements so far (filling) */
     int64_t n, cap, pos;
-    FILE *f;                     /* cache(filename): the file read, or the temporary file written */
-    char *tmp;                   /* the temporary file's name while writing (owned) */
+    FILE *f;                     /* cache(filename): the file read, or out.f while writing */
+    ld_wfile out;                /* cache(filename): the temporary file written (out.f NULL when none) */
 } cache_iter;
 
 /* cache(filename)'s file: "LDCACHE1", then per element a u32 component
@@ -1411,7 +1412,7 @@ static int cache_write(cache_iter *ci, const ld_element *e) {
         ok = fwrite(h, 1, 3, f) == 3 && (t->ndim == 0 || fwrite(t->shape, sizeof(int64_t), (size_t)t->ndim, f) == (size_t)t->ndim) &&
              (!b || fwrite(src, 1, b, f) == b);
     }
-    if (!ok) { cache_io_fail("write", ci->tmp); return -1; }
+    if (!ok) { cache_io_fail("write", ci->out.tmp); return -1; }
     ci->pos++;                                /* elements written (a file pass keeps none in els) */
     return 1;
 }
@@ -1473,17 +1474,13 @@ static int cache_file_next(cache_iter *ci, cache_box *cb, ld_element *out) {
         uint32_t end = CACHE_END;
         int64_t count = ci->pos;
         int ok = fwrite(&end, sizeof end, 1, ci->f) == 1 && fwrite(&count, sizeof count, 1, ci->f) == 1;
-        ok = fclose(ci->f) == 0 && ok;
         ci->f = NULL;
-        if (!ok || rename(ci->tmp, cb->path)) {
-            int er = errno;
-            unlink(ci->tmp);
-            errno = er;
-            cache_io_fail(ok ? "create" : "write", ok ? cb->path : ci->tmp);
+        if (!ok) {
+            cache_io_fail("write", ci->out.tmp);
+            ld_wfile_abort(&ci->out);
             return -1;
         }
-        free(ci->tmp);
-        ci->tmp = NULL;
+        if (ld_wfile_commit(&ci->out) != LD_OK) return -1;
         return 0;
     }
     for (int c = 0; c < e.n; c++) {
@@ -1557,14 +1554,13 @@ static void cache_destroy(ld_dataset_iter *it) {
     for (int64_t i = 0; i < ci->n; i++) ld_element_clear(&ci->els[i]);   /* a partial pass is dropped */
     free(ci->els);
     ld_dataset_iter_free(ci->up);
-    if (ci->f) fclose(ci->f);
-    if (ci->tmp) { unlink(ci->tmp); free(ci->tmp); }   /* a pass left before its end writes nothing */
+    if (ci->out.f) ld_wfile_abort(&ci->out);              /* a pass left before its end writes nothing */
+    else if (ci->f) fclose(ci->f);
 }
 
 /* cache(filename): read the file when it exists, else write a temporary
    file through this pass (1: an iterator that needs its input) */
 static int cache_file_open(cache_iter *ci, const char *path) {
-    static int counter;
     FILE *f = fopen(path, "rb");
     if (f) {
         char magic[8];
@@ -1578,16 +1574,13 @@ static int cache_file_open(cache_iter *ci, const char *path) {
         return 0;
     }
     if (errno != ENOENT) return cache_io_fail("read", path);
-    size_t n = strlen(path) + 64;
-    if (!(ci->tmp = malloc(n))) return ld_fail(LD_ENOMEM, "cache: out of memory");
-    snprintf(ci->tmp, n, "%s.tmp-%ld-%d", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    if (!(ci->f = fopen(ci->tmp, "wb"))) {
-        cache_io_fail("create", ci->tmp);
-        free(ci->tmp);
-        ci->tmp = NULL;
-        return -1;
+    if (ld_wfile_begin(&ci->out, path) != LD_OK) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", ld_error());
+        return ld_fail(ld_error_status(), "cache: %s", msg), -1;
     }
-    if (fwrite(CACHE_MAGIC, 1, 8, ci->f) != 8) return cache_io_fail("write", ci->tmp);
+    ci->f = ci->out.f;
+    if (fwrite(CACHE_MAGIC, 1, 8, ci->f) != 8) return cache_io_fail("write", ci->out.tmp);
     return 1;
 }
 

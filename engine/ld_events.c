@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "ld_events.h"
 #include "ld_core.h"
+#include "ld_file.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -184,20 +185,19 @@ ld_events *ld_events_open(const char *dir) {
     double wall = ld_wall_time();
     ld_events *w = calloc(1, sizeof *w);
     if (!w) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
-    int fd = -1;
-    for (int tries = 0; tries < 1000 && fd < 0; tries++) {
+    for (int tries = 0; tries < 1000; tries++) {
         int k = atomic_fetch_add(&writers_opened, 1);
         free(w->path);
         if (asprintf(&w->path, "%s/events.out.tfevents.%lld.%s.%d.%d.v2", dir, (long long)wall, host, (int)getpid(), k) < 0) {
             w->path = NULL;
             break;
         }
-        fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (fd < 0 && errno != EEXIST) break;
+        /* a fresh name, never an existing file or a planted link (ld_file.h) */
+        if ((w->f = ld_file_create(w->path))) break;
+        if (errno != EEXIST) break;
     }
-    if (fd < 0 || !(w->f = fdopen(fd, "wb"))) {
+    if (!w->f) {
         ld_fail(LD_EIO, "cannot create an event file in %s: %s", dir, strerror(errno));
-        if (fd >= 0) close(fd);
         free(w->path); free(w);
         return NULL;
     }

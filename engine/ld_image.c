@@ -4,6 +4,7 @@
  */
 #include "ld_image.h"
 #include "ld_core.h"
+#include "ld_file.h"
 #include "ld_cpu_internal.h"
 #include "ld_tensor.h"
 
@@ -78,6 +79,26 @@ void ld_np_shuffle_i64(uint32_t seed, int64_t n, int64_t *x) {
 /* A message "name: what" for the thread that decodes. */
 typedef struct { char msg[320]; } dec_err;
 
+/* The most pixels a decoded image may have: Pillow's MAX_IMAGE_PIXELS (a
+   quarter GiB of 3-byte pixels), so a small crafted file cannot ask for
+   gigabytes. Raised with ld_image_set_max_pixels. */
+static int64_t max_pixels = LD_IMAGE_MAX_PIXELS_DEFAULT;
+
+int64_t ld_image_max_pixels(void) { return __atomic_load_n(&max_pixels, __ATOMIC_RELAXED); }
+void ld_image_set_max_pixels(int64_t n) { __atomic_store_n(&max_pixels, n > 0 ? n : 0, __ATOMIC_RELAXED); }
+
+/* 0 when w x h pixels may be decoded, else -1 and the message */
+static int check_pixels(uint64_t w, uint64_t h, dec_err *e) {
+    int64_t lim = ld_image_max_pixels();
+    if (lim > 0 && w * h > (uint64_t)lim) {
+        snprintf(e->msg, sizeof e->msg, "%llux%llu = %llu pixels, over the limit of %lld pixels (a decompression bomb? "
+                 "ldist.io.max_image_pixels(n) raises the limit, as Pillow's Image.MAX_IMAGE_PIXELS)",
+                 (unsigned long long)w, (unsigned long long)h, (unsigned long long)(w * h), (long long)lim);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- PNG ---- */
 typedef struct {
     const uint8_t *p;
@@ -117,6 +138,7 @@ static int decode_png(const uint8_t *buf, size_t n, int channels, uint8_t **pix,
     png_set_read_fn(p, &src, png_read_mem);
     png_read_info(p, info);
     png_uint_32 w = png_get_image_width(p, info), h = png_get_image_height(p, info);
+    if (check_pixels(w, h, e)) { png_destroy_read_struct(&p, &info, NULL); return LD_EFORMAT; }
     int ct = png_get_color_type(p, info), bd = png_get_bit_depth(p, info);
     int has_trns = png_get_valid(p, info, PNG_INFO_tRNS) != 0;
     if (bd == 16) png_set_strip_16(p);
@@ -188,6 +210,7 @@ static int decode_jpeg(const uint8_t *buf, size_t n, int channels, uint8_t **pix
     jpeg_create_decompress(&ci);
     jpeg_mem_src(&ci, buf, (unsigned long)n);
     jpeg_read_header(&ci, TRUE);
+    if (check_pixels(ci.image_width, ci.image_height, e)) { jpeg_destroy_decompress(&ci); return LD_EFORMAT; }
     ci.out_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 3 ? JCS_RGB : JCS_EXT_RGBA;
     ci.dct_method = JDCT_IFAST;          /* TF's decode_jpeg default ("INTEGER_FAST") */
     ci.do_fancy_upsampling = TRUE;
@@ -337,20 +360,24 @@ done:
 
 /* ================================================================ saving */
 
+/* Both write a temporary file beside the path and rename it at the end
+   (ld_file.h): a planted link is never followed, a failed save keeps the old
+   image. `out` is filled before setjmp and not changed after it, so it is
+   still valid when an error longjmps back. */
 static int save_png(const char *path, const uint8_t *pix, int h, int w, int c) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
+    ld_wfile out;
+    if (ld_wfile_begin(&out, path) != LD_OK) return ld_error_status();
     dec_err e = {{0}};
     png_src src = {NULL, 0, 0, &e, NULL};
     png_structp p = png_create_write_struct(PNG_LIBPNG_VER_STRING, &src, png_err_fn, png_warn_fn);
     png_infop info = p ? png_create_info_struct(p) : NULL;
-    if (!info) { png_destroy_write_struct(&p, NULL); fclose(f); return ld_fail(LD_ENOMEM, "%s: out of memory", path); }
+    if (!info) { png_destroy_write_struct(&p, NULL); ld_wfile_abort(&out); return ld_fail(LD_ENOMEM, "%s: out of memory", path); }
     if (setjmp(png_jmpbuf(p))) {
         png_destroy_write_struct(&p, &info);
-        fclose(f);
+        ld_wfile_abort(&out);
         return ld_fail(LD_EIO, "%s: %s", path, e.msg);
     }
-    png_init_io(p, f);
+    png_init_io(p, out.f);
     static const int types[5] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGBA};
     png_set_IHDR(p, info, (png_uint_32)w, (png_uint_32)h, 8, types[c], PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
@@ -358,13 +385,12 @@ static int save_png(const char *path, const uint8_t *pix, int h, int w, int c) {
     for (int y = 0; y < h; y++) png_write_row(p, (png_const_bytep)(pix + (size_t)y * w * c));
     png_write_end(p, NULL);
     png_destroy_write_struct(&p, &info);
-    if (fclose(f) != 0) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
-    return LD_OK;
+    return ld_wfile_commit(&out);
 }
 
 static int save_jpeg(const char *path, const uint8_t *pix, int h, int w, int c, int quality) {
-    FILE *volatile f = fopen(path, "wb");
-    if (!f) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
+    ld_wfile out;
+    if (ld_wfile_begin(&out, path) != LD_OK) return ld_error_status();
     struct jpeg_compress_struct ci;
     jpg_err je;
     dec_err e = {{0}};
@@ -373,11 +399,11 @@ static int save_jpeg(const char *path, const uint8_t *pix, int h, int w, int c, 
     je.err = &e;
     if (setjmp(je.jb)) {
         jpeg_destroy_compress(&ci);
-        fclose(f);
+        ld_wfile_abort(&out);
         return ld_fail(LD_EIO, "%s: %s", path, e.msg);
     }
     jpeg_create_compress(&ci);
-    jpeg_stdio_dest(&ci, f);
+    jpeg_stdio_dest(&ci, out.f);
     ci.image_width = (JDIMENSION)w;
     ci.image_height = (JDIMENSION)h;
     ci.input_components = c;
@@ -391,8 +417,7 @@ static int save_jpeg(const char *path, const uint8_t *pix, int h, int w, int c, 
     }
     jpeg_finish_compress(&ci);
     jpeg_destroy_compress(&ci);
-    if (fclose(f) != 0) return ld_fail(LD_EIO, "%s: cannot write: %s", path, strerror(errno));
-    return LD_OK;
+    return ld_wfile_commit(&out);
 }
 
 static int has_ext(const char *name, const char *const *exts) {

@@ -36,6 +36,11 @@ uint32_t ld_mt19937_next(ld_mt19937 *r);
 void ld_np_shuffle_i64(uint32_t seed, int64_t n, int64_t *x);
 
 /* ---- one image ---- */
+/* Decoding refuses an image of more than this many pixels (0: no limit) with
+   a message naming the file and the limit; Pillow's MAX_IMAGE_PIXELS. */
+#define LD_IMAGE_MAX_PIXELS_DEFAULT ((int64_t)1024 * 1024 * 1024 / 4 / 3)
+int64_t ld_image_max_pixels(void);
+void ld_image_set_max_pixels(int64_t n);
 /* Decode the PNG or JPEG file at path into *pix (malloc'd, [h, w, channels]
    uint8, channels 1, 3 or 4). LD_OK, or a status after ld_fail with a
    message "PATH: what is wrong". */

@@ -8,6 +8,7 @@
 #include "ld_io.h"
 #include "ld_device.h"
 #include "ld_half.h"
+#include "ld_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -442,35 +443,6 @@ const char *ld_safetensors_dtype_name(ld_dtype dt) {
     }
 }
 
-/* A new, empty file beside `path` that no one else made or linked: O_EXCL
-   refuses any existing name, a planted symbolic link included, and the name
-   carries the pid, a per-process count and random bits, so concurrent saves
-   (threads or processes) never share one. Mode 0666 less the umask, as fopen
-   would give. Returns the descriptor and the malloc'ed name in *tmp_out, or
-   -1 with an error set. */
-static int create_temp(const char *path, char **tmp_out) {
-    static unsigned long count;
-    size_t cap = strlen(path) + 64;
-    char *tmp = malloc(cap);
-    if (!tmp) return ld_fail(LD_ENOMEM, "save_safetensors: out of memory"), -1;
-    for (int attempt = 0; attempt < 64; attempt++) {
-        unsigned long c = __atomic_fetch_add(&count, 1, __ATOMIC_RELAXED);
-        unsigned r = 0;
-        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            r = (unsigned)ts.tv_nsec ^ (unsigned)(uintptr_t)&ts;
-        }
-        snprintf(tmp, cap, "%s.tmp.%ld.%lu.%08x", path, (long)getpid(), c, r);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (fd >= 0) { *tmp_out = tmp; return fd; }
-        if (errno != EEXIST) break;
-    }
-    ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-    free(tmp);
-    return -1;
-}
-
 int ld_save_safetensors(const char *path, int n, const char *const *names, ld_tensor *const *tensors,
                         int n_meta, const char *const *meta_kv) {
     if (!path || !*path) return ld_fail(LD_EARG, "save_safetensors: no path given");
@@ -491,9 +463,7 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
     int status = LD_OK;
     ld_tensor **host = calloc((size_t)n + 1, sizeof *host);
     int *order = calloc((size_t)n + 1, sizeof *order);
-    char *tmp = NULL;
     sbuf hb = {0};
-    FILE *f = NULL;
     if (!host || !order) { status = ld_fail(LD_ENOMEM, "save_safetensors: out of memory"); goto out; }
     for (int i = 0; i < n; i++)
         if (!(host[i] = host_contiguous(tensors[i]))) { status = ld_error_status() ? ld_error_status() : LD_EINTERNAL; goto out; }
@@ -537,57 +507,32 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
     while (!hb.oom && hb.n % 8) sb_add(&hb, " ", 1);
     if (hb.oom) { status = ld_fail(LD_ENOMEM, "save_safetensors: out of memory"); goto out; }
 
-    int fd = create_temp(path, &tmp);
-    if (fd < 0) { status = ld_error_status(); goto out; }
-    if (!(f = fdopen(fd, "wb"))) {
-        status = ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        goto out;
-    }
+    ld_wfile w;
+    if (ld_wfile_begin(&w, path) != LD_OK) { status = ld_error_status(); goto out; }
+    FILE *f = w.f;
     unsigned char len8[8];
     uint64_t hl = hb.n;
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
-    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hb.p, 1, hb.n, f) == hb.n, data_err = 0;
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hb.p, 1, hb.n, f) == hb.n;
     for (int j = 0; ok && j < n; j++) {
         ld_tensor *t = host[order[j]];
         size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
         const void *p = nb ? ld_tensor_data(t) : NULL;
-        if (nb && !p) { ok = 0; data_err = 1; break; }
+        if (nb && !p) { status = ld_error_status(); ld_wfile_abort(&w); goto out; }
         if (nb) ok = fwrite(p, 1, nb, f) == nb;
     }
-    if (ok) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0 && ok) { ok = 0; saved_errno = errno; }
-    f = NULL;
     if (!ok) {
-        if (data_err) status = ld_error_status();
-        else status = ld_fail(LD_EIO, "cannot write '%s': %s", tmp, strerror(saved_errno));
-        unlink(tmp);
+        int er = errno;
+        status = ld_fail(LD_EIO, "cannot write '%s': %s", path, strerror(er ? er : EIO));
+        ld_wfile_abort(&w);
         goto out;
     }
-    if (rename(tmp, path) != 0) {
-        status = ld_fail(LD_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    /* Make the rename itself durable (best effort: not every file system allows it). */
-    {
-        char *dir = strdup(path);
-        if (dir) {
-            char *slash = strrchr(dir, '/');
-            const char *dn = slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
-            int dfd = open(dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (dfd >= 0) { fsync(dfd); close(dfd); }
-            free(dir);
-        }
-    }
+    status = ld_wfile_commit(&w);
 out:
     if (host)
         for (int i = 0; i < n; i++) ld_tensor_release(host[i]);
     free(host);
     free(order);
-    free(tmp);
     free(hb.p);
     return status;
 }

@@ -80,8 +80,8 @@ typedef struct {
     X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
       (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
       (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    /* Max pooling NHWC; argmax (int64, flat index into x) saved for        \
-       backward. */                                                          \
+    /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
+       index into x) saved for backward. */                                  \
     X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
       (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
       (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \

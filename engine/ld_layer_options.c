@@ -3,7 +3,7 @@
  * keys, with Keras's formulas. */
 #include "ld_nn.h"
 #include "ld_autograd.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <math.h>
 #include <pthread.h>

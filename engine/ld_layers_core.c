@@ -1,7 +1,7 @@
 /* ld_layers_core.c - the first layers: Dense, Flatten, Dropout, Conv2D,
  * MaxPool2D, Activation, Reshape (classes of ld_nn.h). */
 #include "ld_nn.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * ld_ops_norm.h's. Both normalize the last axis only. */
 #include "ld_nn.h"
 #include "ld_ops_norm.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <stdio.h>
 

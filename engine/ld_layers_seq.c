@@ -5,7 +5,7 @@
 #include "ld_nn.h"
 #include "ld_ops_attn.h"
 #include "ld_ops_index.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * ld_nn.h), with Keras 3's arguments, defaults and variables. */
 #include "ld_nn.h"
 #include "ld_ops_index.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <math.h>
 #include <stdio.h>

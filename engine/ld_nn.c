@@ -1,7 +1,7 @@
 /* ld_nn.c - layers, Sequential, losses, metric helpers. */
 #include "ld_nn.h"
 #include "ld_autograd.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 #include "ld_ops_index.h"
 #include "ld_executor.h"
 
@@ -240,8 +240,26 @@ ld_tensor *ld_orthogonal_init(int ndim, const int64_t *shape, ld_rng *rng) {
     return v;
 }
 
+static _Thread_local int64_t weight_budget = -1;
+
+int64_t ld_layer_weight_budget(int64_t bytes) {
+    int64_t old = weight_budget;
+    weight_budget = bytes < 0 ? -1 : bytes;
+    return old;
+}
+
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, ld_init init, int trainable) {
     if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
+    if (weight_budget >= 0) {
+        int64_t numel;
+        char sb[128];
+        if (ld_shape_numel(ndim, shape, &numel) || numel > weight_budget / (int64_t)sizeof(float)) {
+            ld_fail(LD_EARG, "%s/%s: the architecture declares a weight of shape %s, more than the %lld bytes of weights "
+                    "left in the file", l->name, what, ld_shape_fmt(ndim, shape, sb, sizeof sb), (long long)weight_budget);
+            return NULL;
+        }
+        weight_budget -= numel * (int64_t)sizeof(float);
+    }
     ld_tensor *v = NULL;
     ld_rng *rng = ld_global_rng(), before = *rng;
     int role = l->cls->roles ? ld_weight_role_of(what) : -1;
@@ -593,9 +611,21 @@ static ld_tensor *sequence_xent(const ld_loss *l, ld_tensor *y_true, ld_tensor *
     return out;
 }
 
+/* Keras' clip of probabilities to [eps, 1 - eps] (backend.epsilon() = 1e-7)
+   before their log. maximum and minimum keep NaN (ld_elementwise_math.h),
+   as tf.clip_by_value does: a NaN prediction gives a NaN loss, never
+   -log(1e-7). */
+static ld_tensor *clip_probs(ld_tensor *p) {
+    ld_tensor *lo = ld_tensor_scalar(1e-7f, p->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, p->storage->device);
+    ld_tensor *a = lo && hi ? ld_maximum(p, lo) : NULL, *c = a ? ld_minimum(a, hi) : NULL;
+    ld_tensor_release(lo); ld_tensor_release(hi); ld_tensor_release(a);
+    return c;
+}
+
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
     ld_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *per = NULL, *out = NULL, *yt = NULL;
+    int sparse = l->kind == LD_LOSS_SPARSE_CCE;
     switch (l->kind) {
     case LD_LOSS_SPARSE_CCE: {
         if (y_pred->ndim > 2) return sequence_xent(l, y_true, y_pred);
@@ -656,17 +686,22 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     categorical: {
         ld_tensor *logp;
         if (l->from_logits) TRY(logp = ld_log_softmax(y_pred));
-        else {
+        else if (sparse) {
+            /* Keras (TF backend): clip, log, then the log-softmax of those
+               logs (an infinite probability is clipped, not normalised) */
+            TRY(t2 = clip_probs(y_pred));
+            TRY(t1 = ld_log(t2));
+            ld_tensor_release(t2); t2 = NULL;
+            logp = ld_log_softmax(t1);
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(logp);
+        } else {
             /* Keras: normalise, clip to [eps, 1-eps], log */
             TRY(t1 = ld_sum(y_pred, -1, 1));
-            TRY(t2 = ld_div(y_pred, t1));
-            ld_tensor_release(t1);
-            TRY(t1 = ld_tensor_scalar(1e-7f, y_pred->storage->device));
-            TRY(t3 = ld_maximum(t2, t1));
-            ld_tensor_release(t2); ld_tensor_release(t1); t1 = NULL;
-            TRY(t1 = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device));
-            TRY(t2 = ld_minimum(t3, t1));
-            ld_tensor_release(t3); t3 = NULL; ld_tensor_release(t1); t1 = NULL;
+            TRY(t3 = ld_div(y_pred, t1));
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(t2 = clip_probs(t3));
+            ld_tensor_release(t3); t3 = NULL;
             logp = ld_log(t2);
             ld_tensor_release(t2); t2 = NULL;
             TRY(logp);
@@ -698,8 +733,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor_release(e); ld_tensor_release(e1); ld_tensor_release(lg); ld_tensor_release(d);
         } else {
             /* -(z log p + (1-z) log(1-p)), p clipped to [eps, 1-eps] */
-            ld_tensor *lo = ld_tensor_scalar(1e-7f, y_pred->storage->device), *hi = ld_tensor_scalar(1 - 1e-7f, y_pred->storage->device);
-            ld_tensor *p1 = lo && hi ? ld_maximum(y_pred, lo) : NULL, *p = p1 ? ld_minimum(p1, hi) : NULL;
+            ld_tensor *p = clip_probs(y_pred);
             ld_tensor *lp = p ? ld_log(p) : NULL;
             ld_tensor *omp = p ? ld_mul_scalar(p, -1.0f) : NULL, *omp1 = omp ? ld_add_scalar(omp, 1.0f) : NULL;
             ld_tensor *l1p = omp1 ? ld_log(omp1) : NULL;
@@ -707,7 +741,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor *a = lp ? ld_mul(yt, lp) : NULL, *b = l1p && omz1 ? ld_mul(omz1, l1p) : NULL;
             ld_tensor *s = a && b ? ld_add(a, b) : NULL;
             t1 = s ? ld_neg(s) : NULL;
-            ld_tensor *all[] = {lo, hi, p1, p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
+            ld_tensor *all[] = {p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
             for (size_t i = 0; i < sizeof all / sizeof *all; i++) ld_tensor_release(all[i]);
         }
         TRY(t1);

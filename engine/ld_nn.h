@@ -222,6 +222,12 @@ int ld_weight_role_of(const char *var_name);         /* the role of a weight by 
 int ld_constraint_register(const ld_tensor *var, const ld_constraint *c);
 void ld_constraint_unregister(const ld_tensor *var);
 int ld_layer_record_activity(ld_layer *l, ld_tensor *y);   /* after each call */
+/* A limit, for this thread, on the bytes ld_layer_add_weight may create from
+   now on (-1: none, the default); a weight over it fails before it is
+   allocated. Loading a model file sets it to what the file holds, so a small
+   file that declares huge layers costs an error, not gigabytes. Returns the
+   bytes left of the previous limit (-1: there was none). */
+int64_t ld_layer_weight_budget(int64_t bytes);
 
 ld_layer *ld_layer_retain(ld_layer *l);
 void ld_layer_release(ld_layer *l);

@@ -5,8 +5,9 @@
 #include "ld_ops.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 #include "ld_ops_internal.h"
+#include "ld_elementwise_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -298,7 +299,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
         ld_node *nd = ld_record(y, un_names[op], bw_unary, 1, in);
         if (nd) {
             nd->args[0] = op;
-            if (op == LD_UN_EXP || op == LD_UN_SQRT || op == LD_UN_SIGMOID || op == LD_UN_TANH)
+            if (ld_ew_grad_uses_y(op))
                 nd->saved[0] = ld_reshape(y, y->ndim, y->shape);
         }
     }
@@ -378,6 +379,69 @@ static int bw_max(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     return gi[0] ? LD_OK : ld_error_status();
 }
 
+/* Integer reductions, TF's rule: sum, max and min of an integer tensor are
+   of its dtype and exact (int64 16777217 sums to 16777217, not to the
+   nearest float32), a sum wrapping on overflow as TF's does; argmax/argmin
+   compare the integers themselves (int64, first index on ties); mean is
+   float32 (TF's would truncate to an integer), the exact sum divided in
+   double. Computed on the host (integers have no gradient): a device's
+   tensor goes there and back. */
+typedef enum { INT_RED_SUM, INT_RED_MAX, INT_RED_MIN, INT_RED_MEAN, INT_RED_ARGMAX, INT_RED_ARGMIN } int_red;
+static const char *const int_red_names[] = {"sum", "max", "min", "mean", "argmax", "argmin"};
+
+static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
+    const char *name = int_red_names[kind];
+    int ax = axis;
+    if (axis != LD_ALL_AXES && ld_ops_norm_axis(x, &ax, name)) return NULL;
+    ld_device *dev = DEV(x);
+    ld_tensor *hx = ld_device_is_host(dev) ? ld_tensor_retain(x) : ld_to_device(x, ld_device_cpu());
+    ld_tensor *cx = hx ? ld_contiguous(hx) : NULL;
+    ld_tensor_release(hx);
+    if (!cx) return NULL;
+    int64_t outer = 1, n, inner = 1, shape[LD_MAX_DIMS];
+    int nd = 0;
+    if (axis == LD_ALL_AXES) {
+        n = ld_tensor_numel(cx);
+        nd = keep ? cx->ndim : 0;
+        for (int i = 0; i < nd; i++) shape[i] = 1;
+    } else {
+        ld_ops_split_axis(cx->ndim, cx->shape, ax, &outer, &inner);
+        n = cx->shape[ax];
+        reduced_shape(cx, ax, keep, &nd, shape);
+    }
+    if (n == 0 && kind != INT_RED_SUM) {
+        ld_fail(LD_ESHAPE, "%s of an empty dimension", name);
+        ld_tensor_release(cx);
+        return NULL;
+    }
+    ld_dtype odt = kind == INT_RED_MEAN ? LD_F32 : kind >= INT_RED_ARGMAX ? LD_I64 : x->dtype;
+    ld_tensor *out = ld_tensor_empty(odt, nd, shape, ld_device_is_host(dev) ? dev : ld_device_cpu());
+    const char *p = out ? ld_tensor_data(cx) : NULL;
+    if (!p) { ld_tensor_release(out); ld_tensor_release(cx); return NULL; }
+    char *po = ld_tensor_data_unsynced(out);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t base = o * n * inner + i, best = n ? int_at(p, cx->dtype, base) : 0, at = 0;
+            uint64_t sum = 0;   /* unsigned: wraps on overflow instead of being undefined */
+            for (int64_t j = 0; j < n; j++) {
+                int64_t v = int_at(p, cx->dtype, base + j * inner);
+                sum += (uint64_t)v;
+                if ((kind == INT_RED_MAX || kind == INT_RED_ARGMAX) ? v > best : v < best) { best = v; at = j; }
+            }
+            int64_t k = o * inner + i, r = kind == INT_RED_SUM ? (int64_t)sum : best;
+            if (kind == INT_RED_MEAN) ((float *)po)[k] = (float)((double)(int64_t)sum / (double)n);
+            else if (kind >= INT_RED_ARGMAX) ((int64_t *)po)[k] = at;
+            else if (odt == LD_I64) ((int64_t *)po)[k] = r;
+            else if (odt == LD_I32) ((int32_t *)po)[k] = (int32_t)(uint32_t)(uint64_t)r;
+            else ((uint8_t *)po)[k] = (uint8_t)(uint64_t)r;
+        }
+    ld_tensor_release(cx);
+    if (ld_device_is_host(dev)) return out;
+    ld_tensor *d = ld_to_device(out, dev);
+    ld_tensor_release(out);
+    return d;
+}
+
 static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
     ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : as_float(x);
     if (!fx) return NULL;
@@ -425,16 +489,37 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
     return out;
 }
 
-/* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded once at the end */
 ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_SUM, x, axis, keepdims);
+    /* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded once at the end */
     return ld_ops_in_dtype(reduce(LD_RED_SUM, x, axis, keepdims, "sum"), ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MAX, x, axis, keepdims);
     return ld_ops_in_dtype(reduce(LD_RED_MAX, x, axis, keepdims, "max"), ld_ops_result_dtype(x, NULL));
 }
-ld_tensor *ld_argmax(ld_tensor *x, int axis) { return reduce(LD_RED_ARGMAX, x, axis, 0, "argmax"); }
+ld_tensor *ld_argmax(ld_tensor *x, int axis) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_ARGMAX, x, axis, 0);
+    return reduce(LD_RED_ARGMAX, x, axis, 0, "argmax");
+}
+/* min and argmin of a float tensor as max and argmax of -x: one reduction
+   kernel, and the gradient comes with it */
+ld_tensor *ld_min(ld_tensor *x, int axis, int keepdims) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MIN, x, axis, keepdims);
+    ld_tensor *n = ld_neg(x), *m = n ? reduce(LD_RED_MAX, n, axis, keepdims, "min") : NULL;
+    ld_tensor *r = m ? ld_neg(m) : NULL;
+    ld_tensor_release(n); ld_tensor_release(m);
+    return ld_ops_in_dtype(r, ld_ops_result_dtype(x, NULL));
+}
+ld_tensor *ld_argmin(ld_tensor *x, int axis) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_ARGMIN, x, axis, 0);
+    ld_tensor *n = ld_neg(x), *r = n ? reduce(LD_RED_ARGMAX, n, axis, 0, "argmin") : NULL;
+    ld_tensor_release(n);
+    return r;
+}
 
 ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MEAN, x, axis, keepdims);
     int64_t n = ld_tensor_numel(x);
     if (axis != LD_ALL_AXES) {
         int ax = axis;

@@ -36,12 +36,18 @@ ld_tensor *ld_sigmoid(ld_tensor *x);
 ld_tensor *ld_tanh(ld_tensor *x);
 ld_tensor *ld_gelu(ld_tensor *x);           /* the exact erf form, 0.5x(1 + erf(x/sqrt 2)): Keras's default */
 
-/* Reductions over `axis` (-1.. counts from the end; LD_ALL_AXES = every axis). */
+/* Reductions over `axis` (-1.. counts from the end; LD_ALL_AXES = every axis).
+   Integer tensors (int32, int64, uint8) reduce exactly to their own dtype, as
+   TF's do (a sum wraps on overflow); their mean is float32. Float reductions
+   propagate NaN: a NaN in a sum, max or min gives NaN, and argmax/argmin
+   point at the first NaN (NumPy's and PyTorch's rule). */
 #define LD_ALL_AXES 99
 ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims);
 ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims);
 ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims);
+ld_tensor *ld_min(ld_tensor *x, int axis, int keepdims);
 ld_tensor *ld_argmax(ld_tensor *x, int axis);           /* int64, not differentiable */
+ld_tensor *ld_argmin(ld_tensor *x, int axis);           /* int64, not differentiable */
 
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b);       /* 2-d x 2-d, or batched 3-d x 2-d */
 ld_tensor *ld_softmax(ld_tensor *x);                    /* over the last axis */

@@ -8,6 +8,7 @@
 #include "ld_autograd.h"
 #include "ld_executor.h"
 #include "ld_ops_internal.h"
+#include "ld_tensor.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -222,6 +223,83 @@ ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids) {
     ld_tensor_release(ct);
     ld_tensor_release(ci);
     return y;
+}
+
+/* ================================================================ gather */
+/* Float tensors go through the embedding op, so the gradient comes with
+   it: t seen as a [outer * n, inner] table (n = t's size along the axis),
+   index k of row o picking table row o * n + k. Other dtypes are copied
+   slice by slice on the host (no gradient to keep). */
+ld_tensor *ld_gather(ld_tensor *t, ld_tensor *idx, int axis) {
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+    if (t->ndim < 1) { ld_fail(LD_ESHAPE, "gather: cannot gather from a scalar"); return NULL; }
+    if (idx->dtype != LD_I64 && idx->dtype != LD_I32) {
+        ld_fail(LD_ETYPE, "gather: indices must be int32 or int64, got %s", ld_dtype_name(idx->dtype));
+        return NULL;
+    }
+    if (axis < -t->ndim || axis >= t->ndim) {
+        ld_fail(LD_EARG, "gather: axis %d is out of range for a tensor of shape %s (axes %d to %d)", axis,
+                ld_shape_str(t, b1, sizeof b1), -t->ndim, t->ndim - 1);
+        return NULL;
+    }
+    int ax = axis < 0 ? axis + t->ndim : axis;
+    int ond = t->ndim - 1 + idx->ndim;
+    if (ond > LD_MAX_DIMS) {
+        ld_fail(LD_ESHAPE, "gather: indices %s into %s would give more than %d dimensions",
+                ld_shape_str(idx, b1, sizeof b1), ld_shape_str(t, b2, sizeof b2), LD_MAX_DIMS);
+        return NULL;
+    }
+    int64_t oshape[LD_MAX_DIMS], outer, inner, n = t->shape[ax], m = ld_tensor_numel(idx);
+    for (int i = 0, k = 0; i < t->ndim; i++) {
+        if (i != ax) { oshape[k++] = t->shape[i]; continue; }
+        for (int j = 0; j < idx->ndim; j++) oshape[k++] = idx->shape[j];
+    }
+    ld_ops_split_axis(t->ndim, t->shape, ax, &outer, &inner);
+    /* the indices, checked on the host, become rows of the [outer * n, inner] table */
+    ld_tensor *hi = ld_to_device(idx, ld_device_cpu()), *ci = hi ? ld_contiguous(hi) : NULL;
+    ld_tensor_release(hi);
+    if (!ci) return NULL;
+    int64_t fshape[1] = {outer * m};
+    ld_tensor *rows = ld_tensor_empty(LD_I64, 1, fshape, NULL);
+    const void *ip = rows ? ld_tensor_data(ci) : NULL;
+    if (!ip) { ld_tensor_release(rows); ld_tensor_release(ci); return NULL; }
+    int64_t *rp = ld_tensor_data_unsynced(rows);
+    for (int64_t i = 0; i < m; i++) {
+        int64_t k = ci->dtype == LD_I32 ? ((const int32_t *)ip)[i] : ((const int64_t *)ip)[i], k0 = k;
+        if (k < 0) k += n;   /* from the end, as t[-1] */
+        if (k < 0 || k >= n) {
+            ld_fail(LD_EARG, "gather: index %lld at position %lld is out of range for axis %d of size %lld (shape %s)",
+                    (long long)k0, (long long)i, axis, (long long)n, ld_shape_str(t, b1, sizeof b1));
+            ld_tensor_release(rows); ld_tensor_release(ci);
+            return NULL;
+        }
+        for (int64_t o = 0; o < outer; o++) rp[o * m + i] = o * n + k;
+    }
+    ld_tensor_release(ci);
+    ld_tensor *out = NULL;
+    if (outer * m == 0 || inner == 0) {
+        out = ld_tensor_zeros(t->dtype, ond, oshape, DEV(t));
+    } else if (t->dtype == LD_F32) {
+        int64_t tshape[2] = {outer * n, inner};
+        ld_tensor *table = ld_reshape_op(t, 2, tshape);
+        ld_tensor *ids = table ? ld_to_device(rows, DEV(t)) : NULL;
+        ld_tensor *y = ids ? ld_embedding_op(table, ids) : NULL;
+        out = y ? ld_reshape_op(y, ond, oshape) : NULL;
+        ld_tensor_release(table); ld_tensor_release(ids); ld_tensor_release(y);
+    } else {
+        ld_tensor *ht = ld_to_device(t, ld_device_cpu()), *ct = ht ? ld_contiguous(ht) : NULL;
+        ld_tensor *ho = ct ? ld_tensor_empty(t->dtype, ond, oshape, NULL) : NULL;
+        const char *src = ho ? ld_tensor_data(ct) : NULL;
+        if (src) {
+            size_t es = ld_dtype_size(t->dtype), blk = (size_t)inner * es;
+            char *dst = ld_tensor_data_unsynced(ho);
+            for (int64_t r = 0; r < outer * m; r++) memcpy(dst + (size_t)r * blk, src + (size_t)rp[r] * blk, blk);
+            out = ld_to_device(ho, DEV(t));
+        }
+        ld_tensor_release(ht); ld_tensor_release(ct); ld_tensor_release(ho);
+    }
+    ld_tensor_release(rows);
+    return out;
 }
 
 /* ================================================================ average pooling */

@@ -1,6 +1,6 @@
 /*
  * ld_ops_index.h - differentiable indexing and pooling ops: concatenation,
- * slicing, embedding lookups, average pooling (NHWC).
+ * slicing, embedding lookups, gathers along an axis, average pooling (NHWC).
  *
  * STATUS: ld_concat_op and ld_slice_op are done and tested (CPU; CUDA kernel
  * compiled), ready to use. The embedding and pooling ops below too.
@@ -31,6 +31,13 @@ ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len);
    by the next read. The table's gradient: zero, then rows scatter-added
    (repeated ids add up). The ids get none. */
 ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids);
+
+/* tf.gather(t, idx, axis): the slices of t at indices idx (int32/int64, any
+   shape; negative ones count from the end) along `axis` (negative from the
+   end), shaped t.shape[:axis] + idx.shape + t.shape[axis+1:], on t's
+   device. An axis or an index out of range is an error naming it. A float
+   t gets its gradient (scatter-added, as the embedding's); idx none. */
+ld_tensor *ld_gather(ld_tensor *t, ld_tensor *idx, int axis);
 
 /* Average pooling of NHWC x, as Keras' AveragePooling2D: valid padding
    (output (in - k) / s + 1) or same (ceil(in / s), padding split as TF does,

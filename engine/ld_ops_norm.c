@@ -16,28 +16,18 @@
 #include "ld_ops_norm.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 #include "ld_ops_internal.h"
 
 #include <string.h>
 
-/* Provided by the strategy (the lead adds it to ld_strategy.h /
-   ld_strategy.c): sums a small float32 tensor in place across the replicas
-   of the current step, queued like any kernel; LD_OK and nothing done
-   outside a replica or with one replica. Declared weak here so the engine
-   links before it exists; without it a synchronized op across several
-   replicas fails with a message instead of computing local statistics. */
-int ld_replica_all_reduce_sum(ld_tensor *t) __attribute__((weak));
-
 #define FPTR0(t) ((t) ? FPTR(t) : NULL)
 
+/* the sum across the step's replicas (ld_replica.h): LD_OK and nothing done
+   outside a replica or with one replica */
 static int replica_sum(ld_tensor *t, const char *op) {
-    if (ld_replica_all_reduce_sum) return ld_replica_all_reduce_sum(t);
-    const ld_replica_ctx *rc = ld_replica_get();
-    if (rc && rc->n > 1)
-        return ld_fail(LD_EINTERNAL, "%s: synchronized over %d replicas needs ld_replica_all_reduce_sum, "
-                                     "which this build lacks", op, rc->n);
-    return LD_OK;
+    (void)op;
+    return ld_replica_all_reduce_sum(t);
 }
 
 /* A copy of n floats at src (a kernel of t's device) into a new [n] tensor. */

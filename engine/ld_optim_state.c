@@ -5,7 +5,7 @@
 #include "ld_core.h"
 #include "ld_optim.h"
 #include "ld_device.h"
-#include "ld_strategy.h"
+#include "ld_replica.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -807,38 +807,6 @@ bad:;
                    ld_shape_str(dst, b2, sizeof b2));
 }
 
-ld_tensor *ld_index_select(const ld_tensor *t, const ld_tensor *idx) {
-    if (t->ndim < 1) { ld_fail(LD_ESHAPE, "cannot index a scalar"); return NULL; }
-    if (idx->ndim != 1 || (idx->dtype != LD_I64 && idx->dtype != LD_I32)) {
-        ld_fail(LD_ETYPE, "indices must be a 1-d int32 or int64 tensor");
-        return NULL;
-    }
-    ld_tensor *src = ld_contiguous((ld_tensor *)t);
-    if (!src) return NULL;
-    if (!ld_tensor_data(src)) { ld_tensor_release(src); return NULL; }
-    int64_t shape[LD_MAX_DIMS];
-    memcpy(shape, t->shape, sizeof shape);
-    shape[0] = idx->shape[0];
-    ld_tensor *out = ld_tensor_empty(t->dtype, t->ndim, shape, NULL);
-    if (!out) { ld_tensor_release(src); return NULL; }
-    size_t row = (size_t)(t->shape[0] ? ld_tensor_numel(t) / t->shape[0] : 0) * ld_dtype_size(t->dtype);
-    const char *sp = ld_tensor_data(src);
-    char *dp = out->storage->data;
-    for (int64_t i = 0; i < shape[0]; i++) {
-        int64_t k = (int64_t)ld_tensor_get_flat(idx, i);
-        if (k < 0) k += t->shape[0];
-        if (k < 0 || k >= t->shape[0]) {
-            ld_fail(LD_EARG, "index %lld out of range for dimension 0 of size %lld",
-                    (long long)ld_tensor_get_flat(idx, i), (long long)t->shape[0]);
-            ld_tensor_release(out); ld_tensor_release(src);
-            return NULL;
-        }
-        memcpy(dp + i * row, sp + k * row, row);
-    }
-    ld_tensor_release(src);
-    return out;
-}
-
 ld_tensor *ld_concat(ld_tensor *const *ts, int n, int dim) {
     if (n < 1) { ld_fail(LD_EARG, "concat needs at least one tensor"); return NULL; }
     const ld_tensor *f = ts[0];

@@ -182,8 +182,6 @@ const void *ld_pending_read_wait(ld_pending_read *r, ld_dtype *dtype, int64_t *n
 void ld_pending_read_free(ld_pending_read *r);
 /* dst[...] = src, broadcasting src; shapes must be broadcast-compatible. */
 int ld_copy_into(ld_tensor *dst, const ld_tensor *src);
-/* Rows of t (dim 0) picked by idx (int64 or int32, 1-d). */
-ld_tensor *ld_index_select(const ld_tensor *t, const ld_tensor *idx);
 ld_tensor *ld_concat(ld_tensor *const *ts, int n, int dim);
 
 #endif

@@ -6,6 +6,7 @@
 #include "kstate.h"
 #include "ldist.h"
 #include "ld_core.h"   /* LD_VERSION */
+#include "ld_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,23 @@
    websocket_max_message_size), so no message from a front end comes near it;
    a larger payload belongs in a file the kernel reads. */
 #define KERNEL_MAX_FRAME ((int64_t)64 << 20)
+/* bytes: what ZeroMQ itself takes per frame on those sockets. A signed
+   request between KERNEL_MAX_FRAME and this gets an error reply (ZeroMQ
+   drops a larger one without a word: the connection is closed). Strangers
+   cannot use the room: connections that have not sent a good signature may
+   hold KERNEL_UNAUTH_BYTES in all (ld_guard.h), at most
+   KERNEL_UNAUTH_CONNS of them. A client's control and stdin connections
+   stay untrusted until it sends there (often never), so the count leaves
+   room for many clients; a client connection shed anyway is reconnected by
+   ZeroMQ. */
+#define KERNEL_MAX_ZMQ_FRAME ((int64_t)256 << 20)
+#define KERNEL_UNAUTH_BYTES ((int64_t)64 << 20)
+#define KERNEL_UNAUTH_CONNS 64
+/* heartbeat pings and iopub subscriptions are a few bytes; such connections
+   never authenticate, so each may hold this much, and at most
+   KERNEL_SMALL_CONNS of them are kept (new ones beyond are closed) */
+#define KERNEL_SMALL_FRAME ((int64_t)64 << 10)
+#define KERNEL_SMALL_CONNS 256
 /* A reply waits for room while its client does not read: ROUTER sockets drop
    silently at their high-water mark, so they are made to say so
    (ZMQ_ROUTER_MANDATORY) and each send waits up to this long in slices of
@@ -203,15 +221,42 @@ static int recv_frames(void *sock, zframes *z, int flags) {
     }
 }
 
+static void publish_status(kernel *K, json_t *parent, const char *state);
+
+/* A signed request over KERNEL_MAX_FRAME: an error reply where the protocol
+   has one (a *_request on shell or control), so the client does not wait
+   for ever; the request is not run. */
+static void refuse_too_large(kernel *K, const kmsg *m, const char *channel, size_t total) {
+    char evalue[200];
+    snprintf(evalue, sizeof evalue, "a %s of %zu bytes is over the kernel's limit of %lld MiB per message (put large "
+             "data in a file and read it from the cell)", m->msg_type, total, (long long)(KERNEL_MAX_FRAME >> 20));
+    klog(K, "refused a message on %s: %s", channel, evalue);
+    void *sock = !strcmp(channel, "shell") ? K->shell : !strcmp(channel, "control") ? K->control : NULL;
+    size_t tl = strlen(m->msg_type);
+    if (!sock || tl < 8 || strcmp(m->msg_type + tl - 8, "_request")) return;
+    char reply[128];
+    snprintf(reply, sizeof reply, "%.*s_reply", (int)(tl - 8), m->msg_type);
+    json_t *content = json_pack("{s:s, s:s, s:s, s:[]}", "status", "error", "ename", "MessageTooLarge", "evalue", evalue,
+                                "traceback");
+    if (!strcmp(m->msg_type, "execute_request")) json_object_set_new(content, "execution_count", json_integer(K->execution_count));
+    publish_status(K, m->header, "busy");
+    kreply(K, sock, m, reply, content);
+    publish_status(K, m->header, "idle");
+}
+
 /* Decode what recv_frames got; logs and returns -1 for a message that must be
-   dropped (bad signature, malformed). */
+   dropped (bad signature, malformed, too large). */
 static int decode_frames(kernel *K, zframes *z, kmsg *m, const char *channel) {
     kframe stack[16] = {{0}}, *fr = z->n <= 16 ? stack : malloc(z->n * sizeof *fr);
     if (!fr) return -1;
+    size_t total = 0;
     for (size_t i = 0; i < z->n; i++) {
         fr[i].data = zmq_msg_data(&z->msgs[i]);
         fr[i].len = zmq_msg_size(&z->msgs[i]);
+        total += fr[i].len;
     }
+    /* the connection it came from (the routing-id frame ROUTER adds has none) */
+    int fd = z->n ? zmq_msg_get(&z->msgs[z->n - 1], ZMQ_SRCFD) : -1;
     char err[160];
     kwire_status st = kmsg_decode(&K->signer, fr, z->n, m, err, sizeof err);
     if (fr != stack) free(fr);
@@ -231,6 +276,12 @@ static int decode_frames(kernel *K, zframes *z, kmsg *m, const char *channel) {
             kmsg_free(m);
             return -1;
         }
+    }
+    ld_guard_trust(K->guard_routers, fd);       /* a good signature: this connection is a client's */
+    if (total > (size_t)KERNEL_MAX_FRAME) {
+        refuse_too_large(K, m, channel, total);
+        kmsg_free(m);
+        return -1;
     }
     return 0;
 }
@@ -451,6 +502,58 @@ static void *hb_main(void *arg) {
     return NULL;
 }
 
+/* ---- the guard: limits on connections that have not authenticated ------- */
+
+static void guard_log(void *ud, const char *line) { klog_dropped((kernel *)ud, "%s", line); }
+
+/* Watch every socket's connections (monitors made before the threads start) */
+static int guard_open(kernel *K) {
+    void *socks[5] = {K->shell, K->control, K->stdin_sock, K->iopub, K->hb};
+    K->guard_routers = ld_guard_new("shell, control and stdin", KERNEL_UNAUTH_CONNS, KERNEL_UNAUTH_BYTES, 0, guard_log, K);
+    K->guard_small = ld_guard_new("heartbeat and iopub", KERNEL_SMALL_CONNS, -1, 1, guard_log, K);
+    if (!K->guard_routers || !K->guard_small) return -1;
+    for (int i = 0; i < 5; i++) {
+        char ep[80];
+        snprintf(ep, sizeof ep, "inproc://ldist-kmon-%d-%p", i, (void *)K);
+        if (zmq_socket_monitor(socks[i], ep, LD_GUARD_EVENTS) != 0) return -1;
+        K->mon[i] = zmq_socket(K->zctx, ZMQ_PAIR);
+        if (!K->mon[i] || zmq_connect(K->mon[i], ep) != 0) return -1;
+    }
+    return 0;
+}
+
+static void *guard_main(void *arg) {
+    kernel *K = arg;
+    for (;;) {
+        zmq_pollitem_t it[5];
+        for (int i = 0; i < 5; i++) it[i] = (zmq_pollitem_t){K->mon[i], 0, ZMQ_POLLIN, 0};
+        /* 20 ms: what a stranger can send between two checks stays small */
+        int rc = zmq_poll(it, 5, 20);
+        if (rc < 0 && errno == ETERM) break;
+        for (int i = 0; rc > 0 && i < 5; i++) {
+            if (!(it[i].revents & ZMQ_POLLIN)) continue;
+            for (;;) {
+                zmq_msg_t ev;
+                zmq_msg_init(&ev);
+                if (zmq_msg_recv(&ev, K->mon[i], ZMQ_DONTWAIT) < 0) { zmq_msg_close(&ev); break; }
+                int more = zmq_msg_more(&ev);
+                ld_guard_event(i < 3 ? K->guard_routers : K->guard_small, zmq_msg_data(&ev), zmq_msg_size(&ev));
+                zmq_msg_close(&ev);
+                while (more) {              /* the endpoint frame */
+                    zmq_msg_init(&ev);
+                    if (zmq_msg_recv(&ev, K->mon[i], 0) < 0) more = 0;
+                    else more = zmq_msg_more(&ev);
+                    zmq_msg_close(&ev);
+                }
+            }
+        }
+        ld_guard_enforce(K->guard_routers);
+        ld_guard_enforce(K->guard_small);
+    }
+    for (int i = 0; i < 5; i++) zmq_close(K->mon[i]);
+    return NULL;
+}
+
 /* ---- connection file and sockets ---------------------------------------- */
 
 static void *bind_socket(kernel *K, json_t *cf, int type, const char *port_key) {
@@ -471,8 +574,12 @@ static void *bind_socket(kernel *K, json_t *cf, int type, const char *port_key) 
     void *s = zmq_socket(K->zctx, type);
     int linger = 1000;
     if (s) zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    if (s && type != ZMQ_ROUTER) {
+        int64_t maxsz = KERNEL_SMALL_FRAME;
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
+    }
     if (s && type == ZMQ_ROUTER) {
-        int64_t maxsz = KERNEL_MAX_FRAME;
+        int64_t maxsz = KERNEL_MAX_ZMQ_FRAME;
         int one = 1, slice = KERNEL_SEND_SLICE_MS;
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
         zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
@@ -633,7 +740,12 @@ static int run(const char *connection_file) {
     kio_install(K);
     K->kernel_info = build_kernel_info();
 
-    if (pthread_create(&K->hb_thread, NULL, hb_main, K) != 0 ||
+    if (guard_open(K) != 0) {
+        klog(K, "cannot watch the sockets' connections: %s", zmq_strerror(zmq_errno()));
+        return 1;
+    }
+    if (pthread_create(&K->guard_thread, NULL, guard_main, K) != 0 ||
+        pthread_create(&K->hb_thread, NULL, hb_main, K) != 0 ||
         pthread_create(&K->control_thread, NULL, control_main, K) != 0) {
         klog(K, "cannot start threads");
         return 1;
@@ -691,7 +803,10 @@ static int run(const char *connection_file) {
     zmq_ctx_shutdown(K->zctx);
     pthread_join(K->control_thread, NULL);
     pthread_join(K->hb_thread, NULL);
+    pthread_join(K->guard_thread, NULL);
     zmq_ctx_term(K->zctx);
+    ld_guard_free(K->guard_routers);
+    ld_guard_free(K->guard_small);
     json_decref(K->kernel_info);
     kexec_free(K);
     ksigner_free(&K->signer);

@@ -42,7 +42,11 @@ typedef struct kernel {
     char session[37];               /* this kernel's session id (uuid) */
     const char *username;
     pthread_mutex_t iopub_lock;
-    pthread_t main_thread, control_thread, hb_thread;
+    pthread_t main_thread, control_thread, hb_thread, guard_thread;
+    /* limits on connections that have not sent a good signature (ld_guard.h):
+       routers for shell, control and stdin, small for heartbeat and iopub */
+    struct ld_guard *guard_routers, *guard_small;
+    void *mon[5];                   /* the guard thread's monitor sockets */
     int log_fd;                     /* the real stderr, for the kernel's own log */
     kcapture *capture;
 

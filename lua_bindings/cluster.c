@@ -94,6 +94,9 @@ static int c_join(lua_State *L) {
     o.heartbeat = opt_num(L, 1, "heartbeat", 0);
     o.heartbeat_timeout = opt_num(L, 1, "heartbeat_timeout", 0);
     o.chunk_bytes = (size_t)opt_num(L, 1, "chunk_bytes", 0);
+    lua_getfield(L, 1, "mpi");
+    o.mpi = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, 1, "data_plane");
     o.data_plane = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -626,6 +629,44 @@ static int c_free_port(lua_State *L) {
     lua_pushinteger(L, port);
     return 1;
 }
+/* ---- MPI (engine/net/ld_mpi.c): the rendezvous under mpirun or srun ---- */
+/* mpi_available() -> true, or false and why */
+static int c_mpi_available(lua_State *L) {
+    if (ld_mpi_available()) { lua_pushboolean(L, 1); return 1; }
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, ld_error());
+    return 2;
+}
+/* mpi_init() -> rank, size of MPI_COMM_WORLD (MPI initialised once) */
+static int c_mpi_init(lua_State *L) {
+    int r, n;
+    if (ld_mpi_init(&r, &n)) return luaL_error(L, "%s", ld_error());
+    lua_pushinteger(L, r);
+    lua_pushinteger(L, n);
+    return 2;
+}
+/* mpi_broadcast_string(s, root) -> root's string on every rank (s ignored elsewhere) */
+static int c_mpi_broadcast_string(lua_State *L) {
+    int root = (int)luaL_optinteger(L, 2, 0), r;
+    if (ld_mpi_init(&r, NULL)) return luaL_error(L, "%s", ld_error());
+    size_t n = 0;
+    const char *s = r == root ? luaL_checklstring(L, 1, &n) : NULL;
+    uint64_t len = n;
+    if (ld_mpi_broadcast(root, &len, sizeof len)) return luaL_error(L, "%s", ld_error());
+    if (r == root) {
+        if (ld_mpi_broadcast(root, (void *)s, n)) return luaL_error(L, "%s", ld_error());
+        lua_pushvalue(L, 1);
+        return 1;
+    }
+    if (len > ((uint64_t)1 << 30)) return luaL_error(L, "mpi_broadcast_string: %llu bytes is too long", (unsigned long long)len);
+    char *buf = malloc(len ? len : 1);
+    if (!buf) return luaL_error(L, "out of memory");
+    if (ld_mpi_broadcast(root, buf, len)) { free(buf); return luaL_error(L, "%s", ld_error()); }
+    lua_pushlstring(L, buf, len);
+    free(buf);
+    return 1;
+}
+
 static int c_cores(lua_State *L) { lua_pushinteger(L, ld_cpu_cores()); return 1; }
 /* tensor_id(t) -> an integer naming the engine tensor (userdata differ, the tensor is one) */
 static int c_tensor_id(lua_State *L) { lua_pushinteger(L, (lua_Integer)(uintptr_t)lb_check_tensor(L, 1)); return 1; }
@@ -878,7 +919,8 @@ int lb_open_cluster(lua_State *L) {
         {"join", c_join}, {"procs_start", c_procs_start}, {"pack", c_pack}, {"unpack", c_unpack},
         {"random_hex", c_random_hex}, {"getpid", c_getpid}, {"hostname", c_hostname}, {"self_exe", c_self_exe},
         {"kill", c_kill}, {"sleep", c_sleep}, {"free_port", c_free_port}, {"cores", c_cores},
-        {"tensor_id", c_tensor_id}, {"clear_interrupt", c_clear_interrupt}, {NULL, NULL}};
+        {"tensor_id", c_tensor_id}, {"clear_interrupt", c_clear_interrupt}, {"mpi_available", c_mpi_available},
+        {"mpi_init", c_mpi_init}, {"mpi_broadcast_string", c_mpi_broadcast_string}, {NULL, NULL}};
     luaL_newlib(L, f);
     return 1;
 }

@@ -179,7 +179,20 @@ static int l_np_shuffle(lua_State *L) {
     return 1;
 }
 
+/* max_pixels([n]) -> the limit before the call; n = 0 or false: no limit */
+static int l_max_pixels(lua_State *L) {
+    lua_Integer old = (lua_Integer)ld_image_max_pixels();
+    if (!lua_isnoneornil(L, 1)) {
+        lua_Integer n = lua_toboolean(L, 1) ? luaL_checkinteger(L, 1) : 0;
+        luaL_argcheck(L, n >= 0, 1, "the pixel limit must be a positive integer (0 or false: no limit)");
+        ld_image_set_max_pixels((int64_t)n);
+    }
+    lua_pushinteger(L, old);
+    return 1;
+}
+
 static const luaL_Reg image_funcs[] = {
+    {"max_pixels", l_max_pixels},
     {"index", l_index},
     {"dataset", l_dataset},
     {"load", l_load},

@@ -4,11 +4,21 @@
  *
  *     ldist.io.save_safetensors("w.safetensors", {["dense/kernel"] = w, bias = b}, {epoch = 3})
  *     local tensors, meta = ldist.io.load_safetensors("w.safetensors")
+ *
+ * and, for the prelude's own writers (CSVLogger, plots, traces), Lua file
+ * handles that never follow a planted link (engine/ld_file.h):
+ *
+ *     local f = ldist.io._open_write(path)        -- "w": a temporary file, renamed over path by f:close()
+ *     local f = ldist.io._open_write(path, "s")   -- "s": a new file written as it goes (what was at
+ *                                                 --      path, a link included, is removed first)
+ *     local f = ldist.io._open_write(path, "a")   -- "a": appends; refuses a link or a hard-linked file
  */
 #include "lbind.h"
 #include "ld_io.h"
+#include "ld_file.h"
 
 #include <lauxlib.h>
+#include <unistd.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <stdlib.h>
@@ -123,10 +133,68 @@ static int l_mkdir_p(lua_State *L) {
     return 0;
 }
 
+/* A Lua file handle (Lua's own io methods work on it) whose close commits the
+   temporary file: the luaL_Stream comes first, so io's functions see a
+   stream; the rest says where the data goes. */
+typedef struct {
+    luaL_Stream s;
+    ld_wfile w;       /* "w": the temporary file (w.f is s.f); empty for "a" */
+} write_stream;
+
+static int ws_close_replace(lua_State *L) {
+    write_stream *ws = (write_stream *)luaL_checkudata(L, 1, LUA_FILEHANDLE);
+    ws->s.f = NULL;                       /* ld_wfile_commit closes it */
+    if (ld_wfile_commit(&ws->w) != LD_OK) {
+        luaL_pushfail(L);
+        lua_pushstring(L, ld_error());
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int ws_close_plain(lua_State *L) {
+    luaL_Stream *s = (luaL_Stream *)luaL_checkudata(L, 1, LUA_FILEHANDLE);
+    int ok = fclose(s->f) == 0;
+    s->f = NULL;
+    return luaL_fileresult(L, ok, NULL);
+}
+
+/* io._open_write(path [, "w"|"s"|"a"]) -> a file handle, or nil and a message */
+static int l_open_write(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    const char *mode = luaL_optstring(L, 2, "w");
+    int append = !strcmp(mode, "a"), stream = !strcmp(mode, "s");
+    if (!append && !stream && strcmp(mode, "w")) return luaL_argerror(L, 2, "mode must be \"w\", \"s\" or \"a\"");
+    write_stream *ws = (write_stream *)lua_newuserdatauv(L, sizeof *ws, 0);
+    memset(ws, 0, sizeof *ws);
+    ws->s.closef = NULL;                  /* "closed" until the file is open (liolib's way) */
+    luaL_setmetatable(L, LUA_FILEHANDLE);
+    if (append) ws->s.f = ld_file_append(path, NULL);
+    else if (stream) {
+        /* unlink removes a link itself, never its target; a name planted
+           again before the exclusive create makes the create fail */
+        if (unlink(path) != 0 && errno != ENOENT) {
+            luaL_pushfail(L);
+            lua_pushfstring(L, "cannot replace '%s': %s", path, strerror(errno));
+            return 2;
+        }
+        ws->s.f = ld_file_create(path);
+    } else if (ld_wfile_begin(&ws->w, path) == LD_OK) ws->s.f = ws->w.f;
+    if (!ws->s.f) {
+        luaL_pushfail(L);
+        lua_pushstring(L, ld_error());
+        return 2;
+    }
+    ws->s.closef = append || stream ? ws_close_plain : ws_close_replace;
+    return 1;
+}
+
 static const luaL_Reg io_funcs[] = {
     {"save_safetensors", l_save_safetensors},
     {"load_safetensors", l_load_safetensors},
     {"_mkdir_p", l_mkdir_p},
+    {"_open_write", l_open_write},
     {NULL, NULL},
 };
 

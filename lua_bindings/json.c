@@ -10,9 +10,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#define JSON_MAX_DEPTH 64   /* arrays and objects inside each other, both ways */
+
+/* 1 when j nests arrays and objects deeper than `left` more levels */
+static int too_deep(json_t *j, int left) {
+    if (!json_is_object(j) && !json_is_array(j)) return 0;
+    if (left == 0) return 1;
+    const char *k;
+    size_t i;
+    json_t *v;
+    if (json_is_object(j)) { json_object_foreach(j, k, v) if (too_deep(v, left - 1)) return 1; }
+    else json_array_foreach(j, i, v) if (too_deep(v, left - 1)) return 1;
+    return 0;
+}
+
+/* j is checked by too_deep first, so the recursion is bounded */
 static void push_json(lua_State *L, json_t *j, int depth) {
     luaL_checkstack(L, 4, "json");
-    if (depth > 64) { lua_pushnil(L); return; }
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         const char *k;
@@ -48,6 +62,10 @@ static int c_json_decode(lua_State *L) {
         lua_pushfstring(L, "%s (line %d, column %d)", err.text, err.line, err.column);
         return 2;
     }
+    if (too_deep(j, JSON_MAX_DEPTH)) {
+        json_decref(j);
+        return luaL_error(L, "json.decode: the document nests arrays and objects deeper than %d levels", JSON_MAX_DEPTH);
+    }
     push_json(L, j, 0);
     json_decref(j);
     return 1;
@@ -55,7 +73,7 @@ static int c_json_decode(lua_State *L) {
 
 static json_t *to_json(lua_State *L, int idx, int depth) {
     idx = lua_absindex(L, idx);
-    if (depth > 64) luaL_error(L, "json.encode: nested too deeply");
+    if (depth > JSON_MAX_DEPTH) luaL_error(L, "json.encode: nested deeper than %d levels", JSON_MAX_DEPTH);
     switch (lua_type(L, idx)) {
     case LUA_TBOOLEAN: return json_boolean(lua_toboolean(L, idx));
     case LUA_TNUMBER: return lua_isinteger(L, idx) ? json_integer(lua_tointeger(L, idx)) : json_real(lua_tonumber(L, idx));

@@ -34,6 +34,18 @@ static ld_model *check_model(lua_State *L, int i) {
     return *p;
 }
 
+/* A model whose variables a strategy lost (a parameter server that died:
+   model._lost says so) has stale values: reading them raises until they are
+   restored (model:load_weights, BackupAndRestore). */
+static ld_model *check_model_live(lua_State *L, int i, const char *what) {
+    ld_model *m = check_model(L, i);
+    lua_getiuservalue(L, i, 1);
+    int lost = lua_getfield(L, -1, "_lost") == LUA_TSTRING;
+    if (lost) return luaL_error(L, "%s: %s", what, lua_tostring(L, -1)), m;
+    lua_pop(L, 2);
+    return m;
+}
+
 
 /* ================================================================ layer constructors
  * One constructor serves every class of ld_nn.h: nn.<Class>(positional...,
@@ -663,7 +675,7 @@ static int nn_sequential(lua_State *L) {
 static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1); return 1; }
 
 static int model_call(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "model(x)");
     lua_settop(L, 3);
     if (push_lua_call(L, 1)) {
         int training;
@@ -865,7 +877,7 @@ static ld_loss *step_loss_arg(lua_State *L, ld_tensor **y) {
 /* model:train_step(x, y, loss, optimizer) -> loss value, predictions
    One step in C: forward under a tape, loss, backward, update. */
 static int model_train_step(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "train_step");
     ld_tensor *x = lua_model_input(L, 1, 2), *y;
     ld_loss *loss = step_loss_arg(L, &y);
     ld_optimizer *opt = lb_check_optimizer(L, 5);
@@ -892,7 +904,7 @@ static int model_train_step(lua_State *L) {
    defer: dense kernels' gradients may be left as products for the
    collective to compute (ld_defer_weight_grads). */
 static int model_grads(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "gradients");
     ld_tensor *x = lua_model_input(L, 1, 2), *y;
     ld_loss *loss = step_loss_arg(L, &y);
     ld_tensor *w = lua_isnoneornil(L, 6) || !loss ? NULL : lb_check_tensor(L, 6);
@@ -911,7 +923,7 @@ static int model_grads(lua_State *L) {
    model:save_weights(path, {dtype = "bfloat16"}) writes the float weights in
    that dtype (a half-precision checkpoint, as PyTorch's model.half() saves) */
 static int model_save_weights(lua_State *L) {
-    ld_model *m = check_model(L, 1);
+    ld_model *m = check_model_live(L, 1, "save_weights");
     const char *path = luaL_checkstring(L, 2);
     int cast = 0;
     ld_dtype dt = LD_F32;
@@ -1006,6 +1018,10 @@ static int model_load_weights(lua_State *L) {
             snprintf(err, sizeof err, "weight %d (%s): %s", i, w.v[i]->name ? w.v[i]->name : "", ld_error());
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
+    /* every variable now holds the file's values: the model is whole again */
+    lua_getiuservalue(L, 1, 1);
+    lua_pushnil(L);
+    lua_setfield(L, -2, "_lost");
     return 0;   /* as save_weights: nothing to echo */
 }
 
@@ -1045,6 +1061,12 @@ static int model_index(lua_State *L) {
     lua_pop(L, 1);
     if (lua_type(L, 2) == LUA_TSTRING) {
         const char *k = lua_tostring(L, 2);
+        if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights") || !strcmp(k, "weights") ||
+            !strcmp(k, "variables") || !strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) {
+            lua_pushfstring(L, "model.%s", k);
+            check_model_live(L, 1, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
         if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) return model_vars(L, m);
         if (!strcmp(k, "weights") || !strcmp(k, "variables")) return model_weights(L, m, -1);
         if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) return model_weights(L, m, 0);
@@ -1278,6 +1300,14 @@ static int loss_config(lua_State *L) {
 }
 
 /* nn._count_correct(y_true, y_pred, sparse) -> number of correct rows */
+/* nn._weight_budget(bytes | nil): the bytes of weights that layers built on
+   this thread may still create (nil: no limit); returns nothing */
+static int nn_weight_budget(lua_State *L) {
+    lua_Integer b = luaL_optinteger(L, 1, -1);
+    ld_layer_weight_budget(b < 0 ? -1 : (int64_t)b);
+    return 0;
+}
+
 static int nn_count_correct(lua_State *L) {
     ld_tensor *yt = lb_check_tensor(L, 1), *yp = lb_check_tensor(L, 2);
     int64_t c;
@@ -1303,7 +1333,9 @@ static const char *const nn_docs[] = {
 
 static const char *const loss_docs[] = {
     "SparseCategoricalCrossentropy", "losses.SparseCategoricalCrossentropy{from_logits=false, reduction=\"sum_over_batch_size\"}\n\n"
-        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).",
+        "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).\n"
+        "Probabilities (from_logits=false) are clipped to [1e-7, 1 - 1e-7] before their log, as Keras's;\n"
+        "a NaN prediction gives a NaN loss (TerminateOnNaN sees it), as in every loss here.",
     "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false}\n\nCross-entropy with one-hot labels.",
     "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false}\n\nCross-entropy for 0/1 labels.",
     "MeanSquaredError", "losses.MeanSquaredError()\n\nMean of (y_pred - y_true)^2.",
@@ -1351,7 +1383,7 @@ int lb_open_nn(lua_State *L) {
 
     static const luaL_Reg f[] = {
         {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
-        {"_model_new", nn_model_new},
+        {"_model_new", nn_model_new}, {"_weight_budget", nn_weight_budget},
         {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);

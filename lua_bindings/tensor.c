@@ -7,6 +7,7 @@
  */
 #include "lbind.h"
 #include "ld_ops.h"
+#include "ld_ops_index.h"
 #include "ld_autograd.h"
 #include "ld_device.h"
 #include "ld_strategy.h"
@@ -600,24 +601,10 @@ static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) 
 static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
 static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
 static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
-/* min and argmin as max and argmax of -t (one reduction kernel, gradients included) */
-static int t_min(lua_State *L) {
-    int a, k;
-    ld_tensor *t = SELF;
-    reduce_args(L, t, &a, &k);
-    ld_tensor *n = ld_neg(t);
-    lb_push_tensor(L, n, 1);
-    ld_tensor *m = ld_max(n, a, k);
-    lb_push_tensor(L, m, 2);
-    lb_push_tensor(L, ld_neg(m), 2);
-    return 1;
-}
+static int t_min(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_min(t, a, k), 2); return 1; }
 static int t_argmin(lua_State *L) {
     ld_tensor *t = SELF;
-    int axis = check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim);
-    ld_tensor *n = ld_neg(t);
-    lb_push_tensor(L, n, 1);
-    lb_push_tensor(L, ld_argmax(n, axis), 2);
+    lb_push_tensor(L, ld_argmin(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
     return 1;
 }
 static int t_argmax(lua_State *L) {
@@ -626,11 +613,14 @@ static int t_argmax(lua_State *L) {
     return 1;
 }
 
-static int t_index_select(lua_State *L) {
+/* t:gather(indices [, axis=0]), also named index_select */
+static int t_gather(lua_State *L) {
     ld_tensor *t = SELF;
+    if (t->ndim < 1) return luaL_argerror(L, 1, "cannot gather from a scalar");
+    int axis = check_axis_arg(L, 3, 0, t->ndim);
     ld_tensor *idx = to_tensor_on(L, 2, LD_I64, t->storage->device);
     lb_push_tensor(L, idx, 0);
-    lb_push_tensor(L, ld_index_select(t, idx), 2);
+    lb_push_tensor(L, ld_gather(t, idx, axis), 2);
     return 1;
 }
 
@@ -1004,7 +994,7 @@ static const luaL_Reg methods[] = {
     {"relu", t_relu}, {"sigmoid", t_sigmoid}, {"tanh", t_tanh}, {"gelu", t_gelu}, {"square", t_square},
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
     {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin},
-    {"index_select", t_index_select}, {"gather", t_index_select},
+    {"index_select", t_gather}, {"gather", t_gather},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
     {NULL, NULL}};
 
@@ -1050,12 +1040,17 @@ static const char *const docs[] = {
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, assign, assign_add, assign_sub.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
-    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them.",
-    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them.",
-    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them.",
-    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis.",
-    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them.",
-    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis.",
+    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
+                  "exact (int64 16777217 stays 16777217), wrapping on overflow as TF's does; NaN in gives NaN.",
+    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them. Always float32: an integer tensor's mean\n"
+                   "is its exact sum divided (TF's would truncate to an integer).",
+    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+                  "tensor's is of its dtype).",
+    "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis: the first one on ties, the\n"
+                     "first NaN where there is one (NumPy's rule; TF's skips NaN).",
+    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+                  "tensor's is of its dtype).",
+    "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis (the first NaN where there is one).",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
     "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"float16\", \"bfloat16\", \"int32\", \"int64\",\n\"uint8\"); to float16 and bfloat16 rounding to nearest even, as NumPy and TF do.\n"
                      "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"

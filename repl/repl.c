@@ -18,11 +18,15 @@
  *
  * History lives in ~/.ldist_history ($LDIST_HISTORY overrides; empty turns
  * it off), at most REPL_HISTORY_MAX entries, appended after every chunk so a
- * crash loses nothing.
+ * crash loses nothing. readline reads the file but this file writes it:
+ * readline's writers follow a link planted at the name (or at their
+ * predictable "<name>-<pid>.tmp"); ours append without following links and
+ * trim through a temporary file renamed over the name (engine/ld_file.h).
  */
 #include "repl.h"
 #include "ldist.h"
 #include "ld_core.h"
+#include "ld_file.h"
 
 #include <lauxlib.h>
 #include <readline/history.h>
@@ -30,6 +34,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +155,62 @@ static void history_init(void) {
        back as one entry. */
     history_write_timestamps = 1;
     history_multiline_entries = 1;
+    /* another user's link (or hard link) is neither read nor written */
+    struct stat st;
+    if (history_path && lstat(history_path, &st) == 0 && (!S_ISREG(st.st_mode) || st.st_nlink != 1)) {
+        fprintf(stderr, "ldist: history not saved: '%s' is %s\n", history_path,
+                S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISREG(st.st_mode) ? "a file with other hard links" : "not a regular file");
+        free(history_path);
+        history_path = NULL;
+    }
     if (history_path) read_history(history_path);
+}
+
+/* One entry as readline's write_history writes it: its timestamp line when
+   it has one, then the text (whose own newlines stay: a multi-line chunk). */
+static int history_write_entry(FILE *f, const HIST_ENTRY *e) {
+    if (history_write_timestamps && e->timestamp && e->timestamp[0] && fprintf(f, "%s\n", e->timestamp) < 0) return -1;
+    return fprintf(f, "%s\n", e->line) < 0 ? -1 : 0;
+}
+
+static void history_warn(void) {
+    fprintf(stderr, "ldist: history not saved: %s\n", ld_error());
+    free(history_path);
+    history_path = NULL;                  /* one warning, not one per line */
+}
+
+/* Keep the file's last REPL_HISTORY_MAX lines (as history_truncate_file). */
+static void history_trim(void) {
+    int fd = open(history_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    FILE *in = fdopen(fd, "rb");
+    if (!in) { close(fd); return; }
+    char *buf = NULL;
+    size_t n = 0, cap = 0, r;
+    char chunk[65536];
+    while ((r = fread(chunk, 1, sizeof chunk, in)) > 0) {
+        if (n + r > cap) {
+            char *nb = realloc(buf, cap = (n + r) * 2);
+            if (!nb) { free(buf); fclose(in); return; }
+            buf = nb;
+        }
+        memcpy(buf + n, chunk, r);
+        n += r;
+    }
+    fclose(in);
+    size_t start = n, lines = 0;
+    if (start > 0 && buf[start - 1] == '\n') start--;
+    while (start > 0) {
+        if (buf[start - 1] == '\n' && ++lines == REPL_HISTORY_MAX) break;
+        start--;
+    }
+    if (start > 0) {
+        ld_wfile w;
+        if (ld_wfile_begin(&w, history_path) != LD_OK) { free(buf); history_warn(); return; }
+        if (fwrite(buf + start, 1, n - start, w.f) != n - start) ld_wfile_abort(&w);
+        else if (ld_wfile_commit(&w) != LD_OK) history_warn();
+    }
+    free(buf);
 }
 
 static void history_add(const char *chunk) {
@@ -159,18 +219,18 @@ static void history_add(const char *chunk) {
     if (last && strcmp(last->line, chunk) == 0) return;
     add_history(chunk);
     if (!history_path) return;
+    FILE *f = ld_file_append(history_path, NULL);
+    if (!f) { history_warn(); return; }
+    history_write_entry(f, history_get(history_base + history_length - 1));
     struct stat st;
-    if (stat(history_path, &st) != 0) {
-        write_history(history_path);
-    } else {
-        append_history(1, history_path);
-        /* keep the file near the limit without rewriting it every time */
-        if (st.st_size > (off_t)REPL_HISTORY_MAX * 200) history_truncate_file(history_path, REPL_HISTORY_MAX);
-    }
+    int big = fflush(f) == 0 && fstat(fileno(f), &st) == 0 && st.st_size > (off_t)REPL_HISTORY_MAX * 200;
+    fclose(f);
+    /* keep the file near the limit without rewriting it every time */
+    if (big) history_trim();
 }
 
 static void history_close(void) {
-    if (history_path) history_truncate_file(history_path, REPL_HISTORY_MAX);
+    if (history_path) history_trim();
 }
 
 /* ---- chunks ---------------------------------------------------------------- */

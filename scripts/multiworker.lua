@@ -3,6 +3,7 @@
 --   ldist launch -n 2 scripts/multiworker.lua [epochs] [examples]      (this machine)
 --   TF_CONFIG=... LDIST_SECRET=... ldist scripts/multiworker.lua        (each machine)
 --   srun ldist launch scripts/multiworker.lua                           (Slurm; export LDIST_SECRET)
+--   mpirun -n 4 ldist scripts/multiworker.lua                           (Open MPI: the ranks meet through MPI)
 -- Every worker reads Fashion-MNIST and takes its share of every global batch;
 -- gradients are summed across the workers at each step. Then model:fit with
 -- BackupAndRestore: kill a worker (kill -9) and launch again, and training

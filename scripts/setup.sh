@@ -6,7 +6,8 @@ need=()
 for p in build-essential pkg-config lua5.4 liblua5.4-dev libreadline-dev libzmq3-dev \
          libjansson-dev libssl-dev uuid-dev libopenblas-dev zlib1g-dev \
          libpng-dev libjpeg62-turbo-dev \
-         dataset-fashion-mnist tmux librsvg2-bin; do
+         dataset-fashion-mnist tmux librsvg2-bin \
+         openmpi-bin libopenmpi-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -1,6 +1,7 @@
 """hostile.py - what the kernel's and the cluster's hostile-client tests share
 (tests/kernel/test_hostile.py, tests/dist/test_hostile.py): a process's
-memory, and a raw ZMTP peer that never finishes its frame."""
+memory, a raw ZMTP peer that never finishes its frame, and whether the peer
+closed a connection."""
 import socket
 
 
@@ -32,3 +33,17 @@ def zmtp_partial_frame(port, claim, send, more=False, host="127.0.0.1"):
     except OSError:
         pass        # the peer closed the connection: what it should do
     return sent, s
+
+
+def closed_by_peer(s, wait):
+    """True when the other side closed (or reset) the connection within
+    `wait` seconds."""
+    s.settimeout(wait)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True

@@ -8,6 +8,7 @@
  * does not change from run to run.
  */
 #include "cuda_common.cuh"
+#include "ld_elementwise_math.h"
 
 __global__ void k_im2col(float *col, const float *x, cu_win_geom g, int64_t total) {
     int64_t rowlen = g.kh * g.kw * g.c;
@@ -65,8 +66,9 @@ void cu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, 
     cu_launched(cd, "col2im kernel");
 }
 
-/* Max pooling: the first element of the window, then any strictly greater
-   one (the CPU's rule, NaN included); arg = flat index into x. */
+/* Max pooling: the first element of the window, then any that wins over it
+   (ld_elementwise_math.h: larger, or the first NaN; the CPU's rule); arg =
+   flat index into x. */
 __global__ void k_maxpool(float *y, int64_t *arg, const float *x, cu_win_geom g, int64_t total) {
     CU_LOOP(idx, total) {
         int64_t q = idx % g.c, t = idx / g.c, j = t % g.ow;
@@ -78,7 +80,7 @@ __global__ void k_maxpool(float *y, int64_t *arg, const float *x, cu_win_geom g,
             for (int64_t kj = 0; kj < g.kw; kj++) {
                 int64_t p = ((b * g.h + i * g.sh + ki) * g.w + j * g.sw + kj) * g.c + q;
                 float v = x[p];
-                if (v > best || at < 0) { best = v; at = p; }
+                if (at < 0 || ld_ew_max_wins(v, best)) { best = v; at = p; }
             }
         y[idx] = best;
         arg[idx] = at;

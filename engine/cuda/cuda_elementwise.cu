@@ -1,29 +1,14 @@
 /*
  * cuda_elementwise.cu - binary ops with broadcasting strides, unary ops and
- * their derivatives, y += a*x. The formulas are the CPU backend's (ld_cpu.c),
- * written the same way so the two agree to rounding.
+ * their derivatives, y += a*x. The formulas are ld_elementwise_math.h's,
+ * the CPU backend's too (ld_cpu.c), so the two agree to rounding.
  */
 #include "cuda_common.cuh"
+#include "ld_elementwise_math.h"
 
 #define MAXD LD_MAX_DIMS
 
 /* ================================================================ binary */
-__device__ __forceinline__ float bin_op(int op, float a, float b) {
-    switch (op) {
-    case LD_BIN_ADD: return a + b;
-    case LD_BIN_SUB: return a - b;
-    case LD_BIN_MUL: return a * b;
-    case LD_BIN_DIV: return a / b;
-    case LD_BIN_POW: return powf(a, b);
-    case LD_BIN_MAX: return a > b ? a : b;
-    case LD_BIN_MIN: return a < b ? a : b;
-    case LD_BIN_EQ: return a == b;
-    case LD_BIN_LT: return a < b;
-    case LD_BIN_GT: return a > b;
-    default: return 0;
-    }
-}
-
 struct bin_geom {
     int nd;
     int64_t shape[MAXD], sa[MAXD], sb[MAXD];
@@ -32,7 +17,7 @@ struct bin_geom {
 /* one dimension: out[i] = a[i*as] op b[i*bs] (as, bs in {0, 1, other}) */
 template <int OP>
 __global__ void k_bin_flat(float *out, const float *a, int64_t as, const float *b, int64_t bs, int64_t n) {
-    CU_LOOP(i, n) out[i] = bin_op(OP, a[i * as], b[i * bs]);
+    CU_LOOP(i, n) out[i] = ld_ew_binary((ld_binary_op)OP, a[i * as], b[i * bs]);
 }
 
 /* any dims; I is the index type (32-bit where every offset fits) */
@@ -47,7 +32,7 @@ __global__ void k_bin_nd(float *out, const float *a, const float *b, bin_geom g,
             ob += c * (I)g.sb[d];
             r = q;
         }
-        out[i] = bin_op(OP, a[oa], b[ob]);
+        out[i] = ld_ew_binary((ld_binary_op)OP, a[oa], b[ob]);
     }
 }
 
@@ -114,26 +99,8 @@ void cu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const 
 }
 
 /* ================================================================ unary */
-__device__ __forceinline__ float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
-
 __global__ void k_unary(int op, float *y, const float *x, int64_t n) {
-    CU_LOOP(i, n) {
-        float v = x[i], r;
-        switch (op) {
-        case LD_UN_NEG: r = -v; break;
-        case LD_UN_EXP: r = expf(v); break;
-        case LD_UN_LOG: r = logf(v); break;
-        case LD_UN_SQRT: r = sqrtf(v); break;
-        case LD_UN_ABS: r = fabsf(v); break;
-        case LD_UN_RELU: r = v > 0 ? v : 0; break;
-        case LD_UN_SIGMOID: r = 1.0f / (1.0f + expf(-v)); break;
-        case LD_UN_TANH: r = tanhf(v); break;
-        case LD_UN_GELU: r = gelu_f(v); break;
-        case LD_UN_SQUARE: r = v * v; break;
-        default: r = 0; break;
-        }
-        y[i] = r;
-    }
+    CU_LOOP(i, n) y[i] = ld_ew_unary((ld_unary_op)op, x[i]);
 }
 
 void cu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
@@ -144,30 +111,11 @@ void cu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n)
     cu_launched(cd, "unary kernel");
 }
 
-/* dx = dy * f'(x); y = f(x) is given for exp, sqrt, sigmoid and tanh (may be NULL otherwise) */
+/* dx = dy * f'(x); x and y are read where the derivative uses them (NULL otherwise) */
 __global__ void k_unary_backward(int op, float *dx, const float *dy, const float *x, const float *y, int64_t n) {
     CU_LOOP(i, n) {
-        float g = dy[i], r;
-        switch (op) {
-        case LD_UN_NEG: r = -g; break;
-        case LD_UN_EXP: r = g * y[i]; break;
-        case LD_UN_LOG: r = g / x[i]; break;
-        case LD_UN_SQRT: r = g * 0.5f / y[i]; break;
-        case LD_UN_ABS: { float v = x[i]; r = v > 0 ? g : (v < 0 ? -g : 0); break; }
-        case LD_UN_RELU: r = x[i] > 0 ? g : 0; break;
-        case LD_UN_SIGMOID: { float s = y[i]; r = g * s * (1 - s); break; }
-        case LD_UN_TANH: { float t = y[i]; r = g * (1 - t * t); break; }
-        case LD_UN_GELU: {
-            float v = x[i];
-            float cdf = 0.5f * (1.0f + erff(v * 0.70710678f));
-            float pdf = 0.39894228f * expf(-0.5f * v * v);
-            r = g * (cdf + v * pdf);
-            break;
-        }
-        case LD_UN_SQUARE: r = g * 2 * x[i]; break;
-        default: r = 0; break;
-        }
-        dx[i] = r;
+        ld_unary_op o = (ld_unary_op)op;
+        dx[i] = ld_ew_unary_grad(o, dy[i], ld_ew_grad_uses_x(o) ? x[i] : 0.0f, ld_ew_grad_uses_y(o) ? y[i] : 0.0f);
     }
 }
 
@@ -176,8 +124,7 @@ void cu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy,
     if (n <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    int needs_y = op == LD_UN_EXP || op == LD_UN_SQRT || op == LD_UN_SIGMOID || op == LD_UN_TANH;
-    if ((needs_y && !y) || (!needs_y && op != LD_UN_NEG && !x)) {
+    if ((ld_ew_grad_uses_y(op) && !y) || (ld_ew_grad_uses_x(op) && !x)) {
         cu_record_msg(cd, "unary_backward: a needed input is missing");
         return;
     }

@@ -35,9 +35,26 @@ void cl_set_state(ld_cluster *c, int r, int state, const char *reason) {
 
 /* the first peer lost (the cause; later losses are usually its consequences),
    else the first that left */
+double cl_tick(ld_cluster *c, double now) {
+    pthread_mutex_lock(&c->mu);
+    double gap = c->last_tick > 0 ? now - c->last_tick : 0;
+    if (gap > c->hb_timeout && c->stalled_s == 0) c->stalled_s = gap;
+    if (now > c->last_tick) c->last_tick = now;
+    pthread_mutex_unlock(&c->mu);
+    return gap;
+}
+
 int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n) {
     int worst = PEER_JOINED, pick = -1;
     pthread_mutex_lock(&c->mu);
+    if (c->stalled_s > 0) {         /* the silence was this process's own */
+        *rank = c->rank;
+        snprintf(msg, n, "this %s, %s, was stopped for %.1f s (SIGSTOP, a debugger or a suspended machine), longer "
+                 "than the heartbeat timeout of %.0f s, so the other %ss count it as lost", c->kind, c->peers[c->rank].name,
+                 c->stalled_s, c->hb_timeout, c->kind);
+        pthread_mutex_unlock(&c->mu);
+        return PEER_LOST;
+    }
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank) continue;
         int s = c->peers[r].state;
@@ -121,6 +138,7 @@ static void cluster_destroy(ld_cluster *c, int linger_ms) {
     /* notices already queued (a lost peer, BYE) still go out */
     if (c->ctl) { sock_opt_int(c->ctl, ZMQ_LINGER, 300); zmq_close(c->ctl); }
     if (c->mon) zmq_close(c->mon);
+    ld_guard_free(c->guard);
     if (c->zap) zmq_close(c->zap);
     if (c->pipe_main) zmq_close(c->pipe_main);
     if (c->pipe_thr) zmq_close(c->pipe_thr);
@@ -182,6 +200,18 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     c->rank = o->rank;
     c->size = o->size;
     c->data_plane = o->data_plane;
+    if (o->mpi) {
+        /* MPI carries the collectives: its ranks must be the cluster's */
+        int mr, ms;
+        if (ld_mpi_init(&mr, &ms)) goto fail;
+        if (mr != o->rank || ms != o->size) {
+            ld_fail(LD_EARG, "communication=\"mpi\": MPI gives rank %d of %d but the cluster rank %d of %d: "
+                    "run every rank under one mpirun or srun", mr, ms, o->rank, o->size);
+            goto fail;
+        }
+        c->mpi = 1;
+        c->data_plane = 0;
+    }
     snprintf(c->kind, sizeof c->kind, "%s", o->name && *o->name ? o->name : "worker");
     c->timeout = o->timeout > 0 ? o->timeout : 30;
     c->rdv_timeout = o->rendezvous_timeout > 0 ? o->rendezvous_timeout : (c->timeout > 60 ? c->timeout : 60);
@@ -277,7 +307,13 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     sock_opt_int(c->ctl, ZMQ_RCVHWM, 0);
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://ldist-monitor-%p", (void *)c);
-    if (zmq_socket_monitor(c->ctl, mon_ep, ZMQ_EVENT_DISCONNECTED) || !(c->mon = zmq_socket(c->zctx, ZMQ_PAIR)) ||
+    if (c->rank == 0 && !(c->guard = ld_guard_new("the cluster's control port", c->size - 1 + CTL_UNAUTH_EXTRA,
+                                                  CTL_UNAUTH_BYTES, 0, NULL, NULL))) {
+        ld_fail(LD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (zmq_socket_monitor(c->ctl, mon_ep, c->rank == 0 ? LD_GUARD_EVENTS : ZMQ_EVENT_DISCONNECTED) ||
+        !(c->mon = zmq_socket(c->zctx, ZMQ_PAIR)) ||
         zmq_connect(c->mon, mon_ep)) {
         ld_fail(LD_EDEVICE, "cluster: socket monitor: %s", zmq_strerror(errno));
         goto fail;
@@ -414,7 +450,7 @@ int cl_recv(ld_cluster *c, double timeout, int any, int *from, char type[32], vo
             int r;
             char msg[512];
             int t = cl_trouble(c, &r, msg, sizeof msg);
-            if (t == PEER_LOST && (c->rank == 0 || r == 0)) return ld_fail(LD_EDEVICE, "%s", msg);
+            if (t == PEER_LOST && (c->rank == 0 || r == 0 || r == c->rank)) return ld_fail(LD_EDEVICE, "%s", msg);
         }
         if (cl_now() - t0 >= timeout) return 0;
     }

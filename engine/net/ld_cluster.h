@@ -36,6 +36,12 @@
  * cluster is then broken (later collectives fail at once): the processes no
  * longer agree on where they are, so the program should stop.
  *
+ * MPI path (ld_mpi.c). With opts.mpi the collectives are MPI_Allreduce,
+ * MPI_Bcast and MPI_Barrier on MPI_COMM_WORLD instead of the ring; the
+ * control plane (authentication, heartbeats, messages) stays. Under mpirun
+ * the rendezvous itself can go through MPI: rank 0 broadcasts where it
+ * listens and the session's secret (70_cluster.lua).
+ *
  * GPU path. On GPUs the collectives are NCCL's, not the ring: rank 0 asks
  * the CUDA plugin for NCCL's unique id, the ring broadcasts it, and every
  * rank makes its communicator (ld_cluster_nccl_*, below). The ring stays
@@ -61,6 +67,8 @@ typedef struct {
     double heartbeat;               /* seconds between heartbeats (default 0.25) */
     double heartbeat_timeout;       /* seconds of silence before a peer is lost (default min(timeout, 5)) */
     int data_plane;                 /* 1: form the ring for collectives; 0: control messages only */
+    int mpi;                        /* 1: collectives through MPI (ld_mpi_init first; MPI's ranks
+                                       are the cluster's), no ring; data_plane is then ignored */
     size_t chunk_bytes;             /* ring chunk size (default 1 MiB; LDIST_RING_CHUNK overrides) */
     /* polled while waiting at join (NULL: never): nonzero ends the wait at
        once with the message it wrote into why (LocalCluster: a worker it
@@ -111,7 +119,8 @@ typedef struct {
 } ld_cluster_stats;
 void ld_cluster_stats_get(ld_cluster *c, ld_cluster_stats *s, int reset);
 /* The ring's links of this rank: "shm" (shared memory, the peer is on this
-   host) or "tcp" (ZeroMQ), to the next rank and from the previous one. */
+   host) or "tcp" (ZeroMQ), to the next rank and from the previous one;
+   "mpi" for both when MPI carries the collectives. */
 void ld_cluster_links(ld_cluster *c, const char **to_next, const char **from_prev);
 
 /* ---- the GPU path (ld_cluster_nccl.c): NCCL across processes ----
@@ -122,6 +131,17 @@ void ld_cluster_links(ld_cluster *c, const char **to_next, const char **from_pre
 int ld_cluster_nccl_init(ld_cluster *c, ld_device *dev, void **comm);
 int ld_cluster_nccl_all_reduce(void *comm, int k, ld_tensor *const *t, int mean);
 void ld_cluster_nccl_free(void *comm);
+
+/* ---- MPI (ld_mpi.c), opened at run time: libmpi.so.40 or libmpi.so (Open MPI),
+   or LDIST_MPI_LIB. Every call but available fails with a message naming
+   what is missing. */
+int ld_mpi_available(void);                                 /* 1, or 0 with ld_error() saying why */
+/* MPI_Init_thread once per process (finalised at exit); this rank and the
+   size of MPI_COMM_WORLD */
+int ld_mpi_init(int *rank, int *size);
+int ld_mpi_all_reduce(float *buf, int64_t n, int mean);     /* sum (mean) in place over MPI_COMM_WORLD */
+int ld_mpi_broadcast(int root, void *buf, size_t nbytes);
+int ld_mpi_barrier(void);
 
 /* ---- processes (ld_cluster_proc.c) ----
    A group of child processes whose stdout and stderr come back line by line,

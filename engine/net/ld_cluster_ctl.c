@@ -34,6 +34,7 @@ typedef struct {
     int member_state;               /* 0 hello sent, 1 authed (waiting for WELCOME), 2 welcomed (waiting
                                        for START), 3 ready */
     int welcomed;                   /* leader: WELCOME sent; acks[] counts the answers */
+    int leader_proved;              /* member: a message signed with the session key came from the leader */
     unsigned char *acks;
     double start, next_hb;
 } thr_state;
@@ -166,14 +167,13 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
         p->t = cl_now();
         p->fd = zmq_msg_get(&f->m[1], ZMQ_SRCFD);
         ld_random_bytes(p->nl, 16);
-        int32_t r32 = (int32_t)rank;
-        unsigned char proof[32];
-        cl_part ps[4] = {{"ldist-leader", 12}, {p->nm, 16}, {p->nl, 16}, {&r32, 4}};
-        cl_hmac(c->secret, c->secret_len, ps, 4, proof);
-        char out[200], h1[33], h2[65];
+        /* Only a nonce: the member proves it knows the secret first, and the
+           leader proves it with its first signed message (JOINED, keyed by
+           the session key), so a stranger who connects gets nothing computed
+           from the secret to guess it against offline. */
+        char out[200], h1[33];
         cl_to_hex(p->nl, 16, h1);
-        cl_to_hex(proof, 32, h2);
-        int n = snprintf(out, sizeof out, "nonce=%s\nproof=%s\n", h1, h2);
+        int n = snprintf(out, sizeof out, "nonce=%s\n", h1);
         cl_send_ctl(c->ctl, p->ident, p->ident_len, "CHALLENGE", out, (size_t)n, NULL, 0);
         return;
     }
@@ -220,6 +220,7 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
     q->seq_in = q->seq_out = 0;
     q->last_seen = cl_now();
     q->fd = p->fd;
+    ld_guard_trust(c->guard, q->fd);    /* it proved the secret: no limit on its connection */
     cl_peer_name(c, p->rank);
     pthread_mutex_lock(&c->mu);
     q->state = PEER_JOINED;
@@ -350,30 +351,24 @@ static void member_message(thr_state *s) {
         const char *body = cl_fd(&f, 3);
         size_t blen = cl_fl(&f, 3);
         if (s->member_state == 0 && cl_frame_is(&f, 1, "CHALLENGE")) {
-            char nh[40], ph[80];
-            unsigned char got[32], want[32];
+            char nh[40];
             int32_t r32 = c->rank;
-            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, s->nl, 16) ||
-                cl_kv_get(body, blen, "proof", ph, sizeof ph) || cl_from_hex(ph, got, 32)) {
+            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, s->nl, 16)) {
                 cl_log("rejected a malformed CHALLENGE from the leader");
             } else {
-                cl_part ps[4] = {{"ldist-leader", 12}, {s->nm, 16}, {s->nl, 16}, {&r32, 4}};
-                cl_hmac(c->secret, c->secret_len, ps, 4, want);
-                if (CRYPTO_memcmp(got, want, 32)) {
-                    thr_fail(s, "the leader at %s does not know the cluster secret: refusing to join it", c->leader_ep);
-                } else {
-                    cl_part pm[4] = {{"ldist-member", 12}, {s->nl, 16}, {s->nm, 16}, {&r32, 4}};
-                    unsigned char proof[32];
-                    char out[100], h[65];
-                    cl_hmac(c->secret, c->secret_len, pm, 4, proof);
-                    cl_to_hex(proof, 32, h);
-                    int n = snprintf(out, sizeof out, "proof=%s\n", h);
-                    cl_part ks[3] = {{"ldist-session", 13}, {s->nl, 16}, {s->nm, 16}};
-                    cl_hmac(c->secret, c->secret_len, ks, 3, L->key);
-                    L->seq_in = L->seq_out = 0;
-                    cl_send_ctl(c->ctl, NULL, 0, "AUTH", out, (size_t)n, NULL, 0);
-                    s->member_state = 1;
-                }
+                /* this member proves the secret first; the leader proves it
+                   by signing JOINED with the session key (checked below) */
+                cl_part pm[4] = {{"ldist-member", 12}, {s->nl, 16}, {s->nm, 16}, {&r32, 4}};
+                unsigned char proof[32];
+                char out[100], h[65];
+                cl_hmac(c->secret, c->secret_len, pm, 4, proof);
+                cl_to_hex(proof, 32, h);
+                int n = snprintf(out, sizeof out, "proof=%s\n", h);
+                cl_part ks[3] = {{"ldist-session", 13}, {s->nl, 16}, {s->nm, 16}};
+                cl_hmac(c->secret, c->secret_len, ks, 3, L->key);
+                L->seq_in = L->seq_out = 0;
+                cl_send_ctl(c->ctl, NULL, 0, "AUTH", out, (size_t)n, NULL, 0);
+                s->member_state = 1;
             }
             cl_frames_close(&f);
             continue;
@@ -393,12 +388,19 @@ static void member_message(thr_state *s) {
         char type[32];
         cl_printable(cl_fd(&f, 1), cl_fl(&f, 1), type, sizeof type);
         int v = cl_verify(L, &f, 0);
+        if (v && s->member_state == 1 && !s->leader_proved) {
+            /* the first signed message is the leader's proof of the secret */
+            thr_fail(s, "the leader at %s does not know the cluster secret: refusing to join it", c->leader_ep);
+            cl_frames_close(&f);
+            continue;
+        }
         if (v) {
             cl_log("rejected a %s message from the leader: %s", type, v == -2 ? "replayed" : "bad signature");
             cl_frames_close(&f);
             continue;
         }
         L->last_seen = cl_now();
+        s->leader_proved = 1;
         if (cl_frame_is(&f, 1, "JOINED") || cl_frame_is(&f, 1, "HB")) {
         } else if (cl_frame_is(&f, 1, "WELCOME") && s->member_state == 1) {
             member_welcome(s, body, blen);
@@ -491,7 +493,7 @@ static void heartbeat(thr_state *s, double now) {
         if (c->rank == 0) { for (int r = 1; r < c->size; r++) if (c->peers[r].state == PEER_JOINED) cl_send_signed(c, r, "HB", "", 0); }
         else if (s->member_state >= 1) cl_send_signed(c, 0, "HB", "", 0);
     }
-    if (!s->ready) return;
+    if (!s->ready || c->stalled_s > 0) return;      /* after this process's own stall the peers are not to blame */
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank || (c->rank != 0 && r != 0)) continue;
         cl_peer *p = &c->peers[r];
@@ -511,6 +513,7 @@ static void monitor_event(thr_state *s) {
     ld_cluster *c = s->c;
     cl_frames f;
     while (cl_frames_recv(c->mon, &f) == 0) {
+        if (f.n >= 1) ld_guard_event(c->guard, cl_fd(&f, 0), cl_fl(&f, 0));
         if (f.n >= 1 && cl_fl(&f, 0) >= 6) {
             uint16_t ev;
             int32_t fd;
@@ -562,8 +565,15 @@ static void *control_main(void *arg) {
         int nit = c->zap ? 4 : 3;
         double wait = s->next_hb - now;
         if (wait > c->hb) wait = c->hb;
+        /* strangers connected: check what they sent every 20 ms */
+        if (c->guard && wait > 0.02 && ld_guard_untrusted(c->guard, NULL) > 0) wait = 0.02;
         if (wait < 0.001) wait = 0.001;
         int rc = zmq_poll(it, nit, (long)(wait * 1000) + 1);
+        /* before any message: a long gap here is this process's own stall;
+           a shorter one gives every peer a fresh heartbeat window, as it
+           was this process that could not listen */
+        if (cl_tick(c, cl_now()) > 2 * c->hb + 0.5)
+            for (int r = 0; r < c->size; r++) c->peers[r].last_seen = cl_now();
         if (rc < 0) {
             if (errno == EINTR) continue;
             if (errno == ETERM) break;
@@ -581,6 +591,7 @@ static void *control_main(void *arg) {
         for (int i = 0; i < MAX_PENDING; i++)
             if (s->pend[i].used && now - s->pend[i].t > HANDSHAKE_TIMEOUT) s->pend[i].used = 0;
         heartbeat(s, now);
+        ld_guard_enforce(c->guard);
         cl_log_rejected_flush();
     }
     cl_log_rejected_flush();

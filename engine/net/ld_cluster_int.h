@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <zmq.h>
+#include "ld_guard.h"
 
 #define MAGIC "LDIST/1"             /* first frame of every control message */
 #define MAX_FRAMES 8                /* a longer message is malformed */
@@ -18,6 +19,11 @@
    carries a parameter-server message of 64M float32 values. */
 #define MAX_CTL_MSG_LEADER (256 << 20)
 #define CTL_HANDSHAKE_IVL 5000      /* ms for a connection's ZMTP handshake on the leader's control port */
+/* The leader's connections that have not authenticated (ld_guard.h): they may
+   hold this many bytes in all, and there may be CTL_UNAUTH_EXTRA more of them
+   than the cluster has members (which connect at once at the rendezvous). */
+#define CTL_UNAUTH_BYTES ((int64_t)64 << 20)
+#define CTL_UNAUTH_EXTRA 8
 
 enum { PEER_NONE = 0, PEER_JOINED, PEER_LOST, PEER_DONE };
 
@@ -40,6 +46,7 @@ typedef struct {
 
 struct ld_cluster {
     int rank, size, data_plane;
+    int mpi;                        /* collectives through MPI (ld_mpi.c), not the ring */
     char kind[24];                  /* "worker" */
     double timeout, rdv_timeout, hb, hb_timeout;
     int (*give_up)(void *ud, char *why, size_t n);   /* ld_cluster_opts's, polled at join */
@@ -64,7 +71,10 @@ struct ld_cluster {
     char token[65];                 /* data-plane password, hex */
     int token_ready;
 
+    struct ld_guard *guard;         /* leader: limits on unauthenticated connections to ctl */
     pthread_mutex_t mu;             /* peers[].state/reason/since, broken */
+    double last_tick;               /* cl_now() of the last cl_tick (0: none yet) */
+    double stalled_s;               /* > 0: this process did not run for so long (stopped, suspended) */
     int broken;                     /* a collective failed: the ranks disagree now */
     int broken_status;
     char broken_msg[512];
@@ -122,6 +132,13 @@ void cl_set_state(ld_cluster *c, int r, int state, const char *reason);
 /* A peer in trouble: PEER_LOST (fail now) or PEER_DONE (fail after a grace),
    with its rank and a message; PEER_JOINED when every peer is fine. */
 int cl_trouble(ld_cluster *c, int *rank, char *msg, size_t n);
+/* Called by the control thread at every wake-up (a heartbeat period at most
+   apart) and by waiting collectives: a gap longer than the heartbeat timeout
+   since the last call means this process itself did not run (SIGSTOP, a
+   debugger, a suspended machine), so its peers count it as lost, and from
+   then on cl_trouble names this process, not the peers it did not hear from.
+   Returns the gap in seconds. */
+double cl_tick(ld_cluster *c, double now);
 /* Mark the cluster broken with the current error (ld_error()). */
 int cl_break(ld_cluster *c, int status);
 void cl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

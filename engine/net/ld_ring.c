@@ -15,7 +15,10 @@
    chunk this rank sent comes back around the ring (at step u+N, added to by
    every other rank) before the rank writes that part of the buffer again,
    and the call waits until ZeroMQ has released every chunk before it
-   returns. */
+   returns.
+
+   A cluster joined with opts.mpi sends the same three collectives to MPI
+   (ld_mpi.c) after the same checks: one interface, two transports. */
 #include "ld_cluster_int.h"
 #include "ld_device.h"
 #include "ld_executor.h"
@@ -37,6 +40,7 @@ typedef struct {
     uint64_t seq;                   /* collective number, the same on every rank */
     uint32_t step, chunk;
     uint64_t total;                 /* elements (all_reduce) or bytes (broadcast) of the whole call */
+    uint64_t shapes;                /* a hash of the reduced tensors' shapes (0: a flat buffer) */
 } ring_hdr;
 
 typedef struct { uint32_t step, chunk; char *p; size_t bytes; } sendreq;
@@ -45,6 +49,8 @@ typedef struct {
     ld_cluster *c;
     int kind;
     uint64_t seq, total;
+    uint64_t shapes;                /* as ring_hdr.shapes */
+    const char *shapes_text;        /* this rank's shapes, for a message (NULL: a flat buffer) */
     sendreq *q;                     /* FIFO of chunks to send */
     size_t qhead, qtail, qcap;
     double last_progress;
@@ -79,7 +85,7 @@ static int flush(ring *g) {
     ld_cluster *c = g->c;
     while (g->qhead < g->qtail) {
         sendreq *s = &g->q[g->qhead];
-        ring_hdr h = {RING_MAGIC, (uint32_t)g->kind, g->seq, s->step, s->chunk, g->total};
+        ring_hdr h = {RING_MAGIC, (uint32_t)g->kind, g->seq, s->step, s->chunk, g->total, g->shapes};
         if (c->shm_tx) {   /* copied into the successor's slot now: nothing stays in flight */
             int k = cl_shm_send(c->shm_tx, &h, sizeof h, s->p, s->bytes);
             if (k == 0) return LD_OK;
@@ -108,6 +114,7 @@ static int flush(ring *g) {
 static int check(ring *g) {
     ld_cluster *c = g->c;
     double now = cl_now();
+    cl_tick(c, now);                /* this process's own stall names it (cl_trouble) */
     if (ld_interrupt_flag)
         return ld_fail(LD_EINTERRUPT, "interrupted in %s #%llu; the other workers are left waiting, so this cluster "
                        "cannot be used any more", kind_names[g->kind], (unsigned long long)g->seq);
@@ -208,6 +215,13 @@ static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, chun
                                (unsigned long long)h.total, h.kind == K_BCAST ? "bytes" : "floats", c->kind,
                                kind_names[g->kind], (unsigned long long)g->seq, (unsigned long long)g->total);
             }
+            if (h.shapes != g->shapes) {
+                chunk_done(c, in);
+                return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
+                               "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
+                               c->peers[g->prev].name, (unsigned long long)g->total, c->kind,
+                               g->shapes_text ? g->shapes_text : "flat buffer");
+            }
             g->last_progress = cl_now();
             return LD_OK;
         }
@@ -264,18 +278,63 @@ static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
         snprintf(msg, sizeof msg, "%s", ld_error());
         return ld_fail((ld_status)ld_error_status(), "%s #%llu: %s", kind_names[kind], (unsigned long long)c->coll_seq + 1, msg);
     }
+    if (c->mpi) {
+        g->seq = ++c->coll_seq;
+        return LD_OK;
+    }
     if (!c->data_plane || !c->push) return ld_fail(LD_EARG, "this cluster has no data plane");
     g->seq = ++c->coll_seq;
     return LD_OK;
 }
 
-int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
+/* Under MPI the ring's chunk headers, which carry the shapes, are not sent:
+   rank 0's element count and shape hash are broadcast, each rank compares,
+   and the ranks sum their verdicts, so all of them fail together (as the
+   ring does) instead of handing MPI_Allreduce counts that disagree. */
+static int mpi_same_shapes(ld_cluster *c, const ring *g, int64_t n) {
+    uint64_t mine[2] = {(uint64_t)n, g->shapes}, root[2] = {mine[0], mine[1]};
+    if (ld_mpi_broadcast(0, root, sizeof root)) return ld_error_status();
+    int differs = root[0] != mine[0] || root[1] != mine[1];
+    float *who = calloc((size_t)c->size, sizeof *who);   /* who[r] = 1: rank r differs from rank 0 */
+    if (!who) return ld_fail(LD_ENOMEM, "out of memory");
+    who[c->rank] = (float)differs;
+    if (ld_mpi_all_reduce(who, c->size, 0)) { free(who); return ld_error_status(); }
+    char names[640] = "";
+    size_t at = 0;
+    int n_diff = 0;
+    for (int r = 0; r < c->size; r++)
+        if (who[r] > 0 && at < sizeof names - 1) {
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", n_diff++ ? ", " : "", c->peers[r].name);
+            if (at >= sizeof names) at = sizeof names - 1;
+        }
+    free(who);
+    if (n_diff == 0) return LD_OK;
+    const char *text = g->shapes_text ? g->shapes_text : "flat buffer";
+    if (differs)
+        return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
+                       "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
+                       c->peers[0].name, (unsigned long long)root[0], c->kind, text);
+    return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduce%s other shapes than this %s's (%s)",
+                   kind_names[g->kind], (unsigned long long)g->seq, c->kind, names, n_diff == 1 ? "s" : "", c->kind, text);
+}
+
+/* shapes, shapes_text: as ring.shapes and ring.shapes_text */
+static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t shapes, const char *shapes_text) {
     int N = c->size, r = c->rank;
     if (n < 0) return ld_fail(LD_EARG, "all_reduce: negative length");
     if (N == 1) return LD_OK;
     double t0 = cl_now();
     ring g;
     if (begin(c, &g, K_ALLREDUCE, (uint64_t)n)) return ld_error_status();
+    g.shapes = shapes;
+    g.shapes_text = shapes_text;
+    if (c->mpi) {
+        if (mpi_same_shapes(c, &g, n) || ld_mpi_all_reduce(buf, n, mean)) return cl_break(c, ld_error_status());
+        c->stats.calls++;
+        c->stats.bytes += n * (int64_t)sizeof(float);
+        c->stats.seconds += cl_now() - t0;
+        return LD_OK;
+    }
     int64_t base = n / N, rem = n % N;
     int64_t ce = (int64_t)(c->chunk_bytes / sizeof(float));
     if (ce < 1) ce = 1;
@@ -320,7 +379,16 @@ int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
     return LD_OK;
 }
 
+int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
+    return all_reduce(c, buf, n, mean, 0, NULL);
+}
+
 int ld_cluster_barrier(ld_cluster *c) {
+    if (c->mpi && c->size > 1) {
+        ring g;
+        if (begin(c, &g, K_ALLREDUCE, 0)) return ld_error_status();
+        return ld_mpi_barrier() ? cl_break(c, ld_error_status()) : LD_OK;
+    }
     float x = 0;
     return ld_cluster_all_reduce(c, &x, 1, 0);
 }
@@ -331,6 +399,7 @@ int ld_cluster_broadcast(ld_cluster *c, int root, void *buf, size_t nbytes) {
     if (N == 1) return LD_OK;
     ring g;
     if (begin(c, &g, K_BCAST, nbytes)) return ld_error_status();
+    if (c->mpi) return ld_mpi_broadcast(root, buf, nbytes) ? cl_break(c, ld_error_status()) : LD_OK;
     size_t cb = c->chunk_bytes;
     char *p = buf;
     int next = (c->rank + 1) % N;
@@ -364,7 +433,28 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
         total += ld_tensor_numel(x);
     }
     if (c->size == 1) return LD_OK;
-    if (k == 1) return ld_cluster_all_reduce(c, (float *)t[0]->storage->data + t[0]->offset, total, mean);
+    /* Every rank must reduce the same shapes, not only as many floats: the
+       header carries an FNV-1a hash of the list, a message the first shapes. */
+    uint64_t hs = 1469598103934665603ull;
+#define MIX(v) (hs = (hs ^ (uint64_t)(v)) * 1099511628211ull)
+    MIX(k);
+    char text[200];
+    size_t tl = 0;
+    text[0] = 0;
+    for (int i = 0; i < k; i++) {
+        MIX(t[i]->ndim);
+        for (int d = 0; d < t[i]->ndim; d++) MIX(t[i]->shape[d]);
+        if (i < 4 && tl < sizeof text - 40) {
+            char sb[96];
+            ld_shape_fmt(t[i]->ndim, t[i]->shape, sb, sizeof sb);
+            tl += (size_t)snprintf(text + tl, sizeof text - tl, "%s%s", i ? ", " : "", sb);
+        } else if (i == 4 && tl < sizeof text - 8) {
+            tl += (size_t)snprintf(text + tl, sizeof text - tl, ", ...");
+        }
+    }
+#undef MIX
+    if (hs == 0) hs = 1;
+    if (k == 1) return all_reduce(c, (float *)t[0]->storage->data + t[0]->offset, total, mean, hs, text);
     float *buf = malloc((size_t)(total ? total : 1) * sizeof(float));
     if (!buf) return ld_fail(LD_ENOMEM, "out of memory");
     int64_t at = 0;
@@ -373,7 +463,7 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
         memcpy(buf + at, (float *)t[i]->storage->data + t[i]->offset, (size_t)m * sizeof(float));
         at += m;
     }
-    int st = ld_cluster_all_reduce(c, buf, total, mean);
+    int st = all_reduce(c, buf, total, mean, hs, text);
     if (!st) {
         at = 0;
         for (int i = 0; i < k; i++) {

@@ -188,6 +188,7 @@ void cl_shm_release(cl_shm *s) {
 }
 
 void ld_cluster_links(ld_cluster *c, const char **to_next, const char **from_prev) {
+    if (c->mpi) { *to_next = *from_prev = "mpi"; return; }    /* no ring: MPI carries the data */
     *to_next = c->shm_tx ? "shm" : "tcp";
     *from_prev = cl_shm_attached(c->shm_rx) ? "shm" : "tcp";
 }

@@ -93,6 +93,15 @@ function ldist.wrap(text, width, paragraphs)
         if cut then
           out[#out + 1] = (usub(rest, 1, cut - 1):gsub("%s+$", ""))
           rest = (" "):rep(indent) .. usub(rest, cut + 1):gsub("^%s+", "")
+        elseif col and indent > lead then
+          -- a long word in a list's summary column: break it after a ',',
+          -- '{' or '(' (else at the edge), and stay in the column, so the
+          -- pieces never read as entries of the list
+          local k = width
+          while k > floor + 1 and not usub(rest, k, k):match("[,{(]") do k = k - 1 end
+          if k <= floor + 1 then k = width end
+          out[#out + 1] = usub(rest, 1, k)
+          rest = (" "):rep(indent) .. usub(rest, k + 1):gsub("^%s+", "")
         elseif indent > lead then   -- a long word: continue under the text's start instead
           indent = lead
           rest = (" "):rep(indent) .. rest:gsub("^%s+", "")
@@ -902,7 +911,7 @@ tdoc("log", "t:log() -> the natural logarithm of t, element-wise.")
 tdoc("sqrt", "t:sqrt() -> the square root of t, element-wise.")
 tdoc("square", "t:square() -> t * t, element-wise.")
 tdoc("pow", "t:pow(p) -> t ^ p, element-wise.")
-tdoc("relu", "t:relu() -> max(t, 0), element-wise.")
+tdoc("relu", "t:relu() -> max(t, 0), element-wise (NaN stays NaN, as tf.nn.relu).")
 tdoc("sigmoid", "t:sigmoid() -> 1 / (1 + e^-t), element-wise.")
 tdoc("tanh", "t:tanh() -> the hyperbolic tangent of t, element-wise.")
 tdoc("gelu", "t:gelu() -> the GELU activation of t, element-wise.")
@@ -912,8 +921,9 @@ tdoc("add", "t:add(u) -> t + u (broadcasting; u a tensor or a number).")
 tdoc("sub", "t:sub(u) -> t - u (broadcasting; u a tensor or a number).")
 tdoc("mul", "t:mul(u) -> t * u, element-wise (broadcasting; u a tensor or a number).")
 tdoc("div", "t:div(u) -> t / u, element-wise (broadcasting; u a tensor or a number).")
-tdoc("maximum", "t:maximum(u) -> the element-wise larger of t and u (broadcasting).")
-tdoc("minimum", "t:minimum(u) -> the element-wise smaller of t and u (broadcasting).")
+tdoc("maximum", "t:maximum(u) -> the element-wise larger of t and u (broadcasting; NaN where either is NaN,\n" ..
+  "as tf.maximum, so t:maximum(lo):minimum(hi) clips as tf.clip_by_value does).")
+tdoc("minimum", "t:minimum(u) -> the element-wise smaller of t and u (broadcasting; NaN where either is NaN).")
 tdoc("eq", "t:eq(u) -> 1 where t == u, else 0 (a float32 mask; broadcasting).")
 tdoc("gt", "t:gt(u) -> 1 where t > u, else 0 (a float32 mask; broadcasting).")
 tdoc("lt", "t:lt(u) -> 1 where t < u, else 0 (a float32 mask; broadcasting).")
@@ -926,8 +936,11 @@ tdoc("numel", "t:numel() -> the number of elements.")
 tdoc("size", "t:size() -> the shape as a table {d1, d2, ...} (t.shape).")
 tdoc("permute", "t:permute(a0, a1, ...) -> t with its axes in that order (from 0).")
 tdoc("transpose", "t:transpose() -> t with its last two axes swapped (t.T for a matrix).")
-tdoc("gather", "t:gather(indices [, axis=0]) -> the slices of t at `indices` (a 1-d int64 tensor) along axis.")
-tdoc("index_select", "t:index_select(indices [, axis=0]) -> the slices of t at `indices` (a 1-d int64 tensor) along axis.")
+tdoc("gather", "t:gather(indices [, axis=0]) -> the slices of t at `indices` along axis, as tf.gather:\n" ..
+  "indices (int32/int64, a table or a tensor of any shape; negative ones from the end) give the\n" ..
+  "shape t.shape[:axis] + indices.shape + t.shape[axis+1:]. An axis or index out of range is an\n" ..
+  "error. A float t gets a gradient (the slices' gradients added where they came from).")
+tdoc("index_select", "t:index_select(indices [, axis=0]) -> t:gather(indices, axis) (PyTorch's name).")
 tdoc("tolist", "t:tolist() -> t as nested Lua tables of numbers (t:totable()).")
 
 -- data

@@ -323,7 +323,7 @@ function Plot:svg()
 end
 
 function Plot:save(path)
-  local f, err = io.open(path, "w")
+  local f, err = ldist.io._open_write(path)   -- never through a planted link
   if not f then error(("cannot save the plot: %s"):format(err), 2) end
   f:write(self:svg())
   f:close()

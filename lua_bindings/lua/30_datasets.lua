@@ -413,18 +413,69 @@ if data then
   data.experimental = data.experimental or {}
   local INT32_MAX, INT32_MIN = 2147483647, -2147483648
 
-  local function split(line, delim)
-    local out, pos = {}, 1
-    while true do
-      local a = line:find(delim, pos, true)
-      if not a then out[#out + 1] = line:sub(pos); break end
-      out[#out + 1] = line:sub(pos, a - 1)
-      pos = a + 1
+  -- The records of a CSV text as RFC 4180 (and TF's decode_csv with
+  -- use_quote_delim) read them: a field in double quotes may hold the
+  -- delimiter, line breaks and "" for a quote; unquoted fields lose their
+  -- surrounding blanks; blank lines are skipped. Returns {line, fields} per
+  -- record, or nil, line and a message.
+  local function csv_records(text, delim)
+    local recs, pos, ln, n = {}, 1, 1, #text
+    local stop = "[\n" .. delim:gsub("%p", "%%%0") .. "]"     -- where an unquoted field ends
+    while pos <= n do
+      local start_ln, fields = ln, {}
+      local blank = true
+      while true do                                   -- one field
+        local c
+        -- blanks before a quote belong to no field
+        local q = text:match('^[ \t]*()"', pos)
+        if q then
+          blank = false
+          local buf, p = {}, q + 1
+          while true do
+            local a = text:find('"', p, true)
+            if not a then return nil, start_ln, "a quoted field is not closed" end
+            local piece = text:sub(p, a - 1)
+            for _ in piece:gmatch("\n") do ln = ln + 1 end
+            buf[#buf + 1] = piece
+            if text:sub(a + 1, a + 1) == '"' then buf[#buf + 1] = '"'; p = a + 2
+            else p = a + 1; break end
+          end
+          fields[#fields + 1] = table.concat(buf)
+          pos = text:match("^[ \t\r]*()", p)
+          c = text:sub(pos, pos)
+          if c ~= delim and c ~= "\n" and c ~= "" then
+            return nil, ln, "a quoted field is followed by more text before the delimiter"
+          end
+        else
+          local e = text:find(stop, pos) or n + 1
+          local f = text:sub(pos, e - 1):gsub("\r$", ""):match("^%s*(.-)%s*$")
+          if f:find('"', 1, true) then return nil, ln, ("a quote inside the unquoted field '%s' (RFC 4180: quote the whole field, double the quote)"):format(f) end
+          if f ~= "" or text:sub(e, e) == delim then blank = false end
+          fields[#fields + 1] = f
+          pos, c = e, text:sub(e, e)
+        end
+        if c == delim then pos = pos + 1
+        else                                          -- end of the record
+          pos = pos + 1
+          ln = ln + 1
+          break
+        end
+      end
+      if not blank then recs[#recs + 1] = { start_ln, fields } end
     end
-    for i, f in ipairs(out) do out[i] = f:match("^%s*(.-)%s*$") end
-    return out
+    return recs
   end
-  local function num(s) if s == "" then return nil end return math.tointeger(tonumber(s)) or tonumber(s) end
+  -- numbers as TF's decode_csv reads them: nan, inf and infinity (any case,
+  -- signed) too, and an overflowing 1e999 is inf
+  local function num(s)
+    if s == "" then return nil end
+    local v = tonumber(s)
+    if v then return math.tointeger(v) or v end
+    local sign, w = s:lower():match("^([+-]?)(%a+)$")
+    if w == "nan" then return 0 / 0 end
+    if w == "inf" or w == "infinity" then return sign == "-" and -math.huge or math.huge end
+    return nil
+  end
   local DT = { float32 = true, int32 = true, int64 = true }
 
   local function make_csv_dataset(file_pattern, batch_size, opts)
@@ -437,6 +488,9 @@ if data then
       error("bad argument #2 to 'make_csv_dataset' (batch_size must be a positive integer)", 2)
     end
     local delim = opts.field_delim or ","
+    if type(delim) ~= "string" or #delim ~= 1 or delim == '"' or delim == "\n" then
+      error(("make_csv_dataset: field_delim must be one character (not a quote or a line break), got %s"):format(tostring(delim)), 2)
+    end
     local header = opts.header ~= false
     local names = opts.column_names
     local rows = {}                      -- {file, line number, fields}
@@ -451,26 +505,24 @@ if data then
     for _, path in ipairs(paths) do
       local f, err = open(path, "rb")
       if not f then error(("make_csv_dataset: cannot read '%s': %s"):format(path, tostring(err)), 2) end
-      local ln, first, fnames = 0, header, nil
-      for line in f:lines() do
-        ln = ln + 1
-        line = line:gsub("\r$", "")
-        if line ~= "" then
-          local fields = split(line, delim)
-          if first then
-            first = false
-            fnames = fields
-            if not names then names = fields
-            elseif #names ~= #fields then
-              f:close()
-              error(("make_csv_dataset: %s line %d: the header has %d fields, column_names %d"):format(path, ln, #fields, #names), 2)
-            end
-          else
-            rows[#rows + 1] = { path, ln, fields }
+      local text = f:read("a") or ""
+      f:close()
+      local recs, bad_ln, why = csv_records(text, delim)
+      if not recs then error(("make_csv_dataset: %s line %d: %s"):format(path, bad_ln, why), 2) end
+      local first, fnames = header, nil
+      for _, rec in ipairs(recs) do
+        local ln, fields = rec[1], rec[2]
+        if first then
+          first = false
+          fnames = fields
+          if not names then names = fields
+          elseif #names ~= #fields then
+            error(("make_csv_dataset: %s line %d: the header has %d fields, column_names %d"):format(path, ln, #fields, #names), 2)
           end
+        else
+          rows[#rows + 1] = { path, ln, fields }
         end
       end
-      f:close()
       if header and not fnames then error(("make_csv_dataset: %s: the file is empty (no header line)"):format(path), 2) end
     end
     if not names then
@@ -478,6 +530,15 @@ if data then
       error("make_csv_dataset: header=false needs column_names", 2)
     end
     local ncol = #names
+    -- TF: "Either `column_names` argument or CSV header row contains duplicate column names"
+    local seen_at = {}
+    for i, nm in ipairs(names) do
+      if seen_at[nm] then
+        error(("make_csv_dataset: the column name '%s' appears twice (columns %d and %d of %s); column names must be unique")
+          :format(nm, seen_at[nm], i, opts.column_names and "column_names" or "the header"), 2)
+      end
+      seen_at[nm] = i
+    end
     for _, r in ipairs(rows) do
       if #r[3] ~= ncol then
         error(("make_csv_dataset: %s line %d: %d fields, expected %d (%s)"):format(r[1], r[2], #r[3], ncol,

@@ -172,6 +172,14 @@ if lio then
   function lio.save_image(path, img, opts)
     return C.save(path, img, type(opts) == "table" and opts.quality or nil)
   end
+  lio.max_image_pixels = C.max_pixels
+  doc(lio.max_image_pixels, { "io.max_image_pixels", "ldist.io.max_image_pixels" }, [[
+ldist.io.max_image_pixels([n]) -> the limit it had
+
+Images of more than n pixels (width x height) are refused when decoded, with
+an error naming the file and the limit, so that a small crafted file cannot
+ask for gigabytes. The default, 89478485, is Pillow's Image.MAX_IMAGE_PIXELS;
+n = 0 or false lifts the limit. Called without n it only returns the limit.]])
   doc(lio.load_image, { "io.load_image", "ldist.io.load_image" }, [[
 ldist.io.load_image(path, {color_mode="rgb"}) -> uint8 tensor [h, w, c]
 

@@ -1207,8 +1207,8 @@ doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
 -- (after the other callbacks, so what they add to the logs is in it) and
 -- returns it. h.history[k] lists the value of k per epoch; h.epoch the
 -- epochs run (from 0); h.params what fit told the callbacks. h.loss reads
--- h.history.loss, so code that took fit's result as the table of lists
--- (ldist before it had the object) keeps working.
+-- h.history.loss and pairs(h) goes over h.history, so code that took fit's
+-- result as the table of lists (ldist before it had the object) keeps working.
 local History = { __name = "ldist.callbacks.History" }
 callbacks._History = History
 History.__index = function(h, k)
@@ -1217,6 +1217,8 @@ History.__index = function(h, k)
   local hist = rawget(h, "history")
   return hist and hist[k]
 end
+-- pairs(h) goes over h.history, as over the table fit returned before
+History.__pairs = function(h) return next, rawget(h, "history") or {}, nil end
 History.__tostring = function(h)
   local keys = {}
   for k in pairs(h.history) do keys[#keys + 1] = k end
@@ -1255,7 +1257,8 @@ end
 doc(callbacks.History, "callbacks.History",
   "callbacks.History()\n\nWhat model:fit returns (and leaves in model.history), as Keras's: h.history = {loss={...},\n" ..
   "val_loss={...}, ...} (a list per key, one value per epoch), h.epoch = the epochs run (from 0),\n" ..
-  "h.params = {epochs=, steps=, verbose=}. h.loss is h.history.loss. fit adds one after the other\n" ..
+  "h.params = {epochs=, steps=, verbose=}. h.loss is h.history.loss, pairs(h) goes over h.history.\n" ..
+  "fit adds one after the other\n" ..
   "callbacks; give your own in callbacks= to keep it (it is then the one returned).")
 
 function callbacks.LambdaCallback(fns) return fns end

@@ -475,13 +475,23 @@ function nn.load_model(path, opts)
   end
   local spec, err = json.decode(meta.model)
   if not spec then error(("%s: the model's configuration is not JSON (%s)"):format(path, tostring(err)), 2) end
+  -- the layers may create no more weight than the file holds (checked before
+  -- each is allocated): a small file declaring huge layers costs an error
+  local held = 0
+  for k, v in pairs(t) do if k:match("^weights/") then held = held + v:numel() * 4 end end
+  nn._weight_budget(held)
   local ok2, model = pcall(from_spec, spec, opts.custom_objects)
+  nn._weight_budget(nil)
   if not ok2 then error(("%s: %s"):format(path, tostring(model)), 2) end
   if meta.compile and opts.compile ~= false then
-    local c = json.decode(meta.compile)
-    local args = nn._compile_args(model, c)
-    args.optimizer = build_optimizer(c.optimizer)
-    model:compile(args)
+    local ok4, e4 = pcall(function()
+      local c = json.decode(meta.compile)
+      if type(c) ~= "table" then error("not a JSON object", 0) end
+      local args = nn._compile_args(model, c)
+      args.optimizer = build_optimizer(c.optimizer)
+      model:compile(args)
+    end)
+    if not ok4 then error(("%s: bad compile settings in the file (%s)"):format(path, tostring(e4)), 2) end
   end
   local ok3, e = pcall(nn._restore_checkpoint, model, t, meta, path)
   if not ok3 then error(e, 2) end

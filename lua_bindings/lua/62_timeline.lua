@@ -479,10 +479,11 @@ function Timeline:text(width)
   return self._text
 end
 function Timeline:save(path)
-  local f, err = io.open(path, "w")
+  local f, err = ldist.io._open_write(path)   -- never through a planted link
   if not f then error("timeline: cannot save the picture: " .. tostring(err), 2) end
   f:write(path:match("%.txt$") and self:text() or self:svg())
-  f:close()
+  local ok, cerr = f:close()
+  if not ok then error("timeline: cannot save the picture: " .. tostring(cerr), 2) end
   return path
 end
 -- the waits found, longest first: {{who=, seconds=, step=, text=}, ...}

@@ -522,7 +522,7 @@ end
 -- Chrome trace (chrome://tracing, Perfetto): one row per replica.
 function Mirrored:write_trace(path)
   local spans = self:trace_spans()
-  local f, err = io.open(path, "w")
+  local f, err = ldist.io._open_write(path)   -- never through a planted link
   if not f then error("write_trace: cannot write the trace: " .. err, 2) end
   f:write('{"traceEvents":[')
   local first, t0 = true, self._trace_t0 or 0

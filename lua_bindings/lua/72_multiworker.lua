@@ -48,22 +48,29 @@ function distribute.MultiWorkerMirroredStrategy(opts)
   local timeout = opts.timeout or tonumber(env("LDIST_TIMEOUT") or "") or 30
   local comm = opts.communication or (type(opts.communication_options) == "table" and opts.communication_options.implementation) or "auto"
   comm = tostring(comm):lower()
-  if comm ~= "auto" and comm ~= "ring" and comm ~= "nccl" then
-    error("bad argument #1 to 'MultiWorkerMirroredStrategy' (communication must be \"auto\", \"ring\" or \"nccl\")", 2)
+  if comm ~= "auto" and comm ~= "ring" and comm ~= "nccl" and comm ~= "mpi" then
+    error(("bad argument #1 to 'MultiWorkerMirroredStrategy' (communication must be \"auto\", \"ring\", \"nccl\" " ..
+      "or \"mpi\", not '%s')"):format(comm), 2)
+  end
+  if comm == "mpi" then
+    local avail, why = C.mpi_available()
+    if not avail then error("MultiWorkerMirroredStrategy: communication=\"mpi\" needs an MPI library: " .. why, 2) end
   end
   local device = opts.device or "cpu:0"
   if comm == "nccl" and not opts.device then device = "cuda:" .. (tonumber(env("LDIST_LOCAL_RANK") or "0") or 0) end
-  local secret
-  ok, secret = pcall(net.read_secret, spec.size)
-  if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(secret), 2) end
+  local secret = spec.secret        -- the MPI rendezvous brought rank 0's
+  if not secret then
+    ok, secret = pcall(net.read_secret, spec.size)
+    if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(secret), 2) end
+  end
   local c
   ok, c = pcall(C.join, { rank = spec.rank, size = spec.size, leader = spec.leader, listen = spec.listen,
     secret = secret, timeout = timeout, rendezvous_timeout = opts.rendezvous_timeout, heartbeat = opts.heartbeat,
-    heartbeat_timeout = opts.heartbeat_timeout, name = "worker" })
+    heartbeat_timeout = opts.heartbeat_timeout, name = "worker", mpi = comm == "mpi" })
   if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(c), 2) end
   local s = setmetatable({ kind = "MultiWorkerMirroredStrategy", devices = { device }, num_replicas_in_sync = spec.size,
     extended = { should_checkpoint = spec.rank == 0, should_save_summary = spec.rank == 0,
-      communication = comm == "nccl" and "nccl" or "ring", timeout = timeout },
+      communication = (comm == "nccl" or comm == "mpi") and comm or "ring", timeout = timeout },
     cluster_resolver = { task_type = spec.task_type, task_id = spec.task_index, rank = spec.rank,
       num_workers = spec.size, cluster_spec = spec.tasks, source = spec.source, pid = C.getpid() },
     _depth = 0, _c = c, _rank = spec.rank, _size = spec.size, _synced = {}, _mw = true,
@@ -704,12 +711,14 @@ function distribute._mw_explain(n, gb, model, where)
 end
 function MW:explain()
   return distribute._mw_explain(self._size, self._last_batch, self._last and self._last.model,
-    ("this is worker %d"):format(self._rank)) .. "\nCores of this worker: " .. D.cpu_split().text .. "."
+    ("this is worker %d"):format(self._rank)) ..
+    (self.extended.communication == "mpi" and "\nThe sums go through MPI_Allreduce (communication=\"mpi\"), not the ring." or "") ..
+    "\nCores of this worker: " .. D.cpu_split().text .. "."
 end
 
 local doc = ldist.document
 doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrategy",
-  "distribute.MultiWorkerMirroredStrategy{cluster=, timeout=30, communication=\"auto\"|\"ring\"|\"nccl\",\n" ..
+  "distribute.MultiWorkerMirroredStrategy{cluster=, timeout=30, communication=\"auto\"|\"ring\"|\"nccl\"|\"mpi\",\n" ..
   "                                       auto_shard_policy=\"AUTO\", heartbeat_timeout=}\n\n" ..
   "Synchronous training over several processes (one replica each): gradients are summed across\n" ..
   "them with a ring all-reduce (NCCL on GPUs) whose links are shared memory between processes of\n" ..
@@ -718,6 +727,8 @@ doc(distribute.MultiWorkerMirroredStrategy, "distribute.MultiWorkerMirroredStrat
   "else the TF_CONFIG environment variable, else LDIST_RANK/LDIST_WORLD_SIZE/LDIST_LEADER, Slurm\n" ..
   "or mpirun variables.\n" ..
   "`ldist launch -n 4 script.lua` starts 4 such processes on this machine.\n" ..
+  "Under mpirun or srun, `mpirun -n 4 ldist script.lua` is enough: the ranks meet through MPI.\n" ..
+  "communication=\"mpi\" sums through MPI_Allreduce (Open MPI, opened at run time) instead of the ring.\n" ..
   "Every collective fails within `timeout` seconds, naming the worker, when one dies.\n" ..
   "strategy:run(fn, inputs), strategy:reduce(op, v), strategy:experimental_distribute_dataset(ds),\n" ..
   "model:fit under strategy:scope() work as with MirroredStrategy; strategy:is_chief().")

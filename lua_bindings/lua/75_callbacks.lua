@@ -299,7 +299,9 @@ function CSV:on_train_begin()
     end
   end
   if self.file then self.file:close() end
-  local f, err = io.open(self.filename, self.append and "ab" or "wb")
+  -- never through a link planted at the name (ldist.io._open_write); "s"
+  -- writes the file as it goes, so each epoch's row can be read at once
+  local f, err = ldist.io._open_write(self.filename, self.append and "a" or "s")
   if not f then error(("CSVLogger: cannot open %s: %s"):format(self.filename, tostring(err)), 0) end
   self.file, self.keys, self._header_done = f, nil, false
 end
@@ -704,7 +706,12 @@ function BR:_restore(model, s)
     for d in tostring(meta.input_shape):gmatch("%d+") do shape[#shape + 1] = math.tointeger(tonumber(d)) end
     model:build(shape)
   end
-  ldist.nn._restore_checkpoint(model, t, meta, self.path)
+  -- every variable gets the checkpoint's value: a model whose variables a
+  -- strategy lost (model._lost) is whole again once that succeeded
+  local lost = model._lost
+  model._lost = nil
+  local ok, err = pcall(ldist.nn._restore_checkpoint, model, t, meta, self.path)
+  if not ok then model._lost = lost; error(err, 0) end
   return { epoch = math.tointeger(tonumber(meta.epoch)), step = math.tointeger(tonumber(meta.step)) }
 end
 

@@ -868,6 +868,7 @@ function PSCluster:_check_ps()
       why = ("ps %d (pid %s) is lost"):format(p - 1, tostring(self.ps_pids[p]))
     end
     if why then
+      if self._on_ps_lost then self._on_ps_lost(why) end
       error(("ParameterServerStrategy: parameter server %s; the variables it held are gone. Shut the cluster down " ..
         "and start a new one (with checkpoint_dir= it resumes from the last checkpoint)"):format(why), 0)
     end

@@ -36,10 +36,20 @@ function distribute.ParameterServerStrategy(cluster, opts)
     if io.stdout.setvbuf and env("LDIST_LOCAL_RANK") then io.stdout:setvbuf("line") end
     cl = from_tf_config(cfg, opts)
   end
-  return setmetatable({ kind = "ParameterServerStrategy", devices = { "cpu:0" }, num_replicas_in_sync = cl.workers,
+  local s = setmetatable({ kind = "ParameterServerStrategy", devices = { "cpu:0" }, num_replicas_in_sync = cl.workers,
     extended = { should_checkpoint = true, cluster = cl }, cluster_resolver = { task_type = "chief", num_workers = cl.workers,
       num_ps = cl.num_ps }, _depth = 0, _cl = cl, _partitioner = opts.variable_partitioner,
     _checkpoint_dir = opts.checkpoint_dir, _ps_strategy = true, _req = 0 }, PS)
+  -- A ps that dies takes the true values of its variables with it: this
+  -- process's copies are stale, so the model refuses to be read (weights,
+  -- evaluate, predict, save) until they are restored (nn.c: model._lost).
+  cl._on_ps_lost = function(why)
+    if s._model then
+      s._model._lost = ("its variables lived on parameter server %s and the values here are stale; restore them " ..
+        "(callbacks.BackupAndRestore, or model:load_weights(path)) before using the model"):format(why)
+    end
+  end
+  return s
 end
 
 function PS:shutdown()

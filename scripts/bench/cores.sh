@@ -9,7 +9,8 @@
 #      as one device at the same global batch, 512);
 #   4. MultiWorkerMirroredStrategy on 1/2/4/8 processes (ldist launch), 256 per
 #      process (goal 80%, the same measure);
-#   5. the ring all-reduce between 4 processes against torch.distributed (gloo).
+#   5. the ring all-reduce and MPI_Allreduce (communication="mpi", under Open MPI's
+#      mpirun) between 4 processes against torch.distributed (gloo).
 # The runs are those of `make bench` (train_bench.lua, ref_bench.py,
 # mirrored_bench.lua, multiworker_bench.lua, gloo_allreduce.py), shorter: one
 # run per row, about 4 minutes on 16 cores. Rows needing more devices,
@@ -142,17 +143,24 @@ for k in 1 2 4 8; do
   printf '%9s %8s %10s %8s  %s\n' "$k" $((256 * k)) "$m" "$w" "$([ "$k" = 1 ] && echo - || goal "${w%\%}" 80)"
 done
 
-# ---- 5. the ring all-reduce against gloo
+# ---- 5. the ring all-reduce and MPI against gloo
 k=4; [ "$cores" -lt 4 ] && k=2
 echo
-echo "== 5. all-reduce between $k processes, bus bandwidth (GB/s): ldist's ring against torch.distributed (gloo)"
+echo "== 5. all-reduce between $k processes, bus bandwidth (GB/s): ldist's ring and MPI against torch.distributed (gloo)"
 declare -A RL RG
 while read -r _ mb _ bw; do RL[$mb]=$bw; done < <("$ldist" launch -n $k scripts/bench/multiworker_bench.lua allreduce 2>>"$log" | sed 's/^\[0\] //')
 if [ "$torch_ok" = 1 ]; then
   while read -r _ mb _ bw; do RG[$mb]=$bw; done < <("$py" scripts/bench/gloo_allreduce.py $k 2>>"$log")
 fi
-printf '%6s %10s %10s %8s\n' MB ldist gloo ratio
+# MPI_Allreduce through ldist (communication="mpi"), where Open MPI is installed
+declare -A RM
+if command -v mpirun > /dev/null; then
+  while read -r _ mb _ bw; do RM[$mb]=$bw; done < <(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    mpirun -n $k --oversubscribe --bind-to none "$ldist" scripts/bench/multiworker_bench.lua allreduce mpi 2>>"$log")
+fi
+printf '%6s %10s %10s %10s %8s %8s\n' MB ring mpi gloo ring/gloo mpi/gloo
 for mb in 1 4 16 64; do
-  printf '%6s %10s %10s %7sx\n' $mb "${RL[$mb]:-?}" "${RG[$mb]:-n/a}" "$(ratio "${RL[$mb]:-0}" "${RG[$mb]:-0}")"
+  printf '%6s %10s %10s %10s %7sx %7sx\n' $mb "${RL[$mb]:-?}" "${RM[$mb]:-n/a}" "${RG[$mb]:-n/a}" \
+    "$(ratio "${RL[$mb]:-0}" "${RG[$mb]:-0}")" "$(ratio "${RM[$mb]:-0}" "${RG[$mb]:-0}")"
 done
-echo "(MPI: not built yet; per-run timings in $log)"
+echo "(per-run timings in $log)"

@@ -1,11 +1,12 @@
 -- multiworker_bench.lua MODE [STEPS] - run under `ldist launch -n K`.
---   allreduce  ring all-reduce across the processes, 1-64 MB: rank 0 prints
+--   allreduce [mpi]  ring (or MPI) all-reduce across the processes, 1-64 MB: rank 0 prints
 --              "K MB seconds busbw_GBps" (busbw = 2(K-1)/K x bytes / time, as nccl-tests)
 --   train      Fashion-MNIST MLP 784-512-256-10, Adam, global batch 256 under
 --              MultiWorkerMirroredStrategy: rank 0 prints samples/s
 --   train STEPS PER_WORKER: global batch PER_WORKER x K (weak scaling, make bench-cores)
 local mode, steps = arg[1], tonumber(arg[2]) or 100
-local s = distribute.MultiWorkerMirroredStrategy { timeout = 60 }
+-- allreduce COMMUNICATION: "mpi" under mpirun measures MPI_Allreduce instead of the ring
+local s = distribute.MultiWorkerMirroredStrategy { timeout = 60, communication = mode == "allreduce" and arg[2] or nil }
 local k, rank = s.num_replicas_in_sync, s.cluster_resolver.rank
 local C = s._c
 

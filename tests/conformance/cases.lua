@@ -618,6 +618,44 @@ weighting_case("fit_sample_weight_dataset", "sample_weight", function(x, y, opts
   return data.Dataset.from_tensor_slices(x, y, w):batch(16), nil, opts
 end)
 
+---------------------------------------------------------------- a dead parameter server
+-- After a ps dies, no read of the variables it held gives stale values
+-- without a word: model.weights, evaluate, predict, save and a call raise,
+-- naming the ps, until load_weights (or BackupAndRestore) restores them.
+add { name = "ps_dead_weights_raise", only = { ps = true }, run = function(S)
+  local x, y = make_data(48, { 8 }, 4)
+  local model = make_model(S, "mlp", "sgd", true)
+  local ds = data.Dataset.from_tensor_slices(x, y):batch(16)
+  model:fit(ds, { epochs = 2, verbose = 0, steps_per_epoch = 3 })
+  local saved = S.tmp("trained.safetensors")
+  model:save_weights(saved)
+  local trained = weights_sum(model)
+  S.strategy._cl:kill_ps(0)
+  ldist._cluster.sleep(0.3)
+  local ok, err = pcall(model.fit, model, ds, { epochs = 1, verbose = 0, steps_per_epoch = 3 })
+  check(not ok and tostring(err):find("parameter server", 1, true), "fit after the ps died: %s", tostring(err))
+  local reads = {
+    weights = function() return model.weights end,
+    trainable_variables = function() return model.trainable_variables end,
+    get_weights = function() return model:get_weights() end,
+    evaluate = function() return model:evaluate(ds, { verbose = 0 }) end,
+    predict = function() return model:predict(x, { verbose = 0 }) end,
+    call = function() return model(x) end,
+    save = function() return model:save(S.tmp("stale.model")) end,
+    save_weights = function() return model:save_weights(S.tmp("stale.safetensors")) end,
+  }
+  for what, f in pairs(reads) do
+    local ok2, e2 = pcall(f)
+    check(not ok2 and tostring(e2):find("parameter server ps 0", 1, true) ~= nil,
+      "%s after the ps died: %s", what, ok2 and "no error (stale values read)" or tostring(e2))
+  end
+  model:load_weights(saved)
+  check(math.abs(weights_sum(model) - trained) < 1e-6, "load_weights restored other values")
+  local r = model:evaluate(ds, { verbose = 0 })
+  check(type(r.loss) == "number", "evaluate after load_weights: %s", tostring(r.loss))
+  return { _skip_compare = 1 }
+end }
+
 ---------------------------------------------------------------- fit with metrics and validation data
 add { name = "fit_metrics_validation", also = { "ps", "mw_local" }, run = function(S)
   local x, y = make_data(120, { 8 }, 4)

@@ -1,10 +1,11 @@
--- equiv.lua OPT MODE OUT [STEPS] - train 100 steps at global batch 40 under
+-- equiv.lua OPT MODE OUT [STEPS [COMMUNICATION]] - train 100 steps at global batch 40 under
 -- MultiWorkerMirroredStrategy (one process alone, or N under `ldist launch`)
 -- and write every worker's final weights to OUT.<rank>.safetensors.
 --   OPT: sgd (momentum 0.9) | adam;  MODE: loop (strategy:run) | fit (model:fit)
+--   COMMUNICATION: the strategy's communication= ("auto" when absent)
 local opt_name, mode, out = arg[1], arg[2], arg[3]
 local steps = tonumber(arg[4] or "100")
-local strategy = distribute.MultiWorkerMirroredStrategy { timeout = 20 }
+local strategy = distribute.MultiWorkerMirroredStrategy { timeout = 20, communication = arg[5] }
 local rank = strategy.cluster_resolver.rank
 
 tensor.seed(11)
@@ -50,6 +51,8 @@ else
 end
 print(("worker %d of %d: loss %.4f -> %.4f, %d optimizer steps"):format(rank, strategy.num_replicas_in_sync, first, last,
   opt.iterations))
+print(("worker %d: communication %s, cluster from %s"):format(rank, strategy.extended.communication,
+  strategy.cluster_resolver.source))
 if strategy._c then
   local st = strategy._c:stats()
   print(("worker %d ring links: to next %s, from previous %s"):format(rank, st.link_to_next, st.link_from_prev))

@@ -62,7 +62,8 @@ def test_worker_with_wrong_secret_is_refused_and_nothing_runs(tmp_path):
     intruder = start(ports, 1, m1, secret="9b2f6d0e4a8c13f7e5d9b1a3c7f0e2d4")
     rc1, _, err1 = finish(intruder)
     rc0, _, err0 = finish(leader)
-    assert rc1 != 0 and "does not know the cluster secret" in err1, err1
+    # the member proves the secret first now, so the leader's refusal says it
+    assert rc1 != 0 and "wrong cluster secret" in err1, err1
     assert rc0 != 0 and "only 1 of 2 workers joined" in err0, err0
     assert not m0.exists() and not m1.exists()
 
@@ -75,7 +76,9 @@ def test_client_with_a_wrong_proof_gets_refused(tmp_path, ctx):
     s.send_multipart([MAGIC, b"HELLO", bytes(8), hello, b""])
     assert s.poll(5000), "no CHALLENGE"
     frames = s.recv_multipart()
-    assert frames[1] == b"CHALLENGE" and b"proof=" in frames[3]
+    # only a nonce: nothing computed from the secret that a stranger could
+    # guess it against offline (issue 27); the member proves itself first
+    assert frames[1] == b"CHALLENGE" and frames[3].startswith(b"nonce=") and b"proof=" not in frames[3], frames
     s.send_multipart([MAGIC, b"AUTH", bytes(8), b"proof=" + b"00" * 32 + b"\n", b""])
     assert s.poll(5000), "no answer to a wrong proof"
     frames = s.recv_multipart()

@@ -103,17 +103,22 @@ def test_rejected_messages_are_logged_at_a_bounded_rate(tmp_path, ctx):
     assert "were not logged" in err, err[-2000:]
 
 
+# the last three (issue 27) have 128 bits of characters but little entropy:
+# a run, a sequence then its repeat, a word then repeats
 @pytest.mark.parametrize("secret", ["short", "slurm-secret-0123456789", "0123456789abcdef0123",
-                                    "a passphrase with spaces that is long enough", "passwordpasswordpassword"])
+                                    "a passphrase with spaces that is long enough", "passwordpasswordpassword",
+                                    "0" * 32, "0123456789abcdef" * 2, "Password1" * 3])
 def test_a_weak_secret_is_refused(secret):
     env = dict(os.environ, TF_CONFIG=tf_config([free_port(), free_port()], 1), LDIST_SECRET=secret)
     env.pop("LDIST_SECRET_FILE", None)
     r = subprocess.run([LDIST, "-e", "distribute.MultiWorkerMirroredStrategy{rendezvous_timeout = 1}"], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "too weak" in r.stderr and "openssl rand -hex 32" in r.stderr, r.stderr
+    assert "bits of entropy" in r.stderr and "ldist launch" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("secret", ["3f" * 16, "q3Zt0Xw9LkPbV2mYc7RuHa", "q3Zt0Xw9LkPbV2mYc7RuHa=="])
+@pytest.mark.parametrize("secret", ["9c1e4f7a20b85d3e6f0a17c4b92d58e3", "q3Zt0Xw9LkPbV2mYc7RuHa", "q3Zt0Xw9LkPbV2mYc7RuHa==",
+                                    "a3f9c2e18b7d4056f1e2a9c3b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9"])
 def test_a_strong_secret_is_taken(secret):
     env = dict(os.environ, LDIST_SECRET=secret)
     r = subprocess.run([LDIST, "-e", "print(distribute._net.read_secret(2))"], cwd=ROOT, env=env,

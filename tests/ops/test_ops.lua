@@ -557,7 +557,8 @@ T.test("float16/bfloat16: elementwise, reductions, softmax and conversions again
       { "scalar", function(x) return x * 0.5 + 1 end }, { "exp", function(x) return x:exp() end },
       { "tanh", function(x) return x:tanh() end }, { "relu", function(x) return (x - 1):relu() end },
       { "sum", function(x) return x:sum(1) end }, { "mean", function(x) return x:mean(0) end },
-      { "max", function(x) return x:max(1) end }, { "softmax", function(x) return x:softmax() end },
+      { "max", function(x) return x:max(1) end }, { "min", function(x) return x:min(0) end },
+      { "softmax", function(x) return x:softmax() end },
       { "log_softmax", function(x) return x:log_softmax() end },
     }
     for _, cs in ipairs(cases) do

@@ -1,0 +1,99 @@
+/*
+ * ld_elementwise_math.h - the formulas of the elementwise ops (LD_BINARY_OPS,
+ * LD_UNARY_OPS and their derivatives), shared by the CPU loops (ld_cpu.c)
+ * and the CUDA kernels (cuda/cuda_elementwise.cu) so that both backends
+ * take one definition. Plain C; under nvcc the functions are
+ * __host__ __device__. Called with a constant op inside a loop, the switch
+ * folds away and the loop still vectorises.
+ *
+ * NaN follows IEEE 754 and TensorFlow: NaN in, NaN out. maximum, minimum
+ * and relu return NaN when an operand is NaN (C's fmaxf would drop it, and
+ * a plain `a > b ? a : b` returns b), so a clip built from them keeps NaN,
+ * as tf.clip_by_value does.
+ */
+#ifndef LD_ELEMENTWISE_MATH_H
+#define LD_ELEMENTWISE_MATH_H
+
+#include <math.h>
+#include "ld_device.h"
+
+#ifdef __CUDACC__
+#define LD_EW_FN static inline __host__ __device__
+#else
+#define LD_EW_FN static inline
+#endif
+
+/* the larger / smaller of a and b, NaN when either is NaN */
+LD_EW_FN float ld_ew_max(float a, float b) { return (a != a || a > b) ? a : b; }
+LD_EW_FN float ld_ew_min(float a, float b) { return (a != a || a < b) ? a : b; }
+/* Does v replace best in a running maximum (max pooling, max reductions)?
+   When it is larger, or when it is the first NaN: NaN wins wherever it sits
+   in the window (PyTorch's rule; TF's max_pool drops NaN, its reduce_max
+   keeps it). */
+LD_EW_FN int ld_ew_max_wins(float v, float best) { return v > best || (v != v && best == best); }
+/* max(x, 0) with NaN kept (tf.nn.relu(nan) is nan) */
+LD_EW_FN float ld_ew_relu(float x) { return x < 0 ? 0.0f : x; }
+
+LD_EW_FN float ld_ew_binary(ld_binary_op op, float a, float b) {
+    switch (op) {
+    case LD_BIN_ADD: return a + b;
+    case LD_BIN_SUB: return a - b;
+    case LD_BIN_MUL: return a * b;
+    case LD_BIN_DIV: return a / b;
+    case LD_BIN_POW: return powf(a, b);
+    case LD_BIN_MAX: return ld_ew_max(a, b);
+    case LD_BIN_MIN: return ld_ew_min(a, b);
+    case LD_BIN_EQ: return a == b;   /* comparisons with NaN are false (0), as in TF */
+    case LD_BIN_LT: return a < b;
+    case LD_BIN_GT: return a > b;
+    default: return 0;
+    }
+}
+
+LD_EW_FN float ld_ew_unary(ld_unary_op op, float x) {
+    switch (op) {
+    case LD_UN_NEG: return -x;
+    case LD_UN_EXP: return expf(x);
+    case LD_UN_LOG: return logf(x);
+    case LD_UN_SQRT: return sqrtf(x);
+    case LD_UN_ABS: return fabsf(x);
+    case LD_UN_RELU: return ld_ew_relu(x);
+    case LD_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case LD_UN_TANH: return tanhf(x);
+    case LD_UN_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678f));   /* exact (erf) GELU, Keras' default */
+    case LD_UN_SQUARE: return x * x;
+    default: return 0;
+    }
+}
+
+/* Which of x and y = f(x) an op's derivative reads (the forward keeps y for
+   those that use it; a backend reads neither pointer otherwise). */
+LD_EW_FN int ld_ew_grad_uses_y(ld_unary_op op) {
+    return op == LD_UN_EXP || op == LD_UN_SQRT || op == LD_UN_SIGMOID || op == LD_UN_TANH;
+}
+LD_EW_FN int ld_ew_grad_uses_x(ld_unary_op op) { return op != LD_UN_NEG && !ld_ew_grad_uses_y(op); }
+
+/* dx = dy * f'(x), reading x and y as the two functions above say (the
+   others may be anything). relu's and abs's masks are TF's: the
+   gradient is dy where x > 0 (abs: -dy where x < 0), else 0. */
+LD_EW_FN float ld_ew_unary_grad(ld_unary_op op, float dy, float x, float y) {
+    switch (op) {
+    case LD_UN_NEG: return -dy;
+    case LD_UN_EXP: return dy * y;
+    case LD_UN_LOG: return dy / x;
+    case LD_UN_SQRT: return dy * 0.5f / y;
+    case LD_UN_ABS: return x > 0 ? dy : (x < 0 ? -dy : 0);
+    case LD_UN_RELU: return x > 0 ? dy : 0;
+    case LD_UN_SIGMOID: return dy * y * (1 - y);
+    case LD_UN_TANH: return dy * (1 - y * y);
+    case LD_UN_GELU: {
+        float cdf = 0.5f * (1.0f + erff(x * 0.70710678f));
+        float pdf = 0.39894228f * expf(-0.5f * x * x);
+        return dy * (cdf + x * pdf);
+    }
+    case LD_UN_SQUARE: return dy * 2 * x;
+    default: return 0;
+    }
+}
+
+#endif

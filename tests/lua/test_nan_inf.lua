@@ -1,0 +1,360 @@
+-- test_nan_inf.lua - NaN and +-inf through every op and loss that help()
+-- lists (issue 27): NaN in, NaN out, and each result as IEEE 754 arithmetic
+-- and TensorFlow give it, on cpu:0, on a logical CPU device (cpu:1) and on
+-- cuda:0 where one answers.
+--
+-- The references are TensorFlow's (Eigen kernels), recorded in
+-- tests/fixtures/nan_inf.lua by scripts/fixtures/make_nan_inf_fixtures.py.
+-- The op lists are read from help(tensor), help(tensor.Tensor) and
+-- help(losses) as a user sees them: a new op or loss without a case here
+-- fails "every listed op has a NaN/inf case" until one is added.
+-- Where ldist departs from TF on purpose the case says so (argmax/argmin
+-- point at the first NaN, as NumPy's and PyTorch's do, where TF's skip it).
+local T = dofile("tests/lua/testlib.lua")
+local F = dofile("tests/fixtures/nan_inf.lua")
+
+ldist.config.cpu_devices(2)
+local nan, inf = 0 / 0, math.huge
+local V = { nan, inf, -inf, 0, 1, -2 }
+
+---------------------------------------------------------------- helpers
+local function flat(t)
+  t = t:cpu()
+  if t.ndim == 0 then return { t:item() } end
+  return t:reshape(t:numel()):totable()
+end
+
+local function show(v)
+  if v ~= v then return "nan" end
+  return tostring(v)
+end
+
+-- got (a tensor or a list) matches want: NaN where want is NaN, equal
+-- infinities, finite values within float32 rounding
+local function same(got, want, what, tol)
+  tol = tol or 2e-6
+  local g = tensor.is_tensor(got) and flat(got) or got
+  T.eq(#g, #want, what .. ": element count")
+  for i = 1, #want do
+    local a, b = g[i], want[i]
+    local ok
+    if b ~= b then ok = a ~= a
+    elseif b == inf or b == -inf then ok = a == b
+    else ok = a == a and math.abs(a - b) <= tol * (1 + math.abs(b)) end
+    if not ok then
+      error(("%s: element %d is %s, TF/IEEE give %s"):format(what, i, show(a), show(b)), 2)
+    end
+  end
+end
+
+-- the names help(x) lists (its "  name  signature" lines)
+local function listed(x)
+  local names, print0 = {}, print
+  print = function(s)
+    for l in tostring(s):gmatch("[^\n]+") do
+      local m = l:match("^  ([%a_][%w_]*)")
+      if m then names[#names + 1] = m end
+    end
+  end
+  local ok, err = pcall(help, x)
+  print = print0
+  assert(ok, err)
+  return names
+end
+
+local devices = { "cpu:0", "cpu:1" }
+for _, d in ipairs(tensor.devices()) do
+  if d == "cuda:0" then devices[#devices + 1] = d end
+end
+
+---------------------------------------------------------------- the cases
+-- CASES[name](dev): the method or function `name` driven with NaN and +-inf
+-- on device dev, its results checked.
+local CASES = {}
+
+-- elementwise unary ops: V through each
+for _, op in ipairs({ "neg", "exp", "log", "sqrt", "abs", "relu", "sigmoid", "tanh", "square", "gelu" }) do
+  CASES[op] = function(dev)
+    same(tensor.new(V, { device = dev })[op](tensor.new(V, { device = dev })), F.unary[op], op)
+  end
+end
+
+-- elementwise binary ops: every pair of V
+local A, B = {}, {}
+for i = 1, 6 do for j = 1, 6 do A[#A + 1] = V[i]; B[#B + 1] = V[j] end end
+for _, op in ipairs({ "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "lt", "gt" }) do
+  CASES[op] = function(dev)
+    local a, b = tensor.new(A, { device = dev }), tensor.new(B, { device = dev })
+    same(a[op](a, b), F.binary[op], op)
+    -- a number operand, broadcast (t:maximum(0) is a relu): the column b = 0 of the table
+    local col = {}
+    for i = 1, 6 do col[i] = F.binary[op][6 * (i - 1) + 4] end
+    local v = tensor.new(V, { device = dev })
+    same(v[op](v, 0), col, op .. " with the number 0")
+    -- the broadcast path of large operands (a parallel split on the CPU)
+    local big = tensor.full({ 300000 }, nan, { device = dev })
+    local r = flat(big[op](big, tensor.new({ 1 }, { device = dev })))
+    local want = F.binary[op][6 * 0 + 5]   -- (nan, 1)
+    T.ok((r[1] ~= r[1]) == (want ~= want) and (r[300000] ~= r[300000]) == (want ~= want),
+      op .. " over 300000 elements keeps the NaN rule")
+  end
+end
+
+-- clipping, as losses and users write it: maximum then minimum (tf.clip_by_value)
+CASES.clip = function(dev)
+  same(tensor.new(V, { device = dev }):maximum(0):minimum(1), F.clip, "maximum(0):minimum(1)")
+end
+
+-- reductions along the rows of F.rows, and over everything
+local function rows(dev) return tensor.new(F.rows, { device = dev }) end
+for _, op in ipairs({ "sum", "mean", "max", "min" }) do
+  CASES[op] = function(dev)
+    same(rows(dev)[op](rows(dev), 1), F.reduce[op], op .. " along axis 1")
+    local all = rows(dev)[op](rows(dev))
+    T.ok(all:item() ~= all:item(), op .. " over a tensor holding NaN is NaN")
+    same(tensor.new({ inf, 1 }, { device = dev })[op](tensor.new({ inf, 1 }, { device = dev })),
+      { op == "min" and 1 or inf }, op .. " of {inf, 1}")
+  end
+end
+for _, op in ipairs({ "argmax", "argmin" }) do
+  CASES[op] = function(dev)
+    -- NumPy's rule (the first NaN wins), not TF's (NaN skipped): argmax
+    -- points at what max returns, and a NaN row is not mistaken for a class
+    same(rows(dev)[op](rows(dev), 1), F.reduce[op], op .. " along axis 1 (NumPy's rule)")
+    local tf = F.reduce[op .. "_tf"]
+    T.ok(tf[1] ~= F.reduce[op][1], "the fixture records where TF's " .. op .. " differs")
+  end
+end
+
+CASES.softmax = function(dev) same(rows(dev):softmax(), F.softmax, "softmax") end
+CASES.log_softmax = function(dev) same(rows(dev):log_softmax(), F.log_softmax, "log_softmax") end
+
+CASES.matmul = function(dev)
+  local a = tensor.new(F.matmul_a, { device = dev }):reshape(6, 2)
+  local b = tensor.new(F.matmul_b, { device = dev }):reshape(2, 6)
+  same(a:matmul(b), F.matmul, "matmul")
+  -- a few rows against a large B (the CPU's small-gemm path), and a large
+  -- product (BLAS): one NaN spoils its row only, one inf gives inf or NaN
+  for _, m in ipairs({ 4, 300 }) do
+    local x = tensor.ones(m, 300):contiguous()
+    x[1]:assign(tensor.full({ 300 }, 1):contiguous())
+    local xs = x:totable()
+    xs[1][1] = nan
+    xs[2][2] = inf
+    local y = tensor.new(xs, { device = dev }):matmul(tensor.ones(300, 300, { device = dev }))
+    local r = y:cpu():totable()
+    T.ok(r[1][1] ~= r[1][1] and r[1][300] ~= r[1][300], m .. "x300 @ 300x300: the NaN row is NaN")
+    T.eq(r[2][7], inf, m .. "x300 @ 300x300: the inf row is inf")
+    T.eq(r[3][5], 300, m .. "x300 @ 300x300: other rows untouched")
+  end
+end
+
+-- values moved, viewed or copied keep NaN and inf bit for bit
+local function keeps(name, fn)
+  CASES[name] = function(dev)
+    same(fn(tensor.new(V, { device = dev }), dev), V, name)
+  end
+end
+keeps("clone", function(t) return t:clone() end)
+keeps("contiguous", function(t) return t:reshape(2, 3):transpose(0, 1):contiguous():transpose(0, 1):contiguous() end)
+keeps("cpu", function(t) return t:cpu() end)
+keeps("to", function(t, dev) return t:to("cpu:0"):to(dev) end)
+keeps("float", function(t) return t:float() end)
+keeps("reshape", function(t) return t:reshape(3, 2) end)
+keeps("transpose", function(t) return t:reshape(2, 3):transpose():transpose() end)
+keeps("permute", function(t) return t:reshape(1, 2, 3):permute(0, 1, 2) end)
+keeps("slice", function(t) return t:slice(0, 0, 6) end)
+keeps("gather", function(t) return t:reshape(2, 3):gather({ 0, 1, 2 }, 1) end)
+keeps("index_select", function(t) return t:reshape(3, 2):index_select({ 0, 1, 2 }) end)
+keeps("totable", function(t) return t:totable() end)
+keeps("tolist", function(t) return t:tolist() end)
+keeps("item", function(t)
+  local r = {}
+  for i = 1, 6 do r[i] = t:slice(0, i - 1, i):reshape():item() end
+  return r
+end)
+keeps("assign", function(t, dev)
+  local v = tensor.Variable(tensor.zeros(6, { device = dev }))
+  v:assign(t)
+  return v
+end)
+CASES.assign_add = function(dev)
+  local v = tensor.Variable(tensor.new(A, { device = dev }))
+  v:assign_add(tensor.new(B, { device = dev }))
+  same(v, F.binary.add, "assign_add")
+end
+CASES.assign_sub = function(dev)
+  local v = tensor.Variable(tensor.new(A, { device = dev }))
+  v:assign_sub(tensor.new(B, { device = dev }))
+  same(v, F.binary.sub, "assign_sub")
+end
+-- to an integer dtype, NaN and inf are errors naming the value (the values rule in help)
+for _, name in ipairs({ "astype", "long" }) do
+  CASES[name] = function(dev)
+    for i = 1, 3 do
+      local t = tensor.new({ 1, V[i] }, { device = dev })
+      T.raises(function() if name == "long" then t:long() else t:astype("int32") end end,
+        "cannot convert " .. show(V[i]))
+    end
+    same(tensor.new(V, { device = dev }):astype("float32"), V, name .. " to float32")
+  end
+end
+-- only a shape comes out
+CASES.numel = function(dev) T.eq(tensor.new(V, { device = dev }):numel(), 6) end
+CASES.size = function(dev) T.eq(tensor.new(V, { device = dev }):size()[1], 6) end
+
+-- the tensor module's functions that take values
+keeps("new", function(_, dev) return tensor.new(V, { device = dev }) end)
+keeps("from", function(_, dev) return tensor.from(V, { device = dev }) end)
+keeps("Variable", function(t) return tensor.Variable(t) end)
+keeps("concat", function(t) return tensor.concat({ t:slice(0, 0, 2), t:slice(0, 2, 6) }, 0) end)
+keeps("stack", function(t) return tensor.stack({ t }, 0) end)
+CASES.full = function(dev)
+  for i = 1, 3 do same(tensor.full({ 2 }, V[i], { device = dev }), { V[i], V[i] }, "full " .. show(V[i])) end
+end
+-- random values from a NaN parameter are NaN (tf.random.normal(mean=nan) is)
+CASES.normal = function() same(tensor.normal(2, { mean = nan }), { nan, nan }, "normal{mean=nan}") end
+CASES.randn = CASES.normal
+CASES.uniform = function() same(tensor.uniform(2, { min = nan }), { nan, nan }, "uniform{min=nan}") end
+CASES.rand = CASES.uniform
+-- an infinite range is an error, not a hang or a huge allocation
+CASES.arange = function()
+  T.raises(function() tensor.arange(0, inf) end, "too many elements")
+  T.raises(function() tensor.arange(0, nan) end, "arange")
+end
+
+-- names that take no number a NaN could be: classes, shapes, generators' state, devices
+local NO_VALUES = {
+  Tensor = "the class (its methods are listed by help(tensor.Tensor))",
+  zeros = "a shape only", ones = "a shape only", seed = "an integer seed",
+  get_rng_state = "no argument", set_rng_state = "a state string", is_tensor = "any value, returns a boolean",
+  devices = "no argument", device_note = "no argument", memory = "no argument",
+}
+
+---------------------------------------------------------------- losses
+-- help(losses)'s names -> their fixture cases (probabilities and logits)
+local LOSS_FIXTURES = {
+  SparseCategoricalCrossentropy = { "SparseCategoricalCrossentropy_probs", "SparseCategoricalCrossentropy_logits" },
+  CategoricalCrossentropy = { "CategoricalCrossentropy_probs", "CategoricalCrossentropy_logits" },
+  BinaryCrossentropy = { "BinaryCrossentropy_probs", "BinaryCrossentropy_logits" },
+  MeanSquaredError = { "MeanSquaredError" },
+  MSE = { "MeanSquaredError" },
+}
+
+local function loss_case(name, dev)
+  for _, key in ipairs(LOSS_FIXTURES[name]) do
+    local logits = key:match("_logits$") ~= nil
+    local loss = losses[name](key ~= "MeanSquaredError" and { from_logits = logits } or nil)
+    for k, c in ipairs(F.losses[key]) do
+      local n = #c.y_pred // c.rows
+      local yp = tensor.new(c.y_pred, { device = dev }):reshape(c.rows, n)
+      local yt = name == "SparseCategoricalCrossentropy"
+        and tensor.new(c.y_true, { dtype = "int64", device = dev })
+        or tensor.new(c.y_true, { device = dev }):reshape(c.rows, #c.y_true // c.rows)
+      same({ loss(yt, yp):item() }, { c.value }, ("%s case %d (y_pred %s)"):format(key, k,
+        table.concat((function() local s = {} for i, v in ipairs(c.y_pred) do s[i] = show(v) end return s end)(), ",")), 1e-5)
+    end
+  end
+end
+
+---------------------------------------------------------------- the tests
+local ops = {}
+for _, n in ipairs(listed(tensor)) do ops[#ops + 1] = n end
+for _, n in ipairs(listed(tensor.Tensor)) do ops[#ops + 1] = n end
+local loss_names = {}
+for _, n in ipairs(listed(losses)) do loss_names[#loss_names + 1] = n end
+
+T.test("help lists the ops and losses this test walks through", function()
+  local seen = {}
+  for _, n in ipairs(ops) do seen[n] = true end
+  for _, n in ipairs(loss_names) do seen[n] = true end
+  for _, n in ipairs({ "relu", "maximum", "sum", "gather", "new", "SparseCategoricalCrossentropy", "BinaryCrossentropy" }) do
+    T.ok(seen[n], "help lists " .. n)
+  end
+end)
+
+T.test("every listed op and loss has a NaN/inf case", function()
+  local missing = {}
+  for _, n in ipairs(ops) do
+    if not CASES[n] and not NO_VALUES[n] then missing[#missing + 1] = n end
+  end
+  for _, n in ipairs(loss_names) do
+    if not LOSS_FIXTURES[n] then missing[#missing + 1] = "losses." .. n end
+  end
+  T.ok(#missing == 0, "no NaN/inf case for: " .. table.concat(missing, ", "))
+end)
+
+for _, dev in ipairs(devices) do
+  for _, n in ipairs(ops) do
+    if CASES[n] then T.test(("%s: NaN and inf through %s"):format(dev, n), function() CASES[n](dev) end) end
+  end
+  T.test(dev .. ": clipping keeps NaN (maximum, minimum)", function() CASES.clip(dev) end)
+  for _, n in ipairs(loss_names) do
+    if LOSS_FIXTURES[n] then
+      T.test(("%s: NaN and inf through losses.%s"):format(dev, n), function() loss_case(n, dev) end)
+    end
+  end
+end
+
+---------------------------------------------------------------- max pooling (a layer, not a tensor op)
+-- NaN wins wherever it sits in the window (PyTorch's rule and the issue's
+-- "NaN in, NaN out"; TF's max_pool drops NaN, its reduce_max keeps it), in
+-- the pooling kernel and in the CPU's Conv2D + MaxPool2D fused op (16
+-- filters: the vector path; 3: the scalar one; relu before the pooling).
+local function ones(m)
+  for _, w in ipairs(m.trainable_variables) do w:assign(tensor.ones(table.unpack(w.shape)):to(w.device)) end
+  return m
+end
+for _, dev in ipairs(devices) do
+  T.test(dev .. ": max pooling keeps a NaN wherever it sits in the window", function()
+    for pos = 1, 4 do
+      local v = { 1, 2, 0, -1 }
+      v[pos] = nan
+      local x = tensor.new(v, { device = dev }):reshape(1, 2, 2, 1)
+      same(nn.MaxPool2D(2)(x), { nan }, "MaxPool2D, NaN at " .. pos)
+      for _, f in ipairs({ 16, 3 }) do
+        local m = nn.Sequential{ nn.Conv2D(f, 1, { use_bias = false, activation = "relu" }), nn.MaxPool2D(2) }
+        m(x); ones(m)
+        local want = {}
+        for i = 1, f do want[i] = nan end
+        same(m(x), want, ("Conv2D(%d) + MaxPool2D, NaN at %d"):format(f, pos))
+      end
+      local y = tensor.new({ 1, 2, inf, -inf }, { device = dev }):reshape(1, 2, 2, 1)
+      same(nn.MaxPool2D(2)(y), { inf }, "MaxPool2D with inf")
+    end
+  end)
+end
+
+---------------------------------------------------------------- a model whose predictions are NaN
+local function nan_model(from_logits)
+  tensor.seed(3)
+  local m = nn.Sequential{ nn.Dense(3, from_logits and nil or "softmax") }
+  m:compile{ optimizer = optim.SGD{ learning_rate = 0.1 },
+             loss = losses.SparseCategoricalCrossentropy{ from_logits = from_logits } }
+  return m
+end
+local X = tensor.full({ 8, 4 }, nan)
+local Y = tensor.new({ 0, 1, 2, 0, 1, 2, 0, 1 }, { dtype = "int64" })
+
+T.test("fit on NaN predictions: the loss is NaN every epoch (not -log(1e-7) = 16.1181)", function()
+  for _, fl in ipairs({ false, true }) do
+    local h = nan_model(fl):fit(X, Y, { epochs = 3, batch_size = 4, shuffle = false, verbose = 0 })
+    T.eq(#h.loss, 3)
+    for e = 1, 3 do T.ok(h.loss[e] ~= h.loss[e], ("from_logits=%s: epoch %d loss %s"):format(fl, e, show(h.loss[e]))) end
+  end
+end)
+
+T.test("TerminateOnNaN fires on a model whose predictions are NaN", function()
+  for _, fl in ipairs({ false, true }) do
+    local h = nan_model(fl):fit(X, Y, { epochs = 3, batch_size = 4, shuffle = false, verbose = 0,
+                                       callbacks = { callbacks.TerminateOnNaN() } })
+    T.eq(#h.loss, 1, "from_logits=" .. tostring(fl) .. ": epochs run")
+    T.ok(h.loss[1] ~= h.loss[1], "the recorded loss is NaN")
+    T.raises(function()
+      nan_model(fl):fit(X, Y, { epochs = 3, batch_size = 4, verbose = 0,
+                                callbacks = { callbacks.TerminateOnNaN{ raise_error = true } } })
+    end, "NaN or Inf loss encountered at batch 0. Loss value: nan")
+  end
+end)
+
+T.done()
