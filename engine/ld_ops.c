@@ -44,16 +44,34 @@ ld_dtype ld_ops_result_dtype(const ld_tensor *a, const ld_tensor *b) {
     return LD_F32;
 }
 
+/* A cast between float dtypes is differentiable: the gradient comes back in
+   the input's dtype, so an op's backward always sees float32 gradients (its
+   inputs are float32) and a half tensor's gradient is half, as in Keras. */
+static int bw_cast(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_dtype dt = n->in[0]->dtype;
+    gi[0] = g->dtype == dt ? ld_tensor_retain(g) : ld_cast(g, dt);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_cast_op(ld_tensor *t, ld_dtype dt) {
+    ld_tensor *c = ld_cast(t, dt);
+    if (c && ld_dtype_is_float(t->dtype) && ld_dtype_is_float(dt)) {
+        ld_tensor *in[1] = {t};
+        ld_record(c, "cast", bw_cast, 1, in);
+    }
+    return c;
+}
+
 ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt) {
     if (!out || dt == LD_F32) return out;
-    ld_tensor *c = ld_cast(out, dt);
+    ld_tensor *c = ld_cast_op(out, dt);
     ld_tensor_release(out);
     return c;
 }
 
-/* A float32 tensor for t: t itself retained, or a cast copy. */
+/* A float32 tensor for t: t itself retained, or a cast copy (recorded for a half t). */
 static ld_tensor *as_float(ld_tensor *t) {
-    return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast(t, LD_F32);
+    return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast_op(t, LD_F32);
 }
 
 static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
@@ -570,15 +588,32 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     return c;
 }
 
+static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb);
+/* a half product (gemm_half): its gradients from float32 copies of the
+   operands (g is float32: the result was), cast back to the half dtype */
 static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *a = nd->in[0], *b = nd->in[1];
+    /* skip the products nobody needs: the input gradient of a first layer */
+    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
+    if (a->dtype == LD_F32) return bw_matmul_f32(a, b, g, gi, na, nb);
+    ld_tensor *fa = ld_cast(a, LD_F32), *fb = fa ? ld_cast(b, LD_F32) : NULL;
+    ld_tensor *g32[2] = {NULL, NULL};
+    int st = fb ? bw_matmul_f32(fa, fb, g, g32, na, nb) : ld_error_status();
+    for (int i = 0; i < 2; i++) {
+        gi[i] = !st && g32[i] ? ld_cast(g32[i], a->dtype) : NULL;
+        if (!st && g32[i] && !gi[i]) st = ld_error_status();
+        ld_tensor_release(g32[i]);
+    }
+    ld_tensor_release(fa); ld_tensor_release(fb);
+    return st;
+}
+
+static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
     /* a may be [..., m, k] flattened to 2-d for the product */
     int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
     ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
     if (!a2 || !g2) { ld_tensor_release(a2); ld_tensor_release(g2); return ld_error_status(); }
-    /* skip the products nobody needs: the input gradient of a first layer */
-    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
     ld_tensor *ga2 = na ? mm2d(g2, b, 0, 1) : NULL;     /* g b^T */
     gi[1] = nb ? mm2d(a2, g2, 1, 0) : NULL;             /* a^T g */
     gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
@@ -619,7 +654,7 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
         ld_tensor_release(c);
         c = r;
     }
-    if (c && a->dtype == LD_F32) {   /* half products are not differentiated (yet): no half gradients */
+    if (c) {   /* recorded on its float32 result; a half product's gradients are half (bw_matmul) */
         ld_tensor *in[2] = {a, b};
         ld_record(c, "matmul", bw_matmul, 2, in);
     }

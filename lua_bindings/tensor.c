@@ -493,7 +493,7 @@ static int t_astype(lua_State *L) {
     ld_dtype dt;
     if (ld_dtype_from_name(luaL_checkstring(L, 2), &dt)) return lb_engine_error(L, 2);
     if (ld_cast_check(SELF, dt)) return lb_engine_error(L, 1);
-    lb_push_tensor(L, ld_cast(SELF, dt), 1);
+    lb_push_tensor(L, ld_cast_op(SELF, dt), 1);   /* differentiable between float dtypes */
     return 1;
 }
 static int t_float(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_F32), 1); return 1; }

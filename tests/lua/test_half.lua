@@ -165,6 +165,40 @@ T.test("model:save_weights{dtype=} writes a half checkpoint; load_weights reads 
   T.raises(function() m:save_weights(os.tmpname(), { dtype = "int32" }) end, "float32, float16 or bfloat16")
 end)
 
+-- Gradients: astype between float dtypes is recorded, and each op on half
+-- tensors is recorded on its float32 result, so a float32 variable's gradient
+-- through bfloat16/float16 ops is the float32 one up to the half rounding.
+T.test("gradients flow through astype and ops on half tensors (matmul, elementwise, softmax, sum)", function()
+  tensor.seed(3)
+  local w0, x0 = tensor.normal(6, 4), tensor.normal(5, 6)
+  local function grad(dt)
+    local w = tensor.Variable(w0)
+    local tape = autograd.GradientTape()
+    local y = tape:record(function()
+      local x, wc = x0:astype(dt), w:astype(dt)
+      local h = (x:matmul(wc) * 0.5):tanh()
+      return (h:softmax() * h):sum()
+    end)
+    T.eq(y.dtype, dt)
+    local g = tape:gradient(y, w)
+    return g, y
+  end
+  local g32 = grad("float32")
+  for dt, tol in pairs { float16 = 2e-3, bfloat16 = 2e-2 } do
+    local g = grad(dt)
+    T.eq(g.dtype, "float32", "a float32 variable's gradient stays float32")
+    T.ok(max_rel_diff(g, g32) <= tol, ("%s gradient against float32: %.3g above %g"):format(dt, max_rel_diff(g, g32), tol))
+    T.ok(max_rel_diff(g, g32) > 0, dt .. " gradient computed through the half path")
+  end
+  -- a half tensor's own gradient is half, as Keras's
+  local xh = tensor.new({ 1, 2, 3 }):astype("bfloat16")
+  local v = tensor.Variable(tensor.new({ 1, 2, 3 }))
+  local tape = autograd.GradientTape()
+  local y = tape:record(function() return (v:astype("bfloat16") * xh):sum() end)
+  local g = tape:gradient(y, v)
+  T.eq(max_rel_diff(g, tensor.new({ 1, 2, 3 })), 0)
+end)
+
 -- ---------------------------------------------------------------- item 4: bfloat16 products on the CPU
 -- A bfloat16 matmul runs on vdpbf16ps where the processor has AVX512_BF16
 -- (CPUID), float32 sums; LDIST_NO_AVX512_BF16=1 forces the plain path (the
