@@ -144,10 +144,20 @@ static inline void store_from_double(void *p, ld_dtype dt, int64_t i, double v) 
    common casts of ld_ops_half, without the per-element switch above. 0 when
    the pair is not one of these. */
 static int convert_row_half(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int64_t n, int64_t is) {
-    if (sdt == LD_F32 && ddt == LD_F16) { const float *s = src; uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_f16(s[j * is]); return 1; }
-    if (sdt == LD_F32 && ddt == LD_BF16) { const float *s = src; uint16_t *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_bf16(s[j * is]); return 1; }
-    if (sdt == LD_F16 && ddt == LD_F32) { const uint16_t *s = src; float *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_f16_to_f32(s[j * is]); return 1; }
-    if (sdt == LD_BF16 && ddt == LD_F32) { const uint16_t *s = src; float *d = dst; for (int64_t j = 0; j < n; j++) d[j] = ld_bf16_to_f32(s[j * is]); return 1; }
+    if (sdt == LD_F32 && ld_dtype_is_half(ddt)) {
+        const float *s = src;
+        uint16_t *d = dst;
+        if (ddt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_f16(s[j * is]);
+        else for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_bf16(s[j * is]);
+        return 1;
+    }
+    if (ddt == LD_F32 && ld_dtype_is_half(sdt)) {
+        const uint16_t *s = src;
+        float *d = dst;
+        if (sdt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f16_to_f32(s[j * is]);
+        else for (int64_t j = 0; j < n; j++) d[j] = ld_bf16_to_f32(s[j * is]);
+        return 1;
+    }
     return 0;
 }
 

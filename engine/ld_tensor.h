@@ -23,9 +23,9 @@
    compute in float32 (ld_half.h converts). */
 typedef enum { LD_F32 = 0, LD_I32, LD_I64, LD_U8, LD_F16, LD_BF16, LD_DTYPE_COUNT } ld_dtype;
 /* float32, float16 or bfloat16 */
-static inline int ld_dtype_is_float(ld_dtype dt) { return dt == 0 || dt == 4 || dt == 5; }
+static inline int ld_dtype_is_float(ld_dtype dt) { return dt == LD_F32 || dt == LD_F16 || dt == LD_BF16; }
 /* float16 or bfloat16 */
-static inline int ld_dtype_is_half(ld_dtype dt) { return dt == 4 || dt == 5; }
+static inline int ld_dtype_is_half(ld_dtype dt) { return dt == LD_F16 || dt == LD_BF16; }
 size_t ld_dtype_size(ld_dtype dt);          /* bytes per element */
 const char *ld_dtype_name(ld_dtype dt);     /* "float32", "int32", "int64", "uint8", "float16", "bfloat16" */
 int ld_dtype_from_name(const char *name, ld_dtype *out); /* LD_OK or LD_EARG */
