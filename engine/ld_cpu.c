@@ -103,8 +103,13 @@ static void cpu_sync(ld_device *d) {}
 
 #define PAR_MIN 32768   /* elements below which a loop stays on one thread */
 /* the same for strided copies and elementwise binaries: memory-bound, below
-   this a second thread's wake-up (futex, ~20 us) costs about what it saves */
-#define MEM_PAR_MIN 262144
+   this a second thread (its wake-up, or a wait for a core on a busy
+   machine) costs about what it saves. With 4 threads and more, on as many
+   cores, the parts run that many times faster and the limit is PAR_MIN: on
+   the 16-core Xeon a bias add over 256x512 stayed at 45-52 us whatever the
+   threads. */
+#define MEM_PAR_MIN_FEW 262144
+static int64_t mem_par_min(void) { return ld_cpu_threads() >= 4 && ld_cpu_cores() >= 4 ? PAR_MIN : MEM_PAR_MIN_FEW; }
 
 /* ================================================================ copies */
 static inline double load_as_double(const void *p, ld_dtype dt, int64_t i) {
@@ -218,7 +223,7 @@ static void cpu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *
     while (ndim > 1 && shape[0] == 1) { shape++; ss++; ndim--; }   /* split a real axis */
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
-    if (n < MEM_PAR_MIN || ndim < 2 || shape[0] < 2) { copy_strided_serial(dst, ddt, src, sdt, ndim, shape, ss); return; }
+    if (n < mem_par_min() || ndim < 2 || shape[0] < 2) { copy_strided_serial(dst, ddt, src, sdt, ndim, shape, ss); return; }
     cs_job j = {dst, ddt, src, sdt, ndim, shape, ss, n / shape[0]};
     parallel_run(cs_part, &j, shape[0] < 64 ? (int)shape[0] : 64);
 }
@@ -382,11 +387,10 @@ static void blas_load(void) {
     const char *user_core = getenv("OPENBLAS_CORETYPE"), *set_core = NULL;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!(user_core && *user_core) && !(getenv("LDIST_BLAS") && *getenv("LDIST_BLAS"))) {
-        __builtin_cpu_init();
-        int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                     __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-        int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        set_core = ld_blas_coretype_for(avx512, avx2, __builtin_cpu_is("amd"));
+        /* the instruction sets ldist's own kernels use (ld_cpu_isa.c), so that
+           LDIST_CPU_ISA=avx2 runs OpenBLAS's AVX2 kernels too */
+        int isa = ld_cpu_isa();
+        set_core = ld_blas_coretype_for(isa >= LD_ISA_AVX512, isa >= LD_ISA_AVX2, __builtin_cpu_is("amd"));
         if (set_core) setenv("OPENBLAS_CORETYPE", set_core, 1);
     }
 #endif
@@ -456,7 +460,7 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
        packing all of it for a few rows as OpenBLAS does on every call.
        LDIST_NO_SMALL_GEMM=1 turns it off, to compare (make bench). */
     sgemm_fn sgemm = blas_sgemm();   /* reads that setting too, once */
-    if (small_gemm && !ta && !tb && alpha == 1.0f && m <= 256 && n >= 256 && k >= 256 &&
+    if (small_gemm && !ta && !tb && alpha == 1.0f && ld_gemm_small_fits(m, n, k) &&
         ld_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
         return;
     if (!sgemm) {   /* cpu_gemm has reported it (ld_device_fault) */
@@ -717,7 +721,7 @@ static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a
                        const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
-    if (ndim == 0 || total < MEM_PAR_MIN || shape[0] < 2) { cpu_binary_serial(d, op, out, a, sa, b, sb, ndim, shape); return; }
+    if (ndim == 0 || total < mem_par_min() || shape[0] < 2) { cpu_binary_serial(d, op, out, a, sa, b, sb, ndim, shape); return; }
     bin_job j = {op, out, a, b, sa, sb, shape, ndim, total / shape[0]};
     parallel_run(bin_part, &j, 64);
 }
@@ -745,22 +749,46 @@ static void cpu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const fl
 
 typedef struct {
     int ta, tb; int64_t m, n, k; float alpha; const float *a; int64_t lda; const float *b; int64_t ldb;
-    float beta; float *c; int64_t ldc; int split_n;
+    float beta; float *c; int64_t ldc;
 } gemm_job;
+
+/* The parts of a product over np threads: a grid of pm row blocks x pn
+   column blocks (pm * pn = np). Each part packs (or reads) its rows of A and
+   its columns of B, so the grid that minimizes a part's products plus 16x
+   what it packs wins; a grid whose parts still qualify for the product
+   without packing (ld_gemm_small) is preferred when the whole does. Split
+   along one side only, 16 threads cut x@W1 (256x784x512) into 256x32
+   slices that each packed all of x (and lost the unpacked product), and
+   4 threads into 256x128 ones, 1.6x slower than 2 on the 16-core Xeon. */
+static void gemm_grid(const gemm_job *j, int np, int *pm, int *pn) {
+    int small = small_gemm && !j->ta && !j->tb && j->alpha == 1.0f && ld_gemm_small_fits(j->m, j->n, j->k);
+    double best = 0;
+    int best_small = 0;
+    *pm = np; *pn = 1;
+    for (int q = 1; q <= np; q++) {
+        if (np % q) continue;
+        int64_t lo, rows, cols;
+        range_of(j->m, 0, np / q, &lo, &rows);
+        range_of(j->n, 0, q, &lo, &cols);
+        int ok = small && ld_gemm_small_fits(rows, cols, j->k);
+        double cost = (double)rows * cols + 16.0 * (double)(rows + cols);
+        if ((ok && !best_small) || (ok == best_small && (best == 0 || cost < best))) {
+            best = cost; best_small = ok; *pm = np / q; *pn = q;
+        }
+    }
+}
 static void gemm_part(void *c, int p, int np) {
     gemm_job *j = c;
-    int64_t lo, hi;
-    if (j->split_n) {
-        range_of(j->n, p, np, &lo, &hi);
-        if (lo >= hi) return;
-        const float *b = j->tb ? j->b + lo * j->ldb : j->b + lo;
-        cpu_gemm_serial(NULL, j->ta, j->tb, j->m, hi - lo, j->k, j->alpha, j->a, j->lda, b, j->ldb, j->beta, j->c + lo, j->ldc);
-    } else {
-        range_of(j->m, p, np, &lo, &hi);
-        if (lo >= hi) return;
-        const float *a = j->ta ? j->a + lo : j->a + lo * j->lda;
-        cpu_gemm_serial(NULL, j->ta, j->tb, hi - lo, j->n, j->k, j->alpha, a, j->lda, j->b, j->ldb, j->beta, j->c + lo * j->ldc, j->ldc);
-    }
+    int pm, pn;
+    gemm_grid(j, np, &pm, &pn);
+    int64_t r0, r1, c0, c1;
+    range_of(j->m, p / pn, pm, &r0, &r1);
+    range_of(j->n, p % pn, pn, &c0, &c1);
+    if (r0 >= r1 || c0 >= c1) return;
+    const float *a = j->ta ? j->a + r0 : j->a + r0 * j->lda;
+    const float *b = j->tb ? j->b + c0 * j->ldb : j->b + c0;
+    cpu_gemm_serial(NULL, j->ta, j->tb, r1 - r0, c1 - c0, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta,
+                    j->c + r0 * j->ldc + c0, j->ldc);
 }
 static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -773,7 +801,7 @@ static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
         cpu_gemm_serial(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
-    gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n > m};
+    gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     parallel_run(gemm_part, &j, 64);
 }
 

@@ -36,9 +36,16 @@
  * Images are split over the CPU device's thread pool; each part keeps its
  * own dw and db, summed in part order at the end.
  *
- * The vectors are GCC's vector extensions: AVX-512 registers where the
- * build targets them (-march=native here), pairs of AVX2 ones elsewhere
- * (correct, with spills).
+ * The vectors are GCC's vector extensions of 16 floats: one AVX-512
+ * register each. Compiled for AVX2, GCC keeps such vectors in memory and the
+ * tiles run 30-60 times slower (83 against 5,347 samples/s for the bench
+ * CNN on one core, even with tiles sized for 16 registers), so on
+ * processors without AVX-512 the convolution takes the im2col + BLAS path
+ * (ld_ops.c). The file is compiled for the build's instruction set, and
+ * again by ld_cpu_conv_avx512.c where the build targets less (x86-64-v3:
+ * the GPU bundle, packages; LD_CONV_FN names that copy's entry points);
+ * cpu_conv2d and cpu_conv2d_backward, at the end, run that copy on
+ * processors with AVX-512 (ld_cpu_isa).
  *
  * The im2col + gemm lowering (ld_im2col, ld_linear) stays the path of other
  * backends and the reference the tests compare this one with
@@ -50,6 +57,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+#ifndef LD_CONV_FN   /* the build's own copy: its entry points are dispatched below */
+#define LD_CONV_FN(name) name##_build
+#define LD_CONV_LINKAGE static
+#define LD_CONV_DISPATCH
+#else
+#define LD_CONV_LINKAGE
+#endif
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4)));
@@ -431,8 +446,8 @@ static void pack_w(float *wpk, const float *w, int64_t k, int64_t f) {
             for (int64_t j = 0; j < CH && ch * CH + j < f; j++) wpk[(ch * k + r) * CH + j] = w[r * f + ch * CH + j];
 }
 
-void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
-                int relu) {
+LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,
+                                            const float *b, ld_conv_geom g, int relu) {
     geom G;
     if (g.n * g.oh * g.ow * g.f == 0 || (g.pkh > 0 && g.poh * g.pow == 0)) return;
     if (geom_init(&G, &g)) { ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory"); return; }
@@ -697,8 +712,9 @@ static void bwd_part(void *ctx, int part, int np) {
     free(gmb); free(out); free(xp); free(dxp); free(zeros); free(fo); free(gmp); free(dpo);
 }
 
-void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
-                         const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, float *dw, float *db, const float *dy,
+                                                     const float *y, const int32_t *arg, const float *x,
+                                                     const float *w, ld_conv_geom g, int relu) {
     geom G;
     if (geom_init(&G, &g)) { ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
     int64_t nfch = nchunks(g.f), ncch = nchunks(g.c), fp = nfch * CH;
@@ -752,3 +768,34 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
     }
     free(J); free(wt); free(G.toff);
 }
+
+#ifdef LD_CONV_DISPATCH
+/* ================================================================ dispatch
+ * The AVX-512 copy, where the build targets less. */
+#define CONV_PROTOS(sfx)                                                                                  \
+    void cpu_conv2d_##sfx(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,          \
+                          const float *b, ld_conv_geom g, int relu);                                     \
+    void cpu_conv2d_backward_##sfx(ld_device *d, float *dx, float *dw, float *db, const float *dy,       \
+                                   const float *y, const int32_t *arg, const float *x, const float *w,   \
+                                   ld_conv_geom g, int relu);
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX512F__)
+#define CONV_HAS_AVX512
+CONV_PROTOS(avx512)
+#endif
+
+void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
+                int relu) {
+#ifdef CONV_HAS_AVX512
+    if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_avx512(d, y, arg, x, w, b, g, relu); return; }
+#endif
+    cpu_conv2d_build(d, y, arg, x, w, b, g, relu);
+}
+
+void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
+                         const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+#ifdef CONV_HAS_AVX512
+    if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_backward_avx512(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
+#endif
+    cpu_conv2d_backward_build(d, dx, dw, db, dy, y, arg, x, w, g, relu);
+}
+#endif

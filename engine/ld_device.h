@@ -97,6 +97,12 @@ int ld_cpu_process_cores(int *ids, int max);
 void ld_cpu_local_process(int *rank, int *size);
 /* One line: the process's cores, how they were split, what is pinned. */
 const char *ld_cpu_split_describe(void);
+/* The instruction set of the CPU kernels with several versions (small
+   products, convolutions; ld_cpu_isa.c): the best this processor has, or
+   less if LDIST_CPU_ISA=avx2|generic says so. */
+enum { LD_ISA_GENERIC, LD_ISA_AVX2, LD_ISA_AVX512 };
+int ld_cpu_isa(void);
+const char *ld_cpu_isa_name(void);   /* "avx512", "avx2", "generic" */
 /* The BLAS library behind CPU products and its kernels ("OpenBLAS 0.3.21 ...;
    SkylakeX kernels (...)"), or why there is none; opens it if not yet open. */
 const char *ld_cpu_blas_describe(void);

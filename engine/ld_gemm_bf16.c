@@ -10,7 +10,8 @@
  * row blocks and runs every panel over each: the panel (k/2 * 128 bytes)
  * stays in L2, the block's rows of A in L1. The sums are float32, as on the GPU's
  * tensor cores with fp32 accumulation; only their order differs from sgemm.
- * Chosen at run time (CPUID), so one binary runs everywhere.
+ * Chosen at run time (CPUID), so one binary runs everywhere; off where
+ * LDIST_CPU_ISA asks for less than AVX-512 or LDIST_NO_AVX512_BF16=1.
  */
 #include "ld_gemm_bf16.h"
 #include "ld_cpu_internal.h"
@@ -73,7 +74,8 @@ static void part(void *ctx, int p, int np) {
 
 static int have_bf16(void) {
     static int have = -1;
-    if (have < 0) have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    /* an extension of AVX-512: off too when LDIST_CPU_ISA chose less (ld_cpu_isa.c) */
+    if (have < 0) have = ld_cpu_isa() == LD_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
     return have;
 }
 

@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 /* 1 when done; 0 when this processor lacks AVX512_BF16, when
-   LDIST_NO_AVX512_BF16=1 forces the plain path, or memory ran out: the
+   LDIST_NO_AVX512_BF16=1 forces the plain path (or LDIST_CPU_ISA a lesser
+   instruction set), or memory ran out: the
    caller then widens the operands to float32 (exact) and uses sgemm. */
 int ld_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc);

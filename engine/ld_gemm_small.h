@@ -6,4 +6,7 @@
 #include <stdint.h>
 int ld_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc);
+/* 1 when a product of this shape is worth doing here rather than in BLAS
+   (a few rows against a large B, on a processor with a version of it) */
+int ld_gemm_small_fits(int64_t m, int64_t n, int64_t k);
 #endif

@@ -802,11 +802,18 @@ ld_tensor *ld_log_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x,
    one node. On the CPU the direct kernels (ld_cpu_conv.c) do it whole:
    no im2col matrix, bias and relu fused forward, relu's mask and the bias
    gradient fused backward. Other backends (and the CPU when
-   LDIST_CONV_REFERENCE=1, which the tests compare against) lower it to
-   im2col -> the fused dense op -> reshape, differentiated op by op. */
+   LDIST_CONV_REFERENCE=1, which the tests compare against, or when an x86
+   processor lacks AVX-512: the direct kernels need its 32 registers, see
+   ld_cpu_conv.c) lower it to im2col -> the fused dense op -> reshape,
+   differentiated op by op. */
 static int conv_reference(void) {
     const char *e = getenv("LDIST_CONV_REFERENCE");
-    return e && *e && strcmp(e, "0") != 0;
+    if (e && *e && strcmp(e, "0") != 0) return 1;
+#if defined(__x86_64__)
+    return ld_cpu_isa() < LD_ISA_AVX512;
+#else
+    return 0;
+#endif
 }
 
 /* The geometry of conv(x, w) (and of the pooling after it when pk[0] > 0:

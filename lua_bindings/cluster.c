@@ -100,6 +100,9 @@ static int c_join(lua_State *L) {
     lua_getfield(L, 1, "data_plane");
     o.data_plane = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
     lua_pop(L, 1);
+    lua_getfield(L, 1, "quiet_loss");
+    o.quiet_loss = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     if (o.size > 1 && !o.leader) return luaL_argerror(L, 1, "leader address (host:port) required");
     lua_getfield(L, 1, "procs");
     ld_procs **pp = luaL_testudata(L, -1, PROCS_MT);

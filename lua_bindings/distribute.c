@@ -65,6 +65,8 @@ static int d_cpu_split(lua_State *L) {
     lua_setfield(L, -2, "local_size");
     lua_pushstring(L, ld_cpu_split_describe());
     lua_setfield(L, -2, "text");
+    lua_pushstring(L, ld_cpu_isa_name());
+    lua_setfield(L, -2, "isa");
     lua_pushstring(L, ld_cpu_blas_describe());
     lua_setfield(L, -2, "blas");
     lua_pushstring(L, ld_cpu_bf16_gemm_describe());

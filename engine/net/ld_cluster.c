@@ -200,6 +200,7 @@ ld_cluster *ld_cluster_join(const ld_cluster_opts *o) {
     c->rank = o->rank;
     c->size = o->size;
     c->data_plane = o->data_plane;
+    c->quiet_loss = o->quiet_loss;
     if (o->mpi) {
         /* MPI carries the collectives: its ranks must be the cluster's */
         int mr, ms;

@@ -67,6 +67,9 @@ typedef struct {
     double heartbeat;               /* seconds between heartbeats (default 0.25) */
     double heartbeat_timeout;       /* seconds of silence before a peer is lost (default min(timeout, 5)) */
     int data_plane;                 /* 1: form the ring for collectives; 0: control messages only */
+    int quiet_loss;                 /* 1: a peer whose connection closed (it died) is not logged: a
+                                       supervisor (ldist launch, a LocalCluster) that started the
+                                       processes reports the death once; silence (a hang) still is */
     int mpi;                        /* 1: collectives through MPI (ld_mpi_init first; MPI's ranks
                                        are the cluster's), no ring; data_plane is then ignored */
     size_t chunk_bytes;             /* ring chunk size (default 1 MiB; LDIST_RING_CHUNK overrides) */

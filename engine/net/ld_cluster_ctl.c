@@ -415,7 +415,7 @@ static void member_message(thr_state *s) {
                 cl_kv_get(body, blen, "reason", reason, sizeof reason))
                 cl_log("rejected a malformed FAILED notice from the leader");
             else if (r != c->rank) {
-                if (!strcmp(kind, "lost")) cl_log("the leader reports %s %s", c->peers[r].name, reason);
+                if (!strcmp(kind, "lost") && !c->quiet_loss) cl_log("the leader reports %s %s", c->peers[r].name, reason);
                 cl_set_state(c, (int)r, strcmp(kind, "lost") ? PEER_DONE : PEER_LOST, reason);
             }
         } else if (cl_frame_is(&f, 1, "BYE")) {
@@ -500,7 +500,7 @@ static void heartbeat(thr_state *s, double now) {
         if (p->state == PEER_JOINED && now - p->last_seen > c->hb_timeout) {
             char why[200];
             snprintf(why, sizeof why, "is lost: no heartbeat for %.1f s (killed, crashed or hung)", now - p->last_seen);
-            cl_log("%s %s", p->name, why);
+            cl_log("%s %s", p->name, why);   /* a hung process: no supervisor sees it, so even quiet_loss logs it */
             if (c->rank == 0) notice_failed(c, r, "lost", why);
             cl_set_state(c, r, PEER_LOST, why);
         }
@@ -525,7 +525,7 @@ static void monitor_event(thr_state *s) {
                     if (r == c->rank || p->state != PEER_JOINED) continue;
                     if (c->rank == 0 ? p->fd != fd || fd < 0 : r != 0) continue;
                     const char *why = "is lost: its connection closed (the process exited without leaving, or was killed)";
-                    cl_log("%s %s", p->name, why);
+                    if (!c->quiet_loss) cl_log("%s %s", p->name, why);
                     if (c->rank == 0) notice_failed(c, r, "lost", why);
                     cl_set_state(c, r, PEER_LOST, why);
                 }

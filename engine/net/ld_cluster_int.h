@@ -46,6 +46,7 @@ typedef struct {
 
 struct ld_cluster {
     int rank, size, data_plane;
+    int quiet_loss;                 /* ld_cluster_opts's: lost peers are not logged */
     int mpi;                        /* collectives through MPI (ld_mpi.c), not the ring */
     char kind[24];                  /* "worker" */
     double timeout, rdv_timeout, hb, hb_timeout;

@@ -226,6 +226,8 @@ int ld_launch_main(int argc, char **argv) {
         e[m++] = lr;
         e[m++] = size_env;
         if (timeout_env[0]) e[m++] = timeout_env;
+        /* this launcher reports a task's death once: the tasks' cluster layer keeps quiet about it */
+        e[m++] = "LDIST_SUPERVISED=1";
         e[m] = NULL;
         envs[q] = e;
         labels[q] = lab;

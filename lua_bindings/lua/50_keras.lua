@@ -778,15 +778,48 @@ end
 -- the error is one line (an object whose text is its message, so no
 -- traceback of fit's insides follows) saying what model.history holds.
 local INTERRUPT_MT = { __name = "ldist.Interrupted", __tostring = function(e) return e.message end }
+local function epochs_done(model)
+  local done = 0
+  for _, v in pairs(model.history and model.history.history or {}) do done = math.max(done, #v) end
+  return done
+end
 local function fit_interrupted(model, callbacks, epoch, epochs, step, total)
   for _, cb in ipairs(callbacks) do
     if type(cb) == "table" and type(cb.bar) == "table" and cb.bar.finish then pcall(cb.bar.finish, cb.bar) end
   end
-  local done = 0
-  for _, v in pairs(model.history and model.history.history or {}) do done = math.max(done, #v) end
+  local done = epochs_done(model)
   local msg = ("interrupted: fit stopped in epoch %d/%d at step %d%s; model.history holds the %d %s done"):format(
     epoch + 1, epochs, step, total and ("/" .. total) or "", done, done == 1 and "epoch" or "epochs")
   error(setmetatable({ message = msg }, INTERRUPT_MT), 0)
+end
+
+-- A worker of the job died (strategy:_lost_peer() names it): as Ctrl-C,
+-- one message (torchrun's failure summary: who, pid, the epoch and step)
+-- and model.history keeps the epochs done; it points to BackupAndRestore.
+-- The error is an object with the fields (lost, epoch, epochs, step, total),
+-- so a LocalCluster's coordinator can say where its chief stopped.
+local FIT_STOPPED_MT = { __name = "ldist.FitStopped", __tostring = function(e) return e.message end }
+function nn._fit_stopped(fields) return setmetatable(fields, FIT_STOPPED_MT) end
+function nn._is_fit_stopped(e) return getmetatable(e) == FIT_STOPPED_MT end
+function nn._backup_hint(callbacks)
+  for _, cb in ipairs(callbacks or {}) do
+    if getmetatable(cb) == ldist.callbacks._BackupAndRestore then
+      return ("BackupAndRestore keeps its checkpoint in %s: fit again with it, on a cluster whose workers all run, " ..
+        "and training resumes there."):format(cb.dir)
+    end
+  end
+  return "To resume after a failure instead of starting again, train with callbacks.BackupAndRestore{dir = ...}."
+end
+local function fit_lost_peer(model, callbacks, lost, epoch, epochs, step, total)
+  for _, cb in ipairs(callbacks) do
+    if type(cb) == "table" and type(cb.bar) == "table" and cb.bar.finish then pcall(cb.bar.finish, cb.bar) end
+  end
+  local done = epochs_done(model)
+  -- step: the steps done; the one that failed is the next
+  local msg = ("fit stopped: %s is lost, during step %d%s of epoch %d/%d; model.history holds the %d %s done.\n%s")
+    :format(lost, step + 1, total and ("/" .. total) or "", epoch + 1, epochs, done, done == 1 and "epoch" or "epochs",
+      nn._backup_hint(callbacks))
+  error(nn._fit_stopped({ message = msg, lost = lost, epoch = epoch, epochs = epochs, step = step + 1, total = total }), 0)
 end
 
 function Model:_fit_loop(x, y, opts, strategy)
@@ -891,6 +924,8 @@ function Model:_fit_loop(x, y, opts, strategy)
     if not ok then
       batches:close()
       if is_interrupt(err) then fit_interrupted(self, callbacks, epoch, epochs, step, total) end
+      local lost = strategy and strategy._lost_peer and strategy:_lost_peer()
+      if lost then fit_lost_peer(self, callbacks, lost, epoch, epochs, step, total) end
       error(err, 0)
     end
     local logs = epoch_logs(loss_m, outs, self._metrics)

@@ -182,10 +182,22 @@ local function prepare(desc, opts)
   table.sort(kind_list, function(a, b) return kind_of(a).order < kind_of(b).order end)
   local empty = t_lo == math.huge
   if empty then t_lo, t_hi = 0, 0 end
+  -- marks: moments drawn across the rows (a kill), on the clock of the spans
+  local marks = {}
+  if opts.marks ~= nil then
+    if type(opts.marks) ~= "table" then error("timeline: marks must be a list of {at = seconds, text = \"...\"}", 3) end
+    for i, mk in ipairs(opts.marks) do
+      if type(mk) ~= "table" or type(mk.at) ~= "number" then
+        error(("timeline: mark %d needs at = a time in seconds (ldist.clock())"):format(i), 3)
+      end
+      marks[#marks + 1] = { at = mk.at, text = tostring(mk.text or "") }
+      if not empty then t_lo, t_hi = math.min(t_lo, mk.at), math.max(t_hi, mk.at) end
+    end
+  end
   return { title = desc.title or "timeline", subtitle = desc.subtitle, rows = rows, steps = step_list, waits = waits,
     kinds = kind_list, notes = desc.notes or {}, t0 = t_lo, t1 = t_hi, empty = empty,
     waits_for = desc.waits_for, empty_text = desc.empty_text,
-    async = desc.async }
+    async = desc.async, marks = marks }
 end
 
 local function wait_text(m, w)
@@ -258,6 +270,14 @@ local function svg_panel(m, W, span, max_ann, LEFT)
   for r, row in ipairs(m.rows) do
     local y = top + (r - 1) * (ROW_H + ROW_GAP)
     add('<text x="10" y="%d" font-size="12">%s</text>', y + 16, esc(row.label))
+    -- the line above the row holds its step numbers and staleness marks: one
+    -- that would overlap another already there is left out (its hover keeps it)
+    local taken = {}
+    local function free_at(x0, x1)
+      for _, iv in ipairs(taken) do if x0 < iv[2] and x1 > iv[1] then return false end end
+      taken[#taken + 1] = { x0, x1 }
+      return true
+    end
     if m.async then   -- where each of this row's steps begins
       local seen, last_x = {}, -math.huge
       for _, s in ipairs(row.spans) do
@@ -265,7 +285,7 @@ local function svg_panel(m, W, span, max_ann, LEFT)
           seen[s.step] = true
           local x = X(s.t0)
           add('<line class="step-boundary" x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#555"/>', x, y - 3, x, y + ROW_H)
-          if x - last_x > #tostring(s.step) * 6 + 4 then
+          if x - last_x > #tostring(s.step) * 6 + 4 and free_at(x, x + #tostring(s.step) * 6 + 2) then
             add('<text class="step-label" x="%.2f" y="%d" font-size="9" fill="#333">%d</text>', x + 1, y - 1, s.step)
             last_x = x
           end
@@ -282,10 +302,17 @@ local function svg_panel(m, W, span, max_ann, LEFT)
       if s.note then tip[#tip + 1] = s.note end
       add('<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s"><title>%s</title></rect>', x, y + 2, w, ROW_H - 4,
         k.color, esc(table.concat(tip, "\n")))
-      if s.mark then   -- a staleness mark above a push
+      if s.mark and free_at(x + w / 2 - #s.mark * 3 - 1, x + w / 2 + #s.mark * 3 + 1) then   -- a staleness mark above a push
         add('<text x="%.2f" y="%d" font-size="9" fill="#b00" text-anchor="middle">%s</text>', x + w / 2, y - 1, esc(s.mark))
       end
     end
+  end
+  -- marks: a red line across the rows at that moment, its text beside it
+  for _, mk in ipairs(m.marks) do
+    local x = X(mk.at)
+    add('<line class="mark" x1="%.2f" y1="%d" x2="%.2f" y2="%d" stroke="#d00" stroke-width="2"/>', x, top - 12, x, bottom)
+    add('<text class="mark" x="%.2f" y="%d" font-size="11" font-weight="bold" fill="#d00"%s>%s</text>', x + (x > LEFT + plot_w * 0.7 and -4 or 4),
+      top - 14, x > LEFT + plot_w * 0.7 and ' text-anchor="end"' or "", esc(mk.text))
   end
   -- waits: numbered markers, listed below the axis
   local shown = {}
@@ -334,14 +361,24 @@ local function svg_panel(m, W, span, max_ann, LEFT)
   return out, y + 14
 end
 
+-- the time each panel shows across its width: its own (a comparison of a
+-- 7 ms synchronous run and a 23 ms asynchronous one shows each run's steps
+-- across the whole width), or the longest (opts.scale = "shared": one scale,
+-- to compare the durations themselves)
+local function panel_spans(models, opts)
+  local longest, out = 0, {}
+  for _, m in ipairs(models) do longest = math.max(longest, m.t1 - m.t0) end
+  for _, m in ipairs(models) do out[m] = opts.scale == "shared" and longest or (m.t1 - m.t0) end
+  return out
+end
+
 -- width = n: pixels of the picture, or, below TEXT_MAX_WIDTH, the columns
 -- of the text (a terminal's `width = 80`; no picture is drawn that narrow)
 local TEXT_MAX_WIDTH = 400
 local function svg_of(models, opts)
   opts = opts or {}
   local W = (opts.width and opts.width >= TEXT_MAX_WIDTH) and opts.width or 960
-  local span = 0
-  for _, m in ipairs(models) do span = math.max(span, m.t1 - m.t0) end
+  local span = panel_spans(models, opts)
   local parts, H = {}, 0
   local label_w = 10
   for _, m in ipairs(models) do
@@ -349,7 +386,7 @@ local function svg_of(models, opts)
   end
   local left = math.max(120, math.floor(20 + 6.8 * label_w))
   for _, m in ipairs(models) do
-    local lines, h = svg_panel(m, W, span, opts.annotations or 5, left)
+    local lines, h = svg_panel(m, W, span[m], opts.annotations or 5, left)
     parts[#parts + 1] = ('<g transform="translate(0,%d)">'):format(H)
     parts[#parts + 1] = table.concat(lines, "\n")
     parts[#parts + 1] = "</g>"
@@ -438,18 +475,18 @@ local function text_panel(m, width, columns, span, max_ann)
   end
   out[#out + 1] = cur
   for _, line in ipairs(m.notes) do out[#out + 1] = "note: " .. line end
+  for _, mk in ipairs(m.marks) do out[#out + 1] = ("mark: %s at %s"):format(mk.text, dur(mk.at - m.t0)) end
   for i = 1, math.min(#m.waits, max_ann) do out[#out + 1] = "wait: " .. wait_text(m, m.waits[i]) end
   return out
 end
 
 local function text_of(models, opts, width)
   opts = opts or {}
-  local span = 0
-  for _, m in ipairs(models) do span = math.max(span, m.t1 - m.t0) end
+  local span = panel_spans(models, opts)
   local lines = {}
   for i, m in ipairs(models) do
     if i > 1 then lines[#lines + 1] = "" end
-    for _, l in ipairs(text_panel(m, width, opts.columns, span, opts.annotations or 5)) do lines[#lines + 1] = l end
+    for _, l in ipairs(text_panel(m, width, opts.columns, span[m], opts.annotations or 5)) do lines[#lines + 1] = l end
   end
   -- titles, notes and waits wrap at words; the chart's lines already fit
   return ldist.wrap(table.concat(lines, "\n"), width)
@@ -503,12 +540,16 @@ Timeline.__mimebundle = function(self)
 end
 
 -- distribute.compare_timelines{a, b, ...} (Timelines, or strategies that
--- traced) -> one Timeline: each drawn above the next, on one time scale
+-- traced) -> one Timeline: each drawn above the next, each across the whole
+-- width on its own time axis ({scale = "shared"}: one time scale for all)
 function distribute.compare_timelines(list, opts)
   if type(list) ~= "table" or #list == 0 then
     error("bad argument #1 to 'compare_timelines' (a list of timelines or strategies expected)", 2)
   end
   opts = opts or {}
+  if opts.scale ~= nil and opts.scale ~= "own" and opts.scale ~= "shared" then
+    error("bad option 'scale' to 'compare_timelines' (\"own\" or \"shared\" expected)", 2)
+  end
   local models = {}
   for i, t in ipairs(list) do
     if getmetatable(t) ~= Timeline then
@@ -582,8 +623,10 @@ ldist.document(Timeline, { "Timeline", "ldist.Timeline" },
   "worker or ps task; a time axis; step boundaries and numbers; phases in colours with a legend;\n" ..
   "waits marked and explained (\"replica 0 waits 0.8 ms for replica 1\"); hover a span for its name,\n" ..
   "row, start, duration and bytes. t:svg(), t:text() (the terminal chart), t:save(\"t.svg\"),\n" ..
-  "t:waits(). Shown inline in a notebook. steps = {10, 12} zooms to steps 10..12.")
+  "t:waits(). Shown inline in a notebook. steps = {10, 12} zooms to steps 10..12;\n" ..
+  "marks = {{at = ldist.clock() value, text = \"kill -9 worker 1\"}} draws a moment across the rows.")
 ldist.document(distribute.compare_timelines, "distribute.compare_timelines",
   "distribute.compare_timelines{sync_timeline, async_timeline, ...}  (or traced strategies)\n\n" ..
-  "One picture: each timeline above the next, on one time scale (a synchronous and an\n" ..
-  "asynchronous run side by side). Options: {steps = {a, b}, save = \"c.svg\", width = 960}.")
+  "One picture: each timeline above the next (a synchronous and an asynchronous run side by\n" ..
+  "side), each across the whole width on its own time axis. Options: {steps = {a, b},\n" ..
+  "save = \"c.svg\", width = 960, scale = \"shared\" (one time axis for all: the durations compared)}.")

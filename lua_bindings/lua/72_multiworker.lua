@@ -66,7 +66,9 @@ function distribute.MultiWorkerMirroredStrategy(opts)
   local c
   ok, c = pcall(C.join, { rank = spec.rank, size = spec.size, leader = spec.leader, listen = spec.listen,
     secret = secret, timeout = timeout, rendezvous_timeout = opts.rendezvous_timeout, heartbeat = opts.heartbeat,
-    heartbeat_timeout = opts.heartbeat_timeout, name = "worker", mpi = comm == "mpi" })
+    heartbeat_timeout = opts.heartbeat_timeout, name = "worker", mpi = comm == "mpi",
+    -- started by ldist launch or a LocalCluster, which report a lost process once themselves
+    quiet_loss = env("LDIST_SUPERVISED") == "1" })
   if not ok then error("MultiWorkerMirroredStrategy: " .. tostring(c), 2) end
   local s = setmetatable({ kind = "MultiWorkerMirroredStrategy", devices = { device }, num_replicas_in_sync = spec.size,
     extended = { should_checkpoint = spec.rank == 0, should_save_summary = spec.rank == 0,
@@ -93,6 +95,26 @@ MW.__close = MW.shutdown
 MW.__gc = MW.shutdown
 
 function MW:is_chief() return self._rank == 0 end
+-- fit calls it as each epoch begins (the protocol's fit begin)
+function MW:_fit_begin() self._epoch_first = true end
+
+-- "worker 1 (pid 4242)" when a process of this job is lost (a collective
+-- failed because it died), else nil: model:fit's message (50_keras.lua)
+function MW:_lost_peer()
+  if self._size <= 1 or pcall(self._c.check, self._c) then return nil end
+  -- the cluster failed; which peer is lost may reach this rank a moment
+  -- later (the leader's notice, when the ring broke elsewhere)
+  local t0 = ldist.clock()
+  repeat
+    for r = 0, self._size - 1 do
+      if r ~= self._rank and self._c:peer_state(r) == "lost" then
+        return ("worker %d (pid %d)"):format(r, self._c:peer_pid(r)), r
+      end
+    end
+    ldist._cluster.sleep(0.02)
+  until ldist.clock() - t0 > 2
+  return nil
+end
 
 -- after an error in a replica function this worker takes part in no more
 -- collectives (fail-stop)
@@ -468,7 +490,12 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
     local function mine(t) return t:slice(0, lo, hi) end
     xl, yl, wl, gb = nest.map(x, mine), nest.map(y, mine), nest.map(w, mine), rows
   end
-  self._last_batch, self._last = gb, setmetatable({ model = model }, { __mode = "v" })
+  -- explain() narrates a step of the full global batch: an epoch's first
+  -- step sets it, a last partial one does not shrink it
+  if self._epoch_first or gb > (self._last_batch or 0) or not (self._last and self._last.model == model) then
+    self._last_batch, self._epoch_first = gb, false
+  end
+  self._last = setmetatable({ model = model }, { __mode = "v" })
   if self._tracing then self:_trace_step(); self._paths.fit = true end
   D.step_begin(1)
   D.set_replica(0, n, gb, self.devices[1], lo or (loc and loc.offset) or 0)

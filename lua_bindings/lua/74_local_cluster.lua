@@ -62,7 +62,7 @@ function distribute.LocalCluster(opts)
       "LDIST_SECRET=" .. secret, "LDIST_COORDINATOR=" .. host .. ":" .. cport,
       "LDIST_COORDINATOR_RANK=" .. (i + 1), "LDIST_COORDINATOR_SIZE=" .. (n + 1),
       threads and "LDIST_NUM_THREADS=" .. threads or "LDIST_LOCAL_SIZE=" .. n, "LDIST_TIMEOUT=" .. timeout,
-      "LDIST_LOCAL_RANK=" .. i,
+      "LDIST_LOCAL_RANK=" .. i, "LDIST_SUPERVISED=1",
       "LUA_CPATH_5_4=" .. package.cpath, "LUA_PATH_5_4=" .. package.path,
     }
   end
@@ -74,7 +74,7 @@ function distribute.LocalCluster(opts)
   for i = 0, n - 1 do self.pids[i + 1] = procs:pid(i) end
   local ok, ctl = pcall(C.join, { rank = 0, size = n + 1, leader = host .. ":" .. cport, secret = secret,
     data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = opts.start_timeout or 60,
-    procs = procs })
+    procs = procs, quiet_loss = true })   -- a worker's death: forward_output reports it, once
   if not ok then
     forward_output(self, 0.2)
     self._closing = true
@@ -147,7 +147,20 @@ function LocalCluster:_run_job(job, on_progress)
         end
       end
       forward_output(self, 0)
-      if self._broken then error("LocalCluster: " .. self._broken .. " during the job", 0) end
+      if self._broken then
+        -- the survivors' jobs fail at their next collective: their replies
+        -- say where they stopped (fit's step and epoch)
+        local t0 = ldist.clock()
+        while got < self:alive() and ldist.clock() - t0 < 5 do
+          local f, t, b = self._ctl:recv(0.05)
+          if f and t == "reply" and not replies[f] then
+            local okm, msg = pcall(C.unpack, b)
+            if okm and type(msg) == "table" and msg.id == job.id then replies[f] = msg; got = got + 1 end
+          end
+        end
+        self._failed_replies = replies
+        error("LocalCluster: " .. self._broken .. " during the job", 0)
+      end
     end
   end)
   if not ok then
@@ -220,6 +233,36 @@ local function shippable_callbacks(list)
   return remote, here
 end
 
+-- A worker died during fit: the session's model takes the chief's weights
+-- and optimizer state at the end of the last epoch done (the chief sent
+-- them then), model.history keeps those epochs, and one message says who
+-- died, how, where the chief was, what the model holds and how to resume.
+local function worker_lost(lc, model, opts, params, hist, done, snap, at)
+  local chief = lc._failed_replies and lc._failed_replies[1]
+  local where = chief and chief.stopped
+  if where then at = where else
+    -- the chief is the one that died, or it stopped elsewhere: its last report
+    for _, r in pairs(lc._failed_replies or {}) do if r.stopped then at = r.stopped; break end end
+  end
+  local total = at.total or params.steps
+  local step = ("step %d%s of epoch %d/%d"):format(math.max(at.step or 0, 1), total and ("/" .. total) or "",
+    (at.epoch or 0) + 1, params.epochs)
+  local kept
+  if snap then
+    for i, v in ipairs(model.weights) do v:assign(snap.weights[i]) end
+    ldist.optim._set_state(model._optimizer, model.trainable_variables, snap.optimizer_state)
+    kept = ("The model has worker 0's weights and optimizer state from the end of epoch %d, and model.history its %d %s.")
+      :format(snap.epoch + 1, #done, #done == 1 and "epoch" or "epochs")
+  else
+    kept = "No epoch was completed: the model keeps its weights from before fit, and model.history is empty."
+  end
+  model.history = ldist.callbacks._History._of(hist, params, done)
+  local msg = ("fit stopped: %s, during %s.\n%s\n%s This LocalCluster is broken: shut it down (cluster:shutdown()) and start a new one.")
+    :format(lc._broken, step, kept, nn._backup_hint(opts.callbacks))
+  error(nn._fit_stopped({ message = msg, lost = lc._broken, epoch = at.epoch, epochs = params.epochs, step = at.step,
+    total = total }), 0)
+end
+
 -- model:fit on a LocalCluster: the workers rebuild the model (with its
 -- weights), the optimizer (with its state), the loss, the metrics and the
 -- dataset, train under MultiWorkerMirroredStrategy, and worker 0 sends back
@@ -255,17 +298,25 @@ function Remote:_fit(model, x, y, opts)
   }
   local verbose = opts.verbose == nil and 1 or opts.verbose
   local bar
+  -- what a failure leaves: the history of the epochs done, the chief's
+  -- weights at the last one's end, the epoch and step it was in
+  local hist, done, snap, at = {}, {}, nil, { epoch = spec.fit.initial_epoch or 0, step = 0 }
   for _, cb in ipairs(local_cbs) do if cb.on_train_begin then cb:on_train_begin(model) end end
   local function on_progress(m)
     if m.kind == "epoch_begin" then
+      at.epoch, at.step, at.total = m.epoch, 0, m.total
       for _, cb in ipairs(local_cbs) do if cb.on_epoch_begin then cb:on_epoch_begin(m.epoch, model) end end
       if verbose ~= 0 and ldist.progress then
         bar = ldist.progress.new { total = m.total and m.total > 0 and m.total or nil,
           title = ("Epoch %d/%d"):format(m.epoch + 1, spec.fit.epochs) }   -- callbacks count from 0
       end
     elseif m.kind == "batch" then
+      at.step = m.step
       if bar then bar:update(m.step, m.logs) end
     elseif m.kind == "epoch_end" then
+      snap = { epoch = m.epoch, weights = m.weights, optimizer_state = m.optimizer_state }
+      for k, v in pairs(m.logs or {}) do hist[k] = hist[k] or {}; table.insert(hist[k], v) end
+      done[#done + 1] = m.epoch
       if bar then
         if m.steps then bar:update(m.steps, m.logs) end
         bar:finish(m.logs)
@@ -274,7 +325,14 @@ function Remote:_fit(model, x, y, opts)
       for _, cb in ipairs(local_cbs) do if cb.on_epoch_end then cb:on_epoch_end(m.epoch, m.logs, model) end end
     end
   end
-  local results = lc:_run_job({ op = "fit", spec = spec }, on_progress)
+  local params = { epochs = spec.fit.epochs, steps = opts.steps_per_epoch
+    or (ds.cardinality and ds:cardinality() >= 0 and ds:cardinality()) or nil, verbose = verbose }
+  local ok, results = pcall(lc._run_job, lc, { op = "fit", spec = spec }, on_progress)
+  if not ok then
+    if bar then pcall(bar.finish, bar) end
+    if not lc._broken then error(results, 0) end
+    worker_lost(lc, model, opts, params, hist, done, snap, at)
+  end
   local r0 = results[1]
   for i, v in ipairs(model.weights) do v:assign(r0.weights[i]) end   -- BatchNormalization's statistics too
   ldist.optim._set_state(model._optimizer, vars, r0.optimizer_state)
@@ -282,8 +340,7 @@ function Remote:_fit(model, x, y, opts)
   if r0.rng then tensor.set_rng_state(r0.rng) end
   for _, cb in ipairs(local_cbs) do if cb.on_train_end then cb:on_train_end(model) end end
   -- the workers' History, as one here (Keras's object: history, epoch, params)
-  model.history = ldist.callbacks._History._of(r0.history, { epochs = spec.fit.epochs, steps = opts.steps_per_epoch
-    or (ds.cardinality and ds:cardinality() >= 0 and ds:cardinality()) or nil, verbose = verbose }, r0.epoch)
+  model.history = ldist.callbacks._History._of(r0.history, params, r0.epoch)
   self._last_batch, self._last = r0.batch, setmetatable({ model = model }, { __mode = "v" })
   if r0.trace then   -- the spans of this fit, after those of earlier fits of the same trace
     local g = self._gathered
@@ -339,7 +396,14 @@ local function progress_callback(ctl, id, total)
     local now = ldist.clock()
     if now - last > 0.2 then last = now; send({ kind = "batch", step = step, logs = { loss = sum / count } }) end
   end
-  function cb:on_epoch_end(epoch, logs) send({ kind = "epoch_end", epoch = epoch, logs = logs, steps = count }) end
+  -- with the chief's weights and optimizer state: what the session's model
+  -- takes back if a worker dies in a later epoch
+  function cb:on_epoch_end(epoch, logs, model)
+    local w = {}
+    for i, v in ipairs(model.weights) do w[i] = v:cpu() end
+    send({ kind = "epoch_end", epoch = epoch, logs = logs, steps = count, weights = w,
+      optimizer_state = ldist.optim._state(model._optimizer, model.trainable_variables) })
+  end
   return cb
 end
 
@@ -410,7 +474,7 @@ function distribute._serve()
     error("ldist.distribute._serve() is the main loop of a LocalCluster worker; LocalCluster starts it", 0)
   end
   local ctl = C.join { rank = rank, size = size, leader = env("LDIST_COORDINATOR"), secret = net.read_secret(size),
-    data_plane = false, name = "process", timeout = tonumber(env("LDIST_TIMEOUT") or "") or 30 }
+    data_plane = false, name = "process", timeout = tonumber(env("LDIST_TIMEOUT") or "") or 30, quiet_loss = true }
   local state = {}
   while true do
     local ok, from, ty, body = pcall(ctl.recv, ctl, 1.0)
@@ -428,8 +492,12 @@ function distribute._serve()
         reply = { id = -1, ok = false, error = "malformed job: " .. tostring(job) }
       else
         if job.reset and state.strategy then state.strategy:shutdown(); state.strategy = nil end
-        local okj, res = xpcall(run_job, function(e) return debug.traceback(tostring(e), 2) end, state, job, ctl)
-        reply = { id = job.id, ok = okj, result = okj and res or nil, error = (not okj) and tostring(res) or nil }
+        local okj, res = xpcall(run_job, function(e)
+          if nn._is_fit_stopped(e) then return e end   -- a lost worker: its fields say where fit stopped
+          return debug.traceback(tostring(e), 2)
+        end, state, job, ctl)
+        reply = { id = job.id, ok = okj, result = okj and res or nil, error = (not okj) and tostring(res) or nil,
+          stopped = not okj and nn._is_fit_stopped(res) and { epoch = res.epoch, step = res.step, total = res.total } or nil }
         if not okj and state.strategy and (state.strategy._broken or not pcall(state.strategy._c.check, state.strategy._c)) then
           -- this worker can no longer take part: rejoin at the next job (the
           -- coordinator tells the others to as well)

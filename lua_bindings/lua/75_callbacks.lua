@@ -651,6 +651,7 @@ if not callbacks or not C or not lio then return end
 local BR = { __name = "ldist.callbacks.BackupAndRestore" }
 BR.__index = BR
 BR.__tostring = function(b) return ("<BackupAndRestore in %s, every %s>"):format(b.dir, tostring(b.save_freq)) end
+callbacks._BackupAndRestore = BR   -- fit's message after a lost worker names its folder
 
 -- callbacks.BackupAndRestore{dir=, save_freq="epoch"|N, delete_checkpoint=true, verbose=true}
 function callbacks.BackupAndRestore(opts)

@@ -567,7 +567,18 @@ function W:_push_pull(push_reqs)
   return acks
 end
 
+-- Traced (self.spans), pull and push record their own spans, whoever calls
+-- them: model:fit's step (train_step) and a step written by hand alike; the
+-- compute between them is push's to record (see push_spans).
+local function read_versions_note(self)
+  local l = {}
+  for p, v in pairs(self.read_versions or {}) do l[#l + 1] = ("ps %d: %d"):format(p - 1, v) end
+  table.sort(l)
+  return ("read version %s"):format(table.concat(l, ", "))
+end
+
 function W:pull()
+  local t0 = self.spans and ldist.clock()
   local pf = self._prefetched
   self._prefetched = nil
   local got
@@ -583,9 +594,28 @@ function W:pull()
       if sh.whole then v:assign(got[p].values[i]) else v:slice(0, sh.lo, sh.hi):assign(got[p].values[i]) end
     end
   end
+  if t0 then
+    local t1 = ldist.clock()
+    self.spans[#self.spans + 1] = { "pull", t0, t1, self.task or 0, bytes = self.pulled_bytes, note = read_versions_note(self) }
+    self._pulled_at = t1
+  end
+end
+
+-- the spans of the work between the pull and the push (t0..t1): forward and
+-- backward as the engine recorded them (model:fit's step), else one
+-- "compute" span (a hand-written step: its phases are not told apart)
+local function compute_spans(self, t0, t1)
+  local tr, any = self.spans, false
+  for _, s in ipairs(D.trace_take("cpu:0")) do
+    if s[1] == "forward" or s[1] == "backward" then tr[#tr + 1] = s; any = true end
+  end
+  if not any and t0 and t1 > t0 then tr[#tr + 1] = { "compute", t0, t1, self.task or 0 } end
 end
 
 function W:push(grads, task)
+  local t0 = self.spans and ldist.clock()
+  if t0 then compute_spans(self, self._pulled_at, t0); self._pulled_at = nil end
+  local bytes0 = self.pushed_bytes or 0
   local reqs = {}
   for p, list in pairs(self.by_ps) do
     local names, gs = {}, {}
@@ -609,6 +639,12 @@ function W:push(grads, task)
     end
   end
   self.staleness, self.version_read, self.version_updated = worst, read, upd
+  if t0 then
+    self.spans[#self.spans + 1] = { "push", t0, ldist.clock(), task or self.task or 0, bytes = self.pushed_bytes - bytes0,
+      staleness = worst, mark = worst and worst > 0 and ("s" .. worst) or nil,
+      note = worst and ("read version %d, updated version %d: staleness %d (updates by others in between)"):format(
+        read, upd, worst) or nil }
+  end
   return worst
 end
 
@@ -617,30 +653,15 @@ end
 -- with_pred the labels and the predictions (for its metrics)
 function W:train_step(it, fit, with_pred)
   local tr = self.spans
-  local step = self.task or 0
-  if tr then D.trace_step(step) end
   local t0 = tr and ldist.clock()
   local b = type(it) == "function" and it() or it
-  local t1 = tr and ldist.clock()
+  if tr then tr[#tr + 1] = { "input", t0, ldist.clock(), self.task or 0 } end
   local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
   x, y = self.model:_batch_in_order(x, y, "fit")   -- lists, for a model of several inputs or outputs
-  self:pull()
-  local t2 = tr and ldist.clock()
+  self:pull()                        -- pull and push record their spans (and the forward, backward between)
   local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)   -- forward, backward: recorded on cpu:0
-  local t3 = tr and ldist.clock()
   self.pushed_bytes = 0
   self:push(grads)
-  if tr then
-    local t4 = ldist.clock()
-    tr[#tr + 1] = { "input", t0, t1, step }
-    tr[#tr + 1] = { "pull", t1, t2, step, bytes = self.pulled_bytes, note = ("read version %s"):format(
-      table.concat((function() local l = {}; for p, v in pairs(self.read_versions or {}) do l[#l + 1] = ("ps %d: %d"):format(p - 1, v) end; return l end)(), ", ")) }
-    local st = self.staleness
-    tr[#tr + 1] = { "push", t3, t4, step, bytes = self.pushed_bytes, staleness = st,
-      note = st and ("read version %d, updated version %d: staleness %d (updates by others in between)"):format(
-        self.version_read, self.version_updated, st) or nil, mark = st and st > 0 and ("s" .. st) or nil }
-    for _, s in ipairs(D.trace_take("cpu:0")) do tr[#tr + 1] = s end   -- forward, backward (between t2 and t3)
-  end
   if not fit then return lv:item() end
   local nest = ldist._nest
   local rows = nest.rows(x)
@@ -726,6 +747,9 @@ local function worker_serve(me, main, ps, timeout)
               self.spans[#self.spans + 1] = { "wait", self.idle_since, ldist.clock(), 0, note = "(idle: no task from the coordinator)" }
             end
             self.task = m.task
+            -- the engine's spans of this task (forward, backward) carry its number
+            if self.spans then D.trace_step(m.task or 0); D.trace_take("cpu:0") end
+            self._pulled_at = nil
             local fn = fns[m.fn]
             if not fn then fn = assert(load(m.fn, "=scheduled function", "b")); fns[m.fn] = fn end
             local args = m.args or {}
@@ -754,20 +778,22 @@ end
 local function join_as(role, me, cfg)
   io.stdout:setvbuf("line")
   local secret, timeout = cfg.secret, cfg.timeout
+  -- started by a LocalCluster, which reports a lost process once itself
+  local quiet = env("LDIST_SUPERVISED") == "1"
   if role == "ps" then
     local ctl = C.join { rank = 0, size = cfg.workers + 2, leader = cfg.ps_addrs[me + 1], secret = secret,
-      data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+      data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
     local ok, err = pcall(ps_serve, me, ctl, cfg.workers)
     if not ok then io.stderr:write("ldist ps: " .. tostring(err) .. "\n") end
     ctl:close()
     return
   end
   local main = C.join { rank = me + 1, size = cfg.workers + 1, leader = cfg.main, secret = secret,
-    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   local ps = {}
   for p, addr in ipairs(cfg.ps_addrs) do
     ps[p] = C.join { rank = me + 2, size = cfg.workers + 2, leader = addr, secret = secret, data_plane = false,
-      name = "process", timeout = timeout, rendezvous_timeout = 120 }
+      name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   end
   worker_serve(me, main, ps, timeout)
   if worker_ctx then
@@ -797,12 +823,14 @@ local describe_exit = net.describe_exit
 
 -- the coordinator's end: join the main cluster (leading it) and every ps cluster
 local function coordinator_join(self, secret, timeout)
+  -- a LocalCluster's coordinator reports a lost worker once itself (82_parameter_server.lua)
+  local quiet = self._local
   self._main = C.join { rank = 0, size = self.workers + 1, leader = self._main_addr, secret = secret,
-    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120 }
+    data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   self._ps = {}
   for p, addr in ipairs(self.ps_addresses) do
     self._ps[p] = C.join { rank = 1, size = self.workers + 2, leader = addr, secret = secret, data_plane = false,
-      name = "process", timeout = timeout, rendezvous_timeout = 120 }
+      name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
   end
 end
 
@@ -821,7 +849,7 @@ local function start_local(opts)
   local function mk(role, idx)
     return { "LDIST_PS_ROLE=" .. role, "LDIST_PS_INDEX=" .. idx, "LDIST_SECRET=" .. secret,
       "LDIST_PS_MAIN=" .. main, "LDIST_PS_ADDRS=" .. table.concat(ps_addrs, ","), "LDIST_PS_WORKERS=" .. nw,
-      "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "TF_CONFIG=",
+      "LDIST_NUM_THREADS=" .. threads, "LDIST_TIMEOUT=" .. timeout, "TF_CONFIG=", "LDIST_SUPERVISED=1",
       "LUA_CPATH_5_4=" .. package.cpath, "LUA_PATH_5_4=" .. package.path }
   end
   for i = 0, nw - 1 do envs[#envs + 1] = mk("worker", i) end

@@ -248,7 +248,7 @@ function distribute.ClusterCoordinator(strategy, opts)
   opts = opts or {}
   local self = setmetatable({ strategy = strategy, cluster = strategy._cl, max_staleness = opts.max_staleness,
     _queue = { first = 1, last = 0 }, _busy = {}, _tasks = {}, _next = 0, _ds = 0, _datasets = {}, scheduled = 0, completed = 0,
-    rescheduled = 0, failed = 0, tasks_linked = 0, replies_linked = 0 }, Coord)
+    rescheduled = 0, failed = 0, tasks_linked = 0, replies_linked = 0, _reported = {} }, Coord)
   strategy._coordinator = self
   return self
 end
@@ -387,6 +387,26 @@ end
 -- (the processes' output and exits are looked at every few milliseconds, not
 -- at every reply: with a thousand replies a second the wait4 and poll calls
 -- would cost the coordinator a tenth of a core)
+-- A worker died: one message, as torchrun's failure summary (which worker,
+-- its pid and exit, the step and epoch), once; the ldist processes the
+-- LocalCluster started keep quiet about it (quiet_loss)
+local function report_lost_worker(self, w, busy)
+  local cl = self.cluster
+  -- its connection closed as it died: the exit status (the signal) comes a moment later
+  local t0 = ldist.clock()
+  while cl._procs and cl._dead and not cl._dead[w + 1] and ldist.clock() - t0 < 1 do cl:_forward(0.05) end
+  local what = cl._dead and cl._dead[w + 1] or ("worker %d (pid %s) is lost"):format(w, tostring(cl.pids and cl.pids[w + 1] or "?"))
+  local steps = {}
+  for _, t in ipairs(busy or {}) do steps[#steps + 1] = tostring(t.id) end
+  -- steps: the coordinator's numbers of the functions it was running
+  local at = #steps == 1 and (" during step %s"):format(steps[1])
+    or #steps > 1 and (" during steps %s and %s"):format(table.concat(steps, ", ", 1, #steps - 1), steps[#steps]) or ""
+  if self._epoch then at = at .. (" of epoch %d/%d"):format(self._epoch[1], self._epoch[2]) end
+  io.stderr:write(("ParameterServerStrategy: %s%s; %s\n"):format(what, at, #steps == 1 and
+    "the step runs again on another worker (at least once), and training goes on" or #steps > 1 and
+    "they run again on another worker (at least once), and training goes on" or "training goes on without it"))
+end
+
 function Coord:_pump(timeout, setup)
   local cl = self.cluster
   local now = ldist.clock()
@@ -400,6 +420,7 @@ function Coord:_pump(timeout, setup)
       if setup then setup.want[w + 1] = nil end
       if self._tl and self._tl[w] ~= nil then drop_task_link(self, w) end   -- a worker that comes back maps a new one
       local l = self._busy[w]
+      if not self._reported[w] then self._reported[w] = true; report_lost_worker(self, w, l) end
       if l then
         self._busy[w] = nil
         for k = #l, 1, -1 do   -- back to the front of the queue, in their order
@@ -619,6 +640,7 @@ function PS:_fit(model, x, y, opts)
     local tracker = model:_epoch_tracker()
     local with_pred = tracker.want_pred
     local step_fn = with_pred and distribute._ps_fit_pred_step or distribute._ps_fit_step
+    coord._epoch = { e, epochs }   -- for the message of a worker that dies
     for k = 1, steps do rvs[k] = coord:schedule(step_fn, { pwd }) end
     -- the training metrics, from each step's labels and predictions (the
     -- weights that step read), as Keras's running metrics
@@ -627,7 +649,8 @@ function PS:_fit(model, x, y, opts)
     for k = 1, steps do
       local l, n, yb, pred, wb = rvs[k]:fetch()   -- in order: steps finish about in order
       sum, rows = sum + l * n, rows + n
-      self._last_batch = n
+      -- explain() narrates a step of the full batch, not the last partial one
+      if k == 1 or n > self._last_batch then self._last_batch = n end
       if with_pred then tracker.update(yb, pred, wb, n) end
       if bar then bar:update(k, tracker.logs(sum / rows)) end
     end
@@ -645,6 +668,7 @@ function PS:_fit(model, x, y, opts)
     done_epochs[#done_epochs + 1] = e - 1
     if model.stop_training then break end
   end
+  coord._epoch = nil
   self:_fetch_into(model)
   -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
   ldist.optim._set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
@@ -724,9 +748,11 @@ function PS:timeline(opts)
     end
     return out
   end
+  local lost = {}
   for w = 1, cl.workers do
     local t = tr.workers[w]
-    if t then rows[#rows + 1] = { who = ("worker %d"):format(w - 1), label = ("worker %d (pid %d)"):format(w - 1, t.pid or 0), spans = spans_of(t.spans) } end
+    if t then rows[#rows + 1] = { who = ("worker %d"):format(w - 1), label = ("worker %d (pid %d)"):format(w - 1, t.pid or 0), spans = spans_of(t.spans) }
+    else lost[#lost + 1] = ("worker %d"):format(w - 1) end
   end
   for p = 1, cl.num_ps do
     local t = tr.ps[p]
@@ -738,6 +764,10 @@ function PS:timeline(opts)
     "s<k> above a push: its staleness, the updates other workers pushed between the weights it read and its own",
     tr.shifted and "clocks of other machines are aligned by the clock in their answer (good to about one message's latency)"
       or "one machine: every process's times are read from the same monotonic clock" }
+  if #lost > 0 then   -- a worker that died during the trace took its record with it
+    notes[#notes + 1] = ("%s died during the trace: no row (its record died with it); the ps rows still show the pushes it made")
+      :format(table.concat(lost, ", "))
+  end
   return distribute._timeline({ title = ("ParameterServerStrategy: %d workers, %d ps"):format(cl.workers, cl.num_ps),
     subtitle = "coordinator in this process; workers and ps tasks are processes", rows = rows, waits_for = false, async = true,
     notes = notes }, opts)
@@ -838,9 +868,10 @@ doc(PS.trace, "ParameterServerStrategy:trace",
   "save=} (also coordinator:timeline()), strategy:trace_summary(), strategy:explain(), and\n" ..
   "distribute.compare_timelines{mirrored:timeline(), ps_strategy:timeline()}.")
 doc(PS.timeline, "ParameterServerStrategy:timeline",
-  "strategy:timeline{steps = {a, b}, save = \"t.svg\"} -> Timeline: a row per worker (input, pull, forward,\n" ..
-  "backward, push marked with its staleness, idle waits) and per ps task (applying each push).\n" ..
-  "coordinator:timeline() is the same. distribute.compare_timelines{sync, async} puts two on one scale.")
+  "strategy:timeline{steps = {a, b}, save = \"t.svg\", marks = {{at =, text =}}} -> Timeline: a row per\n" ..
+  "worker (input, pull, forward, backward - or compute for a step written by hand -, push marked with its\n" ..
+  "staleness, idle waits) and per ps task (applying each push). coordinator:timeline() is the same.\n" ..
+  "distribute.compare_timelines{sync, async} draws two on one picture.")
 doc(PS.trace_summary, "ParameterServerStrategy:trace_summary",
   "strategy:trace_summary() -> a table per worker and ps task (compute, wait, pull + push, bytes,\n" ..
   "bandwidth) and the pushes' staleness; fields compute, wait, communication, bytes, pushes,\n" ..

@@ -10,7 +10,9 @@
 #   4. MultiWorkerMirroredStrategy on 1/2/4/8 processes (ldist launch), 256 per
 #      process (goal 80%, the same measure);
 #   5. the ring all-reduce and MPI_Allreduce (communication="mpi", under Open MPI's
-#      mpirun) between 4 processes against torch.distributed (gloo).
+#      mpirun) between 4 processes against torch.distributed (gloo);
+# and, on processors with AVX-512, row 1's MLP and CNN on the AVX2 paths
+# (LDIST_CPU_ISA=avx2: what a processor without AVX-512 runs).
 # The runs are those of `make bench` (train_bench.lua, ref_bench.py,
 # mirrored_bench.lua, multiworker_bench.lua, gloo_allreduce.py), shorter: one
 # run per row, about 4 minutes on 16 cores. Rows needing more devices,
@@ -64,6 +66,17 @@ for row in "mlp 256 300" "mlp 2048 60" "cnn 256 60"; do
   r=$(ratio "$l" "$t")
   printf '%-5s %6s %10s %10s %6sx  %s\n' "$1" "$2" "$l" "$t" "$r" "$(goal "$r" 1.2)"
 done
+
+# the AVX2 paths (what a processor without AVX-512 runs: small products in
+# AVX2, convolutions through im2col + BLAS), forced on this one
+if [ "$("$ldist" -e 'io.write(ldist.config.cpu_split().isa)' 2>/dev/null)" = avx512 ]; then
+  echo "   LDIST_CPU_ISA=avx2 (the paths of processors without AVX-512), same rows:"
+  for row in "mlp 256 300" "cnn 256 60"; do
+    set -- $row
+    a=$(run "avx2 $1 $2" env LDIST_CPU_ISA=avx2 "$ldist" scripts/bench/train_bench.lua "$1" "$2" "$(sc "$3")" 10)
+    printf '%-5s %6s %10s %10s %6sx  (of the avx512 row)\n' "$1" "$2" "$a" "" "$(ratio "$a" "${ONE[$1-$2]}")"
+  done
+fi
 
 # ---- 2. the pool's scaling: one device on T threads, batch 256
 echo

@@ -150,6 +150,20 @@ for extra in scripts/bench/multiworker.sh scripts/bench/ps.sh scripts/bench/star
   esac
 done
 
+# ---- issue 29: the AVX2 paths (what a processor without AVX-512 runs), forced on
+# this one with LDIST_CPU_ISA=avx2, against the AVX-512 ones: same model, speed
+# and last loss (tests/engine/test_gemm.c and tests/lua/test_conv_kernels.lua
+# compare their results exactly)
+if [ "$(./ldist -e 'io.write(ldist.config.cpu_split().isa)' 2>/dev/null)" = avx512 ]; then
+  echo
+  echo "== issue 29: the AVX2 paths (LDIST_CPU_ISA=avx2) against AVX-512, batch 256 (samples/s)"
+  for model in mlp cnn; do
+    steps=$mlp_steps; [ $model = cnn ] && steps=$cnn_steps
+    a2=$(LDIST_CPU_ISA=avx2 ./ldist scripts/bench/train_bench.lua $model 256 "$steps" 10 2>/dev/null | tail -1); a2=${a2%% *}
+    printf '%-6s avx512 %10s   avx2 %10s   %sx\n' $model "${R[ldist-$model]:-0}" "${a2:-0}" "$(ratio "${a2:-0}" "${R[ldist-$model]:-0}")"
+  done
+fi
+
 # ---- issue 19's goals, every row in this run beside its goal
 best() { awk -v a="$1" -v b="$2" 'BEGIN{ print (a > b ? a : b) }'; }
 goal() {  # goal LABEL VALUE UNIT GOAL-TEXT MET(0/1)

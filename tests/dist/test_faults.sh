@@ -34,7 +34,7 @@ if wait_for "$log" '^\[1\] at epoch 2 step 8$' 60; then
   note "after kill -9 of worker 1 (pid $pid), ldist launch ended in $elapsed s"
   check "ldist launch exits non-zero when a worker is killed" grep -qE '^launcher exit [1-9]' "$log"
   for r in 0 2; do
-    check "worker $r reports worker 1 lost, naming it" grep -qE "^\[$r\] .*worker 1 \(pid $pid .*is lost" "$log"
+    check "worker $r reports worker 1 lost, naming it" grep -qE "^\[$r\] .*worker 1 \(pid $pid[) ].*is lost" "$log"
   done
   check "the surviving workers exit non-zero" grep -qE 'worker 0 exit [1-9].*worker 1 killed.*worker 2 exit [1-9]' "$log"
   check "within the timeout ($elapsed s < $TIMEOUT s)" le "$elapsed" $TIMEOUT

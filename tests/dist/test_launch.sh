@@ -8,13 +8,15 @@ S=$T/s.lua
 cat > "$S" <<'LUA'
 local tf = ldist.json.decode(os.getenv("TF_CONFIG"))
 io.stdout:setvbuf("line")
-print(("%s %d of %d workers, %d ps, secret %d chars, threads %s"):format(tf.task.type, tf.task.index,
-  #(tf.cluster.worker or {}), #(tf.cluster.ps or {}), #os.getenv("LDIST_SECRET"), os.getenv("LDIST_NUM_THREADS")))
+local split = ldist.config.cpu_split()
+print(("%s %d of %d workers, %d ps, secret %d chars, threads %d, local %d/%d"):format(tf.task.type, tf.task.index,
+  #(tf.cluster.worker or {}), #(tf.cluster.ps or {}), #os.getenv("LDIST_SECRET"), ldist.get_num_threads(),
+  split.local_rank, split.local_size))
 if tf.task.type == "worker" and tf.task.index == 2 then os.exit(3) end
 LUA
 timeout 60 "$LDIST" launch -n 3 "$S" > "$T/l1.out" 2> "$T/l1.err"; st=$?
 check "launch: every worker gets TF_CONFIG, a 64-character secret, a share of the cores" \
-  test "$(grep -cE '^\[[012]\] worker [012] of 3 workers, 0 ps, secret 64 chars, threads [0-9]+$' "$T/l1.out")" = 3
+  test "$(grep -cE '^\[([012])\] worker \1 of 3 workers, 0 ps, secret 64 chars, threads [0-9]+, local \1/3$' "$T/l1.out")" = 3
 check "launch: the exit status is the failing worker's (3)" test $st = 3
 check "launch: it names the failing worker" grep -q 'worker 2 (pid [0-9]*) failed with exit status 3' "$T/l1.err"
 timeout 60 "$LDIST" launch -n 2 --chief --ps 1 "$S" > "$T/l2.out" 2>&1; st=$?

@@ -60,6 +60,6 @@ check "mirrored: the input phase is in the legend" grep -q 'class="legend".*>inp
 check "ps: a legend of pull, forward, push, apply" eval "grep -q '>pull weights<' $OUT/ps.svg && grep -q '>push gradients<' $OUT/ps.svg && grep -q '>apply pushed gradients<' $OUT/ps.svg"
 check "ps: the idle waits are annotated" grep -qE 'class="annotation"[^>]*>1\. worker [0-9] waits [0-9.]+ (us|ms|s) \(idle' "$OUT/ps.svg"
 check "ps: the pushes' staleness is in their hover titles" grep -qE 'staleness [0-9]+ \(updates by others' "$OUT/ps.svg"
-check "compare: both runs on one picture, one time scale" test "$(grep -c 'time since the first span' "$OUT/compare.svg")" = 2
+check "compare: both runs on one picture, each with its time axis" test "$(grep -c 'time since the first span' "$OUT/compare.svg")" = 2
 note "pictures: $OUT/*.png"
 finish

@@ -95,6 +95,7 @@ elseif mode == "ps" then
   model:fit(data_set(), { epochs = 1, steps_per_epoch = 12, verbose = 0 })
   s:trace(false)
   local t = s:timeline()
+  local fit_zoom = s:timeline{ steps = { 3, 12 } }   -- past the first steps (building); kept for the comparison below
   save(t, "ps")
   local svg = t:svg()
   check("workers and the ps task have rows", svg:find("worker 1 (pid", 1, true) and svg:find("ps 0 (pid", 1, true) ~= nil)
@@ -112,6 +113,36 @@ elseif mode == "ps" then
   check("a ClusterCoordinator prints as one line", line:match("^<ClusterCoordinator: 2 workers, 1 ps; 12 scheduled") and
     not line:find("\n", 1, true), line)
   check("coordinator:timeline() is the strategy's", coord:timeline():svg() == svg)
+  -- steps written by hand, as sync_vs_async.ipynb's: they call pull and push
+  -- themselves, and their rows hold the same spans as model:fit's
+  local per_worker = coord:create_per_worker_dataset(data_set())
+  local function hand_step(iterator)
+    local worker = ldist.distribute.worker_context()
+    local batch = iterator()
+    worker:pull()
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function()
+      return worker.loss(batch[2], worker.model(batch[1], { training = true }))
+    end)
+    worker:push(tape:gradient(loss, worker.model.trainable_variables))
+    return loss:item()
+  end
+  s:trace(true)
+  for _ = 1, 10 do coord:schedule(hand_step, { per_worker }) end
+  coord:join()
+  s:trace(false)
+  local h = s:timeline()
+  save(h, "ps_hand")
+  local hs = h:svg()
+  local function count(pat) return select(2, hs:gsub(pat, "")) end
+  check("hand-written steps: a pull span per step", count("<title>pull · worker %d") == 10, count("<title>pull · worker %d"))
+  check("hand-written steps: a compute span per step", count("<title>compute · worker %d") == 10, count("<title>compute · worker %d"))
+  check("hand-written steps: a push span per step, with its staleness", count("<title>push · worker %d") == 10 and
+    count("staleness %d+ %(updates by others") == 10, count("<title>push · worker %d"))
+  check("hand-written steps: each span carries its step", count("<title>[a-z]+ · worker %d %(pid %d+%) · step %d+") >= 30)
+  check("hand-written steps: the ps applies each push", count("<title>apply · ps 0") == 10)
+  -- two workers whose steps overlap: some push is stale, and marked so above it
+  check("hand-written steps: a stale push is marked s<k>", hs:find('fill="#b00" text%-anchor="middle">s%d') ~= nil)
   lc:shutdown()
   -- the synchronous run beside it, on one time scale
   ldist.config.cpu_devices(2)
@@ -120,9 +151,32 @@ elseif mode == "ps" then
   m:trace(true)
   mm:fit(data_set(), { epochs = 1, verbose = 0 })
   m:trace(false)
-  local c = distribute.compare_timelines{ m:timeline{ steps = { 2, 12 } }, s:timeline{ steps = { 3, 12 } } }   -- past the first steps (building)
+  local c = distribute.compare_timelines{ m:timeline{ steps = { 2, 12 } }, fit_zoom }
   save(c, "compare")
   local cs = c:svg()
   check("compare_timelines draws both", cs:find("MirroredStrategy: 2 replicas", 1, true) and
     cs:find("ParameterServerStrategy: 2 workers", 1, true) ~= nil)
+  -- each run across the whole width: the last span of each panel ends at the plot's right edge
+  local function right_edges(svg)
+    local edges, panel = {}, 0
+    for line in svg:gmatch("[^\n]+") do
+      if line:find('<g transform="translate', 1, true) then panel = panel + 1; edges[panel] = 0 end
+      local x, w = line:match('<rect x="([%d.]+)" y="%d+" width="([%d.]+)" height="%d+" fill="#')
+      if x and panel > 0 and not line:find('fill="#f3f3f3"', 1, true) then edges[panel] = math.max(edges[panel], x + w) end
+    end
+    return edges
+  end
+  local e = right_edges(cs)
+  check("compare: each run spans the whole width (its own time axis)", #e == 2 and math.abs(e[1] - e[2]) < 2 and e[1] > 900,
+    table.concat(e, ", "))
+  local shared = distribute.compare_timelines({ m:timeline{ steps = { 2, 12 } }, h }, { scale = "shared" })
+  local es = right_edges(shared:svg())
+  check("compare{scale = \"shared\"}: one time axis for both", #es == 2 and math.abs(es[1] - es[2]) > 20, table.concat(es, ", "))
+  local hc = distribute.compare_timelines{ m:timeline{ steps = { 2, 12 } }, h }
+  save(hc, "compare_hand")
+  check("compare of a hand-written run: its PS rows hold pull, compute and push",
+    hc:svg():find("<title>pull · worker", 1, true) and hc:svg():find("<title>compute · worker", 1, true)
+    and hc:svg():find("<title>push · worker", 1, true) ~= nil)
+  check("compare_timelines: a bad scale is named", not pcall(distribute.compare_timelines, { h }, { scale = "same" }) and
+    select(2, pcall(distribute.compare_timelines, { h }, { scale = "same" })):find("scale", 1, true) ~= nil)
 end

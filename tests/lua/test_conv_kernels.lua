@@ -106,18 +106,10 @@ if mode == "dump" then
   os.exit(0)
 end
 
-local tmp = os.tmpname()
-os.remove(tmp)
-assert(os.execute("mkdir -p " .. tmp))
-local bin = os.getenv("LDIST_BIN") or "./ldist"
-T.test("the reference path (LDIST_CONV_REFERENCE=1) writes its results", function()
-  local ok = os.execute(("LDIST_CONV_REFERENCE=1 LDIST_NUM_THREADS=1 %s %s dump %s"):format(bin, arg[0], tmp))
-  T.ok(ok, "the reference run failed")
-end)
-
 local names = { y = "output", g1 = "input gradient", g2 = "kernel gradient", g3 = "bias gradient" }
+local function compare(tmp, suffix)
 for i, cs in ipairs(cases) do
-  T.test(cs[1], function()
+  T.test(cs[1] .. suffix, function()
     local ref = ldist.io.load_safetensors(("%s/case%d.safetensors"):format(tmp, i))
     local got = run_case(i, cs)
     local n = 0
@@ -131,6 +123,37 @@ for i, cs in ipairs(cases) do
       n = n + 1
     end
     T.eq(n, cs.pool_only and 2 or cs[11] and 4 or 3, "tensors compared")
+  end)
+end
+end
+
+-- check DIR: the comparisons in this process (started with LDIST_CPU_ISA=avx2)
+if mode == "check" then
+  compare(dir, (" (%s)"):format(ldist.config.cpu_split().isa))
+  T.done()
+end
+
+local tmp = os.tmpname()
+os.remove(tmp)
+assert(os.execute("mkdir -p " .. tmp))
+local bin = os.getenv("LDIST_BIN") or "./ldist"
+T.test("the reference path (LDIST_CONV_REFERENCE=1) writes its results", function()
+  local ok = os.execute(("LDIST_CONV_REFERENCE=1 LDIST_NUM_THREADS=1 %s %s dump %s"):format(bin, arg[0], tmp))
+  T.ok(ok, "the reference run failed")
+end)
+local isa = ldist.config.cpu_split().isa
+compare(tmp, (" (%s)"):format(isa))
+-- what a processor without AVX-512 runs, where this one has it (ld_cpu_isa: a
+-- process chooses once, so another process, forced with LDIST_CPU_ISA=avx2):
+-- the im2col + BLAS path, its products through the AVX2 small gemm
+if isa == "avx512" then
+  local p = io.popen(("LDIST_CPU_ISA=avx2 %s %s check %s 2>&1"):format(bin, arg[0], tmp))
+  local out = p:read("a")
+  local ok = p:close()
+  io.write(out)
+  T.test("LDIST_CPU_ISA=avx2 (no AVX-512): the convolutions match the reference", function()
+    T.ok(ok, "the AVX2 run failed")
+    T.ok(out:find("(avx2)", 1, true), "the child did not run as avx2")
   end)
 end
 os.execute("rm -rf " .. tmp)

@@ -72,6 +72,18 @@ elseif arg[1] == "train" then   -- train N: one device against Mirrored on N dev
   for d = 0, n - 1 do wl[#wl + 1] = workers[d] or 0 end
   print(ldist.json.encode({ diff = m, workers = wl, split = ldist.config.cpu_split() }))
   os.exit(0)
+elseif arg[1] == "elementwise" then   -- elementwise ops and copies on 1 and 8 threads
+  tensor.seed(9)
+  local a, b, r = tensor.normal(256, 512), tensor.normal(512), tensor.normal(256, 1)
+  local t = tensor.normal(512, 256)
+  local function ops() return { a + b, a * r, a - a * b, t.T:contiguous(), (a:relu() + 1):log() } end
+  ldist.set_num_threads(1)
+  local ref = ops()
+  ldist.set_num_threads(8)
+  local got, m = ops(), 0
+  for i = 1, #ref do m = math.max(m, (got[i] - ref[i]):abs():max():item()) end
+  print(ldist.json.encode({ diff = m, threads = ldist.get_num_threads() }))
+  os.exit(0)
 elseif arg[1] == "report" then   -- one process of a job: its split
   print("SPLIT " .. split_json())
   os.exit(0)
@@ -289,6 +301,33 @@ T.test("mpirun, MPICH and Slurm local ranks split the cores too; a launcher's bi
   end
 end)
 
+T.test("mpirun -n 2: ranks split the cores, or keep the binding mpirun gave them", function()
+  if not os.execute("command -v mpirun >/dev/null") then print("# skipped: no mpirun"); return end
+  local all = ldist.config.cpu_split().cores
+  for _, bind in ipairs({ "none", "core" }) do
+    local out, ok = sh(("timeout 120 mpirun -n 2 --oversubscribe --allow-run-as-root --bind-to %s %s %s report")
+      :format(bind, bin, arg[0]))
+    T.ok(ok, "mpirun failed:\n" .. out)
+    local used, n = {}, 0
+    for js in out:gmatch("SPLIT ({[^\n]*})") do
+      local r = ldist.json.decode(js)
+      n = n + 1
+      T.eq(r.split.local_size, 2)
+      if #all >= 2 then
+        T.eq(#r.split.cores, #all // 2 + (r.split.local_rank < #all % 2 and 1 or 0), "its share (bind " .. bind .. ")")
+        T.ok(same(parse_list(r.mask), r.split.cores), ("rank %d runs on %s, its cores are %s"):format(
+          r.split.local_rank, r.mask, table.concat(r.split.cores, ",")))
+        for _, c in ipairs(r.split.cores) do
+          T.ok(not used[c], ("core %d given to two ranks (bind %s)"):format(c, bind))
+          used[c] = true
+        end
+        T.ok(r.split.text:find(bind == "none" and "pinned" or "bound by its launcher", 1, true), r.split.text)
+      end
+    end
+    T.eq(n, 2, "both ranks reported:\n" .. out)
+  end
+end)
+
 T.test("LocalCluster workers each take their share of the cores", function()
   local all = ldist.config.cpu_split().cores
   local lc = distribute.LocalCluster{workers = 2}
@@ -307,6 +346,37 @@ T.test("LocalCluster workers each take their share of the cores", function()
       end
     end
   end
+end)
+
+T.test("products split over 2..16 threads (grids of row and column blocks) equal one thread's", function()
+  local was = ldist.get_num_threads()
+  tensor.seed(5)
+  -- the MLP's forward and backward products, a tall one and odd sizes
+  local shapes = { {256, 784, 512}, {256, 512, 256}, {784, 256, 512}, {2048, 784, 512}, {100, 300, 700}, {40, 513, 257} }
+  for _, sh in ipairs(shapes) do
+    local m, k, n = sh[1], sh[2], sh[3]
+    local a, b = tensor.normal(m, k), tensor.normal(k, n)
+    local at, bt = tensor.normal(k, m), tensor.normal(n, k)
+    ldist.set_num_threads(1)
+    local ref = { a:matmul(b), at.T:matmul(b), a:matmul(bt.T) }
+    for _, th in ipairs({2, 3, 4, 6, 8, 12, 16}) do
+      ldist.set_num_threads(th)
+      local got = { a:matmul(b), at.T:matmul(b), a:matmul(bt.T) }
+      for i = 1, 3 do
+        local err = (got[i] - ref[i]):abs():max():item()
+        local scale = ref[i]:abs():max():item()
+        T.ok(err <= 1e-5 * scale, ("%dx%dx%d (%s) on %d threads: max difference %g (scale %g)"):format(m, k, n,
+          ({"a b", "a^T b", "a b^T"})[i], th, err, scale))
+      end
+    end
+  end
+  ldist.set_num_threads(was)
+end)
+
+T.test("elementwise ops and copies split over 8 threads (8 pretended cores) equal one thread's", function()
+  local r = child("LDIST_CPU_CORES=8", "elementwise")
+  T.eq(r.threads, 8)
+  T.eq(r.diff, 0, "elementwise results differ")
 end)
 
 T.test("bad counts are refused with a clear error", function()
