@@ -184,9 +184,10 @@ int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources_i
                                 "(use GradientTape{persistent=true})");
     }
     t->used = 1;
-    if (target->dtype != LD_F32) {
+    if (!ld_dtype_is_float(target->dtype)) {
         if (sources != src_small) free(sources);
-        return ld_fail(LD_ETYPE, "the target of gradient() must be float32");
+        return ld_fail(LD_ETYPE, "the target of gradient() must be float32, float16 or bfloat16, not %s",
+                       ld_dtype_name(target->dtype));
     }
     int saved_paused = paused;
     paused = 1;   /* the backward pass itself is not recorded */

@@ -6,8 +6,10 @@
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_gemm_small.h"
+#include "ld_gemm_bf16.h"
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
+#include "ld_half.h"
 #include "ld_elementwise_math.h"
 
 #include <cblas.h>
@@ -115,6 +117,8 @@ static inline double load_as_double(const void *p, ld_dtype dt, int64_t i) {
     case LD_F32: return ((const float *)p)[i];
     case LD_I32: return ((const int32_t *)p)[i];
     case LD_I64: return (double)((const int64_t *)p)[i];
+    case LD_F16: return ld_f16_to_f32(((const uint16_t *)p)[i]);
+    case LD_BF16: return ld_bf16_to_f32(((const uint16_t *)p)[i]);
     default: return ((const uint8_t *)p)[i];
     }
 }
@@ -132,8 +136,34 @@ static inline void store_from_double(void *p, ld_dtype dt, int64_t i, double v) 
     case LD_I32: ((int32_t *)p)[i] = (int32_t)clamp_for_int(v, INT32_MIN, INT32_MAX); break;
     case LD_I64:   /* INT64_MAX is not a double: 2^63 is the first value past it */
         ((int64_t *)p)[i] = v >= 0x1p63 ? INT64_MAX : (int64_t)clamp_for_int(v, -0x1p63, 0x1p63); break;
+    /* through float32: a double rounded twice can differ from the double
+       rounded once in the last bit of a half; values reach here as float32
+       (a cast) or as a user's number, where that tie is the user's own */
+    case LD_F16: ((uint16_t *)p)[i] = ld_f32_to_f16((float)v); break;
+    case LD_BF16: ((uint16_t *)p)[i] = ld_f32_to_bf16((float)v); break;
     default: ((uint8_t *)p)[i] = (uint8_t)clamp_for_int(v, 0, UINT8_MAX); break;
     }
+}
+
+/* One row of a float32 <-> half conversion (src stride `is` elements): the
+   common casts of ld_ops_half, without the per-element switch above. 0 when
+   the pair is not one of these. */
+static int convert_row_half(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int64_t n, int64_t is) {
+    if (sdt == LD_F32 && ld_dtype_is_half(ddt)) {
+        const float *s = src;
+        uint16_t *d = dst;
+        if (ddt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_f16(s[j * is]);
+        else for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_bf16(s[j * is]);
+        return 1;
+    }
+    if (ddt == LD_F32 && ld_dtype_is_half(sdt)) {
+        const uint16_t *s = src;
+        float *d = dst;
+        if (sdt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f16_to_f32(s[j * is]);
+        else for (int64_t j = 0; j < n; j++) d[j] = ld_bf16_to_f32(s[j * is]);
+        return 1;
+    }
+    return 0;
 }
 
 static void copy_strided_serial(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
@@ -156,7 +186,8 @@ static void copy_strided_serial(void *dst, ld_dtype ddt, const void *src, ld_dty
             float *dp = (float *)dst + o;
             if (is == 1) ldv_copy(dp, sp, inner);   /* rows of a head (16 floats) are too short for memcpy's call */
             else for (int64_t j = 0; j < inner; j++) dp[j] = sp[j * is];
-        } else {
+        } else if (!convert_row_half((char *)dst + o * (int64_t)ld_dtype_size(ddt), ddt,
+                                     (const char *)src + off * (int64_t)ld_dtype_size(sdt), sdt, inner, is)) {
             for (int64_t j = 0; j < inner; j++)
                 store_from_double(dst, ddt, o + j, load_as_double(src, sdt, off + j * is));
         }
@@ -408,6 +439,7 @@ static sgemm_fn blas_sgemm(void) {
 }
 
 const char *ld_cpu_blas_describe(void) { return blas_sgemm() ? blas_note : blas_error; }
+const char *ld_cpu_bf16_gemm_describe(void) { return ld_gemm_bf16_path(); }
 
 int ld_device_can_gemm(const ld_device *d) {
     if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */
@@ -771,6 +803,30 @@ static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
     }
     gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
     parallel_run(gemm_part, &j, 64);
+}
+
+/* Half operands: bfloat16 on AVX512_BF16 (ld_gemm_bf16.c); otherwise (float16,
+   another processor, LDIST_NO_AVX512_BF16=1) both widened to float32, which
+   is exact, and the float32 product: float32 sums either way. */
+static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
+                          const void *a, int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
+    if (dt == LD_BF16 && ld_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
+    /* the operands as stored: rows x cols with leading dimension ld */
+    int64_t as[2] = {ta ? k : m, ta ? m : k}, bs[2] = {tb ? n : k, tb ? k : n};
+    int64_t ast[2] = {lda, 1}, bst[2] = {ldb, 1};
+    float *fa = malloc((size_t)(as[0] * as[1] + 1) * sizeof(float));   /* + 1: never malloc(0) */
+    float *fb = malloc((size_t)(bs[0] * bs[1] + 1) * sizeof(float));
+    if (!fa || !fb) {
+        free(fa); free(fb);
+        ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory widening the %s operands", ld_dtype_name(dt));
+        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+        return;
+    }
+    cpu_copy_strided(d, fa, LD_F32, a, dt, 2, as, ast);
+    cpu_copy_strided(d, fb, LD_F32, b, dt, 2, bs, bst);
+    cpu_gemm(d, ta, tb, m, n, k, 1.0f, fa, as[1] < 1 ? 1 : as[1], fb, bs[1] < 1 ? 1 : bs[1], 0.0f, c, ldc);
+    free(fa);
+    free(fb);
 }
 
 typedef struct {

@@ -106,6 +106,9 @@ const char *ld_cpu_isa_name(void);   /* "avx512", "avx2", "generic" */
 /* The BLAS library behind CPU products and its kernels ("OpenBLAS 0.3.21 ...;
    SkylakeX kernels (...)"), or why there is none; opens it if not yet open. */
 const char *ld_cpu_blas_describe(void);
+/* The CPU's bfloat16 product: "avx512_bf16" (vdpbf16ps, chosen by CPUID) or
+   "float32" (operands widened; also when LDIST_NO_AVX512_BF16=1). */
+const char *ld_cpu_bf16_gemm_describe(void);
 /* The OpenBLAS kernel family ldist names for a processor with these
    instruction sets (OPENBLAS_CORETYPE), or NULL: leave it to OpenBLAS. */
 const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd);

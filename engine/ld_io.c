@@ -7,6 +7,7 @@
  */
 #include "ld_io.h"
 #include "ld_device.h"
+#include "ld_half.h"
 #include "ld_file.h"
 
 #include <errno.h>
@@ -61,6 +62,8 @@ static int store_as(void *dst, ld_dtype dt, int64_t i, double v) {
     case LD_I32: if (!(v > -2147483649.0 && v < 2147483648.0)) return 0; ((int32_t *)dst)[i] = (int32_t)v; return 1;
     case LD_I64: if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) return 0; ((int64_t *)dst)[i] = (int64_t)v; return 1;
     case LD_U8: if (!(v > -1.0 && v < 256.0)) return 0; ((uint8_t *)dst)[i] = (uint8_t)v; return 1;
+    case LD_F16: ((uint16_t *)dst)[i] = ld_f32_to_f16((float)v); return 1;
+    case LD_BF16: ((uint16_t *)dst)[i] = ld_f32_to_bf16((float)v); return 1;
     default: return 0;
     }
 }
@@ -415,12 +418,14 @@ static void sb_json_string(sbuf *b, const char *s) {
     sb_add(b, "\"", 1);
 }
 
-static const char *st_dtype_name(ld_dtype dt) {
+const char *ld_safetensors_dtype_name(ld_dtype dt) {
     switch (dt) {
     case LD_F32: return "F32";
     case LD_I32: return "I32";
     case LD_I64: return "I64";
     case LD_U8: return "U8";
+    case LD_F16: return "F16";
+    case LD_BF16: return "BF16";
     default: return NULL;
     }
 }
@@ -434,7 +439,7 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
         if (!names[i] || !*names[i]) return ld_fail(LD_EARG, "save_safetensors: tensor %d has an empty name", i + 1);
         if (!strcmp(names[i], "__metadata__")) return ld_fail(LD_EARG, "save_safetensors: '__metadata__' cannot name a tensor");
         if (!tensors[i]) return ld_fail(LD_EARG, "save_safetensors: tensor '%s' is missing", names[i]);
-        if (!st_dtype_name(tensors[i]->dtype))
+        if (!ld_safetensors_dtype_name(tensors[i]->dtype))
             return ld_fail(LD_ETYPE, "save_safetensors: tensor '%s' has an unsupported dtype", names[i]);
         for (int j = 0; j < i; j++)
             if (!strcmp(names[i], names[j])) return ld_fail(LD_EARG, "save_safetensors: two tensors are named '%s'", names[i]);
@@ -478,7 +483,7 @@ int ld_save_safetensors(const char *path, int n, const char *const *names, ld_te
         first = 0;
         sb_json_string(&hb, names[order[j]]);
         sb_str(&hb, ":{\"dtype\":\"");
-        sb_str(&hb, st_dtype_name(t->dtype));
+        sb_str(&hb, ld_safetensors_dtype_name(t->dtype));
         sb_str(&hb, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) sb_printf(&hb, d ? ",%lld" : "%lld", (long long)t->shape[d]);
         sb_printf(&hb, "],\"data_offsets\":[%lld,", off);
@@ -712,38 +717,15 @@ enum { ST_F32, ST_I32, ST_I64, ST_U8, ST_F64, ST_F16, ST_BF16, ST_I8, ST_I16, ST
 typedef struct st_dtype { const char *name; int size; ld_dtype to; int code; } st_dtype;
 static const st_dtype st_dtypes[] = {
     {"F32", 4, LD_F32, ST_F32}, {"I32", 4, LD_I32, ST_I32}, {"I64", 8, LD_I64, ST_I64}, {"U8", 1, LD_U8, ST_U8},
-    {"F64", 8, LD_F32, ST_F64}, {"F16", 2, LD_F32, ST_F16}, {"BF16", 2, LD_F32, ST_BF16}, {"I8", 1, LD_I32, ST_I8},
+    {"F64", 8, LD_F32, ST_F64}, {"F16", 2, LD_F16, ST_F16}, {"BF16", 2, LD_BF16, ST_BF16}, {"I8", 1, LD_I32, ST_I8},
     {"I16", 2, LD_I32, ST_I16}, {"U16", 2, LD_I32, ST_U16}, {"U32", 4, LD_I64, ST_U32}, {"U64", 8, LD_I64, ST_U64},
     {"BOOL", 1, LD_U8, ST_BOOL},
 };
-
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1F, man = h & 0x3FF, u;
-    if (exp == 0) {
-        if (!man) u = sign;
-        else {                               /* subnormal: normalise */
-            int e = -1;
-            do { e++; man <<= 1; } while (!(man & 0x400));
-            u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3FF) << 13);
-        }
-    } else if (exp == 31) u = sign | 0x7F800000u | (man << 13);
-    else u = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* n elements of file dtype sd at src into dst (of dtype sd->to). */
 static void st_convert(const st_dtype *sd, void *dst, const unsigned char *src, int64_t n) {
     switch (sd->code) {
     case ST_F64: for (int64_t i = 0; i < n; i++) { double d; memcpy(&d, src + 8 * i, 8); ((float *)dst)[i] = (float)d; } break;
-    case ST_F16: for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, src + 2 * i, 2); ((float *)dst)[i] = half_to_float(h); } break;
-    case ST_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t u = (uint32_t)(src[2 * i] | (src[2 * i + 1] << 8)) << 16;
-            memcpy((float *)dst + i, &u, 4);
-        }
-        break;
     case ST_I8: for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int8_t)src[i]; break;
     case ST_I16: for (int64_t i = 0; i < n; i++) { int16_t v; memcpy(&v, src + 2 * i, 2); ((int32_t *)dst)[i] = v; } break;
     case ST_U16: for (int64_t i = 0; i < n; i++) { uint16_t v; memcpy(&v, src + 2 * i, 2); ((int32_t *)dst)[i] = v; } break;

@@ -45,8 +45,10 @@ void ld_tensor_dict_free(ld_tensor_dict *d);
 /* metadata: NULL or n_meta pairs of key/value strings. */
 int ld_save_safetensors(const char *path, int n, const char *const *names, ld_tensor *const *tensors,
                         int n_meta, const char *const *meta_kv);
-/* Tensors come back in file order. Besides F32/I32/I64/U8, files written by
-   others may hold F64/F16/BF16 (read as float32), I8/I16/U16 (int32),
+/* The file dtype of an ldist dtype ("F32", "BF16", ...), NULL for none. */
+const char *ld_safetensors_dtype_name(ld_dtype dt);
+/* Tensors come back in file order. F32/I32/I64/U8/F16/BF16 keep their dtype;
+   files written by others may also hold F64 (read as float32), I8/I16/U16 (int32),
    U32/U64 (int64) and BOOL (uint8). On failure *out is empty. */
 int ld_load_safetensors(const char *path, ld_tensor_dict *out);
 /* The same, and the "__metadata__" map: *meta_kv gets 2 * *n_meta malloc'ed

@@ -66,6 +66,11 @@ typedef struct {
     X(gemm, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, float, alpha),   \
       (V, const float *, a), (V, int64_t, lda), (V, const float *, b), (V, int64_t, ldb), (V, float, beta),     \
       (V, float *, c), (V, int64_t, ldc))                                                                       \
+    /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
+       (dt), a and b in dt, c float32: products and sums in float32. */      \
+    X(gemm_half, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, ld_dtype, dt), \
+      (V, const void *, a), (V, int64_t, lda), (V, const void *, b), (V, int64_t, ldb), (V, float *, c),         \
+      (V, int64_t, ldc))                                                                                        \
     /* softmax / log-softmax over the last axis of [rows, cols] */           \
     X(softmax, (V, float *, out), (V, const float *, x), (V, int64_t, rows), (V, int64_t, cols), (V, int, log)) \
     /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \

@@ -35,9 +35,43 @@ int ld_ops_same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
     return LD_OK;
 }
 
-/* A float32 tensor for t: t itself retained, or a cast copy. */
+ld_dtype ld_ops_result_dtype(const ld_tensor *a, const ld_tensor *b) {
+    ld_dtype da = a->dtype, db = b ? b->dtype : a->dtype;
+    if (!ld_dtype_is_half(da) && !ld_dtype_is_half(db)) return LD_F32;
+    if (da == db) return da;
+    if (ld_dtype_is_half(da) && !ld_dtype_is_float(db)) return da;
+    if (ld_dtype_is_half(db) && !ld_dtype_is_float(da)) return db;
+    return LD_F32;
+}
+
+/* A cast between float dtypes is differentiable: the gradient comes back in
+   the input's dtype, so an op's backward always sees float32 gradients (its
+   inputs are float32) and a half tensor's gradient is half, as in Keras. */
+static int bw_cast(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_dtype dt = n->in[0]->dtype;
+    gi[0] = g->dtype == dt ? ld_tensor_retain(g) : ld_cast(g, dt);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_cast_op(ld_tensor *t, ld_dtype dt) {
+    ld_tensor *c = ld_cast(t, dt);
+    if (c && ld_dtype_is_float(t->dtype) && ld_dtype_is_float(dt)) {
+        ld_tensor *in[1] = {t};
+        ld_record(c, "cast", bw_cast, 1, in);
+    }
+    return c;
+}
+
+ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt) {
+    if (!out || dt == LD_F32) return out;
+    ld_tensor *c = ld_cast_op(out, dt);
+    ld_tensor_release(out);
+    return c;
+}
+
+/* A float32 tensor for t: t itself retained, or a cast copy (recorded for a half t). */
 static ld_tensor *as_float(ld_tensor *t) {
-    return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast(t, LD_F32);
+    return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast_op(t, LD_F32);
 }
 
 static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
@@ -217,6 +251,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     if (is_int_dtype(a->dtype) && is_int_dtype(b->dtype) && ld_device_is_host(DEV(a)) && DEV(a) == DEV(b) &&
         (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN))
         return binary_int(op, a, b);
+    ld_dtype rdt = ld_ops_result_dtype(a, b);
     ld_tensor *fa = as_float(a), *fb = fa ? as_float(b) : NULL;
     ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
     if (out && op < LD_BIN_EQ) {
@@ -233,7 +268,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     }
     ld_tensor_release(fa);
     ld_tensor_release(fb);
-    return out;
+    return ld_ops_in_dtype(out, rdt);
 }
 
 ld_tensor *ld_add(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_ADD, a, b); }
@@ -269,6 +304,7 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 }
 
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
+    ld_dtype rdt = ld_ops_result_dtype(x, NULL);
     ld_tensor *fx = as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
@@ -286,7 +322,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
         }
     }
     ld_tensor_release(cx);
-    return y;
+    return ld_ops_in_dtype(y, rdt);
 }
 
 ld_tensor *ld_neg(ld_tensor *x) {
@@ -473,11 +509,12 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
 
 ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_SUM, x, axis, keepdims);
-    return reduce(LD_RED_SUM, x, axis, keepdims, "sum");
+    /* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded once at the end */
+    return ld_ops_in_dtype(reduce(LD_RED_SUM, x, axis, keepdims, "sum"), ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MAX, x, axis, keepdims);
-    return reduce(LD_RED_MAX, x, axis, keepdims, "max");
+    return ld_ops_in_dtype(reduce(LD_RED_MAX, x, axis, keepdims, "max"), ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_argmax(ld_tensor *x, int axis) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_ARGMAX, x, axis, 0);
@@ -490,7 +527,7 @@ ld_tensor *ld_min(ld_tensor *x, int axis, int keepdims) {
     ld_tensor *n = ld_neg(x), *m = n ? reduce(LD_RED_MAX, n, axis, keepdims, "min") : NULL;
     ld_tensor *r = m ? ld_neg(m) : NULL;
     ld_tensor_release(n); ld_tensor_release(m);
-    return r;
+    return ld_ops_in_dtype(r, ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_argmin(ld_tensor *x, int axis) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_ARGMIN, x, axis, 0);
@@ -508,7 +545,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
         n = x->shape[ax];
     }
     if (n == 0) { ld_fail(LD_ESHAPE, "mean of an empty tensor"); return NULL; }
-    ld_tensor *s = ld_sum(x, axis, keepdims);
+    ld_tensor *s = reduce(LD_RED_SUM, x, axis, keepdims, "sum");   /* float32, divided before any rounding to half */
     if (!s) return NULL;
     /* fold the division into the sum's node so the graph stays small */
     float inv = 1.0f / (float)n;
@@ -518,7 +555,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     BE(s)->binary(DEV(s), LD_BIN_MUL, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
     ld_tensor_release(sc);
     if (s->grad_fn) s->grad_fn->args[1] = inv;
-    return s;
+    return ld_ops_in_dtype(s, ld_ops_result_dtype(x, NULL));
 }
 
 /* ================================================================ matmul */
@@ -542,21 +579,41 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
     ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
-    if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
-                       ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
+    if (c && ld_dtype_is_half(a->dtype))   /* half operands (one dtype), float32 products and sums */
+        BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca), lda < 1 ? 1 : lda,
+                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, FPTR(c), n < 1 ? 1 : n);
+    else if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
+                            ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
     ld_tensor_release(ca); ld_tensor_release(cb);
     return c;
 }
 
+static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb);
+/* a half product (gemm_half): its gradients from float32 copies of the
+   operands (g is float32: the result was), cast back to the half dtype */
 static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *a = nd->in[0], *b = nd->in[1];
+    /* skip the products nobody needs: the input gradient of a first layer */
+    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
+    if (a->dtype == LD_F32) return bw_matmul_f32(a, b, g, gi, na, nb);
+    ld_tensor *fa = ld_cast(a, LD_F32), *fb = fa ? ld_cast(b, LD_F32) : NULL;
+    ld_tensor *g32[2] = {NULL, NULL};
+    int st = fb ? bw_matmul_f32(fa, fb, g, g32, na, nb) : ld_error_status();
+    for (int i = 0; i < 2; i++) {
+        gi[i] = !st && g32[i] ? ld_cast(g32[i], a->dtype) : NULL;
+        if (!st && g32[i] && !gi[i]) st = ld_error_status();
+        ld_tensor_release(g32[i]);
+    }
+    ld_tensor_release(fa); ld_tensor_release(fb);
+    return st;
+}
+
+static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
     /* a may be [..., m, k] flattened to 2-d for the product */
     int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
     ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
     if (!a2 || !g2) { ld_tensor_release(a2); ld_tensor_release(g2); return ld_error_status(); }
-    /* skip the products nobody needs: the input gradient of a first layer */
-    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
     ld_tensor *ga2 = na ? mm2d(g2, b, 0, 1) : NULL;     /* g b^T */
     gi[1] = nb ? mm2d(a2, g2, 1, 0) : NULL;             /* a^T g */
     gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
@@ -576,9 +633,9 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
                 ld_shape_str(b, b2, sizeof b2));
         return NULL;
     }
-    if (a->dtype != LD_F32 || b->dtype != LD_F32) {
-        ld_fail(LD_ETYPE, "matmul needs float32 tensors, got %s and %s", ld_dtype_name(a->dtype),
-                ld_dtype_name(b->dtype));
+    if (!ld_dtype_is_float(a->dtype) || a->dtype != b->dtype) {
+        ld_fail(LD_ETYPE, "matmul needs two float32, float16 or bfloat16 tensors of one dtype, got %s and %s",
+                ld_dtype_name(a->dtype), ld_dtype_name(b->dtype));
         return NULL;
     }
     if (ld_ops_same_device(a, b, "matmul")) return NULL;
@@ -597,11 +654,11 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
         ld_tensor_release(c);
         c = r;
     }
-    if (c) {
+    if (c) {   /* recorded on its float32 result; a half product's gradients are half (bw_matmul) */
         ld_tensor *in[2] = {a, b};
         ld_record(c, "matmul", bw_matmul, 2, in);
     }
-    return c;
+    return ld_ops_in_dtype(c, a->dtype);
 }
 
 /* ================================================================ fused dense layer
@@ -663,7 +720,8 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
         return NULL;
     }
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
-        ld_fail(LD_ETYPE, "a dense layer needs float32 inputs");
+        ld_fail(LD_ETYPE, "dense needs float32 inputs, got %s and %s%s%s", ld_dtype_name(x->dtype),
+                ld_dtype_name(w->dtype), b ? " with a bias of " : "", b ? ld_dtype_name(b->dtype) : "");
         return NULL;
     }
     if (ld_ops_same_device(x, w, "dense") || (b && ld_ops_same_device(w, b, "dense"))) return NULL;
@@ -736,8 +794,8 @@ static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
     ld_tensor_release(cx);
     return y;
 }
-ld_tensor *ld_softmax(ld_tensor *x) { return softmax_impl(x, 0); }
-ld_tensor *ld_log_softmax(ld_tensor *x) { return softmax_impl(x, 1); }
+ld_tensor *ld_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 0), ld_ops_result_dtype(x, NULL)); }
+ld_tensor *ld_log_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 1), ld_ops_result_dtype(x, NULL)); }
 
 /* ================================================================ conv2d (NHWC, HWIO) */
 /* The convolution op: y = conv(x, w) + b, then relu when asked, recorded as
@@ -822,7 +880,7 @@ static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
     }
     if (sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d strides must be positive"); return NULL; }
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
-        ld_fail(LD_ETYPE, "conv2d needs float32 tensors");
+        ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s and %s", ld_dtype_name(x->dtype), ld_dtype_name(w->dtype));
         return NULL;
     }
     if (ld_ops_same_device(x, w, "conv2d") || (b && ld_ops_same_device(w, b, "conv2d"))) return NULL;
@@ -910,7 +968,7 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     char b1[64];
     if (x->ndim != 4) { ld_fail(LD_ESHAPE, "conv2d needs NHWC input, got %s", ld_shape_str(x, b1, sizeof b1)); return NULL; }
     if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d kernel size and strides must be positive"); return NULL; }
-    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors"); return NULL; }
+    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s", ld_dtype_name(x->dtype)); return NULL; }
     int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
     if (same) {
         ld_ops_same_pad(h, kh, sh, &oh, &ph);

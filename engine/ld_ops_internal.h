@@ -35,4 +35,15 @@ void ld_ops_split_axis(int ndim, const int64_t *shape, int axis, int64_t *outer,
    size ceil(in / s) and the padding before it (half the total, rounded down) */
 void ld_ops_same_pad(int64_t in, int64_t k, int64_t s, int64_t *out, int64_t *pad);
 
+/* float16 and bfloat16 (ld_half.h): an op computes in float32 (its operands
+   cast in, sums, softmax and norms accumulating in float32) and hands its
+   result back in the operands' half dtype. ld_ops_result_dtype gives that
+   dtype for operands a and b (b NULL for one): the half dtype when an operand
+   is half and the other is the same half dtype, an integer or absent;
+   LD_F32 otherwise (float16 with bfloat16, or a half with float32, widen to
+   float32 as PyTorch does). ld_ops_in_dtype returns out in dtype dt: out
+   itself for float32 or NULL, else a cast copy (out released). */
+ld_dtype ld_ops_result_dtype(const ld_tensor *a, const ld_tensor *b);
+ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt);
+
 #endif

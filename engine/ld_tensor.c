@@ -3,6 +3,7 @@
 #include "ld_device.h"
 #include "ld_autograd.h"
 #include "ld_executor.h"
+#include "ld_half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,8 +11,10 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ dtypes */
-static const size_t dt_size[] = {4, 4, 8, 1};
-static const char *const dt_name[] = {"float32", "int32", "int64", "uint8"};
+static const size_t dt_size[] = {4, 4, 8, 1, 2, 2};
+static const char *const dt_name[] = {"float32", "int32", "int64", "uint8", "float16", "bfloat16"};
+_Static_assert(sizeof dt_size / sizeof *dt_size == LD_DTYPE_COUNT, "a size for each dtype");
+_Static_assert(sizeof dt_name / sizeof *dt_name == LD_DTYPE_COUNT, "a name for each dtype");
 size_t ld_dtype_size(ld_dtype dt) { return dt_size[dt]; }
 const char *ld_dtype_name(ld_dtype dt) { return dt < LD_DTYPE_COUNT ? dt_name[dt] : "?"; }
 int ld_dtype_from_name(const char *name, ld_dtype *out) {
@@ -19,7 +22,8 @@ int ld_dtype_from_name(const char *name, ld_dtype *out) {
         if (!strcmp(name, dt_name[i])) { *out = (ld_dtype)i; return LD_OK; }
     if (!strcmp(name, "float")) { *out = LD_F32; return LD_OK; }
     if (!strcmp(name, "int")) { *out = LD_I64; return LD_OK; }
-    return ld_fail(LD_EARG, "unknown dtype '%s' (float32, int32, int64 or uint8)", name);
+    if (!strcmp(name, "half")) { *out = LD_F16; return LD_OK; }   /* torch.half */
+    return ld_fail(LD_EARG, "unknown dtype '%s' (float32, float16, bfloat16, int32, int64 or uint8)", name);
 }
 
 /* ------------------------------------------------------------------ lifetime */
@@ -405,6 +409,8 @@ static double read_elem(const void *base, ld_dtype dt, int64_t off) {
     case LD_I32: return ((const int32_t *)base)[off];
     case LD_I64: return (double)((const int64_t *)base)[off];
     case LD_U8: return ((const uint8_t *)base)[off];
+    case LD_F16: return ld_f16_to_f32(((const uint16_t *)base)[off]);
+    case LD_BF16: return ld_bf16_to_f32(((const uint16_t *)base)[off]);
     default: return 0;
     }
 }
@@ -424,10 +430,10 @@ double ld_tensor_get_flat(const ld_tensor *t, int64_t i) {
 /* The largest value of each integer dtype plus one, exactly (a power of two),
    and the smallest; float32 has no bound here. */
 /* The integer dtypes' bounds; hi + 1 is a power of two, exact as a double. */
-static const int64_t int_lo[] = {0, INT32_MIN, INT64_MIN, 0}, int_hi[] = {0, INT32_MAX, INT64_MAX, UINT8_MAX};
+static const int64_t int_lo[] = {0, INT32_MIN, INT64_MIN, 0, 0, 0}, int_hi[] = {0, INT32_MAX, INT64_MAX, UINT8_MAX, 0, 0};
 
 int ld_dtype_check_value(ld_dtype dt, double v) {
-    if (dt == LD_F32) return LD_OK;   /* beyond float32's range: inf, IEEE 754's rule */
+    if (ld_dtype_is_float(dt)) return LD_OK;   /* beyond the float's range: inf, IEEE 754's rule */
     if (v != v) return ld_fail(LD_EARG, "cannot convert nan to %s", ld_dtype_name(dt));
     if (v == INFINITY || v == -INFINITY)
         return ld_fail(LD_EARG, "cannot convert %s to %s", v > 0 ? "inf" : "-inf", ld_dtype_name(dt));
@@ -440,7 +446,7 @@ int ld_dtype_check_value(ld_dtype dt, double v) {
 }
 
 int ld_dtype_check_int(ld_dtype dt, int64_t v) {
-    if (dt == LD_F32) return LD_OK;
+    if (ld_dtype_is_float(dt)) return LD_OK;
     if (v < int_lo[dt] || v > int_hi[dt])
         return ld_fail(LD_EARG, "value %lld is out of range for %s (%lld to %lld)", (long long)v,
                        ld_dtype_name(dt), (long long)int_lo[dt], (long long)int_hi[dt]);
@@ -464,13 +470,15 @@ static int store_double(ld_tensor *t, int64_t i, double v, int synced) {
     case LD_I32: ((int32_t *)b)[off] = (int32_t)v; break;
     case LD_I64: ((int64_t *)b)[off] = (int64_t)v; break;
     case LD_U8: ((uint8_t *)b)[off] = (uint8_t)v; break;
+    case LD_F16: ((uint16_t *)b)[off] = ld_f32_to_f16((float)v); break;
+    case LD_BF16: ((uint16_t *)b)[off] = ld_f32_to_bf16((float)v); break;
     default: break;
     }
     return LD_OK;
 }
 
 static int store_int(ld_tensor *t, int64_t i, int64_t v, int synced) {
-    if (t->dtype == LD_F32) return store_double(t, i, (double)v, synced);
+    if (ld_dtype_is_float(t->dtype)) return store_double(t, i, (double)v, synced);
     if (ld_dtype_check_int(t->dtype, v)) return ld_error_status();
     if (!elem_base(t, synced)) return ld_error_status();
     int64_t off = flat_offset(t, i);
@@ -635,7 +643,8 @@ ld_tensor *ld_clone(const ld_tensor *t) { return copy_as(t, t->dtype); }
 ld_tensor *ld_cast(const ld_tensor *t, ld_dtype dt) { return copy_as(t, dt); }
 
 int ld_cast_check(ld_tensor *t, ld_dtype dt) {
-    if (dt == LD_F32 || dt == t->dtype || (dt == LD_I64 && t->dtype != LD_F32)) return LD_OK;   /* every value fits */
+    if (ld_dtype_is_float(dt) || dt == t->dtype || (dt == LD_I64 && !ld_dtype_is_float(t->dtype)))
+        return LD_OK;   /* every value fits (a float out of range becomes inf) */
     ld_tensor *h = ld_to_device(t, ld_device_cpu()), *c = h ? ld_contiguous(h) : NULL;
     ld_tensor_release(h);
     const void *p = c ? ld_tensor_data(c) : NULL;
@@ -647,6 +656,8 @@ int ld_cast_check(ld_tensor *t, ld_dtype dt) {
         case LD_F32: st = ld_dtype_check_value(dt, ((const float *)p)[i]); break;
         case LD_I32: st = ld_dtype_check_int(dt, ((const int32_t *)p)[i]); break;
         case LD_I64: st = ld_dtype_check_int(dt, ((const int64_t *)p)[i]); break;
+        case LD_F16: st = ld_dtype_check_value(dt, ld_f16_to_f32(((const uint16_t *)p)[i])); break;
+        case LD_BF16: st = ld_dtype_check_value(dt, ld_bf16_to_f32(((const uint16_t *)p)[i])); break;
         default: st = ld_dtype_check_int(dt, ((const uint8_t *)p)[i]); break;
         }
         if (st) {

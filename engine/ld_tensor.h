@@ -19,9 +19,15 @@
 
 #define LD_MAX_DIMS 8
 
-typedef enum { LD_F32 = 0, LD_I32, LD_I64, LD_U8, LD_DTYPE_COUNT } ld_dtype;
+/* LD_F16 (IEEE half) and LD_BF16 (bfloat16) hold 16 bits each; ops on them
+   compute in float32 (ld_half.h converts). */
+typedef enum { LD_F32 = 0, LD_I32, LD_I64, LD_U8, LD_F16, LD_BF16, LD_DTYPE_COUNT } ld_dtype;
+/* float32, float16 or bfloat16 */
+static inline int ld_dtype_is_float(ld_dtype dt) { return dt == LD_F32 || dt == LD_F16 || dt == LD_BF16; }
+/* float16 or bfloat16 */
+static inline int ld_dtype_is_half(ld_dtype dt) { return dt == LD_F16 || dt == LD_BF16; }
 size_t ld_dtype_size(ld_dtype dt);          /* bytes per element */
-const char *ld_dtype_name(ld_dtype dt);     /* "float32", "int32", "int64", "uint8" */
+const char *ld_dtype_name(ld_dtype dt);     /* "float32", "int32", "int64", "uint8", "float16", "bfloat16" */
 int ld_dtype_from_name(const char *name, ld_dtype *out); /* LD_OK or LD_EARG */
 
 typedef struct ld_device ld_device;  /* see ld_device.h */

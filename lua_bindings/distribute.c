@@ -49,7 +49,7 @@ static void push_ids(lua_State *L, const int *ids, int n) {
     for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
 }
 
-/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =, blas =,
+/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =, blas =, bf16_gemm =,
    devices = {{name =, threads =, cores = {ids}, pinned =}, ...}} */
 static int d_cpu_split(lua_State *L) {
     enum { MAX = 1024 };
@@ -69,6 +69,8 @@ static int d_cpu_split(lua_State *L) {
     lua_setfield(L, -2, "isa");
     lua_pushstring(L, ld_cpu_blas_describe());
     lua_setfield(L, -2, "blas");
+    lua_pushstring(L, ld_cpu_bf16_gemm_describe());
+    lua_setfield(L, -2, "bf16_gemm");
     int nd = ld_cpu_device_count();
     lua_createtable(L, nd, 0);
     for (int d = 0; d < nd; d++) {

@@ -919,16 +919,36 @@ static int model_grads(lua_State *L) {
     return 3;
 }
 
-/* model:save_weights(path) / model:load_weights(path): safetensors keyed by variable name */
+/* model:save_weights(path) / model:load_weights(path): safetensors keyed by variable name;
+   model:save_weights(path, {dtype = "bfloat16"}) writes the float weights in
+   that dtype (a half-precision checkpoint, as PyTorch's model.half() saves) */
 static int model_save_weights(lua_State *L) {
     ld_model *m = check_model_live(L, 1, "save_weights");
     const char *path = luaL_checkstring(L, 2);
+    int cast = 0;
+    ld_dtype dt = LD_F32;
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        if (lua_getfield(L, 3, "dtype") != LUA_TNIL) {
+            if (ld_dtype_from_name(luaL_checkstring(L, -1), &dt)) return lb_engine_error(L, 3);
+            if (!ld_dtype_is_float(dt))
+                return luaL_error(L, "save_weights: dtype must be float32, float16 or bfloat16, not %s", ld_dtype_name(dt));
+            cast = 1;
+        }
+        lua_pop(L, 1);
+    }
     int n = ld_model_variables(m, NULL, 0);
     if (n == 0) return luaL_error(L, "model has no weights yet (call it on data or model:build(shape) first)");
     ld_tensor **v = lua_newuserdatauv(L, sizeof *v * (size_t)n, 0);
     const char **names = lua_newuserdatauv(L, sizeof *names * (size_t)n, 0);
     ld_model_variables(m, v, n);
     for (int i = 0; i < n; i++) names[i] = lua_pushfstring(L, "%d/%s", i, v[i]->name ? v[i]->name : "var");
+    for (int i = 0; cast && i < n; i++)
+        if (ld_dtype_is_float(v[i]->dtype) && v[i]->dtype != dt) {
+            ld_tensor *c = ld_cast(v[i], dt);
+            lb_push_tensor(L, c, 1);   /* anchored on the stack until the file is written */
+            v[i] = c;
+        }
     const char *meta[] = {"format", "ldist", "model", m->name};
     if (ld_save_safetensors(path, n, names, v, 2, meta)) return lb_engine_error(L, 2);
     return 0;   /* Keras returns None: nothing to echo at the prompt */
@@ -936,20 +956,10 @@ static int model_save_weights(lua_State *L) {
 
 /* load_weights' check of a file's header against the model, made before any
    tensor is allocated or read: one entry per variable, named "<index>/...",
-   with the variable's shape and dtype. F16 and BF16 files load into float32
-   variables on purpose (half-precision checkpoints are common); any other
-   difference of dtype is refused. slot[i]: the entry for variable i. */
+   with the variable's shape and dtype. F32, F16 and BF16 entries load into
+   any float variable on purpose (half-precision checkpoints are common); any
+   other difference of dtype is refused. slot[i]: the entry for variable i. */
 typedef struct { ld_tensor **v; int n; int *slot; } weights_check;
-
-static const char *file_dtype_of(ld_dtype dt) {
-    switch (dt) {
-    case LD_F32: return "F32";
-    case LD_I32: return "I32";
-    case LD_I64: return "I64";
-    case LD_U8: return "U8";
-    default: return "?";
-    }
-}
 
 static int check_weights_file(void *ctx, const char *path, int n, const ld_safetensors_entry *e) {
     weights_check *w = ctx;
@@ -980,10 +990,14 @@ static int check_weights_file(void *ctx, const char *path, int n, const ld_safet
             return ld_fail(LD_ESHAPE, "weight %d (%s) has shape %s in '%s' but %s in the model", i, vn, b1, path,
                            ld_shape_str(v, b2, sizeof b2));
         }
-        int half = v->dtype == LD_F32 && (!strcmp(f->dtype, "F16") || !strcmp(f->dtype, "BF16"));
-        if (!half && strcmp(f->dtype, file_dtype_of(v->dtype)))
-            return ld_fail(LD_ETYPE, "weight %d (%s) is %s in '%s' but %s in the model (only F16 and BF16 are "
-                           "converted, into float32)", i, vn, f->dtype, path, ld_dtype_name(v->dtype));
+        /* float weights take any float file dtype (a half checkpoint into a
+           float32 model, or the other way), converted as astype does */
+        int half = ld_dtype_is_float(v->dtype) && (!strcmp(f->dtype, "F16") || !strcmp(f->dtype, "BF16") ||
+                                                   !strcmp(f->dtype, "F32"));
+        const char *vd = ld_safetensors_dtype_name(v->dtype);
+        if (!half && strcmp(f->dtype, vd ? vd : "?"))
+            return ld_fail(LD_ETYPE, "weight %d (%s) is %s in '%s' but %s in the model (only F32, F16 and BF16 "
+                           "convert into each other)", i, vn, f->dtype, path, ld_dtype_name(v->dtype));
     }
     return LD_OK;
 }

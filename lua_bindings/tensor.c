@@ -126,7 +126,7 @@ static void set_elem(lua_State *L, int vidx, ld_tensor *t, int64_t pos, int arg)
     ld_tensor *e = lb_test_tensor(L, vidx);
     int st;
     if (e && ld_tensor_numel(e) == 1)
-        st = e->dtype == LD_F32 ? ld_tensor_init_flat(t, pos, ld_tensor_get_flat(e, 0))
+        st = ld_dtype_is_float(e->dtype) ? ld_tensor_init_flat(t, pos, ld_tensor_get_flat(e, 0))
                                 : ld_tensor_init_flat_int(t, pos, ld_tensor_get_flat_int(e, 0));
     else if (lua_isinteger(L, vidx)) st = ld_tensor_init_flat_int(t, pos, lua_tointeger(L, vidx));
     else if (lua_isnumber(L, vidx)) st = ld_tensor_init_flat(t, pos, lua_tonumber(L, vidx));
@@ -185,7 +185,7 @@ static ld_tensor *to_tensor_on(lua_State *L, int idx, ld_dtype dt, ld_device *de
     idx = lua_absindex(L, idx);
     ld_tensor *t = lb_test_tensor(L, idx);
     if (t) return ld_tensor_retain(t);
-    if (lua_isinteger(L, idx) && dt != LD_F32) {   /* exact, not through a double */
+    if (lua_isinteger(L, idx) && !ld_dtype_is_float(dt)) {   /* exact, not through a double */
         ld_tensor *s = ld_tensor_empty(dt, 0, NULL, NULL);
         if (!s) lb_engine_error(L, idx);
         if (ld_tensor_init_flat_int(s, 0, lua_tointeger(L, idx))) { ld_tensor_release(s); lb_engine_error(L, idx); }
@@ -422,12 +422,12 @@ static int t_item(lua_State *L) {
     double v;
     ld_tensor *t = SELF;
     if (ld_tensor_item(t, &v)) return lb_engine_error(L, 1);
-    if (t->dtype == LD_F32) lua_pushnumber(L, v); else lua_pushinteger(L, ld_tensor_get_flat_int(t, 0));
+    if (ld_dtype_is_float(t->dtype)) lua_pushnumber(L, v); else lua_pushinteger(L, ld_tensor_get_flat_int(t, 0));
     return 1;
 }
 
 static void push_elem(lua_State *L, ld_tensor *t, int64_t i) {
-    if (t->dtype == LD_F32) lua_pushnumber(L, ld_tensor_get_flat(t, i));
+    if (ld_dtype_is_float(t->dtype)) lua_pushnumber(L, ld_tensor_get_flat(t, i));
     else lua_pushinteger(L, ld_tensor_get_flat_int(t, i));
 }
 
@@ -493,7 +493,7 @@ static int t_astype(lua_State *L) {
     ld_dtype dt;
     if (ld_dtype_from_name(luaL_checkstring(L, 2), &dt)) return lb_engine_error(L, 2);
     if (ld_cast_check(SELF, dt)) return lb_engine_error(L, 1);
-    lb_push_tensor(L, ld_cast(SELF, dt), 1);
+    lb_push_tensor(L, ld_cast_op(SELF, dt), 1);   /* differentiable between float dtypes */
     return 1;
 }
 static int t_float(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_F32), 1); return 1; }
@@ -524,9 +524,12 @@ static int binop(lua_State *L, ld_binary_op op) {
     ld_tensor *ta = lb_test_tensor(L, 1), *tb = lb_test_tensor(L, 2);
     /* a number or a table is made where the tensor it is combined with lives */
     ld_device *at = tb ? tb->storage->device : default_device(), *bt = ta ? ta->storage->device : default_device();
-    /* a Lua integer with an integer tensor takes its dtype (int64 * 2 stays int64, as in TF) */
-    ld_dtype adt = tb && tb->dtype != LD_F32 && lua_isinteger(L, 1) ? tb->dtype : LD_F32;
-    ld_dtype bdt = ta && ta->dtype != LD_F32 && lua_isinteger(L, 2) ? ta->dtype : LD_F32;
+    /* a Lua integer with an integer tensor takes its dtype (int64 * 2 stays int64, as in TF),
+       and a number with a float16/bfloat16 tensor its half dtype (x * 0.5 stays bfloat16, as in TF) */
+    ld_dtype adt = tb && ((tb->dtype != LD_F32 && lua_isinteger(L, 1)) || (ld_dtype_is_half(tb->dtype) && lua_isnumber(L, 1)))
+                       ? tb->dtype : LD_F32;
+    ld_dtype bdt = ta && ((ta->dtype != LD_F32 && lua_isinteger(L, 2)) || (ld_dtype_is_half(ta->dtype) && lua_isnumber(L, 2)))
+                       ? ta->dtype : LD_F32;
     ld_tensor *a = to_tensor_on(L, 1, adt, at);
     lb_push_tensor(L, a, 0);     /* anchor while converting b */
     ld_tensor *b = to_tensor_on(L, 2, bdt, bt);
@@ -780,7 +783,7 @@ static int scan_values(ld_tensor *c, value_scan *vs) {
     *vs = (value_scan){0, HUGE_VAL, 0, 0, 0};
     for (int64_t i = 0; i < n && i < 100000; i++) {
         double v = ld_tensor_get_flat(c, i);
-        const char *name = c->dtype == LD_F32 ? nonfinite_name(v) : NULL;
+        const char *name = ld_dtype_is_float(c->dtype) ? nonfinite_name(v) : NULL;
         if (name) {
             if ((int)strlen(name) > vs->named) vs->named = (int)strlen(name);
             continue;
@@ -791,13 +794,13 @@ static int scan_values(ld_tensor *c, value_scan *vs) {
         if (a > 0 && a < vs->min) vs->min = a;
         if (v < 0) vs->neg = 1;
     }
-    return c->dtype == LD_F32 && vs->max > 0 && (vs->max / vs->min > 1000 || vs->max >= 1e8 || vs->min < 1e-4);
+    return ld_dtype_is_float(c->dtype) && vs->max > 0 && (vs->max / vs->min > 1000 || vs->max >= 1e8 || vs->min < 1e-4);
 }
 
 /* sci: "%.4e" for every element, when magnitudes span many decades */
 static void fmt_elem(luaL_Buffer *b, ld_tensor *t, int64_t i, int width, int sci) {
     char s[64];   /* a float32 is at most 39 digits before the point: "%.4f" fits */
-    if (t->dtype == LD_F32) {
+    if (ld_dtype_is_float(t->dtype)) {
         double v = ld_tensor_get_flat(t, i);
         const char *name = nonfinite_name(v);
         if (name) snprintf(s, sizeof s, "%*s", width, name);
@@ -856,7 +859,7 @@ static int t_tostring(lua_State *L) {
            for a 3-digit exponent) and a sign. */
         int width;
         if (sci) width = 10 + (mx >= 1e100 || mn < 1e-99) + neg;
-        else width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (c->dtype == LD_F32 ? 5 : 0);
+        else width = (int)(mx >= 1 ? floor(log10(mx)) + 1 : 1) + neg + (ld_dtype_is_float(c->dtype) ? 5 : 0);
         if (!finite || named > width) width = named;
         if (n == 0) luaL_addstring(&b, "[]");
         else fmt_dims(&b, c, 0, 0, strides, 7, width, sci);
@@ -889,7 +892,7 @@ static int t_mimebundle(lua_State *L) {
     for (int64_t i = 0; i < rows && i < 10; i++) {
         luaL_addstring(&b, "<tr>");
         for (int64_t j = 0; j < cols && j < 10; j++) {
-            if (c->dtype == LD_F32) {
+            if (ld_dtype_is_float(c->dtype)) {
                 double v = ld_tensor_get_flat(c, i * cols + j);
                 const char *name = nonfinite_name(v);
                 if (name) snprintf(s, sizeof s, "<td>%s</td>", name);
@@ -1049,7 +1052,7 @@ static const char *const docs[] = {
                   "tensor's is of its dtype).",
     "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis (the first NaN where there is one).",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
-    "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"int32\", \"int64\", \"uint8\").\n"
+    "Tensor:astype", "t:astype(dtype)\n\nA copy in another dtype (\"float32\", \"float16\", \"bfloat16\", \"int32\", \"int64\",\n\"uint8\"); to float16 and bfloat16 rounding to nearest even, as NumPy and TF do.\n"
                      "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"
                      "range is undefined, a value the dtype cannot hold is an error naming it and its index.\n"
                      VALUES_DOC,

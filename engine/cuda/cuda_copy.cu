@@ -1,10 +1,12 @@
 /*
  * cuda_copy.cu - strided copies with dtype conversion, and fill.
  *
- * Conversions go through double, as the CPU backend's do, so a value
- * converts to the same result on both devices.
+ * Conversions go through double, as the CPU backend's do (float16 and
+ * bfloat16 through ld_half.h), so a value converts to the same result on
+ * both devices.
  */
 #include "cuda_common.cuh"
+#include "../ld_half.h"
 
 #include <string.h>
 
@@ -32,6 +34,24 @@ static void merge_dims(int ndim, const int64_t *shape, const int64_t *st, cu_vie
     }
 }
 
+/* float16 and bfloat16 travel as their bits (uint16 storage wrappers), and
+   convert through ld_half.h as on the CPU: to half from float32, from half
+   to float32 (exact), so both devices give the same bits. */
+struct cu_f16 { uint16_t b; };
+struct cu_bf16 { uint16_t b; };
+template <typename T> struct cu_conv {
+    static __device__ double get(T v) { return (double)v; }
+    static __device__ T put(double v) { return (T)v; }
+};
+template <> struct cu_conv<cu_f16> {
+    static __device__ double get(cu_f16 v) { return ld_f16_to_f32(v.b); }
+    static __device__ cu_f16 put(double v) { return cu_f16{ld_f32_to_f16((float)v)}; }
+};
+template <> struct cu_conv<cu_bf16> {
+    static __device__ double get(cu_bf16 v) { return ld_bf16_to_f32(v.b); }
+    static __device__ cu_bf16 put(double v) { return cu_bf16{ld_f32_to_bf16((float)v)}; }
+};
+
 template <typename D, typename S>
 __global__ void k_copy(D *dst, const S *src, cu_view v, int64_t n) {
     CU_LOOP(i, n) {
@@ -41,7 +61,7 @@ __global__ void k_copy(D *dst, const S *src, cu_view v, int64_t n) {
             off += (r - q * v.shape[d]) * v.stride[d];
             r = q;
         }
-        dst[i] = (D)(double)src[off];
+        dst[i] = cu_conv<D>::put(cu_conv<S>::get(src[off]));
     }
 }
 
@@ -57,6 +77,8 @@ static void copy_to(cu_dev *cd, void *dst, const void *src, ld_dtype sdt, const 
     case LD_F32: launch_copy<D, float>(cd, dst, src, v, n); break;
     case LD_I32: launch_copy<D, int32_t>(cd, dst, src, v, n); break;
     case LD_I64: launch_copy<D, int64_t>(cd, dst, src, v, n); break;
+    case LD_F16: launch_copy<D, cu_f16>(cd, dst, src, v, n); break;
+    case LD_BF16: launch_copy<D, cu_bf16>(cd, dst, src, v, n); break;
     default: launch_copy<D, uint8_t>(cd, dst, src, v, n); break;
     }
 }
@@ -65,6 +87,7 @@ static size_t dtype_size(ld_dtype dt) {
     switch (dt) {
     case LD_F32: case LD_I32: return 4;
     case LD_I64: return 8;
+    case LD_F16: case LD_BF16: return 2;
     default: return 1;
     }
 }
@@ -87,6 +110,8 @@ void cu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_
     case LD_F32: copy_to<float>(cd, dst, src, sdt, v, n); break;
     case LD_I32: copy_to<int32_t>(cd, dst, src, sdt, v, n); break;
     case LD_I64: copy_to<int64_t>(cd, dst, src, sdt, v, n); break;
+    case LD_F16: copy_to<cu_f16>(cd, dst, src, sdt, v, n); break;
+    case LD_BF16: copy_to<cu_bf16>(cd, dst, src, sdt, v, n); break;
     default: copy_to<uint8_t>(cd, dst, src, sdt, v, n); break;
     }
 }
@@ -110,6 +135,8 @@ void cu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) {
     case LD_F32: k_fill<float><<<g, 256, 0, cd->stream>>>((float *)dst, (float)v, n); break;
     case LD_I32: k_fill<int32_t><<<g, 256, 0, cd->stream>>>((int32_t *)dst, (int32_t)v, n); break;
     case LD_I64: k_fill<int64_t><<<g, 256, 0, cd->stream>>>((int64_t *)dst, (int64_t)v, n); break;
+    case LD_F16: k_fill<uint16_t><<<g, 256, 0, cd->stream>>>((uint16_t *)dst, ld_f32_to_f16((float)v), n); break;
+    case LD_BF16: k_fill<uint16_t><<<g, 256, 0, cd->stream>>>((uint16_t *)dst, ld_f32_to_bf16((float)v), n); break;
     default: k_fill<uint8_t><<<g, 256, 0, cd->stream>>>((uint8_t *)dst, (uint8_t)v, n); break;
     }
     cu_launched(cd, "fill kernel");

@@ -9,7 +9,8 @@
  * cuBLAS is opened with dlopen on the first product (libcublas.so.13, then
  * .12), so the plugin loads where cuBLAS is missing and says so when a
  * product is asked for. Full FP32 by default, like PyTorch's matmul;
- * LDIST_CUDA_TF32=1 lets cuBLAS use TF32 tensor cores.
+ * LDIST_CUDA_TF32=1 lets cuBLAS use TF32 tensor cores. Half operands
+ * (gemm_half) go through cublasGemmEx with float32 accumulation.
  */
 #include "cuda_common.cuh"
 
@@ -18,6 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* cublasGemmEx as the library exports it (C++ adds an inline overload with
+   a cudaDataType compute type, so decltype cannot name it) */
+typedef cublasStatus_t (*gemm_ex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                     const void *, const void *, cudaDataType, int, const void *, cudaDataType, int,
+                                     const void *, void *, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 static struct {
     pthread_once_t once;
@@ -29,7 +36,8 @@ static struct {
     decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasSgemm_v2) sgemm;
     decltype(&cublasGetStatusString) status_string;
-} blas = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0};
+    gemm_ex_fn gemm_ex;
+} blas = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0, 0};
 
 const char *const cu_blas_libs[3] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
 
@@ -38,8 +46,9 @@ static void blas_open(void) {
         {(void **)&blas.create, "cublasCreate_v2"},    {(void **)&blas.destroy, "cublasDestroy_v2"},
         {(void **)&blas.set_stream, "cublasSetStream_v2"}, {(void **)&blas.set_math_mode, "cublasSetMathMode"},
         {(void **)&blas.sgemm, "cublasSgemm_v2"},      {(void **)&blas.status_string, "cublasGetStatusString"},
+        {(void **)&blas.gemm_ex, "cublasGemmEx"},
     };
-    blas.ok = cu_open_library("cuBLAS", cu_blas_libs, 3, syms, 6, blas.why, sizeof blas.why);
+    blas.ok = cu_open_library("cuBLAS", cu_blas_libs, 3, syms, 7, blas.why, sizeof blas.why);
 }
 
 int cu_blas_failed(cu_dev *cd, const char *call, int st, const char *what) {
@@ -96,27 +105,55 @@ __global__ void k_scale_rows(float *c, int64_t m, int64_t n, int64_t ldc, float 
     }
 }
 
-void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (m <= 0 || n <= 0) return;
-    cu_dev *cd = cu_begin(d);
-    if (!cd) return;
+/* What cu_gemm and cu_gemm_half share before the call: the device, the
+   k = 0 product (C = beta * C), the int range cuBLAS takes, the handle.
+   NULL when nothing is left to do (done, or an error recorded); `what`
+   names the product in messages. */
+static cublasHandle_t gemm_begin(ld_device *d, cu_dev **cdp, const char *call, const char *kind, int64_t m,
+                                 int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float beta, float *c,
+                                 char *what, size_t what_n) {
+    if (m <= 0 || n <= 0) return NULL;
+    cu_dev *cd = *cdp = cu_begin(d);
+    if (!cd) return NULL;
     if (k <= 0) {
         k_scale_rows<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>(c, m, n, ldc, beta);
         cu_launched(cd, "gemm kernel (k = 0)");
-        return;
+        return NULL;
     }
-    char what[96];
-    snprintf(what, sizeof what, " (gemm %lldx%lldx%lld)", (long long)m, (long long)n, (long long)k);
+    snprintf(what, what_n, " (gemm %lldx%lldx%lld%s)", (long long)m, (long long)n, (long long)k, kind);
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || ldc > INT_MAX) {
         char msg[200];
-        snprintf(msg, sizeof msg, "%s: cublasSgemm_v2%s: a dimension exceeds 2^31-1", d->name, what);
+        snprintf(msg, sizeof msg, "%s: %s%s: a dimension exceeds 2^31-1", d->name, call, what);
         cu_record_msg(cd, msg);
-        return;
+        return NULL;
     }
-    cublasHandle_t h = (cublasHandle_t)cu_blas_handle(cd, "matrix products");
+    return (cublasHandle_t)cu_blas_handle(cd, "matrix products");
+}
+
+void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    cu_dev *cd = NULL;
+    char what[96];
+    cublasHandle_t h = gemm_begin(d, &cd, "cublasSgemm_v2", "", m, n, k, lda, ldb, ldc, beta, c, what, sizeof what);
     if (!h) return;
     cublasStatus_t st = blas.sgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemm_v2", st, what);
+}
+
+/* Half operands, float32 C: cublasGemmEx with float32 compute (the tensor
+   cores' bf16/fp16 products with fp32 accumulation), laid out as cu_gemm. */
+void cu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt, const void *a,
+                  int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
+    cu_dev *cd = NULL;
+    char what[96];
+    cublasHandle_t h = gemm_begin(d, &cd, "cublasGemmEx", dt == LD_BF16 ? ", bfloat16" : ", float16", m, n, k, lda,
+                                  ldb, ldc, 0.0f, c, what, sizeof what);
+    if (!h) return;
+    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasStatus_t st = blas.gemm_ex(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
+                                     (int)k, &alpha, b, in, (int)ldb, a, in, (int)lda, &beta, c, CUDA_R_32F, (int)ldc,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasGemmEx", st, what);
 }

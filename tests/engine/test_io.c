@@ -543,7 +543,7 @@ static void test_safetensors(void) {
                   ld_tensor_get_flat(d.tensors[i], 1) == 1099511627776.0 && ld_tensor_get_flat(d.tensors[i], 0) == -1);
             CHECK((i = find(&d, "i32")) >= 0 && d.tensors[i]->dtype == LD_I32 && ld_tensor_get_flat(d.tensors[i], 0) == 7);
             CHECK((i = find(&d, "u8")) >= 0 && d.tensors[i]->dtype == LD_U8 && ld_tensor_get_flat(d.tensors[i], 1) == 255);
-            CHECK((i = find(&d, "f16")) >= 0 && d.tensors[i]->dtype == LD_F32);
+            CHECK((i = find(&d, "f16")) >= 0 && d.tensors[i]->dtype == LD_F16);   /* kept as float16 */
             if (i >= 0) {
                 CHECK(ld_tensor_get_flat(d.tensors[i], 0) == 1.5);
                 CHECK_NEAR(ld_tensor_get_flat(d.tensors[i], 1), -0.0001, 1e-3);   /* a float16 subnormal */

@@ -20,7 +20,7 @@ end
 ---------------------------------------------------------------- memory, copies, fill
 T.test("to and back is exact, every dtype", function()
   local x = tensor.normal(1000)
-  for _, dt in ipairs({ "float32", "int32", "int64", "uint8" }) do
+  for _, dt in ipairs({ "float32", "int32", "int64", "uint8", "float16", "bfloat16" }) do
     local c = (x * 10):abs():astype(dt)
     G.same(c:to(dev), c:to(dev), "to " .. dt)      -- device tensor, compared on the host
     T.eq(G.flat(c:to(dev):cpu())[7], G.flat(c)[7], "round trip " .. dt)
@@ -30,7 +30,7 @@ T.test("to and back is exact, every dtype", function()
 end)
 
 T.test("fill: zeros, ones, full in every dtype", function()
-  for _, dt in ipairs({ "float32", "int32", "int64", "uint8" }) do
+  for _, dt in ipairs({ "float32", "int32", "int64", "uint8", "float16", "bfloat16" }) do
     G.same(tensor.full({ 3, 70 }, 7, { dtype = dt, device = dev }), tensor.full({ 3, 70 }, 7, { dtype = dt }), "full " .. dt)
     G.same(tensor.zeros(5, 9, { dtype = dt, device = dev }), tensor.zeros(5, 9, { dtype = dt }), "zeros " .. dt)
   end
@@ -39,7 +39,7 @@ end)
 
 T.test("copy_strided: transposed, sliced, stepped views with every dtype conversion", function()
   local base = tensor.arange(0, 4 * 6 * 5):reshape(4, 6, 5)   -- int64
-  local dts = { "float32", "int32", "int64", "uint8" }
+  local dts = { "float32", "int32", "int64", "uint8", "float16", "bfloat16" }
   for _, sdt in ipairs(dts) do
     local s = base:astype(sdt)
     for _, ddt in ipairs(dts) do
@@ -538,6 +538,71 @@ T.test("device tensors print and come back as tables", function()
   T.ok(tostring(x):find(dev, 1, true), tostring(x))
   T.eq(x:totable()[2][1], 3)
   T.eq(x:sum():item(), 10)
+end)
+
+---------------------------------------------------------------- float16, bfloat16
+-- Ops on half tensors compute in float32 and round the result once: on the
+-- device and against the float32 op they differ from the CPU's result by
+-- about the half dtype's rounding (normalised error below 1e-5 for
+-- float16, 2^-8 relative: 1e-4 for bfloat16).
+local HALF_TOL = { float16 = 1e-5, bfloat16 = 1e-4 }
+T.test("float16/bfloat16: elementwise, reductions, softmax and conversions against float32", function()
+  local a, b = U(0.5, 2, 33, 65), U(0.5, 2, 65)
+  for dt, tol in pairs(HALF_TOL) do
+    local ah, bh = a:astype(dt), b:astype(dt)
+    local af, bf = ah:astype("float32"), bh:astype("float32")   -- the same values, in float32
+    local cases = {
+      { "add", function(x, y) return x + y end }, { "mul", function(x, y) return x * y end },
+      { "div", function(x, y) return x / y end }, { "maximum", function(x, y) return x:maximum(y) end },
+      { "scalar", function(x) return x * 0.5 + 1 end }, { "exp", function(x) return x:exp() end },
+      { "tanh", function(x) return x:tanh() end }, { "relu", function(x) return (x - 1):relu() end },
+      { "sum", function(x) return x:sum(1) end }, { "mean", function(x) return x:mean(0) end },
+      { "max", function(x) return x:max(1) end }, { "min", function(x) return x:min(0) end },
+      { "softmax", function(x) return x:softmax() end },
+      { "log_softmax", function(x) return x:log_softmax() end },
+    }
+    for _, cs in ipairs(cases) do
+      local g, c = G.both(cs[2], ah, bh)
+      T.eq(c.dtype, dt, cs[1] .. " " .. dt .. ": result dtype")
+      -- a GPU's float32 exp/tanh may differ in the last bit, and so round to a neighbouring half
+      G.close(g, c, cs[1] .. " " .. dt .. " on the device", tol)
+      local e = G.nmse(c:astype("float32"), cs[2](af, bf))
+      T.ok(e <= tol, ("%s %s against float32: normalised error %.3g above %g"):format(cs[1], dt, e, tol))
+    end
+  end
+end)
+
+T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 product", function()
+  for _, cs in ipairs({ { 64, 48, 32 }, { 129, 67, 255 }, { 3, 1, 5 }, { 33, 130, 17 } }) do
+    local m, k, n = cs[1], cs[2], cs[3]
+    local a, b = tensor.normal(m, k), tensor.normal(k, n)
+    for dt, tol in pairs(HALF_TOL) do
+      local ah, bh = a:astype(dt), b:astype(dt)
+      local ref = ah:astype("float32"):matmul(bh:astype("float32"))
+      local what = ("%s %dx%dx%d"):format(dt, m, k, n)
+      for _, v in ipairs({ { "", function(x, y) return x:matmul(y) end, ah, bh },
+                           { " (A transposed)", function(x, y) return x.T:matmul(y) end, ah.T:contiguous(), bh },
+                           { " (B transposed)", function(x, y) return x:matmul(y.T) end, ah, bh.T:contiguous() } }) do
+        local g, c = G.both(v[2], v[3], v[4])
+        T.eq(c.dtype, dt, what .. v[1] .. ": result dtype")
+        G.close(g:astype("float32"), c:astype("float32"), what .. v[1] .. " on the device", tol)
+        local e = G.nmse(c:astype("float32"), ref)
+        T.ok(e <= tol, ("%s%s against float32: normalised error %.3g above %g"):format(what, v[1], e, tol))
+      end
+    end
+  end
+  T.raises(function() return tensor.normal(2, 3):astype("bfloat16"):matmul(tensor.normal(3, 2)) end,
+           "matmul needs two float32, float16 or bfloat16 tensors of one dtype, got bfloat16 and float32")
+end)
+
+T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
+  local x = tensor.normal(4, 3)
+  for _, dt in ipairs({ "float16", "bfloat16" }) do
+    local layer = nn.Dense(2)
+    local y = layer(x:astype(dt))
+    T.eq(y.dtype, "float32", "Dense on " .. dt)
+    T.eq(G.nmse(y, layer(x:astype(dt):astype("float32"))), 0, "Dense on " .. dt)
+  end
 end)
 
 ---------------------------------------------------------------- coverage
