@@ -1055,6 +1055,7 @@ M["Comm:apply_sharded"] = "(internal) comm:apply_sharded(opt, per_replica_grads,
 M["Comm:stats"] = "(internal) comm:stats([reset]) -> {calls=, bytes=, seconds=, products=} of the collectives so far."
 M["PendingRead:item"] = "p:item() -> the number, waiting only for the work queued before the read."
 M["SummaryWriter:scalar"] = "w:scalar(tag, value, step)\n\nWrite one scalar event (TensorBoard reads it)."
+M["SummaryWriter:histogram"] = "w:histogram(tag, tensor, step)\n\nWrite the histogram of a tensor's values (30 buckets, as tf.summary.histogram; NaN and inf left out); TensorBoard's histograms tab reads it."
 M["SummaryWriter:flush"] = "w:flush()\n\nWrite what is buffered to the event file."
 M["SummaryWriter:close"] = "w:close()\n\nFlush and close the event file."
 M["SummaryWriter:path"] = "w:path() -> the event file's path."
