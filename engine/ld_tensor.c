@@ -43,6 +43,7 @@ static void storage_release(ld_storage *s) {
     if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
         if (s->release) s->release(s->release_ctx);
         else ld_device_free(s->device, s->data, s->nbytes ? s->nbytes : 1);
+        free(s->lost);
         free(s);
     }
 }
@@ -276,6 +277,15 @@ ld_tensor *ld_tensor_scalar(float v, ld_device *dev) {
 
 /* ------------------------------------------------------------------ text */
 static void text_free(ld_tensor_ext *e) { free(e); }
+
+int ld_tensor_set_lost(ld_tensor *t, const char *why) {
+    char *m = NULL;
+    if (why && !(m = strdup(why))) return ld_fail(LD_ENOMEM, "out of memory");
+    free(t->storage->lost);
+    t->storage->lost = m;
+    return LD_OK;
+}
+const char *ld_tensor_lost(const ld_tensor *t) { return t && t->storage ? t->storage->lost : NULL; }
 
 int ld_tensor_is_text(const ld_tensor *t) { return t && t->ext && t->ext->free == text_free; }
 

@@ -50,6 +50,10 @@ typedef struct ld_storage {
     /* borrowed memory (ld_tensor_borrow): called instead of freeing data */
     void (*release)(void *ctx);
     void *release_ctx;
+    /* owned, NULL for most: why these values are stale (a parameter server
+       that held the variable died); the bindings refuse to read them while
+       it is set (ld_tensor_set_lost) */
+    char *lost;
 } ld_storage;
 
 typedef struct ld_tensor {
@@ -104,6 +108,14 @@ ld_tensor *ld_tensor_scalar(float v, ld_device *dev);   /* 0-d float32 */
 ld_tensor *ld_tensor_text(const char *s, size_t n);
 int ld_tensor_is_text(const ld_tensor *t);
 int ld_tensor_mark_text(ld_tensor *t);          /* LD_OK, or LD_EARG when t is no uint8 vector or has an ext */
+
+/* ---- lost values: a variable whose true values lived elsewhere (a
+   parameter server task that died) keeps its stale local copy; the mark,
+   on the storage so every view of it shares it, says why. The engine only
+   keeps the mark; the front ends refuse every read of a marked tensor
+   (lua_bindings/tensor.c) until a restore clears it. ---- */
+int ld_tensor_set_lost(ld_tensor *t, const char *why);   /* why NULL clears; LD_OK or LD_ENOMEM */
+const char *ld_tensor_lost(const ld_tensor *t);          /* the mark, or NULL */
 
 /* ---- random numbers: one seeded, reproducible generator (per thread state) ---- */
 typedef struct ld_rng { uint64_t s[4]; } ld_rng;

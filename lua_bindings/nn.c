@@ -37,6 +37,30 @@ static ld_model *check_model(lua_State *L, int i) {
 /* A model whose variables a strategy lost (a parameter server that died:
    model._lost says so) has stale values: reading them raises until they are
    restored (model:load_weights, BackupAndRestore). */
+/* model._lost = why (or nil): the one switch. It also marks (or clears) every
+   weight of the model and its optimizer's slots as lost (ld_tensor_set_lost),
+   so a reference taken before (local w = model.weights[1]) refuses to be read
+   too; the model's own paths (call, evaluate, save) check model._lost below. */
+static void model_mark_lost(lua_State *L, int mi, const char *why) {
+    ld_model *m = check_model(L, mi);
+    int n = ld_model_weights(m, NULL, NULL, 0);
+    ld_tensor **v = lua_newuserdatauv(L, (sizeof *v + 1) * (size_t)(n ? n : 1), 0);
+    ld_model_weights(m, v, (unsigned char *)(v + (n ? n : 1)), n);
+    int st = LD_OK;
+    for (int i = 0; i < n; i++) st |= ld_tensor_set_lost(v[i], why);
+    lua_pop(L, 1);
+    lua_getiuservalue(L, mi, 1);
+    if (lua_getfield(L, -1, "_optimizer") == LUA_TUSERDATA) {
+        ld_optimizer *o = lb_check_optimizer(L, -1);
+        for (int i = 0; i < o->n_slots; i++) {
+            if (o->slots[i].s1) st |= ld_tensor_set_lost(o->slots[i].s1, why);
+            if (o->slots[i].s2) st |= ld_tensor_set_lost(o->slots[i].s2, why);
+        }
+    }
+    lua_pop(L, 2);
+    if (st) luaL_error(L, "out of memory marking the model's variables");
+}
+
 static ld_model *check_model_live(lua_State *L, int i, const char *what) {
     ld_model *m = check_model(L, i);
     lua_getiuservalue(L, i, 1);
@@ -1019,9 +1043,8 @@ static int model_load_weights(lua_State *L) {
     ld_tensor_dict_free(&d);
     if (err[0]) return luaL_error(L, "%s", err);
     /* every variable now holds the file's values: the model is whole again */
-    lua_getiuservalue(L, 1, 1);
     lua_pushnil(L);
-    lua_setfield(L, -2, "_lost");
+    lua_setfield(L, 1, "_lost");   /* model_newindex: clears every variable's mark too */
     return 0;   /* as save_weights: nothing to echo */
 }
 
@@ -1129,6 +1152,10 @@ static int model_newindex(lua_State *L) {
     lua_getiuservalue(L, 1, 1);
     int sub = lua_getfield(L, -1, "_class") == LUA_TTABLE;
     lua_pop(L, 1);
+    if (lua_type(L, 2) == LUA_TSTRING && !strcmp(lua_tostring(L, 2), "_lost")) {
+        if (!lua_isnil(L, 3) && !lua_isstring(L, 3)) return luaL_error(L, "model._lost: a message or nil expected");
+        model_mark_lost(L, 1, lua_tostring(L, 3));
+    }
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_rawset(L, -3);

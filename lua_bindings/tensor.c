@@ -36,8 +36,17 @@ int lb_engine_error(lua_State *L, int arg) {
    ld_variable_write). */
 static ld_tensor *replica_view(ld_tensor *t) { return t && t->ext && ld_replica_get() ? ld_var(t) : t; }
 
+/* A tensor whose values a strategy lost (ld_tensor_set_lost) is stale:
+   every read through the bindings raises, naming why. */
+static void check_not_lost(lua_State *L, const ld_tensor *t) {
+    const char *why = ld_tensor_lost(t);
+    if (why && t->name) luaL_error(L, "variable %s: %s", t->name, why);
+    if (why) luaL_error(L, "tensor: %s", why);
+}
+
 ld_tensor *lb_test_tensor(lua_State *L, int idx) {
     ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
+    if (p && *p) check_not_lost(L, *p);
     if (p && *p && (*p)->pending) ld_tensor_materialize(*p);
     return p ? replica_view(*p) : NULL;
 }
@@ -46,6 +55,7 @@ ld_tensor *lb_check_tensor_raw(lua_State *L, int idx) {
     ld_tensor **p = luaL_testudata(L, idx, LB_TENSOR_MT);
     if (!p) luaL_typeerror(L, idx, "Tensor");
     if (!*p) luaL_argerror(L, idx, "tensor has been freed");
+    check_not_lost(L, *p);
     return replica_view(*p);
 }
 

@@ -630,6 +630,8 @@ add { name = "ps_dead_weights_raise", only = { ps = true }, run = function(S)
   local saved = S.tmp("trained.safetensors")
   model:save_weights(saved)
   local trained = weights_sum(model)
+  local held, held_view = model.weights[1], model.trainable_variables[1][1]   -- references taken before the death
+  local held_before = held:clone()
   S.strategy._cl:kill_ps(0)
   ldist._cluster.sleep(0.3)
   local ok, err = pcall(model.fit, model, ds, { epochs = 1, verbose = 0, steps_per_epoch = 3 })
@@ -643,6 +645,13 @@ add { name = "ps_dead_weights_raise", only = { ps = true }, run = function(S)
     call = function() return model(x) end,
     save = function() return model:save(S.tmp("stale.model")) end,
     save_weights = function() return model:save_weights(S.tmp("stale.safetensors")) end,
+    held_totable = function() return held:totable() end,
+    held_tostring = function() return tostring(held) end,
+    held_arithmetic = function() return held * 2 end,
+    held_view_element = function() return held_view:reshape({ -1 })[0] end,
+    held_item = function() return held:reshape({ -1, 1 })[0]:item() end,
+    held_assign_from = function() return tensor.zeros(held.shape):assign(held) end,
+    held_save = function() return ldist.io.save_safetensors(S.tmp("held.safetensors"), { w = held }) end,
   }
   for what, f in pairs(reads) do
     local ok2, e2 = pcall(f)
@@ -651,6 +660,7 @@ add { name = "ps_dead_weights_raise", only = { ps = true }, run = function(S)
   end
   model:load_weights(saved)
   check(math.abs(weights_sum(model) - trained) < 1e-6, "load_weights restored other values")
+  check((held - held_before):abs():max():item() == 0, "the held reference does not read the restored values")
   local r = model:evaluate(ds, { verbose = 0 })
   check(type(r.loss) == "number", "evaluate after load_weights: %s", tostring(r.loss))
   return { _skip_compare = 1 }
