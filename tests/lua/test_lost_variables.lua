@@ -17,6 +17,14 @@ local function trained()
   return m
 end
 
+-- every read in reads raises, naming the dead ps
+local function all_raise(reads, prefix)
+  for what, f in pairs(reads) do
+    local ok, err = pcall(f)
+    T.ok(not ok and tostring(err):find("parameter server ps 0", 1, true), prefix .. what .. ": " .. tostring(err))
+  end
+end
+
 local function refuses_every_read(m)
   local reads = {
     weights = function() return m.weights end,
@@ -29,10 +37,7 @@ local function refuses_every_read(m)
     save = function() return m:save(DIR .. "/stale.model") end,
     save_weights = function() return m:save_weights(DIR .. "/stale.safetensors") end,
   }
-  for what, f in pairs(reads) do
-    local ok, err = pcall(f)
-    T.ok(not ok and tostring(err):find("parameter server ps 0", 1, true), what .. ": " .. tostring(err))
-  end
+  all_raise(reads, "")
 end
 
 T.test("a model with lost variables refuses every read; load_weights restores it", function()
@@ -82,10 +87,7 @@ local function held_refs_refuse(refs)
       assign_add = function() return w:assign_add(tensor.zeros(w.shape)) end,
       save = function() return ldist.io.save_safetensors(DIR .. "/held.safetensors", { w = w }) end,
     }
-    for what, f in pairs(reads) do
-      local ok, err = pcall(f)
-      T.ok(not ok and tostring(err):find("parameter server ps 0", 1, true), name .. " " .. what .. ": " .. tostring(err))
-    end
+    all_raise(reads, name .. " ")
   end
 end
 
