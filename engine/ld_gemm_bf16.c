@@ -73,10 +73,14 @@ static void part(void *ctx, int p, int np) {
 }
 
 static int have_bf16(void) {
-    static int have = -1;
-    /* an extension of AVX-512: off too when LDIST_CPU_ISA chose less (ld_cpu_isa.c) */
-    if (have < 0) have = ld_cpu_isa() == LD_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
-    return have;
+    static int have = -1;   /* asked once; any device's thread may be first (atomic: no data race) */
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        /* an extension of AVX-512: off too when LDIST_CPU_ISA chose less (ld_cpu_isa.c) */
+        h = ld_cpu_isa() == LD_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
 }
 
 const char *ld_gemm_bf16_path(void) { return have_bf16() && !plain_forced() ? "avx512_bf16" : "float32"; }
