@@ -5,10 +5,7 @@
 local T = dofile("tests/lua/testlib.lua")
 local L = ldist or package.loaded.ldist
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p '" .. DIR .. "'"))
-local function tpath(name) return DIR .. "/" .. name end
+local DIR, tpath = T.tmpdir()
 
 local function read_all(path)
   local f = io.open(path, "rb")

@@ -6,18 +6,9 @@ local T = dofile("tests/lua/testlib.lua")
 local L = ldist or package.loaded.ldist
 local lio = L.io
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p '" .. DIR .. "'"))
-local function tpath(name) return DIR .. "/" .. name end
+local DIR, tpath = T.tmpdir()
 
--- The process's peak resident set (VmHWM) in KiB.
-local function peak_kib()
-  local f = assert(io.open("/proc/self/status"))
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match("VmHWM:%s*(%d+)"))
-end
+local peak_kib = T.peak_kib
 
 -- A safetensors file: the JSON header (padded to 8 bytes), then `data` (a
 -- string, or {bytes = n} for n zero bytes written in 1 MiB pieces).

@@ -4,9 +4,7 @@
 -- BackupAndRestore restores its variables (issue 27, item 4).
 local T = dofile("tests/lua/testlib.lua")
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p '" .. DIR .. "'"))
+local DIR = T.tmpdir()
 local x, y = tensor.ones({ 8, 2 }), tensor.zeros({ 8, 1 })
 local LOST = "its variables lived on parameter server ps 0 (pid 1) and the values here are stale"
 

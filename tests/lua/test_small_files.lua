@@ -8,17 +8,9 @@ local T = dofile("tests/lua/testlib.lua")
 local L = ldist or package.loaded.ldist
 local lio = L.io
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p '" .. DIR .. "'"))
-local function tpath(name) return DIR .. "/" .. name end
+local DIR, tpath = T.tmpdir()
 
-local function peak_kib()
-  local f = assert(io.open("/proc/self/status"))
-  local s = f:read("a")
-  f:close()
-  return tonumber(s:match("VmHWM:%s*(%d+)"))
-end
+local peak_kib = T.peak_kib
 local function read_all(path)
   local f = assert(io.open(path, "rb")); local s = f:read("a"); f:close(); return s
 end

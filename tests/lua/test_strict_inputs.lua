@@ -6,9 +6,7 @@ local T = dofile("tests/lua/testlib.lua")
 local L = ldist or package.loaded.ldist
 local json = L.json
 
-local DIR = os.tmpname()
-os.remove(DIR)
-assert(os.execute("mkdir -p '" .. DIR .. "'"))
+local DIR = T.tmpdir()
 local function write(name, text)
   local p = DIR .. "/" .. name
   local f = assert(io.open(p, "wb")); f:write(text); f:close()

@@ -40,6 +40,22 @@ function T.raises(fn, pattern)
   return err
 end
 
+-- T.tmpdir() -> a fresh scratch directory, and a function giving a path in it
+function T.tmpdir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p '" .. dir .. "'"))
+  return dir, function(name) return dir .. "/" .. name end
+end
+
+-- T.peak_kib() -> this process's peak resident set (VmHWM) in KiB
+function T.peak_kib()
+  local f = assert(io.open("/proc/self/status"))
+  local s = f:read("a")
+  f:close()
+  return tonumber(s:match("VmHWM:%s*(%d+)"))
+end
+
 function T.done()
   io.stdout:flush()
   os.exit(T.failed == 0 and 0 or 1)
