@@ -100,6 +100,11 @@ class Kernel:
         assert results, f"no execute_result for {expr!r}: {[m['msg_type'] for m in msgs]}"
         return results[-1]["content"]["data"]["text/plain"]
 
+    @property
+    def pid(self):
+        """The kernel process's pid (its memory is read from /proc by the hostile tests)."""
+        return self.km.provisioner.process.pid
+
     def alive(self):
         """The kernel answers kernel_info and runs code."""
         msg_id = self.kc.kernel_info()

@@ -21,9 +21,6 @@ def k():
     kern.close()
 
 
-def kernel_pid(k):
-    return k.km.provisioner.process.pid
-
 
 
 
@@ -80,7 +77,7 @@ def test_every_reply_reaches_a_client_that_reads_slowly(k):
 
 @pytest.mark.parametrize("port_name", ["shell_port", "control_port", "stdin_port"])
 def test_a_huge_partial_frame_does_not_pin_memory(k, port_name):
-    pid = kernel_pid(k)
+    pid = k.pid
     before = rss_mb(pid)
     port = k.km.get_connection_info()[port_name]
     sent, s = zmtp_partial_frame(port, 500 << 20, 400 << 20)

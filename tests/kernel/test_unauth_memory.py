@@ -20,13 +20,10 @@ def k():
     kern.close()
 
 
-def kernel_pid(k):
-    return k.km.provisioner.process.pid
-
 
 
 def test_many_partial_frames_are_bounded_in_total(k):
-    pid = kernel_pid(k)
+    pid = k.pid
     before = rss_mb(pid)
     port = k.km.get_connection_info()["shell_port"]
     socks = []
@@ -60,7 +57,7 @@ def test_idle_strangers_beyond_the_cap_are_closed(k):
 
 @pytest.mark.parametrize("port_name", ["hb_port", "iopub_port"])
 def test_heartbeat_and_iopub_take_small_frames_only(k, port_name):
-    pid = kernel_pid(k)
+    pid = k.pid
     before = rss_mb(pid)
     port = k.km.get_connection_info()[port_name]
     sent, s = zmtp_partial_frame(port, 200 << 20, 150 << 20)
