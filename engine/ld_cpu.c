@@ -373,7 +373,7 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
    ldist names it from the instruction sets the processor and the OS offer:
    the same families OpenBLAS gives the models it knows (its single-precision
    products are the same in SkylakeX, Cooperlake and SapphireRapids). */
-const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd) {
+static const char *blas_coretype_for(int avx512, int avx2_fma, int amd) {
     if (avx512) return "SkylakeX";
     if (avx2_fma) return amd ? "Zen" : "Haswell";
     return NULL;   /* older processors: OpenBLAS's own choice */
@@ -390,7 +390,7 @@ static void blas_load(void) {
         /* the instruction sets ldist's own kernels use (ld_cpu_isa.c), so that
            LDIST_CPU_ISA=avx2 runs OpenBLAS's AVX2 kernels too */
         int isa = ld_cpu_isa();
-        set_core = ld_blas_coretype_for(isa >= LD_ISA_AVX512, isa >= LD_ISA_AVX2, __builtin_cpu_is("amd"));
+        set_core = blas_coretype_for(isa >= LD_ISA_AVX512, isa >= LD_ISA_AVX2, __builtin_cpu_is("amd"));
         if (set_core) setenv("OPENBLAS_CORETYPE", set_core, 1);
     }
 #endif

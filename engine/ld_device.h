@@ -109,9 +109,6 @@ const char *ld_cpu_blas_describe(void);
 /* The CPU's bfloat16 product: "avx512_bf16" (vdpbf16ps, chosen by CPUID) or
    "float32" (operands widened; also when LDIST_NO_AVX512_BF16=1). */
 const char *ld_cpu_bf16_gemm_describe(void);
-/* The OpenBLAS kernel family ldist names for a processor with these
-   instruction sets (OPENBLAS_CORETYPE), or NULL: leave it to OpenBLAS. */
-const char *ld_blas_coretype_for(int avx512, int avx2_fma, int amd);
 /* While on (per thread), the tensors this thread allocates on a logical CPU
    device are outputs of kernels queued to that device, never written from
    the host: they may get a block freed a moment ago whose old kernels are
