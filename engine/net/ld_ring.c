@@ -287,33 +287,46 @@ static int begin(ld_cluster *c, ring *g, int kind, uint64_t total) {
     return LD_OK;
 }
 
-/* Under MPI the ring's chunk headers, which carry the shapes, are not sent:
-   rank 0's element count and shape hash are broadcast, each rank compares,
-   and the ranks sum their verdicts, so all of them fail together (as the
-   ring does) instead of handing MPI_Allreduce counts that disagree. */
+/* Under MPI the ring's chunk headers, which carry the shapes, are not sent.
+   One small MPI_Allreduce (a sum) gives every rank every rank's element
+   count and shape hash: rank r writes its two 64-bit values into its own
+   slot as 16-bit pieces (exact in float32), the others write zeros. Each
+   rank compares every slot with rank 0's, so all of them fail together (as
+   the ring does), naming who differs, instead of handing MPI_Allreduce
+   counts that disagree. */
+enum { SHAPE_PIECES = 8 };   /* 2 x 64 bits in 16-bit pieces */
+static void shape_pieces(uint64_t n, uint64_t hash, float *out) {
+    for (int i = 0; i < 4; i++) {
+        out[i] = (float)((n >> (16 * i)) & 0xffff);
+        out[4 + i] = (float)((hash >> (16 * i)) & 0xffff);
+    }
+}
 static int mpi_same_shapes(ld_cluster *c, const ring *g, int64_t n) {
-    uint64_t mine[2] = {(uint64_t)n, g->shapes}, root[2] = {mine[0], mine[1]};
-    if (ld_mpi_broadcast(0, root, sizeof root)) return ld_error_status();
-    int differs = root[0] != mine[0] || root[1] != mine[1];
-    float *who = calloc((size_t)c->size, sizeof *who);   /* who[r] = 1: rank r differs from rank 0 */
-    if (!who) return ld_fail(LD_ENOMEM, "out of memory");
-    who[c->rank] = (float)differs;
-    if (ld_mpi_all_reduce(who, c->size, 0)) { free(who); return ld_error_status(); }
+    float *all = calloc((size_t)c->size * SHAPE_PIECES, sizeof *all);
+    if (!all) return ld_fail(LD_ENOMEM, "out of memory");
+    shape_pieces((uint64_t)n, g->shapes, all + (size_t)c->rank * SHAPE_PIECES);
+    if (ld_mpi_all_reduce(all, c->size * SHAPE_PIECES, 0)) { free(all); return ld_error_status(); }
+    uint64_t root_n = 0;
+    for (int i = 0; i < 4; i++) root_n |= (uint64_t)all[i] << (16 * i);
     char names[640] = "";
     size_t at = 0;
-    int n_diff = 0;
-    for (int r = 0; r < c->size; r++)
-        if (who[r] > 0 && at < sizeof names - 1) {
-            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", n_diff++ ? ", " : "", c->peers[r].name);
+    int n_diff = 0, differs = 0;
+    for (int r = 1; r < c->size; r++) {
+        if (!memcmp(all + (size_t)r * SHAPE_PIECES, all, sizeof *all * SHAPE_PIECES)) continue;   /* as rank 0's */
+        if (r == c->rank) differs = 1;
+        if (at < sizeof names - 1) {
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", n_diff ? ", " : "", c->peers[r].name);
             if (at >= sizeof names) at = sizeof names - 1;
         }
-    free(who);
+        n_diff++;
+    }
+    free(all);
     if (n_diff == 0) return LD_OK;
     const char *text = g->shapes_text ? g->shapes_text : "flat buffer";
     if (differs)
         return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
                        "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
-                       c->peers[0].name, (unsigned long long)root[0], c->kind, text);
+                       c->peers[0].name, (unsigned long long)root_n, c->kind, text);
     return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduce%s other shapes than this %s's (%s)",
                    kind_names[g->kind], (unsigned long long)g->seq, c->kind, names, n_diff == 1 ? "s" : "", c->kind, text);
 }
