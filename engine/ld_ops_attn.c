@@ -10,7 +10,7 @@
  *     dQ = dS K,   dK = dS^T Q.
  * Fused (flash_attention, ld_attention_fused): one kernel with an online
  * softmax, no [t, s] matrix in memory; the backward recomputes the weights
- * from q, k and each row's log-sum-exp. GPUs take it by default.
+ * from q, k and each row's log-sum-exp. Taken when asked for.
  */
 #include "ld_ops_attn.h"
 #include "ld_autograd.h"
@@ -265,13 +265,13 @@ int ld_attention_fused(int mode) {
 }
 
 /* The fused kernel takes float32 q, k, v of one width, 16, 32 or 64 (what
-   its GPU version keeps in registers); by default only GPUs take it. */
+   its GPU version keeps in registers). Auto does not take it yet: its CUDA
+   version has not run on a GPU so far (make test-gpu checks it, forced on,
+   against the CPU's unfused path); once it has, auto is to take it on GPUs. */
 static int use_fused(ld_tensor *q, ld_tensor *k, ld_tensor *v) {
-    int mode = ld_attention_fused(-1);
     int64_t e = q->shape[2];
-    if (mode == LD_FUSED_OFF || v->shape[2] != e || (e != 16 && e != 32 && e != 64)) return 0;
-    if (q->dtype != LD_F32 || k->dtype != LD_F32 || v->dtype != LD_F32) return 0;
-    return mode == LD_FUSED_ON || !ld_device_is_host(DEV(q));
+    if (ld_attention_fused(-1) != LD_FUSED_ON || v->shape[2] != e || (e != 16 && e != 32 && e != 64)) return 0;
+    return q->dtype == LD_F32 && k->dtype == LD_F32 && v->dtype == LD_F32;
 }
 
 static int bw_flash(ld_node *nd, ld_tensor *g, ld_tensor **gi) {

@@ -36,9 +36,10 @@ docs[ldist.config.fused_attention] = "ldist.config.fused_attention([mode]) -> th
   "Whether MultiHeadAttention (without dropout, float32, key and value widths equal\n" ..
   "and 16, 32 or 64) runs one fused kernel, FlashAttention's online softmax with no\n" ..
   "[T, S] weight matrix in memory, instead of product, softmax, product. mode:\n" ..
-  "\"auto\" (the default: on GPUs; CPUs keep the unfused path, whose BLAS products\n" ..
-  "are faster there), \"on\" (every device), \"off\". LDIST_FUSED_ATTENTION sets the\n" ..
-  "mode a process starts with. The two paths agree to float32 rounding."
+  "\"on\" (every device), \"off\", \"auto\" (the default: the unfused path for now; on\n" ..
+  "CPUs its BLAS products are faster, and the GPU kernel becomes the GPUs' default\n" ..
+  "once it has been measured on one). LDIST_FUSED_ATTENTION sets the mode a process\n" ..
+  "starts with. The two paths agree to float32 rounding."
 docs["ldist.config.fused_attention"] = docs[ldist.config.fused_attention]
 
 function ldist.config.cpu_split()
