@@ -14,6 +14,7 @@
 #include "ld_data.h"
 #include "ld_executor.h"
 #include "ld_device.h"
+#include "ld_cpu_internal.h"
 #include "ld_file.h"
 
 #include <errno.h>
@@ -671,9 +672,20 @@ typedef struct {
 
 /* a gather queued on a device's executor; it holds the source */
 typedef struct { ld_tensor *src; char *dst; size_t rb; int64_t k; int64_t rows[]; } gather_task;
+static void gather_task_part(void *ctx, int p, int np) {
+    gather_task *g = ctx;
+    int64_t a = g->k * p / np, b = g->k * (p + 1) / np;
+    gather_rows(g->dst + (size_t)a * g->rb, ld_tensor_data_unsynced(g->src), g->rb, g->rows + a, b - a);
+}
+/* On the device's executor, split over its pool: a replica's rows of a
+   batch (800 KB of Fashion-MNIST for 256 rows) were gathered by one thread
+   while the device's other threads waited for them, each step (a device
+   owns 8 threads of 16 cores under Mirrored on 2 devices). Parts of at
+   least 64 KB. */
 static void run_gather(void *ctx, ld_device *d) {
     gather_task *g = ctx;
-    gather_rows(g->dst, ld_tensor_data_unsynced(g->src), g->rb, g->rows, g->k);
+    int64_t want = (int64_t)((size_t)g->k * g->rb >> 16);
+    ld_cpu_parallel(gather_task_part, g, want < 1 ? 1 : want > 64 ? 64 : (int)want);
     ld_tensor_release(g->src);
     free(g);
 }
