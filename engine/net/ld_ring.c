@@ -378,6 +378,13 @@ static float *piece_run(const pieces *f, int64_t e, int64_t max, int64_t *run) {
     return f->p[i] + e;
 }
 
+/* the chunk size for a segment of len floats, chunks of at most ce */
+static int64_t seg_chunk(int64_t len, int64_t ce) {
+    if (len <= ce) return ce;
+    int64_t nch = (len + ce - 1) / ce, cs = ((len + nch - 1) / nch + 15) & ~(int64_t)15;
+    return cs < ce ? cs : ce;
+}
+
 /* shapes, shapes_text: as ring.shapes and ring.shapes_text */
 static int all_reduce(ld_cluster *c, const pieces *f, int64_t n, int mean, uint64_t shapes, const char *shapes_text) {
     int N = c->size, r = c->rank;
@@ -401,19 +408,24 @@ static int all_reduce(ld_cluster *c, const pieces *f, int64_t n, int mean, uint6
     if (ce < 1) ce = 1;
 #define SEG_OFF(i) ((int64_t)(i) * base + ((i) < rem ? (i) : rem))
 #define SEG_LEN(i) (base + ((i) < rem ? 1 : 0))
+    /* a segment's chunks, as many as chunk_bytes asks for but of equal size
+       (16-float multiples): a segment of 1.07 MB was a 1 MB chunk and a
+       70 KB one, so the next rank waited for almost all of it before it
+       could add and forward anything; two halves pipeline */
+#define SEG_CHUNK(len) seg_chunk(len, ce)
     {
-        int64_t off = SEG_OFF(r), len = SEG_LEN(r), run;
+        int64_t off = SEG_OFF(r), len = SEG_LEN(r), run, cs = SEG_CHUNK(len);
         for (int64_t j = 0, at = 0; at < len; j++, at += run) {
-            float *src = piece_run(f, off + at, len - at < ce ? len - at : ce, &run);
+            float *src = piece_run(f, off + at, len - at < cs ? len - at : cs, &run);
             if (enqueue(&g, 0, (uint32_t)j, src, (size_t)run * sizeof(float))) return ring_fail(&g);
         }
     }
     float scale = 1.0f / (float)N;
     for (int u = 0; u <= 2 * N - 3; u++) {
         int x = ((r - u - 1) % N + N) % N;
-        int64_t off = SEG_OFF(x), len = SEG_LEN(x), k;
+        int64_t off = SEG_OFF(x), len = SEG_LEN(x), k, cs = SEG_CHUNK(len);
         for (int64_t j = 0, at = 0; at < len; j++, at += k) {
-            float *dst = piece_run(f, off + at, len - at < ce ? len - at : ce, &k);
+            float *dst = piece_run(f, off + at, len - at < cs ? len - at : cs, &k);
             size_t bytes = (size_t)k * sizeof(float);
             chunk_in m;
             if (next_chunk(&g, (uint32_t)u, (uint32_t)j, bytes, &m)) return ring_fail(&g);
@@ -425,6 +437,7 @@ static int all_reduce(ld_cluster *c, const pieces *f, int64_t n, int mean, uint6
     }
 #undef SEG_OFF
 #undef SEG_LEN
+#undef SEG_CHUNK
     if (drain(&g)) return ring_fail(&g);
     free(g.q);
     c->stats.calls++;
