@@ -188,6 +188,14 @@ int ld_dataset_splittable(const ld_dataset *ds);
    for an iterator of a splittable dataset; use it or ld_dataset_iter_next
    throughout. */
 int ld_dataset_iter_next_split(ld_dataset_iter *it, int n, ld_device *const *devs, ld_element *parts, int64_t *rows);
+/* One worker's part of the next batch, for a worker among n (several
+   processes, each reading the same batches): part r of its k rows split as
+   above, into *part on dev, and sources whole_from.. of all k rows into
+   *whole on the host (the labels, for metrics of the whole batch); *rows =
+   k, *first = the part's first row. A worker gathers only its own rows of
+   the large inputs. A range source gives no whole sources. 1, 0, -1 as above. */
+int ld_dataset_iter_next_part(ld_dataset_iter *it, int n, int r, ld_device *dev, int whole_from, ld_element *part,
+                              ld_element *whole, int64_t *rows, int64_t *first);
 /* Advance past one element: 1, 0 at the end, -1 on error. A batch of rows of
    one source (from_tensor_slices, shuffle, take, skip, batch) draws its row
    numbers only and gathers nothing (ParameterServerStrategy's workers skip

@@ -1357,6 +1357,32 @@ static int ds_splittable(lua_State *L) {
     return 1;
 }
 
+/* The end of a split read (r from ld_dataset_iter_next_split/_part): an
+   error raised, or at the end (r == 0) the iterator closed and nil pushed;
+   1 when the caller pushes the element. */
+static int split_result(lua_State *L, lb_it *u, int r) {
+    if (r < 0) {
+        lua_pushstring(L, ld_error());
+        iter_close(L, u);
+        lua_error(L);
+    }
+    if (r == 0) {
+        iter_close(L, u);
+        lua_pushnil(L);
+    }
+    return r;
+}
+/* a list of the element's tensors, which Lua owns from now on */
+static void push_element_list(lua_State *L, ld_element *e) {
+    lua_createtable(L, e->n, 0);
+    for (int i = 0; i < e->n; i++) {
+        ld_tensor *t = e->t[i];
+        e->t[i] = NULL;
+        lb_push_tensor(L, t, 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
 /* it:_next_split({device names}) -> {{tensors of replica 0}, ...}, rows;
    nil at the end. The strategies' input path: each replica's rows are
    gathered on its device. */
@@ -1369,29 +1395,35 @@ static int it_next_split(lua_State *L) {
     int64_t rows = 0;
     int r;
     WITH_L(L, r = ld_dataset_iter_next_split(u->it, n, devs, parts, &rows));
-    if (r < 0) {
-        lua_pushstring(L, ld_error());
-        iter_close(L, u);
-        return lua_error(L);
-    }
-    if (r == 0) {
-        iter_close(L, u);
-        lua_pushnil(L);
-        return 1;
-    }
+    if (split_result(L, u, r) == 0) return 1;
     lua_createtable(L, n, 0);
     for (int p = 0; p < n; p++) {
-        lua_createtable(L, parts[p].n, 0);
-        for (int i = 0; i < parts[p].n; i++) {
-            ld_tensor *t = parts[p].t[i];
-            parts[p].t[i] = NULL;
-            lb_push_tensor(L, t, 0);
-            lua_rawseti(L, -2, i + 1);
-        }
+        push_element_list(L, &parts[p]);
         lua_rawseti(L, -2, p + 1);
     }
     lua_pushinteger(L, (lua_Integer)rows);
     return 2;
+}
+/* it:_next_part(n, r, {device}, whole_from) -> {tensors of part r}, {sources
+   whole_from.. of every row}, rows, first_row; nil at the end (a worker of
+   n reading only its rows, ld_dataset_iter_next_part). whole_from counts from 1. */
+static int it_next_part(lua_State *L) {
+    lb_it *u = luaL_checkudata(L, 1, LB_ITER_MT);
+    int n = (int)luaL_checkinteger(L, 2), r = (int)luaL_checkinteger(L, 3);
+    ld_device *devs[LD_MAX_LOGICAL];
+    lb_check_devices(L, 4, devs);
+    int whole_from = (int)luaL_checkinteger(L, 5) - 1;
+    if (!u->it) { lua_pushnil(L); return 1; }
+    ld_element *el = lua_newuserdatauv(L, 2 * sizeof *el, 0);   /* freed by the GC */
+    int64_t rows = 0, first = 0;
+    int st;
+    WITH_L(L, st = ld_dataset_iter_next_part(u->it, n, r, devs[0], whole_from, &el[0], &el[1], &rows, &first));
+    if (split_result(L, u, st) == 0) return 1;
+    push_element_list(L, &el[0]);
+    push_element_list(L, &el[1]);
+    lua_pushinteger(L, (lua_Integer)rows);
+    lua_pushinteger(L, (lua_Integer)first);
+    return 4;
 }
 static int it_close(lua_State *L) {
     iter_close(L, luaL_checkudata(L, 1, LB_ITER_MT));
@@ -1540,6 +1572,7 @@ static const luaL_Reg it_methods[] = {
     {"next", it_call},
     {"close", it_close},
     {"_next_split", it_next_split},
+    {"_next_part", it_next_part},
     {"_skip", it_skip},
     {NULL, NULL},
 };

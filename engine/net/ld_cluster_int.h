@@ -119,6 +119,8 @@ void cl_shm_listen(ld_cluster *c);       /* receive on it once the sender attach
 int cl_shm_attached(const cl_shm *s);    /* listening, and the sender uses it */
 /* 1 queued, 0 full (try again), -1 too large */
 int cl_shm_send(cl_shm *s, const void *meta, size_t mlen, const void *data, size_t n);
+/* memcpy split over the calling thread's CPU pool when large (ld_ring.c) */
+void cl_copy_par(void *dst, const void *src, size_t bytes);
 /* the oldest chunk (its meta copied out), or NULL when none; cl_shm_release frees its slot */
 const void *cl_shm_recv(cl_shm *s, void *meta, size_t mlen, size_t *n);
 void cl_shm_release(cl_shm *s);

@@ -22,6 +22,7 @@
 #include "ld_cluster_int.h"
 #include "ld_device.h"
 #include "ld_executor.h"
+#include "ld_cpu_internal.h"
 
 #include <zmq.h>
 
@@ -206,6 +207,14 @@ static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, chun
                 return ld_fail(LD_EFORMAT, "%s #%llu: a malformed message on the ring from %s", kind_names[g->kind],
                                (unsigned long long)g->seq, c->peers[g->prev].name);
             }
+            /* shapes first: tensors of other shapes cut their chunks at other places */
+            if (h.kind == (uint32_t)g->kind && h.seq == g->seq && h.total == g->total && h.shapes != g->shapes) {
+                chunk_done(c, in);
+                return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
+                               "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
+                               c->peers[g->prev].name, (unsigned long long)g->total, c->kind,
+                               g->shapes_text ? g->shapes_text : "flat buffer");
+            }
             if (h.kind != (uint32_t)g->kind || h.seq != g->seq || h.total != g->total || h.step != step ||
                 h.chunk != chunk || in->n != bytes) {
                 chunk_done(c, in);
@@ -214,13 +223,6 @@ static int next_chunk(ring *g, uint32_t step, uint32_t chunk, size_t bytes, chun
                                h.kind < 3 ? kind_names[h.kind] : "?", (unsigned long long)h.seq,
                                (unsigned long long)h.total, h.kind == K_BCAST ? "bytes" : "floats", c->kind,
                                kind_names[g->kind], (unsigned long long)g->seq, (unsigned long long)g->total);
-            }
-            if (h.shapes != g->shapes) {
-                chunk_done(c, in);
-                return ld_fail(LD_EARG, "%s #%llu: the %ss disagree on the shapes: %s reduces %llu floats in other shapes "
-                               "than this %s's (%s)", kind_names[g->kind], (unsigned long long)g->seq, c->kind,
-                               c->peers[g->prev].name, (unsigned long long)g->total, c->kind,
-                               g->shapes_text ? g->shapes_text : "flat buffer");
             }
             g->last_progress = cl_now();
             return LD_OK;
@@ -331,8 +333,60 @@ static int mpi_same_shapes(ld_cluster *c, const ring *g, int64_t n) {
                    kind_names[g->kind], (unsigned long long)g->seq, c->kind, names, n_diff == 1 ? "s" : "", c->kind, text);
 }
 
+/* A chunk's arithmetic (add, add and scale, copy) split over the calling
+   thread's CPU pool: a process of K on a host of many cores owns cores/K
+   threads, and its ring adding and copying megabytes on one of them while
+   the others waited was most of the step's communication (2 processes on
+   16 cores: 8 threads each). Parts of at least 64 KB; each element is
+   computed as before. */
+enum { CHUNK_ADD, CHUNK_ADD_SCALE, CHUNK_COPY };
+typedef struct { float *dst; const float *src; int64_t n; int op; float scale; } chunk_job;
+static void chunk_part(void *ctx, int p, int np) {
+    chunk_job *j = ctx;
+    int64_t lo, hi;
+    ld_cpu_range(j->n, p, np, &lo, &hi);
+    float *d = j->dst;
+    const float *s = j->src;
+    if (j->op == CHUNK_COPY) { if (hi > lo) memcpy(d + lo, s + lo, (size_t)(hi - lo) * sizeof(float)); }
+    else if (j->op == CHUNK_ADD_SCALE) for (int64_t i = lo; i < hi; i++) d[i] = (d[i] + s[i]) * j->scale;
+    else for (int64_t i = lo; i < hi; i++) d[i] += s[i];
+}
+static void chunk_run(float *dst, const float *src, int64_t n, int op, float scale) {
+    chunk_job j = {dst, src, n, op, scale};
+    int64_t want = n >> 14;   /* 64 KB of floats */
+    ld_cpu_parallel(chunk_part, &j, want < 1 ? 1 : want > 64 ? 64 : (int)want);
+}
+void cl_copy_par(void *dst, const void *src, size_t bytes) {
+    if (bytes % sizeof(float) || bytes < 65536) { memcpy(dst, src, bytes); return; }
+    chunk_run(dst, src, (int64_t)(bytes / sizeof(float)), CHUNK_COPY, 1.0f);
+}
+
+/* The buffer reduced in place: the concatenation of k pieces (a list of
+   tensors, each in its own memory), so a list is reduced where it lies
+   instead of being packed into one buffer and unpacked again (two more
+   passes over every gradient, each step). */
+typedef struct { int k; float *const *p; const int64_t *len; } pieces;
+
+/* The contiguous run of the buffer at element e, at most max elements:
+   its address; *run its length. A chunk never spans two pieces, so every
+   rank (same shapes) cuts the same chunks. */
+static float *piece_run(const pieces *f, int64_t e, int64_t max, int64_t *run) {
+    int i = 0;
+    while (i < f->k - 1 && e >= f->len[i]) e -= f->len[i++];
+    int64_t left = f->len[i] - e;
+    *run = left < max ? left : max;
+    return f->p[i] + e;
+}
+
+/* the chunk size for a segment of len floats, chunks of at most ce */
+static int64_t seg_chunk(int64_t len, int64_t ce) {
+    if (len <= ce) return ce;
+    int64_t nch = (len + ce - 1) / ce, cs = ((len + nch - 1) / nch + 15) & ~(int64_t)15;
+    return cs < ce ? cs : ce;
+}
+
 /* shapes, shapes_text: as ring.shapes and ring.shapes_text */
-static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t shapes, const char *shapes_text) {
+static int all_reduce(ld_cluster *c, const pieces *f, int64_t n, int mean, uint64_t shapes, const char *shapes_text) {
     int N = c->size, r = c->rank;
     if (n < 0) return ld_fail(LD_EARG, "all_reduce: negative length");
     if (N == 1) return LD_OK;
@@ -342,7 +396,8 @@ static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t s
     g.shapes = shapes;
     g.shapes_text = shapes_text;
     if (c->mpi) {
-        if (mpi_same_shapes(c, &g, n) || ld_mpi_all_reduce(buf, n, mean)) return cl_break(c, ld_error_status());
+        /* one piece: the caller packs a list for MPI */
+        if (mpi_same_shapes(c, &g, n) || ld_mpi_all_reduce(f->p[0], n, mean)) return cl_break(c, ld_error_status());
         c->stats.calls++;
         c->stats.bytes += n * (int64_t)sizeof(float);
         c->stats.seconds += cl_now() - t0;
@@ -353,37 +408,36 @@ static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t s
     if (ce < 1) ce = 1;
 #define SEG_OFF(i) ((int64_t)(i) * base + ((i) < rem ? (i) : rem))
 #define SEG_LEN(i) (base + ((i) < rem ? 1 : 0))
+    /* a segment's chunks, as many as chunk_bytes asks for but of equal size
+       (16-float multiples): a segment of 1.07 MB was a 1 MB chunk and a
+       70 KB one, so the next rank waited for almost all of it before it
+       could add and forward anything; two halves pipeline */
+#define SEG_CHUNK(len) seg_chunk(len, ce)
     {
-        int64_t off = SEG_OFF(r), len = SEG_LEN(r);
-        for (int64_t j = 0; j * ce < len; j++) {
-            int64_t a = j * ce, b = a + ce < len ? a + ce : len;
-            if (enqueue(&g, 0, (uint32_t)j, buf + off + a, (size_t)(b - a) * sizeof(float))) return ring_fail(&g);
+        int64_t off = SEG_OFF(r), len = SEG_LEN(r), run, cs = SEG_CHUNK(len);
+        for (int64_t j = 0, at = 0; at < len; j++, at += run) {
+            float *src = piece_run(f, off + at, len - at < cs ? len - at : cs, &run);
+            if (enqueue(&g, 0, (uint32_t)j, src, (size_t)run * sizeof(float))) return ring_fail(&g);
         }
     }
     float scale = 1.0f / (float)N;
     for (int u = 0; u <= 2 * N - 3; u++) {
         int x = ((r - u - 1) % N + N) % N;
-        int64_t off = SEG_OFF(x), len = SEG_LEN(x);
-        for (int64_t j = 0; j * ce < len; j++) {
-            int64_t a = j * ce, b = a + ce < len ? a + ce : len;
-            float *dst = buf + off + a;
-            size_t bytes = (size_t)(b - a) * sizeof(float);
+        int64_t off = SEG_OFF(x), len = SEG_LEN(x), k, cs = SEG_CHUNK(len);
+        for (int64_t j = 0, at = 0; at < len; j++, at += k) {
+            float *dst = piece_run(f, off + at, len - at < cs ? len - at : cs, &k);
+            size_t bytes = (size_t)k * sizeof(float);
             chunk_in m;
             if (next_chunk(&g, (uint32_t)u, (uint32_t)j, bytes, &m)) return ring_fail(&g);
             const float *src = m.p;
-            int64_t k = b - a;
-            if (u < N - 1) {
-                if (u == N - 2 && mean) for (int64_t i = 0; i < k; i++) dst[i] = (dst[i] + src[i]) * scale;
-                else for (int64_t i = 0; i < k; i++) dst[i] += src[i];
-            } else {
-                memcpy(dst, src, bytes);
-            }
+            chunk_run(dst, src, k, u >= N - 1 ? CHUNK_COPY : u == N - 2 && mean ? CHUNK_ADD_SCALE : CHUNK_ADD, scale);
             chunk_done(g.c, &m);
             if (u + 1 <= 2 * N - 3 && enqueue(&g, (uint32_t)u + 1, (uint32_t)j, dst, bytes)) return ring_fail(&g);
         }
     }
 #undef SEG_OFF
 #undef SEG_LEN
+#undef SEG_CHUNK
     if (drain(&g)) return ring_fail(&g);
     free(g.q);
     c->stats.calls++;
@@ -393,7 +447,8 @@ static int all_reduce(ld_cluster *c, float *buf, int64_t n, int mean, uint64_t s
 }
 
 int ld_cluster_all_reduce(ld_cluster *c, float *buf, int64_t n, int mean) {
-    return all_reduce(c, buf, n, mean, 0, NULL);
+    pieces f = {1, &buf, &n};
+    return all_reduce(c, &f, n, mean, 0, NULL);
 }
 
 int ld_cluster_barrier(ld_cluster *c) {
@@ -467,7 +522,24 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
     }
 #undef MIX
     if (hs == 0) hs = 1;
-    if (k == 1) return all_reduce(c, (float *)t[0]->storage->data + t[0]->offset, total, mean, hs, text);
+    /* in place, unless MPI needs one buffer or two tensors share memory
+       (each would be summed twice); then packed and unpacked */
+    float *pv[64];
+    int64_t lv[64];
+    int packed = k > 64 || (c->mpi && k > 1);
+    for (int i = 0; i < k && !packed; i++) {
+        const char *a0 = (const char *)t[i]->storage->data + t[i]->offset * 4, *a1 = a0 + ld_tensor_numel(t[i]) * 4;
+        pv[i] = (float *)a0;
+        lv[i] = ld_tensor_numel(t[i]);
+        for (int j = 0; j < i && !packed; j++) {
+            const char *b0 = (const char *)pv[j], *b1 = b0 + lv[j] * 4;
+            packed = a0 < b1 && b0 < a1 && a1 > a0 && b1 > b0;
+        }
+    }
+    if (!packed) {
+        pieces f = {k, pv, lv};
+        return all_reduce(c, &f, total, mean, hs, text);
+    }
     float *buf = malloc((size_t)(total ? total : 1) * sizeof(float));
     if (!buf) return ld_fail(LD_ENOMEM, "out of memory");
     int64_t at = 0;
@@ -476,7 +548,8 @@ int ld_cluster_all_reduce_tensors(ld_cluster *c, int k, ld_tensor *const *t, int
         memcpy(buf + at, (float *)t[i]->storage->data + t[i]->offset, (size_t)m * sizeof(float));
         at += m;
     }
-    int st = all_reduce(c, buf, total, mean, hs, text);
+    pieces f = {1, &buf, &total};
+    int st = all_reduce(c, &f, total, mean, hs, text);
     if (!st) {
         at = 0;
         for (int i = 0; i < k; i++) {

@@ -167,7 +167,7 @@ int cl_shm_send(cl_shm *s, const void *meta, size_t mlen, const void *data, size
     uint64_t n64 = n;
     memcpy(slot, &n64, 8);
     memcpy(slot + 8, meta, mlen);
-    memcpy(slot + META, data, n);
+    cl_copy_par(slot + META, data, n);   /* over the process's threads (ld_ring.c) */
     __atomic_store_n(&s->h->head, head + 1, __ATOMIC_RELEASE);
     return 1;
 }

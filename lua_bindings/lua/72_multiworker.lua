@@ -487,6 +487,28 @@ end
 
 ---------------------------------------------------------------- Keras fit under the strategy
 local nest = ldist._nest
+
+-- model:fit's batches: every worker reads every global batch (DATA sharding)
+-- but, for a dataset of rows of one source, gathers only its own rows of the
+-- first source (the inputs) and the whole batch of the others (labels and
+-- sample weights, for metrics of the whole batch, as one device computes
+-- them): K workers no longer each gather K x their rows, a cost that grew
+-- with K. Elements {x, y[, w]}: x a PerReplica of this worker's rows (with
+-- the global batch and its first row), y and w whole; nil for other datasets.
+local dataset_mt = getmetatable(ldist.data.Dataset.range(0))
+function MW:_fit_batches(ds)
+  if self._size == 1 or getmetatable(ds) ~= dataset_mt or not ds:_splittable() then return nil end
+  if not tostring(self.devices[1]):match("^cpu") then return nil end
+  local it, n, r, dev = ds:iter(), self._size, self._rank, { self.devices[1] }
+  return function()
+    local part, whole, rows, first = it:_next_part(n, r, dev, 2)
+    if not part then return nil end
+    local el = { per_replica({ part[1] }, rows, { first }) }
+    el[1]._mw_part = true
+    for i = 1, #whole do el[i + 1] = whole[i] end
+    return el
+  end, nil, nil, it
+end
 local function sync_model(self, model, x)
   if model._mw_synced == self then return end
   if not model.built and tensor.is_tensor(x) then   -- a model of several inputs is Functional: built
@@ -503,10 +525,15 @@ end
 -- predictions (each worker writes its rows into a zero buffer), then the update.
 function MW:train_step(model, x, y, loss, opt, want_pred, w)
   local n, r = self._size, self._rank
-  sync_model(self, model, x)
   local loc = self._local
   local xl, yl, wl, gb, lo, hi, rows
-  if loc and rawequal(loc.x, x) then
+  if is_pr(x) and x._mw_part then
+    -- this worker's rows of the inputs, the whole batch of the rest (_fit_batches)
+    xl, gb, lo, rows = x.values[1], x.global_batch, x.offsets[1], x.global_batch
+    hi = lo + nest.rows(xl)
+    local function mine(t) return t:slice(0, lo, hi) end
+    yl, wl = nest.map(y, mine), nest.map(w, mine)
+  elseif loc and rawequal(loc.x, x) then
     xl, yl, wl, gb = x, y, w, loc.gb   -- already this worker's part (a distributed dataset)
   else
     -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
@@ -515,6 +542,7 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
     local function mine(t) return t:slice(0, lo, hi) end
     xl, yl, wl, gb = nest.map(x, mine), nest.map(y, mine), nest.map(w, mine), rows
   end
+  sync_model(self, model, xl)
   -- explain() narrates a step of the full global batch: an epoch's first
   -- step sets it, a last partial one does not shrink it
   if self._epoch_first or gb > (self._last_batch or 0) or not (self._last and self._last.model == model) then

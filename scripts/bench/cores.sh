@@ -66,6 +66,11 @@ for row in "mlp 256 300" "mlp 2048 60" "cnn 256 60"; do
   r=$(ratio "$l" "$t")
   printf '%-5s %6s %10s %10s %6sx  %s\n' "$1" "$2" "$l" "$t" "$r" "$(goal "$r" 1.2)"
 done
+# the prefetch thread gathers each batch (2048 rows: 6.4 MB of random rows)
+# on a core that the pool's threads also run on: the same row without it
+np=$(run "ldist mlp 2048 no prefetch" env BENCH_PREFETCH=0 "$ldist" scripts/bench/train_bench.lua mlp 2048 "$(sc 60)" 10)
+printf '%-5s %6s %10s %10s %6sx  (of the row above: no prefetch thread, BENCH_PREFETCH=0)\n' mlp 2048 "$np" "" \
+  "$(ratio "$np" "${ONE[mlp-2048]}")"
 
 # the AVX2 paths (what a processor without AVX-512 runs: small products in
 # AVX2, convolutions through im2col + BLAS), forced on this one

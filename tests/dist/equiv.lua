@@ -1,8 +1,10 @@
--- equiv.lua OPT MODE OUT [STEPS [COMMUNICATION]] - train 100 steps at global batch 40 under
+-- equiv.lua OPT MODE OUT [STEPS [COMMUNICATION [WIDTH]]] - train 100 steps at global batch 40 under
 -- MultiWorkerMirroredStrategy (one process alone, or N under `ldist launch`)
 -- and write every worker's final weights to OUT.<rank>.safetensors.
 --   OPT: sgd (momentum 0.9) | adam;  MODE: loop (strategy:run) | fit (model:fit)
 --   COMMUNICATION: the strategy's communication= ("auto" when absent)
+--   WIDTH: the hidden layer's units (16): wide, the gradients fill chunks
+--          large enough for the ring to split its sums over a process's threads
 local opt_name, mode, out = arg[1], arg[2], arg[3]
 local steps = tonumber(arg[4] or "100")
 local strategy = distribute.MultiWorkerMirroredStrategy { timeout = 20, communication = arg[5] }
@@ -19,7 +21,7 @@ tensor.seed(7 + rank)
 local model, opt
 do
   local _ <close> = strategy:scope()
-  model = nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(3) }
+  model = nn.Sequential { nn.Dense(tonumber(arg[6] or "16"), "tanh"), nn.Dense(3) }
   model:build({ 6 })
   opt = opt_name == "sgd" and optim.SGD { learning_rate = 0.1, momentum = 0.9 } or optim.Adam { learning_rate = 0.01 }
 end

@@ -52,6 +52,19 @@ for k in 2 4; do
   d=$(maxdiff "$T/adam-fit-1.0.safetensors" "$out.0.safetensors")
   check "adam/fit over TCP: $k processes give one process's weights (max |dw| $d <= $TOL)" le "$d" $TOL
 done
+# Processes of several threads: the ring adds and copies each chunk over the
+# process's threads (parts of at least 64 KB: a hidden layer of 16384 units
+# gives 720 KB of gradients, chunks of up to 390 KB between 2 processes);
+# the same sums in the same order, so the same bits as one thread each.
+for th in 1 4; do
+  out=$T/adam-fit-wide-t$th
+  if ! LDIST_NUM_THREADS=$th timeout 120 "$LDIST" launch -n 2 tests/dist/equiv.lua adam fit "$out" 20 auto 16384 \
+      > "$out.log" 2>&1; then
+    not_ok "adam/fit, 16384 hidden units, $th threads per process: 2 processes train"; show "$out.log"
+  fi
+done
+d=$(maxdiff "$T/adam-fit-wide-t1.0.safetensors" "$T/adam-fit-wide-t4.0.safetensors")
+check "2 processes of 4 threads give the bits of 2 processes of 1 thread (max |dw| $d)" test "$d" = 0
 # A /dev/shm too small for the ring's segments (a container's 64 MB one with
 # many ranks, 8 MB each): no SIGBUS mid-collective; a rank whose segment does
 # not fit keeps the TCP link, per link, and the answer is the same. In 4 MB no

@@ -416,5 +416,38 @@ T.test("documentation: every public function has a docstring", function()
   T.ok(docs["Dataset:batch"])   -- the name help() derives from the class
 end)
 
+T.test("one worker's part of each batch: its rows of the inputs, every row of the labels and weights", function()
+  -- MultiWorkerMirrored's fit reads batches this way (it:_next_part): each of
+  -- n workers gathers only its share of the inputs, split as distribute._share
+  local x = tensor.arange(23 * 3):reshape(23, 3):astype("float32")
+  local y, w = tensor.arange(23), tensor.arange(23):astype("float32") * 0.5
+  local function ds() return data.Dataset.from_tensor_slices(x, y, w):shuffle(23, {seed = 4}):batch(6) end
+  local whole = {}
+  for b in ds():iter() do whole[#whole + 1] = b end
+  T.eq(#whole, 4)
+  for r = 0, 2 do
+    local it, i = ds():iter(), 0
+    while true do
+      local part, rest, rows, first = it:_next_part(3, r, {"cpu:0"}, 2)
+      if not part then break end
+      i = i + 1
+      local b = whole[i]
+      T.eq(rows, b[1].shape[1], "the batch's rows")
+      local lo, hi = distribute._share(rows, 3, r)
+      T.eq(first, lo, "the part's first row")
+      T.eq(part[1].shape[1], hi - lo, "the part's rows")
+      if hi > lo then
+        T.eq((part[1] - b[1]:slice(0, lo, hi)):abs():max():item(), 0, "the part's inputs")
+      end
+      T.eq(#rest, 2, "labels and weights, whole")
+      T.eq((rest[1] - b[2]):abs():max():item(), 0, "every label")
+      T.eq((rest[2] - b[3]):abs():max():item(), 0, "every weight")
+    end
+    T.eq(i, 4, "worker " .. r .. " read every batch")
+  end
+  local ok, err = pcall(function() ds():iter():_next_part(2, 2, {"cpu:0"}, 2) end)
+  T.ok(not ok and tostring(err):find("part 2 of 2: no such part", 1, true), tostring(err))
+end)
+
 os.execute("rm -rf '" .. TMP .. "'")
 T.done()
