@@ -132,8 +132,12 @@ function PS:_place(model, x)
     end
   end
   local reqs = {}
+  -- the workers push unscaled gradients: asynchronous ps shards could not agree to skip a
+  -- step of a LossScaleOptimizer, so its loss scaling stays off here (its rule is shipped)
+  local opt_config = ldist.optim._config(model._optimizer)
+  opt_config.loss_scale = nil
   for p = 1, cl.num_ps do
-    reqs[p] = { _type = "init", vars = per_ps[p] or {}, constraints = cons[p], optimizer = ldist.optim._config(model._optimizer),
+    reqs[p] = { _type = "init", vars = per_ps[p] or {}, constraints = cons[p], optimizer = opt_config,
       checkpoint_dir = self._checkpoint_dir }
   end
   local got = self:_ask(reqs, "init_ok")
