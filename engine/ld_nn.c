@@ -362,11 +362,11 @@ static int check_input(ld_layer *l, int k, const ld_tensor *x) {
     return ld_fail(LD_ESHAPE, "%s expects inputs of shape %s, got %s", l->name, want, ld_shape_str(x, b, sizeof b));
 }
 
-/* The one place of Keras's autocast: a layer of a half policy gets its float
-   inputs in the compute dtype, runs with ld_autocast on (its products take
-   half operands, its float32 variables cast on the tape so that their
-   gradients come back float32), and gives its output in the compute dtype.
-   Integer inputs (an Embedding's ids) pass as they are. */
+/* The one place of Keras's autocast: a layer gets its float inputs in its
+   policy's compute dtype; under a half policy it runs with ld_autocast on
+   (its products take half operands, its float32 variables cast on the tape
+   so that their gradients come back float32); its float output is given in
+   the compute dtype. Integer inputs (an Embedding's ids) pass as they are. */
 static ld_tensor *forward_autocast(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     ld_dtype dt = l->policy.compute;
     ld_tensor *xs[LD_LAYER_MAX_INPUTS] = {NULL}, *y = NULL;
@@ -403,7 +403,11 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
         return NULL;
     }
     for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
-    ld_tensor *y = l->policy.compute == LD_F32 ? l->cls->forward(l, n_in, x, training) : forward_autocast(l, n_in, x, training);
+    /* float inputs of another dtype than the policy's are cast (Keras casts a
+       float32 layer's half inputs too); a float32 layer given float32 runs as is */
+    int cast = l->policy.compute != LD_F32;
+    for (int i = 0; i < n_in && !cast; i++) cast = ld_dtype_is_half(x[i]->dtype);
+    ld_tensor *y = cast ? forward_autocast(l, n_in, x, training) : l->cls->forward(l, n_in, x, training);
     if (y && ld_layer_record_activity(l, y)) { ld_tensor_release(y); return NULL; }
     return y;
 }

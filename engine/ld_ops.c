@@ -673,16 +673,23 @@ static _Thread_local ld_dtype autocast_dt = LD_F32;
 ld_dtype ld_autocast(ld_dtype dt) { ld_dtype was = autocast_dt; autocast_dt = dt; return was; }
 ld_dtype ld_autocast_dtype(void) { return autocast_dt; }
 
-/* ld_linear in a half dtype (autocast, or half operands): the operands cast
-   (recorded), the product through the half gemm (float32 sums, ld_matmul),
-   then the bias and relu, each rounded to dt as Keras's layers compute */
-static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, ld_dtype dt) {
+/* ld_linear with half operands (autocast, or half inputs): the operands cast
+   (recorded), the product through the half gemm (float32 sums, ld_matmul,
+   rounded to dt), then the bias and relu. out: the result's dtype. Under
+   autocast it is float32, so that whatever the layer does next (heads,
+   gates, norms) computes in float32; the layer call rounds its output. */
+static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, ld_dtype dt, ld_dtype out) {
     ld_tensor *xh = x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
     ld_tensor *wh = xh ? (w->dtype == dt ? ld_tensor_retain(w) : ld_cast_op(w, dt)) : NULL;
     ld_tensor *y = wh ? ld_matmul(xh, wh) : NULL;
     ld_tensor_release(xh); ld_tensor_release(wh);
+    if (y && y->dtype != out) {
+        ld_tensor *c = ld_cast_op(y, out);
+        ld_tensor_release(y);
+        y = c;
+    }
     if (y && b) {
-        ld_tensor *bh = b->dtype == dt ? ld_tensor_retain(b) : ld_cast_op(b, dt);
+        ld_tensor *bh = b->dtype == out ? ld_tensor_retain(b) : ld_cast_op(b, out);
         ld_tensor *yb = bh ? ld_add(y, bh) : NULL;
         ld_tensor_release(bh); ld_tensor_release(y);
         y = yb;
@@ -747,9 +754,9 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
     }
     if (ld_dtype_is_half(autocast_dt) && ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) &&
         (!b || ld_dtype_is_float(b->dtype)))
-        return linear_half(x, w, b, relu, autocast_dt);
+        return linear_half(x, w, b, relu, autocast_dt, LD_F32);
     if (ld_dtype_is_half(x->dtype) && x->dtype == w->dtype && (!b || ld_dtype_is_float(b->dtype)))
-        return linear_half(x, w, b, relu, x->dtype);
+        return linear_half(x, w, b, relu, x->dtype, x->dtype);
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
         ld_fail(LD_ETYPE, "dense needs float32 inputs, got %s and %s%s%s", ld_dtype_name(x->dtype),
                 ld_dtype_name(w->dtype), b ? " with a bias of " : "", b ? ld_dtype_name(b->dtype) : "");
