@@ -1443,7 +1443,8 @@ int lb_open_nn(lua_State *L) {
     luaL_newmetatable(L, LAYER_MT);
     {
         static const char *const f[] = {"name", "class_name", "kind", "built", "input_shape", "output_shape",
-                                        "trainable_variables", "non_trainable_variables", "weights", "count_params", NULL};
+                                        "trainable_variables", "non_trainable_variables", "weights", "count_params",
+                                        "dtype", "compute_dtype", "variable_dtype", "dtype_policy", NULL};
         lua_newtable(L);
         for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
         lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
