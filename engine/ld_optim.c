@@ -148,6 +148,23 @@ static void run_rule(const rule_t *u, const ld_backend *be, ld_device *d, float 
     }
 }
 
+int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int commit, double *unscale) {
+    *unscale = 1.0;
+    if (!ls->on) return 1;
+    int finite = ls->dynamic ? grads_finite(n, grads) : 1;
+    if (finite < 0) return -1;
+    if (!finite) {                       /* Keras: skip the step, halve the scale */
+        if (commit) { ls->scale /= 2; ls->good_steps = 0; ls->skipped++; }
+        return 0;
+    }
+    *unscale = 1.0 / ls->scale;          /* taken before the scale may grow below */
+    if (commit && ls->dynamic && ++ls->good_steps >= ls->growth_steps) {   /* Keras: double after N good steps */
+        ls->scale *= 2;
+        ls->good_steps = 0;
+    }
+    return 1;
+}
+
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit) {
     char b1[64], b2[64];
     for (int i = 0; i < n; i++) {
@@ -165,16 +182,8 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
                            grads[i]->storage->device->name, vars[i]->storage->device->name);
     }
     double unscale = 1.0;
-    ld_loss_scale *ls = &o->loss_scale;
-    if (ls->on) {
-        int finite = ls->dynamic ? grads_finite(n, grads) : 1;
-        if (finite < 0) return ld_error_status();
-        if (!finite) {                       /* Keras: skip the step, halve the scale */
-            if (commit) { ls->scale /= 2; ls->good_steps = 0; ls->skipped++; }
-            return LD_OK;
-        }
-        unscale = 1.0 / ls->scale;
-    }
+    int go = ld_loss_scale_step(&o->loss_scale, n, grads, commit, &unscale);
+    if (go <= 0) return go < 0 ? ld_error_status() : LD_OK;   /* 0: a step skipped */
     float scale = (float)unscale;
     if (o->clipnorm > 0) {
         /* the squared norm computed on the gradients' devices, one value read each */
@@ -193,10 +202,6 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     }
     int64_t step = o->iterations + 1;
     if (commit) o->iterations = step;
-    if (commit && ls->on && ls->dynamic && ++ls->good_steps >= ls->growth_steps) {   /* Keras: double after N good steps */
-        ls->scale *= 2;
-        ls->good_steps = 0;
-    }
     float lr = (float)ld_schedule_at(&o->lr, step - 1);
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;

@@ -80,6 +80,11 @@ int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_te
 int ld_optimizer_state_set(ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars,
                            ld_tensor *const *s1, ld_tensor *const *s2);
 double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
+/* The loss scale's rule for one step's gradients (ld_optimizer_apply's, and
+   a parameter-server worker's before it pushes): 1 to apply them multiplied
+   by *unscale, 0 to skip the step, -1 on an error. commit: move the state
+   (halve, count, double); replicas that repeat a step's check pass 0. */
+int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int commit, double *unscale);
 /* The factor a training step multiplies its loss by: the loss scale, or 1. */
 double ld_optimizer_loss_factor(const ld_optimizer *o);
 /* One update of every var by its grad. Errors on shape mismatch. */

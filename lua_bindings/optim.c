@@ -9,6 +9,7 @@
  */
 #include "lbind.h"
 #include "ld_optim.h"
+#include "ld_ops.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -123,6 +124,37 @@ static void push_loss_scale(lua_State *L, const ld_optimizer *o) {
     lua_pushinteger(L, ls->growth_steps); lua_setfield(L, -2, "dynamic_growth_steps");
     lua_pushinteger(L, ls->good_steps); lua_setfield(L, -2, "good_steps");
     lua_pushinteger(L, ls->skipped); lua_setfield(L, -2, "skipped");
+}
+
+/* optim._unscale(opt, grads) -> the gradients divided by opt's loss scale,
+   or nil when the step is to be skipped (an inf or NaN: the scale halves),
+   by the engine's rule (ld_loss_scale_step). A parameter-server worker
+   checks its own step's gradients so before it pushes them; without loss
+   scaling, grads itself. */
+static int opt_unscale(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (!o->loss_scale.on) { lua_settop(L, 2); return 1; }
+    int n = (int)luaL_len(L, 2);
+    ld_tensor **g = lua_newuserdatauv(L, sizeof *g * (size_t)(n ? n : 1), 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        g[i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+    double unscale;
+    int go = ld_loss_scale_step(&o->loss_scale, n, g, 1, &unscale);
+    if (go < 0) return lb_engine_error(L, 2);
+    if (!go) { lua_pushnil(L); return 1; }
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        if (!g[i]) continue;
+        ld_tensor *u = ld_mul_scalar(g[i], (float)unscale);
+        if (!u) return lb_engine_error(L, 2);
+        lb_push_tensor(L, u, 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
 }
 
 static int opt_new(lua_State *L, ld_opt_kind kind) {
@@ -411,7 +443,7 @@ int lb_open_optim(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
                                  {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_set_state", opt_set_state},
-                                 {"_loss_scale", opt_loss_scale}, {NULL, NULL}};
+                                 {"_loss_scale", opt_loss_scale}, {"_unscale", opt_unscale}, {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");
     lua_setfield(L, -2, "Optimizer");

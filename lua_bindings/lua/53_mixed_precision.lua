@@ -21,7 +21,8 @@
 -- they are reduced across replicas and workers, skips the step and halves
 -- the scale on any inf or NaN, and doubles it after dynamic_growth_steps good
 -- steps in a row. model:compile wraps its optimizer so under mixed_float16,
--- as Keras does.
+-- as Keras does. Under ParameterServerStrategy each worker scales, checks
+-- and unscales its own step's gradients before pushing them (80_ps_tasks.lua).
 local ldist = ...
 local nn, optim = ldist.nn, ldist.optim
 local doc = ldist.document
@@ -103,7 +104,8 @@ doc(mp.LossScaleOptimizer, "mixed_precision.LossScaleOptimizer",
   "dynamic_growth_steps good steps in a row. dynamic=false keeps initial_scale fixed (TF's). It turns\n" ..
   "loss scaling on in opt itself and returns it (opt.inner_optimizer is opt). In a custom loop:\n" ..
   "grads of opt:scale_loss(loss), then opt:apply_gradients(grads, vars) as usual.\n" ..
-  "Under ParameterServerStrategy the workers do not scale the loss (the ps shards could not agree to skip).")
+  "Under ParameterServerStrategy each worker keeps its own scale and checks its own step before pushing it\n" ..
+  "(the ps shards, applying pushes as they come, could not agree to skip a step).")
 
 -- opt:scale_loss(loss): the loss times the loss scale (the loss itself without one), as Keras's
 function optim.Optimizer.scale_loss(self, loss)

@@ -1189,7 +1189,7 @@ end
 
 -- mixed_float16: compile wraps the optimizer in a LossScaleOptimizer (Keras);
 -- fit scales the loss and unscales the reduced gradients
-add { name = "fit_mixed_float16", tol = 5e-3, also = { "mw_local" }, run = function(S)
+add { name = "fit_mixed_float16", tol = 5e-3, also = { "ps", "mw_local" }, run = function(S)
   return with_policy("mixed_float16", function()
     local m = MODELS.mlp
     local x, y = make_data(240, m.shape, m.classes)

@@ -232,4 +232,33 @@ T.test("mixed_bfloat16 on the logical device cpu:1 gives cpu:0's numbers", funct
   end)
 end)
 
+-- every strategy but ParameterServer is in tests/conformance (loop_loss_scale_skip);
+-- there the workers check and unscale their own steps before pushing
+T.test("ParameterServerStrategy: a worker skips (pushes nothing for) a step whose gradients are not finite", function()
+  with_policy("mixed_float16", function()
+    local D = distribute
+    local lc = D.LocalCluster { workers = 1, ps = 1 }
+    local ok, err = pcall(function()
+      local s = D.ParameterServerStrategy(lc)
+      tensor.seed(1)
+      local xl = tensor.normal(48, 4):totable()
+      xl[1][1] = math.huge                    -- the first batch's loss is not finite
+      local ds = data.Dataset.from_tensor_slices(tensor.new(xl), tensor.normal(48, 2)):batch(8)
+      local m
+      s:scope(function()
+        m = nn.Sequential { nn.Dense(4, "relu"), nn.Dense(2) }
+        m:compile { optimizer = optim.SGD(0.01), loss = "mse" }
+      end)
+      m:fit(ds, { epochs = 1, steps_per_epoch = 6, verbose = 0 })
+      T.eq(m._optimizer.iterations, 5, "6 steps, 1 skipped: the ps tasks applied 5 pushes")
+      for _, v in ipairs(m.trainable_variables) do
+        local c = v:cpu()
+        T.eq((c - c):abs():sum():item(), 0, v.name .. " is finite")
+      end
+    end)
+    lc:shutdown()
+    if not ok then error(err, 0) end
+  end)
+end)
+
 T.done()
