@@ -202,6 +202,12 @@ T.test("fit under mixed_float16 scales the loss; an inf loss skips the step, wei
     T.ok(lv < 10, ("the loss reported is unscaled: %g"):format(lv))
     local moved = (m.trainable_variables[1] - before[1]):abs():max():item()
     T.ok(moved > 1e-4 and moved < 0.5, ("an SGD(0.1) step moved the kernel by %g"):format(moved))
+    -- model:save keeps the loss scale where it is (Keras saves dynamic_scale and step_counter)
+    local path = T.tmpdir() .. "/lso.safetensors"
+    m:save(path)
+    local back = nn.load_model(path)._optimizer
+    T.eq(back.dynamic_scale, 2 ^ 14); T.eq(back.dynamic_growth_steps, 2000)
+    T.eq(ldist.optim._loss_scale(back).good_steps, 1)
     -- mixed_bfloat16 needs no loss scaling: compile leaves the optimizer as it is
     mp.set_global_policy("mixed_bfloat16")
     local m2 = nn.Sequential { nn.Dense(2) }
