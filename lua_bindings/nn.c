@@ -152,15 +152,18 @@ static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k)
     luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
 }
 
-/* the layer's dtype= option: a policy name ("mixed_bfloat16") or a
-   mixed_precision.Policy (a table with its name) */
+/* the layer's dtype= option: a policy name ("mixed_bfloat16"), a
+   mixed_precision.Policy (a table with its name), or Keras 3's serialized
+   policy ({class_name = "DTypePolicy", config = {name = ...}}) */
 static void set_policy(lua_State *L, ld_layer *l, int v) {
     const char *name = NULL;
+    int top = lua_gettop(L);
     if (lua_type(L, v) == LUA_TSTRING) name = lua_tostring(L, v);
     else if (lua_istable(L, v)) {
-        lua_getfield(L, v, "name");
-        name = lua_tostring(L, -1);
-        lua_pop(L, 1);   /* the name stays alive in the table */
+        if (lua_getfield(L, v, "name") != LUA_TSTRING && lua_getfield(L, v, "config") == LUA_TTABLE)
+            lua_getfield(L, -1, "name");
+        name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;   /* it stays alive in the table */
+        lua_settop(L, top);
     }
     if (!name) luaL_error(L, "nn.%s: dtype must be a policy name or a mixed_precision.Policy, got a %s",
                           l->cls->class_name, luaL_typename(L, v));

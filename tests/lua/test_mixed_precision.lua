@@ -130,6 +130,9 @@ T.test("the dtype policy is kept by get_config, to_json, model:save and load_mod
     T.eq((l(x) - m(x)):abs():max():item(), 0, "the loaded model computes as the saved one")
     local back = nn.layer_from_config { class_name = "Dense", config = m.layers[1]:get_config() }
     T.eq(back.compute_dtype, "bfloat16")
+    -- Keras 3 writes a policy as {"class_name": "DTypePolicy", "config": {"name": ...}}
+    local k3 = nn.Dense(2, { dtype = { module = "keras", class_name = "DTypePolicy", config = { name = "mixed_float16" } } })
+    T.eq(k3.compute_dtype, "float16")
   end)
 end)
 
