@@ -3,7 +3,7 @@
 -- gradients are, the policy kept by get_config / to_json / save, and dynamic
 -- loss scaling (LossScaleOptimizer) against Keras 3.15.1's numbers.
 -- Reference: scripts/fixtures/make_loss_scale_fixture.py prints the numbers
--- in LOSS_SCALE_REF below (Keras 3.15.1 on TensorFlow 2.21).
+-- in LOSS_SCALE_REF and DENSE_BF16_REF below (Keras 3.15.1 on TensorFlow 2.21).
 local T = dofile("tests/lua/testlib.lua")
 local mp = mixed_precision
 
@@ -145,6 +145,45 @@ local LOSS_SCALE_REF = {
   growth = { { 8, 0.9875 }, { 16, 0.975 }, { 16, 0.96875 }, { 8, 0.96875 }, { 8, 0.95625 }, { 16, 0.94375 },
     { 16, 0.9375 } },
 }
+
+-- Keras 3.15.1: Dense(3, relu) under mixed_bfloat16 with kernel (i - 5.5) / 7,
+-- bias {0.1, -0.2, 0.3}, on x = (i - 3.5) / 3: its bfloat16 output and the
+-- float32 gradient of sum(output) with respect to its kernel
+local DENSE_BF16_REF = {
+  y = { { 1.1953125, 0.515625, 0.6328125 }, { 0.431640625, 0.515625, 1.390625 } },
+  dkernel = { -0.99609375, -0.33203125, 0.33203125, 0.99609375 },   -- each row's three entries
+}
+
+T.test("a Dense layer under mixed_bfloat16 gives Keras's numbers (output within one bfloat16 step)", function()
+  with_policy("mixed_bfloat16", function()
+    local function fill(rows, cols, f)
+      local t = {}
+      for r = 1, rows do t[r] = {}; for c = 1, cols do t[r][c] = f((r - 1) * cols + c - 1) end end
+      return tensor.new(t)
+    end
+    local x = fill(2, 4, function(i) return (i - 3.5) / 3 end)
+    local d = nn.Dense(3, "relu")
+    d(x)
+    d.kernel:assign(fill(4, 3, function(i) return (i - 5.5) / 7 end))
+    d.bias:assign(tensor.new({ 0.1, -0.2, 0.3 }))
+    local tape = autograd.GradientTape()
+    local y
+    local s = tape:record(function() y = d(x); return y:astype("float32"):sum() end)
+    T.eq(y.dtype, "bfloat16")
+    local yt = y:astype("float32"):totable()
+    for r = 1, 2 do
+      for c = 1, 3 do
+        local want = DENSE_BF16_REF.y[r][c]
+        T.ok(math.abs(yt[r][c] - want) <= 2 ^ -8 * math.abs(want),
+          ("y[%d][%d] = %.9g, Keras %.9g"):format(r, c, yt[r][c], want))
+      end
+    end
+    local g = tape:gradient(s, d.kernel)
+    T.eq(g.dtype, "float32")
+    local gt = g:totable()
+    for r = 1, 4 do for c = 1, 3 do T.eq(gt[r][c], DENSE_BF16_REF.dkernel[r], ("dkernel[%d][%d]"):format(r, c)) end end
+  end)
+end)
 
 T.test("LossScaleOptimizer: skips a step on inf or NaN and halves the scale, grows after N good steps (Keras 3.15.1)", function()
   local v = tensor.Variable({ 1.0, 2.0 })
