@@ -864,7 +864,9 @@ Keras metrics: Accuracy, SparseCategoricalAccuracy, CategoricalAccuracy,
 BinaryAccuracy, Mean; m:update_state(...), m:result(), m:reset_state().]]
 M["nn"] = [[
 Layers and models, Keras-style: nn.Sequential{...}, nn.Model{inputs=, outputs=},
-nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.]]
+nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.
+Every layer also takes name= and dtype= (a dtype policy: "float32", "mixed_bfloat16",
+"mixed_float16"; help(mixed_precision)).]]
 M["optim"] = [[
 Optimizers: SGD (momentum, nesterov), Adam, AdamW, RMSprop, and learning-rate
 schedules in optim.schedules; opt:apply_gradients(grads, vars).]]
