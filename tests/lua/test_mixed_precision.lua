@@ -212,6 +212,12 @@ T.test("LossScaleOptimizer: skips a step on inf or NaN and halves the scale, gro
   local o3 = mp.LossScaleOptimizer(optim.SGD(0.5), { dynamic = false, initial_scale = 4 })
   for _ = 1, 3 do o3:apply_gradients({ tensor.new({ 4 }) }, { v3 }) end
   T.eq(o3.dynamic_scale, 4); T.near(v3:item(), -0.5, 1e-6)
+  -- clipnorm clips the unscaled gradients (Keras: the inner optimizer sees them unscaled)
+  local v4 = tensor.Variable({ 0.0, 0.0 })
+  local o4 = mp.LossScaleOptimizer(optim.SGD { learning_rate = 1, clipnorm = 1 }, { initial_scale = 4 })
+  o4:apply_gradients({ tensor.new({ 12, 16 }) }, { v4 })   -- 4 x {3, 4}: norm 5, clipped to 1
+  local t4 = v4:totable()
+  T.near(t4[1], -0.6, 1e-6); T.near(t4[2], -0.8, 1e-6)
   T.raises(function() mp.LossScaleOptimizer({}) end, "bad argument #1 to 'LossScaleOptimizer' (an optimizer expected")
   T.raises(function() mp.LossScaleOptimizer(optim.SGD(), { initial_scal = 2 }) end, "unknown option 'initial_scal'")
   T.raises(function() mp.LossScaleOptimizer(optim.SGD(), { initial_scale = -1 }) end,
