@@ -150,6 +150,25 @@ static int set_default(ld_layer *l, int i) {
     return LD_OK;
 }
 
+/* ================================================================ dtype policies */
+static ld_policy global_policy = {"float32", LD_F32};
+
+int ld_policy_from_name(const char *name, ld_policy *out) {
+    static const struct { const char *name; ld_dtype dt; } known[] = {
+        {"float32", LD_F32}, {"mixed_bfloat16", LD_BF16}, {"mixed_float16", LD_F16}};
+    for (size_t i = 0; name && i < sizeof known / sizeof *known; i++)
+        if (!strcmp(name, known[i].name)) {
+            snprintf(out->name, sizeof out->name, "%s", name);
+            out->compute = known[i].dt;
+            return LD_OK;
+        }
+    /* Keras also takes "bfloat16" (variables in bfloat16): here variables are float32 */
+    return ld_fail(LD_EARG, "unknown dtype policy '%s' (valid: 'float32', 'mixed_bfloat16', 'mixed_float16')",
+                   name ? name : "(none)");
+}
+void ld_policy_set_global(const ld_policy *p) { global_policy = *p; }
+ld_policy ld_policy_global(void) { return global_policy; }
+
 ld_layer *ld_layer_new(const ld_layer_class *c) {
     ld_layer *l = calloc(1, sizeof *l);
     if (!l) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
@@ -161,6 +180,7 @@ ld_layer *ld_layer_new(const ld_layer_class *c) {
     if (k) snprintf(l->name, sizeof l->name, "%s_%d", c->kind, k);
     else snprintf(l->name, sizeof l->name, "%s", c->kind);
     for (int i = 0; c->params[i].name; i++) set_default(l, i);
+    l->policy = global_policy;
     return l;
 }
 
@@ -196,7 +216,8 @@ void ld_layer_release(ld_layer *l) {
     free(l);
 }
 
-ld_tensor *ld_as_float(ld_tensor *x) { return x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast(x, LD_F32); }
+/* recorded (ld_cast_op): a half input's gradient flows back through the cast */
+ld_tensor *ld_as_float(ld_tensor *x) { return x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast_op(x, LD_F32); }
 
 /* an orthogonal matrix [rows, cols] (Keras's Orthogonal: QR of a normal
    matrix, signs fixed by R's diagonal), here by Gram-Schmidt in double */
@@ -341,6 +362,33 @@ static int check_input(ld_layer *l, int k, const ld_tensor *x) {
     return ld_fail(LD_ESHAPE, "%s expects inputs of shape %s, got %s", l->name, want, ld_shape_str(x, b, sizeof b));
 }
 
+/* The one place of Keras's autocast: a layer gets its float inputs in its
+   policy's compute dtype; under a half policy it runs with ld_autocast on
+   (its products take half operands, its float32 variables cast on the tape
+   so that their gradients come back float32); its float output is given in
+   the compute dtype. Integer inputs (an Embedding's ids) pass as they are. */
+static ld_tensor *forward_autocast(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_dtype dt = l->policy.compute;
+    ld_tensor *xs[LD_LAYER_MAX_INPUTS] = {NULL}, *y = NULL;
+    int i;
+    for (i = 0; i < n_in; i++) {
+        xs[i] = ld_dtype_is_float(x[i]->dtype) && x[i]->dtype != dt ? ld_cast_op(x[i], dt) : ld_tensor_retain(x[i]);
+        if (!xs[i]) break;
+    }
+    if (i == n_in) {
+        ld_dtype was = ld_autocast(dt);
+        y = l->cls->forward(l, n_in, xs, training);
+        ld_autocast(was);
+    }
+    for (int k = 0; k < n_in; k++) ld_tensor_release(xs[k]);
+    if (y && ld_dtype_is_float(y->dtype) && y->dtype != dt) {
+        ld_tensor *c = ld_cast_op(y, dt);
+        ld_tensor_release(y);
+        y = c;
+    }
+    return y;
+}
+
 ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (n_in < 1 || n_in > LD_LAYER_MAX_INPUTS) { ld_fail(LD_EARG, "%s: %d inputs", l->name, n_in); return NULL; }
     ld_shape in[LD_LAYER_MAX_INPUTS];
@@ -355,7 +403,11 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
         return NULL;
     }
     for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
-    ld_tensor *y = l->cls->forward(l, n_in, x, training);
+    /* float inputs of another dtype than the policy's are cast (Keras casts a
+       float32 layer's half inputs too); a float32 layer given float32 runs as is */
+    int cast = l->policy.compute != LD_F32;
+    for (int i = 0; i < n_in && !cast; i++) cast = ld_dtype_is_half(x[i]->dtype);
+    ld_tensor *y = cast ? forward_autocast(l, n_in, x, training) : l->cls->forward(l, n_in, x, training);
     if (y && ld_layer_record_activity(l, y)) { ld_tensor_release(y); return NULL; }
     return y;
 }
@@ -414,7 +466,9 @@ ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training) {
     ld_tensor *cur = d && d != x->storage->device ? ld_to_device(x, d) : ld_tensor_retain(x);
     for (int i = 0; i < m->n_layers && cur; i++) {
         ld_tensor *y;
-        if (i + 1 < m->n_layers && ld_layer_pair_forward(m->layers[i], m->layers[i + 1], cur, training, &y)) i++;
+        /* a fused pair computes in float32: layers of a half policy run one by one */
+        if (i + 1 < m->n_layers && m->layers[i]->policy.compute == LD_F32 && m->layers[i + 1]->policy.compute == LD_F32 &&
+            ld_layer_pair_forward(m->layers[i], m->layers[i + 1], cur, training, &y)) i++;
         else y = ld_layer_forward(m->layers[i], cur, training);
         ld_tensor_release(cur);
         cur = y;
@@ -624,6 +678,13 @@ static ld_tensor *clip_probs(ld_tensor *p) {
 
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
+    if (ld_dtype_is_half(y_pred->dtype)) {
+        /* Keras computes a loss in float32: half predictions (a mixed
+           precision model's) are cast first, on the tape */
+        ld_tensor *p32 = ld_cast_op(y_pred, LD_F32), *v = p32 ? ld_loss_compute(l, y_true, p32) : NULL;
+        ld_tensor_release(p32);
+        return v;
+    }
     ld_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *per = NULL, *out = NULL, *yt = NULL;
     int sparse = l->kind == LD_LOSS_SPARSE_CCE;
     switch (l->kind) {
@@ -777,7 +838,7 @@ int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *
     int64_t n;   /* positions: rows, or every position of a sequence model's [batch, t..., classes] */
     *correct = 0;
     ld_tensor *pc = ld_to_device(y_pred, ld_device_cpu()), *tc = pc ? ld_to_device(y_true, ld_device_cpu()) : NULL;
-    ld_tensor *p = tc ? ld_contiguous(pc) : NULL;
+    ld_tensor *p = tc ? (pc->dtype == LD_F32 ? ld_contiguous(pc) : ld_cast(pc, LD_F32)) : NULL;   /* half predictions too */
     int st = LD_OK;
     if (!p) { st = ld_error_status(); goto done; }
     int64_t c = p->ndim >= 2 ? p->shape[p->ndim - 1] : 1;

@@ -156,6 +156,19 @@ int ld_variable_constraint(ld_tensor *v, ld_constraint *out);
    of a constrained weight), retained until it gets another or none (c NULL). */
 int ld_tensor_set_constraint(ld_tensor *t, const ld_constraint *c);
 
+/* ---- dtype policies (Keras's mixed precision) ----
+   A layer's policy: "float32", "mixed_float16" or "mixed_bfloat16"
+   (variables float32, compute in the half dtype). A new layer takes the
+   global policy (Keras's set_global_policy), unless given its own dtype=. */
+typedef struct {
+    char name[16];              /* Keras's name: "float32", "mixed_bfloat16", ... */
+    ld_dtype compute;           /* what the layer computes in: LD_F32, LD_F16 or LD_BF16 */
+} ld_policy;
+/* the policy of that name: LD_OK, or LD_EARG naming the valid ones */
+int ld_policy_from_name(const char *name, ld_policy *out);
+void ld_policy_set_global(const ld_policy *p);
+ld_policy ld_policy_global(void);
+
 struct ld_layer {
     int refcount;                  /* a model and a front end may both hold a layer */
     const ld_layer_class *cls;
@@ -169,6 +182,7 @@ struct ld_layer {
     int n_in;
     ld_shape in[LD_LAYER_MAX_INPUTS], out;
     ld_weight_options wopt;        /* Keras's per-weight options (zeroed: the class's defaults) */
+    ld_policy policy;              /* the dtype policy: what the layer computes in (variables are float32) */
     ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
     double activity_rows;          /* the rows of that call's output (Keras divides by them) */
 };

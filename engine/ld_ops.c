@@ -669,6 +669,39 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
 static _Thread_local int defer_weight_grads;
 void ld_defer_weight_grads(int on) { defer_weight_grads = on; }
 
+static _Thread_local ld_dtype autocast_dt = LD_F32;
+ld_dtype ld_autocast(ld_dtype dt) { ld_dtype was = autocast_dt; autocast_dt = dt; return was; }
+ld_dtype ld_autocast_dtype(void) { return autocast_dt; }
+
+/* ld_linear with half operands (autocast, or half inputs): the operands cast
+   (recorded), the product through the half gemm (float32 sums, ld_matmul,
+   rounded to dt), then the bias and relu. out: the result's dtype. Under
+   autocast it is float32, so that whatever the layer does next (heads,
+   gates, norms) computes in float32; the layer call rounds its output. */
+static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, ld_dtype dt, ld_dtype out) {
+    ld_tensor *xh = x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
+    ld_tensor *wh = xh ? (w->dtype == dt ? ld_tensor_retain(w) : ld_cast_op(w, dt)) : NULL;
+    ld_tensor *y = wh ? ld_matmul(xh, wh) : NULL;
+    ld_tensor_release(xh); ld_tensor_release(wh);
+    if (y && y->dtype != out) {
+        ld_tensor *c = ld_cast_op(y, out);
+        ld_tensor_release(y);
+        y = c;
+    }
+    if (y && b) {
+        ld_tensor *bh = b->dtype == out ? ld_tensor_retain(b) : ld_cast_op(b, out);
+        ld_tensor *yb = bh ? ld_add(y, bh) : NULL;
+        ld_tensor_release(bh); ld_tensor_release(y);
+        y = yb;
+    }
+    if (y && relu) {
+        ld_tensor *yr = ld_relu(y);
+        ld_tensor_release(y);
+        y = yr;
+    }
+    return y;
+}
+
 static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL, *y = nd->saved[0];
     int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
@@ -719,6 +752,11 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
         ld_fail(LD_ESHAPE, "shapes %s and %s do not match", ld_shape_str(x, b1, sizeof b1), ld_shape_str(w, b2, sizeof b2));
         return NULL;
     }
+    if (ld_dtype_is_half(autocast_dt) && ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) &&
+        (!b || ld_dtype_is_float(b->dtype)))
+        return linear_half(x, w, b, relu, autocast_dt, LD_F32);
+    if (ld_dtype_is_half(x->dtype) && x->dtype == w->dtype && (!b || ld_dtype_is_float(b->dtype)))
+        return linear_half(x, w, b, relu, x->dtype, x->dtype);
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
         ld_fail(LD_ETYPE, "dense needs float32 inputs, got %s and %s%s%s", ld_dtype_name(x->dtype),
                 ld_dtype_name(w->dtype), b ? " with a bias of " : "", b ? ld_dtype_name(b->dtype) : "");

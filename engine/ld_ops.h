@@ -64,6 +64,16 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu);
    a fused reduce-scatter with no per-replica gradient to zero, fill and add
    (ld_strategy.c). Whoever else reads such a gradient materializes it. */
 void ld_defer_weight_grads(int on);
+/* Autocast (per thread), Keras's mixed precision: while a layer of a
+   mixed_bfloat16 / mixed_float16 policy runs (ld_layer_call sets it), the
+   products of ld_linear take their operands in that half dtype (float32
+   accumulation, rounded to the half dtype), as Keras's autocast variables
+   do; the casts are recorded, so the gradients reach float32 variables in
+   float32. The rest of the layer computes in float32 (ld_linear's result is
+   float32 then), and the layer call rounds the layer's output. Returns the
+   previous setting; LD_F32 (the default) is off. */
+ld_dtype ld_autocast(ld_dtype dt);
+ld_dtype ld_autocast_dtype(void);
 ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */

@@ -62,6 +62,23 @@ void ld_optimizer_free(ld_optimizer *o) {
 
 double ld_optimizer_lr(const ld_optimizer *o) { return ld_schedule_at(&o->lr, o->iterations); }
 
+double ld_optimizer_loss_factor(const ld_optimizer *o) { return o->loss_scale.on ? o->loss_scale.scale : 1.0; }
+
+/* whether every gradient is finite: sum(g * 0) is 0 exactly when g holds no
+   inf or NaN (a plain sum could overflow on finite values); 1, 0, or -1 on an error */
+static int grads_finite(int n, ld_tensor *const *grads) {
+    for (int i = 0; i < n; i++) {
+        if (!grads[i]) continue;
+        ld_tensor *z = ld_mul_scalar(grads[i], 0.0f), *s = z ? ld_sum(z, LD_ALL_AXES, 0) : NULL;
+        double v = 0;
+        int st = s ? ld_tensor_item(s, &v) : ld_error_status();
+        ld_tensor_release(z); ld_tensor_release(s);
+        if (st) return -1;
+        if (v != 0) return 0;
+    }
+    return 1;
+}
+
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit);
 
 ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var) {
@@ -131,6 +148,23 @@ static void run_rule(const rule_t *u, const ld_backend *be, ld_device *d, float 
     }
 }
 
+int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int commit, double *unscale) {
+    *unscale = 1.0;
+    if (!ls->on) return 1;
+    int finite = ls->dynamic ? grads_finite(n, grads) : 1;
+    if (finite < 0) return -1;
+    if (!finite) {                       /* Keras: skip the step, halve the scale */
+        if (commit) { ls->scale /= 2; ls->good_steps = 0; ls->skipped++; }
+        return 0;
+    }
+    *unscale = 1.0 / ls->scale;          /* taken before the scale may grow below */
+    if (commit && ls->dynamic && ++ls->good_steps >= ls->growth_steps) {   /* Keras: double after N good steps */
+        ls->scale *= 2;
+        ls->good_steps = 0;
+    }
+    return 1;
+}
+
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit) {
     char b1[64], b2[64];
     for (int i = 0; i < n; i++) {
@@ -147,7 +181,10 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
             return ld_fail(LD_EDEVICE, "gradient %d is on %s, its variable on %s", i + 1,
                            grads[i]->storage->device->name, vars[i]->storage->device->name);
     }
-    float scale = 1.0f;
+    double unscale = 1.0;
+    int go = ld_loss_scale_step(&o->loss_scale, n, grads, commit, &unscale);
+    if (go <= 0) return go < 0 ? ld_error_status() : LD_OK;   /* 0: a step skipped */
+    float scale = (float)unscale;
     if (o->clipnorm > 0) {
         /* the squared norm computed on the gradients' devices, one value read each */
         double ss = 0;
@@ -160,8 +197,8 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
             if (st) return st;
             ss += v;
         }
-        double norm = sqrt(ss);
-        if (norm > o->clipnorm) scale = (float)(o->clipnorm / norm);
+        double norm = sqrt(ss) * unscale;   /* the norm of the unscaled gradients */
+        if (norm > o->clipnorm) scale = (float)(unscale * o->clipnorm / norm);
     }
     int64_t step = o->iterations + 1;
     if (commit) o->iterations = step;
@@ -254,7 +291,7 @@ static void shard_free(void *ctx) {
 
 int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *const *grads, ld_tensor *const *vars) {
     int n = ld_comm_size(c);
-    if (o->clipnorm > 0 || n < 2 || k < 1) return -1;
+    if (o->clipnorm > 0 || o->loss_scale.on || n < 2 || k < 1) return -1;
     for (int r = 0; r < n; r++)
         if (!ld_device_is_host(ld_comm_device(c, r))) return -1;
     int64_t total = 0;

@@ -33,6 +33,25 @@ double ld_schedule_at(const ld_schedule *s, int64_t step);
 
 typedef struct ld_slot { ld_tensor *var; ld_tensor *s1, *s2; } ld_slot;
 
+/* Loss scaling (Keras's mixed_precision.LossScaleOptimizer). The training
+   step multiplies the loss by `scale` before the backward pass, so that
+   float16 gradients do not underflow; ld_optimizer_apply then checks the
+   (already reduced, float32) gradients: any inf or NaN skips the step (no
+   update, no iteration) and, when dynamic, halves the scale; otherwise the
+   gradients are divided by the scale and applied, and after growth_steps
+   such steps in a row the scale doubles. The check reads the gradients'
+   values: one wait for the devices per step, only when loss scaling is on.
+   Every replica applies the same reduced gradients, so every replica
+   decides alike; the state moves once per step (with the step count). */
+typedef struct {
+    int on;                  /* 0: no loss scaling (the default) */
+    int dynamic;             /* 0: a fixed scale, non-finite steps applied as TF's dynamic=False */
+    double scale;            /* the current scale (initial 2^15) */
+    int64_t growth_steps;    /* good steps before the scale doubles (2000) */
+    int64_t good_steps;      /* good steps since the last change (Keras's step_counter) */
+    int64_t skipped;         /* steps skipped for non-finite gradients, in all */
+} ld_loss_scale;
+
 typedef struct ld_optimizer {
     ld_opt_kind kind;
     ld_schedule lr;          /* LD_SCHED_CONSTANT: lr.initial */
@@ -43,6 +62,7 @@ typedef struct ld_optimizer {
     int n_slots, cap_slots;
     ld_slot *slots;
     struct ld_shard_plan *shard;   /* set while replicas hold only their slice of the slots */
+    ld_loss_scale loss_scale;
 } ld_optimizer;
 
 ld_optimizer *ld_optimizer_new(ld_opt_kind kind);   /* Keras' defaults */
@@ -60,6 +80,13 @@ int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_te
 int ld_optimizer_state_set(ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars,
                            ld_tensor *const *s1, ld_tensor *const *s2);
 double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
+/* The loss scale's rule for one step's gradients (ld_optimizer_apply's, and
+   a parameter-server worker's before it pushes): 1 to apply them multiplied
+   by *unscale, 0 to skip the step, -1 on an error. commit: move the state
+   (halve, count, double); replicas that repeat a step's check pass 0. */
+int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int commit, double *unscale);
+/* The factor a training step multiplies its loss by: the loss scale, or 1. */
+double ld_optimizer_loss_factor(const ld_optimizer *o);
 /* One update of every var by its grad. Errors on shape mismatch. */
 int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars);
 
@@ -70,8 +97,8 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
    current slots (momentum, Adam's m and v) for its slice only; the slots are
    made whole again (ld_optimizer_consolidate) before anything else reads or
    updates them. Returns LD_OK once queued, -1 (no error set) when this
-   optimizer or communicator cannot shard (clipnorm needs the whole
-   gradient; non-CPU devices), or an error. */
+   optimizer or communicator cannot shard (clipnorm and loss scaling need
+   the whole gradient; non-CPU devices), or an error. */
 typedef struct ld_comm ld_comm;
 int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *const *grads, ld_tensor *const *vars);
 /* Copy every replica's slice of the slots to the other replicas (waits for

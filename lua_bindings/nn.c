@@ -129,6 +129,7 @@ static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k)
     int list = lua_gettop(L), n = 0;
     for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
     lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
+    lua_pushliteral(L, "dtype"); lua_rawseti(L, list, ++n);
     char w[48];
     for (int i = 0; ld_weight_option_name(c, i, w, sizeof w); i++) { lua_pushstring(L, w); lua_rawseti(L, list, ++n); }
     const char *guess = NULL;
@@ -150,6 +151,24 @@ static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k)
     if (guess)
         luaL_error(L, "nn.%s: unknown option '%s'; did you mean '%s'? (it takes %s)", c->class_name, k, guess, lua_tostring(L, -1));
     luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
+}
+
+/* the layer's dtype= option: a policy name ("mixed_bfloat16"), a
+   mixed_precision.Policy (a table with its name), or Keras 3's serialized
+   policy ({class_name = "DTypePolicy", config = {name = ...}}) */
+static void set_policy(lua_State *L, ld_layer *l, int v) {
+    const char *name = NULL;
+    int top = lua_gettop(L);
+    if (lua_type(L, v) == LUA_TSTRING) name = lua_tostring(L, v);
+    else if (lua_istable(L, v)) {
+        if (lua_getfield(L, v, "name") != LUA_TSTRING && lua_getfield(L, v, "config") == LUA_TTABLE)
+            lua_getfield(L, -1, "name");
+        name = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;   /* it stays alive in the table */
+        lua_settop(L, top);
+    }
+    if (!name) luaL_error(L, "nn.%s: dtype must be a policy name or a mixed_precision.Policy, got a %s",
+                          l->cls->class_name, luaL_typename(L, v));
+    if (ld_policy_from_name(name, &l->policy)) luaL_error(L, "nn.%s: %s", l->cls->class_name, ld_error());
 }
 
 /* a new layer of class c from the arguments from index `first` on */
@@ -201,6 +220,8 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
                 int pi = ld_layer_param_index(c, k);
                 if (!strcmp(k, "name")) {
                     if (ld_layer_set_name(l, luaL_checkstring(L, -1))) lb_engine_error(L, 0);
+                } else if (!strcmp(k, "dtype")) {
+                    set_policy(L, l, lua_gettop(L));
                 } else if (pi < 0) {
                     if (!lb_layer_weight_option(L, l, k, lua_gettop(L))) unknown_option(L, c, k);
                 }
@@ -241,6 +262,8 @@ static int layer_get_config(lua_State *L) {
     lua_newtable(L);
     lua_pushstring(L, l->name);
     lua_setfield(L, -2, "name");
+    lua_pushstring(L, l->policy.name);    /* Keras's dtype policy, by name */
+    lua_setfield(L, -2, "dtype");
     for (int i = 0; l->cls->params[i].name; i++) {
         push_param(L, l, i);
         lua_setfield(L, -2, l->cls->params[i].name);
@@ -264,6 +287,19 @@ static int nn_layer_from_config(lua_State *L) {
     lua_remove(L, 1);
     layer_from_args(L, c, 1);
     return 1;
+}
+
+/* nn._policy([name [, set]]) -> name, compute dtype: the policy of that name
+   (checked: an unknown name raises, naming the valid ones), made the global
+   one when set is true; without a name, the global policy
+   (mixed_precision.Policy / set_global_policy / global_policy, lua/53_mixed_precision.lua) */
+static int nn_policy(lua_State *L) {
+    ld_policy p = ld_policy_global();
+    if (!lua_isnoneornil(L, 1) && ld_policy_from_name(luaL_checkstring(L, 1), &p)) return luaL_error(L, "%s", ld_error());
+    if (lua_toboolean(L, 2)) ld_policy_set_global(&p);
+    lua_pushstring(L, p.name);
+    lua_pushstring(L, ld_dtype_name(p.compute));
+    return 2;
 }
 
 /* ================================================================ layer methods */
@@ -426,6 +462,17 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "class_name")) { lua_pushstring(L, l->cls->class_name); return 1; }
     if (!strcmp(k, "kind")) { lua_pushstring(L, l->cls->kind); return 1; }
     if (!strcmp(k, "built")) { lua_pushboolean(L, l->built); return 1; }
+    /* Keras's: dtype and variable_dtype are the variables' (float32), compute_dtype what it computes in */
+    if (!strcmp(k, "dtype") || !strcmp(k, "variable_dtype")) { lua_pushliteral(L, "float32"); return 1; }
+    if (!strcmp(k, "compute_dtype")) { lua_pushstring(L, ld_dtype_name(l->policy.compute)); return 1; }
+    if (!strcmp(k, "dtype_policy")) {          /* a mixed_precision.Policy */
+        lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+        lua_getfield(L, -1, "mixed_precision");
+        lua_getfield(L, -1, "Policy");
+        lua_pushstring(L, l->policy.name);
+        lua_call(L, 1, 1);
+        return 1;
+    }
     /* shapes without the batch axis, as Keras's (minus None); a list of them for several inputs */
     if (!strcmp(k, "input_shape") && l->built) {
         if (l->n_in == 1) { push_shape(L, &l->in[0]); return 1; }
@@ -827,7 +874,7 @@ static ld_tensor *lua_step_loss(lua_State *L, int li, int yi, ld_tensor *pred, i
    loss NULL: the loss is the Lua callable at stack index li, y and w the Lua
    values at yi and wi (lists for a model of several outputs). */
 static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld_tensor *y, ld_loss *loss, int defer,
-                             ld_tensor *w, step_result *r) {
+                             ld_tensor *w, double loss_factor, step_result *r) {
     enum { YI = 3, LI = 4, WI = 6 };   /* where train_step and _grads take y, the loss and w */
     ld_tape *tape = ld_tape_new(0);
     if (!tape) { lb_engine_error(L, 0); return; }
@@ -858,17 +905,21 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
         if (!lv) { ld_tape_pop(tape); ld_tape_free(tape); ld_tensor_release(pred); lua_error(L); return; }
     }
     if (lv) lv = with_model_losses(m, lv);   /* + model.losses: Keras's training loss */
+    /* a LossScaleOptimizer's scale (Keras's optimizer.scale_loss): the
+       gradients are of the scaled loss, the loss reported is not */
+    ld_tensor *lg = lv && loss_factor != 1.0 ? ld_mul_scalar(lv, (float)loss_factor) : lv;
     ld_tape_pop(tape);
-    int n = ld_model_variables(m, NULL, 0), st = lv ? LD_OK : ld_error_status();
+    int n = ld_model_variables(m, NULL, 0), st = lv && lg ? LD_OK : ld_error_status();
     ld_tensor **vars = lua_newuserdatauv(L, sizeof *vars * (size_t)(n ? 2 * n : 1), 0);
     ld_tensor **grads = vars + n;
     if (!st) {
         ld_model_variables(m, vars, n);
         ld_trace_phase(LD_SPAN_BACKWARD);
         ld_defer_weight_grads(defer);
-        st = ld_tape_gradient(tape, lv, n, vars, grads);
+        st = ld_tape_gradient(tape, lg, n, vars, grads);
         ld_defer_weight_grads(0);
     }
+    if (lg != lv) ld_tensor_release(lg);
     ld_tape_free(tape);
     ld_trace_phase(was_phase);
     if (st) { ld_tensor_release(lv); ld_tensor_release(pred); luaL_error(L, "%s", ld_error()); return; }
@@ -910,7 +961,7 @@ static int model_train_step(lua_State *L) {
     lua_settop(L, 6);
     if (x) build_for(L, 1, m, x);
     step_result r;
-    forward_backward(L, m, x, 2, y, loss, 0, w, &r);
+    forward_backward(L, m, x, 2, y, loss, 0, w, ld_optimizer_loss_factor(opt), &r);
     double value = 0;
     int st = ld_tensor_item(r.lv, &value);
     if (!st) st = ld_optimizer_apply(opt, r.n, r.grads, r.vars);
@@ -922,21 +973,23 @@ static int model_train_step(lua_State *L) {
     return 2;
 }
 
-/* model:_grads(x, y, loss [, defer]) -> loss tensor, gradients (table), predictions
+/* model:_grads(x, y, loss [, defer [, w [, opt]]]) -> loss tensor, gradients (table), predictions
    The forward and backward half of a training step, for strategies that
    reduce gradients across replicas before applying them. Nothing here waits
    for the device: the values are queued on a logical device's executor.
    defer: dense kernels' gradients may be left as products for the
-   collective to compute (ld_defer_weight_grads). */
+   collective to compute (ld_defer_weight_grads). opt: the optimizer that
+   will apply them, whose loss scale (LossScaleOptimizer) scales the loss. */
 static int model_grads(lua_State *L) {
     ld_model *m = check_model_live(L, 1, "gradients");
     ld_tensor *x = lua_model_input(L, 1, 2), *y;
     ld_loss *loss = step_loss_arg(L, &y);
     ld_tensor *w = lua_isnoneornil(L, 6) || !loss ? NULL : lb_check_tensor(L, 6);
+    double factor = lua_isnoneornil(L, 7) ? 1.0 : ld_optimizer_loss_factor(lb_check_optimizer(L, 7));
     lua_settop(L, 6);
     if (x) build_for(L, 1, m, x);
     step_result r;
-    forward_backward(L, m, x, 2, y, loss, lua_toboolean(L, 5), w, &r);
+    forward_backward(L, m, x, 2, y, loss, lua_toboolean(L, 5), w, factor, &r);
     lb_push_tensor(L, r.lv, 0);
     lua_createtable(L, r.n, 0);
     for (int i = 0; i < r.n; i++) { lb_push_tensor(L, r.grads[i], 0); lua_rawseti(L, -2, i + 1); }
@@ -1403,7 +1456,8 @@ int lb_open_nn(lua_State *L) {
     luaL_newmetatable(L, LAYER_MT);
     {
         static const char *const f[] = {"name", "class_name", "kind", "built", "input_shape", "output_shape",
-                                        "trainable_variables", "non_trainable_variables", "weights", "count_params", NULL};
+                                        "trainable_variables", "non_trainable_variables", "weights", "count_params",
+                                        "dtype", "compute_dtype", "variable_dtype", "dtype_policy", NULL};
         lua_newtable(L);
         for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
         lua_setfield(L, -2, "__fields");   /* computed fields, for completion */
@@ -1421,7 +1475,7 @@ int lb_open_nn(lua_State *L) {
     static const luaL_Reg f[] = {
         {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
         {"_model_new", nn_model_new}, {"_weight_budget", nn_weight_budget},
-        {"_fused_attention", nn_fused_attention}, {NULL, NULL}};
+        {"_policy", nn_policy}, {"_fused_attention", nn_fused_attention}, {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
     lb_weight_options_register(L, mod);

@@ -9,6 +9,7 @@
  */
 #include "lbind.h"
 #include "ld_optim.h"
+#include "ld_ops.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -67,6 +68,95 @@ static void read_schedule(lua_State *L, int t, ld_schedule *s) {
     lua_pop(L, 1);
 }
 
+/* loss scaling from the table at t, as mixed_precision.LossScaleOptimizer
+   gives it: {dynamic=true, initial_scale=2^15, dynamic_growth_steps=2000}
+   (and scale=, good_steps= to carry a running one over); errors name the field */
+static void read_loss_scale(lua_State *L, int t, ld_optimizer *o) {
+    ld_loss_scale ls = {1, 1, 32768.0, 2000, 0, 0};
+    lua_getfield(L, t, "dynamic");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1)) luaL_error(L, "bad argument #2 to 'LossScaleOptimizer' (dynamic must be a boolean, got %s)", luaL_typename(L, -1));
+        ls.dynamic = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    static const char *const num[] = {"initial_scale", "scale", NULL};
+    for (int i = 0; num[i]; i++) {
+        if (lua_getfield(L, t, num[i]) != LUA_TNIL) {
+            int ok;
+            double v = lua_tonumberx(L, -1, &ok);
+            if (!ok || !(v > 0) || !isfinite(v))
+                luaL_error(L, "bad argument #2 to 'LossScaleOptimizer' (%s must be a positive finite number)", num[i]);
+            ls.scale = v;
+        }
+        lua_pop(L, 1);
+    }
+    if (lua_getfield(L, t, "dynamic_growth_steps") != LUA_TNIL) {
+        int ok;
+        lua_Integer v = lua_tointegerx(L, -1, &ok);
+        if (!ok || v < 1) luaL_error(L, "bad argument #2 to 'LossScaleOptimizer' (dynamic_growth_steps must be a positive integer)");
+        ls.growth_steps = v;
+    }
+    lua_pop(L, 1);
+    if (lua_getfield(L, t, "good_steps") != LUA_TNIL) ls.good_steps = luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    o->loss_scale = ls;
+}
+
+static void push_loss_scale(lua_State *L, const ld_optimizer *o);
+
+/* optim._loss_scale(opt [, settings]) -> {dynamic=, scale=, dynamic_growth_steps=,
+   good_steps=, skipped=} or nil when off; settings (a table) turn loss scaling
+   on first (mixed_precision.LossScaleOptimizer), false turns it off */
+static int opt_loss_scale(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    if (lua_istable(L, 2)) read_loss_scale(L, 2, o);
+    else if (lua_isboolean(L, 2) && !lua_toboolean(L, 2)) o->loss_scale.on = 0;
+    push_loss_scale(L, o);
+    return 1;
+}
+
+static void push_loss_scale(lua_State *L, const ld_optimizer *o) {
+    const ld_loss_scale *ls = &o->loss_scale;
+    if (!ls->on) { lua_pushnil(L); return; }
+    lua_createtable(L, 0, 5);
+    lua_pushboolean(L, ls->dynamic); lua_setfield(L, -2, "dynamic");
+    lua_pushnumber(L, ls->scale); lua_setfield(L, -2, "scale");
+    lua_pushinteger(L, ls->growth_steps); lua_setfield(L, -2, "dynamic_growth_steps");
+    lua_pushinteger(L, ls->good_steps); lua_setfield(L, -2, "good_steps");
+    lua_pushinteger(L, ls->skipped); lua_setfield(L, -2, "skipped");
+}
+
+/* optim._unscale(opt, grads) -> the gradients divided by opt's loss scale,
+   or nil when the step is to be skipped (an inf or NaN: the scale halves),
+   by the engine's rule (ld_loss_scale_step). A parameter-server worker
+   checks its own step's gradients so before it pushes them; without loss
+   scaling, grads itself. */
+static int opt_unscale(lua_State *L) {
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    if (!o->loss_scale.on) { lua_settop(L, 2); return 1; }
+    int n = (int)luaL_len(L, 2);
+    ld_tensor **g = lua_newuserdatauv(L, sizeof *g * (size_t)(n ? n : 1), 0);
+    for (int i = 0; i < n; i++) {
+        lua_geti(L, 2, i + 1);
+        g[i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
+        lua_pop(L, 1);
+    }
+    double unscale;
+    int go = ld_loss_scale_step(&o->loss_scale, n, g, 1, &unscale);
+    if (go < 0) return lb_engine_error(L, 2);
+    if (!go) { lua_pushnil(L); return 1; }
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        if (!g[i]) continue;
+        ld_tensor *u = ld_mul_scalar(g[i], (float)unscale);
+        if (!u) return lb_engine_error(L, 2);
+        lb_push_tensor(L, u, 0);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 static int opt_new(lua_State *L, ld_opt_kind kind) {
     lb_opt *p = lua_newuserdatauv(L, sizeof *p, 1);
     p->o = NULL;
@@ -93,6 +183,8 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->clipnorm = (float)fnum(L, t, "clipnorm", 0);
         lua_getfield(L, t, "nesterov");
         o->nesterov = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (lua_getfield(L, t, "loss_scale") == LUA_TTABLE) read_loss_scale(L, lua_gettop(L), o);   /* a shipped LossScaleOptimizer */
         lua_pop(L, 1);
     }
     /* Keras takes 0.0 (a step that changes nothing, with the optimizer's
@@ -156,6 +248,10 @@ static int opt_index(lua_State *L) {
     if (!strcmp(k, "iterations")) { lua_pushinteger(L, o->iterations); return 1; }
     if (!strcmp(k, "name")) { lua_pushstring(L, ld_optimizer_name(o->kind)); return 1; }
     if (!strcmp(k, "apply_gradients")) { lua_pushcfunction(L, opt_apply); return 1; }
+    /* a LossScaleOptimizer's (mixed_precision): its current scale, growth period, itself as the inner one */
+    if (o->loss_scale.on && (!strcmp(k, "dynamic_scale") || !strcmp(k, "loss_scale"))) { lua_pushnumber(L, o->loss_scale.scale); return 1; }
+    if (o->loss_scale.on && !strcmp(k, "dynamic_growth_steps")) { lua_pushinteger(L, o->loss_scale.growth_steps); return 1; }
+    if (o->loss_scale.on && !strcmp(k, "inner_optimizer")) { lua_settop(L, 1); return 1; }
     return 0;
 }
 
@@ -176,7 +272,10 @@ static int opt_newindex(lua_State *L) {
 
 static int opt_tostring(lua_State *L) {
     ld_optimizer *o = lb_check_optimizer(L, 1);
-    lua_pushfstring(L, "<optimizer %s lr=%f step=%d>", ld_optimizer_name(o->kind), ld_optimizer_lr(o), (int)o->iterations);
+    if (o->loss_scale.on)
+        lua_pushfstring(L, "<optimizer LossScaleOptimizer(%s) lr=%f step=%d loss_scale=%f>", ld_optimizer_name(o->kind),
+                        ld_optimizer_lr(o), (int)o->iterations, o->loss_scale.scale);
+    else lua_pushfstring(L, "<optimizer %s lr=%f step=%d>", ld_optimizer_name(o->kind), ld_optimizer_lr(o), (int)o->iterations);
     return 1;
 }
 
@@ -306,6 +405,10 @@ static int opt_config(lua_State *L) {
     lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
     lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov");
     if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
+    if (o->loss_scale.on) {   /* a LossScaleOptimizer, with where its scale is */
+        push_loss_scale(L, o);
+        lua_setfield(L, -2, "loss_scale");
+    }
     return 1;
 }
 
@@ -340,7 +443,7 @@ int lb_open_optim(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
                                  {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_set_state", opt_set_state},
-                                 {NULL, NULL}};
+                                 {"_loss_scale", opt_loss_scale}, {"_unscale", opt_unscale}, {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");
     lua_setfield(L, -2, "Optimizer");

@@ -864,7 +864,9 @@ Keras metrics: Accuracy, SparseCategoricalAccuracy, CategoricalAccuracy,
 BinaryAccuracy, Mean; m:update_state(...), m:result(), m:reset_state().]]
 M["nn"] = [[
 Layers and models, Keras-style: nn.Sequential{...}, nn.Model{inputs=, outputs=},
-nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.]]
+nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.
+Every layer also takes name= and dtype= (a dtype policy: "float32", "mixed_bfloat16",
+"mixed_float16"; help(mixed_precision)).]]
 M["optim"] = [[
 Optimizers: SGD (momentum, nesterov), Adam, AdamW, RMSprop, and learning-rate
 schedules in optim.schedules; opt:apply_gradients(grads, vars).]]
@@ -958,14 +960,16 @@ M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
 loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
-metrics for fit and evaluate, as Keras's.
+metrics for fit and evaluate, as Keras's. Under mixed_float16 (mixed_precision) the
+optimizer is wrapped in a LossScaleOptimizer, as Keras's compile does.
 A model of several outputs takes a loss per output (a list, or a table keyed by the
 output layers' names; one loss is used for every output), loss_weights (the same
 shapes) and metrics per output ({out_a = {"accuracy"}} or a list of lists); fit then
 logs loss, <output>_loss and <output>_<metric>, as Keras.]]
 M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
 M["Model:summary_text"] = "model:summary_text([width]) -> the text model:summary() shows (layers, output shapes, parameters), at most width columns (80)."
-M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ...), as Keras's get_config."
+M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ..., dtype: its dtype policy's " ..
+  "name), as Keras's get_config."
 M["metrics.CategoricalAccuracy"] = "metrics.CategoricalAccuracy([name])\n\nHow often argmax(predictions) equals argmax(one-hot labels)."
 M["metrics.BinaryAccuracy"] = "metrics.BinaryAccuracy([name])\n\nHow often (prediction > 0.5) equals the 0/1 label."
 M["callbacks.ProgbarLogger:set_params"] = "(the callback protocol) fit tells the bar the number of epochs and steps."

@@ -423,6 +423,8 @@ function Model:compile(opts)
     end
     for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
   end
+  -- under mixed_float16, loss scaling (Keras wraps the optimizer in a LossScaleOptimizer here)
+  opt = ldist.mixed_precision._wrap_for(self, opt)
   self._optimizer, self._loss, self._metrics = opt, loss, ms
   self._compiled = true
   -- a model made outside any scope but compiled inside one trains under that

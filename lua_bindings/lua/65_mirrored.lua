@@ -416,7 +416,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
       -- dense kernels' gradients stay products x^T dy, which the collective
       -- sums over replicas slice by slice (no per-replica gradient to fill)
       lvs[r], grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss, self._fuse_grads ~= false,
-        ws and ws.values[r + 1])
+        ws and ws.values[r + 1], opt)
       lvs[r] = C.read_async(lvs[r])
       C.set_replica(nil)
       trace_compute(self, r, t0)

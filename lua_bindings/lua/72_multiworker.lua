@@ -553,7 +553,7 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   D.step_begin(1)
   D.set_replica(0, n, gb, self.devices[1], lo or (loc and loc.offset) or 0)
   if n > 1 then self._c:set_step_reducer(true) end   -- synchronized BatchNorm's statistics
-  local ok, lv, grads, pred = pcall(model._grads, model, xl, yl, loss, false, wl)
+  local ok, lv, grads, pred = pcall(model._grads, model, xl, yl, loss, false, wl, opt)
   if n > 1 then self._c:set_step_reducer(false) end
   D.set_replica(nil)
   D.step_end()

@@ -659,9 +659,12 @@ function W:train_step(it, fit, with_pred)
   local x, y, w = b[1], b[2], b[3]   -- w: sample weights, when the dataset has them
   x, y = self.model:_batch_in_order(x, y, "fit")   -- lists, for a model of several inputs or outputs
   self:pull()                        -- pull and push record their spans (and the forward, backward between)
-  local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w)   -- forward, backward: recorded on cpu:0
+  local opt = self.model._optimizer
+  local lv, grads, pred = self.model:_grads(x, y, self.loss, false, w, opt)   -- forward, backward: recorded on cpu:0
   self.pushed_bytes = 0
-  self:push(grads)
+  -- a LossScaleOptimizer's step: unscaled here, or skipped (nothing pushed) on an inf or NaN
+  grads = ldist.optim._unscale(opt, grads)
+  if grads then self:push(grads) end
   if not fit then return lv:item() end
   local nest = ldist._nest
   local rows = nest.rows(x)
@@ -701,7 +704,8 @@ local function worker_serve(me, main, ps, timeout)
             -- compile's loss (one per output for a model of several): the
             -- optimizer is the parameter servers', this one is never used
             local args = ldist.nn._compile_args(self.model, m.compile)
-            args.optimizer = "sgd"
+            -- its loss scale, for a LossScaleOptimizer's: this worker's steps are scaled with it
+            args.optimizer = ldist.optim.SGD(m.loss_scale and { loss_scale = m.loss_scale } or nil)
             self.model:compile(args)
             self.loss = self.model._loss
             -- the coordinator's random generator: dropout draws what one process would

@@ -132,15 +132,21 @@ function PS:_place(model, x)
     end
   end
   local reqs = {}
+  -- a LossScaleOptimizer's scale lives on the workers (each checks and unscales
+  -- its own step's whole gradient before pushing it, W:train_step): the ps
+  -- shards, applying pushes asynchronously, could not agree to skip a step
+  local opt_config = ldist.optim._config(model._optimizer)
+  local loss_scale = opt_config.loss_scale
+  opt_config.loss_scale = nil
   for p = 1, cl.num_ps do
-    reqs[p] = { _type = "init", vars = per_ps[p] or {}, constraints = cons[p], optimizer = ldist.optim._config(model._optimizer),
+    reqs[p] = { _type = "init", vars = per_ps[p] or {}, constraints = cons[p], optimizer = opt_config,
       checkpoint_dir = self._checkpoint_dir }
   end
   local got = self:_ask(reqs, "init_ok")
   self.restored = got[1].restored
   self.restored_optimizer = got[1].slots
   local spec = { model = describe_model(model), compile = nn._describe_compile(model), layout = layout,
-    rng = tensor.get_rng_state() }
+    rng = tensor.get_rng_state(), loss_scale = loss_scale }
   self._layout = layout
   self._model = model
   self._coordinator = self._coordinator or distribute.ClusterCoordinator(self)

@@ -1161,4 +1161,97 @@ add { name = "fit_call_makes_tensors", also = { "ps", "mw_local" }, tol = 1e-4, 
   return out
 end }
 
+---------------------------------------------------------------- mixed precision (issue 30)
+-- Keras's mixed precision under every strategy: layers compute in bfloat16 or
+-- float16 with float32 variables; the gradients are summed in float32 across
+-- replicas and workers before the update (and, for a LossScaleOptimizer,
+-- before its finiteness check). The policy is global: each case sets it for
+-- its run only. Rounding to half precision makes the strategies' weights
+-- differ in the last bits of a half, hence the looser tolerance.
+local function with_policy(name, f)
+  mixed_precision.set_global_policy(name)
+  local ok, r = pcall(f)
+  mixed_precision.set_global_policy("float32")
+  if not ok then error(r, 0) end
+  return r
+end
+
+for _, mode in ipairs { "fit", "loop" } do
+  local base = train_case { model = "mlp", opt = "adam", mode = mode, n = 240, b = 24, epochs = 5 }
+  add { name = mode .. "_mixed_bfloat16", tol = 5e-3, also = mode == "fit" and { "ps", "mw_local" } or nil,
+    run = function(S)
+      return with_policy("mixed_bfloat16", function()
+        local out = base.run(S)
+        return out
+      end)
+    end }
+end
+
+-- mixed_float16: compile wraps the optimizer in a LossScaleOptimizer (Keras);
+-- fit scales the loss and unscales the reduced gradients
+add { name = "fit_mixed_float16", tol = 5e-3, also = { "ps", "mw_local" }, run = function(S)
+  return with_policy("mixed_float16", function()
+    local m = MODELS.mlp
+    local x, y = make_data(240, m.shape, m.classes)
+    local ds = data.Dataset.from_tensor_slices(x, y):batch(24)
+    local model, opt = make_model(S, "mlp", "sgd_momentum", true)
+    check(model._optimizer.dynamic_scale == 32768, "compile under mixed_float16 gave no LossScaleOptimizer (%s)",
+      tostring(model._optimizer))
+    check(model.layers[1].compute_dtype == "float16", "the layer computes in %s", model.layers[1].compute_dtype)
+    local h = model:fit(ds, { epochs = 5, verbose = 0, steps_per_epoch = 10 })
+    check(h.loss[5] < h.loss[1], "the loss did not fall (%.4f -> %.4f)", h.loss[1], h.loss[5])
+    local out = { loss_first = h.loss[1], loss_final = h.loss[5], iterations = model._optimizer.iterations,
+      scale = model._optimizer.dynamic_scale }
+    return put_weights(out, model)
+  end)
+end }
+
+-- a LossScaleOptimizer in TF's custom loop: at step 3 replica 0's loss is
+-- infinite; the summed gradients are then not finite on every replica and
+-- worker, so all skip that step together and halve the scale (the default
+-- strategy's one replica does the same); the scale doubles every 10 good steps
+add { name = "loop_loss_scale_skip", tol = 5e-3, run = function(S)
+  return with_policy("mixed_float16", function()
+    local m = MODELS.mlp
+    local x, y = make_data(240, m.shape, m.classes)
+    local ds = data.Dataset.from_tensor_slices(x, y):batch(24)
+    local model, opt = make_model(S, "mlp", "sgd", false)
+    mixed_precision.LossScaleOptimizer(opt, { initial_scale = 256, dynamic_growth_steps = 10 })
+    local loss_object = sparse_ce("none")
+    local n_step = 0
+    local function step(inputs)
+      local tape = autograd.GradientTape()
+      local loss, scaled
+      tape:record(function()
+        loss = D.compute_average_loss(loss_object(inputs[2], model(inputs[1], { training = true })))
+        scaled = opt:scale_loss(loss)
+        local rc = D.get_replica_context()
+        if n_step == 3 and rc.replica_id_in_sync_group == 0 then scaled = scaled * math.huge end
+        return scaled
+      end)
+      opt:apply_gradients(tape:gradient(scaled, model.trainable_variables), model.trainable_variables)
+      return loss
+    end
+    local scales, last = {}, 0
+    for _ = 1, 3 do
+      for inputs in S.distribute(ds) do
+        n_step = n_step + 1
+        last = S.reduce("sum", S.step(step, inputs))
+        scales[#scales + 1] = opt.dynamic_scale
+      end
+    end
+    -- 30 steps, one skipped: the scale after each step as Keras 3.15.1's
+    -- (scripts/fixtures/make_loss_scale_fixture.py): 256 -> 128 at step 3, x2 after steps 13 and 23
+    local keras, same = {}, #scales == 30
+    for i = 1, 30 do
+      keras[i] = i < 3 and 256 or i < 13 and 128 or i < 23 and 256 or 512
+      same = same and scales[i] == keras[i]
+    end
+    check(same, "loss scale sequence %s, Keras's %s", table.concat(scales, ","), table.concat(keras, ","))
+    check(opt.iterations == 29, "%d updates, 29 expected (one step skipped)", opt.iterations)
+    local out = { loss_final = last, iterations = opt.iterations, scale = opt.dynamic_scale }
+    return put_weights(out, model)
+  end)
+end }
+
 return cases

@@ -57,8 +57,8 @@ T.test("layer constructors: positional, options, Keras's names, and errors namin
   T.eq(table.concat(nn.Reshape{4, 4, 1}.target_shape, ","), "4,4,1")
   T.eq(nn.MaxPooling2D(3).class_name, "MaxPool2D")
   T.raises(function() return nn.Dense{unit = 3} end,
-    "nn.Dense: unknown option 'unit'; did you mean 'units'? (it takes units, activation, use_bias, name, kernel_initializer,")
-  T.raises(function() return nn.Flatten{units = 3} end, "nn.Flatten: unknown option 'units' (it takes name)")
+    "nn.Dense: unknown option 'unit'; did you mean 'units'? (it takes units, activation, use_bias, name, dtype, kernel_initializer,")
+  T.raises(function() return nn.Flatten{units = 3} end, "nn.Flatten: unknown option 'units' (it takes name, dtype)")
   T.raises(function() return nn.Dense() end, "nn.Dense: units is required")
   T.raises(function() return nn.Conv2D(3, 2, { padding = "sam" }) end, "unknown padding 'sam' (valid|same)")
   T.raises(function() return nn.Conv2D(3, { 2, 2, 2 }) end, "kernel_size takes 2 integers, got 3")

@@ -1,0 +1,318 @@
+-- test_mixed_precision.lua - Keras's mixed precision (issue 30, item 2):
+-- dtype policies, what layers compute in and what their variables and
+-- gradients are, the policy kept by get_config / to_json / save, and dynamic
+-- loss scaling (LossScaleOptimizer) against Keras 3.15.1's numbers.
+-- Reference: scripts/fixtures/make_loss_scale_fixture.py prints the numbers
+-- in LOSS_SCALE_REF and DENSE_BF16_REF below (Keras 3.15.1 on TensorFlow 2.21).
+local T = dofile("tests/lua/testlib.lua")
+local mp = mixed_precision
+
+-- every test leaves the global policy as it found it (float32)
+local function with_policy(name, f)
+  mp.set_global_policy(name)
+  local ok, err = pcall(f)
+  mp.set_global_policy("float32")
+  if not ok then error(err, 0) end
+end
+
+T.test("policies: names, fields, the global policy, errors naming the problem", function()
+  T.eq(mp.global_policy().name, "float32")
+  for _, c in ipairs { { "float32", "float32" }, { "mixed_bfloat16", "bfloat16" }, { "mixed_float16", "float16" } } do
+    local p = mp.Policy(c[1])
+    T.eq(p.name, c[1]); T.eq(p.compute_dtype, c[2]); T.eq(p.variable_dtype, "float32")
+    T.eq(tostring(p), ('<Policy "%s">'):format(c[1]))
+  end
+  T.ok(mp.Policy("mixed_bfloat16") == mp.Policy("mixed_bfloat16"))
+  with_policy("mixed_bfloat16", function() T.eq(mp.global_policy().name, "mixed_bfloat16") end)
+  mp.set_global_policy(mp.Policy("mixed_float16"))     -- a Policy too
+  T.eq(mp.global_policy().compute_dtype, "float16")
+  mp.set_global_policy("float32")
+  T.raises(function() mp.Policy("mixed_foo") end,
+    "bad argument #1 to 'Policy' (unknown dtype policy 'mixed_foo' (valid: 'float32', 'mixed_bfloat16', 'mixed_float16'))")
+  T.raises(function() mp.set_global_policy("bf16") end, "set_global_policy' (unknown dtype policy 'bf16'")
+  T.raises(function() mp.set_global_policy(3) end, "a policy name or a mixed_precision.Policy expected, got number")
+  T.eq(mp.global_policy().name, "float32", "a refused policy changes nothing")
+  T.raises(function() nn.Dense(3, { dtype = "float64" }) end, "nn.Dense: unknown dtype policy 'float64'")
+  T.raises(function() nn.Dense(3, { dtype = 16 }) end, "nn.Dense: dtype must be a policy name or a mixed_precision.Policy")
+end)
+
+T.test("layers: compute dtype from the global policy or dtype=; variables and their gradients float32", function()
+  tensor.seed(3)
+  local x = tensor.normal(4, 6)
+  local d32 = nn.Dense(5, "relu")
+  local y32 = d32(x)
+  T.eq(y32.dtype, "float32"); T.eq(d32.compute_dtype, "float32")
+  with_policy("mixed_bfloat16", function()
+    local d = nn.Dense(5, "relu")
+    d(x)
+    d.kernel:assign(d32.kernel); d.bias:assign(d32.bias)
+    T.eq(d.compute_dtype, "bfloat16"); T.eq(d.dtype, "float32"); T.eq(d.variable_dtype, "float32")
+    T.eq(d.dtype_policy.name, "mixed_bfloat16")
+    local y = d(x)
+    T.eq(y.dtype, "bfloat16")
+    T.eq(d.kernel.dtype, "float32"); T.eq(d.bias.dtype, "float32")
+    -- the same numbers as float32 within bfloat16's rounding (8 bits of mantissa)
+    local diff = (y:astype("float32") - y32):abs():max():item()
+    T.ok(diff <= 2 ^ -7 * math.max(1, y32:abs():max():item()), ("bfloat16 Dense differs by %g"):format(diff))
+    -- gradients reach the float32 variables in float32, through two layers
+    local d2 = nn.Dense(3)
+    local tape = autograd.GradientTape()
+    local l = tape:record(function() return d2(d(x)):astype("float32"):sum() end)
+    local g = tape:gradient(l, { d.kernel, d.bias, d2.kernel, d2.bias })
+    for i = 1, 4 do
+      T.eq(g[i].dtype, "float32", "gradient " .. i)
+      T.ok(g[i]:abs():sum():item() > 0, "gradient " .. i .. " is not zero")
+    end
+    -- a layer's own policy wins over the global one (Keras's dtype=)
+    local f = nn.Dense(3, { dtype = "float32" })
+    T.eq(f(x).dtype, "float32")
+    T.eq(nn.Dense(3, { dtype = mp.Policy("mixed_float16") })(x).dtype, "float16")
+  end)
+  T.eq(nn.Dense(2).compute_dtype, "float32", "layers made after the policy went back are float32")
+end)
+
+T.test("every layer kind runs under mixed_bfloat16: half outputs, float32 variables", function()
+  with_policy("mixed_bfloat16", function()
+    tensor.seed(5)
+    local img, seq = tensor.normal(2, 6, 6, 3), tensor.normal(2, 5, 4)
+    local ids = tensor.new({ { 1, 2, 3 }, { 0, 4, 1 } }):astype("int64")
+    local cases = {
+      { nn.Conv2D(4, 3, { activation = "relu" }), img }, { nn.MaxPool2D(2), img }, { nn.BatchNormalization(), img },
+      { nn.Flatten(), img }, { nn.LayerNormalization(), seq }, { nn.Embedding(5, 3), ids },
+      { nn.MultiHeadAttention(2, 3), seq }, { nn.LSTM(3), seq }, { nn.GRU(3), seq }, { nn.Dropout(0.5), seq },
+      { nn.Activation("softmax"), seq }, { nn.Conv1D(2, 3), seq },
+    }
+    for _, c in ipairs(cases) do
+      local l, x = c[1], c[2]
+      local y = l(x, { training = true })
+      T.eq(y.dtype, "bfloat16", l.class_name .. " output")
+      for _, v in ipairs(l.weights) do T.eq(v.dtype, "float32", l.class_name .. " variable " .. v.name) end
+    end
+  end)
+end)
+
+T.test("the loss runs in float32; a float32 last activation gives float32 predictions (Keras's advice)", function()
+  with_policy("mixed_bfloat16", function()
+    tensor.seed(4)
+    local m = nn.Sequential { nn.Dense(8, "relu"), nn.Dense(3), nn.Activation("softmax", { dtype = "float32" }) }
+    local x, y = tensor.normal(6, 4), tensor.new({ 0, 1, 2, 0, 1, 2 }):astype("int64")
+    local p = m(x)
+    T.eq(p.dtype, "float32")
+    local l = losses.SparseCategoricalCrossentropy()(y, p)
+    T.eq(l.dtype, "float32")
+    local logits = nn.Sequential { nn.Dense(3) }
+    local lg = logits(x)
+    T.eq(lg.dtype, "bfloat16")
+    local l2 = losses.SparseCategoricalCrossentropy { from_logits = true }(y, lg)
+    T.eq(l2.dtype, "float32", "half logits: the loss casts them first, as Keras's losses do")
+    local ref = losses.SparseCategoricalCrossentropy { from_logits = true }(y, lg:astype("float32")):item()
+    T.near(l2:item(), ref, 1e-6)
+  end)
+end)
+
+T.test("the dtype policy is kept by get_config, to_json, model:save and load_model", function()
+  local dir = T.tmpdir()
+  with_policy("mixed_bfloat16", function()
+    tensor.seed(6)
+    local m = nn.Sequential { nn.Dense(4, "relu"), nn.Dense(2, { dtype = "float32" }) }
+    m:build { 3 }
+    T.eq(m.layers[1]:get_config().dtype, "mixed_bfloat16")
+    T.eq(m.layers[2]:get_config().dtype, "float32")
+    mp.set_global_policy("float32")   -- the file, not the global policy, says what the layers compute in
+    local j = nn.model_from_json(m:to_json())
+    T.eq(j.layers[1].compute_dtype, "bfloat16"); T.eq(j.layers[2].compute_dtype, "float32")
+    local path = dir .. "/mixed.safetensors"
+    m:save(path)
+    local l = nn.load_model(path)
+    T.eq(l.layers[1].dtype_policy.name, "mixed_bfloat16"); T.eq(l.layers[2].dtype_policy.name, "float32")
+    local x = tensor.normal(2, 3)
+    T.eq(l.layers[1](x).dtype, "bfloat16")
+    T.eq((l(x) - m(x)):abs():max():item(), 0, "the loaded model computes as the saved one")
+    local back = nn.layer_from_config { class_name = "Dense", config = m.layers[1]:get_config() }
+    T.eq(back.compute_dtype, "bfloat16")
+    -- Keras 3 writes a policy as {"class_name": "DTypePolicy", "config": {"name": ...}}
+    local k3 = nn.Dense(2, { dtype = { module = "keras", class_name = "DTypePolicy", config = { name = "mixed_float16" } } })
+    T.eq(k3.compute_dtype, "float16")
+  end)
+end)
+
+-- Keras 3.15.1: LossScaleOptimizer(SGD(0.1)) on v = [1, 2] given the
+-- gradients [inf, 1], [nan, 1], then [8192, 16384]; and with initial_scale 8,
+-- dynamic_growth_steps 2 on v = [1] given 1, 1, 1, inf, 1, 1, 1:
+-- (scale, v) after each step
+local LOSS_SCALE_REF = {
+  skip = { { 16384, { 1, 2 }, 0 }, { 8192, { 1, 2 }, 0 }, { 8192, { 0.9, 1.8 }, 1 } },
+  growth = { { 8, 0.9875 }, { 16, 0.975 }, { 16, 0.96875 }, { 8, 0.96875 }, { 8, 0.95625 }, { 16, 0.94375 },
+    { 16, 0.9375 } },
+}
+
+-- Keras 3.15.1: Dense(3, relu) under mixed_bfloat16 with kernel (i - 5.5) / 7,
+-- bias {0.1, -0.2, 0.3}, on x = (i - 3.5) / 3: its bfloat16 output and the
+-- float32 gradient of sum(output) with respect to its kernel
+local DENSE_BF16_REF = {
+  y = { { 1.1953125, 0.515625, 0.6328125 }, { 0.431640625, 0.515625, 1.390625 } },
+  dkernel = { -0.99609375, -0.33203125, 0.33203125, 0.99609375 },   -- each row's three entries
+}
+
+T.test("a Dense layer under mixed_bfloat16 gives Keras's numbers (output within one bfloat16 step)", function()
+  with_policy("mixed_bfloat16", function()
+    local function fill(rows, cols, f)
+      local t = {}
+      for r = 1, rows do t[r] = {}; for c = 1, cols do t[r][c] = f((r - 1) * cols + c - 1) end end
+      return tensor.new(t)
+    end
+    local x = fill(2, 4, function(i) return (i - 3.5) / 3 end)
+    local d = nn.Dense(3, "relu")
+    d(x)
+    d.kernel:assign(fill(4, 3, function(i) return (i - 5.5) / 7 end))
+    d.bias:assign(tensor.new({ 0.1, -0.2, 0.3 }))
+    local tape = autograd.GradientTape()
+    local y
+    local s = tape:record(function() y = d(x); return y:astype("float32"):sum() end)
+    T.eq(y.dtype, "bfloat16")
+    local yt = y:astype("float32"):totable()
+    for r = 1, 2 do
+      for c = 1, 3 do
+        local want = DENSE_BF16_REF.y[r][c]
+        T.ok(math.abs(yt[r][c] - want) <= 2 ^ -8 * math.abs(want),
+          ("y[%d][%d] = %.9g, Keras %.9g"):format(r, c, yt[r][c], want))
+      end
+    end
+    local g = tape:gradient(s, d.kernel)
+    T.eq(g.dtype, "float32")
+    local gt = g:totable()
+    for r = 1, 4 do for c = 1, 3 do T.eq(gt[r][c], DENSE_BF16_REF.dkernel[r], ("dkernel[%d][%d]"):format(r, c)) end end
+  end)
+end)
+
+T.test("LossScaleOptimizer: skips a step on inf or NaN and halves the scale, grows after N good steps (Keras 3.15.1)", function()
+  local v = tensor.Variable({ 1.0, 2.0 })
+  local opt = mp.LossScaleOptimizer(optim.SGD(0.1))
+  T.eq(opt.dynamic_scale, 2 ^ 15); T.eq(opt.dynamic_growth_steps, 2000)
+  T.ok(rawequal(opt.inner_optimizer, opt))
+  for i, g in ipairs { { math.huge, 1 }, { 0 / 0, 1 }, { 8192, 16384 } } do
+    opt:apply_gradients({ tensor.new(g) }, { v })
+    local want = LOSS_SCALE_REF.skip[i]
+    T.eq(opt.dynamic_scale, want[1], "scale after step " .. i)
+    local vt = v:totable()
+    T.near(vt[1], want[2][1], 1e-6); T.near(vt[2], want[2][2], 1e-6)
+    T.eq(opt.iterations, want[3], "iterations after step " .. i)
+  end
+  local v2 = tensor.Variable({ 1.0 })
+  local o2 = mp.LossScaleOptimizer(optim.SGD(0.1), { initial_scale = 8, dynamic_growth_steps = 2 })
+  for i, g in ipairs { 1, 1, 1, math.huge, 1, 1, 1 } do
+    o2:apply_gradients({ tensor.new({ g }) }, { v2 })
+    T.eq(o2.dynamic_scale, LOSS_SCALE_REF.growth[i][1], "scale after step " .. i)
+    T.near(v2:item(), LOSS_SCALE_REF.growth[i][2], 1e-6)
+  end
+  T.eq(o2:scale_loss(tensor.new(1.5)):item(), 24)
+  T.eq(optim.SGD():scale_loss(3), 3, "an optimizer without loss scaling leaves the loss as it is")
+  -- a fixed scale (TF's dynamic=False): unscaled, never changed
+  local v3 = tensor.Variable({ 1.0 })
+  local o3 = mp.LossScaleOptimizer(optim.SGD(0.5), { dynamic = false, initial_scale = 4 })
+  for _ = 1, 3 do o3:apply_gradients({ tensor.new({ 4 }) }, { v3 }) end
+  T.eq(o3.dynamic_scale, 4); T.near(v3:item(), -0.5, 1e-6)
+  -- clipnorm clips the unscaled gradients (Keras: the inner optimizer sees them unscaled)
+  local v4 = tensor.Variable({ 0.0, 0.0 })
+  local o4 = mp.LossScaleOptimizer(optim.SGD { learning_rate = 1, clipnorm = 1 }, { initial_scale = 4 })
+  o4:apply_gradients({ tensor.new({ 12, 16 }) }, { v4 })   -- 4 x {3, 4}: norm 5, clipped to 1
+  local t4 = v4:totable()
+  T.near(t4[1], -0.6, 1e-6); T.near(t4[2], -0.8, 1e-6)
+  T.raises(function() mp.LossScaleOptimizer({}) end, "bad argument #1 to 'LossScaleOptimizer' (an optimizer expected")
+  T.raises(function() mp.LossScaleOptimizer(optim.SGD(), { initial_scal = 2 }) end, "unknown option 'initial_scal'")
+  T.raises(function() mp.LossScaleOptimizer(optim.SGD(), { initial_scale = -1 }) end,
+    "initial_scale must be a positive finite number")
+  T.raises(function() mp.LossScaleOptimizer(optim.SGD(), { dynamic_growth_steps = 0 }) end,
+    "dynamic_growth_steps must be a positive integer")
+end)
+
+T.test("fit under mixed_float16 scales the loss; an inf loss skips the step, weights unchanged, scale halved", function()
+  with_policy("mixed_float16", function()
+    tensor.seed(8)
+    local m = nn.Sequential { nn.Dense(8, "tanh"), nn.Dense(3) }
+    m:compile { optimizer = optim.SGD(0.1), loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
+    local opt = m._optimizer
+    T.eq(opt.dynamic_scale, 2 ^ 15, "compile wrapped the optimizer (Keras's Trainer.compile)")
+    local x, y = tensor.normal(12, 5), tensor.new({ 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2 }):astype("int64")
+    m:build { 5 }
+    local before = {}
+    for i, w in ipairs(m.trainable_variables) do before[i] = w:clone() end
+    -- a sample weight of inf makes the loss, and so every gradient, non-finite
+    local wl = {}
+    for i = 1, 12 do wl[i] = i == 1 and math.huge or 1 end
+    local w = tensor.new(wl)
+    m:train_step(x, y, m._loss, opt, w)
+    T.eq(opt.dynamic_scale, 2 ^ 14); T.eq(opt.iterations, 0)
+    for i, v in ipairs(m.trainable_variables) do T.eq((v - before[i]):abs():max():item(), 0, "weight " .. i .. " unchanged") end
+    -- a good step: the update is of the unscaled gradients (the same as float32 SGD's within float16 rounding)
+    local lv = m:train_step(x, y, m._loss, opt)
+    T.eq(opt.iterations, 1)
+    T.ok(lv < 10, ("the loss reported is unscaled: %g"):format(lv))
+    local moved = (m.trainable_variables[1] - before[1]):abs():max():item()
+    T.ok(moved > 1e-4 and moved < 0.5, ("an SGD(0.1) step moved the kernel by %g"):format(moved))
+    -- model:save keeps the loss scale where it is (Keras saves dynamic_scale and step_counter)
+    local path = T.tmpdir() .. "/lso.safetensors"
+    m:save(path)
+    local back = nn.load_model(path)._optimizer
+    T.eq(back.dynamic_scale, 2 ^ 14); T.eq(back.dynamic_growth_steps, 2000)
+    T.eq(ldist.optim._loss_scale(back).good_steps, 1)
+    -- mixed_bfloat16 needs no loss scaling: compile leaves the optimizer as it is
+    mp.set_global_policy("mixed_bfloat16")
+    local m2 = nn.Sequential { nn.Dense(2) }
+    m2:compile { optimizer = "sgd", loss = "mse" }
+    T.eq(m2._optimizer.dynamic_scale, nil)
+  end)
+end)
+
+T.test("mixed_bfloat16 on the logical device cpu:1 gives cpu:0's numbers", function()
+  ldist.config.cpu_devices(2)
+  local function train(dev)
+    tensor.seed(9)
+    local x, y = tensor.normal(32, 6), tensor.normal(32, 2)
+    local s = dev and distribute.OneDeviceStrategy(dev) or distribute.get_strategy()
+    local m
+    s:scope(function()
+      m = nn.Sequential { nn.Dense(8, "relu"), nn.Dense(2) }
+      m:compile { optimizer = optim.Adam(0.01), loss = "mse" }
+    end)
+    local h = m:fit(x, y, { epochs = 3, batch_size = 8, verbose = 0 })
+    return h.loss[3], m.trainable_variables[1]:cpu()
+  end
+  with_policy("mixed_bfloat16", function()
+    local l0, w0 = train(nil)
+    local l1, w1 = train("cpu:1")
+    T.near(l1, l0, 1e-6)
+    T.eq((w1 - w0):abs():max():item(), 0)
+  end)
+end)
+
+-- every strategy but ParameterServer is in tests/conformance (loop_loss_scale_skip);
+-- there the workers check and unscale their own steps before pushing
+T.test("ParameterServerStrategy: a worker skips (pushes nothing for) a step whose gradients are not finite", function()
+  with_policy("mixed_float16", function()
+    local D = distribute
+    local lc = D.LocalCluster { workers = 1, ps = 1 }
+    local ok, err = pcall(function()
+      local s = D.ParameterServerStrategy(lc)
+      tensor.seed(1)
+      local xl = tensor.normal(48, 4):totable()
+      xl[1][1] = math.huge                    -- the first batch's loss is not finite
+      local ds = data.Dataset.from_tensor_slices(tensor.new(xl), tensor.normal(48, 2)):batch(8)
+      local m
+      s:scope(function()
+        m = nn.Sequential { nn.Dense(4, "relu"), nn.Dense(2) }
+        m:compile { optimizer = optim.SGD(0.01), loss = "mse" }
+      end)
+      m:fit(ds, { epochs = 1, steps_per_epoch = 6, verbose = 0 })
+      T.eq(m._optimizer.iterations, 5, "6 steps, 1 skipped: the ps tasks applied 5 pushes")
+      for _, v in ipairs(m.trainable_variables) do
+        local c = v:cpu()
+        T.eq((c - c):abs():sum():item(), 0, v.name .. " is finite")
+      end
+    end)
+    lc:shutdown()
+    if not ok then error(err, 0) end
+  end)
+end)
+
+T.done()
