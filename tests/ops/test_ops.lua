@@ -605,6 +605,50 @@ T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras'
   end
 end)
 
+---------------------------------------------------------------- kernel profile
+-- LDIST_KERNEL_PROFILE=1: a child ldist runs products and a softmax on the
+-- device under test and prints, at exit, a table of kernel slots by total time.
+T.test("kernel profile: LDIST_KERNEL_PROFILE=1 prints each slot's calls, time and share at exit", function()
+  local dir = T.tmpdir()
+  local script = dir .. "/prof.lua"
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+local dev = %q
+if dev:match("^cpu:[1-9]") then ldist.config.cpu_devices(tonumber(dev:match("%%d+")) + 1) end
+local a = tensor.normal(40, 30):to(dev)
+local y = a:matmul(a.T):matmul(a)
+for _ = 1, 4 do y = y:softmax() end
+print("sum", y:sum():item())
+]]):format(dev))
+  f:close()
+  local bin = arg and arg[-1] or "./ldist"
+  local function run(env)
+    local p = io.popen(env .. " " .. bin .. " " .. script .. " 2>&1")
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+  local out = run("LDIST_KERNEL_PROFILE=1")
+  T.ok(out:find("sum", 1, true), "the script ran: " .. out)
+  local kind = dev:match("^cpu") and "CPU devices" or "GPUs"
+  T.ok(out:find("kernel profile, " .. kind, 1, true), "a profile of the " .. kind .. " in:\n" .. out)
+  local slots = ldist._distribute.kernel_calls()
+  local rows, share, last = {}, 0, math.huge
+  local table_part = out:sub((out:find("kernel profile, " .. kind, 1, true)))
+  for name, calls, ms, pct in table_part:gmatch("\n  (%S+)%s+(%d+)%s+([%d.]+)%s+([%d.]+)%%") do
+    if rows[name] then break end   -- the next table (another kind of device)
+    T.ok(slots[name] ~= nil, name .. " is a kernel slot")
+    T.ok(tonumber(ms) <= last, "sorted by total time: " .. name)
+    last = tonumber(ms)
+    rows[name] = tonumber(calls)
+    share = share + tonumber(pct)
+  end
+  T.ok(rows.gemm and rows.gemm >= 2, "gemm's two calls counted:\n" .. table_part)
+  T.ok(rows.softmax and rows.softmax >= 4, "softmax's four calls counted:\n" .. table_part)
+  T.near(share, 100, 0.01, "the shares add up to 100%")
+  T.ok(not run("LDIST_KERNEL_PROFILE=0"):find("kernel profile", 1, true), "no profile when off")
+end)
+
 ---------------------------------------------------------------- coverage
 -- Last: every kernel slot of engine/ld_kernels.h was queued by some case above
 -- (counted by the executor's proxies, so on a logical CPU device only).
