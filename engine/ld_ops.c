@@ -588,28 +588,10 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     return c;
 }
 
-static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb);
-/* a half product (gemm_half): its gradients from float32 copies of the
-   operands (g is float32: the result was), cast back to the half dtype */
-static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *a = nd->in[0], *b = nd->in[1];
-    /* skip the products nobody needs: the input gradient of a first layer */
-    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
-    if (a->dtype == LD_F32) return bw_matmul_f32(a, b, g, gi, na, nb);
-    ld_tensor *fa = ld_cast(a, LD_F32), *fb = fa ? ld_cast(b, LD_F32) : NULL;
-    ld_tensor *g32[2] = {NULL, NULL};
-    int st = fb ? bw_matmul_f32(fa, fb, g, g32, na, nb) : ld_error_status();
-    for (int i = 0; i < 2; i++) {
-        gi[i] = !st && g32[i] ? ld_cast(g32[i], a->dtype) : NULL;
-        if (!st && g32[i] && !gi[i]) st = ld_error_status();
-        ld_tensor_release(g32[i]);
-    }
-    ld_tensor_release(fa); ld_tensor_release(fb);
-    return st;
-}
-
-static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
-    /* a may be [..., m, k] flattened to 2-d for the product */
+/* The gradients of c = a b (a [..., m, k] flattened to 2-d): g b^T and
+   a^T g, each product in the operands' dtype (mm2d: gemm, or gemm_half for
+   half operands and g), float32 results. */
+static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
     int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
     ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
@@ -619,6 +601,28 @@ static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **g
     gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
     ld_tensor_release(ga2); ld_tensor_release(a2); ld_tensor_release(g2);
     return (!na || gi[0]) && (!nb || gi[1]) ? LD_OK : ld_error_status();
+}
+
+/* g is float32 (the product was recorded on its float32 result). A half
+   product's gradients are half products too, as under Keras's mixed
+   precision and torch.autocast: g rounded to the operands' dtype, then
+   gemm_half (tensor cores on a GPU, float32 sums), the float32 results
+   rounded to the half dtype of the operands' gradients. */
+static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *a = nd->in[0], *b = nd->in[1];
+    /* skip the products nobody needs: the input gradient of a first layer */
+    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
+    if (a->dtype == LD_F32) return matmul_grads(a, b, g, gi, na, nb);
+    ld_tensor *gh = ld_cast(g, a->dtype);
+    ld_tensor *g32[2] = {NULL, NULL};
+    int st = gh ? matmul_grads(a, b, gh, g32, na, nb) : ld_error_status();
+    for (int i = 0; i < 2; i++) {
+        gi[i] = !st && g32[i] ? ld_cast(g32[i], a->dtype) : NULL;
+        if (!st && g32[i] && !gi[i]) st = ld_error_status();
+        ld_tensor_release(g32[i]);
+    }
+    ld_tensor_release(gh);
+    return st;
 }
 
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {

@@ -595,6 +595,51 @@ T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 p
            "matmul needs two float32, float16 or bfloat16 tensors of one dtype, got bfloat16 and float32")
 end)
 
+-- The gradients of a half product are half products too (g rounded to the
+-- operands' dtype, gemm_half, float32 sums), as under torch.autocast: float32
+-- variables cast to the half dtype inside the tape, as Keras's mixed policy
+-- does. Against the float32 path on the same (rounded) values, the
+-- normalised error stays under HALF_TOL (bfloat16 1e-4: about 1e-2 relative
+-- per element, rms).
+T.test("float16/bfloat16 matmul gradients are half products (gemm_half), against float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  for _, cs in ipairs({ { 37, 50, 23 }, { 3, 1, 5 }, { 2 * 9, 40, 33, 3 } }) do
+    local batched = cs[4] ~= nil
+    local a = batched and tensor.normal(2, 9, cs[2]) or tensor.normal(cs[1], cs[2])
+    local b, w = tensor.normal(cs[2], cs[3]), batched and tensor.normal(2, 9, cs[3]) or tensor.normal(cs[1], cs[3])
+    for dt, tol in pairs(HALF_TOL) do
+      a, b = a:astype(dt):astype("float32"), b:astype(dt):astype("float32")   -- exact in dt
+      local function grads(x, y, ww, cast)
+        local va, vb = tensor.Variable(x), tensor.Variable(y)
+        local tape = autograd.GradientTape()
+        local loss = tape:record(function()
+          local p = cast and va:astype(cast):matmul(vb:astype(cast)) or va:matmul(vb)
+          T.eq(p.dtype, cast or "float32", "product dtype")
+          return (p:astype("float32") * ww):sum()
+        end)
+        local gr = tape:gradient(loss, { va, vb })
+        return gr[1], gr[2]
+      end
+      local what = ("%s %dx%dx%d%s"):format(dt, cs[1], cs[2], cs[3], batched and " (batched a)" or "")
+      local before = counted and ldist._distribute.kernel_calls()
+      local ga, gb = grads(a:to(dev), b:to(dev), w:to(dev), dt)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.gemm_half - before.gemm_half, 3, what .. ": gemm_half calls (forward and both gradients)")
+        T.eq(after.gemm - before.gemm, 0, what .. ": no float32 product")
+      end
+      local ca, cb = grads(a, b, w, dt)
+      T.eq(ca.dtype, "float32", what .. ": a float32 variable's gradient")
+      G.close(ga, ca, what .. " d/da on the device", tol)
+      G.close(gb, cb, what .. " d/db on the device", tol)
+      local fa, fb = grads(a, b, w, nil)
+      local ea, eb = G.nmse(ca, fa), G.nmse(cb, fb)
+      T.ok(ea <= tol and eb <= tol, ("%s against float32: normalised errors %.3g, %.3g above %g"):format(what, ea, eb, tol))
+      T.ok(ea > 0 or eb > 0, what .. ": the half path differs from float32 (it rounds)")
+    end
+  end
+end)
+
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
   local x = tensor.normal(4, 3)
   for _, dt in ipairs({ "float16", "bfloat16" }) do
