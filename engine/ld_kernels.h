@@ -164,6 +164,11 @@ typedef struct {
       (V, float, alpha), (V, const float *, a), (V, int64_t, lda), (V, int64_t, sa), (V, const float *, b),     \
       (V, int64_t, ldb), (V, int64_t, sb), (V, float, beta), (V, float *, c), (V, int64_t, sc),                 \
       (V, int64_t, batch))                                                                                      \
+    /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
+       (dt), A_i and B_i in dt, C_i float32: products and sums in float32. */ \
+    X(gemm_batched_half, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k),       \
+      (V, ld_dtype, dt), (V, const void *, a), (V, int64_t, lda), (V, int64_t, sa), (V, const void *, b),        \
+      (V, int64_t, ldb), (V, int64_t, sb), (V, float *, c), (V, int64_t, sc), (V, int64_t, batch))             \
     /* y = softmax(scale * x) over the last axis of [batch, t, s]; with      \
        causal, entry (i, j) of each [t, s] matrix is masked out when        \
        j > i + offset (a row masked whole is uniform, as Keras' -1e9 adder  \

@@ -640,6 +640,68 @@ T.test("float16/bfloat16 matmul gradients are half products (gemm_half), against
   end
 end)
 
+-- Half attention and bmm: every product a half product (gemm_batched_half),
+-- the scores and softmax in float32, as torch.autocast. Forward and the
+-- gradients of q, k, v against the float32 path on the same values, under
+-- HALF_TOL (measured on the CPU: bfloat16 about 8e-6, float16 1.5e-7, with
+-- P, g and dS each rounded once).
+T.test("float16/bfloat16 attention and bmm (gemm_batched_half): forward and gradients against float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  local function run(f, xs, ww, cast)
+    local vs = {}
+    for i, x in ipairs(xs) do vs[i] = tensor.Variable(x) end
+    local tape = autograd.GradientTape()
+    local y
+    local loss = tape:record(function()
+      local ins = {}
+      for i, v in ipairs(vs) do ins[i] = cast and v:astype(cast) or v end
+      y = f(table.unpack(ins))
+      T.eq(y.dtype, cast or "float32", "result dtype")
+      return (y:astype("float32") * ww):sum()
+    end)
+    local gr = tape:gradient(loss, vs)
+    return y:astype("float32"), gr
+  end
+  local cases = {
+    { "attention", function(q, k, v) return tensor.attention(q, k, v) end, { { 6, 7, 16 }, { 6, 9, 16 }, { 6, 9, 5 } }, { 6, 7, 5 }, 6 },
+    { "attention causal", function(q, k, v) return tensor.attention(q, k, v, { causal = true }) end,
+      { { 4, 33, 8 }, { 4, 33, 8 }, { 4, 33, 8 } }, { 4, 33, 8 }, 6 },
+    { "bmm", function(a, b) return tensor.bmm(a, b) end, { { 3, 2, 17, 9 }, { 3, 2, 9, 11 } }, { 3, 2, 17, 11 }, 3 },
+    { "bmm a^T b^T", function(a, b) return tensor.bmm(a, b, { transpose_a = true, transpose_b = true }) end,
+      { { 5, 9, 17 }, { 5, 11, 9 } }, { 5, 17, 11 }, 3 },
+  }
+  for _, cs in ipairs(cases) do
+    for dt, tol in pairs(HALF_TOL) do
+      local xs, dxs = {}, {}
+      for i, sh in ipairs(cs[3]) do
+        xs[i] = tensor.normal(table.unpack(sh)):astype(dt):astype("float32")   -- exact in dt
+        dxs[i] = xs[i]:to(dev)
+      end
+      local w = tensor.normal(table.unpack(cs[4]))
+      local what = cs[1] .. " " .. dt
+      local before = counted and ldist._distribute.kernel_calls()
+      local yd, gd = run(cs[2], dxs, w:to(dev), dt)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.gemm_batched_half - before.gemm_batched_half, cs[5], what .. ": gemm_batched_half calls")
+        T.eq(after.gemm_batched - before.gemm_batched, 0, what .. ": no float32 batched product")
+      end
+      local yc, gc = run(cs[2], xs, w, dt)
+      local yf, gf = run(cs[2], xs, w, nil)
+      G.close(yd, yc, what .. " on the device", tol)
+      local e = G.nmse(yc, yf)
+      T.ok(e <= tol, ("%s against float32: normalised error %.3g above %g"):format(what, e, tol))
+      for i = 1, #xs do
+        G.close(gd[i], gc[i], ("%s gradient %d on the device"):format(what, i), tol)
+        e = G.nmse(gc[i], gf[i])
+        T.ok(e <= tol, ("%s gradient %d against float32: normalised error %.3g above %g"):format(what, i, e, tol))
+      end
+    end
+  end
+  T.raises(function() return tensor.bmm(tensor.normal(2, 3, 4):astype("bfloat16"), tensor.normal(2, 4, 3)) end,
+           "bmm needs float32, float16 or bfloat16 tensors of one dtype, got bfloat16 (a) and float32 (b)")
+end)
+
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
   local x = tensor.normal(4, 3)
   for _, dt in ipairs({ "float16", "bfloat16" }) do
