@@ -46,6 +46,8 @@ struct cu_dev {
     volatile int ready;          /* stream made */
     cudaStream_t stream;
     void *blas;                  /* cublasHandle_t, made on the first gemm */
+    void *blas_ws;               /* its workspace (cublasSetWorkspace), from the caching allocator */
+    size_t blas_ws_bytes;
     /* caching allocator */
     cu_bucket *buckets;
     int nb, capb;
@@ -129,8 +131,9 @@ LD_KERNELS(CU_DECLARE)
 /* cuda_gemm.cu: cuBLAS, opened with dlopen on first use */
 extern const char *const cu_blas_libs[3];   /* the names tried, in order */
 /* The device's cuBLAS handle (a cublasHandle_t), shared by every file: made
-   on first use under cd->mu, bound to the device's stream, full FP32 unless
-   LDIST_CUDA_TF32=1 (TF32 tensor cores). NULL when that failed, recorded
+   on first use under cd->mu, bound to the device's stream with a workspace
+   of its own, full FP32 unless LDIST_CUDA_TF32=1 (TF32 tensor cores). NULL
+   when that failed, recorded
    ("<device>: <use> need cuBLAS: ..." where cuBLAS is missing). */
 void *cu_blas_handle(cu_dev *cd, const char *use);
 /* Record a failed cuBLAS call (st: its cublasStatus_t); returns what cu_record_msg does. */
