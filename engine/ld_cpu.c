@@ -808,7 +808,7 @@ static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
 /* Half operands: bfloat16 on AVX512_BF16 (ld_gemm_bf16.c); otherwise (float16,
    another processor, LDIST_NO_AVX512_BF16=1) both widened to float32, which
    is exact, and the float32 product: float32 sums either way. */
-static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
+static void gemm_half_f32(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
                           const void *a, int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
     if (dt == LD_BF16 && ld_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
     /* the operands as stored: rows x cols with leading dimension ld */
@@ -819,7 +819,7 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     if (!fa || !fb) {
         free(fa); free(fb);
         ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory widening the %s operands", ld_dtype_name(dt));
-        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+        ld_cpu_nan_rows(d, c, LD_F32, ldc, m, n);
         return;
     }
     cpu_copy_strided(d, fa, LD_F32, a, dt, 2, as, ast);
@@ -827,6 +827,33 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     cpu_gemm(d, ta, tb, m, n, k, 1.0f, fa, as[1] < 1 ? 1 : as[1], fb, bs[1] < 1 ? 1 : bs[1], 0.0f, c, ldc);
     free(fa);
     free(fb);
+}
+
+void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n) {
+    for (int64_t i = 0; i < rows; i++) cpu_fill(d, (char *)c + i * ldc * (int64_t)ld_dtype_size(cdt), cdt, n, NAN);
+}
+
+void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const float *f, int64_t rows, int64_t n) {
+    int64_t one = 1, len = rows * n;
+    if (ldc == n) { cpu_copy_strided(d, c, cdt, f, LD_F32, 1, &len, &one); return; }
+    for (int64_t i = 0; i < rows; i++)
+        cpu_copy_strided(d, (char *)c + i * ldc * (int64_t)ld_dtype_size(cdt), cdt, f + i * n, LD_F32, 1, &n, &one);
+}
+
+/* A half C: the float32 sums into a scratch block, rounded once. */
+static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
+                          const void *a, int64_t lda, const void *b, int64_t ldb, ld_dtype cdt, void *c, int64_t ldc) {
+    if (cdt == LD_F32) { gemm_half_f32(d, ta, tb, m, n, k, dt, a, lda, b, ldb, c, ldc); return; }
+    if (m <= 0 || n <= 0) return;
+    float *f = malloc((size_t)(m * n) * sizeof(float));
+    if (!f) {
+        ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory for the float32 sums");
+        ld_cpu_nan_rows(d, c, cdt, ldc, m, n);
+        return;
+    }
+    gemm_half_f32(d, ta, tb, m, n, k, dt, a, lda, b, ldb, f, n);
+    ld_cpu_round_rows(d, c, cdt, ldc, f, m, n);
+    free(f);
 }
 
 typedef struct {

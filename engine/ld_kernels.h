@@ -67,10 +67,11 @@ typedef struct {
       (V, const float *, a), (V, int64_t, lda), (V, const float *, b), (V, int64_t, ldb), (V, float, beta),     \
       (V, float *, c), (V, int64_t, ldc))                                                                       \
     /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
-       (dt), a and b in dt, c float32: products and sums in float32. */      \
+       (dt), a and b in dt: products and sums in float32, c in cdt (float32, \
+       or dt: the sums rounded once, as cuBLAS writes a half C). */          \
     X(gemm_half, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, ld_dtype, dt), \
-      (V, const void *, a), (V, int64_t, lda), (V, const void *, b), (V, int64_t, ldb), (V, float *, c),         \
-      (V, int64_t, ldc))                                                                                        \
+      (V, const void *, a), (V, int64_t, lda), (V, const void *, b), (V, int64_t, ldb), (V, ld_dtype, cdt),      \
+      (V, void *, c), (V, int64_t, ldc))                                                                        \
     /* softmax / log-softmax over the last axis of [rows, cols] */           \
     X(softmax, (V, float *, out), (V, const float *, x), (V, int64_t, rows), (V, int64_t, cols), (V, int, log)) \
     /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
@@ -165,10 +166,12 @@ typedef struct {
       (V, int64_t, ldb), (V, int64_t, sb), (V, float, beta), (V, float *, c), (V, int64_t, sc),                 \
       (V, int64_t, batch))                                                                                      \
     /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
-       (dt), A_i and B_i in dt, C_i float32: products and sums in float32. */ \
+       (dt), A_i and B_i in dt: products and sums in float32, C_i in cdt     \
+       (float32, or dt: rounded once), as gemm_half. */                      \
     X(gemm_batched_half, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k),       \
       (V, ld_dtype, dt), (V, const void *, a), (V, int64_t, lda), (V, int64_t, sa), (V, const void *, b),        \
-      (V, int64_t, ldb), (V, int64_t, sb), (V, float *, c), (V, int64_t, sc), (V, int64_t, batch))             \
+      (V, int64_t, ldb), (V, int64_t, sb), (V, ld_dtype, cdt), (V, void *, c), (V, int64_t, sc),                \
+      (V, int64_t, batch))                                                                                      \
     /* y = softmax(scale * x) over the last axis of [batch, t, s]; with      \
        causal, entry (i, j) of each [t, s] matrix is masked out when        \
        j > i + offset (a row masked whole is uniform, as Keras' -1e9 adder  \

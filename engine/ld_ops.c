@@ -567,7 +567,9 @@ static int gemm_layout(const ld_tensor *t, int *trans, int64_t *ld) {
     return 0;
 }
 
-/* c = op(a) op(b) for 2-d tensors, handling views; ta/tb transpose a/b first. */
+/* c = op(a) op(b) for 2-d tensors, handling views; ta/tb transpose a/b first.
+   c is in a's dtype: a half product (a and b of one half dtype) sums in
+   float32 and rounds once, as PyTorch's bf16 matmul and cuBLAS do. */
 static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
     int64_t n = tb ? b->shape[0] : b->shape[1];
@@ -578,10 +580,11 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(ca, &la, &lda)) { ld_tensor_release(ca); ca = ld_clone(a); la = 0; lda = a->shape[1]; }
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
-    ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(a->dtype, 2, shape, DEV(a)) : NULL;
     if (c && ld_dtype_is_half(a->dtype))   /* half operands (one dtype), float32 products and sums */
         BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca), lda < 1 ? 1 : lda,
-                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, FPTR(c), n < 1 ? 1 : n);
+                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, a->dtype, ld_tensor_data_unsynced(c),
+                         n < 1 ? 1 : n);
     else if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
                             ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
     ld_tensor_release(ca); ld_tensor_release(cb);
@@ -590,7 +593,7 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
 
 /* The gradients of c = a b (a [..., m, k] flattened to 2-d): g b^T and
    a^T g, each product in the operands' dtype (mm2d: gemm, or gemm_half for
-   half operands and g), float32 results. */
+   half operands and g, giving half results). */
 static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
     int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
@@ -603,25 +606,18 @@ static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi
     return (!na || gi[0]) && (!nb || gi[1]) ? LD_OK : ld_error_status();
 }
 
-/* g is float32 (the product was recorded on its float32 result). A half
-   product's gradients are half products too, as under Keras's mixed
-   precision and torch.autocast: g rounded to the operands' dtype, then
-   gemm_half (tensor cores on a GPU, float32 sums), the float32 results
-   rounded to the half dtype of the operands' gradients. */
+/* A half product's gradients are half products too, as under Keras's mixed
+   precision and torch.autocast: g in the operands' dtype (it is, unless it
+   is the float32 seed of a gradient taken of the product itself), then
+   gemm_half (tensor cores on a GPU, float32 sums, rounded once to the half
+   dtype of the operands' gradients). */
 static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *a = nd->in[0], *b = nd->in[1];
     /* skip the products nobody needs: the input gradient of a first layer */
     int na = ld_needs_grad(a), nb = ld_needs_grad(b);
-    if (a->dtype == LD_F32) return matmul_grads(a, b, g, gi, na, nb);
-    ld_tensor *gh = ld_cast(g, a->dtype);
-    ld_tensor *g32[2] = {NULL, NULL};
-    int st = gh ? matmul_grads(a, b, gh, g32, na, nb) : ld_error_status();
-    for (int i = 0; i < 2; i++) {
-        gi[i] = !st && g32[i] ? ld_cast(g32[i], a->dtype) : NULL;
-        if (!st && g32[i] && !gi[i]) st = ld_error_status();
-        ld_tensor_release(g32[i]);
-    }
-    ld_tensor_release(gh);
+    ld_tensor *gd = g->dtype == a->dtype ? ld_tensor_retain(g) : ld_cast(g, a->dtype);
+    int st = gd ? matmul_grads(a, b, gd, gi, na, nb) : ld_error_status();
+    ld_tensor_release(gd);
     return st;
 }
 
@@ -658,11 +654,11 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
         ld_tensor_release(c);
         c = r;
     }
-    if (c) {   /* recorded on its float32 result; a half product's gradients are half (bw_matmul) */
+    if (c) {   /* in the operands' dtype (mm2d), and so are its gradients (bw_matmul) */
         ld_tensor *in[2] = {a, b};
         ld_record(c, "matmul", bw_matmul, 2, in);
     }
-    return ld_ops_in_dtype(c, a->dtype);
+    return c;
 }
 
 /* ================================================================ fused dense layer

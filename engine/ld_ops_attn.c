@@ -10,10 +10,10 @@
  *     dQ = dS K,   dK = dS^T Q.
  * Half (float16, bfloat16) q, k, v: every product is a half product
  * (gemm_batched_half: tensor cores on a GPU, float32 sums), as under
- * torch.autocast. The scores and the softmax are float32; P is rounded to
- * the half dtype for P V and dV (both copies kept), the float32 gradients
- * g and dS are rounded before their products, and the results come back in
- * the half dtype.
+ * torch.autocast. The scores, the softmax and dP are float32; P is rounded
+ * to the half dtype for P V and dV (both copies kept), dS is rounded before
+ * its products, and the products whose results are the output and the
+ * gradients write them in the half dtype directly (rounded once).
  */
 #include "ld_ops_attn.h"
 #include "ld_autograd.h"
@@ -52,10 +52,10 @@ static int64_t batch_of(const ld_tensor *t) {
     return n;
 }
 
-/* c = op(a) op(b) over the batch, float32 (a and b of one dtype: half
-   operands go to gemm_batched_half); arguments already checked. Not
-   recorded. */
-static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb) {
+/* c = op(a) op(b) over the batch, in cdt (a and b of one dtype; half
+   operands go to gemm_batched_half, float32 sums, c float32 or their dtype;
+   float32 operands give float32); arguments already checked. Not recorded. */
+static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype cdt) {
     int nd = a->ndim;
     int64_t m = ta ? a->shape[nd - 1] : a->shape[nd - 2], k = ta ? a->shape[nd - 2] : a->shape[nd - 1];
     int64_t n = tb ? b->shape[nd - 2] : b->shape[nd - 1];
@@ -77,12 +77,13 @@ static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nd);
     shape[nd - 2] = m;
     shape[nd - 1] = n;
-    ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, nd, shape, DEV(a)) : NULL;
+    if (!ld_dtype_is_half(a->dtype)) cdt = LD_F32;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(cdt, nd, shape, DEV(a)) : NULL;
     int64_t batch = batch_of(a);
     if (c && batch > 0 && m > 0 && n > 0 && ld_dtype_is_half(a->dtype))
         BE(a)->gemm_batched_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca),
-                                 lda < 1 ? 1 : lda, sa, ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, sb, FPTR(c),
-                                 m * n, batch);
+                                 lda < 1 ? 1 : lda, sa, ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, sb, cdt,
+                                 ld_tensor_data_unsynced(c), m * n, batch);
     else if (c && batch > 0 && m > 0 && n > 0)
         BE(a)->gemm_batched(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, sa, FPTR(cb),
                             ldb < 1 ? 1 : ldb, sb, 0.0f, FPTR(c), m * n, batch);
@@ -96,17 +97,14 @@ static ld_tensor *in_dtype(ld_tensor *t, ld_dtype dt) {
     return !t || t->dtype == dt ? ld_tensor_retain(t) : ld_cast(t, dt);
 }
 
-/* op(a) op(b) in dt: both operands in dt (a float32 gradient rounded to a
-   half dt first), the float32 product rounded to dt. Not recorded. */
+/* op(a) op(b) in dt: both operands in dt (a float32 one rounded to a half
+   dt first), the product written in dt. Not recorded. */
 static ld_tensor *prod_in(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype dt) {
     ld_tensor *ca = in_dtype(a, dt), *cb = ca ? in_dtype(b, dt) : NULL;
-    ld_tensor *c = cb ? bmm_raw(ca, cb, ta, tb) : NULL;
+    ld_tensor *c = cb ? bmm_raw(ca, cb, ta, tb, dt) : NULL;
     ld_tensor_release(ca);
     ld_tensor_release(cb);
-    if (!c || dt == LD_F32) return c;
-    ld_tensor *r = ld_cast(c, dt);
-    ld_tensor_release(c);
-    return r;
+    return c;
 }
 
 static int check_pair(const char *op, ld_tensor *a, ld_tensor *b, const char *na, const char *nb) {
@@ -120,8 +118,8 @@ static int check_pair(const char *op, ld_tensor *a, ld_tensor *b, const char *na
     return LD_OK;
 }
 
-/* g is float32 (recorded on the float32 product); a half bmm's gradients
-   are half products in its dtype */
+/* g is in the product's dtype (a float32 seed when the gradient is taken of
+   the product itself); a half bmm's gradients are half products in its dtype */
 static int bw_bmm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *a = nd->in[0], *b = nd->in[1], *gh = in_dtype(g, a->dtype);
     int ta = (int)nd->args[0], tb = (int)nd->args[1], st = gh ? LD_OK : ld_error_status();
@@ -162,13 +160,13 @@ ld_tensor *ld_bmm(ld_tensor *a, ld_tensor *b, int ta, int tb) {
                 ta ? " (transposed)" : "", b2, tb ? " (transposed)" : "", (long long)ka, (long long)kb);
         return NULL;
     }
-    ld_tensor *c = bmm_raw(a, b, ta, tb);
+    ld_tensor *c = bmm_raw(a, b, ta, tb, a->dtype);
     if (c) {
         ld_tensor *in[2] = {a, b};
         ld_node *n = ld_record(c, "bmm", bw_bmm, 2, in);
         if (n) { n->args[0] = ta; n->args[1] = tb; }
     }
-    return ld_ops_in_dtype(c, a->dtype);
+    return c;
 }
 
 /* ================================================================ attention */
@@ -201,15 +199,15 @@ static int qk_grads(ld_tensor *ds, ld_tensor *q, ld_tensor *k, ld_tensor **dq, l
     return st;
 }
 
-/* g is float32 (recorded on the float32 output); saved: P (float32) and,
-   for half inputs, P rounded to their dtype */
+/* g in the output's dtype (or a float32 seed); saved: P (float32) and, for
+   half inputs, P rounded to their dtype */
 static int bw_attention(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *q = nd->in[0], *k = nd->in[1], *v = nd->in[2], *p = nd->saved[0];
     ld_tensor *ph = nd->saved[1] ? nd->saved[1] : p, *gh = in_dtype(g, q->dtype);
     int st = gh ? LD_OK : ld_error_status();
     if (!st && ld_needs_grad(v) && !(gi[2] = prod_in(ph, gh, 1, 0, q->dtype))) st = ld_error_status();
     if (!st && (ld_needs_grad(q) || ld_needs_grad(k))) {
-        ld_tensor *dp = bmm_raw(gh, v, 0, 1);   /* g V^T [B, T, S], float32 */
+        ld_tensor *dp = bmm_raw(gh, v, 0, 1, LD_F32);   /* g V^T [B, T, S], float32 */
         if (dp) {
             softmax_grad_into(dp, p, dp, nd);
             st = qk_grads(dp, q, k, &gi[0], &gi[1]);
@@ -260,7 +258,7 @@ static int check_qk(const char *op, ld_tensor *q, ld_tensor *k, ld_tensor *v, in
 
 /* the weights P [B, T, S] (not recorded) */
 static ld_tensor *weights_raw(ld_tensor *q, ld_tensor *k, int causal, float scale) {
-    ld_tensor *p = bmm_raw(q, k, 0, 1);
+    ld_tensor *p = bmm_raw(q, k, 0, 1, LD_F32);
     if (p) {
         int64_t t = q->shape[1], s = k->shape[1];
         if (p->shape[0] && t && s)
@@ -296,7 +294,7 @@ ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, fl
     if (check_qk("attention", q, k, v, causal, scale)) return NULL;
     scale = default_scale(q, scale);
     ld_tensor *p = weights_raw(q, k, causal, scale), *ph = in_dtype(p, q->dtype);
-    ld_tensor *o = ph ? bmm_raw(ph, v, 0, 0) : NULL;
+    ld_tensor *o = ph ? bmm_raw(ph, v, 0, 0, q->dtype) : NULL;
     if (o) {
         ld_tensor *in[3] = {q, k, v};
         ld_node *n = ld_record(o, "attention", bw_attention, 3, in);
@@ -315,7 +313,7 @@ ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, fl
     }
     ld_tensor_release(p);
     ld_tensor_release(ph);
-    return ld_ops_in_dtype(o, q->dtype);
+    return o;
 }
 
 /* ================================================================ heads */

@@ -71,18 +71,23 @@ __global__ void k_bscale(float *c, int64_t per, int64_t sc, int64_t batch, float
 }
 
 /* What cu_gemm_batched and cu_gemm_batched_half share before the call: the
-   device, the k = 0 product (C_i = beta * C_i), the int range cuBLAS takes,
-   the handle. NULL when nothing is left to do (done, or an error recorded);
-   `what` names the product in messages. */
+   device, the k = 0 product (C_i = beta * C_i; a half C, beta 0: zeros),
+   the int range cuBLAS takes, the handle. NULL when nothing is left to do
+   (done, or an error recorded); `what` names the product in messages. */
 static cublasHandle_t batched_begin(ld_device *d, cu_dev **cdp, const char *call, const char *kind, int64_t m,
-                                    int64_t n, int64_t k, int64_t lda, int64_t ldb, float beta, float *c, int64_t sc,
-                                    int64_t batch, char *what, size_t what_n) {
+                                    int64_t n, int64_t k, int64_t lda, int64_t ldb, float beta, void *c, ld_dtype cdt,
+                                    int64_t sc, int64_t batch, char *what, size_t what_n) {
     if (batch <= 0 || m <= 0 || n <= 0) return NULL;
     cu_dev *cd = *cdp = cu_begin(d);
     if (!cd) return NULL;
-    if (k <= 0) {
-        k_bscale<<<cu_grid(m * n * batch, 256), 256, 0, cd->stream>>>(c, m * n, sc, batch, beta);
+    if (k <= 0 && cdt == LD_F32) {
+        k_bscale<<<cu_grid(m * n * batch, 256), 256, 0, cd->stream>>>((float *)c, m * n, sc, batch, beta);
         cu_launched(cd, "gemm_batched kernel (k = 0)");
+        return NULL;
+    }
+    if (k <= 0) {   /* 16-bit zeros are +0.0 in float16 and bfloat16; C_i is m * n values, one every sc */
+        cudaError_t e = cudaMemset2DAsync(c, (size_t)sc * 2, 0, (size_t)(m * n) * 2, (size_t)batch, cd->stream);
+        if (e != cudaSuccess) cu_record(cd, "cudaMemset2DAsync (gemm_batched, k = 0)", e);
         return NULL;
     }
     snprintf(what, what_n, " (gemm_batched %lld x %lldx%lldx%lld%s)", (long long)batch, (long long)m, (long long)n,
@@ -101,8 +106,8 @@ void cu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
                      int64_t sc, int64_t batch) {
     cu_dev *cd = NULL;
     char what[128];
-    cublasHandle_t h = batched_begin(d, &cd, "cublasSgemmStridedBatched", "", m, n, k, lda, ldb, beta, c, sc, batch,
-                                     what, sizeof what);
+    cublasHandle_t h = batched_begin(d, &cd, "cublasSgemmStridedBatched", "", m, n, k, lda, ldb, beta, c, LD_F32, sc,
+                                     batch, what, sizeof what);
     if (!h) return;
     cublasStatus_t st = ab.sgemm_batched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                          (int)m, (int)k, &alpha, b, (int)ldb, (long long)sb, a, (int)lda,
@@ -110,22 +115,22 @@ void cu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemmStridedBatched", st, what);
 }
 
-/* Half operands, float32 C: cublasGemmStridedBatchedEx with float32 compute
-   (the tensor cores' bf16/fp16 products, fp32 accumulation), laid out as
-   cu_gemm_batched. */
+/* Half operands, a float32 or half C: cublasGemmStridedBatchedEx with
+   float32 compute (the tensor cores' bf16/fp16 products, fp32
+   accumulation, a half C rounded once), laid out as cu_gemm_batched. */
 void cu_gemm_batched_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt, const void *a,
-                          int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, float *c, int64_t sc,
-                          int64_t batch) {
+                          int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, ld_dtype cdt, void *c,
+                          int64_t sc, int64_t batch) {
     cu_dev *cd = NULL;
     char what[128];
     cublasHandle_t h = batched_begin(d, &cd, "cublasGemmStridedBatchedEx", dt == LD_BF16 ? ", bfloat16" : ", float16",
-                                     m, n, k, lda, ldb, 0.0f, c, sc, batch, what, sizeof what);
+                                     m, n, k, lda, ldb, 0.0f, c, cdt, sc, batch, what, sizeof what);
     if (!h) return;
-    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F, out = cdt == LD_F32 ? CUDA_R_32F : in;
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = ab.gemm_batched_ex(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                            (int)m, (int)k, &alpha, b, in, (int)ldb, (long long)sb, a, in, (int)lda,
-                                           (long long)sa, &beta, c, CUDA_R_32F, (int)n, (long long)sc, (int)batch,
+                                           (long long)sa, &beta, c, out, (int)n, (long long)sc, (int)batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasGemmStridedBatchedEx", st, what);
 }

@@ -157,18 +157,23 @@ __global__ void k_scale_rows(float *c, int64_t m, int64_t n, int64_t ldc, float 
 }
 
 /* What cu_gemm and cu_gemm_half share before the call: the device, the
-   k = 0 product (C = beta * C), the int range cuBLAS takes, the handle.
-   NULL when nothing is left to do (done, or an error recorded); `what`
-   names the product in messages. */
+   k = 0 product (C = beta * C; a half C, beta 0: zeros), the int range
+   cuBLAS takes, the handle. NULL when nothing is left to do (done, or an
+   error recorded); `what` names the product in messages. */
 static cublasHandle_t gemm_begin(ld_device *d, cu_dev **cdp, const char *call, const char *kind, int64_t m,
-                                 int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float beta, float *c,
-                                 char *what, size_t what_n) {
+                                 int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float beta, void *c,
+                                 ld_dtype cdt, char *what, size_t what_n) {
     if (m <= 0 || n <= 0) return NULL;
     cu_dev *cd = *cdp = cu_begin(d);
     if (!cd) return NULL;
-    if (k <= 0) {
-        k_scale_rows<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>(c, m, n, ldc, beta);
+    if (k <= 0 && cdt == LD_F32) {
+        k_scale_rows<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>((float *)c, m, n, ldc, beta);
         cu_launched(cd, "gemm kernel (k = 0)");
+        return NULL;
+    }
+    if (k <= 0) {   /* 16-bit zeros are +0.0 in float16 and bfloat16 */
+        cudaError_t e = cudaMemset2DAsync(c, (size_t)ldc * 2, 0, (size_t)n * 2, (size_t)m, cd->stream);
+        if (e != cudaSuccess) cu_record(cd, "cudaMemset2DAsync (gemm, k = 0)", e);
         return NULL;
     }
     snprintf(what, what_n, " (gemm %lldx%lldx%lld%s)", (long long)m, (long long)n, (long long)k, kind);
@@ -185,26 +190,28 @@ void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, floa
              int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     cu_dev *cd = NULL;
     char what[96];
-    cublasHandle_t h = gemm_begin(d, &cd, "cublasSgemm_v2", "", m, n, k, lda, ldb, ldc, beta, c, what, sizeof what);
+    cublasHandle_t h = gemm_begin(d, &cd, "cublasSgemm_v2", "", m, n, k, lda, ldb, ldc, beta, c, LD_F32, what,
+                                  sizeof what);
     if (!h) return;
     cublasStatus_t st = blas.sgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemm_v2", st, what);
 }
 
-/* Half operands, float32 C: cublasGemmEx with float32 compute (the tensor
-   cores' bf16/fp16 products with fp32 accumulation), laid out as cu_gemm. */
+/* Half operands, a float32 or half C: cublasGemmEx with float32 compute (the
+   tensor cores' bf16/fp16 products with fp32 accumulation, a half C rounded
+   once), laid out as cu_gemm. */
 void cu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt, const void *a,
-                  int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
+                  int64_t lda, const void *b, int64_t ldb, ld_dtype cdt, void *c, int64_t ldc) {
     cu_dev *cd = NULL;
     char what[96];
     cublasHandle_t h = gemm_begin(d, &cd, "cublasGemmEx", dt == LD_BF16 ? ", bfloat16" : ", float16", m, n, k, lda,
-                                  ldb, ldc, 0.0f, c, what, sizeof what);
+                                  ldb, ldc, 0.0f, c, cdt, what, sizeof what);
     if (!h) return;
-    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F, out = cdt == LD_F32 ? CUDA_R_32F : in;
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = blas.gemm_ex(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
-                                     (int)k, &alpha, b, in, (int)ldb, a, in, (int)lda, &beta, c, CUDA_R_32F, (int)ldc,
+                                     (int)k, &alpha, b, in, (int)ldb, a, in, (int)lda, &beta, c, out, (int)ldc,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasGemmEx", st, what);
 }

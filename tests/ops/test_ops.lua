@@ -591,6 +591,15 @@ T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 p
       end
     end
   end
+  if dev:match("^cpu:[1-9]") then   -- counted on a logical device: the product writes the half result itself
+    local ah, bh = tensor.normal(20, 30):astype("bfloat16"):to(dev), tensor.normal(30, 10):astype("bfloat16"):to(dev)
+    local before = ldist._distribute.kernel_calls()
+    local c = ah:matmul(bh)
+    local after = ldist._distribute.kernel_calls()
+    T.eq(c.dtype, "bfloat16", "half product dtype")
+    T.eq(after.gemm_half - before.gemm_half, 1, "one gemm_half")
+    T.eq(after.copy_strided - before.copy_strided, 0, "no cast kernel after the half product")
+  end
   T.raises(function() return tensor.normal(2, 3):astype("bfloat16"):matmul(tensor.normal(3, 2)) end,
            "matmul needs two float32, float16 or bfloat16 tensors of one dtype, got bfloat16 and float32")
 end)
