@@ -50,13 +50,15 @@ typedef struct {
       (V, int, ndim), (D, int64_t, shape), (D, int64_t, sstrides))                                              \
     X(fill, (V, void *, dst), (V, ld_dtype, dt), (V, int64_t, n), (V, double, v))                               \
     /* out[i] = a[ia] op b[ib] over `shape`; strides of a/b are 0 on        \
-       broadcast dims; out contiguous. All float32. */                       \
-    X(binary, (V, ld_binary_op, op), (V, float *, out), (V, const float *, a), (D, int64_t, sa),                \
-      (V, const float *, b), (D, int64_t, sb), (V, int, ndim), (D, int64_t, shape))                             \
-    X(unary, (V, ld_unary_op, op), (V, float *, y), (V, const float *, x), (V, int64_t, n))                     \
-    /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh) */            \
-    X(unary_backward, (V, ld_unary_op, op), (V, float *, dx), (V, const float *, dy), (V, const float *, x),    \
-      (V, const float *, y), (V, int64_t, n))                                                                   \
+       broadcast dims; out contiguous. out, a and b in dt: float32, or      \
+       float16/bfloat16 computed in float32 and rounded once (the elementwise \
+       kernels below likewise). */                                           \
+    X(binary, (V, ld_binary_op, op), (V, ld_dtype, dt), (V, void *, out), (V, const void *, a),                 \
+      (D, int64_t, sa), (V, const void *, b), (D, int64_t, sb), (V, int, ndim), (D, int64_t, shape))           \
+    X(unary, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, y), (V, const void *, x), (V, int64_t, n))    \
+    /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh); all in dt */ \
+    X(unary_backward, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, dx), (V, const void *, dy),         \
+      (V, const void *, x), (V, const void *, y), (V, int64_t, n))                                              \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
        LD_RED_ARGMAX `out` holds int64. */                                   \
     X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const float *, x), (V, int64_t, outer),              \

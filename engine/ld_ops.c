@@ -147,18 +147,32 @@ static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t 
     return LD_OK;
 }
 
+/* a op b, a and b of one float dtype (float32, or a half one: computed in
+   float32, rounded once), the result in it */
 static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     int nd = 0;
     int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS];
     if (ld_ops_same_device(a, b, bin_names[op])) return NULL;
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
-    ld_tensor *out = ld_ops_out_empty(LD_F32, nd, shape, DEV(a));
+    ld_tensor *out = ld_ops_out_empty(a->dtype, nd, shape, DEV(a));
     if (!out) return NULL;
-    BE(a)->binary(DEV(a), op, FPTR(out), FPTR(a), sa, FPTR(b), sb, nd, shape);
+    BE(a)->binary(DEV(a), op, a->dtype, ld_tensor_data_unsynced(out), ld_tensor_data_unsynced(a), sa,
+                  ld_tensor_data_unsynced(b), sb, nd, shape);
     return out;
 }
 
+static int bw_binary_in(ld_node *n, ld_tensor *g, ld_tensor **gi);
+/* a and b of one dtype (float32, or half: the gradients are half ops too);
+   g in it (a float32 seed is rounded to it) */
 static int bw_binary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    if (g->dtype == n->in[0]->dtype) return bw_binary_in(n, g, gi);
+    ld_tensor *gd = ld_cast(g, n->in[0]->dtype);
+    int st = gd ? bw_binary_in(n, gd, gi) : ld_error_status();
+    ld_tensor_release(gd);
+    return st;
+}
+
+static int bw_binary_in(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_binary_op op = (ld_binary_op)n->args[0];
     ld_tensor *a = n->in[0], *b = n->in[1];
     ld_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL;
@@ -252,7 +266,11 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
         (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN))
         return binary_int(op, a, b);
     ld_dtype rdt = ld_ops_result_dtype(a, b);
-    ld_tensor *fa = as_float(a), *fb = fa ? as_float(b) : NULL;
+    /* two half operands of one dtype: the half kernel (float32 arithmetic,
+       rounded once: the bits the float32 op and a cast give, without their
+       kernels), recorded on the half tensors; others as float32 */
+    int half = ld_dtype_is_half(a->dtype) && a->dtype == b->dtype;
+    ld_tensor *fa = half ? ld_tensor_retain(a) : as_float(a), *fb = !fa ? NULL : half ? ld_tensor_retain(b) : as_float(b);
     ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
     if (out && op < LD_BIN_EQ) {
         ld_tensor *in[2] = {fa, fb};
@@ -268,7 +286,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     }
     ld_tensor_release(fa);
     ld_tensor_release(fb);
-    return ld_ops_in_dtype(out, rdt);
+    return half ? out : ld_ops_in_dtype(out, rdt);
 }
 
 ld_tensor *ld_add(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_ADD, a, b); }
@@ -291,28 +309,33 @@ ld_tensor *ld_mul_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_MUL,
 ld_tensor *ld_pow_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_POW, a, s); }
 
 /* ================================================================ unary */
+/* x (contiguous) and y in one dtype, float32 or half; g in it too (a float32
+   seed is rounded to it) */
 static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = n->in[0], *y = n->saved[0];
-    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *gc = g->dtype == x->dtype ? ld_contiguous(g) : ld_cast(g, x->dtype);
     if (!gc) return ld_error_status();
-    ld_tensor *dx = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x));
-    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], FPTR(dx), FPTR(gc), FPTR(x),
-                                  y ? FPTR(y) : NULL, ld_tensor_numel(x));
+    ld_tensor *dx = ld_ops_out_empty(x->dtype, x->ndim, x->shape, DEV(x));
+    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], x->dtype, ld_tensor_data_unsynced(dx),
+                                  ld_tensor_data_unsynced(gc), ld_tensor_data_unsynced(x),
+                                  y ? ld_tensor_data_unsynced(y) : NULL, ld_tensor_numel(x));
     ld_tensor_release(gc);
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
 }
 
+/* A half x runs the half kernel (float32 arithmetic, rounded once) and is
+   recorded as it is; an integer one is cast to float32 first. */
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
-    ld_dtype rdt = ld_ops_result_dtype(x, NULL);
-    ld_tensor *fx = as_float(x);
+    ld_tensor *fx = ld_dtype_is_half(x->dtype) ? ld_tensor_retain(x) : as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
-    ld_tensor *y = ld_ops_out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    ld_tensor *y = ld_ops_out_empty(cx->dtype, cx->ndim, cx->shape, DEV(cx));
     if (y) {
-        BE(cx)->unary(DEV(cx), op, FPTR(y), FPTR(cx), ld_tensor_numel(cx));
+        BE(cx)->unary(DEV(cx), op, cx->dtype, ld_tensor_data_unsynced(y), ld_tensor_data_unsynced(cx),
+                      ld_tensor_numel(cx));
         ld_tensor *in[1] = {cx};
         ld_node *nd = ld_record(y, un_names[op], bw_unary, 1, in);
         if (nd) {
@@ -322,7 +345,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
         }
     }
     ld_tensor_release(cx);
-    return ld_ops_in_dtype(y, rdt);
+    return y;
 }
 
 ld_tensor *ld_neg(ld_tensor *x) {
@@ -552,7 +575,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     ld_tensor *sc = ld_tensor_scalar(inv, DEV(s));
     if (!sc) { ld_tensor_release(s); return NULL; }
     int64_t zs[LD_MAX_DIMS] = {0};
-    BE(s)->binary(DEV(s), LD_BIN_MUL, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
+    BE(s)->binary(DEV(s), LD_BIN_MUL, LD_F32, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
     ld_tensor_release(sc);
     if (s->grad_fn) s->grad_fn->args[1] = inv;
     return ld_ops_in_dtype(s, ld_ops_result_dtype(x, NULL));
@@ -679,7 +702,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (y) {   /* relu: zero the gradient where the output is not positive */
         ld_tensor *gr = ld_ops_out_empty(LD_F32, 2, g2s, DEV(g2));
         if (!gr) { ld_tensor_release(g2); return ld_error_status(); }
-        BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
+        BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, LD_F32, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
         ld_tensor_release(g2);
         g2 = gr;
     }
@@ -741,7 +764,7 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
             beta = 1.0f;
         }
         BE(x)->gemm(DEV(x), 0, 0, rows, n, k, 1.0f, FPTR(x2), k < 1 ? 1 : k, FPTR(cw), n < 1 ? 1 : n, beta, FPTR(y), n < 1 ? 1 : n);
-        if (relu) BE(x)->unary(DEV(x), LD_UN_RELU, FPTR(y), FPTR(y), rows * n);
+        if (relu) BE(x)->unary(DEV(x), LD_UN_RELU, LD_F32, FPTR(y), FPTR(y), rows * n);
     }
     ld_tensor *out = NULL;
     if (cw) {

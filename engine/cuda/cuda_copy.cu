@@ -6,7 +6,6 @@
  * both devices.
  */
 #include "cuda_common.cuh"
-#include "../ld_half.h"
 
 #include <string.h>
 
@@ -37,8 +36,7 @@ static void merge_dims(int ndim, const int64_t *shape, const int64_t *st, cu_vie
 /* float16 and bfloat16 travel as their bits (uint16 storage wrappers), and
    convert through ld_half.h as on the CPU: to half from float32, from half
    to float32 (exact), so both devices give the same bits. */
-struct cu_f16 { uint16_t b; };
-struct cu_bf16 { uint16_t b; };
+/* (cu_f16, cu_bf16: cuda_common.cuh) */
 template <typename T> struct cu_conv {
     static __device__ double get(T v) { return (double)v; }
     static __device__ T put(double v) { return (T)v; }

@@ -572,6 +572,61 @@ T.test("float16/bfloat16: elementwise, reductions, softmax and conversions again
   end
 end)
 
+-- Elementwise ops on two half tensors of one dtype run the half kernels
+-- (float32 arithmetic, rounded once): one kernel, no casts around it, and
+-- their gradients are half ops too (TF computes a bfloat16 op's gradient in
+-- bfloat16). Gradients against the float32 path on the same values, under HALF_TOL.
+T.test("float16/bfloat16 elementwise ops are single half kernels; their gradients against float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  local a, b = U(0.5, 2, 9, 33), U(0.5, 2, 33)
+  local cases = {
+    { "add", function(x, y) return x + y end, "binary" }, { "sub", function(x, y) return x - y end, "binary" },
+    { "mul", function(x, y) return x * y end, "binary" }, { "div", function(x, y) return x / y end, "binary" },
+    { "maximum", function(x, y) return x:maximum(y) end, "binary" },
+    { "exp", function(x) return x:exp() end, "unary" }, { "tanh", function(x) return x:tanh() end, "unary" },
+    { "sigmoid", function(x) return x:sigmoid() end, "unary" }, { "gelu", function(x) return (x - 1):gelu() end, "unary" },
+    { "relu", function(x) return (x - 1):relu() end, "unary" }, { "sqrt", function(x) return x:sqrt() end, "unary" },
+  }
+  for dt, tol in pairs(HALF_TOL) do
+    local ah, bh = a:astype(dt), b:astype(dt)
+    local af, bf = ah:astype("float32"), bh:astype("float32")
+    for _, cs in ipairs(cases) do
+      local what = cs[1] .. " " .. dt
+      if counted and cs[1] ~= "gelu" and cs[1] ~= "relu" then
+        local x, y = ah:to(dev), bh:to(dev)
+        local before = ldist._distribute.kernel_calls()
+        local r = cs[2](x, y)
+        local after = ldist._distribute.kernel_calls()
+        T.eq(r.dtype, dt, what .. ": dtype")
+        T.eq(after[cs[3]] - before[cs[3]], 1, what .. ": one " .. cs[3] .. " kernel")
+        T.eq(after.copy_strided - before.copy_strided, 0, what .. ": no cast kernel")
+      end
+      local w = tensor.normal(9, 33)
+      local function grads(x, y, ww, cast)
+        local vx, vy = tensor.Variable(x), tensor.Variable(y)
+        local tape = autograd.GradientTape()
+        local loss = tape:record(function()
+          local r = cast and cs[2](vx:astype(cast), vy:astype(cast)) or cs[2](vx, vy)
+          return (r:astype("float32") * ww):sum()
+        end)
+        local gr = tape:gradient(loss, { vx, vy })
+        return gr[1], gr[2]
+      end
+      local gx, gy = grads(af:to(dev), bf:to(dev), w:to(dev), dt)
+      local cx, cy = grads(af, bf, w, dt)
+      local fx, fy = grads(af, bf, w, nil)
+      G.close(gx, cx, what .. " d/dx on the device", tol)
+      local e = G.nmse(cx, fx)
+      T.ok(e <= tol, ("%s d/dx against float32: normalised error %.3g above %g"):format(what, e, tol))
+      if cs[3] == "binary" then
+        G.close(gy, cy, what .. " d/dy on the device", tol)
+        e = G.nmse(cy, fy)
+        T.ok(e <= tol, ("%s d/dy (broadcast) against float32: normalised error %.3g above %g"):format(what, e, tol))
+      end
+    end
+  end
+end)
+
 T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 product", function()
   for _, cs in ipairs({ { 64, 48, 32 }, { 129, 67, 255 }, { 3, 1, 5 }, { 33, 130, 17 } }) do
     local m, k, n = cs[1], cs[2], cs[3]
