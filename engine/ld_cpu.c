@@ -717,7 +717,7 @@ static void bin_part(void *c, int p, int np) {
     sh[0] = hi - lo;
     cpu_binary_serial(NULL, j->op, j->out + lo * j->inner, j->a + lo * j->sa[0], j->sa, j->b + lo * j->sb[0], j->sb, j->ndim, sh);
 }
-static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
+static void binary_f32(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
                        const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
@@ -726,25 +726,82 @@ static void cpu_binary(ld_device *d, ld_binary_op op, float *out, const float *a
     parallel_run(bin_part, &j, 64);
 }
 
-typedef struct { ld_unary_op op; float *y; const float *x, *dy, *yv; int64_t n; int bw; } un_job;
+/* A half operand widened to float32 over its own extent (a broadcast axis
+   once, with stride 0 in *fs): malloc'ed, NULL out of memory. */
+static float *widen_operand(ld_device *d, ld_dtype dt, const void *x, const int64_t *sx, int ndim,
+                            const int64_t *shape, int64_t *fs) {
+    int64_t sh[LD_MAX_DIMS] = {0}, n = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        sh[i] = sx[i] ? shape[i] : 1;
+        fs[i] = sx[i] ? n : 0;
+        n *= sh[i];
+    }
+    float *f = malloc((size_t)(n + 1) * sizeof(float));   /* + 1: never malloc(0) */
+    if (f) cpu_copy_strided(d, f, LD_F32, x, dt, ndim, sh, sx);
+    return f;
+}
+
+/* Half operands: widened to float32 (exact), the float32 kernel, the result
+   rounded once. */
+static void cpu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, const void *a, const int64_t *sa,
+                       const void *b, const int64_t *sb, int ndim, const int64_t *shape) {
+    if (dt == LD_F32) { binary_f32(d, op, out, a, sa, b, sb, ndim, shape); return; }
+    int64_t total = 1, one = 1, fa_s[LD_MAX_DIMS], fb_s[LD_MAX_DIMS];
+    for (int i = 0; i < ndim; i++) total *= shape[i];
+    if (total <= 0) return;
+    float *fa = widen_operand(d, dt, a, sa, ndim, shape, fa_s), *fb = widen_operand(d, dt, b, sb, ndim, shape, fb_s);
+    float *fo = malloc((size_t)total * sizeof(float));
+    if (fa && fb && fo) {
+        binary_f32(d, op, fo, fa, fa_s, fb, fb_s, ndim, shape);
+        cpu_copy_strided(d, out, dt, fo, LD_F32, 1, &total, &one);
+    } else {
+        ld_device_fault(d, LD_ENOMEM, "%s: out of memory widening %s operands", "binary", ld_dtype_name(dt));
+        cpu_fill(d, out, dt, total, NAN);
+    }
+    free(fa); free(fb); free(fo);
+}
+
+/* The unary kernels on [lo, hi): float32 in place, half storage through
+   float32 blocks on the stack (widened exactly, rounded once). */
+enum { UN_BLOCK = 512 };
+typedef struct { ld_unary_op op; ld_dtype dt; void *y; const void *x, *dy, *yv; int64_t n; int bw; } un_job;
+static void un_range(const un_job *j, int64_t lo, int64_t hi) {
+    if (j->dt == LD_F32) {
+        const float *x = j->x, *dy = j->dy, *yv = j->yv;
+        if (j->bw) cpu_unary_backward_serial(NULL, j->op, (float *)j->y + lo, dy + lo, x ? x + lo : NULL, yv ? yv + lo : NULL, hi - lo);
+        else cpu_unary_serial(NULL, j->op, (float *)j->y + lo, x + lo, hi - lo);
+        return;
+    }
+    float y[UN_BLOCK], x[UN_BLOCK], dy[UN_BLOCK], yv[UN_BLOCK];
+    for (int64_t c = lo; c < hi; c += UN_BLOCK) {
+        int64_t n = hi - c < UN_BLOCK ? hi - c : UN_BLOCK;
+        if (j->x) convert_row_half(x, LD_F32, (const uint16_t *)j->x + c, j->dt, n, 1);
+        if (j->bw) {
+            convert_row_half(dy, LD_F32, (const uint16_t *)j->dy + c, j->dt, n, 1);
+            if (j->yv) convert_row_half(yv, LD_F32, (const uint16_t *)j->yv + c, j->dt, n, 1);
+            cpu_unary_backward_serial(NULL, j->op, y, dy, j->x ? x : NULL, j->yv ? yv : NULL, n);
+        } else {
+            cpu_unary_serial(NULL, j->op, y, x, n);
+        }
+        convert_row_half((uint16_t *)j->y + c, j->dt, y, LD_F32, n, 1);
+    }
+}
 static void un_part(void *c, int p, int np) {
     un_job *j = c;
     int64_t lo, hi;
     range_of(j->n, p, np, &lo, &hi);
-    if (lo >= hi) return;
-    if (j->bw) cpu_unary_backward_serial(NULL, j->op, j->y + lo, j->dy + lo, j->x ? j->x + lo : NULL, j->yv ? j->yv + lo : NULL, hi - lo);
-    else cpu_unary_serial(NULL, j->op, j->y + lo, j->x + lo, hi - lo);
+    if (lo < hi) un_range(j, lo, hi);
 }
-static void cpu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
-    if (n < PAR_MIN) { cpu_unary_serial(d, op, y, x, n); return; }
-    un_job j = {op, y, x, NULL, NULL, n, 0};
-    parallel_run(un_part, &j, 64);
+static void cpu_unary(ld_device *d, ld_unary_op op, ld_dtype dt, void *y, const void *x, int64_t n) {
+    un_job j = {op, dt, y, x, NULL, NULL, n, 0};
+    if (n < PAR_MIN) un_range(&j, 0, n);
+    else parallel_run(un_part, &j, 64);
 }
-static void cpu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy, const float *x,
-                               const float *y, int64_t n) {
-    if (n < PAR_MIN) { cpu_unary_backward_serial(d, op, dx, dy, x, y, n); return; }
-    un_job j = {op, dx, x, dy, y, n, 1};
-    parallel_run(un_part, &j, 64);
+static void cpu_unary_backward(ld_device *d, ld_unary_op op, ld_dtype dt, void *dx, const void *dy, const void *x,
+                               const void *y, int64_t n) {
+    un_job j = {op, dt, dx, x, dy, y, n, 1};
+    if (n < PAR_MIN) un_range(&j, 0, n);
+    else parallel_run(un_part, &j, 64);
 }
 
 typedef struct {
@@ -808,7 +865,7 @@ static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
 /* Half operands: bfloat16 on AVX512_BF16 (ld_gemm_bf16.c); otherwise (float16,
    another processor, LDIST_NO_AVX512_BF16=1) both widened to float32, which
    is exact, and the float32 product: float32 sums either way. */
-static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
+static void gemm_half_f32(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
                           const void *a, int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
     if (dt == LD_BF16 && ld_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
     /* the operands as stored: rows x cols with leading dimension ld */
@@ -819,7 +876,7 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     if (!fa || !fb) {
         free(fa); free(fb);
         ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory widening the %s operands", ld_dtype_name(dt));
-        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
+        ld_cpu_nan_rows(d, c, LD_F32, ldc, m, n);
         return;
     }
     cpu_copy_strided(d, fa, LD_F32, a, dt, 2, as, ast);
@@ -827,6 +884,33 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     cpu_gemm(d, ta, tb, m, n, k, 1.0f, fa, as[1] < 1 ? 1 : as[1], fb, bs[1] < 1 ? 1 : bs[1], 0.0f, c, ldc);
     free(fa);
     free(fb);
+}
+
+void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n) {
+    for (int64_t i = 0; i < rows; i++) cpu_fill(d, (char *)c + i * ldc * (int64_t)ld_dtype_size(cdt), cdt, n, NAN);
+}
+
+void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const float *f, int64_t rows, int64_t n) {
+    int64_t one = 1, len = rows * n;
+    if (ldc == n) { cpu_copy_strided(d, c, cdt, f, LD_F32, 1, &len, &one); return; }
+    for (int64_t i = 0; i < rows; i++)
+        cpu_copy_strided(d, (char *)c + i * ldc * (int64_t)ld_dtype_size(cdt), cdt, f + i * n, LD_F32, 1, &n, &one);
+}
+
+/* A half C: the float32 sums into a scratch block, rounded once. */
+static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
+                          const void *a, int64_t lda, const void *b, int64_t ldb, ld_dtype cdt, void *c, int64_t ldc) {
+    if (cdt == LD_F32) { gemm_half_f32(d, ta, tb, m, n, k, dt, a, lda, b, ldb, c, ldc); return; }
+    if (m <= 0 || n <= 0) return;
+    float *f = malloc((size_t)(m * n) * sizeof(float));
+    if (!f) {
+        ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory for the float32 sums");
+        ld_cpu_nan_rows(d, c, cdt, ldc, m, n);
+        return;
+    }
+    gemm_half_f32(d, ta, tb, m, n, k, dt, a, lda, b, ldb, f, n);
+    ld_cpu_round_rows(d, c, cdt, ldc, f, m, n);
+    free(f);
 }
 
 typedef struct {

@@ -14,6 +14,7 @@
 #include "ld_cpu_internal.h"
 #include "ld_cpu_simd.h"
 #include "ld_executor.h"
+#include "ld_gemm_bf16.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -51,6 +52,80 @@ void cpu_gemm_batched(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_
     } else {
         bgemm_part(&j, 0, 1);
     }
+}
+
+/* ================================================================ gemm_batched_half
+ * bfloat16 on AVX512_BF16: one ld_gemm_bf16 per matrix, the matrices split
+ * over the pool as above (float32 sums, as the GPU's tensor cores). Else
+ * (float16, or no AVX512_BF16) both operands are widened to float32, which
+ * is exact, and go through cpu_gemm_batched. A half C gets the float32
+ * sums of a scratch block, rounded once. */
+typedef struct {
+    int ta, tb;
+    int64_t m, n, k;
+    const uint16_t *a, *b;
+    float *c;
+    int64_t lda, ldb, sa, sb, sc, batch;
+    int failed;   /* a matrix ld_gemm_bf16 could not do (out of memory): widen them all */
+} hbgemm_job;
+
+static void hbgemm_part(void *ctx, int p, int np) {
+    hbgemm_job *j = ctx;
+    int64_t lo = j->batch * p / np, hi = j->batch * (p + 1) / np;
+    for (int64_t i = lo; i < hi; i++)
+        if (!ld_gemm_bf16(j->ta, j->tb, j->m, j->n, j->k, j->a + i * j->sa, j->lda, j->b + i * j->sb, j->ldb,
+                          j->c + i * j->sc, j->n))
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+}
+
+/* the float32 C_i (i < batch, one every sc elements); 0, or out of memory (faulted) */
+static int hbgemm_f32(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt, const void *a,
+                      int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, float *c, int64_t sc,
+                      int64_t batch) {
+    if (dt == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
+        hbgemm_job j = {ta, tb, m, n, k, a, b, c, lda, ldb, sa, sb, sc, batch, 0};
+        if (batch > 1 && (batch >= ld_cpu_threads() || (double)m * n * k < 262144.0))
+            ld_cpu_parallel(hbgemm_part, &j, batch < 1024 ? (int)batch : 1024);
+        else
+            hbgemm_part(&j, 0, 1);
+        if (!j.failed) return 0;
+    }
+    /* the operands as stored: batch matrices of rows x cols, leading dimension ld */
+    int64_t as[3] = {batch, ta ? k : m, ta ? m : k}, bs[3] = {batch, tb ? n : k, tb ? k : n};
+    int64_t ast[3] = {sa, lda, 1}, bst[3] = {sb, ldb, 1};
+    float *fa = malloc((size_t)(as[0] * as[1] * as[2] + 1) * sizeof(float));   /* + 1: never malloc(0) */
+    float *fb = malloc((size_t)(bs[0] * bs[1] * bs[2] + 1) * sizeof(float));
+    if (!fa || !fb) {
+        free(fa); free(fb);
+        ld_device_fault(d, LD_ENOMEM, "gemm_batched_half: out of memory widening the %s operands", ld_dtype_name(dt));
+        return 1;
+    }
+    ld_cpu_kernels.copy_strided(d, fa, LD_F32, a, dt, 3, as, ast);
+    ld_cpu_kernels.copy_strided(d, fb, LD_F32, b, dt, 3, bs, bst);
+    cpu_gemm_batched(d, ta, tb, m, n, k, 1.0f, fa, as[2] < 1 ? 1 : as[2], as[1] * as[2], fb, bs[2] < 1 ? 1 : bs[2],
+                     bs[1] * bs[2], 0.0f, c, sc, batch);
+    free(fa);
+    free(fb);
+    return 0;
+}
+
+void cpu_gemm_batched_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt, const void *a,
+                           int64_t lda, int64_t sa, const void *b, int64_t ldb, int64_t sb, ld_dtype cdt, void *c,
+                           int64_t sc, int64_t batch) {
+    if (batch <= 0 || m <= 0 || n <= 0) return;
+    size_t csz = ld_dtype_size(cdt);
+    /* a half C: float32 sums into a contiguous scratch block first */
+    float *f = cdt == LD_F32 ? c : malloc((size_t)(batch * m * n) * sizeof(float));
+    int64_t fs = cdt == LD_F32 ? sc : m * n;
+    if (!f) ld_device_fault(d, LD_ENOMEM, "gemm_batched_half: out of memory for the float32 sums");
+    if (!f || hbgemm_f32(d, ta, tb, m, n, k, dt, a, lda, sa, b, ldb, sb, f, fs, batch)) {
+        for (int64_t i = 0; i < batch; i++) ld_cpu_nan_rows(d, (char *)c + i * sc * (int64_t)csz, cdt, n, m, n);
+    } else if (cdt != LD_F32) {
+        if (sc == m * n) ld_cpu_round_rows(d, c, cdt, n, f, batch * m, n);
+        else
+            for (int64_t i = 0; i < batch; i++) ld_cpu_round_rows(d, (char *)c + i * sc * (int64_t)csz, cdt, n, f + i * m * n, m, n);
+    }
+    if (f != c) free(f);
 }
 
 /* ================================================================ masked softmax */

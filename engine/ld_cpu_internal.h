@@ -24,6 +24,12 @@ void ld_cpu_pool_set_spin(int spin, int yield);
 /* below this many elements a loop is not worth splitting */
 #define LD_CPU_PAR_MIN 32768
 
+/* The rows of a product's C (rows of n values, one every ldc elements of
+   cdt): NaN (a product that could not run), or the contiguous float32
+   rows f rounded to a half cdt once (gemm_half, gemm_batched_half). */
+void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n);
+void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const float *f, int64_t rows, int64_t n);
+
 #define LD_CPU_DECLARE(name, ...) LD_K_DECLARE(cpu_, name, __VA_ARGS__);
 LD_LAYER_KERNELS(LD_CPU_DECLARE)
 #undef LD_CPU_DECLARE

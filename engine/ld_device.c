@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "ld_device.h"
+#include "ld_executor.h"
 #include "cuda/ld_cuda.h"
 
 #include <dlfcn.h>
@@ -45,6 +46,7 @@ int ld_device_register(ld_device *d) {
         pthread_mutex_unlock(&reg_mu);
         return ld_fail(LD_EDEVICE, "too many devices");
     }
+    ld_kernel_profile_attach(d);   /* LDIST_KERNEL_PROFILE: a GPU's kernels are timed */
     devices[n_devices++] = d;
     pthread_mutex_unlock(&reg_mu);
     return LD_OK;

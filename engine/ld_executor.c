@@ -512,11 +512,33 @@ uint64_t ld_kernel_calls(int k) {
     return k >= 0 && k < LD_KERNEL_COUNT ? __atomic_load_n(&px_calls[k], __ATOMIC_RELAXED) : 0;
 }
 
+/* ---- the kernel profile (LDIST_KERNEL_PROFILE=1)
+ * Time per kernel slot, printed at exit sorted by total time: where a run's
+ * time goes, kernel by kernel. A queued kernel is timed where it runs (the
+ * executor thread, run_<name>); a device that runs kernels at the call (cpu:0
+ * inline, a GPU) gets a wrapping backend (pf_<name>) that times the call
+ * and, on a GPU, the device's synchronize after it, so the time is the
+ * kernel's and not its launch's. That serializes host and GPU: a profiled
+ * run is slower than a plain one, the shares are what counts. Off (the
+ * default), nothing is wrapped and run_<name> tests one flag set before any
+ * thread starts. */
+static int prof_on;                          /* set once, at load (prof_init) */
+/* by the kind of device (CPU devices, GPUs: a GPU run's host-side kernels
+   apart from the GPU's), then by slot */
+static uint64_t prof_ns[2][LD_KERNEL_COUNT], prof_calls[2][LD_KERNEL_COUNT];
+static void prof_add(const ld_device *d, int k, double t0) {
+    int g = d->kind != LD_DEV_CPU;
+    __atomic_add_fetch(&prof_ns[g][k], (uint64_t)((ld_now() - t0) * 1e9), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&prof_calls[g][k], 1, __ATOMIC_RELAXED);
+}
+
 #define PX_KERNEL(name, ...)                                                        \
     typedef struct { LD_K_FIELDS(__VA_ARGS__) } name##_a;                           \
     static void run_##name(task *tk_, ld_device *d) {                                 \
         name##_a *k_ = (name##_a *)tk_->args;                                         \
+        double t0_ = prof_on ? ld_now() : 0;                                          \
         CPU->name(d, LD_K_LOAD(__VA_ARGS__));                                       \
+        if (prof_on) prof_add(d, LD_KERNEL_##name, t0_);                                 \
     }                                                                               \
     static void px_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
         __atomic_add_fetch(&px_calls[LD_KERNEL_##name], 1, __ATOMIC_RELAXED);        \
@@ -535,6 +557,86 @@ static const ld_backend proxy_backend = {
     .synchronize = exec_sync,
     LD_KERNELS(PX_SLOT)
 };
+
+/* ---- the profile's wrapping backend, for devices that run kernels at the call */
+static const ld_backend *prof_gpu[LD_MAX_LOGICAL];   /* a GPU's own backend, by index */
+static const ld_backend *prof_inner(ld_device *d) {
+    return d->kind == LD_DEV_CPU ? ld_cpu_backend() : prof_gpu[d->index];
+}
+#define PF_KERNEL(name, ...)                                                        \
+    static void pf_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
+        const ld_backend *in_ = prof_inner(d);                                        \
+        double t0_ = ld_now();                                                        \
+        in_->name(d, LD_K_NAMES(__VA_ARGS__));                                      \
+        if (d->kind != LD_DEV_CPU) in_->synchronize(d);                               \
+        prof_add(d, LD_KERNEL_##name, t0_);                                              \
+    }
+LD_KERNELS(PF_KERNEL)
+static void *pf_alloc(ld_device *d, size_t n) { return prof_inner(d)->alloc(d, n); }
+static void pf_free(ld_device *d, void *p, size_t n) { prof_inner(d)->free(d, p, n); }
+static int pf_to_host(ld_device *d, void *h, const void *s, size_t n) { return prof_inner(d)->to_host(d, h, s, n); }
+static int pf_from_host(ld_device *d, void *s, const void *h, size_t n) { return prof_inner(d)->from_host(d, s, h, n); }
+static void pf_synchronize(ld_device *d) { prof_inner(d)->synchronize(d); }
+#define PF_SLOT(name, ...) .name = pf_##name,
+static const ld_backend prof_backend = {
+    .name = "profiled",
+    .alloc = pf_alloc, .free = pf_free, .to_host = pf_to_host, .from_host = pf_from_host,
+    .synchronize = pf_synchronize,
+    LD_KERNELS(PF_SLOT)
+};
+
+/* cpu:0's backend while it runs inline */
+static const ld_backend *host_inline_backend(void) { return prof_on ? &prof_backend : ld_cpu_backend(); }
+
+void ld_kernel_profile_attach(ld_device *d) {
+    if (!prof_on || d->kind == LD_DEV_CPU || d->index < 0 || d->index >= LD_MAX_LOGICAL) return;
+    prof_gpu[d->index] = d->backend;
+    d->backend = &prof_backend;
+}
+
+int ld_kernel_profile_on(void) { return prof_on; }
+
+static const uint64_t *sort_ns;   /* qsort's key (the print runs once, at exit) */
+static int by_time(const void *x, const void *y) {
+    int i = *(const int *)x, j = *(const int *)y;
+    return sort_ns[i] < sort_ns[j] ? 1 : sort_ns[i] > sort_ns[j] ? -1 : i - j;
+}
+
+void ld_kernel_profile_print(FILE *f) {
+    static const char *const kinds[2] = {"CPU devices", "GPUs (synchronized after each kernel)"};
+    for (int g = 0; g < 2; g++) {
+        uint64_t ns[LD_KERNEL_COUNT], calls[LD_KERNEL_COUNT];
+        int order[LD_KERNEL_COUNT], n = 0;
+        double total = 0;
+        for (int k = 0; k < LD_KERNEL_COUNT; k++) {
+            ns[k] = __atomic_load_n(&prof_ns[g][k], __ATOMIC_RELAXED);
+            calls[k] = __atomic_load_n(&prof_calls[g][k], __ATOMIC_RELAXED);
+            if (calls[k]) { order[n++] = k; total += (double)ns[k]; }
+        }
+        if (!n) continue;
+        sort_ns = ns;
+        qsort(order, (size_t)n, sizeof *order, by_time);
+        fprintf(f, "kernel profile, %s (LDIST_KERNEL_PROFILE):\n", kinds[g]);
+        fprintf(f, "  %-26s %10s %12s %7s\n", "kernel", "calls", "total ms", "share");
+        for (int i = 0; i < n; i++) {
+            int k = order[i];
+            fprintf(f, "  %-26s %10llu %12.3f %6.1f%%\n", px_names[k], (unsigned long long)calls[k],
+                    (double)ns[k] * 1e-6, total > 0 ? 100.0 * (double)ns[k] / total : 0.0);
+        }
+        fprintf(f, "  %-26s %10s %12.3f %6.1f%%\n", "all kernels", "", total * 1e-6, 100.0);
+    }
+}
+
+static void prof_print_at_exit(void) { ld_kernel_profile_print(stderr); }
+
+/* Read LDIST_KERNEL_PROFILE once, before any thread or device exists. */
+__attribute__((constructor)) static void prof_init(void) {
+    const char *s = getenv("LDIST_KERNEL_PROFILE");
+    if (!s || !*s || !strcmp(s, "0")) return;
+    prof_on = 1;
+    ld_device_cpu()->backend = &prof_backend;
+    atexit(prof_print_at_exit);
+}
 
 /* ================================================================ configuration */
 static ld_device *logical[LD_MAX_LOGICAL];
@@ -596,7 +698,7 @@ int ld_host_async(int on) {
     } else if (h->impl) {
         exec_sync(h);
         recent_flush(h->impl, h);
-        __atomic_store_n(&h->backend, ld_cpu_backend(), __ATOMIC_RELEASE);
+        __atomic_store_n(&h->backend, host_inline_backend(), __ATOMIC_RELEASE);
         __atomic_store_n(&h->impl, NULL, __ATOMIC_RELEASE);
     }
     return LD_OK;

@@ -16,6 +16,7 @@
 #include "ld_device.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define LD_MAX_LOGICAL 64
 
@@ -68,6 +69,15 @@ void ld_executor_fail_allocs(int n);
 int ld_kernel_count(void);
 const char *ld_kernel_name(int k);
 uint64_t ld_kernel_calls(int k);
+/* The kernel profile: with LDIST_KERNEL_PROFILE=1 in the environment when
+   the program starts, every kernel call on every device is timed per slot
+   (a GPU synchronized after each, so the time is the kernel's), and a table
+   of the slots by total time (calls, total ms, share) goes to stderr at
+   exit. Off by default, at no cost. attach: a device that runs its kernels
+   at the call (a GPU) joins it when registered (ld_device_register). */
+int ld_kernel_profile_on(void);
+void ld_kernel_profile_attach(ld_device *d);
+void ld_kernel_profile_print(FILE *f);
 
 /* ---- tracing ---- */
 /* A span's kind: what the device was doing. COMPUTE is work of no known

@@ -50,13 +50,15 @@ typedef struct {
       (V, int, ndim), (D, int64_t, shape), (D, int64_t, sstrides))                                              \
     X(fill, (V, void *, dst), (V, ld_dtype, dt), (V, int64_t, n), (V, double, v))                               \
     /* out[i] = a[ia] op b[ib] over `shape`; strides of a/b are 0 on        \
-       broadcast dims; out contiguous. All float32. */                       \
-    X(binary, (V, ld_binary_op, op), (V, float *, out), (V, const float *, a), (D, int64_t, sa),                \
-      (V, const float *, b), (D, int64_t, sb), (V, int, ndim), (D, int64_t, shape))                             \
-    X(unary, (V, ld_unary_op, op), (V, float *, y), (V, const float *, x), (V, int64_t, n))                     \
-    /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh) */            \
-    X(unary_backward, (V, ld_unary_op, op), (V, float *, dx), (V, const float *, dy), (V, const float *, x),    \
-      (V, const float *, y), (V, int64_t, n))                                                                   \
+       broadcast dims; out contiguous. out, a and b in dt: float32, or      \
+       float16/bfloat16 computed in float32 and rounded once (the elementwise \
+       kernels below likewise). */                                           \
+    X(binary, (V, ld_binary_op, op), (V, ld_dtype, dt), (V, void *, out), (V, const void *, a),                 \
+      (D, int64_t, sa), (V, const void *, b), (D, int64_t, sb), (V, int, ndim), (D, int64_t, shape))           \
+    X(unary, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, y), (V, const void *, x), (V, int64_t, n))    \
+    /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh); all in dt */ \
+    X(unary_backward, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, dx), (V, const void *, dy),         \
+      (V, const void *, x), (V, const void *, y), (V, int64_t, n))                                              \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
        LD_RED_ARGMAX `out` holds int64. */                                   \
     X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const float *, x), (V, int64_t, outer),              \
@@ -67,10 +69,11 @@ typedef struct {
       (V, const float *, a), (V, int64_t, lda), (V, const float *, b), (V, int64_t, ldb), (V, float, beta),     \
       (V, float *, c), (V, int64_t, ldc))                                                                       \
     /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
-       (dt), a and b in dt, c float32: products and sums in float32. */      \
+       (dt), a and b in dt: products and sums in float32, c in cdt (float32, \
+       or dt: the sums rounded once, as cuBLAS writes a half C). */          \
     X(gemm_half, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, ld_dtype, dt), \
-      (V, const void *, a), (V, int64_t, lda), (V, const void *, b), (V, int64_t, ldb), (V, float *, c),         \
-      (V, int64_t, ldc))                                                                                        \
+      (V, const void *, a), (V, int64_t, lda), (V, const void *, b), (V, int64_t, ldb), (V, ld_dtype, cdt),      \
+      (V, void *, c), (V, int64_t, ldc))                                                                        \
     /* softmax / log-softmax over the last axis of [rows, cols] */           \
     X(softmax, (V, float *, out), (V, const float *, x), (V, int64_t, rows), (V, int64_t, cols), (V, int, log)) \
     /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
@@ -163,6 +166,13 @@ typedef struct {
     X(gemm_batched, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k),            \
       (V, float, alpha), (V, const float *, a), (V, int64_t, lda), (V, int64_t, sa), (V, const float *, b),     \
       (V, int64_t, ldb), (V, int64_t, sb), (V, float, beta), (V, float *, c), (V, int64_t, sc),                 \
+      (V, int64_t, batch))                                                                                      \
+    /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
+       (dt), A_i and B_i in dt: products and sums in float32, C_i in cdt     \
+       (float32, or dt: rounded once), as gemm_half. */                      \
+    X(gemm_batched_half, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k),       \
+      (V, ld_dtype, dt), (V, const void *, a), (V, int64_t, lda), (V, int64_t, sa), (V, const void *, b),        \
+      (V, int64_t, ldb), (V, int64_t, sb), (V, ld_dtype, cdt), (V, void *, c), (V, int64_t, sc),                \
       (V, int64_t, batch))                                                                                      \
     /* y = softmax(scale * x) over the last axis of [batch, t, s]; with      \
        causal, entry (i, j) of each [t, s] matrix is masked out when        \

@@ -147,18 +147,32 @@ static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t 
     return LD_OK;
 }
 
+/* a op b, a and b of one float dtype (float32, or a half one: computed in
+   float32, rounded once), the result in it */
 static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     int nd = 0;
     int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS];
     if (ld_ops_same_device(a, b, bin_names[op])) return NULL;
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
-    ld_tensor *out = ld_ops_out_empty(LD_F32, nd, shape, DEV(a));
+    ld_tensor *out = ld_ops_out_empty(a->dtype, nd, shape, DEV(a));
     if (!out) return NULL;
-    BE(a)->binary(DEV(a), op, FPTR(out), FPTR(a), sa, FPTR(b), sb, nd, shape);
+    BE(a)->binary(DEV(a), op, a->dtype, ld_tensor_data_unsynced(out), ld_tensor_data_unsynced(a), sa,
+                  ld_tensor_data_unsynced(b), sb, nd, shape);
     return out;
 }
 
+static int bw_binary_in(ld_node *n, ld_tensor *g, ld_tensor **gi);
+/* a and b of one dtype (float32, or half: the gradients are half ops too);
+   g in it (a float32 seed is rounded to it) */
 static int bw_binary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    if (g->dtype == n->in[0]->dtype) return bw_binary_in(n, g, gi);
+    ld_tensor *gd = ld_cast(g, n->in[0]->dtype);
+    int st = gd ? bw_binary_in(n, gd, gi) : ld_error_status();
+    ld_tensor_release(gd);
+    return st;
+}
+
+static int bw_binary_in(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_binary_op op = (ld_binary_op)n->args[0];
     ld_tensor *a = n->in[0], *b = n->in[1];
     ld_tensor *ga = NULL, *gb = NULL, *t1 = NULL, *t2 = NULL;
@@ -252,7 +266,11 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
         (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN))
         return binary_int(op, a, b);
     ld_dtype rdt = ld_ops_result_dtype(a, b);
-    ld_tensor *fa = as_float(a), *fb = fa ? as_float(b) : NULL;
+    /* two half operands of one dtype: the half kernel (float32 arithmetic,
+       rounded once: the bits the float32 op and a cast give, without their
+       kernels), recorded on the half tensors; others as float32 */
+    int half = ld_dtype_is_half(a->dtype) && a->dtype == b->dtype;
+    ld_tensor *fa = half ? ld_tensor_retain(a) : as_float(a), *fb = !fa ? NULL : half ? ld_tensor_retain(b) : as_float(b);
     ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
     if (out && op < LD_BIN_EQ) {
         ld_tensor *in[2] = {fa, fb};
@@ -268,7 +286,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     }
     ld_tensor_release(fa);
     ld_tensor_release(fb);
-    return ld_ops_in_dtype(out, rdt);
+    return half ? out : ld_ops_in_dtype(out, rdt);
 }
 
 ld_tensor *ld_add(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_ADD, a, b); }
@@ -291,28 +309,33 @@ ld_tensor *ld_mul_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_MUL,
 ld_tensor *ld_pow_scalar(ld_tensor *a, float s) { return with_scalar(LD_BIN_POW, a, s); }
 
 /* ================================================================ unary */
+/* x (contiguous) and y in one dtype, float32 or half; g in it too (a float32
+   seed is rounded to it) */
 static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = n->in[0], *y = n->saved[0];
-    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *gc = g->dtype == x->dtype ? ld_contiguous(g) : ld_cast(g, x->dtype);
     if (!gc) return ld_error_status();
-    ld_tensor *dx = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x));
-    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], FPTR(dx), FPTR(gc), FPTR(x),
-                                  y ? FPTR(y) : NULL, ld_tensor_numel(x));
+    ld_tensor *dx = ld_ops_out_empty(x->dtype, x->ndim, x->shape, DEV(x));
+    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], x->dtype, ld_tensor_data_unsynced(dx),
+                                  ld_tensor_data_unsynced(gc), ld_tensor_data_unsynced(x),
+                                  y ? ld_tensor_data_unsynced(y) : NULL, ld_tensor_numel(x));
     ld_tensor_release(gc);
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
 }
 
+/* A half x runs the half kernel (float32 arithmetic, rounded once) and is
+   recorded as it is; an integer one is cast to float32 first. */
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
-    ld_dtype rdt = ld_ops_result_dtype(x, NULL);
-    ld_tensor *fx = as_float(x);
+    ld_tensor *fx = ld_dtype_is_half(x->dtype) ? ld_tensor_retain(x) : as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
     if (!cx) return NULL;
-    ld_tensor *y = ld_ops_out_empty(LD_F32, cx->ndim, cx->shape, DEV(cx));
+    ld_tensor *y = ld_ops_out_empty(cx->dtype, cx->ndim, cx->shape, DEV(cx));
     if (y) {
-        BE(cx)->unary(DEV(cx), op, FPTR(y), FPTR(cx), ld_tensor_numel(cx));
+        BE(cx)->unary(DEV(cx), op, cx->dtype, ld_tensor_data_unsynced(y), ld_tensor_data_unsynced(cx),
+                      ld_tensor_numel(cx));
         ld_tensor *in[1] = {cx};
         ld_node *nd = ld_record(y, un_names[op], bw_unary, 1, in);
         if (nd) {
@@ -322,7 +345,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
         }
     }
     ld_tensor_release(cx);
-    return ld_ops_in_dtype(y, rdt);
+    return y;
 }
 
 ld_tensor *ld_neg(ld_tensor *x) {
@@ -552,7 +575,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     ld_tensor *sc = ld_tensor_scalar(inv, DEV(s));
     if (!sc) { ld_tensor_release(s); return NULL; }
     int64_t zs[LD_MAX_DIMS] = {0};
-    BE(s)->binary(DEV(s), LD_BIN_MUL, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
+    BE(s)->binary(DEV(s), LD_BIN_MUL, LD_F32, FPTR(s), FPTR(s), s->strides, FPTR(sc), zs, s->ndim, s->shape);
     ld_tensor_release(sc);
     if (s->grad_fn) s->grad_fn->args[1] = inv;
     return ld_ops_in_dtype(s, ld_ops_result_dtype(x, NULL));
@@ -567,7 +590,9 @@ static int gemm_layout(const ld_tensor *t, int *trans, int64_t *ld) {
     return 0;
 }
 
-/* c = op(a) op(b) for 2-d tensors, handling views; ta/tb transpose a/b first. */
+/* c = op(a) op(b) for 2-d tensors, handling views; ta/tb transpose a/b first.
+   c is in a's dtype: a half product (a and b of one half dtype) sums in
+   float32 and rounds once, as PyTorch's bf16 matmul and cuBLAS do. */
 static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
     int64_t n = tb ? b->shape[0] : b->shape[1];
@@ -578,38 +603,21 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(ca, &la, &lda)) { ld_tensor_release(ca); ca = ld_clone(a); la = 0; lda = a->shape[1]; }
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
-    ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, 2, shape, DEV(a)) : NULL;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(a->dtype, 2, shape, DEV(a)) : NULL;
     if (c && ld_dtype_is_half(a->dtype))   /* half operands (one dtype), float32 products and sums */
         BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca), lda < 1 ? 1 : lda,
-                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, FPTR(c), n < 1 ? 1 : n);
+                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, a->dtype, ld_tensor_data_unsynced(c),
+                         n < 1 ? 1 : n);
     else if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
                             ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
     ld_tensor_release(ca); ld_tensor_release(cb);
     return c;
 }
 
-static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb);
-/* a half product (gemm_half): its gradients from float32 copies of the
-   operands (g is float32: the result was), cast back to the half dtype */
-static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *a = nd->in[0], *b = nd->in[1];
-    /* skip the products nobody needs: the input gradient of a first layer */
-    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
-    if (a->dtype == LD_F32) return bw_matmul_f32(a, b, g, gi, na, nb);
-    ld_tensor *fa = ld_cast(a, LD_F32), *fb = fa ? ld_cast(b, LD_F32) : NULL;
-    ld_tensor *g32[2] = {NULL, NULL};
-    int st = fb ? bw_matmul_f32(fa, fb, g, g32, na, nb) : ld_error_status();
-    for (int i = 0; i < 2; i++) {
-        gi[i] = !st && g32[i] ? ld_cast(g32[i], a->dtype) : NULL;
-        if (!st && g32[i] && !gi[i]) st = ld_error_status();
-        ld_tensor_release(g32[i]);
-    }
-    ld_tensor_release(fa); ld_tensor_release(fb);
-    return st;
-}
-
-static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
-    /* a may be [..., m, k] flattened to 2-d for the product */
+/* The gradients of c = a b (a [..., m, k] flattened to 2-d): g b^T and
+   a^T g, each product in the operands' dtype (mm2d: gemm, or gemm_half for
+   half operands and g, giving half results). */
+static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
     int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
     ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
@@ -619,6 +627,21 @@ static int bw_matmul_f32(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **g
     gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
     ld_tensor_release(ga2); ld_tensor_release(a2); ld_tensor_release(g2);
     return (!na || gi[0]) && (!nb || gi[1]) ? LD_OK : ld_error_status();
+}
+
+/* A half product's gradients are half products too, as under Keras's mixed
+   precision and torch.autocast: g in the operands' dtype (it is, unless it
+   is the float32 seed of a gradient taken of the product itself), then
+   gemm_half (tensor cores on a GPU, float32 sums, rounded once to the half
+   dtype of the operands' gradients). */
+static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *a = nd->in[0], *b = nd->in[1];
+    /* skip the products nobody needs: the input gradient of a first layer */
+    int na = ld_needs_grad(a), nb = ld_needs_grad(b);
+    ld_tensor *gd = g->dtype == a->dtype ? ld_tensor_retain(g) : ld_cast(g, a->dtype);
+    int st = gd ? matmul_grads(a, b, gd, gi, na, nb) : ld_error_status();
+    ld_tensor_release(gd);
+    return st;
 }
 
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
@@ -654,11 +677,11 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
         ld_tensor_release(c);
         c = r;
     }
-    if (c) {   /* recorded on its float32 result; a half product's gradients are half (bw_matmul) */
+    if (c) {   /* in the operands' dtype (mm2d), and so are its gradients (bw_matmul) */
         ld_tensor *in[2] = {a, b};
         ld_record(c, "matmul", bw_matmul, 2, in);
     }
-    return ld_ops_in_dtype(c, a->dtype);
+    return c;
 }
 
 /* ================================================================ fused dense layer
@@ -712,7 +735,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (y) {   /* relu: zero the gradient where the output is not positive */
         ld_tensor *gr = ld_ops_out_empty(LD_F32, 2, g2s, DEV(g2));
         if (!gr) { ld_tensor_release(g2); return ld_error_status(); }
-        BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
+        BE(g2)->unary_backward(DEV(g2), LD_UN_RELU, LD_F32, FPTR(gr), FPTR(g2), FPTR(y), FPTR(y), rows * n);
         ld_tensor_release(g2);
         g2 = gr;
     }
@@ -779,7 +802,7 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
             beta = 1.0f;
         }
         BE(x)->gemm(DEV(x), 0, 0, rows, n, k, 1.0f, FPTR(x2), k < 1 ? 1 : k, FPTR(cw), n < 1 ? 1 : n, beta, FPTR(y), n < 1 ? 1 : n);
-        if (relu) BE(x)->unary(DEV(x), LD_UN_RELU, FPTR(y), FPTR(y), rows * n);
+        if (relu) BE(x)->unary(DEV(x), LD_UN_RELU, LD_F32, FPTR(y), FPTR(y), rows * n);
     }
     ld_tensor *out = NULL;
     if (cw) {

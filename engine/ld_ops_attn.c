@@ -8,9 +8,16 @@
  * backward pass keeps only the weights P:
  *     dV = P^T g,  dP = g V^T,  dS = scale * P * (dP - rowsum(dP * P)),
  *     dQ = dS K,   dK = dS^T Q.
+ * Half (float16, bfloat16) q, k, v: every product is a half product
+ * (gemm_batched_half: tensor cores on a GPU, float32 sums), as under
+ * torch.autocast. The scores, the softmax and dP are float32; P is rounded
+ * to the half dtype for P V and dV (both copies kept), dS is rounded before
+ * its products, and the products whose results are the output and the
+ * gradients write them in the half dtype directly (rounded once).
  * Fused (flash_attention, ld_attention_fused): one kernel with an online
  * softmax, no [t, s] matrix in memory; the backward recomputes the weights
- * from q, k and each row's log-sum-exp. Taken when asked for.
+ * from q, k and each row's log-sum-exp. Taken when asked for (float32 only:
+ * half inputs take the unfused path above).
  */
 #include "ld_ops_attn.h"
 #include "ld_autograd.h"
@@ -50,9 +57,10 @@ static int64_t batch_of(const ld_tensor *t) {
     return n;
 }
 
-/* c = op(a) op(b) * alpha over the batch; arguments already checked. Not
-   recorded. */
-static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, float alpha) {
+/* c = op(a) op(b) over the batch, in cdt (a and b of one dtype; half
+   operands go to gemm_batched_half, float32 sums, c float32 or their dtype;
+   float32 operands give float32); arguments already checked. Not recorded. */
+static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype cdt) {
     int nd = a->ndim;
     int64_t m = ta ? a->shape[nd - 1] : a->shape[nd - 2], k = ta ? a->shape[nd - 2] : a->shape[nd - 1];
     int64_t n = tb ? b->shape[nd - 2] : b->shape[nd - 1];
@@ -74,11 +82,31 @@ static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, float alph
     memcpy(shape, a->shape, sizeof(int64_t) * (size_t)nd);
     shape[nd - 2] = m;
     shape[nd - 1] = n;
-    ld_tensor *c = ca && cb ? ld_ops_out_empty(LD_F32, nd, shape, DEV(a)) : NULL;
+    if (!ld_dtype_is_half(a->dtype)) cdt = LD_F32;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(cdt, nd, shape, DEV(a)) : NULL;
     int64_t batch = batch_of(a);
-    if (c && batch > 0 && m > 0 && n > 0)
-        BE(a)->gemm_batched(DEV(a), la ^ ta, lb ^ tb, m, n, k, alpha, FPTR(ca), lda < 1 ? 1 : lda, sa, FPTR(cb),
+    if (c && batch > 0 && m > 0 && n > 0 && ld_dtype_is_half(a->dtype))
+        BE(a)->gemm_batched_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca),
+                                 lda < 1 ? 1 : lda, sa, ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, sb, cdt,
+                                 ld_tensor_data_unsynced(c), m * n, batch);
+    else if (c && batch > 0 && m > 0 && n > 0)
+        BE(a)->gemm_batched(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, sa, FPTR(cb),
                             ldb < 1 ? 1 : ldb, sb, 0.0f, FPTR(c), m * n, batch);
+    ld_tensor_release(ca);
+    ld_tensor_release(cb);
+    return c;
+}
+
+/* t in dtype dt, not recorded: t itself (retained) or a rounded copy */
+static ld_tensor *in_dtype(ld_tensor *t, ld_dtype dt) {
+    return !t || t->dtype == dt ? ld_tensor_retain(t) : ld_cast(t, dt);
+}
+
+/* op(a) op(b) in dt: both operands in dt (a float32 one rounded to a half
+   dt first), the product written in dt. Not recorded. */
+static ld_tensor *prod_in(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype dt) {
+    ld_tensor *ca = in_dtype(a, dt), *cb = ca ? in_dtype(b, dt) : NULL;
+    ld_tensor *c = cb ? bmm_raw(ca, cb, ta, tb, dt) : NULL;
     ld_tensor_release(ca);
     ld_tensor_release(cb);
     return c;
@@ -86,27 +114,31 @@ static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, float alph
 
 static int check_pair(const char *op, ld_tensor *a, ld_tensor *b, const char *na, const char *nb) {
     if (!a || !b) return ld_fail(LD_EARG, "%s: %s is missing", op, !a ? na : nb);
-    if (a->dtype != LD_F32 || b->dtype != LD_F32)
-        return ld_fail(LD_ETYPE, "%s needs float32 tensors, got %s (%s) and %s (%s)", op, ld_dtype_name(a->dtype), na,
-                       ld_dtype_name(b->dtype), nb);
+    if (!ld_dtype_is_float(a->dtype) || a->dtype != b->dtype)
+        return ld_fail(LD_ETYPE, "%s needs float32, float16 or bfloat16 tensors of one dtype, got %s (%s) and %s (%s)",
+                       op, ld_dtype_name(a->dtype), na, ld_dtype_name(b->dtype), nb);
     if (DEV(a) != DEV(b))
         return ld_fail(LD_EDEVICE, "%s: %s is on %s and %s on %s; move one with :to()", op, na, DEV(a)->name, nb,
                        DEV(b)->name);
     return LD_OK;
 }
 
+/* g is in the product's dtype (a float32 seed when the gradient is taken of
+   the product itself); a half bmm's gradients are half products in its dtype */
 static int bw_bmm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *a = nd->in[0], *b = nd->in[1];
-    int ta = (int)nd->args[0], tb = (int)nd->args[1];
-    if (ld_needs_grad(a)) {   /* d op(a) = g op(b)^T */
-        gi[0] = !ta ? bmm_raw(g, b, 0, !tb, 1.0f) : bmm_raw(b, g, tb, 1, 1.0f);
-        if (!gi[0]) return ld_error_status();
+    ld_tensor *a = nd->in[0], *b = nd->in[1], *gh = in_dtype(g, a->dtype);
+    int ta = (int)nd->args[0], tb = (int)nd->args[1], st = gh ? LD_OK : ld_error_status();
+    ld_dtype dt = a->dtype;
+    if (!st && ld_needs_grad(a)) {   /* d op(a) = g op(b)^T */
+        gi[0] = !ta ? prod_in(gh, b, 0, !tb, dt) : prod_in(b, gh, tb, 1, dt);
+        if (!gi[0]) st = ld_error_status();
     }
-    if (ld_needs_grad(b)) {   /* d op(b) = op(a)^T g */
-        gi[1] = !tb ? bmm_raw(a, g, !ta, 0, 1.0f) : bmm_raw(g, a, 1, ta, 1.0f);
-        if (!gi[1]) return ld_error_status();
+    if (!st && ld_needs_grad(b)) {   /* d op(b) = op(a)^T g */
+        gi[1] = !tb ? prod_in(a, gh, !ta, 0, dt) : prod_in(gh, a, 1, ta, dt);
+        if (!gi[1]) st = ld_error_status();
     }
-    return LD_OK;
+    ld_tensor_release(gh);
+    return st;
 }
 
 ld_tensor *ld_bmm(ld_tensor *a, ld_tensor *b, int ta, int tb) {
@@ -133,7 +165,7 @@ ld_tensor *ld_bmm(ld_tensor *a, ld_tensor *b, int ta, int tb) {
                 ta ? " (transposed)" : "", b2, tb ? " (transposed)" : "", (long long)ka, (long long)kb);
         return NULL;
     }
-    ld_tensor *c = bmm_raw(a, b, ta, tb, 1.0f);
+    ld_tensor *c = bmm_raw(a, b, ta, tb, a->dtype);
     if (c) {
         ld_tensor *in[2] = {a, b};
         ld_node *n = ld_record(c, "bmm", bw_bmm, 2, in);
@@ -161,22 +193,35 @@ static ld_tensor *softmax_grad(ld_tensor *p, ld_tensor *g, const ld_node *nd) {
     return ds;
 }
 
-/* dQ = dS K, dK = dS^T Q for the inputs that need them */
+/* dQ = dS K, dK = dS^T Q for the inputs that need them (dS float32; half
+   products in q's dtype) */
 static int qk_grads(ld_tensor *ds, ld_tensor *q, ld_tensor *k, ld_tensor **dq, ld_tensor **dk) {
-    if (ld_needs_grad(q) && !(*dq = bmm_raw(ds, k, 0, 0, 1.0f))) return ld_error_status();
-    if (ld_needs_grad(k) && !(*dk = bmm_raw(ds, q, 1, 0, 1.0f))) return ld_error_status();
-    return LD_OK;
+    ld_tensor *dsh = in_dtype(ds, q->dtype);
+    int st = dsh ? LD_OK : ld_error_status();
+    if (!st && ld_needs_grad(q) && !(*dq = prod_in(dsh, k, 0, 0, q->dtype))) st = ld_error_status();
+    if (!st && ld_needs_grad(k) && !(*dk = prod_in(dsh, q, 1, 0, q->dtype))) st = ld_error_status();
+    ld_tensor_release(dsh);
+    return st;
 }
 
+/* g in the output's dtype (or a float32 seed); saved: P (float32) and, for
+   half inputs, P rounded to their dtype */
 static int bw_attention(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *q = nd->in[0], *k = nd->in[1], *v = nd->in[2], *p = nd->saved[0];
-    if (ld_needs_grad(v) && !(gi[2] = bmm_raw(p, g, 1, 0, 1.0f))) return ld_error_status();
-    if (!ld_needs_grad(q) && !ld_needs_grad(k)) return LD_OK;
-    ld_tensor *dp = bmm_raw(g, v, 0, 1, 1.0f);   /* g V^T [B, T, S] */
-    if (!dp) return ld_error_status();
-    softmax_grad_into(dp, p, dp, nd);
-    int st = qk_grads(dp, q, k, &gi[0], &gi[1]);
-    ld_tensor_release(dp);
+    ld_tensor *ph = nd->saved[1] ? nd->saved[1] : p, *gh = in_dtype(g, q->dtype);
+    int st = gh ? LD_OK : ld_error_status();
+    if (!st && ld_needs_grad(v) && !(gi[2] = prod_in(ph, gh, 1, 0, q->dtype))) st = ld_error_status();
+    if (!st && (ld_needs_grad(q) || ld_needs_grad(k))) {
+        ld_tensor *dp = bmm_raw(gh, v, 0, 1, LD_F32);   /* g V^T [B, T, S], float32 */
+        if (dp) {
+            softmax_grad_into(dp, p, dp, nd);
+            st = qk_grads(dp, q, k, &gi[0], &gi[1]);
+        } else {
+            st = ld_error_status();
+        }
+        ld_tensor_release(dp);
+    }
+    ld_tensor_release(gh);
     return st;
 }
 
@@ -218,7 +263,7 @@ static int check_qk(const char *op, ld_tensor *q, ld_tensor *k, ld_tensor *v, in
 
 /* the weights P [B, T, S] (not recorded) */
 static ld_tensor *weights_raw(ld_tensor *q, ld_tensor *k, int causal, float scale) {
-    ld_tensor *p = bmm_raw(q, k, 0, 1, 1.0f);
+    ld_tensor *p = bmm_raw(q, k, 0, 1, LD_F32);
     if (p) {
         int64_t t = q->shape[1], s = k->shape[1];
         if (p->shape[0] && t && s)
@@ -239,12 +284,13 @@ static void record_weights(ld_tensor *w, ld_tensor *p, ld_tensor *q, ld_tensor *
     if (n) { n->saved[0] = ld_reshape(p, p->ndim, p->shape); n->args[0] = scale; n->args[1] = causal; }
 }
 
+/* the weights come in q's dtype (float32, or rounded to half), as Keras's */
 ld_tensor *ld_attention_weights(ld_tensor *q, ld_tensor *k, int causal, float scale) {
     if (check_qk("attention_weights", q, k, NULL, causal, scale)) return NULL;
     scale = default_scale(q, scale);
     ld_tensor *p = weights_raw(q, k, causal, scale);
     if (p) record_weights(p, p, q, k, causal, scale);
-    return p;
+    return ld_ops_in_dtype(p, q->dtype);
 }
 
 /* ---- the fused path: flash_attention, o and lse kept for the backward */
@@ -329,20 +375,26 @@ ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, fl
     if (check_qk("attention", q, k, v, causal, scale)) return NULL;
     scale = default_scale(q, scale);
     if (!weights_out && use_fused(q, k, v)) return attention_fused(q, k, v, causal, scale);
-    ld_tensor *p = weights_raw(q, k, causal, scale);
-    ld_tensor *o = p ? bmm_raw(p, v, 0, 0, 1.0f) : NULL;
+    ld_tensor *p = weights_raw(q, k, causal, scale), *ph = in_dtype(p, q->dtype);
+    ld_tensor *o = ph ? bmm_raw(ph, v, 0, 0, q->dtype) : NULL;
     if (o) {
         ld_tensor *in[3] = {q, k, v};
         ld_node *n = ld_record(o, "attention", bw_attention, 3, in);
-        if (n) { n->saved[0] = ld_tensor_retain(p); n->args[0] = scale; n->args[1] = causal; }
+        if (n) {
+            n->saved[0] = ld_tensor_retain(p);
+            if (ph != p) n->saved[1] = ld_tensor_retain(ph);
+            n->args[0] = scale;
+            n->args[1] = causal;
+        }
         if (weights_out) {
             /* its own tensor on the same memory, with its own node */
             ld_tensor *w = ld_reshape(p, p->ndim, p->shape);
-            if (!w) { ld_tensor_release(o); o = NULL; }
-            else { record_weights(w, p, q, k, causal, scale); *weights_out = w; }
+            if (w) record_weights(w, p, q, k, causal, scale);
+            if (!(*weights_out = ld_ops_in_dtype(w, q->dtype))) { ld_tensor_release(o); o = NULL; }
         }
     }
     ld_tensor_release(p);
+    ld_tensor_release(ph);
     return o;
 }
 
@@ -389,7 +441,8 @@ static int check_heads(const char *op, ld_tensor *x, int heads, int split) {
     char b1[LD_SHAPE_STR_MAX];
     if (!x) return ld_fail(LD_EARG, "%s: no tensor", op);
     ld_shape_str(x, b1, sizeof b1);
-    if (x->dtype != LD_F32) return ld_fail(LD_ETYPE, "%s needs a float32 tensor, got %s", op, ld_dtype_name(x->dtype));
+    if (!ld_dtype_is_float(x->dtype))
+        return ld_fail(LD_ETYPE, "%s needs a float32, float16 or bfloat16 tensor, got %s", op, ld_dtype_name(x->dtype));
     if (heads < 1) return ld_fail(LD_EARG, "%s: heads must be >= 1, not %d", op, heads);
     if (x->ndim != 3)
         return ld_fail(LD_ESHAPE, "%s needs a 3-d tensor %s, got shape %s", op, split ? "[N, T, H*d]" : "[N*H, T, d]",

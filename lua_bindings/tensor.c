@@ -8,6 +8,7 @@
 #include "lbind.h"
 #include "ld_ops.h"
 #include "ld_ops_index.h"
+#include "ld_ops_attn.h"
 #include "ld_autograd.h"
 #include "ld_device.h"
 #include "ld_strategy.h"
@@ -589,6 +590,41 @@ static int t_matmul(lua_State *L) {
     return 1;
 }
 
+/* a boolean option of the table at idx (absent: 0) */
+static int opt_flag(lua_State *L, int idx, const char *k) {
+    if (lua_isnoneornil(L, idx)) return 0;
+    luaL_checktype(L, idx, LUA_TTABLE);
+    lua_getfield(L, idx, k);
+    int v = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* tensor.bmm(a, b, {transpose_a=, transpose_b=}) */
+static int t_bmm(lua_State *L) {
+    ld_tensor *a = lb_check_tensor(L, 1), *b = lb_check_tensor(L, 2);
+    ld_tensor *c = ld_bmm(a, b, opt_flag(L, 3, "transpose_a"), opt_flag(L, 3, "transpose_b"));
+    if (!c) return luaL_error(L, "bad argument #1 to 'bmm' (%s)", ld_error());
+    lb_push_tensor(L, c, 0);
+    return 1;
+}
+
+/* tensor.attention(q, k, v, {causal=false, scale=0}) */
+static int t_attention(lua_State *L) {
+    ld_tensor *q = lb_check_tensor(L, 1), *k = lb_check_tensor(L, 2), *v = lb_check_tensor(L, 3);
+    double scale = 0;
+    if (!lua_isnoneornil(L, 4)) {
+        luaL_checktype(L, 4, LUA_TTABLE);
+        lua_getfield(L, 4, "scale");
+        scale = luaL_optnumber(L, -1, 0);
+        lua_pop(L, 1);
+    }
+    ld_tensor *o = ld_attention(q, k, v, opt_flag(L, 4, "causal") ? LD_CAUSAL : LD_CAUSAL_NONE, (float)scale, NULL);
+    if (!o) return luaL_error(L, "bad argument #1 to 'attention' (%s)", ld_error());
+    lb_push_tensor(L, o, 0);
+    return 1;
+}
+
 /* sum/mean/max(t, axis?, {keepdims=}) or (t, {axis=, keepdims=}) */
 static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) {
     *axis = LD_ALL_AXES; *keep = 0;
@@ -1013,7 +1049,7 @@ static const luaL_Reg functions[] = {
     {"arange", t_arange}, {"uniform", t_uniform}, {"rand", t_uniform}, {"normal", t_normal},
     {"randn", t_normal}, {"seed", t_seed}, {"get_rng_state", t_get_rng_state}, {"set_rng_state", t_set_rng_state}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
-    {"device_note", t_device_note},
+    {"device_note", t_device_note}, {"bmm", t_bmm}, {"attention", t_attention},
     {NULL, NULL}};
 
 /* the rule for values, in the help of everything that converts them */
@@ -1041,6 +1077,13 @@ static const char *const docs[] = {
     "devices", DEVICES_DOC,
     "device_note", "tensor.device_note()\n\nOne line about GPUs: which answered, or why none did\n"
                    "(\"no CUDA driver: libcuda.so.1 not found\", \"CUDA driver found but no GPU\").",
+    "bmm", "tensor.bmm(a, b, {transpose_a=false, transpose_b=false})\n\nBatched matrix product, as torch.bmm: a [..., m, k] and b [..., k, n] with the same\n"
+           "leading axes give [..., m, n]; a transpose option uses that operand's last two axes swapped.\n"
+           "float32, float16 or bfloat16 (one dtype; half operands sum in float32).",
+    "attention", "tensor.attention(q, k, v, {causal=false, scale=1/sqrt(dk)})\n\nScaled dot-product attention softmax(scale * q k^T) v for q [B, T, dk], k [B, S, dk],\n"
+                 "v [B, S, dv] -> [B, T, dv] (heads folded into B, as MultiHeadAttention does). causal: query i\n"
+                 "sees keys j <= i. float32, float16 or bfloat16: half inputs give half products with float32\n"
+                 "sums and a float32 softmax, as torch.autocast does.",
     "memory", "tensor.memory()\n\nBytes of host memory held by tensors now, and the peak.",
     "Tensor", "Tensor\n\nAn n-dimensional array (float32, int32, int64 or uint8) on a device.\n"
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"

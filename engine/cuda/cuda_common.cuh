@@ -26,6 +26,7 @@
 extern "C" {
 #include "ld_cuda.h"
 }
+#include "../ld_half.h"
 
 /* One size class of the caching allocator: free blocks of exactly `size` bytes. */
 struct cu_bucket {
@@ -46,6 +47,8 @@ struct cu_dev {
     volatile int ready;          /* stream made */
     cudaStream_t stream;
     void *blas;                  /* cublasHandle_t, made on the first gemm */
+    void *blas_ws;               /* its workspace (cublasSetWorkspace), from the caching allocator */
+    size_t blas_ws_bytes;
     /* caching allocator */
     cu_bucket *buckets;
     int nb, capb;
@@ -129,8 +132,9 @@ LD_KERNELS(CU_DECLARE)
 /* cuda_gemm.cu: cuBLAS, opened with dlopen on first use */
 extern const char *const cu_blas_libs[3];   /* the names tried, in order */
 /* The device's cuBLAS handle (a cublasHandle_t), shared by every file: made
-   on first use under cd->mu, bound to the device's stream, full FP32 unless
-   LDIST_CUDA_TF32=1 (TF32 tensor cores). NULL when that failed, recorded
+   on first use under cd->mu, bound to the device's stream with a workspace
+   of its own, full FP32 unless LDIST_CUDA_TF32=1 (TF32 tensor cores). NULL
+   when that failed, recorded
    ("<device>: <use> need cuBLAS: ..." where cuBLAS is missing). */
 void *cu_blas_handle(cu_dev *cd, const char *use);
 /* Record a failed cuBLAS call (st: its cublasStatus_t); returns what cu_record_msg does. */
@@ -143,6 +147,29 @@ int cu_nccl_comm_init_rank(ld_device *d, const unsigned char id[LD_NCCL_ID_BYTES
                            void **comm);
 int cu_nccl_comm_all_reduce(void *comm, int k, ld_tensor *const *t, int mean);
 void cu_nccl_comm_destroy(void *comm);
+
+/* ---- float16 and bfloat16 storage ----
+ * They travel as their bits (these wrappers tell the two apart) and convert
+ * through ld_half.h, as on the CPU, so both devices give the same bits:
+ * cu_get widens to float32 (exact), cu_put<T> rounds once. A kernel
+ * templated on its storage type T (float, cu_f16, cu_bf16) computes in
+ * float32; CU_FLOAT_TYPES dispatches on an ld_dtype. */
+struct cu_f16 { uint16_t b; };
+struct cu_bf16 { uint16_t b; };
+__device__ __forceinline__ float cu_get(float v) { return v; }
+__device__ __forceinline__ float cu_get(cu_f16 v) { return ld_f16_to_f32(v.b); }
+__device__ __forceinline__ float cu_get(cu_bf16 v) { return ld_bf16_to_f32(v.b); }
+template <typename T> __device__ __forceinline__ T cu_put(float v);
+template <> __device__ __forceinline__ float cu_put<float>(float v) { return v; }
+template <> __device__ __forceinline__ cu_f16 cu_put<cu_f16>(float v) { return cu_f16{ld_f32_to_f16(v)}; }
+template <> __device__ __forceinline__ cu_bf16 cu_put<cu_bf16>(float v) { return cu_bf16{ld_f32_to_bf16(v)}; }
+/* run the statement with T the storage type of dt (float32, float16, bfloat16) */
+#define CU_FLOAT_TYPES(dt, T, ...)                                 \
+    do {                                                           \
+        if ((dt) == LD_F16) { typedef cu_f16 T; __VA_ARGS__; }     \
+        else if ((dt) == LD_BF16) { typedef cu_bf16 T; __VA_ARGS__; } \
+        else { typedef float T; __VA_ARGS__; }                    \
+    } while (0)
 
 /* ---- block reductions (blockDim.x a multiple of 32, at most 1024) ---- */
 __device__ __forceinline__ double cu_warp_sum(double v) {

@@ -6,7 +6,6 @@
  * both devices.
  */
 #include "cuda_common.cuh"
-#include "../ld_half.h"
 
 #include <string.h>
 
@@ -37,8 +36,7 @@ static void merge_dims(int ndim, const int64_t *shape, const int64_t *st, cu_vie
 /* float16 and bfloat16 travel as their bits (uint16 storage wrappers), and
    convert through ld_half.h as on the CPU: to half from float32, from half
    to float32 (exact), so both devices give the same bits. */
-struct cu_f16 { uint16_t b; };
-struct cu_bf16 { uint16_t b; };
+/* (cu_f16, cu_bf16: cuda_common.cuh) */
 template <typename T> struct cu_conv {
     static __device__ double get(T v) { return (double)v; }
     static __device__ T put(double v) { return (T)v; }
@@ -65,9 +63,20 @@ __global__ void k_copy(D *dst, const S *src, cu_view v, int64_t n) {
     }
 }
 
+/* a contiguous source (a cast: the half/float32 conversions around each op
+   on half tensors): no index arithmetic, whose 64-bit divisions would cost
+   more than the memory traffic */
+template <typename D, typename S>
+__global__ void k_convert(D *dst, const S *src, int64_t n) {
+    CU_LOOP(i, n) dst[i] = cu_conv<D>::put(cu_conv<S>::get(src[i]));
+}
+
 template <typename D, typename S>
 static void launch_copy(cu_dev *cd, void *dst, const void *src, const cu_view &v, int64_t n) {
-    k_copy<D, S><<<cu_grid(n, 256), 256, 0, cd->stream>>>((D *)dst, (const S *)src, v, n);
+    if (v.nd == 0 || (v.nd == 1 && v.stride[0] == 1))
+        k_convert<D, S><<<cu_grid(n, 256), 256, 0, cd->stream>>>((D *)dst, (const S *)src, n);
+    else
+        k_copy<D, S><<<cu_grid(n, 256), 256, 0, cd->stream>>>((D *)dst, (const S *)src, v, n);
     cu_launched(cd, "copy_strided kernel");
 }
 

@@ -1,7 +1,10 @@
 /*
  * cuda_elementwise.cu - binary ops with broadcasting strides, unary ops and
  * their derivatives, y += a*x. The formulas are ld_elementwise_math.h's,
- * the CPU backend's too (ld_cpu.c), so the two agree to rounding.
+ * the CPU backend's too (ld_cpu.c), so the two agree to rounding. Each
+ * kernel is templated on the storage type T of its tensors (float32,
+ * float16, bfloat16: cuda_common.cuh), computing in float32 and rounding
+ * once, so a half op is one kernel, not a cast, the op and a cast.
  */
 #include "cuda_common.cuh"
 #include "ld_elementwise_math.h"
@@ -15,14 +18,14 @@ struct bin_geom {
 };
 
 /* one dimension: out[i] = a[i*as] op b[i*bs] (as, bs in {0, 1, other}) */
-template <int OP>
-__global__ void k_bin_flat(float *out, const float *a, int64_t as, const float *b, int64_t bs, int64_t n) {
-    CU_LOOP(i, n) out[i] = ld_ew_binary((ld_binary_op)OP, a[i * as], b[i * bs]);
+template <int OP, typename T>
+__global__ void k_bin_flat(T *out, const T *a, int64_t as, const T *b, int64_t bs, int64_t n) {
+    CU_LOOP(i, n) out[i] = cu_put<T>(ld_ew_binary((ld_binary_op)OP, cu_get(a[i * as]), cu_get(b[i * bs])));
 }
 
 /* any dims; I is the index type (32-bit where every offset fits) */
-template <int OP, typename I>
-__global__ void k_bin_nd(float *out, const float *a, const float *b, bin_geom g, int64_t n) {
+template <int OP, typename I, typename T>
+__global__ void k_bin_nd(T *out, const T *a, const T *b, bin_geom g, int64_t n) {
     CU_LOOP(i, n) {
         I r = (I)i, oa = 0, ob = 0;
         for (int d = g.nd - 1; d >= 0; d--) {
@@ -32,26 +35,26 @@ __global__ void k_bin_nd(float *out, const float *a, const float *b, bin_geom g,
             ob += c * (I)g.sb[d];
             r = q;
         }
-        out[i] = ld_ew_binary((ld_binary_op)OP, a[oa], b[ob]);
+        out[i] = cu_put<T>(ld_ew_binary((ld_binary_op)OP, cu_get(a[oa]), cu_get(b[ob])));
     }
 }
 
-template <int OP>
-static void launch_bin(cu_dev *cd, float *out, const float *a, const float *b, const bin_geom &g, int64_t n,
+template <int OP, typename T>
+static void launch_bin(cu_dev *cd, void *out, const void *a, const void *b, const bin_geom &g, int64_t n,
                        int small) {
     unsigned grid = cu_grid(n, 256);
     if (g.nd <= 1) {
         int64_t as = g.nd ? g.sa[0] : 0, bs = g.nd ? g.sb[0] : 0;
-        k_bin_flat<OP><<<grid, 256, 0, cd->stream>>>(out, a, as, b, bs, n);
+        k_bin_flat<OP, T><<<grid, 256, 0, cd->stream>>>((T *)out, (const T *)a, as, (const T *)b, bs, n);
     } else if (small) {
-        k_bin_nd<OP, int32_t><<<grid, 256, 0, cd->stream>>>(out, a, b, g, n);
+        k_bin_nd<OP, int32_t, T><<<grid, 256, 0, cd->stream>>>((T *)out, (const T *)a, (const T *)b, g, n);
     } else {
-        k_bin_nd<OP, int64_t><<<grid, 256, 0, cd->stream>>>(out, a, b, g, n);
+        k_bin_nd<OP, int64_t, T><<<grid, 256, 0, cd->stream>>>((T *)out, (const T *)a, (const T *)b, g, n);
     }
     cu_launched(cd, "binary kernel");
 }
 
-void cu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa, const float *b,
+void cu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, const void *a, const int64_t *sa, const void *b,
                const int64_t *sb, int ndim, const int64_t *shape) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
@@ -83,44 +86,49 @@ void cu_binary(ld_device *d, ld_binary_op op, float *out, const float *a, const 
     }
     int small = n < INT32_MAX && ma < INT32_MAX && mb < INT32_MAX;
     for (int i = 0; i < g.nd; i++) if (g.sa[i] < 0 || g.sb[i] < 0) small = 0;
-    switch (op) {
-    case LD_BIN_ADD: launch_bin<LD_BIN_ADD>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_SUB: launch_bin<LD_BIN_SUB>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_MUL: launch_bin<LD_BIN_MUL>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_DIV: launch_bin<LD_BIN_DIV>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_POW: launch_bin<LD_BIN_POW>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_MAX: launch_bin<LD_BIN_MAX>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_MIN: launch_bin<LD_BIN_MIN>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_EQ: launch_bin<LD_BIN_EQ>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_LT: launch_bin<LD_BIN_LT>(cd, out, a, b, g, n, small); break;
-    case LD_BIN_GT: launch_bin<LD_BIN_GT>(cd, out, a, b, g, n, small); break;
-    default: cu_record_msg(cd, "binary: unknown op"); break;
-    }
+    CU_FLOAT_TYPES(dt, T, {
+        switch (op) {
+        case LD_BIN_ADD: launch_bin<LD_BIN_ADD, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_SUB: launch_bin<LD_BIN_SUB, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_MUL: launch_bin<LD_BIN_MUL, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_DIV: launch_bin<LD_BIN_DIV, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_POW: launch_bin<LD_BIN_POW, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_MAX: launch_bin<LD_BIN_MAX, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_MIN: launch_bin<LD_BIN_MIN, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_EQ: launch_bin<LD_BIN_EQ, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_LT: launch_bin<LD_BIN_LT, T>(cd, out, a, b, g, n, small); break;
+        case LD_BIN_GT: launch_bin<LD_BIN_GT, T>(cd, out, a, b, g, n, small); break;
+        default: cu_record_msg(cd, "binary: unknown op"); break;
+        }
+    });
 }
 
 /* ================================================================ unary */
-__global__ void k_unary(int op, float *y, const float *x, int64_t n) {
-    CU_LOOP(i, n) y[i] = ld_ew_unary((ld_unary_op)op, x[i]);
+template <typename T>
+__global__ void k_unary(int op, T *y, const T *x, int64_t n) {
+    CU_LOOP(i, n) y[i] = cu_put<T>(ld_ew_unary((ld_unary_op)op, cu_get(x[i])));
 }
 
-void cu_unary(ld_device *d, ld_unary_op op, float *y, const float *x, int64_t n) {
+void cu_unary(ld_device *d, ld_unary_op op, ld_dtype dt, void *y, const void *x, int64_t n) {
     if (n <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    k_unary<<<cu_grid(n, 256), 256, 0, cd->stream>>>((int)op, y, x, n);
+    CU_FLOAT_TYPES(dt, T, k_unary<T><<<cu_grid(n, 256), 256, 0, cd->stream>>>((int)op, (T *)y, (const T *)x, n));
     cu_launched(cd, "unary kernel");
 }
 
 /* dx = dy * f'(x); x and y are read where the derivative uses them (NULL otherwise) */
-__global__ void k_unary_backward(int op, float *dx, const float *dy, const float *x, const float *y, int64_t n) {
+template <typename T>
+__global__ void k_unary_backward(int op, T *dx, const T *dy, const T *x, const T *y, int64_t n) {
     CU_LOOP(i, n) {
         ld_unary_op o = (ld_unary_op)op;
-        dx[i] = ld_ew_unary_grad(o, dy[i], ld_ew_grad_uses_x(o) ? x[i] : 0.0f, ld_ew_grad_uses_y(o) ? y[i] : 0.0f);
+        dx[i] = cu_put<T>(ld_ew_unary_grad(o, cu_get(dy[i]), ld_ew_grad_uses_x(o) ? cu_get(x[i]) : 0.0f,
+                                           ld_ew_grad_uses_y(o) ? cu_get(y[i]) : 0.0f));
     }
 }
 
-void cu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy, const float *x, const float *y,
-                       int64_t n) {
+void cu_unary_backward(ld_device *d, ld_unary_op op, ld_dtype dt, void *dx, const void *dy, const void *x,
+                       const void *y, int64_t n) {
     if (n <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
@@ -128,7 +136,8 @@ void cu_unary_backward(ld_device *d, ld_unary_op op, float *dx, const float *dy,
         cu_record_msg(cd, "unary_backward: a needed input is missing");
         return;
     }
-    k_unary_backward<<<cu_grid(n, 256), 256, 0, cd->stream>>>((int)op, dx, dy, x, y, n);
+    CU_FLOAT_TYPES(dt, T, k_unary_backward<T><<<cu_grid(n, 256), 256, 0, cd->stream>>>((int)op, (T *)dx, (const T *)dy,
+                                                                                       (const T *)x, (const T *)y, n));
     cu_launched(cd, "unary_backward kernel");
 }
 

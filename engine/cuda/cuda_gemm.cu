@@ -11,6 +11,13 @@
  * product is asked for. Full FP32 by default, like PyTorch's matmul;
  * LDIST_CUDA_TF32=1 lets cuBLAS use TF32 tensor cores. Half operands
  * (gemm_half) go through cublasGemmEx with float32 accumulation.
+ *
+ * The hot path allocates and waits for nothing: the handle is made once per
+ * device, and given once a workspace of its own (cublasSetWorkspace, after
+ * cublasSetStream, which resets it), as PyTorch does: NVIDIA recommends 32
+ * MiB on Hopper and later, 4 MiB before; LDIST_CUBLAS_WORKSPACE_MIB
+ * overrides (0: cuBLAS's default pool). A larger workspace lets cuBLAS's
+ * heuristics pick split-K kernels for large products.
  */
 #include "cuda_common.cuh"
 
@@ -34,10 +41,11 @@ static struct {
     decltype(&cublasDestroy_v2) destroy;
     decltype(&cublasSetStream_v2) set_stream;
     decltype(&cublasSetMathMode) set_math_mode;
+    decltype(&cublasSetWorkspace_v2) set_workspace;
     decltype(&cublasSgemm_v2) sgemm;
     decltype(&cublasGetStatusString) status_string;
     gemm_ex_fn gemm_ex;
-} blas = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0, 0};
+} blas = {PTHREAD_ONCE_INIT, 0, "", 0, 0, 0, 0, 0, 0, 0, 0};
 
 const char *const cu_blas_libs[3] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
 
@@ -46,9 +54,9 @@ static void blas_open(void) {
         {(void **)&blas.create, "cublasCreate_v2"},    {(void **)&blas.destroy, "cublasDestroy_v2"},
         {(void **)&blas.set_stream, "cublasSetStream_v2"}, {(void **)&blas.set_math_mode, "cublasSetMathMode"},
         {(void **)&blas.sgemm, "cublasSgemm_v2"},      {(void **)&blas.status_string, "cublasGetStatusString"},
-        {(void **)&blas.gemm_ex, "cublasGemmEx"},
+        {(void **)&blas.gemm_ex, "cublasGemmEx"},      {(void **)&blas.set_workspace, "cublasSetWorkspace_v2"},
     };
-    blas.ok = cu_open_library("cuBLAS", cu_blas_libs, 3, syms, 7, blas.why, sizeof blas.why);
+    blas.ok = cu_open_library("cuBLAS", cu_blas_libs, 3, syms, 8, blas.why, sizeof blas.why);
 }
 
 int cu_blas_failed(cu_dev *cd, const char *call, int st, const char *what) {
@@ -58,7 +66,41 @@ int cu_blas_failed(cu_dev *cd, const char *call, int st, const char *what) {
     return cu_record_msg(cd, msg);
 }
 
-/* The device's handle, made on first use, bound to its stream (cuda_common.cuh). */
+/* The workspace a handle of cd gets: LDIST_CUBLAS_WORKSPACE_MIB, else 32 MiB
+   from compute capability 9 (Hopper) on and 4 MiB before, as NVIDIA
+   recommends (cublasSetWorkspace) and PyTorch does. */
+static size_t workspace_bytes(cu_dev *cd) {
+    const char *env = getenv("LDIST_CUBLAS_WORKSPACE_MIB");
+    if (env && *env) {
+        long mib = strtol(env, NULL, 10);
+        return mib > 0 && mib <= 4096 ? (size_t)mib << 20 : 0;
+    }
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cd->ordinal) != cudaSuccess) {
+        cudaGetLastError();
+        major = 0;
+    }
+    return (size_t)(major >= 9 ? 32 : 4) << 20;
+}
+
+/* Give h a workspace of its own (cd->blas_ws); without memory for it, h keeps
+   cuBLAS's default pool. 0, or the failed call recorded. */
+static int workspace_set(cu_dev *cd, cublasHandle_t h, void **ws, size_t *bytes) {
+    *ws = NULL;
+    *bytes = workspace_bytes(cd);
+    if (!*bytes) return 0;
+    *ws = cu_scratch(cd, *bytes);
+    if (!*ws) { *bytes = 0; return 0; }   /* out of memory now: the default pool does */
+    cublasStatus_t st = blas.set_workspace(h, *ws, *bytes);
+    if (st == CUBLAS_STATUS_SUCCESS) return 0;
+    cu_scratch_free(cd, *ws, *bytes);
+    *ws = NULL;
+    *bytes = 0;
+    return cu_blas_failed(cd, "cublasSetWorkspace_v2", st, "");
+}
+
+/* The device's handle, made on first use, bound to its stream with its own
+   workspace (cuda_common.cuh). */
 void *cu_blas_handle(cu_dev *cd, const char *use) {
     if (cd->blas) return cd->blas;
     pthread_once(&blas.once, blas_open);
@@ -80,13 +122,19 @@ void *cu_blas_handle(cu_dev *cd, const char *use) {
     cublasMath_t mode = tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
     st = blas.set_math_mode(h, mode);
     if (st != CUBLAS_STATUS_SUCCESS) { cu_blas_failed(cd, "cublasSetMathMode", st, ""); blas.destroy(h); return NULL; }
+    void *ws;
+    size_t ws_bytes;
+    if (workspace_set(cd, h, &ws, &ws_bytes)) { blas.destroy(h); return NULL; }
     pthread_mutex_lock(&cd->mu);
     if (cd->blas) {   /* another thread (or file) was quicker */
         pthread_mutex_unlock(&cd->mu);
         blas.destroy(h);
+        if (ws) cu_scratch_free(cd, ws, ws_bytes);   /* stream-ordered: nothing ran on it */
         return cd->blas;
     }
     cd->blas = h;
+    cd->blas_ws = ws;
+    cd->blas_ws_bytes = ws_bytes;
     pthread_mutex_unlock(&cd->mu);
     return h;
 }
@@ -94,6 +142,9 @@ void *cu_blas_handle(cu_dev *cd, const char *use) {
 void cu_blas_destroy(cu_dev *cd) {
     if (cd->blas && blas.destroy) blas.destroy((cublasHandle_t)cd->blas);
     cd->blas = NULL;
+    if (cd->blas_ws) cu_scratch_free(cd, cd->blas_ws, cd->blas_ws_bytes);
+    cd->blas_ws = NULL;
+    cd->blas_ws_bytes = 0;
 }
 
 /* C = beta * C for the k = 0 product (beta = 0 writes zeros, NaN or not) */
@@ -106,18 +157,23 @@ __global__ void k_scale_rows(float *c, int64_t m, int64_t n, int64_t ldc, float 
 }
 
 /* What cu_gemm and cu_gemm_half share before the call: the device, the
-   k = 0 product (C = beta * C), the int range cuBLAS takes, the handle.
-   NULL when nothing is left to do (done, or an error recorded); `what`
-   names the product in messages. */
+   k = 0 product (C = beta * C; a half C, beta 0: zeros), the int range
+   cuBLAS takes, the handle. NULL when nothing is left to do (done, or an
+   error recorded); `what` names the product in messages. */
 static cublasHandle_t gemm_begin(ld_device *d, cu_dev **cdp, const char *call, const char *kind, int64_t m,
-                                 int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float beta, float *c,
-                                 char *what, size_t what_n) {
+                                 int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, float beta, void *c,
+                                 ld_dtype cdt, char *what, size_t what_n) {
     if (m <= 0 || n <= 0) return NULL;
     cu_dev *cd = *cdp = cu_begin(d);
     if (!cd) return NULL;
-    if (k <= 0) {
-        k_scale_rows<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>(c, m, n, ldc, beta);
+    if (k <= 0 && cdt == LD_F32) {
+        k_scale_rows<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>((float *)c, m, n, ldc, beta);
         cu_launched(cd, "gemm kernel (k = 0)");
+        return NULL;
+    }
+    if (k <= 0) {   /* 16-bit zeros are +0.0 in float16 and bfloat16 */
+        cudaError_t e = cudaMemset2DAsync(c, (size_t)ldc * 2, 0, (size_t)n * 2, (size_t)m, cd->stream);
+        if (e != cudaSuccess) cu_record(cd, "cudaMemset2DAsync (gemm, k = 0)", e);
         return NULL;
     }
     snprintf(what, what_n, " (gemm %lldx%lldx%lld%s)", (long long)m, (long long)n, (long long)k, kind);
@@ -134,26 +190,28 @@ void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, floa
              int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     cu_dev *cd = NULL;
     char what[96];
-    cublasHandle_t h = gemm_begin(d, &cd, "cublasSgemm_v2", "", m, n, k, lda, ldb, ldc, beta, c, what, sizeof what);
+    cublasHandle_t h = gemm_begin(d, &cd, "cublasSgemm_v2", "", m, n, k, lda, ldb, ldc, beta, c, LD_F32, what,
+                                  sizeof what);
     if (!h) return;
     cublasStatus_t st = blas.sgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemm_v2", st, what);
 }
 
-/* Half operands, float32 C: cublasGemmEx with float32 compute (the tensor
-   cores' bf16/fp16 products with fp32 accumulation), laid out as cu_gemm. */
+/* Half operands, a float32 or half C: cublasGemmEx with float32 compute (the
+   tensor cores' bf16/fp16 products with fp32 accumulation, a half C rounded
+   once), laid out as cu_gemm. */
 void cu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt, const void *a,
-                  int64_t lda, const void *b, int64_t ldb, float *c, int64_t ldc) {
+                  int64_t lda, const void *b, int64_t ldb, ld_dtype cdt, void *c, int64_t ldc) {
     cu_dev *cd = NULL;
     char what[96];
     cublasHandle_t h = gemm_begin(d, &cd, "cublasGemmEx", dt == LD_BF16 ? ", bfloat16" : ", float16", m, n, k, lda,
-                                  ldb, ldc, 0.0f, c, what, sizeof what);
+                                  ldb, ldc, 0.0f, c, cdt, what, sizeof what);
     if (!h) return;
-    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t in = dt == LD_BF16 ? CUDA_R_16BF : CUDA_R_16F, out = cdt == LD_F32 ? CUDA_R_32F : in;
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = blas.gemm_ex(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
-                                     (int)k, &alpha, b, in, (int)ldb, a, in, (int)lda, &beta, c, CUDA_R_32F, (int)ldc,
+                                     (int)k, &alpha, b, in, (int)ldb, a, in, (int)lda, &beta, c, out, (int)ldc,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasGemmEx", st, what);
 }

@@ -4,11 +4,14 @@
 # carried as build/gpu-bundle), `make test-gpu`, `make bench-gpu` and the
 # many-core CPU bench `make bench-cores`, each under its own time limit, and
 # writes each log to $OUT (or build/device-check) for the README's tables.
-#   DEVICE_CHECK_PARTS="test conf bench cores"   which parts, in this order
-#   (conf: the conformance matrix's default, one_gpu and mirrored_gpus columns)
+#   DEVICE_CHECK_PARTS="test conf bench profile cores"   which parts, in this order
+#   (conf: the conformance matrix's default, one_gpu and mirrored_gpus columns;
+#   profile: the transformer bench, short, under LDIST_KERNEL_PROFILE=1, FP32
+#   then mixed_bfloat16: where the step's time goes, kernel slot by slot, in
+#   profile-fp32.log and profile-bf16.log)
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-build/device-check}; mkdir -p "$out"
-parts=${DEVICE_CHECK_PARTS:-test conf bench cores}
+parts=${DEVICE_CHECK_PARTS:-test conf bench profile cores}
 { date -u; nproc; lscpu | grep -E 'Model name|Flags' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
 # the BLAS kernels CPU products run: ldist's choice, and OpenBLAS's own (LDIST_BLAS)
 bash build/gpu-bundle/run.sh bash -c '"$LDIST" -e "print(ldist.config.cpu_split().blas)";
@@ -21,6 +24,14 @@ for p in $parts; do
              CONFORMANCE_BUDGET=50 bash -c 'LDIST_BIN=$LDIST exec bash tests/dist/test_conformance.sh') ;;
     bench) limit=${T_BENCH:-160}; cmd=(env LDIST_BENCH_QUICK=1 make bench-gpu) ;;
     cores) limit=${T_CORES:-200}; cmd=(env BENCH_CORES_QUICK=${BENCH_CORES_QUICK:-1} make bench-cores) ;;
+    profile) limit=${T_PROFILE:-90}; cmd=(env OUT_DIR="$out" bash -c '
+             for pol in fp32 bf16; do
+               p=float32; [ $pol = bf16 ] && p=mixed_bfloat16
+               echo "== transformer, $p, LDIST_KERNEL_PROFILE=1 (tokens/s is slowed by the synchronization)"
+               LDIST_KERNEL_PROFILE=1 LDIST_BENCH_POLICY=$p timeout 40 "$LDIST" scripts/gpu/transformer_bench.lua 32 10 3 \
+                 >"$OUT_DIR/profile-$pol.log" 2>&1
+               echo "status $?"; cat "$OUT_DIR/profile-$pol.log"
+             done') ;;
     *) echo "device_check: unknown part $p"; continue ;;
   esac
   echo "== $p: ${cmd[*]} (limit ${limit} s)"

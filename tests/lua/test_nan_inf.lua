@@ -149,6 +149,32 @@ CASES.matmul = function(dev)
   end
 end
 
+-- bmm: each matrix of the batch is TF's matmul of the fixture
+CASES.bmm = function(dev)
+  local a = tensor.new(F.matmul_a, { device = dev }):reshape(1, 6, 2)
+  local b = tensor.new(F.matmul_b, { device = dev }):reshape(1, 2, 6)
+  local want = {}
+  for r = 1, 2 do for i = 1, #F.matmul do want[(r - 1) * #F.matmul + i] = F.matmul[i] end end
+  same(tensor.bmm(tensor.concat({ a, a }, 0), tensor.concat({ b, b }, 0)), want, "bmm")
+  same(tensor.bmm(a:transpose(1, 2), b:transpose(1, 2), { transpose_a = true, transpose_b = true }), F.matmul,
+       "bmm of transposed views")
+end
+
+-- attention: a NaN in a query spoils its output row only; an inf in a value
+-- gives inf in that column of every row (every weight is positive)
+CASES.attention = function(dev)
+  local q = tensor.normal(1, 4, 3):totable()
+  q[1][2][1] = nan
+  local k, v = tensor.normal(1, 5, 3), tensor.normal(1, 5, 2):totable()
+  v[1][3][2] = inf
+  local o = tensor.attention(tensor.new(q, { device = dev }), k:to(dev), tensor.new(v, { device = dev })):cpu():totable()
+  T.ok(o[1][2][1] ~= o[1][2][1] and o[1][2][2] ~= o[1][2][2], "attention: the query row with a NaN is NaN")
+  for _, r in ipairs({ 1, 3, 4 }) do
+    T.ok(o[1][r][1] == o[1][r][1] and math.abs(o[1][r][1]) < inf, "attention: row " .. r .. " finite where v is")
+    T.eq(o[1][r][2], inf, "attention: row " .. r .. " is inf where a value is")
+  end
+end
+
 -- values moved, viewed or copied keep NaN and inf bit for bit
 local function keeps(name, fn)
   CASES[name] = function(dev)

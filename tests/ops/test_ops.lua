@@ -591,6 +591,61 @@ T.test("float16/bfloat16: elementwise, reductions, softmax and conversions again
   end
 end)
 
+-- Elementwise ops on two half tensors of one dtype run the half kernels
+-- (float32 arithmetic, rounded once): one kernel, no casts around it, and
+-- their gradients are half ops too (TF computes a bfloat16 op's gradient in
+-- bfloat16). Gradients against the float32 path on the same values, under HALF_TOL.
+T.test("float16/bfloat16 elementwise ops are single half kernels; their gradients against float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  local a, b = U(0.5, 2, 9, 33), U(0.5, 2, 33)
+  local cases = {
+    { "add", function(x, y) return x + y end, "binary" }, { "sub", function(x, y) return x - y end, "binary" },
+    { "mul", function(x, y) return x * y end, "binary" }, { "div", function(x, y) return x / y end, "binary" },
+    { "maximum", function(x, y) return x:maximum(y) end, "binary" },
+    { "exp", function(x) return x:exp() end, "unary" }, { "tanh", function(x) return x:tanh() end, "unary" },
+    { "sigmoid", function(x) return x:sigmoid() end, "unary" }, { "gelu", function(x) return (x - 1):gelu() end, "unary" },
+    { "relu", function(x) return (x - 1):relu() end, "unary" }, { "sqrt", function(x) return x:sqrt() end, "unary" },
+  }
+  for dt, tol in pairs(HALF_TOL) do
+    local ah, bh = a:astype(dt), b:astype(dt)
+    local af, bf = ah:astype("float32"), bh:astype("float32")
+    for _, cs in ipairs(cases) do
+      local what = cs[1] .. " " .. dt
+      if counted and cs[1] ~= "gelu" and cs[1] ~= "relu" then
+        local x, y = ah:to(dev), bh:to(dev)
+        local before = ldist._distribute.kernel_calls()
+        local r = cs[2](x, y)
+        local after = ldist._distribute.kernel_calls()
+        T.eq(r.dtype, dt, what .. ": dtype")
+        T.eq(after[cs[3]] - before[cs[3]], 1, what .. ": one " .. cs[3] .. " kernel")
+        T.eq(after.copy_strided - before.copy_strided, 0, what .. ": no cast kernel")
+      end
+      local w = tensor.normal(9, 33)
+      local function grads(x, y, ww, cast)
+        local vx, vy = tensor.Variable(x), tensor.Variable(y)
+        local tape = autograd.GradientTape()
+        local loss = tape:record(function()
+          local r = cast and cs[2](vx:astype(cast), vy:astype(cast)) or cs[2](vx, vy)
+          return (r:astype("float32") * ww):sum()
+        end)
+        local gr = tape:gradient(loss, { vx, vy })
+        return gr[1], gr[2]
+      end
+      local gx, gy = grads(af:to(dev), bf:to(dev), w:to(dev), dt)
+      local cx, cy = grads(af, bf, w, dt)
+      local fx, fy = grads(af, bf, w, nil)
+      G.close(gx, cx, what .. " d/dx on the device", tol)
+      local e = G.nmse(cx, fx)
+      T.ok(e <= tol, ("%s d/dx against float32: normalised error %.3g above %g"):format(what, e, tol))
+      if cs[3] == "binary" then
+        G.close(gy, cy, what .. " d/dy on the device", tol)
+        e = G.nmse(cy, fy)
+        T.ok(e <= tol, ("%s d/dy (broadcast) against float32: normalised error %.3g above %g"):format(what, e, tol))
+      end
+    end
+  end
+end)
+
 T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 product", function()
   for _, cs in ipairs({ { 64, 48, 32 }, { 129, 67, 255 }, { 3, 1, 5 }, { 33, 130, 17 } }) do
     local m, k, n = cs[1], cs[2], cs[3]
@@ -610,8 +665,124 @@ T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 p
       end
     end
   end
+  if dev:match("^cpu:[1-9]") then   -- counted on a logical device: the product writes the half result itself
+    local ah, bh = tensor.normal(20, 30):astype("bfloat16"):to(dev), tensor.normal(30, 10):astype("bfloat16"):to(dev)
+    local before = ldist._distribute.kernel_calls()
+    local c = ah:matmul(bh)
+    local after = ldist._distribute.kernel_calls()
+    T.eq(c.dtype, "bfloat16", "half product dtype")
+    T.eq(after.gemm_half - before.gemm_half, 1, "one gemm_half")
+    T.eq(after.copy_strided - before.copy_strided, 0, "no cast kernel after the half product")
+  end
   T.raises(function() return tensor.normal(2, 3):astype("bfloat16"):matmul(tensor.normal(3, 2)) end,
            "matmul needs two float32, float16 or bfloat16 tensors of one dtype, got bfloat16 and float32")
+end)
+
+-- The gradients of a half product are half products too (g rounded to the
+-- operands' dtype, gemm_half, float32 sums), as under torch.autocast: float32
+-- variables cast to the half dtype inside the tape, as Keras's mixed policy
+-- does. Against the float32 path on the same (rounded) values, the
+-- normalised error stays under HALF_TOL (bfloat16 1e-4: about 1e-2 relative
+-- per element, rms).
+T.test("float16/bfloat16 matmul gradients are half products (gemm_half), against float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  for _, cs in ipairs({ { 37, 50, 23 }, { 3, 1, 5 }, { 2 * 9, 40, 33, 3 } }) do
+    local batched = cs[4] ~= nil
+    local a = batched and tensor.normal(2, 9, cs[2]) or tensor.normal(cs[1], cs[2])
+    local b, w = tensor.normal(cs[2], cs[3]), batched and tensor.normal(2, 9, cs[3]) or tensor.normal(cs[1], cs[3])
+    for dt, tol in pairs(HALF_TOL) do
+      a, b = a:astype(dt):astype("float32"), b:astype(dt):astype("float32")   -- exact in dt
+      local function grads(x, y, ww, cast)
+        local va, vb = tensor.Variable(x), tensor.Variable(y)
+        local tape = autograd.GradientTape()
+        local loss = tape:record(function()
+          local p = cast and va:astype(cast):matmul(vb:astype(cast)) or va:matmul(vb)
+          T.eq(p.dtype, cast or "float32", "product dtype")
+          return (p:astype("float32") * ww):sum()
+        end)
+        local gr = tape:gradient(loss, { va, vb })
+        return gr[1], gr[2]
+      end
+      local what = ("%s %dx%dx%d%s"):format(dt, cs[1], cs[2], cs[3], batched and " (batched a)" or "")
+      local before = counted and ldist._distribute.kernel_calls()
+      local ga, gb = grads(a:to(dev), b:to(dev), w:to(dev), dt)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.gemm_half - before.gemm_half, 3, what .. ": gemm_half calls (forward and both gradients)")
+        T.eq(after.gemm - before.gemm, 0, what .. ": no float32 product")
+      end
+      local ca, cb = grads(a, b, w, dt)
+      T.eq(ca.dtype, "float32", what .. ": a float32 variable's gradient")
+      G.close(ga, ca, what .. " d/da on the device", tol)
+      G.close(gb, cb, what .. " d/db on the device", tol)
+      local fa, fb = grads(a, b, w, nil)
+      local ea, eb = G.nmse(ca, fa), G.nmse(cb, fb)
+      T.ok(ea <= tol and eb <= tol, ("%s against float32: normalised errors %.3g, %.3g above %g"):format(what, ea, eb, tol))
+      T.ok(ea > 0 or eb > 0, what .. ": the half path differs from float32 (it rounds)")
+    end
+  end
+end)
+
+-- Half attention and bmm: every product a half product (gemm_batched_half),
+-- the scores and softmax in float32, as torch.autocast. Forward and the
+-- gradients of q, k, v against the float32 path on the same values, under
+-- HALF_TOL (measured on the CPU: bfloat16 about 8e-6, float16 1.5e-7, with
+-- P, g and dS each rounded once).
+T.test("float16/bfloat16 attention and bmm (gemm_batched_half): forward and gradients against float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  local function run(f, xs, ww, cast)
+    local vs = {}
+    for i, x in ipairs(xs) do vs[i] = tensor.Variable(x) end
+    local tape = autograd.GradientTape()
+    local y
+    local loss = tape:record(function()
+      local ins = {}
+      for i, v in ipairs(vs) do ins[i] = cast and v:astype(cast) or v end
+      y = f(table.unpack(ins))
+      T.eq(y.dtype, cast or "float32", "result dtype")
+      return (y:astype("float32") * ww):sum()
+    end)
+    local gr = tape:gradient(loss, vs)
+    return y:astype("float32"), gr
+  end
+  local cases = {
+    { "attention", function(q, k, v) return tensor.attention(q, k, v) end, { { 6, 7, 16 }, { 6, 9, 16 }, { 6, 9, 5 } }, { 6, 7, 5 }, 6 },
+    { "attention causal", function(q, k, v) return tensor.attention(q, k, v, { causal = true }) end,
+      { { 4, 33, 8 }, { 4, 33, 8 }, { 4, 33, 8 } }, { 4, 33, 8 }, 6 },
+    { "bmm", function(a, b) return tensor.bmm(a, b) end, { { 3, 2, 17, 9 }, { 3, 2, 9, 11 } }, { 3, 2, 17, 11 }, 3 },
+    { "bmm a^T b^T", function(a, b) return tensor.bmm(a, b, { transpose_a = true, transpose_b = true }) end,
+      { { 5, 9, 17 }, { 5, 11, 9 } }, { 5, 17, 11 }, 3 },
+  }
+  for _, cs in ipairs(cases) do
+    for dt, tol in pairs(HALF_TOL) do
+      local xs, dxs = {}, {}
+      for i, sh in ipairs(cs[3]) do
+        xs[i] = tensor.normal(table.unpack(sh)):astype(dt):astype("float32")   -- exact in dt
+        dxs[i] = xs[i]:to(dev)
+      end
+      local w = tensor.normal(table.unpack(cs[4]))
+      local what = cs[1] .. " " .. dt
+      local before = counted and ldist._distribute.kernel_calls()
+      local yd, gd = run(cs[2], dxs, w:to(dev), dt)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.gemm_batched_half - before.gemm_batched_half, cs[5], what .. ": gemm_batched_half calls")
+        T.eq(after.gemm_batched - before.gemm_batched, 0, what .. ": no float32 batched product")
+      end
+      local yc, gc = run(cs[2], xs, w, dt)
+      local yf, gf = run(cs[2], xs, w, nil)
+      G.close(yd, yc, what .. " on the device", tol)
+      local e = G.nmse(yc, yf)
+      T.ok(e <= tol, ("%s against float32: normalised error %.3g above %g"):format(what, e, tol))
+      for i = 1, #xs do
+        G.close(gd[i], gc[i], ("%s gradient %d on the device"):format(what, i), tol)
+        e = G.nmse(gc[i], gf[i])
+        T.ok(e <= tol, ("%s gradient %d against float32: normalised error %.3g above %g"):format(what, i, e, tol))
+      end
+    end
+  end
+  T.raises(function() return tensor.bmm(tensor.normal(2, 3, 4):astype("bfloat16"), tensor.normal(2, 4, 3)) end,
+           "bmm needs float32, float16 or bfloat16 tensors of one dtype, got bfloat16 (a) and float32 (b)")
 end)
 
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
@@ -622,6 +793,50 @@ T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras'
     T.eq(y.dtype, "float32", "Dense on " .. dt)
     T.eq(G.nmse(y, layer(x:astype(dt):astype("float32"))), 0, "Dense on " .. dt)
   end
+end)
+
+---------------------------------------------------------------- kernel profile
+-- LDIST_KERNEL_PROFILE=1: a child ldist runs products and a softmax on the
+-- device under test and prints, at exit, a table of kernel slots by total time.
+T.test("kernel profile: LDIST_KERNEL_PROFILE=1 prints each slot's calls, time and share at exit", function()
+  local dir = T.tmpdir()
+  local script = dir .. "/prof.lua"
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+local dev = %q
+if dev:match("^cpu:[1-9]") then ldist.config.cpu_devices(tonumber(dev:match("%%d+")) + 1) end
+local a = tensor.normal(40, 30):to(dev)
+local y = a:matmul(a.T):matmul(a)
+for _ = 1, 4 do y = y:softmax() end
+print("sum", y:sum():item())
+]]):format(dev))
+  f:close()
+  local bin = arg and arg[-1] or "./ldist"
+  local function run(env)
+    local p = io.popen(env .. " " .. bin .. " " .. script .. " 2>&1")
+    local out = p:read("a")
+    p:close()
+    return out
+  end
+  local out = run("LDIST_KERNEL_PROFILE=1")
+  T.ok(out:find("sum", 1, true), "the script ran: " .. out)
+  local kind = dev:match("^cpu") and "CPU devices" or "GPUs"
+  T.ok(out:find("kernel profile, " .. kind, 1, true), "a profile of the " .. kind .. " in:\n" .. out)
+  local slots = ldist._distribute.kernel_calls()
+  local rows, share, last = {}, 0, math.huge
+  local table_part = out:sub((out:find("kernel profile, " .. kind, 1, true)))
+  for name, calls, ms, pct in table_part:gmatch("\n  (%S+)%s+(%d+)%s+([%d.]+)%s+([%d.]+)%%") do
+    if rows[name] then break end   -- the next table (another kind of device)
+    T.ok(slots[name] ~= nil, name .. " is a kernel slot")
+    T.ok(tonumber(ms) <= last, "sorted by total time: " .. name)
+    last = tonumber(ms)
+    rows[name] = tonumber(calls)
+    share = share + tonumber(pct)
+  end
+  T.ok(rows.gemm and rows.gemm >= 2, "gemm's two calls counted:\n" .. table_part)
+  T.ok(rows.softmax and rows.softmax >= 4, "softmax's four calls counted:\n" .. table_part)
+  T.near(share, 100, 0.01, "the shares add up to 100%")
+  T.ok(not run("LDIST_KERNEL_PROFILE=0"):find("kernel profile", 1, true), "no profile when off")
 end)
 
 ---------------------------------------------------------------- coverage
