@@ -5,7 +5,7 @@
  */
 #include "ld_device.h"
 #include "ld_executor.h"
-#include "ld_gemm_small.h"
+#include "ld_cpu_gemm_small.h"
 #include "ld_gemm_bf16.h"
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
@@ -361,7 +361,7 @@ typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, con
                          const float *, const blasint, const float, float *, const blasint);
 static sgemm_fn blas_sgemm_ptr;
 static char blas_error[512];
-static int small_gemm;   /* ld_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
+static int small_gemm;   /* ld_cpu_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 /* OpenBLAS's DYNAMIC_ARCH picks its kernels from the processor's model
@@ -441,7 +441,7 @@ static sgemm_fn blas_sgemm(void) {
 const char *ld_cpu_blas_describe(void) { return blas_sgemm() ? blas_note : blas_error; }
 const char *ld_cpu_bf16_gemm_describe(void) { return ld_gemm_bf16_path(); }
 
-int ld_device_can_gemm(const ld_device *d) {
+int ld_check_gemm(const ld_device *d) {
     if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */
     return ld_fail(LD_EDEVICE, "%s", blas_error);
 }
@@ -456,12 +456,12 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
         return;
     }
     /* A few rows against a large B (a replica's share of a batch times a
-       dense kernel): ld_gemm_small.c reads B where it lies instead of
+       dense kernel): ld_cpu_gemm_small.c reads B where it lies instead of
        packing all of it for a few rows as OpenBLAS does on every call.
        LDIST_NO_SMALL_GEMM=1 turns it off, to compare (make bench). */
     sgemm_fn sgemm = blas_sgemm();   /* reads that setting too, once */
-    if (small_gemm && !ta && !tb && alpha == 1.0f && ld_gemm_small_fits(m, n, k) &&
-        ld_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
+    if (small_gemm && !ta && !tb && alpha == 1.0f && ld_cpu_gemm_small_fits(m, n, k) &&
+        ld_cpu_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
         return;
     if (!sgemm) {   /* cpu_gemm has reported it (ld_device_fault) */
         for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
@@ -756,12 +756,12 @@ typedef struct {
    column blocks (pm * pn = np). Each part packs (or reads) its rows of A and
    its columns of B, so the grid that minimizes a part's products plus 16x
    what it packs wins; a grid whose parts still qualify for the product
-   without packing (ld_gemm_small) is preferred when the whole does. Split
+   without packing (ld_cpu_gemm_small) is preferred when the whole does. Split
    along one side only, 16 threads cut x@W1 (256x784x512) into 256x32
    slices that each packed all of x (and lost the unpacked product), and
    4 threads into 256x128 ones, 1.6x slower than 2 on the 16-core Xeon. */
 static void gemm_grid(const gemm_job *j, int np, int *pm, int *pn) {
-    int small = small_gemm && !j->ta && !j->tb && j->alpha == 1.0f && ld_gemm_small_fits(j->m, j->n, j->k);
+    int small = small_gemm && !j->ta && !j->tb && j->alpha == 1.0f && ld_cpu_gemm_small_fits(j->m, j->n, j->k);
     double best = 0;
     int best_small = 0;
     *pm = np; *pn = 1;
@@ -770,7 +770,7 @@ static void gemm_grid(const gemm_job *j, int np, int *pm, int *pn) {
         int64_t lo, rows, cols;
         range_of(j->m, 0, np / q, &lo, &rows);
         range_of(j->n, 0, q, &lo, &cols);
-        int ok = small && ld_gemm_small_fits(rows, cols, j->k);
+        int ok = small && ld_cpu_gemm_small_fits(rows, cols, j->k);
         double cost = (double)rows * cols + 16.0 * (double)(rows + cols);
         if ((ok && !best_small) || (ok == best_small && (best == 0 || cost < best))) {
             best = cost; best_small = ok; *pm = np / q; *pn = q;

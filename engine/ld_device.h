@@ -61,7 +61,7 @@ const char *ld_device_note(void);
 const ld_backend *ld_cpu_backend(void);
 /* LD_OK when d can multiply matrices; on a CPU device that needs a BLAS
    library, opened on the first call: without one, the error naming it. */
-int ld_device_can_gemm(const ld_device *d);
+int ld_check_gemm(const ld_device *d);
 extern const ld_backend ld_cpu_kernels;         /* the same table (ld_cpu.c), for static initialisers */
 /* Allocate on a device: retries once after the pressure hook; NULL + message. */
 void *ld_device_alloc(ld_device *d, size_t nbytes);

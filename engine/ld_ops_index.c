@@ -78,7 +78,7 @@ ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
     shape[ax] = 0;
     for (int k = 0; k < n; k++) {
         const ld_tensor *x = xs[k];
-        if (ld_ops_same_device(f, x, "concat")) return NULL;
+        if (ld_check_same_device(f, x, "concat")) return NULL;
         int ok = x->ndim == f->ndim;
         for (int i = 0; ok && i < f->ndim; i++) ok = i == ax || x->shape[i] == f->shape[i];
         if (!ok) {

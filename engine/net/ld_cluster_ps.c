@@ -4,7 +4,7 @@
    dies; the worker's scheduled functions go to another), and each peer's state.
    Messages stay authenticated exactly as ld_cluster_recv's: this only changes
    what a lost peer does to a waiting receive. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 
 #include <stdio.h>
