@@ -96,7 +96,7 @@ static void cpu_sync(ld_device *d) {}
 
 
 /* ================================================================ thread pool
- * The pools and the share-out of the cores are in ld_cpu_pool.c; the
+ * The pools and the share-out of the cores are in ld_pool.c; the
  * kernels here split their work with them (ld_cpu_internal.h). */
 #define parallel_run ld_cpu_parallel
 #define range_of ld_cpu_range

@@ -14,6 +14,7 @@
 #include "ld_optim.h"
 #include "ld_ps_shm.h"
 #include "ld_strategy.h"
+#include "ld_pool.h"
 
 #include <lauxlib.h>
 

@@ -9,6 +9,7 @@
 #include "ld_optim.h"
 #include "ld_device.h"
 #include "ld_executor.h"
+#include "ld_pool.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>

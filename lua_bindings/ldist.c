@@ -11,6 +11,7 @@
 #include "lbind.h"
 #include "ld_core.h"
 #include "ld_device.h"
+#include "ld_pool.h"
 
 #include <lauxlib.h>
 #include <string.h>

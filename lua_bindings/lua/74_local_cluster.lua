@@ -50,7 +50,7 @@ function distribute.LocalCluster(opts)
   local addrs = {}
   for i = 1, n do addrs[i] = host .. ":" .. C.free_port(host) end
   -- without threads=, each worker takes its share of the cores, pinned there
-  -- (LDIST_LOCAL_RANK/SIZE; ld_cpu_pool.c), unless LDIST_NUM_THREADS is set here
+  -- (LDIST_LOCAL_RANK/SIZE; ld_pool.c), unless LDIST_NUM_THREADS is set here
   local threads = opts.threads and math.tointeger(opts.threads)
   if opts.threads ~= nil and (not threads or threads < 1 or threads > 256) then
     error("bad argument #1 to 'LocalCluster' (threads must be 1..256)", 2)

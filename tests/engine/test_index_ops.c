@@ -8,6 +8,7 @@
 #include "ld_autograd.h"
 #include "ld_device.h"
 #include "ld_executor.h"
+#include "ld_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

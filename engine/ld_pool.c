@@ -1,5 +1,5 @@
 /*
- * ld_cpu_pool.c - the CPU's thread pools, and how the cores of the machine
+ * ld_pool.c - the CPU's thread pools (ld_pool.h), and how the cores of the machine
  * are shared out among the processes of one host and the logical CPU
  * devices of one process.
  *
@@ -33,7 +33,7 @@
 #define _GNU_SOURCE
 #include "ld_device.h"
 #include "ld_executor.h"
-#include "ld_cpu_internal.h"
+#include "ld_pool.h"
 
 #include <errno.h>
 #include <linux/futex.h>
