@@ -73,22 +73,6 @@ typedef struct {
       (V, int64_t, ldc))                                                                                        \
     /* softmax / log-softmax over the last axis of [rows, cols] */           \
     X(softmax, (V, float *, out), (V, const float *, x), (V, int64_t, rows), (V, int64_t, cols), (V, int, log)) \
-    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
-    X(im2col, (V, float *, col), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
-      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
-      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
-      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
-      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
-       index into x) saved for backward. */                                  \
-    X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
-      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
-      (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
-    /* dx = 0, then dx[arg[i]] += dy[i]: ny elements of dy over n images of \
-       nx / n elements of dx each (an image's arg stays in its image) */     \
-    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, n),   \
-      (V, int64_t, ny), (V, int64_t, nx))                                                                       \
     /* Fused sparse softmax cross-entropy: probs = softmax(logits);         \
        *loss = scale * sum_i -log probs[i, labels[i]] (scale = 1/batch for  \
        a mean). An out-of-range label gives NaN and, on a device that       \
@@ -175,7 +159,7 @@ typedef struct {
     X(masked_softmax_backward, (V, float *, dx), (V, const float *, y), (V, const float *, dy),                \
       (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, float, scale), (V, int, causal),              \
       (V, int64_t, offset))                                                                                     \
-    /* convolution (ld_ops.c) */                                            \
+    /* convolution, its im2col lowering, max pooling (ld_ops.c) */         \
     /* Direct convolution (no im2col): y [n, oh, ow, f] = x * w + b (b NULL: \
        no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \
        pooled [n, poh, pow, f] and arg (int32, same shape) the pixel        \
@@ -191,7 +175,23 @@ typedef struct {
     X(conv2d_backward, (V, float *, dx), (V, float *, dw), (V, float *, db), (V, const float *, dy),            \
       (V, const float *, y), (V, const int32_t *, arg), (V, const float *, x), (V, const float *, w),           \
       (V, ld_conv_geom, g), (V, int, relu))                                                                     \
-    /* indexing and pooling (ld_ops_index.c) */                              \
+    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
+    X(im2col, (V, float *, col), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
+       index into x) saved for backward. */                                  \
+    X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
+      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
+      (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
+    /* dx = 0, then dx[arg[i]] += dy[i]: ny elements of dy over n images of \
+       nx / n elements of dx each (an image's arg stays in its image) */     \
+    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, n),   \
+      (V, int64_t, ny), (V, int64_t, nx))                                                                       \
+    /* indexing (ld_ops_index.c) */                                         \
     /* Copy a block between a contiguous [outer, n, inner] array and rows   \
        [off, off+n) of the middle axis of a contiguous [outer, big, inner]  \
        array: into=1 writes the big array (dst), into=0 reads it (src);     \
@@ -206,6 +206,7 @@ typedef struct {
     /* dtable = 0, then dtable[ids[i], :] += dy[i, :] (bad ids skipped) */   \
     X(embedding_backward, (V, float *, dtable), (V, const float *, dy), (V, const void *, ids),                 \
       (V, ld_dtype, idt), (V, int64_t, n), (V, int64_t, v), (V, int64_t, dim))                                  \
+    /* pooling (ld_ops_pool.c) */                                           \
     /* Average pooling NHWC, padding ph/pw before (TF "same"): the mean of  \
        the window's cells inside the image (padded cells not counted). */   \
     X(avgpool, (V, float *, y), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \

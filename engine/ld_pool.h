@@ -22,8 +22,19 @@ typedef void (*ld_par_fn)(void *ctx, int part, int nparts);
 void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want);
 /* part's share [lo, hi) of n elements, in 16-element aligned blocks */
 void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi);
+/* part's share [lo, hi) of n rows, split evenly (rows are coarse units) */
+static inline void ld_cpu_rows(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) {
+    *lo = n * part / nparts;
+    *hi = n * (part + 1) / nparts;
+}
 /* below this many elements a loop is not worth splitting */
 #define LD_CPU_PAR_MIN 32768
+/* parts wanted for `rows` rows of `work` elements in all: one below
+   LD_CPU_PAR_MIN elements, else a part per row up to 64 */
+static inline int ld_cpu_row_parts(int64_t rows, int64_t work) {
+    if (work < LD_CPU_PAR_MIN || rows < 2) return 1;
+    return rows < 64 ? (int)rows : 64;
+}
 /* For tests: how long a pool's waiters spin (pauses) and yield before they
    sleep; 0, 0 sleeps at once. */
 void ld_cpu_pool_set_spin(int spin, int yield);

@@ -5,6 +5,7 @@
 #include "test_util.h"
 #include "ld_ops.h"
 #include "ld_ops_index.h"
+#include "ld_ops_pool.h"
 #include "ld_autograd.h"
 #include "ld_device.h"
 #include "ld_executor.h"
