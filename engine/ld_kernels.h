@@ -10,11 +10,15 @@
  * (cu_<name>, engine/cuda/), and the executor's proxy of each kernel (an
  * argument struct, a run function, a queuing function: ld_executor.c).
  *
- * Adding a kernel: one line here, cpu_<name> in ld_cpu.c, cu_<name> in the
- * CUDA file of its family, a case in tests/gpu/test_ops.lua (run on cpu:1
- * by `make test`, on a GPU by `make test-gpu`). Adding an elementwise op:
- * one line in LD_BINARY_OPS or LD_UNARY_OPS, its case in the CPU and CUDA
- * switches, its test.
+ * Adding a kernel: one line here (in its family's block of
+ * LD_LAYER_KERNELS), cpu_<name> in the family's ld_cpu_<family>.c,
+ * cu_<name> in engine/cuda/cuda_<family>.cu, a case in tests/ops/test_ops.lua
+ * (run on cpu:1 by `make test`, on a GPU by `make test-gpu`; it fails on a
+ * kernel no case calls). Adding an elementwise op: one line in
+ * LD_BINARY_OPS or LD_UNARY_OPS, its formula and derivative in
+ * ld_elementwise_math.h (both backends call them), its docstring in
+ * lua_bindings/tensor.c; the Tensor method, tensor.unary_ops/binary_ops and
+ * the op tests' cases follow from the list.
  *
  * Kernels take contiguous float32 buffers unless stated otherwise; sizes are
  * element counts. The order of the list is the order of the slots.
