@@ -136,9 +136,7 @@ ldist.display = display
 
 -- ---- a progress bar in a notebook ------------------------------------------------
 
-local function html_escape(s)
-  return (s:gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
-end
+local html_escape = ldist._util.html_escape
 
 local function progress_bundle(bar, state)
   local P = ldist.progress

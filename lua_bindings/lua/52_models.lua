@@ -418,7 +418,7 @@ function nn._checkpoint(model)
   return t, meta
 end
 
-local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
+local shape_str = ldist._util.shape_str
 
 -- the checkpoint's tensors and metadata into a built model (and its optimizer)
 function nn._restore_checkpoint(model, t, meta, where)

@@ -29,6 +29,12 @@
 --                              (fit's one message after a failure), else nil
 --   s:_fit(model, x, y, opts)  a strategy that trains elsewhere (a LocalCluster's
 --                              workers, parameter servers) runs fit itself
+--   s:_is_writer()             this process writes the job's files (checkpoints,
+--                              logs): true but on the non-chief workers of a
+--                              multi-worker job
+--   s:_broadcast(v)            v as the writer process has it, on every process
+--                              (v: plain values and tensors, as the cluster
+--                              packs them); v where alone
 local ldist = ...
 local tensor, optim = ldist.tensor, ldist.optim
 local C = ldist._distribute
@@ -584,6 +590,8 @@ function distribute._on_model_created(model)
   end
 end
 function Strategy:_model_created(model) end
+function Strategy:_is_writer() return true end
+function Strategy:_broadcast(v) return v end
 
 local doc = ldist.document
 doc(distribute, "distribute", "distribute\n\nDistribution strategies in the manner of tf.distribute:\n" ..

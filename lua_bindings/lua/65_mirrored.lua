@@ -220,14 +220,7 @@ local function trace_compute(self, r, t0)
   end
 end
 
-local function dedupe(values)
-  -- a tensor listed twice (one gradient for two variables) must be reduced once
-  local seen, out = {}, {}
-  for i, v in ipairs(values) do
-    if seen[v] then out[i] = v:clone() else out[i] = v; seen[v] = true end
-  end
-  return out
-end
+local dedupe = ldist._util.dedupe
 
 function Mirrored:_collective(requests)
   local n = self.num_replicas_in_sync

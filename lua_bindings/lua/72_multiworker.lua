@@ -321,16 +321,16 @@ end
 
 -- the protocol's input: one pipeline per worker
 function MW:_input_pipelines() return self._size, self._rank end
+-- the chief (rank 0) writes the job's files and is the source of broadcasts
+function MW:_is_writer() return self._rank == 0 end
+function MW:_broadcast(v)
+  if self._size == 1 then return v end
+  return C.unpack(self._c:broadcast_string(self._rank == 0 and C.pack(v) or nil, 0))
+end
 
 ---------------------------------------------------------------- run, collectives, reduce
-local function dedupe(values)
-  local seen, out = {}, {}
-  for i, v in ipairs(values) do
-    if type(v) == "number" then v = tensor.new(v) end
-    if seen[v] then out[i] = v:clone() else out[i] = v; seen[v] = true end
-  end
-  return out
-end
+-- (a value a replica gives as a number is made a tensor)
+local function dedupe(values) return ldist._util.dedupe(values, true) end
 
 function MW:_all_gather(t, axis)
   if (axis or 0) ~= 0 then error("all_gather across workers concatenates along axis 0 only", 0) end

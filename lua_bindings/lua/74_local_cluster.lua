@@ -223,7 +223,7 @@ end
 Remote._run = remote_only
 Remote._sum_across = remote_only
 
-local function as_dataset(x, y, opts) return nn.Model._as_dataset(x, y, opts, opts.shuffle ~= false) end
+local util = ldist._util
 
 local function shippable_callbacks(list)
   local remote, here = {}, {}
@@ -271,7 +271,7 @@ function Remote:_fit(model, x, y, opts)
   if not model._compiled then error("call model:compile{optimizer=, loss=, metrics=} before model:fit", 3) end
   local lc = self._lc
   lc:_check()
-  local ds = as_dataset(x, y, opts)
+  local ds = util.as_dataset(x, y, opts, opts.shuffle ~= false)
   if not model.built then
     local first
     for b in ds do first = b; break end
@@ -284,8 +284,8 @@ function Remote:_fit(model, x, y, opts)
   local vars = model.trainable_variables
   local remote_cbs, local_cbs = shippable_callbacks(opts.callbacks)
   local val = opts.validation_data
-  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
-    val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size, sample_weight = val[3] })
+  if type(val) == "table" and getmetatable(val) == nil and util.is_arrays(val[1]) then
+    val = util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
   local spec = {
     model = describe_model(model), optimizer = ldist.optim._config(model._optimizer),
@@ -428,7 +428,7 @@ local function worker_fit(state, spec, ctl, id)
     if not make then error("unknown callback " .. tostring(c.class), 0) end
     cbs[i] = make(distribute._unship(c.config))
   end
-  if s._rank == 0 then
+  if s:_is_writer() then
     local card = ds.cardinality and ds:cardinality() or -2
     cbs[#cbs + 1] = progress_callback(ctl, id, spec.fit.steps_per_epoch or (card >= 0 and card or nil))
   end
