@@ -1,8 +1,8 @@
 /*
  * distribute.c - the C half of the `distribute` module: logical CPU devices,
  * the replica context, mirrored variables, the in-process all-reduce and
- * tracing. The strategies themselves are in lua/60_distribute.lua and
- * lua/65_mirrored.lua.
+ * tracing. The strategies themselves are in lua/distribute/protocol.lua and
+ * lua/distribute/mirrored.lua.
  */
 #include "lbind.h"
 #include "ld_strategy.h"

@@ -1,6 +1,6 @@
 /*
  * summary.c - ldist._summary: TensorBoard event-file writers for the
- * TensorBoard callback (lua_bindings/lua/55_callbacks.lua).
+ * TensorBoard callback (lua_bindings/lua/keras/callbacks.lua).
  *
  *     local w = ldist._summary.open("logs/train")   -- a new events.out.tfevents.* file
  *     w:scalar("epoch_loss", 0.42, 3)                -- tag, value, step

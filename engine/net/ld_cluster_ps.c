@@ -1,4 +1,4 @@
-/* ld_cluster_ps.c - what ParameterServerStrategy (lua_bindings/lua/80_parameter_server.lua)
+/* ld_cluster_ps.c - what ParameterServerStrategy (lua_bindings/lua/distribute/parameter_server.lua)
    needs from the control plane beyond ld_cluster.c: a receive that survives
    lost peers (a parameter server or the coordinator carries on when a worker
    dies; the worker's scheduled functions go to another), and each peer's state.

@@ -1,7 +1,7 @@
--- 82_parameter_server.lua - ParameterServerStrategy (TF's
+-- distribute/parameter_server.lua - ParameterServerStrategy (TF's
 -- tf.distribute.experimental.ParameterServerStrategy) and ClusterCoordinator:
 -- asynchronous data parallelism with parameter servers. The processes it
--- drives (ps tasks, workers) are in 80_ps_tasks.lua.
+-- drives (ps tasks, workers) are in distribute/ps_tasks.lua.
 local ldist = ...
 local C = ldist._cluster
 local tensor, distribute, optim, nn, data = ldist.tensor, ldist.distribute, ldist.optim, ldist.nn, ldist.data
@@ -321,7 +321,7 @@ end
 -- coordinator between steps). LDIST_PS_PIPELINE=1: one at a time.
 local pipeline_depth = math.max(1, math.tointeger(tonumber(env("LDIST_PS_PIPELINE") or "") or 2) or 2)
 
--- worker w's task link (80_ps_tasks.lua, "the task link"): {seg=} once
+-- worker w's task link (distribute/ps_tasks.lua, "the task link"): {seg=} once
 -- asked for, false where there is none (another host, LDIST_PS_TRANSPORT=tcp)
 local function task_link(self, w)
   local links = self._tl
@@ -598,7 +598,7 @@ function Coord:stats()
 end
 
 ---------------------------------------------------------------- model:fit under the strategy
--- The protocol's _fit: model:fit (50_keras.lua) hands the whole fit to the
+-- The protocol's _fit: model:fit (keras/training.lua) hands the whole fit to the
 -- strategy, which schedules steps on the workers.
 function PS:_fit(model, x, y, opts)
   if opts.class_weight then

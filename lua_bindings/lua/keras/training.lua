@@ -1,4 +1,4 @@
--- 50_keras.lua - metrics and the Keras-style model API (callbacks: 55_callbacks.lua):
+-- keras/training.lua - metrics and the Keras-style model API (callbacks: keras/callbacks.lua):
 -- model:compile{...}, model:fit(...), model:evaluate(...), model:predict(...),
 -- model:summary(). The training step itself runs in C (model:train_step).
 local ldist = ...
@@ -196,9 +196,9 @@ local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RM
 ---------------------------------------------------------------- several inputs and outputs
 -- Values that are a tensor or a table of them (a model's several inputs or
 -- outputs: a list, or a table keyed by name). The strategies use these too
--- (ldist._nest), so one place knows how such a value is sliced and joined.
+-- (ldist._util.nest), so one place knows how such a value is sliced and joined.
 local nest = {}
-ldist._nest = nest
+ldist._util.nest = nest
 local function is_pr(v) local d = ldist.distribute; return d ~= nil and d.is_per_replica(v) end
 function nest.map(v, f)
   if v == nil or tensor.is_tensor(v) or type(v) ~= "table" or is_pr(v) then return v ~= nil and f(v) or nil end
@@ -472,7 +472,7 @@ local function is_options(v)
   return not is_arrays(v)
 end
 
--- for the strategies that run fit themselves (74_local_cluster, 82_parameter_server)
+-- for the strategies that run fit themselves (distribute/local_cluster.lua, distribute/parameter_server.lua)
 ldist._util.as_dataset, ldist._util.is_arrays = as_dataset, is_arrays
 
 
@@ -513,7 +513,7 @@ local function epoch_logs(loss_m, outs, ms)
   return logs
 end
 
--- For a strategy with its own fit loop (82_parameter_server.lua): the
+-- For a strategy with its own fit loop (distribute/parameter_server.lua): the
 -- epoch's metrics and per-output losses from each step's targets and
 -- predictions, and the epoch's logs for its loss.
 function Model:_epoch_tracker()

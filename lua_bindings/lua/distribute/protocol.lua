@@ -1,7 +1,7 @@
--- 60_distribute.lua - the `distribute` module and THE strategy protocol: the
+-- distribute/protocol.lua - the `distribute` module and THE strategy protocol: the
 -- default strategy, OneDeviceStrategy, PerReplica values, contexts, reduce,
 -- gather, distribute_datasets_from_function and the optimizer's hook. Every
--- strategy (65_mirrored, 72_multiworker, 82_parameter_server) is a subclass
+-- strategy (distribute/mirrored.lua, distribute/multiworker.lua, distribute/parameter_server.lua) is a subclass
 -- of Strategy that fills in the hooks below; nothing else in the prelude
 -- asks which strategy runs it, and no file replaces a function defined here.
 --
@@ -24,7 +24,7 @@
 --   s:_local_devices()         the devices of this process's replicas
 --   s:experimental_local_results(v), s:experimental_distribute_dataset(ds)
 --   s:train_step(model, x, y, loss, opt, want_pred), s:_fit_begin(), s:_fit_end(),
---   s:_fit_batches(ds)         model:fit's step and hooks (50_keras.lua)
+--   s:_fit_batches(ds)         model:fit's step and hooks (keras/training.lua)
 --   s:_lost_peer()             "worker 1 (pid 4242)" when a process of the job died
 --                              (fit's one message after a failure), else nil
 --   s:_fit(model, x, y, opts)  a strategy that trains elsewhere (a LocalCluster's
@@ -571,9 +571,9 @@ end
 -- model:fit's step: the batch goes to the device
 function OneDevice:train_step(model, x, y, loss, opt, want_pred, w)
   local dev = self.devices[1]
-  -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+  -- x, y: a tensor, or a list per input / output (ldist._util.nest, keras/training.lua)
   local function to(t) return t.device ~= dev and t:to(dev) or t end
-  local map = ldist._nest.map
+  local map = ldist._util.nest.map
   return model:train_step(map(x, to), map(y, to), loss, opt, map(w, to))
 end
 

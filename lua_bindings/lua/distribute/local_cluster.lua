@@ -1,6 +1,6 @@
--- 74_local_cluster.lua - LocalCluster: worker processes started from the
+-- distribute/local_cluster.lua - LocalCluster: worker processes started from the
 -- REPL or a notebook, which train with MultiWorkerMirroredStrategy on what
--- this session ships them (71_shipping.lua), and the strategy object that
+-- this session ships them (distribute/shipping.lua), and the strategy object that
 -- stands for them here (its fit runs on the workers).
 local ldist = ...
 local C, distribute, docs = ldist._cluster, ldist.distribute, ldist.docs
@@ -36,7 +36,7 @@ end
 function distribute.LocalCluster(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("bad argument #1 to 'LocalCluster' (options table expected)", 2) end
-  -- with ps tasks: the parameter-server cluster (82_parameter_server.lua)
+  -- with ps tasks: the parameter-server cluster (distribute/parameter_server.lua)
   if opts.ps and opts.ps ~= 0 then
     if not distribute._ps_local_cluster then error("LocalCluster: parameter servers are not available", 2) end
     return distribute._ps_local_cluster(opts)
@@ -359,7 +359,7 @@ function Remote:_fit(model, x, y, opts)
 end
 
 -- Traces on a LocalCluster: strategy:trace(true) here makes every worker
--- trace the fits that follow (MultiWorkerMirroredStrategy:trace, 72_multiworker.lua);
+-- trace the fits that follow (MultiWorkerMirroredStrategy:trace, distribute/multiworker.lua);
 -- worker 0 gathers the workers' spans on one clock and sends them back with
 -- the history, so timeline() and trace_summary() draw them here.
 function Remote:trace(on)

@@ -1,4 +1,4 @@
--- 72_multiworker.lua - MultiWorkerMirroredStrategy (TF's
+-- distribute/multiworker.lua - MultiWorkerMirroredStrategy (TF's
 -- tf.distribute.MultiWorkerMirroredStrategy): synchronous data parallelism
 -- over several processes, on one machine or many, and LocalCluster, which
 -- starts such processes from the REPL or a notebook and trains on them.
@@ -99,7 +99,7 @@ function MW:is_chief() return self._rank == 0 end
 function MW:_fit_begin() self._epoch_first = true end
 
 -- "worker 1 (pid 4242)" when a process of this job is lost (a collective
--- failed because it died), else nil: model:fit's message (50_keras.lua)
+-- failed because it died), else nil: model:fit's message (keras/training.lua)
 function MW:_lost_peer()
   if self._size <= 1 or pcall(self._c.check, self._c) then return nil end
   -- the cluster failed; which peer is lost may reach this rank a moment
@@ -461,7 +461,7 @@ function MW:_reduce_gradients(grads, vars)
 end
 
 ---------------------------------------------------------------- Keras fit under the strategy
-local nest = ldist._nest
+local nest = ldist._util.nest
 local function sync_model(self, model, x)
   if model._mw_synced == self then return end
   if not model.built and tensor.is_tensor(x) then   -- a model of several inputs is Functional: built
@@ -484,7 +484,7 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   if loc and rawequal(loc.x, x) then
     xl, yl, wl, gb = x, y, w, loc.gb   -- already this worker's part (a distributed dataset)
   else
-    -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+    -- x, y: a tensor, or a list per input / output (ldist._util.nest, keras/training.lua)
     rows = nest.rows(x)
     lo, hi = share(rows, n, r)
     local function mine(t) return t:slice(0, lo, hi) end

@@ -1,4 +1,4 @@
--- 62_timeline.lua - the one timeline renderer of every strategy, and the
+-- distribute/timeline.lua - the one timeline renderer of every strategy, and the
 -- table that trace_summary() prints.
 --
 -- A strategy that traces (Mirrored, MultiWorkerMirrored, ParameterServer)
@@ -23,7 +23,7 @@ local distribute, docs = ldist.distribute, ldist.docs
 if not distribute then return end
 
 -- This machine's boot id: processes that share it share CLOCK_MONOTONIC
--- (ldist.clock), so their spans need no shifting (72_multiworker's and the
+-- (ldist.clock), so their spans need no shifting (distribute/multiworker.lua's and the
 -- parameter server's traces).
 function distribute._boot_id()
   local f = io.open("/proc/sys/kernel/random/boot_id")
@@ -74,7 +74,7 @@ local function time_ticks(span, count)
   local unit, per = "ms", 1e-3
   if span >= 2 then unit, per = "s", 1 elseif span < 1e-3 then unit, per = "us", 1e-6 end
   local u = math.max(span / per, 1e-9)
-  local ticks = ldist._nice_ticks(0, u, count)     -- 20_plot.lua's, in the unit; kept within the span
+  local ticks = ldist._util.nice_ticks(0, u, count)     -- ui/plot.lua's, in the unit; kept within the span
   local step = #ticks > 1 and ticks[2] - ticks[1] or u
   local out = {}
   for _, t in ipairs(ticks) do if t <= u + step * 1e-9 then out[#out + 1] = t * per end end

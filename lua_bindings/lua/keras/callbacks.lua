@@ -1,9 +1,9 @@
--- 55_callbacks.lua - every Keras callback (tf.keras.callbacks): History
+-- keras/callbacks.lua - every Keras callback (tf.keras.callbacks): History
 -- (what fit returns), ProgbarLogger (fit's bar), EarlyStopping,
 -- LambdaCallback, ModelCheckpoint, CSVLogger, LearningRateScheduler,
--- ReduceLROnPlateau, TerminateOnNaN and TensorBoard. model:fit (50_keras.lua)
+-- ReduceLROnPlateau, TerminateOnNaN and TensorBoard. model:fit (keras/training.lua)
 -- calls them; BackupAndRestore, which resumes a distributed job, is
--- 75_backup_restore.lua's. Under MultiWorkerMirroredStrategy only the writer
+-- distribute/backup_restore.lua's. Under MultiWorkerMirroredStrategy only the writer
 -- process (the chief: s:_is_writer(), the strategy protocol) writes files.
 local ldist = ...
 local tensor = ldist.tensor
@@ -387,7 +387,7 @@ end
 
 ---------------------------------------------------------------- ModelCheckpoint
 -- A LocalCluster's fit runs the callbacks that have a _ship on its workers,
--- where training happens (74_local_cluster.lua): a callback that sets the
+-- where training happens (distribute/local_cluster.lua): a callback that sets the
 -- learning rate, stops training or saves the model must act on the
 -- workers' model, not on this session's copy, which gets the weights only
 -- when fit returns. Their options travel; a schedule function travels as

@@ -1,4 +1,4 @@
--- 40_display.lua - rich output and comms, for every front end.
+-- ui/display.lua - rich output and comms, for every front end.
 --
 --   display(x)                          show x now (a picture, a table, text)
 --   local h = display(x, {display_id = true})

@@ -1,4 +1,4 @@
--- 65_mirrored.lua - MirroredStrategy: synchronous data parallelism over the
+-- distribute/mirrored.lua - MirroredStrategy: synchronous data parallelism over the
 -- devices of one process (TF's tf.distribute.MirroredStrategy).
 --
 -- How a step runs. Lua is one thread, so replicas cannot each run Lua at the
@@ -436,8 +436,8 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     for r = 0, n - 1 do total = total + lvs[r]:item() end
     return total
   end
-  local function predictions()   -- a tensor, or a list per output (ldist._nest, 50_keras.lua)
-    local nest, parts = ldist._nest, {}
+  local function predictions()   -- a tensor, or a list per output (ldist._util.nest, keras/training.lua)
+    local nest, parts = ldist._util.nest, {}
     for r = 0, n - 1 do parts[r + 1] = nest.map(preds[r], function(t) return t:cpu() end) end
     return nest.concat(parts)
   end
@@ -533,7 +533,7 @@ function Mirrored:write_trace(path)
   return path
 end
 
--- strategy:timeline{steps = {a, b}, save = "t.svg", width = 960} -> a Timeline (62_timeline.lua)
+-- strategy:timeline{steps = {a, b}, save = "t.svg", width = 960} -> a Timeline (distribute/timeline.lua)
 function Mirrored:timeline(opts)
   opts = opts or {}
   local spans = self:trace_spans()

@@ -1,11 +1,13 @@
--- 05_util.lua - the prelude's private helpers (ldist._util), one copy each for
--- the files that share them; not part of the API. Files add to it (never
--- replace): 50_keras.lua puts as_dataset and is_arrays here, for the
--- strategies that run fit themselves.
+-- util.lua - the prelude's private helpers (ldist._util): what its files share
+-- with each other, one copy each, in one place instead of private fields
+-- across the modules; not part of the API. Files add to it (never replace):
+-- keras/training.lua puts as_dataset, is_arrays and nest here, ui/plot.lua
+-- nice_ticks.
 --   util.shape_str(shape)        "[2, 3]"
 --   util.html_escape(s)          s with & < > " escaped, for the notebook's HTML
 --   util.dedupe(values, numbers) a list in which no tensor appears twice
---   util.as_dataset(x, y, opts, shuffle), util.is_arrays(v)   (50_keras.lua)
+--   util.as_dataset(x, y, opts, shuffle), util.is_arrays(v), util.nest   (keras/training.lua)
+--   util.nice_ticks(lo, hi, count)                                       (ui/plot.lua)
 local ldist = ...
 local tensor = ldist.tensor
 

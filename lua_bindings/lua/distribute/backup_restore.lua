@@ -1,4 +1,4 @@
--- 75_backup_restore.lua - callbacks.BackupAndRestore (Keras'
+-- distribute/backup_restore.lua - callbacks.BackupAndRestore (Keras'
 -- tf.keras.callbacks.BackupAndRestore): model:fit saves the weights, the
 -- optimizer's state, the epoch and the step every epoch (or every N steps);
 -- a fit started again with the same callback (after a crash, a killed
@@ -147,7 +147,7 @@ end
 function Resume:cardinality() return self.ds.cardinality and self.ds:cardinality() or -2 end
 function Resume:iter() return iterate(self.ds) end
 
--- model:fit calls a callback's _before_fit first (50_keras.lua): restore,
+-- model:fit calls a callback's _before_fit first (keras/training.lua): restore,
 -- then start at the saved epoch and step.
 function BR:_before_fit(model, x, y, opts, s)
   local br = self
