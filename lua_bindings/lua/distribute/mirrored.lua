@@ -46,7 +46,7 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "pretends N cores (to try a split)."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
 
-local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, distribute._check_axis
+local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, ldist._util.check_axis
 
 ---------------------------------------------------------------- the strategy
 local Mirrored = distribute._strategy_class("ldist.MirroredStrategy")
@@ -115,7 +115,7 @@ local function split_rows(self, t)
   local n, parts = self.num_replicas_in_sync, {}
   local rows = t.ndim > 0 and t.shape[1] or 1
   for r = 0, n - 1 do
-    local lo, hi = distribute._share(rows, n, r)
+    local lo, hi = ldist._util.share(rows, n, r)
     parts[r + 1] = t:slice(0, lo, hi):to(self.devices[r + 1])
   end
   return parts, rows
@@ -259,7 +259,7 @@ end
 -- split by _split (or as the PerReplica value says)
 local function row_offset(pr, gb, n, r)
   if pr and pr.offsets then return pr.offsets[r + 1] or 0 end
-  return (distribute._share(gb, n, r))
+  return (ldist._util.share(gb, n, r))
 end
 
 -- run: every replica's function is a coroutine on this thread; a replica
@@ -547,7 +547,7 @@ function Mirrored:timeline(opts)
       out[i] = { kind = s[1], t0 = s[2], t1 = s[3], step = (s[4] or 0) > 0 and s[4] or nil }
       if s[1] == "allreduce" and per_step and out[i].step then
         out[i].note = ("the step's all-reduce carries %s per replica (in %d-replica slices)"):format(
-          distribute._fmt_bytes(per_step), #self.devices)
+          ldist._util.fmt_bytes(per_step), #self.devices)
       end
     end
     rows[r] = { who = ("replica %d"):format(r - 1), label = ("replica %d (%s)"):format(r - 1, self.devices[r]), spans = out }
@@ -569,13 +569,7 @@ function Mirrored:timeline(opts)
 end
 
 -- strategy:explain() -> what one step does here, with this run's numbers
-local function model_numbers(model)
-  if not model or not model.built then return nil end
-  local vars, count = model.trainable_variables, 0
-  for _, v in ipairs(vars) do count = count + v:numel() end
-  return #vars, count
-end
-distribute._model_numbers = model_numbers
+local model_numbers = ldist._util.model_numbers
 
 function Mirrored:explain()
   local n, devs = self.num_replicas_in_sync, table.concat(self.devices, ", ")
@@ -585,7 +579,7 @@ function Mirrored:explain()
   if gb then
     local parts = {}
     for r = 0, n - 1 do
-      local lo, hi = distribute._share(gb, n, r)
+      local lo, hi = ldist._util.share(gb, n, r)
       parts[#parts + 1] = ("replica %d rows %d-%d (%d)"):format(r, lo, hi - 1, hi - lo)
     end
     out[#out + 1] = ("1. Input: the global batch of %d examples is split by rows: %s."):format(gb, table.concat(parts, ", "))
@@ -599,12 +593,12 @@ function Mirrored:explain()
     local bytes = count * 4
     out[#out + 1] = ("3. All-reduce: the %d gradients of the model's trainable variables (%d numbers, %s per replica) are " ..
       "summed over the %d replica%s through shared memory: each replica sums 1/%d of them and copies its slice to the " ..
-      "others; each moves 2 x %d/%d x %s = %s."):format(nv, count, distribute._fmt_bytes(bytes), n, n == 1 and "" or "s", n,
-      n - 1, n, distribute._fmt_bytes(bytes), distribute._fmt_bytes(2 * (n - 1) / n * bytes))
+      "others; each moves 2 x %d/%d x %s = %s."):format(nv, count, ldist._util.fmt_bytes(bytes), n, n == 1 and "" or "s", n,
+      n - 1, n, ldist._util.fmt_bytes(bytes), ldist._util.fmt_bytes(2 * (n - 1) / n * bytes))
   else
     local st = self._comm:stats(false)
     out[#out + 1] = "3. All-reduce: every gradient is summed over the replicas through shared memory" .. (st.calls > 0 and
-      (" (measured: %s per replica per call, %d calls)"):format(distribute._fmt_bytes(st.bytes / st.calls), st.calls) or
+      (" (measured: %s per replica per call, %d calls)"):format(ldist._util.fmt_bytes(st.bytes / st.calls), st.calls) or
       " (4 bytes per trainable number; fit a model under this strategy to see its size)") .. "."
   end
   local cpu = true

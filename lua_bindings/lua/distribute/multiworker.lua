@@ -174,7 +174,7 @@ distribute.AutoShardPolicy = ldist.data.experimental.AutoShardPolicy
 
 -- Rows [lo, hi) of a global batch of `rows` that worker r of n takes: floor(rows/n)
 -- each, one more for the first rows % n (the split MirroredStrategy uses).
-local share = distribute._share
+local share = ldist._util.share
 local function rows_of(e)
   local t = tensor.is_tensor(e) and e or e[1]
   return t.ndim > 0 and t.shape[1] or 1
@@ -564,7 +564,7 @@ end
 -- barrier, against rank 0's (the error is about the barrier's latency).
 -- A worker's all-reduce cannot finish before the last worker enters it: the
 -- time from its own entry to the last entry is drawn as its wait.
-local boot_id = distribute._boot_id
+local boot_id = ldist._util.boot_id
 
 function MW:_trace_step()
   self._step = (self._step or 0) + 1
@@ -723,13 +723,13 @@ function distribute._mw_explain(n, gb, model, where)
     out[#out + 1] = ("1. Input: each worker takes its 1/%d of every global batch (no step has run yet)."):format(n)
   end
   out[#out + 1] = "2. Each worker: forward on its rows, the loss (its rows' sum over the global batch size), backward."
-  local nv, count = distribute._model_numbers(model)
+  local nv, count = ldist._util.model_numbers(model)
   if nv then
     local b = count * 4
     out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d step%s " ..
       "of reduce-scatter and %d of all-gather, each worker sending 2 x %d/%d x %s = %s (shared memory between processes " ..
-      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n - 1, n == 2 and "" or "s",
-      n - 1, n - 1, n, distribute._fmt_bytes(b), distribute._fmt_bytes(2 * (n - 1) / n * b))
+      "of one machine, ZeroMQ between machines)."):format(nv, count, ldist._util.fmt_bytes(b), n - 1, n == 2 and "" or "s",
+      n - 1, n - 1, n, ldist._util.fmt_bytes(b), ldist._util.fmt_bytes(2 * (n - 1) / n * b))
   else
     out[#out + 1] = "3. A ring all-reduce sums the gradients over the workers (4 bytes per trainable number; fit a model to see its size)."
   end

@@ -8,7 +8,7 @@ local tensor, distribute, optim, nn, data = ldist.tensor, ldist.distribute, ldis
 local docs = ldist.docs
 if not C or not distribute or not distribute._net or not distribute._net.ps then return end
 local net = distribute._net
-local env, ship_fn, share, ps = net.env, net.ship_fn, distribute._share, net.ps
+local env, ship_fn, share, ps = net.env, net.ship_fn, ldist._util.share, net.ps
 local PSCluster, from_tf_config = ps.Cluster, ps.from_tf_config
 local describe_model = function(model) return distribute._describe_model(model, false) end
 
@@ -817,21 +817,21 @@ function PS:explain()
   local cl = self._cl
   local out = { ("ParameterServerStrategy: asynchronous data parallelism - %d workers, %d ps tasks, this process coordinates.")
     :format(cl.workers, cl.num_ps) }
-  local nv, count = distribute._model_numbers(self._model)
+  local nv, count = ldist._util.model_numbers(self._model)
   if nv then
     local per = {}
     for _, sh in ipairs(self._layout) do per[sh.ps + 1] = (per[sh.ps + 1] or 0) + 1 end
     local parts = {}
     for p = 1, cl.num_ps do parts[#parts + 1] = ("ps %d holds %d"):format(p - 1, per[p] or 0) end
     out[#out + 1] = ("0. The model's %d trainable variables (%d numbers, %s) live on the ps tasks: %s (variable shards)."):format(
-      nv, count, distribute._fmt_bytes(count * 4), table.concat(parts, ", "))
+      nv, count, ldist._util.fmt_bytes(count * 4), table.concat(parts, ", "))
   else
     out[#out + 1] = "0. The model's variables live on the ps tasks (compile and fit a model under strategy:scope() to see them)."
   end
   local b = self._last_batch
   out[#out + 1] = ("1. The coordinator schedules steps; an idle worker takes the next one and reads its own batch%s " ..
     "(batches are not split: each worker trains on whole batches)."):format(b and (" (%d examples)"):format(b) or "")
-  local size = nv and distribute._fmt_bytes(count * 4) or "every weight"
+  local size = nv and ldist._util.fmt_bytes(count * 4) or "every weight"
   out[#out + 1] = ("2. Pull: the worker fetches the current weights from every ps (%s)."):format(size)
   out[#out + 1] = "3. It runs forward, the loss (the mean over its batch) and backward on its own, waiting for no other worker."
   out[#out + 1] = ("4. Push: it sends its gradients (%s) to the ps tasks, each of which applies the optimizer to its " ..

@@ -102,25 +102,9 @@ function PerReplica.__tostring(p)
 end
 distribute.PerReplica = per_replica
 distribute.is_per_replica = is_pr
+local check_axis = ldist._util.check_axis
 
--- axis (integer, negative from the end) of a value with nd dimensions, as
--- 0-based; raises "bad argument #argn to 'fname'" at the caller's caller
-local function check_axis(fname, argn, axis, nd)
-  if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
-    error(("bad argument #%d to '%s' (axis %s out of range for a value with %d dimension%s)")
-      :format(argn, fname, tostring(axis), nd, nd == 1 and "" or "s"), 3)
-  end
-  return axis % nd
-end
-distribute._check_axis = check_axis
 
--- Rows [lo, hi) of a batch of `rows` that replica r of n takes: floor(rows/n)
--- each, one more for the first rows % n. Every strategy splits batches so.
-function distribute._share(rows, n, r)
-  local base, extra = rows // n, rows % n
-  local lo = r * base + math.min(r, extra)
-  return lo, lo + base + (r < extra and 1 or 0)
-end
 
 ---------------------------------------------------------------- the strategy base
 local Strategy = {}

@@ -36,7 +36,7 @@ local docs = ldist.docs
 if not C or not distribute or not distribute.LocalCluster then return end
 
 local net = distribute._net
-local env, ship_fn, share = net.env, net.ship_fn, distribute._share
+local env, ship_fn, share = net.env, net.ship_fn, ldist._util.share
 local D = ldist._distribute
 local ps = {}          -- what distribute/parameter_server.lua uses of this file
 net.ps = ps
@@ -45,7 +45,7 @@ net.ps = ps
 -- each process keeps its spans {kind, start, end, step, bytes=, note=, mark=}
 -- (step: the coordinator's task number) and sends them back, with its clock
 -- and boot id (the same boot id: the same monotonic clock), when asked.
-local boot_id = distribute._boot_id
+local boot_id = ldist._util.boot_id
 local function trace_reply(spans)
   return { spans = spans, boot = boot_id(), clock = ldist.clock(), pid = C.getpid() }
 end
