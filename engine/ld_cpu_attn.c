@@ -13,8 +13,10 @@
  */
 #include "ld_cpu_internal.h"
 #include "ld_cpu_simd.h"
+#include "ld_executor.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ================================================================ gemm_batched */
@@ -128,4 +130,117 @@ void cpu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const 
     /* x holds y, y holds dx (the fields are reused) */
     msm_job j = {dx, y, dy, batch * t, t, s, scale, causal, offset};
     msm_run(&j);
+}
+
+/* ================================================================ flash_attention
+ * The fused attention on the CPU, row by row: a query's scaled logits go
+ * into a row buffer of s floats (one per pool part), then its softmax and
+ * the weighted sum of the value rows; nothing of size t x s is kept. The
+ * backward recomputes each weight from lse: p = exp(scale q.k - lse),
+ *     gv_j += p go_i,  ds = scale p (go_i.v_j - go_i.o_i),
+ *     gq_i += ds k_j,  gk_j += ds q_i,
+ * and is split over the batch (gk and gv of one batch item gather every
+ * query of it). The unfused path (gemm_batched + masked_softmax) stays the
+ * CPU's default: BLAS products beat these loops there. */
+typedef struct {
+    ld_device *d;
+    float *o, *lse, *gq, *gk, *gv;
+    const float *q, *k, *v, *go, *oi;
+    int64_t batch, t, s, e;
+    float scale;
+    int causal;
+    int64_t offset;
+} fa_job;
+
+/* query i sees keys [0, fa_kept) */
+static int64_t fa_kept(const fa_job *j, int64_t i) {
+    if (!j->causal) return j->s;
+    int64_t last = i + j->offset;
+    return last < 0 ? 0 : last + 1 < j->s ? last + 1 : j->s;
+}
+
+static void fa_axpy(float *y, float a, const float *x, int64_t n) {
+    for (int64_t c = 0; c < n; c++) y[c] += a * x[c];
+}
+
+static void fa_fwd_part(void *ctx, int p, int np) {
+    fa_job *j = ctx;
+    int64_t rows = j->batch * j->t, lo = rows * p / np, hi = rows * (p + 1) / np, e = j->e, s = j->s;
+    float *buf = malloc(sizeof(float) * (size_t)(s ? s : 1));
+    if (!buf) { ld_device_fault(j->d, LD_ENOMEM, "flash_attention: out of memory for a row of %lld logits", (long long)s); return; }
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t b = r / j->t, i = r % j->t, lim = fa_kept(j, i);
+        const float *qr = j->q + r * e, *kb = j->k + b * s * e, *vb = j->v + b * s * e;
+        float *orow = j->o + r * e;
+        memset(orow, 0, sizeof(float) * (size_t)e);
+        if (lim == 0) {   /* masked whole: uniform weights, as Keras' -1e9 adder gives */
+            for (int64_t c = 0; c < s; c++) fa_axpy(orow, 1.0f / (float)s, vb + c * e, e);
+            j->lse[r] = INFINITY;
+            continue;
+        }
+        for (int64_t c = 0; c < lim; c++) buf[c] = ldv_dot(qr, kb + c * e, e);
+        float m = ldv_max_scaled(buf, lim, j->scale);
+        float sum = ldv_exp_store(buf, buf, lim, j->scale, m);
+        for (int64_t c = 0; c < lim; c++) fa_axpy(orow, buf[c], vb + c * e, e);
+        ldv_scale(orow, e, 1.0f / sum);
+        j->lse[r] = m + logf(sum);
+    }
+    free(buf);
+}
+
+static void fa_bw_part(void *ctx, int p, int np) {
+    fa_job *j = ctx;
+    int64_t lo = j->batch * p / np, hi = j->batch * (p + 1) / np, e = j->e, s = j->s, t = j->t;
+    float *gq_tmp = j->gq ? NULL : malloc(sizeof(float) * (size_t)(e ? e : 1));
+    if (!j->gq && !gq_tmp) { ld_device_fault(j->d, LD_ENOMEM, "flash_attention_backward: out of memory"); return; }
+    for (int64_t b = lo; b < hi; b++) {
+        const float *kb = j->k + b * s * e, *vb = j->v + b * s * e;
+        float *gkb = j->gk ? j->gk + b * s * e : NULL, *gvb = j->gv ? j->gv + b * s * e : NULL;
+        if (gkb) memset(gkb, 0, sizeof(float) * (size_t)(s * e));
+        if (gvb) memset(gvb, 0, sizeof(float) * (size_t)(s * e));
+        for (int64_t i = 0; i < t; i++) {
+            int64_t r = b * t + i, lim = fa_kept(j, i);
+            const float *qr = j->q + r * e, *gor = j->go + r * e;
+            float *gqr = j->gq ? j->gq + r * e : gq_tmp;
+            memset(gqr, 0, sizeof(float) * (size_t)e);
+            if (lim == 0) {   /* uniform weights: no gradient to q or k */
+                if (gvb) for (int64_t c = 0; c < s; c++) fa_axpy(gvb + c * e, 1.0f / (float)s, gor, e);
+                continue;
+            }
+            float di = ldv_dot(gor, j->oi + r * e, e), l = j->lse[r];
+            for (int64_t c = 0; c < lim; c++) {
+                float pr = expf(j->scale * ldv_dot(qr, kb + c * e, e) - l);
+                if (gvb) fa_axpy(gvb + c * e, pr, gor, e);
+                float ds = j->scale * pr * (ldv_dot(gor, vb + c * e, e) - di);
+                fa_axpy(gqr, ds, kb + c * e, e);
+                if (gkb) fa_axpy(gkb + c * e, ds, qr, e);
+            }
+        }
+    }
+    free(gq_tmp);
+}
+
+void cpu_flash_attention(ld_device *d, float *o, float *lse, const float *q, const float *k, const float *v,
+                         int64_t batch, int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
+    if (batch <= 0 || t <= 0) return;
+    fa_job j = {.d = d, .o = o, .lse = lse, .q = q, .k = k, .v = v, .batch = batch, .t = t, .s = s, .e = e,
+                .scale = scale, .causal = causal, .offset = offset};
+    int64_t rows = batch * t;
+    if (rows * s * e < LD_CPU_PAR_MIN || rows < 2) fa_fwd_part(&j, 0, 1);
+    else ld_cpu_parallel(fa_fwd_part, &j, rows < 64 ? (int)rows : 64);
+}
+
+void cpu_flash_attention_backward(ld_device *d, float *gq, float *gk, float *gv, const float *go, const float *q,
+                                  const float *k, const float *v, const float *o, const float *lse, int64_t batch,
+                                  int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
+    if (batch <= 0) return;
+    fa_job j = {.d = d, .lse = (float *)lse, .gq = gq, .gk = gk, .gv = gv, .q = q, .k = k, .v = v, .go = go, .oi = o,
+                .batch = batch, .t = t, .s = s, .e = e, .scale = scale, .causal = causal, .offset = offset};
+    if (t <= 0) {   /* no query: nothing reaches k or v */
+        if (gk) memset(gk, 0, sizeof(float) * (size_t)(batch * s * e));
+        if (gv) memset(gv, 0, sizeof(float) * (size_t)(batch * s * e));
+        return;
+    }
+    if (batch * t * s * e < LD_CPU_PAR_MIN || batch < 2) fa_bw_part(&j, 0, 1);
+    else ld_cpu_parallel(fa_bw_part, &j, batch < 64 ? (int)batch : 64);
 }

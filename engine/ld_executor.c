@@ -472,7 +472,7 @@ static void *px_alloc(ld_device *d, size_t n) {
 }
 
 static void px_free(ld_device *d, void *p, size_t n) {
-    executor *e = live_executor(d);   /* often on another device's executor (ld_to_device's copy) */
+    executor *e = live_executor(d);   /* often on an executor thread (ld_to_device's copy releases its source there) */
     if (!e) { CPU->free(d, p, n); return; }
     if (n < RECENT_MIN || n > RECENT_BYTES / 4) { queue_free(e, p, n); return; }
     pthread_mutex_lock(&e->mu);

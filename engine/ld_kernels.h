@@ -163,6 +163,21 @@ typedef struct {
     X(masked_softmax_backward, (V, float *, dx), (V, const float *, y), (V, const float *, dy),                \
       (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, float, scale), (V, int, causal),              \
       (V, int64_t, offset))                                                                                     \
+    /* Fused attention (FlashAttention's online softmax: no [t, s] matrix  \
+       in memory): o [batch, t, e] = softmax(scale q k^T, masked as in      \
+       masked_softmax) v for q [batch, t, e], k [batch, s, e], v [batch, s, \
+       e]; lse [batch, t] gets each row's log-sum-exp of its scaled logits  \
+       (INFINITY on a row masked whole, whose weights are uniform). e is    \
+       16, 32 or 64 (ld_attention falls back to the unfused path else). */  \
+    X(flash_attention, (V, float *, o), (V, float *, lse), (V, const float *, q), (V, const float *, k),       \
+      (V, const float *, v), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, int64_t, e),           \
+      (V, float, scale), (V, int, causal), (V, int64_t, offset))                                                \
+    /* Its backward from go = dL/do and the forward's o and lse: gq, gk, gv \
+       (each NULL when not wanted) written whole. */                         \
+    X(flash_attention_backward, (V, float *, gq), (V, float *, gk), (V, float *, gv), (V, const float *, go),  \
+      (V, const float *, q), (V, const float *, k), (V, const float *, v), (V, const float *, o),              \
+      (V, const float *, lse), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, int64_t, e),         \
+      (V, float, scale), (V, int, causal), (V, int64_t, offset))                                                \
     /* convolution, its im2col lowering, max pooling (ld_ops.c) */         \
     /* Direct convolution (no im2col): y [n, oh, ow, f] = x * w + b (b NULL: \
        no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \

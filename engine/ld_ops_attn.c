@@ -2,12 +2,15 @@
  * ld_ops_attn.c - batched matrix products, scaled dot-product attention and
  * the head split/merge (ld_ops_attn.h).
  *
- * Attention is fused: scores = q k^T (gemm_batched), then the masked
+ * Attention, unfused: scores = q k^T (gemm_batched), then the masked
  * softmax kernel turns them into the weights in place (scale and causal
  * mask applied inside, no mask tensor), then weights v (gemm_batched). The
  * backward pass keeps only the weights P:
  *     dV = P^T g,  dP = g V^T,  dS = scale * P * (dP - rowsum(dP * P)),
  *     dQ = dS K,   dK = dS^T Q.
+ * Fused (flash_attention, ld_attention_fused): one kernel with an online
+ * softmax, no [t, s] matrix in memory; the backward recomputes the weights
+ * from q, k and each row's log-sum-exp. Taken when asked for.
  */
 #include "ld_ops_attn.h"
 #include "ld_autograd.h"
@@ -16,6 +19,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ================================================================ bmm */
@@ -243,11 +247,88 @@ ld_tensor *ld_attention_weights(ld_tensor *q, ld_tensor *k, int causal, float sc
     return p;
 }
 
+/* ---- the fused path: flash_attention, o and lse kept for the backward */
+static int fused_mode = -1;   /* LD_FUSED_*; -1: LDIST_FUSED_ATTENTION not read yet (atomic) */
+
+int ld_attention_fused(int mode) {
+    int was = __atomic_load_n(&fused_mode, __ATOMIC_ACQUIRE);
+    if (was < 0) {
+        const char *env = getenv("LDIST_FUSED_ATTENTION");
+        was = !env || !*env || !strcmp(env, "auto") ? LD_FUSED_AUTO
+              : !strcmp(env, "on") || !strcmp(env, "1") ? LD_FUSED_ON : LD_FUSED_OFF;
+        int unset = -1;
+        __atomic_compare_exchange_n(&fused_mode, &unset, was, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+        was = __atomic_load_n(&fused_mode, __ATOMIC_ACQUIRE);
+    }
+    if (mode >= LD_FUSED_AUTO && mode <= LD_FUSED_OFF) __atomic_store_n(&fused_mode, mode, __ATOMIC_RELEASE);
+    return was;
+}
+
+/* The fused kernel takes float32 q, k, v of one width, 16, 32 or 64 (what
+   its GPU version keeps in registers). Auto does not take it yet: its CUDA
+   version has not run on a GPU so far (make test-gpu checks it, forced on,
+   against the CPU's unfused path); once it has, auto is to take it on GPUs. */
+static int use_fused(ld_tensor *q, ld_tensor *k, ld_tensor *v) {
+    int64_t e = q->shape[2];
+    if (ld_attention_fused(-1) != LD_FUSED_ON || v->shape[2] != e || (e != 16 && e != 32 && e != 64)) return 0;
+    return q->dtype == LD_F32 && k->dtype == LD_F32 && v->dtype == LD_F32;
+}
+
+static int bw_flash(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *q = nd->saved[2], *k = nd->saved[3], *v = nd->in[2], *lse = nd->saved[0], *o = nd->saved[1];
+    ld_tensor *gc = ld_contiguous(g), *vc = gc ? ld_contiguous(v) : NULL;
+    int st = vc ? LD_OK : ld_error_status();
+    for (int i = 0; i < 3 && !st; i++) {
+        ld_tensor *x = i == 0 ? q : i == 1 ? k : vc;
+        if (ld_needs_grad(nd->in[i]) && !(gi[i] = ld_ops_out_empty(LD_F32, 3, x->shape, DEV(x)))) st = ld_error_status();
+    }
+    int causal = (int)nd->args[1];
+    int64_t t = q->shape[1], s = k->shape[1];
+    if (!st && (gi[0] || gi[1] || gi[2]))
+        BE(q)->flash_attention_backward(DEV(q), gi[0] ? FPTR(gi[0]) : NULL, gi[1] ? FPTR(gi[1]) : NULL,
+                                        gi[2] ? FPTR(gi[2]) : NULL, FPTR(gc), FPTR(q), FPTR(k), FPTR(vc), FPTR(o),
+                                        FPTR(lse), q->shape[0], t, s, q->shape[2], (float)nd->args[0],
+                                        causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
+    ld_tensor_release(gc);
+    ld_tensor_release(vc);
+    return st;
+}
+
+static ld_tensor *attention_fused(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, float scale) {
+    ld_tensor *qc = ld_contiguous(q), *kc = qc ? ld_contiguous(k) : NULL, *vc = kc ? ld_contiguous(v) : NULL;
+    int64_t b = q->shape[0], t = q->shape[1], s = k->shape[1];
+    int64_t os[3] = {b, t, v->shape[2]}, ls[2] = {b, t};
+    ld_tensor *o = vc ? ld_ops_out_empty(LD_F32, 3, os, DEV(q)) : NULL;
+    ld_tensor *lse = o ? ld_ops_out_empty(LD_F32, 2, ls, DEV(q)) : NULL;
+    if (lse) {
+        BE(q)->flash_attention(DEV(q), FPTR(o), FPTR(lse), FPTR(qc), FPTR(kc), FPTR(vc), b, t, s, q->shape[2], scale,
+                               causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
+        ld_tensor *in[3] = {q, k, v};
+        ld_node *n = ld_record(o, "flash_attention", bw_flash, 3, in);
+        if (n) {
+            /* o through a view of its own: the node must not hold its output (a cycle) */
+            n->saved[0] = ld_tensor_retain(lse);
+            n->saved[1] = ld_reshape(o, o->ndim, o->shape);
+            n->saved[2] = ld_tensor_retain(qc);
+            n->saved[3] = ld_tensor_retain(kc);
+            n->args[0] = scale;
+            n->args[1] = causal;
+        }
+    } else {
+        ld_tensor_release(o);
+        o = NULL;
+    }
+    ld_tensor_release(lse);
+    ld_tensor_release(qc); ld_tensor_release(kc); ld_tensor_release(vc);
+    return o;
+}
+
 ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, float scale,
                         ld_tensor **weights_out) {
     if (weights_out) *weights_out = NULL;
     if (check_qk("attention", q, k, v, causal, scale)) return NULL;
     scale = default_scale(q, scale);
+    if (!weights_out && use_fused(q, k, v)) return attention_fused(q, k, v, causal, scale);
     ld_tensor *p = weights_raw(q, k, causal, scale);
     ld_tensor *o = p ? bmm_raw(p, v, 0, 0, 1.0f) : NULL;
     if (o) {

@@ -45,6 +45,16 @@ ld_tensor *ld_bmm(ld_tensor *a, ld_tensor *b, int ta, int tb);
    with what the backward pass reads: do not write into it). */
 ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, float scale,
                         ld_tensor **weights_out);
+/* Whether ld_attention runs the fused kernel (flash_attention: an online
+   softmax, no [B, T, S] matrix in memory) where it can: no weights_out,
+   float32, query/key and value of one width, 16, 32 or 64.
+   LD_FUSED_ON takes it on every device. LD_FUSED_AUTO (the default) keeps
+   the unfused path for now: on CPUs its BLAS products are faster, and the
+   CUDA kernel is to become the GPUs' default once it has run on one.
+   LDIST_FUSED_ATTENTION=auto|on|off sets the mode a process starts with.
+   Returns the mode before the call; mode -1 only reads it. */
+enum { LD_FUSED_AUTO = 0, LD_FUSED_ON, LD_FUSED_OFF };
+int ld_attention_fused(int mode);
 /* The attention weights alone, softmax(q k^T * scale + mask) [B, T, S],
    differentiable in q and k: for a layer that applies dropout to them
    before ld_bmm(weights, v, 0, 0), as Keras' MultiHeadAttention does. */

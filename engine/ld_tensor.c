@@ -687,6 +687,8 @@ static void run_xcopy(void *ctx, ld_device *d) {
     storage_release(x->keep);
     free(x);
 }
+/* a destination's wait for a copy in the source's queue (ld_to_device) */
+static void run_nothing(void *ctx, ld_device *d) { (void)ctx; (void)d; }
 
 /* ---- reading values without waiting for the whole queue ---- */
 struct ld_pending_read {
@@ -766,15 +768,25 @@ ld_tensor *ld_to_device(ld_tensor *t, ld_device *dev) {
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
     const void *p = (char *)c->storage->data + c->offset * (int64_t)ld_dtype_size(c->dtype);
     if (ld_device_is_host(src) && ld_device_is_host(dev) && ld_device_is_async(src)) {
-        /* between two CPU devices, from one that queues: the copy waits for
-           the source's kernels queued so far (a fence), not for its whole
-           queue, and runs on the destination's executor when it has one; the
-           source memory is kept until then */
+        /* Between two CPU devices, from one that queues: the copy runs in the
+           source's queue, after the source's kernels queued so far and before
+           any queued later, so an in-place write the source does next (a
+           BatchNorm's moving mean, an optimizer's update) cannot change what
+           is copied; the source memory is kept until then. A destination that
+           queues waits for that point of the source's queue (a fence, not the
+           whole queue) before its later kernels read the copy; a synchronous
+           one waits for it now. `out` is a fresh block no queued kernel of
+           the destination still reads (ld_tensor_empty, not stream-ordered),
+           so the source's executor may write it early. As CUDA's copy between
+           streams does. */
         xcopy *x = malloc(sizeof *x);
         if (!x) { ld_tensor_release(c); ld_tensor_release(out); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
         *x = (xcopy){c->storage, out->storage->data, p, nb};
         __atomic_add_fetch(&c->storage->refcount, 1, __ATOMIC_RELAXED);
-        ld_executor_submit_after(dev, src, ld_device_fence(src), run_xcopy, x);
+        ld_executor_submit(src, run_xcopy, x, LD_SPAN_COMPUTE);
+        uint64_t copied = ld_device_fence(src);
+        if (ld_device_is_async(dev)) ld_executor_submit_after(dev, src, copied, run_nothing, NULL);
+        else ld_device_wait_fence(src, copied);
         ld_tensor_release(c);
         return out;
     }

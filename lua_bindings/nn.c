@@ -13,6 +13,7 @@
 #include "ld_optim.h"
 #include "ld_autograd.h"
 #include "ld_ops.h"
+#include "ld_ops_attn.h"
 #include "ld_io.h"
 #include "ld_strategy.h"
 
@@ -1389,6 +1390,15 @@ int lb_open_losses(lua_State *L) {
     return 1;
 }
 
+/* nn._fused_attention([mode]) -> the mode before ("auto", "on", "off"):
+   ldist.config.fused_attention (distribute/mirrored.lua) */
+static int nn_fused_attention(lua_State *L) {
+    static const char *const modes[] = {"auto", "on", "off", NULL};
+    int mode = lua_isnoneornil(L, 1) ? -1 : luaL_checkoption(L, 1, NULL, modes);
+    lua_pushstring(L, modes[ld_attention_fused(mode)]);
+    return 1;
+}
+
 int lb_open_nn(lua_State *L) {
     luaL_newmetatable(L, LAYER_MT);
     {
@@ -1411,7 +1421,7 @@ int lb_open_nn(lua_State *L) {
     static const luaL_Reg f[] = {
         {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
         {"_model_new", nn_model_new}, {"_weight_budget", nn_weight_budget},
-        {NULL, NULL}};
+        {"_fused_attention", nn_fused_attention}, {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
     lb_weight_options_register(L, mod);

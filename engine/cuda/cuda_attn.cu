@@ -158,3 +158,273 @@ void cu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const f
     k_masked_softmax_bw<<<grid, row_threads(s), 0, cd->stream>>>(dx, y, dy, rows, t, s, scale, causal, offset);
     cu_launched(cd, "masked_softmax_backward kernel");
 }
+
+/* ================================================================ flash_attention
+ * FlashAttention's scheme in float32 on the CUDA cores, one head width E
+ * (16, 32, 64) per instantiation:
+ *   forward   a block of 64 threads per 64 queries of one batch item, a
+ *             thread per query (q and its output accumulator in registers);
+ *             64 keys and values at a time go through shared memory, and
+ *             each thread keeps a running max and sum (online softmax), so
+ *             no [t, s] matrix is ever stored. lse = max + log(sum).
+ *   backward  kernel 1, per query: D = go.o (kept for kernel 2) and
+ *             gq = sum_j ds_ij k_j; kernel 2, a block of 32 threads per 32
+ *             keys, a thread per key (its k and v rows in shared memory, its
+ *             gk and gv accumulators in registers), 32 queries at a time:
+ *             p = exp(scale q.k - lse), gv += p go, ds = scale p (go.v - D),
+ *             gk += ds q. Nothing is accumulated with atomics.
+ * Causal: query i sees keys j <= i + offset; a block stops at the last key
+ * its last query sees. A row that sees no key has uniform weights (as
+ * masked_softmax gives): its output is the mean of the values, and its
+ * gradient goes to every v alone. */
+__device__ __forceinline__ int64_t fa_kept(int64_t i, int64_t s, int causal, int64_t offset) {
+    if (!causal) return s;
+    int64_t last = i + offset;
+    return last < 0 ? 0 : last + 1 < s ? last + 1 : s;
+}
+
+/* rows [r0, r0 + R) of the [n, E] arrays a and b into sa and sb (zeros past
+   n), by the block's NT threads */
+template <int E, int R, int NT, int P>
+__device__ __forceinline__ void fa_load_rows(float (*sa)[P], float (*sb)[P], const float *a, const float *b,
+                                             int64_t r0, int64_t n) {
+    for (int idx = threadIdx.x; idx < R * E; idx += NT) {
+        int r = idx / E, c = idx % E;
+        int64_t j = r0 + r;
+        sa[r][c] = j < n ? a[j * E + c] : 0.f;
+        sb[r][c] = j < n ? b[j * E + c] : 0.f;
+    }
+}
+
+template <int E>
+__global__ void __launch_bounds__(64) k_flash_fwd(float *o, float *lse, const float *q, const float *k,
+                                                  const float *v, int64_t batch, int64_t t, int64_t s, float scale,
+                                                  int causal, int64_t offset) {
+    constexpr int BQ = 64, BK = 64;
+    __shared__ float ks[BK][E], vs[BK][E];
+    for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        int64_t i0 = (int64_t)blockIdx.x * BQ, i = i0 + threadIdx.x;
+        bool active = i < t;
+        const float *kb = k + b * s * E, *vb = v + b * s * E;
+        float qr[E], acc[E];
+        float m = -INFINITY, l = 0.f;
+        int64_t lim = 0;
+#pragma unroll
+        for (int c = 0; c < E; c++) { qr[c] = active ? q[(b * t + i) * E + c] : 0.f; acc[c] = 0.f; }
+        if (active) lim = fa_kept(i, s, causal, offset);
+        int64_t ilast = i0 + BQ - 1 < t ? i0 + BQ - 1 : t - 1;
+        int64_t blim = fa_kept(ilast, s, causal, offset);   /* fa_kept grows with i */
+        for (int64_t j0 = 0; j0 < blim; j0 += BK) {
+            __syncthreads();   /* every thread is done with the last tile */
+            fa_load_rows<E, BK, BQ, E>(ks, vs, kb, vb, j0, s);
+            __syncthreads();
+            int64_t n = lim - j0 < BK ? lim - j0 : BK;
+            for (int r = 0; r < n; r++) {
+                float sc = 0.f;
+#pragma unroll
+                for (int c = 0; c < E; c++) sc += qr[c] * ks[r][c];
+                sc *= scale;
+                if (sc > m) {   /* a new maximum: rescale what was summed (0 the first time) */
+                    float corr = expf(m - sc);
+                    l *= corr;
+#pragma unroll
+                    for (int c = 0; c < E; c++) acc[c] *= corr;
+                    m = sc;
+                }
+                float p = expf(sc - m);
+                l += p;
+#pragma unroll
+                for (int c = 0; c < E; c++) acc[c] += p * vs[r][c];
+            }
+        }
+        if (active) {
+            float *orow = o + (b * t + i) * E;
+            if (lim == 0) {   /* masked whole (or no key): the mean of the values */
+                float u = s > 0 ? 1.f / (float)s : 0.f;
+                for (int64_t j = 0; j < s; j++)
+#pragma unroll
+                    for (int c = 0; c < E; c++) acc[c] += vb[j * E + c];
+#pragma unroll
+                for (int c = 0; c < E; c++) orow[c] = acc[c] * u;
+                lse[b * t + i] = INFINITY;
+            } else {
+                float inv = 1.f / l;
+#pragma unroll
+                for (int c = 0; c < E; c++) orow[c] = acc[c] * inv;
+                lse[b * t + i] = m + logf(l);
+            }
+        }
+        __syncthreads();   /* before the next batch item's tiles */
+    }
+}
+
+/* backward 1: dd = go.o per query; gq (may be NULL) */
+template <int E>
+__global__ void __launch_bounds__(64) k_flash_bw_q(float *gq, float *dd, const float *go, const float *q,
+                                                   const float *k, const float *v, const float *o, const float *lse,
+                                                   int64_t batch, int64_t t, int64_t s, float scale, int causal,
+                                                   int64_t offset) {
+    constexpr int BQ = 64, BK = 64;
+    __shared__ float ks[BK][E], vs[BK][E];
+    for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        int64_t i0 = (int64_t)blockIdx.x * BQ, i = i0 + threadIdx.x, row = b * t + i;
+        bool active = i < t;
+        const float *kb = k + b * s * E, *vb = v + b * s * E;
+        float qr[E], gr[E], acc[E];
+        float di = 0.f, li = 0.f;
+        int64_t lim = 0;
+#pragma unroll
+        for (int c = 0; c < E; c++) {
+            qr[c] = active ? q[row * E + c] : 0.f;
+            gr[c] = active ? go[row * E + c] : 0.f;
+            di += active ? gr[c] * o[row * E + c] : 0.f;
+            acc[c] = 0.f;
+        }
+        if (active) {
+            dd[row] = di;
+            lim = fa_kept(i, s, causal, offset);
+            li = lse[row];
+        }
+        int64_t ilast = i0 + BQ - 1 < t ? i0 + BQ - 1 : t - 1;
+        int64_t blim = gq ? fa_kept(ilast, s, causal, offset) : 0;
+        for (int64_t j0 = 0; j0 < blim; j0 += BK) {
+            __syncthreads();
+            fa_load_rows<E, BK, BQ, E>(ks, vs, kb, vb, j0, s);
+            __syncthreads();
+            int64_t n = lim - j0 < BK ? lim - j0 : BK;
+            for (int r = 0; r < n; r++) {
+                float sc = 0.f, dp = 0.f;
+#pragma unroll
+                for (int c = 0; c < E; c++) { sc += qr[c] * ks[r][c]; dp += gr[c] * vs[r][c]; }
+                float ds = scale * expf(sc * scale - li) * (dp - di);
+#pragma unroll
+                for (int c = 0; c < E; c++) acc[c] += ds * ks[r][c];
+            }
+        }
+        if (active && gq)
+#pragma unroll
+            for (int c = 0; c < E; c++) gq[row * E + c] = acc[c];
+        __syncthreads();
+    }
+}
+
+/* backward 2: gk and gv (either may be NULL), a thread per key */
+template <int E>
+__global__ void __launch_bounds__(32) k_flash_bw_kv(float *gk, float *gv, const float *dd, const float *go,
+                                                    const float *q, const float *k, const float *v, const float *lse,
+                                                    int64_t batch, int64_t t, int64_t s, float scale, int causal,
+                                                    int64_t offset) {
+    constexpr int BJ = 32, BQ = 32;
+    __shared__ float kj[BJ][E + 1], vj[BJ][E + 1];   /* padded: thread x reads row x, no bank conflicts */
+    __shared__ float qs[BQ][E], gs[BQ][E], ls[BQ], ds_[BQ];
+    for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
+        int64_t j0 = (int64_t)blockIdx.x * BJ, j = j0 + threadIdx.x;
+        bool active = j < s;
+        const float *qb = q + b * t * E, *gb = go + b * t * E;
+        __syncthreads();
+        fa_load_rows<E, BJ, BJ, E + 1>(kj, vj, k + b * s * E, v + b * s * E, j0, s);
+        float ak[E], av[E];
+#pragma unroll
+        for (int c = 0; c < E; c++) { ak[c] = 0.f; av[c] = 0.f; }
+        /* rows that see no key: uniform weights, their gradient to every v */
+        int64_t whole = causal && offset < 0 ? (-offset < t ? -offset : t) : 0;
+        if (active && s > 0)
+            for (int64_t i = 0; i < whole; i++)
+#pragma unroll
+                for (int c = 0; c < E; c++) av[c] += gb[i * E + c] / (float)s;
+        /* the first query that sees key j0: j0 <= i + offset */
+        int64_t istart = causal ? (j0 - offset > whole ? j0 - offset : whole) : 0;
+        __syncthreads();
+        for (int64_t i0 = istart; i0 < t; i0 += BQ) {
+            __syncthreads();
+            fa_load_rows<E, BQ, BJ, E>(qs, gs, qb, gb, i0, t);
+            if (threadIdx.x < BQ) {
+                int64_t i = i0 + threadIdx.x;
+                ls[threadIdx.x] = i < t ? lse[b * t + i] : INFINITY;
+                ds_[threadIdx.x] = i < t ? dd[b * t + i] : 0.f;
+            }
+            __syncthreads();
+            int n = t - i0 < BQ ? (int)(t - i0) : BQ;
+            for (int r = 0; r < n; r++) {
+                if (!active || j >= fa_kept(i0 + r, s, causal, offset)) continue;
+                float sc = 0.f, dp = 0.f;
+#pragma unroll
+                for (int c = 0; c < E; c++) { sc += qs[r][c] * kj[threadIdx.x][c]; dp += gs[r][c] * vj[threadIdx.x][c]; }
+                float p = expf(sc * scale - ls[r]);
+                float ds = scale * p * (dp - ds_[r]);
+#pragma unroll
+                for (int c = 0; c < E; c++) { av[c] += p * gs[r][c]; ak[c] += ds * qs[r][c]; }
+            }
+        }
+        if (active) {
+            int64_t row = (b * s + j) * E;
+            if (gk)
+#pragma unroll
+                for (int c = 0; c < E; c++) gk[row + c] = ak[c];
+            if (gv)
+#pragma unroll
+                for (int c = 0; c < E; c++) gv[row + c] = av[c];
+        }
+    }
+}
+
+static int fa_width_ok(cu_dev *cd, ld_device *d, const char *op, int64_t e) {
+    if (e == 16 || e == 32 || e == 64) return 1;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s: %s: head width %lld (16, 32 or 64 expected)", d->name, op, (long long)e);
+    cu_record_msg(cd, msg);
+    return 0;
+}
+
+void cu_flash_attention(ld_device *d, float *o, float *lse, const float *q, const float *k, const float *v,
+                        int64_t batch, int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
+    if (batch <= 0 || t <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd || !fa_width_ok(cd, d, "flash_attention", e)) return;
+    dim3 grid((unsigned)((t + 63) / 64), (unsigned)(batch < 65535 ? batch : 65535));
+    if (e == 16) k_flash_fwd<16><<<grid, 64, 0, cd->stream>>>(o, lse, q, k, v, batch, t, s, scale, causal, offset);
+    else if (e == 32) k_flash_fwd<32><<<grid, 64, 0, cd->stream>>>(o, lse, q, k, v, batch, t, s, scale, causal, offset);
+    else k_flash_fwd<64><<<grid, 64, 0, cd->stream>>>(o, lse, q, k, v, batch, t, s, scale, causal, offset);
+    cu_launched(cd, "flash_attention kernel");
+}
+
+void cu_flash_attention_backward(ld_device *d, float *gq, float *gk, float *gv, const float *go, const float *q,
+                                 const float *k, const float *v, const float *o, const float *lse, int64_t batch,
+                                 int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
+    if (batch <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd || !fa_width_ok(cd, d, "flash_attention_backward", e)) return;
+    size_t kv = sizeof(float) * (size_t)(batch * s * e);
+    if (t <= 0 || s <= 0) {   /* nothing reaches k or v */
+        if (gk && kv) cudaMemsetAsync(gk, 0, kv, cd->stream);
+        if (gv && kv) cudaMemsetAsync(gv, 0, kv, cd->stream);
+        if (gq && t > 0) cudaMemsetAsync(gq, 0, sizeof(float) * (size_t)(batch * t * e), cd->stream);
+        cu_launched(cd, "flash_attention_backward (no keys or queries)");
+        return;
+    }
+    size_t bytes = sizeof(float) * (size_t)(batch * t);
+    float *dd = (float *)cu_scratch(cd, bytes);
+    if (!dd) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s: flash_attention_backward: no memory for %zu bytes of scratch", d->name, bytes);
+        cu_record_msg(cd, msg);
+        return;
+    }
+    unsigned by = (unsigned)(batch < 65535 ? batch : 65535);
+    dim3 gq_grid((unsigned)((t + 63) / 64), by), gkv_grid((unsigned)((s + 31) / 32), by);
+#define FA_BW(E)                                                                                                  \
+    do {                                                                                                          \
+        k_flash_bw_q<E><<<gq_grid, 64, 0, cd->stream>>>(gq, dd, go, q, k, v, o, lse, batch, t, s, scale, causal,  \
+                                                        offset);                                                  \
+        if (cu_launched(cd, "flash_attention_backward kernel (queries)") == LD_OK && (gk || gv)) {              \
+            k_flash_bw_kv<E><<<gkv_grid, 32, 0, cd->stream>>>(gk, gv, dd, go, q, k, v, lse, batch, t, s, scale,   \
+                                                              causal, offset);                                    \
+            cu_launched(cd, "flash_attention_backward kernel (keys)");                                           \
+        }                                                                                                         \
+    } while (0)
+    if (e == 16) FA_BW(16);
+    else if (e == 32) FA_BW(32);
+    else FA_BW(64);
+#undef FA_BW
+    cu_scratch_free(cd, dd, bytes);
+}

@@ -41,6 +41,48 @@ static void usage(FILE *f) {
             "PMI_RANK/PMI_SIZE, and LDIST_SECRET must be set the same everywhere.\n");
 }
 
+/* ---- a task's death, told once (LDIST_LAUNCH_NOTES) ---- */
+/* dir/task-<q> holds how task q died, for the survivors' fit message */
+static int write_note(const char *dir, int q, const char *what) {
+    if (!dir[0]) return 0;
+    char path[96], tmp[112];
+    snprintf(path, sizeof path, "%s/task-%d", dir, q);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wx");
+    if (!f) return 0;
+    int ok = fputs(what, f) >= 0;
+    ok = fclose(f) == 0 && ok;
+    return ok && rename(tmp, path) == 0;
+}
+/* a survivor said it (it made dir/told) */
+static int note_told(const char *dir) {
+    char path[96];
+    snprintf(path, sizeof path, "%s/told", dir);
+    return dir[0] && access(path, F_OK) == 0;
+}
+static void remove_notes(const char *dir, int total) {
+    if (!dir[0]) return;
+    char path[112];
+    for (int q = 0; q < total; q++) {
+        snprintf(path, sizeof path, "%s/task-%d", dir, q);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/task-%d.tmp", dir, q);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/told", dir);
+    unlink(path);
+    rmdir(dir);
+}
+/* the launcher's own line: no survivor told it (a task that failed outside
+   fit, or survivors that did not notice) */
+static void tell_death(const char *death, double grace_left) {
+    fflush(stdout);
+    fprintf(stderr, "ldist launch: %s", death);
+    if (grace_left >= 0) fprintf(stderr, "; the others get %.0f s to stop", grace_left);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
 static volatile sig_atomic_t got_signal;
 static void on_signal(int sig) { got_signal = sig; }
 
@@ -207,11 +249,21 @@ int ld_launch_main(int argc, char **argv) {
     char size_env[64];
     snprintf(size_env, sizeof size_env, "LDIST_LOCAL_SIZE=%d", total);
 
+    /* How a task died goes into a private directory (LDIST_LAUNCH_NOTES), so
+       that a survivor whose fit stops for it says it in its one message
+       (which worker, pid, signal, step, epoch) and marks it told; this
+       launcher then prints nothing more of it. */
+    char notes[64] = "", notes_env[96] = "";
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(notes, sizeof notes, "%s/ldist-launch-XXXXXX", tmpdir && *tmpdir && strlen(tmpdir) < 40 ? tmpdir : "/tmp");
+    if (mkdtemp(notes)) snprintf(notes_env, sizeof notes_env, "LDIST_LAUNCH_NOTES=%s", notes);
+    else notes[0] = 0;
+
     char ***envs = calloc((size_t)total, sizeof *envs);
     char **labels = calloc((size_t)total, sizeof *labels);
     if (!envs || !labels) return 1;
     for (int q = 0; q < total; q++) {
-        char **e = calloc(8, sizeof *e);
+        char **e = calloc(9, sizeof *e);
         size_t tl = strlen(cluster) + 120;
         char *tf = malloc(tl), *lr = malloc(48), *lab = malloc(32);
         if (!e || !tf || !lr || !lab) return 1;
@@ -228,6 +280,7 @@ int ld_launch_main(int argc, char **argv) {
         if (timeout_env[0]) e[m++] = timeout_env;
         /* this launcher reports a task's death once: the tasks' cluster layer keeps quiet about it */
         e[m++] = "LDIST_SUPERVISED=1";
+        if (notes_env[0]) e[m++] = notes_env;
         e[m] = NULL;
         envs[q] = e;
         labels[q] = lab;
@@ -250,8 +303,9 @@ int ld_launch_main(int argc, char **argv) {
     int *status = calloc((size_t)total, sizeof *status), *sigs = calloc((size_t)total, sizeof *sigs);
     int *done = calloc((size_t)total, sizeof *done);
     if (!status || !sigs || !done) return 1;
-    int first_fail = -1, finished = 0, stage = 0, signals_seen = 0;
-    double deadline = 0;
+    int first_fail = -1, finished = 0, stage = 0, signals_seen = 0, pending = 0, told = 0;
+    double deadline = 0, died_at = 0;
+    char death[160] = "";
     while (finished < total) {
         ld_proc_event ev;
         int got = ld_procs_poll(p, 0.2, &ev);
@@ -268,19 +322,23 @@ int ld_launch_main(int argc, char **argv) {
             finished++;
             if (ev.status != 0 && first_fail < 0 && stage == 0) {
                 first_fail = ev.index;
-                fflush(stdout);
                 if (ev.signal)
-                    fprintf(stderr, "ldist launch: %s %d (pid %d) was killed by signal %d (%s)", tasks[ev.index].type,
-                            tasks[ev.index].index, ld_procs_pid(p, ev.index), ev.signal, strsignal(ev.signal));
+                    snprintf(death, sizeof death, "%s %d (pid %d) was killed by signal %d (%s)", tasks[ev.index].type,
+                             tasks[ev.index].index, ld_procs_pid(p, ev.index), ev.signal, strsignal(ev.signal));
                 else
-                    fprintf(stderr, "ldist launch: %s %d (pid %d) failed with exit status %d", tasks[ev.index].type,
-                            tasks[ev.index].index, ld_procs_pid(p, ev.index), ev.status);
-                if (finished < total) fprintf(stderr, "; the others get %.0f s to stop", grace);
-                fputc('\n', stderr);
-                fflush(stderr);
+                    snprintf(death, sizeof death, "%s %d (pid %d) failed with exit status %d", tasks[ev.index].type,
+                             tasks[ev.index].index, ld_procs_pid(p, ev.index), ev.status);
+                pending = finished < total && write_note(notes, ev.index, death);
+                if (!pending) tell_death(death, finished < total ? grace : -1);
                 deadline = ld_now() + grace;
+                died_at = ld_now();
                 stage = 1;
             }
+        }
+        if (pending && note_told(notes)) { pending = 0; told = 1; }
+        if (pending && (ld_now() > died_at + 3 || finished == total)) {   /* no survivor told it (yet) */
+            pending = 0;
+            tell_death(death, finished < total ? deadline - ld_now() : -1);
         }
         if (got_signal) {
             int sig = got_signal;
@@ -302,8 +360,11 @@ int ld_launch_main(int argc, char **argv) {
             stage = 3;
         }
     }
+    if (pending && !note_told(notes)) tell_death(death, -1);
+    else if (pending) told = 1;
+    remove_notes(notes, total);
     int rc = 0;
-    if (first_fail != -1) {
+    if (first_fail != -1 && !told) {
         fprintf(stderr, "ldist launch: ");
         for (int q = 0; q < total; q++) {
             fprintf(stderr, "%s%s %d ", q ? ", " : "", tasks[q].type, tasks[q].index);
@@ -314,6 +375,8 @@ int ld_launch_main(int argc, char **argv) {
         rc = first_fail >= 0 ? status[first_fail] : 1;
         for (int q = 0; q < total && !rc; q++) rc = status[q];
         if (!rc) rc = 1;
+    } else if (first_fail != -1) {
+        rc = status[first_fail] ? status[first_fail] : 1;
     } else {
         for (int q = 0; q < total && !rc; q++) rc = status[q];
     }

@@ -6,7 +6,8 @@
 #
 #   build/gpu-bundle/run.sh          sets the paths up, then runs its arguments
 #   build/gpu-bundle/ldist           wrapper: LD_LIBRARY_PATH=lib/ + the machine's cuBLAS/NCCL
-#   build/gpu-bundle/payload.tar.xz  bin/ldist, bin/ldist_cuda.so, lib/ (unpacked on first use)
+#   build/gpu-bundle/payload.tar.xz  bin/ldist, bin/ldist_cuda.so, lib/, mpi/ (Open MPI, where
+#                                    installed here; unpacked on first use)
 #   build/gpu-bundle/data/fashion-mnist/*.gz
 #
 # ldist is rebuilt for x86-64-v3 (AVX2) in a scratch copy of the sources, not
@@ -60,8 +61,43 @@ missing=$(LD_LIBRARY_PATH="$stage/lib" ldd "$stage/bin/ldist" | awk '/=>/ { prin
   grep -Ev "$skip" | awk -v lib="$stage/lib/" 'index($2, lib) != 1 { print $1 }' || true)
 [ -z "$missing" ] || { echo "bundle: not resolved inside the bundle: $missing"; exit 1; }
 
+# ---- Open MPI, where installed, for the MPI row of make bench-cores: mpirun
+# and its plugins under mpi/usr (the layout Debian installs under /usr, so
+# OPAL_PREFIX and PMIX_PREFIX relocate it), their libraries in
+# mpi/lib; the plugins for fabrics a single machine does not use (UCX, OFI,
+# verbs, PSM) stay behind, and the MCA settings of Debian's
+# openmpi-mca-params.conf go as OMPI_MCA_ variables (run.sh).
+parts=(bin lib)
+mlib=/usr/lib/x86_64-linux-gnu
+if [ "${BUNDLE_MPI:-1}" = 1 ] && [ -x /usr/bin/orterun ] && [ -d $mlib/openmpi/lib/openmpi3 ] && [ -d $mlib/pmix2 ]; then
+  m=$stage/mpi
+  mkdir -p "$m/usr/bin" "$m/usr/share" "$m/usr/lib/x86_64-linux-gnu/openmpi/lib" "$m/lib"
+  cp /usr/bin/orterun /usr/bin/orted "$m/usr/bin/"
+  cp -r /usr/share/openmpi "$m/usr/share/"
+  cp -r $mlib/pmix2 "$m/usr/lib/x86_64-linux-gnu/"
+  cp -r $mlib/openmpi/lib/openmpi3 "$m/usr/lib/x86_64-linux-gnu/openmpi/lib/"
+  find "$m/usr/lib" -name '*.so' | grep -E '_(ucx|ofi|verbs|openib|psm2?|uct|usnic|portals4)[._]' | xargs -r rm -f
+  cp -L $mlib/libmpi.so.40 $mlib/libopen-rte.so.40 $mlib/libopen-pal.so.40 $mlib/libmca_common_sm.so.40 \
+    $mlib/libmca_common_ompio.so.41 $mlib/libmca_common_monitoring.so.50 $mlib/libpmix.so.2 "$m/lib/"
+  # what those need, found with the bundle's own copies first
+  for round in 1 2; do
+    find "$m" -name '*.so*' -type f -o -path "$m/usr/bin/*" -type f | while read -r f; do
+      LD_LIBRARY_PATH="$m/lib:$stage/lib" ldd "$f" 2>/dev/null | awk '/=>/ { print $1, $3 }'
+    done | sort -u | while read -r name path; do
+      [[ $name =~ $skip ]] && continue
+      [ -f "$m/lib/$name" ] || [ -f "$stage/lib/$name" ] && continue
+      [ -f "$path" ] && cp -L "$path" "$m/lib/$name"
+    done
+  done
+  missing=$(find "$m" -name '*.so*' -type f -o -path "$m/usr/bin/*" -type f | while read -r f; do
+    LD_LIBRARY_PATH="$m/lib:$stage/lib" ldd "$f" 2>/dev/null | awk -v f="$f" '/not found/ { print f ": " $1 }'; done)
+  [ -z "$missing" ] || { echo "bundle: Open MPI parts with libraries not found: $missing"; exit 1; }
+  parts+=(mpi)
+  echo "bundle: Open MPI $(orterun --version 2>/dev/null | head -1 | awk '{print $NF}') included ($(du -sh "$m" | cut -f1))"
+fi
+
 echo "bundle: compressing $(du -sh "$stage" | cut -f1) of binaries and libraries ..."
-tar -C "$stage" -cf - bin lib | xz -T0 -6 >"$out/payload.tar.xz"
+tar -C "$stage" -cf - "${parts[@]}" | xz -T0 -6 >"$out/payload.tar.xz"
 cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$out/data/fashion-mnist/"
 
 # ---- the wrapper and the run script
@@ -94,6 +130,18 @@ for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>
   done
 done
 export LDIST_CUDA_LIBS=$dirs LDIST="$here/ldist" LDIST_DATA_DIR="$here/data" NO_BUILD=1
+if [ -d "$here/mpi" ]; then
+  # the bundle's Open MPI (bundle.sh): relocated, mpirun on the PATH, Debian's MCA settings
+  export OPAL_PREFIX="$here/mpi/usr" PMIX_PREFIX="$here/mpi/usr/lib/x86_64-linux-gnu/pmix2"
+  export PMIX_MCA_mca_base_component_path="$PMIX_PREFIX/lib/pmix"
+  export LDIST_MPI_LIB="$here/mpi/lib/libmpi.so.40" OMPI_MCA_btl_base_warn_component_unused=0
+  export OMPI_MCA_mtl=^ofi OMPI_MCA_btl=^uct,openib,ofi OMPI_MCA_pml=^ucx OMPI_MCA_osc=^ucx,pt2pt
+  mkdir -p "$here/mpi/path"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s/mpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "%s/mpi/usr/bin/orterun" "$@"\n' \
+    "$here" "$here" >"$here/mpi/path/mpirun"
+  chmod +x "$here/mpi/path/mpirun"
+  export PATH="$here/mpi/path:$PATH"
+fi
 echo "# ldist: $("$LDIST" -e 'io.write(tensor.device_note())' 2>&1)"
 echo "# cuBLAS/NCCL from: ${dirs:-(the default library paths)}"
 case ${1:-test} in
@@ -106,7 +154,7 @@ chmod +x "$out/ldist" "$out/run.sh"
 
 # ---- the bundle's own ldist runs here, with its libraries (then the unpacked copy goes)
 "$out/ldist" -e 'print("bundle: ldist " .. ldist.version .. " starts; " .. tensor.device_note())'
-rm -rf "$out/bin" "$out/lib"
+rm -rf "$out/bin" "$out/lib" "$out/mpi"
 
 # ---- the size that travels: this folder plus the working tree
 tree=$( (git ls-files; git ls-files --others --exclude-standard) | tr '\n' '\0' | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)

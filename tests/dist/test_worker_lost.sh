@@ -33,13 +33,15 @@ common lc "$log"
 
 # ---- MultiWorkerMirrored under ldist launch
 log=$T/launch.log
-timeout 120 "$LDIST" launch -n 2 tests/dist/worker_lost.lua launch > "$log" 2>&1
+TMPDIR=$T timeout 120 "$LDIST" launch -n 2 tests/dist/worker_lost.lua launch > "$log" 2>&1
+st=$?
 tap "$log"
+check "launch: the launch fails (exit $st)" test $st != 0
 pid=$(sed -nE 's/^\[1\] worker 1 \(pid ([0-9]+)\)$/\1/p' "$log")
-check "launch: ldist launch names the worker, its pid and the signal" \
-  grep -qE "^ldist launch: worker 1 \(pid $pid\) was killed by signal 9" "$log"
-check "launch: the survivor's one message: fit stopped, the step and epoch, the history kept" \
-  test "$(grep -cE "^\[0\] ldist: fit stopped: worker 1 \(pid $pid\) is lost, during step 1/12 of epoch 3/5; model.history holds the 2 epochs done\.$" "$log")" = 1
+check "launch: one message: fit stopped, worker 1, its pid, signal 9, the step and epoch, the history kept" \
+  test "$(grep -cE "^\[0\] ldist: fit stopped: worker 1 \(pid $pid\) was killed by signal 9 \(Killed\), during step 1/12 of epoch 3/5; model.history holds the 2 epochs done\.$" "$log")" = 1
+check "launch: the launcher adds no line of its own" bash -c "! grep -q '^ldist launch:' '$log'"
+check "launch: the launcher's notes are removed" bash -c "! ls -d '$T'/ldist-launch-* 2>/dev/null"
 check "launch: it points to BackupAndRestore" grep -qE '^\[0\] To resume after a failure .*callbacks\.BackupAndRestore' "$log"
 check "launch: the process has one name" one_name "$log" "$pid"
 common launch "$log"

@@ -308,6 +308,86 @@ int main(void) {
         ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
     }
 
+    /* ---- the fused kernel (flash_attention), forced on the CPU: against
+       the reference, the unfused path's gradients, and finite differences;
+       widths 16, 32, 64, rows masked whole (causal end, T > S), one key ---- */
+    {
+        int was = ld_attention_fused(LD_FUSED_ON);
+        struct { int64_t B, T, S, e; int causal; float scale; } fc[] = {
+            {3, 5, 5, 16, LD_CAUSAL_NONE, 0}, {2, 9, 9, 16, LD_CAUSAL, 0}, {2, 3, 7, 32, LD_CAUSAL, 0.7f},
+            {2, 3, 7, 32, LD_CAUSAL_END, 0}, {2, 7, 3, 16, LD_CAUSAL_END, 0}, {2, 7, 3, 64, LD_CAUSAL, 0},
+            {1, 70, 70, 64, LD_CAUSAL, 0}, {33, 17, 1, 16, LD_CAUSAL_NONE, 3.0f}, {2, 33, 33, 32, LD_CAUSAL, 6.0f},
+        };
+        for (size_t c = 0; c < sizeof fc / sizeof *fc; c++) {
+            int64_t B = fc[c].B, T = fc[c].T, S = fc[c].S, E = fc[c].e;
+            int64_t sq[3] = {B, T, E}, sk[3] = {B, S, E};
+            ld_tensor *in[3] = {tu_rnd(3, sq, -1, 1), tu_rnd(3, sk, -1, 1), tu_rnd(3, sk, -1, 1)};
+            char name[160];
+            snprintf(name, sizeof name, "fused attention B=%lld T=%lld S=%lld e=%lld causal=%d: output and gradients",
+                     (long long)B, (long long)T, (long long)S, (long long)E, fc[c].causal);
+            TEST(name) {
+                ld_tensor *o = NULL, *g[2][3] = {{NULL}};
+                for (int fused = 0; fused < 2; fused++) {
+                    ld_attention_fused(fused ? LD_FUSED_ON : LD_FUSED_OFF);
+                    ld_tape *tape = ld_tape_new(0);
+                    for (int i = 0; i < 3; i++) ld_tape_watch(tape, in[i]);
+                    ld_tape_push(tape);
+                    ld_tensor *y = ld_attention(in[0], in[1], in[2], fc[c].causal, fc[c].scale, NULL);
+                    ld_tensor *y2 = y ? ld_mul(y, y) : NULL, *loss = y2 ? ld_sum(y2, LD_ALL_AXES, 0) : NULL;
+                    ld_tape_pop(tape);
+                    CHECK(loss && ld_tape_gradient(tape, loss, 3, in, g[fused]) == LD_OK);
+                    ld_tensor_release(y2); ld_tensor_release(loss); ld_tape_free(tape);
+                    if (fused) o = y; else ld_tensor_release(y);
+                }
+                CHECK(o && o->grad_fn && !strcmp(o->grad_fn->op, "flash_attention"));
+                double *ro = malloc(sizeof(double) * (size_t)(B * T * E)), *rw = malloc(sizeof(double) * (size_t)(B * T * S));
+                double scale = fc[c].scale ? fc[c].scale : 1.0 / sqrt((double)E), eo = 0;
+                attn_ref(in[0], in[1], in[2], fc[c].causal, scale, ro, rw);
+                for (int64_t i = 0; o && i < B * T * E; i++) eo = fmax(eo, fabs(ld_tensor_get_flat(o, i) - ro[i]));
+                if (eo > 1e-5) printf("#   max error of the output: %g\n", eo);
+                CHECK(o && eo <= 1e-5);
+                for (int i = 0; i < 3; i++) {
+                    double e = g[0][i] && g[1][i] ? tu_norm_err(g[1][i], g[0][i]) : 1;
+                    /* float32 sums in another order: max |diff| / max(1, max |unfused|) */
+                    if (e > 2e-5) printf("#   gradient %d: error %g against the unfused path\n", i, e);
+                    CHECK(e <= 2e-5);
+                    ld_tensor_release(g[0][i]); ld_tensor_release(g[1][i]);
+                }
+                free(ro); free(rw);
+                ld_tensor_release(o);
+            }
+            ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
+        }
+        ld_attention_fused(LD_FUSED_ON);
+        int64_t sq[3] = {2, 5, 16}, sk[3] = {2, 3, 16};
+        ld_tensor *in[3] = {tu_rnd(3, sq, -1, 1), tu_rnd(3, sk, -1, 1), tu_rnd(3, sk, -1, 1)};
+        attn_args a = {LD_CAUSAL_END, 0, 0};
+        tu_gradcheck("grad fused attention causal (end) T>S (rows masked whole)", f_attn, &a, 3, in, yes, 1e-2);
+        a.causal = LD_CAUSAL;
+        tu_gradcheck("grad fused attention causal T>S", f_attn, &a, 3, in, yes, 1e-2);
+        ld_tensor_release(in[0]); ld_tensor_release(in[1]); ld_tensor_release(in[2]);
+        TEST("fused attention: the mode is kept and read back; widths it cannot take go unfused") {
+            CHECK(ld_attention_fused(-1) == LD_FUSED_ON);
+            int64_t s3[3] = {1, 4, 3}, s16[3] = {1, 4, 16}, s8[3] = {1, 4, 8};
+            ld_tensor *x = tu_rnd(3, s3, -1, 1), *x16 = tu_rnd(3, s16, -1, 1), *x8 = tu_rnd(3, s8, -1, 1);
+            ld_tape *tape = ld_tape_new(0);
+            ld_tape_watch(tape, x); ld_tape_watch(tape, x16);
+            ld_tape_push(tape);
+            ld_tensor *y = ld_attention(x, x, x, LD_CAUSAL, 0, NULL), *y16 = ld_attention(x16, x16, x16, LD_CAUSAL, 0, NULL);
+            ld_tensor *y_mixed = ld_attention(x16, x16, x8, LD_CAUSAL, 0, NULL), *w = NULL;
+            ld_tensor *y_w = ld_attention(x16, x16, x16, LD_CAUSAL, 0, &w);
+            ld_tape_pop(tape);
+            CHECK(y && y->grad_fn && !strcmp(y->grad_fn->op, "attention"));
+            CHECK(y16 && y16->grad_fn && !strcmp(y16->grad_fn->op, "flash_attention"));
+            CHECK(y_mixed && y_mixed->grad_fn && !strcmp(y_mixed->grad_fn->op, "attention"));
+            CHECK(y_w && w && y_w->grad_fn && !strcmp(y_w->grad_fn->op, "attention"));
+            ld_tape_free(tape);
+            ld_tensor *tensors[] = {x, x16, x8, y, y16, y_mixed, y_w, w};
+            for (size_t i = 0; i < sizeof tensors / sizeof *tensors; i++) ld_tensor_release(tensors[i]);
+        }
+        ld_attention_fused(was);
+    }
+
     /* ---- on a logical CPU device: kernels queued to its executor ---- */
     TEST("attention + gradients on cpu:1 (queued) match cpu:0") {
         CHECK(ld_cpu_devices(2) == LD_OK);

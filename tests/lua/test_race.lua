@@ -73,4 +73,27 @@ T.test("forward pass + per-example loss under MirroredStrategy, " .. ITER .. " s
   T.eq(bad, 0, ("steps with a wrong loss (first: %s)"):format(first))
 end)
 
+-- A copy from a device that queues (cpu:1) to another that queues (cpu:2)
+-- once ran in the destination's queue, after its earlier kernels, while
+-- the source went on: an in-place write the source did next (a BatchNorm's
+-- moving mean, an optimizer's update) could land before the copy read the
+-- memory, and the copy held the new value (ThreadSanitizer found it in the
+-- synchronized-BatchNorm test). Here cpu:2 is kept busy with products, so
+-- the old order lost the race nearly every time.
+T.test("a copy between two queued devices keeps the value the source had when it was asked", function()
+  ldist.config.cpu_devices(3)
+  local wrong = 0
+  for i = 1, 30 do
+    local busy = tensor.normal(384, 384):to("cpu:2")
+    for _ = 1, 4 do busy = busy:matmul(busy) * 1e-3 end
+    local x = tensor.full({1000}, i):to("cpu:1")
+    local y = x:to("cpu:2")
+    x:assign_add(tensor.ones(1000):to("cpu:1"))
+    local got = y:cpu()
+    if got:min():item() ~= i or got:max():item() ~= i then wrong = wrong + 1 end
+    T.eq(x:cpu():min():item(), i + 1, "the source's own write landed")
+  end
+  T.eq(wrong, 0, "copies that saw the source's later write")
+end)
+
 T.done()

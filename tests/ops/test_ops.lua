@@ -314,8 +314,12 @@ local function layer_check_n(name, make, xs, tol, opts)
     for _, t in ipairs(layer.trainable_variables or {}) do vars[#vars + 1] = t end
     return y, tape:gradient(loss, vars)
   end
+  -- opts.fused: the device runs the fused attention kernel, the CPU the unfused path
+  local was = opts.fused and ldist.config.fused_attention("on")
   local yd, gd = run(ld, on(xs, dev))
+  if opts.fused then ldist.config.fused_attention("off") end
   local yc, gc = run(lc, xs)
+  if was then ldist.config.fused_attention(was) end
   G.close(yd, yc, name .. " forward", tol)
   T.eq(#gd, #gc, name .. ": gradients")
   -- each gradient against the scale of all of them (mean square per element)
@@ -391,6 +395,21 @@ T.test("attention (gemm_batched, masked_softmax, masked_softmax_backward) throug
     { tensor.normal(2, 5, 16), tensor.normal(2, 9, 12) }, 1e-9)
   layer_check_n("mha long keys", function() return nn.MultiHeadAttention(1, 16) end,
     { tensor.normal(1, 3, 8), tensor.normal(1, 700, 8) }, 1e-9)
+end)
+
+T.test("fused attention (flash_attention, flash_attention_backward) on the device against the unfused path on the CPU", function()
+  if not nn.MultiHeadAttention then print("# nn.MultiHeadAttention is not there (skip)"); return end
+  local fused = { fused = true }
+  layer_check_n("fused mha self-attention, head width 16", function() return nn.MultiHeadAttention(2, 16) end,
+    { tensor.normal(3, 9, 24) }, 1e-9, fused)
+  layer_check_n("fused mha causal, head width 64", function() return nn.MultiHeadAttention(2, 64, { use_causal_mask = true }) end,
+    { tensor.normal(2, 70, 32) }, 1e-9, fused)
+  layer_check_n("fused mha causal cross-attention T < S, width 32", function()
+    return nn.MultiHeadAttention(4, 32, { use_causal_mask = true })
+  end, { tensor.normal(2, 5, 16), tensor.normal(2, 67, 12) }, 1e-9, fused)
+  layer_check_n("fused mha causal cross-attention T > S", function()
+    return nn.MultiHeadAttention(1, 16, { use_causal_mask = true })
+  end, { tensor.normal(2, 40, 8), tensor.normal(2, 7, 8) }, 1e-9, fused)
 end)
 
 ---------------------------------------------------------------- softmax, cross-entropy

@@ -29,6 +29,19 @@ docs[ldist.config.cpu_devices] = "ldist.config.cpu_devices(n)\n\n" ..
   "The count can only grow."
 docs["ldist.config.cpu_devices"] = docs[ldist.config.cpu_devices]
 
+function ldist.config.fused_attention(mode)
+  return ldist.nn._fused_attention(mode)
+end
+docs[ldist.config.fused_attention] = "ldist.config.fused_attention([mode]) -> the mode before\n\n" ..
+  "Whether MultiHeadAttention (without dropout, float32, key and value widths equal\n" ..
+  "and 16, 32 or 64) runs one fused kernel, FlashAttention's online softmax with no\n" ..
+  "[T, S] weight matrix in memory, instead of product, softmax, product. mode:\n" ..
+  "\"on\" (every device), \"off\", \"auto\" (the default: the unfused path for now; on\n" ..
+  "CPUs its BLAS products are faster, and the GPU kernel becomes the GPUs' default\n" ..
+  "once it has been measured on one). LDIST_FUSED_ATTENTION sets the mode a process\n" ..
+  "starts with. The two paths agree to float32 rounding."
+docs["ldist.config.fused_attention"] = docs[ldist.config.fused_attention]
+
 function ldist.config.cpu_split()
   return C.cpu_split()
 end

@@ -98,8 +98,33 @@ function MW:is_chief() return self._rank == 0 end
 -- fit calls it as each epoch begins (the protocol's fit begin)
 function MW:_fit_begin() self._epoch_first = true end
 
--- "worker 1 (pid 4242)" when a process of this job is lost (a collective
--- failed because it died), else nil: model:fit's message (keras/training.lua)
+-- How `ldist launch` saw task r die ("worker 1 (pid 4242) was killed by
+-- signal 9 (Killed)"), from its notes directory, waiting a moment for it;
+-- the lowest surviving rank marks it told, so the launcher adds no line of
+-- its own (ld_cluster_launch.c). nil when not under ldist launch.
+local function launch_note(rank, r)
+  local dir = env("LDIST_LAUNCH_NOTES")
+  if not dir or dir == "" then return nil end
+  local t0 = ldist.clock()
+  repeat
+    local f = io.open(("%s/task-%d"):format(dir, r), "r")
+    if f then
+      local what = f:read("a")
+      f:close()
+      if rank == (r == 0 and 1 or 0) then
+        local told = io.open(dir .. "/told", "w")
+        if told then told:close() end
+      end
+      return what ~= "" and what or nil
+    end
+    ldist._cluster.sleep(0.02)
+  until ldist.clock() - t0 > 1
+  return nil
+end
+
+-- "worker 1 (pid 4242) is lost" (or, under ldist launch, how it died) when a
+-- process of this job is lost (a collective failed because it died), else
+-- nil: model:fit's message (keras/training.lua)
 function MW:_lost_peer()
   if self._size <= 1 or pcall(self._c.check, self._c) then return nil end
   -- the cluster failed; which peer is lost may reach this rank a moment
@@ -108,7 +133,7 @@ function MW:_lost_peer()
   repeat
     for r = 0, self._size - 1 do
       if r ~= self._rank and self._c:peer_state(r) == "lost" then
-        return ("worker %d (pid %d)"):format(r, self._c:peer_pid(r)), r
+        return launch_note(self._rank, r) or ("worker %d (pid %d) is lost"):format(r, self._c:peer_pid(r)), r
       end
     end
     ldist._cluster.sleep(0.02)

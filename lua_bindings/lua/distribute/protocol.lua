@@ -25,7 +25,8 @@
 --   s:experimental_local_results(v), s:experimental_distribute_dataset(ds)
 --   s:train_step(model, x, y, loss, opt, want_pred), s:_fit_begin(), s:_fit_end(),
 --   s:_fit_batches(ds)         model:fit's step and hooks (keras/training.lua)
---   s:_lost_peer()             "worker 1 (pid 4242)" when a process of the job died
+--   s:_lost_peer()             "worker 1 (pid 4242) is lost" (or how it died, when
+--                              known) when a process of the job died
 --                              (fit's one message after a failure), else nil
 --   s:_fit(model, x, y, opts)  a strategy that trains elsewhere (a LocalCluster's
 --                              workers, parameter servers) runs fit itself

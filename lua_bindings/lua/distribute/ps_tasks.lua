@@ -937,7 +937,7 @@ function PSCluster:alive()
   return k
 end
 
--- distribute.LocalCluster{workers=, ps=} (70_multiworker.lua) starts this one
+-- distribute.LocalCluster{workers=, ps=} (distribute/local_cluster.lua) starts this one
 distribute._ps_local_cluster = start_local
 docs[distribute.LocalCluster] = (docs[distribute.LocalCluster] or "distribute.LocalCluster{workers=2}") ..
   "\n\nWith ps=P (distribute.LocalCluster{workers=W, ps=P}) it starts W workers and P parameter servers\n" ..

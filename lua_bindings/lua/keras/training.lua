@@ -803,7 +803,7 @@ local function fit_lost_peer(model, callbacks, lost, epoch, epochs, step, total)
   end
   local done = epochs_done(model)
   -- step: the steps done; the one that failed is the next
-  local msg = ("fit stopped: %s is lost, during step %d%s of epoch %d/%d; model.history holds the %d %s done.\n%s")
+  local msg = ("fit stopped: %s, during step %d%s of epoch %d/%d; model.history holds the %d %s done.\n%s")
     :format(lost, step + 1, total and ("/" .. total) or "", epoch + 1, epochs, done, done == 1 and "epoch" or "epochs",
       nn._backup_hint(callbacks))
   error(nn._fit_stopped({ message = msg, lost = lost, epoch = epoch, epochs = epochs, step = step + 1, total = total }), 0)
