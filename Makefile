@@ -54,7 +54,9 @@ NET_ENGINE_SRC := $(wildcard engine/net/*.c)
 NET_BIND_SRC := lua_bindings/cluster.c
 ENGINE_SRC := $(filter-out $(NET_ENGINE_SRC),$(wildcard engine/*.c))
 BIND_SRC   := $(filter-out $(NET_BIND_SRC),$(wildcard lua_bindings/*.c))
-PRELUDE    := $(sort $(wildcard lua_bindings/lua/*.lua))
+# the prelude: the files lua_bindings/lua/prelude.lua lists, in its order
+PRELUDE_MANIFEST := lua_bindings/lua/prelude.lua
+PRELUDE    := $(filter-out $(PRELUDE_MANIFEST),$(wildcard lua_bindings/lua/*.lua lua_bindings/lua/*/*.lua))
 REPL_SRC   := $(wildcard repl/*.c)
 KERNEL_SRC := $(wildcard kernel/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(B)/%.o)
@@ -85,9 +87,9 @@ $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(B)/prelude.c: $(PRELUDE) scripts/embed.lua
+$(B)/prelude.c: $(PRELUDE_MANIFEST) $(PRELUDE) scripts/embed.lua
 	@mkdir -p $(B)
-	lua5.4 scripts/embed.lua $@ $(PRELUDE)
+	lua5.4 scripts/embed.lua $@ $(PRELUDE_MANIFEST) $(PRELUDE)
 
 $(B)/engine/ld_device.o: CPPFLAGS += -DLD_PREFIX='"$(PREFIX)"'
 

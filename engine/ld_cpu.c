@@ -5,7 +5,7 @@
  */
 #include "ld_device.h"
 #include "ld_executor.h"
-#include "ld_gemm_small.h"
+#include "ld_cpu_gemm_small.h"
 #include "ld_gemm_bf16.h"
 #include "ld_cpu_simd.h"
 #include "ld_cpu_internal.h"
@@ -96,7 +96,7 @@ static void cpu_sync(ld_device *d) {}
 
 
 /* ================================================================ thread pool
- * The pools and the share-out of the cores are in ld_cpu_pool.c; the
+ * The pools and the share-out of the cores are in ld_pool.c; the
  * kernels here split their work with them (ld_cpu_internal.h). */
 #define parallel_run ld_cpu_parallel
 #define range_of ld_cpu_range
@@ -361,7 +361,7 @@ typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, con
                          const float *, const blasint, const float, float *, const blasint);
 static sgemm_fn blas_sgemm_ptr;
 static char blas_error[512];
-static int small_gemm;   /* ld_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
+static int small_gemm;   /* ld_cpu_gemm_small for a few rows against a large B (off: LDIST_NO_SMALL_GEMM=1) */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
 /* OpenBLAS's DYNAMIC_ARCH picks its kernels from the processor's model
@@ -441,7 +441,7 @@ static sgemm_fn blas_sgemm(void) {
 const char *ld_cpu_blas_describe(void) { return blas_sgemm() ? blas_note : blas_error; }
 const char *ld_cpu_bf16_gemm_describe(void) { return ld_gemm_bf16_path(); }
 
-int ld_device_can_gemm(const ld_device *d) {
+int ld_check_gemm(const ld_device *d) {
     if (d->kind != LD_DEV_CPU || blas_sgemm()) return LD_OK;   /* other backends bring their own */
     return ld_fail(LD_EDEVICE, "%s", blas_error);
 }
@@ -456,12 +456,12 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
         return;
     }
     /* A few rows against a large B (a replica's share of a batch times a
-       dense kernel): ld_gemm_small.c reads B where it lies instead of
+       dense kernel): ld_cpu_gemm_small.c reads B where it lies instead of
        packing all of it for a few rows as OpenBLAS does on every call.
        LDIST_NO_SMALL_GEMM=1 turns it off, to compare (make bench). */
     sgemm_fn sgemm = blas_sgemm();   /* reads that setting too, once */
-    if (small_gemm && !ta && !tb && alpha == 1.0f && ld_gemm_small_fits(m, n, k) &&
-        ld_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
+    if (small_gemm && !ta && !tb && alpha == 1.0f && ld_cpu_gemm_small_fits(m, n, k) &&
+        ld_cpu_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc))
         return;
     if (!sgemm) {   /* cpu_gemm has reported it (ld_device_fault) */
         for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
@@ -488,81 +488,6 @@ static void cpu_softmax(ld_device *d, float *out, const float *x, int64_t rows, 
             for (int64_t j = 0; j < cols; j++) yr[j] = expf(xr[j] - m) * inv;
         }
     }
-}
-
-/* ================================================================ conv / pool (NHWC) */
-static void cpu_im2col_serial(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w,
-                       int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
-                       int64_t pw, int64_t oh, int64_t ow) {
-    int64_t rowlen = kh * kw * c;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t i = 0; i < oh; i++)
-            for (int64_t j = 0; j < ow; j++) {
-                float *dst = col + ((b * oh + i) * ow + j) * rowlen;
-                for (int64_t ki = 0; ki < kh; ki++) {
-                    int64_t y = i * sh - ph + ki;
-                    for (int64_t kj = 0; kj < kw; kj++) {
-                        int64_t xx = j * sw - pw + kj;
-                        float *o = dst + (ki * kw + kj) * c;
-                        if (y < 0 || y >= h || xx < 0 || xx >= w) { for (int64_t q = 0; q < c; q++) o[q] = 0; }
-                        else { const float *src = x + ((b * h + y) * w + xx) * c; for (int64_t q = 0; q < c; q++) o[q] = src[q]; }
-                    }
-                }
-            }
-}
-
-static void cpu_col2im_serial(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w,
-                       int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
-                       int64_t pw, int64_t oh, int64_t ow) {
-    memset(dx, 0, (size_t)(n * h * w * c) * 4);
-    int64_t rowlen = kh * kw * c;
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t i = 0; i < oh; i++)
-            for (int64_t j = 0; j < ow; j++) {
-                const float *src = col + ((b * oh + i) * ow + j) * rowlen;
-                for (int64_t ki = 0; ki < kh; ki++) {
-                    int64_t y = i * sh - ph + ki;
-                    if (y < 0 || y >= h) continue;
-                    for (int64_t kj = 0; kj < kw; kj++) {
-                        int64_t xx = j * sw - pw + kj;
-                        if (xx < 0 || xx >= w) continue;
-                        float *o = dx + ((b * h + y) * w + xx) * c;
-                        const float *s = src + (ki * kw + kj) * c;
-                        for (int64_t q = 0; q < c; q++) o[q] += s[q];
-                    }
-                }
-            }
-}
-
-static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h,
-                        int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                        int64_t oh, int64_t ow) {
-    for (int64_t b = 0; b < n; b++)
-        for (int64_t i = 0; i < oh; i++)
-            for (int64_t j = 0; j < ow; j++) {
-                float *yo = y + ((b * oh + i) * ow + j) * c;
-                int64_t *ao = arg + ((b * oh + i) * ow + j) * c;
-                int64_t base0 = ((b * h + i * sh) * w + j * sw) * c;
-                for (int64_t q = 0; q < c; q++) { yo[q] = x[base0 + q]; ao[q] = base0 + q; }
-                for (int64_t ki = 0; ki < kh; ki++)
-                    for (int64_t kj = 0; kj < kw; kj++) {
-                        if (!ki && !kj) continue;
-                        int64_t base = ((b * h + i * sh + ki) * w + j * sw + kj) * c;
-                        const float *xi = x + base;
-                        for (int64_t q = 0; q < c; q++) {   /* branch-free, so it vectorises */
-                            float v = xi[q];
-                            int gt = ld_ew_max_wins(v, yo[q]);
-                            yo[q] = gt ? v : yo[q];
-                            ao[q] = gt ? base + q : ao[q];
-                        }
-                    }
-            }
-}
-
-static void cpu_maxpool_backward_serial(ld_device *d, float *dx, const float *dy, const int64_t *arg,
-                                 int64_t ny, int64_t nx) {
-    memset(dx, 0, (size_t)nx * 4);
-    for (int64_t i = 0; i < ny; i++) dx[arg[i]] += dy[i];
 }
 
 /* ================================================================ fused cross-entropy */
@@ -642,68 +567,6 @@ static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, co
 }
 
 /* ================================================================ parallel wrappers */
-/* ---- conv / pool kernels split over the images of the batch ---- */
-typedef struct {
-    int kind; float *o; const float *x; int64_t *arg; const int64_t *carg;
-    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
-} img_job;
-static void img_part(void *p, int part, int np) {
-    img_job *j = p;
-    int64_t lo, hi, per = (j->n + np - 1) / np;
-    lo = per * part; hi = lo + per;
-    if (hi > j->n) hi = j->n;
-    if (lo >= hi) return;
-    int64_t nb = hi - lo, in_img = j->h * j->w * j->c, out_img = j->oh * j->ow;
-    switch (j->kind) {
-    case 0: cpu_im2col_serial(NULL, j->o + lo * out_img * j->kh * j->kw * j->c, j->x + lo * in_img, nb, j->h, j->w,
-                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
-    case 1: cpu_col2im_serial(NULL, j->o + lo * in_img, j->x + lo * out_img * j->kh * j->kw * j->c, nb, j->h, j->w,
-                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
-    case 2: {
-        /* indices stay global: offset the input pointer back */
-        int64_t off = lo * in_img;
-        cpu_maxpool_serial(NULL, j->o + lo * out_img * j->c, j->arg + lo * out_img * j->c, j->x + off, nb, j->h,
-                           j->w, j->c, j->kh, j->kw, j->sh, j->sw, j->oh, j->ow);
-        for (int64_t i = 0, m = nb * out_img * j->c; i < m; i++) j->arg[lo * out_img * j->c + i] += off;
-        break;
-    }
-    case 3: {   /* max pooling's backward: h = x's elements per image, oh = y's (w = c = ow = 1) */
-        int64_t ny = nb * j->oh;
-        float *dx = j->o + lo * j->h;
-        memset(dx, 0, (size_t)(nb * j->h) * 4);
-        const float *dy = j->x + lo * j->oh;
-        const int64_t *a = j->carg + lo * j->oh;
-        float *base = j->o;
-        for (int64_t i = 0; i < ny; i++) base[a[i]] += dy[i];
-        break;
-    }
-    }
-}
-static int img_parts(int64_t n, int64_t work) { return work < PAR_MIN || n < 2 ? 1 : 64; }
-static void cpu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c,
-                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
-    img_job j = {0, col, x, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    parallel_run(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
-}
-static void cpu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
-                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
-    img_job j = {1, dx, col, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    parallel_run(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
-}
-static void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
-                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
-    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
-    parallel_run(img_part, &j, img_parts(n, n * h * w * c));
-}
-/* split by image: an image's maxima come from that image, so the parts
-   write disjoint ranges of dx (each zeroes its own first) */
-static void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
-                                 int64_t nx) {
-    if (n < 2 || nx < PAR_MIN || nx % n || ny % n) { cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx); return; }
-    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1};
-    parallel_run(img_part, &j, 64);
-}
-
 typedef struct {
     ld_binary_op op; float *out; const float *a, *b; const int64_t *sa, *sb, *shape; int ndim; int64_t inner;
 } bin_job;
@@ -813,12 +676,12 @@ typedef struct {
    column blocks (pm * pn = np). Each part packs (or reads) its rows of A and
    its columns of B, so the grid that minimizes a part's products plus 16x
    what it packs wins; a grid whose parts still qualify for the product
-   without packing (ld_gemm_small) is preferred when the whole does. Split
+   without packing (ld_cpu_gemm_small) is preferred when the whole does. Split
    along one side only, 16 threads cut x@W1 (256x784x512) into 256x32
    slices that each packed all of x (and lost the unpacked product), and
    4 threads into 256x128 ones, 1.6x slower than 2 on the 16-core Xeon. */
 static void gemm_grid(const gemm_job *j, int np, int *pm, int *pn) {
-    int small = small_gemm && !j->ta && !j->tb && j->alpha == 1.0f && ld_gemm_small_fits(j->m, j->n, j->k);
+    int small = small_gemm && !j->ta && !j->tb && j->alpha == 1.0f && ld_cpu_gemm_small_fits(j->m, j->n, j->k);
     double best = 0;
     int best_small = 0;
     *pm = np; *pn = 1;
@@ -827,7 +690,7 @@ static void gemm_grid(const gemm_job *j, int np, int *pm, int *pn) {
         int64_t lo, rows, cols;
         range_of(j->m, 0, np / q, &lo, &rows);
         range_of(j->n, 0, q, &lo, &cols);
-        int ok = small && ld_gemm_small_fits(rows, cols, j->k);
+        int ok = small && ld_cpu_gemm_small_fits(rows, cols, j->k);
         double cost = (double)rows * cols + 16.0 * (double)(rows + cols);
         if ((ok && !best_small) || (ok == best_small && (best == 0 || cost < best))) {
             best = cost; best_small = ok; *pm = np / q; *pn = q;

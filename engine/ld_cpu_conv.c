@@ -1,6 +1,7 @@
 /*
  * ld_cpu_conv.c - direct 2-d convolution on the CPU (NHWC images, HWIO
- * kernels): the kernels conv2d and conv2d_backward of ld_kernels.h.
+ * kernels): the kernels conv2d and conv2d_backward of ld_kernels.h, and at
+ * the end the im2col lowering and max pooling of the convolution family.
  *
  * No im2col matrix is made. The products read the image where it lies: a
  * register tile of P output pixels x V vectors of 16 filters is accumulated
@@ -44,8 +45,9 @@
  * (ld_ops.c). The file is compiled for the build's instruction set, and
  * again by ld_cpu_conv_avx512.c where the build targets less (x86-64-v3:
  * the GPU bundle, packages; LD_CONV_FN names that copy's entry points);
- * cpu_conv2d and cpu_conv2d_backward, at the end, run that copy on
- * processors with AVX-512 (ld_cpu_isa).
+ * cpu_conv2d and cpu_conv2d_backward, near the end, run that copy on
+ * processors with AVX-512 (ld_cpu_isa). The file ends with the kernels of
+ * the im2col lowering and of max pooling.
  *
  * The im2col + gemm lowering (ld_im2col, ld_linear) stays the path of other
  * backends and the reference the tests compare this one with
@@ -797,5 +799,150 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_backward_avx512(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
 #endif
     cpu_conv2d_backward_build(d, dx, dw, db, dy, y, arg, x, w, g, relu);
+}
+#endif
+
+/* ================================================================ the im2col lowering and max pooling
+ * The kernels im2col, col2im, maxpool and maxpool_backward (NHWC): the
+ * convolution of backends without a direct kernel (and of processors
+ * without AVX-512), the reference the direct kernel is tested against, and
+ * the pooling layer after a convolution that is not fused with it. Plain
+ * loops, compiled once: here in the build's own copy, not again for
+ * AVX-512. */
+#ifdef LD_CONV_DISPATCH
+static void cpu_im2col_serial(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w,
+                       int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                       int64_t pw, int64_t oh, int64_t ow) {
+    int64_t rowlen = kh * kw * c;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                float *dst = col + ((b * oh + i) * ow + j) * rowlen;
+                for (int64_t ki = 0; ki < kh; ki++) {
+                    int64_t y = i * sh - ph + ki;
+                    for (int64_t kj = 0; kj < kw; kj++) {
+                        int64_t xx = j * sw - pw + kj;
+                        float *o = dst + (ki * kw + kj) * c;
+                        if (y < 0 || y >= h || xx < 0 || xx >= w) { for (int64_t q = 0; q < c; q++) o[q] = 0; }
+                        else { const float *src = x + ((b * h + y) * w + xx) * c; for (int64_t q = 0; q < c; q++) o[q] = src[q]; }
+                    }
+                }
+            }
+}
+
+static void cpu_col2im_serial(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w,
+                       int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                       int64_t pw, int64_t oh, int64_t ow) {
+    memset(dx, 0, (size_t)(n * h * w * c) * 4);
+    int64_t rowlen = kh * kw * c;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                const float *src = col + ((b * oh + i) * ow + j) * rowlen;
+                for (int64_t ki = 0; ki < kh; ki++) {
+                    int64_t y = i * sh - ph + ki;
+                    if (y < 0 || y >= h) continue;
+                    for (int64_t kj = 0; kj < kw; kj++) {
+                        int64_t xx = j * sw - pw + kj;
+                        if (xx < 0 || xx >= w) continue;
+                        float *o = dx + ((b * h + y) * w + xx) * c;
+                        const float *s = src + (ki * kw + kj) * c;
+                        for (int64_t q = 0; q < c; q++) o[q] += s[q];
+                    }
+                }
+            }
+}
+
+static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h,
+                        int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                        int64_t oh, int64_t ow) {
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                float *yo = y + ((b * oh + i) * ow + j) * c;
+                int64_t *ao = arg + ((b * oh + i) * ow + j) * c;
+                int64_t base0 = ((b * h + i * sh) * w + j * sw) * c;
+                for (int64_t q = 0; q < c; q++) { yo[q] = x[base0 + q]; ao[q] = base0 + q; }
+                for (int64_t ki = 0; ki < kh; ki++)
+                    for (int64_t kj = 0; kj < kw; kj++) {
+                        if (!ki && !kj) continue;
+                        int64_t base = ((b * h + i * sh + ki) * w + j * sw + kj) * c;
+                        const float *xi = x + base;
+                        for (int64_t q = 0; q < c; q++) {   /* branch-free, so it vectorises */
+                            float v = xi[q];
+                            int gt = ld_ew_max_wins(v, yo[q]);
+                            yo[q] = gt ? v : yo[q];
+                            ao[q] = gt ? base + q : ao[q];
+                        }
+                    }
+            }
+}
+
+static void cpu_maxpool_backward_serial(ld_device *d, float *dx, const float *dy, const int64_t *arg,
+                                 int64_t ny, int64_t nx) {
+    memset(dx, 0, (size_t)nx * 4);
+    for (int64_t i = 0; i < ny; i++) dx[arg[i]] += dy[i];
+}
+
+/* ---- split over the images of the batch */
+typedef struct {
+    int kind; float *o; const float *x; int64_t *arg; const int64_t *carg;
+    int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
+} img_job;
+static void img_part(void *p, int part, int np) {
+    img_job *j = p;
+    int64_t lo, hi, per = (j->n + np - 1) / np;
+    lo = per * part; hi = lo + per;
+    if (hi > j->n) hi = j->n;
+    if (lo >= hi) return;
+    int64_t nb = hi - lo, in_img = j->h * j->w * j->c, out_img = j->oh * j->ow;
+    switch (j->kind) {
+    case 0: cpu_im2col_serial(NULL, j->o + lo * out_img * j->kh * j->kw * j->c, j->x + lo * in_img, nb, j->h, j->w,
+                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
+    case 1: cpu_col2im_serial(NULL, j->o + lo * in_img, j->x + lo * out_img * j->kh * j->kw * j->c, nb, j->h, j->w,
+                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
+    case 2: {
+        /* indices stay global: offset the input pointer back */
+        int64_t off = lo * in_img;
+        cpu_maxpool_serial(NULL, j->o + lo * out_img * j->c, j->arg + lo * out_img * j->c, j->x + off, nb, j->h,
+                           j->w, j->c, j->kh, j->kw, j->sh, j->sw, j->oh, j->ow);
+        for (int64_t i = 0, m = nb * out_img * j->c; i < m; i++) j->arg[lo * out_img * j->c + i] += off;
+        break;
+    }
+    case 3: {   /* max pooling's backward: h = x's elements per image, oh = y's (w = c = ow = 1) */
+        int64_t ny = nb * j->oh;
+        float *dx = j->o + lo * j->h;
+        memset(dx, 0, (size_t)(nb * j->h) * 4);
+        const float *dy = j->x + lo * j->oh;
+        const int64_t *a = j->carg + lo * j->oh;
+        float *base = j->o;
+        for (int64_t i = 0; i < ny; i++) base[a[i]] += dy[i];
+        break;
+    }
+    }
+}
+static int img_parts(int64_t n, int64_t work) { return work < LD_CPU_PAR_MIN || n < 2 ? 1 : 64; }
+void cpu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c,
+                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    img_job j = {0, col, x, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    ld_cpu_parallel(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
+}
+void cpu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
+                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    img_job j = {1, dx, col, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+    ld_cpu_parallel(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
+}
+void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
+                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
+    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
+    ld_cpu_parallel(img_part, &j, img_parts(n, n * h * w * c));
+}
+/* split by image: an image's maxima come from that image, so the parts
+   write disjoint ranges of dx (each zeroes its own first) */
+void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
+                                 int64_t nx) {
+    if (n < 2 || nx < LD_CPU_PAR_MIN || nx % n || ny % n) { cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx); return; }
+    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1};
+    ld_cpu_parallel(img_part, &j, 64);
 }
 #endif

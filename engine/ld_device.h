@@ -61,42 +61,12 @@ const char *ld_device_note(void);
 const ld_backend *ld_cpu_backend(void);
 /* LD_OK when d can multiply matrices; on a CPU device that needs a BLAS
    library, opened on the first call: without one, the error naming it. */
-int ld_device_can_gemm(const ld_device *d);
+int ld_check_gemm(const ld_device *d);
 extern const ld_backend ld_cpu_kernels;         /* the same table (ld_cpu.c), for static initialisers */
 /* Allocate on a device: retries once after the pressure hook; NULL + message. */
 void *ld_device_alloc(ld_device *d, size_t nbytes);
 void ld_device_free(ld_device *d, void *p, size_t nbytes);
-/* Threads of cpu:0's kernels (default: its share of the cores; LDIST_NUM_THREADS
-   overrides); 1 = single-threaded. */
-void ld_cpu_set_threads(int n);
-/* Threads of the calling thread's kernels: its device's pool on a device's
-   executor, cpu:0's anywhere else. */
-int ld_cpu_threads(void);
-/* The cores this process may use: its affinity mask, its share of them
-   when several processes of one job run on this host, or LDIST_CPU_CORES. */
-int ld_cpu_cores(void);
-/* Make the calling thread run CPU kernels single-threaded. */
-void ld_cpu_thread_serial(int on);
-
-/* ---- how the cores are shared out (ld_cpu_pool.c)
- * The process's cores are split among its n logical CPU devices: device i
- * gets a pool of cores/n threads (the remainder spread over the first
- * ones), pinned to its own cores where the OS allows and the cores are not
- * oversubscribed. */
-int ld_cpu_split(int n);
-/* The calling thread is the executor of cpu:<dev>: its kernels run on that
-   device's pool, and it pins itself to the device's cores. */
-void ld_cpu_pool_bind(int dev);
-/* An executor re-pins itself if the split changed (cheap; once per task). */
-void ld_cpu_thread_refresh(void);
-int ld_cpu_device_threads(int dev);
-/* cpu:<dev>'s cores as CPU ids (at most max); *pinned: its threads are pinned there */
-int ld_cpu_device_cores(int dev, int *ids, int max, int *pinned);
-int ld_cpu_process_cores(int *ids, int max);
-/* This process's rank and count among the processes of its job on this host (0, 1: alone). */
-void ld_cpu_local_process(int *rank, int *size);
-/* One line: the process's cores, how they were split, what is pinned. */
-const char *ld_cpu_split_describe(void);
+/* The CPU's threads and how the cores are shared out: ld_pool.h. */
 /* The instruction set of the CPU kernels with several versions (small
    products, convolutions; ld_cpu_isa.c): the best this processor has, or
    less if LDIST_CPU_ISA=avx2|generic says so. */

@@ -14,12 +14,13 @@
  * to drain (synchronize).
  *
  * Each executor thread runs the CPU kernels on its device's own pool of
- * threads, pinned to the device's share of the cores (ld_cpu_pool.c):
+ * threads, pinned to the device's share of the cores (ld_pool.c):
  * replicas on separate cores beat one pool for all, and devices that share
  * no core cannot slow each other down.
  */
 #include "ld_device.h"
 #include "ld_executor.h"
+#include "ld_pool.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -5,7 +5,7 @@
 #include "ld_image.h"
 #include "ld_core.h"
 #include "ld_file.h"
-#include "ld_cpu_internal.h"
+#include "ld_pool.h"
 #include "ld_tensor.h"
 
 #include <dirent.h>

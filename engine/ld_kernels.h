@@ -10,11 +10,15 @@
  * (cu_<name>, engine/cuda/), and the executor's proxy of each kernel (an
  * argument struct, a run function, a queuing function: ld_executor.c).
  *
- * Adding a kernel: one line here, cpu_<name> in ld_cpu.c, cu_<name> in the
- * CUDA file of its family, a case in tests/gpu/test_ops.lua (run on cpu:1
- * by `make test`, on a GPU by `make test-gpu`). Adding an elementwise op:
- * one line in LD_BINARY_OPS or LD_UNARY_OPS, its case in the CPU and CUDA
- * switches, its test.
+ * Adding a kernel: one line here (in its family's block of
+ * LD_LAYER_KERNELS), cpu_<name> in the family's ld_cpu_<family>.c,
+ * cu_<name> in engine/cuda/cuda_<family>.cu, a case in tests/ops/test_ops.lua
+ * (run on cpu:1 by `make test`, on a GPU by `make test-gpu`; it fails on a
+ * kernel no case calls). Adding an elementwise op: one line in
+ * LD_BINARY_OPS or LD_UNARY_OPS, its formula and derivative in
+ * ld_elementwise_math.h (both backends call them), its docstring in
+ * lua_bindings/tensor.c; the Tensor method, tensor.unary_ops/binary_ops and
+ * the op tests' cases follow from the list.
  *
  * Kernels take contiguous float32 buffers unless stated otherwise; sizes are
  * element counts. The order of the list is the order of the slots.
@@ -76,22 +80,6 @@ typedef struct {
       (V, void *, c), (V, int64_t, ldc))                                                                        \
     /* softmax / log-softmax over the last axis of [rows, cols] */           \
     X(softmax, (V, float *, out), (V, const float *, x), (V, int64_t, rows), (V, int64_t, cols), (V, int, log)) \
-    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
-    X(im2col, (V, float *, col), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
-      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
-      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
-      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
-      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
-       index into x) saved for backward. */                                  \
-    X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
-      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
-      (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
-    /* dx = 0, then dx[arg[i]] += dy[i]: ny elements of dy over n images of \
-       nx / n elements of dx each (an image's arg stays in its image) */     \
-    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, n),   \
-      (V, int64_t, ny), (V, int64_t, nx))                                                                       \
     /* Fused sparse softmax cross-entropy: probs = softmax(logits);         \
        *loss = scale * sum_i -log probs[i, labels[i]] (scale = 1/batch for  \
        a mean). An out-of-range label gives NaN and, on a device that       \
@@ -200,7 +188,7 @@ typedef struct {
       (V, const float *, q), (V, const float *, k), (V, const float *, v), (V, const float *, o),              \
       (V, const float *, lse), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, int64_t, e),         \
       (V, float, scale), (V, int, causal), (V, int64_t, offset))                                                \
-    /* convolution (ld_ops.c) */                                            \
+    /* convolution, its im2col lowering, max pooling (ld_ops.c) */         \
     /* Direct convolution (no im2col): y [n, oh, ow, f] = x * w + b (b NULL: \
        no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \
        pooled [n, poh, pow, f] and arg (int32, same shape) the pixel        \
@@ -216,7 +204,23 @@ typedef struct {
     X(conv2d_backward, (V, float *, dx), (V, float *, dw), (V, float *, db), (V, const float *, dy),            \
       (V, const float *, y), (V, const int32_t *, arg), (V, const float *, x), (V, const float *, w),           \
       (V, ld_conv_geom, g), (V, int, relu))                                                                     \
-    /* indexing and pooling (ld_ops_index.c) */                              \
+    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
+    X(im2col, (V, float *, col), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
+      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
+       index into x) saved for backward. */                                  \
+    X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
+      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
+      (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
+    /* dx = 0, then dx[arg[i]] += dy[i]: ny elements of dy over n images of \
+       nx / n elements of dx each (an image's arg stays in its image) */     \
+    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, n),   \
+      (V, int64_t, ny), (V, int64_t, nx))                                                                       \
+    /* indexing (ld_ops_index.c) */                                         \
     /* Copy a block between a contiguous [outer, n, inner] array and rows   \
        [off, off+n) of the middle axis of a contiguous [outer, big, inner]  \
        array: into=1 writes the big array (dst), into=0 reads it (src);     \
@@ -231,6 +235,7 @@ typedef struct {
     /* dtable = 0, then dtable[ids[i], :] += dy[i, :] (bad ids skipped) */   \
     X(embedding_backward, (V, float *, dtable), (V, const float *, dy), (V, const void *, ids),                 \
       (V, ld_dtype, idt), (V, int64_t, n), (V, int64_t, v), (V, int64_t, dim))                                  \
+    /* pooling (ld_ops_pool.c) */                                           \
     /* Average pooling NHWC, padding ph/pw before (TF "same"): the mean of  \
        the window's cells inside the image (padded cells not counted). */   \
     X(avgpool, (V, float *, y), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \

@@ -3,6 +3,7 @@
  * ld_nn.h), with Keras 3's arguments, defaults and variables. */
 #include "ld_nn.h"
 #include "ld_ops_index.h"
+#include "ld_ops_pool.h"
 #include "ld_replica.h"
 
 #include <math.h>

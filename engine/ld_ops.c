@@ -28,7 +28,7 @@ static const char *const un_names[] = {LD_UNARY_OPS(LD_OP_NAME)};
 _Static_assert(sizeof bin_names / sizeof *bin_names == LD_BIN_COUNT, "a name for each binary op");
 _Static_assert(sizeof un_names / sizeof *un_names == LD_UN_COUNT, "a name for each unary op");
 
-int ld_ops_same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
+int ld_check_same_device(const ld_tensor *a, const ld_tensor *b, const char *op) {
     if (DEV(a) != DEV(b))
         return ld_fail(LD_EDEVICE, "%s: tensors are on %s and %s; move one with :to()", op,
                        DEV(a)->name, DEV(b)->name);
@@ -152,7 +152,7 @@ static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t 
 static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     int nd = 0;
     int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS];
-    if (ld_ops_same_device(a, b, bin_names[op])) return NULL;
+    if (ld_check_same_device(a, b, bin_names[op])) return NULL;
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
     ld_tensor *out = ld_ops_out_empty(a->dtype, nd, shape, DEV(a));
     if (!out) return NULL;
@@ -596,7 +596,7 @@ static int gemm_layout(const ld_tensor *t, int *trans, int64_t *ld) {
 static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
     int64_t n = tb ? b->shape[0] : b->shape[1];
-    if (ld_device_can_gemm(DEV(a))) return NULL;
+    if (ld_check_gemm(DEV(a))) return NULL;
     ld_tensor *ca = ld_tensor_retain(a), *cb = ld_tensor_retain(b);
     int la, lb;
     int64_t lda, ldb;
@@ -661,7 +661,7 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
                 ld_dtype_name(a->dtype), ld_dtype_name(b->dtype));
         return NULL;
     }
-    if (ld_ops_same_device(a, b, "matmul")) return NULL;
+    if (ld_check_same_device(a, b, "matmul")) return NULL;
     ld_tensor *a2 = a;
     if (a->ndim > 2) {
         int64_t s2[2] = {ld_tensor_numel(a) / a->shape[a->ndim - 1], a->shape[a->ndim - 1]};
@@ -785,8 +785,8 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
                 ld_dtype_name(w->dtype), b ? " with a bias of " : "", b ? ld_dtype_name(b->dtype) : "");
         return NULL;
     }
-    if (ld_ops_same_device(x, w, "dense") || (b && ld_ops_same_device(w, b, "dense"))) return NULL;
-    if (ld_device_can_gemm(DEV(x))) return NULL;
+    if (ld_check_same_device(x, w, "dense") || (b && ld_check_same_device(w, b, "dense"))) return NULL;
+    if (ld_check_gemm(DEV(x))) return NULL;
     int64_t k = w->shape[0], n = w->shape[1], rows = ld_tensor_numel(x) / (k ? k : 1);
     ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
@@ -944,7 +944,7 @@ static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
         ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s and %s", ld_dtype_name(x->dtype), ld_dtype_name(w->dtype));
         return NULL;
     }
-    if (ld_ops_same_device(x, w, "conv2d") || (b && ld_ops_same_device(w, b, "conv2d"))) return NULL;
+    if (ld_check_same_device(x, w, "conv2d") || (b && ld_check_same_device(w, b, "conv2d"))) return NULL;
     int pool = pk && pk[0] > 0;
     if (DEV(x)->kind != LD_DEV_CPU || conv_reference()) {
         /* the lowering: im2col -> dense (bias, relu fused) -> NHWC, then the pooling op */
@@ -1193,7 +1193,7 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
                 ld_shape_str(logits, b1, sizeof b1), ld_shape_str(labels, b2, sizeof b2));
         return NULL;
     }
-    if (ld_ops_same_device(logits, labels, "sparse cross-entropy")) return NULL;
+    if (ld_check_same_device(logits, labels, "sparse cross-entropy")) return NULL;
     ld_tensor *lab = labels->dtype == LD_I64 ? ld_contiguous(labels) : ld_cast(labels, LD_I64);
     ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? ld_ops_contig(fl) : NULL;
     ld_tensor_release(fl);

@@ -64,7 +64,7 @@ static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype c
     int nd = a->ndim;
     int64_t m = ta ? a->shape[nd - 1] : a->shape[nd - 2], k = ta ? a->shape[nd - 2] : a->shape[nd - 1];
     int64_t n = tb ? b->shape[nd - 2] : b->shape[nd - 1];
-    if (ld_device_can_gemm(DEV(a))) return NULL;
+    if (ld_check_gemm(DEV(a))) return NULL;
     ld_tensor *ca = ld_tensor_retain(a), *cb = ld_tensor_retain(b);
     int la = 0, lb = 0;
     int64_t lda = 1, ldb = 1, sa = 0, sb = 0;

@@ -1,9 +1,9 @@
 /*
- * ld_ops_index.h - differentiable indexing and pooling ops: concatenation,
- * slicing, embedding lookups, gathers along an axis, average pooling (NHWC).
+ * ld_ops_index.h - differentiable indexing ops: concatenation, slicing,
+ * embedding lookups, gathers along an axis. (Average pooling: ld_ops_pool.h.)
  *
  * STATUS: ld_concat_op and ld_slice_op are done and tested (CPU; CUDA kernel
- * compiled), ready to use. The embedding and pooling ops below too.
+ * compiled), ready to use. The embedding op below too.
  *
  * Like the ops of ld_ops.h: arguments checked (ld_fail with a message naming
  * the op and the shapes; NULL returned), the kernels of the operands' device
@@ -38,12 +38,5 @@ ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids);
    device. An axis or an index out of range is an error naming it. A float
    t gets its gradient (scatter-added, as the embedding's); idx none. */
 ld_tensor *ld_gather(ld_tensor *t, ld_tensor *idx, int axis);
-
-/* Average pooling of NHWC x, as Keras' AveragePooling2D: valid padding
-   (output (in - k) / s + 1) or same (ceil(in / s), padding split as TF does,
-   padded cells left out of each average). */
-ld_tensor *ld_avgpool2d(ld_tensor *x, int kh, int kw, int sh, int sw, int same_padding);
-/* Mean over H and W of NHWC x: [N, C], or [N, 1, 1, C] with keepdims. */
-ld_tensor *ld_global_avgpool2d(ld_tensor *x, int keepdims);
 
 #endif

@@ -23,7 +23,7 @@ ld_tensor *ld_ops_contig(ld_tensor *x);
 
 /* LD_EDEVICE (with the message "<op>: tensors are on A and B; move one with
    :to()") unless a and b are on the same device */
-int ld_ops_same_device(const ld_tensor *a, const ld_tensor *b, const char *op);
+int ld_check_same_device(const ld_tensor *a, const ld_tensor *b, const char *op);
 
 /* *axis in [-ndim, ndim) made non-negative; LD_EARG past it */
 int ld_ops_norm_axis(const ld_tensor *t, int *axis, const char *op);

@@ -63,7 +63,7 @@ static void push_path(lua_State *L, const char *path, size_t n) {
 
 /* ---- complete ----------------------------------------------------------- */
 
-/* Completion is the REPL's: ldist.complete (10_help.lua) on the text before
+/* Completion is the REPL's: ldist.complete (ui/help.lua) on the text before
    the cursor, so a notebook finds what Tab finds in the terminal (globals,
    fields, methods through metatables, `model.layers[2]:`, require names and
    file names in strings; private names only once "_" is typed). It returns

@@ -10,7 +10,7 @@
  * byte counts. When the front end does not allow stdin, reading raises
  * "input is not available: the front end does not allow stdin".
  *
- * The display and comm logic lives in Lua (lua_bindings/lua/40_display.lua);
+ * The display and comm logic lives in Lua (lua_bindings/lua/ui/display.lua);
  * here are the backends it calls: ldist.display.backend(kind, x, opts) and
  * ldist.comm.backend(msg_type, content, metadata).
  */

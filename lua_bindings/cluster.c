@@ -4,7 +4,7 @@
  * with captured output, a safe serialiser for control messages, TF_CONFIG's
  * JSON, and the configuration and state of models and optimizers that
  * LocalCluster ships to its workers. The strategy itself is in
- * lua/70_multiworker.lua.
+ * lua/distribute/multiworker.lua.
  */
 #include "lbind.h"
 #include "ld_cluster.h"
@@ -14,6 +14,7 @@
 #include "ld_optim.h"
 #include "ld_ps_shm.h"
 #include "ld_strategy.h"
+#include "ld_pool.h"
 
 #include <lauxlib.h>
 

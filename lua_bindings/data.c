@@ -370,7 +370,7 @@ static int holds_tensors(lua_State *L, int idx) {
 /* from_tensor_slices of a nested structure, TF's from_tensor_slices(((xa, xb), y)):
    the parts (the n values from slot first) each sliced on their own and zipped,
    so an element is {{xa, xb}, y} (a part that is a dict stays a dict). */
-/* push data.Dataset[name] as the prelude left it (30_datasets.lua gives zip a
+/* push data.Dataset[name] as the prelude left it (data/datasets.lua gives zip a
    recipe that travels to other processes), else the C function */
 static void push_dataset_fn(lua_State *L, const char *name, lua_CFunction fallback) {
     int top = lua_gettop(L);
@@ -892,7 +892,7 @@ static int ds_zip(lua_State *L) {
     for (int i = 0; i < n; i++) { push_part(L, base + 1 + i); lua_rawseti(L, -2, i + 1); }
     lua_setfield(L, -2, "nest");
     lua_setiuservalue(L, ud, 1);
-    record_recipe(L, ud, "zip", 0, 1, nargs);  /* 30_datasets.lua gives it a recipe that travels */
+    record_recipe(L, ud, "zip", 0, 1, nargs);  /* data/datasets.lua gives it a recipe that travels */
     return set_ds(L, u, ld_dataset_zip(n, ins), 1);
 }
 
@@ -1099,7 +1099,7 @@ static int ds_padded_batch(lua_State *L) {
 }
 
 
-/* ---- from a Lua producer (data.Dataset.from_generator, 30_datasets.lua) ---- */
+/* ---- from a Lua producer (data.Dataset.from_generator, data/datasets.lua) ---- */
 
 /* The open function and the elements' spec (registry refs). */
 typedef struct { int open, spec; } lua_gen;
@@ -1185,7 +1185,7 @@ static int ds_from_producer(lua_State *L) {
     return set_ds(L, u, d, 0);
 }
 
-/* ds:_set_recipe(r): the recipe ds:_recipe() returns (30_datasets.lua's zip) */
+/* ds:_set_recipe(r): the recipe ds:_recipe() returns (data/datasets.lua's zip) */
 static int ds_set_recipe(lua_State *L) {
     luaL_checkudata(L, 1, LB_DATASET_MT);
     luaL_checktype(L, 2, LUA_TTABLE);
@@ -1544,7 +1544,7 @@ static const luaL_Reg ds_methods[] = {
     {"prefetch", ds_prefetch},
     {"map", ds_map},
     {"filter", ds_filter},
-    {"_zip", ds_zip},          /* data.Dataset.zip (30_datasets.lua) adds the recipe that travels */
+    {"_zip", ds_zip},          /* data.Dataset.zip (data/datasets.lua) adds the recipe that travels */
     {"shard", ds_shard},
     {"enumerate", ds_enumerate},
     {"unbatch", ds_unbatch},

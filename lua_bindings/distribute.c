@@ -1,14 +1,15 @@
 /*
  * distribute.c - the C half of the `distribute` module: logical CPU devices,
  * the replica context, mirrored variables, the in-process all-reduce and
- * tracing. The strategies themselves are in lua/60_distribute.lua and
- * lua/65_mirrored.lua.
+ * tracing. The strategies themselves are in lua/distribute/protocol.lua and
+ * lua/distribute/mirrored.lua.
  */
 #include "lbind.h"
 #include "ld_strategy.h"
 #include "ld_optim.h"
 #include "ld_device.h"
 #include "ld_executor.h"
+#include "ld_pool.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>

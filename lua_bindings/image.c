@@ -1,6 +1,6 @@
 /*
  * image.c - ldist._image: the C half of data.image_dataset_from_directory,
- * io.load_image and io.save_image (lua_bindings/lua/33_images.lua wraps
+ * io.load_image and io.save_image (lua_bindings/lua/data/images.lua wraps
  * them; engine/ld_image.h does the work).
  *
  *   _image.index(dir, class_names|nil, follow_links, shuffle, seed)

@@ -2,8 +2,8 @@
  * ldist.c - luaopen_ldist: the module table every front end shares.
  *
  * C modules are opened into fields of the table (ldist.tensor, ldist.nn, ...),
- * then the Lua prelude (lua_bindings/lua/NN_name.lua, embedded at build time, run in
- * file-name order) adds what is simpler in Lua; each chunk receives the module
+ * then the Lua prelude (the files lua_bindings/lua/prelude.lua lists, embedded at
+ * build time, run in its order) adds what is simpler in Lua; each chunk receives the module
  * table as its argument. `ldist.globals` lists the names ldist_newstate makes
  * global, so the seed's example runs without a single `require`.
  */
@@ -11,6 +11,7 @@
 #include "lbind.h"
 #include "ld_core.h"
 #include "ld_device.h"
+#include "ld_pool.h"
 
 #include <lauxlib.h>
 #include <string.h>

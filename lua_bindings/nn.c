@@ -123,7 +123,7 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
 }
 
 /* "unknown option 'unit'; did you mean 'units'? (it takes units, activation, ...)":
-   the closest name by the REPL's own rule (ldist._closest, lua/10_help.lua) */
+   the closest name by the REPL's own rule (ldist._closest, lua/ui/help.lua) */
 static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
     lua_newtable(L);
     int list = lua_gettop(L), n = 0;
@@ -292,7 +292,7 @@ static int nn_layer_from_config(lua_State *L) {
 /* nn._policy([name [, set]]) -> name, compute dtype: the policy of that name
    (checked: an unknown name raises, naming the valid ones), made the global
    one when set is true; without a name, the global policy
-   (mixed_precision.Policy / set_global_policy / global_policy, lua/53_mixed_precision.lua) */
+   (mixed_precision.Policy / set_global_policy / global_policy, lua/keras/mixed_precision.lua) */
 static int nn_policy(lua_State *L) {
     ld_policy p = ld_policy_global();
     if (!lua_isnoneornil(L, 1) && ld_policy_from_name(luaL_checkstring(L, 1), &p)) return luaL_error(L, "%s", ld_error());
@@ -346,7 +346,7 @@ static int is_symbolic(lua_State *L, int idx) {
 
 /* layer(x, {training=}), layer({x1, x2, ...}) for layers of several inputs
    (Add, Concatenate, attention), and layer(symbolic) in the Functional API
-   (nn._symbolic_call, lua/52_models.lua). A tensor goes in as it is (an
+   (nn._symbolic_call, lua/keras/models.lua). A tensor goes in as it is (an
    Embedding takes integer ids); other values become float32 tensors. */
 static int layer_call(lua_State *L) {
     ld_layer *l = check_layer(L, 1);
@@ -529,7 +529,7 @@ static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
 }
 
 /* ---- a model builds its variables under the strategy it was created in ----
-   distribute._on_model_created (lua/60_distribute.lua) stores the devices
+   distribute._on_model_created (lua/distribute/protocol.lua) stores the devices
    that strategy mirrors variables on as the model's _variable_devices; the
    first call or build places the variables there wherever it happens (inside
    the scope or not), as Keras builds under model.distribute_strategy. */
@@ -553,7 +553,7 @@ static int place(lua_State *L, int mi) {
 static void unplace(lua_State *L) { lb_call_hook(L, "distribute", "_place_variables", 0); }   /* the open scope's */
 
 /* The model's forward in Lua, pushed when it has one: a Functional model's
-   graph or a subclass's call(self, x, training) (lua/52_models.lua). */
+   graph or a subclass's call(self, x, training) (lua/keras/models.lua). */
 static int push_lua_call(lua_State *L, int mi) {
     lua_getiuservalue(L, mi, 1);
     if (lua_getfield(L, -1, "call") == LUA_TFUNCTION) { lua_remove(L, -2); return 1; }
@@ -702,7 +702,7 @@ static int push_new_model(lua_State *L, const char *name, const char *kind) {
     return mi;
 }
 
-/* nn.Input{shape=} at idx (52_models.lua's symbolic tensor: its metatable
+/* nn.Input{shape=} at idx (keras/models.lua's symbolic tensor: its metatable
    says __symbolic): its shape into shape[], the number of dimensions, or -1 */
 static int symbolic_input_shape(lua_State *L, int idx, int64_t *shape) {
     idx = lua_absindex(L, idx);
@@ -846,7 +846,7 @@ static ld_tensor *lua_model_input(lua_State *L, int mi, int xi) {
     return lb_check_tensor(L, xi);
 }
 
-/* The step's loss from compile's Lua loss (50_keras.lua: several outputs,
+/* The step's loss from compile's Lua loss (keras/training.lua: several outputs,
    loss_weights), called under the step's tape as loss(y, pred, w) with the
    Lua values at yi, the predictions (pred, or the list at pred_idx) and wi.
    Returns a new reference to the scalar it gives, or NULL with the error
@@ -1218,7 +1218,7 @@ static int model_newindex(lua_State *L) {
 }
 
 /* nn._model_new(name, kind): an empty model of the Functional API or a
-   subclass (lua/52_models.lua fills it), bound to the open strategy */
+   subclass (lua/keras/models.lua fills it), bound to the open strategy */
 static int nn_model_new(lua_State *L) {
     int mi = push_new_model(L, luaL_checkstring(L, 1), luaL_checkstring(L, 2));
     lua_pushvalue(L, mi);
@@ -1444,7 +1444,7 @@ int lb_open_losses(lua_State *L) {
 }
 
 /* nn._fused_attention([mode]) -> the mode before ("auto", "on", "off"):
-   ldist.config.fused_attention (65_mirrored.lua) */
+   ldist.config.fused_attention (distribute/mirrored.lua) */
 static int nn_fused_attention(lua_State *L) {
     static const char *const modes[] = {"auto", "on", "off", NULL};
     int mode = lua_isnoneornil(L, 1) ? -1 : luaL_checkoption(L, 1, NULL, modes);

@@ -7,7 +7,7 @@
  *
  * A value is a name ("he_normal", "HeNormal", "l2", "max_norm"), such a
  * {class_name=, config=} table (what get_config, to_json and save write), or
- * an object of nn.initializers / regularizers / constraints (lua/50_keras.lua
+ * an object of nn.initializers / regularizers / constraints (lua/keras/training.lua
  * makes those from nn._weight_option, so the classes and their keys live in
  * the engine only).
  */
@@ -37,7 +37,7 @@ static int set_key(ld_wopt_kind k, any_option *o, const char *key, double v) {
 }
 
 /* an unknown name of kind k: the engine's message, with "did you mean" by
-   the REPL's own rule (ldist._closest, lua/10_help.lua) when a name is close */
+   the REPL's own rule (ldist._closest, lua/ui/help.lua) when a name is close */
 static void unknown_name(lua_State *L, ld_wopt_kind k, const char *name, const char *what) {
     const char *msg = lua_pushfstring(L, "%s: %s", what, ld_error());   /* anchored on the stack */
     lua_newtable(L);

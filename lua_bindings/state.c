@@ -470,7 +470,7 @@ lua_State *ldist_newstate(void) {
 /* ---- errors and interrupts ------------------------------------------------ */
 
 /* "attempt to call a nil value (global 'prnt')": ldist._did_you_mean
-   (10_help.lua) adds "; did you mean 'print'?" while the failed function is
+   (ui/help.lua) adds "; did you mean 'print'?" while the failed function is
    still on the stack (its locals are candidates too). Replaces the string at
    index 1 when it has a hint; never raises. */
 static void add_hint(lua_State *L) {

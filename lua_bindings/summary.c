@@ -1,6 +1,6 @@
 /*
  * summary.c - ldist._summary: TensorBoard event-file writers for the
- * TensorBoard callback (lua_bindings/lua/75_callbacks.lua).
+ * TensorBoard callback (lua_bindings/lua/keras/callbacks.lua).
  *
  *     local w = ldist._summary.open("logs/train")   -- a new events.out.tfevents.* file
  *     w:scalar("epoch_loss", 0.42, 3)                -- tag, value, step
@@ -11,7 +11,7 @@
  */
 #include "lbind.h"
 #include "ld_core.h"
-#include "ld_events.h"
+#include "ld_io_tfevents.h"
 #include "ld_tensor.h"
 
 #include <lauxlib.h>
@@ -19,34 +19,34 @@
 
 #define WRITER_MT "ldist.SummaryWriter"
 
-static ld_events **check_writer(lua_State *L) {
-    ld_events **w = luaL_checkudata(L, 1, WRITER_MT);
+static ld_tfevents **check_writer(lua_State *L) {
+    ld_tfevents **w = luaL_checkudata(L, 1, WRITER_MT);
     if (!*w) luaL_error(L, "the summary writer is closed");
     return w;
 }
 
 static int l_open(lua_State *L) {
     const char *dir = luaL_checkstring(L, 1);
-    ld_events **w = lua_newuserdatauv(L, sizeof *w, 0);
+    ld_tfevents **w = lua_newuserdatauv(L, sizeof *w, 0);
     *w = NULL;
     luaL_setmetatable(L, WRITER_MT);
-    if (!(*w = ld_events_open(dir))) return lb_engine_error(L, 1);
+    if (!(*w = ld_tfevents_open(dir))) return lb_engine_error(L, 1);
     return 1;
 }
 
 static int l_scalar(lua_State *L) {
-    ld_events **w = check_writer(L);
+    ld_tfevents **w = check_writer(L);
     const char *tag = luaL_checkstring(L, 2);
     lua_Number v = luaL_checknumber(L, 3);
     lua_Integer step = luaL_checkinteger(L, 4);
-    int st = lua_isnoneornil(L, 5) ? ld_events_scalar(*w, tag, (float)v, (int64_t)step)
-                                   : ld_events_scalar_at(*w, tag, (float)v, (int64_t)step, luaL_checknumber(L, 5));
+    int st = lua_isnoneornil(L, 5) ? ld_tfevents_scalar(*w, tag, (float)v, (int64_t)step)
+                                   : ld_tfevents_scalar_at(*w, tag, (float)v, (int64_t)step, luaL_checknumber(L, 5));
     if (st != LD_OK) return lb_engine_error(L, 0);
     return 0;
 }
 
 static int l_histogram(lua_State *L) {
-    ld_events **w = check_writer(L);
+    ld_tfevents **w = check_writer(L);
     const char *tag = luaL_checkstring(L, 2);
     ld_tensor *t = lb_check_tensor(L, 3);
     lua_Integer step = luaL_checkinteger(L, 4);
@@ -58,7 +58,7 @@ static int l_histogram(lua_State *L) {
     ld_dtype dt;
     int64_t n;
     const void *p = ld_pending_read_wait(r, &dt, &n);
-    int st = p ? ld_events_histogram(*w, tag, p, (size_t)n, (int64_t)step) : LD_EARG;
+    int st = p ? ld_tfevents_histogram(*w, tag, p, (size_t)n, (int64_t)step) : LD_EARG;
     ld_pending_read_free(r);
     ld_tensor_release(f);
     if (st != LD_OK) return lb_engine_error(L, 0);
@@ -66,34 +66,34 @@ static int l_histogram(lua_State *L) {
 }
 
 static int l_flush(lua_State *L) {
-    ld_events **w = check_writer(L);
-    if (ld_events_flush(*w) != LD_OK) return lb_engine_error(L, 0);
+    ld_tfevents **w = check_writer(L);
+    if (ld_tfevents_flush(*w) != LD_OK) return lb_engine_error(L, 0);
     return 0;
 }
 
 static int l_close(lua_State *L) {
-    ld_events **w = luaL_checkudata(L, 1, WRITER_MT);
-    ld_events *e = *w;
+    ld_tfevents **w = luaL_checkudata(L, 1, WRITER_MT);
+    ld_tfevents *e = *w;
     *w = NULL;
-    if (e && ld_events_close(e) != LD_OK) return lb_engine_error(L, 0);
+    if (e && ld_tfevents_close(e) != LD_OK) return lb_engine_error(L, 0);
     return 0;
 }
 
 static int l_gc(lua_State *L) {
-    ld_events **w = luaL_checkudata(L, 1, WRITER_MT);
-    if (*w) { ld_events_close(*w); *w = NULL; }
+    ld_tfevents **w = luaL_checkudata(L, 1, WRITER_MT);
+    if (*w) { ld_tfevents_close(*w); *w = NULL; }
     return 0;
 }
 
 static int l_path(lua_State *L) {
-    ld_events **w = check_writer(L);
-    lua_pushstring(L, ld_events_path(*w));
+    ld_tfevents **w = check_writer(L);
+    lua_pushstring(L, ld_tfevents_path(*w));
     return 1;
 }
 
 static int l_tostring(lua_State *L) {
-    ld_events **w = luaL_checkudata(L, 1, WRITER_MT);
-    if (*w) lua_pushfstring(L, "<SummaryWriter %s>", ld_events_path(*w));
+    ld_tfevents **w = luaL_checkudata(L, 1, WRITER_MT);
+    if (*w) lua_pushfstring(L, "<SummaryWriter %s>", ld_tfevents_path(*w));
     else lua_pushliteral(L, "<SummaryWriter (closed)>");
     return 1;
 }
@@ -117,7 +117,7 @@ static int l_frame(lua_State *L) {
     const char *s = luaL_checklstring(L, 1, &n);
     luaL_Buffer b;
     unsigned char *out = (unsigned char *)luaL_buffinitsize(L, &b, n + 16);
-    ld_events_frame(s, n, out);
+    ld_tfevents_frame(s, n, out);
     luaL_pushresultsize(&b, n + 16);
     return 1;
 }

@@ -548,33 +548,76 @@ static int binop(lua_State *L, ld_binary_op op) {
     lb_push_tensor(L, ld_binary(op, a, b), 1);
     return 1;
 }
-static int t_add(lua_State *L) { return binop(L, LD_BIN_ADD); }
-static int t_sub(lua_State *L) { return binop(L, LD_BIN_SUB); }
-static int t_mul(lua_State *L) { return binop(L, LD_BIN_MUL); }
-static int t_div(lua_State *L) { return binop(L, LD_BIN_DIV); }
-static int t_pow(lua_State *L) { return binop(L, LD_BIN_POW); }
-static int t_maximum(lua_State *L) { return binop(L, LD_BIN_MAX); }
-static int t_minimum(lua_State *L) { return binop(L, LD_BIN_MIN); }
-static int t_eq(lua_State *L) { return binop(L, LD_BIN_EQ); }
-static int t_lt(lua_State *L) { return binop(L, LD_BIN_LT); }
-static int t_gt(lua_State *L) { return binop(L, LD_BIN_GT); }
-
 static int unop(lua_State *L, ld_unary_op op) {
     ld_tensor *x = lb_to_tensor(L, 1, LD_F32);
     lb_push_tensor(L, x, 0);
-    lb_push_tensor(L, ld_unary(op, x), 1);
+    /* -x of an integer tensor stays an integer (ld_neg); the others compute in float */
+    lb_push_tensor(L, op == LD_UN_NEG ? ld_neg(x) : ld_unary(op, x), 1);
     return 1;
 }
-static int t_neg(lua_State *L) { lb_push_tensor(L, ld_neg(SELF), 1); return 1; }
-static int t_exp(lua_State *L) { return unop(L, LD_UN_EXP); }
-static int t_log(lua_State *L) { return unop(L, LD_UN_LOG); }
-static int t_sqrt(lua_State *L) { return unop(L, LD_UN_SQRT); }
-static int t_abs(lua_State *L) { return unop(L, LD_UN_ABS); }
-static int t_relu(lua_State *L) { return unop(L, LD_UN_RELU); }
-static int t_sigmoid(lua_State *L) { return unop(L, LD_UN_SIGMOID); }
-static int t_tanh(lua_State *L) { return unop(L, LD_UN_TANH); }
-static int t_gelu(lua_State *L) { return unop(L, LD_UN_GELU); }
-static int t_square(lua_State *L) { return unop(L, LD_UN_SQUARE); }
+
+/* The elementwise ops' functions (t_add, ..., t_square) and method rows come
+   from the lists in ld_kernels.h: a new op there is a new method here. */
+#define BIN_FN(E, name, ...) static int t_##name(lua_State *L) { return binop(L, LD_BIN_##E); }
+#define UN_FN(E, name, ...) static int t_##name(lua_State *L) { return unop(L, LD_UN_##E); }
+LD_BINARY_OPS(BIN_FN)
+LD_UNARY_OPS(UN_FN)
+#undef BIN_FN
+#undef UN_FN
+#define OP_ROW(E, name, ...) {#name, t_##name},
+#define OP_NAME(E, name, ...) #name,
+static const char *const bin_names[] = {LD_BINARY_OPS(OP_NAME) NULL};
+static const char *const un_names[] = {LD_UNARY_OPS(OP_NAME) NULL};
+#undef OP_NAME
+
+/* One docstring per elementwise op, by its place in the list; lb_open_tensor
+   refuses to start without one (a new op cannot be added undocumented). */
+static const char *const bin_docs[LD_BIN_COUNT] = {
+    [LD_BIN_ADD] = "a:add(b)  (a + b)\n\nElementwise sum, broadcasting like NumPy.",
+    [LD_BIN_SUB] = "a:sub(b)  (a - b)\n\nElementwise difference, broadcasting like NumPy.",
+    [LD_BIN_MUL] = "a:mul(b)  (a * b)\n\nElementwise product, broadcasting like NumPy.",
+    [LD_BIN_DIV] = "a:div(b)  (a / b)\n\nElementwise quotient (IEEE: x/0 is inf or nan), broadcasting like NumPy.",
+    [LD_BIN_POW] = "a:pow(b)  (a ^ b)\n\nElementwise power a^b, broadcasting like NumPy.",
+    [LD_BIN_MAX] = "a:maximum(b)\n\nElementwise maximum, broadcasting (NaN wins, as tf.maximum).",
+    [LD_BIN_MIN] = "a:minimum(b)\n\nElementwise minimum, broadcasting (NaN wins, as tf.minimum).",
+    [LD_BIN_EQ] = "a:eq(b)\n\n1 where a == b, else 0, broadcasting (NaN equals nothing).",
+    [LD_BIN_LT] = "a:lt(b)\n\n1 where a < b, else 0, broadcasting.",
+    [LD_BIN_GT] = "a:gt(b)\n\n1 where a > b, else 0, broadcasting.",
+};
+static const char *const un_docs[LD_UN_COUNT] = {
+    [LD_UN_NEG] = "t:neg()  (-t)\n\n-t elementwise; an integer tensor stays an integer.",
+    [LD_UN_EXP] = "t:exp()\n\ne^t elementwise.",
+    [LD_UN_LOG] = "t:log()\n\nNatural logarithm elementwise (-inf at 0, nan below).",
+    [LD_UN_SQRT] = "t:sqrt()\n\nSquare root elementwise (nan below 0).",
+    [LD_UN_ABS] = "t:abs()\n\n|t| elementwise.",
+    [LD_UN_RELU] = "t:relu()\n\nmax(t, 0) elementwise.",
+    [LD_UN_SIGMOID] = "t:sigmoid()\n\n1 / (1 + e^-t) elementwise.",
+    [LD_UN_TANH] = "t:tanh()\n\nHyperbolic tangent elementwise.",
+    [LD_UN_GELU] = "t:gelu()\n\nGaussian error linear unit, the exact erf form (Keras' default):\n0.5 t (1 + erf(t / sqrt 2)).",
+    [LD_UN_SQUARE] = "t:square()\n\nt * t elementwise.",
+};
+
+/* tensor.binary_ops / tensor.unary_ops: the names, in the engine's order, for
+   help and for the op tests (tests/ops), which loop over them; and each
+   op's docstring under "Tensor:<name>". */
+static void push_op_names(lua_State *L, const char *const *names) {
+    lua_newtable(L);
+    for (int i = 0; names[i]; i++) { lua_pushstring(L, names[i]); lua_rawseti(L, -2, i + 1); }
+}
+enum { MAX_EW_OPS = 64 };
+_Static_assert((int)LD_BIN_COUNT <= MAX_EW_OPS && (int)LD_UN_COUNT <= MAX_EW_OPS, "room for every op's docstring");
+static void set_op_docs(lua_State *L, const char *const *names, const char *const *docs, int n) {
+    char keys[MAX_EW_OPS][48];
+    const char *d[2 * MAX_EW_OPS + 1];
+    for (int i = 0; i < n; i++) {
+        if (!docs[i]) luaL_error(L, "tensor: the elementwise op '%s' has no docstring (lua_bindings/tensor.c)", names[i]);
+        snprintf(keys[i], sizeof keys[i], "Tensor:%s", names[i]);
+        d[2 * i] = keys[i];
+        d[2 * i + 1] = docs[i];
+    }
+    d[2 * n] = NULL;
+    lb_set_docs(L, "tensor.", d);
+}
 
 static int t_softmax(lua_State *L) { lb_push_tensor(L, ld_softmax(SELF), 1); return 1; }
 static int t_log_softmax(lua_State *L) { lb_push_tensor(L, ld_log_softmax(SELF), 1); return 1; }
@@ -1034,10 +1077,7 @@ static const luaL_Reg methods[] = {
     {"reshape", t_reshape}, {"transpose", t_transpose}, {"permute", t_permute}, {"slice", t_slice},
     {"contiguous", t_contiguous}, {"clone", t_clone}, {"astype", t_astype}, {"float", t_float},
     {"long", t_long}, {"to", t_to}, {"cpu", t_cpu}, {"numel", t_numel},
-    {"add", t_add}, {"sub", t_sub}, {"mul", t_mul}, {"div", t_div}, {"pow", t_pow},
-    {"maximum", t_maximum}, {"minimum", t_minimum}, {"eq", t_eq}, {"lt", t_lt}, {"gt", t_gt},
-    {"neg", t_neg}, {"exp", t_exp}, {"log", t_log}, {"sqrt", t_sqrt}, {"abs", t_abs},
-    {"relu", t_relu}, {"sigmoid", t_sigmoid}, {"tanh", t_tanh}, {"gelu", t_gelu}, {"square", t_square},
+    LD_BINARY_OPS(OP_ROW) LD_UNARY_OPS(OP_ROW)
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
     {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin},
     {"index_select", t_gather}, {"gather", t_gather},
@@ -1084,6 +1124,8 @@ static const char *const docs[] = {
                  "v [B, S, dv] -> [B, T, dv] (heads folded into B, as MultiHeadAttention does). causal: query i\n"
                  "sees keys j <= i. float32, float16 or bfloat16: half inputs give half products with float32\n"
                  "sums and a float32 softmax, as torch.autocast does.",
+    "binary_ops", "tensor.binary_ops\n\nThe names of the elementwise binary ops (Tensor methods), in the engine's order.",
+    "unary_ops", "tensor.unary_ops\n\nThe names of the elementwise unary ops (Tensor methods), in the engine's order.",
     "memory", "tensor.memory()\n\nBytes of host memory held by tensors now, and the peak.",
     "Tensor", "Tensor\n\nAn n-dimensional array (float32, int32, int64 or uint8) on a device.\n"
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"
@@ -1159,6 +1201,12 @@ int lb_open_tensor(lua_State *L) {
     lua_getfield(L, -1, "methods");
     lua_setfield(L, -3, "Tensor");
     lua_pop(L, 1);
+    push_op_names(L, bin_names);
+    lua_setfield(L, -2, "binary_ops");
+    push_op_names(L, un_names);
+    lua_setfield(L, -2, "unary_ops");
     lb_set_docs(L, "tensor.", docs);
+    set_op_docs(L, bin_names, bin_docs, LD_BIN_COUNT);
+    set_op_docs(L, un_names, un_docs, LD_UN_COUNT);
     return 1;
 }

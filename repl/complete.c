@@ -1,6 +1,6 @@
 /*
  * complete.c - readline's Tab completion, backed by ldist.complete (the Lua
- * prelude, 10_help.lua), which the Jupyter kernel shares:
+ * prelude, ui/help.lua), which the Jupyter kernel shares:
  *
  *     ldist.complete(text_before_cursor) -> matches, start, kind
  *

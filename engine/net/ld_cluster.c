@@ -2,7 +2,7 @@
    thread, the ring), leaving it, the state of its peers as the collectives
    see it, and control messages. The protocol is described in ld_cluster.h;
    the control thread is ld_cluster_ctl.c, the ring ld_ring.c. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 
 #include <openssl/crypto.h>

@@ -40,7 +40,7 @@
  * MPI_Bcast and MPI_Barrier on MPI_COMM_WORLD instead of the ring; the
  * control plane (authentication, heartbeats, messages) stays. Under mpirun
  * the rendezvous itself can go through MPI: rank 0 broadcasts where it
- * listens and the session's secret (70_cluster.lua).
+ * listens and the session's secret (distribute/cluster.lua).
  *
  * GPU path. On GPUs the collectives are NCCL's, not the ring: rank 0 asks
  * the CUDA plugin for NCCL's unique id, the ring broadcasts it, and every

@@ -2,7 +2,7 @@
    its mutual authentication (leader and member sides), signed messages,
    heartbeats and lost peers, the socket monitor that notices a closed
    connection at once, and the ZAP handler that guards the ring. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 
 #include <openssl/crypto.h>

@@ -244,7 +244,7 @@ int ld_launch_main(int argc, char **argv) {
         strcpy(secret_env, "LDIST_SECRET=");
         for (int b = 0; b < 32; b++) sprintf(secret_env + 13 + 2 * b, "%02x", raw[b]);
     }
-    /* each task takes 1/total of the cores, pinned there (ld_cpu_pool.c), unless
+    /* each task takes 1/total of the cores, pinned there (ld_pool.c), unless
        LDIST_NUM_THREADS (inherited) says how many threads each uses */
     char size_env[64];
     snprintf(size_env, sizeof size_env, "LDIST_LOCAL_SIZE=%d", total);

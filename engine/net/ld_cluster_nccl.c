@@ -1,6 +1,6 @@
 /* ld_cluster_nccl.c - the GPU path of a cluster: one NCCL communicator per
    process through the CUDA plugin, its unique id handed out over the ring. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 #include "ld_device.h"
 #include "cuda/ld_cuda.h"

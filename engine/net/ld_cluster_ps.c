@@ -1,10 +1,10 @@
-/* ld_cluster_ps.c - what ParameterServerStrategy (lua_bindings/lua/80_parameter_server.lua)
+/* ld_cluster_ps.c - what ParameterServerStrategy (lua_bindings/lua/distribute/parameter_server.lua)
    needs from the control plane beyond ld_cluster.c: a receive that survives
    lost peers (a parameter server or the coordinator carries on when a worker
    dies; the worker's scheduled functions go to another), and each peer's state.
    Messages stay authenticated exactly as ld_cluster_recv's: this only changes
    what a lost peer does to a waiting receive. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 
 #include <stdio.h>

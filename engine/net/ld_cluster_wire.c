@@ -1,7 +1,7 @@
 /* ld_cluster_wire.c - what the control plane is made of: random nonces,
    HMAC-SHA256, hex, "key=value" bodies, multipart frames, and signed
    messages with their sequence numbers (see ld_cluster.h for the protocol). */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 
 #include <openssl/core_names.h>

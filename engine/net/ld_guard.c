@@ -4,7 +4,7 @@
  * stdin threads and enforces from its guard thread.
  */
 #include "ld_guard.h"
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 
 #include <zmq.h>
 

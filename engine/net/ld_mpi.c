@@ -12,7 +12,7 @@
    MPI is initialised once per process (MPI_THREAD_SERIALIZED: the Lua thread
    and an executor thread's synchronized BatchNorm may both reduce, never at
    once) and finalised at exit, as mpirun expects of every rank. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_core.h"
 
 #include <dlfcn.h>

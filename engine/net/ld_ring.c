@@ -19,7 +19,7 @@
 
    A cluster joined with opts.mpi sends the same three collectives to MPI
    (ld_mpi.c) after the same checks: one interface, two transports. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_cpu_internal.h"

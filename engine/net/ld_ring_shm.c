@@ -19,7 +19,7 @@
    over ZeroMQ, and the receiver listens on whichever link its sender took;
    so does a receiver whose segment does not fit in /dev/shm.
    LDIST_RING_TRANSPORT=tcp turns the shared-memory link off. */
-#include "ld_cluster_int.h"
+#include "ld_cluster_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

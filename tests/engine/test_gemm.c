@@ -1,4 +1,4 @@
-/* test_gemm.c - the product without packing (ld_gemm_small.c) against a
+/* test_gemm.c - the product without packing (ld_cpu_gemm_small.c) against a
    double-precision reference, over the shapes whose edges it handles:
    row blocks of 12/8/4/1 (AVX-512) or 6/4/2/1 (AVX2), column panels of 32
    or 16 with a masked last one, depth cut into passes of at most 512,
@@ -6,7 +6,7 @@
    tested: the program runs again with LDIST_CPU_ISA=avx2 (the version is
    chosen once per process). */
 #include "test_util.h"
-#include "ld_gemm_small.h"
+#include "ld_cpu_gemm_small.h"
 #include "ld_cpu_internal.h"
 
 #include <stdlib.h>
@@ -32,7 +32,7 @@ static int check(int64_t m, int64_t n, int64_t k, int pad, float beta, int *ran)
             ref[i * ldc + j] = acc;
         }
     int ok = 1;
-    *ran = ld_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc);
+    *ran = ld_cpu_gemm_small(m, n, k, a, lda, b, ldb, beta, c, ldc);
     if (*ran) {
         for (int64_t i = 0; i < m && ok; i++)
             for (int64_t j = 0; j < ldc && ok; j++) {
@@ -67,10 +67,10 @@ int main(int argc, char **argv) {
                     CHECK(check(ms[x], ns[y], ks[z], pad, (x + z) % 2 ? 1.0f : 0.0f, &ran));
                     any |= ran;
                 }
-        if (!any) printf("# no AVX2 here: ld_gemm_small declines and BLAS computes every product\n");
+        if (!any) printf("# no AVX2 here: ld_cpu_gemm_small declines and BLAS computes every product\n");
         /* a beta it does not handle is declined, never computed wrongly */
         float a1[1] = {1}, b1[1] = {1}, c1[1] = {5};
-        CHECK(ld_gemm_small(1, 1, 1, a1, 1, b1, 1, 0.5f, c1, 1) == 0 && c1[0] == 5);
+        CHECK(ld_cpu_gemm_small(1, 1, 1, a1, 1, b1, 1, 0.5f, c1, 1) == 0 && c1[0] == 5);
     }
     /* the AVX2 version too, where the processor has more: the same test in a
        process where LDIST_CPU_ISA=avx2 */
@@ -90,8 +90,8 @@ int main(int argc, char **argv) {
     if (forced && !strcmp(forced, "avx2") && ld_cpu_isa() == LD_ISA_AVX2) {
         TEST("LDIST_CPU_ISA=avx2: rows past 48 go to BLAS (the AVX2 version falls behind there)") {
             float a1[49 * 256] = {0}, b1[256 * 256] = {0}, c1[49 * 256];
-            CHECK(ld_gemm_small(49, 256, 256, a1, 256, b1, 256, 0.0f, c1, 256) == 0);
-            CHECK(ld_gemm_small(48, 256, 256, a1, 256, b1, 256, 0.0f, c1, 256) == 1);
+            CHECK(ld_cpu_gemm_small(49, 256, 256, a1, 256, b1, 256, 0.0f, c1, 256) == 0);
+            CHECK(ld_cpu_gemm_small(48, 256, 256, a1, 256, b1, 256, 0.0f, c1, 256) == 1);
         }
     }
     return tu_summary();

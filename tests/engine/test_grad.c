@@ -6,6 +6,7 @@
 #include "ld_autograd.h"
 #include "ld_nn.h"
 #include "ld_device.h"
+#include "ld_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

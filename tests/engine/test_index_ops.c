@@ -5,9 +5,11 @@
 #include "test_util.h"
 #include "ld_ops.h"
 #include "ld_ops_index.h"
+#include "ld_ops_pool.h"
 #include "ld_autograd.h"
 #include "ld_device.h"
 #include "ld_executor.h"
+#include "ld_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,6 +11,7 @@
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_strategy.h"
+#include "ld_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

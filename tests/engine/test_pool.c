@@ -1,4 +1,4 @@
-/* test_pool.c - the CPU thread pools (ld_cpu_pool.c): every part of every
+/* test_pool.c - the CPU thread pools (ld_pool.c): every part of every
  * run runs exactly once, with any number of parts, whether the waiters spin
  * or sleep (futex), and devices' pools run at the same time without mixing
  * their runs. The pool hands parts over through per-worker slots and counts
@@ -7,7 +7,7 @@
 #include "test_util.h"
 #include "ld_device.h"
 #include "ld_executor.h"
-#include "ld_cpu_internal.h"
+#include "ld_pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -5,7 +5,8 @@
 -- It builds a fresh module table the way luaopen_ldist (lua_bindings/ldist.c)
 -- does: the C modules come from ./ldist.so through package.loadlib, the few
 -- functions ldist.c and state.c add themselves are stood in for in Lua. Then it
--- runs lua_bindings/lua/*.lua in sorted order, each called with the table.
+-- runs the files lua_bindings/lua/prelude.lua lists, in its order, each
+-- called with the table.
 -- Before and after each file it walks everything reachable from the table and
 -- records, for each (table, key) holding a function, who set it: "C" or the
 -- file. After file F, a (table, key) whose function (set by C or by an earlier
@@ -216,18 +217,35 @@ end
 
 -- ---- the prelude ----------------------------------------------------------
 
+-- the files in the manifest's order, as scripts/embed.lua embeds them
 local files = {}
 do
-  local p = assert(io.popen("LC_ALL=C ls -1 " .. PRELUDE_DIR .. " 2>/dev/null"))
-  for line in p:lines() do
-    if line:match("%.lua$") then files[#files + 1] = line end
+  local ok, manifest = pcall(dofile, PRELUDE_DIR .. "/prelude.lua")
+  if not ok then
+    tap(false, "read the prelude's manifest " .. PRELUDE_DIR .. "/prelude.lua: " .. oneline(manifest))
+    os.exit(1)
   end
-  p:close()
-  table.sort(files)
+  for _, e in ipairs(manifest) do files[#files + 1] = e[1] end
 end
 if #files == 0 then
-  tap(false, "found the prelude files in " .. PRELUDE_DIR)
+  tap(false, "found the prelude files in " .. PRELUDE_DIR .. "/prelude.lua")
   os.exit(1)
+end
+do   -- the manifest and the folder agree (scripts/embed.lua refuses a file it lacks)
+  local on_disk, listed, odd = {}, {}, {}
+  local p = assert(io.popen("cd " .. PRELUDE_DIR .. " && LC_ALL=C find . -name '*.lua' | sort"))
+  for line in p:lines() do
+    local f = line:gsub("^%./", "")
+    if f ~= "prelude.lua" then on_disk[f] = true end
+  end
+  p:close()
+  for _, f in ipairs(files) do
+    listed[f] = true
+    if not on_disk[f] then odd[#odd + 1] = f .. " (listed, no such file)" end
+  end
+  for f in pairs(on_disk) do if not listed[f] then odd[#odd + 1] = f .. " (not listed)" end end
+  table.sort(odd)
+  tap(#odd == 0, "the manifest lists every prelude file once" .. (#odd > 0 and (": " .. table.concat(odd, ", ")) or ""))
 end
 
 record(nil)

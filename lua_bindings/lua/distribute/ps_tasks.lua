@@ -1,8 +1,8 @@
--- 80_ps_tasks.lua - the processes of parameter-server training: ps tasks
+-- distribute/ps_tasks.lua - the processes of parameter-server training: ps tasks
 -- (which hold the variables and apply pushed gradients), workers (which run
 -- scheduled functions), and the cluster of them as the coordinator sees it
 -- (a LocalCluster with ps tasks, or TF_CONFIG). The strategy and the
--- coordinator are in 82_parameter_server.lua.
+-- coordinator are in distribute/parameter_server.lua.
 --
 -- Roles, as in TF 2: a coordinator (this script, the REPL or a notebook),
 -- workers and ps tasks. The variables live on the ps tasks (round-robin, or
@@ -21,7 +21,7 @@
 -- elsewhere tensors travel as raw float32 bytes inside C.pack frames.
 -- Receives that must survive a dead worker use c:recv_any
 -- (engine/ld_cluster_ps.c). The coordinator keeps up to two tasks on each
--- worker (82_parameter_server.lua), and a worker whose next task is already
+-- worker (distribute/parameter_server.lua), and a worker whose next task is already
 -- there sends that task's pull right behind its push (W:_push_pull).
 --
 -- Faults: a function on a worker that dies is scheduled again on another
@@ -36,16 +36,16 @@ local docs = ldist.docs
 if not C or not distribute or not distribute.LocalCluster then return end
 
 local net = distribute._net
-local env, ship_fn, share = net.env, net.ship_fn, distribute._share
+local env, ship_fn, share = net.env, net.ship_fn, ldist._util.share
 local D = ldist._distribute
-local ps = {}          -- what 82_parameter_server.lua uses of this file
+local ps = {}          -- what distribute/parameter_server.lua uses of this file
 net.ps = ps
 
--- Traces (strategy:trace(true) at the coordinator, 82_parameter_server.lua):
+-- Traces (strategy:trace(true) at the coordinator, distribute/parameter_server.lua):
 -- each process keeps its spans {kind, start, end, step, bytes=, note=, mark=}
 -- (step: the coordinator's task number) and sends them back, with its clock
 -- and boot id (the same boot id: the same monotonic clock), when asked.
-local boot_id = distribute._boot_id
+local boot_id = ldist._util.boot_id
 local function trace_reply(spans)
   return { spans = spans, boot = boot_id(), clock = ldist.clock(), pid = C.getpid() }
 end
@@ -666,7 +666,7 @@ function W:train_step(it, fit, with_pred)
   grads = ldist.optim._unscale(opt, grads)
   if grads then self:push(grads) end
   if not fit then return lv:item() end
-  local nest = ldist._nest
+  local nest = ldist._util.nest
   local rows = nest.rows(x)
   local function cpu(t) return t:cpu() end
   if with_pred then return lv:item(), rows, nest.map(y, cpu), nest.map(pred, cpu), nest.map(w, cpu) end
@@ -827,7 +827,7 @@ local describe_exit = net.describe_exit
 
 -- the coordinator's end: join the main cluster (leading it) and every ps cluster
 local function coordinator_join(self, secret, timeout)
-  -- a LocalCluster's coordinator reports a lost worker once itself (82_parameter_server.lua)
+  -- a LocalCluster's coordinator reports a lost worker once itself (distribute/parameter_server.lua)
   local quiet = self._local
   self._main = C.join { rank = 0, size = self.workers + 1, leader = self._main_addr, secret = secret,
     data_plane = false, name = "process", timeout = timeout, rendezvous_timeout = 120, quiet_loss = quiet }
@@ -941,7 +941,7 @@ function PSCluster:alive()
   return k
 end
 
--- distribute.LocalCluster{workers=, ps=} (70_multiworker.lua) starts this one
+-- distribute.LocalCluster{workers=, ps=} (distribute/local_cluster.lua) starts this one
 distribute._ps_local_cluster = start_local
 docs[distribute.LocalCluster] = (docs[distribute.LocalCluster] or "distribute.LocalCluster{workers=2}") ..
   "\n\nWith ps=P (distribute.LocalCluster{workers=W, ps=P}) it starts W workers and P parameter servers\n" ..

@@ -1,4 +1,4 @@
--- 62_timeline.lua - the one timeline renderer of every strategy, and the
+-- distribute/timeline.lua - the one timeline renderer of every strategy, and the
 -- table that trace_summary() prints.
 --
 -- A strategy that traces (Mirrored, MultiWorkerMirrored, ParameterServer)
@@ -22,15 +22,6 @@ local ldist = ...
 local distribute, docs = ldist.distribute, ldist.docs
 if not distribute then return end
 
--- This machine's boot id: processes that share it share CLOCK_MONOTONIC
--- (ldist.clock), so their spans need no shifting (72_multiworker's and the
--- parameter server's traces).
-function distribute._boot_id()
-  local f = io.open("/proc/sys/kernel/random/boot_id")
-  local id = f and f:read("l")
-  if f then f:close() end
-  return id or (ldist._cluster and ldist._cluster.hostname()) or "?"
-end
 
 -- the phases, in the order of a step, with their colours (Tableau 10) and
 -- the letters of the text chart
@@ -50,23 +41,9 @@ local KIND = {}
 for i, k in ipairs(KINDS) do KIND[k[1]] = { order = i, label = k[2], color = k[3], letter = k[4] } end
 local function kind_of(name) return KIND[name] or { order = 99, label = name, color = "#999999", letter = "?" } end
 
-local function esc(s)
-  return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
-end
 
--- a duration in the unit that reads best
-local function dur(s)
-  if s >= 1 then return ("%.2f s"):format(s) end
-  if s >= 1e-3 then return ("%.1f ms"):format(s * 1e3) end
-  return ("%.0f us"):format(s * 1e6)
-end
-local function bytes_str(b)
-  if b >= 1e9 then return ("%.2f GB"):format(b / 1e9) end
-  if b >= 1e6 then return ("%.2f MB"):format(b / 1e6) end
-  if b >= 1e3 then return ("%.1f kB"):format(b / 1e3) end
-  return ("%d B"):format(math.floor(b))
-end
-distribute._fmt_duration, distribute._fmt_bytes = dur, bytes_str
+local util = ldist._util
+local esc, dur, bytes_str = util.html_escape, util.fmt_duration, util.fmt_bytes
 
 -- Nice ticks (1, 2, 5 x 10^k) over [0, span] seconds, in ms below 2 s:
 -- {seconds...}, unit name, seconds per unit
@@ -74,7 +51,7 @@ local function time_ticks(span, count)
   local unit, per = "ms", 1e-3
   if span >= 2 then unit, per = "s", 1 elseif span < 1e-3 then unit, per = "us", 1e-6 end
   local u = math.max(span / per, 1e-9)
-  local ticks = ldist._nice_ticks(0, u, count)     -- 20_plot.lua's, in the unit; kept within the span
+  local ticks = ldist._util.nice_ticks(0, u, count)     -- ui/plot.lua's, in the unit; kept within the span
   local step = #ticks > 1 and ticks[2] - ticks[1] or u
   local out = {}
   for _, t in ipairs(ticks) do if t <= u + step * 1e-9 then out[#out + 1] = t * per end end

@@ -1,4 +1,4 @@
--- 72_multiworker.lua - MultiWorkerMirroredStrategy (TF's
+-- distribute/multiworker.lua - MultiWorkerMirroredStrategy (TF's
 -- tf.distribute.MultiWorkerMirroredStrategy): synchronous data parallelism
 -- over several processes, on one machine or many, and LocalCluster, which
 -- starts such processes from the REPL or a notebook and trains on them.
@@ -124,7 +124,7 @@ end
 
 -- "worker 1 (pid 4242) is lost" (or, under ldist launch, how it died) when a
 -- process of this job is lost (a collective failed because it died), else
--- nil: model:fit's message (50_keras.lua)
+-- nil: model:fit's message (keras/training.lua)
 function MW:_lost_peer()
   if self._size <= 1 or pcall(self._c.check, self._c) then return nil end
   -- the cluster failed; which peer is lost may reach this rank a moment
@@ -199,7 +199,7 @@ distribute.AutoShardPolicy = ldist.data.experimental.AutoShardPolicy
 
 -- Rows [lo, hi) of a global batch of `rows` that worker r of n takes: floor(rows/n)
 -- each, one more for the first rows % n (the split MirroredStrategy uses).
-local share = distribute._share
+local share = ldist._util.share
 local function rows_of(e)
   local t = tensor.is_tensor(e) and e or e[1]
   return t.ndim > 0 and t.shape[1] or 1
@@ -346,16 +346,16 @@ end
 
 -- the protocol's input: one pipeline per worker
 function MW:_input_pipelines() return self._size, self._rank end
+-- the chief (rank 0) writes the job's files and is the source of broadcasts
+function MW:_is_writer() return self._rank == 0 end
+function MW:_broadcast(v)
+  if self._size == 1 then return v end
+  return C.unpack(self._c:broadcast_string(self._rank == 0 and C.pack(v) or nil, 0))
+end
 
 ---------------------------------------------------------------- run, collectives, reduce
-local function dedupe(values)
-  local seen, out = {}, {}
-  for i, v in ipairs(values) do
-    if type(v) == "number" then v = tensor.new(v) end
-    if seen[v] then out[i] = v:clone() else out[i] = v; seen[v] = true end
-  end
-  return out
-end
+-- (a value a replica gives as a number is made a tensor)
+local function dedupe(values) return ldist._util.dedupe(values, true) end
 
 function MW:_all_gather(t, axis)
   if (axis or 0) ~= 0 then error("all_gather across workers concatenates along axis 0 only", 0) end
@@ -486,7 +486,7 @@ function MW:_reduce_gradients(grads, vars)
 end
 
 ---------------------------------------------------------------- Keras fit under the strategy
-local nest = ldist._nest
+local nest = ldist._util.nest
 
 -- model:fit's batches: every worker reads every global batch (DATA sharding)
 -- but, for a dataset of rows of one source, gathers only its own rows of the
@@ -536,7 +536,7 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   elseif loc and rawequal(loc.x, x) then
     xl, yl, wl, gb = x, y, w, loc.gb   -- already this worker's part (a distributed dataset)
   else
-    -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+    -- x, y: a tensor, or a list per input / output (ldist._util.nest, keras/training.lua)
     rows = nest.rows(x)
     lo, hi = share(rows, n, r)
     local function mine(t) return t:slice(0, lo, hi) end
@@ -617,7 +617,7 @@ end
 -- barrier, against rank 0's (the error is about the barrier's latency).
 -- A worker's all-reduce cannot finish before the last worker enters it: the
 -- time from its own entry to the last entry is drawn as its wait.
-local boot_id = distribute._boot_id
+local boot_id = ldist._util.boot_id
 
 function MW:_trace_step()
   self._step = (self._step or 0) + 1
@@ -776,13 +776,13 @@ function distribute._mw_explain(n, gb, model, where)
     out[#out + 1] = ("1. Input: each worker takes its 1/%d of every global batch (no step has run yet)."):format(n)
   end
   out[#out + 1] = "2. Each worker: forward on its rows, the loss (its rows' sum over the global batch size), backward."
-  local nv, count = distribute._model_numbers(model)
+  local nv, count = ldist._util.model_numbers(model)
   if nv then
     local b = count * 4
     out[#out + 1] = ("3. One ring all-reduce sums the %d gradients (%d numbers, %s per worker) with the loss: %d step%s " ..
       "of reduce-scatter and %d of all-gather, each worker sending 2 x %d/%d x %s = %s (shared memory between processes " ..
-      "of one machine, ZeroMQ between machines)."):format(nv, count, distribute._fmt_bytes(b), n - 1, n == 2 and "" or "s",
-      n - 1, n - 1, n, distribute._fmt_bytes(b), distribute._fmt_bytes(2 * (n - 1) / n * b))
+      "of one machine, ZeroMQ between machines)."):format(nv, count, ldist._util.fmt_bytes(b), n - 1, n == 2 and "" or "s",
+      n - 1, n - 1, n, ldist._util.fmt_bytes(b), ldist._util.fmt_bytes(2 * (n - 1) / n * b))
   else
     out[#out + 1] = "3. A ring all-reduce sums the gradients over the workers (4 bytes per trainable number; fit a model to see its size)."
   end

@@ -1,4 +1,4 @@
--- 50_keras.lua - metrics, callbacks and the Keras-style model API:
+-- keras/training.lua - metrics and the Keras-style model API (callbacks: keras/callbacks.lua):
 -- model:compile{...}, model:fit(...), model:evaluate(...), model:predict(...),
 -- model:summary(). The training step itself runs in C (model:train_step).
 local ldist = ...
@@ -41,7 +41,7 @@ local function host_array(x, what)
   return a
 end
 
-local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
+local shape_str = ldist._util.shape_str
 
 -- the mean over the axes from..#shape (1-based), keeping the leading ones
 local function mean_trailing(a, from)
@@ -196,9 +196,9 @@ local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RM
 ---------------------------------------------------------------- several inputs and outputs
 -- Values that are a tensor or a table of them (a model's several inputs or
 -- outputs: a list, or a table keyed by name). The strategies use these too
--- (ldist._nest), so one place knows how such a value is sliced and joined.
+-- (ldist._util.nest), so one place knows how such a value is sliced and joined.
 local nest = {}
-ldist._nest = nest
+ldist._util.nest = nest
 local function is_pr(v) local d = ldist.distribute; return d ~= nil and d.is_per_replica(v) end
 function nest.map(v, f)
   if v == nil or tensor.is_tensor(v) or type(v) ~= "table" or is_pr(v) then return v ~= nil and f(v) or nil end
@@ -474,22 +474,9 @@ local function is_options(v)
   return not is_arrays(v)
 end
 
-Model._as_dataset, Model._is_arrays = as_dataset, is_arrays
+-- for the strategies that run fit themselves (distribute/local_cluster.lua, distribute/parameter_server.lua)
+ldist._util.as_dataset, ldist._util.is_arrays = as_dataset, is_arrays
 
-local function progress(total, title)
-  if ldist.progress and ldist.progress.new then
-    return ldist.progress.new { total = total, title = title }
-  end
-  return {  -- plain lines when the progress module is absent
-    update = function() end,
-    finish = function(_, values)
-      local parts = {}
-      for k, v in pairs(values or {}) do parts[#parts + 1] = ("%s: %.4f"):format(k, v) end
-      table.sort(parts)
-      print(title .. " - " .. table.concat(parts, " - "))
-    end,
-  }
-end
 
 -- a batch's inputs, targets and (Keras's third component) sample weights
 local function batch_xy(batch)
@@ -528,7 +515,7 @@ local function epoch_logs(loss_m, outs, ms)
   return logs
 end
 
--- For a strategy with its own fit loop (82_parameter_server.lua): the
+-- For a strategy with its own fit loop (distribute/parameter_server.lua): the
 -- epoch's metrics and per-output losses from each step's targets and
 -- predictions, and the epoch's logs for its loss.
 function Model:_epoch_tracker()
@@ -1046,7 +1033,7 @@ doc(Model.predict, "Model:predict", "model:predict(x | dataset, {batch_size=256,
 local Summary = { __name = "ldist.ModelSummary" }
 Summary.__index = Summary
 Summary.__tostring = function(s) return s.text end
-local function html_escape(x) return (x:gsub("&", "&amp;"):gsub("<", "&lt;"):gsub(">", "&gt;")) end
+local html_escape = ldist._util.html_escape
 function Summary.__mimebundle(s)
   local rows = {}
   for line in (s.wide or s.text):gmatch("[^\n]+") do
@@ -1106,231 +1093,9 @@ doc(Model.summary, "Model:summary", "model:summary()\n\nShow the layers, their o
   "(a table in the notebook). model:summary_text() returns the text.")
 
 -- the notebook shows a model as its summary
----------------------------------------------------------------- callbacks
-local callbacks = {}
-ldist.callbacks = callbacks
-
-local stderr = io.stderr   -- Lua's, whatever the globals become
-
--- callbacks.EarlyStopping: Keras 3's (keras/src/callbacks/early_stopping.py
--- and monitor_callback.py, checked against Keras 3.15.1). Callbacks get
--- Keras's epoch numbers, from 0, so stopped_epoch / best_epoch are Keras's
--- (0-based: the bar showed "Epoch 4/10" for stopped_epoch 3).
-local ES = { __name = "ldist.callbacks.EarlyStopping" }
-ES.__index = ES
-ES.__tostring = function(c)
-  return ("<EarlyStopping monitor=%s patience=%d wait=%d best=%s>"):format(c.monitor, c.patience, c.wait, tostring(c.best))
-end
-
-function callbacks.EarlyStopping(opts)
-  opts = opts or {}
-  local mode = opts.mode or "auto"
-  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
-    error(("bad argument #1 to 'EarlyStopping' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(tostring(mode)), 2)
-  end
-  return setmetatable({ monitor = opts.monitor or "val_loss", patience = opts.patience or 0,
-    min_delta = math.abs(opts.min_delta or 0), mode = mode, baseline = opts.baseline,
-    verbose = opts.verbose or 0, restore_best_weights = opts.restore_best_weights or false,
-    start_from_epoch = opts.start_from_epoch or 0, wait = 0, stopped_epoch = 0, best_epoch = 0 }, ES)
-end
-
-function ES:on_train_begin(model)
-  -- a callback may be reused across fits
-  self.model = model or self.model
-  self.wait, self.stopped_epoch, self.best, self.best_weights, self.best_epoch = 0, 0, nil, nil, 0
-  self._warned, self._dir = nil, nil
-end
-
--- "min" or "max". auto: the loss is minimised; a compiled metric of that name
--- says its direction (_direction, as Keras 3's metrics); otherwise a name with
--- "acc" in it is maximised and anything else minimised (Keras 3 raises there).
--- Keras's MonitorCallback rules, shared by every callback that watches a
--- value (EarlyStopping here, ModelCheckpoint and ReduceLROnPlateau in
--- 75_callbacks.lua): the direction ("min" or "max") of `monitor` under
--- `mode`, and whether v improves on ref by more than min_delta
-local function monitor_direction(mode, monitor, model)
-  if mode ~= "auto" then return mode end
-  local name = monitor:gsub("^val_", "")
-  if name == "loss" then return "min" end
-  for _, m in ipairs(model and model._metrics or {}) do
-    if m.name == name and m._direction then return m._direction == "up" and "max" or "min" end
-  end
-  return name:find("acc", 1, true) and "max" or "min"
-end
-local function improves(dir, min_delta, v, ref)
-  if ref == nil then return true end
-  if dir == "min" then return v + min_delta < ref end
-  return v - min_delta > ref
-end
-callbacks._monitor_direction, callbacks._improves = monitor_direction, improves
-
-function ES:_direction(model) return monitor_direction(self.mode, self.monitor, model) end
-function ES:_is_improvement(v, ref) return improves(self._dir, self.min_delta, v, ref) end
-
-local function get_weights(model) return model:get_weights() end
-
-function ES:on_epoch_end(epoch, logs, model)
-  model = model or self.model
-  self.model = model
-  self._dir = self._dir or self:_direction(model)
-  local current = logs and logs[self.monitor]
-  if current == nil then
-    if not self._warned then
-      self._warned = true
-      local names = {}
-      for k in pairs(logs or {}) do names[#names + 1] = k end
-      table.sort(names)
-      stderr:write(("EarlyStopping conditioned on metric `%s` which is not available. Available metrics are: %s\n")
-        :format(self.monitor, table.concat(names, ",")))
-    end
-    return
-  end
-  if tensor.is_tensor(current) then current = current:item() end
-  if epoch < self.start_from_epoch then return end           -- still warming up
-  if self.restore_best_weights and self.best_weights == nil then
-    -- the first monitored epoch's weights are the best seen so far
-    self.best_weights, self.best_epoch = get_weights(model), epoch
-  end
-  self.wait = self.wait + 1
-  if self:_is_improvement(current, self.best) then
-    self.best, self.best_epoch = current, epoch
-    if self.restore_best_weights then self.best_weights = get_weights(model) end
-    -- wait restarts only when the value beats the baseline too
-    if self.baseline == nil or self:_is_improvement(current, self.baseline) then self.wait = 0 end
-    return
-  end
-  if self.wait >= self.patience and epoch > 0 then
-    self.stopped_epoch = epoch
-    model.stop_training = true
-  end
-end
-
--- A LocalCluster's fit runs this callback on its workers (where training
--- happens, so a stop stops them and the restored weights are those sent
--- back); the object given to fit then keeps its own, unused, state.
-function ES:_ship()
-  return { class = "EarlyStopping", config = { monitor = self.monitor, min_delta = self.min_delta,
-    patience = self.patience, verbose = self.verbose, mode = self.mode, baseline = self.baseline,
-    restore_best_weights = self.restore_best_weights, start_from_epoch = self.start_from_epoch } }
-end
-
--- Keras 3 restores the best weights at the end of training, whether it
--- stopped early or ran all its epochs (Keras 2 restored only on a stop).
-function ES:on_train_end(model)
-  model = model or self.model
-  if self.stopped_epoch > 0 and self.verbose > 0 then
-    print(("Epoch %d: early stopping"):format(self.stopped_epoch + 1))
-  end
-  if self.restore_best_weights and self.best_weights then
-    if self.verbose > 0 then
-      print(("Restoring model weights from the end of the best epoch: %d."):format(self.best_epoch + 1))
-    end
-    -- assign writes every replica of a mirrored variable
-    model:set_weights(self.best_weights)
-  end
-end
-doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
-  "callbacks.EarlyStopping{monitor=\"val_loss\", patience=0, min_delta=0, mode=\"auto\", baseline=nil,\n" ..
-  "  restore_best_weights=false, start_from_epoch=0, verbose=0}\n\n" ..
-  "Stop fit when the monitored value has not improved for `patience` epochs (Keras 3's rule:\n" ..
-  "wait counts epochs since the best; a stop needs wait >= patience, never on the first epoch).\n" ..
-  "mode=\"auto\" minimises losses and maximises accuracies. With baseline, wait only restarts\n" ..
-  "when a value beats the baseline too. restore_best_weights puts back the best epoch's\n" ..
-  "weights when training ends, stopped or not. cb.stopped_epoch is the epoch it stopped at\n" ..
-  "(Keras's number, from 0; 0 when it did not stop), cb.best and cb.best_epoch the best value\n" ..
-  "and its epoch (from 0).")
-
--- callbacks.History: Keras's (keras/src/callbacks/history.py). fit adds one
--- (after the other callbacks, so what they add to the logs is in it) and
--- returns it. h.history[k] lists the value of k per epoch; h.epoch the
--- epochs run (from 0); h.params what fit told the callbacks. h.loss reads
--- h.history.loss and pairs(h) goes over h.history, so code that took fit's
--- result as the table of lists (ldist before it had the object) keeps working.
-local History = { __name = "ldist.callbacks.History" }
-callbacks._History = History
-History.__index = function(h, k)
-  local m = History[k]
-  if m ~= nil then return m end
-  local hist = rawget(h, "history")
-  return hist and hist[k]
-end
--- pairs(h) goes over h.history, as over the table fit returned before
-History.__pairs = function(h) return next, rawget(h, "history") or {}, nil end
-History.__tostring = function(h)
-  local keys = {}
-  for k in pairs(h.history) do keys[#keys + 1] = k end
-  table.sort(keys)
-  return ("<History: %d epochs of %s>"):format(#h.epoch, #keys > 0 and table.concat(keys, ", ") or "nothing")
-end
--- the history of a fit run elsewhere (its plain lists), as a History
-function History._of(hist, params, epochs)
-  local h = setmetatable({ history = hist or {}, epoch = {}, params = params or {} }, History)
-  if epochs then h.epoch = epochs
-  else
-    local n, first = 0, params and params.initial_epoch or 0
-    for _, v in pairs(h.history) do n = math.max(n, #v) end
-    for i = 1, n do h.epoch[i] = first + i - 1 end
-  end
-  return h
-end
-function callbacks.History(opts)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("bad argument #1 to 'History' (table or nothing expected, got %s)"):format(type(opts)), 2)
-  end
-  return setmetatable({ history = {}, epoch = {}, params = {} }, History)
-end
-function History:set_params(p) rawset(self, "params", p) end
-function History:on_train_begin(model) rawset(self, "epoch", {}); rawset(self, "model", model) end
-function History:on_epoch_end(epoch, logs, model)
-  local ep = rawget(self, "epoch")
-  ep[#ep + 1] = epoch
-  local hist = rawget(self, "history")
-  for k, v in pairs(logs or {}) do
-    hist[k] = hist[k] or {}
-    table.insert(hist[k], v)
-  end
-  if model then model.history = self end
-end
-doc(callbacks.History, "callbacks.History",
-  "callbacks.History()\n\nWhat model:fit returns (and leaves in model.history), as Keras's: h.history = {loss={...},\n" ..
-  "val_loss={...}, ...} (a list per key, one value per epoch), h.epoch = the epochs run (from 0),\n" ..
-  "h.params = {epochs=, steps=, verbose=}. h.loss is h.history.loss, pairs(h) goes over h.history.\n" ..
-  "fit adds one after the other\n" ..
-  "callbacks; give your own in callbacks= to keep it (it is then the one returned).")
-
-function callbacks.LambdaCallback(fns) return fns end
-doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",
-  "callbacks.LambdaCallback{on_epoch_end=function(self, epoch, logs, model) end, ...}\n\nA callback from plain functions:\n" ..
-  "on_train_begin(self, model), on_epoch_begin(self, epoch, model), on_train_batch_end(self, batch, logs, model),\n" ..
-  "on_epoch_end(self, epoch, logs, model), on_train_end(self, model). epoch is Keras's, from 0 (the bar\n" ..
-  "shows epoch + 1); batch is the batch's index in the epoch, also from 0 (Keras's); batch logs hold the\n" ..
-  "epoch's running means.")
-
--- callbacks.ProgbarLogger: the progress bar fit shows, as a callback (Keras
--- adds one after the user's callbacks when verbose ~= 0, unless one is given).
-local PB = { __name = "ldist.callbacks.ProgbarLogger" }
-PB.__index = PB
-callbacks._ProgbarLogger = PB
-function callbacks.ProgbarLogger(opts)
-  if opts ~= nil and type(opts) ~= "table" then
-    error(("bad argument #1 to 'ProgbarLogger' (table or nothing expected, got %s)"):format(type(opts)), 2)
-  end
-  return setmetatable({ verbose = 1, epochs = 1 }, PB)
-end
-function PB:set_params(p) self.verbose, self.epochs, self.target = p.verbose, p.epochs, p.steps end
-function PB:on_epoch_begin(epoch)
-  if self.verbose ~= 0 then self.bar = progress(self.target, ("Epoch %d/%d"):format(epoch + 1, self.epochs)) end
-end
-function PB:on_train_batch_end(batch, logs) if self.bar then self.bar:update(batch + 1, logs) end end
-function PB:on_epoch_end(_, logs) if self.bar then self.bar:finish(logs); self.bar = nil end end
-doc(callbacks.ProgbarLogger, "callbacks.ProgbarLogger",
-  "callbacks.ProgbarLogger()\n\nThe progress bar fit shows (\"Epoch 1/10\" and the epoch's running means), as a\n" ..
-  "callback: fit adds one after the others when verbose ~= 0 unless the list has one, as Keras.")
-
 ldist.globals.tensor = true
 ldist.globals.nn = true
 ldist.globals.optim = true
 ldist.globals.losses = true
 ldist.globals.autograd = true
 ldist.globals.metrics = true
-ldist.globals.callbacks = true

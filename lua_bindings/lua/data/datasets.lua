@@ -1,4 +1,4 @@
--- 30_datasets.lua - ready-made data sets (ldist.datasets) and the documentation
+-- data/datasets.lua - ready-made data sets (ldist.datasets) and the documentation
 -- of the data and io modules.
 --
 --   local x_train, y_train = datasets.fashion_mnist.load("train")
@@ -112,7 +112,7 @@ docs[datasets] = docs.datasets
 ---------------------------------------------------------------- data: zip's recipe
 -- A zip's inputs are datasets, which a recipe cannot carry as they are: the
 -- recipe names data._datasets_from_recipes and the inputs' recipes, which
--- 71_shipping ships and rebuilds like the source of a tensor read from a file.
+-- distribute/shipping.lua ships and rebuilds like the source of a tensor read from a file.
 if data then
   local D = data.Dataset
   -- ds's recipe with its parents' recipes inlined (the values as they are)
@@ -263,7 +263,7 @@ if data then
   function D.element_spec(ds) return spec_of(ds) end
   local ds_index = D
   -- fields computed from the dataset, as tf.data's and Keras's attributes:
-  -- ds.element_spec here; other files add theirs to D._fields (33_images:
+  -- ds.element_spec here; other files add theirs to D._fields (data/images.lua:
   -- class_names, file_paths). The Dataset metatable's __index is D otherwise.
   local fields = { element_spec = spec_of }
   D._fields = fields

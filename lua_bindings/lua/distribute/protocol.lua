@@ -1,7 +1,7 @@
--- 60_distribute.lua - the `distribute` module and THE strategy protocol: the
+-- distribute/protocol.lua - the `distribute` module and THE strategy protocol: the
 -- default strategy, OneDeviceStrategy, PerReplica values, contexts, reduce,
 -- gather, distribute_datasets_from_function and the optimizer's hook. Every
--- strategy (65_mirrored, 72_multiworker, 82_parameter_server) is a subclass
+-- strategy (distribute/mirrored.lua, distribute/multiworker.lua, distribute/parameter_server.lua) is a subclass
 -- of Strategy that fills in the hooks below; nothing else in the prelude
 -- asks which strategy runs it, and no file replaces a function defined here.
 --
@@ -24,12 +24,18 @@
 --   s:_local_devices()         the devices of this process's replicas
 --   s:experimental_local_results(v), s:experimental_distribute_dataset(ds)
 --   s:train_step(model, x, y, loss, opt, want_pred), s:_fit_begin(), s:_fit_end(),
---   s:_fit_batches(ds)         model:fit's step and hooks (50_keras.lua)
+--   s:_fit_batches(ds)         model:fit's step and hooks (keras/training.lua)
 --   s:_lost_peer()             "worker 1 (pid 4242) is lost" (or how it died, when
 --                              known) when a process of the job died
 --                              (fit's one message after a failure), else nil
 --   s:_fit(model, x, y, opts)  a strategy that trains elsewhere (a LocalCluster's
 --                              workers, parameter servers) runs fit itself
+--   s:_is_writer()             this process writes the job's files (checkpoints,
+--                              logs): true but on the non-chief workers of a
+--                              multi-worker job
+--   s:_broadcast(v)            v as the writer process has it, on every process
+--                              (v: plain values and tensors, as the cluster
+--                              packs them); v where alone
 local ldist = ...
 local tensor, optim = ldist.tensor, ldist.optim
 local C = ldist._distribute
@@ -97,25 +103,9 @@ function PerReplica.__tostring(p)
 end
 distribute.PerReplica = per_replica
 distribute.is_per_replica = is_pr
+local check_axis = ldist._util.check_axis
 
--- axis (integer, negative from the end) of a value with nd dimensions, as
--- 0-based; raises "bad argument #argn to 'fname'" at the caller's caller
-local function check_axis(fname, argn, axis, nd)
-  if math.type(axis) ~= "integer" or axis < -nd or axis >= nd then
-    error(("bad argument #%d to '%s' (axis %s out of range for a value with %d dimension%s)")
-      :format(argn, fname, tostring(axis), nd, nd == 1 and "" or "s"), 3)
-  end
-  return axis % nd
-end
-distribute._check_axis = check_axis
 
--- Rows [lo, hi) of a batch of `rows` that replica r of n takes: floor(rows/n)
--- each, one more for the first rows % n. Every strategy splits batches so.
-function distribute._share(rows, n, r)
-  local base, extra = rows // n, rows % n
-  local lo = r * base + math.min(r, extra)
-  return lo, lo + base + (r < extra and 1 or 0)
-end
 
 ---------------------------------------------------------------- the strategy base
 local Strategy = {}
@@ -566,9 +556,9 @@ end
 -- model:fit's step: the batch goes to the device
 function OneDevice:train_step(model, x, y, loss, opt, want_pred, w)
   local dev = self.devices[1]
-  -- x, y: a tensor, or a list per input / output (ldist._nest, 50_keras.lua)
+  -- x, y: a tensor, or a list per input / output (ldist._util.nest, keras/training.lua)
   local function to(t) return t.device ~= dev and t:to(dev) or t end
-  local map = ldist._nest.map
+  local map = ldist._util.nest.map
   return model:train_step(map(x, to), map(y, to), loss, opt, map(w, to))
 end
 
@@ -585,6 +575,8 @@ function distribute._on_model_created(model)
   end
 end
 function Strategy:_model_created(model) end
+function Strategy:_is_writer() return true end
+function Strategy:_broadcast(v) return v end
 
 local doc = ldist.document
 doc(distribute, "distribute", "distribute\n\nDistribution strategies in the manner of tf.distribute:\n" ..

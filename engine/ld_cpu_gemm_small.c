@@ -1,5 +1,5 @@
 /*
- * ld_gemm_small.c - C = A B (+ C) for a few rows of A against a large B,
+ * ld_cpu_gemm_small.c - C = A B (+ C) for a few rows of A against a large B,
  * without packing B.
  *
  * BLAS packs both operands on every call. For the forward product of a
@@ -12,7 +12,7 @@
  * 32), for up to 48 rows (below). The version is chosen at run time (ld_cpu_isa: CPUID, or
  * LDIST_CPU_ISA=avx2 to compare), whatever the build targets.
  */
-#include "ld_gemm_small.h"
+#include "ld_cpu_gemm_small.h"
 #include "ld_cpu_internal.h"
 
 #include <stdint.h>
@@ -142,7 +142,7 @@ static __attribute__((target("avx2,fma"))) void panel2(int R, int64_t K, const f
 
 static const small_isa isa512 = {{12, 8, 4, 1}, NR, panel512}, isa2 = {{6, 4, 2, 1}, NR2, panel2};
 
-int ld_gemm_small_fits(int64_t m, int64_t n, int64_t k) {
+int ld_cpu_gemm_small_fits(int64_t m, int64_t n, int64_t k) {
     if (n < 256 || k < 256) return 0;
     switch (ld_cpu_isa()) {
     case LD_ISA_AVX512: return m <= 256;
@@ -155,20 +155,20 @@ int ld_gemm_small_fits(int64_t m, int64_t n, int64_t k) {
     }
 }
 
-int ld_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+int ld_cpu_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc) {
     if (beta != 0.0f && beta != 1.0f) return 0;
     switch (ld_cpu_isa()) {
     case LD_ISA_AVX512: gemm_small(&isa512, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc); return 1;
     case LD_ISA_AVX2:
-        if (m > 48) return 0;   /* ld_gemm_small_fits says why */
+        if (m > 48) return 0;   /* ld_cpu_gemm_small_fits says why */
         gemm_small(&isa2, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc);
         return 1;
     default: return 0;
     }
 }
 #else
-int ld_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+int ld_cpu_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc) {
     return 0;
 }

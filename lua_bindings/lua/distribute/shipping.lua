@@ -1,7 +1,7 @@
--- 71_shipping.lua - what a model, a dataset, an optimizer, a loss and metrics
+-- distribute/shipping.lua - what a model, a dataset, an optimizer, a loss and metrics
 -- are made of, as data another process rebuilds them from: LocalCluster's
--- workers (74_local_cluster.lua) and the parameter-server workers
--- (80_ps_tasks.lua) receive these descriptions. Functions travel as
+-- workers (distribute/local_cluster.lua) and the parameter-server workers
+-- (distribute/ps_tasks.lua) receive these descriptions. Functions travel as
 -- bytecode and may use only their arguments and globals (net.ship_fn).
 local ldist = ...
 local C, distribute = ldist._cluster, ldist.distribute
@@ -201,7 +201,7 @@ end
 
 local describe_metrics, build_metrics = nn._describe_metrics, nn._build_metrics
 local build_loss, build_optimizer = nn._build_loss, nn._build_optimizer
--- for the parameter-server strategy (80_parameter_server.lua)
+-- for the parameter-server strategy (distribute/parameter_server.lua)
 distribute._describe_model, distribute._build_model = describe_model, build_model
 distribute._build_loss, distribute._build_optimizer = build_loss, build_optimizer
 distribute._describe_metrics, distribute._build_metrics = describe_metrics, build_metrics

@@ -1,9 +1,9 @@
 /*
- * ld_events.c - TensorBoard event files: TFRecord framing of hand-encoded
- * tensorflow.Event protobufs (see ld_events.h for the format).
+ * ld_io_tfevents.c - TensorBoard event files: TFRecord framing of hand-encoded
+ * tensorflow.Event protobufs (see ld_io_tfevents.h for the format).
  */
 #define _GNU_SOURCE
-#include "ld_events.h"
+#include "ld_io_tfevents.h"
 #include "ld_core.h"
 #include "ld_file.h"
 
@@ -24,7 +24,7 @@
 #define LD_CRC_SSE42 1
 #endif
 
-struct ld_events {
+struct ld_tfevents {
     FILE *f;
     char *path;
 };
@@ -97,7 +97,7 @@ uint32_t ld_crc32c_masked(const void *data, size_t n) {
 static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
 static void put64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
 
-void ld_events_frame(const void *data, size_t n, unsigned char *out) {
+void ld_tfevents_frame(const void *data, size_t n, unsigned char *out) {
     put64(out, (uint64_t)n);
     put32(out + 8, ld_crc32c_masked(out, 8));
     memcpy(out + 12, data, n);
@@ -141,7 +141,7 @@ static void b_float(buf *b, int field, float f) {
 
 
 /* Frame and write one serialized Event */
-static int write_record(ld_events *w, const buf *ev) {
+static int write_record(ld_tfevents *w, const buf *ev) {
     if (ev->bad) return ld_fail(LD_ENOMEM, "out of memory encoding a TensorBoard event");
     unsigned char head[12], tail[4];
     put64(head, (uint64_t)ev->n);
@@ -177,14 +177,14 @@ static int mkdir_p(const char *dir) {
 
 static atomic_int writers_opened;
 
-ld_events *ld_events_open(const char *dir) {
+ld_tfevents *ld_tfevents_open(const char *dir) {
     if (!dir || !*dir) { ld_fail(LD_EARG, "an event file needs a directory"); return NULL; }
     if (mkdir_p(dir) != LD_OK) return NULL;
     char host[256] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "localhost");
     host[sizeof host - 1] = 0;
     double wall = ld_wall_time();
-    ld_events *w = calloc(1, sizeof *w);
+    ld_tfevents *w = calloc(1, sizeof *w);
     if (!w) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     for (int tries = 0; tries < 1000; tries++) {
         int k = atomic_fetch_add(&writers_opened, 1);
@@ -207,16 +207,16 @@ ld_events *ld_events_open(const char *dir) {
     b_bytes(&ev, 3, "brain.Event:2", 13);
     int st = write_record(w, &ev);
     free(ev.p);
-    if (st != LD_OK || ld_events_flush(w) != LD_OK) {
+    if (st != LD_OK || ld_tfevents_flush(w) != LD_OK) {
         fclose(w->f); free(w->path); free(w);
         return NULL;
     }
     return w;
 }
 
-const char *ld_events_path(const ld_events *w) { return w ? w->path : NULL; }
+const char *ld_tfevents_path(const ld_tfevents *w) { return w ? w->path : NULL; }
 
-int ld_events_scalar_at(ld_events *w, const char *tag, float value, int64_t step, double wall_time) {
+int ld_tfevents_scalar_at(ld_tfevents *w, const char *tag, float value, int64_t step, double wall_time) {
     if (!w || !w->f) return ld_fail(LD_EARG, "the event file is closed");
     if (!tag || !*tag) return ld_fail(LD_EARG, "a scalar needs a tag");
     size_t tn = strlen(tag);
@@ -232,8 +232,8 @@ int ld_events_scalar_at(ld_events *w, const char *tag, float value, int64_t step
     return st;
 }
 
-int ld_events_scalar(ld_events *w, const char *tag, float value, int64_t step) {
-    return ld_events_scalar_at(w, tag, value, step, ld_wall_time());
+int ld_tfevents_scalar(ld_tfevents *w, const char *tag, float value, int64_t step) {
+    return ld_tfevents_scalar_at(w, tag, value, step, ld_wall_time());
 }
 
 /* tf.summary.histogram's buckets (tensorboard/plugins/histogram/summary_v2.py,
@@ -244,7 +244,7 @@ int ld_events_scalar(ld_events *w, const char *tag, float value, int64_t step) {
    at the value; no data gives k rows of zeros. Non-finite values are left
    out (TF's buckets are undefined for them), so a weight gone NaN still
    shows its finite part. out holds k * 3 doubles, row i = left, right, count. */
-void ld_events_histogram_buckets(const float *x, size_t n, int k, double *out) {
+void ld_tfevents_histogram_buckets(const float *x, size_t n, int k, double *out) {
     memset(out, 0, (size_t)k * 3 * sizeof *out);
     double lo = 0, hi = 0;
     size_t finite = 0;
@@ -281,12 +281,12 @@ void ld_events_histogram_buckets(const float *x, size_t n, int k, double *out) {
    [k, 3] (dtype DT_DOUBLE = 2, tensor_content little-endian) and
    SummaryMetadata{plugin_data{plugin_name "histograms"}, data_class
    DATA_CLASS_TENSOR = 2}. */
-int ld_events_histogram(ld_events *w, const char *tag, const float *data, size_t n, int64_t step) {
+int ld_tfevents_histogram(ld_tfevents *w, const char *tag, const float *data, size_t n, int64_t step) {
     if (!w || !w->f) return ld_fail(LD_EARG, "the event file is closed");
     if (!tag || !*tag) return ld_fail(LD_EARG, "a histogram needs a tag");
-    enum { K = LD_EVENTS_HISTOGRAM_BUCKETS };
+    enum { K = LD_TFEVENTS_HISTOGRAM_BUCKETS };
     double rows[K * 3];
-    ld_events_histogram_buckets(data, n, K, rows);
+    ld_tfevents_histogram_buckets(data, n, K, rows);
     unsigned char content[K * 3 * 8];
     for (int i = 0; i < K * 3; i++) { uint64_t u; memcpy(&u, &rows[i], 8); put64(content + 8 * i, u); }
     buf dim0 = {0}, dim1 = {0}, shape = {0}, tensor = {0}, plugin = {0}, meta = {0}, val = {0}, sum = {0}, ev = {0};
@@ -315,13 +315,13 @@ int ld_events_histogram(ld_events *w, const char *tag, const float *data, size_t
     return st;
 }
 
-int ld_events_flush(ld_events *w) {
+int ld_tfevents_flush(ld_tfevents *w) {
     if (!w || !w->f) return LD_OK;
     if (fflush(w->f) != 0) return ld_fail(LD_EIO, "cannot write %s: %s", w->path, strerror(errno));
     return LD_OK;
 }
 
-int ld_events_close(ld_events *w) {
+int ld_tfevents_close(ld_tfevents *w) {
     if (!w) return LD_OK;
     int st = LD_OK;
     if (w->f && fclose(w->f) != 0) st = ld_fail(LD_EIO, "cannot write %s: %s", w->path, strerror(errno));

@@ -1,6 +1,6 @@
--- 74_local_cluster.lua - LocalCluster: worker processes started from the
+-- distribute/local_cluster.lua - LocalCluster: worker processes started from the
 -- REPL or a notebook, which train with MultiWorkerMirroredStrategy on what
--- this session ships them (71_shipping.lua), and the strategy object that
+-- this session ships them (distribute/shipping.lua), and the strategy object that
 -- stands for them here (its fit runs on the workers).
 local ldist = ...
 local C, distribute, docs = ldist._cluster, ldist.distribute, ldist.docs
@@ -36,7 +36,7 @@ end
 function distribute.LocalCluster(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("bad argument #1 to 'LocalCluster' (options table expected)", 2) end
-  -- with ps tasks: the parameter-server cluster (82_parameter_server.lua)
+  -- with ps tasks: the parameter-server cluster (distribute/parameter_server.lua)
   if opts.ps and opts.ps ~= 0 then
     if not distribute._ps_local_cluster then error("LocalCluster: parameter servers are not available", 2) end
     return distribute._ps_local_cluster(opts)
@@ -50,7 +50,7 @@ function distribute.LocalCluster(opts)
   local addrs = {}
   for i = 1, n do addrs[i] = host .. ":" .. C.free_port(host) end
   -- without threads=, each worker takes its share of the cores, pinned there
-  -- (LDIST_LOCAL_RANK/SIZE; ld_cpu_pool.c), unless LDIST_NUM_THREADS is set here
+  -- (LDIST_LOCAL_RANK/SIZE; ld_pool.c), unless LDIST_NUM_THREADS is set here
   local threads = opts.threads and math.tointeger(opts.threads)
   if opts.threads ~= nil and (not threads or threads < 1 or threads > 256) then
     error("bad argument #1 to 'LocalCluster' (threads must be 1..256)", 2)
@@ -223,7 +223,7 @@ end
 Remote._run = remote_only
 Remote._sum_across = remote_only
 
-local function as_dataset(x, y, opts) return nn.Model._as_dataset(x, y, opts, opts.shuffle ~= false) end
+local util = ldist._util
 
 local function shippable_callbacks(list)
   local remote, here = {}, {}
@@ -271,7 +271,7 @@ function Remote:_fit(model, x, y, opts)
   if not model._compiled then error("call model:compile{optimizer=, loss=, metrics=} before model:fit", 3) end
   local lc = self._lc
   lc:_check()
-  local ds = as_dataset(x, y, opts)
+  local ds = util.as_dataset(x, y, opts, opts.shuffle ~= false)
   if not model.built then
     local first
     for b in ds do first = b; break end
@@ -284,8 +284,8 @@ function Remote:_fit(model, x, y, opts)
   local vars = model.trainable_variables
   local remote_cbs, local_cbs = shippable_callbacks(opts.callbacks)
   local val = opts.validation_data
-  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
-    val = as_dataset(val[1], val[2], { shuffle = false, batch_size = opts.batch_size, sample_weight = val[3] })
+  if type(val) == "table" and getmetatable(val) == nil and util.is_arrays(val[1]) then
+    val = util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
   local spec = {
     model = describe_model(model), optimizer = ldist.optim._config(model._optimizer),
@@ -359,7 +359,7 @@ function Remote:_fit(model, x, y, opts)
 end
 
 -- Traces on a LocalCluster: strategy:trace(true) here makes every worker
--- trace the fits that follow (MultiWorkerMirroredStrategy:trace, 72_multiworker.lua);
+-- trace the fits that follow (MultiWorkerMirroredStrategy:trace, distribute/multiworker.lua);
 -- worker 0 gathers the workers' spans on one clock and sends them back with
 -- the history, so timeline() and trace_summary() draw them here.
 function Remote:trace(on)
@@ -428,7 +428,7 @@ local function worker_fit(state, spec, ctl, id)
     if not make then error("unknown callback " .. tostring(c.class), 0) end
     cbs[i] = make(distribute._unship(c.config))
   end
-  if s._rank == 0 then
+  if s:_is_writer() then
     local card = ds.cardinality and ds:cardinality() or -2
     cbs[#cbs + 1] = progress_callback(ctl, id, spec.fit.steps_per_epoch or (card >= 0 and card or nil))
   end

@@ -1,4 +1,4 @@
--- 53_mixed_precision.lua - Keras's mixed precision: dtype policies and the
+-- keras/mixed_precision.lua - Keras's mixed precision: dtype policies and the
 -- loss-scale optimizer, as `mixed_precision` (keras.mixed_precision):
 --
 --   mixed_precision.set_global_policy("mixed_bfloat16")   -- layers made from now on
@@ -22,7 +22,7 @@
 -- the scale on any inf or NaN, and doubles it after dynamic_growth_steps good
 -- steps in a row. model:compile wraps its optimizer so under mixed_float16,
 -- as Keras does. Under ParameterServerStrategy each worker scales, checks
--- and unscales its own step's gradients before pushing them (80_ps_tasks.lua).
+-- and unscales its own step's gradients before pushing them (distribute/ps_tasks.lua).
 local ldist = ...
 local nn, optim = ldist.nn, ldist.optim
 local doc = ldist.document

@@ -1,4 +1,4 @@
--- 52_models.lua - models beyond Sequential, and models as files.
+-- keras/models.lua - models beyond Sequential, and models as files.
 --
 --   The Functional API:  local x = nn.Input{shape = {28, 28, 1}}
 --                        local y = nn.Dense(10)(nn.Flatten()(x))      -- layers on symbolic tensors
@@ -360,7 +360,7 @@ nn._describe_metrics, nn._build_metrics, nn._build_loss, nn._build_optimizer =
 
 -- compile's loss and metrics as data (model:save, a LocalCluster's workers),
 -- and back as compile's arguments. A model of several outputs has a loss,
--- a weight and metrics per output (50_keras.lua's CompiledLoss).
+-- a weight and metrics per output (keras/training.lua's CompiledLoss).
 local function is_compiled_loss(l) return type(l) == "table" and getmetatable(l).__name == "ldist.CompiledLoss" end
 function nn._describe_compile(model)
   local l = model._loss
@@ -418,7 +418,7 @@ function nn._checkpoint(model)
   return t, meta
 end
 
-local function shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
+local shape_str = ldist._util.shape_str
 
 -- the checkpoint's tensors and metadata into a built model (and its optimizer)
 function nn._restore_checkpoint(model, t, meta, where)

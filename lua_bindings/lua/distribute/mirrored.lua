@@ -1,4 +1,4 @@
--- 65_mirrored.lua - MirroredStrategy: synchronous data parallelism over the
+-- distribute/mirrored.lua - MirroredStrategy: synchronous data parallelism over the
 -- devices of one process (TF's tf.distribute.MirroredStrategy).
 --
 -- How a step runs. Lua is one thread, so replicas cannot each run Lua at the
@@ -59,7 +59,7 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "pretends N cores (to try a split)."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
 
-local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, distribute._check_axis
+local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, ldist._util.check_axis
 
 ---------------------------------------------------------------- the strategy
 local Mirrored = distribute._strategy_class("ldist.MirroredStrategy")
@@ -128,7 +128,7 @@ local function split_rows(self, t)
   local n, parts = self.num_replicas_in_sync, {}
   local rows = t.ndim > 0 and t.shape[1] or 1
   for r = 0, n - 1 do
-    local lo, hi = distribute._share(rows, n, r)
+    local lo, hi = ldist._util.share(rows, n, r)
     parts[r + 1] = t:slice(0, lo, hi):to(self.devices[r + 1])
   end
   return parts, rows
@@ -233,14 +233,7 @@ local function trace_compute(self, r, t0)
   end
 end
 
-local function dedupe(values)
-  -- a tensor listed twice (one gradient for two variables) must be reduced once
-  local seen, out = {}, {}
-  for i, v in ipairs(values) do
-    if seen[v] then out[i] = v:clone() else out[i] = v; seen[v] = true end
-  end
-  return out
-end
+local dedupe = ldist._util.dedupe
 
 function Mirrored:_collective(requests)
   local n = self.num_replicas_in_sync
@@ -279,7 +272,7 @@ end
 -- split by _split (or as the PerReplica value says)
 local function row_offset(pr, gb, n, r)
   if pr and pr.offsets then return pr.offsets[r + 1] or 0 end
-  return (distribute._share(gb, n, r))
+  return (ldist._util.share(gb, n, r))
 end
 
 -- run: every replica's function is a coroutine on this thread; a replica
@@ -456,8 +449,8 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     for r = 0, n - 1 do total = total + lvs[r]:item() end
     return total
   end
-  local function predictions()   -- a tensor, or a list per output (ldist._nest, 50_keras.lua)
-    local nest, parts = ldist._nest, {}
+  local function predictions()   -- a tensor, or a list per output (ldist._util.nest, keras/training.lua)
+    local nest, parts = ldist._util.nest, {}
     for r = 0, n - 1 do parts[r + 1] = nest.map(preds[r], function(t) return t:cpu() end) end
     return nest.concat(parts)
   end
@@ -553,7 +546,7 @@ function Mirrored:write_trace(path)
   return path
 end
 
--- strategy:timeline{steps = {a, b}, save = "t.svg", width = 960} -> a Timeline (62_timeline.lua)
+-- strategy:timeline{steps = {a, b}, save = "t.svg", width = 960} -> a Timeline (distribute/timeline.lua)
 function Mirrored:timeline(opts)
   opts = opts or {}
   local spans = self:trace_spans()
@@ -567,7 +560,7 @@ function Mirrored:timeline(opts)
       out[i] = { kind = s[1], t0 = s[2], t1 = s[3], step = (s[4] or 0) > 0 and s[4] or nil }
       if s[1] == "allreduce" and per_step and out[i].step then
         out[i].note = ("the step's all-reduce carries %s per replica (in %d-replica slices)"):format(
-          distribute._fmt_bytes(per_step), #self.devices)
+          ldist._util.fmt_bytes(per_step), #self.devices)
       end
     end
     rows[r] = { who = ("replica %d"):format(r - 1), label = ("replica %d (%s)"):format(r - 1, self.devices[r]), spans = out }
@@ -589,13 +582,7 @@ function Mirrored:timeline(opts)
 end
 
 -- strategy:explain() -> what one step does here, with this run's numbers
-local function model_numbers(model)
-  if not model or not model.built then return nil end
-  local vars, count = model.trainable_variables, 0
-  for _, v in ipairs(vars) do count = count + v:numel() end
-  return #vars, count
-end
-distribute._model_numbers = model_numbers
+local model_numbers = ldist._util.model_numbers
 
 function Mirrored:explain()
   local n, devs = self.num_replicas_in_sync, table.concat(self.devices, ", ")
@@ -605,7 +592,7 @@ function Mirrored:explain()
   if gb then
     local parts = {}
     for r = 0, n - 1 do
-      local lo, hi = distribute._share(gb, n, r)
+      local lo, hi = ldist._util.share(gb, n, r)
       parts[#parts + 1] = ("replica %d rows %d-%d (%d)"):format(r, lo, hi - 1, hi - lo)
     end
     out[#out + 1] = ("1. Input: the global batch of %d examples is split by rows: %s."):format(gb, table.concat(parts, ", "))
@@ -619,12 +606,12 @@ function Mirrored:explain()
     local bytes = count * 4
     out[#out + 1] = ("3. All-reduce: the %d gradients of the model's trainable variables (%d numbers, %s per replica) are " ..
       "summed over the %d replica%s through shared memory: each replica sums 1/%d of them and copies its slice to the " ..
-      "others; each moves 2 x %d/%d x %s = %s."):format(nv, count, distribute._fmt_bytes(bytes), n, n == 1 and "" or "s", n,
-      n - 1, n, distribute._fmt_bytes(bytes), distribute._fmt_bytes(2 * (n - 1) / n * bytes))
+      "others; each moves 2 x %d/%d x %s = %s."):format(nv, count, ldist._util.fmt_bytes(bytes), n, n == 1 and "" or "s", n,
+      n - 1, n, ldist._util.fmt_bytes(bytes), ldist._util.fmt_bytes(2 * (n - 1) / n * bytes))
   else
     local st = self._comm:stats(false)
     out[#out + 1] = "3. All-reduce: every gradient is summed over the replicas through shared memory" .. (st.calls > 0 and
-      (" (measured: %s per replica per call, %d calls)"):format(distribute._fmt_bytes(st.bytes / st.calls), st.calls) or
+      (" (measured: %s per replica per call, %d calls)"):format(ldist._util.fmt_bytes(st.bytes / st.calls), st.calls) or
       " (4 bytes per trainable number; fit a model under this strategy to see its size)") .. "."
   end
   local cpu = true

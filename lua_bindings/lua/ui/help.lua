@@ -1,4 +1,4 @@
--- 10_help.lua - introspection shared by the REPL and the Jupyter kernel:
+-- ui/help.lua - introspection shared by the REPL and the Jupyter kernel:
 --   help(x)                  print the documentation of x (help() lists the modules)
 --   ldist.doc_text(x)        the same text as a string, or nil (the kernel's inspect)
 --   ldist.complete(line)     Tab completion of the text before the cursor

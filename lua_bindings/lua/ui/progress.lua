@@ -1,4 +1,4 @@
--- 15_progress.lua - ldist.progress: the one-line progress bar of model:fit.
+-- ui/progress.lua - ldist.progress: the one-line progress bar of model:fit.
 --
 --   local bar = ldist.progress.new{total = 469, title = "Epoch 1/5"}
 --   for step = 1, 469 do ... bar:update(step, {loss = l, accuracy = a}) end

@@ -1,14 +1,14 @@
--- 82_parameter_server.lua - ParameterServerStrategy (TF's
+-- distribute/parameter_server.lua - ParameterServerStrategy (TF's
 -- tf.distribute.experimental.ParameterServerStrategy) and ClusterCoordinator:
 -- asynchronous data parallelism with parameter servers. The processes it
--- drives (ps tasks, workers) are in 80_ps_tasks.lua.
+-- drives (ps tasks, workers) are in distribute/ps_tasks.lua.
 local ldist = ...
 local C = ldist._cluster
 local tensor, distribute, optim, nn, data = ldist.tensor, ldist.distribute, ldist.optim, ldist.nn, ldist.data
 local docs = ldist.docs
 if not C or not distribute or not distribute._net or not distribute._net.ps then return end
 local net = distribute._net
-local env, ship_fn, share, ps = net.env, net.ship_fn, distribute._share, net.ps
+local env, ship_fn, share, ps = net.env, net.ship_fn, ldist._util.share, net.ps
 local PSCluster, from_tf_config = ps.Cluster, ps.from_tf_config
 local describe_model = function(model) return distribute._describe_model(model, false) end
 
@@ -327,7 +327,7 @@ end
 -- coordinator between steps). LDIST_PS_PIPELINE=1: one at a time.
 local pipeline_depth = math.max(1, math.tointeger(tonumber(env("LDIST_PS_PIPELINE") or "") or 2) or 2)
 
--- worker w's task link (80_ps_tasks.lua, "the task link"): {seg=} once
+-- worker w's task link (distribute/ps_tasks.lua, "the task link"): {seg=} once
 -- asked for, false where there is none (another host, LDIST_PS_TRANSPORT=tcp)
 local function task_link(self, w)
   local links = self._tl
@@ -604,14 +604,14 @@ function Coord:stats()
 end
 
 ---------------------------------------------------------------- model:fit under the strategy
--- The protocol's _fit: model:fit (50_keras.lua) hands the whole fit to the
+-- The protocol's _fit: model:fit (keras/training.lua) hands the whole fit to the
 -- strategy, which schedules steps on the workers.
 function PS:_fit(model, x, y, opts)
   if opts.class_weight then
     error("bad argument to 'fit' (class_weight is not supported under ParameterServerStrategy yet; " ..
       "give each example its weight as a third dataset component, or sample_weight=)", 3)
   end
-  local ds = nn.Model._as_dataset(x, y, opts, opts.shuffle ~= false)
+  local ds = ldist._util.as_dataset(x, y, opts, opts.shuffle ~= false)
   local steps = opts.steps_per_epoch
   if not steps then
     error("model:fit under ParameterServerStrategy needs steps_per_epoch (the workers read their datasets endlessly)", 3)
@@ -633,8 +633,8 @@ function PS:_fit(model, x, y, opts)
   local history, done_epochs = {}, {}
   local callbacks = opts.callbacks or {}
   local val = opts.validation_data
-  if type(val) == "table" and getmetatable(val) == nil and nn.Model._is_arrays(val[1]) then
-    val = nn.Model._as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
+  if type(val) == "table" and getmetatable(val) == nil and ldist._util.is_arrays(val[1]) then
+    val = ldist._util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
   end
   local function record(k, v) history[k] = history[k] or {}; table.insert(history[k], v) end
   model.stop_training = false
@@ -823,21 +823,21 @@ function PS:explain()
   local cl = self._cl
   local out = { ("ParameterServerStrategy: asynchronous data parallelism - %d workers, %d ps tasks, this process coordinates.")
     :format(cl.workers, cl.num_ps) }
-  local nv, count = distribute._model_numbers(self._model)
+  local nv, count = ldist._util.model_numbers(self._model)
   if nv then
     local per = {}
     for _, sh in ipairs(self._layout) do per[sh.ps + 1] = (per[sh.ps + 1] or 0) + 1 end
     local parts = {}
     for p = 1, cl.num_ps do parts[#parts + 1] = ("ps %d holds %d"):format(p - 1, per[p] or 0) end
     out[#out + 1] = ("0. The model's %d trainable variables (%d numbers, %s) live on the ps tasks: %s (variable shards)."):format(
-      nv, count, distribute._fmt_bytes(count * 4), table.concat(parts, ", "))
+      nv, count, ldist._util.fmt_bytes(count * 4), table.concat(parts, ", "))
   else
     out[#out + 1] = "0. The model's variables live on the ps tasks (compile and fit a model under strategy:scope() to see them)."
   end
   local b = self._last_batch
   out[#out + 1] = ("1. The coordinator schedules steps; an idle worker takes the next one and reads its own batch%s " ..
     "(batches are not split: each worker trains on whole batches)."):format(b and (" (%d examples)"):format(b) or "")
-  local size = nv and distribute._fmt_bytes(count * 4) or "every weight"
+  local size = nv and ldist._util.fmt_bytes(count * 4) or "every weight"
   out[#out + 1] = ("2. Pull: the worker fetches the current weights from every ps (%s)."):format(size)
   out[#out + 1] = "3. It runs forward, the loss (the mean over its batch) and backward on its own, waiting for no other worker."
   out[#out + 1] = ("4. Push: it sends its gradients (%s) to the ps tasks, each of which applies the optimizer to its " ..

@@ -1,4 +1,4 @@
--- 51_layer_options.lua - Keras's initializers, regularizers and constraints
+-- keras/layer_options.lua - Keras's initializers, regularizers and constraints
 -- as objects: nn.initializers.HeNormal{seed = 3}, regularizers.L2(0.01),
 -- constraints.MaxNorm(2). Each is Keras's serialized form
 -- {class_name=, config={...}}, which the layers' options take as they take

@@ -1,36 +1,258 @@
--- 75_callbacks.lua - callbacks.BackupAndRestore (Keras'
--- tf.keras.callbacks.BackupAndRestore): model:fit saves the weights, the
--- optimizer's state, the epoch and the step every epoch (or every N steps);
--- a fit started again with the same callback (after a crash, a killed
--- worker, a pre-empted job) resumes where the last save left off and ends
--- with the weights an uninterrupted run would have had.
---
--- The checkpoint is one safetensors file, written to a temporary file and
--- renamed (ld_save_safetensors), so a crash never leaves a torn one. Under
--- MultiWorkerMirroredStrategy only the chief (rank 0) writes it; at a restart
--- the chief reads it and broadcasts it, so the other workers need not see
--- the same disk.
---
--- Resuming exactly: the weights and the optimizer (Adam's m, v and step) come
--- back as they were; fit starts at the saved epoch (initial_epoch); the data
--- set is started (and dropped) once per finished epoch, so a reshuffling
--- dataset orders the resumed epoch as the original run did, and the batches
--- already done in that epoch are skipped.
+-- keras/callbacks.lua - every Keras callback (tf.keras.callbacks): History
+-- (what fit returns), ProgbarLogger (fit's bar), EarlyStopping,
+-- LambdaCallback, ModelCheckpoint, CSVLogger, LearningRateScheduler,
+-- ReduceLROnPlateau, TerminateOnNaN and TensorBoard. model:fit (keras/training.lua)
+-- calls them; BackupAndRestore, which resumes a distributed job, is
+-- distribute/backup_restore.lua's. Under MultiWorkerMirroredStrategy only the writer
+-- process (the chief: s:_is_writer(), the strategy protocol) writes files.
 local ldist = ...
-local callbacks, tensor, distribute = ldist.callbacks, ldist.tensor, ldist.distribute
-local C, lio = ldist._cluster, ldist.io
-local docs = ldist.docs
+local tensor = ldist.tensor
+local doc = ldist.document
+local stderr = io.stderr   -- Lua's, whatever the globals become
+
+local callbacks = {}
+ldist.callbacks = callbacks
+ldist.globals.callbacks = true
+
+-- the strategy a fit runs under writes files here (nil: no strategy, alone)
+local function writer(s) return not s or s:_is_writer() end
+
+local function progress(total, title)
+  if ldist.progress and ldist.progress.new then
+    return ldist.progress.new { total = total, title = title }
+  end
+  return {  -- plain lines when the progress module is absent
+    update = function() end,
+    finish = function(_, values)
+      local parts = {}
+      for k, v in pairs(values or {}) do parts[#parts + 1] = ("%s: %.4f"):format(k, v) end
+      table.sort(parts)
+      print(title .. " - " .. table.concat(parts, " - "))
+    end,
+  }
+end
+
+
+-- callbacks.EarlyStopping: Keras 3's (keras/src/callbacks/early_stopping.py
+-- and monitor_callback.py, checked against Keras 3.15.1). Callbacks get
+-- Keras's epoch numbers, from 0, so stopped_epoch / best_epoch are Keras's
+-- (0-based: the bar showed "Epoch 4/10" for stopped_epoch 3).
+local ES = { __name = "ldist.callbacks.EarlyStopping" }
+ES.__index = ES
+ES.__tostring = function(c)
+  return ("<EarlyStopping monitor=%s patience=%d wait=%d best=%s>"):format(c.monitor, c.patience, c.wait, tostring(c.best))
+end
+
+function callbacks.EarlyStopping(opts)
+  opts = opts or {}
+  local mode = opts.mode or "auto"
+  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
+    error(("bad argument #1 to 'EarlyStopping' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(tostring(mode)), 2)
+  end
+  return setmetatable({ monitor = opts.monitor or "val_loss", patience = opts.patience or 0,
+    min_delta = math.abs(opts.min_delta or 0), mode = mode, baseline = opts.baseline,
+    verbose = opts.verbose or 0, restore_best_weights = opts.restore_best_weights or false,
+    start_from_epoch = opts.start_from_epoch or 0, wait = 0, stopped_epoch = 0, best_epoch = 0 }, ES)
+end
+
+function ES:on_train_begin(model)
+  -- a callback may be reused across fits
+  self.model = model or self.model
+  self.wait, self.stopped_epoch, self.best, self.best_weights, self.best_epoch = 0, 0, nil, nil, 0
+  self._warned, self._dir = nil, nil
+end
+
+-- "min" or "max". auto: the loss is minimised; a compiled metric of that name
+-- says its direction (_direction, as Keras 3's metrics); otherwise a name with
+-- "acc" in it is maximised and anything else minimised (Keras 3 raises there).
+-- Keras's MonitorCallback rules, shared by every callback that watches a
+-- value (EarlyStopping, ModelCheckpoint, ReduceLROnPlateau): the direction ("min" or "max") of `monitor` under
+-- `mode`, and whether v improves on ref by more than min_delta
+local function monitor_direction(mode, monitor, model)
+  if mode ~= "auto" then return mode end
+  local name = monitor:gsub("^val_", "")
+  if name == "loss" then return "min" end
+  for _, m in ipairs(model and model._metrics or {}) do
+    if m.name == name and m._direction then return m._direction == "up" and "max" or "min" end
+  end
+  return name:find("acc", 1, true) and "max" or "min"
+end
+local function improves(dir, min_delta, v, ref)
+  if ref == nil then return true end
+  if dir == "min" then return v + min_delta < ref end
+  return v - min_delta > ref
+end
+
+function ES:_direction(model) return monitor_direction(self.mode, self.monitor, model) end
+function ES:_is_improvement(v, ref) return improves(self._dir, self.min_delta, v, ref) end
+
+local function get_weights(model) return model:get_weights() end
+
+function ES:on_epoch_end(epoch, logs, model)
+  model = model or self.model
+  self.model = model
+  self._dir = self._dir or self:_direction(model)
+  local current = logs and logs[self.monitor]
+  if current == nil then
+    if not self._warned then
+      self._warned = true
+      local names = {}
+      for k in pairs(logs or {}) do names[#names + 1] = k end
+      table.sort(names)
+      stderr:write(("EarlyStopping conditioned on metric `%s` which is not available. Available metrics are: %s\n")
+        :format(self.monitor, table.concat(names, ",")))
+    end
+    return
+  end
+  if tensor.is_tensor(current) then current = current:item() end
+  if epoch < self.start_from_epoch then return end           -- still warming up
+  if self.restore_best_weights and self.best_weights == nil then
+    -- the first monitored epoch's weights are the best seen so far
+    self.best_weights, self.best_epoch = get_weights(model), epoch
+  end
+  self.wait = self.wait + 1
+  if self:_is_improvement(current, self.best) then
+    self.best, self.best_epoch = current, epoch
+    if self.restore_best_weights then self.best_weights = get_weights(model) end
+    -- wait restarts only when the value beats the baseline too
+    if self.baseline == nil or self:_is_improvement(current, self.baseline) then self.wait = 0 end
+    return
+  end
+  if self.wait >= self.patience and epoch > 0 then
+    self.stopped_epoch = epoch
+    model.stop_training = true
+  end
+end
+
+-- A LocalCluster's fit runs this callback on its workers (where training
+-- happens, so a stop stops them and the restored weights are those sent
+-- back); the object given to fit then keeps its own, unused, state.
+function ES:_ship()
+  return { class = "EarlyStopping", config = { monitor = self.monitor, min_delta = self.min_delta,
+    patience = self.patience, verbose = self.verbose, mode = self.mode, baseline = self.baseline,
+    restore_best_weights = self.restore_best_weights, start_from_epoch = self.start_from_epoch } }
+end
+
+-- Keras 3 restores the best weights at the end of training, whether it
+-- stopped early or ran all its epochs (Keras 2 restored only on a stop).
+function ES:on_train_end(model)
+  model = model or self.model
+  if self.stopped_epoch > 0 and self.verbose > 0 then
+    print(("Epoch %d: early stopping"):format(self.stopped_epoch + 1))
+  end
+  if self.restore_best_weights and self.best_weights then
+    if self.verbose > 0 then
+      print(("Restoring model weights from the end of the best epoch: %d."):format(self.best_epoch + 1))
+    end
+    -- assign writes every replica of a mirrored variable
+    model:set_weights(self.best_weights)
+  end
+end
+doc(callbacks.EarlyStopping, "callbacks.EarlyStopping",
+  "callbacks.EarlyStopping{monitor=\"val_loss\", patience=0, min_delta=0, mode=\"auto\", baseline=nil,\n" ..
+  "  restore_best_weights=false, start_from_epoch=0, verbose=0}\n\n" ..
+  "Stop fit when the monitored value has not improved for `patience` epochs (Keras 3's rule:\n" ..
+  "wait counts epochs since the best; a stop needs wait >= patience, never on the first epoch).\n" ..
+  "mode=\"auto\" minimises losses and maximises accuracies. With baseline, wait only restarts\n" ..
+  "when a value beats the baseline too. restore_best_weights puts back the best epoch's\n" ..
+  "weights when training ends, stopped or not. cb.stopped_epoch is the epoch it stopped at\n" ..
+  "(Keras's number, from 0; 0 when it did not stop), cb.best and cb.best_epoch the best value\n" ..
+  "and its epoch (from 0).")
+
+-- callbacks.History: Keras's (keras/src/callbacks/history.py). fit adds one
+-- (after the other callbacks, so what they add to the logs is in it) and
+-- returns it. h.history[k] lists the value of k per epoch; h.epoch the
+-- epochs run (from 0); h.params what fit told the callbacks. h.loss reads
+-- h.history.loss and pairs(h) goes over h.history, so code that took fit's
+-- result as the table of lists (ldist before it had the object) keeps working.
+local History = { __name = "ldist.callbacks.History" }
+callbacks._History = History
+History.__index = function(h, k)
+  local m = History[k]
+  if m ~= nil then return m end
+  local hist = rawget(h, "history")
+  return hist and hist[k]
+end
+-- pairs(h) goes over h.history, as over the table fit returned before
+History.__pairs = function(h) return next, rawget(h, "history") or {}, nil end
+History.__tostring = function(h)
+  local keys = {}
+  for k in pairs(h.history) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return ("<History: %d epochs of %s>"):format(#h.epoch, #keys > 0 and table.concat(keys, ", ") or "nothing")
+end
+-- the history of a fit run elsewhere (its plain lists), as a History
+function History._of(hist, params, epochs)
+  local h = setmetatable({ history = hist or {}, epoch = {}, params = params or {} }, History)
+  if epochs then h.epoch = epochs
+  else
+    local n, first = 0, params and params.initial_epoch or 0
+    for _, v in pairs(h.history) do n = math.max(n, #v) end
+    for i = 1, n do h.epoch[i] = first + i - 1 end
+  end
+  return h
+end
+function callbacks.History(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #1 to 'History' (table or nothing expected, got %s)"):format(type(opts)), 2)
+  end
+  return setmetatable({ history = {}, epoch = {}, params = {} }, History)
+end
+function History:set_params(p) rawset(self, "params", p) end
+function History:on_train_begin(model) rawset(self, "epoch", {}); rawset(self, "model", model) end
+function History:on_epoch_end(epoch, logs, model)
+  local ep = rawget(self, "epoch")
+  ep[#ep + 1] = epoch
+  local hist = rawget(self, "history")
+  for k, v in pairs(logs or {}) do
+    hist[k] = hist[k] or {}
+    table.insert(hist[k], v)
+  end
+  if model then model.history = self end
+end
+doc(callbacks.History, "callbacks.History",
+  "callbacks.History()\n\nWhat model:fit returns (and leaves in model.history), as Keras's: h.history = {loss={...},\n" ..
+  "val_loss={...}, ...} (a list per key, one value per epoch), h.epoch = the epochs run (from 0),\n" ..
+  "h.params = {epochs=, steps=, verbose=}. h.loss is h.history.loss, pairs(h) goes over h.history.\n" ..
+  "fit adds one after the other\n" ..
+  "callbacks; give your own in callbacks= to keep it (it is then the one returned).")
+
+function callbacks.LambdaCallback(fns) return fns end
+doc(callbacks.LambdaCallback, "callbacks.LambdaCallback",
+  "callbacks.LambdaCallback{on_epoch_end=function(self, epoch, logs, model) end, ...}\n\nA callback from plain functions:\n" ..
+  "on_train_begin(self, model), on_epoch_begin(self, epoch, model), on_train_batch_end(self, batch, logs, model),\n" ..
+  "on_epoch_end(self, epoch, logs, model), on_train_end(self, model). epoch is Keras's, from 0 (the bar\n" ..
+  "shows epoch + 1); batch is the batch's index in the epoch, also from 0 (Keras's); batch logs hold the\n" ..
+  "epoch's running means.")
+
+-- callbacks.ProgbarLogger: the progress bar fit shows, as a callback (Keras
+-- adds one after the user's callbacks when verbose ~= 0, unless one is given).
+local PB = { __name = "ldist.callbacks.ProgbarLogger" }
+PB.__index = PB
+callbacks._ProgbarLogger = PB
+function callbacks.ProgbarLogger(opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #1 to 'ProgbarLogger' (table or nothing expected, got %s)"):format(type(opts)), 2)
+  end
+  return setmetatable({ verbose = 1, epochs = 1 }, PB)
+end
+function PB:set_params(p) self.verbose, self.epochs, self.target = p.verbose, p.epochs, p.steps end
+function PB:on_epoch_begin(epoch)
+  if self.verbose ~= 0 then self.bar = progress(self.target, ("Epoch %d/%d"):format(epoch + 1, self.epochs)) end
+end
+function PB:on_train_batch_end(batch, logs) if self.bar then self.bar:update(batch + 1, logs) end end
+function PB:on_epoch_end(_, logs) if self.bar then self.bar:finish(logs); self.bar = nil end end
+doc(callbacks.ProgbarLogger, "callbacks.ProgbarLogger",
+  "callbacks.ProgbarLogger()\n\nThe progress bar fit shows (\"Epoch 1/10\" and the epoch's running means), as a\n" ..
+  "callback: fit adds one after the others when verbose ~= 0 unless the list has one, as Keras.")
+
 ---------------------------------------------------------------- Keras's other callbacks
 -- ModelCheckpoint, CSVLogger, LearningRateScheduler, ReduceLROnPlateau and
 -- TerminateOnNaN, after keras/src/callbacks/*.py of Keras 3.15 (checked by
 -- running them there; tests/lua/test_callbacks.lua holds the numbers). Epochs
 -- are Keras's, from 0; file names and messages show epoch + 1 as Keras does.
 -- Under MultiWorkerMirroredStrategy only the chief (rank 0) writes files.
-local function writer(s) return not (s and s._mw) or s._rank == 0 end
 
-if callbacks then
-local doc = ldist.document
-local stderr = io.stderr
 
 -- Python's str(float): the shortest digits that read back as the same double,
 -- fixed notation for exponents -4 .. 15, else "1e-05" / "1.5e+16"
@@ -155,8 +377,6 @@ local function check_mode(name, mode)
   end
 end
 
--- Keras's MonitorCallback rules (50_keras.lua, shared with EarlyStopping)
-local direction, improves = callbacks._monitor_direction, callbacks._improves
 
 local function sorted_keys(t)
   local keys = {}
@@ -167,7 +387,7 @@ end
 
 ---------------------------------------------------------------- ModelCheckpoint
 -- A LocalCluster's fit runs the callbacks that have a _ship on its workers,
--- where training happens (74_local_cluster.lua): a callback that sets the
+-- where training happens (distribute/local_cluster.lua): a callback that sets the
 -- learning rate, stops training or saves the model must act on the
 -- workers' model, not on this session's copy, which gets the weights only
 -- when fit returns. Their options travel; a schedule function travels as
@@ -235,7 +455,7 @@ function MC:_save(model, epoch, batch, logs)
       stderr:write(("ModelCheckpoint: can save best model only with %s available, saving anyway\n"):format(self.monitor))
     else
       current = num(current)
-      self._dir = self._dir or direction(self.mode, self.monitor, model)
+      self._dir = self._dir or monitor_direction(self.mode, self.monitor, model)
       local best = self.best
       if not improves(self._dir, 0, current, best) then
         if self.verbose > 0 then
@@ -390,7 +610,7 @@ end
 function LRS:on_epoch_end(_, logs, model) if logs then logs.learning_rate = get_lr(model) end end
 function LRS:_ship()
   return ship("LearningRateScheduler", { verbose = self.verbose,
-    schedule = { __function = distribute._net.ship_fn(self.schedule, "LearningRateScheduler's schedule") } })
+    schedule = { __function = ldist.distribute._net.ship_fn(self.schedule, "LearningRateScheduler's schedule") } })
 end
 doc(callbacks.LearningRateScheduler, "callbacks.LearningRateScheduler",
   "callbacks.LearningRateScheduler(function(epoch, lr) return new_lr end, {verbose=0})\n\n" ..
@@ -439,7 +659,7 @@ function RL:in_cooldown() return self.cooldown_counter > 0 end
 function RL:on_epoch_end(epoch, logs, model)
   model = model or self.model
   self.model = model
-  self._dir = self._dir or direction(self.mode, self.monitor, model)
+  self._dir = self._dir or monitor_direction(self.mode, self.monitor, model)
   logs = logs or {}
   logs.learning_rate = get_lr(model)
   local current = logs[self.monitor]
@@ -671,163 +891,3 @@ doc(callbacks.TensorBoard, "callbacks.TensorBoard",
   "epoch_replica_<r>_step_time, replica r's compute seconds per step. histogram_freq=N writes a\n" ..
   "histogram of every weight every N epochs (Histograms and Distributions tabs), tagged as Keras\n" ..
   "tags them: \"sequential/dense/kernel/histogram\".")
-end
-
-if not callbacks or not C or not lio then return end
-
-local BR = { __name = "ldist.callbacks.BackupAndRestore" }
-BR.__index = BR
-BR.__tostring = function(b) return ("<BackupAndRestore in %s, every %s>"):format(b.dir, tostring(b.save_freq)) end
-callbacks._BackupAndRestore = BR   -- fit's message after a lost worker names its folder
-
--- callbacks.BackupAndRestore{dir=, save_freq="epoch"|N, delete_checkpoint=true, verbose=true}
-function callbacks.BackupAndRestore(opts)
-  if type(opts) == "string" then opts = { dir = opts } end
-  opts = opts or {}
-  local dir = opts.dir or opts.backup_dir
-  if type(dir) ~= "string" or dir == "" then error("bad argument #1 to 'BackupAndRestore' (dir= expected)", 2) end
-  local freq = opts.save_freq or "epoch"
-  if freq ~= "epoch" and not (math.tointeger(freq) and freq > 0) then
-    error("bad argument #1 to 'BackupAndRestore' (save_freq must be \"epoch\" or a positive number of steps)", 2)
-  end
-  return setmetatable({ dir = dir, save_freq = freq, delete_checkpoint = opts.delete_checkpoint ~= false,
-    verbose = opts.verbose ~= false, path = dir .. "/checkpoint.safetensors" }, BR)
-end
-
--- what travels to LocalCluster workers (which run the callback there)
-function BR:_ship()
-  return { class = "BackupAndRestore", config = { dir = self.dir, save_freq = self.save_freq,
-    delete_checkpoint = self.delete_checkpoint, verbose = self.verbose } }
-end
-
-function BR:_save(model, epoch, step)
-  local s = self._strategy
-  if not writer(s) then return end
-  lio._mkdir_p(self.dir)
-  local t, meta = ldist.nn._checkpoint(model)      -- every weight, the optimizer's state (as model:save)
-  meta.format, meta.epoch, meta.step = "ldist-backup", epoch, step
-  local shape = model.layers[1].input_shape
-  meta.input_shape = table.concat(shape, ",")
-  lio.save_safetensors(self.path, t, meta)
-end
-
--- the checkpoint (rank 0 reads, every worker gets it), loaded into the model
--- and its optimizer; {epoch=, step=} or nil when there is none
-function BR:_restore(model, s)
-  local found
-  if writer(s) then
-    local f = io.open(self.path, "rb")
-    if f then
-      f:close()
-      local tensors, meta = lio.load_safetensors(self.path)
-      found = { tensors = tensors, meta = meta }
-    end
-  end
-  if s and s._mw and s._size > 1 then
-    found = C.unpack(s._c:broadcast_string(s._rank == 0 and C.pack(found or false) or nil, 0)) or nil
-  end
-  if not found then return nil end
-  local meta, t = found.meta, found.tensors
-  if meta.format ~= "ldist-backup" then error(self.path .. " is not a BackupAndRestore checkpoint", 0) end
-  if not model.built then
-    local shape = {}   -- "28,28"
-    for d in tostring(meta.input_shape):gmatch("%d+") do shape[#shape + 1] = math.tointeger(tonumber(d)) end
-    model:build(shape)
-  end
-  -- every variable gets the checkpoint's value: a model whose variables a
-  -- strategy lost (model._lost) is whole again once that succeeded
-  local lost = model._lost
-  model._lost = nil
-  local ok, err = pcall(ldist.nn._restore_checkpoint, model, t, meta, self.path)
-  if not ok then model._lost = lost; error(err, 0) end
-  return { epoch = math.tointeger(tonumber(meta.epoch)), step = math.tointeger(tonumber(meta.step)) }
-end
-
--- Steps done in the epoch are counted with the optimizer's step counter: fit
--- may report a batch after it has issued the next one, and the checkpoint must
--- say exactly how many updates its weights hold.
--- epoch is Keras's (from 0); _epoch is the number fit shows (from 1) and
--- _resume_epoch Keras's number of the epoch a resumed fit starts in.
-function BR:on_epoch_begin(epoch, model)
-  self._epoch = epoch + 1
-  local done = epoch == self._resume_epoch and (self._offset or 0) or 0
-  self._it0 = model._optimizer.iterations - done
-end
-function BR:on_train_batch_end(batch, logs, model)
-  if self.save_freq == "epoch" then return end
-  local step = batch + 1                    -- batches done in this epoch
-  local done = (self._offset or 0) + step
-  if self._it0 then done = model._optimizer.iterations - self._it0 end
-  if step % self.save_freq == 0 then self:_save(model, (self._epoch or 1) - 1, done) end
-end
-function BR:on_epoch_end(epoch, logs, model) self:_save(model, epoch + 1, 0) end   -- epochs finished
-function BR:on_train_end(model)
-  if self.delete_checkpoint and writer(self._strategy) then os.remove(self.path) end
-end
-
----------------------------------------------------------------- resuming inside model:fit
--- A dataset that, on its first iteration, first starts (and drops) `burn`
--- iterations, then skips `skip` batches; later iterations are the dataset's.
-local Resume = { __name = "ldist.ResumedDataset" }
-Resume.__index = Resume
-local function iterate(ds)
-  local f, st, c = ds:iter()
-  return function() local e = f(st, c); c = e; return e end
-end
-function Resume.__call(self, _, prev)
-  if prev == nil then
-    self._limit = nil
-    if not self._started then
-      self._started = true
-      for _ = 1, self.burn do
-        if self.ds._burn then self.ds:_burn()
-        else
-          local it = self.ds:iter()
-          if type(it) == "userdata" and it.close then it:close() end
-        end
-      end
-      self._next = iterate(self.ds)
-      for _ = 1, self.skip do if self._next() == nil then break end end
-      if self.steps_per_epoch then self._limit = self.steps_per_epoch - self.skip end
-    else
-      self._next = iterate(self.ds)
-    end
-  end
-  if self._limit then
-    if self._limit <= 0 then return nil end
-    self._limit = self._limit - 1
-  end
-  return self._next()
-end
-function Resume:cardinality() return self.ds.cardinality and self.ds:cardinality() or -2 end
-function Resume:iter() return iterate(self.ds) end
-
-local function as_dataset(x, y, opts) return ldist.nn.Model._as_dataset(x, y, opts, opts.shuffle ~= false) end
-
--- model:fit calls a callback's _before_fit first (50_keras.lua): restore,
--- then start at the saved epoch and step.
-function BR:_before_fit(model, x, y, opts, s)
-  local br = self
-  br._strategy = s
-  br._offset, br._resume_epoch = 0, nil
-  local st = br:_restore(model, s)
-  if not st then return x, y, opts end
-  local o = {}
-  for k, v in pairs(opts) do o[k] = v end
-  o.initial_epoch = st.epoch
-  br._resume_epoch, br._offset = st.epoch, st.step     -- fit starts at epoch st.epoch (from 0)
-  if br.verbose and writer(s) then
-    print(("BackupAndRestore: resuming from %s at epoch %d, step %d"):format(br.path, st.epoch + 1, st.step))
-  end
-  local ds = setmetatable({ ds = as_dataset(x, y, opts), burn = st.epoch, skip = st.step,
-    steps_per_epoch = opts.steps_per_epoch }, Resume)
-  return ds, nil, o
-end
-
-docs[callbacks.BackupAndRestore] = "callbacks.BackupAndRestore{dir=, save_freq=\"epoch\"|N, delete_checkpoint=true}\n\n" ..
-  "Save the weights, the optimizer's state, the epoch and the step to DIR/checkpoint.safetensors\n" ..
-  "every epoch (or every N steps); a model:fit started again with it resumes from there, with the\n" ..
-  "weights an uninterrupted run would have had. Under MultiWorkerMirroredStrategy the chief writes\n" ..
-  "the file and sends it to the other workers at a restart. The file is deleted when fit completes\n" ..
-  "(delete_checkpoint=false keeps it)."
-docs["callbacks.BackupAndRestore"] = docs[callbacks.BackupAndRestore]

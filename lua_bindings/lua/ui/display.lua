@@ -1,4 +1,4 @@
--- 40_display.lua - rich output and comms, for every front end.
+-- ui/display.lua - rich output and comms, for every front end.
 --
 --   display(x)                          show x now (a picture, a table, text)
 --   local h = display(x, {display_id = true})
@@ -136,9 +136,7 @@ ldist.display = display
 
 -- ---- a progress bar in a notebook ------------------------------------------------
 
-local function html_escape(s)
-  return (s:gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;" }))
-end
+local html_escape = ldist._util.html_escape
 
 local function progress_bundle(bar, state)
   local P = ldist.progress

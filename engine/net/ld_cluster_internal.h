@@ -1,7 +1,7 @@
-/* ld_cluster_int.h - what ld_cluster.c (control plane) and ld_ring.c (data
+/* ld_cluster_internal.h - what ld_cluster.c (control plane) and ld_ring.c (data
    plane) share; not a public header. */
-#ifndef LD_CLUSTER_INT_H
-#define LD_CLUSTER_INT_H
+#ifndef LD_CLUSTER_INTERNAL_H
+#define LD_CLUSTER_INTERNAL_H
 
 #include "ld_cluster.h"
 

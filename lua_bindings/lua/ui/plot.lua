@@ -1,4 +1,4 @@
--- 20_plot.lua - plot(): line charts of a training history or any series,
+-- ui/plot.lua - plot(): line charts of a training history or any series,
 -- drawn in the terminal with Unicode braille and saved as SVG.
 --
 --   plot(history)                          -- {loss = {...}, accuracy = {...}, ...}
@@ -120,7 +120,7 @@ local function nice_ticks(lo, hi, count)
   for v = first, last + step * 0.5, step do ticks[#ticks + 1] = math.abs(v) < step * 1e-9 and 0 or v end
   return ticks, first, last
 end
-ldist._nice_ticks = nice_ticks   -- the timeline's axis too (62_timeline.lua)
+ldist._util.nice_ticks = nice_ticks   -- the timeline's axis too (distribute/timeline.lua)
 
 local function fmt_num(v)
   if math.type(v) == "integer" or (v == math.floor(v) and math.abs(v) < 1e9) then
@@ -335,7 +335,7 @@ Plot.__mimebundle = function(self)
   return { ["image/svg+xml"] = self:svg(), ["text/plain"] = self:text(false) }
 end
 
--- A plot is shown with ldist.display (40_display.lua), defined by the time
+-- A plot is shown with ldist.display (ui/display.lua), defined by the time
 -- ldist.plot is called.
 
 function ldist.plot(data, opts)

@@ -1,8 +1,8 @@
--- 70_cluster.lua - where this process stands in a cluster, and what the
+-- distribute/cluster.lua - where this process stands in a cluster, and what the
 -- processes of a cluster share: the cluster description (TF_CONFIG, LDIST_*,
 -- Slurm, mpirun), the shared secret, and the output of child processes. The
--- strategies over processes (72_multiworker.lua, 82_parameter_server.lua) and
--- LocalCluster (74_local_cluster.lua) build on these; distribute._net holds
+-- strategies over processes (distribute/multiworker.lua, distribute/parameter_server.lua) and
+-- LocalCluster (distribute/local_cluster.lua) build on these; distribute._net holds
 -- the helpers they share.
 local ldist = ...
 local C, distribute, docs = ldist._cluster, ldist.distribute, ldist.docs
@@ -27,7 +27,7 @@ end
 -- TF_CONFIG, as TensorFlow reads it: {"cluster": {"chief": [...], "worker": [...], "ps": [...]},
 -- "task": {"type": "worker", "index": 1}}, a table or its JSON text. The one
 -- parser of both strategies over processes (MultiWorkerMirrored here,
--- ParameterServer in 80_ps_tasks.lua): every list of the cluster is checked
+-- ParameterServer in distribute/ps_tasks.lua): every list of the cluster is checked
 -- ("host:port" each), and the task, when given, has a known type and an index.
 -- Returns {cluster = {chief=, worker=, ps=, evaluator=}, task = {type=, index=} or nil}.
 local TASK_TYPES = { chief = true, worker = true, ps = true, evaluator = true }

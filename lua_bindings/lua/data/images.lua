@@ -1,4 +1,4 @@
--- 33_images.lua - data.image_dataset_from_directory (Keras's
+-- data/images.lua - data.image_dataset_from_directory (Keras's
 -- keras.utils.image_dataset_from_directory), io.load_image, io.save_image.
 -- The C half is ldist._image (lua_bindings/image.c, engine/ld_image.c).
 --
@@ -12,7 +12,7 @@ local doc = ldist.document
 local D = data.Dataset
 
 -- what Keras sets as attributes on the dataset it returns (class_names,
--- file_paths): kept beside the userdata, read as fields (30_datasets' D._fields)
+-- file_paths): kept beside the userdata, read as fields (data/datasets.lua' D._fields)
 local attrs = setmetatable({}, { __mode = "k" })
 D._fields.class_names = function(ds) local a = attrs[ds]; return a and a.class_names end
 D._fields.file_paths = function(ds) local a = attrs[ds]; return a and a.file_paths end
@@ -230,7 +230,7 @@ ds.class_names and ds.file_paths are set on the returned datasets
 first. Workers of a distribution strategy rebuild the dataset from the same
 call and seed.]])
 
--- the module summaries (written by 30_datasets.lua) name the new functions too
+-- the module summaries (written by data/datasets.lua) name the new functions too
 local docs = ldist.docs
 local function extend(obj, name, needle, text)
   local d = docs[obj] or docs[name]
