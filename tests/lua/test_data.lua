@@ -418,7 +418,7 @@ end)
 
 T.test("one worker's part of each batch: its rows of the inputs, every row of the labels and weights", function()
   -- MultiWorkerMirrored's fit reads batches this way (it:_next_part): each of
-  -- n workers gathers only its share of the inputs, split as distribute._share
+  -- n workers gathers only its share of the inputs, split as ldist._util.share
   local x = tensor.arange(23 * 3):reshape(23, 3):astype("float32")
   local y, w = tensor.arange(23), tensor.arange(23):astype("float32") * 0.5
   local function ds() return data.Dataset.from_tensor_slices(x, y, w):shuffle(23, {seed = 4}):batch(6) end
@@ -433,7 +433,7 @@ T.test("one worker's part of each batch: its rows of the inputs, every row of th
       i = i + 1
       local b = whole[i]
       T.eq(rows, b[1].shape[1], "the batch's rows")
-      local lo, hi = distribute._share(rows, 3, r)
+      local lo, hi = ldist._util.share(rows, 3, r)
       T.eq(first, lo, "the part's first row")
       T.eq(part[1].shape[1], hi - lo, "the part's rows")
       if hi > lo then
