@@ -51,7 +51,7 @@
  *
  * The im2col + gemm lowering (ld_im2col, ld_linear) stays the path of other
  * backends and the reference the tests compare this one with
- * (LDIST_CONV_REFERENCE=1, ld_ops.c; tests/lua/test_conv_kernels.lua).
+ * (LDIST_CONV_REFERENCE=1, ld_ops_conv.c; tests/lua/test_conv_kernels.lua).
  */
 #include "ld_cpu_internal.h"
 #include "ld_executor.h"

@@ -188,7 +188,7 @@ typedef struct {
       (V, const float *, q), (V, const float *, k), (V, const float *, v), (V, const float *, o),              \
       (V, const float *, lse), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, int64_t, e),         \
       (V, float, scale), (V, int, causal), (V, int64_t, offset))                                                \
-    /* convolution, its im2col lowering, max pooling (ld_ops.c) */         \
+    /* convolution, its im2col lowering, max pooling (ld_ops_conv.c) */    \
     /* Direct convolution (no im2col): y [n, oh, ow, f] = x * w + b (b NULL: \
        no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \
        pooled [n, poh, pow, f] and arg (int32, same shape) the pixel        \

@@ -217,8 +217,6 @@ void ld_layer_release(ld_layer *l) {
 }
 
 /* recorded (ld_cast_op): a half input's gradient flows back through the cast */
-ld_tensor *ld_as_float(ld_tensor *x) { return x->dtype == LD_F32 ? ld_tensor_retain(x) : ld_cast_op(x, LD_F32); }
-
 /* an orthogonal matrix [rows, cols] (Keras's Orthogonal: QR of a normal
    matrix, signs fixed by R's diagonal), here by Gram-Schmidt in double */
 static ld_tensor *orthogonal(int64_t rows, int64_t cols, ld_rng *rng) {

@@ -257,8 +257,6 @@ ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training);
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y);
 int64_t ld_layer_param_count(const ld_layer *l);
 int64_t ld_layer_trainable_count(const ld_layer *l);
-/* helpers for classes */
-ld_tensor *ld_as_float(ld_tensor *x);          /* x itself (retained) when float32, else a float32 copy */
 
 /* ---- Sequential ---- */
 typedef struct ld_model {

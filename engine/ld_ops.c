@@ -69,8 +69,7 @@ ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt) {
     return c;
 }
 
-/* A float32 tensor for t: t itself retained, or a cast copy (recorded for a half t). */
-static ld_tensor *as_float(ld_tensor *t) {
+ld_tensor *ld_as_float(ld_tensor *t) {
     return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast_op(t, LD_F32);
 }
 
@@ -270,7 +269,7 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
        rounded once: the bits the float32 op and a cast give, without their
        kernels), recorded on the half tensors; others as float32 */
     int half = ld_dtype_is_half(a->dtype) && a->dtype == b->dtype;
-    ld_tensor *fa = half ? ld_tensor_retain(a) : as_float(a), *fb = !fa ? NULL : half ? ld_tensor_retain(b) : as_float(b);
+    ld_tensor *fa = half ? ld_tensor_retain(a) : ld_as_float(a), *fb = !fa ? NULL : half ? ld_tensor_retain(b) : ld_as_float(b);
     ld_tensor *out = fb ? binary_raw(op, fa, fb) : NULL;
     if (out && op < LD_BIN_EQ) {
         ld_tensor *in[2] = {fa, fb};
@@ -327,7 +326,7 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 /* A half x runs the half kernel (float32 arithmetic, rounded once) and is
    recorded as it is; an integer one is cast to float32 first. */
 ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
-    ld_tensor *fx = ld_dtype_is_half(x->dtype) ? ld_tensor_retain(x) : as_float(x);
+    ld_tensor *fx = ld_dtype_is_half(x->dtype) ? ld_tensor_retain(x) : ld_as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
@@ -484,7 +483,7 @@ static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
 }
 
 static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
-    ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : as_float(x);
+    ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : ld_as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
@@ -841,7 +840,7 @@ static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {
 
 static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
     if (x->ndim < 1) { ld_fail(LD_ESHAPE, "softmax needs at least one dimension"); return NULL; }
-    ld_tensor *fx = as_float(x), *cx = fx ? ld_ops_contig(fx) : NULL;
+    ld_tensor *fx = ld_as_float(x), *cx = fx ? ld_ops_contig(fx) : NULL;
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t cols = cx->shape[cx->ndim - 1], rows = cols ? ld_tensor_numel(cx) / cols : 0;
@@ -857,253 +856,6 @@ static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
 }
 ld_tensor *ld_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 0), ld_ops_result_dtype(x, NULL)); }
 ld_tensor *ld_log_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 1), ld_ops_result_dtype(x, NULL)); }
-
-/* ================================================================ conv2d (NHWC, HWIO) */
-/* The convolution op: y = conv(x, w) + b, then relu when asked, recorded as
-   one node. On the CPU the direct kernels (ld_cpu_conv.c) do it whole:
-   no im2col matrix, bias and relu fused forward, relu's mask and the bias
-   gradient fused backward. Other backends (and the CPU when
-   LDIST_CONV_REFERENCE=1, which the tests compare against, or when an x86
-   processor lacks AVX-512: the direct kernels need its 32 registers, see
-   ld_cpu_conv.c) lower it to im2col -> the fused dense op -> reshape,
-   differentiated op by op. */
-static int conv_reference(void) {
-    const char *e = getenv("LDIST_CONV_REFERENCE");
-    if (e && *e && strcmp(e, "0") != 0) return 1;
-#if defined(__x86_64__)
-    return ld_cpu_isa() < LD_ISA_AVX512;
-#else
-    return 0;
-#endif
-}
-
-/* The geometry of conv(x, w) (and of the pooling after it when pk[0] > 0:
-   pk = {pkh, pkw, psh, psw}), with the errors a user meets. */
-static int conv_geometry(const ld_tensor *x, const ld_tensor *w, int sh, int sw, int same, const int *pk,
-                         ld_conv_geom *g) {
-    memset(g, 0, sizeof *g);
-    g->n = x->shape[0]; g->h = x->shape[1]; g->w = x->shape[2]; g->c = x->shape[3];
-    g->kh = w->shape[0]; g->kw = w->shape[1]; g->f = w->shape[3]; g->sh = sh; g->sw = sw;
-    if (same) {
-        ld_ops_same_pad(g->h, g->kh, sh, &g->oh, &g->ph);
-        ld_ops_same_pad(g->w, g->kw, sw, &g->ow, &g->pw);
-    } else {
-        if (g->h < g->kh || g->w < g->kw)
-            return ld_fail(LD_ESHAPE, "conv2d: kernel %lldx%lld is larger than the %lldx%lld input (use padding=\"same\")",
-                           (long long)g->kh, (long long)g->kw, (long long)g->h, (long long)g->w);
-        g->oh = (g->h - g->kh) / sh + 1; g->ow = (g->w - g->kw) / sw + 1;
-    }
-    if (pk && pk[0] > 0) {
-        if (pk[1] < 1 || pk[2] < 1 || pk[3] < 1) return ld_fail(LD_EARG, "pool size and strides must be positive");
-        if (g->oh < pk[0] || g->ow < pk[1])
-            return ld_fail(LD_ESHAPE, "max_pool2d: pool %dx%d is larger than the input [%lld, %lld, %lld, %lld]",
-                           pk[0], pk[1], (long long)g->n, (long long)g->oh, (long long)g->ow, (long long)g->f);
-        g->pkh = pk[0]; g->pkw = pk[1]; g->psh = pk[2]; g->psw = pk[3];
-        g->poh = (g->oh - g->pkh) / g->psh + 1; g->pow = (g->ow - g->pkw) / g->psw + 1;
-    }
-    return LD_OK;
-}
-
-/* args: sh, sw, same, relu, then the pooling's pkh, pkw, psh, psw (0: none);
-   saved: the output (relu's mask) and the pooling's arg */
-static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL, *y = nd->saved[0];
-    ld_tensor *arg = nd->saved[1];
-    int pk[4] = {(int)nd->args[4], (int)nd->args[5], (int)nd->args[6], (int)nd->args[7]};
-    int relu = (int)nd->args[3];
-    ld_conv_geom cg;
-    if (conv_geometry(x, w, (int)nd->args[0], (int)nd->args[1], (int)nd->args[2], pk, &cg)) return ld_error_status();
-    int nx = ld_needs_grad(x), nw = ld_needs_grad(w), nb = b && ld_needs_grad(b);
-    ld_tensor *gc = ld_contiguous(g), *cw = gc ? ld_contiguous(w) : NULL;
-    ld_tensor *dx = cw && nx ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
-    ld_tensor *dw = cw && nw ? ld_ops_out_empty(LD_F32, 4, w->shape, DEV(x)) : NULL;
-    ld_tensor *db = cw && nb ? ld_ops_out_empty(LD_F32, 1, b->shape, DEV(x)) : NULL;
-    int ok = cw && (!nx || dx) && (!nw || dw) && (!nb || db);
-    if (ok && (nx || nw || nb))
-        BE(x)->conv2d_backward(DEV(x), dx ? FPTR(dx) : NULL, dw ? FPTR(dw) : NULL, db ? FPTR(db) : NULL, FPTR(gc),
-                               y ? FPTR(y) : NULL, arg ? (const int32_t *)arg->storage->data + arg->offset : NULL,
-                               FPTR(x), FPTR(cw), cg, relu && y);
-    ld_tensor_release(gc); ld_tensor_release(cw);
-    if (!ok) { ld_tensor_release(dx); ld_tensor_release(dw); ld_tensor_release(db); return ld_error_status(); }
-    gi[0] = dx; gi[1] = dw;
-    if (b) gi[2] = db;
-    return LD_OK;
-}
-
-/* relu(conv(x, w) + b), then max pooling when pk (see conv_geometry) */
-static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same, const int *pk) {
-    char b1[64], b2[64];
-    if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[2] ||
-        (b && (b->ndim != 1 || b->shape[0] != w->shape[3]))) {
-        ld_fail(LD_ESHAPE, "conv2d needs NHWC input and HWIO kernel with matching channels, got %s and %s",
-                ld_shape_str(x, b1, sizeof b1), ld_shape_str(w, b2, sizeof b2));
-        return NULL;
-    }
-    if (sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d strides must be positive"); return NULL; }
-    if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
-        ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s and %s", ld_dtype_name(x->dtype), ld_dtype_name(w->dtype));
-        return NULL;
-    }
-    if (ld_check_same_device(x, w, "conv2d") || (b && ld_check_same_device(w, b, "conv2d"))) return NULL;
-    int pool = pk && pk[0] > 0;
-    if (DEV(x)->kind != LD_DEV_CPU || conv_reference()) {
-        /* the lowering: im2col -> dense (bias, relu fused) -> NHWC, then the pooling op */
-        int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
-        ld_tensor *col = ld_im2col(x, (int)kh, (int)kw, sh, sw, same, &oh, &ow);
-        int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
-        ld_tensor *w2 = col ? ld_reshape_op(w, 2, w2s) : NULL;
-        ld_tensor *y2 = w2 ? ld_linear(col, w2, b, relu) : NULL;
-        ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
-        ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
-        if (y && pool) {
-            ld_tensor *p = ld_maxpool2d(y, pk[0], pk[1], pk[2], pk[3]);
-            ld_tensor_release(y);
-            y = p;
-        }
-        return y;
-    }
-    ld_conv_geom cg;
-    if (conv_geometry(x, w, sh, sw, same, pk, &cg)) return NULL;
-    ld_tensor *cx = ld_ops_contig(x), *cw = cx ? ld_contiguous(w) : NULL;
-    int64_t ys[4] = {cg.n, pool ? cg.poh : cg.oh, pool ? cg.pow : cg.ow, cg.f};
-    ld_tensor *y = cw ? ld_ops_out_empty(LD_F32, 4, ys, DEV(x)) : NULL;
-    ld_tensor *arg = y && pool ? ld_ops_out_empty(LD_I32, 4, ys, DEV(x)) : NULL;
-    ld_tensor *cb = y && b ? ld_contiguous(b) : NULL;
-    if (y && (!b || cb) && (!pool || arg)) {
-        BE(x)->conv2d(DEV(x), FPTR(y), arg ? (int32_t *)arg->storage->data + arg->offset : NULL, FPTR(cx), FPTR(cw),
-                      cb ? FPTR(cb) : NULL, cg, relu);
-        ld_tensor *in[3] = {cx, w, b};
-        ld_node *nd = ld_record(y, pool ? "conv2d_max_pool2d" : "conv2d", bw_conv2d, b ? 3 : 2, in);
-        if (nd) {
-            double a[8] = {sh, sw, same, relu, pool ? pk[0] : 0, pool ? pk[1] : 0, pool ? pk[2] : 0, pool ? pk[3] : 0};
-            for (int i = 0; i < 8; i++) nd->args[i] = a[i];
-            /* relu's gradient needs only the output; a plain view, no cycle */
-            if (relu) nd->saved[0] = ld_reshape(y, 4, ys);
-            if (pool) nd->saved[1] = ld_tensor_retain(arg);
-        }
-    } else if (y) {
-        ld_tensor_release(y);
-        y = NULL;
-    }
-    ld_tensor_release(cx); ld_tensor_release(cw); ld_tensor_release(cb); ld_tensor_release(arg);
-    return y;
-}
-
-ld_tensor *ld_conv2d_bias_act(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same) {
-    return conv_op(x, w, b, relu, sh, sw, same, NULL);
-}
-
-ld_tensor *ld_conv2d_pool(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
-                          int pkh, int pkw, int psh, int psw) {
-    int pk[4] = {pkh, pkw, psh, psw};
-    if (pkh < 1) { ld_fail(LD_EARG, "pool size and strides must be positive"); return NULL; }
-    if (x->ndim == 4 && x->shape[1] * x->shape[2] > INT32_MAX) {   /* arg is an int32 pixel: two ops */
-        ld_tensor *y = conv_op(x, w, b, relu, sh, sw, same, NULL);
-        ld_tensor *p = y ? ld_maxpool2d(y, pkh, pkw, psh, psw) : NULL;
-        ld_tensor_release(y);
-        return p;
-    }
-    return conv_op(x, w, b, relu, sh, sw, same, pk);
-}
-
-ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
-    return ld_conv2d_bias_act(x, w, NULL, 0, sh, sw, same);
-}
-
-/* Image patches as a differentiable op: col [N*OH*OW, KH*KW*C]; its gradient
-   is col2im. A convolution layer is then im2col -> the fused dense op (bias
-   written first, relu in place) -> reshape. */
-static int bw_im2col(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *x = nd->in[0];
-    ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
-    if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                          (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2], (int64_t)nd->args[3],
-                          (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6], (int64_t)nd->args[7]);
-    ld_tensor_release(gc);
-    gi[0] = dx;
-    return dx ? LD_OK : ld_error_status();
-}
-
-ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh_out, int64_t *ow_out) {
-    char b1[64];
-    if (x->ndim != 4) { ld_fail(LD_ESHAPE, "conv2d needs NHWC input, got %s", ld_shape_str(x, b1, sizeof b1)); return NULL; }
-    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d kernel size and strides must be positive"); return NULL; }
-    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s", ld_dtype_name(x->dtype)); return NULL; }
-    int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
-    if (same) {
-        ld_ops_same_pad(h, kh, sh, &oh, &ph);
-        ld_ops_same_pad(wd, kw, sw, &ow, &pw);
-    } else {
-        if (h < kh || wd < kw) {
-            ld_fail(LD_ESHAPE, "conv2d: kernel %dx%d is larger than the %lldx%lld input (use padding=\"same\")",
-                    kh, kw, (long long)h, (long long)wd);
-            return NULL;
-        }
-        oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
-    }
-    ld_tensor *cx = ld_ops_contig(x);
-    if (!cx) return NULL;
-    int64_t cs[2] = {n * oh * ow, (int64_t)kh * kw * c};
-    ld_tensor *col = ld_ops_out_empty(LD_F32, 2, cs, DEV(x));
-    if (col) {
-        BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
-        ld_tensor *in[1] = {cx};
-        ld_node *nd = ld_record(col, "im2col", bw_im2col, 1, in);
-        if (nd) {
-            double a[8] = {kh, kw, sh, sw, ph, pw, oh, ow};
-            for (int i = 0; i < 8; i++) nd->args[i] = a[i];
-        }
-    }
-    ld_tensor_release(cx);
-    *oh_out = oh; *ow_out = ow;
-    return col;
-}
-
-/* ================================================================ max pooling */
-static int bw_maxpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *x = nd->in[0], *arg = nd->saved[0];
-    ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
-    if (dx) BE(x)->maxpool_backward(DEV(x), FPTR(dx), FPTR(gc), arg->storage->data, x->shape[0], ld_tensor_numel(gc),
-                                    ld_tensor_numel(x));
-    ld_tensor_release(gc);
-    gi[0] = dx;
-    return dx ? LD_OK : ld_error_status();
-}
-
-ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
-    char b1[64];
-    if (x->ndim != 4) {
-        ld_fail(LD_ESHAPE, "max_pool2d needs an NHWC input, got shape %s", ld_shape_str(x, b1, sizeof b1));
-        return NULL;
-    }
-    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "pool size and strides must be positive"); return NULL; }
-    if (x->shape[1] < kh || x->shape[2] < kw) {
-        ld_fail(LD_ESHAPE, "max_pool2d: pool %dx%d is larger than the input %s", kh, kw, ld_shape_str(x, b1, sizeof b1));
-        return NULL;
-    }
-    ld_tensor *fx = as_float(x), *cx = fx ? ld_ops_contig(fx) : NULL;
-    ld_tensor_release(fx);
-    if (!cx) return NULL;
-    int64_t oh = (cx->shape[1] - kh) / sh + 1, ow = (cx->shape[2] - kw) / sw + 1;
-    int64_t ys[4] = {cx->shape[0], oh, ow, cx->shape[3]};
-    ld_tensor *y = ld_ops_out_empty(LD_F32, 4, ys, DEV(cx));
-    ld_tensor *arg = y ? ld_ops_out_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
-    if (arg) {
-        BE(cx)->maxpool(DEV(cx), FPTR(y), arg->storage->data, FPTR(cx), cx->shape[0], cx->shape[1],
-                        cx->shape[2], cx->shape[3], kh, kw, sh, sw, oh, ow);
-        ld_tensor *in[1] = {cx};
-        ld_node *nd = ld_record(y, "max_pool2d", bw_maxpool, 1, in);
-        if (nd) nd->saved[0] = ld_tensor_retain(arg);
-    } else {
-        ld_tensor_release(y);
-        y = NULL;
-    }
-    ld_tensor_release(arg);
-    ld_tensor_release(cx);
-    return y;
-}
 
 /* ================================================================ dropout */
 /* Element i of the counter-based stream `key`: splitmix64 of key + (i+1)*phi,
@@ -1195,7 +947,7 @@ ld_tensor *ld_sparse_xent_logits_scaled(ld_tensor *logits, ld_tensor *labels, do
     }
     if (ld_check_same_device(logits, labels, "sparse cross-entropy")) return NULL;
     ld_tensor *lab = labels->dtype == LD_I64 ? ld_contiguous(labels) : ld_cast(labels, LD_I64);
-    ld_tensor *fl = lab ? as_float(logits) : NULL, *cl = fl ? ld_ops_contig(fl) : NULL;
+    ld_tensor *fl = lab ? ld_as_float(logits) : NULL, *cl = fl ? ld_ops_contig(fl) : NULL;
     ld_tensor_release(fl);
     if (!cl) { ld_tensor_release(lab); return NULL; }
     int64_t n = cl->shape[0], c = cl->shape[1];

@@ -3,7 +3,7 @@
  * argument checks, dispatch to the device's kernels (the pooling family of
  * LD_LAYER_KERNELS, ld_kernels.h: ld_cpu_pool.c, cuda/cuda_pool.cu), and
  * their backward functions. Max pooling goes with the convolution it
- * follows (ld_ops.c, ld_cpu_conv.c, cuda/cuda_conv.cu).
+ * follows (ld_ops_conv.c, ld_cpu_conv.c, cuda/cuda_conv.cu).
  */
 #include "ld_ops_pool.h"
 #include "ld_ops.h"

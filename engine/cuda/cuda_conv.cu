@@ -119,7 +119,7 @@ void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t
 }
 
 /* The CPU's direct convolution (ld_cpu_conv.c) has no CUDA twin: on a GPU the
-   op (ld_conv2d_bias_act, ld_ops.c) lowers to im2col + cuBLAS + col2im, and
+   op (ld_conv2d_bias_act, ld_ops_conv.c) lowers to im2col + cuBLAS + col2im, and
    never calls these slots. A call is a bug, reported as a device fault. */
 void cu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g, int relu) {
     cu_dev *cd = cu_begin(d);
