@@ -26,12 +26,17 @@
 #define LOSS_MT "ldist.Loss"
 
 /* ================================================================ helpers */
+/* A layer or model whose finalizer has run (a finalizer of another object
+   reaching it during a collection: Lua resurrects what finalized objects
+   refer to) holds NULL: an error, never a NULL dereference. */
 static ld_layer *check_layer(lua_State *L, int i) {
     ld_layer **p = luaL_checkudata(L, i, LAYER_MT);
+    if (!*p) luaL_error(L, "this layer has been garbage-collected (reached from a finalizer)");
     return *p;
 }
 static ld_model *check_model(lua_State *L, int i) {
     ld_model **p = luaL_checkudata(L, i, MODEL_MT);
+    if (!*p) luaL_error(L, "this model has been garbage-collected (reached from a finalizer)");
     return *p;
 }
 

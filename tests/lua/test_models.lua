@@ -229,4 +229,24 @@ T.test("a model whose variables were made outside a strategy's scope cannot be c
 end)
 
 os.execute("rm -rf '" .. dir .. "'")
+-- The conformance runner, run as one process per strategy (CONFORMANCE_ONE_PROCESS),
+-- died with SIGSEGV: a finalizer reached a model whose own finalizer had run
+-- (Lua resurrects what finalized objects refer to) and read a NULL model.
+T.test("a model reached from another object's finalizer after its own: an error, not a crash", function()
+  local result
+  local holder = setmetatable({}, { __gc = function(h)
+    result = table.pack(pcall(function() return h.m.built end))
+    local _, e2 = pcall(function() return h.l.units end)
+    result.layer_err = e2
+  end })
+  holder.m = nn.Sequential { nn.Dense(2) }   -- marked for finalization after holder: finalized first
+  holder.l = nn.Dense(3)
+  holder = nil
+  collectgarbage(); collectgarbage()
+  T.ok(result, "the finalizer ran")
+  T.eq(result[1], false, "reading the collected model raises")
+  T.ok(tostring(result[2]):find("garbage%-collected"), tostring(result[2]))
+  T.ok(tostring(result.layer_err):find("garbage%-collected"), tostring(result.layer_err))
+end)
+
 T.done()
