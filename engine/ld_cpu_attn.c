@@ -11,6 +11,7 @@
  * call. Otherwise (a few large matrices) the matrices go one after the
  * other, each split over the pool by the gemm kernel itself.
  */
+#include "ld_attn_math.h"
 #include "ld_cpu_internal.h"
 #include "ld_cpu_simd.h"
 #include "ld_executor.h"
@@ -139,11 +140,7 @@ typedef struct {
 } msm_job;
 
 /* row r's columns [0, kept) take part; the rest are masked out */
-static int64_t kept(const msm_job *j, int64_t r) {
-    if (!j->causal) return j->s;
-    int64_t last = r % j->t + j->offset;   /* the last column kept */
-    return last < 0 ? 0 : last + 1 < j->s ? last + 1 : j->s;
-}
+static int64_t kept(const msm_job *j, int64_t r) { return ld_attn_kept(r % j->t, j->s, j->causal, j->offset); }
 
 static void msm_rows(const msm_job *j, int64_t lo, int64_t hi) {
     int64_t s = j->s;
@@ -228,11 +225,7 @@ typedef struct {
 } fa_job;
 
 /* query i sees keys [0, fa_kept) */
-static int64_t fa_kept(const fa_job *j, int64_t i) {
-    if (!j->causal) return j->s;
-    int64_t last = i + j->offset;
-    return last < 0 ? 0 : last + 1 < j->s ? last + 1 : j->s;
-}
+static int64_t fa_kept(const fa_job *j, int64_t i) { return ld_attn_kept(i, j->s, j->causal, j->offset); }
 
 static void fa_axpy(float *y, float a, const float *x, int64_t n) {
     for (int64_t c = 0; c < n; c++) y[c] += a * x[c];

@@ -100,6 +100,11 @@ static int set_contiguous_strides(ld_tensor *t) {
     return LD_OK;
 }
 
+static uint64_t next_serial(void) {
+    static uint64_t serial;
+    return __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
+}
+
 /* A tensor header over existing storage (retained). */
 static ld_tensor *view_of(ld_tensor *base) {
     ld_tensor_materialize(base);   /* a view reads what the product will write */
@@ -116,6 +121,7 @@ static ld_tensor *view_of(ld_tensor *base) {
     t->name = NULL;
     t->ext = NULL;
     t->pending = NULL;
+    t->serial = next_serial();
     __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
     return t;
 }
@@ -194,6 +200,7 @@ ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_devic
     ld_tensor *t = calloc(1, sizeof *t);
     if (!t) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     t->refcount = 1;
+    t->serial = next_serial();
     t->dtype = dt;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
@@ -212,6 +219,7 @@ ld_tensor *ld_tensor_borrow(ld_dtype dt, int ndim, const int64_t *shape, void *d
     ld_storage *s = calloc(1, sizeof *s);
     if (!t || !s) { free(t); free(s); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     t->refcount = 1;
+    t->serial = next_serial();
     t->dtype = dt;
     t->ndim = ndim;
     for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];

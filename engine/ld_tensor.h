@@ -70,6 +70,10 @@ typedef struct ld_tensor {
     char *name;                     /* optional, owned (variables: "dense/kernel") */
     ld_tensor_ext *ext;             /* owned, NULL for most tensors; views never share it */
     struct ld_pending *pending;     /* a weight gradient not computed yet (ld_ops.h) */
+    /* names this header for the process's life, never reused (an address
+       is, once the tensor is freed): what a strategy keys "already
+       broadcast" by, so the decision never depends on when memory is freed */
+    uint64_t serial;
 } ld_tensor;
 
 /* A weight gradient left as its product, a^T b (a [rows, m], b [rows, n],

@@ -672,8 +672,10 @@ static int c_mpi_broadcast_string(lua_State *L) {
 }
 
 static int c_cores(lua_State *L) { lua_pushinteger(L, ld_cpu_cores()); return 1; }
-/* tensor_id(t) -> an integer naming the engine tensor (userdata differ, the tensor is one) */
-static int c_tensor_id(lua_State *L) { lua_pushinteger(L, (lua_Integer)(uintptr_t)lb_check_tensor(L, 1)); return 1; }
+/* tensor_id(t) -> an integer naming the engine tensor (userdata differ, the
+   tensor is one), never given to another tensor of this process: its serial,
+   not its address, which a tensor made after this one is freed may reuse */
+static int c_tensor_id(lua_State *L) { lua_pushinteger(L, (lua_Integer)lb_check_tensor(L, 1)->serial); return 1; }
 /* clear_interrupt(): a Ctrl-C that was handled must not stop the next wait */
 static int c_clear_interrupt(lua_State *L) { (void)L; ld_interrupt_flag = 0; return 0; }
 

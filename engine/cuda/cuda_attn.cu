@@ -18,6 +18,7 @@
  * uniform. The backward reads each row's dot product once, then writes.
  */
 #include "cuda_common.cuh"
+#include "ld_attn_math.h"
 
 #include <cublas_v2.h>
 #include <limits.h>
@@ -142,11 +143,7 @@ __global__ void k_masked_softmax(float *y, const float *x, int64_t rows, int64_t
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * s;
         float *yr = y + r * s;
-        int64_t lim = s;
-        if (causal) {
-            int64_t last = r % t + offset;
-            lim = last < 0 ? 0 : last + 1 < s ? last + 1 : s;
-        }
+        int64_t lim = ld_attn_kept(r % t, s, causal, offset);
         if (lim == 0) {   /* uniform (the whole block takes the branch) */
             float u = 1.0f / (float)s;
             for (int64_t j = threadIdx.x; j < s; j += blockDim.x) yr[j] = u;
@@ -171,7 +168,7 @@ __global__ void k_masked_softmax_bw(float *dx, const float *y, const float *dy, 
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
-        if (causal && r % t + offset < 0) {   /* masked whole: the weights do not depend on x */
+        if (ld_attn_kept(r % t, cols, causal, offset) == 0) {   /* masked whole: the weights do not depend on x */
             for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = 0.0f;
             continue;
         }
@@ -225,11 +222,6 @@ void cu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const f
  * its last query sees. A row that sees no key has uniform weights (as
  * masked_softmax gives): its output is the mean of the values, and its
  * gradient goes to every v alone. */
-__device__ __forceinline__ int64_t fa_kept(int64_t i, int64_t s, int causal, int64_t offset) {
-    if (!causal) return s;
-    int64_t last = i + offset;
-    return last < 0 ? 0 : last + 1 < s ? last + 1 : s;
-}
 
 /* rows [r0, r0 + R) of the [n, E] arrays a and b into sa and sb (zeros past
    n), by the block's NT threads */
@@ -259,9 +251,9 @@ __global__ void __launch_bounds__(64) k_flash_fwd(float *o, float *lse, const fl
         int64_t lim = 0;
 #pragma unroll
         for (int c = 0; c < E; c++) { qr[c] = active ? q[(b * t + i) * E + c] : 0.f; acc[c] = 0.f; }
-        if (active) lim = fa_kept(i, s, causal, offset);
+        if (active) lim = ld_attn_kept(i, s, causal, offset);
         int64_t ilast = i0 + BQ - 1 < t ? i0 + BQ - 1 : t - 1;
-        int64_t blim = fa_kept(ilast, s, causal, offset);   /* fa_kept grows with i */
+        int64_t blim = ld_attn_kept(ilast, s, causal, offset);   /* ld_attn_kept grows with i */
         for (int64_t j0 = 0; j0 < blim; j0 += BK) {
             __syncthreads();   /* every thread is done with the last tile */
             fa_load_rows<E, BK, BQ, E>(ks, vs, kb, vb, j0, s);
@@ -330,11 +322,11 @@ __global__ void __launch_bounds__(64) k_flash_bw_q(float *gq, float *dd, const f
         }
         if (active) {
             dd[row] = di;
-            lim = fa_kept(i, s, causal, offset);
+            lim = ld_attn_kept(i, s, causal, offset);
             li = lse[row];
         }
         int64_t ilast = i0 + BQ - 1 < t ? i0 + BQ - 1 : t - 1;
-        int64_t blim = gq ? fa_kept(ilast, s, causal, offset) : 0;
+        int64_t blim = gq ? ld_attn_kept(ilast, s, causal, offset) : 0;
         for (int64_t j0 = 0; j0 < blim; j0 += BK) {
             __syncthreads();
             fa_load_rows<E, BK, BQ, E>(ks, vs, kb, vb, j0, s);
@@ -394,7 +386,7 @@ __global__ void __launch_bounds__(32) k_flash_bw_kv(float *gk, float *gv, const 
             __syncthreads();
             int n = t - i0 < BQ ? (int)(t - i0) : BQ;
             for (int r = 0; r < n; r++) {
-                if (!active || j >= fa_kept(i0 + r, s, causal, offset)) continue;
+                if (!active || j >= ld_attn_kept(i0 + r, s, causal, offset)) continue;
                 float sc = 0.f, dp = 0.f;
 #pragma unroll
                 for (int c = 0; c < E; c++) { sc += qs[r][c] * kj[threadIdx.x][c]; dp += gs[r][c] * vj[threadIdx.x][c]; }
@@ -451,13 +443,8 @@ void cu_flash_attention_backward(ld_device *d, float *gq, float *gk, float *gv, 
         return;
     }
     size_t bytes = sizeof(float) * (size_t)(batch * t);
-    float *dd = (float *)cu_scratch(cd, bytes);
-    if (!dd) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s: flash_attention_backward: no memory for %zu bytes of scratch", d->name, bytes);
-        cu_record_msg(cd, msg);
-        return;
-    }
+    float *dd = (float *)cu_scratch_needed(cd, bytes, "flash_attention_backward");
+    if (!dd) return;
     unsigned by = (unsigned)(batch < 65535 ? batch : 65535);
     dim3 gq_grid((unsigned)((t + 63) / 64), by), gkv_grid((unsigned)((s + 31) / 32), by);
 #define FA_BW(E)                                                                                                  \

@@ -93,6 +93,9 @@ cu_dev *cu_begin(ld_device *d);
    kernels using it are queued: stream order keeps it alive long enough. */
 void *cu_scratch(cu_dev *cd, size_t nbytes);
 void cu_scratch_free(cu_dev *cd, void *p, size_t nbytes);
+/* cu_scratch for a kernel that cannot run without it: on failure, records
+   "cuda:N: <what>: no memory for <n> bytes of scratch" and returns NULL */
+void *cu_scratch_needed(cu_dev *cd, size_t nbytes, const char *what);
 
 static inline int64_t cu_numel(const ld_tensor *t) {
     int64_t n = 1;

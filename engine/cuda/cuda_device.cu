@@ -187,6 +187,16 @@ static void raw_free(cu_dev *cd, void *p, size_t nbytes) {
 void *cu_scratch(cu_dev *cd, size_t nbytes) { return raw_alloc(cd, nbytes, 0); }
 void cu_scratch_free(cu_dev *cd, void *p, size_t nbytes) { raw_free(cd, p, nbytes); }
 
+void *cu_scratch_needed(cu_dev *cd, size_t nbytes, const char *what) {
+    void *p = cu_scratch(cd, nbytes);
+    if (!p) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s: %s: no memory for %zu bytes of scratch", cd->dev->name, what, nbytes);
+        cu_record_msg(cd, msg);
+    }
+    return p;
+}
+
 static void *cu_alloc(ld_device *d, size_t nbytes) {
     cu_dev *cd = cu_begin(d);
     if (!cd) return NULL;

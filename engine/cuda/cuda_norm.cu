@@ -92,13 +92,8 @@ static void colsum(cu_dev *cd, ld_device *d, const char *what, int mode, float *
     while (ny > 1 && ny * 2 * c > ((int64_t)1 << 23)) ny /= 2;   /* scratch at most 64 MiB */
     int64_t chunk = rows > 0 ? (rows + ny - 1) / ny : 0;
     size_t bytes = (size_t)ny * 2 * (size_t)c * sizeof(double);
-    double *part = (double *)cu_scratch(cd, bytes);
-    if (!part) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s: %s: no memory for %zu bytes of scratch", d->name, what, bytes);
-        cu_record_msg(cd, msg);
-        return;
-    }
+    double *part = (double *)cu_scratch_needed(cd, bytes, what);
+    if (!part) return;
     int64_t gx = (c + CB - 1) / CB;
     if (gx > 4096) gx = 4096;
     dim3 grid((unsigned)gx, (unsigned)ny), block(CB, RB);

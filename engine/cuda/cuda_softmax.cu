@@ -84,13 +84,8 @@ void cu_sparse_xent(ld_device *d, float *loss, float *probs, const float *logits
         return;
     }
     size_t bytes = (size_t)n * sizeof(double);
-    double *rowloss = (double *)cu_scratch(cd, bytes);
-    if (!rowloss) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s: sparse cross-entropy: no memory for %zu bytes of scratch", d->name, bytes);
-        cu_record_msg(cd, msg);
-        return;
-    }
+    double *rowloss = (double *)cu_scratch_needed(cd, bytes, "sparse cross-entropy");
+    if (!rowloss) return;
     unsigned grid = (unsigned)(n < 65536 ? n : 65536);
     k_xent_rows<<<grid, row_threads(c), 0, cd->stream>>>(rowloss, probs, logits, labels, n, c);
     cu_launched(cd, "sparse_xent kernel");

@@ -327,7 +327,7 @@ local function layer_check_n(name, make, xs, tol, opts)
   for i = 1, #gc do
     if gc[i]:numel() > 0 then ss = ss + (gc[i] * gc[i]):sum():item(); n = n + gc[i]:numel() end
   end
-  local floor = n > 0 and ss / n or nil
+  local floor = n > 0 and ss == ss and ss / n or nil   -- none when a gradient holds NaN
   for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10, floor) end
   local nd, nc = ld.non_trainable_variables or {}, lc.non_trainable_variables or {}
   T.eq(#nd, #nc, name .. ": non-trainable variables")
@@ -410,6 +410,31 @@ T.test("fused attention (flash_attention, flash_attention_backward) on the devic
   layer_check_n("fused mha causal cross-attention T > S", function()
     return nn.MultiHeadAttention(1, 16, { use_causal_mask = true })
   end, { tensor.normal(2, 40, 8), tensor.normal(2, 7, 8) }, 1e-9, fused)
+  -- a NaN in an input spreads as it does unfused (and in Keras): to every
+  -- output of its example that sees the position, forward and backward
+  -- (G.close wants NaN in the same places); the other example stays finite.
+  -- Causal, the NaN sits at position 0, which every query sees.
+  local function with_nan(b, t, e, pos)
+    local x = tensor.normal(b, t, e)
+    x:slice(0, 0, 1):slice(1, pos, pos + 1):slice(2, 1, 2):assign(tensor.new({ { { 0 / 0 } } }))
+    return x
+  end
+  for _, c in ipairs({ { "", {}, 4 }, { " causal", { use_causal_mask = true }, 0 } }) do
+    local x = with_nan(2, 9, 16, c[3])
+    layer_check_n("fused mha" .. c[1] .. ", a NaN in example 1", function() return nn.MultiHeadAttention(2, 16, c[2]) end,
+      { x }, 1e-9, fused)
+    local was = ldist.config.fused_attention("on")   -- and on the CPU, its own fused kernel
+    local y = nn.MultiHeadAttention(2, 16, c[2])(x)
+    ldist.config.fused_attention(was)
+    local function nans(t)
+      local k = 0
+      for _, v in ipairs(G.flat(t)) do if v ~= v then k = k + 1 end end
+      return k
+    end
+    local y1, y2 = y:slice(0, 0, 1), y:slice(0, 1, 2)
+    T.eq(nans(y1), y1:numel(), "fused mha" .. c[1] .. ": every output of example 1 is NaN")
+    T.eq(nans(y2), 0, "fused mha" .. c[1] .. ": example 2 stays finite")
+  end
 end)
 
 ---------------------------------------------------------------- softmax, cross-entropy
@@ -489,7 +514,7 @@ local function layer_check(name, make, x, tol)
   for i = 1, #gc do
     if gc[i]:numel() > 0 then ss = ss + (gc[i] * gc[i]):sum():item(); n = n + gc[i]:numel() end
   end
-  local floor = n > 0 and ss / n or nil
+  local floor = n > 0 and ss == ss and ss / n or nil   -- none when a gradient holds NaN
   for i = 1, #gc do G.close(gd[i], gc[i], ("%s gradient %d"):format(name, i), tol * 10, floor) end
 end
 

@@ -39,7 +39,10 @@ docs[ldist.config.fused_attention] = "ldist.config.fused_attention([mode]) -> th
   "\"on\" (every device), \"off\", \"auto\" (the default: the unfused path for now; on\n" ..
   "CPUs its BLAS products are faster, and the GPU kernel becomes the GPUs' default\n" ..
   "once it has been measured on one). LDIST_FUSED_ATTENTION sets the mode a process\n" ..
-  "starts with. The two paths agree to float32 rounding."
+  "starts with. The two paths agree to float32 rounding, NaN included, with one\n" ..
+  "exception: a NaN in a key or value the causal mask hides from a query reaches that\n" ..
+  "query's output unfused (0 x NaN in the weighted sum, as in Keras) but not fused,\n" ..
+  "which skips hidden keys."
 docs["ldist.config.fused_attention"] = docs[ldist.config.fused_attention]
 
 function ldist.config.cpu_split()

@@ -76,7 +76,7 @@ function distribute.MultiWorkerMirroredStrategy(opts)
     cluster_resolver = { task_type = spec.task_type, task_id = spec.task_index, rank = spec.rank,
       num_workers = spec.size, cluster_spec = spec.tasks, source = spec.source, pid = C.getpid() },
     _depth = 0, _c = c, _rank = spec.rank, _size = spec.size, _synced = {}, _mw = true,
-    _models = setmetatable({}, { __mode = "k" }),
+    _models = {},
     _auto_shard = opts.auto_shard_policy }, MW)
   if comm == "nccl" or (comm == "auto" and device:match("^cuda")) then
     local okn, nc = pcall(c.nccl, c, device)
@@ -594,17 +594,37 @@ end
 
 -- Models made in the scope (the protocol tells: _model_created) are given
 -- rank 0's weights before a step of run(), as TF broadcasts initial values.
-function MW:_model_created(model) self._models[model] = true end
-
-function MW:_sync_models()
-  for m in pairs(self._models) do
-    if m._mw_synced ~= self and m.built then
-      self:_sync(m.trainable_variables)
-      m._mw_synced = self
-    end
+-- Every worker must broadcast the same models in the same order, so the
+-- list is in creation order and holds its models strongly until they are
+-- synced: with weak references a model the program dropped would be
+-- broadcast by a worker whose collector had not yet freed it and skipped by
+-- another, and their collectives would no longer match. An unbuilt model
+-- stays until it is built (it has no weights to hold); those fit synced
+-- (sync_model) leave the list as the next model joins it.
+function MW:_model_created(model)
+  if self._size == 1 then return end
+  local keep = {}
+  for _, m in ipairs(self._models) do
+    if m._mw_synced ~= self then keep[#keep + 1] = m end
   end
+  keep[#keep + 1] = model
+  self._models = keep
 end
 
+function MW:_sync_models()
+  local keep = {}
+  for _, m in ipairs(self._models) do
+    if m._mw_synced ~= self then
+      if m.built then
+        self:_sync(m.trainable_variables)
+        m._mw_synced = self
+      else
+        keep[#keep + 1] = m
+      end
+    end
+  end
+  self._models = keep
+end
 
 ---------------------------------------------------------------- watching it: traces
 -- Each worker records its own spans: forward, backward and the optimizer's
