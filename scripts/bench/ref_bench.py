@@ -76,28 +76,10 @@ if which == "resnet":
     widths = (16, 32, 64)
     if fw == "torch":
         import torch
-        from torch import nn
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from ref_models import torch_resnet
         torch.manual_seed(0)
-
-        def bn(c):
-            return nn.BatchNorm2d(c, eps=1e-3, momentum=0.01)
-
-        class Block(nn.Module):
-            def __init__(self, cin, cout, stride):
-                super().__init__()
-                self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), bn(cout), nn.ReLU(),
-                                          nn.Conv2d(cout, cout, 3, 1, 1, bias=False), bn(cout))
-                self.short = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, 0, bias=False), bn(cout))
-                              if stride != 1 or cin != cout else nn.Identity())
-
-            def forward(self, v):
-                return torch.relu(self.body(v) + self.short(v))
-
-        layers, cin = [nn.Conv2d(1, widths[0], 3, 1, 1, bias=False), bn(widths[0]), nn.ReLU()], widths[0]
-        for w in widths:
-            layers.append(Block(cin, w, 2))
-            cin = w
-        model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10))
+        model = torch_resnet(widths)
         xt, yt = torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y)
         # channels_last (NHWC, as ldist and Keras) is PyTorch's fast CPU layout
         # for convolutions (oneDNN); 2-3x faster than NCHW for these small layers

@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# scripts/gpu/bench.sh - `make bench-gpu`: the MLP and the CNN of the CPU bench
-# trained on the GPU by ldist and by PyTorch, in the same run, same batches,
-# samples/s and the ratio (goal: ldist at least 1.0x PyTorch). FP32 on both
-# sides, then TF32 (LDIST_CUDA_TF32=1 / torch allow_tf32).
+# scripts/gpu/bench.sh - `make bench-gpu`: the MLP, the CNN and the BN-ResNet
+# of the CPU bench trained on the GPU by ldist and by PyTorch, in the same run,
+# same batches, samples/s and the ratio (goal: ldist at least 2x PyTorch on the
+# MLP and the CNN). FP32 on both sides, then TF32 (LDIST_CUDA_TF32=1 / torch
+# allow_tf32); the ResNet also in bf16 (mixed_bfloat16 / torch.autocast), with
+# its model FLOPs utilisation. Then large products and the GPT-style transformer.
 #   LDIST=path/to/ldist   BENCH_BATCH=256   LDIST_BENCH_QUICK=1 (shorter runs)
+#   BENCH_GPU_DEVICE=cpu:1 BENCH_STEPS=3: the training rows on a logical CPU
+#   device against PyTorch on the CPU, to try the script where no GPU is (the
+#   products and the transformer need one: skipped); figures mean nothing there
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 ldist=${LDIST:-./ldist}
 batch=${BENCH_BATCH:-256}
 mlp_steps=300; cnn_steps=150; warm=20
 [ "${LDIST_BENCH_QUICK:-0}" = 1 ] && { mlp_steps=100; cnn_steps=50; }
-if ! "$ldist" -e "for _, d in ipairs(tensor.devices()) do if d == 'cuda:0' then os.exit(0) end end os.exit(1)" 2>/dev/null; then
+[ -n "${BENCH_STEPS:-}" ] && { mlp_steps=$BENCH_STEPS; cnn_steps=$BENCH_STEPS; warm=2; }
+dev=${BENCH_GPU_DEVICE:-cuda:0}
+py=${PYTHON:-python3}
+if [[ $dev == cpu:* ]]; then
+  export REF_DEVICE=cpu
+elif ! "$ldist" -e "for _, d in ipairs(tensor.devices()) do if d == 'cuda:0' then os.exit(0) end end os.exit(1)" 2>/dev/null; then
   echo "bench-gpu skipped: no GPU answers ($("$ldist" -e 'io.write(tensor.device_note())' 2>&1 | head -c 300))"
   exit 0
+elif ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  echo "bench-gpu: PyTorch with CUDA is not available to $py"; exit 1
 fi
-py=${PYTHON:-python3}
-"$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || { echo "bench-gpu: PyTorch with CUDA is not available to $py"; exit 1; }
 echo "== $("$ldist" -e 'io.write(tensor.device_note())'); PyTorch $("$py" -c 'import torch; print(torch.__version__)')"
 
 declare -A R L
@@ -25,28 +35,39 @@ run() {  # run KEY CMD... -> "samples/s loss"
   [ -n "${R[$1]}" ] || { R[$1]=0; echo "bench-gpu: $1 failed:"; tail -5 "build/bench-gpu-$1.err"; }
 }
 mkdir -p build
-for prec in fp32 tf32; do
-  for model in mlp cnn; do
-    steps=$mlp_steps; [ $model = cnn ] && steps=$cnn_steps
-    if [ $prec = tf32 ]; then
-      run "ldist-$model-$prec" env LDIST_CUDA_TF32=1 "$ldist" scripts/gpu/train_bench.lua $model "$batch" $steps $warm
-      run "torch-$model-$prec" "$py" scripts/gpu/ref_bench.py $model "$batch" $steps $warm tf32
-    else
-      run "ldist-$model-$prec" "$ldist" scripts/gpu/train_bench.lua $model "$batch" $steps $warm
-      run "torch-$model-$prec" "$py" scripts/gpu/ref_bench.py $model "$batch" $steps $warm
-    fi
-  done
+# MODEL PREC: the rows, in order
+rows=("mlp fp32" "cnn fp32" "resnet fp32" "mlp tf32" "cnn tf32" "resnet tf32" "resnet bf16")
+for r in "${rows[@]}"; do
+  read -r model prec <<<"$r"
+  steps=$mlp_steps; [ $model = mlp ] || steps=$cnn_steps
+  envs=()
+  [ $prec = tf32 ] && envs+=(LDIST_CUDA_TF32=1)
+  [ $prec = bf16 ] && envs+=(LDIST_BENCH_POLICY=mixed_bfloat16)
+  run "ldist-$model-$prec" env "${envs[@]}" "$ldist" scripts/gpu/train_bench.lua $model "$batch" $steps $warm "$dev"
+  run "torch-$model-$prec" "$py" scripts/gpu/ref_bench.py $model "$batch" $steps $warm $prec
 done
 
-printf '\n== training on Fashion-MNIST on the GPU, Adam, batch %s (samples/s; last loss)\n' "$batch"
-printf '%-6s %-5s %18s %18s %10s\n' model prec ldist pytorch vs-pytorch
-for prec in fp32 tf32; do
-  for model in mlp cnn; do
-    l=${R[ldist-$model-$prec]:-0}; t=${R[torch-$model-$prec]:-0}
-    printf '%-6s %-5s %10s (%5s) %10s (%5s) %9sx\n' $model $prec "$l" "${L[ldist-$model-$prec]:-?}" "$t" \
-      "${L[torch-$model-$prec]:-?}" "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')"
-  done
+# The BN-ResNet's FLOPs per image, forward: its convolutions (2 k^2 cin cout
+# per output position) and the Dense layer; training counts 3x (the forward,
+# and the input and weight gradients). BENCH_PEAK_* as for the transformer below.
+resnet_fwd=$(( 2 * (9*1*16*784 + 9*16*16*196 + 9*16*16*196 + 16*16*196 + 9*16*32*49 + 9*32*32*49 + 16*32*49
+  + 9*32*64*16 + 9*64*64*16 + 32*64*16 + 64*10) ))
+declare -A PEAK=([fp32]=${BENCH_PEAK_FP32:-67} [tf32]=${BENCH_PEAK_TF32:-495} [bf16]=${BENCH_PEAK_BF16:-989})
+# mfu RATE FLOPS_PER_ITEM PEAK_TFLOPS
+mfu() { awk -v r="$1" -v f="$2" -v p="$3" 'BEGIN{ if (r > 0 && p > 0) printf "%.2f%%", 100 * r * f / (p * 1e12); else print "n/a" }'; }
+printf '\n== training on Fashion-MNIST on the GPU, Adam, batch %s (samples/s; last loss; resnet: MFU at %.1f MFLOP/image)\n' \
+  "$batch" "$(awk -v f=$resnet_fwd 'BEGIN{print 3 * f / 1e6}')"
+printf '%-6s %-5s %18s %18s %10s %8s %8s\n' model prec ldist pytorch vs-pytorch mfu-ld mfu-pt
+for r in "${rows[@]}"; do
+  read -r model prec <<<"$r"
+  l=${R[ldist-$model-$prec]:-0}; t=${R[torch-$model-$prec]:-0}
+  m1=; m2=
+  [ $model = resnet ] && { m1=$(mfu "$l" $((3 * resnet_fwd)) "${PEAK[$prec]}"); m2=$(mfu "$t" $((3 * resnet_fwd)) "${PEAK[$prec]}"); }
+  printf '%-6s %-5s %10s (%5s) %10s (%5s) %9sx %8s %8s\n' $model $prec "$l" "${L[ldist-$model-$prec]:-?}" "$t" \
+    "${L[torch-$model-$prec]:-?}" "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (b > 0) printf "%.2f", a / b; else print "n/a" }')" "$m1" "$m2"
 done
+printf '(bf16: ldist under mixed_bfloat16, PyTorch eager under torch.autocast(dtype=torch.bfloat16))\n'
+[[ $dev == cpu:* ]] && { echo "(on $dev: the products and the transformer need a GPU)"; exit 0; }
 
 # ---- large products (TFLOP/s): where a bigger model is bound by the matrix units
 printf '\n== matrix products N^3 on the GPU (TFLOP/s); bf16: bfloat16 operands, float32 sums, bfloat16 result\n'
@@ -80,8 +101,6 @@ for prec in fp32 tf32 bf16; do run "torch-gpt-$prec" "$py" scripts/gpu/ref_trans
 gpt_d=512 gpt_l=6 gpt_t=256 gpt_v=96
 gpt_n=$(( gpt_l * (12 * gpt_d * gpt_d + 13 * gpt_d) + (gpt_v + gpt_t) * gpt_d + 2 * gpt_d + gpt_d * gpt_v + gpt_v ))
 gpt_fpt=$(( 6 * gpt_n + 12 * gpt_l * gpt_d * gpt_t ))
-declare -A PEAK=([fp32]=${BENCH_PEAK_FP32:-67} [tf32]=${BENCH_PEAK_TF32:-495} [bf16]=${BENCH_PEAK_BF16:-989})
-mfu() { awk -v r="$1" -v f="$gpt_fpt" -v p="$2" 'BEGIN{ if (r > 0 && p > 0) printf "%.1f%%", 100 * r * f / (p * 1e12); else print "n/a" }'; }
 printf '\n== GPT-style transformer, %.1fM weights, Adam, random ids (tokens/s; last loss; MFU at %.0f MFLOP/token)\n' \
   "$(awk -v n=$gpt_n 'BEGIN{print n / 1e6}')" "$(awk -v f=$gpt_fpt 'BEGIN{print f / 1e6}')"
 printf '%-5s %18s %18s %10s %8s %8s\n' prec ldist pytorch vs-pytorch mfu-ld mfu-pt
@@ -89,6 +108,6 @@ for prec in fp32 tf32 bf16; do
   l=${R[ldist-gpt-$prec]:-0}; t=${R[torch-gpt-$prec]:-0}
   printf '%-5s %10s (%5s) %10s (%5s) %9sx %8s %8s\n' $prec "${l/#0/n/a}" "${L[ldist-gpt-$prec]:-?}" "$t" "${L[torch-gpt-$prec]:-?}" \
     "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')" \
-    "$(mfu "$l" "${PEAK[$prec]}")" "$(mfu "$t" "${PEAK[$prec]}")"
+    "$(mfu "$l" $gpt_fpt "${PEAK[$prec]}")" "$(mfu "$t" $gpt_fpt "${PEAK[$prec]}")"
 done
 printf '(bf16: ldist under mixed_bfloat16, PyTorch eager under torch.autocast(dtype=torch.bfloat16))\n'

@@ -22,7 +22,7 @@ for p in $parts; do
     test)  limit=${T_TEST:-100}; cmd=(make test-gpu) ;;
     conf)  limit=${T_CONF:-110}; cmd=(env CONFORMANCE_STRATEGIES="default one_gpu mirrored_gpus" CONFORMANCE_ONE_PROCESS=1
              CONFORMANCE_BUDGET=50 bash -c 'LDIST_BIN=$LDIST exec bash tests/dist/test_conformance.sh') ;;
-    bench) limit=${T_BENCH:-160}; cmd=(env LDIST_BENCH_QUICK=1 make bench-gpu) ;;
+    bench) limit=${T_BENCH:-220}; cmd=(env LDIST_BENCH_QUICK=1 make bench-gpu) ;;
     cores) limit=${T_CORES:-200}; cmd=(env BENCH_CORES_QUICK=${BENCH_CORES_QUICK:-1} make bench-cores) ;;
     profile) limit=${T_PROFILE:-90}; cmd=(env OUT_DIR="$out" bash -c '
              for pol in fp32 bf16; do

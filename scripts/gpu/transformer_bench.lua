@@ -6,33 +6,20 @@
 -- call makes land there). One line "tokens_per_s final_loss".
 -- scripts/gpu/ref_transformer.py is the same model in PyTorch.
 -- LDIST_BENCH_POLICY=mixed_bfloat16 (or mixed_float16) builds the model under
--- that Keras dtype policy (mixed_precision.set_global_policy, issue 30 item
--- 2): the bf16 row of `make bench-gpu`; an ldist without the API says so.
+-- that Keras dtype policy (scripts/gpu/bench_policy.lua): the bf16 row of
+-- `make bench-gpu`. DEVICE cpu:N tries it on this machine's logical CPUs.
 local batch, steps, warm = tonumber(arg[1]), tonumber(arg[2]), tonumber(arg[3])
 local dev = arg[4] or "cuda:0"
 local d_model, heads = tonumber(arg[5] or 512), tonumber(arg[6] or 8)
 local layers, context = tonumber(arg[7] or 6), tonumber(arg[8] or 256)
 local vocab = 96
-local cpu_n = dev:match("^cpu:(%d+)$")
-if cpu_n and tonumber(cpu_n) > 0 then ldist.config.cpu_devices(tonumber(cpu_n) + 1) end
+dofile("scripts/gpu/bench_policy.lua").apply(dev)
 local CT = dofile("scripts/models/char_transformer.lua")
 tensor.seed(0)
 local n = batch * 16   -- 16 distinct batches of random ids, repeated
 local ids = (tensor.uniform(n, context + 1) * (vocab - 1e-3)):astype("int64")
 local x = ids:slice(1, 0, context)
 local y = ids:slice(1, 1, context + 1)
-local policy = os.getenv("LDIST_BENCH_POLICY")
-if policy and policy ~= "" and policy ~= "float32" then
-  -- where the Keras mixed-precision API may live: a global as in Keras, or under nn / ldist
-  local mp = rawget(_G, "mixed_precision") or (rawget(_G, "nn") and nn.mixed_precision)
-    or (rawget(_G, "ldist") and ldist.mixed_precision)
-  if not (mp and mp.set_global_policy) then
-    io.stderr:write("transformer_bench: LDIST_BENCH_POLICY=" .. policy .. " needs mixed_precision.set_global_policy, "
-      .. "which this ldist lacks (issue 30 item 2)\n")
-    os.exit(2)
-  end
-  mp.set_global_policy(policy)
-end
 local strategy = distribute.MirroredStrategy { devices = { dev } }
 local model
 do
