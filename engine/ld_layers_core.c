@@ -33,9 +33,11 @@ static int dense_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out)
 }
 static ld_tensor *dense_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     ld_activation a = ld_p_activation(l, DENSE_ACT);
-    ld_tensor *xf = ld_as_float(x[0]);
-    ld_tensor *y = xf ? ld_linear(xf, ld_var(l->vars[0]), ld_p_int(l, DENSE_BIAS) ? ld_var(l->vars[1]) : NULL,
-                                  a == LD_ACT_RELU) : NULL;
+    /* under a half policy all in its dtype, as Keras's Dense: the product's
+       half result, the bias and the activation on it (ld_linear_half) */
+    ld_tensor *xf = ld_dtype_is_float(x[0]->dtype) ? ld_tensor_retain(x[0]) : ld_as_float(x[0]);
+    ld_tensor *y = xf ? ld_linear_half(xf, ld_var(l->vars[0]), ld_p_int(l, DENSE_BIAS) ? ld_var(l->vars[1]) : NULL,
+                                       a == LD_ACT_RELU) : NULL;
     ld_tensor_release(xf);
     return then_activate(a, y);
 }

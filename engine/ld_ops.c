@@ -819,6 +819,14 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
     return out;
 }
 
+ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
+    if (!ld_dtype_is_half(autocast_dt) || !ld_dtype_is_float(x->dtype) || !ld_dtype_is_float(w->dtype) ||
+        (b && !ld_dtype_is_float(b->dtype)) || x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[0] ||
+        (b && (b->ndim != 1 || b->shape[0] != w->shape[1])))
+        return ld_linear(x, w, b, relu);   /* (which names a shape or dtype problem) */
+    return linear_half(x, w, b, relu, autocast_dt, autocast_dt);
+}
+
 /* ================================================================ softmax */
 static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *y = n->saved[0];

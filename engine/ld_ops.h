@@ -71,11 +71,19 @@ void ld_defer_weight_grads(int on);
    products of ld_linear take their operands in that half dtype (float32
    accumulation, rounded to the half dtype), as Keras's autocast variables
    do; the casts are recorded, so the gradients reach float32 variables in
-   float32. The rest of the layer computes in float32 (ld_linear's result is
-   float32 then), and the layer call rounds the layer's output. Returns the
+   float32. ld_linear's result is float32 then, so that the rest of a layer
+   built on it (the gates of LSTM and GRU) computes in float32, and the layer
+   call rounds the layer's output; Dense and MultiHeadAttention's projections
+   stay in the half dtype as Keras's do (ld_linear_half). Returns the
    previous setting; LD_F32 (the default) is off. */
 ld_dtype ld_autocast(ld_dtype dt);
 ld_dtype ld_autocast_dtype(void);
+/* ld_linear whose result stays in the autocast's half dtype: the product's
+   half result, the bias cast to it and added in it, as Keras's EinsumDense
+   computes under a half policy. For what feeds more products (attention's
+   projections, whose products then take half operands: tensor cores on a
+   GPU); outside a half autocast it is ld_linear. */
+ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu);
 ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */

@@ -91,6 +91,38 @@ T.test("every layer kind runs under mixed_bfloat16: half outputs, float32 variab
   end)
 end)
 
+T.test("MultiHeadAttention under mixed_bfloat16: its attention products take bfloat16 operands, as Keras's", function()
+  -- on the logical device cpu:1 the executor counts each kernel slot's calls
+  ldist.config.cpu_devices(2)
+  local x = tensor.normal(2, 7, 16)
+  local function run(policy)
+    local y, calls
+    with_policy(policy, function()
+      local s = distribute.MirroredStrategy { devices = { "cpu:1" } }
+      tensor.seed(3)
+      local m
+      do
+        local _ <close> = s:scope()
+        m = nn.MultiHeadAttention(2, 8, { use_causal_mask = true })
+        m(x:to("cpu:1"))   -- built
+      end
+      local before = ldist._distribute.kernel_calls()
+      y = m(x:to("cpu:1")):astype("float32"):cpu()
+      local after = ldist._distribute.kernel_calls()
+      calls = {}
+      for k, v in pairs(after) do calls[k] = v - (before[k] or 0) end
+    end)
+    return y, calls
+  end
+  local yh, ch = run("mixed_bfloat16")
+  local yf, cf = run("float32")
+  T.eq(ch.gemm_batched_half, 2, "q k^T and P v: half batched products")
+  T.eq(ch.gemm_batched, 0, "no float32 batched product")
+  T.eq(cf.gemm_batched, 2, "float32: float32 batched products")
+  local err = ((yh - yf):abs():max() / yf:abs():max()):item()
+  T.ok(err < 0.03, ("agrees with float32 within bfloat16 rounding (relative %.3g)"):format(err))
+end)
+
 T.test("the loss runs in float32; a float32 last activation gives float32 predictions (Keras's advice)", function()
   with_policy("mixed_bfloat16", function()
     tensor.seed(4)
@@ -154,7 +186,7 @@ local DENSE_BF16_REF = {
   dkernel = { -0.99609375, -0.33203125, 0.33203125, 0.99609375 },   -- each row's three entries
 }
 
-T.test("a Dense layer under mixed_bfloat16 gives Keras's numbers (output within one bfloat16 step)", function()
+T.test("a Dense layer under mixed_bfloat16 gives Keras's numbers bit for bit (product, bias and relu in bfloat16)", function()
   with_policy("mixed_bfloat16", function()
     local function fill(rows, cols, f)
       local t = {}
@@ -174,14 +206,59 @@ T.test("a Dense layer under mixed_bfloat16 gives Keras's numbers (output within 
     for r = 1, 2 do
       for c = 1, 3 do
         local want = DENSE_BF16_REF.y[r][c]
-        T.ok(math.abs(yt[r][c] - want) <= 2 ^ -8 * math.abs(want),
-          ("y[%d][%d] = %.9g, Keras %.9g"):format(r, c, yt[r][c], want))
+        T.eq(yt[r][c], want, ("y[%d][%d] = %.9g, Keras %.9g"):format(r, c, yt[r][c], want))
       end
     end
     local g = tape:gradient(s, d.kernel)
     T.eq(g.dtype, "float32")
     local gt = g:totable()
     for r = 1, 4 do for c = 1, 3 do T.eq(gt[r][c], DENSE_BF16_REF.dkernel[r], ("dkernel[%d][%d]"):format(r, c)) end end
+  end)
+end)
+
+-- scripts/fixtures/make_loss_scale_fixture.py, dense2_bf16 (Keras 3.15.1, TensorFlow 2.21)
+local DENSE2_BF16_REF = {
+  { -0.5390625, -0.1435546875, 0.390625, -0.228515625, 0.1533203125 },
+  { -0.06640625, -0.171875, 0.8515625, -0.279296875, 0.609375 },
+  { -0.59765625, -0.00860595703125, 0.330078125, -0.25, 0.0908203125 },
+  { -0.6484375, 0.263671875, 0.296875, 0.1923828125, 0.07421875 },
+  { -0.25390625, -0.047607421875, 0.68359375, -0.08642578125, 0.453125 },
+  { -0.4140625, 0.049560546875, 0.490234375, -0.21484375, 0.2275390625 },
+  { -0.6796875, 0.177734375, 0.25, -0.05908203125, 0.015625 },
+  { -0.8203125, -0.0634765625, 0.29296875, 0.1474609375, 0.037109375 },
+}
+
+T.test("Dense(64, relu) then Dense(5) under mixed_bfloat16 give Keras's 40 outputs bit for bit", function()
+  -- the fixture's pattern(): ((i * mul) % mod - mod // 2) / scale, row-major
+  local function pattern(rows, cols, mul, mod, scale)
+    local t = {}
+    for r = 1, rows do
+      t[r] = {}
+      for c = 1, cols do
+        local i = (r - 1) * cols + c - 1
+        t[r][c] = ((i * mul) % mod - mod // 2) / scale
+      end
+    end
+    return tensor.new(t)
+  end
+  with_policy("mixed_bfloat16", function()
+    local m = nn.Sequential { nn.Dense(64, "relu"), nn.Dense(5) }
+    m:build { 32 }
+    m.layers[1].kernel:assign(pattern(32, 64, 53, 97, 160.0))
+    m.layers[1].bias:assign(pattern(1, 64, 29, 89, 90.0):reshape(64))
+    m.layers[2].kernel:assign(pattern(64, 5, 41, 83, 280.0))
+    m.layers[2].bias:assign(pattern(1, 5, 31, 7, 6.0):reshape(5))
+    local y = m(pattern(8, 32, 37, 101, 25.0))
+    T.eq(y.dtype, "bfloat16")
+    local yt, bad = y:astype("float32"):totable(), {}
+    for r = 1, 8 do
+      for c = 1, 5 do
+        if yt[r][c] ~= DENSE2_BF16_REF[r][c] then
+          bad[#bad + 1] = ("y[%d][%d] = %.9g, Keras %.9g"):format(r, c, yt[r][c], DENSE2_BF16_REF[r][c])
+        end
+      end
+    end
+    T.eq(#bad, 0, table.concat(bad, "; "))
   end)
 end)
 
