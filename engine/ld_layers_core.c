@@ -134,7 +134,8 @@ static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
     /* one op: the convolution with its bias and relu (ld_conv2d_bias_act) */
     const int64_t *s = ld_p_ints(l, CONV_STRIDES, NULL);
     ld_activation a = ld_p_activation(l, CONV_ACT);
-    ld_tensor *xf = ld_as_float(xs[0]);
+    /* a half input as it is: under a half policy the op computes in that dtype */
+    ld_tensor *xf = ld_dtype_is_float(xs[0]->dtype) ? ld_tensor_retain(xs[0]) : ld_as_float(xs[0]);
     ld_tensor *y = xf ? ld_conv2d_bias_act(xf, ld_var(l->vars[0]), ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL,
                                            a == LD_ACT_RELU, (int)s[0], (int)s[1],
                                            !strcmp(ld_p_str(l, CONV_PADDING), "same")) : NULL;
@@ -191,6 +192,7 @@ const ld_layer_class ld_layer_max_pooling2d = {
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
     if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
     if (a->wopt.activity.class_name[0]) return 0;   /* its own output is regularized: run it alone */
+    if (a->policy.compute != LD_F32 || b->policy.compute != LD_F32) return 0;   /* a half policy: each layer's call */
     ld_activation act = ld_p_activation(a, CONV_ACT);
     if (act != LD_ACT_NONE && act != LD_ACT_RELU) return 0;
     if (x->ndim != 4 || x->dtype != LD_F32 || x->storage->device->kind != LD_DEV_CPU ||

@@ -710,8 +710,12 @@ static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu
         ld_tensor_release(y);
         y = c;
     }
+    return ld_ops_bias_relu(y, b, relu);
+}
+
+ld_tensor *ld_ops_bias_relu(ld_tensor *y, ld_tensor *b, int relu) {
     if (y && b) {
-        ld_tensor *bh = b->dtype == out ? ld_tensor_retain(b) : ld_cast_op(b, out);
+        ld_tensor *bh = b->dtype == y->dtype ? ld_tensor_retain(b) : ld_cast_op(b, y->dtype);
         ld_tensor *yb = bh ? ld_add(y, bh) : NULL;
         ld_tensor_release(bh); ld_tensor_release(y);
         y = yb;

@@ -85,9 +85,62 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     return LD_OK;
 }
 
+static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same, const int *pk);
+
+/* t rounded to dt and given as float32 (exact), recorded: the gradient comes
+   back through both casts in float32 */
+static ld_tensor *rounded(ld_tensor *t, ld_dtype dt) {
+    if (t->dtype == dt) return ld_as_float(t);
+    ld_tensor *h = ld_cast_op(t, dt), *f = h ? ld_as_float(h) : NULL;
+    ld_tensor_release(h);
+    return f;
+}
+
+/* Under a half autocast (Keras's mixed precision, ld_autocast) a convolution
+   computes as a half one with float32 sums: the input and the kernel rounded
+   to the half dtype, their products (exact in float32) summed in float32,
+   the result rounded once; then the bias cast to the half dtype and relu in
+   that dtype, as Keras's Conv2D computes. On the CPU the float32 kernels
+   compute that on the rounded operands; elsewhere the lowering's product is a
+   half product (ld_linear_half: tensor cores on a GPU). The result is half;
+   a pooling after it (pk) runs on it widened, which is exact. */
+static ld_tensor *conv_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
+                            const int *pk, ld_dtype dt) {
+    ld_dtype was = ld_autocast(LD_F32);   /* the float32 kernels below, not this path again */
+    ld_tensor *xf = rounded(x, dt), *wf = xf ? rounded(w, dt) : NULL, *y = NULL;
+    if (wf && (DEV(x)->kind != LD_DEV_CPU || conv_reference()) && x->ndim == 4 && w->ndim == 4) {
+        int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
+        ld_tensor *col = ld_im2col(xf, (int)kh, (int)kw, sh, sw, same, &oh, &ow);
+        int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
+        ld_tensor *w2 = col ? ld_reshape_op(wf, 2, w2s) : NULL;
+        ld_autocast(dt);
+        ld_tensor *y2 = w2 ? ld_linear_half(col, w2, b, relu) : NULL;
+        ld_autocast(LD_F32);
+        y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
+        ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    } else if (wf) {
+        ld_tensor *yf = conv_op(xf, wf, NULL, 0, sh, sw, same, NULL);
+        y = ld_ops_bias_relu(yf ? ld_cast_op(yf, dt) : NULL, b, relu);
+        ld_tensor_release(yf);
+    }
+    if (y && pk && pk[0] > 0) {
+        ld_tensor *yf = ld_as_float(y), *p = yf ? ld_maxpool2d(yf, pk[0], pk[1], pk[2], pk[3]) : NULL;
+        ld_tensor_release(y); ld_tensor_release(yf);
+        y = p ? ld_cast_op(p, dt) : NULL;
+        ld_tensor_release(p);
+    }
+    ld_tensor_release(xf); ld_tensor_release(wf);
+    ld_autocast(was);
+    return y;
+}
+
 /* relu(conv(x, w) + b), then max pooling when pk (see conv_geometry) */
 static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same, const int *pk) {
     char b1[64], b2[64];
+    ld_dtype half = ld_autocast_dtype();
+    if (ld_dtype_is_half(half) && ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) &&
+        (!b || ld_dtype_is_float(b->dtype)))
+        return conv_half(x, w, b, relu, sh, sw, same, pk, half);
     if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[2] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[3]))) {
         ld_fail(LD_ESHAPE, "conv2d needs NHWC input and HWIO kernel with matching channels, got %s and %s",

@@ -45,5 +45,9 @@ void ld_ops_same_pad(int64_t in, int64_t k, int64_t s, int64_t *out, int64_t *pa
    itself for float32 or NULL, else a cast copy (out released). */
 ld_dtype ld_ops_result_dtype(const ld_tensor *a, const ld_tensor *b);
 ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt);
+/* y + b (b cast to y's dtype; NULL: none), then relu when asked, recorded;
+   takes y's reference (released, NULL passes through): the epilogue of a
+   half product (ld_linear_half, a convolution under autocast) */
+ld_tensor *ld_ops_bias_relu(ld_tensor *y, ld_tensor *b, int relu);
 
 #endif

@@ -262,6 +262,67 @@ T.test("Dense(64, relu) then Dense(5) under mixed_bfloat16 give Keras's 40 outpu
   end)
 end)
 
+-- scripts/fixtures/make_loss_scale_fixture.py, conv_bf16: Conv2D(4, 3, relu) on 2 images
+-- 5x5x3, its outputs (row-major) and the kernel gradient of sum(output)
+local CONV_BF16_REF = {
+  y = {
+    2.25, 3.484375, 3.875, 0.0, 1.5625, 1.4296875, 1.09375, 2.25,
+    0.0, 0.0, 2.28125, 0.0, 0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0, 0.0, 0.4609375, 0.0, 0.091796875,
+    0.0, 3.859375, 1.234375, 0.8203125, 1.578125, 1.4609375, 1.0703125, 2.25,
+    0.0, 0.0, 2.265625, 0.0, 0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.0, 0.0, 0.52734375, 0.0, 0.095703125,
+    0.0, 3.890625, 1.203125, 0.8203125, 3.765625, 0.70703125, 3.796875, 2.046875,
+    0.0, 1.9609375, 1.34375, 1.7890625, 0.0, 0.0, 0.0, 0.0,
+    0.0, 0.0, 0.0, 0.33984375, 0.59765625, 0.0, 0.0, 0.0,
+  },
+  dkernel = {
+    -6.28125, -2.84375, -6.8125, -0.5625, -2.921875, -5.6875, -1.5625, -3.40625,
+    4.46875, 7.65625, 11.75, 5.875, -4.28125, -7.3125, -11.3125, -5.0625,
+    -0.91796875, -2.078125, 2.03125, -3.84375, 6.46875, 7.1875, 3.234375, 5.4375,
+    -2.28125, -3.71875, -7.6875, -1.4375, 1.078125, 1.515625, 5.625, -0.236328125,
+    -3.640625, -1.328125, -5.28125, -3.09375, -0.3203125, -1.0, 3.125, -2.765625,
+    7.09375, 8.25, 4.3125, 6.53125, -1.671875, -2.640625, -6.59375, -0.357421875,
+    1.6796875, 2.59375, 6.71875, 0.8359375, -3.03125, -0.23046875, -4.1875, -1.9921875,
+    0.3203125, -7.125, -3.0, -4.84375, 3.6875, 6.1875, 10.3125, 4.4375,
+    -5.0625, -8.75, -12.6875, -6.46875, -1.71875, -3.53125, 0.6015625, -1.2421875,
+    -2.4375, 0.84765625, -3.125, -0.9140625, -3.125, -6.03125, -1.921875, -3.765625,
+    4.28125, 7.28125, 11.375, 5.53125, -4.5, -7.6875, -11.625, -5.40625,
+    -1.125, -2.4375, 1.6796875, -4.1875, 6.28125, 10.875, 6.9375, 9.125,
+    -2.484375, -4.09375, -8.0625, -1.796875, 0.8828125, 1.1640625, 5.28125, -0.59765625,
+    0.1953125, 2.359375, -1.609375, 0.59765625,
+  },
+}
+
+T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit", function()
+  local function pattern(n, mul, mod, scale)
+    local t = {}
+    for i = 0, n - 1 do t[i + 1] = ((i * mul) % mod - mod // 2) / scale end
+    return tensor.new(t)
+  end
+  with_policy("mixed_bfloat16", function()
+    local x = pattern(150, 37, 101, 25.0):reshape(2, 5, 5, 3)
+    local c = nn.Conv2D(4, 3, { activation = "relu" })
+    c(x)
+    c.kernel:assign(pattern(108, 53, 97, 60.0):reshape(3, 3, 3, 4))
+    c.bias:assign(pattern(4, 29, 89, 90.0))
+    local tape = autograd.GradientTape()
+    local y
+    local s = tape:record(function() y = c(x); return y:astype("float32"):sum() end)
+    T.eq(y.dtype, "bfloat16")
+    local g = tape:gradient(s, c.kernel)
+    T.eq(g.dtype, "float32")
+    for _, pair in ipairs { { "output", y:astype("float32"), CONV_BF16_REF.y }, { "kernel gradient", g, CONV_BF16_REF.dkernel } } do
+      local got, bad = pair[2]:reshape(-1):totable(), {}
+      T.eq(#got, #pair[3], pair[1] .. " size")
+      for i, want in ipairs(pair[3]) do
+        if got[i] ~= want then bad[#bad + 1] = ("[%d] %.9g, Keras %.9g"):format(i, got[i], want) end
+      end
+      T.eq(#bad, 0, pair[1] .. ": " .. table.concat(bad, "; "))
+    end
+  end)
+end)
+
 T.test("LossScaleOptimizer: skips a step on inf or NaN and halves the scale, grows after N good steps (Keras 3.15.1)", function()
   local v = tensor.Variable({ 1.0, 2.0 })
   local opt = mp.LossScaleOptimizer(optim.SGD(0.1))
