@@ -360,8 +360,14 @@ static int check_input(ld_layer *l, int k, const ld_tensor *x) {
     return ld_fail(LD_ESHAPE, "%s expects inputs of shape %s, got %s", l->name, want, ld_shape_str(x, b, sizeof b));
 }
 
+/* The classes whose float32 inputs Keras does not cast under a half policy
+   (their autocast = False): LayerNormalization computes on such an input as
+   given, in float32; its output is cast, as every layer's. */
+static int keeps_inputs(const ld_layer_class *c) { return c == &ld_layer_layer_normalization; }
+
 /* The one place of Keras's autocast: a layer gets its float inputs in its
-   policy's compute dtype; under a half policy it runs with ld_autocast on
+   policy's compute dtype (but a float32 input stays float32 for a class that
+   keeps_inputs); under a half policy it runs with ld_autocast on
    (its products take half operands, its float32 variables cast on the tape
    so that their gradients come back float32); its float output is given in
    the compute dtype. Integer inputs (an Embedding's ids) pass as they are. */
@@ -370,7 +376,8 @@ static ld_tensor *forward_autocast(ld_layer *l, int n_in, ld_tensor *const *x, i
     ld_tensor *xs[LD_LAYER_MAX_INPUTS] = {NULL}, *y = NULL;
     int i;
     for (i = 0; i < n_in; i++) {
-        xs[i] = ld_dtype_is_float(x[i]->dtype) && x[i]->dtype != dt ? ld_cast_op(x[i], dt) : ld_tensor_retain(x[i]);
+        int cast = ld_dtype_is_float(x[i]->dtype) && x[i]->dtype != dt && !(keeps_inputs(l->cls) && x[i]->dtype == LD_F32);
+        xs[i] = cast ? ld_cast_op(x[i], dt) : ld_tensor_retain(x[i]);
         if (!xs[i]) break;
     }
     if (i == n_in) {

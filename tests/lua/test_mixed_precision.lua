@@ -323,6 +323,40 @@ T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bi
   end)
 end)
 
+-- scripts/fixtures/make_loss_scale_fixture.py, ln_bf16: LayerNormalization on a float32 2x3x8
+local LN_BF16_REF = {
+  -0.78515625, -0.1845703125, 1.0, -0.376953125, -0.326171875, 1.3515625, -1.328125, 1.015625,
+  -0.87109375, 0.2158203125, 2.03125, -0.10009765625, 0.53125, -0.07470703125, -0.62890625, 1.1328125,
+  -1.0703125, 1.1171875, -3.796875, 0.5390625, 2.421875, 0.326171875, 0.94140625, 0.48046875,
+  -1.1796875, 1.5859375, -2.828125, 0.8828125, -3.921875, 0.55078125, 1.765625, 0.58984375,
+  -1.4140625, -1.15625, -0.76953125, 1.5703125, -2.09375, 1.0078125, -3.03125, 0.81640625,
+  -1.5234375, -0.6796875, 0.2353515625, -0.80859375, -1.1640625, 1.2265625, -2.203125, 0.9296875,
+}
+
+T.test("LayerNormalization under mixed_bfloat16 takes a float32 input as it is (Keras's autocast = False): Keras's numbers bit for bit", function()
+  local function pattern(n, mul, mod, scale)
+    local t = {}
+    for i = 0, n - 1 do t[i + 1] = ((i * mul) % mod - mod // 2) / scale end
+    return tensor.new(t)
+  end
+  with_policy("mixed_bfloat16", function()
+    local x = pattern(48, 41, 103, 9.0):reshape(2, 3, 8)
+    local ln = nn.LayerNormalization()
+    ln(x)
+    ln.gamma:assign(pattern(8, 5, 11, 4.0) + 1)
+    ln.beta:assign(pattern(8, 7, 13, 5.0))
+    local y = ln(x)
+    T.eq(y.dtype, "bfloat16")
+    local got, bad = y:astype("float32"):reshape(-1):totable(), {}
+    for i, want in ipairs(LN_BF16_REF) do
+      if got[i] ~= want then bad[#bad + 1] = ("[%d] %.9g, Keras %.9g"):format(i, got[i], want) end
+    end
+    T.eq(#bad, 0, table.concat(bad, "; "))
+    -- a bfloat16 input is taken as it is too
+    T.eq(ln(x:astype("bfloat16")).dtype, "bfloat16")
+  end)
+end)
+
 T.test("LossScaleOptimizer: skips a step on inf or NaN and halves the scale, grows after N good steps (Keras 3.15.1)", function()
   local v = tensor.Variable({ 1.0, 2.0 })
   local opt = mp.LossScaleOptimizer(optim.SGD(0.1))
