@@ -15,6 +15,27 @@ local function with_policy(name, f)
   if not ok then error(err, 0) end
 end
 
+-- The fixtures' numbers (scripts/fixtures/make_loss_scale_fixture.py, pattern()):
+-- ((i * mul) % mod - mod // 2) / scale for i = 0 .. n - 1, the same float32 values
+-- as NumPy's; shape: the tensor's shape
+local function pattern(shape, mul, mod, scale)
+  local n = 1
+  for _, d in ipairs(shape) do n = n * d end
+  local t = {}
+  for i = 0, n - 1 do t[i + 1] = ((i * mul) % mod - mod // 2) / scale end
+  return tensor.new(t):reshape(table.unpack(shape))
+end
+
+-- t's values (row-major, as float32) equal Keras's list exactly
+local function same_as_keras(t, want, what)
+  local got, bad = t:astype("float32"):reshape(-1):totable(), {}
+  T.eq(#got, #want, what .. ": size")
+  for i, w in ipairs(want) do
+    if got[i] ~= w then bad[#bad + 1] = ("[%d] %.9g, Keras %.9g"):format(i, got[i], w) end
+  end
+  T.eq(#bad, 0, what .. ": " .. table.concat(bad, "; "))
+end
+
 T.test("policies: names, fields, the global policy, errors naming the problem", function()
   T.eq(mp.global_policy().name, "float32")
   for _, c in ipairs { { "float32", "float32" }, { "mixed_bfloat16", "bfloat16" }, { "mixed_float16", "float16" } } do
@@ -229,36 +250,18 @@ local DENSE2_BF16_REF = {
 }
 
 T.test("Dense(64, relu) then Dense(5) under mixed_bfloat16 give Keras's 40 outputs bit for bit", function()
-  -- the fixture's pattern(): ((i * mul) % mod - mod // 2) / scale, row-major
-  local function pattern(rows, cols, mul, mod, scale)
-    local t = {}
-    for r = 1, rows do
-      t[r] = {}
-      for c = 1, cols do
-        local i = (r - 1) * cols + c - 1
-        t[r][c] = ((i * mul) % mod - mod // 2) / scale
-      end
-    end
-    return tensor.new(t)
-  end
   with_policy("mixed_bfloat16", function()
     local m = nn.Sequential { nn.Dense(64, "relu"), nn.Dense(5) }
     m:build { 32 }
-    m.layers[1].kernel:assign(pattern(32, 64, 53, 97, 160.0))
-    m.layers[1].bias:assign(pattern(1, 64, 29, 89, 90.0):reshape(64))
-    m.layers[2].kernel:assign(pattern(64, 5, 41, 83, 280.0))
-    m.layers[2].bias:assign(pattern(1, 5, 31, 7, 6.0):reshape(5))
-    local y = m(pattern(8, 32, 37, 101, 25.0))
+    m.layers[1].kernel:assign(pattern({ 32, 64 }, 53, 97, 160.0))
+    m.layers[1].bias:assign(pattern({ 64 }, 29, 89, 90.0))
+    m.layers[2].kernel:assign(pattern({ 64, 5 }, 41, 83, 280.0))
+    m.layers[2].bias:assign(pattern({ 5 }, 31, 7, 6.0))
+    local y = m(pattern({ 8, 32 }, 37, 101, 25.0))
     T.eq(y.dtype, "bfloat16")
-    local yt, bad = y:astype("float32"):totable(), {}
-    for r = 1, 8 do
-      for c = 1, 5 do
-        if yt[r][c] ~= DENSE2_BF16_REF[r][c] then
-          bad[#bad + 1] = ("y[%d][%d] = %.9g, Keras %.9g"):format(r, c, yt[r][c], DENSE2_BF16_REF[r][c])
-        end
-      end
-    end
-    T.eq(#bad, 0, table.concat(bad, "; "))
+    local want = {}
+    for _, row in ipairs(DENSE2_BF16_REF) do for _, v in ipairs(row) do want[#want + 1] = v end end
+    same_as_keras(y, want, "output")
   end)
 end)
 
@@ -295,31 +298,20 @@ local CONV_BF16_REF = {
 }
 
 T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit", function()
-  local function pattern(n, mul, mod, scale)
-    local t = {}
-    for i = 0, n - 1 do t[i + 1] = ((i * mul) % mod - mod // 2) / scale end
-    return tensor.new(t)
-  end
   with_policy("mixed_bfloat16", function()
-    local x = pattern(150, 37, 101, 25.0):reshape(2, 5, 5, 3)
+    local x = pattern({ 2, 5, 5, 3 }, 37, 101, 25.0)
     local c = nn.Conv2D(4, 3, { activation = "relu" })
     c(x)
-    c.kernel:assign(pattern(108, 53, 97, 60.0):reshape(3, 3, 3, 4))
-    c.bias:assign(pattern(4, 29, 89, 90.0))
+    c.kernel:assign(pattern({ 3, 3, 3, 4 }, 53, 97, 60.0))
+    c.bias:assign(pattern({ 4 }, 29, 89, 90.0))
     local tape = autograd.GradientTape()
     local y
     local s = tape:record(function() y = c(x); return y:astype("float32"):sum() end)
     T.eq(y.dtype, "bfloat16")
     local g = tape:gradient(s, c.kernel)
     T.eq(g.dtype, "float32")
-    for _, pair in ipairs { { "output", y:astype("float32"), CONV_BF16_REF.y }, { "kernel gradient", g, CONV_BF16_REF.dkernel } } do
-      local got, bad = pair[2]:reshape(-1):totable(), {}
-      T.eq(#got, #pair[3], pair[1] .. " size")
-      for i, want in ipairs(pair[3]) do
-        if got[i] ~= want then bad[#bad + 1] = ("[%d] %.9g, Keras %.9g"):format(i, got[i], want) end
-      end
-      T.eq(#bad, 0, pair[1] .. ": " .. table.concat(bad, "; "))
-    end
+    same_as_keras(y, CONV_BF16_REF.y, "output")
+    same_as_keras(g, CONV_BF16_REF.dkernel, "kernel gradient")
   end)
 end)
 
@@ -334,26 +326,16 @@ local LN_BF16_REF = {
 }
 
 T.test("LayerNormalization under mixed_bfloat16 takes a float32 input as it is (Keras's autocast = False): Keras's numbers bit for bit", function()
-  local function pattern(n, mul, mod, scale)
-    local t = {}
-    for i = 0, n - 1 do t[i + 1] = ((i * mul) % mod - mod // 2) / scale end
-    return tensor.new(t)
-  end
   with_policy("mixed_bfloat16", function()
-    local x = pattern(48, 41, 103, 9.0):reshape(2, 3, 8)
+    local x = pattern({ 2, 3, 8 }, 41, 103, 9.0)
     local ln = nn.LayerNormalization()
     ln(x)
-    ln.gamma:assign(pattern(8, 5, 11, 4.0) + 1)
-    ln.beta:assign(pattern(8, 7, 13, 5.0))
+    ln.gamma:assign(pattern({ 8 }, 5, 11, 4.0) + 1)
+    ln.beta:assign(pattern({ 8 }, 7, 13, 5.0))
     local y = ln(x)
     T.eq(y.dtype, "bfloat16")
-    local got, bad = y:astype("float32"):reshape(-1):totable(), {}
-    for i, want in ipairs(LN_BF16_REF) do
-      if got[i] ~= want then bad[#bad + 1] = ("[%d] %.9g, Keras %.9g"):format(i, got[i], want) end
-    end
-    T.eq(#bad, 0, table.concat(bad, "; "))
-    -- a bfloat16 input is taken as it is too
-    T.eq(ln(x:astype("bfloat16")).dtype, "bfloat16")
+    same_as_keras(y, LN_BF16_REF, "output")
+    T.eq(ln(x:astype("bfloat16")).dtype, "bfloat16", "a bfloat16 input is taken as it is too")
   end)
 end)
 
