@@ -297,7 +297,7 @@ local CONV_BF16_REF = {
   },
 }
 
-T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit", function()
+local function conv_check()
   with_policy("mixed_bfloat16", function()
     local x = pattern({ 2, 5, 5, 3 }, 37, 101, 25.0)
     local c = nn.Conv2D(4, 3, { activation = "relu" })
@@ -313,6 +313,22 @@ T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bi
     same_as_keras(y, CONV_BF16_REF.y, "output")
     same_as_keras(g, CONV_BF16_REF.dkernel, "kernel gradient")
   end)
+end
+-- the child of the test below: the lowering a GPU runs (im2col, the half product)
+if arg[1] == "conv_lowering" then
+  local ok, err = pcall(conv_check)
+  print(ok and "conv_lowering ok" or ("conv_lowering failed: " .. tostring(err)))
+  os.exit(ok and 0 or 1)
+end
+
+T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit", conv_check)
+
+T.test("... and so does the im2col lowering with its half product (a GPU's path; LDIST_CONV_REFERENCE=1 on the CPU)", function()
+  local bin = os.getenv("LDIST_BIN") or "./ldist"
+  local p = io.popen(("LDIST_CONV_REFERENCE=1 %s %s conv_lowering 2>&1"):format(bin, arg[0]))
+  local out = p:read("a")
+  local ok = p:close()
+  T.ok(ok and out:find("conv_lowering ok", 1, true), out)
 end)
 
 -- scripts/fixtures/make_loss_scale_fixture.py, ln_bf16: LayerNormalization on a float32 2x3x8
