@@ -10,6 +10,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 static int chosen = -1;
 
@@ -46,3 +49,35 @@ const char *ld_cpu_isa_name(void) {
     static const char *const names[] = {"generic", "avx2", "avx512"};
     return names[ld_cpu_isa()];
 }
+
+int ld_cpu_flush_wanted(void) {
+    static int want = -1;   /* not LDIST_DENORMALS=keep, read once */
+    int w = __atomic_load_n(&want, __ATOMIC_RELAXED);
+    if (w < 0) {
+        const char *e = getenv("LDIST_DENORMALS");
+        w = !(e && !strcmp(e, "keep"));
+        __atomic_store_n(&want, w, __ATOMIC_RELAXED);
+    }
+    return w;
+}
+
+#if defined(__x86_64__) || defined(__SSE__)
+#define FTZ_DAZ 0x8040u   /* MXCSR bits 15 (flush to zero) and 6 (denormals are zero) */
+int ld_cpu_flush_denormals(void) {
+    if (!ld_cpu_flush_wanted()) return 0;
+    _mm_setcsr(_mm_getcsr() | FTZ_DAZ);
+    return 1;
+}
+unsigned ld_cpu_fp_enter(void) {
+    unsigned m = _mm_getcsr();
+    if ((m & FTZ_DAZ) != FTZ_DAZ && ld_cpu_flush_wanted()) _mm_setcsr(m | FTZ_DAZ);
+    return m;
+}
+void ld_cpu_fp_leave(unsigned saved) {
+    if ((saved & FTZ_DAZ) != FTZ_DAZ && ld_cpu_flush_wanted()) _mm_setcsr(saved);
+}
+#else
+int ld_cpu_flush_denormals(void) { return 0; }
+unsigned ld_cpu_fp_enter(void) { return 0; }
+void ld_cpu_fp_leave(unsigned saved) { (void)saved; }
+#endif

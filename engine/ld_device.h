@@ -72,6 +72,21 @@ void ld_device_free(ld_device *d, void *p, size_t nbytes);
    less if LDIST_CPU_ISA=avx2|generic says so. */
 enum { LD_ISA_GENERIC, LD_ISA_AVX2, LD_ISA_AVX512 };
 int ld_cpu_isa(void);
+/* Denormal floats flushed to zero in CPU kernels (x86's FTZ and DAZ), as
+   TensorFlow's kernel threads run: a subnormal result becomes 0 and a
+   subnormal input counts as 0. Without it, Adam's first moment of a weight
+   whose gradient stays 0 (a Fashion-MNIST border pixel's) decays into the
+   subnormal range after some 700 steps and every update of it then takes a
+   microcode assist: a fit ran 25% slower from then on, a parameter server's
+   updates 10x slower. The pools' and executors' threads flush for good
+   (ld_cpu_flush_denormals); the front end's thread, whose Lua arithmetic
+   stays IEEE, flushes only while it runs a kernel or its part of one
+   (ld_cpu_fp_enter / ld_cpu_fp_leave around cpu:0's inline kernels and
+   ld_cpu_parallel). LDIST_DENORMALS=keep turns it off (read once). */
+int ld_cpu_flush_wanted(void);
+int ld_cpu_flush_denormals(void);          /* this thread for good; 1 when on */
+unsigned ld_cpu_fp_enter(void);            /* flush until ld_cpu_fp_leave(the value returned) */
+void ld_cpu_fp_leave(unsigned saved);
 const char *ld_cpu_isa_name(void);   /* "avx512", "avx2", "generic" */
 /* The BLAS library behind CPU products and its kernels ("OpenBLAS 0.3.21 ...;
    SkylakeX kernels (...)"), or why there is none; opens it if not yet open. */

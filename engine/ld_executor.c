@@ -135,6 +135,7 @@ static void task_free(task *t);
 static void *executor_main(void *arg) {
     executor *e = arg;
     on_executor = 1;
+    ld_cpu_flush_denormals();
     ld_cpu_pool_bind(e->dev->index);   /* its device's pool, on its cores */
     pthread_mutex_lock(&e->mu);
     for (;;) {
@@ -559,10 +560,34 @@ static const ld_backend proxy_backend = {
     LD_KERNELS(PX_SLOT)
 };
 
+/* ---- cpu:0's kernels at the call, on the front end's thread: each with
+   denormals flushed, as the executors' and pools' threads run (ld_device.h) */
+#define FZ_KERNEL(name, ...)                                                        \
+    static void fz_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
+        unsigned fp_ = ld_cpu_fp_enter();                                             \
+        CPU->name(d, LD_K_NAMES(__VA_ARGS__));                                      \
+        ld_cpu_fp_leave(fp_);                                                         \
+    }
+LD_KERNELS(FZ_KERNEL)
+static void *fz_alloc(ld_device *d, size_t n) { return CPU->alloc(d, n); }
+static void fz_free(ld_device *d, void *p, size_t n) { CPU->free(d, p, n); }
+static int fz_to_host(ld_device *d, void *h, const void *s, size_t n) { return CPU->to_host(d, h, s, n); }
+static int fz_from_host(ld_device *d, void *s, const void *h, size_t n) { return CPU->from_host(d, s, h, n); }
+static void fz_synchronize(ld_device *d) { CPU->synchronize(d); }
+#define FZ_SLOT(name, ...) .name = fz_##name,
+static const ld_backend flush_backend = {
+    .name = "cpu",
+    .alloc = fz_alloc, .free = fz_free, .to_host = fz_to_host, .from_host = fz_from_host,
+    .synchronize = fz_synchronize,
+    LD_KERNELS(FZ_SLOT)
+};
+static int flush_on;   /* set once, at load (prof_init) */
+static const ld_backend *host_cpu(void) { return flush_on ? &flush_backend : ld_cpu_backend(); }
+
 /* ---- the profile's wrapping backend, for devices that run kernels at the call */
 static const ld_backend *prof_gpu[LD_MAX_LOGICAL];   /* a GPU's own backend, by index */
 static const ld_backend *prof_inner(ld_device *d) {
-    return d->kind == LD_DEV_CPU ? ld_cpu_backend() : prof_gpu[d->index];
+    return d->kind == LD_DEV_CPU ? host_cpu() : prof_gpu[d->index];
 }
 #define PF_KERNEL(name, ...)                                                        \
     static void pf_##name(ld_device *d, LD_K_PARAMS(__VA_ARGS__)) {                 \
@@ -587,7 +612,7 @@ static const ld_backend prof_backend = {
 };
 
 /* cpu:0's backend while it runs inline */
-static const ld_backend *host_inline_backend(void) { return prof_on ? &prof_backend : ld_cpu_backend(); }
+static const ld_backend *host_inline_backend(void) { return prof_on ? &prof_backend : host_cpu(); }
 
 void ld_kernel_profile_attach(ld_device *d) {
     if (!prof_on || d->kind == LD_DEV_CPU || d->index < 0 || d->index >= LD_MAX_LOGICAL) return;
@@ -630,8 +655,11 @@ void ld_kernel_profile_print(FILE *f) {
 
 static void prof_print_at_exit(void) { ld_kernel_profile_print(stderr); }
 
-/* Read LDIST_KERNEL_PROFILE once, before any thread or device exists. */
+/* Read LDIST_KERNEL_PROFILE and LDIST_DENORMALS once, before any thread or
+   device exists: cpu:0's backend at the call. */
 __attribute__((constructor)) static void prof_init(void) {
+    flush_on = ld_cpu_flush_wanted();
+    if (flush_on) ld_device_cpu()->backend = &flush_backend;
     const char *s = getenv("LDIST_KERNEL_PROFILE");
     if (!s || !*s || !strcmp(s, "0")) return;
     prof_on = 1;

@@ -160,6 +160,7 @@ static void *pool_worker(void *arg) {
     int seen = 0;
     tl_worker = 1;
     tl_pool = p;
+    ld_cpu_flush_denormals();
     char name[16];
     snprintf(name, sizeof name, "ld-cpu%d-w%d", p->index, (int)(a & 0xffff));
     pthread_setname_np(pthread_self(), name);
@@ -205,10 +206,11 @@ void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want) {
     cpu_pool *p = my_pool();
     int n = __atomic_load_n(&p->wanted, __ATOMIC_RELAXED);
     if (want < n) n = want;
-    if (n <= 1 || tl_worker || pthread_mutex_trylock(&p->run_mu) != 0) { fn(ctx, 0, 1); return; }
+    unsigned fp = ld_cpu_fp_enter();   /* the caller's parts flush denormals as the workers do */
+    if (n <= 1 || tl_worker || pthread_mutex_trylock(&p->run_mu) != 0) { fn(ctx, 0, 1); ld_cpu_fp_leave(fp); return; }
     if (p->workers + 1 < n) pool_start(p, n);
     if (p->workers + 1 < n) n = p->workers + 1;
-    if (n <= 1) { pthread_mutex_unlock(&p->run_mu); fn(ctx, 0, 1); return; }
+    if (n <= 1) { pthread_mutex_unlock(&p->run_mu); fn(ctx, 0, 1); ld_cpu_fp_leave(fp); return; }
     __atomic_store_n(&p->remaining, n - 1, __ATOMIC_RELAXED);
     for (int i = 1; i < n; i++) {
         pool_slot *s = p->slot[i];
@@ -217,6 +219,7 @@ void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want) {
         if (__atomic_load_n(&s->sleeping, __ATOMIC_SEQ_CST)) futex_wake((int *)&s->seq);
     }
     fn(ctx, 0, n);
+    ld_cpu_fp_leave(fp);
     /* the others' parts: spin, then sleep until the last one wakes this thread */
     int spin = __atomic_load_n(&spin_limit, __ATOMIC_RELAXED), yield = __atomic_load_n(&yield_limit, __ATOMIC_RELAXED);
     for (int i = 0, r; (r = __atomic_load_n(&p->remaining, __ATOMIC_ACQUIRE)) != 0; i++) {

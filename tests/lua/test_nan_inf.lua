@@ -387,4 +387,31 @@ T.test("TerminateOnNaN fires on a model whose predictions are NaN", function()
   end
 end)
 
+
+---------------------------------------------------------------- subnormals
+-- CPU kernels flush subnormal floats to zero (FTZ/DAZ), as TensorFlow's kernel
+-- threads do, on cpu:0 (at the call) and on an executor's device alike;
+-- Lua's own arithmetic stays IEEE; LDIST_DENORMALS=keep keeps them.
+T.test("subnormals: kernels flush them to zero on cpu:0 and cpu:1; Lua's numbers keep them; LDIST_DENORMALS=keep", function()
+  local a = tensor.new({ 1e-30, 1, 3e-38 })
+  for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+    local x = a:to(dev)
+    local y = (x * 1e-10):cpu():totable()
+    T.eq(y[1], 0, dev .. ": a subnormal product is 0")
+    T.near(y[2], 1e-10, 1e-16, dev .. ": a normal one is kept")
+    -- big enough for the pool (its parts on the caller's thread and the workers')
+    local big = (tensor.ones(100000):to(dev) * 1e-30 * 1e-10):cpu()
+    T.eq(big:abs():sum():item(), 0, dev .. ": every part of a pooled kernel flushes")
+    T.eq((x * 0.1):cpu():totable()[3], 0, dev .. ": 3e-39 flushed")
+  end
+  T.ok(2 ^ -1074 > 0, "Lua's arithmetic keeps IEEE subnormals")
+  T.eq(tostring(5e-324), "4.9406564584125e-324")
+  local bin = os.getenv("LDIST_BIN") or "./ldist"
+  local p = io.popen(("LDIST_DENORMALS=keep %s -e 'print((tensor.new({1e-30}) * 1e-10):item())' 2>&1"):format(bin))
+  local out = p:read("a")
+  p:close()
+  local v = tonumber(out:match("[%d.e+-]+"))
+  T.ok(v and v > 9e-41 and v < 1.1e-40, "LDIST_DENORMALS=keep: the subnormal product, got " .. out)
+end)
+
 T.done()
