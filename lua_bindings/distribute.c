@@ -50,7 +50,7 @@ static void push_ids(lua_State *L, const int *ids, int n) {
     for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
 }
 
-/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =, blas =, bf16_gemm =,
+/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =, blas =, bf16_gemm =, denormals =,
    devices = {{name =, threads =, cores = {ids}, pinned =}, ...}} */
 static int d_cpu_split(lua_State *L) {
     enum { MAX = 1024 };
@@ -72,6 +72,8 @@ static int d_cpu_split(lua_State *L) {
     lua_setfield(L, -2, "blas");
     lua_pushstring(L, ld_cpu_bf16_gemm_describe());
     lua_setfield(L, -2, "bf16_gemm");
+    lua_pushstring(L, ld_cpu_flush_wanted() ? "flushed" : "kept");   /* subnormals in CPU kernels (ld_device.h) */
+    lua_setfield(L, -2, "denormals");
     int nd = ld_cpu_device_count();
     lua_createtable(L, nd, 0);
     for (int d = 0; d < nd; d++) {

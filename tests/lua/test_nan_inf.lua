@@ -404,14 +404,16 @@ T.test("subnormals: kernels flush them to zero on cpu:0 and cpu:1; Lua's numbers
     T.eq(big:abs():sum():item(), 0, dev .. ": every part of a pooled kernel flushes")
     T.eq((x * 0.1):cpu():totable()[3], 0, dev .. ": 3e-39 flushed")
   end
+  T.eq(ldist.config.cpu_split().denormals, "flushed")
   T.ok(2 ^ -1074 > 0, "Lua's arithmetic keeps IEEE subnormals")
   T.eq(tostring(5e-324), "4.9406564584125e-324")
   local bin = os.getenv("LDIST_BIN") or "./ldist"
-  local p = io.popen(("LDIST_DENORMALS=keep %s -e 'print((tensor.new({1e-30}) * 1e-10):item())' 2>&1"):format(bin))
+  local p = io.popen(("LDIST_DENORMALS=keep %s -e 'print((tensor.new({1e-30}) * 1e-10):item(), ldist.config.cpu_split().denormals)' 2>&1"):format(bin))
   local out = p:read("a")
   p:close()
   local v = tonumber(out:match("[%d.e+-]+"))
   T.ok(v and v > 9e-41 and v < 1.1e-40, "LDIST_DENORMALS=keep: the subnormal product, got " .. out)
+  T.ok(out:find("kept", 1, true), "cpu_split().denormals says kept")
 end)
 
 T.done()

@@ -57,7 +57,8 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "the kernels it runs (ldist names OpenBLAS's kernel family from the processor's\n" ..
   "instruction sets unless OPENBLAS_CORETYPE does), and bf16_gemm, how bfloat16 products run:\n" ..
   "\"avx512_bf16\" (vdpbf16ps, float32 sums) where the processor has it, else \"float32\" (also\n" ..
-  "when LDIST_NO_AVX512_BF16=1). LDIST_NUM_THREADS sets the thread count instead\n" ..
+  "when LDIST_NO_AVX512_BF16=1), and denormals, \"flushed\" (CPU kernels flush subnormal floats to\n" ..
+  "zero, as TensorFlow's do) or \"kept\" (LDIST_DENORMALS=keep). LDIST_NUM_THREADS sets the thread count instead\n" ..
   "(nothing is pinned then); LDIST_CPU_PIN=0 turns pinning off; LDIST_CPU_CORES=N\n" ..
   "pretends N cores (to try a split)."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
