@@ -35,7 +35,7 @@ static ld_tensor *dense_forward(ld_layer *l, int n_in, ld_tensor *const *x, int 
     ld_activation a = ld_p_activation(l, DENSE_ACT);
     /* under a half policy all in its dtype, as Keras's Dense: the product's
        half result, the bias and the activation on it (ld_linear_half) */
-    ld_tensor *xf = ld_dtype_is_float(x[0]->dtype) ? ld_tensor_retain(x[0]) : ld_as_float(x[0]);
+    ld_tensor *xf = ld_as_floating(x[0]);
     ld_tensor *y = xf ? ld_linear_half(xf, ld_var(l->vars[0]), ld_p_int(l, DENSE_BIAS) ? ld_var(l->vars[1]) : NULL,
                                        a == LD_ACT_RELU) : NULL;
     ld_tensor_release(xf);
@@ -135,7 +135,7 @@ static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
     const int64_t *s = ld_p_ints(l, CONV_STRIDES, NULL);
     ld_activation a = ld_p_activation(l, CONV_ACT);
     /* a half input as it is: under a half policy the op computes in that dtype */
-    ld_tensor *xf = ld_dtype_is_float(xs[0]->dtype) ? ld_tensor_retain(xs[0]) : ld_as_float(xs[0]);
+    ld_tensor *xf = ld_as_floating(xs[0]);
     ld_tensor *y = xf ? ld_conv2d_bias_act(xf, ld_var(l->vars[0]), ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL,
                                            a == LD_ACT_RELU, (int)s[0], (int)s[1],
                                            !strcmp(ld_p_str(l, CONV_PADDING), "same")) : NULL;

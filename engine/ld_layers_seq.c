@@ -88,7 +88,7 @@ static int mha_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
    so that attention's products take half operands, as in Keras. */
 static ld_tensor *proj_op(ld_tensor *x, ld_tensor *kernel, ld_tensor *bias, int64_t d, int64_t cols) {
     int64_t ks[2] = {d, cols};
-    ld_tensor *t[3] = {ld_dtype_is_float(x->dtype) ? ld_tensor_retain(x) : ld_as_float(x), ld_reshape_op(ld_var(kernel), 2, ks),
+    ld_tensor *t[3] = {ld_as_floating(x), ld_reshape_op(ld_var(kernel), 2, ks),
                        bias ? ld_reshape_op(ld_var(bias), 1, &cols) : NULL};
     ld_tensor *y = t[0] && t[1] && (!bias || t[2]) ? ld_linear_half(t[0], t[1], t[2], 0) : NULL;
     rel(3, t);

@@ -73,6 +73,10 @@ ld_tensor *ld_as_float(ld_tensor *t) {
     return t->dtype == LD_F32 ? ld_tensor_retain(t) : ld_cast_op(t, LD_F32);
 }
 
+ld_tensor *ld_as_floating(ld_tensor *t) {
+    return ld_dtype_is_float(t->dtype) ? ld_tensor_retain(t) : ld_cast_op(t, LD_F32);
+}
+
 static int bw_identity(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     gi[0] = ld_tensor_retain(g);
     return LD_OK;
@@ -771,7 +775,9 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     return st;
 }
 
-ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
+/* ld_linear and ld_linear_half: under a half autocast the result is float32,
+   or with keep_half the autocast's half dtype */
+static ld_tensor *linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int keep_half) {
     char b1[64], b2[64];
     if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[0] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[1]))) {
@@ -780,7 +786,7 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
     }
     if (ld_dtype_is_half(autocast_dt) && ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) &&
         (!b || ld_dtype_is_float(b->dtype)))
-        return linear_half(x, w, b, relu, autocast_dt, LD_F32);
+        return linear_half(x, w, b, relu, autocast_dt, keep_half ? autocast_dt : LD_F32);
     if (ld_dtype_is_half(x->dtype) && x->dtype == w->dtype && (!b || ld_dtype_is_float(b->dtype)))
         return linear_half(x, w, b, relu, x->dtype, x->dtype);
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
@@ -823,13 +829,8 @@ ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
     return out;
 }
 
-ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) {
-    if (!ld_dtype_is_half(autocast_dt) || !ld_dtype_is_float(x->dtype) || !ld_dtype_is_float(w->dtype) ||
-        (b && !ld_dtype_is_float(b->dtype)) || x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[0] ||
-        (b && (b->ndim != 1 || b->shape[0] != w->shape[1])))
-        return ld_linear(x, w, b, relu);   /* (which names a shape or dtype problem) */
-    return linear_half(x, w, b, relu, autocast_dt, autocast_dt);
-}
+ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) { return linear(x, w, b, relu, 0); }
+ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) { return linear(x, w, b, relu, 1); }
 
 /* ================================================================ softmax */
 static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {

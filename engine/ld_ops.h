@@ -54,6 +54,9 @@ ld_tensor *ld_argmin(ld_tensor *x, int axis);           /* int64, not differenti
 ld_tensor *ld_cast_op(ld_tensor *t, ld_dtype dt);
 /* A float32 tensor for t: t itself (retained) when float32, else ld_cast_op's copy. */
 ld_tensor *ld_as_float(ld_tensor *t);
+/* t itself (retained) when of a float dtype, half included (a layer under a
+   half policy computes in it); an integer tensor as float32 (ld_cast_op). */
+ld_tensor *ld_as_floating(ld_tensor *t);
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b);       /* 2-d x 2-d, or batched 3-d x 2-d */
 ld_tensor *ld_softmax(ld_tensor *x);                    /* over the last axis */
 /* A dense layer in one op: x [..., k] @ w [k, n] + b [n] (b may be NULL),

@@ -87,6 +87,32 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 
 static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same, const int *pk);
 
+/* y max-pooled (pk, see conv_geometry), in y's dtype: a half y widened,
+   which is exact, and the result rounded back, which is too */
+static ld_tensor *pool_after(ld_tensor *y, const int *pk) {
+    ld_tensor *yf = ld_as_float(y), *p = yf ? ld_maxpool2d(yf, pk[0], pk[1], pk[2], pk[3]) : NULL;
+    ld_dtype dt = y->dtype;
+    ld_tensor_release(yf);
+    ld_tensor_release(y);
+    return ld_ops_in_dtype(p, dt);
+}
+
+/* The lowering (GPUs, LDIST_CONV_REFERENCE=1): im2col -> dense (bias and
+   relu fused; under a half autocast the half product with the bias and relu
+   in the half dtype, ld_linear_half: tensor cores on a GPU) -> NHWC, then the
+   pooling op. A half input is widened for im2col, which is exact. */
+static ld_tensor *conv_lowered(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
+                               const int *pk) {
+    int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
+    ld_tensor *xf = ld_as_float(x), *col = xf ? ld_im2col(xf, (int)kh, (int)kw, sh, sw, same, &oh, &ow) : NULL;
+    int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
+    ld_tensor *w2 = col ? ld_reshape_op(w, 2, w2s) : NULL;
+    ld_tensor *y2 = w2 ? ld_linear_half(col, w2, b, relu) : NULL;
+    ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
+    ld_tensor_release(xf); ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    return y && pk && pk[0] > 0 ? pool_after(y, pk) : y;
+}
+
 /* t rounded to dt and given as float32 (exact), recorded: the gradient comes
    back through both casts in float32 */
 static ld_tensor *rounded(ld_tensor *t, ld_dtype dt) {
@@ -96,51 +122,27 @@ static ld_tensor *rounded(ld_tensor *t, ld_dtype dt) {
     return f;
 }
 
-/* Under a half autocast (Keras's mixed precision, ld_autocast) a convolution
-   computes as a half one with float32 sums: the input and the kernel rounded
-   to the half dtype, their products (exact in float32) summed in float32,
-   the result rounded once; then the bias cast to the half dtype and relu in
-   that dtype, as Keras's Conv2D computes. On the CPU the float32 kernels
-   compute that on the rounded operands; elsewhere the lowering's product is a
-   half product (ld_linear_half: tensor cores on a GPU). The result is half;
-   a pooling after it (pk) runs on it widened, which is exact. */
-static ld_tensor *conv_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
-                            const int *pk, ld_dtype dt) {
-    ld_dtype was = ld_autocast(LD_F32);   /* the float32 kernels below, not this path again */
-    ld_tensor *xf = rounded(x, dt), *wf = xf ? rounded(w, dt) : NULL, *y = NULL;
-    if (wf && (DEV(x)->kind != LD_DEV_CPU || conv_reference()) && x->ndim == 4 && w->ndim == 4) {
-        int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
-        ld_tensor *col = ld_im2col(xf, (int)kh, (int)kw, sh, sw, same, &oh, &ow);
-        int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
-        ld_tensor *w2 = col ? ld_reshape_op(wf, 2, w2s) : NULL;
-        ld_autocast(dt);
-        ld_tensor *y2 = w2 ? ld_linear_half(col, w2, b, relu) : NULL;
-        ld_autocast(LD_F32);
-        y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
-        ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
-    } else if (wf) {
-        ld_tensor *yf = conv_op(xf, wf, NULL, 0, sh, sw, same, NULL);
-        y = ld_ops_bias_relu(yf ? ld_cast_op(yf, dt) : NULL, b, relu);
-        ld_tensor_release(yf);
-    }
-    if (y && pk && pk[0] > 0) {
-        ld_tensor *yf = ld_as_float(y), *p = yf ? ld_maxpool2d(yf, pk[0], pk[1], pk[2], pk[3]) : NULL;
-        ld_tensor_release(y); ld_tensor_release(yf);
-        y = p ? ld_cast_op(p, dt) : NULL;
-        ld_tensor_release(p);
-    }
-    ld_tensor_release(xf); ld_tensor_release(wf);
+/* The direct kernels under a half autocast (Keras's mixed precision,
+   ld_autocast): a convolution computed as a half one with float32 sums, the
+   input and the kernel rounded to the half dtype, their products (exact in
+   float32) summed by the float32 kernels, the result rounded once; then the
+   bias cast to the half dtype and relu in that dtype, as Keras's Conv2D
+   computes (the lowering gives the same through its half product). */
+static ld_tensor *conv_half_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
+                                   const int *pk, ld_dtype dt) {
+    ld_dtype was = ld_autocast(LD_F32);   /* the float32 kernels, not this path again */
+    ld_tensor *xf = rounded(x, dt), *wf = xf ? rounded(w, dt) : NULL;
+    ld_tensor *yf = wf ? conv_op(xf, wf, NULL, 0, sh, sw, same, NULL) : NULL;
     ld_autocast(was);
-    return y;
+    ld_tensor *y = ld_ops_bias_relu(yf ? ld_cast_op(yf, dt) : NULL, b, relu);
+    ld_tensor_release(yf); ld_tensor_release(xf); ld_tensor_release(wf);
+    return y && pk && pk[0] > 0 ? pool_after(y, pk) : y;
 }
 
-/* relu(conv(x, w) + b), then max pooling when pk (see conv_geometry) */
+/* relu(conv(x, w) + b), then max pooling when pk (see conv_geometry); half
+   operands under a half autocast */
 static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same, const int *pk) {
     char b1[64], b2[64];
-    ld_dtype half = ld_autocast_dtype();
-    if (ld_dtype_is_half(half) && ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) &&
-        (!b || ld_dtype_is_float(b->dtype)))
-        return conv_half(x, w, b, relu, sh, sw, same, pk, half);
     if (x->ndim != 4 || w->ndim != 4 || x->shape[3] != w->shape[2] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[3]))) {
         ld_fail(LD_ESHAPE, "conv2d needs NHWC input and HWIO kernel with matching channels, got %s and %s",
@@ -148,28 +150,17 @@ static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
         return NULL;
     }
     if (sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d strides must be positive"); return NULL; }
-    if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
+    ld_dtype half = ld_autocast_dtype();
+    int ok = ld_dtype_is_half(half) ? ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) && (!b || ld_dtype_is_float(b->dtype))
+                                    : x->dtype == LD_F32 && w->dtype == LD_F32 && (!b || b->dtype == LD_F32);
+    if (!ok) {
         ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s and %s", ld_dtype_name(x->dtype), ld_dtype_name(w->dtype));
         return NULL;
     }
     if (ld_check_same_device(x, w, "conv2d") || (b && ld_check_same_device(w, b, "conv2d"))) return NULL;
+    if (DEV(x)->kind != LD_DEV_CPU || conv_reference()) return conv_lowered(x, w, b, relu, sh, sw, same, pk);
+    if (ld_dtype_is_half(half)) return conv_half_direct(x, w, b, relu, sh, sw, same, pk, half);
     int pool = pk && pk[0] > 0;
-    if (DEV(x)->kind != LD_DEV_CPU || conv_reference()) {
-        /* the lowering: im2col -> dense (bias, relu fused) -> NHWC, then the pooling op */
-        int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
-        ld_tensor *col = ld_im2col(x, (int)kh, (int)kw, sh, sw, same, &oh, &ow);
-        int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
-        ld_tensor *w2 = col ? ld_reshape_op(w, 2, w2s) : NULL;
-        ld_tensor *y2 = w2 ? ld_linear(col, w2, b, relu) : NULL;
-        ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
-        ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
-        if (y && pool) {
-            ld_tensor *p = ld_maxpool2d(y, pk[0], pk[1], pk[2], pk[3]);
-            ld_tensor_release(y);
-            y = p;
-        }
-        return y;
-    }
     ld_conv_geom cg;
     if (conv_geometry(x, w, sh, sw, same, pk, &cg)) return NULL;
     ld_tensor *cx = ld_ops_contig(x), *cw = cx ? ld_contiguous(w) : NULL;
