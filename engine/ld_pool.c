@@ -29,6 +29,17 @@
  * Pinning is skipped where the cores would be oversubscribed (more
  * processes or devices than cores): a pinned thread could not move away
  * from a busy core.
+ *
+ * Shares are whole physical cores. With SMT (hyper-threading) a core's
+ * hardware threads share its FMA units and its L1/L2 caches; Linux numbers
+ * them apart (on a 16-thread Xeon, 0 and 8 are one core). Slices cut from
+ * the ids in order would then put two devices (or two processes) on the
+ * same physical cores, each evicting the other's weights from L2, and each
+ * device would look as fast as a whole core per thread when measured alone.
+ * So the process's cores are ordered by package and physical core
+ * (sysfs topology: thread_siblings_list, physical_package_id), and split
+ * by physical cores while there are at least as many as shares; beyond
+ * that, by hardware threads.
  */
 #define _GNU_SOURCE
 #include "ld_device.h"
@@ -123,6 +134,10 @@ static pthread_mutex_t split_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned split_gen = 1;       /* bumped when a slice changes; threads re-pin */
 static int proc_cores[MAX_CORES];    /* the cores of this process, as CPU ids */
 static int n_proc_cores;
+static int core_of[MAX_CORES];       /* proc_cores[i]'s physical core (a key: equal for SMT siblings) */
+static int group_start[MAX_CORES + 1]; /* where each physical core's run of proc_cores starts, and the end */
+static int n_groups;                 /* physical cores among proc_cores */
+static int smt_most;                 /* most hardware threads of one physical core among them */
 static int host_cores;               /* the cores of the host (the allowed set before the process split) */
 static int can_pin;                  /* real cores, no LDIST_NUM_THREADS: sched_setaffinity is ours to call */
 static const char *no_pin_why = "";  /* else why not */
@@ -280,6 +295,35 @@ static void share_of(int total, int n, int i, int *lo, int *cnt) {
     *cnt = base + (i < rem);
 }
 
+/* group proc_cores (already in topology order) by physical core */
+static void regroup(void) {
+    n_groups = 0;
+    smt_most = 1;
+    for (int i = 0; i < n_proc_cores; i++)
+        if (i == 0 || core_of[i] != core_of[i - 1]) group_start[n_groups++] = i;
+    group_start[n_groups] = n_proc_cores;
+    for (int g = 0; g < n_groups; g++)
+        if (group_start[g + 1] - group_start[g] > smt_most) smt_most = group_start[g + 1] - group_start[g];
+}
+
+/* share i of n of proc_cores: whole physical cores while there are enough
+   of them, else hardware threads (share_of's rule either way) */
+static void slice_of(int n, int i, int *lo, int *cnt) {
+    if (n_groups < n_proc_cores && n <= n_groups) {
+        int glo, gcnt;
+        share_of(n_groups, n, i, &glo, &gcnt);
+        *lo = group_start[glo];
+        *cnt = group_start[glo + gcnt] - *lo;
+    } else {
+        share_of(n_proc_cores, n, i, lo, cnt);
+    }
+}
+
+int ld_cpu_physical_cores(int *smt) {
+    if (smt) *smt = smt_most;
+    return n_groups;
+}
+
 int ld_cpu_split(int n) {
     if (n < 1 || n > LD_MAX_LOGICAL) return ld_fail(LD_EARG, "number of CPU devices must be in 1..%d, got %d", LD_MAX_LOGICAL, n);
     pthread_mutex_lock(&split_mu);
@@ -287,13 +331,14 @@ int ld_cpu_split(int n) {
     for (int i = 0; i < n; i++) {
         cpu_pool *p = &pools[i];
         int lo, cnt, tlo, tcnt;
-        share_of(n_proc_cores, n, i, &lo, &cnt);
+        slice_of(n, i, &lo, &cnt);
         share_of(budget, n, i, &tlo, &tcnt);
         p->first = lo;
         p->ncores = cnt;
         /* a slice of its own only where the devices do not outnumber the cores */
         p->pinned = can_pin && n > 1 && n <= n_proc_cores;
-        __atomic_store_n(&p->wanted, tcnt, __ATOMIC_RELAXED);
+        /* a thread per hardware thread of its slice, or its share of LDIST_NUM_THREADS */
+        __atomic_store_n(&p->wanted, budget_threads ? tcnt : cnt, __ATOMIC_RELAXED);
     }
     n_split = n;
     __atomic_add_fetch(&split_gen, 1, __ATOMIC_RELEASE);
@@ -327,8 +372,14 @@ int ld_cpu_process_cores(int *ids, int max) {
 
 void ld_cpu_local_process(int *rank, int *size) { *rank = local_rank; *size = local_size; }
 
-/* "0-3,8,10-11" */
-static size_t cpu_list(char *buf, size_t cap, const int *ids, int n) {
+static int cmp_int(const void *a, const void *b) { int x = *(const int *)a, y = *(const int *)b; return (x > y) - (x < y); }
+
+/* "0-3,8,10-11" (the ids sorted: a slice in topology order may read 0,8,1,9) */
+static size_t cpu_list(char *buf, size_t cap, const int *unsorted, int n) {
+    int ids[MAX_CORES];
+    if (n > MAX_CORES) n = MAX_CORES;
+    memcpy(ids, unsorted, sizeof *ids * (size_t)n);
+    qsort(ids, (size_t)n, sizeof *ids, cmp_int);
     size_t k = 0;
     if (cap) buf[0] = 0;
     for (int i = 0; i < n;) {
@@ -372,6 +423,60 @@ const char *ld_cpu_split_describe(void) {
 }
 
 /* ---- this process's share of the host, at start-up */
+
+/* The smallest id of "0,8" / "0-1" / "3": the key of a core's siblings; -1 if unreadable */
+static int read_first_id(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char buf[256];
+    int first = -1;
+    if (fgets(buf, sizeof buf, f)) {
+        for (char *q = buf; *q;) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            if (first < 0 || v < first) first = (int)v;
+            q = end;
+            while (*q == '-' || *q == ',') q++;
+            if (*q == '\n') break;
+        }
+    }
+    fclose(f);
+    return first;
+}
+
+typedef struct { int pkg, core, id; } core_pos;
+static int cmp_core_pos(const void *a, const void *b) {
+    const core_pos *x = a, *y = b;
+    if (x->pkg != y->pkg) return x->pkg < y->pkg ? -1 : 1;
+    if (x->core != y->core) return x->core < y->core ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Order proc_cores by package, then physical core (its hardware threads
+   next to each other), from sysfs, or LDIST_CPU_TOPOLOGY: a directory laid
+   out as /sys/devices/system/cpu, to check the split of machines this one
+   is not. A core whose topology cannot be read is a core of its own. */
+static void order_by_topology(void) {
+    const char *dir = getenv("LDIST_CPU_TOPOLOGY");
+    if (!dir || !*dir) dir = "/sys/devices/system/cpu";
+    static core_pos pos[MAX_CORES];
+    char path[512];
+    for (int i = 0; i < n_proc_cores; i++) {
+        int id = proc_cores[i];
+        snprintf(path, sizeof path, "%s/cpu%d/topology/thread_siblings_list", dir, id);
+        int core = read_first_id(path);
+        snprintf(path, sizeof path, "%s/cpu%d/topology/physical_package_id", dir, id);
+        int pkg = read_first_id(path);
+        pos[i] = (core_pos){pkg < 0 ? 0 : pkg, core < 0 ? id : core, id};
+    }
+    qsort(pos, (size_t)n_proc_cores, sizeof *pos, cmp_core_pos);
+    for (int i = 0; i < n_proc_cores; i++) {
+        proc_cores[i] = pos[i].id;
+        core_of[i] = pos[i].pkg * MAX_CORES + pos[i].core;
+    }
+    regroup();
+}
 static int env_int(const char *name, int *v) {
     const char *s = getenv(name);
     if (!s || !*s) return 0;
@@ -440,6 +545,7 @@ __attribute__((constructor)) static void cpu_pool_init(void) {
         for (int i = 0; i < n_proc_cores; i++) proc_cores[i] = i;
         fake = 1;   /* ids we cannot be sure of: no pinning */
     }
+    order_by_topology();
     host_cores = n_proc_cores;
     int nt = 0;
     if (env_int("LDIST_NUM_THREADS", &nt) && nt > 0) budget_threads = nt;
@@ -462,9 +568,11 @@ __attribute__((constructor)) static void cpu_pool_init(void) {
         can_pin = 0;
     } else if (src && local_size > 1) {
         int lo, cnt;
-        share_of(n_proc_cores, local_size, local_rank, &lo, &cnt);
+        slice_of(local_size, local_rank, &lo, &cnt);
         memmove(proc_cores, proc_cores + lo, sizeof *proc_cores * (size_t)cnt);
+        memmove(core_of, core_of + lo, sizeof *core_of * (size_t)cnt);
         n_proc_cores = cnt;
+        regroup();
         int pin = can_pin && local_size <= host_cores;
         if (can_pin && !pin) no_pin_why = "more processes than cores";
         cpu_list(list, sizeof list, proc_cores, n_proc_cores);
@@ -478,6 +586,11 @@ __attribute__((constructor)) static void cpu_pool_init(void) {
         cpu_list(list, sizeof list, proc_cores, n_proc_cores);
         snprintf(proc_note, sizeof proc_note, "%d core%s (%s)%s", n_proc_cores, n_proc_cores == 1 ? "" : "s", list,
                  fake && getenv("LDIST_CPU_CORES") ? ", pretended by LDIST_CPU_CORES" : "");
+    }
+    if (smt_most > 1) {   /* hardware threads: say how many physical cores they are */
+        size_t k = strlen(proc_note);
+        snprintf(proc_note + k, sizeof proc_note - k, ", %d physical (SMT: up to %d threads each; shares are whole cores)",
+                 n_groups, smt_most);
     }
     if (budget_threads) {
         size_t k = strlen(proc_note);

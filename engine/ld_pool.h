@@ -56,7 +56,8 @@ void ld_cpu_thread_serial(int on);
  * The process's cores are split among its n logical CPU devices: device i
  * gets a pool of cores/n threads (the remainder spread over the first
  * ones), pinned to its own cores where the OS allows and the cores are not
- * oversubscribed. */
+ * oversubscribed. Shares are whole physical cores (all their SMT threads)
+ * while there are at least n physical cores. */
 int ld_cpu_split(int n);
 /* The calling thread is the executor of cpu:<dev>: its kernels run on that
    device's pool, and it pins itself to the device's cores. */
@@ -66,7 +67,10 @@ void ld_cpu_thread_refresh(void);
 int ld_cpu_device_threads(int dev);
 /* cpu:<dev>'s cores as CPU ids (at most max); *pinned: its threads are pinned there */
 int ld_cpu_device_cores(int dev, int *ids, int max, int *pinned);
+/* the process's cores, grouped by physical core (SMT siblings next to each other) */
 int ld_cpu_process_cores(int *ids, int max);
+/* physical cores among the process's cores; *smt: most hardware threads of one */
+int ld_cpu_physical_cores(int *smt);
 /* This process's rank and count among the processes of its job on this host (0, 1: alone). */
 void ld_cpu_local_process(int *rank, int *size);
 /* One line: the process's cores, how they were split, what is pinned. */

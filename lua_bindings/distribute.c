@@ -50,7 +50,7 @@ static void push_ids(lua_State *L, const int *ids, int n) {
     for (int i = 0; i < n; i++) { lua_pushinteger(L, ids[i]); lua_rawseti(L, -2, i + 1); }
 }
 
-/* cpu_split() -> {cores = {ids}, local_rank =, local_size =, text =, blas =, bf16_gemm =, denormals =,
+/* cpu_split() -> {cores = {ids}, physical_cores =, smt =, local_rank =, local_size =, text =, blas =, bf16_gemm =, denormals =,
    devices = {{name =, threads =, cores = {ids}, pinned =}, ...}} */
 static int d_cpu_split(lua_State *L) {
     enum { MAX = 1024 };
@@ -60,6 +60,11 @@ static int d_cpu_split(lua_State *L) {
     lua_createtable(L, 0, 5);
     push_ids(L, ids, n);
     lua_setfield(L, -2, "cores");
+    int smt = 1;
+    lua_pushinteger(L, ld_cpu_physical_cores(&smt));
+    lua_setfield(L, -2, "physical_cores");
+    lua_pushinteger(L, smt);
+    lua_setfield(L, -2, "smt");
     lua_pushinteger(L, rank);
     lua_setfield(L, -2, "local_rank");
     lua_pushinteger(L, size);

@@ -159,6 +159,80 @@ T.test("LDIST_CPU_CORES=16: cpu_devices(n) gives each device cores/n threads on 
   T.ok(r.split.text:find("cpu:0 8 threads on cores 0-7, cpu:1 8 threads on cores 8-15", 1, true), r.split.text)
 end)
 
+-- A pretended machine's topology, laid out as /sys/devices/system/cpu:
+-- core_of(id) -> the id of its physical core's first thread, pkg_of(id) -> its package
+local function topology(name, n, core_of, pkg_of)
+  local dir = os.tmpname() .. "-" .. name
+  for id = 0, n - 1 do
+    local d = ("%s/cpu%d/topology"):format(dir, id)
+    assert(os.execute("mkdir -p " .. d))
+    local sib = {}
+    for j = 0, n - 1 do if core_of(j) == core_of(id) and pkg_of(j) == pkg_of(id) then sib[#sib + 1] = j end end
+    local f = assert(io.open(d .. "/thread_siblings_list", "w")); f:write(table.concat(sib, ","), "\n"); f:close()
+    f = assert(io.open(d .. "/physical_package_id", "w")); f:write(pkg_of(id), "\n"); f:close()
+  end
+  return dir
+end
+-- one Xeon socket, 8 cores x 2 threads, Linux's numbering: threads i and i + 8 share a core
+local smt16 = topology("smt16", 16, function(i) return i % 8 end, function() return 0 end)
+-- two sockets of 8 cores x 2 threads: 0-7 and 16-23 on package 0, 8-15 and 24-31 on package 1
+local smt32 = topology("smt32", 32, function(i) return i % 16 end, function(i) return (i % 16) // 8 end)
+local function set_of(ids) local s = {} for _, c in ipairs(ids) do s[c] = true end return s end
+
+T.test("SMT: shares are whole physical cores (both threads of a core go to one device or process)", function()
+  local env = "LDIST_CPU_CORES=16 LDIST_CPU_TOPOLOGY=" .. smt16
+  local r = child(env, "split", 1)
+  T.eq(r.split.physical_cores, 8, "physical cores")
+  T.eq(r.split.smt, 2, "threads per core")
+  T.eq(r.threads, 16, "one device: a thread per hardware thread")
+  T.ok(r.split.text:find("8 physical (SMT: up to 2 threads each", 1, true), r.split.text)
+  for _, n in ipairs({2, 4, 8}) do
+    r = child(env, "split", n)
+    T.eq(#r.split.devices, n)
+    local used = {}
+    for _, d in ipairs(r.split.devices) do
+      T.eq(d.threads, 16 // n, d.name .. " threads")
+      T.eq(#d.cores, 16 // n, d.name .. " cores")
+      local mine = set_of(d.cores)
+      for _, c in ipairs(d.cores) do
+        T.ok(mine[(c + 8) % 16], ("%s on %d devices has thread %d but not its sibling %d"):format(d.name, n, c, (c + 8) % 16))
+        T.ok(not used[c], ("thread %d given twice"):format(c))
+        used[c] = true
+      end
+    end
+  end
+  r = child(env, "split", 2)
+  T.ok(r.split.text:find("cpu:0 8 threads on cores 0-3,8-11, cpu:1 8 threads on cores 4-7,12-15", 1, true), r.split.text)
+  -- 3 devices on 8 cores: 3, 3 and 2 whole cores
+  r = child(env, "split", 3)
+  local want = {6, 6, 4}
+  for i, d in ipairs(r.split.devices) do T.eq(d.threads, want[i], d.name .. " threads of 3") end
+  -- more devices than physical cores: one thread each, every thread given once
+  r = child(env, "split", 16)
+  local used = {}
+  for _, d in ipairs(r.split.devices) do T.eq(d.threads, 1); used[d.cores[1]] = true end
+  for c = 0, 15 do T.ok(used[c], "thread " .. c .. " given to no device") end
+  -- processes of one host: rank 1 of 4 takes cores 2 and 3, both threads of each
+  r = child(env .. " LDIST_LOCAL_RANK=1 LDIST_LOCAL_SIZE=4", "report")
+  local got = {}
+  for _, c in ipairs(r.split.cores) do got[#got + 1] = c end
+  table.sort(got)
+  T.ok(same(got, {2, 3, 10, 11}), "process 1 of 4: " .. table.concat(got, ","))
+  T.eq(r.threads, 4)
+  T.eq(r.split.physical_cores, 2)
+end)
+
+T.test("SMT on two sockets: two devices take one package each", function()
+  local r = child("LDIST_CPU_CORES=32 LDIST_CPU_TOPOLOGY=" .. smt32, "split", 2)
+  T.eq(r.split.physical_cores, 16)
+  T.ok(r.split.text:find("cpu:0 16 threads on cores 0-7,16-23, cpu:1 16 threads on cores 8-15,24-31", 1, true), r.split.text)
+  -- a topology that cannot be read: every thread is a core of its own, ids in order
+  r = child("LDIST_CPU_CORES=16 LDIST_CPU_TOPOLOGY=/nonexistent", "split", 2)
+  T.eq(r.split.physical_cores, 16)
+  T.eq(r.split.smt, 1)
+  T.ok(r.split.text:find("cpu:0 8 threads on cores 0-7, cpu:1 8 threads on cores 8-15", 1, true), r.split.text)
+end)
+
 T.test("LDIST_NUM_THREADS=6 splits threads, not cores: 3 per device, nothing pinned", function()
   local r = child("LDIST_NUM_THREADS=6", "split", 2)
   T.eq(r.split.devices[1].threads, 3)
@@ -391,4 +465,5 @@ T.test("bad counts are refused with a clear error", function()
   T.raises(function() distribute.LocalCluster{workers = 1, threads = 0} end, "threads must be 1..256")
 end)
 
+os.execute(("rm -rf %q %q"):format(smt16, smt32))
 T.done()
