@@ -12,7 +12,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-build/device-check}; mkdir -p "$out"
 parts=${DEVICE_CHECK_PARTS:-test conf bench profile cores}
-{ date -u; nproc; lscpu | grep -E 'Model name|Flags' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
+{ date -u; nproc; lscpu | grep -E 'Model name|Flags|Thread|Core|Socket|NUMA node' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
 # the BLAS kernels CPU products run: ldist's choice, and OpenBLAS's own (LDIST_BLAS)
 bash build/gpu-bundle/run.sh bash -c '"$LDIST" -e "print(ldist.config.cpu_split().blas)";
   LDIST_BLAS=libopenblas.so.0 "$LDIST" -e "print(ldist.config.cpu_split().blas)"' 2>&1 | grep -v '^#' >>"$out/machine.txt"
