@@ -725,6 +725,54 @@ static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t
     parallel_run(gemm_part, &j, 64);
 }
 
+void ld_cpu_bias_relu_rows(float *c, int64_t ldc, int64_t rows, int64_t n, const float *bias, int relu) {
+    for (int64_t i = 0; i < rows; i++) {
+        float *r = c + i * ldc;
+        if (bias && relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j] + bias[j]);
+        else if (bias) for (int64_t j = 0; j < n; j++) r[j] += bias[j];
+        else if (relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j]);
+    }
+}
+
+/* Dense's forward, split as a product (gemm_grid); each part adds the bias
+   and applies relu to its block as soon as it has it: row by row block in
+   L1 on the unpacked path, after its BLAS call otherwise. Where the bias
+   was copied into C for a product with beta 1 and relu ran as an op of its
+   own, a batch of 2048 x 512 took three passes over C more. */
+typedef struct { gemm_job g; const float *bias; int relu; } gemm_bias_job;
+static void gemm_bias_block(const gemm_bias_job *j, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    const gemm_job *g = &j->g;
+    int64_t rows = r1 - r0, cols = c1 - c0;
+    const float *a = g->a + r0 * g->lda, *b = g->b + c0, *bias = j->bias ? j->bias + c0 : NULL;
+    float *c = g->c + r0 * g->ldc + c0;
+    if (small_gemm && ld_cpu_gemm_small_fits(rows, cols, g->k) &&
+        ld_cpu_gemm_small_bias(rows, cols, g->k, a, g->lda, b, g->ldb, bias, j->relu, c, g->ldc))
+        return;
+    cpu_gemm_serial(NULL, 0, 0, rows, cols, g->k, 1.0f, a, g->lda, b, g->ldb, 0.0f, c, g->ldc);
+    ld_cpu_bias_relu_rows(c, g->ldc, rows, cols, bias, j->relu);
+}
+static void gemm_bias_part(void *ctx, int p, int np) {
+    gemm_bias_job *j = ctx;
+    int pm, pn;
+    gemm_grid(&j->g, np, &pm, &pn);
+    int64_t r0, r1, c0, c1;
+    range_of(j->g.m, p / pn, pm, &r0, &r1);
+    range_of(j->g.n, p % pn, pn, &c0, &c1);
+    if (r0 < r1 && c0 < c1) gemm_bias_block(j, r0, r1, c0, c1);
+}
+static void cpu_gemm_bias(ld_device *d, int64_t m, int64_t n, int64_t k, const float *a, const float *b, const float *bias,
+                   int relu, float *c) {
+    if (m <= 0 || n <= 0) return;
+    if (__builtin_expect(!blas_sgemm(), 0) && k) {
+        ld_device_fault(d, LD_EDEVICE, "%s", blas_error);
+        for (int64_t i = 0; i < m * n; i++) c[i] = NAN;
+        return;
+    }
+    gemm_bias_job j = {{0, 0, m, n, k, 1.0f, a, k < 1 ? 1 : k, b, n, 0.0f, c, n}, bias, relu};
+    if ((double)m * n * k < 262144.0 || (m < 32 && n < 32)) gemm_bias_block(&j, 0, m, 0, n);
+    else parallel_run(gemm_bias_part, &j, 64);
+}
+
 /* Half operands: bfloat16 on AVX512_BF16 (ld_gemm_bf16.c); otherwise (float16,
    another processor, LDIST_NO_AVX512_BF16=1) both widened to float32, which
    is exact, and the float32 product: float32 sums either way. */

@@ -77,12 +77,13 @@ static __attribute__((target("avx512f"))) void panel512(int R, int64_t K, const 
 /* A packed R rows at a time (k-major, passes of at most KB_MAX deep), B's
    panels read where they lie */
 static void gemm_small(const small_isa *v, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                       const float *b, int64_t ldb, int acc, float *c, int64_t ldc) {
+                       const float *b, int64_t ldb, int acc, float *c, int64_t ldc, int epi, const float *bias,
+                       int relu) {
     float ap[12 * KB_MAX];
     int64_t passes = (k + KB_MAX - 1) / KB_MAX, kb = (k + passes - 1) / passes;
     for (int64_t k0 = 0; k0 < k; k0 += kb) {
         int64_t kk = k - k0 < kb ? k - k0 : kb;
-        int add = acc || k0 > 0;
+        int add = acc || k0 > 0, last = k0 + kk >= k;
         for (int64_t i = 0; i < m;) {
             int R = v->rows[3];
             for (int x = 0; x < 3; x++) if (m - i >= v->rows[x]) { R = v->rows[x]; break; }
@@ -90,6 +91,7 @@ static void gemm_small(const small_isa *v, int64_t m, int64_t n, int64_t k, cons
                 for (int r = 0; r < R; r++) ap[q * R + r] = a[(i + r) * lda + k0 + q];
             for (int64_t j = 0; j < n; j += v->nr)
                 v->panel(R, kk, ap, b + k0 * ldb + j, ldb, c + i * ldc + j, ldc, add, n - j < v->nr ? n - j : v->nr);
+            if (epi && last) ld_cpu_bias_relu_rows(c + i * ldc, ldc, R, n, bias, relu);
             i += R;
         }
     }
@@ -155,21 +157,36 @@ int ld_cpu_gemm_small_fits(int64_t m, int64_t n, int64_t k) {
     }
 }
 
-int ld_cpu_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                  float beta, float *c, int64_t ldc) {
-    if (beta != 0.0f && beta != 1.0f) return 0;
+static int small_run(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                     int acc, float *c, int64_t ldc, int epi, const float *bias, int relu) {
     switch (ld_cpu_isa()) {
-    case LD_ISA_AVX512: gemm_small(&isa512, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc); return 1;
+    case LD_ISA_AVX512: gemm_small(&isa512, m, n, k, a, lda, b, ldb, acc, c, ldc, epi, bias, relu); return 1;
     case LD_ISA_AVX2:
         if (m > 48) return 0;   /* ld_cpu_gemm_small_fits says why */
-        gemm_small(&isa2, m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc);
+        gemm_small(&isa2, m, n, k, a, lda, b, ldb, acc, c, ldc, epi, bias, relu);
         return 1;
     default: return 0;
     }
 }
+
+int ld_cpu_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                  float beta, float *c, int64_t ldc) {
+    if (beta != 0.0f && beta != 1.0f) return 0;
+    return small_run(m, n, k, a, lda, b, ldb, beta == 1.0f, c, ldc, 0, NULL, 0);
+}
+
+int ld_cpu_gemm_small_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, const float *bias, int relu, float *c, int64_t ldc) {
+    if (k < 1) return 0;
+    return small_run(m, n, k, a, lda, b, ldb, 0, c, ldc, 1, bias, relu);
+}
 #else
 int ld_cpu_gemm_small(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                   float beta, float *c, int64_t ldc) {
+    return 0;
+}
+int ld_cpu_gemm_small_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                           int64_t ldb, const float *bias, int relu, float *c, int64_t ldc) {
     return 0;
 }
 #endif

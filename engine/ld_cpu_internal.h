@@ -17,6 +17,12 @@
 void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n);
 void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const float *f, int64_t rows, int64_t n);
 
+/* Dense's epilogue on rows of a product's C (ldc apart): c += bias[j]
+   (bias NULL: nothing), then relu when `relu` (NaN kept, as ld_ew_relu).
+   Run by each part of gemm_bias on the rows it has just written, while
+   they are in its cache (ld_cpu.c, ld_cpu_gemm_small.c). */
+void ld_cpu_bias_relu_rows(float *c, int64_t ldc, int64_t rows, int64_t n, const float *bias, int relu);
+
 #define LD_CPU_DECLARE(name, ...) LD_K_DECLARE(cpu_, name, __VA_ARGS__);
 LD_LAYER_KERNELS(LD_CPU_DECLARE)
 #undef LD_CPU_DECLARE

@@ -72,6 +72,11 @@ typedef struct {
     X(gemm, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, float, alpha),   \
       (V, const float *, a), (V, int64_t, lda), (V, const float *, b), (V, int64_t, ldb), (V, float, beta),     \
       (V, float *, c), (V, int64_t, ldc))                                                                       \
+    /* Dense's forward: C[m, n] = A[m, k] B[k, n] + bias[n] (bias NULL:    \
+       none), then relu when `relu`; A, B, C contiguous. Each sum is        \
+       rounded, then the bias added (TF's matmul then bias_add). */         \
+    X(gemm_bias, (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, const float *, a), (V, const float *, b), \
+      (V, const float *, bias), (V, int, relu), (V, float *, c))                                                \
     /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
        (dt), a and b in dt: products and sums in float32, c in cdt (float32, \
        or dt: the sums rounded once, as cuBLAS writes a half C). */          \

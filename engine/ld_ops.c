@@ -803,18 +803,12 @@ static ld_tensor *linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int
     ld_tensor *x2 = ld_reshape(cx, 2, x2s);
     ld_tensor *y = x2 ? ld_ops_out_empty(LD_F32, 2, ys, DEV(x)) : NULL;
     ld_tensor *cw = y ? ld_contiguous(w) : NULL;
-    if (cw) {
-        float beta = 0.0f;
-        if (b) {
-            int64_t bs[2] = {0, b->strides[0]};
-            BE(x)->copy_strided(DEV(x), FPTR(y), LD_F32, FPTR(b), LD_F32, 2, ys, bs);
-            beta = 1.0f;
-        }
-        BE(x)->gemm(DEV(x), 0, 0, rows, n, k, 1.0f, FPTR(x2), k < 1 ? 1 : k, FPTR(cw), n < 1 ? 1 : n, beta, FPTR(y), n < 1 ? 1 : n);
-        if (relu) BE(x)->unary(DEV(x), LD_UN_RELU, LD_F32, FPTR(y), FPTR(y), rows * n);
-    }
+    ld_tensor *cb = cw && b ? ld_contiguous(b) : NULL;
+    int ok = cw && (!b || cb);
+    if (ok) BE(x)->gemm_bias(DEV(x), rows, n, k, FPTR(x2), FPTR(cw), cb ? FPTR(cb) : NULL, relu, FPTR(y));
+    ld_tensor_release(cb);
     ld_tensor *out = NULL;
-    if (cw) {
+    if (ok) {
         int64_t os[LD_MAX_DIMS];
         memcpy(os, x->shape, sizeof os);
         os[x->ndim - 1] = n;

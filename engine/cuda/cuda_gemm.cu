@@ -20,6 +20,7 @@
  * heuristics pick split-K kernels for large products.
  */
 #include "cuda_common.cuh"
+#include "ld_elementwise_math.h"
 
 #include <cublas_v2.h>
 #include <limits.h>
@@ -196,6 +197,28 @@ void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, floa
     cublasStatus_t st = blas.sgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n,
                                    (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc);
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemm_v2", st, what);
+}
+
+/* Dense's forward: the product, then the bias and relu in one pass over C
+   (each sum rounded, then the bias added, as the CPU does). cuBLASLt's
+   RELU_BIAS epilogue would save that pass: for when a GPU can time it. */
+__global__ void k_bias_relu(float *c, const float *bias, int64_t m, int64_t n, int relu) {
+    CU_LOOP(i, m * n) {
+        float v = c[i];
+        if (bias) v += bias[i % n];
+        c[i] = relu ? ld_ew_relu(v) : v;
+    }
+}
+
+void cu_gemm_bias(ld_device *d, int64_t m, int64_t n, int64_t k, const float *a, const float *b, const float *bias,
+                  int relu, float *c) {
+    if (m <= 0 || n <= 0) return;
+    cu_gemm(d, 0, 0, m, n, k, 1.0f, a, k < 1 ? 1 : k, b, n, 0.0f, c, n);
+    if (!bias && !relu) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    k_bias_relu<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>(c, bias, m, n, relu);
+    cu_launched(cd, "dense bias/relu kernel");
 }
 
 /* Half operands, a float32 or half C: cublasGemmEx with float32 compute (the

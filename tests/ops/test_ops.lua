@@ -547,6 +547,40 @@ T.test("dense layer and dropout", function()
   layer_check("dense tanh", function() return nn.Dense(5, "tanh") end, x, 1e-9)
 end)
 
+T.test("dense's fused product (gemm_bias) is matmul, then + bias, then relu, exactly", function()
+  -- rows x in -> out: one serial product, a grid of the unpacked kernel's
+  -- blocks (n, k >= 256, few rows), BLAS's (many rows); NaN in one row
+  for _, sh in ipairs({ {5, 40, 30}, {100, 300, 260}, {600, 300, 260} }) do
+    local rows, k, n = sh[1], sh[2], sh[3]
+    for _, act in ipairs({ "relu", "linear" }) do
+      for _, use_bias in ipairs({ true, false }) do
+        local what = ("%dx%dx%d %s%s"):format(rows, k, n, act, use_bias and " + bias" or "")
+        local x = tensor.normal(rows, k)
+        x[2][3] = 0 / 0
+        local s = distribute.MirroredStrategy { devices = { dev } }
+        local layer
+        do
+          local _ <close> = s:scope()
+          layer = nn.Dense(n, { activation = act, use_bias = use_bias })
+          layer(x:to(dev))   -- builds its variables on the device
+        end
+        if use_bias then layer.bias:assign(tensor.normal(n):to(dev)) end
+        local xd = x:to(dev)
+        local y = layer(xd)
+        local z = xd:matmul(layer.kernel)
+        if use_bias then z = z + layer.bias end
+        if act == "relu" then z = z:relu() end
+        G.same(y, z, what .. ": fused against the ops")
+        local zc = x:matmul(layer.kernel:cpu())
+        if use_bias then zc = zc + layer.bias:cpu() end
+        if act == "relu" then zc = zc:relu() end
+        G.close(y, zc, what .. ": against the CPU", 1e-9)
+        for _, v in ipairs(G.flat(y:cpu()[2])) do T.ok(v ~= v, what .. ": the NaN row stays NaN") end
+      end
+    end
+  end
+end)
+
 ---------------------------------------------------------------- optimizers
 T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, RMSprop", function()
   local makers = {
