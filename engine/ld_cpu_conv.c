@@ -68,18 +68,29 @@
 #define LD_CONV_LINKAGE
 #endif
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef int32_t vi16u __attribute__((vector_size(64), aligned(4)));
-#define ILOAD(p) (*(const vi16u *)(p))
-#define ISTORE(p, v) (*(vi16u *)(p) = (v))
+/* VW floats a vector: 16 (one AVX-512 register) where the copy is compiled
+   for AVX-512 (and off x86), else 8 (one AVX2 register: the copy of
+   ld_cpu_conv_avx2.c, or a build for x86-64-v3). A chunk is 4 vectors, the
+   tiles' shapes fit the registers of each (32 or 16). */
+#if defined(__AVX512F__) || !defined(__x86_64__)
+#define VW 16
+#elif defined(__AVX__)
+#define VW 8
+#else   /* an x86-64 baseline build's own copy: SSE (processors without AVX2 lower to im2col instead) */
+#define VW 4
+#endif
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef float vfu __attribute__((vector_size(VW * 4), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+typedef int32_t viu __attribute__((vector_size(VW * 4), aligned(4)));
+#define ILOAD(p) (*(const viu *)(p))
+#define ISTORE(p, v) (*(viu *)(p) = (v))
 /* lanes of a where mask (all ones or zero per lane), else of b */
-static inline v16 vsel(vi16 mask, v16 a, v16 b) { return (v16)(((vi16)a & mask) | ((vi16)b & ~mask)); }
-static inline vi16 isel(vi16 mask, vi16 a, vi16 b) { return (a & mask) | (b & ~mask); }
-#define VLOAD(p) (*(const v16u *)(p))
-#define VSTORE(p, v) (*(v16u *)(p) = (v))
-#define CH 64           /* filters (forward, dw) or channels (dx) per chunk */
+static inline vf vsel(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
+static inline vi isel(vi mask, vi a, vi b) { return (a & mask) | (b & ~mask); }
+#define VLOAD(p) (*(const vfu *)(p))
+#define VSTORE(p, v) (*(vfu *)(p) = (v))
+#define CH (4 * VW)     /* filters (forward, dw) or channels (dx) per chunk */
 #define PMAX 16         /* the most pixels or kernel rows in a tile */
 
 static float *falloc(int64_t n) {
@@ -88,8 +99,8 @@ static float *falloc(int64_t n) {
     return p;
 }
 
-/* ---- the product tile: dst[p][0..16V) = init + sum over taps t and k < klen
-   of src[poff[p] + toff[t] + k] * wp[(t * klen + k) * CH + 0..16V), where
+/* ---- the product tile: dst[p][0..VW*V) = init + sum over taps t and k < klen
+   of src[poff[p] + toff[t] + k] * wp[(t * klen + k) * CH + 0..VW*V), where
    init is dst[p] itself when add (dx accumulates tap by tap in place), else
    the vector init; relu clamps at store (ld_ew_relu's rule, vectorised:
    NaN stays NaN). Each pixel's row has its own
@@ -101,15 +112,15 @@ static float *falloc(int64_t n) {
     static void NAME(const float *src, const int64_t *poff, const int64_t *toff, int64_t ntap,     \
                      int64_t klen, const float *wp, const float *init, float *const *dst, int add,  \
                      int relu) {                                                                   \
-        v16 acc[P][V];                                                                             \
+        vf acc[P][V];                                                                             \
         PRE                                                                                        \
         for (int p = 0; p < P; p++)                                                                \
-            for (int v = 0; v < V; v++) acc[p][v] = VLOAD((add ? dst[p] : init) + 16 * v);         \
+            for (int v = 0; v < V; v++) acc[p][v] = VLOAD((add ? dst[p] : init) + VW * v);         \
         for (int64_t t = 0; t < ntap; t++) {                                                       \
             const float *xs = XS, *wt = wp + t * klen * CH;                                        \
             for (int64_t k = 0; k < klen; k++) {                                                   \
-                v16 wv[V];                                                                         \
-                for (int v = 0; v < V; v++) wv[v] = VLOAD(wt + k * CH + 16 * v);                   \
+                vf wv[V];                                                                         \
+                for (int v = 0; v < V; v++) wv[v] = VLOAD(wt + k * CH + VW * v);                   \
                 for (int p = 0; p < P; p++) {                                                      \
                     float xv = xs[XI(p) + k];                                                      \
                     for (int v = 0; v < V; v++) acc[p][v] += xv * wv[v];                           \
@@ -118,21 +129,16 @@ static float *falloc(int64_t n) {
         }                                                                                          \
         if (relu)                                                                                  \
             for (int p = 0; p < P; p++)                                                            \
-                for (int v = 0; v < V; v++) acc[p][v] = vsel(acc[p][v] < (v16){0}, (v16){0}, acc[p][v]); \
+                for (int v = 0; v < V; v++) acc[p][v] = vsel(acc[p][v] < (vf){0}, (vf){0}, acc[p][v]); \
         for (int p = 0; p < P; p++)                                                                \
-            for (int v = 0; v < V; v++) VSTORE(dst[p] + 16 * v, acc[p][v]);                        \
+            for (int v = 0; v < V; v++) VSTORE(dst[p] + VW * v, acc[p][v]);                        \
     }
 /* any offsets: each pixel's own (poff[p]) */
 #define TILE_XI_ANY(p) po[p]
 #define TILE(NAME, V, P) \
     TILE_BODY(NAME, V, P, int64_t po[P]; for (int p = 0; p < P; p++) po[p] = poff[p];, src + toff[t], TILE_XI_ANY)
-TILE(tile1, 1, 14)
-TILE(tile2, 2, 12)
-TILE(tile3, 3, 8)
-TILE(tile4, 4, 6)
 typedef void (*tile_fn)(const float *, const int64_t *, const int64_t *, int64_t, int64_t, const float *,
                         const float *, float *const *, int, int);
-static const int tile_p[5] = {0, 14, 12, 8, 6};
 
 /* The same tile for pixels S floats apart (a run of one output row, or gm's
    rows): the image is read at constant displacements from one pointer, where
@@ -140,6 +146,12 @@ static const int tile_p[5] = {0, 14, 12, 8, 6};
 #define TILE_STEP(NAME, V, P, S) \
     TILE_BODY(NAME, V, P, , src + poff[0] + toff[t], S * TILE_XI_STEP)
 #define TILE_XI_STEP(p) (p)
+#if VW == 16
+/* 32 registers: P x V accumulators, V weight vectors, a broadcast */
+TILE(tile1, 1, 14)
+TILE(tile2, 2, 12)
+TILE(tile3, 3, 8)
+TILE(tile4, 4, 6)
 TILE(tile1_7, 1, 7)
 TILE(tile2_7, 2, 7)
 TILE(tile2_8, 2, 8)
@@ -152,6 +164,26 @@ TILE_STEP(tile2_s32, 2, 12, 32)
 TILE_STEP(tile2_7_s32, 2, 7, 32)
 TILE_STEP(tile2_8_s64, 2, 8, 64)
 TILE_STEP(tile4_s64, 4, 6, 64)
+static const int tile_p[5] = {0, 14, 12, 8, 6};
+#else
+/* 16 registers: P x V accumulators + V weight vectors + a broadcast <= 16 */
+TILE(tile1, 1, 14)
+TILE(tile2, 2, 6)
+TILE(tile3, 3, 4)
+TILE(tile4, 4, 3)
+TILE(tile1_7, 1, 7)
+TILE_STEP(tile1_s1, 1, 14, 1)
+TILE_STEP(tile1_s8, 1, 14, 8)
+TILE_STEP(tile1_s16, 1, 14, 16)
+TILE_STEP(tile1_s32, 1, 14, 32)
+TILE_STEP(tile1_7_s32, 1, 7, 32)
+TILE_STEP(tile2_s16, 2, 6, 16)
+TILE_STEP(tile2_s32, 2, 6, 32)
+TILE_STEP(tile3_s32, 3, 4, 32)
+TILE_STEP(tile4_s32, 4, 3, 32)
+TILE_STEP(tile4_s64, 4, 3, 64)
+static const int tile_p[5] = {0, 14, 6, 4, 3};
+#endif
 
 /* the tiles: V vectors x P pixels, S the step of the constant-step ones (0:
    any offsets). Per V the first is the widest (tile_p); a narrower one is
@@ -160,11 +192,18 @@ TILE_STEP(tile4_s64, 4, 6, 64)
    read the weights (past L1 for 3x3x64) once more per image than 6 do,
    which measured slower than the 2 idle slots of 6 + 6 + 4 */
 static const struct { int V, P, S; tile_fn fn; } tile_tab[] = {
+#if VW == 16
     {1, 14, 0, tile1}, {1, 7, 0, tile1_7}, {2, 12, 0, tile2}, {2, 8, 0, tile2_8}, {2, 7, 0, tile2_7},
     {3, 8, 0, tile3}, {4, 6, 0, tile4},
     {1, 14, 1, tile1_s1}, {1, 14, 16, tile1_s16}, {1, 14, 32, tile1_s32}, {1, 7, 32, tile1_7_s32},
     {2, 12, 16, tile2_s16}, {2, 12, 32, tile2_s32}, {2, 7, 32, tile2_7_s32}, {2, 8, 64, tile2_8_s64},
     {4, 6, 64, tile4_s64},
+#else
+    {1, 14, 0, tile1}, {1, 7, 0, tile1_7}, {2, 6, 0, tile2}, {3, 4, 0, tile3}, {4, 3, 0, tile4},
+    {1, 14, 1, tile1_s1}, {1, 14, 8, tile1_s8}, {1, 14, 16, tile1_s16}, {1, 14, 32, tile1_s32},
+    {1, 7, 32, tile1_7_s32}, {2, 6, 16, tile2_s16}, {2, 6, 32, tile2_s32}, {3, 4, 32, tile3_s32},
+    {4, 3, 32, tile4_s32}, {4, 3, 64, tile4_s64},
+#endif
 };
 #define NTILES ((int)(sizeof tile_tab / sizeof tile_tab[0]))
 
@@ -207,29 +246,30 @@ static tile_fn tile_for(const tile_set *t, const int64_t *po) {
     return t->gen;
 }
 
-/* ---- the weight-gradient tile: acc[r][0..16V) (rows r < KT of dw, in
+/* ---- the weight-gradient tile: acc[r][0..VW*V) (rows r < KT of dw, in
    memory at dwp) += sum over pixels q < npix of img[pixo[q] + koff[r]] *
-   gm[q * gs + 0..16V) */
+   gm[q * gs + 0..VW*V) */
 #define WTILE(NAME, V, KT)                                                                         \
     static void NAME(const float *img, const int64_t *pixo, int64_t npix, const int64_t *koff,    \
                      const float *gm, int64_t gs, float *dwp) {                                    \
-        v16 acc[KT][V];                                                                            \
+        vf acc[KT][V];                                                                            \
         int64_t ko[KT];                                                                            \
         for (int r = 0; r < KT; r++) ko[r] = koff[r];                                              \
         for (int r = 0; r < KT; r++)                                                               \
-            for (int v = 0; v < V; v++) acc[r][v] = VLOAD(dwp + r * CH + 16 * v);                  \
+            for (int v = 0; v < V; v++) acc[r][v] = VLOAD(dwp + r * CH + VW * v);                  \
         for (int64_t q = 0; q < npix; q++) {                                                       \
             const float *xs = img + pixo[q];                                                       \
-            v16 gv[V];                                                                             \
-            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * gs + 16 * v);                       \
+            vf gv[V];                                                                             \
+            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * gs + VW * v);                       \
             for (int r = 0; r < KT; r++) {                                                         \
                 float xv = xs[ko[r]];                                                              \
                 for (int v = 0; v < V; v++) acc[r][v] += xv * gv[v];                               \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < KT; r++)                                                               \
-            for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + 16 * v, acc[r][v]);                  \
+            for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + VW * v, acc[r][v]);                  \
     }
+#if VW == 16
 WTILE(wtile1, 1, 14)
 WTILE(wtile1_9, 1, 9)
 WTILE(wtile1_4, 1, 4)
@@ -243,6 +283,19 @@ WTILE(wtile3_2, 3, 2)
 WTILE(wtile4, 4, 6)
 WTILE(wtile4_4, 4, 4)
 WTILE(wtile4_2, 4, 2)
+#else
+WTILE(wtile1, 1, 14)
+WTILE(wtile1_9, 1, 9)
+WTILE(wtile1_4, 1, 4)
+WTILE(wtile1_2, 1, 2)
+WTILE(wtile2, 2, 6)
+WTILE(wtile2_4, 2, 4)
+WTILE(wtile2_2, 2, 2)
+WTILE(wtile3, 3, 4)
+WTILE(wtile3_2, 3, 2)
+WTILE(wtile4, 4, 3)
+WTILE(wtile4_2, 4, 2)
+#endif
 
 /* The same over KT consecutive rows of one tap (channels q..q+KT), at
    constant displacements from the pixel's pointer: no KT row offsets held
@@ -250,33 +303,48 @@ WTILE(wtile4_2, 4, 2)
 #define WTILE_RUN(NAME, V, KT)                                                                     \
     static void NAME(const float *img, const int64_t *pixo, int64_t npix, const int64_t *koff,    \
                      const float *gm, int64_t gs, float *dwp) {                                    \
-        v16 acc[KT][V];                                                                            \
+        vf acc[KT][V];                                                                            \
         for (int r = 0; r < KT; r++)                                                               \
-            for (int v = 0; v < V; v++) acc[r][v] = VLOAD(dwp + r * CH + 16 * v);                  \
+            for (int v = 0; v < V; v++) acc[r][v] = VLOAD(dwp + r * CH + VW * v);                  \
         const float *base = img + koff[0];                                                         \
         for (int64_t q = 0; q < npix; q++) {                                                       \
             const float *xs = base + pixo[q];                                                      \
-            v16 gv[V];                                                                             \
-            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * gs + 16 * v);                       \
+            vf gv[V];                                                                             \
+            for (int v = 0; v < V; v++) gv[v] = VLOAD(gm + q * gs + VW * v);                       \
             for (int r = 0; r < KT; r++) {                                                         \
                 float xv = xs[r];                                                                  \
                 for (int v = 0; v < V; v++) acc[r][v] += xv * gv[v];                               \
             }                                                                                      \
         }                                                                                          \
         for (int r = 0; r < KT; r++)                                                               \
-            for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + 16 * v, acc[r][v]);                  \
+            for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + VW * v, acc[r][v]);                  \
     }
-WTILE_RUN(wtile1_run16, 1, 16)
-WTILE_RUN(wtile2_run8, 2, 8)
+/* runs of RUN1 channels (V = 1) or RUN2 (V = 2), as many rows as registers allow */
+#if VW == 16
+#define RUN1 16
+#define RUN2 8
+#else
+#define RUN1 8
+#define RUN2 4
+#endif
+WTILE_RUN(wtile1_run, 1, RUN1)
+WTILE_RUN(wtile2_run, 2, RUN2)
 typedef void (*wtile_fn)(const float *, const int64_t *, int64_t, const int64_t *, const float *, int64_t, float *);
 /* per V, tiles of decreasing KT (the first the tile_p[V] one): the rows left
    after the full tiles take the smallest that holds them, so small kernels
    (a 3x3 on one channel: 9 rows; 1x1 on 16 channels: 14 + 2) waste few rows */
 #define NWT 4
+#if VW == 16
 static const wtile_fn wtiles[5][NWT] = {{NULL}, {wtile1, wtile1_9, wtile1_4, wtile1_2},
                                         {wtile2, wtile2_8, wtile2_4, NULL}, {wtile3, wtile3_4, wtile3_2, NULL},
                                         {wtile4, wtile4_4, wtile4_2, NULL}};
 static const int wtile_kt[5][NWT] = {{0}, {14, 9, 4, 2}, {12, 8, 4, 0}, {8, 4, 2, 0}, {6, 4, 2, 0}};
+#else
+static const wtile_fn wtiles[5][NWT] = {{NULL}, {wtile1, wtile1_9, wtile1_4, wtile1_2},
+                                        {wtile2, wtile2_4, wtile2_2, NULL}, {wtile3, wtile3_2, NULL, NULL},
+                                        {wtile4, wtile4_2, NULL, NULL}};
+static const int wtile_kt[5][NWT] = {{0}, {14, 9, 4, 2}, {6, 4, 2, 0}, {4, 2, 0, 0}, {3, 2, 0, 0}};
+#endif
 
 /* ---- geometry shared by the parts */
 typedef struct {
@@ -335,7 +403,7 @@ static float *pad_buffer(const geom *G) {
 }
 
 static int64_t nchunks(int64_t n) { return (n + CH - 1) / CH; }
-static int vecs(int64_t n) { return (int)((n + 15) / 16); }
+static int vecs(int64_t n) { return (int)((n + VW - 1) / VW); }
 
 static void images_of(int64_t n, int part, int np, int64_t *lo, int64_t *hi) {
     int64_t per = (n + np - 1) / np;
@@ -358,17 +426,17 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
             float *yo = y + (pi * g->pow + pj) * f;
             int32_t *ao = arg + (pi * g->pow + pj) * f;
             int32_t q0 = (int32_t)(pi * g->psh * g->ow + pj * g->psw);
-            if (f % 16 == 0) {   /* 16 channels at a time, in registers */
-                for (int64_t c = 0; c < f; c += 16) {
-                    v16 m = VLOAD(cb + (int64_t)q0 * f + c);
-                    vi16 am = (vi16){0} + q0;
+            if (f % VW == 0) {   /* a vector of channels at a time, in registers */
+                for (int64_t c = 0; c < f; c += VW) {
+                    vf m = VLOAD(cb + (int64_t)q0 * f + c);
+                    vi am = (vi){0} + q0;
                     for (int64_t a = 0; a < g->pkh; a++)
                         for (int64_t b = 0; b < g->pkw; b++) {
                             int32_t q = q0 + (int32_t)(a * g->ow + b);
-                            v16 v = VLOAD(cb + (int64_t)q * f + c);
-                            vi16 gt = (v > m) | ((v != v) & (m == m));   /* ld_ew_max_wins, vectorised */
+                            vf v = VLOAD(cb + (int64_t)q * f + c);
+                            vi gt = (v > m) | ((v != v) & (m == m));   /* ld_ew_max_wins, vectorised */
                             m = vsel(gt, v, m);
-                            am = isel(gt, (vi16){0} + q, am);
+                            am = isel(gt, (vi){0} + q, am);
                         }
                     VSTORE(yo + c, m);
                     ISTORE(ao + c, am);
@@ -415,7 +483,7 @@ static void fwd_part(void *ctx, int part, int np) {
             for (int64_t pb = 0; pb < G->op; pb += P) {
                 int64_t np_ = G->op - pb < P ? G->op - pb : P;
                 /* whole vectors and pixels go straight to y, relu applied; else through out */
-                int direct = nf == 16 * V && np_ == P;
+                int direct = nf == VW * V && np_ == P;
                 if (np_ == P) memcpy(po, G->pixo + pb, sizeof(int64_t) * (size_t)P);   /* the common case, cheap */
                 else for (int p = 0; p < P; p++) po[p] = G->pixo[pb + (p < np_ ? p : np_ - 1)];
                 if (direct) for (int p = 0; p < P; p++) dst[p] = yb + (pb + p) * g->f + f0;
@@ -479,12 +547,12 @@ typedef struct {
 /* a pooling whose windows do not overlap, over channels in whole vectors:
    gm_image writes each window's cells whole */
 static int pool_tiles(const ld_conv_geom *g) {
-    return g->pkh > 0 && g->psh >= g->pkh && g->psw >= g->pkw && g->f % 16 == 0;
+    return g->pkh > 0 && g->psh >= g->pkh && g->psw >= g->pkw && g->f % VW == 0;
 }
 
 /* gm's row stride: f rounded up to a vector when f fits one chunk (the
    dx product then runs over those lanes only, not 64), else CH */
-static int64_t gm_stride(int64_t f) { return f <= CH ? (int64_t)vecs(f) * 16 : CH; }
+static int64_t gm_stride(int64_t f) { return f <= CH ? (int64_t)vecs(f) * VW : CH; }
 
 /* image b's gm: dy masked by y > 0 (relu), packed [f chunk][pixel][gs], zero
    beyond f, with a pooling dy scattered to the pixels the maxima came from;
@@ -503,17 +571,17 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
         for (int64_t pi = 0; pi < g->poh; pi++)
             for (int64_t pj = 0; pj < g->pow; pj++) {
                 int64_t pp = pi * g->pow + pj, q0 = pi * g->psh * g->ow + pj * g->psw;
-                for (int64_t c = 0; c < f; c += 16) {
+                for (int64_t c = 0; c < f; c += VW) {
                     int64_t e = pp * f + c;
-                    v16 v = VLOAD(dyb + e);
-                    if (J->relu) v = vsel(VLOAD(yb + e) > (v16){0}, v, (v16){0});
+                    vf v = VLOAD(dyb + e);
+                    if (J->relu) v = vsel(VLOAD(yb + e) > (vf){0}, v, (vf){0});
                     VSTORE(db + c, VLOAD(db + c) + v);
-                    vi16 a = ILOAD(ab + e);
+                    vi a = ILOAD(ab + e);
                     float *gc = gm + (c / CH) * op * gs + c % CH;
                     for (int64_t r = 0; r < g->pkh; r++)
                         for (int64_t s2 = 0; s2 < g->pkw; s2++) {
                             int32_t q = (int32_t)(q0 + r * g->ow + s2);
-                            VSTORE(gc + (int64_t)q * gs, vsel(a == (vi16){0} + q, v, (v16){0}));
+                            VSTORE(gc + (int64_t)q * gs, vsel(a == (vi){0} + q, v, (vf){0}));
                         }
                 }
             }
@@ -585,7 +653,7 @@ static void dx_gather(const bwd_job *J, int64_t b, const float *gm, float *gmp, 
         const float *wc = J->wg + cc * G->ntap * gs * CH;
         for (int64_t pb = 0; pb < hw; pb += P) {
             int64_t np_ = hw - pb < P ? hw - pb : P;
-            int direct = nc == 16 * V && np_ == P;
+            int direct = nc == VW * V && np_ == P;
             for (int p = 0; p < P; p++) {
                 po[p] = dpo[pb + (p < np_ ? p : np_ - 1)];
                 dst[p] = direct ? dxb + (pb + p) * g->c + c0 : out + p * CH;
@@ -645,11 +713,11 @@ static void bwd_part(void *ctx, int part, int np) {
                 int64_t nf = g->f - ch * CH < CH ? g->f - ch * CH : CH;
                 int V = vecs(nf), KT = tile_p[V];
                 const float *gc = gm + ch * op * gs;
-                /* channels in whole runs of 16 (V = 1) or 8 (V = 2): a run
-                   never straddles two taps, so the run tiles cover k */
-                int run = V == 1 && g->c % 16 == 0 ? 16 : V == 2 && g->c % 8 == 0 ? 8 : 0;
+                /* channels in whole runs of RUN1 (V = 1) or RUN2 (V = 2): a
+                   run never straddles two taps, so the run tiles cover k */
+                int run = V == 1 && g->c % RUN1 == 0 ? RUN1 : V == 2 && g->c % RUN2 == 0 ? RUN2 : 0;
                 if (run) {
-                    wtile_fn wf = run == 16 ? wtile1_run16 : wtile2_run8;
+                    wtile_fn wf = V == 1 ? wtile1_run : wtile2_run;
                     for (int64_t r0 = 0; r0 < k; r0 += run)
                         wf(img, G->pixo, op, G->koff + r0, gc, gs, dw + (ch * k + r0) * CH);
                     continue;
@@ -688,7 +756,7 @@ static void bwd_part(void *ctx, int part, int np) {
                     for (int p = 0; p < P; p++) po[p] = (pb + (p < np_ ? p : np_ - 1)) * gs;
                     /* whole vectors: the tile adds into dx in place (the pixels
                        beyond np_ into the scratch out); else through out */
-                    int direct = nc == 16 * V;
+                    int direct = nc == VW * V;
                     tile_fn tf = tile_for(&ts, po);
                     for (int64_t t = 0; t < G->ntap; t++) {
                         for (int p = 0; p < P; p++)
@@ -773,7 +841,10 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
 
 #ifdef LD_CONV_DISPATCH
 /* ================================================================ dispatch
- * The AVX-512 copy, where the build targets less. */
+ * The build's own copy, or the AVX-512 copy (ld_cpu_conv_avx512.c) where the
+ * build targets less, or the AVX2 one (ld_cpu_conv_avx2.c) where the build
+ * targets AVX-512 or less than AVX2, by ld_cpu_isa(). Processors with
+ * neither take the im2col lowering (ld_ops_conv.c). */
 #define CONV_PROTOS(sfx)                                                                                  \
     void cpu_conv2d_##sfx(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,          \
                           const float *b, ld_conv_geom g, int relu);                                     \
@@ -784,11 +855,18 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
 #define CONV_HAS_AVX512
 CONV_PROTOS(avx512)
 #endif
+#if defined(__x86_64__) && defined(__GNUC__) && (defined(__AVX512F__) || !defined(__AVX2__))
+#define CONV_HAS_AVX2
+CONV_PROTOS(avx2)
+#endif
 
 void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
                 int relu) {
 #ifdef CONV_HAS_AVX512
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_avx512(d, y, arg, x, w, b, g, relu); return; }
+#endif
+#ifdef CONV_HAS_AVX2
+    if (ld_cpu_isa() == LD_ISA_AVX2) { cpu_conv2d_avx2(d, y, arg, x, w, b, g, relu); return; }
 #endif
     cpu_conv2d_build(d, y, arg, x, w, b, g, relu);
 }
@@ -797,6 +875,9 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
                          const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
 #ifdef CONV_HAS_AVX512
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_backward_avx512(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
+#endif
+#ifdef CONV_HAS_AVX2
+    if (ld_cpu_isa() == LD_ISA_AVX2) { cpu_conv2d_backward_avx2(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
 #endif
     cpu_conv2d_backward_build(d, dx, dw, db, dy, y, arg, x, w, g, relu);
 }

@@ -17,16 +17,15 @@
 /* The convolution op: y = conv(x, w) + b, then relu when asked, recorded as
    one node. On the CPU the direct kernels (ld_cpu_conv.c) do it whole:
    no im2col matrix, bias and relu fused forward, relu's mask and the bias
-   gradient fused backward. Other backends (and the CPU when
-   LDIST_CONV_REFERENCE=1, which the tests compare against, or when an x86
-   processor lacks AVX-512: the direct kernels need its 32 registers, see
-   ld_cpu_conv.c) lower it to im2col -> the fused dense op -> reshape,
-   differentiated op by op. */
+   gradient fused backward, in AVX-512 or AVX2 registers. Other backends (and
+   the CPU when LDIST_CONV_REFERENCE=1, which the tests compare against, or
+   when an x86 processor has neither: see ld_cpu_conv.c) lower it to im2col
+   -> the fused dense op -> reshape, differentiated op by op. */
 static int conv_reference(void) {
     const char *e = getenv("LDIST_CONV_REFERENCE");
     if (e && *e && strcmp(e, "0") != 0) return 1;
 #if defined(__x86_64__)
-    return ld_cpu_isa() < LD_ISA_AVX512;
+    return ld_cpu_isa() < LD_ISA_AVX2;
 #else
     return 0;
 #endif

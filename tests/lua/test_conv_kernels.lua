@@ -1,6 +1,7 @@
 -- tests/lua/test_conv_kernels.lua - the CPU's direct convolution
 -- (engine/ld_cpu_conv.c: tiles of pixels x 16-wide filter vectors, weights
--- packed in chunks of 64, zero-padded images for "same") against the
+-- packed in chunks of 64, or 8-wide vectors in chunks of 32 in the AVX2 copy
+-- that LDIST_CPU_ISA=avx2 runs below; zero-padded images for "same") against the
 -- im2col + gemm lowering it replaced, which stays the path of other backends
 -- and is chosen on the CPU by LDIST_CONV_REFERENCE=1. Over the blocking
 -- edges: channels 1, 3, odd and more than one chunk of 64; filters below,
@@ -145,15 +146,18 @@ local isa = ldist.config.cpu_split().isa
 compare(tmp, (" (%s)"):format(isa))
 -- what a processor without AVX-512 runs, where this one has it (ld_cpu_isa: a
 -- process chooses once, so another process, forced with LDIST_CPU_ISA=avx2):
--- the im2col + BLAS path, its products through the AVX2 small gemm
+-- the AVX2 copy of the direct kernels (ld_cpu_conv_avx2.c); its kernel
+-- profile shows they ran, not the im2col lowering
 if isa == "avx512" then
-  local p = io.popen(("LDIST_CPU_ISA=avx2 %s %s check %s 2>&1"):format(bin, arg[0], tmp))
+  local p = io.popen(("LDIST_KERNEL_PROFILE=1 LDIST_CPU_ISA=avx2 %s %s check %s 2>&1"):format(bin, arg[0], tmp))
   local out = p:read("a")
   local ok = p:close()
-  io.write(out)
-  T.test("LDIST_CPU_ISA=avx2 (no AVX-512): the convolutions match the reference", function()
+  io.write((out:gsub("kernel profile.*$", "")))
+  T.test("LDIST_CPU_ISA=avx2 (no AVX-512): the direct convolutions match the reference", function()
     T.ok(ok, "the AVX2 run failed")
     T.ok(out:find("(avx2)", 1, true), "the child did not run as avx2")
+    T.ok(out:find("\n%s*conv2d_backward%s+%d+"), "the AVX2 run called no direct convolution backward:\n" .. out:sub(-1500))
+    T.ok(not out:find("\n%s*im2col%s+%d+"), "the AVX2 run lowered convolutions to im2col:\n" .. out:sub(-1500))
   end)
 end
 os.execute("rm -rf " .. tmp)
