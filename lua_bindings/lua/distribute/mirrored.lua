@@ -25,7 +25,9 @@ docs[ldist.config.cpu_devices] = "ldist.config.cpu_devices(n)\n\n" ..
   "configuration). cpu:0 is the host; cpu:1.. each run kernels on their own thread.\n" ..
   "The cores are shared out: each device gets a pool of cores/n threads (the remainder\n" ..
   "to the first devices), pinned to its own cores where the system allows, so replicas\n" ..
-  "never compete for a core. ldist.config.cpu_split() says how the cores were split.\n" ..
+  "never compete for a core; with SMT (hyper-threading) both threads of a physical core\n" ..
+  "go to the same device while there are at least n physical cores.\n" ..
+  "ldist.config.cpu_split() says how the cores were split.\n" ..
   "The count can only grow."
 docs["ldist.config.cpu_devices"] = docs[ldist.config.cpu_devices]
 
@@ -52,15 +54,18 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "How this process's cores are shared out: cores (the CPU ids it may use: all of them,\n" ..
   "or its share when several processes of one job run on this host: ldist launch,\n" ..
   "LocalCluster, mpirun, srun), local_rank and local_size (its place among those\n" ..
-  "processes), devices[i] = {name, threads, cores, pinned} for each logical CPU device,\n" ..
-  "text, one line saying all that, and blas, the BLAS library behind CPU products and\n" ..
+  "processes), physical_cores and smt (how many physical cores those ids are, and the\n" ..
+  "most hardware threads of one: shares are whole physical cores, both threads of a\n" ..
+  "core to one device or process), devices[i] = {name, threads, cores, pinned} for each\n" ..
+  "logical CPU device, text, one line saying all that, and blas, the BLAS library behind CPU products and\n" ..
   "the kernels it runs (ldist names OpenBLAS's kernel family from the processor's\n" ..
   "instruction sets unless OPENBLAS_CORETYPE does), and bf16_gemm, how bfloat16 products run:\n" ..
   "\"avx512_bf16\" (vdpbf16ps, float32 sums) where the processor has it, else \"float32\" (also\n" ..
   "when LDIST_NO_AVX512_BF16=1), and denormals, \"flushed\" (CPU kernels flush subnormal floats to\n" ..
   "zero, as TensorFlow's do) or \"kept\" (LDIST_DENORMALS=keep). LDIST_NUM_THREADS sets the thread count instead\n" ..
   "(nothing is pinned then); LDIST_CPU_PIN=0 turns pinning off; LDIST_CPU_CORES=N\n" ..
-  "pretends N cores (to try a split)."
+  "pretends N cores (to try a split), LDIST_CPU_TOPOLOGY=dir reads their topology from a\n" ..
+  "copy of /sys/devices/system/cpu."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
 
 local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, ldist._util.check_axis
