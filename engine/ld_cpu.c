@@ -311,12 +311,19 @@ static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, c
 #undef UB_CASE
 }
 
-static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
-                       int64_t n, int64_t inner) {
-    if (op == LD_RED_SUM) {
-        float *out = outp;
+/* Reductions of the middle axis of [outer, n, inner], over outer rows
+   [o0, o1) and inner columns [i0, i1): each output is summed (or compared)
+   over j in order, whatever the split, so a split result is the serial one
+   bit for bit. Split over outer where there are enough of them, else over
+   inner columns (a bias gradient: [1, batch, units], 16-column blocks). */
+typedef struct { ld_reduce_op op; void *out; const float *x; int64_t outer, n, inner; } red_job;
+static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
+    int64_t n = jb->n, inner = jb->inner;
+    const float *x = jb->x;
+    if (jb->op == LD_RED_SUM) {
+        float *out = jb->out;
         if (inner == 1) {
-            for (int64_t o = 0; o < outer; o++) {
+            for (int64_t o = o0; o < o1; o++) {
                 const float *r = x + o * n;
                 double s = 0;
                 for (int64_t j = 0; j < n; j++) s += r[j];
@@ -324,18 +331,18 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
             }
             return;
         }
-        for (int64_t o = 0; o < outer; o++) {
+        for (int64_t o = o0; o < o1; o++) {
             float *dst = out + o * inner;
-            memset(dst, 0, (size_t)inner * sizeof(float));
+            for (int64_t i = i0; i < i1; i++) dst[i] = 0;
             for (int64_t j = 0; j < n; j++) {
                 const float *r = x + (o * n + j) * inner;
-                for (int64_t i = 0; i < inner; i++) dst[i] += r[i];
+                for (int64_t i = i0; i < i1; i++) dst[i] += r[i];
             }
         }
         return;
     }
-    for (int64_t o = 0; o < outer; o++) {
-        for (int64_t i = 0; i < inner; i++) {
+    for (int64_t o = o0; o < o1; o++) {
+        for (int64_t i = i0; i < i1; i++) {
             const float *r = x + o * n * inner + i;
             float best = n ? r[0] : -INFINITY;
             int64_t arg = 0;
@@ -343,10 +350,35 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x
                 float v = r[j * inner];
                 if (ld_ew_max_wins(v, best)) { best = v; arg = j; }
             }
-            if (op == LD_RED_MAX) ((float *)outp)[o * inner + i] = best;
-            else ((int64_t *)outp)[o * inner + i] = arg;
+            if (jb->op == LD_RED_MAX) ((float *)jb->out)[o * inner + i] = best;
+            else ((int64_t *)jb->out)[o * inner + i] = arg;
         }
     }
+}
+static void red_part(void *ctx, int p, int np) {
+    const red_job *jb = ctx;
+    int64_t lo, hi;
+    if (jb->outer >= np || jb->inner == 1) {
+        range_of(jb->outer, p, np, &lo, &hi);
+        red_range(jb, lo, hi, 0, jb->inner);
+    } else {   /* column blocks of 64 (whole cache lines, 4 per row) */
+        int64_t blocks = (jb->inner + 63) / 64, b0, b1;
+        range_of(blocks, p, np, &b0, &b1);
+        lo = b0 * 64; hi = b1 * 64 < jb->inner ? b1 * 64 : jb->inner;
+        if (b1 > b0 && lo < hi) red_range(jb, 0, jb->outer, lo, hi);
+    }
+}
+static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
+                       int64_t n, int64_t inner) {
+    red_job jb = {op, outp, x, outer, n, inner};
+    int by_rows = outer > 1 || inner == 1;
+    int64_t ways = by_rows ? outer : (inner + 63) / 64;   /* independent pieces */
+    /* a column sum streams its rows at one core's bandwidth, which a second
+       or third thread on a small machine does not add to (2048 x 512 on the
+       2-core machine: 146 us alone, 164-218 us on both): split only on 4+ */
+    int64_t min = by_rows ? mem_par_min() : ld_cpu_threads() >= 4 && ld_cpu_cores() >= 4 ? PAR_MIN : INT64_MAX;
+    if (outer * n * inner < min || ways < 2) red_range(&jb, 0, outer, 0, inner);
+    else parallel_run(red_part, &jb, ways < 64 ? (int)ways : 64);
 }
 
 /* OpenBLAS is opened on the first matrix product, not at start-up: loading
@@ -472,8 +504,15 @@ static void cpu_gemm_serial(ld_device *d, int ta, int tb, int64_t m, int64_t n, 
                 (blasint)ldc);
 }
 
-static void cpu_softmax(ld_device *d, float *out, const float *x, int64_t rows, int64_t cols, int lg) {
-    for (int64_t r = 0; r < rows; r++) {
+/* rows [r0, r1) of a softmax; rows are independent, so any split gives
+   the serial result */
+typedef struct { float *out; const float *x; int64_t rows, cols; int lg; } sm_job;
+static void sm_rows(const sm_job *jb, int64_t r0, int64_t r1) {
+    int64_t cols = jb->cols;
+    int lg = jb->lg;
+    const float *x = jb->x;
+    float *out = jb->out;
+    for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * cols;
         float *yr = out + r * cols;
         float m = -INFINITY;
@@ -488,6 +527,17 @@ static void cpu_softmax(ld_device *d, float *out, const float *x, int64_t rows, 
             for (int64_t j = 0; j < cols; j++) yr[j] = expf(xr[j] - m) * inv;
         }
     }
+}
+static void sm_part(void *ctx, int p, int np) {
+    const sm_job *jb = ctx;
+    int64_t lo, hi;
+    range_of(jb->rows, p, np, &lo, &hi);
+    sm_rows(jb, lo, hi);
+}
+static void cpu_softmax(ld_device *d, float *out, const float *x, int64_t rows, int64_t cols, int lg) {
+    sm_job jb = {out, x, rows, cols, lg};
+    if (rows * cols < PAR_MIN || rows < 2) sm_rows(&jb, 0, rows);
+    else parallel_run(sm_part, &jb, rows < 64 ? (int)rows : 64);
 }
 
 /* ================================================================ fused cross-entropy */
