@@ -456,9 +456,11 @@ static int cmp_core_pos(const void *a, const void *b) {
 /* Order proc_cores by package, then physical core (its hardware threads
    next to each other), from sysfs, or LDIST_CPU_TOPOLOGY: a directory laid
    out as /sys/devices/system/cpu, to check the split of machines this one
-   is not. A core whose topology cannot be read is a core of its own. */
-static void order_by_topology(void) {
+   is not. A core whose topology cannot be read is a core of its own, and so
+   is every pretended one (LDIST_CPU_CORES) unless LDIST_CPU_TOPOLOGY says. */
+static void order_by_topology(int pretended) {
     const char *dir = getenv("LDIST_CPU_TOPOLOGY");
+    if ((!dir || !*dir) && pretended) dir = "/nonexistent";
     if (!dir || !*dir) dir = "/sys/devices/system/cpu";
     static core_pos pos[MAX_CORES];
     char path[512];
@@ -545,7 +547,7 @@ __attribute__((constructor)) static void cpu_pool_init(void) {
         for (int i = 0; i < n_proc_cores; i++) proc_cores[i] = i;
         fake = 1;   /* ids we cannot be sure of: no pinning */
     }
-    order_by_topology();
+    order_by_topology(fake && getenv("LDIST_CPU_CORES") != NULL);
     host_cores = n_proc_cores;
     int nt = 0;
     if (env_int("LDIST_NUM_THREADS", &nt) && nt > 0) budget_threads = nt;
