@@ -4,10 +4,11 @@
  * the end the im2col lowering and max pooling of the convolution family.
  *
  * No im2col matrix is made. The products read the image where it lies: a
- * register tile of P output pixels x V vectors of 16 filters is accumulated
+ * register tile of P output pixels x V vectors of VW filters is accumulated
  * over the window's taps and channels, each image value broadcast from the
  * image itself and each weight row loaded from a copy of the kernel packed
- * in chunks of 64 filters (zero-padded, so every load is a whole vector).
+ * in chunks of 4 vectors (64 filters with AVX-512, 32 with AVX2; zero-padded,
+ * so every load is a whole vector).
  * A kernel row's taps and channels are contiguous in the image, so a tile
  * runs kh passes of kw*c products. Bias is the tile's initial value and
  * relu is applied as the tile is stored, straight into y: the output is
@@ -37,17 +38,18 @@
  * Images are split over the CPU device's thread pool; each part keeps its
  * own dw and db, summed in part order at the end.
  *
- * The vectors are GCC's vector extensions of 16 floats: one AVX-512
- * register each. Compiled for AVX2, GCC keeps such vectors in memory and the
- * tiles run 30-60 times slower (83 against 5,347 samples/s for the bench
- * CNN on one core, even with tiles sized for 16 registers), so on
- * processors without AVX-512 the convolution takes the im2col + BLAS path
- * (ld_ops.c). The file is compiled for the build's instruction set, and
- * again by ld_cpu_conv_avx512.c where the build targets less (x86-64-v3:
- * the GPU bundle, packages; LD_CONV_FN names that copy's entry points);
- * cpu_conv2d and cpu_conv2d_backward, near the end, run that copy on
- * processors with AVX-512 (ld_cpu_isa). The file ends with the kernels of
- * the im2col lowering and of max pooling.
+ * The vectors are GCC's vector extensions of VW floats, one register each:
+ * 16 where the copy is compiled for AVX-512, 8 for AVX2 (a vector wider
+ * than the target's registers is kept in memory, and tiles of 16-float
+ * vectors compiled for AVX2 ran 30-60 times slower), with tile shapes for
+ * 32 or 16 registers. The file is compiled for the build's instruction
+ * set, again by ld_cpu_conv_avx512.c where the build targets less
+ * (x86-64-v3: the GPU bundle, packages) and by ld_cpu_conv_avx2.c where the
+ * build targets AVX-512 or less than AVX2 (LD_CONV_FN names a copy's entry
+ * points); cpu_conv2d and cpu_conv2d_backward, near the end, run the copy
+ * for the processor (ld_cpu_isa). Processors with neither lower the
+ * convolution to im2col + BLAS (ld_ops_conv.c). The file ends with the
+ * kernels of the im2col lowering and of max pooling.
  *
  * The im2col + gemm lowering (ld_im2col, ld_linear) stays the path of other
  * backends and the reference the tests compare this one with
