@@ -175,7 +175,9 @@ end)
 -- A pretended machine's topology, laid out as /sys/devices/system/cpu:
 -- core_of(id) -> the id of its physical core's first thread, pkg_of(id) -> its package
 local function topology(name, n, core_of, pkg_of)
-  local dir = os.tmpname() .. "-" .. name
+  local base = os.tmpname()   -- creates an empty file: only its unique name is wanted
+  os.remove(base)
+  local dir = base .. "-" .. name
   for id = 0, n - 1 do
     local d = ("%s/cpu%d/topology"):format(dir, id)
     assert(os.execute("mkdir -p " .. d))
