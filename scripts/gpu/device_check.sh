@@ -5,6 +5,9 @@
 # many-core CPU bench `make bench-cores`, each under its own time limit, and
 # writes each log to $OUT (or build/device-check) for the README's tables.
 #   DEVICE_CHECK_PARTS="test conf bench profile cores"   which parts, in this order
+#   DEVICE_CHECK_BUDGET=570   seconds for all of them: a part gets at most
+#   what is left (a `run` call stops at 600 s, and what it wrote before
+#   comes back only if the call ends itself); T_<PART> caps each part
 #   (conf: the conformance matrix's default, one_gpu and mirrored_gpus columns;
 #   profile: the transformer bench, short, under LDIST_KERNEL_PROFILE=1, FP32
 #   then mixed_bfloat16: where the step's time goes, kernel slot by slot, in
@@ -12,6 +15,8 @@
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-build/device-check}; mkdir -p "$out"
 parts=${DEVICE_CHECK_PARTS:-test conf bench profile cores}
+budget=${DEVICE_CHECK_BUDGET:-570}
+start=$SECONDS
 { date -u; nproc; lscpu | grep -E 'Model name|Flags|Thread|Core|Socket|NUMA node' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
 # the BLAS kernels CPU products run: ldist's choice, and OpenBLAS's own (LDIST_BLAS)
 bash build/gpu-bundle/run.sh bash -c '"$LDIST" -e "print(ldist.config.cpu_split().blas)";
@@ -34,6 +39,9 @@ for p in $parts; do
              done') ;;
     *) echo "device_check: unknown part $p"; continue ;;
   esac
+  left=$((budget - (SECONDS - start)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$left" -lt 20 ]; then echo "== $p: skipped, ${left} s of the ${budget} s budget left"; continue; fi
   echo "== $p: ${cmd[*]} (limit ${limit} s)"
   t0=$SECONDS
   timeout -k 5 "$limit" bash build/gpu-bundle/run.sh "${cmd[@]}" >"$out/$p.log" 2>&1
