@@ -148,70 +148,51 @@ typedef void (*tile_fn)(const float *, const int64_t *, const int64_t *, int64_t
 #define TILE_STEP(NAME, V, P, S) \
     TILE_BODY(NAME, V, P, , src + poff[0] + toff[t], S * TILE_XI_STEP)
 #define TILE_XI_STEP(p) (p)
+/* The tiles, each named once: ANY(name, V, P, 0) reads each pixel at its
+   own offset, STEP(name, V, P, S) pixels S floats apart. V vectors x P
+   pixels; per V the widest any-offset tile is the default (tile_widest), a
+   narrower one is taken when it covers n pixels with fewer slots (7x7
+   images: 7 pixels a tile, not 12 that leave 11 slots idle). */
+#define TILES_V1(ANY, STEP)                                                                        \
+    ANY(tile1, 1, 14, 0) ANY(tile1_7, 1, 7, 0) STEP(tile1_s1, 1, 14, 1) STEP(tile1_s16, 1, 14, 16) \
+    STEP(tile1_s32, 1, 14, 32) STEP(tile1_7_s32, 1, 7, 32)
 #if VW == 16
-/* 32 registers: P x V accumulators, V weight vectors, a broadcast */
-TILE(tile1, 1, 14)
-TILE(tile2, 2, 12)
-TILE(tile3, 3, 8)
-TILE(tile4, 4, 6)
-TILE(tile1_7, 1, 7)
-TILE(tile2_7, 2, 7)
-TILE(tile2_8, 2, 8)
-TILE_STEP(tile1_s1, 1, 14, 1)
-TILE_STEP(tile1_s16, 1, 14, 16)
-TILE_STEP(tile1_s32, 1, 14, 32)
-TILE_STEP(tile1_7_s32, 1, 7, 32)
-TILE_STEP(tile2_s16, 2, 12, 16)
-TILE_STEP(tile2_s32, 2, 12, 32)
-TILE_STEP(tile2_7_s32, 2, 7, 32)
-TILE_STEP(tile2_8_s64, 2, 8, 64)
-TILE_STEP(tile4_s64, 4, 6, 64)
-static const int tile_p[5] = {0, 14, 12, 8, 6};
+/* 32 registers: P x V accumulators, V weight vectors, a broadcast. Not 4
+   pixels for V = 4: they read the weights (past L1 for 3x3x64) once more
+   per image than 6 do, which measured slower than the 2 idle slots of 6 +
+   6 + 4 */
+#define TILES(ANY, STEP)                                                                           \
+    TILES_V1(ANY, STEP)                                                                            \
+    ANY(tile2, 2, 12, 0) ANY(tile2_8, 2, 8, 0) ANY(tile2_7, 2, 7, 0) ANY(tile3, 3, 8, 0)          \
+    ANY(tile4, 4, 6, 0) STEP(tile2_s16, 2, 12, 16) STEP(tile2_s32, 2, 12, 32)                      \
+    STEP(tile2_7_s32, 2, 7, 32) STEP(tile2_8_s64, 2, 8, 64) STEP(tile4_s64, 4, 6, 64)
 #else
-/* 16 registers: P x V accumulators + V weight vectors + a broadcast <= 16 */
-TILE(tile1, 1, 14)
-TILE(tile2, 2, 6)
-TILE(tile3, 3, 4)
-TILE(tile4, 4, 3)
-TILE(tile1_7, 1, 7)
-TILE_STEP(tile1_s1, 1, 14, 1)
-TILE_STEP(tile1_s8, 1, 14, 8)
-TILE_STEP(tile1_s16, 1, 14, 16)
-TILE_STEP(tile1_s32, 1, 14, 32)
-TILE_STEP(tile1_7_s32, 1, 7, 32)
-TILE_STEP(tile2_s16, 2, 6, 16)
-TILE_STEP(tile2_s32, 2, 6, 32)
-TILE_STEP(tile3_s32, 3, 4, 32)
-TILE_STEP(tile4_s32, 4, 3, 32)
-TILE_STEP(tile4_s64, 4, 3, 64)
-static const int tile_p[5] = {0, 14, 6, 4, 3};
+/* 16 registers: P x V accumulators + V weight vectors + a broadcast <= 16
+   (V = 4: 3 pixels measured 15% faster than 2 and 30% faster than 4) */
+#define TILES(ANY, STEP)                                                                           \
+    TILES_V1(ANY, STEP)                                                                            \
+    STEP(tile1_s8, 1, 14, 8) ANY(tile2, 2, 6, 0) ANY(tile3, 3, 4, 0) ANY(tile4, 4, 3, 0)          \
+    STEP(tile2_s16, 2, 6, 16) STEP(tile2_s32, 2, 6, 32) STEP(tile3_s32, 3, 4, 32)                  \
+    STEP(tile4_s32, 4, 3, 32) STEP(tile4_s64, 4, 3, 64)
 #endif
-
-/* the tiles: V vectors x P pixels, S the step of the constant-step ones (0:
-   any offsets). Per V the first is the widest (tile_p); a narrower one is
-   taken when it covers n pixels with fewer slots (7x7 images: 7 pixels a
-   tile, not 12 that leave 11 slots idle). Not for V = 4: 4 pixels a tile
-   read the weights (past L1 for 3x3x64) once more per image than 6 do,
-   which measured slower than the 2 idle slots of 6 + 6 + 4 */
-static const struct { int V, P, S; tile_fn fn; } tile_tab[] = {
-#if VW == 16
-    {1, 14, 0, tile1}, {1, 7, 0, tile1_7}, {2, 12, 0, tile2}, {2, 8, 0, tile2_8}, {2, 7, 0, tile2_7},
-    {3, 8, 0, tile3}, {4, 6, 0, tile4},
-    {1, 14, 1, tile1_s1}, {1, 14, 16, tile1_s16}, {1, 14, 32, tile1_s32}, {1, 7, 32, tile1_7_s32},
-    {2, 12, 16, tile2_s16}, {2, 12, 32, tile2_s32}, {2, 7, 32, tile2_7_s32}, {2, 8, 64, tile2_8_s64},
-    {4, 6, 64, tile4_s64},
-#else
-    {1, 14, 0, tile1}, {1, 7, 0, tile1_7}, {2, 6, 0, tile2}, {3, 4, 0, tile3}, {4, 3, 0, tile4},
-    {1, 14, 1, tile1_s1}, {1, 14, 8, tile1_s8}, {1, 14, 16, tile1_s16}, {1, 14, 32, tile1_s32},
-    {1, 7, 32, tile1_7_s32}, {2, 6, 16, tile2_s16}, {2, 6, 32, tile2_s32}, {3, 4, 32, tile3_s32},
-    {4, 3, 32, tile4_s32}, {4, 3, 64, tile4_s64},
-#endif
-};
+#define TILE_ANY_DEF(NAME, V, P, S) TILE(NAME, V, P)
+#define TILE_STEP_DEF(NAME, V, P, S) TILE_STEP(NAME, V, P, S)
+TILES(TILE_ANY_DEF, TILE_STEP_DEF)
+#define TILE_ROW(NAME, V, P, S) {V, P, S, NAME},
+static const struct { int V, P, S; tile_fn fn; } tile_tab[] = {TILES(TILE_ROW, TILE_ROW)};
 #define NTILES ((int)(sizeof tile_tab / sizeof tile_tab[0]))
+
+/* the widest any-offset tile of V vectors: its pixels */
+static int tile_widest(int V) {
+    int P = 0;
+    for (int i = 0; i < NTILES; i++)
+        if (tile_tab[i].V == V && tile_tab[i].S == 0 && tile_tab[i].P > P) P = tile_tab[i].P;
+    return P;
+}
 
 /* pixels per tile for V vectors over n pixels: the fewest slots, ties to the widest */
 static int tile_pick(int V, int64_t n) {
-    int best = tile_p[V];
+    int widest = tile_widest(V), best = widest;
     int64_t wide = (n + best - 1) / best * best, slots = wide;
     for (int i = 0; i < NTILES; i++)
         if (tile_tab[i].V == V && tile_tab[i].S == 0) {
@@ -222,7 +203,7 @@ static int tile_pick(int V, int64_t n) {
     /* a narrower tile does less per weight load and per call: only where it
        saves a tenth of the slots (7x7 images: 49 of 60), not a few of
        hundreds (26x26: 679 of 684 measured a fifth slower) */
-    return slots * 10 <= wide * 9 ? best : tile_p[V];
+    return slots * 10 <= wide * 9 ? best : widest;
 }
 
 /* the tiles of V vectors x P pixels, looked up once per loop */
@@ -271,33 +252,21 @@ static tile_fn tile_for(const tile_set *t, const int64_t *po) {
         for (int r = 0; r < KT; r++)                                                               \
             for (int v = 0; v < V; v++) VSTORE(dwp + r * CH + VW * v, acc[r][v]);                  \
     }
+/* The weight tiles, each named once: X(name, V, KT), per V by decreasing
+   KT (the first the widest): the rows left after the full tiles take the
+   smallest that holds them, so small kernels (a 3x3 on one channel: 9 rows;
+   1x1 on 16 channels: 14 + 2) waste few rows */
+#define WTILES_V1(X) X(wtile1, 1, 14) X(wtile1_9, 1, 9) X(wtile1_4, 1, 4) X(wtile1_2, 1, 2)
 #if VW == 16
-WTILE(wtile1, 1, 14)
-WTILE(wtile1_9, 1, 9)
-WTILE(wtile1_4, 1, 4)
-WTILE(wtile1_2, 1, 2)
-WTILE(wtile2, 2, 12)
-WTILE(wtile2_8, 2, 8)
-WTILE(wtile2_4, 2, 4)
-WTILE(wtile3, 3, 8)
-WTILE(wtile3_4, 3, 4)
-WTILE(wtile3_2, 3, 2)
-WTILE(wtile4, 4, 6)
-WTILE(wtile4_4, 4, 4)
-WTILE(wtile4_2, 4, 2)
+#define WTILES(X)                                                                                  \
+    WTILES_V1(X) X(wtile2, 2, 12) X(wtile2_8, 2, 8) X(wtile2_4, 2, 4) X(wtile3, 3, 8) X(wtile3_4, 3, 4) \
+    X(wtile3_2, 3, 2) X(wtile4, 4, 6) X(wtile4_4, 4, 4) X(wtile4_2, 4, 2)
 #else
-WTILE(wtile1, 1, 14)
-WTILE(wtile1_9, 1, 9)
-WTILE(wtile1_4, 1, 4)
-WTILE(wtile1_2, 1, 2)
-WTILE(wtile2, 2, 6)
-WTILE(wtile2_4, 2, 4)
-WTILE(wtile2_2, 2, 2)
-WTILE(wtile3, 3, 4)
-WTILE(wtile3_2, 3, 2)
-WTILE(wtile4, 4, 3)
-WTILE(wtile4_2, 4, 2)
+#define WTILES(X)                                                                                  \
+    WTILES_V1(X) X(wtile2, 2, 6) X(wtile2_4, 2, 4) X(wtile2_2, 2, 2) X(wtile3, 3, 4) X(wtile3_2, 3, 2) \
+    X(wtile4, 4, 3) X(wtile4_2, 4, 2)
 #endif
+WTILES(WTILE)
 
 /* The same over KT consecutive rows of one tap (channels q..q+KT), at
    constant displacements from the pixel's pointer: no KT row offsets held
@@ -332,21 +301,15 @@ WTILE(wtile4_2, 4, 2)
 WTILE_RUN(wtile1_run, 1, RUN1)
 WTILE_RUN(wtile2_run, 2, RUN2)
 typedef void (*wtile_fn)(const float *, const int64_t *, int64_t, const int64_t *, const float *, int64_t, float *);
-/* per V, tiles of decreasing KT (the first the tile_p[V] one): the rows left
-   after the full tiles take the smallest that holds them, so small kernels
-   (a 3x3 on one channel: 9 rows; 1x1 on 16 channels: 14 + 2) waste few rows */
-#define NWT 4
-#if VW == 16
-static const wtile_fn wtiles[5][NWT] = {{NULL}, {wtile1, wtile1_9, wtile1_4, wtile1_2},
-                                        {wtile2, wtile2_8, wtile2_4, NULL}, {wtile3, wtile3_4, wtile3_2, NULL},
-                                        {wtile4, wtile4_4, wtile4_2, NULL}};
-static const int wtile_kt[5][NWT] = {{0}, {14, 9, 4, 2}, {12, 8, 4, 0}, {8, 4, 2, 0}, {6, 4, 2, 0}};
-#else
-static const wtile_fn wtiles[5][NWT] = {{NULL}, {wtile1, wtile1_9, wtile1_4, wtile1_2},
-                                        {wtile2, wtile2_4, wtile2_2, NULL}, {wtile3, wtile3_2, NULL, NULL},
-                                        {wtile4, wtile4_2, NULL, NULL}};
-static const int wtile_kt[5][NWT] = {{0}, {14, 9, 4, 2}, {6, 4, 2, 0}, {4, 2, 0, 0}, {3, 2, 0, 0}};
-#endif
+#define WTILE_ROW(NAME, V, KT) {V, KT, NAME},
+static const struct { int V, KT; wtile_fn fn; } wtile_tab[] = {WTILES(WTILE_ROW)};
+#define NWTILES ((int)(sizeof wtile_tab / sizeof wtile_tab[0]))
+/* the first (widest) weight tile of V vectors */
+static int wtile_first(int V) {
+    int i = 0;
+    while (i < NWTILES - 1 && wtile_tab[i].V != V) i++;
+    return i;
+}
 
 /* ---- geometry shared by the parts */
 typedef struct {
@@ -713,7 +676,7 @@ static void bwd_part(void *ctx, int part, int np) {
             const float *img = image(G, J->x, b, xp);
             for (int64_t ch = 0; ch < nfch; ch++) {
                 int64_t nf = g->f - ch * CH < CH ? g->f - ch * CH : CH;
-                int V = vecs(nf), KT = tile_p[V];
+                int V = vecs(nf), w0 = wtile_first(V), KT = wtile_tab[w0].KT;
                 const float *gc = gm + ch * op * gs;
                 /* channels in whole runs of RUN1 (V = 1) or RUN2 (V = 2): a
                    run never straddles two taps, so the run tiles cover k */
@@ -727,18 +690,18 @@ static void bwd_part(void *ctx, int part, int np) {
                 for (int64_t r0 = 0; r0 < k; r0 += KT) {
                     float *dwr = dw + (ch * k + r0) * CH;
                     int64_t nr = k - r0;
-                    if (nr >= KT) { wtiles[V][0](img, G->pixo, op, G->koff + r0, gc, gs, dwr); continue; }
-                    int w = 0;   /* the smallest tile that holds the last nr rows */
-                    while (w + 1 < NWT && wtile_kt[V][w + 1] >= nr) w++;
-                    int kt = wtile_kt[V][w];
-                    if (kt == nr) { wtiles[V][w](img, G->pixo, op, G->koff + r0, gc, gs, dwr); break; }
+                    if (nr >= KT) { wtile_tab[w0].fn(img, G->pixo, op, G->koff + r0, gc, gs, dwr); continue; }
+                    int w = w0;   /* the smallest tile that holds the last nr rows */
+                    while (w + 1 < NWTILES && wtile_tab[w + 1].V == V && wtile_tab[w + 1].KT >= nr) w++;
+                    int kt = wtile_tab[w].KT;
+                    if (kt == nr) { wtile_tab[w].fn(img, G->pixo, op, G->koff + r0, gc, gs, dwr); break; }
                     /* through a larger tile whose extra rows are discarded */
                     float tmp[PMAX * CH];
                     int64_t ko[PMAX];
                     memset(tmp, 0, sizeof tmp);
                     memcpy(tmp, dwr, sizeof(float) * (size_t)(nr * CH));
                     for (int r = 0; r < kt; r++) ko[r] = G->koff[r0 + (r < nr ? r : nr - 1)];
-                    wtiles[V][w](img, G->pixo, op, ko, gc, gs, tmp);
+                    wtile_tab[w].fn(img, G->pixo, op, ko, gc, gs, tmp);
                     memcpy(dwr, tmp, sizeof(float) * (size_t)(nr * CH));
                     break;
                 }
