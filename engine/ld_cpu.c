@@ -314,9 +314,10 @@ static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, c
 /* Reductions of the middle axis of [outer, n, inner], over outer rows
    [o0, o1) and inner columns [i0, i1): each output is summed (or compared)
    over j in order, whatever the split, so a split result is the serial one
-   bit for bit. Split over outer where there are enough of them, else over
-   inner columns (a bias gradient: [1, batch, units], 16-column blocks). */
-typedef struct { ld_reduce_op op; void *out; const float *x; int64_t outer, n, inner; } red_job;
+   bit for bit. Split over outer rows where there are several (or inner is
+   1), else over inner columns (a bias gradient: [1, batch, units]) in
+   blocks of 64 (whole cache lines, 4 per row). */
+typedef struct { ld_reduce_op op; void *out; const float *x; int64_t outer, n, inner; int by_rows; } red_job;
 static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     int64_t n = jb->n, inner = jb->inner;
     const float *x = jb->x;
@@ -358,10 +359,10 @@ static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int
 static void red_part(void *ctx, int p, int np) {
     const red_job *jb = ctx;
     int64_t lo, hi;
-    if (jb->outer >= np || jb->inner == 1) {
+    if (jb->by_rows) {
         range_of(jb->outer, p, np, &lo, &hi);
         red_range(jb, lo, hi, 0, jb->inner);
-    } else {   /* column blocks of 64 (whole cache lines, 4 per row) */
+    } else {
         int64_t blocks = (jb->inner + 63) / 64, b0, b1;
         range_of(blocks, p, np, &b0, &b1);
         lo = b0 * 64; hi = b1 * 64 < jb->inner ? b1 * 64 : jb->inner;
@@ -370,8 +371,8 @@ static void red_part(void *ctx, int p, int np) {
 }
 static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
                        int64_t n, int64_t inner) {
-    red_job jb = {op, outp, x, outer, n, inner};
     int by_rows = outer > 1 || inner == 1;
+    red_job jb = {op, outp, x, outer, n, inner, by_rows};
     int64_t ways = by_rows ? outer : (inner + 63) / 64;   /* independent pieces */
     /* a column sum streams its rows at one core's bandwidth, which a second
        or third thread on a small machine does not add to (2048 x 512 on the
@@ -717,10 +718,26 @@ static void cpu_unary_backward(ld_device *d, ld_unary_op op, ld_dtype dt, void *
     else parallel_run(un_part, &j, 64);
 }
 
+/* A product C = alpha op(A) op(B) + beta C, or with epi (Dense's forward:
+   alpha 1, beta 0, no transposes) C = A B, then bias added and relu applied
+   by whichever thread wrote each block, as soon as it has it: row block by
+   row block in L1 on the unpacked path, after its BLAS call otherwise. Where
+   the bias was copied into C for a product with beta 1 and relu ran as an op
+   of its own, a batch of 2048 x 512 took three passes over C more. */
 typedef struct {
     int ta, tb; int64_t m, n, k; float alpha; const float *a; int64_t lda; const float *b; int64_t ldb;
     float beta; float *c; int64_t ldc;
+    int epi; const float *bias; int relu;
 } gemm_job;
+
+void ld_cpu_bias_relu_rows(float *c, int64_t ldc, int64_t rows, int64_t n, const float *bias, int relu) {
+    for (int64_t i = 0; i < rows; i++) {
+        float *r = c + i * ldc;
+        if (bias && relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j] + bias[j]);
+        else if (bias) for (int64_t j = 0; j < n; j++) r[j] += bias[j];
+        else if (relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j]);
+    }
+}
 
 /* The parts of a product over np threads: a grid of pm row blocks x pn
    column blocks (pm * pn = np). Each part packs (or reads) its rows of A and
@@ -747,6 +764,23 @@ static void gemm_grid(const gemm_job *j, int np, int *pm, int *pn) {
         }
     }
 }
+/* rows [r0, r1) x columns [c0, c1) of the product, on this thread */
+static void gemm_block(const gemm_job *j, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    int64_t rows = r1 - r0, cols = c1 - c0;
+    const float *a = j->ta ? j->a + r0 : j->a + r0 * j->lda;
+    const float *b = j->tb ? j->b + c0 * j->ldb : j->b + c0;
+    float *c = j->c + r0 * j->ldc + c0;
+    if (!j->epi) {
+        cpu_gemm_serial(NULL, j->ta, j->tb, rows, cols, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc);
+        return;
+    }
+    const float *bias = j->bias ? j->bias + c0 : NULL;
+    if (small_gemm && ld_cpu_gemm_small_fits(rows, cols, j->k) &&
+        ld_cpu_gemm_small_bias(rows, cols, j->k, a, j->lda, b, j->ldb, bias, j->relu, c, j->ldc))
+        return;
+    cpu_gemm_serial(NULL, 0, 0, rows, cols, j->k, 1.0f, a, j->lda, b, j->ldb, 0.0f, c, j->ldc);
+    ld_cpu_bias_relu_rows(c, j->ldc, rows, cols, bias, j->relu);
+}
 static void gemm_part(void *c, int p, int np) {
     gemm_job *j = c;
     int pm, pn;
@@ -754,73 +788,30 @@ static void gemm_part(void *c, int p, int np) {
     int64_t r0, r1, c0, c1;
     range_of(j->m, p / pn, pm, &r0, &r1);
     range_of(j->n, p % pn, pn, &c0, &c1);
-    if (r0 >= r1 || c0 >= c1) return;
-    const float *a = j->ta ? j->a + r0 : j->a + r0 * j->lda;
-    const float *b = j->tb ? j->b + c0 * j->ldb : j->b + c0;
-    cpu_gemm_serial(NULL, j->ta, j->tb, r1 - r0, c1 - c0, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta,
-                    j->c + r0 * j->ldc + c0, j->ldc);
+    if (r0 < r1 && c0 < c1) gemm_block(j, r0, r1, c0, c1);
+}
+/* on this thread when small, else over the pool */
+static void gemm_run(ld_device *d, const gemm_job *j) {
+    int64_t m = j->m, n = j->n;
+    if (m <= 0 || n <= 0) return;
+    if (__builtin_expect(!blas_sgemm(), 0) && j->k) {
+        ld_device_fault(d, LD_EDEVICE, "%s", blas_error);
+        for (int64_t i = 0; i < m; i++) for (int64_t c = 0; c < n; c++) j->c[i * j->ldc + c] = NAN;
+        return;
+    }
+    if ((double)m * n * j->k < 262144.0 || (m < 32 && n < 32)) gemm_block(j, 0, m, 0, n);
+    else parallel_run(gemm_part, (void *)j, 64);
 }
 static void cpu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-    if (__builtin_expect(!blas_sgemm(), 0) && m && n && k) {
-        ld_device_fault(d, LD_EDEVICE, "%s", blas_error);
-        for (int64_t i = 0; i < m; i++) for (int64_t j = 0; j < n; j++) c[i * ldc + j] = NAN;
-        return;
-    }
-    if ((double)m * n * k < 262144.0 || (m < 32 && n < 32)) {
-        cpu_gemm_serial(d, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-    }
-    gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
-    parallel_run(gemm_part, &j, 64);
+    gemm_job j = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0, NULL, 0};
+    gemm_run(d, &j);
 }
-
-void ld_cpu_bias_relu_rows(float *c, int64_t ldc, int64_t rows, int64_t n, const float *bias, int relu) {
-    for (int64_t i = 0; i < rows; i++) {
-        float *r = c + i * ldc;
-        if (bias && relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j] + bias[j]);
-        else if (bias) for (int64_t j = 0; j < n; j++) r[j] += bias[j];
-        else if (relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j]);
-    }
-}
-
-/* Dense's forward, split as a product (gemm_grid); each part adds the bias
-   and applies relu to its block as soon as it has it: row by row block in
-   L1 on the unpacked path, after its BLAS call otherwise. Where the bias
-   was copied into C for a product with beta 1 and relu ran as an op of its
-   own, a batch of 2048 x 512 took three passes over C more. */
-typedef struct { gemm_job g; const float *bias; int relu; } gemm_bias_job;
-static void gemm_bias_block(const gemm_bias_job *j, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    const gemm_job *g = &j->g;
-    int64_t rows = r1 - r0, cols = c1 - c0;
-    const float *a = g->a + r0 * g->lda, *b = g->b + c0, *bias = j->bias ? j->bias + c0 : NULL;
-    float *c = g->c + r0 * g->ldc + c0;
-    if (small_gemm && ld_cpu_gemm_small_fits(rows, cols, g->k) &&
-        ld_cpu_gemm_small_bias(rows, cols, g->k, a, g->lda, b, g->ldb, bias, j->relu, c, g->ldc))
-        return;
-    cpu_gemm_serial(NULL, 0, 0, rows, cols, g->k, 1.0f, a, g->lda, b, g->ldb, 0.0f, c, g->ldc);
-    ld_cpu_bias_relu_rows(c, g->ldc, rows, cols, bias, j->relu);
-}
-static void gemm_bias_part(void *ctx, int p, int np) {
-    gemm_bias_job *j = ctx;
-    int pm, pn;
-    gemm_grid(&j->g, np, &pm, &pn);
-    int64_t r0, r1, c0, c1;
-    range_of(j->g.m, p / pn, pm, &r0, &r1);
-    range_of(j->g.n, p % pn, pn, &c0, &c1);
-    if (r0 < r1 && c0 < c1) gemm_bias_block(j, r0, r1, c0, c1);
-}
-static void cpu_gemm_bias(ld_device *d, int64_t m, int64_t n, int64_t k, const float *a, const float *b, const float *bias,
-                   int relu, float *c) {
-    if (m <= 0 || n <= 0) return;
-    if (__builtin_expect(!blas_sgemm(), 0) && k) {
-        ld_device_fault(d, LD_EDEVICE, "%s", blas_error);
-        for (int64_t i = 0; i < m * n; i++) c[i] = NAN;
-        return;
-    }
-    gemm_bias_job j = {{0, 0, m, n, k, 1.0f, a, k < 1 ? 1 : k, b, n, 0.0f, c, n}, bias, relu};
-    if ((double)m * n * k < 262144.0 || (m < 32 && n < 32)) gemm_bias_block(&j, 0, m, 0, n);
-    else parallel_run(gemm_bias_part, &j, 64);
+/* Dense's forward (gemm_job's epi) */
+static void cpu_gemm_bias(ld_device *d, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                          const float *bias, int relu, float *c) {
+    gemm_job j = {0, 0, m, n, k, 1.0f, a, k < 1 ? 1 : k, b, n, 0.0f, c, n, 1, bias, relu};
+    gemm_run(d, &j);
 }
 
 /* Half operands: bfloat16 on AVX512_BF16 (ld_gemm_bf16.c); otherwise (float16,

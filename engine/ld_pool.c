@@ -460,16 +460,17 @@ static int cmp_core_pos(const void *a, const void *b) {
    is every pretended one (LDIST_CPU_CORES) unless LDIST_CPU_TOPOLOGY says. */
 static void order_by_topology(int pretended) {
     const char *dir = getenv("LDIST_CPU_TOPOLOGY");
-    if ((!dir || !*dir) && pretended) dir = "/nonexistent";
-    if (!dir || !*dir) dir = "/sys/devices/system/cpu";
+    if (!dir || !*dir) dir = pretended ? NULL : "/sys/devices/system/cpu";
     static core_pos pos[MAX_CORES];
     char path[512];
     for (int i = 0; i < n_proc_cores; i++) {
-        int id = proc_cores[i];
-        snprintf(path, sizeof path, "%s/cpu%d/topology/thread_siblings_list", dir, id);
-        int core = read_first_id(path);
-        snprintf(path, sizeof path, "%s/cpu%d/topology/physical_package_id", dir, id);
-        int pkg = read_first_id(path);
+        int id = proc_cores[i], core = -1, pkg = -1;
+        if (dir) {
+            snprintf(path, sizeof path, "%s/cpu%d/topology/thread_siblings_list", dir, id);
+            core = read_first_id(path);
+            snprintf(path, sizeof path, "%s/cpu%d/topology/physical_package_id", dir, id);
+            pkg = read_first_id(path);
+        }
         pos[i] = (core_pos){pkg < 0 ? 0 : pkg, core < 0 ? id : core, id};
     }
     qsort(pos, (size_t)n_proc_cores, sizeof *pos, cmp_core_pos);
