@@ -35,6 +35,8 @@ typedef struct {
                                        for START), 3 ready */
     int welcomed;                   /* leader: WELCOME sent; acks[] counts the answers */
     int leader_proved;              /* member: a message signed with the session key came from the leader */
+    int have_nonce;                 /* member: nm made (once: a repeated HELLO carries the same) */
+    double hello_at, hello_wait;    /* member: when HELLO was last sent, and how long to wait before again */
     unsigned char *acks;
     double start, next_hb;
 } thr_state;
@@ -125,6 +127,17 @@ static void refuse(ld_cluster *c, cl_frames *f, const char *why) {
     cl_send_ctl(c->ctl, cl_fd(f, 0), cl_fl(f, 0), "REFUSED", why, strlen(why), NULL, 0);
 }
 
+/* Only a nonce: the member proves it knows the secret first, and the leader
+   proves it with its first signed message (JOINED, keyed by the session
+   key), so a stranger who connects gets nothing computed from the secret to
+   guess it against offline. */
+static void send_challenge(ld_cluster *c, const pending *p) {
+    char out[200], h1[33];
+    cl_to_hex(p->nl, 16, h1);
+    int n = snprintf(out, sizeof out, "nonce=%s\n", h1);
+    cl_send_ctl(c->ctl, p->ident, p->ident_len, "CHALLENGE", out, (size_t)n, NULL, 0);
+}
+
 static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
     ld_cluster *c = s->c;
     const char *body = cl_fd(f, 4);
@@ -145,7 +158,17 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
            handshake makes room (a real member answers its CHALLENGE within a
            round trip; a slot held by one that never answers is the first to
            go), and slots time out after HANDSHAKE_TIMEOUT. */
+        unsigned char nm[16];
+        if (cl_from_hex(nonce, nm, 16)) { cl_log_rejected("rejected a malformed HELLO from %s (nonce)", addr); return; }
         pending *p = find_pending(s, f);
+        if (p && !memcmp(p->nm, nm, 16)) {
+            /* the same HELLO again (a member repeats it until it hears a
+               CHALLENGE): the same CHALLENGE again, so that whichever copy
+               it answers, its proof matches this slot */
+            p->t = cl_now();
+            send_challenge(c, p);
+            return;
+        }
         for (int i = 0; i < MAX_PENDING && !p; i++) if (!s->pend[i].used) p = &s->pend[i];
         if (!p) {
             p = &s->pend[0];
@@ -154,7 +177,7 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
                             p->addr, addr, MAX_PENDING);
         }
         memset(p, 0, sizeof *p);
-        if (cl_from_hex(nonce, p->nm, 16)) { cl_log_rejected("rejected a malformed HELLO from %s (nonce)", addr); return; }
+        memcpy(p->nm, nm, 16);
         p->used = 1;
         p->rank = (int)rank;
         p->size = (int)size;
@@ -167,14 +190,7 @@ static void leader_handshake(thr_state *s, cl_frames *f, const char *addr) {
         p->t = cl_now();
         p->fd = zmq_msg_get(&f->m[1], ZMQ_SRCFD);
         ld_random_bytes(p->nl, 16);
-        /* Only a nonce: the member proves it knows the secret first, and the
-           leader proves it with its first signed message (JOINED, keyed by
-           the session key), so a stranger who connects gets nothing computed
-           from the secret to guess it against offline. */
-        char out[200], h1[33];
-        cl_to_hex(p->nl, 16, h1);
-        int n = snprintf(out, sizeof out, "nonce=%s\n", h1);
-        cl_send_ctl(c->ctl, p->ident, p->ident_len, "CHALLENGE", out, (size_t)n, NULL, 0);
+        send_challenge(c, p);
         return;
     }
     /* AUTH */
@@ -255,8 +271,13 @@ static void leader_message(thr_state *s) {
         char type[32];
         cl_printable(cl_fd(&f, 2), cl_fl(&f, 2), type, sizeof type);
         if (cl_frame_is(&f, 2, "HELLO") || cl_frame_is(&f, 2, "AUTH")) {
-            if (find_peer_by_ident(c, &f) >= 0) cl_log_rejected("rejected a second %s on an authenticated connection from %s", type, addr);
-            else leader_handshake(s, &f, addr);
+            /* a member repeats HELLO until its JOINED arrives (member_repeat_hello):
+               a copy on a connection that has authenticated needs no answer */
+            if (find_peer_by_ident(c, &f) >= 0) {
+                if (!cl_frame_is(&f, 2, "HELLO")) cl_log_rejected("rejected a second %s on an authenticated connection from %s", type, addr);
+            } else {
+                leader_handshake(s, &f, addr);
+            }
             cl_frames_close(&f);
             continue;
         }
@@ -297,11 +318,26 @@ static void member_hello(thr_state *s) {
     ld_cluster *c = s->c;
     cl_peer *me = &c->peers[c->rank];
     char body[600], hex[33];
-    ld_random_bytes(s->nm, 16);
+    if (!s->have_nonce) ld_random_bytes(s->nm, 16);
+    s->have_nonce = 1;
     cl_to_hex(s->nm, 16, hex);
     int n = snprintf(body, sizeof body, "rank=%d\nsize=%d\npid=%d\nhost=%s\ndata=%s\nnonce=%s\n", c->rank, c->size,
                      me->pid, me->host, me->data_ep[0] ? me->data_ep : "-", hex);
     cl_send_ctl(c->ctl, NULL, 0, "HELLO", body, (size_t)n, NULL, 0);
+    s->hello_at = cl_now();
+}
+
+/* A HELLO or AUTH can be lost with its connection: the leader closes the
+   oldest connections that have not authenticated when strangers crowd its
+   port, and ZeroMQ reconnects without the messages it had written. So until
+   the leader has proved itself (JOINED), the member says HELLO again after
+   0.25 s, then 0.5, 1, 2, 4 s; the leader answers a repeat with the same
+   CHALLENGE, and a CHALLENGE with a new nonce (a new connection's
+   handshake) gets a new AUTH. */
+static void member_repeat_hello(thr_state *s, double now) {
+    if (s->c->rank == 0 || s->leader_proved || s->failed || now - s->hello_at < s->hello_wait) return;
+    member_hello(s);
+    s->hello_wait = s->hello_wait < 2.0 ? 2 * s->hello_wait : 4.0;
 }
 
 static void member_welcome(thr_state *s, const char *body, size_t n) {
@@ -350,12 +386,16 @@ static void member_message(thr_state *s) {
         }
         const char *body = cl_fd(&f, 3);
         size_t blen = cl_fl(&f, 3);
-        if (s->member_state == 0 && cl_frame_is(&f, 1, "CHALLENGE")) {
+        if (cl_frame_is(&f, 1, "CHALLENGE") && s->member_state <= 1 && !s->leader_proved) {
             char nh[40];
             int32_t r32 = c->rank;
-            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, s->nl, 16)) {
+            unsigned char nl[16];
+            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, nl, 16)) {
                 cl_log("rejected a malformed CHALLENGE from the leader");
+            } else if (s->member_state == 1 && !memcmp(nl, s->nl, 16)) {
+                /* the answer to a repeated HELLO: AUTH went already */
             } else {
+                memcpy(s->nl, nl, 16);
                 /* this member proves the secret first; the leader proves it
                    by signing JOINED with the session key (checked below) */
                 cl_part pm[4] = {{"ldist-member", 12}, {s->nl, 16}, {s->nm, 16}, {&r32, 4}};
@@ -370,6 +410,10 @@ static void member_message(thr_state *s) {
                 cl_send_ctl(c->ctl, NULL, 0, "AUTH", out, (size_t)n, NULL, 0);
                 s->member_state = 1;
             }
+            cl_frames_close(&f);
+            continue;
+        }
+        if (cl_frame_is(&f, 1, "CHALLENGE")) {   /* a late copy, after the leader proved itself */
             cl_frames_close(&f);
             continue;
         }
@@ -539,6 +583,7 @@ static void *control_main(void *arg) {
     thr_state *s = arg;
     ld_cluster *c = s->c;
     s->start = cl_now();
+    s->hello_wait = 0.25;
     if (c->rank != 0) member_hello(s);
     for (;;) {
         double now = cl_now();
@@ -567,6 +612,8 @@ static void *control_main(void *arg) {
         if (wait > c->hb) wait = c->hb;
         /* strangers connected: check what they sent every 20 ms */
         if (c->guard && wait > 0.02 && ld_guard_untrusted(c->guard, NULL) > 0) wait = 0.02;
+        if (c->rank != 0 && !s->leader_proved && wait > s->hello_at + s->hello_wait - now)
+            wait = s->hello_at + s->hello_wait - now;
         if (wait < 0.001) wait = 0.001;
         int rc = zmq_poll(it, nit, (long)(wait * 1000) + 1);
         /* before any message: a long gap here is this process's own stall;
@@ -591,6 +638,7 @@ static void *control_main(void *arg) {
         for (int i = 0; i < MAX_PENDING; i++)
             if (s->pend[i].used && now - s->pend[i].t > HANDSHAKE_TIMEOUT) s->pend[i].used = 0;
         heartbeat(s, now);
+        member_repeat_hello(s, now);
         ld_guard_enforce(c->guard);
         cl_log_rejected_flush();
     }

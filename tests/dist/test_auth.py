@@ -91,6 +91,47 @@ def test_client_with_a_wrong_proof_gets_refused(tmp_path, ctx):
     assert "rejected an unauthenticated APP message" in err, err
 
 
+def test_a_member_repeats_its_hello_until_the_leader_answers(tmp_path, ctx):
+    # A HELLO can be lost with its connection (the leader sheds connections
+    # that have not authenticated when strangers crowd its port): the member
+    # says it again, with the same nonce, until a CHALLENGE comes.
+    ports = [free_port(), free_port()]
+    fake = ctx.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    fake.bind(f"tcp://127.0.0.1:{ports[0]}")
+    member = start(ports, 1, tmp_path / "ran", rdv=3)
+    hellos, t0 = [], time.time()
+    while len(hellos) < 3 and fake.poll(10000):
+        frames = fake.recv_multipart()
+        assert frames[1:3] == [MAGIC, b"HELLO"], frames
+        hellos.append((time.time() - t0, frames[4]))
+    rc, _, err = finish(member)
+    assert len(hellos) == 3, hellos
+    assert hellos[0][1] == hellos[1][1] == hellos[2][1] and b"rank=1\n" in hellos[0][1], hellos
+    assert hellos[2][0] - hellos[0][0] >= 0.5, hellos   # 0.25 s, then 0.5 s between them
+    assert rc != 0 and "no answer from the leader" in err, err
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_leader_answers_a_repeated_hello_with_the_same_challenge(tmp_path, ctx):
+    ports = [free_port(), free_port()]
+    leader = start(ports, 0, tmp_path / "ran", rdv=4)
+    s = dealer(ctx, ports[0])
+    nonces = []
+    for mine in [b"ab" * 16, b"ab" * 16, b"cd" * 16]:
+        hello = b"rank=1\nsize=2\npid=1\nhost=h\ndata=-\nnonce=" + mine + b"\n"
+        s.send_multipart([MAGIC, b"HELLO", bytes(8), hello, b""])
+        assert s.poll(5000), "no CHALLENGE"
+        frames = s.recv_multipart()
+        assert frames[1] == b"CHALLENGE", frames
+        nonces.append(frames[3])
+    # the same HELLO again: the same CHALLENGE, so either copy's answer fits;
+    # a new nonce is a new handshake
+    assert nonces[0] == nonces[1] != nonces[2], nonces
+    rc, _, err = finish(leader)
+    assert rc != 0 and "only 1 of 2 workers joined" in err, err
+
+
 def test_malformed_control_messages_are_rejected_and_the_leader_trains_on(tmp_path, ctx):
     ports = [free_port(), free_port()]
     leader = start(ports, 0, tmp_path / "ran0")

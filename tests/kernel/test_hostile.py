@@ -62,7 +62,7 @@ def test_every_reply_reaches_a_client_that_reads_slowly(k):
     time.sleep(6)                       # the client is busy: the kernel's queue fills
     got, deadline = 0, time.time() + 45
     while got < n and time.time() < deadline:
-        if not sock.poll(2000):
+        if not sock.poll(10000):        # a loaded machine can pause the kernel; the total is what counts
             break
         _, reply = s.recv(sock)
         assert reply["parent_header"]["msg_id"] in ids
