@@ -2,16 +2,16 @@
  * cuda_attn.cu - the attention family's kernels (ld_kernels.h,
  * LD_LAYER_KERNELS): strided batched products through
  * cublasSgemmStridedBatched (float32) and cublasGemmStridedBatchedEx (half
- * operands, float32 compute and C), and the fused masked softmax and its
- * backward.
+ * operands, float32 compute, C float32 or the operands' half dtype), the
+ * fused masked softmax and its backward, and flash_attention.
  *
  * Row-major to column-major as cuda_gemm.cu does: C^T = op(B)^T op(A)^T,
  * so cuBLAS gets (opB, opA, n, m, k, B, ldb, A, lda, C, ldc) with the batch
  * strides as they are. The batched products are resolved here from the
  * library cuda_gemm.cu opens (dlopen, the same process-wide copy); the
  * device's handle is cuda_gemm.cu's cu_blas_handle (made under cd->mu,
- * bound to the device's stream, its math mode from LDIST_CUDA_TF32), and
- * cu_blas_destroy frees it.
+ * bound to the device's stream, its math mode from LDIST_CUDA_TF32), kept
+ * with its workspace until the process ends.
  *
  * masked_softmax: one block per row, as cuda_softmax.cu, the sum in double;
  * masked columns (j > i + offset under causal) are 0, a row masked whole is
@@ -168,16 +168,19 @@ __global__ void k_masked_softmax_bw(float *dx, const float *y, const float *dy, 
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
         float *dr = dx + r * cols;
-        if (ld_attn_kept(r % t, cols, causal, offset) == 0) {   /* masked whole: the weights do not depend on x */
+        int64_t lim = ld_attn_kept(r % t, cols, causal, offset);
+        if (lim == 0) {   /* masked whole: the weights do not depend on x */
             for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = 0.0f;
             continue;
         }
+        /* masked columns have weight 0, hence gradient 0, as on the CPU: an
+           inf in dy there (a loss of log(w)) must not make the row NaN */
         double dot = 0;
-        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dot += (double)gr[j] * yr[j];
+        for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) dot += (double)gr[j] * yr[j];
         dot = cu_block_sum(dot, shs);
         float fd = (float)dot;
         /* dx may be dy: each thread writes only the entries it read */
-        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = scale * yr[j] * (gr[j] - fd);
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = j < lim ? scale * yr[j] * (gr[j] - fd) : 0.0f;
         __syncthreads();
     }
 }

@@ -142,7 +142,6 @@ extern const char *const cu_blas_libs[3];   /* the names tried, in order */
 void *cu_blas_handle(cu_dev *cd, const char *use);
 /* Record a failed cuBLAS call (st: its cublasStatus_t); returns what cu_record_msg does. */
 int cu_blas_failed(cu_dev *cd, const char *call, int st, const char *what);
-void cu_blas_destroy(cu_dev *cd);
 /* cuda_nccl.cu */
 int cu_all_reduce(int n, ld_device *const *devs, int k, ld_tensor *const *t, int mean);
 int cu_nccl_unique_id(unsigned char id[LD_NCCL_ID_BYTES]);

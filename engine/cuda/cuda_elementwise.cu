@@ -1,6 +1,6 @@
 /*
  * cuda_elementwise.cu - binary ops with broadcasting strides, unary ops and
- * their derivatives, y += a*x. The formulas are ld_elementwise_math.h's,
+ * their derivatives. The formulas are ld_elementwise_math.h's,
  * the CPU backend's too (ld_cpu.c), so the two agree to rounding. Each
  * kernel is templated on the storage type T of its tensors (float32,
  * float16, bfloat16: cuda_common.cuh), computing in float32 and rounding

@@ -103,7 +103,8 @@ static int workspace_set(cu_dev *cd, cublasHandle_t h, void **ws, size_t *bytes)
 /* The device's handle, made on first use, bound to its stream with its own
    workspace (cuda_common.cuh). */
 void *cu_blas_handle(cu_dev *cd, const char *use) {
-    if (cd->blas) return cd->blas;
+    void *made = __atomic_load_n(&cd->blas, __ATOMIC_ACQUIRE);   /* published below, under cd->mu */
+    if (made) return made;
     pthread_once(&blas.once, blas_open);
     if (!blas.ok) {
         char msg[400];
@@ -120,7 +121,10 @@ void *cu_blas_handle(cu_dev *cd, const char *use) {
     st = blas.set_stream(h, cd->stream);
     if (st != CUBLAS_STATUS_SUCCESS) { cu_blas_failed(cd, "cublasSetStream_v2", st, ""); blas.destroy(h); return NULL; }
     const char *tf32 = getenv("LDIST_CUDA_TF32");
-    cublasMath_t mode = tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+    /* half results are float32 sums rounded once, as on the CPU: split-K
+       kernels may not reduce their partial sums in the half output type */
+    cublasMath_t mode = (cublasMath_t)((tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) |
+                                       CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
     st = blas.set_math_mode(h, mode);
     if (st != CUBLAS_STATUS_SUCCESS) { cu_blas_failed(cd, "cublasSetMathMode", st, ""); blas.destroy(h); return NULL; }
     void *ws;
@@ -133,19 +137,11 @@ void *cu_blas_handle(cu_dev *cd, const char *use) {
         if (ws) cu_scratch_free(cd, ws, ws_bytes);   /* stream-ordered: nothing ran on it */
         return cd->blas;
     }
-    cd->blas = h;
+    __atomic_store_n(&cd->blas, (void *)h, __ATOMIC_RELEASE);
     cd->blas_ws = ws;
     cd->blas_ws_bytes = ws_bytes;
     pthread_mutex_unlock(&cd->mu);
     return h;
-}
-
-void cu_blas_destroy(cu_dev *cd) {
-    if (cd->blas && blas.destroy) blas.destroy((cublasHandle_t)cd->blas);
-    cd->blas = NULL;
-    if (cd->blas_ws) cu_scratch_free(cd, cd->blas_ws, cd->blas_ws_bytes);
-    cd->blas_ws = NULL;
-    cd->blas_ws_bytes = 0;
 }
 
 /* C = beta * C for the k = 0 product (beta = 0 writes zeros, NaN or not) */

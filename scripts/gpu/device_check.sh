@@ -11,10 +11,13 @@
 #   (conf: the conformance matrix's default, one_gpu and mirrored_gpus columns;
 #   profile: the transformer bench, short, under LDIST_KERNEL_PROFILE=1, FP32
 #   then mixed_bfloat16: where the step's time goes, kernel slot by slot, in
-#   profile-fp32.log and profile-bf16.log)
+#   profile-fp32.log and profile-bf16.log; sanitize: the fused attention
+#   kernels on shapes off their tiles (scripts/gpu/sanitize_attention.lua)
+#   under compute-sanitizer's racecheck and memcheck, where the machine has
+#   compute-sanitizer; last, so it only takes what the others leave)
 cd "$(dirname "$0")/../.." || exit 1
 out=${OUT:-build/device-check}; mkdir -p "$out"
-parts=${DEVICE_CHECK_PARTS:-test conf bench profile cores}
+parts=${DEVICE_CHECK_PARTS:-test conf bench profile cores sanitize}
 budget=${DEVICE_CHECK_BUDGET:-570}
 start=$SECONDS
 { date -u; nproc; lscpu | grep -E 'Model name|Flags|Thread|Core|Socket|NUMA node' | sed -E 's/(Flags:).*(avx512[a-z_0-9]*).*/\1 ... avx512 present/'; nvidia-smi -L 2>&1; } >"$out/machine.txt"
@@ -37,6 +40,15 @@ for p in $parts; do
                  >"$OUT_DIR/profile-$pol.log" 2>&1
                echo "status $?"; cat "$OUT_DIR/profile-$pol.log"
              done') ;;
+    sanitize) limit=${T_SANITIZE:-90}; cmd=(bash -c '
+             cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+             [ -n "$cs" ] || { echo "no compute-sanitizer on this machine"; exit 0; }
+             st=0
+             for tool in racecheck memcheck; do
+               echo "== compute-sanitizer --tool $tool"
+               "$cs" --tool $tool --error-exitcode 3 "$LDIST" scripts/gpu/sanitize_attention.lua || st=1
+             done
+             exit $st') ;;
     *) echo "device_check: unknown part $p"; continue ;;
   esac
   left=$((budget - (SECONDS - start)))

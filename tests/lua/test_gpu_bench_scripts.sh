@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/lua/test_gpu_bench_scripts.sh - the ldist half of `make bench-gpu`
-# (scripts/gpu/train_bench.lua, transformer_bench.lua) on the logical CPU
+# (scripts/gpu/train_bench.lua, transformer_bench.lua) and device_check's
+# scripts/gpu/sanitize_attention.lua on the logical CPU
 # device cpu:1, a few steps each, float32 and mixed_bfloat16: a script broken
 # here would otherwise be found only on a lent GPU machine, whose minutes are
 # few. Each must print "rate loss" with a positive rate and a finite loss;
@@ -24,6 +25,10 @@ for policy in float32 mixed_bfloat16; do
   out=$(LDIST_BENCH_POLICY=$policy timeout 120 "$bin" scripts/gpu/transformer_bench.lua 2 2 2 cpu:1 32 2 2 16 2>&1)
   line_ok "transformer_bench (d_model 32, 2 blocks, context 16) under $policy on cpu:1" "$out"
 done
+out=$(timeout 60 "$bin" scripts/gpu/sanitize_attention.lua cpu:1 2>&1); st=$?
+if [ "$st" = 0 ] && [ "$(grep -c 'largest difference from the unfused CPU path' <<<"$out")" = 3 ]; then
+  ok "sanitize_attention (device_check's fused attention cases) on cpu:1"
+else not_ok "sanitize_attention on cpu:1 (status $st)"; sed 's/^/#   /' <<<"$out" | tail -n 6; fi
 out=$(timeout 60 "$bin" scripts/gpu/train_bench.lua lenet 32 2 2 cpu:1 2>&1)
 if grep -q "MODEL is mlp, cnn or resnet, not lenet" <<<"$out"; then ok "an unknown model is an error naming it"
 else not_ok "an unknown model is an error naming it"; sed 's/^/#   /' <<<"$out" | tail -n 4; fi
