@@ -3,6 +3,7 @@
 # whatever machine it is given, with the goals of issue 29 and whether each is met:
 #   1. one device against PyTorch CPU on all cores: the MLP 784-512-256-10 at
 #      batch 256 and 2048 and the CNN of `make bench` at 256, Adam (goal 1.2x);
+#      on an SMT machine the MLP rows on one thread per physical core too;
 #   2. one device on 1, 2, 4, ... threads at batch 256: how the pool scales;
 #   3. MirroredStrategy on 1/2/4/8/16 CPU devices, 256 per replica (weak scaling:
 #      goal 85% of N x one device alone on the cores one of N devices gets,
@@ -77,6 +78,20 @@ done
 np=$(run "ldist mlp 2048 no prefetch" env BENCH_PREFETCH=0 "$ldist" scripts/bench/train_bench.lua mlp 2048 "$(sc 60)" 10)
 printf '%-5s %6s %10s %10s %6sx  (of the row above: no prefetch thread, BENCH_PREFETCH=0)\n' mlp 2048 "$np" "" \
   "$(ratio "$np" "${ONE[mlp-2048]}")"
+# SMT: both on one thread per physical core (PyTorch's default thread count),
+# to tell whether the second hardware thread of each core helps the products
+phys=$("$ldist" -e 'io.write(ldist.config.cpu_split().physical_cores)' 2>/dev/null)
+if [ -n "$phys" ] && [ "$phys" -gt 0 ] && [ "$phys" -lt "$cores" ]; then
+  echo "   one thread per physical core ($phys threads: LDIST_NUM_THREADS, torch.set_num_threads), the MLP rows:"
+  for row in "mlp 256 300" "mlp 2048 60"; do
+    set -- $row
+    l=$(run "ldist $1 $2 on $phys threads" env LDIST_NUM_THREADS="$phys" "$ldist" scripts/bench/train_bench.lua "$1" "$2" "$(sc "$3")" 10)
+    t=0
+    [ "$torch_ok" = 1 ] && t=$(run "torch $1 $2 on $phys threads" env BENCH_THREADS="$phys" "$py" scripts/bench/ref_bench.py torch "$1" "$2" "$(sc "$3")" 10)
+    printf '%-5s %6s %10s %10s %6sx  (ldist %sx of its %s-thread row)\n' "$1" "$2" "$l" "$t" "$(ratio "$l" "$t")" \
+      "$(ratio "$l" "${ONE[$1-$2]}")" "$cores"
+  done
+fi
 
 # the AVX2 paths (what a processor without AVX-512 runs: small products in
 # AVX2, convolutions through im2col + BLAS), forced on this one
