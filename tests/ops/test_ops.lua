@@ -740,6 +740,16 @@ T.test("float16/bfloat16 matmul (gemm_half): float32 sums, against the float32 p
       end
     end
   end
+  -- a long sum (k 16384) into few outputs, where cuBLAS may split k: still
+  -- float32 sums rounded once, so the device's result is within one bfloat16
+  -- step (2^-7 relative) of the CPU's everywhere, not a sum of rounded parts
+  do
+    local ah, bh = tensor.normal(64, 16384):astype("bfloat16"), tensor.normal(16384, 64):astype("bfloat16")
+    local g, c = G.both(function(x, y) return x:matmul(y) end, ah, bh)
+    local gf, cf = g:cpu():astype("float32"), c:astype("float32")
+    local over = ((gf - cf):abs() - cf:abs() * 2 ^ -7 - 1e-30):relu():gt(0):astype("float32"):sum():item()
+    T.eq(over, 0, "bfloat16 64x16384x64: elements more than one bfloat16 step from the CPU's")
+  end
   if dev:match("^cpu:[1-9]") then   -- counted on a logical device: the product writes the half result itself
     local ah, bh = tensor.normal(20, 30):astype("bfloat16"):to(dev), tensor.normal(30, 10):astype("bfloat16"):to(dev)
     local before = ldist._distribute.kernel_calls()
