@@ -165,6 +165,16 @@ int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int co
     return 1;
 }
 
+/* clipvalue: g clipped to [-v, v] elementwise (NaN stays NaN, as in
+   TensorFlow's clip_by_value); takes g, returns the clipped copy or NULL */
+static ld_tensor *clip_values(ld_tensor *g, float v) {
+    ld_device *d = g->storage->device;
+    ld_tensor *lo = ld_tensor_full(LD_F32, 0, NULL, -v, d), *hi = ld_tensor_full(LD_F32, 0, NULL, v, d);
+    ld_tensor *a = lo ? ld_maximum(g, lo) : NULL, *b = a && hi ? ld_minimum(a, hi) : NULL;
+    ld_tensor_release(lo); ld_tensor_release(hi); ld_tensor_release(a); ld_tensor_release(g);
+    return b;
+}
+
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit) {
     char b1[64], b2[64];
     for (int i = 0; i < n; i++) {
@@ -184,21 +194,32 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     double unscale = 1.0;
     int go = ld_loss_scale_step(&o->loss_scale, n, grads, commit, &unscale);
     if (go <= 0) return go < 0 ? ld_error_status() : LD_OK;   /* 0: a step skipped */
-    float scale = (float)unscale;
-    if (o->clipnorm > 0) {
-        /* the squared norm computed on the gradients' devices, one value read each */
+    /* each gradient's factor: the unscaling, and clipnorm's or global_clipnorm's */
+    float one_scale = (float)unscale, *scales = NULL;
+    if (o->clipnorm > 0 || o->global_clipnorm > 0) {
+        if (!(scales = malloc(sizeof *scales * (size_t)(n ? n : 1)))) return ld_fail(LD_ENOMEM, "out of memory");
+        /* the squared norms computed on the gradients' devices, one value read each */
         double ss = 0;
         for (int i = 0; i < n; i++) {
+            scales[i] = one_scale;
             if (!grads[i]) continue;
             ld_tensor *sq = ld_unary(LD_UN_SQUARE, grads[i]), *s = sq ? ld_sum(sq, LD_ALL_AXES, 0) : NULL;
             double v = 0;
             int st = s ? ld_tensor_item(s, &v) : ld_error_status();
             ld_tensor_release(sq); ld_tensor_release(s);
-            if (st) return st;
+            if (st) { free(scales); return st; }
             ss += v;
+            if (o->clipnorm > 0) {   /* Keras's _clip_by_norm: g c / max(|g|, c); NaN stays NaN */
+                double norm = sqrt(v) * unscale, c = o->clipnorm;
+                scales[i] = (float)(isnan(norm) ? NAN : unscale * c / (norm > c ? norm : c));
+            }
         }
-        double norm = sqrt(ss) * unscale;   /* the norm of the unscaled gradients */
-        if (norm > o->clipnorm) scale = (float)(unscale * o->clipnorm / norm);
+        if (o->global_clipnorm > 0) {
+            /* Keras's clip_by_global_norm: c min(1/|g|, 1/c), NaN when the norm is inf or NaN */
+            double norm = sqrt(ss) * unscale, c = o->global_clipnorm;
+            double f = isfinite(norm) ? c * fmin(1.0 / norm, 1.0 / c) : NAN;
+            for (int i = 0; i < n; i++) scales[i] = (float)(unscale * f);
+        }
     }
     int64_t step = o->iterations + 1;
     if (commit) o->iterations = step;
@@ -206,14 +227,16 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;
         ld_slot *s = ld_optimizer_slot(o, vars[i]);
-        if (!s) return ld_error_status();
+        if (!s) { free(scales); return ld_error_status(); }
         ld_tensor *g = ld_contiguous(grads[i]);
-        if (!g) return ld_error_status();
+        if (!g) { free(scales); return ld_error_status(); }
+        float scale = scales ? scales[i] : one_scale;
         if (scale != 1.0f) {
             ld_tensor *gs = ld_mul_scalar(g, scale);
             ld_tensor_release(g);
-            if (!(g = gs)) return ld_error_status();
+            if (!(g = gs)) { free(scales); return ld_error_status(); }
         }
+        if (o->clipvalue > 0 && !(g = clip_values(g, o->clipvalue))) { free(scales); return ld_error_status(); }
         ld_tensor *v = vars[i];
         ld_device *d = v->storage->device;
         float *w = (float *)v->storage->data + v->offset, *gp = (float *)g->storage->data + g->offset;
@@ -222,6 +245,7 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
         run_rule(&u, d->backend, d, w, s1, s2, gp, ld_tensor_numel(v));
         ld_tensor_release(g);
     }
+    free(scales);
     return LD_OK;
 }
 
@@ -291,7 +315,7 @@ static void shard_free(void *ctx) {
 
 int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *const *grads, ld_tensor *const *vars) {
     int n = ld_comm_size(c);
-    if (o->clipnorm > 0 || o->loss_scale.on || n < 2 || k < 1) return -1;
+    if (o->clipnorm > 0 || o->global_clipnorm > 0 || o->clipvalue > 0 || o->loss_scale.on || n < 2 || k < 1) return -1;
     for (int r = 0; r < n; r++)
         if (!ld_device_is_host(ld_comm_device(c, r))) return -1;
     int64_t total = 0;

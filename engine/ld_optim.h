@@ -57,7 +57,12 @@ typedef struct ld_optimizer {
     ld_schedule lr;          /* LD_SCHED_CONSTANT: lr.initial */
     float momentum, beta1, beta2, epsilon, rho, weight_decay;
     int nesterov;
-    float clipnorm;          /* 0 = off; global-norm clipping of each step's gradients */
+    /* Keras's gradient clipping (0 = off; at most one is set): clipnorm
+       scales each gradient to norm <= clipnorm on its own, global_clipnorm
+       all of them together by their joint norm, clipvalue clips each element
+       to [-clipvalue, clipvalue]; on the unscaled gradients (loss scaling),
+       after they are summed across replicas */
+    float clipnorm, global_clipnorm, clipvalue;
     int64_t iterations;      /* steps applied */
     int n_slots, cap_slots;
     ld_slot *slots;

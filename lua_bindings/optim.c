@@ -157,6 +157,93 @@ static int opt_unscale(lua_State *L) {
     return 1;
 }
 
+/* The options each optimizer takes, as Keras 3's: its own, then the base
+   class's. An option that is not there is an error naming it (Keras:
+   "Argument(s) not recognized"), and so is one of Keras's that ldist does
+   not do, unless it is off: amsgrad, centered, use_ema and the gradient
+   accumulation would otherwise train something else than asked, silently. */
+static const char *const own_opts[][5] = {
+    [LD_OPT_SGD] = {"momentum", "nesterov", NULL},
+    [LD_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
+    [LD_OPT_ADAMW] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
+    [LD_OPT_RMSPROP] = {"rho", "momentum", "epsilon", "centered", NULL},
+};
+static const char *const base_opts[] = {"learning_rate", "weight_decay", "clipnorm", "clipvalue", "global_clipnorm",
+                                        "use_ema", "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
+                                        "gradient_accumulation_steps", "name", NULL};
+
+static int in_list(const char *const *l, const char *k) {
+    for (; *l; l++) if (!strcmp(*l, k)) return 1;
+    return 0;
+}
+
+/* optim._accepts(name, key): whether optimizer `name` takes option `key`
+   (a model saved before the options were checked carries every field) */
+static int opt_accepts(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1), *key = luaL_checkstring(L, 2);
+    for (int k = LD_OPT_SGD; k <= LD_OPT_RMSPROP; k++)
+        if (!strcmp(ld_optimizer_name((ld_opt_kind)k), name)) {
+            lua_pushboolean(L, in_list(own_opts[k], key) || in_list(base_opts, key) || !strcmp(key, "loss_scale"));
+            return 1;
+        }
+    return luaL_argerror(L, 1, "not an optimizer's name");
+}
+
+static int check_options(lua_State *L, int t, ld_opt_kind kind) {
+    const char *name = ld_optimizer_name(kind);
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) return luaL_argerror(L, 1, "option names must be strings");
+        const char *k = lua_tostring(L, -1);
+        if (in_list(own_opts[kind], k) || in_list(base_opts, k) || !strcmp(k, "loss_scale")) continue;
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        lua_pushfstring(L, "unknown option '%s'; %s takes ", k, name);
+        luaL_addvalue(&b);
+        for (int i = 0; own_opts[kind][i]; i++) { luaL_addstring(&b, own_opts[kind][i]); luaL_addstring(&b, ", "); }
+        luaL_addstring(&b, "learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm");
+        if (!strcmp(k, "decay")) luaL_addstring(&b, " (Keras 3 has no decay: give a schedule as learning_rate)");
+        if (!strcmp(k, "lr")) luaL_addstring(&b, " (Keras 3 calls it learning_rate)");
+        luaL_pushresult(&b);
+        return luaL_error(L, "bad argument #1 to '%s' (%s)", name, lua_tostring(L, -1));
+    }
+    /* Keras's options that ldist does not do: an error unless off */
+    static const char *const off[] = {"amsgrad", "centered", "use_ema", NULL};
+    for (int i = 0; off[i]; i++) {
+        lua_getfield(L, t, off[i]);
+        int on = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (on) return luaL_error(L, "bad argument #1 to '%s' (%s is not supported by ldist's %s)", name, off[i], name);
+    }
+    static const char *const unset[][2] = {{"loss_scale_factor", "mixed_precision.LossScaleOptimizer scales the loss"},
+                                           {"gradient_accumulation_steps", "a larger batch, or several replicas"}};
+    for (int i = 0; i < 2; i++) {
+        int ty = lua_getfield(L, t, unset[i][0]);
+        lua_pop(L, 1);
+        if (ty != LUA_TNIL)
+            return luaL_error(L, "bad argument #1 to '%s' (%s is not supported by ldist; %s)", name, unset[i][0], unset[i][1]);
+    }
+    /* Keras: only one of the three */
+    int clips = 0;
+    static const char *const clip[] = {"clipnorm", "clipvalue", "global_clipnorm", NULL};
+    for (int i = 0; clip[i]; i++) {
+        int ty = lua_getfield(L, t, clip[i]);
+        if (ty != LUA_TNIL) {
+            int ok;
+            double v = lua_tonumberx(L, -1, &ok);
+            if (!ok || !(v >= 0) || !isfinite(v))
+                return luaL_error(L, "bad argument #1 to '%s' (%s must be a number >= 0, got %s)", name, clip[i],
+                                  luaL_tolstring(L, -1, NULL));
+            clips++;
+        }
+        lua_pop(L, 1);
+    }
+    if (clips > 1) return luaL_error(L, "bad argument #1 to '%s' (only one of clipnorm, clipvalue and global_clipnorm "
+                                        "can be set, as in Keras)", name);
+    return 0;
+}
+
 static int opt_new(lua_State *L, ld_opt_kind kind) {
     lb_opt *p = lua_newuserdatauv(L, sizeof *p, 1);
     p->o = NULL;
@@ -168,6 +255,7 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
     if (lua_isnumber(L, 1)) o->lr.initial = lua_tonumber(L, 1);
     else if (lua_istable(L, 1)) {
         int t = 1;
+        check_options(L, t, kind);
         lua_getfield(L, t, "learning_rate");
         if (lua_isnumber(L, -1)) o->lr.initial = lua_tonumber(L, -1);
         else if (lua_isfunction(L, -1)) { lua_pushvalue(L, -1); lua_setiuservalue(L, ud, 1); }
@@ -181,6 +269,8 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->rho = (float)fnum(L, t, "rho", o->rho);
         o->weight_decay = (float)fnum(L, t, "weight_decay", o->weight_decay);
         o->clipnorm = (float)fnum(L, t, "clipnorm", 0);
+        o->global_clipnorm = (float)fnum(L, t, "global_clipnorm", 0);
+        o->clipvalue = (float)fnum(L, t, "clipvalue", 0);
         lua_getfield(L, t, "nesterov");
         o->nesterov = lua_toboolean(L, -1);
         lua_pop(L, 1);
@@ -397,14 +487,18 @@ static int opt_config(lua_State *L) {
         lua_setfield(L, -2, "values");
     }
     lua_setfield(L, -2, "learning_rate");
-    lua_pushnumber(L, o->momentum); lua_setfield(L, -2, "momentum");
-    lua_pushnumber(L, o->beta1); lua_setfield(L, -2, "beta_1");
-    lua_pushnumber(L, o->beta2); lua_setfield(L, -2, "beta_2");
-    lua_pushnumber(L, o->epsilon); lua_setfield(L, -2, "epsilon");
-    lua_pushnumber(L, o->rho); lua_setfield(L, -2, "rho");
+    /* this optimizer's own options (Keras's get_config), then the base's */
+    const char *const *own = own_opts[o->kind];
+    if (in_list(own, "momentum")) { lua_pushnumber(L, o->momentum); lua_setfield(L, -2, "momentum"); }
+    if (in_list(own, "beta_1")) { lua_pushnumber(L, o->beta1); lua_setfield(L, -2, "beta_1"); }
+    if (in_list(own, "beta_2")) { lua_pushnumber(L, o->beta2); lua_setfield(L, -2, "beta_2"); }
+    if (in_list(own, "epsilon")) { lua_pushnumber(L, o->epsilon); lua_setfield(L, -2, "epsilon"); }
+    if (in_list(own, "rho")) { lua_pushnumber(L, o->rho); lua_setfield(L, -2, "rho"); }
+    if (in_list(own, "nesterov")) { lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov"); }
     lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
-    lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov");
     if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
+    if (o->global_clipnorm > 0) { lua_pushnumber(L, o->global_clipnorm); lua_setfield(L, -2, "global_clipnorm"); }
+    if (o->clipvalue > 0) { lua_pushnumber(L, o->clipvalue); lua_setfield(L, -2, "clipvalue"); }
     if (o->loss_scale.on) {   /* a LossScaleOptimizer, with where its scale is */
         push_loss_scale(L, o);
         lua_setfield(L, -2, "loss_scale");
@@ -413,10 +507,10 @@ static int opt_config(lua_State *L) {
 }
 
 static const char *const docs[] = {
-    "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=}\n\nStochastic gradient descent (Keras' rule).",
-    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule).",
-    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, ...}\n\nAdam with decoupled weight decay.",
-    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7}\n\nRMSprop (Keras' rule).",
+    "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=, global_clipnorm=, clipvalue=}\n\nStochastic gradient descent (Keras' rule).\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
+    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule).\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
+    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam with decoupled weight decay.\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
+    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7}\n\nRMSprop (Keras' rule).\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
     "Optimizer:apply_gradients", "opt:apply_gradients(grads, vars)\n\nOne update of each variable by its gradient (tables in the same order; nil gradients are skipped).",
     NULL};
 
@@ -442,7 +536,7 @@ int lb_open_optim(lua_State *L) {
     lua_pushcfunction(L, sched_call); lua_setfield(L, -2, "__call");
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
-                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_set_state", opt_set_state},
+                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state},
                                  {"_loss_scale", opt_loss_scale}, {"_unscale", opt_unscale}, {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");

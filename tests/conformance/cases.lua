@@ -51,6 +51,11 @@ local OPTIMIZERS = {
   sgd_momentum = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9 } end,
   adam = function() return optim.Adam { learning_rate = 0.01 } end,
   adamw = function() return optim.AdamW { learning_rate = 0.01, weight_decay = 0.01 } end,
+  -- Keras's three clippings, on the gradients summed across replicas: small
+  -- enough limits that they clip in most of the 50 steps
+  sgd_clipnorm = function() return optim.SGD { learning_rate = 0.1, clipnorm = 0.05 } end,
+  adam_global_clipnorm = function() return optim.Adam { learning_rate = 0.01, global_clipnorm = 0.1 } end,
+  sgd_clipvalue = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9, clipvalue = 0.01 } end,
 }
 
 local function sparse_ce(reduction)
@@ -129,7 +134,7 @@ end
 
 ---------------------------------------------------------------- training equality
 -- optimizers: 240 rows, batch 24 (divisible by 1, 2, 3 replicas), 5 epochs = 50 steps
-for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw" } do
+for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "adam_global_clipnorm", "sgd_clipvalue" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
       also = mode == "fit" and { "ps", "mw_local" } or nil,

@@ -127,10 +127,55 @@ T.test("SGD and Adam follow Keras' update rules", function()
   T.near(aw[0], 1 - 0.01 * 0.1, 1e-5)
 end)
 
-T.test("clipnorm scales the step's gradients to the global norm", function()
-  local v = tensor.Variable{3.0, 4.0}
-  optim.SGD{learning_rate = 1, clipnorm = 1}:apply_gradients({tensor.new{3.0, 4.0}}, {v})
-  T.near(v[0], 3 - 0.6, 1e-6); T.near(v[1], 4 - 0.8, 1e-6)
+T.test("clipnorm, global_clipnorm and clipvalue clip as Keras's do", function()
+  -- gradients {3, 4} and {0, 1}, SGD at rate 1 from zeros; the expected
+  -- values are Keras 3.15's (keras.optimizers.SGD(1.0, clipnorm=1.0), ...)
+  local function step(opts)
+    opts.learning_rate = 1
+    local a, b = tensor.Variable{0.0, 0.0}, tensor.Variable{0.0, 0.0}
+    optim.SGD(opts):apply_gradients({tensor.new{3.0, 4.0}, tensor.new{0.0, 1.0}}, {a, b})
+    return a:totable(), b:totable()
+  end
+  local function near(got, want, what)
+    for i = 1, #want do T.near(got[i], want[i], 1e-6, ("%s [%d]"):format(what, i)) end
+  end
+  local a, b = step{clipnorm = 1}                 -- each gradient to norm 1 on its own
+  near(a, {-0.6, -0.8}, "clipnorm a"); near(b, {0, -1}, "clipnorm b")
+  a, b = step{global_clipnorm = 1}                -- both by their joint norm sqrt(26)
+  near(a, {-0.58834841, -0.78446454}, "global_clipnorm a"); near(b, {0, -0.19611613}, "global_clipnorm b")
+  a, b = step{clipvalue = 0.5}                    -- each element to [-0.5, 0.5]
+  near(a, {-0.5, -0.5}, "clipvalue a"); near(b, {0, -0.5}, "clipvalue b")
+  a, b = step{clipnorm = 0}                       -- 0 is off, as in Keras
+  near(a, {-3, -4}, "clipnorm 0 a")
+  -- an infinite joint norm makes every gradient NaN (Keras: c * min(1/n, 1/c) + (n - n))
+  local v = tensor.Variable{0.0, 0.0}
+  optim.SGD{learning_rate = 1, global_clipnorm = 1}:apply_gradients({tensor.new{1e30, 1.0}}, {v})
+  T.ok(v[1] ~= v[1], "global_clipnorm with an infinite norm gives NaN")
+  -- the config carries the clipping, and only the optimizer's own options
+  local c = ldist.optim._config(optim.SGD{global_clipnorm = 2})
+  T.eq(c.global_clipnorm, 2); T.eq(c.beta_1, nil, "no Adam options in SGD's config")
+  T.eq(ldist.optim._config(optim.Adam{clipvalue = 0.25}).clipvalue, 0.25)
+end)
+
+T.test("an optimizer's unknown option, or one of Keras's that ldist does not do, is an error naming it", function()
+  T.raises(function() optim.Adam{amsgrads = true} end, "bad argument #1 to 'Adam' (unknown option 'amsgrads'; Adam takes")
+  T.raises(function() optim.SGD{beta_1 = 0.9} end, "unknown option 'beta_1'; SGD takes momentum, nesterov,")
+  T.raises(function() optim.SGD{decay = 1e-4} end, "Keras 3 has no decay")
+  T.raises(function() optim.Adam{amsgrad = true} end, "amsgrad is not supported by ldist's Adam")
+  T.raises(function() optim.RMSprop{centered = true} end, "centered is not supported by ldist's RMSprop")
+  T.raises(function() optim.Adam{use_ema = true} end, "use_ema is not supported")
+  T.raises(function() optim.Adam{gradient_accumulation_steps = 4} end, "gradient_accumulation_steps is not supported")
+  T.raises(function() optim.SGD{clipnorm = 1, clipvalue = 1} end, "only one of clipnorm, clipvalue and global_clipnorm")
+  T.raises(function() optim.SGD{clipnorm = -1} end, "clipnorm must be a number >= 0, got -1")
+  -- a model saved before the options were checked described its optimizer
+  -- with every field: it still loads, as the same optimizer
+  local old = nn._build_optimizer{ name = "Adam", learning_rate = 0.002, momentum = 0, beta_1 = 0.8, beta_2 = 0.99,
+                                   epsilon = 1e-7, rho = 0.9, weight_decay = 0, nesterov = false }
+  local oc = ldist.optim._config(old)
+  T.eq(oc.name, "Adam"); T.near(oc.beta_1, 0.8, 1e-7); T.near(oc.learning_rate, 0.002, 1e-9); T.eq(oc.rho, nil)
+  -- Keras's defaults and the off values are accepted
+  T.ok(optim.Adam{amsgrad = false, use_ema = false, ema_momentum = 0.99, name = "adam"}, "off values")
+  T.ok(optim.RMSprop{centered = false, momentum = 0.9, rho = 0.8}, "RMSprop's own")
 end)
 
 T.test("learning-rate schedules", function()

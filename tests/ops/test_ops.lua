@@ -582,7 +582,7 @@ T.test("dense's fused product (gemm_bias) is matmul, then + bias, then relu, exa
 end)
 
 ---------------------------------------------------------------- optimizers
-T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, RMSprop", function()
+T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, RMSprop, the clippings", function()
   local makers = {
     { "sgd", function() return optim.SGD { learning_rate = 0.1 } end },
     { "sgd momentum", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end },
@@ -591,6 +591,9 @@ T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, 
     { "adamw", function() return optim.AdamW { learning_rate = 0.01, weight_decay = 0.1 } end },
     { "rmsprop", function() return optim.RMSprop { learning_rate = 0.01 } end },
     { "rmsprop momentum", function() return optim.RMSprop { learning_rate = 0.01, momentum = 0.5 } end },
+    { "sgd clipnorm", function() return optim.SGD { learning_rate = 0.1, clipnorm = 1 } end },
+    { "adam global_clipnorm", function() return optim.Adam { learning_rate = 0.01, global_clipnorm = 1 } end },
+    { "sgd clipvalue", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9, clipvalue = 0.5 } end },
   }
   local w0, b0 = tensor.normal(300, 70), tensor.normal(70)
   local grads = {}

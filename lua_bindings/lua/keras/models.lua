@@ -352,7 +352,8 @@ local function build_loss(d)
 end
 local function build_optimizer(d)
   local o = {}
-  for k, v in pairs(d) do if k ~= "name" then o[k] = v end end
+  -- a model saved before optimizers checked their options carries every field
+  for k, v in pairs(d) do if k ~= "name" and ldist.optim._accepts(d.name, k) then o[k] = v end end
   return ldist.optim[d.name](o)
 end
 nn._describe_metrics, nn._build_metrics, nn._build_loss, nn._build_optimizer =
