@@ -748,7 +748,15 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     }
     case LD_LOSS_CCE:
         if (!ld_same_shape(y_true, y_pred)) goto shape;
-        yt = ld_tensor_retain(y_true);
+        if (l->label_smoothing > 0) {   /* Keras: y (1 - s) + s / classes, in float32 */
+            float ls = l->label_smoothing, cls = y_pred->ndim ? (float)y_pred->shape[y_pred->ndim - 1] : 1.0f;
+            TRY(t1 = ld_mul_scalar(y_true, (float)(1.0 - (double)ls)));
+            yt = ld_add_scalar(t1, ls / cls);
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(yt);
+        } else {
+            yt = ld_tensor_retain(y_true);
+        }
     categorical: {
         ld_tensor *logp;
         if (l->from_logits) TRY(logp = ld_log_softmax(y_pred));
@@ -787,6 +795,13 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         ld_tensor *yf = ld_cast(yt, LD_F32);
         ld_tensor_release(yt);
         TRY(yt = yf);
+        if (l->label_smoothing > 0) {   /* Keras: y (1 - s) + s / 2, in float32 */
+            TRY(t1 = ld_mul_scalar(yt, (float)(1.0 - (double)l->label_smoothing)));
+            ld_tensor_release(yt);
+            yt = ld_add_scalar(t1, 0.5f * l->label_smoothing);
+            ld_tensor_release(t1); t1 = NULL;
+            TRY(yt);
+        }
         if (l->from_logits) {
             /* max(x,0) - x*z + log(1 + exp(-|x|)) */
             ld_tensor *r = ld_relu(y_pred), *xz = r ? ld_mul(y_pred, yt) : NULL;

@@ -1248,11 +1248,63 @@ static int model_gc(lua_State *L) {
 }
 
 /* ================================================================ losses */
+/* Keras 3's options of each loss; an unknown one is an error naming it, and
+   so is one of Keras's that ldist does not do unless it is off (an ignored
+   option would train something else than asked) */
+static const char *const loss_opts[][4] = {
+    [LD_LOSS_SPARSE_CCE] = {"from_logits", "ignore_class", "axis", NULL},
+    [LD_LOSS_CCE] = {"from_logits", "label_smoothing", "axis", NULL},
+    [LD_LOSS_BCE] = {"from_logits", "label_smoothing", "axis", NULL},
+    [LD_LOSS_MSE] = {NULL},
+};
+static const char *const loss_class[] = {"SparseCategoricalCrossentropy", "CategoricalCrossentropy",
+                                         "BinaryCrossentropy", "MeanSquaredError"};
+
+static void check_loss_options(lua_State *L, ld_loss_kind kind) {
+    const char *cls = loss_class[kind];
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "?";
+        int ok = !strcmp(k, "reduction") || !strcmp(k, "name") || !strcmp(k, "dtype");
+        for (int i = 0; !ok && loss_opts[kind][i]; i++) ok = !strcmp(k, loss_opts[kind][i]);
+        /* from_logits = false on MeanSquaredError: a model saved with every loss's fields */
+        if (!ok && !strcmp(k, "from_logits")) {
+            lua_getfield(L, 1, k);
+            ok = !lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+        if (!ok) {
+            luaL_Buffer b;
+            luaL_buffinit(L, &b);
+            for (int i = 0; loss_opts[kind][i]; i++) { luaL_addstring(&b, loss_opts[kind][i]); luaL_addstring(&b, ", "); }
+            luaL_addstring(&b, "reduction, name");
+            luaL_pushresult(&b);
+            luaL_error(L, "bad argument #1 to '%s' (unknown option '%s'; %s takes %s)", cls, k, cls, lua_tostring(L, -1));
+        }
+    }
+    if (lua_getfield(L, 1, "ignore_class") != LUA_TNIL)
+        luaL_error(L, "bad argument #1 to '%s' (ignore_class is not supported by ldist)", cls);
+    if (lua_getfield(L, 1, "axis") != LUA_TNIL && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) == -1))
+        luaL_error(L, "bad argument #1 to '%s' (axis must be -1: ldist's losses read the classes on the last axis)", cls);
+    if (lua_getfield(L, 1, "dtype") != LUA_TNIL && !(lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "float32")))
+        luaL_error(L, "bad argument #1 to '%s' (dtype must be \"float32\": losses compute in float32, as Keras's "
+                      "under mixed precision)", cls);
+    lua_pop(L, 3);
+}
+
 static int loss_new(lua_State *L, ld_loss_kind kind) {
     ld_loss *l = lua_newuserdatauv(L, sizeof *l, 0);
     memset(l, 0, sizeof *l);
     l->kind = kind;
     if (lua_istable(L, 1)) {
+        check_loss_options(L, kind);
+        lua_getfield(L, 1, "label_smoothing");
+        double ls = luaL_optnumber(L, -1, 0);
+        if (!(ls >= 0 && ls <= 1))
+            return luaL_error(L, "bad argument #1 to '%s' (label_smoothing must be in [0, 1], got %f)", loss_class[kind], ls);
+        l->label_smoothing = (float)ls;
+        lua_pop(L, 1);
         lua_getfield(L, 1, "from_logits");
         l->from_logits = lua_toboolean(L, -1);
         lua_getfield(L, 1, "reduction");
@@ -1370,11 +1422,12 @@ static int loss_index(lua_State *L) {
     const char *k = luaL_checkstring(L, 2);
     if (!strcmp(k, "name")) { lua_pushstring(L, ld_loss_name(l->kind)); return 1; }
     if (!strcmp(k, "from_logits")) { lua_pushboolean(L, l->from_logits); return 1; }
+    if (!strcmp(k, "label_smoothing")) { lua_pushnumber(L, l->label_smoothing); return 1; }
     if (!strcmp(k, "sparse")) { lua_pushboolean(L, l->kind == LD_LOSS_SPARSE_CCE); return 1; }
     return 0;
 }
 
-/* losses._config(loss) -> {name=, from_logits=, reduction=}: enough to make it again */
+/* losses._config(loss) -> {name=, from_logits=, reduction=, label_smoothing=}: enough to make it again */
 static int loss_config(lua_State *L) {
     ld_loss *l = luaL_checkudata(L, 1, "ldist.Loss");
     static const char *const red[] = {"sum_over_batch_size", "sum", "none"};
@@ -1382,6 +1435,7 @@ static int loss_config(lua_State *L) {
     lua_pushstring(L, ld_loss_name(l->kind)); lua_setfield(L, -2, "name");
     lua_pushboolean(L, l->from_logits); lua_setfield(L, -2, "from_logits");
     lua_pushstring(L, red[l->reduction_sum >= 0 && l->reduction_sum < 3 ? l->reduction_sum : 0]); lua_setfield(L, -2, "reduction");
+    if (l->label_smoothing > 0) { lua_pushnumber(L, l->label_smoothing); lua_setfield(L, -2, "label_smoothing"); }
     return 1;
 }
 
@@ -1422,8 +1476,8 @@ static const char *const loss_docs[] = {
         "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).\n"
         "Probabilities (from_logits=false) are clipped to [1e-7, 1 - 1e-7] before their log, as Keras's;\n"
         "a NaN prediction gives a NaN loss (TerminateOnNaN sees it), as in every loss here.",
-    "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false}\n\nCross-entropy with one-hot labels.",
-    "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false}\n\nCross-entropy for 0/1 labels.",
+    "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false, label_smoothing=0, reduction=\"sum_over_batch_size\"}\n\nCross-entropy with one-hot labels. label_smoothing s: the labels become y (1 - s) + s / classes, as in Keras.",
+    "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false, label_smoothing=0, reduction=\"sum_over_batch_size\"}\n\nCross-entropy for 0/1 labels. label_smoothing s: the labels become y (1 - s) + s / 2, as in Keras.",
     "MeanSquaredError", "losses.MeanSquaredError()\n\nMean of (y_pred - y_true)^2.",
     NULL};
 

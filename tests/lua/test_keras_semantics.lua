@@ -401,6 +401,31 @@ T.test("other losses with sample_weight", function()
     { 1.6666666269302368, 0.8333333134651184, 3.3333332538604736 }, 1e-6)
 end)
 
+T.test("label_smoothing as Keras 3.15 (values from keras.losses in the bench venv)", function()
+  local y, p = tensor.new{ { 0, 1, 0 }, { 1, 0, 0 } }, tensor.new{ { 0.1, 0.8, 0.1 }, { 0.6, 0.3, 0.1 } }
+  T.near(losses.CategoricalCrossentropy{ label_smoothing = 0.1 }(y, p):item(), 0.4777144193649292, 1e-6)
+  T.near(losses.CategoricalCrossentropy{ from_logits = true, label_smoothing = 0.2 }(y, p):item(), 0.8448399305343628, 1e-6)
+  local yb, pb = tensor.new{ { 1 }, { 0 } }, tensor.new{ { 0.8 }, { 0.3 } }
+  T.near(losses.BinaryCrossentropy{ label_smoothing = 0.2 }(yb, pb):item(), 0.4015888571739197, 1e-6)
+  T.near(losses.BinaryCrossentropy{ from_logits = true, label_smoothing = 0.2 }(yb, pb):item(), 0.6377279758453369, 1e-6)
+  -- it travels with the loss's config (saved models, shipped to workers)
+  local c = ldist.losses._config(losses.CategoricalCrossentropy{ label_smoothing = 0.1 })
+  T.near(c.label_smoothing, 0.1, 1e-7)
+  T.near(nn._build_loss(c)(y, p):item(), 0.4777144193649292, 1e-6)
+end)
+
+T.test("a loss's unknown option, or one of Keras's that ldist does not do, is an error naming it", function()
+  T.raises(function() losses.SparseCategoricalCrossentropy{ label_smoothing = 0.1 } end,
+    "bad argument #1 to 'SparseCategoricalCrossentropy' (unknown option 'label_smoothing'; SparseCategoricalCrossentropy takes")
+  T.raises(function() losses.MeanSquaredError{ from_logits = true } end, "unknown option 'from_logits'; MeanSquaredError takes")
+  T.raises(function() losses.CategoricalCrossentropy{ from_logit = true } end, "unknown option 'from_logit'")
+  T.raises(function() losses.SparseCategoricalCrossentropy{ ignore_class = 0 } end, "ignore_class is not supported")
+  T.raises(function() losses.BinaryCrossentropy{ axis = 0 } end, "axis must be -1")
+  T.raises(function() losses.CategoricalCrossentropy{ label_smoothing = 1.5 } end, "label_smoothing must be in [0, 1]")
+  T.ok(losses.CategoricalCrossentropy{ axis = -1, name = "cce", dtype = "float32" }, "Keras's defaults")
+  T.ok(losses.MeanSquaredError{ from_logits = false }, "a saved config's from_logits = false")
+end)
+
 T.test("the gradient of a weighted loss is TF's", function()
   -- with tf.GradientTape() as t: l = SCCE(from_logits=True)(y_true, v, sample_weight=w); t.gradient(l, v)
   local v = tensor.Variable(logits:clone())

@@ -348,7 +348,8 @@ local loss_makers = {
   sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
   binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError" }
 local function build_loss(d)
-  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction }
+  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction,
+                                             label_smoothing = d.label_smoothing }
 end
 local function build_optimizer(d)
   local o = {}
