@@ -61,6 +61,12 @@ int lb_check_devices(lua_State *L, int idx, struct ld_device **devs);
 #define LB_OPTIMIZER_MT "ldist.Optimizer"
 struct ld_optimizer;
 struct ld_optimizer *lb_check_optimizer(lua_State *L, int idx);
+/* "WHAT: unknown option 'k'; did you mean ...? (it takes ...)", raised (nn.c):
+   list, the index of a sequence of the names WHAT takes; _in: from one or
+   two null-terminated arrays */
+void lb_unknown_option(lua_State *L, const char *what, const char *k, int list);
+void lb_unknown_option_in(lua_State *L, const char *what, const char *k, const char *const *a,
+                          const char *const *b);
 
 /* Datasets (data.c): push ds (a new reference, taken over) as a Dataset whose
    elements are lists; ds == NULL raises the engine's error. */

@@ -127,16 +127,12 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
     if (st) luaL_error(L, "%s", ld_error());
 }
 
-/* "unknown option 'unit'; did you mean 'units'? (it takes units, activation, ...)":
-   the closest name by the REPL's own rule (ldist._closest, lua/ui/help.lua) */
-static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
-    lua_newtable(L);
-    int list = lua_gettop(L), n = 0;
-    for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
-    lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
-    lua_pushliteral(L, "dtype"); lua_rawseti(L, list, ++n);
-    char w[48];
-    for (int i = 0; ld_weight_option_name(c, i, w, sizeof w); i++) { lua_pushstring(L, w); lua_rawseti(L, list, ++n); }
+/* "WHAT: unknown option 'unit'; did you mean 'units'? (it takes units,
+   activation, ...)", raised: `list` is the index of a sequence of the names
+   WHAT takes; the closest name by the REPL's own rule (ldist._closest,
+   lua/ui/help.lua). One message for layers, losses and optimizers. */
+void lb_unknown_option(lua_State *L, const char *what, const char *k, int list) {
+    list = lua_absindex(L, list);
     const char *guess = NULL;
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
     if (lua_istable(L, -1) && lua_getfield(L, -1, "_closest") == LUA_TFUNCTION) {
@@ -147,15 +143,37 @@ static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k)
     }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    for (int i = 1; i <= n; i++) {
+    lua_Integer n = luaL_len(L, list);
+    for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, list, i);
         luaL_addvalue(&b);
         if (i < n) luaL_addstring(&b, ", ");
     }
     luaL_pushresult(&b);
-    if (guess)
-        luaL_error(L, "nn.%s: unknown option '%s'; did you mean '%s'? (it takes %s)", c->class_name, k, guess, lua_tostring(L, -1));
-    luaL_error(L, "nn.%s: unknown option '%s' (it takes %s)", c->class_name, k, lua_tostring(L, -1));
+    if (guess) luaL_error(L, "%s: unknown option '%s'; did you mean '%s'? (it takes %s)", what, k, guess, lua_tostring(L, -1));
+    luaL_error(L, "%s: unknown option '%s' (it takes %s)", what, k, lua_tostring(L, -1));
+}
+
+/* lb_unknown_option for a null-terminated list of names (or two: a ++ b) */
+void lb_unknown_option_in(lua_State *L, const char *what, const char *k, const char *const *a, const char *const *b) {
+    lua_newtable(L);
+    int list = lua_gettop(L), n = 0;
+    for (; a && *a; a++) { lua_pushstring(L, *a); lua_rawseti(L, list, ++n); }
+    for (; b && *b; b++) { lua_pushstring(L, *b); lua_rawseti(L, list, ++n); }
+    lb_unknown_option(L, what, k, list);
+}
+
+static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
+    lua_newtable(L);
+    int list = lua_gettop(L), n = 0;
+    for (int i = 0; c->params[i].name; i++) { lua_pushstring(L, c->params[i].name); lua_rawseti(L, list, ++n); }
+    lua_pushliteral(L, "name"); lua_rawseti(L, list, ++n);
+    lua_pushliteral(L, "dtype"); lua_rawseti(L, list, ++n);
+    char w[48];
+    for (int i = 0; ld_weight_option_name(c, i, w, sizeof w); i++) { lua_pushstring(L, w); lua_rawseti(L, list, ++n); }
+    char what[80];
+    snprintf(what, sizeof what, "nn.%s", c->class_name);
+    lb_unknown_option(L, what, k, list);
 }
 
 /* the layer's dtype= option: a policy name ("mixed_bfloat16"), a
@@ -1275,12 +1293,10 @@ static void check_loss_options(lua_State *L, ld_loss_kind kind) {
             lua_pop(L, 1);
         }
         if (!ok) {
-            luaL_Buffer b;
-            luaL_buffinit(L, &b);
-            for (int i = 0; loss_opts[kind][i]; i++) { luaL_addstring(&b, loss_opts[kind][i]); luaL_addstring(&b, ", "); }
-            luaL_addstring(&b, "reduction, name");
-            luaL_pushresult(&b);
-            luaL_error(L, "bad argument #1 to '%s' (unknown option '%s'; %s takes %s)", cls, k, cls, lua_tostring(L, -1));
+            static const char *const common[] = {"reduction", "name", "dtype", NULL};
+            char what[80];
+            snprintf(what, sizeof what, "losses.%s", cls);
+            lb_unknown_option_in(L, what, k, loss_opts[kind], common);
         }
     }
     if (lua_getfield(L, 1, "ignore_class") != LUA_TNIL)

@@ -197,16 +197,13 @@ static int check_options(lua_State *L, int t, ld_opt_kind kind) {
         if (lua_type(L, -1) != LUA_TSTRING) return luaL_argerror(L, 1, "option names must be strings");
         const char *k = lua_tostring(L, -1);
         if (in_list(own_opts[kind], k) || in_list(base_opts, k) || !strcmp(k, "loss_scale")) continue;
-        luaL_Buffer b;
-        luaL_buffinit(L, &b);
-        lua_pushfstring(L, "unknown option '%s'; %s takes ", k, name);
-        luaL_addvalue(&b);
-        for (int i = 0; own_opts[kind][i]; i++) { luaL_addstring(&b, own_opts[kind][i]); luaL_addstring(&b, ", "); }
-        luaL_addstring(&b, "learning_rate, weight_decay, clipnorm, clipvalue, global_clipnorm");
-        if (!strcmp(k, "decay")) luaL_addstring(&b, " (Keras 3 has no decay: give a schedule as learning_rate)");
-        if (!strcmp(k, "lr")) luaL_addstring(&b, " (Keras 3 calls it learning_rate)");
-        luaL_pushresult(&b);
-        return luaL_error(L, "bad argument #1 to '%s' (%s)", name, lua_tostring(L, -1));
+        char what[64];
+        snprintf(what, sizeof what, "optim.%s", name);
+        if (!strcmp(k, "decay")) lua_pushfstring(L, "%s: unknown option 'decay' (Keras 3 has no decay: give a schedule as "
+                                                    "learning_rate)", what);
+        else if (!strcmp(k, "lr")) lua_pushfstring(L, "%s: unknown option 'lr' (Keras 3 calls it learning_rate)", what);
+        else lb_unknown_option_in(L, what, k, own_opts[kind], base_opts);
+        return lua_error(L);
     }
     /* Keras's options that ldist does not do: an error unless off */
     static const char *const off[] = {"amsgrad", "centered", "use_ema", NULL};

@@ -319,4 +319,20 @@ T.test("steps options are checked", function()
   T.raises(function() m:evaluate(ds, { steps = -1 }) end, "bad argument to 'evaluate' (steps must be a positive integer, got -1)")
 end)
 
+T.test("compile, evaluate and predict name an option they do not know", function()
+  local m = iterator_model()
+  local ds = data.Dataset.from_tensor_slices(rows(20, 4), labels(20)):batch(8)
+  T.raises(function() m:compile { optimizer = "sgd", loss = "sparse_categorical_crossentropy", metric = { "accuracy" } } end,
+    "bad argument to 'compile' (unknown option 'metric'; options: auto_scale_loss, jit_compile, loss, loss_weights, metrics,")
+  T.raises(function() m:compile { optimizer = "sgd", loss = "sparse_categorical_crossentropy", weighted_metrics = { "accuracy" } } end,
+    "weighted_metrics is not supported by ldist")
+  -- Keras's execution knobs change how a step runs, not what it computes
+  m:compile { optimizer = "sgd", loss = "sparse_categorical_crossentropy", jit_compile = true, steps_per_execution = 4 }
+  T.raises(function() m:evaluate(ds, { batchsize = 4 }) end,
+    "bad argument to 'evaluate' (unknown option 'batchsize'; options: batch_size, sample_weight, steps, verbose)")
+  T.raises(function() m:predict(rows(4, 4), { batch_sizes = 2 }) end,
+    "bad argument to 'predict' (unknown option 'batch_sizes'; options: batch_size, steps, verbose)")
+  T.eq(m:predict(rows(4, 4), { batch_size = 2 }).shape[1], 4, "predict with its options")
+end)
+
 T.done()

@@ -385,8 +385,35 @@ local function compile_outputs(self, opts, names)
   return c, ms
 end
 
+-- An option a Model method does not know is an error naming it (a misspelt
+-- option silently ignored trains something else than asked); `known` is a
+-- set of names. level: the error's level, as error()'s, from the caller of
+-- this function's caller.
+local function check_options(fname, opts, known, level)
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for name in pairs(known) do names[#names + 1] = name end
+      table.sort(names)
+      error(("bad argument to '%s' (unknown option '%s'; options: %s)"):format(fname, tostring(k), table.concat(names, ", ")),
+        level + 1)
+    end
+  end
+end
+-- compile: Keras's execution knobs (run_eagerly, jit_compile,
+-- steps_per_execution, auto_scale_loss) change how a step runs, not what it
+-- computes: accepted, and ldist's C step loop runs either way
+local compile_options = { optimizer = true, loss = true, loss_weights = true, metrics = true, run_eagerly = true,
+  jit_compile = true, steps_per_execution = true, auto_scale_loss = true }
+local evaluate_options = { batch_size = true, sample_weight = true, steps = true, verbose = true }
+local predict_options = { batch_size = true, steps = true, verbose = true }
+
 function Model:compile(opts)
   if type(opts) ~= "table" then error("bad argument #1 to 'compile' (table expected)", 2) end
+  if opts.weighted_metrics ~= nil then
+    error("bad argument #1 to 'compile' (weighted_metrics is not supported by ldist: metrics are unweighted)", 2)
+  end
+  check_options("compile", opts, compile_options, 2)
   local opt = opts.optimizer or "adam"
   if type(opt) == "string" then
     local k = opt_by_name[opt:lower()]
@@ -585,14 +612,7 @@ local function check_steps(v, name, fname, level)
 end
 
 local function check_fit_options(opts)
-  for k in pairs(opts) do
-    if not fit_options[k] then
-      local known = {}
-      for name in pairs(fit_options) do known[#known + 1] = name end
-      table.sort(known)
-      error(("bad argument to 'fit' (unknown option '%s'; options: %s)"):format(tostring(k), table.concat(known, ", ")), 3)
-    end
-  end
+  check_options("fit", opts, fit_options, 3)
   for _, k in ipairs { "steps_per_epoch", "validation_steps" } do check_steps(opts[k], k, "fit", 4) end
   local vf = opts.validation_freq
   if vf ~= nil then
@@ -951,6 +971,7 @@ function Model:evaluate(x, y, opts)
   check_compiled(self, "evaluate")
   if opts == nil and is_options(y) then opts, y = y, nil end
   opts = opts or {}
+  check_options("evaluate", opts, evaluate_options, 2)
   check_steps(opts.steps, "steps", "evaluate", 3)
   local r = self:_evaluate_batches(as_dataset(x, y, opts, false), opts.steps)
   if (opts.verbose or 0) ~= 0 then
@@ -1002,6 +1023,7 @@ doc(Model.evaluate, "Model:evaluate",
 -- (a list of them, one per output, for a model of several outputs)
 function Model:predict(x, opts)
   opts = opts or {}
+  check_options("predict", opts, predict_options, 2)
   local parts = {}
   local in_names = io_names(self, "inputs")
   if is_arrays(x) then
