@@ -147,4 +147,14 @@ T.test("help text for every new transformation", function()
   T.ok(L.docs[D.zip], "zip")
 end)
 
+T.test("an unknown option of batch, shuffle, padded_batch or enumerate is an error naming it", function()
+  local d = data.Dataset.from_tensor_slices(tensor.normal(8, 3))
+  T.raises(function() d:batch(2, { drop_remainderr = true }) end,
+    "Dataset:batch: unknown option 'drop_remainderr'; did you mean 'drop_remainder'?")
+  T.raises(function() d:shuffle(8, { seeed = 1 }) end, "Dataset:shuffle: unknown option 'seeed'; did you mean 'seed'?")
+  T.raises(function() d:padded_batch(2, { padding_value = 0 }) end, "Dataset:padded_batch: unknown option 'padding_value'")
+  T.raises(function() d:enumerate({ strat = 1 }) end, "Dataset:enumerate: unknown option 'strat'")
+  T.eq(d:batch(3, { drop_remainder = true }):cardinality(), 2, "batch's own option still works")
+end)
+
 T.done()
