@@ -1099,6 +1099,7 @@ static int ds_padded_batch(lua_State *L) {
     memset(&p, 0, sizeof p);
     for (int c = 0; c < LD_ELEMENT_MAX; c++) p.ndim[c] = -1;
     int drop = 0;
+    if (nargs < 3) lua_settop(L, 3);    /* the options' slot, nil: the spec goes above it */
     lua_getiuservalue(L, 1, 1);
     int spec = lua_gettop(L);
     if (lua_isboolean(L, 3)) drop = lua_toboolean(L, 3);
