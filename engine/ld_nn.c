@@ -681,6 +681,14 @@ static ld_tensor *clip_probs(ld_tensor *p) {
     return c;
 }
 
+/* Keras's label smoothing: y (1 - s) + add, in float32 (1 - s rounded from
+   double, as Keras's Python float is) */
+static ld_tensor *smooth_labels(ld_tensor *y, float s, float add) {
+    ld_tensor *a = ld_mul_scalar(y, (float)(1.0 - (double)s)), *b = a ? ld_add_scalar(a, add) : NULL;
+    ld_tensor_release(a);
+    return b;
+}
+
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
     if (ld_dtype_is_half(y_pred->dtype)) {
@@ -748,12 +756,9 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     }
     case LD_LOSS_CCE:
         if (!ld_same_shape(y_true, y_pred)) goto shape;
-        if (l->label_smoothing > 0) {   /* Keras: y (1 - s) + s / classes, in float32 */
-            float ls = l->label_smoothing, cls = y_pred->ndim ? (float)y_pred->shape[y_pred->ndim - 1] : 1.0f;
-            TRY(t1 = ld_mul_scalar(y_true, (float)(1.0 - (double)ls)));
-            yt = ld_add_scalar(t1, ls / cls);
-            ld_tensor_release(t1); t1 = NULL;
-            TRY(yt);
+        if (l->label_smoothing > 0) {   /* Keras: y (1 - s) + s / classes */
+            float cls = y_pred->ndim ? (float)y_pred->shape[y_pred->ndim - 1] : 1.0f;
+            TRY(yt = smooth_labels(y_true, l->label_smoothing, l->label_smoothing / cls));
         } else {
             yt = ld_tensor_retain(y_true);
         }
@@ -795,12 +800,10 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         ld_tensor *yf = ld_cast(yt, LD_F32);
         ld_tensor_release(yt);
         TRY(yt = yf);
-        if (l->label_smoothing > 0) {   /* Keras: y (1 - s) + s / 2, in float32 */
-            TRY(t1 = ld_mul_scalar(yt, (float)(1.0 - (double)l->label_smoothing)));
+        if (l->label_smoothing > 0) {   /* Keras: y (1 - s) + s / 2 */
+            ld_tensor *ys = smooth_labels(yt, l->label_smoothing, 0.5f * l->label_smoothing);
             ld_tensor_release(yt);
-            yt = ld_add_scalar(t1, 0.5f * l->label_smoothing);
-            ld_tensor_release(t1); t1 = NULL;
-            TRY(yt);
+            TRY(yt = ys);
         }
         if (l->from_logits) {
             /* max(x,0) - x*z + log(1 + exp(-|x|)) */

@@ -196,6 +196,7 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     if (go <= 0) return go < 0 ? ld_error_status() : LD_OK;   /* 0: a step skipped */
     /* each gradient's factor: the unscaling, and clipnorm's or global_clipnorm's */
     float one_scale = (float)unscale, *scales = NULL;
+    int st = LD_OK;
     if (o->clipnorm > 0 || o->global_clipnorm > 0) {
         if (!(scales = malloc(sizeof *scales * (size_t)(n ? n : 1)))) return ld_fail(LD_ENOMEM, "out of memory");
         /* the squared norms computed on the gradients' devices, one value read each */
@@ -205,9 +206,9 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
             if (!grads[i]) continue;
             ld_tensor *sq = ld_unary(LD_UN_SQUARE, grads[i]), *s = sq ? ld_sum(sq, LD_ALL_AXES, 0) : NULL;
             double v = 0;
-            int st = s ? ld_tensor_item(s, &v) : ld_error_status();
+            st = s ? ld_tensor_item(s, &v) : ld_error_status();
             ld_tensor_release(sq); ld_tensor_release(s);
-            if (st) { free(scales); return st; }
+            if (st) goto out;
             ss += v;
             if (o->clipnorm > 0) {   /* Keras's _clip_by_norm: g c / max(|g|, c); NaN stays NaN */
                 double norm = sqrt(v) * unscale, c = o->clipnorm;
@@ -227,16 +228,15 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;
         ld_slot *s = ld_optimizer_slot(o, vars[i]);
-        if (!s) { free(scales); return ld_error_status(); }
-        ld_tensor *g = ld_contiguous(grads[i]);
-        if (!g) { free(scales); return ld_error_status(); }
+        ld_tensor *g = s ? ld_contiguous(grads[i]) : NULL;
         float scale = scales ? scales[i] : one_scale;
-        if (scale != 1.0f) {
+        if (g && scale != 1.0f) {
             ld_tensor *gs = ld_mul_scalar(g, scale);
             ld_tensor_release(g);
-            if (!(g = gs)) { free(scales); return ld_error_status(); }
+            g = gs;
         }
-        if (o->clipvalue > 0 && !(g = clip_values(g, o->clipvalue))) { free(scales); return ld_error_status(); }
+        if (g && o->clipvalue > 0) g = clip_values(g, o->clipvalue);
+        if (!g) { st = ld_error_status(); goto out; }
         ld_tensor *v = vars[i];
         ld_device *d = v->storage->device;
         float *w = (float *)v->storage->data + v->offset, *gp = (float *)g->storage->data + g->offset;
@@ -245,8 +245,9 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
         run_rule(&u, d->backend, d, w, s1, s2, gp, ld_tensor_numel(v));
         ld_tensor_release(g);
     }
+out:
     free(scales);
-    return LD_OK;
+    return st;
 }
 
 /* ================================================================ sharded steps */

@@ -176,6 +176,10 @@ static int in_list(const char *const *l, const char *k) {
     for (; *l; l++) if (!strcmp(*l, k)) return 1;
     return 0;
 }
+/* whether optimizer `kind` takes option `k` (loss_scale: a shipped LossScaleOptimizer's) */
+static int takes(ld_opt_kind kind, const char *k) {
+    return in_list(own_opts[kind], k) || in_list(base_opts, k) || !strcmp(k, "loss_scale");
+}
 
 /* optim._accepts(name, key): whether optimizer `name` takes option `key`
    (a model saved before the options were checked carries every field) */
@@ -183,7 +187,7 @@ static int opt_accepts(lua_State *L) {
     const char *name = luaL_checkstring(L, 1), *key = luaL_checkstring(L, 2);
     for (int k = LD_OPT_SGD; k <= LD_OPT_RMSPROP; k++)
         if (!strcmp(ld_optimizer_name((ld_opt_kind)k), name)) {
-            lua_pushboolean(L, in_list(own_opts[k], key) || in_list(base_opts, key) || !strcmp(key, "loss_scale"));
+            lua_pushboolean(L, takes((ld_opt_kind)k, key));
             return 1;
         }
     return luaL_argerror(L, 1, "not an optimizer's name");
@@ -196,7 +200,7 @@ static int check_options(lua_State *L, int t, ld_opt_kind kind) {
         lua_pop(L, 1);
         if (lua_type(L, -1) != LUA_TSTRING) return luaL_argerror(L, 1, "option names must be strings");
         const char *k = lua_tostring(L, -1);
-        if (in_list(own_opts[kind], k) || in_list(base_opts, k) || !strcmp(k, "loss_scale")) continue;
+        if (takes(kind, k)) continue;
         char what[64];
         snprintf(what, sizeof what, "optim.%s", name);
         if (!strcmp(k, "decay")) lua_pushfstring(L, "%s: unknown option 'decay' (Keras 3 has no decay: give a schedule as "
@@ -503,11 +507,17 @@ static int opt_config(lua_State *L) {
     return 1;
 }
 
+/* what every optimizer's help says besides its own line */
+#define COMMON_DOC                                                                                                     \
+    "\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), " \
+    "global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the "          \
+    "gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema "    \
+    "and gradient_accumulation_steps, which ldist does not do."
 static const char *const docs[] = {
-    "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=, global_clipnorm=, clipvalue=}\n\nStochastic gradient descent (Keras' rule).\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
-    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule).\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
-    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam with decoupled weight decay.\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
-    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7}\n\nRMSprop (Keras' rule).\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema and gradient_accumulation_steps, which ldist does not do.",
+    "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=, global_clipnorm=, clipvalue=}\n\nStochastic gradient descent (Keras' rule)." COMMON_DOC,
+    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule)." COMMON_DOC,
+    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam with decoupled weight decay." COMMON_DOC,
+    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7}\n\nRMSprop (Keras' rule)." COMMON_DOC,
     "Optimizer:apply_gradients", "opt:apply_gradients(grads, vars)\n\nOne update of each variable by its gradient (tables in the same order; nil gradients are skipped).",
     NULL};
 

@@ -35,7 +35,6 @@ typedef struct {
                                        for START), 3 ready */
     int welcomed;                   /* leader: WELCOME sent; acks[] counts the answers */
     int leader_proved;              /* member: a message signed with the session key came from the leader */
-    int have_nonce;                 /* member: nm made (once: a repeated HELLO carries the same) */
     double hello_at, hello_wait;    /* member: when HELLO was last sent, and how long to wait before again */
     unsigned char *acks;
     double start, next_hb;
@@ -318,9 +317,7 @@ static void member_hello(thr_state *s) {
     ld_cluster *c = s->c;
     cl_peer *me = &c->peers[c->rank];
     char body[600], hex[33];
-    if (!s->have_nonce) ld_random_bytes(s->nm, 16);
-    s->have_nonce = 1;
-    cl_to_hex(s->nm, 16, hex);
+    cl_to_hex(s->nm, 16, hex);   /* made once (control_main): a repeated HELLO carries the same */
     int n = snprintf(body, sizeof body, "rank=%d\nsize=%d\npid=%d\nhost=%s\ndata=%s\nnonce=%s\n", c->rank, c->size,
                      me->pid, me->host, me->data_ep[0] ? me->data_ep : "-", hex);
     cl_send_ctl(c->ctl, NULL, 0, "HELLO", body, (size_t)n, NULL, 0);
@@ -386,11 +383,13 @@ static void member_message(thr_state *s) {
         }
         const char *body = cl_fd(&f, 3);
         size_t blen = cl_fl(&f, 3);
-        if (cl_frame_is(&f, 1, "CHALLENGE") && s->member_state <= 1 && !s->leader_proved) {
+        if (cl_frame_is(&f, 1, "CHALLENGE")) {
             char nh[40];
             int32_t r32 = c->rank;
             unsigned char nl[16];
-            if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, nl, 16)) {
+            if (s->member_state > 1 || s->leader_proved) {
+                /* a late copy, after the leader proved itself */
+            } else if (cl_kv_get(body, blen, "nonce", nh, sizeof nh) || cl_from_hex(nh, nl, 16)) {
                 cl_log("rejected a malformed CHALLENGE from the leader");
             } else if (s->member_state == 1 && !memcmp(nl, s->nl, 16)) {
                 /* the answer to a repeated HELLO: AUTH went already */
@@ -410,10 +409,6 @@ static void member_message(thr_state *s) {
                 cl_send_ctl(c->ctl, NULL, 0, "AUTH", out, (size_t)n, NULL, 0);
                 s->member_state = 1;
             }
-            cl_frames_close(&f);
-            continue;
-        }
-        if (cl_frame_is(&f, 1, "CHALLENGE")) {   /* a late copy, after the leader proved itself */
             cl_frames_close(&f);
             continue;
         }
@@ -584,7 +579,10 @@ static void *control_main(void *arg) {
     ld_cluster *c = s->c;
     s->start = cl_now();
     s->hello_wait = 0.25;
-    if (c->rank != 0) member_hello(s);
+    if (c->rank != 0) {
+        ld_random_bytes(s->nm, 16);
+        member_hello(s);
+    }
     for (;;) {
         double now = cl_now();
         if (!s->ready && !s->failed && now - s->start > c->rdv_timeout) {
