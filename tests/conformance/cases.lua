@@ -63,13 +63,14 @@ local function sparse_ce(reduction)
 end
 
 -- model and optimizer made in the strategy's scope, from a fixed seed
-local function make_model(S, kind, opt_name, compile, metrics)
+-- loss: a loss object for compile (sparse_ce() when nil)
+local function make_model(S, kind, opt_name, compile, metrics, loss)
   local model, opt
   tensor.seed(7)
   S.scope(function()
     model = MODELS[kind].make()
     opt = OPTIMIZERS[opt_name]()
-    if compile then model:compile { optimizer = opt, loss = sparse_ce(), metrics = metrics } end
+    if compile then model:compile { optimizer = opt, loss = loss or sparse_ce(), metrics = metrics } end
   end)
   return model, opt
 end
@@ -111,11 +112,14 @@ local function train_case(o)
     run = function(S)
       local m = MODELS[o.model]
       local x, y = make_data(o.n, m.shape, m.classes)
+      if o.onehot then   -- a categorical loss's labels
+        y = y:reshape(o.n, 1):astype("float32"):eq(tensor.arange(m.classes):astype("float32"))
+      end
       local ds = data.Dataset.from_tensor_slices(x, y)
       if o.shuffle then ds = ds:shuffle(o.n, { seed = 3 }) end
       ds = ds:batch(o.b)
       local batches = -(-o.n // o.b)
-      local model, opt = make_model(S, o.model, o.opt, o.mode == "fit")
+      local model, opt = make_model(S, o.model, o.opt, o.mode == "fit", nil, o.loss and o.loss())
       local hist
       if o.mode == "fit" then
         local h = model:fit(ds, { epochs = o.epochs, verbose = 0, steps_per_epoch = batches })
@@ -141,6 +145,10 @@ for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "
       shuffle = opt == "adam" })
   end
 end
+-- Keras's label smoothing in fit: one-hot labels, categorical cross-entropy
+add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_momentum", mode = "fit", n = 240, b = 24,
+  epochs = 5, also = { "ps", "mw_local" }, onehot = true,
+  loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3
 for _, kind in ipairs { "flatten", "conv", "dropout" } do
   for _, mode in ipairs { "fit", "loop" } do
