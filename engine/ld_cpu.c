@@ -593,8 +593,8 @@ static void cpu_sgd_serial(ld_device *d, float *w, float *v, const float *g, int
     }
 }
 
-static void cpu_adam_serial(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr,
-                     float b1, float b2, float eps, int64_t step, float wd, int decoupled) {
+static void cpu_adam_serial(ld_device *d, float *w, float *m, float *v, float *vhat, const float *g, int64_t n,
+                            float lr, float b1, float b2, float eps, int64_t step, float wd, int decoupled) {
     double alpha = lr * sqrt(1.0 - pow(b2, (double)step)) / (1.0 - pow(b1, (double)step));
     float a = (float)alpha, c1 = 1 - b1, c2 = 1 - b2;
     for (int64_t i = 0; i < n; i++) {
@@ -603,15 +603,22 @@ static void cpu_adam_serial(ld_device *d, float *w, float *m, float *v, const fl
         else gi += wd * w[i];
         m[i] += (gi - m[i]) * c1;
         v[i] += (gi * gi - v[i]) * c2;
-        w[i] -= a * m[i] / (sqrtf(v[i]) + eps);
+        float vi = v[i];
+        if (vhat) vhat[i] = vi = ld_ew_max(vhat[i], vi);   /* amsgrad */
+        w[i] -= a * m[i] / (sqrtf(vi) + eps);
     }
 }
 
-static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n,
-                        float lr, float rho, float momentum, float eps) {
+static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, float *mg, const float *g, int64_t n,
+                               float lr, float rho, float momentum, float eps) {
     for (int64_t i = 0; i < n; i++) {
         ms[i] = rho * ms[i] + (1 - rho) * g[i] * g[i];
-        float inc = lr * g[i] / sqrtf(ms[i] + eps);
+        float den = ms[i];
+        if (mg) {   /* centered */
+            mg[i] = rho * mg[i] + (1 - rho) * g[i];
+            den -= mg[i] * mg[i];
+        }
+        float inc = lr * g[i] / sqrtf(den + eps);
         if (mom) { mom[i] = momentum * mom[i] + inc; w[i] -= mom[i]; }
         else w[i] -= inc;
     }
@@ -866,30 +873,30 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
 }
 
 typedef struct {
-    int kind; float *w, *s1, *s2; const float *g; int64_t n; float lr, p1, p2, eps, wd; int64_t step; int flag;
+    int kind; float *w, *s1, *s2, *s3; const float *g; int64_t n; float lr, p1, p2, eps, wd; int64_t step; int flag;
 } opt_job;
 static void opt_part(void *c, int p, int np) {
     opt_job *j = c;
     int64_t lo, hi;
     range_of(j->n, p, np, &lo, &hi);
     if (lo >= hi) return;
-    float *s1 = j->s1 ? j->s1 + lo : NULL, *s2 = j->s2 ? j->s2 + lo : NULL;
+    float *s1 = j->s1 ? j->s1 + lo : NULL, *s2 = j->s2 ? j->s2 + lo : NULL, *s3 = j->s3 ? j->s3 + lo : NULL;
     if (j->kind == 0) cpu_sgd_serial(NULL, j->w + lo, s1, j->g + lo, hi - lo, j->lr, j->p1, j->flag, j->wd);
-    else if (j->kind == 1) cpu_adam_serial(NULL, j->w + lo, s1, s2, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps, j->step, j->wd, j->flag);
-    else cpu_rmsprop_serial(NULL, j->w + lo, s1, s2, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps);
+    else if (j->kind == 1) cpu_adam_serial(NULL, j->w + lo, s1, s2, s3, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps, j->step, j->wd, j->flag);
+    else cpu_rmsprop_serial(NULL, j->w + lo, s1, s2, s3, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps);
 }
 static void cpu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float mom, int nesterov, float wd) {
-    opt_job j = {0, w, v, NULL, g, n, lr, mom, 0, 0, wd, 0, nesterov};
+    opt_job j = {0, w, v, NULL, NULL, g, n, lr, mom, 0, 0, wd, 0, nesterov};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
-static void cpu_adam_update(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
-                     float b2, float eps, int64_t step, float wd, int decoupled) {
-    opt_job j = {1, w, m, v, g, n, lr, b1, b2, eps, wd, step, decoupled};
+static void cpu_adam_update(ld_device *d, float *w, float *m, float *v, float *vhat, const float *g, int64_t n, float lr,
+                            float b1, float b2, float eps, int64_t step, float wd, int decoupled) {
+    opt_job j = {1, w, m, v, vhat, g, n, lr, b1, b2, eps, wd, step, decoupled};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
-static void cpu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
-                        float rho, float momentum, float eps) {
-    opt_job j = {2, w, ms, mom, g, n, lr, rho, momentum, eps, 0, 0, 0};
+static void cpu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, float *mg, const float *g, int64_t n,
+                               float lr, float rho, float momentum, float eps) {
+    opt_job j = {2, w, ms, mom, mg, g, n, lr, rho, momentum, eps, 0, 0, 0};
     if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
 }
 

@@ -98,11 +98,14 @@ typedef struct {
     /* Optimizer updates, in place (see ld_optim.h for the formulas). */     \
     X(sgd_update, (V, float *, w), (V, float *, v), (V, const float *, g), (V, int64_t, n), (V, float, lr),     \
       (V, float, momentum), (V, int, nesterov), (V, float, weight_decay))                                       \
-    X(adam_update, (V, float *, w), (V, float *, m), (V, float *, v), (V, const float *, g), (V, int64_t, n),   \
-      (V, float, lr), (V, float, b1), (V, float, b2), (V, float, eps), (V, int64_t, step),                      \
-      (V, float, weight_decay), (V, int, decoupled))                                                            \
-    X(rmsprop_update, (V, float *, w), (V, float *, ms), (V, float *, mom), (V, const float *, g),              \
-      (V, int64_t, n), (V, float, lr), (V, float, rho), (V, float, momentum), (V, float, eps)) \
+    /* vhat: amsgrad's running maximum of v, or NULL; mg: centered RMSprop's \
+       mean gradient, or NULL */                                             \
+    X(adam_update, (V, float *, w), (V, float *, m), (V, float *, v), (V, float *, vhat),                       \
+      (V, const float *, g), (V, int64_t, n), (V, float, lr), (V, float, b1), (V, float, b2), (V, float, eps),  \
+      (V, int64_t, step), (V, float, weight_decay), (V, int, decoupled))                                        \
+    X(rmsprop_update, (V, float *, w), (V, float *, ms), (V, float *, mom), (V, float *, mg),                   \
+      (V, const float *, g), (V, int64_t, n), (V, float, lr), (V, float, rho), (V, float, momentum),            \
+      (V, float, eps))                                                                                          \
     LD_LAYER_KERNELS(X)
 
 /* The layers' kernels (normalization, embeddings, pooling, attention,

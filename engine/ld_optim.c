@@ -37,7 +37,7 @@ ld_optimizer *ld_optimizer_new(ld_opt_kind kind) {
     ld_optimizer *o = calloc(1, sizeof *o);
     if (!o) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     o->kind = kind;
-    o->beta1 = 0.9f; o->beta2 = 0.999f; o->epsilon = 1e-7f; o->rho = 0.9f;
+    o->beta1 = 0.9f; o->beta2 = 0.999f; o->epsilon = 1e-7f; o->rho = 0.9f; o->ema_momentum = 0.99f;
     switch (kind) {
     case LD_OPT_SGD: o->lr.initial = 0.01; break;
     case LD_OPT_ADAMW: o->lr.initial = 0.001; o->weight_decay = 0.004f; break;
@@ -47,14 +47,14 @@ ld_optimizer *ld_optimizer_new(ld_opt_kind kind) {
 }
 
 static void plan_free(struct ld_shard_plan *p);
+static ld_slot *slot_find(ld_optimizer *o, ld_tensor *var);
 
 void ld_optimizer_free(ld_optimizer *o) {
     if (!o) return;
     plan_free(o->shard);
     for (int i = 0; i < o->n_slots; i++) {
         ld_tensor_release(o->slots[i].var);
-        ld_tensor_release(o->slots[i].s1);
-        ld_tensor_release(o->slots[i].s2);
+        for (int q = 0; q < LD_OPT_SLOTS; q++) ld_tensor_release(o->slots[i].s[q]);
     }
     free(o->slots);
     free(o);
@@ -82,7 +82,8 @@ static int grads_finite(int n, ld_tensor *const *grads) {
 static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit);
 
 ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var) {
-    for (int i = 0; i < o->n_slots; i++) if (o->slots[i].var == var) return &o->slots[i];
+    ld_slot *found = slot_find(o, var);
+    if (found) return found;
     if (o->n_slots == o->cap_slots) {
         int cap = o->cap_slots ? 2 * o->cap_slots : 16;
         ld_slot *s = realloc(o->slots, (size_t)cap * sizeof *s);
@@ -93,10 +94,14 @@ ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var) {
     ld_slot *s = &o->slots[o->n_slots];
     memset(s, 0, sizeof *s);
     ld_device *d = var->storage->device;
-    int need1 = o->kind != LD_OPT_SGD || o->momentum != 0;
-    int need2 = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW || (o->kind == LD_OPT_RMSPROP && o->momentum != 0);
-    if (need1 && !(s->s1 = ld_tensor_zeros(LD_F32, var->ndim, var->shape, d))) return NULL;
-    if (need2 && !(s->s2 = ld_tensor_zeros(LD_F32, var->ndim, var->shape, d))) { ld_tensor_release(s->s1); return NULL; }
+    int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
+    int need[LD_OPT_SLOTS] = {o->kind != LD_OPT_SGD || o->momentum != 0, adam || (rms && o->momentum != 0),
+                              (adam && o->amsgrad) || (rms && o->centered), o->use_ema, o->accum_steps >= 2};
+    for (int q = 0; q < LD_OPT_SLOTS; q++)
+        if (need[q] && !(s->s[q] = ld_tensor_zeros(LD_F32, var->ndim, var->shape, d))) {
+            while (q-- > 0) ld_tensor_release(s->s[q]);
+            return NULL;
+        }
     s->var = ld_tensor_retain(var);
     o->n_slots++;
     return s;
@@ -122,30 +127,36 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
 typedef struct {
     ld_opt_kind kind;
     float lr, momentum, beta1, beta2, epsilon, rho, weight_decay;
-    int nesterov;
+    int nesterov, amsgrad, centered;
     int64_t step;
 } rule_t;
 
 static rule_t rule_of(const ld_optimizer *o, float lr, int64_t step) {
-    return (rule_t){o->kind, lr, o->momentum, o->beta1, o->beta2, o->epsilon, o->rho, o->weight_decay, o->nesterov, step};
+    return (rule_t){o->kind, lr, o->momentum, o->beta1, o->beta2, o->epsilon, o->rho, o->weight_decay,
+                    o->nesterov, o->amsgrad, o->centered, step};
 }
 
-static void run_rule(const rule_t *u, const ld_backend *be, ld_device *d, float *w, float *s1, float *s2,
-                     const float *g, int64_t m) {
+/* s: the variable's slots (ld_slot's order) */
+static void run_rule(const rule_t *u, const ld_backend *be, ld_device *d, float *w, float *const *s, const float *g,
+                     int64_t m) {
     switch (u->kind) {
     case LD_OPT_SGD:
-        be->sgd_update(d, w, u->momentum != 0 ? s1 : NULL, g, m, u->lr, u->momentum, u->nesterov, u->weight_decay);
+        be->sgd_update(d, w, u->momentum != 0 ? s[0] : NULL, g, m, u->lr, u->momentum, u->nesterov, u->weight_decay);
         break;
     case LD_OPT_ADAM:
-        be->adam_update(d, w, s1, s2, g, m, u->lr, u->beta1, u->beta2, u->epsilon, u->step, u->weight_decay, 0);
-        break;
     case LD_OPT_ADAMW:
-        be->adam_update(d, w, s1, s2, g, m, u->lr, u->beta1, u->beta2, u->epsilon, u->step, u->weight_decay, 1);
+        be->adam_update(d, w, s[0], s[1], u->amsgrad ? s[2] : NULL, g, m, u->lr, u->beta1, u->beta2, u->epsilon,
+                        u->step, u->weight_decay, u->kind == LD_OPT_ADAMW);
         break;
     case LD_OPT_RMSPROP:
-        be->rmsprop_update(d, w, s1, u->momentum != 0 ? s2 : NULL, g, m, u->lr, u->rho, u->momentum, u->epsilon);
+        be->rmsprop_update(d, w, s[0], u->momentum != 0 ? s[1] : NULL, u->centered ? s[2] : NULL, g, m, u->lr, u->rho,
+                           u->momentum, u->epsilon);
         break;
     }
+}
+
+static void slot_ptrs(const ld_slot *s, int64_t off, float **p) {
+    for (int q = 0; q < LD_OPT_SLOTS; q++) p[q] = s->s[q] ? (float *)s->s[q]->storage->data + off : NULL;
 }
 
 int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int commit, double *unscale) {
@@ -175,8 +186,90 @@ static ld_tensor *clip_values(ld_tensor *g, float v) {
     return b;
 }
 
-static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int commit) {
+/* the slot tensor q of variable v (made with the others on first use) */
+static ld_tensor *slot_of(ld_optimizer *o, ld_tensor *v, int q) {
+    ld_slot *s = ld_optimizer_slot(o, v);
+    if (s && !s->s[q]) ld_fail(LD_EINTERNAL, "optimizer: variable %s has no slot %d", v->name ? v->name : "", q + 1);
+    return s ? s->s[q] : NULL;
+}
+
+static void release_all(ld_tensor **t, int n) {
+    for (int i = 0; t && i < n; i++) ld_tensor_release(t[i]);
+    free(t);
+}
+
+/* Gradient accumulation (Keras's): each gradient, times unscale, is added to
+   its variable's accumulator; on an update call *mean instead gets
+   (g + acc) / steps for each variable (new references, NULL where no
+   gradient) and the accumulators are emptied. */
+static int accumulate(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, float unscale,
+                      int update, ld_tensor ***mean) {
+    ld_tensor **m = update ? calloc((size_t)(n ? n : 1), sizeof *m) : NULL;
+    if (update && !m) return ld_fail(LD_ENOMEM, "out of memory");
+    int st = LD_OK;
+    ld_tape_pause(1);   /* an update, not a step of the computation a tape may be recording */
+    for (int i = 0; i < n && !st; i++) {
+        if (!grads[i]) continue;
+        ld_tensor *acc = slot_of(o, vars[i], LD_SLOT_ACCUM);
+        ld_tensor *g = !acc ? NULL : unscale != 1.0f ? ld_mul_scalar(grads[i], unscale) : ld_tensor_retain(grads[i]);
+        ld_tensor *sum = g ? ld_add(g, acc) : NULL, *k = NULL;
+        if (!sum) st = ld_error_status();
+        else if (!update) st = ld_variable_write(acc, sum);
+        else if (!(k = ld_tensor_full(LD_F32, 0, NULL, (double)o->accum_steps, acc->storage->device)) ||
+                 !(m[i] = ld_div(sum, k)))
+            st = ld_error_status();
+        else {
+            ld_tensor *zero = ld_tensor_full(LD_F32, 0, NULL, 0.0, acc->storage->device);
+            st = zero ? ld_variable_write(acc, zero) : ld_error_status();
+            ld_tensor_release(zero);
+        }
+        ld_tensor_release(g); ld_tensor_release(sum); ld_tensor_release(k);
+    }
+    ld_tape_pause(0);
+    if (st) { release_all(m, n); return st; }
+    *mean = m;
+    return LD_OK;
+}
+
+/* use_ema after a call (Keras's _update_model_variables_moving_average):
+   each variable's average moves toward it, with momentum 0 while no update
+   has been counted; every ema_overwrite_frequency-th call, the averages
+   are written into the variables. before: the updates counted before this
+   call (Keras's optimizer.iterations during it). */
+static int ema_step(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars, int64_t before) {
+    if (!o->use_ema) return LD_OK;
+    float m = before != 0 ? o->ema_momentum : 0.0f;
+    int over = o->ema_overwrite_frequency > 0 && (before + 1) % o->ema_overwrite_frequency == 0;
+    int st = LD_OK;
+    ld_tape_pause(1);
+    for (int i = 0; i < n && !st; i++) {
+        if (!grads[i]) continue;
+        ld_tensor *avg = slot_of(o, vars[i], LD_SLOT_EMA);
+        ld_tensor *a = avg ? ld_mul_scalar(avg, m) : NULL, *b = a ? ld_mul_scalar(vars[i], 1.0f - m) : NULL;
+        ld_tensor *c = b ? ld_add(a, b) : NULL;
+        st = c ? ld_variable_write(avg, c) : ld_error_status();
+        if (!st && over) st = ld_variable_write(vars[i], avg);
+        ld_tensor_release(a); ld_tensor_release(b); ld_tensor_release(c);
+    }
+    ld_tape_pause(0);
+    return st;
+}
+
+int ld_optimizer_finalize(ld_optimizer *o, int n, ld_tensor *const *vars) {
+    if (!o->use_ema) return LD_OK;
+    if (o->shard && ld_optimizer_consolidate(o)) return ld_error_status();
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < ld_mirror_count(vars[i]); r++) {
+            ld_tensor *copy = ld_mirror_copy(vars[i], r);
+            ld_slot *s = slot_find(o, copy);
+            if (s && s->s[LD_SLOT_EMA] && ld_variable_write(copy, s->s[LD_SLOT_EMA])) return ld_error_status();
+        }
+    return LD_OK;
+}
+
+static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads_in, ld_tensor *const *vars, int commit) {
     char b1[64], b2[64];
+    ld_tensor *const *grads = grads_in;
     for (int i = 0; i < n; i++) {
         if (!grads[i]) continue;
         if (!ld_same_shape(grads[i], vars[i]))
@@ -194,6 +287,17 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
     double unscale = 1.0;
     int go = ld_loss_scale_step(&o->loss_scale, n, grads, commit, &unscale);
     if (go <= 0) return go < 0 ? ld_error_status() : LD_OK;   /* 0: a step skipped */
+    int64_t before = o->iterations;
+    ld_tensor **mean = NULL;
+    if (o->accum_steps >= 2) {
+        int64_t calls = o->accum_calls;
+        int update = (calls + 1) % o->accum_steps == 0;
+        if (commit) o->accum_calls = calls + 1;
+        if (accumulate(o, n, grads, vars, (float)unscale, update, &mean)) return ld_error_status();
+        if (!update) return ema_step(o, n, grads, vars, before);
+        grads = mean;   /* the mean of the accumulated gradients, unscaled */
+        unscale = 1.0;
+    }
     /* each gradient's factor: the unscaling, and clipnorm's or global_clipnorm's */
     float one_scale = (float)unscale, *scales = NULL;
     int st = LD_OK;
@@ -239,14 +343,16 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads, ld_te
         if (!g) { st = ld_error_status(); goto out; }
         ld_tensor *v = vars[i];
         ld_device *d = v->storage->device;
-        float *w = (float *)v->storage->data + v->offset, *gp = (float *)g->storage->data + g->offset;
-        float *s1 = s->s1 ? (float *)s->s1->storage->data : NULL, *s2 = s->s2 ? (float *)s->s2->storage->data : NULL;
+        float *w = (float *)v->storage->data + v->offset, *gp = (float *)g->storage->data + g->offset, *sp[LD_OPT_SLOTS];
+        slot_ptrs(s, 0, sp);
         rule_t u = rule_of(o, lr, step);
-        run_rule(&u, d->backend, d, w, s1, s2, gp, ld_tensor_numel(v));
+        run_rule(&u, d->backend, d, w, sp, gp, ld_tensor_numel(v));
         ld_tensor_release(g);
     }
+    st = ema_step(o, n, grads, vars, before);
 out:
     free(scales);
+    release_all(mean, n);
     return st;
 }
 
@@ -287,8 +393,9 @@ int ld_optimizer_consolidate(ld_optimizer *o) {
                 ld_slot *dst = q == owner ? NULL : slot_find(o, ld_mirror_copy(p->vars[i], q));
                 if (!dst) continue;
                 size_t nb = (size_t)(b - a) * sizeof(float);
-                if (src->s1 && dst->s1) memcpy((float *)dst->s1->storage->data + a, (float *)src->s1->storage->data + a, nb);
-                if (src->s2 && dst->s2) memcpy((float *)dst->s2->storage->data + a, (float *)src->s2->storage->data + a, nb);
+                for (int q = 0; q < LD_OPT_SLOTS; q++)
+                    if (src->s[q] && dst->s[q])
+                        memcpy((float *)dst->s[q]->storage->data + a, (float *)src->s[q]->storage->data + a, nb);
             }
         }
     }
@@ -299,14 +406,16 @@ int ld_optimizer_consolidate(ld_optimizer *o) {
 typedef struct {
     rule_t rule;
     int k;
-    float **w, **s1, **s2;        /* [n*k] */
+    float **w;                  /* [n*k] */
+    float **s;                  /* [n*k][LD_OPT_SLOTS]: the slots' data (o->slots may move; their storage does not) */
 } shard_ctx;
 
 static void shard_update(void *ctx, int r, int i, int64_t a, int64_t b, const float *sum, ld_device *d) {
     shard_ctx *x = ctx;
     int j = r * x->k + i;
-    run_rule(&x->rule, ld_cpu_backend(), d, x->w[j] + a, x->s1[j] ? x->s1[j] + a : NULL, x->s2[j] ? x->s2[j] + a : NULL,
-             sum, b - a);
+    float *sp[LD_OPT_SLOTS];
+    for (int q = 0; q < LD_OPT_SLOTS; q++) sp[q] = x->s[j * LD_OPT_SLOTS + q] ? x->s[j * LD_OPT_SLOTS + q] + a : NULL;
+    run_rule(&x->rule, ld_cpu_backend(), d, x->w[j] + a, sp, sum, b - a);
 }
 static void shard_free(void *ctx) {
     shard_ctx *x = ctx;
@@ -316,7 +425,9 @@ static void shard_free(void *ctx) {
 
 int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *const *grads, ld_tensor *const *vars) {
     int n = ld_comm_size(c);
-    if (o->clipnorm > 0 || o->global_clipnorm > 0 || o->clipvalue > 0 || o->loss_scale.on || n < 2 || k < 1) return -1;
+    if (o->clipnorm > 0 || o->global_clipnorm > 0 || o->clipvalue > 0 || o->loss_scale.on || o->use_ema ||
+        o->accum_steps >= 2 || n < 2 || k < 1)
+        return -1;
     for (int r = 0; r < n; r++)
         if (!ld_device_is_host(ld_comm_device(c, r))) return -1;
     int64_t total = 0;
@@ -336,10 +447,10 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
     for (int i = 0; same && i < k; i++) same = p->vars[i] == vars[i];
     if (p && !same && ld_optimizer_consolidate(o)) return ld_error_status();
     shard_ctx *x = calloc(1, sizeof *x);
-    float **arr = x ? calloc((size_t)(3 * n * k), sizeof *arr) : NULL;
+    float **arr = x ? calloc((size_t)((1 + LD_OPT_SLOTS) * n * k), sizeof *arr) : NULL;
     if (!arr) { free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
     x->k = k;
-    x->w = arr; x->s1 = arr + n * k; x->s2 = arr + 2 * n * k;
+    x->w = arr; x->s = arr + n * k;
     ld_tensor **outs = malloc(sizeof *outs * (size_t)(n * k));
     if (!outs) { shard_free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
     for (int i = 0; i < k; i++)
@@ -350,8 +461,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
             if (!s) { free(outs); shard_free(x); return ld_error_status(); }
             outs[j] = w;
             x->w[j] = (float *)w->storage->data + w->offset;
-            x->s1[j] = s->s1 ? (float *)s->s1->storage->data : NULL;
-            x->s2[j] = s->s2 ? (float *)s->s2->storage->data : NULL;
+            slot_ptrs(s, 0, x->s + j * LD_OPT_SLOTS);
         }
     int64_t step = o->iterations + 1;
     x->rule = rule_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);

@@ -9,8 +9,10 @@
  *
  *  SGD:     v = momentum*v - lr*g;  w += v   (nesterov: w += momentum*v - lr*g)
  *  Adam:    m += (g-m)(1-b1); v += (g^2-v)(1-b2); w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v)+eps)
+ *           (amsgrad: vhat = max(vhat, v), and vhat in v's place)
  *  AdamW:   Adam with w -= lr*wd*w first (decoupled weight decay)
- *  RMSprop: ms = rho*ms + (1-rho) g^2; w -= lr*g/sqrt(ms+eps)  (with momentum: through a velocity)
+ *  RMSprop: ms = rho*ms + (1-rho) g^2; w -= lr*g/sqrt(ms+eps)  (with momentum: through a velocity;
+ *           centered: mg = rho*mg + (1-rho) g, and ms - mg^2 in ms's place)
  */
 #ifndef LD_OPTIM_H
 #define LD_OPTIM_H
@@ -31,7 +33,17 @@ typedef struct {
 } ld_schedule;
 double ld_schedule_at(const ld_schedule *s, int64_t step);
 
-typedef struct ld_slot { ld_tensor *var; ld_tensor *s1, *s2; } ld_slot;
+/* A variable's slots, NULL where its optimizer does not keep them:
+     SGD      s[0] the momentum's velocity
+     Adam(W)  s[0] m, s[1] v, s[2] amsgrad's running maximum of v
+     RMSprop  s[0] the mean square, s[1] the momentum's velocity, s[2] the
+              centered variant's mean gradient
+   and with any of them s[3], use_ema's moving average of the variable, and
+   s[4], the gradients summed by gradient accumulation. */
+#define LD_OPT_SLOTS 5
+#define LD_SLOT_EMA 3
+#define LD_SLOT_ACCUM 4
+typedef struct ld_slot { ld_tensor *var; ld_tensor *s[LD_OPT_SLOTS]; } ld_slot;
 
 /* Loss scaling (Keras's mixed_precision.LossScaleOptimizer). The training
    step multiplies the loss by `scale` before the backward pass, so that
@@ -57,12 +69,27 @@ typedef struct ld_optimizer {
     ld_schedule lr;          /* LD_SCHED_CONSTANT: lr.initial */
     float momentum, beta1, beta2, epsilon, rho, weight_decay;
     int nesterov;
+    int amsgrad, centered;   /* Adam(W)'s and RMSprop's variants: a third slot */
     /* Keras's gradient clipping (0 = off; at most one is set): clipnorm
        scales each gradient to norm <= clipnorm on its own, global_clipnorm
        all of them together by their joint norm, clipvalue clips each element
        to [-clipvalue, clipvalue]; on the unscaled gradients (loss scaling),
        after they are summed across replicas */
     float clipnorm, global_clipnorm, clipvalue;
+    /* Keras's use_ema: after every call each variable's moving average
+       avg = m avg + (1 - m) w (m = 0 while no update has been counted),
+       written into the variables on the calls where iterations + 1 is a
+       multiple of ema_overwrite_frequency (0: never) and when fit ends
+       (ld_optimizer_finalize) */
+    int use_ema;
+    float ema_momentum;
+    int64_t ema_overwrite_frequency;
+    /* Keras's gradient_accumulation_steps (0: off, else >= 2): each call adds
+       its (unscaled, replica-summed) gradients to the variables'
+       accumulators; every accum_steps-th call applies their mean instead
+       (then clipping and the update) and empties them. iterations counts the
+       updates (Keras's optimizer.iterations), accum_calls every call. */
+    int64_t accum_steps, accum_calls;
     int64_t iterations;      /* steps applied */
     int n_slots, cap_slots;
     ld_slot *slots;
@@ -78,12 +105,12 @@ const char *ld_optimizer_name(ld_opt_kind k);
 ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var);
 
 /* ---- an optimizer's state (ld_optim_state.c), for checkpoints and shipping ----
-   Per variable: the slot tensors (momentum, Adam's m and v) or NULL, as new
-   references; set copies them into the optimizer's slots (made when absent)
-   and sets the step count. */
-int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_tensor **s1, ld_tensor **s2);
+   Per variable: the slot tensors (ld_slot's s[q] of variable i at
+   slots[q*n + i], q < LD_OPT_SLOTS) or NULL, as new references; set copies
+   them into the optimizer's slots (made when absent) and sets the step count. */
+int ld_optimizer_state_get(ld_optimizer *o, int n, ld_tensor *const *vars, ld_tensor **slots);
 int ld_optimizer_state_set(ld_optimizer *o, int64_t iterations, int n, ld_tensor *const *vars,
-                           ld_tensor *const *s1, ld_tensor *const *s2);
+                           ld_tensor *const *slots);
 double ld_optimizer_lr(const ld_optimizer *o);       /* at the current iteration */
 /* The loss scale's rule for one step's gradients (ld_optimizer_apply's, and
    a parameter-server worker's before it pushes): 1 to apply them multiplied
@@ -94,6 +121,9 @@ int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int co
 double ld_optimizer_loss_factor(const ld_optimizer *o);
 /* One update of every var by its grad. Errors on shape mismatch. */
 int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tensor *const *vars);
+/* Keras's finalize_variable_values, at the end of fit: with use_ema, every
+   copy of each variable takes its moving average; otherwise nothing. */
+int ld_optimizer_finalize(ld_optimizer *o, int n, ld_tensor *const *vars);
 
 /* One step of k mirrored variables with the update sharded over the
    replicas of c (ld_comm_reduce_scatter_update): grads holds n*k tensors,

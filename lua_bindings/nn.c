@@ -58,10 +58,9 @@ static void model_mark_lost(lua_State *L, int mi, const char *why) {
     lua_getiuservalue(L, mi, 1);
     if (lua_getfield(L, -1, "_optimizer") == LUA_TUSERDATA) {
         ld_optimizer *o = lb_check_optimizer(L, -1);
-        for (int i = 0; i < o->n_slots; i++) {
-            if (o->slots[i].s1) st |= ld_tensor_set_lost(o->slots[i].s1, why);
-            if (o->slots[i].s2) st |= ld_tensor_set_lost(o->slots[i].s2, why);
-        }
+        for (int i = 0; i < o->n_slots; i++)
+            for (int q = 0; q < LD_OPT_SLOTS; q++)
+                if (o->slots[i].s[q]) st |= ld_tensor_set_lost(o->slots[i].s[q], why);
     }
     lua_pop(L, 2);
     if (st) luaL_error(L, "out of memory marking the model's variables");

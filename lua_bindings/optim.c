@@ -159,9 +159,10 @@ static int opt_unscale(lua_State *L) {
 
 /* The options each optimizer takes, as Keras 3's: its own, then the base
    class's. An option that is not there is an error naming it (Keras:
-   "Argument(s) not recognized"), and so is one of Keras's that ldist does
-   not do, unless it is off: amsgrad, centered, use_ema and the gradient
-   accumulation would otherwise train something else than asked, silently. */
+   "Argument(s) not recognized"), and so is loss_scale_factor, Keras's
+   one that ldist does not do (mixed_precision.LossScaleOptimizer scales
+   the loss), unless it is unset: it would otherwise train something else
+   than asked, silently. */
 static const char *const own_opts[][5] = {
     [LD_OPT_SGD] = {"momentum", "nesterov", NULL},
     [LD_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
@@ -209,21 +210,47 @@ static int check_options(lua_State *L, int t, ld_opt_kind kind) {
         else lb_unknown_option_in(L, what, k, own_opts[kind], base_opts);
         return lua_error(L);
     }
-    /* Keras's options that ldist does not do: an error unless off */
-    static const char *const off[] = {"amsgrad", "centered", "use_ema", NULL};
-    for (int i = 0; off[i]; i++) {
-        lua_getfield(L, t, off[i]);
-        int on = lua_toboolean(L, -1);
-        lua_pop(L, 1);
-        if (on) return luaL_error(L, "bad argument #1 to '%s' (%s is not supported by ldist's %s)", name, off[i], name);
+    /* Keras's option that ldist does not do: an error unless unset */
+    int ty = lua_getfield(L, t, "loss_scale_factor");
+    lua_pop(L, 1);
+    if (ty != LUA_TNIL)
+        return luaL_error(L, "bad argument #1 to '%s' (loss_scale_factor is not supported by ldist; "
+                             "mixed_precision.LossScaleOptimizer scales the loss)", name);
+    /* Keras's checks: accumulation over 2 or more steps (0 or nil: off),
+       the EMA's momentum in [0, 1] and its overwrite frequency >= 1 */
+    ty = lua_getfield(L, t, "gradient_accumulation_steps");
+    if (ty != LUA_TNIL && ty != LUA_TBOOLEAN) {
+        int isint;
+        lua_Integer k = lua_tointegerx(L, -1, &isint);
+        if (!isint || (k != 0 && k < 2))
+            return luaL_error(L, "bad argument #1 to '%s' (gradient_accumulation_steps must be an integer >= 2, got %s)",
+                              name, luaL_tolstring(L, -1, NULL));
+    } else if (ty == LUA_TBOOLEAN && lua_toboolean(L, -1)) {
+        return luaL_error(L, "bad argument #1 to '%s' (gradient_accumulation_steps must be an integer >= 2, got true)", name);
     }
-    static const char *const unset[][2] = {{"loss_scale_factor", "mixed_precision.LossScaleOptimizer scales the loss"},
-                                           {"gradient_accumulation_steps", "a larger batch, or several replicas"}};
-    for (int i = 0; i < 2; i++) {
-        int ty = lua_getfield(L, t, unset[i][0]);
+    lua_pop(L, 1);
+    lua_getfield(L, t, "use_ema");
+    int ema = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (ema) {
+        ty = lua_getfield(L, t, "ema_momentum");
+        if (ty != LUA_TNIL) {
+            int ok;
+            double v = lua_tonumberx(L, -1, &ok);
+            if (!ok || !(v >= 0 && v <= 1))
+                return luaL_error(L, "bad argument #1 to '%s' (ema_momentum must be in [0, 1], got %s)", name,
+                                  luaL_tolstring(L, -1, NULL));
+        }
         lua_pop(L, 1);
-        if (ty != LUA_TNIL)
-            return luaL_error(L, "bad argument #1 to '%s' (%s is not supported by ldist; %s)", name, unset[i][0], unset[i][1]);
+        ty = lua_getfield(L, t, "ema_overwrite_frequency");
+        if (ty != LUA_TNIL) {
+            int isint;
+            lua_Integer k = lua_tointegerx(L, -1, &isint);
+            if (!isint || k < 1)
+                return luaL_error(L, "bad argument #1 to '%s' (ema_overwrite_frequency must be an integer >= 1 or nil, "
+                                     "got %s)", name, luaL_tolstring(L, -1, NULL));
+        }
+        lua_pop(L, 1);
     }
     /* Keras: only one of the three */
     int clips = 0;
@@ -274,6 +301,16 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->clipvalue = (float)fnum(L, t, "clipvalue", 0);
         lua_getfield(L, t, "nesterov");
         o->nesterov = lua_toboolean(L, -1);
+        lua_getfield(L, t, "amsgrad");
+        o->amsgrad = lua_toboolean(L, -1);
+        lua_getfield(L, t, "centered");
+        o->centered = lua_toboolean(L, -1);
+        lua_getfield(L, t, "use_ema");
+        o->use_ema = lua_toboolean(L, -1);
+        lua_pop(L, 4);
+        o->ema_momentum = (float)fnum(L, t, "ema_momentum", o->ema_momentum);
+        o->ema_overwrite_frequency = (int64_t)fnum(L, t, "ema_overwrite_frequency", 0);
+        if (lua_getfield(L, t, "gradient_accumulation_steps") == LUA_TNUMBER) o->accum_steps = lua_tointeger(L, -1);
         lua_pop(L, 1);
         if (lua_getfield(L, t, "loss_scale") == LUA_TTABLE) read_loss_scale(L, lua_gettop(L), o);   /* a shipped LossScaleOptimizer */
         lua_pop(L, 1);
@@ -402,21 +439,23 @@ static int sched_exp(lua_State *L) { return sched_make(L, "ExponentialDecay"); }
 static int sched_cos(lua_State *L) { return sched_make(L, "CosineDecay"); }
 static int sched_pw(lua_State *L) { return sched_make(L, "PiecewiseConstantDecay"); }
 
-/* optim._state(opt, vars) -> {iterations=, slots={{s1, s2}, ...}} (copies), for
-   checkpoints (BackupAndRestore) and for shipping a model to workers */
+/* optim._state(opt, vars) -> {iterations=, slots={{s1, s2, s3}, ...}} (copies,
+   ld_slot's order, nil where none), for checkpoints (BackupAndRestore) and
+   for shipping a model to workers */
 static int opt_state(lua_State *L) {
     lua_settop(L, 2);
     ld_optimizer *o = lb_check_optimizer(L, 1);
     ld_tensor **v;
     int n = lb_check_tensors(L, 2, 2, 0, &v);
-    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
-    ld_optimizer_state_get(o, n, v, s, s + n);
-    lua_createtable(L, 0, 2);
+    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(LD_OPT_SLOTS * n + 1), 0);
+    if (ld_optimizer_state_get(o, n, v, s)) return lb_engine_error(L, 1);
+    lua_createtable(L, 0, 3);
     lua_pushinteger(L, o->iterations); lua_setfield(L, -2, "iterations");
+    if (o->accum_steps >= 2) { lua_pushinteger(L, o->accum_calls); lua_setfield(L, -2, "accum_calls"); }
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
-        lua_createtable(L, 2, 0);
-        for (int q = 0; q < 2; q++) {
+        lua_createtable(L, LD_OPT_SLOTS, 0);
+        for (int q = 0; q < LD_OPT_SLOTS; q++) {
             ld_tensor *t = s[q * n + i];
             if (!t) continue;
             ld_tensor *c = ld_clone(t);
@@ -430,7 +469,7 @@ static int opt_state(lua_State *L) {
     return 1;
 }
 
-/* optim._set_state(opt, vars, {iterations=, slots=}) */
+/* optim._set_state(opt, vars, {iterations=, slots=, accum_calls=}) */
 static int opt_set_state(lua_State *L) {
     lua_settop(L, 3);
     ld_optimizer *o = lb_check_optimizer(L, 1);
@@ -440,13 +479,13 @@ static int opt_set_state(lua_State *L) {
     lua_getfield(L, 3, "iterations");
     int64_t it = (int64_t)luaL_checkinteger(L, -1);
     lua_pop(L, 1);
-    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(2 * n + 1), 0);
-    memset(s, 0, sizeof *s * (size_t)(2 * n + 1));
+    ld_tensor **s = lua_newuserdatauv(L, sizeof *s * (size_t)(LD_OPT_SLOTS * n + 1), 0);
+    memset(s, 0, sizeof *s * (size_t)(LD_OPT_SLOTS * n + 1));
     lua_getfield(L, 3, "slots");
     if (lua_istable(L, -1)) {
         for (int i = 0; i < n; i++) {
             if (lua_geti(L, -1, i + 1) == LUA_TTABLE) {
-                for (int q = 0; q < 2; q++) {
+                for (int q = 0; q < LD_OPT_SLOTS; q++) {
                     lua_geti(L, -1, q + 1);
                     s[q * n + i] = lua_isnil(L, -1) ? NULL : lb_check_tensor(L, -1);
                     lua_pop(L, 1);
@@ -455,7 +494,23 @@ static int opt_set_state(lua_State *L) {
             lua_pop(L, 1);
         }
     }
-    if (ld_optimizer_state_set(o, it, n, v, s, s + n)) return luaL_error(L, "%s", ld_error());
+    if (ld_optimizer_state_set(o, it, n, v, s)) return luaL_error(L, "%s", ld_error());
+    /* gradient accumulation's count of calls (Keras's _iterations); a state
+       without it: the updates' calls, none pending */
+    lua_getfield(L, 3, "accum_calls");
+    int isint;
+    lua_Integer calls = lua_tointegerx(L, -1, &isint);
+    o->accum_calls = isint ? (int64_t)calls : it * (o->accum_steps >= 2 ? o->accum_steps : 0);
+    return 0;
+}
+
+/* optim._finalize(opt, vars): Keras's finalize_variable_values (the end of fit) */
+static int opt_finalize(lua_State *L) {
+    lua_settop(L, 2);
+    ld_optimizer *o = lb_check_optimizer(L, 1);
+    ld_tensor **v;
+    int n = lb_check_tensors(L, 2, 2, 0, &v);
+    if (ld_optimizer_finalize(o, n, v)) return lb_engine_error(L, 1);
     return 0;
 }
 
@@ -496,10 +551,18 @@ static int opt_config(lua_State *L) {
     if (in_list(own, "epsilon")) { lua_pushnumber(L, o->epsilon); lua_setfield(L, -2, "epsilon"); }
     if (in_list(own, "rho")) { lua_pushnumber(L, o->rho); lua_setfield(L, -2, "rho"); }
     if (in_list(own, "nesterov")) { lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov"); }
+    if (in_list(own, "amsgrad")) { lua_pushboolean(L, o->amsgrad); lua_setfield(L, -2, "amsgrad"); }
+    if (in_list(own, "centered")) { lua_pushboolean(L, o->centered); lua_setfield(L, -2, "centered"); }
     lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
     if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
     if (o->global_clipnorm > 0) { lua_pushnumber(L, o->global_clipnorm); lua_setfield(L, -2, "global_clipnorm"); }
     if (o->clipvalue > 0) { lua_pushnumber(L, o->clipvalue); lua_setfield(L, -2, "clipvalue"); }
+    if (o->use_ema) {
+        lua_pushboolean(L, 1); lua_setfield(L, -2, "use_ema");
+        lua_pushnumber(L, o->ema_momentum); lua_setfield(L, -2, "ema_momentum");
+        if (o->ema_overwrite_frequency > 0) { lua_pushinteger(L, o->ema_overwrite_frequency); lua_setfield(L, -2, "ema_overwrite_frequency"); }
+    }
+    if (o->accum_steps >= 2) { lua_pushinteger(L, o->accum_steps); lua_setfield(L, -2, "gradient_accumulation_steps"); }
     if (o->loss_scale.on) {   /* a LossScaleOptimizer, with where its scale is */
         push_loss_scale(L, o);
         lua_setfield(L, -2, "loss_scale");
@@ -511,13 +574,15 @@ static int opt_config(lua_State *L) {
 #define COMMON_DOC                                                                                                     \
     "\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), " \
     "global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the "          \
-    "gradients summed across replicas. An unknown option is an error, and so are Keras's amsgrad, centered, use_ema "    \
-    "and gradient_accumulation_steps, which ldist does not do."
+    "gradients summed across replicas; gradient_accumulation_steps=k (k >= 2) applies the mean of k calls' gradients "    \
+    "every k-th call (a batch k times larger, in k pieces); use_ema=true keeps each variable's moving average "          \
+    "(ema_momentum=0.99), written into the variables every ema_overwrite_frequency steps and when fit ends. An "         \
+    "unknown option is an error."
 static const char *const docs[] = {
     "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=, global_clipnorm=, clipvalue=}\n\nStochastic gradient descent (Keras' rule)." COMMON_DOC,
-    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam (Keras' rule)." COMMON_DOC,
-    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdam with decoupled weight decay." COMMON_DOC,
-    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7}\n\nRMSprop (Keras' rule)." COMMON_DOC,
+    "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=false}\n\nAdam (Keras' rule); amsgrad divides by the running maximum of v (a third slot per variable)." COMMON_DOC,
+    "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=false}\n\nAdam with decoupled weight decay." COMMON_DOC,
+    "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7, centered=false}\n\nRMSprop (Keras' rule); centered divides by the variance of the gradient (its mean square less its squared mean, a third slot per variable)." COMMON_DOC,
     "Optimizer:apply_gradients", "opt:apply_gradients(grads, vars)\n\nOne update of each variable by its gradient (tables in the same order; nil gradients are skipped).",
     NULL};
 
@@ -543,11 +608,13 @@ int lb_open_optim(lua_State *L) {
     lua_pushcfunction(L, sched_call); lua_setfield(L, -2, "__call");
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
-                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state},
+                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state}, {"_finalize", opt_finalize},
                                  {"_loss_scale", opt_loss_scale}, {"_unscale", opt_unscale}, {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");
     lua_setfield(L, -2, "Optimizer");
+    lua_pushinteger(L, LD_OPT_SLOTS);   /* slots per variable in _state's tables */
+    lua_setfield(L, -2, "_n_slots");
     lua_pushcfunction(L, opt_apply);
     lua_setfield(L, -2, "_apply_gradients");
     static const luaL_Reg s[] = {{"ExponentialDecay", sched_exp}, {"CosineDecay", sched_cos},

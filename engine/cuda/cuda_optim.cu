@@ -4,6 +4,7 @@
  * in ld_cpu.c and ld_optim.h).
  */
 #include "cuda_common.cuh"
+#include "ld_elementwise_math.h"
 
 #include <math.h>
 
@@ -30,8 +31,8 @@ void cu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, 
 }
 
 /* a = lr * sqrt(1 - b2^t) / (1 - b1^t), computed on the host in double as the CPU does */
-__global__ void k_adam(float *w, float *m, float *v, const float *g, int64_t n, float lr, float a, float c1,
-                       float c2, float eps, float wd, int decoupled) {
+__global__ void k_adam(float *w, float *m, float *v, float *vhat, const float *g, int64_t n, float lr, float a,
+                       float c1, float c2, float eps, float wd, int decoupled) {
     CU_LOOP(i, n) {
         float gi = g[i], wi = w[i];
         if (decoupled) wi -= lr * wd * wi;
@@ -41,27 +42,33 @@ __global__ void k_adam(float *w, float *m, float *v, const float *g, int64_t n, 
         vi += (gi * gi - vi) * c2;
         m[i] = mi;
         v[i] = vi;
+        if (vhat) vhat[i] = vi = ld_ew_max(vhat[i], vi);   /* amsgrad */
         w[i] = wi - a * mi / (sqrtf(vi) + eps);
     }
 }
 
-void cu_adam_update(ld_device *d, float *w, float *m, float *v, const float *g, int64_t n, float lr, float b1,
-                    float b2, float eps, int64_t step, float weight_decay, int decoupled) {
+void cu_adam_update(ld_device *d, float *w, float *m, float *v, float *vhat, const float *g, int64_t n, float lr,
+                    float b1, float b2, float eps, int64_t step, float weight_decay, int decoupled) {
     if (n <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     double alpha = lr * sqrt(1.0 - pow(b2, (double)step)) / (1.0 - pow(b1, (double)step));
-    k_adam<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, m, v, g, n, lr, (float)alpha, 1 - b1, 1 - b2, eps,
+    k_adam<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, m, v, vhat, g, n, lr, (float)alpha, 1 - b1, 1 - b2, eps,
                                                      weight_decay, decoupled);
     cu_launched(cd, "adam_update kernel");
 }
 
-__global__ void k_rmsprop(float *w, float *ms, float *mom, const float *g, int64_t n, float lr, float rho,
+__global__ void k_rmsprop(float *w, float *ms, float *mom, float *mg, const float *g, int64_t n, float lr, float rho,
                           float momentum, float eps) {
     CU_LOOP(i, n) {
         float gi = g[i];
         float s = rho * ms[i] + (1 - rho) * gi * gi;
         ms[i] = s;
+        if (mg) {   /* centered */
+            float a = rho * mg[i] + (1 - rho) * gi;
+            mg[i] = a;
+            s -= a * a;
+        }
         float inc = lr * gi / sqrtf(s + eps);
         if (mom) {
             float mo = momentum * mom[i] + inc;
@@ -73,11 +80,11 @@ __global__ void k_rmsprop(float *w, float *ms, float *mom, const float *g, int64
     }
 }
 
-void cu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, const float *g, int64_t n, float lr,
-                       float rho, float momentum, float eps) {
+void cu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, float *mg, const float *g, int64_t n,
+                       float lr, float rho, float momentum, float eps) {
     if (n <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    k_rmsprop<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, ms, mom, g, n, lr, rho, momentum, eps);
+    k_rmsprop<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, ms, mom, mg, g, n, lr, rho, momentum, eps);
     cu_launched(cd, "rmsprop_update kernel");
 }

@@ -56,6 +56,14 @@ local OPTIMIZERS = {
   sgd_clipnorm = function() return optim.SGD { learning_rate = 0.1, clipnorm = 0.05 } end,
   adam_global_clipnorm = function() return optim.Adam { learning_rate = 0.01, global_clipnorm = 0.1 } end,
   sgd_clipvalue = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9, clipvalue = 0.01 } end,
+  -- the variants with a third slot (sharded on Mirrored over CPU devices, shipped to workers)
+  adam_amsgrad = function() return optim.Adam { learning_rate = 0.01, beta_2 = 0.9, amsgrad = true } end,
+  rmsprop_centered = function() return optim.RMSprop { learning_rate = 0.005, momentum = 0.5, centered = true } end,
+  -- Keras's gradient accumulation (the mean of 3 calls' reduced gradients, 50 steps: 16 updates and 2 pending)
+  -- and its moving average of the weights (overwritten every 7 steps; fit ends writing it)
+  sgd_accumulate = function() return optim.SGD { learning_rate = 0.2, momentum = 0.5, gradient_accumulation_steps = 3 } end,
+  adam_ema = function() return optim.Adam { learning_rate = 0.01, use_ema = true, ema_momentum = 0.9,
+                                            ema_overwrite_frequency = 7 } end,
 }
 
 local function sparse_ce(reduction)
@@ -138,7 +146,8 @@ end
 
 ---------------------------------------------------------------- training equality
 -- optimizers: 240 rows, batch 24 (divisible by 1, 2, 3 replicas), 5 epochs = 50 steps
-for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "adam_global_clipnorm", "sgd_clipvalue" } do
+for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "adam_global_clipnorm", "sgd_clipvalue",
+                       "adam_amsgrad", "rmsprop_centered", "sgd_accumulate", "adam_ema" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
       also = mode == "fit" and { "ps", "mw_local" } or nil,

@@ -127,6 +127,103 @@ T.test("SGD and Adam follow Keras' update rules", function()
   T.near(aw[0], 1 - 0.01 * 0.1, 1e-5)
 end)
 
+T.test("amsgrad and centered RMSprop follow Keras's rules", function()
+  -- four steps from {1, -2, 0.5}; the expected values are Keras 3.15's
+  -- (keras.optimizers.Adam(0.1, beta_2=0.5, amsgrad=True), ...). beta_2 0.5
+  -- lets v fall below its maximum, so amsgrad differs from Adam.
+  local grads = { { 0.5, -0.25, 2.0 }, { -0.1, 0.3, 0.5 }, { 0.05, -1.0, -0.5 }, { 0.2, 0.2, 1e-3 } }
+  local function run(o)
+    local v = tensor.Variable{1.0, -2.0, 0.5}
+    for _, g in ipairs(grads) do o:apply_gradients({tensor.new(g)}, {v}) end
+    return v:totable()
+  end
+  local want = {
+    { "Adam amsgrad", optim.Adam{learning_rate = 0.1, beta_2 = 0.5, amsgrad = true}, { 0.7771567, -1.8449697, 0.2594007 } },
+    { "AdamW amsgrad", optim.AdamW{learning_rate = 0.1, weight_decay = 0.1, beta_2 = 0.5, amsgrad = true},
+      { 0.74197710, -1.7692976, 0.24452718 } },
+    { "Adam", optim.Adam{learning_rate = 0.1, beta_2 = 0.5}, { 0.6944143, -1.8359805, 0.1679014 } },
+    { "RMSprop centered", optim.RMSprop{learning_rate = 0.1, centered = true}, { 0.5585755, -1.66852, 0.16462336 } },
+    { "RMSprop centered momentum", optim.RMSprop{learning_rate = 0.1, centered = true, momentum = 0.9},
+      { -0.1716145, -1.002089, -0.7203332 } },
+    { "RMSprop", optim.RMSprop{learning_rate = 0.1}, { 0.58368963, -1.6960491, 0.1850504 } },
+  }
+  for _, c in ipairs(want) do
+    local got = run(c[2])
+    for i = 1, 3 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end
+  end
+  -- the variants keep a third slot, which the state (checkpoints, workers) carries
+  local o, v = optim.Adam{amsgrad = true}, tensor.Variable{1.0, 2.0}
+  o:apply_gradients({tensor.new{1.0, -1.0}}, {v})
+  local st = ldist.optim._state(o, {v})
+  T.ok(st.slots[1][3], "amsgrad's slot in the state")
+  T.eq(ldist.optim._state(optim.RMSprop{centered = true}, {v}).slots[1][3], nil, "no slot before the first step")
+  T.eq(ldist.optim._config(o).amsgrad, true)
+  T.eq(ldist.optim._config(optim.RMSprop{centered = true}).centered, true)
+  T.eq(ldist.optim._config(optim.SGD{}).amsgrad, nil, "SGD's config has no amsgrad")
+end)
+
+T.test("gradient accumulation and use_ema follow Keras's rules, in apply_gradients and in fit", function()
+  -- five calls from {1, -2, 0.5}; the expected values are Keras 3.15's, with its
+  -- optimizer.iterations (the updates: a call that only accumulates is not one)
+  local grads = { { 0.5, -0.25, 2.0 }, { -0.1, 0.3, 0.5 }, { 0.05, -1.0, -0.5 }, { 0.2, 0.2, 1e-3 }, { 1.0, -0.5, 0.25 } }
+  local cases = {
+    { "SGD accumulating 2", optim.SGD{learning_rate = 0.1, gradient_accumulation_steps = 2},
+      { 0.967500031, -1.9625001, 0.399949998 }, 2 },
+    { "Adam accumulating 3", optim.Adam{learning_rate = 0.1, gradient_accumulation_steps = 3},
+      { 0.900002778, -1.90000165, 0.400001138 }, 1 },
+    { "SGD momentum clipnorm accumulating 2",
+      optim.SGD{learning_rate = 0.1, momentum = 0.9, clipnorm = 0.5, gradient_accumulation_steps = 2},
+      { 0.972493827, -1.9618758, 0.431161404 }, 2 },
+    { "SGD use_ema", optim.SGD{learning_rate = 0.1, use_ema = true, ema_momentum = 0.5},
+      { 0.834999979, -1.87500012, 0.274900019 }, 5 },
+    { "SGD use_ema overwriting every 2", optim.SGD{learning_rate = 0.1, use_ema = true, ema_momentum = 0.5,
+      ema_overwrite_frequency = 2 }, { 0.841249943, -1.875, 0.287450016 }, 5 },
+    { "Adam use_ema accumulating 2", optim.Adam{learning_rate = 0.1, use_ema = true, ema_momentum = 0.8,
+      gradient_accumulation_steps = 2 }, { 0.803738296, -2.02989674, 0.348865837 }, 2 },
+  }
+  for _, c in ipairs(cases) do
+    local v = tensor.Variable{1.0, -2.0, 0.5}
+    for _, g in ipairs(grads) do c[2]:apply_gradients({tensor.new(g)}, {v}) end
+    local got = v:totable()
+    for i = 1, 3 do T.near(got[i], c[3][i], 3e-6, ("%s [%d]"):format(c[1], i)) end
+    T.eq(c[2].iterations, c[4], c[1] .. ": iterations")
+  end
+  -- fit: 8 rows, batch 2, 2 epochs, no shuffling, from set weights; Keras's
+  -- fit ends by writing the averages into the variables (use_ema)
+  local x = tensor.new{{1, 2}, {0.5, -1}, {2, 0}, {-1, 1}, {0, 3}, {1, 1}, {2, -2}, {-0.5, 0.5}}
+  local y = tensor.new{{1, 0}, {0, 1}, {1, 1}, {0, 0}, {2, 1}, {1, 0}, {0, 2}, {1, 1}}
+  local fits = {
+    { "fit use_ema", optim.SGD{learning_rate = 0.05, use_ema = true, ema_momentum = 0.9},
+      { 0.484234571, -0.130817175, 0.217742026, 0.169519261, 0.0436762348, 0.180843413 }, 8 },
+    { "fit accumulating 3", optim.SGD{learning_rate = 0.05, momentum = 0.5, gradient_accumulation_steps = 3},
+      { 0.483852416, -0.13193576, 0.206274748, 0.19385004, 0.0396440998, 0.160702258 }, 2 },
+  }
+  for _, c in ipairs(fits) do
+    local m = nn.Sequential{nn.Dense(2)}
+    m:build({2})
+    m.trainable_variables[1]:assign(tensor.new{{0.5, -0.25}, {0.1, 0.3}})
+    m.trainable_variables[2]:assign(tensor.new{0.0, 0.1})
+    m:compile{optimizer = c[2], loss = "mse"}
+    m:fit(x, y, {batch_size = 2, epochs = 2, shuffle = false, verbose = 0})
+    local got = {}
+    for _, v in ipairs(m.trainable_variables) do
+      for _, e in ipairs(v:reshape(-1):totable()) do got[#got + 1] = e end
+    end
+    for i = 1, 6 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end
+    T.eq(c[2].iterations, c[4], c[1] .. ": iterations")
+  end
+  -- Keras's checks, and the config that ships the optimizer
+  T.raises(function() optim.SGD{gradient_accumulation_steps = 1} end, "gradient_accumulation_steps must be an integer >= 2, got 1")
+  T.raises(function() optim.SGD{gradient_accumulation_steps = 2.5} end, "must be an integer >= 2, got 2.5")
+  T.raises(function() optim.SGD{use_ema = true, ema_momentum = 1.5} end, "ema_momentum must be in [0, 1], got 1.5")
+  T.raises(function() optim.SGD{use_ema = true, ema_overwrite_frequency = 0} end, "ema_overwrite_frequency must be an integer >= 1")
+  T.ok(optim.SGD{gradient_accumulation_steps = 0}, "0 is off, as in Keras")
+  local c = ldist.optim._config(optim.Adam{use_ema = true, ema_overwrite_frequency = 3, gradient_accumulation_steps = 4})
+  T.eq(c.use_ema, true); T.near(c.ema_momentum, 0.99, 1e-7); T.eq(c.ema_overwrite_frequency, 3)
+  T.eq(c.gradient_accumulation_steps, 4)
+  T.eq(ldist.optim._config(optim.Adam{}).use_ema, nil, "off: not in the config")
+end)
+
 T.test("clipnorm, global_clipnorm and clipvalue clip as Keras's do", function()
   -- gradients {3, 4} and {0, 1}, SGD at rate 1 from zeros; the expected
   -- values are Keras 3.15's (keras.optimizers.SGD(1.0, clipnorm=1.0), ...)
@@ -161,10 +258,9 @@ T.test("an optimizer's unknown option, or one of Keras's that ldist does not do,
   T.raises(function() optim.Adam{amsgrads = true} end, "optim.Adam: unknown option 'amsgrads'; did you mean 'amsgrad'? (it takes beta_1,")
   T.raises(function() optim.SGD{beta_1 = 0.9} end, "optim.SGD: unknown option 'beta_1' (it takes momentum, nesterov,")
   T.raises(function() optim.SGD{decay = 1e-4} end, "Keras 3 has no decay")
-  T.raises(function() optim.Adam{amsgrad = true} end, "amsgrad is not supported by ldist's Adam")
-  T.raises(function() optim.RMSprop{centered = true} end, "centered is not supported by ldist's RMSprop")
-  T.raises(function() optim.Adam{use_ema = true} end, "use_ema is not supported")
-  T.raises(function() optim.Adam{gradient_accumulation_steps = 4} end, "gradient_accumulation_steps is not supported")
+  T.raises(function() optim.SGD{amsgrad = true} end, "optim.SGD: unknown option 'amsgrad'")
+  T.raises(function() optim.Adam{centered = true} end, "optim.Adam: unknown option 'centered'")
+  T.raises(function() optim.Adam{loss_scale_factor = 128} end, "loss_scale_factor is not supported by ldist")
   T.raises(function() optim.SGD{clipnorm = 1, clipvalue = 1} end, "only one of clipnorm, clipvalue and global_clipnorm")
   T.raises(function() optim.SGD{clipnorm = -1} end, "clipnorm must be a number >= 0, got -1")
   -- a model saved before the options were checked described its optimizer

@@ -582,7 +582,7 @@ T.test("dense's fused product (gemm_bias) is matmul, then + bias, then relu, exa
 end)
 
 ---------------------------------------------------------------- optimizers
-T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, RMSprop, the clippings", function()
+T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, amsgrad, RMSprop, centered, the clippings, accumulation, EMA", function()
   local makers = {
     { "sgd", function() return optim.SGD { learning_rate = 0.1 } end },
     { "sgd momentum", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end },
@@ -591,6 +591,12 @@ T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, 
     { "adamw", function() return optim.AdamW { learning_rate = 0.01, weight_decay = 0.1 } end },
     { "rmsprop", function() return optim.RMSprop { learning_rate = 0.01 } end },
     { "rmsprop momentum", function() return optim.RMSprop { learning_rate = 0.01, momentum = 0.5 } end },
+    { "adam amsgrad", function() return optim.Adam { learning_rate = 0.01, beta_2 = 0.5, amsgrad = true } end },
+    { "adamw amsgrad", function() return optim.AdamW { learning_rate = 0.01, beta_2 = 0.5, amsgrad = true } end },
+    { "rmsprop centered", function() return optim.RMSprop { learning_rate = 0.01, centered = true } end },
+    { "rmsprop centered momentum", function() return optim.RMSprop { learning_rate = 0.01, centered = true, momentum = 0.5 } end },
+    { "sgd accumulating 2", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9, gradient_accumulation_steps = 2 } end },
+    { "adam ema", function() return optim.Adam { learning_rate = 0.01, use_ema = true, ema_momentum = 0.5, ema_overwrite_frequency = 2 } end },
     { "sgd clipnorm", function() return optim.SGD { learning_rate = 0.1, clipnorm = 1 } end },
     { "adam global_clipnorm", function() return optim.Adam { learning_rate = 0.01, global_clipnorm = 1 } end },
     { "sgd clipvalue", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9, clipvalue = 0.5 } end },

@@ -678,9 +678,20 @@ function PS:_fit(model, x, y, opts)
     if model.stop_training then break end
   end
   coord._epoch = nil
+  -- Keras's finalize_variable_values, where the variables and their averages are: the ps tasks
+  if epochs > 0 and ldist.optim._config(model._optimizer).use_ema then
+    local reqs = {}
+    for p = 1, self._cl.num_ps do reqs[p] = { _type = "finalize" } end
+    for p, m in pairs(self:_ask(reqs, "finalized")) do
+      if not m.ok then error(("fit: ps %d: %s"):format(p - 1, tostring(m.error)), 0) end
+    end
+  end
   self:_fetch_into(model)
-  -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations)
-  ldist.optim._set_state(model._optimizer, {}, { iterations = math.tointeger(tonumber(self:ps_stats()[1].applied)) or 0 })
+  -- the optimizer counts the updates the ps tasks applied (TF's optimizer.iterations; with gradient
+  -- accumulation, the ps's optimizer counts the updates among them)
+  local st = self:ps_stats()[1]
+  ldist.optim._set_state(model._optimizer, {},
+    { iterations = math.tointeger(tonumber(st.iterations or st.applied)) or 0, accum_calls = math.tointeger(tonumber(st.applied)) })
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(model) end end
   model.history = ldist.callbacks._History._of(history, { epochs = epochs, steps = steps, verbose = verbose }, done_epochs)
   return model.history

@@ -297,19 +297,20 @@ local function ps_serve(me, ctl, nworkers)
     local t, list = {}, {}
     for n, v in pairs(vars) do t[n] = v; list[#list + 1] = n end
     table.sort(list)
-    -- the optimizer's slots (momentum, Adam's m and v) travel with the shards
-    local iterations = 0
+    -- the optimizer's slots (momentum, Adam's m and v, amsgrad's max) travel with the shards
+    local iterations, accum_calls = 0, nil
     if opt and #list > 0 then
       local vl = {}
       for i, n in ipairs(list) do vl[i] = vars[n] end
       local st = ldist.optim._state(opt, vl)
-      iterations = st.iterations or 0
+      iterations, accum_calls = st.iterations or 0, st.accum_calls
       for i, n in ipairs(list) do
-        for q = 1, 2 do if st.slots[i] and st.slots[i][q] then t[n .. "#slot" .. q] = st.slots[i][q] end end
+        for q = 1, ldist.optim._n_slots do if st.slots[i] and st.slots[i][q] then t[n .. "#slot" .. q] = st.slots[i][q] end end
       end
     end
     ldist.io.save_safetensors(("%s/ps-%d.safetensors"):format(dir, me), t,
-      { applied = tostring(applied), duplicates = tostring(dups), iterations = tostring(iterations) })
+      { applied = tostring(applied), duplicates = tostring(dups), iterations = tostring(iterations),
+        accum_calls = accum_calls and tostring(accum_calls) or nil })
     return true
   end
   -- one request (type ty, packed body) from rank `from`; via: the segment
@@ -390,12 +391,17 @@ local function ps_serve(me, ctl, nworkers)
           local list, vl, slots = {}, {}, {}
           for n in pairs(m.vars) do vars[n] = t[n]:contiguous():clone(); list[#list + 1] = n end
           table.sort(list)
-          for i, n in ipairs(list) do vl[i] = vars[n]; slots[i] = { t[n .. "#slot1"], t[n .. "#slot2"] } end
+          for i, n in ipairs(list) do
+            vl[i] = vars[n]
+            slots[i] = {}
+            for q = 1, ldist.optim._n_slots do slots[i][q] = t[n .. "#slot" .. q] end
+          end
           applied = tonumber(meta and meta.applied or 0) or 0
           dups = tonumber(meta and meta.duplicates or 0) or 0
           if #list > 0 and t[list[1] .. "#slot1"] then
             slots_restored = pcall(ldist.optim._set_state, opt, vl,
-              { iterations = tonumber(meta and meta.iterations or 0) or 0, slots = slots })
+              { iterations = tonumber(meta and meta.iterations or 0) or 0, slots = slots,
+                accum_calls = meta and meta.accum_calls and math.tointeger(tonumber(meta.accum_calls)) })
           end
         end
       end
@@ -405,6 +411,11 @@ local function ps_serve(me, ctl, nworkers)
     elseif ty == "save" then
       local okS, err = pcall(save, m.dir)
       reply("saved", C.pack({ req = m.req, ok = okS, error = not okS and tostring(err) or nil }))
+    elseif ty == "finalize" then   -- the end of fit: use_ema's averages into the variables held here
+      local vl = {}
+      for _, v in pairs(vars) do vl[#vl + 1] = v end
+      local okF, err = pcall(ldist.optim._finalize, opt, vl)
+      reply("finalized", C.pack({ req = m.req, ok = okF, error = not okF and tostring(err) or nil }))
     elseif ty == "trace" then   -- on: start afresh; off: stop and send the spans
       local out = spans
       spans = m.on and {} or nil
@@ -412,7 +423,8 @@ local function ps_serve(me, ctl, nworkers)
     elseif ty == "stats" then
       local uniq = 0
       for _ in pairs(tasks) do uniq = uniq + 1 end
-      reply("stats", C.pack({ req = m.req, applied = applied, unique = uniq, duplicates = dups, pid = C.getpid(),
+      reply("stats", C.pack({ req = m.req, applied = applied, iterations = opt and opt.iterations, unique = uniq,
+        duplicates = dups, pid = C.getpid(),
         shm_bytes = shm_bytes, net_bytes = net_bytes }))
     end
   end

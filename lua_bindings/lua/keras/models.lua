@@ -412,10 +412,12 @@ function nn._checkpoint(model)
   if model._optimizer then
     local st = ldist.optim._state(model._optimizer, model.trainable_variables)
     for i, sl in ipairs(st.slots) do
-      if sl[1] then t[("optimizer/slot1/%05d"):format(i)] = sl[1] end
-      if sl[2] then t[("optimizer/slot2/%05d"):format(i)] = sl[2] end
+      for q = 1, ldist.optim._n_slots do
+        if sl[q] then t[("optimizer/slot%d/%05d"):format(q, i)] = sl[q] end
+      end
     end
     meta.iterations = st.iterations
+    meta.accum_calls = st.accum_calls   -- gradient accumulation's calls (nil when off)
   end
   return t, meta
 end
@@ -440,10 +442,12 @@ function nn._restore_checkpoint(model, t, meta, where)
   if model._optimizer and meta.iterations then
     local slots = {}
     for i in ipairs(model.trainable_variables) do
-      slots[i] = { t[("optimizer/slot1/%05d"):format(i)], t[("optimizer/slot2/%05d"):format(i)] }
+      slots[i] = {}
+      for q = 1, ldist.optim._n_slots do slots[i][q] = t[("optimizer/slot%d/%05d"):format(q, i)] end
     end
     ldist.optim._set_state(model._optimizer, model.trainable_variables,
-      { iterations = math.tointeger(tonumber(meta.iterations)), slots = slots })
+      { iterations = math.tointeger(tonumber(meta.iterations)), slots = slots,
+        accum_calls = meta.accum_calls and math.tointeger(tonumber(meta.accum_calls)) })
   end
 end
 

@@ -946,6 +946,8 @@ function Model:_fit_loop(x, y, opts, strategy)
     if self.stop_training then break end
   end
   batches:close()
+  -- Keras's finalize_variable_values: with use_ema the variables take their moving averages
+  if epochs > 0 then ldist.optim._finalize(opt, self.trainable_variables) end
   for _, cb in ipairs(callbacks) do if cb.on_train_end then cb:on_train_end(self) end end
   self.history = history
   return history
