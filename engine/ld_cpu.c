@@ -856,6 +856,11 @@ void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const f
         cpu_copy_strided(d, (char *)c + i * ldc * (int64_t)ld_dtype_size(cdt), cdt, f + i * n, LD_F32, 1, &n, &one);
 }
 
+void ld_cpu_widen(ld_device *d, float *f, const void *x, ld_dtype dt, int64_t n) {
+    int64_t one = 1;
+    cpu_copy_strided(d, f, LD_F32, x, dt, 1, &n, &one);
+}
+
 /* A half C: the float32 sums into a scratch block, rounded once. */
 static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, ld_dtype dt,
                           const void *a, int64_t lda, const void *b, int64_t ldb, ld_dtype cdt, void *c, int64_t ldc) {

@@ -288,27 +288,82 @@ static void fa_bw_part(void *ctx, int p, int np) {
     free(gq_tmp);
 }
 
-void cpu_flash_attention(ld_device *d, float *o, float *lse, const float *q, const float *k, const float *v,
+static void fa_forward(fa_job *j) {
+    int64_t rows = j->batch * j->t;
+    if (rows * j->s * j->e < LD_CPU_PAR_MIN || rows < 2) fa_fwd_part(j, 0, 1);
+    else ld_cpu_parallel(fa_fwd_part, j, rows < 64 ? (int)rows : 64);
+}
+
+static void fa_backward(fa_job *j) {
+    if (j->t <= 0) {   /* no query: nothing reaches k or v */
+        size_t kv = sizeof(float) * (size_t)(j->batch * j->s * j->e);
+        if (j->gk) memset(j->gk, 0, kv);
+        if (j->gv) memset(j->gv, 0, kv);
+        return;
+    }
+    if (j->batch * j->t * j->s * j->e < LD_CPU_PAR_MIN || j->batch < 2) fa_bw_part(j, 0, 1);
+    else ld_cpu_parallel(fa_bw_part, j, j->batch < 64 ? (int)j->batch : 64);
+}
+
+/* Half inputs: widened to float32 copies, the float32 loops above, the
+   results rounded once to dt. One scratch block holds every copy: sizes in
+   floats, NULL pointers where a size is 0 or a tensor is not given. */
+static float *fa_scratch(ld_device *d, const char *op, int n, const int64_t *sizes, const void *const *src, ld_dtype dt,
+                         float **out) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += sizes[i];
+    float *buf = malloc(sizeof(float) * (size_t)(total ? total : 1));
+    if (!buf) { ld_device_fault(d, LD_ENOMEM, "%s: out of memory for the float32 copies", op); return NULL; }
+    float *p = buf;
+    for (int i = 0; i < n; i++) {
+        out[i] = sizes[i] ? p : NULL;
+        if (out[i] && src[i]) ld_cpu_widen(d, out[i], src[i], dt, sizes[i]);
+        p += sizes[i];
+    }
+    return buf;
+}
+
+void cpu_flash_attention(ld_device *d, ld_dtype dt, void *o, float *lse, const void *q, const void *k, const void *v,
                          int64_t batch, int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
     if (batch <= 0 || t <= 0) return;
     fa_job j = {.d = d, .o = o, .lse = lse, .q = q, .k = k, .v = v, .batch = batch, .t = t, .s = s, .e = e,
                 .scale = scale, .causal = causal, .offset = offset};
-    int64_t rows = batch * t;
-    if (rows * s * e < LD_CPU_PAR_MIN || rows < 2) fa_fwd_part(&j, 0, 1);
-    else ld_cpu_parallel(fa_fwd_part, &j, rows < 64 ? (int)rows : 64);
+    if (dt == LD_F32) { fa_forward(&j); return; }
+    int64_t nq = batch * t * e, nk = batch * s * e;
+    const int64_t sizes[4] = {nq, nk, nk, nq};
+    const void *src[4] = {q, k, v, NULL};
+    float *f[4];
+    float *buf = fa_scratch(d, "flash_attention", 4, sizes, src, dt, f);
+    if (!buf) { ld_cpu_nan_rows(d, o, dt, e, batch * t, e); return; }
+    j.q = f[0]; j.k = f[1]; j.v = f[2]; j.o = f[3];
+    fa_forward(&j);
+    ld_cpu_round_rows(d, o, dt, e, f[3], batch * t, e);
+    free(buf);
 }
 
-void cpu_flash_attention_backward(ld_device *d, float *gq, float *gk, float *gv, const float *go, const float *q,
-                                  const float *k, const float *v, const float *o, const float *lse, int64_t batch,
-                                  int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
+void cpu_flash_attention_backward(ld_device *d, ld_dtype dt, void *gq, void *gk, void *gv, const void *go,
+                                  const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                  int64_t batch, int64_t t, int64_t s, int64_t e, float scale, int causal,
+                                  int64_t offset) {
     if (batch <= 0) return;
     fa_job j = {.d = d, .lse = (float *)lse, .gq = gq, .gk = gk, .gv = gv, .q = q, .k = k, .v = v, .go = go, .oi = o,
                 .batch = batch, .t = t, .s = s, .e = e, .scale = scale, .causal = causal, .offset = offset};
-    if (t <= 0) {   /* no query: nothing reaches k or v */
-        if (gk) memset(gk, 0, sizeof(float) * (size_t)(batch * s * e));
-        if (gv) memset(gv, 0, sizeof(float) * (size_t)(batch * s * e));
+    if (dt == LD_F32) { fa_backward(&j); return; }
+    int64_t nq = batch * t * e, nk = batch * s * e;
+    const int64_t sizes[8] = {nq, nk, nk, nq, nq, gq ? nq : 0, gk ? nk : 0, gv ? nk : 0};
+    const void *src[8] = {q, k, v, go, o, NULL, NULL, NULL};
+    float *f[8];
+    float *buf = fa_scratch(d, "flash_attention_backward", 8, sizes, src, dt, f);
+    if (!buf) {
+        if (gq) ld_cpu_nan_rows(d, gq, dt, e, batch * t, e);
+        if (gk) ld_cpu_nan_rows(d, gk, dt, e, batch * s, e);
+        if (gv) ld_cpu_nan_rows(d, gv, dt, e, batch * s, e);
         return;
     }
-    if (batch * t * s * e < LD_CPU_PAR_MIN || batch < 2) fa_bw_part(&j, 0, 1);
-    else ld_cpu_parallel(fa_bw_part, &j, batch < 64 ? (int)batch : 64);
+    j.q = f[0]; j.k = f[1]; j.v = f[2]; j.go = f[3]; j.oi = f[4]; j.gq = f[5]; j.gk = f[6]; j.gv = f[7];
+    fa_backward(&j);
+    if (gq) ld_cpu_round_rows(d, gq, dt, e, f[5], batch * t, e);
+    if (gk) ld_cpu_round_rows(d, gk, dt, e, f[6], batch * s, e);
+    if (gv) ld_cpu_round_rows(d, gv, dt, e, f[7], batch * s, e);
+    free(buf);
 }

@@ -16,6 +16,8 @@
    rows f rounded to a half cdt once (gemm_half, gemm_batched_half). */
 void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n);
 void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const float *f, int64_t rows, int64_t n);
+/* n values of dt (float32, float16, bfloat16) widened into float32 f (exact) */
+void ld_cpu_widen(ld_device *d, float *f, const void *x, ld_dtype dt, int64_t n);
 
 /* Dense's epilogue on rows of a product's C (ldc apart): c += bias[j]
    (bias NULL: nothing), then relu when `relu` (NaN kept, as ld_ew_relu).

@@ -202,8 +202,18 @@ static void probe(void) {
     if (n > 0) { plugin = p; n_cuda = n; }
 }
 
+/* ---- sim:0 (LD_DEV_SIM, ld_device.h): registered with the plugin's
+   devices when LDIST_SIM_DEVICE=1 ---- */
+static ld_device sim0 = {LD_DEV_SIM, 0, "sim:0", &ld_cpu_kernels, 0, 0, 0, NULL};
+
+static void probe_all(void) {
+    probe();
+    const char *e = getenv("LDIST_SIM_DEVICE");
+    if (e && !strcmp(e, "1")) ld_device_register(&sim0);
+}
+
 int ld_cuda_load(void) {
-    pthread_once(&plugin_once, probe);
+    pthread_once(&plugin_once, probe_all);
     return n_cuda;
 }
 

@@ -15,7 +15,11 @@
 #include "ld_tensor.h"
 #include "ld_kernels.h"
 
-typedef enum { LD_DEV_CPU = 0, LD_DEV_CUDA } ld_device_kind;
+/* LD_DEV_SIM: sim:0, which only tests make (LDIST_SIM_DEVICE=1): the CPU's
+   kernels on memory the engine treats as a GPU's, which the host may not
+   read or write (ld_tensor_data refuses it); so an op that takes a host
+   pointer of a device tensor fails on this machine as it would on a GPU. */
+typedef enum { LD_DEV_CPU = 0, LD_DEV_CUDA, LD_DEV_SIM } ld_device_kind;
 
 typedef enum { LD_BINARY_OPS(LD_BIN_ENUM) LD_BIN_COUNT } ld_binary_op;
 typedef enum { LD_UNARY_OPS(LD_UN_ENUM) LD_UN_COUNT } ld_unary_op;

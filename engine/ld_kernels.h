@@ -186,16 +186,18 @@ typedef struct {
        masked_softmax) v for q [batch, t, e], k [batch, s, e], v [batch, s, \
        e]; lse [batch, t] gets each row's log-sum-exp of its scaled logits  \
        (INFINITY on a row masked whole, whose weights are uniform). e is    \
-       16, 32 or 64 (ld_attention falls back to the unfused path else). */  \
-    X(flash_attention, (V, float *, o), (V, float *, lse), (V, const float *, q), (V, const float *, k),       \
-      (V, const float *, v), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, int64_t, e),           \
-      (V, float, scale), (V, int, causal), (V, int64_t, offset))                                                \
+       16, 32 or 64 (ld_attention falls back to the unfused path else).     \
+       q, k, v and o in dt: float32, or float16/bfloat16 computed in        \
+       float32 (o rounded once); lse float32. */                            \
+    X(flash_attention, (V, ld_dtype, dt), (V, void *, o), (V, float *, lse), (V, const void *, q),             \
+      (V, const void *, k), (V, const void *, v), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s),       \
+      (V, int64_t, e), (V, float, scale), (V, int, causal), (V, int64_t, offset))                               \
     /* Its backward from go = dL/do and the forward's o and lse: gq, gk, gv \
-       (each NULL when not wanted) written whole. */                         \
-    X(flash_attention_backward, (V, float *, gq), (V, float *, gk), (V, float *, gv), (V, const float *, go),  \
-      (V, const float *, q), (V, const float *, k), (V, const float *, v), (V, const float *, o),              \
-      (V, const float *, lse), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, int64_t, e),         \
-      (V, float, scale), (V, int, causal), (V, int64_t, offset))                                                \
+       (each NULL when not wanted) written whole, in dt as the inputs. */   \
+    X(flash_attention_backward, (V, ld_dtype, dt), (V, void *, gq), (V, void *, gk), (V, void *, gv),          \
+      (V, const void *, go), (V, const void *, q), (V, const void *, k), (V, const void *, v),                  \
+      (V, const void *, o), (V, const float *, lse), (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s),     \
+      (V, int64_t, e), (V, float, scale), (V, int, causal), (V, int64_t, offset))                               \
     /* convolution, its im2col lowering, max pooling (ld_ops_conv.c) */    \
     /* Direct convolution (no im2col): y [n, oh, ow, f] = x * w + b (b NULL: \
        no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \
@@ -261,8 +263,8 @@ typedef struct {
  *                   k_ being the struct pointer in scope
  * LD_K_LOAD(...)    k_->field for each, comma-separated
  */
-#define LD_K_NARGS(...) LD_K_NARGS_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define LD_K_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
+#define LD_K_NARGS(...) LD_K_NARGS_(__VA_ARGS__, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define LD_K_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, N, ...) N
 #define LD_K_CAT(a, b) LD_K_CAT_(a, b)
 #define LD_K_CAT_(a, b) a##b
 #define LD_K_COMMA() ,
@@ -285,6 +287,10 @@ typedef struct {
 #define LD_K_MAP_14(M, S, x, ...) M x S() LD_K_MAP_13(M, S, __VA_ARGS__)
 #define LD_K_MAP_15(M, S, x, ...) M x S() LD_K_MAP_14(M, S, __VA_ARGS__)
 #define LD_K_MAP_16(M, S, x, ...) M x S() LD_K_MAP_15(M, S, __VA_ARGS__)
+#define LD_K_MAP_17(M, S, x, ...) M x S() LD_K_MAP_16(M, S, __VA_ARGS__)
+#define LD_K_MAP_18(M, S, x, ...) M x S() LD_K_MAP_17(M, S, __VA_ARGS__)
+#define LD_K_MAP_19(M, S, x, ...) M x S() LD_K_MAP_18(M, S, __VA_ARGS__)
+#define LD_K_MAP_20(M, S, x, ...) M x S() LD_K_MAP_19(M, S, __VA_ARGS__)
 
 #define LD_K_PARAM(tag, T, n) LD_K_PARAM_##tag(T, n)
 #define LD_K_PARAM_V(T, n) T n

@@ -159,8 +159,7 @@ static ld_tensor *binary_raw(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
     ld_tensor *out = ld_ops_out_empty(a->dtype, nd, shape, DEV(a));
     if (!out) return NULL;
-    BE(a)->binary(DEV(a), op, a->dtype, ld_tensor_data_unsynced(out), ld_tensor_data_unsynced(a), sa,
-                  ld_tensor_data_unsynced(b), sb, nd, shape);
+    BE(a)->binary(DEV(a), op, a->dtype, DPTR(out), DPTR(a), sa, DPTR(b), sb, nd, shape);
     return out;
 }
 
@@ -319,9 +318,8 @@ static int bw_unary(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *gc = g->dtype == x->dtype ? ld_contiguous(g) : ld_cast(g, x->dtype);
     if (!gc) return ld_error_status();
     ld_tensor *dx = ld_ops_out_empty(x->dtype, x->ndim, x->shape, DEV(x));
-    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], x->dtype, ld_tensor_data_unsynced(dx),
-                                  ld_tensor_data_unsynced(gc), ld_tensor_data_unsynced(x),
-                                  y ? ld_tensor_data_unsynced(y) : NULL, ld_tensor_numel(x));
+    if (dx) BE(x)->unary_backward(DEV(x), (ld_unary_op)n->args[0], x->dtype, DPTR(dx), DPTR(gc), DPTR(x),
+                                  y ? DPTR(y) : NULL, ld_tensor_numel(x));
     ld_tensor_release(gc);
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
@@ -337,8 +335,7 @@ ld_tensor *ld_unary(ld_unary_op op, ld_tensor *x) {
     if (!cx) return NULL;
     ld_tensor *y = ld_ops_out_empty(cx->dtype, cx->ndim, cx->shape, DEV(cx));
     if (y) {
-        BE(cx)->unary(DEV(cx), op, cx->dtype, ld_tensor_data_unsynced(y), ld_tensor_data_unsynced(cx),
-                      ld_tensor_numel(cx));
+        BE(cx)->unary(DEV(cx), op, cx->dtype, DPTR(y), DPTR(cx), ld_tensor_numel(cx));
         ld_tensor *in[1] = {cx};
         ld_node *nd = ld_record(y, un_names[op], bw_unary, 1, in);
         if (nd) {
@@ -608,8 +605,8 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     int64_t shape[2] = {m, n};
     ld_tensor *c = ca && cb ? ld_ops_out_empty(a->dtype, 2, shape, DEV(a)) : NULL;
     if (c && ld_dtype_is_half(a->dtype))   /* half operands (one dtype), float32 products and sums */
-        BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca), lda < 1 ? 1 : lda,
-                         ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, a->dtype, ld_tensor_data_unsynced(c),
+        BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, DPTR(ca), lda < 1 ? 1 : lda,
+                         DPTR(cb), ldb < 1 ? 1 : ldb, a->dtype, DPTR(c),
                          n < 1 ? 1 : n);
     else if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
                             ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);

@@ -16,8 +16,8 @@
  * gradients write them in the half dtype directly (rounded once).
  * Fused (flash_attention, ld_attention_fused): one kernel with an online
  * softmax, no [t, s] matrix in memory; the backward recomputes the weights
- * from q, k and each row's log-sum-exp. Taken when asked for (float32 only:
- * half inputs take the unfused path above).
+ * from q, k and each row's log-sum-exp. Taken when asked for, in float32
+ * or a half dtype (float32 arithmetic, o and the gradients rounded once).
  */
 #include "ld_ops_attn.h"
 #include "ld_autograd.h"
@@ -86,9 +86,8 @@ static ld_tensor *bmm_raw(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype c
     ld_tensor *c = ca && cb ? ld_ops_out_empty(cdt, nd, shape, DEV(a)) : NULL;
     int64_t batch = batch_of(a);
     if (c && batch > 0 && m > 0 && n > 0 && ld_dtype_is_half(a->dtype))
-        BE(a)->gemm_batched_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, ld_tensor_data_unsynced(ca),
-                                 lda < 1 ? 1 : lda, sa, ld_tensor_data_unsynced(cb), ldb < 1 ? 1 : ldb, sb, cdt,
-                                 ld_tensor_data_unsynced(c), m * n, batch);
+        BE(a)->gemm_batched_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, DPTR(ca), lda < 1 ? 1 : lda, sa,
+                                 DPTR(cb), ldb < 1 ? 1 : ldb, sb, cdt, DPTR(c), m * n, batch);
     else if (c && batch > 0 && m > 0 && n > 0)
         BE(a)->gemm_batched(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, sa, FPTR(cb),
                             ldb < 1 ? 1 : ldb, sb, 0.0f, FPTR(c), m * n, batch);
@@ -310,14 +309,16 @@ int ld_attention_fused(int mode) {
     return was;
 }
 
-/* The fused kernel takes float32 q, k, v of one width, 16, 32 or 64 (what
-   its GPU version keeps in registers). Auto does not take it yet: its CUDA
-   version has not run on a GPU so far (make test-gpu checks it, forced on,
-   against the CPU's unfused path); once it has, auto is to take it on GPUs. */
+/* The fused kernel takes q, k, v of one float dtype (float32, or a half
+   one: computed in float32, o and the gradients rounded once) and one
+   width, 16, 32 or 64 (what its GPU version keeps in registers). Auto does
+   not take it yet: its CUDA version has not run on a GPU so far (make
+   test-gpu checks it, forced on, against the CPU's unfused path); once it
+   has, auto is to take it on GPUs. */
 static int use_fused(ld_tensor *q, ld_tensor *k, ld_tensor *v) {
     int64_t e = q->shape[2];
     if (ld_attention_fused(-1) != LD_FUSED_ON || v->shape[2] != e || (e != 16 && e != 32 && e != 64)) return 0;
-    return q->dtype == LD_F32 && k->dtype == LD_F32 && v->dtype == LD_F32;
+    return (q->dtype == LD_F32 || ld_dtype_is_half(q->dtype)) && k->dtype == q->dtype && v->dtype == q->dtype;
 }
 
 static int bw_flash(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
@@ -326,13 +327,13 @@ static int bw_flash(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int st = vc ? LD_OK : ld_error_status();
     for (int i = 0; i < 3 && !st; i++) {
         ld_tensor *x = i == 0 ? q : i == 1 ? k : vc;
-        if (ld_needs_grad(nd->in[i]) && !(gi[i] = ld_ops_out_empty(LD_F32, 3, x->shape, DEV(x)))) st = ld_error_status();
+        if (ld_needs_grad(nd->in[i]) && !(gi[i] = ld_ops_out_empty(q->dtype, 3, x->shape, DEV(x)))) st = ld_error_status();
     }
     int causal = (int)nd->args[1];
     int64_t t = q->shape[1], s = k->shape[1];
     if (!st && (gi[0] || gi[1] || gi[2]))
-        BE(q)->flash_attention_backward(DEV(q), gi[0] ? FPTR(gi[0]) : NULL, gi[1] ? FPTR(gi[1]) : NULL,
-                                        gi[2] ? FPTR(gi[2]) : NULL, FPTR(gc), FPTR(q), FPTR(k), FPTR(vc), FPTR(o),
+        BE(q)->flash_attention_backward(DEV(q), q->dtype, gi[0] ? DPTR(gi[0]) : NULL, gi[1] ? DPTR(gi[1]) : NULL,
+                                        gi[2] ? DPTR(gi[2]) : NULL, DPTR(gc), DPTR(q), DPTR(k), DPTR(vc), DPTR(o),
                                         FPTR(lse), q->shape[0], t, s, q->shape[2], (float)nd->args[0],
                                         causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
     ld_tensor_release(gc);
@@ -344,11 +345,11 @@ static ld_tensor *attention_fused(ld_tensor *q, ld_tensor *k, ld_tensor *v, int 
     ld_tensor *qc = ld_contiguous(q), *kc = qc ? ld_contiguous(k) : NULL, *vc = kc ? ld_contiguous(v) : NULL;
     int64_t b = q->shape[0], t = q->shape[1], s = k->shape[1];
     int64_t os[3] = {b, t, v->shape[2]}, ls[2] = {b, t};
-    ld_tensor *o = vc ? ld_ops_out_empty(LD_F32, 3, os, DEV(q)) : NULL;
+    ld_tensor *o = vc ? ld_ops_out_empty(q->dtype, 3, os, DEV(q)) : NULL;
     ld_tensor *lse = o ? ld_ops_out_empty(LD_F32, 2, ls, DEV(q)) : NULL;
     if (lse) {
-        BE(q)->flash_attention(DEV(q), FPTR(o), FPTR(lse), FPTR(qc), FPTR(kc), FPTR(vc), b, t, s, q->shape[2], scale,
-                               causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
+        BE(q)->flash_attention(DEV(q), q->dtype, DPTR(o), FPTR(lse), DPTR(qc), DPTR(kc), DPTR(vc), b, t, s, q->shape[2],
+                               scale, causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
         ld_tensor *in[3] = {q, k, v};
         ld_node *n = ld_record(o, "flash_attention", bw_flash, 3, in);
         if (n) {

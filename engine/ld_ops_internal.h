@@ -10,6 +10,9 @@
 #define DEV(t) ((t)->storage->device)
 #define BE(t) (DEV(t)->backend)
 #define FPTR(t) ((float *)(t)->storage->data + (t)->offset)
+/* t's first element on its device, of any dtype: what a kernel of that
+   device gets (never read by the host: a GPU's memory is not host memory) */
+#define DPTR(t) ((void *)((char *)(t)->storage->data + (t)->offset * (int64_t)ld_dtype_size((t)->dtype)))
 
 /* An op's output: written only by the kernel the op queues on its device,
    so it may reuse a block whose old kernels are still queued there

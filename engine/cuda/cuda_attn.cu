@@ -209,7 +209,9 @@ void cu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const f
 
 /* ================================================================ flash_attention
  * FlashAttention's scheme in float32 on the CUDA cores, one head width E
- * (16, 32, 64) per instantiation:
+ * (16, 32, 64) and one storage type T (float, cu_f16, cu_bf16: q, k, v, o
+ * and the gradients; read with cu_get, written with cu_put once) per
+ * instantiation:
  *   forward   a block of 64 threads per 64 queries of one batch item, a
  *             thread per query (q and its output accumulator in registers);
  *             64 keys and values at a time go through shared memory, and
@@ -228,32 +230,32 @@ void cu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const f
 
 /* rows [r0, r0 + R) of the [n, E] arrays a and b into sa and sb (zeros past
    n), by the block's NT threads */
-template <int E, int R, int NT, int P>
-__device__ __forceinline__ void fa_load_rows(float (*sa)[P], float (*sb)[P], const float *a, const float *b,
+template <int E, int R, int NT, int P, typename T>
+__device__ __forceinline__ void fa_load_rows(float (*sa)[P], float (*sb)[P], const T *a, const T *b,
                                              int64_t r0, int64_t n) {
     for (int idx = threadIdx.x; idx < R * E; idx += NT) {
         int r = idx / E, c = idx % E;
         int64_t j = r0 + r;
-        sa[r][c] = j < n ? a[j * E + c] : 0.f;
-        sb[r][c] = j < n ? b[j * E + c] : 0.f;
+        sa[r][c] = j < n ? cu_get(a[j * E + c]) : 0.f;
+        sb[r][c] = j < n ? cu_get(b[j * E + c]) : 0.f;
     }
 }
 
-template <int E>
-__global__ void __launch_bounds__(64) k_flash_fwd(float *o, float *lse, const float *q, const float *k,
-                                                  const float *v, int64_t batch, int64_t t, int64_t s, float scale,
-                                                  int causal, int64_t offset) {
+template <typename T, int E>
+__global__ void __launch_bounds__(64) k_flash_fwd(T *o, float *lse, const T *q, const T *k, const T *v,
+                                                  int64_t batch, int64_t t, int64_t s, float scale, int causal,
+                                                  int64_t offset) {
     constexpr int BQ = 64, BK = 64;
     __shared__ float ks[BK][E], vs[BK][E];
     for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         int64_t i0 = (int64_t)blockIdx.x * BQ, i = i0 + threadIdx.x;
         bool active = i < t;
-        const float *kb = k + b * s * E, *vb = v + b * s * E;
+        const T *kb = k + b * s * E, *vb = v + b * s * E;
         float qr[E], acc[E];
         float m = -INFINITY, l = 0.f;
         int64_t lim = 0;
 #pragma unroll
-        for (int c = 0; c < E; c++) { qr[c] = active ? q[(b * t + i) * E + c] : 0.f; acc[c] = 0.f; }
+        for (int c = 0; c < E; c++) { qr[c] = active ? cu_get(q[(b * t + i) * E + c]) : 0.f; acc[c] = 0.f; }
         if (active) lim = ld_attn_kept(i, s, causal, offset);
         int64_t ilast = i0 + BQ - 1 < t ? i0 + BQ - 1 : t - 1;
         int64_t blim = ld_attn_kept(ilast, s, causal, offset);   /* ld_attn_kept grows with i */
@@ -281,19 +283,19 @@ __global__ void __launch_bounds__(64) k_flash_fwd(float *o, float *lse, const fl
             }
         }
         if (active) {
-            float *orow = o + (b * t + i) * E;
+            T *orow = o + (b * t + i) * E;
             if (lim == 0) {   /* masked whole (or no key): the mean of the values */
                 float u = s > 0 ? 1.f / (float)s : 0.f;
                 for (int64_t j = 0; j < s; j++)
 #pragma unroll
-                    for (int c = 0; c < E; c++) acc[c] += vb[j * E + c];
+                    for (int c = 0; c < E; c++) acc[c] += cu_get(vb[j * E + c]);
 #pragma unroll
-                for (int c = 0; c < E; c++) orow[c] = acc[c] * u;
+                for (int c = 0; c < E; c++) orow[c] = cu_put<T>(acc[c] * u);
                 lse[b * t + i] = INFINITY;
             } else {
                 float inv = 1.f / l;
 #pragma unroll
-                for (int c = 0; c < E; c++) orow[c] = acc[c] * inv;
+                for (int c = 0; c < E; c++) orow[c] = cu_put<T>(acc[c] * inv);
                 lse[b * t + i] = m + logf(l);
             }
         }
@@ -302,25 +304,24 @@ __global__ void __launch_bounds__(64) k_flash_fwd(float *o, float *lse, const fl
 }
 
 /* backward 1: dd = go.o per query; gq (may be NULL) */
-template <int E>
-__global__ void __launch_bounds__(64) k_flash_bw_q(float *gq, float *dd, const float *go, const float *q,
-                                                   const float *k, const float *v, const float *o, const float *lse,
-                                                   int64_t batch, int64_t t, int64_t s, float scale, int causal,
-                                                   int64_t offset) {
+template <typename T, int E>
+__global__ void __launch_bounds__(64) k_flash_bw_q(T *gq, float *dd, const T *go, const T *q, const T *k,
+                                                   const T *v, const T *o, const float *lse, int64_t batch,
+                                                   int64_t t, int64_t s, float scale, int causal, int64_t offset) {
     constexpr int BQ = 64, BK = 64;
     __shared__ float ks[BK][E], vs[BK][E];
     for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         int64_t i0 = (int64_t)blockIdx.x * BQ, i = i0 + threadIdx.x, row = b * t + i;
         bool active = i < t;
-        const float *kb = k + b * s * E, *vb = v + b * s * E;
+        const T *kb = k + b * s * E, *vb = v + b * s * E;
         float qr[E], gr[E], acc[E];
         float di = 0.f, li = 0.f;
         int64_t lim = 0;
 #pragma unroll
         for (int c = 0; c < E; c++) {
-            qr[c] = active ? q[row * E + c] : 0.f;
-            gr[c] = active ? go[row * E + c] : 0.f;
-            di += active ? gr[c] * o[row * E + c] : 0.f;
+            qr[c] = active ? cu_get(q[row * E + c]) : 0.f;
+            gr[c] = active ? cu_get(go[row * E + c]) : 0.f;
+            di += active ? gr[c] * cu_get(o[row * E + c]) : 0.f;
             acc[c] = 0.f;
         }
         if (active) {
@@ -346,24 +347,23 @@ __global__ void __launch_bounds__(64) k_flash_bw_q(float *gq, float *dd, const f
         }
         if (active && gq)
 #pragma unroll
-            for (int c = 0; c < E; c++) gq[row * E + c] = acc[c];
+            for (int c = 0; c < E; c++) gq[row * E + c] = cu_put<T>(acc[c]);
         __syncthreads();
     }
 }
 
 /* backward 2: gk and gv (either may be NULL), a thread per key */
-template <int E>
-__global__ void __launch_bounds__(32) k_flash_bw_kv(float *gk, float *gv, const float *dd, const float *go,
-                                                    const float *q, const float *k, const float *v, const float *lse,
-                                                    int64_t batch, int64_t t, int64_t s, float scale, int causal,
-                                                    int64_t offset) {
+template <typename T, int E>
+__global__ void __launch_bounds__(32) k_flash_bw_kv(T *gk, T *gv, const float *dd, const T *go, const T *q,
+                                                    const T *k, const T *v, const float *lse, int64_t batch,
+                                                    int64_t t, int64_t s, float scale, int causal, int64_t offset) {
     constexpr int BJ = 32, BQ = 32;
     __shared__ float kj[BJ][E + 1], vj[BJ][E + 1];   /* padded: thread x reads row x, no bank conflicts */
     __shared__ float qs[BQ][E], gs[BQ][E], ls[BQ], ds_[BQ];
     for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
         int64_t j0 = (int64_t)blockIdx.x * BJ, j = j0 + threadIdx.x;
         bool active = j < s;
-        const float *qb = q + b * t * E, *gb = go + b * t * E;
+        const T *qb = q + b * t * E, *gb = go + b * t * E;
         __syncthreads();
         fa_load_rows<E, BJ, BJ, E + 1>(kj, vj, k + b * s * E, v + b * s * E, j0, s);
         float ak[E], av[E];
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(32) k_flash_bw_kv(float *gk, float *gv, const 
         if (active && s > 0)
             for (int64_t i = 0; i < whole; i++)
 #pragma unroll
-                for (int c = 0; c < E; c++) av[c] += gb[i * E + c] / (float)s;
+                for (int c = 0; c < E; c++) av[c] += cu_get(gb[i * E + c]) / (float)s;
         /* the first query that sees key j0: j0 <= i + offset */
         int64_t istart = causal ? (j0 - offset > whole ? j0 - offset : whole) : 0;
         __syncthreads();
@@ -403,10 +403,10 @@ __global__ void __launch_bounds__(32) k_flash_bw_kv(float *gk, float *gv, const 
             int64_t row = (b * s + j) * E;
             if (gk)
 #pragma unroll
-                for (int c = 0; c < E; c++) gk[row + c] = ak[c];
+                for (int c = 0; c < E; c++) gk[row + c] = cu_put<T>(ak[c]);
             if (gv)
 #pragma unroll
-                for (int c = 0; c < E; c++) gv[row + c] = av[c];
+                for (int c = 0; c < E; c++) gv[row + c] = cu_put<T>(av[c]);
         }
     }
 }
@@ -419,29 +419,32 @@ static int fa_width_ok(cu_dev *cd, ld_device *d, const char *op, int64_t e) {
     return 0;
 }
 
-void cu_flash_attention(ld_device *d, float *o, float *lse, const float *q, const float *k, const float *v,
+void cu_flash_attention(ld_device *d, ld_dtype dt, void *o, float *lse, const void *q, const void *k, const void *v,
                         int64_t batch, int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
     if (batch <= 0 || t <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd || !fa_width_ok(cd, d, "flash_attention", e)) return;
     dim3 grid((unsigned)((t + 63) / 64), (unsigned)(batch < 65535 ? batch : 65535));
-    if (e == 16) k_flash_fwd<16><<<grid, 64, 0, cd->stream>>>(o, lse, q, k, v, batch, t, s, scale, causal, offset);
-    else if (e == 32) k_flash_fwd<32><<<grid, 64, 0, cd->stream>>>(o, lse, q, k, v, batch, t, s, scale, causal, offset);
-    else k_flash_fwd<64><<<grid, 64, 0, cd->stream>>>(o, lse, q, k, v, batch, t, s, scale, causal, offset);
+#define FA_FWD(E)                                                                                                 \
+    k_flash_fwd<T, E><<<grid, 64, 0, cd->stream>>>((T *)o, lse, (const T *)q, (const T *)k, (const T *)v, batch, t, \
+                                                    s, scale, causal, offset)
+    CU_FLOAT_TYPES(dt, T, if (e == 16) FA_FWD(16); else if (e == 32) FA_FWD(32); else FA_FWD(64));
+#undef FA_FWD
     cu_launched(cd, "flash_attention kernel");
 }
 
-void cu_flash_attention_backward(ld_device *d, float *gq, float *gk, float *gv, const float *go, const float *q,
-                                 const float *k, const float *v, const float *o, const float *lse, int64_t batch,
-                                 int64_t t, int64_t s, int64_t e, float scale, int causal, int64_t offset) {
+void cu_flash_attention_backward(ld_device *d, ld_dtype dt, void *gq, void *gk, void *gv, const void *go,
+                                 const void *q, const void *k, const void *v, const void *o, const float *lse,
+                                 int64_t batch, int64_t t, int64_t s, int64_t e, float scale, int causal,
+                                 int64_t offset) {
     if (batch <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd || !fa_width_ok(cd, d, "flash_attention_backward", e)) return;
-    size_t kv = sizeof(float) * (size_t)(batch * s * e);
+    size_t es = dt == LD_F32 ? sizeof(float) : 2, kv = es * (size_t)(batch * s * e);
     if (t <= 0 || s <= 0) {   /* nothing reaches k or v */
         if (gk && kv) cudaMemsetAsync(gk, 0, kv, cd->stream);
         if (gv && kv) cudaMemsetAsync(gv, 0, kv, cd->stream);
-        if (gq && t > 0) cudaMemsetAsync(gq, 0, sizeof(float) * (size_t)(batch * t * e), cd->stream);
+        if (gq && t > 0) cudaMemsetAsync(gq, 0, es * (size_t)(batch * t * e), cd->stream);
         cu_launched(cd, "flash_attention_backward (no keys or queries)");
         return;
     }
@@ -452,17 +455,17 @@ void cu_flash_attention_backward(ld_device *d, float *gq, float *gk, float *gv, 
     dim3 gq_grid((unsigned)((t + 63) / 64), by), gkv_grid((unsigned)((s + 31) / 32), by);
 #define FA_BW(E)                                                                                                  \
     do {                                                                                                          \
-        k_flash_bw_q<E><<<gq_grid, 64, 0, cd->stream>>>(gq, dd, go, q, k, v, o, lse, batch, t, s, scale, causal,  \
-                                                        offset);                                                  \
+        k_flash_bw_q<T, E><<<gq_grid, 64, 0, cd->stream>>>((T *)gq, dd, (const T *)go, (const T *)q,            \
+                                                           (const T *)k, (const T *)v, (const T *)o, lse, batch, \
+                                                           t, s, scale, causal, offset);                          \
         if (cu_launched(cd, "flash_attention_backward kernel (queries)") == LD_OK && (gk || gv)) {              \
-            k_flash_bw_kv<E><<<gkv_grid, 32, 0, cd->stream>>>(gk, gv, dd, go, q, k, v, lse, batch, t, s, scale,   \
-                                                              causal, offset);                                    \
+            k_flash_bw_kv<T, E><<<gkv_grid, 32, 0, cd->stream>>>((T *)gk, (T *)gv, dd, (const T *)go,           \
+                                                                 (const T *)q, (const T *)k, (const T *)v, lse,  \
+                                                                 batch, t, s, scale, causal, offset);             \
             cu_launched(cd, "flash_attention_backward kernel (keys)");                                           \
         }                                                                                                         \
     } while (0)
-    if (e == 16) FA_BW(16);
-    else if (e == 32) FA_BW(32);
-    else FA_BW(64);
+    CU_FLOAT_TYPES(dt, T, if (e == 16) FA_BW(16); else if (e == 32) FA_BW(32); else FA_BW(64));
 #undef FA_BW
     cu_scratch_free(cd, dd, bytes);
 }

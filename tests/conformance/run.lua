@@ -70,6 +70,14 @@ if #gpus > 0 then
   STRATEGIES[#STRATEGIES + 1] = { name = "mirrored_gpus", kind = "mirrored", procs = 1,
     make = function() return D.MirroredStrategy { devices = gpus } end }
 end
+-- sim:0 (LDIST_SIM_DEVICE=1, as make test sets it): the CPU's kernels on a
+-- device the host may not read, so one_gpu's paths run where there is no GPU
+for _, d in ipairs(tensor.devices()) do
+  if tostring(d):match("^sim:") then
+    STRATEGIES[#STRATEGIES + 1] = { name = "one_sim", kind = "one_device", procs = 1,
+      make = function() return D.OneDeviceStrategy(d) end }
+  end
+end
 
 local here = (arg[0]:match("^(.*)/[^/]*$") or ".")
 local CASES = dofile(os.getenv("CONFORMANCE_CASES_FILE") or (here .. "/cases.lua"))

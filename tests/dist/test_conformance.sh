@@ -21,7 +21,11 @@
 #                                               running all its cases in turn, under
 #                                               CONFORMANCE_BUDGET as its time limit
 #   KEEP=1                                      keep the scratch directory
+#   LDIST_SIM_DEVICE=0                          no one_sim column (sim:0: the CPU's
+#                                               kernels on a device the host may not
+#                                               read, as a GPU's; on by default)
 source "$(dirname "$0")/lib.sh"
+export LDIST_SIM_DEVICE=${LDIST_SIM_DEVICE-1}
 RUN=tests/conformance/run.lua
 D=$T/conformance
 mkdir -p "$D"

@@ -26,7 +26,7 @@ for policy in float32 mixed_bfloat16; do
   line_ok "transformer_bench (d_model 32, 2 blocks, context 16) under $policy on cpu:1" "$out"
 done
 out=$(timeout 60 "$bin" scripts/gpu/sanitize_attention.lua cpu:1 2>&1); st=$?
-if [ "$st" = 0 ] && [ "$(grep -c 'largest difference from the unfused CPU path' <<<"$out")" = 3 ]; then
+if [ "$st" = 0 ] && [ "$(grep -c 'largest difference from the unfused CPU path' <<<"$out")" = 4 ]; then
   ok "sanitize_attention (device_check's fused attention cases) on cpu:1"
 else not_ok "sanitize_attention on cpu:1 (status $st)"; sed 's/^/#   /' <<<"$out" | tail -n 6; fi
 out=$(timeout 60 "$bin" scripts/gpu/train_bench.lua lenet 32 2 2 cpu:1 2>&1)

@@ -882,6 +882,55 @@ T.test("float16/bfloat16 attention and bmm (gemm_batched_half): forward and grad
            "bmm needs float32, float16 or bfloat16 tensors of one dtype, got bfloat16 (a) and float32 (b)")
 end)
 
+T.test("float16/bfloat16 fused attention (flash_attention in the half dtype) against the unfused half path and float32", function()
+  local counted = dev:match("^cpu:[1-9]")
+  -- q, k, v exact in dt, from float32 variables; the loss weights the output
+  for _, cs in ipairs({ { "width 16", { { 3, 9, 16 }, { 3, 11, 16 }, { 3, 11, 16 } }, false },
+                        { "causal width 64", { { 2, 70, 64 }, { 2, 70, 64 }, { 2, 70, 64 } }, true },
+                        { "causal T > S, width 32", { { 2, 40, 32 }, { 2, 7, 32 }, { 2, 7, 32 } }, true } }) do
+    for dt, tol in pairs(HALF_TOL) do
+      local what = ("fused attention %s %s"):format(cs[1], dt)
+      local xs = {}
+      for i, sh in ipairs(cs[2]) do xs[i] = tensor.normal(table.unpack(sh)):astype(dt):astype("float32") end
+      local w = tensor.normal(cs[2][1][1], cs[2][1][2], cs[2][3][3])
+      local function grads(fused, d, half)
+        local vs = {}
+        for i, x in ipairs(xs) do vs[i] = tensor.Variable(d and x:to(d) or x) end
+        local was = ldist.config.fused_attention(fused and "on" or "off")
+        local tape = autograd.GradientTape()
+        local y
+        local loss = tape:record(function()
+          local ins = {}
+          for i, v in ipairs(vs) do ins[i] = half and v:astype(dt) or v end
+          y = tensor.attention(ins[1], ins[2], ins[3], { causal = cs[3] })
+          return (y:astype("float32") * (d and w:to(d) or w)):sum()
+        end)
+        ldist.config.fused_attention(was)
+        T.eq(y.dtype, half and dt or "float32", what .. ": result dtype")
+        return y:astype("float32"), tape:gradient(loss, vs)
+      end
+      local before = counted and ldist._distribute.kernel_calls()
+      local yd, gd = grads(true, dev, true)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.flash_attention - before.flash_attention, 1, what .. ": one flash_attention kernel")
+        T.eq(after.flash_attention_backward - before.flash_attention_backward, 1, what .. ": one backward kernel")
+        T.eq(after.gemm_batched_half - before.gemm_batched_half, 0, what .. ": no unfused product")
+      end
+      local yc, gc = grads(false, nil, true)    -- the unfused half path on the CPU
+      local yf, gf = grads(false, nil, false)   -- float32
+      G.close(yd, yc, what .. " against the unfused half path", tol)
+      local e = G.nmse(yd, yf)
+      T.ok(e <= tol, ("%s against float32: normalised error %.3g above %g"):format(what, e, tol))
+      for i = 1, 3 do
+        G.close(gd[i], gc[i], ("%s gradient %d against the unfused half path"):format(what, i), tol)
+        e = G.nmse(gd[i], gf[i])
+        T.ok(e <= tol, ("%s gradient %d against float32: normalised error %.3g above %g"):format(what, i, e, tol))
+      end
+    end
+  end
+end)
+
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
   local x = tensor.normal(4, 3)
   for _, dt in ipairs({ "float16", "bfloat16" }) do
