@@ -203,13 +203,29 @@ static void probe(void) {
 }
 
 /* ---- sim:0 (LD_DEV_SIM, ld_device.h): registered with the plugin's
-   devices when LDIST_SIM_DEVICE=1 ---- */
-static ld_device sim0 = {LD_DEV_SIM, 0, "sim:0", &ld_cpu_kernels, 0, 0, 0, NULL};
+   devices when LDIST_SIM_DEVICE=1. Its blocks come back filled with 0xff
+   bytes (NaN as float32 and as halves, -1 as integers), as a GPU's caching
+   allocator hands back whatever a freed block held: an output a kernel does
+   not write whole shows up as NaN here, not as the zeros fresh host pages
+   happen to hold. ---- */
+static ld_backend sim_backend;
+static ld_device sim0 = {LD_DEV_SIM, 0, "sim:0", &sim_backend, 0, 0, 0, NULL};
+
+static void *sim_alloc(ld_device *d, size_t nbytes) {
+    void *p = ld_cpu_kernels.alloc(d, nbytes);
+    if (p) memset(p, 0xff, nbytes);
+    return p;
+}
 
 static void probe_all(void) {
     probe();
     const char *e = getenv("LDIST_SIM_DEVICE");
-    if (e && !strcmp(e, "1")) ld_device_register(&sim0);
+    if (e && !strcmp(e, "1")) {
+        sim_backend = ld_cpu_kernels;
+        sim_backend.name = "sim";
+        sim_backend.alloc = sim_alloc;
+        ld_device_register(&sim0);
+    }
 }
 
 int ld_cuda_load(void) {
