@@ -159,10 +159,7 @@ static int opt_unscale(lua_State *L) {
 
 /* The options each optimizer takes, as Keras 3's: its own, then the base
    class's. An option that is not there is an error naming it (Keras:
-   "Argument(s) not recognized"), and so is loss_scale_factor, Keras's
-   one that ldist does not do (mixed_precision.LossScaleOptimizer scales
-   the loss), unless it is unset: it would otherwise train something else
-   than asked, silently. */
+   "Argument(s) not recognized"). */
 static const char *const own_opts[][5] = {
     [LD_OPT_SGD] = {"momentum", "nesterov", NULL},
     [LD_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
@@ -210,12 +207,16 @@ static int check_options(lua_State *L, int t, ld_opt_kind kind) {
         else lb_unknown_option_in(L, what, k, own_opts[kind], base_opts);
         return lua_error(L);
     }
-    /* Keras's option that ldist does not do: an error unless unset */
+    /* Keras's loss_scale_factor: a positive number (or nil) */
     int ty = lua_getfield(L, t, "loss_scale_factor");
+    if (ty != LUA_TNIL) {
+        int ok;
+        double v = lua_tonumberx(L, -1, &ok);
+        if (!ok || !(v > 0) || !isfinite(v))
+            return luaL_error(L, "bad argument #1 to '%s' (loss_scale_factor must be a positive number, got %s)", name,
+                              luaL_tolstring(L, -1, NULL));
+    }
     lua_pop(L, 1);
-    if (ty != LUA_TNIL)
-        return luaL_error(L, "bad argument #1 to '%s' (loss_scale_factor is not supported by ldist; "
-                             "mixed_precision.LossScaleOptimizer scales the loss)", name);
     /* Keras's checks: accumulation over 2 or more steps (0 or nil: off),
        the EMA's momentum in [0, 1] and its overwrite frequency >= 1 */
     ty = lua_getfield(L, t, "gradient_accumulation_steps");
@@ -311,6 +312,11 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->ema_momentum = (float)fnum(L, t, "ema_momentum", o->ema_momentum);
         o->ema_overwrite_frequency = (int64_t)fnum(L, t, "ema_overwrite_frequency", 0);
         if (lua_getfield(L, t, "gradient_accumulation_steps") == LUA_TNUMBER) o->accum_steps = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        /* Keras's loss_scale_factor: the loss times it, the gradients divided by it, no
+           step skipped (a fixed loss scale, as TF's LossScaleOptimizer(dynamic=False)) */
+        if (lua_getfield(L, t, "loss_scale_factor") == LUA_TNUMBER)
+            o->loss_scale = (ld_loss_scale){1, 0, lua_tonumber(L, -1), 2000, 0, 0};
         lua_pop(L, 1);
         if (lua_getfield(L, t, "loss_scale") == LUA_TTABLE) read_loss_scale(L, lua_gettop(L), o);   /* a shipped LossScaleOptimizer */
         lua_pop(L, 1);
@@ -576,8 +582,8 @@ static int opt_config(lua_State *L) {
     "global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the "          \
     "gradients summed across replicas; gradient_accumulation_steps=k (k >= 2) applies the mean of k calls' gradients "    \
     "every k-th call (a batch k times larger, in k pieces); use_ema=true keeps each variable's moving average "          \
-    "(ema_momentum=0.99), written into the variables every ema_overwrite_frequency steps and when fit ends. An "         \
-    "unknown option is an error."
+    "(ema_momentum=0.99), written into the variables every ema_overwrite_frequency steps and when fit ends; "            \
+    "loss_scale_factor=f multiplies the loss by f and divides the gradients by it. An unknown option is an error."
 static const char *const docs[] = {
     "SGD", "optim.SGD{learning_rate=0.01, momentum=0, nesterov=false, weight_decay=0, clipnorm=, global_clipnorm=, clipvalue=}\n\nStochastic gradient descent (Keras' rule)." COMMON_DOC,
     "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=false}\n\nAdam (Keras' rule); amsgrad divides by the running maximum of v (a third slot per variable)." COMMON_DOC,

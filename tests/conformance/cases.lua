@@ -64,6 +64,8 @@ local OPTIMIZERS = {
   sgd_accumulate = function() return optim.SGD { learning_rate = 0.2, momentum = 0.5, gradient_accumulation_steps = 3 } end,
   adam_ema = function() return optim.Adam { learning_rate = 0.01, use_ema = true, ema_momentum = 0.9,
                                             ema_overwrite_frequency = 7 } end,
+  -- Keras's loss_scale_factor (fit scales the loss; every update divides the reduced gradients)
+  sgd_loss_scale_factor = function() return optim.SGD { learning_rate = 0.1, momentum = 0.5, loss_scale_factor = 3 } end,
 }
 
 local function sparse_ce(reduction)
@@ -147,7 +149,7 @@ end
 ---------------------------------------------------------------- training equality
 -- optimizers: 240 rows, batch 24 (divisible by 1, 2, 3 replicas), 5 epochs = 50 steps
 for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "adam_global_clipnorm", "sgd_clipvalue",
-                       "adam_amsgrad", "rmsprop_centered", "sgd_accumulate", "adam_ema" } do
+                       "adam_amsgrad", "rmsprop_centered", "sgd_accumulate", "adam_ema", "sgd_loss_scale_factor" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
       also = mode == "fit" and { "ps", "mw_local" } or nil,

@@ -224,6 +224,32 @@ T.test("gradient accumulation and use_ema follow Keras's rules, in apply_gradien
   T.eq(ldist.optim._config(optim.Adam{}).use_ema, nil, "off: not in the config")
 end)
 
+T.test("loss_scale_factor: the loss times it, the gradients divided by it, as Keras's", function()
+  -- apply_gradients divides: SGD(0.1, loss_scale_factor=4) with gradients {8, -4} (Keras 3.15: 0.8, 2.1)
+  local o, w = optim.SGD{learning_rate = 0.1, loss_scale_factor = 4}, tensor.Variable{1.0, 2.0}
+  o:apply_gradients({tensor.new{8.0, -4.0}}, {w})
+  T.near(w[0], 0.8, 1e-7); T.near(w[1], 2.1, 1e-7)
+  -- fit scales the loss and unscales the gradients: Keras's weights and (unscaled) loss, for 64 and 3
+  local x = tensor.new{{1, 2}, {0.5, -1}, {2, 0}, {-1, 1}}
+  local y = tensor.new{{1, 0}, {0, 1}, {1, 1}, {0, 0}}
+  local want = { 0.489937514, -0.0772812366, 0.155812502, 0.16015625, 0.024312498, 0.181906253 }
+  for _, f in ipairs{ 64, 3 } do
+    local m = nn.Sequential{nn.Dense(2)}
+    m:build({2})
+    m.trainable_variables[1]:assign(tensor.new{{0.5, -0.25}, {0.1, 0.3}})
+    m.trainable_variables[2]:assign(tensor.new{0.0, 0.1})
+    m:compile{optimizer = optim.SGD{learning_rate = 0.1, loss_scale_factor = f}, loss = "mse"}
+    local h = m:fit(x, y, {batch_size = 2, epochs = 1, shuffle = false, verbose = 0})
+    local got = {}
+    for _, v in ipairs(m.trainable_variables) do
+      for _, e in ipairs(v:reshape(-1):totable()) do got[#got + 1] = e end
+    end
+    for i = 1, 6 do T.near(got[i], want[i], 1e-6, ("factor %g [%d]"):format(f, i)) end
+    T.near(h.history.loss[1], 0.5393663, 1e-6, ("factor %g: the loss is reported unscaled"):format(f))
+  end
+  T.eq(ldist.optim._config(optim.SGD{loss_scale_factor = 8}).loss_scale.scale, 8, "shipped as a fixed loss scale")
+end)
+
 T.test("clipnorm, global_clipnorm and clipvalue clip as Keras's do", function()
   -- gradients {3, 4} and {0, 1}, SGD at rate 1 from zeros; the expected
   -- values are Keras 3.15's (keras.optimizers.SGD(1.0, clipnorm=1.0), ...)
@@ -260,7 +286,7 @@ T.test("an optimizer's unknown option, or one of Keras's that ldist does not do,
   T.raises(function() optim.SGD{decay = 1e-4} end, "Keras 3 has no decay")
   T.raises(function() optim.SGD{amsgrad = true} end, "optim.SGD: unknown option 'amsgrad'")
   T.raises(function() optim.Adam{centered = true} end, "optim.Adam: unknown option 'centered'")
-  T.raises(function() optim.Adam{loss_scale_factor = 128} end, "loss_scale_factor is not supported by ldist")
+  T.raises(function() optim.Adam{loss_scale_factor = -1} end, "loss_scale_factor must be a positive number, got -1")
   T.raises(function() optim.SGD{clipnorm = 1, clipvalue = 1} end, "only one of clipnorm, clipvalue and global_clipnorm")
   T.raises(function() optim.SGD{clipnorm = -1} end, "clipnorm must be a number >= 0, got -1")
   -- a model saved before the options were checked described its optimizer
