@@ -139,9 +139,12 @@ __global__ void k_sum_parts(float *out, const double *part, int64_t cols, int ch
 template <int OP>
 static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, int64_t n, int64_t inner) {
     int64_t tiles = (outer * inner + 31) / 32;
-    if (OP == LD_RED_SUM && inner > 1 && tiles < 64 && n >= 2048) {
+    /* below 512 tiles the one-pass kernel has too few blocks for a large GPU
+       (a bias gradient of 2048 columns over 8192 rows: 64 blocks, each thread
+       1024 loads in a row); split the long axis into chunks, about 512 blocks */
+    if (OP == LD_RED_SUM && inner > 1 && tiles < 512 && n >= 2048) {
         int64_t cols = outer * inner;
-        int chunks = (int)((256 + tiles - 1) / tiles);          /* about 256 blocks in all */
+        int chunks = (int)((512 + tiles - 1) / tiles);
         if ((int64_t)chunks * 256 > n) chunks = (int)(n / 256);
         int64_t chunk = (n + chunks - 1) / chunks;
         size_t bytes = (size_t)chunks * (size_t)cols * sizeof(double);

@@ -154,6 +154,13 @@ T.test("long rows: softmax, log_softmax, layer norm, reductions; two-pass column
       G.same(g, c, ("argmax axis %d of %s"):format(axis, table.concat(shp, "x")))
     end
   end
+  -- sums down long columns, wide: the chunked two-pass path up to 512 column tiles
+  -- (a bias gradient of 2048+ columns over a large batch), and past it (one pass)
+  for _, shp in ipairs({ { 4096, 2100 }, { 2500, 9000 }, { 2048, 16400 } }) do
+    local y = tensor.normal(table.unpack(shp))
+    g, c = G.both(function(t) return t:sum(0) end, y)
+    G.close(g, c, ("sum axis 0 of %s"):format(table.concat(shp, "x")), 1e-9)
+  end
 end)
 
 T.test("normalization layers on long rows and long columns", function()
