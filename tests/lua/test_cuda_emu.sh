@@ -4,7 +4,8 @@
 # emulation of CUDA (blocks of fiber threads, real barriers and warp
 # shuffles, poisoned fresh memory, cuBLAS on OpenBLAS) and runs the GPU suite
 # on the emulated cuda:0, plus its own self-test and extra cases (also with
-# each block's threads in reverse order). One line here per stage. The
+# each block's threads in reverse order), and the conformance matrix's GPU
+# columns on it. One line here per stage. The
 # emulated plugin loads into ./ldist: under a sanitizer tier (LDIST_SANITIZE)
 # this is the plain tier's test, not run again.
 cd "$(dirname "$0")/../.." || exit 1
@@ -27,5 +28,17 @@ else
   echo "ok - tests/cuda_emu/run.sh: $(tail -1 "$log")"; pass=$((pass + 1))
 fi
 grep -E '^cuda_emu: [0-9]+ emulator diagnostic|kernel instantiations' "$log" | sed 's/^/# /'
+# the conformance matrix's GPU columns (one_gpu, mirrored_gpus) on the emulated cuda:0
+clog=build/test-logs/cuda_emu_conformance.log
+LDIST_CUDA_PLUGIN=$PWD/build/cuda_emu/ldist_cuda.so LD_LIBRARY_PATH=$PWD/build/cuda_emu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+  CONFORMANCE_STRATEGIES="default one_gpu mirrored_gpus" CONFORMANCE_ONE_PROCESS=1 \
+  bash tests/dist/test_conformance.sh >"$clog" 2>&1; cst=$?
+cl=$(grep -E '^# conformance: [0-9]+ cells ok' "$clog")
+if [ "$cst" = 0 ] && grep -qE '^#   one_gpu +[1-9][0-9]* ok +0 FAIL' "$clog" && grep -qE '^#   mirrored_gpus +[1-9][0-9]* ok +0 FAIL' "$clog"; then
+  echo "ok - CUDA emulator: the conformance matrix's one_gpu and mirrored_gpus columns (${cl#\# })"; pass=$((pass + 1))
+else
+  echo "not ok - CUDA emulator: the conformance matrix's GPU columns (status $cst; log: $clog)"
+  grep -E '^(not ok|# +(one_gpu|mirrored_gpus))' "$clog" | head -10 | sed 's/^/#   /'; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
