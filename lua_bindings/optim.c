@@ -219,15 +219,12 @@ static int check_options(lua_State *L, int t, ld_opt_kind kind) {
     lua_pop(L, 1);
     /* Keras's checks: accumulation over 2 or more steps (0 or nil: off),
        the EMA's momentum in [0, 1] and its overwrite frequency >= 1 */
-    ty = lua_getfield(L, t, "gradient_accumulation_steps");
-    if (ty != LUA_TNIL && ty != LUA_TBOOLEAN) {
+    if (lua_getfield(L, t, "gradient_accumulation_steps") != LUA_TNIL && lua_toboolean(L, -1)) {   /* false: off */
         int isint;
         lua_Integer k = lua_tointegerx(L, -1, &isint);
         if (!isint || (k != 0 && k < 2))
             return luaL_error(L, "bad argument #1 to '%s' (gradient_accumulation_steps must be an integer >= 2, got %s)",
                               name, luaL_tolstring(L, -1, NULL));
-    } else if (ty == LUA_TBOOLEAN && lua_toboolean(L, -1)) {
-        return luaL_error(L, "bad argument #1 to '%s' (gradient_accumulation_steps must be an integer >= 2, got true)", name);
     }
     lua_pop(L, 1);
     lua_getfield(L, t, "use_ema");
