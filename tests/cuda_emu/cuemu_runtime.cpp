@@ -26,7 +26,12 @@
  * ready threads of a block run between two barriers; default forward),
  * CUEMU_STATS=file (append, at exit, one line per kernel: launches, blocks,
  * threads, seconds), CUEMU_LOG=file (append the diagnostics),
- * CUEMU_STRICT=1 (abort at the first diagnostic).
+ * CUEMU_STRICT=1 (abort at the first diagnostic),
+ * CUEMU_TRACE=file (append one line per launch, copy, memset, allocation and
+ * synchronization, in order: the host's calls as a GPU would receive them),
+ * CUEMU_SAMPLE=1 (run only the first block of each launch and trace its
+ * time: launch configurations and per-block work at full sizes, results
+ * meaningless; tests/cuda_emu/trace_report.py reads the trace).
  */
 #include <cuda_runtime.h>
 
@@ -47,6 +52,35 @@
 #if !defined(__x86_64__)
 #include <ucontext.h>
 #endif
+
+/* ---- CUEMU_TRACE: one line per host call a GPU would see ---- */
+static FILE *trace_file(void) {
+    static int opened;
+    static FILE *f;
+    if (!opened) {
+        opened = 1;
+        const char *path = getenv("CUEMU_TRACE");
+        if (path && *path && (f = fopen(path, "a"))) setvbuf(f, NULL, _IOLBF, 0);
+    }
+    return f;
+}
+static void trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void trace(const char *fmt, ...) {
+    FILE *f = trace_file();
+    if (!f) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+}
+static int sample_mode(void) {
+    static int m = -1;
+    if (m < 0) {
+        const char *e = getenv("CUEMU_SAMPLE");
+        m = e && *e && strcmp(e, "0") != 0;
+    }
+    return m;
+}
 
 extern "C" {
 CUEMU_HIDDEN uint3 threadIdx;
@@ -231,7 +265,10 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int
     }
     return cudaSuccess;
 }
-extern "C" cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+extern "C" cudaError_t cudaDeviceSynchronize(void) {
+    trace("sync\tdevice\n");
+    return cudaSuccess;
+}
 
 /* ================================================================ memory */
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -284,6 +321,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
     void *q = over ? NULL : aligned_block(n);
     if (!q) return fail(cudaErrorMemoryAllocation);
     memset(q, 0xff, n);   /* a GPU's recycled memory holds garbage */
+    trace("malloc\t%zu\n", n);
     pthread_mutex_lock(&mem_mu);
     dev_blocks[(uintptr_t)q] = n;
     dev_bytes += n;
@@ -367,6 +405,7 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enu
              dd ? "device" : touches_device(dst, n) ? "overruns a device block" : "host");
         return fail(cudaErrorInvalidValue);
     }
+    trace("memcpy\t%s\t%zu\t%s\n", kind_name(kind), n, s ? "async" : "sync");
     const char *a = (const char *)src, *b = (const char *)dst;
     if ((a < b && a + n > b) || (b < a && b + n > a))
         diag(NULL, "cudaMemcpyAsync", "overlapping copy of %zu bytes from %p to %p", n, src, dst);
@@ -385,6 +424,7 @@ extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
              touches_device(p, n) ? " (they overrun a device block)" : "");
         return fail(cudaErrorInvalidValue);
     }
+    trace("memset\t%zu\n", n);
     memset(p, v, n);
     return cudaSuccess;
 }
@@ -433,6 +473,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (check_stream(s, "cudaStreamSynchronize")) return fail(cudaErrorInvalidResourceHandle);
+    trace("sync\tstream\n");
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
@@ -454,6 +495,7 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 }
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e || e->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
+    trace("sync\tevent\n");
     return cudaSuccess;
 }
 
@@ -932,7 +974,12 @@ extern "C" void cuemu_launch_kernel(const char *kernel, const char *file, int li
     in_kernel = 1;
     int failed = 0;
     unsigned long long nblocks = 0;
-    for (unsigned z = 0; z < grid.z && !failed; z++)
+    if (sample_mode()) {   /* the first block only, timed: its work at full sizes */
+        blockIdx.x = blockIdx.y = blockIdx.z = 0;
+        nblocks = 1;
+        failed = run_block(n, order);
+    }
+    for (unsigned z = 0; z < grid.z && !failed && !sample_mode(); z++)
         for (unsigned y = 0; y < grid.y && !failed; y++)
             for (unsigned x = 0; x < grid.x && !failed; x++) {
                 unsigned bx = order_mode == 1 ? grid.x - 1 - x : x;
@@ -949,6 +996,9 @@ extern "C" void cuemu_launch_kernel(const char *kernel, const char *file, int li
         fail(cudaErrorLaunchFailure);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    trace("launch\t%s\t%s:%d\t%u,%u,%u\t%u,%u,%u\t%zu\t%.1f\n", kname, strrchr(file, '/') ? strrchr(file, '/') + 1 : file,
+          line, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem,
+          1e6 * ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)));
     kstat &st = (*stats)[kname];
     st.launches++;
     st.blocks += (long)nblocks;

@@ -27,6 +27,27 @@
 
 #define API extern "C" __attribute__((visibility("default")))
 
+/* CUEMU_TRACE and CUEMU_SAMPLE as in cuemu_runtime.cpp: one trace line per
+ * product ("gemm TYPE ta tb m n k batch"); under CUEMU_SAMPLE the product is
+ * not computed. Returns 1 when the product is to be skipped. */
+static int trace_gemm(const char *type, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int batch) {
+    static int opened, sample = -1;
+    static FILE *f;
+    if (!opened) {
+        opened = 1;
+        const char *path = getenv("CUEMU_TRACE");
+        if (path && *path && (f = fopen(path, "a"))) setvbuf(f, NULL, _IOLBF, 0);
+    }
+    if (sample < 0) {
+        const char *e = getenv("CUEMU_SAMPLE");
+        sample = e && *e && strcmp(e, "0") != 0;
+    }
+    if (f)
+        fprintf(f, "gemm\t%s\t%c%c\t%d\t%d\t%d\t%d\n", type, ta == CUBLAS_OP_N ? 'N' : 'T',
+                tb == CUBLAS_OP_N ? 'N' : 'T', m, n, k, batch);
+    return sample;
+}
+
 struct cublasContext {
     unsigned magic;
     cudaStream_t stream;
@@ -151,6 +172,7 @@ API cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublas
     cublasStatus_t st = check_dims("cublasSgemm_v2", ta, tb, m, n, k, lda, ldb, ldc);
     if (st) return st;
     if (!alpha || !beta) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasSgemm_v2", "alpha or beta is NULL");
+    if (trace_gemm((h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH ? "f32-tf32" : "f32", ta, tb, m, n, k, 1)) return CUBLAS_STATUS_SUCCESS;
     sgemm(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -165,6 +187,7 @@ API cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t
     if (st) return st;
     if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "batchCount %d", batch);
     if (!alpha || !beta) return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "alpha or beta is NULL");
+    if (trace_gemm((h->math & 15) == CUBLAS_TF32_TENSOR_OP_MATH ? "f32-tf32" : "f32", ta, tb, m, n, k, batch)) return CUBLAS_STATUS_SUCCESS;
     for (int i = 0; i < batch; i++)
         sgemm(ta, tb, m, n, k, *alpha, A + i * sa, lda, B + i * sb, ldb, *beta, C + i * sc, ldc);
     return CUBLAS_STATUS_SUCCESS;
@@ -236,6 +259,7 @@ API cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOp
     if (!st) st = check_types(call, at, bt, ct, comp);
     if (st) return st;
     if (!alpha || !beta) return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "alpha or beta is NULL");
+    if (trace_gemm(type_name(at), ta, tb, m, n, k, 1)) return CUBLAS_STATUS_SUCCESS;
     gemm_mixed(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta, C, ct, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -254,6 +278,7 @@ API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_
     if (st) return st;
     if (batch < 0) return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "batchCount %d", batch);
     if (!alpha || !beta) return refuse(CUBLAS_STATUS_INVALID_VALUE, call, "alpha or beta is NULL");
+    if (trace_gemm(type_name(at), ta, tb, m, n, k, batch)) return CUBLAS_STATUS_SUCCESS;
     int as = type_size(at), bs = type_size(bt), cs = type_size(ct);
     for (int i = 0; i < batch; i++)
         gemm_mixed(ta, tb, m, n, k, *(const float *)alpha, (const char *)A + i * sa * as, at, lda,

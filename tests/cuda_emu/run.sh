@@ -101,6 +101,38 @@ if [ "${CUEMU_RACE:-1}" != 0 ] && [ -z "${CUEMU_ORDER:-}" ]; then
   fi
 fi
 
+# ---- what a steady training step asks of the GPU, at the bench's full sizes
+# (CUEMU_SAMPLE: one block per launch, so the results are meaningless but the
+# launches are real): no device allocation, one copy to the host (the loss the
+# step's callback reads) and no more synchronizations than today, for the
+# rows of `make bench-gpu` (trace_report.py; CUEMU_EXTRA=0 skips)
+if [ "${CUEMU_EXTRA:-1}" != 0 ]; then
+  ttrace() {   # label max-sync command... : traces of 1 and 3 steps after 8 warm-up steps (the data pipeline's prefetched batches and the allocator's cache settle by then), compared
+    local label=$1 maxs=$2; shift 2
+    rm -f "$O/trace-1.tsv" "$O/trace-3.tsv"
+    if CUEMU_TRACE=$PWD/$O/trace-1.tsv CUEMU_SAMPLE=1 "$@" 1 8 cuda:0 >/dev/null 2>>"$O/traces.err" &&
+      CUEMU_TRACE=$PWD/$O/trace-3.tsv CUEMU_SAMPLE=1 "$@" 3 8 cuda:0 >/dev/null 2>>"$O/traces.err"; then
+      python3 "$E/trace_report.py" "$O/trace-1.tsv" "$O/trace-3.tsv" 2 --label "$label" \
+        --max-malloc 0 --max-d2h 1 --max-sync "$maxs"
+    else
+      echo "not ok - $label: the traced runs failed ($O/traces.err)"
+    fi
+  }
+  : >"$O/traces.err"
+  tt1=$SECONDS
+  {
+    ttrace "MLP step (batch 512)" 3 ./ldist scripts/gpu/train_bench.lua mlp 512
+    ttrace "CNN step (batch 512)" 3 ./ldist scripts/gpu/train_bench.lua cnn 512
+    ttrace "transformer step, float32" 5 ./ldist scripts/gpu/transformer_bench.lua 32
+    ttrace "transformer step, mixed_bfloat16" 5 env LDIST_BENCH_POLICY=mixed_bfloat16 ./ldist scripts/gpu/transformer_bench.lua 32
+  } >"$O/traces.log" 2>&1
+  grep -vE '^(ok|not ok) - ' "$O/traces.log" | grep -E '^[A-Za-z]'
+  grep -E '^not ok - ' "$O/traces.log"
+  tp=$(grep -c '^ok - ' "$O/traces.log"); tf=$(grep -c '^not ok - ' "$O/traces.log")
+  echo "cuda_emu: steady training steps at full size ($O/traces.log): $tp passed, $tf failed ($((SECONDS - tt1)) s)"
+  [ "$tf" = 0 ] && [ "$tp" = 12 ] || extra_st=1
+fi
+
 echo "cuda_emu: running the GPU suite on the emulated cuda:0 (order: ${CUEMU_ORDER:-forward})"
 ts=$SECONDS
 # every line but the last as it comes; the last ("N passed, N failed") after the summary
