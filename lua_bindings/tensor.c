@@ -90,6 +90,45 @@ int lb_check_tensors(lua_State *L, int idx, int argn, int single_ok, ld_tensor *
    model.trainable_variables[1] == model.trainable_variables[1]. */
 static const char *VAR_CACHE = "ldist.varcache";
 
+/* Lua's collector cannot see the memory a tensor holds, only its small
+   userdata, so each new tensor tells it. Once per interpreter (a process has
+   one: statics).
+   - Host memory: a large tensor (4 MB and more) counts whole, so that it goes
+     soon after its last use (a 64 MB pull kept alive longer halved the ps
+     pull rate: fresh pages every time); a medium one at 1/16 of its size: the
+     Lua heap is ~1 MB, so counting those whole ran a full cycle per MB of
+     tensors (~20 per transformer step, 12% of the main thread) while the tape
+     still held most of them.
+   - A GPU's memory (any device that is not the host's) is counted apart, as
+     Go's collector paces itself: a full collection once the tensors made
+     since the last one add up to the device memory that collection left in
+     use (at least 256 MB). Counted as host tensors are, every 16 MB
+     activation of the bench transformer (d_model 512, batch 32 x 256) ran
+     a full cycle: 126 cycles and 13 ms of the host's time per step, most of
+     a bf16 step's budget on an H200. Now a few cycles a step; what garbage
+     waits for them stays below what is live, and an allocation that fails
+     still collects everything and retries (ld_device_alloc). */
+#define DEVICE_GC_FLOOR ((size_t)256 << 20)
+static size_t device_made, device_pace = DEVICE_GC_FLOOR;
+
+static void tell_collector(lua_State *L, const ld_tensor *t) {
+    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
+    if (!t->storage || ld_device_is_host(t->storage->device)) {
+        if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >= ((size_t)4 << 20) ? nb >> 10 : nb >> 14));   /* in KB */
+        return;
+    }
+    device_made += nb;
+    if (device_made < device_pace) return;
+    lua_gc(L, LUA_GCCOLLECT);
+    size_t live = 0;
+    for (int i = 0, n = ld_device_count(); i < n; i++) {
+        ld_device *d = ld_device_at(i);
+        if (d && !ld_device_is_host(d)) live += __atomic_load_n(&d->bytes_in_use, __ATOMIC_RELAXED);
+    }
+    device_pace = live > DEVICE_GC_FLOOR ? live : DEVICE_GC_FLOOR;
+    device_made = 0;
+}
+
 void lb_push_tensor(lua_State *L, ld_tensor *t, int arg) {
     if (!t) { lb_engine_error(L, arg); return; }
     if (t->requires_grad) {
@@ -101,15 +140,7 @@ void lb_push_tensor(lua_State *L, ld_tensor *t, int arg) {
     ld_tensor **p = lua_newuserdatauv(L, sizeof *p, 1);
     *p = t;
     luaL_setmetatable(L, LB_TENSOR_MT);
-    /* tell Lua's collector about the memory it cannot see: a large tensor
-       (4 MB and more) whole, so that it goes soon after its last use (a
-       64 MB pull kept alive longer halved the ps pull rate: fresh pages
-       every time); a medium one at 1/16 of its size: the Lua heap is ~1 MB,
-       so counting those whole ran a full cycle per MB of tensors (~20 per
-       transformer step, 12% of the main thread) while the tape still held
-       most of them */
-    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
-    if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >= ((size_t)4 << 20) ? nb >> 10 : nb >> 14));   /* in KB */
+    tell_collector(L, t);
     if (t->requires_grad) {
         lua_pushvalue(L, -1);
         lua_rawsetp(L, -3, t);
@@ -1064,10 +1095,19 @@ static int t_devices(lua_State *L) {
 }
 
 static int t_memory(lua_State *L) {
+    size_t now = ld_host_bytes_in_use(), peak = ld_host_bytes_peak();
+    if (!lua_isnoneornil(L, 1)) {   /* a device: a GPU's (or sim:0's) own counts; a CPU device's are the host's */
+        ld_device *d = ld_device_find(luaL_checkstring(L, 1));
+        if (!d) return lb_engine_error(L, 1);
+        if (!ld_device_is_host(d)) {
+            now = __atomic_load_n(&d->bytes_in_use, __ATOMIC_RELAXED);
+            peak = __atomic_load_n(&d->bytes_peak, __ATOMIC_RELAXED);
+        }
+    }
     lua_createtable(L, 0, 2);
-    lua_pushinteger(L, (lua_Integer)ld_host_bytes_in_use());
+    lua_pushinteger(L, (lua_Integer)now);
     lua_setfield(L, -2, "bytes_in_use");
-    lua_pushinteger(L, (lua_Integer)ld_host_bytes_peak());
+    lua_pushinteger(L, (lua_Integer)peak);
     lua_setfield(L, -2, "peak_bytes");
     return 1;
 }
@@ -1126,8 +1166,10 @@ static const char *const docs[] = {
                  "sums and a float32 softmax, as torch.autocast does.",
     "binary_ops", "tensor.binary_ops\n\nThe names of the elementwise binary ops (Tensor methods), in the engine's order.",
     "unary_ops", "tensor.unary_ops\n\nThe names of the elementwise unary ops (Tensor methods), in the engine's order.",
-    "memory", "tensor.memory()\n\nBytes of host memory held by tensors now, and the peak.",
-    "Tensor", "Tensor\n\nAn n-dimensional array (float32, int32, int64 or uint8) on a device.\n"
+    "memory", "tensor.memory([device])\n\nBytes of memory held by tensors now (bytes_in_use), and the peak (peak_bytes):\n"
+              "the host's, or with a device name that device's (\"cuda:0\"; CPU devices share the host's).\n"
+              "A GPU's caching allocator may hold more than this from the driver.",
+    "Tensor", "Tensor\n\nAn n-dimensional array (float32, float16, bfloat16, int32, int64 or uint8) on a device.\n"
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"
               "Fields: shape, dtype, device, ndim, T.  t[i] selects along the first axis.\n"
               "Operators + - * / ^ and unary - broadcast like NumPy.\n"

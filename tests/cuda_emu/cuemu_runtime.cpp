@@ -31,7 +31,8 @@
  * synchronization, in order: the host's calls as a GPU would receive them),
  * CUEMU_SAMPLE=1 (run only the first block of each launch and trace its
  * time: launch configurations and per-block work at full sizes, results
- * meaningless; tests/cuda_emu/trace_report.py reads the trace).
+ * meaningless; tests/cuda_emu/trace_report.py reads the trace),
+ * CUEMU_SAMPLE=none (run no block: a step's time is then the host's alone).
  */
 #include <cuda_runtime.h>
 
@@ -73,11 +74,12 @@ static void trace(const char *fmt, ...) {
     vfprintf(f, fmt, ap);
     va_end(ap);
 }
+/* CUEMU_SAMPLE: 0 off, 1 the first block of each launch, 2 ("none") no block at all */
 static int sample_mode(void) {
     static int m = -1;
     if (m < 0) {
         const char *e = getenv("CUEMU_SAMPLE");
-        m = e && *e && strcmp(e, "0") != 0;
+        m = !e || !*e || !strcmp(e, "0") ? 0 : !strcmp(e, "none") ? 2 : 1;
     }
     return m;
 }
@@ -320,7 +322,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t n) {
     pthread_mutex_unlock(&mem_mu);
     void *q = over ? NULL : aligned_block(n);
     if (!q) return fail(cudaErrorMemoryAllocation);
-    memset(q, 0xff, n);   /* a GPU's recycled memory holds garbage */
+    if (sample_mode() != 2) memset(q, 0xff, n);   /* a GPU's recycled memory holds garbage (no kernel reads it under CUEMU_SAMPLE=none) */
     trace("malloc\t%zu\n", n);
     pthread_mutex_lock(&mem_mu);
     dev_blocks[(uintptr_t)q] = n;
@@ -933,6 +935,13 @@ extern "C" void cuemu_launch_kernel(const char *kernel, const char *file, int li
         pthread_mutex_unlock(&launch_mu);
         return;
     }
+    if (sample_mode() == 2) {   /* no block: the launch costs the host what a real one costs it, about nothing */
+        trace("launch\t%s\t%s:%d\t%u,%u,%u\t%u,%u,%u\t%zu\t0\n", kname,
+              strrchr(file, '/') ? strrchr(file, '/') + 1 : file, line, grid.x, grid.y, grid.z, block.x, block.y,
+              block.z, shmem);
+        pthread_mutex_unlock(&launch_mu);
+        return;
+    }
     if (order_mode < 0) {
         const char *o = getenv("CUEMU_ORDER");
         order_mode = o && !strcmp(o, "reverse") ? 1 : o && !strcmp(o, "random") ? 2 : 0;
@@ -974,7 +983,7 @@ extern "C" void cuemu_launch_kernel(const char *kernel, const char *file, int li
     in_kernel = 1;
     int failed = 0;
     unsigned long long nblocks = 0;
-    if (sample_mode()) {   /* the first block only, timed: its work at full sizes */
+    if (sample_mode() == 1) {   /* the first block only, timed: its work at full sizes */
         blockIdx.x = blockIdx.y = blockIdx.z = 0;
         nblocks = 1;
         failed = run_block(n, order);

@@ -102,16 +102,16 @@ if [ "${CUEMU_RACE:-1}" != 0 ] && [ -z "${CUEMU_ORDER:-}" ]; then
 fi
 
 # ---- what a steady training step asks of the GPU, at the bench's full sizes
-# (CUEMU_SAMPLE: one block per launch, so the results are meaningless but the
-# launches are real): no device allocation, one copy to the host (the loss the
+# (CUEMU_SAMPLE=none: no kernel runs and no product is computed, so the results
+# are meaningless, but every launch is made and its configuration checked): no device allocation, one copy to the host (the loss the
 # step's callback reads) and no more synchronizations than today, for the
 # rows of `make bench-gpu` (trace_report.py; CUEMU_EXTRA=0 skips)
 if [ "${CUEMU_EXTRA:-1}" != 0 ]; then
   ttrace() {   # label max-sync command... : traces of 1 and 3 steps after 8 warm-up steps (the data pipeline's prefetched batches and the allocator's cache settle by then), compared
     local label=$1 maxs=$2; shift 2
     rm -f "$O/trace-1.tsv" "$O/trace-3.tsv"
-    if CUEMU_TRACE=$PWD/$O/trace-1.tsv CUEMU_SAMPLE=1 "$@" 1 8 cuda:0 >/dev/null 2>>"$O/traces.err" &&
-      CUEMU_TRACE=$PWD/$O/trace-3.tsv CUEMU_SAMPLE=1 "$@" 3 8 cuda:0 >/dev/null 2>>"$O/traces.err"; then
+    if CUEMU_TRACE=$PWD/$O/trace-1.tsv CUEMU_SAMPLE=none "$@" 1 8 cuda:0 >/dev/null 2>>"$O/traces.err" &&
+      CUEMU_TRACE=$PWD/$O/trace-3.tsv CUEMU_SAMPLE=none "$@" 3 8 cuda:0 >/dev/null 2>>"$O/traces.err"; then
       python3 "$E/trace_report.py" "$O/trace-1.tsv" "$O/trace-3.tsv" 2 --label "$label" \
         --max-malloc 0 --max-d2h 1 --max-sync "$maxs"
     else

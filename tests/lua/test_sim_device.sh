@@ -7,7 +7,8 @@
 # there and fails only on a GPU; on sim:0 it fails here. Runs tests/ops and
 # tests/gpu (tests/gpu/run.sh) on sim:0, and the ldist scripts of
 # `make bench-gpu` (training rows, the transformer, large products) a few
-# steps each in float32 and bfloat16. LDIST_BIN: the binary under test.
+# steps each in float32 and bfloat16, and the collector's pacing for device
+# memory (tests/lua/sim_device_gc.lua). LDIST_BIN: the binary under test.
 cd "$(dirname "$0")/../.." || exit 1
 bin=${LDIST_BIN:-./ldist}
 export LDIST_SIM_DEVICE=1
@@ -44,5 +45,10 @@ else not_ok "sanitize_attention on sim:0 (status $st)"; sed 's/^/#   /' <<<"$out
 out=$(timeout 30 "$bin" -e 'local t = tensor.ones(3):to("sim:0"); print((t + 1):sum():item(), t.device)' 2>&1)
 if [ "$out" = "$(printf '6.0\tsim:0')" ] || [ "$out" = "$(printf '6\tsim:0')" ]; then ok "sim:0 computes, and reads back through copies ($out)"
 else not_ok "sim:0 computes, and reads back through copies"; sed 's/^/#   /' <<<"$out" | tail -n 4; fi
+# the collector's pacing for a GPU's memory (lua_bindings/tensor.c): its own TAP lines
+out=$(timeout 120 "$bin" tests/lua/sim_device_gc.lua 2>&1); st=$?
+echo "$out" | grep -E '^(ok|not ok|#)'
+pass=$((pass + $(grep -c '^ok - ' <<<"$out"))); fail=$((fail + $(grep -c '^not ok - ' <<<"$out")))
+if [ "$st" != 0 ] && ! grep -q '^not ok - ' <<<"$out"; then not_ok "tests/lua/sim_device_gc.lua exited with status $st"; fi
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
