@@ -146,21 +146,30 @@ static inline void store_from_double(void *p, ld_dtype dt, int64_t i, double v) 
 }
 
 /* One row of a float32 <-> half conversion (src stride `is` elements): the
-   common casts of ld_ops_half, without the per-element switch above. 0 when
-   the pair is not one of these. */
+   common casts of ld_ops_half, without the per-element switch above; and a
+   half row copied as its bits. 0 when the pair is not one of these. */
 static int convert_row_half(void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int64_t n, int64_t is) {
     if (sdt == LD_F32 && ld_dtype_is_half(ddt)) {
         const float *s = src;
         uint16_t *d = dst;
-        if (ddt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_f16(s[j * is]);
+        if (is == 1) ld_cpu_f32_to_half(d, s, ddt, n);
+        else if (ddt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_f16(s[j * is]);
         else for (int64_t j = 0; j < n; j++) d[j] = ld_f32_to_bf16(s[j * is]);
         return 1;
     }
     if (ddt == LD_F32 && ld_dtype_is_half(sdt)) {
         const uint16_t *s = src;
         float *d = dst;
-        if (sdt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f16_to_f32(s[j * is]);
+        if (is == 1) ld_cpu_half_to_f32(d, s, sdt, n);
+        else if (sdt == LD_F16) for (int64_t j = 0; j < n; j++) d[j] = ld_f16_to_f32(s[j * is]);
         else for (int64_t j = 0; j < n; j++) d[j] = ld_bf16_to_f32(s[j * is]);
+        return 1;
+    }
+    if (ddt == sdt && ld_dtype_size(ddt) == 2) {   /* a half permuted or sliced: its bits moved */
+        const uint16_t *s = src;
+        uint16_t *d = dst;
+        if (is == 1) memcpy(d, s, (size_t)n * 2);
+        else for (int64_t j = 0; j < n; j++) d[j] = s[j * is];
         return 1;
     }
     return 0;
@@ -254,9 +263,34 @@ static void bin_inner(ld_binary_op op, float *out, const float *a, int64_t as, c
 #undef BIN_CASE
 }
 
-static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
-                       const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
-    if (ndim == 0) { out[0] = ld_ew_binary(op, a[0], b[0]); return; }
+/* One contiguous row of a half result: the operands' rows (stride 0, 1 or
+   more) widened to float32 block by block on the stack (exact), the float32
+   loop, the block rounded once. */
+enum { BIN_BLOCK = 512 };
+static void bin_row_half(ld_binary_op op, ld_dtype dt, uint16_t *out, const uint16_t *a, int64_t as,
+                         const uint16_t *b, int64_t bs, int64_t n) {
+    float fa[BIN_BLOCK], fb[BIN_BLOCK], fo[BIN_BLOCK];
+    if (as == 0) convert_row_half(fa, LD_F32, a, dt, 1, 1);
+    if (bs == 0) convert_row_half(fb, LD_F32, b, dt, 1, 1);
+    for (int64_t c = 0; c < n; c += BIN_BLOCK) {
+        int64_t m = n - c < BIN_BLOCK ? n - c : BIN_BLOCK;
+        if (as) convert_row_half(fa, LD_F32, a + c * as, dt, m, as);
+        if (bs) convert_row_half(fb, LD_F32, b + c * bs, dt, m, bs);
+        bin_inner(op, fo, fa, as ? 1 : 0, fb, bs ? 1 : 0, m);
+        ld_cpu_f32_to_half(out + c, fo, dt, m);
+    }
+}
+
+/* out (contiguous) = a op b over shape, a and b with their own strides
+   (0 on a broadcast axis); float32, or a half dtype computed in float32
+   and rounded once per element */
+static void cpu_binary_serial(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, const void *a, const int64_t *sa,
+                              const void *b, const int64_t *sb, int ndim, const int64_t *shape) {
+    if (ndim == 0) {
+        if (dt == LD_F32) *(float *)out = ld_ew_binary(op, *(const float *)a, *(const float *)b);
+        else bin_row_half(op, dt, out, a, 0, b, 0, 1);
+        return;
+    }
     /* merge the trailing dims that are contiguous in both operands */
     int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
@@ -273,7 +307,8 @@ static void cpu_binary_serial(ld_device *d, ld_binary_op op, float *out, const f
     }
     int64_t idx[LD_MAX_DIMS] = {0}, ao = 0, bo = 0;
     for (int64_t o = 0; o < total; o += inner) {
-        bin_inner(op, out + o, a + ao, as, b + bo, bs, inner);
+        if (dt == LD_F32) bin_inner(op, (float *)out + o, (const float *)a + ao, as, (const float *)b + bo, bs, inner);
+        else bin_row_half(op, dt, (uint16_t *)out + o, (const uint16_t *)a + ao, as, (const uint16_t *)b + bo, bs, inner);
         int k = last - 1;
         for (; k >= 0; k--) {
             ao += sa[k]; bo += sb[k];
@@ -626,60 +661,31 @@ static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, fl
 
 /* ================================================================ parallel wrappers */
 typedef struct {
-    ld_binary_op op; float *out; const float *a, *b; const int64_t *sa, *sb, *shape; int ndim; int64_t inner;
+    ld_binary_op op; ld_dtype dt; char *out; const char *a, *b; const int64_t *sa, *sb, *shape; int ndim; int64_t inner;
 } bin_job;
 static void bin_part(void *c, int p, int np) {
     bin_job *j = c;
-    int64_t lo, hi;
+    int64_t lo, hi, es = (int64_t)ld_dtype_size(j->dt);
     range_of(j->shape[0], p, np, &lo, &hi);
     if (lo >= hi) return;
     int64_t sh[LD_MAX_DIMS];
     memcpy(sh, j->shape, sizeof(int64_t) * (size_t)j->ndim);
     sh[0] = hi - lo;
-    cpu_binary_serial(NULL, j->op, j->out + lo * j->inner, j->a + lo * j->sa[0], j->sa, j->b + lo * j->sb[0], j->sb, j->ndim, sh);
+    cpu_binary_serial(NULL, j->op, j->dt, j->out + lo * j->inner * es, j->a + lo * j->sa[0] * es, j->sa,
+                      j->b + lo * j->sb[0] * es, j->sb, j->ndim, sh);
 }
-static void binary_f32(ld_device *d, ld_binary_op op, float *out, const float *a, const int64_t *sa,
-                       const float *b, const int64_t *sb, int ndim, const int64_t *shape) {
-    int64_t total = 1;
-    for (int i = 0; i < ndim; i++) total *= shape[i];
-    if (ndim == 0 || total < mem_par_min() || shape[0] < 2) { cpu_binary_serial(d, op, out, a, sa, b, sb, ndim, shape); return; }
-    bin_job j = {op, out, a, b, sa, sb, shape, ndim, total / shape[0]};
-    parallel_run(bin_part, &j, 64);
-}
-
-/* A half operand widened to float32 over its own extent (a broadcast axis
-   once, with stride 0 in *fs): malloc'ed, NULL out of memory. */
-static float *widen_operand(ld_device *d, ld_dtype dt, const void *x, const int64_t *sx, int ndim,
-                            const int64_t *shape, int64_t *fs) {
-    int64_t sh[LD_MAX_DIMS] = {0}, n = 1;
-    for (int i = ndim - 1; i >= 0; i--) {
-        sh[i] = sx[i] ? shape[i] : 1;
-        fs[i] = sx[i] ? n : 0;
-        n *= sh[i];
-    }
-    float *f = malloc((size_t)(n + 1) * sizeof(float));   /* + 1: never malloc(0) */
-    if (f) cpu_copy_strided(d, f, LD_F32, x, dt, ndim, sh, sx);
-    return f;
-}
-
-/* Half operands: widened to float32 (exact), the float32 kernel, the result
-   rounded once. */
+/* float32, or half operands widened to float32 (exact) block by block and the
+   result rounded once */
 static void cpu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, const void *a, const int64_t *sa,
                        const void *b, const int64_t *sb, int ndim, const int64_t *shape) {
-    if (dt == LD_F32) { binary_f32(d, op, out, a, sa, b, sb, ndim, shape); return; }
-    int64_t total = 1, one = 1, fa_s[LD_MAX_DIMS], fb_s[LD_MAX_DIMS];
+    int64_t total = 1;
     for (int i = 0; i < ndim; i++) total *= shape[i];
-    if (total <= 0) return;
-    float *fa = widen_operand(d, dt, a, sa, ndim, shape, fa_s), *fb = widen_operand(d, dt, b, sb, ndim, shape, fb_s);
-    float *fo = malloc((size_t)total * sizeof(float));
-    if (fa && fb && fo) {
-        binary_f32(d, op, fo, fa, fa_s, fb, fb_s, ndim, shape);
-        cpu_copy_strided(d, out, dt, fo, LD_F32, 1, &total, &one);
-    } else {
-        ld_device_fault(d, LD_ENOMEM, "%s: out of memory widening %s operands", "binary", ld_dtype_name(dt));
-        cpu_fill(d, out, dt, total, NAN);
+    if (ndim == 0 || total < mem_par_min() || shape[0] < 2) {
+        cpu_binary_serial(d, op, dt, out, a, sa, b, sb, ndim, shape);
+        return;
     }
-    free(fa); free(fb); free(fo);
+    bin_job j = {op, dt, out, a, b, sa, sb, shape, ndim, total / shape[0]};
+    parallel_run(bin_part, &j, 64);
 }
 
 /* The unary kernels on [lo, hi): float32 in place, half storage through

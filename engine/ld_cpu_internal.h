@@ -16,6 +16,11 @@
    rows f rounded to a half cdt once (gemm_half, gemm_batched_half). */
 void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n);
 void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const float *f, int64_t rows, int64_t n);
+/* Contiguous rows of n float16 or bfloat16 (dt) to and from float32, bit for
+   bit ld_half.h's conversions, in vector lanes where the processor has them
+   (ld_cpu_half.c). */
+void ld_cpu_half_to_f32(float *d, const uint16_t *s, ld_dtype dt, int64_t n);
+void ld_cpu_f32_to_half(uint16_t *d, const float *s, ld_dtype dt, int64_t n);
 /* n values of dt (float32, float16, bfloat16) widened into float32 f (exact) */
 void ld_cpu_widen(ld_device *d, float *f, const void *x, ld_dtype dt, int64_t n);
 

@@ -8,7 +8,9 @@
  * pairs and contiguous (both zero-padded: an odd k, B's last panel), and an
  * 8x32 block of C stays in sixteen registers over all of k. A thread takes
  * row blocks and runs every panel over each: the panel (k/2 * 128 bytes)
- * stays in L2, the block's rows of A in L1. The sums are float32, as on the GPU's
+ * stays in L2, the block's rows of A in L1. Packing is split over the
+ * same threads: a row of A that is not transposed is copied as it is (its
+ * consecutive k are already pairs). The sums are float32, as on the GPU's
  * tensor cores with fp32 accumulation; only their order differs from sgemm.
  * Chosen at run time (CPUID), so one binary runs everywhere; off where
  * LDIST_CPU_ISA asks for less than AVX-512 or LDIST_NO_AVX512_BF16=1.
@@ -85,29 +87,84 @@ static int have_bf16(void) {
 
 const char *ld_gemm_bf16_path(void) { return have_bf16() && !plain_forced() ? "avx512_bf16" : "float32"; }
 
+/* ---- packing: A as [m][kp] pairs, B as panels [n / 32][kp][32] pairs,
+   every pad written (0), split over the pool with the product's threads ---- */
+typedef struct {
+    const uint16_t *a, *b;
+    int64_t lda, ldb, m, n, k, kp, panels;
+    int ta, tb;
+    uint32_t *ap, *bp;
+} pack_job;
+
+static void pack_a_rows(const pack_job *q, int64_t i0, int64_t i1) {
+    int64_t k = q->k, kp = q->kp;
+    if (!q->ta) {   /* a row's k are consecutive: its pairs are its bytes (even k in the low half) */
+        for (int64_t i = i0; i < i1; i++) {
+            uint16_t *d = (uint16_t *)(q->ap + i * kp);
+            memcpy(d, q->a + i * q->lda, (size_t)k * 2);
+            if (k & 1) d[k] = 0;
+        }
+        return;
+    }
+    for (int64_t p = 0; p < kp; p++) {   /* A stored [k, m]: rows 2p and 2p + 1 interleaved */
+        const uint16_t *r0 = q->a + 2 * p * q->lda, *r1 = 2 * p + 1 < k ? r0 + q->lda : NULL;
+        for (int64_t i = i0; i < i1; i++)
+            q->ap[i * kp + p] = (uint32_t)r0[i] | (r1 ? (uint32_t)r1[i] << 16 : 0u);
+    }
+}
+
+static void pack_b_panels(const pack_job *q, int64_t p0, int64_t p1) {
+    int64_t k = q->k, kp = q->kp;
+    for (int64_t pn = p0; pn < p1; pn++) {
+        uint32_t *dst = q->bp + pn * kp * NR;
+        int64_t j0 = pn * NR, w = q->n - j0 < NR ? q->n - j0 : NR;
+        if (!q->tb) {   /* B stored [k, n]: two rows of the panel's columns interleaved */
+            for (int64_t p = 0; p < kp; p++) {
+                const uint16_t *r0 = q->b + 2 * p * q->ldb + j0, *r1 = 2 * p + 1 < k ? r0 + q->ldb : NULL;
+                uint32_t *d = dst + p * NR;
+                if (r1) for (int64_t jj = 0; jj < w; jj++) d[jj] = (uint32_t)r0[jj] | (uint32_t)r1[jj] << 16;
+                else for (int64_t jj = 0; jj < w; jj++) d[jj] = r0[jj];
+                for (int64_t jj = w; jj < NR; jj++) d[jj] = 0;
+            }
+        } else {        /* B stored [n, k]: a column's pairs are consecutive, the panel is their transpose */
+            for (int64_t jj = 0; jj < NR; jj++) {
+                if (jj >= w) { for (int64_t p = 0; p < kp; p++) dst[p * NR + jj] = 0; continue; }
+                const uint16_t *row = q->b + (j0 + jj) * q->ldb;
+                for (int64_t p = 0; p < k / 2; p++) {
+                    uint32_t v;
+                    memcpy(&v, row + 2 * p, 4);
+                    dst[p * NR + jj] = v;
+                }
+                if (k & 1) dst[(kp - 1) * NR + jj] = row[k - 1];
+            }
+        }
+    }
+}
+
+static void pack_part(void *ctx, int p, int np) {
+    const pack_job *q = ctx;
+    pack_a_rows(q, q->m * p / np, q->m * (p + 1) / np);
+    pack_b_panels(q, q->panels * p / np, q->panels * (p + 1) / np);
+}
+
 int ld_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                  const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
     if (!have_bf16() || plain_forced()) return 0;
     if (m <= 0 || n <= 0) return 1;
-    int64_t kp = (k + 1) / 2, npad = (n + NR - 1) / NR * NR;   /* npad: columns with the last panel's padding */
-    uint32_t *ap = calloc((size_t)(m * kp + 1), 4), *bp = calloc((size_t)(kp * npad + 1), 4);   /* + 1: never 0 bytes */
+    int64_t kp = (k + 1) / 2, panels = (n + NR - 1) / NR;
+    /* + 1: never 0 bytes (k = 0: the sums are 0) */
+    uint32_t *ap = malloc((size_t)(m * kp + 1) * 4), *bp = malloc((size_t)(kp * panels * NR + 1) * 4);
     if (!ap || !bp) { free(ap); free(bp); return 0; }
-    /* pairs: the even k in the low half, the odd k in the high half, as
-       vdpbf16ps reads them; the missing half of an odd k stays 0 */
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t kk = 0; kk < k; kk++) {
-            uint16_t v = ta ? a[kk * lda + i] : a[i * lda + kk];
-            ap[i * kp + kk / 2] |= (uint32_t)v << (16 * (kk & 1));
-        }
-    for (int64_t kk = 0; kk < k; kk++)
-        for (int64_t jj = 0; jj < n; jj++) {
-            uint16_t v = tb ? b[jj * ldb + kk] : b[kk * ldb + jj];
-            bp[(jj / NR) * kp * NR + (kk / 2) * NR + jj % NR] |= (uint32_t)v << (16 * (kk & 1));
-        }
+    pack_job q = {a, b, lda, ldb, m, n, k, kp, panels, ta, tb, ap, bp};
     bf16_job j = {m, n, kp, ap, bp, c, ldc};
     int64_t blocks = (m + MR - 1) / MR;
-    if ((double)m * n * k < 262144.0 || blocks < 2) part(&j, 0, 1);
-    else ld_cpu_parallel(part, &j, blocks < 64 ? (int)blocks : 64);
+    if ((double)m * n * k < 262144.0 || blocks < 2) {
+        pack_part(&q, 0, 1);
+        part(&j, 0, 1);
+    } else {
+        ld_cpu_parallel(pack_part, &q, 64);
+        ld_cpu_parallel(part, &j, blocks < 64 ? (int)blocks : 64);
+    }
     free(ap);
     free(bp);
     return 1;

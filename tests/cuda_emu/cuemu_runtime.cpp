@@ -427,7 +427,7 @@ extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
         return fail(cudaErrorInvalidValue);
     }
     trace("memset\t%zu\n", n);
-    memset(p, v, n);
+    if (sample_mode() != 2) memset(p, v, n);   /* CUEMU_SAMPLE=none: no kernel reads it */
     return cudaSuccess;
 }
 extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, NULL); }

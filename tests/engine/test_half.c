@@ -87,7 +87,8 @@ int main(void) {
         CHECK(bad16 == 0 && badbf == 0);
     }
     TEST("the bf16 product (vdpbf16ps where present) equals a double product of the operands to float32 sums") {
-        static const int64_t dims[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 32, 2}, {9, 33, 3}, {17, 70, 129}, {64, 64, 64}};
+        static const int64_t dims[][3] = {{1, 1, 1}, {3, 5, 7}, {8, 32, 2}, {9, 33, 3}, {17, 70, 129}, {64, 64, 64},
+                                             {45, 97, 131}, {130, 33, 65}};   /* the last three split over the pool */
         int ran = 0;
         for (size_t t = 0; t < sizeof dims / sizeof *dims; t++)
             for (int tr = 0; tr < 4; tr++) {

@@ -255,4 +255,45 @@ T.test("bfloat16 matmul: vdpbf16ps chosen by CPUID, LDIST_NO_AVX512_BF16=1 force
   T.ok(max_rel_diff(fast.c, plain.c) <= 2 ^ -7, "the two paths agree within one bfloat16 ulp")
 end)
 
+-- An elementwise op on half tensors computes in float32 and rounds once: its
+-- bits are those of the float32 op on the widened operands, rounded. Checked
+-- on every layout the CPU kernel walks (rows longer than its 512-element
+-- blocks, a broadcast row, a broadcast column, a transposed operand, a
+-- scalar, three axes with a middle broadcast), for every binary op.
+T.test("half elementwise ops: the float32 op's result rounded once, bit for bit, on every layout", function()
+  tensor.seed(7)
+  local function bits(t) return t:astype("float32"):reshape { t:numel() }:totable() end
+  local layouts = {
+    { "rows of 1100", function(dt) return tensor.normal(3, 1100):astype(dt), tensor.normal(3, 1100):astype(dt) end },
+    { "a broadcast row", function(dt) return tensor.normal(4, 1030):astype(dt), tensor.normal(1030):astype(dt) end },
+    { "a broadcast column", function(dt) return tensor.normal(700, 3):astype(dt), tensor.normal(700, 1):astype(dt) end },
+    { "a transposed operand", function(dt) return tensor.normal(600, 5):astype(dt).T, tensor.normal(5, 600):astype(dt) end },
+    { "a scalar", function(dt) return tensor.normal(2, 900):astype(dt), tensor.new({ 1.7 }, { dtype = dt }) end },
+    { "a middle broadcast", function(dt) return tensor.normal(2, 3, 600):astype(dt), tensor.normal(2, 1, 600):astype(dt) end },
+  }
+  local n = 0
+  for _, dt in ipairs { "float16", "bfloat16" } do
+    for _, lay in ipairs(layouts) do
+      local a, b = lay[2](dt)
+      b = b + 0.5 * (b:astype("float32"):abs():astype(dt))   -- keep divisors away from 0 where it matters little
+      for _, op in ipairs(tensor.binary_ops) do
+        local ok, got = pcall(function() return a[op](a, b) end)
+        if ok then
+          T.eq(got.dtype, dt, op .. " keeps " .. dt)
+          local want = a:astype("float32")[op](a:astype("float32"), b:astype("float32")):astype(dt)
+          local g, w = bits(got), bits(want)
+          T.eq(#g, #w, op .. " " .. lay[1] .. ": size")
+          for i = 1, #w do
+            if not (g[i] == w[i] or (g[i] ~= g[i] and w[i] ~= w[i])) then
+              error(("%s %s %s, element %d: %.9g, the float32 op rounded once gives %.9g"):format(dt, op, lay[1], i, g[i], w[i]))
+            end
+          end
+          n = n + 1
+        end
+      end
+    end
+  end
+  T.ok(n >= 2 * #layouts * 4, "ops checked: " .. n)
+end)
+
 T.done()
