@@ -356,6 +356,18 @@ typedef struct { ld_reduce_op op; void *out; const float *x; int64_t outer, n, i
 static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     int64_t n = jb->n, inner = jb->inner;
     const float *x = jb->x;
+    if (jb->op == LD_RED_NONFINITE) {   /* a count, exact in any order */
+        float *out = jb->out;
+        for (int64_t o = o0; o < o1; o++)
+            for (int64_t i = i0; i < i1; i++) {
+                const float *r = x + o * n * inner + i;
+                int64_t c = 0;
+                if (inner == 1) for (int64_t j = 0; j < n; j++) c += !isfinite(r[j]);
+                else for (int64_t j = 0; j < n; j++) c += !isfinite(r[j * inner]);
+                out[o * inner + i] = (float)c;
+            }
+        return;
+    }
     if (jb->op == LD_RED_SUM) {
         float *out = jb->out;
         if (inner == 1) {

@@ -1,6 +1,6 @@
 /*
- * cuda_reduce.cu - sum, max and argmax over the middle axis of a contiguous
- * [outer, n, inner] array.
+ * cuda_reduce.cu - sum, max, argmax and the count of non-finite values over
+ * the middle axis of a contiguous [outer, n, inner] array.
  *
  * Sums accumulate in double (the CPU backend sums rows in double too).
  * Max and argmax follow the CPU's sequential rule exactly: the first NaN
@@ -9,6 +9,14 @@
  * the sequential answer.
  */
 #include "cuda_common.cuh"
+
+/* a sum of values, or of 1 for each inf or NaN (LD_RED_NONFINITE) */
+#define SUMLIKE(OP) ((OP) == LD_RED_SUM || (OP) == LD_RED_NONFINITE)
+template <int OP>
+__device__ __forceinline__ double red_term(float v) {
+    if (OP == LD_RED_NONFINITE) return isfinite(v) ? 0.0 : 1.0;
+    return (double)v;
+}
 
 struct vi {
     float v;
@@ -39,9 +47,9 @@ __global__ void k_reduce_rows(void *out, const float *x, int64_t rows, int64_t n
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *p = x + r * n;
-        if (OP == LD_RED_SUM) {
+        if (SUMLIKE(OP)) {
             double s = 0;
-            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += p[j];
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += red_term<OP>(p[j]);
             s = cu_block_sum(s, shs);
             if (threadIdx.x == 0) ((float *)out)[r] = (float)s;
         } else {
@@ -75,10 +83,10 @@ __global__ void k_reduce_cols(void *out, const float *x, int64_t outer, int64_t 
         int64_t c = c0 + threadIdx.x;
         int64_t o = c < cols ? c / inner : 0, i = c < cols ? c - o * inner : 0;
         const float *p = x + o * n * inner + i;
-        if (OP == LD_RED_SUM) {
+        if (SUMLIKE(OP)) {
             double s = 0;
             if (c < cols)
-                for (int64_t j = threadIdx.y; j < n; j += 8) s += p[j * inner];
+                for (int64_t j = threadIdx.y; j < n; j += 8) s += red_term<OP>(p[j * inner]);
             shs[threadIdx.y][threadIdx.x] = s;
             __syncthreads();
             if (threadIdx.y == 0 && c < cols) {
@@ -107,6 +115,7 @@ __global__ void k_reduce_cols(void *out, const float *x, int64_t outer, int64_t 
    batch): the axis is split into chunks, each block sums one chunk of 32
    columns into `part` [chunks, cols], and a second pass adds the chunks in
    order (deterministic, unlike atomics) ---- */
+template <int OP>
 __global__ void k_sum_cols_part(double *part, const float *x, int64_t outer, int64_t n, int64_t inner,
                                 int64_t chunk) {
     __shared__ double shs[8][33];
@@ -117,7 +126,7 @@ __global__ void k_sum_cols_part(double *part, const float *x, int64_t outer, int
     if (c < cols) {
         int64_t o = c / inner, i = c - o * inner;
         const float *p = x + o * n * inner + i;
-        for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) s += p[j * inner];
+        for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) s += red_term<OP>(p[j * inner]);
     }
     shs[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
@@ -136,13 +145,53 @@ __global__ void k_sum_parts(float *out, const double *part, int64_t cols, int ch
     }
 }
 
+/* ---- sums over whole long rows (a tensor summed over all its axes: the
+   loss, a gradient checked for infs): one block per row ran a 19M-value
+   gradient on one multiprocessor; each row is split into chunks, a block
+   sums one chunk into part[row][chunk], and one thread per row adds its
+   chunks in order (deterministic) ---- */
+template <int OP>
+__global__ void k_sum_rows_part(double *part, const float *x, int64_t n, int64_t chunk, int chunks) {
+    __shared__ double shs[32];
+    int64_t r = blockIdx.y, j0 = (int64_t)blockIdx.x * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
+    const float *p = x + r * n;
+    double s = 0;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += red_term<OP>(p[j]);
+    s = cu_block_sum(s, shs);
+    if (threadIdx.x == 0) part[r * chunks + blockIdx.x] = s;
+}
+
+__global__ void k_sum_row_parts(float *out, const double *part, int64_t rows, int chunks) {
+    CU_LOOP(r, rows) {
+        double t = 0;
+        for (int k = 0; k < chunks; k++) t += part[r * chunks + k];
+        out[r] = (float)t;
+    }
+}
+
 template <int OP>
 static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, int64_t n, int64_t inner) {
     int64_t tiles = (outer * inner + 31) / 32;
     /* below 512 tiles the one-pass kernel has too few blocks for a large GPU
        (a bias gradient of 2048 columns over 8192 rows: 64 blocks, each thread
        1024 loads in a row); split the long axis into chunks, about 512 blocks */
-    if (OP == LD_RED_SUM && inner > 1 && tiles < 512 && n >= 2048) {
+    if (SUMLIKE(OP) && inner == 1 && outer < 512 && n >= 65536) {
+        int chunks = (int)((1024 + outer - 1) / outer);
+        if ((int64_t)chunks * 8192 > n) chunks = (int)(n / 8192);
+        int64_t chunk = (n + chunks - 1) / chunks;
+        size_t bytes = (size_t)chunks * (size_t)outer * sizeof(double);
+        double *part = chunks > 1 ? (double *)cu_scratch(cd, bytes) : NULL;
+        if (part) {
+            k_sum_rows_part<OP><<<dim3((unsigned)chunks, (unsigned)outer), 256, 0, cd->stream>>>(part, x, n, chunk, chunks);
+            cu_launched(cd, "reduce kernel (partial sums of long rows)");
+            k_sum_row_parts<<<cu_grid(outer, 256), 256, 0, cd->stream>>>((float *)out, part, outer, chunks);
+            cu_launched(cd, "reduce kernel (sum of the rows' partial sums)");
+            cu_scratch_free(cd, part, bytes);
+            return;
+        }
+        if (chunks > 1) cu_host->clear_error();   /* no scratch: the one-pass kernel below needs none */
+    }
+    if (SUMLIKE(OP) && inner > 1 && tiles < 512 && n >= 2048) {
         int64_t cols = outer * inner;
         int chunks = (int)((512 + tiles - 1) / tiles);
         if ((int64_t)chunks * 256 > n) chunks = (int)(n / 256);
@@ -150,7 +199,7 @@ static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, 
         size_t bytes = (size_t)chunks * (size_t)cols * sizeof(double);
         double *part = (double *)cu_scratch(cd, bytes);
         if (part) {
-            k_sum_cols_part<<<dim3((unsigned)tiles, (unsigned)chunks), dim3(32, 8), 0, cd->stream>>>(
+            k_sum_cols_part<OP><<<dim3((unsigned)tiles, (unsigned)chunks), dim3(32, 8), 0, cd->stream>>>(
                 part, x, outer, n, inner, chunk);
             cu_launched(cd, "reduce kernel (partial sums)");
             k_sum_parts<<<cu_grid(cols, 256), 256, 0, cd->stream>>>((float *)out, part, cols, chunks);
@@ -175,7 +224,7 @@ void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t
     if (outer <= 0 || inner <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    if (n == 0 && op == LD_RED_SUM) {   /* a sum over nothing is 0 */
+    if (n == 0 && (op == LD_RED_SUM || op == LD_RED_NONFINITE)) {   /* a sum (a count) over nothing is 0 */
         cudaError_t e = cudaMemsetAsync(out, 0, (size_t)(outer * inner) * sizeof(float), cd->stream);
         if (e != cudaSuccess) cu_record(cd, "cudaMemsetAsync", e);
         return;
@@ -184,6 +233,7 @@ void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t
     case LD_RED_SUM: launch_reduce<LD_RED_SUM>(cd, out, x, outer, n, inner); break;
     case LD_RED_MAX: launch_reduce<LD_RED_MAX>(cd, out, x, outer, n, inner); break;
     case LD_RED_ARGMAX: launch_reduce<LD_RED_ARGMAX>(cd, out, x, outer, n, inner); break;
+    case LD_RED_NONFINITE: launch_reduce<LD_RED_NONFINITE>(cd, out, x, outer, n, inner); break;
     default: cu_record_msg(cd, "reduce: unknown op"); break;
     }
 }

@@ -163,6 +163,49 @@ T.test("long rows: softmax, log_softmax, layer norm, reductions; two-pass column
   end
 end)
 
+-- whole long rows summed (the loss, a gradient's squared norm): split into
+-- chunks over many blocks, the chunks added in order
+T.test("sums of long rows: a tensor over all its axes, few rows of 70000+", function()
+  for _, shp in ipairs({ { 300000 }, { 3, 100000 }, { 1, 65536 }, { 511, 66000 } }) do
+    local y = tensor.normal(table.unpack(shp))
+    local g, c = G.both(function(t) return t:sum() end, y)
+    G.close(g, c, ("sum of all of %s"):format(table.concat(shp, "x")), 1e-9)
+    if #shp == 2 then
+      g, c = G.both(function(t) return t:sum(1) end, y)
+      G.close(g, c, ("sum axis 1 of %s"):format(table.concat(shp, "x")), 1e-9)
+    end
+  end
+end)
+
+-- the LossScaleOptimizer's check for infs, one count per gradient in one
+-- vector on the device: an inf far into a large gradient (past the first
+-- chunks of the long-row sums), or in the last of several, skips the step
+-- and halves the scale; finite gradients update, and the variables equal the CPU's
+T.test("LossScaleOptimizer on the device: an inf deep in a large gradient skips the step", function()
+  local function run(d, bad_at)
+    local w1 = tensor.Variable(tensor.ones(400, 500):to(d)) -- 200000 values
+    local w2 = tensor.Variable(tensor.ones(7):to(d))
+    local opt = optim.SGD { learning_rate = 0.5 }
+    mixed_precision.LossScaleOptimizer(opt, { initial_scale = 8 })
+    local g1 = tensor.full({ 400, 500 }, 0.25 * 8)
+    local g2 = tensor.full({ 7 }, 8.0)
+    if bad_at == 1 then g1 = g1:reshape { 200000 }; g1 = (g1 + tensor.new({ math.huge }):reshape { 1 } * (tensor.arange(200000):eq(199999):astype("float32"))):reshape { 400, 500 } end
+    if bad_at == 2 then g2 = g2 + tensor.new({ 0 / 0, 0, 0, 0, 0, 0, 0 }) end
+    opt:apply_gradients({ g1:to(d), g2:to(d) }, { w1, w2 })
+    return w1, w2, opt.dynamic_scale, opt.iterations
+  end
+  for bad_at = 0, 2 do
+    local a1, a2, as, ai = run(dev, bad_at)
+    local b1, b2, bs, bi = run("cpu:0", bad_at)
+    T.eq(as, bs, "the scale after the step")
+    T.eq(ai, bi, "the iterations after the step")
+    T.eq(as, bad_at == 0 and 8 or 4, "the scale: kept, or halved on a non-finite gradient")
+    G.close(a1, b1, "w1", 0)
+    G.close(a2, b2, "w2", 0)
+    T.eq(b2:totable()[1], bad_at == 0 and 0.5 or 1, "w2 updated, or not")
+  end
+end)
+
 T.test("normalization layers on long rows and long columns", function()
   for _, cs in ipairs({ { "layernorm 4 x 5000", function() return nn.LayerNormalization() end, { 4, 5000 }, false },
                         { "batchnorm 5000 x 3 training", function() return nn.BatchNormalization() end, { 5000, 3 }, true },
