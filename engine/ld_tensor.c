@@ -540,8 +540,18 @@ int ld_tensor_item(const ld_tensor *t, double *out) {
         return ld_fail(LD_ESHAPE, "item() needs a tensor with one element, got shape %s",
                        ld_shape_str(t, b, sizeof b));
     }
-    *out = ld_tensor_get_flat(t, 0);
-    return LD_OK;
+    if (!ld_device_is_host(t->storage->device)) {   /* a device's: the copy reports its kernels' errors */
+        ld_tensor *c = ld_to_device((ld_tensor *)t, ld_device_cpu());
+        int st = c ? LD_OK : (int)ld_error_status();
+        if (!c) return st ? st : (int)ld_fail(LD_EDEVICE, "item(): the read failed");
+        *out = ld_tensor_get_flat(c, 0);
+        ld_tensor_release(c);
+        return LD_OK;
+    }
+    *out = ld_tensor_get_flat(t, 0);   /* waits for the kernels queued on t's device */
+    /* a queued kernel's error (an out-of-range label) is reported by the next
+       read of tensor memory: this one, as ld_tensor_data's */
+    return ld_device_take_error(t->storage->device);
 }
 
 /* ------------------------------------------------------------------ views */

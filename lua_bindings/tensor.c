@@ -463,7 +463,8 @@ static int t_shape(lua_State *L) {
 static int t_item(lua_State *L) {
     double v;
     ld_tensor *t = SELF;
-    if (ld_tensor_item(t, &v)) return lb_engine_error(L, 1);
+    /* the engine's message alone: it names the shape, or the queued kernel's error this read reports */
+    if (ld_tensor_item(t, &v)) return lb_engine_error(L, 0);
     if (ld_dtype_is_float(t->dtype)) lua_pushnumber(L, v); else lua_pushinteger(L, ld_tensor_get_flat_int(t, 0));
     return 1;
 }
