@@ -30,7 +30,7 @@
  * cpu:0 is always there; logical CPU devices (ld_executor.c) and GPUs (the
  * plugin, below) register themselves. */
 #define MAX_DEVICES 64
-static ld_device cpu0 = {LD_DEV_CPU, 0, "cpu:0", &ld_cpu_kernels, 0, 0, 0, NULL};
+static ld_device cpu0 = {LD_DEV_CPU, 0, "cpu:0", &ld_cpu_kernels, 0, 0, 0, NULL, 0};
 static ld_device *devices[MAX_DEVICES] = {&cpu0};
 static int n_devices = 1;
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -92,6 +92,7 @@ void *ld_device_alloc(ld_device *d, size_t nbytes) {
     void *p = __atomic_load_n(&d->backend, __ATOMIC_ACQUIRE)->alloc(d, nbytes);
     /* host memory has had its retry (ld_host_alloc runs the pressure hook) */
     if (!p && !ld_device_is_host(d) && ld_error_status() == LD_ENOMEM && ld_memory_pressure()) {
+        __atomic_add_fetch(&d->alloc_retries, 1, __ATOMIC_RELAXED);
         ld_clear_error();      /* the collector freed tensors: their blocks went back to the cache */
         p = d->backend->alloc(d, nbytes);
     }
@@ -207,11 +208,21 @@ static void probe(void) {
    bytes (NaN as float32 and as halves, -1 as integers), as a GPU's caching
    allocator hands back whatever a freed block held: an output a kernel does
    not write whole shows up as NaN here, not as the zeros fresh host pages
-   happen to hold. ---- */
+   happen to hold. LDIST_SIM_MEMORY caps what it holds, as a GPU's memory is
+   capped: an allocation past it fails with LD_ENOMEM (the pressure hook's
+   path). ---- */
 static ld_backend sim_backend;
-static ld_device sim0 = {LD_DEV_SIM, 0, "sim:0", &sim_backend, 0, 0, 0, NULL};
+static ld_device sim0 = {LD_DEV_SIM, 0, "sim:0", &sim_backend, 0, 0, 0, NULL, 0};
+
+static size_t sim_cap;   /* LDIST_SIM_MEMORY: bytes sim:0 holds at most, as a GPU's memory is (0: no cap) */
 
 static void *sim_alloc(ld_device *d, size_t nbytes) {
+    size_t used = __atomic_load_n(&d->bytes_in_use, __ATOMIC_RELAXED);
+    if (sim_cap && (nbytes > sim_cap || used > sim_cap - nbytes)) {
+        ld_fail(LD_ENOMEM, "sim:0: out of memory: %zu bytes requested, %zu of %zu in use (LDIST_SIM_MEMORY)", nbytes,
+                used, sim_cap);
+        return NULL;
+    }
     void *p = ld_cpu_kernels.alloc(d, nbytes);
     if (p) memset(p, 0xff, nbytes);
     return p;
@@ -224,6 +235,14 @@ static void probe_all(void) {
         sim_backend = ld_cpu_kernels;
         sim_backend.name = "sim";
         sim_backend.alloc = sim_alloc;
+        const char *m = getenv("LDIST_SIM_MEMORY");   /* bytes, or with a K, M or G suffix */
+        if (m && *m) {
+            char *end = NULL;
+            double v = strtod(m, &end);
+            double mul = end && (*end == 'K' || *end == 'k') ? 1024.0 : end && (*end == 'M' || *end == 'm') ? 1048576.0
+                       : end && (*end == 'G' || *end == 'g') ? 1073741824.0 : 1.0;
+            if (v > 0) sim_cap = (size_t)(v * mul);
+        }
         ld_device_register(&sim0);
     }
 }

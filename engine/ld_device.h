@@ -46,6 +46,7 @@ struct ld_device {
     size_t bytes_in_use, bytes_peak;
     int threads;                /* BLAS / kernel threads this device's executor uses */
     void *impl;                 /* backend private */
+    size_t alloc_retries;       /* allocations that failed, ran the pressure hook and were retried */
 };
 
 /* ---- the registry (ld_device.c) ---- */

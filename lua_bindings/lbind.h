@@ -54,6 +54,9 @@ int lb_call_hook(lua_State *L, const char *module, const char *name, int nargs);
 /* Devices (distribute.c): a Lua array of 1..LD_MAX_LOGICAL distinct device
    names at idx into devs; returns how many, or raises an argument error. */
 struct ld_device;
+/* The pressure hook ran a full collection (an allocation failed): the
+   collector's pace for device memory halves from then on (tensor.c). */
+void lb_collector_pressure(void);
 int lb_check_devices(lua_State *L, int idx, struct ld_device **devs);
 
 /* Optimizers (optim.c): the engine optimizer at idx, with its learning rate

@@ -46,6 +46,7 @@ static void pressure_gc(void *ud) {
        safe on the Lua thread, which is the one that allocates from Lua. */
     lua_State *L = ud;
     lua_gc(L, LUA_GCCOLLECT);
+    lb_collector_pressure();   /* the device pace was too slow for this machine's memory */
 }
 
 /* ldist.clock(): monotonic wall-clock seconds (os.clock is CPU time, which

@@ -107,9 +107,20 @@ static const char *VAR_CACHE = "ldist.varcache";
      a full cycle: 126 cycles and 13 ms of the host's time per step, most of
      a bf16 step's budget on an H200. Now a few cycles a step; what garbage
      waits for them stays below what is live, and an allocation that fails
-     still collects everything and retries (ld_device_alloc). */
+     still collects everything and retries (ld_device_alloc). Such a retry
+     (a GPU fuller than the pace allows for: live + garbage past its memory)
+     halves the pace from then on (lb_collector_pressure), so a nearly full
+     GPU does not flush its caching allocator every cycle. */
 #define DEVICE_GC_FLOOR ((size_t)256 << 20)
-static size_t device_made, device_pace = DEVICE_GC_FLOOR;
+#define DEVICE_GC_MIN ((size_t)16 << 20)
+static size_t device_made, device_pace = DEVICE_GC_FLOOR, device_cap = SIZE_MAX;
+
+void lb_collector_pressure(void) {
+    size_t p = device_pace < device_cap ? device_pace : device_cap;
+    device_cap = p / 2 > DEVICE_GC_MIN ? p / 2 : DEVICE_GC_MIN;
+    device_pace = device_cap;
+    device_made = 0;
+}
 
 static void tell_collector(lua_State *L, const ld_tensor *t) {
     size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
@@ -126,6 +137,7 @@ static void tell_collector(lua_State *L, const ld_tensor *t) {
         if (d && !ld_device_is_host(d)) live += __atomic_load_n(&d->bytes_in_use, __ATOMIC_RELAXED);
     }
     device_pace = live > DEVICE_GC_FLOOR ? live : DEVICE_GC_FLOOR;
+    if (device_pace > device_cap) device_pace = device_cap;
     device_made = 0;
 }
 
@@ -1096,16 +1108,19 @@ static int t_devices(lua_State *L) {
 }
 
 static int t_memory(lua_State *L) {
-    size_t now = ld_host_bytes_in_use(), peak = ld_host_bytes_peak();
+    size_t now = ld_host_bytes_in_use(), peak = ld_host_bytes_peak(), retries = 0;
     if (!lua_isnoneornil(L, 1)) {   /* a device: a GPU's (or sim:0's) own counts; a CPU device's are the host's */
         ld_device *d = ld_device_find(luaL_checkstring(L, 1));
         if (!d) return lb_engine_error(L, 1);
         if (!ld_device_is_host(d)) {
             now = __atomic_load_n(&d->bytes_in_use, __ATOMIC_RELAXED);
             peak = __atomic_load_n(&d->bytes_peak, __ATOMIC_RELAXED);
+            retries = __atomic_load_n(&d->alloc_retries, __ATOMIC_RELAXED);
         }
     }
-    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, (lua_Integer)retries);
+    lua_setfield(L, -2, "alloc_retries");
     lua_pushinteger(L, (lua_Integer)now);
     lua_setfield(L, -2, "bytes_in_use");
     lua_pushinteger(L, (lua_Integer)peak);
@@ -1169,7 +1184,8 @@ static const char *const docs[] = {
     "unary_ops", "tensor.unary_ops\n\nThe names of the elementwise unary ops (Tensor methods), in the engine's order.",
     "memory", "tensor.memory([device])\n\nBytes of memory held by tensors now (bytes_in_use), and the peak (peak_bytes):\n"
               "the host's, or with a device name that device's (\"cuda:0\"; CPU devices share the host's).\n"
-              "A GPU's caching allocator may hold more than this from the driver.",
+              "A GPU's caching allocator may hold more than this from the driver. alloc_retries: the device's\n"
+              "allocations that failed, collected the garbage tensors and were retried (PyTorch's num_alloc_retries).",
     "Tensor", "Tensor\n\nAn n-dimensional array (float32, float16, bfloat16, int32, int64 or uint8) on a device.\n"
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"
               "Fields: shape, dtype, device, ndim, T.  t[i] selects along the first axis.\n"

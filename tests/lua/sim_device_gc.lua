@@ -19,6 +19,29 @@ local function sentinel()
 end
 sentinel()
 
+-- With LDIST_SIM_MEMORY (test_sim_device.sh runs this file again with 160M):
+-- the device is smaller than the collector's pace (256 MB), so an allocation
+-- fails, collects the garbage and is retried; the pace then halves, and the
+-- loop goes on without failing again and again.
+if os.getenv("LDIST_SIM_MEMORY") then
+  T.test("a device smaller than the pace: an allocation retried after a collection, then the pace adapts", function()
+    local x = tensor.zeros(4 * MB):to(DEV)
+    local r0 = tensor.memory(DEV).alloc_retries
+    local y
+    for i = 1, 100 do y = x + i end
+    local m = tensor.memory(DEV)
+    print(("# %d allocations retried after a collection; the device's peak %d MB of 160")
+      :format(m.alloc_retries - r0, m.peak_bytes // MB))
+    T.eq(y:sum():item(), 100 * 4 * MB, "the last tensor's values")
+    T.ok(m.peak_bytes <= 160 * MB, "within the device's memory")
+    T.ok(m.alloc_retries - r0 >= 1, "the device filled once (its memory is below the pace)")
+    T.ok(m.alloc_retries - r0 <= 3, "and not again and again: the pace adapted (" .. m.alloc_retries - r0 .. " retries)")
+    T.raises(function() return tensor.zeros(50 * MB):to(DEV) end, "sim:0: out of memory")
+  end)
+  T.done()
+  return
+end
+
 T.test("100 device tensors of 16 MB: a few collections, and the garbage freed as it goes", function()
   local x = tensor.zeros(4 * MB):to(DEV)   -- float32: 16 MB
   T.eq(x.device, DEV)
