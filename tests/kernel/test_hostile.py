@@ -70,7 +70,10 @@ def test_every_reply_reaches_a_client_that_reads_slowly(k):
         if got % 100 == 0:
             time.sleep(0.01)            # and reads slowly
     sock.close()
-    assert got == n, f"{n - got} of {n} execute_reply messages never arrived"
+    # on a failure, what the kernel logged (a reply it gave up on says so) and when the replies stopped
+    assert got == n, (f"{n - got} of {n} execute_reply messages never arrived "
+                      f"({time.time() - deadline + 45:.1f} s after reading began); the kernel's log ends: "
+                      + k.stderr_text()[-1500:])
     k.drain()                           # iopub dropped some of its flood, as PUB does
     assert k.alive()
 
