@@ -148,25 +148,17 @@ __global__ void k_sum_parts(float *out, const double *part, int64_t cols, int ch
 /* ---- sums over whole long rows (a tensor summed over all its axes: the
    loss, a gradient checked for infs): one block per row ran a 19M-value
    gradient on one multiprocessor; each row is split into chunks, a block
-   sums one chunk into part[row][chunk], and one thread per row adds its
+   sums one chunk into part[chunk][row], and k_sum_parts adds each row's
    chunks in order (deterministic) ---- */
 template <int OP>
-__global__ void k_sum_rows_part(double *part, const float *x, int64_t n, int64_t chunk, int chunks) {
+__global__ void k_sum_rows_part(double *part, const float *x, int64_t rows, int64_t n, int64_t chunk) {
     __shared__ double shs[32];
     int64_t r = blockIdx.y, j0 = (int64_t)blockIdx.x * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
     const float *p = x + r * n;
     double s = 0;
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += red_term<OP>(p[j]);
     s = cu_block_sum(s, shs);
-    if (threadIdx.x == 0) part[r * chunks + blockIdx.x] = s;
-}
-
-__global__ void k_sum_row_parts(float *out, const double *part, int64_t rows, int chunks) {
-    CU_LOOP(r, rows) {
-        double t = 0;
-        for (int k = 0; k < chunks; k++) t += part[r * chunks + k];
-        out[r] = (float)t;
-    }
+    if (threadIdx.x == 0) part[blockIdx.x * rows + r] = s;
 }
 
 template <int OP>
@@ -175,21 +167,21 @@ static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, 
     /* below 512 tiles the one-pass kernel has too few blocks for a large GPU
        (a bias gradient of 2048 columns over 8192 rows: 64 blocks, each thread
        1024 loads in a row); split the long axis into chunks, about 512 blocks */
-    if (SUMLIKE(OP) && inner == 1 && outer < 512 && n >= 65536) {
+    if (SUMLIKE(OP) && inner == 1 && outer < 512 && n >= 65536) {   /* 3 to 128 chunks a row */
         int chunks = (int)((1024 + outer - 1) / outer);
         if ((int64_t)chunks * 8192 > n) chunks = (int)(n / 8192);
         int64_t chunk = (n + chunks - 1) / chunks;
         size_t bytes = (size_t)chunks * (size_t)outer * sizeof(double);
-        double *part = chunks > 1 ? (double *)cu_scratch(cd, bytes) : NULL;
+        double *part = (double *)cu_scratch(cd, bytes);
         if (part) {
-            k_sum_rows_part<OP><<<dim3((unsigned)chunks, (unsigned)outer), 256, 0, cd->stream>>>(part, x, n, chunk, chunks);
+            k_sum_rows_part<OP><<<dim3((unsigned)chunks, (unsigned)outer), 256, 0, cd->stream>>>(part, x, outer, n, chunk);
             cu_launched(cd, "reduce kernel (partial sums of long rows)");
-            k_sum_row_parts<<<cu_grid(outer, 256), 256, 0, cd->stream>>>((float *)out, part, outer, chunks);
+            k_sum_parts<<<cu_grid(outer, 256), 256, 0, cd->stream>>>((float *)out, part, outer, chunks);
             cu_launched(cd, "reduce kernel (sum of the rows' partial sums)");
             cu_scratch_free(cd, part, bytes);
             return;
         }
-        if (chunks > 1) cu_host->clear_error();   /* no scratch: the one-pass kernel below needs none */
+        cu_host->clear_error();   /* no scratch: the one-pass kernel below needs none */
     }
     if (SUMLIKE(OP) && inner > 1 && tiles < 512 && n >= 2048) {
         int64_t cols = outer * inner;
