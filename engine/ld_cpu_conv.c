@@ -58,6 +58,7 @@
 #include "ld_cpu_internal.h"
 #include "ld_executor.h"
 #include "ld_elementwise_math.h"
+#include "ld_half.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -380,7 +381,38 @@ static void images_of(int64_t n, int part, int np, int64_t *lo, int64_t *hi) {
 /* ================================================================ forward */
 typedef struct {
     const geom *G; float *y; int32_t *arg; const float *x, *wpk, *bpk; int relu; int failed;
+    const float *b;   /* a half Conv2D's bias, added by half_epilogue (bpk is zero then) */
 } fwd_job;
+
+/* v[0..n) rounded to the half dtype dt, in place (bfloat16 inline, so the
+   loop vectorises; float16 through the row conversions, on the stack) */
+static void round_half(float *v, int64_t n, int dt) {
+    if (dt == LD_BF16) {
+        for (int64_t i = 0; i < n; i++) v[i] = ld_bf16_to_f32(ld_f32_to_bf16(v[i]));
+        return;
+    }
+    uint16_t h[512];
+    for (int64_t i = 0; i < n; i += 512) {
+        int64_t m = n - i < 512 ? n - i : 512;
+        ld_cpu_f32_to_half(h, v + i, (ld_dtype)dt, m);
+        ld_cpu_half_to_f32(v + i, h, (ld_dtype)dt, m);
+    }
+}
+
+/* A half Conv2D's epilogue over one image's output yb [op, f] (see
+   ld_conv_geom.half): the sums rounded, the bias added and rounded, relu;
+   the rounded sums are what a half convolution gives (float32 sums, one
+   rounding), the rest the half bias add and relu of the layer. */
+static void half_epilogue(float *yb, int64_t op, int64_t f, const float *b, int relu, int dt) {
+    round_half(yb, op * f, dt);
+    if (b) {
+        for (int64_t q = 0; q < op; q++)
+            for (int64_t j = 0; j < f; j++) yb[q * f + j] += b[j];
+        round_half(yb, op * f, dt);
+    }
+    if (relu)
+        for (int64_t i = 0; i < op * f; i++) yb[i] = ld_ew_relu(yb[i]);
+}
 
 /* max pooling of one image's conv output cb [oh*ow, f] into y, arg [poh*pow, f]
    (the first maximum in window order, as the max_pool2d kernel) */
@@ -454,16 +486,17 @@ static void fwd_part(void *ctx, int part, int np) {
                 if (direct) for (int p = 0; p < P; p++) dst[p] = yb + (pb + p) * g->f + f0;
                 else for (int p = 0; p < P; p++) dst[p] = out + p * CH;
                 tile_for(&ts, po)(img, po, G->roff, g->kh, g->kw * g->c, J->wpk + ch * G->k * CH, J->bpk + ch * CH, dst, 0,
-                         direct && J->relu);
+                         direct && J->relu && !g->half);
                 if (direct) continue;
                 for (int64_t p = 0; p < np_; p++) {
                     float *yo = yb + (pb + p) * g->f + f0;
                     const float *o = out + p * CH;
-                    if (J->relu) for (int64_t j = 0; j < nf; j++) yo[j] = ld_ew_relu(o[j]);
+                    if (J->relu && !g->half) for (int64_t j = 0; j < nf; j++) yo[j] = ld_ew_relu(o[j]);
                     else memcpy(yo, o, sizeof(float) * (size_t)nf);
                 }
             }
         }
+        if (g->half) half_epilogue(yb, G->op, g->f, J->b, J->relu, g->half);
         if (pool) {
             int64_t pn = g->poh * g->pow * g->f;
             pool_image(J->y + b * pn, J->arg + b * pn, cb, g);
@@ -491,8 +524,8 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, float *y, int32_t *arg
     if (!wpk || !bpk) { free(wpk); free(bpk); free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory"); return; }
     pack_w(wpk, w, G.k, g.f);
     memset(bpk, 0, sizeof(float) * (size_t)(nch * CH));
-    if (b) memcpy(bpk, b, sizeof(float) * (size_t)g.f);
-    fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0};
+    if (b && !g.half) memcpy(bpk, b, sizeof(float) * (size_t)g.f);
+    fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0, g.half ? b : NULL};
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) fwd_part(&J, 0, 1);
     else ld_cpu_parallel(fwd_part, &J, 64);

@@ -30,10 +30,14 @@
    n images h x w x c, kernel kh x kw, f filters, strides sh/sw, padding
    ph/pw before (TF "same"; the rest of the padding after), output oh x ow;
    with pkh > 0, a max pooling (valid) of pkh x pkw, strides psh/psw, to
-   poh x pow follows it. */
+   poh x pow follows it. half (forward only; 0 for float32): a Conv2D under a
+   half autocast, its float32 image: the sums rounded to that dtype (LD_F16,
+   LD_BF16), the bias (half-valued) added and the result rounded again, then
+   relu and the pooling, as the layer computes in that dtype. */
 typedef struct {
     int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow, f;
     int64_t pkh, pkw, psh, psw, poh, pow;
+    int half;
 } ld_conv_geom;
 
 /* ================================================================ the lists */

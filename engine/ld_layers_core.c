@@ -188,20 +188,30 @@ const ld_layer_class ld_layer_max_pooling2d = {
 /* The pair as one op: the convolution's output is pooled image by image
    from cache (ld_conv2d_pool), never written whole; the same values and
    gradients as the two layers one after the other. Once both are built, for
-   a float32 input on the CPU that the Conv2D takes. */
+   a float input on the CPU that the Conv2D takes, both layers of one policy:
+   under a half one through Keras's autocast, as the Conv2D's own call (the
+   pooling of a half output is exact, so the pair's output is the second
+   layer's). */
+static ld_tensor *conv_pool_forward(ld_layer *a, void *ctx, ld_tensor *const *x, int training) {
+    ld_layer *b = ctx;
+    ld_activation act = ld_p_activation(a, CONV_ACT);
+    const int64_t *s = ld_p_ints(a, CONV_STRIDES, NULL), *pk = ld_p_ints(b, POOL_SIZE, NULL), *ps = pool_strides(b);
+    return ld_conv2d_pool(x[0], ld_var(a->vars[0]), ld_p_int(a, CONV_BIAS) ? ld_var(a->vars[1]) : NULL,
+                          act == LD_ACT_RELU, (int)s[0], (int)s[1], !strcmp(ld_p_str(a, CONV_PADDING), "same"),
+                          (int)pk[0], (int)pk[1], (int)ps[0], (int)ps[1]);
+}
+
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
     if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
     if (a->wopt.activity.class_name[0]) return 0;   /* its own output is regularized: run it alone */
-    if (a->policy.compute != LD_F32 || b->policy.compute != LD_F32) return 0;   /* a half policy: each layer's call */
+    if (a->policy.compute != b->policy.compute) return 0;
     ld_activation act = ld_p_activation(a, CONV_ACT);
     if (act != LD_ACT_NONE && act != LD_ACT_RELU) return 0;
-    if (x->ndim != 4 || x->dtype != LD_F32 || x->storage->device->kind != LD_DEV_CPU ||
+    if (x->ndim != 4 || !ld_dtype_is_float(x->dtype) || x->storage->device->kind != LD_DEV_CPU ||
         a->in[0].ndim != 3 || x->shape[3] != a->in[0].d[2])
         return 0;
-    const int64_t *s = ld_p_ints(a, CONV_STRIDES, NULL), *pk = ld_p_ints(b, POOL_SIZE, NULL), *ps = pool_strides(b);
-    *y = ld_conv2d_pool(x, ld_var(a->vars[0]), ld_p_int(a, CONV_BIAS) ? ld_var(a->vars[1]) : NULL, act == LD_ACT_RELU,
-                        (int)s[0], (int)s[1], !strcmp(ld_p_str(a, CONV_PADDING), "same"), (int)pk[0], (int)pk[1],
-                        (int)ps[0], (int)ps[1]);
+    *y = a->policy.compute == LD_F32 && x->dtype == LD_F32 ? conv_pool_forward(a, b, &x, training)
+                                                          : ld_layer_autocast_call(a, 1, &x, training, conv_pool_forward, b);
     return 1;
 }
 

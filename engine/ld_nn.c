@@ -370,8 +370,10 @@ static int keeps_inputs(const ld_layer_class *c) { return c == &ld_layer_layer_n
    keeps_inputs); under a half policy it runs with ld_autocast on
    (its products take half operands, its float32 variables cast on the tape
    so that their gradients come back float32); its float output is given in
-   the compute dtype. Integer inputs (an Embedding's ids) pass as they are. */
-static ld_tensor *forward_autocast(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+   the compute dtype. Integer inputs (an Embedding's ids) pass as they are.
+   fn: a fused pair led by l (ld_layer_pair_forward) in place of l's forward. */
+ld_tensor *ld_layer_autocast_call(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_fused_forward fn,
+                                  void *ctx) {
     ld_dtype dt = l->policy.compute;
     ld_tensor *xs[LD_LAYER_MAX_INPUTS] = {NULL}, *y = NULL;
     int i;
@@ -382,7 +384,7 @@ static ld_tensor *forward_autocast(ld_layer *l, int n_in, ld_tensor *const *x, i
     }
     if (i == n_in) {
         ld_dtype was = ld_autocast(dt);
-        y = l->cls->forward(l, n_in, xs, training);
+        y = fn ? fn(l, ctx, xs, training) : l->cls->forward(l, n_in, xs, training);
         ld_autocast(was);
     }
     for (int k = 0; k < n_in; k++) ld_tensor_release(xs[k]);
@@ -412,7 +414,7 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
        float32 layer's half inputs too); a float32 layer given float32 runs as is */
     int cast = l->policy.compute != LD_F32;
     for (int i = 0; i < n_in && !cast; i++) cast = ld_dtype_is_half(x[i]->dtype);
-    ld_tensor *y = cast ? forward_autocast(l, n_in, x, training) : l->cls->forward(l, n_in, x, training);
+    ld_tensor *y = cast ? ld_layer_autocast_call(l, n_in, x, training, NULL, NULL) : l->cls->forward(l, n_in, x, training);
     if (y && ld_layer_record_activity(l, y)) { ld_tensor_release(y); return NULL; }
     return y;
 }
@@ -471,9 +473,7 @@ ld_tensor *ld_model_forward(ld_model *m, ld_tensor *x, int training) {
     ld_tensor *cur = d && d != x->storage->device ? ld_to_device(x, d) : ld_tensor_retain(x);
     for (int i = 0; i < m->n_layers && cur; i++) {
         ld_tensor *y;
-        /* a fused pair computes in float32: layers of a half policy run one by one */
-        if (i + 1 < m->n_layers && m->layers[i]->policy.compute == LD_F32 && m->layers[i + 1]->policy.compute == LD_F32 &&
-            ld_layer_pair_forward(m->layers[i], m->layers[i + 1], cur, training, &y)) i++;
+        if (i + 1 < m->n_layers && ld_layer_pair_forward(m->layers[i], m->layers[i + 1], cur, training, &y)) i++;
         else y = ld_layer_forward(m->layers[i], cur, training);
         ld_tensor_release(cur);
         cur = y;

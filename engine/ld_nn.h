@@ -250,10 +250,17 @@ int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in);
 int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in_shape);
 ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training);
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training);
+/* Keras's autocast around a layer's forward (ld_nn.c): the float inputs cast
+   to l's compute dtype, ld_autocast on, the output in that dtype; fn, when
+   given, runs in place of l's forward (a fused pair led by l, ctx the rest) */
+typedef ld_tensor *(*ld_fused_forward)(ld_layer *l, void *ctx, ld_tensor *const *x, int training);
+ld_tensor *ld_layer_autocast_call(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_fused_forward fn,
+                                  void *ctx);
 /* Two consecutive layers run as one op where that pays (a Conv2D with relu
    or no activation, then a MaxPool2D: ld_conv2d_pool): returns 1 with *y
    the second's output (NULL on an error), 0 when the pair is not fused
-   (not built yet, another input, not on the CPU): run them one by one. */
+   (not built yet, another input, not on the CPU, two policies): run them one
+   by one. */
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y);
 int64_t ld_layer_param_count(const ld_layer *l);
 int64_t ld_layer_trainable_count(const ld_layer *l);

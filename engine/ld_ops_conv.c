@@ -121,21 +121,26 @@ static ld_tensor *rounded(ld_tensor *t, ld_dtype dt) {
     return f;
 }
 
+static ld_tensor *conv_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
+                              const int *pk, ld_dtype half);
+
 /* The direct kernels under a half autocast (Keras's mixed precision,
-   ld_autocast): a convolution computed as a half one with float32 sums, the
-   input and the kernel rounded to the half dtype, their products (exact in
-   float32) summed by the float32 kernels, the result rounded once; then the
-   bias cast to the half dtype and relu in that dtype, as Keras's Conv2D
-   computes (the lowering gives the same through its half product). */
+   ld_autocast): the input, the kernel and the bias rounded to the half dtype
+   (recorded casts: their gradients come back rounded to it, then widened),
+   and one float32 op on those values whose kernel rounds as a half Conv2D
+   computes (ld_conv_geom.half): the float32 sums of exact products rounded
+   once, the bias added in the half dtype, relu, the pooling; its output cast
+   to the half dtype, which is exact. The lowering gives the same through its
+   half product (LDIST_CONV_REFERENCE=1; the tests compare them). */
 static ld_tensor *conv_half_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
                                    const int *pk, ld_dtype dt) {
-    ld_dtype was = ld_autocast(LD_F32);   /* the float32 kernels, not this path again */
-    ld_tensor *xf = rounded(x, dt), *wf = xf ? rounded(w, dt) : NULL;
-    ld_tensor *yf = wf ? conv_op(xf, wf, NULL, 0, sh, sw, same, NULL) : NULL;
+    ld_dtype was = ld_autocast(LD_F32);   /* float32 ops inside, not this path again */
+    ld_tensor *xf = rounded(x, dt), *wf = xf ? rounded(w, dt) : NULL, *bf = wf && b ? rounded(b, dt) : NULL;
+    ld_tensor *yf = wf && (!b || bf) ? conv_direct(xf, wf, bf, relu, sh, sw, same, pk, dt) : NULL;
     ld_autocast(was);
-    ld_tensor *y = ld_ops_bias_relu(yf ? ld_cast_op(yf, dt) : NULL, b, relu);
-    ld_tensor_release(yf); ld_tensor_release(xf); ld_tensor_release(wf);
-    return y && pk && pk[0] > 0 ? pool_after(y, pk) : y;
+    ld_tensor *y = yf ? ld_cast_op(yf, dt) : NULL;
+    ld_tensor_release(yf); ld_tensor_release(xf); ld_tensor_release(wf); ld_tensor_release(bf);
+    return y;
 }
 
 /* relu(conv(x, w) + b), then max pooling when pk (see conv_geometry); half
@@ -159,9 +164,17 @@ static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
     if (ld_check_same_device(x, w, "conv2d") || (b && ld_check_same_device(w, b, "conv2d"))) return NULL;
     if (DEV(x)->kind != LD_DEV_CPU || conv_reference()) return conv_lowered(x, w, b, relu, sh, sw, same, pk);
     if (ld_dtype_is_half(half)) return conv_half_direct(x, w, b, relu, sh, sw, same, pk, half);
+    return conv_direct(x, w, b, relu, sh, sw, same, pk, 0);
+}
+
+/* the direct kernels (float32 tensors, checked by conv_op): one recorded op;
+   half (0 or a half dtype) is ld_conv_geom's, for conv_half_direct */
+static ld_tensor *conv_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
+                              const int *pk, ld_dtype half) {
     int pool = pk && pk[0] > 0;
     ld_conv_geom cg;
     if (conv_geometry(x, w, sh, sw, same, pk, &cg)) return NULL;
+    cg.half = half;
     ld_tensor *cx = ld_ops_contig(x), *cw = cx ? ld_contiguous(w) : NULL;
     int64_t ys[4] = {cg.n, pool ? cg.poh : cg.oh, pool ? cg.pow : cg.ow, cg.f};
     ld_tensor *y = cw ? ld_ops_out_empty(LD_F32, 4, ys, DEV(x)) : NULL;

@@ -50,8 +50,9 @@
 #define KERNEL_SMALL_CONNS 256
 /* A reply waits for room while its client does not read: ROUTER sockets drop
    silently at their high-water mark, so they are made to say so
-   (ZMQ_ROUTER_MANDATORY) and each send waits up to this long in slices of
-   KERNEL_SEND_SLICE_MS, then is given up and logged. */
+   (ZMQ_ROUTER_MANDATORY) and each send waits up to this long by the clock,
+   in sends that block for KERNEL_SEND_SLICE_MS (ZMQ_SNDTIMEO) each, then is
+   given up and logged. */
 #define KERNEL_SEND_WAIT_S 60
 #define KERNEL_SEND_SLICE_MS 1000
 
@@ -118,12 +119,14 @@ static int ksend(kernel *K, void *sock, const kbuf *ids, size_t nids, const char
         rc = 0;
         for (size_t i = 0; i < nids && rc == 0; i++) {
             /* the first frame decides whether the message goes (a ROUTER
-               takes the rest of a message it has accepted the start of) */
-            int waited = 0, e = 0;
+               takes the rest of a message it has accepted the start of);
+               the wait is timed on the clock: a send cut short by a signal
+               (EINTR) is not a whole slice */
+            int e = 0;
+            double deadline = ld_now() + KERNEL_SEND_WAIT_S;
             while ((rc = zmq_send(sock, ids[i].data, ids[i].len, ZMQ_SNDMORE) < 0 ? -1 : 0) && i == 0 &&
-                   ((e = zmq_errno()) == EAGAIN || e == EINTR) && !K->shutdown &&
-                   waited < KERNEL_SEND_WAIT_S * 1000)
-                waited += KERNEL_SEND_SLICE_MS;
+                   ((e = zmq_errno()) == EAGAIN || e == EINTR) && !K->shutdown && ld_now() < deadline)
+                ;
             if (rc && i == 0) {
                 e = zmq_errno();
                 if (e == EAGAIN)

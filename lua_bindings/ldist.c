@@ -52,9 +52,7 @@ static void pressure_gc(void *ud) {
 /* ldist.clock(): monotonic wall-clock seconds (os.clock is CPU time, which
    counts every thread and so misleads on parallel work). */
 static int l_clock(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    lua_pushnumber(L, ld_now());
     return 1;
 }
 

@@ -58,9 +58,7 @@ static int l_termsize(lua_State *L) {
 /* ldist.walltime() -> seconds on a monotonic clock (os.clock counts CPU time
    of every thread, which is wrong for rates when the engine runs threads). */
 static int l_walltime(lua_State *L) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec * 1e-9);
+    lua_pushnumber(L, ld_now());
     return 1;
 }
 

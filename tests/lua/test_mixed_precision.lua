@@ -26,14 +26,50 @@ local function pattern(shape, mul, mod, scale)
   return tensor.new(t):reshape(table.unpack(shape))
 end
 
--- t's values (row-major, as float32) equal Keras's list exactly
-local function same_as_keras(t, want, what)
+-- t's values (row-major, as float32) equal Keras's list (or ref's) exactly
+local function same_as_keras(t, want, what, ref)
   local got, bad = t:astype("float32"):reshape(-1):totable(), {}
   T.eq(#got, #want, what .. ": size")
   for i, w in ipairs(want) do
-    if got[i] ~= w then bad[#bad + 1] = ("[%d] %.9g, Keras %.9g"):format(i, got[i], w) end
+    if got[i] ~= w then bad[#bad + 1] = ("[%d] %.9g, %s %.9g"):format(i, got[i], ref or "Keras", w) end
   end
   T.eq(#bad, 0, what .. ": " .. table.concat(bad, "; "))
+end
+
+-- A Conv2D then a MaxPool2D in a Sequential run as one op on the CPU
+-- (ld_conv2d_pool), under a half policy too: the kernel rounds as the half
+-- Conv2D computes, then pools. Its output and gradients against the two
+-- layers called one by one (the Conv2D alone is Keras's bit for bit, above;
+-- the pooling of half values is exact): the output, input and kernel
+-- gradients bit for bit; the bias gradient (float32 sums in another order,
+-- rounded once) within one unit in the last place of the half dtype.
+local function conv_pool_pair(policy)
+  local out = {}
+  with_policy(policy, function()
+    tensor.seed(7)   -- random values: windows whose maxima tie once rounded
+    local x = tensor.normal(6, 17, 18, 5)
+    local conv, pool = nn.Conv2D(18, 3, { activation = "relu" }), nn.MaxPool2D(2)
+    local model = nn.Sequential { conv, pool }
+    model(x)
+    conv.bias:assign(tensor.normal(18) * 0.3)
+    local up = tensor.normal(6, 7, 8, 18)
+    for _, fused in ipairs { true, false } do
+      local v = tensor.Variable(x)
+      local tape = autograd.GradientTape()
+      local y
+      local s = tape:record(function()
+        y = fused and model(v) or pool(conv(v))
+        return (y:astype("float32") * up):sum()
+      end)
+      local g = tape:gradient(s, { v, conv.kernel, conv.bias })
+      out[fused and "fused" or "layers"] = { y = y, dx = g[1], dk = g[2], db = g[3] }
+    end
+  end)
+  return out
+end
+if arg[1] == "pair_profile" then   -- the child of the fusion test below
+  conv_pool_pair("mixed_bfloat16")
+  os.exit(0)
 end
 
 T.test("policies: names, fields, the global policy, errors naming the problem", function()
@@ -329,6 +365,41 @@ T.test("... and so does the im2col lowering with its half product (a GPU's path;
   local out = p:read("a")
   local ok = p:close()
   T.ok(ok and out:find("conv_lowering ok", 1, true), out)
+end)
+
+for _, c in ipairs { { "mixed_bfloat16", "bfloat16", 2 ^ -8 }, { "mixed_float16", "float16", 2 ^ -11 } } do
+  T.test(("Conv2D + MaxPool2D under %s: the fused pair gives the two layers' output and gradients"):format(c[1]), function()
+    local r = conv_pool_pair(c[1])
+    local f, l = r.fused, r.layers
+    T.eq(f.y.dtype, c[2]); T.eq(l.y.dtype, c[2])
+    T.eq(table.concat(f.y.shape, "x"), "6x7x8x18")
+    T.ok(f.y:astype("float32"):max():item() > 0, "some outputs above zero")
+    same_as_keras(f.y, l.y:astype("float32"):reshape(-1):totable(), "output", "two layers")
+    same_as_keras(f.dx, l.dx:reshape(-1):totable(), "input gradient", "two layers")
+    same_as_keras(f.dk, l.dk:reshape(-1):totable(), "kernel gradient", "two layers")
+    T.eq(f.dk.dtype, "float32"); T.eq(f.db.dtype, "float32")
+    T.ok((f.dk:abs():sum():item()) > 0, "a kernel gradient")
+    local fd, ld = f.db:totable(), l.db:totable()
+    for i = 1, #ld do
+      T.ok(math.abs(fd[i] - ld[i]) <= c[3] * math.abs(ld[i]) * 2, ("bias gradient [%d]: %.9g and %.9g"):format(i, fd[i], ld[i]))
+    end
+  end)
+end
+
+T.test("... and is one op under mixed_bfloat16: no max pooling kernel runs (LDIST_KERNEL_PROFILE)", function()
+  local bin = os.getenv("LDIST_BIN") or "./ldist"
+  local p = io.popen(("LDIST_KERNEL_PROFILE=1 %s %s pair_profile 2>&1"):format(bin, arg[0]))
+  local out = p:read("a")
+  T.ok(p:close(), out)
+  T.ok(out:find("conv2d ", 1, true), "the convolution ran: " .. out)
+  T.ok(out:find("conv2d_backward", 1, true), "and its gradient: " .. out)
+  local function calls(kernel) return tonumber(out:match("\n%s*" .. kernel .. "%s+(%d+)") or 0) end
+  -- the child ran the pair fused twice (the call that built it, then with a
+  -- tape), then as two layers: three convolutions, one pooling kernel and
+  -- one pooling gradient, the two layers' alone
+  T.eq(calls("conv2d"), 3, "convolutions: " .. out)
+  T.eq(calls("maxpool"), 1, "max pooling kernels: " .. out)
+  T.eq(calls("maxpool_backward"), 1, "max pooling gradients: " .. out)
 end)
 
 -- scripts/fixtures/make_loss_scale_fixture.py, ln_bf16: LayerNormalization on a float32 2x3x8

@@ -56,6 +56,24 @@ T.test("copy_strided: transposed, sliced, stepped views with every dtype convers
   G.same(g, c, "clone")
   g, c = G.both(function(t) return t[2] end, tensor.normal(4, 33))
   G.same(g:contiguous(), c:contiguous(), "select a row")
+  -- the axes a copy reads in order are merged: a contiguous cast is one row
+  -- split over the threads in ranges, an image of one channel no longer a
+  -- row per pixel; a cast through a transposed view converts element by
+  -- element, and both give the same bits
+  local function equal(a, b) return a:eq(b):min():item() == 1 end
+  for _, dt in ipairs { "bfloat16", "float16" } do
+    local x = tensor.normal(600, 500) * 1000
+    local whole = x:astype(dt)
+    local by_element = x:transpose(0, 1):astype(dt):transpose(0, 1):contiguous()
+    T.ok(equal(whole:astype("float32"), by_element:astype("float32")), "a contiguous cast to " .. dt)
+    local img = x:reshape(300, 10, 100, 1)
+    g, c = G.both(function(t) return t:astype(dt):astype("float32") end, img)
+    G.same(g, c, "an image of one channel to " .. dt .. " and back")
+    T.ok(equal(c, whole:astype("float32"):reshape(300, 10, 100, 1)), "one channel, " .. dt)
+    g, c = G.both(function(t) return t:slice(1, 2, 9):astype(dt) end, img)   -- rows 2..8 of each image: merged
+    G.same(g, c, "a slice of images to " .. dt)
+    T.ok(equal(c:astype("float32"), whole:astype("float32"):reshape(300, 10, 100, 1):slice(1, 2, 9)), "a slice, " .. dt)
+  end
 end)
 
 ---------------------------------------------------------------- binary
