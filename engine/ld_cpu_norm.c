@@ -29,20 +29,44 @@ static int parts_for(int64_t rows, int64_t c) {
 
 /* ================================================================ layer norm */
 #define LN_PAR_MIN 262144   /* elements below which a layer norm stays on one thread */
+
+/* Half rows (float16, bfloat16) are widened into a part's float32 buffer
+   and the results computed there, then rounded once into place: the same
+   float32 arithmetic as a float32 row. */
+static const float *row_in(const void *a, ld_dtype dt, int64_t r, int64_t c, float *buf) {
+    if (dt == LD_F32) return (const float *)a + r * c;
+    ld_cpu_half_to_f32(buf, (const uint16_t *)a + r * c, dt, c);
+    return buf;
+}
+static float *row_out(void *a, ld_dtype dt, int64_t r, int64_t c, float *buf) {
+    return dt == LD_F32 ? (float *)a + r * c : buf;
+}
+static void row_done(void *a, ld_dtype dt, int64_t r, int64_t c, const float *buf) {
+    if (dt != LD_F32) ld_cpu_f32_to_half((uint16_t *)a + r * c, buf, dt, c);
+}
+
 typedef struct {
-    float *y, *mean, *rstd;
-    const float *x, *gamma, *beta;
+    void *y; ld_dtype ydt;
+    float *mean, *rstd;
+    const void *x; ld_dtype xdt;
+    const float *gamma, *beta;
     int64_t rows, c;
     float eps;
+    int failed;
 } ln_job;
 
 static void ln_part(void *ctx, int p, int np) {
     ln_job *j = ctx;
     int64_t lo, hi, c = j->c;
     ld_cpu_range(j->rows, p, np, &lo, &hi);
+    if (lo >= hi) return;
+    int nb = (j->xdt != LD_F32) + (j->ydt != LD_F32);
+    float *buf = nb ? malloc(sizeof(float) * (size_t)(nb * c)) : NULL;
+    if (nb && !buf) { j->failed = 1; return; }
+    float *xb = buf, *yb = j->xdt != LD_F32 ? buf + c : buf;
     for (int64_t r = lo; r < hi; r++) {
-        const float *xr = j->x + r * c;
-        float *yr = j->y + r * c;
+        const float *xr = row_in(j->x, j->xdt, r, c, xb);
+        float *yr = row_out(j->y, j->ydt, r, c, yb);
         /* two passes (mean, then squared deviations) in float vector lanes
            (ld_cpu_simd.h): a double sum kept these loops scalar */
         float mf = c ? ldv_sum(xr, c) / (float)c : 0.0f;
@@ -54,28 +78,33 @@ static void ln_part(void *ctx, int p, int np) {
             if (j->beta) t += j->beta[k];
             yr[k] = t;
         }
+        row_done(j->y, j->ydt, r, c, yr);
         j->mean[r] = mf;
         j->rstd[r] = rs;
     }
+    free(buf);
 }
 
-void cpu_layer_norm(ld_device *d, float *y, float *mean, float *rstd, const float *x, const float *gamma,
-                    const float *beta, int64_t rows, int64_t c, float eps) {
+void cpu_layer_norm(ld_device *d, void *y, ld_dtype ydt, float *mean, float *rstd, const void *x, ld_dtype xdt,
+                    const float *gamma, const float *beta, int64_t rows, int64_t c, float eps) {
     if (rows <= 0) return;
-    ln_job j = {y, mean, rstd, x, gamma, beta, rows, c, eps};
+    ln_job j = {y, ydt, mean, rstd, x, xdt, gamma, beta, rows, c, eps, 0};
     /* vectorized, a row costs a few ns per element: below LN_PAR_MIN a
        second thread's wake-up costs more than it saves */
     int want = rows * c < LN_PAR_MIN ? 1 : parts_for(rows, c);
     if (want == 1) ln_part(&j, 0, 1);
     else ld_cpu_parallel(ln_part, &j, want);
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "layer_norm: out of memory");
 }
 
 typedef struct {
-    float *dx;
-    const float *dy, *x, *mean, *rstd, *gamma;
+    void *dx;
+    const void *dy, *x;
+    ld_dtype ydt, xdt;
+    const float *mean, *rstd, *gamma;
     int64_t rows, c;
     double *acc;        /* [want][2c]: sum dy, sum dy * xhat per part; NULL: no dgamma/dbeta */
-    int nparts;
+    int nparts, failed;
 } lnb_job;
 
 static void lnb_part(void *ctx, int p, int np) {
@@ -85,8 +114,14 @@ static void lnb_part(void *ctx, int p, int np) {
     ld_cpu_range(j->rows, p, np, &lo, &hi);
     double *a0 = j->acc ? j->acc + (size_t)p * 2 * (size_t)c : NULL, *a1 = a0 ? a0 + c : NULL;
     if (a0) memset(a0, 0, sizeof(double) * 2 * (size_t)c);
+    if (lo >= hi) return;
+    int half_x = j->xdt != LD_F32, half_dy = j->ydt != LD_F32;
+    int nb = half_x * (1 + (j->dx != NULL)) + half_dy;
+    float *buf = nb ? malloc(sizeof(float) * (size_t)(nb * c)) : NULL;
+    if (nb && !buf) { j->failed = 1; return; }
+    float *xb = buf, *dyb = buf + half_x * c, *dxb = dyb + half_dy * c;
     for (int64_t r = lo; r < hi; r++) {
-        const float *xr = j->x + r * c, *dyr = j->dy + r * c;
+        const float *xr = row_in(j->x, j->xdt, r, c, xb), *dyr = row_in(j->dy, j->ydt, r, c, dyb);
         float m = j->mean[r], rs = j->rstd[r];
         if (a0) {
             for (int64_t k = 0; k < c; k++) {
@@ -99,44 +134,36 @@ static void lnb_part(void *ctx, int p, int np) {
             float sg, sgx;
             ldv_ln_bw_sums(dyr, j->gamma, xr, c, m, rs, &sg, &sgx);
             float mg = sg / (float)c, mgx = sgx / (float)c;
-            float *dxr = j->dx + r * c;
+            float *dxr = row_out(j->dx, j->xdt, r, c, dxb);
             for (int64_t k = 0; k < c; k++) {
                 float g = j->gamma ? dyr[k] * j->gamma[k] : dyr[k];
                 float xh = (xr[k] - m) * rs;
                 dxr[k] = rs * (g - mg - xh * mgx);
             }
+            row_done(j->dx, j->xdt, r, c, dxr);
         }
     }
+    free(buf);
 }
 
-void cpu_layer_norm_backward(ld_device *d, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                             const float *mean, const float *rstd, const float *gamma, int64_t rows, int64_t c) {
+void cpu_layer_norm_backward(ld_device *d, void *dx, float *dgamma, float *dbeta, const void *dy, ld_dtype ydt,
+                             const void *x, ld_dtype xdt, const float *mean, const float *rstd, const float *gamma,
+                             int64_t rows, int64_t c) {
     if (c <= 0) return;
     int want = rows > 0 && rows * c >= LN_PAR_MIN ? parts_for(rows, c) : 1;
     int wsum = dgamma || dbeta;
     double *acc = NULL;
-    if (wsum) {
-        acc = malloc(sizeof(double) * 2 * (size_t)c * (size_t)want);
-        if (!acc && want > 1) { want = 1; acc = malloc(sizeof(double) * 2 * (size_t)c); }
-        if (!acc) {
-            /* out of memory: the sums in float, serially */
-            if (dgamma) memset(dgamma, 0, sizeof(float) * (size_t)c);
-            if (dbeta) memset(dbeta, 0, sizeof(float) * (size_t)c);
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t k = 0; k < c; k++) {
-                    float v = dy[r * c + k];
-                    if (dbeta) dbeta[k] += v;
-                    if (dgamma) dgamma[k] += v * (x[r * c + k] - mean[r]) * rstd[r];
-                }
-            wsum = 0;
-        }
+    if (wsum && !(acc = malloc(sizeof(double) * 2 * (size_t)c * (size_t)want))) {
+        ld_device_fault(d, LD_ENOMEM, "layer_norm_backward: out of memory");
+        return;
     }
-    lnb_job j = {dx, dy, x, mean, rstd, gamma, rows, c, acc, 1};
+    lnb_job j = {dx, dy, x, ydt, xdt, mean, rstd, gamma, rows, c, acc, 1, 0};
     if (rows > 0 || acc) {
         if (want == 1) lnb_part(&j, 0, 1);
         else ld_cpu_parallel(lnb_part, &j, want);
     }
-    if (wsum) {
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "layer_norm_backward: out of memory");
+    else if (wsum) {
         for (int64_t k = 0; k < c; k++) {
             double s0 = 0, s1 = 0;
             for (int p = 0; p < j.nparts; p++) { s0 += acc[(size_t)p * 2 * c + k]; s1 += acc[(size_t)p * 2 * c + c + k]; }

@@ -121,16 +121,19 @@ typedef struct {
     /* normalization (ld_ops_norm.c) */                                      \
     /* Layer normalization over the last axis of [rows, c]: y = (x - mean) \
        * rstd * gamma + beta (gamma, beta NULL: 1, 0), with the row's mean  \
-       and rstd = 1/sqrt(biased var + eps) saved in mean, rstd [rows]. */   \
-    X(layer_norm, (V, float *, y), (V, float *, mean), (V, float *, rstd), (V, const float *, x),              \
-      (V, const float *, gamma), (V, const float *, beta), (V, int64_t, rows), (V, int64_t, c), (V, float, eps)) \
+       and rstd = 1/sqrt(biased var + eps) saved in mean, rstd [rows]. x in \
+       xdt, y in ydt (float32, or a half dtype: read widened, written       \
+       rounded once; the arithmetic is float32's whatever they are). */      \
+    X(layer_norm, (V, void *, y), (V, ld_dtype, ydt), (V, float *, mean), (V, float *, rstd), (V, const void *, x), \
+      (V, ld_dtype, xdt), (V, const float *, gamma), (V, const float *, beta), (V, int64_t, rows), (V, int64_t, c), \
+      (V, float, eps))                                                                                          \
     /* Its gradient, each output NULL when not wanted: with g = dy * gamma  \
        and xhat = (x - mean) * rstd, dx = rstd * (g - mean_row(g) - xhat *  \
        mean_row(g * xhat)); dgamma = sum_rows dy * xhat; dbeta = sum_rows  \
-       dy (no [rows, c] temporary). */                                       \
-    X(layer_norm_backward, (V, float *, dx), (V, float *, dgamma), (V, float *, dbeta), (V, const float *, dy), \
-      (V, const float *, x), (V, const float *, mean), (V, const float *, rstd), (V, const float *, gamma),     \
-      (V, int64_t, rows), (V, int64_t, c))                                                                      \
+       dy (no [rows, c] temporary). dy in ydt, x and dx in xdt (as above). */ \
+    X(layer_norm_backward, (V, void *, dx), (V, float *, dgamma), (V, float *, dbeta), (V, const void *, dy),   \
+      (V, ld_dtype, ydt), (V, const void *, x), (V, ld_dtype, xdt), (V, const float *, mean),                  \
+      (V, const float *, rstd), (V, const float *, gamma), (V, int64_t, rows), (V, int64_t, c))                 \
     /* Batch normalization, channels last: x is [rows, c]. Per-channel      \
        statistics, in two passes: sums NULL: out [2, c] = (count, sum x);  \
        else out [c] = sum (x - m)^2 around m = sums[c+j] / sums[j] (the    \

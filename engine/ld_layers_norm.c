@@ -98,7 +98,9 @@ static ld_tensor *ln_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     int k = 0;
     ld_tensor *gamma = ld_p_int(l, LN_SCALE) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *beta = ld_p_int(l, LN_CENTER) ? ld_var(l->vars[k]) : NULL;
-    ld_tensor *xf = ld_as_float(xs[0]);
+    /* a half input as it is: the kernel widens it and rounds y to the
+       compute dtype (one pass, where casts made two more each way) */
+    ld_tensor *xf = ld_as_floating(xs[0]);
     ld_tensor *y = xf ? ld_layer_norm(xf, gamma, beta, (float)ld_p_float(l, LN_EPS)) : NULL;
     ld_tensor_release(xf);
     return y;

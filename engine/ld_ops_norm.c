@@ -17,6 +17,7 @@
 #include "ld_autograd.h"
 #include "ld_executor.h"
 #include "ld_replica.h"
+#include "ld_ops.h"
 #include "ld_ops_internal.h"
 
 #include <string.h>
@@ -53,10 +54,13 @@ static int check_vec(const ld_tensor *x, const ld_tensor *v, const char *what, c
     return LD_OK;
 }
 
-static int check_x(const ld_tensor *x, const char *op) {
+/* x: float32, or a half dtype too where `half` */
+static int check_x(const ld_tensor *x, const char *op, int half) {
     char b1[LD_SHAPE_STR_MAX];
     if (!x) return ld_fail(LD_EARG, "%s: no input", op);
-    if (x->dtype != LD_F32) return ld_fail(LD_ETYPE, "%s needs a float32 input, got %s", op, ld_dtype_name(x->dtype));
+    if (half && x->dtype != LD_F32 && !ld_dtype_is_half(x->dtype))
+        return ld_fail(LD_ETYPE, "%s needs a float32, float16 or bfloat16 input, got %s", op, ld_dtype_name(x->dtype));
+    if (!half && x->dtype != LD_F32) return ld_fail(LD_ETYPE, "%s needs a float32 input, got %s", op, ld_dtype_name(x->dtype));
     if (x->ndim < 1)
         return ld_fail(LD_ESHAPE, "%s: x with shape %s has no channel axis (it needs at least one dimension)", op,
                        ld_shape_str(x, b1, sizeof b1));
@@ -75,6 +79,7 @@ static void rows_cols(const ld_tensor *x, int64_t *rows, int64_t *c) {
 }
 
 /* ================================================================ layer normalization */
+/* x in float32 or a half dtype; g in the output's dtype; dx in x's */
 static int bw_layer_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2];
     ld_tensor *mean = nd->saved[0], *rstd = nd->saved[1];
@@ -84,35 +89,37 @@ static int bw_layer_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *gc = ld_contiguous(g);
     if (!gc) return ld_error_status();
     int st = LD_OK;
-    if (ld_needs_grad(x) && !(gi[0] = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)))) st = ld_error_status();
+    if (ld_needs_grad(x) && !(gi[0] = ld_ops_out_empty(x->dtype, x->ndim, x->shape, DEV(x)))) st = ld_error_status();
     if (!st && gamma && ld_needs_grad(gamma) && !(gi[1] = ld_ops_out_empty(LD_F32, 1, cs, DEV(x)))) st = ld_error_status();
     if (!st && beta && ld_needs_grad(beta) && !(gi[2] = ld_ops_out_empty(LD_F32, 1, cs, DEV(x)))) st = ld_error_status();
     if (!st && (gi[0] || gi[1] || gi[2]))
-        BE(x)->layer_norm_backward(DEV(x), FPTR0(gi[0]), FPTR0(gi[1]), FPTR0(gi[2]), FPTR(gc), FPTR(x), FPTR(mean),
-                                   FPTR(rstd), FPTR0(gamma), rows, c);
+        BE(x)->layer_norm_backward(DEV(x), gi[0] ? DPTR(gi[0]) : NULL, FPTR0(gi[1]), FPTR0(gi[2]), DPTR(gc), gc->dtype,
+                                   DPTR(x), x->dtype, FPTR(mean), FPTR(rstd), FPTR0(gamma), rows, c);
     ld_tensor_release(gc);
     return st;
 }
 
 ld_tensor *ld_layer_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, float eps) {
     const char *op = "layer_norm";
-    if (check_x(x, op)) return NULL;
+    if (check_x(x, op, 1)) return NULL;
     int64_t rows, c;
     rows_cols(x, &rows, &c);
     if (check_vec(x, gamma, "gamma", op, c) || check_vec(x, beta, "beta", op, c)) return NULL;
     if (!(eps >= 0)) { ld_fail(LD_EARG, "%s: epsilon must be >= 0, got %g", op, eps); return NULL; }
+    ld_dtype ydt = ld_dtype_is_half(ld_autocast_dtype()) ? ld_autocast_dtype() : x->dtype;
     ld_tensor *cx = ld_ops_contig(x), *cg = cx ? ld_ops_contig(gamma) : NULL, *cb = cx && (!gamma || cg) ? ld_ops_contig(beta) : NULL;
     ld_tensor *y = NULL, *mean = NULL, *rstd = NULL;
     if (!cx || (gamma && !cg) || (beta && !cb)) goto out;
     int64_t rs[1] = {rows};
-    if (!(y = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x))) || !(mean = ld_ops_out_empty(LD_F32, 1, rs, DEV(x))) ||
+    if (!(y = ld_ops_out_empty(ydt, x->ndim, x->shape, DEV(x))) || !(mean = ld_ops_out_empty(LD_F32, 1, rs, DEV(x))) ||
         !(rstd = ld_ops_out_empty(LD_F32, 1, rs, DEV(x)))) {
         ld_tensor_release(y);
         y = NULL;
         goto out;
     }
     if (rows > 0 && c > 0)
-        BE(x)->layer_norm(DEV(x), FPTR(y), FPTR(mean), FPTR(rstd), FPTR(cx), FPTR0(cg), FPTR0(cb), rows, c, eps);
+        BE(x)->layer_norm(DEV(x), DPTR(y), ydt, FPTR(mean), FPTR(rstd), DPTR(cx), cx->dtype, FPTR0(cg), FPTR0(cb), rows,
+                          c, eps);
     ld_tensor *in[3] = {cx, cg, cb};
     ld_node *nd = ld_record(y, "layer_norm", bw_layer_norm, 3, in);
     if (nd) {
@@ -160,7 +167,7 @@ static int bw_batch_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_tensor *moving_mean,
                          ld_tensor *moving_var, float momentum, float eps, int training, int synchronized) {
     const char *op = "batch_norm";
-    if (check_x(x, op)) return NULL;
+    if (check_x(x, op, 0)) return NULL;
     int64_t rows, c;
     rows_cols(x, &rows, &c);
     if (!moving_mean || !moving_var) {

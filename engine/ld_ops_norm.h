@@ -1,6 +1,7 @@
 /*
  * ld_ops_norm.h - normalization ops for the LayerNormalization and
- * BatchNormalization layers (Keras 3 semantics). float32 only.
+ * BatchNormalization layers (Keras 3 semantics). Batch normalization takes
+ * float32; layer normalization half dtypes too.
  *
  *     y = ld_layer_norm(x, gamma, beta, 1e-3f);                 // over the last axis
  *     y = ld_batch_norm(x, gamma, beta, ld_var(mm), ld_var(mv), 0.99f, 1e-3f, training, 0);
@@ -12,7 +13,10 @@
 
 /* Normalize over the LAST axis: (x - mean) / sqrt(var + eps) * gamma + beta,
    biased variance; gamma, beta [C] or NULL (none). Differentiable in x,
-   gamma and beta. */
+   gamma and beta. x float32 or half (float16, bfloat16): the arithmetic is
+   float32's, the result in x's dtype, or in the half dtype of a half
+   autocast (Keras's LayerNormalization computes in float32 and casts its
+   output to the compute dtype), rounded once; dx in x's dtype. */
 ld_tensor *ld_layer_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, float eps);
 
 /* Batch normalization with the channels on the LAST axis (NHWC images,

@@ -4,7 +4,8 @@
  * channels last, forward and backward.
  *
  * Per-row work (layer norm, its dx) is one block per row with double block
- * sums, as softmax does. Per-channel sums over rows (batch statistics,
+ * sums, as softmax does; layer norm reads and writes float16 and bfloat16
+ * too (float32 arithmetic, its results rounded once). Per-channel sums over rows (batch statistics,
  * dgamma/dbeta) are a column reduction in two kernels: blocks of 32 columns
  * x 16 row-threads over a chunk of rows each write one double per column to
  * scratch (blockIdx.y = the chunk), then a second kernel adds the chunks in
@@ -24,7 +25,8 @@ enum { M_SUM = 0, M_SQDEV = 1, M_BN_BWD = 2, M_LN_BWD = 3 };
      M_SQDEV:  a = (x - m_j)^2, m_j from sums (bn_stats' second pass)
      M_BN_BWD: a = dy, b = dy * (x - mean[j]) * rstd[j]
      M_LN_BWD: a = dy, b = dy * (x - mean[r]) * rstd[r] */
-__global__ void k_colsum(double *part, int mode, const float *x, const float *dy, const float *mean,
+template <typename TX, typename TD>
+__global__ void k_colsum(double *part, int mode, const TX *x, const TD *dy, const float *mean,
                          const float *rstd, const float *sums, int64_t rows, int64_t c, int64_t chunk) {
     __shared__ double sa[RB][CB + 1], sb[RB][CB + 1];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -35,22 +37,22 @@ __global__ void k_colsum(double *part, int mode, const float *x, const float *dy
         double a = 0, b = 0;
         if (j < c) {
             if (mode == M_SUM) {
-                for (int64_t r = r0 + ty; r < r1; r += RB) a += x[r * c + j];
+                for (int64_t r = r0 + ty; r < r1; r += RB) a += cu_get(x[r * c + j]);
             } else if (mode == M_SQDEV) {
                 double m = ld_bn_center(sums, c, j);
-                for (int64_t r = r0 + ty; r < r1; r += RB) { double t = (double)x[r * c + j] - m; a += t * t; }
+                for (int64_t r = r0 + ty; r < r1; r += RB) { double t = (double)cu_get(x[r * c + j]) - m; a += t * t; }
             } else if (mode == M_BN_BWD) {
                 float m = mean[j], rs = rstd[j];
                 for (int64_t r = r0 + ty; r < r1; r += RB) {
-                    float g = dy[r * c + j];
+                    float g = cu_get(dy[r * c + j]);
                     a += g;
-                    b += (double)g * (double)((x[r * c + j] - m) * rs);
+                    b += (double)g * (double)((cu_get(x[r * c + j]) - m) * rs);
                 }
             } else {
                 for (int64_t r = r0 + ty; r < r1; r += RB) {
-                    float g = dy[r * c + j];
+                    float g = cu_get(dy[r * c + j]);
                     a += g;
-                    b += (double)g * (double)((x[r * c + j] - mean[r]) * rstd[r]);
+                    b += (double)g * (double)((cu_get(x[r * c + j]) - mean[r]) * rstd[r]);
                 }
             }
         }
@@ -83,9 +85,10 @@ __global__ void k_colfinish(float *o0, float *o1, const double *part, int ny, in
     }
 }
 
+/* x in xdt, dy in ydt (float32, or a half dtype: layer norm's gradient) */
 static void colsum(cu_dev *cd, ld_device *d, const char *what, int mode, float *o0, float *o1, double count,
-                   const float *x, const float *dy, const float *mean, const float *rstd, const float *sums,
-                   int64_t rows, int64_t c) {
+                   const void *x, ld_dtype xdt, const void *dy, ld_dtype ydt, const float *mean, const float *rstd,
+                   const float *sums, int64_t rows, int64_t c) {
     if (c <= 0) return;
     int64_t ny = rows > 0 ? (rows + 1023) / 1024 : 1;
     if (ny > 128) ny = 128;
@@ -97,7 +100,8 @@ static void colsum(cu_dev *cd, ld_device *d, const char *what, int mode, float *
     int64_t gx = (c + CB - 1) / CB;
     if (gx > 4096) gx = 4096;
     dim3 grid((unsigned)gx, (unsigned)ny), block(CB, RB);
-    k_colsum<<<grid, block, 0, cd->stream>>>(part, mode, x, dy, mean, rstd, sums, rows, c, chunk);
+    CU_FLOAT_TYPES(xdt, TX, CU_FLOAT_TYPES(ydt, TD, k_colsum<TX, TD><<<grid, block, 0, cd->stream>>>(
+        part, mode, (const TX *)x, (const TD *)dy, mean, rstd, sums, rows, c, chunk)));
     if (cu_launched(cd, what) == LD_OK) {
         k_colfinish<<<cu_grid(c, 256), 256, 0, cd->stream>>>(o0, o1, part, (int)ny, c, count);
         cu_launched(cd, what);
@@ -106,76 +110,84 @@ static void colsum(cu_dev *cd, ld_device *d, const char *what, int mode, float *
 }
 
 /* ================================================================ layer norm */
-__global__ void k_layer_norm(float *y, float *mean, float *rstd, const float *x, const float *gamma,
-                             const float *beta, int64_t rows, int64_t c, float eps) {
+/* x in TX, y in TY (float, cu_f16, cu_bf16): float32 arithmetic, y rounded once */
+template <typename TX, typename TY>
+__global__ void k_layer_norm(TY *y, float *mean, float *rstd, const TX *x, const float *gamma, const float *beta,
+                             int64_t rows, int64_t c, float eps) {
     __shared__ double sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * c;
-        float *yr = y + r * c;
+        const TX *xr = x + r * c;
+        TY *yr = y + r * c;
         double s = 0;
-        for (int64_t k = threadIdx.x; k < c; k += blockDim.x) s += xr[k];
+        for (int64_t k = threadIdx.x; k < c; k += blockDim.x) s += cu_get(xr[k]);
         s = cu_block_sum(s, sh);
         double m = s / (double)c, v = 0;
-        for (int64_t k = threadIdx.x; k < c; k += blockDim.x) { double t = xr[k] - m; v += t * t; }
+        for (int64_t k = threadIdx.x; k < c; k += blockDim.x) { double t = cu_get(xr[k]) - m; v += t * t; }
         v = cu_block_sum(v, sh) / (double)c;
         float mf = (float)m, rs = (float)(1.0 / sqrt(v + (double)eps));
         for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
-            float t = (xr[k] - mf) * rs;
+            float t = (cu_get(xr[k]) - mf) * rs;
             if (gamma) t *= gamma[k];
             if (beta) t += beta[k];
-            yr[k] = t;
+            yr[k] = cu_put<TY>(t);
         }
         if (threadIdx.x == 0) { mean[r] = mf; rstd[r] = rs; }
     }
 }
 
-void cu_layer_norm(ld_device *d, float *y, float *mean, float *rstd, const float *x, const float *gamma,
-                   const float *beta, int64_t rows, int64_t c, float eps) {
+void cu_layer_norm(ld_device *d, void *y, ld_dtype ydt, float *mean, float *rstd, const void *x, ld_dtype xdt,
+                   const float *gamma, const float *beta, int64_t rows, int64_t c, float eps) {
     if (rows <= 0 || c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     unsigned grid = (unsigned)(rows < 65536 ? rows : 65536);
-    k_layer_norm<<<grid, row_threads(c), 0, cd->stream>>>(y, mean, rstd, x, gamma, beta, rows, c, eps);
+    CU_FLOAT_TYPES(xdt, TX, CU_FLOAT_TYPES(ydt, TY, k_layer_norm<TX, TY><<<grid, row_threads(c), 0, cd->stream>>>(
+        (TY *)y, mean, rstd, (const TX *)x, gamma, beta, rows, c, eps)));
     cu_launched(cd, "layer_norm kernel");
 }
 
-__global__ void k_layer_norm_dx(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+/* dy in TD, x and dx in TX */
+template <typename TX, typename TD>
+__global__ void k_layer_norm_dx(TX *dx, const TD *dy, const TX *x, const float *mean, const float *rstd,
                                 const float *gamma, int64_t rows, int64_t c) {
     __shared__ double sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *xr = x + r * c, *dyr = dy + r * c;
+        const TX *xr = x + r * c;
+        const TD *dyr = dy + r * c;
         float m = mean[r], rs = rstd[r];
         double sg = 0, sgx = 0;
         for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
-            double g = gamma ? (double)dyr[k] * gamma[k] : (double)dyr[k];
+            double g = gamma ? (double)cu_get(dyr[k]) * gamma[k] : (double)cu_get(dyr[k]);
             sg += g;
-            sgx += g * (double)((xr[k] - m) * rs);
+            sgx += g * (double)((cu_get(xr[k]) - m) * rs);
         }
         sg = cu_block_sum(sg, sh);
         sgx = cu_block_sum(sgx, sh);
         float mg = (float)(sg / (double)c), mgx = (float)(sgx / (double)c);
-        float *dxr = dx + r * c;
+        TX *dxr = dx + r * c;
         for (int64_t k = threadIdx.x; k < c; k += blockDim.x) {
-            float g = gamma ? dyr[k] * gamma[k] : dyr[k];
-            float xh = (xr[k] - m) * rs;
-            dxr[k] = rs * (g - mg - xh * mgx);
+            float g = gamma ? cu_get(dyr[k]) * gamma[k] : cu_get(dyr[k]);
+            float xh = (cu_get(xr[k]) - m) * rs;
+            dxr[k] = cu_put<TX>(rs * (g - mg - xh * mgx));
         }
     }
 }
 
-void cu_layer_norm_backward(ld_device *d, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                            const float *mean, const float *rstd, const float *gamma, int64_t rows, int64_t c) {
+void cu_layer_norm_backward(ld_device *d, void *dx, float *dgamma, float *dbeta, const void *dy, ld_dtype ydt,
+                            const void *x, ld_dtype xdt, const float *mean, const float *rstd, const float *gamma,
+                            int64_t rows, int64_t c) {
     if (c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     if (dx && rows > 0) {
         unsigned grid = (unsigned)(rows < 65536 ? rows : 65536);
-        k_layer_norm_dx<<<grid, row_threads(c), 0, cd->stream>>>(dx, dy, x, mean, rstd, gamma, rows, c);
+        CU_FLOAT_TYPES(xdt, TX, CU_FLOAT_TYPES(ydt, TD, k_layer_norm_dx<TX, TD><<<grid, row_threads(c), 0, cd->stream>>>(
+            (TX *)dx, (const TD *)dy, (const TX *)x, mean, rstd, gamma, rows, c)));
         cu_launched(cd, "layer_norm_backward kernel");
     }
     if (dgamma || dbeta)
-        colsum(cd, d, "layer_norm_backward (dgamma, dbeta)", M_LN_BWD, dbeta, dgamma, -1, x, dy, mean, rstd, NULL,
-               rows, c);
+        colsum(cd, d, "layer_norm_backward (dgamma, dbeta)", M_LN_BWD, dbeta, dgamma, -1, x, xdt, dy, ydt, mean, rstd,
+               NULL, rows, c);
 }
 
 /* ================================================================ batch norm */
@@ -183,8 +195,9 @@ void cu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, in
     if (c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    if (!sums) colsum(cd, d, "bn_stats kernel", M_SUM, out, out + c, (double)rows, x, NULL, NULL, NULL, NULL, rows, c);
-    else colsum(cd, d, "bn_stats kernel", M_SQDEV, out, NULL, -1, x, NULL, NULL, NULL, sums, rows, c);
+    if (!sums) colsum(cd, d, "bn_stats kernel", M_SUM, out, out + c, (double)rows, x, LD_F32, NULL, LD_F32, NULL, NULL,
+                          NULL, rows, c);
+    else colsum(cd, d, "bn_stats kernel", M_SQDEV, out, NULL, -1, x, LD_F32, NULL, LD_F32, NULL, NULL, sums, rows, c);
 }
 
 __global__ void k_bn_finalize(float *mean, float *rstd, float *mm, float *mv, const float *sums, const float *m2,
@@ -229,7 +242,8 @@ void cu_bn_backward_reduce(ld_device *d, float *red, const float *dy, const floa
     if (c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    colsum(cd, d, "bn_backward_reduce kernel", M_BN_BWD, red, red + c, -1, x, dy, mean, rstd, NULL, rows, c);
+    colsum(cd, d, "bn_backward_reduce kernel", M_BN_BWD, red, red + c, -1, x, LD_F32, dy, LD_F32, mean, rstd, NULL,
+           rows, c);
 }
 
 __global__ void k_bn_backward(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,

@@ -957,6 +957,90 @@ T.test("float16/bfloat16 fused attention (flash_attention in the half dtype) aga
   end
 end)
 
+-- LayerNormalization under a half policy: one layer_norm kernel that reads
+-- the half input and writes the half output (float32 arithmetic, rounded
+-- once), no casts around it; a float32 input stays float32 (Keras keeps it).
+-- On the CPU its results are the float32 kernel's on the widened values,
+-- rounded once, bit for bit: y, dx (from the half gradient of y), dgamma and
+-- dbeta; on another device the same within HALF_TOL.
+T.test("float16/bfloat16 layer normalization: one kernel in the half dtype, the float32 results rounded once", function()
+  local counted = dev:match("^cpu:[1-9]")
+  local function exact(a, b, what)   -- two host tensors, bit for bit
+    T.eq(table.concat(a.shape, "x"), table.concat(b.shape, "x"), what .. ": shape")
+    local x, y = G.flat(a), G.flat(b)
+    for i = 1, #y do
+      if x[i] ~= y[i] then error(("%s: element %d is %.9g, not %.9g"):format(what, i - 1, x[i], y[i]), 2) end
+    end
+  end
+  local policies = { float16 = "mixed_float16", bfloat16 = "mixed_bfloat16" }
+  for dt, tol in pairs(HALF_TOL) do
+    for _, shape in ipairs { { 37, 300 }, { 3, 11, 16 } } do
+      for _, xdt in ipairs { dt, "float32" } do
+        local what = ("layer_norm %s, %s input %s"):format(dt, xdt, table.concat(shape, "x"))
+        tensor.seed(11)
+        local x = (tensor.normal(table.unpack(shape)) * 2 + 1):astype(xdt)
+        local c = shape[#shape]
+        local gamma, beta = tensor.normal(c) * 0.5 + 1, tensor.normal(c) * 0.3
+        local w = tensor.normal(table.unpack(shape))
+        -- y, dx, dgamma, dbeta of a layer of `policy` on x, on device d
+        local function run(policy, xin, d)
+          local layer = nn.LayerNormalization { dtype = policy }
+          local s = distribute.MirroredStrategy { devices = { d } }
+          do
+            local _ <close> = s:scope()
+            layer(xin:to(d))
+          end
+          layer.gamma:assign(gamma:to(d)); layer.beta:assign(beta:to(d))
+          local v = tensor.Variable(xin:to(d))   -- float32; a half input is its recorded cast
+          local tape = autograd.GradientTape()
+          local y
+          local loss = tape:record(function()
+            y = layer(xin.dtype == "float32" and v or v:astype(xin.dtype))
+            return (y:astype("float32") * w:to(d)):sum()
+          end)
+          local g = tape:gradient(loss, { v, layer.gamma, layer.beta })
+          return y, g[1], g[2], g[3]
+        end
+        if counted then
+          local layer = nn.LayerNormalization { dtype = policies[dt] }
+          local s = distribute.MirroredStrategy { devices = { dev } }
+          local xd = x:to(dev)
+          do
+            local _ <close> = s:scope()
+            layer(xd)
+          end
+          local before = ldist._distribute.kernel_calls()
+          local y = layer(xd)
+          local after = ldist._distribute.kernel_calls()
+          T.eq(y.dtype, dt, what .. ": dtype")
+          T.eq(after.layer_norm - before.layer_norm, 1, what .. ": one layer_norm kernel")
+          T.eq(after.copy_strided - before.copy_strided, 0, what .. ": no cast kernel")
+        end
+        local yd, dxd, dgd, dbd = run(policies[dt], x, dev)
+        local yc, dxc, dgc, dbc = run(policies[dt], x, "cpu:0")
+        -- dx reaches the float32 variable through the cast to x's dtype: rounded
+        -- to it by the kernel, then widened
+        T.eq(yc.dtype, dt, what .. ": y's dtype"); T.eq(dxc.dtype, "float32", what .. ": dx's dtype")
+        -- the reference: the float32 layer on the widened x, with y's gradient rounded to dt
+        local ref = nn.LayerNormalization()
+        ref(x:astype("float32"))
+        ref.gamma:assign(gamma); ref.beta:assign(beta)
+        local v = tensor.Variable(x:astype("float32"))
+        local tape = autograd.GradientTape()
+        local yr
+        local loss = tape:record(function() yr = ref(v); return (yr * w:astype(dt):astype("float32")):sum() end)
+        local g = tape:gradient(loss, { v, ref.gamma, ref.beta })
+        exact(yc:astype("float32"), yr:astype(dt):astype("float32"), what .. ": y against float32 rounded once")
+        exact(dxc:astype("float32"), g[1]:astype(xdt):astype("float32"), what .. ": dx against float32 rounded once")
+        exact(dgc, g[2], what .. ": dgamma against float32"); exact(dbc, g[3], what .. ": dbeta against float32")
+        G.close(yd, yc, what .. ": y on the device", tol)
+        G.close(dxd, dxc, what .. ": dx on the device", tol)
+        G.close(dgd, dgc, what .. ": dgamma on the device", tol); G.close(dbd, dbc, what .. ": dbeta on the device", tol)
+      end
+    end
+  end
+end)
+
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
   local x = tensor.normal(4, 3)
   for _, dt in ipairs({ "float16", "bfloat16" }) do
