@@ -889,47 +889,58 @@ void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const fl
  * loops, compiled once: here in the build's own copy, not again for
  * AVX-512. */
 #ifdef LD_CONV_DISPATCH
-static void cpu_im2col_serial(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w,
+/* a gather: col and x in one dtype of es bytes */
+static void cpu_im2col_serial(char *col, const char *x, size_t es, int64_t n, int64_t h, int64_t w,
                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
                        int64_t pw, int64_t oh, int64_t ow) {
     int64_t rowlen = kh * kw * c;
+    size_t run = (size_t)c * es;
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = 0; i < oh; i++)
             for (int64_t j = 0; j < ow; j++) {
-                float *dst = col + ((b * oh + i) * ow + j) * rowlen;
+                char *dst = col + (size_t)(((b * oh + i) * ow + j) * rowlen) * es;
                 for (int64_t ki = 0; ki < kh; ki++) {
                     int64_t y = i * sh - ph + ki;
                     for (int64_t kj = 0; kj < kw; kj++) {
                         int64_t xx = j * sw - pw + kj;
-                        float *o = dst + (ki * kw + kj) * c;
-                        if (y < 0 || y >= h || xx < 0 || xx >= w) { for (int64_t q = 0; q < c; q++) o[q] = 0; }
-                        else { const float *src = x + ((b * h + y) * w + xx) * c; for (int64_t q = 0; q < c; q++) o[q] = src[q]; }
+                        char *o = dst + (size_t)((ki * kw + kj) * c) * es;
+                        if (y < 0 || y >= h || xx < 0 || xx >= w) memset(o, 0, run);   /* 0.0 in every float dtype */
+                        else memcpy(o, x + (size_t)(((b * h + y) * w + xx) * c) * es, run);
                     }
                 }
             }
 }
 
-static void cpu_col2im_serial(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w,
-                       int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
-                       int64_t pw, int64_t oh, int64_t ow) {
-    memset(dx, 0, (size_t)(n * h * w * c) * 4);
-    int64_t rowlen = kh * kw * c;
-    for (int64_t b = 0; b < n; b++)
+/* dx (xdt) = the sums of col's (cdt) window entries, image by image: into
+   dx itself when float32, else into one image of float32 (acc) rounded into
+   dx once; half col rows widened into rb (rowlen floats) first. The order of
+   the additions is the float32 loop's whatever the dtypes. */
+static void cpu_col2im_serial(void *dx, ld_dtype xdt, const void *col, ld_dtype cdt, float *acc, float *rb, int64_t n,
+                              int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                              int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    int64_t rowlen = kh * kw * c, in_img = h * w * c;
+    for (int64_t b = 0; b < n; b++) {
+        float *img = xdt == LD_F32 ? (float *)dx + b * in_img : acc;
+        memset(img, 0, (size_t)in_img * sizeof(float));
         for (int64_t i = 0; i < oh; i++)
             for (int64_t j = 0; j < ow; j++) {
-                const float *src = col + ((b * oh + i) * ow + j) * rowlen;
+                int64_t r = (b * oh + i) * ow + j;
+                const float *src = cdt == LD_F32 ? (const float *)col + r * rowlen : rb;
+                if (cdt != LD_F32) ld_cpu_half_to_f32(rb, (const uint16_t *)col + r * rowlen, cdt, rowlen);
                 for (int64_t ki = 0; ki < kh; ki++) {
                     int64_t y = i * sh - ph + ki;
                     if (y < 0 || y >= h) continue;
                     for (int64_t kj = 0; kj < kw; kj++) {
                         int64_t xx = j * sw - pw + kj;
                         if (xx < 0 || xx >= w) continue;
-                        float *o = dx + ((b * h + y) * w + xx) * c;
+                        float *o = img + (y * w + xx) * c;
                         const float *s = src + (ki * kw + kj) * c;
                         for (int64_t q = 0; q < c; q++) o[q] += s[q];
                     }
                 }
             }
+        if (xdt != LD_F32) ld_cpu_f32_to_half((uint16_t *)dx + b * in_img, acc, xdt, in_img);
+    }
 }
 
 static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h,
@@ -967,6 +978,8 @@ static void cpu_maxpool_backward_serial(ld_device *d, float *dx, const float *dy
 typedef struct {
     int kind; float *o; const float *x; int64_t *arg; const int64_t *carg;
     int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
+    ld_dtype odt, xdt;   /* im2col: o (col) and x in xdt; col2im: o (dx) in odt, x (col) in xdt */
+    int failed;
 } img_job;
 static void img_part(void *p, int part, int np) {
     img_job *j = p;
@@ -974,12 +987,25 @@ static void img_part(void *p, int part, int np) {
     lo = per * part; hi = lo + per;
     if (hi > j->n) hi = j->n;
     if (lo >= hi) return;
-    int64_t nb = hi - lo, in_img = j->h * j->w * j->c, out_img = j->oh * j->ow;
+    int64_t nb = hi - lo, in_img = j->h * j->w * j->c, out_img = j->oh * j->ow, rowlen = j->kh * j->kw * j->c;
     switch (j->kind) {
-    case 0: cpu_im2col_serial(NULL, j->o + lo * out_img * j->kh * j->kw * j->c, j->x + lo * in_img, nb, j->h, j->w,
-                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
-    case 1: cpu_col2im_serial(NULL, j->o + lo * in_img, j->x + lo * out_img * j->kh * j->kw * j->c, nb, j->h, j->w,
-                              j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow); break;
+    case 0: {
+        size_t es = ld_dtype_size(j->xdt);
+        cpu_im2col_serial((char *)j->o + (size_t)(lo * out_img * rowlen) * es, (const char *)j->x + (size_t)(lo * in_img) * es,
+                          es, nb, j->h, j->w, j->c, j->kh, j->kw, j->sh, j->sw, j->ph, j->pw, j->oh, j->ow);
+        break;
+    }
+    case 1: {
+        int hx = j->odt != LD_F32, hc = j->xdt != LD_F32;
+        float *buf = hx || hc ? malloc(sizeof(float) * (size_t)(hx * in_img + hc * rowlen)) : NULL;
+        if ((hx || hc) && !buf) { j->failed = 1; break; }
+        cpu_col2im_serial((char *)j->o + (size_t)(lo * in_img) * ld_dtype_size(j->odt), j->odt,
+                          (const char *)j->x + (size_t)(lo * out_img * rowlen) * ld_dtype_size(j->xdt), j->xdt,
+                          buf, buf ? buf + hx * in_img : NULL, nb, j->h, j->w, j->c, j->kh, j->kw, j->sh, j->sw,
+                          j->ph, j->pw, j->oh, j->ow);
+        free(buf);
+        break;
+    }
     case 2: {
         /* indices stay global: offset the input pointer back */
         int64_t off = lo * in_img;
@@ -1001,19 +1027,21 @@ static void img_part(void *p, int part, int np) {
     }
 }
 static int img_parts(int64_t n, int64_t work) { return work < LD_CPU_PAR_MIN || n < 2 ? 1 : 64; }
-void cpu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c,
-                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
-    img_job j = {0, col, x, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+void cpu_im2col(ld_device *d, void *col, const void *x, ld_dtype dt, int64_t n, int64_t h, int64_t w, int64_t c,
+                int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+    img_job j = {0, col, x, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow, dt, dt, 0};
     ld_cpu_parallel(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
 }
-void cpu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
-                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
-    img_job j = {1, dx, col, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
+void cpu_col2im(ld_device *d, void *dx, ld_dtype xdt, const void *col, ld_dtype cdt, int64_t n, int64_t h, int64_t w,
+                int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh,
+                int64_t ow) {
+    img_job j = {1, dx, col, NULL, NULL, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow, xdt, cdt, 0};
     ld_cpu_parallel(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "col2im: out of memory");
 }
 void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
                         int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
-    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
+    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow, LD_F32, LD_F32, 0};
     ld_cpu_parallel(img_part, &j, img_parts(n, n * h * w * c));
 }
 /* split by image: an image's maxima come from that image, so the parts
@@ -1021,7 +1049,7 @@ void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n
 void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
                                  int64_t nx) {
     if (n < 2 || nx < LD_CPU_PAR_MIN || nx % n || ny % n) { cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx); return; }
-    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1};
+    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1, LD_F32, LD_F32, 0};
     ld_cpu_parallel(img_part, &j, 64);
 }
 #endif

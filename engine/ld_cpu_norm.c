@@ -32,17 +32,17 @@ static int parts_for(int64_t rows, int64_t c) {
 
 /* Half rows (float16, bfloat16) are widened into a part's float32 buffer
    and the results computed there, then rounded once into place: the same
-   float32 arithmetic as a float32 row. */
-static const float *row_in(const void *a, ld_dtype dt, int64_t r, int64_t c, float *buf) {
+   float32 arithmetic as a float32 row. rows_* take nr rows from row r. */
+static const float *rows_in(const void *a, ld_dtype dt, int64_t r, int64_t nr, int64_t c, float *buf) {
     if (dt == LD_F32) return (const float *)a + r * c;
-    ld_cpu_half_to_f32(buf, (const uint16_t *)a + r * c, dt, c);
+    ld_cpu_half_to_f32(buf, (const uint16_t *)a + r * c, dt, nr * c);
     return buf;
 }
-static float *row_out(void *a, ld_dtype dt, int64_t r, int64_t c, float *buf) {
+static float *rows_out(void *a, ld_dtype dt, int64_t r, int64_t c, float *buf) {
     return dt == LD_F32 ? (float *)a + r * c : buf;
 }
-static void row_done(void *a, ld_dtype dt, int64_t r, int64_t c, const float *buf) {
-    if (dt != LD_F32) ld_cpu_f32_to_half((uint16_t *)a + r * c, buf, dt, c);
+static void rows_done(void *a, ld_dtype dt, int64_t r, int64_t nr, int64_t c, const float *buf) {
+    if (dt != LD_F32) ld_cpu_f32_to_half((uint16_t *)a + r * c, buf, dt, nr * c);
 }
 
 typedef struct {
@@ -65,8 +65,8 @@ static void ln_part(void *ctx, int p, int np) {
     if (nb && !buf) { j->failed = 1; return; }
     float *xb = buf, *yb = j->xdt != LD_F32 ? buf + c : buf;
     for (int64_t r = lo; r < hi; r++) {
-        const float *xr = row_in(j->x, j->xdt, r, c, xb);
-        float *yr = row_out(j->y, j->ydt, r, c, yb);
+        const float *xr = rows_in(j->x, j->xdt, r, 1, c, xb);
+        float *yr = rows_out(j->y, j->ydt, r, c, yb);
         /* two passes (mean, then squared deviations) in float vector lanes
            (ld_cpu_simd.h): a double sum kept these loops scalar */
         float mf = c ? ldv_sum(xr, c) / (float)c : 0.0f;
@@ -78,7 +78,7 @@ static void ln_part(void *ctx, int p, int np) {
             if (j->beta) t += j->beta[k];
             yr[k] = t;
         }
-        row_done(j->y, j->ydt, r, c, yr);
+        rows_done(j->y, j->ydt, r, 1, c, yr);
         j->mean[r] = mf;
         j->rstd[r] = rs;
     }
@@ -121,7 +121,7 @@ static void lnb_part(void *ctx, int p, int np) {
     if (nb && !buf) { j->failed = 1; return; }
     float *xb = buf, *dyb = buf + half_x * c, *dxb = dyb + half_dy * c;
     for (int64_t r = lo; r < hi; r++) {
-        const float *xr = row_in(j->x, j->xdt, r, c, xb), *dyr = row_in(j->dy, j->ydt, r, c, dyb);
+        const float *xr = rows_in(j->x, j->xdt, r, 1, c, xb), *dyr = rows_in(j->dy, j->ydt, r, 1, c, dyb);
         float m = j->mean[r], rs = j->rstd[r];
         if (a0) {
             for (int64_t k = 0; k < c; k++) {
@@ -134,13 +134,13 @@ static void lnb_part(void *ctx, int p, int np) {
             float sg, sgx;
             ldv_ln_bw_sums(dyr, j->gamma, xr, c, m, rs, &sg, &sgx);
             float mg = sg / (float)c, mgx = sgx / (float)c;
-            float *dxr = row_out(j->dx, j->xdt, r, c, dxb);
+            float *dxr = rows_out(j->dx, j->xdt, r, c, dxb);
             for (int64_t k = 0; k < c; k++) {
                 float g = j->gamma ? dyr[k] * j->gamma[k] : dyr[k];
                 float xh = (xr[k] - m) * rs;
                 dxr[k] = rs * (g - mg - xh * mgx);
             }
-            row_done(j->dx, j->xdt, r, c, dxr);
+            rows_done(j->dx, j->xdt, r, 1, c, dxr);
         }
     }
     free(buf);
@@ -175,14 +175,33 @@ void cpu_layer_norm_backward(ld_device *d, void *dx, float *dgamma, float *dbeta
 }
 
 /* ================================================================ batch norm */
+/* Half operands (x, dy) are widened a tile of rows at a time into a part's
+   buffers (rows_in; a tile of about BN_TILE elements: a call per row cost
+   more than the work on 16 channels), results rounded once into place
+   (rows_done): the arithmetic is the float32 rows' own, in the same order,
+   so a half tensor gives the float32 op's bits on its widened values,
+   rounded once. Float32 operands are read in place, the part one tile. */
+#define BN_TILE 4096
+
+/* rows per tile: a multiple of `mult`; the whole part when nothing is half */
+static int64_t bn_tile_rows(int64_t c, int half, int64_t mult, int64_t part_rows) {
+    if (!half) return part_rows;
+    int64_t t = BN_TILE / (c > 0 ? c : 1);
+    t -= t % mult;
+    if (t < mult) t = mult;
+    return t < part_rows ? t : part_rows;
+}
+
 /* Per-channel sums over rows, split over row blocks:
    mode 0: a = x;  mode 1: a = (x - m_j)^2;  mode 2: a = dy, b = dy * xhat */
 typedef struct {
     int mode;
-    const float *x, *dy, *mean, *rstd;   /* mean: m_j (mode 1), mean (mode 2) */
+    const void *x, *dy;
+    ld_dtype xdt, ydt;
+    const float *mean, *rstd;             /* mean: m_j (mode 1), mean (mode 2) */
     int64_t rows, c;
     double *acc;                          /* [want][2c] */
-    int nparts;
+    int nparts, failed;
 } bns_job;
 
 /* rows summed NB at a time into NB independent accumulators (one chain of
@@ -191,6 +210,22 @@ typedef struct {
    order of the additions, so still deterministic */
 #define BNS_NB 4
 
+/* one row's contribution (xr, dyr: float32 rows) to the channel sums s0, s1 */
+static inline void bns_row(const bns_job *j, const float *xr, const float *dyr, double *s0, double *s1) {
+    int64_t c = j->c;
+    if (j->mode == 0) {
+        for (int64_t k = 0; k < c; k++) s0[k] += xr[k];
+    } else if (j->mode == 1) {
+        for (int64_t k = 0; k < c; k++) { double t = (double)xr[k] - j->mean[k]; s0[k] += t * t; }
+    } else {
+        for (int64_t k = 0; k < c; k++) {
+            double xh = (double)((xr[k] - j->mean[k]) * j->rstd[k]);
+            s0[k] += dyr[k];
+            s1[k] += dyr[k] * xh;
+        }
+    }
+}
+
 static void bns_part(void *ctx, int p, int np) {
     bns_job *j = ctx;
     int64_t lo, hi, c = j->c;
@@ -198,49 +233,32 @@ static void bns_part(void *ctx, int p, int np) {
     ld_cpu_range(j->rows, p, np, &lo, &hi);
     double *a0 = j->acc + (size_t)p * 2 * (size_t)c, *a1 = a0 + c;
     memset(a0, 0, sizeof(double) * 2 * (size_t)c);
-    double *b = c <= 256 && hi - lo >= 2 * BNS_NB ? malloc(sizeof(double) * 2 * BNS_NB * (size_t)c) : NULL;
-    if (b) {
-        memset(b, 0, sizeof(double) * 2 * BNS_NB * (size_t)c);
-        double *b1 = b + BNS_NB * c;
-        const float *mean = j->mean, *rstd = j->rstd;
-        int64_t r = lo;
-        for (; r + BNS_NB <= hi; r += BNS_NB)
-            for (int u = 0; u < BNS_NB; u++) {
-                const float *xr = j->x + (r + u) * c;
-                double *s0 = b + u * c, *s1 = b1 + u * c;
-                if (j->mode == 0) {
-                    for (int64_t k = 0; k < c; k++) s0[k] += xr[k];
-                } else if (j->mode == 1) {
-                    for (int64_t k = 0; k < c; k++) { double t = (double)xr[k] - mean[k]; s0[k] += t * t; }
-                } else {
-                    const float *dyr = j->dy + (r + u) * c;
-                    for (int64_t k = 0; k < c; k++) {
-                        double xh = (double)((xr[k] - mean[k]) * rstd[k]);
-                        s0[k] += dyr[k];
-                        s1[k] += dyr[k] * xh;
-                    }
-                }
-            }
-        for (int u = 0; u < BNS_NB; u++)
-            for (int64_t k = 0; k < c; k++) { a0[k] += b[u * c + k]; a1[k] += b1[u * c + k]; }
-        free(b);
-        lo = r;   /* the rows left over, below */
+    if (lo >= hi) return;
+    int hx = j->xdt != LD_F32, hd = j->mode == 2 && j->ydt != LD_F32;
+    int blocked = c <= 256 && hi - lo >= 2 * BNS_NB;
+    int64_t tr = bn_tile_rows(c, hx || hd, blocked ? BNS_NB : 1, hi - lo);
+    float *hb = hx || hd ? malloc(sizeof(float) * (size_t)((hx + hd) * tr) * (size_t)c) : NULL;
+    if ((hx || hd) && !hb) { j->failed = 1; return; }
+    float *xb = hb, *dyb = hb ? hb + (size_t)(hx * tr) * (size_t)c : NULL;
+    double *b = blocked ? malloc(sizeof(double) * 2 * BNS_NB * (size_t)c) : NULL, *b1 = b ? b + BNS_NB * c : NULL;
+    if (b) memset(b, 0, sizeof(double) * 2 * BNS_NB * (size_t)c);
+    /* tiles of tr rows, a multiple of BNS_NB: rows left over from the
+       blocks are only the last tile's, added after the blocks are folded */
+    for (int64_t t0 = lo; t0 < hi; t0 += tr) {
+        int64_t nr = hi - t0 < tr ? hi - t0 : tr, r = 0;
+        const float *xt = rows_in(j->x, j->xdt, t0, nr, c, xb);
+        const float *dyt = j->mode == 2 ? rows_in(j->dy, j->ydt, t0, nr, c, dyb) : NULL;
+        if (b)
+            for (; r + BNS_NB <= nr; r += BNS_NB)
+                for (int u = 0; u < BNS_NB; u++)
+                    bns_row(j, xt + (r + u) * c, dyt ? dyt + (r + u) * c : NULL, b + u * c, b1 + u * c);
+        if (b && t0 + nr == hi)
+            for (int u = 0; u < BNS_NB; u++)
+                for (int64_t k = 0; k < c; k++) { a0[k] += b[u * c + k]; a1[k] += b1[u * c + k]; }
+        for (; r < nr; r++) bns_row(j, xt + r * c, dyt ? dyt + r * c : NULL, a0, a1);
     }
-    for (int64_t r = lo; r < hi; r++) {
-        const float *xr = j->x + r * c;
-        if (j->mode == 0) {
-            for (int64_t k = 0; k < c; k++) a0[k] += xr[k];
-        } else if (j->mode == 1) {
-            for (int64_t k = 0; k < c; k++) { double t = (double)xr[k] - j->mean[k]; a0[k] += t * t; }
-        } else {
-            const float *dyr = j->dy + r * c;
-            for (int64_t k = 0; k < c; k++) {
-                double xh = (double)((xr[k] - j->mean[k]) * j->rstd[k]);
-                a0[k] += dyr[k];
-                a1[k] += dyr[k] * xh;
-            }
-        }
-    }
+    free(b);
+    free(hb);
 }
 
 /* runs the sums; out0[k] / out1[k] (either NULL) get the totals; 0 when out of memory */
@@ -251,9 +269,10 @@ static int bn_sums(bns_job *j, float *out0, float *out1) {
     if (!j->acc && want > 1) { want = 1; j->acc = malloc(sizeof(double) * 2 * (size_t)c); }
     if (!j->acc) return 0;
     j->nparts = 1;
+    j->failed = 0;
     if (want == 1) bns_part(j, 0, 1);
     else ld_cpu_parallel(bns_part, j, want);
-    for (int64_t k = 0; k < c; k++) {
+    for (int64_t k = 0; k < c && !j->failed; k++) {
         double s0 = 0, s1 = 0;
         for (int p = 0; p < j->nparts; p++) { s0 += j->acc[(size_t)p * 2 * c + k]; s1 += j->acc[(size_t)p * 2 * c + c + k]; }
         if (out0) out0[k] = (float)s0;
@@ -261,14 +280,14 @@ static int bn_sums(bns_job *j, float *out0, float *out1) {
     }
     free(j->acc);
     j->acc = NULL;
-    return 1;
+    return !j->failed;
 }
 
-void cpu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, int64_t rows, int64_t c) {
+void cpu_bn_stats(ld_device *d, float *out, const float *sums, const void *x, ld_dtype xdt, int64_t rows, int64_t c) {
     if (c <= 0) return;
     if (!sums) {
         for (int64_t k = 0; k < c; k++) out[k] = (float)rows;
-        bns_job j = {0, x, NULL, NULL, NULL, rows, c, NULL, 1};
+        bns_job j = {0, x, NULL, xdt, LD_F32, NULL, NULL, rows, c, NULL, 1, 0};
         if (!bn_sums(&j, out + c, NULL))
             ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory for the statistics of %lld channels", (long long)c);
         return;
@@ -276,7 +295,7 @@ void cpu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, i
     float *m = malloc(sizeof(float) * (size_t)c);
     if (!m) { ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory"); return; }
     for (int64_t k = 0; k < c; k++) m[k] = ld_bn_center(sums, c, k);
-    bns_job j = {1, x, NULL, m, NULL, rows, c, NULL, 1};
+    bns_job j = {1, x, NULL, xdt, LD_F32, m, NULL, rows, c, NULL, 1, 0};
     if (!bn_sums(&j, out, NULL))
         ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory for the statistics of %lld channels", (long long)c);
     free(m);
@@ -289,52 +308,89 @@ void cpu_bn_finalize(ld_device *d, float *mean, float *rstd, float *mm, float *m
     }
 }
 
+/* the apply pass (y = ...) and the dx pass (y = dx, in xdt) */
 typedef struct {
-    float *y;
-    const float *x, *dy, *mean, *rstd, *gamma, *beta, *red, *sums;
+    void *y;
+    ld_dtype ydt;
+    const void *x, *dy;
+    ld_dtype xdt, dydt;
+    const float *mean, *rstd, *gamma, *beta, *red, *sums;
     int64_t rows, c;
-    int training;
+    int training, failed;
 } bna_job;
+
+/* a part's tile buffers: tr rows for each of y, x, dy that is half; *tr
+   the tile's rows; the buffer to free (NULL: none needed, or out of memory
+   and j->failed set) */
+static float *bna_buffers(bna_job *j, int64_t part_rows, int64_t *tr, float **yb, float **xb, float **dyb) {
+    int64_t c = j->c;
+    int hy = j->ydt != LD_F32, hx = j->xdt != LD_F32, hd = j->dy && j->dydt != LD_F32;
+    *yb = *xb = *dyb = NULL;
+    *tr = bn_tile_rows(c, hy || hx || hd, 1, part_rows);
+    if (!hy && !hx && !hd) return NULL;
+    size_t n = (size_t)*tr * (size_t)c;
+    float *b = malloc(sizeof(float) * (size_t)(hy + hx + hd) * n);
+    if (!b) { j->failed = 1; return NULL; }
+    float *q = b;
+    if (hy) { *yb = q; q += n; }
+    if (hx) { *xb = q; q += n; }
+    if (hd) *dyb = q;
+    return b;
+}
 
 static void bna_part(void *ctx, int p, int np) {
     bna_job *j = ctx;
-    int64_t lo, hi, c = j->c;
+    int64_t lo, hi, c = j->c, tr;
     ld_cpu_range(j->rows, p, np, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) {
-        const float *xr = j->x + r * c;
-        float *yr = j->y + r * c;
-        for (int64_t k = 0; k < c; k++) {
-            float t = (xr[k] - j->mean[k]) * j->rstd[k];
-            if (j->gamma) t *= j->gamma[k];
-            if (j->beta) t += j->beta[k];
-            yr[k] = t;
+    if (lo >= hi) return;
+    float *yb, *xb, *dyb, *buf = bna_buffers(j, hi - lo, &tr, &yb, &xb, &dyb);
+    if (j->failed) return;
+    for (int64_t t0 = lo; t0 < hi; t0 += tr) {
+        int64_t nr = hi - t0 < tr ? hi - t0 : tr;
+        const float *xt = rows_in(j->x, j->xdt, t0, nr, c, xb);
+        float *yt = rows_out(j->y, j->ydt, t0, c, yb);
+        for (int64_t r = 0; r < nr; r++) {
+            const float *xr = xt + r * c;
+            float *yr = yt + r * c;
+            for (int64_t k = 0; k < c; k++) {
+                float t = (xr[k] - j->mean[k]) * j->rstd[k];
+                if (j->gamma) t *= j->gamma[k];
+                if (j->beta) t += j->beta[k];
+                yr[k] = t;
+            }
         }
+        rows_done(j->y, j->ydt, t0, nr, c, yt);
     }
+    free(buf);
 }
 
-void cpu_bn_apply(ld_device *d, float *y, const float *x, const float *mean, const float *rstd, const float *gamma,
-                  const float *beta, int64_t rows, int64_t c) {
+void cpu_bn_apply(ld_device *d, void *y, ld_dtype ydt, const void *x, ld_dtype xdt, const float *mean,
+                  const float *rstd, const float *gamma, const float *beta, int64_t rows, int64_t c) {
     if (rows <= 0 || c <= 0) return;
-    bna_job j = {y, x, NULL, mean, rstd, gamma, beta, NULL, NULL, rows, c, 0};
+    bna_job j = {y, ydt, x, NULL, xdt, LD_F32, mean, rstd, gamma, beta, NULL, NULL, rows, c, 0, 0};
     int want = parts_for(rows, c);
     if (want == 1) bna_part(&j, 0, 1);
     else ld_cpu_parallel(bna_part, &j, want);
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "batch_norm: out of memory");
 }
 
-void cpu_bn_backward_reduce(ld_device *d, float *red, const float *dy, const float *x, const float *mean,
-                            const float *rstd, int64_t rows, int64_t c) {
+void cpu_bn_backward_reduce(ld_device *d, float *red, const void *dy, ld_dtype ydt, const void *x, ld_dtype xdt,
+                            const float *mean, const float *rstd, int64_t rows, int64_t c) {
     if (c <= 0) return;
-    bns_job j = {2, x, dy, mean, rstd, rows, c, NULL, 1};
+    bns_job j = {2, x, dy, xdt, ydt, mean, rstd, rows, c, NULL, 1, 0};
     if (!bn_sums(&j, red, red + c))
         ld_device_fault(d, LD_ENOMEM, "batch_norm gradient: out of memory for %lld channels", (long long)c);
 }
 
 static void bnb_part(void *ctx, int p, int np) {
     bna_job *j = ctx;
-    int64_t lo, hi, c = j->c;
+    int64_t lo, hi, c = j->c, tr;
     ld_cpu_range(j->rows, p, np, &lo, &hi);
+    if (lo >= hi) return;
+    float *dxb, *xb, *dyb, *buf = bna_buffers(j, hi - lo, &tr, &dxb, &xb, &dyb);
+    if (j->failed) return;
     /* training: the per-channel factors once (the same float operations,
-       in the same order, as the loop below), not two divisions per element */
+       in the same order, as the last loop below), not two divisions per element */
     float *f = j->training && c <= 4096 ? malloc(sizeof(float) * 3 * (size_t)c) : NULL;
     if (f) {
         float *fs = f, *fa = f + c, *fb = f + 2 * c;
@@ -346,44 +402,58 @@ static void bnb_part(void *ctx, int p, int np) {
             fa[k] = j->red[k] / n;
             fb[k] = j->red[c + k] / n;
         }
-        const float *mean = j->mean, *rstd = j->rstd;
-        for (int64_t r = lo; r < hi; r++) {
-            const float *xr = j->x + r * c, *dyr = j->dy + r * c;
-            float *dxr = j->y + r * c;
-            for (int64_t k = 0; k < c; k++) {
-                float xh = (xr[k] - mean[k]) * rstd[k];
-                dxr[k] = fs[k] * (dyr[k] - fa[k] - xh * fb[k]);
+    }
+    for (int64_t t0 = lo; t0 < hi; t0 += tr) {
+        int64_t nr = hi - t0 < tr ? hi - t0 : tr;
+        const float *xt = j->training ? rows_in(j->x, j->xdt, t0, nr, c, xb) : NULL;
+        const float *dyt = rows_in(j->dy, j->dydt, t0, nr, c, dyb);
+        float *dxt = rows_out(j->y, j->ydt, t0, c, dxb);
+        if (f) {
+            const float *fs = f, *fa = f + c, *fb = f + 2 * c, *mean = j->mean, *rstd = j->rstd;
+            for (int64_t r = 0; r < nr; r++) {
+                const float *xr = xt + r * c, *dyr = dyt + r * c;
+                float *dxr = dxt + r * c;
+                for (int64_t k = 0; k < c; k++) {
+                    float xh = (xr[k] - mean[k]) * rstd[k];
+                    dxr[k] = fs[k] * (dyr[k] - fa[k] - xh * fb[k]);
+                }
+            }
+        } else if (!j->training) {
+            for (int64_t r = 0; r < nr; r++) {
+                const float *dyr = dyt + r * c;
+                float *dxr = dxt + r * c;
+                for (int64_t k = 0; k < c; k++) {
+                    float s = j->rstd[k];
+                    if (j->gamma) s *= j->gamma[k];
+                    dxr[k] = dyr[k] * s;
+                }
+            }
+        } else {
+            for (int64_t r = 0; r < nr; r++) {
+                const float *xr = xt + r * c, *dyr = dyt + r * c;
+                float *dxr = dxt + r * c;
+                for (int64_t k = 0; k < c; k++) {
+                    float n = j->sums[k] > 0 ? j->sums[k] : 1.0f;
+                    float s = j->rstd[k];
+                    if (j->gamma) s *= j->gamma[k];
+                    float xh = (xr[k] - j->mean[k]) * j->rstd[k];
+                    dxr[k] = s * (dyr[k] - j->red[k] / n - xh * (j->red[c + k] / n));
+                }
             }
         }
-        free(f);
-        return;
+        rows_done(j->y, j->ydt, t0, nr, c, dxt);
     }
-    for (int64_t r = lo; r < hi; r++) {
-        const float *xr = j->x + r * c, *dyr = j->dy + r * c;
-        float *dxr = j->y + r * c;
-        if (!j->training) {
-            for (int64_t k = 0; k < c; k++) {
-                float s = j->rstd[k];
-                if (j->gamma) s *= j->gamma[k];
-                dxr[k] = dyr[k] * s;
-            }
-            continue;
-        }
-        for (int64_t k = 0; k < c; k++) {
-            float n = j->sums[k] > 0 ? j->sums[k] : 1.0f;
-            float s = j->rstd[k];
-            if (j->gamma) s *= j->gamma[k];
-            float xh = (xr[k] - j->mean[k]) * j->rstd[k];
-            dxr[k] = s * (dyr[k] - j->red[k] / n - xh * (j->red[c + k] / n));
-        }
-    }
+    free(f);
+    free(buf);
 }
 
-void cpu_bn_backward(ld_device *d, float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
-                     const float *gamma, const float *red, const float *sums, int64_t rows, int64_t c, int training) {
+void cpu_bn_backward(ld_device *d, void *dx, const void *dy, ld_dtype ydt, const void *x, ld_dtype xdt,
+                     const float *mean, const float *rstd, const float *gamma, const float *red, const float *sums,
+                     int64_t rows, int64_t c, int training) {
     if (rows <= 0 || c <= 0) return;
-    bna_job j = {dx, x, dy, mean, rstd, gamma, NULL, red, sums, rows, c, training};
+    bna_job j = {dx, xdt, x, dy, xdt, ydt, mean, rstd, gamma, NULL, red, sums, rows, c, training, 0};
     int want = parts_for(rows, c);
     if (want == 1) bnb_part(&j, 0, 1);
     else ld_cpu_parallel(bnb_part, &j, want);
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "batch_norm gradient: out of memory");
 }

@@ -134,13 +134,15 @@ typedef struct {
     X(layer_norm_backward, (V, void *, dx), (V, float *, dgamma), (V, float *, dbeta), (V, const void *, dy),   \
       (V, ld_dtype, ydt), (V, const void *, x), (V, ld_dtype, xdt), (V, const float *, mean),                  \
       (V, const float *, rstd), (V, const float *, gamma), (V, int64_t, rows), (V, int64_t, c))                 \
-    /* Batch normalization, channels last: x is [rows, c]. Per-channel      \
+    /* Batch normalization, channels last: x is [rows, c], in xdt (float32, \
+       or a half dtype: read widened, the arithmetic float32's and double's \
+       as for float32, every half result rounded once). Per-channel         \
        statistics, in two passes: sums NULL: out [2, c] = (count, sum x);  \
        else out [c] = sum (x - m)^2 around m = sums[c+j] / sums[j] (the    \
        [2, c] of the first pass, summed over replicas when synchronized;   \
        0 for a count of 0). Accumulated in double. */                        \
-    X(bn_stats, (V, float *, out), (V, const float *, sums), (V, const float *, x), (V, int64_t, rows),        \
-      (V, int64_t, c))                                                                                          \
+    X(bn_stats, (V, float *, out), (V, const float *, sums), (V, const void *, x), (V, ld_dtype, xdt),         \
+      (V, int64_t, rows), (V, int64_t, c))                                                                      \
     /* training: mean = sums[c+j] / n, var = m2[j] / n with n = sums[j],    \
        rstd = 1/sqrt(var + eps), and when n > 0 the moving statistics are  \
        updated in place: mm = mm * momentum + mean * (1 - momentum), mv     \
@@ -149,19 +151,23 @@ typedef struct {
     X(bn_finalize, (V, float *, mean), (V, float *, rstd), (V, float *, mm), (V, float *, mv),                 \
       (V, const float *, sums), (V, const float *, m2), (V, int64_t, c), (V, float, momentum), (V, float, eps),  \
       (V, int, training))                                                                                       \
-    /* y = (x - mean[j]) * rstd[j] * gamma[j] + beta[j] (NULL: 1, 0) */      \
-    X(bn_apply, (V, float *, y), (V, const float *, x), (V, const float *, mean), (V, const float *, rstd),     \
-      (V, const float *, gamma), (V, const float *, beta), (V, int64_t, rows), (V, int64_t, c))                 \
+    /* y = (x - mean[j]) * rstd[j] * gamma[j] + beta[j] (NULL: 1, 0); y in  \
+       ydt, x in xdt */                                                      \
+    X(bn_apply, (V, void *, y), (V, ld_dtype, ydt), (V, const void *, x), (V, ld_dtype, xdt),                  \
+      (V, const float *, mean), (V, const float *, rstd), (V, const float *, gamma), (V, const float *, beta),  \
+      (V, int64_t, rows), (V, int64_t, c))                                                                      \
     /* red [2, c] = (sum_rows dy, sum_rows dy * xhat), xhat = (x - mean[j]) \
-       * rstd[j], accumulated in double. */                                  \
-    X(bn_backward_reduce, (V, float *, red), (V, const float *, dy), (V, const float *, x),                    \
-      (V, const float *, mean), (V, const float *, rstd), (V, int64_t, rows), (V, int64_t, c))                  \
+       * rstd[j], accumulated in double; dy in ydt, x in xdt. */             \
+    X(bn_backward_reduce, (V, float *, red), (V, const void *, dy), (V, ld_dtype, ydt), (V, const void *, x),  \
+      (V, ld_dtype, xdt), (V, const float *, mean), (V, const float *, rstd), (V, int64_t, rows),              \
+      (V, int64_t, c))                                                                                          \
     /* training: dx = gamma * rstd * (dy - red[j] / n - xhat * red[c+j] /   \
        n), n = sums[j] (red and sums over the global batch when            \
-       synchronized); training 0: dx = gamma * rstd * dy (red, sums unused). */ \
-    X(bn_backward, (V, float *, dx), (V, const float *, dy), (V, const float *, x), (V, const float *, mean),   \
-      (V, const float *, rstd), (V, const float *, gamma), (V, const float *, red), (V, const float *, sums),    \
-      (V, int64_t, rows), (V, int64_t, c), (V, int, training))                                                  \
+       synchronized); training 0: dx = gamma * rstd * dy (red, sums unused). \
+       dy in ydt; x and dx in xdt. */                                        \
+    X(bn_backward, (V, void *, dx), (V, const void *, dy), (V, ld_dtype, ydt), (V, const void *, x),           \
+      (V, ld_dtype, xdt), (V, const float *, mean), (V, const float *, rstd), (V, const float *, gamma),       \
+      (V, const float *, red), (V, const float *, sums), (V, int64_t, rows), (V, int64_t, c), (V, int, training)) \
     /* attention (ld_ops_attn.c) */                                        \
     /* Strided batched row-major C_i = alpha op(A_i) op(B_i) + beta C_i for \
        i < batch, A_i = a + i*sa (likewise b, c); C_i is [m, n] with       \
@@ -221,13 +227,17 @@ typedef struct {
     X(conv2d_backward, (V, float *, dx), (V, float *, dw), (V, float *, db), (V, const float *, dy),            \
       (V, const float *, y), (V, const int32_t *, arg), (V, const float *, x), (V, const float *, w),           \
       (V, ld_conv_geom, g), (V, int, relu))                                                                     \
-    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C] */         \
-    X(im2col, (V, float *, col), (V, const float *, x), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),      \
-      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
+    /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C]. im2col \
+       gathers x into col, both in dt (float32 or a half dtype: exact);     \
+       col2im sums the windows' entries of col (in cdt) covering each       \
+       element of dx (in xdt) in float32, in the order of the output pixels, \
+       rounded once where xdt is half. */                                     \
+    X(im2col, (V, void *, col), (V, const void *, x), (V, ld_dtype, dt), (V, int64_t, n), (V, int64_t, h),    \
+      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw), \
       (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
-    X(col2im, (V, float *, dx), (V, const float *, col), (V, int64_t, n), (V, int64_t, h), (V, int64_t, w),     \
-      (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh), (V, int64_t, sw),                  \
-      (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                                   \
+    X(col2im, (V, void *, dx), (V, ld_dtype, xdt), (V, const void *, col), (V, ld_dtype, cdt), (V, int64_t, n), \
+      (V, int64_t, h), (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),  \
+      (V, int64_t, sw), (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                 \
     /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
        index into x) saved for backward. */                                  \
     X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \

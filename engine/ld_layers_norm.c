@@ -59,7 +59,10 @@ static ld_tensor *bn_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     ld_tensor *gamma = ld_p_int(l, BN_SCALE) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *beta = ld_p_int(l, BN_CENTER) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *mm = ld_var(l->vars[k]), *mv = ld_var(l->vars[k + 1]);
-    ld_tensor *xf = ld_as_float(xs[0]);
+    /* a half input as it is: the kernels widen it, compute in float32 (the
+       statistics in double) and round y once, as Keras's cast to float32
+       and back, without those two passes each way */
+    ld_tensor *xf = ld_as_floating(xs[0]);
     ld_tensor *y = xf ? ld_batch_norm(xf, gamma, beta, mm, mv, (float)ld_p_float(l, BN_MOMENTUM),
                                       (float)ld_p_float(l, BN_EPS), training, (int)ld_p_int(l, BN_SYNC)) : NULL;
     ld_tensor_release(xf);

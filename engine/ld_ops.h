@@ -100,7 +100,8 @@ ld_tensor *ld_conv2d_bias_act(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu
    from cache and never written whole; elsewhere the two ops. */
 ld_tensor *ld_conv2d_pool(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same_padding,
                           int pkh, int pkw, int psh, int psw);
-/* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C]; differentiable (col2im). */
+/* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C] in x's dtype (float32,
+   float16, bfloat16); differentiable (col2im, its sums in float32). */
 ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh, int64_t *ow);
 ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
 /* Dropout: keep each element with probability 1-rate and scale it by

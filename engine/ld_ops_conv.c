@@ -99,11 +99,16 @@ static ld_tensor *pool_after(ld_tensor *y, const int *pk) {
 /* The lowering (GPUs, LDIST_CONV_REFERENCE=1): im2col -> dense (bias and
    relu fused; under a half autocast the half product with the bias and relu
    in the half dtype, ld_linear_half: tensor cores on a GPU) -> NHWC, then the
-   pooling op. A half input is widened for im2col, which is exact. */
+   pooling op. Under a half autocast x is taken in the half dtype (cast first
+   when it is not) and im2col gathers it as it is, its gradient summed in
+   float32 and rounded once: the values of widening x and rounding the
+   patches, without those two passes over a matrix KH*KW times x's size. */
 static ld_tensor *conv_lowered(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
                                const int *pk) {
     int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
-    ld_tensor *xf = ld_as_float(x), *col = xf ? ld_im2col(xf, (int)kh, (int)kw, sh, sw, same, &oh, &ow) : NULL;
+    ld_dtype half = ld_autocast_dtype();
+    ld_tensor *xf = !ld_dtype_is_half(half) ? ld_as_float(x) : x->dtype == half ? ld_tensor_retain(x) : ld_cast_op(x, half);
+    ld_tensor *col = xf ? ld_im2col(xf, (int)kh, (int)kw, sh, sw, same, &oh, &ow) : NULL;
     int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
     ld_tensor *w2 = col ? ld_reshape_op(w, 2, w2s) : NULL;
     ld_tensor *y2 = w2 ? ld_linear_half(col, w2, b, relu) : NULL;
@@ -221,16 +226,17 @@ ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same) {
     return ld_conv2d_bias_act(x, w, NULL, 0, sh, sw, same);
 }
 
-/* Image patches as a differentiable op: col [N*OH*OW, KH*KW*C]; its gradient
-   is col2im. A convolution layer is then im2col -> the fused dense op (bias
+/* Image patches as a differentiable op: col [N*OH*OW, KH*KW*C] in x's
+   dtype (float32 or half); its gradient is col2im. A convolution layer is then im2col -> the fused dense op (bias
    written first, relu in place) -> reshape. */
 static int bw_im2col(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
-    if (dx) BE(x)->col2im(DEV(x), FPTR(dx), FPTR(gc), x->shape[0], x->shape[1], x->shape[2], x->shape[3],
-                          (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2], (int64_t)nd->args[3],
-                          (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6], (int64_t)nd->args[7]);
+    ld_tensor *dx = gc ? ld_ops_out_empty(x->dtype, 4, x->shape, DEV(x)) : NULL;
+    if (dx) BE(x)->col2im(DEV(x), DPTR(dx), dx->dtype, DPTR(gc), gc->dtype, x->shape[0], x->shape[1], x->shape[2],
+                          x->shape[3], (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
+                          (int64_t)nd->args[3], (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6],
+                          (int64_t)nd->args[7]);
     ld_tensor_release(gc);
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
@@ -240,7 +246,10 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     char b1[64];
     if (x->ndim != 4) { ld_fail(LD_ESHAPE, "conv2d needs NHWC input, got %s", ld_shape_str(x, b1, sizeof b1)); return NULL; }
     if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "conv2d kernel size and strides must be positive"); return NULL; }
-    if (x->dtype != LD_F32) { ld_fail(LD_ETYPE, "conv2d needs float32 tensors, got %s", ld_dtype_name(x->dtype)); return NULL; }
+    if (x->dtype != LD_F32 && !ld_dtype_is_half(x->dtype)) {
+        ld_fail(LD_ETYPE, "conv2d needs float32, float16 or bfloat16 tensors, got %s", ld_dtype_name(x->dtype));
+        return NULL;
+    }
     int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
     if (same) {
         ld_ops_same_pad(h, kh, sh, &oh, &ph);
@@ -256,9 +265,9 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, (int64_t)kh * kw * c};
-    ld_tensor *col = ld_ops_out_empty(LD_F32, 2, cs, DEV(x));
+    ld_tensor *col = ld_ops_out_empty(x->dtype, 2, cs, DEV(x));
     if (col) {
-        BE(x)->im2col(DEV(x), FPTR(col), FPTR(cx), n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
+        BE(x)->im2col(DEV(x), DPTR(col), DPTR(cx), x->dtype, n, h, wd, c, kh, kw, sh, sw, ph, pw, oh, ow);
         ld_tensor *in[1] = {cx};
         ld_node *nd = ld_record(col, "im2col", bw_im2col, 1, in);
         if (nd) {

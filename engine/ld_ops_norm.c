@@ -134,6 +134,7 @@ out:
 }
 
 /* ================================================================ batch normalization */
+/* x in float32 or a half dtype, y in x's; g in any float dtype; dx in x's */
 static int bw_batch_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *gamma = nd->in[1], *beta = nd->in[2];
     ld_tensor *mean = nd->saved[0], *rstd = nd->saved[1], *sums = nd->saved[2];
@@ -148,16 +149,17 @@ static int bw_batch_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *red = need_red ? ld_ops_out_empty(LD_F32, 2, rs, DEV(x)) : NULL;
     int st = need_red && !red ? ld_error_status() : LD_OK;
     if (!st && red && c > 0)
-        BE(x)->bn_backward_reduce(DEV(x), FPTR(red), FPTR(gc), FPTR(x), FPTR(mean), FPTR(rstd), rows, c);
+        BE(x)->bn_backward_reduce(DEV(x), FPTR(red), DPTR(gc), gc->dtype, DPTR(x), x->dtype, FPTR(mean), FPTR(rstd),
+                                  rows, c);
     /* dgamma, dbeta: this replica's share (the strategy sums the variables' gradients) */
     if (!st && need_g && !(gi[1] = copy_vec(x, FPTR(red) + c, c))) st = ld_error_status();
     if (!st && need_b && !(gi[2] = copy_vec(x, FPTR(red), c))) st = ld_error_status();
     if (!st && need_x) {
         if (training && sync) st = replica_sum(red, "batch_norm gradient");
-        if (!st && !(gi[0] = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)))) st = ld_error_status();
+        if (!st && !(gi[0] = ld_ops_out_empty(x->dtype, x->ndim, x->shape, DEV(x)))) st = ld_error_status();
         if (!st && rows > 0 && c > 0)
-            BE(x)->bn_backward(DEV(x), FPTR(gi[0]), FPTR(gc), FPTR(x), FPTR(mean), FPTR(rstd), FPTR0(gamma),
-                               FPTR0(red), sums ? FPTR(sums) : NULL, rows, c, training);
+            BE(x)->bn_backward(DEV(x), DPTR(gi[0]), DPTR(gc), gc->dtype, DPTR(x), x->dtype, FPTR(mean), FPTR(rstd),
+                               FPTR0(gamma), FPTR0(red), sums ? FPTR(sums) : NULL, rows, c, training);
     }
     ld_tensor_release(red);
     ld_tensor_release(gc);
@@ -167,7 +169,7 @@ static int bw_batch_norm(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_tensor *moving_mean,
                          ld_tensor *moving_var, float momentum, float eps, int training, int synchronized) {
     const char *op = "batch_norm";
-    if (check_x(x, op, 0)) return NULL;
+    if (check_x(x, op, 1)) return NULL;
     int64_t rows, c;
     rows_cols(x, &rows, &c);
     if (!moving_mean || !moving_var) {
@@ -191,9 +193,9 @@ ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_ten
     const ld_backend *be = BE(x);
     if (training) {
         if (!(sums = ld_ops_out_empty(LD_F32, 2, ss, d)) || !(m2 = ld_ops_out_empty(LD_F32, 1, cs, d))) goto out;
-        if (c > 0) be->bn_stats(d, FPTR(sums), NULL, FPTR(cx), rows, c);
+        if (c > 0) be->bn_stats(d, FPTR(sums), NULL, DPTR(cx), cx->dtype, rows, c);
         if (synchronized && replica_sum(sums, op)) goto out;
-        if (c > 0) be->bn_stats(d, FPTR(m2), FPTR(sums), FPTR(cx), rows, c);
+        if (c > 0) be->bn_stats(d, FPTR(m2), FPTR(sums), DPTR(cx), cx->dtype, rows, c);
         if (synchronized && replica_sum(m2, op)) goto out;
         if (c > 0)
             be->bn_finalize(d, FPTR(mean), FPTR(rstd), FPTR(moving_mean), FPTR(moving_var), FPTR(sums), FPTR(m2), c,
@@ -202,8 +204,11 @@ ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_ten
         be->bn_finalize(d, FPTR(mean), FPTR(rstd), FPTR(moving_mean), FPTR(moving_var), NULL, NULL, c, momentum,
                         eps, 0);
     }
-    if (!(y = ld_ops_out_empty(LD_F32, x->ndim, x->shape, d))) goto out;
-    if (rows > 0 && c > 0) be->bn_apply(d, FPTR(y), FPTR(cx), FPTR(mean), FPTR(rstd), FPTR0(cg), FPTR0(cb), rows, c);
+    /* y in x's dtype: a half x is read widened and y rounded once, Keras's
+       cast to float32 and back without the two passes */
+    if (!(y = ld_ops_out_empty(x->dtype, x->ndim, x->shape, d))) goto out;
+    if (rows > 0 && c > 0)
+        be->bn_apply(d, DPTR(y), y->dtype, DPTR(cx), cx->dtype, FPTR(mean), FPTR(rstd), FPTR0(cg), FPTR0(cb), rows, c);
     ld_tensor *in[3] = {cx, cg, cb};
     ld_node *nd = ld_record(y, training ? "batch_norm" : "batch_norm (inference)", bw_batch_norm, 3, in);
     if (nd) {

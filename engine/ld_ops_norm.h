@@ -1,7 +1,7 @@
 /*
  * ld_ops_norm.h - normalization ops for the LayerNormalization and
- * BatchNormalization layers (Keras 3 semantics). Batch normalization takes
- * float32; layer normalization half dtypes too.
+ * BatchNormalization layers (Keras 3 semantics). Both take float32 and the
+ * half dtypes (float16, bfloat16), with float32 arithmetic.
  *
  *     y = ld_layer_norm(x, gamma, beta, 1e-3f);                 // over the last axis
  *     y = ld_batch_norm(x, gamma, beta, ld_var(mm), ld_var(mv), 0.99f, 1e-3f, training, 0);
@@ -33,7 +33,10 @@ ld_tensor *ld_layer_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, float 
    the global mean), and the backward pass sums its two per-channel
    reductions the same way. With one replica it is the unsynchronized op.
    gamma, beta: [C] or NULL; moving_mean, moving_var: [C], contiguous, on
-   x's device (pass ld_var(v): the current replica's copy). */
+   x's device (pass ld_var(v): the current replica's copy).
+   x float32 or half: the arithmetic is float32's (statistics in double)
+   whatever x's dtype, y and dx in x's dtype, rounded once (Keras computes a
+   half input's normalization in float32 and casts the output back). */
 ld_tensor *ld_batch_norm(ld_tensor *x, ld_tensor *gamma, ld_tensor *beta, ld_tensor *moving_mean,
                          ld_tensor *moving_var, float momentum, float eps, int training, int synchronized);
 

@@ -1,6 +1,7 @@
 /*
  * cuda_conv.cu - the convolution's lowering (im2col / col2im, NHWC) and max
- * pooling. The product itself is a gemm (cuda_gemm.cu).
+ * pooling. The product itself is a gemm (cuda_gemm.cu). im2col and col2im
+ * read and write float16 and bfloat16 too (col2im's sums in float32).
  *
  * col is [N*OH*OW, KH*KW*C]: row (b, i, j) holds the window of output pixel
  * (i, j), channels fastest. col2im gathers, one thread per input element
@@ -10,29 +11,33 @@
 #include "cuda_common.cuh"
 #include "ld_elementwise_math.h"
 
-__global__ void k_im2col(float *col, const float *x, cu_win_geom g, int64_t total) {
+/* T: float, cu_f16 or cu_bf16 (a gather: exact) */
+template <typename T>
+__global__ void k_im2col(T *col, const T *x, cu_win_geom g, int64_t total) {
     int64_t rowlen = g.kh * g.kw * g.c;
     CU_LOOP(idx, total) {
         int64_t row = idx / rowlen, e = idx - row * rowlen;
         int64_t q = e % g.c, kk = e / g.c, ki = kk / g.kw, kj = kk - ki * g.kw;
         int64_t j = row % g.ow, t = row / g.ow, i = t % g.oh, b = t / g.oh;
         int64_t y = i * g.sh - g.ph + ki, xx = j * g.sw - g.pw + kj;
-        col[idx] = (y < 0 || y >= g.h || xx < 0 || xx >= g.w) ? 0.0f : x[((b * g.h + y) * g.w + xx) * g.c + q];
+        col[idx] = (y < 0 || y >= g.h || xx < 0 || xx >= g.w) ? cu_put<T>(0.0f) : x[((b * g.h + y) * g.w + xx) * g.c + q];
     }
 }
 
-void cu_im2col(ld_device *d, float *col, const float *x, int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
-               int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+void cu_im2col(ld_device *d, void *col, const void *x, ld_dtype dt, int64_t n, int64_t h, int64_t w, int64_t c,
+               int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
     int64_t total = n * oh * ow * kh * kw * c;
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    k_im2col<<<cu_grid(total, 256), 256, 0, cd->stream>>>(col, x, g, total);
+    CU_FLOAT_TYPES(dt, T, k_im2col<T><<<cu_grid(total, 256), 256, 0, cd->stream>>>((T *)col, (const T *)x, g, total));
     cu_launched(cd, "im2col kernel");
 }
 
-__global__ void k_col2im(float *dx, const float *col, cu_win_geom g, int64_t total) {
+/* dx in TX, col in TC: float32 sums in the order of the output pixels, dx rounded once */
+template <typename TX, typename TC>
+__global__ void k_col2im(TX *dx, const TC *col, cu_win_geom g, int64_t total) {
     int64_t rowlen = g.kh * g.kw * g.c;
     CU_LOOP(idx, total) {
         int64_t q = idx % g.c, t = idx / g.c, xx = t % g.w;
@@ -48,21 +53,23 @@ __global__ void k_col2im(float *dx, const float *col, cu_win_geom g, int64_t tot
             int64_t ki = yp - i * g.sh;
             for (int64_t j = j_lo; j <= j_hi; j++) {
                 int64_t kj = xp - j * g.sw;
-                s += col[((b * g.oh + i) * g.ow + j) * rowlen + (ki * g.kw + kj) * g.c + q];
+                s += cu_get(col[((b * g.oh + i) * g.ow + j) * rowlen + (ki * g.kw + kj) * g.c + q]);
             }
         }
-        dx[idx] = s;
+        dx[idx] = cu_put<TX>(s);
     }
 }
 
-void cu_col2im(ld_device *d, float *dx, const float *col, int64_t n, int64_t h, int64_t w, int64_t c,
-               int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh, int64_t ow) {
+void cu_col2im(ld_device *d, void *dx, ld_dtype xdt, const void *col, ld_dtype cdt, int64_t n, int64_t h, int64_t w,
+               int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t oh,
+               int64_t ow) {
     int64_t total = n * h * w * c;
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow};
-    k_col2im<<<cu_grid(total, 256), 256, 0, cd->stream>>>(dx, col, g, total);
+    CU_FLOAT_TYPES(xdt, TX, CU_FLOAT_TYPES(cdt, TC, k_col2im<TX, TC><<<cu_grid(total, 256), 256, 0, cd->stream>>>(
+        (TX *)dx, (const TC *)col, g, total)));
     cu_launched(cd, "col2im kernel");
 }
 

@@ -4,8 +4,8 @@
  * channels last, forward and backward.
  *
  * Per-row work (layer norm, its dx) is one block per row with double block
- * sums, as softmax does; layer norm reads and writes float16 and bfloat16
- * too (float32 arithmetic, its results rounded once). Per-channel sums over rows (batch statistics,
+ * sums, as softmax does; both norms read and write float16 and bfloat16
+ * too (float32 arithmetic, their results rounded once). Per-channel sums over rows (batch statistics,
  * dgamma/dbeta) are a column reduction in two kernels: blocks of 32 columns
  * x 16 row-threads over a chunk of rows each write one double per column to
  * scratch (blockIdx.y = the chunk), then a second kernel adds the chunks in
@@ -85,7 +85,7 @@ __global__ void k_colfinish(float *o0, float *o1, const double *part, int ny, in
     }
 }
 
-/* x in xdt, dy in ydt (float32, or a half dtype: layer norm's gradient) */
+/* x in xdt, dy in ydt (float32, or a half dtype) */
 static void colsum(cu_dev *cd, ld_device *d, const char *what, int mode, float *o0, float *o1, double count,
                    const void *x, ld_dtype xdt, const void *dy, ld_dtype ydt, const float *mean, const float *rstd,
                    const float *sums, int64_t rows, int64_t c) {
@@ -191,13 +191,15 @@ void cu_layer_norm_backward(ld_device *d, void *dx, float *dgamma, float *dbeta,
 }
 
 /* ================================================================ batch norm */
-void cu_bn_stats(ld_device *d, float *out, const float *sums, const float *x, int64_t rows, int64_t c) {
+/* x, y, dy, dx in float32 or a half dtype: read widened, the arithmetic
+   float32's (the sums double's), the results rounded once */
+void cu_bn_stats(ld_device *d, float *out, const float *sums, const void *x, ld_dtype xdt, int64_t rows, int64_t c) {
     if (c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    if (!sums) colsum(cd, d, "bn_stats kernel", M_SUM, out, out + c, (double)rows, x, LD_F32, NULL, LD_F32, NULL, NULL,
+    if (!sums) colsum(cd, d, "bn_stats kernel", M_SUM, out, out + c, (double)rows, x, xdt, NULL, LD_F32, NULL, NULL,
                           NULL, rows, c);
-    else colsum(cd, d, "bn_stats kernel", M_SQDEV, out, NULL, -1, x, LD_F32, NULL, LD_F32, NULL, NULL, sums, rows, c);
+    else colsum(cd, d, "bn_stats kernel", M_SQDEV, out, NULL, -1, x, xdt, NULL, LD_F32, NULL, NULL, sums, rows, c);
 }
 
 __global__ void k_bn_finalize(float *mean, float *rstd, float *mm, float *mv, const float *sums, const float *m2,
@@ -216,37 +218,40 @@ void cu_bn_finalize(ld_device *d, float *mean, float *rstd, float *mm, float *mv
     cu_launched(cd, "bn_finalize kernel");
 }
 
-__global__ void k_bn_apply(float *y, const float *x, const float *mean, const float *rstd, const float *gamma,
+template <typename TX, typename TY>
+__global__ void k_bn_apply(TY *y, const TX *x, const float *mean, const float *rstd, const float *gamma,
                            const float *beta, int64_t n, int64_t c) {
     CU_LOOP(i, n) {
         int64_t k = i % c;
-        float t = (x[i] - mean[k]) * rstd[k];
+        float t = (cu_get(x[i]) - mean[k]) * rstd[k];
         if (gamma) t *= gamma[k];
         if (beta) t += beta[k];
-        y[i] = t;
+        y[i] = cu_put<TY>(t);
     }
 }
 
-void cu_bn_apply(ld_device *d, float *y, const float *x, const float *mean, const float *rstd, const float *gamma,
-                 const float *beta, int64_t rows, int64_t c) {
+void cu_bn_apply(ld_device *d, void *y, ld_dtype ydt, const void *x, ld_dtype xdt, const float *mean,
+                 const float *rstd, const float *gamma, const float *beta, int64_t rows, int64_t c) {
     if (rows <= 0 || c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     int64_t n = rows * c;
-    k_bn_apply<<<cu_grid(n, 256), 256, 0, cd->stream>>>(y, x, mean, rstd, gamma, beta, n, c);
+    CU_FLOAT_TYPES(xdt, TX, CU_FLOAT_TYPES(ydt, TY, k_bn_apply<TX, TY><<<cu_grid(n, 256), 256, 0, cd->stream>>>(
+        (TY *)y, (const TX *)x, mean, rstd, gamma, beta, n, c)));
     cu_launched(cd, "bn_apply kernel");
 }
 
-void cu_bn_backward_reduce(ld_device *d, float *red, const float *dy, const float *x, const float *mean,
-                           const float *rstd, int64_t rows, int64_t c) {
+void cu_bn_backward_reduce(ld_device *d, float *red, const void *dy, ld_dtype ydt, const void *x, ld_dtype xdt,
+                           const float *mean, const float *rstd, int64_t rows, int64_t c) {
     if (c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    colsum(cd, d, "bn_backward_reduce kernel", M_BN_BWD, red, red + c, -1, x, LD_F32, dy, LD_F32, mean, rstd, NULL,
-           rows, c);
+    colsum(cd, d, "bn_backward_reduce kernel", M_BN_BWD, red, red + c, -1, x, xdt, dy, ydt, mean, rstd, NULL, rows, c);
 }
 
-__global__ void k_bn_backward(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+/* dy in TD; x and dx in TX */
+template <typename TX, typename TD>
+__global__ void k_bn_backward(TX *dx, const TD *dy, const TX *x, const float *mean, const float *rstd,
                               const float *gamma, const float *red, const float *sums, int64_t n, int64_t c,
                               int training) {
     CU_LOOP(i, n) {
@@ -254,21 +259,23 @@ __global__ void k_bn_backward(float *dx, const float *dy, const float *x, const 
         float s = rstd[k];
         if (gamma) s *= gamma[k];
         if (!training) {
-            dx[i] = dy[i] * s;
+            dx[i] = cu_put<TX>(cu_get(dy[i]) * s);
         } else {
             float cnt = sums[k] > 0 ? sums[k] : 1.0f;
-            float xh = (x[i] - mean[k]) * rstd[k];
-            dx[i] = s * (dy[i] - red[k] / cnt - xh * (red[c + k] / cnt));
+            float xh = (cu_get(x[i]) - mean[k]) * rstd[k];
+            dx[i] = cu_put<TX>(s * (cu_get(dy[i]) - red[k] / cnt - xh * (red[c + k] / cnt)));
         }
     }
 }
 
-void cu_bn_backward(ld_device *d, float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
-                    const float *gamma, const float *red, const float *sums, int64_t rows, int64_t c, int training) {
+void cu_bn_backward(ld_device *d, void *dx, const void *dy, ld_dtype ydt, const void *x, ld_dtype xdt,
+                    const float *mean, const float *rstd, const float *gamma, const float *red, const float *sums,
+                    int64_t rows, int64_t c, int training) {
     if (rows <= 0 || c <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     int64_t n = rows * c;
-    k_bn_backward<<<cu_grid(n, 256), 256, 0, cd->stream>>>(dx, dy, x, mean, rstd, gamma, red, sums, n, c, training);
+    CU_FLOAT_TYPES(xdt, TX, CU_FLOAT_TYPES(ydt, TD, k_bn_backward<TX, TD><<<cu_grid(n, 256), 256, 0, cd->stream>>>(
+        (TX *)dx, (const TD *)dy, (const TX *)x, mean, rstd, gamma, red, sums, n, c, training)));
     cu_launched(cd, "bn_backward kernel");
 }

@@ -357,6 +357,33 @@ if arg[1] == "conv_lowering" then
   os.exit(ok and 0 or 1)
 end
 
+-- the child of the test after it: a half Conv2D on the lowering (cpu:1, which
+-- counts its kernels), the kernel calls of the forward and of the gradient
+if arg[1] == "conv_lowering_counts" then
+  ldist.config.cpu_devices(2)
+  mixed_precision.set_global_policy("mixed_bfloat16")
+  local s = distribute.MirroredStrategy { devices = { "cpu:1" } }
+  local c
+  local x = tensor.normal(3, 9, 8, 5):astype("bfloat16"):to("cpu:1")
+  do
+    local _ <close> = s:scope()
+    c = nn.Conv2D(7, 3, { activation = "relu" })
+    c(x)
+  end
+  local v = tensor.Variable(x)
+  local k0 = ldist._distribute.kernel_calls()
+  local tape = autograd.GradientTape()
+  local l = tape:record(function() return c(v:astype("bfloat16")):astype("float32"):sum() end)
+  local k1 = ldist._distribute.kernel_calls()
+  local g = tape:gradient(l, { v })
+  local k2 = ldist._distribute.kernel_calls()
+  for _, k in ipairs { "im2col", "col2im", "copy_strided" } do
+    print(("%s %d %d"):format(k, (k1[k] or 0) - (k0[k] or 0), (k2[k] or 0) - (k1[k] or 0)))
+  end
+  print("dx " .. g[1].dtype)
+  os.exit(0)
+end
+
 T.test("Conv2D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit", conv_check)
 
 T.test("... and so does the im2col lowering with its half product (a GPU's path; LDIST_CONV_REFERENCE=1 on the CPU)", function()
@@ -365,6 +392,29 @@ T.test("... and so does the im2col lowering with its half product (a GPU's path;
   local out = p:read("a")
   local ok = p:close()
   T.ok(ok and out:find("conv_lowering ok", 1, true), out)
+end)
+
+T.test("the lowering's im2col gathers the half input as it is and col2im rounds its float32 sums once: no casts of x or of the patches", function()
+  local bin = os.getenv("LDIST_BIN") or "./ldist"
+  local p = io.popen(("LDIST_CONV_REFERENCE=1 %s %s conv_lowering_counts 2>&1"):format(bin, arg[0]))
+  local out = p:read("a")
+  T.ok(p:close(), out)
+  local function calls(k)
+    local f, b = out:match(k .. " (%d+) (%d+)")
+    T.ok(f, k .. " counted: " .. out)
+    return tonumber(f), tonumber(b)
+  end
+  local fi, bi = calls("im2col")
+  local fc, bc = calls("col2im")
+  T.eq(fi, 1, "one im2col forward"); T.eq(bc, 1, "one col2im backward"); T.eq(fc + bi, 0, "and no other")
+  -- forward: the input's astype, the kernel's and the bias's casts, the
+  -- loss's astype; none of x (to float32) nor of the patches (to bfloat16)
+  local fcp, bcp = calls("copy_strided")
+  T.eq(fcp, 4, "casts in the forward: " .. out)
+  -- backward: the gradients of those four casts, the product's two half
+  -- gradients widened, one copy for relu's mask; none of the patches' or x's
+  T.eq(bcp, 7, "casts in the gradient: " .. out)
+  T.ok(out:find("dx float32", 1, true), "the variable's gradient in float32: " .. out)
 end)
 
 for _, c in ipairs { { "mixed_bfloat16", "bfloat16", 2 ^ -8 }, { "mixed_float16", "float16", 2 ^ -11 } } do

@@ -963,15 +963,26 @@ end)
 -- On the CPU its results are the float32 kernel's on the widened values,
 -- rounded once, bit for bit: y, dx (from the half gradient of y), dgamma and
 -- dbeta; on another device the same within HALF_TOL.
+-- layer built on device d (its variables there) by calling it on x under a
+-- one-device strategy; returns it
+local function built_on(layer, d, x)
+  local s = distribute.MirroredStrategy { devices = { d } }
+  local _ <close> = s:scope()
+  layer(x:to(d))
+  return layer
+end
+
+-- two host tensors, bit for bit (NaN never equals)
+local function exact(a, b, what)
+  T.eq(table.concat(a.shape, "x"), table.concat(b.shape, "x"), what .. ": shape")
+  local x, y = G.flat(a), G.flat(b)
+  for i = 1, #y do
+    if x[i] ~= y[i] then error(("%s: element %d is %.9g, not %.9g"):format(what, i - 1, x[i], y[i]), 2) end
+  end
+end
+
 T.test("float16/bfloat16 layer normalization: one kernel in the half dtype, the float32 results rounded once", function()
   local counted = dev:match("^cpu:[1-9]")
-  local function exact(a, b, what)   -- two host tensors, bit for bit
-    T.eq(table.concat(a.shape, "x"), table.concat(b.shape, "x"), what .. ": shape")
-    local x, y = G.flat(a), G.flat(b)
-    for i = 1, #y do
-      if x[i] ~= y[i] then error(("%s: element %d is %.9g, not %.9g"):format(what, i - 1, x[i], y[i]), 2) end
-    end
-  end
   local policies = { float16 = "mixed_float16", bfloat16 = "mixed_bfloat16" }
   for dt, tol in pairs(HALF_TOL) do
     for _, shape in ipairs { { 37, 300 }, { 3, 11, 16 } } do
@@ -984,12 +995,7 @@ T.test("float16/bfloat16 layer normalization: one kernel in the half dtype, the 
         local w = tensor.normal(table.unpack(shape))
         -- y, dx, dgamma, dbeta of a layer of `policy` on x, on device d
         local function run(policy, xin, d)
-          local layer = nn.LayerNormalization { dtype = policy }
-          local s = distribute.MirroredStrategy { devices = { d } }
-          do
-            local _ <close> = s:scope()
-            layer(xin:to(d))
-          end
+          local layer = built_on(nn.LayerNormalization { dtype = policy }, d, xin)
           layer.gamma:assign(gamma:to(d)); layer.beta:assign(beta:to(d))
           local v = tensor.Variable(xin:to(d))   -- float32; a half input is its recorded cast
           local tape = autograd.GradientTape()
@@ -1002,13 +1008,8 @@ T.test("float16/bfloat16 layer normalization: one kernel in the half dtype, the 
           return y, g[1], g[2], g[3]
         end
         if counted then
-          local layer = nn.LayerNormalization { dtype = policies[dt] }
-          local s = distribute.MirroredStrategy { devices = { dev } }
           local xd = x:to(dev)
-          do
-            local _ <close> = s:scope()
-            layer(xd)
-          end
+          local layer = built_on(nn.LayerNormalization { dtype = policies[dt] }, dev, xd)
           local before = ldist._distribute.kernel_calls()
           local y = layer(xd)
           local after = ldist._distribute.kernel_calls()
@@ -1037,6 +1038,116 @@ T.test("float16/bfloat16 layer normalization: one kernel in the half dtype, the 
         G.close(dxd, dxc, what .. ": dx on the device", tol)
         G.close(dgd, dgc, what .. ": dgamma on the device", tol); G.close(dbd, dbc, what .. ": dbeta on the device", tol)
       end
+    end
+  end
+end)
+
+T.test("float16/bfloat16 batch normalization: the kernels read and write the half dtype, the float32 results rounded once", function()
+  local counted = dev:match("^cpu:[1-9]")
+  local policies = { float16 = "mixed_float16", bfloat16 = "mixed_bfloat16" }
+  for dt, tol in pairs(HALF_TOL) do
+    -- 300 channels: the one-row path; 2x7x5x16: the four-row blocks and a remainder
+    for _, shape in ipairs { { 37, 300 }, { 2, 7, 5, 16 } } do
+      for _, xdt in ipairs { dt, "float32" } do
+        for _, training in ipairs { true, false } do
+          local what = ("batch_norm %s, %s input %s, training %s"):format(dt, xdt, table.concat(shape, "x"),
+            tostring(training))
+          tensor.seed(12)
+          local x = (tensor.normal(table.unpack(shape)) * 2 + 1):astype(xdt)
+          local c = shape[#shape]
+          local gamma, beta = tensor.normal(c) * 0.5 + 1, tensor.normal(c) * 0.3
+          local mm, mv = tensor.normal(c) * 0.2, U(0.5, 2, c)
+          local w = tensor.normal(table.unpack(shape))
+          local function setup(layer, d)
+            layer.gamma:assign(gamma:to(d)); layer.beta:assign(beta:to(d))
+            layer.moving_mean:assign(mm:to(d)); layer.moving_variance:assign(mv:to(d))
+          end
+          -- y, dx, dgamma, dbeta and the moving statistics of a layer of `policy` on x, on device d
+          local function run(policy, xin, d)
+            local layer = built_on(nn.BatchNormalization { dtype = policy, momentum = 0.9 }, d, xin)
+            setup(layer, d)
+            local v = tensor.Variable(xin:to(d))   -- float32; a half input is its recorded cast
+            local tape = autograd.GradientTape()
+            local y
+            local loss = tape:record(function()
+              y = layer(xin.dtype == "float32" and v or v:astype(xin.dtype), { training = training })
+              return (y:astype("float32") * w:to(d)):sum()
+            end)
+            local g = tape:gradient(loss, { v, layer.gamma, layer.beta })
+            return y, g[1], g[2], g[3], layer.moving_mean + 0, layer.moving_variance + 0
+          end
+          if counted then
+            local xd = x:to(dev)
+            local layer = built_on(nn.BatchNormalization { dtype = policies[dt] }, dev, xd)
+            local before = ldist._distribute.kernel_calls()
+            local y = layer(xd, { training = training })
+            local after = ldist._distribute.kernel_calls()
+            T.eq(y.dtype, dt, what .. ": dtype")
+            T.eq(after.bn_apply - before.bn_apply, 1, what .. ": one bn_apply kernel")
+            T.eq(after.copy_strided - before.copy_strided, xdt == dt and 0 or 1,
+              what .. ": no cast kernel but a float32 input's")
+          end
+          local yd, dxd, dgd, dbd, mmd, mvd = run(policies[dt], x, dev)
+          local yc, dxc, dgc, dbc, mmc, mvc = run(policies[dt], x, "cpu:0")
+          T.eq(yc.dtype, dt, what .. ": y's dtype"); T.eq(dxc.dtype, "float32", what .. ": dx's dtype")
+          -- the reference: the float32 layer on x rounded to dt (Keras casts a
+          -- float32 input to the compute dtype), y and dx rounded to dt once
+          local ref = nn.BatchNormalization { momentum = 0.9 }
+          local xr = x:astype(dt):astype("float32")
+          ref(xr)
+          setup(ref, "cpu:0")
+          local v = tensor.Variable(xr)
+          local tape = autograd.GradientTape()
+          local yr
+          local loss = tape:record(function()
+            yr = ref(v, { training = training })
+            return (yr * w:astype(dt):astype("float32")):sum()
+          end)
+          local g = tape:gradient(loss, { v, ref.gamma, ref.beta })
+          exact(yc:astype("float32"), yr:astype(dt):astype("float32"), what .. ": y against float32 rounded once")
+          exact(dxc, g[1]:astype(dt):astype("float32"), what .. ": dx against float32 rounded once")
+          exact(dgc, g[2], what .. ": dgamma against float32"); exact(dbc, g[3], what .. ": dbeta against float32")
+          exact(mmc, ref.moving_mean:cpu(), what .. ": moving_mean against float32")
+          exact(mvc, ref.moving_variance:cpu(), what .. ": moving_variance against float32")
+          G.close(yd, yc, what .. ": y on the device", tol)
+          G.close(dxd, dxc, what .. ": dx on the device", tol)
+          G.close(dgd, dgc, what .. ": dgamma on the device", tol); G.close(dbd, dbc, what .. ": dbeta on the device", tol)
+          G.close(mmd, mmc, what .. ": moving_mean on the device", tol)
+          G.close(mvd, mvc, what .. ": moving_variance on the device", tol)
+        end
+      end
+    end
+  end
+end)
+
+T.test("float16/bfloat16 Conv2D (a GPU's lowering: im2col of the half input, col2im rounded once) against the CPU", function()
+  local policies = { float16 = "mixed_float16", bfloat16 = "mixed_bfloat16" }
+  for dt, tol in pairs(HALF_TOL) do
+    for _, opt in ipairs { { strides = 1, padding = "same" }, { strides = 2, padding = "valid" } } do
+      local what = ("conv2d %s, strides %d, %s"):format(dt, opt.strides, opt.padding)
+      tensor.seed(13)
+      local x = tensor.normal(3, 11, 9, 4)
+      local kernel, bias = tensor.normal(3, 3, 4, 6) * 0.3, tensor.normal(6) * 0.2
+      local function run(d)
+        local layer = built_on(nn.Conv2D(6, 3, { strides = opt.strides, padding = opt.padding, activation = "relu",
+          dtype = policies[dt] }), d, x)
+        layer.kernel:assign(kernel:to(d)); layer.bias:assign(bias:to(d))
+        local v = tensor.Variable(x:to(d))
+        local tape = autograd.GradientTape()
+        local y
+        local loss = tape:record(function()
+          y = layer(v:astype(dt))
+          return (y:astype("float32") * y:astype("float32")):sum()
+        end)
+        local g = tape:gradient(loss, { v, layer.kernel, layer.bias })
+        return y, g[1], g[2], g[3]
+      end
+      local yd, dxd, dkd, dbd = run(dev)
+      local yc, dxc, dkc, dbc = run("cpu:0")
+      T.eq(yd.dtype, dt, what .. ": y's dtype"); T.eq(dxd.dtype, "float32", what .. ": dx's dtype")
+      G.close(yd, yc, what .. ": y", tol)
+      G.close(dxd, dxc, what .. ": dx", tol)
+      G.close(dkd, dkc, what .. ": dkernel", tol); G.close(dbd, dbc, what .. ": dbias", tol)
     end
   end
 end)
