@@ -360,30 +360,51 @@ static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, c
    over j in order, whatever the split, so a split result is the serial one
    bit for bit. Split over outer rows where there are several (or inner is
    1), else over inner columns (a bias gradient: [1, batch, units]) in
-   blocks of 64 (whole cache lines, 4 per row). */
-typedef struct { ld_reduce_op op; void *out; const float *x; int64_t outer, n, inner; int by_rows; } red_job;
+   blocks of 64 (whole cache lines, 4 per row). A half x (float16,
+   bfloat16) is read widened, RED_CHUNK values at a time where it is summed
+   (the float32 loops' additions, in their order: the bits of widening x
+   first, without its float32 copy). */
+typedef struct { ld_reduce_op op; void *out; const void *x; ld_dtype xdt; int64_t outer, n, inner; int by_rows; } red_job;
+#define RED_CHUNK 512
+
+/* x[i] widened to float32 */
+static inline float red_elem(const void *x, ld_dtype dt, int64_t i) {
+    if (dt == LD_F32) return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return dt == LD_BF16 ? ld_bf16_to_f32(h) : ld_f16_to_f32(h);
+}
+
 static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     int64_t n = jb->n, inner = jb->inner;
-    const float *x = jb->x;
+    ld_dtype dt = jb->xdt;
     if (jb->op == LD_RED_NONFINITE) {   /* a count, exact in any order */
         float *out = jb->out;
         for (int64_t o = o0; o < o1; o++)
             for (int64_t i = i0; i < i1; i++) {
-                const float *r = x + o * n * inner + i;
-                int64_t c = 0;
-                if (inner == 1) for (int64_t j = 0; j < n; j++) c += !isfinite(r[j]);
-                else for (int64_t j = 0; j < n; j++) c += !isfinite(r[j * inner]);
+                int64_t base = o * n * inner + i, c = 0;
+                if (dt != LD_F32) for (int64_t j = 0; j < n; j++) c += !isfinite(red_elem(jb->x, dt, base + j * inner));
+                else if (inner == 1) { const float *r = (const float *)jb->x + base; for (int64_t j = 0; j < n; j++) c += !isfinite(r[j]); }
+                else { const float *r = (const float *)jb->x + base; for (int64_t j = 0; j < n; j++) c += !isfinite(r[j * inner]); }
                 out[o * inner + i] = (float)c;
             }
         return;
     }
     if (jb->op == LD_RED_SUM) {
-        float *out = jb->out;
+        float *out = jb->out, buf[RED_CHUNK];
         if (inner == 1) {
             for (int64_t o = o0; o < o1; o++) {
-                const float *r = x + o * n;
                 double s = 0;
-                for (int64_t j = 0; j < n; j++) s += r[j];
+                if (dt == LD_F32) {
+                    const float *r = (const float *)jb->x + o * n;
+                    for (int64_t j = 0; j < n; j++) s += r[j];
+                } else {
+                    const uint16_t *r = (const uint16_t *)jb->x + o * n;
+                    for (int64_t j0 = 0; j0 < n; j0 += RED_CHUNK) {
+                        int64_t m = n - j0 < RED_CHUNK ? n - j0 : RED_CHUNK;
+                        ld_cpu_half_to_f32(buf, r + j0, dt, m);
+                        for (int64_t j = 0; j < m; j++) s += buf[j];
+                    }
+                }
                 out[o] = (float)s;
             }
             return;
@@ -392,19 +413,28 @@ static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int
             float *dst = out + o * inner;
             for (int64_t i = i0; i < i1; i++) dst[i] = 0;
             for (int64_t j = 0; j < n; j++) {
-                const float *r = x + (o * n + j) * inner;
-                for (int64_t i = i0; i < i1; i++) dst[i] += r[i];
+                int64_t row = (o * n + j) * inner;
+                if (dt == LD_F32) {
+                    const float *r = (const float *)jb->x + row;
+                    for (int64_t i = i0; i < i1; i++) dst[i] += r[i];
+                    continue;
+                }
+                for (int64_t c0 = i0; c0 < i1; c0 += RED_CHUNK) {
+                    int64_t m = i1 - c0 < RED_CHUNK ? i1 - c0 : RED_CHUNK;
+                    ld_cpu_half_to_f32(buf, (const uint16_t *)jb->x + row + c0, dt, m);
+                    for (int64_t i = 0; i < m; i++) dst[c0 + i] += buf[i];
+                }
             }
         }
         return;
     }
     for (int64_t o = o0; o < o1; o++) {
         for (int64_t i = i0; i < i1; i++) {
-            const float *r = x + o * n * inner + i;
-            float best = n ? r[0] : -INFINITY;
+            int64_t base = o * n * inner + i;
+            float best = n ? red_elem(jb->x, dt, base) : -INFINITY;
             int64_t arg = 0;
             for (int64_t j = 1; j < n; j++) {
-                float v = r[j * inner];
+                float v = dt == LD_F32 ? ((const float *)jb->x)[base + j * inner] : red_elem(jb->x, dt, base + j * inner);
                 if (ld_ew_max_wins(v, best)) { best = v; arg = j; }
             }
             if (jb->op == LD_RED_MAX) ((float *)jb->out)[o * inner + i] = best;
@@ -425,10 +455,10 @@ static void red_part(void *ctx, int p, int np) {
         if (b1 > b0 && lo < hi) red_range(jb, 0, jb->outer, lo, hi);
     }
 }
-static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const float *x, int64_t outer,
+static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const void *x, ld_dtype xdt, int64_t outer,
                        int64_t n, int64_t inner) {
     int by_rows = outer > 1 || inner == 1;
-    red_job jb = {op, outp, x, outer, n, inner, by_rows};
+    red_job jb = {op, outp, x, xdt, outer, n, inner, by_rows};
     int64_t ways = by_rows ? outer : (inner + 63) / 64;   /* independent pieces */
     /* a column sum streams its rows at one core's bandwidth, which a second
        or third thread on a small machine does not add to (2048 x 512 on the

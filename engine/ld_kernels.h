@@ -68,9 +68,10 @@ typedef struct {
     X(unary_backward, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, dx), (V, const void *, dy),         \
       (V, const void *, x), (V, const void *, y), (V, int64_t, n))                                              \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
-       LD_RED_ARGMAX `out` holds int64. */                                   \
-    X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const float *, x), (V, int64_t, outer),              \
-      (V, int64_t, n), (V, int64_t, inner))                                                                     \
+       LD_RED_ARGMAX `out` holds int64, else float32. x in xdt (float32 or  \
+       a half dtype, read widened: a half sum accumulates as float32's). */  \
+    X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const void *, x), (V, ld_dtype, xdt),               \
+      (V, int64_t, outer), (V, int64_t, n), (V, int64_t, inner))                                                \
     /* Row-major C = alpha * op(A) op(B) + beta * C, op = transpose when    \
        ta/tb. */                                                             \
     X(gemm, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, float, alpha),   \

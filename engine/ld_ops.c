@@ -382,25 +382,37 @@ static void reduced_shape(const ld_tensor *t, int axis, int keep, int *nd, int64
 }
 
 /* Broadcast g (reduced over `axis`) back to x's shape. */
-static ld_tensor *expand_back(ld_tensor *g, const ld_tensor *x, int axis) {
+/* g broadcast back over the reduced axis, to x's shape, in dtype dt */
+static ld_tensor *expand_back_as(ld_tensor *g, const ld_tensor *x, int axis, ld_dtype dt) {
     int64_t ks[LD_MAX_DIMS];
     int nd = 0;
     if (axis == LD_ALL_AXES) { for (int i = 0; i < x->ndim; i++) ks[i] = 1; nd = x->ndim; }
     else reduced_shape(x, axis, 1, &nd, ks);
     ld_tensor *gk = ld_reshape(g, nd, ks);
     if (!gk) return NULL;
-    ld_tensor *out = ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x));
+    ld_tensor *out = ld_ops_out_empty(dt, x->ndim, x->shape, DEV(x));
     if (out && ld_copy_into(out, gk)) { ld_tensor_release(out); out = NULL; }
     ld_tensor_release(gk);
     return out;
 }
+static ld_tensor *expand_back(ld_tensor *g, const ld_tensor *x, int axis) { return expand_back_as(g, x, axis, LD_F32); }
 
+/* a half x's gradient in x's dtype: the float32 gradient rounded once, in
+   the copy that broadcasts it when it needs no scaling */
 static int bw_sum(ld_node *n, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *e = expand_back(g, n->in[0], (int)n->args[0]);
-    if (e && n->args[1] != 1.0) {
+    ld_tensor *x = n->in[0];
+    int scaled = n->args[1] != 1.0;
+    ld_dtype dt = ld_dtype_is_half(x->dtype) ? x->dtype : LD_F32;
+    ld_tensor *e = expand_back_as(g, x, (int)n->args[0], scaled ? LD_F32 : dt);
+    if (e && scaled) {
         ld_tensor *s = ld_mul_scalar(e, (float)n->args[1]);
         ld_tensor_release(e);
         e = s;
+    }
+    if (e && e->dtype != dt) {
+        ld_tensor *c = ld_cast(e, dt);
+        ld_tensor_release(e);
+        e = c;
     }
     gi[0] = e;
     return e ? LD_OK : ld_error_status();
@@ -483,8 +495,12 @@ static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
     return d;
 }
 
+/* A half x is summed as it is (the kernel widens it: the same float32
+   sums without a float32 copy; its gradient comes back in its dtype);
+   max and argmax take it widened. The result is float32. */
 static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
-    ld_tensor *fx = op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : ld_as_float(x);
+    ld_tensor *fx = op == LD_RED_SUM && ld_dtype_is_half(x->dtype) ? ld_tensor_retain(x)
+                    : op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : ld_as_float(x);
     if (!fx) return NULL;
     ld_tensor *cx = ld_ops_contig(fx);
     ld_tensor_release(fx);
@@ -515,7 +531,7 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
         for (int i = 0; i < nd; i++) shape[i] = 1;
     } else reduced_shape(src, ax, keep, &nd, shape);
     ld_tensor *out = ld_ops_out_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
-    if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, FPTR(src), outer, n, inner);
+    if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, DPTR(src), src->dtype, outer, n, inner);
     ld_tensor_release(flat);
     if (out && op != LD_RED_ARGMAX) {
         ld_tensor *in[1] = {cx};

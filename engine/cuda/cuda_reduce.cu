@@ -2,7 +2,8 @@
  * cuda_reduce.cu - sum, max, argmax and the count of non-finite values over
  * the middle axis of a contiguous [outer, n, inner] array.
  *
- * Sums accumulate in double (the CPU backend sums rows in double too).
+ * x is float32, float16 or bfloat16 (read widened). Sums accumulate in
+ * double (the CPU backend sums rows in double too).
  * Max and argmax follow the CPU's sequential rule exactly: the first NaN
  * wins; otherwise the largest value, the first one on ties. As a combining
  * rule on (value, index) pairs that is associative, so any tree order gives
@@ -40,21 +41,21 @@ __device__ __forceinline__ vi vi_shfl(vi x, int o) {
 }
 
 /* ---- inner == 1: one block per row of n contiguous values ---- */
-template <int OP>
-__global__ void k_reduce_rows(void *out, const float *x, int64_t rows, int64_t n) {
+template <int OP, typename T>
+__global__ void k_reduce_rows(void *out, const T *x, int64_t rows, int64_t n) {
     __shared__ double shs[32];
     __shared__ vi shv[32];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *p = x + r * n;
+        const T *p = x + r * n;
         if (SUMLIKE(OP)) {
             double s = 0;
-            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += red_term<OP>(p[j]);
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += red_term<OP>(cu_get(p[j]));
             s = cu_block_sum(s, shs);
             if (threadIdx.x == 0) ((float *)out)[r] = (float)s;
         } else {
             vi best = {-INFINITY, INT64_MAX};
-            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) best = vi_pick(best, vi{p[j], j});
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) best = vi_pick(best, vi{cu_get(p[j]), j});
             for (int o = 16; o > 0; o >>= 1) best = vi_pick(best, vi_shfl(best, o));
             __syncthreads();
             if (lane == 0) shv[wid] = best;
@@ -74,19 +75,19 @@ __global__ void k_reduce_rows(void *out, const float *x, int64_t rows, int64_t n
 
 /* ---- inner > 1: a block of 32 x 8 threads per 32 neighbouring columns
    (c = o*inner + i); the 8 rows of threads split n and combine in shared memory ---- */
-template <int OP>
-__global__ void k_reduce_cols(void *out, const float *x, int64_t outer, int64_t n, int64_t inner) {
+template <int OP, typename T>
+__global__ void k_reduce_cols(void *out, const T *x, int64_t outer, int64_t n, int64_t inner) {
     __shared__ double shs[8][33];
     __shared__ vi shv[8][33];
     int64_t cols = outer * inner;
     for (int64_t c0 = (int64_t)blockIdx.x * 32; c0 < cols; c0 += (int64_t)gridDim.x * 32) {
         int64_t c = c0 + threadIdx.x;
         int64_t o = c < cols ? c / inner : 0, i = c < cols ? c - o * inner : 0;
-        const float *p = x + o * n * inner + i;
+        const T *p = x + o * n * inner + i;
         if (SUMLIKE(OP)) {
             double s = 0;
             if (c < cols)
-                for (int64_t j = threadIdx.y; j < n; j += 8) s += red_term<OP>(p[j * inner]);
+                for (int64_t j = threadIdx.y; j < n; j += 8) s += red_term<OP>(cu_get(p[j * inner]));
             shs[threadIdx.y][threadIdx.x] = s;
             __syncthreads();
             if (threadIdx.y == 0 && c < cols) {
@@ -97,7 +98,7 @@ __global__ void k_reduce_cols(void *out, const float *x, int64_t outer, int64_t 
         } else {
             vi best = {-INFINITY, INT64_MAX};
             if (c < cols)
-                for (int64_t j = threadIdx.y; j < n; j += 8) best = vi_pick(best, vi{p[j * inner], j});
+                for (int64_t j = threadIdx.y; j < n; j += 8) best = vi_pick(best, vi{cu_get(p[j * inner]), j});
             shv[threadIdx.y][threadIdx.x] = best;
             __syncthreads();
             if (threadIdx.y == 0 && c < cols) {
@@ -115,8 +116,8 @@ __global__ void k_reduce_cols(void *out, const float *x, int64_t outer, int64_t 
    batch): the axis is split into chunks, each block sums one chunk of 32
    columns into `part` [chunks, cols], and a second pass adds the chunks in
    order (deterministic, unlike atomics) ---- */
-template <int OP>
-__global__ void k_sum_cols_part(double *part, const float *x, int64_t outer, int64_t n, int64_t inner,
+template <int OP, typename T>
+__global__ void k_sum_cols_part(double *part, const T *x, int64_t outer, int64_t n, int64_t inner,
                                 int64_t chunk) {
     __shared__ double shs[8][33];
     int64_t cols = outer * inner;
@@ -125,8 +126,8 @@ __global__ void k_sum_cols_part(double *part, const float *x, int64_t outer, int
     double s = 0;
     if (c < cols) {
         int64_t o = c / inner, i = c - o * inner;
-        const float *p = x + o * n * inner + i;
-        for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) s += red_term<OP>(p[j * inner]);
+        const T *p = x + o * n * inner + i;
+        for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) s += red_term<OP>(cu_get(p[j * inner]));
     }
     shs[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
@@ -150,19 +151,19 @@ __global__ void k_sum_parts(float *out, const double *part, int64_t cols, int ch
    gradient on one multiprocessor; each row is split into chunks, a block
    sums one chunk into part[chunk][row], and k_sum_parts adds each row's
    chunks in order (deterministic) ---- */
-template <int OP>
-__global__ void k_sum_rows_part(double *part, const float *x, int64_t rows, int64_t n, int64_t chunk) {
+template <int OP, typename T>
+__global__ void k_sum_rows_part(double *part, const T *x, int64_t rows, int64_t n, int64_t chunk) {
     __shared__ double shs[32];
     int64_t r = blockIdx.y, j0 = (int64_t)blockIdx.x * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
-    const float *p = x + r * n;
+    const T *p = x + r * n;
     double s = 0;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += red_term<OP>(p[j]);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += red_term<OP>(cu_get(p[j]));
     s = cu_block_sum(s, shs);
     if (threadIdx.x == 0) part[blockIdx.x * rows + r] = s;
 }
 
-template <int OP>
-static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, int64_t n, int64_t inner) {
+template <int OP, typename T>
+static void launch_reduce(cu_dev *cd, void *out, const T *x, int64_t outer, int64_t n, int64_t inner) {
     int64_t tiles = (outer * inner + 31) / 32;
     /* below 512 tiles the one-pass kernel has too few blocks for a large GPU
        (a bias gradient of 2048 columns over 8192 rows: 64 blocks, each thread
@@ -174,7 +175,7 @@ static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, 
         size_t bytes = (size_t)chunks * (size_t)outer * sizeof(double);
         double *part = (double *)cu_scratch(cd, bytes);
         if (part) {
-            k_sum_rows_part<OP><<<dim3((unsigned)chunks, (unsigned)outer), 256, 0, cd->stream>>>(part, x, outer, n, chunk);
+            k_sum_rows_part<OP, T><<<dim3((unsigned)chunks, (unsigned)outer), 256, 0, cd->stream>>>(part, x, outer, n, chunk);
             cu_launched(cd, "reduce kernel (partial sums of long rows)");
             k_sum_parts<<<cu_grid(outer, 256), 256, 0, cd->stream>>>((float *)out, part, outer, chunks);
             cu_launched(cd, "reduce kernel (sum of the rows' partial sums)");
@@ -191,7 +192,7 @@ static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, 
         size_t bytes = (size_t)chunks * (size_t)cols * sizeof(double);
         double *part = (double *)cu_scratch(cd, bytes);
         if (part) {
-            k_sum_cols_part<OP><<<dim3((unsigned)tiles, (unsigned)chunks), dim3(32, 8), 0, cd->stream>>>(
+            k_sum_cols_part<OP, T><<<dim3((unsigned)tiles, (unsigned)chunks), dim3(32, 8), 0, cd->stream>>>(
                 part, x, outer, n, inner, chunk);
             cu_launched(cd, "reduce kernel (partial sums)");
             k_sum_parts<<<cu_grid(cols, 256), 256, 0, cd->stream>>>((float *)out, part, cols, chunks);
@@ -204,15 +205,16 @@ static void launch_reduce(cu_dev *cd, void *out, const float *x, int64_t outer, 
     if (inner == 1) {
         int threads = n >= 2048 ? 512 : n >= 256 ? 128 : 32;
         unsigned grid = (unsigned)(outer < 65536 ? outer : 65536);
-        k_reduce_rows<OP><<<grid, threads, 0, cd->stream>>>(out, x, outer, n);
+        k_reduce_rows<OP, T><<<grid, threads, 0, cd->stream>>>(out, x, outer, n);
     } else {
         unsigned grid = (unsigned)(tiles < 65536 ? tiles : 65536);
-        k_reduce_cols<OP><<<grid, dim3(32, 8), 0, cd->stream>>>(out, x, outer, n, inner);
+        k_reduce_cols<OP, T><<<grid, dim3(32, 8), 0, cd->stream>>>(out, x, outer, n, inner);
     }
     cu_launched(cd, "reduce kernel");
 }
 
-void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t outer, int64_t n, int64_t inner) {
+void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const void *x, ld_dtype xdt, int64_t outer, int64_t n,
+               int64_t inner) {
     if (outer <= 0 || inner <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
@@ -222,10 +224,14 @@ void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const float *x, int64_t
         return;
     }
     switch (op) {
-    case LD_RED_SUM: launch_reduce<LD_RED_SUM>(cd, out, x, outer, n, inner); break;
-    case LD_RED_MAX: launch_reduce<LD_RED_MAX>(cd, out, x, outer, n, inner); break;
-    case LD_RED_ARGMAX: launch_reduce<LD_RED_ARGMAX>(cd, out, x, outer, n, inner); break;
-    case LD_RED_NONFINITE: launch_reduce<LD_RED_NONFINITE>(cd, out, x, outer, n, inner); break;
+    case LD_RED_SUM: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_SUM>(cd, out, (const T *)x, outer, n, inner)); break;
+    case LD_RED_MAX: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_MAX>(cd, out, (const T *)x, outer, n, inner)); break;
+    case LD_RED_ARGMAX:
+        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_ARGMAX>(cd, out, (const T *)x, outer, n, inner));
+        break;
+    case LD_RED_NONFINITE:
+        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_NONFINITE>(cd, out, (const T *)x, outer, n, inner));
+        break;
     default: cu_record_msg(cd, "reduce: unknown op"); break;
     }
 }

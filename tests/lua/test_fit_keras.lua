@@ -317,6 +317,11 @@ T.test("steps options are checked", function()
   T.raises(function() m:fit(ds, { steps_per_epoch = 0, verbose = 0 }) end, "steps_per_epoch must be a positive integer, got 0")
   T.raises(function() m:fit(ds, { validation_steps = 1.5, verbose = 0 }) end, "validation_steps must be a positive integer")
   T.raises(function() m:evaluate(ds, { steps = -1 }) end, "bad argument to 'evaluate' (steps must be a positive integer, got -1)")
+  -- no samples at all (Keras: "Expected input data to be non-empty")
+  T.raises(function() m:fit(tensor.zeros(0, 4), labels(0), { verbose = 0 }) end,
+    "bad argument #1 to 'fit' (x holds no samples: its first tensor has shape [0, 4])")
+  T.raises(function() m:fit(tensor.zeros(0, 3, 4), labels(0), { shuffle = false, verbose = 0 }) end,
+    "x holds no samples: its first tensor has shape [0, 3, 4]")
 end)
 
 T.test("compile, evaluate and predict name an option they do not know", function()

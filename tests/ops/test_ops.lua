@@ -1152,6 +1152,49 @@ T.test("float16/bfloat16 Conv2D (a GPU's lowering: im2col of the half input, col
   end
 end)
 
+T.test("float16/bfloat16 sums read the half tensor as it is: the widened tensor's float32 sums, no cast kernel", function()
+  local counted = dev:match("^cpu:[1-9]")
+  for dt, _ in pairs(HALF_TOL) do
+    -- rows, columns (a bias gradient), long rows, everything, a mean
+    for _, case in ipairs { { { 37, 300 }, 0 }, { { 2100, 70 }, 0 }, { { 3, 70000 }, 1 }, { { 64, 33 }, nil },
+                            { { 5, 17, 9 }, 1, "mean" } } do
+      local shape, axis, fn = case[1], case[2], case[3] or "sum"
+      local what = ("%s %s over %s of %s"):format(dt, fn, tostring(axis), table.concat(shape, "x"))
+      tensor.seed(17)
+      local x = (tensor.normal(table.unpack(shape)) * 3):astype(dt)
+      local xd = x:to(dev)
+      local before = counted and ldist._distribute.kernel_calls()
+      local s = axis and xd[fn](xd, axis) or xd[fn](xd)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.copy_strided - before.copy_strided, 1, what .. ": one copy (the result to " .. dt .. ")")
+        T.eq(after.reduce - before.reduce, 1, what .. ": one reduction")
+      end
+      T.eq(s.dtype, dt, what .. ": dtype")
+      local xf = x:astype("float32")
+      local ref = (axis and xf[fn](xf, axis) or xf[fn](xf)):astype(dt)
+      G.same(s, ref, what .. ": the float32 op on the widened values, rounded once")
+      -- the gradient: in x's dtype, the float32 gradient rounded once
+      local v = tensor.Variable(xf:to(dev))
+      local tape = autograd.GradientTape()
+      local w = tensor.normal(table.unpack(ref.shape))
+      local loss = tape:record(function()
+        local h = v:astype(dt)
+        local r = axis and h[fn](h, axis) or h[fn](h)
+        return (r:astype("float32") * w:to(dev)):sum()
+      end)
+      local g = tape:gradient(loss, v)
+      local vr = tensor.Variable(xf)
+      local tr = autograd.GradientTape()
+      local lr = tr:record(function()
+        local r = axis and vr[fn](vr, axis) or vr[fn](vr)
+        return (r * w:astype(dt):astype("float32")):sum()
+      end)
+      G.same(g, tr:gradient(lr, vr):astype(dt):astype("float32"), what .. ": gradient")
+    end
+  end
+end)
+
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
   local x = tensor.normal(4, 3)
   for _, dt in ipairs({ "float16", "bfloat16" }) do

@@ -762,6 +762,12 @@ function Model:fit(x, y, opts)
   opts = opts or {}
   if type(opts) ~= "table" then error(("bad argument to 'fit' (options table expected, got %s)"):format(type(opts)), 2) end
   check_fit_options(opts)
+  -- Keras: "Expected input data to be non-empty" (else a zero-size shuffle
+  -- buffer reported the problem in the data pipeline's words)
+  if is_arrays(x) and nest.rows(x) == 0 then
+    error(("bad argument #1 to 'fit' (x holds no samples: its first tensor has shape %s)")
+      :format(shape_str(nest.first(x).shape)), 2)
+  end
   x, y, opts = split_validation(x, y, opts)
   local strategy = strategy_of(self)
   -- a strategy that trains elsewhere (a LocalCluster's workers, ps tasks)
