@@ -23,7 +23,7 @@ gcc -O2 -o build/bench-sgemm scripts/bench/sgemm.c -I/usr/include/x86_64-linux-g
 # of the rate on an AVX-512 machine) and ldist names them from the instruction sets
 blas_core=$(./ldist -e 'print((ldist.config.cpu_split().blas or ""):match("; (%w+) kernels") or "")' 2>/dev/null)
 [ -n "$blas_core" ] && [ -z "${OPENBLAS_CORETYPE:-}" ] && export OPENBLAS_CORETYPE=$blas_core
-echo "== machine: $cores cores; $(./build/bench-sgemm "$cores" | head -1)${blas_core:+ (OpenBLAS $blas_core kernels, as ldist's)}"
+echo "== machine: $cores cores; $(./build/bench-sgemm "$cores" | head -1)${blas_core:+ (OpenBLAS $blas_core kernels, those ldist runs)}"
 SGEMM_RUNS=""; MLP_PCT_RUNS=""   # the sgemm rates and MLP ratios of the rounds (below)
 # MLP FLOPs per sample: forward 2*(784*512+512*256+256*10), weight gradients
 # the same again, input gradients of the two upper layers.
