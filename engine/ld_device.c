@@ -228,6 +228,20 @@ static void *sim_alloc(ld_device *d, size_t nbytes) {
     return p;
 }
 
+/* sim:0's reads in flight: its kernels ran at the call, so the copy is
+   taken now and handed over at read_end (the engine's path of a GPU's
+   pinned read, ld_tensor_read_async, run here) */
+static void *sim_read_begin(ld_device *d, const void *src, size_t n) {
+    void *b = malloc(n);
+    if (b) memcpy(b, src, n);
+    return b;
+}
+static int sim_read_end(ld_device *d, void *h, void *host, size_t n, int report) {
+    memcpy(host, h, n);
+    free(h);
+    return LD_OK;
+}
+
 static void probe_all(void) {
     probe();
     const char *e = getenv("LDIST_SIM_DEVICE");
@@ -235,6 +249,8 @@ static void probe_all(void) {
         sim_backend = ld_cpu_kernels;
         sim_backend.name = "sim";
         sim_backend.alloc = sim_alloc;
+        sim_backend.read_begin = sim_read_begin;
+        sim_backend.read_end = sim_read_end;
         const char *m = getenv("LDIST_SIM_MEMORY");   /* bytes, or with a K, M or G suffix */
         if (m && *m) {
             char *end = NULL;

@@ -34,6 +34,18 @@ typedef struct ld_backend {
     int (*to_host)(ld_device *d, void *host, const void *src, size_t nbytes);
     int (*from_host)(ld_device *d, void *dst, const void *host, size_t nbytes);
     void (*synchronize)(ld_device *d);
+    /* Reading without draining the queue (optional: NULL, and the read waits
+       for the device, as to_host does). read_begin queues a copy of nbytes
+       at src for the host, behind the kernels queued so far, and returns a
+       handle (NULL: not this time, too large or no slot free; nothing is
+       set, the caller reads with to_host). read_end waits for that copy
+       alone, writes the bytes to host and frees the handle; report: return
+       the error a queued kernel left, as to_host does (0: leave it for the
+       next read, LD_OK returned). A training step reads its loss this way,
+       so the optimizer's kernels are queued while the GPU still runs the
+       backward pass, not after it drained. */
+    void *(*read_begin)(ld_device *d, const void *src, size_t nbytes);
+    int (*read_end)(ld_device *d, void *handle, void *host, size_t nbytes, int report);
     /* the kernels, one slot each (ld_kernels.h) */
     LD_KERNELS(LD_K_SLOT)
 } ld_backend;

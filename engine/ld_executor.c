@@ -603,11 +603,18 @@ static void pf_free(ld_device *d, void *p, size_t n) { prof_inner(d)->free(d, p,
 static int pf_to_host(ld_device *d, void *h, const void *s, size_t n) { return prof_inner(d)->to_host(d, h, s, n); }
 static int pf_from_host(ld_device *d, void *s, const void *h, size_t n) { return prof_inner(d)->from_host(d, s, h, n); }
 static void pf_synchronize(ld_device *d) { prof_inner(d)->synchronize(d); }
+static void *pf_read_begin(ld_device *d, const void *s, size_t n) {
+    const ld_backend *in = prof_inner(d);
+    return in->read_begin ? in->read_begin(d, s, n) : NULL;
+}
+static int pf_read_end(ld_device *d, void *h, void *host, size_t n, int report) {
+    return prof_inner(d)->read_end(d, h, host, n, report);
+}
 #define PF_SLOT(name, ...) .name = pf_##name,
 static const ld_backend prof_backend = {
     .name = "profiled",
     .alloc = pf_alloc, .free = pf_free, .to_host = pf_to_host, .from_host = pf_from_host,
-    .synchronize = pf_synchronize,
+    .synchronize = pf_synchronize, .read_begin = pf_read_begin, .read_end = pf_read_end,
     LD_KERNELS(PF_SLOT)
 };
 

@@ -711,7 +711,8 @@ static void run_nothing(void *ctx, ld_device *d) { (void)ctx; (void)d; }
 /* ---- reading values without waiting for the whole queue ---- */
 struct ld_pending_read {
     ld_device *dev;
-    uint64_t fence;
+    uint64_t fence;     /* an async CPU device's queued copy */
+    void *handle;       /* another device's (backend read_begin) */
     size_t nbytes;
     ld_dtype dtype;
     int64_t numel;
@@ -733,15 +734,20 @@ ld_pending_read *ld_tensor_read_async(ld_tensor *t) {
     r->nbytes = nb;
     r->dtype = t->dtype;
     r->numel = ld_tensor_numel(t);
+    const void *src = (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype);
     if (ld_device_is_host(d) && ld_device_is_async(d) && ld_tensor_is_contiguous(t)) {
         rd_a *a = malloc(sizeof *a);
         if (!a) { free(r); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
-        *a = (rd_a){r, (char *)t->storage->data + t->offset * (int64_t)ld_dtype_size(t->dtype)};
+        *a = (rd_a){r, src};
         /* a queued free of t's memory runs after this copy: the pointer stays valid */
         ld_executor_submit(d, run_read, a, LD_SPAN_NONE);
         r->fence = ld_device_fence(d);
         return r;
     }
+    /* a device's queue is in order: a later kernel reusing t's memory runs after the copy */
+    if (!ld_device_is_host(d) && d->backend->read_begin && nb && ld_tensor_is_contiguous(t) &&
+        (r->handle = d->backend->read_begin(d, src, nb)))
+        return r;
     ld_tensor *h = ld_device_is_host(d) ? ld_contiguous(t) : ld_to_device(t, ld_device_cpu());
     const void *p = h ? ld_tensor_data(h) : NULL;
     if (!p) { ld_tensor_release(h); free(r); return NULL; }
@@ -753,14 +759,21 @@ ld_pending_read *ld_tensor_read_async(ld_tensor *t) {
 const void *ld_pending_read_wait(ld_pending_read *r, ld_dtype *dtype, int64_t *numel) {
     ld_device_wait_fence(r->dev, r->fence);
     r->fence = 0;
+    int st = LD_OK;
+    if (r->handle) {
+        st = r->dev->backend->read_end(r->dev, r->handle, r->data, r->nbytes, 1);
+        r->handle = NULL;
+    }
     if (dtype) *dtype = r->dtype;
     if (numel) *numel = r->numel;
+    if (st) return NULL;
     if (ld_device_take_error(r->dev)) return NULL;   /* bad input a queued kernel found */
     return r->data;
 }
 
 void ld_pending_read_free(ld_pending_read *r) {
     if (r && r->fence) ld_device_wait_fence(r->dev, r->fence);   /* its copy must not write freed memory */
+    if (r && r->handle) r->dev->backend->read_end(r->dev, r->handle, r->data, r->nbytes, 0);
     free(r);
 }
 

@@ -10,6 +10,7 @@
 #include "ld_device.h"
 #include "ld_executor.h"
 #include "ld_pool.h"
+#include "ld_half.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -340,6 +341,8 @@ static int pending_item(lua_State *L) {
     case LD_I32: lua_pushinteger(L, *(const int32_t *)p); break;
     case LD_I64: lua_pushinteger(L, *(const int64_t *)p); break;
     case LD_U8: lua_pushinteger(L, *(const uint8_t *)p); break;
+    case LD_F16: lua_pushnumber(L, ld_f16_to_f32(*(const uint16_t *)p)); break;
+    case LD_BF16: lua_pushnumber(L, ld_bf16_to_f32(*(const uint16_t *)p)); break;
     default: return luaL_error(L, "item: unsupported dtype");
     }
     return 1;

@@ -37,6 +37,8 @@ struct cu_bucket {
 
 #define CU_STAGE_SLOTS 16
 #define CU_STAGE_SLOT ((size_t)1 << 20)    /* bytes */
+#define CU_READ_SLOTS 32                   /* reads in flight (a step's loss per replica, metrics) */
+#define CU_READ_SLOT 4096                  /* bytes: larger reads wait for the stream */
 
 struct cu_dev {
     int ordinal;                 /* CUDA device number */
@@ -58,6 +60,11 @@ struct cu_dev {
     char *stage;                 /* CU_STAGE_SLOTS x CU_STAGE_SLOT bytes, cudaHostAlloc'ed; NULL until used */
     cudaEvent_t stage_done[CU_STAGE_SLOTS];   /* recorded after each slot's copy */
     int stage_next, stage_failed;
+    /* pinned slots for reads that do not drain the stream (read_begin, cuda_device.cu) */
+    char *rd;                    /* CU_READ_SLOTS x CU_READ_SLOT bytes; NULL until used */
+    cudaEvent_t rd_done[CU_READ_SLOTS];   /* recorded after each slot's copy */
+    unsigned char rd_busy[CU_READ_SLOTS];
+    int rd_failed;
     /* the first failure since device memory was last read */
     int has_err;
     char err[400];

@@ -277,6 +277,67 @@ static int cu_from_host(ld_device *d, void *dst, const void *host, size_t n) {
     return LD_OK;
 }
 
+/* Reads that wait for their own copy only (ld_backend.read_begin): the copy
+   goes behind the queued kernels into a pinned slot and an event marks it
+   done; read_end waits for that event, not for what was queued after it (a
+   step's optimizer, behind its loss). The handle is the slot's number + 1. */
+/* caller holds cd->mu; 0 when pinned memory or events are not to be had */
+static int rd_ready(cu_dev *cd) {
+    if (cd->rd) return 1;
+    if (cd->rd_failed) return 0;
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, (size_t)CU_READ_SLOTS * CU_READ_SLOT, cudaHostAllocPortable);
+    if (e != cudaSuccess) { cudaGetLastError(); cd->rd_failed = 1; return 0; }
+    for (int i = 0; i < CU_READ_SLOTS; i++) {
+        e = cudaEventCreateWithFlags(&cd->rd_done[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            for (int j = 0; j < i; j++) cudaEventDestroy(cd->rd_done[j]);
+            cudaFreeHost(p);
+            cd->rd_failed = 1;
+            return 0;
+        }
+    }
+    cd->rd = (char *)p;
+    return 1;
+}
+
+static void *cu_read_begin(ld_device *d, const void *src, size_t n) {
+    if (n > CU_READ_SLOT) return NULL;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return NULL;   /* recorded: the read falls back to to_host, which reports it */
+    pthread_mutex_lock(&cd->mu);
+    int slot = -1;
+    if (rd_ready(cd))
+        for (int i = 0; i < CU_READ_SLOTS && slot < 0; i++)
+            if (!cd->rd_busy[i]) slot = i;
+    cudaError_t e = cudaErrorNotReady;
+    if (slot >= 0) {
+        e = cudaMemcpyAsync(cd->rd + (size_t)slot * CU_READ_SLOT, src, n, cudaMemcpyDeviceToHost, cd->stream);
+        if (e == cudaSuccess) e = cudaEventRecord(cd->rd_done[slot], cd->stream);
+        if (e == cudaSuccess) cd->rd_busy[slot] = 1;
+    }
+    pthread_mutex_unlock(&cd->mu);
+    if (slot >= 0 && e != cudaSuccess) {   /* the read falls back to to_host, which reports it */
+        cu_record(cd, "cudaMemcpyAsync (device to host, a read in flight)", e);
+        return NULL;
+    }
+    return slot >= 0 ? (void *)(intptr_t)(slot + 1) : NULL;
+}
+
+static int cu_read_end(ld_device *d, void *handle, void *host, size_t n, int report) {
+    cu_dev *cd = cu_of(d);
+    int slot = (int)(intptr_t)handle - 1;
+    if (cudaSetDevice(cd->ordinal) != cudaSuccess) cudaGetLastError();
+    cudaError_t e = cudaEventSynchronize(cd->rd_done[slot]);
+    if (e != cudaSuccess) cu_record(cd, "cudaEventSynchronize (a read in flight)", e);
+    else memcpy(host, cd->rd + (size_t)slot * CU_READ_SLOT, n);
+    pthread_mutex_lock(&cd->mu);
+    cd->rd_busy[slot] = 0;
+    pthread_mutex_unlock(&cd->mu);
+    return report ? take_error(cd) : LD_OK;
+}
+
 static void cu_synchronize(ld_device *d) {
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
@@ -288,7 +349,7 @@ static void cu_synchronize(ld_device *d) {
 /* Positional (C++17 has no designated initializers): the memory slots in
    ld_backend's order, then the kernels in the list's order, which is the
    order of their slots (ld_kernels.h). */
-static_assert(sizeof(ld_backend) == (6 + LD_KERNEL_COUNT) * sizeof(void *),
+static_assert(sizeof(ld_backend) == (8 + LD_KERNEL_COUNT) * sizeof(void *),
               "ld_backend's memory slots changed: fill the new one in cuda_backend");
 #define CU_SLOT(name, ...) cu_##name,
 static const ld_backend cuda_backend = {
@@ -298,6 +359,8 @@ static const ld_backend cuda_backend = {
     /* to_host */ cu_to_host,
     /* from_host */ cu_from_host,
     /* synchronize */ cu_synchronize,
+    /* read_begin */ cu_read_begin,
+    /* read_end */ cu_read_end,
     LD_KERNELS(CU_SLOT)
 };
 

@@ -1205,6 +1205,43 @@ T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras'
   end
 end)
 
+---------------------------------------------------------------- reads in flight
+-- model:fit reads each replica's loss through read_async: on a GPU a copy
+-- into a pinned slot behind the queued kernels, waited for alone (the
+-- optimizer's kernels are queued meanwhile); on sim:0 the engine's same path;
+-- on cpu:1 its queue's fence.
+T.test("read_async: values read in flight are those the queue had when read, in any number; errors still reach the read", function()
+  local C = ldist._distribute
+  local x = tensor.normal(1000):to(dev)
+  local reads, sums = {}, {}
+  for i = 1, 40 do   -- more than a GPU's 32 pinned slots: the others read at once
+    sums[i] = (x * i):sum()
+    reads[i] = C.read_async(sums[i])
+  end
+  for i = 40, 1, -1 do T.eq(reads[i]:item(), sums[i]:item(), "read " .. i .. " (waited for out of order)") end
+  -- a kernel queued after the read does not change what it reads
+  local v = tensor.Variable(tensor.new({ 1.5 }):to(dev))
+  local r = C.read_async(v:sum())
+  v:assign(tensor.new({ 2.5 }):to(dev))
+  T.eq(r:item(), 1.5, "the value when read")
+  T.eq(v:sum():item(), 2.5, "the variable after")
+  for _, dt in ipairs { "int64", "int32", "float16", "bfloat16" } do
+    T.eq(C.read_async((tensor.ones(5, { dtype = dt }) * 3):to(dev):sum()):item(), 15, dt)
+  end
+  -- reads dropped unread, then collected: their copies finish before the slots go back
+  for i = 1, 40 do C.read_async(sums[i]) end
+  collectgarbage(); collectgarbage()
+  T.eq(C.read_async((x * 0 + 2):sum()):item(), 2000, "slots free again after dropped reads")
+  -- a queued kernel's error reaches the read of its result, not a later one
+  local loss_object = losses.SparseCategoricalCrossentropy { from_logits = true }
+  local ok, l = pcall(loss_object, tensor.new({ 0, 7 }, { dtype = "int64" }):to(dev), tensor.normal(2, 3):to(dev))
+  if ok then
+    local rok, e = pcall(function() return C.read_async(l):item() end)
+    T.ok(not rok and tostring(e):find("label 7", 1, true) or (rok and e ~= e), "the read names the label, or is NaN: " .. tostring(e))
+  end
+  T.eq(C.read_async((tensor.ones(3):to(dev) * 2):sum()):item(), 6, "the next read succeeds")
+end)
+
 ---------------------------------------------------------------- kernel profile
 -- LDIST_KERNEL_PROFILE=1: a child ldist runs products and a softmax on the
 -- device under test and prints, at exit, a table of kernel slots by total time.
