@@ -229,25 +229,31 @@ static int cu_to_host(ld_device *d, void *host, const void *src, size_t n) {
    pinned slots, reused round-robin once the copy that last used a slot has
    run (its event). Larger ones (a whole data set) copy directly. Either way
    the host buffer may be reused as soon as this returns. */
+/* n pinned slots of `bytes` bytes each at *mem (cudaHostAlloc) and an event
+   for each; 0 when either is not to be had (nothing kept then) */
+static int pinned_slots(char **mem, size_t bytes, cudaEvent_t *ev, int n) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, (size_t)n * bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) { cudaGetLastError(); return 0; }
+    for (int i = 0; i < n; i++) {
+        e = cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            for (int j = 0; j < i; j++) cudaEventDestroy(ev[j]);
+            cudaFreeHost(p);
+            return 0;
+        }
+    }
+    *mem = (char *)p;
+    return 1;
+}
+
 /* caller holds cd->mu; 0 when pinned memory is not to be had (then copies go direct) */
 static int stage_ready(cu_dev *cd) {
     if (cd->stage) return 1;
     if (cd->stage_failed) return 0;
-    void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, CU_STAGE_SLOTS * CU_STAGE_SLOT, cudaHostAllocPortable);
-    if (e != cudaSuccess) { cudaGetLastError(); cd->stage_failed = 1; return 0; }
-    for (int i = 0; i < CU_STAGE_SLOTS; i++) {
-        e = cudaEventCreateWithFlags(&cd->stage_done[i], cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            for (int j = 0; j < i; j++) cudaEventDestroy(cd->stage_done[j]);
-            cudaFreeHost(p);
-            cd->stage_failed = 1;
-            return 0;
-        }
-    }
-    cd->stage = (char *)p;
-    return 1;
+    if (!pinned_slots(&cd->stage, CU_STAGE_SLOT, cd->stage_done, CU_STAGE_SLOTS)) cd->stage_failed = 1;
+    return cd->stage != NULL;
 }
 
 static int cu_from_host(ld_device *d, void *dst, const void *host, size_t n) {
@@ -285,21 +291,8 @@ static int cu_from_host(ld_device *d, void *dst, const void *host, size_t n) {
 static int rd_ready(cu_dev *cd) {
     if (cd->rd) return 1;
     if (cd->rd_failed) return 0;
-    void *p = NULL;
-    cudaError_t e = cudaHostAlloc(&p, (size_t)CU_READ_SLOTS * CU_READ_SLOT, cudaHostAllocPortable);
-    if (e != cudaSuccess) { cudaGetLastError(); cd->rd_failed = 1; return 0; }
-    for (int i = 0; i < CU_READ_SLOTS; i++) {
-        e = cudaEventCreateWithFlags(&cd->rd_done[i], cudaEventDisableTiming);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            for (int j = 0; j < i; j++) cudaEventDestroy(cd->rd_done[j]);
-            cudaFreeHost(p);
-            cd->rd_failed = 1;
-            return 0;
-        }
-    }
-    cd->rd = (char *)p;
-    return 1;
+    if (!pinned_slots(&cd->rd, CU_READ_SLOT, cd->rd_done, CU_READ_SLOTS)) cd->rd_failed = 1;
+    return cd->rd != NULL;
 }
 
 static void *cu_read_begin(ld_device *d, const void *src, size_t n) {

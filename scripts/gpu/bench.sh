@@ -98,6 +98,11 @@ run ldist-gpt-tf32 env LDIST_CUDA_TF32=1 "$ldist" scripts/gpu/transformer_bench.
 # bf16: the model under Keras's mixed_bfloat16 policy (fails, and says why, where the API is missing)
 run ldist-gpt-bf16 env LDIST_BENCH_POLICY=mixed_bfloat16 "$ldist" scripts/gpu/transformer_bench.lua 32 $tsteps 10
 for prec in fp32 tf32 bf16; do run "torch-gpt-$prec" "$py" scripts/gpu/ref_transformer.py 32 $tsteps 10 $prec; done
+# the same with the fused attention kernel (opt-in until a GPU run has
+# measured it: these rows decide whether it becomes the default)
+run ldist-gpt-fp32-fused env LDIST_FUSED_ATTENTION=on "$ldist" scripts/gpu/transformer_bench.lua 32 $tsteps 10
+run ldist-gpt-bf16-fused env LDIST_FUSED_ATTENTION=on LDIST_BENCH_POLICY=mixed_bfloat16 "$ldist" \
+  scripts/gpu/transformer_bench.lua 32 $tsteps 10
 # Model FLOPs utilisation: 6 N FLOPs per token for the weights' products
 # (forward and backward) plus 12 L d T for attention's (PaLM's count), against
 # the GPU's dense peak per precision: an H100/H200 SXM's by default (FP32 67,
@@ -111,6 +116,13 @@ printf '%-5s %18s %18s %10s %8s %8s\n' prec ldist pytorch vs-pytorch mfu-ld mfu-
 for prec in fp32 tf32 bf16; do
   l=${R[ldist-gpt-$prec]:-0}; t=${R[torch-gpt-$prec]:-0}
   printf '%-5s %10s (%5s) %10s (%5s) %9sx %8s %8s\n' $prec "${l/#0/n/a}" "${L[ldist-gpt-$prec]:-?}" "$t" "${L[torch-gpt-$prec]:-?}" \
+    "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')" \
+    "$(mfu "$l" $gpt_fpt "${PEAK[$prec]}")" "$(mfu "$t" $gpt_fpt "${PEAK[$prec]}")"
+done
+for prec in fp32 bf16; do
+  l=${R[ldist-gpt-$prec-fused]:-0}; t=${R[torch-gpt-$prec]:-0}
+  printf '%-5s %10s (%5s) %10s (%5s) %9sx %8s %8s   (LDIST_FUSED_ATTENTION=on)\n' $prec "${l/#0/n/a}" \
+    "${L[ldist-gpt-$prec-fused]:-?}" "$t" "${L[torch-gpt-$prec]:-?}" \
     "$(awk -v a="$l" -v b="$t" 'BEGIN{ if (a > 0 && b > 0) printf "%.2f", a / b; else print "n/a" }')" \
     "$(mfu "$l" $gpt_fpt "${PEAK[$prec]}")" "$(mfu "$t" $gpt_fpt "${PEAK[$prec]}")"
 done
