@@ -294,6 +294,12 @@ static int is_device(const void *p, size_t n) {
     pthread_mutex_unlock(&mem_mu);
     return r;
 }
+static int is_pinned(const void *p, size_t n) {   /* within a cudaHostAlloc block? */
+    pthread_mutex_lock(&mem_mu);
+    int r = find_block(host_blocks, p, n, NULL, NULL);
+    pthread_mutex_unlock(&mem_mu);
+    return r;
+}
 static int touches_device(const void *p, size_t n) {   /* any byte of [p, p+n) in device memory? */
     pthread_mutex_lock(&mem_mu);
     uintptr_t a = (uintptr_t)p;
@@ -407,6 +413,10 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enu
              dd ? "device" : touches_device(dst, n) ? "overruns a device block" : "host");
         return fail(cudaErrorInvalidValue);
     }
+    /* CUDA: "for transfers from pageable host memory to device memory, a
+       stream sync is performed before the copy is initiated": the host waits
+       for the queue, as a synchronization does */
+    if (kind == cudaMemcpyHostToDevice && s && !is_pinned(src, n)) trace("sync\tpageable copy to the device\n");
     trace("memcpy\t%s\t%zu\t%s\n", kind_name(kind), n, s ? "async" : "sync");
     const char *a = (const char *)src, *b = (const char *)dst;
     if ((a < b && a + n > b) || (b < a && b + n > a))
@@ -498,6 +508,11 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e || e->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
     trace("sync\tevent\n");
+    return cudaSuccess;
+}
+/* work runs at the call here: every recorded event is done (no wait to trace) */
+extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!e || e->magic != EVENT_MAGIC) return fail(cudaErrorInvalidResourceHandle);
     return cudaSuccess;
 }
 

@@ -104,8 +104,9 @@ fi
 # ---- what a steady training step asks of the GPU, at the bench's full sizes
 # (CUEMU_SAMPLE=none: no kernel runs and no product is computed, so the results
 # are meaningless, but every launch is made and its configuration checked): no device allocation, one copy to the host (the loss the
-# step's callback reads, copied behind the backward pass and waited for after the optimizer's kernels are queued,
-# so it adds no synchronization of its own) and no more synchronizations than today, for the
+# step's callback reads, copied behind the backward pass and waited for after the optimizer's kernels are queued)
+# and one synchronization, that read (three under mixed_float16: the check for infs before the update; a batch
+# copied from pageable memory counts as one, as CUDA syncs the stream before such a copy), for the
 # rows of `make bench-gpu` (trace_report.py; CUEMU_EXTRA=0 skips)
 if [ "${CUEMU_EXTRA:-1}" != 0 ]; then
   ttrace() {   # label max-sync command... : traces of 1 and 3 steps after 8 warm-up steps (the data pipeline's prefetched batches and the allocator's cache settle by then), compared
@@ -122,12 +123,12 @@ if [ "${CUEMU_EXTRA:-1}" != 0 ]; then
   : >"$O/traces.err"
   tt1=$SECONDS
   {
-    ttrace "MLP step (batch 512)" 2 ./ldist scripts/gpu/train_bench.lua mlp 512
-    ttrace "CNN step (batch 512)" 2 ./ldist scripts/gpu/train_bench.lua cnn 512
-    ttrace "transformer step, float32" 4 ./ldist scripts/gpu/transformer_bench.lua 32
-    ttrace "transformer step, mixed_bfloat16" 4 env LDIST_BENCH_POLICY=mixed_bfloat16 ./ldist scripts/gpu/transformer_bench.lua 32
+    ttrace "MLP step (batch 512)" 1 ./ldist scripts/gpu/train_bench.lua mlp 512
+    ttrace "CNN step (batch 512)" 1 ./ldist scripts/gpu/train_bench.lua cnn 512
+    ttrace "transformer step, float32" 1 ./ldist scripts/gpu/transformer_bench.lua 32
+    ttrace "transformer step, mixed_bfloat16" 1 env LDIST_BENCH_POLICY=mixed_bfloat16 ./ldist scripts/gpu/transformer_bench.lua 32
     # the LossScaleOptimizer's check for infs: one copy of all the gradients' counts, not one per gradient
-    TRACE_MAX_D2H=2 ttrace "transformer step, mixed_float16" 6 env LDIST_BENCH_POLICY=mixed_float16 ./ldist scripts/gpu/transformer_bench.lua 32
+    TRACE_MAX_D2H=2 ttrace "transformer step, mixed_float16" 3 env LDIST_BENCH_POLICY=mixed_float16 ./ldist scripts/gpu/transformer_bench.lua 32
   } >"$O/traces.log" 2>&1
   grep -vE '^(ok|not ok) - ' "$O/traces.log" | grep -E '^[A-Za-z]'
   grep -E '^not ok - ' "$O/traces.log"
