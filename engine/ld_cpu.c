@@ -367,13 +367,6 @@ static void cpu_unary_backward_serial(ld_device *d, ld_unary_op op, float *dx, c
 typedef struct { ld_reduce_op op; void *out; const void *x; ld_dtype xdt; int64_t outer, n, inner; int by_rows; } red_job;
 #define RED_CHUNK 512
 
-/* x[i] widened to float32 */
-static inline float red_elem(const void *x, ld_dtype dt, int64_t i) {
-    if (dt == LD_F32) return ((const float *)x)[i];
-    uint16_t h = ((const uint16_t *)x)[i];
-    return dt == LD_BF16 ? ld_bf16_to_f32(h) : ld_f16_to_f32(h);
-}
-
 static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     int64_t n = jb->n, inner = jb->inner;
     ld_dtype dt = jb->xdt;
@@ -382,7 +375,7 @@ static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int
         for (int64_t o = o0; o < o1; o++)
             for (int64_t i = i0; i < i1; i++) {
                 int64_t base = o * n * inner + i, c = 0;
-                if (dt != LD_F32) for (int64_t j = 0; j < n; j++) c += !isfinite(red_elem(jb->x, dt, base + j * inner));
+                if (dt != LD_F32) for (int64_t j = 0; j < n; j++) c += !isfinite(ld_cpu_elem(jb->x, dt, base + j * inner));
                 else if (inner == 1) { const float *r = (const float *)jb->x + base; for (int64_t j = 0; j < n; j++) c += !isfinite(r[j]); }
                 else { const float *r = (const float *)jb->x + base; for (int64_t j = 0; j < n; j++) c += !isfinite(r[j * inner]); }
                 out[o * inner + i] = (float)c;
@@ -431,10 +424,10 @@ static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int
     for (int64_t o = o0; o < o1; o++) {
         for (int64_t i = i0; i < i1; i++) {
             int64_t base = o * n * inner + i;
-            float best = n ? red_elem(jb->x, dt, base) : -INFINITY;
+            float best = n ? ld_cpu_elem(jb->x, dt, base) : -INFINITY;
             int64_t arg = 0;
             for (int64_t j = 1; j < n; j++) {
-                float v = dt == LD_F32 ? ((const float *)jb->x)[base + j * inner] : red_elem(jb->x, dt, base + j * inner);
+                float v = dt == LD_F32 ? ((const float *)jb->x)[base + j * inner] : ld_cpu_elem(jb->x, dt, base + j * inner);
                 if (ld_ew_max_wins(v, best)) { best = v; arg = j; }
             }
             if (jb->op == LD_RED_MAX) ((float *)jb->out)[o * inner + i] = best;

@@ -968,17 +968,24 @@ static void cpu_maxpool_serial(ld_device *d, float *y, int64_t *arg, const float
             }
 }
 
-static void cpu_maxpool_backward_serial(ld_device *d, float *dx, const float *dy, const int64_t *arg,
-                                 int64_t ny, int64_t nx) {
-    memset(dx, 0, (size_t)nx * 4);
-    for (int64_t i = 0; i < ny; i++) dx[arg[i]] += dy[i];
+/* dx[arg[i] - x0] += dy[i] over the nx elements of dx from x0 (zeroed
+   first): in dx itself when float32, else in f (nx floats) rounded into dx
+   once; dy in ydt */
+static void maxpool_scatter(void *dx, ld_dtype xdt, const void *dy, ld_dtype ydt, const int64_t *arg, int64_t ny,
+                            int64_t x0, int64_t nx, float *f) {
+    float *t = xdt == LD_F32 ? (float *)dx + x0 : f;
+    memset(t, 0, (size_t)nx * sizeof(float));
+    if (ydt == LD_F32) for (int64_t i = 0; i < ny; i++) t[arg[i] - x0] += ((const float *)dy)[i];
+    else for (int64_t i = 0; i < ny; i++) t[arg[i] - x0] += ld_cpu_elem(dy, ydt, i);
+    if (xdt != LD_F32) ld_cpu_f32_to_half((uint16_t *)dx + x0, f, xdt, nx);
 }
 
 /* ---- split over the images of the batch */
 typedef struct {
     int kind; float *o; const float *x; int64_t *arg; const int64_t *carg;
     int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow;
-    ld_dtype odt, xdt;   /* im2col: o (col) and x in xdt; col2im: o (dx) in odt, x (col) in xdt */
+    ld_dtype odt, xdt;   /* im2col: o (col) and x in xdt; col2im: o (dx) in odt, x (col) in xdt; maxpool: x and o
+                            in xdt; its backward: o (dx) in odt, x (dy) in xdt */
     int failed;
 } img_job;
 static void img_part(void *p, int part, int np) {
@@ -1007,21 +1014,30 @@ static void img_part(void *p, int part, int np) {
         break;
     }
     case 2: {
-        /* indices stay global: offset the input pointer back */
-        int64_t off = lo * in_img;
-        cpu_maxpool_serial(NULL, j->o + lo * out_img * j->c, j->arg + lo * out_img * j->c, j->x + off, nb, j->h,
-                           j->w, j->c, j->kh, j->kw, j->sh, j->sw, j->oh, j->ow);
-        for (int64_t i = 0, m = nb * out_img * j->c; i < m; i++) j->arg[lo * out_img * j->c + i] += off;
+        /* indices stay global: offset the input pointer back. A half x is
+           widened, its part's images at a time, and the maxima rounded back
+           (a selection: exact) */
+        int64_t off = lo * in_img, ny = nb * out_img * j->c;
+        int h = j->xdt != LD_F32;
+        float *buf = h ? malloc(sizeof(float) * (size_t)(nb * in_img + ny)) : NULL;
+        if (h && !buf) { j->failed = 1; break; }
+        const float *xs = h ? buf : j->x + off;
+        float *ys = h ? buf + nb * in_img : j->o + lo * out_img * j->c;
+        if (h) ld_cpu_half_to_f32(buf, (const uint16_t *)j->x + off, j->xdt, nb * in_img);
+        cpu_maxpool_serial(NULL, ys, j->arg + lo * out_img * j->c, xs, nb, j->h, j->w, j->c, j->kh, j->kw, j->sh, j->sw,
+                           j->oh, j->ow);
+        if (h) ld_cpu_f32_to_half((uint16_t *)j->o + lo * out_img * j->c, ys, j->xdt, ny);
+        for (int64_t i = 0; i < ny; i++) j->arg[lo * out_img * j->c + i] += off;
+        free(buf);
         break;
     }
-    case 3: {   /* max pooling's backward: h = x's elements per image, oh = y's (w = c = ow = 1) */
-        int64_t ny = nb * j->oh;
-        float *dx = j->o + lo * j->h;
-        memset(dx, 0, (size_t)(nb * j->h) * 4);
-        const float *dy = j->x + lo * j->oh;
-        const int64_t *a = j->carg + lo * j->oh;
-        float *base = j->o;
-        for (int64_t i = 0; i < ny; i++) base[a[i]] += dy[i];
+    case 3: {   /* max pooling's backward: h = x's elements per image, oh = y's (w = c = ow = 1); o = dx in odt,
+                   x = dy in xdt */
+        float *f = j->odt != LD_F32 ? malloc(sizeof(float) * (size_t)(nb * j->h)) : NULL;
+        if (j->odt != LD_F32 && !f) { j->failed = 1; break; }
+        maxpool_scatter(j->o, j->odt, (const char *)j->x + (size_t)(lo * j->oh) * ld_dtype_size(j->xdt), j->xdt,
+                        j->carg + lo * j->oh, nb * j->oh, lo * j->h, nb * j->h, f);
+        free(f);
         break;
     }
     }
@@ -1039,17 +1055,25 @@ void cpu_col2im(ld_device *d, void *dx, ld_dtype xdt, const void *col, ld_dtype 
     ld_cpu_parallel(img_part, &j, img_parts(n, n * oh * ow * kh * kw * c));
     if (j.failed) ld_device_fault(d, LD_ENOMEM, "col2im: out of memory");
 }
-void cpu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
-                        int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
-    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow, LD_F32, LD_F32, 0};
+void cpu_maxpool(ld_device *d, void *y, int64_t *arg, const void *x, ld_dtype dt, int64_t n, int64_t h, int64_t w,
+                 int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
+    img_job j = {2, y, x, arg, NULL, n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow, dt, dt, 0};
     ld_cpu_parallel(img_part, &j, img_parts(n, n * h * w * c));
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "max_pool2d: out of memory");
 }
 /* split by image: an image's maxima come from that image, so the parts
    write disjoint ranges of dx (each zeroes its own first) */
-void cpu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
-                                 int64_t nx) {
-    if (n < 2 || nx < LD_CPU_PAR_MIN || nx % n || ny % n) { cpu_maxpool_backward_serial(d, dx, dy, arg, ny, nx); return; }
-    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1, LD_F32, LD_F32, 0};
+void cpu_maxpool_backward(ld_device *d, void *dx, ld_dtype xdt, const void *dy, ld_dtype ydt, const int64_t *arg,
+                          int64_t n, int64_t ny, int64_t nx) {
+    if (n < 2 || nx < LD_CPU_PAR_MIN || nx % n || ny % n) {
+        float *f = xdt != LD_F32 ? malloc(sizeof(float) * (size_t)nx) : NULL;
+        if (xdt != LD_F32 && !f) { ld_device_fault(d, LD_ENOMEM, "max_pool2d gradient: out of memory"); return; }
+        maxpool_scatter(dx, xdt, dy, ydt, arg, ny, 0, nx, f);
+        free(f);
+        return;
+    }
+    img_job j = {3, dx, dy, NULL, arg, n, nx / n, 1, 1, 1, 1, 1, 1, 0, 0, ny / n, 1, xdt, ydt, 0};
     ld_cpu_parallel(img_part, &j, 64);
+    if (j.failed) ld_device_fault(d, LD_ENOMEM, "max_pool2d gradient: out of memory");
 }
 #endif

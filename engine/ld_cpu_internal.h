@@ -10,6 +10,7 @@
 
 #include "ld_device.h"
 #include "ld_pool.h"   /* the thread pool every CPU kernel splits its loops on */
+#include "ld_half.h"
 
 /* The rows of a product's C (rows of n values, one every ldc elements of
    cdt): NaN (a product that could not run), or the contiguous float32
@@ -21,6 +22,14 @@ void ld_cpu_round_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, const f
    (ld_cpu_half.c). */
 void ld_cpu_half_to_f32(float *d, const uint16_t *s, ld_dtype dt, int64_t n);
 void ld_cpu_f32_to_half(uint16_t *d, const float *s, ld_dtype dt, int64_t n);
+/* value i of x in dt (float32, float16, bfloat16), widened (exact): for
+   loops that read scattered values (a reduction's column, a gradient
+   scattered by index) */
+static inline float ld_cpu_elem(const void *x, ld_dtype dt, int64_t i) {
+    if (dt == LD_F32) return ((const float *)x)[i];
+    uint16_t h = ((const uint16_t *)x)[i];
+    return dt == LD_BF16 ? ld_bf16_to_f32(h) : ld_f16_to_f32(h);
+}
 /* n values of dt (float32, float16, bfloat16) widened into float32 f (exact) */
 void ld_cpu_widen(ld_device *d, float *f, const void *x, ld_dtype dt, int64_t n);
 

@@ -241,13 +241,15 @@ typedef struct {
       (V, int64_t, sw), (V, int64_t, ph), (V, int64_t, pw), (V, int64_t, oh), (V, int64_t, ow))                 \
     /* Max pooling NHWC (a NaN wins: ld_ew_max_wins); argmax (int64, flat   \
        index into x) saved for backward. */                                  \
-    X(maxpool, (V, float *, y), (V, int64_t *, arg), (V, const float *, x), (V, int64_t, n), (V, int64_t, h),   \
-      (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),                   \
+    X(maxpool, (V, void *, y), (V, int64_t *, arg), (V, const void *, x), (V, ld_dtype, dt), (V, int64_t, n), \
+      (V, int64_t, h), (V, int64_t, w), (V, int64_t, c), (V, int64_t, kh), (V, int64_t, kw), (V, int64_t, sh),  \
       (V, int64_t, sw), (V, int64_t, oh), (V, int64_t, ow))                                                     \
     /* dx = 0, then dx[arg[i]] += dy[i]: ny elements of dy over n images of \
-       nx / n elements of dx each (an image's arg stays in its image) */     \
-    X(maxpool_backward, (V, float *, dx), (V, const float *, dy), (V, const int64_t *, arg), (V, int64_t, n),   \
-      (V, int64_t, ny), (V, int64_t, nx))                                                                       \
+       nx / n elements of dx each (an image's arg stays in its image). x and \
+       y of maxpool in dt (float32 or half: a selection, exact); dy in ydt,  \
+       dx in xdt, summed in float32 and rounded once where xdt is half. */   \
+    X(maxpool_backward, (V, void *, dx), (V, ld_dtype, xdt), (V, const void *, dy), (V, ld_dtype, ydt),         \
+      (V, const int64_t *, arg), (V, int64_t, n), (V, int64_t, ny), (V, int64_t, nx))                           \
     /* indexing (ld_ops_index.c) */                                         \
     /* Copy a block between a contiguous [outer, n, inner] array and rows   \
        [off, off+n) of the middle axis of a contiguous [outer, big, inner]  \

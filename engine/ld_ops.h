@@ -103,6 +103,9 @@ ld_tensor *ld_conv2d_pool(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
 /* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C] in x's dtype (float32,
    float16, bfloat16); differentiable (col2im, its sums in float32). */
 ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh, int64_t *ow);
+/* Max pooling of NHWC images, valid windows; x float32 or half (float16,
+   bfloat16): y in its dtype (its own values), dx summed in float32 and
+   rounded once. */
 ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
 /* Dropout: keep each element with probability 1-rate and scale it by
    1/(1-rate). One key is drawn from rng (NULL: ld_global_rng()) per call;

@@ -86,14 +86,12 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 
 static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same, const int *pk);
 
-/* y max-pooled (pk, see conv_geometry), in y's dtype: a half y widened,
-   which is exact, and the result rounded back, which is too */
+/* y max-pooled (pk, see conv_geometry), in y's dtype (the pooling kernels
+   read and write a half dtype: the maxima are y's own values) */
 static ld_tensor *pool_after(ld_tensor *y, const int *pk) {
-    ld_tensor *yf = ld_as_float(y), *p = yf ? ld_maxpool2d(yf, pk[0], pk[1], pk[2], pk[3]) : NULL;
-    ld_dtype dt = y->dtype;
-    ld_tensor_release(yf);
+    ld_tensor *p = ld_maxpool2d(y, pk[0], pk[1], pk[2], pk[3]);
     ld_tensor_release(y);
-    return ld_ops_in_dtype(p, dt);
+    return p;
 }
 
 /* The lowering (GPUs, LDIST_CONV_REFERENCE=1): im2col -> dense (bias and
@@ -281,12 +279,13 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
 }
 
 /* ================================================================ max pooling */
+/* dx in x's dtype (float32 or half: the float32 sums rounded once), g in any float dtype */
 static int bw_maxpool(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *arg = nd->saved[0];
     ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
-    if (dx) BE(x)->maxpool_backward(DEV(x), FPTR(dx), FPTR(gc), arg->storage->data, x->shape[0], ld_tensor_numel(gc),
-                                    ld_tensor_numel(x));
+    ld_tensor *dx = gc ? ld_ops_out_empty(x->dtype, x->ndim, x->shape, DEV(x)) : NULL;
+    if (dx) BE(x)->maxpool_backward(DEV(x), DPTR(dx), dx->dtype, DPTR(gc), gc->dtype, arg->storage->data, x->shape[0],
+                                    ld_tensor_numel(gc), ld_tensor_numel(x));
     ld_tensor_release(gc);
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
@@ -303,15 +302,16 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
         ld_fail(LD_ESHAPE, "max_pool2d: pool %dx%d is larger than the input %s", kh, kw, ld_shape_str(x, b1, sizeof b1));
         return NULL;
     }
-    ld_tensor *fx = ld_as_float(x), *cx = fx ? ld_ops_contig(fx) : NULL;
+    /* a half x as it is: the maxima are its own values, y in its dtype */
+    ld_tensor *fx = ld_as_floating(x), *cx = fx ? ld_ops_contig(fx) : NULL;
     ld_tensor_release(fx);
     if (!cx) return NULL;
     int64_t oh = (cx->shape[1] - kh) / sh + 1, ow = (cx->shape[2] - kw) / sw + 1;
     int64_t ys[4] = {cx->shape[0], oh, ow, cx->shape[3]};
-    ld_tensor *y = ld_ops_out_empty(LD_F32, 4, ys, DEV(cx));
+    ld_tensor *y = ld_ops_out_empty(cx->dtype, 4, ys, DEV(cx));
     ld_tensor *arg = y ? ld_ops_out_empty(LD_I64, 4, ys, DEV(cx)) : NULL;
     if (arg) {
-        BE(cx)->maxpool(DEV(cx), FPTR(y), arg->storage->data, FPTR(cx), cx->shape[0], cx->shape[1],
+        BE(cx)->maxpool(DEV(cx), DPTR(y), arg->storage->data, DPTR(cx), cx->dtype, cx->shape[0], cx->shape[1],
                         cx->shape[2], cx->shape[3], kh, kw, sh, sw, oh, ow);
         ld_tensor *in[1] = {cx};
         ld_node *nd = ld_record(y, "max_pool2d", bw_maxpool, 1, in);

@@ -75,8 +75,9 @@ void cu_col2im(ld_device *d, void *dx, ld_dtype xdt, const void *col, ld_dtype c
 
 /* Max pooling: the first element of the window, then any that wins over it
    (ld_elementwise_math.h: larger, or the first NaN; the CPU's rule); arg =
-   flat index into x. */
-__global__ void k_maxpool(float *y, int64_t *arg, const float *x, cu_win_geom g, int64_t total) {
+   flat index into x. x and y in T (a selection: exact in a half dtype). */
+template <typename T>
+__global__ void k_maxpool(T *y, int64_t *arg, const T *x, cu_win_geom g, int64_t total) {
     CU_LOOP(idx, total) {
         int64_t q = idx % g.c, t = idx / g.c, j = t % g.ow;
         t /= g.ow;
@@ -86,43 +87,61 @@ __global__ void k_maxpool(float *y, int64_t *arg, const float *x, cu_win_geom g,
         for (int64_t ki = 0; ki < g.kh; ki++)
             for (int64_t kj = 0; kj < g.kw; kj++) {
                 int64_t p = ((b * g.h + i * g.sh + ki) * g.w + j * g.sw + kj) * g.c + q;
-                float v = x[p];
+                float v = cu_get(x[p]);
                 if (at < 0 || ld_ew_max_wins(v, best)) { best = v; at = p; }
             }
-        y[idx] = best;
+        y[idx] = at >= 0 ? x[at] : cu_put<T>(best);
         arg[idx] = at;
     }
 }
 
-void cu_maxpool(ld_device *d, float *y, int64_t *arg, const float *x, int64_t n, int64_t h, int64_t w,
+void cu_maxpool(ld_device *d, void *y, int64_t *arg, const void *x, ld_dtype dt, int64_t n, int64_t h, int64_t w,
                 int64_t c, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t oh, int64_t ow) {
     int64_t total = n * oh * ow * c;
     if (total <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     cu_win_geom g = {n, h, w, c, kh, kw, sh, sw, 0, 0, oh, ow};
-    k_maxpool<<<cu_grid(total, 256), 256, 0, cd->stream>>>(y, arg, x, g, total);
+    CU_FLOAT_TYPES(dt, T, k_maxpool<T><<<cu_grid(total, 256), 256, 0, cd->stream>>>((T *)y, arg, (const T *)x, g, total));
     cu_launched(cd, "maxpool kernel");
 }
 
-/* dx[arg[i]] += dy[i]; windows may overlap (stride < size), hence atomics */
-__global__ void k_maxpool_backward(float *dx, const float *dy, const int64_t *arg, int64_t ny, int64_t nx) {
+/* dx[arg[i]] += dy[i]; windows may overlap (stride < size), hence atomics,
+   into float32 (dx itself, or scratch rounded into a half dx after) */
+template <typename TD>
+__global__ void k_maxpool_backward(float *dx, const TD *dy, const int64_t *arg, int64_t ny, int64_t nx) {
     CU_LOOP(i, ny) {
         int64_t a = arg[i];
-        if (a >= 0 && a < nx) atomicAdd(dx + a, dy[i]);
+        if (a >= 0 && a < nx) atomicAdd(dx + a, cu_get(dy[i]));
     }
 }
+template <typename TX>
+__global__ void k_round_into(TX *dx, const float *f, int64_t n) {
+    CU_LOOP(i, n) dx[i] = cu_put<TX>(f[i]);
+}
 
-void cu_maxpool_backward(ld_device *d, float *dx, const float *dy, const int64_t *arg, int64_t n, int64_t ny,
-                         int64_t nx) {
+void cu_maxpool_backward(ld_device *d, void *dx, ld_dtype xdt, const void *dy, ld_dtype ydt, const int64_t *arg,
+                         int64_t n, int64_t ny, int64_t nx) {
     if (nx <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    cudaError_t e = cudaMemsetAsync(dx, 0, (size_t)nx * sizeof(float), cd->stream);
-    if (e != cudaSuccess) { cu_record(cd, "cudaMemsetAsync", e); return; }
-    if (ny <= 0) return;
-    k_maxpool_backward<<<cu_grid(ny, 256), 256, 0, cd->stream>>>(dx, dy, arg, ny, nx);
-    cu_launched(cd, "maxpool_backward kernel");
+    size_t bytes = (size_t)nx * sizeof(float);
+    float *acc = xdt == LD_F32 ? (float *)dx : (float *)cu_scratch_needed(cd, bytes, "maxpool_backward");
+    if (!acc) return;
+    cudaError_t e = cudaMemsetAsync(acc, 0, bytes, cd->stream);
+    if (e != cudaSuccess) cu_record(cd, "cudaMemsetAsync", e);
+    else if (ny > 0) {
+        CU_FLOAT_TYPES(ydt, TD, k_maxpool_backward<TD><<<cu_grid(ny, 256), 256, 0, cd->stream>>>(
+            acc, (const TD *)dy, arg, ny, nx));
+        cu_launched(cd, "maxpool_backward kernel");
+    }
+    if (xdt != LD_F32) {
+        if (e == cudaSuccess) {
+            CU_FLOAT_TYPES(xdt, TX, k_round_into<TX><<<cu_grid(nx, 256), 256, 0, cd->stream>>>((TX *)dx, acc, nx));
+            cu_launched(cd, "maxpool_backward kernel (rounding)");
+        }
+        cu_scratch_free(cd, acc, bytes);
+    }
 }
 
 /* The CPU's direct convolution (ld_cpu_conv.c) has no CUDA twin: on a GPU the

@@ -1195,6 +1195,39 @@ T.test("float16/bfloat16 sums read the half tensor as it is: the widened tensor'
   end
 end)
 
+T.test("float16/bfloat16 max pooling reads and writes the half dtype: its own values, the gradient's float32 sums rounded once", function()
+  local counted = dev:match("^cpu:[1-9]")
+  for dt, _ in pairs(HALF_TOL) do
+    for _, pk in ipairs { { 2, 2 }, { 3, 1 } } do   -- disjoint windows; overlapping ones (gradients add up)
+      local what = ("max_pool2d %s, pool %d stride %d"):format(dt, pk[1], pk[2])
+      tensor.seed(19)
+      local x = (tensor.normal(3, 9, 8, 5) * 4):astype(dt)
+      local layer = nn.MaxPool2D(pk[1], { strides = pk[2], dtype = dt == "float16" and "mixed_float16" or "mixed_bfloat16" })
+      local ref = nn.MaxPool2D(pk[1], { strides = pk[2] })
+      local xd = x:to(dev)
+      local before = counted and ldist._distribute.kernel_calls()
+      local y = layer(xd)
+      if counted then
+        local after = ldist._distribute.kernel_calls()
+        T.eq(after.maxpool - before.maxpool, 1, what .. ": one maxpool kernel")
+        T.eq(after.copy_strided - before.copy_strided, 0, what .. ": no cast")
+      end
+      T.eq(y.dtype, dt, what .. ": dtype")
+      local xf = x:astype("float32")
+      G.same(y, ref(xf):astype(dt), what .. ": the float32 pooling's values")
+      local w = tensor.normal(table.unpack(y.shape))
+      local v = tensor.Variable(xf:to(dev))
+      local tape = autograd.GradientTape()
+      local loss = tape:record(function() return (layer(v:astype(dt)):astype("float32") * w:to(dev)):sum() end)
+      local g = tape:gradient(loss, v)
+      local vr = tensor.Variable(xf)
+      local tr = autograd.GradientTape()
+      local lr = tr:record(function() return (ref(vr) * w:astype(dt):astype("float32")):sum() end)
+      G.same(g, tr:gradient(lr, vr):astype(dt):astype("float32"), what .. ": gradient")
+    end
+  end
+end)
+
 T.test("float16/bfloat16 inputs to float32 layers are cast to float32, as Keras's float32 policy does", function()
   local x = tensor.normal(4, 3)
   for _, dt in ipairs({ "float16", "bfloat16" }) do
