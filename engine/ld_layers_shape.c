@@ -183,15 +183,21 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     int64_t n = x->shape[0], c = x->shape[2], f = ld_p_int(l, C1_FILTERS), oh, ow;
     const char *pad = ld_p_str(l, C1_PADDING);
     ld_activation a = ld_p_activation(l, C1_ACT);
-    ld_tensor *xf = ld_as_float(x);
-    if (xf && !strcmp(pad, "causal") && k > 1) {
+    /* under a half autocast, as Conv2D's lowering: x in the half dtype, the
+       half product rounded once, then the bias and relu in the half dtype
+       (Keras's numbers; the bias was added in float32 before rounding) */
+    ld_dtype half = ld_autocast_dtype(), dt = ld_dtype_is_half(half) ? half : LD_F32;
+    ld_tensor *xf = dt == LD_F32 ? ld_as_float(x) : x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
+    if (xf && !strcmp(pad, "causal") && k > 1) {   /* concat is float32's: a half x goes through it widened (exact) */
         int64_t zs[3] = {n, k - 1, c};
-        ld_tensor *z = ld_tensor_zeros(LD_F32, 3, zs, xf->storage->device);
-        ld_tensor *parts[2] = {z, xf};
-        ld_tensor *p = z ? ld_concat_op(2, parts, 1) : NULL;
+        ld_tensor *z = ld_tensor_zeros(LD_F32, 3, zs, xf->storage->device), *x32 = z ? ld_as_float(xf) : NULL;
+        ld_tensor *parts[2] = {z, x32};
+        ld_tensor *p = x32 ? ld_concat_op(2, parts, 1) : NULL;
         ld_tensor_release(z);
+        ld_tensor_release(x32);
         ld_tensor_release(xf);
-        xf = p;
+        xf = p && dt != LD_F32 ? ld_cast_op(p, dt) : p;
+        if (xf != p) ld_tensor_release(p);
     }
     ld_tensor *x4 = NULL;
     if (xf) {
@@ -203,7 +209,8 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     ld_tensor_release(x4);
     int64_t w2s[2] = {k * c, f};
     ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
-    ld_tensor *y2 = w2 ? ld_linear(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU) : NULL;
+    ld_tensor *y2 = w2 ? ld_linear_half(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU)
+                       : NULL;
     int64_t ys[3] = {n, ow, f};
     ld_tensor *y = y2 ? ld_reshape_op(y2, 3, ys) : NULL;
     ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);

@@ -357,6 +357,60 @@ if arg[1] == "conv_lowering" then
   os.exit(ok and 0 or 1)
 end
 
+-- scripts/fixtures/make_loss_scale_fixture.py, conv1d_bf16: Conv1D(4, 3, relu) on 2 sequences 9x3,
+-- causal, then strides 2 with "same" padding: outputs (row-major) and the kernel gradient of sum(output)
+local CONV1D_BF16_REF = {
+  causal = {
+    y = {
+      0.89453125, 0.0, 1.3046875, 0.0, 0.77734375, 0.0, 0.0, 0.080078125, 2.546875, 0.0, 0.828125, 0.0, 2.125,
+      2.765625, 0.0, 0.9921875, 0.0, 2.984375, 2.171875, 0.5, 0.0, 0.328125, 1.765625, 3.671875, 0.0, 0.4296875,
+      1.15625, 3.65625, 0.0, 0.0, 1.234375, 0.7421875, 0.0, 0.0, 0.0, 1.4765625, 0.0, 0.0, 0.0, 0.14453125, 0.0, 0.0,
+      0.0, 0.0, 0.26953125, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.171875, 2.765625, 0.0, 0.9921875, 0.0, 2.984375,
+      2.234375, 0.5078125, 0.0, 0.31640625, 1.828125, 3.671875, 0.0, 0.4140625, 1.21875, 3.65625, 0.0, 0.0,
+      1.2890625, 0.7421875,
+    },
+    dkernel = {
+      -3.640625, -8.1875, -6.96875, -7.8125, -1.7578125, 3.671875, 6.34375, 8.5, 4.15625, -0.6484375, -4.5625,
+      -3.53125, -4.0625, -4.96875, -3.359375, -5.40625, -0.6796875, 6.875, 9.9375, 8.3125, 6.71875, -5.53125,
+      -9.0625, -6.25, -8.0625, -1.7578125, -1.7578125, 1.0078125, 0.80078125, 10.0625, 4.96875, 4.09375, 1.59375,
+      -10.375, -4.46875, -9.0,
+    },
+  },
+  same2 = {
+    y = {
+      0.77734375, 0.0, 0.0, 0.080078125, 2.125, 2.765625, 0.0, 0.9921875, 0.0, 0.328125, 1.765625, 3.671875, 0.0,
+      0.0, 1.234375, 0.7421875, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.984375, 2.234375,
+      0.5078125, 0.0, 0.4140625, 1.21875, 3.65625, 0.0, 0.2060546875, 0.0, 2.046875,
+    },
+    dkernel = {
+      -1.6015625, -3.71875, -2.484375, -3.71875, -0.1201171875, 3.6875, 3.4375, 5.15625, 1.359375, -1.046875,
+      -2.765625, -2.125, -3.203125, -1.71875, -0.87890625, -3.328125, -0.240234375, 1.640625, 5.03125, 3.0, 2.71875,
+      -3.078125, -5.1875, -2.796875, -2.40625, -0.8828125, 0.71875, -1.6796875, 0.55859375, 5.03125, 2.59375,
+      3.15625, -0.5234375, -5.1875, -3.59375, -4.125,
+    },
+  },
+}
+
+T.test("Conv1D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit (causal; strides 2, same)", function()
+  with_policy("mixed_bfloat16", function()
+    local x = pattern({ 2, 9, 3 }, 37, 101, 25.0)
+    for name, opts in pairs { causal = { padding = "causal" }, same2 = { padding = "same", strides = 2 } } do
+      opts.activation = "relu"
+      local c = nn.Conv1D(4, 3, opts)
+      c(x)
+      c.kernel:assign(pattern({ 3, 3, 4 }, 53, 97, 60.0))
+      c.bias:assign(pattern({ 4 }, 29, 89, 90.0))
+      local tape = autograd.GradientTape()
+      local y
+      local s = tape:record(function() y = c(x); return y:astype("float32"):sum() end)
+      T.eq(y.dtype, "bfloat16", name)
+      local g = tape:gradient(s, c.kernel)
+      same_as_keras(y, CONV1D_BF16_REF[name].y, name .. " output")
+      same_as_keras(g, CONV1D_BF16_REF[name].dkernel, name .. " kernel gradient")
+    end
+  end)
+end)
+
 -- the child of the test after it: a half Conv2D on the lowering (cpu:1, which
 -- counts its kernels), the kernel calls of the forward and of the gradient
 if arg[1] == "conv_lowering_counts" then
