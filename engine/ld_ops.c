@@ -381,8 +381,7 @@ static void reduced_shape(const ld_tensor *t, int axis, int keep, int *nd, int64
     *nd = k;
 }
 
-/* Broadcast g (reduced over `axis`) back to x's shape. */
-/* g broadcast back over the reduced axis, to x's shape, in dtype dt */
+/* Broadcast g (reduced over `axis`) back to x's shape, in dtype dt. */
 static ld_tensor *expand_back_as(ld_tensor *g, const ld_tensor *x, int axis, ld_dtype dt) {
     int64_t ks[LD_MAX_DIMS];
     int nd = 0;

@@ -223,13 +223,6 @@ static int cu_to_host(ld_device *d, void *host, const void *src, size_t n) {
     return take_error(cd);
 }
 
-/* Host to device. A copy from pageable memory waits for the stream to drain
-   (CUDA syncs the stream before it), which would stall the Lua thread in the
-   middle of a step (a batch, a scalar, a dropout mask); so copies up to 16 MB
-   go through pinned slots of CU_STAGE_SLOT bytes, piece by piece, reused
-   round-robin once the copy that last used a slot has run (its event).
-   Larger ones (a whole data set) copy directly. Either way the host buffer
-   may be reused as soon as this returns. */
 /* n pinned slots of `bytes` bytes each at *mem (cudaHostAlloc) and an event
    for each; 0 when either is not to be had (nothing kept then) */
 static int pinned_slots(char **mem, size_t bytes, cudaEvent_t *ev, int n) {
@@ -266,6 +259,13 @@ static cudaError_t slot_wait(cudaEvent_t e) {
     return q;
 }
 
+/* Host to device. A copy from pageable memory waits for the stream to drain
+   (CUDA syncs the stream before it), which would stall the Lua thread in the
+   middle of a step (a batch, a scalar, a dropout mask); so copies up to 16 MB
+   go through pinned slots of CU_STAGE_SLOT bytes, piece by piece, reused
+   round-robin once the copy that last used a slot has run (its event).
+   Larger ones (a whole data set) copy directly. Either way the host buffer
+   may be reused as soon as this returns. */
 static int cu_from_host(ld_device *d, void *dst, const void *host, size_t n) {
     cu_dev *cd = cu_begin(d);
     if (!cd) return LD_EDEVICE;

@@ -1152,6 +1152,21 @@ T.test("float16/bfloat16 Conv2D (a GPU's lowering: im2col of the half input, col
   end
 end)
 
+-- The gradient through a half op against the float32 op's rounded once: the
+-- gradient of sum(f(v as dt) * w) for a float32 variable v on the device,
+-- bit for bit the host's gradient of sum(ref(v) * w rounded to dt), rounded
+-- to dt (xf: v's float32 values, w: f's output's shape)
+local function same_half_gradient(f, ref, xf, w, dt, what)
+  local v = tensor.Variable(xf:to(dev))
+  local tape = autograd.GradientTape()
+  local loss = tape:record(function() return (f(v:astype(dt)):astype("float32") * w:to(dev)):sum() end)
+  local g = tape:gradient(loss, v)
+  local vr = tensor.Variable(xf)
+  local tr = autograd.GradientTape()
+  local lr = tr:record(function() return (ref(vr) * w:astype(dt):astype("float32")):sum() end)
+  G.same(g, tr:gradient(lr, vr):astype(dt):astype("float32"), what .. ": gradient")
+end
+
 T.test("float16/bfloat16 sums read the half tensor as it is: the widened tensor's float32 sums, no cast kernel", function()
   local counted = dev:match("^cpu:[1-9]")
   for dt, _ in pairs(HALF_TOL) do
@@ -1175,22 +1190,8 @@ T.test("float16/bfloat16 sums read the half tensor as it is: the widened tensor'
       local ref = (axis and xf[fn](xf, axis) or xf[fn](xf)):astype(dt)
       G.same(s, ref, what .. ": the float32 op on the widened values, rounded once")
       -- the gradient: in x's dtype, the float32 gradient rounded once
-      local v = tensor.Variable(xf:to(dev))
-      local tape = autograd.GradientTape()
-      local w = tensor.normal(table.unpack(ref.shape))
-      local loss = tape:record(function()
-        local h = v:astype(dt)
-        local r = axis and h[fn](h, axis) or h[fn](h)
-        return (r:astype("float32") * w:to(dev)):sum()
-      end)
-      local g = tape:gradient(loss, v)
-      local vr = tensor.Variable(xf)
-      local tr = autograd.GradientTape()
-      local lr = tr:record(function()
-        local r = axis and vr[fn](vr, axis) or vr[fn](vr)
-        return (r * w:astype(dt):astype("float32")):sum()
-      end)
-      G.same(g, tr:gradient(lr, vr):astype(dt):astype("float32"), what .. ": gradient")
+      local op = function(t) return axis and t[fn](t, axis) or t[fn](t) end
+      same_half_gradient(op, op, xf, tensor.normal(table.unpack(ref.shape)), dt, what)
     end
   end
 end)
@@ -1215,15 +1216,7 @@ T.test("float16/bfloat16 max pooling reads and writes the half dtype: its own va
       T.eq(y.dtype, dt, what .. ": dtype")
       local xf = x:astype("float32")
       G.same(y, ref(xf):astype(dt), what .. ": the float32 pooling's values")
-      local w = tensor.normal(table.unpack(y.shape))
-      local v = tensor.Variable(xf:to(dev))
-      local tape = autograd.GradientTape()
-      local loss = tape:record(function() return (layer(v:astype(dt)):astype("float32") * w:to(dev)):sum() end)
-      local g = tape:gradient(loss, v)
-      local vr = tensor.Variable(xf)
-      local tr = autograd.GradientTape()
-      local lr = tr:record(function() return (ref(vr) * w:astype(dt):astype("float32")):sum() end)
-      G.same(g, tr:gradient(lr, vr):astype(dt):astype("float32"), what .. ": gradient")
+      same_half_gradient(layer, ref, xf, tensor.normal(table.unpack(y.shape)), dt, what)
     end
   end
 end)
