@@ -349,15 +349,33 @@ static int geom_init(geom *G, const ld_conv_geom *g) {
     return 0;
 }
 
-/* image b as the windows read it: in place, or copied into the interior of
-   the padded xp, whose border the part zeroed once (pad_buffer) */
-static const float *image(const geom *G, const float *x, int64_t b, float *xp) {
+/* image b as the windows read it: in place (float32), or copied into the
+   interior of the padded xp, whose border the part zeroed once
+   (pad_buffer), or, half (g.half), widened into xp (padded or not) */
+static const float *image(const geom *G, const void *x, int64_t b, float *xp) {
     const ld_conv_geom *g = &G->g;
-    const float *xi = x + b * g->h * g->w * g->c;
+    int64_t hwc = g->h * g->w * g->c, wc = g->w * g->c;
+    if (g->half) {
+        const uint16_t *xi = (const uint16_t *)x + b * hwc;
+        if (!G->pad) { ld_cpu_half_to_f32(xp, xi, (ld_dtype)g->half, hwc); return xp; }
+        for (int64_t r = 0; r < g->h; r++)
+            ld_cpu_half_to_f32(xp + ((r + g->ph) * G->wp + g->pw) * g->c, xi + r * wc, (ld_dtype)g->half, wc);
+        return xp;
+    }
+    const float *xi = (const float *)x + b * hwc;
     if (!G->pad) return xi;
     for (int64_t r = 0; r < g->h; r++)
-        memcpy(xp + ((r + g->ph) * G->wp + g->pw) * g->c, xi + r * g->w * g->c, sizeof(float) * (size_t)(g->w * g->c));
+        memcpy(xp + ((r + g->ph) * G->wp + g->pw) * g->c, xi + r * wc, sizeof(float) * (size_t)wc);
     return xp;
+}
+
+/* image() needs a part's buffer: padded, or widened from a half dtype */
+static int image_buffered(const geom *G) { return G->pad || G->g.half; }
+
+/* n float32 values of a part's buffer into the half tensor at element off
+   (exact where they were rounded already: the forward's epilogue) */
+static void store_half(void *dst, int64_t off, const float *src, int64_t n, int dt) {
+    ld_cpu_f32_to_half((uint16_t *)dst + off, src, (ld_dtype)dt, n);
 }
 
 /* a part's padded image buffer, zeroed once: image() only writes the interior */
@@ -380,15 +398,25 @@ static void images_of(int64_t n, int part, int np, int64_t *lo, int64_t *hi) {
 
 /* ================================================================ forward */
 typedef struct {
-    const geom *G; float *y; int32_t *arg; const float *x, *wpk, *bpk; int relu; int failed;
+    const geom *G; void *y; int32_t *arg; const void *x; const float *wpk, *bpk; int relu; int failed;
     const float *b;   /* a half Conv2D's bias, added by half_epilogue (bpk is zero then) */
 } fwd_job;
 
-/* v[0..n) rounded to the half dtype dt, in place (bfloat16 inline, so the
-   loop vectorises; float16 through the row conversions, on the stack) */
+/* v[0..n) rounded to the half dtype dt, in place (bfloat16 in vectors,
+   ld_f32_to_bf16's integer algorithm lane by lane, NaNs kept quiet; float16
+   through the row conversions, on the stack) */
 static void round_half(float *v, int64_t n, int dt) {
     if (dt == LD_BF16) {
-        for (int64_t i = 0; i < n; i++) v[i] = ld_bf16_to_f32(ld_f32_to_bf16(v[i]));
+        typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+        typedef uint32_t vuu __attribute__((vector_size(VW * 4), aligned(4)));
+        int64_t i = 0;
+        for (; i + VW <= n; i += VW) {
+            vu u = *(const vuu *)(v + i);
+            vu r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+            vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u);   /* all ones where NaN */
+            *(vuu *)(v + i) = (r & ~nan) | ((u | 0x00400000u) & 0xffff0000u & nan);
+        }
+        for (; i < n; i++) v[i] = ld_bf16_to_f32(ld_f32_to_bf16(v[i]));
         return;
     }
     uint16_t h[512];
@@ -464,15 +492,19 @@ static void fwd_part(void *ctx, int part, int np) {
     int64_t lo, hi;
     images_of(g->n, part, np, &lo, &hi);
     if (lo >= hi) return;
-    int pool = g->pkh > 0;
-    float *xp = G->pad ? pad_buffer(G) : NULL, *out = falloc(PMAX * CH);
-    float *cb = pool ? falloc(G->op * g->f) : NULL;   /* one image's conv output, pooled from cache */
-    if ((G->pad && !xp) || !out || (pool && !cb)) { J->failed = 1; free(xp); free(out); free(cb); return; }
+    int pool = g->pkh > 0, half = g->half;
+    int64_t pn = pool ? g->poh * g->pow * g->f : 0;
+    float *xp = image_buffered(G) ? pad_buffer(G) : NULL, *out = falloc(PMAX * CH);
+    /* one image's conv output, pooled from cache or rounded into a half y; its pooling, for a half y */
+    float *cb = pool || half ? falloc(G->op * g->f) : NULL, *pbuf = pool && half ? falloc(pn) : NULL;
+    if ((image_buffered(G) && !xp) || !out || ((pool || half) && !cb) || (pool && half && !pbuf)) {
+        J->failed = 1; free(xp); free(out); free(cb); free(pbuf); return;
+    }
     int64_t nch = nchunks(g->f), po[PMAX];
     float *dst[PMAX];
     for (int64_t b = lo; b < hi; b++) {
         const float *img = image(G, J->x, b, xp);
-        float *yb = pool ? cb : J->y + b * G->op * g->f;
+        float *yb = pool || half ? cb : (float *)J->y + b * G->op * g->f;
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t f0 = ch * CH, nf = g->f - f0 < CH ? g->f - f0 : CH;
             int V = vecs(nf), P = tile_pick(V, G->op);
@@ -496,13 +528,15 @@ static void fwd_part(void *ctx, int part, int np) {
                 }
             }
         }
-        if (g->half) half_epilogue(yb, G->op, g->f, J->b, J->relu, g->half);
+        if (half) half_epilogue(yb, G->op, g->f, J->b, J->relu, half);
         if (pool) {
-            int64_t pn = g->poh * g->pow * g->f;
-            pool_image(J->y + b * pn, J->arg + b * pn, cb, g);
+            pool_image(half ? pbuf : (float *)J->y + b * pn, J->arg + b * pn, cb, g);
+            if (half) store_half(J->y, b * pn, pbuf, pn, half);
+        } else if (half) {
+            store_half(J->y, b * G->op * g->f, cb, G->op * g->f, half);
         }
     }
-    free(xp); free(out); free(cb);
+    free(xp); free(out); free(cb); free(pbuf);
 }
 
 /* w [k, f] packed as [chunk][k][CH] (zero beyond f) */
@@ -514,29 +548,39 @@ static void pack_w(float *wpk, const float *w, int64_t k, int64_t f) {
             for (int64_t j = 0; j < CH && ch * CH + j < f; j++) wpk[(ch * k + r) * CH + j] = w[r * f + ch * CH + j];
 }
 
-LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,
-                                            const float *b, ld_conv_geom g, int relu) {
+LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, void *y, int32_t *arg, const void *x, const void *w,
+                                            const void *b, ld_conv_geom g, int relu) {
     geom G;
     if (g.n * g.oh * g.ow * g.f == 0 || (g.pkh > 0 && g.poh * g.pow == 0)) return;
     if (geom_init(&G, &g)) { ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory"); return; }
     int64_t nch = nchunks(g.f);
-    float *wpk = falloc(nch * G.k * CH), *bpk = falloc(nch * CH);
-    if (!wpk || !bpk) { free(wpk); free(bpk); free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory"); return; }
-    pack_w(wpk, w, G.k, g.f);
+    /* a half kernel and bias widened first (bw: the bias half_epilogue adds) */
+    float *wpk = falloc(nch * G.k * CH), *bpk = falloc(nch * CH), *ww = g.half ? falloc(G.k * g.f) : NULL;
+    float *bw = g.half && b ? falloc(g.f) : NULL;
+    if (!wpk || !bpk || (g.half && (!ww || (b && !bw)))) {
+        free(wpk); free(bpk); free(ww); free(bw); free(G.toff);
+        ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory");
+        return;
+    }
+    if (g.half) {
+        ld_cpu_half_to_f32(ww, w, (ld_dtype)g.half, G.k * g.f);
+        if (b) ld_cpu_half_to_f32(bw, b, (ld_dtype)g.half, g.f);
+    }
+    pack_w(wpk, g.half ? ww : (const float *)w, G.k, g.f);
     memset(bpk, 0, sizeof(float) * (size_t)(nch * CH));
     if (b && !g.half) memcpy(bpk, b, sizeof(float) * (size_t)g.f);
-    fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0, g.half ? b : NULL};
+    fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0, bw};
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) fwd_part(&J, 0, 1);
     else ld_cpu_parallel(fwd_part, &J, 64);
     if (J.failed) ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory");
-    free(wpk); free(bpk); free(G.toff);
+    free(wpk); free(bpk); free(ww); free(bw); free(G.toff);
 }
 
 /* ================================================================ backward */
 #define MAX_PARTS 64
 typedef struct {
-    const geom *G; float *dx; int want_dw; const float *dy, *y, *x, *wt; const int32_t *arg; int relu;
+    const geom *G; void *dx; int want_dw; const void *dy, *y, *x; const float *wt; const int32_t *arg; int relu;
     int gather; const float *wg;   /* dx gathered (stride 1, see gather_ok), its flipped kernel */
     int want_db;
     float *dwp[MAX_PARTS], *dbp[MAX_PARTS]; int failed;
@@ -554,8 +598,9 @@ static int64_t gm_stride(int64_t f) { return f <= CH ? (int64_t)vecs(f) * VW : C
 
 /* image b's gm: dy masked by y > 0 (relu), packed [f chunk][pixel][gs], zero
    beyond f, with a pooling dy scattered to the pixels the maxima came from;
-   its column sums added to db */
-static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
+   its column sums added to db. dyb, yb: image b's dy and y (pooled where
+   there is a pooling), float32; yb NULL without relu. */
+static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b, const float *dyb, const float *yb) {
     const geom *G = J->G;
     const ld_conv_geom *g = &G->g;
     int64_t nfch = nchunks(g->f), op = G->op, f = g->f, gs = gm_stride(f);
@@ -564,7 +609,6 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
            dy where the maximum came from, 0 elsewhere (the cells of no
            window and the lanes beyond f were zeroed once, by the part) */
         int64_t pop = g->poh * g->pow;
-        const float *dyb = J->dy + b * pop * f, *yb = J->y ? J->y + b * pop * f : NULL;
         const int32_t *ab = J->arg + b * pop * f;
         for (int64_t pi = 0; pi < g->poh; pi++)
             for (int64_t pj = 0; pj < g->pow; pj++) {
@@ -587,7 +631,6 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
     }
     if (g->pkh > 0) {
         int64_t pop = g->poh * g->pow;
-        const float *dyb = J->dy + b * pop * f, *yb = J->y ? J->y + b * pop * f : NULL;
         const int32_t *ab = J->arg + b * pop * f;
         memset(gm, 0, sizeof(float) * (size_t)(nfch * op * gs));
         for (int64_t pp = 0; pp < pop; pp++)
@@ -602,7 +645,6 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b) {
             }
         return;
     }
-    const float *dyb = J->dy + b * op * f, *yb = J->y ? J->y + b * op * f : NULL;
     for (int64_t ch = 0; ch < nfch; ch++) {
         int64_t f0 = ch * CH, nf = f - f0 < CH ? f - f0 : CH;
         float *dbc = db + f0;
@@ -631,9 +673,9 @@ static int gather_ok(const ld_conv_geom *g) {
            g->h + g->ph >= g->oh && g->w + g->pw >= g->ow;
 }
 
-/* dx of image b by gathering (gather_ok): gm copied into the interior of
-   gmp, whose border stays zero from the part's start */
-static void dx_gather(const bwd_job *J, int64_t b, const float *gm, float *gmp, const int64_t *dpo, float *out,
+/* dx of image b (dxb, float32) by gathering (gather_ok): gm copied into the
+   interior of gmp, whose border stays zero from the part's start */
+static void dx_gather(const bwd_job *J, float *dxb, const float *gm, float *gmp, const int64_t *dpo, float *out,
                       const float *zeros) {
     const geom *G = J->G;
     const ld_conv_geom *g = &G->g;
@@ -643,7 +685,6 @@ static void dx_gather(const bwd_job *J, int64_t b, const float *gm, float *gmp, 
     for (int64_t i = 0; i < g->oh; i++)
         memcpy(gmp + ((i + top) * gw + left) * gs, gm + i * g->ow * gs, sizeof(float) * (size_t)(g->ow * gs));
     for (int64_t ki = 0; ki < g->kh; ki++) roff[ki] = ki * gw * gs;
-    float *dxb = J->dx + b * hw * g->c;
     for (int64_t cc = 0; cc < ncch; cc++) {
         int64_t c0 = cc * CH, nc = g->c - c0 < CH ? g->c - c0 : CH;
         int V = vecs(nc), P = tile_pick(V, hw);
@@ -671,9 +712,14 @@ static void bwd_part(void *ctx, int part, int np) {
     images_of(g->n, part, np, &lo, &hi);
     if (lo >= hi) return;
     int64_t nfch = nchunks(g->f), ncch = nchunks(g->c), fp = nfch * CH, op = G->op, k = G->k;
-    int64_t img_n = G->hp * G->wp * g->c, gs = gm_stride(g->f);
+    int64_t img_n = G->hp * G->wp * g->c, gs = gm_stride(g->f), hwc = g->h * g->w * g->c;
+    int half = g->half;
+    int64_t on = (g->pkh > 0 ? g->poh * g->pow : op) * g->f;   /* an image's dy and y */
     float *gmb = falloc(nfch * op * gs), *out = falloc(PMAX * CH);
-    float *xp = J->want_dw && G->pad ? pad_buffer(G) : NULL, *dxp = J->dx && G->pad ? falloc(img_n) : NULL;
+    float *xp = J->want_dw && image_buffered(G) ? pad_buffer(G) : NULL, *dxp = J->dx && G->pad ? falloc(img_n) : NULL;
+    /* half: an image's dy, y and dx in float32 */
+    float *dyw = half ? falloc(on) : NULL, *yw = half && J->relu ? falloc(on) : NULL;
+    float *dxs = half && J->dx ? falloc(hwc) : NULL;
     float *dw = J->want_dw ? falloc(nfch * k * CH) : NULL, *db = falloc(fp);
     float *zeros = falloc(CH);
     int64_t po[PMAX], *fo = malloc(sizeof(int64_t) * (size_t)nfch);
@@ -681,10 +727,12 @@ static void bwd_part(void *ctx, int part, int np) {
     int64_t gmp_n = J->gather ? (g->h + g->kh - 1) * (g->w + g->kw - 1) * gs : 0;
     float *gmp = J->gather ? falloc(gmp_n) : NULL;
     int64_t *dpo = J->gather ? malloc(sizeof(int64_t) * (size_t)(g->h * g->w + 1)) : NULL;
-    if (!fo || !gmb || !out || !db || !zeros || (J->want_dw && (!dw || (G->pad && !xp))) ||
-        (J->dx && !J->gather && G->pad && !dxp) || (J->gather && (!gmp || !dpo))) {
+    if (!fo || !gmb || !out || !db || !zeros || (J->want_dw && (!dw || (image_buffered(G) && !xp))) ||
+        (J->dx && !J->gather && G->pad && !dxp) || (J->gather && (!gmp || !dpo)) ||
+        (half && (!dyw || (J->relu && !yw) || (J->dx && !dxs)))) {
         J->failed = 1;
         free(gmb); free(out); free(xp); free(dxp); free(dw); free(db); free(zeros); free(fo); free(gmp); free(dpo);
+        free(dyw); free(yw); free(dxs);
         return;
     }
     if (J->gather) {   /* gmp's border stays zero; dpo: each dx pixel's window in gmp */
@@ -698,10 +746,18 @@ static void bwd_part(void *ctx, int part, int np) {
     if (pool_tiles(g)) memset(gmb, 0, sizeof(float) * (size_t)(nfch * op * gs));   /* see gm_image */
     if (dw) memset(dw, 0, sizeof(float) * (size_t)(nfch * k * CH));
     for (int64_t b = lo; b < hi; b++) {
+        const float *dyb = dyw, *yb = yw;
+        if (half) {
+            ld_cpu_half_to_f32(dyw, (const uint16_t *)J->dy + b * on, (ld_dtype)half, on);
+            if (J->relu) ld_cpu_half_to_f32(yw, (const uint16_t *)J->y + b * on, (ld_dtype)half, on);
+        } else {
+            dyb = (const float *)J->dy + b * on;
+            yb = J->relu ? (const float *)J->y + b * on : NULL;
+        }
         /* no relu, no pooling, whole vectors of filters in one chunk: gm is
            dy itself (rows of gs = f), read in place, not copied */
-        const float *gm = J->relu || g->pkh > 0 || gs != g->f || nfch != 1 ? gmb : J->dy + b * op * g->f;
-        if (gm == gmb) gm_image(gmb, db, J, b);
+        const float *gm = J->relu || g->pkh > 0 || gs != g->f || nfch != 1 ? gmb : dyb;
+        if (gm == gmb) gm_image(gmb, db, J, b, dyb, yb);
         else if (J->want_db)
             for (int64_t q = 0; q < op; q++)
                 for (int64_t j = 0; j < g->f; j++) db[j] += gm[q * gs + j];
@@ -740,9 +796,10 @@ static void bwd_part(void *ctx, int part, int np) {
                 }
             }
         }
-        if (J->dx && J->gather) dx_gather(J, b, gm, gmp, dpo, out, zeros);
+        float *dxb = half ? dxs : J->dx ? (float *)J->dx + b * hwc : NULL;
+        if (J->dx && J->gather) dx_gather(J, dxb, gm, gmp, dpo, out, zeros);
         else if (J->dx) {   /* for each tap: dx[pixo[q] + toff[t] + c] += sum_f gm[q][f] w[t][c][f] */
-            float *dxb = J->dx + b * g->h * g->w * g->c, *tgt = G->pad ? dxp : dxb;
+            float *tgt = G->pad ? dxp : dxb;
             memset(tgt, 0, sizeof(float) * (size_t)(G->pad ? img_n : g->h * g->w * g->c));
             for (int64_t fc = 0; fc < nfch; fc++) fo[fc] = fc * op * gs;
             for (int64_t cc = 0; cc < ncch; cc++) {
@@ -774,32 +831,45 @@ static void bwd_part(void *ctx, int part, int np) {
                     memcpy(dxb + r * g->w * g->c, dxp + ((r + g->ph) * G->wp + g->pw) * g->c,
                            sizeof(float) * (size_t)(g->w * g->c));
         }
+        if (J->dx && half) store_half(J->dx, b * hwc, dxs, hwc, half);   /* the float32 sums rounded once */
     }
     J->dwp[part] = dw;
     J->dbp[part] = db;
     free(gmb); free(out); free(xp); free(dxp); free(zeros); free(fo); free(gmp); free(dpo);
+    free(dyw); free(yw); free(dxs);
 }
 
-LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, float *dw, float *db, const float *dy,
-                                                     const float *y, const int32_t *arg, const float *x,
-                                                     const float *w, ld_conv_geom g, int relu) {
+LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, void *dw_out, void *db_out,
+                                                     const void *dy, const void *y, const int32_t *arg, const void *x,
+                                                     const void *w_in, ld_conv_geom g, int relu) {
     geom G;
     if (geom_init(&G, &g)) { ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
     int64_t nfch = nchunks(g.f), ncch = nchunks(g.c), fp = nfch * CH;
-    if (dw) memset(dw, 0, sizeof(float) * (size_t)(G.k * g.f));
-    if (db) memset(db, 0, sizeof(float) * (size_t)g.f);
+    int half = g.half;
+    size_t es = half ? 2 : sizeof(float);   /* +0 is all zero bits either way */
     if (G.op == 0 || g.f == 0) {   /* no output pixels: every gradient is zero */
-        if (dx) memset(dx, 0, sizeof(float) * (size_t)(g.n * g.h * g.w * g.c));
+        if (dx) memset(dx, 0, es * (size_t)(g.n * g.h * g.w * g.c));
+        if (dw_out) memset(dw_out, 0, es * (size_t)(G.k * g.f));
+        if (db_out) memset(db_out, 0, es * (size_t)g.f);
         free(G.toff);
         return;
     }
+    /* half: w widened; dw and db summed in float32, rounded once at the end */
+    float *wf = half ? falloc(G.k * g.f) : NULL, *wt = NULL;
+    float *dw = half ? (dw_out ? falloc(G.k * g.f) : NULL) : dw_out;
+    float *db = half ? (db_out ? falloc(g.f) : NULL) : db_out;
+    bwd_job *J = calloc(1, sizeof *J);
+    int gather = dx && gather_ok(&g), failed = !J || (half && (!wf || (dw_out && !dw) || (db_out && !db)));
+    if (failed) goto done;
+    if (half) ld_cpu_half_to_f32(wf, w_in, (ld_dtype)half, G.k * g.f);
+    const float *w = half ? wf : (const float *)w_in;
+    if (dw) memset(dw, 0, sizeof(float) * (size_t)(G.k * g.f));
+    if (db) memset(db, 0, sizeof(float) * (size_t)g.f);
     /* w^T for dx: [c chunk][tap][f (padded to fp)][CH channels], zero-padded */
-    float *wt = NULL;
-    int gather = dx && gather_ok(&g);
     if (gather) {   /* wg [c chunk][ki'][kj'][gs][CH] = w[kh-1-ki'][kw-1-kj'][c][f], zero-padded */
         int64_t gs = gm_stride(g.f);
         wt = falloc(ncch * G.ntap * gs * CH);
-        if (!wt) { free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
+        if (!wt) { failed = 1; goto done; }
         memset(wt, 0, sizeof(float) * (size_t)(ncch * G.ntap * gs * CH));
         for (int64_t t = 0; t < G.ntap; t++) {
             int64_t tf = G.ntap - 1 - t;   /* (kh-1-ki)*kw + (kw-1-kj) */
@@ -809,22 +879,20 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
         }
     } else if (dx) {
         wt = falloc(ncch * G.ntap * fp * CH);
-        if (!wt) { free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
+        if (!wt) { failed = 1; goto done; }
         memset(wt, 0, sizeof(float) * (size_t)(ncch * G.ntap * fp * CH));
         for (int64_t t = 0; t < G.ntap; t++)
             for (int64_t q = 0; q < g.c; q++)
                 for (int64_t f = 0; f < g.f; f++)
                     wt[(((q / CH) * G.ntap + t) * fp + f) * CH + q % CH] = w[(t * g.c + q) * g.f + f];
     }
-    bwd_job *J = calloc(1, sizeof *J);
-    if (!J) { free(wt); free(G.toff); ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory"); return; }
     J->G = &G; J->dx = dx; J->want_dw = dw != NULL; J->want_db = db != NULL;
     J->dy = dy; J->y = relu ? y : NULL; J->x = x; J->wt = wt; J->arg = arg; J->relu = relu && y;
     J->gather = gather; J->wg = wt;
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) bwd_part(J, 0, 1);
     else ld_cpu_parallel(bwd_part, J, MAX_PARTS);
-    if (J->failed) ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory");
+    failed = J->failed;
     /* the parts' sums, in part order */
     for (int p = 0; p < MAX_PARTS; p++) {
         if (dw && J->dwp[p])
@@ -834,7 +902,12 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
             for (int64_t f = 0; f < g.f; f++) db[f] += J->dbp[p][f];
         free(J->dwp[p]); free(J->dbp[p]);
     }
-    free(J); free(wt); free(G.toff);
+    if (half && dw) store_half(dw_out, 0, dw, G.k * g.f, half);
+    if (half && db) store_half(db_out, 0, db, g.f, half);
+done:
+    if (failed) ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory");
+    if (half) { free(dw); free(db); }
+    free(J); free(wf); free(wt); free(G.toff);
 }
 
 #ifdef LD_CONV_DISPATCH
@@ -844,10 +917,10 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, float *dx, fl
  * targets AVX-512 or less than AVX2, by ld_cpu_isa(). Processors with
  * neither take the im2col lowering (ld_ops_conv.c). */
 #define CONV_PROTOS(sfx)                                                                                  \
-    void cpu_conv2d_##sfx(ld_device *d, float *y, int32_t *arg, const float *x, const float *w,          \
-                          const float *b, ld_conv_geom g, int relu);                                     \
-    void cpu_conv2d_backward_##sfx(ld_device *d, float *dx, float *dw, float *db, const float *dy,       \
-                                   const float *y, const int32_t *arg, const float *x, const float *w,   \
+    void cpu_conv2d_##sfx(ld_device *d, void *y, int32_t *arg, const void *x, const void *w,             \
+                          const void *b, ld_conv_geom g, int relu);                                      \
+    void cpu_conv2d_backward_##sfx(ld_device *d, void *dx, void *dw, void *db, const void *dy,           \
+                                   const void *y, const int32_t *arg, const void *x, const void *w,      \
                                    ld_conv_geom g, int relu);
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__AVX512F__)
 #define CONV_HAS_AVX512
@@ -858,7 +931,7 @@ CONV_PROTOS(avx512)
 CONV_PROTOS(avx2)
 #endif
 
-void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g,
+void cpu_conv2d(ld_device *d, void *y, int32_t *arg, const void *x, const void *w, const void *b, ld_conv_geom g,
                 int relu) {
 #ifdef CONV_HAS_AVX512
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_avx512(d, y, arg, x, w, b, g, relu); return; }
@@ -869,8 +942,8 @@ void cpu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const floa
     cpu_conv2d_build(d, y, arg, x, w, b, g, relu);
 }
 
-void cpu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
-                         const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+void cpu_conv2d_backward(ld_device *d, void *dx, void *dw, void *db, const void *dy, const void *y,
+                         const int32_t *arg, const void *x, const void *w, ld_conv_geom g, int relu) {
 #ifdef CONV_HAS_AVX512
     if (ld_cpu_isa() == LD_ISA_AVX512) { cpu_conv2d_backward_avx512(d, dx, dw, db, dy, y, arg, x, w, g, relu); return; }
 #endif

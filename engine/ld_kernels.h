@@ -30,10 +30,11 @@
    n images h x w x c, kernel kh x kw, f filters, strides sh/sw, padding
    ph/pw before (TF "same"; the rest of the padding after), output oh x ow;
    with pkh > 0, a max pooling (valid) of pkh x pkw, strides psh/psw, to
-   poh x pow follows it. half (forward only; 0 for float32): a Conv2D under a
-   half autocast, its float32 image: the sums rounded to that dtype (LD_F16,
-   LD_BF16), the bias (half-valued) added and the result rounded again, then
-   relu and the pooling, as the layer computes in that dtype. */
+   poh x pow follows it. half (0 for float32): a Conv2D under a half autocast
+   (LD_F16, LD_BF16): its images (x, y; dy, dx backward) are in that dtype,
+   and the forward computes as the layer does in it: the float32 sums of
+   exact products rounded, the bias (half-valued) added and the result
+   rounded again, then relu and the pooling. */
 typedef struct {
     int64_t n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow, f;
     int64_t pkh, pkw, psh, psw, poh, pow;
@@ -217,16 +218,20 @@ typedef struct {
        no bias), then relu when `relu`. With a pooling (g.pkh > 0) y is the \
        pooled [n, poh, pow, f] and arg (int32, same shape) the pixel        \
        i * ow + j of the conv output each maximum came from (the first in   \
-       window order on ties); arg unused without one. */                     \
-    X(conv2d, (V, float *, y), (V, int32_t *, arg), (V, const float *, x), (V, const float *, w),              \
-      (V, const float *, b), (V, ld_conv_geom, g), (V, int, relu))                                              \
+       window order on ties); arg unused without one. With g.half (a half  \
+       dtype) x, w, b and y are in that dtype and the output rounds as a    \
+       half Conv2D computes (ld_conv_geom). */                               \
+    X(conv2d, (V, void *, y), (V, int32_t *, arg), (V, const void *, x), (V, const void *, w),                 \
+      (V, const void *, b), (V, ld_conv_geom, g), (V, int, relu))                                               \
     /* Its gradients, each output NULL when not wanted: with gm = dy, masked \
        by y > 0 when `relu` (y the forward's output; with a pooling dy and  \
        y are pooled and gm is dy scattered to arg's pixels), dx = the       \
        transposed convolution of gm, dw = sum over pixels of patch^T gm,   \
-       db = sum gm. Written whole (no accumulation). */                      \
-    X(conv2d_backward, (V, float *, dx), (V, float *, dw), (V, float *, db), (V, const float *, dy),            \
-      (V, const float *, y), (V, const int32_t *, arg), (V, const float *, x), (V, const float *, w),           \
+       db = sum gm. Written whole (no accumulation). With g.half every     \
+       tensor but arg is in that dtype, each gradient the float32 sums     \
+       rounded once. */                                                      \
+    X(conv2d_backward, (V, void *, dx), (V, void *, dw), (V, void *, db), (V, const void *, dy),                \
+      (V, const void *, y), (V, const int32_t *, arg), (V, const void *, x), (V, const void *, w),               \
       (V, ld_conv_geom, g), (V, int, relu))                                                                     \
     /* im2col / col2im for NHWC images; col is [N*OH*OW, KH*KW*C]. im2col \
        gathers x into col, both in dt (float32 or a half dtype: exact);     \

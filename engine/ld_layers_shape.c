@@ -209,7 +209,7 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     ld_tensor_release(x4);
     int64_t w2s[2] = {k * c, f};
     ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
-    ld_tensor *y2 = w2 ? ld_linear_half(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU)
+    ld_tensor *y2 = w2 ? ld_linear_patches(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU)
                        : NULL;
     int64_t ys[3] = {n, ow, f};
     ld_tensor *y = y2 ? ld_reshape_op(y2, 3, ys) : NULL;

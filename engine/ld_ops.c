@@ -606,9 +606,10 @@ static int gemm_layout(const ld_tensor *t, int *trans, int64_t *ld) {
 }
 
 /* c = op(a) op(b) for 2-d tensors, handling views; ta/tb transpose a/b first.
-   c is in a's dtype: a half product (a and b of one half dtype) sums in
-   float32 and rounds once, as PyTorch's bf16 matmul and cuBLAS do. */
-static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
+   c is in cdt: a's dtype, or float32 for a half product (a and b of one
+   half dtype), which sums in float32 and rounds once to a half cdt, as
+   PyTorch's bf16 matmul and cuBLAS do. */
+static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb, ld_dtype cdt) {
     int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
     int64_t n = tb ? b->shape[0] : b->shape[1];
     if (ld_check_gemm(DEV(a))) return NULL;
@@ -618,10 +619,10 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
     if (!gemm_layout(ca, &la, &lda)) { ld_tensor_release(ca); ca = ld_clone(a); la = 0; lda = a->shape[1]; }
     if (!gemm_layout(cb, &lb, &ldb)) { ld_tensor_release(cb); cb = ld_clone(b); lb = 0; ldb = b->shape[1]; }
     int64_t shape[2] = {m, n};
-    ld_tensor *c = ca && cb ? ld_ops_out_empty(a->dtype, 2, shape, DEV(a)) : NULL;
+    ld_tensor *c = ca && cb ? ld_ops_out_empty(cdt, 2, shape, DEV(a)) : NULL;
     if (c && ld_dtype_is_half(a->dtype))   /* half operands (one dtype), float32 products and sums */
         BE(a)->gemm_half(DEV(a), la ^ ta, lb ^ tb, m, n, k, a->dtype, DPTR(ca), lda < 1 ? 1 : lda,
-                         DPTR(cb), ldb < 1 ? 1 : ldb, a->dtype, DPTR(c),
+                         DPTR(cb), ldb < 1 ? 1 : ldb, cdt, DPTR(c),
                          n < 1 ? 1 : n);
     else if (c) BE(a)->gemm(DEV(a), la ^ ta, lb ^ tb, m, n, k, 1.0f, FPTR(ca), lda < 1 ? 1 : lda, FPTR(cb),
                             ldb < 1 ? 1 : ldb, 0.0f, FPTR(c), n < 1 ? 1 : n);
@@ -631,14 +632,14 @@ static ld_tensor *mm2d(ld_tensor *a, ld_tensor *b, int ta, int tb) {
 
 /* The gradients of c = a b (a [..., m, k] flattened to 2-d): g b^T and
    a^T g, each product in the operands' dtype (mm2d: gemm, or gemm_half for
-   half operands and g, giving half results). */
-static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb) {
+   half operands and g, giving half results; a's in gadt). */
+static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi, int na, int nb, ld_dtype gadt) {
     int64_t rows = ld_tensor_numel(a) / (a->shape[a->ndim - 1] ? a->shape[a->ndim - 1] : 1);
     int64_t s2[2] = {rows, a->shape[a->ndim - 1]}, g2s[2] = {rows, g->shape[g->ndim - 1]};
     ld_tensor *a2 = ld_reshape(a, 2, s2), *g2 = ld_reshape(g, 2, g2s);
     if (!a2 || !g2) { ld_tensor_release(a2); ld_tensor_release(g2); return ld_error_status(); }
-    ld_tensor *ga2 = na ? mm2d(g2, b, 0, 1) : NULL;     /* g b^T */
-    gi[1] = nb ? mm2d(a2, g2, 1, 0) : NULL;             /* a^T g */
+    ld_tensor *ga2 = na ? mm2d(g2, b, 0, 1, gadt) : NULL;   /* g b^T */
+    gi[1] = nb ? mm2d(a2, g2, 1, 0, b->dtype) : NULL;       /* a^T g */
     gi[0] = ga2 ? ld_reshape(ga2, a->ndim, a->shape) : NULL;
     ld_tensor_release(ga2); ld_tensor_release(a2); ld_tensor_release(g2);
     return (!na || gi[0]) && (!nb || gi[1]) ? LD_OK : ld_error_status();
@@ -648,18 +649,22 @@ static int matmul_grads(ld_tensor *a, ld_tensor *b, ld_tensor *g, ld_tensor **gi
    precision and torch.autocast: g in the operands' dtype (it is, unless it
    is the float32 seed of a gradient taken of the product itself), then
    gemm_half (tensor cores on a GPU, float32 sums, rounded once to the half
-   dtype of the operands' gradients). */
+   dtype of the operands' gradients). args[0]: a's gradient left in float32
+   (matmul's wide_da). */
 static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *a = nd->in[0], *b = nd->in[1];
     /* skip the products nobody needs: the input gradient of a first layer */
     int na = ld_needs_grad(a), nb = ld_needs_grad(b);
     ld_tensor *gd = g->dtype == a->dtype ? ld_tensor_retain(g) : ld_cast(g, a->dtype);
-    int st = gd ? matmul_grads(a, b, gd, gi, na, nb) : ld_error_status();
+    int st = gd ? matmul_grads(a, b, gd, gi, na, nb, nd->args[0] != 0 ? LD_F32 : a->dtype) : ld_error_status();
     ld_tensor_release(gd);
     return st;
 }
 
-ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
+/* wide_da: a's gradient of a half product left in float32, unrounded: for
+   im2col's patches, which col2im sums and rounds once (a half
+   convolution's input gradient, one rounding as TF's kernels give it) */
+static ld_tensor *matmul(ld_tensor *a, ld_tensor *b, int wide_da) {
     char b1[64], b2[64];
     if (a->ndim < 2 || b->ndim != 2) {
         ld_fail(LD_ESHAPE, "matmul needs a 2-d (or batched N-d) tensor and a 2-d tensor, got shapes %s and %s",
@@ -682,7 +687,7 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
         int64_t s2[2] = {ld_tensor_numel(a) / a->shape[a->ndim - 1], a->shape[a->ndim - 1]};
         if (!(a2 = ld_reshape(a, 2, s2))) return NULL;
     }
-    ld_tensor *c = mm2d(a2, b, 0, 0);
+    ld_tensor *c = mm2d(a2, b, 0, 0, a->dtype);
     if (a2 != a) ld_tensor_release(a2);
     if (c && a->ndim > 2) {
         int64_t s[LD_MAX_DIMS];
@@ -694,10 +699,13 @@ ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) {
     }
     if (c) {   /* in the operands' dtype (mm2d), and so are its gradients (bw_matmul) */
         ld_tensor *in[2] = {a, b};
-        ld_record(c, "matmul", bw_matmul, 2, in);
+        ld_node *nd = ld_record(c, "matmul", bw_matmul, 2, in);
+        if (nd) nd->args[0] = wide_da && ld_dtype_is_half(a->dtype);
     }
     return c;
 }
+
+ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) { return matmul(a, b, 0); }
 
 /* ================================================================ fused dense layer
  * y = act(x @ w + b) with the bias written into the output first and the
@@ -715,11 +723,13 @@ ld_dtype ld_autocast_dtype(void) { return autocast_dt; }
    (recorded), the product through the half gemm (float32 sums, ld_matmul,
    rounded to dt), then the bias and relu. out: the result's dtype. Under
    autocast it is float32, so that whatever the layer does next (heads,
-   gates, norms) computes in float32; the layer call rounds its output. */
-static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, ld_dtype dt, ld_dtype out) {
+   gates, norms) computes in float32; the layer call rounds its output.
+   wide_dx: x's gradient in float32 (matmul's wide_da). */
+static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, ld_dtype dt, ld_dtype out,
+                              int wide_dx) {
     ld_tensor *xh = x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
     ld_tensor *wh = xh ? (w->dtype == dt ? ld_tensor_retain(w) : ld_cast_op(w, dt)) : NULL;
-    ld_tensor *y = wh ? ld_matmul(xh, wh) : NULL;
+    ld_tensor *y = wh ? matmul(xh, wh, wide_dx) : NULL;
     ld_tensor_release(xh); ld_tensor_release(wh);
     if (y && y->dtype != out) {
         ld_tensor *c = ld_cast_op(y, out);
@@ -761,7 +771,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x2 = ld_reshape(x, 2, x2s);
     int st = LD_OK;
     if (ld_needs_grad(x)) {
-        ld_tensor *dx2 = x2 ? mm2d(g2, w, 0, 1) : NULL;
+        ld_tensor *dx2 = x2 ? mm2d(g2, w, 0, 1, LD_F32) : NULL;
         gi[0] = dx2 ? ld_reshape(dx2, x->ndim, x->shape) : NULL;
         ld_tensor_release(dx2);
         if (!gi[0]) st = ld_error_status();
@@ -777,7 +787,7 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
                 free(p);
                 st = ld_error_status();
             }
-        } else if (!(gi[1] = mm2d(x2, g2, 1, 0))) {
+        } else if (!(gi[1] = mm2d(x2, g2, 1, 0, LD_F32))) {
             st = ld_error_status();
         }
     }
@@ -787,9 +797,10 @@ static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     return st;
 }
 
-/* ld_linear and ld_linear_half: under a half autocast the result is float32,
-   or with keep_half the autocast's half dtype */
-static ld_tensor *linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int keep_half) {
+/* ld_linear, ld_linear_half and ld_linear_patches: under a half autocast the
+   result is float32, or with keep_half the autocast's half dtype; wide_dx:
+   linear_half's */
+static ld_tensor *linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int keep_half, int wide_dx) {
     char b1[64], b2[64];
     if (x->ndim < 1 || w->ndim != 2 || x->shape[x->ndim - 1] != w->shape[0] ||
         (b && (b->ndim != 1 || b->shape[0] != w->shape[1]))) {
@@ -798,9 +809,9 @@ static ld_tensor *linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int
     }
     if (ld_dtype_is_half(autocast_dt) && ld_dtype_is_float(x->dtype) && ld_dtype_is_float(w->dtype) &&
         (!b || ld_dtype_is_float(b->dtype)))
-        return linear_half(x, w, b, relu, autocast_dt, keep_half ? autocast_dt : LD_F32);
+        return linear_half(x, w, b, relu, autocast_dt, keep_half ? autocast_dt : LD_F32, wide_dx);
     if (ld_dtype_is_half(x->dtype) && x->dtype == w->dtype && (!b || ld_dtype_is_float(b->dtype)))
-        return linear_half(x, w, b, relu, x->dtype, x->dtype);
+        return linear_half(x, w, b, relu, x->dtype, x->dtype, wide_dx);
     if (x->dtype != LD_F32 || w->dtype != LD_F32 || (b && b->dtype != LD_F32)) {
         ld_fail(LD_ETYPE, "dense needs float32 inputs, got %s and %s%s%s", ld_dtype_name(x->dtype),
                 ld_dtype_name(w->dtype), b ? " with a bias of " : "", b ? ld_dtype_name(b->dtype) : "");
@@ -835,8 +846,11 @@ static ld_tensor *linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int
     return out;
 }
 
-ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) { return linear(x, w, b, relu, 0); }
-ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) { return linear(x, w, b, relu, 1); }
+ld_tensor *ld_linear(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) { return linear(x, w, b, relu, 0, 0); }
+ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu) { return linear(x, w, b, relu, 1, 0); }
+ld_tensor *ld_linear_patches(ld_tensor *col, ld_tensor *w, ld_tensor *b, int relu) {
+    return linear(col, w, b, relu, 1, 1);
+}
 
 /* ================================================================ softmax */
 static int bw_softmax(ld_node *n, ld_tensor *g, ld_tensor **gi) {

@@ -87,6 +87,11 @@ ld_dtype ld_autocast_dtype(void);
    projections, whose products then take half operands: tensor cores on a
    GPU); outside a half autocast it is ld_linear. */
 ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu);
+/* ld_linear_half of im2col's patches (a convolution's lowering): under a
+   half autocast the patches' gradient is left in float32, unrounded, for
+   col2im to sum and round once, as a half convolution's input gradient is
+   (one rounding: TF's, and the CPU's direct kernels') */
+ld_tensor *ld_linear_patches(ld_tensor *col, ld_tensor *w, ld_tensor *b, int relu);
 ld_tensor *ld_log_softmax(ld_tensor *x);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */

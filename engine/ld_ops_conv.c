@@ -59,7 +59,10 @@ static int conv_geometry(const ld_tensor *x, const ld_tensor *w, int sh, int sw,
 }
 
 /* args: sh, sw, same, relu, then the pooling's pkh, pkw, psh, psw (0: none);
-   saved: the output (relu's mask) and the pooling's arg */
+   saved: the output (relu's mask) and the pooling's arg. A half x (the
+   direct kernels under a half autocast, conv_half_direct: w and b in its
+   dtype too): g taken in it, and every gradient (the float32 sums rounded
+   once). */
 static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *x = nd->in[0], *w = nd->in[1], *b = nd->n_in > 2 ? nd->in[2] : NULL, *y = nd->saved[0];
     ld_tensor *arg = nd->saved[1];
@@ -67,16 +70,19 @@ static int bw_conv2d(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     int relu = (int)nd->args[3];
     ld_conv_geom cg;
     if (conv_geometry(x, w, (int)nd->args[0], (int)nd->args[1], (int)nd->args[2], pk, &cg)) return ld_error_status();
+    cg.half = ld_dtype_is_half(x->dtype) ? x->dtype : 0;
     int nx = ld_needs_grad(x), nw = ld_needs_grad(w), nb = b && ld_needs_grad(b);
-    ld_tensor *gc = ld_contiguous(g), *cw = gc ? ld_contiguous(w) : NULL;
-    ld_tensor *dx = cw && nx ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
-    ld_tensor *dw = cw && nw ? ld_ops_out_empty(LD_F32, 4, w->shape, DEV(x)) : NULL;
-    ld_tensor *db = cw && nb ? ld_ops_out_empty(LD_F32, 1, b->shape, DEV(x)) : NULL;
+    ld_tensor *gx = g->dtype == x->dtype ? ld_tensor_retain(g) : ld_cast(g, x->dtype);
+    ld_tensor *gc = gx ? ld_contiguous(gx) : NULL, *cw = gc ? ld_contiguous(w) : NULL;
+    ld_tensor_release(gx);
+    ld_tensor *dx = cw && nx ? ld_ops_out_empty(x->dtype, 4, x->shape, DEV(x)) : NULL;
+    ld_tensor *dw = cw && nw ? ld_ops_out_empty(w->dtype, 4, w->shape, DEV(x)) : NULL;
+    ld_tensor *db = cw && nb ? ld_ops_out_empty(b->dtype, 1, b->shape, DEV(x)) : NULL;
     int ok = cw && (!nx || dx) && (!nw || dw) && (!nb || db);
     if (ok && (nx || nw || nb))
-        BE(x)->conv2d_backward(DEV(x), dx ? FPTR(dx) : NULL, dw ? FPTR(dw) : NULL, db ? FPTR(db) : NULL, FPTR(gc),
-                               y ? FPTR(y) : NULL, arg ? (const int32_t *)arg->storage->data + arg->offset : NULL,
-                               FPTR(x), FPTR(cw), cg, relu && y);
+        BE(x)->conv2d_backward(DEV(x), dx ? DPTR(dx) : NULL, dw ? DPTR(dw) : NULL, db ? DPTR(db) : NULL, DPTR(gc),
+                               y ? DPTR(y) : NULL, arg ? (const int32_t *)arg->storage->data + arg->offset : NULL,
+                               DPTR(x), DPTR(cw), cg, relu && y);
     ld_tensor_release(gc); ld_tensor_release(cw);
     if (!ok) { ld_tensor_release(dx); ld_tensor_release(dw); ld_tensor_release(db); return ld_error_status(); }
     gi[0] = dx; gi[1] = dw;
@@ -98,9 +104,10 @@ static ld_tensor *pool_after(ld_tensor *y, const int *pk) {
    relu fused; under a half autocast the half product with the bias and relu
    in the half dtype, ld_linear_half: tensor cores on a GPU) -> NHWC, then the
    pooling op. Under a half autocast x is taken in the half dtype (cast first
-   when it is not) and im2col gathers it as it is, its gradient summed in
-   float32 and rounded once: the values of widening x and rounding the
-   patches, without those two passes over a matrix KH*KW times x's size. */
+   when it is not) and im2col gathers it as it is; the patches' gradient
+   comes from the half product in float32 (ld_linear_patches), and col2im
+   sums it and rounds once: dx as the direct kernels and TF give it, without
+   passes over a matrix KH*KW times x's size to widen or round it. */
 static ld_tensor *conv_lowered(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
                                const int *pk) {
     int64_t oh, ow, kh = w->shape[0], kw = w->shape[1];
@@ -109,40 +116,33 @@ static ld_tensor *conv_lowered(ld_tensor *x, ld_tensor *w, ld_tensor *b, int rel
     ld_tensor *col = xf ? ld_im2col(xf, (int)kh, (int)kw, sh, sw, same, &oh, &ow) : NULL;
     int64_t w2s[2] = {kh * kw * x->shape[3], w->shape[3]}, ys[4] = {x->shape[0], oh, ow, w->shape[3]};
     ld_tensor *w2 = col ? ld_reshape_op(w, 2, w2s) : NULL;
-    ld_tensor *y2 = w2 ? ld_linear_half(col, w2, b, relu) : NULL;
+    ld_tensor *y2 = w2 ? ld_linear_patches(col, w2, b, relu) : NULL;
     ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
     ld_tensor_release(xf); ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
     return y && pk && pk[0] > 0 ? pool_after(y, pk) : y;
-}
-
-/* t rounded to dt and given as float32 (exact), recorded: the gradient comes
-   back through both casts in float32 */
-static ld_tensor *rounded(ld_tensor *t, ld_dtype dt) {
-    if (t->dtype == dt) return ld_as_float(t);
-    ld_tensor *h = ld_cast_op(t, dt), *f = h ? ld_as_float(h) : NULL;
-    ld_tensor_release(h);
-    return f;
 }
 
 static ld_tensor *conv_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
                               const int *pk, ld_dtype half);
 
 /* The direct kernels under a half autocast (Keras's mixed precision,
-   ld_autocast): the input, the kernel and the bias rounded to the half dtype
-   (recorded casts: their gradients come back rounded to it, then widened),
-   and one float32 op on those values whose kernel rounds as a half Conv2D
-   computes (ld_conv_geom.half): the float32 sums of exact products rounded
-   once, the bias added in the half dtype, relu, the pooling; its output cast
-   to the half dtype, which is exact. The lowering gives the same through its
-   half product (LDIST_CONV_REFERENCE=1; the tests compare them). */
+   ld_autocast): x, the kernel and the bias in the half dtype (recorded
+   casts where they are not: the variables' gradients come back rounded to
+   it, then widened), and one op whose kernel reads and writes them as they
+   are and rounds as a half Conv2D computes (ld_conv_geom.half): the float32
+   sums of exact products rounded once, the bias added in the half dtype,
+   relu, the pooling; each gradient the float32 sums rounded once. The
+   lowering gives the same through its half product
+   (LDIST_CONV_REFERENCE=1; the tests compare them). */
 static ld_tensor *conv_half_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
                                    const int *pk, ld_dtype dt) {
     ld_dtype was = ld_autocast(LD_F32);   /* float32 ops inside, not this path again */
-    ld_tensor *xf = rounded(x, dt), *wf = xf ? rounded(w, dt) : NULL, *bf = wf && b ? rounded(b, dt) : NULL;
-    ld_tensor *yf = wf && (!b || bf) ? conv_direct(xf, wf, bf, relu, sh, sw, same, pk, dt) : NULL;
+    ld_tensor *xh = x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
+    ld_tensor *wh = !xh ? NULL : w->dtype == dt ? ld_tensor_retain(w) : ld_cast_op(w, dt);
+    ld_tensor *bh = !wh || !b ? NULL : b->dtype == dt ? ld_tensor_retain(b) : ld_cast_op(b, dt);
+    ld_tensor *y = wh && (!b || bh) ? conv_direct(xh, wh, bh, relu, sh, sw, same, pk, dt) : NULL;
     ld_autocast(was);
-    ld_tensor *y = yf ? ld_cast_op(yf, dt) : NULL;
-    ld_tensor_release(yf); ld_tensor_release(xf); ld_tensor_release(wf); ld_tensor_release(bf);
+    ld_tensor_release(xh); ld_tensor_release(wh); ld_tensor_release(bh);
     return y;
 }
 
@@ -171,7 +171,8 @@ static ld_tensor *conv_op(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
 }
 
 /* the direct kernels (float32 tensors, checked by conv_op): one recorded op;
-   half (0 or a half dtype) is ld_conv_geom's, for conv_half_direct */
+   half (0 or a half dtype) is ld_conv_geom's, for conv_half_direct: every
+   tensor in that dtype then */
 static ld_tensor *conv_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, int sh, int sw, int same,
                               const int *pk, ld_dtype half) {
     int pool = pk && pk[0] > 0;
@@ -180,12 +181,12 @@ static ld_tensor *conv_direct(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu
     cg.half = half;
     ld_tensor *cx = ld_ops_contig(x), *cw = cx ? ld_contiguous(w) : NULL;
     int64_t ys[4] = {cg.n, pool ? cg.poh : cg.oh, pool ? cg.pow : cg.ow, cg.f};
-    ld_tensor *y = cw ? ld_ops_out_empty(LD_F32, 4, ys, DEV(x)) : NULL;
+    ld_tensor *y = cw ? ld_ops_out_empty(half ? half : LD_F32, 4, ys, DEV(x)) : NULL;
     ld_tensor *arg = y && pool ? ld_ops_out_empty(LD_I32, 4, ys, DEV(x)) : NULL;
     ld_tensor *cb = y && b ? ld_contiguous(b) : NULL;
     if (y && (!b || cb) && (!pool || arg)) {
-        BE(x)->conv2d(DEV(x), FPTR(y), arg ? (int32_t *)arg->storage->data + arg->offset : NULL, FPTR(cx), FPTR(cw),
-                      cb ? FPTR(cb) : NULL, cg, relu);
+        BE(x)->conv2d(DEV(x), DPTR(y), arg ? (int32_t *)arg->storage->data + arg->offset : NULL, DPTR(cx), DPTR(cw),
+                      cb ? DPTR(cb) : NULL, cg, relu);
         ld_tensor *in[3] = {cx, w, b};
         ld_node *nd = ld_record(y, pool ? "conv2d_max_pool2d" : "conv2d", bw_conv2d, b ? 3 : 2, in);
         if (nd) {

@@ -147,12 +147,12 @@ void cu_maxpool_backward(ld_device *d, void *dx, ld_dtype xdt, const void *dy, l
 /* The CPU's direct convolution (ld_cpu_conv.c) has no CUDA twin: on a GPU the
    op (ld_conv2d_bias_act, ld_ops_conv.c) lowers to im2col + cuBLAS + col2im, and
    never calls these slots. A call is a bug, reported as a device fault. */
-void cu_conv2d(ld_device *d, float *y, int32_t *arg, const float *x, const float *w, const float *b, ld_conv_geom g, int relu) {
+void cu_conv2d(ld_device *d, void *y, int32_t *arg, const void *x, const void *w, const void *b, ld_conv_geom g, int relu) {
     cu_dev *cd = cu_begin(d);
     if (cd) cu_record_msg(cd, "conv2d: the direct convolution kernel is CPU-only (a GPU lowers to im2col)");
 }
-void cu_conv2d_backward(ld_device *d, float *dx, float *dw, float *db, const float *dy, const float *y,
-                        const int32_t *arg, const float *x, const float *w, ld_conv_geom g, int relu) {
+void cu_conv2d_backward(ld_device *d, void *dx, void *dw, void *db, const void *dy, const void *y,
+                        const int32_t *arg, const void *x, const void *w, ld_conv_geom g, int relu) {
     cu_dev *cd = cu_begin(d);
     if (cd) cu_record_msg(cd, "conv2d_backward: the direct convolution kernel is CPU-only (a GPU lowers to im2col)");
 }

@@ -72,6 +72,53 @@ if arg[1] == "pair_profile" then   -- the child of the fusion test below
   os.exit(0)
 end
 
+-- the child of the direct-against-lowering test below: a Conv2D (same
+-- padding, strides 2, relu), one without bias (valid), and a Conv2D +
+-- MaxPool2D pair under each half policy, on values that overflow float16,
+-- a NaN, float32 subnormals; every output and gradient printed exactly
+-- (%a, NaNs as "nan"), for the parent to compare between the two paths
+if arg[1] == "conv_values" then
+  local function dump(name, t)
+    local v = t:astype("float32"):reshape(-1):totable()
+    for i, x in ipairs(v) do v[i] = x ~= x and "nan" or ("%a"):format(x) end
+    print(name .. " " .. table.concat(v, " "))
+  end
+  for _, policy in ipairs { "mixed_bfloat16", "mixed_float16" } do
+    with_policy(policy, function()
+      tensor.seed(11)
+      local x = tensor.normal(3, 9, 10, 4) * 3
+      local flat = x:reshape(-1):totable()
+      flat[5], flat[77], flat[140], flat[141] = 1e30, -7e4, 1e-40, -3e-39   -- image 0
+      flat[400] = 0 / 0                                                     -- image 1
+      x = tensor.new(flat):reshape(3, 9, 10, 4)
+      local cases = {
+        { "same2", nn.Conv2D(6, 3, { strides = 2, padding = "same", activation = "relu" }) },
+        { "valid_nobias", nn.Conv2D(5, 2, { use_bias = false }) },
+        { "pool", nn.Sequential { nn.Conv2D(16, 3, { activation = "relu" }), nn.MaxPool2D(2) } },
+      }
+      for _, c in ipairs(cases) do
+        local name, layer = c[1], c[2]
+        local y0 = layer(x)
+        local conv = layer.layers and layer.layers[1] or layer
+        conv.kernel:assign(tensor.normal(table.unpack(conv.kernel.shape)) * 40)
+        if conv.bias then conv.bias:assign(tensor.normal(table.unpack(conv.bias.shape)) * 30) end
+        local up = tensor.normal(table.unpack(y0.shape))
+        local v = tensor.Variable(x)
+        local tape = autograd.GradientTape()
+        local y
+        local s = tape:record(function() y = layer(v); return (y:astype("float32") * up):sum() end)
+        local want = { v, conv.kernel }
+        if conv.bias then want[3] = conv.bias end
+        local g = tape:gradient(s, want)
+        local tag = policy .. " " .. name
+        dump(tag .. " y", y); dump(tag .. " dx", g[1]); dump(tag .. " dk", g[2])
+        if g[3] then dump(tag .. " db", g[3]) end
+      end
+    end)
+  end
+  os.exit(0)
+end
+
 T.test("policies: names, fields, the global policy, errors naming the problem", function()
   T.eq(mp.global_policy().name, "float32")
   for _, c in ipairs { { "float32", "float32" }, { "mixed_bfloat16", "bfloat16" }, { "mixed_float16", "float16" } } do
@@ -333,6 +380,54 @@ local CONV_BF16_REF = {
   },
 }
 
+-- scripts/fixtures/make_loss_scale_fixture.py, conv_bf16_dx: Conv2D(5, 3, relu) on 2 images 7x6x3
+-- (valid; strides 2, same), the input gradient of sum(output * up) (row-major)
+local CONV_BF16_DX_REF = {
+  valid = {
+    0.494140625, 12.5, 17.25, 8.375, -48.75, 20.125, 30.75, -24.875, -5.0, -1.1171875, -3.640625, -27.625, 15.0625,
+    -15.5625, -20.875, 15.5625, -5.59375, -26.75, 41.25, -34.5, -9.4375, 37.5, 39.75, -40.75, -25.0, 45.5, 4.375,
+    14.4375, 36.5, -38.75, -16.75, 31.625, 11.625, -42.5, 20.25, 29.125, -44.75, -30.5, 70.0, -62.75, -6.09375,
+    46.75, 29.125, -87.5, 25.625, -3.390625, -24.0, 35.0, 19.375, -25.25, -23.25, 27.75, 1.96875, -34.5, 60.5,
+    -24.75, -49.5, 78.0, 52.75, -66.0, 84.5, 45.5, -58.5, 2.28125, 63.0, -74.0, -42.5, 62.0, 8.125, -17.5, 29.0,
+    21.5, -38.5, 2.984375, 15.6875, -13.125, -22.125, 47.75, 22.0, -43.5, 12.9375, -88.0, -30.25, 41.5, -7.0,
+    -53.25, 11.8125, 5.15625, -35.0, 3.8125, -9.5625, 46.25, -5.71875, 19.5, 6.59375, -17.375, 17.875, 31.5,
+    -1.1484375, 6.28125, 38.0, -20.5, -9.9375, 33.0, 29.375, -20.375, 13.75, 1.1328125, 12.1875, -2.21875, -16.625,
+    27.125, 12.6875, -1.75, -64.5, 20.875, 8.9375, -6.90625, -7.03125, 25.25, -11.375, -11.375, 10.125, 13.1875,
+    -11.0, -10.0625, -29.375, 18.0, 0.66796875, -24.375, 26.75, 17.25, -6.4375, -32.5, 16.875, 9.1875, -4.34375,
+    -17.75, 12.0, 5.25, -1.5, 12.3125, 7.5, -44.0, 24.625, -21.875, -32.5, 52.5, 11.125, -41.25, 45.5, 43.0, -42.0,
+    -7.46875, 34.5, -13.0625, -14.75, 22.375, 1.9296875, 1.671875, -0.1943359375, 26.5, -29.5, 31.375, 45.75,
+    -52.25, -15.4375, 68.0, -39.25, -19.625, 3.46875, -5.875, -47.25, 26.125, 4.40625, -16.25, -47.75, 9.9375,
+    2.671875, 2.71875, 24.875, 11.75, -4.84375, 49.25, -17.75, -34.25, 38.75, 55.75, -38.75, 10.375, 22.875, -86.5,
+    -8.6875, 50.75, -44.5, 6.6875, 14.4375, 14.9375, 21.0, -32.75, -18.375, -3.25, 39.0, 31.125, -38.25, -10.5,
+    42.5, -47.25, 4.25, 41.25, -98.0, -2.59375, 28.125, 39.25, -59.5, 29.125, -32.5, -24.875, 29.25, 14.4375,
+    -57.25, 18.375, 34.25, 0.19921875, -29.5, 36.0, -8.25, -74.5, 47.75, 32.0, -37.25, -22.5, 31.75, 35.5, 19.5,
+    21.375, -30.625, 5.96875, 22.25, 20.625, -37.75, 11.125, 16.625, -33.25, -3.953125, 15.0, 5.96875, -7.5, 25.75,
+    19.25, -30.125, -29.125,
+  },
+  same2 = {
+    2.59375, -2.671875, -0.7421875, 1.1875, 3.109375, -2.15625, 18.125, -2.09375, -29.5, 34.5, 12.3125, -9.75,
+    -31.25, 37.0, 26.5, -7.78125, 3.765625, 11.6875, -2.3125, 10.0, 8.0625, -0.99609375, -2.921875, 9.5, 6.125,
+    -51.25, -29.0, 12.5, -6.65625, -4.625, 38.5, -17.375, -59.0, 23.875, 33.75, -71.5, 7.65625, 3.828125,
+    -0.02197265625, 10.5, 6.625, 2.765625, -11.1875, 20.25, 19.25, -12.3125, -9.375, 11.4375, -3.296875, 1.5078125,
+    6.3125, -19.125, -17.25, 13.5, 10.3125, -9.375, -7.53125, 19.5, 7.0, -52.25, 2.3125, 24.125, -36.75, 4.5, 31.5,
+    -24.125, -37.5, 41.25, 8.5, -25.375, 29.875, 20.5, -11.9375, 19.0, 10.25, -5.625, -14.3125, 16.625, -7.5,
+    11.4375, -12.625, -4.25, -19.625, 15.1875, 23.375, -14.125, -37.0, 7.625, -0.0732421875, -7.78125, -12.8125,
+    20.75, 3.890625, -45.25, 27.75, 10.9375, -19.875, 29.375, 13.8125, -46.0, 23.375, 28.375, -9.9375, 0.71875,
+    26.125, 3.640625, -33.5, 8.5, 14.625, -25.875, -26.875, 15.3125, 14.375, -26.125, 26.0, 5.75, -14.4375, 24.125,
+    4.8125, -14.5, 20.625, 18.75, 16.875, -12.1875, 5.15625, 4.59375, -8.0625, 1.109375, 17.5, -20.125, -3.640625,
+    5.5, 10.625, -5.96875, 27.75, -24.0, -6.625, 14.3125, -4.65625, -7.375, 18.625, -17.625, -8.875, 14.1875, 22.25,
+    16.125, -22.375, 18.125, 26.375, -33.5, 6.59375, 20.0, -20.625, 15.0, 34.5, -35.75, -14.125, 28.375, 9.8125,
+    -7.5, 33.5, -22.5, -10.75, 13.4375, 12.5, -10.0625, -11.0, 13.125, 1.28125, 6.0, -3.609375, -4.625, -13.3125,
+    13.9375, 9.1875, -10.25, -18.875, -3.359375, -3.328125, -3.328125, -13.5, 29.125, 10.3125, -40.75, 16.125, 8.25,
+    1.96875, 6.28125, 17.75, -30.125, 25.0, 4.84375, -24.125, 22.0, 36.0, -17.875, -5.375, 25.125, 19.125, -31.0,
+    -27.125, 16.375, 20.125, -29.875, 7.375, 10.4375, 2.671875, 13.125, 1.5625, -10.0625, 31.875, -10.375, -9.375,
+    4.71875, 17.25, -17.0, -11.6875, 2.4375, 23.75, 34.25, -59.25, 16.125, 12.375, -2.0625, -48.75, -6.5625,
+    -17.125, 11.8125, -0.66796875, -14.375, -17.25, 14.0, -10.625, -2.875, 2.328125, 9.0625, 15.8125, -2.546875,
+    4.125, 10.875, -32.25, -3.0625, 4.59375, -0.412109375, 0.5625, -2.0625, -7.59375, 6.5, 9.875, -2.96875, -7.75,
+    5.34375,
+  },
+}
+
 local function conv_check()
   with_policy("mixed_bfloat16", function()
     local x = pattern({ 2, 5, 5, 3 }, 37, 101, 25.0)
@@ -348,6 +443,24 @@ local function conv_check()
     T.eq(g.dtype, "float32")
     same_as_keras(y, CONV_BF16_REF.y, "output")
     same_as_keras(g, CONV_BF16_REF.dkernel, "kernel gradient")
+    -- the input gradient: each input's terms summed in float32 and rounded
+    -- once (the lowering rounded the patches' gradient first: a third of
+    -- these one bfloat16 step off)
+    for name, opts in pairs { valid = {}, same2 = { padding = "same", strides = 2 } } do
+      opts.activation = "relu"
+      local x7 = pattern({ 2, 7, 6, 3 }, 37, 101, 7.0)
+      local c7 = nn.Conv2D(5, 3, opts)
+      local y0 = c7(x7)
+      c7.kernel:assign(pattern({ 3, 3, 3, 5 }, 53, 97, 9.0))
+      c7.bias:assign(pattern({ 5 }, 29, 89, 90.0))
+      local up = pattern(y0.shape, 13, 31, 3.0)
+      local v = tensor.Variable(x7)
+      local t7 = autograd.GradientTape()
+      local s7 = t7:record(function() return (c7(v):astype("float32") * up):sum() end)
+      local dx = t7:gradient(s7, v)
+      T.eq(dx.dtype, "float32")
+      same_as_keras(dx, CONV_BF16_DX_REF[name], name .. " input gradient")
+    end
   end)
 end
 -- the child of the test below: the lowering a GPU runs (im2col, the half product)
@@ -431,7 +544,7 @@ if arg[1] == "conv_lowering_counts" then
   local k1 = ldist._distribute.kernel_calls()
   local g = tape:gradient(l, { v })
   local k2 = ldist._distribute.kernel_calls()
-  for _, k in ipairs { "im2col", "col2im", "copy_strided" } do
+  for _, k in ipairs { "im2col", "col2im", "conv2d", "conv2d_backward", "copy_strided" } do
     print(("%s %d %d"):format(k, (k1[k] or 0) - (k0[k] or 0), (k2[k] or 0) - (k1[k] or 0)))
   end
   print("dx " .. g[1].dtype)
@@ -448,29 +561,74 @@ T.test("... and so does the im2col lowering with its half product (a GPU's path;
   T.ok(ok and out:find("conv_lowering ok", 1, true), out)
 end)
 
-T.test("the lowering's im2col gathers the half input as it is and col2im rounds its float32 sums once: no casts of x or of the patches", function()
+-- the kernel calls of conv_lowering_counts (env: the child's environment):
+-- out, and calls(kernel) -> forward, backward counts
+local function conv_counts(env)
   local bin = os.getenv("LDIST_BIN") or "./ldist"
-  local p = io.popen(("LDIST_CONV_REFERENCE=1 %s %s conv_lowering_counts 2>&1"):format(bin, arg[0]))
+  local p = io.popen(("%s %s %s conv_lowering_counts 2>&1"):format(env, bin, arg[0]))
   local out = p:read("a")
   T.ok(p:close(), out)
-  local function calls(k)
-    local f, b = out:match(k .. " (%d+) (%d+)")
+  return out, function(k)
+    local f, b = out:match("\n" .. k .. " (%d+) (%d+)")
     T.ok(f, k .. " counted: " .. out)
     return tonumber(f), tonumber(b)
   end
-  local fi, bi = calls("im2col")
-  local fc, bc = calls("col2im")
-  T.eq(fi, 1, "one im2col forward"); T.eq(bc, 1, "one col2im backward"); T.eq(fc + bi, 0, "and no other")
-  -- forward: the input's astype, the kernel's and the bias's casts, the
-  -- loss's astype; none of x (to float32) nor of the patches (to bfloat16)
-  local fcp, bcp = calls("copy_strided")
-  T.eq(fcp, 4, "casts in the forward: " .. out)
-  -- backward: the gradients of those four casts and two more copies; none of
-  -- the patches' or x's (nine when the patches were widened for col2im and
-  -- x's gradient rounded after it, and the bias gradient's sum widened its
-  -- half input first)
-  T.eq(bcp, 6, "casts in the gradient: " .. out)
-  T.ok(out:find("dx float32", 1, true), "the variable's gradient in float32: " .. out)
+end
+
+-- A half Conv2D's kernel calls (forward, backward), on the lowering a GPU
+-- runs and on the CPU's direct kernels. Casts: the input's astype, the
+-- kernel's and the bias's casts to bfloat16, the loss's astype, forward;
+-- their gradients and the sum's broadcast backward, and on the lowering one
+-- more copy. Before: the lowering cast x to float32 and the patches to
+-- bfloat16 (backward nine copies: the patches' gradient widened for col2im,
+-- x's rounded after it, the bias gradient's sum widening its half input
+-- first); the direct kernels took x, w and b widened to float32 and y was
+-- rounded after them (8 casts forward, 9 backward: dy widened, dx, dw, db
+-- rounded in copies of their own).
+for _, c in ipairs {
+  { "the lowering's im2col gathers the half input as it is and col2im rounds its float32 sums once: no casts of x or of the patches",
+    "LDIST_CONV_REFERENCE=1", { im2col = { 1, 0 }, col2im = { 0, 1 }, conv2d = { 0, 0 }, conv2d_backward = { 0, 0 } }, { 4, 6 } },
+  { "the CPU's direct convolution reads and writes the half tensors themselves: no widened x, w or b, no rounded copy of y or of the gradients",
+    "", { im2col = { 0, 0 }, col2im = { 0, 0 }, conv2d = { 1, 0 }, conv2d_backward = { 0, 1 } }, { 4, 5 } },
+} do
+  T.test(c[1], function()
+    local out, calls = conv_counts(c[2])
+    for k, want in pairs(c[3]) do
+      local f, b = calls(k)
+      T.eq(f, want[1], k .. " calls in the forward: " .. out)
+      T.eq(b, want[2], k .. " calls in the gradient: " .. out)
+    end
+    local fcp, bcp = calls("copy_strided")
+    T.eq(fcp, c[4][1], "casts in the forward: " .. out)
+    T.eq(bcp, c[4][2], "casts in the gradient: " .. out)
+    T.ok(out:find("dx float32", 1, true), "the variable's gradient in float32: " .. out)
+  end)
+end
+
+T.test("the direct convolution under a half policy gives the lowering's numbers: outputs, dx, kernel and bias gradients, with infs, NaNs and subnormals", function()
+  local bin = os.getenv("LDIST_BIN") or "./ldist"
+  local function run(env)
+    local p = io.popen(("%s %s %s conv_values 2>&1"):format(env, bin, arg[0]))
+    local out = p:read("a")
+    T.ok(p:close(), out)
+    local rows = {}
+    for line in out:gmatch("[^\n]+") do
+      local key, vals = line:match("^(mixed_%S+ %S+ %S+) (.*)$")
+      if key then rows[#rows + 1] = { key, vals } end
+    end
+    return rows
+  end
+  local direct, lowered = run(""), run("LDIST_CONV_REFERENCE=1")
+  T.eq(#direct, 22, "every output and gradient printed")
+  T.eq(#lowered, #direct, "by both paths")
+  local specials = 0
+  for i, r in ipairs(direct) do
+    local l = lowered[i] or {}
+    T.eq(r[1], l[1], "the same quantity")
+    T.ok(r[2] == l[2], r[1] .. ": the direct kernel and the lowering differ")
+    if r[2]:find("nan", 1, true) or r[2]:find("inf", 1, true) then specials = specials + 1 end
+  end
+  T.ok(specials >= 8, "the values reach infs and NaNs: " .. specials)
 end)
 
 for _, c in ipairs { { "mixed_bfloat16", "bfloat16", 2 ^ -8 }, { "mixed_float16", "float16", 2 ^ -11 } } do
