@@ -12,6 +12,7 @@
 #include "ld_cpu_simd.h"
 #include "ld_executor.h"
 #include "ld_norm_math.h"
+#include "ld_half.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -338,30 +339,75 @@ static float *bna_buffers(bna_job *j, int64_t part_rows, int64_t *tr, float **yb
     return b;
 }
 
+/* Per-channel vectors repeated over a block of rows (a row is c values,
+   often 16-64 in a convolution's features: one or two vectors, where a loop
+   per row spends more on its set-up than on its work), so that the
+   elementwise passes run one flat loop per block. */
+#define BN_REP 512   /* values a block holds, at least one row */
+static int64_t bn_rep_rows(int64_t c) { return c >= BN_REP ? 1 : BN_REP / c; }
+/* out[0 .. rows*c) = v[i % c]; NULL when v is */
+static float *bn_rep(float *out, const float *v, int64_t c, int64_t rows) {
+    if (!v) return NULL;
+    for (int64_t r = 0; r < rows; r++) memcpy(out + r * c, v, sizeof(float) * (size_t)c);
+    return out;
+}
+
+/* the apply pass over the n values from element e0 (whole rows of a block:
+   channel i % c is rep's element i): y = (x - mean) * rstd (* gamma)
+   (+ beta); X(i) reads element i of x as a float, Y(i, v) stores v as
+   element i of y. One loop, instantiated for float32 (and a tile's float32
+   buffers) and for bfloat16 read and rounded in place, the conversions in
+   the loop (through buffers they cost as much as the arithmetic). */
+#define BNA_FLAT(e0, n, mean, rstd, gamma, beta, X, Y)                       \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                                   \
+        float t = (X((e0) + i_) - (mean)[i_]) * (rstd)[i_];                  \
+        if (gamma) t *= (gamma)[i_];                                         \
+        if (beta) t += (beta)[i_];                                           \
+        Y((e0) + i_, t);                                                     \
+    }
+
 static void bna_part(void *ctx, int p, int np) {
     bna_job *j = ctx;
     int64_t lo, hi, c = j->c, tr;
     ld_cpu_range(j->rows, p, np, &lo, &hi);
     if (lo >= hi) return;
+    int64_t rr = bn_rep_rows(c), rn = rr * c;
+    float *rep = malloc(sizeof(float) * 4 * (size_t)rn);
+    if (!rep) { j->failed = 1; return; }
+    const float *m = bn_rep(rep, j->mean, c, rr), *s = bn_rep(rep + rn, j->rstd, c, rr);
+    const float *g = bn_rep(rep + 2 * rn, j->gamma, c, rr), *b = bn_rep(rep + 3 * rn, j->beta, c, rr);
+    if (j->xdt == LD_BF16 && j->ydt == LD_BF16) {
+        const uint16_t *xh = j->x;
+        uint16_t *yh = j->y;
+#define BF_X(i) ld_bf16_to_f32(xh[i])
+#define BF_Y(i, v) (yh[i] = ld_f32_to_bf16(v))
+        for (int64_t r0 = lo; r0 < hi; r0 += rr) {
+            int64_t n = (hi - r0 < rr ? hi - r0 : rr) * c;
+            BNA_FLAT(r0 * c, n, m, s, g, b, BF_X, BF_Y)
+        }
+#undef BF_X
+#undef BF_Y
+        free(rep);
+        return;
+    }
     float *yb, *xb, *dyb, *buf = bna_buffers(j, hi - lo, &tr, &yb, &xb, &dyb);
-    if (j->failed) return;
+    if (j->failed) { free(rep); return; }
     for (int64_t t0 = lo; t0 < hi; t0 += tr) {
         int64_t nr = hi - t0 < tr ? hi - t0 : tr;
         const float *xt = rows_in(j->x, j->xdt, t0, nr, c, xb);
         float *yt = rows_out(j->y, j->ydt, t0, c, yb);
-        for (int64_t r = 0; r < nr; r++) {
-            const float *xr = xt + r * c;
-            float *yr = yt + r * c;
-            for (int64_t k = 0; k < c; k++) {
-                float t = (xr[k] - j->mean[k]) * j->rstd[k];
-                if (j->gamma) t *= j->gamma[k];
-                if (j->beta) t += j->beta[k];
-                yr[k] = t;
-            }
+#define F_X(i) xt[i]
+#define F_Y(i, v) (yt[i] = (v))
+        for (int64_t r0 = 0; r0 < nr; r0 += rr) {
+            int64_t n = (nr - r0 < rr ? nr - r0 : rr) * c;
+            BNA_FLAT(r0 * c, n, m, s, g, b, F_X, F_Y)
         }
+#undef F_X
+#undef F_Y
         rows_done(j->y, j->ydt, t0, nr, c, yt);
     }
     free(buf);
+    free(rep);
 }
 
 void cpu_bn_apply(ld_device *d, void *y, ld_dtype ydt, const void *x, ld_dtype xdt, const float *mean,
@@ -382,69 +428,82 @@ void cpu_bn_backward_reduce(ld_device *d, float *red, const void *dy, ld_dtype y
         ld_device_fault(d, LD_ENOMEM, "batch_norm gradient: out of memory for %lld channels", (long long)c);
 }
 
+/* the dx pass over the n values from element e0 (whole rows of a block, as
+   BNA_FLAT): training, dx = fs * (dy - fa - xhat * fb) with xhat = (x - mean)
+   * rstd; else dx = dy * fs. X, D read x and dy, Y stores dx. */
+#define BNB_FLAT(e0, n, training, mean, rstd, fs, fa, fb, X, D, Y)            \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                                    \
+        float v;                                                              \
+        if (training) {                                                       \
+            float xhat_ = (X((e0) + i_) - (mean)[i_]) * (rstd)[i_];           \
+            v = (fs)[i_] * (D((e0) + i_) - (fa)[i_] - xhat_ * (fb)[i_]);      \
+        } else {                                                              \
+            v = D((e0) + i_) * (fs)[i_];                                      \
+        }                                                                     \
+        Y((e0) + i_, v);                                                      \
+    }
+
 static void bnb_part(void *ctx, int p, int np) {
     bna_job *j = ctx;
     int64_t lo, hi, c = j->c, tr;
     ld_cpu_range(j->rows, p, np, &lo, &hi);
     if (lo >= hi) return;
-    float *dxb, *xb, *dyb, *buf = bna_buffers(j, hi - lo, &tr, &dxb, &xb, &dyb);
-    if (j->failed) return;
-    /* training: the per-channel factors once (the same float operations,
-       in the same order, as the last loop below), not two divisions per element */
-    float *f = j->training && c <= 4096 ? malloc(sizeof(float) * 3 * (size_t)c) : NULL;
-    if (f) {
-        float *fs = f, *fa = f + c, *fb = f + 2 * c;
-        for (int64_t k = 0; k < c; k++) {
-            float n = j->sums[k] > 0 ? j->sums[k] : 1.0f;
-            float s = j->rstd[k];
-            if (j->gamma) s *= j->gamma[k];
-            fs[k] = s;
-            fa[k] = j->red[k] / n;
-            fb[k] = j->red[c + k] / n;
-        }
+    /* the per-channel factors once (a division per element otherwise), over
+       a block of rows (bn_rep): fs = rstd (* gamma), fa = red / n, fb =
+       red[c..] / n, and mean and rstd */
+    int64_t rr = bn_rep_rows(c), rn = rr * c;
+    float *rep = malloc(sizeof(float) * 5 * (size_t)rn);
+    if (!rep) { j->failed = 1; return; }
+    float *fs = rep, *fa = rep + rn, *fb = rep + 2 * rn;
+    for (int64_t k = 0; k < c; k++) {
+        float n = j->training && j->sums[k] > 0 ? j->sums[k] : 1.0f;
+        float sk = j->rstd[k];
+        if (j->gamma) sk *= j->gamma[k];
+        fs[k] = sk;
+        fa[k] = j->training ? j->red[k] / n : 0;
+        fb[k] = j->training ? j->red[c + k] / n : 0;
     }
+    for (int64_t r = 1; r < rr; r++)
+        for (int q = 0; q < 3; q++) memcpy(rep + q * rn + r * c, rep + q * rn, sizeof(float) * (size_t)c);
+    const float *m = bn_rep(rep + 3 * rn, j->mean, c, rr), *s = bn_rep(rep + 4 * rn, j->rstd, c, rr);
+    int training = j->training;
+    if (j->xdt == LD_BF16 && j->dydt == LD_BF16) {   /* dx in xdt too */
+        const uint16_t *xh = j->x, *dh = j->dy;
+        uint16_t *yh = j->y;
+#define BF_X(i) ld_bf16_to_f32(xh[i])
+#define BF_D(i) ld_bf16_to_f32(dh[i])
+#define BF_Y(i, v) (yh[i] = ld_f32_to_bf16(v))
+        for (int64_t r0 = lo; r0 < hi; r0 += rr) {
+            int64_t n = (hi - r0 < rr ? hi - r0 : rr) * c;
+            BNB_FLAT(r0 * c, n, training, m, s, fs, fa, fb, BF_X, BF_D, BF_Y)
+        }
+#undef BF_X
+#undef BF_D
+#undef BF_Y
+        free(rep);
+        return;
+    }
+    float *dxb, *xb, *dyb, *buf = bna_buffers(j, hi - lo, &tr, &dxb, &xb, &dyb);
+    if (j->failed) { free(rep); return; }
     for (int64_t t0 = lo; t0 < hi; t0 += tr) {
         int64_t nr = hi - t0 < tr ? hi - t0 : tr;
-        const float *xt = j->training ? rows_in(j->x, j->xdt, t0, nr, c, xb) : NULL;
+        const float *xt = training ? rows_in(j->x, j->xdt, t0, nr, c, xb) : NULL;
         const float *dyt = rows_in(j->dy, j->dydt, t0, nr, c, dyb);
         float *dxt = rows_out(j->y, j->ydt, t0, c, dxb);
-        if (f) {
-            const float *fs = f, *fa = f + c, *fb = f + 2 * c, *mean = j->mean, *rstd = j->rstd;
-            for (int64_t r = 0; r < nr; r++) {
-                const float *xr = xt + r * c, *dyr = dyt + r * c;
-                float *dxr = dxt + r * c;
-                for (int64_t k = 0; k < c; k++) {
-                    float xh = (xr[k] - mean[k]) * rstd[k];
-                    dxr[k] = fs[k] * (dyr[k] - fa[k] - xh * fb[k]);
-                }
-            }
-        } else if (!j->training) {
-            for (int64_t r = 0; r < nr; r++) {
-                const float *dyr = dyt + r * c;
-                float *dxr = dxt + r * c;
-                for (int64_t k = 0; k < c; k++) {
-                    float s = j->rstd[k];
-                    if (j->gamma) s *= j->gamma[k];
-                    dxr[k] = dyr[k] * s;
-                }
-            }
-        } else {
-            for (int64_t r = 0; r < nr; r++) {
-                const float *xr = xt + r * c, *dyr = dyt + r * c;
-                float *dxr = dxt + r * c;
-                for (int64_t k = 0; k < c; k++) {
-                    float n = j->sums[k] > 0 ? j->sums[k] : 1.0f;
-                    float s = j->rstd[k];
-                    if (j->gamma) s *= j->gamma[k];
-                    float xh = (xr[k] - j->mean[k]) * j->rstd[k];
-                    dxr[k] = s * (dyr[k] - j->red[k] / n - xh * (j->red[c + k] / n));
-                }
-            }
+#define F_X(i) xt[i]
+#define F_D(i) dyt[i]
+#define F_Y(i, v) (dxt[i] = (v))
+        for (int64_t r0 = 0; r0 < nr; r0 += rr) {
+            int64_t n = (nr - r0 < rr ? nr - r0 : rr) * c;
+            BNB_FLAT(r0 * c, n, training, m, s, fs, fa, fb, F_X, F_D, F_Y)
         }
+#undef F_X
+#undef F_D
+#undef F_Y
         rows_done(j->y, j->ydt, t0, nr, c, dxt);
     }
-    free(f);
     free(buf);
+    free(rep);
 }
 
 void cpu_bn_backward(ld_device *d, void *dx, const void *dy, ld_dtype ydt, const void *x, ld_dtype xdt,

@@ -43,11 +43,13 @@ LD_HALF_FN float ld_bits_f32(uint32_t u) {
 /* bfloat16 is the top half of a float32: widening is a shift */
 LD_HALF_FN float ld_bf16_to_f32(uint16_t h) { return ld_bits_f32((uint32_t)h << 16); }
 
+/* branch-free, so that a loop of them vectorises (the CPU kernels' fused
+   bfloat16 stores) */
 LD_HALF_FN uint16_t ld_f32_to_bf16(float f) {
     uint32_t u = ld_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* NaN: keep it quiet */
-    u += 0x7fffu + ((u >> 16) & 1);   /* round half to even on the dropped 16 bits */
-    return (uint16_t)(u >> 16);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;   /* round half to even on the dropped 16 bits */
+    uint32_t nan = (u >> 16) | 0x40u;                      /* NaN: keep it quiet */
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
 
 LD_HALF_FN float ld_f16_to_f32(uint16_t h) {

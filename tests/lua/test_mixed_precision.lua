@@ -428,6 +428,56 @@ local CONV_BF16_DX_REF = {
   },
 }
 
+-- scripts/fixtures/make_loss_scale_fixture.py, conv1d_bf16_dx: Conv1D(5, 3, relu) on 2 sequences 11x3
+-- (causal; strides 2, same; valid), the input gradient of sum(output * up) (row-major)
+local CONV1D_BF16_DX_REF = {
+  causal = {
+    38.5, -58.75, 20.125, 31.75, -5.96875, -4.125, 30.375, -13.0, -56.0, 19.0, 13.25, -100.5, 20.5, 16.5, 12.625,
+    -5.375, 34.25, 23.625, -65.5, 21.625, 37.0, -33.0, -15.6875, 34.0, -20.75, -6.25, 22.625, -12.25, -3.5625,
+    5.125, -4.78125, -1.890625, 1.0, 48.75, 10.6875, -9.6875, 30.5, -2.484375, -42.75, 20.5, 17.875, -99.5, 24.125,
+    -7.40625, -35.5, 22.125, 31.5, -5.75, -13.6875, 36.0, 28.375, -43.0, -3.953125, 35.0, -28.0, -14.5625, 31.25,
+    -18.0, -7.4375, 24.625, -13.75, -4.09375, 5.5625, 10.0, -5.78125, 0.0,
+  },
+  same2 = {
+    5.5, -50.25, 8.875, -1.9140625, 25.0, -1.8671875, -1.109375, -54.75, 17.125, 22.875, -14.3125, -12.0625, 12.0,
+    -14.5, -8.8125, 23.375, 3.015625, -24.5, 12.6875, -9.8125, -10.8125, 15.1875, 4.65625, -27.5, 8.875, -0.7421875,
+    -10.375, 22.5, -7.375, -37.25, 21.375, 1.109375, -19.125, -1.734375, 8.0625, -0.07666015625, 3.40625, -8.0625,
+    -1.5859375, 1.625, 5.5, -5.0625, -10.0625, 15.875, 41.75, -25.125, -2.953125, 19.125, -4.5, -3.140625, 16.125,
+    -11.3125, -14.25, 15.25, -9.8125, -9.75, 15.3125, -2.671875, 0.22265625, 3.109375, -4.78125, -1.890625, 1.0,
+    0.0, 0.0, 0.0,
+  },
+  valid = {
+    4.125, 9.375, 7.4375, -3.328125, -30.375, 18.25, -7.5, -31.625, 12.5, 14.75, -31.875, -6.65625, 23.125, -27.25,
+    -56.0, 27.375, 4.78125, -46.75, 27.125, 8.75, 4.9375, 9.5, 31.625, 21.375, -38.25, 5.09375, 41.25, -27.125,
+    -6.90625, 13.3125, -14.375, -5.6875, 3.0, -33.75, 21.625, 1.328125, -24.375, 11.5, 18.875, 14.5, -40.0, 38.5,
+    8.875, -26.25, -14.75, 26.875, 1.203125, -28.25, 51.25, -50.25, -36.75, 43.5, 30.625, -68.5, 28.375, 21.75,
+    -39.0, 39.5, 6.65625, -47.5, 39.75, 12.8125, -14.1875, -21.75, 12.5625, 0.0,
+  },
+}
+
+-- Keras's input gradients of a convolution class under mixed_bfloat16
+-- (input_grads_bf16 of the fixture script): 5 filters of 3, relu, x of
+-- xshape and the kernel of kshape from pattern(), for each case of ref
+local DX_OPTS = { valid = {}, same2 = { padding = "same", strides = 2 }, causal = { padding = "causal" } }
+local function same_input_grads(cls, xshape, kshape, ref)
+  for name, want in pairs(ref) do
+    local opts = { activation = "relu" }
+    for k, v in pairs(DX_OPTS[name]) do opts[k] = v end
+    local x = pattern(xshape, 37, 101, 7.0)
+    local c = cls(5, 3, opts)
+    local y0 = c(x)
+    c.kernel:assign(pattern(kshape, 53, 97, 9.0))
+    c.bias:assign(pattern({ 5 }, 29, 89, 90.0))
+    local up = pattern(y0.shape, 13, 31, 3.0)
+    local v = tensor.Variable(x)
+    local tape = autograd.GradientTape()
+    local s = tape:record(function() return (c(v):astype("float32") * up):sum() end)
+    local dx = tape:gradient(s, v)
+    T.eq(dx.dtype, "float32")
+    same_as_keras(dx, want, name .. " input gradient")
+  end
+end
+
 local function conv_check()
   with_policy("mixed_bfloat16", function()
     local x = pattern({ 2, 5, 5, 3 }, 37, 101, 25.0)
@@ -446,21 +496,7 @@ local function conv_check()
     -- the input gradient: each input's terms summed in float32 and rounded
     -- once (the lowering rounded the patches' gradient first: a third of
     -- these one bfloat16 step off)
-    for name, opts in pairs { valid = {}, same2 = { padding = "same", strides = 2 } } do
-      opts.activation = "relu"
-      local x7 = pattern({ 2, 7, 6, 3 }, 37, 101, 7.0)
-      local c7 = nn.Conv2D(5, 3, opts)
-      local y0 = c7(x7)
-      c7.kernel:assign(pattern({ 3, 3, 3, 5 }, 53, 97, 9.0))
-      c7.bias:assign(pattern({ 5 }, 29, 89, 90.0))
-      local up = pattern(y0.shape, 13, 31, 3.0)
-      local v = tensor.Variable(x7)
-      local t7 = autograd.GradientTape()
-      local s7 = t7:record(function() return (c7(v):astype("float32") * up):sum() end)
-      local dx = t7:gradient(s7, v)
-      T.eq(dx.dtype, "float32")
-      same_as_keras(dx, CONV_BF16_DX_REF[name], name .. " input gradient")
-    end
+    same_input_grads(nn.Conv2D, { 2, 7, 6, 3 }, { 3, 3, 3, 5 }, CONV_BF16_DX_REF)
   end)
 end
 -- the child of the test below: the lowering a GPU runs (im2col, the half product)
@@ -504,7 +540,7 @@ local CONV1D_BF16_REF = {
   },
 }
 
-T.test("Conv1D under mixed_bfloat16 gives Keras's outputs and kernel gradient bit for bit (causal; strides 2, same)", function()
+T.test("Conv1D under mixed_bfloat16 gives Keras's outputs, kernel and input gradients bit for bit (causal; strides 2, same; valid)", function()
   with_policy("mixed_bfloat16", function()
     local x = pattern({ 2, 9, 3 }, 37, 101, 25.0)
     for name, opts in pairs { causal = { padding = "causal" }, same2 = { padding = "same", strides = 2 } } do
@@ -521,6 +557,9 @@ T.test("Conv1D under mixed_bfloat16 gives Keras's outputs and kernel gradient bi
       same_as_keras(y, CONV1D_BF16_REF[name].y, name .. " output")
       same_as_keras(g, CONV1D_BF16_REF[name].dkernel, name .. " kernel gradient")
     end
+    -- its input gradient: col2im's float32 sums rounded once (11-19 of 66
+    -- values one bfloat16 step off when the patches' gradient was rounded first)
+    same_input_grads(nn.Conv1D, { 2, 11, 3 }, { 3, 3, 5 }, CONV1D_BF16_DX_REF)
   end)
 end)
 
