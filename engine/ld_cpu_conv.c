@@ -58,6 +58,7 @@
 #include "ld_cpu_internal.h"
 #include "ld_executor.h"
 #include "ld_elementwise_math.h"
+#include "ld_gemm_bf16.h"
 #include "ld_half.h"
 
 #include <stdlib.h>
@@ -230,6 +231,59 @@ static tile_fn tile_for(const tile_set *t, const int64_t *po) {
     return t->gen;
 }
 
+/* ---- the bfloat16 product tile (AVX512_BF16, a half Conv2D's forward on
+   processors that have it, as ld_gemm_bf16 for Dense): dst[p][0..16V) =
+   sum over taps t and pairs q of klen of vdpbf16ps(x pair, w pair), each
+   pair two consecutive k of a kernel row (an odd row's last k paired with
+   0); src the bfloat16 image, wp the kernel packed [tap][pair][CH] as
+   uint32 pairs (low half the even k). The sums are float32 as the float32
+   tile's, in the order of the im2col product's pairs where klen is even
+   (the CPU's lowering gives the same bits then). */
+#if VW == 16 && defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
+#include <immintrin.h>
+#define LD_CONV_BF16 1
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#define BTILE(NAME, V, P)                                                                          \
+    BF16_TARGET static void NAME(const uint16_t *src, const int64_t *poff, const int64_t *toff,    \
+                                 int64_t ntap, int64_t klen, const uint32_t *wp, float *const *dst) { \
+        __m512 acc[P][V];                                                                          \
+        int64_t po[P], np2 = klen / 2, kp = (klen + 1) / 2;                                        \
+        for (int p = 0; p < P; p++) po[p] = poff[p];                                               \
+        for (int p = 0; p < P; p++)                                                                \
+            for (int v = 0; v < V; v++) acc[p][v] = _mm512_setzero_ps();                           \
+        for (int64_t t = 0; t < ntap; t++) {                                                       \
+            const uint16_t *xs = src + toff[t];                                                    \
+            const uint32_t *wt = wp + t * kp * CH;                                                 \
+            for (int64_t q = 0; q < kp; q++) {                                                     \
+                __m512bh wv[V];                                                                    \
+                for (int v = 0; v < V; v++) wv[v] = (__m512bh)_mm512_loadu_si512(wt + q * CH + 16 * v); \
+                for (int p = 0; p < P; p++) {                                                      \
+                    uint32_t xp2;                                                                  \
+                    if (q < np2) memcpy(&xp2, xs + po[p] + 2 * q, 4);                              \
+                    else xp2 = xs[po[p] + 2 * q];   /* an odd row's last k, with 0 */              \
+                    __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xp2);                           \
+                    for (int v = 0; v < V; v++) acc[p][v] = _mm512_dpbf16_ps(acc[p][v], xv, wv[v]); \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (int p = 0; p < P; p++)                                                                \
+            for (int v = 0; v < V; v++) _mm512_storeu_ps(dst[p] + 16 * v, acc[p][v]);              \
+    }
+typedef void (*btile_fn)(const uint16_t *, const int64_t *, const int64_t *, int64_t, int64_t, const uint32_t *,
+                         float *const *);
+/* the any-offset shapes of TILES (tile_pick chooses among them) */
+#define BTILES(X) X(btile1, 1, 14) X(btile1_7, 1, 7) X(btile2, 2, 12) X(btile2_8, 2, 8) X(btile2_7, 2, 7) \
+    X(btile3, 3, 8) X(btile4, 4, 6)
+BTILES(BTILE)
+#define BTILE_ROW(NAME, V, P) {V, P, NAME},
+static const struct { int V, P; btile_fn fn; } btile_tab[] = {BTILES(BTILE_ROW)};
+static btile_fn btile_for(int V, int P) {
+    for (size_t i = 0; i < sizeof btile_tab / sizeof btile_tab[0]; i++)
+        if (btile_tab[i].V == V && btile_tab[i].P == P) return btile_tab[i].fn;
+    return NULL;
+}
+#endif
+
 /* ---- the weight-gradient tile: acc[r][0..VW*V) (rows r < KT of dw, in
    memory at dwp) += sum over pixels q < npix of img[pixo[q] + koff[r]] *
    gm[q * gs + 0..VW*V) */
@@ -311,6 +365,42 @@ static int wtile_first(int V) {
     while (i < NWTILES - 1 && wtile_tab[i].V != V) i++;
     return i;
 }
+
+#ifdef LD_CONV_BF16
+/* ---- the bfloat16 weight-gradient tile (AVX512_BF16): acc[r][0..16V) +=
+   sum over pixel pairs of vdpbf16ps((img[pixo[q] + koff[r]],
+   img[pixo[q+1] + koff[r]]), gm2[q/2]), gm2 the output gradient packed
+   [pixel pair][gs] as uint32 pairs (the low half pixel q; an odd last
+   pixel paired with 0). The shapes of WTILES, in its order (wtile_tab's
+   index chooses both). */
+#define BWTILE(NAME, V, KT)                                                                        \
+    BF16_TARGET static void NAME(const uint16_t *img, const int64_t *pixo, int64_t npix,           \
+                                 const int64_t *koff, const uint32_t *gm2, int64_t gs, float *dwp) { \
+        __m512 acc[KT][V];                                                                         \
+        int64_t ko[KT];                                                                            \
+        for (int r = 0; r < KT; r++) ko[r] = koff[r];                                              \
+        for (int r = 0; r < KT; r++)                                                               \
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_loadu_ps(dwp + r * CH + 16 * v);         \
+        for (int64_t q = 0; q < npix; q += 2) {                                                    \
+            const uint16_t *x0 = img + pixo[q], *x1 = q + 1 < npix ? img + pixo[q + 1] : NULL;     \
+            __m512bh gv[V];                                                                        \
+            for (int v = 0; v < V; v++) gv[v] = (__m512bh)_mm512_loadu_si512(gm2 + (q / 2) * gs + 16 * v); \
+            for (int r = 0; r < KT; r++) {                                                         \
+                uint32_t xp2 = (uint32_t)x0[ko[r]] | (x1 ? (uint32_t)x1[ko[r]] << 16 : 0);        \
+                __m512bh xv = (__m512bh)_mm512_set1_epi32((int)xp2);                               \
+                for (int v = 0; v < V; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv, gv[v]);    \
+            }                                                                                      \
+        }                                                                                          \
+        for (int r = 0; r < KT; r++)                                                               \
+            for (int v = 0; v < V; v++) _mm512_storeu_ps(dwp + r * CH + 16 * v, acc[r][v]);        \
+    }
+#define BWTILE_DEF(NAME, V, KT) BWTILE(b##NAME, V, KT)
+WTILES(BWTILE_DEF)
+typedef void (*bwtile_fn)(const uint16_t *, const int64_t *, int64_t, const int64_t *, const uint32_t *, int64_t,
+                          float *);
+#define BWTILE_ROW(NAME, V, KT) b##NAME,
+static const bwtile_fn bwtile_tab[] = {WTILES(BWTILE_ROW)};
+#endif
 
 /* ---- geometry shared by the parts */
 typedef struct {
@@ -400,6 +490,7 @@ static void images_of(int64_t n, int part, int np, int64_t *lo, int64_t *hi) {
 typedef struct {
     const geom *G; void *y; int32_t *arg; const void *x; const float *wpk, *bpk; int relu; int failed;
     const float *b;   /* a half Conv2D's bias, added by half_epilogue (bpk is zero then) */
+    const uint32_t *wpb;   /* bfloat16 on AVX512_BF16: the kernel packed in pairs (pack_w_bf16); else NULL */
 } fwd_job;
 
 /* v[0..n) rounded to the half dtype dt, in place (bfloat16 in vectors,
@@ -485,6 +576,35 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
         }
 }
 
+#ifdef LD_CONV_BF16
+/* w [kh][kw*c = klen][f] (bfloat16) packed as [chunk][tap][pair][CH] uint32
+   pairs of consecutive k of a kernel row, the low half the even one, zero
+   beyond f and in an odd row's last pair */
+static void pack_w_bf16(uint32_t *wpb, const uint16_t *w, int64_t ntap, int64_t klen, int64_t f) {
+    int64_t nch = nchunks(f), kp = (klen + 1) / 2;
+    memset(wpb, 0, sizeof(uint32_t) * (size_t)(nch * ntap * kp * CH));
+    for (int64_t ch = 0; ch < nch; ch++)
+        for (int64_t t = 0; t < ntap; t++)
+            for (int64_t k = 0; k < klen; k++)
+                for (int64_t j = 0; j < CH && ch * CH + j < f; j++) {
+                    uint32_t *d = wpb + ((ch * ntap + t) * kp + k / 2) * CH + j;
+                    *d |= (uint32_t)w[(t * klen + k) * f + ch * CH + j] << (k & 1 ? 16 : 0);
+                }
+}
+
+#endif
+
+/* image b as bfloat16 windows read it: in place, or copied into the
+   interior of the padded xp16 (its border zeroed once by the part) */
+static const uint16_t *image_bf16(const geom *G, const uint16_t *x, int64_t b, uint16_t *xp16) {
+    const ld_conv_geom *g = &G->g;
+    const uint16_t *xi = x + b * g->h * g->w * g->c;
+    if (!G->pad) return xi;
+    for (int64_t r = 0; r < g->h; r++)
+        memcpy(xp16 + ((r + g->ph) * G->wp + g->pw) * g->c, xi + r * g->w * g->c, 2 * (size_t)(g->w * g->c));
+    return xp16;
+}
+
 static void fwd_part(void *ctx, int part, int np) {
     fwd_job *J = ctx;
     const geom *G = J->G;
@@ -494,16 +614,20 @@ static void fwd_part(void *ctx, int part, int np) {
     if (lo >= hi) return;
     int pool = g->pkh > 0, half = g->half;
     int64_t pn = pool ? g->poh * g->pow * g->f : 0;
-    float *xp = image_buffered(G) ? pad_buffer(G) : NULL, *out = falloc(PMAX * CH);
+    /* the image's buffer: float32 (padded, or widened from half), or the
+       pair tiles' bfloat16 image where it is padded */
+    int pairs = J->wpb != NULL, buffered = pairs ? G->pad : image_buffered(G);
+    void *xp = !buffered ? NULL : pairs ? calloc((size_t)(G->hp * G->wp * g->c), 2) : (void *)pad_buffer(G);
+    float *out = falloc(PMAX * CH);
     /* one image's conv output, pooled from cache or rounded into a half y; its pooling, for a half y */
     float *cb = pool || half ? falloc(G->op * g->f) : NULL, *pbuf = pool && half ? falloc(pn) : NULL;
-    if ((image_buffered(G) && !xp) || !out || ((pool || half) && !cb) || (pool && half && !pbuf)) {
+    if ((buffered && !xp) || !out || ((pool || half) && !cb) || (pool && half && !pbuf)) {
         J->failed = 1; free(xp); free(out); free(cb); free(pbuf); return;
     }
     int64_t nch = nchunks(g->f), po[PMAX];
     float *dst[PMAX];
     for (int64_t b = lo; b < hi; b++) {
-        const float *img = image(G, J->x, b, xp);
+        const void *img = pairs ? (const void *)image_bf16(G, J->x, b, xp) : (const void *)image(G, J->x, b, xp);
         float *yb = pool || half ? cb : (float *)J->y + b * G->op * g->f;
         for (int64_t ch = 0; ch < nch; ch++) {
             int64_t f0 = ch * CH, nf = g->f - f0 < CH ? g->f - f0 : CH;
@@ -517,6 +641,12 @@ static void fwd_part(void *ctx, int part, int np) {
                 else for (int p = 0; p < P; p++) po[p] = G->pixo[pb + (p < np_ ? p : np_ - 1)];
                 if (direct) for (int p = 0; p < P; p++) dst[p] = yb + (pb + p) * g->f + f0;
                 else for (int p = 0; p < P; p++) dst[p] = out + p * CH;
+#ifdef LD_CONV_BF16
+                if (pairs)
+                    btile_for(V, P)(img, po, G->roff, g->kh, g->kw * g->c, J->wpb + ch * g->kh * ((g->kw * g->c + 1) / 2) * CH,
+                                    dst);
+                else
+#endif
                 tile_for(&ts, po)(img, po, G->roff, g->kh, g->kw * g->c, J->wpk + ch * G->k * CH, J->bpk + ch * CH, dst, 0,
                          direct && J->relu && !g->half);
                 if (direct) continue;
@@ -566,15 +696,24 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, void *y, int32_t *arg,
         ld_cpu_half_to_f32(ww, w, (ld_dtype)g.half, G.k * g.f);
         if (b) ld_cpu_half_to_f32(bw, b, (ld_dtype)g.half, g.f);
     }
-    pack_w(wpk, g.half ? ww : (const float *)w, G.k, g.f);
+    uint32_t *wpb = NULL;
+#ifdef LD_CONV_BF16
+    /* bfloat16 on AVX512_BF16 (LDIST_NO_AVX512_BF16=1: the float32 tiles): the pair tiles */
+    if (g.half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
+        int64_t klen = g.kw * g.c;
+        wpb = malloc(sizeof(uint32_t) * (size_t)(nch * g.kh * ((klen + 1) / 2) * CH));
+        if (wpb) pack_w_bf16(wpb, w, g.kh, klen, g.f);   /* else the float32 tiles */
+    }
+#endif
+    if (!wpb) pack_w(wpk, g.half ? ww : (const float *)w, G.k, g.f);
     memset(bpk, 0, sizeof(float) * (size_t)(nch * CH));
     if (b && !g.half) memcpy(bpk, b, sizeof(float) * (size_t)g.f);
-    fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0, bw};
+    fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0, bw, wpb};
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) fwd_part(&J, 0, 1);
     else ld_cpu_parallel(fwd_part, &J, 64);
     if (J.failed) ld_device_fault(d, LD_ENOMEM, "conv2d: out of memory");
-    free(wpk); free(bpk); free(ww); free(bw); free(G.toff);
+    free(wpk); free(bpk); free(ww); free(bw); free(wpb); free(G.toff);
 }
 
 /* ================================================================ backward */
@@ -582,6 +721,8 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, void *y, int32_t *arg,
 typedef struct {
     const geom *G; void *dx; int want_dw; const void *dy, *y, *x; const float *wt; const int32_t *arg; int relu;
     int gather; const float *wg;   /* dx gathered (stride 1, see gather_ok), its flipped kernel */
+    const uint32_t *wgb;           /* bfloat16 on AVX512_BF16: that kernel in pairs for the pair tiles; else NULL */
+    int pairs;                     /* dw by the pair tiles (bfloat16 on AVX512_BF16) */
     int want_db;
     float *dwp[MAX_PARTS], *dbp[MAX_PARTS]; int failed;
 } bwd_job;
@@ -640,9 +781,20 @@ static void gm_image(float *gm, float *db, const bwd_job *J, int64_t b, const fl
                 for (int64_t j = 0; j < nf; j++) {
                     float v = J->relu && !(yb[e0 + j] > 0) ? 0 : dyb[e0 + j];
                     gc[(int64_t)ab[e0 + j] * gs + j] += v;   /* += : overlapping windows */
-                    dbc[j] += v;
+                    if (!g->half) dbc[j] += v;
                 }
             }
+        if (g->half) {
+            /* a half Conv2D's output gradient is in its dtype: where windows
+               overlap, the pooling's gradient rounded once (as MaxPool2D's),
+               and db the sum of those, pixel by pixel (as the Conv2D's) */
+            round_half(gm, nfch * op * gs, g->half);
+            for (int64_t ch = 0; ch < nfch; ch++) {
+                int64_t f0 = ch * CH, nf = f - f0 < CH ? f - f0 : CH;
+                for (int64_t q = 0; q < op; q++)
+                    for (int64_t j = 0; j < nf; j++) db[f0 + j] += gm[(ch * op + q) * gs + j];
+            }
+        }
         return;
     }
     for (int64_t ch = 0; ch < nfch; ch++) {
@@ -674,16 +826,20 @@ static int gather_ok(const ld_conv_geom *g) {
 }
 
 /* dx of image b (dxb, float32) by gathering (gather_ok): gm copied into the
-   interior of gmp, whose border stays zero from the part's start */
-static void dx_gather(const bwd_job *J, float *dxb, const float *gm, float *gmp, const int64_t *dpo, float *out,
+   interior of gmp, whose border stays zero from the part's start (bfloat16
+   for the pair tiles, J->wgb: exact, gm is dy's values or 0) */
+static void dx_gather(const bwd_job *J, float *dxb, const float *gm, void *gmp, const int64_t *dpo, float *out,
                       const float *zeros) {
     const geom *G = J->G;
     const ld_conv_geom *g = &G->g;
     int64_t gs = gm_stride(g->f), gw = g->w + g->kw - 1, top = g->kh - 1 - g->ph, left = g->kw - 1 - g->pw;
     int64_t hw = g->h * g->w, ncch = nchunks(g->c), po[PMAX], roff[PMAX];
     float *dst[PMAX];
-    for (int64_t i = 0; i < g->oh; i++)
-        memcpy(gmp + ((i + top) * gw + left) * gs, gm + i * g->ow * gs, sizeof(float) * (size_t)(g->ow * gs));
+    for (int64_t i = 0; i < g->oh; i++) {
+        int64_t at = ((i + top) * gw + left) * gs;
+        if (J->wgb) ld_cpu_f32_to_half((uint16_t *)gmp + at, gm + i * g->ow * gs, LD_BF16, g->ow * gs);
+        else memcpy((float *)gmp + at, gm + i * g->ow * gs, sizeof(float) * (size_t)(g->ow * gs));
+    }
     for (int64_t ki = 0; ki < g->kh; ki++) roff[ki] = ki * gw * gs;
     for (int64_t cc = 0; cc < ncch; cc++) {
         int64_t c0 = cc * CH, nc = g->c - c0 < CH ? g->c - c0 : CH;
@@ -697,11 +853,40 @@ static void dx_gather(const bwd_job *J, float *dxb, const float *gm, float *gmp,
                 po[p] = dpo[pb + (p < np_ ? p : np_ - 1)];
                 dst[p] = direct ? dxb + (pb + p) * g->c + c0 : out + p * CH;
             }
+#ifdef LD_CONV_BF16
+            if (J->wgb)
+                btile_for(V, P)(gmp, po, roff, g->kh, g->kw * gs, J->wgb + cc * g->kh * ((g->kw * gs + 1) / 2) * CH, dst);
+            else
+#endif
             tile_for(&ts, po)(gmp, po, roff, g->kh, g->kw * gs, wc, zeros, dst, 0, 0);
             if (direct) continue;
             for (int64_t p = 0; p < np_; p++) memcpy(dxb + (pb + p) * g->c + c0, out + p * CH, sizeof(float) * (size_t)nc);
         }
     }
+}
+
+/* dw rows of koff's offsets by weight tile w (wtile_tab's index): the
+   float32 tile on img and gc, or for J->pairs the pair tile on the
+   bfloat16 image and the packed gradient (bwtile_tab) */
+static void wtile_call(const bwd_job *J, int w, const void *img, const int64_t *koff, const void *gc, int64_t gs,
+                       float *dwr) {
+#ifdef LD_CONV_BF16
+    if (J->pairs) { bwtile_tab[w](img, J->G->pixo, J->G->op, koff, gc, gs, dwr); return; }
+#endif
+    wtile_tab[w].fn(img, J->G->pixo, J->G->op, koff, gc, gs, dwr);
+}
+
+/* gm (float32 [chunk][op][gs], bfloat16 values) packed as pixel pairs into
+   gm2 [chunk][(op + 1) / 2][gs] for the pair tiles: exact */
+static void pack_gm_pairs(uint32_t *gm2, const float *gm, int64_t nfch, int64_t op, int64_t gs) {
+    int64_t npp = (op + 1) / 2;
+    for (int64_t ch = 0; ch < nfch; ch++)
+        for (int64_t qq = 0; qq < npp; qq++) {
+            const float *r0 = gm + (ch * op + 2 * qq) * gs, *r1 = 2 * qq + 1 < op ? r0 + gs : NULL;
+            uint32_t *d = gm2 + (ch * npp + qq) * gs;
+            for (int64_t j = 0; j < gs; j++)
+                d[j] = (uint32_t)ld_f32_to_bf16(r0[j]) | (r1 ? (uint32_t)ld_f32_to_bf16(r1[j]) << 16 : 0);
+        }
 }
 
 static void bwd_part(void *ctx, int part, int np) {
@@ -716,7 +901,11 @@ static void bwd_part(void *ctx, int part, int np) {
     int half = g->half;
     int64_t on = (g->pkh > 0 ? g->poh * g->pow : op) * g->f;   /* an image's dy and y */
     float *gmb = falloc(nfch * op * gs), *out = falloc(PMAX * CH);
-    float *xp = J->want_dw && image_buffered(G) ? pad_buffer(G) : NULL, *dxp = J->dx && G->pad ? falloc(img_n) : NULL;
+    /* dw's image: float32 (padded, or widened), or bfloat16 for the pair tiles (padded), and its packed gm */
+    int xbuf = J->want_dw && (J->pairs ? G->pad : image_buffered(G));
+    void *xp = !xbuf ? NULL : J->pairs ? calloc((size_t)img_n, 2) : (void *)pad_buffer(G);
+    uint32_t *gm2 = J->pairs ? malloc(sizeof(uint32_t) * (size_t)(nfch * ((op + 1) / 2) * gs)) : NULL;
+    float *dxp = J->dx && G->pad ? falloc(img_n) : NULL;
     /* half: an image's dy, y and dx in float32 */
     float *dyw = half ? falloc(on) : NULL, *yw = half && J->relu ? falloc(on) : NULL;
     float *dxs = half && J->dx ? falloc(hwc) : NULL;
@@ -725,18 +914,18 @@ static void bwd_part(void *ctx, int part, int np) {
     int64_t po[PMAX], *fo = malloc(sizeof(int64_t) * (size_t)nfch);
     float *dst[PMAX];
     int64_t gmp_n = J->gather ? (g->h + g->kh - 1) * (g->w + g->kw - 1) * gs : 0;
-    float *gmp = J->gather ? falloc(gmp_n) : NULL;
+    void *gmp = !J->gather ? NULL : J->wgb ? calloc((size_t)gmp_n, 2) : (void *)falloc(gmp_n);
     int64_t *dpo = J->gather ? malloc(sizeof(int64_t) * (size_t)(g->h * g->w + 1)) : NULL;
-    if (!fo || !gmb || !out || !db || !zeros || (J->want_dw && (!dw || (image_buffered(G) && !xp))) ||
+    if (!fo || !gmb || !out || !db || !zeros || (J->want_dw && (!dw || (xbuf && !xp))) || (J->pairs && !gm2) ||
         (J->dx && !J->gather && G->pad && !dxp) || (J->gather && (!gmp || !dpo)) ||
         (half && (!dyw || (J->relu && !yw) || (J->dx && !dxs)))) {
         J->failed = 1;
         free(gmb); free(out); free(xp); free(dxp); free(dw); free(db); free(zeros); free(fo); free(gmp); free(dpo);
-        free(dyw); free(yw); free(dxs);
+        free(dyw); free(yw); free(dxs); free(gm2);
         return;
     }
     if (J->gather) {   /* gmp's border stays zero; dpo: each dx pixel's window in gmp */
-        memset(gmp, 0, sizeof(float) * (size_t)gmp_n);
+        memset(gmp, 0, (J->wgb ? 2 : sizeof(float)) * (size_t)gmp_n);
         for (int64_t i = 0; i < g->h; i++)
             for (int64_t j = 0; j < g->w; j++) dpo[i * g->w + j] = (i * (g->w + g->kw - 1) + j) * gs;
     }
@@ -762,14 +951,16 @@ static void bwd_part(void *ctx, int part, int np) {
             for (int64_t q = 0; q < op; q++)
                 for (int64_t j = 0; j < g->f; j++) db[j] += gm[q * gs + j];
         if (dw) {   /* dw[r][f] += sum_q img[pixo[q] + koff[r]] * gm[q][f] */
-            const float *img = image(G, J->x, b, xp);
+            const void *img = J->pairs ? (const void *)image_bf16(G, J->x, b, xp) : (const void *)image(G, J->x, b, xp);
+            if (J->pairs) pack_gm_pairs(gm2, gm, nfch, op, gs);
             for (int64_t ch = 0; ch < nfch; ch++) {
                 int64_t nf = g->f - ch * CH < CH ? g->f - ch * CH : CH;
                 int V = vecs(nf), w0 = wtile_first(V), KT = wtile_tab[w0].KT;
-                const float *gc = gm + ch * op * gs;
+                const void *gc = J->pairs ? (const void *)(gm2 + ch * ((op + 1) / 2) * gs) : (const void *)(gm + ch * op * gs);
                 /* channels in whole runs of RUN1 (V = 1) or RUN2 (V = 2): a
-                   run never straddles two taps, so the run tiles cover k */
-                int run = V == 1 && g->c % RUN1 == 0 ? RUN1 : V == 2 && g->c % RUN2 == 0 ? RUN2 : 0;
+                   run never straddles two taps, so the run tiles cover k
+                   (float32: the pair tiles take the general shapes) */
+                int run = J->pairs ? 0 : V == 1 && g->c % RUN1 == 0 ? RUN1 : V == 2 && g->c % RUN2 == 0 ? RUN2 : 0;
                 if (run) {
                     wtile_fn wf = V == 1 ? wtile1_run : wtile2_run;
                     for (int64_t r0 = 0; r0 < k; r0 += run)
@@ -779,18 +970,18 @@ static void bwd_part(void *ctx, int part, int np) {
                 for (int64_t r0 = 0; r0 < k; r0 += KT) {
                     float *dwr = dw + (ch * k + r0) * CH;
                     int64_t nr = k - r0;
-                    if (nr >= KT) { wtile_tab[w0].fn(img, G->pixo, op, G->koff + r0, gc, gs, dwr); continue; }
+                    if (nr >= KT) { wtile_call(J, w0, img, G->koff + r0, gc, gs, dwr); continue; }
                     int w = w0;   /* the smallest tile that holds the last nr rows */
                     while (w + 1 < NWTILES && wtile_tab[w + 1].V == V && wtile_tab[w + 1].KT >= nr) w++;
                     int kt = wtile_tab[w].KT;
-                    if (kt == nr) { wtile_tab[w].fn(img, G->pixo, op, G->koff + r0, gc, gs, dwr); break; }
+                    if (kt == nr) { wtile_call(J, w, img, G->koff + r0, gc, gs, dwr); break; }
                     /* through a larger tile whose extra rows are discarded */
                     float tmp[PMAX * CH];
                     int64_t ko[PMAX];
                     memset(tmp, 0, sizeof tmp);
                     memcpy(tmp, dwr, sizeof(float) * (size_t)(nr * CH));
                     for (int r = 0; r < kt; r++) ko[r] = G->koff[r0 + (r < nr ? r : nr - 1)];
-                    wtile_tab[w].fn(img, G->pixo, op, ko, gc, gs, tmp);
+                    wtile_call(J, w, img, ko, gc, gs, tmp);
                     memcpy(dwr, tmp, sizeof(float) * (size_t)(nr * CH));
                     break;
                 }
@@ -836,7 +1027,7 @@ static void bwd_part(void *ctx, int part, int np) {
     J->dwp[part] = dw;
     J->dbp[part] = db;
     free(gmb); free(out); free(xp); free(dxp); free(zeros); free(fo); free(gmp); free(dpo);
-    free(dyw); free(yw); free(dxs);
+    free(dyw); free(yw); free(dxs); free(gm2);
 }
 
 LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, void *dw_out, void *db_out,
@@ -856,6 +1047,7 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
     }
     /* half: w widened; dw and db summed in float32, rounded once at the end */
     float *wf = half ? falloc(G.k * g.f) : NULL, *wt = NULL;
+    uint32_t *wgb = NULL;
     float *dw = half ? (dw_out ? falloc(G.k * g.f) : NULL) : dw_out;
     float *db = half ? (db_out ? falloc(g.f) : NULL) : db_out;
     bwd_job *J = calloc(1, sizeof *J);
@@ -877,6 +1069,24 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
                 for (int64_t f = 0; f < g.f; f++)
                     wt[(((q / CH) * G.ntap + tf) * gs + f) * CH + q % CH] = w[(t * g.c + q) * g.f + f];
         }
+#ifdef LD_CONV_BF16
+        /* bfloat16 on AVX512_BF16: the same kernel in pairs along each of its
+           rows of kw * gs (even: gs is whole vectors), for the pair tiles */
+        if (half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
+            int64_t kp = g.kw * gs / 2;
+            wgb = calloc((size_t)(ncch * g.kh * kp * CH), sizeof(uint32_t));
+            const uint16_t *wh = w_in;
+            for (int64_t t = 0; wgb && t < G.ntap; t++) {
+                int64_t tf = G.ntap - 1 - t, ki = tf / g.kw, kj = tf % g.kw;
+                for (int64_t q = 0; q < g.c; q++)
+                    for (int64_t f = 0; f < g.f; f++) {
+                        int64_t kk = kj * gs + f;
+                        wgb[(((q / CH) * g.kh + ki) * kp + kk / 2) * CH + q % CH] |=
+                            (uint32_t)wh[(t * g.c + q) * g.f + f] << (kk & 1 ? 16 : 0);
+                    }
+            }   /* out of memory: the float32 tiles */
+        }
+#endif
     } else if (dx) {
         wt = falloc(ncch * G.ntap * fp * CH);
         if (!wt) { failed = 1; goto done; }
@@ -888,7 +1098,10 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
     }
     J->G = &G; J->dx = dx; J->want_dw = dw != NULL; J->want_db = db != NULL;
     J->dy = dy; J->y = relu ? y : NULL; J->x = x; J->wt = wt; J->arg = arg; J->relu = relu && y;
-    J->gather = gather; J->wg = wt;
+    J->gather = gather; J->wg = wt; J->wgb = wgb;
+#ifdef LD_CONV_BF16
+    J->pairs = dw && half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16");
+#endif
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) bwd_part(J, 0, 1);
     else ld_cpu_parallel(bwd_part, J, MAX_PARTS);
@@ -907,7 +1120,7 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
 done:
     if (failed) ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory");
     if (half) { free(dw); free(db); }
-    free(J); free(wf); free(wt); free(G.toff);
+    free(J); free(wf); free(wt); free(wgb); free(G.toff);
 }
 
 #ifdef LD_CONV_DISPATCH

@@ -43,16 +43,20 @@ end
 -- the pooling of half values is exact): the output, input and kernel
 -- gradients bit for bit; the bias gradient (float32 sums in another order,
 -- rounded once) within one unit in the last place of the half dtype.
-local function conv_pool_pair(policy)
+-- overlap: pools of 3 at stride 1, whose windows share pixels (the
+-- gradients of a pixel that is the maximum of several are summed, and
+-- rounded once to the half dtype, as MaxPool2D's gradient is)
+local function conv_pool_pair(policy, overlap)
   local out = {}
   with_policy(policy, function()
     tensor.seed(7)   -- random values: windows whose maxima tie once rounded
     local x = tensor.normal(6, 17, 18, 5)
-    local conv, pool = nn.Conv2D(18, 3, { activation = "relu" }), nn.MaxPool2D(2)
+    local conv = nn.Conv2D(18, 3, { activation = "relu" })
+    local pool = overlap and nn.MaxPool2D(3, { strides = 1 }) or nn.MaxPool2D(2)
     local model = nn.Sequential { conv, pool }
-    model(x)
+    local y0 = model(x)
     conv.bias:assign(tensor.normal(18) * 0.3)
-    local up = tensor.normal(6, 7, 8, 18)
+    local up = tensor.normal(table.unpack(y0.shape))
     for _, fused in ipairs { true, false } do
       local v = tensor.Variable(x)
       local tape = autograd.GradientTape()
@@ -116,6 +120,7 @@ if arg[1] == "conv_values" then
       end
     end)
   end
+  print("bf16_path " .. ldist.config.cpu_split().bf16_gemm)
   os.exit(0)
 end
 
@@ -644,38 +649,83 @@ for _, c in ipairs {
   end)
 end
 
-T.test("the direct convolution under a half policy gives the lowering's numbers: outputs, dx, kernel and bias gradients, with infs, NaNs and subnormals", function()
+-- conv_values from a child (env: its environment): its rows {key, values}
+-- and the bfloat16 product path it took
+local function conv_values(env)
   local bin = os.getenv("LDIST_BIN") or "./ldist"
-  local function run(env)
-    local p = io.popen(("%s %s %s conv_values 2>&1"):format(env, bin, arg[0]))
-    local out = p:read("a")
-    T.ok(p:close(), out)
-    local rows = {}
-    for line in out:gmatch("[^\n]+") do
-      local key, vals = line:match("^(mixed_%S+ %S+ %S+) (.*)$")
-      if key then rows[#rows + 1] = { key, vals } end
+  local p = io.popen(("%s %s %s conv_values 2>&1"):format(env, bin, arg[0]))
+  local out = p:read("a")
+  T.ok(p:close(), out)
+  local rows = {}
+  for line in out:gmatch("[^\n]+") do
+    local key, vals = line:match("^(mixed_%S+ %S+ %S+) (.*)$")
+    if key then rows[#rows + 1] = { key, vals } end
+  end
+  T.eq(#rows, 22, "every output and gradient printed")
+  return rows, out:match("\nbf16_path (%S+)")
+end
+
+-- on AVX512_BF16 (this machine's EPYC) both paths take bfloat16 pairs
+-- (vdpbf16ps: the direct kernels' pair tiles, the lowering's ld_gemm_bf16);
+-- with LDIST_NO_AVX512_BF16=1 both the float32 tiles and sgemm
+for _, env in ipairs { "", "LDIST_NO_AVX512_BF16=1" } do
+  T.test(("the direct convolution under a half policy gives the lowering's numbers%s: outputs, dx, kernel and bias gradients, with infs, NaNs and subnormals")
+    :format(env ~= "" and " (" .. env .. ")" or ""), function()
+    local direct, lowered = conv_values(env), conv_values(env .. " LDIST_CONV_REFERENCE=1")
+    T.eq(#lowered, #direct, "by both paths")
+    local specials = 0
+    for i, r in ipairs(direct) do
+      local l = lowered[i] or {}
+      T.eq(r[1], l[1], "the same quantity")
+      T.ok(r[2] == l[2], r[1] .. ": the direct kernel and the lowering differ")
+      if r[2]:find("nan", 1, true) or r[2]:find("inf", 1, true) then specials = specials + 1 end
     end
-    return rows
+    T.ok(specials >= 8, "the values reach infs and NaNs: " .. specials)
+  end)
+end
+
+T.test("a bfloat16 Conv2D takes vdpbf16ps's pairs on AVX512_BF16 (forward, dx, dw), float32 tiles with LDIST_NO_AVX512_BF16=1: the two within one bfloat16 step", function()
+  local pairs_rows, pairs_path = conv_values("")
+  local plain_rows, plain_path = conv_values("LDIST_NO_AVX512_BF16=1")
+  local f = io.open("/proc/cpuinfo")
+  local has = f and f:read("a"):find("avx512_bf16", 1, true) ~= nil
+  if f then f:close() end
+  T.eq(pairs_path, has and "avx512_bf16" or "float32", "the path chosen on this processor")
+  T.eq(plain_path, "float32", "with LDIST_NO_AVX512_BF16=1")
+  local compared, differ = 0, 0
+  for i, r in ipairs(pairs_rows) do
+    if r[1]:find("^mixed_bfloat16") then
+      local a, b = {}, {}
+      for v in r[2]:gmatch("%S+") do a[#a + 1] = v end
+      for v in plain_rows[i][2]:gmatch("%S+") do b[#b + 1] = v end
+      T.eq(#a, #b, r[1])
+      for j = 1, #a do
+        local x, y = tonumber(a[j]), tonumber(b[j])
+        if not x or not y or x ~= x or y ~= y or math.abs(x) == math.huge or math.abs(y) == math.huge then
+          T.eq(a[j], b[j], r[1] .. (" [%d]: the same special value"):format(j))
+        else
+          T.ok(math.abs(x - y) <= 2 ^ -7 * math.max(math.abs(x), math.abs(y)),
+            ("%s [%d]: %s and %s more than one bfloat16 step apart"):format(r[1], j, a[j], b[j]))
+          compared = compared + 1
+          if x ~= y then differ = differ + 1 end
+        end
+      end
+    end
   end
-  local direct, lowered = run(""), run("LDIST_CONV_REFERENCE=1")
-  T.eq(#direct, 22, "every output and gradient printed")
-  T.eq(#lowered, #direct, "by both paths")
-  local specials = 0
-  for i, r in ipairs(direct) do
-    local l = lowered[i] or {}
-    T.eq(r[1], l[1], "the same quantity")
-    T.ok(r[2] == l[2], r[1] .. ": the direct kernel and the lowering differ")
-    if r[2]:find("nan", 1, true) or r[2]:find("inf", 1, true) then specials = specials + 1 end
-  end
-  T.ok(specials >= 8, "the values reach infs and NaNs: " .. specials)
+  T.ok(compared > 3000, "values compared: " .. compared)
+  io.write(("# %d of %d values differ between the paths (the sums' order)\n"):format(differ, compared))
 end)
 
-for _, c in ipairs { { "mixed_bfloat16", "bfloat16", 2 ^ -8 }, { "mixed_float16", "float16", 2 ^ -11 } } do
-  T.test(("Conv2D + MaxPool2D under %s: the fused pair gives the two layers' output and gradients"):format(c[1]), function()
-    local r = conv_pool_pair(c[1])
+for _, c in ipairs {
+  { "mixed_bfloat16", "bfloat16", 2 ^ -8 }, { "mixed_float16", "float16", 2 ^ -11 },
+  { "mixed_bfloat16", "bfloat16", 2 ^ -8, true }, { "mixed_float16", "float16", 2 ^ -11, true },
+} do
+  T.test(("Conv2D + MaxPool2D%s under %s: the fused pair gives the two layers' output and gradients")
+    :format(c[4] and " (pools of 3 at stride 1, overlapping)" or "", c[1]), function()
+    local r = conv_pool_pair(c[1], c[4])
     local f, l = r.fused, r.layers
     T.eq(f.y.dtype, c[2]); T.eq(l.y.dtype, c[2])
-    T.eq(table.concat(f.y.shape, "x"), "6x7x8x18")
+    T.eq(table.concat(f.y.shape, "x"), c[4] and "6x13x14x18" or "6x7x8x18")
     T.ok(f.y:astype("float32"):max():item() > 0, "some outputs above zero")
     same_as_keras(f.y, l.y:astype("float32"):reshape(-1):totable(), "output", "two layers")
     same_as_keras(f.dx, l.dx:reshape(-1):totable(), "input gradient", "two layers")
