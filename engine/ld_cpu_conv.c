@@ -233,10 +233,10 @@ static tile_fn tile_for(const tile_set *t, const int64_t *po) {
 
 /* ---- the bfloat16 product tile (AVX512_BF16, a half Conv2D's forward on
    processors that have it, as ld_gemm_bf16 for Dense): dst[p][0..16V) =
-   sum over taps t and pairs q of klen of vdpbf16ps(x pair, w pair), each
-   pair two consecutive k of a kernel row (an odd row's last k paired with
-   0); src the bfloat16 image, wp the kernel packed [tap][pair][CH] as
-   uint32 pairs (low half the even k). The sums are float32 as the float32
+   (dst[p] itself when add, else 0) + sum over taps t and pairs q of klen of
+   vdpbf16ps(x pair, w pair), each pair two consecutive k of a kernel row
+   (an odd row's last k paired with 0); src the bfloat16 image, wp the
+   kernel packed [tap][pair][CH] as uint32 pairs (low half the even k). The sums are float32 as the float32
    tile's, in the order of the im2col product's pairs where klen is even
    (the CPU's lowering gives the same bits then). */
 #if VW == 16 && defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
@@ -245,12 +245,12 @@ static tile_fn tile_for(const tile_set *t, const int64_t *po) {
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 #define BTILE(NAME, V, P)                                                                          \
     BF16_TARGET static void NAME(const uint16_t *src, const int64_t *poff, const int64_t *toff,    \
-                                 int64_t ntap, int64_t klen, const uint32_t *wp, float *const *dst) { \
+                                 int64_t ntap, int64_t klen, const uint32_t *wp, float *const *dst, int add) { \
         __m512 acc[P][V];                                                                          \
         int64_t po[P], np2 = klen / 2, kp = (klen + 1) / 2;                                        \
         for (int p = 0; p < P; p++) po[p] = poff[p];                                               \
         for (int p = 0; p < P; p++)                                                                \
-            for (int v = 0; v < V; v++) acc[p][v] = _mm512_setzero_ps();                           \
+            for (int v = 0; v < V; v++) acc[p][v] = add ? _mm512_loadu_ps(dst[p] + 16 * v) : _mm512_setzero_ps(); \
         for (int64_t t = 0; t < ntap; t++) {                                                       \
             const uint16_t *xs = src + toff[t];                                                    \
             const uint32_t *wt = wp + t * kp * CH;                                                 \
@@ -270,7 +270,7 @@ static tile_fn tile_for(const tile_set *t, const int64_t *po) {
             for (int v = 0; v < V; v++) _mm512_storeu_ps(dst[p] + 16 * v, acc[p][v]);              \
     }
 typedef void (*btile_fn)(const uint16_t *, const int64_t *, const int64_t *, int64_t, int64_t, const uint32_t *,
-                         float *const *);
+                         float *const *, int);
 /* the any-offset shapes of TILES (tile_pick chooses among them) */
 #define BTILES(X) X(btile1, 1, 14) X(btile1_7, 1, 7) X(btile2, 2, 12) X(btile2_8, 2, 8) X(btile2_7, 2, 7) \
     X(btile3, 3, 8) X(btile4, 4, 6)
@@ -644,7 +644,7 @@ static void fwd_part(void *ctx, int part, int np) {
 #ifdef LD_CONV_BF16
                 if (pairs)
                     btile_for(V, P)(img, po, G->roff, g->kh, g->kw * g->c, J->wpb + ch * g->kh * ((g->kw * g->c + 1) / 2) * CH,
-                                    dst);
+                                    dst, 0);
                 else
 #endif
                 tile_for(&ts, po)(img, po, G->roff, g->kh, g->kw * g->c, J->wpk + ch * G->k * CH, J->bpk + ch * CH, dst, 0,
@@ -723,6 +723,7 @@ typedef struct {
     int gather; const float *wg;   /* dx gathered (stride 1, see gather_ok), its flipped kernel */
     const uint32_t *wgb;           /* bfloat16 on AVX512_BF16: that kernel in pairs for the pair tiles; else NULL */
     int pairs;                     /* dw by the pair tiles (bfloat16 on AVX512_BF16) */
+    const uint32_t *wtb;           /* scattered dx by the pair tiles: w^T in pairs along f; else NULL */
     int want_db;
     float *dwp[MAX_PARTS], *dbp[MAX_PARTS]; int failed;
 } bwd_job;
@@ -855,7 +856,7 @@ static void dx_gather(const bwd_job *J, float *dxb, const float *gm, void *gmp, 
             }
 #ifdef LD_CONV_BF16
             if (J->wgb)
-                btile_for(V, P)(gmp, po, roff, g->kh, g->kw * gs, J->wgb + cc * g->kh * ((g->kw * gs + 1) / 2) * CH, dst);
+                btile_for(V, P)(gmp, po, roff, g->kh, g->kw * gs, J->wgb + cc * g->kh * ((g->kw * gs + 1) / 2) * CH, dst, 0);
             else
 #endif
             tile_for(&ts, po)(gmp, po, roff, g->kh, g->kw * gs, wc, zeros, dst, 0, 0);
@@ -909,6 +910,7 @@ static void bwd_part(void *ctx, int part, int np) {
     /* half: an image's dy, y and dx in float32 */
     float *dyw = half ? falloc(on) : NULL, *yw = half && J->relu ? falloc(on) : NULL;
     float *dxs = half && J->dx ? falloc(hwc) : NULL;
+    uint16_t *gm16 = J->wtb ? malloc(2 * (size_t)(nfch * op * gs)) : NULL;   /* scattered dx's pairs: gm in bfloat16 */
     float *dw = J->want_dw ? falloc(nfch * k * CH) : NULL, *db = falloc(fp);
     float *zeros = falloc(CH);
     int64_t po[PMAX], *fo = malloc(sizeof(int64_t) * (size_t)nfch);
@@ -918,10 +920,10 @@ static void bwd_part(void *ctx, int part, int np) {
     int64_t *dpo = J->gather ? malloc(sizeof(int64_t) * (size_t)(g->h * g->w + 1)) : NULL;
     if (!fo || !gmb || !out || !db || !zeros || (J->want_dw && (!dw || (xbuf && !xp))) || (J->pairs && !gm2) ||
         (J->dx && !J->gather && G->pad && !dxp) || (J->gather && (!gmp || !dpo)) ||
-        (half && (!dyw || (J->relu && !yw) || (J->dx && !dxs)))) {
+        (half && (!dyw || (J->relu && !yw) || (J->dx && !dxs))) || (J->wtb && !gm16)) {
         J->failed = 1;
         free(gmb); free(out); free(xp); free(dxp); free(dw); free(db); free(zeros); free(fo); free(gmp); free(dpo);
-        free(dyw); free(yw); free(dxs); free(gm2);
+        free(dyw); free(yw); free(dxs); free(gm2); free(gm16);
         return;
     }
     if (J->gather) {   /* gmp's border stays zero; dpo: each dx pixel's window in gmp */
@@ -993,6 +995,7 @@ static void bwd_part(void *ctx, int part, int np) {
             float *tgt = G->pad ? dxp : dxb;
             memset(tgt, 0, sizeof(float) * (size_t)(G->pad ? img_n : g->h * g->w * g->c));
             for (int64_t fc = 0; fc < nfch; fc++) fo[fc] = fc * op * gs;
+            if (J->wtb) ld_cpu_f32_to_half(gm16, gm, LD_BF16, nfch * op * gs);   /* exact: bfloat16 values */
             for (int64_t cc = 0; cc < ncch; cc++) {
                 int64_t c0 = cc * CH, nc = g->c - c0 < CH ? g->c - c0 : CH;
                 int V = vecs(nc), P = tile_pick(V, op);
@@ -1007,6 +1010,11 @@ static void bwd_part(void *ctx, int part, int np) {
                     for (int64_t t = 0; t < G->ntap; t++) {
                         for (int p = 0; p < P; p++)
                             dst[p] = direct && p < np_ ? tgt + G->pixo[pb + p] + G->toff[t] + c0 : out + p * CH;
+#ifdef LD_CONV_BF16
+                        if (J->wtb)
+                            btile_for(V, P)(gm16, po, fo, nfch, gs, J->wtb + (cc * G->ntap + t) * (fp / 2) * CH, dst, direct);
+                        else
+#endif
                         tf(gm, po, fo, nfch, gs, J->wt + (cc * G->ntap + t) * fp * CH, zeros, dst, direct, 0);
                         if (direct) continue;
                         for (int64_t p = 0; p < np_; p++) {
@@ -1027,7 +1035,7 @@ static void bwd_part(void *ctx, int part, int np) {
     J->dwp[part] = dw;
     J->dbp[part] = db;
     free(gmb); free(out); free(xp); free(dxp); free(zeros); free(fo); free(gmp); free(dpo);
-    free(dyw); free(yw); free(dxs); free(gm2);
+    free(dyw); free(yw); free(dxs); free(gm2); free(gm16);
 }
 
 LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, void *dw_out, void *db_out,
@@ -1047,7 +1055,7 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
     }
     /* half: w widened; dw and db summed in float32, rounded once at the end */
     float *wf = half ? falloc(G.k * g.f) : NULL, *wt = NULL;
-    uint32_t *wgb = NULL;
+    uint32_t *wgb = NULL, *wtb = NULL;
     float *dw = half ? (dw_out ? falloc(G.k * g.f) : NULL) : dw_out;
     float *db = half ? (db_out ? falloc(g.f) : NULL) : db_out;
     bwd_job *J = calloc(1, sizeof *J);
@@ -1095,10 +1103,22 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
             for (int64_t q = 0; q < g.c; q++)
                 for (int64_t f = 0; f < g.f; f++)
                     wt[(((q / CH) * G.ntap + t) * fp + f) * CH + q % CH] = w[(t * g.c + q) * g.f + f];
+#ifdef LD_CONV_BF16
+        /* bfloat16 on AVX512_BF16: w^T in pairs of consecutive filters, for the pair tiles */
+        if (half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
+            wtb = calloc((size_t)(ncch * G.ntap * (fp / 2) * CH), sizeof(uint32_t));
+            const uint16_t *wh = w_in;
+            for (int64_t t = 0; wtb && t < G.ntap; t++)
+                for (int64_t q = 0; q < g.c; q++)
+                    for (int64_t f = 0; f < g.f; f++)
+                        wtb[(((q / CH) * G.ntap + t) * (fp / 2) + f / 2) * CH + q % CH] |=
+                            (uint32_t)wh[(t * g.c + q) * g.f + f] << (f & 1 ? 16 : 0);
+        }   /* out of memory: the float32 tiles */
+#endif
     }
     J->G = &G; J->dx = dx; J->want_dw = dw != NULL; J->want_db = db != NULL;
     J->dy = dy; J->y = relu ? y : NULL; J->x = x; J->wt = wt; J->arg = arg; J->relu = relu && y;
-    J->gather = gather; J->wg = wt; J->wgb = wgb;
+    J->gather = gather; J->wg = wt; J->wgb = wgb; J->wtb = wtb;
 #ifdef LD_CONV_BF16
     J->pairs = dw && half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16");
 #endif
@@ -1120,7 +1140,7 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
 done:
     if (failed) ld_device_fault(d, LD_ENOMEM, "conv2d backward: out of memory");
     if (half) { free(dw); free(db); }
-    free(J); free(wf); free(wt); free(wgb); free(G.toff);
+    free(J); free(wf); free(wt); free(wgb); free(wtb); free(G.toff);
 }
 
 #ifdef LD_CONV_DISPATCH
