@@ -38,6 +38,14 @@
  * Images are split over the CPU device's thread pool; each part keeps its
  * own dw and db, summed in part order at the end.
  *
+ * Under a half policy (ld_conv_geom.half) every tensor is in the half dtype:
+ * an image (x, dy, y) is widened at a time into a part's buffer, each result
+ * (y, dx, dw, db) is the float32 sums rounded once into place. bfloat16 on a
+ * processor with AVX512_BF16 (ld_gemm_bf16's choice) takes pair tiles
+ * instead: vdpbf16ps sums two bfloat16 products into each float32 lane, the
+ * image read as bfloat16 and the kernel (or w^T, or gm in pixel pairs for
+ * dw) packed in pairs; the same register tiles' shapes, float32 sums.
+ *
  * The vectors are GCC's vector extensions of VW floats, one register each:
  * 16 where the copy is compiled for AVX-512, 8 for AVX2 (a vector wider
  * than the target's registers is kept in memory, and tiles of 16-float
