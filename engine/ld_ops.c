@@ -103,16 +103,43 @@ int ld_ops_norm_axis(const ld_tensor *t, int *axis, const char *op) {
     return LD_OK;
 }
 
-/* Sum g over the broadcast dimensions so it has `ndim`/`shape`. Not recorded. */
+/* Sum g over the broadcast dimensions so it has `ndim`/`shape`. Not recorded.
+   A half g is summed in float32 and rounded once, as TF's BiasAddGrad and
+   reductions are (axis by axis, each sum rounded, a Dense bias's gradient
+   over [batch, time, n] was several steps off): over leading axes in one
+   reduction of g viewed as [rows, rest], else widened first. */
 static ld_tensor *sum_to(ld_tensor *g, int ndim, const int64_t *shape) {
-    ld_tensor *cur = ld_tensor_retain(g);
-    int lead = g->ndim - ndim;
-    for (int i = 0; i < g->ndim && cur; i++) {
+    int lead = g->ndim - ndim, nred = 0, prefix = 1;
+    for (int i = 0; i < g->ndim; i++) {
         int j = i - lead;
-        if (j < 0 || (shape[j] == 1 && cur->shape[i] != 1)) {
-            ld_tensor *s = ld_sum(cur, i, 1);
-            ld_tensor_release(cur);
-            cur = s;
+        if (j < 0 || (shape[j] == 1 && g->shape[i] != 1)) {
+            if (i != nred) prefix = 0;
+            nred++;
+        }
+    }
+    ld_tensor *cur;
+    if (ld_dtype_is_half(g->dtype) && nred > 1 && prefix) {
+        int64_t s2[LD_MAX_DIMS], rows = 1;
+        for (int i = 0; i < nred; i++) rows *= g->shape[i];
+        s2[0] = rows;
+        for (int i = nred; i < g->ndim; i++) s2[i - nred + 1] = g->shape[i];
+        ld_tensor *gc = ld_contiguous(g), *g2 = gc ? ld_reshape(gc, g->ndim - nred + 1, s2) : NULL;
+        cur = g2 ? ld_sum(g2, 0, 0) : NULL;
+        ld_tensor_release(gc); ld_tensor_release(g2);
+    } else if (ld_dtype_is_half(g->dtype) && nred > 1) {
+        ld_tensor *w = ld_cast(g, LD_F32), *f = w ? sum_to(w, ndim, shape) : NULL;
+        cur = f ? ld_cast(f, g->dtype) : NULL;
+        ld_tensor_release(w); ld_tensor_release(f);
+        return cur;
+    } else {
+        cur = ld_tensor_retain(g);
+        for (int i = 0; i < g->ndim && cur; i++) {
+            int j = i - lead;
+            if (j < 0 || (shape[j] == 1 && cur->shape[i] != 1)) {
+                ld_tensor *s = ld_sum(cur, i, 1);
+                ld_tensor_release(cur);
+                cur = s;
+            }
         }
     }
     if (!cur) return NULL;

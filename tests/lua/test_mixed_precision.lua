@@ -299,6 +299,38 @@ local DENSE_BF16_REF = {
   dkernel = { -0.99609375, -0.33203125, 0.33203125, 0.99609375 },   -- each row's three entries
 }
 
+-- A Dense on [batch, time, features] under a half policy: its bias gradient
+-- sums the half output gradient over batch and time in float32 and rounds
+-- once (TF's reduce_sum over both axes gives these bits; summed axis by
+-- axis, each sum rounded, 6 of 8 were off, one by 7%). Keras's CPU
+-- BiasAddGrad accumulates in bfloat16 itself and is further off (README).
+T.test("a Dense on 3-d inputs under mixed_bfloat16 / mixed_float16: the bias gradient is the float32 sum over batch and time rounded once", function()
+  for _, c in ipairs { { "mixed_bfloat16", "bfloat16" }, { "mixed_float16", "float16" } } do
+    with_policy(c[1], function()
+      local x = pattern({ 6, 40, 16 }, 37, 101, 7.0)
+      local layer = nn.Dense(8)
+      local y0 = layer(x)
+      layer.kernel:assign(pattern({ 16, 8 }, 53, 97, 9.0))
+      layer.bias:assign(pattern({ 8 }, 29, 89, 90.0))
+      local up = pattern(y0.shape, 13, 31, 3.0)
+      local tape = autograd.GradientTape()
+      local s = tape:record(function() return (layer(x):astype("float32") * up):sum() end)
+      local g = tape:gradient(s, layer.bias)
+      T.eq(g.dtype, "float32")
+      -- the reference: the half output gradient (up rounded) summed in float32 over the 240 rows, rounded once
+      local want = up:astype(c[2]):astype("float32"):reshape(240, 8):sum(0):astype(c[2]):astype("float32")
+      same_as_keras(g, want:totable(), c[1] .. " bias gradient", "rounded float32 sum")
+      -- broadcast over axes that are not leading ([6, 1, 1] against [6, 40, 8]): the same, once rounded
+      local v = tensor.Variable(pattern({ 6, 1, 1 }, 3, 7, 5.0))
+      local t2 = autograd.GradientTape()
+      local s2 = t2:record(function() return ((y0 + v:astype(c[2])):astype("float32") * up):sum() end)
+      local gv = t2:gradient(s2, v)
+      local wv = up:astype(c[2]):astype("float32"):reshape(6, 320):sum(1):astype(c[2]):astype("float32")
+      same_as_keras(gv, wv:totable(), c[1] .. " gradient of a [6, 1, 1] addend", "rounded float32 sum")
+    end)
+  end
+end)
+
 T.test("a Dense layer under mixed_bfloat16 gives Keras's numbers bit for bit (product, bias and relu in bfloat16)", function()
   with_policy("mixed_bfloat16", function()
     local function fill(rows, cols, f)
@@ -635,7 +667,8 @@ end
 -- rounded in copies of their own).
 for _, c in ipairs {
   { "the lowering's im2col gathers the half input as it is and col2im rounds its float32 sums once: no casts of x or of the patches",
-    "LDIST_CONV_REFERENCE=1", { im2col = { 1, 0 }, col2im = { 0, 1 }, conv2d = { 0, 0 }, conv2d_backward = { 0, 0 } }, { 4, 6 } },
+    "LDIST_CONV_REFERENCE=1", { im2col = { 1, 0 }, col2im = { 0, 1 }, conv2d = { 0, 0 }, conv2d_backward = { 0, 0 } },
+    { 4, 6 } },
   { "the CPU's direct convolution reads and writes the half tensors themselves: no widened x, w or b, no rounded copy of y or of the gradients",
     "", { im2col = { 0, 0 }, col2im = { 0, 0 }, conv2d = { 1, 0 }, conv2d_backward = { 0, 1 } }, { 4, 5 } },
 } do
