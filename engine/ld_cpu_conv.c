@@ -498,7 +498,7 @@ static void images_of(int64_t n, int part, int np, int64_t *lo, int64_t *hi) {
 typedef struct {
     const geom *G; void *y; int32_t *arg; const void *x; const float *wpk, *bpk; int relu; int failed;
     const float *b;   /* a half Conv2D's bias, added by half_epilogue (bpk is zero then) */
-    const uint32_t *wpb;   /* bfloat16 on AVX512_BF16: the kernel packed in pairs (pack_w_bf16); else NULL */
+    const uint32_t *wpb;   /* bfloat16 on AVX512_BF16: wpk in pairs (pack_pairs); else NULL */
 } fwd_job;
 
 /* v[0..n) rounded to the half dtype dt, in place (bfloat16 in vectors,
@@ -585,21 +585,25 @@ static void pool_image(float *y, int32_t *arg, const float *cb, const ld_conv_ge
 }
 
 #ifdef LD_CONV_BF16
-/* w [kh][kw*c = klen][f] (bfloat16) packed as [chunk][tap][pair][CH] uint32
-   pairs of consecutive k of a kernel row, the low half the even one, zero
-   beyond f and in an odd row's last pair */
-static void pack_w_bf16(uint32_t *wpb, const uint16_t *w, int64_t ntap, int64_t klen, int64_t f) {
-    int64_t nch = nchunks(f), kp = (klen + 1) / 2;
-    memset(wpb, 0, sizeof(uint32_t) * (size_t)(nch * ntap * kp * CH));
-    for (int64_t ch = 0; ch < nch; ch++)
-        for (int64_t t = 0; t < ntap; t++)
-            for (int64_t k = 0; k < klen; k++)
-                for (int64_t j = 0; j < CH && ch * CH + j < f; j++) {
-                    uint32_t *d = wpb + ((ch * ntap + t) * kp + k / 2) * CH + j;
-                    *d |= (uint32_t)w[(t * klen + k) * f + ch * CH + j] << (k & 1 ? 16 : 0);
-                }
+/* A float32 layout of rows of CH (a packed kernel, bfloat16-valued) as the
+   pair tiles read it: `groups` runs of `len` rows each (a kernel row), rows
+   2q and 2q + 1 of a run in one uint32 per lane (the low half the even
+   row; an odd run's last row paired with 0). NULL when out of memory (the
+   float32 tiles then). Exact: the values are bfloat16's. */
+static uint32_t *pack_pairs(const float *src, int64_t groups, int64_t len) {
+    int64_t kp = (len + 1) / 2;
+    uint32_t *d = malloc(sizeof(uint32_t) * (size_t)(groups * kp * CH + 1));
+    for (int64_t gi = 0; d && gi < groups; gi++)
+        for (int64_t q = 0; q < kp; q++) {
+            const float *r0 = src + (gi * len + 2 * q) * CH, *r1 = 2 * q + 1 < len ? r0 + CH : NULL;
+            uint32_t *o = d + (gi * kp + q) * CH;
+            for (int64_t j = 0; j < CH; j++)
+                o[j] = (uint32_t)ld_f32_to_bf16(r0[j]) | (r1 ? (uint32_t)ld_f32_to_bf16(r1[j]) << 16 : 0);
+        }
+    return d;
 }
-
+/* the pair tiles' choice: bfloat16 on AVX512_BF16 (LDIST_NO_AVX512_BF16=1: the float32 tiles) */
+static int pairs_for(int half) { return half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16"); }
 #endif
 
 /* image b as bfloat16 windows read it: in place, or copied into the
@@ -704,16 +708,11 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d)(ld_device *d, void *y, int32_t *arg,
         ld_cpu_half_to_f32(ww, w, (ld_dtype)g.half, G.k * g.f);
         if (b) ld_cpu_half_to_f32(bw, b, (ld_dtype)g.half, g.f);
     }
+    pack_w(wpk, g.half ? ww : (const float *)w, G.k, g.f);
     uint32_t *wpb = NULL;
 #ifdef LD_CONV_BF16
-    /* bfloat16 on AVX512_BF16 (LDIST_NO_AVX512_BF16=1: the float32 tiles): the pair tiles */
-    if (g.half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
-        int64_t klen = g.kw * g.c;
-        wpb = malloc(sizeof(uint32_t) * (size_t)(nch * g.kh * ((klen + 1) / 2) * CH));
-        if (wpb) pack_w_bf16(wpb, w, g.kh, klen, g.f);   /* else the float32 tiles */
-    }
+    if (pairs_for(g.half)) wpb = pack_pairs(wpk, nch * g.kh, g.kw * g.c);   /* [chunk][kernel row][kw*c] */
 #endif
-    if (!wpb) pack_w(wpk, g.half ? ww : (const float *)w, G.k, g.f);
     memset(bpk, 0, sizeof(float) * (size_t)(nch * CH));
     if (b && !g.half) memcpy(bpk, b, sizeof(float) * (size_t)g.f);
     fwd_job J = {&G, y, arg, x, wpk, bpk, relu, 0, bw, wpb};
@@ -1086,22 +1085,7 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
                     wt[(((q / CH) * G.ntap + tf) * gs + f) * CH + q % CH] = w[(t * g.c + q) * g.f + f];
         }
 #ifdef LD_CONV_BF16
-        /* bfloat16 on AVX512_BF16: the same kernel in pairs along each of its
-           rows of kw * gs (even: gs is whole vectors), for the pair tiles */
-        if (half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
-            int64_t kp = g.kw * gs / 2;
-            wgb = calloc((size_t)(ncch * g.kh * kp * CH), sizeof(uint32_t));
-            const uint16_t *wh = w_in;
-            for (int64_t t = 0; wgb && t < G.ntap; t++) {
-                int64_t tf = G.ntap - 1 - t, ki = tf / g.kw, kj = tf % g.kw;
-                for (int64_t q = 0; q < g.c; q++)
-                    for (int64_t f = 0; f < g.f; f++) {
-                        int64_t kk = kj * gs + f;
-                        wgb[(((q / CH) * g.kh + ki) * kp + kk / 2) * CH + q % CH] |=
-                            (uint32_t)wh[(t * g.c + q) * g.f + f] << (kk & 1 ? 16 : 0);
-                    }
-            }   /* out of memory: the float32 tiles */
-        }
+        if (pairs_for(half)) wgb = pack_pairs(wt, ncch * g.kh, g.kw * gs);   /* [c chunk][ki'][kw * gs] */
 #endif
     } else if (dx) {
         wt = falloc(ncch * G.ntap * fp * CH);
@@ -1112,23 +1096,14 @@ LD_CONV_LINKAGE void LD_CONV_FN(cpu_conv2d_backward)(ld_device *d, void *dx, voi
                 for (int64_t f = 0; f < g.f; f++)
                     wt[(((q / CH) * G.ntap + t) * fp + f) * CH + q % CH] = w[(t * g.c + q) * g.f + f];
 #ifdef LD_CONV_BF16
-        /* bfloat16 on AVX512_BF16: w^T in pairs of consecutive filters, for the pair tiles */
-        if (half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16")) {
-            wtb = calloc((size_t)(ncch * G.ntap * (fp / 2) * CH), sizeof(uint32_t));
-            const uint16_t *wh = w_in;
-            for (int64_t t = 0; wtb && t < G.ntap; t++)
-                for (int64_t q = 0; q < g.c; q++)
-                    for (int64_t f = 0; f < g.f; f++)
-                        wtb[(((q / CH) * G.ntap + t) * (fp / 2) + f / 2) * CH + q % CH] |=
-                            (uint32_t)wh[(t * g.c + q) * g.f + f] << (f & 1 ? 16 : 0);
-        }   /* out of memory: the float32 tiles */
+        if (pairs_for(half)) wtb = pack_pairs(wt, ncch * G.ntap, fp);   /* w^T: [c chunk][tap][filters] */
 #endif
     }
     J->G = &G; J->dx = dx; J->want_dw = dw != NULL; J->want_db = db != NULL;
     J->dy = dy; J->y = relu ? y : NULL; J->x = x; J->wt = wt; J->arg = arg; J->relu = relu && y;
     J->gather = gather; J->wg = wt; J->wgb = wgb; J->wtb = wtb;
 #ifdef LD_CONV_BF16
-    J->pairs = dw && half == LD_BF16 && !strcmp(ld_gemm_bf16_path(), "avx512_bf16");
+    J->pairs = dw && pairs_for(half);
 #endif
     int64_t work = g.n * G.op * G.k * g.f;
     if (work < LD_CPU_PAR_MIN || g.n < 2) bwd_part(J, 0, 1);
