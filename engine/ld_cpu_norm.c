@@ -345,25 +345,34 @@ static float *bna_buffers(bna_job *j, int64_t part_rows, int64_t *tr, float **yb
    elementwise passes run one flat loop per block. */
 #define BN_REP 512   /* values a block holds, at least one row */
 static int64_t bn_rep_rows(int64_t c) { return c >= BN_REP ? 1 : BN_REP / c; }
-/* out[0 .. rows*c) = v[i % c]; NULL when v is */
+/* out[0 .. rows*c) = v[i % c] (v may be out's first row); NULL when v is */
 static float *bn_rep(float *out, const float *v, int64_t c, int64_t rows) {
     if (!v) return NULL;
-    for (int64_t r = 0; r < rows; r++) memcpy(out + r * c, v, sizeof(float) * (size_t)c);
+    for (int64_t r = out == v ? 1 : 0; r < rows; r++) memcpy(out + r * c, v, sizeof(float) * (size_t)c);
     return out;
 }
 
-/* the apply pass over the n values from element e0 (whole rows of a block:
-   channel i % c is rep's element i): y = (x - mean) * rstd (* gamma)
-   (+ beta); X(i) reads element i of x as a float, Y(i, v) stores v as
-   element i of y. One loop, instantiated for float32 (and a tile's float32
-   buffers) and for bfloat16 read and rounded in place, the conversions in
-   the loop (through buffers they cost as much as the arithmetic). */
-#define BNA_FLAT(e0, n, mean, rstd, gamma, beta, X, Y)                       \
-    for (int64_t i_ = 0; i_ < (n); i_++) {                                   \
-        float t = (X((e0) + i_) - (mean)[i_]) * (rstd)[i_];                  \
-        if (gamma) t *= (gamma)[i_];                                         \
-        if (beta) t += (beta)[i_];                                           \
-        Y((e0) + i_, t);                                                     \
+/* rows [lo, hi) of c values in blocks of rr rows (bn_rep), one flat loop
+   each: BODY(i, k) for element i (from lo's) and k, its index in the block
+   (channel k % c) */
+#define BN_BLOCKS(lo, hi, rr, c, BODY)                                       \
+    for (int64_t r0_ = (lo); r0_ < (hi); r0_ += (rr)) {                      \
+        int64_t n_ = ((hi) - r0_ < (rr) ? (hi) - r0_ : (rr)) * (c);          \
+        for (int64_t k_ = 0; k_ < n_; k_++) BODY(r0_ * (c) + k_, k_)         \
+    }
+
+/* the apply pass at element i, k its index in the block (rep's factors):
+   y = (x - mean) * rstd (* gamma) (+ beta); X(i) reads element i of x as a
+   float, Y(i, v) stores v as element i of y. One body, instantiated for
+   float32 (and a tile's float32 buffers) and for bfloat16 read and rounded
+   in place, the conversions in the loop (through buffers they cost as much
+   as the arithmetic). */
+#define BNA_AT(i, k, mean, rstd, gamma, beta, X, Y)                          \
+    {                                                                        \
+        float t = (X(i) - (mean)[k]) * (rstd)[k];                            \
+        if (gamma) t *= (gamma)[k];                                          \
+        if (beta) t += (beta)[k];                                            \
+        Y(i, t);                                                             \
     }
 
 static void bna_part(void *ctx, int p, int np) {
@@ -381,10 +390,9 @@ static void bna_part(void *ctx, int p, int np) {
         uint16_t *yh = j->y;
 #define BF_X(i) ld_bf16_to_f32(xh[i])
 #define BF_Y(i, v) (yh[i] = ld_f32_to_bf16(v))
-        for (int64_t r0 = lo; r0 < hi; r0 += rr) {
-            int64_t n = (hi - r0 < rr ? hi - r0 : rr) * c;
-            BNA_FLAT(r0 * c, n, m, s, g, b, BF_X, BF_Y)
-        }
+#define BODY(i, k) BNA_AT(i, k, m, s, g, b, BF_X, BF_Y)
+        BN_BLOCKS(lo, hi, rr, c, BODY)
+#undef BODY
 #undef BF_X
 #undef BF_Y
         free(rep);
@@ -398,10 +406,9 @@ static void bna_part(void *ctx, int p, int np) {
         float *yt = rows_out(j->y, j->ydt, t0, c, yb);
 #define F_X(i) xt[i]
 #define F_Y(i, v) (yt[i] = (v))
-        for (int64_t r0 = 0; r0 < nr; r0 += rr) {
-            int64_t n = (nr - r0 < rr ? nr - r0 : rr) * c;
-            BNA_FLAT(r0 * c, n, m, s, g, b, F_X, F_Y)
-        }
+#define BODY(i, k) BNA_AT(i, k, m, s, g, b, F_X, F_Y)
+        BN_BLOCKS(0, nr, rr, c, BODY)
+#undef BODY
 #undef F_X
 #undef F_Y
         rows_done(j->y, j->ydt, t0, nr, c, yt);
@@ -428,19 +435,19 @@ void cpu_bn_backward_reduce(ld_device *d, float *red, const void *dy, ld_dtype y
         ld_device_fault(d, LD_ENOMEM, "batch_norm gradient: out of memory for %lld channels", (long long)c);
 }
 
-/* the dx pass over the n values from element e0 (whole rows of a block, as
-   BNA_FLAT): training, dx = fs * (dy - fa - xhat * fb) with xhat = (x - mean)
-   * rstd; else dx = dy * fs. X, D read x and dy, Y stores dx. */
-#define BNB_FLAT(e0, n, training, mean, rstd, fs, fa, fb, X, D, Y)            \
-    for (int64_t i_ = 0; i_ < (n); i_++) {                                    \
+/* the dx pass at element i, k its index in the block (as BNA_AT):
+   training, dx = fs * (dy - fa - xhat * fb) with xhat = (x - mean) * rstd;
+   else dx = dy * fs. X, D read x and dy, Y stores dx. */
+#define BNB_AT(i, k, training, mean, rstd, fs, fa, fb, X, D, Y)               \
+    {                                                                         \
         float v;                                                              \
         if (training) {                                                       \
-            float xhat_ = (X((e0) + i_) - (mean)[i_]) * (rstd)[i_];           \
-            v = (fs)[i_] * (D((e0) + i_) - (fa)[i_] - xhat_ * (fb)[i_]);      \
+            float xhat_ = (X(i) - (mean)[k]) * (rstd)[k];                     \
+            v = (fs)[k] * (D(i) - (fa)[k] - xhat_ * (fb)[k]);                 \
         } else {                                                              \
-            v = D((e0) + i_) * (fs)[i_];                                      \
+            v = D(i) * (fs)[k];                                               \
         }                                                                     \
-        Y((e0) + i_, v);                                                      \
+        Y(i, v);                                                              \
     }
 
 static void bnb_part(void *ctx, int p, int np) {
@@ -463,8 +470,7 @@ static void bnb_part(void *ctx, int p, int np) {
         fa[k] = j->training ? j->red[k] / n : 0;
         fb[k] = j->training ? j->red[c + k] / n : 0;
     }
-    for (int64_t r = 1; r < rr; r++)
-        for (int q = 0; q < 3; q++) memcpy(rep + q * rn + r * c, rep + q * rn, sizeof(float) * (size_t)c);
+    for (int q = 0; q < 3; q++) bn_rep(rep + q * rn, rep + q * rn, c, rr);
     const float *m = bn_rep(rep + 3 * rn, j->mean, c, rr), *s = bn_rep(rep + 4 * rn, j->rstd, c, rr);
     int training = j->training;
     if (j->xdt == LD_BF16 && j->dydt == LD_BF16) {   /* dx in xdt too */
@@ -473,10 +479,9 @@ static void bnb_part(void *ctx, int p, int np) {
 #define BF_X(i) ld_bf16_to_f32(xh[i])
 #define BF_D(i) ld_bf16_to_f32(dh[i])
 #define BF_Y(i, v) (yh[i] = ld_f32_to_bf16(v))
-        for (int64_t r0 = lo; r0 < hi; r0 += rr) {
-            int64_t n = (hi - r0 < rr ? hi - r0 : rr) * c;
-            BNB_FLAT(r0 * c, n, training, m, s, fs, fa, fb, BF_X, BF_D, BF_Y)
-        }
+#define BODY(i, k) BNB_AT(i, k, training, m, s, fs, fa, fb, BF_X, BF_D, BF_Y)
+        BN_BLOCKS(lo, hi, rr, c, BODY)
+#undef BODY
 #undef BF_X
 #undef BF_D
 #undef BF_Y
@@ -493,10 +498,9 @@ static void bnb_part(void *ctx, int p, int np) {
 #define F_X(i) xt[i]
 #define F_D(i) dyt[i]
 #define F_Y(i, v) (dxt[i] = (v))
-        for (int64_t r0 = 0; r0 < nr; r0 += rr) {
-            int64_t n = (nr - r0 < rr ? nr - r0 : rr) * c;
-            BNB_FLAT(r0 * c, n, training, m, s, fs, fa, fb, F_X, F_D, F_Y)
-        }
+#define BODY(i, k) BNB_AT(i, k, training, m, s, fs, fa, fb, F_X, F_D, F_Y)
+        BN_BLOCKS(0, nr, rr, c, BODY)
+#undef BODY
 #undef F_X
 #undef F_D
 #undef F_Y
