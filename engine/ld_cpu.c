@@ -11,6 +11,7 @@
 #include "ld_cpu_internal.h"
 #include "ld_half.h"
 #include "ld_elementwise_math.h"
+#include "ld_optim_math.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -658,51 +659,6 @@ static void cpu_sparse_xent_backward(ld_device *d, float *dl, const float *probs
     }
 }
 
-/* ================================================================ optimizers (Keras' formulas) */
-static void cpu_sgd_serial(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr,
-                    float mom, int nesterov, float wd) {
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * w[i];
-        if (v) {
-            v[i] = mom * v[i] - lr * gi;
-            w[i] += nesterov ? mom * v[i] - lr * gi : v[i];
-        } else {
-            w[i] -= lr * gi;
-        }
-    }
-}
-
-static void cpu_adam_serial(ld_device *d, float *w, float *m, float *v, float *vhat, const float *g, int64_t n,
-                            float lr, float b1, float b2, float eps, int64_t step, float wd, int decoupled) {
-    double alpha = lr * sqrt(1.0 - pow(b2, (double)step)) / (1.0 - pow(b1, (double)step));
-    float a = (float)alpha, c1 = 1 - b1, c2 = 1 - b2;
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        if (decoupled) w[i] -= lr * wd * w[i];
-        else gi += wd * w[i];
-        m[i] += (gi - m[i]) * c1;
-        v[i] += (gi * gi - v[i]) * c2;
-        float vi = v[i];
-        if (vhat) vhat[i] = vi = ld_ew_max(vhat[i], vi);   /* amsgrad */
-        w[i] -= a * m[i] / (sqrtf(vi) + eps);
-    }
-}
-
-static void cpu_rmsprop_serial(ld_device *d, float *w, float *ms, float *mom, float *mg, const float *g, int64_t n,
-                               float lr, float rho, float momentum, float eps) {
-    for (int64_t i = 0; i < n; i++) {
-        ms[i] = rho * ms[i] + (1 - rho) * g[i] * g[i];
-        float den = ms[i];
-        if (mg) {   /* centered */
-            mg[i] = rho * mg[i] + (1 - rho) * g[i];
-            den -= mg[i] * mg[i];
-        }
-        float inc = lr * g[i] / sqrtf(den + eps);
-        if (mom) { mom[i] = momentum * mom[i] + inc; w[i] -= mom[i]; }
-        else w[i] -= inc;
-    }
-}
-
 /* ================================================================ parallel wrappers */
 typedef struct {
     ld_binary_op op; ld_dtype dt; char *out; const char *a, *b; const int64_t *sa, *sb, *shape; int ndim; int64_t inner;
@@ -927,32 +883,61 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     free(f);
 }
 
-typedef struct {
-    int kind; float *w, *s1, *s2, *s3; const float *g; int64_t n; float lr, p1, p2, eps, wd; int64_t step; int flag;
-} opt_job;
+/* ================================================================ optimizers
+ * opt_update (ld_kernels.h): the batch's variables as one range of
+ * elements, split evenly over the pool; each part runs the rule
+ * (ld_optim_math.h) over its pieces of them. One wake-up of the pool per
+ * batch, where a step over a model's variables took one per variable. */
+/* the rule over m elements (pointers already at the first); the
+   hyperparameters copied into a local, which no store through w can alias,
+   so the loops vectorise */
+static void opt_rule(const ld_opt_hyper *hp, float *w, float *s0, float *s1, float *s2, const float *g, int64_t m) {
+    const ld_opt_hyper h = *hp;
+    switch (h.rule) {
+    case LD_UPD_SGD: for (int64_t i = 0; i < m; i++) ld_opt_sgd(&h, w, s0, g[i], i); break;
+    case LD_UPD_ADAM: for (int64_t i = 0; i < m; i++) ld_opt_adam(&h, w, s0, s1, s2, g[i], i); break;
+    default: for (int64_t i = 0; i < m; i++) ld_opt_rmsprop(&h, w, s0, s1, s2, g[i], i); break;
+    }
+}
+
+#define OPT_TILE 512
+/* elements [a, e) of item it */
+static void opt_range(const ld_opt_hyper *h, const ld_opt_item *it, int64_t a, int64_t e) {
+#define OPT_AT(p, i) ((p) ? (p) + (i) : NULL)
+    if (it->gscale == 1.0f) {
+        opt_rule(h, it->w + a, OPT_AT(it->s[0], a), OPT_AT(it->s[1], a), OPT_AT(it->s[2], a), it->g + a, e - a);
+        return;
+    }
+    float t[OPT_TILE], sc = it->gscale;
+    for (int64_t i = a; i < e; i += OPT_TILE) {
+        int64_t m = e - i < OPT_TILE ? e - i : OPT_TILE;
+        /* g * gscale stored first: rounded as the multiply it replaces,
+           never contracted into the rule's FMAs */
+        for (int64_t j = 0; j < m; j++) t[j] = it->g[i + j] * sc;
+        opt_rule(h, it->w + i, OPT_AT(it->s[0], i), OPT_AT(it->s[1], i), OPT_AT(it->s[2], i), t, m);
+    }
+#undef OPT_AT
+}
+
+typedef struct { const ld_opt_batch *b; int64_t start[LD_OPT_BATCH + 1]; } opt_job;
 static void opt_part(void *c, int p, int np) {
-    opt_job *j = c;
+    const opt_job *j = c;
     int64_t lo, hi;
-    range_of(j->n, p, np, &lo, &hi);
-    if (lo >= hi) return;
-    float *s1 = j->s1 ? j->s1 + lo : NULL, *s2 = j->s2 ? j->s2 + lo : NULL, *s3 = j->s3 ? j->s3 + lo : NULL;
-    if (j->kind == 0) cpu_sgd_serial(NULL, j->w + lo, s1, j->g + lo, hi - lo, j->lr, j->p1, j->flag, j->wd);
-    else if (j->kind == 1) cpu_adam_serial(NULL, j->w + lo, s1, s2, s3, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps, j->step, j->wd, j->flag);
-    else cpu_rmsprop_serial(NULL, j->w + lo, s1, s2, s3, j->g + lo, hi - lo, j->lr, j->p1, j->p2, j->eps);
+    range_of(j->start[j->b->n], p, np, &lo, &hi);
+    for (int k = 0; k < j->b->n && lo < hi; k++) {
+        int64_t s = j->start[k], e = j->start[k + 1];
+        if (e <= lo) continue;
+        if (s >= hi) break;
+        opt_range(&j->b->h, &j->b->item[k], (lo > s ? lo : s) - s, (hi < e ? hi : e) - s);
+    }
 }
-static void cpu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float mom, int nesterov, float wd) {
-    opt_job j = {0, w, v, NULL, NULL, g, n, lr, mom, 0, 0, wd, 0, nesterov};
-    if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
-}
-static void cpu_adam_update(ld_device *d, float *w, float *m, float *v, float *vhat, const float *g, int64_t n, float lr,
-                            float b1, float b2, float eps, int64_t step, float wd, int decoupled) {
-    opt_job j = {1, w, m, v, vhat, g, n, lr, b1, b2, eps, wd, step, decoupled};
-    if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
-}
-static void cpu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, float *mg, const float *g, int64_t n,
-                               float lr, float rho, float momentum, float eps) {
-    opt_job j = {2, w, ms, mom, mg, g, n, lr, rho, momentum, eps, 0, 0, 0};
-    if (n < PAR_MIN) opt_part(&j, 0, 1); else parallel_run(opt_part, &j, 64);
+static void cpu_opt_update(ld_device *d, ld_opt_batch b) {
+    opt_job j = {&b, {0}};
+    int n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
+    b.n = n;
+    for (int k = 0; k < n; k++) j.start[k + 1] = j.start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
+    if (j.start[n] < PAR_MIN) opt_part(&j, 0, 1);
+    else parallel_run(opt_part, &j, 64);
 }
 
 /* the kernel slots from the list (ld_kernels.h): kernel <name> is cpu_<name> */

@@ -41,6 +41,44 @@ typedef struct {
     int half;
 } ld_conv_geom;
 
+/* A batch of variables for opt_update, all on one device and under one
+   rule (Keras's: ld_optim.h), as PyTorch's multi-tensor ("foreach") Adam
+   steps them: one kernel launch (or one split over the CPU's pool) per
+   LD_OPT_BATCH variables instead of one per variable. The slots s[] are
+   ld_slot's s[0..2], NULL where the rule keeps none:
+     LD_UPD_SGD      s[0] the momentum's velocity (NULL: plain SGD)
+     LD_UPD_ADAM     s[0] m, s[1] v, s[2] amsgrad's running maximum of v
+     LD_UPD_RMSPROP  s[0] the mean square, s[1] the momentum's velocity,
+                     s[2] the centered variant's mean gradient
+   Each gradient is used as g * gscale (1: as it is; the loss scale's
+   unscaling and clipnorm's factor otherwise), the product rounded to
+   float32 before the rule, as a separate multiply would. The item table
+   travels by value: it fits a CUDA kernel's 4 KB of parameters. */
+typedef enum { LD_UPD_SGD = 0, LD_UPD_ADAM, LD_UPD_RMSPROP } ld_update_rule;
+#define LD_OPT_BATCH 48
+typedef struct {
+    float *w;          /* the variable [n] */
+    float *s[3];       /* its slots [n] (above) */
+    const float *g;    /* its gradient [n] */
+    int64_t n;
+    float gscale;
+} ld_opt_item;
+/* the rule and its hyperparameters for one step. SGD: lr, momentum,
+   nesterov, wd (weight decay, added to g); Adam: b1, b2, eps, alpha = lr
+   sqrt(1 - b2^t) / (1 - b1^t) (the host's double, rounded), wd with lr
+   when decoupled (AdamW: w -= lr wd w), else added to g; RMSprop: lr, rho,
+   momentum, eps */
+typedef struct {
+    ld_update_rule rule;
+    float lr, momentum, b1, b2, eps, rho, wd, alpha;
+    int nesterov, decoupled;
+} ld_opt_hyper;
+typedef struct {
+    ld_opt_hyper h;
+    int n;             /* items used */
+    ld_opt_item item[LD_OPT_BATCH];
+} ld_opt_batch;
+
 /* ================================================================ the lists */
 /* Elementwise binary ops (broadcasting is done at the tensor level):
    X(ENUM, name) gives LD_BIN_ENUM and the op's name in messages. */
@@ -101,17 +139,10 @@ typedef struct {
     /* dlogits = (probs - onehot(labels)) * scale * g[0] */                  \
     X(sparse_xent_backward, (V, float *, dlogits), (V, const float *, probs), (V, const int64_t *, labels),     \
       (V, const float *, g), (V, int64_t, n), (V, int64_t, c), (V, float, scale))                               \
-    /* Optimizer updates, in place (see ld_optim.h for the formulas). */     \
-    X(sgd_update, (V, float *, w), (V, float *, v), (V, const float *, g), (V, int64_t, n), (V, float, lr),     \
-      (V, float, momentum), (V, int, nesterov), (V, float, weight_decay))                                       \
-    /* vhat: amsgrad's running maximum of v, or NULL; mg: centered RMSprop's \
-       mean gradient, or NULL */                                             \
-    X(adam_update, (V, float *, w), (V, float *, m), (V, float *, v), (V, float *, vhat),                       \
-      (V, const float *, g), (V, int64_t, n), (V, float, lr), (V, float, b1), (V, float, b2), (V, float, eps),  \
-      (V, int64_t, step), (V, float, weight_decay), (V, int, decoupled))                                        \
-    X(rmsprop_update, (V, float *, w), (V, float *, ms), (V, float *, mom), (V, float *, mg),                   \
-      (V, const float *, g), (V, int64_t, n), (V, float, lr), (V, float, rho), (V, float, momentum),            \
-      (V, float, eps))                                                                                          \
+    /* One optimizer step over a batch of variables, in place (ld_opt_batch \
+       below; ld_optim.h and ld_optim_math.h for the formulas): one launch  \
+       or one split over the pool for up to LD_OPT_BATCH variables. */      \
+    X(opt_update, (V, ld_opt_batch, b))                                                                       \
     LD_LAYER_KERNELS(X)
 
 /* The layers' kernels (normalization, embeddings, pooling, attention,

@@ -159,40 +159,68 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
     return st;
 }
 
-/* one step's update rule, with its hyperparameters fixed */
-typedef struct {
-    ld_opt_kind kind;
-    float lr, momentum, beta1, beta2, epsilon, rho, weight_decay;
-    int nesterov, amsgrad, centered;
-    int64_t step;
-} rule_t;
-
-static rule_t rule_of(const ld_optimizer *o, float lr, int64_t step) {
-    return (rule_t){o->kind, lr, o->momentum, o->beta1, o->beta2, o->epsilon, o->rho, o->weight_decay,
-                    o->nesterov, o->amsgrad, o->centered, step};
-}
-
-/* s: the variable's slots (ld_slot's order) */
-static void run_rule(const rule_t *u, const ld_backend *be, ld_device *d, float *w, float *const *s, const float *g,
-                     int64_t m) {
-    switch (u->kind) {
+/* one step's rule and hyperparameters (ld_kernels.h's ld_opt_hyper) */
+static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
+    ld_opt_hyper h = {.lr = lr, .momentum = o->momentum, .b1 = o->beta1, .b2 = o->beta2, .eps = o->epsilon,
+                      .rho = o->rho, .nesterov = o->nesterov};
+    switch (o->kind) {
     case LD_OPT_SGD:
-        be->sgd_update(d, w, u->momentum != 0 ? s[0] : NULL, g, m, u->lr, u->momentum, u->nesterov, u->weight_decay);
+        h.rule = LD_UPD_SGD;
+        h.wd = o->weight_decay;
         break;
     case LD_OPT_ADAM:
     case LD_OPT_ADAMW:
-        be->adam_update(d, w, s[0], s[1], u->amsgrad ? s[2] : NULL, g, m, u->lr, u->beta1, u->beta2, u->epsilon,
-                        u->step, u->weight_decay, u->kind == LD_OPT_ADAMW);
+        h.rule = LD_UPD_ADAM;
+        h.wd = o->weight_decay;
+        h.decoupled = o->kind == LD_OPT_ADAMW;
+        h.alpha = (float)((double)lr * sqrt(1.0 - pow((double)o->beta2, (double)step)) /
+                          (1.0 - pow((double)o->beta1, (double)step)));
         break;
     case LD_OPT_RMSPROP:
-        be->rmsprop_update(d, w, s[0], u->momentum != 0 ? s[1] : NULL, u->centered ? s[2] : NULL, g, m, u->lr, u->rho,
-                           u->momentum, u->epsilon);
+        h.rule = LD_UPD_RMSPROP;
         break;
     }
+    return h;
 }
 
-static void slot_ptrs(const ld_slot *s, int64_t off, float **p) {
-    for (int q = 0; q < LD_OPT_SLOTS; q++) p[q] = s->s[q] ? (float *)s->s[q]->storage->data + off : NULL;
+/* the rule's slots of s, from element off (ld_opt_item's s[]: NULL where
+   the rule, as configured, keeps none) */
+static void rule_slots(const ld_optimizer *o, const ld_slot *s, int64_t off, float **p) {
+    int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
+    int use[3] = {adam || rms || o->momentum != 0, adam || (rms && o->momentum != 0),
+                  (adam && o->amsgrad) || (rms && o->centered)};
+    for (int q = 0; q < 3; q++) p[q] = use[q] && s->s[q] ? (float *)s->s[q]->storage->data + off : NULL;
+}
+
+/* The variables of a step go to their devices' opt_update LD_OPT_BATCH at
+   a time. A batch holds its gradients until it is sent: a CPU device runs
+   the kernel at the call, so they must outlive the loop's own references. */
+typedef struct {
+    ld_device *d;
+    ld_opt_batch b;
+    ld_tensor *held[LD_OPT_BATCH];
+} opt_batcher;
+
+static void batch_flush(opt_batcher *q) {
+    if (q->b.n) q->d->backend->opt_update(q->d, q->b);
+    for (int k = 0; k < q->b.n; k++) ld_tensor_release(q->held[k]);
+    q->b.n = 0;
+}
+
+/* variable v (slots s) with gradient g (a reference, taken) times gscale */
+static void batch_add(opt_batcher *q, const ld_optimizer *o, const ld_opt_hyper *h, ld_tensor *v, const ld_slot *s,
+                      ld_tensor *g, float gscale) {
+    ld_device *d = v->storage->device;
+    if (q->b.n && (q->d != d || q->b.n == LD_OPT_BATCH)) batch_flush(q);
+    q->d = d;
+    q->b.h = *h;
+    ld_opt_item *it = &q->b.item[q->b.n];
+    it->w = (float *)v->storage->data + v->offset;
+    rule_slots(o, s, 0, it->s);
+    it->g = (const float *)g->storage->data + g->offset;
+    it->n = ld_tensor_numel(v);
+    it->gscale = gscale;
+    q->held[q->b.n++] = g;
 }
 
 int ld_loss_scale_step(ld_loss_scale *ls, int n, ld_tensor *const *grads, int commit, double *unscale) {
@@ -365,27 +393,27 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads_in, ld
     }
     int64_t step = o->iterations + 1;
     if (commit) o->iterations = step;
-    float lr = (float)ld_schedule_at(&o->lr, step - 1);
-    for (int i = 0; i < n; i++) {
+    ld_opt_hyper h = hyper_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);
+    opt_batcher q = {.b.n = 0};
+    for (int i = 0; i < n && !st; i++) {
         if (!grads[i]) continue;
         ld_slot *s = ld_optimizer_slot(o, vars[i]);
         ld_tensor *g = s ? ld_contiguous(grads[i]) : NULL;
         float scale = scales ? scales[i] : one_scale;
-        if (g && scale != 1.0f) {
-            ld_tensor *gs = ld_mul_scalar(g, scale);
-            ld_tensor_release(g);
-            g = gs;
+        if (g && o->clipvalue > 0) {   /* clipvalue clips the scaled gradient: the product first */
+            if (scale != 1.0f) {
+                ld_tensor *gs = ld_mul_scalar(g, scale);
+                ld_tensor_release(g);
+                g = gs;
+            }
+            if (g) g = clip_values(g, o->clipvalue);
+            scale = 1.0f;
         }
-        if (g && o->clipvalue > 0) g = clip_values(g, o->clipvalue);
-        if (!g) { st = ld_error_status(); goto out; }
-        ld_tensor *v = vars[i];
-        ld_device *d = v->storage->device;
-        float *w = (float *)v->storage->data + v->offset, *gp = (float *)g->storage->data + g->offset, *sp[LD_OPT_SLOTS];
-        slot_ptrs(s, 0, sp);
-        rule_t u = rule_of(o, lr, step);
-        run_rule(&u, d->backend, d, w, sp, gp, ld_tensor_numel(v));
-        ld_tensor_release(g);
+        if (!g) st = ld_error_status();
+        else batch_add(&q, o, &h, vars[i], s, g, scale);
     }
+    batch_flush(&q);
+    if (st) goto out;
     st = ema_step(o, n, grads, vars, before);
 out:
     free(scales);
@@ -441,18 +469,23 @@ int ld_optimizer_consolidate(ld_optimizer *o) {
 }
 
 typedef struct {
-    rule_t rule;
+    ld_opt_hyper h;
     int k;
     float **w;                  /* [n*k] */
-    float **s;                  /* [n*k][LD_OPT_SLOTS]: the slots' data (o->slots may move; their storage does not) */
+    float **s;                  /* [n*k][3]: the rule's slots' data (o->slots may move; their storage does not) */
 } shard_ctx;
 
 static void shard_update(void *ctx, int r, int i, int64_t a, int64_t b, const float *sum, ld_device *d) {
     shard_ctx *x = ctx;
     int j = r * x->k + i;
-    float *sp[LD_OPT_SLOTS];
-    for (int q = 0; q < LD_OPT_SLOTS; q++) sp[q] = x->s[j * LD_OPT_SLOTS + q] ? x->s[j * LD_OPT_SLOTS + q] + a : NULL;
-    run_rule(&x->rule, ld_cpu_backend(), d, x->w[j] + a, sp, sum, b - a);
+    ld_opt_batch bt = {.h = x->h, .n = 1};
+    ld_opt_item *it = &bt.item[0];
+    it->w = x->w[j] + a;
+    for (int q = 0; q < 3; q++) it->s[q] = x->s[j * 3 + q] ? x->s[j * 3 + q] + a : NULL;
+    it->g = sum;
+    it->n = b - a;
+    it->gscale = 1.0f;
+    ld_cpu_backend()->opt_update(d, bt);
 }
 static void shard_free(void *ctx) {
     shard_ctx *x = ctx;
@@ -484,7 +517,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
     for (int i = 0; same && i < k; i++) same = p->vars[i] == vars[i];
     if (p && !same && ld_optimizer_consolidate(o)) return ld_error_status();
     shard_ctx *x = calloc(1, sizeof *x);
-    float **arr = x ? calloc((size_t)((1 + LD_OPT_SLOTS) * n * k), sizeof *arr) : NULL;
+    float **arr = x ? calloc((size_t)((1 + 3) * n * k), sizeof *arr) : NULL;
     if (!arr) { free(x); return ld_fail(LD_ENOMEM, "out of memory"); }
     x->k = k;
     x->w = arr; x->s = arr + n * k;
@@ -498,10 +531,10 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
             if (!s) { free(outs); shard_free(x); return ld_error_status(); }
             outs[j] = w;
             x->w[j] = (float *)w->storage->data + w->offset;
-            slot_ptrs(s, 0, x->s + j * LD_OPT_SLOTS);
+            rule_slots(o, s, 0, x->s + j * 3);
         }
     int64_t step = o->iterations + 1;
-    x->rule = rule_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);
+    x->h = hyper_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);
     int st = ld_comm_reduce_scatter_update(c, k, grads, outs, 0, shard_update, x, shard_free);
     free(outs);
     if (st) return st;

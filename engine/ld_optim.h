@@ -5,7 +5,8 @@
  *     ld_optimizer_apply(o, n, grads, vars);              // one step
  *
  * Slots (momentum, Adam's m and v) are created per variable on first use and
- * live on the variable's device; updates are fused kernels of the device.
+ * live on the variable's device; a step is one fused kernel (opt_update, ld_kernels.h)
+ * per device and LD_OPT_BATCH variables, the rules in ld_optim_math.h.
  *
  *  SGD:     v = momentum*v - lr*g;  w += v   (nesterov: w += momentum*v - lr*g)
  *  Adam:    m += (g-m)(1-b1); v += (g^2-v)(1-b2); w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v)+eps)

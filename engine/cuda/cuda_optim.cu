@@ -1,90 +1,66 @@
 /*
- * cuda_optim.cu - the optimizer updates, each one fused kernel reading the
- * gradient once and updating weights and slots in place (Keras' formulas, as
- * in ld_cpu.c and ld_optim.h).
+ * cuda_optim.cu - opt_update: one optimizer step over a batch of up to
+ * LD_OPT_BATCH variables in one launch (ld_kernels.h), as PyTorch's
+ * multi-tensor Adam; the per-element rules are ld_optim_math.h's, as on the
+ * CPU. The batch travels in the kernel's parameters, with each variable's
+ * first block (OPT_BLOCKS blocks of 256 threads at most per variable, each
+ * looping over its share); a block finds its variable by a binary search
+ * over them. The parameters are __grid_constant__: read where they are,
+ * where taking an item's address would copy them into each thread's local
+ * memory. The bench transformer's 102 variables: 3 launches a step
+ * where there were 102.
  */
 #include "cuda_common.cuh"
-#include "ld_elementwise_math.h"
+#include "ld_optim_math.h"
 
 #include <math.h>
 
-__global__ void k_sgd(float *w, float *v, const float *g, int64_t n, float lr, float mom, int nesterov, float wd) {
-    CU_LOOP(i, n) {
-        float gi = g[i] + wd * w[i];
-        if (v) {
-            float vi = mom * v[i] - lr * gi;
-            v[i] = vi;
-            w[i] += nesterov ? mom * vi - lr * gi : vi;
-        } else {
-            w[i] -= lr * gi;
-        }
+#define OPT_THREADS 256   /* k_opt_update's __launch_bounds__ */
+#define OPT_BLOCKS 1024   /* per variable: 256k elements per pass */
+
+struct opt_starts {
+    unsigned first[LD_OPT_BATCH + 1];   /* item k's blocks: [first[k], first[k + 1]) */
+};
+
+/* the kernel's parameters (at most 4 KB before CUDA 12.1) */
+static_assert(sizeof(ld_opt_batch) + sizeof(opt_starts) <= 4000, "opt_update's parameters exceed 4 KB");
+
+__global__ void __launch_bounds__(256) k_opt_update(const __grid_constant__ ld_opt_batch b,
+                                                                const __grid_constant__ opt_starts st) {
+    int lo = 0, hi = b.n - 1;   /* the last k with first[k] <= blockIdx.x */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (st.first[mid] <= blockIdx.x) lo = mid;
+        else hi = mid - 1;
+    }
+    const ld_opt_item *it = &b.item[lo];
+    int64_t nb = st.first[lo + 1] - st.first[lo];
+    float sc = it->gscale;
+    for (int64_t i = (int64_t)(blockIdx.x - st.first[lo]) * OPT_THREADS + threadIdx.x; i < it->n;
+         i += nb * OPT_THREADS) {
+        /* g * gscale rounded on its own, as the multiply it replaces (no FMA) */
+        float g = sc == 1.0f ? it->g[i] : __fmul_rn(it->g[i], sc);
+        ld_opt_elem(&b.h, it, g, i);
     }
 }
 
-void cu_sgd_update(ld_device *d, float *w, float *v, const float *g, int64_t n, float lr, float momentum,
-                   int nesterov, float weight_decay) {
-    if (n <= 0) return;
-    cu_dev *cd = cu_begin(d);
-    if (!cd) return;
-    k_sgd<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, v, g, n, lr, momentum, nesterov, weight_decay);
-    cu_launched(cd, "sgd_update kernel");
-}
-
-/* a = lr * sqrt(1 - b2^t) / (1 - b1^t), computed on the host in double as the CPU does */
-__global__ void k_adam(float *w, float *m, float *v, float *vhat, const float *g, int64_t n, float lr, float a,
-                       float c1, float c2, float eps, float wd, int decoupled) {
-    CU_LOOP(i, n) {
-        float gi = g[i], wi = w[i];
-        if (decoupled) wi -= lr * wd * wi;
-        else gi += wd * wi;
-        float mi = m[i], vi = v[i];
-        mi += (gi - mi) * c1;
-        vi += (gi * gi - vi) * c2;
-        m[i] = mi;
-        v[i] = vi;
-        if (vhat) vhat[i] = vi = ld_ew_max(vhat[i], vi);   /* amsgrad */
-        w[i] = wi - a * mi / (sqrtf(vi) + eps);
+void cu_opt_update(ld_device *d, ld_opt_batch b) {
+    opt_starts st;
+    int n = 0;
+    unsigned blocks = 0;
+    /* the items with elements, in order */
+    for (int k = 0; k < b.n && k < LD_OPT_BATCH; k++) {
+        if (b.item[k].n <= 0) continue;
+        int64_t nb = (b.item[k].n + OPT_THREADS - 1) / OPT_THREADS;
+        b.item[n] = b.item[k];
+        st.first[n++] = blocks;
+        blocks += (unsigned)(nb < OPT_BLOCKS ? nb : OPT_BLOCKS);
     }
-}
-
-void cu_adam_update(ld_device *d, float *w, float *m, float *v, float *vhat, const float *g, int64_t n, float lr,
-                    float b1, float b2, float eps, int64_t step, float weight_decay, int decoupled) {
-    if (n <= 0) return;
+    if (n == 0) return;
+    st.first[n] = blocks;
+    b.n = n;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
-    double alpha = lr * sqrt(1.0 - pow(b2, (double)step)) / (1.0 - pow(b1, (double)step));
-    k_adam<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, m, v, vhat, g, n, lr, (float)alpha, 1 - b1, 1 - b2, eps,
-                                                     weight_decay, decoupled);
-    cu_launched(cd, "adam_update kernel");
-}
-
-__global__ void k_rmsprop(float *w, float *ms, float *mom, float *mg, const float *g, int64_t n, float lr, float rho,
-                          float momentum, float eps) {
-    CU_LOOP(i, n) {
-        float gi = g[i];
-        float s = rho * ms[i] + (1 - rho) * gi * gi;
-        ms[i] = s;
-        if (mg) {   /* centered */
-            float a = rho * mg[i] + (1 - rho) * gi;
-            mg[i] = a;
-            s -= a * a;
-        }
-        float inc = lr * gi / sqrtf(s + eps);
-        if (mom) {
-            float mo = momentum * mom[i] + inc;
-            mom[i] = mo;
-            w[i] -= mo;
-        } else {
-            w[i] -= inc;
-        }
-    }
-}
-
-void cu_rmsprop_update(ld_device *d, float *w, float *ms, float *mom, float *mg, const float *g, int64_t n,
-                       float lr, float rho, float momentum, float eps) {
-    if (n <= 0) return;
-    cu_dev *cd = cu_begin(d);
-    if (!cd) return;
-    k_rmsprop<<<cu_grid(n, 256), 256, 0, cd->stream>>>(w, ms, mom, mg, g, n, lr, rho, momentum, eps);
-    cu_launched(cd, "rmsprop_update kernel");
+    k_opt_update<<<blocks, OPT_THREADS, 0, cd->stream>>>(b, st);
+    cu_launched(cd, "opt_update kernel");
 }

@@ -46,6 +46,8 @@
 #define __restrict__ __restrict
 #define __constant__ static
 #define __managed__
+/* a kernel parameter read in place (its address taken without a local copy) */
+#define __grid_constant__
 /* shared memory: one copy per kernel (blocks run one after another), poisoned per launch */
 #define __shared__ static __attribute__((section("cuemu_shared")))
 
@@ -126,6 +128,13 @@ static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; 
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 template <typename T> static inline T __ldg(const T *p) { return *p; }
 static inline float __fdividef(float a, float b) { return a / b; }
+/* a product rounded on its own: the barrier keeps -ffp-contract=fast from
+   fusing it into a later addition, as nvcc never fuses __fmul_rn */
+static inline float __fmul_rn(float a, float b) {
+    float r = a * b;
+    __asm__("" : "+x"(r));
+    return r;
+}
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 

@@ -651,6 +651,42 @@ T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, 
   end
 end)
 
+-- opt_update takes up to 48 variables a call (one launch, one split of the
+-- pool over all their elements): 100 variables of 1 to 70001 elements, the
+-- one optimizer stepping them all at once against one optimizer per
+-- variable on the CPU, so that a variable mapped to another's elements, a
+-- range left out at a batch's or a part's edge, or a gradient scale
+-- (clipnorm's) applied to the wrong variable shows
+T.test("optimizer updates over 100 variables at once (batches of 48): each as if stepped alone", function()
+  local sizes = { 1, 7, 33, 1000, 70001 }
+  local makers = {
+    { "adam clipnorm", function() return optim.Adam { learning_rate = 0.01, clipnorm = 2 } end },
+    { "sgd nesterov", function() return optim.SGD { learning_rate = 0.1, momentum = 0.8, nesterov = true } end },
+    { "rmsprop centered momentum", function() return optim.RMSprop { learning_rate = 0.01, centered = true, momentum = 0.5 } end },
+  }
+  local w0, grads = {}, {}
+  for i = 1, 100 do
+    local n = sizes[i % #sizes + 1]
+    w0[i] = tensor.normal(n)
+    grads[i] = { tensor.normal(n) * (i % 3 + 1), tensor.normal(n) }
+  end
+  for _, m in ipairs(makers) do
+    local vars, opt = {}, m[2]()
+    for i = 1, 100 do vars[i] = tensor.Variable(w0[i]:to(dev)) end
+    for s = 1, 2 do
+      local gs = {}
+      for i = 1, 100 do gs[i] = grads[i][s]:to(dev) end
+      opt:apply_gradients(gs, vars)
+    end
+    for i = 1, 100 do
+      local alone, o = tensor.Variable(w0[i]), m[2]()
+      for s = 1, 2 do o:apply_gradients({ grads[i][s] }, { alone }) end
+      G.close(vars[i], alone, ("%s: variable %d of %d elements"):format(m[1], i, w0[i]:numel()), 1e-10)
+      T.ok((vars[i]:cpu() - w0[i]):abs():max():item() > 0, m[1] .. ": variable " .. i .. " moved")
+    end
+  end
+end)
+
 ---------------------------------------------------------------- errors a user meets
 T.test("mixing devices is an error naming both", function()
   local a, b = tensor.ones(3):to(dev), tensor.ones(3)
