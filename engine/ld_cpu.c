@@ -836,10 +836,11 @@ static void gemm_half_f32(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     /* the operands as stored: rows x cols with leading dimension ld */
     int64_t as[2] = {ta ? k : m, ta ? m : k}, bs[2] = {tb ? n : k, tb ? k : n};
     int64_t ast[2] = {lda, 1}, bst[2] = {ldb, 1};
-    float *fa = malloc((size_t)(as[0] * as[1] + 1) * sizeof(float));   /* + 1: never malloc(0) */
-    float *fb = malloc((size_t)(bs[0] * bs[1] + 1) * sizeof(float));
+    /* the thread's scratch blocks (ld_pool.h; ld_gemm_bf16 has returned: its slots are free) */
+    float *fa = ld_cpu_scratch(LD_SCRATCH_PACK_A, (size_t)(as[0] * as[1] + 1) * sizeof(float));
+    float *fb = fa ? ld_cpu_scratch(LD_SCRATCH_PACK_B, (size_t)(bs[0] * bs[1] + 1) * sizeof(float)) : NULL;
     if (!fa || !fb) {
-        free(fa); free(fb);
+        ld_cpu_scratch_done(LD_SCRATCH_PACK_A, fa);
         ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory widening the %s operands", ld_dtype_name(dt));
         ld_cpu_nan_rows(d, c, LD_F32, ldc, m, n);
         return;
@@ -847,8 +848,8 @@ static void gemm_half_f32(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     cpu_copy_strided(d, fa, LD_F32, a, dt, 2, as, ast);
     cpu_copy_strided(d, fb, LD_F32, b, dt, 2, bs, bst);
     cpu_gemm(d, ta, tb, m, n, k, 1.0f, fa, as[1] < 1 ? 1 : as[1], fb, bs[1] < 1 ? 1 : bs[1], 0.0f, c, ldc);
-    free(fa);
-    free(fb);
+    ld_cpu_scratch_done(LD_SCRATCH_PACK_A, fa);
+    ld_cpu_scratch_done(LD_SCRATCH_PACK_B, fb);
 }
 
 void ld_cpu_nan_rows(ld_device *d, void *c, ld_dtype cdt, int64_t ldc, int64_t rows, int64_t n) {
@@ -872,7 +873,7 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
                           const void *a, int64_t lda, const void *b, int64_t ldb, ld_dtype cdt, void *c, int64_t ldc) {
     if (cdt == LD_F32) { gemm_half_f32(d, ta, tb, m, n, k, dt, a, lda, b, ldb, c, ldc); return; }
     if (m <= 0 || n <= 0) return;
-    float *f = malloc((size_t)(m * n) * sizeof(float));
+    float *f = ld_cpu_scratch(LD_SCRATCH_SUMS, (size_t)(m * n) * sizeof(float));
     if (!f) {
         ld_device_fault(d, LD_ENOMEM, "gemm_half: out of memory for the float32 sums");
         ld_cpu_nan_rows(d, c, cdt, ldc, m, n);
@@ -880,7 +881,7 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     }
     gemm_half_f32(d, ta, tb, m, n, k, dt, a, lda, b, ldb, f, n);
     ld_cpu_round_rows(d, c, cdt, ldc, f, m, n);
-    free(f);
+    ld_cpu_scratch_done(LD_SCRATCH_SUMS, f);
 }
 
 /* ================================================================ optimizers

@@ -7,9 +7,10 @@
  * packed as [m, k/2] pairs and B as panels of 32 columns, each [k/2, 32]
  * pairs and contiguous (both zero-padded: an odd k, B's last panel), and an
  * 8x32 block of C stays in sixteen registers over all of k. A thread takes
- * row blocks and runs every panel over each: the panel (k/2 * 128 bytes)
- * stays in L2, the block's rows of A in L1. Packing is split over the
- * same threads: a row of A that is not transposed is copied as it is (its
+ * row blocks and runs each panel over all of them: the panel (k/2 * 128
+ * bytes) stays in L2 while it meets them. Packing is split over the same
+ * threads into each thread's scratch blocks, kept between calls
+ * (ld_cpu_scratch); A not transposed, of even k, is read in place (its
  * consecutive k are already pairs). The sums are float32, as on the GPU's
  * tensor cores with fp32 accumulation; only their order differs from sgemm.
  * Chosen at run time (CPUID), so one binary runs everywhere; off where
@@ -18,6 +19,7 @@
 #include "ld_gemm_bf16.h"
 #include "ld_cpu_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,9 +34,14 @@ static int plain_forced(void) {
 #define MR 8    /* rows of C per block */
 #define NR 32   /* columns of C per block: two vectors */
 
+/* A's pairs may be read in place from the tensor's uint16_t values */
+typedef uint32_t __attribute__((may_alias)) pair_t;
+
 typedef struct {
     int64_t m, n, kp;           /* kp: pairs along k */
-    const uint32_t *ap, *bp;    /* packed A [m, kp], packed B [n / 32 panels][kp][32] */
+    const pair_t *ap;
+    const uint32_t *bp;    /* A's pairs, row i at ap + i * lda; packed B [n / 32 panels][kp][32] */
+    int64_t lda;                /* pairs between A's rows: kp when packed, the tensor's own when read in place */
     float *c;
     int64_t ldc;
 } bf16_job;
@@ -42,14 +49,15 @@ typedef struct {
 __attribute__((target("avx512f,avx512bf16"))) static void block(const bf16_job *j, int64_t i0, int rows, int64_t j0) {
     __m512 acc[MR][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const uint32_t *bp = j->bp + j0 * j->kp, *ap = j->ap + i0 * j->kp;
+    const uint32_t *bp = j->bp + j0 * j->kp;
+    const pair_t *ap = j->ap + i0 * j->lda;
     for (int64_t p = 0; p < j->kp; p++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * NR);
         __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * NR + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             if (r >= rows) break;
-            __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[r * j->kp + p]);
+            __m512bh av = (__m512bh)_mm512_set1_epi32((int)ap[r * j->lda + p]);
             acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
             acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
         }
@@ -64,14 +72,18 @@ __attribute__((target("avx512f,avx512bf16"))) static void block(const bf16_job *
     }
 }
 
+/* A part's row blocks, panel by panel: a panel of B (kp * 128 bytes) stays
+   in L2 while it meets every block of the part's rows (which stay there
+   too), where the part's rows meeting every panel in turn read all of B
+   from L3 again for each block of 8 rows */
 static void part(void *ctx, int p, int np) {
     const bf16_job *j = ctx;
     int64_t blocks = (j->m + MR - 1) / MR, lo = blocks * p / np, hi = blocks * (p + 1) / np;
-    for (int64_t bi = lo; bi < hi; bi++) {
-        int64_t i0 = bi * MR;
-        int rows = (int)(j->m - i0 < MR ? j->m - i0 : MR);
-        for (int64_t j0 = 0; j0 < j->n; j0 += NR) block(j, i0, rows, j0);
-    }
+    for (int64_t j0 = 0; j0 < j->n; j0 += NR)
+        for (int64_t bi = lo; bi < hi; bi++) {
+            int64_t i0 = bi * MR;
+            block(j, i0, (int)(j->m - i0 < MR ? j->m - i0 : MR), j0);
+        }
 }
 
 static int have_bf16(void) {
@@ -143,7 +155,7 @@ static void pack_b_panels(const pack_job *q, int64_t p0, int64_t p1) {
 
 static void pack_part(void *ctx, int p, int np) {
     const pack_job *q = ctx;
-    pack_a_rows(q, q->m * p / np, q->m * (p + 1) / np);
+    if (q->ap) pack_a_rows(q, q->m * p / np, q->m * (p + 1) / np);
     pack_b_panels(q, q->panels * p / np, q->panels * (p + 1) / np);
 }
 
@@ -152,11 +164,19 @@ int ld_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t
     if (!have_bf16() || plain_forced()) return 0;
     if (m <= 0 || n <= 0) return 1;
     int64_t kp = (k + 1) / 2, panels = (n + NR - 1) / NR;
-    /* + 1: never 0 bytes (k = 0: the sums are 0) */
-    uint32_t *ap = malloc((size_t)(m * kp + 1) * 4), *bp = malloc((size_t)(kp * panels * NR + 1) * 4);
-    if (!ap || !bp) { free(ap); free(bp); return 0; }
+    /* A's rows are already pairs, read in place, when not transposed, of
+       even k (no odd last value to pair with 0) and 4-byte aligned */
+    int in_place = !ta && !(k & 1) && !(lda & 1) && !((uintptr_t)a & 3);
+    /* the thread's scratch blocks (ld_pool.h): + 1 pair, never 0 bytes (k = 0: the sums are 0) */
+    uint32_t *ap = in_place ? NULL : ld_cpu_scratch(LD_SCRATCH_PACK_A, (size_t)(m * kp + 1) * 4);
+    uint32_t *bp = ld_cpu_scratch(LD_SCRATCH_PACK_B, (size_t)(kp * panels * NR + 1) * 4);
+    if ((!in_place && !ap) || !bp) {
+        ld_cpu_scratch_done(LD_SCRATCH_PACK_A, ap);
+        ld_cpu_scratch_done(LD_SCRATCH_PACK_B, bp);
+        return 0;
+    }
     pack_job q = {a, b, lda, ldb, m, n, k, kp, panels, ta, tb, ap, bp};
-    bf16_job j = {m, n, kp, ap, bp, c, ldc};
+    bf16_job j = {m, n, kp, in_place ? (const pair_t *)(const void *)a : ap, bp, in_place ? lda / 2 : kp, c, ldc};
     int64_t blocks = (m + MR - 1) / MR;
     if ((double)m * n * k < 262144.0 || blocks < 2) {
         pack_part(&q, 0, 1);
@@ -165,8 +185,8 @@ int ld_gemm_bf16(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t
         ld_cpu_parallel(pack_part, &q, 64);
         ld_cpu_parallel(part, &j, blocks < 64 ? (int)blocks : 64);
     }
-    free(ap);
-    free(bp);
+    ld_cpu_scratch_done(LD_SCRATCH_PACK_A, ap);
+    ld_cpu_scratch_done(LD_SCRATCH_PACK_B, bp);
     return 1;
 }
 #else

@@ -249,6 +249,48 @@ void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want) {
     pthread_mutex_unlock(&p->run_mu);
 }
 
+/* ---- a thread's scratch blocks (ld_pool.h) */
+#define SCRATCH_KEEP ((size_t)64 << 20)
+typedef struct { void *p[LD_SCRATCH_SLOTS]; size_t n[LD_SCRATCH_SLOTS]; } scratch_set;
+static _Thread_local scratch_set *tl_scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free(void *v) {
+    scratch_set *s = v;
+    for (int i = 0; i < LD_SCRATCH_SLOTS; i++) free(s->p[i]);
+    free(s);
+}
+static void scratch_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+void *ld_cpu_scratch(int slot, size_t n) {
+    if (slot < 0 || slot >= LD_SCRATCH_SLOTS) return NULL;
+    n = (n + 63) & ~(size_t)63;
+    if (n == 0) n = 64;
+    if (n > SCRATCH_KEEP) { void *p = NULL; return posix_memalign(&p, 64, n) ? NULL : p; }
+    scratch_set *s = tl_scratch;
+    if (!s) {
+        pthread_once(&scratch_once, scratch_init);
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        pthread_setspecific(scratch_key, s);   /* freed with the thread */
+        tl_scratch = s;
+    }
+    if (s->n[slot] < n) {
+        void *p = NULL;
+        free(s->p[slot]);
+        s->p[slot] = NULL;
+        s->n[slot] = 0;
+        if (posix_memalign(&p, 64, n)) return NULL;
+        s->p[slot] = p;
+        s->n[slot] = n;
+    }
+    return s->p[slot];
+}
+
+void ld_cpu_scratch_done(int slot, void *p) {
+    scratch_set *s = tl_scratch;
+    if (p && !(s && slot >= 0 && slot < LD_SCRATCH_SLOTS && s->p[slot] == p)) free(p);
+}
+
 void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi) {
     /* 16-element aligned blocks keep vector loops whole */
     int64_t blk = ((n + nparts - 1) / nparts + 15) & ~(int64_t)15;

@@ -20,6 +20,18 @@ typedef void (*ld_par_fn)(void *ctx, int part, int nparts);
    nparts is min(want, the pool's size); a call from a pool worker runs
    serially. The caller takes part 0. */
 void ld_cpu_parallel(ld_par_fn fn, void *ctx, int want);
+/* ---- a thread's scratch blocks
+ * For kernels that need a large temporary per call (a product's packed
+ * operands, its float32 sums before rounding): block `slot` of the calling
+ * thread, at least n bytes, 64-byte aligned, kept for its next call (a fresh
+ * malloc of a few MB per call is fresh pages, whose faults took half of a
+ * 256x784x512 bfloat16 product's time) and freed when the thread ends; NULL
+ * when out of memory. A block over 64 MB is not kept: ld_cpu_scratch_done
+ * frees it after the call. Each caller uses its own slots (LD_SCRATCH_*),
+ * so that nested kernels on one thread never share one. */
+enum { LD_SCRATCH_PACK_A = 0, LD_SCRATCH_PACK_B, LD_SCRATCH_SUMS, LD_SCRATCH_SLOTS };
+void *ld_cpu_scratch(int slot, size_t n);
+void ld_cpu_scratch_done(int slot, void *p);
 /* part's share [lo, hi) of n elements, in 16-element aligned blocks */
 void ld_cpu_range(int64_t n, int part, int nparts, int64_t *lo, int64_t *hi);
 /* part's share [lo, hi) of n rows, split evenly (rows are coarse units) */

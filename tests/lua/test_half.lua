@@ -221,7 +221,17 @@ tensor.seed(7)
 local a, b = tensor.normal(67, 256), tensor.normal(256, 45)
 local c = a:astype("bfloat16"):matmul(b:astype("bfloat16"))
 local cb = a:astype("bfloat16").T:contiguous().T:matmul(b:astype("bfloat16").T:contiguous().T)
-ldist.io.save_safetensors(%q, { c = c, ct = cb, f32 = a:matmul(b), exact = a:astype("bfloat16"):astype("float32"):matmul(b:astype("bfloat16"):astype("float32")) })
+-- A read in place (not transposed, even k) above; packed: an odd k, and A a
+-- slice of a wider matrix starting one value in (a row stride of 300, an
+-- address 2 bytes off the pairs' alignment)
+local wide = tensor.normal(67, 300)
+local ao = wide:astype("bfloat16"):slice(1, 1, 256)
+local bo = b:slice(0, 0, 255):astype("bfloat16")
+local function exact(x, y) return x:astype("float32"):matmul(y:astype("float32")) end
+ldist.io.save_safetensors(%q, { c = c, ct = cb, f32 = a:matmul(b), exact = exact(a:astype("bfloat16"), b:astype("bfloat16")),
+  codd = ao:matmul(bo), codd_exact = exact(ao, bo),
+  cslice = wide:astype("bfloat16"):slice(1, 1, 257):matmul(b:astype("bfloat16")),
+  cslice_exact = exact(wide:astype("bfloat16"):slice(1, 1, 257), b:astype("bfloat16")) })
 print(ldist.config.cpu_split().bf16_gemm)
 ]]):format(path))
   f:close()
@@ -247,6 +257,12 @@ T.test("bfloat16 matmul: vdpbf16ps chosen by CPUID, LDIST_NO_AVX512_BF16=1 force
     for i = 1, #c do
       T.ok(math.abs(c[i] - e[i]) <= 2 ^ -7 * math.abs(e[i]) + 1e-6, ("element %d: %.9g vs %.9g"):format(i, c[i], e[i]))
       T.ok(math.abs(ct[i] - e[i]) <= 2 ^ -7 * math.abs(e[i]) + 1e-6, ("transposed, element %d"):format(i))
+    end
+    for _, name in ipairs({ "codd", "cslice" }) do
+      local x, y = r[name]:astype("float32"):reshape { 67 * 45 }:totable(), r[name .. "_exact"]:reshape { 67 * 45 }:totable()
+      local bad = 0
+      for i = 1, #x do if not (math.abs(x[i] - y[i]) <= 2 ^ -7 * math.abs(y[i]) + 1e-6) then bad = bad + 1 end end
+      T.eq(bad, 0, name .. ": values more than one bfloat16 step from the float32 sums")
     end
     -- against the float32 product of the unrounded operands: the operands'
     -- rounding (2^-9 relative each) dominates, ||C_bf16 - C_f32|| / ||C_f32|| <= 1e-2
