@@ -354,6 +354,18 @@ static int pending_gc(lua_State *L) {
     return 0;
 }
 
+/* _distribute.collector_steps(on) -> the previous setting: model:fit's
+   device collections at its steps' ends (tensor.c); _distribute.
+   collector_step(): a step's end */
+static int d_collector_steps(lua_State *L) {
+    lua_pushboolean(L, lb_collector_steps(L, lua_toboolean(L, 1)));
+    return 1;
+}
+static int d_collector_step(lua_State *L) {
+    lb_collector_step(L);
+    return 0;
+}
+
 /* _distribute.kernel_calls() -> {name = calls} for every kernel slot (ld_kernels.h) */
 static int d_kernel_calls(lua_State *L) {
     lua_createtable(L, 0, ld_kernel_count());
@@ -390,7 +402,8 @@ int lb_open_distribute_c(lua_State *L) {
         {"mirror_devices", d_mirror_devices}, {"mirror_copies", d_mirror_copies}, {"comm_new", d_comm_new},
         {"sync", d_sync}, {"trace_enable", d_trace_enable}, {"trace_take", d_trace_take},
         {"trace_record", d_trace_record}, {"trace_phase", d_trace_phase}, {"trace_step", d_trace_step}, {"is_async", d_is_async}, {"host_async", d_host_async},
-        {"kernel_calls", d_kernel_calls}, {NULL, NULL}};
+        {"kernel_calls", d_kernel_calls}, {"collector_steps", d_collector_steps},
+        {"collector_step", d_collector_step}, {NULL, NULL}};
     luaL_newlib(L, f);
     return 1;
 }

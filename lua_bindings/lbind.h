@@ -57,6 +57,11 @@ struct ld_device;
 /* The pressure hook ran a full collection (an allocation failed): the
    collector's pace for device memory halves from then on (tensor.c). */
 void lb_collector_pressure(void);
+/* model:fit's steps (tensor.c): with on, the collections that device
+   tensors call for wait for lb_collector_step, at a step's end; returns the
+   previous setting (off again runs a collection that waited). */
+int lb_collector_steps(lua_State *L, int on);
+void lb_collector_step(lua_State *L);
 int lb_check_devices(lua_State *L, int idx, struct ld_device **devs);
 
 /* Optimizers (optim.c): the engine optimizer at idx, with its learning rate

@@ -122,14 +122,17 @@ void lb_collector_pressure(void) {
     device_made = 0;
 }
 
-static void tell_collector(lua_State *L, const ld_tensor *t) {
-    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
-    if (!t->storage || ld_device_is_host(t->storage->device)) {
-        if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >= ((size_t)4 << 20) ? nb >> 10 : nb >> 14));   /* in KB */
-        return;
-    }
-    device_made += nb;
-    if (device_made < device_pace) return;
+/* Inside model:fit the device's collections wait for the end of a step
+   (lb_collector_step): a collection in the middle of a step fell at a
+   different point of each step, so the garbage it found, and the caching
+   allocator's peak, changed from step to step, and a GPU's pool kept growing
+   (cudaMalloc in timed steps) until some step had met the worst phase: up
+   to step ~28 for the bf16 bench transformer. At the step's end the garbage
+   is the same every time (that step's tensors); it waits for one step at
+   most, and a failed allocation still collects at once (ld_device_alloc). */
+static int device_gc_at_steps;
+
+static void collect_device(lua_State *L) {
     lua_gc(L, LUA_GCCOLLECT);
     size_t live = 0;
     for (int i = 0, n = ld_device_count(); i < n; i++) {
@@ -139,6 +142,27 @@ static void tell_collector(lua_State *L, const ld_tensor *t) {
     device_pace = live > DEVICE_GC_FLOOR ? live : DEVICE_GC_FLOOR;
     if (device_pace > device_cap) device_pace = device_cap;
     device_made = 0;
+}
+
+static void tell_collector(lua_State *L, const ld_tensor *t) {
+    size_t nb = (size_t)ld_tensor_numel(t) * ld_dtype_size(t->dtype);
+    if (!t->storage || ld_device_is_host(t->storage->device)) {
+        if (nb > 65536) lua_gc(L, LUA_GCSTEP, (int)(nb >= ((size_t)4 << 20) ? nb >> 10 : nb >> 14));   /* in KB */
+        return;
+    }
+    device_made += nb;
+    if (device_made >= device_pace && !device_gc_at_steps) collect_device(L);
+}
+
+int lb_collector_steps(lua_State *L, int on) {
+    int was = device_gc_at_steps;
+    device_gc_at_steps = on;
+    if (!on && device_made >= device_pace) collect_device(L);
+    return was;
+}
+
+void lb_collector_step(lua_State *L) {
+    if (device_made >= device_pace) collect_device(L);
 }
 
 void lb_push_tensor(lua_State *L, ld_tensor *t, int arg) {

@@ -908,6 +908,9 @@ function Model:_fit_loop(x, y, opts, strategy)
       for _, cb in ipairs(callbacks) do if cb.on_train_batch_end then cb:on_train_batch_end(p.step - 1, vals, self) end end
     end
     if strategy and strategy._fit_begin then strategy:_fit_begin() end
+    -- device memory's collections at the steps' ends (tensor.c): each step
+    -- then meets the same garbage, and a GPU's pool stops growing early
+    local gc_steps = ldist._distribute.collector_steps(true)
     local ok, err = pcall(function()
       for batch in batches:epoch() do
         local bx, by, bw = batch_xy(batch)
@@ -924,6 +927,7 @@ function Model:_fit_loop(x, y, opts, strategy)
           lv, pred = self:train_step(bx, by, loss_obj, opt, bw)
         end
         step = step + 1
+        ldist._distribute.collector_step()
         if pending then
           settle(pending)
           -- a batch callback stopped training (TerminateOnNaN): Keras stops
@@ -935,6 +939,7 @@ function Model:_fit_loop(x, y, opts, strategy)
       end
       if pending then settle(pending); pending = nil end
     end)
+    ldist._distribute.collector_steps(gc_steps)
     if strategy and strategy._fit_end then strategy:_fit_end() end
     if not ok then
       batches:close()
