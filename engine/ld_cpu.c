@@ -449,8 +449,8 @@ static void red_part(void *ctx, int p, int np) {
         if (b1 > b0 && lo < hi) red_range(jb, 0, jb->outer, lo, hi);
     }
 }
-static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const void *x, ld_dtype xdt, int64_t outer,
-                       int64_t n, int64_t inner) {
+static void reduce_f32(ld_reduce_op op, void *outp, const void *x, ld_dtype xdt, int64_t outer, int64_t n,
+                       int64_t inner) {
     int by_rows = outer > 1 || inner == 1;
     red_job jb = {op, outp, x, xdt, outer, n, inner, by_rows};
     int64_t ways = by_rows ? outer : (inner + 63) / 64;   /* independent pieces */
@@ -460,6 +460,36 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, const void *x,
     int64_t min = by_rows ? mem_par_min() : ld_cpu_threads() >= 4 && ld_cpu_cores() >= 4 ? PAR_MIN : INT64_MAX;
     if (outer * n * inner < min || ways < 2) red_range(&jb, 0, outer, 0, inner);
     else parallel_run(red_part, &jb, ways < 64 ? (int)ways : 64);
+}
+
+/* a result rounded to rdt or stored in a half odt: the float32 results into
+   the thread's scratch block, then rounded once (ld_kernels.h) */
+static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, ld_dtype odt, ld_dtype rdt, const void *x,
+                       ld_dtype xdt, int64_t outer, int64_t n, int64_t inner) {
+    int64_t cnt = outer * inner;
+    if (op == LD_RED_ARGMAX || (odt == LD_F32 && !ld_dtype_is_half(rdt))) {
+        reduce_f32(op, outp, x, xdt, outer, n, inner);
+        return;
+    }
+    float *f = ld_cpu_scratch(LD_SCRATCH_SUMS, (size_t)(cnt > 0 ? cnt : 1) * sizeof(float));
+    if (!f) {
+        ld_device_fault(d, LD_ENOMEM, "reduce: out of memory for the float32 results");
+        ld_cpu_nan_rows(d, outp, odt, cnt, 1, cnt);
+        return;
+    }
+    reduce_f32(op, f, x, xdt, outer, n, inner);
+    ld_dtype half = ld_dtype_is_half(odt) ? odt : rdt;   /* odt half: rdt is odt or float32 */
+    if (odt == LD_F32) {   /* rounded, kept in float32 */
+        uint16_t tmp[RED_CHUNK];
+        for (int64_t i = 0; i < cnt; i += RED_CHUNK) {
+            int64_t m = cnt - i < RED_CHUNK ? cnt - i : RED_CHUNK;
+            ld_cpu_f32_to_half(tmp, f + i, half, m);
+            ld_cpu_half_to_f32((float *)outp + i, tmp, half, m);
+        }
+    } else {
+        ld_cpu_f32_to_half(outp, f, half, cnt);
+    }
+    ld_cpu_scratch_done(LD_SCRATCH_SUMS, f);
 }
 
 /* OpenBLAS is opened on the first matrix product, not at start-up: loading
@@ -750,6 +780,53 @@ void ld_cpu_bias_relu_rows(float *c, int64_t ldc, int64_t rows, int64_t n, const
         else if (bias) for (int64_t j = 0; j < n; j++) r[j] += bias[j];
         else if (relu) for (int64_t j = 0; j < n; j++) r[j] = ld_ew_relu(r[j]);
     }
+}
+
+/* bias_relu (ld_kernels.h): float32 rows through the products' epilogue;
+   half rows widened RED_CHUNK values at a time, the bias (already rounded
+   to dt, in float32) added, relu, each value rounded once */
+typedef struct { ld_dtype dt; void *y; const void *x; const float *bias; int64_t rows, n; int relu; } bias_job;
+static void bias_part(void *c, int p, int np) {
+    const bias_job *j = c;
+    int64_t lo, hi, n = j->n;
+    ld_cpu_rows(j->rows, p, np, &lo, &hi);
+    if (lo >= hi) return;
+    if (j->dt == LD_F32) {
+        float *y = (float *)j->y + lo * n;
+        if (j->y != j->x) memcpy(y, (const float *)j->x + lo * n, sizeof(float) * (size_t)((hi - lo) * n));
+        ld_cpu_bias_relu_rows(y, n, hi - lo, n, j->bias, j->relu);
+        return;
+    }
+    float buf[RED_CHUNK];
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t c0 = 0; c0 < n; c0 += RED_CHUNK) {
+            int64_t m = n - c0 < RED_CHUNK ? n - c0 : RED_CHUNK;
+            ld_cpu_half_to_f32(buf, (const uint16_t *)j->x + r * n + c0, j->dt, m);
+            ld_cpu_bias_relu_rows(buf, m, 1, m, j->bias ? j->bias + c0 : NULL, j->relu);
+            ld_cpu_f32_to_half((uint16_t *)j->y + r * n + c0, buf, j->dt, m);
+        }
+}
+static void cpu_bias_relu(ld_device *d, ld_dtype dt, void *y, const void *x, const void *bias, ld_dtype bdt,
+                          int64_t rows, int64_t n, int relu) {
+    if (rows <= 0 || n <= 0) return;
+    float *rb = NULL;   /* a half dt: the bias rounded to it, widened */
+    if (bias && ld_dtype_is_half(dt)) {
+        uint16_t *h = bdt == dt ? NULL : malloc((size_t)n * sizeof(uint16_t));
+        rb = (bdt == dt || h) ? malloc((size_t)n * sizeof(float)) : NULL;
+        if (!rb) {
+            free(h);
+            ld_device_fault(d, LD_ENOMEM, "bias_relu: out of memory for the rounded bias");
+            ld_cpu_nan_rows(d, y, dt, n, rows, n);
+            return;
+        }
+        if (h) ld_cpu_f32_to_half(h, bias, dt, n);
+        ld_cpu_half_to_f32(rb, h ? h : bias, dt, n);
+        free(h);
+    }
+    bias_job j = {dt, y, x, rb ? rb : bias, rows, n, relu};
+    if (rows < 2 || rows * n < mem_par_min()) bias_part(&j, 0, 1);
+    else parallel_run(bias_part, &j, rows < 64 ? (int)rows : 64);
+    free(rb);
 }
 
 /* The parts of a product over np threads: a grid of pm row blocks x pn

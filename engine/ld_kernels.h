@@ -107,10 +107,14 @@ typedef struct {
     X(unary_backward, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, dx), (V, const void *, dy),         \
       (V, const void *, x), (V, const void *, y), (V, int64_t, n))                                              \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
-       LD_RED_ARGMAX `out` holds int64, else float32. x in xdt (float32 or  \
-       a half dtype, read widened: a half sum accumulates as float32's). */  \
-    X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, const void *, x), (V, ld_dtype, xdt),               \
-      (V, int64_t, outer), (V, int64_t, n), (V, int64_t, inner))                                                \
+       LD_RED_ARGMAX `out` holds int64; else each float32 result is rounded \
+       to rdt's precision (LD_F32: as it is; a half dtype: once) and stored \
+       in odt (float32, or a half dtype holding it exactly): a half sum     \
+       written in its dtype, or a half bias's gradient in its float32       \
+       variable's, without a conversion after. x in xdt (float32 or a half  \
+       dtype, read widened: a half sum accumulates as float32's). */        \
+    X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, ld_dtype, odt), (V, ld_dtype, rdt),                 \
+      (V, const void *, x), (V, ld_dtype, xdt), (V, int64_t, outer), (V, int64_t, n), (V, int64_t, inner))     \
     /* Row-major C = alpha * op(A) op(B) + beta * C, op = transpose when    \
        ta/tb. */                                                             \
     X(gemm, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, float, alpha),   \
@@ -121,6 +125,14 @@ typedef struct {
        rounded, then the bias added (TF's matmul then bias_add). */         \
     X(gemm_bias, (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, const float *, a), (V, const float *, b), \
       (V, const float *, bias), (V, int, relu), (V, float *, c))                                                \
+    /* Dense's bias and relu after a product: y[r, j] = x[r, j] + bias[j]  \
+       (bias NULL: none), then relu when `relu`; x and y (y may be x) in dt  \
+       (float32 or a half dtype), bias in bdt (float32 or dt). A half bias  \
+       rounded to dt first (as Keras casts it to the compute dtype), the sum \
+       in float32, relu, the result rounded once: the bits of a half add     \
+       then a half relu in one pass. */                                     \
+    X(bias_relu, (V, ld_dtype, dt), (V, void *, y), (V, const void *, x), (V, const void *, bias),             \
+      (V, ld_dtype, bdt), (V, int64_t, rows), (V, int64_t, n), (V, int, relu))                                 \
     /* The same product (alpha 1, beta 0) of float16 or bfloat16 matrices   \
        (dt), a and b in dt: products and sums in float32, c in cdt (float32, \
        or dt: the sums rounded once, as cuBLAS writes a half C). */          \

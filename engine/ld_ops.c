@@ -63,7 +63,7 @@ ld_tensor *ld_cast_op(ld_tensor *t, ld_dtype dt) {
 }
 
 ld_tensor *ld_ops_in_dtype(ld_tensor *out, ld_dtype dt) {
-    if (!out || dt == LD_F32) return out;
+    if (!out || dt == LD_F32 || out->dtype == dt) return out;
     ld_tensor *c = ld_cast_op(out, dt);
     ld_tensor_release(out);
     return c;
@@ -523,8 +523,9 @@ static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
 
 /* A half x is summed as it is (the kernel widens it: the same float32
    sums without a float32 copy; its gradient comes back in its dtype);
-   max and argmax take it widened. The result is float32. */
-static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name) {
+   max and argmax take it widened. The result is float32, or for a sum odt
+   (x's half dtype: the float32 sums rounded once by the kernel). */
+static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, const char *name, ld_dtype odt) {
     ld_tensor *fx = op == LD_RED_SUM && ld_dtype_is_half(x->dtype) ? ld_tensor_retain(x)
                     : op == LD_RED_ARGMAX && x->dtype != LD_F32 ? ld_cast(x, LD_F32) : ld_as_float(x);
     if (!fx) return NULL;
@@ -556,8 +557,9 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
         nd = keep ? cx->ndim : 0;
         for (int i = 0; i < nd; i++) shape[i] = 1;
     } else reduced_shape(src, ax, keep, &nd, shape);
-    ld_tensor *out = ld_ops_out_empty(op == LD_RED_ARGMAX ? LD_I64 : LD_F32, nd, shape, DEV(cx));
-    if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, DPTR(src), src->dtype, outer, n, inner);
+    if (op != LD_RED_SUM) odt = LD_F32;
+    ld_tensor *out = ld_ops_out_empty(op == LD_RED_ARGMAX ? LD_I64 : odt, nd, shape, DEV(cx));
+    if (out) BE(cx)->reduce(DEV(cx), op, out->storage->data, odt, odt, DPTR(src), src->dtype, outer, n, inner);
     ld_tensor_release(flat);
     if (out && op != LD_RED_ARGMAX) {
         ld_tensor *in[1] = {cx};
@@ -575,28 +577,29 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
 ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_SUM, x, axis, keepdims);
     /* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded once at the end */
-    return ld_ops_in_dtype(reduce(LD_RED_SUM, x, axis, keepdims, "sum"), ld_ops_result_dtype(x, NULL));
+    ld_dtype rdt = ld_ops_result_dtype(x, NULL);
+    return ld_ops_in_dtype(reduce(LD_RED_SUM, x, axis, keepdims, "sum", ld_dtype_is_half(rdt) ? rdt : LD_F32), rdt);
 }
 ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MAX, x, axis, keepdims);
-    return ld_ops_in_dtype(reduce(LD_RED_MAX, x, axis, keepdims, "max"), ld_ops_result_dtype(x, NULL));
+    return ld_ops_in_dtype(reduce(LD_RED_MAX, x, axis, keepdims, "max", LD_F32), ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_argmax(ld_tensor *x, int axis) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_ARGMAX, x, axis, 0);
-    return reduce(LD_RED_ARGMAX, x, axis, 0, "argmax");
+    return reduce(LD_RED_ARGMAX, x, axis, 0, "argmax", LD_F32);
 }
 /* min and argmin of a float tensor as max and argmax of -x: one reduction
    kernel, and the gradient comes with it */
 ld_tensor *ld_min(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MIN, x, axis, keepdims);
-    ld_tensor *n = ld_neg(x), *m = n ? reduce(LD_RED_MAX, n, axis, keepdims, "min") : NULL;
+    ld_tensor *n = ld_neg(x), *m = n ? reduce(LD_RED_MAX, n, axis, keepdims, "min", LD_F32) : NULL;
     ld_tensor *r = m ? ld_neg(m) : NULL;
     ld_tensor_release(n); ld_tensor_release(m);
     return ld_ops_in_dtype(r, ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_argmin(ld_tensor *x, int axis) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_ARGMIN, x, axis, 0);
-    ld_tensor *n = ld_neg(x), *r = n ? reduce(LD_RED_ARGMAX, n, axis, 0, "argmin") : NULL;
+    ld_tensor *n = ld_neg(x), *r = n ? reduce(LD_RED_ARGMAX, n, axis, 0, "argmin", LD_F32) : NULL;
     ld_tensor_release(n);
     return r;
 }
@@ -610,7 +613,7 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
         n = x->shape[ax];
     }
     if (n == 0) { ld_fail(LD_ESHAPE, "mean of an empty tensor"); return NULL; }
-    ld_tensor *s = reduce(LD_RED_SUM, x, axis, keepdims, "sum");   /* float32, divided before any rounding to half */
+    ld_tensor *s = reduce(LD_RED_SUM, x, axis, keepdims, "sum", LD_F32);   /* float32, divided before any rounding to half */
     if (!s) return NULL;
     /* fold the division into the sum's node so the graph stays small */
     float inv = 1.0f / (float)n;
@@ -766,19 +769,74 @@ static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu
     return ld_ops_bias_relu(y, b, relu);
 }
 
+/* bias_relu's gradient: g (in y's dtype) masked where the output is not
+   positive (relu), y's as it is; the bias's the float32 sum over the rows,
+   rounded once to y's dtype and written in b's (reduce's odt and rdt): the
+   bits of the half add's broadcast gradient and of the bias cast's, in one
+   reduction. saved[0]: the output, with relu. */
+static int bw_bias_relu(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *y = nd->in[0], *b = nd->n_in > 1 ? nd->in[1] : NULL, *out = nd->saved[0];
+    ld_dtype dt = y->dtype;
+    ld_tensor *gc = g->dtype == dt ? ld_contiguous(g) : ld_cast(g, dt);
+    if (!gc) return ld_error_status();
+    int64_t numel = ld_tensor_numel(gc), n = y->ndim ? y->shape[y->ndim - 1] : 1, rows = n ? numel / n : 0;
+    if (out) {
+        ld_tensor *gm = ld_ops_out_empty(dt, gc->ndim, gc->shape, DEV(gc));
+        if (gm) BE(gc)->unary_backward(DEV(gc), LD_UN_RELU, dt, DPTR(gm), DPTR(gc), DPTR(out), DPTR(out), numel);
+        ld_tensor_release(gc);
+        if (!(gc = gm)) return ld_error_status();
+    }
+    int st = LD_OK;
+    if (b && ld_needs_grad(b)) {
+        if ((gi[1] = ld_ops_out_empty(b->dtype, 1, b->shape, DEV(gc))))
+            BE(gc)->reduce(DEV(gc), LD_RED_SUM, DPTR(gi[1]), b->dtype, dt, DPTR(gc), dt, 1, rows, n);
+        else
+            st = ld_error_status();
+    }
+    if (!st && ld_needs_grad(y)) gi[0] = ld_tensor_retain(gc);
+    ld_tensor_release(gc);
+    return st;
+}
+
+/* y + b (b over y's last axis), then relu: Dense's bias and activation
+   after its product. Takes y. A float y (float32 or half) with a float32
+   bias or one of its dtype is one bias_relu kernel, its gradient one relu
+   mask and one reduction; the bias cast to y's dtype as Keras casts it, but
+   without a cast of its own (nor that cast's gradient). */
 ld_tensor *ld_ops_bias_relu(ld_tensor *y, ld_tensor *b, int relu) {
-    if (y && b) {
-        ld_tensor *bh = b->dtype == y->dtype ? ld_tensor_retain(b) : ld_cast_op(b, y->dtype);
-        ld_tensor *yb = bh ? ld_add(y, bh) : NULL;
-        ld_tensor_release(bh); ld_tensor_release(y);
-        y = yb;
+    if (!y || (!b && !relu)) return y;
+    int64_t n = y->ndim ? y->shape[y->ndim - 1] : 1;
+    int fused = ld_dtype_is_float(y->dtype) && y->ndim >= 1 &&
+                (!b || (b->ndim == 1 && b->shape[0] == n && (b->dtype == LD_F32 || b->dtype == y->dtype) &&
+                        DEV(b) == DEV(y)));
+    if (!fused) {
+        if (b) {
+            ld_tensor *bh = b->dtype == y->dtype ? ld_tensor_retain(b) : ld_cast_op(b, y->dtype);
+            ld_tensor *yb = bh ? ld_add(y, bh) : NULL;
+            ld_tensor_release(bh); ld_tensor_release(y);
+            y = yb;
+        }
+        if (y && relu) {
+            ld_tensor *yr = ld_relu(y);
+            ld_tensor_release(y);
+            y = yr;
+        }
+        return y;
     }
-    if (y && relu) {
-        ld_tensor *yr = ld_relu(y);
-        ld_tensor_release(y);
-        y = yr;
+    ld_tensor *yc = ld_contiguous(y), *bc = yc && b ? ld_contiguous(b) : NULL;
+    ld_tensor_release(y);
+    ld_tensor *o = yc && (!b || bc) ? ld_ops_out_empty(yc->dtype, yc->ndim, yc->shape, DEV(yc)) : NULL;
+    ld_tensor *out = o ? ld_reshape(o, o->ndim, o->shape) : NULL;   /* the node's own view (saved: o) */
+    if (out) {
+        int64_t numel = ld_tensor_numel(yc);
+        BE(yc)->bias_relu(DEV(yc), yc->dtype, DPTR(o), DPTR(yc), bc ? DPTR(bc) : NULL, b ? b->dtype : LD_F32,
+                          n ? numel / n : 0, n, relu);
+        ld_tensor *in[2] = {yc, b};
+        ld_node *nd = ld_record(out, "bias_relu", bw_bias_relu, b ? 2 : 1, in);
+        if (nd && relu) nd->saved[0] = ld_tensor_retain(o);
     }
-    return y;
+    ld_tensor_release(bc); ld_tensor_release(o); ld_tensor_release(yc);
+    return out;
 }
 
 static int bw_linear(ld_node *nd, ld_tensor *g, ld_tensor **gi) {

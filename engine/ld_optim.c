@@ -88,7 +88,7 @@ static int per_grad_values(int n, ld_tensor *const *grads, ld_reduce_op op, doub
             if (!grads[j] || grads[j]->storage->device != d) continue;
             ld_tensor *src = op == LD_RED_SUM ? ld_unary(LD_UN_SQUARE, grads[j]) : ld_contiguous(grads[j]);
             if (!src) { st = ld_error_status(); break; }
-            d->backend->reduce(d, op, (float *)vec->storage->data + vec->offset + slot[j],
+            d->backend->reduce(d, op, (float *)vec->storage->data + vec->offset + slot[j], LD_F32, LD_F32,
                                (const char *)src->storage->data + (size_t)src->offset * ld_dtype_size(src->dtype),
                                src->dtype, 1, ld_tensor_numel(src), 1);
             ld_tensor_release(src);

@@ -195,26 +195,40 @@ void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, floa
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasSgemm_v2", st, what);
 }
 
-/* Dense's forward: the product, then the bias and relu in one pass over C
-   (each sum rounded, then the bias added, as the CPU does). cuBLASLt's
-   RELU_BIAS epilogue would save that pass: for when a GPU can time it. */
-__global__ void k_bias_relu(float *c, const float *bias, int64_t m, int64_t n, int relu) {
-    CU_LOOP(i, m * n) {
-        float v = c[i];
-        if (bias) v += bias[i % n];
-        c[i] = relu ? ld_ew_relu(v) : v;
+/* bias_relu (ld_kernels.h): x + bias (a half bias rounded to T first), relu,
+   rounded once to T. Dense's forward on float32 is the product then this
+   pass over C (each sum rounded, then the bias added, as the CPU does);
+   cuBLASLt's RELU_BIAS epilogue would save that pass: for when a GPU can
+   time it. */
+template <typename T, typename B>
+__global__ void k_bias_relu(T *y, const T *x, const B *bias, int64_t rows, int64_t n, int relu) {
+    CU_LOOP(i, rows * n) {
+        float v = cu_get(x[i]);
+        if (bias) v += cu_get(cu_put<T>(cu_get(bias[i % n])));
+        y[i] = cu_put<T>(relu ? ld_ew_relu(v) : v);
     }
+}
+
+void cu_bias_relu(ld_device *d, ld_dtype dt, void *y, const void *x, const void *bias, ld_dtype bdt, int64_t rows,
+                  int64_t n, int relu) {
+    if (rows <= 0 || n <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    unsigned grid = cu_grid(rows * n, 256);
+    CU_FLOAT_TYPES(dt, T, {
+        if (bdt == LD_F32 || !bias)
+            k_bias_relu<T, float><<<grid, 256, 0, cd->stream>>>((T *)y, (const T *)x, (const float *)bias, rows, n, relu);
+        else
+            k_bias_relu<T, T><<<grid, 256, 0, cd->stream>>>((T *)y, (const T *)x, (const T *)bias, rows, n, relu);
+    });
+    cu_launched(cd, "bias/relu kernel");
 }
 
 void cu_gemm_bias(ld_device *d, int64_t m, int64_t n, int64_t k, const float *a, const float *b, const float *bias,
                   int relu, float *c) {
     if (m <= 0 || n <= 0) return;
     cu_gemm(d, 0, 0, m, n, k, 1.0f, a, k < 1 ? 1 : k, b, n, 0.0f, c, n);
-    if (!bias && !relu) return;
-    cu_dev *cd = cu_begin(d);
-    if (!cd) return;
-    k_bias_relu<<<cu_grid(m * n, 256), 256, 0, cd->stream>>>(c, bias, m, n, relu);
-    cu_launched(cd, "dense bias/relu kernel");
+    if (bias || relu) cu_bias_relu(d, LD_F32, c, c, bias, LD_F32, m, n, relu);
 }
 
 /* Half operands, a float32 or half C: cublasGemmEx with float32 compute (the

@@ -19,6 +19,21 @@ __device__ __forceinline__ double red_term(float v) {
     return (double)v;
 }
 
+/* a float32 result: rounded to rdt's precision, stored in odt (ld_kernels.h) */
+__device__ __forceinline__ void red_store(void *out, int64_t c, float v, ld_dtype odt, ld_dtype rdt) {
+    if (odt == LD_F16 || rdt == LD_F16) {
+        uint16_t h = ld_f32_to_f16(v);
+        if (odt == LD_F16) ((uint16_t *)out)[c] = h;
+        else ((float *)out)[c] = ld_f16_to_f32(h);
+    } else if (odt == LD_BF16 || rdt == LD_BF16) {
+        uint16_t h = ld_f32_to_bf16(v);
+        if (odt == LD_BF16) ((uint16_t *)out)[c] = h;
+        else ((float *)out)[c] = ld_bf16_to_f32(h);
+    } else {
+        ((float *)out)[c] = v;
+    }
+}
+
 struct vi {
     float v;
     int64_t i;
@@ -42,7 +57,7 @@ __device__ __forceinline__ vi vi_shfl(vi x, int o) {
 
 /* ---- inner == 1: one block per row of n contiguous values ---- */
 template <int OP, typename T>
-__global__ void k_reduce_rows(void *out, const T *x, int64_t rows, int64_t n) {
+__global__ void k_reduce_rows(void *out, ld_dtype odt, ld_dtype rdt, const T *x, int64_t rows, int64_t n) {
     __shared__ double shs[32];
     __shared__ vi shv[32];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -52,7 +67,7 @@ __global__ void k_reduce_rows(void *out, const T *x, int64_t rows, int64_t n) {
             double s = 0;
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += red_term<OP>(cu_get(p[j]));
             s = cu_block_sum(s, shs);
-            if (threadIdx.x == 0) ((float *)out)[r] = (float)s;
+            if (threadIdx.x == 0) red_store(out, r, (float)s, odt, rdt);
         } else {
             vi best = {-INFINITY, INT64_MAX};
             for (int64_t j = threadIdx.x; j < n; j += blockDim.x) best = vi_pick(best, vi{cu_get(p[j]), j});
@@ -65,7 +80,7 @@ __global__ void k_reduce_rows(void *out, const T *x, int64_t rows, int64_t n) {
                 for (int o = 16; o > 0; o >>= 1) best = vi_pick(best, vi_shfl(best, o));
                 if (lane == 0) {
                     if (best.i == INT64_MAX) best = vi{-INFINITY, 0};   /* n == 0 (the op refuses it) */
-                    if (OP == LD_RED_MAX) ((float *)out)[r] = best.v;
+                    if (OP == LD_RED_MAX) red_store(out, r, best.v, odt, rdt);
                     else ((int64_t *)out)[r] = best.i;
                 }
             }
@@ -76,7 +91,8 @@ __global__ void k_reduce_rows(void *out, const T *x, int64_t rows, int64_t n) {
 /* ---- inner > 1: a block of 32 x 8 threads per 32 neighbouring columns
    (c = o*inner + i); the 8 rows of threads split n and combine in shared memory ---- */
 template <int OP, typename T>
-__global__ void k_reduce_cols(void *out, const T *x, int64_t outer, int64_t n, int64_t inner) {
+__global__ void k_reduce_cols(void *out, ld_dtype odt, ld_dtype rdt, const T *x, int64_t outer, int64_t n,
+                              int64_t inner) {
     __shared__ double shs[8][33];
     __shared__ vi shv[8][33];
     int64_t cols = outer * inner;
@@ -93,7 +109,7 @@ __global__ void k_reduce_cols(void *out, const T *x, int64_t outer, int64_t n, i
             if (threadIdx.y == 0 && c < cols) {
                 double t = 0;
                 for (int y = 0; y < 8; y++) t += shs[y][threadIdx.x];
-                ((float *)out)[c] = (float)t;
+                red_store(out, c, (float)t, odt, rdt);
             }
         } else {
             vi best = {-INFINITY, INT64_MAX};
@@ -104,7 +120,7 @@ __global__ void k_reduce_cols(void *out, const T *x, int64_t outer, int64_t n, i
             if (threadIdx.y == 0 && c < cols) {
                 for (int y = 1; y < 8; y++) best = vi_pick(best, shv[y][threadIdx.x]);
                 if (best.i == INT64_MAX) best = vi{-INFINITY, 0};
-                if (OP == LD_RED_MAX) ((float *)out)[c] = best.v;
+                if (OP == LD_RED_MAX) red_store(out, c, best.v, odt, rdt);
                 else ((int64_t *)out)[c] = best.i;
             }
         }
@@ -138,11 +154,11 @@ __global__ void k_sum_cols_part(double *part, const T *x, int64_t outer, int64_t
     }
 }
 
-__global__ void k_sum_parts(float *out, const double *part, int64_t cols, int chunks) {
+__global__ void k_sum_parts(void *out, ld_dtype odt, ld_dtype rdt, const double *part, int64_t cols, int chunks) {
     CU_LOOP(c, cols) {
         double t = 0;
         for (int k = 0; k < chunks; k++) t += part[k * cols + c];
-        out[c] = (float)t;
+        red_store(out, c, (float)t, odt, rdt);
     }
 }
 
@@ -163,7 +179,8 @@ __global__ void k_sum_rows_part(double *part, const T *x, int64_t rows, int64_t 
 }
 
 template <int OP, typename T>
-static void launch_reduce(cu_dev *cd, void *out, const T *x, int64_t outer, int64_t n, int64_t inner) {
+static void launch_reduce(cu_dev *cd, void *out, ld_dtype odt, ld_dtype rdt, const T *x, int64_t outer, int64_t n,
+                          int64_t inner) {
     int64_t tiles = (outer * inner + 31) / 32;
     /* below 512 tiles the one-pass kernel has too few blocks for a large GPU
        (a bias gradient of 2048 columns over 8192 rows: 64 blocks, each thread
@@ -177,7 +194,7 @@ static void launch_reduce(cu_dev *cd, void *out, const T *x, int64_t outer, int6
         if (part) {
             k_sum_rows_part<OP, T><<<dim3((unsigned)chunks, (unsigned)outer), 256, 0, cd->stream>>>(part, x, outer, n, chunk);
             cu_launched(cd, "reduce kernel (partial sums of long rows)");
-            k_sum_parts<<<cu_grid(outer, 256), 256, 0, cd->stream>>>((float *)out, part, outer, chunks);
+            k_sum_parts<<<cu_grid(outer, 256), 256, 0, cd->stream>>>(out, odt, rdt, part, outer, chunks);
             cu_launched(cd, "reduce kernel (sum of the rows' partial sums)");
             cu_scratch_free(cd, part, bytes);
             return;
@@ -195,7 +212,7 @@ static void launch_reduce(cu_dev *cd, void *out, const T *x, int64_t outer, int6
             k_sum_cols_part<OP, T><<<dim3((unsigned)tiles, (unsigned)chunks), dim3(32, 8), 0, cd->stream>>>(
                 part, x, outer, n, inner, chunk);
             cu_launched(cd, "reduce kernel (partial sums)");
-            k_sum_parts<<<cu_grid(cols, 256), 256, 0, cd->stream>>>((float *)out, part, cols, chunks);
+            k_sum_parts<<<cu_grid(cols, 256), 256, 0, cd->stream>>>(out, odt, rdt, part, cols, chunks);
             cu_launched(cd, "reduce kernel (sum of partial sums)");
             cu_scratch_free(cd, part, bytes);
             return;
@@ -205,32 +222,34 @@ static void launch_reduce(cu_dev *cd, void *out, const T *x, int64_t outer, int6
     if (inner == 1) {
         int threads = n >= 2048 ? 512 : n >= 256 ? 128 : 32;
         unsigned grid = (unsigned)(outer < 65536 ? outer : 65536);
-        k_reduce_rows<OP, T><<<grid, threads, 0, cd->stream>>>(out, x, outer, n);
+        k_reduce_rows<OP, T><<<grid, threads, 0, cd->stream>>>(out, odt, rdt, x, outer, n);
     } else {
         unsigned grid = (unsigned)(tiles < 65536 ? tiles : 65536);
-        k_reduce_cols<OP, T><<<grid, dim3(32, 8), 0, cd->stream>>>(out, x, outer, n, inner);
+        k_reduce_cols<OP, T><<<grid, dim3(32, 8), 0, cd->stream>>>(out, odt, rdt, x, outer, n, inner);
     }
     cu_launched(cd, "reduce kernel");
 }
 
-void cu_reduce(ld_device *d, ld_reduce_op op, void *out, const void *x, ld_dtype xdt, int64_t outer, int64_t n,
-               int64_t inner) {
+void cu_reduce(ld_device *d, ld_reduce_op op, void *out, ld_dtype odt, ld_dtype rdt, const void *x, ld_dtype xdt,
+               int64_t outer, int64_t n, int64_t inner) {
     if (outer <= 0 || inner <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
+    if (op == LD_RED_ARGMAX) odt = rdt = LD_F32;   /* int64 indices */
     if (n == 0 && (op == LD_RED_SUM || op == LD_RED_NONFINITE)) {   /* a sum (a count) over nothing is 0 */
-        cudaError_t e = cudaMemsetAsync(out, 0, (size_t)(outer * inner) * sizeof(float), cd->stream);
+        size_t es = odt == LD_F32 ? sizeof(float) : 2;
+        cudaError_t e = cudaMemsetAsync(out, 0, (size_t)(outer * inner) * es, cd->stream);
         if (e != cudaSuccess) cu_record(cd, "cudaMemsetAsync", e);
         return;
     }
     switch (op) {
-    case LD_RED_SUM: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_SUM>(cd, out, (const T *)x, outer, n, inner)); break;
-    case LD_RED_MAX: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_MAX>(cd, out, (const T *)x, outer, n, inner)); break;
+    case LD_RED_SUM: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_SUM>(cd, out, odt, rdt, (const T *)x, outer, n, inner)); break;
+    case LD_RED_MAX: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_MAX>(cd, out, odt, rdt, (const T *)x, outer, n, inner)); break;
     case LD_RED_ARGMAX:
-        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_ARGMAX>(cd, out, (const T *)x, outer, n, inner));
+        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_ARGMAX>(cd, out, odt, rdt, (const T *)x, outer, n, inner));
         break;
     case LD_RED_NONFINITE:
-        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_NONFINITE>(cd, out, (const T *)x, outer, n, inner));
+        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_NONFINITE>(cd, out, odt, rdt, (const T *)x, outer, n, inner));
         break;
     default: cu_record_msg(cd, "reduce: unknown op"); break;
     }

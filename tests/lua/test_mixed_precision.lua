@@ -624,7 +624,7 @@ if arg[1] == "conv_lowering_counts" then
   local k1 = ldist._distribute.kernel_calls()
   local g = tape:gradient(l, { v })
   local k2 = ldist._distribute.kernel_calls()
-  for _, k in ipairs { "im2col", "col2im", "conv2d", "conv2d_backward", "copy_strided" } do
+  for _, k in ipairs { "im2col", "col2im", "conv2d", "conv2d_backward", "copy_strided", "bias_relu", "binary", "unary", "reduce" } do
     print(("%s %d %d"):format(k, (k1[k] or 0) - (k0[k] or 0), (k2[k] or 0) - (k1[k] or 0)))
   end
   print("dx " .. g[1].dtype)
@@ -657,9 +657,14 @@ end
 
 -- A half Conv2D's kernel calls (forward, backward), on the lowering a GPU
 -- runs and on the CPU's direct kernels. Casts: the input's astype, the
--- kernel's and the bias's casts to bfloat16, the loss's astype, forward;
--- their gradients and the sum's broadcast backward, and on the lowering one
--- more copy. Before: the lowering cast x to float32 and the patches to
+-- kernel's (and on the direct kernels the bias's) cast to bfloat16, the
+-- loss's astype, forward; their gradients and the sum's broadcast backward,
+-- and on the direct kernels one more copy. The lowering's bias and relu are
+-- one bias_relu kernel on the half product, the float32 bias rounded inside
+-- it and its gradient one reduction rounded once and written in float32
+-- (before: the bias's cast, a half add and a half relu, forward; the bias
+-- gradient's sum rounded in a copy, then widened in another, backward: 4
+-- casts forward and 6 backward). Before: the lowering cast x to float32 and the patches to
 -- bfloat16 (backward nine copies: the patches' gradient widened for col2im,
 -- x's rounded after it, the bias gradient's sum widening its half input
 -- first); the direct kernels took x, w and b widened to float32 and y was
@@ -667,10 +672,12 @@ end
 -- rounded in copies of their own).
 for _, c in ipairs {
   { "the lowering's im2col gathers the half input as it is and col2im rounds its float32 sums once: no casts of x or of the patches",
-    "LDIST_CONV_REFERENCE=1", { im2col = { 1, 0 }, col2im = { 0, 1 }, conv2d = { 0, 0 }, conv2d_backward = { 0, 0 } },
-    { 4, 6 } },
+    "LDIST_CONV_REFERENCE=1", { im2col = { 1, 0 }, col2im = { 0, 1 }, conv2d = { 0, 0 }, conv2d_backward = { 0, 0 },
+      bias_relu = { 1, 0 }, binary = { 0, 0 }, unary = { 0, 0 }, reduce = { 1, 1 } },
+    { 3, 4 } },
   { "the CPU's direct convolution reads and writes the half tensors themselves: no widened x, w or b, no rounded copy of y or of the gradients",
-    "", { im2col = { 0, 0 }, col2im = { 0, 0 }, conv2d = { 1, 0 }, conv2d_backward = { 0, 1 } }, { 4, 5 } },
+    "", { im2col = { 0, 0 }, col2im = { 0, 0 }, conv2d = { 1, 0 }, conv2d_backward = { 0, 1 }, bias_relu = { 0, 0 } },
+    { 4, 5 } },
 } do
   T.test(c[1], function()
     local out, calls = conv_counts(c[2])
