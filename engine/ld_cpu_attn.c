@@ -137,6 +137,9 @@ typedef struct {
     float scale;
     int causal;
     int64_t offset;
+    void *h;          /* forward: y rounded to hdt too (NULL: no); backward: dx in hdt (y unused) */
+    ld_dtype hdt;
+    ld_device *d;
 } msm_job;
 
 /* row r's columns [0, kept) take part; the rest are masked out */
@@ -158,29 +161,40 @@ static void msm_rows(const msm_job *j, int64_t lo, int64_t hi) {
         ldv_scale(yr, lim, 1.0f / sum);
         if (lim < s) memset(yr + lim, 0, sizeof(float) * (size_t)(s - lim));
     }
+    if (j->h) ld_cpu_f32_to_half((uint16_t *)j->h + lo * s, j->y + lo * s, j->hdt, (hi - lo) * s);
 }
 
-static void msm_bw_rows(const msm_job *j, int64_t lo, int64_t hi) {
+/* a half dx: each row into buf (s floats), then rounded into place */
+static void msm_bw_rows(const msm_job *j, int64_t lo, int64_t hi, float *buf) {
     int64_t s = j->s;
     for (int64_t r = lo; r < hi; r++) {
         const float *yr = j->x + r * s, *gr = j->dy + r * s;
-        float *dr = j->y + r * s;
+        float *dr = buf ? buf : j->y + r * s;
         int64_t lim = kept(j, r);
         if (lim == 0) {   /* the weights do not depend on x there */
             memset(dr, 0, sizeof(float) * (size_t)s);
-            continue;
+        } else {
+            /* masked columns have weight 0, hence gradient 0 */
+            ldv_softmax_grad(dr, yr, gr, lim, j->scale, ldv_dot(gr, yr, lim));
+            if (lim < s) memset(dr + lim, 0, sizeof(float) * (size_t)(s - lim));
         }
-        /* masked columns have weight 0, hence gradient 0 */
-        ldv_softmax_grad(dr, yr, gr, lim, j->scale, ldv_dot(gr, yr, lim));
-        if (lim < s) memset(dr + lim, 0, sizeof(float) * (size_t)(s - lim));
+        if (buf) ld_cpu_f32_to_half((uint16_t *)j->h + r * s, buf, j->hdt, s);
     }
 }
 
 static void msm_part(void *ctx, int p, int np) {
     msm_job *j = ctx;
     int64_t lo = j->rows * p / np, hi = j->rows * (p + 1) / np;
-    if (j->dy) msm_bw_rows(j, lo, hi);
-    else msm_rows(j, lo, hi);
+    if (lo >= hi) return;
+    if (!j->dy) { msm_rows(j, lo, hi); return; }
+    float *buf = j->h ? malloc(sizeof(float) * (size_t)j->s) : NULL;
+    if (j->h && !buf) {   /* NaN rows: a result that could not be computed */
+        ld_device_fault(j->d, LD_ENOMEM, "masked_softmax_backward: out of memory for a row");
+        ld_cpu_nan_rows(j->d, (uint16_t *)j->h + lo * j->s, j->hdt, j->s, hi - lo, j->s);
+        return;
+    }
+    msm_bw_rows(j, lo, hi, buf);
+    free(buf);
 }
 
 static void msm_run(msm_job *j) {
@@ -189,18 +203,19 @@ static void msm_run(msm_job *j) {
     ld_cpu_parallel(msm_part, j, j->rows < 64 ? (int)j->rows : 64);
 }
 
-void cpu_masked_softmax(ld_device *d, float *y, const float *x, int64_t batch, int64_t t, int64_t s, float scale,
-                        int causal, int64_t offset) {
+void cpu_masked_softmax(ld_device *d, float *y, void *yh, ld_dtype hdt, const float *x, int64_t batch, int64_t t,
+                        int64_t s, float scale, int causal, int64_t offset) {
     if (batch <= 0 || t <= 0 || s <= 0) return;
-    msm_job j = {y, x, NULL, batch * t, t, s, scale, causal, offset};
+    msm_job j = {y, x, NULL, batch * t, t, s, scale, causal, offset, yh, hdt, d};
     msm_run(&j);
 }
 
-void cpu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const float *dy, int64_t batch,
+void cpu_masked_softmax_backward(ld_device *d, void *dx, ld_dtype ddt, const float *y, const float *dy, int64_t batch,
                                  int64_t t, int64_t s, float scale, int causal, int64_t offset) {
     if (batch <= 0 || t <= 0 || s <= 0) return;
-    /* x holds y, y holds dx (the fields are reused) */
-    msm_job j = {dx, y, dy, batch * t, t, s, scale, causal, offset};
+    /* x holds y, y holds a float32 dx, h a half one (the fields are reused) */
+    int half = ld_dtype_is_half(ddt);
+    msm_job j = {half ? NULL : dx, y, dy, batch * t, t, s, scale, causal, offset, half ? dx : NULL, ddt, d};
     msm_run(&j);
 }
 

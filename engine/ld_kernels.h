@@ -231,12 +231,15 @@ typedef struct {
     /* y = softmax(scale * x) over the last axis of [batch, t, s]; with      \
        causal, entry (i, j) of each [t, s] matrix is masked out when        \
        j > i + offset (a row masked whole is uniform, as Keras' -1e9 adder  \
-       gives). y may be x. */                                                \
-    X(masked_softmax, (V, float *, y), (V, const float *, x), (V, int64_t, batch), (V, int64_t, t),            \
-      (V, int64_t, s), (V, float, scale), (V, int, causal), (V, int64_t, offset))                               \
+       gives). y may be x. yh: NULL, or y again rounded to the half dtype   \
+       hdt in the same pass (the half weights of a half attention). */       \
+    X(masked_softmax, (V, float *, y), (V, void *, yh), (V, ld_dtype, hdt), (V, const float *, x),            \
+      (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, float, scale), (V, int, causal),              \
+      (V, int64_t, offset))                                                                                     \
     /* its backward, y the forward's result: dx = scale * y * (dy -         \
-       sum(dy * y)) per row, 0 on a row masked whole; dx may be dy. */       \
-    X(masked_softmax_backward, (V, float *, dx), (V, const float *, y), (V, const float *, dy),                \
+       sum(dy * y)) per row, 0 on a row masked whole; dx in ddt (float32,   \
+       or a half dtype: rounded once); dx may be dy when ddt is float32. */  \
+    X(masked_softmax_backward, (V, void *, dx), (V, ld_dtype, ddt), (V, const float *, y), (V, const float *, dy), \
       (V, int64_t, batch), (V, int64_t, t), (V, int64_t, s), (V, float, scale), (V, int, causal),              \
       (V, int64_t, offset))                                                                                     \
     /* Fused attention (FlashAttention's online softmax: no [t, s] matrix  \

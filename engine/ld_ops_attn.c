@@ -176,17 +176,19 @@ ld_tensor *ld_bmm(ld_tensor *a, ld_tensor *b, int ta, int tb) {
 /* ================================================================ attention */
 static int64_t causal_offset(int causal, int64_t t, int64_t s) { return causal == LD_CAUSAL_END ? s - t : 0; }
 
-/* dS = scale * P * (g - rowsum(g * P)) into ds (may be g) */
+/* dS = scale * P * (g - rowsum(g * P)) into ds (float32: may be g; or in
+   a half dtype, rounded once by the kernel) */
 static void softmax_grad_into(ld_tensor *ds, ld_tensor *p, ld_tensor *g, const ld_node *nd) {
     int causal = (int)nd->args[1];
     int64_t t = p->shape[1], s = p->shape[2];
-    BE(p)->masked_softmax_backward(DEV(p), FPTR(ds), FPTR(p), FPTR(g), p->shape[0], t, s, (float)nd->args[0],
-                                   causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
+    BE(p)->masked_softmax_backward(DEV(p), DPTR(ds), ds->dtype, FPTR(p), FPTR(g), p->shape[0], t, s,
+                                   (float)nd->args[0], causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
 }
 
-static ld_tensor *softmax_grad(ld_tensor *p, ld_tensor *g, const ld_node *nd) {
-    ld_tensor *gc = ld_contiguous(g);
-    ld_tensor *ds = gc ? ld_ops_out_empty(LD_F32, 3, p->shape, DEV(p)) : NULL;
+/* dS in dt: q's dtype, which qk_grads' half products take as it is */
+static ld_tensor *softmax_grad(ld_tensor *p, ld_tensor *g, const ld_node *nd, ld_dtype dt) {
+    ld_tensor *gc = g->dtype == LD_F32 ? ld_contiguous(g) : ld_cast(g, LD_F32);
+    ld_tensor *ds = gc ? ld_ops_out_empty(dt, 3, p->shape, DEV(p)) : NULL;
     if (ds) softmax_grad_into(ds, p, gc, nd);
     ld_tensor_release(gc);
     return ds;
@@ -212,12 +214,16 @@ static int bw_attention(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     if (!st && ld_needs_grad(v) && !(gi[2] = prod_in(ph, gh, 1, 0, q->dtype))) st = ld_error_status();
     if (!st && (ld_needs_grad(q) || ld_needs_grad(k))) {
         ld_tensor *dp = bmm_raw(gh, v, 0, 1, LD_F32);   /* g V^T [B, T, S], float32 */
-        if (dp) {
-            softmax_grad_into(dp, p, dp, nd);
-            st = qk_grads(dp, q, k, &gi[0], &gi[1]);
+        /* dS in q's dtype: in place over dp for float32, a half dS written by the kernel */
+        ld_tensor *ds = !dp ? NULL : q->dtype == LD_F32 ? ld_tensor_retain(dp)
+                                                         : ld_ops_out_empty(q->dtype, 3, dp->shape, DEV(dp));
+        if (ds) {
+            softmax_grad_into(ds, p, dp, nd);
+            st = qk_grads(ds, q, k, &gi[0], &gi[1]);
         } else {
             st = ld_error_status();
         }
+        ld_tensor_release(ds);
         ld_tensor_release(dp);
     }
     ld_tensor_release(gh);
@@ -225,7 +231,7 @@ static int bw_attention(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 }
 
 static int bw_attention_weights(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *ds = softmax_grad(nd->saved[0], g, nd);
+    ld_tensor *ds = softmax_grad(nd->saved[0], g, nd, nd->in[0]->dtype);
     if (!ds) return ld_error_status();
     int st = qk_grads(ds, nd->in[0], nd->in[1], &gi[0], &gi[1]);
     ld_tensor_release(ds);
@@ -260,14 +266,19 @@ static int check_qk(const char *op, ld_tensor *q, ld_tensor *k, ld_tensor *v, in
     return LD_OK;
 }
 
-/* the weights P [B, T, S] (not recorded) */
-static ld_tensor *weights_raw(ld_tensor *q, ld_tensor *k, int causal, float scale) {
+/* the weights P [B, T, S] (not recorded), float32; with ph, also P
+   rounded to q's half dtype into *ph, in the same kernel */
+static ld_tensor *weights_raw(ld_tensor *q, ld_tensor *k, int causal, float scale, ld_tensor **ph) {
     ld_tensor *p = bmm_raw(q, k, 0, 1, LD_F32);
+    if (ph) *ph = p && ld_dtype_is_half(q->dtype) ? ld_ops_out_empty(q->dtype, 3, p->shape, DEV(p))
+                                                   : ld_tensor_retain(p);
+    if (ph && p && !*ph) { ld_tensor_release(p); return NULL; }
     if (p) {
         int64_t t = q->shape[1], s = k->shape[1];
+        void *h = ph && *ph != p ? DPTR(*ph) : NULL;
         if (p->shape[0] && t && s)
-            BE(p)->masked_softmax(DEV(p), FPTR(p), FPTR(p), p->shape[0], t, s, scale, causal != LD_CAUSAL_NONE,
-                                  causal_offset(causal, t, s));
+            BE(p)->masked_softmax(DEV(p), FPTR(p), h, h ? q->dtype : LD_F32, FPTR(p), p->shape[0], t, s, scale,
+                                  causal != LD_CAUSAL_NONE, causal_offset(causal, t, s));
     }
     return p;
 }
@@ -287,7 +298,7 @@ static void record_weights(ld_tensor *w, ld_tensor *p, ld_tensor *q, ld_tensor *
 ld_tensor *ld_attention_weights(ld_tensor *q, ld_tensor *k, int causal, float scale) {
     if (check_qk("attention_weights", q, k, NULL, causal, scale)) return NULL;
     scale = default_scale(q, scale);
-    ld_tensor *p = weights_raw(q, k, causal, scale);
+    ld_tensor *p = weights_raw(q, k, causal, scale, NULL);
     if (p) record_weights(p, p, q, k, causal, scale);
     return ld_ops_in_dtype(p, q->dtype);
 }
@@ -376,7 +387,7 @@ ld_tensor *ld_attention(ld_tensor *q, ld_tensor *k, ld_tensor *v, int causal, fl
     if (check_qk("attention", q, k, v, causal, scale)) return NULL;
     scale = default_scale(q, scale);
     if (!weights_out && use_fused(q, k, v)) return attention_fused(q, k, v, causal, scale);
-    ld_tensor *p = weights_raw(q, k, causal, scale), *ph = in_dtype(p, q->dtype);
+    ld_tensor *ph = NULL, *p = weights_raw(q, k, causal, scale, &ph);
     ld_tensor *o = ph ? bmm_raw(ph, v, 0, 0, q->dtype) : NULL;
     if (o) {
         ld_tensor *in[3] = {q, k, v};

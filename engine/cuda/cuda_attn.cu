@@ -136,17 +136,23 @@ void cu_gemm_batched_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
     if (st != CUBLAS_STATUS_SUCCESS) cu_blas_failed(cd, "cublasGemmStridedBatchedEx", st, what);
 }
 
-__global__ void k_masked_softmax(float *y, const float *x, int64_t rows, int64_t t, int64_t s, float scale,
+/* H: the half copy's type (float when there is none: yh NULL) */
+template <typename H>
+__global__ void k_masked_softmax(float *y, H *yh, const float *x, int64_t rows, int64_t t, int64_t s, float scale,
                                  int causal, int64_t offset) {
     __shared__ float shm[32];
     __shared__ double shs[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * s;
         float *yr = y + r * s;
+        H *hr = yh ? yh + r * s : NULL;
         int64_t lim = ld_attn_kept(r % t, s, causal, offset);
         if (lim == 0) {   /* uniform (the whole block takes the branch) */
             float u = 1.0f / (float)s;
-            for (int64_t j = threadIdx.x; j < s; j += blockDim.x) yr[j] = u;
+            for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+                yr[j] = u;
+                if (hr) hr[j] = cu_put<H>(u);
+            }
             continue;
         }
         float m = -INFINITY;
@@ -157,20 +163,26 @@ __global__ void k_masked_softmax(float *y, const float *x, int64_t rows, int64_t
         sum = cu_block_sum(sum, shs);
         float inv = (float)(1.0 / sum);
         /* y may be x: every thread has read its entries above */
-        for (int64_t j = threadIdx.x; j < s; j += blockDim.x) yr[j] = j < lim ? expf(xr[j] * scale - m) * inv : 0.0f;
+        for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+            float v = j < lim ? expf(xr[j] * scale - m) * inv : 0.0f;
+            yr[j] = v;
+            if (hr) hr[j] = cu_put<H>(v);
+        }
         __syncthreads();
     }
 }
 
-__global__ void k_masked_softmax_bw(float *dx, const float *y, const float *dy, int64_t rows, int64_t t,
+/* dx in T (float32, or a half dtype rounded once) */
+template <typename T>
+__global__ void k_masked_softmax_bw(T *dx, const float *y, const float *dy, int64_t rows, int64_t t,
                                     int64_t cols, float scale, int causal, int64_t offset) {
     __shared__ double shs[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *yr = y + r * cols, *gr = dy + r * cols;
-        float *dr = dx + r * cols;
+        T *dr = dx + r * cols;
         int64_t lim = ld_attn_kept(r % t, cols, causal, offset);
         if (lim == 0) {   /* masked whole: the weights do not depend on x */
-            for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = 0.0f;
+            for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = cu_put<T>(0.0f);
             continue;
         }
         /* masked columns have weight 0, hence gradient 0, as on the CPU: an
@@ -179,31 +191,33 @@ __global__ void k_masked_softmax_bw(float *dx, const float *y, const float *dy, 
         for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) dot += (double)gr[j] * yr[j];
         dot = cu_block_sum(dot, shs);
         float fd = (float)dot;
-        /* dx may be dy: each thread writes only the entries it read */
-        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) dr[j] = j < lim ? scale * yr[j] * (gr[j] - fd) : 0.0f;
+        /* dx may be dy (float32): each thread writes only the entries it read */
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+            dr[j] = cu_put<T>(j < lim ? scale * yr[j] * (gr[j] - fd) : 0.0f);
         __syncthreads();
     }
 }
 
-void cu_masked_softmax(ld_device *d, float *y, const float *x, int64_t batch, int64_t t, int64_t s, float scale,
-                       int causal, int64_t offset) {
+void cu_masked_softmax(ld_device *d, float *y, void *yh, ld_dtype hdt, const float *x, int64_t batch, int64_t t,
+                       int64_t s, float scale, int causal, int64_t offset) {
     if (batch <= 0 || t <= 0 || s <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     int64_t rows = batch * t;
     unsigned grid = (unsigned)(rows < 65536 ? rows : 65536);
-    k_masked_softmax<<<grid, row_threads(s), 0, cd->stream>>>(y, x, rows, t, s, scale, causal, offset);
+    if (!yh) hdt = LD_F32;
+    CU_FLOAT_TYPES(hdt, H, k_masked_softmax<H><<<grid, row_threads(s), 0, cd->stream>>>(y, (H *)yh, x, rows, t, s, scale, causal, offset));
     cu_launched(cd, "masked_softmax kernel");
 }
 
-void cu_masked_softmax_backward(ld_device *d, float *dx, const float *y, const float *dy, int64_t batch,
+void cu_masked_softmax_backward(ld_device *d, void *dx, ld_dtype ddt, const float *y, const float *dy, int64_t batch,
                                 int64_t t, int64_t s, float scale, int causal, int64_t offset) {
     if (batch <= 0 || t <= 0 || s <= 0) return;
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     int64_t rows = batch * t;
     unsigned grid = (unsigned)(rows < 65536 ? rows : 65536);
-    k_masked_softmax_bw<<<grid, row_threads(s), 0, cd->stream>>>(dx, y, dy, rows, t, s, scale, causal, offset);
+    CU_FLOAT_TYPES(ddt, T, k_masked_softmax_bw<T><<<grid, row_threads(s), 0, cd->stream>>>((T *)dx, y, dy, rows, t, s, scale, causal, offset));
     cu_launched(cd, "masked_softmax_backward kernel");
 }
 
