@@ -1018,6 +1018,52 @@ static void cpu_opt_update(ld_device *d, ld_opt_batch b) {
     else parallel_run(opt_part, &j, 64);
 }
 
+/* nonfinite_flags (ld_kernels.h): the batch's tensors as one range split
+   over the pool, as opt_update's; each part flags what it found in its own
+   row of flags, and the rows are merged after (no two threads write one
+   flag) */
+typedef struct {
+    const ld_check_batch *b;
+    int64_t start[LD_OPT_BATCH + 1];
+    unsigned char found[64][LD_OPT_BATCH];
+} check_job;
+static void check_part(void *c, int p, int np) {
+    check_job *j = c;
+    int64_t lo, hi;
+    range_of(j->start[j->b->n], p, np, &lo, &hi);
+    for (int k = 0; k < j->b->n && lo < hi; k++) {
+        int64_t s = j->start[k], e = j->start[k + 1];
+        if (e <= lo) continue;
+        if (s >= hi) break;
+        const ld_check_item *it = &j->b->item[k];
+        int64_t a = (lo > s ? lo : s) - s, z = (hi < e ? hi : e) - s, bad = 0;
+        if (it->dt == LD_F32) {
+            const float *x = it->x;
+            for (int64_t i = a; i < z; i++) bad += !isfinite(x[i]);
+        } else {
+            for (int64_t i = a; i < z; i++) bad += !isfinite(ld_cpu_elem(it->x, it->dt, i));
+        }
+        if (bad) j->found[p][k] = 1;
+    }
+}
+static void cpu_nonfinite_flags(ld_device *d, ld_check_batch b, float *flags) {
+    check_job *j = calloc(1, sizeof *j);
+    if (!j) {   /* flagged: a step skipped is safer than one applied unchecked */
+        ld_device_fault(d, LD_ENOMEM, "nonfinite_flags: out of memory");
+        for (int k = 0; k < b.n; k++) flags[k] = 1;
+        return;
+    }
+    int n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
+    b.n = n;
+    j->b = &b;
+    for (int k = 0; k < n; k++) j->start[k + 1] = j->start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
+    if (j->start[n] < PAR_MIN) check_part(j, 0, 1);
+    else parallel_run(check_part, j, 64);
+    for (int p = 0; p < 64; p++)
+        for (int k = 0; k < n; k++) if (j->found[p][k]) flags[k] = 1;
+    free(j);
+}
+
 /* the kernel slots from the list (ld_kernels.h): kernel <name> is cpu_<name> */
 #define CPU_SLOT(name, ...) .name = cpu_##name,
 const ld_backend ld_cpu_kernels = {

@@ -78,6 +78,18 @@ typedef struct {
     int n;             /* items used */
     ld_opt_item item[LD_OPT_BATCH];
 } ld_opt_batch;
+/* A batch of tensors for nonfinite_flags (the loss scale's check of a
+   step's gradients, as PyTorch's multi-tensor non-finite check): x [n]
+   in dt (float32 or a half dtype). */
+typedef struct {
+    const void *x;
+    ld_dtype dt;
+    int64_t n;
+} ld_check_item;
+typedef struct {
+    int n;
+    ld_check_item item[LD_OPT_BATCH];
+} ld_check_batch;
 
 /* ================================================================ the lists */
 /* Elementwise binary ops (broadcasting is done at the tensor level):
@@ -155,6 +167,9 @@ typedef struct {
        below; ld_optim.h and ld_optim_math.h for the formulas): one launch  \
        or one split over the pool for up to LD_OPT_BATCH variables. */      \
     X(opt_update, (V, ld_opt_batch, b))                                                                       \
+    /* flags[k] = 1 where item k of the batch holds an inf or a NaN; the    \
+       others are left as they are (the caller zeroes them first) */         \
+    X(nonfinite_flags, (V, ld_check_batch, b), (V, float *, flags))                                           \
     LD_LAYER_KERNELS(X)
 
 /* The layers' kernels (normalization, embeddings, pooling, attention,

@@ -687,6 +687,44 @@ T.test("optimizer updates over 100 variables at once (batches of 48): each as if
   end
 end)
 
+-- The loss scale's check of a step's gradients is nonfinite_flags, 48
+-- gradients a call: an inf or a NaN in any one of 100 gradients (the first,
+-- the last of a batch, the first of the next, the last; a NaN alone in a
+-- long one, past the first block a GPU gives it) skips the step and halves
+-- the scale; finite gradients are applied, unscaled
+T.test("loss scaling over 100 gradients at once (nonfinite_flags, batches of 48): any inf or NaN skips the step", function()
+  local mp = mixed_precision
+  local sizes = { 1, 7, 33, 1000, 70001 }
+  local w0 = {}
+  for i = 1, 100 do w0[i] = tensor.normal(sizes[i % #sizes + 1]) end
+  for _, bad in ipairs { 0, 1, 48, 49, 100, 74 } do
+    local vars, gs = {}, {}
+    for i = 1, 100 do
+      vars[i] = tensor.Variable(w0[i]:to(dev))
+      local g = tensor.normal(w0[i]:numel()) * 1024
+      if i == bad then
+        local t = g:totable()
+        t[#t] = (bad == 74) and 0 / 0 or math.huge   -- the last value of the variable
+        g = tensor.new(t)
+      end
+      gs[i] = g:to(dev)
+    end
+    local opt = mp.LossScaleOptimizer(optim.SGD(0.5), { initial_scale = 1024 })
+    opt:apply_gradients(gs, vars)
+    local what = bad == 0 and "all finite" or ("a non-finite value in gradient %d of %d values"):format(bad, w0[bad]:numel())
+    T.eq(opt.dynamic_scale, bad == 0 and 1024 or 512, what .. ": the scale")
+    for _, i in ipairs { 1, 48, 49, 74, 100 } do
+      local moved = (vars[i]:cpu() - w0[i]):abs():max():item()
+      if bad == 0 then
+        -- w - 0.5 * g / 1024
+        G.close(vars[i], w0[i] - gs[i]:cpu() * (0.5 / 1024), what .. ": variable " .. i, 1e-12)
+      else
+        T.eq(moved, 0, what .. ": variable " .. i .. " unchanged (step skipped)")
+      end
+    end
+  end
+end)
+
 ---------------------------------------------------------------- errors a user meets
 T.test("mixing devices is an error naming both", function()
   local a, b = tensor.ones(3):to(dev), tensor.ones(3)
