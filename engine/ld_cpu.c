@@ -997,55 +997,58 @@ static void opt_range(const ld_opt_hyper *h, const ld_opt_item *it, int64_t a, i
 #undef OPT_AT
 }
 
-typedef struct { const ld_opt_batch *b; int64_t start[LD_OPT_BATCH + 1]; } opt_job;
-static void opt_part(void *c, int p, int np) {
-    const opt_job *j = c;
+/* A batch of tensors (opt_update's, nonfinite_flags') as one range of
+   elements: start[k] is tensor k's first (its n elements, none when n < 0;
+   start[0] = 0);
+   part p of np runs piece(ctx, p, k, a, z) on elements [a, z) of each
+   tensor its share of the range meets. */
+typedef void (*batch_piece_fn)(void *ctx, int p, int k, int64_t a, int64_t z);
+static void batch_pieces(const int64_t *start, int n, int p, int np, batch_piece_fn piece, void *ctx) {
     int64_t lo, hi;
-    range_of(j->start[j->b->n], p, np, &lo, &hi);
-    for (int k = 0; k < j->b->n && lo < hi; k++) {
-        int64_t s = j->start[k], e = j->start[k + 1];
+    range_of(start[n], p, np, &lo, &hi);
+    for (int k = 0; k < n && lo < hi; k++) {
+        int64_t s = start[k], e = start[k + 1];
         if (e <= lo) continue;
         if (s >= hi) break;
-        opt_range(&j->b->h, &j->b->item[k], (lo > s ? lo : s) - s, (hi < e ? hi : e) - s);
+        piece(ctx, p, k, (lo > s ? lo : s) - s, (hi < e ? hi : e) - s);
     }
 }
+
+typedef struct { const ld_opt_batch *b; int64_t start[LD_OPT_BATCH + 1]; } opt_job;
+static void opt_piece(void *c, int p, int k, int64_t a, int64_t z) {
+    const opt_job *j = c;
+    opt_range(&j->b->h, &j->b->item[k], a, z);
+}
+static void opt_part(void *c, int p, int np) { batch_pieces(((opt_job *)c)->start, ((opt_job *)c)->b->n, p, np, opt_piece, c); }
 static void cpu_opt_update(ld_device *d, ld_opt_batch b) {
     opt_job j = {&b, {0}};
-    int n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
-    b.n = n;
-    for (int k = 0; k < n; k++) j.start[k + 1] = j.start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
-    if (j.start[n] < PAR_MIN) opt_part(&j, 0, 1);
+    b.n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
+    for (int k = 0; k < b.n; k++) j.start[k + 1] = j.start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
+    if (j.start[b.n] < PAR_MIN) opt_part(&j, 0, 1);
     else parallel_run(opt_part, &j, 64);
 }
 
-/* nonfinite_flags (ld_kernels.h): the batch's tensors as one range split
-   over the pool, as opt_update's; each part flags what it found in its own
-   row of flags, and the rows are merged after (no two threads write one
-   flag) */
+/* nonfinite_flags (ld_kernels.h): split as opt_update's; each part flags
+   what it found in its own row of flags, and the rows are merged after (no
+   two threads write one flag) */
 typedef struct {
     const ld_check_batch *b;
     int64_t start[LD_OPT_BATCH + 1];
     unsigned char found[64][LD_OPT_BATCH];
 } check_job;
-static void check_part(void *c, int p, int np) {
+static void check_piece(void *c, int p, int k, int64_t a, int64_t z) {
     check_job *j = c;
-    int64_t lo, hi;
-    range_of(j->start[j->b->n], p, np, &lo, &hi);
-    for (int k = 0; k < j->b->n && lo < hi; k++) {
-        int64_t s = j->start[k], e = j->start[k + 1];
-        if (e <= lo) continue;
-        if (s >= hi) break;
-        const ld_check_item *it = &j->b->item[k];
-        int64_t a = (lo > s ? lo : s) - s, z = (hi < e ? hi : e) - s, bad = 0;
-        if (it->dt == LD_F32) {
-            const float *x = it->x;
-            for (int64_t i = a; i < z; i++) bad += !isfinite(x[i]);
-        } else {
-            for (int64_t i = a; i < z; i++) bad += !isfinite(ld_cpu_elem(it->x, it->dt, i));
-        }
-        if (bad) j->found[p][k] = 1;
+    const ld_check_item *it = &j->b->item[k];
+    int64_t bad = 0;
+    if (it->dt == LD_F32) {
+        const float *x = it->x;
+        for (int64_t i = a; i < z; i++) bad += !isfinite(x[i]);
+    } else {
+        for (int64_t i = a; i < z; i++) bad += !isfinite(ld_cpu_elem(it->x, it->dt, i));
     }
+    if (bad) j->found[p][k] = 1;
 }
+static void check_part(void *c, int p, int np) { batch_pieces(((check_job *)c)->start, ((check_job *)c)->b->n, p, np, check_piece, c); }
 static void cpu_nonfinite_flags(ld_device *d, ld_check_batch b, float *flags) {
     check_job *j = calloc(1, sizeof *j);
     if (!j) {   /* flagged: a step skipped is safer than one applied unchecked */
