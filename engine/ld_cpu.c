@@ -722,7 +722,45 @@ static void cpu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, co
    float32 blocks on the stack (widened exactly, rounded once). */
 enum { UN_BLOCK = 512 };
 typedef struct { ld_unary_op op; ld_dtype dt; void *y; const void *x, *dy, *yv; int64_t n; int bw; } un_job;
+/* relu and its gradient on half rows, in the halves' bits (no widening):
+   the float32 formulas' results rounded once, bit for bit, as
+   tests/engine/test_half_rows.c checks over every pattern. relu keeps x
+   where x < 0 is false (+-0, positives, NaN) and is +0 elsewhere; the
+   gradient is dy where x > 0, else +0; a NaN comes out quiet (the quiet bit
+   set, as the rounding sets it). With DAZ on (ldist's threads), float32's
+   comparisons read a bfloat16 subnormal (a float32 one) as 0; float16's
+   are float32 normals. */
+static void relu_half_bits(const un_job *j, int64_t lo, int64_t hi) {
+    uint16_t inf = j->dt == LD_F16 ? 0x7c00 : 0x7f80, quiet = j->dt == LD_F16 ? 0x0200 : 0x0040;
+    /* magnitudes below `small` compare as 0: 1 (only zero), or bfloat16's first normal under DAZ */
+    uint16_t small = j->dt == LD_BF16 && ld_cpu_daz_on() ? 0x0080 : 1;
+    const uint16_t *x = (const uint16_t *)j->x + lo;
+    uint16_t *y = (uint16_t *)j->y + lo;
+    int64_t n = hi - lo;
+    if (!j->bw) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = x[i], mag = h & 0x7fff;
+            uint16_t r = (h & 0x8000) && mag >= small && mag <= inf ? 0 : h;   /* x < 0 */
+            y[i] = mag > inf ? (uint16_t)(r | quiet) : r;
+        }
+        return;
+    }
+    const uint16_t *dy = (const uint16_t *)j->dy + lo;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = x[i], mag = h & 0x7fff, g = dy[i];
+        int pos = !(h & 0x8000) && mag >= small && mag <= inf;   /* x > 0 */
+        uint16_t r = pos ? g : 0;
+        y[i] = pos && (g & 0x7fff) > inf ? (uint16_t)(r | quiet) : r;
+    }
+}
+
 static void un_range(const un_job *j, int64_t lo, int64_t hi) {
+    if (j->op == LD_UN_RELU && ld_dtype_is_half(j->dt) && (j->x || j->yv)) {
+        un_job k = *j;
+        if (!k.x) k.x = k.yv;   /* the gradient from y: y > 0 exactly where x > 0 */
+        relu_half_bits(&k, lo, hi);
+        return;
+    }
     if (j->dt == LD_F32) {
         const float *x = j->x, *dy = j->dy, *yv = j->yv;
         if (j->bw) cpu_unary_backward_serial(NULL, j->op, (float *)j->y + lo, dy + lo, x ? x + lo : NULL, yv ? yv + lo : NULL, hi - lo);

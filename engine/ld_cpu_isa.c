@@ -76,8 +76,10 @@ unsigned ld_cpu_fp_enter(void) {
 void ld_cpu_fp_leave(unsigned saved) {
     if ((saved & FTZ_DAZ) != FTZ_DAZ && ld_cpu_flush_wanted()) _mm_setcsr(saved);
 }
+int ld_cpu_daz_on(void) { return (_mm_getcsr() & 0x0040u) != 0; }
 #else
 int ld_cpu_flush_denormals(void) { return 0; }
 unsigned ld_cpu_fp_enter(void) { return 0; }
 void ld_cpu_fp_leave(unsigned saved) { (void)saved; }
+int ld_cpu_daz_on(void) { return 0; }
 #endif

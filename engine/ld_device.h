@@ -105,6 +105,7 @@ int ld_cpu_flush_wanted(void);
 int ld_cpu_flush_denormals(void);          /* this thread for good; 1 when on */
 unsigned ld_cpu_fp_enter(void);            /* flush until ld_cpu_fp_leave(the value returned) */
 void ld_cpu_fp_leave(unsigned saved);
+int ld_cpu_daz_on(void);                   /* this thread's float32 arithmetic reads subnormals as 0 now */
 const char *ld_cpu_isa_name(void);   /* "avx512", "avx2", "generic" */
 /* The BLAS library behind CPU products and its kernels ("OpenBLAS 0.3.21 ...;
    SkylakeX kernels (...)"), or why there is none; opens it if not yet open. */

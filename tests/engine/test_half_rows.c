@@ -11,6 +11,7 @@
 #include "test_util.h"
 #include "ld_cpu_internal.h"
 #include "ld_half.h"
+#include "ld_elementwise_math.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,53 @@ static int check_tails(ld_dtype dt) {
     return bad;
 }
 
+/* relu and its gradient on half rows (ld_cpu.c's bitwise path) against the
+   float32 formulas (ld_elementwise_math.h) on the widened values, rounded
+   as ld_half.h rounds: forward over every pattern; the gradient over every
+   x with 40 dy, and every dy with 40 x (zeros, subnormals, normals, infs,
+   quiet and signalling NaNs of both signs). Run on this thread in pieces
+   below the pool's split, under the flush mode the caller set. */
+static uint16_t round_half(ld_dtype dt, float f) { return dt == LD_F16 ? ld_f32_to_f16(f) : ld_f32_to_bf16(f); }
+static float widen_half(ld_dtype dt, uint16_t h) { return dt == LD_F16 ? ld_f16_to_f32(h) : ld_bf16_to_f32(h); }
+static int check_relu(ld_dtype dt) {
+    enum { N = 65536, PIECE = 4096, SPECIAL = 40 };
+    const ld_backend *cpu = ld_cpu_backend();
+    uint16_t *x = malloc(N * 2), *y = malloc(N * 2), *dy = malloc(N * 2), *sp = malloc(SPECIAL * 2);
+    uint16_t inf = dt == LD_F16 ? 0x7c00 : 0x7f80;
+    const uint16_t base[] = {0x0000, 0x0001, 0x0003, 0x007f, 0x0080, 0x0081, 0x03ff, 0x0400, 0x3c00, 0x3f80,
+                             0x7bff, 0x7f7f, 0x1234, 0x5555};
+    int k = 0, bad = 0, printed = 0;
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++) { sp[k++] = base[i]; sp[k++] = (uint16_t)(base[i] | 0x8000); }
+    sp[k++] = inf; sp[k++] = (uint16_t)(inf | 0x8000);
+    sp[k++] = (uint16_t)(inf | 1); sp[k++] = (uint16_t)(inf | 1 | 0x8000);                 /* signalling NaNs */
+    sp[k++] = (uint16_t)(inf | (inf >> 1 & ~inf)); sp[k++] = 0xffff;                        /* quiet NaNs */
+    while (k < SPECIAL) { sp[k] = (uint16_t)(k * 2654435761u >> 16); k++; }
+    for (int i = 0; i < N; i++) x[i] = (uint16_t)i;
+    for (int i = 0; i < N; i += PIECE) cpu->unary(NULL, LD_UN_RELU, dt, y + i, x + i, PIECE);
+    for (int i = 0; i < N; i++) {
+        uint16_t want = round_half(dt, ld_ew_relu(widen_half(dt, x[i])));
+        if (y[i] != want && bad++ < 1000 && printed++ < 5)
+            printf("#   %s relu(%04x) = %04x, the float32 formula gives %04x\n", ld_dtype_name(dt), x[i], y[i], want);
+    }
+    for (int pass = 0; pass < 2; pass++)   /* every x against each special dy, every dy against each special x */
+        for (int s = 0; s < SPECIAL; s++) {
+            for (int i = 0; i < N; i++) {
+                x[i] = pass ? sp[s] : (uint16_t)i;
+                dy[i] = pass ? (uint16_t)i : sp[s];
+            }
+            for (int i = 0; i < N; i += PIECE) cpu->unary_backward(NULL, LD_UN_RELU, dt, y + i, dy + i, x + i, x + i, PIECE);
+            for (int i = 0; i < N; i++) {
+                float g = ld_ew_unary_grad(LD_UN_RELU, widen_half(dt, dy[i]), widen_half(dt, x[i]), widen_half(dt, x[i]));
+                uint16_t want = round_half(dt, g);
+                if (y[i] != want && bad++ < 1000 && printed++ < 5)
+                    printf("#   %s relu'(x %04x) dy %04x = %04x, the float32 formula gives %04x\n", ld_dtype_name(dt), x[i],
+                           dy[i], y[i], want);
+            }
+        }
+    free(x); free(y); free(dy); free(sp);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     const char *forced = getenv("LDIST_CPU_ISA");
@@ -123,6 +171,9 @@ int main(int argc, char **argv) {
                 CHECK(check_narrow(dts[k]) == 0);
                 CHECK(check_tails(dts[k]) == 0);
             }
+            snprintf(name, sizeof name, "%s relu and its gradient in the halves' bits: the float32 formulas rounded, every pattern%s",
+                     ld_dtype_name(dts[k]), flush ? ", FTZ and DAZ set" : "");
+            TEST(name) { CHECK(check_relu(dts[k]) == 0); }
         }
     }
     /* the lesser paths, where the processor has more: the same test in processes where LDIST_CPU_ISA says so */
