@@ -1318,20 +1318,23 @@ T.test("float16/bfloat16 Dense bias and relu (bias_relu): the bits of the half o
   local counted = dev:match("^cpu:[1-9]")
   local s = distribute.MirroredStrategy { devices = { dev } }
   for dt, _ in pairs(HALF_TOL) do
-    for _, shape in ipairs { { 37, 70 }, { 3, 11, 70 } } do
+    -- more rows than a GPU grid's 65535 and longer rows than its 64 x 256
+    -- threads: both of the kernel's loops go round
+    for _, case in ipairs { { { 37, 70 }, 45 }, { { 3, 11, 70 }, 45 }, { { 70000, 3 }, 2 }, { { 2, 5 }, 16500 } } do
+      local shape, units = case[1], case[2]
       for _, act in ipairs { "relu", "linear" } do
-        local what = ("Dense %s on %s, %s"):format(dt, table.concat(shape, "x"), act)
+        local what = ("Dense(%d) %s on %s, %s"):format(units, dt, table.concat(shape, "x"), act)
         tensor.seed(23)
         local layer
         do
           local _ <close> = s:scope()
-          layer = nn.Dense(45, { activation = act, dtype = dt == "float16" and "mixed_float16" or "mixed_bfloat16" })
+          layer = nn.Dense(units, { activation = act, dtype = dt == "float16" and "mixed_float16" or "mixed_bfloat16" })
           layer(tensor.zeros(table.unpack(shape)):to(dev))   -- built on the device
         end
-        layer.bias:assign((tensor.normal(45) * 3):to(dev))   -- not Keras's zeros: a bias to round
+        layer.bias:assign((tensor.normal(units) * 3):to(dev))   -- not Keras's zeros: a bias to round
         local xf = tensor.normal(table.unpack(shape)) * 2
         local ws = { table.unpack(shape) }
-        ws[#ws] = 45
+        ws[#ws] = units
         local w = tensor.normal(table.unpack(ws))
         local function run(f)
           local v = tensor.Variable(xf:to(dev))
