@@ -576,9 +576,9 @@ static ld_tensor *reduce(ld_reduce_op op, ld_tensor *x, int axis, int keep, cons
 
 ld_tensor *ld_sum(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_SUM, x, axis, keepdims);
-    /* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded once at the end */
-    ld_dtype rdt = ld_ops_result_dtype(x, NULL);
-    return ld_ops_in_dtype(reduce(LD_RED_SUM, x, axis, keepdims, "sum", ld_dtype_is_half(rdt) ? rdt : LD_F32), rdt);
+    /* a half tensor's sum accumulates in float32 (the reduce kernel's), rounded
+       once by the kernel into the tensor's dtype */
+    return reduce(LD_RED_SUM, x, axis, keepdims, "sum", ld_ops_result_dtype(x, NULL));
 }
 ld_tensor *ld_max(ld_tensor *x, int axis, int keepdims) {
     if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_MAX, x, axis, keepdims);

@@ -64,13 +64,13 @@ double ld_optimizer_lr(const ld_optimizer *o) { return ld_schedule_at(&o->lr, o-
 
 double ld_optimizer_loss_factor(const ld_optimizer *o) { return o->loss_scale.on ? o->loss_scale.scale : 1.0; }
 
-/* One value per gradient, computed on the gradient's device into a vector
-   there, the vector read back once per device: LD_RED_NONFINITE, how many of
-   its values are inf or NaN; LD_RED_SUM, the sum of its squares. A step then
-   waits for a device once, not once per variable (the bench transformer's
-   153 gradients: 153 waits and copies a step, each draining a GPU's queue).
-   out[i] is 0 where grads[i] is NULL. */
-static int per_grad_values(int n, ld_tensor *const *grads, ld_reduce_op op, double *out) {
+/* Each gradient's sum of squares (clipnorm, global_clipnorm), computed on
+   the gradient's device into a vector there, the vector read back once per
+   device: a step waits for a device once, not once per variable (the bench
+   transformer's 153 gradients: 153 waits and copies a step, each draining a
+   GPU's queue). out[i] is 0 where grads[i] is NULL. The loss scale's check
+   for infs is grads_finite's. */
+static int grad_square_sums(int n, ld_tensor *const *grads, double *out) {
     for (int i = 0; i < n; i++) out[i] = 0;
     int *slot = malloc(sizeof *slot * (size_t)(n > 0 ? n : 1));
     if (!slot) return ld_fail(LD_ENOMEM, "out of memory");
@@ -86,9 +86,9 @@ static int per_grad_values(int n, ld_tensor *const *grads, ld_reduce_op op, doub
         if (!vec) { st = ld_error_status(); break; }
         for (int j = i; j < n && !st; j++) {
             if (!grads[j] || grads[j]->storage->device != d) continue;
-            ld_tensor *src = op == LD_RED_SUM ? ld_unary(LD_UN_SQUARE, grads[j]) : ld_contiguous(grads[j]);
+            ld_tensor *src = ld_unary(LD_UN_SQUARE, grads[j]);
             if (!src) { st = ld_error_status(); break; }
-            d->backend->reduce(d, op, (float *)vec->storage->data + vec->offset + slot[j], LD_F32, LD_F32,
+            d->backend->reduce(d, LD_RED_SUM, (float *)vec->storage->data + vec->offset + slot[j], LD_F32, LD_F32,
                                (const char *)src->storage->data + (size_t)src->offset * ld_dtype_size(src->dtype),
                                src->dtype, 1, ld_tensor_numel(src), 1);
             ld_tensor_release(src);
@@ -132,7 +132,7 @@ static int grads_finite(int n, ld_tensor *const *grads) {
             b.item[b.n] = (ld_check_item){(const char *)c->storage->data + (size_t)c->offset * ld_dtype_size(c->dtype),
                                           c->dtype, ld_tensor_numel(c)};
             held[b.n++] = c;
-            if (b.n == LD_OPT_BATCH || j == n - 1) {
+            if (b.n == LD_OPT_BATCH) {
                 d->backend->nonfinite_flags(d, b, (float *)flags->storage->data + flags->offset + base);
                 for (int q = 0; q < b.n; q++) ld_tensor_release(held[q]);
                 base += b.n;
@@ -220,13 +220,13 @@ static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
     return h;
 }
 
-/* the rule's slots of s, from element off (ld_opt_item's s[]: NULL where
-   the rule, as configured, keeps none) */
-static void rule_slots(const ld_optimizer *o, const ld_slot *s, int64_t off, float **p) {
+/* the rule's slots of s (ld_opt_item's s[]: NULL where the rule, as
+   configured, keeps none) */
+static void rule_slots(const ld_optimizer *o, const ld_slot *s, float **p) {
     int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
     int use[3] = {adam || rms || o->momentum != 0, adam || (rms && o->momentum != 0),
                   (adam && o->amsgrad) || (rms && o->centered)};
-    for (int q = 0; q < 3; q++) p[q] = use[q] && s->s[q] ? (float *)s->s[q]->storage->data + off : NULL;
+    for (int q = 0; q < 3; q++) p[q] = use[q] && s->s[q] ? (float *)s->s[q]->storage->data : NULL;
 }
 
 /* The variables of a step go to their devices' opt_update LD_OPT_BATCH at
@@ -253,7 +253,7 @@ static void batch_add(opt_batcher *q, const ld_optimizer *o, const ld_opt_hyper 
     q->b.h = *h;
     ld_opt_item *it = &q->b.item[q->b.n];
     it->w = (float *)v->storage->data + v->offset;
-    rule_slots(o, s, 0, it->s);
+    rule_slots(o, s, it->s);
     it->g = (const float *)g->storage->data + g->offset;
     it->n = ld_tensor_numel(v);
     it->gscale = gscale;
@@ -407,7 +407,7 @@ static int apply_resolved(ld_optimizer *o, int n, ld_tensor *const *grads_in, ld
         /* the squared norms computed on the gradients' devices, read back once per device */
         double small[64], *sq = n <= 64 ? small : malloc(sizeof *sq * (size_t)(n > 0 ? n : 1));
         if (!sq) { st = ld_fail(LD_ENOMEM, "out of memory"); goto out; }
-        st = per_grad_values(n, grads, LD_RED_SUM, sq);
+        st = grad_square_sums(n, grads, sq);
         double ss = 0;
         for (int i = 0; i < n && !st; i++) {
             scales[i] = one_scale;
@@ -568,7 +568,7 @@ int ld_optimizer_apply_sharded(ld_optimizer *o, ld_comm *c, int k, ld_tensor *co
             if (!s) { free(outs); shard_free(x); return ld_error_status(); }
             outs[j] = w;
             x->w[j] = (float *)w->storage->data + w->offset;
-            rule_slots(o, s, 0, x->s + j * 3);
+            rule_slots(o, s, x->s + j * 3);
         }
     int64_t step = o->iterations + 1;
     x->h = hyper_of(o, (float)ld_schedule_at(&o->lr, step - 1), step);

@@ -196,12 +196,12 @@ void cu_gemm(ld_device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, floa
 }
 
 /* bias_relu (ld_kernels.h): x + bias (a half bias rounded to T first), relu,
-   rounded once to T. Dense's forward on float32 is the product then this
-   pass over C (each sum rounded, then the bias added, as the CPU does);
+   rounded once to T; rows over the grid's y, columns over its x, so a
+   value's column needs no 64-bit division (the bench transformer's FFN bias:
+   16M values). Dense's forward on float32 is the product then this pass
+   over C (each sum rounded, then the bias added, as the CPU does);
    cuBLASLt's RELU_BIAS epilogue would save that pass: for when a GPU can
    time it. */
-/* rows over the grid's y, columns over its x: a value's column without a
-   64-bit division per value (the bench transformer's FFN bias: 16M values) */
 template <typename T, typename B>
 __global__ void k_bias_relu(T *y, const T *x, const B *bias, int64_t rows, int64_t n, int relu) {
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
