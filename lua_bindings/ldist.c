@@ -111,14 +111,21 @@ int luaopen_ldist(lua_State *L) {
         lua_setfield(L, -2, c_modules[i].name);
     }
     ldist_set_helpers(L);
+    ld_set_pressure_hook(pressure_gc, L);
+    /* ldist_newstate_deferred leaves the prelude to ldist_finish_state */
+    int deferred = lua_getfield(L, LUA_REGISTRYINDEX, LDIST_PRELUDE_DEFERRED) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (!deferred) ldist_run_prelude(L);
+    return 1;
+}
+
+void ldist_run_prelude(lua_State *L) {
     for (int i = 0; ldist_prelude_names[i]; i++) {
         /* precompiled at build time (scripts/embed.lua): loading bytecode is
            several times faster than parsing, and start-up matters in a REPL */
         if (luaL_loadbufferx(L, ldist_prelude_chunks[i], ldist_prelude_sizes[i], ldist_prelude_names[i], "b") != LUA_OK)
-            return lua_error(L);
+            lua_error(L);
         lua_pushvalue(L, -2);
         lua_call(L, 1, 0);
     }
-    ld_set_pressure_hook(pressure_gc, L);
-    return 1;
 }

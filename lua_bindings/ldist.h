@@ -17,6 +17,19 @@
    names (tensor, nn, optim, losses, metrics, data, datasets, autograd,
    distribute, callbacks, help, plot ...) set as globals. NULL on failure. */
 lua_State *ldist_newstate(void);
+/* The same state less the Lua prelude (lua_bindings/lua/prelude.lua) and the
+   globals it defines, which ldist_finish_state adds. For the REPL's prompt:
+   `ldist` shows it first and finishes the state before it reads the first
+   key, so no input ever runs in an unfinished state. */
+lua_State *ldist_newstate_deferred(void);
+/* Finish a deferred state (a no-op on a finished one). LUA_OK, or the error
+   status with the message on the stack. */
+int ldist_finish_state(lua_State *L);
+/* Run the prelude's files, in order, with the module table at the top of the
+   stack (luaopen_ldist, ldist_finish_state); raises their errors. */
+void ldist_run_prelude(lua_State *L);
+/* the registry key that marks a state whose prelude has not run yet */
+#define LDIST_PRELUDE_DEFERRED "ldist.prelude_deferred"
 /* The module table, as `require "ldist"` returns it (pushed on the stack). */
 int luaopen_ldist(lua_State *L);
 /* Add the small helpers (repr, isatty, termsize, walltime, ...) to the module

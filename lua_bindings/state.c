@@ -426,17 +426,12 @@ int ldist_load_cell(lua_State *L, const char *code, size_t len, const char *chun
 
 /* ---- the state ----------------------------------------------------------- */
 
-/* Runs protected: load the module, set the helpers and the globals. */
-static int init_state(lua_State *L) {
-    luaL_openlibs(L);
-    luaL_requiref(L, "ldist", luaopen_ldist, 0);   /* also package.loaded.ldist */
-    ldist_set_helpers(L);
-    lua_pushvalue(L, -1);
-    lua_setglobal(L, "ldist");                      /* for exploring: ldist.version, ... */
+/* ldist.globals (name -> true) as globals, from the module table at the top of the stack */
+static void set_globals(lua_State *L) {
     lua_getfield(L, -1, "globals");
     if (lua_istable(L, -1)) {
         lua_pushnil(L);
-        while (lua_next(L, -2)) {                    /* ldist.globals: name -> true */
+        while (lua_next(L, -2)) {
             if (lua_toboolean(L, -1) && lua_type(L, -2) == LUA_TSTRING) {
                 const char *k = lua_tostring(L, -2);
                 lua_getfield(L, -4, k);
@@ -445,24 +440,69 @@ static int init_state(lua_State *L) {
             lua_pop(L, 1);
         }
     }
-    lua_pop(L, 2);
+    lua_pop(L, 1);
+}
+
+/* Runs protected: load the module, set the helpers and the globals (unless
+   the prelude waits for ldist_finish_state). */
+static int init_state(lua_State *L) {
+    int deferred = lua_toboolean(L, 1);
+    if (deferred) {
+        lua_pushboolean(L, 1);
+        lua_setfield(L, LUA_REGISTRYINDEX, LDIST_PRELUDE_DEFERRED);
+    }
+    luaL_openlibs(L);
+    luaL_requiref(L, "ldist", luaopen_ldist, 0);   /* also package.loaded.ldist */
+    ldist_set_helpers(L);
+    lua_pushvalue(L, -1);
+    lua_setglobal(L, "ldist");                      /* for exploring: ldist.version, ... */
+    if (!deferred) set_globals(L);
     return 0;
 }
 
-lua_State *ldist_newstate(void) {
+static lua_State *new_state(int deferred) {
     lua_State *L = luaL_newstate();
     if (!L) {
         fprintf(stderr, "ldist: cannot create a Lua state: not enough memory\n");
         return NULL;
     }
     lua_pushcfunction(L, init_state);
-    if (ldist_docall(L, 0, 0) != LUA_OK) {
+    lua_pushboolean(L, deferred);
+    if (ldist_docall(L, 1, 0) != LUA_OK) {
         const char *msg = lua_tostring(L, -1);
         fprintf(stderr, "ldist: cannot load the ldist modules: %s\n", msg ? msg : "(no message)");
         lua_close(L);
         return NULL;
     }
     return L;
+}
+
+lua_State *ldist_newstate(void) { return new_state(0); }
+lua_State *ldist_newstate_deferred(void) { return new_state(1); }
+
+static int finish_state(lua_State *L) {
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, LDIST_PRELUDE_DEFERRED);
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "ldist");
+    ldist_run_prelude(L);
+    set_globals(L);
+    return 0;
+}
+
+int ldist_finish_state(lua_State *L) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, LDIST_PRELUDE_DEFERRED) == LUA_TNIL) {
+        lua_pop(L, 1);
+        return LUA_OK;
+    }
+    lua_pop(L, 1);
+    /* not ldist_docall: its Ctrl-C handler would abort the load, where the
+       REPL's own handler only drops the line being typed */
+    lua_pushcfunction(L, ldist_traceback);
+    lua_pushcfunction(L, finish_state);
+    int st = lua_pcall(L, 0, 0, -2);
+    lua_remove(L, st == LUA_OK ? -1 : -2);
+    return st;
 }
 
 /* ---- errors and interrupts ------------------------------------------------ */

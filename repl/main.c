@@ -312,10 +312,19 @@ static int pmain(lua_State *L) {
     return 0;
 }
 
+/* `ldist` or `ldist -q` on a terminal: nothing but the REPL runs, so the
+   prompt can show before the Lua prelude has loaded; the REPL loads it before
+   it reads the first key (repl.c). Any other command line runs code first. */
+static int prompt_first(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-q") != 0) return 0;
+    return isatty(0);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "kernel") == 0) return ldist_kernel_cmd(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "launch") == 0) return ldist_launch_cmd(argc - 1, argv + 1);
-    lua_State *L = ldist_newstate();
+    lua_State *L = prompt_first(argc, argv) ? ldist_newstate_deferred() : ldist_newstate();
     if (!L) return EXIT_FAILURE;
     pmain_args pa = {argc, argv, EXIT_FAILURE};
     lua_pushcfunction(L, pmain);

@@ -52,6 +52,21 @@ static volatile sig_atomic_t prompt_sigint;
 static char *rl_result;
 static int rl_finished;
 static int use_readline;
+static lua_State *unfinished_L;   /* a deferred state (ldist_newstate_deferred) until the prompt shows */
+static int unfinished_failed;
+
+/* Once the prompt is on the screen: finish the state, before any key is read
+   (a key typed meanwhile waits in the terminal). 0 when it failed (reported). */
+static int finish_state(void) {
+    lua_State *L = unfinished_L;
+    unfinished_L = NULL;
+    if (!L || ldist_finish_state(L) == LUA_OK) return 1;
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "\nldist: cannot load the ldist modules: %s\n", msg ? msg : "(no message)");
+    lua_pop(L, 1);
+    unfinished_failed = 1;
+    return 0;
+}
 
 static void on_prompt_sigint(int sig) {
     (void)sig;
@@ -75,6 +90,7 @@ static int read_line(const char *prompt, char **out) {
         char buf[4096];
         fputs(prompt, stdout);
         fflush(stdout);
+        if (!finish_state()) return READ_EOF;
         size_t cap = 0, len = 0;
         char *s = NULL;
         while (fgets(buf, sizeof buf, stdin)) {
@@ -99,6 +115,10 @@ static int read_line(const char *prompt, char **out) {
     rl_finished = 0;
     rl_result = NULL;
     rl_callback_handler_install(prompt, on_line);
+    if (!finish_state()) {
+        rl_callback_handler_remove();
+        return READ_EOF;
+    }
     int status = READ_OK;
     while (!rl_finished) {
         fd_set fds;
@@ -331,6 +351,7 @@ static void print_values(lua_State *L, int first) {
 /* ---- the loop -------------------------------------------------------------- */
 
 int repl_run(lua_State *L, int banner) {
+    unfinished_L = L;
     use_readline = isatty(0);
     if (use_readline) {
         rl_readline_name = "ldist";
@@ -377,5 +398,5 @@ int repl_run(lua_State *L, int banner) {
     fflush(stdout);
     sigaction(SIGINT, &old_sa, NULL);
     if (use_readline) history_close();
-    return EXIT_SUCCESS;
+    return unfinished_failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

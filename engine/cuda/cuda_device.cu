@@ -398,9 +398,9 @@ int cu_open_library(const char *what, const char *const *libs, int nlibs, const 
 static int discover(char *note, size_t n) {
     /* cudart opens the driver itself; opening it here first tells "no driver"
        apart from the other failures */
-    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *drv = dlopen(LD_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
     if (!drv) {
-        snprintf(note, n, "no CUDA driver: libcuda.so.1 not found");
+        snprintf(note, n, "%s", LD_CUDA_NO_DRIVER_NOTE);
         return 0;
     }
     int count = 0, drv_ver = 0, rt_ver = 0;

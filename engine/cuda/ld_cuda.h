@@ -27,6 +27,9 @@
 #define LD_NCCL_ID_BYTES 128           /* sizeof(ncclUniqueId) */
 #define LD_CUDA_PLUGIN_FILE "ldist_cuda.so"
 #define LD_CUDA_PLUGIN_SYMBOL "ldist_cuda_plugin"
+/* the driver library both sides look for, and the note when it is missing */
+#define LD_CUDA_DRIVER "libcuda.so.1"
+#define LD_CUDA_NO_DRIVER_NOTE "no CUDA driver: " LD_CUDA_DRIVER " not found"
 
 /* What the engine gives the plugin. */
 typedef struct ld_cuda_host {

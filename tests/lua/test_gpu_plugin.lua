@@ -99,6 +99,23 @@ T.test("a fresh ldist starts and says the same; LDIST_CUDA_PLUGIN overrides the 
   T.ok(out:find("the CUDA plugin did not load", 1, true) and out:find("cpu:0", 1, true), out)
 end)
 
+-- Without a driver the plugin found by the search is not even opened (12 MB
+-- of static cudart: a slower start for nothing); one named by
+-- LDIST_CUDA_PLUGIN is opened and says the same line.
+T.test("no driver: the searched plugin stays closed, a named one says the same", function()
+  if have_driver or has_gpu or not exists(plugin) then
+    print("# a driver is installed here, or no plugin is built (skip)"); return
+  end
+  local probe = "' tensor.devices(); local m = 0 for l in io.lines(\"/proc/self/maps\") do " ..
+    "if l:find(\"ldist_cuda.so\", 1, true) then m = m + 1 end end print(tensor.device_note(), m)'"
+  local out, code = sh(ldist_bin .. " -e " .. probe)
+  T.eq(code, 0, out)
+  T.eq(out, "no CUDA driver: libcuda.so.1 not found\t0\n")
+  out, code = sh("LDIST_CUDA_PLUGIN=" .. plugin .. " " .. ldist_bin .. " -e " .. probe)
+  T.eq(code, 0, out)
+  T.ok(out:match("^no CUDA driver: libcuda.so.1 not found\t[1-9]%d*\n$"), "the named plugin: " .. out)
+end)
+
 -- A plugin built against another kernel table (an older ldist, before a kernel
 -- was added): the same entry point, another ABI or another kernel count. It is
 -- refused with a note that says so, and ldist runs on the CPU.
