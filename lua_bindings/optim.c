@@ -13,6 +13,7 @@
 
 #include <lauxlib.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 
 typedef struct { ld_optimizer *o; } lb_opt;
@@ -71,11 +72,23 @@ static void read_schedule(lua_State *L, int t, ld_schedule *s) {
 /* loss scaling from the table at t, as mixed_precision.LossScaleOptimizer
    gives it: {dynamic=true, initial_scale=2^15, dynamic_growth_steps=2000}
    (and scale=, good_steps= to carry a running one over); errors name the field */
+/* the error where the user called LossScaleOptimizer: level 2, past the
+   prelude's wrapper (mixed_precision.lua) that calls optim._loss_scale */
+static int loss_scale_error(lua_State *L, const char *fmt, ...) {
+    luaL_where(L, 2);
+    va_list ap;
+    va_start(ap, fmt);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    lua_concat(L, 2);
+    return lua_error(L);
+}
+
 static void read_loss_scale(lua_State *L, int t, ld_optimizer *o) {
     ld_loss_scale ls = {1, 1, 32768.0, 2000, 0, 0};
     lua_getfield(L, t, "dynamic");
     if (!lua_isnil(L, -1)) {
-        if (!lua_isboolean(L, -1)) luaL_error(L, "bad argument #2 to 'LossScaleOptimizer' (dynamic must be a boolean, got %s)", luaL_typename(L, -1));
+        if (!lua_isboolean(L, -1)) loss_scale_error(L, "bad argument #2 to 'LossScaleOptimizer' (dynamic must be a boolean, got %s)", luaL_typename(L, -1));
         ls.dynamic = lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
@@ -85,7 +98,7 @@ static void read_loss_scale(lua_State *L, int t, ld_optimizer *o) {
             int ok;
             double v = lua_tonumberx(L, -1, &ok);
             if (!ok || !(v > 0) || !isfinite(v))
-                luaL_error(L, "bad argument #2 to 'LossScaleOptimizer' (%s must be a positive finite number)", num[i]);
+                loss_scale_error(L, "bad argument #2 to 'LossScaleOptimizer' (%s must be a positive finite number)", num[i]);
             ls.scale = v;
         }
         lua_pop(L, 1);
@@ -93,7 +106,7 @@ static void read_loss_scale(lua_State *L, int t, ld_optimizer *o) {
     if (lua_getfield(L, t, "dynamic_growth_steps") != LUA_TNIL) {
         int ok;
         lua_Integer v = lua_tointegerx(L, -1, &ok);
-        if (!ok || v < 1) luaL_error(L, "bad argument #2 to 'LossScaleOptimizer' (dynamic_growth_steps must be a positive integer)");
+        if (!ok || v < 1) loss_scale_error(L, "bad argument #2 to 'LossScaleOptimizer' (dynamic_growth_steps must be a positive integer)");
         ls.growth_steps = v;
     }
     lua_pop(L, 1);

@@ -102,7 +102,36 @@ static int l_repr(lua_State *L) {
     return 1;
 }
 
+/* ---- traceback filtering, as Keras's (keras.config.disable_traceback_filtering):
+   an error raised inside ldist's Lua prelude is reported at the user's line
+   (the innermost frame of code that is not the prelude's), and tracebacks
+   leave out the prelude's frames. LDIST_TRACEBACK_FILTERING=0, or
+   ldist.config.traceback_filtering(false), shows them. */
+#define PRELUDE_SOURCE "=[ldist prelude "   /* its chunk names (scripts/embed.lua) */
+#define PRELUDE_SHORT "[ldist prelude "     /* ... as messages and tracebacks print them */
+static int tb_filter = -1;                  /* -1: LDIST_TRACEBACK_FILTERING not read yet */
+
+static int filtering(void) {
+    if (tb_filter < 0) {
+        const char *e = getenv("LDIST_TRACEBACK_FILTERING");
+        tb_filter = !(e && (!strcmp(e, "0") || !strcmp(e, "false")));
+    }
+    return tb_filter;
+}
+
+/* ldist._traceback_filtering([on]) -> whether it was on (ldist.config.traceback_filtering) */
+static int l_traceback_filtering(lua_State *L) {
+    int was = filtering();
+    if (!lua_isnoneornil(L, 1)) {
+        luaL_checktype(L, 1, LUA_TBOOLEAN);
+        tb_filter = lua_toboolean(L, 1);
+    }
+    lua_pushboolean(L, was);
+    return 1;
+}
+
 static const luaL_Reg helpers[] = {
+    {"_traceback_filtering", l_traceback_filtering},
     {"repr", l_repr},
     {"isatty", l_isatty},
     {"termsize", l_termsize},
@@ -524,6 +553,59 @@ static void add_hint(lua_State *L) {
     lua_settop(L, top);
 }
 
+/* A message that starts at a prelude position ("[ldist prelude keras/training]:927: ...")
+   starts at the innermost frame of the user's code instead, or without a
+   position when a tail call (a REPL line's `return m:fit(...)`) left none.
+   Replaces the string at index 1. */
+static void move_to_user_line(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (strncmp(msg, PRELUDE_SHORT, strlen(PRELUDE_SHORT)) != 0) return;
+    const char *p = strstr(msg + strlen(PRELUDE_SHORT), "]:");
+    if (!p) return;
+    for (p += 2; *p >= '0' && *p <= '9'; p++) {}
+    if (p[0] != ':' || p[1] != ' ') return;
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;   /* C */
+        if (!strncmp(ar.source, PRELUDE_SOURCE, strlen(PRELUDE_SOURCE))) continue;
+        lua_pushfstring(L, "%s:%d: %s", ar.short_src, ar.currentline, p + 2);
+        lua_replace(L, 1);
+        return;
+    }
+    lua_pushstring(L, p + 2);
+    lua_replace(L, 1);
+}
+
+/* The traceback's lines less the prelude's frames, and the C functions and
+   tail calls that a prelude frame called (the line after them). */
+static void push_filtered_traceback(lua_State *L, const char *msg) {
+    luaL_traceback(L, L, msg, 1);
+    const char *full = lua_tostring(L, -1), *tb = strstr(full, "\nstack traceback:\n");
+    if (!tb) return;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addlstring(&b, full, (size_t)(tb - full));
+    luaL_addstring(&b, "\nstack traceback:");
+    const char *line = tb + strlen("\nstack traceback:\n");
+    while (*line) {
+        const char *end = strchr(line, '\n'), *next = end ? end + 1 : line + strlen(line);
+        const char *f = line;
+        while (*f == '\t' || *f == ' ') f++;
+        const char *g = next;
+        while (*g == '\t' || *g == ' ') g++;
+        int prelude = !strncmp(f, PRELUDE_SHORT, strlen(PRELUDE_SHORT));
+        int called_by_prelude = (!strncmp(f, "[C]:", 4) || !strncmp(f, "(...tail calls...)", 18)) &&
+                                !strncmp(g, PRELUDE_SHORT, strlen(PRELUDE_SHORT));
+        if (!prelude && !called_by_prelude) {
+            luaL_addstring(&b, "\n");
+            luaL_addlstring(&b, line, (size_t)((end ? end : next) - line));
+        }
+        line = next;
+    }
+    luaL_pushresult(&b);
+    lua_remove(L, -2);
+}
+
 int ldist_traceback(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {                             /* an error object that is not a string */
@@ -532,9 +614,13 @@ int ldist_traceback(lua_State *L) {
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     } else if (lua_type(L, 1) == LUA_TSTRING) {
         add_hint(L);
+        if (filtering()) move_to_user_line(L);
         msg = lua_tostring(L, 1);
     }
-    luaL_traceback(L, L, msg, 1);
+    if (filtering())
+        push_filtered_traceback(L, msg);
+    else
+        luaL_traceback(L, L, msg, 1);
     return 1;
 }
 

@@ -216,3 +216,14 @@ def test_last_of_several_statements_and_a_bare_misspelt_global(k):
 def test_explain_shows_its_story(k):
     text = result(k.execute("distribute.MirroredStrategy():explain()")[1])
     assert text.startswith("MirroredStrategy: synchronous") and "\n1. Input" in text and "\\n" not in text, text
+
+
+def test_an_error_inside_ldist_shows_no_internal_frames(k):
+    """Keras's traceback filtering, as in the REPL: the message of an error
+    fit raised in ldist's Lua code, without its position there."""
+    k.execute(MODEL)
+    reply, _ = k.execute("model:fit(tensor.ones(4, 5), tensor.zeros(5):long(), {verbose = 0})")
+    c = reply["content"]
+    assert c["status"] == "error", c
+    assert c["evalue"].startswith("from_tensor_slices: the tensors differ in their first dimension"), c["evalue"]
+    assert not any("[ldist prelude" in line for line in c["traceback"]), c["traceback"]

@@ -89,9 +89,9 @@ def make_repl(tmp_path):
         r.close()
 
 
-def run_ldist(*args, input=None, cwd=None, timeout=30):
+def run_ldist(*args, input=None, cwd=None, timeout=30, env_extra=None):
     """Run ldist without a terminal; returns CompletedProcess (text)."""
-    env = dict(os.environ, LDIST_HISTORY="")
+    env = dict(os.environ, LDIST_HISTORY="", **(env_extra or {}))
     return subprocess.run([BIN, *args], input=input, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL if input is None else None,
                           cwd=str(cwd or ROOT), timeout=timeout, env=env)

@@ -113,3 +113,35 @@ def test_interactive_after_failing_script_still_opens(tmp_path):
         r.p.expect(pexpect.EOF)
         r.p.close()
         assert r.p.exitstatus == 1
+
+
+FIT_BAD_LABELS = ('local m = nn.Sequential{nn.Dense(3)}\n'
+                  'm:compile{optimizer = optim.SGD(), loss = losses.MeanSquaredError()}\n'
+                  'local function train() m:fit(tensor.ones(4, 2), tensor.ones(4, 2), {verbose = 0}) end\n'
+                  'train()\n')
+
+
+def test_an_error_inside_ldist_is_reported_at_the_users_line(tmp_path):
+    """Keras's traceback filtering: fit raised it in ldist's Lua code, the
+    message names the script's line and the traceback only the script's frames."""
+    (tmp_path / "labels.lua").write_text(FIT_BAD_LABELS)
+    r = run_ldist("labels.lua", cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.startswith("ldist: labels.lua:3: mean_squared_error: labels 4x2 and predictions 4x3 "
+                               "do not match\nstack traceback:\n"), r.stderr
+    assert "[ldist prelude" not in r.stderr and "[C]" not in r.stderr, r.stderr
+    assert "labels.lua:3: in local 'train'" in r.stderr and "labels.lua:4: in main chunk" in r.stderr, r.stderr
+
+
+def test_traceback_filtering_can_be_turned_off(tmp_path):
+    s = tmp_path / "labels.lua"
+    s.write_text(FIT_BAD_LABELS)
+    r = run_ldist(str(s), env_extra={"LDIST_TRACEBACK_FILTERING": "0"})
+    assert r.returncode == 1
+    assert "[ldist prelude keras/training]:" in r.stderr and "stack traceback" in r.stderr, r.stderr
+    s2 = tmp_path / "off.lua"
+    s2.write_text("print(ldist.config.traceback_filtering(false), ldist.config.traceback_filtering())\n"
+                  + FIT_BAD_LABELS)
+    r = run_ldist(str(s2))
+    assert r.stdout.startswith("true\tfalse\n"), r.stdout
+    assert "[ldist prelude keras/training]:" in r.stderr, r.stderr

@@ -98,3 +98,29 @@ def test_a_strict_global_table_does_not_end_the_session(repl):
     repl.run('setmetatable(_G, {__index = function(t, k) error("strict: " .. k, 2) end});')
     assert "strict: modle" in repl.run("modle")
     assert repl.value("6 * 7") == "42" and repl.p.isalive()
+
+
+def test_an_error_inside_ldist_shows_no_internal_frames(repl):
+    """Keras's traceback filtering: fit's error raised in ldist's Lua code is
+    shown without its position there (the line's tail call left no frame of
+    the user's) nor ldist's frames; traceback_filtering(false) shows them."""
+    repl.run(MODEL)
+    line = "model:fit(tensor.ones(4, 5), tensor.zeros(5):long(), {verbose = 0})"
+    out = repl.run(line)
+    assert "ldist: from_tensor_slices: the tensors differ in their first dimension" in out, out
+    assert "[ldist prelude" not in out and "stack traceback" not in out, out
+    out = repl.run("h = " + line)
+    assert "ldist: stdin:1: from_tensor_slices: the tensors differ" in out, out
+    assert repl.value("ldist.config.traceback_filtering(false)") == "true"
+    out = repl.run(line)
+    assert "[ldist prelude keras/training]:" in out, out
+
+
+def test_no_guess_for_a_one_or_two_letter_name(repl):
+    """As Python's suggestions: 'a' is one letter from too many names ('T',
+    a tensor's transpose, was offered), so only a change of case is."""
+    repl.run("function deep(x) return x.a.b end")
+    out = repl.run("deep({})")
+    assert "attempt to index a nil value (field 'a')" in out and "did you mean" not in out, out
+    out = repl.run("hsape_probe = tensor.ones(2).hsape.x")
+    assert "did you mean 'shape'?" in out, out

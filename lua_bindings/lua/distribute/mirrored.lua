@@ -68,6 +68,15 @@ docs[ldist.config.cpu_split] = "ldist.config.cpu_split() -> table\n\n" ..
   "copy of /sys/devices/system/cpu."
 docs["ldist.config.cpu_split"] = docs[ldist.config.cpu_split]
 
+ldist.config.traceback_filtering = ldist._traceback_filtering
+docs[ldist.config.traceback_filtering] = "ldist.config.traceback_filtering([on]) -> whether it was on\n\n" ..
+  "Keras's traceback filtering (keras.config.disable_traceback_filtering): on by default, an error raised\n" ..
+  "inside ldist's own Lua code (the prelude) is reported at your line, the innermost frame of code that\n" ..
+  "is not ldist's, and tracebacks in the REPL, scripts and notebooks leave out ldist's frames.\n" ..
+  "traceback_filtering(false), or LDIST_TRACEBACK_FILTERING=0 in the environment, shows them all\n" ..
+  "(to debug ldist itself)."
+docs["ldist.config.traceback_filtering"] = docs[ldist.config.traceback_filtering]
+
 local per_replica, is_pr, check_axis = distribute.PerReplica, distribute.is_per_replica, ldist._util.check_axis
 
 ---------------------------------------------------------------- the strategy

@@ -755,7 +755,9 @@ end
 -- The closest name of `set` (name -> true) to `name`, or nil.
 local function closest(name, set)
   local best, bestd = nil, math.huge
-  local limit = (#name <= 4) and 1 or 2
+  -- as Python's suggestions: a name of one or two letters is one letter
+  -- away from too many others to guess from ('a' is not 'T'), so only its case
+  local limit = (#name <= 2) and 0 or (#name <= 4) and 1 or 2
   for k in pairs(set) do
     if type(k) == "string" and k ~= name and k:match("^[%a_][%w_]*$") and not k:match("^__") then
       local dd = distance(name:lower(), k:lower())
