@@ -209,7 +209,15 @@ static void set_elem(lua_State *L, int vidx, ld_tensor *t, int64_t pos, int arg)
     else if (lua_isinteger(L, vidx)) st = ld_tensor_init_flat_int(t, pos, lua_tointeger(L, vidx));
     else if (lua_isnumber(L, vidx)) st = ld_tensor_init_flat(t, pos, lua_tonumber(L, vidx));
     else if (lua_isboolean(L, vidx)) st = ld_tensor_init_flat_int(t, pos, lua_toboolean(L, vidx));
-    else { luaL_error(L, "expected a number in the table, got %s", luaL_typename(L, vidx)); return; }
+    else if (e) {
+        char sb[64];
+        luaL_error(L, "expected a number at position %d of the table, got a tensor of shape %s (a table of tensors "
+                   "is not a tensor: tensor.stack(t) joins them)", (int)pos + 1, ld_shape_str(e, sb, sizeof sb));
+        return;
+    } else {
+        luaL_error(L, "expected a number at position %d of the table, got %s", (int)pos + 1, luaL_typename(L, vidx));
+        return;
+    }
     if (st) lb_engine_error(L, arg);
 }
 

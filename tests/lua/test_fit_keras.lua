@@ -317,6 +317,24 @@ T.test("steps options are checked", function()
   T.raises(function() m:fit(ds, { steps_per_epoch = 0, verbose = 0 }) end, "steps_per_epoch must be a positive integer, got 0")
   T.raises(function() m:fit(ds, { validation_steps = 1.5, verbose = 0 }) end, "validation_steps must be a positive integer")
   T.raises(function() m:evaluate(ds, { steps = -1 }) end, "bad argument to 'evaluate' (steps must be a positive integer, got -1)")
+  -- fit's, evaluate's and predict's other numbers and flags, by name (an epochs
+  -- of "two" was an arithmetic error inside fit, a batch_size of 0 'batch''s)
+  local x, y = rows(20, 4), labels(20)
+  T.raises(function() m:fit(x, y, { epochs = "two", verbose = 0 }) end,
+    "bad argument to 'fit' (epochs must be a non-negative integer, got \"two\")")
+  T.raises(function() m:fit(x, y, { epochs = 2.5, verbose = 0 }) end, "epochs must be a non-negative integer, got 2.5")
+  T.raises(function() m:fit(x, y, { batch_size = 0, verbose = 0 }) end,
+    "bad argument to 'fit' (batch_size must be a positive integer, got 0)")
+  T.raises(function() m:fit(x, y, { verbose = "loud" }) end,
+    "bad argument to 'fit' (verbose must be 0, 1, 2 or \"auto\", got \"loud\")")
+  T.raises(function() m:fit(x, y, { shuffle = "yes", verbose = 0 }) end, "shuffle must be true or false, got yes")
+  T.raises(function() m:fit(x, y, { initial_epoch = -1, verbose = 0 }) end, "initial_epoch must be a non-negative integer, got -1")
+  T.raises(function() m:evaluate(x, y, { batch_size = "x" }) end, "bad argument to 'evaluate' (batch_size must be a positive integer")
+  T.raises(function() m:evaluate(x, y, { verbose = 3 }) end, "bad argument to 'evaluate' (verbose must be 0, 1, 2")
+  T.raises(function() m:predict(x, { batch_size = 0 }) end, "bad argument to 'predict' (batch_size must be a positive integer, got 0)")
+  T.raises(function() m:predict(x, { steps = 0 }) end, "bad argument to 'predict' (steps must be a positive integer, got 0)")
+  T.eq(#m:fit(x, y, { epochs = 0, verbose = 0 }).epoch, 0, "epochs = 0 trains nothing, as Keras")
+  T.eq(#m:fit(x, y, { epochs = 1, verbose = "auto", shuffle = false }).epoch, 1)
   -- no samples at all (Keras: "Expected input data to be non-empty")
   T.raises(function() m:fit(tensor.zeros(0, 4), labels(0), { verbose = 0 }) end,
     "bad argument #1 to 'fit' (x holds no samples: its first tensor has shape [0, 4])")

@@ -12,6 +12,13 @@ T.test("creation and shape", function()
   T.eq(r.dtype, "int64"); T.eq(r[4], 4)
   T.near(tensor.arange(0, 1, 0.25):sum():item(), 1.5)
   T.eq(tensor.new({1, 2}, {dtype = "int32"}).dtype, "int32")
+  -- a table that is not numbers says where and what (a dataset's batch is a
+  -- table of tensors: `batch + t` met "got userdata")
+  T.raises(function() return tensor.new({1, "x"}) end, "expected a number at position 2 of the table, got string")
+  T.raises(function() return tensor.ones(3) + {tensor.ones(3)} end,
+    "expected a number at position 1 of the table, got a tensor of shape 3 (a table of tensors is not a tensor: " ..
+    "tensor.stack(t) joins them)")
+  T.eq(tensor.new({tensor.new(2), 3})[0], 2, "a one-element tensor still counts as a number")
 end)
 
 T.test("seeded random numbers repeat", function()

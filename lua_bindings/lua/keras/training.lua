@@ -604,16 +604,32 @@ local count_rows = nest.rows
 local fit_options = { epochs = true, batch_size = true, validation_data = true, verbose = true, callbacks = true,
   steps_per_epoch = true, shuffle = true, seed = true, initial_epoch = true, sample_weight = true, class_weight = true,
   validation_split = true, validation_freq = true, validation_steps = true }
--- steps_per_epoch, validation_steps, evaluate's steps: nil or a positive integer
-local function check_steps(v, name, fname, level)
-  if v ~= nil and not (math.tointeger(v) and v > 0) then
-    error(("bad argument to '%s' (%s must be a positive integer, got %s)"):format(fname, name, tostring(v)), level)
+-- steps_per_epoch, validation_steps, evaluate's steps, batch_size: nil or a
+-- positive integer (min 1); epochs and initial_epoch: non-negative (min 0)
+local function check_steps(v, name, fname, level, min)
+  min = min or 1
+  if v ~= nil and not (math.tointeger(v) and v >= min) then
+    error(("bad argument to '%s' (%s must be a %s integer, got %s)"):format(fname, name,
+      min > 0 and "positive" or "non-negative", type(v) == "string" and ("%q"):format(v) or tostring(v)), level)
+  end
+end
+
+-- verbose, as Keras takes it: 0 (silent), 1 (a progress bar), 2 (a line per epoch) or "auto" (1)
+local function check_verbose(v, fname, level)
+  if v ~= nil and v ~= 0 and v ~= 1 and v ~= 2 and v ~= "auto" then
+    error(("bad argument to '%s' (verbose must be 0, 1, 2 or \"auto\", got %s)"):format(fname,
+      type(v) == "string" and ("%q"):format(v) or tostring(v)), level)
   end
 end
 
 local function check_fit_options(opts)
   check_options("fit", opts, fit_options, 3)
-  for _, k in ipairs { "steps_per_epoch", "validation_steps" } do check_steps(opts[k], k, "fit", 4) end
+  for _, k in ipairs { "steps_per_epoch", "validation_steps", "batch_size" } do check_steps(opts[k], k, "fit", 4) end
+  check_steps(opts.epochs, "epochs", "fit", 4, 0)
+  check_verbose(opts.verbose, "fit", 4)
+  if opts.shuffle ~= nil and type(opts.shuffle) ~= "boolean" then
+    error(("bad argument to 'fit' (shuffle must be true or false, got %s)"):format(tostring(opts.shuffle)), 3)
+  end
   local vf = opts.validation_freq
   if vf ~= nil then
     local good = math.tointeger(vf) and vf > 0
@@ -631,10 +647,7 @@ local function check_fit_options(opts)
     error(("bad argument to 'fit' (validation_split must be a number in [0, 1), got %s)"):format(tostring(vs)), 3)
   end
   if opts.class_weight ~= nil and opts.sample_weight ~= nil then error(CW_AND_SW, 3) end
-  local ie = opts.initial_epoch
-  if ie ~= nil and not (math.tointeger(ie) and ie >= 0) then
-    error(("bad argument to 'fit' (initial_epoch must be a non-negative integer, got %s)"):format(tostring(ie)), 3)
-  end
+  check_steps(opts.initial_epoch, "initial_epoch", "fit", 4, 0)
 end
 
 -- Keras's validation_split (keras/src/trainers/data_adapters/array_slicing.py,
@@ -986,6 +999,8 @@ function Model:evaluate(x, y, opts)
   opts = opts or {}
   check_options("evaluate", opts, evaluate_options, 2)
   check_steps(opts.steps, "steps", "evaluate", 3)
+  check_steps(opts.batch_size, "batch_size", "evaluate", 3)
+  check_verbose(opts.verbose, "evaluate", 3)
   local r = self:_evaluate_batches(as_dataset(x, y, opts, false), opts.steps)
   if (opts.verbose or 0) ~= 0 then
     local parts = {}
@@ -1037,6 +1052,9 @@ doc(Model.evaluate, "Model:evaluate",
 function Model:predict(x, opts)
   opts = opts or {}
   check_options("predict", opts, predict_options, 2)
+  check_steps(opts.batch_size, "batch_size", "predict", 3)
+  check_steps(opts.steps, "steps", "predict", 3)
+  check_verbose(opts.verbose, "predict", 3)
   local parts = {}
   local in_names = io_names(self, "inputs")
   if is_arrays(x) then

@@ -852,10 +852,12 @@ LearningRateScheduler, ReduceLROnPlateau, TerminateOnNaN, BackupAndRestore,
 TensorBoard, LambdaCallback, ProgbarLogger. A callback is any table with some of
 on_train_begin, on_epoch_begin, on_train_batch_end, on_epoch_end, on_train_end.]]
 M["config"] = [[
-Devices and threads: config.cpu_devices(n) splits the CPU into n logical devices
-(cpu:0 .. cpu:n-1), as TF's logical device configuration does; each gets cores/n
-threads pinned to its own cores. config.cpu_split() says how the cores were split
-(also among the processes of one job on this host).]]
+Settings, as keras.config and tf.config: config.cpu_devices(n) splits the CPU into
+n logical devices (cpu:0 .. cpu:n-1), as TF's logical device configuration does;
+each gets cores/n threads pinned to its own cores. config.cpu_split() says how the
+cores were split (also among the processes of one job on this host).
+config.fused_attention(mode) picks MultiHeadAttention's kernel;
+config.traceback_filtering(on) shows or hides ldist's own frames in errors.]]
 M["json"] = [[
 JSON text <-> Lua values: json.encode(value), json.decode(text).]]
 M["losses"] = [[
