@@ -209,6 +209,14 @@ static int push_values(lua_State *L, int idx, ld_tensor **t, int cnt, int own) {
 
 /* Push an element built from e (takes ownership of its tensors): a list, or
    a table keyed by the spec (of the userdata at holder). */
+/* "nil", "a boolean", "a table", ...: a value's type in a sentence */
+static const char *a_typename(lua_State *L, int idx) {
+    int t = lua_type(L, idx);
+    if (t == LUA_TNIL) return "nil";
+    if (t == LUA_TTHREAD) return "a coroutine";
+    return lua_pushfstring(L, "a %s", luaL_typename(L, idx));
+}
+
 static void push_element(lua_State *L, int holder, ld_element *e) {
     holder = lua_absindex(L, holder);
     lua_getiuservalue(L, holder, 1);
@@ -739,9 +747,9 @@ static int results_to_element(lua_State *L, int first, int nres, int out_spec, l
             const char *str = lua_tolstring(L, idx, &len);
             t = ld_tensor_text(str, len);
         }
-        else if (keys) return luaL_error(L, "%s's result '%s' is a %s; tensors, numbers or strings expected", what,
-                                         lua_tostring(L, keys + i), luaL_typename(L, idx));
-        else return luaL_error(L, "%s's result %d is a %s; tensors, numbers or strings expected", what, i + 1, luaL_typename(L, idx));
+        else if (keys) return luaL_error(L, "%s's result '%s' is %s; tensors, numbers or strings expected", what,
+                                         lua_tostring(L, keys + i), a_typename(L, idx));
+        else return luaL_error(L, "%s's result %d is %s; tensors, numbers or strings expected", what, i + 1, a_typename(L, idx));
         if (!t) return lb_engine_error(L, 0);
         out->t[out->n++] = t;
     }

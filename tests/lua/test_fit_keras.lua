@@ -333,6 +333,10 @@ T.test("steps options are checked", function()
   T.raises(function() m:evaluate(x, y, { verbose = 3 }) end, "bad argument to 'evaluate' (verbose must be 0, 1, 2")
   T.raises(function() m:predict(x, { batch_size = 0 }) end, "bad argument to 'predict' (batch_size must be a positive integer, got 0)")
   T.raises(function() m:predict(x, { steps = 0 }) end, "bad argument to 'predict' (steps must be a positive integer, got 0)")
+  T.raises(function() m:fit(x, y, { callbacks = { 42 }, verbose = 0 }) end,
+    "bad argument to 'fit' (callbacks[1] is a number; a callback is a table")
+  T.raises(function() m:fit(x, y, { callbacks = "EarlyStopping", verbose = 0 }) end,
+    "callbacks must be a list of callbacks, got string")
   T.eq(#m:fit(x, y, { epochs = 0, verbose = 0 }).epoch, 0, "epochs = 0 trains nothing, as Keras")
   T.eq(#m:fit(x, y, { epochs = 1, verbose = "auto", shuffle = false }).epoch, 1)
   -- no samples at all (Keras: "Expected input data to be non-empty")

@@ -648,6 +648,16 @@ local function check_fit_options(opts)
   end
   if opts.class_weight ~= nil and opts.sample_weight ~= nil then error(CW_AND_SW, 3) end
   check_steps(opts.initial_epoch, "initial_epoch", "fit", 4, 0)
+  local cbs = opts.callbacks
+  if cbs ~= nil and type(cbs) ~= "table" then
+    error(("bad argument to 'fit' (callbacks must be a list of callbacks, got %s)"):format(type(cbs)), 3)
+  end
+  for i, cb in ipairs(cbs or {}) do
+    if type(cb) ~= "table" then
+      error(("bad argument to 'fit' (callbacks[%d] is a %s; a callback is a table of on_epoch_end, " ..
+        "on_train_batch_end, ... functions, or one of ldist.callbacks)"):format(i, type(cb)), 3)
+    end
+  end
 end
 
 -- Keras's validation_split (keras/src/trainers/data_adapters/array_slicing.py,
