@@ -130,8 +130,12 @@ static int l_traceback_filtering(lua_State *L) {
     return 1;
 }
 
+static int l_keep_traceback(lua_State *L);   /* below, with ldist_traceback */
+static void forget_kept(lua_State *L);
+
 static const luaL_Reg helpers[] = {
     {"_traceback_filtering", l_traceback_filtering},
+    {"_keep_traceback", l_keep_traceback},
     {"repr", l_repr},
     {"isatty", l_isatty},
     {"termsize", l_termsize},
@@ -144,6 +148,8 @@ static const luaL_Reg helpers[] = {
    does; luaopen_ldist may as well, so `require "ldist"` from lua5.4 has them. */
 void ldist_set_helpers(lua_State *L) {
     luaL_setfuncs(L, helpers, 0);
+    lua_getglobal(L, "xpcall");                   /* the base library's, for ldist._keep_traceback */
+    lua_setfield(L, LUA_REGISTRYINDEX, "ldist.xpcall");
 }
 
 /* ---- interactive input --------------------------------------------------- */
@@ -418,6 +424,7 @@ static int push_misspelt_global(lua_State *L, const char *code, size_t len, cons
 }
 
 int ldist_load_cell(lua_State *L, const char *code, size_t len, const char *chunkname, int *flags) {
+    forget_kept(L);   /* a new line or cell: no earlier error's frames */
     char shortcut[512];
     int fl = 0;
     if (ldist_help_shortcut(code, len, shortcut, sizeof shortcut)) {
@@ -553,40 +560,53 @@ static void add_hint(lua_State *L) {
     lua_settop(L, top);
 }
 
+/* The innermost frame of the user's code ("file:line"), pushed, or nothing
+   (returns 0) when only the prelude's and C's frames are on the stack. */
+static int push_user_line(lua_State *L) {
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;   /* C */
+        if (!strncmp(ar.source, PRELUDE_SOURCE, strlen(PRELUDE_SOURCE))) continue;
+        lua_pushfstring(L, "%s:%d", ar.short_src, ar.currentline);
+        return 1;
+    }
+    return 0;
+}
+
 /* A message that starts at a prelude position ("[ldist prelude keras/training]:927: ...")
    starts at the innermost frame of the user's code instead, or without a
    position when a tail call (a REPL line's `return m:fit(...)`) left none.
    Replaces the string at index 1. */
-static void move_to_user_line(lua_State *L) {
+static void move_to_user_line(lua_State *L, const char *kept_line) {
     const char *msg = lua_tostring(L, 1);
     if (strncmp(msg, PRELUDE_SHORT, strlen(PRELUDE_SHORT)) != 0) return;
     const char *p = strstr(msg + strlen(PRELUDE_SHORT), "]:");
     if (!p) return;
     for (p += 2; *p >= '0' && *p <= '9'; p++) {}
     if (p[0] != ':' || p[1] != ' ') return;
-    lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;   /* C */
-        if (!strncmp(ar.source, PRELUDE_SOURCE, strlen(PRELUDE_SOURCE))) continue;
-        lua_pushfstring(L, "%s:%d: %s", ar.short_src, ar.currentline, p + 2);
-        lua_replace(L, 1);
-        return;
+    if (kept_line) {
+        lua_pushfstring(L, "%s: %s", kept_line, p + 2);
+    } else if (push_user_line(L)) {
+        lua_pushfstring(L, "%s: %s", lua_tostring(L, -1), p + 2);
+        lua_remove(L, -2);
+    } else {
+        lua_pushstring(L, p + 2);
     }
-    lua_pushstring(L, p + 2);
     lua_replace(L, 1);
 }
 
-/* The traceback's lines less the prelude's frames, and the C functions and
-   tail calls that a prelude frame called (the line after them). */
-static void push_filtered_traceback(lua_State *L, const char *msg) {
-    luaL_traceback(L, L, msg, 1);
-    const char *full = lua_tostring(L, -1), *tb = strstr(full, "\nstack traceback:\n");
-    if (!tb) return;
+/* msg and the traceback `frames` (luaL_traceback's text without a message:
+   "stack traceback:\n\t..."), less the prelude's frames and the C functions
+   and tail calls that a prelude frame called (the line after them) when
+   filtering */
+static void push_traceback(lua_State *L, const char *msg, const char *frames) {
+    const char *head = "stack traceback:\n";
     luaL_Buffer b;
     luaL_buffinit(L, &b);
-    luaL_addlstring(&b, full, (size_t)(tb - full));
+    luaL_addstring(&b, msg);
     luaL_addstring(&b, "\nstack traceback:");
-    const char *line = tb + strlen("\nstack traceback:\n");
+    const char *line = strncmp(frames, head, strlen(head)) ? frames : frames + strlen(head);
+    int filter = filtering();
     while (*line) {
         const char *end = strchr(line, '\n'), *next = end ? end + 1 : line + strlen(line);
         const char *f = line;
@@ -596,17 +616,97 @@ static void push_filtered_traceback(lua_State *L, const char *msg) {
         int prelude = !strncmp(f, PRELUDE_SHORT, strlen(PRELUDE_SHORT));
         int called_by_prelude = (!strncmp(f, "[C]:", 4) || !strncmp(f, "(...tail calls...)", 18)) &&
                                 !strncmp(g, PRELUDE_SHORT, strlen(PRELUDE_SHORT));
-        if (!prelude && !called_by_prelude) {
+        if (!filter || (!prelude && !called_by_prelude)) {
             luaL_addstring(&b, "\n");
             luaL_addlstring(&b, line, (size_t)((end ? end : next) - line));
         }
         line = next;
     }
     luaL_pushresult(&b);
-    lua_remove(L, -2);
+}
+
+/* ---- tracebacks across the prelude's rethrows
+   fit, strategy:run and scope(fn) catch an error to clean up, then raise it
+   again (error(err, 0)), which loses the frames below them: the user's
+   callback, loss or layer that raised it. They catch it with
+   xpcall(f, ldist._keep_traceback), which keeps the frames at the error
+   (and the user's line there) beside the error value; ldist_traceback then
+   shows those for that error. A new line or cell (ldist_load_cell) and a
+   new script (ldist_docall) forget what was kept. */
+#define KEPT_KEY "ldist.kept_traceback"
+
+static void forget_kept(lua_State *L) {
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
+}
+
+/* Is the function running at stack level `level` the value at idx? */
+static int frame_is(lua_State *L, int level, int idx) {
+    lua_Debug ar;
+    idx = lua_absindex(L, idx);
+    if (!lua_getstack(L, level, &ar) || !lua_getinfo(L, "f", &ar)) return 0;
+    int same = lua_rawequal(L, -1, idx);
+    lua_pop(L, 1);
+    return same;
+}
+
+/* In a message handler: push the kept record ({err=, frames=, line=, site=})
+   when the error at idx is the one it kept, raised again by the function
+   that caught it (error(err, 0) in `site`: level 2, above `error`), or
+   nothing (returns 0). An error kept, then caught by the user's pcall, is
+   not mistaken for a later one of the same text: its site is not raising. */
+static int push_kept(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, KEPT_KEY) == LUA_TTABLE) {
+        lua_getfield(L, -1, "err");
+        lua_getfield(L, -2, "site");
+        int same = lua_rawequal(L, -2, idx) && frame_is(L, 2, -1);
+        lua_pop(L, 2);
+        if (same) return 1;
+    }
+    lua_pop(L, 1);
+    return 0;
+}
+
+/* ldist._keep_traceback(err) -> err: xpcall's message handler (above). The
+   site is the function that called this xpcall: the frame above the
+   innermost xpcall on the stack, since a handler runs for the innermost
+   protected call. */
+static int l_keep_traceback(lua_State *L) {
+    lua_settop(L, 1);
+    int kept = push_kept(L, 1);                   /* an inner site raised it again: keep its frames */
+    if (!kept) {
+        lua_createtable(L, 0, 4);
+        lua_pushvalue(L, 1);
+        lua_setfield(L, -2, "err");
+        luaL_traceback(L, L, NULL, 1);
+        lua_setfield(L, -2, "frames");
+        if (push_user_line(L)) lua_setfield(L, -2, "line");
+    }
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.xpcall");
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        if (!frame_is(L, level, -1)) continue;
+        if (lua_getstack(L, level + 1, &ar) && lua_getinfo(L, "f", &ar)) lua_setfield(L, -3, "site");
+        break;
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
+    lua_settop(L, 1);
+    return 1;
 }
 
 int ldist_traceback(lua_State *L) {
+    lua_settop(L, 1);
+    /* the frames kept where a prelude function caught it (ldist._keep_traceback) */
+    const char *frames = NULL, *kept_line = NULL;
+    if (push_kept(L, 1)) {                         /* the record at 2 keeps its strings at 3, 4 */
+        forget_kept(L);
+        lua_getfield(L, 2, "frames");
+        lua_getfield(L, 2, "line");
+        frames = lua_tostring(L, 3);
+        kept_line = lua_tostring(L, 4);
+    }
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {                             /* an error object that is not a string */
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
@@ -614,13 +714,14 @@ int ldist_traceback(lua_State *L) {
         msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     } else if (lua_type(L, 1) == LUA_TSTRING) {
         add_hint(L);
-        if (filtering()) move_to_user_line(L);
+        if (filtering()) move_to_user_line(L, kept_line);
         msg = lua_tostring(L, 1);
     }
-    if (filtering())
-        push_filtered_traceback(L, msg);
-    else
-        luaL_traceback(L, L, msg, 1);
+    if (!frames) {
+        luaL_traceback(L, L, NULL, 1);
+        frames = lua_tostring(L, -1);
+    }
+    push_traceback(L, msg, frames);
     return 1;
 }
 
@@ -660,6 +761,7 @@ static void on_sigint(int sig) {
 
 int ldist_docall(lua_State *L, int nargs, int nres) {
     int base = lua_gettop(L) - nargs;             /* function index */
+    forget_kept(L);
     lua_pushcfunction(L, ldist_traceback);
     lua_insert(L, base);
     /* A stale interrupt (Ctrl-C between two calls) must not hit this call. */

@@ -62,6 +62,7 @@ ldist.termsize = function() return 80, 24 end
 ldist.walltime = os.time
 ldist._listdir = function() return {} end
 ldist._traceback_filtering = function() return true end
+ldist._keep_traceback = function(e) return e end
 
 -- Userdata the C modules make: their metatables are walked too.
 local samples = {}

@@ -145,3 +145,34 @@ def test_traceback_filtering_can_be_turned_off(tmp_path):
     r = run_ldist(str(s2))
     assert r.stdout.startswith("true\tfalse\n"), r.stdout
     assert "[ldist prelude keras/training]:" in r.stderr, r.stderr
+
+
+def test_an_error_in_a_callback_keeps_its_frames_through_fit(tmp_path):
+    """fit catches an error to clean up and raises it again; the traceback
+    still shows the frames where it was raised (the user's callback and the
+    function it called), not only the script's line that called fit."""
+    (tmp_path / "cb.lua").write_text(
+        'local m = nn.Sequential{nn.Dense(3)}\n'
+        'm:compile{optimizer = optim.SGD(), loss = losses.MeanSquaredError()}\n'
+        'local function deep(x) return x.nope.field end\n'
+        'local cb = {on_epoch_end = function(self, epoch, logs) deep({}) end}\n'
+        'm:fit(tensor.ones(4, 2), tensor.ones(4, 3), {verbose = 0, callbacks = {cb}})\n')
+    r = run_ldist("cb.lua", cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.startswith("ldist: cb.lua:3: attempt to index a nil value (field 'nope')\n"), r.stderr
+    assert "cb.lua:3: in upvalue 'deep'" in r.stderr and "cb.lua:4: in method 'on_epoch_end'" in r.stderr, r.stderr
+    assert "cb.lua:5: in main chunk" in r.stderr and "[ldist prelude" not in r.stderr, r.stderr
+    # the same error twice in one script, the first caught by the script's
+    # pcall: the second, raised outside fit, shows its own frames
+    (tmp_path / "twice.lua").write_text(
+        'local m = nn.Sequential{nn.Dense(3)}\n'
+        'm:compile{optimizer = optim.SGD(), loss = losses.MeanSquaredError()}\n'
+        'local function deep(x) return x.nope.field end\n'
+        'local cb = {on_epoch_end = function(self, epoch, logs) deep({}) end}\n'
+        'print(pcall(m.fit, m, tensor.ones(4, 2), tensor.ones(4, 3), {verbose = 0, callbacks = {cb}}))\n'
+        'local function again() deep({}) end\n'
+        'again()\n')
+    r = run_ldist("twice.lua", cwd=tmp_path)
+    assert r.returncode == 1 and "twice.lua:3: attempt to index" in r.stdout, (r.stdout, r.stderr)
+    assert r.stderr.startswith("ldist: twice.lua:3: attempt to index a nil value (field 'nope')\n"), r.stderr
+    assert "twice.lua:6: in local 'again'" in r.stderr and "on_epoch_end" not in r.stderr, r.stderr

@@ -328,7 +328,7 @@ function Mirrored:_run(fn, args)
   if self._tracing then next_step(self); self._paths.run = true end
   C.host_async(true)     -- cpu:0 queues too: the Lua thread only issues
   C.step_begin(n)
-  local ok, err = pcall(function()
+  local ok, err = xpcall(function()
     while true do
       local requests, nreq = {}, 0
       for r = n - 1, 0, -1 do
@@ -367,7 +367,7 @@ function Mirrored:_run(fn, args)
       local out = self:_collective(requests)
       for r = 0, n - 1 do resume[r] = { out[r] } end
     end
-  end)
+  end, ldist._keep_traceback)   -- its frames survive the rethrow (state.c)
   C.set_replica(nil)
   C.step_end()
   if not self._in_fit then C.host_async(false) end
@@ -419,7 +419,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
   self._last_batch, self._last, self._last_path = gb, setmetatable({ model = model }, { __mode = "v" }), "fit"
   if self._tracing then next_step(self); self._paths.fit = true end
   local lvs, grads, preds = {}, {}, {}
-  local ok, err = pcall(function()
+  local ok, err = xpcall(function()
     C.step_begin(n)
     for r = n - 1, 0, -1 do
       C.set_replica(r, n, gb, self.devices[r + 1], row_offset(xs, gb, n, r))
@@ -448,7 +448,7 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
       C.set_replica(nil)
       trace_compute(self, r, t0)
     end
-  end)
+  end, ldist._keep_traceback)   -- its frames survive the rethrow (state.c)
   C.trace_phase(nil)
   C.set_replica(nil)
   C.step_end()

@@ -167,7 +167,7 @@ function Strategy:scope(fn)
     place_variables()
   end, __name = "ldist.StrategyScope" })
   if fn == nil then return closer end
-  local res = table.pack(pcall(fn))
+  local res = table.pack(xpcall(fn, ldist._keep_traceback))   -- its frames survive the rethrow (state.c)
   getmetatable(closer).__close()
   if not res[1] then error(res[2], 0) end
   return table.unpack(res, 2, res.n)
@@ -210,7 +210,7 @@ function Strategy:_run(fn, args)
     a[i] = v
   end
   if self ~= default then C.set_replica(0, 1, 0, dev, 0) end
-  local res = table.pack(pcall(fn, table.unpack(a, 1, args.n)))
+  local res = table.pack(xpcall(fn, ldist._keep_traceback, table.unpack(a, 1, args.n)))
   if self ~= default then C.set_replica(nil) end
   if not res[1] then error(res[2], 0) end
   return table.pack(table.unpack(res, 2, res.n))

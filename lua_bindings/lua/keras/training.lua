@@ -934,7 +934,7 @@ function Model:_fit_loop(x, y, opts, strategy)
     -- device memory's collections at the steps' ends (tensor.c): each step
     -- then meets the same garbage, and a GPU's pool stops growing early
     local gc_steps = ldist._distribute.collector_steps(true)
-    local ok, err = pcall(function()
+    local ok, err = xpcall(function()
       for batch in batches:epoch() do
         local bx, by, bw = batch_xy(batch)
         bx, by = in_order(bx, in_names, "inputs", "fit"), in_order(by, out_names, "outputs", "fit")
@@ -961,7 +961,7 @@ function Model:_fit_loop(x, y, opts, strategy)
         if self.stop_training then break end
       end
       if pending then settle(pending); pending = nil end
-    end)
+    end, ldist._keep_traceback)   -- its frames survive the rethrow (state.c)
     ldist._distribute.collector_steps(gc_steps)
     if strategy and strategy._fit_end then strategy:_fit_end() end
     if not ok then
@@ -1075,12 +1075,12 @@ function Model:predict(x, opts)
     end
   else
     local batches = epoch_iterator(x, opts.steps, open_batches)
-    local ok, err = pcall(function()
+    local ok, err = xpcall(function()
       for batch in batches:epoch() do
         local bx = batch_xy(batch)
         parts[#parts + 1] = self(in_order(bx, in_names, "inputs", "predict"), { training = false })
       end
-    end)
+    end, ldist._keep_traceback)   -- its frames survive the rethrow (state.c)
     batches:close()
     if not ok then error(err, 0) end
   end
