@@ -371,18 +371,6 @@ typedef struct { ld_reduce_op op; void *out; const void *x; ld_dtype xdt; int64_
 static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
     int64_t n = jb->n, inner = jb->inner;
     ld_dtype dt = jb->xdt;
-    if (jb->op == LD_RED_NONFINITE) {   /* a count, exact in any order */
-        float *out = jb->out;
-        for (int64_t o = o0; o < o1; o++)
-            for (int64_t i = i0; i < i1; i++) {
-                int64_t base = o * n * inner + i, c = 0;
-                if (dt != LD_F32) for (int64_t j = 0; j < n; j++) c += !isfinite(ld_cpu_elem(jb->x, dt, base + j * inner));
-                else if (inner == 1) { const float *r = (const float *)jb->x + base; for (int64_t j = 0; j < n; j++) c += !isfinite(r[j]); }
-                else { const float *r = (const float *)jb->x + base; for (int64_t j = 0; j < n; j++) c += !isfinite(r[j * inner]); }
-                out[o * inner + i] = (float)c;
-            }
-        return;
-    }
     if (jb->op == LD_RED_SUM) {
         float *out = jb->out, buf[RED_CHUNK];
         if (inner == 1) {
@@ -1036,34 +1024,39 @@ static void opt_range(const ld_opt_hyper *h, const ld_opt_item *it, int64_t a, i
 }
 
 /* A batch of tensors (opt_update's, nonfinite_flags') as one range of
-   elements: start[k] is tensor k's first (its n elements, none when n < 0;
-   start[0] = 0);
-   part p of np runs piece(ctx, p, k, a, z) on elements [a, z) of each
+   elements, split over the pool (from PAR_MIN elements) in up to BATCH_PARTS
+   parts: start[k] is tensor k's first element (start[0] = 0, start[n] the
+   total); part p runs piece(ctx, p, k, a, z) on elements [a, z) of each
    tensor its share of the range meets. */
+enum { BATCH_PARTS = 64 };
 typedef void (*batch_piece_fn)(void *ctx, int p, int k, int64_t a, int64_t z);
-static void batch_pieces(const int64_t *start, int n, int p, int np, batch_piece_fn piece, void *ctx) {
+typedef struct { const int64_t *start; int n; batch_piece_fn piece; void *ctx; } batch_job;
+static void batch_part(void *c, int p, int np) {
+    const batch_job *j = c;
     int64_t lo, hi;
-    range_of(start[n], p, np, &lo, &hi);
-    for (int k = 0; k < n && lo < hi; k++) {
-        int64_t s = start[k], e = start[k + 1];
+    range_of(j->start[j->n], p, np, &lo, &hi);
+    for (int k = 0; k < j->n && lo < hi; k++) {
+        int64_t s = j->start[k], e = j->start[k + 1];
         if (e <= lo) continue;
         if (s >= hi) break;
-        piece(ctx, p, k, (lo > s ? lo : s) - s, (hi < e ? hi : e) - s);
+        j->piece(j->ctx, p, k, (lo > s ? lo : s) - s, (hi < e ? hi : e) - s);
     }
 }
-
-typedef struct { const ld_opt_batch *b; int64_t start[LD_OPT_BATCH + 1]; } opt_job;
-static void opt_piece(void *c, int p, int k, int64_t a, int64_t z) {
-    const opt_job *j = c;
-    opt_range(&j->b->h, &j->b->item[k], a, z);
+static void batch_run(const int64_t *start, int n, batch_piece_fn piece, void *ctx) {
+    batch_job j = {start, n, piece, ctx};
+    if (start[n] < PAR_MIN) batch_part(&j, 0, 1);
+    else parallel_run(batch_part, &j, BATCH_PARTS);
 }
-static void opt_part(void *c, int p, int np) { batch_pieces(((opt_job *)c)->start, ((opt_job *)c)->b->n, p, np, opt_piece, c); }
+
+static void opt_piece(void *c, int p, int k, int64_t a, int64_t z) {
+    const ld_opt_batch *b = c;
+    opt_range(&b->h, &b->item[k], a, z);
+}
 static void cpu_opt_update(ld_device *d, ld_opt_batch b) {
-    opt_job j = {&b, {0}};
+    int64_t start[LD_OPT_BATCH + 1] = {0};
     b.n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
-    for (int k = 0; k < b.n; k++) j.start[k + 1] = j.start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
-    if (j.start[b.n] < PAR_MIN) opt_part(&j, 0, 1);
-    else parallel_run(opt_part, &j, 64);
+    for (int k = 0; k < b.n; k++) start[k + 1] = start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
+    batch_run(start, b.n, opt_piece, &b);
 }
 
 /* nonfinite_flags (ld_kernels.h): split as opt_update's; each part flags
@@ -1071,8 +1064,7 @@ static void cpu_opt_update(ld_device *d, ld_opt_batch b) {
    two threads write one flag) */
 typedef struct {
     const ld_check_batch *b;
-    int64_t start[LD_OPT_BATCH + 1];
-    unsigned char found[64][LD_OPT_BATCH];
+    unsigned char found[BATCH_PARTS][LD_OPT_BATCH];
 } check_job;
 static void check_piece(void *c, int p, int k, int64_t a, int64_t z) {
     check_job *j = c;
@@ -1086,7 +1078,6 @@ static void check_piece(void *c, int p, int k, int64_t a, int64_t z) {
     }
     if (bad) j->found[p][k] = 1;
 }
-static void check_part(void *c, int p, int np) { batch_pieces(((check_job *)c)->start, ((check_job *)c)->b->n, p, np, check_piece, c); }
 static void cpu_nonfinite_flags(ld_device *d, ld_check_batch b, float *flags) {
     check_job *j = calloc(1, sizeof *j);
     if (!j) {   /* flagged: a step skipped is safer than one applied unchecked */
@@ -1094,14 +1085,13 @@ static void cpu_nonfinite_flags(ld_device *d, ld_check_batch b, float *flags) {
         for (int k = 0; k < b.n; k++) flags[k] = 1;
         return;
     }
-    int n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
-    b.n = n;
+    int64_t start[LD_OPT_BATCH + 1] = {0};
+    b.n = b.n < 0 ? 0 : b.n > LD_OPT_BATCH ? LD_OPT_BATCH : b.n;
+    for (int k = 0; k < b.n; k++) start[k + 1] = start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
     j->b = &b;
-    for (int k = 0; k < n; k++) j->start[k + 1] = j->start[k] + (b.item[k].n > 0 ? b.item[k].n : 0);
-    if (j->start[n] < PAR_MIN) check_part(j, 0, 1);
-    else parallel_run(check_part, j, 64);
-    for (int p = 0; p < 64; p++)
-        for (int k = 0; k < n; k++) if (j->found[p][k]) flags[k] = 1;
+    batch_run(start, b.n, check_piece, j);
+    for (int p = 0; p < BATCH_PARTS; p++)
+        for (int k = 0; k < b.n; k++) if (j->found[p][k]) flags[k] = 1;
     free(j);
 }
 

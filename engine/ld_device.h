@@ -23,8 +23,7 @@ typedef enum { LD_DEV_CPU = 0, LD_DEV_CUDA, LD_DEV_SIM } ld_device_kind;
 
 typedef enum { LD_BINARY_OPS(LD_BIN_ENUM) LD_BIN_COUNT } ld_binary_op;
 typedef enum { LD_UNARY_OPS(LD_UN_ENUM) LD_UN_COUNT } ld_unary_op;
-/* LD_RED_NONFINITE: how many values are inf or NaN (a float32 count) */
-typedef enum { LD_RED_SUM = 0, LD_RED_MAX, LD_RED_ARGMAX, LD_RED_NONFINITE } ld_reduce_op;
+typedef enum { LD_RED_SUM = 0, LD_RED_MAX, LD_RED_ARGMAX } ld_reduce_op;
 
 typedef struct ld_backend {
     const char *name;

@@ -207,8 +207,6 @@ static int push_values(lua_State *L, int idx, ld_tensor **t, int cnt, int own) {
     return cnt;
 }
 
-/* Push an element built from e (takes ownership of its tensors): a list, or
-   a table keyed by the spec (of the userdata at holder). */
 /* "nil", "a boolean", "a table", ...: a value's type in a sentence */
 static const char *a_typename(lua_State *L, int idx) {
     int t = lua_type(L, idx);
@@ -217,6 +215,8 @@ static const char *a_typename(lua_State *L, int idx) {
     return lua_pushfstring(L, "a %s", luaL_typename(L, idx));
 }
 
+/* Push an element built from e (takes ownership of its tensors): a list, or
+   a table keyed by the spec (of the userdata at holder). */
 static void push_element(lua_State *L, int holder, ld_element *e) {
     holder = lua_absindex(L, holder);
     lua_getiuservalue(L, holder, 1);

@@ -23,7 +23,8 @@ lua_State *ldist_newstate(void);
    key, so no input ever runs in an unfinished state. */
 lua_State *ldist_newstate_deferred(void);
 /* Finish a deferred state (a no-op on a finished one). LUA_OK, or the error
-   status with the message on the stack. */
+   status, the message reported on stderr (on a line of its own: the prompt
+   is on the screen) as ldist_newstate reports its failure. */
 int ldist_finish_state(lua_State *L);
 /* Run the prelude's files, in order, with the module table at the top of the
    stack (luaopen_ldist, ldist_finish_state); raises their errors. */

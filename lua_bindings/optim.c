@@ -69,9 +69,6 @@ static void read_schedule(lua_State *L, int t, ld_schedule *s) {
     lua_pop(L, 1);
 }
 
-/* loss scaling from the table at t, as mixed_precision.LossScaleOptimizer
-   gives it: {dynamic=true, initial_scale=2^15, dynamic_growth_steps=2000}
-   (and scale=, good_steps= to carry a running one over); errors name the field */
 /* the error where the user called LossScaleOptimizer: level 2, past the
    prelude's wrapper (mixed_precision.lua) that calls optim._loss_scale */
 static int loss_scale_error(lua_State *L, const char *fmt, ...) {
@@ -84,6 +81,9 @@ static int loss_scale_error(lua_State *L, const char *fmt, ...) {
     return lua_error(L);
 }
 
+/* loss scaling from the table at t, as mixed_precision.LossScaleOptimizer
+   gives it: {dynamic=true, initial_scale=2^15, dynamic_growth_steps=2000}
+   (and scale=, good_steps= to carry a running one over); errors name the field */
 static void read_loss_scale(lua_State *L, int t, ld_optimizer *o) {
     ld_loss_scale ls = {1, 1, 32768.0, 2000, 0, 0};
     lua_getfield(L, t, "dynamic");

@@ -496,6 +496,13 @@ static int init_state(lua_State *L) {
     return 0;
 }
 
+/* the one report of a state whose modules failed to load (the message on the stack, popped) */
+static void report_load_failure(lua_State *L, const char *before) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "%sldist: cannot load the ldist modules: %s\n", before, msg ? msg : "(no message)");
+    lua_pop(L, 1);
+}
+
 static lua_State *new_state(int deferred) {
     lua_State *L = luaL_newstate();
     if (!L) {
@@ -505,8 +512,7 @@ static lua_State *new_state(int deferred) {
     lua_pushcfunction(L, init_state);
     lua_pushboolean(L, deferred);
     if (ldist_docall(L, 1, 0) != LUA_OK) {
-        const char *msg = lua_tostring(L, -1);
-        fprintf(stderr, "ldist: cannot load the ldist modules: %s\n", msg ? msg : "(no message)");
+        report_load_failure(L, "");
         lua_close(L);
         return NULL;
     }
@@ -538,6 +544,7 @@ int ldist_finish_state(lua_State *L) {
     lua_pushcfunction(L, finish_state);
     int st = lua_pcall(L, 0, 0, -2);
     lua_remove(L, st == LUA_OK ? -1 : -2);
+    if (st != LUA_OK) report_load_failure(L, "\n");   /* after the prompt */
     return st;
 }
 

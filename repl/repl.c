@@ -61,10 +61,7 @@ static int finish_state(void) {
     lua_State *L = unfinished_L;
     unfinished_L = NULL;
     if (!L || ldist_finish_state(L) == LUA_OK) return 1;
-    const char *msg = lua_tostring(L, -1);
-    fprintf(stderr, "\nldist: cannot load the ldist modules: %s\n", msg ? msg : "(no message)");
-    lua_pop(L, 1);
-    unfinished_failed = 1;
+    unfinished_failed = 1;   /* reported */
     return 0;
 }
 

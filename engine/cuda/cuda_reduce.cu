@@ -1,6 +1,6 @@
 /*
- * cuda_reduce.cu - sum, max, argmax and the count of non-finite values over
- * the middle axis of a contiguous [outer, n, inner] array.
+ * cuda_reduce.cu - sum, max and argmax over the middle axis of a contiguous
+ * [outer, n, inner] array.
  *
  * x is float32, float16 or bfloat16 (read widened). Sums accumulate in
  * double (the CPU backend sums rows in double too).
@@ -10,14 +10,6 @@
  * the sequential answer.
  */
 #include "cuda_common.cuh"
-
-/* a sum of values, or of 1 for each inf or NaN (LD_RED_NONFINITE) */
-#define SUMLIKE(OP) ((OP) == LD_RED_SUM || (OP) == LD_RED_NONFINITE)
-template <int OP>
-__device__ __forceinline__ double red_term(float v) {
-    if (OP == LD_RED_NONFINITE) return isfinite(v) ? 0.0 : 1.0;
-    return (double)v;
-}
 
 /* a float32 result: rounded to rdt's precision, stored in odt (ld_kernels.h) */
 __device__ __forceinline__ void red_store(void *out, int64_t c, float v, ld_dtype odt, ld_dtype rdt) {
@@ -63,9 +55,9 @@ __global__ void k_reduce_rows(void *out, ld_dtype odt, ld_dtype rdt, const T *x,
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *p = x + r * n;
-        if (SUMLIKE(OP)) {
+        if (OP == LD_RED_SUM) {
             double s = 0;
-            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += red_term<OP>(cu_get(p[j]));
+            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += (double)cu_get(p[j]);
             s = cu_block_sum(s, shs);
             if (threadIdx.x == 0) red_store(out, r, (float)s, odt, rdt);
         } else {
@@ -100,10 +92,10 @@ __global__ void k_reduce_cols(void *out, ld_dtype odt, ld_dtype rdt, const T *x,
         int64_t c = c0 + threadIdx.x;
         int64_t o = c < cols ? c / inner : 0, i = c < cols ? c - o * inner : 0;
         const T *p = x + o * n * inner + i;
-        if (SUMLIKE(OP)) {
+        if (OP == LD_RED_SUM) {
             double s = 0;
             if (c < cols)
-                for (int64_t j = threadIdx.y; j < n; j += 8) s += red_term<OP>(cu_get(p[j * inner]));
+                for (int64_t j = threadIdx.y; j < n; j += 8) s += (double)cu_get(p[j * inner]);
             shs[threadIdx.y][threadIdx.x] = s;
             __syncthreads();
             if (threadIdx.y == 0 && c < cols) {
@@ -143,7 +135,7 @@ __global__ void k_sum_cols_part(double *part, const T *x, int64_t outer, int64_t
     if (c < cols) {
         int64_t o = c / inner, i = c - o * inner;
         const T *p = x + o * n * inner + i;
-        for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) s += red_term<OP>(cu_get(p[j * inner]));
+        for (int64_t j = j0 + threadIdx.y; j < j1; j += 8) s += (double)cu_get(p[j * inner]);
     }
     shs[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
@@ -173,7 +165,7 @@ __global__ void k_sum_rows_part(double *part, const T *x, int64_t rows, int64_t 
     int64_t r = blockIdx.y, j0 = (int64_t)blockIdx.x * chunk, j1 = j0 + chunk < n ? j0 + chunk : n;
     const T *p = x + r * n;
     double s = 0;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += red_term<OP>(cu_get(p[j]));
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) s += (double)cu_get(p[j]);
     s = cu_block_sum(s, shs);
     if (threadIdx.x == 0) part[blockIdx.x * rows + r] = s;
 }
@@ -185,7 +177,7 @@ static void launch_reduce(cu_dev *cd, void *out, ld_dtype odt, ld_dtype rdt, con
     /* below 512 tiles the one-pass kernel has too few blocks for a large GPU
        (a bias gradient of 2048 columns over 8192 rows: 64 blocks, each thread
        1024 loads in a row); split the long axis into chunks, about 512 blocks */
-    if (SUMLIKE(OP) && inner == 1 && outer < 512 && n >= 65536) {   /* 3 to 128 chunks a row */
+    if (OP == LD_RED_SUM && inner == 1 && outer < 512 && n >= 65536) {   /* 3 to 128 chunks a row */
         int chunks = (int)((1024 + outer - 1) / outer);
         if ((int64_t)chunks * 8192 > n) chunks = (int)(n / 8192);
         int64_t chunk = (n + chunks - 1) / chunks;
@@ -201,7 +193,7 @@ static void launch_reduce(cu_dev *cd, void *out, ld_dtype odt, ld_dtype rdt, con
         }
         cu_host->clear_error();   /* no scratch: the one-pass kernel below needs none */
     }
-    if (SUMLIKE(OP) && inner > 1 && tiles < 512 && n >= 2048) {
+    if (OP == LD_RED_SUM && inner > 1 && tiles < 512 && n >= 2048) {
         int64_t cols = outer * inner;
         int chunks = (int)((512 + tiles - 1) / tiles);
         if ((int64_t)chunks * 256 > n) chunks = (int)(n / 256);
@@ -236,7 +228,7 @@ void cu_reduce(ld_device *d, ld_reduce_op op, void *out, ld_dtype odt, ld_dtype 
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     if (op == LD_RED_ARGMAX) odt = rdt = LD_F32;   /* int64 indices */
-    if (n == 0 && (op == LD_RED_SUM || op == LD_RED_NONFINITE)) {   /* a sum (a count) over nothing is 0 */
+    if (n == 0 && op == LD_RED_SUM) {   /* a sum over nothing is 0 */
         size_t es = odt == LD_F32 ? sizeof(float) : 2;
         cudaError_t e = cudaMemsetAsync(out, 0, (size_t)(outer * inner) * es, cd->stream);
         if (e != cudaSuccess) cu_record(cd, "cudaMemsetAsync", e);
@@ -247,9 +239,6 @@ void cu_reduce(ld_device *d, ld_reduce_op op, void *out, ld_dtype odt, ld_dtype 
     case LD_RED_MAX: CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_MAX>(cd, out, odt, rdt, (const T *)x, outer, n, inner)); break;
     case LD_RED_ARGMAX:
         CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_ARGMAX>(cd, out, odt, rdt, (const T *)x, outer, n, inner));
-        break;
-    case LD_RED_NONFINITE:
-        CU_FLOAT_TYPES(xdt, T, launch_reduce<LD_RED_NONFINITE>(cd, out, odt, rdt, (const T *)x, outer, n, inner));
         break;
     default: cu_record_msg(cd, "reduce: unknown op"); break;
     }
