@@ -63,7 +63,7 @@ static int tape_record(lua_State *L) {
     int was = t->active;
     if (!was) { ld_tape_push(t->tape); t->active = 1; }
     int base = 2, nargs = lua_gettop(L) - 2;
-    int st = lua_pcall(L, nargs, LUA_MULTRET, 0);
+    int st = lb_pcall_kept(L, nargs, LUA_MULTRET);
     if (!was) { ld_tape_pop(t->tape); t->active = 0; }
     if (st != LUA_OK) return lua_error(L);
     return lua_gettop(L) - base + 1;

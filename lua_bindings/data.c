@@ -781,7 +781,7 @@ static int lua_protected(lua_CFunction f, void *ctx, const char *what) {
     if (!lua_checkstack(L, 4)) return ld_fail(LD_ENOMEM, "%s: Lua stack overflow", what);
     lua_pushcfunction(L, f);
     lua_pushlightuserdata(L, ctx);
-    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    if (lb_pcall_kept(L, 1, 0) != LUA_OK) {       /* its frames go with the error (lb_kept_follow) */
         const char *m = lua_tostring(L, -1);
         ld_fail(LD_EARG, "%s: %s", what, m ? m : "(error object is not a string)");
         lua_pop(L, 1);
@@ -1310,6 +1310,7 @@ static int iter_step(lua_State *L, lb_it *u, int idx) {
     u->busy = 0;
     if (r < 0) {
         lua_pushstring(L, ld_error());
+        lb_kept_follow(L, -1);      /* a map function's frames (lua_protected) */
         iter_close(L, u);
         return lua_error(L);
     }
@@ -1375,6 +1376,7 @@ static int it_skip(lua_State *L) {
     u->busy = 0;
     if (r < 0) {
         lua_pushstring(L, ld_error());
+        lb_kept_follow(L, -1);      /* a map function's frames (lua_protected) */
         iter_close(L, u);
         return lua_error(L);
     }
@@ -1396,6 +1398,7 @@ static int ds_splittable(lua_State *L) {
 static int split_result(lua_State *L, lb_it *u, int r) {
     if (r < 0) {
         lua_pushstring(L, ld_error());
+        lb_kept_follow(L, -1);      /* a map function's frames (lua_protected) */
         iter_close(L, u);
         lua_error(L);
     }

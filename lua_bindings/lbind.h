@@ -51,6 +51,15 @@ void lb_weight_options_register(lua_State *L, int mod);
    without that module) is skipped: returns 0, else 1. Errors propagate. */
 int lb_call_hook(lua_State *L, const char *module, const char *name, int nargs);
 
+/* lua_pcall(L, nargs, nres, 0) for a C function that raises the error again
+   (lua_error) once it has cleaned up: the traceback shown for it then has the
+   frames where it was raised (state.c, ldist._keep_traceback). */
+int lb_pcall_kept(lua_State *L, int nargs, int nres);
+/* The string at idx, which the running C function raises next, reports the
+   error an lb_pcall_kept in this same function kept (its text is in it, as
+   "map function: <error>"): the kept frames go with it. */
+void lb_kept_follow(lua_State *L, int idx);
+
 /* Devices (distribute.c): a Lua array of 1..LD_MAX_LOGICAL distinct device
    names at idx into devs; returns how many, or raises an argument error. */
 struct ld_device;

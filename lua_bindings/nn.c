@@ -668,7 +668,7 @@ static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training
     lua_pushvalue(L, mi);
     push_input(L, xi, dev);
     lua_pushboolean(L, training);
-    int st = lua_pcall(L, 3, 1, 0);
+    int st = lb_pcall_kept(L, 3, 1);
     if (own) ld_replica_set(NULL);
     if (placed) unplace(L);
     if (st == LUA_OK && !lb_test_tensor(L, -1) && !lua_istable(L, -1)) {
@@ -879,7 +879,7 @@ static ld_tensor *lua_step_loss(lua_State *L, int li, int yi, ld_tensor *pred, i
     if (pred) lb_push_tensor(L, ld_tensor_retain(pred), 0);
     else lua_pushvalue(L, pred_idx);
     lua_pushvalue(L, wi);
-    if (lua_pcall(L, 3, 1, 0) != LUA_OK) return NULL;
+    if (lb_pcall_kept(L, 3, 1) != LUA_OK) return NULL;
     ld_tensor *lv = lb_test_tensor(L, -1);
     if (!lv || lv->ndim != 0) {
         lua_pop(L, 1);

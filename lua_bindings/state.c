@@ -567,17 +567,35 @@ static void add_hint(lua_State *L) {
     lua_settop(L, top);
 }
 
-/* The innermost frame of the user's code ("file:line"), pushed, or nothing
-   (returns 0) when only the prelude's and C's frames are on the stack. */
-static int push_user_line(lua_State *L) {
+/* The innermost frame of the user's code ("file:line") on thread th, pushed
+   on L, or nothing (returns 0) when only the prelude's and C's frames are
+   on its stack. */
+static int push_user_line(lua_State *L, lua_State *th) {
     lua_Debug ar;
-    for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;   /* C */
+    for (int level = 1; lua_getstack(th, level, &ar); level++) {
+        if (!lua_getinfo(th, "Sl", &ar) || ar.currentline <= 0) continue;   /* C */
         if (!strncmp(ar.source, PRELUDE_SOURCE, strlen(PRELUDE_SOURCE))) continue;
         lua_pushfstring(L, "%s:%d", ar.short_src, ar.currentline);
         return 1;
     }
     return 0;
+}
+
+/* Past the "replica 1 (cpu:1): " or "worker 2: " that Mirrored's and
+   MultiWorkerMirrored's run put before a replica's error, or msg itself */
+static const char *past_replica_prefix(const char *msg) {
+    const char *p = msg;
+    if (!strncmp(p, "replica ", 8)) p += 8;
+    else if (!strncmp(p, "worker ", 7)) p += 7;
+    else return msg;
+    if (*p < '0' || *p > '9') return msg;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p[0] == ' ' && p[1] == '(') {
+        const char *close = strchr(p, ')');
+        if (!close) return msg;
+        p = close + 1;
+    }
+    return (p[0] == ':' && p[1] == ' ') ? p + 2 : msg;
 }
 
 /* A message that starts at a prelude position ("[ldist prelude keras/training]:927: ...")
@@ -586,19 +604,22 @@ static int push_user_line(lua_State *L) {
    Replaces the string at index 1. */
 static void move_to_user_line(lua_State *L, const char *kept_line) {
     const char *msg = lua_tostring(L, 1);
-    if (strncmp(msg, PRELUDE_SHORT, strlen(PRELUDE_SHORT)) != 0) return;
-    const char *p = strstr(msg + strlen(PRELUDE_SHORT), "]:");
+    const char *at = past_replica_prefix(msg);    /* "replica 1 (cpu:1): [ldist prelude ...]:9: ..." too */
+    if (strncmp(at, PRELUDE_SHORT, strlen(PRELUDE_SHORT)) != 0) return;
+    const char *p = strstr(at + strlen(PRELUDE_SHORT), "]:");
     if (!p) return;
     for (p += 2; *p >= '0' && *p <= '9'; p++) {}
     if (p[0] != ':' || p[1] != ' ') return;
+    lua_pushlstring(L, msg, (size_t)(at - msg));  /* the replica's prefix, or "" */
     if (kept_line) {
         lua_pushfstring(L, "%s: %s", kept_line, p + 2);
-    } else if (push_user_line(L)) {
+    } else if (push_user_line(L, L)) {
         lua_pushfstring(L, "%s: %s", lua_tostring(L, -1), p + 2);
         lua_remove(L, -2);
     } else {
         lua_pushstring(L, p + 2);
     }
+    lua_concat(L, 2);
     lua_replace(L, 1);
 }
 
@@ -638,8 +659,11 @@ static void push_traceback(lua_State *L, const char *msg, const char *frames) {
    callback, loss or layer that raised it. They catch it with
    xpcall(f, ldist._keep_traceback), which keeps the frames at the error
    (and the user's line there) beside the error value; ldist_traceback then
-   shows those for that error. A new line or cell (ldist_load_cell) and a
-   new script (ldist_docall) forget what was kept. */
+   shows those for that error. The C functions that call Lua code and raise
+   its error again (a Lua model's call, the compiled loss, tape:record) do
+   the same through lb_pcall_kept, and a replica's coroutine through
+   ldist._keep_traceback(msg, co, err). A new line or cell (ldist_load_cell)
+   and a new script (ldist_docall) forget what was kept. */
 #define KEPT_KEY "ldist.kept_traceback"
 
 static void forget_kept(lua_State *L) {
@@ -647,27 +671,29 @@ static void forget_kept(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
 }
 
-/* Is the function running at stack level `level` the value at idx? */
-static int frame_is(lua_State *L, int level, int idx) {
+/* Is the function running at stack level `level` of thread th the value at
+   L's idx? (th may be a dead coroutine: its stack stays after an error.) */
+static int frame_is(lua_State *L, lua_State *th, int level, int idx) {
     lua_Debug ar;
     idx = lua_absindex(L, idx);
-    if (!lua_getstack(L, level, &ar) || !lua_getinfo(L, "f", &ar)) return 0;
+    if (!lua_getstack(th, level, &ar) || !lua_getinfo(L, "f", &ar)) return 0;
     int same = lua_rawequal(L, -1, idx);
     lua_pop(L, 1);
     return same;
 }
 
-/* In a message handler: push the kept record ({err=, frames=, line=, site=})
-   when the error at idx is the one it kept, raised again by the function
-   that caught it (error(err, 0) in `site`: level 2, above `error`), or
-   nothing (returns 0). An error kept, then caught by the user's pcall, is
-   not mistaken for a later one of the same text: its site is not raising. */
-static int push_kept(lua_State *L, int idx) {
+/* Push the kept record ({err=, frames=, line=, site=}) when the error at idx
+   is the one it kept and the function that caught it (its site) is raising
+   it again: on th's stack at `level` (a C function's lua_error) or just
+   above it (Lua's error(err, 0), `error` at `level`). Otherwise push nothing
+   and return 0: an error kept, then caught by the user's pcall, is not
+   mistaken for a later one of the same text, as its site is not raising. */
+static int push_kept(lua_State *L, int idx, lua_State *th, int level) {
     idx = lua_absindex(L, idx);
     if (lua_getfield(L, LUA_REGISTRYINDEX, KEPT_KEY) == LUA_TTABLE) {
         lua_getfield(L, -1, "err");
         lua_getfield(L, -2, "site");
-        int same = lua_rawequal(L, -2, idx) && frame_is(L, 2, -1);
+        int same = lua_rawequal(L, -2, idx) && (frame_is(L, th, level, -1) || frame_is(L, th, level + 1, -1));
         lua_pop(L, 2);
         if (same) return 1;
     }
@@ -675,30 +701,117 @@ static int push_kept(lua_State *L, int idx) {
     return 0;
 }
 
+/* In a message handler: push the kept record for the error at idx when an
+   inner site raised it again (its frames are the error's), or a new one with
+   this stack's frames. */
+static void push_record(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (push_kept(L, idx, L, 1)) return;          /* level 0: this handler */
+    lua_createtable(L, 0, 4);
+    lua_pushvalue(L, idx);
+    lua_setfield(L, -2, "err");
+    luaL_traceback(L, L, NULL, 1);
+    lua_setfield(L, -2, "frames");
+    if (push_user_line(L, L)) lua_setfield(L, -2, "line");
+}
+
+/* Set the record at the top as kept, with the function at `level` of L's
+   stack as its site; pops it. */
+static void set_kept(lua_State *L, int level) {
+    lua_Debug ar;
+    if (lua_getstack(L, level, &ar) && lua_getinfo(L, "f", &ar)) lua_setfield(L, -2, "site");
+    lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
+}
+
+/* The message handler of lb_pcall_kept: the site is set once lua_pcall returns */
+static int keep_for_c(lua_State *L) {
+    lua_settop(L, 1);
+    push_record(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
+    return 1;
+}
+
+int lb_pcall_kept(lua_State *L, int nargs, int nres) {
+    int base = lua_gettop(L) - nargs;             /* the function */
+    lua_pushcfunction(L, keep_for_c);
+    lua_insert(L, base);
+    int st = lua_pcall(L, nargs, nres, base);
+    lua_remove(L, base);
+    if (st != LUA_OK && lua_getfield(L, LUA_REGISTRYINDEX, KEPT_KEY) == LUA_TTABLE) {
+        lua_getfield(L, -1, "err");
+        int ours = lua_rawequal(L, -1, -3);
+        lua_pop(L, 1);
+        if (ours) { set_kept(L, 0); return st; }  /* level 0: the C function that raises it next */
+    }
+    if (st != LUA_OK) lua_pop(L, 1);
+    return st;
+}
+
+void lb_kept_follow(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (lua_getfield(L, LUA_REGISTRYINDEX, KEPT_KEY) != LUA_TTABLE) { lua_pop(L, 1); return; }
+    lua_getfield(L, -1, "err");
+    lua_getfield(L, -2, "site");
+    const char *kept = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+    const char *msg = lua_type(L, idx) == LUA_TSTRING ? lua_tostring(L, idx) : NULL;
+    int follows = kept && msg && strstr(msg, kept) && frame_is(L, L, 0, -1);
+    lua_pop(L, 2);
+    if (follows) {
+        lua_pushvalue(L, idx);
+        lua_setfield(L, -2, "err");
+    }
+    lua_pop(L, 1);
+}
+
 /* ldist._keep_traceback(err) -> err: xpcall's message handler (above). The
    site is the function that called this xpcall: the frame above the
    innermost xpcall on the stack, since a handler runs for the innermost
-   protected call. */
+   protected call.
+   ldist._keep_traceback(msg, co, err) -> msg: a replica's coroutine co died
+   of err, and the caller raises msg for it next: msg keeps co's frames (or
+   those kept for err inside it) above the caller's. */
 static int l_keep_traceback(lua_State *L) {
-    lua_settop(L, 1);
-    int kept = push_kept(L, 1);                   /* an inner site raised it again: keep its frames */
-    if (!kept) {
-        lua_createtable(L, 0, 4);
+    lua_State *co = lua_tothread(L, 2);
+    if (co) {
+        lua_settop(L, 3);
+        lua_createtable(L, 0, 4);                 /* 4: the record */
         lua_pushvalue(L, 1);
-        lua_setfield(L, -2, "err");
-        luaL_traceback(L, L, NULL, 1);
-        lua_setfield(L, -2, "frames");
-        if (push_user_line(L)) lua_setfield(L, -2, "line");
+        lua_setfield(L, 4, "err");
+        if (push_kept(L, 3, co, 0)) {             /* 5: kept inside co for err (level 0: what raised) */
+            lua_getfield(L, 5, "frames");         /* 6 */
+            lua_getfield(L, 5, "line");           /* 7 */
+        } else {
+            lua_pushnil(L);                       /* 5 */
+            luaL_traceback(L, co, NULL, 0);       /* 6 */
+            if (!push_user_line(L, co)) lua_pushnil(L);   /* 7 */
+        }
+        if (lua_isnil(L, 7)) {
+            lua_pop(L, 1);
+            if (!push_user_line(L, L)) lua_pushnil(L);
+        }
+        lua_setfield(L, 4, "line");
+        luaL_traceback(L, L, NULL, 1);            /* 7: the caller's frames, below the coroutine's */
+        const char *below = strchr(lua_tostring(L, 7), '\n');
+        lua_pushstring(L, below ? below : "");    /* 8 */
+        lua_remove(L, 7);
+        lua_concat(L, 2);                         /* 6: all the frames */
+        lua_setfield(L, 4, "frames");
+        lua_settop(L, 4);
+        set_kept(L, 1);                           /* the caller raises msg */
+        lua_settop(L, 1);
+        return 1;
     }
+    lua_settop(L, 1);
+    push_record(L, 1);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.xpcall");
     lua_Debug ar;
+    int site = 0;
     for (int level = 1; lua_getstack(L, level, &ar); level++) {
-        if (!frame_is(L, level, -1)) continue;
-        if (lua_getstack(L, level + 1, &ar) && lua_getinfo(L, "f", &ar)) lua_setfield(L, -3, "site");
-        break;
+        if (frame_is(L, L, level, -1)) { site = level + 1; break; }
     }
     lua_pop(L, 1);
-    lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
+    if (site) set_kept(L, site);
+    else lua_setfield(L, LUA_REGISTRYINDEX, KEPT_KEY);
     lua_settop(L, 1);
     return 1;
 }
@@ -707,7 +820,7 @@ int ldist_traceback(lua_State *L) {
     lua_settop(L, 1);
     /* the frames kept where a prelude function caught it (ldist._keep_traceback) */
     const char *frames = NULL, *kept_line = NULL;
-    if (push_kept(L, 1)) {                         /* the record at 2 keeps its strings at 3, 4 */
+    if (push_kept(L, 1, L, 1)) {                   /* the record at 2 keeps its strings at 3, 4 */
         forget_kept(L);
         lua_getfield(L, 2, "frames");
         lua_getfield(L, 2, "line");

@@ -133,6 +133,99 @@ def test_an_error_inside_ldist_is_reported_at_the_users_line(tmp_path):
     assert "labels.lua:3: in local 'train'" in r.stderr and "labels.lua:4: in main chunk" in r.stderr, r.stderr
 
 
+REPLICA_ERRORS = {
+    # name: (script, the frames the traceback must show)
+    "loss": ('local m = nn.Sequential{nn.Dense(2)}\n'
+             'local function inner(p) local r = p + "x"; return r end\n'
+             'local function myloss(y, p) local r = inner(p); return r end\n'
+             'm:compile{optimizer = "sgd", loss = myloss}\n'
+             'm:fit(tensor.ones(8, 3), tensor.ones(8, 2), {verbose = 0})\n',
+             ["loss.lua:2: in upvalue 'inner'", "loss.lua:3: in function <loss.lua:3>", "loss.lua:5: in main chunk"]),
+    "evaluate": ('local m = nn.Sequential{nn.Dense(2)}\n'
+                 'local function inner(p) local r = p + "x"; return r end\n'
+                 'local function myloss(y, p) local r = inner(p); return r end\n'
+                 'm:compile{optimizer = "sgd", loss = myloss}\n'
+                 'm:evaluate(tensor.ones(8, 3), tensor.ones(8, 2), {verbose = 0})\n',
+                 ["evaluate.lua:2: in upvalue 'inner'", "evaluate.lua:3: in field '_loss'",
+                  "evaluate.lua:5: in main chunk"]),
+    "subclass": ('local Net = nn.Model:extend("Net")\n'
+                 'function Net:init() self.d = nn.Dense(2) end\n'
+                 'local function helper(h) local r = h:reshape(5, 7); return r end\n'
+                 'function Net:call(x, training) local y = helper(self.d(x)); return y end\n'
+                 'local m = Net()\n'
+                 'm:compile{optimizer = "sgd", loss = "mse"}\n'
+                 'm:fit(tensor.ones(4, 3), tensor.ones(4, 2), {verbose = 0})\n',
+                 ["subclass.lua:3: in upvalue 'helper'", "subclass.lua:4: in function <subclass.lua:4>",
+                  "subclass.lua:7: in main chunk"]),
+    "tape": ('local x = tensor.ones(3)\n'
+             'local tape = autograd.GradientTape()\n'
+             'local function f() local y = (x * x):sum(); return y + "z" end\n'
+             'local r = tape:record(function() local v = f(); return v end)\n',
+             ["tape.lua:3: in upvalue 'f'", "tape.lua:4: in function <tape.lua:4>", "tape.lua:4: in main chunk"]),
+    "map": ('local function helper(x) local r = x * "k"; return r end\n'
+            'local ds = data.Dataset.from_tensor_slices(tensor.ones(8, 3), tensor.ones(8, 2))\n'
+            'ds = ds:map(function(x, y) local z = helper(x); return z, y end):batch(4)\n'
+            'for b in ds:iter() do end\n',
+            ["map.lua:1: in upvalue 'helper'", "map.lua:3: in function <map.lua:3>", "map.lua:4: in main chunk"]),
+    "map_fit": ('local function helper(x) local r = x * "k"; return r end\n'
+                'local ds = data.Dataset.from_tensor_slices(tensor.ones(8, 3), tensor.ones(8, 2))\n'
+                'ds = ds:map(function(x, y) local z = helper(x); return z, y end):batch(4)\n'
+                'local m = nn.Sequential{nn.Dense(2)}\n'
+                'm:compile{optimizer = "sgd", loss = "mse"}\n'
+                'm:fit(ds, {verbose = 0})\n',
+                ["map_fit.lua:1: in upvalue 'helper'", "map_fit.lua:3: in function <map_fit.lua:3>",
+                 "map_fit.lua:6: in main chunk"]),
+    "run": ('local function deep(x) local r = x + "a"; return r end\n'
+            'local function step(x) local r = deep(x); return r end\n'
+            'distribute.get_strategy():run(step, tensor.ones(2))\n',
+            ["run.lua:1: in upvalue 'deep'", "run.lua:2: in function <run.lua:2>", "run.lua:3: in main chunk"]),
+    "mirrored": ('ldist.config.cpu_devices(2)\n'
+                 'local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}\n'
+                 'local function deep(x) local r = x + "a"; return r end\n'
+                 'local function step(x) local r = deep(x); return r end\n'
+                 's:run(step, tensor.ones(2))\n',
+                 ["mirrored.lua:3: in upvalue 'deep'", "mirrored.lua:4: in function <mirrored.lua:4>",
+                  "mirrored.lua:5: in main chunk"]),
+    "multiworker": ('local s = distribute.MultiWorkerMirroredStrategy()\n'
+                    'local function deep(x) local r = x + "a"; return r end\n'
+                    'local function step(x) local r = deep(x); return r end\n'
+                    's:run(step, tensor.ones(2))\n',
+                    ["multiworker.lua:2: in upvalue 'deep'", "multiworker.lua:3: in function <multiworker.lua:3>",
+                     "multiworker.lua:4: in main chunk"]),
+}
+
+
+def test_errors_below_c_calls_and_replicas_keep_their_frames(tmp_path):
+    """A compiled loss and a subclassed model's call run from C (train_step),
+    tape:record's function and a dataset's map function too, and a replica's
+    function runs in a coroutine (Mirrored, MultiWorkerMirrored); each catches
+    the error to clean up and raises it again (the map's as the iterator's
+    "map function: ..."). The traceback shows the frames where it was raised."""
+    for name, (script, frames) in REPLICA_ERRORS.items():
+        (tmp_path / f"{name}.lua").write_text(script)
+        r = run_ldist(f"{name}.lua", cwd=tmp_path)
+        assert r.returncode == 1, (name, r.stderr)
+        for f in frames:
+            assert f"\t{f}\n" in r.stderr, (name, f, r.stderr)
+        assert "[ldist prelude" not in r.stderr, (name, r.stderr)
+    r = run_ldist("mirrored.lua", cwd=tmp_path)
+    assert r.stderr.startswith("ldist: replica 1 (cpu:1): mirrored.lua:3: bad argument #2 to 'add'"), r.stderr
+    # unfiltered: the replica's frames above the prelude's that resumed it
+    r = run_ldist("mirrored.lua", cwd=tmp_path, env_extra={"LDIST_TRACEBACK_FILTERING": "0"})
+    tb = r.stderr.split("\n")
+    assert tb.index("\tmirrored.lua:4: in function <mirrored.lua:4>") < \
+        [i for i, line in enumerate(tb) if "[ldist prelude distribute/mirrored]" in line][0], r.stderr
+    # a replica's message that starts at a prelude position starts at the
+    # user's line after the replica's name
+    (tmp_path / "where.lua").write_text(
+        'ldist.config.cpu_devices(2)\n'
+        'local s = distribute.MirroredStrategy{devices = {"cpu:0", "cpu:1"}}\n'
+        'local function step(x) error("[ldist prelude keras/training]:12: made up", 0) end\n'
+        's:run(step, tensor.ones(2))\n')
+    r = run_ldist("where.lua", cwd=tmp_path)
+    assert r.stderr.startswith("ldist: replica 1 (cpu:1): where.lua:3: made up\n"), r.stderr
+
+
 def test_traceback_filtering_can_be_turned_off(tmp_path):
     s = tmp_path / "labels.lua"
     s.write_text(FIT_BAD_LABELS)

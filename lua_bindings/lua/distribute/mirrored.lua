@@ -183,7 +183,7 @@ function Mirrored:_split_iter(ds)
   -- (for the step that will take them: the next one)
   return function()
     local was, was_step = C.trace_phase("input"), self._tracing and C.trace_step((self._step or 0) + 1)
-    local ok, parts, rows = pcall(it._next_split, it, devices)
+    local ok, parts, rows = xpcall(it._next_split, ldist._keep_traceback, it, devices)   -- a map function's frames
     C.trace_phase(was)
     if was_step then C.trace_step(was_step) end
     if not ok then error(parts, 0) end
@@ -339,7 +339,8 @@ function Mirrored:_run(fn, args)
           C.set_replica(nil)
           trace_compute(self, r, t0)
           if not res[1] then
-            error(("replica %d (%s): %s"):format(r, self.devices[r + 1], tostring(res[2])), 0)
+            local msg = ("replica %d (%s): %s"):format(r, self.devices[r + 1], tostring(res[2]))
+            error(ldist._keep_traceback(msg, cos[r], res[2]), 0)   -- with the replica's frames (state.c)
           end
           if coroutine.status(cos[r]) == "dead" then
             done[r] = true

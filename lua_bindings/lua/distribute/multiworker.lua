@@ -430,7 +430,7 @@ function MW:_run(fn, args)
   local co = coroutine.create(fn)
   self._last_batch = gb
   if self._tracing then self:_trace_step(); self._paths.run = true end
-  local ok, res = pcall(function()
+  local ok, res = xpcall(function()
     local input = table.pack(table.unpack(a, 1, args.n))
     D.step_begin(1)
     while true do
@@ -441,7 +441,9 @@ function MW:_run(fn, args)
       D.trace_phase(was)
       if self._size > 1 then self._c:set_step_reducer(false) end
       D.set_replica(nil)
-      if not r[1] then error(("worker %d: %s"):format(self._rank, tostring(r[2])), 0) end
+      if not r[1] then   -- with the replica's frames (state.c)
+        error(ldist._keep_traceback(("worker %d: %s"):format(self._rank, tostring(r[2])), co, r[2]), 0)
+      end
       if coroutine.status(co) == "dead" then return table.pack(table.unpack(r, 2, r.n)) end
       local q = r[2]
       if type(q) ~= "table" or not q.kind then
@@ -449,7 +451,7 @@ function MW:_run(fn, args)
       end
       input = table.pack(self:_collective(q))
     end
-  end)
+  end, ldist._keep_traceback)   -- its frames survive the rethrow (state.c)
   D.set_replica(nil)
   D.step_end()
   if not ok then
@@ -553,7 +555,7 @@ function MW:train_step(model, x, y, loss, opt, want_pred, w)
   D.step_begin(1)
   D.set_replica(0, n, gb, self.devices[1], lo or (loc and loc.offset) or 0)
   if n > 1 then self._c:set_step_reducer(true) end   -- synchronized BatchNorm's statistics
-  local ok, lv, grads, pred = pcall(model._grads, model, xl, yl, loss, false, wl, opt)
+  local ok, lv, grads, pred = xpcall(model._grads, ldist._keep_traceback, model, xl, yl, loss, false, wl, opt)
   if n > 1 then self._c:set_step_reducer(false) end
   D.set_replica(nil)
   D.step_end()

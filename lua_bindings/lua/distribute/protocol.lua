@@ -192,7 +192,7 @@ function Strategy:run(fn, ...)
   local args = table.pack(...)
   running = self
   place_variables()
-  local ok, res = pcall(self._run, self, fn, args)
+  local ok, res = xpcall(self._run, ldist._keep_traceback, self, fn, args)   -- frames kept (state.c)
   running = nil
   place_variables()
   if not ok then error(res, 0) end   -- res has its location: one, not "t.lua:2: t.lua:2: boom"

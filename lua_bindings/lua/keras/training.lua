@@ -1026,7 +1026,7 @@ end
 -- start every time, validation_steps batches of it)
 function Model:_evaluate_batches(ds, steps)
   local batches = epoch_iterator(ds, steps, open_batches)
-  local ok, r = pcall(self._evaluate_epoch, self, batches)
+  local ok, r = xpcall(self._evaluate_epoch, ldist._keep_traceback, self, batches)   -- frames kept (state.c)
   batches:close()
   if not ok then error(r, 0) end
   return r
