@@ -144,7 +144,7 @@ static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
 }
 const ld_layer_class ld_layer_conv2d = {
     "Conv2D", "conv2d", NULL, {"filters", "kernel_size"},
-    {LD_PINT("filters", NULL), LD_PINTS("kernel_size", "3", 2), LD_PINTS("strides", "1", 2),
+    {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 2), LD_PINTS("strides", "1", 2),
      LD_PSTR("padding", "valid", "valid|same"), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
      LD_PBOOL("use_bias", "true"), LD_PEND},
     1, 1, 3u /* any image size */, conv_check, conv_build, conv_forward,
@@ -225,6 +225,18 @@ const ld_layer_class ld_layer_activation = {
     {LD_PSTR("activation", NULL, LD_ACTIVATION_CHOICES), LD_PEND},
     1, 1, ~0u, NULL, same_build, act_forward,
     "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu).", 0};
+
+/* ================================================================ Softmax */
+enum { SOFTMAX_AXIS };
+static ld_tensor *softmax_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    return ld_softmax_axis(x[0], (int)ld_p_int(l, SOFTMAX_AXIS), 0);
+}
+const ld_layer_class ld_layer_softmax = {
+    "Softmax", "softmax", NULL, {"axis"},
+    {LD_PINT("axis", "-1"), LD_PEND},
+    1, 1, ~0u, NULL, same_build, softmax_forward,
+    "nn.Softmax({axis=-1}) or nn.Softmax(axis)\n\nSoftmax over an axis of its input (Keras's Softmax layer; the axis counts the batch\n"
+    "axis, as Keras's does): nn.Activation(\"softmax\") is the same over the last one.", 0};
 
 /* ================================================================ Rescaling */
 enum { RESCALE_SCALE, RESCALE_OFFSET };

@@ -975,6 +975,24 @@ static ld_tensor *softmax_impl(ld_tensor *x, int lg) {
 ld_tensor *ld_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 0), ld_ops_result_dtype(x, NULL)); }
 ld_tensor *ld_log_softmax(ld_tensor *x) { return ld_ops_in_dtype(softmax_impl(x, 1), ld_ops_result_dtype(x, NULL)); }
 
+ld_tensor *ld_softmax_axis(ld_tensor *x, int axis, int log) {
+    ld_tensor *(*f)(ld_tensor *) = log ? ld_log_softmax : ld_softmax;
+    int last = x->ndim - 1;
+    if (axis < 0) axis += x->ndim;
+    if (x->ndim == 0 || axis == last) return f(x);
+    if (axis < 0 || axis > last) {
+        ld_fail(LD_EARG, "softmax: axis %d out of range for a tensor with %d dimensions",
+                axis < 0 ? axis - x->ndim : axis, x->ndim);
+        return NULL;
+    }
+    ld_tensor *a = ld_transpose_op(x, axis, last);   /* the axis last, and back (on the tape, as any op) */
+    ld_tensor *r = a ? f(a) : NULL;
+    ld_tensor_release(a);
+    ld_tensor *y = r ? ld_transpose_op(r, axis, last) : NULL;
+    ld_tensor_release(r);
+    return y;
+}
+
 /* ================================================================ dropout */
 /* Element i of the counter-based stream `key`: splitmix64 of key + (i+1)*phi,
    as a uniform in [0, 1). Any element can be computed alone, in any order. */

@@ -93,6 +93,9 @@ ld_tensor *ld_linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu);
    (one rounding: TF's, and the CPU's direct kernels') */
 ld_tensor *ld_linear_patches(ld_tensor *col, ld_tensor *w, ld_tensor *b, int relu);
 ld_tensor *ld_log_softmax(ld_tensor *x);
+/* softmax (log: log_softmax) over any axis (negative: from the end), as
+   TF's axis=: over the last one directly, over another with it moved last */
+ld_tensor *ld_softmax_axis(ld_tensor *x, int axis, int log);
 
 /* Layers' kernels. Images are NHWC; kernels HWIO (Keras' layout). */
 ld_tensor *ld_conv2d(ld_tensor *x, ld_tensor *w, int sh, int sw, int same_padding);

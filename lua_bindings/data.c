@@ -302,21 +302,6 @@ static int64_t opt_count(lua_State *L, int idx, int64_t def) {
     return (int64_t)luaL_checkinteger(L, idx);
 }
 
-/* The option table at idx takes only `names` (null-terminated): an unknown
-   key is an error naming it (lb_unknown_option: a misspelt drop_remainder
-   would batch otherwise than asked, silently) */
-static void check_opts(lua_State *L, int idx, const char *what, const char *const *names) {
-    if (!lua_istable(L, idx)) return;
-    idx = lua_absindex(L, idx);
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-        int ok = 0;
-        for (int i = 0; k && names[i] && !ok; i++) ok = !strcmp(names[i], k);
-        if (!ok) lb_unknown_option_in(L, what, k ? k : "?", names, NULL);
-    }
-}
 
 /* An option from the table at idx (or nil when idx is not a table). */
 static int get_opt(lua_State *L, int idx, const char *name) {
@@ -557,7 +542,7 @@ static int ds_batch(lua_State *L) {
     else if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         static const char *const batch_opts[] = {"drop_remainder", "num_parallel_calls", "deterministic", "name", NULL};
-        check_opts(L, 3, "Dataset:batch", batch_opts);
+        lb_check_options(L, 3, "Dataset:batch", batch_opts);
         get_opt(L, 3, "drop_remainder");
         drop = lua_toboolean(L, -1);
         lua_pop(L, 1);
@@ -577,7 +562,7 @@ static int ds_shuffle(lua_State *L) {
     else if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         static const char *const sh_opts[] = {"seed", "reshuffle_each_iteration", "name", NULL};
-        check_opts(L, 3, "Dataset:shuffle", sh_opts);
+        lb_check_options(L, 3, "Dataset:shuffle", sh_opts);
         if (get_opt(L, 3, "seed") != LUA_TNIL) {
             int ok;
             seed = (uint64_t)lua_tointegerx(L, -1, &ok);
@@ -942,7 +927,7 @@ static int ds_enumerate(lua_State *L) {
     lua_Integer start = 0;
     if (lua_istable(L, 2)) {
         static const char *const en_opts[] = {"start", "name", NULL};
-        check_opts(L, 2, "Dataset:enumerate", en_opts);
+        lb_check_options(L, 2, "Dataset:enumerate", en_opts);
         if (get_opt(L, 2, "start") != LUA_TNIL) {
             int ok;
             start = lua_tointegerx(L, -1, &ok);
@@ -1114,7 +1099,7 @@ static int ds_padded_batch(lua_State *L) {
     else if (!lua_isnoneornil(L, 3)) {
         luaL_checktype(L, 3, LUA_TTABLE);
         static const char *const pb_opts[] = {"drop_remainder", "padded_shapes", "padding_values", "name", NULL};
-        check_opts(L, 3, "Dataset:padded_batch", pb_opts);
+        lb_check_options(L, 3, "Dataset:padded_batch", pb_opts);
         get_opt(L, 3, "drop_remainder");
         drop = lua_toboolean(L, -1);
         lua_pop(L, 1);

@@ -84,6 +84,10 @@ struct ld_optimizer *lb_check_optimizer(lua_State *L, int idx);
 void lb_unknown_option(lua_State *L, const char *what, const char *k, int list);
 void lb_unknown_option_in(lua_State *L, const char *what, const char *k, const char *const *a,
                           const char *const *b);
+/* The option table at idx (anything else: nothing to check) takes only
+   `names` (null-terminated): an unknown key raises lb_unknown_option_in's
+   error, so a misspelt option is not silently ignored */
+void lb_check_options(lua_State *L, int idx, const char *what, const char *const *names);
 
 /* Datasets (data.c): push ds (a new reference, taken over) as a Dataset whose
    elements are lists; ds == NULL raises the engine's error. */

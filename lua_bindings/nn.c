@@ -162,6 +162,19 @@ void lb_unknown_option_in(lua_State *L, const char *what, const char *k, const c
     lb_unknown_option(L, what, k, list);
 }
 
+void lb_check_options(lua_State *L, int idx, const char *what, const char *const *names) {
+    if (!lua_istable(L, idx)) return;
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+        int ok = 0;
+        for (int i = 0; k && names[i] && !ok; i++) ok = !strcmp(names[i], k);
+        if (!ok) lb_unknown_option_in(L, what, k ? k : "?", names, NULL);
+    }
+}
+
 static void unknown_option(lua_State *L, const ld_layer_class *c, const char *k) {
     lua_newtable(L);
     int list = lua_gettop(L), n = 0;
@@ -704,7 +717,11 @@ static int build_placed(lua_State *L, int mi, ld_model *m, int ndim, const int64
 /* build for an input x (batch axis first) */
 static void build_for(lua_State *L, int mi, ld_model *m, const ld_tensor *x) {
     if (model_is_built(m) || x->ndim < 1) return;
-    if (build_placed(L, mi, m, x->ndim - 1, x->shape + 1)) lb_engine_error(L, 2);
+    if (build_placed(L, mi, m, x->ndim - 1, x->shape + 1)) {
+        char b[64];   /* model(x), predict, fit: x is the caller's argument, whatever its number here */
+        luaL_error(L, "%s; the input's shape is %s (its first axis is the batch)", ld_error(),
+                   ld_shape_str(x, b, sizeof b));
+    }
 }
 
 /* a new empty model pushed (its state: the layers' userdata, and _kind =

@@ -438,22 +438,93 @@ static int sched_call(lua_State *L) {
     return 1;
 }
 
-static int sched_make(lua_State *L, const char *kind) {
-    luaL_checktype(L, 1, LUA_TTABLE);
+/* Is the value at idx a table of options (string keys), not a list? */
+static int is_options(lua_State *L, int idx) {
+    if (!lua_istable(L, idx)) return 0;
+    if (lua_getmetatable(L, idx)) { lua_pop(L, 1); return 0; }
+    int list = lua_rawgeti(L, idx, 1) != LUA_TNIL;
+    lua_pop(L, 1);
+    return !list;
+}
+
+/* optim.schedules.<kind>(...) as Keras's: the arguments in Keras's order
+   (keys; the first nreq required), by position, in an options table, or
+   both (positions first, then a table of the rest). An unknown option is an
+   error, not a default (a misspelt staircase would decay smoothly). */
+static int sched_make(lua_State *L, const char *kind, const char *const *keys, int nreq) {
+    char what[64];
+    snprintf(what, sizeof what, "optim.schedules.%s", kind);
+    int top = lua_gettop(L);
     lua_newtable(L);
-    lua_pushnil(L);
-    while (lua_next(L, 1)) { lua_pushvalue(L, -2); lua_insert(L, -2); lua_settable(L, -4); }
+    int t = top + 1, nkeys = 0;
+    while (keys[nkeys]) nkeys++;
+    for (int i = 1; i <= top; i++) {
+        if (i == top && is_options(L, i)) {
+            lb_check_options(L, i, what, keys);
+            lua_pushnil(L);
+            while (lua_next(L, i)) {
+                lua_pushvalue(L, -2);
+                if (lua_rawget(L, t) != LUA_TNIL)
+                    luaL_error(L, "%s: %s given twice (by position and by name)", what, lua_tostring(L, -3));
+                lua_pop(L, 1);
+                lua_pushvalue(L, -2); lua_insert(L, -2); lua_rawset(L, t);
+            }
+        } else if (i <= nkeys - 1) {              /* the last key is name=, by name only */
+            lua_pushvalue(L, i);
+            lua_setfield(L, t, keys[i - 1]);
+        } else {
+            luaL_error(L, "%s takes at most %d arguments by position (%s, ...), then a table of options", what,
+                       nkeys - 1, keys[0]);
+        }
+    }
+    for (int i = 0; i < nreq; i++) {
+        if (lua_getfield(L, t, keys[i]) == LUA_TNIL) luaL_error(L, "%s: %s is required", what, keys[i]);
+        lua_pop(L, 1);
+    }
+    lua_getfield(L, t, "decay_steps");
+    if (!lua_isnil(L, -1) && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0))
+        luaL_error(L, "%s: decay_steps must be a positive integer, got %s", what, luaL_tolstring(L, -1, NULL));
+    lua_pop(L, 1);
     lua_pushstring(L, kind);
-    lua_setfield(L, -2, "kind");
+    lua_setfield(L, t, "kind");
     ld_schedule s = {0};
-    read_schedule(L, lua_gettop(L), &s);   /* validate now */
+    read_schedule(L, t, &s);   /* validate now */
     luaL_getmetatable(L, "ldist.Schedule");
-    lua_setmetatable(L, -2);
+    lua_setmetatable(L, t);
+    lua_settop(L, t);
     return 1;
 }
-static int sched_exp(lua_State *L) { return sched_make(L, "ExponentialDecay"); }
-static int sched_cos(lua_State *L) { return sched_make(L, "CosineDecay"); }
-static int sched_pw(lua_State *L) { return sched_make(L, "PiecewiseConstantDecay"); }
+static int sched_exp(lua_State *L) {
+    static const char *const k[] = {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name", NULL};
+    return sched_make(L, "ExponentialDecay", k, 3);
+}
+static int sched_cos(lua_State *L) {
+    static const char *const k[] = {"initial_learning_rate", "decay_steps", "alpha", "name", NULL};
+    return sched_make(L, "CosineDecay", k, 2);
+}
+static int sched_pw(lua_State *L) {
+    static const char *const k[] = {"boundaries", "values", "name", NULL};
+    return sched_make(L, "PiecewiseConstantDecay", k, 2);
+}
+
+/* <ExponentialDecay initial_learning_rate=0.1 decay_steps=1000 decay_rate=0.96> */
+static int sched_tostring(lua_State *L) {
+    ld_schedule s = {0};
+    read_schedule(L, 1, &s);
+    switch (s.kind) {
+    case LD_SCHED_EXP_DECAY:
+        lua_pushfstring(L, "<ExponentialDecay initial_learning_rate=%f decay_steps=%I decay_rate=%f%s>", s.initial,
+                        (lua_Integer)s.decay_steps, s.decay_rate, s.staircase ? " staircase" : "");
+        break;
+    case LD_SCHED_COSINE:
+        lua_pushfstring(L, "<CosineDecay initial_learning_rate=%f decay_steps=%I alpha=%f>", s.initial,
+                        (lua_Integer)s.decay_steps, s.alpha);
+        break;
+    default:
+        lua_pushfstring(L, "<PiecewiseConstantDecay %d boundar%s>", s.n_bounds, s.n_bounds == 1 ? "y" : "ies");
+    }
+    return 1;
+}
 
 /* optim._state(opt, vars) -> {iterations=, slots={{s1, s2, s3}, ...}} (copies,
    ld_slot's order, nil where none), for checkpoints (BackupAndRestore) and
@@ -622,6 +693,7 @@ int lb_open_optim(lua_State *L) {
     lua_pop(L, 1);
     luaL_newmetatable(L, "ldist.Schedule");
     lua_pushcfunction(L, sched_call); lua_setfield(L, -2, "__call");
+    lua_pushcfunction(L, sched_tostring); lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
                                  {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state}, {"_finalize", opt_finalize},

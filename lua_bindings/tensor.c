@@ -695,8 +695,15 @@ static void set_op_docs(lua_State *L, const char *const *names, const char *cons
     lb_set_docs(L, "tensor.", d);
 }
 
-static int t_softmax(lua_State *L) { lb_push_tensor(L, ld_softmax(SELF), 1); return 1; }
-static int t_log_softmax(lua_State *L) { lb_push_tensor(L, ld_log_softmax(SELF), 1); return 1; }
+/* t:softmax([axis=-1]) and t:log_softmax([axis=-1]), TF's axis= */
+static int softmax_on(lua_State *L, int log) {
+    ld_tensor *t = SELF;
+    int axis = t->ndim > 0 ? check_axis_arg(L, 2, t->ndim - 1, t->ndim) : -1;
+    lb_push_tensor(L, ld_softmax_axis(t, axis, log), 1);
+    return 1;
+}
+static int t_softmax(lua_State *L) { return softmax_on(L, 0); }
+static int t_log_softmax(lua_State *L) { return softmax_on(L, 1); }
 
 static int t_matmul(lua_State *L) {
     ld_tensor *a = lb_check_tensor(L, 1), *b = lb_check_tensor(L, 2);
@@ -744,12 +751,17 @@ static int t_attention(lua_State *L) {
     return 1;
 }
 
-/* sum/mean/max(t, axis?, {keepdims=}) or (t, {axis=, keepdims=}) */
-static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) {
+/* sum/mean/max(t, axis?, {keepdims=}) or (t, {axis=, keepdims=}), or
+   (t, axis, keepdims) as TF's reduce_sum(x, axis, keepdims) */
+static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep, const char *what) {
+    static const char *const names[] = {"axis", "keepdims", NULL};
     *axis = LD_ALL_AXES; *keep = 0;
     int o = 2;
     if (lua_isinteger(L, 2)) { *axis = check_axis(L, 2, t->ndim); o = 3; }
     else if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2)) luaL_typeerror(L, 2, "integer axis or options table");
+    if (o == 3 && lua_isboolean(L, 3)) { *keep = lua_toboolean(L, 3); return; }
+    if (o == 3 && !lua_isnoneornil(L, 3) && !lua_istable(L, 3)) luaL_typeerror(L, 3, "keepdims boolean or options table");
+    lb_check_options(L, o, what, names);
     if (lua_istable(L, o)) {
         lua_getfield(L, o, "axis");
         if (!lua_isnil(L, -1)) {
@@ -763,10 +775,10 @@ static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep) 
         lua_pop(L, 2);
     }
 }
-static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
-static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
-static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
-static int t_min(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k); lb_push_tensor(L, ld_min(t, a, k), 2); return 1; }
+static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:sum"); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
+static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:mean"); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
+static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:max"); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
+static int t_min(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:min"); lb_push_tensor(L, ld_min(t, a, k), 2); return 1; }
 static int t_argmin(lua_State *L) {
     ld_tensor *t = SELF;
     lb_push_tensor(L, ld_argmin(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
@@ -1226,15 +1238,15 @@ static const char *const docs[] = {
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, assign, assign_add, assign_sub.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
-    "Tensor:sum", "t:sum([axis], {keepdims=false})\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
+    "Tensor:sum", "t:sum([axis], {keepdims=false}) or (axis, keepdims)\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
                   "exact (int64 16777217 stays 16777217), wrapping on overflow as TF's does; NaN in gives NaN.",
-    "Tensor:mean", "t:mean([axis], {keepdims=false})\n\nMean over one axis, or over all of them. Always float32: an integer tensor's mean\n"
+    "Tensor:mean", "t:mean([axis], {keepdims=false}) or (axis, keepdims)\n\nMean over one axis, or over all of them. Always float32: an integer tensor's mean\n"
                    "is its exact sum divided (TF's would truncate to an integer).",
-    "Tensor:max", "t:max([axis], {keepdims=false})\n\nMaximum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+    "Tensor:max", "t:max([axis], {keepdims=false}) or (axis, keepdims)\n\nMaximum over one axis, or over all of them (NaN if any is NaN; an integer\n"
                   "tensor's is of its dtype).",
     "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis: the first one on ties, the\n"
                      "first NaN where there is one (NumPy's rule; TF's skips NaN).",
-    "Tensor:min", "t:min([axis], {keepdims=false})\n\nMinimum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+    "Tensor:min", "t:min([axis], {keepdims=false}) or (axis, keepdims)\n\nMinimum over one axis, or over all of them (NaN if any is NaN; an integer\n"
                   "tensor's is of its dtype).",
     "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis (the first NaN where there is one).",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",

@@ -148,6 +148,9 @@ T.test("ReduceLROnPlateau: patience, factor, cooldown, min_delta, min_lr as Kera
   -- Keras: "ReduceLROnPlateau does not support a factor >= 1.0. Received factor=1.0"
   T.raises(function() callbacks.ReduceLROnPlateau{ factor = 1.0 } end, "factor must be < 1.0")
   T.raises(function() callbacks.ReduceLROnPlateau{ patiense = 1 } end, "unknown option 'patiense'")
+  -- EarlyStopping too (a misspelt monitor watched val_loss, silently)
+  T.raises(function() callbacks.EarlyStopping{ monitr = "loss" } end, "bad argument #1 to 'EarlyStopping' (unknown option 'monitr'; options: baseline,")
+  T.raises(function() callbacks.EarlyStopping{ patience = 1.5 } end, "patience must be a non-negative integer, got 1.5")
   T.raises(function() callbacks.ReduceLROnPlateau{ mode = "up" } end, "mode must be")
 end)
 

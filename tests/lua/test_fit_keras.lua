@@ -344,6 +344,24 @@ T.test("steps options are checked", function()
     "bad argument #1 to 'fit' (x holds no samples: its first tensor has shape [0, 4])")
   T.raises(function() m:fit(tensor.zeros(0, 3, 4), labels(0), { shuffle = false, verbose = 0 }) end,
     "x holds no samples: its first tensor has shape [0, 3, 4]")
+  -- arrays of different lengths (Keras: "Data cardinality is ambiguous"); it
+  -- was from_tensor_slices's error, naming a function the script never called
+  T.raises(function() m:fit(x, labels(19), { verbose = 0 }) end,
+    "bad argument to 'fit' (the arrays differ in their number of samples, the first axis: x 20, y 19;")
+  T.raises(function() m:fit(x, y, { sample_weight = tensor.ones(21), verbose = 0 }) end,
+    "the first axis: x 20, y 20, sample_weight 21;")
+  T.raises(function() m:fit(x, y, { validation_data = { rows(5, 4), labels(4) }, verbose = 0 }) end,
+    "bad argument to 'fit' (validation_data: the arrays differ in their number of samples, the first axis: x 5, y 4;")
+  T.raises(function() m:evaluate(rows(3, 4), labels(4), { verbose = 0 }) end, "bad argument to 'evaluate' (the arrays differ")
+  -- no y (Keras: "None values not supported"): it was train_step's 'Tensor expected, got nil'
+  T.raises(function() m:fit(x, { verbose = 0 }) end,
+    "bad argument to 'fit' (no targets: the loss compares the predictions with y, and the data has none;")
+  T.raises(function() m:fit(data.Dataset.from_tensor_slices(x):batch(8), { verbose = 0 }) end, "(no targets:")
+  T.raises(function() m:evaluate(x, nil, { verbose = 0 }) end, "bad argument to 'evaluate' (no targets:")
+  -- a model's input without a batch axis names its shape (it said "bad argument #2 to 'self'")
+  T.raises(function() nn.Sequential { nn.Dense(2) }:predict(tensor.ones(4)) end,
+    "needs inputs with a feature axis; the input's shape is 4 (its first axis is the batch)")
+  T.raises(function() m:predict(tensor.ones(4)) end, "expects inputs of shape batchx4, got 4")
 end)
 
 T.test("compile, evaluate and predict name an option they do not know", function()

@@ -69,7 +69,7 @@ end)
 T.test("get_config and layer_from_config make the same layer again", function()
   for _, l in ipairs({ nn.Dense(5, "tanh"), nn.Conv2D(4, { 3, 2 }, { strides = { 1, 2 }, padding = "same" }),
                        nn.MaxPool2D(2, { strides = 1 }), nn.Dropout(0.25), nn.Reshape{ 7, -1 }, nn.Activation("gelu"),
-                       nn.Flatten() }) do
+                       nn.Flatten(), nn.Softmax{ axis = 1 } }) do
     local c = l:get_config()
     local l2 = nn.layer_from_config{ class_name = l.class_name, config = c }
     T.eq(l2.class_name, l.class_name)
@@ -80,6 +80,26 @@ T.test("get_config and layer_from_config make the same layer again", function()
     end
   end
   T.raises(function() return nn.layer_from_config{ class_name = "Dense2", config = {} } end, "unknown layer class 'Dense2'")
+end)
+
+T.test("nn.Softmax: Keras's Softmax layer, over any axis", function()
+  local x = tensor.new{ { { 1, 2, 3 }, { 4, 0, 1 } } }   -- 1x2x3
+  -- keras.layers.Softmax(axis=1)(x): each column of the 2x3 over its 2 rows
+  local want = { { 0.04742587, 0.88079708, 0.88079708 }, { 0.95257413, 0.11920292, 0.11920292 } }
+  local y = nn.Softmax{ axis = 1 }(x)
+  for i = 1, 2 do for j = 1, 3 do T.near(y[0][i - 1][j - 1], want[i][j], 1e-6) end end
+  local y2 = nn.Softmax(-2)(x)
+  T.near((y2 - y):abs():max():item(), 0, 0)
+  T.near((nn.Softmax()(x) - x:softmax()):abs():max():item(), 0, 0)
+  T.raises(function() return nn.Softmax{ axis = 3 }(x) end, "softmax: axis 3 out of range for a tensor with 3 dimensions")
+  -- in a model: it trains (its gradient goes through the moved axis) and saves
+  local m = nn.Sequential{ nn.Dense(4), nn.Reshape{ 2, 2 }, nn.Softmax{ axis = 1 }, nn.Flatten() }
+  m:compile{ optimizer = optim.SGD(0.5), loss = "mse" }
+  local xs, ys = tensor.normal(16, 3), tensor.new{ 0.9, 0.1, 0.1, 0.9 }:reshape(1, 4) * tensor.ones(16, 1)
+  local h = m:fit(xs, ys, { epochs = 20, verbose = 0 })
+  T.ok(h.history.loss[20] < h.history.loss[1] * 0.8, "the loss falls")
+  local m2 = nn.model_from_json(m:to_json())
+  T.eq(m2.layers[3].class_name, "Softmax"); T.eq(m2.layers[3].axis, 1)
 end)
 
 T.test("losses against hand computations", function()
@@ -309,6 +329,22 @@ T.test("learning-rate schedules", function()
   T.near(c(50), 0.5, 1e-6); T.near(c(100), 0, 1e-6)
   local p = optim.schedules.PiecewiseConstantDecay{boundaries = {5}, values = {1, 0.1}}
   T.eq(p(3), 1); T.near(p(6), 0.1)
+  -- Keras's positional form, and a table of the rest after it
+  T.near(optim.schedules.ExponentialDecay(0.1, 10, 0.5)(20), 0.025)
+  T.near(optim.schedules.ExponentialDecay(0.1, 10, 0.5, {staircase = true})(15), 0.05)
+  T.near(optim.schedules.PiecewiseConstantDecay({5}, {1, 0.1})(6), 0.1)
+  T.eq(tostring(optim.schedules.ExponentialDecay(0.1, 10, 0.5)),
+    "<ExponentialDecay initial_learning_rate=0.1 decay_steps=10 decay_rate=0.5>")
+  -- Keras's required arguments are required (they had defaults), and a
+  -- misspelt option is named (it was ignored: staircas decayed smoothly)
+  T.raises(function() return optim.schedules.ExponentialDecay{initial_learning_rate = 0.1, decay_steps = 10} end,
+    "optim.schedules.ExponentialDecay: decay_rate is required")
+  T.raises(function() return optim.schedules.CosineDecay(0.1) end, "optim.schedules.CosineDecay: decay_steps is required")
+  T.raises(function() return optim.schedules.ExponentialDecay(0.1, 10, 0.5, {staircas = true}) end,
+    "unknown option 'staircas'; did you mean 'staircase'?")
+  T.raises(function() return optim.schedules.CosineDecay(0.1, 0) end, "decay_steps must be a positive integer, got 0")
+  T.raises(function() return optim.schedules.ExponentialDecay(0.1, 10, 0.5, {decay_rate = 0.9}) end,
+    "decay_rate given twice")
   local f = optim.SGD{learning_rate = function(step) return 0.5 / (step + 1) end}
   local v = tensor.Variable{0.0}
   f:apply_gradients({tensor.new{1.0}}, {v}); f:apply_gradients({tensor.new{1.0}}, {v})

@@ -51,6 +51,12 @@ T.test("reductions along axes", function()
   T.eq(a:max(1)[0], 5)
   T.eq(a:argmax(1)[0], 1); T.eq(a:argmax(1)[1], 2)
   T.eq(a:sum(1, {keepdims = true}).shape[2], 1)
+  -- TF's positional keepdims (reduce_sum(x, axis, keepdims)); it was ignored
+  T.eq(a:sum(1, true).shape[2], 1); T.eq(a:max(0, true).shape[1], 1); T.eq(a:mean(1, false).ndim, 1)
+  T.eq(a:min(0, true)[0][1], a:min(0)[1])
+  -- a misspelt option (PyTorch's keepdim) is named, not ignored
+  T.raises(function() return a:sum(1, { keepdim = true }) end, "t:sum: unknown option 'keepdim'; did you mean 'keepdims'?")
+  T.raises(function() return a:mean(1, "yes") end, "keepdims boolean or options table expected, got string")
 end)
 
 T.test("views share storage", function()

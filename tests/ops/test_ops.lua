@@ -467,6 +467,26 @@ T.test("softmax and log_softmax (short and long rows, large values)", function()
   end
 end)
 
+T.test("softmax and log_softmax along another axis (TF's axis=)", function()
+  -- it took no axis and computed over the last one whatever it was given
+  local x = tensor.normal(3, 4, 5) * 4
+  for _, axis in ipairs({ 0, 1, -2, 2, -1 }) do
+    for _, op in ipairs({ "softmax", "log_softmax" }) do
+      local g, c = G.both(function(t) return t[op](t, axis) end, x)
+      G.close(g, c, op .. " axis " .. axis, 1e-10)
+      local xd = x:to(G.dev)
+      local e = (xd - xd:max(axis, true)):exp()
+      local want = e / e:sum(axis, true)
+      if op == "log_softmax" then want = want:log() end
+      G.close(g, want, op .. " axis " .. axis .. " against exp / sum", 1e-10)
+      local w = tensor.normal(3, 4, 5)
+      g, c = G.both(function(t, ww) return grad_of(function(v) return v[op](v, axis) end, t, ww) end, x, w)
+      G.close(g, c, "d " .. op .. " axis " .. axis, 1e-6)
+    end
+  end
+  T.raises(function() return x:softmax(3) end, "axis 3 out of range for a tensor with 3 dimensions")
+end)
+
 T.test("sparse softmax cross-entropy, fused: loss and gradient", function()
   local loss_object = losses.SparseCategoricalCrossentropy { from_logits = true }
   for _, nc in ipairs({ { 128, 10 }, { 33, 1000 }, { 1, 2 } }) do

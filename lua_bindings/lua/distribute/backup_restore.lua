@@ -162,7 +162,7 @@ function BR:_before_fit(model, x, y, opts, s)
   if br.verbose and writer(s) then
     print(("BackupAndRestore: resuming from %s at epoch %d, step %d"):format(br.path, st.epoch + 1, st.step))
   end
-  local ds = setmetatable({ ds = util.as_dataset(x, y, opts, opts.shuffle ~= false), burn = st.epoch, skip = st.step,
+  local ds = setmetatable({ ds = util.as_dataset(x, y, opts, opts.shuffle ~= false, "fit"), burn = st.epoch, skip = st.step,
     steps_per_epoch = opts.steps_per_epoch }, Resume)
   return ds, nil, o
 end

@@ -271,7 +271,7 @@ function Remote:_fit(model, x, y, opts)
   if not model._compiled then error("call model:compile{optimizer=, loss=, metrics=} before model:fit", 3) end
   local lc = self._lc
   lc:_check()
-  local ds = util.as_dataset(x, y, opts, opts.shuffle ~= false)
+  local ds = util.as_dataset(x, y, opts, opts.shuffle ~= false, "fit")
   if not model.built then
     local first
     for b in ds do first = b; break end
@@ -285,7 +285,8 @@ function Remote:_fit(model, x, y, opts)
   local remote_cbs, local_cbs = shippable_callbacks(opts.callbacks)
   local val = opts.validation_data
   if type(val) == "table" and getmetatable(val) == nil and util.is_arrays(val[1]) then
-    val = util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
+    val = util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false, "fit",
+      "validation_data")
   end
   local spec = {
     model = describe_model(model), optimizer = ldist.optim._config(model._optimizer),

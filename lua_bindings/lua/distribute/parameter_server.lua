@@ -611,7 +611,7 @@ function PS:_fit(model, x, y, opts)
     error("bad argument to 'fit' (class_weight is not supported under ParameterServerStrategy yet; " ..
       "give each example its weight as a third dataset component, or sample_weight=)", 3)
   end
-  local ds = ldist._util.as_dataset(x, y, opts, opts.shuffle ~= false)
+  local ds = ldist._util.as_dataset(x, y, opts, opts.shuffle ~= false, "fit")
   local steps = opts.steps_per_epoch
   if not steps then
     error("model:fit under ParameterServerStrategy needs steps_per_epoch (the workers read their datasets endlessly)", 3)
@@ -634,7 +634,8 @@ function PS:_fit(model, x, y, opts)
   local callbacks = opts.callbacks or {}
   local val = opts.validation_data
   if type(val) == "table" and getmetatable(val) == nil and ldist._util.is_arrays(val[1]) then
-    val = ldist._util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
+    val = ldist._util.as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false, "fit",
+      "validation_data")
   end
   local function record(k, v) history[k] = history[k] or {}; table.insert(history[k], v) end
   model.stop_training = false

@@ -32,6 +32,35 @@ local function progress(total, title)
   }
 end
 
+-- a constructor's options table: unknown keys are errors (a misspelt monitor
+-- would watch val_loss, silently)
+local function check_opts(name, opts, known)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(("bad argument #1 to '%s' (table expected, got %s)"):format(name, type(opts)), 3) end
+  for k in pairs(opts) do
+    if not known[k] then
+      local names = {}
+      for kk in pairs(known) do names[#names + 1] = kk end
+      table.sort(names)
+      error(("bad argument #1 to '%s' (unknown option '%s'; options: %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
+    end
+  end
+  return opts
+end
+local function check_mode(name, mode)
+  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
+    error(("bad argument #1 to '%s' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(name, tostring(mode)), 3)
+  end
+end
+-- opts[k] for each of keys: nil or a non-negative integer (patience, cooldown)
+local function check_counts(name, opts, keys)
+  for _, k in ipairs(keys) do
+    local v = opts[k]
+    if v ~= nil and not (math.tointeger(v) and v >= 0) then
+      error(("bad argument #1 to '%s' (%s must be a non-negative integer, got %s)"):format(name, k, tostring(v)), 3)
+    end
+  end
+end
 
 -- callbacks.EarlyStopping: Keras 3's (keras/src/callbacks/early_stopping.py
 -- and monitor_callback.py, checked against Keras 3.15.1). Callbacks get
@@ -43,12 +72,13 @@ ES.__tostring = function(c)
   return ("<EarlyStopping monitor=%s patience=%d wait=%d best=%s>"):format(c.monitor, c.patience, c.wait, tostring(c.best))
 end
 
+local es_opts = { monitor = true, min_delta = true, patience = true, verbose = true, mode = true, baseline = true,
+  restore_best_weights = true, start_from_epoch = true }
 function callbacks.EarlyStopping(opts)
-  opts = opts or {}
+  opts = check_opts("EarlyStopping", opts, es_opts)
+  check_counts("EarlyStopping", opts, { "patience", "start_from_epoch" })
   local mode = opts.mode or "auto"
-  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
-    error(("bad argument #1 to 'EarlyStopping' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(tostring(mode)), 2)
-  end
+  check_mode("EarlyStopping", mode)
   return setmetatable({ monitor = opts.monitor or "val_loss", patience = opts.patience or 0,
     min_delta = math.abs(opts.min_delta or 0), mode = mode, baseline = opts.baseline,
     verbose = opts.verbose or 0, restore_best_weights = opts.restore_best_weights or false,
@@ -358,24 +388,6 @@ local function get_lr(model)
   return f32(opt.learning_rate)
 end
 
-local function check_opts(name, opts, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("bad argument #1 to '%s' (table expected, got %s)"):format(name, type(opts)), 3) end
-  for k in pairs(opts) do
-    if not known[k] then
-      local names = {}
-      for kk in pairs(known) do names[#names + 1] = kk end
-      table.sort(names)
-      error(("bad argument #1 to '%s' (unknown option '%s'; options: %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
-    end
-  end
-  return opts
-end
-local function check_mode(name, mode)
-  if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
-    error(("bad argument #1 to '%s' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(name, tostring(mode)), 3)
-  end
-end
 
 
 local function sorted_keys(t)
@@ -634,12 +646,7 @@ function callbacks.ReduceLROnPlateau(opts)
   if type(factor) ~= "number" or factor >= 1.0 then
     error(("bad argument #1 to 'ReduceLROnPlateau' (factor must be < 1.0, got %s)"):format(tostring(factor)), 2)
   end
-  for _, k in ipairs{ "patience", "cooldown" } do
-    local v = opts[k]
-    if v ~= nil and not (math.tointeger(v) and v >= 0) then
-      error(("bad argument #1 to 'ReduceLROnPlateau' (%s must be a non-negative integer, got %s)"):format(k, tostring(v)), 2)
-    end
-  end
+  check_counts("ReduceLROnPlateau", opts, { "patience", "cooldown" })
   for _, k in ipairs{ "min_delta", "min_lr" } do
     if opts[k] ~= nil and type(opts[k]) ~= "number" then
       error(("bad argument #1 to 'ReduceLROnPlateau' (%s must be a number, got %s)"):format(k, tostring(opts[k])), 2)

@@ -482,9 +482,35 @@ end
 -- Accept a Dataset, or (x, y) arrays with opts.batch_size (Keras' arrays;
 -- opts.sample_weight a third component); shuffle: shuffle the rows first.
 -- Several inputs or outputs make nested elements {{xa, xb}, {ya, yb}}.
-local function as_dataset(x, y, opts, shuffle)
+--
+-- Every array must have as many samples (rows) as the others: Keras's "Data
+-- cardinality is ambiguous", named here by what differs (fname: the caller).
+local function check_samples(fname, x, y, w, what)
+  local seen, first = {}, nil
+  for _, part in ipairs({ { "x", x }, { "y", y }, { "sample_weight", w } }) do
+    local sizes, uniq = {}, {}
+    nest.map(part[2], function(t)
+      if tensor.is_tensor(t) then
+        local n = t.ndim > 0 and t.shape[1] or 1
+        if not uniq[n] then uniq[n] = true; sizes[#sizes + 1] = n end
+        first = first or n
+        if n ~= first then seen.differ = true end
+      end
+      return t
+    end)
+    table.sort(sizes)
+    if #sizes > 0 then seen[#seen + 1] = ("%s %s"):format(part[1], table.concat(sizes, " and ")) end
+  end
+  if seen.differ then
+    error(("bad argument to '%s' (%sthe arrays differ in their number of samples, the first axis: %s; " ..
+      "every array needs one row per sample)"):format(fname, what and what .. ": " or "", table.concat(seen, ", ")), 0)
+  end
+end
+
+local function as_dataset(x, y, opts, shuffle, fname, what)
   if is_arrays(x) then
     local w = opts.sample_weight
+    check_samples(fname, x, y, w, what)
     local ds = ldist.data.Dataset.from_tensor_slices(y and (w and { x, y, w } or { x, y }) or { x })
     if shuffle then ds = ds:shuffle(nest.rows(x), { seed = opts.seed }) end
     return ds:batch(opts.batch_size or 32)
@@ -509,6 +535,11 @@ ldist._util.as_dataset, ldist._util.is_arrays = as_dataset, is_arrays
 local function batch_xy(batch)
   if tensor.is_tensor(batch) then return batch, nil end
   return batch[1], batch[2], batch[3]
+end
+-- a batch without y, where the compiled loss needs targets (compile requires a loss)
+local function no_targets(fname)
+  error(("bad argument to '%s' (no targets: the loss compares the predictions with y, and the data has none; " ..
+    "give %s(x, y, ...) or a dataset of {x, y} elements)"):format(fname, fname), 0)
 end
 
 -- the per-output loss trackers of a model of several outputs ("<output>_loss",
@@ -861,13 +892,13 @@ local function fit_lost_peer(model, callbacks, lost, epoch, epochs, step, total)
 end
 
 function Model:_fit_loop(x, y, opts, strategy)
-  local ds = as_dataset(x, y, opts, opts.shuffle ~= false)
+  local ds = as_dataset(x, y, opts, opts.shuffle ~= false, "fit")
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
   local initial = opts.initial_epoch or 0
   local val = opts.validation_data
   if type(val) == "table" and getmetatable(val) == nil and is_arrays(val[1]) then
     -- validation sample weights are val[3], never the training ones
-    val = as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false)
+    val = as_dataset(val[1], val[2], { batch_size = opts.batch_size, sample_weight = val[3] }, false, "fit", "validation_data")
   end
   local total = opts.steps_per_epoch or (ds.cardinality and ds:cardinality()) or nil
   if total and total < 0 then total = nil end
@@ -937,6 +968,7 @@ function Model:_fit_loop(x, y, opts, strategy)
     local ok, err = xpcall(function()
       for batch in batches:epoch() do
         local bx, by, bw = batch_xy(batch)
+        if by == nil then no_targets("fit") end
         bx, by = in_order(bx, in_names, "inputs", "fit"), in_order(by, out_names, "outputs", "fit")
         if opts.class_weight then
           if out_names then error("bad argument to 'fit' (class_weight is for a model of one output, as in Keras; " ..
@@ -1011,7 +1043,7 @@ function Model:evaluate(x, y, opts)
   check_steps(opts.steps, "steps", "evaluate", 3)
   check_steps(opts.batch_size, "batch_size", "evaluate", 3)
   check_verbose(opts.verbose, "evaluate", 3)
-  local r = self:_evaluate_batches(as_dataset(x, y, opts, false), opts.steps)
+  local r = self:_evaluate_batches(as_dataset(x, y, opts, false, "evaluate"), opts.steps)
   if (opts.verbose or 0) ~= 0 then
     local parts = {}
     for k, v in pairs(r) do parts[#parts + 1] = ("%s: %.4f"):format(k, v) end
@@ -1042,6 +1074,7 @@ function Model:_evaluate_epoch(batches)
   local function to_dev(t) return t.device ~= dev and t:to(dev) or t end
   for batch in batches:epoch() do
     local bx, by, bw = batch_xy(batch)
+    if by == nil then no_targets("evaluate") end
     bx, by = in_order(bx, in_names, "inputs", "evaluate"), in_order(by, out_names, "outputs", "evaluate")
     if dev then bx, by, bw = nest.map(bx, to_dev), nest.map(by, to_dev), nest.map(bw, to_dev) end
     local pred = self(bx, { training = false })

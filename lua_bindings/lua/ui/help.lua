@@ -1073,13 +1073,17 @@ M["optim.schedules"] = [[
 Learning-rate schedules (Keras's): ExponentialDecay, CosineDecay, PiecewiseConstantDecay.
 Give one as learning_rate; schedule(step) is the rate at that step.]]
 M["optim.schedules.ExponentialDecay"] = [[
-optim.schedules.ExponentialDecay{initial_learning_rate=0.001, decay_steps=1000, decay_rate=0.96, staircase=false}
-rate(step) = initial * decay_rate ^ (step / decay_steps) (the exponent floored when staircase).]]
+optim.schedules.ExponentialDecay{initial_learning_rate=, decay_steps=, decay_rate=, staircase=false}
+optim.schedules.ExponentialDecay(initial_learning_rate, decay_steps, decay_rate[, staircase])
+rate(step) = initial * decay_rate ^ (step / decay_steps) (the exponent floored when staircase).
+The first three are required, as in Keras; options may follow the positions in a table.]]
 M["optim.schedules.CosineDecay"] = [[
-optim.schedules.CosineDecay{initial_learning_rate=0.001, decay_steps=1000, alpha=0}
+optim.schedules.CosineDecay{initial_learning_rate=, decay_steps=, alpha=0}
+optim.schedules.CosineDecay(initial_learning_rate, decay_steps[, alpha])
 A cosine from initial down to initial * alpha over decay_steps, then alpha * initial.]]
 M["optim.schedules.PiecewiseConstantDecay"] = [[
 optim.schedules.PiecewiseConstantDecay{boundaries={b1, ...}, values={v0, v1, ...}}
+optim.schedules.PiecewiseConstantDecay({b1, ...}, {v0, v1, ...})
 values[1] up to step b1, values[2] up to b2, ...; #values == #boundaries + 1.]]
 M["Optimizer:apply_gradients"] = "opt:apply_gradients(grads, vars)\n\nOne update of vars with grads (lists in the same order), as Keras's."
 M["data.experimental"] = "Keras's and tf.data's experimental corner: make_csv_dataset, AutoShardPolicy."
