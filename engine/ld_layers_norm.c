@@ -64,7 +64,9 @@ static ld_tensor *bn_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
        and back, without those two passes each way */
     ld_tensor *xf = ld_as_floating(xs[0]);
     ld_tensor *y = xf ? ld_batch_norm(xf, gamma, beta, mm, mv, (float)ld_p_float(l, BN_MOMENTUM),
-                                      (float)ld_p_float(l, BN_EPS), training, (int)ld_p_int(l, BN_SYNC)) : NULL;
+                                      (float)ld_p_float(l, BN_EPS), training && !l->frozen /* Keras 3: a frozen
+                                      BatchNormalization normalizes by its moving statistics */,
+                                      (int)ld_p_int(l, BN_SYNC)) : NULL;
     ld_tensor_release(xf);
     return y;
 }

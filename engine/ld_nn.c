@@ -297,7 +297,7 @@ ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const in
     }
     ld_replica_draws_shared(&before);   /* built once, by whichever replica ran the layer first */
     if (!v) return NULL;
-    v->requires_grad = trainable != 0;
+    v->requires_grad = trainable != 0 && !l->frozen;
     size_t n = strlen(l->name) + strlen(what) + 2;
     v->name = malloc(n);
     if (v->name) snprintf(v->name, n, "%s/%s", l->name, what);
@@ -428,8 +428,21 @@ int64_t ld_layer_param_count(const ld_layer *l) {
 }
 int64_t ld_layer_trainable_count(const ld_layer *l) {
     int64_t n = 0;
-    for (int i = 0; i < l->n_vars; i++) if (l->var_trainable[i]) n += ld_tensor_numel(l->vars[i]);
+    for (int i = 0; i < l->n_vars; i++) if (ld_layer_var_trainable(l, i)) n += ld_tensor_numel(l->vars[i]);
     return n;
+}
+
+int ld_layer_var_trainable(const ld_layer *l, int i) { return l->var_trainable[i] && !l->frozen; }
+
+void ld_layer_set_trainable(ld_layer *l, int on) {
+    l->frozen = !on;
+    for (int i = 0; i < l->n_vars; i++) {
+        int rg = ld_layer_var_trainable(l, i);
+        for (int r = 0; r < ld_mirror_count(l->vars[i]); r++) {
+            ld_tensor *c = ld_mirror_copy(l->vars[i], r);
+            if (c) c->requires_grad = rg;
+        }
+    }
 }
 
 /* ================================================================ Sequential */
@@ -497,7 +510,7 @@ int ld_model_weights(ld_model *m, ld_tensor **vars, unsigned char *trainable, in
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_vars; j++) {
             if (vars && k < max) vars[k] = m->layers[i]->vars[j];
-            if (trainable && k < max) trainable[k] = m->layers[i]->var_trainable[j];
+            if (trainable && k < max) trainable[k] = (unsigned char)ld_layer_var_trainable(m->layers[i], j);
             k++;
         }
     return k;
@@ -507,7 +520,7 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
     int k = 0;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_vars; j++) {
-            if (!m->layers[i]->var_trainable[j]) continue;
+            if (!ld_layer_var_trainable(m->layers[i], j)) continue;
             if (vars && k < max) vars[k] = m->layers[i]->vars[j];
             k++;
         }

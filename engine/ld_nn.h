@@ -176,7 +176,8 @@ struct ld_layer {
     int built;
     int n_vars;
     ld_tensor *vars[LD_LAYER_MAX_VARS];        /* in creation order; requires_grad set on trainable ones */
-    unsigned char var_trainable[LD_LAYER_MAX_VARS];
+    unsigned char var_trainable[LD_LAYER_MAX_VARS];   /* each weight's own (false: BatchNormalization's moving statistics) */
+    int frozen;                    /* Keras's layer.trainable = false: no weight of it trains (ld_layer_var_trainable) */
     ld_param_value p[LD_LAYER_MAX_PARAMS];     /* the configuration, by the class's params */
     /* shapes seen at build time (without the batch axis) */
     int n_in;
@@ -264,6 +265,12 @@ ld_tensor *ld_layer_autocast_call(ld_layer *l, int n_in, ld_tensor *const *x, in
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y);
 int64_t ld_layer_param_count(const ld_layer *l);
 int64_t ld_layer_trainable_count(const ld_layer *l);
+/* Does weight i of l train: its own trainability, unless the layer is frozen */
+int ld_layer_var_trainable(const ld_layer *l, int i);
+/* Keras's layer.trainable = on: off freezes every weight of the layer (out of
+   the trainable lists, no gradient, a BatchNormalization in inference mode);
+   on gives each its own trainability back. Mirrored copies follow. */
+void ld_layer_set_trainable(ld_layer *l, int on);
 
 /* ---- Sequential ---- */
 typedef struct ld_model {

@@ -257,6 +257,9 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
                     if (ld_layer_set_name(l, luaL_checkstring(L, -1))) lb_engine_error(L, 0);
                 } else if (!strcmp(k, "dtype")) {
                     set_policy(L, l, lua_gettop(L));
+                } else if (!strcmp(k, "trainable")) {       /* Keras's Layer(trainable=) */
+                    if (!lua_isboolean(L, -1)) luaL_error(L, "nn.%s: trainable must be true or false", c->class_name);
+                    ld_layer_set_trainable(l, lua_toboolean(L, -1));
                 } else if (pi < 0) {
                     if (!lb_layer_weight_option(L, l, k, lua_gettop(L))) unknown_option(L, c, k);
                 }
@@ -299,6 +302,10 @@ static int layer_get_config(lua_State *L) {
     lua_setfield(L, -2, "name");
     lua_pushstring(L, l->policy.name);    /* Keras's dtype policy, by name */
     lua_setfield(L, -2, "dtype");
+    if (l->frozen) {                      /* Keras's configs say trainable; ldist's when it is false */
+        lua_pushboolean(L, 0);
+        lua_setfield(L, -2, "trainable");
+    }
     for (int i = 0; l->cls->params[i].name; i++) {
         push_param(L, l, i);
         lua_setfield(L, -2, l->cls->params[i].name);
@@ -476,7 +483,7 @@ static void push_weights(lua_State *L, ld_layer *l, int which) {   /* which: 1 t
     lua_newtable(L);
     int k = 0;
     for (int i = 0; i < l->n_vars; i++)
-        if (which < 0 || l->var_trainable[i] == which) {
+        if (which < 0 || ld_layer_var_trainable(l, i) == which) {
             lb_push_tensor(L, ld_tensor_retain(l->vars[i]), 0);
             lua_rawseti(L, -2, ++k);
         }
@@ -519,7 +526,7 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) { push_weights(L, l, 1); return 1; }
     if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) { push_weights(L, l, 0); return 1; }
     if (!strcmp(k, "weights") || !strcmp(k, "variables")) { push_weights(L, l, -1); return 1; }
-    if (!strcmp(k, "count_params")) { lua_pushinteger(L, ld_layer_param_count(l)); return 1; }
+    if (!strcmp(k, "trainable")) { lua_pushboolean(L, !l->frozen); return 1; }
     int pi = ld_layer_param_index(l->cls, k);
     if (pi >= 0) { push_param(L, l, pi); return 1; }
     if (lb_layer_get_weight_option(L, l, k)) return 1;
@@ -533,6 +540,29 @@ static int layer_index(lua_State *L) {
         }
     }
     return 0;
+}
+
+/* layer.trainable = false (Keras's): the only field a layer takes after it is
+   made; anything else names what can be set */
+static int layer_newindex(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    const char *k = lua_tostring(L, 2);
+    if (k && !strcmp(k, "trainable")) {
+        if (!lua_isboolean(L, 3)) return luaL_error(L, "layer '%s': trainable must be true or false, got %s", l->name,
+                                                    luaL_typename(L, 3));
+        ld_layer_set_trainable(l, lua_toboolean(L, 3));
+        return 0;
+    }
+    return luaL_error(L, "layer '%s': cannot set '%s' (a layer's options are given when it is made; "
+                         "trainable is the one field that can be set)", l->name, k ? k : luaL_typename(L, 2));
+}
+
+/* layer:count_params() (Keras's): its weights' elements */
+static int layer_count_params(lua_State *L) {
+    ld_layer *l = check_layer(L, 1);
+    if (!l->built) return luaL_error(L, "layer '%s' is not built yet: its weights are made on its first call", l->name);
+    lua_pushinteger(L, ld_layer_param_count(l));
+    return 1;
 }
 
 static int layer_tostring(lua_State *L) {
@@ -1189,6 +1219,11 @@ static int model_index(lua_State *L) {
         if (!strcmp(k, "name")) { lua_pushstring(L, m->name); return 1; }
         if (!strcmp(k, "built")) { lua_pushboolean(L, model_is_built(m)); return 1; }
         if (!strcmp(k, "losses")) return model_losses(L, m);
+        if (!strcmp(k, "trainable")) {          /* true until model.trainable = false */
+            lua_getiuservalue(L, 1, 1);
+            lua_pushboolean(L, lua_getfield(L, -1, "trainable") == LUA_TNIL || lua_toboolean(L, -1));
+            return 1;
+        }
     }
     /* per-model state (compile's settings, history, a subclass's attributes) */
     lua_getiuservalue(L, 1, 1);
@@ -1245,6 +1280,12 @@ static int model_newindex(lua_State *L) {
     lua_getiuservalue(L, 1, 1);
     int sub = lua_getfield(L, -1, "_class") == LUA_TTABLE;
     lua_pop(L, 1);
+    if (lua_type(L, 2) == LUA_TSTRING && !strcmp(lua_tostring(L, 2), "trainable")) {
+        /* Keras's model.trainable: every layer of it (nested models' too) */
+        if (!lua_isboolean(L, 3)) return luaL_error(L, "model.trainable must be true or false, got %s", luaL_typename(L, 3));
+        ld_model *m = check_model(L, 1);
+        for (int i = 0; i < m->n_layers; i++) ld_layer_set_trainable(m->layers[i], lua_toboolean(L, 3));
+    }
     if (lua_type(L, 2) == LUA_TSTRING && !strcmp(lua_tostring(L, 2), "_lost")) {
         if (!lua_isnil(L, 3) && !lua_isstring(L, 3)) return luaL_error(L, "model._lost: a message or nil expected");
         model_mark_lost(L, 1, lua_tostring(L, 3));
@@ -1254,6 +1295,17 @@ static int model_newindex(lua_State *L) {
     lua_rawset(L, -3);
     if (sub && lua_type(L, 2) == LUA_TSTRING && lua_tostring(L, 2)[0] != '_') track(L, 1, 3, 0);
     return 0;
+}
+
+/* model:count_params() (Keras's): the elements of its weights, each layer once */
+static int model_count_params(lua_State *L) {
+    ld_model *m = check_model_live(L, 1, "model:count_params()");
+    if (!model_is_built(m)) return luaL_error(L, "model '%s' is not built yet: call it on data or model:build(shape) first",
+                                              m->name);
+    int64_t n = 0;
+    for (int i = 0; i < m->n_layers; i++) n += ld_layer_param_count(m->layers[i]);
+    lua_pushinteger(L, n);
+    return 1;
 }
 
 /* nn._model_new(name, kind): an empty model of the Functional API or a
@@ -1547,7 +1599,7 @@ int lb_open_nn(lua_State *L) {
     luaL_newmetatable(L, LAYER_MT);
     {
         static const char *const f[] = {"name", "class_name", "kind", "built", "input_shape", "output_shape",
-                                        "trainable_variables", "non_trainable_variables", "weights", "count_params",
+                                        "trainable_variables", "non_trainable_variables", "weights", "trainable",
                                         "dtype", "compute_dtype", "variable_dtype", "dtype_policy", NULL};
         lua_newtable(L);
         for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
@@ -1555,10 +1607,12 @@ int lb_open_nn(lua_State *L) {
     }
 
     lua_pushcfunction(L, layer_call); lua_setfield(L, -2, "__call");
-    static const luaL_Reg lm[] = {{"get_config", layer_get_config}, {"_build_shapes", layer_build_shapes}, {NULL, NULL}};
+    static const luaL_Reg lm[] = {{"get_config", layer_get_config}, {"_build_shapes", layer_build_shapes},
+                                  {"count_params", layer_count_params}, {NULL, NULL}};
     luaL_newlib(L, lm);
     lua_pushcclosure(L, layer_index, 1);
     lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, layer_newindex); lua_setfield(L, -2, "__newindex");
     lua_pushcfunction(L, layer_tostring); lua_setfield(L, -2, "__tostring");
     lua_pushcfunction(L, layer_gc); lua_setfield(L, -2, "__gc");
     lua_pop(L, 1);
@@ -1590,11 +1644,12 @@ int lb_open_nn(lua_State *L) {
     static const luaL_Reg cm[] = {
         {"add", model_add}, {"build", model_build}, {"summary_text", model_summary_text}, {"_track", model_track},
         {"train_step", model_train_step}, {"_grads", model_grads}, {"save_weights", model_save_weights},
-        {"load_weights", model_load_weights}, {NULL, NULL}};
+        {"load_weights", model_load_weights}, {"count_params", model_count_params}, {NULL, NULL}};
     luaL_newmetatable(L, MODEL_MT);
     int mt = lua_gettop(L);
     {
-        static const char *const f[] = {"trainable_variables", "weights", "variables", "name", "built", "layers", "history", NULL};
+        static const char *const f[] = {"trainable_variables", "weights", "variables", "name", "built", "layers", "history",
+                                        "trainable", NULL};
         lua_newtable(L);
         for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
         lua_setfield(L, -2, "__fields");   /* computed fields, for completion */

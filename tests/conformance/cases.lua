@@ -44,6 +44,15 @@ local MODELS = {
     make = function() return nn.Sequential { nn.Conv2D(4, 3, { activation = "relu" }), nn.Flatten(), nn.Dense(3) } end },
   dropout = { shape = { 8 }, classes = 4,
     make = function() return nn.Sequential { nn.Dense(16, "relu"), nn.Dropout(0.3), nn.Dense(4) } end },
+  -- Keras's layer.trainable = false (fine-tuning): the first Dense and the
+  -- BatchNormalization frozen (it then normalizes by its moving statistics)
+  frozen = { shape = { 8 }, classes = 4,
+    make = function()
+      local m = nn.Sequential { nn.Dense(16, "relu"), nn.BatchNormalization(), nn.Dense(16, "tanh"), nn.Dense(4) }
+      m.layers[1].trainable = false
+      m.layers[2].trainable = false
+      return m
+    end },
 }
 
 local OPTIMIZERS = {
@@ -141,6 +150,8 @@ local function train_case(o)
       local out = { loss_first = hist[1], loss_final = hist[#hist] }
       out.iterations = opt.iterations      -- compared with the default strategy's, like the weights
       check(hist[#hist] < hist[1], "the loss did not fall (%.4f -> %.4f)", hist[1], hist[#hist])
+      -- the weights that do not train (frozen layers', moving statistics): as the default strategy leaves them
+      for i, v in ipairs(model.non_trainable_variables) do out[("frozen%d_sum"):format(i)] = v:cpu():sum():item() end
       return put_weights(out, model)
     end,
   }
@@ -160,8 +171,8 @@ end
 add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_momentum", mode = "fit", n = 240, b = 24,
   epochs = 5, also = { "ps", "mw_local" }, onehot = true,
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
--- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3
-for _, kind in ipairs { "flatten", "conv", "dropout" } do
+-- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -51,7 +51,7 @@ def pager(reply):
     ("model:fi", {"fit"}),
     ("model.", {"fit", "layers", "compile", "summary"}),
     ("layer:", {"get_config"}),
-    ("layer.", {"name", "trainable_variables", "count_params"}),
+    ("layer.", {"name", "trainable_variables", "count_params", "trainable"}),
     ("opt:", {"apply_gradients"}),
     ("opt.", {"learning_rate", "iterations"}),
     ("model.layers[2]:", {"get_config"}),

@@ -102,6 +102,51 @@ T.test("nn.Softmax: Keras's Softmax layer, over any axis", function()
   T.eq(m2.layers[3].class_name, "Softmax"); T.eq(m2.layers[3].axis, 1)
 end)
 
+T.test("layer.trainable = false: Keras's frozen layers (fine-tuning)", function()
+  tensor.seed(5)
+  local m = nn.Sequential{ nn.Dense(4, "relu"), nn.BatchNormalization(), nn.Dense(2) }
+  m:build{ 3 }
+  T.eq(m:count_params(), 42); T.eq(m.layers[1]:count_params(), 16)   -- Keras's count_params()
+  T.eq(m.trainable, true); T.eq(m.layers[1].trainable, true)
+  T.eq(#m.trainable_variables, 6)
+  m.layers[1].trainable = false
+  -- Keras: 2 + 2 + 2 weights, the frozen kernel and bias leave the trainable list
+  T.eq(#m.trainable_variables, 4); T.eq(#m.non_trainable_variables, 4); T.eq(#m.weights, 8)
+  T.ok(m:summary_text():find("Trainable params: 18 (72.00 B)", 1, true), m:summary_text())
+  m:compile{ optimizer = "adam", loss = "mse" }
+  local k1, k3 = m.layers[1].kernel:clone(), m.layers[3].kernel:clone()
+  m:fit(tensor.normal(32, 3), tensor.normal(32, 2), { epochs = 2, verbose = 0 })
+  T.eq((m.layers[1].kernel - k1):abs():max():item(), 0, "a frozen layer's kernel does not move")
+  T.ok((m.layers[3].kernel - k3):abs():max():item() > 0, "the others train")
+  -- model.trainable sets every layer's (Keras), and back
+  m.trainable = false
+  T.eq(m.trainable, false); T.eq(m.layers[3].trainable, false); T.eq(#m.trainable_variables, 0)
+  m.trainable = true
+  T.eq(#m.trainable_variables, 6); T.eq(m.layers[1].trainable, true)
+  -- Keras 3: a frozen BatchNormalization normalizes by its moving statistics, training or not
+  local bn = nn.BatchNormalization{ trainable = false }
+  local x = tensor.normal(8, 3) * 5 + 2
+  T.near((bn(x, { training = true }) - x / math.sqrt(1 + 1e-3)):abs():max():item(), 0, 1e-5)
+  T.eq(bn.moving_mean:abs():sum():item(), 0, "its moving statistics stay")
+  -- the setting travels with the configuration (to_json, save, the workers)
+  local d = nn.Dense(3, { trainable = false })
+  T.eq(d.trainable, false); T.eq(d:get_config().trainable, false); T.eq(nn.Dense(3):get_config().trainable, nil)
+  m.layers[2].trainable = false
+  local m2 = nn.model_from_json(m:to_json())
+  T.eq(m2.layers[2].trainable, false); T.eq(m2.layers[1].trainable, true)
+  -- a frozen weight is not watched by a tape (as TF's non-trainable variables); tape:watch does
+  d(tensor.ones(1, 2))
+  local tape = autograd.GradientTape()
+  local loss = tape:record(function() tape:watch(d.kernel); return d(tensor.ones(1, 2)):sum() end)
+  T.near(tape:gradient(loss, d.kernel):sum():item(), 6)   -- 2x3 ones
+  -- the other fields are read-only, by name
+  T.raises(function() m.layers[1].units = 8 end, "layer 'dense")
+  T.raises(function() m.layers[1].units = 8 end, "cannot set 'units' (a layer's options are given when it is made")
+  T.raises(function() m.layers[1].trainable = "no" end, "trainable must be true or false, got string")
+  T.raises(function() m.trainable = 0 end, "model.trainable must be true or false, got number")
+  T.raises(function() return nn.Dense(2):count_params() end, "is not built yet")
+end)
+
 T.test("losses against hand computations", function()
   local logits = tensor.new{{2, 1, 0}, {0, 0, 3}}
   local labels = tensor.new({0, 2}, {dtype = "int64"})

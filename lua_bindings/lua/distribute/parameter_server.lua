@@ -619,8 +619,16 @@ function PS:_fit(model, x, y, opts)
   if not model.built then
     for b in ds do model:build((function() local sh = {}; for d = 2, b[1].ndim do sh[d - 1] = b[1].shape[d] end; return sh end)()); break end
   end
-  local fixed = model.non_trainable_variables
-  if #fixed > 0 then   -- their updates would stay on the workers: inference here would use stale values
+  -- non-trainable weights that change in training (moving statistics): their
+  -- updates would stay on the workers, and inference here would use stale
+  -- values. A frozen layer's (layer.trainable = false) never change.
+  local fixed = {}
+  for _, l in ipairs(model.layers) do
+    if l.trainable then
+      for _, v in ipairs(l.non_trainable_variables) do fixed[#fixed + 1] = v end
+    end
+  end
+  if #fixed > 0 then
     error(("bad argument to 'fit' (the model has %d non-trainable weights, such as %s (BatchNormalization's moving " ..
       "statistics): the parameter servers do not keep them yet, so this model cannot train under " ..
       "ParameterServerStrategy; use MirroredStrategy or MultiWorkerMirroredStrategy)"):format(#fixed, fixed[1].name or "?"), 3)

@@ -151,9 +151,9 @@ function distribute._file_shard(ds, n, r)
 end
 
 -- A model as data for another process: its configuration (model:get_config,
--- the one that model:to_json and model:save write) and, unless weights is
--- false, its weights (the parameter-server strategy keeps them on the ps
--- tasks).
+-- the one that model:to_json and model:save write) and its weights; with
+-- weights false only those that do not train (a frozen layer's: the
+-- parameter-server strategy keeps the trainable ones on the ps tasks).
 -- A subclassed model's class travels as its methods' bytecode (each may use
 -- only its arguments and globals), base classes first, so a worker that does
 -- not run the script which defined it can make the model.
@@ -181,17 +181,28 @@ local function define_classes(chain)
 end
 
 local function describe_model(model, weights)
-  local w
+  local w, fixed
   if weights ~= false then
     w = {}
     for i, v in ipairs(model.weights) do w[i] = v:cpu() end
+  else
+    local frozen = {}
+    for _, v in ipairs(model.non_trainable_variables) do frozen[v.name] = true end
+    fixed = {}
+    for i, v in ipairs(model.weights) do
+      if frozen[v.name] then fixed[#fixed + 1] = { i = i, value = v:cpu() } end
+    end
   end
   return { spec = { class_name = model._kind or "Sequential", config = model:get_config() }, weights = w,
-    classes = model._class and describe_classes(model) or nil }
+    fixed = fixed, classes = model._class and describe_classes(model) or nil }
 end
 
 local function build_model(d)
   local model = nn._model_from_spec(d.spec, d.classes and define_classes(d.classes))
+  if d.fixed then
+    local vars = model.weights
+    for _, f in ipairs(d.fixed) do vars[f.i]:assign(f.value) end
+  end
   if not d.weights then return model end   -- layers only
   local vars = model.weights
   if #vars ~= #d.weights then error(("the model has %d weights, %d were sent"):format(#vars, #d.weights), 0) end

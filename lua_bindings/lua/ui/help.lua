@@ -974,6 +974,11 @@ M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make th
 M["Model:summary_text"] = "model:summary_text([width]) -> the text model:summary() shows (layers, output shapes, parameters), at most width columns (80)."
 M["Layer:get_config"] = "layer:get_config() -> the layer's options (units, activation, ..., dtype: its dtype policy's " ..
   "name), as Keras's get_config."
+M["Layer:count_params"] = "layer:count_params() -> how many numbers its weights hold (Keras's), once it is built.\n\n" ..
+  "layer.trainable = false freezes it (Keras's fine-tuning): its weights leave trainable_variables, fit and\n" ..
+  "optimizers leave them as they are, and a BatchNormalization normalizes by its moving statistics;\n" ..
+  "nn.Dense(64, {trainable = false}) makes it frozen, model.trainable = false freezes every layer."
+M["Model:count_params"] = "model:count_params() -> how many numbers the model's weights hold, each layer once (Keras's)."
 M["metrics.CategoricalAccuracy"] = "metrics.CategoricalAccuracy([name])\n\nHow often argmax(predictions) equals argmax(one-hot labels)."
 M["metrics.BinaryAccuracy"] = "metrics.BinaryAccuracy([name])\n\nHow often (prediction > 0.5) equals the 0/1 label."
 M["callbacks.ProgbarLogger:set_params"] = "(the callback protocol) fit tells the bar the number of epochs and steps."
