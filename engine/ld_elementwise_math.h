@@ -33,6 +33,15 @@ LD_EW_FN float ld_ew_min(float a, float b) { return (a != a || a < b) ? a : b; }
 LD_EW_FN int ld_ew_max_wins(float v, float best) { return v > best || (v != v && best == best); }
 /* max(x, 0) with NaN kept (tf.nn.relu(nan) is nan) */
 LD_EW_FN float ld_ew_relu(float x) { return x < 0 ? 0.0f : x; }
+/* log(1 + e^x) without overflow (TF's softplus: x for large x, e^x for very negative x) */
+LD_EW_FN float ld_ew_softplus(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+LD_EW_FN float ld_ew_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* Keras's hard_sigmoid: clip(x / 6 + 1/2, 0, 1), NaN kept */
+LD_EW_FN float ld_ew_hard_sigmoid(float x) { return ld_ew_min(ld_ew_max(x * (1.0f / 6.0f) + 0.5f, 0.0f), 1.0f); }
+/* SELU's constants (Klambauer et al., Keras's) */
+#define LD_EW_SELU_ALPHA 1.67326324235437728481f
+#define LD_EW_SELU_SCALE 1.05070098735548049342f
+#define LD_EW_LEAKY_SLOPE 0.2f   /* Keras 3's leaky_relu negative_slope (tf.nn.leaky_relu's alpha) */
 
 LD_EW_FN float ld_ew_binary(ld_binary_op op, float a, float b) {
     switch (op) {
@@ -62,6 +71,16 @@ LD_EW_FN float ld_ew_unary(ld_unary_op op, float x) {
     case LD_UN_TANH: return tanhf(x);
     case LD_UN_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678f));   /* exact (erf) GELU, Keras' default */
     case LD_UN_SQUARE: return x * x;
+    case LD_UN_ELU: return x > 0 ? x : expm1f(x);
+    case LD_UN_SELU: return LD_EW_SELU_SCALE * (x > 0 ? x : LD_EW_SELU_ALPHA * expm1f(x));
+    case LD_UN_SOFTPLUS: return ld_ew_softplus(x);
+    case LD_UN_SOFTSIGN: return x / (1.0f + fabsf(x));
+    case LD_UN_SILU: return x * ld_ew_sigmoid(x);
+    case LD_UN_LEAKY_RELU: return x < 0 ? LD_EW_LEAKY_SLOPE * x : x;
+    case LD_UN_RELU6: return ld_ew_min(ld_ew_max(x, 0.0f), 6.0f);
+    case LD_UN_HARD_SIGMOID: return ld_ew_hard_sigmoid(x);
+    case LD_UN_HARD_SILU: return x * ld_ew_hard_sigmoid(x);
+    case LD_UN_MISH: return x * tanhf(ld_ew_softplus(x));
     default: return 0;
     }
 }
@@ -92,6 +111,20 @@ LD_EW_FN float ld_ew_unary_grad(ld_unary_op op, float dy, float x, float y) {
         return dy * (cdf + x * pdf);
     }
     case LD_UN_SQUARE: return dy * 2 * x;
+    /* TF's EluGrad and SeluGrad: the slope of the negative side where x < 0 only */
+    case LD_UN_ELU: return x < 0 ? dy * expf(x) : dy;
+    case LD_UN_SELU: return dy * LD_EW_SELU_SCALE * (x < 0 ? LD_EW_SELU_ALPHA * expf(x) : 1.0f);
+    case LD_UN_SOFTPLUS: return dy * ld_ew_sigmoid(x);
+    case LD_UN_SOFTSIGN: { float d = 1.0f + fabsf(x); return dy / (d * d); }
+    case LD_UN_SILU: { float s = ld_ew_sigmoid(x); return dy * s * (1.0f + x * (1.0f - s)); }
+    case LD_UN_LEAKY_RELU: return x > 0 ? dy : LD_EW_LEAKY_SLOPE * dy;
+    case LD_UN_RELU6: return x > 0 && x < 6 ? dy : 0;   /* TF's Relu6Grad */
+    case LD_UN_HARD_SIGMOID: return x > -3 && x < 3 ? dy * (1.0f / 6.0f) : 0;
+    case LD_UN_HARD_SILU: return x <= -3 ? 0 : (x >= 3 ? dy : dy * (2.0f * x + 3.0f) * (1.0f / 6.0f));
+    case LD_UN_MISH: {
+        float t = tanhf(ld_ew_softplus(x));
+        return dy * (t + x * (1.0f - t * t) * ld_ew_sigmoid(x));
+    }
     default: return 0;
     }
 }

@@ -100,7 +100,10 @@ typedef struct {
 
 #define LD_UNARY_OPS(X) \
     X(NEG, neg) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(ABS, abs) X(RELU, relu) X(SIGMOID, sigmoid) \
-    X(TANH, tanh) X(GELU, gelu) X(SQUARE, square)
+    X(TANH, tanh) X(GELU, gelu) X(SQUARE, square) \
+    /* Keras's other activations (keras.activations, their default constants) */ \
+    X(ELU, elu) X(SELU, selu) X(SOFTPLUS, softplus) X(SOFTSIGN, softsign) X(SILU, silu) \
+    X(LEAKY_RELU, leaky_relu) X(RELU6, relu6) X(HARD_SIGMOID, hard_sigmoid) X(HARD_SILU, hard_silu) X(MISH, mish)
 
 #define LD_KERNELS(X) \
     /* Strided copy with dtype conversion: dst is contiguous, src described  \

@@ -224,7 +224,9 @@ const ld_layer_class ld_layer_activation = {
     "Activation", "activation", NULL, {"activation"},
     {LD_PSTR("activation", NULL, LD_ACTIVATION_CHOICES), LD_PEND},
     1, 1, ~0u, NULL, same_build, act_forward,
-    "nn.Activation(name)\n\nApply an activation (relu, sigmoid, tanh, softmax, gelu).", 0};
+    "nn.Activation(name)\n\nApply an activation, by Keras's name: relu, sigmoid, tanh, softmax, gelu, elu, selu,\n"
+    "softplus, softsign, silu (swish), leaky_relu, relu6, hard_sigmoid, hard_silu (hard_swish), mish,\n"
+    "exponential, log_softmax, linear. Dense, Conv1D/2D, LSTM and GRU take the same names.", 0};
 
 /* ================================================================ Softmax */
 enum { SOFTMAX_AXIS };

@@ -11,23 +11,34 @@
 #include <string.h>
 
 /* ================================================================ activations */
-static const char *const act_names[] = {"linear", "relu", "sigmoid", "tanh", "softmax", "gelu"};
+/* Keras's names (keras.activations), by ld_activation */
+static const char *const act_names[LD_ACT_COUNT] = {
+    "linear", "relu", "sigmoid", "tanh", "softmax", "gelu", "elu", "selu", "softplus", "softsign", "silu",
+    "leaky_relu", "relu6", "hard_sigmoid", "hard_silu", "mish", "exponential", "log_softmax"};
+/* the elementwise op of each that is one (ld_kernels.h's LD_UNARY_OPS) */
+static const int act_unary[LD_ACT_COUNT] = {
+    [LD_ACT_NONE] = -1, [LD_ACT_RELU] = LD_UN_RELU, [LD_ACT_SIGMOID] = LD_UN_SIGMOID, [LD_ACT_TANH] = LD_UN_TANH,
+    [LD_ACT_SOFTMAX] = -1, [LD_ACT_GELU] = LD_UN_GELU, [LD_ACT_ELU] = LD_UN_ELU, [LD_ACT_SELU] = LD_UN_SELU,
+    [LD_ACT_SOFTPLUS] = LD_UN_SOFTPLUS, [LD_ACT_SOFTSIGN] = LD_UN_SOFTSIGN, [LD_ACT_SILU] = LD_UN_SILU,
+    [LD_ACT_LEAKY_RELU] = LD_UN_LEAKY_RELU, [LD_ACT_RELU6] = LD_UN_RELU6, [LD_ACT_HARD_SIGMOID] = LD_UN_HARD_SIGMOID,
+    [LD_ACT_HARD_SILU] = LD_UN_HARD_SILU, [LD_ACT_MISH] = LD_UN_MISH, [LD_ACT_EXPONENTIAL] = LD_UN_EXP,
+    [LD_ACT_LOG_SOFTMAX] = -1};
 
 int ld_activation_from_name(const char *name, ld_activation *out) {
     if (!name || !strcmp(name, "none") || !strcmp(name, "linear")) { *out = LD_ACT_NONE; return LD_OK; }
-    for (int i = 1; i < 6; i++) if (!strcmp(name, act_names[i])) { *out = (ld_activation)i; return LD_OK; }
-    return ld_fail(LD_EARG, "unknown activation '%s' (relu, sigmoid, tanh, softmax, gelu, linear)", name);
+    if (!strcmp(name, "swish")) name = "silu";               /* Keras's aliases */
+    else if (!strcmp(name, "hard_swish")) name = "hard_silu";
+    for (int i = 1; i < LD_ACT_COUNT; i++) if (!strcmp(name, act_names[i])) { *out = (ld_activation)i; return LD_OK; }
+    return ld_fail(LD_EARG, "unknown activation '%s' (%s)", name, LD_ACTIVATION_CHOICES);
 }
 const char *ld_activation_name(ld_activation a) { return act_names[a]; }
 
 ld_tensor *ld_activate(ld_activation a, ld_tensor *x) {
     switch (a) {
-    case LD_ACT_RELU: return ld_relu(x);
-    case LD_ACT_SIGMOID: return ld_sigmoid(x);
-    case LD_ACT_TANH: return ld_tanh(x);
+    case LD_ACT_NONE: return ld_tensor_retain(x);
     case LD_ACT_SOFTMAX: return ld_softmax(x);
-    case LD_ACT_GELU: return ld_gelu(x);
-    default: return ld_tensor_retain(x);
+    case LD_ACT_LOG_SOFTMAX: return ld_log_softmax(x);
+    default: return ld_unary((ld_unary_op)act_unary[a], x);
     }
 }
 

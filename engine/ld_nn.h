@@ -20,7 +20,9 @@
 #include "ld_ops.h"
 
 typedef enum {
-    LD_ACT_NONE = 0, LD_ACT_RELU, LD_ACT_SIGMOID, LD_ACT_TANH, LD_ACT_SOFTMAX, LD_ACT_GELU
+    LD_ACT_NONE = 0, LD_ACT_RELU, LD_ACT_SIGMOID, LD_ACT_TANH, LD_ACT_SOFTMAX, LD_ACT_GELU,
+    LD_ACT_ELU, LD_ACT_SELU, LD_ACT_SOFTPLUS, LD_ACT_SOFTSIGN, LD_ACT_SILU, LD_ACT_LEAKY_RELU, LD_ACT_RELU6,
+    LD_ACT_HARD_SIGMOID, LD_ACT_HARD_SILU, LD_ACT_MISH, LD_ACT_EXPONENTIAL, LD_ACT_LOG_SOFTMAX, LD_ACT_COUNT
 } ld_activation;
 int ld_activation_from_name(const char *name, ld_activation *out);
 const char *ld_activation_name(ld_activation a);
@@ -219,7 +221,8 @@ static inline const char *ld_p_str(const ld_layer *l, int i) { return l->p[i].s;
 static inline const int64_t *ld_p_ints(const ld_layer *l, int i, int *n) { if (n) *n = l->p[i].n; return l->p[i].i; }
 ld_activation ld_p_activation(const ld_layer *l, int i);   /* a LD_P_STR parameter naming an activation */
 /* the choices of an activation parameter */
-#define LD_ACTIVATION_CHOICES "linear|relu|sigmoid|tanh|softmax|gelu"
+#define LD_ACTIVATION_CHOICES "linear|relu|sigmoid|tanh|softmax|gelu|elu|selu|softplus|softsign|silu|swish|" \
+    "leaky_relu|relu6|hard_sigmoid|hard_silu|hard_swish|mish|exponential|log_softmax"
 
 /* Variables, in build: init as Keras's initializers */
 typedef enum { LD_INIT_ZEROS = 0, LD_INIT_ONES, LD_INIT_GLOROT_UNIFORM, LD_INIT_UNIFORM, LD_INIT_ORTHOGONAL } ld_init_kind;

@@ -671,6 +671,16 @@ static const char *const un_docs[LD_UN_COUNT] = {
     [LD_UN_TANH] = "t:tanh()\n\nHyperbolic tangent elementwise.",
     [LD_UN_GELU] = "t:gelu()\n\nGaussian error linear unit, the exact erf form (Keras' default):\n0.5 t (1 + erf(t / sqrt 2)).",
     [LD_UN_SQUARE] = "t:square()\n\nt * t elementwise.",
+    [LD_UN_ELU] = "t:elu()\n\nKeras's elu (alpha 1): t where t > 0, else e^t - 1.",
+    [LD_UN_SELU] = "t:selu()\n\nKeras's selu: 1.0507 * (t where t > 0, else 1.6733 (e^t - 1)).",
+    [LD_UN_SOFTPLUS] = "t:softplus()\n\nlog(1 + e^t), without overflow.",
+    [LD_UN_SOFTSIGN] = "t:softsign()\n\nt / (1 + |t|).",
+    [LD_UN_SILU] = "t:silu()\n\nt * sigmoid(t) (Keras's silu, also named swish).",
+    [LD_UN_LEAKY_RELU] = "t:leaky_relu()\n\nt where t >= 0, else 0.2 t (Keras 3's negative_slope, tf.nn.leaky_relu's alpha).",
+    [LD_UN_RELU6] = "t:relu6()\n\nmin(max(t, 0), 6).",
+    [LD_UN_HARD_SIGMOID] = "t:hard_sigmoid()\n\nKeras's hard_sigmoid: clip(t / 6 + 0.5, 0, 1).",
+    [LD_UN_HARD_SILU] = "t:hard_silu()\n\nt * hard_sigmoid(t) (Keras's hard_silu, also named hard_swish).",
+    [LD_UN_MISH] = "t:mish()\n\nt * tanh(softplus(t)).",
 };
 
 /* tensor.binary_ops / tensor.unary_ops: the names, in the engine's order, for

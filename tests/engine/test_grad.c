@@ -89,14 +89,15 @@ int main(void) {
         ld_tensor_release(in2[0]); ld_tensor_release(in2[1]);
     }
     /* unary ops (inputs away from kinks) */
-    const char *un[] = {"neg", "exp", "log", "sqrt", "abs", "relu", "sigmoid", "tanh", "gelu", "square"};
+    const char *un[] = {LD_UNARY_OPS(LD_OP_NAME)};
     for (int i = 0; i < LD_UN_COUNT; i++) {
         ld_unary_op op = (ld_unary_op)i;
         char name[64];
         snprintf(name, sizeof name, "grad %s", un[i]);
         int pos = op == LD_UN_LOG || op == LD_UN_SQRT;
         ld_tensor *in[1] = {tu_rnd(2, s34, pos ? 0.5f : -2.0f, 2.0f)};
-        if (op == LD_UN_ABS || op == LD_UN_RELU)   /* keep clear of 0 */
+        if (op == LD_UN_ABS || op == LD_UN_RELU || op == LD_UN_LEAKY_RELU || op == LD_UN_RELU6 ||
+            op == LD_UN_SELU)   /* keep clear of their kink at 0 */
             for (int64_t k = 0; k < 12; k++) {
                 double v = ld_tensor_get_flat(in[0], k);
                 if (fabs(v) < 0.1) ld_tensor_set_flat(in[0], k, v < 0 ? -0.5 : 0.5);

@@ -485,7 +485,8 @@ T.test("bad configurations and inputs give clear errors", function()
   T.raises(function() return nn.MultiHeadAttention(2, 4, { causal = true }) end, "unknown option 'causal'")
   T.raises(function() return nn.LSTM() end, "units is required")
   T.raises(function() return nn.LSTM(0) end, "units must be a positive integer, got 0")
-  T.raises(function() return nn.LSTM(3, { activation = "swish" }) end, "swish")
+  T.raises(function() return nn.LSTM(3, { activation = "swishy" }) end, "unknown activation 'swishy'")
+  T.eq(nn.LSTM(3, { activation = "swish" })(tensor.normal(2, 4, 5)).shape[2], 3)   -- any of Keras's activations
   local m = nn.MultiHeadAttention(2, 4, { name = "att" })
   T.raises(function() return m(tensor.normal(2, 5)) end, "att needs a query of shape [batch, T, features]; got inputs of shape (batch, 5)")
   T.raises(function() return nn.MultiHeadAttention(2, 4)({ tensor.normal(2, 3, 4), tensor.normal(2, 5, 4), tensor.normal(2, 6, 4) }) end,

@@ -388,6 +388,27 @@ T.test("TerminateOnNaN fires on a model whose predictions are NaN", function()
 end)
 
 
+---------------------------------------------------------------- finite values
+-- Every elementwise op that the fixture's grid covers (Keras's activations),
+-- and its gradient, against TF on finite values from -9 to 9, on cpu:0 and cpu:1
+T.test("the unary ops and their gradients equal TensorFlow's on a grid from -9 to 9", function()
+  local n = 0
+  for _, op in ipairs(tensor.unary_ops) do
+    if F.unary_grid[op] then
+      for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+        local v = tensor.Variable(tensor.new(F.unary_grid_x):to(dev))
+        local tape = autograd.GradientTape()
+        local y
+        local total = tape:record(function() y = v[op](v); return y:sum() end)
+        same(y, F.unary_grid[op], op .. " on " .. dev, 2e-6)
+        same(tape:gradient(total, v), F.unary_grid_grad[op], "d " .. op .. " on " .. dev, 2e-6)
+      end
+      n = n + 1
+    end
+  end
+  T.ok(n >= 19, "the grid covers the activations (" .. n .. ")")
+end)
+
 ---------------------------------------------------------------- subnormals
 -- CPU kernels flush subnormal floats to zero (FTZ/DAZ), as TensorFlow's kernel
 -- threads do, on cpu:0 (at the call) and on an executor's device alike;

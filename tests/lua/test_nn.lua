@@ -40,7 +40,7 @@ T.test("layer errors name the problem", function()
   T.raises(function() return m(tensor.ones(2, 5)) end, "dense")
   T.raises(function() return m(tensor.ones(2, 5)) end, "was built for inputs with 3 on the last axis (features, channels), got 2x5")
   T.eq(table.concat(nn.Dense(4)(tensor.ones(2, 7, 3)).shape, "x"), "2x7x4")   -- any sequence length, as Keras
-  T.raises(function() return nn.Dense(4, "swish") end, "unknown activation 'swish'")
+  T.raises(function() return nn.Dense(4, "swishy") end, "unknown activation 'swishy'")
   T.raises(function() return nn.Dense(0) end, "units must be a positive integer")
   T.raises(function() return nn.Dropout(1.5) end, "rate must be in [0, 1)")
   T.raises(function() return nn.Sequential{nn.Dense(2), 42} end, "item 2 is a number, not a layer")
@@ -100,6 +100,26 @@ T.test("nn.Softmax: Keras's Softmax layer, over any axis", function()
   T.ok(h.history.loss[20] < h.history.loss[1] * 0.8, "the loss falls")
   local m2 = nn.model_from_json(m:to_json())
   T.eq(m2.layers[3].class_name, "Softmax"); T.eq(m2.layers[3].axis, 1)
+end)
+
+T.test("Keras's activations by name, in layers", function()
+  local x = tensor.new{ { -2, -0.5, 0, 0.5, 3 } }
+  for _, name in ipairs{ "elu", "selu", "softplus", "softsign", "silu", "leaky_relu", "relu6", "hard_sigmoid", "hard_silu",
+                         "mish" } do
+    T.near((nn.Activation(name)(x) - x[name](x)):abs():max():item(), 0, 0, name)
+  end
+  -- Keras's aliases and the two that are no elementwise op of their own
+  T.near((nn.Activation("swish")(x) - x:silu()):abs():max():item(), 0, 0)
+  T.near((nn.Activation("hard_swish")(x) - x:hard_silu()):abs():max():item(), 0, 0)
+  T.near((nn.Activation("exponential")(x) - x:exp()):abs():max():item(), 0, 0)
+  T.near((nn.Activation("log_softmax")(x) - x:log_softmax()):abs():max():item(), 0, 0)
+  -- in a Dense (the product, then the activation), and through its configuration
+  local d = nn.Dense(3, "selu")
+  local y = d(x)
+  local lin = x:matmul(d.kernel) + d.bias
+  T.near((y - lin:selu()):abs():max():item(), 0, 1e-6)
+  T.eq(nn.layer_from_config{ class_name = "Dense", config = d:get_config() }.activation, "selu")
+  T.raises(function() return nn.Dense(3, "swishy") end, "unknown")
 end)
 
 T.test("layer.trainable = false: Keras's frozen layers (fine-tuning)", function()
