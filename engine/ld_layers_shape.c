@@ -150,6 +150,58 @@ const ld_layer_class ld_layer_global_average_pooling2d = {
     "nn.GlobalAveragePooling2D{keepdims=false}\n\n"
     "Mean over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0};
 
+/* ================================================================ GlobalMaxPooling2D */
+/* the largest value of each channel over height and width: the image's
+   cells as one axis, and the max reduction (its gradient to the largest) */
+static ld_tensor *gmp2_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *x = xs[0];
+    int64_t flat[3] = {x->shape[0], x->shape[1] * x->shape[2], x->shape[3]}, keep[4] = {x->shape[0], 1, 1, x->shape[3]};
+    ld_tensor *r = ld_reshape_op(x, 3, flat), *m = r ? ld_max(r, 1, 0) : NULL;
+    ld_tensor_release(r);
+    if (!m || !ld_p_int(l, GAP_KEEPDIMS)) return m;
+    ld_tensor *y = ld_reshape_op(m, 4, keep);
+    ld_tensor_release(m);
+    return y;
+}
+const ld_layer_class ld_layer_global_max_pooling2d = {
+    "GlobalMaxPooling2D", "global_max_pooling2d", NULL, {NULL},
+    {LD_PBOOL("keepdims", "false"), LD_PEND},
+    1, 1, 3u /* any image size */, NULL, gap_build, gmp2_forward,
+    "nn.GlobalMaxPooling2D{keepdims=false}\n\n"
+    "Maximum over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0};
+
+/* ================================================================ GlobalAveragePooling1D, GlobalMaxPooling1D */
+/* over the steps of sequences [batch, steps, features] (Keras's, channels last) */
+static int gp1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    char b[160];
+    if (in->ndim != 2)
+        return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, features]; got inputs of shape %s", l->name,
+                       in_str(in, b, sizeof b));
+    *out = ld_p_int(l, GAP_KEEPDIMS) ? (ld_shape){2, {1, in->d[1]}} : (ld_shape){1, {in->d[1]}};
+    return LD_OK;
+}
+static ld_tensor *gp1_forward(ld_layer *l, ld_tensor *const *xs, int max) {
+    ld_tensor *xf = ld_as_floating(xs[0]);
+    int keep = (int)ld_p_int(l, GAP_KEEPDIMS);
+    ld_tensor *y = xf ? (max ? ld_max(xf, 1, keep) : ld_mean(xf, 1, keep)) : NULL;
+    ld_tensor_release(xf);
+    return y;
+}
+static ld_tensor *gap1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) { return gp1_forward(l, xs, 0); }
+static ld_tensor *gmp1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) { return gp1_forward(l, xs, 1); }
+const ld_layer_class ld_layer_global_average_pooling1d = {
+    "GlobalAveragePooling1D", "global_average_pooling1d", NULL, {NULL},
+    {LD_PBOOL("keepdims", "false"), LD_PEND},
+    1, 1, 1u /* any number of steps */, NULL, gp1_build, gap1_forward,
+    "nn.GlobalAveragePooling1D{keepdims=false}\n\n"
+    "Mean over the steps of sequences [batch, steps, features]: [batch, features] (Keras's; after an\n"
+    "Embedding, the bag-of-words text classifier of Keras's tutorials).", 0};
+const ld_layer_class ld_layer_global_max_pooling1d = {
+    "GlobalMaxPooling1D", "global_max_pooling1d", NULL, {NULL},
+    {LD_PBOOL("keepdims", "false"), LD_PEND},
+    1, 1, 1u /* any number of steps */, NULL, gp1_build, gmp1_forward,
+    "nn.GlobalMaxPooling1D{keepdims=false}\n\nMaximum over the steps of sequences [batch, steps, features]: [batch, features].", 0};
+
 /* ================================================================ Conv1D */
 enum { C1_FILTERS, C1_KSIZE, C1_STRIDES, C1_PADDING, C1_ACT, C1_BIAS };
 static int c1_check(ld_layer *l) {

@@ -368,4 +368,40 @@ T.test("Rescaling, and Sequential built from a leading nn.Input (Keras)", functi
   T.raises(function() data.Dataset.range(2):reduce(0, function() end) end, "returned nothing")
 end)
 
+T.test("GlobalMaxPooling2D, GlobalAveragePooling1D and GlobalMaxPooling1D, as Keras's", function()
+  tensor.seed(4)
+  local x = tensor.normal(2, 3, 3, 4)
+  local y = nn.GlobalMaxPooling2D()(x)
+  T.eq(table.concat(y.shape, "x"), "2x4")
+  T.near((y - x:reshape(2, 9, 4):max(1)):abs():max():item(), 0, 0)
+  T.eq(table.concat(nn.GlobalMaxPooling2D{ keepdims = true }(x).shape, "x"), "2x1x1x4")
+  local s = tensor.normal(2, 5, 3)
+  T.near((nn.GlobalAveragePooling1D()(s) - s:mean(1)):abs():max():item(), 0, 0)
+  T.near((nn.GlobalMaxPooling1D()(s) - s:max(1)):abs():max():item(), 0, 0)
+  T.eq(table.concat(nn.GlobalAveragePooling1D{ keepdims = true }(s).shape, "x"), "2x1x3")
+  T.eq(table.concat(nn.GlobalMaxPooling1D()(tensor.normal(2, 9, 3)).shape, "x"), "2x3", "any number of steps")
+  T.raises(function() return nn.GlobalAveragePooling1D()(tensor.normal(2, 3)) end,
+    "needs sequences [batch, steps, features]; got inputs of shape batchx3")
+  T.raises(function() return nn.GlobalMaxPooling2D()(tensor.normal(2, 3, 4)) end, "needs images")
+  -- Keras's bag-of-words classifier: Embedding, GlobalAveragePooling1D, Dense; it learns
+  -- whether id 7 occurs in a sequence, and the max pooling's gradient reaches the embedding too
+  local rows, labels = {}, {}
+  for i = 1, 256 do
+    local r, has = {}, i % 2 == 0
+    for j = 1, 10 do r[j] = (i * 7 + j * 13) % 20 + 8 end   -- ids 8..27, never 7
+    if has then r[(i % 10) + 1] = 7 end
+    rows[i], labels[i] = r, has and 1 or 0
+  end
+  local ids, ys = tensor.new(rows, { dtype = "int64" }), tensor.new(labels):reshape(256, 1)
+  for _, pool in ipairs({ "GlobalAveragePooling1D", "GlobalMaxPooling1D" }) do
+    tensor.seed(2)
+    local m = nn.Sequential{ nn.Embedding(30, 8), nn[pool](), nn.Dense(1, "sigmoid") }
+    m:compile{ optimizer = optim.Adam(0.05), loss = "binary_crossentropy", metrics = { "accuracy" } }
+    local h = m:fit(ids, ys, { epochs = 15, batch_size = 32, verbose = 0 })
+    T.ok(h.history.accuracy[15] > 0.95, pool .. ": it learns (accuracy " .. h.history.accuracy[15] .. ")")
+    local m2 = nn.model_from_json(m:to_json())
+    T.eq(m2.layers[2].class_name, pool)
+  end
+end)
+
 T.done()
