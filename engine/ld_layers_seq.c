@@ -213,6 +213,63 @@ static ld_tensor *h3(ld_tensor *h) {   /* [N, u] -> [N, 1, u] */
     return ld_reshape_op(h, 3, s);
 }
 
+/* ---------------------------------------------------------------- SimpleRNN */
+/* Keras's: h = activation(x @ kernel + bias + h @ recurrent_kernel), h0 = 0 */
+enum { SRNN_UNITS, SRNN_ACT, SRNN_BIAS, SRNN_SEQ, SRNN_BACK };
+static int srnn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (need_seq(l, "inputs", in)) return ld_error_status();
+    int64_t u = ld_p_int(l, SRNN_UNITS), ks[2] = {in->d[1], u}, rs[2] = {u, u};
+    if (!ld_layer_add_weight(l, "kernel", 2, ks, glorot(2, ks), 1)) return ld_error_status();
+    if (!ld_layer_add_weight(l, "recurrent_kernel", 2, rs, (ld_init){LD_INIT_ORTHOGONAL, 0, 0}, 1)) return ld_error_status();
+    if (ld_p_int(l, SRNN_BIAS) && !ld_layer_add_weight(l, "bias", 1, &u, (ld_init){LD_INIT_ZEROS}, 1))
+        return ld_error_status();
+    if (ld_p_int(l, SRNN_SEQ)) *out = (ld_shape){2, {in->d[0], u}};
+    else *out = (ld_shape){1, {u}};
+    return LD_OK;
+}
+static ld_tensor *srnn_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (need_steps(l, x[0])) return NULL;
+    int64_t T = x[0]->shape[1];
+    int seq = (int)ld_p_int(l, SRNN_SEQ), back = (int)ld_p_int(l, SRNN_BACK);
+    ld_activation a = ld_p_activation(l, SRNN_ACT);
+    ld_tensor *xw = rnn_inputs(x[0], l->vars[0], ld_p_int(l, SRNN_BIAS) ? l->vars[2] : NULL);
+    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL;
+    ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
+    if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
+    if (!xw) goto out;
+    for (int64_t s = 0; s < T; s++) {
+        ld_tensor *w[3] = {0};
+        w[0] = step_of(xw, back ? T - 1 - s : s);
+        if (w[0] && h) {   /* h0 = 0: the first step has no recurrent term */
+            w[1] = ld_matmul(h, rk);
+            w[2] = w[1] ? ld_add(w[0], w[1]) : NULL;
+        } else if (w[0]) w[2] = ld_tensor_retain(w[0]);
+        ld_tensor *nh = act(a, w[2]);
+        rel(3, w);
+        ld_tensor_release(h);
+        h = nh;
+        if (!h) goto out;
+        if (seq && !(hs[s] = h3(h))) goto out;
+    }
+    y = seq ? ld_concat_op((int)T, hs, 1) : ld_tensor_retain(h);
+out:
+    if (hs) { rel((int)T, hs); free(hs); }
+    ld_tensor_release(xw); ld_tensor_release(h);
+    return y;
+}
+const ld_layer_class ld_layer_simple_rnn = {
+    "SimpleRNN", "simple_rnn", NULL, {"units"},
+    {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PEND},
+    1, 1, 1u /* the number of steps */, rnn_check, srnn_build, srnn_forward,
+    "nn.SimpleRNN(units, {activation=\"tanh\", use_bias=true, return_sequences=false, go_backwards=false})\n\n"
+    "Keras 3's SimpleRNN over [batch, T, features] -> [batch, units] (the last state), or\n"
+    "[batch, T, units] with return_sequences: h = activation(x @ kernel + bias + h @ recurrent_kernel),\n"
+    "h0 = 0. Variables: kernel [features, units] glorot_uniform, recurrent_kernel [units, units]\n"
+    "orthogonal, bias [units] zeros. kernel_, recurrent_ and bias_ initializer, regularizer,\n"
+    "constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};
+
 /* ---------------------------------------------------------------- LSTM */
 static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (need_seq(l, "inputs", in)) return ld_error_status();

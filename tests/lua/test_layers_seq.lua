@@ -510,4 +510,19 @@ T.test("bad configurations and inputs give clear errors", function()
            "g needs inputs of shape [batch, T, features]; got inputs of shape (batch, 3, 4, 5)")
 end)
 
+T.test("SimpleRNN trains in fit and travels through to_json (its numbers: tests/fixtures/layers)", function()
+  tensor.seed(6)
+  -- whether the sum of a sequence's first feature is positive
+  local x = tensor.normal(256, 6, 2)
+  local y = x:slice(2, 0, 1):sum(1):gt(0)
+  local m = nn.Sequential{ nn.SimpleRNN(8), nn.Dense(1, "sigmoid") }
+  m:compile{ optimizer = optim.Adam(0.02), loss = "binary_crossentropy", metrics = { "accuracy" } }
+  local h = m:fit(x, y, { epochs = 20, batch_size = 32, verbose = 0 })
+  T.ok(h.history.accuracy[20] > 0.9, "it learns (accuracy " .. h.history.accuracy[20] .. ")")
+  T.eq(#m.layers[1].weights, 3)
+  local m2 = nn.model_from_json(m:to_json())
+  T.eq(m2.layers[1].class_name, "SimpleRNN"); T.eq(m2.layers[1].units, 8)
+  T.raises(function() return nn.SimpleRNN(4)(tensor.normal(2, 3)) end, "needs")
+end)
+
 T.done()
