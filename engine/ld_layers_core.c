@@ -240,6 +240,91 @@ const ld_layer_class ld_layer_softmax = {
     "nn.Softmax({axis=-1}) or nn.Softmax(axis)\n\nSoftmax over an axis of its input (Keras's Softmax layer; the axis counts the batch\n"
     "axis, as Keras's does): nn.Activation(\"softmax\") is the same over the last one.", 0};
 
+/* ================================================================ LeakyReLU, ELU, PReLU */
+/* Keras's activation layers with a parameter: relu(x) + p * n(x), n(x) the
+   negative part min(x, 0) (or e^min(x, 0) - 1 for ELU). NaN and +-inf come
+   out as TF's: relu(-inf) = 0 and min(inf, 0) = 0 leave no 0 * inf; the
+   gradient at 0 is p's side, as TF's LeakyReluGrad. */
+static ld_tensor *neg_part(ld_tensor *x) {
+    ld_tensor *zero = ld_tensor_full(x->dtype, 0, NULL, 0.0, x->storage->device);
+    ld_tensor *m = zero ? ld_minimum(x, zero) : NULL;
+    ld_tensor_release(zero);
+    return m;
+}
+/* relu(x) + n scaled: by the number s, or elementwise by the tensor p */
+static ld_tensor *relu_plus(ld_tensor *x, ld_tensor *n, double s, ld_tensor *p) {
+    ld_tensor *r = n ? ld_relu(x) : NULL, *q = r ? (p ? ld_mul(n, p) : ld_mul_scalar(n, (float)s)) : NULL;
+    ld_tensor *y = q ? ld_add(r, q) : NULL;
+    ld_tensor_release(r); ld_tensor_release(q);
+    return y;
+}
+enum { LEAKY_SLOPE };
+static int leaky_check(ld_layer *l) {
+    double s = ld_p_float(l, LEAKY_SLOPE);
+    if (!(s >= 0)) return ld_fail(LD_EARG, "LeakyReLU negative_slope must be 0 or more, got %g", s);
+    return LD_OK;
+}
+static ld_tensor *leaky_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *x = ld_as_floating(xs[0]), *n = x ? neg_part(x) : NULL;
+    double s = ld_p_float(l, LEAKY_SLOPE);
+    ld_tensor *y = !x ? NULL : s == 0 ? ld_relu(x) : relu_plus(x, n, s, NULL);
+    ld_tensor_release(x); ld_tensor_release(n);
+    return y;
+}
+const ld_layer_class ld_layer_leaky_relu = {
+    "LeakyReLU", "leaky_re_lu", NULL, {"negative_slope"},
+    {LD_PFLOAT("negative_slope", "0.3"), LD_PEND},
+    1, 1, ~0u, leaky_check, same_build, leaky_forward,
+    "nn.LeakyReLU({negative_slope=0.3})\n\nx where x >= 0, else negative_slope * x (Keras's layer; its default slope is 0.3,\n"
+    "the leaky_relu activation's 0.2).", 0};
+
+enum { ELU_ALPHA };
+static ld_tensor *elu_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    double alpha = ld_p_float(l, ELU_ALPHA);
+    ld_tensor *x = ld_as_floating(xs[0]);
+    if (!x || alpha == 1) { ld_tensor *y = x ? ld_unary(LD_UN_ELU, x) : NULL; ld_tensor_release(x); return y; }
+    ld_tensor *n = neg_part(x), *e = n ? ld_exp(n) : NULL, *em1 = e ? ld_add_scalar(e, -1.0f) : NULL;
+    ld_tensor *y = em1 ? relu_plus(x, em1, alpha, NULL) : NULL;
+    ld_tensor_release(x); ld_tensor_release(n); ld_tensor_release(e); ld_tensor_release(em1);
+    return y;
+}
+const ld_layer_class ld_layer_elu = {
+    "ELU", "elu", NULL, {"alpha"},
+    {LD_PFLOAT("alpha", "1.0"), LD_PEND},
+    1, 1, ~0u, NULL, same_build, elu_forward,
+    "nn.ELU({alpha=1.0})\n\nx where x > 0, else alpha * (e^x - 1) (Keras's layer).", 0};
+
+enum { PRELU_SHARED };
+static int prelu_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    /* alpha: one per element of a sample, shared along shared_axes (Keras's, from 1: the batch is 0) */
+    ld_shape a = *in;
+    int n;
+    const int64_t *shared = ld_p_ints(l, PRELU_SHARED, &n);
+    for (int i = 0; i < n; i++) {
+        if (shared[i] < 1 || shared[i] > in->ndim)
+            return ld_fail(LD_EARG, "%s: shared_axes %lld is not an axis of its inputs (1 to %d)", l->name,
+                           (long long)shared[i], in->ndim);
+        a.d[shared[i] - 1] = 1;
+    }
+    if (!ld_layer_add_weight(l, "alpha", a.ndim, a.d, (ld_init){LD_INIT_ZEROS}, 1)) return ld_error_status();
+    *out = *in;
+    return LD_OK;
+}
+static ld_tensor *prelu_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *x = ld_as_floating(xs[0]), *n = x ? neg_part(x) : NULL;
+    ld_tensor *alpha = ld_var(l->vars[0]), *ac = NULL;
+    if (n && alpha->dtype != n->dtype) ac = ld_cast_op(alpha, n->dtype);   /* a half policy's compute dtype */
+    ld_tensor *y = n && (ac || alpha->dtype == n->dtype) ? relu_plus(x, n, 0, ac ? ac : alpha) : NULL;
+    ld_tensor_release(x); ld_tensor_release(n); ld_tensor_release(ac);
+    return y;
+}
+const ld_layer_class ld_layer_p_re_lu = {
+    "PReLU", "p_re_lu", NULL, {NULL},
+    {LD_PINTS("shared_axes", "", 0), LD_PEND},
+    1, 1, 0u, NULL, prelu_build, prelu_forward,
+    "nn.PReLU({shared_axes={...}})\n\nx where x >= 0, else alpha * x, alpha a weight learned per element of a sample (zeros\n"
+    "at first), shared along shared_axes (from 1, as Keras's: {1, 2} for one alpha per channel of images).", 0};
+
 /* ================================================================ Rescaling */
 enum { RESCALE_SCALE, RESCALE_OFFSET };
 static ld_tensor *rescale_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
