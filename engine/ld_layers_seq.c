@@ -270,6 +270,92 @@ const ld_layer_class ld_layer_simple_rnn = {
     "constraint and activity_regularizer as Keras's.",
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};
 
+/* ---------------------------------------------------------------- Bidirectional */
+/* Keras's Bidirectional(layer, merge_mode): the recurrent layer (its class
+   and options) once forward and once over the reversed steps, the backward
+   one's sequence put back in order, the two merged. The two layers are the
+   wrapper's inner ones, named <name>/forward_<kind> and <name>/backward_<kind>
+   (so their weights are bidirectional/forward_lstm/kernel, ...); their
+   weights are the wrapper's, in that order. */
+enum { BI_LAYER, BI_MERGE, BI_UNITS, BI_ACT, BI_RACT, BI_BIAS, BI_SEQ, BI_FORGET, BI_RESET };
+static int bi_check(ld_layer *l) {
+    if (ld_p_int(l, BI_UNITS) < 1 || ld_p_int(l, BI_UNITS) > (1 << 24))
+        return ld_fail(LD_EARG, "Bidirectional units must be a positive integer, got %lld", (long long)ld_p_int(l, BI_UNITS));
+    return LD_OK;
+}
+static int bi_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    const ld_layer_class *c = ld_layer_class_find(ld_p_str(l, BI_LAYER));
+    if (!c) return ld_fail(LD_EARG, "%s: unknown layer class '%s'", l->name, ld_p_str(l, BI_LAYER));
+    for (int k = 0; k < 2; k++) {
+        ld_layer_release(l->inner[k]);   /* a build that failed before */
+        ld_layer *s = l->inner[k] = ld_layer_new(c);
+        if (!s) return ld_error_status();
+        char name[sizeof l->name + 32];
+        snprintf(name, sizeof name, "%s/%s_%s", l->name, k ? "backward" : "forward", c->kind);
+        if (strlen(name) >= sizeof s->name) return ld_fail(LD_EARG, "%s: its name is too long for its inner layers' names", l->name);
+        memcpy(s->name, name, strlen(name) + 1);
+        /* the wrapper's options, by name, into the layer's; the backward one reads backwards */
+        for (int i = 0; c->params[i].name; i++) {
+            int j = ld_layer_param_index(l->cls, c->params[i].name);
+            if (j > BI_MERGE) s->p[i] = l->p[j];
+            else if (!strcmp(c->params[i].name, "go_backwards")) s->p[i].i[0] = k;
+        }
+        s->policy = l->policy;
+        s->frozen = l->frozen;
+        if (ld_layer_check(s) || ld_layer_build_n(s, n_in, in)) return ld_error_status();
+        for (int i = 0; i < s->n_vars; i++) {
+            if (l->n_vars == LD_LAYER_MAX_VARS) return ld_fail(LD_EARG, "%s: too many weights", l->name);
+            l->var_trainable[l->n_vars] = s->var_trainable[i];
+            l->vars[l->n_vars++] = ld_tensor_retain(s->vars[i]);
+        }
+    }
+    *out = l->inner[0]->out;
+    if (!strcmp(ld_p_str(l, BI_MERGE), "concat")) out->d[out->ndim - 1] *= 2;
+    return LD_OK;
+}
+static ld_tensor *bi_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_tensor *f = ld_layer_call(l->inner[0], 1, x, training), *b = f ? ld_layer_call(l->inner[1], 1, x, training) : NULL;
+    ld_tensor *y = NULL;
+    if (b && ld_p_int(l, BI_SEQ)) {   /* the backward sequence in the steps' order again */
+        int64_t T = b->shape[1];
+        int64_t *rev = malloc((size_t)T * sizeof *rev);
+        if (rev) for (int64_t t = 0; t < T; t++) rev[t] = T - 1 - t;
+        else ld_fail(LD_ENOMEM, "out of memory");
+        ld_tensor *ih = rev ? ld_tensor_from_data(LD_I64, 1, &T, rev, NULL) : NULL;
+        ld_tensor *id = ih ? ld_to_device(ih, b->storage->device) : NULL;
+        ld_tensor *rb = id ? ld_gather(b, id, 1) : NULL;
+        free(rev); ld_tensor_release(ih); ld_tensor_release(id); ld_tensor_release(b);
+        b = rb;
+    }
+    if (b) {
+        const char *m = ld_p_str(l, BI_MERGE);
+        ld_tensor *two[2] = {f, b};
+        if (!strcmp(m, "concat")) y = ld_concat_op(2, two, b->ndim - 1);
+        else if (!strcmp(m, "sum")) y = ld_add(f, b);
+        else if (!strcmp(m, "mul")) y = ld_mul(f, b);
+        else {   /* ave */
+            ld_tensor *s = ld_add(f, b);
+            y = s ? ld_mul_scalar(s, 0.5f) : NULL;
+            ld_tensor_release(s);
+        }
+    }
+    ld_tensor_release(f); ld_tensor_release(b);
+    return y;
+}
+const ld_layer_class ld_layer_bidirectional = {
+    "Bidirectional", "bidirectional", NULL, {"layer"},
+    {LD_PSTR("layer", NULL, "LSTM|GRU|SimpleRNN"), LD_PSTR("merge_mode", "concat", "concat|sum|mul|ave"),
+     LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
+     LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("unit_forget_bias", "true"), LD_PBOOL("reset_after", "true"),
+     LD_PEND},
+    1, 1, 1u /* the number of steps */, bi_check, bi_build, bi_forward,
+    "nn.Bidirectional(nn.LSTM(64, {...}), {merge_mode=\"concat\"})\n\n"
+    "Keras's Bidirectional: the recurrent layer (an LSTM, GRU or SimpleRNN, taken with its options)\n"
+    "over the steps forward and over them backward, merged: concat (the default: [batch, 2*units]),\n"
+    "sum, mul or ave. With return_sequences the backward outputs are put back in the steps' order.\n"
+    "Its weights: the forward layer's, then the backward one's.", 0};
+
 /* ---------------------------------------------------------------- LSTM */
 static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (need_seq(l, "inputs", in)) return ld_error_status();

@@ -224,6 +224,8 @@ void ld_layer_release(ld_layer *l) {
     if (!l || __atomic_sub_fetch(&l->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     for (int i = 0; i < l->n_vars; i++) { ld_constraint_unregister(l->vars[i]); ld_tensor_release(l->vars[i]); }
     ld_tensor_release(l->activity_loss);
+    ld_layer_release(l->inner[0]);
+    ld_layer_release(l->inner[1]);
     free(l);
 }
 

@@ -188,6 +188,8 @@ struct ld_layer {
     ld_policy policy;              /* the dtype policy: what the layer computes in (variables are float32) */
     ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
     double activity_rows;          /* the rows of that call's output (Keras divides by them) */
+    ld_layer *inner[2];            /* a wrapper's layers (Bidirectional's forward and backward), owned;
+                                      their variables are also the wrapper's */
 };
 
 /* every class: X(kind) for const ld_layer_class ld_layer_<kind> */
@@ -196,7 +198,8 @@ struct ld_layer {
     X(batch_normalization) X(layer_normalization) X(embedding) X(average_pooling2d) \
     X(global_average_pooling2d) X(conv1d) X(add) X(multiply) X(concatenate) \
     X(multi_head_attention) X(lstm) X(gru) X(rescaling) X(softmax) X(global_max_pooling2d) \
-    X(global_average_pooling1d) X(global_max_pooling1d) X(simple_rnn) X(leaky_relu) X(elu) X(p_re_lu)
+    X(global_average_pooling1d) X(global_max_pooling1d) X(simple_rnn) X(leaky_relu) X(elu) X(p_re_lu) \
+    X(bidirectional)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE

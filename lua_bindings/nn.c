@@ -207,6 +207,24 @@ static void set_policy(lua_State *L, ld_layer *l, int v) {
 }
 
 /* a new layer of class c from the arguments from index `first` on */
+/* A layer given where a class takes one (Keras's Bidirectional(layer)): its
+   class name into l's "layer" option at pi, and its options that l has by
+   name (units, activation, ...) into l's, with its dtype policy */
+static void take_layer(lua_State *L, ld_layer *l, int pi, int a, int *given) {
+    const ld_layer *in = check_layer(L, a);
+    lua_pushstring(L, in->cls->class_name);
+    set_param(L, l, pi, lua_gettop(L));
+    lua_pop(L, 1);
+    for (int i = 0; in->cls->params[i].name; i++) {
+        const char *n = in->cls->params[i].name;
+        int j = ld_layer_param_index(l->cls, n);
+        if (j < 0 || j == pi || !strcmp(n, "go_backwards")) continue;
+        l->p[j] = in->p[i];
+        given[j] = 1;
+    }
+    l->policy = in->policy;
+}
+
 static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int first) {
     int top = lua_gettop(L);
     ld_layer *l = ld_layer_new(c);
@@ -225,7 +243,9 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
         }
         if (pi < 0) luaL_error(L, "nn.%s takes at most %d positional argument%s, got %d", c->class_name, pos,
                                pos == 1 ? "" : "s", top - first + 1);
-        if (c->params[pi].type == LD_P_INTS && !c->params[pi].width && lua_isinteger(L, a)) {
+        if (c->params[pi].type == LD_P_STR && !strcmp(pn, "layer") && luaL_testudata(L, a, LAYER_MT)) {
+            take_layer(L, l, pi, a, given);
+        } else if (c->params[pi].type == LD_P_INTS && !c->params[pi].width && lua_isinteger(L, a)) {
             /* nn.Reshape(28, 28, 1): the rest of the numbers are the list */
             lua_createtable(L, top - a + 1, 0);
             int k = 0;

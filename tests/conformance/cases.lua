@@ -44,6 +44,9 @@ local MODELS = {
     make = function() return nn.Sequential { nn.Conv2D(4, 3, { activation = "relu" }), nn.Flatten(), nn.Dense(3) } end },
   dropout = { shape = { 8 }, classes = 4,
     make = function() return nn.Sequential { nn.Dense(16, "relu"), nn.Dropout(0.3), nn.Dense(4) } end },
+  -- sequences of 6 steps through Keras's Bidirectional(LSTM), then a Dense
+  bidirectional = { shape = { 6, 4 }, classes = 4,
+    make = function() return nn.Sequential { nn.Bidirectional(nn.LSTM(5)), nn.Dense(4) } end },
   -- Keras's layer.trainable = false (fine-tuning): the first Dense and the
   -- BatchNormalization frozen (it then normalizes by its moving statistics)
   frozen = { shape = { 8 }, classes = 4,
@@ -172,7 +175,7 @@ add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_mom
   epochs = 5, also = { "ps", "mw_local" }, onehot = true,
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers
-for _, kind in ipairs { "flatten", "conv", "dropout", "frozen" } do
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -525,4 +525,28 @@ T.test("SimpleRNN trains in fit and travels through to_json (its numbers: tests/
   T.raises(function() return nn.SimpleRNN(4)(tensor.normal(2, 3)) end, "needs")
 end)
 
+T.test("Bidirectional wraps an LSTM, GRU or SimpleRNN with its options (its numbers: tests/fixtures/layers)", function()
+  tensor.seed(8)
+  local b = nn.Bidirectional(nn.LSTM(4, { return_sequences = true, activation = "relu" }))
+  local y = b(tensor.normal(2, 5, 3))
+  T.eq(table.concat(y.shape, "x"), "2x5x8", "concat: twice the units")
+  T.eq(b.layer, "LSTM"); T.eq(b.units, 4); T.eq(b.activation, "relu"); T.eq(b.merge_mode, "concat")
+  T.eq(#b.weights, 6); T.eq(b.weights[1].name, "bidirectional/forward_lstm/kernel")
+  T.eq(b.weights[4].name, "bidirectional/backward_lstm/kernel")
+  T.eq(table.concat(nn.Bidirectional(nn.GRU(3), { merge_mode = "ave" })(tensor.normal(2, 5, 3)).shape, "x"), "2x3")
+  T.raises(function() return nn.Bidirectional(nn.Dense(3)) end, "Bidirectional: unknown layer 'Dense' (LSTM|GRU|SimpleRNN)")
+  T.raises(function() return nn.Bidirectional(nn.LSTM(3), { merge_mode = "max" }) end, "unknown merge_mode 'max'")
+  -- in a model: it learns, saves and reads back; frozen, it stays
+  local x = tensor.normal(128, 6, 2)
+  local yl = x:slice(2, 0, 1):sum(1):gt(0)
+  local m = nn.Sequential{ nn.Bidirectional(nn.SimpleRNN(6)), nn.Dense(1, "sigmoid") }
+  m:compile{ optimizer = optim.Adam(0.02), loss = "binary_crossentropy", metrics = { "accuracy" } }
+  local h = m:fit(x, yl, { epochs = 20, batch_size = 32, verbose = 0 })
+  T.ok(h.history.accuracy[20] > 0.9, "it learns (accuracy " .. h.history.accuracy[20] .. ")")
+  local m2 = nn.model_from_json(m:to_json())
+  T.eq(m2.layers[1].layer, "SimpleRNN"); T.eq(m2.layers[1].units, 6)
+  m.layers[1].trainable = false
+  T.eq(#m.trainable_variables, 2)
+end)
+
 T.done()
