@@ -626,12 +626,15 @@ local function weighting_case(name, what, fit_opts_of, also)
       if b == nil then return model, model:fit(a, opts) end
       return model, model:fit(a, b, opts)
     end
-    local plain = train(false)
+    -- a parameter-server strategy takes one model: the weighted one alone,
+    -- whose weights must equal the default strategy's (which differ from a plain fit's)
+    local plain = S.kind ~= "ps" and train(false)
     local ok, weighted = pcall(train, true)
     if not ok then
       check(tostring(weighted):find(what, 1, true), "fit with %s failed without naming it: %s", what, tostring(weighted))
       return { _skip_compare = 1, _errored = 1 }
     end
+    if not plain then return put_weights({}, weighted) end
     local d = 0
     for i, v in ipairs(weighted.trainable_variables) do
       d = math.max(d, (v:cpu() - plain.trainable_variables[i]:cpu()):abs():max():item())
@@ -649,12 +652,24 @@ weighting_case("fit_sample_weight", "sample_weight", function(x, y, opts)
   w = w + y:astype("float32") * 4     -- rows of class 1 weigh 5
   opts.sample_weight = w
   return x, y, opts
-end, { "mw_local" })
+end, { "ps", "mw_local" })
 weighting_case("fit_sample_weight_dataset", "sample_weight", function(x, y, opts)
   local w = tensor.ones(x.shape[1]) + y:astype("float32") * 4
   opts.batch_size = nil
   return data.Dataset.from_tensor_slices(x, y, w):batch(16), nil, opts
-end)
+end, { "ps", "mw_local" })
+
+-- class_weight with a dataset under a parameter-server strategy: the workers
+-- read the batches, so the weights must come with them; an error says how
+add { name = "ps_class_weight_dataset", only = { ps = true }, compare = false, run = function(S)
+  local x, y = make_data(48, { 8 }, 2)
+  local model = make_model(S, "mlp", "sgd", true)
+  local ok, err = pcall(model.fit, model, data.Dataset.from_tensor_slices(x, y):batch(16),
+    { epochs = 1, verbose = 0, steps_per_epoch = 3, class_weight = { [0] = 1, [1] = 2 } })
+  check(not ok and tostring(err):find("class_weight under ParameterServerStrategy takes x and y as tensors", 1, true),
+    "fit(dataset, {class_weight=}) under ps: %s", tostring(err))
+  return { ok = 1 }
+end }
 
 ---------------------------------------------------------------- a dead parameter server
 -- After a ps dies, no read of the variables it held gives stale values

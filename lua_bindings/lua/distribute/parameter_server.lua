@@ -608,8 +608,16 @@ end
 -- strategy, which schedules steps on the workers.
 function PS:_fit(model, x, y, opts)
   if opts.class_weight then
-    error("bad argument to 'fit' (class_weight is not supported under ParameterServerStrategy yet; " ..
-      "give each example its weight as a third dataset component, or sample_weight=)", 3)
+    -- the workers read the examples: each weighs its class's weight, given to
+    -- them as its sample weight (the same weighting as fit's per batch)
+    if not ldist._util.is_arrays(x) or not tensor.is_tensor(y) then
+      error("bad argument to 'fit' (class_weight under ParameterServerStrategy takes x and y as tensors; for a " ..
+        "dataset, give each example its weight as a third dataset component)", 3)
+    end
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    o.sample_weight, o.class_weight = ldist._util.class_weights(opts.class_weight, y), nil
+    opts = o
   end
   local ds = ldist._util.as_dataset(x, y, opts, opts.shuffle ~= false, "fit")
   local steps = opts.steps_per_epoch
