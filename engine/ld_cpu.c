@@ -706,6 +706,65 @@ static void cpu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, co
     parallel_run(bin_part, &j, 64);
 }
 
+/* ================================================================ select */
+/* out = cond ? a : b over shape (strides 0 on broadcast axes), element by
+   element, the innermost axis in one loop per element size */
+#define SEL_ROW(E)                                                                                       \
+    for (int64_t j = 0; j < inner; j++)                                                                \
+        ((E *)out)[o + j] = ld_ew_truthy(c, cdt, oc + j * cs) ? ((const E *)a)[oa + j * as] : ((const E *)b)[ob + j * bs];
+static void select_serial(ld_dtype dt, char *out, const char *c, ld_dtype cdt, const int64_t *sc, const char *a,
+                          const int64_t *sa, const char *b, const int64_t *sb, int ndim, const int64_t *shape) {
+    int64_t total = 1;
+    for (int i = 0; i < ndim; i++) total *= shape[i];
+    if (total == 0) return;
+    int last = ndim - 1;
+    int64_t inner = ndim ? shape[last] : 1, cs = ndim ? sc[last] : 0, as = ndim ? sa[last] : 0,
+            bs = ndim ? sb[last] : 0;
+    int64_t idx[LD_MAX_DIMS] = {0}, oc = 0, oa = 0, ob = 0;
+    size_t es = ld_dtype_size(dt);
+    for (int64_t o = 0; o < total; o += inner) {
+        switch (es) {
+        case 1: SEL_ROW(uint8_t) break;
+        case 2: SEL_ROW(uint16_t) break;
+        case 4: SEL_ROW(uint32_t) break;
+        default: SEL_ROW(uint64_t) break;
+        }
+        for (int k = last - 1; k >= 0; k--) {
+            oc += sc[k]; oa += sa[k]; ob += sb[k];
+            if (++idx[k] < shape[k]) break;
+            oc -= sc[k] * shape[k]; oa -= sa[k] * shape[k]; ob -= sb[k] * shape[k];
+            idx[k] = 0;
+        }
+    }
+}
+#undef SEL_ROW
+typedef struct {
+    ld_dtype dt, cdt; char *out; const char *c, *a, *b; const int64_t *sc, *sa, *sb, *shape; int ndim; int64_t inner;
+} sel_job;
+static void sel_part(void *ctx, int p, int np) {
+    sel_job *j = ctx;
+    int64_t lo, hi, es = (int64_t)ld_dtype_size(j->dt), ces = (int64_t)ld_dtype_size(j->cdt), sh[LD_MAX_DIMS];
+    range_of(j->shape[0], p, np, &lo, &hi);
+    if (lo >= hi) return;
+    memcpy(sh, j->shape, sizeof(int64_t) * (size_t)j->ndim);
+    sh[0] = hi - lo;
+    select_serial(j->dt, j->out + lo * j->inner * es, j->c + lo * j->sc[0] * ces, j->cdt, j->sc,
+                  j->a + lo * j->sa[0] * es, j->sa, j->b + lo * j->sb[0] * es, j->sb, j->ndim, sh);
+}
+static void cpu_select(ld_device *d, ld_dtype dt, void *out, const void *cond, ld_dtype cdt, const int64_t *sc,
+                       const void *a, const int64_t *sa, const void *b, const int64_t *sb, int ndim,
+                       const int64_t *shape) {
+    (void)d;
+    int64_t total = 1;
+    for (int i = 0; i < ndim; i++) total *= shape[i];
+    if (ndim == 0 || total < mem_par_min() || shape[0] < 2) {
+        select_serial(dt, out, cond, cdt, sc, a, sa, b, sb, ndim, shape);
+        return;
+    }
+    sel_job j = {dt, cdt, out, cond, a, b, sc, sa, sb, shape, ndim, total / shape[0]};
+    parallel_run(sel_part, &j, 64);
+}
+
 /* The unary kernels on [lo, hi): float32 in place, half storage through
    float32 blocks on the stack (widened exactly, rounded once). */
 enum { UN_BLOCK = 512 };

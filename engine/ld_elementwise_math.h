@@ -43,6 +43,19 @@ LD_EW_FN float ld_ew_hard_sigmoid(float x) { return ld_ew_min(ld_ew_max(x * (1.0
 #define LD_EW_SELU_SCALE 1.05070098735548049342f
 #define LD_EW_LEAKY_SLOPE 0.2f   /* Keras 3's leaky_relu negative_slope (tf.nn.leaky_relu's alpha) */
 
+/* Is element i of a condition tensor in dtype dt true (tf.where's test,
+   NumPy's truth)? Nonzero: for floats any bits but the sign's, so -0 is
+   false and NaN true. */
+LD_EW_FN int ld_ew_truthy(const void *c, ld_dtype dt, int64_t i) {
+    switch (dt) {
+    case LD_F32: return (((const unsigned int *)c)[i] & 0x7fffffffu) != 0;
+    case LD_F16: case LD_BF16: return (((const unsigned short *)c)[i] & 0x7fffu) != 0;
+    case LD_I32: return ((const int *)c)[i] != 0;
+    case LD_I64: return ((const long long *)c)[i] != 0;
+    default: return ((const unsigned char *)c)[i] != 0;
+    }
+}
+
 LD_EW_FN float ld_ew_binary(ld_binary_op op, float a, float b) {
     switch (op) {
     case LD_BIN_ADD: return a + b;
@@ -55,6 +68,9 @@ LD_EW_FN float ld_ew_binary(ld_binary_op op, float a, float b) {
     case LD_BIN_EQ: return a == b;   /* comparisons with NaN are false (0), as in TF */
     case LD_BIN_LT: return a < b;
     case LD_BIN_GT: return a > b;
+    case LD_BIN_NE: return a != b;   /* NaN differs from everything, itself included (TF's not_equal) */
+    case LD_BIN_LE: return a <= b;
+    case LD_BIN_GE: return a >= b;
     default: return 0;
     }
 }

@@ -96,7 +96,7 @@ typedef struct {
    X(ENUM, name) gives LD_BIN_ENUM and the op's name in messages. */
 #define LD_BINARY_OPS(X) \
     X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(POW, pow) X(MAX, maximum) X(MIN, minimum) \
-    X(EQ, eq) X(LT, lt) X(GT, gt)
+    X(EQ, eq) X(LT, lt) X(GT, gt) X(NE, ne) X(LE, le) X(GE, ge)
 
 #define LD_UNARY_OPS(X) \
     X(NEG, neg) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(ABS, abs) X(RELU, relu) X(SIGMOID, sigmoid) \
@@ -121,6 +121,13 @@ typedef struct {
     /* dx = dy * f'(x) (y = f(x) also given, for sigmoid/tanh); all in dt */ \
     X(unary_backward, (V, ld_unary_op, op), (V, ld_dtype, dt), (V, void *, dx), (V, const void *, dy),         \
       (V, const void *, x), (V, const void *, y), (V, int64_t, n))                                              \
+    /* out[i] = cond[ic] ? a[ia] : b[ib] over `shape` (tf.where), strides  \
+       of cond/a/b 0 on broadcast dims; out contiguous. a, b and out in dt \
+       (any dtype: elements are copied, never computed); cond in cdt, true \
+       where nonzero (ld_ew_truthy: a float NaN is true, -0 false). */      \
+    X(select, (V, ld_dtype, dt), (V, void *, out), (V, const void *, cond), (V, ld_dtype, cdt),                \
+      (D, int64_t, sc), (V, const void *, a), (D, int64_t, sa), (V, const void *, b), (D, int64_t, sb),         \
+      (V, int, ndim), (D, int64_t, shape))                                                                      \
     /* Reduce the middle axis of a contiguous [outer, n, inner] array. For  \
        LD_RED_ARGMAX `out` holds int64; else each float32 result is rounded \
        to rdt's precision (LD_F32: as it is; a half dtype: once) and stored \

@@ -99,18 +99,8 @@ static int conv_check(ld_layer *l) {
         return ld_fail(LD_EARG, "Conv2D filters, kernel size and strides must be positive");
     return LD_OK;
 }
-/* the output size of one spatial axis: valid or same (TF's rules) */
-static int64_t out_size(int64_t in, int64_t k, int64_t s, int same) {
-    if (same) return in / s + (in % s != 0);       /* ceil(in / s), without in + s - 1 passing int64 */
-    return in < k ? 0 : (in - k) / s + 1;
-}
-static int need_image(const ld_layer *l, const ld_shape *in) {
-    if (in->ndim == 3) return LD_OK;
-    return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got %d axes after the batch "
-                   "(add a channel axis with nn.Reshape{28, 28, 1})", l->name, in->ndim);
-}
 static int conv_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (need_image(l, in)) return ld_error_status();
+    if (ld_layer_need_image(l, in)) return ld_error_status();
     const int64_t *k = ld_p_ints(l, CONV_KSIZE, NULL), *s = ld_p_ints(l, CONV_STRIDES, NULL);
     int64_t f = ld_p_int(l, CONV_FILTERS), ks[4] = {k[0], k[1], in->d[2], f};
     int64_t rf = k[0] * k[1], fan_in, fan_out;
@@ -125,8 +115,8 @@ static int conv_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
         return ld_error_status();
     int same = !strcmp(ld_p_str(l, CONV_PADDING), "same");
     out->ndim = 3;
-    out->d[0] = out_size(in->d[0], k[0], s[0], same);
-    out->d[1] = out_size(in->d[1], k[1], s[1], same);
+    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], same);
+    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], same);
     out->d[2] = f;
     return LD_OK;
 }
@@ -167,11 +157,11 @@ static const int64_t *pool_strides(const ld_layer *l) {   /* strides default to 
     return n ? s : ld_p_ints(l, POOL_SIZE, NULL);
 }
 static int pool_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (need_image(l, in)) return ld_error_status();
+    if (ld_layer_need_image(l, in)) return ld_error_status();
     const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = pool_strides(l);
     *out = *in;
-    out->d[0] = out_size(in->d[0], k[0], s[0], 0);
-    out->d[1] = out_size(in->d[1], k[1], s[1], 0);
+    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], 0);
+    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], 0);
     return LD_OK;
 }
 static ld_tensor *pool_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {

@@ -7,13 +7,6 @@
 
 #include <stdio.h>
 
-/* "batchx5x5x3" (the form of ld_nn.c's shape errors) */
-static const char *in_str(const ld_shape *s, char *buf, size_t n) {
-    size_t q = (size_t)snprintf(buf, n, "batch");
-    for (int i = 0; i < s->ndim && q < n; i++) q += (size_t)snprintf(buf + q, n - q, "x%lld", (long long)s->d[i]);
-    return buf;
-}
-
 /* axis: -1, or the last axis counted with the batch (3 for NHWC images) */
 static int check_axis(const ld_layer *l, int64_t axis) {
     if (axis == -1 || axis >= 1) return LD_OK;
@@ -24,10 +17,10 @@ static int build_axis(const ld_layer *l, int64_t axis, const ld_shape *in) {
     char b[160];
     if (in->ndim < 1)
         return ld_fail(LD_ESHAPE, "%s needs inputs with a feature axis; got inputs of shape %s", l->name,
-                       in_str(in, b, sizeof b));
+                       ld_layer_shape_str(in, b, sizeof b));
     if (axis != -1 && axis != in->ndim)
         return ld_fail(LD_EARG, "%s: only the last axis (axis=-1) is supported, got axis=%lld for inputs of shape %s",
-                       l->name, (long long)axis, in_str(in, b, sizeof b));
+                       l->name, (long long)axis, ld_layer_shape_str(in, b, sizeof b));
     return LD_OK;
 }
 

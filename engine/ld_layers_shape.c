@@ -10,23 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* "batchx5x5x3" (the form of ld_nn.c's shape errors) */
-static const char *in_str(const ld_shape *s, char *buf, size_t n) {
-    size_t q = (size_t)snprintf(buf, n, "batch");
-    for (int i = 0; i < s->ndim && q < n; i++) q += (size_t)snprintf(buf + q, n - q, "x%lld", (long long)s->d[i]);
-    return buf;
-}
-static int need_image(const ld_layer *l, const ld_shape *in) {
-    if (in->ndim == 3) return LD_OK;
-    char b[160];
-    return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got inputs of shape %s", l->name,
-                   in_str(in, b, sizeof b));
-}
-/* the output size of one spatial axis: valid or same (TF's rules) */
-static int64_t out_size(int64_t in, int64_t k, int64_t s, int same) {
-    if (same) return in / s + (in % s != 0);
-    return in < k ? 0 : (in - k) / s + 1;
-}
 static ld_tensor *then_activate(ld_activation a, ld_tensor *y) {
     if (!y || a == LD_ACT_NONE || a == LD_ACT_RELU) return y;
     ld_tensor *r = ld_activate(a, y);
@@ -46,7 +29,7 @@ static int emb_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     char b[160];
     if (in->ndim + 2 > LD_MAX_DIMS)
         return ld_fail(LD_ESHAPE, "%s: inputs of shape %s have too many axes to add an embedding axis", l->name,
-                       in_str(in, b, sizeof b));
+                       ld_layer_shape_str(in, b, sizeof b));
     int64_t ws[2] = {ld_p_int(l, EMB_INPUT_DIM), ld_p_int(l, EMB_OUTPUT_DIM)};
     if (!ld_layer_add_weight(l, "embeddings", 2, ws, (ld_init){LD_INIT_UNIFORM, -0.05, 0.05}, 1))
         return ld_error_status();
@@ -106,12 +89,12 @@ static const int64_t *ap_strides(const ld_layer *l) {   /* strides default to th
     return n ? s : ld_p_ints(l, AP_SIZE, NULL);
 }
 static int ap_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (need_image(l, in)) return ld_error_status();
+    if (ld_layer_need_image(l, in)) return ld_error_status();
     const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ap_strides(l);
     int same = !strcmp(ld_p_str(l, AP_PADDING), "same");
     *out = *in;
-    out->d[0] = out_size(in->d[0], k[0], s[0], same);
-    out->d[1] = out_size(in->d[1], k[1], s[1], same);
+    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], same);
+    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], same);
     return LD_OK;
 }
 static ld_tensor *ap_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
@@ -132,7 +115,7 @@ const ld_layer_class ld_layer_average_pooling2d = {
 /* ================================================================ GlobalAveragePooling2D */
 enum { GAP_KEEPDIMS };
 static int gap_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (need_image(l, in)) return ld_error_status();
+    if (ld_layer_need_image(l, in)) return ld_error_status();
     if (ld_p_int(l, GAP_KEEPDIMS)) { *out = (ld_shape){3, {1, 1, in->d[2]}}; }
     else { *out = (ld_shape){1, {in->d[2]}}; }
     return LD_OK;
@@ -176,7 +159,7 @@ static int gp1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     char b[160];
     if (in->ndim != 2)
         return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, features]; got inputs of shape %s", l->name,
-                       in_str(in, b, sizeof b));
+                       ld_layer_shape_str(in, b, sizeof b));
     *out = ld_p_int(l, GAP_KEEPDIMS) ? (ld_shape){2, {1, in->d[1]}} : (ld_shape){1, {in->d[1]}};
     return LD_OK;
 }
@@ -213,7 +196,7 @@ static int c1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     char b[160];
     if (in->ndim != 2)
         return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, channels]; got inputs of shape %s", l->name,
-                       in_str(in, b, sizeof b));
+                       ld_layer_shape_str(in, b, sizeof b));
     int64_t k = ld_p_ints(l, C1_KSIZE, NULL)[0], s = ld_p_ints(l, C1_STRIDES, NULL)[0];
     int64_t f = ld_p_int(l, C1_FILTERS), ks[3] = {k, in->d[1], f}, fan_in, fan_out;
     if (__builtin_mul_overflow(k, in->d[1], &fan_in) || __builtin_mul_overflow(k, f, &fan_out))
@@ -224,7 +207,7 @@ static int c1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
         return ld_error_status();
     const char *pad = ld_p_str(l, C1_PADDING);
     out->ndim = 2;
-    out->d[0] = !strcmp(pad, "causal") ? out_size(in->d[0] + k - 1, k, s, 0) : out_size(in->d[0], k, s, !strcmp(pad, "same"));
+    out->d[0] = !strcmp(pad, "causal") ? ld_layer_out_size(in->d[0] + k - 1, k, s, 0) : ld_layer_out_size(in->d[0], k, s, !strcmp(pad, "same"));
     out->d[1] = f;
     return LD_OK;
 }
@@ -293,7 +276,7 @@ static int merge_shapes(const ld_layer *l, int n, const ld_shape *in, int skip, 
     size_t q = 0;
     for (int i = 0; i < n && q < sizeof b; i++) {
         char s[160];
-        q += (size_t)snprintf(b + q, sizeof b - q, "%s%s", i ? ", " : "", in_str(&in[i], s, sizeof s));
+        q += (size_t)snprintf(b + q, sizeof b - q, "%s%s", i ? ", " : "", ld_layer_shape_str(&in[i], s, sizeof s));
     }
     return ld_fail(LD_ESHAPE, "%s needs inputs %s; got %s", l->name, what, b);
 }

@@ -366,11 +366,32 @@ static int check_input(ld_layer *l, int k, const ld_tensor *x) {
     if (l->cls->flexible == LD_FLEX_ALL_BUT_LAST && x->ndim - 1 == s->ndim)
         return ld_fail(LD_ESHAPE, "%s was built for inputs with %lld on the last axis (features, channels), got %s",
                        l->name, (long long)s->d[s->ndim - 1], ld_shape_str(x, b, sizeof b));
-    size_t q = snprintf(want, sizeof want, "batch");
-    for (int i = 0; i < s->ndim && q < sizeof want; i++) q += snprintf(want + q, sizeof want - q, "x%lld", (long long)s->d[i]);
+    ld_layer_shape_str(s, want, sizeof want);
     if (l->n_in > 1)
         return ld_fail(LD_ESHAPE, "%s expects input %d of shape %s, got %s", l->name, k + 1, want, ld_shape_str(x, b, sizeof b));
     return ld_fail(LD_ESHAPE, "%s expects inputs of shape %s, got %s", l->name, want, ld_shape_str(x, b, sizeof b));
+}
+
+const char *ld_layer_shape_str(const ld_shape *s, char *buf, size_t n) {
+    size_t q = (size_t)snprintf(buf, n, "batch");
+    for (int i = 0; i < s->ndim && q < n; i++) q += (size_t)snprintf(buf + q, n - q, "x%lld", (long long)s->d[i]);
+    return buf;
+}
+
+int ld_layer_need_image(const ld_layer *l, const ld_shape *in) {
+    if (in->ndim == 3) return LD_OK;
+    char b[160];
+    ld_layer_shape_str(in, b, sizeof b);
+    if (in->ndim == 2)
+        return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got inputs of shape %s (one "
+                       "channel: add a channel axis with nn.Reshape{%lld, %lld, 1})", l->name, b,
+                       (long long)in->d[0], (long long)in->d[1]);
+    return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got inputs of shape %s", l->name, b);
+}
+
+int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same) {
+    if (same) return in / s + (in % s != 0);       /* ceil(in / s), without in + s - 1 passing int64 */
+    return in < k ? 0 : (in - k) / s + 1;
 }
 
 /* The classes whose float32 inputs Keras does not cast under a half policy

@@ -228,6 +228,15 @@ ld_activation ld_p_activation(const ld_layer *l, int i);   /* a LD_P_STR paramet
 #define LD_ACTIVATION_CHOICES "linear|relu|sigmoid|tanh|softmax|gelu|elu|selu|softplus|softsign|silu|swish|" \
     "leaky_relu|relu6|hard_sigmoid|hard_silu|hard_swish|mish|exponential|log_softmax"
 
+/* Helpers of the layer classes' build functions (ld_layers_*.c). */
+/* a layer input's shape as ld_nn.c's shape errors write it: "batchx5x5x3" */
+const char *ld_layer_shape_str(const ld_shape *s, char *buf, size_t n);
+/* LD_OK for images [batch, height, width, channels]; else an error naming
+   the layer and the shape (for [batch, h, w], how to add the channel axis) */
+int ld_layer_need_image(const ld_layer *l, const ld_shape *in);
+/* the output size of one spatial axis, valid or same padding (TF's rules) */
+int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same);
+
 /* Variables, in build: init as Keras's initializers */
 typedef enum { LD_INIT_ZEROS = 0, LD_INIT_ONES, LD_INIT_GLOROT_UNIFORM, LD_INIT_UNIFORM, LD_INIT_ORTHOGONAL } ld_init_kind;
 typedef struct { ld_init_kind kind; double a, b; } ld_init;   /* glorot: a = fan_in, b = fan_out; uniform: [a, b) */

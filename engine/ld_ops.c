@@ -158,22 +158,43 @@ void ld_ops_same_pad(int64_t in, int64_t k, int64_t s, int64_t *out, int64_t *pa
 }
 
 /* ================================================================ binary */
-static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t *shape, int64_t *sa,
-                     int64_t *sb, const char *op) {
-    int n = a->ndim > b->ndim ? a->ndim : b->ndim;
+/* The NumPy broadcast of k tensors: the result's ndim and shape, and each
+   tensor's strides over it (0 on the axes it is broadcast along). */
+static int broadcast_n(int k, const ld_tensor *const *ts, int *ndim, int64_t *shape,
+                       int64_t (*st)[LD_MAX_DIMS], const char *op) {
+    int n = 0;
+    for (int t = 0; t < k; t++) if (ts[t]->ndim > n) n = ts[t]->ndim;
     for (int i = 0; i < n; i++) {
-        int ia = i - (n - a->ndim), ib = i - (n - b->ndim);
-        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
-        if (da != db && da != 1 && db != 1) {
-            char b1[64], b2[64];
-            return ld_fail(LD_ESHAPE, "shapes %s and %s cannot be broadcast together (%s)",
-                           ld_shape_str(a, b1, sizeof b1), ld_shape_str(b, b2, sizeof b2), op);
+        int64_t d = 1;
+        for (int t = 0; t < k; t++) {
+            int it = i - (n - ts[t]->ndim);
+            int64_t dt = it >= 0 ? ts[t]->shape[it] : 1;
+            if (dt == 1) continue;
+            if (d != 1 && dt != d) {
+                char b[3][64];
+                for (int u = 0; u < k; u++) ld_shape_str(ts[u], b[u], sizeof b[u]);
+                if (k == 2) return ld_fail(LD_ESHAPE, "shapes %s and %s cannot be broadcast together (%s)", b[0], b[1], op);
+                return ld_fail(LD_ESHAPE, "shapes %s, %s and %s cannot be broadcast together (%s)", b[0], b[1], b[2], op);
+            }
+            d = dt;
         }
-        shape[i] = da == 1 ? db : da;
-        sa[i] = (ia >= 0 && da != 1) ? a->strides[ia] : 0;
-        sb[i] = (ib >= 0 && db != 1) ? b->strides[ib] : 0;
+        shape[i] = d;
+        for (int t = 0; t < k; t++) {
+            int it = i - (n - ts[t]->ndim);
+            st[t][i] = (it >= 0 && ts[t]->shape[it] != 1) ? ts[t]->strides[it] : 0;
+        }
     }
     *ndim = n;
+    return LD_OK;
+}
+
+static int broadcast(const ld_tensor *a, const ld_tensor *b, int *ndim, int64_t *shape, int64_t *sa,
+                     int64_t *sb, const char *op) {
+    const ld_tensor *ts[2] = {a, b};
+    int64_t st[2][LD_MAX_DIMS];
+    if (broadcast_n(2, ts, ndim, shape, st, op)) return ld_error_status();
+    memcpy(sa, st[0], sizeof st[0]);
+    memcpy(sb, st[1], sizeof st[1]);
     return LD_OK;
 }
 
@@ -256,11 +277,17 @@ static int64_t int_at(const char *p, ld_dtype d, int64_t i) {
     default: return ((const uint8_t *)p)[i];
     }
 }
+static ld_dtype wider_int(ld_dtype a, ld_dtype b) {
+    return a == LD_I64 || b == LD_I64 ? LD_I64 : a == LD_I32 || b == LD_I32 ? LD_I32 : LD_U8;
+}
+/* comparisons of two integer tensors compare the integers exactly (an int64
+   id above 2^24 is not rounded to a float first), giving float32 0/1 as the
+   float comparisons do */
 static ld_tensor *binary_int(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     int nd = 0;
     int64_t shape[LD_MAX_DIMS], sa[LD_MAX_DIMS], sb[LD_MAX_DIMS], idx[LD_MAX_DIMS] = {0};
     if (broadcast(a, b, &nd, shape, sa, sb, bin_names[op])) return NULL;
-    ld_dtype dt = a->dtype == LD_I64 || b->dtype == LD_I64 ? LD_I64 : a->dtype == LD_I32 || b->dtype == LD_I32 ? LD_I32 : LD_U8;
+    ld_dtype dt = op >= LD_BIN_EQ ? LD_F32 : wider_int(a->dtype, b->dtype);
     ld_tensor *out = ld_tensor_empty(dt, nd, shape, DEV(a));
     const char *pa = out ? ld_tensor_data(a) : NULL, *pb = pa ? ld_tensor_data(b) : NULL;
     if (!pb) { ld_tensor_release(out); return NULL; }
@@ -273,9 +300,16 @@ static ld_tensor *binary_int(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
         case LD_BIN_SUB: r = (int64_t)((uint64_t)x - (uint64_t)y); break;
         case LD_BIN_MUL: r = (int64_t)((uint64_t)x * (uint64_t)y); break;
         case LD_BIN_MAX: r = x > y ? x : y; break;
-        default: r = x < y ? x : y; break;
+        case LD_BIN_MIN: r = x < y ? x : y; break;
+        case LD_BIN_EQ: r = x == y; break;
+        case LD_BIN_NE: r = x != y; break;
+        case LD_BIN_LT: r = x < y; break;
+        case LD_BIN_LE: r = x <= y; break;
+        case LD_BIN_GT: r = x > y; break;
+        default: r = x >= y; break;
         }
-        if (dt == LD_I64) ((int64_t *)po)[i] = r;
+        if (dt == LD_F32) ((float *)po)[i] = (float)r;
+        else if (dt == LD_I64) ((int64_t *)po)[i] = r;
         else if (dt == LD_I32) ((int32_t *)po)[i] = (int32_t)(uint32_t)(uint64_t)r;
         else ((uint8_t *)po)[i] = (uint8_t)(uint64_t)r;
         for (int d = nd - 1; d >= 0; d--) {      /* the next index, row-major */
@@ -292,7 +326,8 @@ static ld_tensor *binary_int(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
 
 ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     if (is_int_dtype(a->dtype) && is_int_dtype(b->dtype) && ld_device_is_host(DEV(a)) && DEV(a) == DEV(b) &&
-        (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN))
+        (op == LD_BIN_ADD || op == LD_BIN_SUB || op == LD_BIN_MUL || op == LD_BIN_MAX || op == LD_BIN_MIN ||
+         op >= LD_BIN_EQ))
         return binary_int(op, a, b);
     ld_dtype rdt = ld_ops_result_dtype(a, b);
     /* two half operands of one dtype: the half kernel (float32 arithmetic,
@@ -316,6 +351,133 @@ ld_tensor *ld_binary(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
     ld_tensor_release(fa);
     ld_tensor_release(fb);
     return half ? out : ld_ops_in_dtype(out, rdt);
+}
+
+/* ================================================================ where */
+/* cond ? a : b, broadcast, a and b of one dtype (the result's); not recorded */
+static ld_tensor *select_raw(ld_tensor *cond, ld_tensor *a, ld_tensor *b) {
+    const ld_tensor *ts[3] = {cond, a, b};
+    int nd = 0;
+    int64_t shape[LD_MAX_DIMS], st[3][LD_MAX_DIMS];
+    if (broadcast_n(3, ts, &nd, shape, st, "where")) return NULL;
+    ld_tensor *out = ld_ops_out_empty(a->dtype, nd, shape, DEV(a));
+    if (out) BE(a)->select(DEV(a), a->dtype, DPTR(out), DPTR(cond), cond->dtype, st[0], DPTR(a), st[1], DPTR(b), st[2], nd, shape);
+    return out;
+}
+
+/* the gradient goes to the operand each element was taken from: g where
+   cond is true to a, where false to b (zeros elsewhere, selected, not
+   multiplied: an inf or NaN in g's other place does not leak) */
+static int bw_where(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *a = n->in[0], *b = n->in[1], *cond = n->saved[0];
+    ld_tensor *gd = g->dtype == a->dtype ? ld_tensor_retain(g) : ld_cast(g, a->dtype);
+    ld_tensor *zero = gd ? ld_tensor_zeros(a->dtype, 0, NULL, DEV(gd)) : NULL;
+    ld_tensor *ga = zero ? select_raw(cond, gd, zero) : NULL, *gb = ga ? select_raw(cond, zero, gd) : NULL;
+    ld_tensor_release(gd);
+    ld_tensor_release(zero);
+    if (gb) {
+        gi[0] = sum_to(ga, a->ndim, a->shape);
+        gi[1] = sum_to(gb, b->ndim, b->shape);
+    }
+    ld_tensor_release(ga);
+    ld_tensor_release(gb);
+    return gi[0] && gi[1] ? LD_OK : ld_error_status();
+}
+
+/* an operand of where in the result's dtype: float casts are recorded (the
+   gradient comes back in the operand's dtype) */
+static ld_tensor *where_operand(ld_tensor *t, ld_dtype dt) {
+    if (t->dtype == dt) return ld_tensor_retain(t);
+    return ld_dtype_is_float(dt) ? ld_cast_op(t, dt) : ld_cast(t, dt);
+}
+
+ld_tensor *ld_where(ld_tensor *cond, ld_tensor *a, ld_tensor *b) {
+    if (ld_check_same_device(a, b, "where") || ld_check_same_device(cond, a, "where")) return NULL;
+    ld_dtype dt = a->dtype == b->dtype ? a->dtype
+                  : is_int_dtype(a->dtype) && is_int_dtype(b->dtype) ? wider_int(a->dtype, b->dtype)
+                  : ld_ops_result_dtype(a, b);
+    ld_tensor *ca = where_operand(a, dt), *cb = ca ? where_operand(b, dt) : NULL;
+    ld_tensor *out = cb ? select_raw(cond, ca, cb) : NULL;
+    if (out && ld_dtype_is_float(dt)) {
+        ld_tensor *in[2] = {ca, cb};
+        ld_node *nd = ld_record(out, "where", bw_where, 2, in);
+        if (nd) nd->saved[0] = ld_tensor_retain(cond);
+    }
+    ld_tensor_release(ca);
+    ld_tensor_release(cb);
+    return out;
+}
+
+ld_tensor *ld_where_indices(ld_tensor *cond) {
+    ld_tensor *h = ld_to_device(cond, ld_device_cpu()), *c = h ? ld_contiguous(h) : NULL;
+    ld_tensor_release(h);
+    const void *p = c ? ld_tensor_data(c) : NULL;
+    if (!p) { ld_tensor_release(c); return NULL; }
+    int64_t n = ld_tensor_numel(c), count = 0;
+    for (int64_t i = 0; i < n; i++) count += ld_ew_truthy(p, c->dtype, i);
+    int64_t shape[2] = {count, c->ndim};
+    ld_tensor *out = ld_tensor_empty(LD_I64, 2, shape, NULL);
+    if (out) {
+        int64_t *o = ld_tensor_data_unsynced(out), idx[LD_MAX_DIMS] = {0};
+        for (int64_t i = 0; i < n; i++) {
+            if (ld_ew_truthy(p, c->dtype, i)) for (int d = 0; d < c->ndim; d++) *o++ = idx[d];
+            for (int d = c->ndim - 1; d >= 0; d--) {
+                if (++idx[d] < c->shape[d]) break;
+                idx[d] = 0;
+            }
+        }
+    }
+    ld_tensor_release(c);
+    if (!out || DEV(cond) == ld_device_cpu()) return out;
+    ld_tensor *moved = ld_to_device(out, DEV(cond));
+    ld_tensor_release(out);
+    return moved;
+}
+
+ld_tensor *ld_clip_by_value(ld_tensor *x, ld_tensor *lo, ld_tensor *hi) {
+    ld_tensor *t = ld_minimum(x, hi), *y = t ? ld_maximum(t, lo) : NULL;
+    ld_tensor_release(t);
+    return y;
+}
+
+ld_tensor *ld_one_hot(ld_tensor *ids, int64_t depth, float on, float off, int axis, ld_dtype dt) {
+    char b1[LD_SHAPE_STR_MAX];
+    if (ids->dtype != LD_I64 && ids->dtype != LD_I32 && ids->dtype != LD_U8) {
+        ld_fail(LD_ETYPE, "one_hot: indices must be integers (int32, int64 or uint8), got %s", ld_dtype_name(ids->dtype));
+        return NULL;
+    }
+    if (depth < 0) { ld_fail(LD_EARG, "one_hot: depth must be 0 or more, got %lld", (long long)depth); return NULL; }
+    if (ids->ndim + 1 > LD_MAX_DIMS) {
+        ld_fail(LD_ESHAPE, "one_hot: indices %s would give more than %d dimensions", ld_shape_str(ids, b1, sizeof b1), LD_MAX_DIMS);
+        return NULL;
+    }
+    if (axis < -1 || axis > ids->ndim) {
+        ld_fail(LD_EARG, "one_hot: axis %d is out of range for indices of shape %s (-1 to %d)", axis,
+                ld_shape_str(ids, b1, sizeof b1), ids->ndim);
+        return NULL;
+    }
+    int ax = axis < 0 ? ids->ndim : axis;
+    /* ids with a 1 at the new axis, classes 0..depth-1 along it: their
+       equality broadcasts to the result (an index outside [0, depth) is
+       equal to none: a row of off, as TF's) */
+    int64_t is[LD_MAX_DIMS], cs[LD_MAX_DIMS];
+    for (int i = 0, k = 0; i <= ids->ndim; i++) {
+        is[i] = i == ax ? 1 : ids->shape[k++];
+        cs[i] = i == ax ? depth : 1;
+    }
+    ld_tensor *classes = ld_tensor_arange(0, (double)depth, 1, LD_I64, DEV(ids));
+    ld_tensor *cr = classes ? ld_reshape(classes, ids->ndim + 1, cs) : NULL;
+    ld_tensor *ir = cr ? ld_reshape(ids, ids->ndim + 1, is) : NULL;
+    ld_tensor *hot = ir ? ld_binary(LD_BIN_EQ, ir, cr) : NULL;
+    ld_tensor *vals[2] = {NULL, NULL}, *y = NULL;
+    if (hot) {
+        vals[0] = ld_tensor_full(dt, 0, NULL, on, DEV(ids));
+        vals[1] = vals[0] ? ld_tensor_full(dt, 0, NULL, off, DEV(ids)) : NULL;
+        y = vals[1] ? select_raw(hot, vals[0], vals[1]) : NULL;
+    }
+    ld_tensor_release(classes); ld_tensor_release(cr); ld_tensor_release(ir); ld_tensor_release(hot);
+    ld_tensor_release(vals[0]); ld_tensor_release(vals[1]);
+    return y;
 }
 
 ld_tensor *ld_add(ld_tensor *a, ld_tensor *b) { return ld_binary(LD_BIN_ADD, a, b); }

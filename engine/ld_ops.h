@@ -36,6 +36,25 @@ ld_tensor *ld_sigmoid(ld_tensor *x);
 ld_tensor *ld_tanh(ld_tensor *x);
 ld_tensor *ld_gelu(ld_tensor *x);           /* the exact erf form, 0.5x(1 + erf(x/sqrt 2)): Keras's default */
 
+/* tf.where(cond, a, b): a where cond is true (nonzero; a float NaN is true,
+   -0 false), b elsewhere, the three broadcast together. a and b of one
+   dtype give it; two integer dtypes the wider; else as the binary ops
+   (float32 unless both are one half dtype). Float operands get their
+   gradients: the output's where they were taken, zeros elsewhere. */
+ld_tensor *ld_where(ld_tensor *cond, ld_tensor *a, ld_tensor *b);
+/* tf.where(cond): the coordinates of cond's true elements, int64
+   [count, cond->ndim], in row-major order, on cond's device */
+ld_tensor *ld_where_indices(ld_tensor *cond);
+/* tf.clip_by_value: maximum(minimum(x, hi), lo), so with TF's gradients (x's
+   where lo <= x <= hi, lo's and hi's where they were taken; a NaN x stays
+   NaN and its gradient goes to lo, as TF's) */
+ld_tensor *ld_clip_by_value(ld_tensor *x, ld_tensor *lo, ld_tensor *hi);
+/* tf.one_hot(ids, depth, on_value, off_value, axis): integer ids of shape S
+   -> S with a new axis of `depth` at `axis` (-1: last), `on` at each id's
+   class and `off` elsewhere (an id outside [0, depth) gives only off), in
+   dt; not differentiable */
+ld_tensor *ld_one_hot(ld_tensor *ids, int64_t depth, float on, float off, int axis, ld_dtype dt);
+
 /* Reductions over `axis` (-1.. counts from the end; LD_ALL_AXES = every axis).
    Integer tensors (int32, int64, uint8) reduce exactly to their own dtype, as
    TF's do (a sum wraps on overflow); their mean is float32. Float reductions

@@ -659,6 +659,9 @@ static const char *const bin_docs[LD_BIN_COUNT] = {
     [LD_BIN_EQ] = "a:eq(b)\n\n1 where a == b, else 0, broadcasting (NaN equals nothing).",
     [LD_BIN_LT] = "a:lt(b)\n\n1 where a < b, else 0, broadcasting.",
     [LD_BIN_GT] = "a:gt(b)\n\n1 where a > b, else 0, broadcasting.",
+    [LD_BIN_NE] = "a:ne(b)\n\n1 where a ~= b, else 0, broadcasting (NaN differs from everything: TF's not_equal).",
+    [LD_BIN_LE] = "a:le(b)\n\n1 where a <= b, else 0, broadcasting.",
+    [LD_BIN_GE] = "a:ge(b)\n\n1 where a >= b, else 0, broadcasting.",
 };
 static const char *const un_docs[LD_UN_COUNT] = {
     [LD_UN_NEG] = "t:neg()  (-t)\n\n-t elementwise; an integer tensor stays an integer.",
@@ -863,6 +866,111 @@ static int t_stack(lua_State *L) {
     ld_tensor *r = ld_concat(ts, n, axis);
     lua_settop(L, base);
     lb_push_tensor(L, r, 1);
+    return 1;
+}
+
+/* ---- selection ---- */
+/* the dtype a number takes beside a tensor t (NULL: none) in where and
+   clip: binop's rule (an integer with an integer tensor takes its dtype, a
+   number with a half tensor its half dtype); two numbers: int64 when both
+   are integers, else float32 */
+static ld_dtype number_dtype(lua_State *L, int idx, const ld_tensor *t, int other) {
+    if (t) return (t->dtype != LD_F32 && lua_isinteger(L, idx)) || (ld_dtype_is_half(t->dtype) && lua_isnumber(L, idx))
+                      ? t->dtype : LD_F32;
+    return lua_isinteger(L, idx) && (other == 0 || lua_isinteger(L, other)) ? LD_I64 : LD_F32;
+}
+
+/* tensor.where(cond, a, b) / tensor.where(cond) */
+static int t_where(lua_State *L) {
+    int top = lua_gettop(L);
+    if (top >= 2 && lua_isnoneornil(L, 3))
+        return luaL_error(L, "tensor.where(cond, a, b) needs both a and b (or neither: tensor.where(cond) gives the "
+                             "indices of cond's true elements)");
+    ld_tensor *tc = lb_test_tensor(L, 1), *ta = top >= 2 ? lb_test_tensor(L, 2) : NULL,
+              *tb = top >= 3 ? lb_test_tensor(L, 3) : NULL;
+    ld_device *dev = ta ? ta->storage->device : tb ? tb->storage->device : tc ? tc->storage->device : default_device();
+    ld_tensor *c = to_tensor_on(L, 1, LD_F32, dev);
+    lb_push_tensor(L, c, 0);
+    if (top < 2) {
+        lb_push_tensor(L, ld_where_indices(c), 1);
+        return 1;
+    }
+    ld_tensor *a = to_tensor_on(L, 2, number_dtype(L, 2, tb, 3), dev);
+    lb_push_tensor(L, a, 0);
+    ld_tensor *b = to_tensor_on(L, 3, number_dtype(L, 3, a, 0), dev);
+    lb_push_tensor(L, b, 0);
+    lb_push_tensor(L, ld_where(c, a, b), 1);
+    return 1;
+}
+
+/* t:clip(lo, hi), also tensor.clip_by_value(t, lo, hi) */
+static int t_clip(lua_State *L) {
+    ld_tensor *t = SELF;
+    if (lua_isnoneornil(L, 2) || lua_isnoneornil(L, 3))
+        return luaL_error(L, "clip needs both bounds: t:clip(lo, hi) (tf.clip_by_value's clip_value_min and "
+                             "clip_value_max; math.huge for no bound)");
+    ld_tensor *lo = to_tensor_on(L, 2, number_dtype(L, 2, t, 0), t->storage->device);
+    lb_push_tensor(L, lo, 0);
+    ld_tensor *hi = to_tensor_on(L, 3, number_dtype(L, 3, t, 0), t->storage->device);
+    lb_push_tensor(L, hi, 0);
+    lb_push_tensor(L, ld_clip_by_value(t, lo, hi), 1);
+    return 1;
+}
+
+/* tensor.one_hot(ids, depth, {on_value=1, off_value=0, axis=-1, dtype="float32"}) */
+static int t_one_hot(lua_State *L) {
+    lua_settop(L, 3);
+    lua_Integer depth = luaL_checkinteger(L, 2);
+    static const char *const opts[] = {"on_value", "off_value", "axis", "dtype", NULL};
+    double on = 1, off = 0;
+    lua_Integer axis = -1;
+    ld_dtype dt = LD_F32;
+    if (!lua_isnoneornil(L, 3)) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        lb_check_options(L, 3, "tensor.one_hot", opts);
+        lua_getfield(L, 3, "on_value"); on = luaL_optnumber(L, -1, 1); lua_pop(L, 1);
+        lua_getfield(L, 3, "off_value"); off = luaL_optnumber(L, -1, 0); lua_pop(L, 1);
+        lua_getfield(L, 3, "axis"); axis = luaL_optinteger(L, -1, -1); lua_pop(L, 1);
+        lua_getfield(L, 3, "dtype");
+        if (!lua_isnil(L, -1) && ld_dtype_from_name(luaL_checkstring(L, -1), &dt)) return lb_engine_error(L, 3);
+        lua_pop(L, 1);
+    }
+    if (axis < INT_MIN || axis > INT_MAX || depth > INT64_MAX / 2) return luaL_argerror(L, 3, "axis or depth out of range");
+    ld_tensor *ids = lb_test_tensor(L, 1);
+    ld_tensor *ti = to_tensor_on(L, 1, LD_I64, ids ? ids->storage->device : default_device());
+    lb_push_tensor(L, ti, 0);
+    lb_push_tensor(L, ld_one_hot(ti, (int64_t)depth, (float)on, (float)off, (int)axis, dt), 1);
+    return 1;
+}
+
+/* t:squeeze([axis]) and t:expand_dims(axis): views that the tape records */
+static int t_squeeze(lua_State *L) {
+    ld_tensor *t = SELF;
+    int64_t s[LD_MAX_DIMS];
+    int n = 0;
+    if (lua_isnoneornil(L, 2)) {
+        for (int i = 0; i < t->ndim; i++) if (t->shape[i] != 1) s[n++] = t->shape[i];
+    } else {
+        int ax = check_axis(L, 2, t->ndim);
+        if (ax < 0) ax += t->ndim;
+        if (t->shape[ax] != 1) {
+            char b[LD_SHAPE_STR_MAX];
+            return luaL_error(L, "squeeze: axis %d of a tensor of shape %s has size %I, not 1", (int)lua_tointeger(L, 2),
+                              ld_shape_str(t, b, sizeof b), (lua_Integer)t->shape[ax]);
+        }
+        for (int i = 0; i < t->ndim; i++) if (i != ax) s[n++] = t->shape[i];
+    }
+    lb_push_tensor(L, ld_reshape_op(t, n, s), 1);
+    return 1;
+}
+static int t_expand_dims(lua_State *L) {
+    ld_tensor *t = SELF;
+    if (t->ndim + 1 > LD_MAX_DIMS) return luaL_argerror(L, 1, "the tensor already has the most dimensions a tensor can");
+    int ax = check_axis(L, 2, t->ndim + 1);
+    if (ax < 0) ax += t->ndim + 1;
+    int64_t s[LD_MAX_DIMS];
+    for (int i = 0, k = 0; i <= t->ndim; i++) s[i] = i == ax ? 1 : t->shape[k++];
+    lb_push_tensor(L, ld_reshape_op(t, t->ndim + 1, s), 1);
     return 1;
 }
 
@@ -1190,7 +1298,8 @@ static const luaL_Reg methods[] = {
     LD_BINARY_OPS(OP_ROW) LD_UNARY_OPS(OP_ROW)
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
     {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin},
-    {"index_select", t_gather}, {"gather", t_gather},
+    {"index_select", t_gather}, {"gather", t_gather}, {"clip", t_clip}, {"squeeze", t_squeeze},
+    {"expand_dims", t_expand_dims},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
     {NULL, NULL}};
 
@@ -1200,6 +1309,7 @@ static const luaL_Reg functions[] = {
     {"randn", t_normal}, {"seed", t_seed}, {"get_rng_state", t_get_rng_state}, {"set_rng_state", t_set_rng_state}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
     {"device_note", t_device_note}, {"bmm", t_bmm}, {"attention", t_attention},
+    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot},
     {NULL, NULL}};
 
 /* the rule for values, in the help of everything that converts them */
@@ -1234,6 +1344,15 @@ static const char *const docs[] = {
                  "v [B, S, dv] -> [B, T, dv] (heads folded into B, as MultiHeadAttention does). causal: query i\n"
                  "sees keys j <= i. float32, float16 or bfloat16: half inputs give half products with float32\n"
                  "sums and a float32 softmax, as torch.autocast does.",
+    "where", "tensor.where(cond, a, b) | tensor.where(cond)\n\nTF's where: a where cond is true, b elsewhere, the three broadcast together (a and b\n"
+             "tensors or numbers). True is nonzero: a NaN is true, -0 false. The gradient goes to the operand\n"
+             "each element was taken from (zeros elsewhere, so an inf or NaN in the other branch stays out of it).\n"
+             "With cond alone: the coordinates of its true elements, int64 [count, cond.ndim].",
+    "clip_by_value", "tensor.clip_by_value(t, lo, hi)  (t:clip(lo, hi))\n\nEach value limited to [lo, hi] (numbers or broadcast tensors): tf.clip_by_value, with its\n"
+                     "gradients (t's where lo <= t <= hi, the bound's where it was taken; a NaN stays NaN).",
+    "one_hot", "tensor.one_hot(ids, depth, {on_value=1, off_value=0, axis=-1, dtype=\"float32\"})\n\nTF's one_hot: integer ids of shape S give S with a new axis of depth (at axis; -1 last),\n"
+               "on_value at each id's class and off_value elsewhere; an id outside [0, depth) gives a row\n"
+               "of off_value. As keras.utils.to_categorical(y, n): tensor.one_hot(y, n).",
     "binary_ops", "tensor.binary_ops\n\nThe names of the elementwise binary ops (Tensor methods), in the engine's order.",
     "unary_ops", "tensor.unary_ops\n\nThe names of the elementwise unary ops (Tensor methods), in the engine's order.",
     "memory", "tensor.memory([device])\n\nBytes of memory held by tensors now (bytes_in_use), and the peak (peak_bytes):\n"
@@ -1246,7 +1365,8 @@ static const char *const docs[] = {
               "Operators + - * / ^ and unary - broadcast like NumPy.\n"
               "Methods: reshape, transpose, permute, slice, sum, mean, max, argmax, matmul, exp, log,\n"
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
-              "clone, contiguous, index_select, assign, assign_add, assign_sub.",
+              "clone, contiguous, index_select, gather, clip, squeeze, expand_dims, assign, assign_add,\n"
+              "assign_sub; comparisons eq, ne, lt, le, gt, ge (1 or 0). tensor.where selects.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
     "Tensor:sum", "t:sum([axis], {keepdims=false}) or (axis, keepdims)\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
                   "exact (int64 16777217 stays 16777217), wrapping on overflow as TF's does; NaN in gives NaN.",
@@ -1264,6 +1384,9 @@ static const char *const docs[] = {
                      "Unlike NumPy's astype, whose float-to-integer result for nan, inf or a value out of\n"
                      "range is undefined, a value the dtype cannot hold is an error naming it and its index.\n"
                      VALUES_DOC,
+    "Tensor:clip", "t:clip(lo, hi)\n\ntensor.clip_by_value(t, lo, hi): each value limited to [lo, hi], with TF's gradients.",
+    "Tensor:squeeze", "t:squeeze([axis])\n\nThe tensor without its axes of size 1 (or only `axis`, which must have size 1): tf.squeeze.",
+    "Tensor:expand_dims", "t:expand_dims(axis)\n\nThe tensor with a new axis of size 1 at `axis` (0 .. ndim, negative from the end): tf.expand_dims.",
     "Tensor:item", "t:item()\n\nThe value of a one-element tensor as a Lua number.",
     "Tensor:totable", "t:totable()\n\nThe values as nested Lua tables.",
     "Tensor:slice", "t:slice(axis, start, stop, step=1)\n\nA view of [start, stop) along an axis (0-based).",

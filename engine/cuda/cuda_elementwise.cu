@@ -54,6 +54,9 @@ static void launch_bin(cu_dev *cd, void *out, const void *a, const void *b, cons
     cu_launched(cd, "binary kernel");
 }
 
+/* a case of cu_binary's switch for each op of the list */
+#define BIN_CASE(E, name) \
+    case LD_BIN_##E: launch_bin<LD_BIN_##E, T>(cd, out, a, b, g, n, small); break;
 void cu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, const void *a, const int64_t *sa, const void *b,
                const int64_t *sb, int ndim, const int64_t *shape) {
     int64_t n = 1;
@@ -88,19 +91,60 @@ void cu_binary(ld_device *d, ld_binary_op op, ld_dtype dt, void *out, const void
     for (int i = 0; i < g.nd; i++) if (g.sa[i] < 0 || g.sb[i] < 0) small = 0;
     CU_FLOAT_TYPES(dt, T, {
         switch (op) {
-        case LD_BIN_ADD: launch_bin<LD_BIN_ADD, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_SUB: launch_bin<LD_BIN_SUB, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_MUL: launch_bin<LD_BIN_MUL, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_DIV: launch_bin<LD_BIN_DIV, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_POW: launch_bin<LD_BIN_POW, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_MAX: launch_bin<LD_BIN_MAX, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_MIN: launch_bin<LD_BIN_MIN, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_EQ: launch_bin<LD_BIN_EQ, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_LT: launch_bin<LD_BIN_LT, T>(cd, out, a, b, g, n, small); break;
-        case LD_BIN_GT: launch_bin<LD_BIN_GT, T>(cd, out, a, b, g, n, small); break;
+        LD_BINARY_OPS(BIN_CASE)
         default: cu_record_msg(cd, "binary: unknown op"); break;
         }
     });
+}
+#undef BIN_CASE
+
+/* ================================================================ select */
+/* tf.where: out[i] = cond ? a : b, elements of E (the dtype's size: copied,
+   never computed), the condition's truth by ld_ew_truthy as on the CPU */
+struct sel_geom {
+    int nd;
+    int64_t shape[MAXD], sc[MAXD], sa[MAXD], sb[MAXD];
+};
+template <typename E>
+__global__ void k_select(E *out, const void *c, ld_dtype cdt, const E *a, const E *b, sel_geom g, int64_t n) {
+    CU_LOOP(i, n) {
+        int64_t r = i, oc = 0, oa = 0, ob = 0;
+        for (int d = g.nd - 1; d >= 0; d--) {
+            int64_t q = r / g.shape[d], k = r - q * g.shape[d];
+            oc += k * g.sc[d];
+            oa += k * g.sa[d];
+            ob += k * g.sb[d];
+            r = q;
+        }
+        out[i] = ld_ew_truthy(c, cdt, oc) ? a[oa] : b[ob];
+    }
+}
+
+void cu_select(ld_device *d, ld_dtype dt, void *out, const void *cond, ld_dtype cdt, const int64_t *sc, const void *a,
+               const int64_t *sa, const void *b, const int64_t *sb, int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    if (n <= 0) return;
+    cu_dev *cd = cu_begin(d);
+    if (!cd) return;
+    sel_geom g;
+    g.nd = 0;
+    for (int i = 0; i < ndim; i++) {      /* size-1 axes drop out */
+        if (shape[i] == 1) continue;
+        g.shape[g.nd] = shape[i];
+        g.sc[g.nd] = sc[i];
+        g.sa[g.nd] = sa[i];
+        g.sb[g.nd] = sb[i];
+        g.nd++;
+    }
+    unsigned grid = cu_grid(n, 256);
+    switch (dt == LD_U8 ? 1 : ld_dtype_is_half(dt) ? 2 : dt == LD_I64 ? 8 : 4) {
+    case 1: k_select<uint8_t><<<grid, 256, 0, cd->stream>>>((uint8_t *)out, cond, cdt, (const uint8_t *)a, (const uint8_t *)b, g, n); break;
+    case 2: k_select<uint16_t><<<grid, 256, 0, cd->stream>>>((uint16_t *)out, cond, cdt, (const uint16_t *)a, (const uint16_t *)b, g, n); break;
+    case 4: k_select<uint32_t><<<grid, 256, 0, cd->stream>>>((uint32_t *)out, cond, cdt, (const uint32_t *)a, (const uint32_t *)b, g, n); break;
+    default: k_select<uint64_t><<<grid, 256, 0, cd->stream>>>((uint64_t *)out, cond, cdt, (const uint64_t *)a, (const uint64_t *)b, g, n); break;
+    }
+    cu_launched(cd, "select kernel");
 }
 
 /* ================================================================ unary */

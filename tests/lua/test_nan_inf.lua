@@ -103,9 +103,61 @@ for _, op in ipairs(tensor.binary_ops) do
   end
 end
 
--- clipping, as losses and users write it: maximum then minimum (tf.clip_by_value)
+-- clipping, as losses and users write it: maximum then minimum, t:clip and
+-- tensor.clip_by_value (tf.clip_by_value), and the latter's gradients
 CASES.clip = function(dev)
-  same(tensor.new(V, { device = dev }):maximum(0):minimum(1), F.clip, "maximum(0):minimum(1)")
+  local v = tensor.new(V, { device = dev })
+  same(v:maximum(0):minimum(1), F.clip, "maximum(0):minimum(1)")
+  same(v:clip(0, 1), F.clip, "t:clip(0, 1)")
+  same(tensor.clip_by_value(v, tensor.new(0, { device = dev }), 1), F.clip, "tensor.clip_by_value(t, tensor 0, 1)")
+  local x = tensor.Variable(tensor.new(V, { device = dev }))
+  local lo, hi = tensor.Variable(tensor.new(-2, { device = dev })), tensor.Variable(tensor.new(1, { device = dev }))
+  local w = tensor.arange(1, 7):float():to(dev)
+  local tape = autograd.GradientTape()
+  local y
+  local s = tape:record(function() y = tensor.clip_by_value(x, lo, hi); return (y * w):sum() end)
+  local g = tape:gradient(s, { x, lo, hi })
+  same(y, F.clip_grad.y, "clip_by_value(V, -2, 1)")
+  same(g[1], F.clip_grad.x, "clip_by_value: the gradient of x (ties at a bound to x, a NaN's to the lower bound)")
+  same(g[2], F.clip_grad.lo, "clip_by_value: the lower bound's gradient")
+  same(g[3], F.clip_grad.hi, "clip_by_value: the upper bound's gradient")
+end
+CASES.clip_by_value = CASES.clip
+
+-- where: V as the condition (NaN and inf are true, 0 false), V as a, V
+-- reversed as b: the values and each operand's gradient as TF's; the
+-- coordinates of the true elements; NaN in the branch not taken stays out
+-- of the gradient (a select, not a mask product)
+CASES.where = function(dev)
+  local c = tensor.new(V, { device = dev })
+  local rev = {}
+  for i = 1, 6 do rev[i] = V[7 - i] end
+  local a, b = tensor.Variable(tensor.new(V, { device = dev })), tensor.Variable(tensor.new(rev, { device = dev }))
+  local w = tensor.arange(1, 7):float():to(dev)
+  local tape = autograd.GradientTape()
+  local y
+  local s = tape:record(function() y = tensor.where(c, a, b); return (y * w):sum() end)
+  local g = tape:gradient(s, { a, b })
+  same(tensor.where(c, 1, 0), F.where.cond_true, "where(V, 1, 0): the truth of each value")
+  same(y, F.where.y, "where(V, V, reversed V)")
+  same(g[1], F.where.a, "where: a's gradient")
+  same(g[2], F.where.b, "where: b's gradient")
+  same(tensor.where(c:reshape(2, 3)), F.where.indices, "where(cond): the true elements' coordinates")
+  -- a scalar b broadcast: its gradient sums the places it was taken
+  local z = tensor.Variable(tensor.new(nan, { device = dev }))
+  tape = autograd.GradientTape()
+  s = tape:record(function() return (tensor.where(c, a, z) * w):sum() end)
+  g = tape:gradient(s, { a, z })
+  same(g[1], F.where.a, "where with a NaN scalar b: a's gradient")
+  same(g[2], { 4 }, "where with a NaN scalar b: b's gradient is the sum where it was taken")
+end
+
+-- one_hot: ids in and out of range (rows of off_value), NaN and inf as the values
+CASES.one_hot = function(dev)
+  local ids = tensor.new(F.one_hot.ids, { dtype = "int64", device = dev })
+  same(tensor.one_hot(ids, 3), F.one_hot.y, "one_hot(ids, 3)")
+  same(tensor.one_hot(ids, 3, { on_value = nan, off_value = inf }), F.one_hot.on_off, "one_hot with on_value=nan")
+  same(tensor.one_hot(ids, 3, { axis = 0 }), F.one_hot.axis0, "one_hot(ids, 3, {axis=0})")
 end
 
 -- reductions along the rows of F.rows, and over everything
@@ -193,6 +245,8 @@ keeps("reshape", function(t) return t:reshape(3, 2) end)
 keeps("transpose", function(t) return t:reshape(2, 3):transpose():transpose() end)
 keeps("permute", function(t) return t:reshape(1, 2, 3):permute(0, 1, 2) end)
 keeps("slice", function(t) return t:slice(0, 0, 6) end)
+keeps("squeeze", function(t) return t:reshape(1, 6, 1):squeeze() end)
+keeps("expand_dims", function(t) return t:expand_dims(0):expand_dims(-1):reshape(6) end)
 keeps("gather", function(t) return t:reshape(2, 3):gather({ 0, 1, 2 }, 1) end)
 keeps("index_select", function(t) return t:reshape(3, 2):index_select({ 0, 1, 2 }) end)
 keeps("totable", function(t) return t:totable() end)

@@ -80,7 +80,7 @@ end)
 -- the elementwise ops come from the engine's lists (LD_BINARY_OPS, LD_UNARY_OPS
 -- in engine/ld_kernels.h): a new op is tested here without a line of its own
 local bin = tensor.binary_ops
-local comparisons = { eq = true, lt = true, gt = true }   -- no gradient
+local comparisons = { eq = true, lt = true, gt = true, ne = true, le = true, ge = true }   -- no gradient
 
 T.test("the elementwise ops of the engine's lists are documented Tensor methods", function()
   T.ok(#bin >= 10 and #tensor.unary_ops >= 10, "tensor.binary_ops and tensor.unary_ops list the ops")
@@ -105,7 +105,7 @@ T.test("binary ops with broadcasting", function()
     for _, p in ipairs(patterns) do
       local a = U(0.5, 2, table.unpack(p[2]))
       local b = #p[3] > 0 and U(0.5, 2, table.unpack(p[3])) or tensor.new(1.25)
-      if op == "eq" then b = a:slice(0, 0, 1) end   -- some equal elements
+      if op == "eq" or op == "ne" or op == "le" or op == "ge" then b = a:slice(0, 0, 1) end   -- some equal elements
       local g, c = G.both(function(x, y) return x[op](x, y) end, a, b)
       G.close(g, c, op .. " " .. p[1])
     end
@@ -140,6 +140,42 @@ T.test("maximum / minimum with NaN follow the CPU's rule", function()
   G.close(g, c, "maximum with NaN")
   g, c = G.both(function(x, y) return x:minimum(y) end, a, b)
   G.close(g, c, "minimum with NaN")
+end)
+
+---------------------------------------------------------------- select (tensor.where)
+T.test("select (where): every dtype, conditions of every dtype, broadcast and strided operands", function()
+  local dts = { "float32", "int32", "int64", "uint8", "float16", "bfloat16" }
+  local c = tensor.new({ 1, 0, 0 / 0, -0.0, 2, 0, 1, 1 }):reshape(2, 4)   -- NaN true, -0 false
+  for _, dt in ipairs(dts) do
+    local a = (tensor.arange(0, 8):reshape(2, 4) + 1):astype(dt)
+    local b = tensor.full({ 4 }, 9, { dtype = dt })
+    for _, cdt in ipairs(dts) do
+      local cc = cdt:match("^float") and c:astype(cdt) or tensor.new({ 1, 0, 3, 0, 2, 0, 1, 255 }):reshape(2, 4):astype(cdt)
+      local g, h = G.both(function(k, x, y) return tensor.where(k, x, y) end, cc, a, b)
+      G.same(g, h, ("where %s ? %s : %s"):format(cdt, dt, dt))
+    end
+  end
+  for _, p in ipairs({ { { 33, 65 }, { 65 }, { 33, 1 } }, { { 4, 1, 5 }, { 3, 1 }, {} }, { { 300, 1001 }, { 1001 }, { 300, 1001 } } }) do
+    local k = tensor.normal(table.unpack(p[1])):gt(0)
+    local a = tensor.normal(table.unpack(p[2]))
+    local b = #p[3] > 0 and tensor.normal(table.unpack(p[3])) or tensor.new(7)
+    local g, h = G.both(function(kk, x, y) return tensor.where(kk, x, y) end, k, a, b)
+    G.same(g, h, "where, broadcast " .. #p[1] .. "-d")
+  end
+  local a, b = tensor.normal(40, 30), tensor.normal(30, 40)
+  local g, h = G.both(function(x, y) return tensor.where(x:gt(0), x, y.T) end, a, b)
+  G.same(g, h, "where with a transposed operand")
+  g, h = G.both(function(x, y) local s = x:slice(1, 0, 30, 3); return tensor.where(s:lt(0), s, y:slice(0, 2, 12).T) end, a, b)
+  G.same(g, h, "where of stepped slices")
+  -- the gradient: a selection of the output's gradient, summed over b's broadcast
+  g, h = G.both(function(x, y)
+    local va, vb = tensor.Variable(x), tensor.Variable(y)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function() return (tensor.where(va:gt(0), va, vb) * va):sum() end)
+    local gr = tape:gradient(loss, { va, vb })
+    return tensor.concat({ gr[1]:reshape(-1), gr[2]:reshape(-1) }, 0)
+  end, a, tensor.normal(30))
+  G.close(g, h, "where's gradients")
 end)
 
 ---------------------------------------------------------------- unary and derivatives
