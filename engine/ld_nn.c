@@ -642,7 +642,11 @@ int ld_model_summary(ld_model *m, char *buf, size_t n, int width) {
 
 /* ================================================================ losses */
 static const char *const loss_names[] = {"sparse_categorical_crossentropy", "categorical_crossentropy",
-                                         "binary_crossentropy", "mean_squared_error"};
+                                         "binary_crossentropy", "mean_squared_error", "mean_absolute_error",
+                                         "mean_absolute_percentage_error", "mean_squared_logarithmic_error",
+                                         "huber_loss", "log_cosh", "kl_divergence", "poisson", "cosine_similarity",
+                                         "hinge", "squared_hinge", "categorical_hinge"};
+_Static_assert(sizeof loss_names / sizeof *loss_names == LD_LOSS_COUNT, "a name for each loss");
 const char *ld_loss_name(ld_loss_kind k) { return loss_names[k]; }
 
 #define TRY(x) do { if (!(x)) goto fail; } while (0)
@@ -656,10 +660,13 @@ static double replica_denominator(void) {
     return c && c->n > 1 && c->global_batch > 0 ? c->global_batch : 0;
 }
 
-static ld_tensor *reduce_loss(const ld_loss *l, ld_tensor *per) {
+ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per) {
     if (l->reduction_sum == 2) return ld_tensor_retain(per);
     if (l->reduction_sum) return ld_sum(per, LD_ALL_AXES, 0);
     double denom = replica_denominator();
+    /* a replica's losses of several positions per row ([batch, t] of a
+       sequence model's outputs): the global batch's positions */
+    if (denom > 0 && per->ndim > 0 && per->shape[0] > 0) denom *= (double)ld_tensor_numel(per) / (double)per->shape[0];
     /* no examples (a replica's share of a small batch): 0, as Keras' safe
        mean gives, through a sum that keeps the loss on the tape */
     if (denom > 0 || ld_tensor_numel(per) == 0) {
@@ -735,6 +742,117 @@ static ld_tensor *smooth_labels(ld_tensor *y, float s, float add) {
     ld_tensor_release(a);
     return b;
 }
+
+/* ---- the regression, divergence and hinge losses (Keras 3's formulas) */
+/* The temporaries of a formula: each op's result is kept for release at the
+   end; after a failure no further op runs (its inputs could be NULL). */
+typedef struct { ld_tensor *t[32]; int n, bad; } loss_tmp;
+static ld_tensor *keep(loss_tmp *k, ld_tensor *t) {
+    if (!t || k->n == 32) { ld_tensor_release(t); k->bad = 1; return NULL; }
+    return k->t[k->n++] = t;
+}
+#define K(expr) (k.bad ? NULL : keep(&k, (expr)))
+#define KEPS 1e-7f    /* keras.backend.epsilon() */
+
+static ld_tensor *scalar_on(float v, const ld_tensor *like) { return ld_tensor_scalar(v, like->storage->device); }
+
+/* Keras's convert_binary_labels_to_hinge: labels all 0 or 1 become -1 and
+   1 (2y - 1); others stay. The test is a tensor (where's condition), so no
+   value is read back from a device that queues. */
+static ld_tensor *hinge_labels(loss_tmp *kp, ld_tensor *yt) {
+    loss_tmp k = *kp;
+    ld_tensor *r = NULL;
+    if (ld_tensor_numel(yt) == 0) r = K(ld_tensor_retain(yt));
+    else {
+        ld_tensor *zero = K(scalar_on(0, yt)), *one = K(scalar_on(1, yt));
+        ld_tensor *b = K(ld_add(K(ld_binary(LD_BIN_EQ, yt, zero)), K(ld_binary(LD_BIN_EQ, yt, one))));
+        ld_tensor *all = K(ld_min(b, LD_ALL_AXES, 0));
+        r = K(ld_where(all, K(ld_add_scalar(K(ld_mul_scalar(yt, 2.0f)), -1.0f)), yt));
+    }
+    *kp = k;
+    return r;
+}
+
+/* per-example losses of the kinds above: yt (float32, y_pred's shape) and yp */
+static ld_tensor *regression_loss(const ld_loss *l, ld_tensor *yt, ld_tensor *yp) {
+    loss_tmp k = {{0}, 0, 0};
+    ld_tensor *e = NULL, *per = NULL;
+    int sum_last = 0;
+    switch (l->kind) {
+    case LD_LOSS_MAE: e = K(ld_unary(LD_UN_ABS, K(ld_sub(yp, yt)))); break;
+    case LD_LOSS_MAPE: {
+        ld_tensor *den = K(ld_maximum(K(ld_unary(LD_UN_ABS, yt)), K(scalar_on(KEPS, yt))));
+        e = K(ld_unary(LD_UN_ABS, K(ld_div(K(ld_sub(yt, yp)), den))));
+        break;
+    }
+    case LD_LOSS_MSLE: {
+        ld_tensor *eps = K(scalar_on(KEPS, yp));
+        ld_tensor *a = K(ld_log(K(ld_add_scalar(K(ld_maximum(yp, eps)), 1.0f))));
+        ld_tensor *b = K(ld_log(K(ld_add_scalar(K(ld_maximum(yt, eps)), 1.0f))));
+        e = K(ld_unary(LD_UN_SQUARE, K(ld_sub(a, b))));
+        break;
+    }
+    case LD_LOSS_HUBER: {
+        float d = l->delta;
+        ld_tensor *err = K(ld_sub(yp, yt)), *ae = K(ld_unary(LD_UN_ABS, err));
+        ld_tensor *quad = K(ld_mul_scalar(K(ld_unary(LD_UN_SQUARE, err)), 0.5f));
+        ld_tensor *lin = K(ld_add_scalar(K(ld_mul_scalar(ae, d)), -(0.5f * (d * d))));
+        e = K(ld_where(K(ld_binary(LD_BIN_LE, ae, K(scalar_on(d, ae)))), quad, lin));
+        break;
+    }
+    case LD_LOSS_LOGCOSH: {
+        ld_tensor *x = K(ld_sub(yp, yt));
+        ld_tensor *sp = K(ld_unary(LD_UN_SOFTPLUS, K(ld_mul_scalar(x, -2.0f))));
+        e = K(ld_add_scalar(K(ld_add(x, sp)), -logf(2.0f)));
+        break;
+    }
+    case LD_LOSS_KLD: {
+        ld_tensor *eps = K(scalar_on(KEPS, yp)), *one = K(scalar_on(1.0f, yp));
+        ld_tensor *t = K(ld_clip_by_value(yt, eps, one)), *p = K(ld_clip_by_value(yp, eps, one));
+        e = K(ld_mul(t, K(ld_log(K(ld_div(t, p))))));
+        sum_last = 1;
+        break;
+    }
+    case LD_LOSS_POISSON:
+        e = K(ld_sub(yp, K(ld_mul(yt, K(ld_log(K(ld_add_scalar(yp, KEPS))))))));
+        break;
+    case LD_LOSS_COSINE: {
+        /* Keras's normalize: x / max(||x||_2, eps) along the last axis */
+        ld_tensor *eps = K(scalar_on(KEPS, yp));
+        ld_tensor *np = K(ld_maximum(K(ld_sqrt(K(ld_sum(K(ld_unary(LD_UN_SQUARE, yp)), -1, 1)))), eps));
+        ld_tensor *nt = K(ld_maximum(K(ld_sqrt(K(ld_sum(K(ld_unary(LD_UN_SQUARE, yt)), -1, 1)))), eps));
+        e = K(ld_neg(K(ld_mul(K(ld_div(yt, nt)), K(ld_div(yp, np))))));
+        sum_last = 1;
+        break;
+    }
+    case LD_LOSS_HINGE: case LD_LOSS_SQUARED_HINGE: {
+        ld_tensor *t = hinge_labels(&k, yt);
+        ld_tensor *h = K(ld_maximum(K(ld_add_scalar(K(ld_neg(K(ld_mul(t, yp)))), 1.0f)), K(scalar_on(0, yp))));
+        e = l->kind == LD_LOSS_HINGE ? h : K(ld_unary(LD_UN_SQUARE, h));
+        break;
+    }
+    case LD_LOSS_CATEGORICAL_HINGE: {
+        if (yp->ndim < 1) { ld_fail(LD_ESHAPE, "categorical_hinge: predictions need a class axis"); break; }
+        ld_tensor *pos = K(ld_sum(K(ld_mul(yt, yp)), -1, 0));
+        ld_tensor *neg = K(ld_max(K(ld_mul(K(ld_add_scalar(K(ld_neg(yt)), 1.0f)), yp)), -1, 0));
+        per = K(ld_maximum(K(ld_add_scalar(K(ld_sub(neg, pos)), 1.0f)), K(scalar_on(0, yp))));
+        break;
+    }
+    default: ld_fail(LD_EINTERNAL, "loss %d has no formula", (int)l->kind); break;
+    }
+    if (!per && e) {
+        if (e->ndim < 1) per = e;
+        else if (sum_last) per = K(ld_sum(e, -1, 0));
+        else {
+            per = K(ld_mean(e, -1, 0));
+            if (l->kind == LD_LOSS_MAPE) per = K(ld_mul_scalar(per, 100.0f));
+        }
+    }
+    ld_tensor *out = k.bad || !per ? NULL : ld_tensor_retain(per);
+    for (int i = 0; i < k.n; i++) ld_tensor_release(k.t[i]);
+    return out;
+}
+#undef K
 
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
@@ -879,6 +997,18 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         TRY(per = ld_mean(t1, -1, 0));
         break;
     }
+    case LD_LOSS_MAE: case LD_LOSS_MAPE: case LD_LOSS_MSLE: case LD_LOSS_HUBER: case LD_LOSS_LOGCOSH:
+    case LD_LOSS_KLD: case LD_LOSS_POISSON: case LD_LOSS_COSINE: case LD_LOSS_HINGE: case LD_LOSS_SQUARED_HINGE:
+    case LD_LOSS_CATEGORICAL_HINGE: {
+        if (!ld_same_shape(y_true, y_pred)) {
+            if (ld_tensor_numel(y_true) != ld_tensor_numel(y_pred)) goto shape;
+            TRY(t1 = ld_reshape(y_true, y_pred->ndim, y_pred->shape));
+        } else t1 = ld_tensor_retain(y_true);
+        TRY(yt = ld_as_float(t1));
+        TRY(per = regression_loss(l, yt, y_pred));
+        break;
+    }
+    case LD_LOSS_COUNT: ld_fail(LD_EINTERNAL, "no such loss"); goto fail;
     case LD_LOSS_MSE: {
         if (!ld_same_shape(y_true, y_pred)) {
             if (ld_tensor_numel(y_true) != ld_tensor_numel(y_pred)) goto shape;
@@ -891,7 +1021,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         break;
     }
     }
-    out = reduce_loss(l, per);
+    out = ld_loss_reduce(l, per);
 fail:
     ld_tensor_release(t1); ld_tensor_release(t2); ld_tensor_release(t3);
     ld_tensor_release(per); ld_tensor_release(yt);

@@ -325,18 +325,40 @@ ld_tensor *ld_model_add_losses(ld_model *m, ld_tensor *loss);
 int ld_model_summary(ld_model *m, char *buf, size_t n, int width);
 
 /* ---- losses ---- */
+/* Keras 3's losses (keras/src/losses/losses.py), each its formula: the
+   per-example loss is the mean (KLDivergence, CosineSimilarity: the sum;
+   CategoricalHinge: one value) over the last axis of an elementwise term */
 typedef enum {
-    LD_LOSS_SPARSE_CCE = 0, LD_LOSS_CCE, LD_LOSS_BCE, LD_LOSS_MSE
+    LD_LOSS_SPARSE_CCE = 0, LD_LOSS_CCE, LD_LOSS_BCE, LD_LOSS_MSE,
+    LD_LOSS_MAE,             /* |y_pred - y_true| */
+    LD_LOSS_MAPE,            /* 100 mean |(y_true - y_pred) / max(|y_true|, eps)| */
+    LD_LOSS_MSLE,            /* (log(max(y_pred, eps) + 1) - log(max(y_true, eps) + 1))^2 */
+    LD_LOSS_HUBER,           /* e = y_pred - y_true: e^2 / 2 where |e| <= delta, else delta |e| - delta^2 / 2 */
+    LD_LOSS_LOGCOSH,         /* e + softplus(-2e) - log 2 */
+    LD_LOSS_KLD,             /* sum t log(t / p), t and p clipped to [eps, 1] */
+    LD_LOSS_POISSON,         /* y_pred - y_true log(y_pred + eps) */
+    LD_LOSS_COSINE,          /* -sum of the l2-normalized y_true and y_pred's product */
+    LD_LOSS_HINGE,           /* max(1 - t y_pred, 0), t = 2 y_true - 1 when every label is 0 or 1 */
+    LD_LOSS_SQUARED_HINGE,   /* max(1 - t y_pred, 0)^2, t as Hinge's */
+    LD_LOSS_CATEGORICAL_HINGE, /* max(max((1 - y_true) y_pred) - sum(y_true y_pred) + 1, 0) */
+    LD_LOSS_COUNT
 } ld_loss_kind;
 typedef struct {
     ld_loss_kind kind;
     int from_logits;
     int reduction_sum;   /* 0: mean over the batch (Keras' default), 1: sum ("none" is not reduced: 2) */
     float label_smoothing;
+    float delta;         /* Huber's (Keras's default 1) */
 } ld_loss;
 const char *ld_loss_name(ld_loss_kind k);
 /* Mean loss over the batch (0-d tensor), or per-example [batch] when reduction is "none". */
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred);
+/* Per-example (or per-position) losses reduced as l asks: "none" per
+   itself, "sum" their sum, "sum_over_batch_size" their mean; in a replica
+   of a synchronous strategy with n > 1 replicas, their sum over the global
+   batch's positions (the replica's positions per row times the global
+   batch), so the replicas' losses add up to one device's. */
+ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per);
 
 /* ---- metrics helpers ---- */
 /* Number of rows (positions, for predictions [batch, t..., classes]) where argmax(pred) == label

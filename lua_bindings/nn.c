@@ -19,6 +19,7 @@
 
 #include <lauxlib.h>
 #include <stdlib.h>
+#include <float.h>
 #include <string.h>
 
 #define LAYER_MT "ldist.Layer"
@@ -883,7 +884,6 @@ static int model_summary_text(lua_State *L) {
 }
 
 static ld_loss *check_loss(lua_State *L, int i) { return luaL_checkudata(L, i, LOSS_MT); }
-static ld_tensor *reduce_weighted(const ld_loss *l, ld_tensor *pw);
 
 /* The forward and backward half of a step, shared by train_step and _grads:
    forward under a tape, loss, gradients of every trainable variable. Raises
@@ -915,7 +915,7 @@ static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_ten
     ld_tensor_release(per);
     ld_tensor_release(wd);
     if (!pw) return NULL;
-    ld_tensor *v = loss->reduction_sum == 2 ? ld_tensor_retain(pw) : reduce_weighted(loss, pw);
+    ld_tensor *v = loss->reduction_sum == 2 ? ld_tensor_retain(pw) : ld_loss_reduce(loss, pw);
     ld_tensor_release(pw);
     return v;
 }
@@ -1357,14 +1357,19 @@ static int model_gc(lua_State *L) {
 /* Keras 3's options of each loss; an unknown one is an error naming it, and
    so is one of Keras's that ldist does not do unless it is off (an ignored
    option would train something else than asked) */
-static const char *const loss_opts[][4] = {
+static const char *const loss_opts[LD_LOSS_COUNT][4] = {
     [LD_LOSS_SPARSE_CCE] = {"from_logits", "ignore_class", "axis", NULL},
     [LD_LOSS_CCE] = {"from_logits", "label_smoothing", "axis", NULL},
     [LD_LOSS_BCE] = {"from_logits", "label_smoothing", "axis", NULL},
-    [LD_LOSS_MSE] = {NULL},
+    [LD_LOSS_HUBER] = {"delta", NULL},
+    [LD_LOSS_COSINE] = {"axis", NULL},
 };
 static const char *const loss_class[] = {"SparseCategoricalCrossentropy", "CategoricalCrossentropy",
-                                         "BinaryCrossentropy", "MeanSquaredError"};
+                                         "BinaryCrossentropy", "MeanSquaredError", "MeanAbsoluteError",
+                                         "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError", "Huber",
+                                         "LogCosh", "KLDivergence", "Poisson", "CosineSimilarity", "Hinge",
+                                         "SquaredHinge", "CategoricalHinge"};
+_Static_assert(sizeof loss_class / sizeof *loss_class == LD_LOSS_COUNT, "a class name for each loss");
 
 static void check_loss_options(lua_State *L, ld_loss_kind kind) {
     const char *cls = loss_class[kind];
@@ -1401,6 +1406,7 @@ static int loss_new(lua_State *L, ld_loss_kind kind) {
     ld_loss *l = lua_newuserdatauv(L, sizeof *l, 0);
     memset(l, 0, sizeof *l);
     l->kind = kind;
+    l->delta = 1.0f;
     if (lua_istable(L, 1)) {
         check_loss_options(L, kind);
         lua_getfield(L, 1, "label_smoothing");
@@ -1408,6 +1414,12 @@ static int loss_new(lua_State *L, ld_loss_kind kind) {
         if (!(ls >= 0 && ls <= 1))
             return luaL_error(L, "bad argument #1 to '%s' (label_smoothing must be in [0, 1], got %f)", loss_class[kind], ls);
         l->label_smoothing = (float)ls;
+        lua_pop(L, 1);
+        lua_getfield(L, 1, "delta");
+        double d = luaL_optnumber(L, -1, 1.0);
+        if (!(d > 0 && d <= DBL_MAX))
+            return luaL_error(L, "bad argument #1 to '%s' (delta must be a positive number, got %f)", loss_class[kind], d);
+        l->delta = (float)d;
         lua_pop(L, 1);
         lua_getfield(L, 1, "from_logits");
         l->from_logits = lua_toboolean(L, -1);
@@ -1426,6 +1438,17 @@ static int loss_scce(lua_State *L) { return loss_new(L, LD_LOSS_SPARSE_CCE); }
 static int loss_cce(lua_State *L) { return loss_new(L, LD_LOSS_CCE); }
 static int loss_bce(lua_State *L) { return loss_new(L, LD_LOSS_BCE); }
 static int loss_mse(lua_State *L) { return loss_new(L, LD_LOSS_MSE); }
+static int loss_mae(lua_State *L) { return loss_new(L, LD_LOSS_MAE); }
+static int loss_mape(lua_State *L) { return loss_new(L, LD_LOSS_MAPE); }
+static int loss_msle(lua_State *L) { return loss_new(L, LD_LOSS_MSLE); }
+static int loss_huber(lua_State *L) { return loss_new(L, LD_LOSS_HUBER); }
+static int loss_logcosh(lua_State *L) { return loss_new(L, LD_LOSS_LOGCOSH); }
+static int loss_kld(lua_State *L) { return loss_new(L, LD_LOSS_KLD); }
+static int loss_poisson(lua_State *L) { return loss_new(L, LD_LOSS_POISSON); }
+static int loss_cosine(lua_State *L) { return loss_new(L, LD_LOSS_COSINE); }
+static int loss_hinge(lua_State *L) { return loss_new(L, LD_LOSS_HINGE); }
+static int loss_squared_hinge(lua_State *L) { return loss_new(L, LD_LOSS_SQUARED_HINGE); }
+static int loss_categorical_hinge(lua_State *L) { return loss_new(L, LD_LOSS_CATEGORICAL_HINGE); }
 
 /* Keras 3's squeeze_or_expand_to_same_rank (keras/src/losses/loss.py) for
    per-example losses and sample weights: when the ranks differ by one and
@@ -1455,19 +1478,6 @@ static void same_rank(lua_State *L, int ia, int ib) {
    number of losses (not the sum of the weights), that number scaled to the
    global batch in a replica of a synchronous strategy, as the unweighted
    loss is (ld_nn.c). A new reference, or NULL with the engine's error. */
-static ld_tensor *reduce_weighted(const ld_loss *l, ld_tensor *pw) {
-    int64_t n = ld_tensor_numel(pw);
-    ld_tensor *sum = ld_sum(pw, LD_ALL_AXES, 0);
-    if (!sum || l->reduction_sum == 1) return sum;
-    double denom = (double)n;
-    const ld_replica_ctx *c = ld_replica_get();
-    if (c && c->n > 1 && c->global_batch > 0 && pw->ndim > 0 && pw->shape[0] > 0)
-        denom = (double)n / (double)pw->shape[0] * c->global_batch;
-    ld_tensor *v = ld_mul_scalar(sum, (float)(1.0 / (denom > 0 ? denom : 1.0)));
-    ld_tensor_release(sum);
-    return v;
-}
-
 /* loss(y_true, y_pred [, sample_weight]). With sample_weight (a number or a
    tensor broadcast against the per-example losses), as Keras 3's
    reduce_weighted_values: "none" gives w * l; "sum" sum(w * l);
@@ -1511,7 +1521,7 @@ static int loss_call(lua_State *L) {
     /* Keras returns a scalar or an empty loss unreduced */
     int64_t n = ld_tensor_numel(pw);
     if (l->reduction_sum == 2 || pw->ndim == 0 || (pw->ndim == 1 && n == 0)) return 1;
-    lb_push_tensor(L, reduce_weighted(l, pw), 0);
+    lb_push_tensor(L, ld_loss_reduce(l, pw), 0);
     return 1;
 }
 
@@ -1540,6 +1550,7 @@ static int loss_config(lua_State *L) {
     lua_pushboolean(L, l->from_logits); lua_setfield(L, -2, "from_logits");
     lua_pushstring(L, red[l->reduction_sum >= 0 && l->reduction_sum < 3 ? l->reduction_sum : 0]); lua_setfield(L, -2, "reduction");
     if (l->label_smoothing > 0) { lua_pushnumber(L, l->label_smoothing); lua_setfield(L, -2, "label_smoothing"); }
+    if (l->kind == LD_LOSS_HUBER) { lua_pushnumber(L, l->delta); lua_setfield(L, -2, "delta"); }
     return 1;
 }
 
@@ -1583,6 +1594,21 @@ static const char *const loss_docs[] = {
     "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false, label_smoothing=0, reduction=\"sum_over_batch_size\"}\n\nCross-entropy with one-hot labels. label_smoothing s: the labels become y (1 - s) + s / classes, as in Keras.",
     "BinaryCrossentropy", "losses.BinaryCrossentropy{from_logits=false, label_smoothing=0, reduction=\"sum_over_batch_size\"}\n\nCross-entropy for 0/1 labels. label_smoothing s: the labels become y (1 - s) + s / 2, as in Keras.",
     "MeanSquaredError", "losses.MeanSquaredError()\n\nMean of (y_pred - y_true)^2.",
+    "MeanAbsoluteError", "losses.MeanAbsoluteError()  (losses.MAE, \"mae\")\n\nMean of |y_pred - y_true| over the last axis.",
+    "MeanAbsolutePercentageError", "losses.MeanAbsolutePercentageError()  (losses.MAPE, \"mape\")\n\n"
+        "100 * mean of |(y_true - y_pred) / max(|y_true|, 1e-7)| over the last axis.",
+    "MeanSquaredLogarithmicError", "losses.MeanSquaredLogarithmicError()  (losses.MSLE, \"msle\")\n\n"
+        "Mean of (log(max(y_pred, 1e-7) + 1) - log(max(y_true, 1e-7) + 1))^2 over the last axis.",
+    "Huber", "losses.Huber{delta=1}  (\"huber\")\n\nWith e = y_pred - y_true: e^2 / 2 where |e| <= delta, else delta |e| - delta^2 / 2;\n"
+        "the mean over the last axis (robust regression, as Keras's).",
+    "LogCosh", "losses.LogCosh()  (\"log_cosh\")\n\nMean of log(cosh(y_pred - y_true)) over the last axis, computed as e + softplus(-2e) - log 2.",
+    "KLDivergence", "losses.KLDivergence()  (\"kl_divergence\", \"kld\")\n\nsum(y_true log(y_true / y_pred)) over the last axis, both clipped to [1e-7, 1].",
+    "Poisson", "losses.Poisson()  (\"poisson\")\n\nMean of y_pred - y_true log(y_pred + 1e-7) over the last axis.",
+    "CosineSimilarity", "losses.CosineSimilarity()  (\"cosine_similarity\")\n\n-sum of the L2-normalized y_true and y_pred's product over the last axis\n"
+        "(-1: the same direction; each norm at least 1e-7).",
+    "Hinge", "losses.Hinge()  (\"hinge\")\n\nMean of max(1 - t y_pred, 0) over the last axis; labels that are all 0 or 1 become t = -1 or 1.",
+    "SquaredHinge", "losses.SquaredHinge()  (\"squared_hinge\")\n\nMean of max(1 - t y_pred, 0)^2 over the last axis (t as Hinge's).",
+    "CategoricalHinge", "losses.CategoricalHinge()  (\"categorical_hinge\")\n\nmax(max((1 - y_true) y_pred) - sum(y_true y_pred) + 1, 0) for one-hot labels.",
     NULL};
 
 int lb_open_losses(lua_State *L) {
@@ -1600,7 +1626,12 @@ int lb_open_losses(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg f[] = {
         {"SparseCategoricalCrossentropy", loss_scce}, {"CategoricalCrossentropy", loss_cce},
-        {"BinaryCrossentropy", loss_bce}, {"MeanSquaredError", loss_mse}, {"MSE", loss_mse}, {"_config", loss_config}, {NULL, NULL}};
+        {"BinaryCrossentropy", loss_bce}, {"MeanSquaredError", loss_mse}, {"MSE", loss_mse},
+        {"MeanAbsoluteError", loss_mae}, {"MAE", loss_mae}, {"MeanAbsolutePercentageError", loss_mape},
+        {"MAPE", loss_mape}, {"MeanSquaredLogarithmicError", loss_msle}, {"MSLE", loss_msle}, {"Huber", loss_huber},
+        {"LogCosh", loss_logcosh}, {"KLDivergence", loss_kld}, {"Poisson", loss_poisson},
+        {"CosineSimilarity", loss_cosine}, {"Hinge", loss_hinge}, {"SquaredHinge", loss_squared_hinge},
+        {"CategoricalHinge", loss_categorical_hinge}, {"_config", loss_config}, {NULL, NULL}};
     luaL_newlib(L, f);
     lb_set_docs(L, "losses.", loss_docs);
     return 1;

@@ -47,6 +47,13 @@ local MODELS = {
   -- sequences of 6 steps through Keras's Bidirectional(LSTM), then a Dense
   bidirectional = { shape = { 6, 4 }, classes = 4,
     make = function() return nn.Sequential { nn.Bidirectional(nn.LSTM(5)), nn.Dense(4) } end },
+  -- regression of a sequence: a Dense over each of 6 steps, targets [batch, 6, 2]
+  -- (a loss of several positions per row, divided by the global batch's positions)
+  seq = { shape = { 6, 4 }, target = function(x) return x:slice(2, 0, 2):tanh() end,
+    make = function() return nn.Sequential { nn.Dense(8, "tanh"), nn.Dense(2) } end },
+  -- regression of 2 targets from 8 features
+  reg = { shape = { 8 }, target = function(x) return x:slice(1, 0, 2) * 0.5 + x:slice(1, 2, 4):tanh() end,
+    make = function() return nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(2) } end },
   -- Keras's layer.trainable = false (fine-tuning): the first Dense and the
   -- BatchNormalization frozen (it then normalizes by its moving statistics)
   frozen = { shape = { 8 }, classes = 4,
@@ -133,7 +140,8 @@ local function train_case(o)
     name = o.name, tol = o.tol, also = o.also, skip = o.skip,
     run = function(S)
       local m = MODELS[o.model]
-      local x, y = make_data(o.n, m.shape, m.classes)
+      local x, y = make_data(o.n, m.shape, m.classes or 2)
+      if m.target then y = m.target(x) end
       if o.onehot then   -- a categorical loss's labels
         y = y:reshape(o.n, 1):astype("float32"):eq(tensor.arange(m.classes):astype("float32"))
       end
@@ -141,16 +149,18 @@ local function train_case(o)
       if o.shuffle then ds = ds:shuffle(o.n, { seed = 3 }) end
       ds = ds:batch(o.b)
       local batches = -(-o.n // o.b)
-      local model, opt = make_model(S, o.model, o.opt, o.mode == "fit", nil, o.loss and o.loss())
-      local hist
+      local model, opt = make_model(S, o.model, o.opt, o.mode == "fit", o.metrics, o.loss and o.loss())
+      local hist, metric_finals = nil, {}
       if o.mode == "fit" then
         local h = model:fit(ds, { epochs = o.epochs, verbose = 0, steps_per_epoch = batches })
         hist = h.loss
+        for k, v in pairs(h.history) do if k ~= "loss" then metric_finals[k .. "_final"] = v[#v] end end
       else
         hist = custom_loop(S, model, opt, ds, o.epochs, o.global_batch_size)
       end
       check(#hist == o.epochs, "%d epochs of losses, %d expected", #hist, o.epochs)
       local out = { loss_first = hist[1], loss_final = hist[#hist] }
+      for k, v in pairs(metric_finals) do out[k] = v end   -- the metrics' last epoch, as the default strategy's
       out.iterations = opt.iterations      -- compared with the default strategy's, like the weights
       check(hist[#hist] < hist[1], "the loss did not fall (%.4f -> %.4f)", hist[1], hist[#hist])
       -- the weights that do not train (frozen layers', moving statistics): as the default strategy leaves them
@@ -180,6 +190,17 @@ for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional" 
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })
   end
+end
+-- regression: MSE over a sequence's positions; Keras's other regression losses
+-- with its regression metrics (compared too); 240 rows, batch 24, 5 epochs
+add(train_case { name = "fit_seq_mse", model = "seq", opt = "sgd_momentum", mode = "fit", n = 240, b = 24, epochs = 5,
+  also = { "ps", "mw_local" }, loss = function() return losses.MeanSquaredError() end,
+  metrics = { "mae", "root_mean_squared_error" } })
+for _, l in ipairs { { "huber", function() return losses.Huber { delta = 0.5 } end },
+                     { "mae", function() return losses.MeanAbsoluteError() end },
+                     { "log_cosh", function() return losses.LogCosh() end } } do
+  add(train_case { name = "fit_reg_" .. l[1], model = "reg", opt = "adam", mode = "fit", n = 240, b = 24, epochs = 5,
+    also = { "ps", "mw_local" }, loss = l[2], metrics = { "mse", "mape" } })
 end
 -- uneven last batch: 50 rows, batch 16 -> 16, 16, 16, 2 (13 epochs = 52 steps);
 -- tiny last batch: 49 rows -> the last batch has 1 row, fewer than the replicas.

@@ -171,11 +171,12 @@ int main(void) {
         tu_gradcheck("grad sparse cross-entropy of 37 classes", f_xent, NULL, 2, xn, first, 2e-2);
         ld_tensor_release(xw[0]); ld_tensor_release(xw[1]); ld_tensor_release(xn[0]);
     }
-    ld_loss scce_p = {LD_LOSS_SPARSE_CCE, 0, 0, 0};
+    ld_loss scce_p = {.kind = LD_LOSS_SPARSE_CCE};
     ld_tensor *probs = ld_softmax(xe[0]);
     ld_tensor *xp[2] = {probs, xe[1]};
     tu_gradcheck("grad sparse cross-entropy from probabilities", f_loss, &scce_p, 2, xp, first, 3e-2);
-    ld_loss cce = {LD_LOSS_CCE, 1, 0, 0}, bce_l = {LD_LOSS_BCE, 1, 0, 0}, bce_p = {LD_LOSS_BCE, 0, 0, 0}, mse = {LD_LOSS_MSE, 0, 0, 0};
+    ld_loss cce = {.kind = LD_LOSS_CCE, .from_logits = 1}, bce_l = {.kind = LD_LOSS_BCE, .from_logits = 1},
+            bce_p = {.kind = LD_LOSS_BCE}, mse = {.kind = LD_LOSS_MSE};
     ld_tensor *onehot = ld_tensor_zeros(LD_F32, 2, s34, NULL);
     for (int i = 0; i < 3; i++) ld_tensor_set_flat(onehot, i * 4 + labs[i], 1);
     ld_tensor *cc[2] = {tu_rnd(2, s34, -2, 2), onehot};
@@ -188,6 +189,28 @@ int main(void) {
     tu_gradcheck("grad binary cross-entropy from probabilities", f_loss, &bce_p, 2, bp, first, 3e-2);
     ld_tensor *ms[2] = {tu_rnd(2, s34, -2, 2), tu_rnd(2, s34, -2, 2)};
     tu_gradcheck("grad mean squared error", f_loss, &mse, 2, ms, first, 2e-2);
+    /* Keras's other losses: predictions away from their kinks (|e| = delta,
+       1 - t y = 0, the max of categorical hinge), positive where a log needs it */
+    {
+        static const struct { ld_loss_kind k; float lo, hi; const char *what; } rl[] = {
+            {LD_LOSS_MAE, -2, 2, "mean absolute error"}, {LD_LOSS_MAPE, -2, 2, "mean absolute percentage error"},
+            {LD_LOSS_MSLE, 0.1f, 3, "mean squared logarithmic error"}, {LD_LOSS_HUBER, -3, 3, "huber"},
+            {LD_LOSS_LOGCOSH, -2, 2, "log cosh"}, {LD_LOSS_KLD, 0.05f, 0.95f, "kl divergence"},
+            {LD_LOSS_POISSON, 0.1f, 3, "poisson"}, {LD_LOSS_COSINE, -2, 2, "cosine similarity"},
+            {LD_LOSS_HINGE, -2, 2, "hinge"}, {LD_LOSS_SQUARED_HINGE, -2, 2, "squared hinge"},
+            {LD_LOSS_CATEGORICAL_HINGE, -2, 2, "categorical hinge"}};
+        for (size_t i = 0; i < sizeof rl / sizeof *rl; i++) {
+            ld_loss lk = {.kind = rl[i].k, .delta = 1.0f};
+            int hinge = rl[i].k == LD_LOSS_HINGE || rl[i].k == LD_LOSS_SQUARED_HINGE || rl[i].k == LD_LOSS_CATEGORICAL_HINGE;
+            ld_tensor *yt = hinge ? ld_tensor_retain(rl[i].k == LD_LOSS_CATEGORICAL_HINGE ? onehot : bin)
+                                  : tu_rnd(2, s34, rl[i].lo > 0 ? 0.1f : -2, rl[i].lo > 0 ? 0.9f : 2);
+            ld_tensor *in[2] = {tu_rnd(2, s34, rl[i].lo, rl[i].hi), yt};
+            char name[96];
+            snprintf(name, sizeof name, "grad %s", rl[i].what);
+            tu_gradcheck(name, f_loss, &lk, 2, in, first, 3e-2);
+            ld_tensor_release(in[0]); ld_tensor_release(yt);
+        }
+    }
 
     /* forward values against hand-computed references */
     TEST("matmul values") {

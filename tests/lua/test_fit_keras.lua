@@ -374,7 +374,7 @@ T.test("compile, evaluate and predict name an option they do not know", function
   -- Keras's execution knobs change how a step runs, not what it computes
   m:compile { optimizer = "sgd", loss = "sparse_categorical_crossentropy", jit_compile = true, steps_per_execution = 4 }
   T.raises(function() m:evaluate(ds, { batchsize = 4 }) end,
-    "bad argument to 'evaluate' (unknown option 'batchsize'; options: batch_size, sample_weight, steps, verbose)")
+    "bad argument to 'evaluate' (unknown option 'batchsize'; options: batch_size, return_dict, sample_weight, steps, verbose)")
   T.raises(function() m:predict(rows(4, 4), { batch_sizes = 2 }) end,
     "bad argument to 'predict' (unknown option 'batch_sizes'; options: batch_size, steps, verbose)")
   T.eq(m:predict(rows(4, 4), { batch_size = 2 }).shape[1], 4, "predict with its options")

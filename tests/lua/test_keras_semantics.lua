@@ -414,6 +414,70 @@ T.test("label_smoothing as Keras 3.15 (values from keras.losses in the bench ven
   T.near(nn._build_loss(c)(y, p):item(), 0.4777144193649292, 1e-6)
 end)
 
+T.test("Keras's regression and hinge metrics: two updates, the second weighted (Keras 3.15's results)", function()
+  -- m = keras.metrics.<Name>(); m.update_state(t, p); m.update_state(t[:2], p[:2], w[:2]); m.result()
+  local want = {
+    MeanSquaredError = 1.21611106, MeanAbsoluteError = 0.850000083, MeanAbsolutePercentageError = 33333408,
+    MeanSquaredLogarithmicError = 0.181039795, RootMeanSquaredError = 1.10277426, LogCoshError = 0.44216308,
+    CosineSimilarity = 0.707716048, KLDivergence = 0.869926929, Poisson = 1.25552177, Hinge = 1.46111107,
+    SquaredHinge = 3.71166682, CategoricalHinge = 2.23333335,
+  }
+  local yt = tensor.new{ { 0.5, 1.5, -1 }, { 2, 0, 1 }, { 0.2, 0.3, 0.5 } }
+  local yp = tensor.new{ { 1, 1, 0 }, { 0.5, 0.2, 3 }, { 0.3, 0.3, 0.4 } }
+  local ytb = tensor.new{ { 0, 1, 1 }, { 1, 0, 0 }, { 0, 0, 1 } }
+  local w = tensor.new{ 1, 2, 0.5 }
+  for name, v in pairs(want) do
+    local m = metrics[name]()
+    local t = name:match("Hinge") and ytb or (name == "KLDivergence" or name == "Poisson") and yt:abs() or yt
+    local p = (name == "KLDivergence" or name == "Poisson") and yp:abs() + 0.1 or yp
+    m:update_state(t, p)
+    m:update_state(t:slice(0, 0, 2), p:slice(0, 0, 2), w:slice(0, 0, 2))
+    T.near(m:result(), v, 2e-6 * (1 + math.abs(v)), name)
+    m:reset_state()
+    T.eq(m:result(), 0.0, name .. " after reset_state")
+  end
+  -- Keras's default names, and its names in compile
+  T.eq(metrics.LogCoshError().name, "logcosh")
+  T.eq(metrics.RootMeanSquaredError().name, "root_mean_squared_error")
+  T.eq(metrics.MeanAbsoluteError("my_mae").name, "my_mae")
+end)
+
+T.test("regression losses and metrics by Keras's names in compile, fit, evaluate and a saved model", function()
+  tensor.seed(1)
+  local x = tensor.normal(64, 3)
+  local y = x:matmul(tensor.new{ { 1, -1 }, { 0.5, 2 }, { 0, 1 } }) + 0.1
+  local m = nn.Sequential{ nn.Dense(2) }
+  m:compile{ optimizer = optim.SGD{ learning_rate = 0.05 }, loss = "huber",
+             metrics = { "mae", "mse", "root_mean_squared_error", metrics.CosineSimilarity() } }
+  local h = m:fit(x, y, { epochs = 2, batch_size = 16, verbose = 0, validation_data = { x, y } })
+  for _, k in ipairs { "loss", "mae", "mse", "root_mean_squared_error", "cosine_similarity", "val_loss", "val_mae",
+                       "val_mse", "val_root_mean_squared_error", "val_cosine_similarity" } do
+    T.eq(#h.history[k], 2, "history." .. k)
+  end
+  T.near(h.history.val_root_mean_squared_error[2], math.sqrt(h.history.val_mse[2]), 1e-9, "rmse is the root of mse")
+  -- the metrics from the predictions, as a user would compute them
+  local pred = m:predict(x, { verbose = 0 })
+  local r = m:evaluate(x, y, { verbose = 0, return_dict = true })
+  T.near(r.mae, (pred - y):abs():mean():item(), 1e-6, "evaluate's mae")
+  T.near(r.loss, losses.Huber()(y, pred):item(), 1e-6, "evaluate's loss is Huber's")
+  local path = os.tmpname()
+  m:save(path)
+  local m2 = nn.load_model(path)
+  os.remove(path)
+  local r2 = m2:evaluate(x, y, { verbose = 0 })
+  T.near(r2.root_mean_squared_error, r.root_mean_squared_error, 1e-9, "a saved model keeps its metrics")
+  T.near(r2.loss, r.loss, 1e-9, "and its loss")
+  local d = ldist.losses._config(losses.Huber{ delta = 0.25 })
+  T.eq(d.name, "huber_loss")
+  T.near(nn._build_loss(d)(tensor.new{ { 1 } }, tensor.new{ { 2 } }):item(), 0.25 * 1 - 0.5 * 0.0625, 1e-7,
+    "Huber's delta travels with its config")
+  T.raises(function() m:compile{ optimizer = "sgd", loss = "mae", metrics = { "rmse" } } end, "unknown metric rmse")
+  T.raises(function() m:evaluate(x, y, { return_dict = false }) end, "return_dict must be true")
+  T.raises(function() losses.Huber{ delta = -1 } end, "delta must be a positive number")
+  T.raises(function() losses.Huber{ delt = 1 } end, "did you mean 'delta'?")
+  T.raises(function() losses.MeanAbsoluteError{ from_logits = true } end, "unknown option 'from_logits'")
+end)
+
 T.test("a loss's unknown option, or one of Keras's that ldist does not do, is an error naming it", function()
   T.raises(function() losses.SparseCategoricalCrossentropy{ label_smoothing = 0.1 } end,
     "losses.SparseCategoricalCrossentropy: unknown option 'label_smoothing' (it takes from_logits, ignore_class, axis,")

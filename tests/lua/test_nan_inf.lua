@@ -324,11 +324,17 @@ local LOSS_FIXTURES = {
   MeanSquaredError = { "MeanSquaredError" },
   MSE = { "MeanSquaredError" },
 }
+for _, n in ipairs { "MeanAbsoluteError", "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError", "Huber", "LogCosh",
+                     "KLDivergence", "Poisson", "CosineSimilarity", "Hinge", "SquaredHinge", "CategoricalHinge" } do
+  LOSS_FIXTURES[n] = { n }
+end
+LOSS_FIXTURES.MAE, LOSS_FIXTURES.MAPE, LOSS_FIXTURES.MSLE =
+  LOSS_FIXTURES.MeanAbsoluteError, LOSS_FIXTURES.MeanAbsolutePercentageError, LOSS_FIXTURES.MeanSquaredLogarithmicError
 
 local function loss_case(name, dev)
   for _, key in ipairs(LOSS_FIXTURES[name]) do
     local logits = key:match("_logits$") ~= nil
-    local loss = losses[name](key ~= "MeanSquaredError" and { from_logits = logits } or nil)
+    local loss = losses[name](key:match("Crossentropy") and { from_logits = logits } or nil)
     for k, c in ipairs(F.losses[key]) do
       local n = #c.y_pred // c.rows
       local yp = tensor.new(c.y_pred, { device = dev }):reshape(c.rows, n)
@@ -489,6 +495,31 @@ T.test("subnormals: kernels flush them to zero on cpu:0 and cpu:1; Lua's numbers
   local v = tonumber(out:match("[%d.e+-]+"))
   T.ok(v and v > 9e-41 and v < 1.1e-40, "LDIST_DENORMALS=keep: the subnormal product, got " .. out)
   T.ok(out:find("kept", 1, true), "cpu_split().denormals says kept")
+end)
+
+-- Keras's regression, divergence and hinge losses (and MSE) on finite values:
+-- each loss's value, its per-example losses and its gradient with respect to
+-- the predictions, as TF's, on cpu:0 and cpu:1; every loss help lists
+-- besides the cross-entropies has a case
+T.test("the losses' values, per-example losses and gradients equal Keras's on finite values", function()
+  for _, n in ipairs(loss_names) do
+    if not n:match("Crossentropy$") and #n > 4 then T.ok(F.loss_grid[n], "a finite-values case for losses." .. n) end
+  end
+  for key, c in pairs(F.loss_grid) do
+    local cls = key:match("^[^_]+")
+    for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+      local opts = cls == "Huber" and { delta = c.delta[1] } or {}
+      local yt = tensor.new(c.y_true):reshape(5, 3):to(dev)
+      local v = tensor.Variable(tensor.new(c.y_pred):reshape(5, 3):to(dev))
+      local tape = autograd.GradientTape()
+      local val = tape:record(function() return losses[cls](opts)(yt, v) end)
+      local what = ("%s on %s"):format(key, dev)
+      same({ val:item() }, c.value, what .. ": value", 2e-6)
+      opts.reduction = "none"
+      same(losses[cls](opts)(yt, v), c.per, what .. ": per-example losses", 2e-6)
+      same(tape:gradient(val, { v })[1], c.grad, what .. ": gradient", 1e-5)
+    end
+  end
 end)
 
 T.done()

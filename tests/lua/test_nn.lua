@@ -468,7 +468,7 @@ T.test("compile, fit, evaluate and predict on arrays", function()
   local p = m:predict(x)
   T.eq(p.shape[1], 512)
   T.raises(function() m:compile{optimizer = "adagrad", loss = "mse"} end, "unknown optimizer 'adagrad'")
-  T.raises(function() m:compile{loss = "hinge"} end, "unknown loss 'hinge'")
+  T.raises(function() m:compile{loss = "hingee"} end, "unknown loss 'hingee'")
 end)
 
 T.test("weights save and load (safetensors)", function()

@@ -427,9 +427,11 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
       local t0 = ldist.clock()
       -- dense kernels' gradients stay products x^T dy, which the collective
       -- sums over replicas slice by slice (no per-replica gradient to fill)
-      lvs[r], grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss, self._fuse_grads ~= false,
+      local lv
+      lv, grads[r + 1], preds[r] = model:_grads(xs.values[r + 1], ys.values[r + 1], loss, self._fuse_grads ~= false,
         ws and ws.values[r + 1], opt)
-      lvs[r] = C.read_async(lvs[r])
+      lvs[r] = C.read_async(lv)
+      free_now(lv)        -- its copy to the host is queued
       C.set_replica(nil)
       trace_compute(self, r, t0)
     end
@@ -461,6 +463,20 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
   for r = 1, n do
     for _, g in pairs(grads[r] or {}) do free_now(g) end
   end
+  -- So are the step's inputs on the replicas' devices and, when nothing will
+  -- read them (no metrics), its labels and predictions: left to the
+  -- collector, whether they went back to a GPU's cache before the next step
+  -- allocated depended on where the collector's cycle stood, so a script
+  -- with a larger Lua heap saw device allocations (cudaMalloc) in every
+  -- steady step (tests/cuda_emu/run.sh's traces)
+  local nest = ldist._util.nest
+  local function free_parts(v) for r = 1, n do nest.map(v.values[r], free_now) end end
+  free_parts(xs)
+  if want_pred == false then
+    free_parts(ys)
+    if ws then free_parts(ws) end
+    for r = 0, n - 1 do nest.map(preds[r], free_now) end
+  end
   if not self._in_fit then C.host_async(false) end
   if not ok then error(err, 0) end
   local function loss_value()
@@ -468,10 +484,14 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     for r = 0, n - 1 do total = total + lvs[r]:item() end
     return total
   end
+  local host_preds
   local function predictions()   -- a tensor, or a list per output (ldist._util.nest, keras/training.lua)
-    local nest, parts = ldist._util.nest, {}
-    for r = 0, n - 1 do parts[r + 1] = nest.map(preds[r], function(t) return t:cpu() end) end
-    return nest.concat(parts)
+    if host_preds then return host_preds end
+    local parts = {}
+    -- each replica's predictions copied to the host, then given back to its device
+    for r = 0, n - 1 do parts[r + 1] = nest.map(preds[r], function(t) local c = t:cpu(); free_now(t); return c end) end
+    host_preds = nest.concat(parts)
+    return host_preds
   end
   return loss_value, want_pred ~= false and predictions or nil
 end

@@ -331,25 +331,33 @@ local function describe_metrics(ms)
   local out = {}
   for i, m in ipairs(ms or {}) do
     if m.kind and m.correct ~= nil then out[i] = { kind = m.kind, name = m.name }
-    else error(("metric %s cannot be described as data (accuracy metrics can)"):format(tostring(m.name)), 0) end
+    elseif m.class and m._loss then out[i] = { class = m.class, name = m.name }
+    else error(("metric %s cannot be described as data (Keras's built-in metrics can)"):format(tostring(m.name)), 0) end
   end
   return out
 end
 local function build_metrics(d)
   local M, out = ldist.metrics, {}
   for i, m in ipairs(d) do
-    local make = m.kind == "sparse" and M.SparseCategoricalAccuracy or m.kind == "binary" and M.BinaryAccuracy
-      or M.CategoricalAccuracy
+    local make = m.class and M[m.class] or m.kind == "sparse" and M.SparseCategoricalAccuracy
+      or m.kind == "binary" and M.BinaryAccuracy or M.CategoricalAccuracy
     out[i] = make(m.name)
   end
   return out
 end
 local loss_makers = {
   sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
-  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError" }
+  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError",
+  mean_absolute_error = "MeanAbsoluteError", mean_absolute_percentage_error = "MeanAbsolutePercentageError",
+  mean_squared_logarithmic_error = "MeanSquaredLogarithmicError", huber_loss = "Huber", log_cosh = "LogCosh",
+  kl_divergence = "KLDivergence", poisson = "Poisson", cosine_similarity = "CosineSimilarity", hinge = "Hinge",
+  squared_hinge = "SquaredHinge", categorical_hinge = "CategoricalHinge" }
 local function build_loss(d)
-  return ldist.losses[loss_makers[d.name]] { from_logits = d.from_logits, reduction = d.reduction,
-                                             label_smoothing = d.label_smoothing }
+  local class = loss_makers[d.name]
+  if not class then error(("the saved loss '%s' is not one of ldist's losses"):format(tostring(d.name)), 0) end
+  -- from_logits = false is accepted by every loss (older files carry it); the rest only where given
+  return ldist.losses[class] { from_logits = d.from_logits or nil, reduction = d.reduction,
+                               label_smoothing = d.label_smoothing, delta = d.delta }
 end
 local function build_optimizer(d)
   local o = {}

@@ -168,6 +168,68 @@ doc(metrics.SparseCategoricalAccuracy, "metrics.SparseCategoricalAccuracy",
   "acc:update_state(y_true, y_pred), acc:result(), acc:reset_state().")
 doc(metrics.Accuracy, "metrics.Accuracy", "metrics.Accuracy(name): the same as SparseCategoricalAccuracy.")
 
+-- Keras's MeanMetricWrapper metrics: the running (weighted) mean of a
+-- per-example function of (y_true, y_pred), here the unreduced loss of the
+-- same formula (one place for each formula: ld_nn.c's), negated for
+-- CosineSimilarity (the metric is the similarity, the loss its negative).
+-- RootMeanSquaredError is the square root of the mean of the squared errors.
+local Wrap = setmetatable({}, { __index = Mean })
+Wrap.__index = Wrap
+Wrap.__name = "ldist.metrics.MeanMetricWrapper"
+Wrap.__tostring = Mean.__tostring
+Wrap._direction = "down"     -- an error: lower is better
+local WRAPPED = {   -- metric class -> the loss class, its default name, {sign, direction, root}
+  MeanSquaredError = { "MeanSquaredError", "mean_squared_error" },
+  MeanAbsoluteError = { "MeanAbsoluteError", "mean_absolute_error" },
+  MeanAbsolutePercentageError = { "MeanAbsolutePercentageError", "mean_absolute_percentage_error" },
+  MeanSquaredLogarithmicError = { "MeanSquaredLogarithmicError", "mean_squared_logarithmic_error" },
+  RootMeanSquaredError = { "MeanSquaredError", "root_mean_squared_error", root = true },
+  LogCoshError = { "LogCosh", "logcosh" },
+  CosineSimilarity = { "CosineSimilarity", "cosine_similarity", sign = -1, direction = "up" },
+  KLDivergence = { "KLDivergence", "kl_divergence" },
+  Poisson = { "Poisson", "poisson" },
+  Hinge = { "Hinge", "hinge" },
+  SquaredHinge = { "SquaredHinge", "squared_hinge" },
+  CategoricalHinge = { "CategoricalHinge", "categorical_hinge" },
+}
+for class, w in pairs(WRAPPED) do
+  metrics[class] = function(name)
+    if type(name) == "table" then name = name.name end
+    return setmetatable({ name = name or w[2], total = 0.0, count = 0.0, class = class,
+                          _loss = ldist.losses[w[1]] { reduction = "none" }, _sign = w.sign, _root = w.root,
+                          _direction = w.direction }, Wrap)
+  end
+  doc(metrics[class], "metrics." .. class, ("metrics.%s([name])\n\nKeras's %s metric: the running (weighted) mean of %s\n" ..
+    "per example (losses.%s's formula%s), over every batch seen; m:update_state(y_true, y_pred,\n" ..
+    "[sample_weight]), m:result(), m:reset_state(). compile takes it by name too (metrics = {\"%s\"})."):format(
+    class, class, w.root and "the squared error" or w[2]:gsub("_", " "), w[1],
+    w.root and ", then the square root of the mean" or w.sign and ", negated: 1 for the same direction" or "", w[2]))
+end
+function Wrap:update_state(y_true, y_pred, sample_weight)
+  -- computed where the predictions are (a GPU's, a strategy's device): the
+  -- labels (often the host's) go there; only the per-example values come back
+  if not tensor.is_tensor(y_pred) then y_pred = tensor.new(y_pred) end
+  if not tensor.is_tensor(y_true) then y_true = tensor.new(y_true) end
+  if y_true.device ~= y_pred.device then y_true = y_true:to(y_pred.device) end
+  local per = self._loss(y_true, y_pred)
+  if self._sign then per = per * self._sign end
+  Mean.update_state(self, per, sample_weight)
+end
+function Wrap:result()
+  local r = Mean.result(self)
+  return self._root and math.sqrt(r) or r
+end
+-- Keras's names of these metrics in compile (keras.metrics.get)
+local metric_by_name = {
+  mse = "MeanSquaredError", mean_squared_error = "MeanSquaredError", mae = "MeanAbsoluteError",
+  mean_absolute_error = "MeanAbsoluteError", mape = "MeanAbsolutePercentageError",
+  mean_absolute_percentage_error = "MeanAbsolutePercentageError", msle = "MeanSquaredLogarithmicError",
+  mean_squared_logarithmic_error = "MeanSquaredLogarithmicError", root_mean_squared_error = "RootMeanSquaredError",
+  log_cosh_error = "LogCoshError", cosine_similarity = "CosineSimilarity",
+  kl_divergence = "KLDivergence", poisson = "Poisson", hinge = "Hinge",
+  squared_hinge = "SquaredHinge", categorical_hinge = "CategoricalHinge",
+}
+
 -- turn what compile got ("accuracy", a metric object) into metric objects
 local function make_metric(m, loss)
   if type(m) == "table" and m.update_state then return m end
@@ -179,8 +241,9 @@ local function make_metric(m, loss)
   if m == "sparse_categorical_accuracy" then return metrics.SparseCategoricalAccuracy(m) end
   if m == "categorical_accuracy" then return metrics.CategoricalAccuracy(m) end
   if m == "binary_accuracy" then return metrics.BinaryAccuracy(m) end
+  if metric_by_name[m] then return metrics[metric_by_name[m]](m) end
   error(("unknown metric %s (accuracy, sparse_categorical_accuracy, categorical_accuracy, " ..
-    "binary_accuracy, or a metrics.* object)"):format(tostring(m)), 3)
+    "binary_accuracy, mae, mse, mape, msle, root_mean_squared_error, ..., or a metrics.* object)"):format(tostring(m)), 3)
 end
 
 ---------------------------------------------------------------- compile / fit / evaluate / predict
@@ -188,9 +251,20 @@ local loss_by_name = {
   sparse_categorical_crossentropy = function() return ldist.losses.SparseCategoricalCrossentropy() end,
   categorical_crossentropy = function() return ldist.losses.CategoricalCrossentropy() end,
   binary_crossentropy = function() return ldist.losses.BinaryCrossentropy() end,
-  mse = function() return ldist.losses.MeanSquaredError() end,
-  mean_squared_error = function() return ldist.losses.MeanSquaredError() end,
 }
+-- Keras's names for its losses (keras.losses.get)
+for class, names in pairs {
+  MeanSquaredError = { "mse", "MSE", "mean_squared_error" },
+  MeanAbsoluteError = { "mae", "MAE", "mean_absolute_error" },
+  MeanAbsolutePercentageError = { "mape", "MAPE", "mean_absolute_percentage_error" },
+  MeanSquaredLogarithmicError = { "msle", "MSLE", "mean_squared_logarithmic_error" },
+  Huber = { "huber", "huber_loss" }, LogCosh = { "log_cosh", "logcosh" },
+  KLDivergence = { "kld", "KLD", "kl_divergence", "kullback_leibler_divergence" }, Poisson = { "poisson" },
+  CosineSimilarity = { "cosine_similarity" }, Hinge = { "hinge" }, SquaredHinge = { "squared_hinge" },
+  CategoricalHinge = { "categorical_hinge" },
+} do
+  for _, n in ipairs(names) do loss_by_name[n] = function() return ldist.losses[class]() end end
+end
 local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RMSprop" }
 
 ---------------------------------------------------------------- several inputs and outputs
@@ -405,7 +479,7 @@ end
 -- computes: accepted, and ldist's C step loop runs either way
 local compile_options = { optimizer = true, loss = true, loss_weights = true, metrics = true, run_eagerly = true,
   jit_compile = true, steps_per_execution = true, auto_scale_loss = true }
-local evaluate_options = { batch_size = true, sample_weight = true, steps = true, verbose = true }
+local evaluate_options = { batch_size = true, sample_weight = true, steps = true, verbose = true, return_dict = true }
 local predict_options = { batch_size = true, steps = true, verbose = true }
 
 function Model:compile(opts)
@@ -1036,7 +1110,7 @@ doc(Model.fit, "Model:fit",
   "reads validation_steps batches from the start of the validation data (Keras's too).\n" ..
   "Callbacks see Keras's epoch numbers, from 0: on_epoch_begin(epoch), on_epoch_end(epoch, logs).")
 
--- model:evaluate(dataset | x, y, {batch_size=, verbose=, steps=}) -> {loss=, <metric>=}
+-- model:evaluate(dataset | x, y, {batch_size=, verbose=, steps=, return_dict=true}) -> {loss=, <metric>=}
 function Model:evaluate(x, y, opts)
   check_compiled(self, "evaluate")
   if opts == nil and is_options(y) then opts, y = y, nil end
@@ -1045,6 +1119,10 @@ function Model:evaluate(x, y, opts)
   check_steps(opts.steps, "steps", "evaluate", 3)
   check_steps(opts.batch_size, "batch_size", "evaluate", 3)
   check_verbose(opts.verbose, "evaluate", 3)
+  if opts.return_dict ~= nil and opts.return_dict ~= true then
+    error("bad argument to 'evaluate' (return_dict must be true: evaluate returns a table keyed by the names, " ..
+      "Keras's return_dict=True form)", 2)
+  end
   local r = self:_evaluate_batches(as_dataset(x, y, opts, false, "evaluate"), opts.steps)
   if (opts.verbose or 0) ~= 0 then
     local parts = {}

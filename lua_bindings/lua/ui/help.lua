@@ -862,10 +862,18 @@ M["json"] = [[
 JSON text <-> Lua values: json.encode(value), json.decode(text).]]
 M["losses"] = [[
 Keras losses: SparseCategoricalCrossentropy, CategoricalCrossentropy,
-BinaryCrossentropy, MeanSquaredError (MSE); options from_logits=, reduction=.]]
+BinaryCrossentropy, MeanSquaredError (MSE), MeanAbsoluteError (MAE),
+MeanAbsolutePercentageError (MAPE), MeanSquaredLogarithmicError (MSLE), Huber,
+LogCosh, KLDivergence, Poisson, CosineSimilarity, Hinge, SquaredHinge,
+CategoricalHinge; options from_logits=, reduction=. compile takes Keras's
+names too: "mae", "huber", "kld", ...]]
 M["metrics"] = [[
 Keras metrics: Accuracy, SparseCategoricalAccuracy, CategoricalAccuracy,
-BinaryAccuracy, Mean; m:update_state(...), m:result(), m:reset_state().]]
+BinaryAccuracy, Mean, MeanSquaredError, MeanAbsoluteError,
+MeanAbsolutePercentageError, MeanSquaredLogarithmicError, RootMeanSquaredError,
+LogCoshError, CosineSimilarity, KLDivergence, Poisson, Hinge, SquaredHinge,
+CategoricalHinge; m:update_state(...), m:result(), m:reset_state(). compile
+takes Keras's names: metrics = {"mae"} gives history.mae and val_mae.]]
 M["nn"] = [[
 Layers and models, Keras-style: nn.Sequential{...}, nn.Model{inputs=, outputs=},
 nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.
