@@ -97,6 +97,17 @@ LD_EW_FN float ld_ew_unary(ld_unary_op op, float x) {
     case LD_UN_HARD_SIGMOID: return ld_ew_hard_sigmoid(x);
     case LD_UN_HARD_SILU: return x * ld_ew_hard_sigmoid(x);
     case LD_UN_MISH: return x * tanhf(ld_ew_softplus(x));
+    case LD_UN_SIN: return sinf(x);
+    case LD_UN_COS: return cosf(x);
+    case LD_UN_FLOOR: return floorf(x);
+    case LD_UN_CEIL: return ceilf(x);
+    case LD_UN_ROUND: return rintf(x);            /* half to even (the default rounding mode), as tf.round */
+    case LD_UN_SIGN: return x > 0 ? 1.0f : (x < 0 ? -1.0f : x);   /* NaN stays NaN, as TF's */
+    case LD_UN_RECIPROCAL: return 1.0f / x;
+    case LD_UN_LOG1P: return log1pf(x);
+    case LD_UN_EXPM1: return expm1f(x);
+    case LD_UN_RSQRT: return 1.0f / sqrtf(x);
+    case LD_UN_ERF: return erff(x);
     default: return 0;
     }
 }
@@ -104,7 +115,8 @@ LD_EW_FN float ld_ew_unary(ld_unary_op op, float x) {
 /* Which of x and y = f(x) an op's derivative reads (the forward keeps y for
    those that use it; a backend reads neither pointer otherwise). */
 LD_EW_FN int ld_ew_grad_uses_y(ld_unary_op op) {
-    return op == LD_UN_EXP || op == LD_UN_SQRT || op == LD_UN_SIGMOID || op == LD_UN_TANH;
+    return op == LD_UN_EXP || op == LD_UN_SQRT || op == LD_UN_SIGMOID || op == LD_UN_TANH || op == LD_UN_RECIPROCAL ||
+           op == LD_UN_RSQRT;
 }
 LD_EW_FN int ld_ew_grad_uses_x(ld_unary_op op) { return op != LD_UN_NEG && !ld_ew_grad_uses_y(op); }
 
@@ -141,6 +153,16 @@ LD_EW_FN float ld_ew_unary_grad(ld_unary_op op, float dy, float x, float y) {
         float t = tanhf(ld_ew_softplus(x));
         return dy * (t + x * (1.0f - t * t) * ld_ew_sigmoid(x));
     }
+    case LD_UN_SIN: return dy * cosf(x);
+    case LD_UN_COS: return -dy * sinf(x);
+    /* floor, ceil, round and sign are flat: no gradient (TF: None for the
+       first three, zeros for sign), zeros here */
+    case LD_UN_FLOOR: case LD_UN_CEIL: case LD_UN_ROUND: case LD_UN_SIGN: return 0;
+    case LD_UN_RECIPROCAL: return -dy * y * y;   /* TF's ReciprocalGrad */
+    case LD_UN_LOG1P: return dy / (1.0f + x);
+    case LD_UN_EXPM1: return dy * expf(x);
+    case LD_UN_RSQRT: return dy * -0.5f * (y * y * y);   /* TF's RsqrtGrad */
+    case LD_UN_ERF: return dy * 1.12837917f * expf(-x * x);   /* 2 / sqrt(pi) */
     default: return 0;
     }
 }

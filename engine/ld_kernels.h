@@ -103,7 +103,10 @@ typedef struct {
     X(TANH, tanh) X(GELU, gelu) X(SQUARE, square) \
     /* Keras's other activations (keras.activations, their default constants) */ \
     X(ELU, elu) X(SELU, selu) X(SOFTPLUS, softplus) X(SOFTSIGN, softsign) X(SILU, silu) \
-    X(LEAKY_RELU, leaky_relu) X(RELU6, relu6) X(HARD_SIGMOID, hard_sigmoid) X(HARD_SILU, hard_silu) X(MISH, mish)
+    X(LEAKY_RELU, leaky_relu) X(RELU6, relu6) X(HARD_SIGMOID, hard_sigmoid) X(HARD_SILU, hard_silu) X(MISH, mish) \
+    /* TF's math (tf.math: sin, cos, floor, ...) */ \
+    X(SIN, sin) X(COS, cos) X(FLOOR, floor) X(CEIL, ceil) X(ROUND, round) X(SIGN, sign) X(RECIPROCAL, reciprocal) \
+    X(LOG1P, log1p) X(EXPM1, expm1) X(RSQRT, rsqrt) X(ERF, erf)
 
 #define LD_KERNELS(X) \
     /* Strided copy with dtype conversion: dst is contiguous, src described  \

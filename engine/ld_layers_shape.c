@@ -1,5 +1,6 @@
 /* ld_layers_shape.c - Embedding, AveragePooling2D, GlobalAveragePooling2D,
- * Conv1D, and the merging layers Add, Multiply, Concatenate (classes of
+ * Conv1D, and the merging layers Add, Multiply, Subtract, Average, Maximum,
+ * Minimum, Concatenate (classes of
  * ld_nn.h), with Keras 3's arguments, defaults and variables. */
 #include "ld_nn.h"
 #include "ld_ops_index.h"
@@ -263,6 +264,273 @@ const ld_layer_class ld_layer_conv1d = {
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
+/* ================================================================ MaxPooling1D, AveragePooling1D */
+/* sequences [batch, steps, channels] pooled along the steps: the 2-d
+   pooling ops over [batch, steps, 1, channels] (one code path each) */
+enum { P1_SIZE, P1_STRIDES, P1_PADDING };
+static int p1_check(ld_layer *l) {
+    int n;
+    const int64_t *k = ld_p_ints(l, P1_SIZE, NULL), *s = ld_p_ints(l, P1_STRIDES, &n);
+    if (k[0] < 1 || (n && s[0] < 1)) return ld_fail(LD_EARG, "%s pool_size and strides must be positive", l->cls->class_name);
+    return LD_OK;
+}
+static int64_t p1_stride(const ld_layer *l) {   /* strides default to the pool size */
+    int n;
+    const int64_t *s = ld_p_ints(l, P1_STRIDES, &n);
+    return n ? s[0] : ld_p_ints(l, P1_SIZE, NULL)[0];
+}
+static int p1_same(const ld_layer *l) { return !strcmp(ld_p_str(l, P1_PADDING), "same"); }
+static int p1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (in->ndim != 2) {
+        char b[160];
+        return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, channels]; got inputs of shape %s", l->name,
+                       ld_layer_shape_str(in, b, sizeof b));
+    }
+    *out = *in;
+    out->d[0] = ld_layer_out_size(in->d[0], ld_p_ints(l, P1_SIZE, NULL)[0], p1_stride(l), p1_same(l));
+    return LD_OK;
+}
+static ld_tensor *p1_forward(ld_layer *l, ld_tensor *x, int max) {
+    int64_t k = ld_p_ints(l, P1_SIZE, NULL)[0], st = p1_stride(l);
+    int64_t s4[4] = {x->shape[0], x->shape[1], 1, x->shape[2]};
+    ld_tensor *xf = max ? ld_tensor_retain(x) : ld_as_float(x);
+    ld_tensor *x4 = xf ? ld_reshape_op(xf, 4, s4) : NULL;
+    ld_tensor *y4 = !x4 ? NULL : max ? ld_maxpool2d(x4, (int)k, 1, (int)st, 1)
+                                     : ld_avgpool2d(x4, (int)k, 1, (int)st, 1, p1_same(l));
+    ld_tensor *y = NULL;
+    if (y4) {
+        int64_t s3[3] = {y4->shape[0], y4->shape[1], y4->shape[3]};
+        y = ld_reshape_op(y4, 3, s3);
+    }
+    ld_tensor_release(xf); ld_tensor_release(x4); ld_tensor_release(y4);
+    return y;
+}
+static ld_tensor *mp1_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return p1_forward(l, xs[0], 1); }
+static ld_tensor *ap1_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return p1_forward(l, xs[0], 0); }
+const ld_layer_class ld_layer_max_pooling1d = {
+    "MaxPooling1D", "max_pooling1d", "MaxPool1D", {"pool_size"},
+    {LD_PINTS("pool_size", "2", 1), LD_PINTS("strides", "", 1), LD_PSTR("padding", "valid", "valid"), LD_PEND},
+    1, 1, 1u /* any number of steps */, p1_check, p1_build, mp1_forward,
+    "nn.MaxPooling1D(pool_size=2, {strides=pool_size, padding=\"valid\"})\n\n"
+    "Maximum over windows of steps of sequences [batch, steps, channels] (nn.MaxPool1D is the same).", 0};
+const ld_layer_class ld_layer_average_pooling1d = {
+    "AveragePooling1D", "average_pooling1d", "AvgPool1D", {"pool_size"},
+    {LD_PINTS("pool_size", "2", 1), LD_PINTS("strides", "", 1), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
+    1, 1, 1u, p1_check, p1_build, ap1_forward,
+    "nn.AveragePooling1D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
+    "Mean over windows of steps of sequences [batch, steps, channels] (padded steps left out of the mean;\n"
+    "nn.AvgPool1D is the same).", 0};
+
+/* ================================================================ ZeroPadding2D, Cropping2D, UpSampling2D */
+/* padding / cropping: 1 number (every side), 2 (symmetric height, width) or
+   4 (top, bottom, left, right), as Keras's int, (h, w) and ((t, b), (l, r)) */
+enum { PAD_AMOUNT };
+static int sides(const ld_layer *l, int64_t s[4]) {
+    int n;
+    const int64_t *p = ld_p_ints(l, PAD_AMOUNT, &n);
+    if (n == 1) s[0] = s[1] = s[2] = s[3] = p[0];
+    else if (n == 2) { s[0] = s[1] = p[0]; s[2] = s[3] = p[1]; }
+    else if (n == 4) memcpy(s, p, 4 * sizeof *s);
+    else return ld_fail(LD_EARG, "%s takes 1, 2 (height, width) or 4 (top, bottom, left, right) numbers, got %d",
+                        l->cls->class_name, n);
+    for (int i = 0; i < 4; i++)
+        if (s[i] < 0) return ld_fail(LD_EARG, "%s amounts must be 0 or more, got %lld", l->cls->class_name, (long long)s[i]);
+    return LD_OK;
+}
+static int pad_check(ld_layer *l) { int64_t s[4]; return sides(l, s); }
+static int zpad_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int64_t s[4];
+    if (ld_layer_need_image(l, in) || sides(l, s)) return ld_error_status();
+    *out = *in;
+    out->d[0] += s[0] + s[1];
+    out->d[1] += s[2] + s[3];
+    return LD_OK;
+}
+/* x with `before` and `after` zeros along axis (one concatenation: its
+   gradient is the middle block) */
+static ld_tensor *pad_axis(ld_tensor *x, int axis, int64_t before, int64_t after) {
+    if (!before && !after) return ld_tensor_retain(x);
+    ld_tensor *parts[3];
+    int n = 0;
+    int64_t sh[LD_MAX_DIMS];
+    memcpy(sh, x->shape, (size_t)x->ndim * sizeof *sh);
+    ld_tensor *zb = NULL, *za = NULL;
+    if (before) { sh[axis] = before; zb = ld_tensor_zeros(x->dtype, x->ndim, sh, x->storage->device); parts[n++] = zb; }
+    parts[n++] = x;
+    if (after) { sh[axis] = after; za = ld_tensor_zeros(x->dtype, x->ndim, sh, x->storage->device); parts[n++] = za; }
+    ld_tensor *y = (before && !zb) || (after && !za) ? NULL : ld_concat_op(n, parts, axis);
+    ld_tensor_release(zb);
+    ld_tensor_release(za);
+    return y;
+}
+static ld_tensor *zpad_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    int64_t s[4];
+    if (sides(l, s)) return NULL;
+    ld_tensor *h = pad_axis(xs[0], 1, s[0], s[1]), *y = h ? pad_axis(h, 2, s[2], s[3]) : NULL;
+    ld_tensor_release(h);
+    return y;
+}
+const ld_layer_class ld_layer_zero_padding2d = {
+    "ZeroPadding2D", "zero_padding2d", NULL, {"padding"}, {LD_PINTS("padding", "1", 0), LD_PEND},
+    1, 1, 3u, pad_check, zpad_build, zpad_forward,
+    "nn.ZeroPadding2D(padding=1)\n\nZeros around NHWC images: padding n (every side), {h, w}, or {top, bottom, left, right}.", 0};
+
+static int crop_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int64_t s[4];
+    if (ld_layer_need_image(l, in) || sides(l, s)) return ld_error_status();
+    *out = *in;
+    out->d[0] -= s[0] + s[1];
+    out->d[1] -= s[2] + s[3];
+    if (out->d[0] <= 0 || out->d[1] <= 0) {
+        char b[160];
+        return ld_fail(LD_ESHAPE, "%s crops away every row or column of inputs of shape %s", l->name,
+                       ld_layer_shape_str(in, b, sizeof b));
+    }
+    return LD_OK;
+}
+static ld_tensor *crop_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    int64_t s[4];
+    if (sides(l, s)) return NULL;
+    ld_tensor *x = xs[0];
+    int64_t h = x->shape[1] - s[0] - s[1], w = x->shape[2] - s[2] - s[3];
+    if (h <= 0 || w <= 0) {
+        char b[LD_SHAPE_STR_MAX];
+        ld_fail(LD_ESHAPE, "%s crops away every row or column of %s", l->name, ld_shape_str(x, b, sizeof b));
+        return NULL;
+    }
+    ld_tensor *a = ld_slice_op(x, 1, s[0], h), *y = a ? ld_slice_op(a, 2, s[2], w) : NULL;
+    ld_tensor_release(a);
+    return y;
+}
+const ld_layer_class ld_layer_cropping2d = {
+    "Cropping2D", "cropping2d", NULL, {"cropping"}, {LD_PINTS("cropping", "0", 0), LD_PEND},
+    1, 1, 3u, pad_check, crop_build, crop_forward,
+    "nn.Cropping2D(cropping=0)\n\nNHWC images without their borders: cropping n (every side), {h, w}, or\n"
+    "{top, bottom, left, right}.", 0};
+
+/* UpSampling2D (nearest): each row, then each column, repeated (gathers:
+   the gradient adds the copies up) */
+enum { UP_SIZE, UP_INTERP };
+static int up_check(ld_layer *l) {
+    const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
+    if (k[0] < 1 || k[1] < 1) return ld_fail(LD_EARG, "UpSampling2D size must be positive");
+    return LD_OK;
+}
+static int up_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (ld_layer_need_image(l, in)) return ld_error_status();
+    const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
+    *out = *in;
+    out->d[0] *= k[0];
+    out->d[1] *= k[1];
+    return LD_OK;
+}
+static ld_tensor *repeat_axis(ld_tensor *x, int axis, int64_t k) {
+    if (k == 1) return ld_tensor_retain(x);
+    int64_t n = x->shape[axis] * k;
+    ld_tensor *idx = ld_tensor_empty(LD_I64, 1, &n, NULL);
+    if (!idx) return NULL;
+    int64_t *p = ld_tensor_data_unsynced(idx);
+    for (int64_t i = 0; i < n; i++) p[i] = i / k;
+    ld_tensor *y = ld_gather(x, idx, axis);
+    ld_tensor_release(idx);
+    return y;
+}
+static ld_tensor *up_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
+    ld_tensor *xf = ld_as_float(xs[0]);
+    ld_tensor *a = xf ? repeat_axis(xf, 1, k[0]) : NULL, *y = a ? repeat_axis(a, 2, k[1]) : NULL;
+    ld_tensor_release(xf);
+    ld_tensor_release(a);
+    return y;
+}
+const ld_layer_class ld_layer_up_sampling2d = {
+    "UpSampling2D", "up_sampling2d", NULL, {"size"},
+    {LD_PINTS("size", "2", 2), LD_PSTR("interpolation", "nearest", "nearest"), LD_PEND},
+    1, 1, 3u, up_check, up_build, up_forward,
+    "nn.UpSampling2D(size=2, {interpolation=\"nearest\"})\n\nNHWC images enlarged by repeating each row size[1] times and each column size[2] times.", 0};
+
+/* ================================================================ RepeatVector, Permute */
+enum { REP_N };
+static int rep_check(ld_layer *l) {
+    if (ld_p_int(l, REP_N) < 1) return ld_fail(LD_EARG, "RepeatVector n must be positive");
+    return LD_OK;
+}
+static int rep_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (in->ndim != 1) {
+        char b[160];
+        return ld_fail(LD_ESHAPE, "%s needs vectors [batch, features]; got inputs of shape %s", l->name,
+                       ld_layer_shape_str(in, b, sizeof b));
+    }
+    out->ndim = 2;
+    out->d[0] = ld_p_int(l, REP_N);
+    out->d[1] = in->d[0];
+    return LD_OK;
+}
+static ld_tensor *rep_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *x = xs[0];
+    int64_t s3[3] = {x->shape[0], 1, x->shape[1]};
+    ld_tensor *xf = ld_as_float(x), *x3 = xf ? ld_reshape_op(xf, 3, s3) : NULL;
+    ld_tensor *y = x3 ? repeat_axis(x3, 1, ld_p_int(l, REP_N)) : NULL;
+    ld_tensor_release(xf);
+    ld_tensor_release(x3);
+    return y;
+}
+const ld_layer_class ld_layer_repeat_vector = {
+    "RepeatVector", "repeat_vector", NULL, {"n"}, {LD_PINT("n", NULL), LD_PEND},
+    1, 1, 0, rep_check, rep_build, rep_forward,
+    "nn.RepeatVector(n)\n\n[batch, features] -> [batch, n, features]: each vector n times (an encoder's state for a decoder).", 0};
+
+/* Permute(dims): the axes after the batch reordered, dims counting them from 1
+   (Keras's); the swaps that put each axis in place, on the tape */
+enum { PERM_DIMS };
+static int perm_check(ld_layer *l) {
+    int n, seen[LD_MAX_DIMS + 1] = {0};
+    const int64_t *d = ld_p_ints(l, PERM_DIMS, &n);
+    for (int i = 0; i < n; i++) {
+        if (d[i] < 1 || d[i] > n || seen[d[i]]++)
+            return ld_fail(LD_EARG, "Permute dims must order the axes 1..%d (the batch axis stays first), each once", n);
+    }
+    return LD_OK;
+}
+static int perm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int n;
+    const int64_t *d = ld_p_ints(l, PERM_DIMS, &n);
+    if (n != in->ndim) {
+        char b[160];
+        return ld_fail(LD_ESHAPE, "%s orders %d axes, but its inputs %s have %d after the batch", l->name, n,
+                       ld_layer_shape_str(in, b, sizeof b), in->ndim);
+    }
+    out->ndim = n;
+    for (int i = 0; i < n; i++) out->d[i] = in->d[d[i] - 1];
+    return LD_OK;
+}
+static ld_tensor *perm_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    int n;
+    const int64_t *d = ld_p_ints(l, PERM_DIMS, &n);
+    int at[LD_MAX_DIMS + 1], where[LD_MAX_DIMS + 1];   /* at[pos] = the input axis there; where = its inverse */
+    for (int i = 0; i <= n; i++) at[i] = where[i] = i;
+    ld_tensor *cur = ld_tensor_retain(xs[0]);
+    for (int i = 1; i <= n && cur; i++) {
+        int want = (int)d[i - 1], j = where[want];
+        if (j == i) continue;
+        ld_tensor *t = ld_transpose_op(cur, i, j);
+        ld_tensor_release(cur);
+        cur = t;
+        int ai = at[i];
+        at[i] = want; at[j] = ai;
+        where[want] = i; where[ai] = j;
+    }
+    if (!cur) return NULL;
+    ld_tensor *y = ld_ops_contig(cur);   /* recorded: the gradient reaches the view's source */
+    ld_tensor_release(cur);
+    return y;
+}
+const ld_layer_class ld_layer_permute = {
+    "Permute", "permute", NULL, {"dims"}, {LD_PINTS("dims", NULL, 0), LD_PEND},
+    1, 1, 0, perm_check, perm_build, perm_forward,
+    "nn.Permute{dims}\n\nThe axes after the batch reordered, numbered from 1 as Keras's: nn.Permute{2, 1} swaps\n"
+    "[batch, steps, features] to [batch, features, steps].", 0};
+
 /* ================================================================ merging: Add, Multiply, Concatenate */
 /* inputs equal on every axis but `skip` (an axis after the batch, -1: none) */
 static int merge_shapes(const ld_layer *l, int n, const ld_shape *in, int skip, const char *what) {
@@ -315,6 +583,19 @@ static ld_tensor *elementwise(ld_layer *l, int n, ld_tensor *const *xs, ld_tenso
 }
 static ld_tensor *add_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_add); }
 static ld_tensor *mul_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_mul); }
+static ld_tensor *sub_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_sub); }
+static ld_tensor *max_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_maximum); }
+static ld_tensor *min_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return elementwise(l, n, xs, ld_minimum); }
+/* Keras's Average: the sum, divided by the count (a division, as Keras's) */
+static ld_tensor *avg_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) {
+    ld_tensor *sum = elementwise(l, n, xs, ld_add);
+    if (!sum) return NULL;
+    ld_tensor *cnt = ld_tensor_full(sum->dtype, 0, NULL, (double)n, sum->storage->device);
+    ld_tensor *y = cnt ? ld_div(sum, cnt) : NULL;
+    ld_tensor_release(sum);
+    ld_tensor_release(cnt);
+    return y;
+}
 const ld_layer_class ld_layer_add = {
     "Add", "add", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u /* the inputs agree with each other (checked in forward) */, NULL, elementwise_build,
@@ -323,6 +604,24 @@ const ld_layer_class ld_layer_multiply = {
     "Multiply", "multiply", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
     mul_forward, "nn.Multiply()\n\nlayer({x1, x2, ...}): the elementwise product of 2 to 8 inputs of the same shape.", 0};
+const ld_layer_class ld_layer_subtract = {
+    "Subtract", "subtract", NULL, {NULL}, {LD_PEND},
+    2, 2, ~0u, NULL, elementwise_build,
+    sub_forward, "nn.Subtract()\n\nlayer({x1, x2}): x1 - x2, for two inputs of the same shape.", 0};
+const ld_layer_class ld_layer_average = {
+    "Average", "average", NULL, {NULL}, {LD_PEND},
+    2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
+    avg_forward, "nn.Average()\n\nlayer({x1, x2, ...}): the elementwise mean of 2 to 8 inputs of the same shape.", 0};
+const ld_layer_class ld_layer_maximum = {
+    "Maximum", "maximum", NULL, {NULL}, {LD_PEND},
+    2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
+    max_forward, "nn.Maximum()\n\nlayer({x1, x2, ...}): the elementwise maximum of 2 to 8 inputs of the same shape\n"
+    "(the gradient goes to the first of equal inputs, as TF's).", 0};
+const ld_layer_class ld_layer_minimum = {
+    "Minimum", "minimum", NULL, {NULL}, {LD_PEND},
+    2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
+    min_forward, "nn.Minimum()\n\nlayer({x1, x2, ...}): the elementwise minimum of 2 to 8 inputs of the same shape\n"
+    "(the gradient goes to the first of equal inputs, as TF's).", 0};
 
 enum { CAT_AXIS };
 /* the axis counted with the batch (1..ndim), or -1 after ld_fail */

@@ -199,7 +199,8 @@ struct ld_layer {
     X(global_average_pooling2d) X(conv1d) X(add) X(multiply) X(concatenate) \
     X(multi_head_attention) X(lstm) X(gru) X(rescaling) X(softmax) X(global_max_pooling2d) \
     X(global_average_pooling1d) X(global_max_pooling1d) X(simple_rnn) X(leaky_relu) X(elu) X(p_re_lu) \
-    X(bidirectional)
+    X(bidirectional) X(subtract) X(average) X(maximum) X(minimum) X(max_pooling1d) X(average_pooling1d) \
+    X(zero_padding2d) X(cropping2d) X(up_sampling2d) X(repeat_vector) X(permute)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE

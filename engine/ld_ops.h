@@ -141,6 +141,11 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
    drop what one device would. */
 ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng);
 
+/* ld_contiguous that keeps the graph: a copy of a strided view that needs a
+   gradient is recorded, so the gradient reaches the view's source. NULL
+   stays NULL. */
+ld_tensor *ld_ops_contig(ld_tensor *x);
+
 /* Differentiable views (record on the tape, unlike the plain views). */
 ld_tensor *ld_reshape_op(ld_tensor *x, int ndim, const int64_t *shape);
 ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1);

@@ -19,11 +19,6 @@
    (ld_alloc_stream_ordered). Anything the host writes is ld_tensor_empty. */
 ld_tensor *ld_ops_out_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);
 
-/* ld_contiguous that keeps the graph: a copy of a strided view that needs a
-   gradient is recorded, so the gradient reaches the view's source. NULL
-   stays NULL. */
-ld_tensor *ld_ops_contig(ld_tensor *x);
-
 /* LD_EDEVICE (with the message "<op>: tensors are on A and B; move one with
    :to()") unless a and b are on the same device */
 int ld_check_same_device(const ld_tensor *a, const ld_tensor *b, const char *op);

@@ -684,6 +684,17 @@ static const char *const un_docs[LD_UN_COUNT] = {
     [LD_UN_HARD_SIGMOID] = "t:hard_sigmoid()\n\nKeras's hard_sigmoid: clip(t / 6 + 0.5, 0, 1).",
     [LD_UN_HARD_SILU] = "t:hard_silu()\n\nt * hard_sigmoid(t) (Keras's hard_silu, also named hard_swish).",
     [LD_UN_MISH] = "t:mish()\n\nt * tanh(softplus(t)).",
+    [LD_UN_SIN] = "t:sin()\n\nElementwise sine (radians): tf.sin.",
+    [LD_UN_COS] = "t:cos()\n\nElementwise cosine (radians): tf.cos.",
+    [LD_UN_FLOOR] = "t:floor()\n\nThe largest integer value not above each element (float32): tf.floor. No gradient (zeros).",
+    [LD_UN_CEIL] = "t:ceil()\n\nThe smallest integer value not below each element (float32): tf.math.ceil. No gradient (zeros).",
+    [LD_UN_ROUND] = "t:round()\n\nEach element to the nearest integer value, halves to even (2.5 -> 2), as tf.round.\nNo gradient (zeros).",
+    [LD_UN_SIGN] = "t:sign()\n\n1, -1 or 0 by each element's sign (NaN stays NaN): tf.sign. Its gradient is zeros.",
+    [LD_UN_RECIPROCAL] = "t:reciprocal()\n\n1 / t elementwise: tf.math.reciprocal.",
+    [LD_UN_LOG1P] = "t:log1p()\n\nlog(1 + t), accurate for small t: tf.math.log1p.",
+    [LD_UN_EXPM1] = "t:expm1()\n\nexp(t) - 1, accurate for small t: tf.math.expm1.",
+    [LD_UN_RSQRT] = "t:rsqrt()\n\n1 / sqrt(t) elementwise: tf.math.rsqrt.",
+    [LD_UN_ERF] = "t:erf()\n\nThe error function, elementwise: tf.math.erf.",
 };
 
 /* tensor.binary_ops / tensor.unary_ops: the names, in the engine's order, for

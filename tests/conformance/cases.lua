@@ -47,6 +47,22 @@ local MODELS = {
   -- sequences of 6 steps through Keras's Bidirectional(LSTM), then a Dense
   bidirectional = { shape = { 6, 4 }, classes = 4,
     make = function() return nn.Sequential { nn.Bidirectional(nn.LSTM(5)), nn.Dense(4) } end },
+  -- a sequence of 8 steps: Conv1D, the two 1-d poolings, Subtract and Average of two branches
+  pool1d = { shape = { 8, 3 }, classes = 4,
+    make = function()
+      local x = nn.Input { shape = { 8, 3 } }
+      local h = nn.Conv1D(4, 3, { activation = "relu", padding = "same" })(x)
+      local a, b = nn.MaxPooling1D(2)(h), nn.AveragePooling1D(2)(h)
+      local m = nn.Average() { nn.Subtract() { a, b }, nn.Maximum() { a, b } }
+      return nn.Model { inputs = x, outputs = nn.Dense(4)(nn.Flatten()(m)) }
+    end },
+  -- images padded, convolved, enlarged, cropped and permuted; a vector repeated
+  reshape = { shape = { 6, 6, 1 }, classes = 3,
+    make = function()
+      return nn.Sequential { nn.ZeroPadding2D(1), nn.Conv2D(2, 3, { activation = "tanh" }), nn.UpSampling2D(2),
+        nn.Cropping2D { 2, 1, 0, 3 }, nn.Permute { 3, 1, 2 }, nn.Flatten(), nn.Dense(6, "tanh"), nn.RepeatVector(2),
+        nn.Flatten(), nn.Dense(3) }
+    end },
   -- regression of a sequence: a Dense over each of 6 steps, targets [batch, 6, 2]
   -- (a loss of several positions per row, divided by the global batch's positions)
   seq = { shape = { 6, 4 }, target = function(x) return x:slice(2, 0, 2):tanh() end,
@@ -184,8 +200,9 @@ end
 add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_momentum", mode = "fit", n = 240, b = 24,
   epochs = 5, also = { "ps", "mw_local" }, onehot = true,
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
--- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers
-for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional" } do
+-- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
+-- 1-d pooling and merging layers
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -404,4 +404,28 @@ T.test("GlobalMaxPooling2D, GlobalAveragePooling1D and GlobalMaxPooling1D, as Ke
   end
 end)
 
+T.test("Keras's shape layers and merges name what is wrong (values: the Keras fixtures)", function()
+  T.raises(function() return nn.ZeroPadding2D { 1, 2, 3 } end, "takes 1, 2 (height, width) or 4 (top, bottom, left, right) numbers, got 3")
+  T.raises(function() return nn.Cropping2D(-1) end, "amounts must be 0 or more")
+  T.raises(function() return nn.Cropping2D(2)(tensor.ones(1, 4, 4, 1)) end, "crops away every row or column")
+  T.raises(function() return nn.ZeroPadding2D(1)(tensor.ones(2, 4, 4)) end,
+    "needs images [batch, height, width, channels]; got inputs of shape batchx4x4 (one channel: add a channel axis with nn.Reshape{4, 4, 1})")
+  T.raises(function() return nn.Permute { 1, 1 } end, "Permute dims must order the axes 1..2")
+  T.raises(function() return nn.Permute { 2, 1 }(tensor.ones(2, 3, 4, 5)) end, "orders 2 axes, but its inputs batchx3x4x5 have 3")
+  T.raises(function() return nn.RepeatVector(2)(tensor.ones(2, 3, 4)) end, "needs vectors [batch, features]")
+  T.raises(function() return nn.MaxPooling1D(2)(tensor.ones(2, 3)) end, "needs sequences [batch, steps, channels]")
+  T.raises(function() return nn.MaxPooling1D(2, { padding = "same" }) end, "padding")
+  T.raises(function() return nn.Subtract() { tensor.ones(2, 3), tensor.ones(2, 3), tensor.ones(2, 3) } end, "takes 2 inputs, got 3")
+  T.raises(function() return nn.Average() { tensor.ones(2, 3), tensor.ones(2, 4) } end, "needs inputs of the same shape")
+  -- configs round-trip
+  for _, l in ipairs { nn.ZeroPadding2D { 1, 2 }, nn.Cropping2D { 1, 0, 2, 1 }, nn.UpSampling2D { 2, 3 }, nn.RepeatVector(4),
+                       nn.Permute { 2, 1 }, nn.MaxPooling1D(3, { strides = 1 }), nn.AveragePooling1D(2, { padding = "same" }),
+                       nn.Subtract(), nn.Average(), nn.Maximum(), nn.Minimum() } do
+    local c = l:get_config()
+    local l2 = nn.layer_from_config { class_name = l.class_name, config = c }
+    T.eq(ldist.json.encode(l2:get_config()):gsub('"name":"[^"]*",?', ""), ldist.json.encode(c):gsub('"name":"[^"]*",?', ""),
+      l.class_name .. " config")
+  end
+end)
+
 T.done()

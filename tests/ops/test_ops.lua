@@ -181,7 +181,7 @@ end)
 ---------------------------------------------------------------- unary and derivatives
 local unary = tensor.unary_ops
 local function unary_input(op, n)
-  if op == "log" or op == "sqrt" then return U(0.1, 3, n) end
+  if op == "log" or op == "sqrt" or op == "rsqrt" or op == "log1p" or op == "reciprocal" then return U(0.1, 3, n) end
   return tensor.normal(n) * 2
 end
 
