@@ -151,21 +151,16 @@ static int pool_check(ld_layer *l) {
     if (k[0] < 1 || k[1] < 1 || (n && (s[0] < 1 || s[1] < 1))) return ld_fail(LD_EARG, "MaxPool2D sizes must be positive");
     return LD_OK;
 }
-static const int64_t *pool_strides(const ld_layer *l) {   /* strides default to the pool size */
-    int n;
-    const int64_t *s = ld_p_ints(l, POOL_STRIDES, &n);
-    return n ? s : ld_p_ints(l, POOL_SIZE, NULL);
-}
 static int pool_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (ld_layer_need_image(l, in)) return ld_error_status();
-    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = pool_strides(l);
+    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = ld_layer_pool_strides(l, POOL_SIZE, POOL_STRIDES);
     *out = *in;
     out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], 0);
     out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], 0);
     return LD_OK;
 }
 static ld_tensor *pool_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
-    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = pool_strides(l);
+    const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = ld_layer_pool_strides(l, POOL_SIZE, POOL_STRIDES);
     return ld_maxpool2d(x[0], (int)k[0], (int)k[1], (int)s[0], (int)s[1]);
 }
 const ld_layer_class ld_layer_max_pooling2d = {
@@ -185,7 +180,8 @@ const ld_layer_class ld_layer_max_pooling2d = {
 static ld_tensor *conv_pool_forward(ld_layer *a, void *ctx, ld_tensor *const *x, int training) {
     ld_layer *b = ctx;
     ld_activation act = ld_p_activation(a, CONV_ACT);
-    const int64_t *s = ld_p_ints(a, CONV_STRIDES, NULL), *pk = ld_p_ints(b, POOL_SIZE, NULL), *ps = pool_strides(b);
+    const int64_t *s = ld_p_ints(a, CONV_STRIDES, NULL), *pk = ld_p_ints(b, POOL_SIZE, NULL),
+                  *ps = ld_layer_pool_strides(b, POOL_SIZE, POOL_STRIDES);
     return ld_conv2d_pool(x[0], ld_var(a->vars[0]), ld_p_int(a, CONV_BIAS) ? ld_var(a->vars[1]) : NULL,
                           act == LD_ACT_RELU, (int)s[0], (int)s[1], !strcmp(ld_p_str(a, CONV_PADDING), "same"),
                           (int)pk[0], (int)pk[1], (int)ps[0], (int)ps[1]);

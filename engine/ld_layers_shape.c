@@ -84,14 +84,9 @@ static int ap_check(ld_layer *l) {
         return ld_fail(LD_EARG, "AveragePooling2D pool_size and strides must be positive");
     return LD_OK;
 }
-static const int64_t *ap_strides(const ld_layer *l) {   /* strides default to the pool size */
-    int n;
-    const int64_t *s = ld_p_ints(l, AP_STRIDES, &n);
-    return n ? s : ld_p_ints(l, AP_SIZE, NULL);
-}
 static int ap_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (ld_layer_need_image(l, in)) return ld_error_status();
-    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ap_strides(l);
+    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ld_layer_pool_strides(l, AP_SIZE, AP_STRIDES);
     int same = !strcmp(ld_p_str(l, AP_PADDING), "same");
     *out = *in;
     out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], same);
@@ -99,7 +94,7 @@ static int ap_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     return LD_OK;
 }
 static ld_tensor *ap_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ap_strides(l);
+    const int64_t *k = ld_p_ints(l, AP_SIZE, NULL), *s = ld_layer_pool_strides(l, AP_SIZE, AP_STRIDES);
     ld_tensor *xf = ld_as_float(xs[0]);
     ld_tensor *y = xf ? ld_avgpool2d(xf, (int)k[0], (int)k[1], (int)s[0], (int)s[1],
                                      !strcmp(ld_p_str(l, AP_PADDING), "same")) : NULL;
@@ -274,11 +269,6 @@ static int p1_check(ld_layer *l) {
     if (k[0] < 1 || (n && s[0] < 1)) return ld_fail(LD_EARG, "%s pool_size and strides must be positive", l->cls->class_name);
     return LD_OK;
 }
-static int64_t p1_stride(const ld_layer *l) {   /* strides default to the pool size */
-    int n;
-    const int64_t *s = ld_p_ints(l, P1_STRIDES, &n);
-    return n ? s[0] : ld_p_ints(l, P1_SIZE, NULL)[0];
-}
 static int p1_same(const ld_layer *l) { return !strcmp(ld_p_str(l, P1_PADDING), "same"); }
 static int p1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (in->ndim != 2) {
@@ -287,11 +277,11 @@ static int p1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
                        ld_layer_shape_str(in, b, sizeof b));
     }
     *out = *in;
-    out->d[0] = ld_layer_out_size(in->d[0], ld_p_ints(l, P1_SIZE, NULL)[0], p1_stride(l), p1_same(l));
+    out->d[0] = ld_layer_out_size(in->d[0], ld_p_ints(l, P1_SIZE, NULL)[0], ld_layer_pool_strides(l, P1_SIZE, P1_STRIDES)[0], p1_same(l));
     return LD_OK;
 }
 static ld_tensor *p1_forward(ld_layer *l, ld_tensor *x, int max) {
-    int64_t k = ld_p_ints(l, P1_SIZE, NULL)[0], st = p1_stride(l);
+    int64_t k = ld_p_ints(l, P1_SIZE, NULL)[0], st = ld_layer_pool_strides(l, P1_SIZE, P1_STRIDES)[0];
     int64_t s4[4] = {x->shape[0], x->shape[1], 1, x->shape[2]};
     ld_tensor *xf = max ? ld_tensor_retain(x) : ld_as_float(x);
     ld_tensor *x4 = xf ? ld_reshape_op(xf, 4, s4) : NULL;

@@ -389,6 +389,12 @@ int ld_layer_need_image(const ld_layer *l, const ld_shape *in) {
     return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got inputs of shape %s", l->name, b);
 }
 
+const int64_t *ld_layer_pool_strides(const ld_layer *l, int size_i, int strides_i) {
+    int n;
+    const int64_t *s = ld_p_ints(l, strides_i, &n);
+    return n ? s : ld_p_ints(l, size_i, NULL);
+}
+
 int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same) {
     if (same) return in / s + (in % s != 0);       /* ceil(in / s), without in + s - 1 passing int64 */
     return in < k ? 0 : (in - k) / s + 1;
@@ -751,7 +757,7 @@ static ld_tensor *keep(loss_tmp *k, ld_tensor *t) {
     if (!t || k->n == 32) { ld_tensor_release(t); k->bad = 1; return NULL; }
     return k->t[k->n++] = t;
 }
-#define K(expr) (k.bad ? NULL : keep(&k, (expr)))
+#define K(expr) (kp->bad ? NULL : keep(kp, (expr)))
 #define KEPS 1e-7f    /* keras.backend.epsilon() */
 
 static ld_tensor *scalar_on(float v, const ld_tensor *like) { return ld_tensor_scalar(v, like->storage->device); }
@@ -760,25 +766,20 @@ static ld_tensor *scalar_on(float v, const ld_tensor *like) { return ld_tensor_s
    1 (2y - 1); others stay. The test is a tensor (where's condition), so no
    value is read back from a device that queues. */
 static ld_tensor *hinge_labels(loss_tmp *kp, ld_tensor *yt) {
-    loss_tmp k = *kp;
-    ld_tensor *r = NULL;
-    if (ld_tensor_numel(yt) == 0) r = K(ld_tensor_retain(yt));
-    else {
-        ld_tensor *zero = K(scalar_on(0, yt)), *one = K(scalar_on(1, yt));
-        ld_tensor *b = K(ld_add(K(ld_binary(LD_BIN_EQ, yt, zero)), K(ld_binary(LD_BIN_EQ, yt, one))));
-        ld_tensor *all = K(ld_min(b, LD_ALL_AXES, 0));
-        r = K(ld_where(all, K(ld_add_scalar(K(ld_mul_scalar(yt, 2.0f)), -1.0f)), yt));
-    }
-    *kp = k;
-    return r;
+    if (ld_tensor_numel(yt) == 0) return yt;
+    ld_tensor *zero = K(scalar_on(0, yt)), *one = K(scalar_on(1, yt));
+    ld_tensor *b = K(ld_add(K(ld_binary(LD_BIN_EQ, yt, zero)), K(ld_binary(LD_BIN_EQ, yt, one))));
+    ld_tensor *all = K(ld_min(b, LD_ALL_AXES, 0));
+    return K(ld_where(all, K(ld_add_scalar(K(ld_mul_scalar(yt, 2.0f)), -1.0f)), yt));
 }
 
-/* per-example losses of the kinds above: yt (float32, y_pred's shape) and yp */
+/* per-example losses of MSE and the kinds above: yt (float32, y_pred's shape) and yp */
 static ld_tensor *regression_loss(const ld_loss *l, ld_tensor *yt, ld_tensor *yp) {
-    loss_tmp k = {{0}, 0, 0};
+    loss_tmp k = {{0}, 0, 0}, *kp = &k;
     ld_tensor *e = NULL, *per = NULL;
     int sum_last = 0;
     switch (l->kind) {
+    case LD_LOSS_MSE: e = K(ld_unary(LD_UN_SQUARE, K(ld_sub(yp, yt)))); break;
     case LD_LOSS_MAE: e = K(ld_unary(LD_UN_ABS, K(ld_sub(yp, yt)))); break;
     case LD_LOSS_MAPE: {
         ld_tensor *den = K(ld_maximum(K(ld_unary(LD_UN_ABS, yt)), K(scalar_on(KEPS, yt))));
@@ -826,7 +827,7 @@ static ld_tensor *regression_loss(const ld_loss *l, ld_tensor *yt, ld_tensor *yp
         break;
     }
     case LD_LOSS_HINGE: case LD_LOSS_SQUARED_HINGE: {
-        ld_tensor *t = hinge_labels(&k, yt);
+        ld_tensor *t = hinge_labels(kp, yt);
         ld_tensor *h = K(ld_maximum(K(ld_add_scalar(K(ld_neg(K(ld_mul(t, yp)))), 1.0f)), K(scalar_on(0, yp))));
         e = l->kind == LD_LOSS_HINGE ? h : K(ld_unary(LD_UN_SQUARE, h));
         break;
@@ -997,29 +998,17 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         TRY(per = ld_mean(t1, -1, 0));
         break;
     }
-    case LD_LOSS_MAE: case LD_LOSS_MAPE: case LD_LOSS_MSLE: case LD_LOSS_HUBER: case LD_LOSS_LOGCOSH:
+    case LD_LOSS_MSE: case LD_LOSS_MAE: case LD_LOSS_MAPE: case LD_LOSS_MSLE: case LD_LOSS_HUBER: case LD_LOSS_LOGCOSH:
     case LD_LOSS_KLD: case LD_LOSS_POISSON: case LD_LOSS_COSINE: case LD_LOSS_HINGE: case LD_LOSS_SQUARED_HINGE:
-    case LD_LOSS_CATEGORICAL_HINGE: {
+    case LD_LOSS_CATEGORICAL_HINGE:
         if (!ld_same_shape(y_true, y_pred)) {
             if (ld_tensor_numel(y_true) != ld_tensor_numel(y_pred)) goto shape;
-            TRY(t1 = ld_reshape(y_true, y_pred->ndim, y_pred->shape));
+            TRY(t1 = ld_reshape(y_true, y_pred->ndim, y_pred->shape));   /* [batch] labels of [batch, 1] */
         } else t1 = ld_tensor_retain(y_true);
         TRY(yt = ld_as_float(t1));
         TRY(per = regression_loss(l, yt, y_pred));
         break;
-    }
     case LD_LOSS_COUNT: ld_fail(LD_EINTERNAL, "no such loss"); goto fail;
-    case LD_LOSS_MSE: {
-        if (!ld_same_shape(y_true, y_pred)) {
-            if (ld_tensor_numel(y_true) != ld_tensor_numel(y_pred)) goto shape;
-            TRY(yt = ld_reshape(y_true, y_pred->ndim, y_pred->shape));
-        } else yt = ld_tensor_retain(y_true);
-        TRY(t1 = ld_sub(y_pred, yt));
-        TRY(t2 = ld_unary(LD_UN_SQUARE, t1));
-        if (t2->ndim >= 1) TRY(per = ld_mean(t2, -1, 0));
-        else per = ld_tensor_retain(t2);
-        break;
-    }
     }
     out = ld_loss_reduce(l, per);
 fail:

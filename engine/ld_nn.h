@@ -237,6 +237,9 @@ const char *ld_layer_shape_str(const ld_shape *s, char *buf, size_t n);
 int ld_layer_need_image(const ld_layer *l, const ld_shape *in);
 /* the output size of one spatial axis, valid or same padding (TF's rules) */
 int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same);
+/* a pooling layer's strides: its parameter strides_i, or its pool size
+   (parameter size_i) when none were given, as Keras's strides=None */
+const int64_t *ld_layer_pool_strides(const ld_layer *l, int size_i, int strides_i);
 
 /* Variables, in build: init as Keras's initializers */
 typedef enum { LD_INIT_ZEROS = 0, LD_INIT_ONES, LD_INIT_GLOROT_UNIFORM, LD_INIT_UNIFORM, LD_INIT_ORTHOGONAL } ld_init_kind;

@@ -1633,6 +1633,13 @@ int lb_open_losses(lua_State *L) {
         {"CosineSimilarity", loss_cosine}, {"Hinge", loss_hinge}, {"SquaredHinge", loss_squared_hinge},
         {"CategoricalHinge", loss_categorical_hinge}, {"_config", loss_config}, {NULL, NULL}};
     luaL_newlib(L, f);
+    /* losses._classes: a saved config's name -> the class that makes it again (nn._build_loss) */
+    lua_createtable(L, 0, LD_LOSS_COUNT);
+    for (int k = 0; k < LD_LOSS_COUNT; k++) {
+        lua_pushstring(L, loss_class[k]);
+        lua_setfield(L, -2, ld_loss_name((ld_loss_kind)k));
+    }
+    lua_setfield(L, -2, "_classes");
     lb_set_docs(L, "losses.", loss_docs);
     return 1;
 }

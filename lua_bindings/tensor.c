@@ -607,16 +607,23 @@ static int t_len(lua_State *L) {
 }
 
 /* ---- arithmetic ---- */
+/* The dtype a number (or table) at idx takes beside a tensor t: a Lua
+   integer with an integer tensor takes its dtype (int64 * 2 stays int64, as
+   in TF), a number with a float16/bfloat16 tensor its half dtype (x * 0.5
+   stays bfloat16, as in TF), else float32. Beside no tensor (t NULL): int64
+   when it and the value at `other` (0: none) are integers, else float32
+   (tensor.where(c, 1, 2)); binop passes other = -1 for float32 there. */
+static ld_dtype number_dtype(lua_State *L, int idx, const ld_tensor *t, int other) {
+    if (t) return (t->dtype != LD_F32 && lua_isinteger(L, idx)) || (ld_dtype_is_half(t->dtype) && lua_isnumber(L, idx))
+                      ? t->dtype : LD_F32;
+    return other >= 0 && lua_isinteger(L, idx) && (other == 0 || lua_isinteger(L, other)) ? LD_I64 : LD_F32;
+}
+
 static int binop(lua_State *L, ld_binary_op op) {
     ld_tensor *ta = lb_test_tensor(L, 1), *tb = lb_test_tensor(L, 2);
-    /* a number or a table is made where the tensor it is combined with lives */
+    /* a number or a table is made where the tensor it is combined with lives, in number_dtype's dtype */
     ld_device *at = tb ? tb->storage->device : default_device(), *bt = ta ? ta->storage->device : default_device();
-    /* a Lua integer with an integer tensor takes its dtype (int64 * 2 stays int64, as in TF),
-       and a number with a float16/bfloat16 tensor its half dtype (x * 0.5 stays bfloat16, as in TF) */
-    ld_dtype adt = tb && ((tb->dtype != LD_F32 && lua_isinteger(L, 1)) || (ld_dtype_is_half(tb->dtype) && lua_isnumber(L, 1)))
-                       ? tb->dtype : LD_F32;
-    ld_dtype bdt = ta && ((ta->dtype != LD_F32 && lua_isinteger(L, 2)) || (ld_dtype_is_half(ta->dtype) && lua_isnumber(L, 2)))
-                       ? ta->dtype : LD_F32;
+    ld_dtype adt = number_dtype(L, 1, tb, -1), bdt = number_dtype(L, 2, ta, -1);
     ld_tensor *a = to_tensor_on(L, 1, adt, at);
     lb_push_tensor(L, a, 0);     /* anchor while converting b */
     ld_tensor *b = to_tensor_on(L, 2, bdt, bt);
@@ -881,16 +888,6 @@ static int t_stack(lua_State *L) {
 }
 
 /* ---- selection ---- */
-/* the dtype a number takes beside a tensor t (NULL: none) in where and
-   clip: binop's rule (an integer with an integer tensor takes its dtype, a
-   number with a half tensor its half dtype); two numbers: int64 when both
-   are integers, else float32 */
-static ld_dtype number_dtype(lua_State *L, int idx, const ld_tensor *t, int other) {
-    if (t) return (t->dtype != LD_F32 && lua_isinteger(L, idx)) || (ld_dtype_is_half(t->dtype) && lua_isnumber(L, idx))
-                      ? t->dtype : LD_F32;
-    return lua_isinteger(L, idx) && (other == 0 || lua_isinteger(L, other)) ? LD_I64 : LD_F32;
-}
-
 /* tensor.where(cond, a, b) / tensor.where(cond) */
 static int t_where(lua_State *L) {
     int top = lua_gettop(L);

@@ -118,6 +118,17 @@ static inline int cu_is_contiguous(const ld_tensor *t) {
     return 1;
 }
 
+/* Bytes per element of a dtype (the plugin does not link the engine's
+   ld_dtype_size). */
+static inline size_t cu_dtype_size(ld_dtype dt) {
+    switch (dt) {
+    case LD_F32: case LD_I32: return 4;
+    case LD_I64: return 8;
+    case LD_F16: case LD_BF16: return 2;
+    default: return 1;
+    }
+}
+
 /* Grid for a grid-stride loop over n items. */
 static inline unsigned cu_grid(int64_t n, int block) {
     int64_t g = (n + block - 1) / block;

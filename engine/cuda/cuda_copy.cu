@@ -92,15 +92,6 @@ static void copy_to(cu_dev *cd, void *dst, const void *src, ld_dtype sdt, const 
     }
 }
 
-static size_t dtype_size(ld_dtype dt) {
-    switch (dt) {
-    case LD_F32: case LD_I32: return 4;
-    case LD_I64: return 8;
-    case LD_F16: case LD_BF16: return 2;
-    default: return 1;
-    }
-}
-
 void cu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_dtype sdt, int ndim,
                      const int64_t *shape, const int64_t *ss) {
     int64_t n = 1;
@@ -111,7 +102,7 @@ void cu_copy_strided(ld_device *d, void *dst, ld_dtype ddt, const void *src, ld_
     cu_view v;
     merge_dims(ndim, shape, ss, &v);
     if (ddt == sdt && (v.nd == 0 || (v.nd == 1 && v.stride[0] == 1))) {
-        cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n * dtype_size(sdt), cudaMemcpyDeviceToDevice, cd->stream);
+        cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)n * cu_dtype_size(sdt), cudaMemcpyDeviceToDevice, cd->stream);
         if (e != cudaSuccess) cu_record(cd, "cudaMemcpyAsync (device to device)", e);
         return;
     }
@@ -135,7 +126,7 @@ void cu_fill(ld_device *d, void *dst, ld_dtype dt, int64_t n, double v) {
     cu_dev *cd = cu_begin(d);
     if (!cd) return;
     if (v == 0) {
-        cudaError_t e = cudaMemsetAsync(dst, 0, (size_t)n * dtype_size(dt), cd->stream);
+        cudaError_t e = cudaMemsetAsync(dst, 0, (size_t)n * cu_dtype_size(dt), cd->stream);
         if (e != cudaSuccess) cu_record(cd, "cudaMemsetAsync", e);
         return;
     }

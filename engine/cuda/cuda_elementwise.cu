@@ -138,7 +138,7 @@ void cu_select(ld_device *d, ld_dtype dt, void *out, const void *cond, ld_dtype 
         g.nd++;
     }
     unsigned grid = cu_grid(n, 256);
-    switch (dt == LD_U8 ? 1 : ld_dtype_is_half(dt) ? 2 : dt == LD_I64 ? 8 : 4) {
+    switch (cu_dtype_size(dt)) {
     case 1: k_select<uint8_t><<<grid, 256, 0, cd->stream>>>((uint8_t *)out, cond, cdt, (const uint8_t *)a, (const uint8_t *)b, g, n); break;
     case 2: k_select<uint16_t><<<grid, 256, 0, cd->stream>>>((uint16_t *)out, cond, cdt, (const uint16_t *)a, (const uint16_t *)b, g, n); break;
     case 4: k_select<uint32_t><<<grid, 256, 0, cd->stream>>>((uint32_t *)out, cond, cdt, (const uint32_t *)a, (const uint32_t *)b, g, n); break;

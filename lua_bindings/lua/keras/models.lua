@@ -345,15 +345,8 @@ local function build_metrics(d)
   end
   return out
 end
-local loss_makers = {
-  sparse_categorical_crossentropy = "SparseCategoricalCrossentropy", categorical_crossentropy = "CategoricalCrossentropy",
-  binary_crossentropy = "BinaryCrossentropy", mean_squared_error = "MeanSquaredError",
-  mean_absolute_error = "MeanAbsoluteError", mean_absolute_percentage_error = "MeanAbsolutePercentageError",
-  mean_squared_logarithmic_error = "MeanSquaredLogarithmicError", huber_loss = "Huber", log_cosh = "LogCosh",
-  kl_divergence = "KLDivergence", poisson = "Poisson", cosine_similarity = "CosineSimilarity", hinge = "Hinge",
-  squared_hinge = "SquaredHinge", categorical_hinge = "CategoricalHinge" }
 local function build_loss(d)
-  local class = loss_makers[d.name]
+  local class = ldist.losses._classes[d.name]
   if not class then error(("the saved loss '%s' is not one of ldist's losses"):format(tostring(d.name)), 0) end
   -- from_logits = false is accepted by every loss (older files carry it); the rest only where given
   return ldist.losses[class] { from_logits = d.from_logits or nil, reduction = d.reduction,
