@@ -38,7 +38,7 @@ void ld_tape_free(ld_tape *t) {
 void ld_tape_push(ld_tape *t) { recording_depth++; }
 void ld_tape_pop(ld_tape *t) { if (recording_depth > 0) recording_depth--; }
 int ld_tape_recording(void) { return recording_depth > 0 && !paused; }
-void ld_tape_pause(int p) { paused = p; }
+int ld_tape_pause(int p) { int was = paused; paused = p; return was; }
 
 int ld_tape_watch(ld_tape *t, ld_tensor *x) {
     if (x->dtype != LD_F32) return ld_fail(LD_ETYPE, "only float32 tensors can be watched, got %s", ld_dtype_name(x->dtype));

@@ -47,7 +47,9 @@ void ld_tape_push(ld_tape *t);         /* start recording on this thread */
 void ld_tape_pop(ld_tape *t);
 int ld_tape_watch(ld_tape *t, ld_tensor *x);
 int ld_tape_recording(void);           /* some tape active on this thread */
-void ld_tape_pause(int paused);        /* stop recording temporarily (optimizer updates) */
+/* stop recording temporarily (optimizer updates, a stop_gradient); returns
+   the previous setting, to restore */
+int ld_tape_pause(int paused);
 /* grads[i] = d target / d sources[i] (zeros when not connected; NULL never).
    A non-persistent tape can compute gradients once. */
 int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources, ld_tensor **grads);

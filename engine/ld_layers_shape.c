@@ -495,24 +495,13 @@ static int perm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
     return LD_OK;
 }
 static ld_tensor *perm_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    int n;
+    int n, perm[LD_MAX_DIMS];
     const int64_t *d = ld_p_ints(l, PERM_DIMS, &n);
-    int at[LD_MAX_DIMS + 1], where[LD_MAX_DIMS + 1];   /* at[pos] = the input axis there; where = its inverse */
-    for (int i = 0; i <= n; i++) at[i] = where[i] = i;
-    ld_tensor *cur = ld_tensor_retain(xs[0]);
-    for (int i = 1; i <= n && cur; i++) {
-        int want = (int)d[i - 1], j = where[want];
-        if (j == i) continue;
-        ld_tensor *t = ld_transpose_op(cur, i, j);
-        ld_tensor_release(cur);
-        cur = t;
-        int ai = at[i];
-        at[i] = want; at[j] = ai;
-        where[want] = i; where[ai] = j;
-    }
-    if (!cur) return NULL;
-    ld_tensor *y = ld_ops_contig(cur);   /* recorded: the gradient reaches the view's source */
-    ld_tensor_release(cur);
+    perm[0] = 0;   /* the batch axis stays */
+    for (int i = 1; i <= n; i++) perm[i] = (int)d[i - 1];
+    ld_tensor *v = ld_permute_op(xs[0], perm);
+    ld_tensor *y = ld_ops_contig(v);   /* recorded: the gradient reaches the view's source */
+    ld_tensor_release(v);
     return y;
 }
 const ld_layer_class ld_layer_permute = {

@@ -788,6 +788,118 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     return ld_ops_in_dtype(s, ld_ops_result_dtype(x, NULL));
 }
 
+/* ================================================================ reductions over axis lists */
+static const char *const reduction_names[] = {"sum", "mean", "max", "min", "var", "std", "logsumexp", "any", "all"};
+
+/* x with the axes of the set `red` (bit a: axis a; at least two) as one:
+   a reshape when they are adjacent, else the kept axes first and the
+   reduced ones last, copied; *ax: the merged axis */
+static ld_tensor *merge_axes(ld_tensor *x, unsigned red, int *ax) {
+    int nd = x->ndim, first = -1, last = -1, cnt = 0, k = 0, perm[LD_MAX_DIMS];
+    int64_t s[LD_MAX_DIMS], merged = 1;
+    for (int i = 0; i < nd; i++)
+        if (red >> i & 1) { if (first < 0) first = i; last = i; cnt++; merged *= x->shape[i]; }
+    if (last - first + 1 == cnt) {
+        for (int i = 0; i < nd; i++) if (i < first || i > last) s[k++] = x->shape[i]; else if (i == first) s[k++] = merged;
+        *ax = first;
+        return ld_reshape_op(x, k, s);
+    }
+    for (int i = 0; i < nd; i++) if (!(red >> i & 1)) { perm[k] = i; s[k++] = x->shape[i]; }
+    *ax = k;
+    s[k] = merged;
+    for (int i = 0, j = k; i < nd; i++) if (red >> i & 1) perm[j++] = i;
+    ld_tensor *v = ld_permute_op(x, perm), *c = ld_ops_contig(v), *r = c ? ld_reshape_op(c, k + 1, s) : NULL;
+    ld_tensor_release(v); ld_tensor_release(c);
+    return r;
+}
+
+/* sum, mean, max or min over the axes of `red`, each kind's own op (its
+   dtypes, its gradient) over one axis: the set merged into one, or over a
+   new axis of size 1 when the set is empty (TF's reduction over no axes) */
+static ld_tensor *reduce_set(ld_reduction r, ld_tensor *x, unsigned red, int keep) {
+    ld_tensor *(*one)(ld_tensor *, int, int) = r == LD_REDUCE_SUM ? ld_sum : r == LD_REDUCE_MEAN ? ld_mean
+                                              : r == LD_REDUCE_MAX ? ld_max : ld_min;
+    int nd = x->ndim, cnt = __builtin_popcount(red), ax = 0;
+    if (cnt == 1) return one(x, __builtin_ctz(red), keep);
+    if (cnt == nd && nd > 0) return one(x, LD_ALL_AXES, keep);
+    int64_t s[LD_MAX_DIMS];
+    ld_tensor *m;
+    if (cnt == 0) {
+        if (nd == LD_MAX_DIMS) { ld_fail(LD_ESHAPE, "%s over no axes of a tensor of %d dimensions", reduction_names[r], nd); return NULL; }
+        for (int i = 0; i < nd; i++) s[i] = x->shape[i];
+        s[nd] = 1;
+        m = ld_reshape_op(x, nd + 1, s);
+        ax = nd;
+    } else m = merge_axes(x, red, &ax);
+    ld_tensor *y = m ? one(m, ax, 0) : NULL;
+    ld_tensor_release(m);
+    if (!y || !keep || cnt == 0) return y;
+    for (int i = 0; i < nd; i++) s[i] = red >> i & 1 ? 1 : x->shape[i];
+    ld_tensor *k = ld_reshape_op(y, nd, s);
+    ld_tensor_release(y);
+    return k;
+}
+
+/* TF's reduce_variance: mean((x - mean(x))^2), the gradient through both
+   means; computed in float32 (a half x's result rounded once) */
+static ld_tensor *reduce_var(ld_tensor *x, unsigned red, int keep) {
+    ld_tensor *m = reduce_set(LD_REDUCE_MEAN, x, red, 1);
+    ld_tensor *d = m ? ld_sub(x, m) : NULL, *sq = d ? ld_mul(d, d) : NULL;
+    ld_tensor *v = sq ? reduce_set(LD_REDUCE_MEAN, sq, red, keep) : NULL;
+    ld_tensor_release(m); ld_tensor_release(d); ld_tensor_release(sq);
+    return v;
+}
+
+/* TF's reduce_logsumexp: log(sum(exp(x - c))) + c, c the maximum where it
+   is finite (else 0), outside the gradient (stop_gradient) */
+static ld_tensor *reduce_logsumexp(ld_tensor *x, unsigned red, int keep) {
+    int was = ld_tape_pause(1);
+    ld_tensor *mx = reduce_set(LD_REDUCE_MAX, x, red, 1);
+    ld_tensor *z = mx ? ld_tensor_scalar(0, DEV(mx)) : NULL;
+    ld_tensor *d = z ? ld_sub(mx, mx) : NULL;                  /* 0 where finite, NaN at inf and NaN */
+    ld_tensor *fin = d ? ld_binary(LD_BIN_EQ, d, z) : NULL;
+    ld_tensor *c = fin ? ld_where(fin, mx, z) : NULL;
+    ld_tape_pause(was);
+    ld_tensor_release(mx); ld_tensor_release(d); ld_tensor_release(fin); ld_tensor_release(z);
+    ld_tensor *e0 = c ? ld_sub(x, c) : NULL, *e = e0 ? ld_exp(e0) : NULL;
+    ld_tensor *sm = e ? reduce_set(LD_REDUCE_SUM, e, red, keep) : NULL, *l = sm ? ld_log(sm) : NULL;
+    ld_tensor *ck = l ? ld_reshape(c, l->ndim, l->shape) : NULL;
+    ld_tensor *y = ck ? ld_add(l, ck) : NULL;
+    ld_tensor_release(c); ld_tensor_release(e0); ld_tensor_release(e); ld_tensor_release(sm);
+    ld_tensor_release(l); ld_tensor_release(ck);
+    return y;
+}
+
+ld_tensor *ld_reduce_axes(ld_reduction r, ld_tensor *x, int naxes, const int *axes, int keepdims) {
+    if ((unsigned)r > LD_REDUCE_ALL) { ld_fail(LD_EARG, "unknown reduction %d", (int)r); return NULL; }
+    const char *name = reduction_names[r];
+    unsigned red = 0;
+    if (!axes) red = x->ndim ? (1u << x->ndim) - 1 : 0;
+    for (int i = 0; axes && i < naxes; i++) {
+        int a = axes[i];
+        if (ld_ops_norm_axis(x, &a, name)) return NULL;
+        if (red >> a & 1) { ld_fail(LD_EARG, "%s: axis %d is given twice", name, axes[i]); return NULL; }
+        red |= 1u << a;
+    }
+    if (r == LD_REDUCE_ANY || r == LD_REDUCE_ALL) {   /* over x != 0 (NaN counts as true, as TF's cast to bool) */
+        ld_tensor *z = ld_tensor_scalar(0, DEV(x)), *nz = z ? ld_binary(LD_BIN_NE, x, z) : NULL;
+        ld_tensor *y = nz ? reduce_set(r == LD_REDUCE_ANY ? LD_REDUCE_MAX : LD_REDUCE_MIN, nz, red, keepdims) : NULL;
+        ld_tensor_release(z); ld_tensor_release(nz);
+        return y;
+    }
+    if (r <= LD_REDUCE_MIN) return reduce_set(r, x, red, keepdims);
+    ld_tensor *xf = ld_as_float(x);   /* float32 inside; a half x's result rounded once */
+    if (!xf) return NULL;
+    ld_tensor *y = r == LD_REDUCE_LOGSUMEXP ? reduce_logsumexp(xf, red, keepdims) : reduce_var(xf, red, keepdims);
+    ld_tensor_release(xf);
+    if (y && r == LD_REDUCE_STD) {
+        ld_tensor *sd = ld_sqrt(y);
+        ld_tensor_release(y);
+        y = sd;
+    }
+    return ld_dtype_is_half(x->dtype) ? ld_ops_in_dtype(y, x->dtype) : y;
+}
+
 /* ================================================================ matmul */
 /* How to hand a 2-d view to gemm without copying: row-major (lda = stride 0)
    or transposed (lda = stride 1). Returns 0 when a copy is needed. */
@@ -1208,6 +1320,43 @@ static int bw_transpose(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     gi[0] = t ? ld_contiguous(t) : NULL;
     ld_tensor_release(t);
     return gi[0] ? LD_OK : ld_error_status();
+}
+
+/* args: the permutation; the gradient is g under its inverse */
+static int bw_permute(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    int inv[LD_MAX_DIMS];
+    for (int i = 0; i < g->ndim; i++) inv[(int)n->args[i]] = i;
+    ld_tensor *t = ld_permute(g, inv);
+    gi[0] = t ? ld_contiguous(t) : NULL;
+    ld_tensor_release(t);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_permute_op(ld_tensor *x, const int *perm) {
+    ld_tensor *y = ld_permute(x, perm);
+    if (y) {
+        ld_tensor *in[1] = {x};
+        ld_node *nd = ld_record(y, "permute", bw_permute, 1, in);
+        for (int i = 0; nd && i < x->ndim; i++) nd->args[i] = perm[i];
+    }
+    return y;
+}
+
+ld_tensor *ld_clone_op(ld_tensor *x) {
+    ld_tensor *y = ld_clone(x);
+    if (y) { ld_tensor *in[1] = {x}; ld_record(y, "clone", bw_identity, 1, in); }
+    return y;
+}
+
+static int bw_to_device(ld_node *n, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = ld_to_device(g, DEV(n->in[0]));
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_to_device_op(ld_tensor *x, ld_device *dev) {
+    ld_tensor *y = ld_to_device(x, dev);
+    if (y && y != x) { ld_tensor *in[1] = {x}; ld_record(y, "to_device", bw_to_device, 1, in); }
+    return y;
 }
 
 ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1) {

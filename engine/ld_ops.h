@@ -68,6 +68,21 @@ ld_tensor *ld_min(ld_tensor *x, int axis, int keepdims);
 ld_tensor *ld_argmax(ld_tensor *x, int axis);           /* int64, not differentiable */
 ld_tensor *ld_argmin(ld_tensor *x, int axis);           /* int64, not differentiable */
 
+/* TF's reduce_* over a list of axes: naxes axes (each -ndim .. ndim-1, none
+   twice; none at all reduces over no axis, as TF's axis=[]), or every axis
+   when axes is NULL; keepdims leaves them of size 1. sum, mean, max and
+   min are the ops above (their dtypes, their gradients) over the axes
+   merged into one. var (TF's reduce_variance: population), std and
+   logsumexp (TF's: stable, the maximum outside the gradient, inf and NaN
+   as TF's) compute in float32; a half x's result is rounded once, an
+   integer x's is float32. any and all are over x != 0 (NaN is true) and
+   give 1 or 0 in float32, as the comparisons do. */
+typedef enum {
+    LD_REDUCE_SUM, LD_REDUCE_MEAN, LD_REDUCE_MAX, LD_REDUCE_MIN, LD_REDUCE_VAR, LD_REDUCE_STD, LD_REDUCE_LOGSUMEXP,
+    LD_REDUCE_ANY, LD_REDUCE_ALL
+} ld_reduction;
+ld_tensor *ld_reduce_axes(ld_reduction r, ld_tensor *x, int naxes, const int *axes, int keepdims);
+
 /* ld_cast that the tape records between float dtypes (float32, float16,
    bfloat16): the gradient is cast back to the input's dtype. */
 ld_tensor *ld_cast_op(ld_tensor *t, ld_dtype dt);
@@ -149,6 +164,13 @@ ld_tensor *ld_ops_contig(ld_tensor *x);
 /* Differentiable views (record on the tape, unlike the plain views). */
 ld_tensor *ld_reshape_op(ld_tensor *x, int ndim, const int64_t *shape);
 ld_tensor *ld_transpose_op(ld_tensor *x, int d0, int d1);
+/* ld_permute's view, recorded: the gradient is the output's under the
+   inverse permutation (tf.transpose with perm) */
+ld_tensor *ld_permute_op(ld_tensor *x, const int *perm);
+/* ld_clone and ld_to_device, recorded: the gradient passes through (to x's
+   device), as tf.identity's and a copy between tf.device scopes do */
+ld_tensor *ld_clone_op(ld_tensor *x);
+ld_tensor *ld_to_device_op(ld_tensor *x, ld_device *dev);
 
 /* Fused losses: mean over the batch, a 0-d result. labels int32/int64 [N]. */
 ld_tensor *ld_sparse_xent_logits(ld_tensor *logits, ld_tensor *labels);

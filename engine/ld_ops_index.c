@@ -11,6 +11,7 @@
 #include "ld_tensor.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ================================================================ concat */
@@ -59,16 +60,41 @@ static void record_concat(ld_tensor *t, int n, ld_tensor *const *xs, int axis) {
     ld_tensor_release(rest);
 }
 
+/* Tensors not all float32: ld_concat's copy when no gradient flows (any
+   one dtype), else tensors of one half dtype through float32 (exact both
+   ways), so the gradient comes back in that dtype. */
+static ld_tensor *concat_other(int n, ld_tensor *const *xs, int axis, int grad) {
+    ld_dtype dt = xs[0]->dtype;
+    for (int k = 1; k < n; k++)
+        if (xs[k]->dtype != dt) {
+            ld_fail(LD_ETYPE, "concat: tensor %d is %s, tensor 1 is %s (cast one with astype)", k + 1,
+                    ld_dtype_name(xs[k]->dtype), ld_dtype_name(dt));
+            return NULL;
+        }
+    if (!grad || !ld_dtype_is_half(dt)) return ld_concat(xs, n, axis);
+    ld_tensor **w = calloc((size_t)n, sizeof *w), *y = NULL;
+    if (!w) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
+    int k = 0;
+    for (; k < n; k++)
+        if (!(w[k] = ld_cast_op(xs[k], LD_F32))) break;
+    ld_tensor *yf = k == n ? ld_concat_op(n, w, axis) : NULL;
+    y = yf ? ld_cast_op(yf, dt) : NULL;
+    ld_tensor_release(yf);
+    for (int i = 0; i < k; i++) ld_tensor_release(w[i]);
+    free(w);
+    return y;
+}
+
 ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
     char b1[64], b2[64];
     if (n < 1 || !xs) { ld_fail(LD_EARG, "concat needs at least one tensor"); return NULL; }
+    int f32 = 1, grad = 0;
     for (int k = 0; k < n; k++) {
         if (!xs[k]) { ld_fail(LD_EARG, "concat: tensor %d is missing", k + 1); return NULL; }
-        if (xs[k]->dtype != LD_F32) {
-            ld_fail(LD_ETYPE, "concat needs float32 tensors, tensor %d is %s", k + 1, ld_dtype_name(xs[k]->dtype));
-            return NULL;
-        }
+        f32 &= xs[k]->dtype == LD_F32;
+        grad |= ld_needs_grad(xs[k]);
     }
+    if (!f32) return concat_other(n, xs, axis, grad && ld_tape_recording());
     const ld_tensor *f = xs[0];
     if (f->ndim == 0) { ld_fail(LD_ESHAPE, "concat: cannot concatenate scalars"); return NULL; }
     int ax = axis;
@@ -105,11 +131,12 @@ ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
 }
 
 /* ================================================================ slice */
-static int bw_slice(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
-    ld_tensor *x = nd->in[0];
-    int axis = (int)nd->args[0];
-    int64_t start = (int64_t)nd->args[1];
-    ld_tensor *gc = ld_contiguous(g);
+/* The gradient of x's block [start, start + len) along axis (len: g's size
+   there): zeros of x's shape with g written in, float32 */
+static ld_tensor *block_grad(const ld_tensor *x, int axis, int64_t start, ld_tensor *g) {
+    ld_tensor *gf = g->dtype == LD_F32 ? ld_tensor_retain(g) : ld_cast(g, LD_F32);
+    ld_tensor *gc = gf ? ld_contiguous(gf) : NULL;
+    ld_tensor_release(gf);
     ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, x->ndim, x->shape, DEV(x)) : NULL;
     if (dx) {
         int64_t outer, inner;
@@ -118,8 +145,70 @@ static int bw_slice(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
         BE(x)->slice_copy(DEV(x), FPTR(dx), FPTR(gc), outer, gc->shape[axis], inner, x->shape[axis], start, 1, 0);
     }
     ld_tensor_release(gc);
+    return dx;
+}
+
+static int bw_slice(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    gi[0] = block_grad(nd->in[0], (int)nd->args[0], (int64_t)nd->args[1], g);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+/* The views of t:slice, t[i] (ld_select) and t:permute, recorded: the
+   result is the view (no copy; a write through it reaches x, as outside a
+   tape), and its gradient reaches x. args: axis, start, step, and 1 when
+   the axis was dropped (a select). A step of 1 scatters on x's device; a
+   larger step writes the strided block on the host (rare). The gradient is
+   in x's dtype. */
+static int bw_slice_view(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0], *gk = NULL, *dx = NULL;
+    int axis = (int)nd->args[0];
+    int64_t start = (int64_t)nd->args[1], step = (int64_t)nd->args[2];
+    if (nd->args[3] != 0) {   /* the dropped axis back, of size 1 */
+        int64_t s[LD_MAX_DIMS];
+        for (int i = 0, k = 0; i < x->ndim; i++) s[i] = i == axis ? 1 : g->shape[k++];
+        gk = ld_reshape(g, x->ndim, s);
+    } else gk = ld_tensor_retain(g);
+    if (gk && step == 1) dx = block_grad(x, axis, start, gk);
+    else if (gk) {
+        ld_tensor *gh = ld_to_device(gk, ld_device_cpu()), *gf = gh ? ld_cast(gh, LD_F32) : NULL;
+        ld_tensor *dh = gf ? ld_tensor_zeros(LD_F32, x->ndim, x->shape, NULL) : NULL;
+        ld_tensor *v = dh ? ld_slice(dh, axis, start, start + (gf->shape[axis] - 1) * step + 1, step) : NULL;
+        if (v && !ld_copy_into(v, gf)) dx = ld_to_device(dh, DEV(x));
+        ld_tensor_release(gh); ld_tensor_release(gf); ld_tensor_release(dh); ld_tensor_release(v);
+    }
+    ld_tensor_release(gk);
+    if (dx && dx->dtype != x->dtype) {
+        ld_tensor *c = ld_cast(dx, x->dtype);
+        ld_tensor_release(dx);
+        dx = c;
+    }
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
+}
+
+static ld_tensor *record_slice_view(ld_tensor *v, ld_tensor *x, int axis, int64_t start, int64_t step, int dropped) {
+    if (v && ld_dtype_is_float(x->dtype)) {
+        ld_tensor *in[1] = {x};
+        ld_node *nd = ld_record(v, dropped ? "select" : "slice", bw_slice_view, 1, in);
+        if (nd) { nd->args[0] = axis; nd->args[1] = (double)start; nd->args[2] = (double)step; nd->args[3] = dropped; }
+    }
+    return v;
+}
+
+ld_tensor *ld_slice_view_op(ld_tensor *x, int axis, int64_t start, int64_t stop, int64_t step) {
+    ld_tensor *v = ld_slice(x, axis, start, stop, step);
+    if (!v) return NULL;
+    if (axis < 0) axis += x->ndim;
+    ld_slice_bounds(x->shape[axis], &start, &stop);
+    return record_slice_view(v, x, axis, start, step, 0);
+}
+
+ld_tensor *ld_select_op(ld_tensor *x, int axis, int64_t index) {
+    ld_tensor *v = ld_select(x, axis, index);
+    if (!v) return NULL;
+    if (axis < 0) axis += x->ndim;
+    if (index < 0) index += x->shape[axis];
+    return record_slice_view(v, x, axis, index, 1, 1);
 }
 
 ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len) {

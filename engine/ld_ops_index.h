@@ -15,8 +15,10 @@
 
 #include "ld_device.h"
 
-/* Concatenation of n >= 1 float32 tensors along `axis` (negative counts from
-   the end); every other axis equal. Any n (more than LD_NODE_MAX_IN inputs
+/* Concatenation of n >= 1 tensors along `axis` (negative counts from the
+   end); every other axis equal. float32 tensors get their gradients here;
+   tensors of one half dtype too (through float32); others are ld_concat's
+   copy. Any n (more than LD_NODE_MAX_IN inputs
    are recorded as a chain of nodes over views of the result: no extra
    copies). n == 1 returns xs[0] retained. */
 ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis);
@@ -24,6 +26,13 @@ ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis);
    as a new contiguous tensor; 0 <= start, start + len <= x->shape[axis].
    The gradient is the output's gradient written into a zero tensor's block. */
 ld_tensor *ld_slice_op(ld_tensor *x, int axis, int64_t start, int64_t len);
+/* t:slice and t[i] as differentiable views (any dtype; a float x gets its
+   gradient): ld_slice's view [start, stop) by step (bounds as Python's) and
+   ld_select's view without the axis, recorded while a tape records and x
+   needs a gradient. Unlike ld_slice_op no copy is made: a write through the
+   view reaches x. */
+ld_tensor *ld_slice_view_op(ld_tensor *x, int axis, int64_t start, int64_t stop, int64_t step);
+ld_tensor *ld_select_op(ld_tensor *x, int axis, int64_t index);
 
 /* table [V, D] float32, ids int32/int64 of any shape S -> [S..., D].
    Host ids outside [0, V) are an error naming the id and V; on a device

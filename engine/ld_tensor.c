@@ -615,16 +615,20 @@ ld_tensor *ld_permute(ld_tensor *t, const int *perm) {
     return v;
 }
 
+void ld_slice_bounds(int64_t n, int64_t *start, int64_t *stop) {
+    if (*start < 0) *start += n;
+    if (*stop < 0) *stop += n;
+    if (*start < 0) *start = 0;
+    if (*stop > n) *stop = n;
+    if (*start > n) *start = n;
+    if (*stop < *start) *stop = *start;
+}
+
 ld_tensor *ld_slice(ld_tensor *t, int dim, int64_t start, int64_t stop, int64_t step) {
     if (norm_dim(t, &dim, 0)) return NULL;
     int64_t n = t->shape[dim];
     if (step <= 0) { ld_fail(LD_EARG, "slice step must be positive"); return NULL; }
-    if (start < 0) start += n;
-    if (stop < 0) stop += n;
-    if (start < 0) start = 0;
-    if (stop > n) stop = n;
-    if (start > n) start = n;
-    if (stop < start) stop = start;
+    ld_slice_bounds(n, &start, &stop);
     ld_tensor *v = view_of(t);
     if (!v) return NULL;
     v->offset += start * t->strides[dim];

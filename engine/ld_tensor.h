@@ -178,6 +178,9 @@ ld_tensor *ld_reshape(ld_tensor *t, int ndim, const int64_t *shape);  /* one -1 
 ld_tensor *ld_transpose(ld_tensor *t, int d0, int d1);
 ld_tensor *ld_permute(ld_tensor *t, const int *perm);
 ld_tensor *ld_slice(ld_tensor *t, int dim, int64_t start, int64_t stop, int64_t step); /* [start, stop) */
+/* ld_slice's bounds along an axis of size n, as Python's: negative ones from
+   the end, then clamped to [0, n] with stop >= start */
+void ld_slice_bounds(int64_t n, int64_t *start, int64_t *stop);
 ld_tensor *ld_select(ld_tensor *t, int dim, int64_t index);   /* drops dim */
 ld_tensor *ld_contiguous(ld_tensor *t);  /* t itself (retained) when already contiguous */
 ld_tensor *ld_clone(const ld_tensor *t);

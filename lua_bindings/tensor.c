@@ -338,22 +338,27 @@ static int check_axis_arg(lua_State *L, int idx, int def, int ndim) {
     return check_axis(L, idx, ndim);
 }
 
+/* The integers of the list at idx (at most LD_MAX_DIMS), into out; errors
+   are argument arg's, with the messages given */
+static int int_list(lua_State *L, int idx, int arg, int64_t *out, const char *too_many, const char *not_int) {
+    lua_Integer len = luaL_len(L, idx);
+    if (len > LD_MAX_DIMS) luaL_argerror(L, arg, too_many);
+    for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, idx, i);
+        int ok;
+        lua_Integer v = lua_tointegerx(L, -1, &ok);
+        if (!ok) luaL_argerror(L, arg, not_int);
+        out[i - 1] = v;
+        lua_pop(L, 1);
+    }
+    return (int)len;
+}
+
 /* Shape from varargs (2, 3) or one table ({2, 3}) starting at idx. */
 static int read_shape(lua_State *L, int idx, int64_t *shape) {
     int n = 0;
-    if (lua_istable(L, idx) && !lb_test_tensor(L, idx)) {
-        lua_Integer len = luaL_len(L, idx);
-        if (len > LD_MAX_DIMS) luaL_argerror(L, idx, "too many dimensions");
-        for (lua_Integer i = 1; i <= len; i++) {
-            lua_geti(L, idx, i);
-            int ok;
-            lua_Integer v = lua_tointegerx(L, -1, &ok);
-            if (!ok) luaL_argerror(L, idx, "shape entries must be integers");
-            shape[n++] = v;
-            lua_pop(L, 1);
-        }
-        return n;
-    }
+    if (lua_istable(L, idx) && !lb_test_tensor(L, idx))
+        return int_list(L, idx, idx, shape, "too many dimensions", "shape entries must be integers");
     int top = lua_gettop(L);
     for (int i = idx; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
         if (n == LD_MAX_DIMS) luaL_argerror(L, i, "too many dimensions");
@@ -560,7 +565,7 @@ static int t_permute(lua_State *L) {
     int n = read_shape(L, 2, s), perm[LD_MAX_DIMS];
     if (n != t->ndim) return luaL_argerror(L, 2, "permutation must list every dimension");
     for (int i = 0; i < n; i++) perm[i] = axis_value(L, 2, s[i], t->ndim);
-    lb_push_tensor(L, ld_permute(t, perm), 2);
+    lb_push_tensor(L, ld_permute_op(t, perm), 2);
     return 1;
 }
 
@@ -569,12 +574,12 @@ static int t_slice(lua_State *L) {
     int dim = check_axis(L, 2, t->ndim);
     int64_t start = luaL_optinteger(L, 3, 0), stop = luaL_optinteger(L, 4, INT64_MAX / 2);
     int64_t step = luaL_optinteger(L, 5, 1);
-    lb_push_tensor(L, ld_slice(t, dim, start, stop, step), 2);
+    lb_push_tensor(L, ld_slice_view_op(t, dim, start, stop, step), 2);
     return 1;
 }
 
-static int t_contiguous(lua_State *L) { lb_push_tensor(L, ld_contiguous(SELF), 1); return 1; }
-static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone(SELF), 1); return 1; }
+static int t_contiguous(lua_State *L) { lb_push_tensor(L, ld_ops_contig(SELF), 1); return 1; }
+static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone_op(SELF), 1); return 1; }
 
 static int t_astype(lua_State *L) {
     ld_dtype dt;
@@ -583,7 +588,7 @@ static int t_astype(lua_State *L) {
     lb_push_tensor(L, ld_cast_op(SELF, dt), 1);   /* differentiable between float dtypes */
     return 1;
 }
-static int t_float(lua_State *L) { lb_push_tensor(L, ld_cast(SELF, LD_F32), 1); return 1; }
+static int t_float(lua_State *L) { lb_push_tensor(L, ld_cast_op(SELF, LD_F32), 1); return 1; }
 static int t_long(lua_State *L) {
     if (ld_cast_check(SELF, LD_I64)) return lb_engine_error(L, 1);
     lb_push_tensor(L, ld_cast(SELF, LD_I64), 1);
@@ -594,10 +599,10 @@ static int t_to(lua_State *L) {
     ld_tensor *t = SELF;
     ld_device *d = ld_device_find(luaL_checkstring(L, 2));
     if (!d) return lb_engine_error(L, 2);
-    lb_push_tensor(L, ld_to_device(t, d), 1);
+    lb_push_tensor(L, ld_to_device_op(t, d), 1);
     return 1;
 }
-static int t_cpu(lua_State *L) { lb_push_tensor(L, ld_to_device(SELF, ld_device_cpu()), 1); return 1; }
+static int t_cpu(lua_State *L) { lb_push_tensor(L, ld_to_device_op(SELF, ld_device_cpu()), 1); return 1; }
 
 static int t_numel(lua_State *L) { lua_pushinteger(L, ld_tensor_numel(SELF)); return 1; }
 static int t_len(lua_State *L) {
@@ -784,32 +789,48 @@ static int t_attention(lua_State *L) {
 
 /* sum/mean/max(t, axis?, {keepdims=}) or (t, {axis=, keepdims=}), or
    (t, axis, keepdims) as TF's reduce_sum(x, axis, keepdims) */
-static void reduce_args(lua_State *L, const ld_tensor *t, int *axis, int *keep, const char *what) {
-    static const char *const names[] = {"axis", "keepdims", NULL};
-    *axis = LD_ALL_AXES; *keep = 0;
-    int o = 2;
-    if (lua_isinteger(L, 2)) { *axis = check_axis(L, 2, t->ndim); o = 3; }
-    else if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2)) luaL_typeerror(L, 2, "integer axis or options table");
-    if (o == 3 && lua_isboolean(L, 3)) { *keep = lua_toboolean(L, 3); return; }
-    if (o == 3 && !lua_isnoneornil(L, 3) && !lua_istable(L, 3)) luaL_typeerror(L, 3, "keepdims boolean or options table");
-    lb_check_options(L, o, what, names);
-    if (lua_istable(L, o)) {
-        lua_getfield(L, o, "axis");
-        if (!lua_isnil(L, -1)) {
-            int ok;
-            lua_Integer v = lua_tointegerx(L, -1, &ok);
-            if (!ok) luaL_argerror(L, o, "axis must be an integer");
-            *axis = axis_value(L, o, v, t->ndim);
-        }
-        lua_getfield(L, o, "keepdims");
-        *keep = lua_toboolean(L, -1);
-        lua_pop(L, 2);
-    }
+/* An axis or a list of axes at idx (TF's axis=[1, 2]): *n of them into
+   axes; nil leaves *n as it is (-1: every axis) */
+static void read_axes(lua_State *L, int idx, int arg, const ld_tensor *t, int *n, int *axes) {
+    if (lua_isnil(L, idx)) return;
+    if (lua_isinteger(L, idx)) { *n = 1; axes[0] = axis_value(L, arg, lua_tointeger(L, idx), t->ndim); return; }
+    if (!lua_istable(L, idx) || lb_test_tensor(L, idx)) luaL_argerror(L, arg, "axis must be an integer or a list of integers");
+    int64_t v[LD_MAX_DIMS];
+    *n = int_list(L, idx, arg, v, "more axes than a tensor has dimensions", "axis must be an integer or a list of integers");
+    for (int i = 0; i < *n; i++) axes[i] = axis_value(L, arg, v[i], t->ndim);
 }
-static int t_sum(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:sum"); lb_push_tensor(L, ld_sum(t, a, k), 2); return 1; }
-static int t_mean(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:mean"); lb_push_tensor(L, ld_mean(t, a, k), 2); return 1; }
-static int t_max(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:max"); lb_push_tensor(L, ld_max(t, a, k), 2); return 1; }
-static int t_min(lua_State *L) { int a, k; ld_tensor *t = SELF; reduce_args(L, t, &a, &k, "t:min"); lb_push_tensor(L, ld_min(t, a, k), 2); return 1; }
+
+/* t:<reduction>([axis | {axes}], {axis=, keepdims=}) or (axis, keepdims) */
+static int reduction(lua_State *L, ld_reduction r, const char *what) {
+    static const char *const names[] = {"axis", "keepdims", NULL};
+    ld_tensor *t = SELF;
+    int n = -1, axes[LD_MAX_DIMS], keep = 0, o = 2;
+    if (lua_isinteger(L, 2) || (lua_istable(L, 2) && lua_rawlen(L, 2) > 0)) { read_axes(L, 2, 2, t, &n, axes); o = 3; }
+    else if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2)) luaL_typeerror(L, 2, "integer axis, list of axes or options table");
+    if (o == 3 && lua_isboolean(L, 3)) keep = lua_toboolean(L, 3);
+    else {
+        if (o == 3 && !lua_isnoneornil(L, 3) && !lua_istable(L, 3)) luaL_typeerror(L, 3, "keepdims boolean or options table");
+        lb_check_options(L, o, what, names);
+        if (lua_istable(L, o)) {
+            lua_getfield(L, o, "axis");
+            read_axes(L, -1, o, t, &n, axes);
+            lua_getfield(L, o, "keepdims");
+            keep = lua_toboolean(L, -1);
+            lua_pop(L, 2);
+        }
+    }
+    lb_push_tensor(L, ld_reduce_axes(r, t, n, n < 0 ? NULL : axes, keep), 2);
+    return 1;
+}
+static int t_sum(lua_State *L) { return reduction(L, LD_REDUCE_SUM, "t:sum"); }
+static int t_mean(lua_State *L) { return reduction(L, LD_REDUCE_MEAN, "t:mean"); }
+static int t_max(lua_State *L) { return reduction(L, LD_REDUCE_MAX, "t:max"); }
+static int t_min(lua_State *L) { return reduction(L, LD_REDUCE_MIN, "t:min"); }
+static int t_var(lua_State *L) { return reduction(L, LD_REDUCE_VAR, "t:var"); }
+static int t_std(lua_State *L) { return reduction(L, LD_REDUCE_STD, "t:std"); }
+static int t_logsumexp(lua_State *L) { return reduction(L, LD_REDUCE_LOGSUMEXP, "t:logsumexp"); }
+static int t_any(lua_State *L) { return reduction(L, LD_REDUCE_ANY, "t:any"); }
+static int t_all(lua_State *L) { return reduction(L, LD_REDUCE_ALL, "t:all"); }
 static int t_argmin(lua_State *L) {
     ld_tensor *t = SELF;
     lb_push_tensor(L, ld_argmin(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
@@ -847,7 +868,7 @@ static int t_concat(lua_State *L) {
         ts[i] = lb_check_tensor(L, -1);
         lua_pop(L, 1);
     }
-    lb_push_tensor(L, ld_concat(ts, n, axis), 1);
+    lb_push_tensor(L, ld_concat_op(n, ts, axis), 1);
     return 1;
 }
 
@@ -877,11 +898,11 @@ static int t_stack(lua_State *L) {
         }
         int64_t s[LD_MAX_DIMS];
         for (int d = 0, k = 0; d <= t->ndim; d++) s[d] = d == axis ? 1 : t->shape[k++];
-        ts[i] = ld_reshape(t, t->ndim + 1, s);
+        ts[i] = ld_reshape_op(t, t->ndim + 1, s);
         lb_push_tensor(L, ts[i], 1);   /* anchored on the stack */
         lua_remove(L, -2);
     }
-    ld_tensor *r = ld_concat(ts, n, axis);
+    ld_tensor *r = ld_concat_op(n, ts, axis);
     lua_settop(L, base);
     lb_push_tensor(L, r, 1);
     return 1;
@@ -987,7 +1008,7 @@ static int t_index(lua_State *L) {
     if (lua_isinteger(L, 2)) {
         ld_tensor *t = SELF;
         if (t->ndim == 0) return luaL_error(L, "cannot index a scalar tensor");
-        ld_tensor *s = ld_select(t, 0, lua_tointeger(L, 2));
+        ld_tensor *s = ld_select_op(t, 0, lua_tointeger(L, 2));
         if (!s) return lb_engine_error(L, 2);
         if (s->ndim == 0) { push_elem(L, s, 0); ld_tensor_release(s); return 1; }
         lb_push_tensor(L, s, 2);
@@ -1305,7 +1326,8 @@ static const luaL_Reg methods[] = {
     {"long", t_long}, {"to", t_to}, {"cpu", t_cpu}, {"numel", t_numel},
     LD_BINARY_OPS(OP_ROW) LD_UNARY_OPS(OP_ROW)
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
-    {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin},
+    {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin}, {"var", t_var}, {"std", t_std},
+    {"logsumexp", t_logsumexp}, {"any", t_any}, {"all", t_all},
     {"index_select", t_gather}, {"gather", t_gather}, {"clip", t_clip}, {"squeeze", t_squeeze},
     {"expand_dims", t_expand_dims},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
@@ -1371,20 +1393,33 @@ static const char *const docs[] = {
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"
               "Fields: shape, dtype, device, ndim, T.  t[i] selects along the first axis.\n"
               "Operators + - * / ^ and unary - broadcast like NumPy.\n"
-              "Methods: reshape, transpose, permute, slice, sum, mean, max, argmax, matmul, exp, log,\n"
+              "Methods: reshape, transpose, permute, slice, sum, mean, max, min, var, std, logsumexp,\n"
+              "any, all, argmax, matmul, exp, log,\n"
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, gather, clip, squeeze, expand_dims, assign, assign_add,\n"
               "assign_sub; comparisons eq, ne, lt, le, gt, ge (1 or 0). tensor.where selects.",
     "Tensor:reshape", "t:reshape(d1, d2, ...)\n\nSame values, new shape; one dimension may be -1.",
-    "Tensor:sum", "t:sum([axis], {keepdims=false}) or (axis, keepdims)\n\nSum over one axis, or over all of them. An integer tensor's sum is of its dtype and\n"
+    "Tensor:sum", "t:sum([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nSum over an axis, a list of axes ({1, 2}: TF's axis=[1, 2]), or all of them;\n"
+                  "{axis = {}} reduces over none. An integer tensor's sum is of its dtype and\n"
                   "exact (int64 16777217 stays 16777217), wrapping on overflow as TF's does; NaN in gives NaN.",
-    "Tensor:mean", "t:mean([axis], {keepdims=false}) or (axis, keepdims)\n\nMean over one axis, or over all of them. Always float32: an integer tensor's mean\n"
-                   "is its exact sum divided (TF's would truncate to an integer).",
-    "Tensor:max", "t:max([axis], {keepdims=false}) or (axis, keepdims)\n\nMaximum over one axis, or over all of them (NaN if any is NaN; an integer\n"
-                  "tensor's is of its dtype).",
+    "Tensor:mean", "t:mean([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nMean over an axis, a list of axes, or all of them. Always float32: an integer\n"
+                   "tensor's mean is its exact sum divided (TF's would truncate to an integer).",
+    "Tensor:max", "t:max([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nMaximum over an axis, a list of axes, or all of them (NaN if any is NaN; an\n"
+                  "integer tensor's is of its dtype).",
+    "Tensor:var", "t:var([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nVariance (population: divided by the count) over an axis, a list of axes, or all of\n"
+                  "them: tf.math.reduce_variance, the gradient too. Computed in float32; a float16 or\n"
+                  "bfloat16 tensor's result is rounded once into its dtype, an integer tensor's is float32.",
+    "Tensor:std", "t:std([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nStandard deviation, sqrt(t:var(...)): tf.math.reduce_std (a constant slice's\n"
+                  "gradient is NaN, as TF's).",
+    "Tensor:logsumexp", "t:logsumexp([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nlog(sum(exp(t))) without overflow: tf.math.reduce_logsumexp (the maximum taken out\n"
+                        "first, outside the gradient); its gradient is the softmax over the axes.",
+    "Tensor:any", "t:any([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\n1 where some element is nonzero (NaN counts), else 0, float32: tf.reduce_any of\n"
+                  "t != 0.",
+    "Tensor:all", "t:all([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\n1 where every element is nonzero (NaN counts), else 0, float32: tf.reduce_all of\n"
+                  "t != 0.",
     "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis: the first one on ties, the\n"
                      "first NaN where there is one (NumPy's rule; TF's skips NaN).",
-    "Tensor:min", "t:min([axis], {keepdims=false}) or (axis, keepdims)\n\nMinimum over one axis, or over all of them (NaN if any is NaN; an integer\n"
+    "Tensor:min", "t:min([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nMinimum over an axis, a list of axes, or all of them (NaN if any is NaN; an integer\n"
                   "tensor's is of its dtype).",
     "Tensor:argmin", "t:argmin([axis=-1])\n\nIndex (0-based, int64) of the minimum along an axis (the first NaN where there is one).",
     "Tensor:matmul", "a:matmul(b)\n\nMatrix product (OpenBLAS on the CPU); a may be batched [..., m, k], b is [k, n].",
@@ -1397,8 +1432,10 @@ static const char *const docs[] = {
     "Tensor:expand_dims", "t:expand_dims(axis)\n\nThe tensor with a new axis of size 1 at `axis` (0 .. ndim, negative from the end): tf.expand_dims.",
     "Tensor:item", "t:item()\n\nThe value of a one-element tensor as a Lua number.",
     "Tensor:totable", "t:totable()\n\nThe values as nested Lua tables.",
-    "Tensor:slice", "t:slice(axis, start, stop, step=1)\n\nA view of [start, stop) along an axis (0-based).",
-    "Tensor:to", "t:to(\"cuda:0\")\n\nA copy on another device.",
+    "Tensor:slice", "t:slice(axis, start, stop, step=1)\n\nA view of [start, stop) along an axis (0-based; negative from the end). Like t[i],\n"
+                    "t:permute, t:clone, t:to and tensor.concat it keeps the gradient: in a tape the\n"
+                    "gradient reaches t.",
+    "Tensor:to", "t:to(\"cuda:0\")\n\nA copy on another device; in a tape the gradient goes back to t's device.",
     "Tensor:assign", "v:assign(value)\n\nOverwrite the tensor's values in place. A mirrored variable (made in a\n"
                      "MirroredStrategy's scope): inside strategy:run only this replica's copy, outside every copy.",
     "Tensor:assign_add", "v:assign_add(delta)\n\nv:assign(v + delta), in place.",

@@ -462,7 +462,8 @@ int main(void) {
         CHECK(ld_concat_op(2, ac, 1) == NULL && error_has("shapes 2x3 and 3x3"));
         CHECK(ld_concat_op(2, av, 0) == NULL && error_has("concat"));
         CHECK(ld_concat_op(2, ab, 2) == NULL && error_has("concat: axis 2 out of range"));
-        CHECK(ld_concat_op(2, aai, 0) == NULL && ld_error_status() == LD_ETYPE && error_has("float32"));
+        CHECK(ld_concat_op(2, aai, 0) == NULL && ld_error_status() == LD_ETYPE &&
+              error_has("concat: tensor 2 is int32, tensor 1 is float32"));
         CHECK(ld_concat_op(0, ab, 0) == NULL && error_has("at least one"));
         ld_tensor *one = ld_concat_op(1, ab, 0);
         CHECK(one == a);

@@ -171,6 +171,15 @@ for _, op in ipairs({ "sum", "mean", "max", "min" }) do
       { op == "min" and 1 or inf }, op .. " of {inf, 1}")
   end
 end
+-- TF's reduce_variance, reduce_std, reduce_logsumexp (inf rows give inf or
+-- NaN as TF's stable form does) and reduce_any/reduce_all (NaN is true)
+for _, op in ipairs({ "var", "std", "logsumexp", "any", "all" }) do
+  CASES[op] = function(dev)
+    same(rows(dev)[op](rows(dev), 1), F.reduce[op], op .. " along axis 1")
+    same(rows(dev)[op](rows(dev), { axis = 1, keepdims = true }), F.reduce[op], op .. " along axis 1, keepdims")
+    T.eq(rows(dev)[op](rows(dev), 1, true).shape[2], 1, op .. ": keepdims keeps the axis")
+  end
+end
 for _, op in ipairs({ "argmax", "argmin" }) do
   CASES[op] = function(dev)
     -- NumPy's rule (the first NaN wins), not TF's (NaN skipped): argmax
@@ -519,6 +528,54 @@ T.test("the losses' values, per-example losses and gradients equal Keras's on fi
       same(losses[cls](opts)(yt, v), c.per, what .. ": per-example losses", 2e-6)
       same(tape:gradient(val, { v })[1], c.grad, what .. ": gradient", 1e-5)
     end
+  end
+end)
+
+-- reductions over lists of axes, as TF's axis=[0, 2]: each kind's values
+-- and gradients against TF's on cpu:0 and cpu:1, the axes adjacent or not,
+-- in any order, none of them and all of them, with and without keepdims
+T.test("reductions over lists of axes equal TF's, values and gradients", function()
+  for key, c in pairs(F.axes) do
+    for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+      for _, k in ipairs({ "sum", "mean", "max", "min", "var", "std", "logsumexp" }) do
+        local v = tensor.Variable(tensor.new(F.axes_x):reshape(3, 4, 5):to(dev))
+        local tape = autograd.GradientTape()
+        local y
+        local loss = tape:record(function()
+          local axis = nil
+          if not c.all then axis = c.axes end   -- {} is no axis at all, as TF's axis=[]
+          y = v[k](v, { axis = axis, keepdims = c.keepdims })
+          local n = y:numel()
+          local w = (tensor.arange(1, n + 1):astype("float32") * 0.25):reshape(y.shape):to(dev)
+          return (y * w):sum()
+        end)
+        local what = ("%s over %s on %s"):format(k, key, dev)
+        T.eq(table.concat(y.shape, ","), table.concat(c[k .. "_shape"], ","), what .. ": shape")
+        same(y, c[k], what, 2e-6)
+        same(tape:gradient(loss, { v })[1], c[k .. "_grad"], what .. ": gradient", 2e-6)
+      end
+    end
+  end
+  -- the errors a user meets, and the session goes on
+  local x = tensor.ones(2, 3)
+  local ok, err = pcall(function() return x:sum { 1, 1 } end)
+  T.ok(not ok and tostring(err):find("axis 1 is given twice", 1, true), "a repeated axis is an error: " .. tostring(err))
+  ok, err = pcall(function() return x:mean { 0, 2 } end)
+  T.ok(not ok and tostring(err):find("out of range", 1, true), "an axis out of range is an error: " .. tostring(err))
+  ok, err = pcall(function() return x:var { 0.5 } end)
+  T.ok(not ok and tostring(err):find("list of integers", 1, true), "a fractional axis is an error: " .. tostring(err))
+  T.eq(x:sum():item(), 6, "the session goes on")
+  -- integer tensors: sums exact over several axes, var in float32
+  local big = tensor.full({ 2, 2, 2 }, 16777217, { dtype = "int64" })
+  T.eq(big:sum { 0, 2 }.dtype, "int64", "an int64 sum over two axes stays int64")
+  T.eq(big:sum { 0, 2 }:totable()[1], 4 * 16777217, "and exact")
+  T.eq(tensor.new({ 1, 2, 3, 4 }, { dtype = "int32" }):var().dtype, "float32", "an integer var is float32")
+  -- a half tensor's: float32 inside, rounded once into its dtype
+  local h = tensor.new(F.axes_x):reshape(3, 4, 5)
+  for _, k in ipairs({ "var", "std", "logsumexp", "sum", "mean" }) do
+    local got, want = h:astype("bfloat16")[k](h:astype("bfloat16"), { 0, 2 }), h:astype("bfloat16"):astype("float32")[k](h:astype("bfloat16"):astype("float32"), { 0, 2 })
+    T.eq(got.dtype, "bfloat16", k .. " of bfloat16 is bfloat16")
+    same(got:astype("float32"), flat(want:astype("bfloat16"):astype("float32")), k .. " of bfloat16: the float32 result rounded once", 0)
   end
 end)
 

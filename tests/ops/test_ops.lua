@@ -178,6 +178,74 @@ T.test("select (where): every dtype, conditions of every dtype, broadcast and st
   G.close(g, h, "where's gradients")
 end)
 
+---------------------------------------------------------------- views and copies keep the graph
+-- d/dx sum(f(x) * w) for each view or copy a user writes in Lua, against the
+-- same selection made by an op whose gradient is other code (gather's
+-- scatter, transposes, reshape, plain arithmetic), on the CPU and the device:
+-- every one of these once gave a zero gradient inside a tape.
+T.test("slice, select, permute, contiguous, clone, to, concat, stack and float differentiate", function()
+  local function grad(f, x, ww)
+    local v = tensor.Variable(x)
+    local tape = autograd.GradientTape()
+    local loss = tape:record(function() local y = f(v); return (y * ww:to(y.device)):sum() end)
+    local g = tape:gradient(loss, { v })[1]
+    T.eq(g.device, x.device, "gradient on the variable's device")
+    return g
+  end
+  local function idx(a, b, s)
+    local t = {}
+    for i = a, b - 1, s do t[#t + 1] = i end
+    return tensor.new(t, { dtype = "int64" })
+  end
+  local x = tensor.normal(5, 6, 4)
+  local cases = {
+    { "slice", function(v) return v:slice(1, 1, 5) end, function(v) return v:gather(idx(1, 5, 1), 1) end, { 5, 4, 4 } },
+    { "stepped slice", function(v) return v:slice(1, 0, 6, 2) end, function(v) return v:gather(idx(0, 6, 2), 1) end, { 5, 3, 4 } },
+    { "negative slice", function(v) return v:slice(-1, -3, -1) end, function(v) return v:gather(idx(1, 3, 1), 2) end, { 5, 6, 2 } },
+    { "select", function(v) return v[3] end, function(v) return v:gather(idx(3, 4, 1), 0):reshape(6, 4) end, { 6, 4 } },
+    { "select of a slice", function(v) return v:slice(2, 1, 4)[0] end,
+      function(v) return v:gather(idx(0, 1, 1), 0):gather(idx(1, 4, 1), 2):reshape(6, 3) end, { 6, 3 } },
+    { "permute", function(v) return v:permute { 2, 0, 1 } end, function(v) return v:transpose(1, 2):transpose(0, 1) end, { 4, 5, 6 } },
+    { "contiguous", function(v) return v:transpose(0, 2):contiguous() end, function(v) return v:transpose(0, 2) end, { 4, 6, 5 } },
+    { "clone", function(v) return v:clone() end, function(v) return v * 1 end, { 5, 6, 4 } },
+    { "to the CPU and back", function(v) return v:cpu():to(v.device) end, function(v) return v + 0 end, { 5, 6, 4 } },
+    { "concat", function(v) return tensor.concat({ v, v:slice(0, 0, 2) }, 0) end,
+      function(v) return v:gather(tensor.new({ 0, 1, 2, 3, 4, 0, 1 }, { dtype = "int64" }), 0) end, { 7, 6, 4 } },
+    { "stack", function(v) return tensor.stack({ v, v * 2 }, 1) end,
+      function(v) return (v:reshape(5, 1, 6, 4) * tensor.new({ 1, 2 }):reshape(1, 2, 1, 1):to(v.device)) end, { 5, 2, 6, 4 } },
+    { "float", function(v) return v:float() end, function(v) return v - 0 end, { 5, 6, 4 } },
+  }
+  for _, c in ipairs(cases) do
+    local ww = tensor.normal(table.unpack(c[4]))
+    local a, b = G.both(function(t) return grad(c[2], t, ww) end, x)
+    local ra, rb = G.both(function(t) return grad(c[3], t, ww) end, x)
+    G.close(a, ra, c[1] .. ": against the same selection by other ops", 1e-12)
+    G.close(b:to(G.dev), rb:to(G.dev), c[1] .. " on the CPU", 1e-12)
+    T.ok(b:abs():sum():item() > 0, c[1] .. ": a gradient reaches the variable")
+  end
+  -- a view of a half tensor (a variable's bfloat16 cast): its gradient comes back
+  for _, step in ipairs({ 1, 2 }) do
+    local a = G.both(function(t)
+      return grad(function(v) return v:astype("bfloat16"):slice(1, 1, 6, step) end, t, tensor.ones(4, step == 1 and 5 or 3))
+    end, tensor.normal(4, 6))
+    T.eq(a:sum():item(), step == 1 and 20 or 12, "ones where the bfloat16 slice reads, step " .. step)
+  end
+  -- bfloat16 tensors concatenated (through float32) give their gradients back
+  local wi = (tensor.normal(10, 6, 4) * 4):round()   -- exact in bfloat16
+  local a, b = G.both(function(t)
+    return grad(function(v) local h = v:astype("bfloat16"); return tensor.concat({ h, h }, 0):astype("float32") end, t, wi)
+  end, x)
+  G.close(a, b, "bfloat16 concat's gradient on the device and the CPU", 1e-12)
+  G.close(a, (wi:slice(0, 0, 5) + wi:slice(0, 5, 10)):to(G.dev), "bfloat16 concat's gradient: the two blocks' sum", 1e-12)
+  -- a view is still a view: a write through it reaches the tensor, in a tape
+  -- too (assign writes host tensors)
+  local t = tensor.zeros(3, 4)
+  local v = tensor.Variable(tensor.zeros(3, 4))
+  local tape = autograd.GradientTape()
+  tape:record(function() t:slice(1, 1, 3):assign(tensor.full({ 3, 2 }, 5)); return (v * 1):sum() end)
+  T.eq(t:sum():item(), 30, "an assign through a slice reaches its tensor")
+end)
+
 ---------------------------------------------------------------- unary and derivatives
 local unary = tensor.unary_ops
 local function unary_input(op, n)
@@ -255,6 +323,22 @@ T.test("sum / mean / max / argmax over every axis and over all", function()
     for _, op in ipairs({ "sum", "mean", "max" }) do
       local g, c = G.both(function(t) return t[op](t) end, x)
       G.close(g, c, ("%s of all %s"):format(op, label), 1e-9)
+    end
+  end
+end)
+
+T.test("reductions over lists of axes (adjacent, apart, none), var/std/logsumexp/any/all, and their gradients", function()
+  local x, w = tensor.normal(6, 70, 5), nil
+  for _, axes in ipairs({ { 0, 2 }, { 1, 2 }, { 2, 0 }, {}, { 0, 1, 2 } }) do
+    for _, op in ipairs({ "sum", "mean", "max", "min", "var", "std", "logsumexp", "any", "all" }) do
+      local what = ("%s over {%s}"):format(op, table.concat(axes, ","))
+      local g, c = G.both(function(t) return t[op](t, { axis = axes }) end, x)
+      G.close(g, c, what, 1e-9)
+      if op ~= "any" and op ~= "all" then
+        w = tensor.normal(table.unpack(c.shape))
+        g, c = G.both(function(t, ww) return grad_of(function(v) return v[op](v, { axis = axes, keepdims = false }) end, t, ww) end, x, w)
+        G.close(g, c, what .. ": gradient", 1e-9)
+      end
     end
   end
 end)
