@@ -12,7 +12,8 @@
 #include <string.h>
 
 /* ================================================================ option names */
-static const char *const role_names[LD_ROLE_COUNT] = {"kernel", "bias", "recurrent", "embeddings"};
+static const char *const role_names[LD_ROLE_COUNT] = {"kernel", "bias", "recurrent", "embeddings", "depthwise",
+                                                        "pointwise"};
 static const char *const kind_suffix[] = {"_initializer", "_regularizer", "_constraint"};
 
 const char *ld_weight_role_name(int role) { return role >= 0 && role < LD_ROLE_COUNT ? role_names[role] : "activity"; }
@@ -408,12 +409,20 @@ int ld_variable_constrain(ld_tensor *base, ld_tensor *v) {
 }
 
 /* ================================================================ model.losses */
+/* a weight's role by the end of its name: "<role>_kernel" for the kernels
+   of a role of their own, else "kernel", "bias", "embeddings" after a '/',
+   a '_' or nothing */
 static int role_of(const char *var_name) {
     size_t n = strlen(var_name);
-    static const char *const ends[] = {"kernel", "bias", "recurrent_kernel", "embeddings"};
-    if (n >= 16 && !strcmp(var_name + n - 16, "recurrent_kernel")) return LD_ROLE_RECURRENT;
+    static const char *const ends[] = {"kernel", "bias", "recurrent_kernel", "embeddings", "depthwise_kernel",
+                                       "pointwise_kernel"};
+    static const int own[] = {LD_ROLE_RECURRENT, LD_ROLE_DEPTHWISE, LD_ROLE_POINTWISE};
+    for (int i = 0; i < 3; i++) {
+        size_t k = strlen(ends[own[i]]);
+        if (n >= k && !strcmp(var_name + n - k, ends[own[i]])) return own[i];
+    }
     for (int r = 0; r < LD_ROLE_COUNT; r++) {
-        if (r == LD_ROLE_RECURRENT) continue;
+        if (r == LD_ROLE_RECURRENT || r == LD_ROLE_DEPTHWISE || r == LD_ROLE_POINTWISE) continue;
         size_t k = strlen(ends[r]);
         if (n >= k && !strcmp(var_name + n - k, ends[r]) && (n == k || var_name[n - k - 1] == '/' || var_name[n - k - 1] == '_'))
             return r;

@@ -144,7 +144,8 @@ const ld_layer_class ld_layer_conv2d = {
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
 /* ================================================================ MaxPool2D */
-enum { POOL_SIZE, POOL_STRIDES };
+enum { POOL_SIZE, POOL_STRIDES, POOL_PADDING };
+static int pool_same(const ld_layer *l) { return !strcmp(ld_p_str(l, POOL_PADDING), "same"); }
 static int pool_check(ld_layer *l) {
     int n;
     const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = ld_p_ints(l, POOL_STRIDES, &n);
@@ -155,19 +156,20 @@ static int pool_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
     if (ld_layer_need_image(l, in)) return ld_error_status();
     const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = ld_layer_pool_strides(l, POOL_SIZE, POOL_STRIDES);
     *out = *in;
-    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], 0);
-    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], 0);
+    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], pool_same(l));
+    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], pool_same(l));
     return LD_OK;
 }
 static ld_tensor *pool_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     const int64_t *k = ld_p_ints(l, POOL_SIZE, NULL), *s = ld_layer_pool_strides(l, POOL_SIZE, POOL_STRIDES);
-    return ld_maxpool2d(x[0], (int)k[0], (int)k[1], (int)s[0], (int)s[1]);
+    return (pool_same(l) ? ld_maxpool2d_same : ld_maxpool2d)(x[0], (int)k[0], (int)k[1], (int)s[0], (int)s[1]);
 }
 const ld_layer_class ld_layer_max_pooling2d = {
     "MaxPool2D", "max_pooling2d", "MaxPooling2D", {"pool_size"},
-    {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PEND},
+    {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
     1, 1, 3u, pool_check, pool_build, pool_forward,
-    "nn.MaxPool2D(pool_size=2, {strides=pool_size})\n\nMaximum over windows of NHWC images (nn.MaxPooling2D is the same).", 0};
+    "nn.MaxPool2D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\nMaximum over windows of NHWC images "
+    "(same: TF's padding, never the maximum; nn.MaxPooling2D is the same).", 0};
 
 /* ================================================================ Conv2D + MaxPool2D */
 /* The pair as one op: the convolution's output is pooled image by image
@@ -189,6 +191,7 @@ static ld_tensor *conv_pool_forward(ld_layer *a, void *ctx, ld_tensor *const *x,
 
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
     if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
+    if (pool_same(b)) return 0;   /* the fused kernel pools valid windows */
     if (a->wopt.activity.class_name[0]) return 0;   /* its own output is regularized: run it alone */
     if (a->policy.compute != b->policy.compute) return 0;
     ld_activation act = ld_p_activation(a, CONV_ACT);

@@ -219,12 +219,9 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
        (Keras's numbers; the bias was added in float32 before rounding) */
     ld_dtype half = ld_autocast_dtype(), dt = ld_dtype_is_half(half) ? half : LD_F32;
     ld_tensor *xf = dt == LD_F32 ? ld_as_float(x) : x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
-    if (xf && !strcmp(pad, "causal") && k > 1) {   /* concat is float32's: a half x goes through it widened (exact) */
-        int64_t zs[3] = {n, k - 1, c};
-        ld_tensor *z = ld_tensor_zeros(LD_F32, 3, zs, xf->storage->device), *x32 = z ? ld_as_float(xf) : NULL;
-        ld_tensor *parts[2] = {z, x32};
-        ld_tensor *p = x32 ? ld_concat_op(2, parts, 1) : NULL;
-        ld_tensor_release(z);
+    if (xf && !strcmp(pad, "causal") && k > 1) {   /* padding is float32's: a half x goes through it widened (exact) */
+        ld_tensor *x32 = ld_as_float(xf);
+        ld_tensor *p = x32 ? ld_pad_op(x32, 1, k - 1, 0, 0.0) : NULL;
         ld_tensor_release(x32);
         ld_tensor_release(xf);
         xf = p && dt != LD_F32 ? ld_cast_op(p, dt) : p;
@@ -285,8 +282,8 @@ static ld_tensor *p1_forward(ld_layer *l, ld_tensor *x, int max) {
     int64_t s4[4] = {x->shape[0], x->shape[1], 1, x->shape[2]};
     ld_tensor *xf = max ? ld_tensor_retain(x) : ld_as_float(x);
     ld_tensor *x4 = xf ? ld_reshape_op(xf, 4, s4) : NULL;
-    ld_tensor *y4 = !x4 ? NULL : max ? ld_maxpool2d(x4, (int)k, 1, (int)st, 1)
-                                     : ld_avgpool2d(x4, (int)k, 1, (int)st, 1, p1_same(l));
+    ld_tensor *y4 = !x4 ? NULL : !max ? ld_avgpool2d(x4, (int)k, 1, (int)st, 1, p1_same(l))
+                               : (p1_same(l) ? ld_maxpool2d_same : ld_maxpool2d)(x4, (int)k, 1, (int)st, 1);
     ld_tensor *y = NULL;
     if (y4) {
         int64_t s3[3] = {y4->shape[0], y4->shape[1], y4->shape[3]};
@@ -299,10 +296,11 @@ static ld_tensor *mp1_forward(ld_layer *l, int n, ld_tensor *const *xs, int trai
 static ld_tensor *ap1_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) { return p1_forward(l, xs[0], 0); }
 const ld_layer_class ld_layer_max_pooling1d = {
     "MaxPooling1D", "max_pooling1d", "MaxPool1D", {"pool_size"},
-    {LD_PINTS("pool_size", "2", 1), LD_PINTS("strides", "", 1), LD_PSTR("padding", "valid", "valid"), LD_PEND},
+    {LD_PINTS("pool_size", "2", 1), LD_PINTS("strides", "", 1), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
     1, 1, 1u /* any number of steps */, p1_check, p1_build, mp1_forward,
-    "nn.MaxPooling1D(pool_size=2, {strides=pool_size, padding=\"valid\"})\n\n"
-    "Maximum over windows of steps of sequences [batch, steps, channels] (nn.MaxPool1D is the same).", 0};
+    "nn.MaxPooling1D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
+    "Maximum over windows of steps of sequences [batch, steps, channels] (same: TF's padding, never the\n"
+    "maximum; nn.MaxPool1D is the same).", 0};
 const ld_layer_class ld_layer_average_pooling1d = {
     "AveragePooling1D", "average_pooling1d", "AvgPool1D", {"pool_size"},
     {LD_PINTS("pool_size", "2", 1), LD_PINTS("strides", "", 1), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
@@ -336,27 +334,10 @@ static int zpad_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
     out->d[1] += s[2] + s[3];
     return LD_OK;
 }
-/* x with `before` and `after` zeros along axis (one concatenation: its
-   gradient is the middle block) */
-static ld_tensor *pad_axis(ld_tensor *x, int axis, int64_t before, int64_t after) {
-    if (!before && !after) return ld_tensor_retain(x);
-    ld_tensor *parts[3];
-    int n = 0;
-    int64_t sh[LD_MAX_DIMS];
-    memcpy(sh, x->shape, (size_t)x->ndim * sizeof *sh);
-    ld_tensor *zb = NULL, *za = NULL;
-    if (before) { sh[axis] = before; zb = ld_tensor_zeros(x->dtype, x->ndim, sh, x->storage->device); parts[n++] = zb; }
-    parts[n++] = x;
-    if (after) { sh[axis] = after; za = ld_tensor_zeros(x->dtype, x->ndim, sh, x->storage->device); parts[n++] = za; }
-    ld_tensor *y = (before && !zb) || (after && !za) ? NULL : ld_concat_op(n, parts, axis);
-    ld_tensor_release(zb);
-    ld_tensor_release(za);
-    return y;
-}
 static ld_tensor *zpad_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     int64_t s[4];
     if (sides(l, s)) return NULL;
-    ld_tensor *h = pad_axis(xs[0], 1, s[0], s[1]), *y = h ? pad_axis(h, 2, s[2], s[3]) : NULL;
+    ld_tensor *h = ld_pad_op(xs[0], 1, s[0], s[1], 0.0), *y = h ? ld_pad_op(h, 2, s[2], s[3], 0.0) : NULL;
     ld_tensor_release(h);
     return y;
 }

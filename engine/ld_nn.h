@@ -102,7 +102,12 @@ static inline int ld_layer_axis_flexible(const ld_layer_class *c, int a, int ndi
    ("query/kernel" is a kernel, "recurrent_kernel" the recurrent role), so
    no class reads them: ld_layer_add_weight initializes, ld_model_losses
    regularizes, ld_variable_constrain constrains. */
-typedef enum { LD_ROLE_KERNEL = 0, LD_ROLE_BIAS, LD_ROLE_RECURRENT, LD_ROLE_EMBEDDINGS, LD_ROLE_COUNT } ld_weight_role;
+typedef enum {
+    LD_ROLE_KERNEL = 0, LD_ROLE_BIAS, LD_ROLE_RECURRENT, LD_ROLE_EMBEDDINGS,
+    LD_ROLE_DEPTHWISE,          /* "depthwise_kernel": depthwise_initializer, ... (DepthwiseConv2D, SeparableConv2D) */
+    LD_ROLE_POINTWISE,          /* "pointwise_kernel": pointwise_initializer, ... (SeparableConv2D) */
+    LD_ROLE_COUNT
+} ld_weight_role;
 #define LD_ROLE_BIT(r) (1u << (r))
 /* Keras's initializers by class: class_name "" is the layer's own default */
 typedef struct {
@@ -128,7 +133,7 @@ typedef enum { LD_WOPT_INITIALIZER = 0, LD_WOPT_REGULARIZER, LD_WOPT_CONSTRAINT 
 int ld_weight_option_find(const ld_layer_class *c, const char *name, int *role, ld_wopt_kind *kind);
 /* the i-th option name of class c into buf: 1, or 0 past the last (for messages and help) */
 int ld_weight_option_name(const ld_layer_class *c, int i, char *buf, size_t n);
-/* Keras's names of a role ("kernel", "bias", "recurrent", "embeddings") */
+/* Keras's names of a role ("kernel", "bias", "recurrent", "embeddings", "depthwise", "pointwise") */
 const char *ld_weight_role_name(int role);
 /* An initializer, regularizer or constraint by Keras's class name or its
    snake_case alias ("he_normal", "l2", "max_norm"), with Keras's defaults;
@@ -200,7 +205,8 @@ struct ld_layer {
     X(multi_head_attention) X(lstm) X(gru) X(rescaling) X(softmax) X(global_max_pooling2d) \
     X(global_average_pooling1d) X(global_max_pooling1d) X(simple_rnn) X(leaky_relu) X(elu) X(p_re_lu) \
     X(bidirectional) X(subtract) X(average) X(maximum) X(minimum) X(max_pooling1d) X(average_pooling1d) \
-    X(zero_padding2d) X(cropping2d) X(up_sampling2d) X(repeat_vector) X(permute)
+    X(zero_padding2d) X(cropping2d) X(up_sampling2d) X(repeat_vector) X(permute) X(conv2d_transpose) \
+    X(depthwise_conv2d) X(separable_conv2d)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE

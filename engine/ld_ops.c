@@ -967,8 +967,9 @@ static int bw_matmul(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 
 /* wide_da: a's gradient of a half product left in float32, unrounded: for
    im2col's patches, which col2im sums and rounds once (a half
-   convolution's input gradient, one rounding as TF's kernels give it) */
-static ld_tensor *matmul(ld_tensor *a, ld_tensor *b, int wide_da) {
+   convolution's input gradient, one rounding as TF's kernels give it);
+   wide_c: the product itself so (ld_matmul_wide) */
+static ld_tensor *matmul(ld_tensor *a, ld_tensor *b, int wide_da, int wide_c) {
     char b1[64], b2[64];
     if (a->ndim < 2 || b->ndim != 2) {
         ld_fail(LD_ESHAPE, "matmul needs a 2-d (or batched N-d) tensor and a 2-d tensor, got shapes %s and %s",
@@ -991,7 +992,7 @@ static ld_tensor *matmul(ld_tensor *a, ld_tensor *b, int wide_da) {
         int64_t s2[2] = {ld_tensor_numel(a) / a->shape[a->ndim - 1], a->shape[a->ndim - 1]};
         if (!(a2 = ld_reshape(a, 2, s2))) return NULL;
     }
-    ld_tensor *c = mm2d(a2, b, 0, 0, a->dtype);
+    ld_tensor *c = mm2d(a2, b, 0, 0, wide_c ? LD_F32 : a->dtype);
     if (a2 != a) ld_tensor_release(a2);
     if (c && a->ndim > 2) {
         int64_t s[LD_MAX_DIMS];
@@ -1001,7 +1002,7 @@ static ld_tensor *matmul(ld_tensor *a, ld_tensor *b, int wide_da) {
         ld_tensor_release(c);
         c = r;
     }
-    if (c) {   /* in the operands' dtype (mm2d), and so are its gradients (bw_matmul) */
+    if (c) {   /* in the operands' dtype (mm2d; float32 when wide_c), and so are its gradients (bw_matmul) */
         ld_tensor *in[2] = {a, b};
         ld_node *nd = ld_record(c, "matmul", bw_matmul, 2, in);
         if (nd) nd->args[0] = wide_da && ld_dtype_is_half(a->dtype);
@@ -1009,7 +1010,8 @@ static ld_tensor *matmul(ld_tensor *a, ld_tensor *b, int wide_da) {
     return c;
 }
 
-ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) { return matmul(a, b, 0); }
+ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b) { return matmul(a, b, 0, 0); }
+ld_tensor *ld_matmul_wide(ld_tensor *a, ld_tensor *b) { return matmul(a, b, 0, 1); }
 
 /* ================================================================ fused dense layer
  * y = act(x @ w + b) with the bias written into the output first and the
@@ -1033,7 +1035,7 @@ static ld_tensor *linear_half(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu
                               int wide_dx) {
     ld_tensor *xh = x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
     ld_tensor *wh = xh ? (w->dtype == dt ? ld_tensor_retain(w) : ld_cast_op(w, dt)) : NULL;
-    ld_tensor *y = wh ? matmul(xh, wh, wide_dx) : NULL;
+    ld_tensor *y = wh ? matmul(xh, wh, wide_dx, 0) : NULL;
     ld_tensor_release(xh); ld_tensor_release(wh);
     if (y && y->dtype != out) {
         ld_tensor *c = ld_cast_op(y, out);

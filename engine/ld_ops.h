@@ -92,6 +92,11 @@ ld_tensor *ld_as_float(ld_tensor *t);
    half policy computes in it); an integer tensor as float32 (ld_cast_op). */
 ld_tensor *ld_as_floating(ld_tensor *t);
 ld_tensor *ld_matmul(ld_tensor *a, ld_tensor *b);       /* 2-d x 2-d, or batched 3-d x 2-d */
+/* ld_matmul whose half operands (one dtype) give their float32 sums as they
+   are, unrounded: a float32 result, for a product whose sums go on (a
+   transposed convolution's patches, which ld_col2im sums and rounds once);
+   its gradients are ld_matmul's (half products). Float32 operands: ld_matmul. */
+ld_tensor *ld_matmul_wide(ld_tensor *a, ld_tensor *b);
 ld_tensor *ld_softmax(ld_tensor *x);                    /* over the last axis */
 /* A dense layer in one op: x [..., k] @ w [k, n] + b [n] (b may be NULL),
    then relu when asked (in place). */
@@ -145,10 +150,21 @@ ld_tensor *ld_conv2d_pool(ld_tensor *x, ld_tensor *w, ld_tensor *b, int relu, in
 /* Patches of NHWC images as rows: [N*OH*OW, KH*KW*C] in x's dtype (float32,
    float16, bfloat16); differentiable (col2im, its sums in float32). */
 ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int64_t *oh, int64_t *ow);
+/* The transpose of ld_im2col: patches col [N*OH*OW, KH*KW*C] (float32 or
+   half) summed into NHWC images [n, h, w, c] in dt (float32 or half: float32
+   sums, rounded once), each entry added where ld_im2col(x of that shape, kh,
+   kw, sh, sw, same) takes it from (entries over the padding dropped; a pixel
+   no window covers is 0). Differentiable: col's gradient is im2col of g. A
+   transposed convolution is a product, then this op (Conv2DTranspose). */
+ld_tensor *ld_col2im(ld_tensor *col, int64_t n, int64_t h, int64_t w, int64_t c, int kh, int kw, int sh, int sw,
+                     int same, ld_dtype dt);
 /* Max pooling of NHWC images, valid windows; x float32 or half (float16,
    bfloat16): y in its dtype (its own values), dx summed in float32 and
    rounded once. */
 ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw);
+/* The same with TF's SAME padding: ceil(in / s) windows, the padding split
+   as ld_avgpool2d's and never the maximum (it gets no gradient). */
+ld_tensor *ld_maxpool2d_same(ld_tensor *x, int kh, int kw, int sh, int sw);
 /* Dropout: keep each element with probability 1-rate and scale it by
    1/(1-rate). One key is drawn from rng (NULL: ld_global_rng()) per call;
    the mask is a function of the key and each element's place in the global

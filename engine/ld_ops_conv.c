@@ -1,15 +1,18 @@
 /*
  * ld_ops_conv.c - the convolution family's differentiable ops: 2-d
  * convolution (with bias, relu and a max pooling fused where the device
- * can), im2col and max pooling; argument checks, dispatch to the device's
+ * can), im2col and its transpose col2im, max pooling (valid, and TF's
+ * SAME through a padding of -inf); argument checks, dispatch to the device's
  * kernels (the convolution family of LD_LAYER_KERNELS, ld_kernels.h:
  * ld_cpu_conv.c, cuda/cuda_conv.cu) and their backward functions.
  * Declared in ld_ops.h.
  */
 #include "ld_ops.h"
 #include "ld_autograd.h"
+#include "ld_ops_index.h"
 #include "ld_ops_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +34,25 @@ static int conv_reference(void) {
 #endif
 }
 
+/* The windows of an h x w image, kernel kh x kw, strides sh, sw, valid or
+   same padding: the output size oh x ow and the padding before it, ph, pw
+   (TF's rules); a kernel larger than a valid image is the error a user
+   meets. The one geometry of conv2d, im2col and col2im. */
+static int window_geometry(int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int same,
+                           int64_t *oh, int64_t *ow, int64_t *ph, int64_t *pw) {
+    if (same) {
+        ld_ops_same_pad(h, kh, sh, oh, ph);
+        ld_ops_same_pad(w, kw, sw, ow, pw);
+        return LD_OK;
+    }
+    if (h < kh || w < kw)
+        return ld_fail(LD_ESHAPE, "conv2d: kernel %lldx%lld is larger than the %lldx%lld input (use padding=\"same\")",
+                       (long long)kh, (long long)kw, (long long)h, (long long)w);
+    *oh = (h - kh) / sh + 1; *ow = (w - kw) / sw + 1;
+    *ph = *pw = 0;
+    return LD_OK;
+}
+
 /* The geometry of conv(x, w) (and of the pooling after it when pk[0] > 0:
    pk = {pkh, pkw, psh, psw}), with the errors a user meets. */
 static int conv_geometry(const ld_tensor *x, const ld_tensor *w, int sh, int sw, int same, const int *pk,
@@ -38,15 +60,8 @@ static int conv_geometry(const ld_tensor *x, const ld_tensor *w, int sh, int sw,
     memset(g, 0, sizeof *g);
     g->n = x->shape[0]; g->h = x->shape[1]; g->w = x->shape[2]; g->c = x->shape[3];
     g->kh = w->shape[0]; g->kw = w->shape[1]; g->f = w->shape[3]; g->sh = sh; g->sw = sw;
-    if (same) {
-        ld_ops_same_pad(g->h, g->kh, sh, &g->oh, &g->ph);
-        ld_ops_same_pad(g->w, g->kw, sw, &g->ow, &g->pw);
-    } else {
-        if (g->h < g->kh || g->w < g->kw)
-            return ld_fail(LD_ESHAPE, "conv2d: kernel %lldx%lld is larger than the %lldx%lld input (use padding=\"same\")",
-                           (long long)g->kh, (long long)g->kw, (long long)g->h, (long long)g->w);
-        g->oh = (g->h - g->kh) / sh + 1; g->ow = (g->w - g->kw) / sw + 1;
-    }
+    if (window_geometry(g->h, g->w, g->kh, g->kw, sh, sw, same, &g->oh, &g->ow, &g->ph, &g->pw))
+        return ld_error_status();
     if (pk && pk[0] > 0) {
         if (pk[1] < 1 || pk[2] < 1 || pk[3] < 1) return ld_fail(LD_EARG, "pool size and strides must be positive");
         if (g->oh < pk[0] || g->ow < pk[1])
@@ -249,18 +264,8 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
         ld_fail(LD_ETYPE, "conv2d needs float32, float16 or bfloat16 tensors, got %s", ld_dtype_name(x->dtype));
         return NULL;
     }
-    int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph = 0, pw = 0;
-    if (same) {
-        ld_ops_same_pad(h, kh, sh, &oh, &ph);
-        ld_ops_same_pad(wd, kw, sw, &ow, &pw);
-    } else {
-        if (h < kh || wd < kw) {
-            ld_fail(LD_ESHAPE, "conv2d: kernel %dx%d is larger than the %lldx%lld input (use padding=\"same\")",
-                    kh, kw, (long long)h, (long long)wd);
-            return NULL;
-        }
-        oh = (h - kh) / sh + 1; ow = (wd - kw) / sw + 1;
-    }
+    int64_t n = x->shape[0], h = x->shape[1], wd = x->shape[2], c = x->shape[3], oh, ow, ph, pw;
+    if (window_geometry(h, wd, kh, kw, sh, sw, same, &oh, &ow, &ph, &pw)) return NULL;
     ld_tensor *cx = ld_ops_contig(x);
     if (!cx) return NULL;
     int64_t cs[2] = {n * oh * ow, (int64_t)kh * kw * c};
@@ -277,6 +282,66 @@ ld_tensor *ld_im2col(ld_tensor *x, int kh, int kw, int sh, int sw, int same, int
     ld_tensor_release(cx);
     *oh_out = oh; *ow_out = ow;
     return col;
+}
+
+/* The transpose of im2col as an op: patches summed into images, the
+   backend's col2im forward; its gradient is im2col of g, the same windows
+   (args: kh, kw, sh, sw, ph, pw, oh, ow; the images' shape is g's). col's
+   gradient in col's dtype (g widened or rounded to it first: im2col is a
+   gather, exact). */
+static int bw_col2im(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *col = nd->in[0];
+    ld_tensor *gc = g->dtype == col->dtype ? ld_contiguous(g) : ld_cast(g, col->dtype);
+    ld_tensor *dcol = gc ? ld_ops_out_empty(col->dtype, 2, col->shape, DEV(col)) : NULL;
+    if (dcol) BE(col)->im2col(DEV(col), DPTR(dcol), DPTR(gc), gc->dtype, gc->shape[0], gc->shape[1], gc->shape[2],
+                              gc->shape[3], (int64_t)nd->args[0], (int64_t)nd->args[1], (int64_t)nd->args[2],
+                              (int64_t)nd->args[3], (int64_t)nd->args[4], (int64_t)nd->args[5], (int64_t)nd->args[6],
+                              (int64_t)nd->args[7]);
+    ld_tensor_release(gc);
+    gi[0] = dcol;
+    return dcol ? LD_OK : ld_error_status();
+}
+
+ld_tensor *ld_col2im(ld_tensor *col, int64_t n, int64_t h, int64_t w, int64_t c, int kh, int kw, int sh, int sw,
+                     int same, ld_dtype dt) {
+    char b1[64];
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "col2im: kernel size and strides must be positive"); return NULL; }
+    if (n < 0 || h < 1 || w < 1 || c < 1) {
+        ld_fail(LD_EARG, "col2im: images [%lld, %lld, %lld, %lld] must have rows, columns and channels", (long long)n,
+                (long long)h, (long long)w, (long long)c);
+        return NULL;
+    }
+    if ((col->dtype != LD_F32 && !ld_dtype_is_half(col->dtype)) || (dt != LD_F32 && !ld_dtype_is_half(dt))) {
+        ld_fail(LD_ETYPE, "col2im needs float32, float16 or bfloat16 patches and images, got %s and %s",
+                ld_dtype_name(col->dtype), ld_dtype_name(dt));
+        return NULL;
+    }
+    int64_t oh, ow, ph, pw;
+    if (window_geometry(h, w, kh, kw, sh, sw, same, &oh, &ow, &ph, &pw)) return NULL;
+    if (col->ndim != 2 || col->shape[0] != n * oh * ow || col->shape[1] != (int64_t)kh * kw * c) {
+        ld_fail(LD_ESHAPE, "col2im: patches of [%lld, %lld, %lld, %lld] images (kernel %dx%d, strides %dx%d) are "
+                "[%lld, %lld], got %s", (long long)n, (long long)h, (long long)w, (long long)c, kh, kw, sh, sw,
+                (long long)(n * oh * ow), (long long)kh * kw * c, ld_shape_str(col, b1, sizeof b1));
+        return NULL;
+    }
+    ld_tensor *cc = ld_ops_contig(col);
+    if (!cc) return NULL;
+    /* every element written: a sum over no window (the rows of an output
+       padding, or between the windows of a kernel smaller than its stride)
+       is zero, in the CPU's kernel and the GPU's */
+    int64_t ys[4] = {n, h, w, c};
+    ld_tensor *y = ld_ops_out_empty(dt, 4, ys, DEV(cc));
+    if (y) {
+        BE(cc)->col2im(DEV(cc), DPTR(y), dt, DPTR(cc), cc->dtype, n, h, w, c, kh, kw, sh, sw, ph, pw, oh, ow);
+        ld_tensor *in[1] = {cc};
+        ld_node *nd = ld_record(y, "col2im", bw_col2im, 1, in);
+        if (nd) {
+            double a[8] = {kh, kw, sh, sw, (double)ph, (double)pw, (double)oh, (double)ow};
+            for (int i = 0; i < 8; i++) nd->args[i] = a[i];
+        }
+    }
+    ld_tensor_release(cc);
+    return y;
 }
 
 /* ================================================================ max pooling */
@@ -323,5 +388,40 @@ ld_tensor *ld_maxpool2d(ld_tensor *x, int kh, int kw, int sh, int sw) {
     }
     ld_tensor_release(arg);
     ld_tensor_release(cx);
+    return y;
+}
+
+/* TF's SAME max pooling: x with -inf around it (ld_pad_op, TF's split of
+   the padding: the extra row or column after), then the valid windows. A
+   window always holds an element of x, so the padding never wins (but over
+   elements that are -inf themselves, whose maximum it equals) and gets no
+   gradient. A half x goes through the padding widened (exact) and comes
+   back in its dtype. */
+ld_tensor *ld_maxpool2d_same(ld_tensor *x, int kh, int kw, int sh, int sw) {
+    char b1[64];
+    if (x->ndim != 4) {
+        ld_fail(LD_ESHAPE, "max_pool2d needs an NHWC input, got shape %s", ld_shape_str(x, b1, sizeof b1));
+        return NULL;
+    }
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1) { ld_fail(LD_EARG, "pool size and strides must be positive"); return NULL; }
+    int64_t oh, ow, ph, pw;
+    ld_ops_same_pad(x->shape[1], kh, sh, &oh, &ph);
+    ld_ops_same_pad(x->shape[2], kw, sw, &ow, &pw);
+    int64_t th = (oh - 1) * sh + kh - x->shape[1], tw = (ow - 1) * sw + kw - x->shape[2];
+    th = th > 0 ? th : 0;
+    tw = tw > 0 ? tw : 0;
+    ld_tensor *fx = ld_as_floating(x);
+    ld_dtype dt = fx ? fx->dtype : LD_F32;
+    ld_tensor *f32 = fx ? ld_as_float(fx) : NULL;
+    ld_tensor_release(fx);
+    ld_tensor *a = f32 ? ld_pad_op(f32, 1, ph, th - ph, -INFINITY) : NULL;
+    ld_tensor *b = a ? ld_pad_op(a, 2, pw, tw - pw, -INFINITY) : NULL;
+    ld_tensor *y = b ? ld_maxpool2d(b, kh, kw, sh, sw) : NULL;
+    ld_tensor_release(f32); ld_tensor_release(a); ld_tensor_release(b);
+    if (y && dt != LD_F32) {
+        ld_tensor *h = ld_cast_op(y, dt);
+        ld_tensor_release(y);
+        y = h;
+    }
     return y;
 }

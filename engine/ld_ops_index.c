@@ -130,6 +130,29 @@ ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis) {
     return out;
 }
 
+/* ================================================================ pad */
+ld_tensor *ld_pad_op(ld_tensor *x, int axis, int64_t before, int64_t after, double value) {
+    if (before < 0 || after < 0) {
+        ld_fail(LD_EARG, "pad: amounts must be 0 or more, got %lld and %lld", (long long)before, (long long)after);
+        return NULL;
+    }
+    if (x->ndim == 0) { ld_fail(LD_ESHAPE, "pad: cannot pad a scalar"); return NULL; }
+    int ax = axis;
+    if (ld_ops_norm_axis(x, &ax, "pad")) return NULL;
+    if (!before && !after) return ld_tensor_retain(x);
+    ld_tensor *parts[3], *fb = NULL, *fa = NULL;
+    int n = 0;
+    int64_t sh[LD_MAX_DIMS];
+    memcpy(sh, x->shape, (size_t)x->ndim * sizeof *sh);
+    if (before) { sh[ax] = before; parts[n++] = fb = ld_tensor_full(x->dtype, x->ndim, sh, value, DEV(x)); }
+    parts[n++] = x;
+    if (after) { sh[ax] = after; parts[n++] = fa = ld_tensor_full(x->dtype, x->ndim, sh, value, DEV(x)); }
+    ld_tensor *y = (before && !fb) || (after && !fa) ? NULL : ld_concat_op(n, parts, ax);
+    ld_tensor_release(fb);
+    ld_tensor_release(fa);
+    return y;
+}
+
 /* ================================================================ slice */
 /* The gradient of x's block [start, start + len) along axis (len: g's size
    there): zeros of x's shape with g written in, float32 */

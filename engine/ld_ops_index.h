@@ -1,6 +1,6 @@
 /*
  * ld_ops_index.h - differentiable indexing ops: concatenation, slicing,
- * embedding lookups, gathers along an axis. (Average pooling: ld_ops_pool.h.)
+ * padding, embedding lookups, gathers along an axis. (Average pooling: ld_ops_pool.h.)
  *
  * STATUS: ld_concat_op and ld_slice_op are done and tested (CPU; CUDA kernel
  * compiled), ready to use. The embedding op below too.
@@ -22,6 +22,12 @@
    are recorded as a chain of nodes over views of the result: no extra
    copies). n == 1 returns xs[0] retained. */
 ld_tensor *ld_concat_op(int n, ld_tensor *const *xs, int axis);
+/* x with `before` and `after` slices filled with `value` along `axis`
+   (negative counts from the end): a concatenation, float32 as ld_concat_op;
+   the gradient is the middle block's (none reaches the padding). x itself,
+   retained, when both are 0. ZeroPadding2D's zeros, causal Conv1D's, and
+   the -inf around a SAME max pooling's input (ld_maxpool2d_same). */
+ld_tensor *ld_pad_op(ld_tensor *x, int axis, int64_t before, int64_t after, double value);
 /* x[..., start:start+len, ...] along `axis` (negative counts from the end),
    as a new contiguous tensor; 0 <= start, start + len <= x->shape[axis].
    The gradient is the output's gradient written into a zero tensor's block. */

@@ -63,6 +63,16 @@ local MODELS = {
         nn.Cropping2D { 2, 1, 0, 3 }, nn.Permute { 3, 1, 2 }, nn.Flatten(), nn.Dense(6, "tanh"), nn.RepeatVector(2),
         nn.Flatten(), nn.Dense(3) }
     end },
+  -- images downsampled, upsampled by a transposed convolution, then depthwise and separable
+  -- convolutions and a SAME max pooling
+  deconv = { shape = { 8, 8, 1 }, classes = 3,
+    make = function()
+      return nn.Sequential { nn.Conv2D(4, 3, { strides = 2, padding = "same", activation = "relu" }),
+        nn.Conv2DTranspose(3, 3, { strides = 2, padding = "same", activation = "tanh" }),
+        nn.DepthwiseConv2D(3, { depth_multiplier = 2, activation = "relu" }),
+        nn.SeparableConv2D(4, 3, { padding = "same", activation = "tanh" }),
+        nn.MaxPool2D(3, { strides = 2, padding = "same" }), nn.Flatten(), nn.Dense(3) }
+    end },
   -- regression of a sequence: a Dense over each of 6 steps, targets [batch, 6, 2]
   -- (a loss of several positions per row, divided by the global batch's positions)
   seq = { shape = { 6, 4 }, target = function(x) return x:slice(2, 0, 2):tanh() end,
@@ -201,8 +211,8 @@ add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_mom
   epochs = 5, also = { "ps", "mw_local" }, onehot = true,
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
--- 1-d pooling and merging layers
-for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape" } do
+-- 1-d pooling and merging layers, transposed/depthwise/separable convolutions
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

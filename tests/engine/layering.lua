@@ -17,7 +17,7 @@ at(0, { "ld_core", "ld_tensor", "ld_device", "ld_kernels", "ld_executor", "ld_re
   "cuda/ld_cuda" })
 at(1, { "ld_ops", "ld_ops_internal", "ld_ops_attn", "ld_ops_index", "ld_ops_pool", "ld_ops_conv", "ld_ops_norm", "ld_autograd.c" })
 at(2, { "ld_strategy" })
-at(3, { "ld_nn", "ld_layers_core", "ld_layers_norm", "ld_layers_seq", "ld_layers_shape", "ld_layer_options",
+at(3, { "ld_nn", "ld_layers_core", "ld_layers_norm", "ld_layers_seq", "ld_layers_shape", "ld_layers_conv", "ld_layer_options",
   "ld_optim", "ld_optim_state", "ld_data", "ld_data_text", "ld_image", "ld_io", "ld_io_tfevents", "ld_file" })
 local NAMES = { "core", "ops", "collectives", "models", "network" }
 

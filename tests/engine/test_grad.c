@@ -3,6 +3,7 @@
  * element contributes with a different weight. */
 #include "test_util.h"
 #include "ld_ops.h"
+#include "ld_ops_index.h"
 #include "ld_autograd.h"
 #include "ld_nn.h"
 #include "ld_device.h"
@@ -50,6 +51,17 @@ static ld_tensor *f_conv_layer(ld_tensor **in, void *ud) {
     return y;
 }
 static ld_tensor *f_pool(ld_tensor **in, void *ud) { return ld_maxpool2d(in[0], 2, 2, 2, 2); }
+static ld_tensor *f_pool_same(ld_tensor **in, void *ud) { return ld_maxpool2d_same(in[0], 3, 3, 2, 2); }
+/* col2im of 2 images of c[3] x c[3] pixels, 2 channels: kernel c[0], strides c[1], same c[2] */
+static ld_tensor *f_col2im(ld_tensor **in, void *ud) {
+    int *c = ud;
+    return ld_col2im(in[0], 2, c[3], c[3], 2, c[0], c[0], c[1], c[1], c[2], LD_F32);
+}
+static ld_tensor *f_pad(ld_tensor **in, void *ud) {
+    ld_tensor *p = ld_pad_op(in[0], 1, 1, 2, 0.5), *y = p ? ld_mul(p, p) : NULL;
+    ld_tensor_release(p);
+    return y;
+}
 static ld_tensor *f_reshape(ld_tensor **in, void *ud) { int64_t s[2] = {3, -1}; return ld_reshape_op(in[0], 2, s); }
 static ld_tensor *f_transpose(ld_tensor **in, void *ud) {
     ld_tensor *t = ld_transpose_op(in[0], 0, 1);
@@ -142,6 +154,18 @@ int main(void) {
     int64_t ps[4] = {2, 4, 4, 3};
     ld_tensor *pl[1] = {tu_rnd(4, ps, -1, 1)};
     tu_gradcheck("grad max_pool2d", f_pool, NULL, 1, pl, first, 2e-2);
+    int64_t pss[4] = {2, 5, 5, 2};
+    ld_tensor *pls[1] = {tu_rnd(4, pss, -1, 1)};
+    tu_gradcheck("grad max_pool2d same (padded with -inf)", f_pool_same, NULL, 1, pls, first, 2e-2);
+    /* col2im: same, stride 2 (overlapping windows, padding dropped); valid kernel 2
+       stride 3 (rows and columns no window covers) */
+    int c2_same[4] = {3, 2, 1, 5}, c2_gap[4] = {2, 3, 0, 6};
+    int64_t cs1[2] = {2 * 3 * 3, 3 * 3 * 2}, cs2[2] = {2 * 2 * 2, 2 * 2 * 2};
+    ld_tensor *c1[1] = {tu_rnd(2, cs1, -1, 1)}, *c2[1] = {tu_rnd(2, cs2, -1, 1)};
+    tu_gradcheck("grad col2im same stride 2", f_col2im, c2_same, 1, c1, first, 2e-2);
+    tu_gradcheck("grad col2im kernel 2 stride 3", f_col2im, c2_gap, 1, c2, first, 2e-2);
+    ld_tensor *pd[1] = {tu_rnd(2, s23, -1, 1)};
+    tu_gradcheck("grad pad (concat of constants)", f_pad, NULL, 1, pd, first, 2e-2);
 
     int64_t lab_shape[1] = {3};
     int64_t labs[3] = {1, 0, 3};
