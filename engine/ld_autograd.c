@@ -171,24 +171,29 @@ static int cmp_seq_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources_in, ld_tensor **grads) {
+int ld_tape_persistent(const ld_tape *t) { return t->persistent; }
+
+/* A non-persistent tape's one use (gradient or jacobian), or an error */
+static int use_tape(ld_tape *t, const char *what) {
+    if (t->used && !t->persistent)
+        return ld_fail(LD_EARG, "%s() can only be called once on a non-persistent tape "
+                                "(use GradientTape{persistent=true})", what);
+    t->used = 1;
+    return LD_OK;
+}
+
+/* The backward pass from target, whose gradient is seed (its shape, on its
+   device, float32; NULL: ones): grads[i] = d target / d sources_in[i]. */
+static int run_backward(ld_tensor *target, ld_tensor *seed_in, int n, ld_tensor **sources_in, ld_tensor **grads) {
     for (int i = 0; i < n; i++) grads[i] = NULL;
+    if (!ld_dtype_is_float(target->dtype))
+        return ld_fail(LD_ETYPE, "the target of gradient() must be float32, float16 or bfloat16, not %s",
+                       ld_dtype_name(target->dtype));
     /* a mirrored variable stands for the current replica's copy */
     ld_tensor *src_small[64], **sources = n <= 64 ? src_small : malloc(sizeof *sources * (size_t)n);
     if (!sources) return ld_fail(LD_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) sources[i] = ld_var(sources_in[i]);
     int st = LD_OK;
-    if (t->used && !t->persistent) {
-        if (sources != src_small) free(sources);
-        return ld_fail(LD_EARG, "gradient() can only be called once on a non-persistent tape "
-                                "(use GradientTape{persistent=true})");
-    }
-    t->used = 1;
-    if (!ld_dtype_is_float(target->dtype)) {
-        if (sources != src_small) free(sources);
-        return ld_fail(LD_ETYPE, "the target of gradient() must be float32, float16 or bfloat16, not %s",
-                       ld_dtype_name(target->dtype));
-    }
     int saved_paused = paused;
     paused = 1;   /* the backward pass itself is not recorded */
 
@@ -218,7 +223,8 @@ int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources_i
         }
         qsort(nodes, nn, sizeof *nodes, cmp_seq_desc);
     }
-    ld_tensor *seed = ld_tensor_full(LD_F32, target->ndim, target->shape, 1.0, target->storage->device);
+    ld_tensor *seed = seed_in ? ld_tensor_retain(seed_in)
+                              : ld_tensor_full(LD_F32, target->ndim, target->shape, 1.0, target->storage->device);
     if (!seed) { st = ld_error_status(); goto done; }
     if ((st = accumulate(&gm, target, seed))) goto done;
 
@@ -263,4 +269,73 @@ done:
     if (st) for (int i = 0; i < n; i++) { ld_tensor_release(grads[i]); grads[i] = NULL; }
     if (sources != src_small) free(sources);
     return st;
+}
+
+int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources, ld_tensor **grads) {
+    return ld_tape_gradient_seeded(t, target, NULL, n, sources, grads);
+}
+
+/* seed: target's shape; any float dtype and device (taken as float32 on target's) */
+static ld_tensor *seed_for(ld_tensor *target, ld_tensor *g) {
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+    int same = g->ndim == target->ndim;
+    for (int i = 0; same && i < g->ndim; i++) same = g->shape[i] == target->shape[i];
+    if (!same) {
+        ld_fail(LD_ESHAPE, "gradient(): output_gradients of shape %s for a target of shape %s (they must be equal)",
+                ld_shape_str(g, b1, sizeof b1), ld_shape_str(target, b2, sizeof b2));
+        return NULL;
+    }
+    if (!ld_dtype_is_float(g->dtype)) {
+        ld_fail(LD_ETYPE, "gradient(): output_gradients must be float32, float16 or bfloat16, not %s",
+                ld_dtype_name(g->dtype));
+        return NULL;
+    }
+    ld_tensor *d = ld_to_device(g, target->storage->device), *c = d ? ld_contiguous(d) : NULL;
+    ld_tensor *f = c && c->dtype != LD_F32 ? ld_cast(c, LD_F32) : c ? ld_tensor_retain(c) : NULL;
+    ld_tensor_release(d); ld_tensor_release(c);
+    return f;
+}
+
+int ld_tape_gradient_seeded(ld_tape *t, ld_tensor *target, ld_tensor *output_grad, int n, ld_tensor **sources,
+                            ld_tensor **grads) {
+    for (int i = 0; i < n; i++) grads[i] = NULL;
+    ld_tensor *seed = output_grad ? seed_for(target, output_grad) : NULL;   /* checked before the tape's use */
+    if ((output_grad && !seed) || use_tape(t, "gradient")) { ld_tensor_release(seed); return ld_error_status(); }
+    int st = run_backward(target, seed, n, sources, grads);
+    ld_tensor_release(seed);
+    return st;
+}
+
+int ld_tape_jacobian(ld_tape *t, ld_tensor *target, ld_tensor *source_in, ld_tensor **out) {
+    *out = NULL;
+    ld_tensor *source = ld_var(source_in);
+    int64_t m = ld_tensor_numel(target), k = ld_tensor_numel(source), js[LD_MAX_DIMS], eye_s[2] = {m, m},
+            row_s[2] = {m, k};
+    if (target->ndim + source->ndim > LD_MAX_DIMS)
+        return ld_fail(LD_ESHAPE, "jacobian(): a target of %d dimensions and a source of %d make more than %d",
+                       target->ndim, source->ndim, LD_MAX_DIMS);
+    if (use_tape(t, "jacobian")) return ld_error_status();
+    for (int i = 0; i < target->ndim; i++) js[i] = target->shape[i];
+    for (int i = 0; i < source->ndim; i++) js[target->ndim + i] = source->shape[i];
+    /* row i: the gradient of target's element i, seeded by row i of the identity */
+    ld_tensor *eye = ld_tensor_zeros(LD_F32, 2, eye_s, NULL);
+    float *e = eye ? ld_tensor_data_unsynced(eye) : NULL;
+    for (int64_t i = 0; e && i < m; i++) e[i * m + i] = 1;
+    ld_tensor *eye_d = eye ? ld_to_device(eye, target->storage->device) : NULL;
+    ld_tensor *j = eye_d ? ld_tensor_empty(LD_F32, target->ndim + source->ndim, js, source->storage->device) : NULL;
+    ld_tensor *rows = j ? ld_reshape(j, 2, row_s) : NULL;
+    int st = rows ? LD_OK : ld_error_status();
+    for (int64_t i = 0; !st && i < m; i++) {
+        ld_tensor *er = ld_select(eye_d, 0, i), *seed = er ? ld_reshape(er, target->ndim, target->shape) : NULL;
+        ld_tensor *g = NULL, *dst = seed ? ld_select(rows, 0, i) : NULL, *gf = NULL;
+        st = dst ? run_backward(target, seed, 1, &source, &g) : ld_error_status();
+        if (!st && !(gf = ld_reshape(g, 1, &k))) st = ld_error_status();
+        if (!st) st = ld_copy_into(dst, gf);
+        ld_tensor_release(er); ld_tensor_release(seed); ld_tensor_release(g); ld_tensor_release(dst);
+        ld_tensor_release(gf);
+    }
+    ld_tensor_release(eye); ld_tensor_release(eye_d); ld_tensor_release(rows);
+    if (st) { ld_tensor_release(j); return st; }
+    *out = j;
+    return LD_OK;
 }

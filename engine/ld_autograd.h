@@ -46,6 +46,7 @@ void ld_tape_free(ld_tape *t);
 void ld_tape_push(ld_tape *t);         /* start recording on this thread */
 void ld_tape_pop(ld_tape *t);
 int ld_tape_watch(ld_tape *t, ld_tensor *x);
+int ld_tape_persistent(const ld_tape *t);
 int ld_tape_recording(void);           /* some tape active on this thread */
 /* stop recording temporarily (optimizer updates, a stop_gradient); returns
    the previous setting, to restore */
@@ -53,6 +54,14 @@ int ld_tape_pause(int paused);
 /* grads[i] = d target / d sources[i] (zeros when not connected; NULL never).
    A non-persistent tape can compute gradients once. */
 int ld_tape_gradient(ld_tape *t, ld_tensor *target, int n, ld_tensor **sources, ld_tensor **grads);
+/* The same with target's gradient given (TF's output_gradients: a vector-
+   Jacobian product), a tensor of target's shape; NULL: ones. */
+int ld_tape_gradient_seeded(ld_tape *t, ld_tensor *target, ld_tensor *output_grad, int n, ld_tensor **sources,
+                            ld_tensor **grads);
+/* TF's tape.jacobian: *out [target's shape..., source's shape...], float32 on
+   the source's device, row by row (one backward pass per element of
+   target, each seeded by one element); one use of a non-persistent tape. */
+int ld_tape_jacobian(ld_tape *t, ld_tensor *target, ld_tensor *source, ld_tensor **out);
 
 /* Used by ops: record a node for `out` when recording and an input requires grad.
    Returns the node (owned by out) or NULL when nothing was recorded. */

@@ -1344,6 +1344,11 @@ ld_tensor *ld_permute_op(ld_tensor *x, const int *perm) {
     return y;
 }
 
+ld_tensor *ld_stop_gradient(ld_tensor *x) {
+    ld_tensor *v = ld_var(x);   /* a mirrored variable: the replica's copy */
+    return ld_reshape(v, v->ndim, v->shape);   /* a plain view: no node, no requires_grad */
+}
+
 ld_tensor *ld_clone_op(ld_tensor *x) {
     ld_tensor *y = ld_clone(x);
     if (y) { ld_tensor *in[1] = {x}; ld_record(y, "clone", bw_identity, 1, in); }

@@ -186,6 +186,9 @@ ld_tensor *ld_permute_op(ld_tensor *x, const int *perm);
 /* ld_clone and ld_to_device, recorded: the gradient passes through (to x's
    device), as tf.identity's and a copy between tf.device scopes do */
 ld_tensor *ld_clone_op(ld_tensor *x);
+/* tf.stop_gradient: x's values (a view; a copy of a strided x) that no tape
+   follows, so no gradient flows through them */
+ld_tensor *ld_stop_gradient(ld_tensor *x);
 ld_tensor *ld_to_device_op(ld_tensor *x, ld_device *dev);
 
 /* Fused losses: mean over the batch, a 0-d result. labels int32/int64 [N]. */

@@ -84,10 +84,18 @@ static int tape_watch(lua_State *L) {
     return 0;
 }
 
-/* tape:gradient(target, sources) -> gradients, shaped like sources (a tensor or a table) */
+/* tape:gradient(target, sources[, output_gradients | {output_gradients=}]) -> gradients, shaped like
+   sources (a tensor or a table) */
 static int tape_gradient(lua_State *L) {
     lb_tape *t = check_tape(L, 1);
-    ld_tensor *target = lb_check_tensor(L, 2);
+    ld_tensor *target = lb_check_tensor(L, 2), *seed = NULL;
+    if (lua_istable(L, 4) && !lb_test_tensor(L, 4)) {
+        static const char *const names[] = {"output_gradients", NULL};
+        lb_check_options(L, 4, "tape:gradient", names);
+        lua_getfield(L, 4, "output_gradients");
+        lua_replace(L, 4);
+    }
+    if (!lua_isnoneornil(L, 4)) seed = lb_check_tensor(L, 4);
     int single = lb_test_tensor(L, 3) != NULL;
     if (!single) luaL_checktype(L, 3, LUA_TTABLE);
     int n = single ? 1 : (int)luaL_len(L, 3);
@@ -101,7 +109,7 @@ static int tape_gradient(lua_State *L) {
         src[i] = s;
         lua_pop(L, 1);
     }
-    if (ld_tape_gradient(t->tape, target, n, src, grads)) return lb_engine_error(L, 0);
+    if (ld_tape_gradient_seeded(t->tape, target, seed, n, src, grads)) return lb_engine_error(L, 0);
     if (single) { lb_push_tensor(L, grads[0], 0); return 1; }
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
@@ -110,6 +118,44 @@ static int tape_gradient(lua_State *L) {
         lua_rawseti(L, -2, i + 1);
     }
     return 1;
+}
+
+/* tape:jacobian(target, source | {sources}) -> [target's shape..., source's shape...] (a table for a table) */
+static int tape_jacobian(lua_State *L) {
+    lb_tape *t = check_tape(L, 1);
+    ld_tensor *target = lb_check_tensor(L, 2), *j = NULL;
+    if (lb_test_tensor(L, 3)) {
+        if (ld_tape_jacobian(t->tape, target, lb_check_tensor(L, 3), &j)) return lb_engine_error(L, 0);
+        lb_push_tensor(L, j, 0);
+        return 1;
+    }
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int n = (int)luaL_len(L, 3);
+    if (n > 1 && !ld_tape_persistent(t->tape))
+        return luaL_error(L, "jacobian() of %d sources on a non-persistent tape: use GradientTape{persistent=true}", n);
+    lua_createtable(L, n, 0);
+    for (int i = 1; i <= n; i++) {
+        lua_geti(L, 3, i);
+        ld_tensor *s = lb_test_tensor(L, -1);
+        if (!s) return luaL_error(L, "bad argument #2 to 'jacobian' (source %d is a %s, not a tensor)", i, luaL_typename(L, -1));
+        if (ld_tape_jacobian(t->tape, target, s, &j)) return lb_engine_error(L, 0);
+        lua_pop(L, 1);
+        lb_push_tensor(L, j, 0);
+        lua_rawseti(L, -2, i);
+    }
+    return 1;
+}
+
+/* tape:stop_recording(fn, ...): fn(...) with recording paused (on this
+   thread), resumed even if fn raises; returns fn's results */
+static int tape_stop_recording(lua_State *L) {
+    check_tape(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    int was = ld_tape_pause(1), nargs = lua_gettop(L) - 2;
+    int st = lb_pcall_kept(L, nargs, LUA_MULTRET);
+    ld_tape_pause(was);
+    if (st != LUA_OK) return lua_error(L);
+    return lua_gettop(L) - 1;
 }
 
 static int is_recording(lua_State *L) { lua_pushboolean(L, ld_tape_recording()); return 1; }
@@ -122,14 +168,22 @@ static const char *const docs[] = {
     "Variables are watched automatically; tape:watch(t) adds any float32 tensor.\n"
     "A non-persistent tape computes gradients once.",
     "GradientTape:record", "tape:record(fn, ...)\n\nRun fn(...) while recording; returns fn's results. Recording stops even if fn raises.",
-    "GradientTape:gradient", "tape:gradient(target, sources)\n\nGradients of target with respect to each source (a tensor, or a table of tensors: a table comes back).",
+    "GradientTape:gradient", "tape:gradient(target, sources[, output_gradients])\n\nGradients of target with respect to each source (a tensor, or a table of tensors: a table comes back).\n"
+    "A target of several elements is summed, as TF's is; output_gradients (a tensor of target's shape, or\n"
+    "{output_gradients = g}) weights its elements instead: the vector-Jacobian product g^T J. A source the\n"
+    "target does not depend on gets zeros (TF's unconnected_gradients=\"zero\").",
+    "GradientTape:jacobian", "tape:jacobian(target, source)\n\nTF's tape.jacobian: d target[i...] / d source[j...], of shape target.shape .. source.shape\n"
+    "(a table of them for a table of sources, on a persistent tape); one backward pass per element of target.",
+    "GradientTape:stop_recording", "tape:stop_recording(fn, ...)\n\nRun fn(...) without recording (TF's `with tape.stop_recording():`); returns fn's results.\n"
+    "Every tape of this thread pauses, not only this one. tensor.stop_gradient(t) keeps one value out instead.",
     "GradientTape:watch", "tape:watch(t)\n\nRecord ops on a tensor that is not a Variable.",
     NULL};
 
 int lb_open_autograd(lua_State *L) {
     luaL_newmetatable(L, TAPE_MT);
     static const luaL_Reg m[] = {{"start", tape_start}, {"stop", tape_stop}, {"record", tape_record},
-                                 {"watch", tape_watch}, {"gradient", tape_gradient}, {NULL, NULL}};
+                                 {"watch", tape_watch}, {"gradient", tape_gradient}, {"jacobian", tape_jacobian},
+                                 {"stop_recording", tape_stop_recording}, {NULL, NULL}};
     lua_newtable(L);
     luaL_setfuncs(L, m, 0);
     lua_setfield(L, -2, "__index");

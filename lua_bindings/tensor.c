@@ -578,6 +578,7 @@ static int t_slice(lua_State *L) {
     return 1;
 }
 
+static int t_stop_gradient(lua_State *L) { lb_push_tensor(L, ld_stop_gradient(lb_check_tensor(L, 1)), 1); return 1; }
 static int t_contiguous(lua_State *L) { lb_push_tensor(L, ld_ops_contig(SELF), 1); return 1; }
 static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone_op(SELF), 1); return 1; }
 
@@ -1339,7 +1340,7 @@ static const luaL_Reg functions[] = {
     {"randn", t_normal}, {"seed", t_seed}, {"get_rng_state", t_get_rng_state}, {"set_rng_state", t_set_rng_state}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
     {"device_note", t_device_note}, {"bmm", t_bmm}, {"attention", t_attention},
-    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot},
+    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot}, {"stop_gradient", t_stop_gradient},
     {NULL, NULL}};
 
 /* the rule for values, in the help of everything that converts them */
@@ -1361,6 +1362,8 @@ static const char *const docs[] = {
     "get_rng_state", "tensor.get_rng_state()\n\nThe global random generator's state, as a string (for tensor.set_rng_state).",
     "set_rng_state", "tensor.set_rng_state(state)\n\nPut back a state from tensor.get_rng_state(), here or in another process:\n"
                      "the same initialisers, dropout masks and random tensors follow.",
+    "stop_gradient", "tensor.stop_gradient(t)\n\nt's values, which no gradient flows through (tf.stop_gradient): a target network's\n"
+                     "outputs, a GAN's fixed half, a straight-through estimator's x + stop_gradient(q - x).",
     "concat", "tensor.concat({t1, t2, ...}, axis=0)\n\nJoin tensors along an existing axis.",
     "stack", "tensor.stack({t1, t2, ...}, axis=0)\n\nJoin equally shaped tensors along a new axis (tf.stack's: axis 0 .. ndim, or negative\nfrom the end).",
     "Variable", "tensor.Variable(value, {name=, trainable=true})\n\nA trainable tensor: tapes watch it automatically and optimizers update it in place.",

@@ -246,6 +246,7 @@ local function keeps(name, fn)
   end
 end
 keeps("clone", function(t) return t:clone() end)
+keeps("stop_gradient", function(t) return tensor.stop_gradient(t) end)
 keeps("contiguous", function(t) return t:reshape(2, 3):transpose(0, 1):contiguous():transpose(0, 1):contiguous() end)
 keeps("cpu", function(t) return t:cpu() end)
 keeps("to", function(t, dev) return t:to("cpu:0"):to(dev) end)
