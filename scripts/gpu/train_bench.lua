@@ -7,6 +7,8 @@
 -- scripts/models/resnet.lua: 14x14x16, 7x7x32, 4x4x64, one block per stage).
 -- LDIST_BENCH_POLICY=mixed_bfloat16 builds it under that Keras dtype policy
 -- (scripts/gpu/bench_policy.lua); DEVICE cpu:N tries it on logical CPUs.
+-- LDIST_BENCH_METRICS=accuracy compiles it with that metric (the step's
+-- predictions and labels are then read after it, one step late).
 local which, batch, steps, warm = arg[1], tonumber(arg[2]), tonumber(arg[3]), tonumber(arg[4])
 local dev = arg[5] or "cuda:0"
 dofile("scripts/gpu/bench_policy.lua").apply(dev)
@@ -26,7 +28,9 @@ elseif which == "cnn" then
 else
   error("train_bench: MODEL is mlp, cnn or resnet, not " .. tostring(which))
 end
-model:compile { optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
+local metrics = os.getenv("LDIST_BENCH_METRICS")
+model:compile { optimizer = optim.Adam(), loss = losses.SparseCategoricalCrossentropy { from_logits = true },
+  metrics = metrics and metrics ~= "" and { metrics } or nil }
 local ds = data.Dataset.from_tensor_slices(x, y):shuffle(60000, { seed = 0 }):batch(batch, { drop_remainder = true }):prefetch(2)
 -- the clock starts after `warm` steps (allocator cache, cuBLAS handle, kernels loaded)
 local t0, t1, last

@@ -469,12 +469,15 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
   -- allocated depended on where the collector's cycle stood, so a script
   -- with a larger Lua heap saw device allocations (cudaMalloc) in every
   -- steady step (tests/cuda_emu/run.sh's traces)
+  -- With metrics, fit gathers the labels it gave as replicas' parts after
+  -- the next step is issued, then hands them back (_release_step); parts
+  -- split here nothing else reads.
   local nest = ldist._util.nest
   local function free_parts(v) for r = 1, n do nest.map(v.values[r], free_now) end end
   free_parts(xs)
+  if want_pred == false or ys ~= y then free_parts(ys) end
+  if ws and (want_pred == false or ws ~= w) then free_parts(ws) end
   if want_pred == false then
-    free_parts(ys)
-    if ws then free_parts(ws) end
     for r = 0, n - 1 do nest.map(preds[r], free_now) end
   end
   if not self._in_fit then C.host_async(false) end
@@ -494,6 +497,11 @@ function Mirrored:train_step(model, x, y, loss, opt, want_pred, w)
     return host_preds
   end
   return loss_value, want_pred ~= false and predictions or nil
+end
+
+function Mirrored:_release_step(v)
+  local nest = ldist._util.nest
+  for r = 1, #v.values do nest.map(v.values[r], free_now) end
 end
 
 ---------------------------------------------------------------- watching it: traces

@@ -25,6 +25,9 @@
 --   s:experimental_local_results(v), s:experimental_distribute_dataset(ds)
 --   s:train_step(model, x, y, loss, opt, want_pred), s:_fit_begin(), s:_fit_end(),
 --   s:_fit_batches(ds)         model:fit's step and hooks (keras/training.lua)
+--   s:_release_step(v)         fit is done with a step's PerReplica value v (its
+--                              labels and weights, once the metrics have read
+--                              them): its parts may go back to their devices now
 --   s:_lost_peer()             "worker 1 (pid 4242) is lost" (or how it died, when
 --                              known) when a process of the job died
 --                              (fit's one message after a failure), else nil
@@ -575,6 +578,7 @@ function distribute._on_model_created(model)
   end
 end
 function Strategy:_model_created(model) end
+function Strategy:_release_step(v) end   -- nothing of a step is held beyond Lua's references
 function Strategy:_is_writer() return true end
 function Strategy:_broadcast(v) return v end
 

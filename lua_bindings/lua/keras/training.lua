@@ -1031,6 +1031,10 @@ function Model:_fit_loop(x, y, opts, strategy)
         if is_pr(yb) then yb = strategy:gather(yb) end   -- split over the replicas
         if is_pr(wb) then wb = strategy:gather(wb) end
         update_outputs(self._metrics, outs, yb, pred, wb, p.n)
+        -- the step's labels and weights on the replicas' devices are read:
+        -- their memory goes back now, not when the collector gets to them
+        if is_pr(p.by) then strategy:_release_step(p.by) end
+        if is_pr(p.bw) then strategy:_release_step(p.bw) end
       end
       -- Keras's batch logs: the running means so far in the epoch
       local vals = epoch_logs(loss_m, outs, self._metrics)
