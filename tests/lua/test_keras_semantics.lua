@@ -525,4 +525,79 @@ T.test("evaluate with sample weights: each batch's weighted loss, averaged by ro
   T.near(m:evaluate(x, y, { batch_size = 2 }).loss, 2.0, 1e-6)
 end)
 
+-- Keras 3's train_on_batch / test_on_batch / predict_on_batch: each call's
+-- values are that batch's alone, computed before its update. Keras 3.15's, by:
+--   m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+--   m.compile(optimizer=keras.optimizers.SGD(), loss="mse", metrics=["mae"])
+--   m.set_weights([[[0.1, -0.2], [0.3, 0.4], [-0.5, 0.6]], [0, 0]]); x, y = ones((4, 3)), zeros((4, 2))
+--   train_on_batch(x, y) three times, the third with return_dict=True, then test_on_batch(x, y)
+local KERAS_ON_BATCH = { { 0.32500001788139343, 0.44999998807907104 }, { 0.29952001571655273, 0.4320000112056732 },
+  { 0.27603766322135925, 0.4147200286388397 }, { 0.2543962895870209, 0.39813122153282166 } }
+local function on_batch_model(metrics)
+  local m = nn.Sequential { nn.Input { shape = { 3 } }, nn.Dense(2) }
+  m:compile { optimizer = optim.SGD(), loss = "mse", metrics = metrics }
+  m:set_weights({ tensor.new { { 0.1, -0.2 }, { 0.3, 0.4 }, { -0.5, 0.6 } }, tensor.zeros(2) })
+  return m
+end
+for _, how in ipairs({ "default", "OneDevice cpu:1", "Mirrored over cpu:0 and cpu:1" }) do
+  T.test("train_on_batch / test_on_batch / predict_on_batch equal Keras 3's under " .. how, function()
+    local strategy = how:match("^OneDevice") and distribute.OneDeviceStrategy("cpu:1")
+      or how:match("^Mirrored") and distribute.MirroredStrategy { devices = { "cpu:0", "cpu:1" } } or nil
+    local m
+    if strategy then strategy:scope(function() m = on_batch_model({ "mae" }) end) else m = on_batch_model({ "mae" }) end
+    local x, y = tensor.ones(4, 3), tensor.zeros(4, 2)
+    local r1, r2 = m:train_on_batch(x, y), m:train_on_batch(x, y)
+    local d = m:train_on_batch(x, y, { return_dict = true })
+    local r4 = m:test_on_batch(x, y)
+    for i, got in ipairs({ r1, r2, { d.loss, d.mae }, r4 }) do
+      T.near(got[1], KERAS_ON_BATCH[i][1], 1e-6, how .. ": loss of call " .. i)
+      T.near(got[2], KERAS_ON_BATCH[i][2], 1e-6, how .. ": mae of call " .. i)
+    end
+    local p = m:predict_on_batch(x)
+    T.eq(table.concat(p.shape, ","), "4,2", "predict_on_batch: one row per sample")
+    T.near(p[0][1], 0.8 * 0.96 ^ 3, 1e-6, "the predictions after three SGD steps")
+    T.eq(m.history, nil, "train_on_batch leaves model.history alone")
+  end)
+end
+
+T.test("train_on_batch: weights, the loss alone without metrics, GAN-style alternation, and errors", function()
+  local m = on_batch_model(nil)
+  local x, y = tensor.ones(4, 3), tensor.zeros(4, 2)
+  T.eq(type(m:train_on_batch(x, y)), "number", "no metrics: the loss alone, as Keras's")
+  -- sample weights: sum(w * l) / rows; class weights on integer labels
+  local m2 = on_batch_model(nil)
+  local w = tensor.new { 1, 0, 0, 0 }
+  T.near(m2:test_on_batch(x, y, { sample_weight = w }), 0.325 / 4, 1e-7, "a sample weight of 1 in 4 rows")
+  local c = nn.Sequential { nn.Input { shape = { 3 } }, nn.Dense(2) }
+  c:compile { optimizer = optim.SGD(), loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
+  local yi = tensor.new({ 0, 1, 1, 0 }, { dtype = "int64" })
+  local plain = c:test_on_batch(x, yi)
+  local cw = c:test_on_batch(x, yi, { sample_weight = tensor.new { 2, 2, 2, 2 } })
+  T.near(cw, 2 * plain, 1e-6, "weights scale the loss")
+  local before = c:get_weights()[1]:clone()
+  c:train_on_batch(x, yi, { class_weight = { [0] = 0, [1] = 0 } })
+  T.eq((c:get_weights()[1] - before):abs():sum():item(), 0, "class weights of 0: no update")
+  -- a generator and a discriminator trained in turn, as GAN tutorials do
+  local g = nn.Sequential { nn.Input { shape = { 2 } }, nn.Dense(3, "tanh") }
+  local dsc = nn.Sequential { nn.Input { shape = { 3 } }, nn.Dense(1) }
+  dsc:compile { optimizer = optim.Adam(), loss = losses.BinaryCrossentropy { from_logits = true } }
+  g:compile { optimizer = optim.Adam(), loss = "mse" }
+  local first, last
+  for i = 1, 20 do
+    local fake = g:predict_on_batch(tensor.normal(8, 2))
+    local l = dsc:train_on_batch(tensor.concat({ tensor.normal(8, 3) + 2, fake }, 0),
+      tensor.concat({ tensor.ones(8, 1), tensor.zeros(8, 1) }, 0))
+    first = first or l
+    last = l
+  end
+  T.ok(last < first, ("the discriminator learns: %.4f -> %.4f"):format(first, last))
+  -- errors, and the session goes on
+  T.raises(function() m:train_on_batch(x) end, "no targets")
+  T.raises(function() m:train_on_batch(x, y, { epochs = 2 }) end, "epochs")
+  T.raises(function() m:train_on_batch(data.Dataset.from_tensor_slices(x, y):batch(2)) end, "one batch, not a dataset")
+  T.raises(function() m:train_on_batch(x, tensor.zeros(3, 2)) end, "")
+  T.raises(function() nn.Sequential { nn.Dense(1) }:train_on_batch(x, y) end, "compile")
+  T.eq(type(m:train_on_batch(x, y)), "number", "the session goes on")
+end)
+
 T.done()

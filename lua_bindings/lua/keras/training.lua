@@ -967,6 +967,42 @@ local function fit_lost_peer(model, callbacks, lost, epoch, epochs, step, total)
   error(nn._fit_stopped({ message = msg, lost = lost, epoch = epoch, epochs = epochs, step = step + 1, total = total }), 0)
 end
 
+-- A step's loss and metrics read (p: the step's lv and pred, values or
+-- functions that read them, its targets by, weights bw and rows n) into the
+-- trackers: fit's steps, one step late, and train_on_batch's.
+local function settle_step(self, strategy, loss_m, outs, want_pred, p)
+  local lv = type(p.lv) == "function" and p.lv() or p.lv
+  loss_m:update_state(lv, p.n)
+  if want_pred then
+    local pred = type(p.pred) == "function" and p.pred() or p.pred
+    local yb, wb = p.by, p.bw
+    if is_pr(yb) then yb = strategy:gather(yb) end   -- split over the replicas
+    if is_pr(wb) then wb = strategy:gather(wb) end
+    update_outputs(self._metrics, outs, yb, pred, wb, p.n)
+    -- the step's labels and weights on the replicas' devices are read:
+    -- their memory goes back now, not when the collector gets to them
+    if is_pr(p.by) then strategy:_release_step(p.by) end
+    if is_pr(p.bw) then strategy:_release_step(p.bw) end
+  end
+end
+
+-- One training step of a batch under the model's strategy (or none): its
+-- loss and predictions as settle_step reads them, and its weights
+local function issue_step(self, strategy, bx, by, bw, class_weight, want_pred, out_names, fname)
+  if class_weight then
+    if out_names then error(("bad argument to '%s' (class_weight is for a model of one output, as in Keras; " ..
+      "give sample weights instead)"):format(fname), 0) end
+    bw = class_weights(class_weight, by, bw)
+  end
+  local lv, pred
+  if strategy and strategy.train_step then
+    lv, pred = strategy:train_step(self, bx, by, self._loss, self._optimizer, want_pred, bw)
+  else
+    lv, pred = self:train_step(bx, by, self._loss, self._optimizer, bw)
+  end
+  return lv, pred, bw
+end
+
 function Model:_fit_loop(x, y, opts, strategy)
   local ds = as_dataset(x, y, opts, opts.shuffle ~= false, "fit")
   local epochs, verbose = opts.epochs or 1, opts.verbose == nil and 1 or opts.verbose
@@ -1007,7 +1043,7 @@ function Model:_fit_loop(x, y, opts, strategy)
   local params = { epochs = epochs, steps = total, verbose = verbose }
   for _, cb in ipairs(callbacks) do if type(cb.set_params) == "function" then cb:set_params(params) end end
   self.history = history
-  local loss_obj, opt = self._loss, self._optimizer
+  local opt = self._optimizer
   local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
   self.stop_training = false
   for _, cb in ipairs(callbacks) do if cb.on_train_begin then cb:on_train_begin(self) end end
@@ -1023,19 +1059,7 @@ function Model:_fit_loop(x, y, opts, strategy)
     -- while the host reads values (which waits for the device).
     local pending
     local function settle(p)
-      local lv = type(p.lv) == "function" and p.lv() or p.lv
-      loss_m:update_state(lv, p.n)
-      if want_pred then
-        local pred = type(p.pred) == "function" and p.pred() or p.pred
-        local yb, wb = p.by, p.bw
-        if is_pr(yb) then yb = strategy:gather(yb) end   -- split over the replicas
-        if is_pr(wb) then wb = strategy:gather(wb) end
-        update_outputs(self._metrics, outs, yb, pred, wb, p.n)
-        -- the step's labels and weights on the replicas' devices are read:
-        -- their memory goes back now, not when the collector gets to them
-        if is_pr(p.by) then strategy:_release_step(p.by) end
-        if is_pr(p.bw) then strategy:_release_step(p.bw) end
-      end
+      settle_step(self, strategy, loss_m, outs, want_pred, p)
       -- Keras's batch logs: the running means so far in the epoch
       local vals = epoch_logs(loss_m, outs, self._metrics)
       -- Keras's batch argument: the batch's index in the epoch, from 0
@@ -1050,17 +1074,8 @@ function Model:_fit_loop(x, y, opts, strategy)
         local bx, by, bw = batch_xy(batch)
         if by == nil then no_targets("fit") end
         bx, by = in_order(bx, in_names, "inputs", "fit"), in_order(by, out_names, "outputs", "fit")
-        if opts.class_weight then
-          if out_names then error("bad argument to 'fit' (class_weight is for a model of one output, as in Keras; " ..
-            "give sample weights instead)", 0) end
-          bw = class_weights(opts.class_weight, by, bw)
-        end
         local lv, pred
-        if strategy and strategy.train_step then
-          lv, pred = strategy:train_step(self, bx, by, loss_obj, opt, want_pred, bw)
-        else
-          lv, pred = self:train_step(bx, by, loss_obj, opt, bw)
-        end
+        lv, pred, bw = issue_step(self, strategy, bx, by, bw, opts.class_weight, want_pred, out_names, "fit")
         step = step + 1
         ldist._distribute.collector_step()
         if pending then
@@ -1147,32 +1162,124 @@ function Model:_evaluate_batches(ds, steps)
   if not ok then error(r, 0) end
   return r
 end
+-- One batch's loss and metrics in inference (evaluate's, test_on_batch's),
+-- on the first device of the model's strategy
+local function eval_batch(self, loss_m, outs, ms, bx, by, bw, fname)
+  local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
+  local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
+  local function to_dev(t) return t.device ~= dev and t:to(dev) or t end
+  bx, by = in_order(bx, in_names, "inputs", fname), in_order(by, out_names, "outputs", fname)
+  if dev then bx, by, bw = nest.map(bx, to_dev), nest.map(by, to_dev), nest.map(bw, to_dev) end
+  local pred = self(bx, { training = false })
+  -- with sample weights, each batch's weighted loss (sum w*l / rows), the
+  -- batches averaged by their rows: Keras's evaluate
+  local rows = count_rows(bx)
+  loss_m:update_state(self._loss(by, pred, bw):item() + self:_regularization_loss(), rows)
+  update_outputs(ms, outs, by, pred, bw, rows)
+end
+
 function Model:_evaluate_epoch(batches)
   local loss_m, outs = metrics.Mean("loss"), output_losses(self)
   local ms = {}
   for i, m in ipairs(self._metrics) do
     ms[i] = setmetatable({}, { __index = m }); ms[i]:reset_state()
   end
-  local dev = self.distribute_strategy and self.distribute_strategy.devices[1]
-  local in_names, out_names = io_names(self, "inputs"), getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
-  local function to_dev(t) return t.device ~= dev and t:to(dev) or t end
   for batch in batches:epoch() do
     local bx, by, bw = batch_xy(batch)
     if by == nil then no_targets("evaluate") end
-    bx, by = in_order(bx, in_names, "inputs", "evaluate"), in_order(by, out_names, "outputs", "evaluate")
-    if dev then bx, by, bw = nest.map(bx, to_dev), nest.map(by, to_dev), nest.map(bw, to_dev) end
-    local pred = self(bx, { training = false })
-    -- with sample weights, each batch's weighted loss (sum w*l / rows), the
-    -- batches averaged by their rows: Keras's evaluate
-    local rows = count_rows(bx)
-    loss_m:update_state(self._loss(by, pred, bw):item() + self:_regularization_loss(), rows)
-    update_outputs(ms, outs, by, pred, bw, rows)
+    eval_batch(self, loss_m, outs, ms, bx, by, bw, "evaluate")
   end
   return epoch_logs(loss_m, outs, ms)
 end
 doc(Model.evaluate, "Model:evaluate",
   "model:evaluate(dataset | x, y, {batch_size=32, verbose=0, steps=})\n\nLoss and metrics over the data: {loss=, accuracy=}.\n" ..
   "steps: read only that many batches (needed for a repeated dataset), as Keras.")
+
+---------------------------------------------------------------- one batch at a time
+-- Keras 3's train_on_batch, test_on_batch and predict_on_batch: the loss and
+-- metrics of that batch alone (the metrics are reset first, as Keras 3's are).
+local on_batch_options = { sample_weight = true, class_weight = true, return_dict = true }
+local function batch_trackers(self)
+  for _, m in ipairs(self._metrics) do m:reset_state() end
+  return { loss_m = metrics.Mean("loss"), outs = output_losses(self) }
+end
+function Model:reset_metrics()
+  for _, m in ipairs(self._metrics or {}) do m:reset_state() end
+end
+-- Keras's return: the loss alone without metrics, else loss, the output
+-- losses, then the metrics in compile's order; or the table (return_dict)
+local function batch_result(self, s, return_dict)
+  local logs = epoch_logs(s.loss_m, s.outs, self._metrics)
+  if return_dict then return logs end
+  if #s.outs == 0 and #self._metrics == 0 then return logs.loss end
+  local r = { logs.loss }
+  for _, o in ipairs(s.outs) do r[#r + 1] = logs[o.m.name] end
+  for _, m in ipairs(self._metrics) do r[#r + 1] = logs[m.name] end
+  return r
+end
+-- the batch as fit's dataset would give it (tables of numbers made tensors,
+-- sample weights checked against the rows)
+local function one_batch(x, y, opts, fname)
+  if not is_arrays(x) then error(("bad argument #1 to '%s' (a tensor, or a list or table of tensors, expected: " ..
+    "one batch, not a dataset)"):format(fname), 0) end
+  if y == nil then no_targets(fname) end
+  local rows = nest.rows(x)
+  if rows == 0 then error(("bad argument #1 to '%s' (x holds no samples)"):format(fname), 0) end
+  local next_batch, closer = open_batches(as_dataset(x, y, { batch_size = rows, sample_weight = opts.sample_weight },
+    false, fname))
+  local b = next_batch()
+  if closer then closer() end
+  return batch_xy(b)
+end
+
+function Model:train_on_batch(x, y, opts)
+  check_compiled(self, "train_on_batch")
+  opts = opts or {}
+  check_options("train_on_batch", opts, on_batch_options, 2)
+  local strategy = strategy_of(self)
+  if strategy and strategy._fit then
+    error(("train_on_batch: %s trains in its own processes; use fit"):format(tostring(strategy)), 2)
+  end
+  local s = batch_trackers(self)
+  local want_pred = #self._metrics > 0 or #s.outs > 0
+  local out_names = getmetatable(self._loss) == CompiledLoss and self._loss.names or nil
+  local function run()
+    local bx, by, bw = one_batch(x, y, opts, "train_on_batch")
+    bx, by = in_order(bx, io_names(self, "inputs"), "inputs", "train_on_batch"),
+      in_order(by, out_names, "outputs", "train_on_batch")
+    local lv, pred
+    lv, pred, bw = issue_step(self, strategy, bx, by, bw, opts.class_weight, want_pred, out_names, "train_on_batch")
+    settle_step(self, strategy, s.loss_m, s.outs, want_pred, { lv = lv, pred = pred, by = by, bw = bw, n = count_rows(bx) })
+  end
+  if strategy and strategy.scope then strategy:scope(run) else run() end
+  return batch_result(self, s, opts.return_dict)
+end
+doc(Model.train_on_batch, "Model:train_on_batch",
+  "model:train_on_batch(x, y, {sample_weight=, class_weight=, return_dict=false})\n\nOne training step on one batch, " ..
+  "under the model's strategy (Keras 3's): this batch's loss, or {loss, metrics...} with metrics, or the\n" ..
+  "table (return_dict), computed before the step's update, as Keras 3's.")
+
+function Model:test_on_batch(x, y, opts)
+  check_compiled(self, "test_on_batch")
+  opts = opts or {}
+  check_options("test_on_batch", opts, { sample_weight = true, return_dict = true }, 2)
+  local s = batch_trackers(self)
+  local bx, by, bw = one_batch(x, y, opts, "test_on_batch")
+  eval_batch(self, s.loss_m, s.outs, self._metrics, bx, by, bw, "test_on_batch")
+  return batch_result(self, s, opts.return_dict)
+end
+doc(Model.test_on_batch, "Model:test_on_batch",
+  "model:test_on_batch(x, y, {sample_weight=, return_dict=false})\n\nThe loss and metrics of one batch in inference " ..
+  "(Keras 3's), returned as train_on_batch's.")
+
+function Model:predict_on_batch(x)
+  if not is_arrays(x) then error("bad argument #1 to 'predict_on_batch' (a tensor, or a list or table of tensors, " ..
+    "expected: one batch)", 2) end
+  return self:predict(x, { batch_size = math.max(1, nest.rows(x)) })
+end
+doc(Model.predict_on_batch, "Model:predict_on_batch", "model:predict_on_batch(x)\n\nThe predictions for one batch (model:predict of it whole).")
+doc(Model.reset_metrics, "Model:reset_metrics",
+  "model:reset_metrics()\n\nThe compiled metrics' state back to empty (Keras's).")
 
 -- model:predict(x | dataset, {batch_size=32}) -> predictions for every row
 -- (a list of them, one per output, for a model of several outputs)
