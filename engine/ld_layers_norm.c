@@ -1,7 +1,10 @@
-/* ld_layers_norm.c - BatchNormalization and LayerNormalization (classes of
- * ld_nn.h), Keras 3's arguments, defaults and variables; the ops are
- * ld_ops_norm.h's. Both normalize the last axis only. */
+/* ld_layers_norm.c - BatchNormalization, LayerNormalization,
+ * GroupNormalization and UnitNormalization (classes of ld_nn.h), Keras 3's
+ * arguments, defaults and variables; the first two are ld_ops_norm.h's fused
+ * ops, the last two compositions of the engine's reductions (ld_reduce_axes).
+ * The first three normalize the last axis only. */
 #include "ld_nn.h"
+#include "ld_ops.h"
 #include "ld_ops_norm.h"
 #include "ld_replica.h"
 
@@ -110,3 +113,129 @@ const ld_layer_class ld_layer_layer_normalization = {
     1, 1, LD_FLEX_ALL_BUT_LAST, ln_check, ln_build, ln_forward,
     "nn.LayerNormalization{epsilon=0.001, center=true, scale=true}\n\n"
     "Normalize each example over the last axis (mean 0, variance 1), then * gamma + beta.", 0};
+
+/* ================================================================ GroupNormalization */
+/* Keras 3's: the channels in `groups` groups (-1: one per channel, instance
+   normalization), each example normalized over its group's channels and
+   every other axis but the batch, in float32; then * gamma + beta per
+   channel, in Keras's order of operations: x * (rsqrt(var + eps) * gamma) +
+   (beta - mean * rsqrt(var + eps) * gamma), var the population variance. */
+enum { GN_GROUPS, GN_AXIS, GN_EPS, GN_CENTER, GN_SCALE };
+static int gn_check(ld_layer *l) {
+    int64_t g = ld_p_int(l, GN_GROUPS);
+    if (g <= 0 && g != -1)
+        return ld_fail(LD_EARG, "GroupNormalization groups must be a positive integer (or -1 for instance "
+                       "normalization), got %lld", (long long)g);
+    if (check_axis(l, ld_p_int(l, GN_AXIS))) return ld_error_status();
+    double e = ld_p_float(l, GN_EPS);
+    if (!(e >= 0)) return ld_fail(LD_EARG, "GroupNormalization epsilon must be >= 0, got %g", e);
+    return LD_OK;
+}
+static int64_t gn_groups(const ld_layer *l, int64_t c) { int64_t g = ld_p_int(l, GN_GROUPS); return g == -1 ? c : g; }
+static int gn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    if (build_axis(l, ld_p_int(l, GN_AXIS), in)) return ld_error_status();
+    int64_t c = in->d[in->ndim - 1], g = gn_groups(l, c);
+    if (c < g) return ld_fail(LD_EARG, "%s: the number of groups (%lld) cannot be more than the number of channels (%lld)",
+                              l->name, (long long)g, (long long)c);
+    if (c % g) return ld_fail(LD_EARG, "%s: %lld channels do not split into %lld groups (groups must divide the channels)",
+                              l->name, (long long)c, (long long)g);
+    if (in->ndim + 2 > LD_MAX_DIMS) return ld_fail(LD_ESHAPE, "%s: inputs of %d axes are too many to group", l->name, in->ndim + 1);
+    if (ld_p_int(l, GN_SCALE) && !ld_layer_add_weight(l, "gamma", 1, &c, (ld_init){LD_INIT_ONES, 0, 0}, 1))
+        return ld_error_status();
+    if (ld_p_int(l, GN_CENTER) && !ld_layer_add_weight(l, "beta", 1, &c, (ld_init){LD_INIT_ZEROS, 0, 0}, 1))
+        return ld_error_status();
+    *out = *in;
+    return LD_OK;
+}
+/* a [c] weight as [g, c / g] */
+static ld_tensor *per_group(ld_tensor *w, int64_t g, int64_t c) {
+    int64_t s[2] = {g, c / g};
+    return ld_reshape_op(w, 2, s);
+}
+static ld_tensor *gn_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *x = ld_as_float(xs[0]);
+    if (!x) return NULL;
+    int nd = x->ndim, k = 0, axes[LD_MAX_DIMS], na = 0;
+    int64_t c = x->shape[nd - 1], g = gn_groups(l, c), s[LD_MAX_DIMS];
+    for (int i = 0; i < nd - 1; i++) s[i] = x->shape[i];
+    s[nd - 1] = g;
+    s[nd] = c / g;
+    for (int i = 1; i <= nd; i++) if (i != nd - 1) axes[na++] = i;   /* all but the batch and the group */
+    ld_tensor *gamma = ld_p_int(l, GN_SCALE) ? ld_var(l->vars[k++]) : NULL;
+    ld_tensor *beta = ld_p_int(l, GN_CENTER) ? ld_var(l->vars[k]) : NULL;
+    ld_tensor *xr = ld_reshape_op(x, nd + 1, s);
+    ld_tensor *mean = xr ? ld_reduce_axes(LD_REDUCE_MEAN, xr, na, axes, 1) : NULL;
+    ld_tensor *var = mean ? ld_reduce_axes(LD_REDUCE_VAR, xr, na, axes, 1) : NULL;
+    ld_tensor *ve = var ? ld_add_scalar(var, (float)ld_p_float(l, GN_EPS)) : NULL;
+    ld_tensor *inv = ve ? ld_unary(LD_UN_RSQRT, ve) : NULL, *res = NULL, *y = NULL;
+    if (inv && gamma) {
+        ld_tensor *g2 = per_group(gamma, g, c), *t = g2 ? ld_mul(inv, g2) : NULL;
+        ld_tensor_release(g2); ld_tensor_release(inv);
+        inv = t;
+    }
+    ld_tensor *mi = inv ? ld_mul(mean, inv) : NULL;
+    res = mi ? ld_neg(mi) : NULL;
+    if (res && beta) {
+        ld_tensor *b2 = per_group(beta, g, c), *t = b2 ? ld_add(res, b2) : NULL;
+        ld_tensor_release(b2); ld_tensor_release(res);
+        res = t;
+    }
+    ld_tensor *xi = res ? ld_mul(xr, inv) : NULL, *yr = xi ? ld_add(xi, res) : NULL;
+    y = yr ? ld_reshape_op(yr, nd, x->shape) : NULL;
+    ld_tensor *tmp[] = {x, xr, mean, var, ve, inv, mi, res, xi, yr};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) ld_tensor_release(tmp[i]);
+    return y;
+}
+const ld_layer_class ld_layer_group_normalization = {
+    "GroupNormalization", "group_normalization", NULL, {"groups"},
+    {LD_PINT("groups", "32"), LD_PINT("axis", "-1"), LD_PFLOAT("epsilon", "0.001"), LD_PBOOL("center", "true"),
+     LD_PBOOL("scale", "true"), LD_PEND},
+    1, 1, LD_FLEX_ALL_BUT_LAST, gn_check, gn_build, gn_forward,
+    "nn.GroupNormalization(groups=32, {epsilon=0.001, center=true, scale=true})\n\n"
+    "Normalize each example over groups of its channels (the last axis) and every other axis but the\n"
+    "batch, then * gamma + beta per channel (Keras 3's). groups=-1: one group per channel (instance\n"
+    "normalization); groups=1: over all of an example (a LayerNormalization over every axis). The\n"
+    "statistics are each example's own, so every strategy gives the same values.", 0};
+
+/* ================================================================ UnitNormalization */
+/* Keras 3's: x * min(rsqrt(sum(x^2 over the axes)), 1e12) (ops.normalize, order 2) */
+enum { UN_AXIS };
+static int un_axes(const ld_layer *l, int ndim, int *axes, int *n) {
+    const int64_t *a = ld_p_ints(l, UN_AXIS, n);
+    if (*n < 1) return ld_fail(LD_EARG, "%s: axis names no axis", l->name);
+    for (int i = 0; i < *n; i++) {
+        int64_t v = a[i] < 0 ? a[i] + ndim : a[i];
+        if (v < 0 || v >= ndim)
+            return ld_fail(LD_EARG, "%s: axis %lld is out of range for inputs of %d axes (batch included)", l->name,
+                           (long long)a[i], ndim);
+        if (v == 0)
+            return ld_fail(LD_EARG, "%s: axis 0 is the batch: a norm over it would change with the batch a "
+                           "strategy gives each replica; normalize the axes after it", l->name);
+        axes[i] = (int)v;
+    }
+    return LD_OK;
+}
+static int un_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int axes[LD_MAX_DIMS], n;
+    if (un_axes(l, in->ndim + 1, axes, &n)) return ld_error_status();
+    *out = *in;
+    return LD_OK;
+}
+static ld_tensor *un_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    int axes[LD_MAX_DIMS], n;
+    ld_tensor *x = ld_as_float(xs[0]);
+    if (!x || un_axes(l, x->ndim, axes, &n)) { ld_tensor_release(x); return NULL; }
+    ld_tensor *sq = ld_mul(x, x), *ss = sq ? ld_reduce_axes(LD_REDUCE_SUM, sq, n, axes, 1) : NULL;
+    ld_tensor *inv = ss ? ld_unary(LD_UN_RSQRT, ss) : NULL, *cap = inv ? ld_tensor_scalar(1e12f, inv->storage->device) : NULL;
+    ld_tensor *lim = cap ? ld_minimum(inv, cap) : NULL, *y = lim ? ld_mul(x, lim) : NULL;
+    ld_tensor *tmp[] = {x, sq, ss, inv, cap, lim};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) ld_tensor_release(tmp[i]);
+    return y;
+}
+const ld_layer_class ld_layer_unit_normalization = {
+    "UnitNormalization", "unit_normalization", NULL, {NULL},
+    {LD_PINTS("axis", "-1", 0), LD_PEND},
+    1, 1, ~0u, NULL, un_build, un_forward,
+    "nn.UnitNormalization{axis=-1}\n\nEach example scaled to unit L2 norm over `axis` (a number or a list; counted with\n"
+    "the batch, as Keras's): x * min(rsqrt(sum(x^2)), 1e12), Keras 3's.", 0};
+

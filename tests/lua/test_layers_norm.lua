@@ -229,4 +229,41 @@ T.test("Conv2D + BatchNormalization + GlobalAveragePooling2D + Dense learns; pre
   T.eq(shape(m:predict(x:slice(0, 0, 1))), "1x2")
 end)
 
+-- GroupNormalization and UnitNormalization: values and gradients are the
+-- Keras fixtures' (test_fixtures.lua); here what they do not show: the
+-- weights, configs, half inputs, and the errors a user meets
+T.test("GroupNormalization and UnitNormalization: weights, configs, bfloat16, errors", function()
+  local g = nn.GroupNormalization(2)
+  local x = tensor.normal(3, 4, 4, 6)
+  local y = g(x)
+  T.eq(#g.weights, 2, "gamma and beta")
+  T.eq(g.weights[1].name, "group_normalization/gamma", "Keras's names")
+  T.eq(shape(y), "3x4x4x6")
+  -- each (example, group) has mean 0 and variance 1 (before gamma and beta, which start at 1 and 0)
+  local grouped = y:reshape(3, 16, 2, 3)
+  T.ok(grouped:mean { 1, 3 }:abs():max():item() < 1e-5, "mean 0 per example and group")
+  T.ok((grouped:var { 1, 3 } - 1):abs():max():item() < 2e-3, "variance 1 (less epsilon's share)")
+  local c = g:get_config()
+  T.eq(c.groups, 2, "config: groups")
+  local g2 = nn.layer_from_config { class_name = "GroupNormalization", config = c }
+  T.eq(ldist.json.encode(g2:get_config()), ldist.json.encode(c), "config round trip")
+  -- a bfloat16 input: computed in float32, as Keras's moments are
+  local yb = nn.GroupNormalization(3)(x:astype("bfloat16"))
+  T.ok((yb:astype("float32") - nn.GroupNormalization(3)(x:astype("bfloat16"):astype("float32"))):abs():max():item() < 1e-5,
+    "a bfloat16 input normalizes as its float32 values")
+  -- UnitNormalization: unit L2 norm over the axes; a zero row stays 0 (rsqrt capped at 1e12)
+  local u = nn.UnitNormalization { axis = { 1, 2 } }
+  local z = u(tensor.concat({ tensor.normal(2, 3, 4), tensor.zeros(1, 3, 4) }, 0))
+  T.ok(((z * z):sum { 1, 2 }:slice(0, 0, 2) - 1):abs():max():item() < 1e-6, "unit norm per example")
+  T.eq(z[2]:abs():sum():item(), 0, "a zero example stays zero, not NaN")
+  -- errors name the layer and the problem, and the session goes on
+  T.raises(function() nn.GroupNormalization(4)(tensor.normal(2, 6)) end, "6 channels do not split into 4 groups")
+  T.raises(function() nn.GroupNormalization(8)(tensor.normal(2, 6)) end, "cannot be more than the number of channels (6)")
+  T.raises(function() nn.GroupNormalization(0) end, "groups must be a positive integer")
+  T.raises(function() nn.GroupNormalization(2, { axis = 1 })(tensor.normal(2, 3, 4)) end, "only the last axis")
+  T.raises(function() nn.UnitNormalization { axis = 0 }(tensor.normal(2, 3)) end, "axis 0 is the batch")
+  T.raises(function() nn.UnitNormalization { axis = 3 }(tensor.normal(2, 3)) end, "axis 3 is out of range")
+  T.eq(shape(nn.GroupNormalization(-1)(tensor.normal(2, 5, 3))), "2x5x3", "the session goes on: instance normalization")
+end)
+
 T.done()
