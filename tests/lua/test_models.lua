@@ -249,4 +249,16 @@ T.test("a model reached from another object's finalizer after its own: an error,
   T.ok(tostring(result.layer_err):find("garbage%-collected"), tostring(result.layer_err))
 end)
 
+T.test("get_layer: by name or by index from 0, as Keras's; errors name the layers there are", function()
+  local m = nn.Sequential { nn.Input { shape = { 3 } }, nn.Dense(2), nn.Dense(1, { name = "head" }) }
+  T.eq(m:get_layer("head"), m.layers[2], "by name")
+  T.eq(m:get_layer { name = "head" }, m.layers[2], "by name, Keras's keyword")
+  T.eq(m:get_layer { index = 0 }, m.layers[1], "by index from 0")
+  T.raises(function() m:get_layer("nope") end, "no layer named 'nope'; the model's layers are: ")
+  T.raises(function() m:get_layer { index = 2 } end, "index 2 is out of range: the model has 2 layers (0 to 1)")
+  T.raises(function() m:get_layer(3) end, "a layer name")
+  m:get_layer("head").trainable = false
+  T.eq(#m.trainable_variables, 2, "the layer got is the model's own")
+end)
+
 T.done()

@@ -242,6 +242,29 @@ function Model:get_config()
   return { name = self.name, layers = layers, build_input_shape = first and first.built and first.input_shape or nil }
 end
 
+-- Keras's model.get_layer(name=None, index=None)
+function Model:get_layer(which)
+  local layers = self.layers or {}
+  if type(which) == "table" and which.index ~= nil then
+    local i = which.index
+    if math.type(i) ~= "integer" then error("bad argument #1 to 'get_layer' (index must be an integer)", 2) end
+    if i < 0 or i >= #layers then
+      error(("get_layer: index %d is out of range: the model has %d layers (0 to %d)"):format(i, #layers, #layers - 1), 2)
+    end
+    return layers[i + 1]
+  end
+  local name = type(which) == "table" and which.name or which
+  if type(name) ~= "string" then error("bad argument #1 to 'get_layer' (a layer name, or {index=} counted from 0)", 2) end
+  local names = {}
+  for i, l in ipairs(layers) do
+    if l.name == name then return l end
+    names[i] = l.name
+  end
+  error(("get_layer: no layer named '%s'; the model's layers are: %s"):format(name, table.concat(names, ", ")), 2)
+end
+doc(Model.get_layer, "Model:get_layer", "model:get_layer(name | {index=})\n\nA layer of the model by its name, or by its " ..
+  "index from 0 (Keras's model.get_layer).")
+
 local function model_class(m) return m._kind or "Sequential" end
 
 function Model:to_json()
