@@ -3,6 +3,7 @@
 #include "ld_nn.h"
 #include "ld_replica.h"
 
+#include <math.h>
 #include <string.h>
 
 /* activation(y) after a layer's product; relu is folded into ld_linear */
@@ -90,6 +91,64 @@ const ld_layer_class ld_layer_dropout = {
     "Dropout", "dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
     1, 1, ~0u, dropout_check, same_build, dropout_forward,
     "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).", 0};
+
+/* ================================================================ noise layers */
+/* GaussianNoise(stddev), GaussianDropout(rate), SpatialDropout1D/2D/3D(rate):
+   Keras 3's, in training only, drawn as Dropout's mask is (ld_noise_op) */
+enum { NOISE_P };
+static int noise_check(ld_layer *l) {
+    double p = ld_p_float(l, NOISE_P);
+    int gauss = l->cls == &ld_layer_gaussian_noise;
+    if (gauss ? !(p >= 0 && p < INFINITY) : !(p >= 0 && p < 1))
+        return ld_fail(LD_EARG, "%s %s must be %s, got %g", l->cls->class_name, gauss ? "stddev" : "rate",
+                       gauss ? "finite and >= 0" : "in [0, 1)", p);
+    return LD_OK;
+}
+static ld_tensor *gaussian_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (!training) return ld_tensor_retain(x[0]);
+    ld_tensor *f = ld_as_floating(x[0]);
+    ld_noise k = l->cls == &ld_layer_gaussian_noise ? LD_NOISE_GAUSSIAN : LD_NOISE_GAUSSIAN_DROPOUT;
+    ld_tensor *y = f ? ld_noise_op(k, f, (float)ld_p_float(l, NOISE_P), f->ndim, f->shape, NULL) : NULL;
+    ld_tensor_release(f);
+    return y;
+}
+const ld_layer_class ld_layer_gaussian_noise = {
+    "GaussianNoise", "gaussian_noise", NULL, {"stddev"}, {LD_PFLOAT("stddev", NULL), LD_PEND},
+    1, 1, ~0u, noise_check, same_build, gaussian_forward,
+    "nn.GaussianNoise(stddev)\n\nDuring training, add noise drawn from N(0, stddev^2) to each input (Keras's).", 0};
+const ld_layer_class ld_layer_gaussian_dropout = {
+    "GaussianDropout", "gaussian_dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
+    1, 1, ~0u, noise_check, same_build, gaussian_forward,
+    "nn.GaussianDropout(rate)\n\nDuring training, multiply each input by noise drawn from N(1, rate / (1 - rate))\n"
+    "(Keras's).", 0};
+/* SpatialDropout: whole channels dropped, one draw per (example, channel) */
+static int spatial_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int want = l->cls == &ld_layer_spatial_dropout1d ? 2 : l->cls == &ld_layer_spatial_dropout2d ? 3 : 4;
+    if (in->ndim != want) {
+        char b[160];
+        return ld_fail(LD_ESHAPE, "%s needs inputs of %d axes (batch, %s, channels); got %s", l->name, want + 1,
+                       want == 2 ? "steps" : want == 3 ? "height, width" : "depth, height, width",
+                       ld_layer_shape_str(in, b, sizeof b));
+    }
+    *out = *in;
+    return LD_OK;
+}
+static ld_tensor *spatial_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (!training) return ld_tensor_retain(x[0]);
+    int64_t ms[LD_MAX_DIMS];
+    int nd = x[0]->ndim;
+    for (int i = 0; i < nd; i++) ms[i] = i == 0 || i == nd - 1 ? x[0]->shape[i] : 1;
+    return ld_noise_op(LD_NOISE_DROPOUT, x[0], (float)ld_p_float(l, NOISE_P), nd, ms, NULL);
+}
+#define SPATIAL_DROPOUT(k, name, axes)                                                                           \
+    const ld_layer_class ld_layer_spatial_dropout##k = {                                                          \
+        name, "spatial_dropout" #k, NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},                           \
+        1, 1, ~0u, noise_check, spatial_build, spatial_forward,                                                   \
+        "nn." name "(rate)\n\nDuring training, zero whole channels of inputs [batch, " axes ", channels]: each "   \
+        "example's\nchannel with probability rate, the rest scaled by 1/(1-rate) (Keras's).", 0};
+SPATIAL_DROPOUT(1d, "SpatialDropout1D", "steps")
+SPATIAL_DROPOUT(2d, "SpatialDropout2D", "height, width")
+SPATIAL_DROPOUT(3d, "SpatialDropout3D", "depth, height, width")
 
 /* ================================================================ Conv2D */
 enum { CONV_FILTERS, CONV_KSIZE, CONV_STRIDES, CONV_PADDING, CONV_ACT, CONV_BIAS };

@@ -1280,29 +1280,49 @@ static inline double counter_uniform(uint64_t key, uint64_t i) {
     return (double)(z >> 11) * 0x1.0p-53;
 }
 
-/* The mask is counter-based: one key per call from the generator, and the
-   element (global row g, column j) is keyed by g*row_width + j, where g
-   counts from the replica's first row of the global batch. A batch split
-   over replicas (each drawing the same key from its stream, ld_strategy.h)
-   gets the mask one device gets for the whole batch. */
-ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng) {
-    if (rate < 0 || rate >= 1) { ld_fail(LD_EARG, "dropout rate must be in [0, 1), got %g", rate); return NULL; }
-    if (rate == 0) return ld_tensor_retain(x);
-    ld_tensor *mask = ld_tensor_empty(LD_F32, x->ndim, x->shape, NULL);   /* written here, on the host */
+/* The random values are counter-based: one key per call from the
+   generator, and the element (global row g, column j) of the mask's shape
+   is keyed by g*row_width + j, where g counts from the replica's first row
+   of the global batch. A batch split over replicas (each drawing the same
+   key from its stream, ld_strategy.h) gets the values one device gets for
+   the whole batch. A normal value takes the uniforms 2k and 2k + 1 of its
+   key k (Box-Muller). */
+ld_tensor *ld_noise_op(ld_noise kind, ld_tensor *x, float p, int mask_ndim, const int64_t *mask_shape, ld_rng *rng) {
+    static const char *const names[] = {"dropout", "Gaussian noise", "Gaussian dropout"};
+    if ((unsigned)kind > LD_NOISE_GAUSSIAN_DROPOUT) { ld_fail(LD_EARG, "unknown noise %d", (int)kind); return NULL; }
+    if (kind == LD_NOISE_GAUSSIAN ? !(p >= 0 && p < INFINITY) : !(p >= 0 && p < 1)) {
+        ld_fail(LD_EARG, "%s %s must be %s, got %g", names[kind], kind == LD_NOISE_GAUSSIAN ? "stddev" : "rate",
+                kind == LD_NOISE_GAUSSIAN ? "finite and >= 0" : "in [0, 1)", p);
+        return NULL;
+    }
+    if (p == 0) return ld_tensor_retain(x);
+    ld_tensor *mask = ld_tensor_empty(LD_F32, mask_ndim, mask_shape, NULL);   /* written here, on the host */
     if (!mask) return NULL;
-    float keep = 1.0f / (1.0f - rate), *m = mask->storage->data;
+    float keep = 1.0f / (1.0f - p), *m = mask->storage->data;
+    double sd = kind == LD_NOISE_GAUSSIAN ? p : kind == LD_NOISE_GAUSSIAN_DROPOUT ? sqrt(p / (1.0 - p)) : 0;
     if (!rng) rng = ld_global_rng();
     uint64_t key = ld_rng_next(rng);
-    int64_t n = ld_tensor_numel(mask), rows = x->ndim ? x->shape[0] : 1;
+    int64_t n = ld_tensor_numel(mask), rows = mask_ndim ? mask_shape[0] : 1;
     const ld_replica_ctx *rc = ld_replica_get();
     uint64_t first = rc && rows > 0 ? (uint64_t)rc->row_offset * (uint64_t)(n / rows) : 0;
-    for (int64_t i = 0; i < n; i++) m[i] = counter_uniform(key, first + (uint64_t)i) >= rate ? keep : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t k = first + (uint64_t)i;
+        if (kind == LD_NOISE_DROPOUT) { m[i] = counter_uniform(key, k) >= p ? keep : 0.0f; continue; }
+        double u1 = 1.0 - counter_uniform(key, 2 * k), u2 = counter_uniform(key, 2 * k + 1);
+        double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+        m[i] = (float)(kind == LD_NOISE_GAUSSIAN ? sd * z : 1.0 + sd * z);
+    }
     ld_tensor *md = ld_to_device(mask, DEV(x));
     ld_tensor_release(mask);
     if (!md) return NULL;
-    ld_tensor *y = ld_mul(x, md);   /* recorded as a product with a constant mask */
+    /* recorded as an operation with a constant: the gradient is the mask's, or passes (noise added) */
+    ld_tensor *y = kind == LD_NOISE_GAUSSIAN ? ld_add(x, md) : ld_mul(x, md);
     ld_tensor_release(md);
     return y;
+}
+
+ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng) {
+    return ld_noise_op(LD_NOISE_DROPOUT, x, rate, x->ndim, x->shape, rng);
 }
 
 /* ================================================================ differentiable views */

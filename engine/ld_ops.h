@@ -171,6 +171,16 @@ ld_tensor *ld_maxpool2d_same(ld_tensor *x, int kh, int kw, int sh, int sw);
    batch (the replica context's row_offset), so replicas of a split batch
    drop what one device would. */
 ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng);
+/* Keras's training noise, drawn as dropout's mask (one key from rng per
+   call, each value a function of it and its place in the global batch, so
+   every strategy draws the same): LD_NOISE_DROPOUT as ld_dropout (p the
+   rate), LD_NOISE_GAUSSIAN x + N(0, p^2) (GaussianNoise, p the stddev),
+   LD_NOISE_GAUSSIAN_DROPOUT x * N(1, p / (1 - p)) (GaussianDropout, p the
+   rate). The values have mask_shape, x's or one that broadcasts to it with
+   the batch first ([batch, 1, 1, channels]: SpatialDropout2D's). p == 0
+   returns x. Differentiable (a product or sum with a constant). */
+typedef enum { LD_NOISE_DROPOUT, LD_NOISE_GAUSSIAN, LD_NOISE_GAUSSIAN_DROPOUT } ld_noise;
+ld_tensor *ld_noise_op(ld_noise kind, ld_tensor *x, float p, int mask_ndim, const int64_t *mask_shape, ld_rng *rng);
 
 /* ld_contiguous that keeps the graph: a copy of a strided view that needs a
    gradient is recorded, so the gradient reaches the view's source. NULL

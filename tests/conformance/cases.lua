@@ -65,6 +65,13 @@ local MODELS = {
     end },
   -- images downsampled, upsampled by a transposed convolution, then depthwise and separable
   -- convolutions and a SAME max pooling
+  -- Keras's training noise: Gaussian noise and dropout, whole channels dropped; each value drawn by its
+  -- place in the global batch, so every strategy draws the same
+  noise = { shape = { 6, 6, 2 }, classes = 3,
+    make = function()
+      return nn.Sequential { nn.GaussianNoise(0.3), nn.Conv2D(4, 3, { activation = "relu" }), nn.SpatialDropout2D(0.4),
+        nn.Flatten(), nn.GaussianDropout(0.3), nn.Dense(3) }
+    end },
   -- each example's own statistics: GroupNormalization over channel groups, UnitNormalization over two axes
   groupnorm = { shape = { 6, 6, 2 }, classes = 3,
     make = function()
@@ -218,7 +225,7 @@ add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_mom
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions
-for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm" } do
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -503,4 +503,43 @@ T.test("the default strategy", function()
   T.raises(function() distribute.OneDeviceStrategy("cuda:7") end, "unknown device 'cuda:7'")
 end)
 
+-- Keras's noise layers: active in training only, with the distribution
+-- Keras draws from (the values differ from Keras's: another generator;
+-- conformance's fit_noise checks that every strategy draws the same)
+T.test("GaussianNoise, GaussianDropout, SpatialDropout1D/2D/3D: training only, Keras's distributions, gradients", function()
+  tensor.seed(3)
+  local x = tensor.ones(200, 50, 4)
+  local g = nn.GaussianNoise(0.5)
+  T.eq((g(x) - x):abs():sum():item(), 0, "GaussianNoise is the identity in inference")
+  local e = g(x, { training = true }) - x
+  T.ok(math.abs(e:mean():item()) < 0.01, "noise mean 0: " .. e:mean():item())
+  T.ok(math.abs(e:std():item() - 0.5) < 0.01, "noise stddev 0.5: " .. e:std():item())
+  local gd = nn.GaussianDropout(0.2)
+  local z = gd(x, { training = true })
+  T.ok(math.abs(z:mean():item() - 1) < 0.01, "GaussianDropout: mean 1")
+  T.ok(math.abs(z:std():item() - math.sqrt(0.2 / 0.8)) < 0.01, "stddev sqrt(rate / (1 - rate)): " .. z:std():item())
+  T.eq((gd(x) - x):abs():sum():item(), 0, "and the identity in inference")
+  for k, shape in ipairs({ { 100, 9, 8 }, { 100, 3, 3, 8 }, { 100, 3, 1, 3, 8 } }) do
+    local sd = nn["SpatialDropout" .. k .. "D"](0.3)
+    local w = sd(tensor.ones(table.unpack(shape)), { training = true }):reshape(100, 9, 8)
+    local hi, lo = w:max(1), w:min(1)
+    T.eq((hi - lo):abs():max():item(), 0, k .. "D: a channel of an example is dropped whole or kept whole")
+    local dropped = hi:eq(0):mean():item()
+    T.ok(math.abs(dropped - 0.3) < 0.05, k .. "D: a fraction rate of the channels dropped: " .. dropped)
+    T.near(w:max():item(), 1 / 0.7, 1e-6, k .. "D: the rest scaled by 1/(1 - rate)")
+  end
+  -- the gradients: 1 through added noise, the mask through multiplied noise
+  local v = tensor.Variable(tensor.ones(4, 6))
+  local tape = autograd.GradientTape { persistent = true }
+  local a, b = tape:record(function() return nn.GaussianNoise(0.5)(v, { training = true }):sum(), nn.SpatialDropout1D(0.5)(v:reshape(2, 2, 6), { training = true }) end)
+  T.eq(tape:gradient(a, v):sum():item(), 24, "GaussianNoise passes the gradient")
+  local gb = tape:gradient(b:sum(), v)
+  T.ok(gb:eq(0):sum():item() + gb:eq(2):sum():item() == 24, "SpatialDropout's gradient is its mask (0 or 1/(1 - rate))")
+  -- errors
+  T.raises(function() nn.GaussianNoise(-1) end, "GaussianNoise stddev must be finite and >= 0")
+  T.raises(function() nn.GaussianDropout(1) end, "GaussianDropout rate must be in [0, 1)")
+  T.raises(function() nn.SpatialDropout2D(0.5)(tensor.ones(2, 3, 4)) end, "needs inputs of 4 axes (batch, height, width, channels)")
+  T.eq(nn.GaussianNoise(0)(x, { training = true }):sum():item(), 40000, "stddev 0 is the identity")
+end)
+
 T.done()
