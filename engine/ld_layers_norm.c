@@ -200,19 +200,25 @@ const ld_layer_class ld_layer_group_normalization = {
 /* ================================================================ UnitNormalization */
 /* Keras 3's: x * min(rsqrt(sum(x^2 over the axes)), 1e12) (ops.normalize, order 2) */
 enum { UN_AXIS };
-static int un_axes(const ld_layer *l, int ndim, int *axes, int *n) {
-    const int64_t *a = ld_p_ints(l, UN_AXIS, n);
-    if (*n < 1) return ld_fail(LD_EARG, "%s: axis names no axis", l->name);
+/* The axes of list parameter p (counted with the batch, ndim of them with
+   it), each in range and not the batch's (why: what the batch would
+   change); *n of them into axes */
+static int axes_after_batch(const ld_layer *l, int p, int ndim, int *axes, int *n, const char *why) {
+    const int64_t *a = ld_p_ints(l, p, n);
     for (int i = 0; i < *n; i++) {
         int64_t v = a[i] < 0 ? a[i] + ndim : a[i];
         if (v < 0 || v >= ndim)
             return ld_fail(LD_EARG, "%s: axis %lld is out of range for inputs of %d axes (batch included)", l->name,
                            (long long)a[i], ndim);
-        if (v == 0)
-            return ld_fail(LD_EARG, "%s: axis 0 is the batch: a norm over it would change with the batch a "
-                           "strategy gives each replica; normalize the axes after it", l->name);
+        if (v == 0) return ld_fail(LD_EARG, "%s: axis 0 is the batch: %s", l->name, why);
         axes[i] = (int)v;
     }
+    return LD_OK;
+}
+static int un_axes(const ld_layer *l, int ndim, int *axes, int *n) {
+    if (axes_after_batch(l, UN_AXIS, ndim, axes, n, "a norm over it would change with the batch a strategy gives "
+                         "each replica; normalize the axes after it")) return ld_error_status();
+    if (*n < 1) return ld_fail(LD_EARG, "%s: axis names no axis", l->name);
     return LD_OK;
 }
 static int un_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -238,4 +244,72 @@ const ld_layer_class ld_layer_unit_normalization = {
     1, 1, ~0u, NULL, un_build, un_forward,
     "nn.UnitNormalization{axis=-1}\n\nEach example scaled to unit L2 norm over `axis` (a number or a list; counted with\n"
     "the batch, as Keras's): x * min(rsqrt(sum(x^2)), 1e12), Keras 3's.", 0};
+
+/* ================================================================ Normalization */
+/* Keras 3's preprocessing Normalization: (x - mean) / max(sqrt(variance),
+   1e-7) with a mean and variance per position of the kept axes (`axis`,
+   counted with the batch; none: one of each), or its inverse (invert). The
+   three weights are Keras's, none trainable: mean, variance and count (0, as
+   Keras 3's adapt leaves it). model:adapt is keras/preprocessing.lua's. */
+enum { NORM_AXIS, NORM_INVERT };
+/* the kept axes (counted with the batch, ndim of them with it) as a bit set; errors name the layer */
+static int norm_kept(const ld_layer *l, int ndim, unsigned *kept) {
+    int axes[LD_MAX_DIMS], n;
+    *kept = 0;
+    if (axes_after_batch(l, NORM_AXIS, ndim, axes, &n, "statistics kept per example position would change with the "
+                         "batch; keep axes after it")) return ld_error_status();
+    for (int i = 0; i < n; i++) *kept |= 1u << axes[i];
+    return LD_OK;
+}
+static int norm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    unsigned kept;
+    if (norm_kept(l, in->ndim + 1, &kept)) return ld_error_status();
+    int64_t s[LD_MAX_DIMS];
+    int k = 0;
+    for (int i = 1; i <= in->ndim; i++) if (kept >> i & 1) s[k++] = in->d[i - 1];
+    if (!ld_layer_add_weight(l, "mean", k, s, (ld_init){LD_INIT_ZEROS, 0, 0}, 0) ||
+        !ld_layer_add_weight(l, "variance", k, s, (ld_init){LD_INIT_ONES, 0, 0}, 0) ||
+        !ld_layer_add_weight(l, "count", 0, s, (ld_init){LD_INIT_ZEROS, 0, 0}, 0))
+        return ld_error_status();
+    *out = *in;
+    return LD_OK;
+}
+static ld_tensor *norm_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    unsigned kept;
+    ld_tensor *x = ld_as_float(xs[0]);
+    if (!x || norm_kept(l, x->ndim, &kept)) { ld_tensor_release(x); return NULL; }
+    int64_t bs[LD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) {
+        bs[i] = kept >> i & 1 ? x->shape[i] : 1;
+        if (kept >> i & 1 && x->shape[i] != l->in[0].d[i - 1]) {
+            char b[LD_SHAPE_STR_MAX];
+            ld_fail(LD_ESHAPE, "%s keeps axis %d of size %lld (its mean and variance); got inputs of shape %s", l->name, i,
+                    (long long)l->in[0].d[i - 1], ld_shape_str(x, b, sizeof b));
+            ld_tensor_release(x);
+            return NULL;
+        }
+    }
+    ld_tensor *m = ld_reshape_op(ld_var(l->vars[0]), x->ndim, bs), *v = m ? ld_reshape_op(ld_var(l->vars[1]), x->ndim, bs) : NULL;
+    ld_tensor *sd = v ? ld_sqrt(v) : NULL, *eps = sd ? ld_tensor_scalar(1e-7f, sd->storage->device) : NULL;
+    ld_tensor *den = eps ? ld_maximum(sd, eps) : NULL, *y = NULL;
+    if (den && ld_p_int(l, NORM_INVERT)) {
+        ld_tensor *t = ld_mul(x, den);
+        y = t ? ld_add(m, t) : NULL;
+        ld_tensor_release(t);
+    } else if (den) {
+        ld_tensor *t = ld_sub(x, m);
+        y = t ? ld_div(t, den) : NULL;
+        ld_tensor_release(t);
+    }
+    ld_tensor *tmp[] = {x, m, v, sd, eps, den};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) ld_tensor_release(tmp[i]);
+    return y;
+}
+const ld_layer_class ld_layer_normalization = {
+    "Normalization", "normalization", NULL, {NULL},
+    {LD_PINTS("axis", "-1", 0), LD_PBOOL("invert", "false"), LD_PEND},
+    1, 1, ~0u, NULL, norm_build, norm_forward,
+    "nn.Normalization{axis=-1, invert=false}\n\nKeras's preprocessing layer: (x - mean) / max(sqrt(variance), 1e-7), a mean and\n"
+    "variance per position of the kept axes (`axis`, counted with the batch; {}: one of each), set by\n"
+    "layer:adapt(x | dataset) or set_weights. invert=true maps back: mean + x * sd.", 0};
 

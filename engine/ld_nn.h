@@ -207,7 +207,7 @@ struct ld_layer {
     X(bidirectional) X(subtract) X(average) X(maximum) X(minimum) X(max_pooling1d) X(average_pooling1d) \
     X(zero_padding2d) X(cropping2d) X(up_sampling2d) X(repeat_vector) X(permute) X(conv2d_transpose) \
     X(depthwise_conv2d) X(separable_conv2d) X(group_normalization) X(unit_normalization) \
-    X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d)
+    X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d) X(normalization)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE

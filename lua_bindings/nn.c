@@ -1668,6 +1668,8 @@ int lb_open_nn(lua_State *L) {
     static const luaL_Reg lm[] = {{"get_config", layer_get_config}, {"_build_shapes", layer_build_shapes},
                                   {"count_params", layer_count_params}, {NULL, NULL}};
     luaL_newlib(L, lm);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, "ldist.layer_methods");   /* nn._layer_methods, below */
     lua_pushcclosure(L, layer_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, layer_newindex); lua_setfield(L, -2, "__newindex");
@@ -1681,6 +1683,9 @@ int lb_open_nn(lua_State *L) {
         {"_policy", nn_policy}, {"_fused_attention", nn_fused_attention}, {NULL, NULL}};
     luaL_newlib(L, f);
     int mod = lua_gettop(L);
+    /* the layers' methods, where the prelude adds those written in Lua (adapt) */
+    lua_getfield(L, LUA_REGISTRYINDEX, "ldist.layer_methods");
+    lua_setfield(L, mod, "_layer_methods");
     lb_weight_options_register(L, mod);
     /* a constructor per layer class (and its alias), its help from the class */
     const ld_layer_class *const *cs = ld_layer_classes();

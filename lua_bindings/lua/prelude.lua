@@ -22,6 +22,7 @@ return {
   { "keras/layer_options.lua", needs = "nn, ui/help" },
   { "keras/models.lua", needs = "nn, tensor, json, io, losses, optim, util, keras/training (metrics)" },
   { "keras/mixed_precision.lua", needs = "nn, optim, ui/help (document)" },
+  { "keras/preprocessing.lua", needs = "nn (_layer_methods), tensor, ui/help (document)" },
   { "keras/callbacks.lua", needs = "tensor, ui/progress, ui/help; a strategy's _is_writer at fit time" },
   -- distribute: the strategy protocol, then each strategy and what it builds on
   { "distribute/protocol.lua", needs = "tensor, optim, nn, data, _distribute, util (nest), ui/help" },

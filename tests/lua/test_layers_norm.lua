@@ -2,6 +2,7 @@
 -- values against loops in Lua, moving statistics, variables, configs, errors,
 -- and a small model with batch normalization that learns.
 local T = dofile("tests/lua/testlib.lua")
+ldist.config.cpu_devices(2)   -- Normalization under MirroredStrategy
 
 local function flat(t) return t:reshape(t:numel()):totable() end
 local function shape(t) return table.concat(t.shape, "x") end
@@ -264,6 +265,56 @@ T.test("GroupNormalization and UnitNormalization: weights, configs, bfloat16, er
   T.raises(function() nn.UnitNormalization { axis = 0 }(tensor.normal(2, 3)) end, "axis 0 is the batch")
   T.raises(function() nn.UnitNormalization { axis = 3 }(tensor.normal(2, 3)) end, "axis 3 is out of range")
   T.eq(shape(nn.GroupNormalization(-1)(tensor.normal(2, 5, 3))), "2x5x3", "the session goes on: instance normalization")
+end)
+
+-- Keras's preprocessing Normalization and its adapt(). Keras 3.15's values, by:
+--   x = (np.arange(24, dtype="float32").reshape(4, 3, 2) ** 1.5) / 7
+--   Normalization(axis=-1).adapt(x); Normalization(axis=None).adapt(x);
+--   Normalization(axis=(1, 2)).adapt(tf.data.Dataset.from_tensor_slices(x).batch(3))
+T.test("Normalization: adapt on a tensor or a dataset, axis lists, invert, as Keras 3's", function()
+  local x = (tensor.arange(24):astype("float32"):reshape(4, 3, 2) ^ 1.5) / 7
+  local function first(t, k) local f = t:reshape(-1):totable(); local r = {}; for i = 1, k do r[i] = f[i] end; return r end
+  local function near_list(got, want, what)
+    for i = 1, #want do T.near(got[i], want[i], 2e-5 * (1 + math.abs(want[i])), what .. " " .. i) end
+  end
+  local n = nn.Normalization()
+  n:adapt(x)
+  near_list(first(n(x), 6), { -1.2612991333007812, -1.3076287508010864, -1.1768159866333008, -1.188301920890808,
+    -1.022344708442688, -1.018128514289856 }, "axis -1")
+  near_list(n.weights[1]:totable(), { 6.032468795776367, 6.711864471435547 }, "mean")
+  near_list(n.weights[2]:totable(), { 22.87462615966797, 25.236587524414062 }, "variance")
+  T.eq(n.weights[3]:item(), 0, "count stays 0, as Keras 3's")
+  T.eq(#n.trainable_variables, 0, "nothing trainable")
+  local n2 = nn.Normalization { axis = {} }
+  n2:adapt(x)
+  near_list(first(n2(x), 4), { -1.296104073524475, -1.2670468091964722, -1.2139177322387695, -1.145117998123169 }, "axis none")
+  local n3 = nn.Normalization { axis = { 1, 2 } }
+  n3:adapt(data.Dataset.from_tensor_slices(x):batch(3))   -- batches of 3 and 1, combined
+  near_list(first(n3(x), 4), { -1.1410092115402222, -1.1725895404815674, -1.193666934967041, -1.2095445394515991 }, "axes {1, 2}, a dataset")
+  near_list(first(n3.weights[1], 3), { 4.736917495727539, 5.328982353210449, 5.974349021911621 }, "its mean")
+  -- a dataset of {x, y} adapts on x; its batches combine to the whole tensor's statistics
+  local n4 = nn.Normalization()
+  n4:adapt(data.Dataset.from_tensor_slices(x, tensor.zeros(4)):batch(3))
+  near_list(n4.weights[2]:totable(), n.weights[2]:totable(), "a dataset's variance is the tensor's")
+  -- invert maps back (Keras 3 reads adapt's statistics only: set_weights leaves its invert at 0 and 1)
+  local inv = nn.Normalization { invert = true }
+  inv(x)   -- builds it
+  inv:set_weights(n:get_weights())
+  T.ok((inv(n(x)) - x):abs():max():item() < 1e-5, "invert(normalize(x)) is x")
+  -- in a model, under a strategy: the statistics are weights, mirrored like the others
+  local strategy = distribute.MirroredStrategy { devices = { "cpu:0", "cpu:1" } }
+  strategy:scope(function()
+    local m = nn.Sequential { nn.Input { shape = { 3, 2 } }, nn.Normalization(), nn.Flatten(), nn.Dense(1) }
+    m.layers[1]:adapt(x)
+    local y = m:predict(x)
+    T.eq(y.shape[1], 4, "a model with an adapted Normalization predicts under Mirrored")
+    near_list(m.layers[1].weights[1]:totable(), n.weights[1]:totable(), "adapt under a strategy")
+  end)
+  -- errors
+  T.raises(function() nn.Dense(2):adapt(x) end, "adapt is a preprocessing layer's")
+  T.raises(function() nn.Normalization():adapt(42) end, "a tensor or a batched dataset expected")
+  T.raises(function() nn.Normalization { axis = 0 }(x) end, "axis 0 is the batch")
+  T.raises(function() n(tensor.ones(2, 3, 5)) end, "keeps axis 2 of size 2")
 end)
 
 T.done()

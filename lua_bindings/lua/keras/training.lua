@@ -1343,31 +1343,40 @@ end
 
 -- model:get_weights() -> copies of the weights on the host, in order (Keras's
 -- list of arrays); model:set_weights(list) writes them back, to every
--- replica's copy under a strategy (a cross-replica write).
-function Model:get_weights()
+-- replica's copy under a strategy (a cross-replica write). A layer has both
+-- too (layer:get_weights(), Keras's), over its own weights.
+local function get_weights(self)
   local w = {}
   for i, v in ipairs(self.weights) do w[i] = v:clone():cpu() end
   return w
 end
-function Model:set_weights(list)
-  if type(list) ~= "table" then error(("bad argument #1 to 'set_weights' (list of tensors expected, got %s)"):format(type(list)), 2) end
+local function set_weights(self, list, what)
+  if type(list) ~= "table" then error(("bad argument #1 to 'set_weights' (list of tensors expected, got %s)"):format(type(list)), 3) end
   local vars = self.weights
   if #list ~= #vars then
-    error(("bad argument #1 to 'set_weights' (%d tensors for a model with %d weights)"):format(#list, #vars), 2)
+    error(("bad argument #1 to 'set_weights' (%d tensors for a %s with %d weights)"):format(#list, what, #vars), 3)
   end
   for i, v in ipairs(vars) do
     local w = tensor.is_tensor(list[i]) and list[i] or tensor.new(list[i])
     local a, b = table.concat(w.shape, "x"), table.concat(v.shape, "x")
     if a ~= b then
-      error(("bad argument #1 to 'set_weights' (weight %d has shape %s, the model's %s)"):format(i, a, b), 2)
+      error(("bad argument #1 to 'set_weights' (weight %d has shape %s, the %s's %s)"):format(i, a, what, b), 3)
     end
   end
   for i, v in ipairs(vars) do v:assign(list[i]) end
   return self
 end
+function Model:get_weights() return get_weights(self) end
+function Model:set_weights(list) return set_weights(self, list, "model") end
 doc(Model.get_weights, "Model:get_weights", "model:get_weights()\n\nCopies of the model's weights on the host, in order (Keras's get_weights).")
 doc(Model.set_weights, "Model:set_weights", "model:set_weights(list)\n\nWrite the weights (count and shapes must match); under a strategy every replica's\n" ..
   "copy gets them (Keras's set_weights).")
+local LayerMethods = nn._layer_methods
+function LayerMethods.get_weights(layer) return get_weights(layer) end
+function LayerMethods.set_weights(layer, list) return set_weights(layer, list, "layer") end
+doc(LayerMethods.get_weights, "Layer:get_weights", "layer:get_weights()\n\nCopies of the layer's weights on the host, in order (Keras's).")
+doc(LayerMethods.set_weights, "Layer:set_weights", "layer:set_weights(list)\n\nWrite the layer's weights (count and shapes must match; every replica's copy\n" ..
+  "under a strategy), Keras's.")
 
 function Model:summary()
   -- the terminal's width (80 when unknown); the notebook's table reads the
