@@ -472,7 +472,12 @@ T.test("regression losses and metrics by Keras's names in compile, fit, evaluate
   T.near(nn._build_loss(d)(tensor.new{ { 1 } }, tensor.new{ { 2 } }):item(), 0.25 * 1 - 0.5 * 0.0625, 1e-7,
     "Huber's delta travels with its config")
   T.raises(function() m:compile{ optimizer = "sgd", loss = "mae", metrics = { "rmse" } } end, "unknown metric rmse")
-  T.raises(function() m:evaluate(x, y, { return_dict = false }) end, "return_dict must be true")
+  -- return_dict=false: Keras's list, loss first, then the metrics in compile's order
+  local l = m:evaluate(x, y, { return_dict = false })
+  T.eq(#l, 1 + #m._metrics, "the loss and each metric")
+  T.near(l[1], r.loss, 1e-9, "the list's loss")
+  T.near(l[#l], r[m._metrics[#m._metrics].name], 1e-9, "the list's last metric, in compile's order")
+  T.raises(function() m:evaluate(x, y, { return_dict = "no" }) end, "return_dict must be a boolean")
   T.raises(function() losses.Huber{ delta = -1 } end, "delta must be a positive number")
   T.raises(function() losses.Huber{ delt = 1 } end, "did you mean 'delta'?")
   T.raises(function() losses.MeanAbsoluteError{ from_logits = true } end, "unknown option 'from_logits'")

@@ -647,6 +647,18 @@ local function epoch_logs(loss_m, outs, ms)
   return logs
 end
 
+-- Keras's return_dict=False form of logs: the loss alone without metrics or
+-- output losses, else the list loss, the output losses, then the metrics in
+-- compile's order (Keras's metrics_names)
+local function logs_list(model, logs)
+  local outs = output_losses(model)
+  if #outs == 0 and #model._metrics == 0 then return logs.loss end
+  local r = { logs.loss }
+  for _, o in ipairs(outs) do r[#r + 1] = logs[o.m.name] end
+  for _, m in ipairs(model._metrics) do r[#r + 1] = logs[m.name] end
+  return r
+end
+
 -- For a strategy with its own fit loop (distribute/parameter_server.lua): the
 -- epoch's metrics and per-output losses from each step's targets and
 -- predictions, and the epoch's logs for its loss.
@@ -1138,9 +1150,8 @@ function Model:evaluate(x, y, opts)
   check_steps(opts.steps, "steps", "evaluate", 3)
   check_steps(opts.batch_size, "batch_size", "evaluate", 3)
   check_verbose(opts.verbose, "evaluate", 3)
-  if opts.return_dict ~= nil and opts.return_dict ~= true then
-    error("bad argument to 'evaluate' (return_dict must be true: evaluate returns a table keyed by the names, " ..
-      "Keras's return_dict=True form)", 2)
+  if opts.return_dict ~= nil and type(opts.return_dict) ~= "boolean" then
+    error(("bad argument to 'evaluate' (return_dict must be a boolean, got %s)"):format(type(opts.return_dict)), 2)
   end
   local r = self:_evaluate_batches(as_dataset(x, y, opts, false, "evaluate"), opts.steps)
   if (opts.verbose or 0) ~= 0 then
@@ -1149,6 +1160,8 @@ function Model:evaluate(x, y, opts)
     table.sort(parts)
     print(table.concat(parts, " - "))
   end
+  -- the table by default (ldist's evaluate always gave it); return_dict=false gives Keras's default list
+  if opts.return_dict == false then return logs_list(self, r) end
   return r
 end
 
@@ -1192,7 +1205,8 @@ function Model:_evaluate_epoch(batches)
   return epoch_logs(loss_m, outs, ms)
 end
 doc(Model.evaluate, "Model:evaluate",
-  "model:evaluate(dataset | x, y, {batch_size=32, verbose=0, steps=})\n\nLoss and metrics over the data: {loss=, accuracy=}.\n" ..
+  "model:evaluate(dataset | x, y, {batch_size=32, verbose=0, steps=, return_dict=true})\n\nLoss and metrics over the data: " ..
+  "{loss=, accuracy=}; return_dict=false gives Keras's list (loss, then the metrics).\n" ..
   "steps: read only that many batches (needed for a repeated dataset), as Keras.")
 
 ---------------------------------------------------------------- one batch at a time
@@ -1210,12 +1224,7 @@ end
 -- losses, then the metrics in compile's order; or the table (return_dict)
 local function batch_result(self, s, return_dict)
   local logs = epoch_logs(s.loss_m, s.outs, self._metrics)
-  if return_dict then return logs end
-  if #s.outs == 0 and #self._metrics == 0 then return logs.loss end
-  local r = { logs.loss }
-  for _, o in ipairs(s.outs) do r[#r + 1] = logs[o.m.name] end
-  for _, m in ipairs(self._metrics) do r[#r + 1] = logs[m.name] end
-  return r
+  return return_dict and logs or logs_list(self, logs)
 end
 -- the batch as fit's dataset would give it (tables of numbers made tensors,
 -- sample weights checked against the rows)
