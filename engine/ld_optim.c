@@ -21,8 +21,39 @@ double ld_schedule_at(const ld_schedule *s, int64_t step) {
         return s->initial * pow(s->decay_rate, p);
     }
     case LD_SCHED_COSINE: {
-        double t = (double)(step < s->decay_steps ? step : s->decay_steps) / (double)(s->decay_steps > 0 ? s->decay_steps : 1);
-        double cosd = 0.5 * (1 + cos(M_PI * t));
+        double from = s->initial, t = (double)step;
+        if (s->warmup) {   /* Keras 3: warmup_steps of a line to warmup_target, then the cosine from it */
+            double w = (double)s->warmup_steps;
+            if (t > (double)s->decay_steps + w) t = (double)s->decay_steps + w;
+            if (t < w) return (s->warmup_target - s->initial) * (t / w) + s->initial;
+            t -= w;
+            from = s->warmup_target;
+        } else if (t > (double)s->decay_steps) t = (double)s->decay_steps;
+        double cosd = 0.5 * (1 + cos(M_PI * t / (double)(s->decay_steps > 0 ? s->decay_steps : 1)));
+        return from * ((1 - s->alpha) * cosd + s->alpha);
+    }
+    case LD_SCHED_INVERSE_TIME: {
+        double p = (double)step / (double)(s->decay_steps > 0 ? s->decay_steps : 1);
+        if (s->staircase) p = floor(p);
+        return s->initial / (1 + s->decay_rate * p);
+    }
+    case LD_SCHED_POLYNOMIAL: {
+        double t = (double)step, d = (double)(s->decay_steps > 0 ? s->decay_steps : 1);
+        if (s->cycle) d *= step == 0 ? 1.0 : ceil(t / d);
+        else if (t > d) t = d;
+        return (s->initial - s->end_lr) * pow(1 - t / d, s->power) + s->end_lr;
+    }
+    case LD_SCHED_COSINE_RESTARTS: {
+        double f = (double)step / (double)(s->decay_steps > 0 ? s->decay_steps : 1), i;
+        if (s->t_mul == 1.0) {
+            i = floor(f);
+            f -= i;
+        } else {   /* restarts of lengths first * t_mul^i */
+            i = floor(log(1.0 - f * (1.0 - s->t_mul)) / log(s->t_mul));
+            double sum = (1.0 - pow(s->t_mul, i)) / (1.0 - s->t_mul);
+            f = (f - sum) / pow(s->t_mul, i);
+        }
+        double cosd = 0.5 * pow(s->m_mul, i) * (1.0 + cos(M_PI * f));
         return s->initial * ((1 - s->alpha) * cosd + s->alpha);
     }
     case LD_SCHED_PIECEWISE:

@@ -22,12 +22,22 @@
 
 typedef enum { LD_OPT_SGD = 0, LD_OPT_ADAM, LD_OPT_ADAMW, LD_OPT_RMSPROP } ld_opt_kind;
 
-typedef enum { LD_SCHED_CONSTANT = 0, LD_SCHED_EXP_DECAY, LD_SCHED_COSINE, LD_SCHED_PIECEWISE } ld_sched_kind;
+/* Keras 3's learning-rate schedules (keras/src/optimizers/schedules) */
+typedef enum {
+    LD_SCHED_CONSTANT = 0, LD_SCHED_EXP_DECAY, LD_SCHED_COSINE, LD_SCHED_PIECEWISE, LD_SCHED_INVERSE_TIME,
+    LD_SCHED_POLYNOMIAL, LD_SCHED_COSINE_RESTARTS
+} ld_sched_kind;
 typedef struct {
     ld_sched_kind kind;
     double initial, decay_rate, alpha;
-    int64_t decay_steps;
+    int64_t decay_steps;     /* CosineDecayRestarts: first_decay_steps */
     int staircase;
+    double end_lr, power;    /* PolynomialDecay: end_learning_rate, power; cycle */
+    int cycle;
+    double t_mul, m_mul;     /* CosineDecayRestarts */
+    int warmup;              /* CosineDecay: a linear warmup from initial to warmup_target over warmup_steps first */
+    double warmup_target;
+    int64_t warmup_steps;
     int n_bounds;
     int64_t bounds[16];
     double values[17];

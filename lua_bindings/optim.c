@@ -42,7 +42,10 @@ static double fnum(lua_State *L, int t, const char *k, double def) {
     return v;
 }
 
-/* A schedule table is {kind=..., ...} made by optim.schedules.* */
+/* A schedule table is {kind=..., ...} made by optim.schedules.* (or by
+   push_schedule, which writes every field this reads) */
+static const char *const sched_kinds[] = {"constant", "ExponentialDecay", "CosineDecay", "PiecewiseConstantDecay",
+                                          "InverseTimeDecay", "PolynomialDecay", "CosineDecayRestarts", NULL};
 static void read_schedule(lua_State *L, int t, ld_schedule *s) {
     lua_getfield(L, t, "kind");
     const char *k = luaL_checkstring(L, -1);
@@ -50,13 +53,25 @@ static void read_schedule(lua_State *L, int t, ld_schedule *s) {
     s->decay_steps = (int64_t)fnum(L, t, "decay_steps", 1000);
     s->decay_rate = fnum(L, t, "decay_rate", 0.96);
     s->alpha = fnum(L, t, "alpha", 0);
+    s->end_lr = fnum(L, t, "end_learning_rate", 0.0001);
+    s->power = fnum(L, t, "power", 1.0);
+    s->t_mul = fnum(L, t, "t_mul", 2.0);
+    s->m_mul = fnum(L, t, "m_mul", 1.0);
+    s->warmup_steps = (int64_t)fnum(L, t, "warmup_steps", 0);
     lua_getfield(L, t, "staircase");
     s->staircase = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    if (!strcmp(k, "ExponentialDecay")) s->kind = LD_SCHED_EXP_DECAY;
-    else if (!strcmp(k, "CosineDecay")) s->kind = LD_SCHED_COSINE;
-    else if (!strcmp(k, "PiecewiseConstantDecay")) {
-        s->kind = LD_SCHED_PIECEWISE;
+    lua_getfield(L, t, "cycle");
+    s->cycle = lua_toboolean(L, -1);
+    lua_getfield(L, t, "warmup_target");
+    s->warmup = !lua_isnil(L, -1);
+    s->warmup_target = s->warmup ? luaL_checknumber(L, -1) : 0;
+    lua_pop(L, 3);
+    int kind = 1;
+    while (sched_kinds[kind] && strcmp(k, sched_kinds[kind])) kind++;
+    if (!sched_kinds[kind]) luaL_error(L, "unknown schedule kind '%s'", k);
+    s->kind = (ld_sched_kind)kind;
+    if (s->kind == LD_SCHED_COSINE_RESTARTS) s->decay_steps = (int64_t)fnum(L, t, "first_decay_steps", 1000);
+    if (s->kind == LD_SCHED_PIECEWISE) {
         lua_getfield(L, t, "boundaries");
         lua_getfield(L, t, "values");
         int nb = (int)luaL_len(L, -2), nv = (int)luaL_len(L, -1);
@@ -65,8 +80,34 @@ static void read_schedule(lua_State *L, int t, ld_schedule *s) {
         for (int i = 0; i < nv; i++) { lua_geti(L, -1, i + 1); s->values[i] = luaL_checknumber(L, -1); lua_pop(L, 1); }
         s->n_bounds = nb;
         lua_pop(L, 2);
-    } else luaL_error(L, "unknown schedule kind '%s'", k);
+    }
+    if (s->kind == LD_SCHED_COSINE_RESTARTS && !(s->t_mul > 0)) luaL_error(L, "CosineDecayRestarts: t_mul must be positive");
     lua_pop(L, 1);
+}
+
+/* the schedule's table as read_schedule reads it (a config shipped to other processes) */
+static void push_schedule(lua_State *L, const ld_schedule *s) {
+    lua_newtable(L);
+    lua_pushstring(L, sched_kinds[s->kind]); lua_setfield(L, -2, "kind");
+    lua_pushnumber(L, s->initial); lua_setfield(L, -2, "initial_learning_rate");
+    lua_pushinteger(L, s->decay_steps);
+    lua_setfield(L, -2, s->kind == LD_SCHED_COSINE_RESTARTS ? "first_decay_steps" : "decay_steps");
+    lua_pushnumber(L, s->decay_rate); lua_setfield(L, -2, "decay_rate");
+    lua_pushnumber(L, s->alpha); lua_setfield(L, -2, "alpha");
+    lua_pushboolean(L, s->staircase); lua_setfield(L, -2, "staircase");
+    lua_pushnumber(L, s->end_lr); lua_setfield(L, -2, "end_learning_rate");
+    lua_pushnumber(L, s->power); lua_setfield(L, -2, "power");
+    lua_pushboolean(L, s->cycle); lua_setfield(L, -2, "cycle");
+    lua_pushnumber(L, s->t_mul); lua_setfield(L, -2, "t_mul");
+    lua_pushnumber(L, s->m_mul); lua_setfield(L, -2, "m_mul");
+    if (s->warmup) { lua_pushnumber(L, s->warmup_target); lua_setfield(L, -2, "warmup_target"); }
+    lua_pushinteger(L, s->warmup_steps); lua_setfield(L, -2, "warmup_steps");
+    lua_newtable(L);
+    for (int i = 0; i < s->n_bounds; i++) { lua_pushinteger(L, s->bounds[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "boundaries");
+    lua_newtable(L);
+    for (int i = 0; i <= s->n_bounds && s->kind == LD_SCHED_PIECEWISE; i++) { lua_pushnumber(L, s->values[i]); lua_rawseti(L, -2, i + 1); }
+    lua_setfield(L, -2, "values");
 }
 
 /* the error where the user called LossScaleOptimizer: level 2, past the
@@ -481,10 +522,15 @@ static int sched_make(lua_State *L, const char *kind, const char *const *keys, i
         if (lua_getfield(L, t, keys[i]) == LUA_TNIL) luaL_error(L, "%s: %s is required", what, keys[i]);
         lua_pop(L, 1);
     }
-    lua_getfield(L, t, "decay_steps");
-    if (!lua_isnil(L, -1) && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0))
-        luaL_error(L, "%s: decay_steps must be a positive integer, got %s", what, luaL_tolstring(L, -1, NULL));
-    lua_pop(L, 1);
+    static const char *const counts[] = {"decay_steps", "first_decay_steps", "warmup_steps", NULL};
+    for (int i = 0; counts[i]; i++) {
+        lua_getfield(L, t, counts[i]);
+        lua_Integer min = i == 2 ? 0 : 1;
+        if (!lua_isnil(L, -1) && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) >= min))
+            luaL_error(L, "%s: %s must be a %s integer, got %s", what, counts[i], min ? "positive" : "non-negative",
+                       luaL_tolstring(L, -1, NULL));
+        lua_pop(L, 1);
+    }
     lua_pushstring(L, kind);
     lua_setfield(L, t, "kind");
     ld_schedule s = {0};
@@ -499,8 +545,22 @@ static int sched_exp(lua_State *L) {
     return sched_make(L, "ExponentialDecay", k, 3);
 }
 static int sched_cos(lua_State *L) {
-    static const char *const k[] = {"initial_learning_rate", "decay_steps", "alpha", "name", NULL};
+    static const char *const k[] = {"initial_learning_rate", "decay_steps", "alpha", "warmup_target", "warmup_steps",
+                                    "name", NULL};
     return sched_make(L, "CosineDecay", k, 2);
+}
+static int sched_inv(lua_State *L) {
+    static const char *const k[] = {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name", NULL};
+    return sched_make(L, "InverseTimeDecay", k, 3);
+}
+static int sched_poly(lua_State *L) {
+    static const char *const k[] = {"initial_learning_rate", "decay_steps", "end_learning_rate", "power", "cycle",
+                                    "name", NULL};
+    return sched_make(L, "PolynomialDecay", k, 2);
+}
+static int sched_restarts(lua_State *L) {
+    static const char *const k[] = {"initial_learning_rate", "first_decay_steps", "t_mul", "m_mul", "alpha", "name", NULL};
+    return sched_make(L, "CosineDecayRestarts", k, 2);
 }
 static int sched_pw(lua_State *L) {
     static const char *const k[] = {"boundaries", "values", "name", NULL};
@@ -517,8 +577,25 @@ static int sched_tostring(lua_State *L) {
                         (lua_Integer)s.decay_steps, s.decay_rate, s.staircase ? " staircase" : "");
         break;
     case LD_SCHED_COSINE:
-        lua_pushfstring(L, "<CosineDecay initial_learning_rate=%f decay_steps=%I alpha=%f>", s.initial,
-                        (lua_Integer)s.decay_steps, s.alpha);
+        if (s.warmup)
+            lua_pushfstring(L, "<CosineDecay initial_learning_rate=%f decay_steps=%I alpha=%f warmup_target=%f "
+                            "warmup_steps=%I>", s.initial, (lua_Integer)s.decay_steps, s.alpha, s.warmup_target,
+                            (lua_Integer)s.warmup_steps);
+        else
+            lua_pushfstring(L, "<CosineDecay initial_learning_rate=%f decay_steps=%I alpha=%f>", s.initial,
+                            (lua_Integer)s.decay_steps, s.alpha);
+        break;
+    case LD_SCHED_INVERSE_TIME:
+        lua_pushfstring(L, "<InverseTimeDecay initial_learning_rate=%f decay_steps=%I decay_rate=%f%s>", s.initial,
+                        (lua_Integer)s.decay_steps, s.decay_rate, s.staircase ? " staircase" : "");
+        break;
+    case LD_SCHED_POLYNOMIAL:
+        lua_pushfstring(L, "<PolynomialDecay initial_learning_rate=%f decay_steps=%I end_learning_rate=%f power=%f%s>",
+                        s.initial, (lua_Integer)s.decay_steps, s.end_lr, s.power, s.cycle ? " cycle" : "");
+        break;
+    case LD_SCHED_COSINE_RESTARTS:
+        lua_pushfstring(L, "<CosineDecayRestarts initial_learning_rate=%f first_decay_steps=%I t_mul=%f m_mul=%f "
+                        "alpha=%f>", s.initial, (lua_Integer)s.decay_steps, s.t_mul, s.m_mul, s.alpha);
         break;
     default:
         lua_pushfstring(L, "<PiecewiseConstantDecay %d boundar%s>", s.n_bounds, s.n_bounds == 1 ? "y" : "ies");
@@ -613,22 +690,7 @@ static int opt_config(lua_State *L) {
     lua_newtable(L);
     lua_pushstring(L, ld_optimizer_name(o->kind)); lua_setfield(L, -2, "name");
     if (o->lr.kind == LD_SCHED_CONSTANT) lua_pushnumber(L, o->lr.initial);
-    else {
-        static const char *const kinds[] = {"constant", "ExponentialDecay", "CosineDecay", "PiecewiseConstantDecay"};
-        lua_newtable(L);
-        lua_pushstring(L, kinds[o->lr.kind]); lua_setfield(L, -2, "kind");
-        lua_pushnumber(L, o->lr.initial); lua_setfield(L, -2, "initial_learning_rate");
-        lua_pushinteger(L, o->lr.decay_steps); lua_setfield(L, -2, "decay_steps");
-        lua_pushnumber(L, o->lr.decay_rate); lua_setfield(L, -2, "decay_rate");
-        lua_pushnumber(L, o->lr.alpha); lua_setfield(L, -2, "alpha");
-        lua_pushboolean(L, o->lr.staircase); lua_setfield(L, -2, "staircase");
-        lua_newtable(L);
-        for (int i = 0; i < o->lr.n_bounds; i++) { lua_pushinteger(L, o->lr.bounds[i]); lua_rawseti(L, -2, i + 1); }
-        lua_setfield(L, -2, "boundaries");
-        lua_newtable(L);
-        for (int i = 0; i <= o->lr.n_bounds && o->lr.kind == LD_SCHED_PIECEWISE; i++) { lua_pushnumber(L, o->lr.values[i]); lua_rawseti(L, -2, i + 1); }
-        lua_setfield(L, -2, "values");
-    }
+    else push_schedule(L, &o->lr);
     lua_setfield(L, -2, "learning_rate");
     /* this optimizer's own options (Keras's get_config), then the base's */
     const char *const *own = own_opts[o->kind];
@@ -706,7 +768,9 @@ int lb_open_optim(lua_State *L) {
     lua_pushcfunction(L, opt_apply);
     lua_setfield(L, -2, "_apply_gradients");
     static const luaL_Reg s[] = {{"ExponentialDecay", sched_exp}, {"CosineDecay", sched_cos},
-                                 {"PiecewiseConstantDecay", sched_pw}, {NULL, NULL}};
+                                 {"PiecewiseConstantDecay", sched_pw}, {"InverseTimeDecay", sched_inv},
+                                 {"PolynomialDecay", sched_poly}, {"CosineDecayRestarts", sched_restarts},
+                                 {NULL, NULL}};
     luaL_newlib(L, s);
     lua_setfield(L, -2, "schedules");
     lb_set_docs(L, "optim.", docs);

@@ -385,6 +385,62 @@ T.test("an optimizer's unknown option, or one of Keras's that ldist does not do,
   T.ok(optim.RMSprop{centered = false, momentum = 0.9, rho = 0.8}, "RMSprop's own")
 end)
 
+-- Keras 3.15's values of each schedule at these steps, printed by
+--   S = keras.optimizers.schedules; [float(S.<schedule>(step)) for step in STEPS]
+local STEPS = { 0, 1, 5, 9, 10, 11, 15, 20, 25, 29, 30, 31, 45, 70, 100 }
+local KERAS_SCHEDULES = {
+  { "InverseTimeDecay(0.1, 10, 0.5)", optim.schedules.InverseTimeDecay(0.1, 10, 0.5),
+    { 0.100000001, 0.0952381045, 0.0799999982, 0.068965517, 0.0666666701, 0.0645161346, 0.0571428575, 0.0500000007,
+      0.0444444455, 0.0408163257, 0.0399999991, 0.0392156877, 0.0307692308, 0.0222222228, 0.0166666675 } },
+  { "InverseTimeDecay(0.1, 10, 0.5, staircase=True)", optim.schedules.InverseTimeDecay(0.1, 10, 0.5, { staircase = true }),
+    { 0.100000001, 0.100000001, 0.100000001, 0.100000001, 0.0666666701, 0.0666666701, 0.0666666701, 0.0500000007,
+      0.0500000007, 0.0500000007, 0.0399999991, 0.0399999991, 0.0333333351, 0.0222222228, 0.0166666675 } },
+  { "PolynomialDecay(0.1, 20, end_learning_rate=0.01, power=2.0)",
+    optim.schedules.PolynomialDecay(0.1, 20, { end_learning_rate = 0.01, power = 2 }),
+    { 0.100000001, 0.0912249982, 0.0606250018, 0.0372250006, 0.0324999988, 0.0282249991, 0.015625, 0.00999999978,
+      0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978, 0.00999999978 } },
+  { "PolynomialDecay(0.1, 20, end_learning_rate=0.01, power=0.5, cycle=True)",
+    optim.schedules.PolynomialDecay { initial_learning_rate = 0.1, decay_steps = 20, end_learning_rate = 0.01, power = 0.5, cycle = true },
+    { 0.100000001, 0.097721152, 0.0879422873, 0.0767457932, 0.0736396089, 0.0703738332, 0.0549999997, 0.00999999978,
+      0.0651135221, 0.0571964011, 0.0549999997, 0.0526907519, 0.0549999997, 0.0418198034, 0.00999999978 } },
+  { "CosineDecayRestarts(0.1, 10, t_mul=2.0, m_mul=0.5, alpha=0.1)",
+    optim.schedules.CosineDecayRestarts(0.1, 10, { t_mul = 2, m_mul = 0.5, alpha = 0.1 }),
+    { 0.100000001, 0.0977975428, 0.054999996, 0.0122024585, 0.0550000034, 0.0547229908, 0.0484099053, 0.0324999988,
+      0.0165900979, 0.0102770124, 0.0324999988, 0.0324653201, 0.0255551878, 0.0212500002, 0.0177775957 } },
+  { "CosineDecayRestarts(0.1, 10, t_mul=1.0)", optim.schedules.CosineDecayRestarts(0.1, 10, { t_mul = 1 }),
+    { 0.100000001, 0.0975528285, 0.049999997, 0.00244717603, 0.100000001, 0.0975528285, 0.049999997, 0.100000001,
+      0.049999997, 0.00244716718, 0.100000001, 0.0975528285, 0.049999997, 0.100000001, 0.100000001 } },
+  { "CosineDecay(0.01, 30, alpha=0.1, warmup_target=0.1, warmup_steps=10)",
+    optim.schedules.CosineDecay(0.01, 30, { alpha = 0.1, warmup_target = 0.1, warmup_steps = 10 }),
+    { 0.00999999978, 0.0190000013, 0.0549999997, 0.0909999982, 0.100000001, 0.0997534841, 0.0939711481, 0.0775000006,
+      0.054999996, 0.0366968475, 0.0324999951, 0.0285496656, 0.0100000007, 0.0100000007, 0.0100000007 } },
+}
+T.test("InverseTimeDecay, PolynomialDecay, CosineDecayRestarts and CosineDecay's warmup equal Keras 3's", function()
+  for _, c in ipairs(KERAS_SCHEDULES) do
+    for i, step in ipairs(STEPS) do
+      T.near(c[2](step), c[3][i], 2e-7 + 2e-6 * c[3][i], ("%s at step %d"):format(c[1], step))
+    end
+    -- an optimizer shipped to other processes (a LocalCluster's workers, ps tasks) keeps its schedule
+    local o = nn._build_optimizer(optim._config(optim.SGD { learning_rate = c[2] }))
+    local back = optim._config(o).learning_rate
+    local again = setmetatable(back, getmetatable(c[2]))
+    for _, step in ipairs(STEPS) do T.near(again(step), c[2](step), 1e-12, c[1] .. " shipped, at step " .. step) end
+  end
+  -- the optimizer steps by them: its rate after 12 updates is the schedule's at step 12
+  local s = optim.schedules.CosineDecayRestarts(0.1, 10, { m_mul = 0.5 })
+  local o = optim.SGD { learning_rate = s }
+  local v = tensor.Variable(tensor.ones(2))
+  for _ = 1, 12 do o:apply_gradients({ tensor.ones(2) }, { v }) end
+  T.near(o.learning_rate, s(12), 1e-12, "the optimizer's rate after 12 steps")
+  T.eq(tostring(optim.schedules.PolynomialDecay(0.1, 20, { cycle = true })),
+    "<PolynomialDecay initial_learning_rate=0.1 decay_steps=20 end_learning_rate=0.0001 power=1.0 cycle>")
+  T.raises(function() return optim.schedules.CosineDecayRestarts(0.1, 0) end, "first_decay_steps must be a positive integer")
+  T.raises(function() return optim.schedules.CosineDecay(0.1, 10, { warmup_steps = -1 }) end,
+    "warmup_steps must be a non-negative integer")
+  T.raises(function() return optim.schedules.PolynomialDecay(0.1) end, "decay_steps is required")
+  T.raises(function() return optim.schedules.PolynomialDecay(0.1, 10, { cylce = true }) end, "cylce")
+end)
+
 T.test("learning-rate schedules", function()
   local s = optim.schedules.ExponentialDecay{initial_learning_rate = 0.1, decay_steps = 10, decay_rate = 0.5}
   T.near(s(10), 0.05); T.near(s(20), 0.025)

@@ -1093,7 +1093,8 @@ M["SummaryWriter:path"] = "w:path() -> the event file's path."
 
 -- optimizers' schedules
 M["optim.schedules"] = [[
-Learning-rate schedules (Keras's): ExponentialDecay, CosineDecay, PiecewiseConstantDecay.
+Learning-rate schedules (Keras's): ExponentialDecay, CosineDecay (with warmup), PiecewiseConstantDecay,
+InverseTimeDecay, PolynomialDecay, CosineDecayRestarts.
 Give one as learning_rate; schedule(step) is the rate at that step.]]
 M["optim.schedules.ExponentialDecay"] = [[
 optim.schedules.ExponentialDecay{initial_learning_rate=, decay_steps=, decay_rate=, staircase=false}
@@ -1101,9 +1102,21 @@ optim.schedules.ExponentialDecay(initial_learning_rate, decay_steps, decay_rate[
 rate(step) = initial * decay_rate ^ (step / decay_steps) (the exponent floored when staircase).
 The first three are required, as in Keras; options may follow the positions in a table.]]
 M["optim.schedules.CosineDecay"] = [[
-optim.schedules.CosineDecay{initial_learning_rate=, decay_steps=, alpha=0}
+optim.schedules.CosineDecay{initial_learning_rate=, decay_steps=, alpha=0, warmup_target=, warmup_steps=0}
 optim.schedules.CosineDecay(initial_learning_rate, decay_steps[, alpha])
-A cosine from initial down to initial * alpha over decay_steps, then alpha * initial.]]
+A cosine from initial down to initial * alpha over decay_steps, then alpha * initial. With
+warmup_target (Keras 3's): first a line from initial up to warmup_target over warmup_steps, then
+the cosine from warmup_target down to warmup_target * alpha.]]
+M["optim.schedules.InverseTimeDecay"] = [[
+optim.schedules.InverseTimeDecay{initial_learning_rate=, decay_steps=, decay_rate=, staircase=false}
+rate(step) = initial / (1 + decay_rate * step / decay_steps) (the fraction floored when staircase).]]
+M["optim.schedules.PolynomialDecay"] = [[
+optim.schedules.PolynomialDecay{initial_learning_rate=, decay_steps=, end_learning_rate=0.0001, power=1, cycle=false}
+rate(step) = (initial - end) * (1 - step / decay_steps) ^ power + end, step held at decay_steps
+(cycle: decay_steps grows to the next multiple of itself past step, as Keras's).]]
+M["optim.schedules.CosineDecayRestarts"] = [[
+optim.schedules.CosineDecayRestarts{initial_learning_rate=, first_decay_steps=, t_mul=2, m_mul=1, alpha=0}
+SGDR: cosine decays that restart, each period t_mul times longer and its start m_mul times lower.]]
 M["optim.schedules.PiecewiseConstantDecay"] = [[
 optim.schedules.PiecewiseConstantDecay{boundaries={b1, ...}, values={v0, v1, ...}}
 optim.schedules.PiecewiseConstantDecay({b1, ...}, {v0, v1, ...})
