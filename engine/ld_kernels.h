@@ -63,15 +63,14 @@ typedef struct {
     int64_t n;
     float gscale;
 } ld_opt_item;
-/* the rule and its hyperparameters for one step. SGD: lr, momentum,
-   nesterov, wd (weight decay, added to g); Adam: b1, b2, eps, alpha = lr
-   sqrt(1 - b2^t) / (1 - b1^t) (the host's double, rounded), wd with lr
-   when decoupled (AdamW: w -= lr wd w), else added to g; RMSprop: lr, rho,
-   momentum, eps */
+/* the rule and its hyperparameters for one step. Every rule: wd, Keras 3's
+   weight decay (decoupled: w -= lr wd w before the step). SGD: lr,
+   momentum, nesterov; Adam: b1, b2, eps, alpha = lr sqrt(1 - b2^t) /
+   (1 - b1^t) (the host's double, rounded); RMSprop: lr, rho, momentum, eps */
 typedef struct {
     ld_update_rule rule;
     float lr, momentum, b1, b2, eps, rho, wd, alpha;
-    int nesterov, decoupled;
+    int nesterov;
 } ld_opt_hyper;
 typedef struct {
     ld_opt_hyper h;

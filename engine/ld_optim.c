@@ -230,17 +230,14 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
 /* one step's rule and hyperparameters (ld_kernels.h's ld_opt_hyper) */
 static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
     ld_opt_hyper h = {.lr = lr, .momentum = o->momentum, .b1 = o->beta1, .b2 = o->beta2, .eps = o->epsilon,
-                      .rho = o->rho, .nesterov = o->nesterov};
+                      .rho = o->rho, .nesterov = o->nesterov, .wd = o->weight_decay};
     switch (o->kind) {
     case LD_OPT_SGD:
         h.rule = LD_UPD_SGD;
-        h.wd = o->weight_decay;
         break;
     case LD_OPT_ADAM:
-    case LD_OPT_ADAMW:
+    case LD_OPT_ADAMW:   /* Keras 3: AdamW is Adam with a default weight decay (every decay is decoupled) */
         h.rule = LD_UPD_ADAM;
-        h.wd = o->weight_decay;
-        h.decoupled = o->kind == LD_OPT_ADAMW;
         h.alpha = (float)((double)lr * sqrt(1.0 - pow((double)o->beta2, (double)step)) /
                           (1.0 - pow((double)o->beta1, (double)step)));
         break;

@@ -11,7 +11,8 @@
  *  SGD:     v = momentum*v - lr*g;  w += v   (nesterov: w += momentum*v - lr*g)
  *  Adam:    m += (g-m)(1-b1); v += (g^2-v)(1-b2); w -= lr*sqrt(1-b2^t)/(1-b1^t) * m/(sqrt(v)+eps)
  *           (amsgrad: vhat = max(vhat, v), and vhat in v's place)
- *  AdamW:   Adam with w -= lr*wd*w first (decoupled weight decay)
+ *  AdamW:   Adam with weight_decay 0.004 by default
+ *  Every one with weight_decay wd: w -= lr*wd*w first (Keras 3's decoupled weight decay)
  *  RMSprop: ms = rho*ms + (1-rho) g^2; w -= lr*g/sqrt(ms+eps)  (with momentum: through a velocity;
  *           centered: mg = rho*mg + (1-rho) g, and ms - mg^2 in ms's place)
  */

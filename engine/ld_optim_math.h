@@ -19,25 +19,28 @@
 #define LD_OPT_FN static inline
 #endif
 
+/* Keras 3's weight decay, every rule's: decoupled, w - (w wd) lr before the
+   rule's step (keras/src/optimizers/base_optimizer.py, _apply_weight_decay;
+   as written there, so the float32 products round alike) */
+LD_OPT_FN float ld_opt_decayed(const ld_opt_hyper *b, float w) { return b->wd != 0 ? w - w * b->wd * b->lr : w; }
+
 /* SGD: v = momentum v - lr g; w += v (nesterov: w += momentum v - lr g);
-   without a velocity (v NULL) w -= lr g; weight decay adds wd w to g */
+   without a velocity (v NULL) w -= lr g */
 LD_OPT_FN void ld_opt_sgd(const ld_opt_hyper *b, float *w, float *v, float g, int64_t i) {
-    g += b->wd * w[i];
+    float wi = ld_opt_decayed(b, w[i]);
     if (v) {
         float vi = b->momentum * v[i] - b->lr * g;
         v[i] = vi;
-        w[i] += b->nesterov ? b->momentum * vi - b->lr * g : vi;
+        w[i] = wi + (b->nesterov ? b->momentum * vi - b->lr * g : vi);
     } else {
-        w[i] -= b->lr * g;
+        w[i] = wi - b->lr * g;
     }
 }
 
 /* Adam(W): m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2); vhat = max(vhat,
    v) with amsgrad; w -= alpha m / (sqrt(v or vhat) + eps) */
 LD_OPT_FN void ld_opt_adam(const ld_opt_hyper *b, float *w, float *m, float *v, float *vhat, float g, int64_t i) {
-    float wi = w[i];
-    if (b->decoupled) wi -= b->lr * b->wd * wi;
-    else g += b->wd * wi;
+    float wi = ld_opt_decayed(b, w[i]);
     float mi = m[i], vi = v[i];
     mi += (g - mi) * (1 - b->b1);
     vi += (g * g - vi) * (1 - b->b2);
@@ -51,6 +54,7 @@ LD_OPT_FN void ld_opt_adam(const ld_opt_hyper *b, float *w, float *m, float *v, 
    and ms - mg^2 in ms's place); inc = lr g / sqrt(ms + eps); w -= inc, or
    through a velocity mom = momentum mom + inc */
 LD_OPT_FN void ld_opt_rmsprop(const ld_opt_hyper *b, float *w, float *ms, float *mom, float *mg, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
     float s = b->rho * ms[i] + (1 - b->rho) * g * g;
     ms[i] = s;
     if (mg) {
@@ -62,9 +66,9 @@ LD_OPT_FN void ld_opt_rmsprop(const ld_opt_hyper *b, float *w, float *ms, float 
     if (mom) {
         float mo = b->momentum * mom[i] + inc;
         mom[i] = mo;
-        w[i] -= mo;
+        w[i] = wi - mo;
     } else {
-        w[i] -= inc;
+        w[i] = wi - inc;
     }
 }
 

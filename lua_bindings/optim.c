@@ -721,7 +721,8 @@ static int opt_config(lua_State *L) {
 
 /* what every optimizer's help says besides its own line */
 #define COMMON_DOC                                                                                                     \
-    "\n\nEvery optimizer also takes Keras's weight_decay and one of clipnorm (each gradient to that norm on its own), " \
+    "\n\nEvery optimizer also takes Keras's weight_decay (decoupled, as Keras 3's: w -= lr * wd * w before each "    \
+    "step) and one of clipnorm (each gradient to that norm on its own), " \
     "global_clipnorm (all of them by their joint norm) or clipvalue (each element to [-v, v]), applied to the "          \
     "gradients summed across replicas; gradient_accumulation_steps=k (k >= 2) applies the mean of k calls' gradients "    \
     "every k-th call (a batch k times larger, in k pieces); use_ema=true keeps each variable's moving average "          \

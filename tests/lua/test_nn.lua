@@ -232,6 +232,26 @@ T.test("amsgrad and centered RMSprop follow Keras's rules", function()
       { -0.1716145, -1.002089, -0.7203332 } },
     { "RMSprop", optim.RMSprop{learning_rate = 0.1}, { 0.58368963, -1.6960491, 0.1850504 } },
   }
+  -- weight_decay: Keras 3 decouples it in every optimizer (w - (w wd) lr before the step; Adam's
+  -- with a decay is AdamW's). Three steps from {1, -2, 3}, Keras 3.15's values, by
+  --   keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=0.1).apply_gradients(...), ...
+  local wd_grads = { { 0.5, 0.1, -0.3 }, { 0.2, -0.4, 0.1 }, { 0.0, 0.3, 0.2 } }
+  local wd = {
+    { "SGD momentum weight_decay", optim.SGD{learning_rate = 0.1, momentum = 0.9, weight_decay = 0.1},
+      { 0.7984439730644226, -1.9218089580535889, 2.952430009841919 } },
+    { "Adam weight_decay", optim.Adam{learning_rate = 0.1, weight_decay = 0.1},
+      { 0.7138733267784119, -1.9858460426330566, 3.040496349334717 } },
+    { "RMSprop weight_decay", optim.RMSprop{learning_rate = 0.1, weight_decay = 0.1},
+      { 0.5387345552444458, -2.1387100219726562, 2.935905694961548 } },
+    { "AdamW", optim.AdamW{learning_rate = 0.1, weight_decay = 0.1},
+      { 0.7138733267784119, -1.9858460426330566, 3.040496349334717 } },
+  }
+  for _, c in ipairs(wd) do
+    local v = tensor.Variable{1.0, -2.0, 3.0}
+    for _, g in ipairs(wd_grads) do c[2]:apply_gradients({tensor.new(g)}, {v}) end
+    local got = v:totable()
+    for i = 1, 3 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end
+  end
   for _, c in ipairs(want) do
     local got = run(c[2])
     for i = 1, 3 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end
