@@ -424,18 +424,24 @@ static void red_range(const red_job *jb, int64_t o0, int64_t o1, int64_t i0, int
         }
     }
 }
+/* Part p of np of an [outer, n, inner] pass split as the reductions and
+   scans split it: outer rows [r[0], r[1]) by rows, else inner columns
+   [r[2], r[3]) in blocks of 64. 0 when the part is empty. */
+static int outer_inner_part(int by_rows, int64_t outer, int64_t inner, int p, int np, int64_t r[4]) {
+    r[0] = 0; r[1] = outer; r[2] = 0; r[3] = inner;
+    if (by_rows) {
+        range_of(outer, p, np, &r[0], &r[1]);
+        return r[0] < r[1];
+    }
+    int64_t blocks = (inner + 63) / 64, b0, b1;
+    range_of(blocks, p, np, &b0, &b1);
+    r[2] = b0 * 64; r[3] = b1 * 64 < inner ? b1 * 64 : inner;
+    return b1 > b0 && r[2] < r[3];
+}
 static void red_part(void *ctx, int p, int np) {
     const red_job *jb = ctx;
-    int64_t lo, hi;
-    if (jb->by_rows) {
-        range_of(jb->outer, p, np, &lo, &hi);
-        red_range(jb, lo, hi, 0, jb->inner);
-    } else {
-        int64_t blocks = (jb->inner + 63) / 64, b0, b1;
-        range_of(blocks, p, np, &b0, &b1);
-        lo = b0 * 64; hi = b1 * 64 < jb->inner ? b1 * 64 : jb->inner;
-        if (b1 > b0 && lo < hi) red_range(jb, 0, jb->outer, lo, hi);
-    }
+    int64_t r[4];
+    if (outer_inner_part(jb->by_rows, jb->outer, jb->inner, p, np, r)) red_range(jb, r[0], r[1], r[2], r[3]);
 }
 static void reduce_f32(ld_reduce_op op, void *outp, const void *x, ld_dtype xdt, int64_t outer, int64_t n,
                        int64_t inner) {
@@ -478,6 +484,75 @@ static void cpu_reduce(ld_device *d, ld_reduce_op op, void *outp, ld_dtype odt, 
         ld_cpu_f32_to_half(outp, f, half, cnt);
     }
     ld_cpu_scratch_done(LD_SCRATCH_SUMS, f);
+}
+
+/* ================================================================ scans
+ * Cumulative sums and products (the scan kernel, ld_kernels.h): each (o, i)
+ * pair is a sequence of n values accumulated in float32 in order
+ * (ld_ew_scan_step), so a split result is the serial one bit for bit. Split
+ * as the reductions are (outer_inner_part): over outer rows where there are
+ * several, else over blocks of 64 inner columns. One long row (outer and
+ * inner 1) stays on one thread: each step needs the one before. Values are
+ * moved SCAN_CHUNK at a time (a half dtype widened and rounded in blocks):
+ * along the row where inner is 1, else across SCAN_CHUNK neighbouring
+ * columns whose running values advance together, a row of x at a time. */
+#define SCAN_CHUNK 64
+typedef struct {
+    ld_scan_op op; void *out; ld_dtype odt; const void *x; ld_dtype xdt; int64_t outer, n, inner; int excl, rev, by_rows;
+} scan_job;
+
+static void scan_load(float *f, const void *x, ld_dtype dt, int64_t at, int64_t m) {
+    if (dt == LD_F32) memcpy(f, (const float *)x + at, sizeof(float) * (size_t)m);
+    else ld_cpu_half_to_f32(f, (const uint16_t *)x + at, dt, m);
+}
+static void scan_store(void *out, ld_dtype dt, int64_t at, const float *f, int64_t m) {
+    if (dt == LD_F32) memcpy((float *)out + at, f, sizeof(float) * (size_t)m);
+    else ld_cpu_f32_to_half((uint16_t *)out + at, f, dt, m);
+}
+
+static void scan_range(const scan_job *jb, int64_t o0, int64_t o1, int64_t i0, int64_t i1) {
+    int64_t n = jb->n, inner = jb->inner;
+    float acc[SCAN_CHUNK], v[SCAN_CHUNK];
+    for (int64_t o = o0; o < o1; o++) {
+        if (inner == 1) {   /* one row: blocks along it, each walked in the scan's direction */
+            acc[0] = ld_ew_scan_init(jb->op);
+            for (int64_t j0 = 0; j0 < n; j0 += SCAN_CHUNK) {
+                int64_t m = n - j0 < SCAN_CHUNK ? n - j0 : SCAN_CHUNK, at = o * n + (jb->rev ? n - j0 - m : j0);
+                scan_load(v, jb->x, jb->xdt, at, m);
+                for (int64_t s = 0; s < m; s++) {
+                    int64_t k = jb->rev ? m - 1 - s : s;
+                    v[k] = ld_ew_scan_step(&acc[0], v[k], jb->op, jb->excl);
+                }
+                scan_store(jb->out, jb->odt, at, v, m);
+            }
+            continue;
+        }
+        for (int64_t c0 = i0; c0 < i1; c0 += SCAN_CHUNK) {   /* columns side by side, row after row */
+            int64_t m = i1 - c0 < SCAN_CHUNK ? i1 - c0 : SCAN_CHUNK;
+            for (int64_t k = 0; k < m; k++) acc[k] = ld_ew_scan_init(jb->op);
+            for (int64_t s = 0; s < n; s++) {
+                int64_t at = (o * n + (jb->rev ? n - 1 - s : s)) * inner + c0;
+                scan_load(v, jb->x, jb->xdt, at, m);
+                for (int64_t k = 0; k < m; k++) v[k] = ld_ew_scan_step(&acc[k], v[k], jb->op, jb->excl);
+                scan_store(jb->out, jb->odt, at, v, m);
+            }
+        }
+    }
+}
+static void scan_part(void *ctx, int p, int np) {
+    const scan_job *jb = ctx;
+    int64_t r[4];
+    if (outer_inner_part(jb->by_rows, jb->outer, jb->inner, p, np, r)) scan_range(jb, r[0], r[1], r[2], r[3]);
+}
+static void cpu_scan(ld_device *d, ld_scan_op op, void *out, ld_dtype odt, const void *x, ld_dtype xdt,
+                     int64_t outer, int64_t n, int64_t inner, int exclusive, int reverse) {
+    (void)d;
+    if (outer <= 0 || n <= 0 || inner <= 0) return;
+    int by_rows = outer > 1 || inner == 1;
+    scan_job jb = {op, out, odt, x, xdt, outer, n, inner, exclusive, reverse, by_rows};
+    int64_t ways = by_rows ? outer : (inner + 63) / 64;   /* independent pieces */
+    if (outer * n * inner < mem_par_min() || ways < 2) scan_range(&jb, 0, outer, 0, inner);
+    else parallel_run(scan_part, &jb, ways < 64 ? (int)ways : 64);
 }
 
 /* OpenBLAS is opened on the first matrix product, not at start-up: loading

@@ -24,6 +24,8 @@ typedef enum { LD_DEV_CPU = 0, LD_DEV_CUDA, LD_DEV_SIM } ld_device_kind;
 typedef enum { LD_BINARY_OPS(LD_BIN_ENUM) LD_BIN_COUNT } ld_binary_op;
 typedef enum { LD_UNARY_OPS(LD_UN_ENUM) LD_UN_COUNT } ld_unary_op;
 typedef enum { LD_RED_SUM = 0, LD_RED_MAX, LD_RED_ARGMAX } ld_reduce_op;
+/* the scan kernel's running operation (tf.math.cumsum, tf.math.cumprod) */
+typedef enum { LD_SCAN_SUM = 0, LD_SCAN_PROD } ld_scan_op;
 
 typedef struct ld_backend {
     const char *name;

@@ -31,6 +31,15 @@ LD_EW_FN float ld_ew_min(float a, float b) { return (a != a || a < b) ? a : b; }
    in the window (PyTorch's rule; TF's max_pool drops NaN, its reduce_max
    keeps it). */
 LD_EW_FN int ld_ew_max_wins(float v, float best) { return v > best || (v != v && best == best); }
+/* One step of a cumulative sum or product (the scan kernel): the running
+   value *acc takes v; the step's result is the value after it, or before
+   it when exclusive (the first: 0 for a sum, 1 for a product). */
+LD_EW_FN float ld_ew_scan_init(ld_scan_op op) { return op == LD_SCAN_PROD ? 1.0f : 0.0f; }
+LD_EW_FN float ld_ew_scan_step(float *acc, float v, ld_scan_op op, int exclusive) {
+    float before = *acc;
+    *acc = op == LD_SCAN_PROD ? before * v : before + v;
+    return exclusive ? before : *acc;
+}
 /* max(x, 0) with NaN kept (tf.nn.relu(nan) is nan) */
 LD_EW_FN float ld_ew_relu(float x) { return x < 0 ? 0.0f : x; }
 /* log(1 + e^x) without overflow (TF's softplus: x for large x, e^x for very negative x) */

@@ -139,6 +139,17 @@ typedef struct {
        dtype, read widened: a half sum accumulates as float32's). */        \
     X(reduce, (V, ld_reduce_op, op), (V, void *, out), (V, ld_dtype, odt), (V, ld_dtype, rdt),                 \
       (V, const void *, x), (V, ld_dtype, xdt), (V, int64_t, outer), (V, int64_t, n), (V, int64_t, inner))     \
+    /* Cumulative sums or products (op; tf.math.cumsum, cumprod) along the \
+       middle axis of a contiguous [outer, n, inner] array: out[o, j, i] is \
+       x[o, 0, i] op ... op x[o, j, i]; exclusive: up to j - 1 (the first   \
+       is 0 or 1); reverse: from the end (x[o, j, i] op ... op x[o, n-1, i], \
+       exclusive: from j + 1). Accumulated in float32, one value after the  \
+       other in that order on every backend (ld_ew_scan_step), as TF's CPU \
+       kernel scans. x in xdt, out in odt (float32 or a half dtype: read    \
+       widened, each result rounded once); integer tensors are scanned by  \
+       the op, on the host. */                                              \
+    X(scan, (V, ld_scan_op, op), (V, void *, out), (V, ld_dtype, odt), (V, const void *, x), (V, ld_dtype, xdt), \
+      (V, int64_t, outer), (V, int64_t, n), (V, int64_t, inner), (V, int, exclusive), (V, int, reverse))      \
     /* Row-major C = alpha * op(A) op(B) + beta * C, op = transpose when    \
        ta/tb. */                                                             \
     X(gemm, (V, int, ta), (V, int, tb), (V, int64_t, m), (V, int64_t, n), (V, int64_t, k), (V, float, alpha),   \

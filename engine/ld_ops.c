@@ -277,6 +277,12 @@ static int64_t int_at(const char *p, ld_dtype d, int64_t i) {
     default: return ((const uint8_t *)p)[i];
     }
 }
+/* r stored as element i of an integer dtype, wrapping as TF's integers do */
+static void int_put(char *p, ld_dtype d, int64_t i, int64_t r) {
+    if (d == LD_I64) ((int64_t *)p)[i] = r;
+    else if (d == LD_I32) ((int32_t *)p)[i] = (int32_t)(uint32_t)(uint64_t)r;
+    else ((uint8_t *)p)[i] = (uint8_t)(uint64_t)r;
+}
 static ld_dtype wider_int(ld_dtype a, ld_dtype b) {
     return a == LD_I64 || b == LD_I64 ? LD_I64 : a == LD_I32 || b == LD_I32 ? LD_I32 : LD_U8;
 }
@@ -309,9 +315,7 @@ static ld_tensor *binary_int(ld_binary_op op, ld_tensor *a, ld_tensor *b) {
         default: r = x >= y; break;
         }
         if (dt == LD_F32) ((float *)po)[i] = (float)r;
-        else if (dt == LD_I64) ((int64_t *)po)[i] = r;
-        else if (dt == LD_I32) ((int32_t *)po)[i] = (int32_t)(uint32_t)(uint64_t)r;
-        else ((uint8_t *)po)[i] = (uint8_t)(uint64_t)r;
+        else int_put(po, dt, i, r);
         for (int d = nd - 1; d >= 0; d--) {      /* the next index, row-major */
             ia += sa[d];
             ib += sb[d];
@@ -620,19 +624,24 @@ static int bw_max(ld_node *n, ld_tensor *g, ld_tensor **gi) {
     return gi[0] ? LD_OK : ld_error_status();
 }
 
-/* Integer reductions, TF's rule: sum, max and min of an integer tensor are
-   of its dtype and exact (int64 16777217 sums to 16777217, not to the
-   nearest float32), a sum wrapping on overflow as TF's does; argmax/argmin
-   compare the integers themselves (int64, first index on ties); mean is
-   float32 (TF's would truncate to an integer), the exact sum divided in
-   double. Computed on the host (integers have no gradient): a device's
-   tensor goes there and back. */
-typedef enum { INT_RED_SUM, INT_RED_MAX, INT_RED_MIN, INT_RED_MEAN, INT_RED_ARGMAX, INT_RED_ARGMIN } int_red;
-static const char *const int_red_names[] = {"sum", "max", "min", "mean", "argmax", "argmin"};
+/* Integer reductions, TF's rule: sum, prod, max and min of an integer
+   tensor are of its dtype and exact (int64 16777217 sums to 16777217, not to
+   the nearest float32), a sum or product wrapping on overflow as TF's does;
+   argmax/argmin compare the integers themselves (int64, first index on
+   ties); mean is float32 (TF's would truncate to an integer), the exact sum
+   divided in double. The scans (cumsum, cumprod: INT_SCAN_*, excl and rev
+   as the scan kernel's exclusive and reverse) are the same running sums and
+   products, each step written, of x's dtype and shape. Computed on the host
+   (integers have no gradient): a device's tensor goes there and back. */
+typedef enum {
+    INT_RED_SUM, INT_RED_PROD, INT_RED_MAX, INT_RED_MIN, INT_RED_MEAN, INT_RED_ARGMAX, INT_RED_ARGMIN,
+    INT_SCAN_SUM, INT_SCAN_PROD
+} int_red;
+static const char *const int_red_names[] = {"sum", "prod", "max", "min", "mean", "argmax", "argmin", "cumsum", "cumprod"};
 
-static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
+static ld_tensor *int_pass(int_red kind, ld_tensor *x, int axis, int keep, int excl, int rev) {
     const char *name = int_red_names[kind];
-    int ax = axis;
+    int ax = axis, scan = kind >= INT_SCAN_SUM;
     if (axis != LD_ALL_AXES && ld_ops_norm_axis(x, &ax, name)) return NULL;
     ld_device *dev = DEV(x);
     ld_tensor *hx = ld_device_is_host(dev) ? ld_tensor_retain(x) : ld_to_device(x, ld_device_cpu());
@@ -648,14 +657,15 @@ static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
     } else {
         ld_ops_split_axis(cx->ndim, cx->shape, ax, &outer, &inner);
         n = cx->shape[ax];
-        reduced_shape(cx, ax, keep, &nd, shape);
+        if (scan) { nd = cx->ndim; memcpy(shape, cx->shape, sizeof(int64_t) * (size_t)nd); }
+        else reduced_shape(cx, ax, keep, &nd, shape);
     }
-    if (n == 0 && kind != INT_RED_SUM) {
+    if (n == 0 && kind != INT_RED_SUM && kind != INT_RED_PROD && !scan) {
         ld_fail(LD_ESHAPE, "%s of an empty dimension", name);
         ld_tensor_release(cx);
         return NULL;
     }
-    ld_dtype odt = kind == INT_RED_MEAN ? LD_F32 : kind >= INT_RED_ARGMAX ? LD_I64 : x->dtype;
+    ld_dtype odt = kind == INT_RED_MEAN ? LD_F32 : kind == INT_RED_ARGMAX || kind == INT_RED_ARGMIN ? LD_I64 : x->dtype;
     ld_tensor *out = ld_tensor_empty(odt, nd, shape, ld_device_is_host(dev) ? dev : ld_device_cpu());
     const char *p = out ? ld_tensor_data(cx) : NULL;
     if (!p) { ld_tensor_release(out); ld_tensor_release(cx); return NULL; }
@@ -663,24 +673,29 @@ static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < inner; i++) {
             int64_t base = o * n * inner + i, best = n ? int_at(p, cx->dtype, base) : 0, at = 0;
-            uint64_t sum = 0;   /* unsigned: wraps on overflow instead of being undefined */
-            for (int64_t j = 0; j < n; j++) {
-                int64_t v = int_at(p, cx->dtype, base + j * inner);
+            uint64_t sum = 0, prod = 1;   /* unsigned: wraps on overflow instead of being undefined */
+            for (int64_t s = 0; s < n; s++) {
+                int64_t j = rev ? n - 1 - s : s, v = int_at(p, cx->dtype, base + j * inner);
+                uint64_t before = kind == INT_SCAN_PROD ? prod : sum;
                 sum += (uint64_t)v;
+                prod *= (uint64_t)v;
                 if ((kind == INT_RED_MAX || kind == INT_RED_ARGMAX) ? v > best : v < best) { best = v; at = j; }
+                if (scan) int_put(po, odt, base + j * inner, (int64_t)(excl ? before : kind == INT_SCAN_PROD ? prod : sum));
             }
-            int64_t k = o * inner + i, r = kind == INT_RED_SUM ? (int64_t)sum : best;
+            if (scan) continue;
+            int64_t k = o * inner + i;
             if (kind == INT_RED_MEAN) ((float *)po)[k] = (float)((double)(int64_t)sum / (double)n);
-            else if (kind >= INT_RED_ARGMAX) ((int64_t *)po)[k] = at;
-            else if (odt == LD_I64) ((int64_t *)po)[k] = r;
-            else if (odt == LD_I32) ((int32_t *)po)[k] = (int32_t)(uint32_t)(uint64_t)r;
-            else ((uint8_t *)po)[k] = (uint8_t)(uint64_t)r;
+            else if (kind == INT_RED_ARGMAX || kind == INT_RED_ARGMIN) ((int64_t *)po)[k] = at;
+            else int_put(po, odt, k, kind == INT_RED_SUM ? (int64_t)sum : kind == INT_RED_PROD ? (int64_t)prod : best);
         }
     ld_tensor_release(cx);
     if (ld_device_is_host(dev)) return out;
     ld_tensor *d = ld_to_device(out, dev);
     ld_tensor_release(out);
     return d;
+}
+static ld_tensor *reduce_int(int_red kind, ld_tensor *x, int axis, int keep) {
+    return int_pass(kind, x, axis, keep, 0, 0);
 }
 
 /* A half x is summed as it is (the kernel widens it: the same float32
@@ -788,8 +803,123 @@ ld_tensor *ld_mean(ld_tensor *x, int axis, int keepdims) {
     return ld_ops_in_dtype(s, ld_ops_result_dtype(x, NULL));
 }
 
+/* ================================================================ cumulative sums and products, prod */
+/* the scan kernel over axis ax of a float32 or half x (made contiguous),
+   the result in odt; not recorded */
+static ld_tensor *scan_raw(ld_scan_op op, ld_tensor *x, int ax, int excl, int rev, ld_dtype odt) {
+    ld_tensor *cx = ld_contiguous(x);
+    ld_tensor *out = cx ? ld_ops_out_empty(odt, cx->ndim, cx->shape, DEV(cx)) : NULL;
+    if (out) {
+        int64_t outer, inner;
+        ld_ops_split_axis(cx->ndim, cx->shape, ax, &outer, &inner);
+        BE(cx)->scan(DEV(cx), op, DPTR(out), odt, DPTR(cx), cx->dtype, outer, cx->shape[ax], inner, excl, rev);
+    }
+    ld_tensor_release(cx);
+    return out;
+}
+
+/* TF's gradients (math_grad.py): cumsum's is the cumsum of g running the
+   other way, as exclusive as the forward (_CumsumGrad); cumprod's is
+   _CumprodGrad's cumsum(y * g, exclusive, the other way) divided by x, y
+   the forward's result, with TF's div_no_nan: 0 where x is 0 (TF's value
+   there, not the product of the others), NaN where x is NaN. A half
+   cumsum's gradient is written in x's dtype, the float32 sums rounded once. */
+static int bw_scan(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0];
+    int ax = (int)nd->args[0], excl = (int)nd->args[1], rev = (int)nd->args[2];
+    if ((ld_scan_op)nd->args[3] == LD_SCAN_SUM) {
+        gi[0] = scan_raw(LD_SCAN_SUM, g, ax, excl, !rev, ld_dtype_is_half(x->dtype) ? x->dtype : LD_F32);
+        return gi[0] ? LD_OK : ld_error_status();
+    }
+    ld_tensor *yg = ld_mul(nd->saved[0], g);
+    ld_tensor *s = yg ? scan_raw(LD_SCAN_SUM, yg, ax, excl, !rev, LD_F32) : NULL;
+    ld_tensor *q = s ? ld_div(s, x) : NULL, *z = q ? ld_tensor_scalar(0, DEV(x)) : NULL;
+    ld_tensor *nz = z ? binary_raw(LD_BIN_NE, x, z) : NULL;
+    gi[0] = nz ? select_raw(nz, q, z) : NULL;
+    ld_tensor_release(yg); ld_tensor_release(s); ld_tensor_release(q); ld_tensor_release(z); ld_tensor_release(nz);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+/* A half x's cumsum reads and writes its dtype (float32 sums, each rounded
+   once, as ld_sum's); a cumprod computes in float32 (its gradient divides
+   by x) and is rounded once after. Integer tensors: exact, on the host. */
+static ld_tensor *scan_op(ld_scan_op op, ld_tensor *x, int axis, int excl, int rev) {
+    const char *name = op == LD_SCAN_SUM ? "cumsum" : "cumprod";
+    int ax = axis;
+    excl = excl != 0; rev = rev != 0;
+    if (ld_ops_norm_axis(x, &ax, name)) return NULL;
+    if (is_int_dtype(x->dtype)) return int_pass(op == LD_SCAN_SUM ? INT_SCAN_SUM : INT_SCAN_PROD, x, ax, 0, excl, rev);
+    ld_tensor *xf = op == LD_SCAN_SUM ? ld_tensor_retain(x) : ld_as_float(x), *cx = xf ? ld_ops_contig(xf) : NULL;
+    ld_tensor_release(xf);
+    ld_tensor *y = cx ? scan_raw(op, cx, ax, excl, rev, cx->dtype) : NULL;
+    if (y) {
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(y, name, bw_scan, 1, in);
+        if (nd) {
+            nd->args[0] = ax; nd->args[1] = excl; nd->args[2] = rev; nd->args[3] = op;
+            if (op == LD_SCAN_PROD) nd->saved[0] = ld_reshape(y, y->ndim, y->shape);   /* a view: no cycle through y */
+        }
+    }
+    ld_tensor_release(cx);
+    return op == LD_SCAN_PROD ? ld_ops_in_dtype(y, ld_ops_result_dtype(x, NULL)) : y;
+}
+ld_tensor *ld_cumsum(ld_tensor *x, int axis, int exclusive, int reverse) { return scan_op(LD_SCAN_SUM, x, axis, exclusive, reverse); }
+ld_tensor *ld_cumprod(ld_tensor *x, int axis, int exclusive, int reverse) { return scan_op(LD_SCAN_PROD, x, axis, exclusive, reverse); }
+
+/* TF's _ProdGrad: g times the product of the values before each one and
+   the product of those after it (exclusive cumprods from both ends), so
+   that a slice with one zero gives that zero the product of the others and
+   the rest 0, and two zeros give 0 everywhere (no division) */
+static int bw_prod(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0];
+    int ax = (int)nd->args[0];
+    ld_tensor *left = scan_raw(LD_SCAN_PROD, x, ax, 1, 0, LD_F32);
+    ld_tensor *right = left ? scan_raw(LD_SCAN_PROD, x, ax, 1, 1, LD_F32) : NULL;
+    ld_tensor *lr = right ? ld_mul(left, right) : NULL, *ge = lr ? expand_back(g, x, ax) : NULL;
+    gi[0] = ge ? ld_mul(ge, lr) : NULL;
+    ld_tensor_release(left); ld_tensor_release(right); ld_tensor_release(lr); ld_tensor_release(ge);
+    return gi[0] ? LD_OK : ld_error_status();
+}
+
+/* TF's reduce_prod over one axis (LD_ALL_AXES: every axis, as one): the
+   last value of the running product (the scan kernel), x[0] x[1] ... in
+   order, in float32 (a half x's result rounded once); 1 over an empty axis.
+   An integer x's is of its dtype, exact (wrapping), on the host. */
+static ld_tensor *prod_one(ld_tensor *x, int axis, int keep) {
+    if (is_int_dtype(x->dtype)) return reduce_int(INT_RED_PROD, x, axis, keep);
+    int64_t n, shape[LD_MAX_DIMS];
+    if (axis == LD_ALL_AXES) {
+        n = ld_tensor_numel(x);
+        ld_tensor *f = ld_reshape_op(x, 1, &n), *y = f ? prod_one(f, 0, 0) : NULL;
+        for (int i = 0; i < x->ndim; i++) shape[i] = 1;
+        ld_tensor *r = y ? ld_reshape_op(y, keep ? x->ndim : 0, shape) : NULL;
+        ld_tensor_release(f); ld_tensor_release(y);
+        return r;
+    }
+    int ax = axis, nd = 0;
+    if (ld_ops_norm_axis(x, &ax, "prod")) return NULL;
+    ld_tensor *xf = ld_as_float(x), *cx = xf ? ld_ops_contig(xf) : NULL;
+    ld_tensor_release(xf);
+    if (!cx) return NULL;
+    n = cx->shape[ax];
+    reduced_shape(cx, ax, keep, &nd, shape);
+    ld_tensor *y = NULL;
+    if (n == 0) y = ld_tensor_full(LD_F32, nd, shape, 1.0, DEV(cx));   /* the empty product */
+    else {
+        ld_tensor *run = scan_raw(LD_SCAN_PROD, cx, ax, 0, 0, LD_F32), *last = run ? ld_select(run, ax, n - 1) : NULL;
+        ld_tensor *c = last ? ld_contiguous(last) : NULL;
+        y = c ? ld_reshape(c, nd, shape) : NULL;
+        ld_tensor_release(run); ld_tensor_release(last); ld_tensor_release(c);
+        ld_tensor *in[1] = {cx};
+        ld_node *node = y ? ld_record(y, "prod", bw_prod, 1, in) : NULL;
+        if (node) node->args[0] = ax;
+    }
+    ld_tensor_release(cx);
+    return ld_ops_in_dtype(y, ld_ops_result_dtype(x, NULL));
+}
+
 /* ================================================================ reductions over axis lists */
-static const char *const reduction_names[] = {"sum", "mean", "max", "min", "var", "std", "logsumexp", "any", "all"};
+static const char *const reduction_names[] = {"sum", "mean", "max", "min", "prod", "var", "std", "logsumexp", "any", "all"};
 
 /* x with the axes of the set `red` (bit a: axis a; at least two) as one:
    a reshape when they are adjacent, else the kept axes first and the
@@ -813,12 +943,12 @@ static ld_tensor *merge_axes(ld_tensor *x, unsigned red, int *ax) {
     return r;
 }
 
-/* sum, mean, max or min over the axes of `red`, each kind's own op (its
+/* sum, mean, max, min or prod over the axes of `red`, each kind's own op (its
    dtypes, its gradient) over one axis: the set merged into one, or over a
    new axis of size 1 when the set is empty (TF's reduction over no axes) */
 static ld_tensor *reduce_set(ld_reduction r, ld_tensor *x, unsigned red, int keep) {
     ld_tensor *(*one)(ld_tensor *, int, int) = r == LD_REDUCE_SUM ? ld_sum : r == LD_REDUCE_MEAN ? ld_mean
-                                              : r == LD_REDUCE_MAX ? ld_max : ld_min;
+                                              : r == LD_REDUCE_MAX ? ld_max : r == LD_REDUCE_PROD ? prod_one : ld_min;
     int nd = x->ndim, cnt = __builtin_popcount(red), ax = 0;
     if (cnt == 1) return one(x, __builtin_ctz(red), keep);
     if (cnt == nd && nd > 0) return one(x, LD_ALL_AXES, keep);
@@ -887,7 +1017,7 @@ ld_tensor *ld_reduce_axes(ld_reduction r, ld_tensor *x, int naxes, const int *ax
         ld_tensor_release(z); ld_tensor_release(nz);
         return y;
     }
-    if (r <= LD_REDUCE_MIN) return reduce_set(r, x, red, keepdims);
+    if (r <= LD_REDUCE_PROD) return reduce_set(r, x, red, keepdims);
     ld_tensor *xf = ld_as_float(x);   /* float32 inside; a half x's result rounded once */
     if (!xf) return NULL;
     ld_tensor *y = r == LD_REDUCE_LOGSUMEXP ? reduce_logsumexp(xf, red, keepdims) : reduce_var(xf, red, keepdims);

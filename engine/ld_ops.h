@@ -72,16 +72,31 @@ ld_tensor *ld_argmin(ld_tensor *x, int axis);           /* int64, not differenti
    twice; none at all reduces over no axis, as TF's axis=[]), or every axis
    when axes is NULL; keepdims leaves them of size 1. sum, mean, max and
    min are the ops above (their dtypes, their gradients) over the axes
-   merged into one. var (TF's reduce_variance: population), std and
+   merged into one; prod (TF's reduce_prod) likewise: float32 inside (a half
+   x's result rounded once; an integer x's exact, of its dtype, wrapping as
+   TF's), 1 over no values, with TF's gradient (the products of the values
+   before and after each one: a zero gets the product of the others). var (TF's reduce_variance: population), std and
    logsumexp (TF's: stable, the maximum outside the gradient, inf and NaN
    as TF's) compute in float32; a half x's result is rounded once, an
    integer x's is float32. any and all are over x != 0 (NaN is true) and
    give 1 or 0 in float32, as the comparisons do. */
 typedef enum {
-    LD_REDUCE_SUM, LD_REDUCE_MEAN, LD_REDUCE_MAX, LD_REDUCE_MIN, LD_REDUCE_VAR, LD_REDUCE_STD, LD_REDUCE_LOGSUMEXP,
-    LD_REDUCE_ANY, LD_REDUCE_ALL
+    LD_REDUCE_SUM, LD_REDUCE_MEAN, LD_REDUCE_MAX, LD_REDUCE_MIN, LD_REDUCE_PROD, LD_REDUCE_VAR, LD_REDUCE_STD,
+    LD_REDUCE_LOGSUMEXP, LD_REDUCE_ANY, LD_REDUCE_ALL
 } ld_reduction;
 ld_tensor *ld_reduce_axes(ld_reduction r, ld_tensor *x, int naxes, const int *axes, int keepdims);
+
+/* tf.math.cumsum and tf.math.cumprod along `axis` (-ndim .. ndim-1):
+   element j is the sum (product) of elements 0..j; exclusive: 0..j-1 (the
+   first 0, or 1); reverse: j..n-1 (exclusive: j+1..n-1). Of x's shape and
+   dtype: float32 accumulated in float32 in that order (TF's CPU kernel's);
+   a half x's cumsum read and written in its dtype, its cumprod computed in
+   float32, each result rounded once; an integer x's exact, wrapping as
+   TF's. With TF's gradients: cumsum's is the cumsum of g the other way
+   (_CumsumGrad); cumprod's is _CumprodGrad's cumsum(y * g, the other way) /
+   x, 0 where x is 0 (TF's div_no_nan). */
+ld_tensor *ld_cumsum(ld_tensor *x, int axis, int exclusive, int reverse);
+ld_tensor *ld_cumprod(ld_tensor *x, int axis, int exclusive, int reverse);
 
 /* ld_cast that the tape records between float dtypes (float32, float16,
    bfloat16): the gradient is cast back to the input's dtype. */

@@ -832,6 +832,31 @@ static int t_std(lua_State *L) { return reduction(L, LD_REDUCE_STD, "t:std"); }
 static int t_logsumexp(lua_State *L) { return reduction(L, LD_REDUCE_LOGSUMEXP, "t:logsumexp"); }
 static int t_any(lua_State *L) { return reduction(L, LD_REDUCE_ANY, "t:any"); }
 static int t_all(lua_State *L) { return reduction(L, LD_REDUCE_ALL, "t:all"); }
+static int t_prod(lua_State *L) { return reduction(L, LD_REDUCE_PROD, "t:prod"); }
+
+/* t:cumsum([axis=0], {exclusive=false, reverse=false}) or ({axis=, exclusive=,
+   reverse=}): tf.math.cumsum's arguments and defaults (likewise cumprod) */
+static int scan(lua_State *L, ld_tensor *(*op)(ld_tensor *, int, int, int), const char *what) {
+    static const char *const names[] = {"axis", "exclusive", "reverse", NULL};
+    ld_tensor *t = SELF;
+    int axis = 0, o = 2;
+    if (lua_isinteger(L, 2)) { axis = check_axis(L, 2, t->ndim); o = 3; }
+    else if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2)) luaL_typeerror(L, 2, "integer axis or options table");
+    if (!lua_isnoneornil(L, o) && !lua_istable(L, o)) luaL_typeerror(L, o, "options table");
+    lb_check_options(L, o, what, names);
+    if (o == 2 && lua_istable(L, 2)) {
+        lua_getfield(L, 2, "axis");
+        if (!lua_isnil(L, -1)) {
+            if (!lua_isinteger(L, -1)) luaL_argerror(L, 2, "axis must be an integer");
+            axis = axis_value(L, 2, lua_tointeger(L, -1), t->ndim);
+        }
+        lua_pop(L, 1);
+    }
+    lb_push_tensor(L, op(t, axis, opt_flag(L, o, "exclusive"), opt_flag(L, o, "reverse")), 2);
+    return 1;
+}
+static int t_cumsum(lua_State *L) { return scan(L, ld_cumsum, "t:cumsum"); }
+static int t_cumprod(lua_State *L) { return scan(L, ld_cumprod, "t:cumprod"); }
 static int t_argmin(lua_State *L) {
     ld_tensor *t = SELF;
     lb_push_tensor(L, ld_argmin(t, check_axis_arg(L, 2, t->ndim ? -1 : LD_ALL_AXES, t->ndim)), 2);
@@ -1328,7 +1353,8 @@ static const luaL_Reg methods[] = {
     LD_BINARY_OPS(OP_ROW) LD_UNARY_OPS(OP_ROW)
     {"softmax", t_softmax}, {"log_softmax", t_log_softmax}, {"matmul", t_matmul},
     {"sum", t_sum}, {"mean", t_mean}, {"max", t_max}, {"argmax", t_argmax}, {"min", t_min}, {"argmin", t_argmin}, {"var", t_var}, {"std", t_std},
-    {"logsumexp", t_logsumexp}, {"any", t_any}, {"all", t_all},
+    {"logsumexp", t_logsumexp}, {"any", t_any}, {"all", t_all}, {"prod", t_prod}, {"cumsum", t_cumsum},
+    {"cumprod", t_cumprod},
     {"index_select", t_gather}, {"gather", t_gather}, {"clip", t_clip}, {"squeeze", t_squeeze},
     {"expand_dims", t_expand_dims},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
@@ -1396,8 +1422,8 @@ static const char *const docs[] = {
               "Indices and axes count from 0 as in NumPy/TF; negative ones from the end.\n"
               "Fields: shape, dtype, device, ndim, T.  t[i] selects along the first axis.\n"
               "Operators + - * / ^ and unary - broadcast like NumPy.\n"
-              "Methods: reshape, transpose, permute, slice, sum, mean, max, min, var, std, logsumexp,\n"
-              "any, all, argmax, matmul, exp, log,\n"
+              "Methods: reshape, transpose, permute, slice, sum, mean, max, min, prod, var, std,\n"
+              "logsumexp, any, all, argmax, cumsum, cumprod, matmul, exp, log,\n"
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, gather, clip, squeeze, expand_dims, assign, assign_add,\n"
               "assign_sub; comparisons eq, ne, lt, le, gt, ge (1 or 0). tensor.where selects.",
@@ -1420,6 +1446,22 @@ static const char *const docs[] = {
                   "t != 0.",
     "Tensor:all", "t:all([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\n1 where every element is nonzero (NaN counts), else 0, float32: tf.reduce_all of\n"
                   "t != 0.",
+    "Tensor:prod", "t:prod([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nProduct over an axis, a list of axes, or all of them: tf.math.reduce_prod (1 over no\n"
+                   "values). Its gradient is TF's (no division: a zero gets the product of the others, two\n"
+                   "zeros give 0). float32 inside, a float16 or bfloat16 tensor's result rounded once; an\n"
+                   "integer tensor's is of its dtype and exact, wrapping on overflow as TF's does.",
+    "Tensor:cumsum", "t:cumsum([axis=0], {exclusive=false, reverse=false}) or ({axis=, exclusive=, reverse=})\n\n"
+                     "Running sums along an axis: tf.math.cumsum, its defaults too (axis 0). Element j is\n"
+                     "t[0] + ... + t[j]; exclusive: up to t[j-1] (the first 0); reverse: from the end,\n"
+                     "t[j] + ... + t[n-1]. Same shape and dtype (float32 sums in order; a float16 or bfloat16\n"
+                     "tensor's each rounded once; integers exact). Its gradient is TF's: the cumsum of the\n"
+                     "gradient run the other way.",
+    "Tensor:cumprod", "t:cumprod([axis=0], {exclusive=false, reverse=false}) or ({axis=, exclusive=, reverse=})\n\n"
+                      "Running products along an axis: tf.math.cumprod, its defaults too (axis 0); exclusive\n"
+                      "starts from 1, reverse runs from the end, as t:cumsum. Same shape and dtype (float32\n"
+                      "products in order; a float16 or bfloat16 tensor's each rounded once; integers exact).\n"
+                      "Its gradient is TF's: 0 where t is 0 (TF divides by t with divide_no_nan; t:prod's\n"
+                      "gradient gives a zero the product of the others).",
     "Tensor:argmax", "t:argmax([axis=-1])\n\nIndex (0-based, int64) of the maximum along an axis: the first one on ties, the\n"
                      "first NaN where there is one (NumPy's rule; TF's skips NaN).",
     "Tensor:min", "t:min([axis | {axes}], {keepdims=false}) or (axis, keepdims)\n\nMinimum over an axis, a list of axes, or all of them (NaN if any is NaN; an integer\n"

@@ -144,9 +144,10 @@ static inline int row_threads(int64_t cols) { return cols >= 2048 ? 512 : cols >
 /* ---- the backend's slots: kernel <name> of the list (ld_kernels.h) is
    cu_<name>, one file per family: cuda_copy.cu (copy_strided, fill),
    cuda_elementwise.cu (binary, unary, unary_backward),
-   cuda_reduce.cu (reduce), cuda_gemm.cu (gemm), cuda_softmax.cu (softmax,
-   sparse_xent, sparse_xent_backward), cuda_conv.cu (im2col, col2im,
-   maxpool, maxpool_backward), cuda_optim.cu (the optimizer updates). */
+   cuda_reduce.cu (reduce), cuda_scan.cu (scan), cuda_gemm.cu (gemm),
+   cuda_softmax.cu (softmax, sparse_xent, sparse_xent_backward),
+   cuda_conv.cu (im2col, col2im, maxpool, maxpool_backward), cuda_optim.cu
+   (the optimizer updates). */
 #define CU_DECLARE(name, ...) LD_K_DECLARE(cu_, name, __VA_ARGS__);
 LD_KERNELS(CU_DECLARE)
 #undef CU_DECLARE

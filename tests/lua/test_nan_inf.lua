@@ -180,6 +180,27 @@ for _, op in ipairs({ "var", "std", "logsumexp", "any", "all" }) do
     T.eq(rows(dev)[op](rows(dev), 1, true).shape[2], 1, op .. ": keepdims keeps the axis")
   end
 end
+-- TF's reduce_prod (inf times a finite value stays inf, its sign the
+-- product's), and the running sums and products along the rows for each
+-- (exclusive, reverse): a NaN or inf carried on from where it sits
+CASES.prod = function(dev)
+  same(rows(dev):prod(1), F.reduce.prod, "prod along axis 1")
+  same(rows(dev):prod({ axis = 1, keepdims = true }), F.reduce.prod, "prod along axis 1, keepdims")
+  local all = rows(dev):prod()
+  T.ok(all:item() ~= all:item(), "prod over a tensor holding NaN is NaN")
+end
+for _, op in ipairs({ "cumsum", "cumprod" }) do
+  CASES[op] = function(dev)
+    for e = 0, 1 do
+      for r = 0, 1 do
+        local key = ("%s_excl%d_rev%d"):format(op, e, r)
+        local y = rows(dev)[op](rows(dev), 1, { exclusive = e == 1, reverse = r == 1 })
+        T.eq(table.concat(y.shape, ","), "6,3", key .. ": shape")
+        same(y, F.scan_rows[key], key .. " along axis 1")
+      end
+    end
+  end
+end
 for _, op in ipairs({ "argmax", "argmin" }) do
   CASES[op] = function(dev)
     -- NumPy's rule (the first NaN wins), not TF's (NaN skipped): argmax
@@ -578,6 +599,101 @@ T.test("reductions over lists of axes equal TF's, values and gradients", functio
     T.eq(got.dtype, "bfloat16", k .. " of bfloat16 is bfloat16")
     same(got:astype("float32"), flat(want:astype("bfloat16"):astype("float32")), k .. " of bfloat16: the float32 result rounded once", 0)
   end
+end)
+
+-- cumsum and cumprod on finite values with zeros (one in some slices, two
+-- in others), each (exclusive, reverse) along a middle and the last axis:
+-- values and gradients as TF's on cpu:0 and cpu:1 (cumprod's gradient is 0
+-- at a zero: TF divides with divide_no_nan); both ways of passing the axis
+T.test("cumsum and cumprod equal TF's on finite values with zeros, values and gradients", function()
+  local n = 0
+  for key, c in pairs(F.scan) do
+    local op, axis, e, r = key:match("^(%a+)_a(%d)_excl(%d)_rev(%d)$")
+    axis, e, r = tonumber(axis), e == "1", r == "1"
+    for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+      local v = tensor.Variable(tensor.new(F.scan_x):reshape(3, 4, 5):to(dev))
+      local w = (tensor.arange(1, 61):astype("float32") * 0.25):reshape(3, 4, 5):to(dev)
+      local tape = autograd.GradientTape()
+      local y
+      local loss = tape:record(function()
+        if dev == "cpu:0" then y = v[op](v, axis, { exclusive = e, reverse = r })
+        else y = v[op](v, { axis = axis - 3, exclusive = e, reverse = r }) end   -- a negative axis, in the table
+        return (y * w):sum()
+      end)
+      local what = ("%s on %s"):format(key, dev)
+      T.eq(table.concat(y.shape, ","), "3,4,5", what .. ": shape")
+      same(y, c.y, what, 2e-6)
+      same(tape:gradient(loss, { v })[1], c.grad, what .. ": gradient", 1e-5)
+    end
+    n = n + 1
+  end
+  T.eq(n, 16, "two ops, two axes, four (exclusive, reverse) each")
+  -- TF's defaults: axis 0, inclusive, forward
+  local x = tensor.new(F.scan_x):reshape(3, 4, 5)
+  same(x:cumsum(), flat(x:cumsum(0, { exclusive = false, reverse = false })), "cumsum's default axis is 0", 0)
+  same(x:cumprod({ exclusive = true }), flat(x:cumprod(0, { exclusive = true })), "cumprod{exclusive=true} is along axis 0", 0)
+  -- a half tensor: float32 running values, each rounded once into its dtype
+  for _, op in ipairs({ "cumsum", "cumprod" }) do
+    local h = x:astype("bfloat16")
+    local got = h[op](h, 2, { reverse = true })
+    T.eq(got.dtype, "bfloat16", op .. " of bfloat16 is bfloat16")
+    same(got:astype("float32"), flat(h:astype("float32")[op](h:astype("float32"), 2, { reverse = true }):astype("bfloat16"):astype("float32")),
+      op .. " of bfloat16: the float32 results rounded once", 0)
+  end
+  -- the errors a user meets
+  local ok, err = pcall(function() return x:cumsum(3) end)
+  T.ok(not ok and tostring(err):find("out of range", 1, true), "an axis out of range: " .. tostring(err))
+  ok, err = pcall(function() return tensor.new(2):cumprod() end)
+  T.ok(not ok and tostring(err):find("cumprod", 1, true) and tostring(err):find("out of range", 1, true),
+    "a scalar has no axis to scan: " .. tostring(err))
+  ok, err = pcall(function() return x:cumsum(0, { exclusve = true }) end)
+  T.ok(not ok and tostring(err):find("unknown option 'exclusve'", 1, true), "a misspelt option: " .. tostring(err))
+  ok, err = pcall(function() return x:cumsum({ axis = 0.5 }) end)
+  T.ok(not ok and tostring(err):find("integer", 1, true), "a fractional axis: " .. tostring(err))
+end)
+
+-- reduce_prod over lists of axes, as TF's: values and gradients (TF's
+-- _ProdGrad: a slice's one zero gets the product of the others, two zeros
+-- give 0) on cpu:0 and cpu:1, adjacent axes or not, none, all, keepdims
+T.test("prod over lists of axes equals TF's, values and gradients, zeros included", function()
+  for key, c in pairs(F.prod_axes) do
+    for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+      local v = tensor.Variable(tensor.new(c.x or F.scan_x):reshape(3, 4, 5):to(dev))
+      local tape = autograd.GradientTape()
+      local y
+      local loss = tape:record(function()
+        y = v:prod({ axis = not c.all and c.axes or nil, keepdims = c.keepdims })
+        local w = (tensor.arange(1, y:numel() + 1):astype("float32") * 0.25):reshape(y.shape):to(dev)
+        return (y * w):sum()
+      end)
+      local what = ("prod over %s on %s"):format(key, dev)
+      T.eq(table.concat(y.shape, ","), table.concat(c.shape, ","), what .. ": shape")
+      same(y, c.y, what, 2e-6)
+      same(tape:gradient(loss, { v })[1], c.grad, what .. ": gradient", 2e-6)
+    end
+  end
+  -- integers: exact in their dtype, wrapping as TF's; the running ones too
+  local ix = tensor.new(F.scan_int.x, { dtype = "int32" }):reshape(2, 3)
+  for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+    local x = ix:to(dev)
+    for _, case in ipairs({ { x:prod(1), F.scan_int.prod, "prod(1)" }, { x:cumprod(1), F.scan_int.cumprod, "cumprod(1)" },
+                            { x:cumsum(0, { exclusive = true, reverse = true }), F.scan_int.cumsum_excl1_rev1, "cumsum(0, exclusive, reverse)" } }) do
+      T.eq(case[1].dtype, "int32", case[3] .. " of int32 on " .. dev .. " is int32")
+      local got = flat(case[1])
+      for i = 1, #case[2] do T.eq(got[i], math.tointeger(case[2][i]), ("%s on %s: element %d"):format(case[3], dev, i)) end
+    end
+    local want = 1
+    for _, v in ipairs(F.scan_int.x) do want = want * math.tointeger(v) end   -- Lua's integers wrap as int64 does
+    T.eq(x:astype("int64"):prod():item(), want, "an int64 product over every axis, exact on " .. dev)
+  end
+  T.eq(tensor.zeros(2, 0):prod(1):totable()[1], 1, "the empty product is 1")
+  T.eq(tensor.zeros(0, { dtype = "int32" }):prod():item(), 1, "an empty integer product is 1")
+  -- a half tensor's: float32 inside, rounded once
+  local h = tensor.new(F.scan_x):reshape(3, 4, 5):astype("float16")
+  local got = h:prod({ 0, 2 })
+  T.eq(got.dtype, "float16", "prod of float16 is float16")
+  same(got:astype("float32"), flat(h:astype("float32"):prod({ 0, 2 }):astype("float16"):astype("float32")),
+    "prod of float16: the float32 product rounded once", 0)
 end)
 
 T.done()

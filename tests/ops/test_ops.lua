@@ -343,6 +343,70 @@ T.test("reductions over lists of axes (adjacent, apart, none), var/std/logsumexp
   end
 end)
 
+-- the scan kernel (cumsum, cumprod) in float32 running values, in order:
+-- outer 1 with a long axis and inner > 1024 (the CPU's split over columns,
+-- in ranges of 16 blocks of 64), more than 16 outer rows (its split over
+-- rows), one long row (one thread, one step after another), short axes; every (exclusive, reverse); half
+-- tensors in and out; the gradients (cumsum's a scan the other way,
+-- cumprod's a scan, a division and a select); prod (the last running
+-- product) over an axis, a list of axes and all, with its gradient (two
+-- exclusive scans), zeros included
+T.test("scan (cumsum, cumprod, prod): the CPU's splits, exclusive and reverse, half dtypes, and their gradients", function()
+  local cases = { { { 1, 200, 2100 }, 1 }, { { 40, 3000, 3 }, 1 }, { { 300000 }, 0 }, { { 4, 7, 3 }, 2 }, { { 70000, 4 }, 0 } }
+  for _, case in ipairs(cases) do
+    local shp, axis = case[1], case[2]
+    local x = U(0.95, 1.05, table.unpack(shp))
+    for _, op in ipairs({ "cumsum", "cumprod" }) do
+      for _, e in ipairs({ false, true }) do
+        for _, r in ipairs({ false, true }) do
+          local what = ("%s axis %d of %s, exclusive %s, reverse %s"):format(op, axis, table.concat(shp, "x"), e, r)
+          local g, c = G.both(function(t) return t[op](t, axis, { exclusive = e, reverse = r }) end, x)
+          G.close(g, c, what, 1e-9)
+        end
+      end
+    end
+  end
+  for _, dt in ipairs({ "bfloat16", "float16" }) do
+    local x = U(0.95, 1.05, 1, 200, 2100):astype(dt)
+    for _, op in ipairs({ "cumsum", "cumprod" }) do
+      local g, c = G.both(function(t) return t[op](t, 1, { reverse = true }) end, x)
+      G.close(g, c, op .. " of " .. dt, 1e-9)
+      g, c = G.both(function(t, ww) return grad_of(function(v) return v:astype(dt)[op](v:astype(dt), 1):astype("float32") end, t, ww) end,
+                    x:astype("float32"):slice(1, 0, 50), tensor.normal(1, 50, 2100))
+      G.close(g, c, op .. " of " .. dt .. ": gradient", 1e-6)
+    end
+  end
+  local x = U(0.5, 1.5, 6, 40, 7)
+  x = tensor.where(U(0, 1, 6, 40, 7):lt(0.05), 0, x)   -- zeros: cumprod's gradient selects, prod's has none to divide by
+  for _, op in ipairs({ "cumsum", "cumprod" }) do
+    for _, axis in ipairs({ 0, 1, 2 }) do
+      for _, e in ipairs({ false, true }) do
+        for _, r in ipairs({ false, true }) do
+          local g, c = G.both(function(t, ww) return grad_of(function(v) return v[op](v, axis, { exclusive = e, reverse = r }) end, t, ww) end,
+                              x, tensor.normal(6, 40, 7))
+          G.close(g, c, ("d %s axis %d, exclusive %s, reverse %s"):format(op, axis, e, r), 1e-9)
+        end
+      end
+    end
+  end
+  for _, axes in ipairs({ 1, { 0, 2 }, {}, { 0, 1, 2 } }) do
+    local what = "prod over " .. (type(axes) == "table" and "{" .. table.concat(axes, ",") .. "}" or axes)
+    local g, c = G.both(function(t) return t:prod({ axis = axes }) end, x)
+    G.close(g, c, what, 1e-9)
+    local w = tensor.normal(table.unpack(c.shape))
+    g, c = G.both(function(t, ww) return grad_of(function(v) return v:prod({ axis = axes }) end, t, ww) end, x, w)
+    G.close(g, c, what .. ": gradient", 1e-9)
+  end
+  -- integers: scanned on the host, exact, back on the device in their dtype
+  local ix = U(-3, 4, 6, 50):floor():astype("int32")
+  for name, f in pairs({ cumsum = function(t) return t:cumsum(1, { exclusive = true }) end,
+                         cumprod = function(t) return t:cumprod(0, { reverse = true }) end,
+                         prod = function(t) return t:prod({ 0, 1 }) end }) do
+    local g, c = G.both(f, ix)
+    G.same(g, c, name .. " of int32")
+  end
+end)
+
 T.test("max / argmax: first NaN wins, else the first maximum", function()
   local x = tensor.new({ { 1, 3, 3, 2 }, { 0 / 0, 5, 0 / 0, 1 }, { 2, 0 / 0, 9, 9 }, { -1 / 0, -1 / 0, -1 / 0, -1 / 0 } })
   local g, c = G.both(function(t) return t:argmax(1) end, x)
