@@ -1131,10 +1131,12 @@ static void cpu_gemm_half(ld_device *d, int ta, int tb, int64_t m, int64_t n, in
    so the loops vectorise */
 static void opt_rule(const ld_opt_hyper *hp, float *w, float *s0, float *s1, float *s2, const float *g, int64_t m) {
     const ld_opt_hyper h = *hp;
+    /* a loop per rule, the rule's call inlined in it (the switch outside the loop) */
     switch (h.rule) {
     case LD_UPD_SGD: for (int64_t i = 0; i < m; i++) ld_opt_sgd(&h, w, s0, g[i], i); break;
     case LD_UPD_ADAM: for (int64_t i = 0; i < m; i++) ld_opt_adam(&h, w, s0, s1, s2, g[i], i); break;
-    default: for (int64_t i = 0; i < m; i++) ld_opt_rmsprop(&h, w, s0, s1, s2, g[i], i); break;
+    case LD_UPD_RMSPROP: for (int64_t i = 0; i < m; i++) ld_opt_rmsprop(&h, w, s0, s1, s2, g[i], i); break;
+    default: for (int64_t i = 0; i < m; i++) ld_opt_rule(&h, w, s0, s1, s2, g[i], i); break;
     }
 }
 

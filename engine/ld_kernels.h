@@ -50,11 +50,15 @@ typedef struct {
      LD_UPD_ADAM     s[0] m, s[1] v, s[2] amsgrad's running maximum of v
      LD_UPD_RMSPROP  s[0] the mean square, s[1] the momentum's velocity,
                      s[2] the centered variant's mean gradient
+     LD_UPD_ADAGRAD  s[0] the accumulator
+     LD_UPD_ADAMAX   s[0] m, s[1] u (the weighted infinity norm)
+     LD_UPD_NADAM    s[0] m, s[1] v
+     LD_UPD_LION     s[0] m
    Each gradient is used as g * gscale (1: as it is; the loss scale's
    unscaling and clipnorm's factor otherwise), the product rounded to
    float32 before the rule, as a separate multiply would. The item table
    travels by value: it fits a CUDA kernel's 4 KB of parameters. */
-typedef enum { LD_UPD_SGD = 0, LD_UPD_ADAM, LD_UPD_RMSPROP } ld_update_rule;
+typedef enum { LD_UPD_SGD = 0, LD_UPD_ADAM, LD_UPD_RMSPROP, LD_UPD_ADAGRAD, LD_UPD_ADAMAX, LD_UPD_NADAM, LD_UPD_LION } ld_update_rule;
 #define LD_OPT_BATCH 48
 typedef struct {
     float *w;          /* the variable [n] */
@@ -66,10 +70,14 @@ typedef struct {
 /* the rule and its hyperparameters for one step. Every rule: wd, Keras 3's
    weight decay (decoupled: w -= lr wd w before the step). SGD: lr,
    momentum, nesterov; Adam: b1, b2, eps, alpha = lr sqrt(1 - b2^t) /
-   (1 - b1^t) (the host's double, rounded); RMSprop: lr, rho, momentum, eps */
+   (1 - b1^t) (the host's double, rounded); RMSprop: lr, rho, momentum, eps;
+   Adagrad: lr, eps; Adamax: lr, b1, b2, eps, bc1 = 1 - b1^t; Nadam: lr, b1,
+   b2, eps, mu = mu_t, mu1 = mu_{t+1}, bc1 = 1 - mu_1 ... mu_t, bc1n = 1 -
+   mu_1 ... mu_{t+1}, bc2 = 1 - b2^t; Lion: lr, b1, b2 */
 typedef struct {
     ld_update_rule rule;
     float lr, momentum, b1, b2, eps, rho, wd, alpha;
+    float mu, mu1, bc1, bc1n, bc2;
     int nesterov;
 } ld_opt_hyper;
 typedef struct {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const opt_names[] = {"SGD", "Adam", "AdamW", "RMSprop"};
+static const char *const opt_names[] = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "Nadam", "Lion"};
 const char *ld_optimizer_name(ld_opt_kind k) { return opt_names[k]; }
 
 double ld_schedule_at(const ld_schedule *s, int64_t step) {
@@ -69,12 +69,23 @@ ld_optimizer *ld_optimizer_new(ld_opt_kind kind) {
     if (!o) { ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     o->kind = kind;
     o->beta1 = 0.9f; o->beta2 = 0.999f; o->epsilon = 1e-7f; o->rho = 0.9f; o->ema_momentum = 0.99f;
+    o->initial_accumulator = 0.1f;
     switch (kind) {
     case LD_OPT_SGD: o->lr.initial = 0.01; break;
+    case LD_OPT_LION: o->lr.initial = 0.001; o->beta2 = 0.99f; break;
     case LD_OPT_ADAMW: o->lr.initial = 0.001; o->weight_decay = 0.004f; break;
     default: o->lr.initial = 0.001; break;
     }
     return o;
+}
+
+/* which of the slots 0..2 the optimizer's rule keeps, as configured (ld_optim.h) */
+static void rule_uses(const ld_optimizer *o, int *use) {
+    int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
+    int two = adam || o->kind == LD_OPT_ADAMAX || o->kind == LD_OPT_NADAM;   /* m and v (Adamax: u) */
+    use[0] = o->kind != LD_OPT_SGD || o->momentum != 0;
+    use[1] = two || (rms && o->momentum != 0);
+    use[2] = (adam && o->amsgrad) || (rms && o->centered);
 }
 
 static void plan_free(struct ld_shard_plan *p);
@@ -198,14 +209,21 @@ ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var) {
     ld_slot *s = &o->slots[o->n_slots];
     memset(s, 0, sizeof *s);
     ld_device *d = var->storage->device;
-    int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
-    int need[LD_OPT_SLOTS] = {o->kind != LD_OPT_SGD || o->momentum != 0, adam || (rms && o->momentum != 0),
-                              (adam && o->amsgrad) || (rms && o->centered), o->use_ema, o->accum_steps >= 2};
-    for (int q = 0; q < LD_OPT_SLOTS; q++)
-        if (need[q] && !(s->s[q] = ld_tensor_zeros(LD_F32, var->ndim, var->shape, d))) {
+    int need[LD_OPT_SLOTS];
+    rule_uses(o, need);
+    need[LD_SLOT_EMA] = o->use_ema;
+    need[LD_SLOT_ACCUM] = o->accum_steps >= 2;
+    for (int q = 0; q < LD_OPT_SLOTS; q++) {
+        if (!need[q]) continue;
+        /* Adagrad's accumulator starts at initial_accumulator_value, as Keras's */
+        s->s[q] = q == 0 && o->kind == LD_OPT_ADAGRAD
+                      ? ld_tensor_full(LD_F32, var->ndim, var->shape, o->initial_accumulator, d)
+                      : ld_tensor_zeros(LD_F32, var->ndim, var->shape, d);
+        if (!s->s[q]) {
             while (q-- > 0) ld_tensor_release(s->s[q]);
             return NULL;
         }
+    }
     s->var = ld_tensor_retain(var);
     o->n_slots++;
     return s;
@@ -227,6 +245,9 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
     return st;
 }
 
+/* Nadam's momentum schedule (Keras 3's): mu_t = b1 (1 - 0.96^t / 2) */
+static double nadam_mu(double b1, int64_t t) { return b1 * (1.0 - 0.5 * pow(0.96, (double)t)); }
+
 /* one step's rule and hyperparameters (ld_kernels.h's ld_opt_hyper) */
 static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
     ld_opt_hyper h = {.lr = lr, .momentum = o->momentum, .b1 = o->beta1, .b2 = o->beta2, .eps = o->epsilon,
@@ -244,6 +265,30 @@ static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
     case LD_OPT_RMSPROP:
         h.rule = LD_UPD_RMSPROP;
         break;
+    case LD_OPT_ADAGRAD:
+        h.rule = LD_UPD_ADAGRAD;
+        break;
+    case LD_OPT_ADAMAX:
+        h.rule = LD_UPD_ADAMAX;
+        h.bc1 = (float)(1.0 - pow((double)o->beta1, (double)step));
+        break;
+    case LD_OPT_NADAM: {
+        /* the product mu_1 ... mu_t (Keras's u_product), from the start: it
+           reaches 0 after some thousands of steps, where the loop stops */
+        double prod = 1;
+        for (int64_t k = 1; k <= step && prod != 0; k++) prod *= nadam_mu(o->beta1, k);
+        double mu1 = nadam_mu(o->beta1, step + 1);
+        h.rule = LD_UPD_NADAM;
+        h.mu = (float)nadam_mu(o->beta1, step);
+        h.mu1 = (float)mu1;
+        h.bc1 = (float)(1.0 - prod);
+        h.bc1n = (float)(1.0 - prod * mu1);
+        h.bc2 = (float)(1.0 - pow((double)o->beta2, (double)step));
+        break;
+    }
+    default:
+        h.rule = LD_UPD_LION;
+        break;
     }
     return h;
 }
@@ -251,9 +296,8 @@ static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
 /* the rule's slots of s (ld_opt_item's s[]: NULL where the rule, as
    configured, keeps none) */
 static void rule_slots(const ld_optimizer *o, const ld_slot *s, float **p) {
-    int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
-    int use[3] = {adam || rms || o->momentum != 0, adam || (rms && o->momentum != 0),
-                  (adam && o->amsgrad) || (rms && o->centered)};
+    int use[3];
+    rule_uses(o, use);
     for (int q = 0; q < 3; q++) p[q] = use[q] && s->s[q] ? (float *)s->s[q]->storage->data : NULL;
 }
 

@@ -15,13 +15,20 @@
  *  Every one with weight_decay wd: w -= lr*wd*w first (Keras 3's decoupled weight decay)
  *  RMSprop: ms = rho*ms + (1-rho) g^2; w -= lr*g/sqrt(ms+eps)  (with momentum: through a velocity;
  *           centered: mg = rho*mg + (1-rho) g, and ms - mg^2 in ms's place)
+ *  Adagrad: acc += g^2 (acc from initial_accumulator_value); w -= lr*g/sqrt(acc+eps)
+ *  Adamax:  m += (g-m)(1-b1); u = max(b2*u, |g|); w -= lr*m / ((1-b1^t)(u+eps))
+ *  Nadam:   Adam's m and v with Nesterov's momentum schedule mu_t = b1 (1 - 0.96^t / 2) (Keras 3's)
+ *  Lion:    w -= lr*sign(b1*m + (1-b1) g); m = b2*m + (1-b2) g
  */
 #ifndef LD_OPTIM_H
 #define LD_OPTIM_H
 
 #include "ld_tensor.h"
 
-typedef enum { LD_OPT_SGD = 0, LD_OPT_ADAM, LD_OPT_ADAMW, LD_OPT_RMSPROP } ld_opt_kind;
+typedef enum {
+    LD_OPT_SGD = 0, LD_OPT_ADAM, LD_OPT_ADAMW, LD_OPT_RMSPROP, LD_OPT_ADAGRAD, LD_OPT_ADAMAX, LD_OPT_NADAM, LD_OPT_LION,
+    LD_OPT_COUNT
+} ld_opt_kind;
 
 /* Keras 3's learning-rate schedules (keras/src/optimizers/schedules) */
 typedef enum {
@@ -50,6 +57,7 @@ double ld_schedule_at(const ld_schedule *s, int64_t step);
      Adam(W)  s[0] m, s[1] v, s[2] amsgrad's running maximum of v
      RMSprop  s[0] the mean square, s[1] the momentum's velocity, s[2] the
               centered variant's mean gradient
+     Adagrad  s[0] the accumulator; Adamax s[0] m, s[1] u; Nadam s[0] m, s[1] v; Lion s[0] m
    and with any of them s[3], use_ema's moving average of the variable, and
    s[4], the gradients summed by gradient accumulation. */
 #define LD_OPT_SLOTS 5
@@ -80,6 +88,7 @@ typedef struct ld_optimizer {
     ld_opt_kind kind;
     ld_schedule lr;          /* LD_SCHED_CONSTANT: lr.initial */
     float momentum, beta1, beta2, epsilon, rho, weight_decay;
+    float initial_accumulator;   /* Adagrad's initial_accumulator_value (0.1) */
     int nesterov;
     int amsgrad, centered;   /* Adam(W)'s and RMSprop's variants: a third slot */
     /* Keras's gradient clipping (0 = off; at most one is set): clipnorm

@@ -72,14 +72,61 @@ LD_OPT_FN void ld_opt_rmsprop(const ld_opt_hyper *b, float *w, float *ms, float 
     }
 }
 
+/* Adagrad: acc += g^2; w -= lr g / sqrt(acc + eps) */
+LD_OPT_FN void ld_opt_adagrad(const ld_opt_hyper *b, float *w, float *acc, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
+    float a = acc[i] + g * g;
+    acc[i] = a;
+    w[i] = wi - (b->lr * g) / sqrtf(a + b->eps);
+}
+
+/* Adamax: m += (g - m)(1 - b1); u = max(b2 u, |g|); w -= lr m / ((1 - b1^t)(u + eps)) */
+LD_OPT_FN void ld_opt_adamax(const ld_opt_hyper *b, float *w, float *m, float *u, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
+    float mi = m[i] + (g - m[i]) * (1 - b->b1), ui = ld_ew_max(b->b2 * u[i], fabsf(g));
+    m[i] = mi;
+    u[i] = ui;
+    w[i] = wi - (b->lr * mi) / (b->bc1 * (ui + b->eps));
+}
+
+/* Nadam (Keras 3's): Adam's m and v; m_hat = mu_{t+1} m / (1 - prod mu_..t+1)
+   + (1 - mu_t) g / (1 - prod mu_..t); v_hat = v / (1 - b2^t); w -= m_hat lr /
+   (sqrt(v_hat) + eps) */
+LD_OPT_FN void ld_opt_nadam(const ld_opt_hyper *b, float *w, float *m, float *v, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
+    float mi = m[i] + (g - m[i]) * (1 - b->b1), vi = v[i] + (g * g - v[i]) * (1 - b->b2);
+    m[i] = mi;
+    v[i] = vi;
+    float mh = (b->mu1 * mi) / b->bc1n + ((1 - b->mu) * g) / b->bc1, vh = vi / b->bc2;
+    w[i] = wi - (mh * b->lr) / (sqrtf(vh) + b->eps);
+}
+
+/* Lion: w -= lr sign(b1 m + (1 - b1) g); m = b2 m + (1 - b2) g */
+LD_OPT_FN void ld_opt_lion(const ld_opt_hyper *b, float *w, float *m, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
+    float c = m[i] * b->b1 + g * (1 - b->b1);
+    w[i] = wi - b->lr * (c > 0 ? 1.0f : c < 0 ? -1.0f : c);   /* sign: 0 and NaN as they are */
+    m[i] = m[i] * b->b2 + g * (1 - b->b2);
+}
+
+/* one element under the rule: every backend's dispatch (ld_cpu.c's loops over
+   a piece, cuda_optim.cu's per element) */
+LD_OPT_FN void ld_opt_rule(const ld_opt_hyper *b, float *w, float *s0, float *s1, float *s2, float g, int64_t i) {
+    switch (b->rule) {
+    case LD_UPD_SGD: ld_opt_sgd(b, w, s0, g, i); break;
+    case LD_UPD_ADAM: ld_opt_adam(b, w, s0, s1, s2, g, i); break;
+    case LD_UPD_RMSPROP: ld_opt_rmsprop(b, w, s0, s1, s2, g, i); break;
+    case LD_UPD_ADAGRAD: ld_opt_adagrad(b, w, s0, g, i); break;
+    case LD_UPD_ADAMAX: ld_opt_adamax(b, w, s0, s1, g, i); break;
+    case LD_UPD_NADAM: ld_opt_nadam(b, w, s0, s1, g, i); break;
+    default: ld_opt_lion(b, w, s0, g, i); break;
+    }
+}
+
 /* element i of item it under rule b (on the CPU, b points to a copy of the
    batch's ld_opt_hyper in a local, which no store through w can alias) */
 LD_OPT_FN void ld_opt_elem(const ld_opt_hyper *b, const ld_opt_item *it, float g, int64_t i) {
-    switch (b->rule) {
-    case LD_UPD_SGD: ld_opt_sgd(b, it->w, it->s[0], g, i); break;
-    case LD_UPD_ADAM: ld_opt_adam(b, it->w, it->s[0], it->s[1], it->s[2], g, i); break;
-    default: ld_opt_rmsprop(b, it->w, it->s[0], it->s[1], it->s[2], g, i); break;
-    }
+    ld_opt_rule(b, it->w, it->s[0], it->s[1], it->s[2], g, i);
 }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * optim.c - the `optim` module: SGD, Adam, AdamW, RMSprop and schedules.
+ * optim.c - the `optim` module: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, Nadam, Lion and schedules.
  *
  *   local opt = optim.Adam{learning_rate = 1e-3}
  *   opt:apply_gradients(grads, vars)          -- two parallel tables (or {{g, v}, ...})
@@ -219,6 +219,10 @@ static const char *const own_opts[][5] = {
     [LD_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
     [LD_OPT_ADAMW] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
     [LD_OPT_RMSPROP] = {"rho", "momentum", "epsilon", "centered", NULL},
+    [LD_OPT_ADAGRAD] = {"initial_accumulator_value", "epsilon", NULL},
+    [LD_OPT_ADAMAX] = {"beta_1", "beta_2", "epsilon", NULL},
+    [LD_OPT_NADAM] = {"beta_1", "beta_2", "epsilon", NULL},
+    [LD_OPT_LION] = {"beta_1", "beta_2", NULL},
 };
 static const char *const base_opts[] = {"learning_rate", "weight_decay", "clipnorm", "clipvalue", "global_clipnorm",
                                         "use_ema", "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
@@ -237,7 +241,7 @@ static int takes(ld_opt_kind kind, const char *k) {
    (a model saved before the options were checked carries every field) */
 static int opt_accepts(lua_State *L) {
     const char *name = luaL_checkstring(L, 1), *key = luaL_checkstring(L, 2);
-    for (int k = LD_OPT_SGD; k <= LD_OPT_RMSPROP; k++)
+    for (int k = LD_OPT_SGD; k < LD_OPT_COUNT; k++)
         if (!strcmp(ld_optimizer_name((ld_opt_kind)k), name)) {
             lua_pushboolean(L, takes((ld_opt_kind)k, key));
             return 1;
@@ -347,6 +351,7 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->beta2 = (float)fnum(L, t, "beta_2", o->beta2);
         o->epsilon = (float)fnum(L, t, "epsilon", o->epsilon);
         o->rho = (float)fnum(L, t, "rho", o->rho);
+        o->initial_accumulator = (float)fnum(L, t, "initial_accumulator_value", o->initial_accumulator);
         o->weight_decay = (float)fnum(L, t, "weight_decay", o->weight_decay);
         o->clipnorm = (float)fnum(L, t, "clipnorm", 0);
         o->global_clipnorm = (float)fnum(L, t, "global_clipnorm", 0);
@@ -377,6 +382,11 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
     if (o->lr.kind == LD_SCHED_CONSTANT && !(o->lr.initial >= 0 && isfinite(o->lr.initial)))
         return luaL_argerror(L, 1, "learning_rate must be zero or positive");
     if (o->momentum < 0 || o->momentum >= 1) return luaL_argerror(L, 1, "momentum must be in [0, 1)");
+    if (kind == LD_OPT_ADAGRAD && !(o->initial_accumulator >= 0))
+        return luaL_argerror(L, 1, "initial_accumulator_value must be zero or positive");
+    /* Keras's Lion: beta_1 in (0, 1] (0 makes it SignSGD) */
+    if (kind == LD_OPT_LION && !(o->beta1 > 0 && o->beta1 <= 1))
+        return luaL_argerror(L, 1, "beta_1 must be in (0, 1] (Lion with beta_1 = 0 is SignSGD)");
     lua_settop(L, ud);
     return 1;
 }
@@ -384,6 +394,10 @@ static int opt_sgd(lua_State *L) { return opt_new(L, LD_OPT_SGD); }
 static int opt_adam(lua_State *L) { return opt_new(L, LD_OPT_ADAM); }
 static int opt_adamw(lua_State *L) { return opt_new(L, LD_OPT_ADAMW); }
 static int opt_rmsprop(lua_State *L) { return opt_new(L, LD_OPT_RMSPROP); }
+static int opt_adagrad(lua_State *L) { return opt_new(L, LD_OPT_ADAGRAD); }
+static int opt_adamax(lua_State *L) { return opt_new(L, LD_OPT_ADAMAX); }
+static int opt_nadam(lua_State *L) { return opt_new(L, LD_OPT_NADAM); }
+static int opt_lion(lua_State *L) { return opt_new(L, LD_OPT_LION); }
 
 /* opt:apply_gradients(grads, vars) or opt:apply_gradients({{g, v}, ...}) */
 static int opt_apply(lua_State *L) {
@@ -702,6 +716,9 @@ static int opt_config(lua_State *L) {
     if (in_list(own, "nesterov")) { lua_pushboolean(L, o->nesterov); lua_setfield(L, -2, "nesterov"); }
     if (in_list(own, "amsgrad")) { lua_pushboolean(L, o->amsgrad); lua_setfield(L, -2, "amsgrad"); }
     if (in_list(own, "centered")) { lua_pushboolean(L, o->centered); lua_setfield(L, -2, "centered"); }
+    if (in_list(own, "initial_accumulator_value")) {
+        lua_pushnumber(L, o->initial_accumulator); lua_setfield(L, -2, "initial_accumulator_value");
+    }
     lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
     if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
     if (o->global_clipnorm > 0) { lua_pushnumber(L, o->global_clipnorm); lua_setfield(L, -2, "global_clipnorm"); }
@@ -733,6 +750,14 @@ static const char *const docs[] = {
     "Adam", "optim.Adam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=false}\n\nAdam (Keras' rule); amsgrad divides by the running maximum of v (a third slot per variable)." COMMON_DOC,
     "AdamW", "optim.AdamW{learning_rate=0.001, weight_decay=0.004, beta_1=0.9, beta_2=0.999, epsilon=1e-7, amsgrad=false}\n\nAdam with decoupled weight decay." COMMON_DOC,
     "RMSprop", "optim.RMSprop{learning_rate=0.001, rho=0.9, momentum=0, epsilon=1e-7, centered=false}\n\nRMSprop (Keras' rule); centered divides by the variance of the gradient (its mean square less its squared mean, a third slot per variable)." COMMON_DOC,
+    "Adagrad", "optim.Adagrad{learning_rate=0.001, initial_accumulator_value=0.1, epsilon=1e-7}\n\nAdagrad (Keras' rule): "
+               "each element's rate divided by the root of its gradients' squares summed (from initial_accumulator_value)." COMMON_DOC,
+    "Adamax", "optim.Adamax{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nAdamax (Keras' rule): Adam "
+              "with the infinity norm in v's place." COMMON_DOC,
+    "Nadam", "optim.Nadam{learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7}\n\nNadam (Keras 3's rule): Adam "
+             "with Nesterov's momentum (its momentum schedule b1 (1 - 0.96^t / 2))." COMMON_DOC,
+    "Lion", "optim.Lion{learning_rate=0.001, beta_1=0.9, beta_2=0.99}\n\nLion (Keras' rule): steps of the sign of an "
+            "interpolated momentum, one slot per variable; use a rate 3-10x below Adam's." COMMON_DOC,
     "Optimizer:apply_gradients", "opt:apply_gradients(grads, vars)\n\nOne update of each variable by its gradient (tables in the same order; nil gradients are skipped).",
     NULL};
 
@@ -759,7 +784,8 @@ int lb_open_optim(lua_State *L) {
     lua_pushcfunction(L, sched_tostring); lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
-                                 {"RMSprop", opt_rmsprop}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state}, {"_finalize", opt_finalize},
+                                 {"RMSprop", opt_rmsprop}, {"Adagrad", opt_adagrad}, {"Adamax", opt_adamax}, {"Nadam", opt_nadam},
+                                 {"Lion", opt_lion}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state}, {"_finalize", opt_finalize},
                                  {"_loss_scale", opt_loss_scale}, {"_unscale", opt_unscale}, {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");

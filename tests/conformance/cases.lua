@@ -116,6 +116,13 @@ local OPTIMIZERS = {
   sgd_clipvalue = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9, clipvalue = 0.01 } end,
   -- the variants with a third slot (sharded on Mirrored over CPU devices, shipped to workers)
   adam_amsgrad = function() return optim.Adam { learning_rate = 0.01, beta_2 = 0.9, amsgrad = true } end,
+  -- Keras's other optimizers (Nadam's momentum schedule is the step's; Adagrad's slot starts at 0.1);
+  -- weight decay decoupled, as in every Keras 3 optimizer
+  adagrad = function() return optim.Adagrad { learning_rate = 0.1 } end,
+  adamax = function() return optim.Adamax { learning_rate = 0.01 } end,
+  nadam_wd = function() return optim.Nadam { learning_rate = 0.01, weight_decay = 0.05 } end,
+  lion = function() return optim.Lion { learning_rate = 0.002 } end,
+  sgd_momentum_wd = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9, weight_decay = 0.05 } end,
   rmsprop_centered = function() return optim.RMSprop { learning_rate = 0.005, momentum = 0.5, centered = true } end,
   -- Keras's gradient accumulation (the mean of 3 calls' reduced gradients, 50 steps: 16 updates and 2 pending)
   -- and its moving average of the weights (overwritten every 7 steps; fit ends writing it)
@@ -212,7 +219,8 @@ end
 ---------------------------------------------------------------- training equality
 -- optimizers: 240 rows, batch 24 (divisible by 1, 2, 3 replicas), 5 epochs = 50 steps
 for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "adam_global_clipnorm", "sgd_clipvalue",
-                       "adam_amsgrad", "rmsprop_centered", "sgd_accumulate", "adam_ema", "sgd_loss_scale_factor" } do
+                       "adam_amsgrad", "rmsprop_centered", "sgd_accumulate", "adam_ema", "sgd_loss_scale_factor",
+                       "adagrad", "adamax", "nadam_wd", "lion", "sgd_momentum_wd" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
       also = mode == "fit" and { "ps", "mw_local" } or nil,

@@ -246,12 +246,36 @@ T.test("amsgrad and centered RMSprop follow Keras's rules", function()
     { "AdamW", optim.AdamW{learning_rate = 0.1, weight_decay = 0.1},
       { 0.7138733267784119, -1.9858460426330566, 3.040496349334717 } },
   }
-  for _, c in ipairs(wd) do
-    local v = tensor.Variable{1.0, -2.0, 3.0}
-    for _, g in ipairs(wd_grads) do c[2]:apply_gradients({tensor.new(g)}, {v}) end
-    local got = v:totable()
-    for i = 1, 3 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end
+  -- Keras's other optimizers, five steps from {1, -2, 0.5} (a zero gradient in the last: Lion's sign of 0)
+  local more_grads = { { 0.5, -0.25, 2.0 }, { -0.1, 0.3, 0.5 }, { 0.05, -1.0, -0.5 }, { 0.2, 0.2, 1e-3 }, { 1.0, -0.5, 0.0 } }
+  local more = {
+    { "Adagrad", optim.Adagrad{learning_rate = 0.1}, { 0.807882249, -1.88566494, 0.400519878 } },
+    { "Adagrad initial_accumulator_value", optim.Adagrad{learning_rate = 0.1, initial_accumulator_value = 0.5, epsilon = 1e-3},
+      { 0.851269245, -1.90554249, 0.40510416 } },
+    { "Adamax", optim.Adamax{learning_rate = 0.1}, { 0.769267321, -1.83383012, 0.274167836 } },
+    { "Adamax betas", optim.Adamax{learning_rate = 0.1, beta_1 = 0.5, beta_2 = 0.8}, { 0.739604056, -1.81900764, 0.315807551 } },
+    { "Nadam", optim.Nadam{learning_rate = 0.1}, { 0.732020557, -1.82495904, 0.362965375 } },
+    { "Nadam betas", optim.Nadam{learning_rate = 0.1, beta_1 = 0.8, beta_2 = 0.9}, { 0.698364794, -1.80577683, 0.348954171 } },
+    { "Nadam weight_decay", optim.Nadam{learning_rate = 0.1, weight_decay = 0.1}, { 0.68761611, -1.73077834, 0.343349725 } },
+    { "Lion", optim.Lion{learning_rate = 0.1}, { 0.699999928, -1.89999998, 0.200000018 } },
+    { "Lion weight_decay", optim.Lion{learning_rate = 0.1, weight_decay = 0.1}, { 0.654950321, -1.80394042, 0.181415558 } },
+  }
+  -- each case's optimizer over the steps from `start`, against Keras's weights
+  local function against_keras(start, steps, cases)
+    for _, c in ipairs(cases) do
+      local v = tensor.Variable(start)
+      for _, g in ipairs(steps) do c[2]:apply_gradients({tensor.new(g)}, {v}) end
+      local got = v:totable()
+      for i = 1, 3 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end
+    end
   end
+  against_keras({1.0, -2.0, 0.5}, more_grads, more)
+  T.eq(ldist.optim._config(optim.Adagrad{initial_accumulator_value = 0.3}).initial_accumulator_value, 0.30000001192092896,
+    "Adagrad's config carries its initial accumulator")
+  T.raises(function() return optim.Lion{beta_1 = 0} end, "Lion with beta_1 = 0 is SignSGD")
+  T.raises(function() return optim.Adagrad{momentum = 0.9} end, "momentum")
+  T.raises(function() return optim.Adagrad{initial_accumulator_value = -1} end, "initial_accumulator_value must be zero or positive")
+  against_keras({1.0, -2.0, 3.0}, wd_grads, wd)
   for _, c in ipairs(want) do
     local got = run(c[2])
     for i = 1, 3 do T.near(got[i], c[3][i], 2e-6, ("%s [%d]"):format(c[1], i)) end

@@ -837,7 +837,7 @@ T.test("dense's fused product (gemm_bias) is matmul, then + bias, then relu, exa
 end)
 
 ---------------------------------------------------------------- optimizers
-T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, amsgrad, RMSprop, centered, the clippings, accumulation, EMA", function()
+T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, amsgrad, RMSprop, centered, Adagrad, Adamax, Nadam, Lion, the clippings, accumulation, EMA", function()
   local makers = {
     { "sgd", function() return optim.SGD { learning_rate = 0.1 } end },
     { "sgd momentum", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end },
@@ -855,6 +855,10 @@ T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, 
     { "sgd clipnorm", function() return optim.SGD { learning_rate = 0.1, clipnorm = 1 } end },
     { "adam global_clipnorm", function() return optim.Adam { learning_rate = 0.01, global_clipnorm = 1 } end },
     { "sgd clipvalue", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9, clipvalue = 0.5 } end },
+    { "adagrad", function() return optim.Adagrad { learning_rate = 0.1 } end },
+    { "adamax wd", function() return optim.Adamax { learning_rate = 0.01, weight_decay = 0.1 } end },
+    { "nadam", function() return optim.Nadam { learning_rate = 0.01 } end },
+    { "lion", function() return optim.Lion { learning_rate = 0.01 } end },
   }
   local w0, b0 = tensor.normal(300, 70), tensor.normal(70)
   local grads = {}
