@@ -34,19 +34,7 @@ end
 
 -- a constructor's options table: unknown keys are errors (a misspelt monitor
 -- would watch val_loss, silently)
-local function check_opts(name, opts, known)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("bad argument #1 to '%s' (table expected, got %s)"):format(name, type(opts)), 3) end
-  for k in pairs(opts) do
-    if not known[k] then
-      local names = {}
-      for kk in pairs(known) do names[#names + 1] = kk end
-      table.sort(names)
-      error(("bad argument #1 to '%s' (unknown option '%s'; options: %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
-    end
-  end
-  return opts
-end
+local check_opts = ldist._util.check_opts
 local function check_mode(name, mode)
   if mode ~= "auto" and mode ~= "min" and mode ~= "max" then
     error(("bad argument #1 to '%s' (mode must be \"auto\", \"min\" or \"max\", got %s)"):format(name, tostring(mode)), 3)

@@ -219,6 +219,179 @@ function Wrap:result()
   local r = Mean.result(self)
   return self._root and math.sqrt(r) or r
 end
+-- Keras's confusion-matrix metrics (keras/src/metrics/confusion_metrics.py):
+-- every element of y_true counts as positive when nonzero, of y_pred when
+-- above a threshold; counts weighted by sample_weight (broadcast to the
+-- predictions' shape). One counting for all of them: for each element, the
+-- number of thresholds below its prediction, histogrammed per label; the
+-- counts at threshold j are then the histogram's tail past j.
+local Conf = {}
+Conf.__index = Conf
+Conf.__name = "ldist.metrics.ConfusionMetric"
+Conf.__tostring = Mean.__tostring
+Conf._direction = "up"
+local function conf_new(name, thresholds, kind, opts)
+  return setmetatable({ name = name, kind = kind, thresholds = thresholds, opts = opts or {},
+                        tp = {}, fp = {}, tn = {}, fn = {} }, Conf)
+end
+function Conf:reset_state()
+  for j = 1, #self.thresholds do self.tp[j], self.fp[j], self.tn[j], self.fn[j] = 0.0, 0.0, 0.0, 0.0 end
+end
+function Conf:update_state(y_true, y_pred, sample_weight)
+  local t, p = host_array(y_true, 1), host_array(y_pred, 2)
+  if t.n ~= p.n then
+    error(("bad argument #1 to 'update_state' (y_true has %d values, y_pred %d)"):format(t.n, p.n), 2)
+  end
+  local w
+  if sample_weight ~= nil then   -- Keras's squeeze_or_expand_to_same_rank, then a broadcast
+    w = host_array(sample_weight, 3)
+    squeeze_or_expand(p, w)
+    w = broadcast_to(w, p.shape)
+  end
+  local th, T = self.thresholds, #self.thresholds
+  local pos, neg = {}, {}   -- [k]: the weight of elements above exactly the first k thresholds
+  for k = 0, T do pos[k], neg[k] = 0.0, 0.0 end
+  for i = 1, p.n do
+    local v, k = p[i], 0
+    local lo, hi = 0, T       -- thresholds ascend: the count below v, by bisection
+    while lo < hi do
+      local mid = (lo + hi + 1) // 2
+      if v > th[mid] then lo = mid else hi = mid - 1 end
+    end
+    k = lo
+    local wi = w and w[i] or 1.0
+    if t[i] ~= 0 then pos[k] = pos[k] + wi else neg[k] = neg[k] + wi end
+  end
+  local above_p, above_n, total_p, total_n = 0.0, 0.0, 0.0, 0.0
+  for k = 0, T do total_p, total_n = total_p + pos[k], total_n + neg[k] end
+  for j = T, 1, -1 do   -- above threshold j: the elements above at least j thresholds
+    above_p, above_n = above_p + pos[j], above_n + neg[j]
+    self.tp[j], self.fp[j] = self.tp[j] + above_p, self.fp[j] + above_n
+    self.fn[j], self.tn[j] = self.fn[j] + total_p - above_p, self.tn[j] + total_n - above_n
+  end
+end
+local function div0(a, b) return b ~= 0 and a / b or 0.0 end
+-- AUC's Riemann sum over the thresholds (Keras's result(): ROC or PR, its summation methods)
+local function auc(self)
+  local n, tp, fp, tn, fn = #self.thresholds, self.tp, self.fp, self.tn, self.fn
+  local sum = 0.0
+  if self.opts.curve == "PR" and self.opts.summation_method == "interpolation" then
+    -- Davis and Goadrich's interpolation, as Keras's interpolate_pr_auc
+    for i = 1, n - 1 do
+      local dtp, p0, p1 = tp[i] - tp[i + 1], tp[i] + fp[i], tp[i + 1] + fp[i + 1]
+      local slope = div0(dtp, math.max(p0 - p1, 0))
+      local intercept = tp[i + 1] - slope * p1
+      local ratio = (p0 > 0 and p1 > 0) and div0(p0, math.max(p1, 0)) or 1.0
+      sum = sum + div0(slope * (dtp + intercept * math.log(ratio)), math.max(tp[i + 1] + fn[i + 1], 0))
+    end
+    return sum
+  end
+  local x, y = {}, {}
+  for i = 1, n do
+    local recall = div0(tp[i], tp[i] + fn[i])
+    if self.opts.curve == "PR" then x[i], y[i] = recall, div0(tp[i], tp[i] + fp[i])
+    else x[i], y[i] = div0(fp[i], fp[i] + tn[i]), recall end
+  end
+  for i = 1, n - 1 do
+    local h = self.opts.summation_method == "minoring" and math.min(y[i], y[i + 1])
+      or self.opts.summation_method == "majoring" and math.max(y[i], y[i + 1]) or (y[i] + y[i + 1]) / 2
+    sum = sum + (x[i] - x[i + 1]) * h
+  end
+  return sum
+end
+function Conf:result()
+  local k = self.kind
+  if k == "auc" then return auc(self) end
+  if k == "precision" then return div0(self.tp[1], self.tp[1] + self.fp[1]) end
+  if k == "recall" then return div0(self.tp[1], self.tp[1] + self.fn[1]) end
+  return self[k][1]   -- tp, fp, tn, fn
+end
+local check_opts = ldist._util.check_opts
+local function threshold_of(class, opts)
+  local t = opts.thresholds == nil and 0.5 or opts.thresholds
+  if type(t) ~= "number" or not (t >= 0 and t <= 1) then
+    error(("metrics.%s: thresholds must be one number in [0, 1], got %s"):format(class, tostring(t)), 3)
+  end
+  return t
+end
+for class, kind in pairs { Precision = "precision", Recall = "recall", TruePositives = "tp", FalsePositives = "fp",
+                           TrueNegatives = "tn", FalseNegatives = "fn" } do
+  local default = class:gsub("(%l)(%u)", "%1_%2"):lower()
+  metrics[class] = function(opts)
+    if type(opts) == "string" then opts = { name = opts } end
+    opts = opts or {}
+    check_opts("metrics." .. class, opts, { thresholds = true, name = true })
+    local m = conf_new(opts.name or default, { threshold_of(class, opts) }, kind)
+    m:reset_state()
+    return m
+  end
+  doc(metrics[class], "metrics." .. class, ("metrics.%s{thresholds=0.5, name=\"%s\"}\n\nKeras's %s: over every element, " ..
+    "y_true nonzero is positive, y_pred > thresholds\npredicts positive (give probabilities: a sigmoid's, not logits); " ..
+    "update_state(y_true, y_pred,\n[sample_weight]) weights the counts."):format(class, default, class))
+end
+function metrics.AUC(opts)
+  if type(opts) == "string" then opts = { name = opts } end
+  opts = opts or {}
+  check_opts("metrics.AUC", opts, { num_thresholds = true, curve = true, summation_method = true, name = true })
+  local n = opts.num_thresholds or 200
+  if math.type(n) ~= "integer" or n < 2 then error("metrics.AUC: num_thresholds must be an integer > 1", 2) end
+  local curve, method = opts.curve or "ROC", opts.summation_method or "interpolation"
+  if curve ~= "ROC" and curve ~= "PR" then error("metrics.AUC: curve must be \"ROC\" or \"PR\"", 2) end
+  if method ~= "interpolation" and method ~= "minoring" and method ~= "majoring" then
+    error("metrics.AUC: summation_method must be \"interpolation\", \"minoring\" or \"majoring\"", 2)
+  end
+  -- Keras's thresholds: evenly spaced in (0, 1), and -epsilon and 1 + epsilon at the ends
+  local th = { -1e-7 }
+  for i = 1, n - 2 do th[#th + 1] = i / (n - 1) end
+  th[#th + 1] = 1 + 1e-7
+  local m = conf_new(opts.name or "auc", th, "auc", { curve = curve, summation_method = method })
+  m:reset_state()
+  return m
+end
+doc(metrics.AUC, "metrics.AUC", "metrics.AUC{num_thresholds=200, curve=\"ROC\"|\"PR\", summation_method=\"interpolation\"}\n\n" ..
+  "Keras's area under the ROC (or precision-recall) curve, from counts at num_thresholds\nthresholds " ..
+  "(Keras's, evenly spaced; its interpolations). Give probabilities, not logits.")
+
+-- Keras's top-k accuracies: the label among the k highest predictions (a
+-- tie with the k-th counts as in, as TF's in_top_k)
+local TopK = setmetatable({}, { __index = Acc })
+TopK.__index = TopK
+TopK.__name = "ldist.metrics.TopKAccuracy"
+TopK.__tostring = Mean.__tostring
+local function top_k(sparse, default)
+  return function(opts)
+    if type(opts) == "string" then opts = { name = opts } end
+    opts = opts or {}
+    local class = sparse and "SparseTopKCategoricalAccuracy" or "TopKCategoricalAccuracy"
+    check_opts("metrics." .. class, opts, { k = true, name = true })
+    local k = opts.k or 5
+    if math.type(k) ~= "integer" or k < 1 then error(("metrics.%s: k must be a positive integer"):format(class), 2) end
+    return setmetatable({ name = opts.name or default, k = k, sparse = sparse, correct = 0, count = 0 }, TopK)
+  end
+end
+metrics.SparseTopKCategoricalAccuracy = top_k(true, "sparse_top_k_categorical_accuracy")
+metrics.TopKCategoricalAccuracy = top_k(false, "top_k_categorical_accuracy")
+function TopK:update_state(y_true, y_pred)
+  local p = host_array(y_pred, 2)
+  local c = p.shape[#p.shape]
+  local rows = c and c > 0 and p.n // c or 0
+  local label
+  if self.sparse then label = host_array(y_true, 1)
+  else label = host_array((tensor.is_tensor(y_true) and y_true or tensor.new(y_true)):argmax(-1), 1) end
+  for r = 0, rows - 1 do
+    local target = p[r * c + math.floor(label[r + 1]) + 1]
+    local higher = 0
+    for j = 1, c do if p[r * c + j] > target then higher = higher + 1 end end
+    if higher < self.k then self.correct = self.correct + 1 end
+  end
+  self.count = self.count + rows
+end
+doc(metrics.SparseTopKCategoricalAccuracy, "metrics.SparseTopKCategoricalAccuracy",
+  "metrics.SparseTopKCategoricalAccuracy{k=5}\n\nThe fraction of rows whose integer label is among the k highest " ..
+  "predictions (Keras's;\na tie with the k-th counts, as TF's in_top_k).")
+doc(metrics.TopKCategoricalAccuracy, "metrics.TopKCategoricalAccuracy",
+  "metrics.TopKCategoricalAccuracy{k=5}\n\nThe same with one-hot labels.")
+
 -- Keras's names of these metrics in compile (keras.metrics.get)
 local metric_by_name = {
   mse = "MeanSquaredError", mean_squared_error = "MeanSquaredError", mae = "MeanAbsoluteError",
@@ -228,6 +401,8 @@ local metric_by_name = {
   log_cosh_error = "LogCoshError", cosine_similarity = "CosineSimilarity",
   kl_divergence = "KLDivergence", poisson = "Poisson", hinge = "Hinge",
   squared_hinge = "SquaredHinge", categorical_hinge = "CategoricalHinge",
+  precision = "Precision", recall = "Recall", auc = "AUC", sparse_top_k_categorical_accuracy = "SparseTopKCategoricalAccuracy",
+  top_k_categorical_accuracy = "TopKCategoricalAccuracy",
 }
 
 -- turn what compile got ("accuracy", a metric object) into metric objects

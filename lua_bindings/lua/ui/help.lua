@@ -872,8 +872,10 @@ Keras metrics: Accuracy, SparseCategoricalAccuracy, CategoricalAccuracy,
 BinaryAccuracy, Mean, MeanSquaredError, MeanAbsoluteError,
 MeanAbsolutePercentageError, MeanSquaredLogarithmicError, RootMeanSquaredError,
 LogCoshError, CosineSimilarity, KLDivergence, Poisson, Hinge, SquaredHinge,
-CategoricalHinge; m:update_state(...), m:result(), m:reset_state(). compile
-takes Keras's names: metrics = {"mae"} gives history.mae and val_mae.]]
+CategoricalHinge, Precision, Recall, TruePositives, FalsePositives, TrueNegatives,
+FalseNegatives, AUC, SparseTopKCategoricalAccuracy, TopKCategoricalAccuracy;
+m:update_state(...), m:result(), m:reset_state(). compile takes Keras's names:
+metrics = {"mae"} gives history.mae and val_mae.]]
 M["nn"] = [[
 Layers and models, Keras-style: nn.Sequential{...}, nn.Model{inputs=, outputs=},
 nn.Dense, nn.Conv2D, nn.LSTM, ... and nn.load_model. help(nn.Dense) for a layer.
