@@ -413,3 +413,108 @@ ld_tensor *ld_gather(ld_tensor *t, ld_tensor *idx, int axis) {
     ld_tensor_release(rows);
     return out;
 }
+
+/* ================================================================ sorting: top_k, sort, argsort */
+/* One row's order: indices by value, descending or ascending, ties by the
+   lower index first (TF's top_k and its stable sort); NaN above +inf
+   (NumPy's rule: last ascending, first descending; TF's NaN order is not
+   total). A merge sort, stable by construction. */
+static int sort_before(double a, double b, int desc) {
+    int na = a != a, nb = b != b;
+    if (na || nb) return desc ? na && !nb : nb && !na;
+    return desc ? a > b : a < b;
+}
+static void sort_row(const double *v, int32_t *idx, int32_t *tmp, int64_t n, int desc) {
+    for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
+    for (int64_t w = 1; w < n; w *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {
+            int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, a = lo, b = mid, k = lo;
+            while (a < mid && b < hi) tmp[k++] = sort_before(v[idx[b]], v[idx[a]], desc) ? idx[b++] : idx[a++];
+            while (a < mid) tmp[k++] = idx[a++];
+            while (b < hi) tmp[k++] = idx[b++];
+        }
+        memcpy(idx, tmp, (size_t)n * sizeof *idx);
+    }
+}
+
+/* The first k of each row's order along the last axis of x: int32 [..., k]
+   on x's device (computed on the host) */
+static ld_tensor *order_last(ld_tensor *x, int64_t k, int desc) {
+    int64_t c = x->ndim ? x->shape[x->ndim - 1] : 1, rows = c ? ld_tensor_numel(x) / c : 0, s[LD_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) s[i] = x->shape[i];
+    if (x->ndim) s[x->ndim - 1] = k;
+    /* the values as doubles: every dtype's exactly (int64 to 2^53) */
+    ld_tensor *hx = ld_to_device(x, ld_device_cpu()), *f = hx ? ld_contiguous(hx) : NULL;
+    ld_tensor *out = f ? ld_tensor_empty(LD_I32, x->ndim, s, NULL) : NULL;
+    double *v = out ? malloc(sizeof *v * (size_t)(c ? c : 1)) : NULL;
+    int32_t *idx = v ? malloc(sizeof *idx * 2 * (size_t)(c ? c : 1)) : NULL;
+    const void *p = idx ? ld_tensor_data(f) : NULL;
+    ld_tensor *r = NULL;
+    if (p) {
+        int32_t *o = ld_tensor_data_unsynced(out);
+        for (int64_t row = 0; row < rows; row++) {
+            for (int64_t j = 0; j < c; j++) v[j] = ld_tensor_get_flat(f, row * c + j);
+            sort_row(v, idx, idx + c, c, desc);
+            memcpy(o + row * k, idx, (size_t)k * sizeof *o);
+        }
+        r = ld_to_device(out, DEV(x));
+    } else if (out && !idx) ld_fail(LD_ENOMEM, "out of memory");
+    free(v); free(idx);
+    ld_tensor_release(hx); ld_tensor_release(f); ld_tensor_release(out);
+    return r;
+}
+
+/* x's values at idx (int32 [..., k]) along the last axis, as one gather of
+   the flattened x: differentiable (gather's scatter-add) for a float x */
+static ld_tensor *take_last(ld_tensor *x, ld_tensor *idx) {
+    int64_t c = x->shape[x->ndim - 1], k = idx->shape[idx->ndim - 1], n = ld_tensor_numel(x), rows = c ? n / c : 0;
+    ld_tensor *hi = ld_to_device(idx, ld_device_cpu()), *flat_i = hi ? ld_tensor_empty(LD_I64, idx->ndim, idx->shape, NULL) : NULL;
+    const int32_t *ip = flat_i ? ld_tensor_data(hi) : NULL;
+    ld_tensor *y = NULL;
+    if (ip) {
+        int64_t *fp = ld_tensor_data_unsynced(flat_i);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < k; j++) fp[r * k + j] = r * c + ip[r * k + j];
+        ld_tensor *fi = ld_to_device(flat_i, DEV(x)), *fx = fi ? ld_reshape_op(x, 1, &n) : NULL;
+        y = fx ? ld_gather(fx, fi, 0) : NULL;
+        ld_tensor_release(fi); ld_tensor_release(fx);
+    }
+    ld_tensor_release(hi); ld_tensor_release(flat_i);
+    return y;
+}
+
+int ld_top_k(ld_tensor *x, int64_t k, ld_tensor **values, ld_tensor **indices) {
+    char b[LD_SHAPE_STR_MAX];
+    *values = *indices = NULL;
+    if (x->ndim < 1) return ld_fail(LD_ESHAPE, "top_k needs at least one axis, got a scalar");
+    int64_t c = x->shape[x->ndim - 1];
+    if (k < 0 || k > c)
+        return ld_fail(LD_EARG, "top_k: k = %lld, but the last axis of %s has %lld values", (long long)k,
+                       ld_shape_str(x, b, sizeof b), (long long)c);
+    if (c > INT32_MAX) return ld_fail(LD_ESHAPE, "top_k: a last axis of %lld values is more than int32 indices hold", (long long)c);
+    ld_tensor *idx = order_last(x, k, 1), *v = idx ? take_last(x, idx) : NULL;
+    if (!v) { ld_tensor_release(idx); return ld_error_status(); }
+    *values = v;
+    *indices = idx;
+    return LD_OK;
+}
+
+/* argsort / sort along axis: that axis moved last (a recorded permute), the
+   order of the last axis, then moved back */
+static ld_tensor *sort_along(ld_tensor *x, int axis, int desc, int values) {
+    int ax = axis, perm[LD_MAX_DIMS];
+    if (x->ndim < 1) { ld_fail(LD_ESHAPE, "%s needs at least one axis, got a scalar", values ? "sort" : "argsort"); return NULL; }
+    if (ld_ops_norm_axis(x, &ax, values ? "sort" : "argsort")) return NULL;
+    if (x->shape[ax] > INT32_MAX) { ld_fail(LD_ESHAPE, "argsort: an axis of more values than int32 indices hold"); return NULL; }
+    for (int i = 0; i < x->ndim; i++) perm[i] = i;
+    perm[ax] = x->ndim - 1;
+    perm[x->ndim - 1] = ax;   /* a swap: its own inverse */
+    ld_tensor *t = ld_permute_op(x, perm), *ct = t ? ld_ops_contig(t) : NULL;
+    ld_tensor *idx = ct ? order_last(ct, ct->shape[ct->ndim - 1], desc) : NULL;
+    ld_tensor *r = !idx ? NULL : values ? take_last(ct, idx) : ld_tensor_retain(idx);
+    ld_tensor *back = r ? ld_permute_op(r, perm) : NULL, *out = back ? ld_ops_contig(back) : NULL;
+    ld_tensor_release(t); ld_tensor_release(ct); ld_tensor_release(idx); ld_tensor_release(r); ld_tensor_release(back);
+    return out;
+}
+ld_tensor *ld_argsort(ld_tensor *x, int axis, int descending) { return sort_along(x, axis, descending, 0); }
+ld_tensor *ld_sort(ld_tensor *x, int axis, int descending) { return sort_along(x, axis, descending, 1); }

@@ -54,4 +54,15 @@ ld_tensor *ld_embedding_op(ld_tensor *table, ld_tensor *ids);
    t gets its gradient (scatter-added, as the embedding's); idx none. */
 ld_tensor *ld_gather(ld_tensor *t, ld_tensor *idx, int axis);
 
+/* tf.math.top_k: the k largest values along the last axis, in descending
+   order, and their int32 indices (ties: the lower index first, as TF's);
+   the values are x's (gathered: a float x gets its gradient, scattered to
+   those places). NaN counts as above +inf (NumPy's rule; TF's NaN order is
+   not total). The order is found on the host. */
+int ld_top_k(ld_tensor *x, int64_t k, ld_tensor **values, ld_tensor **indices);
+/* tf.argsort and tf.sort along axis, ascending or descending, stable (ties
+   keep their order); argsort's int32, sort's values differentiable as top_k's */
+ld_tensor *ld_argsort(ld_tensor *x, int axis, int descending);
+ld_tensor *ld_sort(ld_tensor *x, int axis, int descending);
+
 #endif

@@ -578,6 +578,55 @@ static int t_slice(lua_State *L) {
     return 1;
 }
 
+/* tensor.top_k(x, k=1) -> values, indices (tf.math.top_k; sorted=true, TF's default, the only order) */
+static int t_top_k(lua_State *L) {
+    ld_tensor *x = lb_check_tensor(L, 1), *v, *i;
+    lua_Integer k = luaL_optinteger(L, 2, 1);
+    if (lua_istable(L, 3)) {
+        static const char *const names[] = {"sorted", NULL};
+        lb_check_options(L, 3, "tensor.top_k", names);
+        lua_getfield(L, 3, "sorted");
+        if (!lua_isnil(L, -1) && !lua_toboolean(L, -1))
+            return luaL_argerror(L, 3, "sorted=false is not supported: the k values come sorted, as TF's default");
+        lua_pop(L, 1);
+    }
+    if (ld_top_k(x, k, &v, &i)) return lb_engine_error(L, 1);
+    lb_push_tensor(L, v, 1);
+    lb_push_tensor(L, i, 1);
+    return 2;
+}
+
+/* t:sort([axis=-1], [direction="ASCENDING"]) or ({axis=, direction=}); t:argsort(...) the same */
+static int sort_args(lua_State *L, const ld_tensor *t, int *axis, int *desc, const char *what) {
+    static const char *const names[] = {"axis", "direction", NULL};
+    *axis = -1;
+    const char *dir = "ASCENDING";
+    if (lua_istable(L, 2)) {
+        lb_check_options(L, 2, what, names);
+        lua_getfield(L, 2, "axis");
+        if (!lua_isnil(L, -1)) *axis = axis_value(L, 2, luaL_checkinteger(L, -1), t->ndim);
+        lua_getfield(L, 2, "direction");
+        if (!lua_isnil(L, -1)) dir = luaL_checkstring(L, -1);
+        lua_pop(L, 2);
+    } else {
+        if (!lua_isnoneornil(L, 2)) *axis = check_axis(L, 2, t->ndim);
+        dir = luaL_optstring(L, 3, dir);
+    }
+    if (strcmp(dir, "ASCENDING") && strcmp(dir, "DESCENDING"))
+        return luaL_error(L, "%s: direction must be \"ASCENDING\" or \"DESCENDING\" (TF's), got \"%s\"", what, dir);
+    *desc = !strcmp(dir, "DESCENDING");
+    return 0;
+}
+static int sorted(lua_State *L, int values) {
+    ld_tensor *t = SELF;
+    int axis, desc;
+    sort_args(L, t, &axis, &desc, values ? "t:sort" : "t:argsort");
+    lb_push_tensor(L, values ? ld_sort(t, axis, desc) : ld_argsort(t, axis, desc), 1);
+    return 1;
+}
+static int t_sort(lua_State *L) { return sorted(L, 1); }
+static int t_argsort(lua_State *L) { return sorted(L, 0); }
+
 static int t_stop_gradient(lua_State *L) { lb_push_tensor(L, ld_stop_gradient(lb_check_tensor(L, 1)), 1); return 1; }
 static int t_contiguous(lua_State *L) { lb_push_tensor(L, ld_ops_contig(SELF), 1); return 1; }
 static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone_op(SELF), 1); return 1; }
@@ -1356,7 +1405,7 @@ static const luaL_Reg methods[] = {
     {"logsumexp", t_logsumexp}, {"any", t_any}, {"all", t_all}, {"prod", t_prod}, {"cumsum", t_cumsum},
     {"cumprod", t_cumprod},
     {"index_select", t_gather}, {"gather", t_gather}, {"clip", t_clip}, {"squeeze", t_squeeze},
-    {"expand_dims", t_expand_dims},
+    {"expand_dims", t_expand_dims}, {"sort", t_sort}, {"argsort", t_argsort},
     {"assign", t_assign}, {"assign_add", t_assign_add}, {"assign_sub", t_assign_sub},
     {NULL, NULL}};
 
@@ -1366,7 +1415,7 @@ static const luaL_Reg functions[] = {
     {"randn", t_normal}, {"seed", t_seed}, {"get_rng_state", t_get_rng_state}, {"set_rng_state", t_set_rng_state}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
     {"device_note", t_device_note}, {"bmm", t_bmm}, {"attention", t_attention},
-    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot}, {"stop_gradient", t_stop_gradient},
+    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot}, {"stop_gradient", t_stop_gradient}, {"top_k", t_top_k},
     {NULL, NULL}};
 
 /* the rule for values, in the help of everything that converts them */
@@ -1388,6 +1437,9 @@ static const char *const docs[] = {
     "get_rng_state", "tensor.get_rng_state()\n\nThe global random generator's state, as a string (for tensor.set_rng_state).",
     "set_rng_state", "tensor.set_rng_state(state)\n\nPut back a state from tensor.get_rng_state(), here or in another process:\n"
                      "the same initialisers, dropout masks and random tensors follow.",
+    "top_k", "tensor.top_k(x, k=1) -> values, indices\n\ntf.math.top_k: the k largest values along the last axis, largest first, and their int32\n"
+             "indices (ties: the lower index first, as TF's). The values keep the gradient (to those places).\n"
+             "NaN counts as above +inf (NumPy's rule; TF's NaN order is not a total order).",
     "stop_gradient", "tensor.stop_gradient(t)\n\nt's values, which no gradient flows through (tf.stop_gradient): a target network's\n"
                      "outputs, a GAN's fixed half, a straight-through estimator's x + stop_gradient(q - x).",
     "concat", "tensor.concat({t1, t2, ...}, axis=0)\n\nJoin tensors along an existing axis.",
@@ -1473,6 +1525,10 @@ static const char *const docs[] = {
                      "range is undefined, a value the dtype cannot hold is an error naming it and its index.\n"
                      VALUES_DOC,
     "Tensor:clip", "t:clip(lo, hi)\n\ntensor.clip_by_value(t, lo, hi): each value limited to [lo, hi], with TF's gradients.",
+    "Tensor:sort", "t:sort([axis=-1], [direction=\"ASCENDING\"|\"DESCENDING\"]) or ({axis=, direction=})\n\ntf.sort: the values in order along "
+                   "an axis, stable (ties keep their order); the gradient goes back to\neach value's place. NaN counts as above +inf, as in t:argsort and tensor.top_k.",
+    "Tensor:argsort", "t:argsort([axis=-1], [direction]) or ({axis=, direction=})\n\ntf.argsort: the int32 indices that order t along an axis "
+                      "(stable: ties by the lower index).",
     "Tensor:squeeze", "t:squeeze([axis])\n\nThe tensor without its axes of size 1 (or only `axis`, which must have size 1): tf.squeeze.",
     "Tensor:expand_dims", "t:expand_dims(axis)\n\nThe tensor with a new axis of size 1 at `axis` (0 .. ndim, negative from the end): tf.expand_dims.",
     "Tensor:item", "t:item()\n\nThe value of a one-element tensor as a Lua number.",

@@ -201,6 +201,20 @@ for _, op in ipairs({ "cumsum", "cumprod" }) do
     end
   end
 end
+-- top_k, sort, argsort: NaN above +inf (NumPy's rule), where TF's order is
+-- not total (its sort of {3, 1, nan, 3, -inf, 2} gives -inf, 1, 3, nan, 2, 3)
+CASES.top_k = function(dev)
+  local v, i = tensor.top_k(tensor.new({ 3, 1, nan, 3, -inf, 2 }, { device = dev }), 3)
+  same(v, { nan, 3, 3 }, "top_k: NaN first, then the 3s by index")
+  same(i, { 2, 0, 3 }, "top_k's indices")
+end
+CASES.sort = function(dev)
+  same(tensor.new({ 3, 1, nan, 3, -inf, 2 }, { device = dev }):sort(), { -inf, 1, 2, 3, 3, nan }, "sort: NaN last")
+end
+CASES.argsort = function(dev)
+  same(tensor.new({ 3, 1, nan, 3, -inf, 2 }, { device = dev }):argsort { direction = "DESCENDING" }, { 2, 0, 3, 5, 1, 4 },
+    "argsort descending: NaN first")
+end
 for _, op in ipairs({ "argmax", "argmin" }) do
   CASES[op] = function(dev)
     -- NumPy's rule (the first NaN wins), not TF's (NaN skipped): argmax
@@ -694,6 +708,36 @@ T.test("prod over lists of axes equals TF's, values and gradients, zeros include
   T.eq(got.dtype, "float16", "prod of float16 is float16")
   same(got:astype("float32"), flat(h:astype("float32"):prod({ 0, 2 }):astype("float16"):astype("float32")),
     "prod of float16: the float32 product rounded once", 0)
+end)
+
+-- top_k, sort and argsort on values without NaN: TF 2.21's, ties included
+-- (x = the 3x6 rows below; the gradients with -inf made 9)
+T.test("top_k, sort and argsort equal TF's, values, indices and gradients", function()
+  local X = { { 3, 1, 2, 3, -inf, 2 }, { inf, 0, -0.0, 5, 5, 1 }, { 7, -1, 7, 0.5, 2, 7 } }
+  for _, dev in ipairs({ "cpu:0", "cpu:1" }) do
+    local x = tensor.new(X):to(dev)
+    local v, i = tensor.top_k(x, 3)
+    same(v, { 3, 3, 2, inf, 5, 5, 7, 7, 7 }, "top_k values on " .. dev)
+    same(i, { 0, 3, 2, 0, 3, 4, 0, 2, 5 }, "top_k indices")
+    T.eq(i.dtype, "int32", "int32 indices, as TF's")
+    same(x:argsort(), { 4, 1, 2, 5, 0, 3, 1, 2, 5, 3, 4, 0, 1, 3, 4, 0, 2, 5 }, "argsort")
+    same(x:argsort(-1, "DESCENDING"), { 0, 3, 2, 5, 1, 4, 0, 3, 4, 5, 1, 2, 0, 2, 5, 4, 3, 1 }, "argsort descending")
+    same(x:argsort(0), { 0, 2, 1, 2, 0, 1, 2, 1, 0, 0, 2, 0, 1, 0, 2, 1, 1, 2 }, "argsort along axis 0")
+    local xv = tensor.Variable(tensor.where(x:abs():eq(inf), 9, x))
+    local tape = autograd.GradientTape { persistent = true }
+    local s1, s2 = tape:record(function()
+      local tv = tensor.top_k(xv, 3)
+      return (tv * tensor.arange(1, 10):astype("float32"):reshape(3, 3):to(dev)):sum(),
+        (xv:sort { axis = 0, direction = "DESCENDING" } * tensor.arange(1, 19):astype("float32"):reshape(3, 6):to(dev)):sum()
+    end)
+    same(tape:gradient(s1, xv), { 2, 0, 0, 3, 1, 0, 4, 0, 0, 5, 6, 0, 7, 0, 8, 0, 0, 9 }, "top_k's gradient")
+    same(tape:gradient(s2, xv), { 13, 2, 9, 10, 5, 12, 1, 8, 15, 4, 11, 18, 7, 14, 3, 16, 17, 6 }, "sort's gradient")
+  end
+  -- integers sort exactly (2^53 and 2^53 - 1 as int64)
+  local big = tensor.new({ 9007199254740992, 9007199254740991, 3 }, { dtype = "int64" })
+  same(big:argsort(), { 2, 1, 0 }, "int64 argsort, exact")
+  T.raises(function() tensor.top_k(tensor.ones(2, 3), 4) end, "k = 4, but the last axis of 2x3 has 3 values")
+  T.raises(function() tensor.ones(3):sort(0, "UP") end, "direction must be")
 end)
 
 T.done()
