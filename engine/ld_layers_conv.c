@@ -45,12 +45,7 @@ static ld_tensor *bias_act(ld_tensor *y, ld_tensor *b, ld_activation a) {
         ld_tensor_release(y);
         y = t;
     }
-    if (y && a != LD_ACT_NONE) {
-        ld_tensor *r = ld_activate(a, y);
-        ld_tensor_release(y);
-        y = r;
-    }
-    return y;
+    return ld_layer_activate(a, y, 0);
 }
 
 /* LD_OK when kernel_size (parameter k_i) and strides (s_i) are two positive
@@ -279,7 +274,7 @@ static ld_tensor *sep_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int t
     ld_tensor *y = p2 ? ld_linear_half(d, p2, ld_p_int(l, 1 + DW_BIAS) ? ld_var(l->vars[2]) : NULL, a == LD_ACT_RELU)
                       : NULL;
     ld_tensor_release(d); ld_tensor_release(p2);
-    return bias_act(y, NULL, a == LD_ACT_RELU ? LD_ACT_NONE : a);
+    return ld_layer_activate(a, y, 1);   /* relu folded into ld_linear_half */
 }
 const ld_layer_class ld_layer_separable_conv2d = {
     "SeparableConv2D", "separable_conv2d", NULL, {"filters", "kernel_size"},

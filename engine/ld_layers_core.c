@@ -6,14 +6,6 @@
 #include <math.h>
 #include <string.h>
 
-/* activation(y) after a layer's product; relu is folded into ld_linear */
-static ld_tensor *then_activate(ld_activation a, ld_tensor *y) {
-    if (!y || a == LD_ACT_NONE || a == LD_ACT_RELU) return y;
-    ld_tensor *r = ld_activate(a, y);
-    ld_tensor_release(y);
-    return r;
-}
-
 /* ================================================================ Dense */
 enum { DENSE_UNITS, DENSE_ACT, DENSE_BIAS };
 static int dense_check(ld_layer *l) {
@@ -40,7 +32,7 @@ static ld_tensor *dense_forward(ld_layer *l, int n_in, ld_tensor *const *x, int 
     ld_tensor *y = xf ? ld_linear_half(xf, ld_var(l->vars[0]), ld_p_int(l, DENSE_BIAS) ? ld_var(l->vars[1]) : NULL,
                                        a == LD_ACT_RELU) : NULL;
     ld_tensor_release(xf);
-    return then_activate(a, y);
+    return ld_layer_activate(a, y, 1);   /* relu folded into the product */
 }
 const ld_layer_class ld_layer_dense = {
     "Dense", "dense", NULL, {"units", "activation"},
@@ -189,7 +181,7 @@ static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
                                            a == LD_ACT_RELU, (int)s[0], (int)s[1],
                                            !strcmp(ld_p_str(l, CONV_PADDING), "same")) : NULL;
     ld_tensor_release(xf);
-    return then_activate(a, y);
+    return ld_layer_activate(a, y, 1);   /* relu folded into the product */
 }
 const ld_layer_class ld_layer_conv2d = {
     "Conv2D", "conv2d", NULL, {"filters", "kernel_size"},

@@ -11,13 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static ld_tensor *then_activate(ld_activation a, ld_tensor *y) {
-    if (!y || a == LD_ACT_NONE || a == LD_ACT_RELU) return y;
-    ld_tensor *r = ld_activate(a, y);
-    ld_tensor_release(y);
-    return r;
-}
-
 /* ================================================================ Embedding */
 enum { EMB_INPUT_DIM, EMB_OUTPUT_DIM };
 static int emb_check(ld_layer *l) {
@@ -242,7 +235,7 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     int64_t ys[3] = {n, ow, f};
     ld_tensor *y = y2 ? ld_reshape_op(y2, 3, ys) : NULL;
     ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
-    return then_activate(a, y);
+    return ld_layer_activate(a, y, 1);   /* relu folded into the product */
 }
 const ld_layer_class ld_layer_conv1d = {
     "Conv1D", "conv1d", NULL, {"filters", "kernel_size"},

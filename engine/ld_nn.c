@@ -42,6 +42,13 @@ ld_tensor *ld_activate(ld_activation a, ld_tensor *x) {
     }
 }
 
+ld_tensor *ld_layer_activate(ld_activation a, ld_tensor *y, int relu_done) {
+    if (!y || a == LD_ACT_NONE || (relu_done && a == LD_ACT_RELU)) return y;
+    ld_tensor *r = ld_activate(a, y);
+    ld_tensor_release(y);
+    return r;
+}
+
 /* ================================================================ layer classes */
 #define LD_LAYER_ADDRESS(k) &ld_layer_##k,
 static const ld_layer_class *const classes[] = {LD_LAYER_CLASSES(LD_LAYER_ADDRESS) NULL};

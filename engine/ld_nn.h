@@ -27,6 +27,10 @@ typedef enum {
 int ld_activation_from_name(const char *name, ld_activation *out);
 const char *ld_activation_name(ld_activation a);
 ld_tensor *ld_activate(ld_activation a, ld_tensor *x);
+/* A layer's activation after its product: activation a of y, y's reference
+   taken (NULL passes); with relu_done, relu is left out (the fused product,
+   ld_linear / ld_conv2d_bias_act, applied it) */
+ld_tensor *ld_layer_activate(ld_activation a, ld_tensor *y, int relu_done);
 
 /* ---- layers: one class per kind ----
  * A layer class (ld_layer_class) is the one place that says what a kind of

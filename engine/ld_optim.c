@@ -245,8 +245,8 @@ int ld_optimizer_apply(ld_optimizer *o, int n, ld_tensor *const *grads, ld_tenso
     return st;
 }
 
-/* Nadam's momentum schedule (Keras 3's): mu_t = b1 (1 - 0.96^t / 2) */
-static double nadam_mu(double b1, int64_t t) { return b1 * (1.0 - 0.5 * pow(0.96, (double)t)); }
+/* Nadam's momentum schedule (Keras 3's): mu_t = b1 (1 - 0.96^t / 2), from 0.96^t */
+static double nadam_mu(double b1, double decay_t) { return b1 * (1.0 - 0.5 * decay_t); }
 
 /* one step's rule and hyperparameters (ld_kernels.h's ld_opt_hyper) */
 static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
@@ -275,11 +275,14 @@ static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
     case LD_OPT_NADAM: {
         /* the product mu_1 ... mu_t (Keras's u_product), from the start: it
            reaches 0 after some thousands of steps, where the loop stops */
-        double prod = 1;
-        for (int64_t k = 1; k <= step && prod != 0; k++) prod *= nadam_mu(o->beta1, k);
-        double mu1 = nadam_mu(o->beta1, step + 1);
+        double prod = 1, decay = 1;   /* 0.96^k, k by k: no pow per factor on every step's path */
+        for (int64_t k = 1; k <= step && prod != 0; k++) {
+            decay *= 0.96;
+            prod *= nadam_mu(o->beta1, decay);
+        }
+        double mu1 = nadam_mu(o->beta1, pow(0.96, (double)(step + 1)));
         h.rule = LD_UPD_NADAM;
-        h.mu = (float)nadam_mu(o->beta1, step);
+        h.mu = (float)nadam_mu(o->beta1, pow(0.96, (double)step));
         h.mu1 = (float)mu1;
         h.bc1 = (float)(1.0 - prod);
         h.bc1n = (float)(1.0 - prod * mu1);
