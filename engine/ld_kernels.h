@@ -54,11 +54,14 @@ typedef struct {
      LD_UPD_ADAMAX   s[0] m, s[1] u (the weighted infinity norm)
      LD_UPD_NADAM    s[0] m, s[1] v
      LD_UPD_LION     s[0] m
+     LD_UPD_ADADELTA s[0] the gradients' mean square, s[1] the steps'
+     LD_UPD_FTRL     s[0] the accumulator, s[1] the linear term
    Each gradient is used as g * gscale (1: as it is; the loss scale's
    unscaling and clipnorm's factor otherwise), the product rounded to
    float32 before the rule, as a separate multiply would. The item table
    travels by value: it fits a CUDA kernel's 4 KB of parameters. */
-typedef enum { LD_UPD_SGD = 0, LD_UPD_ADAM, LD_UPD_RMSPROP, LD_UPD_ADAGRAD, LD_UPD_ADAMAX, LD_UPD_NADAM, LD_UPD_LION } ld_update_rule;
+typedef enum { LD_UPD_SGD = 0, LD_UPD_ADAM, LD_UPD_RMSPROP, LD_UPD_ADAGRAD, LD_UPD_ADAMAX, LD_UPD_NADAM, LD_UPD_LION,
+               LD_UPD_ADADELTA, LD_UPD_FTRL } ld_update_rule;
 #define LD_OPT_BATCH 48
 typedef struct {
     float *w;          /* the variable [n] */
@@ -73,11 +76,14 @@ typedef struct {
    (1 - b1^t) (the host's double, rounded); RMSprop: lr, rho, momentum, eps;
    Adagrad: lr, eps; Adamax: lr, b1, b2, eps, bc1 = 1 - b1^t; Nadam: lr, b1,
    b2, eps, mu = mu_t, mu1 = mu_{t+1}, bc1 = 1 - mu_1 ... mu_t, bc1n = 1 -
-   mu_1 ... mu_{t+1}, bc2 = 1 - b2^t; Lion: lr, b1, b2 */
+   mu_1 ... mu_{t+1}, bc2 = 1 - b2^t; Lion: lr, b1, b2; Adadelta: lr, rho,
+   eps; Ftrl: lr, lrp = -learning_rate_power, l1, l2x2 = 2 (l2 + beta /
+   (2 lr)), shrink = 2 l2_shrinkage (float32, as Keras's ops round them) */
 typedef struct {
     ld_update_rule rule;
     float lr, momentum, b1, b2, eps, rho, wd, alpha;
     float mu, mu1, bc1, bc1n, bc2;
+    float lrp, l1, l2x2, shrink;
     int nesterov;
 } ld_opt_hyper;
 typedef struct {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const opt_names[] = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "Nadam", "Lion"};
+static const char *const opt_names[] = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adamax", "Nadam", "Lion", "Adadelta", "Ftrl"};
 const char *ld_optimizer_name(ld_opt_kind k) { return opt_names[k]; }
 
 double ld_schedule_at(const ld_schedule *s, int64_t step) {
@@ -74,6 +74,8 @@ ld_optimizer *ld_optimizer_new(ld_opt_kind kind) {
     case LD_OPT_SGD: o->lr.initial = 0.01; break;
     case LD_OPT_LION: o->lr.initial = 0.001; o->beta2 = 0.99f; break;
     case LD_OPT_ADAMW: o->lr.initial = 0.001; o->weight_decay = 0.004f; break;
+    case LD_OPT_ADADELTA: o->lr.initial = 0.001; o->rho = 0.95f; break;
+    case LD_OPT_FTRL: o->lr.initial = 0.001; o->lr_power = -0.5f; break;
     default: o->lr.initial = 0.001; break;
     }
     return o;
@@ -82,7 +84,9 @@ ld_optimizer *ld_optimizer_new(ld_opt_kind kind) {
 /* which of the slots 0..2 the optimizer's rule keeps, as configured (ld_optim.h) */
 static void rule_uses(const ld_optimizer *o, int *use) {
     int adam = o->kind == LD_OPT_ADAM || o->kind == LD_OPT_ADAMW, rms = o->kind == LD_OPT_RMSPROP;
-    int two = adam || o->kind == LD_OPT_ADAMAX || o->kind == LD_OPT_NADAM;   /* m and v (Adamax: u) */
+    /* m and v (Adamax: u; Adadelta: the squares' means; Ftrl: n and z) */
+    int two = adam || o->kind == LD_OPT_ADAMAX || o->kind == LD_OPT_NADAM || o->kind == LD_OPT_ADADELTA ||
+              o->kind == LD_OPT_FTRL;
     use[0] = o->kind != LD_OPT_SGD || o->momentum != 0;
     use[1] = two || (rms && o->momentum != 0);
     use[2] = (adam && o->amsgrad) || (rms && o->centered);
@@ -215,8 +219,8 @@ ld_slot *ld_optimizer_slot(ld_optimizer *o, ld_tensor *var) {
     need[LD_SLOT_ACCUM] = o->accum_steps >= 2;
     for (int q = 0; q < LD_OPT_SLOTS; q++) {
         if (!need[q]) continue;
-        /* Adagrad's accumulator starts at initial_accumulator_value, as Keras's */
-        s->s[q] = q == 0 && o->kind == LD_OPT_ADAGRAD
+        /* Adagrad's and Ftrl's accumulator starts at initial_accumulator_value, as Keras's */
+        s->s[q] = q == 0 && (o->kind == LD_OPT_ADAGRAD || o->kind == LD_OPT_FTRL)
                       ? ld_tensor_full(LD_F32, var->ndim, var->shape, o->initial_accumulator, d)
                       : ld_tensor_zeros(LD_F32, var->ndim, var->shape, d);
         if (!s->s[q]) {
@@ -287,6 +291,19 @@ static ld_opt_hyper hyper_of(const ld_optimizer *o, float lr, int64_t step) {
         h.bc1 = (float)(1.0 - prod);
         h.bc1n = (float)(1.0 - prod * mu1);
         h.bc2 = (float)(1.0 - pow((double)o->beta2, (double)step));
+        break;
+    }
+    case LD_OPT_ADADELTA:
+        h.rule = LD_UPD_ADADELTA;
+        break;
+    case LD_OPT_FTRL: {
+        /* as Keras's float32 ops: l2 + beta / (2 lr), doubled; 2 l2_shrinkage (a Python double, then float32) */
+        float l2reg = o->l2 + o->ftrl_beta / (2.0f * lr);
+        h.rule = LD_UPD_FTRL;
+        h.lrp = -o->lr_power;
+        h.l1 = o->l1;
+        h.l2x2 = 2.0f * l2reg;
+        h.shrink = (float)(2.0 * (double)o->l2_shrinkage);
         break;
     }
     default:

@@ -19,6 +19,9 @@
  *  Adamax:  m += (g-m)(1-b1); u = max(b2*u, |g|); w -= lr*m / ((1-b1^t)(u+eps))
  *  Nadam:   Adam's m and v with Nesterov's momentum schedule mu_t = b1 (1 - 0.96^t / 2) (Keras 3's)
  *  Lion:    w -= lr*sign(b1*m + (1-b1) g); m = b2*m + (1-b2) g
+ *  Adadelta: ag = rho ag + (1-rho) g^2; d = -sqrt(ad+eps) g / sqrt(ag+eps); ad = rho ad + (1-rho) d^2; w += lr d
+ *  Ftrl:    n' = n + g^2; z += g + 2 l2s w - (n'^-p - n^-p)/lr w; w = (clip(z, -l1, l1) - z) / (n'^-p/lr + 2 l2 + beta/lr)
+ *           (p = learning_rate_power, n from initial_accumulator_value)
  */
 #ifndef LD_OPTIM_H
 #define LD_OPTIM_H
@@ -27,7 +30,7 @@
 
 typedef enum {
     LD_OPT_SGD = 0, LD_OPT_ADAM, LD_OPT_ADAMW, LD_OPT_RMSPROP, LD_OPT_ADAGRAD, LD_OPT_ADAMAX, LD_OPT_NADAM, LD_OPT_LION,
-    LD_OPT_COUNT
+    LD_OPT_ADADELTA, LD_OPT_FTRL, LD_OPT_COUNT
 } ld_opt_kind;
 
 /* Keras 3's learning-rate schedules (keras/src/optimizers/schedules) */
@@ -58,6 +61,7 @@ double ld_schedule_at(const ld_schedule *s, int64_t step);
      RMSprop  s[0] the mean square, s[1] the momentum's velocity, s[2] the
               centered variant's mean gradient
      Adagrad  s[0] the accumulator; Adamax s[0] m, s[1] u; Nadam s[0] m, s[1] v; Lion s[0] m
+     Adadelta s[0] the mean square of the gradients, s[1] of the steps; Ftrl s[0] the accumulator n, s[1] the linear z
    and with any of them s[3], use_ema's moving average of the variable, and
    s[4], the gradients summed by gradient accumulation. */
 #define LD_OPT_SLOTS 5
@@ -88,7 +92,9 @@ typedef struct ld_optimizer {
     ld_opt_kind kind;
     ld_schedule lr;          /* LD_SCHED_CONSTANT: lr.initial */
     float momentum, beta1, beta2, epsilon, rho, weight_decay;
-    float initial_accumulator;   /* Adagrad's initial_accumulator_value (0.1) */
+    float initial_accumulator;   /* Adagrad's and Ftrl's initial_accumulator_value (0.1) */
+    /* Ftrl's learning_rate_power (-0.5), l1/l2/l2_shrinkage_regularization_strength and beta (0) */
+    float lr_power, l1, l2, l2_shrinkage, ftrl_beta;
     int nesterov;
     int amsgrad, centered;   /* Adam(W)'s and RMSprop's variants: a third slot */
     /* Keras's gradient clipping (0 = off; at most one is set): clipnorm

@@ -109,6 +109,28 @@ LD_OPT_FN void ld_opt_lion(const ld_opt_hyper *b, float *w, float *m, float g, i
     m[i] = m[i] * b->b2 + g * (1 - b->b2);
 }
 
+/* Adadelta (Keras's): ag = rho ag + (1 - rho) g^2; d = -(sqrt(ad + eps) g) /
+   sqrt(ag + eps); ad = rho ad + (1 - rho) d^2; w += lr d */
+LD_OPT_FN void ld_opt_adadelta(const ld_opt_hyper *b, float *w, float *ag, float *ad, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
+    float a = b->rho * ag[i] + (1 - b->rho) * (g * g);
+    ag[i] = a;
+    float d = -((sqrtf(ad[i] + b->eps) * g) / sqrtf(a + b->eps));
+    ad[i] = b->rho * ad[i] + (1 - b->rho) * (d * d);
+    w[i] = wi + b->lr * d;
+}
+
+/* Ftrl (Keras's, McMahan et al. 2013): n' = n + g^2; z += g + shrink w -
+   (n'^lrp - n^lrp) / lr w; w = (clip(z, -l1, l1) - z) / (n'^lrp / lr + l2x2) */
+LD_OPT_FN void ld_opt_ftrl(const ld_opt_hyper *b, float *w, float *acc, float *lin, float g, int64_t i) {
+    float wi = ld_opt_decayed(b, w[i]);
+    float n = acc[i], n1 = n + g * g, p1 = powf(n1, b->lrp);
+    float z = lin[i] + ((g + b->shrink * wi) - ((p1 - powf(n, b->lrp)) / b->lr) * wi);
+    lin[i] = z;
+    w[i] = (ld_ew_min(ld_ew_max(z, -b->l1), b->l1) - z) / (p1 / b->lr + b->l2x2);
+    acc[i] = n1;
+}
+
 /* one element under the rule: every backend's dispatch (ld_cpu.c's loops over
    a piece, cuda_optim.cu's per element) */
 LD_OPT_FN void ld_opt_rule(const ld_opt_hyper *b, float *w, float *s0, float *s1, float *s2, float g, int64_t i) {
@@ -119,6 +141,8 @@ LD_OPT_FN void ld_opt_rule(const ld_opt_hyper *b, float *w, float *s0, float *s1
     case LD_UPD_ADAGRAD: ld_opt_adagrad(b, w, s0, g, i); break;
     case LD_UPD_ADAMAX: ld_opt_adamax(b, w, s0, s1, g, i); break;
     case LD_UPD_NADAM: ld_opt_nadam(b, w, s0, s1, g, i); break;
+    case LD_UPD_ADADELTA: ld_opt_adadelta(b, w, s0, s1, g, i); break;
+    case LD_UPD_FTRL: ld_opt_ftrl(b, w, s0, s1, g, i); break;
     default: ld_opt_lion(b, w, s0, g, i); break;
     }
 }

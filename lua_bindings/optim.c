@@ -1,5 +1,6 @@
 /*
- * optim.c - the `optim` module: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, Nadam, Lion and schedules.
+ * optim.c - the `optim` module: SGD, Adam, AdamW, RMSprop, Adagrad, Adamax, Nadam, Lion, Adadelta, Ftrl
+ * and schedules.
  *
  *   local opt = optim.Adam{learning_rate = 1e-3}
  *   opt:apply_gradients(grads, vars)          -- two parallel tables (or {{g, v}, ...})
@@ -214,7 +215,7 @@ static int opt_unscale(lua_State *L) {
 /* The options each optimizer takes, as Keras 3's: its own, then the base
    class's. An option that is not there is an error naming it (Keras:
    "Argument(s) not recognized"). */
-static const char *const own_opts[][5] = {
+static const char *const own_opts[][7] = {
     [LD_OPT_SGD] = {"momentum", "nesterov", NULL},
     [LD_OPT_ADAM] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
     [LD_OPT_ADAMW] = {"beta_1", "beta_2", "epsilon", "amsgrad", NULL},
@@ -223,6 +224,9 @@ static const char *const own_opts[][5] = {
     [LD_OPT_ADAMAX] = {"beta_1", "beta_2", "epsilon", NULL},
     [LD_OPT_NADAM] = {"beta_1", "beta_2", "epsilon", NULL},
     [LD_OPT_LION] = {"beta_1", "beta_2", NULL},
+    [LD_OPT_ADADELTA] = {"rho", "epsilon", NULL},
+    [LD_OPT_FTRL] = {"learning_rate_power", "initial_accumulator_value", "l1_regularization_strength",
+                     "l2_regularization_strength", "l2_shrinkage_regularization_strength", "beta", NULL},
 };
 static const char *const base_opts[] = {"learning_rate", "weight_decay", "clipnorm", "clipvalue", "global_clipnorm",
                                         "use_ema", "ema_momentum", "ema_overwrite_frequency", "loss_scale_factor",
@@ -353,6 +357,11 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
         o->rho = (float)fnum(L, t, "rho", o->rho);
         o->initial_accumulator = (float)fnum(L, t, "initial_accumulator_value", o->initial_accumulator);
         o->weight_decay = (float)fnum(L, t, "weight_decay", o->weight_decay);
+        o->lr_power = (float)fnum(L, t, "learning_rate_power", o->lr_power);
+        o->l1 = (float)fnum(L, t, "l1_regularization_strength", o->l1);
+        o->l2 = (float)fnum(L, t, "l2_regularization_strength", o->l2);
+        o->l2_shrinkage = (float)fnum(L, t, "l2_shrinkage_regularization_strength", o->l2_shrinkage);
+        o->ftrl_beta = (float)fnum(L, t, "beta", o->ftrl_beta);
         o->clipnorm = (float)fnum(L, t, "clipnorm", 0);
         o->global_clipnorm = (float)fnum(L, t, "global_clipnorm", 0);
         o->clipvalue = (float)fnum(L, t, "clipvalue", 0);
@@ -382,8 +391,14 @@ static int opt_new(lua_State *L, ld_opt_kind kind) {
     if (o->lr.kind == LD_SCHED_CONSTANT && !(o->lr.initial >= 0 && isfinite(o->lr.initial)))
         return luaL_argerror(L, 1, "learning_rate must be zero or positive");
     if (o->momentum < 0 || o->momentum >= 1) return luaL_argerror(L, 1, "momentum must be in [0, 1)");
-    if (kind == LD_OPT_ADAGRAD && !(o->initial_accumulator >= 0))
+    if ((kind == LD_OPT_ADAGRAD || kind == LD_OPT_FTRL) && !(o->initial_accumulator >= 0))
         return luaL_argerror(L, 1, "initial_accumulator_value must be zero or positive");
+    if (kind == LD_OPT_FTRL) {   /* Keras's checks */
+        if (!(o->lr_power <= 0)) return luaL_argerror(L, 1, "learning_rate_power must be zero or negative");
+        if (!(o->l1 >= 0 && o->l2 >= 0 && o->l2_shrinkage >= 0 && o->ftrl_beta >= 0))
+            return luaL_argerror(L, 1, "Ftrl's l1, l2 and l2_shrinkage regularization strengths and beta must be zero or positive");
+    }
+    if (kind == LD_OPT_ADADELTA && !(o->rho >= 0 && o->rho <= 1)) return luaL_argerror(L, 1, "rho must be in [0, 1]");
     /* Keras's Lion: beta_1 in (0, 1] (0 makes it SignSGD) */
     if (kind == LD_OPT_LION && !(o->beta1 > 0 && o->beta1 <= 1))
         return luaL_argerror(L, 1, "beta_1 must be in (0, 1] (Lion with beta_1 = 0 is SignSGD)");
@@ -398,6 +413,8 @@ static int opt_adagrad(lua_State *L) { return opt_new(L, LD_OPT_ADAGRAD); }
 static int opt_adamax(lua_State *L) { return opt_new(L, LD_OPT_ADAMAX); }
 static int opt_nadam(lua_State *L) { return opt_new(L, LD_OPT_NADAM); }
 static int opt_lion(lua_State *L) { return opt_new(L, LD_OPT_LION); }
+static int opt_adadelta(lua_State *L) { return opt_new(L, LD_OPT_ADADELTA); }
+static int opt_ftrl(lua_State *L) { return opt_new(L, LD_OPT_FTRL); }
 
 /* opt:apply_gradients(grads, vars) or opt:apply_gradients({{g, v}, ...}) */
 static int opt_apply(lua_State *L) {
@@ -719,6 +736,12 @@ static int opt_config(lua_State *L) {
     if (in_list(own, "initial_accumulator_value")) {
         lua_pushnumber(L, o->initial_accumulator); lua_setfield(L, -2, "initial_accumulator_value");
     }
+    if (o->kind == LD_OPT_FTRL) {
+        static const char *const f[] = {"learning_rate_power", "l1_regularization_strength", "l2_regularization_strength",
+                                        "l2_shrinkage_regularization_strength", "beta"};
+        const float v[] = {o->lr_power, o->l1, o->l2, o->l2_shrinkage, o->ftrl_beta};
+        for (int i = 0; i < 5; i++) { lua_pushnumber(L, v[i]); lua_setfield(L, -2, f[i]); }
+    }
     lua_pushnumber(L, o->weight_decay); lua_setfield(L, -2, "weight_decay");
     if (o->clipnorm > 0) { lua_pushnumber(L, o->clipnorm); lua_setfield(L, -2, "clipnorm"); }
     if (o->global_clipnorm > 0) { lua_pushnumber(L, o->global_clipnorm); lua_setfield(L, -2, "global_clipnorm"); }
@@ -758,6 +781,13 @@ static const char *const docs[] = {
              "with Nesterov's momentum (its momentum schedule b1 (1 - 0.96^t / 2))." COMMON_DOC,
     "Lion", "optim.Lion{learning_rate=0.001, beta_1=0.9, beta_2=0.99}\n\nLion (Keras' rule): steps of the sign of an "
             "interpolated momentum, one slot per variable; use a rate 3-10x below Adam's." COMMON_DOC,
+    "Adadelta", "optim.Adadelta{learning_rate=0.001, rho=0.95, epsilon=1e-7}\n\nAdadelta (Keras' rule): each step is "
+                "the gradient times the root of the steps' mean square over the root of the gradients' (two slots per "
+                "variable); Keras's rate multiplies it (1.0 is the paper's)." COMMON_DOC,
+    "Ftrl", "optim.Ftrl{learning_rate=0.001, learning_rate_power=-0.5, initial_accumulator_value=0.1, "
+            "l1_regularization_strength=0, l2_regularization_strength=0, l2_shrinkage_regularization_strength=0, beta=0}"
+            "\n\nFollow The Regularized Leader (Keras' rule, McMahan et al. 2013), for wide, sparse linear models: "
+            "an accumulator of squared gradients and a linear term per variable; l1 sets small weights to exactly 0." COMMON_DOC,
     "Optimizer:apply_gradients", "opt:apply_gradients(grads, vars)\n\nOne update of each variable by its gradient (tables in the same order; nil gradients are skipped).",
     NULL};
 
@@ -785,7 +815,7 @@ int lb_open_optim(lua_State *L) {
     lua_pop(L, 1);
     static const luaL_Reg f[] = {{"SGD", opt_sgd}, {"Adam", opt_adam}, {"AdamW", opt_adamw},
                                  {"RMSprop", opt_rmsprop}, {"Adagrad", opt_adagrad}, {"Adamax", opt_adamax}, {"Nadam", opt_nadam},
-                                 {"Lion", opt_lion}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state}, {"_finalize", opt_finalize},
+                                 {"Lion", opt_lion}, {"Adadelta", opt_adadelta}, {"Ftrl", opt_ftrl}, {"_state", opt_state}, {"_config", opt_config}, {"_accepts", opt_accepts}, {"_set_state", opt_set_state}, {"_finalize", opt_finalize},
                                  {"_loss_scale", opt_loss_scale}, {"_unscale", opt_unscale}, {NULL, NULL}};
     luaL_newlib(L, f);
     lua_getfield(L, LUA_REGISTRYINDEX, "ldist.Optimizer.methods");

@@ -1475,7 +1475,7 @@ static const char *const docs[] = {
               "Fields: shape, dtype, device, ndim, T.  t[i] selects along the first axis.\n"
               "Operators + - * / ^ and unary - broadcast like NumPy.\n"
               "Methods: reshape, transpose, permute, slice, sum, mean, max, min, prod, var, std,\n"
-              "logsumexp, any, all, argmax, cumsum, cumprod, matmul, exp, log,\n"
+              "logsumexp, any, all, argmax, argmin, sort, argsort, cumsum, cumprod, matmul, exp, log,\n"
               "sqrt, abs, relu, sigmoid, tanh, gelu, softmax, log_softmax, item, totable, astype, to, cpu,\n"
               "clone, contiguous, index_select, gather, clip, squeeze, expand_dims, assign, assign_add,\n"
               "assign_sub; comparisons eq, ne, lt, le, gt, ge (1 or 0). tensor.where selects.",

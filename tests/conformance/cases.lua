@@ -122,6 +122,9 @@ local OPTIMIZERS = {
   adamax = function() return optim.Adamax { learning_rate = 0.01 } end,
   nadam_wd = function() return optim.Nadam { learning_rate = 0.01, weight_decay = 0.05 } end,
   lion = function() return optim.Lion { learning_rate = 0.002 } end,
+  adadelta = function() return optim.Adadelta { learning_rate = 1.0, rho = 0.9 } end,
+  ftrl_l1 = function() return optim.Ftrl { learning_rate = 0.1, l1_regularization_strength = 0.001,
+    l2_shrinkage_regularization_strength = 0.01, beta = 0.1 } end,
   sgd_momentum_wd = function() return optim.SGD { learning_rate = 0.05, momentum = 0.9, weight_decay = 0.05 } end,
   rmsprop_centered = function() return optim.RMSprop { learning_rate = 0.005, momentum = 0.5, centered = true } end,
   -- Keras's gradient accumulation (the mean of 3 calls' reduced gradients, 50 steps: 16 updates and 2 pending)
@@ -220,7 +223,7 @@ end
 -- optimizers: 240 rows, batch 24 (divisible by 1, 2, 3 replicas), 5 epochs = 50 steps
 for _, opt in ipairs { "sgd", "sgd_momentum", "adam", "adamw", "sgd_clipnorm", "adam_global_clipnorm", "sgd_clipvalue",
                        "adam_amsgrad", "rmsprop_centered", "sgd_accumulate", "adam_ema", "sgd_loss_scale_factor",
-                       "adagrad", "adamax", "nadam_wd", "lion", "sgd_momentum_wd" } do
+                       "adagrad", "adamax", "nadam_wd", "lion", "sgd_momentum_wd", "adadelta", "ftrl_l1" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, opt), model = "mlp", opt = opt, mode = mode, n = 240, b = 24, epochs = 5,
       also = mode == "fit" and { "ps", "mw_local" } or nil,

@@ -259,6 +259,18 @@ T.test("amsgrad and centered RMSprop follow Keras's rules", function()
     { "Nadam weight_decay", optim.Nadam{learning_rate = 0.1, weight_decay = 0.1}, { 0.68761611, -1.73077834, 0.343349725 } },
     { "Lion", optim.Lion{learning_rate = 0.1}, { 0.699999928, -1.89999998, 0.200000018 } },
     { "Lion weight_decay", optim.Lion{learning_rate = 0.1, weight_decay = 0.1}, { 0.654950321, -1.80394042, 0.181415558 } },
+    { "Adadelta", optim.Adadelta{learning_rate = 1.0}, { 0.99610889, -1.99695039, 0.498590857 } },
+    { "Adadelta rho", optim.Adadelta{learning_rate = 0.5, rho = 0.8, epsilon = 1e-3}, { 0.901845872, -1.92616749, 0.465383053 } },
+    { "Adadelta weight_decay", optim.Adadelta{learning_rate = 1.0, weight_decay = 0.1}, { 0.587093115, -1.17837834, 0.294361383 } },
+    { "Ftrl", optim.Ftrl{learning_rate = 0.1}, { 0.273359746, -0.316735893, 0.322432965 } },
+    { "Ftrl l1 l2", optim.Ftrl{learning_rate = 0.1, l1_regularization_strength = 0.05, l2_regularization_strength = 0.1},
+      { 0.254822016, -0.287091404, 0.316839993 } },
+    { "Ftrl all", optim.Ftrl{learning_rate = 0.1, learning_rate_power = -0.3, initial_accumulator_value = 0.2,
+        l1_regularization_strength = 0.01, l2_regularization_strength = 0.05, l2_shrinkage_regularization_strength = 0.02,
+        beta = 0.5 }, { 0.015347518, -0.003881376, 0.124480836 } },
+    { "Ftrl power 0", optim.Ftrl{learning_rate = 0.1, learning_rate_power = 0.0, initial_accumulator_value = 0.0},
+      { -0.165000007, 0.125, -0.20009999 } },
+    { "Ftrl weight_decay", optim.Ftrl{learning_rate = 0.1, weight_decay = 0.1}, { 0.266804278, -0.309021503, 0.318039596 } },
   }
   -- each case's optimizer over the steps from `start`, against Keras's weights
   local function against_keras(start, steps, cases)
@@ -275,6 +287,13 @@ T.test("amsgrad and centered RMSprop follow Keras's rules", function()
   T.raises(function() return optim.Lion{beta_1 = 0} end, "Lion with beta_1 = 0 is SignSGD")
   T.raises(function() return optim.Adagrad{momentum = 0.9} end, "momentum")
   T.raises(function() return optim.Adagrad{initial_accumulator_value = -1} end, "initial_accumulator_value must be zero or positive")
+  T.raises(function() return optim.Ftrl{learning_rate_power = 0.5} end, "learning_rate_power must be zero or negative")
+  T.raises(function() return optim.Ftrl{l1_regularization_strength = -1} end, "must be zero or positive")
+  T.raises(function() return optim.Ftrl{epsilon = 1e-3} end, "epsilon")
+  T.raises(function() return optim.Adadelta{rho = 1.5} end, "rho must be in")
+  local fc = ldist.optim._config(optim.Ftrl{l1_regularization_strength = 0.25, beta = 0.5, learning_rate_power = -0.25})
+  T.eq(("%s %g %g %g"):format(fc.name, fc.l1_regularization_strength, fc.beta, fc.learning_rate_power), "Ftrl 0.25 0.5 -0.25",
+    "Ftrl's config carries its own options")
   against_keras({1.0, -2.0, 3.0}, wd_grads, wd)
   for _, c in ipairs(want) do
     local got = run(c[2])
@@ -567,7 +586,9 @@ T.test("compile, fit, evaluate and predict on arrays", function()
   T.ok(r.accuracy > 0.9)
   local p = m:predict(x)
   T.eq(p.shape[1], 512)
-  T.raises(function() m:compile{optimizer = "adagrad", loss = "mse"} end, "unknown optimizer 'adagrad'")
+  T.raises(function() m:compile{optimizer = "adagradd", loss = "mse"} end, "unknown optimizer 'adagradd'")
+  m:compile{optimizer = "ftrl", loss = "mse"}
+  T.eq(m._optimizer.name, "Ftrl", "compile takes Keras's optimizer names")
   T.raises(function() m:compile{loss = "hingee"} end, "unknown loss 'hingee'")
 end)
 

@@ -837,7 +837,7 @@ T.test("dense's fused product (gemm_bias) is matmul, then + bias, then relu, exa
 end)
 
 ---------------------------------------------------------------- optimizers
-T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, amsgrad, RMSprop, centered, Adagrad, Adamax, Nadam, Lion, the clippings, accumulation, EMA", function()
+T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, AdamW, amsgrad, RMSprop, centered, Adagrad, Adamax, Nadam, Lion, Adadelta, Ftrl, the clippings, accumulation, EMA", function()
   local makers = {
     { "sgd", function() return optim.SGD { learning_rate = 0.1 } end },
     { "sgd momentum", function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end },
@@ -859,6 +859,9 @@ T.test("optimizer updates (fused): SGD, momentum, Nesterov, weight decay, Adam, 
     { "adamax wd", function() return optim.Adamax { learning_rate = 0.01, weight_decay = 0.1 } end },
     { "nadam", function() return optim.Nadam { learning_rate = 0.01 } end },
     { "lion", function() return optim.Lion { learning_rate = 0.01 } end },
+    { "adadelta wd", function() return optim.Adadelta { learning_rate = 1.0, weight_decay = 0.01 } end },
+    { "ftrl", function() return optim.Ftrl { learning_rate = 0.1, l1_regularization_strength = 0.01,
+        l2_regularization_strength = 0.01, l2_shrinkage_regularization_strength = 0.01, beta = 0.1 } end },
   }
   local w0, b0 = tensor.normal(300, 70), tensor.normal(70)
   local grads = {}

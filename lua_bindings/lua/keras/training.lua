@@ -440,7 +440,9 @@ for class, names in pairs {
 } do
   for _, n in ipairs(names) do loss_by_name[n] = function() return ldist.losses[class]() end end
 end
-local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RMSprop" }
+-- compile's optimizer names, as keras.optimizers.get's
+local opt_by_name = { sgd = "SGD", adam = "Adam", adamw = "AdamW", rmsprop = "RMSprop", adagrad = "Adagrad",
+  adamax = "Adamax", nadam = "Nadam", lion = "Lion", adadelta = "Adadelta", ftrl = "Ftrl" }
 
 ---------------------------------------------------------------- several inputs and outputs
 -- Values that are a tensor or a table of them (a model's several inputs or

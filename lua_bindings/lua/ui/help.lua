@@ -982,8 +982,8 @@ M["Model:add"] = "model:add(layer)\n\nAppend a layer to a Sequential model (Kera
 M["Model:build"] = "model:build(input_shape)\n\nCreate the weights for inputs of that shape (the batch axis first), before any call."
 M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
-Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop"), the
-loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
+Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop",
+"adagrad", "adamax", "nadam", "lion", "adadelta", "ftrl"), the loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
 metrics for fit and evaluate, as Keras's. Under mixed_float16 (mixed_precision) the
 optimizer is wrapped in a LossScaleOptimizer, as Keras's compile does.
 A model of several outputs takes a loss per output (a list, or a table keyed by the
