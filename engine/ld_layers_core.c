@@ -143,12 +143,12 @@ SPATIAL_DROPOUT(2d, "SpatialDropout2D", "height, width")
 SPATIAL_DROPOUT(3d, "SpatialDropout3D", "depth, height, width")
 
 /* ================================================================ Conv2D */
-enum { CONV_FILTERS, CONV_KSIZE, CONV_STRIDES, CONV_PADDING, CONV_ACT, CONV_BIAS };
+enum { CONV_FILTERS, CONV_KSIZE, CONV_STRIDES, CONV_PADDING, CONV_ACT, CONV_BIAS, CONV_DILATION };
 static int conv_check(ld_layer *l) {
     const int64_t *k = ld_p_ints(l, CONV_KSIZE, NULL), *s = ld_p_ints(l, CONV_STRIDES, NULL);
     if (ld_p_int(l, CONV_FILTERS) < 1 || k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1)
         return ld_fail(LD_EARG, "Conv2D filters, kernel size and strides must be positive");
-    return LD_OK;
+    return ld_layer_dilation_check(l, 2, ld_p_ints(l, CONV_DILATION, NULL), s);
 }
 static int conv_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (ld_layer_need_image(l, in)) return ld_error_status();
@@ -165,21 +165,39 @@ static int conv_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
     if (ld_p_int(l, CONV_BIAS) && !ld_layer_add_weight(l, "bias", 1, &f, LD_INIT_Z, 1))
         return ld_error_status();
     int same = !strcmp(ld_p_str(l, CONV_PADDING), "same");
+    const int64_t *d = ld_p_ints(l, CONV_DILATION, NULL);
     out->ndim = 3;
-    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], same);
-    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], same);
+    out->d[0] = ld_layer_out_size(in->d[0], ld_layer_dilated_size(k[0], d[0]), s[0], same);
+    out->d[1] = ld_layer_out_size(in->d[1], ld_layer_dilated_size(k[1], d[1]), s[1], same);
     out->d[2] = f;
     return LD_OK;
 }
+static int conv_dilated(const ld_layer *l) {
+    const int64_t *d = ld_p_ints(l, CONV_DILATION, NULL);
+    return d[0] > 1 || d[1] > 1;
+}
+/* the convolution with its bias and relu (one op, ld_conv2d_bias_act) at strides s, valid or same */
+static ld_tensor *conv_product(ld_layer *l, ld_tensor *x, const int64_t *s, int same) {
+    return ld_conv2d_bias_act(x, ld_var(l->vars[0]), ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL,
+                              ld_p_activation(l, CONV_ACT) == LD_ACT_RELU, (int)s[0], (int)s[1], same);
+}
+static ld_tensor *conv_phase(ld_layer *l, ld_tensor *x) { return conv_product(l, x, (const int64_t[]){1, 1}, 0); }
 static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     /* one op: the convolution with its bias and relu (ld_conv2d_bias_act) */
-    const int64_t *s = ld_p_ints(l, CONV_STRIDES, NULL);
+    const int64_t *s = ld_p_ints(l, CONV_STRIDES, NULL), *k = ld_p_ints(l, CONV_KSIZE, NULL);
+    const int64_t *d = ld_p_ints(l, CONV_DILATION, NULL);
     ld_activation a = ld_p_activation(l, CONV_ACT);
+    const char *padding = ld_p_str(l, CONV_PADDING);
     /* a half input as it is: under a half policy the op computes in that dtype */
-    ld_tensor *xf = ld_as_floating(xs[0]);
-    ld_tensor *y = xf ? ld_conv2d_bias_act(xf, ld_var(l->vars[0]), ld_p_int(l, CONV_BIAS) ? ld_var(l->vars[1]) : NULL,
-                                           a == LD_ACT_RELU, (int)s[0], (int)s[1],
-                                           !strcmp(ld_p_str(l, CONV_PADDING), "same")) : NULL;
+    ld_tensor *xf = ld_as_floating(xs[0]), *y = NULL;
+    if (xf && conv_dilated(l)) {   /* over the images' phases (ld_layer_atrous) */
+        int64_t pad[4];
+        ld_layer_conv_pads(padding, ld_layer_dilated_size(k[0], d[0]), &pad[0], &pad[1]);
+        ld_layer_conv_pads(padding, ld_layer_dilated_size(k[1], d[1]), &pad[2], &pad[3]);
+        y = ld_layer_atrous(l, xf, k, d, pad, conv_phase);
+    } else if (xf) {
+        y = conv_product(l, xf, s, !strcmp(padding, "same"));
+    }
     ld_tensor_release(xf);
     return ld_layer_activate(a, y, 1);   /* relu folded into the product */
 }
@@ -187,10 +205,11 @@ const ld_layer_class ld_layer_conv2d = {
     "Conv2D", "conv2d", NULL, {"filters", "kernel_size"},
     {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 2), LD_PINTS("strides", "1", 2),
      LD_PSTR("padding", "valid", "valid|same"), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
-     LD_PBOOL("use_bias", "true"), LD_PEND},
+     LD_PBOOL("use_bias", "true"), LD_PINTS("dilation_rate", "1", 2), LD_PEND},
     1, 1, 3u /* any image size */, conv_check, conv_build, conv_forward,
-    "nn.Conv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", activation=, use_bias=true})\n\n"
+    "nn.Conv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", activation=, use_bias=true, dilation_rate=1})\n\n"
     "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO.\n"
+    "dilation_rate=d: the kernel's taps d apart (atrous; with strides 1, as Keras's).\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
@@ -243,6 +262,7 @@ static ld_tensor *conv_pool_forward(ld_layer *a, void *ctx, ld_tensor *const *x,
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
     if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
     if (pool_same(b)) return 0;   /* the fused kernel pools valid windows */
+    if (conv_dilated(a)) return 0;   /* a dilated one runs over the phases (ld_layer_atrous) */
     if (a->wopt.activity.class_name[0]) return 0;   /* its own output is regularized: run it alone */
     if (a->policy.compute != b->policy.compute) return 0;
     ld_activation act = ld_p_activation(a, CONV_ACT);

@@ -175,11 +175,11 @@ const ld_layer_class ld_layer_global_max_pooling1d = {
     "nn.GlobalMaxPooling1D{keepdims=false}\n\nMaximum over the steps of sequences [batch, steps, features]: [batch, features].", 0};
 
 /* ================================================================ Conv1D */
-enum { C1_FILTERS, C1_KSIZE, C1_STRIDES, C1_PADDING, C1_ACT, C1_BIAS };
+enum { C1_FILTERS, C1_KSIZE, C1_STRIDES, C1_PADDING, C1_ACT, C1_BIAS, C1_DILATION };
 static int c1_check(ld_layer *l) {
     if (ld_p_int(l, C1_FILTERS) < 1 || ld_p_ints(l, C1_KSIZE, NULL)[0] < 1 || ld_p_ints(l, C1_STRIDES, NULL)[0] < 1)
         return ld_fail(LD_EARG, "Conv1D filters, kernel_size and strides must be positive");
-    return LD_OK;
+    return ld_layer_dilation_check(l, 1, ld_p_ints(l, C1_DILATION, NULL), ld_p_ints(l, C1_STRIDES, NULL));
 }
 static int c1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     char b[160];
@@ -195,16 +195,33 @@ static int c1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (ld_p_int(l, C1_BIAS) && !ld_layer_add_weight(l, "bias", 1, &f, (ld_init){LD_INIT_ZEROS, 0, 0}, 1))
         return ld_error_status();
     const char *pad = ld_p_str(l, C1_PADDING);
+    int64_t ke = ld_layer_dilated_size(k, ld_p_ints(l, C1_DILATION, NULL)[0]);   /* the taps the kernel spans */
     out->ndim = 2;
-    out->d[0] = !strcmp(pad, "causal") ? ld_layer_out_size(in->d[0] + k - 1, k, s, 0) : ld_layer_out_size(in->d[0], k, s, !strcmp(pad, "same"));
+    out->d[0] = !strcmp(pad, "causal") ? ld_layer_out_size(in->d[0] + ke - 1, ke, s, 0) : ld_layer_out_size(in->d[0], ke, s, !strcmp(pad, "same"));
     out->d[1] = f;
     return LD_OK;
 }
+/* images [n, 1, steps, c] times the kernel at stride s, valid or same, with
+   the bias and relu (one product of their patches): [n, 1, steps out, f] */
+static ld_tensor *c1_product(ld_layer *l, ld_tensor *x4, int64_t s, int same) {
+    int64_t k = ld_p_ints(l, C1_KSIZE, NULL)[0], n = x4->shape[0], c = x4->shape[3], f = ld_p_int(l, C1_FILTERS), oh, ow;
+    ld_tensor *col = ld_im2col(x4, 1, (int)k, 1, (int)s, same, &oh, &ow);
+    int64_t w2s[2] = {k * c, f};
+    ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
+    ld_tensor *y2 = w2 ? ld_linear_patches(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL,
+                                           ld_p_activation(l, C1_ACT) == LD_ACT_RELU) : NULL;
+    int64_t ys[4] = {n, 1, ow, f};
+    ld_tensor *y = y2 ? ld_reshape_op(y2, 4, ys) : NULL;
+    ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    return y;
+}
+static ld_tensor *c1_phase(ld_layer *l, ld_tensor *x4) { return c1_product(l, x4, 1, 0); }
 static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    /* [N, L, C] as images [N, 1, L, C]; causal: k - 1 zero steps in front, then valid */
+    /* [N, L, C] as images [N, 1, L, C]; causal: the dilated kernel's span - 1 zero steps in front, then valid */
     ld_tensor *x = xs[0];
     int64_t k = ld_p_ints(l, C1_KSIZE, NULL)[0], s = ld_p_ints(l, C1_STRIDES, NULL)[0];
-    int64_t n = x->shape[0], c = x->shape[2], f = ld_p_int(l, C1_FILTERS), oh, ow;
+    int64_t d = ld_p_ints(l, C1_DILATION, NULL)[0], ke = ld_layer_dilated_size(k, d);
+    int64_t n = x->shape[0], c = x->shape[2];
     const char *pad = ld_p_str(l, C1_PADDING);
     ld_activation a = ld_p_activation(l, C1_ACT);
     /* under a half autocast, as Conv2D's lowering: x in the half dtype, the
@@ -212,40 +229,44 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
        (Keras's numbers; the bias was added in float32 before rounding) */
     ld_dtype half = ld_autocast_dtype(), dt = ld_dtype_is_half(half) ? half : LD_F32;
     ld_tensor *xf = dt == LD_F32 ? ld_as_float(x) : x->dtype == dt ? ld_tensor_retain(x) : ld_cast_op(x, dt);
-    if (xf && !strcmp(pad, "causal") && k > 1) {   /* padding is float32's: a half x goes through it widened (exact) */
+    if (xf && !strcmp(pad, "causal") && ke > 1) {   /* padding is float32's: a half x goes through it widened (exact) */
         ld_tensor *x32 = ld_as_float(xf);
-        ld_tensor *p = x32 ? ld_pad_op(x32, 1, k - 1, 0, 0.0) : NULL;
+        ld_tensor *p = x32 ? ld_pad_op(x32, 1, ke - 1, 0, 0.0) : NULL;
         ld_tensor_release(x32);
         ld_tensor_release(xf);
         xf = p && dt != LD_F32 ? ld_cast_op(p, dt) : p;
         if (xf != p) ld_tensor_release(p);
     }
-    ld_tensor *x4 = NULL;
+    ld_tensor *x4 = NULL, *y4 = NULL;
     if (xf) {
         int64_t s4[4] = {n, 1, xf->shape[1], c};
         x4 = ld_reshape_op(xf, 4, s4);
     }
     ld_tensor_release(xf);
-    ld_tensor *col = x4 ? ld_im2col(x4, 1, (int)k, 1, (int)s, !strcmp(pad, "same"), &oh, &ow) : NULL;
+    int same = !strcmp(pad, "same");
+    if (x4 && d > 1) {   /* over the sequences' phases (ld_layer_atrous); causal is padded already */
+        int64_t pads[4] = {0, 0, 0, 0}, kk[2] = {1, k}, dd[2] = {1, d};
+        if (same) ld_layer_conv_pads(pad, ke, &pads[2], &pads[3]);
+        y4 = ld_layer_atrous(l, x4, kk, dd, pads, c1_phase);
+    } else if (x4) {
+        y4 = c1_product(l, x4, s, same);
+    }
     ld_tensor_release(x4);
-    int64_t w2s[2] = {k * c, f};
-    ld_tensor *w2 = col ? ld_reshape_op(ld_var(l->vars[0]), 2, w2s) : NULL;
-    ld_tensor *y2 = w2 ? ld_linear_patches(col, w2, ld_p_int(l, C1_BIAS) ? ld_var(l->vars[1]) : NULL, a == LD_ACT_RELU)
-                       : NULL;
-    int64_t ys[3] = {n, ow, f};
-    ld_tensor *y = y2 ? ld_reshape_op(y2, 3, ys) : NULL;
-    ld_tensor_release(col); ld_tensor_release(w2); ld_tensor_release(y2);
+    ld_tensor *y = y4 ? ld_reshape_op(y4, 3, (const int64_t[]){n, y4->shape[2], y4->shape[3]}) : NULL;
+    ld_tensor_release(y4);
     return ld_layer_activate(a, y, 1);   /* relu folded into the product */
 }
 const ld_layer_class ld_layer_conv1d = {
     "Conv1D", "conv1d", NULL, {"filters", "kernel_size"},
     {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 1), LD_PINTS("strides", "1", 1),
      LD_PSTR("padding", "valid", "valid|same|causal"), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
-     LD_PBOOL("use_bias", "true"), LD_PEND},
+     LD_PBOOL("use_bias", "true"), LD_PINTS("dilation_rate", "1", 1), LD_PEND},
     1, 1, 1u /* any number of steps */, c1_check, c1_build, c1_forward,
-    "nn.Conv1D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\"|\"causal\", activation=, use_bias=true})\n\n"
+    "nn.Conv1D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\"|\"causal\", activation=, use_bias=true,\n"
+    "dilation_rate=1})\n\n"
     "1-d convolution over sequences [batch, steps, channels]; kernel [kernel_size, channels, filters].\n"
     "causal: output step t sees input steps <= t (kernel_size - 1 zeros in front).\n"
+    "dilation_rate=d: the kernel's taps d steps apart (WaveNet's and TCNs' causal stacks; strides 1).\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 

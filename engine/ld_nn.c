@@ -49,6 +49,70 @@ ld_tensor *ld_layer_activate(ld_activation a, ld_tensor *y, int relu_done) {
     return r;
 }
 
+/* ================================================================ dilated convolutions */
+int ld_layer_dilation_check(const ld_layer *l, int n, const int64_t *dilation, const int64_t *strides) {
+    int dilated = 0, strided = 0;
+    for (int i = 0; i < n; i++) {
+        if (dilation[i] < 1) return ld_fail(LD_EARG, "%s dilation_rate must be positive", l->cls->class_name);
+        dilated |= dilation[i] > 1;
+        strided |= strides[i] > 1;
+    }
+    if (dilated && strided)
+        return ld_fail(LD_EARG, "%s: strides > 1 is not supported with dilation_rate > 1 (Keras's rule)", l->cls->class_name);
+    return LD_OK;
+}
+
+void ld_layer_conv_pads(const char *padding, int64_t ke, int64_t *before, int64_t *after) {
+    int64_t total = !strcmp(padding, "valid") ? 0 : ke - 1;
+    *before = !strcmp(padding, "causal") ? total : total / 2;
+    *after = total - *before;
+}
+
+/* x with shape s (n dims), a new reference; x's reference dropped */
+static ld_tensor *reshape_drop(ld_tensor *x, int n, const int64_t *s) {
+    ld_tensor *y = x ? ld_reshape_op(x, n, s) : NULL;
+    ld_tensor_release(x);
+    return y;
+}
+static ld_tensor *permute_drop(ld_tensor *x, const int *perm) {
+    ld_tensor *y = x ? ld_permute_op(x, perm) : NULL;
+    ld_tensor_release(x);
+    return y;
+}
+
+ld_tensor *ld_layer_atrous(ld_layer *l, ld_tensor *x, const int64_t k[2], const int64_t d[2], const int64_t pad[4],
+                           ld_tensor *(*conv)(ld_layer *l, ld_tensor *x)) {
+    int64_t n = x->shape[0], c = x->shape[3], hp = x->shape[1] + pad[0] + pad[1], wp = x->shape[2] + pad[2] + pad[3];
+    int64_t oh = hp - (k[0] - 1) * d[0], ow = wp - (k[1] - 1) * d[1];
+    if (oh < 1 || ow < 1) {
+        ld_fail(LD_ESHAPE, "%s: images of %lldx%lld (padded) are smaller than the dilated kernel's %lldx%lld", l->name,
+                (long long)hp, (long long)wp, (long long)ld_layer_dilated_size(k[0], d[0]),
+                (long long)ld_layer_dilated_size(k[1], d[1]));
+        return NULL;
+    }
+    /* the padding, then zeros to whole phases (never read by a kept output) */
+    int64_t gh = (hp + d[0] - 1) / d[0], gw = (wp + d[1] - 1) / d[1];
+    ld_tensor *a = ld_pad_op(x, 1, pad[0], pad[1] + gh * d[0] - hp, 0.0);
+    ld_tensor *b = a ? ld_pad_op(a, 2, pad[2], pad[3] + gw * d[1] - wp, 0.0) : NULL;
+    ld_tensor_release(a);
+    /* [n, gh, dh, gw, dw, c] -> [dh, dw, n, gh, gw, c] -> the phases as a batch */
+    const int64_t s6[6] = {n, gh, d[0], gw, d[1], c}, sb[4] = {d[0] * d[1] * n, gh, gw, c};
+    static const int to_batch[6] = {2, 4, 0, 1, 3, 5}, to_space[6] = {2, 3, 0, 4, 1, 5};
+    ld_tensor *xb = reshape_drop(permute_drop(reshape_drop(b, 6, s6), to_batch), 4, sb);
+    ld_tensor *yb = xb ? conv(l, xb) : NULL;
+    ld_tensor_release(xb);
+    if (!yb) return NULL;
+    /* [dh, dw, n, qh, qw, f] -> [n, qh, dh, qw, dw, f]: output (i d + p) of phase p's i-th */
+    int64_t qh = yb->shape[1], qw = yb->shape[2], f = yb->shape[3];
+    const int64_t y6[6] = {d[0], d[1], n, qh, qw, f}, ys[4] = {n, qh * d[0], qw * d[1], f};
+    ld_tensor *y = reshape_drop(permute_drop(reshape_drop(yb, 6, y6), to_space), 4, ys);
+    ld_tensor *yh = y && ys[1] != oh ? ld_slice_view_op(y, 1, 0, oh, 1) : ld_tensor_retain(y);
+    ld_tensor_release(y);
+    ld_tensor *yw = yh && ys[2] != ow ? ld_slice_view_op(yh, 2, 0, ow, 1) : ld_tensor_retain(yh);
+    ld_tensor_release(yh);
+    return yw;
+}
+
 /* ================================================================ layer classes */
 #define LD_LAYER_ADDRESS(k) &ld_layer_##k,
 static const ld_layer_class *const classes[] = {LD_LAYER_CLASSES(LD_LAYER_ADDRESS) NULL};

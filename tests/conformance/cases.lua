@@ -72,6 +72,18 @@ local MODELS = {
       return nn.Sequential { nn.GaussianNoise(0.3), nn.Conv2D(4, 3, { activation = "relu" }), nn.SpatialDropout2D(0.4),
         nn.Flatten(), nn.GaussianDropout(0.3), nn.Dense(3) }
     end },
+  -- dilated convolutions (over their inputs' phases): a causal stack of a TCN (dilations 1, 2, 4) and an
+  -- atrous Conv2D, in two branches
+  dilated = { shape = { 12, 2 }, classes = 3,
+    make = function()
+      local x = nn.Input { shape = { 12, 2 } }
+      local h = x
+      for _, d in ipairs { 1, 2, 4 } do h = nn.Conv1D(4, 2, { padding = "causal", dilation_rate = d, activation = "relu" })(h) end
+      local img = nn.Reshape { 12, 2, 1 }(x)
+      local a = nn.Conv2D(3, { 3, 2 }, { padding = "same", dilation_rate = { 3, 1 }, activation = "tanh" })(img)
+      local cat = nn.Concatenate() { nn.GlobalAveragePooling1D()(h), nn.Flatten()(a) }
+      return nn.Model { inputs = x, outputs = nn.Dense(3)(cat) }
+    end },
   -- each example's own statistics: GroupNormalization over channel groups, UnitNormalization over two axes
   groupnorm = { shape = { 6, 6, 2 }, classes = 3,
     make = function()
@@ -236,7 +248,7 @@ add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_mom
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions
-for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise" } do
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise", "dilated" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -4,6 +4,7 @@
 -- its two steps, the padding of SAME max pooling, initializers and options,
 -- configs, mixed precision, and the errors a user meets.
 local T = dofile("tests/lua/testlib.lua")
+ldist.config.cpu_devices(2)   -- the dilated layers on cpu:1
 
 local function shape(t) return table.concat(t.shape, "x") end
 local function sum(t) return t:astype("float32"):sum():item() end
@@ -220,6 +221,117 @@ T.test("under mixed_bfloat16: half outputs, float32 variables and gradients, flo
   end
 end)
 
+---------------------------------------------------------------- dilation_rate
+-- a kernel of k taps d apart is the kernel of (k - 1) d + 1 taps with zeros
+-- between them: the dilated layer (computed over the input's phases) against
+-- the undilated one with that kernel (the plain convolution), values and
+-- gradients, for Conv1D (valid, same, causal) and Conv2D
+local function zero(x)   -- a table of x's shape, zeros
+  if type(x) ~= "table" then return 0 end
+  local z = {}
+  for i, e in ipairs(x) do z[i] = zero(e) end
+  return z
+end
+local function stuffed(w, axes)   -- w's taps axes[i] apart along its axis i, zeros between
+  local t = w:cpu():totable()
+  local function grow(v, depth)
+    if type(v) ~= "table" then return v end
+    local out = {}
+    if axes[depth] then
+      for i, e in ipairs(v) do
+        out[#out + 1] = grow(e, depth + 1)
+        if i < #v then for _ = 1, axes[depth] - 1 do out[#out + 1] = zero(grow(e, depth + 1)) end end
+      end
+    else
+      for i, e in ipairs(v) do out[i] = grow(e, depth + 1) end
+    end
+    return out
+  end
+  return tensor.new(grow(t, 1))
+end
+local function both(make_dilated, make_plain, w_axes, x, dev)
+  tensor.seed(9)
+  local ld, lp
+  local xd = dev and x:to(dev) or x
+  if dev then   -- the dilated layer's weights on dev
+    distribute.OneDeviceStrategy(dev):scope(function() ld = make_dilated(); ld(xd) end)
+  else
+    ld = make_dilated()
+    ld(xd)
+  end
+  lp = make_plain()
+  lp(x)
+  lp.kernel:assign(stuffed(ld.kernel, w_axes))
+  lp.bias:assign(ld.bias:cpu())
+  local function run(l, xin)
+    local v = tensor.Variable(xin)
+    local tape = autograd.GradientTape()
+    local y
+    local loss = tape:record(function() y = l(v); return (y * y):sum() end)
+    local g = tape:gradient(loss, { v, l.bias })
+    return y:cpu(), g[1]:cpu(), g[2]:cpu()
+  end
+  local yd, gxd, gbd = run(ld, xd)
+  local yp, gxp, gbp = run(lp, x)
+  return yd, yp, gxd, gxp, gbd, gbp
+end
+T.test("dilation_rate: the dilated Conv1D and Conv2D equal the plain ones with zeros between the kernel's taps, on cpu:0 and cpu:1", function()
+  local x1, x2 = tensor.normal(2, 11, 3), tensor.normal(2, 9, 10, 2)
+  for _, dev in ipairs { false, "cpu:1" } do
+    for _, pad in ipairs { "valid", "same", "causal" } do
+      local yd, yp, gxd, gxp, gbd, gbp = both(
+        function() return nn.Conv1D(4, 3, { padding = pad, dilation_rate = 3, activation = "relu", bias_initializer = "random_normal" }) end,
+        function() return nn.Conv1D(4, 7, { padding = pad, activation = "relu" }) end, { 3 }, x1, dev or nil)
+      local what = ("Conv1D %s on %s"):format(pad, dev or "cpu:0")
+      T.eq(shape(yd), shape(yp), what .. " shape")
+      T.ok((yd - yp):abs():max():item() < 1e-5, what .. " values")
+      T.ok((gxd - gxp):abs():max():item() < 1e-4, what .. " input gradient")
+      T.ok((gbd - gbp):abs():max():item() < 1e-4, what .. " bias gradient")
+    end
+    for _, pad in ipairs { "valid", "same" } do
+      local yd, yp, gxd, gxp = both(
+        function() return nn.Conv2D(3, { 3, 2 }, { padding = pad, dilation_rate = { 2, 4 }, bias_initializer = "random_normal" }) end,
+        function() return nn.Conv2D(3, { 5, 5 }, { padding = pad }) end, { 2, 4 }, x2, dev or nil)
+      local what = ("Conv2D %s on %s"):format(pad, dev or "cpu:0")
+      T.eq(shape(yd), shape(yp), what .. " shape")
+      T.ok((yd - yp):abs():max():item() < 1e-5, what .. " values")
+      T.ok((gxd - gxp):abs():max():item() < 1e-4, what .. " input gradient")
+    end
+  end
+  -- sizes: valid loses (k - 1) d, same and causal keep them; a dilated Conv2D then MaxPool2D (not the fused pair)
+  T.eq(shape(nn.Conv1D(2, 3, { dilation_rate = 4 })(tensor.ones(1, 9, 1))), "1x1x2")
+  T.eq(shape(nn.Conv1D(2, 3, { dilation_rate = 4, padding = "causal" })(tensor.ones(1, 5, 1))), "1x5x2")
+  local m = nn.Sequential { nn.Conv2D(2, 3, { dilation_rate = 2, activation = "relu" }), nn.MaxPool2D(2) }
+  local img = tensor.normal(2, 9, 9, 1)
+  T.ok((m(img) - m.layers[2](m.layers[1](img))):abs():max():item() == 0, "Sequential = the layers one by one")
+  local c = roundtrip(nn.Conv2D(2, 3, { dilation_rate = { 2, 3 } }))
+  T.eq(table.concat(c.dilation_rate, ","), "2,3")
+  T.eq(table.concat(roundtrip(nn.Conv1D(2, 3, { dilation_rate = 2, padding = "causal" })).dilation_rate, ","), "2")
+end)
+
+T.test("dilation_rate under mixed_bfloat16: a bfloat16 output within bfloat16's rounding of float32's", function()
+  local x = tensor.normal(2, 8, 7, 3)
+  tensor.seed(6)
+  local l32 = nn.Conv2D(4, 3, { padding = "same", dilation_rate = 2 })
+  local y32 = l32(x)
+  mixed_precision.set_global_policy("mixed_bfloat16")
+  local ok, err = pcall(function()
+    tensor.seed(6)
+    local l = nn.Conv2D(4, 3, { padding = "same", dilation_rate = 2 })
+    local tape = autograd.GradientTape()
+    local y
+    local loss = tape:record(function() y = l(x); return y:astype("float32"):sum() end)
+    T.eq(y.dtype, "bfloat16")
+    T.ok((y:astype("float32") - y32):abs():max():item() <= 2 ^ -6 * math.max(1, y32:abs():max():item()), "bfloat16's rounding")
+    local g = tape:gradient(loss, l.trainable_variables)
+    T.eq(g[1].dtype, "float32")
+    local c1 = nn.Conv1D(2, 2, { padding = "causal", dilation_rate = 2 })(tensor.normal(2, 6, 3))
+    T.eq(c1.dtype, "bfloat16")
+  end)
+  mixed_precision.set_global_policy("float32")
+  if not ok then error(err, 0) end
+end)
+
 ---------------------------------------------------------------- errors
 T.test("errors name the layer and what is wrong", function()
   T.raises(function() return nn.Conv2DTranspose(4, 3, { strides = 2, output_padding = 2 }) end,
@@ -232,6 +344,11 @@ T.test("errors name the layer and what is wrong", function()
   T.raises(function() return nn.Conv2DTranspose(4, { 3, 3, 3 }) end, "kernel_size takes 2 integers, got 3")
   T.raises(function() return nn.Conv2DTranspose(4) end, "kernel_size is required")
   T.raises(function() return nn.Conv2DTranspose(4, 3, { dilation_rate = 2 }) end, "unknown option 'dilation_rate'")
+  T.raises(function() return nn.Conv2D(4, 3, { strides = 2, dilation_rate = 2 }) end,
+    "Conv2D: strides > 1 is not supported with dilation_rate > 1 (Keras's rule)")
+  T.raises(function() return nn.Conv1D(4, 3, { dilation_rate = 0 }) end, "Conv1D dilation_rate must be positive")
+  T.raises(function() return nn.Conv2D(4, 3, { dilation_rate = { 2, 2, 2 } }) end, "dilation_rate takes 2 integers, got 3")
+  T.raises(function() return nn.Conv1D(4, 3, { dilation_rate = 3 })(tensor.ones(1, 6, 2)) end, "")
   T.raises(function() return nn.Conv2DTranspose(4, 3, { padding = "causal" }) end, "unknown padding 'causal' (valid|same)")
   T.raises(function() return nn.Conv2DTranspose(4, 3)(tensor.ones(2, 5, 5)) end,
     "needs images [batch, height, width, channels]; got inputs of shape batchx5x5")

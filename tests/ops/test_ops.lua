@@ -758,6 +758,17 @@ T.test("conv2d (im2col + gemm, col2im): valid, same, strided; all gradients", fu
   layer_check("conv 1x1", function() return nn.Conv2D(3, 1) end, x, 1e-9)
 end)
 
+T.test("dilated convolutions (over the inputs' phases: pad, reshape, permute, slice around the convolution)", function()
+  local x = tensor.normal(3, 11, 9, 4)
+  layer_check("conv 3x2 same dilated 2x3", function()
+    return nn.Conv2D(5, { 3, 2 }, { padding = "same", dilation_rate = { 2, 3 }, activation = "relu" })
+  end, x, 1e-9)
+  layer_check("conv 3x3 valid dilated 2", function() return nn.Conv2D(4, 3, { dilation_rate = 2 }) end, x, 1e-9)
+  layer_check("conv1d 3 causal dilated 4", function()
+    return nn.Conv1D(6, 3, { padding = "causal", dilation_rate = 4, activation = "tanh" })
+  end, tensor.normal(3, 13, 4), 1e-9)
+end)
+
 T.test("conv2d then max pooling in a Sequential (one fused op on the CPU, two elsewhere)", function()
   local x = tensor.normal(3, 11, 9, 4)
   layer_check("conv relu + pool 2", function() return nn.Sequential { nn.Conv2D(8, 3, { activation = "relu" }), nn.MaxPool2D(2) } end, x, 1e-9)
