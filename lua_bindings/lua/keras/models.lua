@@ -372,8 +372,11 @@ local function build_loss(d)
   local class = ldist.losses._classes[d.name]
   if not class then error(("the saved loss '%s' is not one of ldist's losses"):format(tostring(d.name)), 0) end
   -- from_logits = false is accepted by every loss (older files carry it); the rest only where given
-  return ldist.losses[class] { from_logits = d.from_logits or nil, reduction = d.reduction,
-                               label_smoothing = d.label_smoothing, delta = d.delta }
+  -- every option the config carries (losses._config: Keras's get_config), but its name
+  local opts = {}
+  for k, v in pairs(d) do if k ~= "name" then opts[k] = v end end
+  opts.from_logits = d.from_logits or nil
+  return ldist.losses[class](opts)
 end
 local function build_optimizer(d)
   local o = {}

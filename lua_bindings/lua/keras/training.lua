@@ -436,7 +436,8 @@ for class, names in pairs {
   Huber = { "huber", "huber_loss" }, LogCosh = { "log_cosh", "logcosh" },
   KLDivergence = { "kld", "KLD", "kl_divergence", "kullback_leibler_divergence" }, Poisson = { "poisson" },
   CosineSimilarity = { "cosine_similarity" }, Hinge = { "hinge" }, SquaredHinge = { "squared_hinge" },
-  CategoricalHinge = { "categorical_hinge" },
+  CategoricalHinge = { "categorical_hinge" }, BinaryFocalCrossentropy = { "binary_focal_crossentropy" },
+  CategoricalFocalCrossentropy = { "categorical_focal_crossentropy" }, Dice = { "dice" }, Tversky = { "tversky" },
 } do
   for _, n in ipairs(names) do loss_by_name[n] = function() return ldist.losses[class]() end end
 end
