@@ -722,7 +722,8 @@ static const char *const loss_names[] = {"sparse_categorical_crossentropy", "cat
                                          "binary_crossentropy", "mean_squared_error", "mean_absolute_error",
                                          "mean_absolute_percentage_error", "mean_squared_logarithmic_error",
                                          "huber_loss", "log_cosh", "kl_divergence", "poisson", "cosine_similarity",
-                                         "hinge", "squared_hinge", "categorical_hinge"};
+                                         "hinge", "squared_hinge", "categorical_hinge", "binary_focal_crossentropy",
+                                         "categorical_focal_crossentropy", "dice", "tversky"};
 _Static_assert(sizeof loss_names / sizeof *loss_names == LD_LOSS_COUNT, "a name for each loss");
 const char *ld_loss_name(ld_loss_kind k) { return loss_names[k]; }
 
@@ -737,9 +738,23 @@ static double replica_denominator(void) {
     return c && c->n > 1 && c->global_batch > 0 ? c->global_batch : 0;
 }
 
-ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per) {
+static ld_tensor *masked_mean(const ld_loss *l, ld_tensor *per, ld_tensor *y_true);
+
+/* Dice and Tversky summed over the batch axis (among others) of predictions
+   of in_ndim axes: their loss is no sum over examples, and in a replica each
+   replica's part (overlap_loss) already adds up to one device's value */
+static int sums_batch(const ld_loss *l, int in_ndim) {
+    if (l->kind != LD_LOSS_DICE && l->kind != LD_LOSS_TVERSKY) return 0;
+    if (l->naxes == 0) return 1;
+    for (int i = 0; i < l->naxes; i++) if (l->axes[i] == 0 || l->axes[i] + in_ndim == 0) return 1;
+    return 0;
+}
+
+ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per, ld_tensor *y_true) {
     if (l->reduction_sum == 2) return ld_tensor_retain(per);
     if (l->reduction_sum) return ld_sum(per, LD_ALL_AXES, 0);
+    if (l->has_ignore_class) return masked_mean(l, per, y_true);
+    if (sums_batch(l, per->ndim + l->naxes)) return ld_mean(per, LD_ALL_AXES, 0);
     double denom = replica_denominator();
     /* a replica's losses of several positions per row ([batch, t] of a
        sequence model's outputs): the global batch's positions */
@@ -823,10 +838,18 @@ static ld_tensor *smooth_labels(ld_tensor *y, float s, float add) {
 /* ---- the regression, divergence and hinge losses (Keras 3's formulas) */
 /* The temporaries of a formula: each op's result is kept for release at the
    end; after a failure no further op runs (its inputs could be NULL). */
-typedef struct { ld_tensor *t[32]; int n, bad; } loss_tmp;
+#define LOSS_TMP_MAX 64
+typedef struct { ld_tensor *t[LOSS_TMP_MAX]; int n, bad; } loss_tmp;
 static ld_tensor *keep(loss_tmp *k, ld_tensor *t) {
-    if (!t || k->n == 32) { ld_tensor_release(t); k->bad = 1; return NULL; }
+    if (!t || k->n == LOSS_TMP_MAX) { ld_tensor_release(t); k->bad = 1; return NULL; }
     return k->t[k->n++] = t;
+}
+/* the formula's result r (a new reference, NULL after a failure); the
+   temporaries released */
+static ld_tensor *tmp_done(loss_tmp *k, ld_tensor *r) {
+    ld_tensor *out = k->bad || !r ? NULL : ld_tensor_retain(r);
+    for (int i = 0; i < k->n; i++) ld_tensor_release(k->t[i]);
+    return out;
 }
 #define K(expr) (kp->bad ? NULL : keep(kp, (expr)))
 #define KEPS 1e-7f    /* keras.backend.epsilon() */
@@ -842,6 +865,156 @@ static ld_tensor *hinge_labels(loss_tmp *kp, ld_tensor *yt) {
     ld_tensor *b = K(ld_add(K(ld_binary(LD_BIN_EQ, yt, zero)), K(ld_binary(LD_BIN_EQ, yt, one))));
     ld_tensor *all = K(ld_min(b, LD_ALL_AXES, 0));
     return K(ld_where(all, K(ld_add_scalar(K(ld_mul_scalar(yt, 2.0f)), -1.0f)), yt));
+}
+
+/* t summed across the step's replicas (ld_replica_all_reduce_sum) into a
+   copy off the tape: a constant of the global batch, NULL after a failure */
+static ld_tensor *replica_total(loss_tmp *kp, ld_tensor *t) {
+    ld_tensor *g = K(ld_clone(t));
+    if (g && ld_replica_all_reduce_sum(g)) kp->bad = 1;
+    return kp->bad ? NULL : g;
+}
+
+static int in_replicas(void) {
+    const ld_replica_ctx *c = ld_replica_get();
+    return c && c->n > 1 ? c->n : 0;
+}
+
+/* Keras 3's mean of the losses of SparseCategoricalCrossentropy{ignore_class}
+   (apply_mask): sum(per) / the labels that are not ignore_class, 0 when all
+   are. In a replica of several, the count is the global batch's, so each
+   replica's share adds up to one device's loss (Keras on tf.distribute
+   would average the replicas' own means instead, which differs from one
+   device whenever the replicas hold different numbers of ignored labels). */
+static ld_tensor *masked_mean(const ld_loss *l, ld_tensor *per, ld_tensor *y_true) {
+    if (!y_true) { ld_fail(LD_EINTERNAL, "ignore_class: the mean needs the labels"); return NULL; }
+    loss_tmp k = {{0}, 0, 0}, *kp = &k;
+    ld_device *dev = per->storage->device;
+    ld_tensor *yt = y_true->storage->device == dev ? y_true : K(ld_to_device(y_true, dev));
+    ld_tensor *ign = K(ld_tensor_scalar((float)l->ignore_class, dev));
+    ld_tensor *valid = K(ld_sum(K(ld_binary(LD_BIN_NE, yt, ign)), LD_ALL_AXES, 0));
+    if (valid && in_replicas()) valid = replica_total(kp, valid);
+    ld_tensor *one = K(scalar_on(1.0f, per));
+    /* a count is 0 or at least 1, and with none valid the sum is 0 */
+    return tmp_done(kp, K(ld_div(K(ld_sum(per, LD_ALL_AXES, 0)), K(ld_maximum(valid, one)))));
+}
+
+/* Keras 3's sparse_categorical_crossentropy with ignore_class: the ignored
+   positions get label 0 and predictions 0 (so they carry no NaN and no
+   gradient), their losses are 0; per position (labels' shape, a last axis
+   of 1 dropped), then reduced as l asks (ld_loss_reduce: the mean over the
+   valid labels). */
+static ld_tensor *ignored_xent(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
+    loss_tmp k = {{0}, 0, 0}, *kp = &k;
+    ld_device *dev = y_pred->storage->device;
+    ld_tensor *yt = y_true->storage->device == dev ? y_true : K(ld_to_device(y_true, dev));
+    if (yt && yt->ndim == y_pred->ndim && yt->ndim > 1 && yt->shape[yt->ndim - 1] == 1)
+        yt = K(ld_reshape(yt, yt->ndim - 1, yt->shape));
+    if (!yt) return tmp_done(kp, NULL);
+    ld_tensor *valid = K(ld_binary(LD_BIN_NE, yt, K(ld_tensor_scalar((float)l->ignore_class, dev))));
+    ld_tensor *zero_label = K(ld_cast(K(ld_tensor_scalar(0, dev)), yt->dtype));
+    ld_tensor *labels = K(ld_where(valid, yt, zero_label));
+    int64_t vs[LD_MAX_DIMS + 1];
+    int vn = valid ? valid->ndim : 0;
+    if (valid) memcpy(vs, valid->shape, sizeof(int64_t) * (size_t)vn);
+    vs[vn] = 1;                                            /* the mask over the class axis */
+    ld_tensor *pred = K(ld_where(K(ld_reshape(valid, vn + 1, vs)), y_pred, K(scalar_on(0, y_pred))));
+    ld_loss inner = *l;
+    inner.has_ignore_class = 0;
+    inner.reduction_sum = 2;
+    ld_tensor *per = pred ? K(ld_loss_compute(&inner, labels, pred)) : NULL;
+    if (per && ld_tensor_numel(per) != ld_tensor_numel(valid)) {
+        char b1[64], b2[64];
+        ld_fail(LD_ESHAPE, "sparse_categorical_crossentropy: labels %s do not match predictions %s",
+                ld_shape_str(y_true, b1, sizeof b1), ld_shape_str(y_pred, b2, sizeof b2));
+        kp->bad = 1;
+    }
+    ld_tensor *m = per ? K(ld_reshape(valid, per->ndim, per->shape)) : NULL;
+    per = K(ld_where(m, per, K(scalar_on(0, per))));
+    return tmp_done(kp, l->reduction_sum == 2 || !per ? per : K(ld_loss_reduce(l, per, yt)));
+}
+
+/* -(t log p + (1 - t) log(1 - p)), p clipped to [eps, 1 - eps]: Keras's
+   binary cross-entropy of probabilities (TF backend), elementwise */
+static ld_tensor *bce_probs(ld_tensor *t, ld_tensor *y_pred) {
+    loss_tmp k = {{0}, 0, 0}, *kp = &k;
+    ld_tensor *p = K(clip_probs(y_pred));
+    ld_tensor *a = K(ld_mul(t, K(ld_log(p))));
+    ld_tensor *b = K(ld_mul(K(ld_add_scalar(K(ld_mul_scalar(t, -1.0f)), 1.0f)),
+                            K(ld_log(K(ld_add_scalar(K(ld_mul_scalar(p, -1.0f)), 1.0f))))));
+    return tmp_done(kp, K(ld_neg(K(ld_add(a, b)))));
+}
+
+/* Keras's probabilities for a categorical cross-entropy: normalised over
+   the last axis, then clipped to [eps, 1 - eps] */
+static ld_tensor *normalized_probs(ld_tensor *y_pred) {
+    loss_tmp k = {{0}, 0, 0}, *kp = &k;
+    return tmp_done(kp, K(clip_probs(K(ld_div(y_pred, K(ld_sum(y_pred, -1, 1)))))));
+}
+
+/* ---- Dice and Tversky: ratios of sums over l's axes */
+static ld_tensor *axes_sum(loss_tmp *kp, const ld_loss *l, ld_tensor *x) {
+    return K(ld_reduce_axes(LD_REDUCE_SUM, x, l->naxes, l->naxes ? l->axes : NULL, 0));
+}
+
+/* the loss of the sums s: Dice's (intersection, sum y, sum p), 1 - 2 I / (Y
+   + P + eps); Tversky's (intersection, Keras's "fp" sum((1 - p) y), its
+   "fn" sum(p (1 - y))), 1 - I / (I + alpha fp + beta fn + eps). Each in
+   Keras's order of operations. */
+static ld_tensor *overlap_value(loss_tmp *kp, const ld_loss *l, ld_tensor *const *s) {
+    ld_tensor *q;
+    if (l->kind == LD_LOSS_DICE)
+        q = K(ld_div(K(ld_mul_scalar(s[0], 2.0f)), K(ld_add_scalar(K(ld_add(s[1], s[2])), KEPS))));
+    else
+        q = K(ld_div(s[0], K(ld_add_scalar(K(ld_add(K(ld_add(s[0], K(ld_mul_scalar(s[1], (float)l->alpha)))),
+                                                    K(ld_mul_scalar(s[2], (float)l->beta)))), KEPS))));
+    return K(ld_add_scalar(K(ld_neg(q)), 1.0f));
+}
+
+/* d[k]: the loss's derivative by s[k], at the sums s */
+static void overlap_partials(loss_tmp *kp, const ld_loss *l, ld_tensor *const *s, ld_tensor **d) {
+    if (l->kind == LD_LOSS_DICE) {
+        ld_tensor *r = K(ld_unary(LD_UN_RECIPROCAL, K(ld_add_scalar(K(ld_add(s[1], s[2])), KEPS))));
+        d[0] = K(ld_mul_scalar(r, -2.0f));
+        d[1] = d[2] = K(ld_mul(K(ld_mul_scalar(s[0], 2.0f)), K(ld_unary(LD_UN_SQUARE, r))));
+        return;
+    }
+    ld_tensor *rest = K(ld_add_scalar(K(ld_add(K(ld_mul_scalar(s[1], (float)l->alpha)),
+                                               K(ld_mul_scalar(s[2], (float)l->beta)))), KEPS));
+    ld_tensor *r2 = K(ld_unary(LD_UN_SQUARE, K(ld_unary(LD_UN_RECIPROCAL, K(ld_add(s[0], rest))))));
+    d[0] = K(ld_neg(K(ld_mul(rest, r2))));
+    ld_tensor *ir2 = K(ld_mul(s[0], r2));
+    d[1] = K(ld_mul_scalar(ir2, (float)l->alpha));
+    d[2] = K(ld_mul_scalar(ir2, (float)l->beta));
+}
+
+/* Dice or Tversky of yt and yp (float32, one shape), of the shape left
+   after the sums. Summed over the batch axis in a replica of several, the
+   loss is no sum over examples: with the sums G of the global batch
+   (summed across the replicas) and the loss's derivatives d there, each
+   replica gives (f(G) - sum_k d_k G_k) / n + sum_k d_k s_k, its own sums s
+   on the tape: the replicas' values add up to f(G) and their gradients to
+   one device's (the loss's linearisation at G, exact at G). */
+static ld_tensor *overlap_loss(loss_tmp *kp, const ld_loss *l, ld_tensor *yt, ld_tensor *yp) {
+    ld_tensor *s[3];
+    s[0] = axes_sum(kp, l, K(ld_mul(yt, yp)));
+    if (l->kind == LD_LOSS_DICE) {
+        s[1] = axes_sum(kp, l, yt);
+        s[2] = axes_sum(kp, l, yp);
+    } else {
+        s[1] = axes_sum(kp, l, K(ld_mul(K(ld_add_scalar(K(ld_neg(yp)), 1.0f)), yt)));
+        s[2] = axes_sum(kp, l, K(ld_mul(yp, K(ld_add_scalar(K(ld_neg(yt)), 1.0f)))));
+    }
+    int n = in_replicas();
+    if (!n || !sums_batch(l, yp->ndim)) return overlap_value(kp, l, s);
+    ld_tensor *g[3], *d[3];
+    for (int i = 0; i < 3; i++) g[i] = s[i] ? replica_total(kp, s[i]) : NULL;
+    ld_tensor *f = overlap_value(kp, l, g);
+    overlap_partials(kp, l, g, d);
+    ld_tensor *dg = K(ld_add(K(ld_add(K(ld_mul(d[0], g[0])), K(ld_mul(d[1], g[1])))), K(ld_mul(d[2], g[2]))));
+    ld_tensor *c = K(ld_mul_scalar(K(ld_sub(f, dg)), (float)(1.0 / n)));
+    ld_tensor *lin = K(ld_add(K(ld_add(K(ld_mul(d[0], s[0])), K(ld_mul(d[1], s[1])))), K(ld_mul(d[2], s[2]))));
+    return K(ld_add(c, lin));
 }
 
 /* per-example losses of MSE and the kinds above: yt (float32, y_pred's shape) and yp */
@@ -910,6 +1083,30 @@ static ld_tensor *regression_loss(const ld_loss *l, ld_tensor *yt, ld_tensor *yp
         per = K(ld_maximum(K(ld_add_scalar(K(ld_sub(neg, pos)), 1.0f)), K(scalar_on(0, yp))));
         break;
     }
+    case LD_LOSS_BINARY_FOCAL: {
+        float ls = l->label_smoothing;
+        ld_tensor *t = ls > 0 ? K(smooth_labels(yt, ls, 0.5f * ls)) : yt;
+        ld_tensor *p = l->from_logits ? K(ld_sigmoid(yp)) : yp;
+        ld_tensor *bce = K(bce_probs(t, p));
+        ld_tensor *omt = K(ld_add_scalar(K(ld_neg(t)), 1.0f));
+        ld_tensor *pt = K(ld_add(K(ld_mul(t, p)), K(ld_mul(omt, K(ld_add_scalar(K(ld_neg(p)), 1.0f))))));
+        e = K(ld_mul(K(ld_pow_scalar(K(ld_add_scalar(K(ld_neg(pt)), 1.0f)), (float)l->gamma)), bce));
+        if (l->class_balancing)
+            e = K(ld_mul(K(ld_add(K(ld_mul_scalar(t, (float)l->alpha)), K(ld_mul_scalar(omt, (float)(1.0 - l->alpha))))), e));
+        break;
+    }
+    case LD_LOSS_CATEGORICAL_FOCAL: {
+        if (yp->ndim < 1) { ld_fail(LD_ESHAPE, "categorical_focal_crossentropy: predictions need a class axis"); break; }
+        float ls = l->label_smoothing;
+        ld_tensor *t = ls > 0 ? K(smooth_labels(yt, ls, ls / (float)yp->shape[yp->ndim - 1])) : yt;
+        ld_tensor *out = K(normalized_probs(l->from_logits ? K(ld_softmax(yp)) : yp));
+        ld_tensor *cce = K(ld_mul(K(ld_neg(t)), K(ld_log(out))));
+        ld_tensor *mod = K(ld_pow_scalar(K(ld_add_scalar(K(ld_neg(out)), 1.0f)), (float)l->gamma));
+        e = K(ld_mul(K(ld_mul_scalar(mod, (float)l->alpha)), cce));
+        sum_last = 1;
+        break;
+    }
+    case LD_LOSS_DICE: case LD_LOSS_TVERSKY: per = overlap_loss(kp, l, yt, yp); break;
     default: ld_fail(LD_EINTERNAL, "loss %d has no formula", (int)l->kind); break;
     }
     if (!per && e) {
@@ -920,9 +1117,7 @@ static ld_tensor *regression_loss(const ld_loss *l, ld_tensor *yt, ld_tensor *yp
             if (l->kind == LD_LOSS_MAPE) per = K(ld_mul_scalar(per, 100.0f));
         }
     }
-    ld_tensor *out = k.bad || !per ? NULL : ld_tensor_retain(per);
-    for (int i = 0; i < k.n; i++) ld_tensor_release(k.t[i]);
-    return out;
+    return tmp_done(kp, per);
 }
 #undef K
 
@@ -939,6 +1134,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     int sparse = l->kind == LD_LOSS_SPARSE_CCE;
     switch (l->kind) {
     case LD_LOSS_SPARSE_CCE: {
+        if (l->has_ignore_class) return ignored_xent(l, y_true, y_pred);
         if (y_pred->ndim > 2) return sequence_xent(l, y_true, y_pred);
         ld_tensor *lab = y_true;
         int64_t n1 = ld_tensor_numel(y_true);
@@ -1013,11 +1209,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             TRY(logp);
         } else {
             /* Keras: normalise, clip to [eps, 1-eps], log */
-            TRY(t1 = ld_sum(y_pred, -1, 1));
-            TRY(t3 = ld_div(y_pred, t1));
-            ld_tensor_release(t1); t1 = NULL;
-            TRY(t2 = clip_probs(t3));
-            ld_tensor_release(t3); t3 = NULL;
+            TRY(t2 = normalized_probs(y_pred));
             logp = ld_log(t2);
             ld_tensor_release(t2); t2 = NULL;
             TRY(logp);
@@ -1053,17 +1245,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
             ld_tensor_release(r); ld_tensor_release(xz); ld_tensor_release(ab); ld_tensor_release(na);
             ld_tensor_release(e); ld_tensor_release(e1); ld_tensor_release(lg); ld_tensor_release(d);
         } else {
-            /* -(z log p + (1-z) log(1-p)), p clipped to [eps, 1-eps] */
-            ld_tensor *p = clip_probs(y_pred);
-            ld_tensor *lp = p ? ld_log(p) : NULL;
-            ld_tensor *omp = p ? ld_mul_scalar(p, -1.0f) : NULL, *omp1 = omp ? ld_add_scalar(omp, 1.0f) : NULL;
-            ld_tensor *l1p = omp1 ? ld_log(omp1) : NULL;
-            ld_tensor *omz = ld_mul_scalar(yt, -1.0f), *omz1 = omz ? ld_add_scalar(omz, 1.0f) : NULL;
-            ld_tensor *a = lp ? ld_mul(yt, lp) : NULL, *b = l1p && omz1 ? ld_mul(omz1, l1p) : NULL;
-            ld_tensor *s = a && b ? ld_add(a, b) : NULL;
-            t1 = s ? ld_neg(s) : NULL;
-            ld_tensor *all[] = {p, lp, omp, omp1, l1p, omz, omz1, a, b, s};
-            for (size_t i = 0; i < sizeof all / sizeof *all; i++) ld_tensor_release(all[i]);
+            t1 = bce_probs(yt, y_pred);
         }
         TRY(t1);
         TRY(per = ld_mean(t1, -1, 0));
@@ -1071,7 +1253,8 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
     }
     case LD_LOSS_MSE: case LD_LOSS_MAE: case LD_LOSS_MAPE: case LD_LOSS_MSLE: case LD_LOSS_HUBER: case LD_LOSS_LOGCOSH:
     case LD_LOSS_KLD: case LD_LOSS_POISSON: case LD_LOSS_COSINE: case LD_LOSS_HINGE: case LD_LOSS_SQUARED_HINGE:
-    case LD_LOSS_CATEGORICAL_HINGE:
+    case LD_LOSS_CATEGORICAL_HINGE: case LD_LOSS_BINARY_FOCAL: case LD_LOSS_CATEGORICAL_FOCAL: case LD_LOSS_DICE:
+    case LD_LOSS_TVERSKY:
         if (!ld_same_shape(y_true, y_pred)) {
             if (ld_tensor_numel(y_true) != ld_tensor_numel(y_pred)) goto shape;
             TRY(t1 = ld_reshape(y_true, y_pred->ndim, y_pred->shape));   /* [batch] labels of [batch, 1] */
@@ -1081,7 +1264,7 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
         break;
     case LD_LOSS_COUNT: ld_fail(LD_EINTERNAL, "no such loss"); goto fail;
     }
-    out = ld_loss_reduce(l, per);
+    out = ld_loss_reduce(l, per, y_true);
 fail:
     ld_tensor_release(t1); ld_tensor_release(t2); ld_tensor_release(t3);
     ld_tensor_release(per); ld_tensor_release(yt);

@@ -375,6 +375,10 @@ typedef enum {
     LD_LOSS_HINGE,           /* max(1 - t y_pred, 0), t = 2 y_true - 1 when every label is 0 or 1 */
     LD_LOSS_SQUARED_HINGE,   /* max(1 - t y_pred, 0)^2, t as Hinge's */
     LD_LOSS_CATEGORICAL_HINGE, /* max(max((1 - y_true) y_pred) - sum(y_true y_pred) + 1, 0) */
+    LD_LOSS_BINARY_FOCAL,    /* (1 - p_t)^gamma bce (times y alpha + (1 - y)(1 - alpha) when balanced), mean over the last axis */
+    LD_LOSS_CATEGORICAL_FOCAL, /* sum over the last axis of -alpha (1 - p)^gamma y log p, p normalised and clipped */
+    LD_LOSS_DICE,            /* 1 - 2 sum(y p) / (sum y + sum p + eps), the sums over `axes` */
+    LD_LOSS_TVERSKY,         /* 1 - I / (I + alpha sum((1-p) y) + beta sum(p (1-y)) + eps), I = sum(y p) over `axes` */
     LD_LOSS_COUNT
 } ld_loss_kind;
 typedef struct {
@@ -383,6 +387,12 @@ typedef struct {
     int reduction_sum;   /* 0: mean over the batch (Keras' default), 1: sum ("none" is not reduced: 2) */
     float label_smoothing;
     float delta;         /* Huber's (Keras's default 1) */
+    double alpha, beta, gamma; /* the focal losses' alpha and gamma (0.25, 2); Tversky's alpha and beta (0.5, 0.5) */
+    int class_balancing; /* BinaryFocalCrossentropy's apply_class_balancing */
+    int has_ignore_class;      /* SparseCategoricalCrossentropy's ignore_class (Keras's): labels equal to */
+    int64_t ignore_class;      /* it give 0 and leave the mean's count (ld_loss_reduce) */
+    int naxes;           /* Dice and Tversky: the sums run over axes[0..naxes) (each >= 0); 0: every axis (axis=None) */
+    int axes[LD_MAX_DIMS];
 } ld_loss;
 const char *ld_loss_name(ld_loss_kind k);
 /* Mean loss over the batch (0-d tensor), or per-example [batch] when reduction is "none". */
@@ -391,8 +401,13 @@ ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pre
    itself, "sum" their sum, "sum_over_batch_size" their mean; in a replica
    of a synchronous strategy with n > 1 replicas, their sum over the global
    batch's positions (the replica's positions per row times the global
-   batch), so the replicas' losses add up to one device's. */
-ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per);
+   batch), so the replicas' losses add up to one device's.
+   With ignore_class, y_true (the labels the losses came from) gives the
+   mean's count: the labels that are not ignore_class (Keras 3's apply_mask:
+   sum / valid, 0 when none is), in a replica those of the global batch
+   (summed across the replicas in the step), so every strategy gives one
+   device's loss. y_true may be NULL otherwise. */
+ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per, ld_tensor *y_true);
 
 /* ---- metrics helpers ---- */
 /* Number of rows (positions, for predictions [batch, t..., classes]) where argmax(pred) == label

@@ -20,6 +20,7 @@
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <float.h>
+#include <math.h>
 #include <string.h>
 
 #define LAYER_MT "ldist.Layer"
@@ -915,7 +916,7 @@ static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_ten
     ld_tensor_release(per);
     ld_tensor_release(wd);
     if (!pw) return NULL;
-    ld_tensor *v = loss->reduction_sum == 2 ? ld_tensor_retain(pw) : ld_loss_reduce(loss, pw);
+    ld_tensor *v = loss->reduction_sum == 2 ? ld_tensor_retain(pw) : ld_loss_reduce(loss, pw, y);
     ld_tensor_release(pw);
     return v;
 }
@@ -1357,18 +1358,23 @@ static int model_gc(lua_State *L) {
 /* Keras 3's options of each loss; an unknown one is an error naming it, and
    so is one of Keras's that ldist does not do unless it is off (an ignored
    option would train something else than asked) */
-static const char *const loss_opts[LD_LOSS_COUNT][4] = {
+static const char *const loss_opts[LD_LOSS_COUNT][8] = {
     [LD_LOSS_SPARSE_CCE] = {"from_logits", "ignore_class", "axis", NULL},
     [LD_LOSS_CCE] = {"from_logits", "label_smoothing", "axis", NULL},
     [LD_LOSS_BCE] = {"from_logits", "label_smoothing", "axis", NULL},
     [LD_LOSS_HUBER] = {"delta", NULL},
     [LD_LOSS_COSINE] = {"axis", NULL},
+    [LD_LOSS_BINARY_FOCAL] = {"apply_class_balancing", "alpha", "gamma", "from_logits", "label_smoothing", "axis", NULL},
+    [LD_LOSS_CATEGORICAL_FOCAL] = {"alpha", "gamma", "from_logits", "label_smoothing", "axis", NULL},
+    [LD_LOSS_DICE] = {"axis", NULL},
+    [LD_LOSS_TVERSKY] = {"alpha", "beta", "axis", NULL},
 };
 static const char *const loss_class[] = {"SparseCategoricalCrossentropy", "CategoricalCrossentropy",
                                          "BinaryCrossentropy", "MeanSquaredError", "MeanAbsoluteError",
                                          "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError", "Huber",
                                          "LogCosh", "KLDivergence", "Poisson", "CosineSimilarity", "Hinge",
-                                         "SquaredHinge", "CategoricalHinge"};
+                                         "SquaredHinge", "CategoricalHinge", "BinaryFocalCrossentropy",
+                                         "CategoricalFocalCrossentropy", "Dice", "Tversky"};
 _Static_assert(sizeof loss_class / sizeof *loss_class == LD_LOSS_COUNT, "a class name for each loss");
 
 static void check_loss_options(lua_State *L, ld_loss_kind kind) {
@@ -1392,14 +1398,53 @@ static void check_loss_options(lua_State *L, ld_loss_kind kind) {
             lb_unknown_option_in(L, what, k, loss_opts[kind], common);
         }
     }
-    if (lua_getfield(L, 1, "ignore_class") != LUA_TNIL)
-        luaL_error(L, "bad argument #1 to '%s' (ignore_class is not supported by ldist)", cls);
-    if (lua_getfield(L, 1, "axis") != LUA_TNIL && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) == -1))
+    int overlap = kind == LD_LOSS_DICE || kind == LD_LOSS_TVERSKY;   /* their axis is checked by overlap_axes */
+    if (lua_getfield(L, 1, "axis") != LUA_TNIL && !overlap && !(lua_isinteger(L, -1) && lua_tointeger(L, -1) == -1))
         luaL_error(L, "bad argument #1 to '%s' (axis must be -1: ldist's losses read the classes on the last axis)", cls);
     if (lua_getfield(L, 1, "dtype") != LUA_TNIL && !(lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "float32")))
         luaL_error(L, "bad argument #1 to '%s' (dtype must be \"float32\": losses compute in float32, as Keras's "
                       "under mixed precision)", cls);
-    lua_pop(L, 3);
+    lua_pop(L, 2);
+}
+
+/* opts[name] as a finite number, or def when absent */
+static double loss_number(lua_State *L, ld_loss_kind kind, const char *name, double def) {
+    int t = lua_getfield(L, 1, name);
+    double v = def;
+    if (t != LUA_TNIL) {
+        if (t != LUA_TNUMBER || !isfinite(lua_tonumber(L, -1)))
+            luaL_error(L, "bad argument #1 to '%s' (%s must be a finite number, got %s)", loss_class[kind], name,
+                       t == LUA_TNUMBER ? lua_tostring(L, -1) : luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Dice's and Tversky's axis: nil (Keras's None: every axis), an axis or a
+   list of distinct axes (negative from the end) */
+static void overlap_axes(lua_State *L, ld_loss *l) {
+    const char *cls = loss_class[l->kind];
+    int t = lua_getfield(L, 1, "axis");
+    if (t == LUA_TNUMBER || t == LUA_TTABLE) {
+        lua_Integer n = t == LUA_TTABLE ? (lua_Integer)lua_rawlen(L, -1) : 1;
+        if (n < 1 || n > LD_MAX_DIMS)
+            luaL_error(L, "bad argument #1 to '%s' (axis must list 1 to %d axes, got %d)", cls, LD_MAX_DIMS, (int)n);
+        for (lua_Integer i = 1; i <= n; i++) {
+            if (t == LUA_TTABLE) lua_rawgeti(L, -1, i);
+            else lua_pushvalue(L, -1);
+            if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < -LD_MAX_DIMS || lua_tointeger(L, -1) >= LD_MAX_DIMS)
+                luaL_error(L, "bad argument #1 to '%s' (axis must be nil, an integer or a list of integers, got %s)", cls,
+                           luaL_tolstring(L, -1, NULL));
+            l->axes[i - 1] = (int)lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+        l->naxes = (int)n;
+    } else if (t != LUA_TNIL) {
+        luaL_error(L, "bad argument #1 to '%s' (axis must be nil, an integer or a list of integers, got %s)", cls,
+                   luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
 }
 
 static int loss_new(lua_State *L, ld_loss_kind kind) {
@@ -1407,6 +1452,10 @@ static int loss_new(lua_State *L, ld_loss_kind kind) {
     memset(l, 0, sizeof *l);
     l->kind = kind;
     l->delta = 1.0f;
+    /* Keras's defaults: the focal losses' alpha 0.25 and gamma 2, Tversky's alpha and beta 0.5 */
+    l->alpha = kind == LD_LOSS_TVERSKY ? 0.5 : 0.25;
+    l->beta = 0.5;
+    l->gamma = 2.0;
     if (lua_istable(L, 1)) {
         check_loss_options(L, kind);
         lua_getfield(L, 1, "label_smoothing");
@@ -1421,6 +1470,21 @@ static int loss_new(lua_State *L, ld_loss_kind kind) {
             return luaL_error(L, "bad argument #1 to '%s' (delta must be a positive number, got %f)", loss_class[kind], d);
         l->delta = (float)d;
         lua_pop(L, 1);
+        l->alpha = loss_number(L, kind, "alpha", l->alpha);
+        l->beta = loss_number(L, kind, "beta", l->beta);
+        l->gamma = loss_number(L, kind, "gamma", l->gamma);
+        lua_getfield(L, 1, "apply_class_balancing");
+        l->class_balancing = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (lua_getfield(L, 1, "ignore_class") != LUA_TNIL) {
+            if (!lua_isinteger(L, -1))
+                return luaL_error(L, "bad argument #1 to '%s' (ignore_class must be an integer class id, got %s)",
+                                  loss_class[kind], luaL_tolstring(L, -1, NULL));
+            l->has_ignore_class = 1;
+            l->ignore_class = (int64_t)lua_tointeger(L, -1);
+        }
+        lua_pop(L, 1);
+        if (kind == LD_LOSS_DICE || kind == LD_LOSS_TVERSKY) overlap_axes(L, l);
         lua_getfield(L, 1, "from_logits");
         l->from_logits = lua_toboolean(L, -1);
         lua_getfield(L, 1, "reduction");
@@ -1449,6 +1513,10 @@ static int loss_cosine(lua_State *L) { return loss_new(L, LD_LOSS_COSINE); }
 static int loss_hinge(lua_State *L) { return loss_new(L, LD_LOSS_HINGE); }
 static int loss_squared_hinge(lua_State *L) { return loss_new(L, LD_LOSS_SQUARED_HINGE); }
 static int loss_categorical_hinge(lua_State *L) { return loss_new(L, LD_LOSS_CATEGORICAL_HINGE); }
+static int loss_binary_focal(lua_State *L) { return loss_new(L, LD_LOSS_BINARY_FOCAL); }
+static int loss_categorical_focal(lua_State *L) { return loss_new(L, LD_LOSS_CATEGORICAL_FOCAL); }
+static int loss_dice(lua_State *L) { return loss_new(L, LD_LOSS_DICE); }
+static int loss_tversky(lua_State *L) { return loss_new(L, LD_LOSS_TVERSKY); }
 
 /* Keras 3's squeeze_or_expand_to_same_rank (keras/src/losses/loss.py) for
    per-example losses and sample weights: when the ranks differ by one and
@@ -1521,7 +1589,7 @@ static int loss_call(lua_State *L) {
     /* Keras returns a scalar or an empty loss unreduced */
     int64_t n = ld_tensor_numel(pw);
     if (l->reduction_sum == 2 || pw->ndim == 0 || (pw->ndim == 1 && n == 0)) return 1;
-    lb_push_tensor(L, ld_loss_reduce(l, pw), 0);
+    lb_push_tensor(L, ld_loss_reduce(l, pw, yt), 0);
     return 1;
 }
 
@@ -1551,6 +1619,20 @@ static int loss_config(lua_State *L) {
     lua_pushstring(L, red[l->reduction_sum >= 0 && l->reduction_sum < 3 ? l->reduction_sum : 0]); lua_setfield(L, -2, "reduction");
     if (l->label_smoothing > 0) { lua_pushnumber(L, l->label_smoothing); lua_setfield(L, -2, "label_smoothing"); }
     if (l->kind == LD_LOSS_HUBER) { lua_pushnumber(L, l->delta); lua_setfield(L, -2, "delta"); }
+    /* the options of the losses that have them, as Keras's get_config */
+    for (int i = 0; loss_opts[l->kind][i]; i++) {
+        const char *o = loss_opts[l->kind][i];
+        if (!strcmp(o, "alpha")) lua_pushnumber(L, l->alpha);
+        else if (!strcmp(o, "beta")) lua_pushnumber(L, l->beta);
+        else if (!strcmp(o, "gamma")) lua_pushnumber(L, l->gamma);
+        else if (!strcmp(o, "apply_class_balancing")) lua_pushboolean(L, l->class_balancing);
+        else if (!strcmp(o, "ignore_class") && l->has_ignore_class) lua_pushinteger(L, (lua_Integer)l->ignore_class);
+        else if (!strcmp(o, "axis") && (l->kind == LD_LOSS_DICE || l->kind == LD_LOSS_TVERSKY) && l->naxes > 0) {
+            lua_createtable(L, l->naxes, 0);
+            for (int a = 0; a < l->naxes; a++) { lua_pushinteger(L, l->axes[a]); lua_rawseti(L, -2, a + 1); }
+        } else continue;
+        lua_setfield(L, -2, o);
+    }
     return 1;
 }
 
@@ -1587,8 +1669,11 @@ static const char *const nn_docs[] = {
     NULL};
 
 static const char *const loss_docs[] = {
-    "SparseCategoricalCrossentropy", "losses.SparseCategoricalCrossentropy{from_logits=false, reduction=\"sum_over_batch_size\"}\n\n"
+    "SparseCategoricalCrossentropy", "losses.SparseCategoricalCrossentropy{from_logits=false, ignore_class=nil, reduction=\"sum_over_batch_size\"}\n\n"
         "Cross-entropy between integer labels [batch] and predictions [batch, classes]; loss(y_true, y_pred).\n"
+        "ignore_class k (Keras's): positions labelled k give 0 and no gradient, and the mean is over the\n"
+        "other positions only (0 when none is left); under a strategy, over those of the global batch, so\n"
+        "every strategy gives one device's loss.\n"
         "Probabilities (from_logits=false) are clipped to [1e-7, 1 - 1e-7] before their log, as Keras's;\n"
         "a NaN prediction gives a NaN loss (TerminateOnNaN sees it), as in every loss here.",
     "CategoricalCrossentropy", "losses.CategoricalCrossentropy{from_logits=false, label_smoothing=0, reduction=\"sum_over_batch_size\"}\n\nCross-entropy with one-hot labels. label_smoothing s: the labels become y (1 - s) + s / classes, as in Keras.",
@@ -1609,6 +1694,23 @@ static const char *const loss_docs[] = {
     "Hinge", "losses.Hinge()  (\"hinge\")\n\nMean of max(1 - t y_pred, 0) over the last axis; labels that are all 0 or 1 become t = -1 or 1.",
     "SquaredHinge", "losses.SquaredHinge()  (\"squared_hinge\")\n\nMean of max(1 - t y_pred, 0)^2 over the last axis (t as Hinge's).",
     "CategoricalHinge", "losses.CategoricalHinge()  (\"categorical_hinge\")\n\nmax(max((1 - y_true) y_pred) - sum(y_true y_pred) + 1, 0) for one-hot labels.",
+    "BinaryFocalCrossentropy", "losses.BinaryFocalCrossentropy{apply_class_balancing=false, alpha=0.25, gamma=2, from_logits=false,\n"
+        "label_smoothing=0}  (\"binary_focal_crossentropy\")\n\n"
+        "Keras's focal loss for 0/1 labels: (1 - p_t)^gamma times the binary cross-entropy, p_t = y p + (1 - y)(1 - p);\n"
+        "with apply_class_balancing also times y alpha + (1 - y)(1 - alpha); the mean over the last axis.\n"
+        "from_logits: p = sigmoid(y_pred). label_smoothing s: y (1 - s) + s / 2.",
+    "CategoricalFocalCrossentropy", "losses.CategoricalFocalCrossentropy{alpha=0.25, gamma=2, from_logits=false, label_smoothing=0}\n"
+        "(\"categorical_focal_crossentropy\")\n\n"
+        "Keras's focal loss for one-hot labels: the sum over classes of -alpha (1 - p)^gamma y log p, p the\n"
+        "predictions normalised to sum 1 and clipped to [1e-7, 1 - 1e-7] (from_logits: their softmax).",
+    "Dice", "losses.Dice{axis=nil}  (\"dice\")\n\n"
+        "1 - 2 sum(y_true y_pred) / (sum(y_true) + sum(y_pred) + 1e-7), the sums over axis (nil: every axis,\n"
+        "one loss for the batch, as Keras's default; {1, 2, 3} for one per image: axes count from 0, as\n"
+        "Keras's and ldist's tensor ops, negative ones from the end). Under a strategy the replicas' losses\n"
+        "add up to one device's, gradients too.",
+    "Tversky", "losses.Tversky{alpha=0.5, beta=0.5, axis=nil}  (\"tversky\")\n\n"
+        "1 - I / (I + alpha sum((1 - y_pred) y_true) + beta sum(y_pred (1 - y_true)) + 1e-7), I = sum(y_true y_pred),\n"
+        "the sums over axis as Dice's (Keras's formula and names: alpha weighs the missed positives).",
     NULL};
 
 int lb_open_losses(lua_State *L) {
@@ -1631,7 +1733,9 @@ int lb_open_losses(lua_State *L) {
         {"MAPE", loss_mape}, {"MeanSquaredLogarithmicError", loss_msle}, {"MSLE", loss_msle}, {"Huber", loss_huber},
         {"LogCosh", loss_logcosh}, {"KLDivergence", loss_kld}, {"Poisson", loss_poisson},
         {"CosineSimilarity", loss_cosine}, {"Hinge", loss_hinge}, {"SquaredHinge", loss_squared_hinge},
-        {"CategoricalHinge", loss_categorical_hinge}, {"_config", loss_config}, {NULL, NULL}};
+        {"CategoricalHinge", loss_categorical_hinge}, {"BinaryFocalCrossentropy", loss_binary_focal},
+        {"CategoricalFocalCrossentropy", loss_categorical_focal}, {"Dice", loss_dice}, {"Tversky", loss_tversky},
+        {"_config", loss_config}, {NULL, NULL}};
     luaL_newlib(L, f);
     /* losses._classes: a saved config's name -> the class that makes it again (nn._build_loss) */
     lua_createtable(L, 0, LD_LOSS_COUNT);

@@ -19,6 +19,7 @@ return {
   -- keras: metrics and model:compile/fit/evaluate/predict, layer options,
   -- functional models and saving, callbacks
   { "keras/training.lua", needs = "tensor, nn, util, ui/help; fills util.as_dataset, util.is_arrays, util.nest" },
+  { "keras/scores.lua", needs = "tensor, util (check_opts, metric_kit), ui/help, keras/training (metrics)" },
   { "keras/layer_options.lua", needs = "nn, ui/help" },
   { "keras/models.lua", needs = "nn, tensor, json, io, losses, optim, util, keras/training (metrics)" },
   { "keras/mixed_precision.lua", needs = "nn, optim, ui/help (document)" },

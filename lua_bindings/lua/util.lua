@@ -21,15 +21,17 @@ function util.shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
 -- a constructor's options table (nil: {}): an unknown key is an error naming
 -- it and the known ones, at the constructor's caller (a misspelt option is
 -- never silently a default)
-function util.check_opts(name, opts, known)
+-- level: the error's level as error()'s, from check_opts's caller's caller (3)
+function util.check_opts(name, opts, known, level)
+  level = level or 3
   if opts == nil then return {} end
-  if type(opts) ~= "table" then error(("bad argument #1 to '%s' (table expected, got %s)"):format(name, type(opts)), 3) end
+  if type(opts) ~= "table" then error(("bad argument #1 to '%s' (table expected, got %s)"):format(name, type(opts)), level) end
   for k in pairs(opts) do
     if not known[k] then
       local names = {}
       for kk in pairs(known) do names[#names + 1] = kk end
       table.sort(names)
-      error(("bad argument #1 to '%s' (unknown option '%s'; options: %s)"):format(name, tostring(k), table.concat(names, ", ")), 3)
+      error(("bad argument #1 to '%s' (unknown option '%s'; options: %s)"):format(name, tostring(k), table.concat(names, ", ")), level)
     end
   end
   return opts

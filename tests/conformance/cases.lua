@@ -38,6 +38,9 @@ end
 
 local MODELS = {
   mlp = { shape = { 8 }, classes = 4, make = function() return nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(4) } end },
+  -- probabilities out (a segmentation-style loss's input: Dice)
+  mlp_sigmoid = { shape = { 8 }, classes = 4,
+    make = function() return nn.Sequential { nn.Dense(16, "tanh"), nn.Dense(4, "sigmoid") } end },
   flatten = { shape = { 4, 4 }, classes = 3,
     make = function() return nn.Sequential { nn.Flatten(), nn.Dense(16, "relu"), nn.Dense(3) } end },
   conv = { shape = { 6, 6, 1 }, classes = 3,
@@ -246,6 +249,19 @@ end
 add(train_case { name = "fit_cce_label_smoothing", model = "mlp", opt = "sgd_momentum", mode = "fit", n = 240, b = 24,
   epochs = 5, also = { "ps", "mw_local" }, onehot = true,
   loss = function() return losses.CategoricalCrossentropy { from_logits = true, label_smoothing = 0.2 } end })
+-- Keras's focal loss (one-hot labels); ignore_class (class 3's labels ignored:
+-- their number differs from replica to replica, and the mean is over the
+-- global batch's valid labels, engine/ld_nn.c's masked_mean); Dice over the
+-- whole batch (no sum over examples: each replica's share is its part of the
+-- loss linearised at the global sums, engine/ld_nn.c's overlap_loss)
+add(train_case { name = "fit_focal", model = "mlp", opt = "sgd_momentum", mode = "fit", n = 240, b = 24, epochs = 5,
+  also = { "ps", "mw_local" }, onehot = true,
+  loss = function() return losses.CategoricalFocalCrossentropy { from_logits = true, gamma = 1.5, alpha = 0.5 } end })
+add(train_case { name = "fit_ignore_class", model = "mlp", opt = "sgd_momentum", mode = "fit", n = 240, b = 24,
+  epochs = 5, also = { "ps", "mw_local" },
+  loss = function() return losses.SparseCategoricalCrossentropy { from_logits = true, ignore_class = 3 } end })
+add(train_case { name = "fit_dice", model = "mlp_sigmoid", opt = "sgd_momentum", mode = "fit", n = 240, b = 24, epochs = 5,
+  also = { "ps", "mw_local" }, onehot = true, tol = 1e-4, loss = function() return losses.Dice() end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions
 for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise", "dilated" } do

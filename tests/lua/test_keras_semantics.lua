@@ -488,7 +488,7 @@ T.test("a loss's unknown option, or one of Keras's that ldist does not do, is an
     "losses.SparseCategoricalCrossentropy: unknown option 'label_smoothing' (it takes from_logits, ignore_class, axis,")
   T.raises(function() losses.MeanSquaredError{ from_logits = true } end, "losses.MeanSquaredError: unknown option 'from_logits' (it takes reduction, name, dtype)")
   T.raises(function() losses.CategoricalCrossentropy{ from_logit = true } end, "unknown option 'from_logit'; did you mean 'from_logits'?")
-  T.raises(function() losses.SparseCategoricalCrossentropy{ ignore_class = 0 } end, "ignore_class is not supported")
+  T.raises(function() losses.SparseCategoricalCrossentropy{ ignore_class = "void" } end, "ignore_class must be an integer")
   T.raises(function() losses.BinaryCrossentropy{ axis = 0 } end, "axis must be -1")
   T.raises(function() losses.CategoricalCrossentropy{ label_smoothing = 1.5 } end, "label_smoothing must be in [0, 1]")
   T.ok(losses.CategoricalCrossentropy{ axis = -1, name = "cce", dtype = "float32" }, "Keras's defaults")

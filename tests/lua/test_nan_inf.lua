@@ -370,7 +370,8 @@ local LOSS_FIXTURES = {
   MSE = { "MeanSquaredError" },
 }
 for _, n in ipairs { "MeanAbsoluteError", "MeanAbsolutePercentageError", "MeanSquaredLogarithmicError", "Huber", "LogCosh",
-                     "KLDivergence", "Poisson", "CosineSimilarity", "Hinge", "SquaredHinge", "CategoricalHinge" } do
+                     "KLDivergence", "Poisson", "CosineSimilarity", "Hinge", "SquaredHinge", "CategoricalHinge",
+                     "BinaryFocalCrossentropy", "CategoricalFocalCrossentropy", "Dice", "Tversky" } do
   LOSS_FIXTURES[n] = { n }
 end
 LOSS_FIXTURES.MAE, LOSS_FIXTURES.MAPE, LOSS_FIXTURES.MSLE =
@@ -379,7 +380,7 @@ LOSS_FIXTURES.MAE, LOSS_FIXTURES.MAPE, LOSS_FIXTURES.MSLE =
 local function loss_case(name, dev)
   for _, key in ipairs(LOSS_FIXTURES[name]) do
     local logits = key:match("_logits$") ~= nil
-    local loss = losses[name](key:match("Crossentropy") and { from_logits = logits } or nil)
+    local loss = losses[name](key:match("Crossentropy") and not key:match("Focal") and { from_logits = logits } or nil)
     for k, c in ipairs(F.losses[key]) do
       local n = #c.y_pred // c.rows
       local yp = tensor.new(c.y_pred, { device = dev }):reshape(c.rows, n)

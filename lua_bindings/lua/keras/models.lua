@@ -355,6 +355,7 @@ local function describe_metrics(ms)
   for i, m in ipairs(ms or {}) do
     if m.kind and m.correct ~= nil then out[i] = { kind = m.kind, name = m.name }
     elseif m.class and m._loss then out[i] = { class = m.class, name = m.name }
+    elseif m._spec then out[i] = { spec = m._spec }   -- keras/scores.lua's: the class and its options
     else error(("metric %s cannot be described as data (Keras's built-in metrics can)"):format(tostring(m.name)), 0) end
   end
   return out
@@ -362,9 +363,12 @@ end
 local function build_metrics(d)
   local M, out = ldist.metrics, {}
   for i, m in ipairs(d) do
-    local make = m.class and M[m.class] or m.kind == "sparse" and M.SparseCategoricalAccuracy
-      or m.kind == "binary" and M.BinaryAccuracy or M.CategoricalAccuracy
-    out[i] = make(m.name)
+    if m.spec then out[i] = M[m.spec.class](m.spec.opts)
+    else
+      local make = m.class and M[m.class] or m.kind == "sparse" and M.SparseCategoricalAccuracy
+        or m.kind == "binary" and M.BinaryAccuracy or M.CategoricalAccuracy
+      out[i] = make(m.name)
+    end
   end
   return out
 end
@@ -372,8 +376,11 @@ local function build_loss(d)
   local class = ldist.losses._classes[d.name]
   if not class then error(("the saved loss '%s' is not one of ldist's losses"):format(tostring(d.name)), 0) end
   -- from_logits = false is accepted by every loss (older files carry it); the rest only where given
-  return ldist.losses[class] { from_logits = d.from_logits or nil, reduction = d.reduction,
-                               label_smoothing = d.label_smoothing, delta = d.delta }
+  -- every option the config carries (losses._config: Keras's get_config), but its name
+  local opts = {}
+  for k, v in pairs(d) do if k ~= "name" then opts[k] = v end end
+  opts.from_logits = d.from_logits or nil
+  return ldist.losses[class](opts)
 end
 local function build_optimizer(d)
   local o = {}

@@ -271,6 +271,7 @@ function Conf:update_state(y_true, y_pred, sample_weight)
   end
 end
 local function div0(a, b) return b ~= 0 and a / b or 0.0 end
+Conf.results = {}   -- more kinds' results from the same counts (keras/scores.lua)
 -- AUC's Riemann sum over the thresholds (Keras's result(): ROC or PR, its summation methods)
 local function auc(self)
   local n, tp, fp, tn, fn = #self.thresholds, self.tp, self.fp, self.tn, self.fn
@@ -302,6 +303,7 @@ end
 function Conf:result()
   local k = self.kind
   if k == "auc" then return auc(self) end
+  if Conf.results[k] then return Conf.results[k](self) end
   if k == "precision" then return div0(self.tp[1], self.tp[1] + self.fp[1]) end
   if k == "recall" then return div0(self.tp[1], self.tp[1] + self.fn[1]) end
   return self[k][1]   -- tp, fp, tn, fn
@@ -405,6 +407,10 @@ local metric_by_name = {
   top_k_categorical_accuracy = "TopKCategoricalAccuracy",
 }
 
+-- what keras/scores.lua builds its metrics from (one copy of each helper)
+ldist._util.metric_kit = { host_array = host_array, broadcast_to = broadcast_to, squeeze_or_expand = squeeze_or_expand,
+  conf_new = conf_new, Conf = Conf, div0 = div0, by_name = metric_by_name }
+
 -- turn what compile got ("accuracy", a metric object) into metric objects
 local function make_metric(m, loss)
   if type(m) == "table" and m.update_state then return m end
@@ -436,7 +442,8 @@ for class, names in pairs {
   Huber = { "huber", "huber_loss" }, LogCosh = { "log_cosh", "logcosh" },
   KLDivergence = { "kld", "KLD", "kl_divergence", "kullback_leibler_divergence" }, Poisson = { "poisson" },
   CosineSimilarity = { "cosine_similarity" }, Hinge = { "hinge" }, SquaredHinge = { "squared_hinge" },
-  CategoricalHinge = { "categorical_hinge" },
+  CategoricalHinge = { "categorical_hinge" }, BinaryFocalCrossentropy = { "binary_focal_crossentropy" },
+  CategoricalFocalCrossentropy = { "categorical_focal_crossentropy" }, Dice = { "dice" }, Tversky = { "tversky" },
 } do
   for _, n in ipairs(names) do loss_by_name[n] = function() return ldist.losses[class]() end end
 end
