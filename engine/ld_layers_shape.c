@@ -376,7 +376,7 @@ static ld_tensor *crop_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
     int64_t s[4], keep[2];
     char b[LD_SHAPE_STR_MAX];
     if (sides(l, s) || crop_keep(l, xs[0]->shape + 1, s, keep, ld_shape_str(xs[0], b, sizeof b))) return NULL;
-    ld_tensor *y = ld_tensor_retain(xs[0]);
+    ld_tensor *y = ld_as_float(xs[0]);   /* slices are float32's: a half policy's input widened (exact) */
     for (int a = 0; a < spatial_axes(l) && y; a++) {
         ld_tensor *c = ld_slice_op(y, a + 1, s[2 * a], keep[a]);
         ld_tensor_release(y);

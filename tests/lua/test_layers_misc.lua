@@ -206,6 +206,22 @@ T.test("ActivityRegularization adds Keras's term to model.losses; AlphaDropout's
   T.raises(function() return nn.AlphaDropout(0.1, { noise_shape = { 1 } }) end, "unknown option 'noise_shape'")
 end)
 
+T.test("under a half dtype policy each computes and gives that dtype (Cropping2D's slices too)", function()
+  local x, img = tensor.normal(2, 6, 4), tensor.normal(2, 4, 4, 1)
+  for _, pol in ipairs { "mixed_bfloat16", "mixed_float16" } do
+    local want = pol == "mixed_bfloat16" and "bfloat16" or "float16"
+    for _, l in ipairs { nn.ReLU { threshold = 0.3, negative_slope = 0.1, max_value = 1, dtype = pol }, nn.Identity { dtype = pol },
+                         nn.ZeroPadding1D { dtype = pol }, nn.Cropping1D { dtype = pol }, nn.UpSampling1D { dtype = pol },
+                         nn.Conv1DTranspose(3, 3, { strides = 2, dtype = pol }), nn.TimeDistributed(nn.Dense(3, { dtype = pol })),
+                         nn.ActivityRegularization { l1 = 0.1, dtype = pol } } do
+      T.eq(l(x).dtype, want, l.class_name .. " under " .. pol)
+    end
+    T.eq(nn.Cropping2D(1, { dtype = pol })(img).dtype, want, "Cropping2D under " .. pol)
+    T.eq(nn.Dot { axes = 2, dtype = pol } { x, x }.dtype, want, "Dot under " .. pol)
+    T.eq(nn.AlphaDropout(0.3, { dtype = pol })(x, { training = true }).dtype, want, "AlphaDropout under " .. pol)
+  end
+end)
+
 T.test("the new layers in a model: to_json, save and load_model give the same predictions", function()
   tensor.seed(3)
   local x = nn.Input { shape = { 6, 4 } }
