@@ -441,7 +441,7 @@ const ld_layer_class ld_layer_time_distributed = {
     "TimeDistributed", "time_distributed", NULL, {"layer"}, {LD_PSTR("layer", NULL, NULL), LD_PEND},
     1, 1, ~0u /* the layer checks its own inputs */, td_check, td_build, td_forward,
     "nn.TimeDistributed(layer)\n\nKeras's TimeDistributed: the layer (any layer of one input: nn.Dense(8),\n"
-    "nn.Conv2D(...), a Sequential's layers one by one) applied to every step of [batch, steps, ...]:\n"
+    "nn.Conv2D(...), nn.Dropout(0.2); not a model) applied to every step of [batch, steps, ...]:\n"
     "nn.TimeDistributed(nn.Dense(8)) on [b, t, 16] gives [b, t, 8]. The steps are folded into the\n"
     "batch ([b * t, ...] through the layer), so a BatchNormalization in training takes its statistics\n"
     "over every step. Its weights are the layer's; td.layer is the layer.", 0};
