@@ -436,6 +436,15 @@ static ld_tensor *scaled(ld_tensor *t, double f) {
     return f == 1.0 ? ld_tensor_retain(t) : ld_mul_scalar(t, (float)f);
 }
 
+/* the weight options that apply to variable v of l: those of the layer
+   that made it (a wrapper's inner layer's), else l's */
+static const ld_weight_options *var_options(const ld_layer *l, const ld_tensor *v) {
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; l->inner[k] && j < l->inner[k]->n_vars; j++)
+            if (l->inner[k]->vars[j] == v) return var_options(l->inner[k], v);
+    return &l->wopt;
+}
+
 /* model.losses (step 0), or the terms a training step adds (step 1): in a
    replica of n > 1, each weight term / n (tf.nn.scale_regularization_loss)
    and each activity term over the global batch instead of the replica's
@@ -455,9 +464,10 @@ static int collect(ld_model *m, ld_tensor **out, int max, int step) {
         }
         for (int j = 0; j < l->n_vars && (nm = l->vars[j]->name); j++) {
             const char *slash = strrchr(nm, '/');
+            const ld_weight_options *w = var_options(l, l->vars[j]);
             int r = role_of(slash ? slash + 1 : nm);
-            if (r < 0 || !l->wopt.reg[r].class_name[0] || k == max) continue;
-            ld_tensor *v = ld_regularize(&l->wopt.reg[r], ld_var(l->vars[j]));
+            if (r < 0 || !w->reg[r].class_name[0] || k == max) continue;
+            ld_tensor *v = ld_regularize(&w->reg[r], ld_var(l->vars[j]));
             out[k] = v ? scaled(v, share) : NULL;
             ld_tensor_release(v);
             if (!out[k]) goto fail;

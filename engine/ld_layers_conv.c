@@ -1,8 +1,9 @@
-/* ld_layers_conv.c - Keras's Conv2DTranspose, DepthwiseConv2D and
- * SeparableConv2D (classes of ld_nn.h), composed of the engine's
+/* ld_layers_conv.c - Keras's Conv2DTranspose, Conv1DTranspose, DepthwiseConv2D
+ * and SeparableConv2D (classes of ld_nn.h), composed of the engine's
  * differentiable ops, so each runs on every device with its gradients:
  *
  *   Conv2DTranspose  x [N*H*W, C] @ kernel^T -> patches -> ld_col2im -> bias, activation
+ *   Conv1DTranspose  the same on [N, 1, L, C]
  *   DepthwiseConv2D  ld_im2col -> [rows, kh*kw, C, 1] * kernel [kh*kw, C, m] -> sum -> bias, activation
  *   SeparableConv2D  the depthwise step, then the 1x1 pointwise product with its bias (ld_linear_half)
  *
@@ -73,20 +74,41 @@ static int kernel_fans(const ld_layer *l, const int64_t ks[4], int64_t *fan_in, 
     return LD_OK;
 }
 
-/* ================================================================ Conv2DTranspose */
+/* ================================================================ Conv2DTranspose, Conv1DTranspose */
+/* One implementation: Conv1DTranspose runs as the 2-d one on its sequences
+   [batch, steps, channels] seen as images [batch, 1, steps, channels], its
+   kernel (k, filters, channels) as (1, k, filters, channels), its options
+   as the width's with a height of 1 (kernel 1, stride 1, no output padding,
+   which keeps that height 1). */
 enum { CT_FILTERS, CT_KSIZE, CT_STRIDES, CT_PADDING, CT_OUTPUT_PADDING, CT_ACT, CT_BIAS };
+static int ct_axes(const ld_layer *l) { return l->cls == &ld_layer_conv1d_transpose ? 1 : 2; }
+/* kernel_size, strides and output_padding as the 2-d ones (a 1-d layer's
+   height axis 1, 1, 0); returns whether output_padding was given */
+static int ct_view(const ld_layer *l, int64_t k[2], int64_t s[2], int64_t op[2]) {
+    int n, one = ct_axes(l) == 1;
+    const int64_t *pk = ld_p_ints(l, CT_KSIZE, NULL), *ps = ld_p_ints(l, CT_STRIDES, NULL),
+                  *po = ld_p_ints(l, CT_OUTPUT_PADDING, &n);
+    k[0] = one ? 1 : pk[0]; k[1] = pk[one ? 0 : 1];
+    s[0] = one ? 1 : ps[0]; s[1] = ps[one ? 0 : 1];
+    op[0] = n && !one ? po[0] : 0; op[1] = n ? po[one ? 0 : 1] : 0;
+    return n > 0;
+}
 static int ct_check(ld_layer *l) {
+    const char *cn = l->cls->class_name;
     if (ld_p_int(l, CT_FILTERS) < 1)
-        return ld_fail(LD_EARG, "Conv2DTranspose filters must be a positive integer, got %lld",
-                       (long long)ld_p_int(l, CT_FILTERS));
-    if (positive_2(l, CT_KSIZE, CT_STRIDES)) return ld_error_status();
+        return ld_fail(LD_EARG, "%s filters must be a positive integer, got %lld", cn, (long long)ld_p_int(l, CT_FILTERS));
+    if (ct_axes(l) == 2 && positive_2(l, CT_KSIZE, CT_STRIDES)) return ld_error_status();
+    int64_t k[2], s[2], op[2];
+    ct_view(l, k, s, op);
+    if (k[1] < 1) return ld_fail(LD_EARG, "%s kernel_size must be a positive integer, got %lld", cn, (long long)k[1]);
+    if (s[1] < 1) return ld_fail(LD_EARG, "%s strides must be a positive integer, got %lld", cn, (long long)s[1]);
     int n;
-    const int64_t *op = ld_p_ints(l, CT_OUTPUT_PADDING, &n), *s = ld_p_ints(l, CT_STRIDES, NULL);
+    const int64_t *po = ld_p_ints(l, CT_OUTPUT_PADDING, &n), *ps = ld_p_ints(l, CT_STRIDES, NULL);
     for (int i = 0; i < n; i++)
-        if (op[i] < 0 || op[i] >= s[i])
-            return ld_fail(LD_EARG, "Conv2DTranspose output_padding must be 0 or more and smaller than strides (as "
-                           "Keras's); got output_padding %lld with strides %lld along axis %d", (long long)op[i],
-                           (long long)s[i], i + 1);
+        if (po[i] < 0 || po[i] >= ps[i])
+            return ld_fail(LD_EARG, "%s output_padding must be 0 or more and smaller than strides (as Keras's); got "
+                           "output_padding %lld with strides %lld along axis %d", cn, (long long)po[i],
+                           (long long)ps[i], i + 1);
     return LD_OK;
 }
 /* Keras 3's output length along one axis (keras/src/backend/common/
@@ -94,34 +116,36 @@ static int ct_check(ld_layer *l) {
    padding op, (in - 1) s + k + op (valid) or (in - 1) s + k % 2 + op (same).
    The stride-s convolution of that length must give back the in input rows,
    as TF's conv2d_transpose requires (same with an even kernel and no output
-   padding does not). */
+   padding does not). axis: of the 2-d view (a 1-d layer's steps are 1). */
 static int ct_size(const ld_layer *l, int axis, int64_t in, int64_t *out) {
-    int n;
-    const int64_t *op = ld_p_ints(l, CT_OUTPUT_PADDING, &n);
-    int64_t k = ld_p_ints(l, CT_KSIZE, NULL)[axis], s = ld_p_ints(l, CT_STRIDES, NULL)[axis], base;
+    int64_t kk[2], ss[2], oo[2], base;
+    int given = ct_view(l, kk, ss, oo), ax = axis + ct_axes(l) - 1;   /* as the user counts the axes */
+    int64_t k = kk[axis], s = ss[axis], op = oo[axis];
     int same = !strcmp(ld_p_str(l, CT_PADDING), "same");
     if (__builtin_mul_overflow(in - 1, s, &base) || base > INT64_MAX / 2 - k - s)
-        return ld_fail(LD_ESHAPE, "%s: inputs of %lld along axis %d are too large", l->name, (long long)in, axis + 1);
-    if (!n) *out = same ? base + s : base + (k > s ? k : s);
-    else *out = base + (same ? k % 2 : k) + op[axis];
+        return ld_fail(LD_ESHAPE, "%s: inputs of %lld along axis %d are too large", l->name, (long long)in, ax);
+    if (!given) *out = same ? base + s : base + (k > s ? k : s);
+    else *out = base + (same ? k % 2 : k) + op;
     if (*out < 1 || ld_layer_out_size(*out, k, s, same) != in)
         return ld_fail(LD_ESHAPE, "%s: kernel %lld, strides %lld, padding \"%s\" and output_padding %lld give %lld along "
                        "axis %d, whose convolution does not come back to the %lld inputs (TF's conv2d_transpose "
                        "rejects it too: give another output_padding)", l->name, (long long)k, (long long)s,
-                       same ? "same" : "valid", n ? (long long)op[axis] : 0LL, (long long)*out, axis + 1, (long long)in);
+                       same ? "same" : "valid", (long long)op, (long long)*out, ax, (long long)in);
     return LD_OK;
 }
 static int ct_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (ld_layer_need_image(l, in)) return ld_error_status();
-    const int64_t *k = ld_p_ints(l, CT_KSIZE, NULL);
-    int64_t f = ld_p_int(l, CT_FILTERS), ks[4] = {k[0], k[1], f, in->d[2]}, fan_in = 0, fan_out = 0;
-    out->ndim = 3;
-    out->d[2] = f;
-    if (ct_size(l, 0, in->d[0], &out->d[0]) || ct_size(l, 1, in->d[1], &out->d[1]) ||
+    int one = ct_axes(l) == 1;
+    if (one ? ld_layer_need_steps(l, in, "channels") : ld_layer_need_image(l, in)) return ld_error_status();
+    int64_t k[2], s[2], op[2], f = ld_p_int(l, CT_FILTERS), c = in->d[in->ndim - 1], h, w;
+    ct_view(l, k, s, op);
+    int64_t ks[4] = {k[0], k[1], f, c}, fan_in = 0, fan_out = 0;
+    if (ct_size(l, 0, one ? 1 : in->d[0], &h) || ct_size(l, 1, in->d[one ? 0 : 1], &w) ||
         kernel_fans(l, ks, &fan_in, &fan_out))
         return ld_error_status();
-    if (!ld_layer_add_weight(l, "kernel", 4, ks, LD_INIT_GLOROT(fan_in, fan_out), 1)) return ld_error_status();
+    if (!ld_layer_add_weight(l, "kernel", one ? 3 : 4, ks + one, LD_INIT_GLOROT(fan_in, fan_out), 1))
+        return ld_error_status();
     if (ld_p_int(l, CT_BIAS) && !ld_layer_add_weight(l, "bias", 1, &f, LD_INIT_Z, 1)) return ld_error_status();
+    *out = one ? (ld_shape){2, {w, f}} : (ld_shape){3, {h, w, f}};
     return LD_OK;
 }
 /* The transposed convolution: each input pixel's channels times the kernel
@@ -132,8 +156,11 @@ static int ct_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
    (ld_matmul_wide), which col2im adds and rounds once, as TF's kernel. */
 static ld_tensor *ct_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     ld_tensor *x = xs[0];
-    const int64_t *k = ld_p_ints(l, CT_KSIZE, NULL), *s = ld_p_ints(l, CT_STRIDES, NULL);
-    int64_t n = x->shape[0], h = x->shape[1], w = x->shape[2], c = x->shape[3], f = ld_p_int(l, CT_FILTERS), oh, ow;
+    int one = ct_axes(l) == 1;
+    int64_t k[2], s[2], op[2];
+    ct_view(l, k, s, op);
+    int64_t n = x->shape[0], h = one ? 1 : x->shape[1], w = x->shape[one ? 1 : 2], c = x->shape[x->ndim - 1];
+    int64_t f = ld_p_int(l, CT_FILTERS), oh, ow;
     if (ct_size(l, 0, h, &oh) || ct_size(l, 1, w, &ow)) return NULL;
     ld_dtype dt = compute_dtype();
     ld_tensor *xd = in_dtype(x, dt), *kd = xd ? in_dtype(ld_var(l->vars[0]), dt) : NULL;
@@ -145,6 +172,12 @@ static ld_tensor *ct_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
                                    !strcmp(ld_p_str(l, CT_PADDING), "same"), dt) : NULL;
     ld_tensor_release(xd); ld_tensor_release(kd); ld_tensor_release(x2); ld_tensor_release(k2);
     ld_tensor_release(kt); ld_tensor_release(col);
+    if (y && one) {   /* [N, 1, OW, F] -> [N, OW, F] */
+        int64_t ys[3] = {n, ow, f};
+        ld_tensor *y3 = ld_reshape_op(y, 3, ys);
+        ld_tensor_release(y);
+        y = y3;
+    }
     return bias_act(y, ld_p_int(l, CT_BIAS) ? ld_var(l->vars[1]) : NULL, ld_p_activation(l, CT_ACT));
 }
 const ld_layer_class ld_layer_conv2d_transpose = {
@@ -159,6 +192,20 @@ const ld_layer_class ld_layer_conv2d_transpose = {
     "strides; kernel (kh, kw, filters, channels) as Keras's. Output size as Keras 3's: valid (h - 1) * s +\n"
     "max(k, s), same h * s; with output_padding p < s, (h - 1) * s + k + p (valid) or (h - 1) * s + k % 2 + p.\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+const ld_layer_class ld_layer_conv1d_transpose = {
+    "Conv1DTranspose", "conv1d_transpose", NULL, {"filters", "kernel_size"},
+    {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 1), LD_PINTS("strides", "1", 1),
+     LD_PSTR("padding", "valid", "valid|same"), LD_PINTS("output_padding", "", 1),
+     LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"), LD_PEND},
+    1, 1, 1u /* any number of steps */, ct_check, ct_build, ct_forward,
+    "nn.Conv1DTranspose(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", output_padding=nil, "
+    "activation=, use_bias=true})\n\n"
+    "The transpose of a Conv1D: sequences [batch, steps, channels] lengthened by the strides; kernel\n"
+    "(kernel_size, filters, channels) as Keras's. Output length as Keras 3's: valid (steps - 1) * s +\n"
+    "max(k, s), same steps * s; with output_padding p < s, (steps - 1) * s + k + p (valid) or\n"
+    "(steps - 1) * s + k % 2 + p (same). kernel_/bias_ initializer, regularizer, constraint and\n"
+    "activity_regularizer as Keras's.",
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
 
 /* ================================================================ DepthwiseConv2D, SeparableConv2D */

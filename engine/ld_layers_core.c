@@ -84,6 +84,35 @@ const ld_layer_class ld_layer_dropout = {
     1, 1, ~0u, dropout_check, same_build, dropout_forward,
     "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).", 0};
 
+/* ================================================================ Identity, ActivityRegularization */
+static ld_tensor *identity_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) { return ld_tensor_retain(x[0]); }
+const ld_layer_class ld_layer_identity = {
+    "Identity", "identity", NULL, {NULL}, {LD_PEND}, 1, 1, ~0u, NULL, same_build, identity_forward,
+    "nn.Identity()\n\nIts input, unchanged (Keras's placeholder layer).", 0};
+
+/* Keras's ActivityRegularization(l1, l2): the identity, its output's
+   L1L2(l1, l2) regularization (over the batch's rows) a term of the loss:
+   the layer's own activity regularizer, set from its options, so that
+   ld_layer_record_activity and ld_model_losses treat it as any layer's */
+enum { AR_L1, AR_L2 };
+static int ar_check(ld_layer *l) {
+    for (int i = AR_L1; i <= AR_L2; i++) {
+        double f = ld_p_float(l, i);
+        if (!(f >= 0 && f < INFINITY))
+            return ld_fail(LD_EARG, "ActivityRegularization %s must be a finite number >= 0, got %g", i ? "l2" : "l1", f);
+    }
+    if (ld_regularizer_named("L1L2", &l->wopt.activity) || ld_regularizer_set(&l->wopt.activity, "l1", ld_p_float(l, AR_L1)) ||
+        ld_regularizer_set(&l->wopt.activity, "l2", ld_p_float(l, AR_L2)))
+        return ld_error_status();
+    return LD_OK;
+}
+const ld_layer_class ld_layer_activity_regularization = {
+    "ActivityRegularization", "activity_regularization", NULL, {NULL},
+    {LD_PFLOAT("l1", "0"), LD_PFLOAT("l2", "0"), LD_PEND},
+    1, 1, ~0u, ar_check, same_build, identity_forward,
+    "nn.ActivityRegularization{l1=0, l2=0}\n\nIts input, unchanged; l1 * sum|y| + l2 * sum y^2 of it, over the batch's rows, is\n"
+    "added to the training loss (model.losses), as Keras's.", 0};
+
 /* ================================================================ noise layers */
 /* GaussianNoise(stddev), GaussianDropout(rate), SpatialDropout1D/2D/3D(rate):
    Keras 3's, in training only, drawn as Dropout's mask is (ld_noise_op) */
@@ -96,21 +125,29 @@ static int noise_check(ld_layer *l) {
                        gauss ? "finite and >= 0" : "in [0, 1)", p);
     return LD_OK;
 }
-static ld_tensor *gaussian_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+/* GaussianNoise, GaussianDropout and AlphaDropout (each value dropped alone): the noise of their kind */
+static ld_tensor *noise_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (!training) return ld_tensor_retain(x[0]);
     ld_tensor *f = ld_as_floating(x[0]);
-    ld_noise k = l->cls == &ld_layer_gaussian_noise ? LD_NOISE_GAUSSIAN : LD_NOISE_GAUSSIAN_DROPOUT;
+    ld_noise k = l->cls == &ld_layer_gaussian_noise ? LD_NOISE_GAUSSIAN
+               : l->cls == &ld_layer_alpha_dropout ? LD_NOISE_ALPHA_DROPOUT : LD_NOISE_GAUSSIAN_DROPOUT;
     ld_tensor *y = f ? ld_noise_op(k, f, (float)ld_p_float(l, NOISE_P), f->ndim, f->shape, NULL) : NULL;
     ld_tensor_release(f);
     return y;
 }
 const ld_layer_class ld_layer_gaussian_noise = {
     "GaussianNoise", "gaussian_noise", NULL, {"stddev"}, {LD_PFLOAT("stddev", NULL), LD_PEND},
-    1, 1, ~0u, noise_check, same_build, gaussian_forward,
+    1, 1, ~0u, noise_check, same_build, noise_forward,
     "nn.GaussianNoise(stddev)\n\nDuring training, add noise drawn from N(0, stddev^2) to each input (Keras's).", 0};
+const ld_layer_class ld_layer_alpha_dropout = {
+    "AlphaDropout", "alpha_dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
+    1, 1, ~0u, noise_check, same_build, noise_forward,
+    "nn.AlphaDropout(rate)\n\nDuring training, set a fraction `rate` of the inputs to SELU's negative saturation\n"
+    "(-1.6733 * 1.0507), then a * x + b with Keras's a and b, so that the mean and variance of SELU's\n"
+    "outputs stay as they were (Keras's; the dropout of self-normalizing networks).", 0};
 const ld_layer_class ld_layer_gaussian_dropout = {
     "GaussianDropout", "gaussian_dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
-    1, 1, ~0u, noise_check, same_build, gaussian_forward,
+    1, 1, ~0u, noise_check, same_build, noise_forward,
     "nn.GaussianDropout(rate)\n\nDuring training, multiply each input by noise drawn from N(1, rate / (1 - rate))\n"
     "(Keras's).", 0};
 /* SpatialDropout: whole channels dropped, one draw per (example, channel) */
@@ -324,11 +361,16 @@ static int leaky_check(ld_layer *l) {
     if (!(s >= 0)) return ld_fail(LD_EARG, "LeakyReLU negative_slope must be 0 or more, got %g", s);
     return LD_OK;
 }
+/* TF's leaky_relu(x, s): x where x > 0, else s * x (the gradient at 0 s's) */
+static ld_tensor *leaky(ld_tensor *x, double s) {
+    if (s == 0) return ld_relu(x);
+    ld_tensor *n = neg_part(x), *y = n ? relu_plus(x, n, s, NULL) : NULL;
+    ld_tensor_release(n);
+    return y;
+}
 static ld_tensor *leaky_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    ld_tensor *x = ld_as_floating(xs[0]), *n = x ? neg_part(x) : NULL;
-    double s = ld_p_float(l, LEAKY_SLOPE);
-    ld_tensor *y = !x ? NULL : s == 0 ? ld_relu(x) : relu_plus(x, n, s, NULL);
-    ld_tensor_release(x); ld_tensor_release(n);
+    ld_tensor *x = ld_as_floating(xs[0]), *y = x ? leaky(x, ld_p_float(l, LEAKY_SLOPE)) : NULL;
+    ld_tensor_release(x);
     return y;
 }
 const ld_layer_class ld_layer_leaky_relu = {
@@ -337,6 +379,70 @@ const ld_layer_class ld_layer_leaky_relu = {
     1, 1, ~0u, leaky_check, same_build, leaky_forward,
     "nn.LeakyReLU({negative_slope=0.3})\n\nx where x >= 0, else negative_slope * x (Keras's layer; its default slope is 0.3,\n"
     "the leaky_relu activation's 0.2).", 0};
+
+/* ReLU{max_value, negative_slope, threshold}: Keras 3's ReLU layer, op for
+   op as keras.activations.relu (ReLU.static_call), so its values and
+   gradients are TF's: with a slope but neither max_value nor threshold,
+   leaky_relu; else x where x > threshold (else 0) or relu(x) (relu6 when
+   max_value is 6), clipped to [0, max_value] when one is given, minus
+   negative_slope * relu(threshold - x). */
+enum { RELU_MAX, RELU_SLOPE, RELU_THRESHOLD };
+static int relu_check(ld_layer *l) {
+    double m = ld_p_float(l, RELU_MAX), s = ld_p_float(l, RELU_SLOPE), t = ld_p_float(l, RELU_THRESHOLD);
+    if (m < 0) return ld_fail(LD_EARG, "ReLU max_value cannot be negative, got %g", m);
+    if (!(s >= 0 && s < INFINITY)) return ld_fail(LD_EARG, "ReLU negative_slope must be a number >= 0, got %g", s);
+    if (!(t >= 0 && t < INFINITY)) return ld_fail(LD_EARG, "ReLU threshold must be a number >= 0, got %g", t);
+    return LD_OK;
+}
+/* a scalar of x's dtype on its device */
+static ld_tensor *scalar_like(ld_tensor *x, double v) { return ld_tensor_full(x->dtype, 0, NULL, v, x->storage->device); }
+static ld_tensor *relu_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    double m = ld_p_float(l, RELU_MAX), s = ld_p_float(l, RELU_SLOPE), t = ld_p_float(l, RELU_THRESHOLD);
+    int clip = m == m;                                  /* max_value given (None is NaN) */
+    ld_tensor *x = ld_as_floating(xs[0]);
+    if (!x || (s != 0 && !clip && t == 0)) {
+        ld_tensor *y = x ? leaky(x, s) : NULL;
+        ld_tensor_release(x);
+        return y;
+    }
+    ld_tensor *neg = NULL, *y = NULL;
+    if (s != 0) {                                       /* relu(-x + threshold) */
+        ld_tensor *nx = ld_neg(x), *sh = nx && t != 0 ? ld_add_scalar(nx, (float)t) : ld_tensor_retain(nx);
+        neg = sh ? ld_relu(sh) : NULL;
+        ld_tensor_release(nx); ld_tensor_release(sh);
+        if (!neg) goto done;
+    }
+    if (t != 0) {                                       /* where(x > threshold, x, 0) */
+        ld_tensor *th = scalar_like(x, t), *gt = th ? ld_binary(LD_BIN_GT, x, th) : NULL;
+        ld_tensor *zero = gt ? scalar_like(x, 0) : NULL;
+        y = zero ? ld_where(gt, x, zero) : NULL;
+        ld_tensor_release(th); ld_tensor_release(gt); ld_tensor_release(zero);
+    } else if (m == 6) {
+        y = ld_unary(LD_UN_RELU6, x);
+        clip = 0;
+    } else y = ld_relu(x);
+    if (y && clip) {
+        ld_tensor *lo = scalar_like(y, 0), *hi = lo ? scalar_like(y, m) : NULL;
+        ld_tensor *c = hi ? ld_clip_by_value(y, lo, hi) : NULL;
+        ld_tensor_release(lo); ld_tensor_release(hi); ld_tensor_release(y);
+        y = c;
+    }
+    if (y && neg) {
+        ld_tensor *q = ld_mul_scalar(neg, (float)s), *d = q ? ld_sub(y, q) : NULL;
+        ld_tensor_release(q); ld_tensor_release(y);
+        y = d;
+    }
+done:
+    ld_tensor_release(x); ld_tensor_release(neg);
+    return y;
+}
+const ld_layer_class ld_layer_re_lu = {
+    "ReLU", "re_lu", NULL, {NULL},
+    {LD_PFLOAT("max_value", ""), LD_PFLOAT("negative_slope", "0"), LD_PFLOAT("threshold", "0"), LD_PEND},
+    1, 1, ~0u, relu_check, same_build, relu_forward,
+    "nn.ReLU{max_value=nil, negative_slope=0, threshold=0}\n\nKeras's ReLU layer: x where x > threshold, else\n"
+    "negative_slope * (x - threshold); capped at max_value when one is given (no cap: nil); each option\n"
+    ">= 0. With the defaults, relu.", 0};
 
 enum { ELU_ALPHA };
 static ld_tensor *elu_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {

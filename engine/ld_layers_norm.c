@@ -198,7 +198,17 @@ const ld_layer_class ld_layer_group_normalization = {
     "statistics are each example's own, so every strategy gives the same values.", 0};
 
 /* ================================================================ UnitNormalization */
-/* Keras 3's: x * min(rsqrt(sum(x^2 over the axes)), 1e12) (ops.normalize, order 2) */
+ld_tensor *ld_l2_normalize(ld_tensor *x, int naxes, const int *axes, double epsilon) {
+    ld_tensor *sq = ld_mul(x, x), *ss = sq ? ld_reduce_axes(LD_REDUCE_SUM, sq, naxes, axes, 1) : NULL;
+    ld_tensor *inv = ss ? ld_unary(LD_UN_RSQRT, ss) : NULL;
+    ld_tensor *cap = inv ? ld_tensor_scalar((float)(1.0 / epsilon), inv->storage->device) : NULL;
+    ld_tensor *lim = cap ? ld_minimum(inv, cap) : NULL, *y = lim ? ld_mul(x, lim) : NULL;
+    ld_tensor *tmp[] = {sq, ss, inv, cap, lim};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) ld_tensor_release(tmp[i]);
+    return y;
+}
+
+/* Keras 3's: x * min(rsqrt(sum(x^2 over the axes)), 1e12) (ops.normalize, order 2, epsilon 1e-12) */
 enum { UN_AXIS };
 /* The axes of list parameter p (counted with the batch, ndim of them with
    it), each in range and not the batch's (why: what the batch would
@@ -231,11 +241,8 @@ static ld_tensor *un_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     int axes[LD_MAX_DIMS], n;
     ld_tensor *x = ld_as_float(xs[0]);
     if (!x || un_axes(l, x->ndim, axes, &n)) { ld_tensor_release(x); return NULL; }
-    ld_tensor *sq = ld_mul(x, x), *ss = sq ? ld_reduce_axes(LD_REDUCE_SUM, sq, n, axes, 1) : NULL;
-    ld_tensor *inv = ss ? ld_unary(LD_UN_RSQRT, ss) : NULL, *cap = inv ? ld_tensor_scalar(1e12f, inv->storage->device) : NULL;
-    ld_tensor *lim = cap ? ld_minimum(inv, cap) : NULL, *y = lim ? ld_mul(x, lim) : NULL;
-    ld_tensor *tmp[] = {x, sq, ss, inv, cap, lim};
-    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) ld_tensor_release(tmp[i]);
+    ld_tensor *y = ld_l2_normalize(x, n, axes, 1e-12);
+    ld_tensor_release(x);
     return y;
 }
 const ld_layer_class ld_layer_unit_normalization = {

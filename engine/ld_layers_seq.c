@@ -356,6 +356,96 @@ const ld_layer_class ld_layer_bidirectional = {
     "sum, mul or ave. With return_sequences the backward outputs are put back in the steps' order.\n"
     "Its weights: the forward layer's, then the backward one's.", 0};
 
+/* ---------------------------------------------------------------- TimeDistributed */
+/* Keras's TimeDistributed(layer): the layer (any of one input, held as the
+   wrapper's inner[0], given by ld_layer_wrap) applied to every step of
+   [batch, steps, ...], the steps folded into the batch: [batch * steps,
+   ...] through the layer, the output split again. Its weights are the
+   layer's. Keras 3 calls the layer on each step, which is the same for
+   every layer whose rows do not see each other; BatchNormalization in
+   training takes its statistics over every step here. In a replica the
+   folded batch's rows are placed as the global batch's (row_offset and
+   global_batch times the steps), so a Dropout inside draws what one device
+   draws. As Keras 3's, the layer's activity regularizer is left out (it
+   calls layer.call); its weights' regularizers count (ld_model_losses). */
+enum { TD_LAYER };
+int ld_layer_wrap(ld_layer *l, ld_layer *inner) {
+    if (l->cls != &ld_layer_time_distributed) return ld_fail(LD_EARG, "%s wraps no layer", l->cls->class_name);
+    if (inner == l) return ld_fail(LD_EARG, "%s cannot wrap itself", l->name);
+    if (inner->cls->min_inputs != 1)
+        return ld_fail(LD_EARG, "%s wraps layers of one input; %s takes %d or more", l->cls->class_name, inner->name,
+                       inner->cls->min_inputs);
+    if (l->built) return ld_fail(LD_EARG, "%s is built: its layer cannot change", l->name);
+    if (ld_layer_set_str(l, TD_LAYER, inner->cls->class_name)) return ld_error_status();
+    ld_layer_release(l->inner[0]);
+    l->inner[0] = ld_layer_retain(inner);
+    l->policy = inner->policy;
+    l->frozen = inner->frozen;
+    return LD_OK;
+}
+static int td_check(ld_layer *l) {
+    if (!l->inner[0] || strcmp(l->inner[0]->cls->class_name, ld_p_str(l, TD_LAYER)))
+        return ld_fail(LD_EARG, "TimeDistributed needs the layer itself: nn.TimeDistributed(nn.Dense(8))");
+    return LD_OK;
+}
+static int td_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    ld_layer *s = l->inner[0];
+    char b[160];
+    if (in->ndim < 2)
+        return ld_fail(LD_ESHAPE, "%s needs inputs of 3 axes or more [batch, steps, ...]; got inputs of shape %s",
+                       l->name, ld_layer_shape_str(in, b, sizeof b));
+    ld_shape step = {in->ndim - 1, {0}};
+    memcpy(step.d, in->d + 1, (size_t)step.ndim * sizeof *step.d);
+    if (ld_layer_build_n(s, 1, &step)) return ld_error_status();   /* nothing to do when it is built */
+    if (s->out.ndim + 2 > LD_MAX_DIMS)
+        return ld_fail(LD_ESHAPE, "%s: %s's outputs have too many axes to add the steps", l->name, s->name);
+    for (int i = 0; i < s->n_vars; i++) {
+        l->var_trainable[l->n_vars] = s->var_trainable[i];
+        l->vars[l->n_vars++] = ld_tensor_retain(s->vars[i]);
+    }
+    out->ndim = s->out.ndim + 1;
+    out->d[0] = in->d[0];
+    memcpy(out->d + 1, s->out.d, (size_t)s->out.ndim * sizeof *out->d);
+    return LD_OK;
+}
+static ld_tensor *td_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *x = xs[0];
+    int64_t t = x->shape[1], fs[LD_MAX_DIMS], ys[LD_MAX_DIMS];
+    fs[0] = x->shape[0] * t;
+    memcpy(fs + 1, x->shape + 2, (size_t)(x->ndim - 2) * sizeof *fs);
+    ld_tensor *xf = ld_reshape_op(x, x->ndim - 1, fs), *yf = NULL, *y = NULL;
+    if (!xf) return NULL;
+    const ld_replica_ctx *rc = ld_replica_get();
+    ld_replica_ctx saved, folded;
+    if (rc) {
+        saved = folded = *rc;
+        folded.row_offset *= t;
+        folded.global_batch *= (double)t;
+        ld_replica_set(&folded);
+    }
+    yf = ld_layer_call(l->inner[0], 1, &xf, training);
+    if (rc) ld_replica_set(&saved);
+    ld_tensor_release(l->inner[0]->activity_loss);   /* Keras 3 leaves it out (above) */
+    l->inner[0]->activity_loss = NULL;
+    if (yf) {
+        ys[0] = x->shape[0];
+        ys[1] = t;
+        memcpy(ys + 2, yf->shape + 1, (size_t)(yf->ndim - 1) * sizeof *ys);
+        y = ld_reshape_op(yf, yf->ndim + 1, ys);
+    }
+    ld_tensor_release(xf);
+    ld_tensor_release(yf);
+    return y;
+}
+const ld_layer_class ld_layer_time_distributed = {
+    "TimeDistributed", "time_distributed", NULL, {"layer"}, {LD_PSTR("layer", NULL, NULL), LD_PEND},
+    1, 1, ~0u /* the layer checks its own inputs */, td_check, td_build, td_forward,
+    "nn.TimeDistributed(layer)\n\nKeras's TimeDistributed: the layer (any layer of one input: nn.Dense(8),\n"
+    "nn.Conv2D(...), nn.Dropout(0.2); not a model) applied to every step of [batch, steps, ...]:\n"
+    "nn.TimeDistributed(nn.Dense(8)) on [b, t, 16] gives [b, t, 8]. The steps are folded into the\n"
+    "batch ([b * t, ...] through the layer), so a BatchNormalization in training takes its statistics\n"
+    "over every step. Its weights are the layer's; td.layer is the layer.", 0};
+
 /* ---------------------------------------------------------------- LSTM */
 static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (need_seq(l, "inputs", in)) return ld_error_status();

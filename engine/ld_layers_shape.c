@@ -3,6 +3,7 @@
  * Minimum, Concatenate (classes of
  * ld_nn.h), with Keras 3's arguments, defaults and variables. */
 #include "ld_nn.h"
+#include "ld_ops_attn.h"
 #include "ld_ops_index.h"
 #include "ld_ops_pool.h"
 #include "ld_replica.h"
@@ -145,10 +146,7 @@ const ld_layer_class ld_layer_global_max_pooling2d = {
 /* ================================================================ GlobalAveragePooling1D, GlobalMaxPooling1D */
 /* over the steps of sequences [batch, steps, features] (Keras's, channels last) */
 static int gp1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    char b[160];
-    if (in->ndim != 2)
-        return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, features]; got inputs of shape %s", l->name,
-                       ld_layer_shape_str(in, b, sizeof b));
+    if (ld_layer_need_steps(l, in, "features")) return ld_error_status();
     *out = ld_p_int(l, GAP_KEEPDIMS) ? (ld_shape){2, {1, in->d[1]}} : (ld_shape){1, {in->d[1]}};
     return LD_OK;
 }
@@ -182,10 +180,7 @@ static int c1_check(ld_layer *l) {
     return ld_layer_dilation_check(l, 1, ld_p_ints(l, C1_DILATION, NULL), ld_p_ints(l, C1_STRIDES, NULL));
 }
 static int c1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    char b[160];
-    if (in->ndim != 2)
-        return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, channels]; got inputs of shape %s", l->name,
-                       ld_layer_shape_str(in, b, sizeof b));
+    if (ld_layer_need_steps(l, in, "channels")) return ld_error_status();
     int64_t k = ld_p_ints(l, C1_KSIZE, NULL)[0], s = ld_p_ints(l, C1_STRIDES, NULL)[0];
     int64_t f = ld_p_int(l, C1_FILTERS), ks[3] = {k, in->d[1], f}, fan_in, fan_out;
     if (__builtin_mul_overflow(k, in->d[1], &fan_in) || __builtin_mul_overflow(k, f, &fan_out))
@@ -282,11 +277,7 @@ static int p1_check(ld_layer *l) {
 }
 static int p1_same(const ld_layer *l) { return !strcmp(ld_p_str(l, P1_PADDING), "same"); }
 static int p1_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (in->ndim != 2) {
-        char b[160];
-        return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, channels]; got inputs of shape %s", l->name,
-                       ld_layer_shape_str(in, b, sizeof b));
-    }
+    if (ld_layer_need_steps(l, in, "channels")) return ld_error_status();
     *out = *in;
     out->d[0] = ld_layer_out_size(in->d[0], ld_p_ints(l, P1_SIZE, NULL)[0], ld_layer_pool_strides(l, P1_SIZE, P1_STRIDES)[0], p1_same(l));
     return LD_OK;
@@ -323,68 +314,95 @@ const ld_layer_class ld_layer_average_pooling1d = {
     "Mean over windows of steps of sequences [batch, steps, channels] (padded steps left out of the mean;\n"
     "nn.AvgPool1D is the same).", 0};
 
-/* ================================================================ ZeroPadding2D, Cropping2D, UpSampling2D */
-/* padding / cropping: 1 number (every side), 2 (symmetric height, width) or
-   4 (top, bottom, left, right), as Keras's int, (h, w) and ((t, b), (l, r)) */
+/* ================================================================ ZeroPadding, Cropping, UpSampling (1D and 2D) */
+/* One code path for both: the 1-d classes act on the steps of sequences
+   [batch, steps, features] (axis 1), the 2-d ones on the height and width
+   of NHWC images (axes 1 and 2); spatial_axes tells which. */
+static int spatial_axes(const ld_layer *l) {
+    const ld_layer_class *c = l->cls;
+    return c == &ld_layer_zero_padding1d || c == &ld_layer_cropping1d || c == &ld_layer_up_sampling1d ? 1 : 2;
+}
+static int need_spatial(const ld_layer *l, const ld_shape *in) {
+    return spatial_axes(l) == 1 ? ld_layer_need_steps(l, in, "features") : ld_layer_need_image(l, in);
+}
+/* padding / cropping, the two sides of each spatial axis into s (before,
+   after, ...): 1-d 1 number (both sides) or 2 (left, right), as Keras's int
+   and (left, right); 2-d 1 number (every side), 2 (symmetric height, width)
+   or 4 (top, bottom, left, right), as Keras's int, (h, w) and ((t, b), (l, r)) */
 enum { PAD_AMOUNT };
 static int sides(const ld_layer *l, int64_t s[4]) {
-    int n;
+    int n, axes = spatial_axes(l);
     const int64_t *p = ld_p_ints(l, PAD_AMOUNT, &n);
     if (n == 1) s[0] = s[1] = s[2] = s[3] = p[0];
+    else if (n == 2 && axes == 1) { s[0] = p[0]; s[1] = p[1]; }
     else if (n == 2) { s[0] = s[1] = p[0]; s[2] = s[3] = p[1]; }
-    else if (n == 4) memcpy(s, p, 4 * sizeof *s);
+    else if (n == 4 && axes == 2) memcpy(s, p, 4 * sizeof *s);
+    else if (axes == 1)
+        return ld_fail(LD_EARG, "%s takes 1 or 2 (left, right) numbers, got %d", l->cls->class_name, n);
     else return ld_fail(LD_EARG, "%s takes 1, 2 (height, width) or 4 (top, bottom, left, right) numbers, got %d",
                         l->cls->class_name, n);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 2 * axes; i++)
         if (s[i] < 0) return ld_fail(LD_EARG, "%s amounts must be 0 or more, got %lld", l->cls->class_name, (long long)s[i]);
     return LD_OK;
 }
 static int pad_check(ld_layer *l) { int64_t s[4]; return sides(l, s); }
 static int zpad_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     int64_t s[4];
-    if (ld_layer_need_image(l, in) || sides(l, s)) return ld_error_status();
+    if (need_spatial(l, in) || sides(l, s)) return ld_error_status();
     *out = *in;
-    out->d[0] += s[0] + s[1];
-    out->d[1] += s[2] + s[3];
+    for (int a = 0; a < spatial_axes(l); a++) out->d[a] += s[2 * a] + s[2 * a + 1];
     return LD_OK;
 }
 static ld_tensor *zpad_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     int64_t s[4];
     if (sides(l, s)) return NULL;
-    ld_tensor *h = ld_pad_op(xs[0], 1, s[0], s[1], 0.0), *y = h ? ld_pad_op(h, 2, s[2], s[3], 0.0) : NULL;
-    ld_tensor_release(h);
+    ld_tensor *y = ld_tensor_retain(xs[0]);
+    for (int a = 0; a < spatial_axes(l) && y; a++) {
+        ld_tensor *p = ld_pad_op(y, a + 1, s[2 * a], s[2 * a + 1], 0.0);
+        ld_tensor_release(y);
+        y = p;
+    }
     return y;
 }
 const ld_layer_class ld_layer_zero_padding2d = {
     "ZeroPadding2D", "zero_padding2d", NULL, {"padding"}, {LD_PINTS("padding", "1", 0), LD_PEND},
     1, 1, 3u, pad_check, zpad_build, zpad_forward,
     "nn.ZeroPadding2D(padding=1)\n\nZeros around NHWC images: padding n (every side), {h, w}, or {top, bottom, left, right}.", 0};
+const ld_layer_class ld_layer_zero_padding1d = {
+    "ZeroPadding1D", "zero_padding1d", NULL, {"padding"}, {LD_PINTS("padding", "1", 0), LD_PEND},
+    1, 1, 1u, pad_check, zpad_build, zpad_forward,
+    "nn.ZeroPadding1D(padding=1)\n\nZero steps at both ends of sequences [batch, steps, features]: padding n (each end)\n"
+    "or {left, right}.", 0};
 
-static int crop_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    int64_t s[4];
-    if (ld_layer_need_image(l, in) || sides(l, s)) return ld_error_status();
-    *out = *in;
-    out->d[0] -= s[0] + s[1];
-    out->d[1] -= s[2] + s[3];
-    if (out->d[0] <= 0 || out->d[1] <= 0) {
-        char b[160];
-        return ld_fail(LD_ESHAPE, "%s crops away every row or column of inputs of shape %s", l->name,
-                       ld_layer_shape_str(in, b, sizeof b));
+/* the inputs' kept length along each spatial axis into keep; an error when one is cropped away */
+static int crop_keep(const ld_layer *l, const int64_t *len, const int64_t s[4], int64_t keep[2], const char *shape) {
+    for (int a = 0; a < spatial_axes(l); a++) {
+        keep[a] = len[a] - s[2 * a] - s[2 * a + 1];
+        if (keep[a] <= 0)
+            return ld_fail(LD_ESHAPE, "%s crops away every %s of inputs of shape %s", l->name,
+                           spatial_axes(l) == 1 ? "step" : "row or column", shape);
     }
     return LD_OK;
 }
-static ld_tensor *crop_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+static int crop_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     int64_t s[4];
-    if (sides(l, s)) return NULL;
-    ld_tensor *x = xs[0];
-    int64_t h = x->shape[1] - s[0] - s[1], w = x->shape[2] - s[2] - s[3];
-    if (h <= 0 || w <= 0) {
-        char b[LD_SHAPE_STR_MAX];
-        ld_fail(LD_ESHAPE, "%s crops away every row or column of %s", l->name, ld_shape_str(x, b, sizeof b));
-        return NULL;
+    char b[160];
+    if (need_spatial(l, in) || sides(l, s) || crop_keep(l, in->d, s, out->d, ld_layer_shape_str(in, b, sizeof b)))
+        return ld_error_status();
+    out->ndim = in->ndim;
+    for (int a = spatial_axes(l); a < in->ndim; a++) out->d[a] = in->d[a];
+    return LD_OK;
+}
+static ld_tensor *crop_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    int64_t s[4], keep[2];
+    char b[LD_SHAPE_STR_MAX];
+    if (sides(l, s) || crop_keep(l, xs[0]->shape + 1, s, keep, ld_shape_str(xs[0], b, sizeof b))) return NULL;
+    ld_tensor *y = ld_as_float(xs[0]);   /* slices are float32's: a half policy's input widened (exact) */
+    for (int a = 0; a < spatial_axes(l) && y; a++) {
+        ld_tensor *c = ld_slice_op(y, a + 1, s[2 * a], keep[a]);
+        ld_tensor_release(y);
+        y = c;
     }
-    ld_tensor *a = ld_slice_op(x, 1, s[0], h), *y = a ? ld_slice_op(a, 2, s[2], w) : NULL;
-    ld_tensor_release(a);
     return y;
 }
 const ld_layer_class ld_layer_cropping2d = {
@@ -392,21 +410,28 @@ const ld_layer_class ld_layer_cropping2d = {
     1, 1, 3u, pad_check, crop_build, crop_forward,
     "nn.Cropping2D(cropping=0)\n\nNHWC images without their borders: cropping n (every side), {h, w}, or\n"
     "{top, bottom, left, right}.", 0};
+const ld_layer_class ld_layer_cropping1d = {
+    "Cropping1D", "cropping1d", NULL, {"cropping"}, {LD_PINTS("cropping", "1,1", 0), LD_PEND},
+    1, 1, 1u, pad_check, crop_build, crop_forward,
+    "nn.Cropping1D(cropping={1, 1})\n\nSequences [batch, steps, features] without steps at their ends: cropping n (each\n"
+    "end) or {left, right} (Keras's default: one step at each end).", 0};
 
-/* UpSampling2D (nearest): each row, then each column, repeated (gathers:
-   the gradient adds the copies up) */
+/* UpSampling (nearest): each step, or each row then each column, repeated
+   (gathers: the gradient adds the copies up) */
 enum { UP_SIZE, UP_INTERP };
 static int up_check(ld_layer *l) {
     const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
-    if (k[0] < 1 || k[1] < 1) return ld_fail(LD_EARG, "UpSampling2D size must be positive");
+    for (int a = 0; a < spatial_axes(l); a++)
+        if (k[a] < 1) return ld_fail(LD_EARG, "%s size must be positive, got %lld", l->cls->class_name, (long long)k[a]);
     return LD_OK;
 }
 static int up_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
-    if (ld_layer_need_image(l, in)) return ld_error_status();
+    if (need_spatial(l, in)) return ld_error_status();
     const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
     *out = *in;
-    out->d[0] *= k[0];
-    out->d[1] *= k[1];
+    for (int a = 0; a < spatial_axes(l); a++)
+        if (__builtin_mul_overflow(in->d[a], k[a], &out->d[a]))
+            return ld_fail(LD_ESHAPE, "%s: %lld times %lld overflows int64", l->name, (long long)in->d[a], (long long)k[a]);
     return LD_OK;
 }
 static ld_tensor *repeat_axis(ld_tensor *x, int axis, int64_t k) {
@@ -422,10 +447,12 @@ static ld_tensor *repeat_axis(ld_tensor *x, int axis, int64_t k) {
 }
 static ld_tensor *up_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
-    ld_tensor *xf = ld_as_float(xs[0]);
-    ld_tensor *a = xf ? repeat_axis(xf, 1, k[0]) : NULL, *y = a ? repeat_axis(a, 2, k[1]) : NULL;
-    ld_tensor_release(xf);
-    ld_tensor_release(a);
+    ld_tensor *y = ld_as_float(xs[0]);
+    for (int a = 0; a < spatial_axes(l) && y; a++) {
+        ld_tensor *r = repeat_axis(y, a + 1, k[a]);
+        ld_tensor_release(y);
+        y = r;
+    }
     return y;
 }
 const ld_layer_class ld_layer_up_sampling2d = {
@@ -433,6 +460,10 @@ const ld_layer_class ld_layer_up_sampling2d = {
     {LD_PINTS("size", "2", 2), LD_PSTR("interpolation", "nearest", "nearest"), LD_PEND},
     1, 1, 3u, up_check, up_build, up_forward,
     "nn.UpSampling2D(size=2, {interpolation=\"nearest\"})\n\nNHWC images enlarged by repeating each row size[1] times and each column size[2] times.", 0};
+const ld_layer_class ld_layer_up_sampling1d = {
+    "UpSampling1D", "up_sampling1d", NULL, {"size"}, {LD_PINTS("size", "2", 1), LD_PEND},
+    1, 1, 1u, up_check, up_build, up_forward,
+    "nn.UpSampling1D(size=2)\n\nSequences [batch, steps, features] lengthened by repeating each step size times.", 0};
 
 /* ================================================================ RepeatVector, Permute */
 enum { REP_N };
@@ -640,3 +671,107 @@ const ld_layer_class ld_layer_concatenate = {
     2, LD_LAYER_MAX_INPUTS, ~0u /* checked in forward */, NULL, cat_build, cat_forward,
     "nn.Concatenate{axis=-1}\n\nlayer({x1, x2, ...}): 2 to 8 inputs joined along `axis` (counted with the batch\n"
     "axis, as Keras does: -1 the last, 1 the first after the batch); every other axis equal.", 0};
+
+/* ================================================================ Dot */
+/* Keras 3's Dot(axes, normalize): batch_dot of two inputs over one axis of
+   each (counted with the batch, negative from the end; Keras's int is both).
+   As keras.layers.Dot's batch_dot: x's axis moved last and its other axes
+   merged, y's axis moved to axis 1 and its other axes merged, one batched
+   product [b, M, K] x [b, K, N], the merged axes split again: the output is
+   x's other axes then y's (without the batch), [batch, 1] when none are
+   left. normalize: each input l2-normalized along its axis first
+   (ops.normalize, epsilon 1e-7). */
+enum { DOT_AXES, DOT_NORMALIZE };
+/* the two axes, counted with the batch, checked against the inputs' shapes */
+static int dot_axes(const ld_layer *l, const ld_shape *in, int ax[2]) {
+    const int64_t *a = ld_p_ints(l, DOT_AXES, NULL);
+    for (int i = 0; i < 2; i++) {
+        int nd = in[i].ndim + 1;
+        int64_t v = a[i] < 0 ? a[i] + nd : a[i];
+        if (v < 0 || v >= nd)
+            return ld_fail(LD_EARG, "%s: axis %lld is out of range for input %d of %d axes (batch included)", l->name,
+                           (long long)a[i], i + 1, nd);
+        if (v == 0) return ld_fail(LD_EARG, "%s: axes cannot include the batch axis 0 (a product over the batch "
+                                   "would mix examples)", l->name);
+        ax[i] = (int)v;
+    }
+    if (in[0].d[ax[0] - 1] != in[1].d[ax[1] - 1]) {
+        char b1[160], b2[160];
+        return ld_fail(LD_ESHAPE, "%s: inputs of shapes %s and %s differ along the axes of the product (axis %d: %lld, "
+                       "axis %d: %lld)", l->name, ld_layer_shape_str(&in[0], b1, sizeof b1),
+                       ld_layer_shape_str(&in[1], b2, sizeof b2), ax[0], (long long)in[0].d[ax[0] - 1], ax[1],
+                       (long long)in[1].d[ax[1] - 1]);
+    }
+    if (in[0].ndim + in[1].ndim - 1 > LD_MAX_DIMS)
+        return ld_fail(LD_ESHAPE, "%s: the output would have more than %d axes", l->name, LD_MAX_DIMS);
+    return LD_OK;
+}
+/* the output's shape after the batch: x's axes but ax[0], then y's but ax[1] */
+static void dot_out(const ld_shape *in, const int ax[2], ld_shape *out) {
+    out->ndim = 0;
+    for (int i = 0; i < 2; i++)
+        for (int a = 0; a < in[i].ndim; a++)
+            if (a != ax[i] - 1) out->d[out->ndim++] = in[i].d[a];
+    if (!out->ndim) out->d[out->ndim++] = 1;
+}
+static int dot_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int ax[2];
+    if (dot_axes(l, in, ax)) return ld_error_status();
+    dot_out(in, ax, out);
+    return LD_OK;
+}
+/* x with axis `from` moved last (k_last: [b, rows, K], the product's left
+   operand) or to axis 1 ([b, K, cols], its right one), the other axes
+   merged in order */
+static ld_tensor *dot_operand(ld_tensor *x, int from, int k_last) {
+    int perm[LD_MAX_DIMS], k = 0, nd = x->ndim;
+    perm[k++] = 0;
+    if (!k_last) perm[k++] = from;
+    for (int a = 1; a < nd; a++) if (a != from) perm[k++] = a;
+    if (k_last) perm[k++] = from;
+    int identity = 1;
+    for (int a = 0; a < nd; a++) identity &= perm[a] == a;
+    ld_tensor *v = identity ? ld_tensor_retain(x) : ld_permute_op(x, perm);
+    ld_tensor *c = v && !identity ? ld_ops_contig(v) : ld_tensor_retain(v);
+    ld_tensor_release(v);
+    if (!c) return NULL;
+    int64_t rest = 1, s3[3] = {x->shape[0], 0, 0};
+    for (int a = 1; a < nd; a++) if (a != from) rest *= x->shape[a];
+    s3[1] = k_last ? rest : x->shape[from];
+    s3[2] = k_last ? x->shape[from] : rest;
+    ld_tensor *y = ld_reshape_op(c, 3, s3);
+    ld_tensor_release(c);
+    return y;
+}
+static ld_tensor *dot_forward(ld_layer *l, int n, ld_tensor *const *xs, int training) {
+    ld_shape in[2], out;
+    int ax[2];
+    if (shapes_of(l, n, xs, in) || dot_axes(l, in, ax)) return NULL;
+    ld_tensor *f[2] = {NULL, NULL}, *op[2] = {NULL, NULL}, *y = NULL;
+    int i = 0;
+    for (; i < 2; i++) {
+        ld_tensor *xf = ld_as_float(xs[i]);
+        f[i] = xf && ld_p_int(l, DOT_NORMALIZE) ? ld_l2_normalize(xf, 1, &ax[i], 1e-7) : ld_tensor_retain(xf);
+        ld_tensor_release(xf);
+        if (!f[i] || !(op[i] = dot_operand(f[i], ax[i], i == 0))) break;
+    }
+    ld_tensor *p = i == 2 ? ld_bmm(op[0], op[1], 0, 0) : NULL;
+    if (p) {
+        int64_t s[LD_MAX_DIMS];
+        dot_out(in, ax, &out);
+        s[0] = p->shape[0];
+        memcpy(s + 1, out.d, (size_t)out.ndim * sizeof *s);
+        y = ld_reshape_op(p, out.ndim + 1, s);
+    }
+    for (int k = 0; k < 2; k++) { ld_tensor_release(f[k]); ld_tensor_release(op[k]); }
+    ld_tensor_release(p);
+    return y;
+}
+const ld_layer_class ld_layer_dot = {
+    "Dot", "dot", NULL, {"axes"}, {LD_PINTS("axes", NULL, 2), LD_PBOOL("normalize", "false"), LD_PEND},
+    2, 2, ~0u /* checked in forward */, NULL, dot_build, dot_forward,
+    "nn.Dot{axes, normalize=false}\n\nlayer({x, y}): Keras's batch dot product of two inputs over one axis of each\n"
+    "(axes: one number for both or {ax, ay}; counted with the batch axis, -1 the last). The output\n"
+    "holds x's other axes then y's: {x [b, n], y [b, n]} with axes=1 gives [b, 1], {x [b, t, n],\n"
+    "y [b, s, n]} with axes=2 gives [b, t, s]. normalize: each input scaled to unit L2 norm along its\n"
+    "axis first (the cosine similarity).", 0};

@@ -214,7 +214,7 @@ static int set_default(ld_layer *l, int i) {
     if (!s->def) return LD_OK;                     /* required: checked by ld_layer_check */
     switch (s->type) {
     case LD_P_INT: l->p[i].i[0] = strtoll(s->def, NULL, 10); return LD_OK;
-    case LD_P_FLOAT: l->p[i].f = strtod(s->def, NULL); return LD_OK;
+    case LD_P_FLOAT: l->p[i].f = s->def[0] ? strtod(s->def, NULL) : NAN; return LD_OK;   /* "": none */
     case LD_P_BOOL: l->p[i].i[0] = !strcmp(s->def, "true"); return LD_OK;
     case LD_P_STR: snprintf(l->p[i].s, sizeof l->p[i].s, "%s", s->def); return LD_OK;
     case LD_P_INTS: {
@@ -460,6 +460,13 @@ int ld_layer_need_image(const ld_layer *l, const ld_shape *in) {
     return ld_fail(LD_ESHAPE, "%s needs images [batch, height, width, channels]; got inputs of shape %s", l->name, b);
 }
 
+int ld_layer_need_steps(const ld_layer *l, const ld_shape *in, const char *last) {
+    if (in->ndim == 2) return LD_OK;
+    char b[160];
+    return ld_fail(LD_ESHAPE, "%s needs sequences [batch, steps, %s]; got inputs of shape %s", l->name, last,
+                   ld_layer_shape_str(in, b, sizeof b));
+}
+
 const int64_t *ld_layer_pool_strides(const ld_layer *l, int size_i, int strides_i) {
     int n;
     const int64_t *s = ld_p_ints(l, strides_i, &n);
@@ -546,6 +553,7 @@ int64_t ld_layer_trainable_count(const ld_layer *l) {
 int ld_layer_var_trainable(const ld_layer *l, int i) { return l->var_trainable[i] && !l->frozen; }
 
 void ld_layer_set_trainable(ld_layer *l, int on) {
+    for (int k = 0; k < 2; k++) if (l->inner[k]) ld_layer_set_trainable(l->inner[k], on);   /* a wrapper's layers */
     l->frozen = !on;
     for (int i = 0; i < l->n_vars; i++) {
         int rg = ld_layer_var_trainable(l, i);

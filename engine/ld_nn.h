@@ -51,7 +51,8 @@ typedef enum { LD_P_INT = 0, LD_P_FLOAT, LD_P_BOOL, LD_P_STR, LD_P_INTS } ld_par
 typedef struct {
     const char *name;       /* Keras's argument name */
     ld_param_type type;
-    const char *def;        /* default as text: "1", "0.99", "true", "valid", "2,2", "" (an empty list) */
+    const char *def;        /* default as text: "1", "0.99", "true", "valid", "2,2", "" (an empty list;
+                               for LD_P_FLOAT none, Keras's None: held as NaN, left out of get_config) */
     int width;              /* LD_P_INTS: a single number stands for `width` copies (kernel_size 3 = 3,3); 0: any length */
     const char *choices;    /* LD_P_STR: "valid|same"; NULL: any text */
 } ld_param_spec;
@@ -197,8 +198,9 @@ struct ld_layer {
     ld_policy policy;              /* the dtype policy: what the layer computes in (variables are float32) */
     ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
     double activity_rows;          /* the rows of that call's output (Keras divides by them) */
-    ld_layer *inner[2];            /* a wrapper's layers (Bidirectional's forward and backward), owned;
-                                      their variables are also the wrapper's */
+    ld_layer *inner[2];            /* a wrapper's layers (Bidirectional's forward and backward,
+                                      TimeDistributed's one), owned; their variables are also the
+                                      wrapper's, and their weight options apply to them */
 };
 
 /* every class: X(kind) for const ld_layer_class ld_layer_<kind> */
@@ -211,7 +213,9 @@ struct ld_layer {
     X(bidirectional) X(subtract) X(average) X(maximum) X(minimum) X(max_pooling1d) X(average_pooling1d) \
     X(zero_padding2d) X(cropping2d) X(up_sampling2d) X(repeat_vector) X(permute) X(conv2d_transpose) \
     X(depthwise_conv2d) X(separable_conv2d) X(group_normalization) X(unit_normalization) \
-    X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d) X(normalization)
+    X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d) X(normalization) \
+    X(re_lu) X(identity) X(activity_regularization) X(alpha_dropout) X(zero_padding1d) X(cropping1d) X(up_sampling1d) \
+    X(dot) X(conv1d_transpose) X(time_distributed)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE
@@ -246,6 +250,12 @@ const char *ld_layer_shape_str(const ld_shape *s, char *buf, size_t n);
 /* LD_OK for images [batch, height, width, channels]; else an error naming
    the layer and the shape (for [batch, h, w], how to add the channel axis) */
 int ld_layer_need_image(const ld_layer *l, const ld_shape *in);
+/* LD_OK for sequences [batch, steps, <last>] (last: "features", "channels");
+   else an error naming the layer and the shape */
+int ld_layer_need_steps(const ld_layer *l, const ld_shape *in, const char *last);
+/* Keras 3's ops.normalize (order 2): x * min(rsqrt(sum(x^2 over the axes)),
+   1 / epsilon), the axes counted with the batch (UnitNormalization, Dot) */
+ld_tensor *ld_l2_normalize(ld_tensor *x, int naxes, const int *axes, double epsilon);
 /* the output size of one spatial axis, valid or same padding (TF's rules) */
 int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same);
 /* Keras's dilation_rate (atrous convolution). ld_layer_dilated_size: a
@@ -293,6 +303,10 @@ int ld_layer_record_activity(ld_layer *l, ld_tensor *y);   /* after each call */
    file that declares huge layers costs an error, not gigabytes. Returns the
    bytes left of the previous limit (-1: there was none). */
 int64_t ld_layer_weight_budget(int64_t bytes);
+
+/* A wrapper (TimeDistributed) made to hold inner (retained, as l->inner[0];
+   its class name becomes l's "layer" parameter), before l is built */
+int ld_layer_wrap(ld_layer *l, ld_layer *inner);
 
 ld_layer *ld_layer_retain(ld_layer *l);
 void ld_layer_release(ld_layer *l);

@@ -1418,18 +1418,26 @@ static inline double counter_uniform(uint64_t key, uint64_t i) {
    the whole batch. A normal value takes the uniforms 2k and 2k + 1 of its
    key k (Box-Muller). */
 ld_tensor *ld_noise_op(ld_noise kind, ld_tensor *x, float p, int mask_ndim, const int64_t *mask_shape, ld_rng *rng) {
-    static const char *const names[] = {"dropout", "Gaussian noise", "Gaussian dropout"};
-    if ((unsigned)kind > LD_NOISE_GAUSSIAN_DROPOUT) { ld_fail(LD_EARG, "unknown noise %d", (int)kind); return NULL; }
+    static const char *const names[] = {"dropout", "Gaussian noise", "Gaussian dropout", "alpha dropout"};
+    if ((unsigned)kind > LD_NOISE_ALPHA_DROPOUT) { ld_fail(LD_EARG, "unknown noise %d", (int)kind); return NULL; }
     if (kind == LD_NOISE_GAUSSIAN ? !(p >= 0 && p < INFINITY) : !(p >= 0 && p < 1)) {
         ld_fail(LD_EARG, "%s %s must be %s, got %g", names[kind], kind == LD_NOISE_GAUSSIAN ? "stddev" : "rate",
                 kind == LD_NOISE_GAUSSIAN ? "finite and >= 0" : "in [0, 1)", p);
         return NULL;
     }
     if (p == 0) return ld_tensor_retain(x);
+    int alpha = kind == LD_NOISE_ALPHA_DROPOUT;
     ld_tensor *mask = ld_tensor_empty(LD_F32, mask_ndim, mask_shape, NULL);   /* written here, on the host */
-    if (!mask) return NULL;
-    float keep = 1.0f / (1.0f - p), *m = mask->storage->data;
+    ld_tensor *shift = mask && alpha ? ld_tensor_empty(LD_F32, mask_ndim, mask_shape, NULL) : NULL;
+    if (!mask || (alpha && !shift)) { ld_tensor_release(mask); return NULL; }
+    float keep = 1.0f / (1.0f - p), *m = mask->storage->data, *b = alpha ? shift->storage->data : NULL;
     double sd = kind == LD_NOISE_GAUSSIAN ? p : kind == LD_NOISE_GAUSSIAN_DROPOUT ? sqrt(p / (1.0 - p)) : 0;
+    /* Keras's AlphaDropout: a * (x kept, else alpha_p) + b, each product and
+       sum rounded to float32 as TF's: a kept x gives x * a + b, a dropped
+       one the constant fl(fl(a * alpha_p) + b) */
+    const double alpha_p = -1.6732632423543772848170429916717 * 1.0507009873554804934193349852946;
+    const double ad = pow((1.0 - p) * (1.0 + p * alpha_p * alpha_p), -0.5);
+    const float af = (float)ad, bf = (float)(-ad * alpha_p * p), dropped = af * (float)alpha_p + bf;
     if (!rng) rng = ld_global_rng();
     uint64_t key = ld_rng_next(rng);
     int64_t n = ld_tensor_numel(mask), rows = mask_ndim ? mask_shape[0] : 1;
@@ -1438,16 +1446,29 @@ ld_tensor *ld_noise_op(ld_noise kind, ld_tensor *x, float p, int mask_ndim, cons
     for (int64_t i = 0; i < n; i++) {
         uint64_t k = first + (uint64_t)i;
         if (kind == LD_NOISE_DROPOUT) { m[i] = counter_uniform(key, k) >= p ? keep : 0.0f; continue; }
+        if (alpha) {
+            int kept = counter_uniform(key, k) >= p;
+            m[i] = kept ? af : 0.0f;
+            b[i] = kept ? bf : dropped;
+            continue;
+        }
         double u1 = 1.0 - counter_uniform(key, 2 * k), u2 = counter_uniform(key, 2 * k + 1);
         double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
         m[i] = (float)(kind == LD_NOISE_GAUSSIAN ? sd * z : 1.0 + sd * z);
     }
-    ld_tensor *md = ld_to_device(mask, DEV(x));
+    ld_tensor *md = ld_to_device(mask, DEV(x)), *bd = md && alpha ? ld_to_device(shift, DEV(x)) : NULL;
     ld_tensor_release(mask);
-    if (!md) return NULL;
+    ld_tensor_release(shift);
+    if (!md || (alpha && !bd)) { ld_tensor_release(md); return NULL; }
     /* recorded as an operation with a constant: the gradient is the mask's, or passes (noise added) */
     ld_tensor *y = kind == LD_NOISE_GAUSSIAN ? ld_add(x, md) : ld_mul(x, md);
     ld_tensor_release(md);
+    if (y && alpha) {
+        ld_tensor *t = ld_add(y, bd);
+        ld_tensor_release(y);
+        y = t;
+    }
+    ld_tensor_release(bd);
     return y;
 }
 

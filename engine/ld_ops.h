@@ -191,10 +191,14 @@ ld_tensor *ld_dropout(ld_tensor *x, float rate, ld_rng *rng);
    every strategy draws the same): LD_NOISE_DROPOUT as ld_dropout (p the
    rate), LD_NOISE_GAUSSIAN x + N(0, p^2) (GaussianNoise, p the stddev),
    LD_NOISE_GAUSSIAN_DROPOUT x * N(1, p / (1 - p)) (GaussianDropout, p the
-   rate). The values have mask_shape, x's or one that broadcasts to it with
-   the batch first ([batch, 1, 1, channels]: SpatialDropout2D's). p == 0
-   returns x. Differentiable (a product or sum with a constant). */
-typedef enum { LD_NOISE_DROPOUT, LD_NOISE_GAUSSIAN, LD_NOISE_GAUSSIAN_DROPOUT } ld_noise;
+   rate), LD_NOISE_ALPHA_DROPOUT Keras's AlphaDropout (p the rate: each
+   value kept with probability 1 - p, else set to SELU's negative
+   saturation -alpha * scale, then a * . + b with Keras's a and b, so the
+   mean and variance stay those of SELU's outputs). The values have
+   mask_shape, x's or one that broadcasts to it with the batch first
+   ([batch, 1, 1, channels]: SpatialDropout2D's). p == 0 returns x.
+   Differentiable (a product or sum with constants). */
+typedef enum { LD_NOISE_DROPOUT, LD_NOISE_GAUSSIAN, LD_NOISE_GAUSSIAN_DROPOUT, LD_NOISE_ALPHA_DROPOUT } ld_noise;
 ld_tensor *ld_noise_op(ld_noise kind, ld_tensor *x, float p, int mask_ndim, const int64_t *mask_shape, ld_rng *rng);
 
 /* ld_contiguous that keeps the graph: a copy of a strided view that needs a

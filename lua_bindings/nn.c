@@ -208,12 +208,27 @@ static void set_policy(lua_State *L, ld_layer *l, int v) {
     if (ld_policy_from_name(name, &l->policy)) luaL_error(L, "nn.%s: %s", l->cls->class_name, ld_error());
 }
 
-/* a new layer of class c from the arguments from index `first` on */
+/* whether parameter pi of class c holds a layer itself (TimeDistributed's
+   "layer", any class: no choices), not the name of one whose options the
+   wrapper takes (Bidirectional's) */
+static int holds_layer(const ld_layer_class *c, int pi) {
+    return c->params[pi].type == LD_P_STR && !strcmp(c->params[pi].name, "layer") && !c->params[pi].choices;
+}
+
 /* A layer given where a class takes one (Keras's Bidirectional(layer)): its
    class name into l's "layer" option at pi, and its options that l has by
-   name (units, activation, ...) into l's, with its dtype policy */
-static void take_layer(lua_State *L, ld_layer *l, int pi, int a, int *given) {
-    const ld_layer *in = check_layer(L, a);
+   name (units, activation, ...) into l's, with its dtype policy. A class
+   that holds the layer itself (TimeDistributed) wraps it, and the wrapper's
+   userdata (at ud) keeps the layer's in its user value (wrapper.layer). */
+static void take_layer(lua_State *L, ld_layer *l, int ud, int pi, int a, int *given) {
+    ld_layer *in = check_layer(L, a);
+    given[pi] = 1;
+    if (holds_layer(l->cls, pi)) {
+        if (ld_layer_wrap(l, in)) lb_engine_error(L, 0);
+        lua_pushvalue(L, a);
+        lua_setiuservalue(L, ud, 1);
+        return;
+    }
     lua_pushstring(L, in->cls->class_name);
     set_param(L, l, pi, lua_gettop(L));
     lua_pop(L, 1);
@@ -227,6 +242,38 @@ static void take_layer(lua_State *L, ld_layer *l, int pi, int a, int *given) {
     l->policy = in->policy;
 }
 
+static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int first);
+
+/* the layer of the config {class_name=, config={...}} at idx, pushed
+   (Keras's layers.deserialize: nn.layer_from_config, a wrapper's layer) */
+static void push_layer_from_config(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    lua_getfield(L, idx, "class_name");
+    const char *cn = lua_tostring(L, -1);
+    if (!cn) luaL_error(L, "a layer config needs a class_name");
+    const ld_layer_class *c = ld_layer_class_find(cn);
+    if (!c) luaL_error(L, "unknown layer class '%s'", cn);
+    lua_pop(L, 1);
+    if (lua_getfield(L, idx, "config") != LUA_TTABLE) luaL_error(L, "the %s layer's config is missing", c->class_name);
+    int cfg = lua_gettop(L);
+    layer_from_args(L, c, cfg);
+    lua_remove(L, cfg);
+}
+
+/* the value at v for l's "layer" parameter pi, when it is a layer (or, for
+   a class that holds one, a layer's config): 1 when taken, else 0 */
+static int layer_arg(lua_State *L, ld_layer *l, int ud, int pi, int v, int *given) {
+    if (l->cls->params[pi].type != LD_P_STR || strcmp(l->cls->params[pi].name, "layer")) return 0;
+    v = lua_absindex(L, v);
+    if (luaL_testudata(L, v, LAYER_MT)) { take_layer(L, l, ud, pi, v, given); return 1; }
+    if (!holds_layer(l->cls, pi) || !lua_istable(L, v)) return 0;
+    push_layer_from_config(L, v);
+    take_layer(L, l, ud, pi, lua_gettop(L), given);
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* a new layer of class c from the arguments from index `first` on */
 static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int first) {
     int top = lua_gettop(L);
     ld_layer *l = ld_layer_new(c);
@@ -234,19 +281,21 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
     ld_layer **p = lua_newuserdatauv(L, sizeof *p, 1);   /* owns l from here, so an error frees it */
     *p = l;
     luaL_setmetatable(L, LAYER_MT);
+    int ud = lua_gettop(L);
     int given[LD_LAYER_MAX_PARAMS] = {0}, pos = 0, opts = 0;
     for (int a = first; a <= top; a++) {
         const char *pn = pos < 4 ? c->positional[pos] : NULL;
         int pi = pn ? ld_layer_param_index(c, pn) : -1;
-        if (lua_istable(L, a) && !(pi >= 0 && c->params[pi].type == LD_P_INTS && is_list(L, a))) {
+        /* a table is the options, unless a list of numbers where the class takes one ({} is no options:
+           nn.ZeroPadding1D{} and Keras's empty config {} give the defaults) */
+        if (lua_istable(L, a) && !(pi >= 0 && c->params[pi].type == LD_P_INTS && luaL_len(L, a) > 0 && is_list(L, a))) {
             if (a != top) luaL_error(L, "nn.%s: the options table must be the last argument", c->class_name);
             opts = a;
             break;
         }
         if (pi < 0) luaL_error(L, "nn.%s takes at most %d positional argument%s, got %d", c->class_name, pos,
                                pos == 1 ? "" : "s", top - first + 1);
-        if (c->params[pi].type == LD_P_STR && !strcmp(pn, "layer") && luaL_testudata(L, a, LAYER_MT)) {
-            take_layer(L, l, pi, a, given);
+        if (layer_arg(L, l, ud, pi, a, given)) {
         } else if (c->params[pi].type == LD_P_INTS && !c->params[pi].width && lua_isinteger(L, a)) {
             /* nn.Reshape(28, 28, 1): the rest of the numbers are the list */
             lua_createtable(L, top - a + 1, 0);
@@ -285,7 +334,7 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
                 } else if (pi < 0) {
                     if (!lb_layer_weight_option(L, l, k, lua_gettop(L))) unknown_option(L, c, k);
                 }
-                else { set_param(L, l, pi, -1); given[pi] = !lua_isnil(L, -1); }
+                else if (!layer_arg(L, l, ud, pi, -1, given)) { set_param(L, l, pi, -1); given[pi] = !lua_isnil(L, -1); }
             } else if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1 || lua_tointeger(L, -2) > n)
                 luaL_error(L, "nn.%s: option names must be strings", c->class_name);
             lua_pop(L, 1);
@@ -308,7 +357,10 @@ static void push_param(lua_State *L, const ld_layer *l, int i) {
     const ld_param_value *v = &l->p[i];
     switch (l->cls->params[i].type) {
     case LD_P_INT: lua_pushinteger(L, v->i[0]); break;
-    case LD_P_FLOAT: lua_pushnumber(L, v->f); break;
+    case LD_P_FLOAT:   /* a float whose default is none (Keras's None) reads nil while it has no value */
+        if (v->f != v->f && l->cls->params[i].def && !l->cls->params[i].def[0]) lua_pushnil(L);
+        else lua_pushnumber(L, v->f);
+        break;
     case LD_P_BOOL: lua_pushboolean(L, (int)v->i[0]); break;
     case LD_P_STR: lua_pushstring(L, v->s); break;
     case LD_P_INTS:
@@ -317,8 +369,8 @@ static void push_param(lua_State *L, const ld_layer *l, int i) {
         break;
     }
 }
-static int layer_get_config(lua_State *L) {
-    ld_layer *l = check_layer(L, 1);
+/* l's config, pushed; a layer it holds as {class_name=, config=} */
+static void push_config(lua_State *L, ld_layer *l) {
     lua_newtable(L);
     lua_pushstring(L, l->name);
     lua_setfield(L, -2, "name");
@@ -329,10 +381,19 @@ static int layer_get_config(lua_State *L) {
         lua_setfield(L, -2, "trainable");
     }
     for (int i = 0; l->cls->params[i].name; i++) {
-        push_param(L, l, i);
+        if (holds_layer(l->cls, i) && l->inner[0]) {
+            lua_createtable(L, 0, 2);
+            lua_pushstring(L, l->inner[0]->cls->class_name);
+            lua_setfield(L, -2, "class_name");
+            push_config(L, l->inner[0]);
+            lua_setfield(L, -2, "config");
+        } else push_param(L, l, i);
         lua_setfield(L, -2, l->cls->params[i].name);
     }
     lb_layer_push_weight_options(L, l, -1);
+}
+static int layer_get_config(lua_State *L) {
+    push_config(L, check_layer(L, 1));
     return 1;
 }
 
@@ -342,14 +403,9 @@ static int nn_layer_from_config(lua_State *L) {
     lua_getfield(L, 1, "class_name");
     const char *cn = lua_tostring(L, -1);
     if (!cn) return luaL_argerror(L, 1, "class_name missing");
-    const ld_layer_class *c = ld_layer_class_find(cn);
-    if (!c) return luaL_error(L, "unknown layer class '%s'", cn);
-    lua_getfield(L, 1, "config");
-    if (!lua_istable(L, -1)) return luaL_argerror(L, 1, "config missing");
-    lua_settop(L, 3);
-    lua_remove(L, 1);
-    lua_remove(L, 1);
-    layer_from_args(L, c, 1);
+    if (!ld_layer_class_find(cn)) return luaL_error(L, "unknown layer class '%s'", cn);
+    if (lua_getfield(L, 1, "config") != LUA_TTABLE) return luaL_argerror(L, 1, "config missing");
+    push_layer_from_config(L, 1);
     return 1;
 }
 
@@ -550,6 +606,7 @@ static int layer_index(lua_State *L) {
     if (!strcmp(k, "weights") || !strcmp(k, "variables")) { push_weights(L, l, -1); return 1; }
     if (!strcmp(k, "trainable")) { lua_pushboolean(L, !l->frozen); return 1; }
     int pi = ld_layer_param_index(l->cls, k);
+    if (pi >= 0 && holds_layer(l->cls, pi) && lua_getiuservalue(L, 1, 1) != LUA_TNIL) return 1;   /* td.layer */
     if (pi >= 0) { push_param(L, l, pi); return 1; }
     if (lb_layer_get_weight_option(L, l, k)) return 1;
     /* a variable by its name in the layer: kernel, bias, gamma, moving_mean, embeddings, ... */
@@ -1793,7 +1850,7 @@ int lb_open_nn(lua_State *L) {
     lb_weight_options_register(L, mod);
     /* a constructor per layer class (and its alias), its help from the class */
     const ld_layer_class *const *cs = ld_layer_classes();
-    const char *docs[2 * 64 + 1];
+    const char *docs[2 * 128 + 1];   /* a name and its doc per class and per alias */
     int nd = 0;
     for (int i = 0; cs[i]; i++) {
         for (int a = 0; a < 2; a++) {
@@ -1802,7 +1859,7 @@ int lb_open_nn(lua_State *L) {
             lua_pushlightuserdata(L, (void *)cs[i]);
             lua_pushcclosure(L, nn_layer_new, 1);
             lua_setfield(L, mod, nm);
-            if (nd < 2 * 64) { docs[nd++] = nm; docs[nd++] = cs[i]->doc ? cs[i]->doc : ""; }
+            if (nd < 2 * 128) { docs[nd++] = nm; docs[nd++] = cs[i]->doc ? cs[i]->doc : ""; }
         }
     }
     docs[nd] = NULL;

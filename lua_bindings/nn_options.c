@@ -162,7 +162,8 @@ void lb_layer_push_weight_options(lua_State *L, ld_layer *l, int t) {
     t = lua_absindex(L, t);
     for (int role = -1; role < LD_ROLE_COUNT; role++)
         for (int k = 0; k < 3; k++) {
-            if (role < 0 && k != LD_WOPT_REGULARIZER) continue;
+            /* activity_regularizer: for a class that takes it (ActivityRegularization sets its own from l1, l2) */
+            if (role < 0 && (k != LD_WOPT_REGULARIZER || !l->cls->roles)) continue;
             if (role >= 0 && !(l->cls->roles & LD_ROLE_BIT(role))) continue;
             const char *cn = slot(l, role, (ld_wopt_kind)k);   /* every slot starts with its class name */
             if (!cn[0]) continue;

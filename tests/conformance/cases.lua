@@ -101,6 +101,29 @@ local MODELS = {
         nn.SeparableConv2D(4, 3, { padding = "same", activation = "tanh" }),
         nn.MaxPool2D(3, { strides = 2, padding = "same" }), nn.Flatten(), nn.Dense(3) }
     end },
+  -- sequences of 6 steps: a Dense on each step (TimeDistributed), padded, lengthened by a transposed
+  -- convolution, cropped and upsampled; a Dropout on each step (its draws placed by the folded rows'
+  -- place in the global batch), AlphaDropout, a capped leaky ReLU, an activity term in fit's loss
+  timeseq = { shape = { 6, 4 }, classes = 3,
+    make = function()
+      return nn.Sequential { nn.TimeDistributed(nn.Dense(5, "tanh")), nn.ZeroPadding1D(1),
+        nn.Conv1DTranspose(3, 3, { strides = 2, padding = "same", activation = "relu" }), nn.Cropping1D { 1, 2 },
+        nn.UpSampling1D(2), nn.TimeDistributed(nn.Dropout(0.3)), nn.AlphaDropout(0.2),
+        nn.ReLU { max_value = 2, negative_slope = 0.1 }, nn.ActivityRegularization { l1 = 1e-3, l2 = 1e-3 },
+        nn.Flatten(), nn.Dense(3) }
+    end },
+  -- Keras's Dot: attention-like scores of the steps, the cosine similarities of the features, and a
+  -- dot product of two vectors, merged
+  dot = { shape = { 6, 4 }, classes = 3,
+    make = function()
+      local x = nn.Input { shape = { 6, 4 } }
+      local q = nn.TimeDistributed(nn.Dense(4, "tanh"))(x)
+      local s = nn.Dot { axes = 2 } { q, x }
+      local c = nn.Dot { axes = { 1, 1 }, normalize = true } { x, q }
+      local v = nn.Dot { axes = 1 } { nn.Flatten()(x), nn.Flatten()(q) }
+      local h = nn.Concatenate() { nn.Flatten()(s), nn.Flatten()(c), v }
+      return nn.Model { inputs = x, outputs = nn.Dense(3)(h) }
+    end },
   -- regression of a sequence: a Dense over each of 6 steps, targets [batch, 6, 2]
   -- (a loss of several positions per row, divided by the global batch's positions)
   seq = { shape = { 6, 4 }, target = function(x) return x:slice(2, 0, 2):tanh() end,
@@ -263,8 +286,10 @@ add(train_case { name = "fit_ignore_class", model = "mlp", opt = "sgd_momentum",
 add(train_case { name = "fit_dice", model = "mlp_sigmoid", opt = "sgd_momentum", mode = "fit", n = 240, b = 24, epochs = 5,
   also = { "ps", "mw_local" }, onehot = true, tol = 1e-4, loss = function() return losses.Dice() end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
--- 1-d pooling and merging layers, transposed/depthwise/separable convolutions
-for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise", "dilated" } do
+-- 1-d pooling and merging layers, transposed/depthwise/separable convolutions, TimeDistributed and the
+-- 1-d shape layers, Dot, dilated convolutions
+for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise",
+                        "timeseq", "dot", "dilated" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })
