@@ -211,7 +211,7 @@ const ld_layer_class ld_layer_conv1d_transpose = {
 /* ================================================================ DepthwiseConv2D, SeparableConv2D */
 /* DepthwiseConv2D's parameters; SeparableConv2D's are filters, then these
    (each at index + 1): the depthwise step reads them at an offset o */
-enum { DW_KSIZE, DW_STRIDES, DW_PADDING, DW_MULT, DW_ACT, DW_BIAS };
+enum { DW_KSIZE, DW_STRIDES, DW_PADDING, DW_MULT, DW_ACT, DW_BIAS, DW_DILATION };
 static int dw_same(const ld_layer *l, int o) { return !strcmp(ld_p_str(l, o + DW_PADDING), "same"); }
 
 static int dw_check_at(ld_layer *l, int o) {
@@ -219,23 +219,26 @@ static int dw_check_at(ld_layer *l, int o) {
     if (ld_p_int(l, o + DW_MULT) < 1)
         return ld_fail(LD_EARG, "%s depth_multiplier must be a positive integer, got %lld", l->cls->class_name,
                        (long long)ld_p_int(l, o + DW_MULT));
-    return LD_OK;
+    return ld_layer_dilation_check(l, 2, ld_p_ints(l, o + DW_DILATION, NULL), ld_p_ints(l, o + DW_STRIDES, NULL));
 }
 /* the depthwise kernel (kh, kw, channels, depth_multiplier) and the output
    size; glorot's fans as Keras computes them for that shape */
 static int dw_build_at(ld_layer *l, int o, const ld_shape *in, ld_shape *out) {
     if (ld_layer_need_image(l, in)) return ld_error_status();
     const int64_t *k = ld_p_ints(l, o + DW_KSIZE, NULL), *s = ld_p_ints(l, o + DW_STRIDES, NULL);
+    const int64_t *d = ld_p_ints(l, o + DW_DILATION, NULL);
+    int64_t ke[2] = {ld_layer_dilated_size(k[0], d[0]), ld_layer_dilated_size(k[1], d[1])};   /* the taps spanned */
     int same = dw_same(l, o);
-    if (!same && (in->d[0] < k[0] || in->d[1] < k[1]))
-        return ld_fail(LD_ESHAPE, "%s: kernel %lldx%lld is larger than its %lldx%lld inputs (use padding=\"same\")",
-                       l->name, (long long)k[0], (long long)k[1], (long long)in->d[0], (long long)in->d[1]);
+    if (!same && (in->d[0] < ke[0] || in->d[1] < ke[1]))
+        return ld_fail(LD_ESHAPE, "%s: kernel %lldx%lld%s is larger than its %lldx%lld inputs (use padding=\"same\")",
+                       l->name, (long long)ke[0], (long long)ke[1], ke[0] != k[0] || ke[1] != k[1] ? " (dilated)" : "",
+                       (long long)in->d[0], (long long)in->d[1]);
     int64_t ks[4] = {k[0], k[1], in->d[2], ld_p_int(l, o + DW_MULT)}, fan_in = 0, fan_out = 0;
     if (kernel_fans(l, ks, &fan_in, &fan_out)) return ld_error_status();
     if (!ld_layer_add_weight(l, "depthwise_kernel", 4, ks, LD_INIT_GLOROT(fan_in, fan_out), 1)) return ld_error_status();
     out->ndim = 3;
-    out->d[0] = ld_layer_out_size(in->d[0], k[0], s[0], same);
-    out->d[1] = ld_layer_out_size(in->d[1], k[1], s[1], same);
+    out->d[0] = ld_layer_out_size(in->d[0], ke[0], s[0], same);
+    out->d[1] = ld_layer_out_size(in->d[1], ke[1], s[1], same);
     out->d[2] = ks[2] * ks[3];
     return LD_OK;
 }
@@ -244,13 +247,14 @@ static int dw_build_at(ld_layer *l, int o, const ld_shape *in, ld_shape *out) {
    summed over the window: [N, OH, OW, C*m], channel c*m + j as TF's. Under
    a half policy x and the kernel (rounded to the half dtype first, as
    Keras's autocast) are taken in float32 (exact) and the float32 sums
-   rounded once, as TF's kernel; so are the gradients. */
-static ld_tensor *depthwise(const ld_layer *l, int o, ld_tensor *x, ld_tensor *kernel) {
-    const int64_t *k = ld_p_ints(l, o + DW_KSIZE, NULL), *s = ld_p_ints(l, o + DW_STRIDES, NULL);
+   rounded once, as TF's kernel; so are the gradients. At strides s, valid or
+   same; dilated, over x's phases (ld_layer_atrous, with dw_phase). */
+static ld_tensor *depthwise_at(const ld_layer *l, int o, ld_tensor *x, ld_tensor *kernel, const int64_t *s, int same) {
+    const int64_t *k = ld_p_ints(l, o + DW_KSIZE, NULL);
     int64_t n = x->shape[0], c = x->shape[3], m = kernel->shape[3], oh, ow;
     ld_dtype dt = compute_dtype();
     ld_tensor *kd = in_dtype(kernel, dt), *k32 = kd ? ld_as_float(kd) : NULL, *x32 = k32 ? ld_as_float(x) : NULL;
-    ld_tensor *col = x32 ? ld_im2col(x32, (int)k[0], (int)k[1], (int)s[0], (int)s[1], dw_same(l, o), &oh, &ow) : NULL;
+    ld_tensor *col = x32 ? ld_im2col(x32, (int)k[0], (int)k[1], (int)s[0], (int)s[1], same, &oh, &ow) : NULL;
     ld_tensor *p = NULL, *sum = NULL, *y = NULL;
     if (col) {
         int64_t c4s[4] = {col->shape[0], k[0] * k[1], c, 1}, k3s[3] = {k[0] * k[1], c, m}, ys[4] = {n, oh, ow, c * m};
@@ -269,6 +273,21 @@ static ld_tensor *depthwise(const ld_layer *l, int o, ld_tensor *x, ld_tensor *k
     }
     return y;
 }
+/* the depthwise offset of l's parameters: SeparableConv2D's follow its filters */
+static int dw_offset(const ld_layer *l) { return l->cls == &ld_layer_separable_conv2d; }
+static ld_tensor *dw_phase(ld_layer *l, ld_tensor *x) {
+    return depthwise_at(l, dw_offset(l), x, ld_var(l->vars[0]), (const int64_t[]){1, 1}, 0);
+}
+static ld_tensor *depthwise(ld_layer *l, int o, ld_tensor *x) {
+    const int64_t *k = ld_p_ints(l, o + DW_KSIZE, NULL), *d = ld_p_ints(l, o + DW_DILATION, NULL);
+    if (d[0] == 1 && d[1] == 1)
+        return depthwise_at(l, o, x, ld_var(l->vars[0]), ld_p_ints(l, o + DW_STRIDES, NULL), dw_same(l, o));
+    const char *padding = ld_p_str(l, o + DW_PADDING);
+    int64_t pad[4];
+    ld_layer_conv_pads(padding, ld_layer_dilated_size(k[0], d[0]), &pad[0], &pad[1]);
+    ld_layer_conv_pads(padding, ld_layer_dilated_size(k[1], d[1]), &pad[2], &pad[3]);
+    return ld_layer_atrous(l, x, k, d, pad, dw_phase);
+}
 
 static int dw_check(ld_layer *l) { return dw_check_at(l, 0); }
 static int dw_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -277,17 +296,17 @@ static int dw_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     return LD_OK;
 }
 static ld_tensor *dw_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    ld_tensor *y = depthwise(l, 0, xs[0], ld_var(l->vars[0]));
+    ld_tensor *y = depthwise(l, 0, xs[0]);
     return bias_act(y, ld_p_int(l, DW_BIAS) ? ld_var(l->vars[1]) : NULL, ld_p_activation(l, DW_ACT));
 }
 const ld_layer_class ld_layer_depthwise_conv2d = {
     "DepthwiseConv2D", "depthwise_conv2d", NULL, {"kernel_size"},
     {LD_PINTS("kernel_size", NULL, 2), LD_PINTS("strides", "1", 2), LD_PSTR("padding", "valid", "valid|same"),
      LD_PINT("depth_multiplier", "1"), LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES),
-     LD_PBOOL("use_bias", "true"), LD_PEND},
+     LD_PBOOL("use_bias", "true"), LD_PINTS("dilation_rate", "1", 2), LD_PEND},
     1, 1, 3u /* any image size */, dw_check, dw_build, dw_forward,
     "nn.DepthwiseConv2D(kernel_size, {strides=1, padding=\"valid\"|\"same\", depth_multiplier=1, activation=, "
-    "use_bias=true})\n\n"
+    "use_bias=true, dilation_rate=1})\n\n"
     "Each channel of NHWC images convolved with its own depth_multiplier filters: channels * depth_multiplier\n"
     "outputs (channel c's j-th at c * depth_multiplier + j); depthwise_kernel (kh, kw, channels,\n"
     "depth_multiplier). depthwise_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
@@ -317,7 +336,7 @@ static ld_tensor *sep_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int t
     ld_tensor *pw = ld_var(l->vars[1]);
     ld_activation a = ld_p_activation(l, 1 + DW_ACT);
     int64_t p2s[2] = {pw->shape[2], pw->shape[3]};
-    ld_tensor *d = depthwise(l, 1, xs[0], ld_var(l->vars[0])), *p2 = d ? ld_reshape_op(pw, 2, p2s) : NULL;
+    ld_tensor *d = depthwise(l, 1, xs[0]), *p2 = d ? ld_reshape_op(pw, 2, p2s) : NULL;
     ld_tensor *y = p2 ? ld_linear_half(d, p2, ld_p_int(l, 1 + DW_BIAS) ? ld_var(l->vars[2]) : NULL, a == LD_ACT_RELU)
                       : NULL;
     ld_tensor_release(d); ld_tensor_release(p2);
@@ -327,10 +346,11 @@ const ld_layer_class ld_layer_separable_conv2d = {
     "SeparableConv2D", "separable_conv2d", NULL, {"filters", "kernel_size"},
     {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 2), LD_PINTS("strides", "1", 2),
      LD_PSTR("padding", "valid", "valid|same"), LD_PINT("depth_multiplier", "1"),
-     LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"), LD_PEND},
+     LD_PSTR("activation", "linear", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
+     LD_PINTS("dilation_rate", "1", 2), LD_PEND},
     1, 1, 3u /* any image size */, sep_check, sep_build, sep_forward,
     "nn.SeparableConv2D(filters, kernel_size, {strides=1, padding=\"valid\"|\"same\", depth_multiplier=1, "
-    "activation=, use_bias=true})\n\n"
+    "activation=, use_bias=true, dilation_rate=1})\n\n"
     "A DepthwiseConv2D (no bias) then a 1x1 convolution to `filters` channels, then the bias (Keras's):\n"
     "depthwise_kernel (kh, kw, channels, depth_multiplier), pointwise_kernel (1, 1, channels *\n"
     "depth_multiplier, filters). depthwise_/pointwise_/bias_ initializer, regularizer, constraint and\n"

@@ -76,7 +76,7 @@ local MODELS = {
         nn.Flatten(), nn.GaussianDropout(0.3), nn.Dense(3) }
     end },
   -- dilated convolutions (over their inputs' phases): a causal stack of a TCN (dilations 1, 2, 4) and an
-  -- atrous Conv2D, in two branches
+  -- atrous Conv2D then SeparableConv2D, in two branches
   dilated = { shape = { 12, 2 }, classes = 3,
     make = function()
       local x = nn.Input { shape = { 12, 2 } }
@@ -84,6 +84,7 @@ local MODELS = {
       for _, d in ipairs { 1, 2, 4 } do h = nn.Conv1D(4, 2, { padding = "causal", dilation_rate = d, activation = "relu" })(h) end
       local img = nn.Reshape { 12, 2, 1 }(x)
       local a = nn.Conv2D(3, { 3, 2 }, { padding = "same", dilation_rate = { 3, 1 }, activation = "tanh" })(img)
+      a = nn.SeparableConv2D(2, 2, { dilation_rate = { 2, 1 }, depth_multiplier = 2 })(a)
       local cat = nn.Concatenate() { nn.GlobalAveragePooling1D()(h), nn.Flatten()(a) }
       return nn.Model { inputs = x, outputs = nn.Dense(3)(cat) }
     end },

@@ -193,6 +193,7 @@ T.test("under mixed_bfloat16: half outputs, float32 variables and gradients, flo
     function() return nn.DepthwiseConv2D(3, { depth_multiplier = 2, activation = "relu" }) end,
     function() return nn.SeparableConv2D(4, 3, { padding = "same" }) end,
     function() return nn.MaxPool2D(2, { padding = "same" }) end,
+    function() return nn.SeparableConv2D(4, 2, { padding = "same", dilation_rate = 2 }) end,
   }
   for _, make in ipairs(makes) do
     tensor.seed(6)
@@ -347,6 +348,10 @@ T.test("errors name the layer and what is wrong", function()
   T.raises(function() return nn.Conv2D(4, 3, { strides = 2, dilation_rate = 2 }) end,
     "Conv2D: strides > 1 is not supported with dilation_rate > 1 (Keras's rule)")
   T.raises(function() return nn.Conv1D(4, 3, { dilation_rate = 0 }) end, "Conv1D dilation_rate must be positive")
+  T.raises(function() return nn.DepthwiseConv2D(3, { strides = 2, dilation_rate = 2 }) end,
+    "DepthwiseConv2D: strides > 1 is not supported with dilation_rate > 1")
+  T.raises(function() return nn.SeparableConv2D(4, 3, { dilation_rate = 3 })(tensor.ones(1, 6, 9, 2)) end,
+    "kernel 7x7 (dilated) is larger than its 6x9 inputs")
   T.raises(function() return nn.Conv2D(4, 3, { dilation_rate = { 2, 2, 2 } }) end, "dilation_rate takes 2 integers, got 3")
   T.raises(function() return nn.Conv1D(4, 3, { dilation_rate = 3 })(tensor.ones(1, 6, 2)) end, "")
   T.raises(function() return nn.Conv2DTranspose(4, 3, { padding = "causal" }) end, "unknown padding 'causal' (valid|same)")
