@@ -800,8 +800,9 @@ int ld_replica_all_reduce_sum(ld_tensor *t) {
         return ld_fail(LD_ETYPE, "all-reduce in the step: a contiguous float32 tensor expected");
     ld_device *dev = t->storage->device;
     if (dev->kind != LD_DEV_CPU)
-        return ld_fail(LD_EDEVICE, "an all-reduce inside the step (synchronized statistics) runs between CPU devices; "
-                       "%s is not one", dev->name);
+        return ld_fail(LD_EDEVICE, "an all-reduce inside the step (synchronized BatchNormalization; the losses of the "
+                       "global batch: SparseCategoricalCrossentropy's ignore_class, Dice, Tversky) runs between CPU "
+                       "devices and between processes, not between the replicas of one process on %s", dev->name);
     if (c->id < 0 || c->id >= c->n) return ld_fail(LD_EARG, "bad replica context");
     if (step_reduce.n != c->n) {             /* the replicas are in several processes */
         if (step_reduce.n == 1 && step_reduce.reducer) return step_reduce.reducer(step_reduce.reducer_ctx, t);

@@ -8,7 +8,9 @@
 # tests/gpu (tests/gpu/run.sh) on sim:0, and the ldist scripts of
 # `make bench-gpu` (training rows, the transformer, large products) a few
 # steps each in float32 and bfloat16, and the collector's pacing for device
-# memory (tests/lua/sim_device_gc.lua). LDIST_BIN: the binary under test.
+# memory (tests/lua/sim_device_gc.lua), and the all-reduce inside a step
+# refusing a replica on sim:0 (tests/lua/sim_step_reduce.lua). LDIST_BIN:
+# the binary under test.
 cd "$(dirname "$0")/../.." || exit 1
 bin=${LDIST_BIN:-./ldist}
 export LDIST_SIM_DEVICE=1
@@ -50,6 +52,11 @@ out=$(timeout 120 "$bin" tests/lua/sim_device_gc.lua 2>&1); st=$?
 echo "$out" | grep -E '^(ok|not ok|#)'
 pass=$((pass + $(grep -c '^ok - ' <<<"$out"))); fail=$((fail + $(grep -c '^not ok - ' <<<"$out")))
 if [ "$st" != 0 ] && ! grep -q '^not ok - ' <<<"$out"; then not_ok "tests/lua/sim_device_gc.lua exited with status $st"; fi
+# an all-reduce inside the step with a replica on sim:0: a clear error, the session goes on
+out=$(timeout 120 "$bin" tests/lua/sim_step_reduce.lua 2>&1); st=$?
+echo "$out" | grep -E '^(ok|not ok|#)'
+pass=$((pass + $(grep -c '^ok - ' <<<"$out"))); fail=$((fail + $(grep -c '^not ok - ' <<<"$out")))
+if [ "$st" != 0 ] && ! grep -q '^not ok - ' <<<"$out"; then not_ok "tests/lua/sim_step_reduce.lua exited with status $st"; fi
 # again on a sim:0 of 160 MB, below the pace: an allocation retried after a collection, then the pace adapts
 out=$(LDIST_SIM_MEMORY=160M timeout 120 "$bin" tests/lua/sim_device_gc.lua 2>&1); st=$?
 echo "$out" | grep -E '^(ok|not ok|#)'
