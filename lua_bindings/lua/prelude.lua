@@ -13,6 +13,8 @@ return {
   { "ui/progress.lua", needs = "docs, isatty, termsize, walltime (state.c)" },
   { "ui/plot.lua", needs = "io, isatty, termsize; fills util.nice_ticks" },
   { "ui/display.lua", needs = "walltime, util (html_escape), ui/progress" },
+  -- TF's array ops composed of the engine's (einsum, tile, split, ...)
+  { "tensor_ops.lua", needs = "tensor, util (check_opts), ui/help (document)" },
   -- data: ready-made data sets, image folders
   { "data/datasets.lua", needs = "data, io, tensor, ui/help" },
   { "data/images.lua", needs = "data, io, _image (skipped without them), data/datasets" },

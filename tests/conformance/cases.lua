@@ -1107,6 +1107,22 @@ add { name = "fit_subclassed", also = { "ps", "mw_local" }, run = function(S)
     function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
 end }
 
+-- TF's array ops composed in a subclassed model's call (tensor_ops.lua): einsum's batched product of
+-- each example's rows, a causal band, tile and reverse
+local Gram = nn.Model:extend("ConformanceGram")
+function Gram:init() self.inner = nn.Dense(8, "tanh"); self.out = nn.Dense(4) end
+function Gram:call(x, training)
+  local h = self.inner(x):reshape { -1, 2, 4 }
+  local g = tensor.band_part(tensor.einsum("bij,bkj->bik", h, h), -1, 0)
+  local t = tensor.reverse(tensor.tile(g, { 1, 1, 2 }), { 2 })
+  return self.out(t:reshape { -1, 8 })
+end
+add { name = "fit_einsum", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  return fit_model(S, function() return Gram() end, x, y, 24, 6,
+    function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
 add { name = "fit_gru_multiply", also = { "ps", "mw_local" }, tol = 1e-4, run = function(S)
   local x, y = make_sequences(96, 8)
   return fit_model(S, function()
