@@ -628,6 +628,13 @@ static int t_sort(lua_State *L) { return sorted(L, 1); }
 static int t_argsort(lua_State *L) { return sorted(L, 0); }
 
 static int t_stop_gradient(lua_State *L) { lb_push_tensor(L, ld_stop_gradient(lb_check_tensor(L, 1)), 1); return 1; }
+/* tensor._pad_axis(x, axis, before, after, value): ld_pad_op (zeros, or the value, on one axis; tensor.pad's CONSTANT) */
+static int t_pad_axis(lua_State *L) {
+    ld_tensor *x = lb_check_tensor(L, 1);
+    lb_push_tensor(L, ld_pad_op(x, (int)luaL_checkinteger(L, 2), luaL_checkinteger(L, 3), luaL_checkinteger(L, 4),
+                                luaL_optnumber(L, 5, 0.0)), 1);
+    return 1;
+}
 static int t_contiguous(lua_State *L) { lb_push_tensor(L, ld_ops_contig(SELF), 1); return 1; }
 static int t_clone(lua_State *L) { lb_push_tensor(L, ld_clone_op(SELF), 1); return 1; }
 
@@ -1415,7 +1422,7 @@ static const luaL_Reg functions[] = {
     {"randn", t_normal}, {"seed", t_seed}, {"get_rng_state", t_get_rng_state}, {"set_rng_state", t_set_rng_state}, {"concat", t_concat}, {"stack", t_stack},
     {"is_tensor", t_is_tensor}, {"Variable", t_variable}, {"devices", t_devices}, {"memory", t_memory},
     {"device_note", t_device_note}, {"bmm", t_bmm}, {"attention", t_attention},
-    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot}, {"stop_gradient", t_stop_gradient}, {"top_k", t_top_k},
+    {"where", t_where}, {"clip_by_value", t_clip}, {"one_hot", t_one_hot}, {"stop_gradient", t_stop_gradient}, {"_pad_axis", t_pad_axis}, {"top_k", t_top_k},
     {NULL, NULL}};
 
 /* the rule for values, in the help of everything that converts them */

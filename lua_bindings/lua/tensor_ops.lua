@@ -1,6 +1,6 @@
 -- tensor_ops.lua - TF's array ops that are arrangements of the engine's:
 -- einsum, tensordot, tile, repeat, reverse, broadcast_to, band_part, split,
--- norm, eye and linspace. Each is composed of the engine's differentiable
+-- pad, unstack, meshgrid, norm, eye and linspace. Each is composed of the engine's differentiable
 -- ops (permute, reshape, bmm, gather, concat, slice views, where, sums), so
 -- it runs on every device, under every strategy, and a tape follows it; no
 -- op here has a kernel or a gradient of its own. Axes count from 0 (negative
@@ -351,6 +351,87 @@ end
 doc(tensor.split, "tensor.split",
   "tensor.split(x, num_or_sizes [, axis=0]) -> {parts}\n\nTF's split: k equal parts, or parts of the listed sizes (one may be -1: the rest),\n" ..
   "as views that keep the gradient.")
+
+function tensor.pad(x, paddings, opts)
+  check_tensor(x, "pad")
+  opts = ldist._util.check_opts("tensor.pad", opts, { mode = true, constant_values = true })
+  local n, mode = #x.shape, (opts.mode or "CONSTANT"):upper()
+  if mode ~= "CONSTANT" and mode ~= "REFLECT" and mode ~= "SYMMETRIC" then
+    error(("tensor.pad: mode must be \"CONSTANT\", \"REFLECT\" or \"SYMMETRIC\", got %s"):format(tostring(opts.mode)), 2)
+  end
+  if type(paddings) ~= "table" or #paddings ~= n then
+    error(("tensor.pad: paddings must give {before, after} for each of the %d axes"):format(n), 2)
+  end
+  local y = x
+  for a = 1, n do
+    local p = paddings[a]
+    if type(p) ~= "table" or #p ~= 2 then error(("tensor.pad: paddings[%d] must be {before, after}"):format(a), 2) end
+    local before, after = count(p[1], "tensor.pad", "each padding"), count(p[2], "tensor.pad", "each padding")
+    local len = x.shape[a]
+    if before + after > 0 then
+      if mode == "CONSTANT" then
+        y = tensor._pad_axis(y, a - 1, before, after, opts.constant_values or 0)   -- the engine's ld_pad_op
+      else
+        -- REFLECT mirrors about the edge value (not repeated), SYMMETRIC repeats it (TF's MirrorPad)
+        local edge = mode == "REFLECT" and 1 or 0
+        if before > len - edge or after > len - edge then
+          error(("tensor.pad: %s padding of axis %d (size %d) must be at most %d on each side"):format(mode, a - 1, len,
+            len - edge), 2)
+        end
+        local list = {}
+        for i = before, 1, -1 do list[#list + 1] = i - 1 + edge end
+        for i = 0, len - 1 do list[#list + 1] = i end
+        for i = 1, after do list[#list + 1] = len - i - edge end
+        y = y:gather(index(list, x), a - 1)
+      end
+    end
+  end
+  return y
+end
+doc(tensor.pad, "tensor.pad",
+  "tensor.pad(x, paddings, {mode=\"CONSTANT\", constant_values=0})\n\nTF's pad: paddings = {{before, after}, ...} per axis; CONSTANT fills with constant_values,\n" ..
+  "REFLECT mirrors about the edge (not repeating it), SYMMETRIC mirrors repeating it.")
+
+function tensor.unstack(x, axis)
+  check_tensor(x, "unstack")
+  axis = axis_of(axis or 0, #x.shape, "tensor.unstack")
+  local out = {}
+  for i = 1, x.shape[axis + 1] do out[i] = x:slice(axis, i - 1, i):squeeze(axis) end
+  return out
+end
+doc(tensor.unstack, "tensor.unstack", "tensor.unstack(x [, axis=0]) -> {t1, t2, ...}\n\nTF's unstack: the slices along axis, that axis removed (tensor.stack's inverse).")
+
+function tensor.meshgrid(...)
+  local xs, opts = { ... }, {}
+  if #xs > 0 and not tensor.is_tensor(xs[#xs]) then opts = table.remove(xs) end
+  opts = ldist._util.check_opts("tensor.meshgrid", opts, { indexing = true })
+  local ij = (opts.indexing or "xy") == "ij"
+  if not ij and opts.indexing ~= nil and opts.indexing ~= "xy" then
+    error(("tensor.meshgrid: indexing must be \"xy\" or \"ij\", got %s"):format(tostring(opts.indexing)), 2)
+  end
+  local n, sizes = #xs, {}
+  for k, x in ipairs(xs) do
+    check_tensor(x, "meshgrid", tostring(k))
+    if #x.shape ~= 1 then error(("tensor.meshgrid: input %d must be 1-D, got %d axes"):format(k, #x.shape), 2) end
+    sizes[k] = x.shape[1]
+  end
+  -- xy (Cartesian): the first two outputs' axes swapped, as NumPy's and TF's
+  local order = {}
+  for k = 1, n do order[k] = k end
+  if not ij and n >= 2 then order[1], order[2] = 2, 1 end
+  local shape = {}
+  for k = 1, n do shape[k] = sizes[order[k]] end
+  local out = {}
+  for k, x in ipairs(xs) do
+    local s = {}
+    for j = 1, n do s[j] = order[j] == k and sizes[k] or 1 end
+    out[k] = tensor.broadcast_to(x:reshape(s), shape)
+  end
+  return out
+end
+doc(tensor.meshgrid, "tensor.meshgrid",
+  "tensor.meshgrid(x1, x2, ... [, {indexing=\"xy\"}]) -> {X1, X2, ...}\n\nTF's meshgrid: each 1-D input spread over the grid of all of them; \"xy\" (Cartesian,\n" ..
+  "the default) swaps the first two axes, \"ij\" (matrix) does not.")
 
 ---------------------------------------------------------------- norms, constants
 function tensor.norm(x, opts)

@@ -1,5 +1,5 @@
 -- test_tensor_ops.lua - TF's array ops composed of the engine's
--- (lua_bindings/lua/tensor_ops.lua): each case's output and the gradients of
+-- (lua_bindings/lua/tensor_ops.lua): each case's outputs and the gradients of
 -- sum(y * r) against TF 2.21's (tests/fixtures/tensor_ops.lua, written by
 -- scripts/fixtures/make_tensor_ops_fixtures.py), on cpu:0 and on the logical
 -- device cpu:1; then the errors a user meets.
@@ -25,7 +25,7 @@ end
 
 for _, dev in ipairs { false, "cpu:1" } do
   local where = dev or "cpu:0"
-  T.test("TF's values and gradients on " .. where .. ": einsum, tensordot, tile, repeat, reverse, broadcast_to, band_part, split, norm", function()
+  T.test("TF's values and gradients on " .. where .. ": einsum, tensordot, tile, repeat, reverse, broadcast_to, band_part, split, pad, unstack, meshgrid, norm", function()
     for _, c in ipairs(F.cases) do
       local x = {}
       for i, a in ipairs(c.x) do x[i] = tensor.Variable(make(a, dev or nil)) end
@@ -82,6 +82,11 @@ T.test("errors name the op and the problem", function()
   T.raises(function() tensor.norm(m, { ord = 3 }) end, "ord must be")
   T.raises(function() tensor.norm(m, { axiss = 1 }) end, "unknown option 'axiss'")
   T.raises(function() tensor.tensordot(m, m, 3) end, "axes 3 is more than the operands' axes")
+  T.raises(function() tensor.pad(m, { { 1, 1 } }) end, "paddings must give {before, after} for each of the 2 axes")
+  T.raises(function() tensor.pad(m, { { 0, 0 }, { 3, 0 } }, { mode = "REFLECT" }) end,
+    "REFLECT padding of axis 1 (size 3) must be at most 2 on each side")
+  T.raises(function() tensor.pad(m, { { 0, 0 }, { 0, 0 } }, { mode = "wrap" }) end, "mode must be")
+  T.raises(function() tensor.meshgrid(m) end, "input 1 must be 1-D")
   -- after the errors the session goes on
   T.eq(tensor.einsum("ij->", m):item(), 6)
 end)
