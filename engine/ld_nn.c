@@ -1284,24 +1284,36 @@ shape:
 }
 
 /* ================================================================ metrics */
-int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct) {
+/* each position's match (the argmax, or one column's 0.5 threshold) times
+   its weight (w NULL: 1), summed into *correct, the weights into *total */
+static int count_matches(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
+                         double *total) {
     char b1[64], b2[64];
     int64_t n;   /* positions: rows, or every position of a sequence model's [batch, t..., classes] */
-    *correct = 0;
+    *correct = *total = 0;
     ld_tensor *pc = ld_to_device(y_pred, ld_device_cpu()), *tc = pc ? ld_to_device(y_true, ld_device_cpu()) : NULL;
     ld_tensor *p = tc ? (pc->dtype == LD_F32 ? ld_contiguous(pc) : ld_cast(pc, LD_F32)) : NULL;   /* half predictions too */
+    ld_tensor *wc = p && w ? ld_to_device(w, ld_device_cpu()) : NULL, *wf = wc ? ld_cast(wc, LD_F32) : NULL;
     int st = LD_OK;
-    if (!p) { st = ld_error_status(); goto done; }
+    if (!p || (w && !wf)) { st = ld_error_status(); goto done; }
     int64_t c = p->ndim >= 2 ? p->shape[p->ndim - 1] : 1;
     n = c > 0 ? ld_tensor_numel(p) / c : 0;
     if (sparse && c > 1) {
         if (ld_tensor_numel(tc) != n) goto shape;
     } else if (ld_tensor_numel(tc) != n * c) goto shape;
-    const float *pp = ld_tensor_data(p);
-    if (!pp) { st = ld_error_status(); goto done; }
+    /* each weight covers `per` positions: one per row of the batch, or one per position */
+    int64_t nw = wf ? ld_tensor_numel(wf) : 0, per = nw > 0 && n % nw == 0 ? n / nw : 0;
+    if (wf && (per == 0 || (nw != n && nw != 1 && nw != (p->ndim ? p->shape[0] : 1)))) {
+        st = ld_fail(LD_ESHAPE, "accuracy: sample_weight %s matches neither the rows nor the positions of predictions %s",
+                     ld_shape_str(w, b1, sizeof b1), ld_shape_str(y_pred, b2, sizeof b2));
+        goto done;
+    }
+    const float *pp = ld_tensor_data(p), *wp = wf ? ld_tensor_data(wf) : NULL;
+    if (!pp || (wf && !wp)) { st = ld_error_status(); goto done; }
     for (int64_t i = 0; i < n; i++) {
+        int match;
         if (c == 1) {
-            *correct += (pp[i] > 0.5f) == (ld_tensor_get_flat(tc, i) > 0.5);
+            match = (pp[i] > 0.5f) == (ld_tensor_get_flat(tc, i) > 0.5);
         } else {
             int64_t best = 0;
             for (int64_t j = 1; j < c; j++) if (pp[i * c + j] > pp[i * c + best]) best = j;
@@ -1311,8 +1323,11 @@ int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *
                 want = 0;
                 for (int64_t j = 1; j < c; j++) if (ld_tensor_get_flat(tc, i * c + j) > ld_tensor_get_flat(tc, i * c + want)) want = j;
             }
-            *correct += best == want;
+            match = best == want;
         }
+        double wi = wp ? wp[i / per] : 1.0;
+        *correct += match ? wi : 0.0;
+        *total += wi;
     }
     goto done;
 shape:
@@ -1320,5 +1335,18 @@ shape:
                  ld_shape_str(y_true, b1, sizeof b1), ld_shape_str(y_pred, b2, sizeof b2));
 done:
     ld_tensor_release(pc); ld_tensor_release(tc); ld_tensor_release(p);
+    ld_tensor_release(wc); ld_tensor_release(wf);
     return st;
+}
+
+int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct) {
+    double c, t;
+    int st = count_matches(y_true, y_pred, sparse, NULL, &c, &t);
+    *correct = (int64_t)c;
+    return st;
+}
+
+int ld_count_correct_weighted(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
+                              double *total) {
+    return count_matches(y_true, y_pred, sparse, w, correct, total);
 }

@@ -427,5 +427,10 @@ ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per, ld_tensor *y_true);
 /* Number of rows (positions, for predictions [batch, t..., classes]) where argmax(pred) == label
    (sparse) or, for one column, (pred>0.5)==label. */
 int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct);
+/* The same weighted (Keras's weighted_metrics, sample_weight): each
+   position's match times its weight (w [rows], one per position, or one for
+   all), summed into *correct, the weights into *total. */
+int ld_count_correct_weighted(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
+                              double *total);
 
 #endif

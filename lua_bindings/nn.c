@@ -1693,7 +1693,8 @@ static int loss_config(lua_State *L) {
     return 1;
 }
 
-/* nn._count_correct(y_true, y_pred, sparse) -> number of correct rows */
+/* nn._count_correct(y_true, y_pred, sparse [, sample_weight]) -> number of correct rows
+   (with weights: their sum over the correct positions, and the weights' sum) */
 /* nn._weight_budget(bytes | nil): the bytes of weights that layers built on
    this thread may still create (nil: no limit); returns nothing */
 static int nn_weight_budget(lua_State *L) {
@@ -1704,6 +1705,14 @@ static int nn_weight_budget(lua_State *L) {
 
 static int nn_count_correct(lua_State *L) {
     ld_tensor *yt = lb_check_tensor(L, 1), *yp = lb_check_tensor(L, 2);
+    if (!lua_isnoneornil(L, 4)) {
+        double c, t;
+        if (ld_count_correct_weighted(yt, yp, lua_toboolean(L, 3), lb_check_tensor(L, 4), &c, &t))
+            return lb_engine_error(L, 1);
+        lua_pushnumber(L, c);
+        lua_pushnumber(L, t);
+        return 2;
+    }
     int64_t c;
     if (ld_count_correct(yt, yp, lua_toboolean(L, 3), &c)) return lb_engine_error(L, 1);
     lua_pushinteger(L, c);

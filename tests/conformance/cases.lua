@@ -859,6 +859,27 @@ add { name = "fit_metrics_validation", also = { "ps", "mw_local" }, run = functi
     val_accuracy = h.val_accuracy[10] }, model)
 end }
 
+-- Keras's weighted_metrics: the step's sample weights reach them (gathered from the replicas with the
+-- labels), the plain metrics stay unweighted; evaluate with weights too
+add { name = "fit_weighted_metrics", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(120, { 8 }, 4)
+  local w = tensor.ones(120) + y:astype("float32") * 2      -- class c weighs 1 + 2c
+  local model
+  tensor.seed(7)
+  S.scope(function()
+    model = MODELS.mlp.make()
+    model:compile { optimizer = OPTIMIZERS.sgd_momentum(), loss = sparse_ce(), metrics = { "accuracy" },
+      weighted_metrics = { "accuracy", metrics.SparseTopKCategoricalAccuracy { k = 2 } } }
+  end)
+  local h = model:fit(x, y, { epochs = 4, batch_size = 24, steps_per_epoch = 5, verbose = 0, shuffle = false,
+    sample_weight = w })
+  check(h.weighted_accuracy and #h.weighted_accuracy == 4, "the history has no weighted_accuracy for each epoch")
+  local r = model:evaluate(x, y, { sample_weight = w, batch_size = 24 })
+  return put_weights({ loss = h.loss[4], accuracy = h.accuracy[4], weighted_accuracy = h.weighted_accuracy[4],
+    top2 = h.sparse_top_k_categorical_accuracy[4], eval_weighted_accuracy = r.weighted_accuracy,
+    eval_accuracy = r.accuracy }, model)
+end }
+
 ---------------------------------------------------------------- parameter servers: schedule without place
 add { name = "ps_schedule_without_place", only = { ps = true }, compare = false, run = function(S)
   local x, y = make_data(96, { 8 }, 4)

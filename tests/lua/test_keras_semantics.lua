@@ -658,4 +658,66 @@ T.test("Precision, Recall, TP/FP/TN/FN, AUC (ROC, PR, minoring), top-k accuracie
   T.raises(function() return metrics.Precision { thresholds = 2 } end, "thresholds must be one number in [0, 1]")
 end)
 
+-- Keras's weighted_metrics (compile): given the step's sample weights (sample_weight,
+-- class_weight); one whose name a plain metric has is "weighted_<name>". Keras 3.15's
+-- numbers for a Dense(3) of fixed weights: evaluate with sample_weight (batches of 5),
+-- fit one epoch with class_weight (batches of 4), as written by Keras's evaluate and
+-- fit (build/bench-venv) on the same values.
+T.test("weighted_metrics: the step's sample weights (sample_weight, class_weight), Keras's names and numbers", function()
+  local x = tensor.new { { 0.428, -0.571, 2.654, -1.609 }, { 0.662, -0.143, -0.355, 1.066 }, { -1.818, -0.985, -0.114, 1.741 },
+    { 0.089, 0.896, -1.863, -1.239 }, { 0.97, -0.628, -0.063, 0.731 }, { -2.205, -1.201, -0.094, -1.546 },
+    { -0.711, -0.042, -0.665, -0.269 }, { 0.041, 1.33, 1.579, -0.395 }, { -0.828, 0.889, 0.511, 0.249 },
+    { -0.908, 0.645, 0.872, -1.785 }, { 1.017, -0.073, -0.743, -1.577 }, { -0.342, -0.061, -0.375, -1.204 } }
+  local y = tensor.new({ 0, 0, 1, 1, 0, 2, 2, 2, 0, 1, 2, 2 }, { dtype = "int64" })
+  local w = tensor.new { 1.47, 0.775, 0.426, 2.453, 0.451, 1.945, 2.587, 0.778, 2.256, 0.352, 0.111, 2.028 }
+  local k = tensor.new { { -0.511, 1.246, 0.407 }, { -0.092, 0.408, 0.358 }, { -0.032, -0.249, -0.374 }, { -0.386, 0.279, -0.118 } }
+  local b = tensor.new { 0.964, 1.38, -0.055 }
+  local function model(weighted)
+    local m = nn.Sequential { nn.Dense(3) }
+    m(x)
+    m:set_weights { k, b }
+    m:compile { optimizer = "sgd", loss = losses.SparseCategoricalCrossentropy { from_logits = true },
+      metrics = { "accuracy" }, weighted_metrics = weighted }
+    return m
+  end
+  local m = model { "accuracy", metrics.SparseTopKCategoricalAccuracy { k = 2 } }
+  local r = m:evaluate(x, y, { sample_weight = w, batch_size = 5 })
+  T.near(r.accuracy, 0.25, 1e-7, "the plain accuracy")
+  T.near(r.weighted_accuracy, 0.3952789008617401, 1e-6, "weighted_accuracy")
+  T.near(r.sparse_top_k_categorical_accuracy, 0.6479017734527588, 1e-6, "a weighted top-k accuracy keeps its name")
+  T.near(r.loss, 2.2944023609161377, 1e-6, "the loss")
+  local m2 = model { "accuracy" }
+  local h = m2:fit(x, y, { class_weight = { [0] = 1.0, [1] = 3.0, [2] = 0.5 }, batch_size = 4, epochs = 1, shuffle = false, verbose = 0 })
+  T.near(h.history.accuracy[1], 0.25, 1e-7, "fit's plain accuracy")
+  T.near(h.history.weighted_accuracy[1], 0.32258063554763794, 1e-6, "fit's weighted accuracy: the class weights")
+  T.near(h.history.loss[1], 2.346713066101074, 1e-5, "fit's loss")
+  T.near(m2.weights[1]:totable()[1][1], -0.4877217710018158, 1e-6, "the weights after the epoch")
+  -- without weights a weighted metric is the plain one; saved and loaded it stays weighted
+  local plain = m:evaluate(x, y, { batch_size = 5 })
+  T.eq(plain.weighted_accuracy, plain.accuracy)
+  local file = T.tmpdir() .. "/weighted.safetensors"
+  m:save(file)
+  local back = nn.load_model(file):evaluate(x, y, { sample_weight = w, batch_size = 5 })
+  T.near(back.weighted_accuracy, 0.3952789008617401, 1e-6, "weighted after load_model")
+  T.near(back.sparse_top_k_categorical_accuracy, 0.6479017734527588, 1e-6, "top-k weighted after load_model")
+  T.raises(function() model("accuracy") end, "weighted_metrics must be a list of metrics")
+  -- several outputs: weighted_metrics per output, Keras's names (<output>_weighted_<metric> where taken)
+  tensor.seed(3)
+  local a = nn.Input { shape = { 3 } }
+  local hid = nn.Dense(8, "tanh")(a)
+  local mo = nn.Model { inputs = a, outputs = { nn.Dense(3, { name = "out_a" })(hid), nn.Dense(1, { name = "out_b" })(hid) } }
+  mo:compile { optimizer = "sgd", loss = { out_a = losses.SparseCategoricalCrossentropy { from_logits = true }, out_b = "mse" },
+    metrics = { out_a = { "accuracy" } }, weighted_metrics = { out_a = { "accuracy" }, out_b = { "mae" } } }
+  local xo, ya, yb = tensor.normal(10, 3), tensor.new({ 0, 1, 2, 0, 1, 2, 0, 1, 2, 0 }, { dtype = "int64" }), tensor.normal(10, 1)
+  local wo = tensor.new { 1, 0, 0, 0, 0, 0, 0, 0, 0, 1 }   -- rows 1 and 10 only
+  local ro = mo:evaluate(xo, { ya, yb }, { sample_weight = wo })
+  local pa, pb = table.unpack(mo:predict(xo))
+  local hits, arg, lab, pbt, ybt = 0, pa:argmax(1):totable(), ya:totable(), pb:totable(), yb:totable()
+  for _, i in ipairs { 1, 10 } do if arg[i] == lab[i] then hits = hits + 1 end end
+  T.near(ro.out_a_weighted_accuracy, hits / 2, 1e-7, "out_a_weighted_accuracy: the weighted rows only")
+  local mae = (math.abs(pbt[1][1] - ybt[1][1]) + math.abs(pbt[10][1] - ybt[10][1])) / 2
+  T.near(ro.out_b_mae, mae, 1e-5, "out_b_mae (weighted, its name free)")
+  T.ok(ro.out_a_accuracy ~= nil, "the plain accuracy is there too")
+end)
+
 T.done()

@@ -357,6 +357,7 @@ local function describe_metrics(ms)
     elseif m.class and m._loss then out[i] = { class = m.class, name = m.name }
     elseif m._spec then out[i] = { spec = m._spec }   -- keras/scores.lua's: the class and its options
     else error(("metric %s cannot be described as data (Keras's built-in metrics can)"):format(tostring(m.name)), 0) end
+    out[i].weighted = m._weighted   -- one of compile's weighted_metrics
   end
   return out
 end
@@ -406,13 +407,17 @@ function nn._describe_compile(model)
   end
   for i, m in ipairs(model._metrics) do
     local d = describe_metrics({ m._base or m })[1]
-    d.output = m._output
+    d.output, d.weighted = m._output, m._weighted
     ms[i] = d
   end
   return { loss = { outputs = outs, n = #l.names }, metrics = ms }
 end
 function nn._compile_args(model, c)
-  if not c.loss.outputs then return { loss = build_loss(c.loss), metrics = build_metrics(c.metrics) } end
+  if not c.loss.outputs then   -- compile's metrics and weighted_metrics, each list in its order
+    local plain, weighted = {}, {}
+    for _, d in ipairs(c.metrics) do table.insert(d.weighted and weighted or plain, d) end
+    return { loss = build_loss(c.loss), metrics = build_metrics(plain), weighted_metrics = build_metrics(weighted) }
+  end
   -- by name for a Functional model, by position for a subclass (its outputs have no names)
   local named = Model._io_names(model, "outputs") ~= nil
   local loss, weights, ms = {}, {}, {}
@@ -420,17 +425,19 @@ function nn._compile_args(model, c)
     local k = named and o.name or o.index
     loss[k], weights[k] = build_loss(o.loss), o.weight
   end
-  if not named then for i = 1, c.loss.n do ms[i] = {} end end
+  local wms = {}
+  if not named then for i = 1, c.loss.n do ms[i], wms[i] = {}, {} end end
   for _, d in ipairs(c.metrics) do
     local k
     for _, o in ipairs(c.loss.outputs) do if o.index == d.output then k = named and o.name or o.index end end
     if k == nil then   -- a metric on an output without a loss: its name is the metric's prefix
       k = named and Model._io_names(model, "outputs")[d.output] or d.output
     end
-    ms[k] = ms[k] or {}
-    table.insert(ms[k], build_metrics({ d })[1])
+    local into = d.weighted and wms or ms
+    into[k] = into[k] or {}
+    table.insert(into[k], build_metrics({ d })[1])
   end
-  return { loss = loss, loss_weights = weights, metrics = ms }
+  return { loss = loss, loss_weights = weights, metrics = ms, weighted_metrics = wms }
 end
 
 -- The state that makes a model go on as if it never stopped: every weight

@@ -154,8 +154,13 @@ function metrics.SparseCategoricalAccuracy(name) return accuracy("sparse", name)
 function metrics.CategoricalAccuracy(name) return accuracy("categorical", name) end
 function metrics.BinaryAccuracy(name) return accuracy("binary", name) end
 function metrics.Accuracy(name) return accuracy("sparse", name) end
-function Acc:update_state(y_true, y_pred)
+function Acc:update_state(y_true, y_pred, sample_weight)
   y_true, y_pred = tensor.new(y_true), tensor.new(y_pred)
+  if sample_weight ~= nil then   -- Keras's: sum(w * match) / sum(w), each row's weight on its positions
+    local c, t = nn._count_correct(y_true, y_pred, self.kind == "sparse", tensor.new(sample_weight))
+    self.correct, self.count = self.correct + c, self.count + t
+    return
+  end
   self.correct = self.correct + nn._count_correct(y_true, y_pred, self.kind == "sparse")
   -- rows, or every position of a sequence model's predictions [batch, t..., classes]
   local c = y_pred.ndim >= 2 and y_pred.shape[y_pred.ndim] or 1
@@ -165,7 +170,7 @@ function Acc:result() return self.count > 0 and self.correct / self.count or 0.0
 function Acc:reset_state() self.correct, self.count = 0, 0 end
 doc(metrics.SparseCategoricalAccuracy, "metrics.SparseCategoricalAccuracy",
   "metrics.SparseCategoricalAccuracy(name)\n\nFraction of rows whose argmax equals the integer label.\n" ..
-  "acc:update_state(y_true, y_pred), acc:result(), acc:reset_state().")
+  "acc:update_state(y_true, y_pred [, sample_weight]), acc:result(), acc:reset_state().")
 doc(metrics.Accuracy, "metrics.Accuracy", "metrics.Accuracy(name): the same as SparseCategoricalAccuracy.")
 
 -- Keras's MeanMetricWrapper metrics: the running (weighted) mean of a
@@ -368,25 +373,32 @@ local function top_k(sparse, default)
     check_opts("metrics." .. class, opts, { k = true, name = true })
     local k = opts.k or 5
     if math.type(k) ~= "integer" or k < 1 then error(("metrics.%s: k must be a positive integer"):format(class), 2) end
-    return setmetatable({ name = opts.name or default, k = k, sparse = sparse, correct = 0, count = 0 }, TopK)
+    -- _spec: the class and options, so a saved model or a LocalCluster's workers make it again
+    return setmetatable({ name = opts.name or default, k = k, sparse = sparse, correct = 0, count = 0,
+      _spec = { class = class, opts = { k = k, name = opts.name } } }, TopK)
   end
 end
 metrics.SparseTopKCategoricalAccuracy = top_k(true, "sparse_top_k_categorical_accuracy")
 metrics.TopKCategoricalAccuracy = top_k(false, "top_k_categorical_accuracy")
-function TopK:update_state(y_true, y_pred)
+function TopK:update_state(y_true, y_pred, sample_weight)
   local p = host_array(y_pred, 2)
   local c = p.shape[#p.shape]
   local rows = c and c > 0 and p.n // c or 0
   local label
   if self.sparse then label = host_array(y_true, 1)
   else label = host_array((tensor.is_tensor(y_true) and y_true or tensor.new(y_true)):argmax(-1), 1) end
+  local w = sample_weight ~= nil and host_array(sample_weight, 1) or nil
+  if w and w.n ~= rows and w.n ~= 1 then
+    error(("%s: sample_weight of %d values for %d rows"):format(self.name, w.n, rows), 2)
+  end
   for r = 0, rows - 1 do
     local target = p[r * c + math.floor(label[r + 1]) + 1]
     local higher = 0
     for j = 1, c do if p[r * c + j] > target then higher = higher + 1 end end
-    if higher < self.k then self.correct = self.correct + 1 end
+    local wr = w and w[w.n == 1 and 1 or r + 1] or 1
+    if higher < self.k then self.correct = self.correct + wr end
+    self.count = self.count + wr
   end
-  self.count = self.count + rows
 end
 doc(metrics.SparseTopKCategoricalAccuracy, "metrics.SparseTopKCategoricalAccuracy",
   "metrics.SparseTopKCategoricalAccuracy{k=5}\n\nThe fraction of rows whose integer label is among the k highest " ..
@@ -597,6 +609,41 @@ local function per_output(v, names, what)
   return r
 end
 
+-- a metric object as compile lists it: a view of m named `name` (reading
+-- output i; weighted: given the step's sample weights, Keras's
+-- weighted_metrics), its state its own
+local function metric_view(base, name, i, weighted)
+  local v = setmetatable({ name = name, _output = i, _weighted = weighted or nil, _base = base },
+    { __index = base, __tostring = getmetatable(base).__tostring })
+  v:reset_state()
+  return v
+end
+-- compile's metrics (what "metrics" or "weighted_metrics") of a model of
+-- several outputs, each named "<output>_<metric>" and reading its output,
+-- added to ms; a weighted one whose name is taken is "<output>_weighted_<metric>"
+local function output_metrics(ms, mt, names, c, what)
+  if mt == nil or next(mt) == nil then return end
+  if mt[1] ~= nil and type(mt[1]) ~= "table" or (mt[1] ~= nil and getmetatable(mt[1]) and mt[1].update_state) then
+    error(("bad argument #1 to 'compile' (%s for a model of %d outputs: a list of lists, one per output " ..
+      "({{\"accuracy\"}, {}}), or a table keyed by the output names ({%s = {\"accuracy\"}}))"):format(what, #names, names[1]), 4)
+  end
+  local per = per_output(mt, names, what)
+  for i, n in ipairs(names) do
+    local list = per[i]
+    if list ~= nil and (type(list) ~= "table" or list.update_state) then list = { list } end
+    local loss_i
+    for _, e in ipairs(c.entries) do if e.index == i then loss_i = e.loss end end
+    for _, m in ipairs(list or {}) do
+      local base = make_metric(m, loss_i)
+      local name = n .. "_" .. base.name
+      if what == "weighted_metrics" then
+        for _, o in ipairs(ms) do if o.name == name then name = n .. "_weighted_" .. base.name break end end
+      end
+      ms[#ms + 1] = metric_view(base, name, i, what == "weighted_metrics")
+    end
+  end
+end
+
 -- compile{loss=, loss_weights=, metrics=} for a model of several outputs:
 -- the CompiledLoss, the metrics (each named "<output>_<metric>" and reading
 -- its output) and the per-output loss trackers ("<output>_loss"), as Keras
@@ -618,28 +665,8 @@ local function compile_outputs(self, opts, names)
   end
   if #c.entries == 0 then error("bad argument #1 to 'compile' (no output has a loss)", 3) end
   local ms = {}
-  local mt = opts.metrics
-  if mt ~= nil and next(mt) ~= nil then
-    if mt[1] ~= nil and type(mt[1]) ~= "table" or (mt[1] ~= nil and getmetatable(mt[1]) and mt[1].update_state) then
-      error(("bad argument #1 to 'compile' (metrics for a model of %d outputs: a list of lists, one per output " ..
-        "({{\"accuracy\"}, {}}), or a table keyed by the output names ({%s = {\"accuracy\"}}))"):format(#names, names[1]), 3)
-    end
-    local per = per_output(mt, names, "metrics")
-    for i, n in ipairs(names) do
-      local list = per[i]
-      if list ~= nil and (type(list) ~= "table" or list.update_state) then list = { list } end
-      local loss_i
-      for _, e in ipairs(c.entries) do if e.index == i then loss_i = e.loss end end
-      for _, m in ipairs(list or {}) do
-        local base = make_metric(m, loss_i)
-        -- a view of the metric with Keras's name, reading output i
-        local v = setmetatable({ name = n .. "_" .. base.name, _output = i, _base = base },
-          { __index = base, __tostring = getmetatable(base).__tostring })
-        v:reset_state()
-        ms[#ms + 1] = v
-      end
-    end
-  end
+  output_metrics(ms, opts.metrics, names, c, "metrics")
+  output_metrics(ms, opts.weighted_metrics, names, c, "weighted_metrics")
   return c, ms
 end
 
@@ -661,16 +688,13 @@ end
 -- compile: Keras's execution knobs (run_eagerly, jit_compile,
 -- steps_per_execution, auto_scale_loss) change how a step runs, not what it
 -- computes: accepted, and ldist's C step loop runs either way
-local compile_options = { optimizer = true, loss = true, loss_weights = true, metrics = true, run_eagerly = true,
+local compile_options = { optimizer = true, loss = true, loss_weights = true, metrics = true, weighted_metrics = true, run_eagerly = true,
   jit_compile = true, steps_per_execution = true, auto_scale_loss = true }
 local evaluate_options = { batch_size = true, sample_weight = true, steps = true, verbose = true, return_dict = true }
 local predict_options = { batch_size = true, steps = true, verbose = true }
 
 function Model:compile(opts)
   if type(opts) ~= "table" then error("bad argument #1 to 'compile' (table expected)", 2) end
-  if opts.weighted_metrics ~= nil then
-    error("bad argument #1 to 'compile' (weighted_metrics is not supported by ldist: metrics are unweighted)", 2)
-  end
   check_options("compile", opts, compile_options, 2)
   local opt = opts.optimizer or "adam"
   if type(opt) == "string" then
@@ -707,6 +731,18 @@ function Model:compile(opts)
         "this model has one)", 2)
     end
     for i, m in ipairs(opts.metrics or {}) do ms[i] = make_metric(m, loss) end
+    -- Keras's weighted_metrics: given the step's sample weights (sample_weight, class_weight);
+    -- one whose name a metric has is "weighted_<name>"
+    if opts.weighted_metrics ~= nil and type(opts.weighted_metrics) ~= "table" then
+      error("bad argument #1 to 'compile' (weighted_metrics must be a list of metrics)", 2)
+    end
+    local n_plain = #ms
+    for _, m in ipairs(opts.weighted_metrics or {}) do
+      local base = make_metric(m, loss)
+      local name = base.name
+      for j = 1, n_plain do if ms[j].name == name then name = "weighted_" .. name break end end
+      ms[#ms + 1] = metric_view(base, name, nil, true)
+    end
   end
   -- under mixed_float16, loss scaling (Keras wraps the optimizer in a LossScaleOptimizer here)
   opt = ldist.mixed_precision._wrap_for(self, opt)
@@ -813,7 +849,8 @@ end
 -- (a list per output for a model of several outputs)
 local function update_outputs(ms, outs, y, pred, w, rows)
   for _, m in ipairs(ms) do
-    if m._output then m:update_state(y[m._output], pred[m._output]) else m:update_state(y, pred) end
+    local mw = m._weighted and w or nil   -- weighted_metrics get the step's sample weights
+    if m._output then m:update_state(y[m._output], pred[m._output], mw) else m:update_state(y, pred, mw) end
   end
   for _, o in ipairs(outs) do
     local yi, pi = y[o.e.index], pred[o.e.index]

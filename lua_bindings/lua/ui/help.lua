@@ -984,11 +984,15 @@ M["Model:compile"] = [[
 model:compile{optimizer="adam", loss=, metrics={"accuracy"}}
 Choose the optimizer (an object or a name: "sgd", "adam", "adamw", "rmsprop",
 "adagrad", "adamax", "nadam", "lion", "adadelta", "ftrl"), the loss (an object, a name, or a function(y_true, y_pred) returning a scalar) and the
-metrics for fit and evaluate, as Keras's. Under mixed_float16 (mixed_precision) the
-optimizer is wrapped in a LossScaleOptimizer, as Keras's compile does.
+metrics for fit and evaluate, as Keras's. weighted_metrics (Keras's) are metrics given
+the step's sample weights (fit's sample_weight or class_weight, evaluate's
+sample_weight); one named as a plain metric is logged as weighted_<name>. Under
+mixed_float16 (mixed_precision) the optimizer is wrapped in a LossScaleOptimizer, as
+Keras's compile does.
 A model of several outputs takes a loss per output (a list, or a table keyed by the
 output layers' names; one loss is used for every output), loss_weights (the same
-shapes) and metrics per output ({out_a = {"accuracy"}} or a list of lists); fit then
+shapes) and metrics (and weighted_metrics) per output ({out_a = {"accuracy"}} or a
+list of lists); fit then
 logs loss, <output>_loss and <output>_<metric>, as Keras.]]
 M["Model:get_config"] = "model:get_config() -> Keras's config: enough to make the model again (without its weights)."
 M["Model:summary_text"] = "model:summary_text([width]) -> the text model:summary() shows (layers, output shapes, parameters), at most width columns (80)."
