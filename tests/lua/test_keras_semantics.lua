@@ -701,6 +701,19 @@ T.test("weighted_metrics: the step's sample weights (sample_weight, class_weight
   T.near(back.weighted_accuracy, 0.3952789008617401, 1e-6, "weighted after load_model")
   T.near(back.sparse_top_k_categorical_accuracy, 0.6479017734527588, 1e-6, "top-k weighted after load_model")
   T.raises(function() model("accuracy") end, "weighted_metrics must be a list of metrics")
+  -- a sequence model's predictions [batch, t, classes]: each row's weight on its positions (Keras 3.15's numbers)
+  local ps = tensor.new { { { -0.802, -1.324, -0.248, 0.42, 1.136 }, { 0.11, -0.553, -0.785, 0.749, 1.635 }, { 0.273, -1.233, -0.958, 1.6, 0.203 } },
+    { { -1.732, -0.084, -1.163, -0.629, -0.488 }, { -0.713, 0.553, -0.063, -0.589, 0.41 }, { 0.83, -1.643, -0.257, -0.981, -0.173 } },
+    { { -1.289, 0.021, -0.038, -0.304, -1.048 }, { -0.396, -1.091, -1.355, 0.225, -1.109 }, { 1.17, 0.717, -1.998, 0.272, -1.102 } },
+    { { 0.033, 0.044, -1.988, -0.233, -0.256 }, { 0.962, -1.181, 0.738, -1.099, -0.331 }, { -0.84, 1.449, 0.568, 2.432, 0.642 } } }
+  local ys = tensor.new({ { 4, 3, 3 }, { 2, 4, 1 }, { 1, 3, 3 }, { 0, 0, 3 } }, { dtype = "int64" })
+  local ws = tensor.new { 1.0, 0.5, 2.0, 0.0 }
+  local sa = metrics.SparseCategoricalAccuracy()
+  sa:update_state(ys, ps, ws)
+  T.near(sa:result(), 0.5714285969734192, 1e-7, "weighted accuracy over a sequence's positions")
+  local st = metrics.SparseTopKCategoricalAccuracy { k = 2 }
+  st:update_state(ys, ps, ws)
+  T.near(st:result(), 0.7142857313156128, 1e-7, "weighted top-2 accuracy over a sequence's positions")
   -- several outputs: weighted_metrics per output, Keras's names (<output>_weighted_<metric> where taken)
   tensor.seed(3)
   local a = nn.Input { shape = { 3 } }

@@ -352,12 +352,70 @@ CASES.arange = function()
 end
 
 -- names that take no number a NaN could be: classes, shapes, generators' state, devices
+-- TF's array ops composed of the engine's (tensor_ops.lua): values move, or go through
+-- the engine's products and reductions; TF 2.21's results for the same inputs
+CASES.einsum = function(dev)
+  local a = tensor.new({ { 1, nan }, { 2, 3 } }, { device = dev })
+  local b = tensor.new({ { 1, 0 }, { inf, 1 } }, { device = dev })
+  same(tensor.einsum("ij,jk->ik", a, b), { nan, nan, inf, 3 }, "einsum ij,jk->ik (nan * inf, 3 * inf)")
+  same(tensor.einsum("ij->j", tensor.new({ { 1, nan }, { inf, 2 } }, { device = dev })), { inf, nan }, "einsum ij->j")
+end
+CASES.tensordot = function(dev)
+  local a = tensor.new({ { 1, nan }, { 2, 3 } }, { device = dev })
+  local b = tensor.new({ { 1, 0 }, { inf, 1 } }, { device = dev })
+  same(tensor.tensordot(a, b, 1), { nan, nan, inf, 3 }, "tensordot(a, b, 1)")
+end
+CASES.norm = function(dev)
+  local v = tensor.new({ { 3, -inf }, { nan, 4 }, { 0, -0.0 } }, { device = dev })
+  same(tensor.norm(v), { nan }, "norm of all (a NaN among them)")
+  same(tensor.norm(v, { axis = 1 }), { inf, nan, 0 }, "norm(axis=1)")
+  same(tensor.norm(v, { ord = 1, axis = 1 }), { inf, nan, 0 }, "norm(ord=1, axis=1)")
+  same(tensor.norm(v, { ord = math.huge, axis = 1 }), { inf, nan, 0 }, "norm(ord=inf, axis=1)")
+end
+CASES.band_part = function(dev)
+  same(tensor.band_part(tensor.new({ { nan, inf }, { -inf, nan } }, { device = dev }), 0, 0), { nan, 0, 0, nan },
+    "band_part(x, 0, 0): outside the band 0, not NaN * 0")
+end
+CASES.pad = function(dev)
+  same(tensor.pad(tensor.new({ { nan, inf, 1 } }, { device = dev }), { { 0, 0 }, { 1, 1 } }, { mode = "REFLECT" }),
+    { inf, nan, inf, 1, inf }, "pad REFLECT")
+  same(tensor.pad(tensor.new({ nan, inf }, { device = dev }), { { 1, 1 } }, { constant_values = nan }), { nan, nan, inf, nan },
+    "pad with constant_values = nan")
+end
+CASES.broadcast_to = function(dev)
+  local y = tensor.broadcast_to(tensor.new({ nan, -inf, -0.0 }, { device = dev }), { 2, 3 })
+  same(y, { nan, -inf, 0, nan, -inf, 0 }, "broadcast_to")
+  T.eq(1 / flat(y)[3], -inf, "broadcast_to keeps -0")
+end
+-- the ops that only move values: each NaN and infinity lands where TF puts it
+local moved = tensor.new { { nan, inf, 1 }, { -inf, 2, nan } }
+CASES.tile = function(dev) same(tensor.tile(moved:to(dev), { 1, 2 }), { nan, inf, 1, nan, inf, 1, -inf, 2, nan, -inf, 2, nan }, "tile") end
+CASES["repeat"] = function(dev) same(tensor["repeat"](moved:to(dev), 2, 0), { nan, inf, 1, nan, inf, 1, -inf, 2, nan, -inf, 2, nan }, "repeat") end
+CASES.repeat_ = CASES["repeat"]
+CASES.reverse = function(dev) same(tensor.reverse(moved:to(dev), { 1 }), { 1, inf, nan, nan, 2, -inf }, "reverse") end
+CASES.split = function(dev)
+  local p = tensor.split(moved:to(dev), { 2, 1 }, 1)
+  same(p[1], { nan, inf, -inf, 2 }, "split's first part")
+  same(p[2], { 1, nan }, "split's second part")
+end
+CASES.unstack = function(dev)
+  local p = tensor.unstack(moved:to(dev), 1)
+  same(p[1], { nan, -inf }, "unstack's first")
+  same(p[3], { 1, nan }, "unstack's last")
+end
+CASES.meshgrid = function(dev)
+  local g = tensor.meshgrid(tensor.new({ nan, 1 }, { device = dev }), tensor.new({ inf, -inf, 2 }, { device = dev }))
+  same(g[1], { nan, 1, nan, 1, nan, 1 }, "meshgrid's first (xy)")
+  same(g[2], { inf, inf, -inf, -inf, 2, 2 }, "meshgrid's second (xy)")
+end
+
 local NO_VALUES = {
   Tensor = "the class (its methods are listed by help(tensor.Tensor))",
   zeros = "a shape only", ones = "a shape only", seed = "an integer seed",
   get_rng_state = "no argument", set_rng_state = "a state string", is_tensor = "any value, returns a boolean",
   devices = "no argument", device_note = "no argument", memory = "no argument",
   binary_ops = "a list of names, not a function", unary_ops = "a list of names, not a function",
+  eye = "a shape only", linspace = "numbers (start, stop, count), not a tensor",
 }
 
 ---------------------------------------------------------------- losses

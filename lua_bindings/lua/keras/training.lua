@@ -387,15 +387,17 @@ function TopK:update_state(y_true, y_pred, sample_weight)
   local label
   if self.sparse then label = host_array(y_true, 1)
   else label = host_array((tensor.is_tensor(y_true) and y_true or tensor.new(y_true)):argmax(-1), 1) end
+  -- each weight covers `per` positions: one for all, one per row (its positions), or one per position
   local w = sample_weight ~= nil and host_array(sample_weight, 1) or nil
-  if w and w.n ~= rows and w.n ~= 1 then
-    error(("%s: sample_weight of %d values for %d rows"):format(self.name, w.n, rows), 2)
+  local per = w and (w.n == 1 and rows or (w.n > 0 and rows % w.n == 0 and rows // w.n)) or 1
+  if w and not per then
+    error(("%s: sample_weight of %d values for %d positions"):format(self.name, w.n, rows), 2)
   end
   for r = 0, rows - 1 do
     local target = p[r * c + math.floor(label[r + 1]) + 1]
     local higher = 0
     for j = 1, c do if p[r * c + j] > target then higher = higher + 1 end end
-    local wr = w and w[w.n == 1 and 1 or r + 1] or 1
+    local wr = w and w[r // per + 1] or 1
     if higher < self.k then self.correct = self.correct + wr end
     self.count = self.count + wr
   end
