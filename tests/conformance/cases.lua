@@ -59,10 +59,11 @@ local MODELS = {
       local m = nn.Average() { nn.Subtract() { a, b }, nn.Maximum() { a, b } }
       return nn.Model { inputs = x, outputs = nn.Dense(4)(nn.Flatten()(m)) }
     end },
-  -- images padded, convolved, enlarged, cropped and permuted; a vector repeated
+  -- images padded, convolved, enlarged (nearest, then bilinear), cropped and permuted; a vector repeated
   reshape = { shape = { 6, 6, 1 }, classes = 3,
     make = function()
       return nn.Sequential { nn.ZeroPadding2D(1), nn.Conv2D(2, 3, { activation = "tanh" }), nn.UpSampling2D(2),
+        nn.UpSampling2D({ 1, 2 }, { interpolation = "bilinear" }),
         nn.Cropping2D { 2, 1, 0, 3 }, nn.Permute { 3, 1, 2 }, nn.Flatten(), nn.Dense(6, "tanh"), nn.RepeatVector(2),
         nn.Flatten(), nn.Dense(3) }
     end },

@@ -194,6 +194,7 @@ T.test("under mixed_bfloat16: half outputs, float32 variables and gradients, flo
     function() return nn.SeparableConv2D(4, 3, { padding = "same" }) end,
     function() return nn.MaxPool2D(2, { padding = "same" }) end,
     function() return nn.SeparableConv2D(4, 2, { padding = "same", dilation_rate = 2 }) end,
+    function() return nn.UpSampling2D(2, { interpolation = "bilinear" }) end,
   }
   for _, make in ipairs(makes) do
     tensor.seed(6)

@@ -758,7 +758,7 @@ T.test("conv2d (im2col + gemm, col2im): valid, same, strided; all gradients", fu
   layer_check("conv 1x1", function() return nn.Conv2D(3, 1) end, x, 1e-9)
 end)
 
-T.test("dilated convolutions (over the inputs' phases: pad, reshape, permute, slice around the convolution)", function()
+T.test("dilated convolutions (over the inputs' phases: pad, reshape, permute, slice around the convolution), bilinear upsampling", function()
   local x = tensor.normal(3, 11, 9, 4)
   layer_check("conv 3x2 same dilated 2x3", function()
     return nn.Conv2D(5, { 3, 2 }, { padding = "same", dilation_rate = { 2, 3 }, activation = "relu" })
@@ -770,6 +770,8 @@ T.test("dilated convolutions (over the inputs' phases: pad, reshape, permute, sl
   layer_check("separable 2 valid dilated 3x2 relu", function()
     return nn.SeparableConv2D(5, 2, { dilation_rate = { 3, 2 }, activation = "relu" })
   end, x, 1e-9)
+  layer_check("upsampling2d bilinear 2x3", function() return nn.UpSampling2D({ 2, 3 }, { interpolation = "bilinear" }) end,
+    x, 1e-9)
   layer_check("conv1d 3 causal dilated 4", function()
     return nn.Conv1D(6, 3, { padding = "causal", dilation_rate = 4, activation = "tanh" })
   end, tensor.normal(3, 13, 4), 1e-9)
