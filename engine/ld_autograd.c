@@ -318,8 +318,11 @@ int ld_tape_jacobian(ld_tape *t, ld_tensor *target, ld_tensor *source_in, ld_ten
     for (int i = 0; i < target->ndim; i++) js[i] = target->shape[i];
     for (int i = 0; i < source->ndim; i++) js[target->ndim + i] = source->shape[i];
     /* row i: the gradient of target's element i, seeded by row i of the identity */
-    ld_tensor *eye = ld_tensor_zeros(LD_F32, 2, eye_s, NULL);
+    /* written here on the host: empty, not zeros (under a strategy's run the host device queues,
+       and a queued fill would run after these writes and clear them) */
+    ld_tensor *eye = ld_tensor_empty(LD_F32, 2, eye_s, NULL);
     float *e = eye ? ld_tensor_data_unsynced(eye) : NULL;
+    if (e) memset(e, 0, sizeof(float) * (size_t)(m * m));
     for (int64_t i = 0; e && i < m; i++) e[i * m + i] = 1;
     ld_tensor *eye_d = eye ? ld_to_device(eye, target->storage->device) : NULL;
     ld_tensor *j = eye_d ? ld_tensor_empty(LD_F32, target->ndim + source->ndim, js, source->storage->device) : NULL;

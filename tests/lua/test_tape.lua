@@ -107,4 +107,21 @@ T.test("errors name the problem and the session goes on", function()
   T.eq((x * 2):sum():item(), 3.5, "the session goes on")
 end)
 
+-- inside a strategy's run the host device queues its kernels: a jacobian's
+-- seeds written on the host must not be cleared by a queued fill (they were:
+-- every jacobian in strategy:run came out 0)
+T.test("tape:jacobian inside MirroredStrategy's run (cpu:0 and cpu:1) gives one device's", function()
+  local s = distribute.MirroredStrategy { devices = { "cpu:0", "cpu:1" } }
+  local r = s:run(function()
+    local x = tensor.Variable(tensor.new { 1, 2, 3 })
+    local tape = autograd.GradientTape()
+    local y = tape:record(function() return x * x end)
+    return tape:jacobian(y, x)
+  end)
+  for i, j in ipairs(s:experimental_local_results(r)) do
+    T.eq(table.concat(j:cpu():reshape { 9 }:totable(), ","), "2.0,0.0,0.0,0.0,4.0,0.0,0.0,0.0,6.0",
+      ("replica %d's jacobian of x * x"):format(i - 1))
+  end
+end)
+
 T.done()
