@@ -282,11 +282,7 @@ static ld_tensor *depthwise(ld_layer *l, int o, ld_tensor *x) {
     const int64_t *k = ld_p_ints(l, o + DW_KSIZE, NULL), *d = ld_p_ints(l, o + DW_DILATION, NULL);
     if (d[0] == 1 && d[1] == 1)
         return depthwise_at(l, o, x, ld_var(l->vars[0]), ld_p_ints(l, o + DW_STRIDES, NULL), dw_same(l, o));
-    const char *padding = ld_p_str(l, o + DW_PADDING);
-    int64_t pad[4];
-    ld_layer_conv_pads(padding, ld_layer_dilated_size(k[0], d[0]), &pad[0], &pad[1]);
-    ld_layer_conv_pads(padding, ld_layer_dilated_size(k[1], d[1]), &pad[2], &pad[3]);
-    return ld_layer_atrous(l, x, k, d, pad, dw_phase);
+    return ld_layer_atrous(l, x, k, d, ld_p_str(l, o + DW_PADDING), dw_phase);
 }
 
 static int dw_check(ld_layer *l) { return dw_check_at(l, 0); }

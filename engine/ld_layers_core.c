@@ -228,10 +228,7 @@ static ld_tensor *conv_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
     /* a half input as it is: under a half policy the op computes in that dtype */
     ld_tensor *xf = ld_as_floating(xs[0]), *y = NULL;
     if (xf && conv_dilated(l)) {   /* over the images' phases (ld_layer_atrous) */
-        int64_t pad[4];
-        ld_layer_conv_pads(padding, ld_layer_dilated_size(k[0], d[0]), &pad[0], &pad[1]);
-        ld_layer_conv_pads(padding, ld_layer_dilated_size(k[1], d[1]), &pad[2], &pad[3]);
-        y = ld_layer_atrous(l, xf, k, d, pad, conv_phase);
+        y = ld_layer_atrous(l, xf, k, d, padding, conv_phase);
     } else if (xf) {
         y = conv_product(l, xf, s, !strcmp(padding, "same"));
     }
@@ -342,8 +339,10 @@ const ld_layer_class ld_layer_softmax = {
    negative part min(x, 0) (or e^min(x, 0) - 1 for ELU). NaN and +-inf come
    out as TF's: relu(-inf) = 0 and min(inf, 0) = 0 leave no 0 * inf; the
    gradient at 0 is p's side, as TF's LeakyReluGrad. */
+/* a scalar of x's dtype on its device */
+static ld_tensor *scalar_like(ld_tensor *x, double v) { return ld_tensor_full(x->dtype, 0, NULL, v, x->storage->device); }
 static ld_tensor *neg_part(ld_tensor *x) {
-    ld_tensor *zero = ld_tensor_full(x->dtype, 0, NULL, 0.0, x->storage->device);
+    ld_tensor *zero = scalar_like(x, 0.0);
     ld_tensor *m = zero ? ld_minimum(x, zero) : NULL;
     ld_tensor_release(zero);
     return m;
@@ -394,8 +393,6 @@ static int relu_check(ld_layer *l) {
     if (!(t >= 0 && t < INFINITY)) return ld_fail(LD_EARG, "ReLU threshold must be a number >= 0, got %g", t);
     return LD_OK;
 }
-/* a scalar of x's dtype on its device */
-static ld_tensor *scalar_like(ld_tensor *x, double v) { return ld_tensor_full(x->dtype, 0, NULL, v, x->storage->device); }
 static ld_tensor *relu_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     double m = ld_p_float(l, RELU_MAX), s = ld_p_float(l, RELU_SLOPE), t = ld_p_float(l, RELU_THRESHOLD);
     int clip = m == m;                                  /* max_value given (None is NaN) */

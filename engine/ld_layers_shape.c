@@ -240,9 +240,8 @@ static ld_tensor *c1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int tr
     ld_tensor_release(xf);
     int same = !strcmp(pad, "same");
     if (x4 && d > 1) {   /* over the sequences' phases (ld_layer_atrous); causal is padded already */
-        int64_t pads[4] = {0, 0, 0, 0}, kk[2] = {1, k}, dd[2] = {1, d};
-        if (same) ld_layer_conv_pads(pad, ke, &pads[2], &pads[3]);
-        y4 = ld_layer_atrous(l, x4, kk, dd, pads, c1_phase);
+        int64_t kk[2] = {1, k}, dd[2] = {1, d};
+        y4 = ld_layer_atrous(l, x4, kk, dd, same ? "same" : "valid", c1_phase);
     } else if (x4) {
         y4 = c1_product(l, x4, s, same);
     }

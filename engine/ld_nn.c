@@ -62,7 +62,8 @@ int ld_layer_dilation_check(const ld_layer *l, int n, const int64_t *dilation, c
     return LD_OK;
 }
 
-void ld_layer_conv_pads(const char *padding, int64_t ke, int64_t *before, int64_t *after) {
+/* the zeros before and after one axis for `padding` of a kernel spanning ke taps */
+static void conv_pads(const char *padding, int64_t ke, int64_t *before, int64_t *after) {
     int64_t total = !strcmp(padding, "valid") ? 0 : ke - 1;
     *before = !strcmp(padding, "causal") ? total : total / 2;
     *after = total - *before;
@@ -80,8 +81,11 @@ static ld_tensor *permute_drop(ld_tensor *x, const int *perm) {
     return y;
 }
 
-ld_tensor *ld_layer_atrous(ld_layer *l, ld_tensor *x, const int64_t k[2], const int64_t d[2], const int64_t pad[4],
+ld_tensor *ld_layer_atrous(ld_layer *l, ld_tensor *x, const int64_t k[2], const int64_t d[2], const char *padding,
                            ld_tensor *(*conv)(ld_layer *l, ld_tensor *x)) {
+    int64_t pad[4];   /* top, bottom, left, right */
+    conv_pads(padding, ld_layer_dilated_size(k[0], d[0]), &pad[0], &pad[1]);
+    conv_pads(padding, ld_layer_dilated_size(k[1], d[1]), &pad[2], &pad[3]);
     int64_t n = x->shape[0], c = x->shape[3], hp = x->shape[1] + pad[0] + pad[1], wp = x->shape[2] + pad[2] + pad[3];
     int64_t oh = hp - (k[0] - 1) * d[0], ow = wp - (k[1] - 1) * d[1];
     if (oh < 1 || ow < 1) {
@@ -1286,8 +1290,8 @@ shape:
 /* ================================================================ metrics */
 /* each position's match (the argmax, or one column's 0.5 threshold) times
    its weight (w NULL: 1), summed into *correct, the weights into *total */
-static int count_matches(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
-                         double *total) {
+int ld_count_correct_weighted(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
+                              double *total) {
     char b1[64], b2[64];
     int64_t n;   /* positions: rows, or every position of a sequence model's [batch, t..., classes] */
     *correct = *total = 0;
@@ -1341,12 +1345,7 @@ done:
 
 int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct) {
     double c, t;
-    int st = count_matches(y_true, y_pred, sparse, NULL, &c, &t);
+    int st = ld_count_correct_weighted(y_true, y_pred, sparse, NULL, &c, &t);
     *correct = (int64_t)c;
     return st;
-}
-
-int ld_count_correct_weighted(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
-                              double *total) {
-    return count_matches(y_true, y_pred, sparse, w, correct, total);
 }

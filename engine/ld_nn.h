@@ -263,8 +263,9 @@ int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same);
    (what ld_layer_out_size takes). ld_layer_dilation_check: each rate >= 1,
    and not with a stride > 1 (Keras's error). ld_layer_atrous: the layer's
    stride-1 convolution of dilation d[2] over NHWC images x, as TF's
-   with_space_to_batch computes it: x padded (pad: top, bottom, left, right
-   zeros), split into its d[0] x d[1] phases (every d-th row and column from
+   with_space_to_batch computes it: x padded as `padding` says ("valid";
+   "same", TF's: the lesser half before; "causal": all before) for the taps
+   the dilated kernel spans, split into its d[0] x d[1] phases (every d-th row and column from
    each offset) taken as a batch d[0] d[1] times larger, `conv` (the layer's
    own valid, stride-1, undilated convolution with its bias and activation)
    on that batch, the phases' outputs interleaved back and cut to the
@@ -272,11 +273,8 @@ int64_t ld_layer_out_size(int64_t in, int64_t k, int64_t s, int same);
    tape: every device, the direct convolution kernels, no second kernel. */
 static inline int64_t ld_layer_dilated_size(int64_t k, int64_t d) { return (k - 1) * d + 1; }
 int ld_layer_dilation_check(const ld_layer *l, int n, const int64_t *dilation, const int64_t *strides);
-ld_tensor *ld_layer_atrous(ld_layer *l, ld_tensor *x, const int64_t k[2], const int64_t d[2], const int64_t pad[4],
+ld_tensor *ld_layer_atrous(ld_layer *l, ld_tensor *x, const int64_t k[2], const int64_t d[2], const char *padding,
                            ld_tensor *(*conv)(ld_layer *l, ld_tensor *x));
-/* the zeros before and after one axis for padding "valid", "same" (TF's:
-   the lesser half before) or "causal" (all before) of a kernel spanning ke taps */
-void ld_layer_conv_pads(const char *padding, int64_t ke, int64_t *before, int64_t *after);
 /* a pooling layer's strides: its parameter strides_i, or its pool size
    (parameter size_i) when none were given, as Keras's strides=None */
 const int64_t *ld_layer_pool_strides(const ld_layer *l, int size_i, int strides_i);
@@ -429,7 +427,7 @@ ld_tensor *ld_loss_reduce(const ld_loss *l, ld_tensor *per, ld_tensor *y_true);
 int ld_count_correct(ld_tensor *y_true, ld_tensor *y_pred, int sparse, int64_t *correct);
 /* The same weighted (Keras's weighted_metrics, sample_weight): each
    position's match times its weight (w [rows], one per position, or one for
-   all), summed into *correct, the weights into *total. */
+   all; NULL: 1), summed into *correct, the weights into *total. */
 int ld_count_correct_weighted(ld_tensor *y_true, ld_tensor *y_pred, int sparse, ld_tensor *w, double *correct,
                               double *total);
 

@@ -620,6 +620,14 @@ local function metric_view(base, name, i, weighted)
   v:reset_state()
   return v
 end
+-- one of compile's weighted_metrics added to ms, named as Keras 3's
+-- CompileMetrics names it: prefix .. its name, or prefix .. "weighted_" ..
+-- its name when a metric before it has that name
+local function add_weighted(ms, base, prefix, i)
+  local name = prefix .. base.name
+  for _, o in ipairs(ms) do if o.name == name then name = prefix .. "weighted_" .. base.name break end end
+  ms[#ms + 1] = metric_view(base, name, i, true)
+end
 -- compile's metrics (what "metrics" or "weighted_metrics") of a model of
 -- several outputs, each named "<output>_<metric>" and reading its output,
 -- added to ms; a weighted one whose name is taken is "<output>_weighted_<metric>"
@@ -637,11 +645,8 @@ local function output_metrics(ms, mt, names, c, what)
     for _, e in ipairs(c.entries) do if e.index == i then loss_i = e.loss end end
     for _, m in ipairs(list or {}) do
       local base = make_metric(m, loss_i)
-      local name = n .. "_" .. base.name
-      if what == "weighted_metrics" then
-        for _, o in ipairs(ms) do if o.name == name then name = n .. "_weighted_" .. base.name break end end
-      end
-      ms[#ms + 1] = metric_view(base, name, i, what == "weighted_metrics")
+      if what == "weighted_metrics" then add_weighted(ms, base, n .. "_", i)
+      else ms[#ms + 1] = metric_view(base, n .. "_" .. base.name, i) end
     end
   end
 end
@@ -738,13 +743,7 @@ function Model:compile(opts)
     if opts.weighted_metrics ~= nil and type(opts.weighted_metrics) ~= "table" then
       error("bad argument #1 to 'compile' (weighted_metrics must be a list of metrics)", 2)
     end
-    local n_plain = #ms
-    for _, m in ipairs(opts.weighted_metrics or {}) do
-      local base = make_metric(m, loss)
-      local name = base.name
-      for j = 1, n_plain do if ms[j].name == name then name = "weighted_" .. name break end end
-      ms[#ms + 1] = metric_view(base, name, nil, true)
-    end
+    for _, m in ipairs(opts.weighted_metrics or {}) do add_weighted(ms, make_metric(m, loss), "") end
   end
   -- under mixed_float16, loss scaling (Keras wraps the optimizer in a LossScaleOptimizer here)
   opt = ldist.mixed_precision._wrap_for(self, opt)
