@@ -192,7 +192,7 @@ const ld_layer_class ld_layer_conv2d_transpose = {
     "strides; kernel (kh, kw, filters, channels) as Keras's. Output size as Keras 3's: valid (h - 1) * s +\n"
     "max(k, s), same h * s; with output_padding p < s, (h - 1) * s + k + p (valid) or (h - 1) * s + k % 2 + p.\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = NULL};
 const ld_layer_class ld_layer_conv1d_transpose = {
     "Conv1DTranspose", "conv1d_transpose", NULL, {"filters", "kernel_size"},
     {LD_PINT("filters", NULL), LD_PINTS("kernel_size", NULL, 1), LD_PINTS("strides", "1", 1),
@@ -206,7 +206,7 @@ const ld_layer_class ld_layer_conv1d_transpose = {
     "max(k, s), same steps * s; with output_padding p < s, (steps - 1) * s + k + p (valid) or\n"
     "(steps - 1) * s + k % 2 + p (same). kernel_/bias_ initializer, regularizer, constraint and\n"
     "activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = NULL};
 
 /* ================================================================ DepthwiseConv2D, SeparableConv2D */
 /* DepthwiseConv2D's parameters; SeparableConv2D's are filters, then these
@@ -306,7 +306,7 @@ const ld_layer_class ld_layer_depthwise_conv2d = {
     "Each channel of NHWC images convolved with its own depth_multiplier filters: channels * depth_multiplier\n"
     "outputs (channel c's j-th at c * depth_multiplier + j); depthwise_kernel (kh, kw, channels,\n"
     "depth_multiplier). depthwise_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_DEPTHWISE) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_DEPTHWISE) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = NULL};
 
 enum { SEP_FILTERS };
 static int sep_check(ld_layer *l) {
@@ -351,4 +351,4 @@ const ld_layer_class ld_layer_separable_conv2d = {
     "depthwise_kernel (kh, kw, channels, depth_multiplier), pointwise_kernel (1, 1, channels *\n"
     "depth_multiplier, filters). depthwise_/pointwise_/bias_ initializer, regularizer, constraint and\n"
     "activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_DEPTHWISE) | LD_ROLE_BIT(LD_ROLE_POINTWISE) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_DEPTHWISE) | LD_ROLE_BIT(LD_ROLE_POINTWISE) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = NULL};

@@ -43,7 +43,7 @@ const ld_layer_class ld_layer_dense = {
     "A fully connected layer: activation(x @ kernel + bias) on the last axis.\n"
     "Kernel glorot_uniform, bias zeros (Keras' defaults). Activations: relu, sigmoid, tanh, softmax, gelu.\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = ld_mask_pass};
 
 /* ================================================================ Flatten */
 static int flatten_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -66,7 +66,7 @@ static ld_tensor *flatten_forward(ld_layer *l, int n_in, ld_tensor *const *xs, i
 }
 const ld_layer_class ld_layer_flatten = {
     "Flatten", "flatten", NULL, {NULL}, {LD_PEND}, 1, 1, 0, NULL, flatten_build, flatten_forward,
-    "nn.Flatten()\n\nReshape [batch, ...] to [batch, features].", 0};
+    "nn.Flatten()\n\nReshape [batch, ...] to [batch, features].", 0, .compute_mask = NULL};
 
 /* ================================================================ Dropout */
 enum { DROPOUT_RATE };
@@ -82,13 +82,44 @@ static ld_tensor *dropout_forward(ld_layer *l, int n_in, ld_tensor *const *x, in
 const ld_layer_class ld_layer_dropout = {
     "Dropout", "dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
     1, 1, ~0u, dropout_check, same_build, dropout_forward,
-    "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).", 0};
+    "nn.Dropout(rate)\n\nDuring training, zero a fraction `rate` of the inputs and scale the rest by 1/(1-rate).", 0, .compute_mask = ld_mask_pass};
+
+/* ================================================================ Masking */
+/* Keras's Masking(mask_value): the steps whose features all equal
+   mask_value are masked (the output's mask: any feature differs) and set to
+   0; the others pass as they are. */
+enum { MASKING_VALUE };
+static ld_tensor *masking_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    if (x[0]->ndim < 2) {
+        char b[LD_SHAPE_STR_MAX];
+        ld_fail(LD_ESHAPE, "%s needs inputs [batch, ..., features]; got %s", l->name, ld_shape_str(x[0], b, sizeof b));
+        return NULL;
+    }
+    ld_tensor *keep = ld_mask_not_equal(x[0], ld_p_float(l, MASKING_VALUE), 1), *y = NULL;
+    if (!keep) return NULL;
+    int64_t s[LD_MAX_DIMS];
+    memcpy(s, keep->shape, sizeof(int64_t) * (size_t)keep->ndim);
+    s[keep->ndim] = 1;
+    ld_tensor *k1 = ld_reshape(keep, keep->ndim + 1, s);
+    if (k1) y = ld_mask_select(k1, x[0], NULL);
+    if (y) ld_tensor_set_mask(y, keep);
+    ld_tensor_release(k1);
+    ld_tensor_release(keep);
+    return y;
+}
+const ld_layer_class ld_layer_masking = {
+    "Masking", "masking", NULL, {"mask_value"}, {LD_PFLOAT("mask_value", "0.0"), LD_PEND}, 1, 1, ~0u, NULL, same_build,
+    masking_forward,
+    "nn.Masking{mask_value=0}\n\nKeras's Masking: over [batch, steps, features], the steps whose features all equal\n"
+    "mask_value are masked: set to 0, and left out by the layers after it that take masks (LSTM, GRU,\n"
+    "SimpleRNN and Bidirectional skip them, GlobalAveragePooling1D and MultiHeadAttention leave them out)\n"
+    "and by the loss and compile's metrics. y.keras_mask is the mask (1: the step counts).", 0, .compute_mask = NULL};
 
 /* ================================================================ Identity, ActivityRegularization */
 static ld_tensor *identity_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) { return ld_tensor_retain(x[0]); }
 const ld_layer_class ld_layer_identity = {
     "Identity", "identity", NULL, {NULL}, {LD_PEND}, 1, 1, ~0u, NULL, same_build, identity_forward,
-    "nn.Identity()\n\nIts input, unchanged (Keras's placeholder layer).", 0};
+    "nn.Identity()\n\nIts input, unchanged (Keras's placeholder layer).", 0, .compute_mask = ld_mask_pass};
 
 /* Keras's ActivityRegularization(l1, l2): the identity, its output's
    L1L2(l1, l2) regularization (over the batch's rows) a term of the loss:
@@ -111,7 +142,7 @@ const ld_layer_class ld_layer_activity_regularization = {
     {LD_PFLOAT("l1", "0"), LD_PFLOAT("l2", "0"), LD_PEND},
     1, 1, ~0u, ar_check, same_build, identity_forward,
     "nn.ActivityRegularization{l1=0, l2=0}\n\nIts input, unchanged; l1 * sum|y| + l2 * sum y^2 of it, over the batch's rows, is\n"
-    "added to the training loss (model.losses), as Keras's.", 0};
+    "added to the training loss (model.losses), as Keras's.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ noise layers */
 /* GaussianNoise(stddev), GaussianDropout(rate), SpatialDropout1D/2D/3D(rate):
@@ -138,18 +169,18 @@ static ld_tensor *noise_forward(ld_layer *l, int n_in, ld_tensor *const *x, int 
 const ld_layer_class ld_layer_gaussian_noise = {
     "GaussianNoise", "gaussian_noise", NULL, {"stddev"}, {LD_PFLOAT("stddev", NULL), LD_PEND},
     1, 1, ~0u, noise_check, same_build, noise_forward,
-    "nn.GaussianNoise(stddev)\n\nDuring training, add noise drawn from N(0, stddev^2) to each input (Keras's).", 0};
+    "nn.GaussianNoise(stddev)\n\nDuring training, add noise drawn from N(0, stddev^2) to each input (Keras's).", 0, .compute_mask = ld_mask_pass};
 const ld_layer_class ld_layer_alpha_dropout = {
     "AlphaDropout", "alpha_dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
     1, 1, ~0u, noise_check, same_build, noise_forward,
     "nn.AlphaDropout(rate)\n\nDuring training, set a fraction `rate` of the inputs to SELU's negative saturation\n"
     "(-1.6733 * 1.0507), then a * x + b with Keras's a and b, so that the mean and variance of SELU's\n"
-    "outputs stay as they were (Keras's; the dropout of self-normalizing networks).", 0};
+    "outputs stay as they were (Keras's; the dropout of self-normalizing networks).", 0, .compute_mask = ld_mask_pass};
 const ld_layer_class ld_layer_gaussian_dropout = {
     "GaussianDropout", "gaussian_dropout", NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},
     1, 1, ~0u, noise_check, same_build, noise_forward,
     "nn.GaussianDropout(rate)\n\nDuring training, multiply each input by noise drawn from N(1, rate / (1 - rate))\n"
-    "(Keras's).", 0};
+    "(Keras's).", 0, .compute_mask = ld_mask_pass};
 /* SpatialDropout: whole channels dropped, one draw per (example, channel) */
 static int spatial_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     int want = l->cls == &ld_layer_spatial_dropout1d ? 2 : l->cls == &ld_layer_spatial_dropout2d ? 3 : 4;
@@ -174,7 +205,8 @@ static ld_tensor *spatial_forward(ld_layer *l, int n_in, ld_tensor *const *x, in
         name, "spatial_dropout" #k, NULL, {"rate"}, {LD_PFLOAT("rate", NULL), LD_PEND},                           \
         1, 1, ~0u, noise_check, spatial_build, spatial_forward,                                                   \
         "nn." name "(rate)\n\nDuring training, zero whole channels of inputs [batch, " axes ", channels]: each "   \
-        "example's\nchannel with probability rate, the rest scaled by 1/(1-rate) (Keras's).", 0};
+        "example's\nchannel with probability rate, the rest scaled by 1/(1-rate) (Keras's).", 0,            \
+        .compute_mask = NULL};
 SPATIAL_DROPOUT(1d, "SpatialDropout1D", "steps")
 SPATIAL_DROPOUT(2d, "SpatialDropout2D", "height, width")
 SPATIAL_DROPOUT(3d, "SpatialDropout3D", "depth, height, width")
@@ -245,7 +277,7 @@ const ld_layer_class ld_layer_conv2d = {
     "2-d convolution over NHWC images [batch, height, width, channels]; kernel HWIO.\n"
     "dilation_rate=d: the kernel's taps d apart (atrous; with strides 1, as Keras's).\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = NULL};
 
 /* ================================================================ MaxPool2D */
 enum { POOL_SIZE, POOL_STRIDES, POOL_PADDING };
@@ -273,7 +305,7 @@ const ld_layer_class ld_layer_max_pooling2d = {
     {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
     1, 1, 3u, pool_check, pool_build, pool_forward,
     "nn.MaxPool2D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\nMaximum over windows of NHWC images "
-    "(same: TF's padding, never the maximum; nn.MaxPooling2D is the same).", 0};
+    "(same: TF's padding, never the maximum; nn.MaxPooling2D is the same).", 0, .compute_mask = NULL};
 
 /* ================================================================ Conv2D + MaxPool2D */
 /* The pair as one op: the convolution's output is pooled image by image
@@ -320,7 +352,7 @@ const ld_layer_class ld_layer_activation = {
     1, 1, ~0u, NULL, same_build, act_forward,
     "nn.Activation(name)\n\nApply an activation, by Keras's name: relu, sigmoid, tanh, softmax, gelu, elu, selu,\n"
     "softplus, softsign, silu (swish), leaky_relu, relu6, hard_sigmoid, hard_silu (hard_swish), mish,\n"
-    "exponential, log_softmax, linear. Dense, Conv1D/2D, LSTM and GRU take the same names.", 0};
+    "exponential, log_softmax, linear. Dense, Conv1D/2D, LSTM and GRU take the same names.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ Softmax */
 enum { SOFTMAX_AXIS };
@@ -332,7 +364,7 @@ const ld_layer_class ld_layer_softmax = {
     {LD_PINT("axis", "-1"), LD_PEND},
     1, 1, ~0u, NULL, same_build, softmax_forward,
     "nn.Softmax({axis=-1}) or nn.Softmax(axis)\n\nSoftmax over an axis of its input (Keras's Softmax layer; the axis counts the batch\n"
-    "axis, as Keras's does): nn.Activation(\"softmax\") is the same over the last one.", 0};
+    "axis, as Keras's does): nn.Activation(\"softmax\") is the same over the last one.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ LeakyReLU, ELU, PReLU */
 /* Keras's activation layers with a parameter: relu(x) + p * n(x), n(x) the
@@ -377,7 +409,7 @@ const ld_layer_class ld_layer_leaky_relu = {
     {LD_PFLOAT("negative_slope", "0.3"), LD_PEND},
     1, 1, ~0u, leaky_check, same_build, leaky_forward,
     "nn.LeakyReLU({negative_slope=0.3})\n\nx where x >= 0, else negative_slope * x (Keras's layer; its default slope is 0.3,\n"
-    "the leaky_relu activation's 0.2).", 0};
+    "the leaky_relu activation's 0.2).", 0, .compute_mask = ld_mask_pass};
 
 /* ReLU{max_value, negative_slope, threshold}: Keras 3's ReLU layer, op for
    op as keras.activations.relu (ReLU.static_call), so its values and
@@ -439,7 +471,7 @@ const ld_layer_class ld_layer_re_lu = {
     1, 1, ~0u, relu_check, same_build, relu_forward,
     "nn.ReLU{max_value=nil, negative_slope=0, threshold=0}\n\nKeras's ReLU layer: x where x > threshold, else\n"
     "negative_slope * (x - threshold); capped at max_value when one is given (no cap: nil); each option\n"
-    ">= 0. With the defaults, relu.", 0};
+    ">= 0. With the defaults, relu.", 0, .compute_mask = ld_mask_pass};
 
 enum { ELU_ALPHA };
 static ld_tensor *elu_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
@@ -455,7 +487,7 @@ const ld_layer_class ld_layer_elu = {
     "ELU", "elu", NULL, {"alpha"},
     {LD_PFLOAT("alpha", "1.0"), LD_PEND},
     1, 1, ~0u, NULL, same_build, elu_forward,
-    "nn.ELU({alpha=1.0})\n\nx where x > 0, else alpha * (e^x - 1) (Keras's layer).", 0};
+    "nn.ELU({alpha=1.0})\n\nx where x > 0, else alpha * (e^x - 1) (Keras's layer).", 0, .compute_mask = ld_mask_pass};
 
 enum { PRELU_SHARED };
 static int prelu_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -486,7 +518,7 @@ const ld_layer_class ld_layer_p_re_lu = {
     {LD_PINTS("shared_axes", "", 0), LD_PEND},
     1, 1, 0u, NULL, prelu_build, prelu_forward,
     "nn.PReLU({shared_axes={...}})\n\nx where x >= 0, else alpha * x, alpha a weight learned per element of a sample (zeros\n"
-    "at first), shared along shared_axes (from 1, as Keras's: {1, 2} for one alpha per channel of images).", 0};
+    "at first), shared along shared_axes (from 1, as Keras's: {1, 2} for one alpha per channel of images).", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ Rescaling */
 enum { RESCALE_SCALE, RESCALE_OFFSET };
@@ -504,7 +536,7 @@ const ld_layer_class ld_layer_rescaling = {
     {LD_PFLOAT("scale", NULL), LD_PFLOAT("offset", "0"), LD_PEND},
     1, 1, ~0u, NULL, same_build, rescale_forward,
     "nn.Rescaling(scale, {offset=0})\n\nx * scale + offset, as float32 (Keras's Rescaling): nn.Rescaling(1/255) maps\n"
-    "images from 0..255 to 0..1.", 0};
+    "images from 0..255 to 0..1.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ Reshape */
 enum { RESHAPE_TARGET };
@@ -536,4 +568,4 @@ static ld_tensor *reshape_forward(ld_layer *l, int n_in, ld_tensor *const *xs, i
 const ld_layer_class ld_layer_reshape = {
     "Reshape", "reshape", NULL, {"target_shape"}, {LD_PINTS("target_shape", NULL, 0), LD_PEND},
     1, 1, 0, reshape_check, reshape_build, reshape_forward,
-    "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1.", 0};
+    "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1.", 0, .compute_mask = NULL};

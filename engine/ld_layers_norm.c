@@ -75,7 +75,7 @@ const ld_layer_class ld_layer_batch_normalization = {
     "Normalize each channel (the last axis): in training by the batch's mean and variance, updating\n"
     "moving_mean / moving_variance (moving = moving * momentum + batch * (1 - momentum)); in inference\n"
     "by the moving statistics. Then * gamma + beta. synchronized: statistics of the global batch of\n"
-    "a distribution strategy's replicas.", 0};
+    "a distribution strategy's replicas.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ LayerNormalization */
 enum { LN_AXIS, LN_EPS, LN_CENTER, LN_SCALE };
@@ -112,7 +112,7 @@ const ld_layer_class ld_layer_layer_normalization = {
      LD_PEND},
     1, 1, LD_FLEX_ALL_BUT_LAST, ln_check, ln_build, ln_forward,
     "nn.LayerNormalization{epsilon=0.001, center=true, scale=true}\n\n"
-    "Normalize each example over the last axis (mean 0, variance 1), then * gamma + beta.", 0};
+    "Normalize each example over the last axis (mean 0, variance 1), then * gamma + beta.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ GroupNormalization */
 /* Keras 3's: the channels in `groups` groups (-1: one per channel, instance
@@ -195,7 +195,7 @@ const ld_layer_class ld_layer_group_normalization = {
     "Normalize each example over groups of its channels (the last axis) and every other axis but the\n"
     "batch, then * gamma + beta per channel (Keras 3's). groups=-1: one group per channel (instance\n"
     "normalization); groups=1: over all of an example (a LayerNormalization over every axis). The\n"
-    "statistics are each example's own, so every strategy gives the same values.", 0};
+    "statistics are each example's own, so every strategy gives the same values.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ UnitNormalization */
 ld_tensor *ld_l2_normalize(ld_tensor *x, int naxes, const int *axes, double epsilon) {
@@ -250,7 +250,7 @@ const ld_layer_class ld_layer_unit_normalization = {
     {LD_PINTS("axis", "-1", 0), LD_PEND},
     1, 1, ~0u, NULL, un_build, un_forward,
     "nn.UnitNormalization{axis=-1}\n\nEach example scaled to unit L2 norm over `axis` (a number or a list; counted with\n"
-    "the batch, as Keras's): x * min(rsqrt(sum(x^2)), 1e12), Keras 3's.", 0};
+    "the batch, as Keras's): x * min(rsqrt(sum(x^2)), 1e12), Keras 3's.", 0, .compute_mask = ld_mask_pass};
 
 /* ================================================================ Normalization */
 /* Keras 3's preprocessing Normalization: (x - mean) / max(sqrt(variance),
@@ -318,5 +318,5 @@ const ld_layer_class ld_layer_normalization = {
     1, 1, ~0u, NULL, norm_build, norm_forward,
     "nn.Normalization{axis=-1, invert=false}\n\nKeras's preprocessing layer: (x - mean) / max(sqrt(variance), 1e-7), a mean and\n"
     "variance per position of the kept axes (`axis`, counted with the batch; {}: one of each), set by\n"
-    "layer:adapt(x | dataset) or set_weights. invert=true maps back: mean + x * sd.", 0};
+    "layer:adapt(x | dataset) or set_weights. invert=true maps back: mean + x * sd.", 0, .compute_mask = ld_mask_pass};
 

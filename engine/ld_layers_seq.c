@@ -94,6 +94,77 @@ static ld_tensor *proj_op(ld_tensor *x, ld_tensor *kernel, ld_tensor *bias, int6
     rel(3, t);
     return y;
 }
+/* Keras's attention mask from the inputs' masks (_compute_attention_mask):
+   query i attends to key j where the query's mask has i, the value's (and a
+   key's of its own) j, and, causal, j <= i: float32 [N*H, T, S] (each
+   example's repeated for its heads, as ld_split_heads lays them), or NULL
+   with *none set when no input has a mask (the fused kernel runs then) */
+static ld_tensor *mha_mask(const ld_layer *l, int n_in, ld_tensor *const *x, int H, int causal, int *none) {
+    ld_tensor *q = x[0], *v = n_in > 1 ? x[1] : x[0], *k = n_in > 2 ? x[2] : NULL;
+    ld_tensor *qm, *vm, *km = NULL;
+    *none = 0;
+    if (ld_mask_of_steps(l, q, &qm) || ld_mask_of_steps(l, v, &vm) || (k && ld_mask_of_steps(l, k, &km))) return NULL;
+    if (!qm && !vm && !km) { *none = 1; return NULL; }
+    int64_t N = q->shape[0], T = q->shape[1], S = v->shape[1];
+    ld_device *dev = q->storage->device;
+    int64_t full[4] = {N, H, T, S}, qs[4] = {N, 1, T, 1}, ss[4] = {N, 1, 1, S};
+    ld_tensor *a = ld_tensor_full(LD_F32, 4, full, 1.0, dev), *t = NULL;
+    ld_tensor *parts[3] = {qm, vm, km};
+    for (int i = 0; i < 3 && a; i++) {
+        if (!parts[i]) continue;
+        ld_tensor *r = ld_reshape(parts[i], 4, i ? ss : qs), *p = r ? ld_mul(a, r) : NULL;
+        ld_tensor_release(r);
+        ld_tensor_release(a);
+        a = p;
+    }
+    if (a && causal) {   /* keys j <= i */
+        int64_t ts[2] = {T, S};
+        ld_tensor *h = ld_tensor_empty(LD_F32, 2, ts, NULL);
+        if (h) {
+            float *c = ld_tensor_data_unsynced(h);
+            for (int64_t i = 0; i < T; i++) for (int64_t j = 0; j < S; j++) c[i * S + j] = j <= i;
+            ld_tensor *d = ld_to_device(h, dev);
+            t = d ? ld_mul(a, d) : NULL;
+            ld_tensor_release(d);
+        }
+        ld_tensor_release(h);
+        ld_tensor_release(a);
+        a = t;
+    }
+    int64_t flat[3] = {N * H, T, S};
+    t = a ? ld_reshape(a, 3, flat) : NULL;
+    ld_tensor_release(a);
+    return t;
+}
+/* attention with Keras's mask m [N*H, T, S] (mha_mask): the scaled scores,
+   in float32, where m is 0 a large negative (dot_product_attention's -0.7
+   of the dtype's largest value; with dropout, the Softmax layer's -1e9, and
+   the weights of a query that attends to nothing zeroed, as Keras's other
+   path), the softmax, dropout in training, the values' weighted sum */
+static ld_tensor *mha_masked(ld_tensor *q, ld_tensor *k, ld_tensor *v, ld_tensor *m, float rate, int training) {
+    ld_tensor *t[8] = {0}, *y = NULL;
+    int half = ld_dtype_is_half(q->dtype);
+    double neg = rate > 0 ? -1e9 : -0.7 * (q->dtype == LD_F16 ? 65500.0 : 3.38953e38);
+    if (!(t[0] = ld_bmm(q, k, 0, 1)) || !(t[1] = ld_as_float(t[0]))) goto out;
+    if (!(t[2] = ld_mul_scalar(t[1], (float)(1.0 / sqrt((double)q->shape[2]))))) goto out;
+    if (!(t[3] = ld_tensor_full(LD_F32, 0, NULL, neg, q->storage->device)) || !(t[4] = ld_where(m, t[2], t[3]))) goto out;
+    if (!(t[5] = ld_softmax(t[4]))) goto out;
+    if (rate > 0) {
+        ld_tensor *z = ld_mask_select(m, t[5], NULL);
+        ld_tensor_release(t[5]);
+        if (!(t[5] = z)) goto out;
+        if (training) {
+            ld_tensor *d = ld_dropout(t[5], rate, NULL);
+            ld_tensor_release(t[5]);
+            if (!(t[5] = d)) goto out;
+        }
+    }
+    if (half && !(t[6] = ld_cast_op(t[5], q->dtype))) goto out;
+    y = ld_bmm(half ? t[6] : t[5], v, 0, 0);
+out:
+    rel(8, t);
+    return y;
+}
 static ld_tensor *mha_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     ld_tensor *q = x[0], *v = n_in > 1 ? x[1] : x[0], *k = n_in > 2 ? x[2] : v;
     char a[LD_SHAPE_STR_MAX], b[LD_SHAPE_STR_MAX];
@@ -118,7 +189,14 @@ static ld_tensor *mha_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
     if (!(t[2] = proj_op(v, l->vars[2 * s], bias ? l->vars[2 * s + 1] : NULL, v->shape[2], H * vd))) goto out;
     for (int i = 0; i < 3; i++) if (!(t[3 + i] = ld_split_heads(t[i], H))) goto out;
     float rate = (float)ld_p_float(l, MHA_DROPOUT);
-    if (training && rate > 0) {
+    int none;
+    ld_tensor *am = mha_mask(l, n_in, x, H, causal == LD_CAUSAL, &none);
+    if (!am && !none) goto out;
+    if (am) {
+        t[8] = mha_masked(t[3], t[4], t[5], am, rate, training);
+        ld_tensor_release(am);
+        if (!t[8]) goto out;
+    } else if (training && rate > 0) {
         /* Keras drops attention weights, then multiplies by the values */
         if (!(t[6] = ld_attention_weights(t[3], t[4], causal, 0))) goto out;
         if (!(t[7] = ld_dropout(t[6], rate, NULL))) goto out;
@@ -145,11 +223,12 @@ const ld_layer_class ld_layer_multi_head_attention = {
     "[dq, heads, key_dim], query/bias [heads, key_dim], key/..., value/..., attention_output/kernel\n"
     "[heads, value_dim, out], attention_output/bias [out]. kernel_/bias_ initializer, regularizer,\n"
     "constraint and activity_regularizer as Keras's (for every kernel and bias).",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = ld_mask_pass};
 
 /* ================================================================ recurrent layers */
 /* LSTM and GRU share their parameters' first six and the loop's shape */
-enum { RNN_UNITS, RNN_ACT, RNN_RACT, RNN_BIAS, RNN_SEQ, RNN_BACK, RNN_EXTRA /* unit_forget_bias / reset_after */ };
+enum { RNN_UNITS, RNN_ACT, RNN_RACT, RNN_BIAS, RNN_SEQ, RNN_BACK, RNN_EXTRA /* unit_forget_bias / reset_after */,
+       RNN_ZERO /* zero_output_for_mask */ };
 static int rnn_check(ld_layer *l) {
     if (ld_p_int(l, RNN_UNITS) < 1 || ld_p_int(l, RNN_UNITS) > (1 << 24))
         return ld_fail(LD_EARG, "%s units must be a positive integer, got %lld", l->cls->class_name,
@@ -202,20 +281,39 @@ static int need_steps(const ld_layer *l, const ld_tensor *x) {
     char b[LD_SHAPE_STR_MAX];
     return ld_fail(LD_ESHAPE, "%s needs at least one time step; got inputs of shape %s", l->name, ld_shape_str(x, b, sizeof b));
 }
-/* the outputs: the last h, or every step's stacked on axis 1 (in the order
-   processed, as Keras's go_backwards) */
-static ld_tensor *rnn_result(ld_layer *l, int64_t T, ld_tensor **hs, ld_tensor *h) {
-    if (!ld_p_int(l, RNN_SEQ)) return ld_tensor_retain(h);
+/* the outputs: the last step's, or every step's stacked on axis 1 (in the
+   order processed, as Keras's go_backwards) */
+static ld_tensor *rnn_result(ld_layer *l, int64_t T, ld_tensor **hs, ld_tensor *last) {
+    if (!ld_p_int(l, RNN_SEQ)) return ld_tensor_retain(last);
     return ld_concat_op((int)T, hs, 1);
 }
 static ld_tensor *h3(ld_tensor *h) {   /* [N, u] -> [N, 1, u] */
     int64_t s[3] = {h->shape[0], 1, h->shape[1]};
     return ld_reshape_op(h, 3, s);
 }
+/* Keras's masked steps (backend rnn): where step t's mask mt [N, 1] is 0
+   the state stays the previous one (zeros before the first step), so
+   *state (consumed) becomes where(mt, *state, prev); no mask, no change */
+static int mask_state(ld_tensor *mt, ld_tensor **state, ld_tensor *prev) {
+    if (!mt || !*state) return *state ? LD_OK : ld_error_status();
+    ld_tensor *k = ld_mask_select(mt, *state, prev);
+    ld_tensor_release(*state);
+    *state = k;
+    return k ? LD_OK : ld_error_status();
+}
+/* the step's output (a new reference): its state h, or with
+   zero_output_for_mask (Bidirectional's with return_sequences) zeros where
+   the step is masked */
+static ld_tensor *step_output(ld_tensor *mt, int zero_out, ld_tensor *h) {
+    return mt && zero_out ? ld_mask_select(mt, h, NULL) : ld_tensor_retain(h);
+}
+/* a recurrent layer's mask of x (ld_mask_of_steps) and step s's column of
+   it, the step read at t */
+static ld_tensor *mask_at(ld_tensor *m, int64_t t) { return m ? ld_mask_step(m, t) : NULL; }
 
 /* ---------------------------------------------------------------- SimpleRNN */
 /* Keras's: h = activation(x @ kernel + bias + h @ recurrent_kernel), h0 = 0 */
-enum { SRNN_UNITS, SRNN_ACT, SRNN_BIAS, SRNN_SEQ, SRNN_BACK };
+enum { SRNN_UNITS, SRNN_ACT, SRNN_BIAS, SRNN_SEQ, SRNN_BACK, SRNN_ZERO };
 static int srnn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (need_seq(l, "inputs", in)) return ld_error_status();
     int64_t u = ld_p_int(l, SRNN_UNITS), ks[2] = {in->d[1], u}, rs[2] = {u, u};
@@ -230,37 +328,45 @@ static int srnn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
 static ld_tensor *srnn_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;
     int64_t T = x[0]->shape[1];
-    int seq = (int)ld_p_int(l, SRNN_SEQ), back = (int)ld_p_int(l, SRNN_BACK);
+    int seq = (int)ld_p_int(l, SRNN_SEQ), back = (int)ld_p_int(l, SRNN_BACK), zero_out = (int)ld_p_int(l, SRNN_ZERO);
     ld_activation a = ld_p_activation(l, SRNN_ACT);
+    ld_tensor *m;
+    if (ld_mask_of_steps(l, x[0], &m)) return NULL;
     ld_tensor *xw = rnn_inputs(x[0], l->vars[0], ld_p_int(l, SRNN_BIAS) ? l->vars[2] : NULL);
-    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL;
+    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL, *o = NULL;
     ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
     if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
     if (!xw) goto out;
     for (int64_t s = 0; s < T; s++) {
-        ld_tensor *w[3] = {0};
-        w[0] = step_of(xw, back ? T - 1 - s : s);
+        int64_t t = back ? T - 1 - s : s;
+        ld_tensor *w[4] = {0};
+        w[0] = step_of(xw, t);
+        w[3] = mask_at(m, t);
         if (w[0] && h) {   /* h0 = 0: the first step has no recurrent term */
             w[1] = ld_matmul(h, rk);
             w[2] = w[1] ? ld_add(w[0], w[1]) : NULL;
         } else if (w[0]) w[2] = ld_tensor_retain(w[0]);
         ld_tensor *nh = act(a, w[2]);
-        rel(3, w);
+        int st = mask_state(w[3], &nh, h);
         ld_tensor_release(h);
         h = nh;
-        if (!h) goto out;
-        if (seq && !(hs[s] = h3(h))) goto out;
+        ld_tensor_release(o);
+        o = st ? NULL : step_output(w[3], zero_out, h);
+        rel(4, w);
+        if (!o) goto out;
+        if (seq && !(hs[s] = h3(o))) goto out;
     }
-    y = seq ? ld_concat_op((int)T, hs, 1) : ld_tensor_retain(h);
+    y = seq ? ld_concat_op((int)T, hs, 1) : ld_tensor_retain(o);
 out:
     if (hs) { rel((int)T, hs); free(hs); }
-    ld_tensor_release(xw); ld_tensor_release(h);
+    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(o);
     return y;
 }
 const ld_layer_class ld_layer_simple_rnn = {
     "SimpleRNN", "simple_rnn", NULL, {"units"},
     {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
-     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PEND},
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("zero_output_for_mask", "false"),
+     LD_PEND},
     1, 1, 1u /* the number of steps */, rnn_check, srnn_build, srnn_forward,
     "nn.SimpleRNN(units, {activation=\"tanh\", use_bias=true, return_sequences=false, go_backwards=false})\n\n"
     "Keras 3's SimpleRNN over [batch, T, features] -> [batch, units] (the last state), or\n"
@@ -268,7 +374,7 @@ const ld_layer_class ld_layer_simple_rnn = {
     "h0 = 0. Variables: kernel [features, units] glorot_uniform, recurrent_kernel [units, units]\n"
     "orthogonal, bias [units] zeros. kernel_, recurrent_ and bias_ initializer, regularizer,\n"
     "constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences};
 
 /* ---------------------------------------------------------------- Bidirectional */
 /* Keras's Bidirectional(layer, merge_mode): the recurrent layer (its class
@@ -299,6 +405,8 @@ static int bi_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
             int j = ld_layer_param_index(l->cls, c->params[i].name);
             if (j > BI_MERGE) s->p[i] = l->p[j];
             else if (!strcmp(c->params[i].name, "go_backwards")) s->p[i].i[0] = k;
+            /* Keras's Bidirectional: masked steps output zeros when it returns sequences */
+            else if (!strcmp(c->params[i].name, "zero_output_for_mask")) s->p[i].i[0] = ld_p_int(l, BI_SEQ);
         }
         s->policy = l->policy;
         s->frozen = l->frozen;
@@ -354,7 +462,7 @@ const ld_layer_class ld_layer_bidirectional = {
     "Keras's Bidirectional: the recurrent layer (an LSTM, GRU or SimpleRNN, taken with its options)\n"
     "over the steps forward and over them backward, merged: concat (the default: [batch, 2*units]),\n"
     "sum, mul or ave. With return_sequences the backward outputs are put back in the steps' order.\n"
-    "Its weights: the forward layer's, then the backward one's.", 0};
+    "Its weights: the forward layer's, then the backward one's.", 0, .compute_mask = ld_mask_sequences};
 
 /* ---------------------------------------------------------------- TimeDistributed */
 /* Keras's TimeDistributed(layer): the layer (any of one input, held as the
@@ -444,7 +552,7 @@ const ld_layer_class ld_layer_time_distributed = {
     "nn.Conv2D(...), nn.Dropout(0.2); not a model) applied to every step of [batch, steps, ...]:\n"
     "nn.TimeDistributed(nn.Dense(8)) on [b, t, 16] gives [b, t, 8]. The steps are folded into the\n"
     "batch ([b * t, ...] through the layer), so a BatchNormalization in training takes its statistics\n"
-    "over every step. Its weights are the layer's; td.layer is the layer.", 0};
+    "over every step. Its weights are the layer's; td.layer is the layer.", 0, .compute_mask = ld_mask_pass};
 
 /* ---------------------------------------------------------------- LSTM */
 static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -471,10 +579,12 @@ static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
 static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;
     int64_t u = ld_p_int(l, RNN_UNITS), T = x[0]->shape[1];
-    int seq = (int)ld_p_int(l, RNN_SEQ), back = (int)ld_p_int(l, RNN_BACK);
+    int seq = (int)ld_p_int(l, RNN_SEQ), back = (int)ld_p_int(l, RNN_BACK), zero_out = (int)ld_p_int(l, RNN_ZERO);
     ld_activation a = ld_p_activation(l, RNN_ACT), ra = ld_p_activation(l, RNN_RACT);
+    ld_tensor *m;
+    if (ld_mask_of_steps(l, x[0], &m)) return NULL;
     ld_tensor *xw = rnn_inputs(x[0], l->vars[0], ld_p_int(l, RNN_BIAS) ? l->vars[2] : NULL);
-    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *c = NULL, *y = NULL;
+    ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *c = NULL, *y = NULL, *o = NULL;
     ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
     if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
     if (!xw) goto out;
@@ -489,7 +599,7 @@ static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int t
         } else w[2] = ld_tensor_retain(w[0]);
         ld_tensor *z = w[2];
         if (!z) { rel(8, w); goto out; }
-        ld_tensor *i = gate(ra, z, 0, u), *f = gate(ra, z, u, u), *g = gate(a, z, 2 * u, u), *o = gate(ra, z, 3 * u, u);
+        ld_tensor *i = gate(ra, z, 0, u), *f = gate(ra, z, u, u), *g = gate(a, z, 2 * u, u), *og = gate(ra, z, 3 * u, u);
         ld_tensor *ig = i && g ? ld_mul(i, g) : NULL, *nc = NULL;
         if (ig) {
             if (c) {
@@ -498,26 +608,31 @@ static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int t
                 ld_tensor_release(fc);
             } else nc = ld_tensor_retain(ig);
         }
-        ld_tensor *ac = nc ? act(a, nc) : NULL, *nh = ac && o ? ld_mul(o, ac) : NULL;
-        ld_tensor_release(i); ld_tensor_release(f); ld_tensor_release(g); ld_tensor_release(o);
+        ld_tensor *ac = nc ? act(a, nc) : NULL, *nh = ac && og ? ld_mul(og, ac) : NULL;
+        ld_tensor_release(i); ld_tensor_release(f); ld_tensor_release(g); ld_tensor_release(og);
         ld_tensor_release(ig); ld_tensor_release(ac);
-        rel(8, w);
+        w[7] = mask_at(m, t);
+        int st = mask_state(w[7], &nc, c) || mask_state(w[7], &nh, h);
         ld_tensor_release(c); ld_tensor_release(h);
         c = nc; h = nh;
-        if (!c || !h) goto out;
-        if (seq && !(hs[s] = h3(h))) goto out;
+        ld_tensor_release(o);
+        o = st || !c || !h ? NULL : step_output(w[7], zero_out, h);
+        rel(8, w);
+        if (!o) goto out;
+        if (seq && !(hs[s] = h3(o))) goto out;
     }
-    y = rnn_result(l, T, hs, h);
+    y = rnn_result(l, T, hs, o);
 out:
     if (hs) { rel((int)T, hs); free(hs); }
-    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(c);
+    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(c); ld_tensor_release(o);
     return y;
 }
 const ld_layer_class ld_layer_lstm = {
     "LSTM", "lstm", NULL, {"units"},
     {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
      LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
-     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("unit_forget_bias", "true"), LD_PEND},
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("unit_forget_bias", "true"),
+     LD_PBOOL("zero_output_for_mask", "false"), LD_PEND},
     1, 1, 1u /* the number of steps */, rnn_check, lstm_build, lstm_forward,
     "nn.LSTM(units, {activation=\"tanh\", recurrent_activation=\"sigmoid\", use_bias=true,\n"
     "        return_sequences=false, go_backwards=false, unit_forget_bias=true})\n\n"
@@ -527,7 +642,7 @@ const ld_layer_class ld_layer_lstm = {
     "zeros (the forget gate's quarter ones with unit_forget_bias). go_backwards reads the steps in\n"
     "reverse (and returns the sequence in that order, as Keras). kernel_, recurrent_ and bias_\n"
     "initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences};
 
 /* ---------------------------------------------------------------- GRU */
 static int gru_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -547,7 +662,9 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
     if (need_steps(l, x[0])) return NULL;
     int64_t u = ld_p_int(l, RNN_UNITS), T = x[0]->shape[1], N = x[0]->shape[0];
     int seq = (int)ld_p_int(l, RNN_SEQ), back = (int)ld_p_int(l, RNN_BACK), after = (int)ld_p_int(l, RNN_EXTRA);
-    int bias = (int)ld_p_int(l, RNN_BIAS);
+    int bias = (int)ld_p_int(l, RNN_BIAS), zero_out = (int)ld_p_int(l, RNN_ZERO);
+    ld_tensor *m, *o = NULL;
+    if (ld_mask_of_steps(l, x[0], &m)) return NULL;
     ld_activation a = ld_p_activation(l, RNN_ACT), ra = ld_p_activation(l, RNN_RACT);
     ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL, *xw = NULL, *ib = NULL, *rb = NULL, *rk_zr = NULL, *rk_h = NULL;
     ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
@@ -595,17 +712,21 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
         /* h = z * h + (1 - z) * hh = hh + z * (h - hh) */
         if (!(w[12] = ld_sub(h, w[11])) || !(w[13] = ld_mul(w[5], w[12]))) goto step_fail;
         nh = ld_add(w[11], w[13]);
+        w[14] = mask_at(m, t);
+        if (nh && mask_state(w[14], &nh, h)) nh = NULL;
+        ld_tensor_release(o);
+        o = nh ? step_output(w[14], zero_out, nh) : NULL;
     step_fail:
         rel(16, w);
         ld_tensor_release(h);
         h = nh;
-        if (!h) goto out;
-        if (seq && !(hs[s] = h3(h))) goto out;
+        if (!h || !o) goto out;
+        if (seq && !(hs[s] = h3(o))) goto out;
     }
-    y = rnn_result(l, T, hs, h);
+    y = rnn_result(l, T, hs, o);
 out:
     if (hs) { rel((int)T, hs); free(hs); }
-    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(ib); ld_tensor_release(rb);
+    ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(ib); ld_tensor_release(rb); ld_tensor_release(o);
     ld_tensor_release(rk_zr); ld_tensor_release(rk_h);
     return y;
 }
@@ -613,7 +734,8 @@ const ld_layer_class ld_layer_gru = {
     "GRU", "gru", NULL, {"units"},
     {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
      LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
-     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("reset_after", "true"), LD_PEND},
+     LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("reset_after", "true"),
+     LD_PBOOL("zero_output_for_mask", "false"), LD_PEND},
     1, 1, 1u /* the number of steps */, rnn_check, gru_build, gru_forward,
     "nn.GRU(units, {activation=\"tanh\", recurrent_activation=\"sigmoid\", use_bias=true,\n"
     "       return_sequences=false, go_backwards=false, reset_after=true})\n\n"
@@ -622,4 +744,4 @@ const ld_layer_class ld_layer_gru = {
     "[features, 3*units] glorot_uniform, recurrent_kernel [units, 3*units] orthogonal, bias\n"
     "zeros: [2, 3*units] (input and recurrent biases) with reset_after, else [3*units]. kernel_,\n"
     "recurrent_ and bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences};

@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* ================================================================ Embedding */
-enum { EMB_INPUT_DIM, EMB_OUTPUT_DIM };
+enum { EMB_INPUT_DIM, EMB_OUTPUT_DIM, EMB_MASK_ZERO };
 static int emb_check(ld_layer *l) {
     if (ld_p_int(l, EMB_INPUT_DIM) < 1 || ld_p_int(l, EMB_OUTPUT_DIM) < 1)
         return ld_fail(LD_EARG, "Embedding input_dim and output_dim must be positive integers, got %lld and %lld",
@@ -59,15 +59,22 @@ static ld_tensor *emb_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int t
     ld_tensor_release(ids);
     return y;
 }
+/* Keras's mask_zero: id 0 is padding, masked (its output still the row of id 0) */
+static int emb_mask(ld_layer *l, int n_in, ld_tensor *const *xs, ld_tensor **mask) {
+    *mask = ld_p_int(l, EMB_MASK_ZERO) ? ld_mask_not_equal(xs[0], 0, 0) : NULL;
+    return !ld_p_int(l, EMB_MASK_ZERO) || *mask ? LD_OK : ld_error_status();
+}
 const ld_layer_class ld_layer_embedding = {
     "Embedding", "embedding", NULL, {"input_dim", "output_dim"},
-    {LD_PINT("input_dim", NULL), LD_PINT("output_dim", NULL), LD_PEND},
+    {LD_PINT("input_dim", NULL), LD_PINT("output_dim", NULL), LD_PBOOL("mask_zero", "false"), LD_PEND},
     1, 1, ~0u /* any sequence length */, emb_check, emb_build, emb_forward,
-    "nn.Embedding(input_dim, output_dim)\n\n"
+    "nn.Embedding(input_dim, output_dim, {mask_zero=false})\n\n"
     "Look up integer ids in [0, input_dim) of any shape: [..., output_dim]. embeddings [input_dim, output_dim],\n"
     "uniform(-0.05, 0.05) (Keras' default). embeddings_initializer, _regularizer, _constraint and\n"
-    "activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_EMBEDDINGS)};
+    "activity_regularizer as Keras's. mask_zero: id 0 is padding, and the output's mask (y.keras_mask)\n"
+    "leaves it out of the layers after it that take masks (LSTM, GRU, SimpleRNN, Bidirectional,\n"
+    "GlobalAveragePooling1D, MultiHeadAttention), the loss and compile's metrics, as Keras's.",
+    LD_ROLE_BIT(LD_ROLE_EMBEDDINGS), .compute_mask = emb_mask};
 
 /* ================================================================ AveragePooling2D */
 enum { AP_SIZE, AP_STRIDES, AP_PADDING };
@@ -100,7 +107,7 @@ const ld_layer_class ld_layer_average_pooling2d = {
     {LD_PINTS("pool_size", "2", 2), LD_PINTS("strides", "", 2), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
     1, 1, 3u /* any image size */, ap_check, ap_build, ap_forward,
     "nn.AveragePooling2D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
-    "Mean over windows of NHWC images (padded cells left out of the mean; nn.AvgPool2D is the same).", 0};
+    "Mean over windows of NHWC images (padded cells left out of the mean; nn.AvgPool2D is the same).", 0, .compute_mask = NULL};
 
 /* ================================================================ GlobalAveragePooling2D */
 enum { GAP_KEEPDIMS };
@@ -121,7 +128,7 @@ const ld_layer_class ld_layer_global_average_pooling2d = {
     {LD_PBOOL("keepdims", "false"), LD_PEND},
     1, 1, 3u /* any image size */, NULL, gap_build, gap_forward,
     "nn.GlobalAveragePooling2D{keepdims=false}\n\n"
-    "Mean over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0};
+    "Mean over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0, .compute_mask = NULL};
 
 /* ================================================================ GlobalMaxPooling2D */
 /* the largest value of each channel over height and width: the image's
@@ -141,7 +148,7 @@ const ld_layer_class ld_layer_global_max_pooling2d = {
     {LD_PBOOL("keepdims", "false"), LD_PEND},
     1, 1, 3u /* any image size */, NULL, gap_build, gmp2_forward,
     "nn.GlobalMaxPooling2D{keepdims=false}\n\n"
-    "Maximum over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0};
+    "Maximum over height and width of NHWC images: [batch, channels] ([batch, 1, 1, channels] with keepdims).", 0, .compute_mask = NULL};
 
 /* ================================================================ GlobalAveragePooling1D, GlobalMaxPooling1D */
 /* over the steps of sequences [batch, steps, features] (Keras's, channels last) */
@@ -157,7 +164,24 @@ static ld_tensor *gp1_forward(ld_layer *l, ld_tensor *const *xs, int max) {
     ld_tensor_release(xf);
     return y;
 }
-static ld_tensor *gap1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) { return gp1_forward(l, xs, 0); }
+/* with a mask, Keras's: the sum over the steps that count, divided by
+   their number (NaN for a row with none, as Keras's) */
+static ld_tensor *gap1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
+    ld_tensor *m;
+    if (ld_mask_of_steps(l, xs[0], &m)) return NULL;
+    if (!m) return gp1_forward(l, xs, 0);
+    int keep = (int)ld_p_int(l, GAP_KEEPDIMS);
+    int64_t s[3] = {m->shape[0], m->shape[1], 1};
+    ld_tensor *t[5] = {ld_as_floating(xs[0]), ld_reshape(m, 3, s)}, *y = NULL;
+    if (t[0] && t[1] && (t[2] = ld_mask_select(t[1], t[0], NULL)) && (t[3] = ld_cast(t[1], t[0]->dtype)) &&
+        (t[4] = ld_sum(t[3], 1, keep))) {
+        ld_tensor *sum = ld_sum(t[2], 1, keep);
+        y = sum ? ld_div(sum, t[4]) : NULL;
+        ld_tensor_release(sum);
+    }
+    for (int i = 0; i < 5; i++) ld_tensor_release(t[i]);
+    return y;
+}
 static ld_tensor *gmp1_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) { return gp1_forward(l, xs, 1); }
 const ld_layer_class ld_layer_global_average_pooling1d = {
     "GlobalAveragePooling1D", "global_average_pooling1d", NULL, {NULL},
@@ -165,12 +189,13 @@ const ld_layer_class ld_layer_global_average_pooling1d = {
     1, 1, 1u /* any number of steps */, NULL, gp1_build, gap1_forward,
     "nn.GlobalAveragePooling1D{keepdims=false}\n\n"
     "Mean over the steps of sequences [batch, steps, features]: [batch, features] (Keras's; after an\n"
-    "Embedding, the bag-of-words text classifier of Keras's tutorials).", 0};
+    "Embedding, the bag-of-words text classifier of Keras's tutorials). With a mask (Embedding's\n"
+    "mask_zero, Masking), the mean over the steps that count, as Keras's.", 0, .compute_mask = NULL};
 const ld_layer_class ld_layer_global_max_pooling1d = {
     "GlobalMaxPooling1D", "global_max_pooling1d", NULL, {NULL},
     {LD_PBOOL("keepdims", "false"), LD_PEND},
     1, 1, 1u /* any number of steps */, NULL, gp1_build, gmp1_forward,
-    "nn.GlobalMaxPooling1D{keepdims=false}\n\nMaximum over the steps of sequences [batch, steps, features]: [batch, features].", 0};
+    "nn.GlobalMaxPooling1D{keepdims=false}\n\nMaximum over the steps of sequences [batch, steps, features]: [batch, features].", 0, .compute_mask = NULL};
 
 /* ================================================================ Conv1D */
 enum { C1_FILTERS, C1_KSIZE, C1_STRIDES, C1_PADDING, C1_ACT, C1_BIAS, C1_DILATION };
@@ -262,7 +287,7 @@ const ld_layer_class ld_layer_conv1d = {
     "causal: output step t sees input steps <= t (kernel_size - 1 zeros in front).\n"
     "dilation_rate=d: the kernel's taps d steps apart (WaveNet's and TCNs' causal stacks; strides 1).\n"
     "kernel_/bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS)};
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = NULL};
 
 /* ================================================================ MaxPooling1D, AveragePooling1D */
 /* sequences [batch, steps, channels] pooled along the steps: the 2-d
@@ -304,14 +329,14 @@ const ld_layer_class ld_layer_max_pooling1d = {
     1, 1, 1u /* any number of steps */, p1_check, p1_build, mp1_forward,
     "nn.MaxPooling1D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
     "Maximum over windows of steps of sequences [batch, steps, channels] (same: TF's padding, never the\n"
-    "maximum; nn.MaxPool1D is the same).", 0};
+    "maximum; nn.MaxPool1D is the same).", 0, .compute_mask = NULL};
 const ld_layer_class ld_layer_average_pooling1d = {
     "AveragePooling1D", "average_pooling1d", "AvgPool1D", {"pool_size"},
     {LD_PINTS("pool_size", "2", 1), LD_PINTS("strides", "", 1), LD_PSTR("padding", "valid", "valid|same"), LD_PEND},
     1, 1, 1u, p1_check, p1_build, ap1_forward,
     "nn.AveragePooling1D(pool_size=2, {strides=pool_size, padding=\"valid\"|\"same\"})\n\n"
     "Mean over windows of steps of sequences [batch, steps, channels] (padded steps left out of the mean;\n"
-    "nn.AvgPool1D is the same).", 0};
+    "nn.AvgPool1D is the same).", 0, .compute_mask = NULL};
 
 /* ================================================================ ZeroPadding, Cropping, UpSampling (1D and 2D) */
 /* One code path for both: the 1-d classes act on the steps of sequences
@@ -366,12 +391,12 @@ static ld_tensor *zpad_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int 
 const ld_layer_class ld_layer_zero_padding2d = {
     "ZeroPadding2D", "zero_padding2d", NULL, {"padding"}, {LD_PINTS("padding", "1", 0), LD_PEND},
     1, 1, 3u, pad_check, zpad_build, zpad_forward,
-    "nn.ZeroPadding2D(padding=1)\n\nZeros around NHWC images: padding n (every side), {h, w}, or {top, bottom, left, right}.", 0};
+    "nn.ZeroPadding2D(padding=1)\n\nZeros around NHWC images: padding n (every side), {h, w}, or {top, bottom, left, right}.", 0, .compute_mask = NULL};
 const ld_layer_class ld_layer_zero_padding1d = {
     "ZeroPadding1D", "zero_padding1d", NULL, {"padding"}, {LD_PINTS("padding", "1", 0), LD_PEND},
     1, 1, 1u, pad_check, zpad_build, zpad_forward,
     "nn.ZeroPadding1D(padding=1)\n\nZero steps at both ends of sequences [batch, steps, features]: padding n (each end)\n"
-    "or {left, right}.", 0};
+    "or {left, right}.", 0, .compute_mask = NULL};
 
 /* the inputs' kept length along each spatial axis into keep; an error when one is cropped away */
 static int crop_keep(const ld_layer *l, const int64_t *len, const int64_t s[4], int64_t keep[2], const char *shape) {
@@ -408,12 +433,12 @@ const ld_layer_class ld_layer_cropping2d = {
     "Cropping2D", "cropping2d", NULL, {"cropping"}, {LD_PINTS("cropping", "0", 0), LD_PEND},
     1, 1, 3u, pad_check, crop_build, crop_forward,
     "nn.Cropping2D(cropping=0)\n\nNHWC images without their borders: cropping n (every side), {h, w}, or\n"
-    "{top, bottom, left, right}.", 0};
+    "{top, bottom, left, right}.", 0, .compute_mask = NULL};
 const ld_layer_class ld_layer_cropping1d = {
     "Cropping1D", "cropping1d", NULL, {"cropping"}, {LD_PINTS("cropping", "1,1", 0), LD_PEND},
     1, 1, 1u, pad_check, crop_build, crop_forward,
     "nn.Cropping1D(cropping={1, 1})\n\nSequences [batch, steps, features] without steps at their ends: cropping n (each\n"
-    "end) or {left, right} (Keras's default: one step at each end).", 0};
+    "end) or {left, right} (Keras's default: one step at each end).", 0, .compute_mask = NULL};
 
 /* UpSampling (nearest): each step, or each row then each column, repeated
    (gathers: the gradient adds the copies up). UpSampling2D's bilinear: each
@@ -496,11 +521,11 @@ const ld_layer_class ld_layer_up_sampling2d = {
     {LD_PINTS("size", "2", 2), LD_PSTR("interpolation", "nearest", "nearest|bilinear"), LD_PEND},
     1, 1, 3u, up_check, up_build, up_forward,
     "nn.UpSampling2D(size=2, {interpolation=\"nearest\"|\"bilinear\"})\n\nNHWC images enlarged by repeating each row size[1] times and each column size[2] times;\n"
-    "bilinear: TF's bilinear resize (half-pixel centres), as Keras 3's.", 0};
+    "bilinear: TF's bilinear resize (half-pixel centres), as Keras 3's.", 0, .compute_mask = NULL};
 const ld_layer_class ld_layer_up_sampling1d = {
     "UpSampling1D", "up_sampling1d", NULL, {"size"}, {LD_PINTS("size", "2", 1), LD_PEND},
     1, 1, 1u, up_check, up_build, up_forward,
-    "nn.UpSampling1D(size=2)\n\nSequences [batch, steps, features] lengthened by repeating each step size times.", 0};
+    "nn.UpSampling1D(size=2)\n\nSequences [batch, steps, features] lengthened by repeating each step size times.", 0, .compute_mask = NULL};
 
 /* ================================================================ RepeatVector, Permute */
 enum { REP_N };
@@ -531,7 +556,7 @@ static ld_tensor *rep_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int t
 const ld_layer_class ld_layer_repeat_vector = {
     "RepeatVector", "repeat_vector", NULL, {"n"}, {LD_PINT("n", NULL), LD_PEND},
     1, 1, 0, rep_check, rep_build, rep_forward,
-    "nn.RepeatVector(n)\n\n[batch, features] -> [batch, n, features]: each vector n times (an encoder's state for a decoder).", 0};
+    "nn.RepeatVector(n)\n\n[batch, features] -> [batch, n, features]: each vector n times (an encoder's state for a decoder).", 0, .compute_mask = NULL};
 
 /* Permute(dims): the axes after the batch reordered, dims counting them from 1
    (Keras's); the swaps that put each axis in place, on the tape */
@@ -571,7 +596,7 @@ const ld_layer_class ld_layer_permute = {
     "Permute", "permute", NULL, {"dims"}, {LD_PINTS("dims", NULL, 0), LD_PEND},
     1, 1, 0, perm_check, perm_build, perm_forward,
     "nn.Permute{dims}\n\nThe axes after the batch reordered, numbered from 1 as Keras's: nn.Permute{2, 1} swaps\n"
-    "[batch, steps, features] to [batch, features, steps].", 0};
+    "[batch, steps, features] to [batch, features, steps].", 0, .compute_mask = NULL};
 
 /* ================================================================ merging: Add, Multiply, Concatenate */
 /* inputs equal on every axis but `skip` (an axis after the batch, -1: none) */
@@ -641,29 +666,29 @@ static ld_tensor *avg_forward(ld_layer *l, int n, ld_tensor *const *xs, int trai
 const ld_layer_class ld_layer_add = {
     "Add", "add", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u /* the inputs agree with each other (checked in forward) */, NULL, elementwise_build,
-    add_forward, "nn.Add()\n\nlayer({x1, x2, ...}): the elementwise sum of 2 to 8 inputs of the same shape.", 0};
+    add_forward, "nn.Add()\n\nlayer({x1, x2, ...}): the elementwise sum of 2 to 8 inputs of the same shape.", 0, .compute_mask = ld_mask_merge};
 const ld_layer_class ld_layer_multiply = {
     "Multiply", "multiply", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
-    mul_forward, "nn.Multiply()\n\nlayer({x1, x2, ...}): the elementwise product of 2 to 8 inputs of the same shape.", 0};
+    mul_forward, "nn.Multiply()\n\nlayer({x1, x2, ...}): the elementwise product of 2 to 8 inputs of the same shape.", 0, .compute_mask = ld_mask_merge};
 const ld_layer_class ld_layer_subtract = {
     "Subtract", "subtract", NULL, {NULL}, {LD_PEND},
     2, 2, ~0u, NULL, elementwise_build,
-    sub_forward, "nn.Subtract()\n\nlayer({x1, x2}): x1 - x2, for two inputs of the same shape.", 0};
+    sub_forward, "nn.Subtract()\n\nlayer({x1, x2}): x1 - x2, for two inputs of the same shape.", 0, .compute_mask = ld_mask_merge};
 const ld_layer_class ld_layer_average = {
     "Average", "average", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
-    avg_forward, "nn.Average()\n\nlayer({x1, x2, ...}): the elementwise mean of 2 to 8 inputs of the same shape.", 0};
+    avg_forward, "nn.Average()\n\nlayer({x1, x2, ...}): the elementwise mean of 2 to 8 inputs of the same shape.", 0, .compute_mask = ld_mask_merge};
 const ld_layer_class ld_layer_maximum = {
     "Maximum", "maximum", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
     max_forward, "nn.Maximum()\n\nlayer({x1, x2, ...}): the elementwise maximum of 2 to 8 inputs of the same shape\n"
-    "(the gradient goes to the first of equal inputs, as TF's).", 0};
+    "(the gradient goes to the first of equal inputs, as TF's).", 0, .compute_mask = ld_mask_merge};
 const ld_layer_class ld_layer_minimum = {
     "Minimum", "minimum", NULL, {NULL}, {LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u, NULL, elementwise_build,
     min_forward, "nn.Minimum()\n\nlayer({x1, x2, ...}): the elementwise minimum of 2 to 8 inputs of the same shape\n"
-    "(the gradient goes to the first of equal inputs, as TF's).", 0};
+    "(the gradient goes to the first of equal inputs, as TF's).", 0, .compute_mask = ld_mask_merge};
 
 enum { CAT_AXIS };
 /* the axis counted with the batch (1..ndim), or -1 after ld_fail */
@@ -703,11 +728,52 @@ static ld_tensor *cat_forward(ld_layer *l, int n, ld_tensor *const *xs, int trai
     for (int j = 0; j < n; j++) ld_tensor_release(f[j]);
     return y;
 }
+/* Keras's Concatenate.compute_mask: each input's mask (ones for an input
+   without one) broadcast to the input's shape, concatenated along the
+   axis, then any() over the last axis; none when no input has a mask */
+static int cat_mask(ld_layer *l, int n, ld_tensor *const *xs, ld_tensor **mask) {
+    *mask = NULL;
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= xs[i]->keras_mask != NULL;
+    if (!any) return LD_OK;
+    int a = cat_axis(l, xs[0]->ndim - 1);
+    if (a < 0) return ld_error_status();
+    ld_tensor *full[LD_LAYER_MAX_INPUTS] = {0}, *cat = NULL;
+    int i = 0;
+    for (; i < n; i++) {
+        ld_tensor *x = xs[i], *m = x->keras_mask;
+        ld_tensor *ones = ld_tensor_full(LD_F32, x->ndim, x->shape, 1.0, x->storage->device);
+        if (!ones) break;
+        if (!m) { full[i] = ones; continue; }
+        int64_t s[LD_MAX_DIMS];
+        int k = m->ndim;
+        memcpy(s, m->shape, sizeof(int64_t) * (size_t)k);
+        while (k < x->ndim) s[k++] = 1;
+        ld_tensor *mr = m->ndim <= x->ndim ? ld_reshape(m, x->ndim, s) : NULL;
+        if (!mr) {
+            char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+            if (m->ndim > x->ndim)
+                ld_fail(LD_ESHAPE, "%s: a mask %s for an input %s", l->name, ld_shape_str(m, b1, sizeof b1),
+                        ld_shape_str(x, b2, sizeof b2));
+            ld_tensor_release(ones);
+            break;
+        }
+        full[i] = ld_mul(ones, mr);
+        ld_tensor_release(ones);
+        ld_tensor_release(mr);
+        if (!full[i]) break;
+    }
+    if (i == n && (cat = ld_concat_op(n, full, a))) *mask = ld_max(cat, -1, 0);
+    for (int j = 0; j < n; j++) ld_tensor_release(full[j]);
+    ld_tensor_release(cat);
+    return *mask ? LD_OK : ld_error_status();
+}
 const ld_layer_class ld_layer_concatenate = {
     "Concatenate", "concatenate", NULL, {"axis"}, {LD_PINT("axis", "-1"), LD_PEND},
     2, LD_LAYER_MAX_INPUTS, ~0u /* checked in forward */, NULL, cat_build, cat_forward,
     "nn.Concatenate{axis=-1}\n\nlayer({x1, x2, ...}): 2 to 8 inputs joined along `axis` (counted with the batch\n"
-    "axis, as Keras does: -1 the last, 1 the first after the batch); every other axis equal.", 0};
+    "axis, as Keras does: -1 the last, 1 the first after the batch); every other axis equal.", 0,
+    .compute_mask = cat_mask};
 
 /* ================================================================ Dot */
 /* Keras 3's Dot(axes, normalize): batch_dot of two inputs over one axis of
@@ -811,4 +877,4 @@ const ld_layer_class ld_layer_dot = {
     "(axes: one number for both or {ax, ay}; counted with the batch axis, -1 the last). The output\n"
     "holds x's other axes then y's: {x [b, n], y [b, n]} with axes=1 gives [b, 1], {x [b, t, n],\n"
     "y [b, s, n]} with axes=2 gives [b, t, s]. normalize: each input scaled to unit L2 norm along its\n"
-    "axis first (the cosine similarity).", 0};
+    "axis first (the cosine similarity).", 0, .compute_mask = NULL};

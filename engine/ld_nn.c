@@ -503,6 +503,7 @@ ld_tensor *ld_layer_autocast_call(ld_layer *l, int n_in, ld_tensor *const *x, in
         int cast = ld_dtype_is_float(x[i]->dtype) && x[i]->dtype != dt && !(keeps_inputs(l->cls) && x[i]->dtype == LD_F32);
         xs[i] = cast ? ld_cast_op(x[i], dt) : ld_tensor_retain(x[i]);
         if (!xs[i]) break;
+        if (cast) ld_tensor_set_mask(xs[i], x[i]->keras_mask);   /* Keras keeps it across the cast */
     }
     if (i == n_in) {
         ld_dtype was = ld_autocast(dt);
@@ -515,6 +516,95 @@ ld_tensor *ld_layer_autocast_call(ld_layer *l, int n_in, ld_tensor *const *x, in
         ld_tensor_release(y);
         y = c;
     }
+    return y;
+}
+
+/* ================================================================ masks */
+int ld_mask_pass(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask) {
+    (void)l; (void)n_in;
+    *mask = x[0]->keras_mask ? ld_tensor_retain(x[0]->keras_mask) : NULL;
+    return LD_OK;
+}
+
+int ld_mask_merge(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask) {
+    *mask = NULL;
+    for (int i = 0; i < n_in; i++) if (!x[i]->keras_mask) return LD_OK;
+    ld_tensor *acc = ld_tensor_retain(x[0]->keras_mask);
+    for (int i = 1; i < n_in && acc; i++) {   /* logical or of 0/1 values */
+        ld_tensor *m = x[i]->keras_mask, *o = NULL;
+        if (m->ndim != acc->ndim || memcmp(m->shape, acc->shape, sizeof(int64_t) * (size_t)m->ndim)) {
+            char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+            ld_fail(LD_ESHAPE, "%s: its inputs' masks differ in shape (%s and %s)", l->name,
+                    ld_shape_str(acc, b1, sizeof b1), ld_shape_str(m, b2, sizeof b2));
+        } else o = ld_maximum(acc, m);
+        ld_tensor_release(acc);
+        acc = o;
+    }
+    if (!acc) return ld_error_status();
+    *mask = acc;
+    return LD_OK;
+}
+
+int ld_mask_sequences(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask) {
+    int i = ld_layer_param_index(l->cls, "return_sequences");
+    if (i >= 0 && ld_p_int(l, i)) return ld_mask_pass(l, n_in, x, mask);
+    *mask = NULL;
+    return LD_OK;
+}
+
+ld_tensor *ld_mask_not_equal(ld_tensor *x, double v, int any) {
+    ld_tensor *c = ld_tensor_scalar((float)v, x->storage->device);
+    ld_tensor *ne = c ? ld_binary(LD_BIN_NE, x, c) : NULL, *f = ne ? ld_cast(ne, LD_F32) : NULL;
+    ld_tensor_release(c);
+    ld_tensor_release(ne);
+    if (!any || !f) return f;
+    ld_tensor *m = ld_max(f, -1, 0);
+    ld_tensor_release(f);
+    return m;
+}
+
+int ld_mask_of_steps(const ld_layer *l, const ld_tensor *x, ld_tensor **m) {
+    *m = x->keras_mask;
+    if (!*m) return LD_OK;
+    if ((*m)->ndim == 2 && x->ndim >= 2 && (*m)->shape[0] == x->shape[0] && (*m)->shape[1] == x->shape[1]) return LD_OK;
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+    return ld_fail(LD_ESHAPE, "%s takes a mask [batch, steps] for its inputs %s; got a mask of shape %s", l->name,
+                   ld_shape_str(x, b1, sizeof b1), ld_shape_str(*m, b2, sizeof b2));
+}
+
+ld_tensor *ld_mask_step(ld_tensor *m, int64_t t) {
+    ld_tensor *v = ld_slice_view_op(m, 1, t, t + 1, 1);
+    ld_tensor *c = v ? ld_contiguous(v) : NULL;
+    ld_tensor_release(v);
+    return c;
+}
+
+ld_tensor *ld_mask_select(ld_tensor *mask, ld_tensor *a, ld_tensor *b) {
+    if (b) return ld_where(mask, a, b);
+    ld_tensor *z = ld_tensor_full(a->dtype, 0, NULL, 0.0, a->storage->device);
+    ld_tensor *y = z ? ld_where(mask, a, z) : NULL;
+    ld_tensor_release(z);
+    return y;
+}
+
+/* y's mask, as Keras's __call__ sets it: kept when the forward set it on a
+   new tensor; else the class's compute_mask (none for a class without one).
+   An output that is an input itself (a layer that returns it as it is) is
+   given as a view when its mask must differ. Consumes y; NULL on failure. */
+static ld_tensor *output_mask(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor *y) {
+    int is_input = 0;
+    for (int i = 0; i < n_in; i++) is_input |= y == x[i];
+    if (y->keras_mask && !is_input) return y;
+    ld_tensor *m = NULL;
+    if (l->cls->compute_mask && l->cls->compute_mask(l, n_in, x, &m)) { ld_tensor_release(y); return NULL; }
+    if (m == y->keras_mask) { ld_tensor_release(m); return y; }
+    if (is_input) {
+        ld_tensor *v = ld_reshape_op(y, y->ndim, y->shape);
+        ld_tensor_release(y);
+        if (!(y = v)) { ld_tensor_release(m); return NULL; }
+    }
+    ld_tensor_set_mask(y, m);
+    ld_tensor_release(m);
     return y;
 }
 
@@ -538,7 +628,7 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
     for (int i = 0; i < n_in && !cast; i++) cast = ld_dtype_is_half(x[i]->dtype);
     ld_tensor *y = cast ? ld_layer_autocast_call(l, n_in, x, training, NULL, NULL) : l->cls->forward(l, n_in, x, training);
     if (y && ld_layer_record_activity(l, y)) { ld_tensor_release(y); return NULL; }
-    return y;
+    return y ? output_mask(l, n_in, x, y) : NULL;
 }
 
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training) { return ld_layer_call(l, 1, &x, training); }
@@ -1131,17 +1221,118 @@ static ld_tensor *regression_loss(const ld_loss *l, ld_tensor *yt, ld_tensor *yp
     }
     return tmp_done(kp, per);
 }
+/* Keras's squeeze_or_expand_to_same_rank of losses x and weights w (new
+   references in *xo, *wo): a rank apart with a last axis of 1, that axis
+   dropped from the longer, or a vector made a column. Then, weights [batch]
+   of losses [batch, steps, ...] (a sequence model's) weigh each example's
+   positions: ldist's choice where Keras 3 fails on the shapes. */
+static int weights_rank(ld_tensor *x, ld_tensor *w, ld_tensor **xo, ld_tensor **wo) {
+    *xo = ld_tensor_retain(x);
+    *wo = ld_tensor_retain(w);
+    for (int pass = 0; pass < 2; pass++) {
+        ld_tensor **a = pass ? wo : xo, **b = pass ? xo : wo;   /* a: the longer */
+        if ((*a)->ndim != (*b)->ndim + 1 || (*a)->shape[(*a)->ndim - 1] != 1) continue;
+        int64_t s[LD_MAX_DIMS];
+        ld_tensor *r;
+        if ((*b)->ndim == 1) {
+            s[0] = (*b)->shape[0], s[1] = 1;
+            r = ld_reshape_op(*b, 2, s);
+            ld_tensor_release(*b);
+            *b = r;
+        } else {
+            memcpy(s, (*a)->shape, sizeof(int64_t) * (size_t)((*a)->ndim - 1));
+            r = ld_reshape_op(*a, (*a)->ndim - 1, s);
+            ld_tensor_release(*a);
+            *a = r;
+        }
+        if (!r) return ld_error_status();
+        break;
+    }
+    if ((*wo)->ndim >= 1 && (*wo)->ndim < (*xo)->ndim) {
+        int64_t s[LD_MAX_DIMS];
+        int same = 1;
+        for (int i = 0; i < (*wo)->ndim; i++) { s[i] = (*wo)->shape[i]; same &= s[i] == (*xo)->shape[i]; }
+        if (same) {
+            for (int i = (*wo)->ndim; i < (*xo)->ndim; i++) s[i] = 1;
+            ld_tensor *r = ld_reshape_op(*wo, (*xo)->ndim, s);
+            ld_tensor_release(*wo);
+            if (!(*wo = r)) return ld_error_status();
+        }
+    }
+    return LD_OK;
+}
+
+ld_tensor *ld_loss_weighted(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred, ld_tensor *w) {
+    ld_tensor *mask = y_pred->keras_mask;
+    if (!mask && !w) return ld_loss_compute(l, y_true, y_pred);
+    loss_tmp k = {{0}, 0, 0}, *kp = &k;
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+    /* the predictions without their mask (a view: the mask is applied here once) */
+    ld_tensor *bare = mask ? K(ld_reshape_op(y_pred, y_pred->ndim, y_pred->shape)) : y_pred;
+    ld_loss per_l = *l;
+    per_l.reduction_sum = 2;
+    ld_tensor *per = bare ? K(ld_loss_compute(&per_l, y_true, bare)) : NULL, *valid = NULL;
+    if (!per) return tmp_done(kp, NULL);
+    ld_device *dev = per->storage->device;
+    if (mask) {
+        ld_tensor *m = mask->storage->device == dev ? mask : K(ld_to_device(mask, dev));
+        if (m && ld_tensor_numel(m) != ld_tensor_numel(per)) {
+            ld_fail(LD_ESHAPE, "%s: the predictions' mask %s does not match their losses %s", ld_loss_name(l->kind),
+                    ld_shape_str(mask, b1, sizeof b1), ld_shape_str(per, b2, sizeof b2));
+            return tmp_done(kp, NULL);
+        }
+        m = K(ld_reshape(m, per->ndim, per->shape));
+        if (m && l->has_ignore_class) {   /* Keras: the mask and ignore_class's, both */
+            ld_tensor *yt = y_true->storage->device == dev ? y_true : K(ld_to_device(y_true, dev));
+            ld_tensor *ok = yt && ld_tensor_numel(yt) == ld_tensor_numel(per)
+                ? K(ld_binary(LD_BIN_NE, K(ld_reshape(yt, per->ndim, per->shape)), K(ld_tensor_scalar((float)l->ignore_class, dev))))
+                : NULL;
+            m = ok ? K(ld_mul(m, K(ld_cast(ok, LD_F32)))) : m;
+        }
+        per = K(ld_mul(per, m));
+        if (per && l->reduction_sum == 0) {
+            valid = K(ld_sum(m, LD_ALL_AXES, 0));
+            if (valid && in_replicas()) valid = replica_total(kp, valid);
+        }
+    }
+    if (per && w) {
+        ld_tensor *wd = w->storage->device == dev ? w : K(ld_to_device(w, dev)), *pr = NULL, *wr = NULL;
+        if (wd && weights_rank(per, wd, &pr, &wr)) kp->bad = 1;
+        keep(kp, pr);
+        keep(kp, wr);
+        ld_tensor *pw = pr && wr ? ld_mul(pr, wr) : NULL;
+        if (pr && wr && !pw) {
+            ld_fail(LD_ESHAPE, "sample_weight %s does not broadcast against the losses %s", ld_shape_str(w, b1, sizeof b1),
+                    ld_shape_str(per, b2, sizeof b2));
+            kp->bad = 1;
+        }
+        per = K(pw);
+    }
+    if (!per) return tmp_done(kp, NULL);
+    /* Keras returns a scalar or an empty loss unreduced */
+    if (l->reduction_sum == 2 || per->ndim == 0 || (per->ndim == 1 && ld_tensor_numel(per) == 0)) return tmp_done(kp, per);
+    if (l->reduction_sum == 1) return tmp_done(kp, K(ld_sum(per, LD_ALL_AXES, 0)));
+    if (!valid) return tmp_done(kp, K(ld_loss_reduce(l, per, y_true)));
+    /* the positions that count (0 or at least 1; none: a sum of 0) */
+    return tmp_done(kp, K(ld_div(K(ld_sum(per, LD_ALL_AXES, 0)), K(ld_maximum(valid, K(scalar_on(1.0f, per)))))));
+}
+
 #undef K
 
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred) {
     char b1[64], b2[64];
     if (ld_dtype_is_half(y_pred->dtype)) {
         /* Keras computes a loss in float32: half predictions (a mixed
-           precision model's) are cast first, on the tape */
-        ld_tensor *p32 = ld_cast_op(y_pred, LD_F32), *v = p32 ? ld_loss_compute(l, y_true, p32) : NULL;
+           precision model's) are cast first, on the tape, their mask kept */
+        ld_tensor *p32 = ld_cast_op(y_pred, LD_F32), *v = NULL;
+        if (p32) {
+            ld_tensor_set_mask(p32, y_pred->keras_mask);
+            v = ld_loss_compute(l, y_true, p32);
+        }
         ld_tensor_release(p32);
         return v;
     }
+    if (y_pred->keras_mask) return ld_loss_weighted(l, y_true, y_pred, NULL);
     ld_tensor *t1 = NULL, *t2 = NULL, *t3 = NULL, *per = NULL, *out = NULL, *yt = NULL;
     int sparse = l->kind == LD_LOSS_SPARSE_CCE;
     switch (l->kind) {

@@ -91,6 +91,11 @@ typedef struct ld_layer_class {
     const char *doc;            /* help text: the call and a line on what it does */
     unsigned roles;             /* LD_ROLE_BIT()s of the weights that take Keras's per-weight options
                                    (<role>_initializer, _regularizer, _constraint; activity_regularizer) */
+    /* Keras's compute_mask: the output's mask from the inputs' (their
+       keras_mask) as a new reference into *mask (NULL: none), LD_OK or
+       ld_fail. NULL here: the class does not support masking (Keras's
+       supports_masking false), and a mask stops at it. See "masks" below. */
+    int (*compute_mask)(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask);
 } ld_layer_class;
 
 #define LD_FLEX_ALL_BUT_LAST 0x80000000u
@@ -215,7 +220,7 @@ struct ld_layer {
     X(depthwise_conv2d) X(separable_conv2d) X(group_normalization) X(unit_normalization) \
     X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d) X(normalization) \
     X(re_lu) X(identity) X(activity_regularization) X(alpha_dropout) X(zero_padding1d) X(cropping1d) X(up_sampling1d) \
-    X(dot) X(conv1d_transpose) X(time_distributed)
+    X(dot) X(conv1d_transpose) X(time_distributed) X(masking)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE
@@ -278,6 +283,31 @@ ld_tensor *ld_layer_atrous(ld_layer *l, ld_tensor *x, const int64_t k[2], const 
 /* a pooling layer's strides: its parameter strides_i, or its pool size
    (parameter size_i) when none were given, as Keras's strides=None */
 const int64_t *ld_layer_pool_strides(const ld_layer *l, int size_i, int strides_i);
+
+/* ---- masks ----
+   Keras's masks travel on the tensors (ld_tensor's keras_mask: float32 1
+   where a step counts, 0 where it is masked), as Keras's _keras_mask does,
+   so a Sequential, a Functional graph and a subclassed call pass them on
+   alike. ld_layer_call sets each output's as Keras's __call__: a mask the
+   forward set on its new output itself is kept (Masking's); else the
+   class's compute_mask gives it. The layers that use a mask read it from
+   their inputs (recurrent layers skip masked steps, GlobalAveragePooling1D
+   averages over the steps that count, MultiHeadAttention attends to them),
+   and so does the loss (ld_loss_compute) and compile's metrics. */
+int ld_mask_pass(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask);       /* the first input's (Keras's default) */
+int ld_mask_merge(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask);      /* Add, ...: the OR of the inputs' masks, none unless each has one */
+int ld_mask_sequences(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask);  /* recurrent layers: the input's with return_sequences, else none */
+/* float32 1 where x != v and 0 where x == v (off the tape), of x's shape;
+   any: 1 where any element along the last axis differs (that axis dropped) */
+ld_tensor *ld_mask_not_equal(ld_tensor *x, double v, int any);
+/* For a layer that uses the mask of sequences x [batch, steps, ...]: *m is
+   x's mask (borrowed; NULL: none), checked to be [batch, steps] */
+int ld_mask_of_steps(const ld_layer *l, const ld_tensor *x, ld_tensor **m);
+/* column t of a mask [batch, steps] as [batch, 1], off the tape */
+ld_tensor *ld_mask_step(ld_tensor *m, int64_t t);
+/* where(mask, a, b), b NULL meaning zeros of a's dtype: a recurrent step's
+   masked state (the previous one) or output */
+ld_tensor *ld_mask_select(ld_tensor *mask, ld_tensor *a, ld_tensor *b);
 
 /* Variables, in build: init as Keras's initializers */
 typedef enum { LD_INIT_ZEROS = 0, LD_INIT_ONES, LD_INIT_GLOROT_UNIFORM, LD_INIT_UNIFORM, LD_INIT_ORTHOGONAL } ld_init_kind;
@@ -409,6 +439,20 @@ typedef struct {
 const char *ld_loss_name(ld_loss_kind k);
 /* Mean loss over the batch (0-d tensor), or per-example [batch] when reduction is "none". */
 ld_tensor *ld_loss_compute(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred);
+/* Keras 3's Loss.__call__ with its weights: the losses of y_pred against
+   y_true (per position), weighted by w (NULL: none; Keras's
+   squeeze_or_expand_to_same_rank, then broadcast; weights [batch] of a
+   sequence model's losses [batch, steps] weigh each example's positions)
+   and by y_pred's mask (its keras_mask: a masked position weighs 0, with
+   ignore_class its ignored labels too), reduced as l asks
+   (reduce_weighted_values): "none" the weighted losses, "sum" their sum,
+   "sum_over_batch_size" their sum over the number of losses, or with a mask
+   over the positions that count (apply_mask; 0 when none does), in a
+   replica those of the global batch (an in-step all-reduce, as
+   ignore_class's), so every strategy gives one device's loss. A scalar or
+   an empty loss comes back unreduced, as Keras's. ld_loss_compute is this
+   without weights. */
+ld_tensor *ld_loss_weighted(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pred, ld_tensor *w);
 /* Per-example (or per-position) losses reduced as l asks: "none" per
    itself, "sum" their sum, "sum_over_batch_size" their mean; in a replica
    of a synchronous strategy with n > 1 replicas, their sum over the global

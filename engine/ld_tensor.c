@@ -60,9 +60,17 @@ void ld_tensor_release(ld_tensor *t) {
         if (t->grad_fn) ld_node_release(t->grad_fn);
         if (t->ext) t->ext->free(t->ext);
         ld_pending_free(t->pending);
+        ld_tensor_release(t->keras_mask);
         free(t->name);
         free(t);
     }
+}
+
+void ld_tensor_set_mask(ld_tensor *t, ld_tensor *mask) {
+    if (t->keras_mask == mask) return;
+    ld_tensor *old = t->keras_mask;
+    t->keras_mask = mask ? ld_tensor_retain(mask) : NULL;
+    ld_tensor_release(old);
 }
 
 void ld_pending_free(struct ld_pending *p) {
@@ -121,6 +129,7 @@ static ld_tensor *view_of(ld_tensor *base) {
     t->name = NULL;
     t->ext = NULL;
     t->pending = NULL;
+    t->keras_mask = NULL;
     t->serial = next_serial();
     __atomic_add_fetch(&base->storage->refcount, 1, __ATOMIC_RELAXED);
     return t;

@@ -74,6 +74,12 @@ typedef struct ld_tensor {
        is, once the tensor is freed): what a strategy keys "already
        broadcast" by, so the decision never depends on when memory is freed */
     uint64_t serial;
+    /* Keras's mask (its _keras_mask), retained, NULL for most: float32, 1
+       where a step counts and 0 where it is masked, shaped as the tensor's
+       leading axes ([batch, steps] for [batch, steps, features]). Layers
+       set it (ld_layer_call: an Embedding with mask_zero, Masking) and pass
+       it on as Keras's do; ops never do; views do not share it. */
+    struct ld_tensor *keras_mask;
 } ld_tensor;
 
 /* A weight gradient left as its product, a^T b (a [rows, m], b [rows, n],
@@ -89,6 +95,8 @@ void ld_tensor_release(ld_tensor *t);          /* NULL is fine */
    kernel) and drop its factors; nothing to do for other tensors. */
 void ld_tensor_materialize(ld_tensor *t);
 void ld_pending_free(struct ld_pending *p);    /* releases the factors; NULL is fine */
+/* t's Keras mask becomes mask (retained; NULL: none), the old one released */
+void ld_tensor_set_mask(ld_tensor *t, ld_tensor *mask);
 
 /* ---- creation (dev NULL = cpu:0) ---- */
 ld_tensor *ld_tensor_empty(ld_dtype dt, int ndim, const int64_t *shape, ld_device *dev);

@@ -502,6 +502,25 @@ static int layer_call(lua_State *L) {
         xs[0] = lb_to_tensor(L, 2, LD_F32);
         lb_push_tensor(L, xs[0], 0);
     }
+    if (lua_istable(L, 3) && lua_getfield(L, 3, "mask") != LUA_TNIL) {
+        /* layer(x, {mask=m}), Keras's mask argument: the first input's mask
+           (1 or true where a step counts), in place of the one it carries */
+        ld_tensor *m = lb_to_tensor(L, -1, LD_F32), *v = NULL, *mf = NULL;
+        lb_push_tensor(L, m, 0);
+        if (m->ndim < 1 || m->ndim > xs[0]->ndim || memcmp(m->shape, xs[0]->shape, sizeof(int64_t) * (size_t)m->ndim)) {
+            char b1[64], b2[64];
+            return luaL_error(L, "%s: mask of shape %s for inputs %s (it takes the inputs' leading axes: [batch, steps])",
+                              l->name, ld_shape_str(m, b1, sizeof b1), ld_shape_str(xs[0], b2, sizeof b2));
+        }
+        if (!(mf = ld_mask_not_equal(m, 0, 0)) || !(v = ld_reshape_op(xs[0], xs[0]->ndim, xs[0]->shape))) {
+            ld_tensor_release(mf);
+            return luaL_error(L, "%s", ld_error());
+        }
+        ld_tensor_set_mask(v, mf);
+        ld_tensor_release(mf);
+        lb_push_tensor(L, v, 0);
+        xs[0] = v;
+    } else if (lua_istable(L, 3)) lua_pop(L, 1);
     ld_tensor *y = ld_layer_call(l, n, xs, training);
     if (!y) return luaL_error(L, "%s", ld_error());
     lb_push_tensor(L, y, 0);
@@ -954,28 +973,10 @@ typedef struct {
 } step_result;
 
 /* The step's loss: with per-example weights w ([batch], or NULL), the
-   weighted reduction of the per-example losses (Keras's sample_weight). */
+   weighted reduction of the losses (Keras's sample_weight), and with the
+   predictions' mask, the positions that count (ld_loss_weighted). */
 static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_tensor *w) {
-    if (!w) return ld_loss_compute(loss, y, pred);
-    ld_loss per_l = *loss;
-    per_l.reduction_sum = 2;
-    ld_tensor *per = ld_loss_compute(&per_l, y, pred);
-    if (!per) return NULL;
-    if (per->ndim != 1 || w->ndim != 1 || per->shape[0] != w->shape[0]) {
-        char b1[64], b2[64];
-        ld_fail(LD_ESHAPE, "sample weights of shape %s for %s per-example losses (one weight per example expected)",
-                ld_shape_str(w, b1, sizeof b1), ld_shape_str(per, b2, sizeof b2));
-        ld_tensor_release(per);
-        return NULL;
-    }
-    ld_tensor *wd = w->storage->device == per->storage->device ? ld_tensor_retain(w) : ld_to_device(w, per->storage->device);
-    ld_tensor *pw = wd ? ld_mul(per, wd) : NULL;
-    ld_tensor_release(per);
-    ld_tensor_release(wd);
-    if (!pw) return NULL;
-    ld_tensor *v = loss->reduction_sum == 2 ? ld_tensor_retain(pw) : ld_loss_reduce(loss, pw, y);
-    ld_tensor_release(pw);
-    return v;
+    return ld_loss_weighted(loss, y, pred, w);
 }
 
 /* the step's loss plus the model's regularization losses (Keras's
@@ -1575,40 +1576,13 @@ static int loss_categorical_focal(lua_State *L) { return loss_new(L, LD_LOSS_CAT
 static int loss_dice(lua_State *L) { return loss_new(L, LD_LOSS_DICE); }
 static int loss_tversky(lua_State *L) { return loss_new(L, LD_LOSS_TVERSKY); }
 
-/* Keras 3's squeeze_or_expand_to_same_rank (keras/src/losses/loss.py) for
-   per-example losses and sample weights: when the ranks differ by one and
-   the longer one ends in 1, that 1 is dropped, or a rank-1 other side gets
-   one. Replaces the tensors at slots ia and ib (reshapes: tape-aware). */
-static void same_rank(lua_State *L, int ia, int ib) {
-    for (int pass = 0; pass < 2; pass++) {
-        int ix = pass ? ib : ia, iy = pass ? ia : ib;      /* x: the longer one */
-        ld_tensor *x = lb_test_tensor(L, ix), *y = lb_test_tensor(L, iy);
-        if (x->ndim != y->ndim + 1 || x->shape[x->ndim - 1] != 1) continue;
-        int64_t s[LD_MAX_DIMS];
-        if (y->ndim == 1) {                                 /* y [n] -> [n, 1] */
-            s[0] = y->shape[0], s[1] = 1;
-            lb_push_tensor(L, ld_reshape_op(y, 2, s), 0);
-            lua_replace(L, iy);
-        } else {                                            /* x [..., 1] -> [...] */
-            memcpy(s, x->shape, sizeof(int64_t) * (size_t)(x->ndim - 1));
-            lb_push_tensor(L, ld_reshape_op(x, x->ndim - 1, s), 0);
-            lua_replace(L, ix);
-        }
-        return;
-    }
-}
-
-/* The reduction of weighted per-example losses pw (w * l), as Keras 3's
-   reduce_weighted_values: "sum" sum(pw); "sum_over_batch_size" sum(pw) /
-   number of losses (not the sum of the weights), that number scaled to the
-   global batch in a replica of a synchronous strategy, as the unweighted
-   loss is (ld_nn.c). A new reference, or NULL with the engine's error. */
 /* loss(y_true, y_pred [, sample_weight]). With sample_weight (a number or a
    tensor broadcast against the per-example losses), as Keras 3's
    reduce_weighted_values: "none" gives w * l; "sum" sum(w * l);
    "sum_over_batch_size" sum(w * l) / number of weighted losses (not the sum
    of the weights). In a replica of a synchronous strategy that number is
-   scaled to the global batch, as the unweighted loss is (ld_nn.c). */
+   scaled to the global batch, as the unweighted loss is; a mask on y_pred
+   (a layer's keras_mask) leaves its masked positions out (ld_loss_weighted). */
 static int loss_call(lua_State *L) {
     ld_loss *l = check_loss(L, 1);
     lua_settop(L, 4);                                      /* 4: sample_weight or nil */
@@ -1616,37 +1590,20 @@ static int loss_call(lua_State *L) {
     lb_push_tensor(L, yt, 0);
     ld_tensor *yp = lb_to_tensor(L, 3, LD_F32);
     lb_push_tensor(L, yp, 0);
-    if (lua_isnil(L, 4)) {
-        ld_tensor *v = ld_loss_compute(l, yt, yp);
-        if (!v) return luaL_error(L, "%s", ld_error());
-        lb_push_tensor(L, v, 0);
-        return 1;
+    ld_tensor *w = NULL;
+    if (!lua_isnil(L, 4)) {
+        if (!lb_test_tensor(L, 4) && !lua_isnumber(L, 4) && !lua_istable(L, 4))
+            return luaL_error(L, "bad argument #3 to 'loss' (sample_weight must be a number or a tensor, got %s)", luaL_typename(L, 4));
+        w = lb_to_tensor(L, 4, LD_F32);
+        lb_push_tensor(L, w, 0);
     }
-    if (!lb_test_tensor(L, 4) && !lua_isnumber(L, 4) && !lua_istable(L, 4))
-        return luaL_error(L, "bad argument #3 to 'loss' (sample_weight must be a number or a tensor, got %s)", luaL_typename(L, 4));
-    lb_push_tensor(L, lb_to_tensor(L, 4, LD_F32), 3);     /* 7: the weights */
-    ld_loss per_l = *l;
-    per_l.reduction_sum = 2;                               /* per-example losses */
-    ld_tensor *per = ld_loss_compute(&per_l, yt, yp);
-    if (!per) return luaL_error(L, "%s", ld_error());
-    lb_push_tensor(L, per, 0);                             /* 8 */
-    ld_tensor *w = lb_test_tensor(L, 7);
-    if (w->storage->device != per->storage->device) {     /* weights made on the host, losses on a GPU */
-        lb_push_tensor(L, ld_to_device(w, per->storage->device), 3);
-        lua_replace(L, 7);
+    ld_tensor *v = ld_loss_weighted(l, yt, yp, w);
+    if (!v) {
+        if (w && ld_error_status() == LD_ESHAPE && strstr(ld_error(), "sample_weight"))
+            return luaL_error(L, "bad argument #3 to 'loss' (%s)", ld_error());
+        return luaL_error(L, "%s", ld_error());
     }
-    same_rank(L, 8, 7);
-    ld_tensor *pw = ld_mul(lb_test_tensor(L, 8), lb_test_tensor(L, 7));
-    if (!pw) {
-        char b1[64], b2[64];
-        return luaL_error(L, "bad argument #3 to 'loss' (sample_weight %s does not broadcast against the losses %s)",
-                          ld_shape_str(lb_test_tensor(L, 7), b1, sizeof b1), ld_shape_str(lb_test_tensor(L, 8), b2, sizeof b2));
-    }
-    lb_push_tensor(L, pw, 0);
-    /* Keras returns a scalar or an empty loss unreduced */
-    int64_t n = ld_tensor_numel(pw);
-    if (l->reduction_sum == 2 || pw->ndim == 0 || (pw->ndim == 1 && n == 0)) return 1;
-    lb_push_tensor(L, ld_loss_reduce(l, pw, yt), 0);
+    lb_push_tensor(L, v, 0);
     return 1;
 }
 

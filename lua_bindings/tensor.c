@@ -1105,6 +1105,11 @@ static int t_index(lua_State *L) {
     if (!strcmp(k, "name")) { if (t->name) lua_pushstring(L, t->name); else lua_pushnil(L); return 1; }
     if (!strcmp(k, "trainable")) { lua_pushboolean(L, t->requires_grad); return 1; }
     if (!strcmp(k, "T")) { lb_push_tensor(L, ld_transpose_op(t, -2, -1), 1); return 1; }
+    if (!strcmp(k, "keras_mask")) {   /* Keras's _keras_mask: what a layer left on its output, or nil */
+        if (t->keras_mask) lb_push_tensor(L, ld_tensor_retain(t->keras_mask), 1);
+        else lua_pushnil(L);
+        return 1;
+    }
     lua_getfield(L, lua_upvalueindex(1), k);
     return 1;
 }
@@ -1562,7 +1567,7 @@ int lb_open_tensor(lua_State *L) {
     luaL_newmetatable(L, LB_TENSOR_MT);
     int mt = lua_gettop(L);
     {
-        static const char *const f[] = {"shape", "dtype", "device", "ndim", "name", "trainable", "T", NULL};
+        static const char *const f[] = {"shape", "dtype", "device", "ndim", "name", "trainable", "T", "keras_mask", NULL};
         lua_newtable(L);
         for (int i = 0; f[i]; i++) { lua_pushstring(L, f[i]); lua_rawseti(L, -2, i + 1); }
         lua_setfield(L, -2, "__fields");   /* computed fields, for completion */

@@ -21,6 +21,27 @@ local function make_data(n, shape, classes, seed)
   return x, y
 end
 
+-- n rows of 8 ids in [1, 10) padded with 0 after 2 to 8 steps, a fifth of them with
+-- step 3 padded too (deterministic); labels: each step's id % 3 (tags), or whether
+-- the first id is even
+local function padded_ids(n, tags)
+  local ids, ys, s = {}, {}, 7
+  local function r(k) s = (s * 1103515245 + 12345) % 2147483648; return s % k end
+  for i = 1, n do
+    local len = 2 + r(7)
+    for t = 1, 8 do
+      local v = t <= len and 1 + r(9) or 0
+      if t == 3 and r(5) == 0 then v = 0 end
+      ids[#ids + 1] = v
+      if tags then ys[#ys + 1] = v % 3 end
+    end
+    if not tags then ys[i] = (ids[(i - 1) * 8 + 1] + 1) % 2 end
+  end
+  local x = tensor.new(ids, { dtype = "int64" }):reshape { n, 8 }
+  local y = tensor.new(ys, { dtype = "int64" })
+  return x, tags and y:reshape { n, 8 } or y
+end
+
 -- every trainable variable of a model, flattened into out["w<i>[<j>]"]
 local function put_weights(out, model, prefix)
   for i, v in ipairs(model.trainable_variables) do
@@ -126,6 +147,25 @@ local MODELS = {
       local h = nn.Concatenate() { nn.Flatten()(s), nn.Flatten()(c), v }
       return nn.Model { inputs = x, outputs = nn.Dense(3)(h) }
     end },
+  -- Keras's masks: padded id sequences (id 0, trailing and one inside), each step
+  -- tagged id % 3; Embedding{mask_zero} -> Bidirectional LSTM over the steps that
+  -- count -> a tag per step, the loss and accuracy over the steps that count (their
+  -- number is the global batch's: an in-step all-reduce)
+  masked_tagger = { data = function(n) return padded_ids(n, true) end,
+    make = function()
+      return nn.Sequential { nn.Input { shape = { 8 }, dtype = "int64" }, nn.Embedding(10, 6, { mask_zero = true }),
+        nn.Bidirectional(nn.LSTM(5, { return_sequences = true })), nn.Dense(3) }
+    end },
+  -- the same ids classified (is the first id even?) by attention over the steps that
+  -- count, a GRU that skips the others, and their masked mean
+  masked_classifier = { data = function(n) return padded_ids(n, false) end,
+    make = function()
+      local x = nn.Input { shape = { 8 }, dtype = "int64" }
+      local e = nn.Embedding(10, 6, { mask_zero = true })(x)
+      local a = nn.MultiHeadAttention(2, 3)(e)
+      local g = nn.GRU(4, { return_sequences = true })(nn.Add() { e, nn.Dense(6)(a) })
+      return nn.Model { inputs = x, outputs = nn.Dense(2)(nn.GlobalAveragePooling1D()(g)) }
+    end },
   -- regression of a sequence: a Dense over each of 6 steps, targets [batch, 6, 2]
   -- (a loss of several positions per row, divided by the global batch's positions)
   seq = { shape = { 6, 4 }, target = function(x) return x:slice(2, 0, 2):tanh() end,
@@ -229,7 +269,8 @@ local function train_case(o)
     name = o.name, tol = o.tol, also = o.also, skip = o.skip,
     run = function(S)
       local m = MODELS[o.model]
-      local x, y = make_data(o.n, m.shape, m.classes or 2)
+      local x, y
+      if m.data then x, y = m.data(o.n) else x, y = make_data(o.n, m.shape, m.classes or 2) end
       if m.target then y = m.target(x) end
       if o.onehot then   -- a categorical loss's labels
         y = y:reshape(o.n, 1):astype("float32"):eq(tensor.arange(m.classes):astype("float32"))
@@ -291,7 +332,7 @@ add(train_case { name = "fit_dice", model = "mlp_sigmoid", opt = "sgd_momentum",
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions, TimeDistributed and the
 -- 1-d shape layers, Dot, dilated convolutions
 for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise",
-                        "timeseq", "dot", "dilated" } do
+                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

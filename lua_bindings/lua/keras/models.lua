@@ -114,6 +114,38 @@ local function as_list(v, what)
   return v, true
 end
 
+-- A Functional model's layers in Keras's order (model.layers, and so its
+-- weights and summary; keras/src/ops/function.py map_graph): the deepest
+-- first (a call's depth: the most layers between it and an output; a shared
+-- layer's, its deepest call's), ties in the order a depth-first walk from the
+-- outputs first meets them. order: the calls, inputs first (run_graph's).
+local function keras_layer_order(outputs, is_input, order)
+  local index, n, seen = {}, 0, {}
+  local function walk(t)
+    if is_input[t] or seen[t] then return end
+    seen[t] = true
+    if not index[t._layer] then index[t._layer], n = n, n + 1 end
+    for _, u in ipairs(t._inputs) do walk(u) end
+  end
+  for _, o in ipairs(outputs) do walk(o) end
+  local depth, ldepth = {}, {}
+  for i = #order, 1, -1 do
+    local t = order[i]
+    local d = math.max(depth[t] or 0, ldepth[t._layer] or 0)
+    ldepth[t._layer], depth[t] = d, d
+    for _, u in ipairs(t._inputs) do
+      if not is_input[u] then depth[u] = math.max(depth[u] or 0, d + 1) end
+    end
+  end
+  local layers = {}
+  for l in pairs(index) do layers[#layers + 1] = l end
+  table.sort(layers, function(a, b)
+    if ldepth[a] ~= ldepth[b] then return ldepth[a] > ldepth[b] end
+    return index[a] < index[b]
+  end)
+  return layers
+end
+
 local function functional(opts)
   local inputs, multi_in = as_list(opts.inputs, "inputs")
   local outputs, multi_out = as_list(opts.outputs, "outputs")
@@ -139,7 +171,7 @@ local function functional(opts)
     t._node = nodes[t._layer] - 1
   end
   local m = nn._model_new(opts.name or "functional", "Functional")
-  for _, t in ipairs(order) do m:_track(t._layer) end
+  for _, l in ipairs(keras_layer_order(outputs, is_input, order)) do m:_track(l) end
   m._graph = { inputs = inputs, outputs = outputs, order = order, multi_in = multi_in, multi_out = multi_out }
   m.call = run_graph
   return m

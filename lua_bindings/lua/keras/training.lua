@@ -141,6 +141,24 @@ doc(metrics.Mean, "metrics.Mean", "metrics.Mean(name)\n\nA running (weighted) me
   "averaged over the other dimensions; sample_weight (a number or a tensor broadcast to\n" ..
   "the values' shape) weights them: result = sum(w * v) / sum(w).")
 
+-- Keras's MeanMetricWrapper metrics (the accuracies, the error metrics)
+-- leave out the masked positions of the predictions (their keras_mask, a
+-- layer's; apply_mask with reduction "sum"): the mask is their weight, times
+-- the sample weights (a row's on each of its positions) when there are some
+local function masked_weights(y_pred, sample_weight)
+  local m = tensor.is_tensor(y_pred) and y_pred.keras_mask
+  if not m then return sample_weight end
+  if sample_weight == nil then return m end
+  local w = tensor.is_tensor(sample_weight) and sample_weight or tensor.new(sample_weight)
+  if w.device ~= m.device then w = w:to(m.device) end
+  if w.ndim >= 1 and w.ndim < m.ndim then
+    local s = w.shape
+    for i = w.ndim + 1, m.ndim do s[i] = 1 end
+    w = w:reshape(s)
+  end
+  return m * w
+end
+
 local Acc = {}
 Acc.__index = Acc
 Acc.__name = "ldist.metrics.Accuracy"
@@ -155,6 +173,7 @@ function metrics.CategoricalAccuracy(name) return accuracy("categorical", name) 
 function metrics.BinaryAccuracy(name) return accuracy("binary", name) end
 function metrics.Accuracy(name) return accuracy("sparse", name) end
 function Acc:update_state(y_true, y_pred, sample_weight)
+  sample_weight = masked_weights(y_pred, sample_weight)
   y_true, y_pred = tensor.new(y_true), tensor.new(y_pred)
   if sample_weight ~= nil then   -- Keras's: sum(w * match) / sum(w), each row's weight on its positions
     local c, t = nn._count_correct(y_true, y_pred, self.kind == "sparse", tensor.new(sample_weight))
@@ -216,7 +235,9 @@ function Wrap:update_state(y_true, y_pred, sample_weight)
   if not tensor.is_tensor(y_pred) then y_pred = tensor.new(y_pred) end
   if not tensor.is_tensor(y_true) then y_true = tensor.new(y_true) end
   if y_true.device ~= y_pred.device then y_true = y_true:to(y_pred.device) end
-  local per = self._loss(y_true, y_pred)
+  sample_weight = masked_weights(y_pred, sample_weight)
+  -- the unreduced loss of the predictions without their mask (applied here, as a weight)
+  local per = self._loss(y_true, y_pred.keras_mask and y_pred:reshape(y_pred.shape) or y_pred)
   if self._sign then per = per * self._sign end
   Mean.update_state(self, per, sample_weight)
 end
@@ -381,6 +402,7 @@ end
 metrics.SparseTopKCategoricalAccuracy = top_k(true, "sparse_top_k_categorical_accuracy")
 metrics.TopKCategoricalAccuracy = top_k(false, "top_k_categorical_accuracy")
 function TopK:update_state(y_true, y_pred, sample_weight)
+  sample_weight = masked_weights(y_pred, sample_weight)
   local p = host_array(y_pred, 2)
   local c = p.shape[#p.shape]
   local rows = c and c > 0 and p.n // c or 0

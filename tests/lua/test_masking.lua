@@ -1,0 +1,92 @@
+-- test_masking.lua - Keras 3's masks: Embedding{mask_zero}, Masking, and the
+-- layers that use a mask (LSTM, GRU, SimpleRNN forward and backward,
+-- Bidirectional, GlobalAveragePooling1D) or pass it on (Dense,
+-- LayerNormalization, Dropout, TimeDistributed, the merging layers), the loss
+-- and compile's accuracy over the steps that count. Each model of
+-- tests/fixtures/masking.lua (scripts/fixtures/make_mask_fixtures.py, Keras
+-- 3.15 / TF 2.21) is built here with Keras's weights, on cpu:0 and on the
+-- logical device cpu:1: its outputs and their mask, its loss and gradients,
+-- evaluate's loss and accuracy, and the weights after fit equal Keras's.
+local T = dofile("tests/lua/testlib.lua")
+ldist.config.cpu_devices(2)
+local F = dofile("tests/fixtures/masking.lua")
+
+local function t_of(a)
+  local t = tensor.new(a.v, a.v[1] and math.type(a.v[1]) == "integer" and { dtype = "int64" } or nil)
+  return t:reshape(a.shape)
+end
+local function flat(t) return t:cpu():reshape { t:numel() }:totable() end
+local function near_all(got, want, tol, what)
+  T.eq(table.concat(got.shape, "x"), table.concat(want.shape, "x"), what .. ": shape")
+  local g = flat(got)
+  for i, w in ipairs(want.v) do
+    if not (math.abs(g[i] - w) <= tol * (1 + math.abs(w))) then
+      error(("%s [%d]: %.9g, Keras %.9g"):format(what, i, g[i], w), 0)
+    end
+  end
+end
+local function build(c, dev)
+  local function make()
+    local m = assert(load("return " .. c.build, "=" .. c.name, "t", _ENV))()
+    local ws = {}
+    for i, w in ipairs(c.weights) do ws[i] = t_of(w) end
+    m:set_weights(ws)
+    return m
+  end
+  if not dev then return make() end
+  local m
+  distribute.OneDeviceStrategy(dev):scope(function() m = make() end)
+  return m
+end
+local function inputs(c, dev)
+  local xs = {}
+  for i, x in ipairs(c.x) do xs[i] = dev and t_of(x):to(dev) or t_of(x) end
+  return #xs == 1 and xs[1] or xs
+end
+
+for _, dev in ipairs { false, "cpu:1" } do
+  local where = dev or "cpu:0"
+  T.test("Keras's outputs, masks, losses and gradients of masked models on " .. where, function()
+    for _, c in ipairs(F.cases) do
+      local m, x = build(c, dev), inputs(c, dev)
+      local y = t_of(c.y)
+      local loss = assert(load("return " .. c.loss, "=loss", "t", _ENV))()
+      local out = m(x)
+      T.eq(out.device, where, c.name .. ": the output's device")
+      near_all(out, c.out, 2e-5, c.name .. ": output")
+      if c.mask then near_all(T.ok(out.keras_mask, c.name .. ": a mask"), c.mask, 0, c.name .. ": mask")
+      else T.eq(out.keras_mask, nil, c.name .. ": no mask") end
+      local vars = m.trainable_variables
+      local tape = autograd.GradientTape()
+      local lv = tape:record(function() return loss(dev and y:to(dev) or y, m(x, { training = c.training })) end)
+      T.near(lv:item(), c.loss_value, 2e-6 * (1 + math.abs(c.loss_value)), c.name .. ": loss")
+      local g = tape:gradient(lv, vars)
+      T.eq(#g, #c.grads, c.name .. ": a gradient per weight")
+      for i, want in ipairs(c.grads) do near_all(g[i], want, 5e-5, c.name .. ": gradient of " .. vars[i].name) end
+    end
+  end)
+
+  T.test("evaluate's loss and accuracy over the steps that count, and fit, as Keras's, on " .. where, function()
+    for _, c in ipairs(F.cases) do
+      local m, x = build(c, dev), inputs(c, dev)
+      local loss = assert(load("return " .. c.loss, "=loss", "t", _ENV))()
+      if c.evaluate then   -- a model built under a strategy's scope computes there
+        m:compile { optimizer = optim.SGD { learning_rate = 0.1 }, loss = loss, metrics = { "accuracy" } }
+        local r = m:evaluate(x, t_of(c.y), { batch_size = 4, verbose = 0 })
+        T.near(r.loss, c.evaluate.loss, 2e-6 * (1 + c.evaluate.loss), c.name .. ": evaluate's loss")
+        T.near(r.accuracy, c.evaluate.accuracy, 1e-6, c.name .. ": evaluate's accuracy")
+      end
+      if not c.fitted then goto next end
+      m = build(c, dev)
+      m:compile { optimizer = optim.SGD { learning_rate = 0.1 }, loss = loss }
+      m:fit(x, t_of(c.y), { batch_size = 2, epochs = 1, shuffle = false, verbose = 0 })
+      m:fit(x, t_of(c.y), { batch_size = 4, epochs = 1, shuffle = false, verbose = 0 })
+      T.eq(m.weights[1].device, where, c.name .. ": trained where it was built")
+      local ws = m:get_weights()
+      for i, want in ipairs(c.fitted) do near_all(ws[i], want, 2e-5, c.name .. ": weight " .. i .. " after fit") end
+      ::next::
+    end
+  end)
+end
+
+T.done()
