@@ -356,15 +356,38 @@ const ld_layer_class ld_layer_activation = {
 
 /* ================================================================ Softmax */
 enum { SOFTMAX_AXIS };
+/* With a mask (its input's), Keras's: the mask broadcast against the input
+   (aligned at the last axis; an error where it cannot be), the masked
+   positions -1e9 (-3e4 in float16) before the softmax and 0 after it */
 static ld_tensor *softmax_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
-    return ld_softmax_axis(x[0], (int)ld_p_int(l, SOFTMAX_AXIS), 0);
+    ld_tensor *m = x[0]->keras_mask;
+    int axis = (int)ld_p_int(l, SOFTMAX_AXIS);
+    if (!m) return ld_softmax_axis(x[0], axis, 0);
+    int ok = m->ndim <= x[0]->ndim;
+    for (int i = 1; ok && i <= m->ndim; i++) {
+        int64_t a = m->shape[m->ndim - i], b = x[0]->shape[x[0]->ndim - i];
+        ok = a == 1 || a == b;
+    }
+    if (!ok) {
+        char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+        ld_fail(LD_ESHAPE, "%s: its input's mask %s does not broadcast to the input %s (Keras's Softmax: each mask axis, "
+                "from the last, 1 or the input's)", l->name, ld_shape_str(m, b1, sizeof b1), ld_shape_str(x[0], b2, sizeof b2));
+        return NULL;
+    }
+    ld_tensor *neg = ld_tensor_full(x[0]->dtype, 0, NULL, x[0]->dtype == LD_F16 ? -3e4 : -1e9, x[0]->storage->device);
+    ld_tensor *w = neg ? ld_where(m, x[0], neg) : NULL, *s = w ? ld_softmax_axis(w, axis, 0) : NULL;
+    ld_tensor *y = s ? ld_mask_select(m, s, NULL) : NULL;
+    ld_tensor_release(neg); ld_tensor_release(w); ld_tensor_release(s);
+    return y;
 }
 const ld_layer_class ld_layer_softmax = {
     "Softmax", "softmax", NULL, {"axis"},
     {LD_PINT("axis", "-1"), LD_PEND},
     1, 1, ~0u, NULL, same_build, softmax_forward,
     "nn.Softmax({axis=-1}) or nn.Softmax(axis)\n\nSoftmax over an axis of its input (Keras's Softmax layer; the axis counts the batch\n"
-    "axis, as Keras's does): nn.Activation(\"softmax\") is the same over the last one.", 0, .compute_mask = ld_mask_pass};
+    "axis, as Keras's does): nn.Activation(\"softmax\") is the same over the last one. Given a mask\n"
+    "(nn.Softmax()(scores, {mask = m}), or its input's), as Keras's: masked positions weigh 0.", 0,
+    .compute_mask = ld_mask_pass};
 
 /* ================================================================ LeakyReLU, ELU, PReLU */
 /* Keras's activation layers with a parameter: relu(x) + p * n(x), n(x) the

@@ -89,4 +89,56 @@ for _, dev in ipairs { false, "cpu:1" } do
   end)
 end
 
+T.test("under mixed_bfloat16 and mixed_float16 the masks are the same and the loss is float32's within half precision", function()
+  for _, policy in ipairs { "mixed_bfloat16", "mixed_float16" } do
+    for _, c in ipairs(F.cases) do
+      mixed_precision.set_global_policy(policy)
+      local ok, err = pcall(function()
+        local m, x = build(c), inputs(c)
+        local loss = assert(load("return " .. c.loss, "=loss", "t", _ENV))()
+        local out = m(x)
+        if c.mask then near_all(T.ok(out.keras_mask, c.name .. ": a mask"), c.mask, 0, policy .. " " .. c.name .. ": mask") end
+        local lv = loss(t_of(c.y), out):item()
+        T.near(lv, c.loss_value, (policy == "mixed_bfloat16" and 2e-2 or 2e-3) * (1 + c.loss_value),
+          policy .. " " .. c.name .. ": loss")
+      end)
+      mixed_precision.set_global_policy("float32")
+      if not ok then error(err, 0) end
+    end
+  end
+end)
+
+T.test("a mask given to a layer's call, the masks of layers that drop them, and bad masks named", function()
+  local x = tensor.new { { { 1, 2 }, { 3, 4 }, { 5, 6 } } }
+  local lstm = nn.LSTM(2, { return_sequences = true })
+  local a = lstm(x, { mask = tensor.new { { 1, 1, 0 } } })
+  T.near((a[0][2] - a[0][1]):abs():sum():item(), 0, 0, "a masked step repeats the previous output")
+  T.eq(flat(a.keras_mask)[3], 0, "the mask given comes out with the sequence")
+  local b = lstm(x)
+  T.ok((b[0][2] - b[0][1]):abs():sum():item() > 0, "without it the step counts")
+  T.eq(b.keras_mask, nil, "no mask given, none made")
+  -- layers Keras does not mask (Conv1D, Flatten, GlobalMaxPooling1D) stop it; Dense passes it on
+  local e = nn.Embedding(4, 3, { mask_zero = true })(tensor.new({ { 1, 0, 2 } }, { dtype = "int64" }))
+  T.ok(nn.Dense(2)(e).keras_mask, "Dense passes the mask on")
+  T.eq(nn.Conv1D(2, 1)(e).keras_mask, nil, "Conv1D stops it")
+  T.eq(nn.GlobalMaxPooling1D()(e).keras_mask, nil, "GlobalMaxPooling1D stops it")
+  T.eq(nn.Embedding(4, 3)(tensor.new({ { 1, 0, 2 } }, { dtype = "int64" })).keras_mask, nil, "mask_zero is off by default")
+  -- the layer's config carries the options
+  T.eq(nn.Embedding(4, 3, { mask_zero = true }):get_config().mask_zero, true)
+  T.eq(nn.Masking { mask_value = -1 }:get_config().mask_value, -1)
+  T.raises(function() lstm(x, { mask = tensor.new { { 1, 1 } } }) end, "mask of shape 1x2 for inputs 1x3x2")
+  T.raises(function() nn.GlobalAveragePooling1D()(x, { mask = tensor.new { 1 } }) end,
+    "takes a mask [batch, steps] for its inputs 1x3x2; got a mask of shape 1")
+  T.raises(function() nn.Masking()(tensor.new { 1, 2 }) end, "needs inputs [batch, ..., features]")
+  -- Softmax takes the mask where it broadcasts against its input, and says where it does not (Keras's error)
+  near_all(nn.Softmax()(tensor.new { { 1, 2, 3 } }, { mask = tensor.new { { 1, 1, 0 } } }),
+    { shape = { 1, 3 }, v = { 0.26894142, 0.73105858, 0 } }, 1e-6, "a masked softmax")
+  local seq = nn.Sequential { nn.Embedding(5, 3, { mask_zero = true }), nn.LSTM(4, { return_sequences = true }), nn.Dense(3),
+    nn.Softmax() }
+  T.raises(function() seq(tensor.new({ { 1, 2, 0, 0, 0 } }, { dtype = "int64" })) end,
+    "its input's mask 1x5 does not broadcast to the input 1x5x3")
+  -- the session goes on
+  T.eq(#lstm(x).shape, 3)
+end)
+
 T.done()
