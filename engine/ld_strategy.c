@@ -801,7 +801,8 @@ int ld_replica_all_reduce_sum(ld_tensor *t) {
     ld_device *dev = t->storage->device;
     if (dev->kind != LD_DEV_CPU)
         return ld_fail(LD_EDEVICE, "an all-reduce inside the step (synchronized BatchNormalization; the losses of the "
-                       "global batch: SparseCategoricalCrossentropy's ignore_class, Dice, Tversky) runs between CPU "
+                       "global batch: a loss over masked steps, SparseCategoricalCrossentropy's ignore_class, Dice, Tversky) "
+                       "runs between CPU "
                        "devices and between processes, not between the replicas of one process on %s", dev->name);
     if (c->id < 0 || c->id >= c->n) return ld_fail(LD_EARG, "bad replica context");
     if (step_reduce.n != c->n) {             /* the replicas are in several processes */
