@@ -228,19 +228,66 @@ const ld_layer_class ld_layer_multi_head_attention = {
 /* ================================================================ recurrent layers */
 /* LSTM and GRU share their parameters' first six and the loop's shape */
 enum { RNN_UNITS, RNN_ACT, RNN_RACT, RNN_BIAS, RNN_SEQ, RNN_BACK, RNN_EXTRA /* unit_forget_bias / reset_after */,
-       RNN_ZERO /* zero_output_for_mask */ };
+       RNN_ZERO /* zero_output_for_mask */, RNN_DROP, RNN_RDROP, RNN_STATE /* return_state */ };
 static int rnn_check(ld_layer *l) {
     if (ld_p_int(l, RNN_UNITS) < 1 || ld_p_int(l, RNN_UNITS) > (1 << 24))
         return ld_fail(LD_EARG, "%s units must be a positive integer, got %lld", l->cls->class_name,
                        (long long)ld_p_int(l, RNN_UNITS));
+    static const char *const rates[2] = {"dropout", "recurrent_dropout"};
+    for (int i = 0; i < 2; i++) {
+        int k = ld_layer_param_index(l->cls, rates[i]);
+        double r = k < 0 ? 0 : ld_p_float(l, k);
+        if (!(r >= 0 && r < 1)) return ld_fail(LD_EARG, "%s %s must be in [0, 1), got %g", l->cls->class_name, rates[i], r);
+    }
     return LD_OK;
 }
-static int rnn_out(ld_layer *l, const ld_shape *in, ld_shape *out) {
-    int64_t u = ld_p_int(l, RNN_UNITS);
-    if (ld_p_int(l, RNN_SEQ)) { out->ndim = 2; out->d[0] = in->d[0]; out->d[1] = u; }
-    else { out->ndim = 1; out->d[0] = u; }
+/* ---- Keras's initial_state= and return_state: a recurrent layer's states
+   (LSTM's h and c, the others' h), each [batch, units] */
+static int rnn_states(const ld_layer *l) { return l->cls == &ld_layer_lstm ? 2 : 1; }
+static int rnn_n_outputs(const ld_layer *l) {
+    int i = ld_layer_param_index(l->cls, "return_state");
+    return 1 + (ld_p_int(l, i) ? rnn_states(l) : 0);
+}
+/* the output's shape ([units], or [steps, units] with return_sequences),
+   the states' shapes, and the initial states' (inputs after the first) */
+static int rnn_shapes(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int64_t u = ld_p_int(l, ld_layer_param_index(l->cls, "units"));
+    if (ld_p_int(l, ld_layer_param_index(l->cls, "return_sequences"))) *out = (ld_shape){2, {in->d[0], u}};
+    else *out = (ld_shape){1, {u}};
+    for (int i = 0; i < rnn_states(l); i++) l->outs[i] = (ld_shape){1, {u}};
+    if (n_in > 1 && n_in - 1 != rnn_states(l))
+        return ld_fail(LD_EARG, "%s's initial_state is %s, got %d tensor%s", l->name, rnn_states(l) == 2 ? "{h, c}" : "{h}",
+                       n_in - 1, n_in == 2 ? "" : "s");
+    for (int i = 1; i < n_in; i++)
+        if (in[i].ndim != 1 || in[i].d[0] != u) {
+            char b[160];
+            return ld_fail(LD_ESHAPE, "%s: initial state %d must be [batch, %lld] (its units); got %s", l->name, i,
+                           (long long)u, ld_layer_shape_str(&in[i], b, sizeof b));
+        }
     return LD_OK;
 }
+/* the initial states given to a call (checked as at build: any call may
+   give them), each the state to start from: st[i] retained, NULL without */
+static int rnn_initial(const ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **st) {
+    int64_t u = ld_p_int(l, ld_layer_param_index(l->cls, "units"));
+    for (int i = 0; i < rnn_states(l); i++) st[i] = NULL;
+    if (n_in == 1) return LD_OK;
+    if (n_in - 1 != rnn_states(l))
+        return ld_fail(LD_EARG, "%s's initial_state is %s, got %d tensor%s", l->name, rnn_states(l) == 2 ? "{h, c}" : "{h}",
+                       n_in - 1, n_in == 2 ? "" : "s");
+    for (int i = 1; i < n_in; i++) {
+        if (x[i]->ndim != 2 || x[i]->shape[0] != x[0]->shape[0] || x[i]->shape[1] != u || !ld_dtype_is_float(x[i]->dtype)) {
+            char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+            return ld_fail(LD_ESHAPE, "%s: initial state %d must be [%lld, %lld] (the batch, its units) of floats; got %s %s "
+                           "(inputs %s)", l->name, i, (long long)x[0]->shape[0], (long long)u, ld_dtype_name(x[i]->dtype),
+                           ld_shape_str(x[i], b1, sizeof b1), ld_shape_str(x[0], b2, sizeof b2));
+        }
+        st[i - 1] = ld_as_float(x[i]);
+        if (!st[i - 1]) return ld_error_status();
+    }
+    return LD_OK;
+}
+static int rnn_out(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) { return rnn_shapes(l, n_in, in, out); }
 /* write a host vector into a new variable in every copy (a strategy may
    mirror it; the layer may be built inside a replica's step) */
 static int write_initial(ld_tensor *var, int64_t n, const float *vals) {
@@ -260,13 +307,6 @@ static ld_tensor *gate(ld_activation a, ld_tensor *z, int64_t start, int64_t u) 
     ld_tensor *r = act(a, s);
     ld_tensor_release(s);
     return r;
-}
-/* x [N, T, in] @ kernel + bias for every step: [N, T, cols] */
-static ld_tensor *rnn_inputs(ld_tensor *x, ld_tensor *kernel, ld_tensor *bias) {
-    ld_tensor *xf = ld_as_float(x);
-    ld_tensor *y = xf ? ld_linear(xf, ld_var(kernel), bias ? ld_var(bias) : NULL, 0) : NULL;
-    ld_tensor_release(xf);
-    return y;
 }
 /* row t of xw [N, T, c] as [N, c] */
 static ld_tensor *step_of(ld_tensor *xw, int64_t t) {
@@ -311,9 +351,112 @@ static ld_tensor *step_output(ld_tensor *mt, int zero_out, ld_tensor *h) {
    it, the step read at t */
 static ld_tensor *mask_at(ld_tensor *m, int64_t t) { return m ? ld_mask_step(m, t) : NULL; }
 
+/* ---- Keras's dropout and recurrent_dropout (DropoutRNNCell): in training,
+   masks drawn once per call, each [batch, size] (kept 1 / (1 - rate), else
+   0), the same at every step: `dropout` on the inputs, `recurrent_dropout`
+   on the previous state. Keras's implementation 2 (no recurrent dropout)
+   draws one input mask for all the gates; with recurrent dropout it takes
+   implementation 1, a mask per gate on each side. Drawn by the noise op, so
+   every strategy draws what one device does. */
+#define RNN_MAX_GATES 4
+typedef struct {
+    int gates;                          /* LSTM 4, GRU 3, SimpleRNN 1 */
+    ld_tensor *in[RNN_MAX_GATES];       /* input masks [N, features] (in[0] alone: one for all gates) */
+    ld_tensor *rec[RNN_MAX_GATES];      /* recurrent masks [N, units], NULL: none */
+    int n_in;                           /* input masks drawn: 0, 1 or gates */
+} rnn_drop;
+static void drop_free(rnn_drop *d) { rel(RNN_MAX_GATES, d->in); rel(RNN_MAX_GATES, d->rec); }
+static ld_tensor *drop_mask(int64_t n, int64_t size, float rate, ld_device *dev) {
+    int64_t s[2] = {n, size};
+    ld_tensor *ones = ld_tensor_full(LD_F32, 2, s, 1.0, dev);
+    ld_tensor *m = ones ? ld_noise_op(LD_NOISE_DROPOUT, ones, rate, 2, s, NULL) : NULL;
+    ld_tensor_release(ones);
+    return m;
+}
+static int drop_init(ld_layer *l, rnn_drop *d, int gates, const ld_tensor *x, int64_t units, int training) {
+    memset(d, 0, sizeof *d);
+    d->gates = gates;
+    if (!training) return LD_OK;
+    int di = ld_layer_param_index(l->cls, "dropout"), ri = ld_layer_param_index(l->cls, "recurrent_dropout");
+    float rate = (float)ld_p_float(l, di), rrate = (float)ld_p_float(l, ri);
+    ld_device *dev = x->storage->device;
+    if (rate > 0) {
+        d->n_in = rrate > 0 ? gates : 1;
+        for (int g = 0; g < d->n_in; g++)
+            if (!(d->in[g] = drop_mask(x->shape[0], x->shape[2], rate, dev))) return ld_error_status();
+    }
+    if (rrate > 0)
+        for (int g = 0; g < gates; g++)
+            if (!(d->rec[g] = drop_mask(x->shape[0], units, rrate, dev))) return ld_error_status();
+    return LD_OK;
+}
+/* x [N, T, F] times input mask m [N, F], at every step */
+static ld_tensor *drop_steps(ld_tensor *x, ld_tensor *m) {
+    int64_t s[3] = {m->shape[0], 1, m->shape[1]};
+    ld_tensor *m3 = ld_reshape(m, 3, s), *xf = m3 ? ld_as_floating(x) : NULL;
+    ld_tensor *y = xf ? ld_mul(xf, m3) : NULL;
+    ld_tensor_release(m3);
+    ld_tensor_release(xf);
+    return y;
+}
+/* x [N, T, F] @ kernel [F, gates*u] + bias for every step, each gate's
+   columns from the inputs under its mask (one mask: all of them) */
+static ld_tensor *drop_inputs(const rnn_drop *d, ld_tensor *x, ld_tensor *kernel, ld_tensor *bias) {
+    if (d->n_in == 0) {
+        ld_tensor *xf = ld_as_float(x);
+        ld_tensor *y = xf ? ld_linear(xf, kernel, bias, 0) : NULL;
+        ld_tensor_release(xf);
+        return y;
+    }
+    if (d->n_in == 1) {
+        ld_tensor *xd = drop_steps(x, d->in[0]);
+        ld_tensor *y = xd ? ld_linear(xd, kernel, bias, 0) : NULL;
+        ld_tensor_release(xd);
+        return y;
+    }
+    int64_t u = kernel->shape[1] / d->gates;
+    ld_tensor *parts[RNN_MAX_GATES] = {0}, *y = NULL;
+    int g = 0;
+    for (; g < d->gates; g++) {
+        ld_tensor *xd = drop_steps(x, d->in[g]), *k = xd ? ld_slice_op(kernel, 1, g * u, u) : NULL;
+        ld_tensor *b = k && bias ? ld_slice_op(bias, 0, g * u, u) : NULL;
+        parts[g] = k && (b || !bias) ? ld_linear(xd, k, b, 0) : NULL;
+        ld_tensor_release(xd); ld_tensor_release(k); ld_tensor_release(b);
+        if (!parts[g]) break;
+    }
+    if (g == d->gates) y = ld_concat_op(d->gates, parts, 2);
+    rel(RNN_MAX_GATES, parts);
+    return y;
+}
+/* the recurrent product h [N, u] @ rk [u, k*u] for gates first..first+k-1,
+   each gate's columns from h under its recurrent mask */
+static ld_tensor *drop_recurrent(const rnn_drop *d, ld_tensor *h, ld_tensor *rk, int first, int k) {
+    if (!d->rec[first]) return ld_matmul(h, rk);
+    int64_t u = rk->shape[1] / k;
+    ld_tensor *parts[RNN_MAX_GATES] = {0}, *y = NULL;
+    int g = 0;
+    for (; g < k; g++) {
+        ld_tensor *hd = ld_mul(h, d->rec[first + g]), *r = hd ? ld_slice_op(rk, 1, g * u, u) : NULL;
+        parts[g] = r ? ld_matmul(hd, r) : NULL;
+        ld_tensor_release(hd); ld_tensor_release(r);
+        if (!parts[g]) break;
+    }
+    if (g == k) y = k == 1 ? ld_tensor_retain(parts[0]) : ld_concat_op(k, parts, 1);
+    rel(RNN_MAX_GATES, parts);
+    return y;
+}
+
+/* the recurrent layers' shared help: dropout and masks */
+#define RNN_DOC "\ndropout / recurrent_dropout (Keras's): in training, a fraction of the inputs / of the\n" \
+    "previous state dropped, one mask per sequence, the same at every step (one per gate with\n" \
+    "recurrent_dropout). A mask on the inputs (Embedding's mask_zero, Masking) skips the masked\n" \
+    "steps: the state carries over, the output repeats (zeros with zero_output_for_mask).\n" \
+    "layer(x, {initial_state = {h, c}}) starts from given states ({h} but for LSTM), each\n" \
+    "[batch, units]; return_state=true gives them at the end too: local y, h, c = lstm(x)."
+
 /* ---------------------------------------------------------------- SimpleRNN */
 /* Keras's: h = activation(x @ kernel + bias + h @ recurrent_kernel), h0 = 0 */
-enum { SRNN_UNITS, SRNN_ACT, SRNN_BIAS, SRNN_SEQ, SRNN_BACK, SRNN_ZERO };
+enum { SRNN_UNITS, SRNN_ACT, SRNN_BIAS, SRNN_SEQ, SRNN_BACK, SRNN_ZERO, SRNN_DROP, SRNN_RDROP, SRNN_STATE };
 static int srnn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     if (need_seq(l, "inputs", in)) return ld_error_status();
     int64_t u = ld_p_int(l, SRNN_UNITS), ks[2] = {in->d[1], u}, rs[2] = {u, u};
@@ -321,9 +464,7 @@ static int srnn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
     if (!ld_layer_add_weight(l, "recurrent_kernel", 2, rs, (ld_init){LD_INIT_ORTHOGONAL, 0, 0}, 1)) return ld_error_status();
     if (ld_p_int(l, SRNN_BIAS) && !ld_layer_add_weight(l, "bias", 1, &u, (ld_init){LD_INIT_ZEROS}, 1))
         return ld_error_status();
-    if (ld_p_int(l, SRNN_SEQ)) *out = (ld_shape){2, {in->d[0], u}};
-    else *out = (ld_shape){1, {u}};
-    return LD_OK;
+    return rnn_shapes(l, n_in, in, out);
 }
 static ld_tensor *srnn_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;
@@ -332,18 +473,21 @@ static ld_tensor *srnn_forward(ld_layer *l, int n_in, ld_tensor *const *x, int t
     ld_activation a = ld_p_activation(l, SRNN_ACT);
     ld_tensor *m;
     if (ld_mask_of_steps(l, x[0], &m)) return NULL;
-    ld_tensor *xw = rnn_inputs(x[0], l->vars[0], ld_p_int(l, SRNN_BIAS) ? l->vars[2] : NULL);
+    rnn_drop dr;
+    if (drop_init(l, &dr, 1, x[0], ld_p_int(l, SRNN_UNITS), training)) { drop_free(&dr); return NULL; }
+    ld_tensor *xw = drop_inputs(&dr, x[0], ld_var(l->vars[0]), ld_p_int(l, SRNN_BIAS) ? ld_var(l->vars[2]) : NULL);
     ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL, *o = NULL;
     ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
     if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
     if (!xw) goto out;
+    if (rnn_initial(l, n_in, x, &h)) goto out;   /* h0: initial_state's, else 0 */
     for (int64_t s = 0; s < T; s++) {
         int64_t t = back ? T - 1 - s : s;
         ld_tensor *w[4] = {0};
         w[0] = step_of(xw, t);
         w[3] = mask_at(m, t);
         if (w[0] && h) {   /* h0 = 0: the first step has no recurrent term */
-            w[1] = ld_matmul(h, rk);
+            w[1] = drop_recurrent(&dr, h, rk, 0, 1);
             w[2] = w[1] ? ld_add(w[0], w[1]) : NULL;
         } else if (w[0]) w[2] = ld_tensor_retain(w[0]);
         ld_tensor *nh = act(a, w[2]);
@@ -357,24 +501,28 @@ static ld_tensor *srnn_forward(ld_layer *l, int n_in, ld_tensor *const *x, int t
         if (seq && !(hs[s] = h3(o))) goto out;
     }
     y = seq ? ld_concat_op((int)T, hs, 1) : ld_tensor_retain(o);
+    ld_layer_emit(1, h);   /* return_state's */
 out:
     if (hs) { rel((int)T, hs); free(hs); }
     ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(o);
+    drop_free(&dr);
     return y;
 }
 const ld_layer_class ld_layer_simple_rnn = {
     "SimpleRNN", "simple_rnn", NULL, {"units"},
     {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
      LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("zero_output_for_mask", "false"),
-     LD_PEND},
-    1, 1, 1u /* the number of steps */, rnn_check, srnn_build, srnn_forward,
-    "nn.SimpleRNN(units, {activation=\"tanh\", use_bias=true, return_sequences=false, go_backwards=false})\n\n"
+     LD_PFLOAT("dropout", "0.0"), LD_PFLOAT("recurrent_dropout", "0.0"), LD_PBOOL("return_state", "false"), LD_PEND},
+    1, 2 /* initial_state's h */, 1u /* the number of steps */, rnn_check, srnn_build, srnn_forward,
+    "nn.SimpleRNN(units, {activation=\"tanh\", use_bias=true, return_sequences=false, go_backwards=false,\n"
+    "             dropout=0, recurrent_dropout=0, zero_output_for_mask=false})\n\n"
     "Keras 3's SimpleRNN over [batch, T, features] -> [batch, units] (the last state), or\n"
     "[batch, T, units] with return_sequences: h = activation(x @ kernel + bias + h @ recurrent_kernel),\n"
     "h0 = 0. Variables: kernel [features, units] glorot_uniform, recurrent_kernel [units, units]\n"
     "orthogonal, bias [units] zeros. kernel_, recurrent_ and bias_ initializer, regularizer,\n"
-    "constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences};
+    "constraint and activity_regularizer as Keras's." RNN_DOC,
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences,
+    .initial_states = 1, .n_outputs = rnn_n_outputs};
 
 /* ---------------------------------------------------------------- Bidirectional */
 /* Keras's Bidirectional(layer, merge_mode): the recurrent layer (its class
@@ -383,7 +531,7 @@ const ld_layer_class ld_layer_simple_rnn = {
    wrapper's inner ones, named <name>/forward_<kind> and <name>/backward_<kind>
    (so their weights are bidirectional/forward_lstm/kernel, ...); their
    weights are the wrapper's, in that order. */
-enum { BI_LAYER, BI_MERGE, BI_UNITS, BI_ACT, BI_RACT, BI_BIAS, BI_SEQ, BI_FORGET, BI_RESET };
+enum { BI_LAYER, BI_MERGE, BI_UNITS, BI_ACT, BI_RACT, BI_BIAS, BI_SEQ, BI_FORGET, BI_RESET, BI_DROP, BI_RDROP, BI_STATE };
 static int bi_check(ld_layer *l) {
     if (ld_p_int(l, BI_UNITS) < 1 || ld_p_int(l, BI_UNITS) > (1 << 24))
         return ld_fail(LD_EARG, "Bidirectional units must be a positive integer, got %lld", (long long)ld_p_int(l, BI_UNITS));
@@ -419,11 +567,26 @@ static int bi_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     }
     *out = l->inner[0]->out;
     if (!strcmp(ld_p_str(l, BI_MERGE), "concat")) out->d[out->ndim - 1] *= 2;
+    /* return_state: the forward layer's states, then the backward one's (Keras's order) */
+    int ns = l->inner[0]->n_out - 1;
+    for (int k = 0; k < 2; k++) for (int i = 0; i < ns; i++) l->outs[k * ns + i] = l->inner[k]->outs[i];
     return LD_OK;
 }
+static int bi_n_outputs(const ld_layer *l) {
+    if (!ld_p_int(l, BI_STATE)) return 1;
+    return 1 + 2 * (!strcmp(ld_p_str(l, BI_LAYER), "LSTM") ? 2 : 1);
+}
 static ld_tensor *bi_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
-    ld_tensor *f = ld_layer_call(l->inner[0], 1, x, training), *b = f ? ld_layer_call(l->inner[1], 1, x, training) : NULL;
-    ld_tensor *y = NULL;
+    ld_tensor *fo[LD_LAYER_MAX_OUTPUTS] = {0}, *bo[LD_LAYER_MAX_OUTPUTS] = {0};
+    int nf = ld_layer_call_outputs(l->inner[0], 1, x, training, fo, LD_LAYER_MAX_OUTPUTS);
+    int nb = nf > 0 ? ld_layer_call_outputs(l->inner[1], 1, x, training, bo, LD_LAYER_MAX_OUTPUTS) : -1;
+    ld_tensor *f = fo[0], *b = bo[0], *y = NULL;
+    for (int i = 1; i < nf && nb > 0; i++) {   /* return_state: forward's states, then backward's */
+        ld_layer_emit(i, fo[i]);
+        ld_layer_emit(nf - 1 + i, bo[i]);
+    }
+    rel(LD_LAYER_MAX_OUTPUTS - 1, fo + 1);
+    rel(LD_LAYER_MAX_OUTPUTS - 1, bo + 1);
     if (b && ld_p_int(l, BI_SEQ)) {   /* the backward sequence in the steps' order again */
         int64_t T = b->shape[1];
         int64_t *rev = malloc((size_t)T * sizeof *rev);
@@ -456,13 +619,16 @@ const ld_layer_class ld_layer_bidirectional = {
      LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
      LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
      LD_PBOOL("return_sequences", "false"), LD_PBOOL("unit_forget_bias", "true"), LD_PBOOL("reset_after", "true"),
-     LD_PEND},
+     LD_PFLOAT("dropout", "0.0"), LD_PFLOAT("recurrent_dropout", "0.0"), LD_PBOOL("return_state", "false"), LD_PEND},
     1, 1, 1u /* the number of steps */, bi_check, bi_build, bi_forward,
     "nn.Bidirectional(nn.LSTM(64, {...}), {merge_mode=\"concat\"})\n\n"
     "Keras's Bidirectional: the recurrent layer (an LSTM, GRU or SimpleRNN, taken with its options)\n"
     "over the steps forward and over them backward, merged: concat (the default: [batch, 2*units]),\n"
     "sum, mul or ave. With return_sequences the backward outputs are put back in the steps' order.\n"
-    "Its weights: the forward layer's, then the backward one's.", 0, .compute_mask = ld_mask_sequences};
+    "Its weights: the forward layer's, then the backward one's. It takes the layer's dropout and\n"
+    "recurrent_dropout; a mask on its inputs reaches both layers (their masked steps output zeros\n"
+    "with return_sequences, as Keras's). return_state: the output, then the forward layer's states,\n"
+    "then the backward one's.", 0, .compute_mask = ld_mask_sequences, .n_outputs = bi_n_outputs};
 
 /* ---------------------------------------------------------------- TimeDistributed */
 /* Keras's TimeDistributed(layer): the layer (any of one input, held as the
@@ -574,7 +740,7 @@ static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
             if (st) return st;
         }
     }
-    return rnn_out(l, in, out);
+    return rnn_out(l, n_in, in, out);
 }
 static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;
@@ -583,18 +749,25 @@ static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int t
     ld_activation a = ld_p_activation(l, RNN_ACT), ra = ld_p_activation(l, RNN_RACT);
     ld_tensor *m;
     if (ld_mask_of_steps(l, x[0], &m)) return NULL;
-    ld_tensor *xw = rnn_inputs(x[0], l->vars[0], ld_p_int(l, RNN_BIAS) ? l->vars[2] : NULL);
+    rnn_drop dr;
+    if (drop_init(l, &dr, 4, x[0], u, training)) { drop_free(&dr); return NULL; }
+    ld_tensor *xw = drop_inputs(&dr, x[0], ld_var(l->vars[0]), ld_p_int(l, RNN_BIAS) ? ld_var(l->vars[2]) : NULL);
     ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *c = NULL, *y = NULL, *o = NULL;
     ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
     if (seq && !hs) { ld_fail(LD_ENOMEM, "out of memory"); goto out; }
     if (!xw) goto out;
+    {   /* h0, c0: initial_state's, else 0 */
+        ld_tensor *st[2];
+        if (rnn_initial(l, n_in, x, st)) { rel(2, st); goto out; }
+        h = st[0], c = st[1];
+    }
     for (int64_t s = 0; s < T; s++) {
         int64_t t = back ? T - 1 - s : s;
         ld_tensor *w[8] = {0};
         w[0] = step_of(xw, t);
         if (!w[0]) goto out;
         if (h) {   /* h0 = c0 = 0: the first step has no recurrent term */
-            w[1] = ld_matmul(h, rk);
+            w[1] = drop_recurrent(&dr, h, rk, 0, 4);
             w[2] = w[1] ? ld_add(w[0], w[1]) : NULL;
         } else w[2] = ld_tensor_retain(w[0]);
         ld_tensor *z = w[2];
@@ -622,9 +795,12 @@ static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int t
         if (seq && !(hs[s] = h3(o))) goto out;
     }
     y = rnn_result(l, T, hs, o);
+    ld_layer_emit(1, h);   /* return_state's */
+    ld_layer_emit(2, c);
 out:
     if (hs) { rel((int)T, hs); free(hs); }
     ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(c); ld_tensor_release(o);
+    drop_free(&dr);
     return y;
 }
 const ld_layer_class ld_layer_lstm = {
@@ -632,17 +808,20 @@ const ld_layer_class ld_layer_lstm = {
     {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
      LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
      LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("unit_forget_bias", "true"),
-     LD_PBOOL("zero_output_for_mask", "false"), LD_PEND},
-    1, 1, 1u /* the number of steps */, rnn_check, lstm_build, lstm_forward,
+     LD_PBOOL("zero_output_for_mask", "false"), LD_PFLOAT("dropout", "0.0"), LD_PFLOAT("recurrent_dropout", "0.0"),
+     LD_PBOOL("return_state", "false"), LD_PEND},
+    1, 3 /* initial_state's h and c */, 1u /* the number of steps */, rnn_check, lstm_build, lstm_forward,
     "nn.LSTM(units, {activation=\"tanh\", recurrent_activation=\"sigmoid\", use_bias=true,\n"
-    "        return_sequences=false, go_backwards=false, unit_forget_bias=true})\n\n"
+    "        return_sequences=false, go_backwards=false, unit_forget_bias=true, dropout=0,\n"
+    "        recurrent_dropout=0, zero_output_for_mask=false})\n\n"
     "Keras 3's LSTM over [batch, T, features] -> [batch, units] (the last state), or\n"
     "[batch, T, units] with return_sequences. Gates i, f, c, o; h0 = c0 = 0. Variables: kernel\n"
     "[features, 4*units] glorot_uniform, recurrent_kernel [units, 4*units] orthogonal, bias [4*units]\n"
     "zeros (the forget gate's quarter ones with unit_forget_bias). go_backwards reads the steps in\n"
     "reverse (and returns the sequence in that order, as Keras). kernel_, recurrent_ and bias_\n"
-    "initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences};
+    "initializer, regularizer, constraint and activity_regularizer as Keras's." RNN_DOC,
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences,
+    .initial_states = 1, .n_outputs = rnn_n_outputs};
 
 /* ---------------------------------------------------------------- GRU */
 static int gru_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
@@ -656,7 +835,7 @@ static int gru_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
         if (!ld_layer_add_weight(l, "bias", after ? 2 : 1, after ? bs : bs + 1, (ld_init){LD_INIT_ZEROS}, 1))
             return ld_error_status();
     }
-    return rnn_out(l, in, out);
+    return rnn_out(l, n_in, in, out);
 }
 static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;
@@ -665,6 +844,8 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
     int bias = (int)ld_p_int(l, RNN_BIAS), zero_out = (int)ld_p_int(l, RNN_ZERO);
     ld_tensor *m, *o = NULL;
     if (ld_mask_of_steps(l, x[0], &m)) return NULL;
+    rnn_drop dr;
+    if (drop_init(l, &dr, 3, x[0], u, training)) { drop_free(&dr); return NULL; }
     ld_activation a = ld_p_activation(l, RNN_ACT), ra = ld_p_activation(l, RNN_RACT);
     ld_tensor *rk = ld_var(l->vars[1]), *h = NULL, *y = NULL, *xw = NULL, *ib = NULL, *rb = NULL, *rk_zr = NULL, *rk_h = NULL;
     ld_tensor **hs = seq ? calloc((size_t)T, sizeof *hs) : NULL;
@@ -678,12 +859,9 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
         if (!ib || !rb) goto out;
     } else if (bias && !(ib = ld_tensor_retain(ld_var(l->vars[2])))) goto out;
     if (!after && (!(rk_zr = ld_slice_op(rk, 1, 0, 2 * u)) || !(rk_h = ld_slice_op(rk, 1, 2 * u, u)))) goto out;
-    {   /* x @ kernel + input bias, every step */
-        ld_tensor *xf = ld_as_float(x[0]);
-        xw = xf ? ld_linear(xf, ld_var(l->vars[0]), ib, 0) : NULL;
-        ld_tensor_release(xf);
-        if (!xw) goto out;
-    }
+    /* x @ kernel + input bias, every step */
+    if (!(xw = drop_inputs(&dr, x[0], ld_var(l->vars[0]), ib))) goto out;
+    if (rnn_initial(l, n_in, x, &h)) goto out;   /* h0: initial_state's */
     if (!h) {   /* h0 = 0 (the recurrent bias still counts in the first step) */
         int64_t hsz[2] = {N, u};
         if (!(h = ld_tensor_zeros(LD_F32, 2, hsz, xw->storage->device))) goto out;
@@ -694,7 +872,10 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
         if (!(w[0] = step_of(xw, t))) goto out;
         if (after) {
             /* inner = h @ rk + rb; z, r from x + inner; hh = act(x_h + r * inner_h) */
-            if (!(w[1] = ld_linear(h, rk, rb, 0))) goto step_fail;
+            if (dr.rec[0]) {   /* each gate's columns from h under its recurrent mask */
+                if (!(w[15] = drop_recurrent(&dr, h, rk, 0, 3)) || !(w[1] = rb ? ld_add(w[15], rb) : ld_tensor_retain(w[15])))
+                    goto step_fail;
+            } else if (!(w[1] = ld_linear(h, rk, rb, 0))) goto step_fail;
             if (!(w[2] = ld_slice_op(w[0], 1, 0, 2 * u)) || !(w[3] = ld_slice_op(w[1], 1, 0, 2 * u))) goto step_fail;
             if (!(w[4] = ld_add(w[2], w[3]))) goto step_fail;
             if (!(w[5] = gate(ra, w[4], 0, u)) || !(w[6] = gate(ra, w[4], u, u))) goto step_fail;   /* z, r */
@@ -702,10 +883,11 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
             if (!(w[9] = ld_slice_op(w[0], 1, 2 * u, u)) || !(w[10] = ld_add(w[9], w[8]))) goto step_fail;
         } else {
             /* z, r from x + h @ rk[:, :2u]; hh = act(x_h + (r * h) @ rk[:, 2u:]) */
-            if (!(w[1] = ld_matmul(h, rk_zr))) goto step_fail;
+            if (!(w[1] = drop_recurrent(&dr, h, rk_zr, 0, 2))) goto step_fail;
             if (!(w[2] = ld_slice_op(w[0], 1, 0, 2 * u)) || !(w[4] = ld_add(w[2], w[1]))) goto step_fail;
             if (!(w[5] = gate(ra, w[4], 0, u)) || !(w[6] = gate(ra, w[4], u, u))) goto step_fail;
-            if (!(w[7] = ld_mul(w[6], h)) || !(w[8] = ld_matmul(w[7], rk_h))) goto step_fail;
+            if (!(w[15] = dr.rec[2] ? ld_mul(h, dr.rec[2]) : ld_tensor_retain(h))) goto step_fail;
+            if (!(w[7] = ld_mul(w[6], w[15])) || !(w[8] = ld_matmul(w[7], rk_h))) goto step_fail;
             if (!(w[9] = ld_slice_op(w[0], 1, 2 * u, u)) || !(w[10] = ld_add(w[9], w[8]))) goto step_fail;
         }
         if (!(w[11] = act(a, w[10]))) goto step_fail;                       /* hh */
@@ -724,10 +906,12 @@ static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
         if (seq && !(hs[s] = h3(o))) goto out;
     }
     y = rnn_result(l, T, hs, o);
+    ld_layer_emit(1, h);   /* return_state's */
 out:
     if (hs) { rel((int)T, hs); free(hs); }
     ld_tensor_release(xw); ld_tensor_release(h); ld_tensor_release(ib); ld_tensor_release(rb); ld_tensor_release(o);
     ld_tensor_release(rk_zr); ld_tensor_release(rk_h);
+    drop_free(&dr);
     return y;
 }
 const ld_layer_class ld_layer_gru = {
@@ -735,13 +919,16 @@ const ld_layer_class ld_layer_gru = {
     {LD_PINT("units", NULL), LD_PSTR("activation", "tanh", LD_ACTIVATION_CHOICES),
      LD_PSTR("recurrent_activation", "sigmoid", LD_ACTIVATION_CHOICES), LD_PBOOL("use_bias", "true"),
      LD_PBOOL("return_sequences", "false"), LD_PBOOL("go_backwards", "false"), LD_PBOOL("reset_after", "true"),
-     LD_PBOOL("zero_output_for_mask", "false"), LD_PEND},
-    1, 1, 1u /* the number of steps */, rnn_check, gru_build, gru_forward,
+     LD_PBOOL("zero_output_for_mask", "false"), LD_PFLOAT("dropout", "0.0"), LD_PFLOAT("recurrent_dropout", "0.0"),
+     LD_PBOOL("return_state", "false"), LD_PEND},
+    1, 2 /* initial_state's h */, 1u /* the number of steps */, rnn_check, gru_build, gru_forward,
     "nn.GRU(units, {activation=\"tanh\", recurrent_activation=\"sigmoid\", use_bias=true,\n"
-    "       return_sequences=false, go_backwards=false, reset_after=true})\n\n"
+    "       return_sequences=false, go_backwards=false, reset_after=true, dropout=0,\n"
+    "       recurrent_dropout=0, zero_output_for_mask=false})\n\n"
     "Keras 3's GRU over [batch, T, features] -> [batch, units], or [batch, T, units] with\n"
     "return_sequences. Gates z, r, h; h0 = 0; h = z * h + (1 - z) * hh. Variables: kernel\n"
     "[features, 3*units] glorot_uniform, recurrent_kernel [units, 3*units] orthogonal, bias\n"
     "zeros: [2, 3*units] (input and recurrent biases) with reset_after, else [3*units]. kernel_,\n"
-    "recurrent_ and bias_ initializer, regularizer, constraint and activity_regularizer as Keras's.",
-    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences};
+    "recurrent_ and bias_ initializer, regularizer, constraint and activity_regularizer as Keras's." RNN_DOC,
+    LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS) | LD_ROLE_BIT(LD_ROLE_RECURRENT), .compute_mask = ld_mask_sequences,
+    .initial_states = 1, .n_outputs = rnn_n_outputs};

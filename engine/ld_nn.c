@@ -419,6 +419,7 @@ int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in) {
     l->n_in = n_in;
     memcpy(l->in, in, (size_t)n_in * sizeof *in);
     l->out = out;
+    l->n_out = c->n_outputs ? c->n_outputs(l) : 1;
     l->built = 1;
     return LD_OK;
 }
@@ -608,7 +609,56 @@ static ld_tensor *output_mask(ld_layer *l, int n_in, ld_tensor *const *x, ld_ten
     return y;
 }
 
+/* where the layer being called on this thread puts its outputs after the
+   first (ld_layer_emit); NULL: nobody wants them. Each call sets its own,
+   so a wrapper's inner calls do not give theirs as the wrapper's. */
+typedef struct { ld_tensor *t[LD_LAYER_MAX_OUTPUTS]; } out_sink;
+static _Thread_local out_sink *cur_sink;
+
+void ld_layer_emit(int i, ld_tensor *t) {
+    if (!cur_sink || i < 1 || i >= LD_LAYER_MAX_OUTPUTS || !t) return;
+    ld_tensor_release(cur_sink->t[i]);
+    cur_sink->t[i] = ld_tensor_retain(t);
+}
+
+static ld_tensor *layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training);
+static ld_tensor *call_into(ld_layer *l, int n_in, ld_tensor *const *x, int training, out_sink *sink) {
+    out_sink *saved = cur_sink;
+    cur_sink = sink;
+    ld_tensor *y = layer_call(l, n_in, x, training);
+    cur_sink = saved;
+    return y;
+}
+
 ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    return call_into(l, n_in, x, training, NULL);
+}
+
+int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor **out, int max) {
+    out_sink s = {{0}};
+    ld_tensor *y = call_into(l, n_in, x, training, &s);
+    int n = y ? l->n_out : -1;
+    for (int i = 1; i < n; i++)
+        if (!s.t[i]) { ld_fail(LD_EINTERNAL, "%s gave no output %d", l->name, i + 1); n = -1; }
+    if (n > max) { ld_fail(LD_EARG, "%s gives %d outputs, room for %d", l->name, n, max); n = -1; }
+    for (int i = 1; n > 0 && i < n; i++) {   /* in the first's dtype, as Keras's states are the compute dtype's */
+        ld_tensor *t = s.t[i];
+        if (!ld_dtype_is_float(t->dtype) || t->dtype == y->dtype) continue;
+        if (!(s.t[i] = ld_cast_op(t, y->dtype))) n = -1;
+        ld_tensor_release(t);
+    }
+    if (n < 0) {
+        ld_tensor_release(y);
+        for (int i = 0; i < LD_LAYER_MAX_OUTPUTS; i++) ld_tensor_release(s.t[i]);
+        return -1;
+    }
+    out[0] = y;
+    for (int i = 1; i < n; i++) out[i] = s.t[i];
+    for (int i = n; i < LD_LAYER_MAX_OUTPUTS; i++) ld_tensor_release(s.t[i]);
+    return n;
+}
+
+static ld_tensor *layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (n_in < 1 || n_in > LD_LAYER_MAX_INPUTS) { ld_fail(LD_EARG, "%s: %d inputs", l->name, n_in); return NULL; }
     ld_shape in[LD_LAYER_MAX_INPUTS];
     for (int i = 0; i < n_in; i++) {
@@ -617,11 +667,20 @@ ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int trainin
         memcpy(in[i].d, x[i]->shape + 1, (size_t)in[i].ndim * sizeof *in[i].d);
     }
     if (!l->built && ld_layer_build_n(l, n_in, in)) return NULL;
-    if (n_in != l->n_in) {
-        ld_fail(LD_EARG, "%s was built for %d input%s, called with %d", l->name, l->n_in, l->n_in == 1 ? "" : "s", n_in);
-        return NULL;
+    if (l->cls->initial_states) {   /* states or not at any call: the forward checks them */
+        if (n_in < l->cls->min_inputs || n_in > l->cls->max_inputs) {
+            ld_fail(LD_EARG, "%s takes its inputs and at most %d initial states, got %d tensors", l->name,
+                    l->cls->max_inputs - 1, n_in);
+            return NULL;
+        }
+        if (check_input(l, 0, x[0])) return NULL;
+    } else {
+        if (n_in != l->n_in) {
+            ld_fail(LD_EARG, "%s was built for %d input%s, called with %d", l->name, l->n_in, l->n_in == 1 ? "" : "s", n_in);
+            return NULL;
+        }
+        for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
     }
-    for (int i = 0; i < n_in; i++) if (check_input(l, i, x[i])) return NULL;
     /* float inputs of another dtype than the policy's are cast (Keras casts a
        float32 layer's half inputs too); a float32 layer given float32 runs as is */
     int cast = l->policy.compute != LD_F32;

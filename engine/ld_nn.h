@@ -74,6 +74,7 @@ typedef struct {
 #define LD_LAYER_MAX_PARAMS 16
 #define LD_LAYER_MAX_VARS 16
 #define LD_LAYER_MAX_INPUTS 8
+#define LD_LAYER_MAX_OUTPUTS 5   /* Bidirectional(LSTM) with return_state: the output and 4 states */
 typedef struct ld_layer ld_layer;
 typedef struct ld_layer_class {
     const char *class_name;     /* Keras's: "Dense"; also the constructor's name, nn.Dense */
@@ -96,6 +97,15 @@ typedef struct ld_layer_class {
        ld_fail. NULL here: the class does not support masking (Keras's
        supports_masking false), and a mask stops at it. See "masks" below. */
     int (*compute_mask)(ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **mask);
+    /* Keras's recurrent layers: the inputs after the first are initial
+       states (initial_state=), which any call may give or not (from
+       min_inputs to max_inputs, whatever the layer was built with); the
+       forward checks them */
+    int initial_states;
+    /* the number of outputs of l's configuration (NULL: one; an RNN's
+       return_state: its states too). The first comes from forward, the
+       others through ld_layer_emit; build gives their shapes (l->outs). */
+    int (*n_outputs)(const ld_layer *l);
 } ld_layer_class;
 
 #define LD_FLEX_ALL_BUT_LAST 0x80000000u
@@ -199,6 +209,8 @@ struct ld_layer {
     /* shapes seen at build time (without the batch axis) */
     int n_in;
     ld_shape in[LD_LAYER_MAX_INPUTS], out;
+    int n_out;                     /* its outputs (1 for most) */
+    ld_shape outs[LD_LAYER_MAX_OUTPUTS - 1];   /* the shapes of outputs 2, 3, ... (build sets them) */
     ld_weight_options wopt;        /* Keras's per-weight options (zeroed: the class's defaults) */
     ld_policy policy;              /* the dtype policy: what the layer computes in (variables are float32) */
     ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
@@ -342,6 +354,13 @@ void ld_layer_release(ld_layer *l);
 int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in);
 int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in_shape);
 ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training);
+/* Every output of a layer of several (an RNN with return_state): new
+   references into out (at most max), their count, or -1 on failure.
+   ld_layer_call gives the first only. A class's forward gives its outputs
+   after the first with ld_layer_emit(i, t) (i >= 1, t retained) during the
+   call; a call that wants none drops them. */
+int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor **out, int max);
+void ld_layer_emit(int i, ld_tensor *t);
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training);
 /* Keras's autocast around a layer's forward (ld_nn.c): the float inputs cast
    to l's compute dtype, ld_autocast on, the output in that dtype; fn, when

@@ -475,9 +475,10 @@ static int layer_call(lua_State *L) {
         lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
         lua_getfield(L, -1, "nn");
         lua_getfield(L, -1, "_symbolic_call");
+        int base = lua_gettop(L) - 1;
         lua_pushvalue(L, 1); lua_pushvalue(L, 2); lua_pushvalue(L, 3);
-        lua_call(L, 3, 1);
-        return 1;
+        lua_call(L, 3, LUA_MULTRET);   /* several symbolic outputs for a layer of several (return_state) */
+        return lua_gettop(L) - base;
     }
     int training;
     read_training(L, 3, &training);
@@ -502,6 +503,23 @@ static int layer_call(lua_State *L) {
         xs[0] = lb_to_tensor(L, 2, LD_F32);
         lb_push_tensor(L, xs[0], 0);
     }
+    if (lua_istable(L, 3) && lua_getfield(L, 3, "initial_state") != LUA_TNIL) {
+        /* an RNN's initial_state = {h[, c]}: its inputs after the first */
+        if (!l->cls->initial_states)
+            return luaL_error(L, "%s: initial_state is an option of the recurrent layers (SimpleRNN, LSTM, GRU)", l->name);
+        if (!lua_istable(L, -1) || lb_test_tensor(L, -1))
+            return luaL_error(L, "%s: initial_state must be a list of tensors ({h, c} for an LSTM, {h} for the others)", l->name);
+        int k = (int)luaL_len(L, -1), st = lua_gettop(L);
+        if (k < 1 || n + k > l->cls->max_inputs)
+            return luaL_error(L, "%s takes %d initial state%s ({%s}), got %d", l->name, l->cls->max_inputs - 1,
+                              l->cls->max_inputs == 2 ? "" : "s", l->cls->max_inputs == 2 ? "h" : "h, c", k);
+        for (int i = 1; i <= k; i++) {
+            lua_geti(L, st, i);
+            xs[n] = lb_to_tensor(L, -1, LD_F32);
+            lua_pop(L, 1);
+            lb_push_tensor(L, xs[n++], 0);
+        }
+    } else if (lua_istable(L, 3)) lua_pop(L, 1);
     if (lua_istable(L, 3) && lua_getfield(L, 3, "mask") != LUA_TNIL) {
         /* layer(x, {mask=m}), Keras's mask argument: the first input's mask
            (1 or true where a step counts), in place of the one it carries */
@@ -521,6 +539,15 @@ static int layer_call(lua_State *L) {
         lb_push_tensor(L, v, 0);
         xs[0] = v;
     } else if (lua_istable(L, 3)) lua_pop(L, 1);
+    int n_out = l->built ? l->n_out : l->cls->n_outputs ? l->cls->n_outputs(l) : 1;
+    if (n_out > 1) {   /* several outputs (return_state): returned as several values, y, h, c = lstm(x) */
+        ld_tensor *ys[LD_LAYER_MAX_OUTPUTS];
+        int k = ld_layer_call_outputs(l, n, xs, training, ys, LD_LAYER_MAX_OUTPUTS);
+        if (k < 0) return luaL_error(L, "%s", ld_error());
+        luaL_checkstack(L, k, "outputs");
+        for (int i = 0; i < k; i++) lb_push_tensor(L, ys[i], 0);
+        return k;
+    }
     ld_tensor *y = ld_layer_call(l, n, xs, training);
     if (!y) return luaL_error(L, "%s", ld_error());
     lb_push_tensor(L, y, 0);
@@ -553,9 +580,19 @@ static int layer_build_shapes(lua_State *L) {
         if (ld_layer_build_n(l, (int)n, in)) return lb_engine_error(L, 2);
         return 0;
     }
-    if (n != l->n_in)
+    int states = l->cls->initial_states;   /* an RNN: its initial states or not, at any call */
+    if (states && n > 1) {
+        int want = l->cls->max_inputs - 1;
+        if (n - 1 != want)
+            return luaL_error(L, "%s's initial_state is %s, got %d tensor%s", l->name, want == 2 ? "{h, c}" : "{h}", (int)n - 1,
+                              n == 2 ? "" : "s");
+        for (int i = 1; i < n; i++)
+            if (in[i].ndim != 1 || in[i].d[0] != l->outs[0].d[0])
+                return luaL_error(L, "%s: initial state %d must be [batch, %d] (its units)", l->name, i, (int)l->outs[0].d[0]);
+    }
+    if (n != l->n_in && !states)
         return luaL_error(L, "%s was built for %d input%s, called with %d", l->name, l->n_in, l->n_in == 1 ? "" : "s", (int)n);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < (states ? 1 : n); i++) {
         int ok = in[i].ndim == l->in[i].ndim;
         for (int d = 0; ok && d < in[i].ndim; d++)
             ok = in[i].d[d] == l->in[i].d[d] || ld_layer_axis_flexible(l->cls, d, in[i].ndim);
@@ -619,7 +656,13 @@ static int layer_index(lua_State *L) {
         for (int i = 0; i < l->n_in; i++) { push_shape(L, &l->in[i]); lua_rawseti(L, -2, i + 1); }
         return 1;
     }
-    if (!strcmp(k, "output_shape") && l->built) { push_shape(L, &l->out); return 1; }
+    if (!strcmp(k, "output_shape") && l->built) {   /* a list of them for several outputs (return_state) */
+        if (l->n_out == 1) { push_shape(L, &l->out); return 1; }
+        lua_createtable(L, l->n_out, 0);
+        for (int i = 0; i < l->n_out; i++) { push_shape(L, i ? &l->outs[i - 1] : &l->out); lua_rawseti(L, -2, i + 1); }
+        return 1;
+    }
+    if (!strcmp(k, "n_outputs")) { lua_pushinteger(L, l->built ? l->n_out : l->cls->n_outputs ? l->cls->n_outputs(l) : 1); return 1; }
     if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) { push_weights(L, l, 1); return 1; }
     if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) { push_weights(L, l, 0); return 1; }
     if (!strcmp(k, "weights") || !strcmp(k, "variables")) { push_weights(L, l, -1); return 1; }

@@ -166,6 +166,27 @@ local MODELS = {
       local g = nn.GRU(4, { return_sequences = true })(nn.Add() { e, nn.Dense(6)(a) })
       return nn.Model { inputs = x, outputs = nn.Dense(2)(nn.GlobalAveragePooling1D()(g)) }
     end },
+  -- Keras's seq2seq: an encoder over padded ids (masked) whose final states
+  -- (return_state) start the decoder (initial_state), which tags its own ids
+  seq2seq = { data = function(n)
+      local xa = padded_ids(n, false)
+      local xb, tags = padded_ids(n, true)
+      return { xa, xb }, tags
+    end,
+    make = function()
+      local a, b = nn.Input { shape = { 8 }, dtype = "int64" }, nn.Input { shape = { 8 }, dtype = "int64" }
+      local _, h, c = nn.LSTM(5, { return_state = true })(nn.Embedding(10, 4, { mask_zero = true })(a))
+      local o = nn.LSTM(5, { return_sequences = true })(nn.Embedding(10, 4)(b), { initial_state = { h, c } })
+      return nn.Model { inputs = { a, b }, outputs = nn.Dense(3)(o) }
+    end },
+  -- Keras's dropout and recurrent_dropout of recurrent layers: masks drawn per
+  -- sequence, the same at every step, per gate with recurrent dropout
+  rnn_dropout = { shape = { 6, 4 }, classes = 3,
+    make = function()
+      return nn.Sequential { nn.LSTM(6, { dropout = 0.2, recurrent_dropout = 0.2, return_sequences = true }),
+        nn.Bidirectional(nn.GRU(3, { dropout = 0.3, return_sequences = true })),
+        nn.SimpleRNN(5, { recurrent_dropout = 0.25 }), nn.Dense(3) }
+    end },
   -- regression of a sequence: a Dense over each of 6 steps, targets [batch, 6, 2]
   -- (a loss of several positions per row, divided by the global batch's positions)
   seq = { shape = { 6, 4 }, target = function(x) return x:slice(2, 0, 2):tanh() end,
@@ -332,7 +353,7 @@ add(train_case { name = "fit_dice", model = "mlp_sigmoid", opt = "sgd_momentum",
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions, TimeDistributed and the
 -- 1-d shape layers, Dot, dilated convolutions
 for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise",
-                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier" } do
+                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier", "rnn_dropout", "seq2seq" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -1,4 +1,4 @@
--- test_masking.lua - Keras 3's masks: Embedding{mask_zero}, Masking, and the
+-- test_masking.lua - Keras 3's masks and recurrent states: Embedding{mask_zero}, Masking, and the
 -- layers that use a mask (LSTM, GRU, SimpleRNN forward and backward,
 -- Bidirectional, GlobalAveragePooling1D) or pass it on (Dense,
 -- LayerNormalization, Dropout, TimeDistributed, the merging layers), the loss
@@ -6,7 +6,9 @@
 -- tests/fixtures/masking.lua (scripts/fixtures/make_mask_fixtures.py, Keras
 -- 3.15 / TF 2.21) is built here with Keras's weights, on cpu:0 and on the
 -- logical device cpu:1: its outputs and their mask, its loss and gradients,
--- evaluate's loss and accuracy, and the weights after fit equal Keras's.
+-- evaluate's loss and accuracy, and the weights after fit equal Keras's; with
+-- them seq2seq models (initial_state=, return_state), made again from JSON
+-- and files.
 local T = dofile("tests/lua/testlib.lua")
 ldist.config.cpu_devices(2)
 local F = dofile("tests/fixtures/masking.lua")
@@ -89,6 +91,18 @@ for _, dev in ipairs { false, "cpu:1" } do
   end)
 end
 
+T.test("every model made again from its JSON and from a saved file gives the same outputs (several outputs, states)", function()
+  for _, c in ipairs(F.cases) do
+    local m, x = build(c), inputs(c)
+    local m2 = nn.model_from_json(m:to_json())
+    m2:set_weights(m:get_weights())
+    near_all(m2(x), c.out, 2e-5, c.name .. ": from JSON")
+    local path = T.tmpdir() .. "/m.keras"
+    m:save(path)
+    near_all(nn.load_model(path)(x), c.out, 2e-5, c.name .. ": from a file")
+  end
+end)
+
 T.test("under mixed_bfloat16 and mixed_float16 the masks are the same and the loss is float32's within half precision", function()
   for _, policy in ipairs { "mixed_bfloat16", "mixed_float16" } do
     for _, c in ipairs(F.cases) do
@@ -139,6 +153,44 @@ T.test("a mask given to a layer's call, the masks of layers that drop them, and 
     "its input's mask 1x5 does not broadcast to the input 1x5x3")
   -- the session goes on
   T.eq(#lstm(x).shape, 3)
+end)
+
+T.test("return_state gives the final states as more values, initial_state starts from given ones; errors name the problem", function()
+  local x = tensor.normal(2, 4, 3)
+  local lstm = nn.LSTM(5, { return_state = true })
+  local y, h, c = lstm(x)
+  T.eq(table.concat(c.shape, "x"), "2x5", "LSTM: y, h, c")
+  T.near((y - h):abs():max():item(), 0, 0, "the last output is h")
+  T.eq(#lstm.output_shape, 3, "output_shape lists the three")
+  local dec = nn.LSTM(5, { return_sequences = true })
+  local z = dec(x, { initial_state = { h, c } })
+  T.ok((z - dec(x)):abs():max():item() > 0, "the states given change the outputs")
+  local z0 = dec(x, { initial_state = { tensor.zeros(2, 5), tensor.zeros(2, 5) } })
+  T.near((z0 - dec(x)):abs():max():item(), 0, 0, "zero states are the default")
+  local g = nn.GRU(3, { return_state = true, return_sequences = true })
+  local seq, gh = g(x)
+  T.near((seq[0][3] - gh[0]):abs():max():item(), 0, 0, "GRU: the sequence and its last state")
+  local outs = table.pack(nn.Bidirectional(nn.LSTM(2, { return_state = true }))(x))
+  T.eq(outs.n, 5, "Bidirectional(LSTM): the output and four states")
+  T.raises(function() dec(x, { initial_state = { h } }) end, "initial_state is {h, c}, got 1 tensor")
+  T.raises(function() dec(x, { initial_state = { h, tensor.zeros(2, 4) } }) end,
+    "initial state 2 must be [2, 5] (the batch, its units) of floats; got float32 2x4")
+  T.raises(function() nn.Dense(2)(x, { initial_state = { h } }) end, "initial_state is an option of the recurrent layers")
+  T.raises(function() dec(x, { initial_state = h }) end, "initial_state must be a list of tensors")
+  T.eq(nn.LSTM(2, { return_state = true }):get_config().return_state, true)
+  -- a subclassed seq2seq model trains with them
+  local S2S = nn.Model:extend("S2S")
+  function S2S:init() self.enc = nn.GRU(4, { return_state = true }); self.dec = nn.GRU(4, { return_sequences = true }); self.out = nn.Dense(2) end
+  function S2S:call(inp, training)
+    local _, st = self.enc(inp[1], { training = training })
+    return self.out(self.dec(inp[2], { initial_state = { st }, training = training }))
+  end
+  local m = S2S()
+  m:compile { optimizer = "adam", loss = losses.SparseCategoricalCrossentropy { from_logits = true } }
+  local xa, xb = tensor.normal(16, 5, 3), tensor.normal(16, 4, 3)
+  local yl = xb:slice(2, 0, 1):reshape { 16, 4 }:gt(0):astype("int64")
+  local hist = m:fit({ xa, xb }, yl, { epochs = 15, batch_size = 8, verbose = 0 })
+  T.ok(hist.loss[15] < hist.loss[1], "the loss falls")
 end)
 
 T.done()

@@ -152,20 +152,20 @@ local function split_rows(self, t)
   return parts, rows
 end
 
-function Mirrored:_split(element)
-  if tensor.is_tensor(element) then
-    local parts, rows = split_rows(self, element)
-    return per_replica(parts, rows)
-  end
+-- each replica's part of an element (a tensor, or a table of elements:
+-- {x, y}, {{xa, xb}, y} for a model of two inputs), and the rows of its first tensor
+local function split_element(self, e)
+  if tensor.is_tensor(e) then return split_rows(self, e) end
   local per, rows = {}, nil
   for r = 1, self.num_replicas_in_sync do per[r] = {} end
-  for i, t in pairs(element) do
-    local parts, b = split_rows(self, t)
+  for i, t in pairs(e) do
+    local parts, b = split_element(self, t)
     if i == 1 or rows == nil then rows = b end
     for r = 1, self.num_replicas_in_sync do per[r][i] = parts[r] end
   end
-  return per_replica(per, rows or 0)
+  return per, rows or 0
 end
+function Mirrored:_split(element) return per_replica(split_element(self, element)) end
 
 -- Batches of rows of one source (a dataset of from_tensor_slices/range ->
 -- shuffle/repeat/take/skip -> batch) are split as they are gathered: each

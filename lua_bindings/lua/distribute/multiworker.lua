@@ -200,14 +200,15 @@ distribute.AutoShardPolicy = ldist.data.experimental.AutoShardPolicy
 -- Rows [lo, hi) of a global batch of `rows` that worker r of n takes: floor(rows/n)
 -- each, one more for the first rows % n (the split MirroredStrategy uses).
 local share = ldist._util.share
+-- (an element: a tensor, or a list of elements: {x, y}, {{xa, xb}, y} for a model of two inputs)
 local function rows_of(e)
-  local t = tensor.is_tensor(e) and e or e[1]
-  return t.ndim > 0 and t.shape[1] or 1
+  while not tensor.is_tensor(e) do e = e[1] end
+  return e.ndim > 0 and e.shape[1] or 1
 end
 local function slice_element(e, lo, hi)
   if tensor.is_tensor(e) then return e:slice(0, lo, hi) end
   local out = {}
-  for i, t in ipairs(e) do out[i] = t:slice(0, lo, hi) end
+  for i, t in ipairs(e) do out[i] = slice_element(t, lo, hi) end
   return out
 end
 

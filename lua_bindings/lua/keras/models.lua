@@ -61,6 +61,17 @@ doc(nn.Input, "nn.Input", "nn.Input{shape={...}, dtype=\"float32\", name=}\n\n" 
 function nn._symbolic_call(layer, inputs, opts)
   local multi = not is_kt(inputs)
   local list = multi and inputs or { inputs }
+  if type(opts) == "table" and opts.initial_state ~= nil then   -- an RNN's states: its inputs after the first
+    local st = opts.initial_state
+    if is_kt(st) or type(st) ~= "table" then
+      error(("%s: initial_state must be a list of symbolic tensors ({h, c} for an LSTM, {h} for the others)")
+        :format(layer.name), 3)
+    end
+    if multi then error(("%s: initial_state goes with one input"):format(layer.name), 3) end
+    list = { inputs }
+    for i, t in ipairs(st) do list[i + 1] = t end
+    multi = true
+  end
   local shapes = {}
   for i, t in ipairs(list) do
     if not is_kt(t) then
@@ -71,7 +82,17 @@ function nn._symbolic_call(layer, inputs, opts)
   end
   local ok, err = pcall(layer._build_shapes, layer, shapes)
   if not ok then error(tostring(err):gsub("^%[ldist prelude [^%]]*%]:%d+: ", ""), 3) end
-  return setmetatable({ shape = layer.output_shape, dtype = "float32", _layer = layer, _inputs = list, _multi = multi }, KT)
+  local n = layer.n_outputs
+  if n == 1 then
+    return setmetatable({ shape = layer.output_shape, dtype = "float32", _layer = layer, _inputs = list, _multi = multi }, KT)
+  end
+  -- several outputs (return_state): one symbolic tensor each, of one call (_call), at _index
+  local call, outs, shapes_out = {}, {}, layer.output_shape
+  for i = 1, n do
+    outs[i] = setmetatable({ shape = shapes_out[i], dtype = "float32", _layer = layer, _inputs = list, _multi = multi,
+      _call = call, _index = i - 1 }, KT)
+  end
+  return table.unpack(outs, 1, n)
 end
 
 ---------------------------------------------------------------- Functional models
@@ -85,7 +106,7 @@ local function run_graph(self, x, training)
   if #xs ~= #g.inputs then
     error(("model '%s' takes %d inputs, got %d"):format(self.name, #g.inputs, #xs), 3)
   end
-  local vals, o = {}, { training = training }
+  local vals, o, calls = {}, { training = training }, {}
   for i, t in ipairs(g.inputs) do vals[t] = xs[i] end
   for _, t in ipairs(g.order) do
     local args
@@ -95,7 +116,13 @@ local function run_graph(self, x, training)
     else
       args = vals[t._inputs[1]]
     end
-    vals[t] = t._layer(args, o)
+    if t._call then   -- one of several outputs: the layer runs once for all of them
+      local r = calls[t._call]
+      if not r then r = table.pack(t._layer(args, o)); calls[t._call] = r end
+      vals[t] = r[t._index + 1]
+    else
+      vals[t] = t._layer(args, o)
+    end
   end
   if not g.multi_out then return vals[g.outputs[1]] end
   local r = {}
@@ -165,10 +192,14 @@ local function functional(opts)
     order[#order + 1] = t
   end
   for _, o in ipairs(outputs) do visit(o) end
-  local nodes = {}   -- a shared layer has one node per call
+  local nodes, numbered = {}, {}   -- a shared layer has one node per call (several outputs: one call)
   for _, t in ipairs(order) do
-    nodes[t._layer] = (nodes[t._layer] or 0) + 1
-    t._node = nodes[t._layer] - 1
+    local key = t._call or t
+    if numbered[key] == nil then
+      nodes[t._layer] = (nodes[t._layer] or 0) + 1
+      numbered[key] = nodes[t._layer] - 1
+    end
+    t._node = numbered[key]
   end
   local m = nn._model_new(opts.name or "functional", "Functional")
   for _, l in ipairs(keras_layer_order(outputs, is_input, order)) do m:_track(l) end
@@ -234,16 +265,21 @@ local function functional_config(m)
     layers[#layers + 1] = { class_name = "InputLayer", name = t.name, config = { shape = t.shape, dtype = t.dtype, name = t.name },
       inbound_nodes = {} }
   end
-  local function ref(u) return { u._layer and u._layer.name or u.name, u._node or 0, 0 } end
+  local function ref(u) return { u._layer and u._layer.name or u.name, u._node or 0, u._index or 0 } end
+  local listed = {}
   for _, t in ipairs(g.order) do
     local l = t._layer
     if not entry[l] then
       entry[l] = { class_name = l.class_name, name = l.name, config = l:get_config(), inbound_nodes = {} }
       layers[#layers + 1] = entry[l]
     end
-    local args = {}
-    for i, u in ipairs(t._inputs) do args[i] = ref(u) end
-    table.insert(entry[l].inbound_nodes, { args = args, multi = t._multi })
+    local key = t._call or t
+    if not listed[key] then   -- a call of several outputs is one node
+      listed[key] = true
+      local args = {}
+      for i, u in ipairs(t._inputs) do args[i] = ref(u) end
+      table.insert(entry[l].inbound_nodes, { args = args, multi = t._multi })
+    end
   end
   local ins, outs = {}, {}
   for i, t in ipairs(g.inputs) do ins[i] = ref(t) end
@@ -320,7 +356,7 @@ local function from_spec(spec, custom)
     for _, e in ipairs(c.layers) do
       if e.class_name == "InputLayer" then
         local t = nn.Input { shape = e.config.shape, dtype = e.config.dtype, name = e.config.name }
-        made[e.name .. "/0"] = t
+        made[e.name .. "/0"] = { t }
         inputs[e.name] = t
       else
         pending[#pending + 1] = { layer = nn.layer_from_config { class_name = e.class_name, config = e.config },
@@ -336,18 +372,20 @@ local function from_spec(spec, custom)
         while node do
           local args, ready = {}, true
           for i, r in ipairs(node.args) do
-            args[i] = made[r[1] .. "/" .. math.tointeger(r[2])]
+            local outs = made[r[1] .. "/" .. math.tointeger(r[2])]
+            args[i] = outs and outs[math.tointeger(r[3] or 0) + 1]
             if not args[i] then ready = false; break end
           end
           if not ready then break end
-          made[p.name .. "/" .. (p.next - 1)] = p.layer(node.multi and args or args[1])
+          made[p.name .. "/" .. (p.next - 1)] = table.pack(p.layer(node.multi and args or args[1]))
           p.next, progress = p.next + 1, true
           node = p.nodes[p.next]
         end
       end
     end
     local function get(r, what)
-      local t = made[r[1] .. "/" .. math.tointeger(r[2])]
+      local outs = made[r[1] .. "/" .. math.tointeger(r[2])]
+      local t = outs and outs[math.tointeger(r[3] or 0) + 1]
       if not t then error(("the model configuration's %s %s cannot be made"):format(what, r[1]), 0) end
       return t
     end
