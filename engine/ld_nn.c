@@ -799,14 +799,20 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
     return k;
 }
 
-/* "(None, 28, 28)" for a built layer, "?" before it is */
+/* "(None, 28, 28)" for a built layer, "?" before it is; a layer of several
+   outputs (return_state) lists them, "[(None, 4), (None, 4)]", as Keras's */
 static void summary_shape(const ld_layer *l, char *shape, size_t cap) {
     snprintf(shape, cap, "?");
     if (!l->built) return;
-    size_t q = (size_t)snprintf(shape, cap, "(None");
-    for (int d = 0; d < l->out.ndim && q < cap; d++)
-        q += (size_t)snprintf(shape + q, cap - q, ", %lld", (long long)l->out.d[d]);
-    if (q < cap) snprintf(shape + q, cap - q, ")");
+    size_t q = 0;
+    if (l->n_out > 1) q += (size_t)snprintf(shape, cap, "[");
+    for (int k = 0; k < l->n_out && q < cap; k++) {
+        const ld_shape *o = k ? &l->outs[k - 1] : &l->out;
+        q += (size_t)snprintf(shape + q, cap - q, "%s(None", k ? ", " : "");
+        for (int d = 0; d < o->ndim && q < cap; d++) q += (size_t)snprintf(shape + q, cap - q, ", %lld", (long long)o->d[d]);
+        if (q < cap) q += (size_t)snprintf(shape + q, cap - q, ")");
+    }
+    if (l->n_out > 1 && q < cap) snprintf(shape + q, cap - q, "]");
 }
 
 /* "399.54 KB", as Keras sizes its parameter counts (float32: 4 bytes each) */
@@ -827,7 +833,7 @@ int ld_model_summary(ld_model *m, char *buf, size_t n, int width) {
        too long for it breaks before its "(Class)" */
     int wshape = (int)strlen("Output Shape"), wparam = (int)strlen("Param #"), wname = (int)strlen("Layer (type)");
     for (int i = 0; i < m->n_layers; i++) {
-        char shape[64], cnt[32];
+        char shape[128], cnt[32];
         summary_shape(m->layers[i], shape, sizeof shape);
         int ls = (int)strlen(shape), lc = snprintf(cnt, sizeof cnt, "%lld", (long long)ld_layer_param_count(m->layers[i]));
         int ln = (int)(strlen(m->layers[i]->name) + strlen(m->layers[i]->cls->class_name) + 3);
@@ -851,7 +857,7 @@ int ld_model_summary(ld_model *m, char *buf, size_t n, int width) {
     OUT("\n");
     for (int i = 0; i < m->n_layers; i++) {
         ld_layer *l = m->layers[i];
-        char shape[64], nm[160], cls[80];
+        char shape[128], nm[160], cls[80];
         summary_shape(l, shape, sizeof shape);
         snprintf(nm, sizeof nm, "%s (%s)", l->name, l->cls->class_name);
         int64_t pc = ld_layer_param_count(l);

@@ -178,6 +178,10 @@ T.test("return_state gives the final states as more values, initial_state starts
   T.raises(function() nn.Dense(2)(x, { initial_state = { h } }) end, "initial_state is an option of the recurrent layers")
   T.raises(function() dec(x, { initial_state = h }) end, "initial_state must be a list of tensors")
   T.eq(nn.LSTM(2, { return_state = true }):get_config().return_state, true)
+  local inp = nn.Input { shape = { 4, 3 } }
+  local _, sh, sc = nn.LSTM(5, { return_state = true })(inp)
+  local fm = nn.Model { inputs = inp, outputs = nn.Dense(1)(nn.Concatenate() { sh, sc }) }
+  T.ok(fm:summary_text():find("[(None, 5), (None, 5), (None, 5)]", 1, true), "the summary lists the outputs, as Keras's")
   -- a subclassed seq2seq model trains with them
   local S2S = nn.Model:extend("S2S")
   function S2S:init() self.enc = nn.GRU(4, { return_state = true }); self.dec = nn.GRU(4, { return_sequences = true }); self.out = nn.Dense(2) end
