@@ -225,6 +225,150 @@ const ld_layer_class ld_layer_multi_head_attention = {
     "constraint and activity_regularizer as Keras's (for every kernel and bias).",
     LD_ROLE_BIT(LD_ROLE_KERNEL) | LD_ROLE_BIT(LD_ROLE_BIAS), .compute_mask = ld_mask_pass};
 
+/* ================================================================ Attention, AdditiveAttention */
+/* Keras's dot-product (Luong) and additive (Bahdanau) attention layers,
+   called on {query, value} or {query, value, key} ([batch, Tq, dim],
+   [batch, Tv, dim]; key defaults to value): scores [batch, Tq, Tv] (below),
+   the value's masked steps (and, with use_causal_mask, the later keys)
+   lowered by 1e9 (65504 in float16), the softmax, dropout in training, the
+   weighted sum of the values; the query's masked steps give 0, and the
+   output carries the query's mask. Scores: Attention's "dot" q k^T (times
+   the scalar `scale` with use_scale), "concat" concat_score_weight *
+   sum(tanh(scale * (q + k))); AdditiveAttention's sum(scale * tanh(q + k)),
+   scale a vector [dim] (use_scale, the default). */
+enum { ATT_SCALE, ATT_MODE, ATT_DROPOUT, ATT_CAUSAL };
+enum { ADD_SCALE, ADD_DROPOUT, ADD_CAUSAL };
+static int additive(const ld_layer *l) { return l->cls == &ld_layer_additive_attention; }
+static int att_check(ld_layer *l) {
+    double r = ld_p_float(l, additive(l) ? ADD_DROPOUT : ATT_DROPOUT);
+    if (!(r >= 0 && r < 1)) return ld_fail(LD_EARG, "%s dropout must be in [0, 1), got %g", l->cls->class_name, r);
+    return LD_OK;
+}
+static int att_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    static const char *const which[3] = {"a query", "a value", "a key"};
+    for (int i = 0; i < n_in; i++) if (need_seq(l, which[i], &in[i])) return ld_error_status();
+    const ld_shape *q = &in[0], *v = &in[1], *k = n_in > 2 ? &in[2] : v;
+    if (k->d[0] != v->d[0])
+        return ld_fail(LD_ESHAPE, "%s: the key (batch, %lld, %lld) and the value (batch, %lld, %lld) must have the same length",
+                       l->name, (long long)k->d[0], (long long)k->d[1], (long long)v->d[0], (long long)v->d[1]);
+    if (q->d[1] != k->d[1])
+        return ld_fail(LD_ESHAPE, "%s: the query's last axis (%lld) and the key's (%lld) must be equal", l->name,
+                       (long long)q->d[1], (long long)k->d[1]);
+    if (additive(l)) {
+        int64_t d = q->d[1];
+        if (ld_p_int(l, ADD_SCALE) && !ld_layer_add_weight(l, "scale", 1, &d, LD_INIT_GLOROT(d, d), 1)) return ld_error_status();
+    } else {
+        if (ld_p_int(l, ATT_SCALE) && !ld_layer_add_weight(l, "scale", 0, NULL, LD_INIT_1, 1)) return ld_error_status();
+        if (!strcmp(ld_p_str(l, ATT_MODE), "concat") && !ld_layer_add_weight(l, "concat_score_weight", 0, NULL, LD_INIT_1, 1))
+            return ld_error_status();
+    }
+    *out = (ld_shape){2, {q->d[0], v->d[1]}};
+    return LD_OK;
+}
+/* [N, Tq, d] and [N, Tk, d] as [N, Tq, 1, d] + [N, 1, Tk, d] */
+static ld_tensor *pair_sum(ld_tensor *q, ld_tensor *k) {
+    int64_t qs[4] = {q->shape[0], q->shape[1], 1, q->shape[2]}, ks[4] = {k->shape[0], 1, k->shape[1], k->shape[2]};
+    ld_tensor *a = ld_reshape_op(q, 4, qs), *b = a ? ld_reshape_op(k, 4, ks) : NULL, *y = b ? ld_add(a, b) : NULL;
+    ld_tensor_release(a); ld_tensor_release(b);
+    return y;
+}
+static ld_tensor *att_scores(ld_layer *l, ld_tensor *q, ld_tensor *k) {
+    ld_tensor *t[5] = {0}, *y = NULL;
+    if (additive(l)) {   /* sum(scale * tanh(q + k)) */
+        if (!(t[0] = pair_sum(q, k)) || !(t[1] = ld_tanh(t[0]))) goto out;
+        if (ld_p_int(l, ADD_SCALE) && !(t[2] = ld_mul(t[1], ld_var(l->vars[0])))) goto out;
+        y = ld_sum(t[2] ? t[2] : t[1], -1, 0);
+    } else if (!strcmp(ld_p_str(l, ATT_MODE), "dot")) {   /* q k^T (* scale) */
+        if (!(t[0] = ld_bmm(q, k, 0, 1))) goto out;
+        y = ld_p_int(l, ATT_SCALE) ? ld_mul(t[0], ld_var(l->vars[0])) : ld_tensor_retain(t[0]);
+    } else {             /* concat_score_weight * sum(tanh(scale * (q + k))) */
+        int scaled = (int)ld_p_int(l, ATT_SCALE);
+        if (!(t[0] = pair_sum(q, k))) goto out;
+        if (scaled && !(t[1] = ld_mul(t[0], ld_var(l->vars[0])))) goto out;
+        if (!(t[2] = ld_tanh(scaled ? t[1] : t[0])) || !(t[3] = ld_sum(t[2], -1, 0))) goto out;
+        y = ld_mul(t[3], ld_var(l->vars[scaled ? 1 : 0]));
+    }
+out:
+    rel(5, t);
+    return y;
+}
+static ld_tensor *att_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_tensor *q = x[0], *v = x[1], *k = n_in > 2 ? x[2] : v, *qm, *vm;
+    char a[LD_SHAPE_STR_MAX], b[LD_SHAPE_STR_MAX];
+    if (k->shape[1] != v->shape[1] || k->shape[0] != v->shape[0] || q->shape[0] != v->shape[0]) {
+        ld_fail(LD_ESHAPE, "%s: the query %s, the value %s and the key must have the same batch, the key and value the same "
+                "length", l->name, ld_shape_str(q, a, sizeof a), ld_shape_str(v, b, sizeof b));
+        return NULL;
+    }
+    if (ld_mask_of_steps(l, q, &qm) || ld_mask_of_steps(l, v, &vm)) return NULL;
+    int64_t N = q->shape[0], Tq = q->shape[1], Tv = v->shape[1];
+    int causal = (int)ld_p_int(l, additive(l) ? ADD_CAUSAL : ATT_CAUSAL);
+    float rate = (float)ld_p_float(l, additive(l) ? ADD_DROPOUT : ATT_DROPOUT);
+    ld_tensor *t[10] = {0}, *y = NULL;
+    ld_device *dev = q->storage->device;
+    if (!(t[0] = att_scores(l, q, k))) goto out;
+    if (vm || causal) {   /* where the scores mask is 0: the scores less 1e9 */
+        int64_t ms[3] = {vm ? N : 1, Tq, Tv}, vs[3] = {N, 1, Tv};
+        if (!(t[1] = ld_tensor_full(LD_F32, 3, ms, 1.0, dev))) goto out;
+        if (vm) {
+            ld_tensor *r = ld_reshape(vm, 3, vs), *p = r ? ld_mul(t[1], r) : NULL;
+            ld_tensor_release(r); ld_tensor_release(t[1]);
+            if (!(t[1] = p)) goto out;
+        }
+        if (causal) {
+            int64_t cs[3] = {1, Tq, Tv};
+            ld_tensor *h = ld_tensor_empty(LD_F32, 3, cs, NULL);
+            if (!h) goto out;
+            float *c = ld_tensor_data_unsynced(h);
+            for (int64_t i = 0; i < Tq; i++) for (int64_t j = 0; j < Tv; j++) c[i * Tv + j] = j <= i;
+            ld_tensor *d = ld_to_device(h, dev), *p = d ? ld_mul(t[1], d) : NULL;
+            ld_tensor_release(h); ld_tensor_release(d); ld_tensor_release(t[1]);
+            if (!(t[1] = p)) goto out;
+        }
+        if (!(t[2] = ld_add_scalar(t[0], t[0]->dtype == LD_F16 ? -65504.0f : -1e9f)) || !(t[3] = ld_where(t[1], t[0], t[2])))
+            goto out;
+    }
+    if (!(t[4] = ld_softmax(t[3] ? t[3] : t[0]))) goto out;
+    if (training && rate > 0 && !(t[5] = ld_dropout(t[4], rate, NULL))) goto out;
+    if (t[5] ? t[5]->dtype != v->dtype : t[4]->dtype != v->dtype) {   /* a float32 scale under a half policy */
+        ld_tensor *c = ld_cast_op(t[5] ? t[5] : t[4], v->dtype);
+        ld_tensor_release(t[5]);
+        if (!(t[5] = c)) goto out;
+    }
+    if (!(t[6] = ld_bmm(t[5] ? t[5] : t[4], v, 0, 0))) goto out;
+    if (qm) {   /* the query's masked steps: 0 */
+        int64_t qs[3] = {N, Tq, 1};
+        if (!(t[7] = ld_reshape(qm, 3, qs))) goto out;
+        y = ld_mask_select(t[7], t[6], NULL);
+    } else y = ld_tensor_retain(t[6]);
+out:
+    rel(10, t);
+    return y;
+}
+const ld_layer_class ld_layer_attention = {
+    "Attention", "attention", NULL, {NULL},
+    {LD_PBOOL("use_scale", "false"), LD_PSTR("score_mode", "dot", "dot|concat"), LD_PFLOAT("dropout", "0.0"),
+     LD_PBOOL("use_causal_mask", "false"), LD_PEND},
+    2, 3, 1u /* the steps */, att_check, att_build, att_forward,
+    "nn.Attention{use_scale=false, score_mode=\"dot\", dropout=0, use_causal_mask=false}\n\n"
+    "Keras's dot-product (Luong) attention: layer({query, value}) or layer({query, value, key}), each\n"
+    "[batch, T, dim] -> [batch, Tq, value dim]: softmax(scores) @ value, scores q k^T (times a scalar\n"
+    "`scale` with use_scale; score_mode \"concat\": concat_score_weight * sum(tanh(scale * (q + k)))).\n"
+    "The value's mask (Embedding's mask_zero, Masking) leaves its steps out, the query's zeroes its\n"
+    "steps and goes on with the output; use_causal_mask (a layer option here; Keras takes it per\n"
+    "call): query i sees keys j <= i. dropout applies to the attention weights in training.",
+    0, .compute_mask = ld_mask_pass};
+const ld_layer_class ld_layer_additive_attention = {
+    "AdditiveAttention", "additive_attention", NULL, {NULL},
+    {LD_PBOOL("use_scale", "true"), LD_PFLOAT("dropout", "0.0"), LD_PBOOL("use_causal_mask", "false"), LD_PEND},
+    2, 3, 1u /* the steps */, att_check, att_build, att_forward,
+    "nn.AdditiveAttention{use_scale=true, dropout=0, use_causal_mask=false}\n\n"
+    "Keras's additive (Bahdanau) attention: layer({query, value}) or layer({query, value, key}), each\n"
+    "[batch, T, dim] -> [batch, Tq, value dim]: softmax(scores) @ value, scores sum(scale * tanh(q + k))\n"
+    "over dim (scale [dim] glorot_uniform; 1 without use_scale). Masks, use_causal_mask and dropout as\n"
+    "nn.Attention's.",
+    0, .compute_mask = ld_mask_pass};
+
 /* ================================================================ recurrent layers */
 /* LSTM and GRU share their parameters' first six and the loop's shape */
 enum { RNN_UNITS, RNN_ACT, RNN_RACT, RNN_BIAS, RNN_SEQ, RNN_BACK, RNN_EXTRA /* unit_forget_bias / reset_after */,
@@ -578,8 +722,8 @@ static int bi_n_outputs(const ld_layer *l) {
 }
 static ld_tensor *bi_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     ld_tensor *fo[LD_LAYER_MAX_OUTPUTS] = {0}, *bo[LD_LAYER_MAX_OUTPUTS] = {0};
-    int nf = ld_layer_call_outputs(l->inner[0], 1, x, training, fo, LD_LAYER_MAX_OUTPUTS);
-    int nb = nf > 0 ? ld_layer_call_outputs(l->inner[1], 1, x, training, bo, LD_LAYER_MAX_OUTPUTS) : -1;
+    int nf = ld_layer_call_outputs(l->inner[0], 1, x, training, NULL, fo, LD_LAYER_MAX_OUTPUTS);
+    int nb = nf > 0 ? ld_layer_call_outputs(l->inner[1], 1, x, training, NULL, bo, LD_LAYER_MAX_OUTPUTS) : -1;
     ld_tensor *f = fo[0], *b = bo[0], *y = NULL;
     for (int i = 1; i < nf && nb > 0; i++) {   /* return_state: forward's states, then backward's */
         ld_layer_emit(i, fo[i]);

@@ -622,21 +622,48 @@ void ld_layer_emit(int i, ld_tensor *t) {
 }
 
 static ld_tensor *layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training);
-static ld_tensor *call_into(ld_layer *l, int n_in, ld_tensor *const *x, int training, out_sink *sink) {
+/* The mask a call's forward sees on its first input, as Keras's __call__
+   fills its `mask` argument: one given to the call (mask, non-NULL) in
+   place of the input's own; none for a recurrent layer given initial
+   states (Keras 3 fills `mask` only for a call of one tensor argument:
+   with initial_state= its layers leave the steps unmasked, though the
+   output carries the input's mask); else the input's. Then the outputs,
+   into sink. */
+static ld_tensor *call_into(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask, out_sink *sink) {
+    ld_tensor *xs[LD_LAYER_MAX_INPUTS], *const *orig = x;
+    int strip = !mask && l->cls->initial_states && n_in > 1 && n_in <= LD_LAYER_MAX_INPUTS && x[0]->keras_mask;
+    if (mask || strip) {   /* the first input as a view with that mask */
+        if (n_in < 1 || n_in > LD_LAYER_MAX_INPUTS) { ld_fail(LD_EARG, "%s: %d inputs", l->name, n_in); return NULL; }
+        memcpy(xs, x, sizeof *xs * (size_t)n_in);
+        if (!(xs[0] = ld_reshape_op(x[0], x[0]->ndim, x[0]->shape))) return NULL;
+        ld_tensor_set_mask(xs[0], mask);
+        x = xs;
+    }
     out_sink *saved = cur_sink;
     cur_sink = sink;
     ld_tensor *y = layer_call(l, n_in, x, training);
     cur_sink = saved;
+    if (strip && y && l->cls->compute_mask) {   /* the output's mask from the input's, as Keras's */
+        ld_tensor *m = NULL;
+        if (l->cls->compute_mask(l, n_in, orig, &m)) { ld_tensor_release(y); y = NULL; }
+        else ld_tensor_set_mask(y, m);
+        ld_tensor_release(m);
+    }
+    if (mask || strip) ld_tensor_release(xs[0]);
     return y;
 }
 
 ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
-    return call_into(l, n_in, x, training, NULL);
+    return call_into(l, n_in, x, training, NULL, NULL);
+}
+ld_tensor *ld_layer_call_masked(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask) {
+    return call_into(l, n_in, x, training, mask, NULL);
 }
 
-int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor **out, int max) {
+int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask, ld_tensor **out,
+                          int max) {
     out_sink s = {{0}};
-    ld_tensor *y = call_into(l, n_in, x, training, &s);
+    ld_tensor *y = call_into(l, n_in, x, training, mask, &s);
     int n = y ? l->n_out : -1;
     for (int i = 1; i < n; i++)
         if (!s.t[i]) { ld_fail(LD_EINTERNAL, "%s gave no output %d", l->name, i + 1); n = -1; }

@@ -232,7 +232,8 @@ struct ld_layer {
     X(depthwise_conv2d) X(separable_conv2d) X(group_normalization) X(unit_normalization) \
     X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d) X(normalization) \
     X(re_lu) X(identity) X(activity_regularization) X(alpha_dropout) X(zero_padding1d) X(cropping1d) X(up_sampling1d) \
-    X(dot) X(conv1d_transpose) X(time_distributed) X(masking)
+    X(dot) X(conv1d_transpose) X(time_distributed) X(masking) \
+    X(attention) X(additive_attention)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE
@@ -355,11 +356,19 @@ int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in);
 int ld_layer_build(ld_layer *l, int in_ndim, const int64_t *in_shape);
 ld_tensor *ld_layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int training);
 /* Every output of a layer of several (an RNN with return_state): new
-   references into out (at most max), their count, or -1 on failure.
+   references into out (at most max), their count, or -1 on failure; mask
+   as ld_layer_call_masked's (NULL: the inputs').
    ld_layer_call gives the first only. A class's forward gives its outputs
    after the first with ld_layer_emit(i, t) (i >= 1, t retained) during the
    call; a call that wants none drops them. */
-int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor **out, int max);
+int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask, ld_tensor **out,
+                          int max);
+/* Keras's layer(x, mask=m): m, not x[0]'s own mask, is the first input's.
+   Without it (ld_layer_call), a call takes x[0]'s mask, but for a recurrent
+   layer given initial states, which Keras 3 leaves unmasked (its __call__
+   fills `mask` only for a call of one tensor argument); the output carries
+   the mask either way. */
+ld_tensor *ld_layer_call_masked(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask);
 void ld_layer_emit(int i, ld_tensor *t);
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training);
 /* Keras's autocast around a layer's forward (ld_nn.c): the float inputs cast

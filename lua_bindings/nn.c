@@ -520,35 +520,30 @@ static int layer_call(lua_State *L) {
             lb_push_tensor(L, xs[n++], 0);
         }
     } else if (lua_istable(L, 3)) lua_pop(L, 1);
+    ld_tensor *mask = NULL;
     if (lua_istable(L, 3) && lua_getfield(L, 3, "mask") != LUA_TNIL) {
         /* layer(x, {mask=m}), Keras's mask argument: the first input's mask
            (1 or true where a step counts), in place of the one it carries */
-        ld_tensor *m = lb_to_tensor(L, -1, LD_F32), *v = NULL, *mf = NULL;
+        ld_tensor *m = lb_to_tensor(L, -1, LD_F32);
         lb_push_tensor(L, m, 0);
         if (m->ndim < 1 || m->ndim > xs[0]->ndim || memcmp(m->shape, xs[0]->shape, sizeof(int64_t) * (size_t)m->ndim)) {
             char b1[64], b2[64];
             return luaL_error(L, "%s: mask of shape %s for inputs %s (it takes the inputs' leading axes: [batch, steps])",
                               l->name, ld_shape_str(m, b1, sizeof b1), ld_shape_str(xs[0], b2, sizeof b2));
         }
-        if (!(mf = ld_mask_not_equal(m, 0, 0)) || !(v = ld_reshape_op(xs[0], xs[0]->ndim, xs[0]->shape))) {
-            ld_tensor_release(mf);
-            return luaL_error(L, "%s", ld_error());
-        }
-        ld_tensor_set_mask(v, mf);
-        ld_tensor_release(mf);
-        lb_push_tensor(L, v, 0);
-        xs[0] = v;
+        if (!(mask = ld_mask_not_equal(m, 0, 0))) return luaL_error(L, "%s", ld_error());
+        lb_push_tensor(L, mask, 0);   /* anchored */
     } else if (lua_istable(L, 3)) lua_pop(L, 1);
     int n_out = l->built ? l->n_out : l->cls->n_outputs ? l->cls->n_outputs(l) : 1;
     if (n_out > 1) {   /* several outputs (return_state): returned as several values, y, h, c = lstm(x) */
         ld_tensor *ys[LD_LAYER_MAX_OUTPUTS];
-        int k = ld_layer_call_outputs(l, n, xs, training, ys, LD_LAYER_MAX_OUTPUTS);
+        int k = ld_layer_call_outputs(l, n, xs, training, mask, ys, LD_LAYER_MAX_OUTPUTS);
         if (k < 0) return luaL_error(L, "%s", ld_error());
         luaL_checkstack(L, k, "outputs");
         for (int i = 0; i < k; i++) lb_push_tensor(L, ys[i], 0);
         return k;
     }
-    ld_tensor *y = ld_layer_call(l, n, xs, training);
+    ld_tensor *y = ld_layer_call_masked(l, n, xs, training, mask);
     if (!y) return luaL_error(L, "%s", ld_error());
     lb_push_tensor(L, y, 0);
     return 1;

@@ -42,6 +42,13 @@ local function padded_ids(n, tags)
   return x, tags and y:reshape { n, 8 } or y
 end
 
+-- a seq2seq model's data: {encoder ids, decoder ids} and the decoder's tags
+local function id_pairs(n)
+  local xa = padded_ids(n, false)
+  local xb, tags = padded_ids(n, true)
+  return { xa, xb }, tags
+end
+
 -- every trainable variable of a model, flattened into out["w<i>[<j>]"]
 local function put_weights(out, model, prefix)
   for i, v in ipairs(model.trainable_variables) do
@@ -168,16 +175,25 @@ local MODELS = {
     end },
   -- Keras's seq2seq: an encoder over padded ids (masked) whose final states
   -- (return_state) start the decoder (initial_state), which tags its own ids
-  seq2seq = { data = function(n)
-      local xa = padded_ids(n, false)
-      local xb, tags = padded_ids(n, true)
-      return { xa, xb }, tags
-    end,
+  seq2seq = { data = id_pairs,
     make = function()
       local a, b = nn.Input { shape = { 8 }, dtype = "int64" }, nn.Input { shape = { 8 }, dtype = "int64" }
       local _, h, c = nn.LSTM(5, { return_state = true })(nn.Embedding(10, 4, { mask_zero = true })(a))
       local o = nn.LSTM(5, { return_sequences = true })(nn.Embedding(10, 4)(b), { initial_state = { h, c } })
       return nn.Model { inputs = { a, b }, outputs = nn.Dense(3)(o) }
+    end },
+  -- seq2seq with Bahdanau attention (AdditiveAttention over the encoder's masked
+  -- steps) and Luong attention (Attention) over the decoder's own
+  seq2seq_attention = { data = id_pairs,
+    make = function()
+      local a, b = nn.Input { shape = { 8 }, dtype = "int64" }, nn.Input { shape = { 8 }, dtype = "int64" }
+      local enc, h, c = nn.LSTM(5, { return_sequences = true, return_state = true })(
+        nn.Embedding(10, 4, { mask_zero = true })(a))
+      local dec = nn.LSTM(5, { return_sequences = true })(nn.Embedding(10, 4, { mask_zero = true })(b),
+        { initial_state = { h, c } })
+      local att = nn.AdditiveAttention() { dec, enc }
+      local self_att = nn.Attention { use_scale = true, use_causal_mask = true } { dec, dec }
+      return nn.Model { inputs = { a, b }, outputs = nn.Dense(3)(nn.Concatenate() { dec, att, self_att }) }
     end },
   -- Keras's dropout and recurrent_dropout of recurrent layers: masks drawn per
   -- sequence, the same at every step, per gate with recurrent dropout
@@ -353,7 +369,7 @@ add(train_case { name = "fit_dice", model = "mlp_sigmoid", opt = "sgd_momentum",
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions, TimeDistributed and the
 -- 1-d shape layers, Dot, dilated convolutions
 for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise",
-                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier", "rnn_dropout", "seq2seq" } do
+                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier", "rnn_dropout", "seq2seq", "seq2seq_attention" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

@@ -172,6 +172,15 @@ T.test("return_state gives the final states as more values, initial_state starts
   T.near((seq[0][3] - gh[0]):abs():max():item(), 0, 0, "GRU: the sequence and its last state")
   local outs = table.pack(nn.Bidirectional(nn.LSTM(2, { return_state = true }))(x))
   T.eq(outs.n, 5, "Bidirectional(LSTM): the output and four states")
+  -- Keras 3 leaves a layer given initial_state unmasked (its call fills `mask` for one tensor argument
+  -- only), the output still carrying the mask; mask= given to the call applies
+  local xm = nn.Masking()(tensor.new { { { 1, 1, 1 }, { 0, 0, 0 }, { 2, 1, 0 }, { 1, 2, 3 } }, { { 1, 0, 1 }, { 2, 2, 2 }, { 0, 0, 0 }, { 0, 0, 0 } } })
+  local h2, c2 = tensor.normal(2, 5), tensor.normal(2, 5)
+  local un = dec(xm, { initial_state = { h2, c2 } })
+  T.ok((un[0][1] - un[0][0]):abs():max():item() > 0, "initial_state: the masked step is not skipped, as Keras 3's")
+  T.eq(flat(un.keras_mask)[2], 0, "and the output carries the mask")
+  local mk = dec(xm, { initial_state = { h2, c2 }, mask = xm.keras_mask })
+  T.near((mk[0][1] - mk[0][0]):abs():max():item(), 0, 0, "mask= given: the masked step repeats the output")
   T.raises(function() dec(x, { initial_state = { h } }) end, "initial_state is {h, c}, got 1 tensor")
   T.raises(function() dec(x, { initial_state = { h, tensor.zeros(2, 4) } }) end,
     "initial state 2 must be [2, 5] (the batch, its units) of floats; got float32 2x4")
