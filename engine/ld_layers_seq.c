@@ -94,6 +94,20 @@ static ld_tensor *proj_op(ld_tensor *x, ld_tensor *kernel, ld_tensor *bias, int6
     rel(3, t);
     return y;
 }
+/* m [..., T, S] (consumed) times Keras's causal mask: key j counts for
+   query i where j <= i (written on the host, moved to m's device) */
+static ld_tensor *times_causal(ld_tensor *m, int64_t T, int64_t S) {
+    int64_t ts[2] = {T, S};
+    ld_tensor *h = ld_tensor_empty(LD_F32, 2, ts, NULL), *d = NULL, *y = NULL;
+    if (h) {
+        float *c = ld_tensor_data_unsynced(h);
+        for (int64_t i = 0; i < T; i++) for (int64_t j = 0; j < S; j++) c[i * S + j] = j <= i;
+        if ((d = ld_to_device(h, m->storage->device))) y = ld_mul(m, d);
+    }
+    ld_tensor_release(h); ld_tensor_release(d); ld_tensor_release(m);
+    return y;
+}
+
 /* Keras's attention mask from the inputs' masks (_compute_attention_mask):
    query i attends to key j where the query's mask has i, the value's (and a
    key's of its own) j, and, causal, j <= i: float32 [N*H, T, S] (each
@@ -117,20 +131,7 @@ static ld_tensor *mha_mask(const ld_layer *l, int n_in, ld_tensor *const *x, int
         ld_tensor_release(a);
         a = p;
     }
-    if (a && causal) {   /* keys j <= i */
-        int64_t ts[2] = {T, S};
-        ld_tensor *h = ld_tensor_empty(LD_F32, 2, ts, NULL);
-        if (h) {
-            float *c = ld_tensor_data_unsynced(h);
-            for (int64_t i = 0; i < T; i++) for (int64_t j = 0; j < S; j++) c[i * S + j] = j <= i;
-            ld_tensor *d = ld_to_device(h, dev);
-            t = d ? ld_mul(a, d) : NULL;
-            ld_tensor_release(d);
-        }
-        ld_tensor_release(h);
-        ld_tensor_release(a);
-        a = t;
-    }
+    if (a && causal) a = times_causal(a, T, S);
     int64_t flat[3] = {N * H, T, S};
     t = a ? ld_reshape(a, 3, flat) : NULL;
     ld_tensor_release(a);
@@ -315,16 +316,7 @@ static ld_tensor *att_forward(ld_layer *l, int n_in, ld_tensor *const *x, int tr
             ld_tensor_release(r); ld_tensor_release(t[1]);
             if (!(t[1] = p)) goto out;
         }
-        if (causal) {
-            int64_t cs[3] = {1, Tq, Tv};
-            ld_tensor *h = ld_tensor_empty(LD_F32, 3, cs, NULL);
-            if (!h) goto out;
-            float *c = ld_tensor_data_unsynced(h);
-            for (int64_t i = 0; i < Tq; i++) for (int64_t j = 0; j < Tv; j++) c[i * Tv + j] = j <= i;
-            ld_tensor *d = ld_to_device(h, dev), *p = d ? ld_mul(t[1], d) : NULL;
-            ld_tensor_release(h); ld_tensor_release(d); ld_tensor_release(t[1]);
-            if (!(t[1] = p)) goto out;
-        }
+        if (causal && !(t[1] = times_causal(t[1], Tq, Tv))) goto out;
         if (!(t[2] = ld_add_scalar(t[0], t[0]->dtype == LD_F16 ? -65504.0f : -1e9f)) || !(t[3] = ld_where(t[1], t[0], t[2])))
             goto out;
     }
