@@ -9,6 +9,7 @@
 #include "ld_replica.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* axis: -1, or the last axis counted with the batch (3 for NHWC images) */
 static int check_axis(const ld_layer *l, int64_t axis) {
@@ -50,11 +51,65 @@ static int bn_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
     *out = *in;
     return LD_OK;
 }
+/* Keras's BatchNormalization in training over masked inputs (_moments with
+   a mask): the mean and biased variance of the rows the mask keeps (sums
+   over count + 1e-7, Keras's), in float32; every row normalized by them;
+   the moving statistics updated from them as the unmasked op does. Local to
+   the replica even when synchronized, as Keras's masked moments are. */
+static ld_tensor *bn_masked(ld_layer *l, ld_tensor *x, ld_tensor *mask, ld_tensor *gamma, ld_tensor *beta, ld_tensor *mm,
+                            ld_tensor *mv) {
+    char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
+    int64_t c = x->shape[x->ndim - 1], rows = c ? ld_tensor_numel(x) / c : 0;
+    if (mask->ndim != x->ndim - 1 || memcmp(mask->shape, x->shape, sizeof(int64_t) * (size_t)mask->ndim)) {
+        ld_fail(LD_ESHAPE, "%s: the mask should have one axis less than the inputs (Keras's): a mask %s for inputs %s",
+                l->name, ld_shape_str(mask, b1, sizeof b1), ld_shape_str(x, b2, sizeof b2));
+        return NULL;
+    }
+    float momentum = (float)ld_p_float(l, BN_MOMENTUM);
+    int64_t xs2[2] = {rows, c}, ms2[2] = {rows, 1};
+    ld_tensor *t[20] = {0}, *y = NULL;
+    int i = 0;
+#define T(e) if (!(t[i++] = (e))) goto out
+    T(ld_as_float(x));
+    T(ld_reshape_op(t[0], 2, xs2));                       /* 1: x [rows, c] */
+    T(ld_reshape(mask, 2, ms2));                          /* 2: the mask [rows, 1] */
+    T(ld_mask_select(t[2], t[1], NULL));                  /* 3: the kept rows */
+    T(ld_sum(t[2], LD_ALL_AXES, 0));                      /* 4: their count */
+    T(ld_add_scalar(t[4], 1e-7f));                        /* 5 */
+    T(ld_sum(t[3], 0, 0));                                /* 6 */
+    T(ld_div(t[6], t[5]));                                /* 7: the mean [c] */
+    T(ld_sub(t[1], t[7]));                                /* 8 */
+    T(ld_mask_select(t[2], t[8], NULL));                  /* 9 */
+    T(ld_mul(t[9], t[9]));                                /* 10 */
+    T(ld_sum(t[10], 0, 0));                               /* 11 */
+    T(ld_div(t[11], t[5]));                               /* 12: the variance [c] */
+    T(ld_add_scalar(t[12], (float)ld_p_float(l, BN_EPS)));/* 13 */
+    T(ld_pow_scalar(t[13], -0.5f));                       /* 14 */
+    T(ld_mul(t[8], t[14]));                               /* 15: normalized */
+    T(gamma ? ld_mul(t[15], gamma) : ld_tensor_retain(t[15]));
+    T(beta ? ld_add(t[16], beta) : ld_tensor_retain(t[16]));
+    T(ld_reshape_op(t[17], x->ndim, x->shape));           /* 18 */
+    y = x->dtype == LD_F32 ? ld_tensor_retain(t[18]) : ld_cast_op(t[18], x->dtype);
+    /* moving = moving * momentum + statistic * (1 - momentum), off the tape */
+    for (int s = 0; y && s < 2; s++) {
+        ld_tensor *st = ld_stop_gradient(s ? t[12] : t[7]), *a = NULL, *b = NULL, *u = NULL;
+        ld_tensor *mov = s ? mv : mm;
+        if (st && (a = ld_mul_scalar(mov, momentum)) && (b = ld_mul_scalar(st, 1.0f - momentum)) && (u = ld_add(a, b)) &&
+            ld_copy_into(mov, u) == LD_OK) {
+        } else { ld_tensor_release(y); y = NULL; }
+        ld_tensor_release(st); ld_tensor_release(a); ld_tensor_release(b); ld_tensor_release(u);
+    }
+#undef T
+out:
+    for (int j = 0; j < 20; j++) ld_tensor_release(t[j]);
+    return y;
+}
 static ld_tensor *bn_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     int k = 0;
     ld_tensor *gamma = ld_p_int(l, BN_SCALE) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *beta = ld_p_int(l, BN_CENTER) ? ld_var(l->vars[k++]) : NULL;
     ld_tensor *mm = ld_var(l->vars[k]), *mv = ld_var(l->vars[k + 1]);
+    if (xs[0]->keras_mask && training && !l->frozen) return bn_masked(l, xs[0], xs[0]->keras_mask, gamma, beta, mm, mv);
     /* a half input as it is: the kernels widen it, compute in float32 (the
        statistics in double) and round y once, as Keras's cast to float32
        and back, without those two passes each way */
@@ -75,7 +130,9 @@ const ld_layer_class ld_layer_batch_normalization = {
     "Normalize each channel (the last axis): in training by the batch's mean and variance, updating\n"
     "moving_mean / moving_variance (moving = moving * momentum + batch * (1 - momentum)); in inference\n"
     "by the moving statistics. Then * gamma + beta. synchronized: statistics of the global batch of\n"
-    "a distribution strategy's replicas.", 0, .compute_mask = ld_mask_pass};
+    "a distribution strategy's replicas. With a mask (Embedding's mask_zero, Masking), training takes\n"
+    "the statistics of the steps that count, as Keras's (the replica's own, even when synchronized).", 0,
+    .compute_mask = ld_mask_pass};
 
 /* ================================================================ LayerNormalization */
 enum { LN_AXIS, LN_EPS, LN_CENTER, LN_SCALE };

@@ -110,7 +110,7 @@ T.test("under mixed_bfloat16 and mixed_float16 the masks are the same and the lo
       local ok, err = pcall(function()
         local m, x = build(c), inputs(c)
         local loss = assert(load("return " .. c.loss, "=loss", "t", _ENV))()
-        local out = m(x)
+        local out = m(x, { training = c.training })   -- the loss of the fixture is the training call's
         if c.mask then near_all(T.ok(out.keras_mask, c.name .. ": a mask"), c.mask, 0, policy .. " " .. c.name .. ": mask") end
         local lv = loss(t_of(c.y), out):item()
         T.near(lv, c.loss_value, (policy == "mixed_bfloat16" and 2e-2 or 2e-3) * (1 + c.loss_value),
