@@ -1080,6 +1080,15 @@ static int in_replicas(void) {
    replica's share adds up to one device's loss (Keras on tf.distribute
    would average the replicas' own means instead, which differs from one
    device whenever the replicas hold different numbers of ignored labels). */
+/* sum(per) over the positions that count (count: their number, the
+   replica's; in a replica of several, the global batch's, summed across the
+   replicas in the step): a count is 0 or at least 1, and with none the sum
+   is 0. ignore_class's mean and a mask's (ld_loss_weighted). */
+static ld_tensor *mean_over_count(loss_tmp *kp, ld_tensor *per, ld_tensor *count) {
+    if (count && in_replicas()) count = replica_total(kp, count);
+    return K(ld_div(K(ld_sum(per, LD_ALL_AXES, 0)), K(ld_maximum(count, K(scalar_on(1.0f, per))))));
+}
+
 static ld_tensor *masked_mean(const ld_loss *l, ld_tensor *per, ld_tensor *y_true) {
     if (!y_true) { ld_fail(LD_EINTERNAL, "ignore_class: the mean needs the labels"); return NULL; }
     loss_tmp k = {{0}, 0, 0}, *kp = &k;
@@ -1087,10 +1096,7 @@ static ld_tensor *masked_mean(const ld_loss *l, ld_tensor *per, ld_tensor *y_tru
     ld_tensor *yt = y_true->storage->device == dev ? y_true : K(ld_to_device(y_true, dev));
     ld_tensor *ign = K(ld_tensor_scalar((float)l->ignore_class, dev));
     ld_tensor *valid = K(ld_sum(K(ld_binary(LD_BIN_NE, yt, ign)), LD_ALL_AXES, 0));
-    if (valid && in_replicas()) valid = replica_total(kp, valid);
-    ld_tensor *one = K(scalar_on(1.0f, per));
-    /* a count is 0 or at least 1, and with none valid the sum is 0 */
-    return tmp_done(kp, K(ld_div(K(ld_sum(per, LD_ALL_AXES, 0)), K(ld_maximum(valid, one)))));
+    return tmp_done(kp, mean_over_count(kp, per, valid));
 }
 
 /* Keras 3's sparse_categorical_crossentropy with ignore_class: the ignored
@@ -1382,10 +1388,7 @@ ld_tensor *ld_loss_weighted(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pr
             m = ok ? K(ld_mul(m, K(ld_cast(ok, LD_F32)))) : m;
         }
         per = K(ld_mul(per, m));
-        if (per && l->reduction_sum == 0) {
-            valid = K(ld_sum(m, LD_ALL_AXES, 0));
-            if (valid && in_replicas()) valid = replica_total(kp, valid);
-        }
+        if (per && l->reduction_sum == 0) valid = K(ld_sum(m, LD_ALL_AXES, 0));
     }
     if (per && w) {
         ld_tensor *wd = w->storage->device == dev ? w : K(ld_to_device(w, dev)), *pr = NULL, *wr = NULL;
@@ -1405,8 +1408,7 @@ ld_tensor *ld_loss_weighted(const ld_loss *l, ld_tensor *y_true, ld_tensor *y_pr
     if (l->reduction_sum == 2 || per->ndim == 0 || (per->ndim == 1 && ld_tensor_numel(per) == 0)) return tmp_done(kp, per);
     if (l->reduction_sum == 1) return tmp_done(kp, K(ld_sum(per, LD_ALL_AXES, 0)));
     if (!valid) return tmp_done(kp, K(ld_loss_reduce(l, per, y_true)));
-    /* the positions that count (0 or at least 1; none: a sum of 0) */
-    return tmp_done(kp, K(ld_div(K(ld_sum(per, LD_ALL_AXES, 0)), K(ld_maximum(valid, K(scalar_on(1.0f, per)))))));
+    return tmp_done(kp, mean_over_count(kp, per, valid));
 }
 
 #undef K
