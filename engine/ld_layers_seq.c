@@ -384,16 +384,15 @@ static int rnn_n_outputs(const ld_layer *l) {
     int i = ld_layer_param_index(l->cls, "return_state");
     return 1 + (ld_p_int(l, i) ? rnn_states(l) : 0);
 }
-/* the output's shape ([units], or [steps, units] with return_sequences),
-   the states' shapes, and the initial states' (inputs after the first) */
-static int rnn_shapes(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+/* as many initial states as the layer has (inputs after the first), or none */
+static int states_count(const ld_layer *l, int n_in) {
+    if (n_in == 1 || n_in - 1 == rnn_states(l)) return LD_OK;
+    return ld_fail(LD_EARG, "%s's initial_state is %s, got %d tensor%s", l->name, rnn_states(l) == 2 ? "{h, c}" : "{h}",
+                   n_in - 1, n_in == 2 ? "" : "s");
+}
+int ld_layer_check_states(const ld_layer *l, int n_in, const ld_shape *in) {
+    if (states_count(l, n_in)) return ld_error_status();
     int64_t u = ld_p_int(l, ld_layer_param_index(l->cls, "units"));
-    if (ld_p_int(l, ld_layer_param_index(l->cls, "return_sequences"))) *out = (ld_shape){2, {in->d[0], u}};
-    else *out = (ld_shape){1, {u}};
-    for (int i = 0; i < rnn_states(l); i++) l->outs[i] = (ld_shape){1, {u}};
-    if (n_in > 1 && n_in - 1 != rnn_states(l))
-        return ld_fail(LD_EARG, "%s's initial_state is %s, got %d tensor%s", l->name, rnn_states(l) == 2 ? "{h, c}" : "{h}",
-                       n_in - 1, n_in == 2 ? "" : "s");
     for (int i = 1; i < n_in; i++)
         if (in[i].ndim != 1 || in[i].d[0] != u) {
             char b[160];
@@ -402,15 +401,21 @@ static int rnn_shapes(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
         }
     return LD_OK;
 }
+/* the output's shape ([units], or [steps, units] with return_sequences),
+   the states' shapes, and the initial states' (inputs after the first) */
+static int rnn_shapes(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
+    int64_t u = ld_p_int(l, ld_layer_param_index(l->cls, "units"));
+    if (ld_p_int(l, ld_layer_param_index(l->cls, "return_sequences"))) *out = (ld_shape){2, {in->d[0], u}};
+    else *out = (ld_shape){1, {u}};
+    for (int i = 0; i < rnn_states(l); i++) l->outs[i] = (ld_shape){1, {u}};
+    return ld_layer_check_states(l, n_in, in);
+}
 /* the initial states given to a call (checked as at build: any call may
    give them), each the state to start from: st[i] retained, NULL without */
 static int rnn_initial(const ld_layer *l, int n_in, ld_tensor *const *x, ld_tensor **st) {
     int64_t u = ld_p_int(l, ld_layer_param_index(l->cls, "units"));
     for (int i = 0; i < rnn_states(l); i++) st[i] = NULL;
-    if (n_in == 1) return LD_OK;
-    if (n_in - 1 != rnn_states(l))
-        return ld_fail(LD_EARG, "%s's initial_state is %s, got %d tensor%s", l->name, rnn_states(l) == 2 ? "{h, c}" : "{h}",
-                       n_in - 1, n_in == 2 ? "" : "s");
+    if (states_count(l, n_in)) return ld_error_status();
     for (int i = 1; i < n_in; i++) {
         if (x[i]->ndim != 2 || x[i]->shape[0] != x[0]->shape[0] || x[i]->shape[1] != u || !ld_dtype_is_float(x[i]->dtype)) {
             char b1[LD_SHAPE_STR_MAX], b2[LD_SHAPE_STR_MAX];
@@ -423,7 +428,6 @@ static int rnn_initial(const ld_layer *l, int n_in, ld_tensor *const *x, ld_tens
     }
     return LD_OK;
 }
-static int rnn_out(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) { return rnn_shapes(l, n_in, in, out); }
 /* write a host vector into a new variable in every copy (a strategy may
    mirror it; the layer may be built inside a replica's step) */
 static int write_initial(ld_tensor *var, int64_t n, const float *vals) {
@@ -483,8 +487,7 @@ static int mask_state(ld_tensor *mt, ld_tensor **state, ld_tensor *prev) {
 static ld_tensor *step_output(ld_tensor *mt, int zero_out, ld_tensor *h) {
     return mt && zero_out ? ld_mask_select(mt, h, NULL) : ld_tensor_retain(h);
 }
-/* a recurrent layer's mask of x (ld_mask_of_steps) and step s's column of
-   it, the step read at t */
+/* column t of a recurrent layer's mask m (ld_mask_of_steps), NULL without one */
 static ld_tensor *mask_at(ld_tensor *m, int64_t t) { return m ? ld_mask_step(m, t) : NULL; }
 
 /* ---- Keras's dropout and recurrent_dropout (DropoutRNNCell): in training,
@@ -876,7 +879,7 @@ static int lstm_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) 
             if (st) return st;
         }
     }
-    return rnn_out(l, n_in, in, out);
+    return rnn_shapes(l, n_in, in, out);
 }
 static ld_tensor *lstm_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;
@@ -971,7 +974,7 @@ static int gru_build(ld_layer *l, int n_in, const ld_shape *in, ld_shape *out) {
         if (!ld_layer_add_weight(l, "bias", after ? 2 : 1, after ? bs : bs + 1, (ld_init){LD_INIT_ZEROS}, 1))
             return ld_error_status();
     }
-    return rnn_out(l, n_in, in, out);
+    return rnn_shapes(l, n_in, in, out);
 }
 static ld_tensor *gru_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
     if (need_steps(l, x[0])) return NULL;

@@ -419,7 +419,7 @@ int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in) {
     l->n_in = n_in;
     memcpy(l->in, in, (size_t)n_in * sizeof *in);
     l->out = out;
-    l->n_out = c->n_outputs ? c->n_outputs(l) : 1;
+    l->n_out = ld_layer_outputs(l);   /* not built yet: from the configuration */
     l->built = 1;
     return LD_OK;
 }

@@ -369,6 +369,13 @@ int ld_layer_call_outputs(ld_layer *l, int n_in, ld_tensor *const *x, int traini
    fills `mask` only for a call of one tensor argument); the output carries
    the mask either way. */
 ld_tensor *ld_layer_call_masked(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask);
+/* the outputs l gives: once built, l->n_out; before, its configuration's */
+static inline int ld_layer_outputs(const ld_layer *l) {
+    return l->built ? l->n_out : l->cls->n_outputs ? l->cls->n_outputs(l) : 1;
+}
+/* A recurrent layer's initial states' shapes (inputs 2.. of in, without the
+   batch axis): as many as it has states, each [units]; LD_OK or ld_fail */
+int ld_layer_check_states(const ld_layer *l, int n_in, const ld_shape *in);
 void ld_layer_emit(int i, ld_tensor *t);
 ld_tensor *ld_layer_forward(ld_layer *l, ld_tensor *x, int training);
 /* Keras's autocast around a layer's forward (ld_nn.c): the float inputs cast

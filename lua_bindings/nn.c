@@ -534,7 +534,7 @@ static int layer_call(lua_State *L) {
         if (!(mask = ld_mask_not_equal(m, 0, 0))) return luaL_error(L, "%s", ld_error());
         lb_push_tensor(L, mask, 0);   /* anchored */
     } else if (lua_istable(L, 3)) lua_pop(L, 1);
-    int n_out = l->built ? l->n_out : l->cls->n_outputs ? l->cls->n_outputs(l) : 1;
+    int n_out = ld_layer_outputs(l);
     if (n_out > 1) {   /* several outputs (return_state): returned as several values, y, h, c = lstm(x) */
         ld_tensor *ys[LD_LAYER_MAX_OUTPUTS];
         int k = ld_layer_call_outputs(l, n, xs, training, mask, ys, LD_LAYER_MAX_OUTPUTS);
@@ -576,15 +576,7 @@ static int layer_build_shapes(lua_State *L) {
         return 0;
     }
     int states = l->cls->initial_states;   /* an RNN: its initial states or not, at any call */
-    if (states && n > 1) {
-        int want = l->cls->max_inputs - 1;
-        if (n - 1 != want)
-            return luaL_error(L, "%s's initial_state is %s, got %d tensor%s", l->name, want == 2 ? "{h, c}" : "{h}", (int)n - 1,
-                              n == 2 ? "" : "s");
-        for (int i = 1; i < n; i++)
-            if (in[i].ndim != 1 || in[i].d[0] != l->outs[0].d[0])
-                return luaL_error(L, "%s: initial state %d must be [batch, %d] (its units)", l->name, i, (int)l->outs[0].d[0]);
-    }
+    if (states && ld_layer_check_states(l, (int)n, in)) return luaL_error(L, "%s", ld_error());
     if (n != l->n_in && !states)
         return luaL_error(L, "%s was built for %d input%s, called with %d", l->name, l->n_in, l->n_in == 1 ? "" : "s", (int)n);
     for (int i = 0; i < (states ? 1 : n); i++) {
@@ -657,7 +649,7 @@ static int layer_index(lua_State *L) {
         for (int i = 0; i < l->n_out; i++) { push_shape(L, i ? &l->outs[i - 1] : &l->out); lua_rawseti(L, -2, i + 1); }
         return 1;
     }
-    if (!strcmp(k, "n_outputs")) { lua_pushinteger(L, l->built ? l->n_out : l->cls->n_outputs ? l->cls->n_outputs(l) : 1); return 1; }
+    if (!strcmp(k, "n_outputs")) { lua_pushinteger(L, ld_layer_outputs(l)); return 1; }
     if (!strcmp(k, "trainable_variables") || !strcmp(k, "trainable_weights")) { push_weights(L, l, 1); return 1; }
     if (!strcmp(k, "non_trainable_variables") || !strcmp(k, "non_trainable_weights")) { push_weights(L, l, 0); return 1; }
     if (!strcmp(k, "weights") || !strcmp(k, "variables")) { push_weights(L, l, -1); return 1; }
@@ -1010,13 +1002,6 @@ typedef struct {
     int pred_idx;   /* a model of several outputs: its list of predictions, at this stack index (pred NULL) */
 } step_result;
 
-/* The step's loss: with per-example weights w ([batch], or NULL), the
-   weighted reduction of the losses (Keras's sample_weight), and with the
-   predictions' mask, the positions that count (ld_loss_weighted). */
-static ld_tensor *step_loss(ld_loss *loss, ld_tensor *y, ld_tensor *pred, ld_tensor *w) {
-    return ld_loss_weighted(loss, y, pred, w);
-}
-
 /* the step's loss plus the model's regularization losses (Keras's
    model.losses), on the tape; takes ownership of lv */
 static ld_tensor *with_model_losses(ld_model *m, ld_tensor *lv) {
@@ -1085,7 +1070,8 @@ static void forward_backward(lua_State *L, ld_model *m, ld_tensor *x, int xi, ld
         } else pred_idx = lua_gettop(L);   /* the list of outputs stays here */
     }
     ld_tensor *lv = NULL;
-    if (loss) lv = pred ? step_loss(loss, y, pred, w) : NULL;
+    /* the step's loss: weighted by w (sample_weight, or NULL), its masked positions left out */
+    if (loss) lv = pred ? ld_loss_weighted(loss, y, pred, w) : NULL;
     else if (pred || pred_idx) {
         lv = lua_step_loss(L, LI, YI, pred, pred_idx, WI);
         if (!lv) { ld_tape_pop(tape); ld_tape_free(tape); ld_tensor_release(pred); lua_error(L); return; }
