@@ -327,6 +327,7 @@ static ld_tensor *conv_pool_forward(ld_layer *a, void *ctx, ld_tensor *const *x,
 
 int ld_layer_pair_forward(ld_layer *a, ld_layer *b, ld_tensor *x, int training, ld_tensor **y) {
     if (a->cls != &ld_layer_conv2d || b->cls != &ld_layer_max_pooling2d || !a->built || !b->built) return 0;
+    training = training > 0;   /* LD_TRAINING_DEFAULT: both classes' default is inference */
     if (pool_same(b)) return 0;   /* the fused kernel pools valid windows */
     if (conv_dilated(a)) return 0;   /* a dilated one runs over the phases (ld_layer_atrous) */
     if (a->wopt.activity.class_name[0]) return 0;   /* its own output is regularized: run it alone */

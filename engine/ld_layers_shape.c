@@ -4,6 +4,7 @@
  * ld_nn.h), with Keras 3's arguments, defaults and variables. */
 #include "ld_nn.h"
 #include "ld_ops_attn.h"
+#include "ld_ops_image.h"
 #include "ld_ops_index.h"
 #include "ld_ops_pool.h"
 #include "ld_replica.h"
@@ -441,8 +442,8 @@ const ld_layer_class ld_layer_cropping1d = {
     "end) or {left, right} (Keras's default: one step at each end).", 0, .compute_mask = NULL};
 
 /* UpSampling (nearest): each step, or each row then each column, repeated
-   (gathers: the gradient adds the copies up). UpSampling2D's bilinear: each
-   axis through a product with its interpolation matrix (lerp_axis) */
+   (gathers: the gradient adds the copies up). UpSampling2D's bilinear: TF's
+   resize (ld_image_resize), as Keras 3's */
 enum { UP_SIZE, UP_INTERP };
 static int up_check(ld_layer *l) {
     const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
@@ -470,47 +471,16 @@ static ld_tensor *repeat_axis(ld_tensor *x, int axis, int64_t k) {
     ld_tensor_release(idx);
     return y;
 }
-/* images x [b, h, w, c] enlarged k times along axis (1 or 2) by TF's
-   bilinear resize (tf.image.resize, half-pixel centres, what Keras 3's
-   UpSampling2D calls): output i reads the input at s = (i + 0.5) h / H - 0.5
-   (float32, as TF's scaler), its two neighbours floor(s) and ceil(s) held
-   to the image, weighted 1 - (s - floor(s)) and s - floor(s). The weights
-   are a matrix [h, H], the axis moved last, one product: on every device,
-   the gradient the product's */
-static ld_tensor *lerp_axis(ld_tensor *x, int axis, int64_t k) {
-    if (k == 1) return ld_tensor_retain(x);
-    int64_t in = x->shape[axis], out = in * k, ws[2] = {in, out};
-    /* written here on the host (empty, not zeros: a fill queued on an asynchronous host device would run after) */
-    ld_tensor *w = ld_tensor_empty(LD_F32, 2, ws, NULL);
-    if (!w) return NULL;
-    float *m = ld_tensor_data_unsynced(w), scale = (float)in / (float)out;
-    memset(m, 0, sizeof(float) * (size_t)(in * out));
-    for (int64_t i = 0; i < out; i++) {
-        float src = ((float)i + 0.5f) * scale - 0.5f, f = floorf(src), lerp = src - f;
-        int64_t lo = f < 0 ? 0 : (int64_t)f, hi = (int64_t)ceilf(src);
-        if (hi > in - 1) hi = in - 1;
-        if (hi < 0) hi = 0;
-        m[lo * out + i] += 1.0f - lerp;
-        m[hi * out + i] += lerp;
-    }
-    ld_tensor *wd = ld_to_device(w, x->storage->device);
-    ld_tensor_release(w);
-    static const int last1[4] = {0, 2, 3, 1}, back1[4] = {0, 3, 1, 2}, swap2[4] = {0, 1, 3, 2};
-    const int *to = axis == 1 ? last1 : swap2, *from = axis == 1 ? back1 : swap2;
-    ld_tensor *p = wd ? ld_permute_op(x, to) : NULL;
-    int64_t rows = p ? ld_tensor_numel(p) / in : 0, fs[2] = {rows, in};
-    ld_tensor *f2 = p ? ld_reshape_op(p, 2, fs) : NULL, *y2 = f2 ? ld_matmul(f2, wd) : NULL;
-    int64_t ys[4] = {p ? p->shape[0] : 0, p ? p->shape[1] : 0, p ? p->shape[2] : 0, out};
-    ld_tensor *y4 = y2 ? ld_reshape_op(y2, 4, ys) : NULL, *y = y4 ? ld_permute_op(y4, from) : NULL;
-    ld_tensor_release(wd); ld_tensor_release(p); ld_tensor_release(f2); ld_tensor_release(y2); ld_tensor_release(y4);
-    return y;
-}
 static ld_tensor *up_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
     const int64_t *k = ld_p_ints(l, UP_SIZE, NULL);
-    int bilinear = l->cls == &ld_layer_up_sampling2d && !strcmp(ld_p_str(l, UP_INTERP), "bilinear");
     ld_tensor *y = ld_as_float(xs[0]);
+    if (y && l->cls == &ld_layer_up_sampling2d && !strcmp(ld_p_str(l, UP_INTERP), "bilinear")) {   /* TF's resize */
+        ld_tensor *r = ld_image_resize(y, y->shape[1] * k[0], y->shape[2] * k[1], 0);
+        ld_tensor_release(y);
+        return r;
+    }
     for (int a = 0; a < spatial_axes(l) && y; a++) {
-        ld_tensor *r = bilinear ? lerp_axis(y, a + 1, k[a]) : repeat_axis(y, a + 1, k[a]);
+        ld_tensor *r = repeat_axis(y, a + 1, k[a]);
         ld_tensor_release(y);
         y = r;
     }

@@ -137,7 +137,8 @@ int ld_layer_param_index(const ld_layer_class *c, const char *name) {
     return -1;
 }
 
-static const char *const type_names[] = {"an integer", "a number", "a boolean", "a string", "a list of integers"};
+static const char *const type_names[] = {"an integer", "a number", "a boolean", "a string", "a list of integers",
+                                         "a number or a list of numbers"};
 
 static int param_fail(const ld_layer *l, int i, ld_param_type got) {
     const ld_param_spec *s = &l->cls->params[i];
@@ -149,11 +150,13 @@ int ld_layer_set_int(ld_layer *l, int i, int64_t v) {
     ld_param_type t = l->cls->params[i].type;
     if (t == LD_P_INTS) return ld_layer_set_ints(l, i, 1, &v);
     if (t == LD_P_FLOAT) { l->p[i].f = (double)v; return LD_OK; }
+    if (t == LD_P_FLOATS) { double d = (double)v; return ld_layer_set_floats(l, i, 1, &d); }
     if (t != LD_P_INT) return param_fail(l, i, LD_P_INT);
     l->p[i].i[0] = v;
     return LD_OK;
 }
 int ld_layer_set_float(ld_layer *l, int i, double v) {
+    if (l->cls->params[i].type == LD_P_FLOATS) return ld_layer_set_floats(l, i, 1, &v);
     if (l->cls->params[i].type != LD_P_FLOAT) {
         if (v == (double)(int64_t)v && l->cls->params[i].type != LD_P_BOOL && l->cls->params[i].type != LD_P_STR)
             return ld_layer_set_int(l, i, (int64_t)v);
@@ -204,6 +207,20 @@ int ld_layer_set_ints(ld_layer *l, int i, int n, const int64_t *v) {
     if (n) memcpy(l->p[i].i, v, (size_t)n * sizeof *v);
     return LD_OK;
 }
+int ld_layer_set_floats(ld_layer *l, int i, int n, const double *v) {
+    const ld_param_spec *s = &l->cls->params[i];
+    if (s->type == LD_P_FLOAT && n == 1) return ld_layer_set_float(l, i, v[0]);
+    if (s->type != LD_P_FLOATS) return param_fail(l, i, LD_P_FLOATS);
+    int most = s->width ? s->width : 4;
+    if (n < 1 || n > most)
+        return ld_fail(LD_EARG, "%s: %s takes a number or a list of %s%d numbers, got %d", l->cls->class_name, s->name,
+                       s->width ? "" : "at most ", most, n);
+    for (int k = 0; k < n; k++)
+        if (!isfinite(v[k])) return ld_fail(LD_EARG, "%s: %s must be finite, got %g", l->cls->class_name, s->name, v[k]);
+    l->p[i].n = n;
+    memcpy(l->p[i].fs, v, (size_t)n * sizeof *v);
+    return LD_OK;
+}
 int ld_layer_set_name(ld_layer *l, const char *name) {
     if (!name[0] || strlen(name) >= sizeof l->name || strchr(name, '/'))
         return ld_fail(LD_EARG, "%s: a layer name must be 1 to %d characters without '/'", l->cls->class_name,
@@ -231,6 +248,18 @@ static int set_default(ld_layer *l, int i) {
             if (e == c && *c) break;
         }
         return ld_layer_set_ints(l, i, n, v);
+    }
+    case LD_P_FLOATS: {
+        double v[4];
+        int n = 0;
+        for (const char *c = s->def; *c && n < 4;) {
+            char *e;
+            v[n++] = strtod(c, &e);
+            if (e == c) break;
+            c = *e == ',' ? e + 1 : e;
+        }
+        if (!n) { l->p[i].n = 0; return LD_OK; }
+        return ld_layer_set_floats(l, i, n, v);
     }
     }
     return LD_OK;
@@ -272,7 +301,7 @@ ld_layer *ld_layer_new(const ld_layer_class *c) {
 
 static int param_given(const ld_layer *l, int i) {
     const ld_param_spec *s = &l->cls->params[i];
-    return s->def || (s->type == LD_P_STR ? l->p[i].s[0] != 0 : s->type == LD_P_INTS ? l->p[i].n > 0 : 1);
+    return s->def || (s->type == LD_P_STR ? l->p[i].s[0] != 0 : s->type == LD_P_INTS || s->type == LD_P_FLOATS ? l->p[i].n > 0 : 1);
 }
 
 int ld_layer_check(ld_layer *l) {
@@ -301,7 +330,21 @@ void ld_layer_release(ld_layer *l) {
     ld_tensor_release(l->activity_loss);
     ld_layer_release(l->inner[0]);
     ld_layer_release(l->inner[1]);
+    free(l->seed_draws);
     free(l);
+}
+
+uint64_t ld_layer_draw_key(ld_layer *l, double seed) {
+    if (seed != seed) return ld_rng_next(ld_global_rng());
+    const ld_replica_ctx *rc = ld_replica_get();
+    int id = rc && rc->id >= 0 && rc->id < LD_MAX_LOGICAL ? rc->id : 0;
+    if (!l->seed_draws) l->seed_draws = calloc(LD_MAX_LOGICAL, sizeof *l->seed_draws);
+    uint64_t k = l->seed_draws ? l->seed_draws[id]++ : 0;
+    /* splitmix64 of the seed's k-th step: a key per call, independent of the global generator */
+    uint64_t z = (uint64_t)(int64_t)seed * 0xd1b54a32d192ed03ULL + (k + 1) * 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
 }
 
 /* recorded (ld_cast_op): a half input's gradient flows back through the cast */
@@ -631,6 +674,8 @@ static ld_tensor *layer_call(ld_layer *l, int n_in, ld_tensor *const *x, int tra
    into sink. */
 static ld_tensor *call_into(ld_layer *l, int n_in, ld_tensor *const *x, int training, ld_tensor *mask, out_sink *sink) {
     ld_tensor *xs[LD_LAYER_MAX_INPUTS], *const *orig = x;
+    if (training < 0) training = l->cls->training_default;   /* not given: the class's own (Keras's call default) */
+    else training = training != 0;
     int strip = !mask && l->cls->initial_states && n_in > 1 && n_in <= LD_LAYER_MAX_INPUTS && x[0]->keras_mask;
     if (mask || strip) {   /* the first input as a view with that mask */
         if (n_in < 1 || n_in > LD_LAYER_MAX_INPUTS) { ld_fail(LD_EARG, "%s: %d inputs", l->name, n_in); return NULL; }

@@ -47,13 +47,15 @@ ld_tensor *ld_layer_activate(ld_activation a, ld_tensor *y, int relu_done);
  * params (an enum beside the class keeps them named). */
 typedef struct { int ndim; int64_t d[LD_MAX_DIMS]; } ld_shape;   /* without the batch axis */
 
-typedef enum { LD_P_INT = 0, LD_P_FLOAT, LD_P_BOOL, LD_P_STR, LD_P_INTS } ld_param_type;
+typedef enum { LD_P_INT = 0, LD_P_FLOAT, LD_P_BOOL, LD_P_STR, LD_P_INTS, LD_P_FLOATS } ld_param_type;
 typedef struct {
     const char *name;       /* Keras's argument name */
     ld_param_type type;
     const char *def;        /* default as text: "1", "0.99", "true", "valid", "2,2", "" (an empty list;
                                for LD_P_FLOAT none, Keras's None: held as NaN, left out of get_config) */
-    int width;              /* LD_P_INTS: a single number stands for `width` copies (kernel_size 3 = 3,3); 0: any length */
+    int width;              /* LD_P_INTS: a single number stands for `width` copies (kernel_size 3 = 3,3); 0: any length.
+                               LD_P_FLOATS: at most `width` numbers (a single one is kept as one: Keras's
+                               factor=0.2 and factor=(-0.2, 0.3) mean different things, the class reads them) */
     const char *choices;    /* LD_P_STR: "valid|same"; NULL: any text */
 } ld_param_spec;
 /* spec entries: LD_PINT("units", NULL) (NULL: required), LD_PSTR("padding", "valid", "valid|same"),
@@ -63,11 +65,13 @@ typedef struct {
 #define LD_PBOOL(n, d) {n, LD_P_BOOL, d, 0, NULL}
 #define LD_PSTR(n, d, choices) {n, LD_P_STR, d, 0, choices}
 #define LD_PINTS(n, d, width) {n, LD_P_INTS, d, width, NULL}
+#define LD_PFLOATS(n, d, width) {n, LD_P_FLOATS, d, width, NULL}
 #define LD_PEND {NULL, LD_P_INT, NULL, 0, NULL}
 typedef struct {
-    int n;                      /* LD_P_INTS: how many */
+    int n;                      /* LD_P_INTS, LD_P_FLOATS: how many */
     int64_t i[LD_MAX_DIMS];     /* LD_P_INT, LD_P_BOOL: i[0]; LD_P_INTS: i[0..n) */
     double f;                   /* LD_P_FLOAT */
+    double fs[4];               /* LD_P_FLOATS: fs[0..n) */
     char s[32];                 /* LD_P_STR */
 } ld_param_value;
 
@@ -106,7 +110,16 @@ typedef struct ld_layer_class {
        return_state: its states too). The first comes from forward, the
        others through ld_layer_emit; build gives their shapes (l->outs). */
     int (*n_outputs)(const ld_layer *l);
+    /* what the layer does when a call does not say (training LD_TRAINING_DEFAULT):
+       0, inference, for most (Keras's call(..., training=False)); 1 for the image
+       augmentation layers, whose Keras call defaults to training=True, so that
+       layer(x) and model(x) augment while predict and evaluate do not */
+    int training_default;
 } ld_layer_class;
+/* A call's training when the caller did not give one (layer(x), model(x)):
+   each layer resolves it to its class's training_default (ld_layer_call);
+   fit passes 1, evaluate and predict 0. Forwards see only 0 or 1. */
+#define LD_TRAINING_DEFAULT (-1)
 
 #define LD_FLEX_ALL_BUT_LAST 0x80000000u
 /* whether input axis a (of ndim, after the batch) may differ from the shape the layer was built for */
@@ -215,6 +228,7 @@ struct ld_layer {
     ld_policy policy;              /* the dtype policy: what the layer computes in (variables are float32) */
     ld_tensor *activity_loss;      /* the activity regularization of the last call, owned */
     double activity_rows;          /* the rows of that call's output (Keras divides by them) */
+    uint64_t *seed_draws;          /* a seeded layer's calls that drew, per replica id (ld_layer_draw_key) */
     ld_layer *inner[2];            /* a wrapper's layers (Bidirectional's forward and backward,
                                       TimeDistributed's one), owned; their variables are also the
                                       wrapper's, and their weight options apply to them */
@@ -233,7 +247,9 @@ struct ld_layer {
     X(gaussian_noise) X(gaussian_dropout) X(spatial_dropout1d) X(spatial_dropout2d) X(spatial_dropout3d) X(normalization) \
     X(re_lu) X(identity) X(activity_regularization) X(alpha_dropout) X(zero_padding1d) X(cropping1d) X(up_sampling1d) \
     X(dot) X(conv1d_transpose) X(time_distributed) X(masking) \
-    X(attention) X(additive_attention)
+    X(attention) X(additive_attention) \
+    X(resizing) X(center_crop) X(random_crop) X(random_flip) X(random_rotation) X(random_zoom) X(random_translation) \
+    X(random_contrast) X(random_brightness)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE
@@ -251,12 +267,14 @@ int ld_layer_set_float(ld_layer *l, int i, double v);
 int ld_layer_set_str(ld_layer *l, int i, const char *v);
 int ld_layer_set_bool(ld_layer *l, int i, int v);
 int ld_layer_set_ints(ld_layer *l, int i, int n, const int64_t *v);
+int ld_layer_set_floats(ld_layer *l, int i, int n, const double *v);
 int ld_layer_set_name(ld_layer *l, const char *name);
 int ld_layer_check(ld_layer *l);               /* the class's checks, once every parameter is set */
 static inline int64_t ld_p_int(const ld_layer *l, int i) { return l->p[i].i[0]; }
 static inline double ld_p_float(const ld_layer *l, int i) { return l->p[i].f; }
 static inline const char *ld_p_str(const ld_layer *l, int i) { return l->p[i].s; }
 static inline const int64_t *ld_p_ints(const ld_layer *l, int i, int *n) { if (n) *n = l->p[i].n; return l->p[i].i; }
+static inline const double *ld_p_floats(const ld_layer *l, int i, int *n) { if (n) *n = l->p[i].n; return l->p[i].fs; }
 ld_activation ld_p_activation(const ld_layer *l, int i);   /* a LD_P_STR parameter naming an activation */
 /* the choices of an activation parameter */
 #define LD_ACTIVATION_CHOICES "linear|relu|sigmoid|tanh|softmax|gelu|elu|selu|softplus|softsign|silu|swish|" \
@@ -344,6 +362,15 @@ int ld_layer_record_activity(ld_layer *l, ld_tensor *y);   /* after each call */
    file that declares huge layers costs an error, not gigabytes. Returns the
    bytes left of the previous limit (-1: there was none). */
 int64_t ld_layer_weight_budget(int64_t bytes);
+
+/* The key of one random draw of a layer's call (the values are then
+   ld_counter_uniform(key, place in the global batch)). seed NaN (Keras's
+   seed=None): the next number of the global generator (the replica's
+   stream under a strategy). Else the layer's own stream, Keras's
+   SeedGenerator(seed): the k-th call of this replica draws the k-th key of
+   seed's stream, whatever the global generator is, the same on every
+   replica of a step (each counts its own calls). */
+uint64_t ld_layer_draw_key(ld_layer *l, double seed);
 
 /* A wrapper (TimeDistributed) made to hold inner (retained, as l->inner[0];
    its class name becomes l's "layer" parameter), before l is built */

@@ -1400,16 +1400,6 @@ ld_tensor *ld_softmax_axis(ld_tensor *x, int axis, int log) {
 }
 
 /* ================================================================ dropout */
-/* Element i of the counter-based stream `key`: splitmix64 of key + (i+1)*phi,
-   as a uniform in [0, 1). Any element can be computed alone, in any order. */
-static inline double counter_uniform(uint64_t key, uint64_t i) {
-    uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
-
 /* The random values are counter-based: one key per call from the
    generator, and the element (global row g, column j) of the mask's shape
    is keyed by g*row_width + j, where g counts from the replica's first row
@@ -1445,14 +1435,14 @@ ld_tensor *ld_noise_op(ld_noise kind, ld_tensor *x, float p, int mask_ndim, cons
     uint64_t first = rc && rows > 0 ? (uint64_t)rc->row_offset * (uint64_t)(n / rows) : 0;
     for (int64_t i = 0; i < n; i++) {
         uint64_t k = first + (uint64_t)i;
-        if (kind == LD_NOISE_DROPOUT) { m[i] = counter_uniform(key, k) >= p ? keep : 0.0f; continue; }
+        if (kind == LD_NOISE_DROPOUT) { m[i] = ld_counter_uniform(key, k) >= p ? keep : 0.0f; continue; }
         if (alpha) {
-            int kept = counter_uniform(key, k) >= p;
+            int kept = ld_counter_uniform(key, k) >= p;
             m[i] = kept ? af : 0.0f;
             b[i] = kept ? bf : dropped;
             continue;
         }
-        double u1 = 1.0 - counter_uniform(key, 2 * k), u2 = counter_uniform(key, 2 * k + 1);
+        double u1 = 1.0 - ld_counter_uniform(key, 2 * k), u2 = ld_counter_uniform(key, 2 * k + 1);
         double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
         m[i] = (float)(kind == LD_NOISE_GAUSSIAN ? sd * z : 1.0 + sd * z);
     }

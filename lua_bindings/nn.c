@@ -108,9 +108,22 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
     case LUA_TTABLE: {
         v = lua_absindex(L, v);
         lua_Integer n = luaL_len(L, v);
+        if (ps->type == LD_P_FLOATS && is_list(L, v) && n <= 4) {
+            double vals[4];
+            for (lua_Integer k = 1; k <= n; k++) {
+                lua_geti(L, v, k);
+                int ok;
+                vals[k - 1] = lua_tonumberx(L, -1, &ok);
+                lua_pop(L, 1);
+                if (!ok) luaL_error(L, "%s: %s entries must be numbers", l->cls->class_name, ps->name);
+            }
+            st = ld_layer_set_floats(l, i, (int)n, vals);
+            break;
+        }
         if (ps->type != LD_P_INTS || n > LD_MAX_DIMS || !is_list(L, v))
             luaL_error(L, "%s: %s must be %s, got a table", l->cls->class_name, ps->name,
-                       ps->type == LD_P_INTS ? "a list of at most 8 integers" : "a single value");
+                       ps->type == LD_P_INTS ? "a list of at most 8 integers"
+                       : ps->type == LD_P_FLOATS ? "a number or a list of at most 4 numbers" : "a single value");
         int64_t vals[LD_MAX_DIMS];
         for (lua_Integer k = 1; k <= n; k++) {
             lua_geti(L, v, k);
@@ -288,7 +301,8 @@ static ld_layer *layer_from_args(lua_State *L, const ld_layer_class *c, int firs
         int pi = pn ? ld_layer_param_index(c, pn) : -1;
         /* a table is the options, unless a list of numbers where the class takes one ({} is no options:
            nn.ZeroPadding1D{} and Keras's empty config {} give the defaults) */
-        if (lua_istable(L, a) && !(pi >= 0 && c->params[pi].type == LD_P_INTS && luaL_len(L, a) > 0 && is_list(L, a))) {
+        if (lua_istable(L, a) && !(pi >= 0 && (c->params[pi].type == LD_P_INTS || c->params[pi].type == LD_P_FLOATS) &&
+                                   luaL_len(L, a) > 0 && is_list(L, a))) {
             if (a != top) luaL_error(L, "nn.%s: the options table must be the last argument", c->class_name);
             opts = a;
             break;
@@ -367,6 +381,12 @@ static void push_param(lua_State *L, const ld_layer *l, int i) {
         lua_createtable(L, v->n, 0);
         for (int k = 0; k < v->n; k++) { lua_pushinteger(L, v->i[k]); lua_rawseti(L, -2, k + 1); }
         break;
+    case LD_P_FLOATS:   /* one number as given stays one (Keras's factor=0.2); none given (Keras's None): nil */
+        if (v->n == 0) { lua_pushnil(L); break; }
+        if (v->n == 1) { lua_pushnumber(L, v->fs[0]); break; }
+        lua_createtable(L, v->n, 0);
+        for (int k = 0; k < v->n; k++) { lua_pushnumber(L, v->fs[k]); lua_rawseti(L, -2, k + 1); }
+        break;
     }
 }
 /* l's config, pushed; a layer it holds as {class_name=, config=} */
@@ -423,10 +443,15 @@ static int nn_policy(lua_State *L) {
 }
 
 /* ================================================================ layer methods */
+/* {training = b} or b; LD_TRAINING_DEFAULT when absent or nil (each layer's
+   own default: Keras's training=None) */
 static void read_training(lua_State *L, int idx, int *training) {
-    *training = 0;
-    if (lua_istable(L, idx)) { lua_getfield(L, idx, "training"); *training = lua_toboolean(L, -1); lua_pop(L, 1); }
-    else if (lua_isboolean(L, idx)) *training = lua_toboolean(L, idx);
+    *training = LD_TRAINING_DEFAULT;
+    if (lua_istable(L, idx)) {
+        lua_getfield(L, idx, "training");
+        if (!lua_isnil(L, -1)) *training = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    } else if (lua_isboolean(L, idx)) *training = lua_toboolean(L, idx);
 }
 
 /* layer(x, {training=}) and model(x, {training=}): x converted and anchored,
@@ -838,7 +863,8 @@ static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training
     int own = enter_model_replica(m, dev);
     lua_pushvalue(L, mi);
     push_input(L, xi, dev);
-    lua_pushboolean(L, training);
+    if (training < 0) lua_pushnil(L);   /* call(self, x, training): nil when the caller did not say, as Keras's None */
+    else lua_pushboolean(L, training);
     int st = lb_pcall_kept(L, 3, 1);
     if (own) ld_replica_set(NULL);
     if (placed) unplace(L);

@@ -195,6 +195,16 @@ local MODELS = {
       local self_att = nn.Attention { use_scale = true, use_causal_mask = true } { dec, dec }
       return nn.Model { inputs = { a, b }, outputs = nn.Dense(3)(nn.Concatenate() { dec, att, self_att }) }
     end },
+  -- Keras's image augmentation: every Random layer (each image's draw keyed by its place in the global
+  -- batch, RandomCrop's window one per global batch), then a resize and a crop, before a small CNN
+  augment = { shape = { 8, 8, 1 }, classes = 3,
+    make = function()
+      return nn.Sequential { nn.RandomFlip(), nn.RandomRotation(0.1), nn.RandomZoom(0.2, { fill_mode = "constant" }),
+        nn.RandomTranslation(0.1, { -0.2, 0.1 }, { interpolation = "nearest", fill_mode = "wrap" }),
+        nn.RandomContrast(0.3, { value_range = { -4, 4 } }), nn.RandomBrightness(0.1, { value_range = { -4, 4 } }),
+        nn.RandomCrop(7, 7), nn.Resizing(9, 9), nn.CenterCrop(8, 8),
+        nn.Conv2D(4, 3, { activation = "relu" }), nn.Flatten(), nn.Dense(3) }
+    end },
   -- Keras's dropout and recurrent_dropout of recurrent layers: masks drawn per
   -- sequence, the same at every step, per gate with recurrent dropout
   rnn_dropout = { shape = { 6, 4 }, classes = 3,
@@ -367,9 +377,10 @@ add(train_case { name = "fit_dice", model = "mlp_sigmoid", opt = "sgd_momentum",
   also = { "ps", "mw_local" }, onehot = true, tol = 1e-4, loss = function() return losses.Dice() end })
 -- layers: Flatten (Bx4x4), Conv2D (6x6x1, 4 filters 3x3), Dropout 0.3, frozen layers, Bidirectional,
 -- 1-d pooling and merging layers, transposed/depthwise/separable convolutions, TimeDistributed and the
--- 1-d shape layers, Dot, dilated convolutions
+-- 1-d shape layers, Dot, dilated convolutions, masks, recurrent dropout, seq2seq, image augmentation
 for _, kind in ipairs { "flatten", "conv", "dropout", "frozen", "bidirectional", "pool1d", "reshape", "deconv", "groupnorm", "noise",
-                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier", "rnn_dropout", "seq2seq", "seq2seq_attention" } do
+                        "timeseq", "dot", "dilated", "masked_tagger", "masked_classifier", "rnn_dropout", "seq2seq", "seq2seq_attention",
+                        "augment" } do
   for _, mode in ipairs { "fit", "loop" } do
     add(train_case { name = ("%s_%s"):format(mode, kind), model = kind, opt = "sgd_momentum", mode = mode, n = 240, b = 24,
       epochs = 5, also = mode == "fit" and { "ps", "mw_local" } or nil })

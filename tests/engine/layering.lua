@@ -15,9 +15,9 @@ at(0, { "ld_core", "ld_tensor", "ld_device", "ld_kernels", "ld_executor", "ld_re
   "ld_cpu", "ld_cpu_internal", "ld_cpu_simd", "ld_cpu_attn", "ld_cpu_conv", "ld_cpu_index", "ld_cpu_norm", "ld_cpu_pool",
   "ld_pool", "ld_cpu_isa", "ld_cpu_conv_avx512", "ld_cpu_conv_avx2", "ld_cpu_gemm_small", "ld_gemm_bf16", "ld_cpu_half", "ld_half", "ld_norm_math", "ld_attn_math", "ld_elementwise_math", "ld_optim_math",
   "cuda/ld_cuda" })
-at(1, { "ld_ops", "ld_ops_internal", "ld_ops_attn", "ld_ops_index", "ld_ops_pool", "ld_ops_conv", "ld_ops_norm", "ld_autograd.c" })
+at(1, { "ld_ops", "ld_ops_internal", "ld_ops_attn", "ld_ops_index", "ld_ops_pool", "ld_ops_conv", "ld_ops_norm", "ld_ops_image", "ld_autograd.c" })
 at(2, { "ld_strategy" })
-at(3, { "ld_nn", "ld_layers_core", "ld_layers_norm", "ld_layers_seq", "ld_layers_shape", "ld_layers_conv", "ld_layer_options",
+at(3, { "ld_nn", "ld_layers_core", "ld_layers_norm", "ld_layers_seq", "ld_layers_shape", "ld_layers_conv", "ld_layers_image", "ld_layer_options",
   "ld_optim", "ld_optim_state", "ld_data", "ld_data_text", "ld_image", "ld_io", "ld_io_tfevents", "ld_file" })
 local NAMES = { "core", "ops", "collectives", "models", "network" }
 
