@@ -3,6 +3,9 @@
 #include "ld_ops_image.h"
 #include "ld_ops.h"
 #include "ld_ops_index.h"
+#include "ld_ops_internal.h"
+#include "ld_autograd.h"
+#include "ld_image_math.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,139 +37,56 @@ static ld_tensor *narrow(ld_tensor *y, ld_dtype dt) {
 }
 
 /* ================================================================ the projective transform */
-/* TF's MapCoordinate (image_ops.h, after scipy's ndimage), with its
-   arithmetic: float coordinates, integer lengths */
-static float map_coord(ld_fill_mode m, float c, int64_t len) {
-    float in = c;
-    if (m == LD_FILL_REFLECT) {
-        if (in < 0) {
-            if (len <= 1) in = 0;
-            else {
-                int64_t sz2 = 2 * len;
-                if (in < (float)sz2) in = (float)(sz2 * (int64_t)(-in / (float)sz2)) + in;
-                in = in < (float)-len ? in + (float)sz2 : -in - 1;
-            }
-        } else if (in > (float)(len - 1)) {
-            if (len <= 1) in = 0;
-            else {
-                int64_t sz2 = 2 * len;
-                in -= (float)(sz2 * (int64_t)(in / (float)sz2));
-                if (in >= (float)len) in = (float)sz2 - in - 1;
-            }
-        }
-    } else if (m == LD_FILL_WRAP) {
-        if (in < 0) {
-            if (len <= 1) in = 0;
-            else { int64_t sz = len - 1; in += (float)(len * ((int64_t)(-in / (float)sz) + 1)); }
-        } else if (in > (float)(len - 1)) {
-            if (len <= 1) in = 0;
-            else { int64_t sz = len - 1; in -= (float)(len * (int64_t)(in / (float)sz)); }
-        }
-    } else if (m == LD_FILL_CONSTANT) {
-        return in;
-    }
-    float hi = (float)(len - 1);
-    return in < 0 ? 0 : in > hi ? hi : in;   /* TF's scalar_clamp_op(0, len - 1) */
+_Static_assert((int)LD_FILL_REFLECT == (int)LD_IMG_REFLECT && (int)LD_FILL_WRAP == (int)LD_IMG_WRAP &&
+               (int)LD_FILL_CONSTANT == (int)LD_IMG_CONSTANT && (int)LD_FILL_NEAREST == (int)LD_IMG_NEAREST, "the fill modes' numbers are ld_image_math.h's");
+
+/* One kernel (ld_kernels.h's image_transform: where each output pixel
+   reads is ld_image_math.h's, on every backend), the transforms a [nt, 8]
+   tensor on x's device; the gradient is the kernel's adjoint. */
+static int bw_image_transform(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
+    ld_tensor *x = nd->in[0], *t = nd->saved[0];
+    ld_tensor *gc = ld_contiguous(g);
+    ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
+    if (dx)
+        BE(x)->image_transform_backward(DEV(x), FPTR(dx), FPTR(gc), FPTR(t), t->shape[0], x->shape[0], x->shape[1],
+                                        x->shape[2], x->shape[3], (int)nd->args[0], (int)nd->args[1]);
+    ld_tensor_release(gc);
+    gi[0] = dx;
+    return dx ? LD_OK : ld_error_status();
 }
 
-/* Every output pixel reads K = 4 (bilinear) or 1 (nearest) input pixels of
-   its image, weighted, plus a constant (fill_value where it reads outside):
-   the pixel indices [N, K] and weights [N, K, 1] are computed here, then one
-   gather of x's pixels [B*H*W, C], a product and a sum over K. */
 ld_tensor *ld_image_transform(ld_tensor *x, const float *transforms, int64_t n_transforms, int nearest,
                               ld_fill_mode fill_mode, float fill_value) {
     if (need_images("image transform", x)) return NULL;
-    int64_t B = x->shape[0], H = x->shape[1], W = x->shape[2], C = x->shape[3];
+    int64_t B = x->shape[0];
     if (n_transforms != 1 && n_transforms != B) {
         ld_fail(LD_ESHAPE, "image transform: %lld transforms for %lld images (one, or one per image)",
                 (long long)n_transforms, (long long)B);
         return NULL;
     }
     if ((unsigned)fill_mode > LD_FILL_NEAREST) { ld_fail(LD_EARG, "image transform: unknown fill mode %d", (int)fill_mode); return NULL; }
-    int K = nearest ? 1 : 4;
-    int64_t N = B * H * W, is[2] = {N, K}, ws[3] = {N, K, 1}, cs[2] = {N, 1};
-    ld_tensor *idx = ld_tensor_empty(LD_I64, 2, is, NULL), *wt = ld_tensor_empty(LD_F32, 3, ws, NULL);
-    ld_tensor *cst = ld_tensor_empty(LD_F32, 2, cs, NULL);
-    if (!idx || !wt || !cst) { ld_tensor_release(idx); ld_tensor_release(wt); ld_tensor_release(cst); return NULL; }
-    int64_t *ip = ld_tensor_data_unsynced(idx);
-    float *wp = ld_tensor_data_unsynced(wt), *cp = ld_tensor_data_unsynced(cst);
-    int any_fill = 0, all_one = 1;
-    for (int64_t b = 0; b < B; b++) {
-        const float *t = transforms + (n_transforms == 1 ? 0 : 8 * b);
-        int64_t base = b * H * W;
-        for (int64_t oy = 0; oy < H; oy++)
-            for (int64_t ox = 0; ox < W; ox++) {
-                int64_t o = base + oy * W + ox;
-                int64_t *io = ip + o * K;
-                float *wo = wp + o * K;
-                float fx = (float)ox, fy = (float)oy;
-                float proj = t[6] * fx + t[7] * fy + 1.f;
-                if (proj == 0) {   /* a point at infinity: TF's fill_value */
-                    for (int k = 0; k < K; k++) { io[k] = base; wo[k] = 0; }
-                    cp[o] = fill_value;
-                    any_fill |= fill_value != 0;
-                    all_one = 0;
-                    continue;
-                }
-                float x_in = map_coord(fill_mode, (t[0] * fx + t[1] * fy + t[2]) / proj, W);
-                float y_in = map_coord(fill_mode, (t[3] * fx + t[4] * fy + t[5]) / proj, H);
-                /* the corners read (TF's read_with_fill_value): inside, a pixel; outside (CONSTANT's
-                   points off the image, a ceiling corner past the edge), fill_value at the corner's weight */
-                float yf, xf, cw[4];
-                int64_t cy[4], cx[4];
-                if (nearest) {
-                    yf = roundf(y_in); xf = roundf(x_in);
-                    cy[0] = isfinite(yf) ? (int64_t)yf : -1; cx[0] = isfinite(xf) ? (int64_t)xf : -1;
-                    cw[0] = 1;
-                } else {
-                    yf = floorf(y_in); xf = floorf(x_in);
-                    float yc = yf + 1, xc = xf + 1;
-                    int64_t y0 = isfinite(yf) ? (int64_t)yf : -2, x0 = isfinite(xf) ? (int64_t)xf : -2;
-                    cy[0] = y0; cx[0] = x0; cw[0] = (yc - y_in) * (xc - x_in);
-                    cy[1] = y0; cx[1] = x0 + 1; cw[1] = (yc - y_in) * (x_in - xf);
-                    cy[2] = y0 + 1; cx[2] = x0; cw[2] = (y_in - yf) * (xc - x_in);
-                    cy[3] = y0 + 1; cx[3] = x0 + 1; cw[3] = (y_in - yf) * (x_in - xf);
-                }
-                float c = 0;
-                for (int k = 0; k < K; k++) {
-                    if (cy[k] >= 0 && cy[k] < H && cx[k] >= 0 && cx[k] < W) {
-                        io[k] = base + cy[k] * W + cx[k];
-                        wo[k] = cw[k];
-                        if (cw[k] != 1) all_one = 0;
-                    } else {
-                        io[k] = base;
-                        wo[k] = 0;
-                        c += cw[k] * fill_value;
-                        all_one = 0;
-                    }
-                }
-                if (!isfinite(x_in) || !isfinite(y_in)) c = fill_value;   /* NaN coordinates read nothing */
-                cp[o] = c;
-                any_fill |= c != 0;
-            }
+    int64_t ts[2] = {n_transforms, 8};
+    ld_tensor *th = ld_tensor_empty(LD_F32, 2, ts, NULL);   /* written here, on the host */
+    if (!th) return NULL;
+    memcpy(ld_tensor_data_unsynced(th), transforms, sizeof(float) * 8 * (size_t)n_transforms);
+    ld_tensor *xf = widen(x), *cx = xf ? ld_ops_contig(xf) : NULL, *t = cx ? ld_to_device(th, DEV(cx)) : NULL;
+    ld_tensor_release(th);
+    ld_tensor_release(xf);
+    ld_tensor *y = t ? ld_ops_out_empty(LD_F32, 4, cx->shape, DEV(cx)) : NULL;
+    if (y) {
+        BE(cx)->image_transform(DEV(cx), FPTR(y), FPTR(cx), FPTR(t), n_transforms, cx->shape[0], cx->shape[1],
+                                cx->shape[2], cx->shape[3], nearest != 0, (int)fill_mode, fill_value);
+        ld_tensor *in[1] = {cx};
+        ld_node *nd = ld_record(y, "image_transform", bw_image_transform, 1, in);
+        if (nd) {
+            nd->saved[0] = ld_tensor_retain(t);
+            nd->args[0] = nearest != 0;
+            nd->args[1] = (double)fill_mode;
+        }
     }
-    ld_device *dev = x->storage->device;
-    ld_tensor *xf = widen(x);
-    int64_t fs[2] = {N, C}, os[4] = {B, H, W, C};
-    ld_tensor *flat = xf ? ld_reshape_op(xf, 2, fs) : NULL, *g = flat ? ld_gather(flat, idx, 0) : NULL;   /* [N, K, C] */
-    ld_tensor *y = NULL;
-    if (g && all_one) {   /* nearest, every pixel inside: the gather is the result */
-        y = ld_reshape_op(g, 2, fs);
-    } else if (g) {
-        ld_tensor *wd = ld_to_device(wt, dev), *p = wd ? ld_mul(g, wd) : NULL;
-        y = p ? ld_sum(p, 1, 0) : NULL;   /* [N, C] */
-        ld_tensor_release(wd); ld_tensor_release(p);
-    }
-    if (y && any_fill) {
-        ld_tensor *cd = ld_to_device(cst, dev), *s = cd ? ld_add(y, cd) : NULL;
-        ld_tensor_release(cd);
-        ld_tensor_release(y);
-        y = s;
-    }
-    ld_tensor *r = y ? ld_reshape_op(y, 4, os) : NULL;
-    ld_tensor_release(y); ld_tensor_release(g); ld_tensor_release(flat); ld_tensor_release(xf);
-    ld_tensor_release(idx); ld_tensor_release(wt); ld_tensor_release(cst);
-    return narrow(r, x->dtype);
+    ld_tensor_release(t);
+    ld_tensor_release(cx);
+    return narrow(y, x->dtype);
 }
 
 /* ================================================================ resize */

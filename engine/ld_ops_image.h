@@ -3,11 +3,13 @@
  * (Resizing, CenterCrop, RandomCrop, RandomFlip, RandomRotation,
  * RandomZoom, RandomTranslation): TF's projective transform and resize.
  *
- * Each is composed of ops every device has (a gather of the input's pixels
- * with coordinates computed on the host, products, sums), so it runs on
- * every device and under every strategy, and its gradient is the tape's
- * (the gathers scatter back). Images are NHWC float tensors; a half input
- * is widened, computed in float32 and rounded once, as TF's kernels do.
+ * The transform is one kernel per backend (ld_kernels.h's image_transform,
+ * where each output pixel reads computed in the kernel by ld_image_math.h:
+ * only the 8 numbers of each image's matrix cross from the host) with its
+ * adjoint as gradient; the resizes and crops are composed of ops every
+ * device has (products with interpolation matrices, gathers, slices), their
+ * gradients the tape's. Images are NHWC float tensors; a half input is
+ * widened, computed in float32 and rounded once, as TF's kernels do.
  */
 #ifndef LD_OPS_IMAGE_H
 #define LD_OPS_IMAGE_H

@@ -12,8 +12,8 @@
 local LEVEL = {}
 local function at(level, names) for _, n in ipairs(names) do LEVEL[n] = level end end
 at(0, { "ld_core", "ld_tensor", "ld_device", "ld_kernels", "ld_executor", "ld_replica", "ld_autograd.h",
-  "ld_cpu", "ld_cpu_internal", "ld_cpu_simd", "ld_cpu_attn", "ld_cpu_conv", "ld_cpu_index", "ld_cpu_norm", "ld_cpu_pool",
-  "ld_pool", "ld_cpu_isa", "ld_cpu_conv_avx512", "ld_cpu_conv_avx2", "ld_cpu_gemm_small", "ld_gemm_bf16", "ld_cpu_half", "ld_half", "ld_norm_math", "ld_attn_math", "ld_elementwise_math", "ld_optim_math",
+  "ld_cpu", "ld_cpu_internal", "ld_cpu_simd", "ld_cpu_attn", "ld_cpu_conv", "ld_cpu_index", "ld_cpu_image", "ld_cpu_norm", "ld_cpu_pool",
+  "ld_pool", "ld_cpu_isa", "ld_cpu_conv_avx512", "ld_cpu_conv_avx2", "ld_cpu_gemm_small", "ld_gemm_bf16", "ld_cpu_half", "ld_half", "ld_norm_math", "ld_image_math", "ld_attn_math", "ld_elementwise_math", "ld_optim_math",
   "cuda/ld_cuda" })
 at(1, { "ld_ops", "ld_ops_internal", "ld_ops_attn", "ld_ops_index", "ld_ops_pool", "ld_ops_conv", "ld_ops_norm", "ld_ops_image", "ld_autograd.c" })
 at(2, { "ld_strategy" })

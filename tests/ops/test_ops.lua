@@ -565,6 +565,24 @@ T.test("embedding (embedding, embedding_backward): repeated ids add up", functio
     { ids(200, 3, { 200 }, "int32") }, 1e-10)
 end)
 
+T.test("image transform (image_transform, image_transform_backward): every fill mode, both interpolations", function()
+  -- seeded layers: the device's and the CPU's layer draw the same transforms (their own streams)
+  local x = tensor.normal(3, 9, 11, 2)
+  for _, fill in ipairs { "reflect", "wrap", "constant", "nearest" } do
+    for _, interp in ipairs { "bilinear", "nearest" } do
+      layer_check_n(("rotation %s %s"):format(fill, interp), function()
+        return nn.RandomRotation(0.4, { fill_mode = fill, interpolation = interp, fill_value = 0.5, seed = 3 })
+      end, { x }, 1e-9, { training = true })
+    end
+  end
+  layer_check_n("zoom out, constant", function() return nn.RandomZoom({ 0.3, 0.8 }, { fill_mode = "constant", seed = 4 }) end,
+    { x }, 1e-9, { training = true })
+  layer_check_n("translation, wrap", function() return nn.RandomTranslation(0.5, 0.5, { fill_mode = "wrap", seed = 5 }) end,
+    { x }, 1e-9, { training = true })
+  layer_check_n("flip (nearest, exact)", function() return nn.RandomFlip("horizontal_and_vertical", { seed = 6 }) end,
+    { tensor.normal(40, 3, 4, 3) }, 1e-12, { training = true })
+end)
+
 T.test("average pooling (avgpool, avgpool_backward): valid, same, overlapping; global average pooling", function()
   local x = tensor.normal(2, 11, 9, 5)
   layer_check_n("avgpool 2", function() return nn.AveragePooling2D(2) end, { x }, 1e-10)
