@@ -593,3 +593,18 @@ const ld_layer_class ld_layer_reshape = {
     "Reshape", "reshape", NULL, {"target_shape"}, {LD_PINTS("target_shape", NULL, 0), LD_PEND},
     1, 1, 0, reshape_check, reshape_build, reshape_forward,
     "nn.Reshape{d1, d2, ...}\n\nReshape each example (the batch axis is kept); one entry may be -1.", 0, .compute_mask = NULL};
+
+/* ================================================================ Weights */
+/* The own weights of a subclassed model (its add_weight, the Variables
+   assigned to its fields): a layer that only holds them, among the model's
+   layers so that training, saving and the strategies see them as any
+   layer's. Never called. */
+static ld_tensor *weights_forward(ld_layer *l, int n_in, ld_tensor *const *x, int training) {
+    ld_fail(LD_EARG, "%s holds a model's own weights; it is not a layer to call", l->name);
+    return NULL;
+}
+const ld_layer_class ld_layer_weights = {
+    "Weights", "weights", NULL, {NULL}, {LD_PEND},
+    1, 1, ~0u, NULL, same_build, weights_forward,
+    "The weights a subclassed model made itself (model:add_weight, a tensor.Variable assigned to a field),\n"
+    "held for it: they train, save and mirror as a layer's.", 0, .compute_mask = NULL};

@@ -398,6 +398,18 @@ int64_t ld_layer_weight_budget(int64_t bytes) {
     return old;
 }
 
+/* v (a reference l takes) as l's next weight, named "<layer>/<what>" */
+static int hold_weight(ld_layer *l, const char *what, ld_tensor *v, int trainable) {
+    v->requires_grad = trainable != 0 && !l->frozen;
+    size_t n = strlen(l->name) + strlen(what) + 2;
+    free(v->name);
+    v->name = malloc(n);
+    if (v->name) snprintf(v->name, n, "%s/%s", l->name, what);
+    l->var_trainable[l->n_vars] = trainable != 0;
+    l->vars[l->n_vars++] = v;
+    return LD_OK;
+}
+
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, ld_init init, int trainable) {
     if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
     if (weight_budget >= 0) {
@@ -427,17 +439,32 @@ ld_tensor *ld_layer_add_weight(ld_layer *l, const char *what, int ndim, const in
     case LD_INIT_ORTHOGONAL: v = ld_orthogonal_init(ndim, shape, rng); break;
     }
     ld_replica_draws_shared(&before);   /* built once, by whichever replica ran the layer first */
-    if (!v) return NULL;
-    v->requires_grad = trainable != 0 && !l->frozen;
-    size_t n = strlen(l->name) + strlen(what) + 2;
-    v->name = malloc(n);
-    if (v->name) snprintf(v->name, n, "%s/%s", l->name, what);
-    l->var_trainable[l->n_vars] = trainable != 0;
-    l->vars[l->n_vars++] = v;
+    if (!v || hold_weight(l, what, v, trainable)) return NULL;
     if (ld_variable_created(v)) return NULL;   /* mirrored when a strategy asks for it; v is the layer's */
     if (role >= 0 && l->wopt.constraint[role].class_name[0] && ld_constraint_register(v, &l->wopt.constraint[role]))
         return NULL;
     return v;
+}
+
+ld_tensor *ld_layer_new_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, const ld_initializer *init,
+                               int trainable) {
+    if (l->n_vars == LD_LAYER_MAX_VARS) { ld_fail(LD_EARG, "%s: too many variables", l->name); return NULL; }
+    ld_rng *rng = ld_global_rng(), before = *rng;
+    ld_tensor *v = ld_initializer_make(init, ndim, shape, rng);
+    ld_replica_draws_shared(&before);
+    if (!v || hold_weight(l, what, v, trainable)) return NULL;
+    return ld_variable_created(v) ? NULL : v;
+}
+
+int ld_layer_adopt_weight(ld_layer *l, ld_tensor *v, const char *what) {
+    for (int i = 0; i < l->n_vars; i++) if (l->vars[i] == v) return LD_OK;
+    if (l->n_vars == LD_LAYER_MAX_VARS) return ld_fail(LD_EARG, "%s: too many variables", l->name);
+    int trainable = v->requires_grad;
+    char *had = v->name;
+    v->name = NULL;
+    if (hold_weight(l, had ? had : what, ld_tensor_retain(v), trainable)) { v->name = had; return ld_error_status(); }
+    free(had);
+    return LD_OK;
 }
 
 int ld_layer_build_n(ld_layer *l, int n_in, const ld_shape *in) {
@@ -874,8 +901,8 @@ int ld_model_variables(ld_model *m, ld_tensor **vars, int max) {
 /* "(None, 28, 28)" for a built layer, "?" before it is; a layer of several
    outputs (return_state) lists them, "[(None, 4), (None, 4)]", as Keras's */
 static void summary_shape(const ld_layer *l, char *shape, size_t cap) {
-    snprintf(shape, cap, "?");
-    if (!l->built) return;
+    snprintf(shape, cap, "%s", l->cls == &ld_layer_weights ? "" : "?");   /* a model's own weights: no output */
+    if (!l->built || l->cls == &ld_layer_weights) return;
     size_t q = 0;
     if (l->n_out > 1) q += (size_t)snprintf(shape, cap, "[");
     for (int k = 0; k < l->n_out && q < cap; k++) {

@@ -249,7 +249,7 @@ struct ld_layer {
     X(dot) X(conv1d_transpose) X(time_distributed) X(masking) \
     X(attention) X(additive_attention) \
     X(resizing) X(center_crop) X(random_crop) X(random_flip) X(random_rotation) X(random_zoom) X(random_translation) \
-    X(random_contrast) X(random_brightness)
+    X(random_contrast) X(random_brightness) X(weights)
 #define LD_LAYER_DECLARE(k) extern const ld_layer_class ld_layer_##k;
 LD_LAYER_CLASSES(LD_LAYER_DECLARE)
 #undef LD_LAYER_DECLARE
@@ -349,6 +349,15 @@ typedef struct { ld_init_kind kind; double a, b; } ld_init;   /* glorot: a = fan
 #define LD_INIT_U(lo, hi) ((ld_init){LD_INIT_UNIFORM, (lo), (hi)})
 #define LD_INIT_ORTH ((ld_init){LD_INIT_ORTHOGONAL, 0, 0})
 ld_tensor *ld_layer_add_weight(ld_layer *l, const char *name, int ndim, const int64_t *shape, ld_init init, int trainable);
+/* Keras's Layer.add_weight on a subclassed model (its own weights, held by a
+   layer of class ld_layer_weights): a weight of that shape from initializer
+   x, mirrored under the model's strategy as a layer's. ld_layer_adopt_weight:
+   a Variable made elsewhere (assigned to a subclass's field, as Keras tracks
+   it) held by l from now on (retained; named "<layer>/<its name or what>");
+   trainable as the variable is. */
+ld_tensor *ld_layer_new_weight(ld_layer *l, const char *what, int ndim, const int64_t *shape, const ld_initializer *x,
+                               int trainable);
+int ld_layer_adopt_weight(ld_layer *l, ld_tensor *v, const char *what);
 /* between ld_nn.c and ld_layer_options.c */
 ld_tensor *ld_orthogonal_init(int ndim, const int64_t *shape, ld_rng *rng);
 ld_tensor *ld_initializer_make(const ld_initializer *x, int ndim, const int64_t *shape, ld_rng *rng);

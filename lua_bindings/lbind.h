@@ -40,6 +40,13 @@ void lb_set_docs(lua_State *L, const char *prefix, const char *const *docs);
    a bad value); push every option set into the table at t; nn._weight_option. */
 struct ld_layer;
 int lb_layer_weight_option(lua_State *L, struct ld_layer *l, const char *key, int vidx);
+/* a tensor made by tensor.Variable (trainable or not), at idx */
+int lb_is_variable(lua_State *L, int idx);
+#ifdef LD_NN_H
+/* an initializer or a constraint (a name, {class_name=, config=} or an object) at idx; raises naming `what` */
+void lb_read_initializer(lua_State *L, int idx, ld_initializer *out, const char *what);
+void lb_read_constraint(lua_State *L, int idx, ld_constraint *out, const char *what);
+#endif
 void lb_layer_push_weight_options(lua_State *L, struct ld_layer *l, int t);
 /* layer.kernel_regularizer and the like: pushes the option (nil: the class's default) and
    returns 1, or 0 when l's class has no such option */

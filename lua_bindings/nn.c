@@ -8,8 +8,8 @@
  * (what compile() stored): unknown fields read and write there, so the Lua
  * prelude can add fit/evaluate/predict as methods of nn.Model.
  */
+#include "ld_nn.h"   /* before lbind.h: its nn helpers */
 #include "lbind.h"
-#include "ld_nn.h"
 #include "ld_optim.h"
 #include "ld_autograd.h"
 #include "ld_ops.h"
@@ -1401,6 +1401,90 @@ static void track(lua_State *L, int mi, int vi, int depth) {
 }
 static int model_track(lua_State *L) { check_model(L, 1); track(L, 1, 2, 0); lua_settop(L, 1); return 1; }
 
+/* A subclassed model's own weights' holder (ld_layer_weights, named as the
+   model), made at the first and kept in its state as _own_weights, among its
+   layers: pushed */
+static ld_layer *own_weights(lua_State *L, int mi) {
+    mi = lua_absindex(L, mi);
+    ld_model *m = check_model(L, mi);
+    lua_getiuservalue(L, mi, 1);
+    if (lua_getfield(L, -1, "_own_weights") == LUA_TUSERDATA) {
+        lua_remove(L, -2);
+        return check_layer(L, -1);
+    }
+    lua_pop(L, 1);
+    ld_layer *l = ld_layer_new(&ld_layer_weights);
+    if (!l) lb_engine_error(L, 0);
+    ld_layer **p = lua_newuserdatauv(L, sizeof *p, 1);
+    *p = l;
+    luaL_setmetatable(L, LAYER_MT);
+    if (ld_layer_set_name(l, m->name)) lb_engine_error(L, 0);
+    l->built = 1;
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, "_own_weights");
+    lua_remove(L, -2);
+    model_add_layer(L, mi, lua_gettop(L));
+    return l;
+}
+
+/* model:add_weight{shape=, initializer=, trainable=true, name=, constraint=}
+   (Keras's Layer.add_weight): a weight of the model's own, made now (in the
+   model's strategy's placement), returned */
+static int model_add_weight(lua_State *L) {
+    ld_model *m = check_model_live(L, 1, "model:add_weight()");
+    static const char *const keys[] = {"shape", "initializer", "trainable", "name", "constraint", "dtype", "regularizer", NULL};
+    if (lua_isnoneornil(L, 2)) lua_newtable(L), lua_replace(L, 2);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lb_check_options(L, 2, "add_weight", keys);
+    int64_t shape[LD_MAX_DIMS];
+    int nd = 0;
+    if (lua_getfield(L, 2, "shape") == LUA_TNUMBER) { shape[0] = luaL_checkinteger(L, -1); nd = 1; }
+    else if (lua_istable(L, -1)) {
+        lua_Integer n = luaL_len(L, -1);
+        if (n > LD_MAX_DIMS) return luaL_error(L, "add_weight: shape has %d dimensions, at most %d", (int)n, LD_MAX_DIMS);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_geti(L, -1, i);
+            int ok;
+            shape[nd++] = lua_tointegerx(L, -1, &ok);
+            if (!ok || shape[nd - 1] < 0) return luaL_error(L, "add_weight: shape entries must be sizes >= 0");
+            lua_pop(L, 1);
+        }
+    } else if (!lua_isnil(L, -1)) return luaL_error(L, "add_weight: shape must be a list of sizes, got %s", luaL_typename(L, -1));
+    lua_pop(L, 1);
+    if (lua_getfield(L, 2, "dtype") != LUA_TNIL && (!lua_isstring(L, -1) || strcmp(lua_tostring(L, -1), "float32")))
+        return luaL_error(L, "add_weight: dtype '%s': weights are float32 (a mixed policy computes in half from them)",
+                          luaL_tolstring(L, -1, NULL));
+    if (lua_getfield(L, 2, "regularizer") != LUA_TNIL)
+        return luaL_error(L, "add_weight: regularizer= is not supported on a model's own weights; add its penalty to "
+                          "the loss, or use a layer's kernel_regularizer");
+    lua_pop(L, 2);
+    ld_initializer init;
+    if (lua_getfield(L, 2, "initializer") == LUA_TNIL) ld_initializer_named("glorot_uniform", &init);   /* Keras's default */
+    else lb_read_initializer(L, -1, &init, "add_weight");
+    lua_pop(L, 1);
+    int trainable = lua_getfield(L, 2, "trainable") == LUA_TNIL || lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    char name[48];
+    lua_getfield(L, 2, "name");
+    ld_layer *l = own_weights(L, 1);
+    int holder = lua_gettop(L);
+    if (lua_isstring(L, -2)) snprintf(name, sizeof name, "%s", lua_tostring(L, -2));
+    else snprintf(name, sizeof name, "variable_%d", l->n_vars);
+    int placed = place(L, 1);
+    ld_tensor *v = ld_layer_new_weight(l, name, nd, shape, &init, trainable);
+    if (placed) unplace(L);
+    if (!v) return lb_engine_error(L, 0);
+    if (lua_getfield(L, 2, "constraint") != LUA_TNIL) {
+        ld_constraint c;
+        lb_read_constraint(L, -1, &c, "add_weight");
+        if (ld_constraint_register(v, &c)) return lb_engine_error(L, 0);
+    }
+    lua_settop(L, holder);
+    (void)m;
+    lb_push_tensor(L, ld_tensor_retain(v), 0);
+    return 1;
+}
+
 /* model.x = v: kept in the model's state; in a subclass (nn.Model:extend)
    a layer, a model or a list of layers assigned is tracked (Keras's
    attribute tracking): its variables become the model's */
@@ -1422,7 +1506,14 @@ static int model_newindex(lua_State *L) {
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 3);
     lua_rawset(L, -3);
-    if (sub && lua_type(L, 2) == LUA_TSTRING && lua_tostring(L, 2)[0] != '_') track(L, 1, 3, 0);
+    if (sub && lua_type(L, 2) == LUA_TSTRING && lua_tostring(L, 2)[0] != '_') {
+        track(L, 1, 3, 0);
+        /* a Variable assigned (Keras 3 tracks them): the model's own weight from now on */
+        if (lb_is_variable(L, 3)) {
+            ld_layer *l = own_weights(L, 1);
+            if (ld_layer_adopt_weight(l, lb_test_tensor(L, 3), lua_tostring(L, 2))) return lb_engine_error(L, 0);
+        }
+    }
     return 0;
 }
 
@@ -1735,6 +1826,10 @@ static const char *const nn_docs[] = {
                   "model:save_weights(path) and model:load_weights(path) use safetensors.",
     "Model:summary", "model:summary()\n\nPrint (and return) a table of the layers, output shapes and parameter counts.",
     "Model:train_step", "model:train_step(x, y, loss, optimizer)\n\nOne training step in C; returns the loss value and the predictions.",
+    "Model:add_weight", "model:add_weight{shape=, initializer=\"glorot_uniform\", trainable=true, name=, constraint=}\n\n"
+    "A weight of a subclassed model's own (Keras's Layer.add_weight), made now and returned: it trains,\n"
+    "mirrors under the model's strategy and saves as a layer's. A tensor.Variable assigned to a field of a\n"
+    "subclass (self.w = tensor.Variable(...)) becomes one too, as Keras 3 tracks it.",
     "Model:save_weights", "model:save_weights(path)\n\nWrite the weights as safetensors (readable by Python's safetensors).",
     "Model:load_weights", "model:load_weights(path)\n\nRead weights written by save_weights. The file is checked before any\n"
     "data is read: one entry per weight, shapes and dtypes must match (F16 and BF16 files are converted\n"
@@ -1882,7 +1977,7 @@ int lb_open_nn(lua_State *L) {
     lb_set_docs(L, "nn.", docs);
 
     static const luaL_Reg cm[] = {
-        {"add", model_add}, {"build", model_build}, {"summary_text", model_summary_text}, {"_track", model_track},
+        {"add", model_add}, {"add_weight", model_add_weight}, {"build", model_build}, {"summary_text", model_summary_text}, {"_track", model_track},
         {"train_step", model_train_step}, {"_grads", model_grads}, {"save_weights", model_save_weights},
         {"load_weights", model_load_weights}, {"count_params", model_count_params}, {NULL, NULL}};
     luaL_newmetatable(L, MODEL_MT);

@@ -11,8 +11,8 @@
  * makes those from nn._weight_option, so the classes and their keys live in
  * the engine only).
  */
+#include "ld_nn.h"   /* before lbind.h: its nn helpers */
 #include "lbind.h"
-#include "ld_nn.h"
 
 #include <lauxlib.h>
 #include <string.h>
@@ -89,6 +89,17 @@ static void read_option(lua_State *L, int idx, ld_wopt_kind k, any_option *o, co
         }
     } else if (!lua_isnil(L, -1)) luaL_error(L, "%s: a %s's config must be a table", what, kind_names[k]);
     lua_pop(L, 1);
+}
+
+void lb_read_initializer(lua_State *L, int idx, ld_initializer *out, const char *what) {
+    any_option o;
+    read_option(L, idx, LD_WOPT_INITIALIZER, &o, what);
+    *out = o.init;
+}
+void lb_read_constraint(lua_State *L, int idx, ld_constraint *out, const char *what) {
+    any_option o;
+    read_option(L, idx, LD_WOPT_CONSTRAINT, &o, what);
+    *out = o.con;
 }
 
 /* {class_name=, config={...}} of an option, pushed */

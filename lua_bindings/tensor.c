@@ -1348,7 +1348,35 @@ static int t_variable(lua_State *L) {
     /* inside a strategy's scope: one copy per replica device, as a layer's */
     if (ld_variable_created(v)) { ld_tensor_release(v); return lb_engine_error(L, 0); }
     lb_push_tensor(L, v, 1);
+    /* known as a Variable (trainable or not), for a subclassed model's tracking (lb_is_variable) */
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "ldist.variables") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_newtable(L);
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "ldist.variables");
+    }
+    lua_pushvalue(L, -2);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
     return 1;
+}
+
+int lb_is_variable(lua_State *L, int idx) {
+    idx = lua_absindex(L, idx);
+    if (!lb_test_tensor(L, idx)) return 0;
+    int known = 0;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "ldist.variables") == LUA_TTABLE) {
+        lua_pushvalue(L, idx);
+        known = lua_rawget(L, -2) != LUA_TNIL;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return known;
 }
 
 #define DEVICES_DOC "tensor.devices()\n\nNames of the devices ldist found, e.g. {\"cpu:0\", \"cuda:0\"}.\n" \

@@ -1218,6 +1218,25 @@ add { name = "fit_subclassed", also = { "ps", "mw_local" }, run = function(S)
     function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
 end }
 
+-- a subclassed model's own weights, as Keras 3 tracks them: add_weight (an initializer, a constraint) and
+-- a Variable assigned to a field, trained and mirrored as a layer's (a non-trainable one: test_own_weights.lua,
+-- ParameterServerStrategy refuses non-trainable weights)
+local OwnWeights = nn.Model:extend("ConformanceOwnWeights")
+function OwnWeights:init()
+  self.inner = nn.Dense(8, "tanh")
+  self.gain = self:add_weight { shape = { 8 }, initializer = "ones", name = "gain", constraint = "non_neg" }
+  self.shift = tensor.Variable(tensor.zeros(4))
+  self.proj = self:add_weight { shape = { 8, 4 }, name = "proj" }
+end
+function OwnWeights:call(x, training)
+  return (self.inner(x) * self.gain):matmul(self.proj) + self.shift
+end
+add { name = "fit_own_weights", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  return fit_model(S, function() return OwnWeights() end, x, y, 24, 6,
+    function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
 -- TF's array ops composed in a subclassed model's call (tensor_ops.lua): einsum's batched product of
 -- each example's rows, a causal band, tile and reverse
 local Gram = nn.Model:extend("ConformanceGram")
