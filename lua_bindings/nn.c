@@ -732,6 +732,8 @@ static int layer_gc(lua_State *L) {
 }
 
 /* ================================================================ Sequential */
+static void add_member(lua_State *L, int st, int vi, int first);
+static void relist(lua_State *L, int mi, int depth);
 static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
     ld_model *m = check_model(L, model_idx);
     ld_layer *l = check_layer(L, layer_idx);
@@ -742,8 +744,112 @@ static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
     lua_getfield(L, -1, "layers");
     lua_pushvalue(L, layer_idx);
     lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
-    lua_pop(L, 2);
+    lua_pop(L, 1);
+    add_member(L, lua_gettop(L), layer_idx, 0);
+    lua_pop(L, 1);
     return 0;
+}
+
+/* ---- models in models (Keras's model as a layer) ----
+   state._members lists what a model holds directly, in order: its layers and
+   the models it contains (a Sequential's items, a subclass's fields, a graph's
+   nodes). A nested model may make its weights later (at its first call, or
+   in its build), so the model's flat list of layers (m->layers and
+   state.layers: what training, saving and the strategies read) is made again
+   from the members after each call when it has a model among them
+   (relist): a member layer, then each member model's own list, in order,
+   each layer once. */
+static void add_member(lua_State *L, int st, int vi, int first) {
+    vi = lua_absindex(L, vi);
+    if (lua_getfield(L, st, "_members") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, st, "_members");
+    }
+    lua_Integer n = luaL_len(L, -1);
+    for (lua_Integer k = 1; k <= n; k++) {
+        lua_geti(L, -1, k);
+        int same = lua_rawequal(L, -1, vi);
+        lua_pop(L, 1);
+        if (same) { lua_pop(L, 1); return; }
+    }
+    if (first) {
+        for (lua_Integer k = n; k >= 1; k--) { lua_geti(L, -1, k); lua_rawseti(L, -2, k + 1); }
+        lua_pushvalue(L, vi);
+        lua_rawseti(L, -2, 1);
+    } else {
+        lua_pushvalue(L, vi);
+        lua_rawseti(L, -2, n + 1);
+    }
+    lua_pop(L, 1);
+}
+
+static void relist(lua_State *L, int mi, int depth) {
+    mi = lua_absindex(L, mi);
+    ld_model *m = check_model(L, mi);
+    int top = lua_gettop(L);
+    lua_getiuservalue(L, mi, 1);
+    int st = lua_gettop(L);
+    if (depth > 8 || lua_getfield(L, st, "_nested") != LUA_TBOOLEAN || lua_getfield(L, st, "_members") != LUA_TTABLE) {
+        lua_settop(L, top);
+        return;
+    }
+    int mem = lua_gettop(L);
+    /* nothing new (the usual case, at every step): as many layers as the members hold */
+    lua_Integer count = 0, nm = luaL_len(L, mem);
+    for (lua_Integer i = 1; i <= nm; i++) {
+        lua_geti(L, mem, i);
+        if (luaL_testudata(L, -1, MODEL_MT)) { relist(L, -1, depth + 1); count += check_model(L, -1)->n_layers; }
+        else count++;
+        lua_pop(L, 1);
+    }
+    if (count == m->n_layers) { lua_settop(L, top); return; }
+    lua_newtable(L);   /* the flat list */
+    int flat = lua_gettop(L);
+    lua_newtable(L);   /* seen */
+    int seen = lua_gettop(L);
+    lua_Integer n = luaL_len(L, mem), k = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, mem, i);
+        int item = lua_gettop(L);
+        if (luaL_testudata(L, item, MODEL_MT)) {
+            relist(L, item, depth + 1);
+            lua_getiuservalue(L, item, 1);
+            lua_getfield(L, -1, "layers");
+            lua_Integer q = luaL_len(L, -1);
+            for (lua_Integer j = 1; j <= q; j++) {
+                lua_geti(L, -1, j);
+                if (lua_rawget(L, seen) == LUA_TNIL && (lua_pop(L, 1), 1)) {
+                    lua_geti(L, -1, j);
+                    lua_pushvalue(L, -1); lua_pushboolean(L, 1); lua_rawset(L, seen);
+                    lua_rawseti(L, flat, ++k);
+                } else lua_pop(L, 1);
+            }
+        } else {
+            lua_pushvalue(L, item);
+            if (lua_rawget(L, seen) == LUA_TNIL) {
+                lua_pushvalue(L, item); lua_pushboolean(L, 1); lua_rawset(L, seen);
+                lua_pushvalue(L, item); lua_rawseti(L, flat, ++k);
+            }
+            lua_pop(L, 1);
+        }
+        lua_settop(L, seen);
+    }
+    ld_layer **nl = malloc(sizeof *nl * (size_t)(k ? k : 1));
+    if (!nl) { lua_settop(L, top); luaL_error(L, "out of memory"); }
+    for (lua_Integer i = 1; i <= k; i++) {
+        lua_geti(L, flat, i);
+        nl[i - 1] = ld_layer_retain(check_layer(L, -1));
+        lua_pop(L, 1);
+    }
+    for (int i = 0; i < m->n_layers; i++) ld_layer_release(m->layers[i]);
+    free(m->layers);
+    m->layers = nl;
+    m->n_layers = m->cap_layers = (int)k;
+    lua_pushvalue(L, flat);
+    lua_setfield(L, st, "layers");
+    lua_settop(L, top);
 }
 
 /* ---- a model builds its variables under the strategy it was created in ----
@@ -868,6 +974,7 @@ static int lua_forward_p(lua_State *L, int mi, ld_model *m, int xi, int training
     int st = lb_pcall_kept(L, 3, 1);
     if (own) ld_replica_set(NULL);
     if (placed) unplace(L);
+    if (st == LUA_OK) relist(L, mi, 0);   /* models in it may have made their weights in this call */
     if (st == LUA_OK && !lb_test_tensor(L, -1) && !lua_istable(L, -1)) {
         lua_pop(L, 1);
         lua_pushfstring(L, "model '%s': call must return a tensor (or a list of them)", m->name);
@@ -942,6 +1049,41 @@ static int symbolic_input_shape(lua_State *L, int idx, int64_t *shape) {
 
 /* nn.Sequential{[nn.Input{shape=}], layer, layer, ..., name=}: with an input
    first (Keras's Sequential([keras.Input(shape), ...])) the model is built now */
+/* item vi (a layer, or a model: Keras's model as a layer) appended to
+   Sequential mi. A model's layers join mi's (track), and mi then runs in
+   Lua over its items (nn._sequential_call, lua/keras/models.lua: the C
+   forward runs layers only), which state._items lists once there is one. */
+static void track(lua_State *L, int mi, int vi, int depth);
+static void sequential_append(lua_State *L, int mi, int vi, lua_Integer i) {
+    mi = lua_absindex(L, mi);
+    vi = lua_absindex(L, vi);
+    int model = luaL_testudata(L, vi, MODEL_MT) != NULL;
+    if (!model && !luaL_testudata(L, vi, LAYER_MT))
+        luaL_error(L, "bad argument #1 to 'Sequential' (item %d is a %s, not a layer or a model)", (int)i, luaL_typename(L, vi));
+    if (model && lua_rawequal(L, mi, vi)) luaL_error(L, "a model cannot contain itself");
+    lua_getiuservalue(L, mi, 1);
+    int st = lua_gettop(L);
+    if (lua_getfield(L, st, "_items") != LUA_TTABLE && model) {   /* the first model: the layers so far become items */
+        lua_pop(L, 1);
+        lua_getfield(L, st, "layers");
+        lua_Integer n = luaL_len(L, -1);
+        lua_createtable(L, (int)n + 1, 0);
+        for (lua_Integer k = 1; k <= n; k++) { lua_geti(L, -2, k); lua_rawseti(L, -2, k); }
+        lua_remove(L, -2);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, st, "_items");
+        lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+        lua_getfield(L, -1, "nn");
+        lua_getfield(L, -1, "_sequential_call");
+        lua_setfield(L, st, "call");
+        lua_pop(L, 2);
+    }
+    if (model) track(L, mi, vi, 0);
+    else model_add_layer(L, mi, vi);
+    if (lua_istable(L, -1)) { lua_pushvalue(L, vi); lua_rawseti(L, -2, luaL_len(L, -2) + 1); }
+    lua_settop(L, st - 1);
+}
+
 static int nn_sequential(lua_State *L) {
     const char *name = NULL;
     int in_n = -1;
@@ -953,9 +1095,7 @@ static int nn_sequential(lua_State *L) {
         for (lua_Integer i = 1; i <= n; i++) {
             lua_geti(L, 1, i);
             if (i == 1 && (in_n = symbolic_input_shape(L, -1, in_shape)) >= 0) { lua_pop(L, 1); continue; }
-            if (!luaL_testudata(L, -1, LAYER_MT))
-                return luaL_error(L, "bad argument #1 to 'Sequential' (item %d is a %s, not a layer)", (int)i, luaL_typename(L, -1));
-            model_add_layer(L, mi, lua_gettop(L));
+            sequential_append(L, mi, -1, i);
             lua_pop(L, 1);
         }
     }
@@ -967,11 +1107,32 @@ static int nn_sequential(lua_State *L) {
     return 1;
 }
 
-static int model_add(lua_State *L) { model_add_layer(L, 1, 2); lua_settop(L, 1); return 1; }
+/* nn._is_model(v): a model of any kind (Sequential, Functional, a subclass) */
+static int nn_is_model(lua_State *L) { lua_pushboolean(L, luaL_testudata(L, 1, MODEL_MT) != NULL); return 1; }
+
+static int model_add(lua_State *L) {
+    check_model(L, 1);
+    lua_getiuservalue(L, 1, 1);
+    int seq = lua_getfield(L, -1, "_kind") == LUA_TNIL;   /* Sequential: a model may be added too */
+    lua_pop(L, 2);
+    if (seq) sequential_append(L, 1, 2, (lua_Integer)check_model(L, 1)->n_layers + 1);
+    else model_add_layer(L, 1, 2);
+    lua_settop(L, 1);
+    return 1;
+}
 
 static int model_call(lua_State *L) {
     ld_model *m = check_model_live(L, 1, "model(x)");
     lua_settop(L, 3);
+    if (is_symbolic(L, 2)) {   /* a model called in the Functional API: one node, as a layer's (Keras's) */
+        lua_getfield(L, LUA_REGISTRYINDEX, "ldist.module");
+        lua_getfield(L, -1, "nn");
+        lua_getfield(L, -1, "_symbolic_call");
+        int base = lua_gettop(L) - 1;
+        lua_pushvalue(L, 1); lua_pushvalue(L, 2); lua_pushvalue(L, 3);
+        lua_call(L, 3, LUA_MULTRET);
+        return lua_gettop(L) - base;
+    }
     if (push_lua_call(L, 1)) {
         int training;
         read_training(L, 3, &training);
@@ -1388,10 +1549,12 @@ static void track(lua_State *L, int mi, int vi, int depth) {
     }
     if (luaL_testudata(L, vi, MODEL_MT)) {
         if (lua_rawequal(L, mi, vi)) return;
-        lua_getiuservalue(L, vi, 1);
-        lua_getfield(L, -1, "layers");
-        track(L, mi, -1, depth + 1);
-        lua_pop(L, 2);
+        lua_getiuservalue(L, mi, 1);
+        add_member(L, lua_gettop(L), vi, 0);
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "_nested");
+        lua_pop(L, 1);
+        relist(L, mi, 0);
         return;
     }
     if (lua_type(L, vi) == LUA_TTABLE && !lua_getmetatable(L, vi)) {
@@ -1424,6 +1587,21 @@ static ld_layer *own_weights(lua_State *L, int mi) {
     lua_setfield(L, -3, "_own_weights");
     lua_remove(L, -2);
     model_add_layer(L, mi, lua_gettop(L));
+    /* first among the model's layers: Keras 3 lists a layer's own weights before its sublayers' */
+    memmove(m->layers + 1, m->layers, sizeof *m->layers * (size_t)(m->n_layers - 1));
+    m->layers[0] = l;
+    lua_getiuservalue(L, mi, 1);
+    lua_getfield(L, -1, "layers");
+    for (lua_Integer k = luaL_len(L, -1); k > 1; k--) { lua_geti(L, -1, k - 1); lua_rawseti(L, -2, k); }
+    lua_pushvalue(L, -3);
+    lua_rawseti(L, -2, 1);
+    lua_pop(L, 1);
+    lua_getfield(L, -1, "_members");   /* first among its members too (model_add_layer put it last) */
+    lua_Integer n = luaL_len(L, -1);
+    for (lua_Integer k = n; k > 1; k--) { lua_geti(L, -1, k - 1); lua_rawseti(L, -2, k); }
+    lua_pushvalue(L, -3);
+    lua_rawseti(L, -2, 1);
+    lua_pop(L, 2);
     return l;
 }
 
@@ -1950,7 +2128,7 @@ int lb_open_nn(lua_State *L) {
     lua_pop(L, 1);
 
     static const luaL_Reg f[] = {
-        {"Sequential", nn_sequential}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
+        {"Sequential", nn_sequential}, {"_is_model", nn_is_model}, {"_count_correct", nn_count_correct}, {"layer_from_config", nn_layer_from_config},
         {"_model_new", nn_model_new}, {"_weight_budget", nn_weight_budget},
         {"_policy", nn_policy}, {"_fused_attention", nn_fused_attention}, {NULL, NULL}};
     luaL_newlib(L, f);

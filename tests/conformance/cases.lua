@@ -1237,6 +1237,23 @@ add { name = "fit_own_weights", also = { "ps", "mw_local" }, run = function(S)
     function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
 end }
 
+-- Keras's custom layer (weights made in build from the input's shape) and a model used as a layer: a
+-- Sequential of a custom layer, a nested Sequential and a Dense
+local ScaledLinear = nn.Layer:extend("ConformanceScaledLinear")
+function ScaledLinear:init(units) self.units = units end
+function ScaledLinear:build(shape)
+  self.w = self:add_weight { shape = { shape[#shape], self.units }, name = "w" }
+  self.g = self:add_weight { shape = { self.units }, initializer = "ones", name = "g" }
+end
+function ScaledLinear:call(x) return x:matmul(self.w) * self.g end
+add { name = "fit_custom_layer", also = { "ps", "mw_local" }, run = function(S)
+  local x, y = make_data(96, { 8 }, 4)
+  return fit_model(S, function()
+    return nn.Sequential { nn.Input { shape = { 8 } }, ScaledLinear(6), nn.Activation("tanh"),
+      nn.Sequential { nn.Dense(5, "tanh"), ScaledLinear(5) }, nn.Dense(4) }
+  end, x, y, 24, 6, function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
+end }
+
 -- TF's array ops composed in a subclassed model's call (tensor_ops.lua): einsum's batched product of
 -- each example's rows, a causal band, tile and reverse
 local Gram = nn.Model:extend("ConformanceGram")

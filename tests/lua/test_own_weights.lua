@@ -34,8 +34,9 @@ T.test("add_weight and assigned Variables are the model's weights, and train", f
   local m = Affine(4)
   local x, y = data()
   m(x)
-  T.eq(names(m.weights), "dense/kernel dense/bias affine/scale affine/shift affine/w affine/frozen", "model.weights")
-  T.eq(names(m.trainable_variables), "dense/kernel dense/bias affine/scale affine/shift affine/w", "trainable ones")
+  -- Keras 3's order: the model's own weights, then its layers'
+  T.eq(names(m.weights), "affine/scale affine/shift affine/w affine/frozen dense/kernel dense/bias", "model.weights")
+  T.eq(names(m.trainable_variables), "affine/scale affine/shift affine/w dense/kernel dense/bias", "trainable ones")
   T.eq(names(m.non_trainable_variables), "affine/frozen", "the non-trainable one")
   T.eq(m:count_params(), 4 * 5 + 4 + 4 + 4 + 4 + 1, "count_params counts them")
   local w = m.w:clone()

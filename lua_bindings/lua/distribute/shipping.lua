@@ -156,26 +156,36 @@ end
 -- parameter-server strategy keeps the trainable ones on the ps tasks).
 -- A subclassed model's class travels as its methods' bytecode (each may use
 -- only its arguments and globals), base classes first, so a worker that does
--- not run the script which defined it can make the model.
+-- not run the script which defined it can make the model; so do the classes
+-- of the models inside it (custom layers, nested subclasses: its _members).
 local function describe_classes(model)
-  local chain, c = {}, model._class
-  while c and c ~= nn.Model do
+  local list, seen = {}, {}
+  local function add(c)
+    if not c or c == nn.Model or seen[c] then return end
+    seen[c] = true
+    local base = rawget(c, "_base")
+    add(base)   -- base classes first
     local methods = {}
     for k, v in pairs(c) do
       if type(v) == "function" then methods[k] = net.ship_fn(v, ("%s:%s"):format(c._name, k)) end
     end
-    table.insert(chain, 1, { name = c._name, methods = methods })
-    c = rawget(c, "_base")
+    list[#list + 1] = { name = c._name, base = base ~= nn.Model and base and base._name or nil, methods = methods }
   end
-  return chain
+  local function walk(m, depth)
+    if depth > 8 then return end
+    add(m._class)
+    for _, it in ipairs(m._members or {}) do if nn._is_model(it) then walk(it, depth + 1) end end
+  end
+  walk(model, 0)
+  return #list > 0 and list or nil
 end
 
-local function define_classes(chain)
-  local custom, base = {}, nn.Model
-  for _, d in ipairs(chain or {}) do
-    local cls = base:extend(d.name)
+local function define_classes(list)
+  local custom = {}
+  for _, d in ipairs(list or {}) do
+    local cls = (d.base and custom[d.base] or nn.Model):extend(d.name)
     for k, code in pairs(d.methods) do cls[k] = assert(load(code, "=" .. d.name .. ":" .. k, "b")) end
-    custom[d.name], base = cls, cls
+    custom[d.name] = cls
   end
   return custom
 end
@@ -194,7 +204,7 @@ local function describe_model(model, weights)
     end
   end
   return { spec = { class_name = model._kind or "Sequential", config = model:get_config() }, weights = w,
-    fixed = fixed, classes = model._class and describe_classes(model) or nil }
+    fixed = fixed, classes = describe_classes(model) }
 end
 
 local function build_model(d)

@@ -80,19 +80,49 @@ function nn._symbolic_call(layer, inputs, opts)
     end
     shapes[i] = t.shape
   end
-  local ok, err = pcall(layer._build_shapes, layer, shapes)
-  if not ok then error(tostring(err):gsub("^%[ldist prelude [^%]]*%]:%d+: ", ""), 3) end
-  local n = layer.n_outputs
-  if n == 1 then
-    return setmetatable({ shape = layer.output_shape, dtype = "float32", _layer = layer, _inputs = list, _multi = multi }, KT)
+  local n, shapes_out
+  if nn._is_model(layer) then
+    -- a model as a layer (Keras's): built and its output shapes found by running it on zeros of one row
+    local xs = {}
+    for i, t in ipairs(list) do
+      xs[i] = tensor.zeros(1, table.unpack(t.shape))
+      if t.dtype and t.dtype ~= "float32" then xs[i] = xs[i]:astype(t.dtype) end
+    end
+    local ok, y = pcall(layer, multi and xs or xs[1], { training = false })
+    if not ok then error(tostring(y):gsub("^%[ldist prelude [^%]]*%]:%d+: ", ""), 3) end
+    local ys = tensor.is_tensor(y) and { y } or y
+    shapes_out = {}
+    for i, t in ipairs(ys) do
+      local sh = {}
+      for d = 2, #t.shape do sh[d - 1] = t.shape[d] end
+      shapes_out[i] = sh
+    end
+    n = #ys
+    if tensor.is_tensor(y) then shapes_out = shapes_out[1] end
+  else
+    local ok, err = pcall(layer._build_shapes, layer, shapes)
+    if not ok then error(tostring(err):gsub("^%[ldist prelude [^%]]*%]:%d+: ", ""), 3) end
+    n, shapes_out = layer.n_outputs, layer.output_shape
   end
-  -- several outputs (return_state): one symbolic tensor each, of one call (_call), at _index
-  local call, outs, shapes_out = {}, {}, layer.output_shape
+  if n == 1 then
+    return setmetatable({ shape = shapes_out, dtype = "float32", _layer = layer, _inputs = list, _multi = multi }, KT)
+  end
+  -- several outputs (return_state, a model of several): one symbolic tensor each, of one call (_call), at _index
+  local call, outs = {}, {}
   for i = 1, n do
     outs[i] = setmetatable({ shape = shapes_out[i], dtype = "float32", _layer = layer, _inputs = list, _multi = multi,
       _call = call, _index = i - 1 }, KT)
   end
   return table.unpack(outs, 1, n)
+end
+
+---------------------------------------------------------------- models as layers
+-- nn.Sequential with a model among its items (Keras's model as a layer) runs
+-- them in Lua, in order (nn.c's sequential_append sets this as its call)
+function nn._sequential_call(self, x, training)
+  local o = { training = training }
+  for _, item in ipairs(self._items) do x = item(x, o) end
+  return x
 end
 
 ---------------------------------------------------------------- Functional models
@@ -214,8 +244,18 @@ local function snake(name) return (name:gsub("(%l)(%u)", "%1_%2"):lower()) end
 
 local Class = {}     -- what nn.Model:extend gives: a class table, callable
 Class.__index = Class
+local made = {}      -- instances made per class name: "net", "net_1", ... as Keras names them
+local config_name    -- the name from_spec gives the next instance (its configuration's)
 local function new_instance(cls, ...)
-  local m = nn._model_new(cls._name and snake(cls._name) or "model", cls._name)
+  local base = cls._name and snake(cls._name) or "model"
+  local name = config_name
+  config_name = nil
+  if not name then
+    local k = made[base] or 0
+    made[base] = k + 1
+    name = k == 0 and base or ("%s_%d"):format(base, k)
+  end
+  local m = nn._model_new(name, cls._name)
   m._class = cls
   m._init_args = table.pack(...)
   local init = cls.init
@@ -223,12 +263,50 @@ local function new_instance(cls, ...)
   return m
 end
 
+-- Keras's build(input_shape): a class that defines build gets it called once,
+-- at the first call, with the input's shape (batch first; a list of shapes
+-- for several inputs), before its call; its add_weight calls then know the
+-- sizes. The class's call and build are kept as _user_call and _user_build,
+-- and the class gives wrappers in their place.
+local function ensure_built(self, x)
+  local build = self._class._user_build
+  if build and not self._custom_built then
+    self._custom_built = true
+    local shape
+    if tensor.is_tensor(x) then shape = x.shape
+    else
+      shape = {}
+      for i, t in ipairs(x) do shape[i] = t.shape end
+    end
+    build(self, shape)
+  end
+end
+-- model:build(shape) (shape without the batch axis): one call on zeros of one row, which builds
+local function build_by_call(self, shape) return Model.build(self, shape) end
+
 -- nn.Model:extend(name) -> a class; Class:extend(name) makes a subclass of it
 local function extend(base, name)
   if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
     error("bad argument #1 to 'extend' (a class name expected, as nn.Model:extend(\"MyModel\"))", 2)
   end
-  local cls = setmetatable({ _name = name, _base = base }, { __index = base, __call = new_instance,
+  local cls = setmetatable({ _name = name, _base = base }, {
+    -- call and build are never the class's own keys, so that defining them always comes here
+    __index = function(c, k)
+      if k == "call" then   -- this class's call (Base.call(self, ...) in a subclass's call reaches Base's)
+        local call = c._user_call
+        return call and function(self, x, training) ensure_built(self, x); return call(self, x, training) end
+      end
+      if k == "build" and c._user_build then return build_by_call end
+      return base[k]
+    end,
+    __newindex = function(c, k, v)
+      if k == "call" or k == "build" then
+        if type(v) ~= "function" then error(("%s.%s must be a function"):format(name, k), 2) end
+        k = k == "call" and "_user_call" or "_user_build"
+      end
+      rawset(c, k, v)
+    end,
+    __call = new_instance,
     __tostring = function() return "<model class " .. name .. ">" end })
   classes[name] = cls
   return cls
@@ -249,6 +327,22 @@ doc(Model, "nn.Model", "nn.Model{inputs=, outputs=, name=}\n\n" ..
   "gave (or a list); layers may be shared. model(x) runs it (a list of tensors for several inputs).\n" ..
   "nn.Model:extend(name) makes a subclassed model instead. Every model has fit, evaluate, predict,\n" ..
   "summary, get_weights/set_weights, save_weights/load_weights, get_config, to_json and save.")
+-- nn.Layer:extend(name): Keras's custom layer (class MyLayer(keras.layers.Layer)), which in ldist is a
+-- subclassed model (as Keras's Model is a Layer): init, build(input_shape), call, add_weight; it goes
+-- into a Sequential, a Functional graph or another model's call as any layer does
+nn.Layer = setmetatable({}, { __tostring = function() return "nn.Layer" end })
+function nn.Layer.extend(_, name)
+  if type(name) ~= "string" or not name:match("^[%a_][%w_]*$") then
+    error("bad argument #1 to 'extend' (a class name expected, as nn.Layer:extend(\"MyLayer\"))", 2)
+  end
+  return extend(Model, name)
+end
+doc(nn.Layer.extend, "Layer:extend", "nn.Layer:extend(name) -> class\n\n" ..
+  "A custom layer, Keras's class MyLayer(keras.layers.Layer): define class:init(...), class:build(input_shape)\n" ..
+  "(called once, at the first call, with the input's shape, batch first: make its weights there with\n" ..
+  "self:add_weight{shape=, initializer=}) and class:call(x, training). Its instances go into nn.Sequential,\n" ..
+  "the Functional API and other models' call like any layer, and train, save and mirror as one.")
+
 doc(Model.extend, "Model:extend", "nn.Model:extend(name) -> class\n\n" ..
   "A subclassed model, Keras's class MyModel(keras.Model): define class:init(...) (make the layers,\n" ..
   "assigned to fields: they are tracked) and class:call(x, training); class(...) makes a model.\n" ..
@@ -256,7 +350,11 @@ doc(Model.extend, "Model:extend", "nn.Model:extend(name) -> class\n\n" ..
   "arguments init was given), for model:save / nn.load_model in a session that defined the class.")
 
 ---------------------------------------------------------------- configurations
-local function layer_spec(l) return { class_name = l.class_name, config = l:get_config() } end
+local function model_class(m) return m._kind or "Sequential" end
+-- a layer's {class_name=, config=}; a model's as a layer (Keras's), its class as to_json names it
+local function layer_spec(l)
+  return { class_name = nn._is_model(l) and model_class(l) or l.class_name, config = l:get_config() }
+end
 
 local function functional_config(m)
   local g = m._graph
@@ -270,7 +368,8 @@ local function functional_config(m)
   for _, t in ipairs(g.order) do
     local l = t._layer
     if not entry[l] then
-      entry[l] = { class_name = l.class_name, name = l.name, config = l:get_config(), inbound_nodes = {} }
+      local spec = layer_spec(l)
+      entry[l] = { class_name = spec.class_name, name = l.name, config = spec.config, inbound_nodes = {} }
       layers[#layers + 1] = entry[l]
     end
     local key = t._call or t
@@ -305,9 +404,10 @@ function Model:get_config()
     return { name = self.name, args = { table.unpack(a, 1, a.n) }, build_input_shape = self._build_input_shape }
   end
   local layers = {}
-  for i, l in ipairs(self.layers) do layers[i] = layer_spec(l) end
+  for i, l in ipairs(self._items or self.layers) do layers[i] = layer_spec(l) end
   local first = self.layers[1]
-  return { name = self.name, layers = layers, build_input_shape = first and first.built and first.input_shape or nil }
+  local shape = self._items and self._build_input_shape or (first and first.built and first.input_shape or nil)
+  return { name = self.name, layers = layers, build_input_shape = shape }
 end
 
 -- Keras's model.get_layer(name=None, index=None)
@@ -333,8 +433,6 @@ end
 doc(Model.get_layer, "Model:get_layer", "model:get_layer(name | {index=})\n\nA layer of the model by its name, or by its " ..
   "index from 0 (Keras's model.get_layer).")
 
-local function model_class(m) return m._kind or "Sequential" end
-
 function Model:to_json()
   return json.encode({ class_name = model_class(self), config = self:get_config(), format = "ldist-model/1" })
 end
@@ -342,12 +440,19 @@ doc(Model.to_json, "Model:to_json", "model:to_json() -> text\n\nThe model's arch
   "nn.model_from_json(text) makes it again.")
 
 -- a model from {class_name=, config=}; custom: a table of subclasses by name
-local function from_spec(spec, custom)
+local from_spec
+-- a layer, or a model as a layer (its class a model's: Sequential, Functional, a subclass), from its spec
+local function item_from_spec(l, custom)
+  local cn = l.class_name
+  if cn == "Sequential" or cn == "Functional" or (custom and custom[cn]) or classes[cn] then return from_spec(l, custom) end
+  return nn.layer_from_config(l)
+end
+function from_spec(spec, custom)
   if type(spec) ~= "table" or type(spec.config) ~= "table" then error("not a model configuration", 0) end
   local cn, c = spec.class_name, spec.config
   if cn == "Sequential" then
     local layers = { name = c.name }
-    for i, l in ipairs(c.layers or {}) do layers[i] = nn.layer_from_config(l) end
+    for i, l in ipairs(c.layers or {}) do layers[i] = item_from_spec(l, custom) end
     local m = nn.Sequential(layers)
     if c.build_input_shape then m:build(c.build_input_shape) end
     return m
@@ -359,7 +464,7 @@ local function from_spec(spec, custom)
         made[e.name .. "/0"] = { t }
         inputs[e.name] = t
       else
-        pending[#pending + 1] = { layer = nn.layer_from_config { class_name = e.class_name, config = e.config },
+        pending[#pending + 1] = { layer = item_from_spec({ class_name = e.class_name, config = e.config }, custom),
           name = e.name, nodes = e.inbound_nodes, next = 1 }
       end
     end
@@ -399,7 +504,9 @@ local function from_spec(spec, custom)
     error(("model class '%s' is not defined in this session: define it (nn.Model:extend(\"%s\")) before loading, " ..
       "or pass {custom_objects = {%s = class}}"):format(tostring(cn), tostring(cn), tostring(cn)), 0)
   end
+  config_name = type(c.name) == "string" and c.name or nil   -- made again under its own name, as Keras's from_config
   local m = cls(table.unpack(c.args or {}))
+  config_name = nil
   if c.build_input_shape and not m.built then m:build(c.build_input_shape) end
   return m
 end
