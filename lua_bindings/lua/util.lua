@@ -18,6 +18,23 @@ ldist._util = util
 
 function util.shape_str(s) return "[" .. table.concat(s, ", ") .. "]" end
 
+-- a function as bytecode for another process or a file: it may use no local
+-- variable of its surroundings (upvalues other than _ENV), which would not
+-- travel; `what` names it in the error
+function util.dump_fn(fn, what, advice)
+  local i = 1
+  while true do
+    local name = debug.getupvalue(fn, i)
+    if not name then break end
+    if name ~= "_ENV" then
+      error(("%s uses the local variable '%s' and cannot be %s; make it use only its arguments and globals%s")
+        :format(what, name, advice and advice.verb or "sent to the workers", advice and advice.tail or " (ldist, ...)"), 0)
+    end
+    i = i + 1
+  end
+  return string.dump(fn)
+end
+
 -- a constructor's options table (nil: {}): an unknown key is an error naming
 -- it and the known ones, at the constructor's caller (a misspelt option is
 -- never silently a default)

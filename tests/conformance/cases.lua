@@ -1238,7 +1238,7 @@ add { name = "fit_own_weights", also = { "ps", "mw_local" }, run = function(S)
 end }
 
 -- Keras's custom layer (weights made in build from the input's shape) and a model used as a layer: a
--- Sequential of a custom layer, a nested Sequential and a Dense
+-- Sequential of a custom layer, a nested Sequential, a Lambda (shipped to ps workers as bytecode) and a Dense
 local ScaledLinear = nn.Layer:extend("ConformanceScaledLinear")
 function ScaledLinear:init(units) self.units = units end
 function ScaledLinear:build(shape)
@@ -1250,7 +1250,8 @@ add { name = "fit_custom_layer", also = { "ps", "mw_local" }, run = function(S)
   local x, y = make_data(96, { 8 }, 4)
   return fit_model(S, function()
     return nn.Sequential { nn.Input { shape = { 8 } }, ScaledLinear(6), nn.Activation("tanh"),
-      nn.Sequential { nn.Dense(5, "tanh"), ScaledLinear(5) }, nn.Dense(4) }
+      nn.Sequential { nn.Dense(5, "tanh"), ScaledLinear(5) }, nn.Lambda(function(v, a) return v * a.k end, { arguments = { k = 0.5 } }),
+      nn.Dense(4) }
   end, x, y, 24, 6, function() return optim.SGD { learning_rate = 0.1, momentum = 0.9 } end)
 end }
 

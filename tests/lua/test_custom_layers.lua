@@ -1,5 +1,5 @@
 -- test_custom_layers.lua - Keras's custom layers (nn.Layer:extend: init,
--- build(input_shape), call, add_weight) and models used as layers (a model
+-- build(input_shape), call, add_weight), nn.Lambda, and models used as layers (a model
 -- inside a Sequential, a Functional graph or another model), as Keras 3:
 -- their weights are the outer model's in Keras's order, they train (the same
 -- numbers under MirroredStrategy), go to JSON and files and come back, and
@@ -112,6 +112,34 @@ T.test("JSON, model files and get/set_weights keep custom layers and nested mode
   local f2 = nn.model_from_json(f:to_json())
   f2:set_weights(f:get_weights())
   T.eq(maxdiff(f2(x), f(x)), 0, "a Functional graph with a model node, from JSON")
+end)
+
+T.test("nn.Lambda: a function as a layer, saved as bytecode and loaded only when trusted", function()
+  tensor.seed(6)
+  local x = tensor.uniform(4, 3) * 255
+  local scale = nn.Lambda(function(v) return v / 255 end)
+  local shift = nn.Lambda(function(v, a) return v * a.k + a.b end, { arguments = { k = 2, b = -1 } })
+  local m = nn.Sequential { nn.Input { shape = { 3 } }, scale, shift, nn.Dense(2) }
+  T.eq(maxdiff(scale(x), x / 255), 0, "x / 255")
+  T.eq(maxdiff(m(x), m.layers[1](x / 255 * 2 - 1)), 0, "in a Sequential, arguments passed")
+  local i = nn.Input { shape = { 3 } }
+  local f = nn.Model { inputs = i, outputs = nn.Lambda(function(v) return v:slice(1, 0, 2) end)(i) }
+  T.eq(table.concat(f(x).shape, "x"), "4x2", "in a graph: its output shape from the function")
+  local j = m:to_json()
+  T.raises(function() nn.model_from_json(j) end, "load the model with {safe_mode = false}")
+  local m2 = nn.model_from_json(j, { safe_mode = false })
+  m2:set_weights(m:get_weights())
+  T.eq(maxdiff(m2(x), m(x)), 0, "safe_mode = false makes it again")
+  local dir = T.tmpdir()
+  m:save(dir .. "/lambda.safetensors")
+  T.raises(function() nn.load_model(dir .. "/lambda.safetensors") end, "safe_mode = false")
+  T.eq(maxdiff(nn.load_model(dir .. "/lambda.safetensors", { safe_mode = false })(x), m(x)), 0, "load_model, trusted")
+  local k = 3
+  local closure = nn.Sequential { nn.Input { shape = { 3 } }, nn.Lambda(function(v) return v * k end) }
+  T.eq(maxdiff(closure(x), x * 3), 0, "a closure runs")
+  T.raises(function() closure:to_json() end, "uses the local variable 'k' and cannot be saved")
+  T.raises(function() nn.Lambda(42) end, "a function expected, got number")
+  T.raises(function() nn.Lambda(function(v) return v end, { argumnets = {} }) end, "unknown option 'argumnets'")
 end)
 
 T.test("errors name the problem", function()

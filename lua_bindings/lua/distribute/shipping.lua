@@ -9,21 +9,8 @@ local tensor, optim, nn, data = ldist.tensor, ldist.optim, ldist.nn, ldist.data
 if not C then return end
 local net = distribute._net
 
--- a function as bytecode for another process: it may use no local variable
--- of its surroundings (upvalues other than _ENV), which would not travel
-function net.ship_fn(fn, what)
-  local i = 1
-  while true do
-    local name = debug.getupvalue(fn, i)
-    if not name then break end
-    if name ~= "_ENV" then
-      error(("%s uses the local variable '%s' and cannot be sent to the workers; make it use only its " ..
-        "arguments and globals (ldist, ...)"):format(what, name), 0)
-    end
-    i = i + 1
-  end
-  return string.dump(fn)
-end
+-- a function as bytecode for another process (util.dump_fn's rule: only its arguments and globals)
+function net.ship_fn(fn, what) return ldist._util.dump_fn(fn, what) end
 
 -- LocalCluster ships these descriptions to its workers, which rebuild the objects.
 
@@ -161,7 +148,7 @@ end
 local function describe_classes(model)
   local list, seen = {}, {}
   local function add(c)
-    if not c or c == nn.Model or seen[c] then return end
+    if not c or c == nn.Model or seen[c] or rawget(c, "_builtin") then return end   -- ldist's own (nn.Lambda): there too
     seen[c] = true
     local base = rawget(c, "_base")
     add(base)   -- base classes first
@@ -203,12 +190,13 @@ local function describe_model(model, weights)
       if frozen[v.name] then fixed[#fixed + 1] = { i = i, value = v:cpu() } end
     end
   end
-  return { spec = { class_name = model._kind or "Sequential", config = model:get_config() }, weights = w,
+  return { spec = { class_name = model._kind or "Sequential", config = nn.Model.get_config(model) }, weights = w,
     fixed = fixed, classes = describe_classes(model) }
 end
 
 local function build_model(d)
-  local model = nn._model_from_spec(d.spec, d.classes and define_classes(d.classes))
+  -- trusted: this session's own model (a Lambda's function comes as bytecode)
+  local model = nn._model_from_spec(d.spec, d.classes and define_classes(d.classes), true)
   if d.fixed then
     local vars = model.weights
     for _, f in ipairs(d.fixed) do vars[f.i]:assign(f.value) end

@@ -353,7 +353,9 @@ doc(Model.extend, "Model:extend", "nn.Model:extend(name) -> class\n\n" ..
 local function model_class(m) return m._kind or "Sequential" end
 -- a layer's {class_name=, config=}; a model's as a layer (Keras's), its class as to_json names it
 local function layer_spec(l)
-  return { class_name = nn._is_model(l) and model_class(l) or l.class_name, config = l:get_config() }
+  -- a model's configuration is nn.Model's (a subclass's own get_config gives its init's arguments, which that wraps)
+  if nn._is_model(l) then return { class_name = model_class(l), config = Model.get_config(l) } end
+  return { class_name = l.class_name, config = l:get_config() }
 end
 
 local function functional_config(m)
@@ -434,7 +436,7 @@ doc(Model.get_layer, "Model:get_layer", "model:get_layer(name | {index=})\n\nA l
   "index from 0 (Keras's model.get_layer).")
 
 function Model:to_json()
-  return json.encode({ class_name = model_class(self), config = self:get_config(), format = "ldist-model/1" })
+  return json.encode({ class_name = model_class(self), config = Model.get_config(self), format = "ldist-model/1" })
 end
 doc(Model.to_json, "Model:to_json", "model:to_json() -> text\n\nThe model's architecture as JSON (no weights); " ..
   "nn.model_from_json(text) makes it again.")
@@ -510,21 +512,76 @@ function from_spec(spec, custom)
   if c.build_input_shape and not m.built then m:build(c.build_input_shape) end
   return m
 end
-nn._model_from_spec = from_spec
+-- Keras's safe_mode: a configuration that holds code (nn.Lambda's function, as bytecode) is made
+-- only when the caller says the file is trusted (safe_mode = false), or it is this session's own
+local trusted = false
+local function from_spec_mode(spec, custom, trust)
+  local was = trusted
+  trusted = trust and true or false
+  local ok, m = pcall(from_spec, spec, custom)
+  trusted = was
+  if not ok then error(m, 0) end
+  return m
+end
+nn._model_from_spec = from_spec_mode
 
 function nn.model_from_json(text, opts)
   local spec, err = json.decode(text)
   if not spec then error("nn.model_from_json: not JSON: " .. tostring(err), 2) end
-  return from_spec(spec, opts and opts.custom_objects)
+  local ok, m = pcall(from_spec_mode, spec, opts and opts.custom_objects, opts and opts.safe_mode == false)
+  if not ok then error(m, 2) end
+  return m
 end
-doc(nn.model_from_json, "nn.model_from_json", "nn.model_from_json(text, {custom_objects=})\n\n" ..
-  "A model from model:to_json() (Sequential, Functional, or a subclass defined in this session).")
+doc(nn.model_from_json, "nn.model_from_json", "nn.model_from_json(text, {custom_objects=, safe_mode=true})\n\n" ..
+  "A model from model:to_json() (Sequential, Functional, or a subclass defined in this session). A Lambda\n" ..
+  "layer's function is code: it is loaded only with safe_mode = false (Keras's rule), for a file you trust.")
 
 ---------------------------------------------------------------- whole models in one file
 local lio = ldist.io
 
 local function hex(s) return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
 local function unhex(h) return (h:gsub("%x%x", function(x) return string.char(tonumber(x, 16)) end)) end
+
+---------------------------------------------------------------- Lambda
+-- Keras's Lambda layer: a function of the input as a layer (a custom layer of
+-- ldist's own, so it goes wherever a layer goes). Its configuration holds the
+-- function as bytecode, which only a trusted load makes again (safe_mode).
+local Lambda = nn.Layer:extend("Lambda")
+rawset(Lambda, "_builtin", true)
+function Lambda:init(fn, opts)
+  if type(fn) == "table" and fn["function"] then   -- made again from its configuration
+    local cfg = fn
+    if not trusted then
+      error("a Lambda layer's configuration holds Lua bytecode, which runs when loaded: load the model with " ..
+        "{safe_mode = false} if you trust where it comes from (Keras's rule)", 0)
+    end
+    local code = type(cfg["function"]) == "string" and unhex(cfg["function"])
+    fn = code and load(code, "=lambda", "b")
+    if not fn then error("a Lambda layer's configuration holds no valid function", 0) end
+    opts = { arguments = cfg.arguments }
+  end
+  if type(fn) ~= "function" then error(("bad argument #1 to 'Lambda' (a function expected, got %s)"):format(type(fn)), 3) end
+  opts = opts or {}
+  ldist._util.check_opts("Lambda", opts, { arguments = true })
+  if opts.arguments ~= nil and type(opts.arguments) ~= "table" then
+    error("bad argument #2 to 'Lambda' (arguments must be a table, passed to the function after the input)", 3)
+  end
+  self._fn, self._arguments = fn, opts.arguments
+end
+function Lambda:call(x)
+  if self._arguments then return self._fn(x, self._arguments) end
+  return self._fn(x)
+end
+function Lambda:get_config()
+  local code = ldist._util.dump_fn(self._fn, ("%s's function"):format(self.name),
+    { verb = "saved", tail = ", or pass values in arguments = {...} (Keras's arguments=)" })
+  return { ["function"] = hex(code), arguments = self._arguments }
+end
+nn.Lambda = Lambda
+doc(nn.Lambda, "nn.Lambda", "nn.Lambda(fn, {arguments=})\n\n" ..
+  "Keras's Lambda layer: fn(x) (fn(x, arguments) with arguments) as a layer, in a Sequential, a graph or a\n" ..
+  "model's call; for x / 255, a cast, a slice. Saved as the function's bytecode: it may use only its arguments\n" ..
+  "and globals, and a file with it loads only with {safe_mode = false}, as Keras's.")
 
 -- metrics as data (also what the strategies send to other processes)
 local function describe_metrics(ms)
@@ -701,7 +758,7 @@ function nn.load_model(path, opts)
   local held = 0
   for k, v in pairs(t) do if k:match("^weights/") then held = held + v:numel() * 4 end end
   nn._weight_budget(held)
-  local ok2, model = pcall(from_spec, spec, opts.custom_objects)
+  local ok2, model = pcall(from_spec_mode, spec, opts.custom_objects, opts.safe_mode == false)
   nn._weight_budget(nil)
   if not ok2 then error(("%s: %s"):format(path, tostring(model)), 2) end
   if meta.compile and opts.compile ~= false then
