@@ -1488,6 +1488,7 @@ static int model_losses(lua_State *L, ld_model *m) {
     return 1;
 }
 
+static void on_replica_device(lua_State *L, int st);
 static int model_index(lua_State *L) {
     ld_model *m = check_model(L, 1);
     /* C methods first */
@@ -1519,7 +1520,10 @@ static int model_index(lua_State *L) {
     lua_getiuservalue(L, 1, 1);
     lua_pushvalue(L, 2);
     lua_rawget(L, -2);
-    if (!lua_isnil(L, -1)) return 1;
+    if (!lua_isnil(L, -1)) {
+        on_replica_device(L, lua_gettop(L) - 1);
+        return 1;
+    }
     lua_pop(L, 1);
     /* a subclass's methods (nn.Model:extend), which fall back to nn.Model's */
     if (lua_getfield(L, -1, "_class") == LUA_TTABLE) {
@@ -1693,6 +1697,51 @@ static int model_newindex(lua_State *L) {
         }
     }
     return 0;
+}
+
+/* A tensor attribute of a model (self.pe = a positional encoding made in
+   init), read in a replica whose device is another (MirroredStrategy's
+   cpu:1, OneDeviceStrategy("cuda:0")): that device's copy, as TensorFlow
+   copies a constant to the op that reads it. Made at the first read there
+   and kept in the state's _on_device (by tensor, then device), so a step
+   copies nothing; a variable is left as it is (each replica reads its own
+   copy of a mirrored one). The value on top of the stack is replaced; st is
+   the state table's index. */
+static void on_replica_device(lua_State *L, int st) {
+    ld_tensor *t = lb_test_tensor(L, -1);
+    const ld_replica_ctx *rc = ld_replica_get();
+    if (!t || !rc || !rc->device || t->requires_grad || ld_mirror_count(t) > 1 || t->storage->device == rc->device ||
+        lb_is_variable(L, -1))
+        return;
+    int v = lua_gettop(L);
+    if (lua_getfield(L, st, "_on_device") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_newtable(L);                  /* weak keys: a tensor no longer an attribute takes its copies with it */
+        lua_pushliteral(L, "k");
+        lua_setfield(L, -2, "__mode");
+        lua_setmetatable(L, -2);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, st, "_on_device");
+    }
+    lua_pushvalue(L, v);
+    if (lua_rawget(L, -2) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, v);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, -4);
+    }
+    if (lua_getfield(L, -1, rc->device->name) == LUA_TNIL) {
+        lua_pop(L, 1);
+        ld_tensor *c = ld_to_device(t, rc->device);
+        if (!c) lb_engine_error(L, 0);
+        lb_push_tensor(L, c, 0);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, rc->device->name);
+    }
+    lua_replace(L, v);
+    lua_settop(L, v);
 }
 
 /* model:count_params() (Keras's): the elements of its weights, each layer once */

@@ -71,6 +71,33 @@ T.test("under MirroredStrategy, the default strategy's weights", function()
   end
 end)
 
+T.test("a tensor made in init (not a weight) is read on the replica's device, as TF copies a constant", function()
+  local Pos = nn.Model:extend("WithConstant")
+  function Pos:init() self.d = nn.Dense(3); self.pe = tensor.arange(0, 3):astype("float32") * 0.1 end
+  function Pos:call(x) return self.d(x) + self.pe end
+  tensor.seed(8)
+  local x = tensor.normal(48, 4)
+  local y = x:slice(1, 0, 3):tanh()
+  local function train(strategy)
+    local m
+    tensor.seed(9)
+    strategy:scope(function()
+      m = Pos()
+      m:compile { optimizer = optim.SGD(0.1), loss = "mse" }
+    end)
+    m:fit(x, y, { epochs = 2, batch_size = 16, verbose = 0, shuffle = false })
+    return m
+  end
+  local a = train(distribute.get_strategy())
+  T.eq(#a.weights, 2, "the tensor is not a weight")
+  for _, st in ipairs { distribute.MirroredStrategy { devices = { "cpu:0", "cpu:1" } }, distribute.OneDeviceStrategy("cpu:1") } do
+    local b = train(st)
+    local wa, wb = a:get_weights(), b:get_weights()
+    for k = 1, #wa do T.ok((wa[k] - wb[k]):abs():max():item() < 1e-5, ("weight %d"):format(k)) end
+    T.eq(b.pe.device, "cpu:0", "read outside a replica: the tensor itself")
+  end
+end)
+
 T.test("save and load, get_weights and set_weights", function()
   tensor.seed(3)
   local m = Affine(2)
