@@ -369,18 +369,19 @@ typedef struct {
     X(embedding_backward, (V, float *, dtable), (V, const float *, dy), (V, const void *, ids),                 \
       (V, ld_dtype, idt), (V, int64_t, n), (V, int64_t, v), (V, int64_t, dim))                                  \
     /* images (ld_ops_image.c) */                                           \
-    /* TF's projective transform of n NHWC float32 images h x w x c: output \
-       pixel (oy, ox) of image b reads its image where ld_img_sample (ld_image_math.h) \
-       says, under transform t + 8 b (t + 0 for every image when nt is 1;  \
-       t is on the device), fill_value at the weight of the corners off the \
-       image. */                                                             \
+    /* TF's projective transform of n NHWC float32 images h x w x c into   \
+       oh x ow x c: output pixel (oy, ox) of image b reads its image where  \
+       ld_img_sample (ld_image_math.h) says, under transform t + 8 b (t + 0 \
+       for every image when nt is 1; t is on the device), fill_value at the \
+       weight of the corners off the image. (A bilinear resize is one too.) */ \
     X(image_transform, (V, float *, y), (V, const float *, x), (V, const float *, t), (V, int64_t, nt),       \
-      (V, int64_t, n), (V, int64_t, h), (V, int64_t, w), (V, int64_t, c), (V, int, nearest), (V, int, mode),   \
-      (V, float, fill_value))                                                                                   \
+      (V, int64_t, n), (V, int64_t, h), (V, int64_t, w), (V, int64_t, c), (V, int64_t, oh), (V, int64_t, ow),  \
+      (V, int, nearest), (V, int, mode), (V, float, fill_value))                                                \
     /* Its gradient: dx = 0, then each output's dy added to the pixels it  \
        read, at their weights (the exact adjoint). */                        \
     X(image_transform_backward, (V, float *, dx), (V, const float *, dy), (V, const float *, t), (V, int64_t, nt), \
-      (V, int64_t, n), (V, int64_t, h), (V, int64_t, w), (V, int64_t, c), (V, int, nearest), (V, int, mode))   \
+      (V, int64_t, n), (V, int64_t, h), (V, int64_t, w), (V, int64_t, c), (V, int64_t, oh), (V, int64_t, ow),  \
+      (V, int, nearest), (V, int, mode))                                                                        \
     /* pooling (ld_ops_pool.c) */                                           \
     /* Average pooling NHWC, padding ph/pw before (TF "same"): the mean of  \
        the window's cells inside the image (padded cells not counted). */   \

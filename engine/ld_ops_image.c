@@ -49,7 +49,8 @@ static int bw_image_transform(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
     ld_tensor *dx = gc ? ld_ops_out_empty(LD_F32, 4, x->shape, DEV(x)) : NULL;
     if (dx)
         BE(x)->image_transform_backward(DEV(x), FPTR(dx), FPTR(gc), FPTR(t), t->shape[0], x->shape[0], x->shape[1],
-                                        x->shape[2], x->shape[3], (int)nd->args[0], (int)nd->args[1]);
+                                        x->shape[2], x->shape[3], gc->shape[1], gc->shape[2], (int)nd->args[0],
+                                        (int)nd->args[1]);
     ld_tensor_release(gc);
     gi[0] = dx;
     return dx ? LD_OK : ld_error_status();
@@ -57,7 +58,18 @@ static int bw_image_transform(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 
 ld_tensor *ld_image_transform(ld_tensor *x, const float *transforms, int64_t n_transforms, int nearest,
                               ld_fill_mode fill_mode, float fill_value) {
+    return x->ndim == 4 ? ld_image_transform_to(x, transforms, n_transforms, x->shape[1], x->shape[2], nearest, fill_mode,
+                                                fill_value)
+                        : (need_images("image transform", x), NULL);
+}
+
+ld_tensor *ld_image_transform_to(ld_tensor *x, const float *transforms, int64_t n_transforms, int64_t oh, int64_t ow,
+                                 int nearest, ld_fill_mode fill_mode, float fill_value) {
     if (need_images("image transform", x)) return NULL;
+    if (oh < 1 || ow < 1) {
+        ld_fail(LD_EARG, "image transform: the output size must be positive, got %lld x %lld", (long long)oh, (long long)ow);
+        return NULL;
+    }
     int64_t B = x->shape[0];
     if (n_transforms != 1 && n_transforms != B) {
         ld_fail(LD_ESHAPE, "image transform: %lld transforms for %lld images (one, or one per image)",
@@ -72,10 +84,11 @@ ld_tensor *ld_image_transform(ld_tensor *x, const float *transforms, int64_t n_t
     ld_tensor *xf = widen(x), *cx = xf ? ld_ops_contig(xf) : NULL, *t = cx ? ld_to_device(th, DEV(cx)) : NULL;
     ld_tensor_release(th);
     ld_tensor_release(xf);
-    ld_tensor *y = t ? ld_ops_out_empty(LD_F32, 4, cx->shape, DEV(cx)) : NULL;
+    int64_t ys[4] = {cx ? cx->shape[0] : 0, oh, ow, cx ? cx->shape[3] : 0};
+    ld_tensor *y = t ? ld_ops_out_empty(LD_F32, 4, ys, DEV(cx)) : NULL;
     if (y) {
         BE(cx)->image_transform(DEV(cx), FPTR(y), FPTR(cx), FPTR(t), n_transforms, cx->shape[0], cx->shape[1],
-                                cx->shape[2], cx->shape[3], nearest != 0, (int)fill_mode, fill_value);
+                                cx->shape[2], cx->shape[3], oh, ow, nearest != 0, (int)fill_mode, fill_value);
         ld_tensor *in[1] = {cx};
         ld_node *nd = ld_record(y, "image_transform", bw_image_transform, 1, in);
         if (nd) {
@@ -90,53 +103,22 @@ ld_tensor *ld_image_transform(ld_tensor *x, const float *transforms, int64_t n_t
 }
 
 /* ================================================================ resize */
-/* One axis (1: rows, 2: columns) of float32 images x to `out` samples, TF 2's
-   resize with half-pixel centres. Bilinear: output i reads the input at
-   s = (i + 0.5) in / out - 0.5 (float32, as TF's scaler), its neighbours
-   floor(s) and ceil(s) held to the image, weighted 1 - (s - floor(s)) and
-   s - floor(s): a matrix [in, out], the axis moved last, one product.
-   Nearest: input min(floor((i + 0.5) in / out), in - 1), a gather. */
-static ld_tensor *resize_axis(ld_tensor *x, int axis, int64_t out, int nearest) {
+/* One axis (1: rows, 2: columns) of images x to `out` samples by TF 2's
+   nearest resize (half-pixel centres): input min(floor((i + 0.5) in / out),
+   in - 1), a gather. */
+static ld_tensor *nearest_axis(ld_tensor *x, int axis, int64_t out) {
     int64_t in = x->shape[axis];
     if (in == out) return ld_tensor_retain(x);
     float scale = (float)in / (float)out;
-    if (nearest) {
-        ld_tensor *idx = ld_tensor_empty(LD_I64, 1, &out, NULL);
-        if (!idx) return NULL;
-        int64_t *p = ld_tensor_data_unsynced(idx);
-        for (int64_t i = 0; i < out; i++) {
-            int64_t k = (int64_t)floorf(((float)i + 0.5f) * scale);
-            p[i] = k > in - 1 ? in - 1 : k < 0 ? 0 : k;
-        }
-        ld_tensor *y = ld_gather(x, idx, axis);
-        ld_tensor_release(idx);
-        return y;
-    }
-    int64_t ws[2] = {in, out};
-    /* written here on the host (empty, not zeros: a fill queued on an asynchronous host device would run after) */
-    ld_tensor *w = ld_tensor_empty(LD_F32, 2, ws, NULL);
-    if (!w) return NULL;
-    float *m = ld_tensor_data_unsynced(w);
-    memset(m, 0, sizeof(float) * (size_t)(in * out));
+    ld_tensor *idx = ld_tensor_empty(LD_I64, 1, &out, NULL);
+    if (!idx) return NULL;
+    int64_t *p = ld_tensor_data_unsynced(idx);
     for (int64_t i = 0; i < out; i++) {
-        float src = ((float)i + 0.5f) * scale - 0.5f, f = floorf(src), lerp = src - f;
-        int64_t lo = f < 0 ? 0 : (int64_t)f, hi = (int64_t)ceilf(src);
-        if (hi > in - 1) hi = in - 1;
-        if (hi < 0) hi = 0;
-        if (lo > in - 1) lo = in - 1;
-        m[lo * out + i] += 1.0f - lerp;
-        m[hi * out + i] += lerp;
+        int64_t k = (int64_t)floorf(((float)i + 0.5f) * scale);
+        p[i] = k > in - 1 ? in - 1 : k < 0 ? 0 : k;
     }
-    ld_tensor *wd = ld_to_device(w, x->storage->device);
-    ld_tensor_release(w);
-    static const int last1[4] = {0, 2, 3, 1}, back1[4] = {0, 3, 1, 2}, swap2[4] = {0, 1, 3, 2};
-    const int *to = axis == 1 ? last1 : swap2, *from = axis == 1 ? back1 : swap2;
-    ld_tensor *p = wd ? ld_permute_op(x, to) : NULL;
-    int64_t rows = p ? ld_tensor_numel(p) / in : 0, fs[2] = {rows, in};
-    ld_tensor *f2 = p ? ld_reshape_op(p, 2, fs) : NULL, *y2 = f2 ? ld_matmul(f2, wd) : NULL;
-    int64_t ys[4] = {p ? p->shape[0] : 0, p ? p->shape[1] : 0, p ? p->shape[2] : 0, out};
-    ld_tensor *y4 = y2 ? ld_reshape_op(y2, 4, ys) : NULL, *y = y4 ? ld_permute_op(y4, from) : NULL;
-    ld_tensor_release(wd); ld_tensor_release(p); ld_tensor_release(f2); ld_tensor_release(y2); ld_tensor_release(y4);
+    ld_tensor *y = ld_gather(x, idx, axis);
+    ld_tensor_release(idx);
     return y;
 }
 
@@ -152,11 +134,16 @@ ld_tensor *ld_image_resize(ld_tensor *x, int64_t height, int64_t width, int near
         return NULL;
     }
     if (x->shape[1] == height && x->shape[2] == width) return ld_tensor_retain(x);
-    /* a half image is widened: bilinear's sums in float32, rounded once */
-    ld_tensor *xf = nearest ? ld_tensor_retain(x) : widen(x);
-    ld_tensor *r = xf ? resize_axis(xf, 1, height, nearest) : NULL, *y = r ? resize_axis(r, 2, width, nearest) : NULL;
-    ld_tensor_release(xf); ld_tensor_release(r);
-    return narrow(y, x->dtype);
+    if (nearest) {
+        ld_tensor *r = nearest_axis(x, 1, height), *y = r ? nearest_axis(r, 2, width) : NULL;
+        ld_tensor_release(r);
+        return y;
+    }
+    /* bilinear, TF's half-pixel centres: output i reads the input at (i + 0.5) in / out - 0.5, its
+       neighbours held to the image (the transform's NEAREST fill clamps there as TF's resize does) */
+    float sy = (float)x->shape[1] / (float)height, sx = (float)x->shape[2] / (float)width;
+    float t[8] = {sx, 0, 0.5f * sx - 0.5f, 0, sy, 0.5f * sy - 0.5f, 0, 0};
+    return ld_image_transform_to(x, t, 1, height, width, 0, LD_FILL_NEAREST, 0);
 }
 
 ld_tensor *ld_image_crop(ld_tensor *x, int64_t top, int64_t left, int64_t h, int64_t w) {

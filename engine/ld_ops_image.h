@@ -6,9 +6,9 @@
  * The transform is one kernel per backend (ld_kernels.h's image_transform,
  * where each output pixel reads computed in the kernel by ld_image_math.h:
  * only the 8 numbers of each image's matrix cross from the host) with its
- * adjoint as gradient; the resizes and crops are composed of ops every
- * device has (products with interpolation matrices, gathers, slices), their
- * gradients the tape's. Images are NHWC float tensors; a half input is
+ * adjoint as gradient (a bilinear resize is that kernel too); nearest
+ * resizes and crops are composed of ops every device has (gathers,
+ * slices), their gradients the tape's. Images are NHWC float tensors; a half input is
  * widened, computed in float32 and rounded once, as TF's kernels do.
  */
 #ifndef LD_OPS_IMAGE_H
@@ -34,11 +34,16 @@ int ld_fill_mode_from_name(const char *name, ld_fill_mode *out);
    The output has x's shape and dtype. */
 ld_tensor *ld_image_transform(ld_tensor *x, const float *transforms, int64_t n_transforms, int nearest,
                               ld_fill_mode fill_mode, float fill_value);
+/* The same into images of oh x ow (TF's output_shape): output pixel (oy, ox)
+   as above, ox < ow, oy < oh. */
+ld_tensor *ld_image_transform_to(ld_tensor *x, const float *transforms, int64_t n_transforms, int64_t oh, int64_t ow,
+                                 int nearest, ld_fill_mode fill_mode, float fill_value);
 
 /* tf.image.resize(x, (height, width), method = bilinear or nearest,
-   antialias = False): half-pixel centres, as TF 2's. Each axis that changes
-   size: bilinear through a product with its interpolation matrix, nearest
-   through a gather. The output has x's dtype. */
+   antialias = False): half-pixel centres, as TF 2's. Bilinear is the
+   transform above (a scale and a shift, clamped at the edges as TF's);
+   nearest a gather along each axis that changes size. The output has x's
+   dtype. */
 ld_tensor *ld_image_resize(ld_tensor *x, int64_t height, int64_t width, int nearest);
 
 /* images x[:, top:top+h, left:left+w, :] (a copy on the tape) */

@@ -581,6 +581,11 @@ T.test("image transform (image_transform, image_transform_backward): every fill 
     { x }, 1e-9, { training = true })
   layer_check_n("flip (nearest, exact)", function() return nn.RandomFlip("horizontal_and_vertical", { seed = 6 }) end,
     { tensor.normal(40, 3, 4, 3) }, 1e-12, { training = true })
+  -- another output size: a bilinear resize is the transform too (down and up), and UpSampling2D's
+  layer_check_n("resize down", function() return nn.Resizing(5, 4) end, { x }, 1e-9)
+  layer_check_n("resize up", function() return nn.Resizing(13, 17) end, { x }, 1e-9)
+  layer_check_n("upsampling bilinear", function() return nn.UpSampling2D({ 2, 3 }, { interpolation = "bilinear" }) end,
+    { x }, 1e-9)
 end)
 
 T.test("average pooling (avgpool, avgpool_backward): valid, same, overlapping; global average pooling", function()
