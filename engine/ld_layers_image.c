@@ -81,7 +81,7 @@ static int shift_range(const ld_layer *l, int i, int open_low, float *lo, float 
     return LD_OK;
 }
 
-/* The geometric layers (RandomRotation, RandomZoom, RandomTranslation):
+/* The geometric layers (RandomFlip, RandomRotation, RandomZoom, RandomTranslation):
    ranges(l, r) reads the configuration's draw ranges into r (and is the
    class's check), make(r, key, b, H, W, t) gives image b's matrix; the
    interpolation, fill_mode, fill_value and seed parameters by name. */
@@ -100,11 +100,14 @@ static ld_tensor *geometry_forward(ld_layer *l, int n_in, ld_tensor *const *xs, 
     if (!training) return images_of(xs[0]);
     const geometry *g = geometry_of(l);
     float r[5];
-    ld_fill_mode fill = LD_FILL_REFLECT;   /* the parameter's choices are the four modes */
     const ld_layer_class *c = l->cls;
     if (g->ranges(l, r)) return NULL;
-    ld_fill_mode_from_name(ld_p_str(l, ld_layer_param_index(c, "fill_mode")), &fill);
-    int nearest = !strcmp(ld_p_str(l, ld_layer_param_index(c, "interpolation")), "nearest");
+    /* RandomFlip has none of these: it reads whole pixels at exact coordinates (nearest, a gather) */
+    int fi = ld_layer_param_index(c, "fill_mode"), ii = ld_layer_param_index(c, "interpolation");
+    int vi = ld_layer_param_index(c, "fill_value");
+    ld_fill_mode fill = LD_FILL_NEAREST;   /* the parameter's choices are the four modes */
+    if (fi >= 0) ld_fill_mode_from_name(ld_p_str(l, fi), &fill);
+    int nearest = ii < 0 || !strcmp(ld_p_str(l, ii), "nearest");
     ld_tensor *x = images_of(xs[0]);
     if (!x) return NULL;
     int64_t B = x->shape[0], H = x->shape[1], W = x->shape[2];
@@ -112,7 +115,7 @@ static ld_tensor *geometry_forward(ld_layer *l, int n_in, ld_tensor *const *xs, 
     if (!t) { ld_tensor_release(x); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
     uint64_t key = ld_layer_draw_key(l, ld_p_float(l, ld_layer_param_index(c, "seed")));
     for (int64_t b = 0; b < B; b++) g->make(r, key, b, H, W, t + 8 * b);
-    ld_tensor *y = ld_image_transform(x, t, B, nearest, fill, (float)ld_p_float(l, ld_layer_param_index(c, "fill_value")));
+    ld_tensor *y = ld_image_transform(x, t, B, nearest, fill, vi >= 0 ? (float)ld_p_float(l, vi) : 0);
     free(t);
     ld_tensor_release(x);
     return y;
@@ -206,10 +209,8 @@ static ld_tensor *random_crop_forward(ld_layer *l, int n_in, ld_tensor *const *x
     } else {
         /* not larger on both axes: Keras's centred offsets of the ratio's window, a window of the target's size
            from there (held to the image), resized to the target when it is not */
-        int64_t ch = (int64_t)((double)(W * h) / (double)w), cw = (int64_t)((double)(H * w) / (double)h);
-        ch = ch > H ? H : ch < 1 ? 1 : ch;
-        cw = cw > W ? W : cw < 1 ? 1 : cw;
-        int64_t top = (int64_t)((double)(H - ch) / 2), left = (int64_t)((double)(W - cw) / 2);
+        int64_t top, left, ch, cw;
+        ld_image_aspect_window(H, W, h, w, &top, &left, &ch, &cw);
         int64_t hh = top + h > H ? H - top : h, ww = left + w > W ? W - left : w;
         ld_tensor *c = ld_image_crop(x, top, left, hh, ww);
         y = c ? ld_image_resize(c, h, w, 0) : NULL;
@@ -228,35 +229,24 @@ const ld_layer_class ld_layer_random_crop = {
     "window of that aspect ratio, resized.", 0, .training_default = 1};
 
 /* ================================================================ RandomFlip */
-enum { RF_MODE, RF_SEED, RF_FORMAT };
-static void flip_matrix(const float *mode, uint64_t key, int64_t b, int64_t H, int64_t W, float *t) {
+/* r: whether each axis flips (columns, rows), from the mode */
+static int flip_ranges(const ld_layer *l, float *r) {
+    const char *mode = ld_p_str(l, 0);
+    r[0] = strcmp(mode, "vertical") != 0;
+    r[1] = strcmp(mode, "horizontal") != 0;
+    return LD_OK;
+}
+static void flip_matrix(const float *axes, uint64_t key, int64_t b, int64_t H, int64_t W, float *t) {
     int flip = draw(key, b, 0, 1, 0, 1) <= 0.5f;   /* Keras: uniform <= 0.5, one draw per image */
-    int hz = flip && mode[0] != 0, vt = flip && mode[1] != 0;
+    int hz = flip && axes[0] != 0, vt = flip && axes[1] != 0;
     float m[8] = {hz ? -1.f : 1.f, 0, hz ? (float)(W - 1) : 0, 0, vt ? -1.f : 1.f, vt ? (float)(H - 1) : 0, 0, 0};
     memcpy(t, m, sizeof m);
-}
-static ld_tensor *random_flip_forward(ld_layer *l, int n_in, ld_tensor *const *xs, int training) {
-    if (!training) return images_of(xs[0]);
-    const char *mode = ld_p_str(l, RF_MODE);
-    float axes[2] = {strcmp(mode, "vertical") != 0, strcmp(mode, "horizontal") != 0};
-    /* a flip reads whole pixels: the nearest of exact coordinates, a gather */
-    ld_tensor *x = images_of(xs[0]);
-    if (!x) return NULL;
-    int64_t B = x->shape[0], H = x->shape[1], W = x->shape[2];
-    float *t = malloc(sizeof(float) * 8 * (size_t)(B ? B : 1));
-    if (!t) { ld_tensor_release(x); ld_fail(LD_ENOMEM, "out of memory"); return NULL; }
-    uint64_t key = ld_layer_draw_key(l, ld_p_float(l, RF_SEED));
-    for (int64_t b = 0; b < B; b++) flip_matrix(axes, key, b, H, W, t + 8 * b);
-    ld_tensor *y = ld_image_transform(x, t, B, 1, LD_FILL_NEAREST, 0);
-    free(t);
-    ld_tensor_release(x);
-    return y;
 }
 const ld_layer_class ld_layer_random_flip = {
     "RandomFlip", "random_flip", NULL, {"mode"},
     {LD_PSTR("mode", "horizontal_and_vertical", "horizontal|vertical|horizontal_and_vertical"), LD_PFLOAT("seed", ""),
      LD_PSTR("data_format", "channels_last", "channels_last"), LD_PEND},
-    1, 1, ~0u, NULL, image_build, random_flip_forward,
+    1, 1, ~0u, geometry_check, image_build, geometry_forward,
     "nn.RandomFlip(mode=\"horizontal_and_vertical\", {seed=})\n\nIn training, each NHWC image flipped left-right "
     "(\"horizontal\"), upside down (\"vertical\")\nor both with probability 1/2 (Keras 3's: in horizontal_and_vertical "
     "one draw flips both axes).", 0, .training_default = 1};
@@ -269,10 +259,9 @@ static void rotation_matrix(const float *range, uint64_t key, int64_t b, int64_t
     float angle = draw(key, b, 0, 1, range[0] * 360.0f, range[1] * 360.0f);
     float rad = angle * (float)(M_PI / 180.0);
     float cx = 0.5f * ((float)W - 1), cy = 0.5f * ((float)H - 1), c = cosf(rad), s = sinf(rad);
-    float a0 = 1.0f * (c + 0.0f * s), a1 = 1.0f * (-s + 0.0f * c);
-    float b0 = 1.0f * (0.0f * c + s), b1 = 1.0f * (0.0f * -s + c);
-    t[0] = a0; t[1] = a1; t[2] = 0.0f + cx - cx * a0 - cy * a1;
-    t[3] = b0; t[4] = b1; t[5] = 0.0f + cy - cx * b0 - cy * b1;
+    /* Keras's scale 1 and shears 0 leave a0 = cos, a1 = -sin, b0 = sin, b1 = cos exactly */
+    t[0] = c; t[1] = -s; t[2] = cx - cx * c - cy * -s;
+    t[3] = s; t[4] = c; t[5] = cy - cx * s - cy * c;
     t[6] = t[7] = 0;
 }
 /* the geometric layers' parameters after their factors (read by name by geometry_forward) */
@@ -331,6 +320,7 @@ const ld_layer_class ld_layer_random_translation = {
 
 static const geometry *geometry_of(const ld_layer *l) {
     static const geometry table[] = {{&ld_layer_random_rotation, rotation_ranges, rotation_matrix},
+                                     {&ld_layer_random_flip, flip_ranges, flip_matrix},
                                      {&ld_layer_random_zoom, zoom_ranges, zoom_matrix},
                                      {&ld_layer_random_translation, translation_ranges, translation_matrix}};
     for (size_t i = 1; i < sizeof table / sizeof *table; i++) if (table[i].cls == l->cls) return &table[i];

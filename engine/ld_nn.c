@@ -341,10 +341,7 @@ uint64_t ld_layer_draw_key(ld_layer *l, double seed) {
     if (!l->seed_draws) l->seed_draws = calloc(LD_MAX_LOGICAL, sizeof *l->seed_draws);
     uint64_t k = l->seed_draws ? l->seed_draws[id]++ : 0;
     /* splitmix64 of the seed's k-th step: a key per call, independent of the global generator */
-    uint64_t z = (uint64_t)(int64_t)seed * 0xd1b54a32d192ed03ULL + (k + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return ld_splitmix64((uint64_t)(int64_t)seed * 0xd1b54a32d192ed03ULL + (k + 1) * 0x9e3779b97f4a7c15ULL);
 }
 
 /* recorded (ld_cast_op): a half input's gradient flows back through the cast */

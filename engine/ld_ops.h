@@ -185,12 +185,13 @@ ld_tensor *ld_maxpool2d_same(ld_tensor *x, int kh, int kw, int sh, int sw);
    the training noise below and the image layers' draws (one key per call,
    each value keyed by its place in the global batch) use it, so a batch
    split over replicas draws what one device draws. */
-static inline double ld_counter_uniform(uint64_t key, uint64_t i) {
-    uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ULL;
+static inline uint64_t ld_splitmix64(uint64_t z) {   /* splitmix64's finalizer */
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
+    return z ^ (z >> 31);
+}
+static inline double ld_counter_uniform(uint64_t key, uint64_t i) {
+    return (double)(ld_splitmix64(key + (i + 1) * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
 }
 /* Dropout: keep each element with probability 1-rate and scale it by
    1/(1-rate). One key is drawn from rng (NULL: ld_global_rng()) per call;

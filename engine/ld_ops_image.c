@@ -1,5 +1,5 @@
-/* ld_ops_image.c - TF's projective transform and resize, composed of gathers
-   and products (ld_ops_image.h). */
+/* ld_ops_image.c - TF's projective transform (one kernel per backend), its
+   resizes and crops (ld_ops_image.h). */
 #include "ld_ops_image.h"
 #include "ld_ops.h"
 #include "ld_ops_index.h"
@@ -27,8 +27,7 @@ static int need_images(const char *op, const ld_tensor *x) {
     return LD_OK;
 }
 
-/* x's values as float32 (its own when float32), and back to x's dtype */
-static ld_tensor *widen(ld_tensor *x) { return ld_as_float(x); }
+/* y (float32) back to the input's dtype dt (a half image is computed in float32, rounded once) */
 static ld_tensor *narrow(ld_tensor *y, ld_dtype dt) {
     if (!y || y->dtype == dt) return y;
     ld_tensor *r = ld_cast_op(y, dt);
@@ -58,9 +57,8 @@ static int bw_image_transform(ld_node *nd, ld_tensor *g, ld_tensor **gi) {
 
 ld_tensor *ld_image_transform(ld_tensor *x, const float *transforms, int64_t n_transforms, int nearest,
                               ld_fill_mode fill_mode, float fill_value) {
-    return x->ndim == 4 ? ld_image_transform_to(x, transforms, n_transforms, x->shape[1], x->shape[2], nearest, fill_mode,
-                                                fill_value)
-                        : (need_images("image transform", x), NULL);
+    if (need_images("image transform", x)) return NULL;
+    return ld_image_transform_to(x, transforms, n_transforms, x->shape[1], x->shape[2], nearest, fill_mode, fill_value);
 }
 
 ld_tensor *ld_image_transform_to(ld_tensor *x, const float *transforms, int64_t n_transforms, int64_t oh, int64_t ow,
@@ -81,7 +79,7 @@ ld_tensor *ld_image_transform_to(ld_tensor *x, const float *transforms, int64_t 
     ld_tensor *th = ld_tensor_empty(LD_F32, 2, ts, NULL);   /* written here, on the host */
     if (!th) return NULL;
     memcpy(ld_tensor_data_unsynced(th), transforms, sizeof(float) * 8 * (size_t)n_transforms);
-    ld_tensor *xf = widen(x), *cx = xf ? ld_ops_contig(xf) : NULL, *t = cx ? ld_to_device(th, DEV(cx)) : NULL;
+    ld_tensor *xf = ld_as_float(x), *cx = xf ? ld_ops_contig(xf) : NULL, *t = cx ? ld_to_device(th, DEV(cx)) : NULL;
     ld_tensor_release(th);
     ld_tensor_release(xf);
     int64_t ys[4] = {cx ? cx->shape[0] : 0, oh, ow, cx ? cx->shape[3] : 0};
@@ -160,14 +158,26 @@ ld_tensor *ld_image_crop(ld_tensor *x, int64_t top, int64_t left, int64_t h, int
     return y;
 }
 
+void ld_image_aspect_window(int64_t H, int64_t W, int64_t h, int64_t w, int64_t *top, int64_t *left, int64_t *wh,
+                            int64_t *ww) {
+    /* Keras's arithmetic (smart_resize): int(float(W * h) / w), held to [1, H]; the offsets int(float(H - ch) / 2) */
+    int64_t ch = (int64_t)((double)(W * h) / (double)w), cw = (int64_t)((double)(H * w) / (double)h);
+    ch = ch > H ? H : ch < 1 ? 1 : ch;
+    cw = cw > W ? W : cw < 1 ? 1 : cw;
+    *top = (int64_t)((double)(H - ch) / 2);
+    *left = (int64_t)((double)(W - cw) / 2);
+    *wh = ch;
+    *ww = cw;
+}
+
 ld_tensor *ld_image_fit_aspect(ld_tensor *x, int64_t h, int64_t w, int nearest, int pad, float fill_value) {
     if (need_images("resize", x)) return NULL;
     if (h < 1 || w < 1) { ld_fail(LD_EARG, "resize: the size must be positive, got %lld x %lld", (long long)h, (long long)w); return NULL; }
     int64_t H = x->shape[1], W = x->shape[2];
-    /* Keras's arithmetic: int(float(W * h) / w), ... */
-    int64_t th = (int64_t)((double)(W * h) / (double)w), tw = (int64_t)((double)(H * w) / (double)h);
     ld_tensor *c;
     if (pad) {
+        /* Keras's arithmetic: int(float(W * h) / w), ... */
+        int64_t th = (int64_t)((double)(W * h) / (double)w), tw = (int64_t)((double)(H * w) / (double)h);
         if (th < H) th = H;
         if (tw < W) tw = W;
         int64_t ph = (int64_t)((double)(th - H) / 2), pw = (int64_t)((double)(tw - W) / 2);
@@ -176,11 +186,9 @@ ld_tensor *ld_image_fit_aspect(ld_tensor *x, int64_t h, int64_t w, int nearest, 
         c = a && pw > 0 ? ld_pad_op(a, 2, pw, pw, fill_value) : ld_tensor_retain(a);
         ld_tensor_release(a);
     } else {
-        if (th > H) th = H;
-        if (th < 1) th = 1;
-        if (tw > W) tw = W;
-        if (tw < 1) tw = 1;
-        c = ld_image_crop(x, (int64_t)((double)(H - th) / 2), (int64_t)((double)(W - tw) / 2), th, tw);
+        int64_t top, left, th, tw;
+        ld_image_aspect_window(H, W, h, w, &top, &left, &th, &tw);
+        c = ld_image_crop(x, top, left, th, tw);
     }
     ld_tensor *y = c ? ld_image_resize(c, h, w, nearest) : NULL;
     ld_tensor_release(c);

@@ -49,6 +49,11 @@ ld_tensor *ld_image_resize(ld_tensor *x, int64_t height, int64_t width, int near
 /* images x[:, top:top+h, left:left+w, :] (a copy on the tape) */
 ld_tensor *ld_image_crop(ld_tensor *x, int64_t top, int64_t left, int64_t h, int64_t w);
 
+/* The largest centred window of an H x W image with height:width = h:w,
+   as Keras's smart_resize computes it: its top, left, height and width */
+void ld_image_aspect_window(int64_t H, int64_t W, int64_t h, int64_t w, int64_t *top, int64_t *left, int64_t *wh,
+                            int64_t *ww);
+
 /* Keras's crop to the target's aspect ratio (its smart_resize, Resizing's
    crop_to_aspect_ratio, RandomCrop at inference): the largest centred
    window of x with height:width = h:w, resized to h x w (bilinear or

@@ -108,31 +108,22 @@ static void set_param(lua_State *L, ld_layer *l, int i, int v) {
     case LUA_TTABLE: {
         v = lua_absindex(L, v);
         lua_Integer n = luaL_len(L, v);
-        if (ps->type == LD_P_FLOATS && is_list(L, v) && n <= 4) {
-            double vals[4];
-            for (lua_Integer k = 1; k <= n; k++) {
-                lua_geti(L, v, k);
-                int ok;
-                vals[k - 1] = lua_tonumberx(L, -1, &ok);
-                lua_pop(L, 1);
-                if (!ok) luaL_error(L, "%s: %s entries must be numbers", l->cls->class_name, ps->name);
-            }
-            st = ld_layer_set_floats(l, i, (int)n, vals);
-            break;
-        }
-        if (ps->type != LD_P_INTS || n > LD_MAX_DIMS || !is_list(L, v))
+        int floats = ps->type == LD_P_FLOATS;   /* factor={-0.2, 0.3}; else kernel_size={3, 3} */
+        if ((!floats && ps->type != LD_P_INTS) || n > (floats ? 4 : LD_MAX_DIMS) || !is_list(L, v))
             luaL_error(L, "%s: %s must be %s, got a table", l->cls->class_name, ps->name,
                        ps->type == LD_P_INTS ? "a list of at most 8 integers"
-                       : ps->type == LD_P_FLOATS ? "a number or a list of at most 4 numbers" : "a single value");
-        int64_t vals[LD_MAX_DIMS];
+                       : floats ? "a number or a list of at most 4 numbers" : "a single value");
+        int64_t ivals[LD_MAX_DIMS];
+        double fvals[LD_MAX_DIMS];
         for (lua_Integer k = 1; k <= n; k++) {
             lua_geti(L, v, k);
             int ok;
-            vals[k - 1] = lua_tointegerx(L, -1, &ok);
+            if (floats) fvals[k - 1] = lua_tonumberx(L, -1, &ok);
+            else ivals[k - 1] = lua_tointegerx(L, -1, &ok);
             lua_pop(L, 1);
-            if (!ok) luaL_error(L, "%s: %s entries must be integers", l->cls->class_name, ps->name);
+            if (!ok) luaL_error(L, "%s: %s entries must be %s", l->cls->class_name, ps->name, floats ? "numbers" : "integers");
         }
-        st = ld_layer_set_ints(l, i, (int)n, vals);
+        st = floats ? ld_layer_set_floats(l, i, (int)n, fvals) : ld_layer_set_ints(l, i, (int)n, ivals);
         break;
     }
     default:
@@ -732,23 +723,39 @@ static int layer_gc(lua_State *L) {
 }
 
 /* ================================================================ Sequential */
+/* the value at vi put into the list on top of the stack, last or first */
+static void list_insert(lua_State *L, int vi, int first) {
+    lua_Integer n = luaL_len(L, -1);
+    if (first) for (lua_Integer k = n; k >= 1; k--) { lua_geti(L, -1, k); lua_rawseti(L, -2, k + 1); }
+    lua_pushvalue(L, vi);
+    lua_rawseti(L, -2, first ? 1 : n + 1);
+}
+
 static void add_member(lua_State *L, int st, int vi, int first);
 static void relist(lua_State *L, int mi, int depth);
-static int model_add_layer(lua_State *L, int model_idx, int layer_idx) {
+/* layer li joins model mi: last among its layers, or first (a model's own
+   weights, which Keras 3 lists before its sublayers') */
+static int add_layer_at(lua_State *L, int model_idx, int layer_idx, int first) {
+    model_idx = lua_absindex(L, model_idx);
+    layer_idx = lua_absindex(L, layer_idx);
     ld_model *m = check_model(L, model_idx);
     ld_layer *l = check_layer(L, layer_idx);
     for (int i = 0; i < m->n_layers; i++)
         if (m->layers[i] == l) return luaL_argerror(L, layer_idx, "this layer is already in the model");
     if (ld_model_add(m, l)) return lb_engine_error(L, layer_idx);
+    if (first) {
+        memmove(m->layers + 1, m->layers, sizeof *m->layers * (size_t)(m->n_layers - 1));
+        m->layers[0] = l;
+    }
     lua_getiuservalue(L, model_idx, 1);
     lua_getfield(L, -1, "layers");
-    lua_pushvalue(L, layer_idx);
-    lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+    list_insert(L, layer_idx, first);
     lua_pop(L, 1);
-    add_member(L, lua_gettop(L), layer_idx, 0);
+    add_member(L, lua_gettop(L), layer_idx, first);
     lua_pop(L, 1);
     return 0;
 }
+static int model_add_layer(lua_State *L, int model_idx, int layer_idx) { return add_layer_at(L, model_idx, layer_idx, 0); }
 
 /* ---- models in models (Keras's model as a layer) ----
    state._members lists what a model holds directly, in order: its layers and
@@ -774,15 +781,18 @@ static void add_member(lua_State *L, int st, int vi, int first) {
         lua_pop(L, 1);
         if (same) { lua_pop(L, 1); return; }
     }
-    if (first) {
-        for (lua_Integer k = n; k >= 1; k--) { lua_geti(L, -1, k); lua_rawseti(L, -2, k + 1); }
-        lua_pushvalue(L, vi);
-        lua_rawseti(L, -2, 1);
-    } else {
-        lua_pushvalue(L, vi);
-        lua_rawseti(L, -2, n + 1);
-    }
+    list_insert(L, vi, first);
     lua_pop(L, 1);
+}
+
+/* the layer on top of the stack appended to list flat unless table seen has it */
+static void flat_add(lua_State *L, int flat, int seen, lua_Integer *k) {
+    lua_pushvalue(L, -1);
+    int had = lua_rawget(L, seen) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (had) return;
+    lua_pushvalue(L, -1); lua_pushboolean(L, 1); lua_rawset(L, seen);
+    lua_pushvalue(L, -1); lua_rawseti(L, flat, ++*k);
 }
 
 static void relist(lua_State *L, int mi, int depth) {
@@ -813,27 +823,16 @@ static void relist(lua_State *L, int mi, int depth) {
     for (lua_Integer i = 1; i <= n; i++) {
         lua_geti(L, mem, i);
         int item = lua_gettop(L);
-        if (luaL_testudata(L, item, MODEL_MT)) {
-            relist(L, item, depth + 1);
+        if (luaL_testudata(L, item, MODEL_MT)) {   /* its list, relisted by the count above */
             lua_getiuservalue(L, item, 1);
             lua_getfield(L, -1, "layers");
             lua_Integer q = luaL_len(L, -1);
             for (lua_Integer j = 1; j <= q; j++) {
                 lua_geti(L, -1, j);
-                if (lua_rawget(L, seen) == LUA_TNIL && (lua_pop(L, 1), 1)) {
-                    lua_geti(L, -1, j);
-                    lua_pushvalue(L, -1); lua_pushboolean(L, 1); lua_rawset(L, seen);
-                    lua_rawseti(L, flat, ++k);
-                } else lua_pop(L, 1);
+                flat_add(L, flat, seen, &k);
+                lua_pop(L, 1);
             }
-        } else {
-            lua_pushvalue(L, item);
-            if (lua_rawget(L, seen) == LUA_TNIL) {
-                lua_pushvalue(L, item); lua_pushboolean(L, 1); lua_rawset(L, seen);
-                lua_pushvalue(L, item); lua_rawseti(L, flat, ++k);
-            }
-            lua_pop(L, 1);
-        }
+        } else flat_add(L, flat, seen, &k);
         lua_settop(L, seen);
     }
     ld_layer **nl = malloc(sizeof *nl * (size_t)(k ? k : 1));
@@ -1590,22 +1589,7 @@ static ld_layer *own_weights(lua_State *L, int mi) {
     lua_pushvalue(L, -1);
     lua_setfield(L, -3, "_own_weights");
     lua_remove(L, -2);
-    model_add_layer(L, mi, lua_gettop(L));
-    /* first among the model's layers: Keras 3 lists a layer's own weights before its sublayers' */
-    memmove(m->layers + 1, m->layers, sizeof *m->layers * (size_t)(m->n_layers - 1));
-    m->layers[0] = l;
-    lua_getiuservalue(L, mi, 1);
-    lua_getfield(L, -1, "layers");
-    for (lua_Integer k = luaL_len(L, -1); k > 1; k--) { lua_geti(L, -1, k - 1); lua_rawseti(L, -2, k); }
-    lua_pushvalue(L, -3);
-    lua_rawseti(L, -2, 1);
-    lua_pop(L, 1);
-    lua_getfield(L, -1, "_members");   /* first among its members too (model_add_layer put it last) */
-    lua_Integer n = luaL_len(L, -1);
-    for (lua_Integer k = n; k > 1; k--) { lua_geti(L, -1, k - 1); lua_rawseti(L, -2, k); }
-    lua_pushvalue(L, -3);
-    lua_rawseti(L, -2, 1);
-    lua_pop(L, 2);
+    add_layer_at(L, mi, -1, 1);   /* first among the model's layers and members (Keras 3's order) */
     return l;
 }
 
